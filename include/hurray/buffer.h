@@ -1,0 +1,107 @@
+/*
+ * hurray/buffer.h - the in-process buffer ABI (version HURRAY_C_ABI_VERSION).
+ *
+ * A HurrayBuffer is one allocation: a pointer, its byte_size, alignment,
+ * sync_mode, device and memory class, and one release callback. A
+ * HurrayBufferList is the ordered list of a tensor's buffers; element i is
+ * entry i of the descriptor's buffer table. The Python capsule carries a
+ * HurrayBufferList* (docs/impl/python-bindings.md).
+ *
+ * Ownership rules (docs/impl/c-ffi.md):
+ *   - hurray_buffer_create takes ownership of `data`: from then on the
+ *     release callback runs exactly once, when the handle is destroyed, or
+ *     before create returns if create fails.
+ *   - hurray_buffer_list_push takes ownership of the handle, whether it
+ *     succeeds or fails.
+ *   - hurray_buffer_list_get returns a BORROWED handle. Never destroy it.
+ *   - hurray_buffer_list_destroy destroys every handle it owns, once each.
+ * Handles are not thread-safe for modification; the release callback may run
+ * on whichever thread destroys the handle.
+ */
+#ifndef HURRAY_BUFFER_H
+#define HURRAY_BUFFER_H
+
+#include "hurray/common.h"
+#include "hurray/descriptor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct HurrayBuffer HurrayBuffer;
+typedef struct HurrayBufferList HurrayBufferList;
+
+/* Called exactly once with the data pointer and context given at create.
+ * NULL means there is nothing to release (static or borrowed memory). */
+typedef void (*HurrayReleaseFn)(void *data, void *release_ctx);
+
+/* Creates a handle for `byte_size` bytes at `data` (NULL only if byte_size is
+ * 0). Defaults: alignment 1, sync_mode READY with no sync handle, device
+ * CPU:0, memory class HOST. On success *out is owned by the caller; on
+ * failure `release` has already been called. */
+HURRAY_API HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size, HurrayReleaseFn release,
+                                             void *release_ctx, HurrayBuffer **out,
+                                             HurrayError *error);
+
+/* Calls the release callback once and frees the handle. NULL is a no-op.
+ * Never call it on a handle borrowed from a list. */
+HURRAY_API void hurray_buffer_destroy(HurrayBuffer *buffer);
+
+/* Declares the alignment the producer guarantees (a power of two up to
+ * HURRAY_MAX_ALIGNMENT); HURRAY_ERR_BUFFER_ALIGNMENT if the pointer does not
+ * honour it. */
+HURRAY_API HurrayStatus hurray_buffer_set_alignment(HurrayBuffer *buffer, uint32_t alignment,
+                                                    HurrayError *error);
+/* `sync_handle` is what the consumer synchronises with: for EVENT a pointer
+ * to the producer's event (e.g. cudaEvent_t*), for STREAM the stream the
+ * data was made ready on; NULL for READY. Borrowed: the producer keeps it
+ * alive as long as the buffer. */
+HURRAY_API HurrayStatus hurray_buffer_set_sync(HurrayBuffer *buffer, HurraySyncMode sync_mode,
+                                               void *sync_handle, HurrayError *error);
+HURRAY_API HurrayStatus hurray_buffer_set_device(HurrayBuffer *buffer, int32_t device_type,
+                                                 int32_t device_id, HurrayMemoryClass memory_class,
+                                                 HurrayError *error);
+
+HURRAY_API void *hurray_buffer_data(const HurrayBuffer *buffer);
+HURRAY_API uint64_t hurray_buffer_size(const HurrayBuffer *buffer);
+HURRAY_API uint32_t hurray_buffer_alignment(const HurrayBuffer *buffer);
+HURRAY_API HurraySyncMode hurray_buffer_sync_mode(const HurrayBuffer *buffer);
+HURRAY_API void *hurray_buffer_sync_handle(const HurrayBuffer *buffer);
+HURRAY_API int32_t hurray_buffer_device_type(const HurrayBuffer *buffer);
+HURRAY_API int32_t hurray_buffer_device_id(const HurrayBuffer *buffer);
+HURRAY_API HurrayMemoryClass hurray_buffer_memory_class(const HurrayBuffer *buffer);
+
+/* Creates an empty list owned by the caller. */
+HURRAY_API HurrayStatus hurray_buffer_list_create(HurrayBufferList **out, HurrayError *error);
+
+/* Appends `buffer` and takes ownership of it in every case: if the push
+ * fails (NULL list, more than HURRAY_MAX_BUFFERS, no memory) the buffer is
+ * destroyed before returning. */
+HURRAY_API HurrayStatus hurray_buffer_list_push(HurrayBufferList *list, HurrayBuffer *buffer,
+                                                HurrayError *error);
+
+HURRAY_API size_t hurray_buffer_list_len(const HurrayBufferList *list);
+
+/* Borrowed handle at `index`, or NULL when out of range. The list keeps
+ * ownership: do not destroy it. */
+HURRAY_API HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index);
+
+/* Destroys every owned handle exactly once, in order, then the list. NULL
+ * is a no-op. */
+HURRAY_API void hurray_buffer_list_destroy(HurrayBufferList *list);
+
+/* Checks that `list` can carry the tensor `d` describes: the descriptor is
+ * valid; the list length equals the buffer table length; each buffer holds
+ * at least the declared byte_size, is non-NULL when non-empty, honours the
+ * declared alignment and sync_mode, and lives on the descriptor's device and
+ * memory class; and, when the memory is host-addressable, every page table
+ * entry falls inside the pool. Returns the first violation. */
+HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
+                                                         const HurrayBufferList *list,
+                                                         HurrayError *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HURRAY_BUFFER_H */

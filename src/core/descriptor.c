@@ -1,0 +1,924 @@
+/*
+ * HurrayDescriptor: construction, setters and accessors. Consistency rules
+ * live in validate.c, the wire format in codec.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "descriptor_internal.h"
+#include "error.h"
+
+/* ----------------------------------------------------------- enum helpers */
+
+bool hurray__role_known(uint32_t role) {
+  return role >= HURRAY_ROLE_DATA && role <= HURRAY_ROLE_PAGE_TABLE;
+}
+
+bool hurray__sync_mode_known(uint32_t mode) { return mode <= HURRAY_SYNC_EVENT; }
+
+bool hurray__memory_class_known(uint32_t memory_class) {
+  return memory_class >= HURRAY_MEMORY_HOST && memory_class <= HURRAY_MEMORY_MANAGED;
+}
+
+bool hurray__mx_element_known(uint32_t element) {
+  return element >= HURRAY_MX_FP8_E4M3 && element <= HURRAY_MX_INT8;
+}
+
+const char *hurray__role_name(HurrayBufferRole role) {
+  static const char *const names[] = {"?",       "data",    "scales",    "zero_points", "values",
+                                      "indices", "indptr",  "page_pool", "page_table"};
+  return hurray__role_known(role) ? names[role] : "?";
+}
+
+const char *hurray__sync_mode_name(HurraySyncMode mode) {
+  static const char *const names[] = {"ready", "stream", "event"};
+  return hurray__sync_mode_known(mode) ? names[mode] : "?";
+}
+
+const char *hurray__memory_class_name(HurrayMemoryClass memory_class) {
+  static const char *const names[] = {"?", "host", "host_pinned", "device", "managed"};
+  return hurray__memory_class_known(memory_class) ? names[memory_class] : "?";
+}
+
+const char *hurray__mx_element_name(HurrayMxElement element) {
+  static const char *const names[] = {"?",        "fp8_e4m3", "fp8_e5m2", "fp6_e3m2",
+                                      "fp6_e2m3", "fp4_e2m1", "int8"};
+  return hurray__mx_element_known(element) ? names[element] : "?";
+}
+
+const char *hurray__sparse_format_name(HurraySparseFormat format) {
+  static const char *const names[] = {"?", "coo", "csr", "csc", "bsr"};
+  return (format >= HURRAY_SPARSE_COO && format <= HURRAY_SPARSE_BSR) ? names[format] : "?";
+}
+
+const char *hurray__quant_kind_name(HurrayQuantKind kind) {
+  static const char *const names[] = {"none", "per_tensor_affine", "per_channel_affine",
+                                      "block_affine", "nf4", "mx"};
+  return ((unsigned)kind <= HURRAY_QUANT_MX) ? names[kind] : "?";
+}
+
+HurrayDType hurray__mx_element_dtype(HurrayMxElement element) {
+  switch (element) {
+    case HURRAY_MX_FP8_E4M3:
+      return HURRAY_DTYPE_FLOAT8_E4M3FN;
+    case HURRAY_MX_FP8_E5M2:
+      return HURRAY_DTYPE_FLOAT8_E5M2;
+    case HURRAY_MX_FP6_E3M2:
+      return HURRAY_DTYPE_FLOAT6_E3M2FN;
+    case HURRAY_MX_FP6_E2M3:
+      return HURRAY_DTYPE_FLOAT6_E2M3FN;
+    case HURRAY_MX_FP4_E2M1:
+      return HURRAY_DTYPE_FLOAT4_E2M1FN;
+    case HURRAY_MX_INT8:
+      return HURRAY_DTYPE_INT8;
+  }
+  return HURRAY_DTYPE_INVALID;
+}
+
+bool hurray__utf8_valid(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    unsigned char c = p[i];
+    size_t extra;
+    uint32_t cp;
+    if (c == 0) {
+      return false;
+    } else if (c < 0x80) {
+      i++;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (len - i <= extra) {
+      return false;
+    }
+    for (size_t k = 1; k <= extra; k++) {
+      if ((p[i + k] & 0xC0) != 0x80) {
+        return false;
+      }
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    /* Reject overlong forms, surrogates and values past U+10FFFF. */
+    static const uint32_t min_cp[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+/* -------------------------------------------------------- create/destroy */
+
+static void layout_reset(HurrayLayout *layout) {
+  for (uint32_t i = 0; i < layout->member_count; i++) {
+    free(layout->members[i].name);
+    hurray_descriptor_destroy(layout->members[i].descriptor);
+  }
+  free(layout->members);
+  memset(layout, 0, sizeof *layout);
+  layout->indptr_buffer = HURRAY_NO_BUFFER;
+  layout->indices_buffer = HURRAY_NO_BUFFER;
+  layout->table_buffer = HURRAY_NO_BUFFER;
+  for (uint32_t i = 0; i < HURRAY_MAX_RANK; i++) {
+    layout->coo_index_buffers[i] = HURRAY_NO_BUFFER;
+  }
+}
+
+static void quant_reset(HurrayQuant *quant) {
+  memset(quant, 0, sizeof *quant);
+  quant->kind = HURRAY_QUANT_NONE;
+  quant->scale_buffer = HURRAY_NO_BUFFER;
+  quant->zero_point_buffer = HURRAY_NO_BUFFER;
+}
+
+HurrayDescriptor *hurray__descriptor_new(void) {
+  HurrayDescriptor *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    return NULL;
+  }
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_DENSE;
+  d->layout.data_buffer = 0;
+  quant_reset(&d->quant);
+  d->device_type = HURRAY_DEVICE_CPU;
+  d->device_id = 0;
+  d->memory_class = HURRAY_MEMORY_HOST;
+  return d;
+}
+
+HurrayStatus hurray_descriptor_create(HurrayDType dtype, uint32_t rank, const uint64_t *shape,
+                                      HurrayDescriptor **out, HurrayError *error) {
+  if (out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "out must not be NULL");
+  }
+  *out = NULL;
+  if (hurray_dtype_name(dtype) == NULL) {
+    return hurray__fail(error, HURRAY_ERR_DTYPE, "dtype: unknown code %d", (int)dtype);
+  }
+  if (rank > HURRAY_MAX_RANK) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "shape: rank %u exceeds the limit of %u", rank,
+                        HURRAY_MAX_RANK);
+  }
+  if (rank > 0 && shape == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "shape must not be NULL for rank %u",
+                        rank);
+  }
+  HurrayDescriptor *d = hurray__descriptor_new();
+  if (d == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  d->dtype = dtype;
+  d->rank = rank;
+  if (rank > 0) {
+    memcpy(d->shape, shape, rank * sizeof *shape);
+  }
+  *out = d;
+  return HURRAY_OK;
+}
+
+void hurray_descriptor_destroy(HurrayDescriptor *d) {
+  if (d == NULL) {
+    return;
+  }
+  layout_reset(&d->layout);
+  free(d->buffers);
+  free(d->extension_name);
+  free(d->extension_metadata);
+  free(d);
+}
+
+static char *dup_bytes(const void *src, size_t len, bool nul_terminate) {
+  char *copy = malloc(len + (nul_terminate ? 1 : 0) + (len == 0));
+  if (copy == NULL) {
+    return NULL;
+  }
+  if (len > 0) {
+    memcpy(copy, src, len);
+  }
+  if (nul_terminate) {
+    copy[len] = '\0';
+  }
+  return copy;
+}
+
+HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescriptor **out,
+                                     HurrayError *error) {
+  if (src == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src and out must not be NULL");
+  }
+  *out = NULL;
+  HurrayDescriptor *d = malloc(sizeof *d);
+  if (d == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  *d = *src;
+  /* Detach every owned pointer before copying, so a failure midway can be
+   * unwound with hurray_descriptor_destroy. */
+  d->buffers = NULL;
+  d->buffer_capacity = 0;
+  d->extension_name = NULL;
+  d->extension_metadata = NULL;
+  d->layout.members = NULL;
+  d->layout.member_count = 0;
+  d->layout.member_capacity = 0;
+
+  if (src->buffer_count > 0) {
+    d->buffers = malloc(src->buffer_count * sizeof *d->buffers);
+    if (d->buffers == NULL) {
+      goto no_memory;
+    }
+    memcpy(d->buffers, src->buffers, src->buffer_count * sizeof *d->buffers);
+    d->buffer_capacity = src->buffer_count;
+  }
+  if (src->extension_name != NULL) {
+    d->extension_name = dup_bytes(src->extension_name, strlen(src->extension_name), true);
+    d->extension_metadata =
+        (uint8_t *)dup_bytes(src->extension_metadata, src->extension_metadata_len, false);
+    if (d->extension_name == NULL || d->extension_metadata == NULL) {
+      goto no_memory;
+    }
+  }
+  for (uint32_t i = 0; i < src->layout.member_count; i++) {
+    const HurrayMember *m = &src->layout.members[i];
+    HurrayDescriptor *member = NULL;
+    HurrayStatus status = hurray_descriptor_clone(m->descriptor, &member, error);
+    if (status != HURRAY_OK) {
+      hurray_descriptor_destroy(d);
+      return status;
+    }
+    char *name = dup_bytes(m->name, strlen(m->name), true);
+    if (name == NULL || hurray__descriptor_push_member(d, name, member) != HURRAY_OK) {
+      free(name);
+      hurray_descriptor_destroy(member);
+      goto no_memory;
+    }
+  }
+  *out = d;
+  return HURRAY_OK;
+
+no_memory:
+  hurray_descriptor_destroy(d);
+  return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+}
+
+bool hurray_descriptor_equal(const HurrayDescriptor *a, const HurrayDescriptor *b) {
+  if (a == NULL || b == NULL) {
+    return a == b;
+  }
+  uint8_t *ea = NULL, *eb = NULL;
+  size_t la = 0, lb = 0;
+  bool equal = hurray_descriptor_encode(a, &ea, &la, NULL) == HURRAY_OK &&
+               hurray_descriptor_encode(b, &eb, &lb, NULL) == HURRAY_OK && la == lb &&
+               memcmp(ea, eb, la) == 0;
+  free(ea);
+  free(eb);
+  return equal;
+}
+
+bool hurray__descriptor_is_member_shaped(const HurrayDescriptor *d) {
+  return d->buffer_count == 0 && d->device_type == HURRAY_DEVICE_CPU && d->device_id == 0 &&
+         d->memory_class == HURRAY_MEMORY_HOST && d->stat_flags == 0 && !d->has_shard &&
+         d->extension_name == NULL;
+}
+
+/* ------------------------------------------------------------ view fields */
+
+HurrayStatus hurray_descriptor_set_strides(HurrayDescriptor *d, const int64_t *strides,
+                                           HurrayError *error) {
+  if (d == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
+  }
+  if (strides == NULL) {
+    d->has_strides = false;
+    memset(d->strides, 0, sizeof d->strides);
+    return HURRAY_OK;
+  }
+  d->has_strides = true;
+  memcpy(d->strides, strides, d->rank * sizeof *strides);
+  return HURRAY_OK;
+}
+
+void hurray_descriptor_set_byte_offset(HurrayDescriptor *d, uint64_t byte_offset) {
+  if (d != NULL) {
+    d->byte_offset = byte_offset;
+  }
+}
+
+HurrayDType hurray_descriptor_dtype(const HurrayDescriptor *d) { return d->dtype; }
+uint32_t hurray_descriptor_rank(const HurrayDescriptor *d) { return d->rank; }
+const uint64_t *hurray_descriptor_shape(const HurrayDescriptor *d) {
+  return d->rank > 0 ? d->shape : NULL;
+}
+const int64_t *hurray_descriptor_strides(const HurrayDescriptor *d) {
+  return d->has_strides && d->rank > 0 ? d->strides : NULL;
+}
+uint64_t hurray_descriptor_byte_offset(const HurrayDescriptor *d) { return d->byte_offset; }
+
+HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint64_t *out, HurrayError *error) {
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < d->rank; i++) {
+    if (!hurray__mul_u64(n, d->shape[i], &n)) {
+      return hurray__fail(error, HURRAY_ERR_OVERFLOW,
+                          "shape: element count overflows 64 bits at dim %u", i);
+    }
+  }
+  *out = n;
+  return HURRAY_OK;
+}
+
+/* ----------------------------------------------------------- buffer table */
+
+HurrayStatus hurray_descriptor_add_buffer(HurrayDescriptor *d, HurrayBufferRole role,
+                                          uint64_t byte_size, uint32_t alignment,
+                                          HurraySyncMode sync_mode, uint32_t *index_out,
+                                          HurrayError *error) {
+  if (d == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
+  }
+  if (!hurray__role_known(role)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers: unknown role %d",
+                        (int)role);
+  }
+  if (!hurray__sync_mode_known(sync_mode)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers: unknown sync_mode %d",
+                        (int)sync_mode);
+  }
+  if (!hurray__is_pow2_u64(alignment) || alignment > HURRAY_MAX_ALIGNMENT) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "buffers: alignment %u is not a power of two up to %u", alignment,
+                        HURRAY_MAX_ALIGNMENT);
+  }
+  if (d->buffer_count >= HURRAY_MAX_BUFFERS) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "buffers: more than %u buffers",
+                        HURRAY_MAX_BUFFERS);
+  }
+  if (d->buffer_count == d->buffer_capacity) {
+    uint32_t capacity = d->buffer_capacity ? d->buffer_capacity * 2 : 4;
+    HurrayBufferEntry *grown = realloc(d->buffers, capacity * sizeof *grown);
+    if (grown == NULL) {
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    }
+    d->buffers = grown;
+    d->buffer_capacity = capacity;
+  }
+  HurrayBufferEntry *entry = &d->buffers[d->buffer_count];
+  entry->role = role;
+  entry->byte_size = byte_size;
+  entry->alignment = alignment;
+  entry->sync_mode = sync_mode;
+  if (index_out != NULL) {
+    *index_out = d->buffer_count;
+  }
+  d->buffer_count++;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_buffer_size(HurrayDescriptor *d, uint32_t index,
+                                               uint64_t byte_size, HurrayError *error) {
+  if (d == NULL || index >= d->buffer_count) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers[%u]: no such entry", index);
+  }
+  d->buffers[index].byte_size = byte_size;
+  return HURRAY_OK;
+}
+
+uint32_t hurray_descriptor_buffer_count(const HurrayDescriptor *d) { return d->buffer_count; }
+
+HurrayBufferRole hurray_descriptor_buffer_role(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->buffer_count ? d->buffers[index].role : (HurrayBufferRole)0;
+}
+uint64_t hurray_descriptor_buffer_size(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->buffer_count ? d->buffers[index].byte_size : 0;
+}
+uint32_t hurray_descriptor_buffer_alignment(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->buffer_count ? d->buffers[index].alignment : 0;
+}
+HurraySyncMode hurray_descriptor_buffer_sync_mode(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->buffer_count ? d->buffers[index].sync_mode : HURRAY_SYNC_READY;
+}
+
+HurrayStatus hurray_descriptor_set_device(HurrayDescriptor *d, int32_t device_type,
+                                          int32_t device_id, HurrayMemoryClass memory_class,
+                                          HurrayError *error) {
+  if (d == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
+  }
+  if (!hurray__memory_class_known(memory_class)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "device: unknown memory_class %d",
+                        (int)memory_class);
+  }
+  d->device_type = device_type;
+  d->device_id = device_id;
+  d->memory_class = memory_class;
+  return HURRAY_OK;
+}
+
+int32_t hurray_descriptor_device_type(const HurrayDescriptor *d) { return d->device_type; }
+int32_t hurray_descriptor_device_id(const HurrayDescriptor *d) { return d->device_id; }
+HurrayMemoryClass hurray_descriptor_memory_class(const HurrayDescriptor *d) {
+  return d->memory_class;
+}
+
+/* ----------------------------------------------------------------- layout */
+
+static HurrayStatus require_descriptor(const HurrayDescriptor *d, HurrayError *error) {
+  return d == NULL ? hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                                  "descriptor must not be NULL")
+                   : HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_layout_dense(HurrayDescriptor *d, uint32_t data_buffer,
+                                                HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_DENSE;
+  d->layout.data_buffer = data_buffer;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_layout_coo(HurrayDescriptor *d, HurrayDType index_dtype,
+                                              uint64_t nnz, uint32_t values_buffer,
+                                              const uint32_t *index_buffers, bool canonical,
+                                              HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (d->rank > 0 && index_buffers == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "layout.index_buffers must hold one index per dimension");
+  }
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_SPARSE;
+  d->layout.format = HURRAY_SPARSE_COO;
+  d->layout.index_dtype = index_dtype;
+  d->layout.nnz = nnz;
+  d->layout.data_buffer = values_buffer;
+  d->layout.canonical = canonical;
+  for (uint32_t i = 0; i < d->rank; i++) {
+    d->layout.coo_index_buffers[i] = index_buffers[i];
+  }
+  return HURRAY_OK;
+}
+
+static void set_compressed(HurrayDescriptor *d, HurraySparseFormat format, HurrayDType index_dtype,
+                           uint64_t nnz, uint32_t values_buffer, uint32_t indptr_buffer,
+                           uint32_t indices_buffer) {
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_SPARSE;
+  d->layout.format = format;
+  d->layout.index_dtype = index_dtype;
+  d->layout.nnz = nnz;
+  d->layout.data_buffer = values_buffer;
+  d->layout.indptr_buffer = indptr_buffer;
+  d->layout.indices_buffer = indices_buffer;
+}
+
+HurrayStatus hurray_descriptor_set_layout_compressed(HurrayDescriptor *d, HurraySparseFormat format,
+                                                     HurrayDType index_dtype, uint64_t nnz,
+                                                     uint32_t values_buffer, uint32_t indptr_buffer,
+                                                     uint32_t indices_buffer, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (format != HURRAY_SPARSE_CSR && format != HURRAY_SPARSE_CSC) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "layout.format must be CSR or CSC here, got %d", (int)format);
+  }
+  set_compressed(d, format, index_dtype, nnz, values_buffer, indptr_buffer, indices_buffer);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_layout_bsr(HurrayDescriptor *d, HurrayDType index_dtype,
+                                              uint64_t nnz, uint64_t block_rows,
+                                              uint64_t block_cols, uint32_t values_buffer,
+                                              uint32_t indptr_buffer, uint32_t indices_buffer,
+                                              HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  set_compressed(d, HURRAY_SPARSE_BSR, index_dtype, nnz, values_buffer, indptr_buffer,
+                 indices_buffer);
+  d->layout.block_rows = block_rows;
+  d->layout.block_cols = block_cols;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_layout_paged(HurrayDescriptor *d, uint32_t axis,
+                                                uint64_t page_size, uint64_t num_pages,
+                                                HurrayDType table_dtype, uint32_t pool_buffer,
+                                                uint32_t table_buffer, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_PAGED;
+  d->layout.axis = axis;
+  d->layout.page_size = page_size;
+  d->layout.num_pages = num_pages;
+  d->layout.index_dtype = table_dtype;
+  d->layout.data_buffer = pool_buffer;
+  d->layout.table_buffer = table_buffer;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_layout_composite(HurrayDescriptor *d, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  layout_reset(&d->layout);
+  d->layout.kind = HURRAY_LAYOUT_COMPOSITE;
+  d->layout.data_buffer = HURRAY_NO_BUFFER;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__descriptor_push_member(HurrayDescriptor *d, char *name,
+                                            HurrayDescriptor *member) {
+  HurrayLayout *layout = &d->layout;
+  if (layout->member_count >= HURRAY_MAX_COMPOSITE_MEMBERS) {
+    return HURRAY_ERR_LIMIT;
+  }
+  if (layout->member_count == layout->member_capacity) {
+    uint32_t capacity = layout->member_capacity ? layout->member_capacity * 2 : 4;
+    HurrayMember *grown = realloc(layout->members, capacity * sizeof *grown);
+    if (grown == NULL) {
+      return HURRAY_ERR_NO_MEMORY;
+    }
+    layout->members = grown;
+    layout->member_capacity = capacity;
+  }
+  layout->members[layout->member_count].name = name;
+  layout->members[layout->member_count].descriptor = member;
+  layout->member_count++;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_add_member(HurrayDescriptor *d, const char *name,
+                                          HurrayDescriptor *member, HurrayError *error) {
+  HurrayStatus status = HURRAY_OK;
+  char *name_copy = NULL;
+  if (d == NULL || name == NULL || member == NULL || member == d) {
+    status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "descriptor, name and a distinct member are required");
+    goto fail;
+  }
+  if (d->layout.kind != HURRAY_LAYOUT_COMPOSITE) {
+    status = hurray__fail(error, HURRAY_ERR_STATE,
+                          "layout: members can only be added to a composite layout");
+    goto fail;
+  }
+  size_t name_len = strlen(name);
+  if (name_len > HURRAY_MAX_NAME_BYTES) {
+    status = hurray__fail(error, HURRAY_ERR_LIMIT,
+                          "layout.members: name of %zu bytes exceeds the limit of %u", name_len,
+                          HURRAY_MAX_NAME_BYTES);
+    goto fail;
+  }
+  if (!hurray__descriptor_is_member_shaped(member)) {
+    status = hurray__fail(error, HURRAY_ERR_COMPOSITE_MEMBER,
+                          "layout.members[\"%s\"]: a member has no buffer table, device, "
+                          "statistics, shard or extension of its own",
+                          name);
+    goto fail;
+  }
+  name_copy = dup_bytes(name, name_len, true);
+  if (name_copy == NULL || hurray__descriptor_push_member(d, name_copy, member) != HURRAY_OK) {
+    status = d->layout.member_count >= HURRAY_MAX_COMPOSITE_MEMBERS
+                 ? hurray__fail(error, HURRAY_ERR_LIMIT, "layout.members: more than %u members",
+                                HURRAY_MAX_COMPOSITE_MEMBERS)
+                 : hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  return HURRAY_OK;
+
+fail:
+  free(name_copy);
+  if (member != d) {
+    hurray_descriptor_destroy(member);
+  }
+  return status;
+}
+
+HurrayLayoutKind hurray_descriptor_layout_kind(const HurrayDescriptor *d) {
+  return d->layout.kind;
+}
+uint32_t hurray_descriptor_data_buffer(const HurrayDescriptor *d) {
+  return d->layout.data_buffer;
+}
+HurraySparseFormat hurray_descriptor_sparse_format(const HurrayDescriptor *d) {
+  return d->layout.kind == HURRAY_LAYOUT_SPARSE ? d->layout.format : (HurraySparseFormat)0;
+}
+HurrayDType hurray_descriptor_index_dtype(const HurrayDescriptor *d) {
+  return d->layout.index_dtype;
+}
+uint64_t hurray_descriptor_sparse_nnz(const HurrayDescriptor *d) { return d->layout.nnz; }
+uint32_t hurray_descriptor_sparse_indptr_buffer(const HurrayDescriptor *d) {
+  return d->layout.indptr_buffer;
+}
+uint32_t hurray_descriptor_sparse_indices_buffer(const HurrayDescriptor *d) {
+  return d->layout.indices_buffer;
+}
+uint32_t hurray_descriptor_sparse_coo_index_buffer(const HurrayDescriptor *d, uint32_t dim) {
+  if (d->layout.kind != HURRAY_LAYOUT_SPARSE || d->layout.format != HURRAY_SPARSE_COO ||
+      dim >= d->rank) {
+    return HURRAY_NO_BUFFER;
+  }
+  return d->layout.coo_index_buffers[dim];
+}
+bool hurray_descriptor_sparse_canonical(const HurrayDescriptor *d) { return d->layout.canonical; }
+uint64_t hurray_descriptor_sparse_block_rows(const HurrayDescriptor *d) {
+  return d->layout.block_rows;
+}
+uint64_t hurray_descriptor_sparse_block_cols(const HurrayDescriptor *d) {
+  return d->layout.block_cols;
+}
+uint32_t hurray_descriptor_paged_axis(const HurrayDescriptor *d) { return d->layout.axis; }
+uint64_t hurray_descriptor_paged_page_size(const HurrayDescriptor *d) {
+  return d->layout.page_size;
+}
+uint64_t hurray_descriptor_paged_num_pages(const HurrayDescriptor *d) {
+  return d->layout.num_pages;
+}
+uint32_t hurray_descriptor_paged_table_buffer(const HurrayDescriptor *d) {
+  return d->layout.table_buffer;
+}
+uint32_t hurray_descriptor_member_count(const HurrayDescriptor *d) {
+  return d->layout.member_count;
+}
+const char *hurray_descriptor_member_name(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->layout.member_count ? d->layout.members[index].name : NULL;
+}
+const HurrayDescriptor *hurray_descriptor_member(const HurrayDescriptor *d, uint32_t index) {
+  return index < d->layout.member_count ? d->layout.members[index].descriptor : NULL;
+}
+
+/* ----------------------------------------------------------- quantization */
+
+void hurray_descriptor_set_quant_none(HurrayDescriptor *d) {
+  if (d != NULL) {
+    quant_reset(&d->quant);
+  }
+}
+
+HurrayStatus hurray_descriptor_set_quant_per_tensor_affine(HurrayDescriptor *d, double scale,
+                                                           int64_t zero_point,
+                                                           HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  quant_reset(&d->quant);
+  d->quant.kind = HURRAY_QUANT_PER_TENSOR_AFFINE;
+  d->quant.scale = scale;
+  d->quant.zero_point = zero_point;
+  return HURRAY_OK;
+}
+
+static void set_scaled(HurrayDescriptor *d, HurrayQuantKind kind, uint32_t axis,
+                       uint64_t block_size, uint32_t scale_buffer, HurrayDType scale_dtype) {
+  quant_reset(&d->quant);
+  d->quant.kind = kind;
+  d->quant.axis = axis;
+  d->quant.block_size = block_size;
+  d->quant.scale_buffer = scale_buffer;
+  d->quant.scale_dtype = scale_dtype;
+}
+
+HurrayStatus hurray_descriptor_set_quant_per_channel_affine(HurrayDescriptor *d, uint32_t axis,
+                                                            uint32_t scale_buffer,
+                                                            HurrayDType scale_dtype,
+                                                            HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  set_scaled(d, HURRAY_QUANT_PER_CHANNEL_AFFINE, axis, 0, scale_buffer, scale_dtype);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_block_affine(HurrayDescriptor *d, uint32_t axis,
+                                                      uint64_t block_size, uint32_t scale_buffer,
+                                                      HurrayDType scale_dtype,
+                                                      HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  set_scaled(d, HURRAY_QUANT_BLOCK_AFFINE, axis, block_size, scale_buffer, scale_dtype);
+  return HURRAY_OK;
+}
+
+static bool quant_is_affine(const HurrayQuant *q) {
+  return q->kind == HURRAY_QUANT_PER_TENSOR_AFFINE || q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE ||
+         q->kind == HURRAY_QUANT_BLOCK_AFFINE;
+}
+
+HurrayStatus hurray_descriptor_set_quant_zero_point_buffer(HurrayDescriptor *d,
+                                                           uint32_t zero_point_buffer,
+                                                           HurrayDType zero_point_dtype,
+                                                           HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (d->quant.kind != HURRAY_QUANT_PER_CHANNEL_AFFINE &&
+      d->quant.kind != HURRAY_QUANT_BLOCK_AFFINE) {
+    return hurray__fail(error, HURRAY_ERR_STATE,
+                        "quantization: a zero-point buffer needs per-channel or block affine "
+                        "quantization, not %s",
+                        hurray__quant_kind_name(d->quant.kind));
+  }
+  d->quant.zero_point_buffer = zero_point_buffer;
+  d->quant.zero_point_dtype = zero_point_dtype;
+  d->quant.zero_point = 0;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_zero_point(HurrayDescriptor *d, int64_t zero_point,
+                                                    HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (!quant_is_affine(&d->quant)) {
+    return hurray__fail(error, HURRAY_ERR_STATE,
+                        "quantization: a zero point needs affine quantization, not %s",
+                        hurray__quant_kind_name(d->quant.kind));
+  }
+  d->quant.zero_point = zero_point;
+  d->quant.zero_point_buffer = HURRAY_NO_BUFFER;
+  d->quant.zero_point_dtype = HURRAY_DTYPE_INVALID;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_nf4(HurrayDescriptor *d, uint64_t block_size,
+                                             uint32_t absmax_buffer, HurrayDType absmax_dtype,
+                                             HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  set_scaled(d, HURRAY_QUANT_NF4, 0, block_size, absmax_buffer, absmax_dtype);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d, HurrayMxElement element,
+                                            uint32_t axis, uint32_t scale_buffer,
+                                            HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (!hurray__mx_element_known(element)) {
+    return hurray__fail(error, HURRAY_ERR_QUANT_MX_ELEMENT,
+                        "quantization.element: unknown MX element type %d", (int)element);
+  }
+  set_scaled(d, HURRAY_QUANT_MX, axis, HURRAY_MX_BLOCK_SIZE, scale_buffer,
+             HURRAY_DTYPE_FLOAT8_E8M0FNU);
+  d->quant.mx_element = element;
+  return HURRAY_OK;
+}
+
+HurrayQuantKind hurray_descriptor_quant_kind(const HurrayDescriptor *d) { return d->quant.kind; }
+uint32_t hurray_descriptor_quant_axis(const HurrayDescriptor *d) { return d->quant.axis; }
+uint64_t hurray_descriptor_quant_block_size(const HurrayDescriptor *d) {
+  return d->quant.block_size;
+}
+double hurray_descriptor_quant_scale(const HurrayDescriptor *d) { return d->quant.scale; }
+int64_t hurray_descriptor_quant_zero_point(const HurrayDescriptor *d) {
+  return d->quant.zero_point;
+}
+uint32_t hurray_descriptor_quant_scale_buffer(const HurrayDescriptor *d) {
+  return d->quant.scale_buffer;
+}
+HurrayDType hurray_descriptor_quant_scale_dtype(const HurrayDescriptor *d) {
+  return d->quant.scale_dtype;
+}
+uint32_t hurray_descriptor_quant_zero_point_buffer(const HurrayDescriptor *d) {
+  return d->quant.zero_point_buffer;
+}
+HurrayDType hurray_descriptor_quant_zero_point_dtype(const HurrayDescriptor *d) {
+  return d->quant.zero_point_dtype;
+}
+HurrayMxElement hurray_descriptor_quant_mx_element(const HurrayDescriptor *d) {
+  return d->quant.mx_element;
+}
+
+/* ------------------------------------------------------------- statistics */
+
+void hurray_descriptor_set_stat_min(HurrayDescriptor *d, double min) {
+  d->stat_flags |= HURRAY_STAT_MIN;
+  d->stat_min = min;
+}
+void hurray_descriptor_set_stat_max(HurrayDescriptor *d, double max) {
+  d->stat_flags |= HURRAY_STAT_MAX;
+  d->stat_max = max;
+}
+void hurray_descriptor_set_stat_nan_count(HurrayDescriptor *d, uint64_t nan_count) {
+  d->stat_flags |= HURRAY_STAT_NAN_COUNT;
+  d->stat_nan_count = nan_count;
+}
+void hurray_descriptor_set_stat_zero_count(HurrayDescriptor *d, uint64_t zero_count) {
+  d->stat_flags |= HURRAY_STAT_ZERO_COUNT;
+  d->stat_zero_count = zero_count;
+}
+void hurray_descriptor_clear_statistics(HurrayDescriptor *d) {
+  d->stat_flags = 0;
+  d->stat_min = d->stat_max = 0;
+  d->stat_nan_count = d->stat_zero_count = 0;
+}
+bool hurray_descriptor_stat_min(const HurrayDescriptor *d, double *out) {
+  if (!(d->stat_flags & HURRAY_STAT_MIN)) return false;
+  *out = d->stat_min;
+  return true;
+}
+bool hurray_descriptor_stat_max(const HurrayDescriptor *d, double *out) {
+  if (!(d->stat_flags & HURRAY_STAT_MAX)) return false;
+  *out = d->stat_max;
+  return true;
+}
+bool hurray_descriptor_stat_nan_count(const HurrayDescriptor *d, uint64_t *out) {
+  if (!(d->stat_flags & HURRAY_STAT_NAN_COUNT)) return false;
+  *out = d->stat_nan_count;
+  return true;
+}
+bool hurray_descriptor_stat_zero_count(const HurrayDescriptor *d, uint64_t *out) {
+  if (!(d->stat_flags & HURRAY_STAT_ZERO_COUNT)) return false;
+  *out = d->stat_zero_count;
+  return true;
+}
+
+/* ------------------------------------------------------------------ shard */
+
+HurrayStatus hurray_descriptor_set_shard(HurrayDescriptor *d, uint32_t rank,
+                                         const uint64_t *global_shape, const uint64_t *offsets,
+                                         HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (rank > HURRAY_MAX_RANK) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "shard: rank %u exceeds the limit of %u", rank,
+                        HURRAY_MAX_RANK);
+  }
+  if (rank > 0 && (global_shape == NULL || offsets == NULL)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "shard: global_shape and offsets must not be NULL");
+  }
+  d->has_shard = true;
+  d->shard_rank = rank;
+  memset(d->shard_global, 0, sizeof d->shard_global);
+  memset(d->shard_offsets, 0, sizeof d->shard_offsets);
+  if (rank > 0) {
+    memcpy(d->shard_global, global_shape, rank * sizeof *global_shape);
+    memcpy(d->shard_offsets, offsets, rank * sizeof *offsets);
+  }
+  return HURRAY_OK;
+}
+
+void hurray_descriptor_clear_shard(HurrayDescriptor *d) {
+  d->has_shard = false;
+  d->shard_rank = 0;
+  memset(d->shard_global, 0, sizeof d->shard_global);
+  memset(d->shard_offsets, 0, sizeof d->shard_offsets);
+}
+bool hurray_descriptor_has_shard(const HurrayDescriptor *d) { return d->has_shard; }
+uint32_t hurray_descriptor_shard_rank(const HurrayDescriptor *d) { return d->shard_rank; }
+const uint64_t *hurray_descriptor_shard_global_shape(const HurrayDescriptor *d) {
+  return d->has_shard ? d->shard_global : NULL;
+}
+const uint64_t *hurray_descriptor_shard_offsets(const HurrayDescriptor *d) {
+  return d->has_shard ? d->shard_offsets : NULL;
+}
+
+/* --------------------------------------------------------- extension type */
+
+HurrayStatus hurray_descriptor_set_extension(HurrayDescriptor *d, const char *name,
+                                             const uint8_t *metadata, size_t metadata_len,
+                                             HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  if (name == NULL || (metadata == NULL && metadata_len > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "extension: name (and metadata when metadata_len > 0) must not be NULL");
+  }
+  size_t name_len = strlen(name);
+  if (name_len > HURRAY_MAX_NAME_BYTES) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "extension.name: %zu bytes exceeds the limit of %u", name_len,
+                        HURRAY_MAX_NAME_BYTES);
+  }
+  if (metadata_len > HURRAY_MAX_EXTENSION_METADATA_BYTES) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "extension.metadata: %zu bytes exceeds the limit of %u", metadata_len,
+                        HURRAY_MAX_EXTENSION_METADATA_BYTES);
+  }
+  char *name_copy = dup_bytes(name, name_len, true);
+  uint8_t *meta_copy = (uint8_t *)dup_bytes(metadata, metadata_len, false);
+  if (name_copy == NULL || meta_copy == NULL) {
+    free(name_copy);
+    free(meta_copy);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  hurray_descriptor_clear_extension(d);
+  d->extension_name = name_copy;
+  d->extension_metadata = meta_copy;
+  d->extension_metadata_len = metadata_len;
+  return HURRAY_OK;
+}
+
+void hurray_descriptor_clear_extension(HurrayDescriptor *d) {
+  free(d->extension_name);
+  free(d->extension_metadata);
+  d->extension_name = NULL;
+  d->extension_metadata = NULL;
+  d->extension_metadata_len = 0;
+}
+
+const char *hurray_descriptor_extension_name(const HurrayDescriptor *d) {
+  return d->extension_name;
+}
+
+const uint8_t *hurray_descriptor_extension_metadata(const HurrayDescriptor *d, size_t *len_out) {
+  if (len_out != NULL) {
+    *len_out = d->extension_metadata_len;
+  }
+  return d->extension_name != NULL ? d->extension_metadata : NULL;
+}

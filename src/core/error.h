@@ -1,0 +1,25 @@
+/*
+ * Internal helpers for filling a caller's HurrayError.
+ */
+#ifndef HURRAY_SRC_ERROR_H
+#define HURRAY_SRC_ERROR_H
+
+#include "hurray/common.h"
+
+/* Records `code` and a printf-style message in `error` (which may be NULL)
+ * and returns `code`, so callers can write `return hurray__fail(...)`. */
+HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#define HURRAY_RETURN_NOT_OK(expr)          \
+  do {                                      \
+    HurrayStatus hurray__status = (expr);   \
+    if (hurray__status != HURRAY_OK) {      \
+      return hurray__status;                \
+    }                                       \
+  } while (0)
+
+#endif

@@ -1,0 +1,20 @@
+/*
+ * The golden vectors: named descriptors built through the public builder.
+ * tests/vectors/NAME.bin holds each one's encoding and NAME.json its JSON
+ * rendering; test_codec checks both against these builders, and
+ * gen_vectors rewrites the files when the encoding changes on purpose.
+ */
+#ifndef HURRAY_TEST_VECTORS_H
+#define HURRAY_TEST_VECTORS_H
+
+#include "hurray/hurray.h"
+
+typedef struct GoldenVector {
+  const char *name;
+  HurrayDescriptor *(*build)(void);
+} GoldenVector;
+
+extern const GoldenVector golden_vectors[];
+extern const size_t golden_vector_count;
+
+#endif
