@@ -92,7 +92,7 @@ HURRAY_API void hurray_buffer_list_destroy(HurrayBufferList *list);
 
 /* Checks that `list` can carry the tensor `d` describes: the descriptor is
  * valid; the list length equals the buffer table length; each buffer holds
- * at least the declared byte_size, is non-NULL when non-empty, honours the
+ * at least the declared byte_size, honours the
  * declared alignment and sync_mode, and lives on the descriptor's device and
  * memory class; and, when the memory is host-addressable, every page table
  * entry falls inside the pool. Returns the first violation. */

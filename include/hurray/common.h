@@ -124,7 +124,7 @@ typedef enum HurrayStatus {
   HURRAY_ERR_BUFFER_COUNT = 60,      /* list length != descriptor buffer count */
   HURRAY_ERR_BUFFER_SIZE = 61,       /* handle byte_size < what the table declares */
   HURRAY_ERR_BUFFER_ALIGNMENT = 62,  /* pointer not aligned as the table requires */
-  HURRAY_ERR_BUFFER_NULL = 63,       /* NULL pointer for a non-empty buffer */
+  /* 63 is retired: hurray_buffer_create already refuses NULL non-empty data. */
   HURRAY_ERR_DEVICE_MISMATCH = 64,   /* buffer not on the descriptor's device/memory class */
   HURRAY_ERR_SYNC_MODE_MISMATCH = 65,/* handle sync_mode differs from the table */
   HURRAY_ERR_PAGE_TABLE_ENTRY = 66   /* page table entry outside the pool */

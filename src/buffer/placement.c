@@ -84,8 +84,6 @@ HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
                             "buffers[%u]: the %s buffer holds %llu bytes, the table declares %llu",
                             i, hurray__role_name(entry->role), (unsigned long long)size,
                             (unsigned long long)entry->byte_size);
-    } else if (data == NULL && size > 0) {
-      status = hurray__fail(error, HURRAY_ERR_BUFFER_NULL, "buffers[%u]: NULL data pointer", i);
     } else if ((uintptr_t)data % entry->alignment != 0) {
       status = hurray__fail(error, HURRAY_ERR_BUFFER_ALIGNMENT,
                             "buffers[%u]: pointer %p is not aligned to the %u bytes the table "
