@@ -82,12 +82,12 @@ typedef enum HurrayStatus {
   HURRAY_ERR_MALFORMED = 5,        /* encoded bytes break the encoding rules */
   HURRAY_ERR_LIMIT = 6,            /* a hard limit (HURRAY_MAX_*) is exceeded */
   HURRAY_ERR_OVERFLOW = 7,         /* a size product or sum does not fit in 64 bits */
-  HURRAY_ERR_ABI_VERSION = 8,      /* producer and consumer ABI versions differ */
+  HURRAY_ERR_ABI_VERSION = 8,      /* producer and consumer ABI versions differ (capsule consumers) */
   HURRAY_ERR_STATE = 9,            /* call not valid in the object's current state */
 
   /* descriptor validation */
   HURRAY_ERR_DTYPE = 20,               /* dtype unknown or not allowed here */
-  HURRAY_ERR_STRIDES = 21,             /* strides on a non-dense layout or sub-byte dtype */
+  HURRAY_ERR_STRIDES = 21,             /* strides/byte_offset a layout or view cannot take */
   HURRAY_ERR_BUFFER_INDEX = 22,        /* a referenced buffer index is not in the table */
   HURRAY_ERR_BUFFER_ROLE = 23,         /* referenced buffer has the wrong role for its use */
   HURRAY_ERR_BUFFER_UNREFERENCED = 24, /* a table entry nothing refers to */

@@ -137,7 +137,8 @@ HURRAY_API HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src,
  * no-op. */
 HURRAY_API void hurray_descriptor_destroy(HurrayDescriptor *descriptor);
 
-/* True when both describe the same tensor (same canonical encoding). */
+/* True when both have the same canonical encoding. Explicit row-major
+ * strides and absent strides encode differently, so they compare unequal. */
 HURRAY_API bool hurray_descriptor_equal(const HurrayDescriptor *a, const HurrayDescriptor *b);
 
 /* ---------------------------------------------------- element view fields */
@@ -146,8 +147,8 @@ HURRAY_API bool hurray_descriptor_equal(const HurrayDescriptor *a, const HurrayD
  * for dense layouts of byte-sized dtypes. NULL clears them (row-major). */
 HURRAY_API HurrayStatus hurray_descriptor_set_strides(HurrayDescriptor *d, const int64_t *strides,
                                                       HurrayError *error);
-/* Byte offset of element 0 within the data buffer (dense) or the pool
- * (paged). */
+/* Byte offset of element 0 within the data buffer (dense), the values
+ * buffer (sparse) or the pool (paged). A composite has none. */
 HURRAY_API void hurray_descriptor_set_byte_offset(HurrayDescriptor *d, uint64_t byte_offset);
 
 HURRAY_API HurrayDType hurray_descriptor_dtype(const HurrayDescriptor *d);
@@ -244,7 +245,10 @@ HURRAY_API HurrayStatus hurray_descriptor_set_layout_composite(HurrayDescriptor 
 /* Adds a member. `member` is a descriptor whose buffer indices point into
  * the parent's table; it must have no buffer table, device, statistics,
  * shard or extension of its own. Ownership of `member` passes to `d` in
- * every case: on failure it is destroyed. */
+ * every case (on failure it is destroyed), with one exception: a member
+ * that is `d` itself or contains `d` is refused with
+ * HURRAY_ERR_INVALID_ARGUMENT and left untouched, since destroying it would
+ * destroy `d`. */
 HURRAY_API HurrayStatus hurray_descriptor_add_member(HurrayDescriptor *d, const char *name,
                                                      HurrayDescriptor *member, HurrayError *error);
 

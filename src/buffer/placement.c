@@ -6,7 +6,6 @@
 
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
-#include "../core/validate_internal.h"
 #include "hurray/buffer.h"
 
 static bool host_addressable(HurrayMemoryClass memory_class) {
@@ -15,12 +14,11 @@ static bool host_addressable(HurrayMemoryClass memory_class) {
 
 /* Reads entries of the page table and checks each names a pool page. */
 static HurrayStatus check_page_table(const HurrayDescriptor *d, const HurrayDescriptor *node,
-                                     const HurrayBufferList *list, const uint64_t *needs,
-                                     HurrayError *error) {
+                                     const HurrayBufferList *list, HurrayError *error) {
   const HurrayLayout *l = &node->layout;
   if (l->kind == HURRAY_LAYOUT_COMPOSITE) {
     for (uint32_t i = 0; i < l->member_count; i++) {
-      HURRAY_RETURN_NOT_OK(check_page_table(d, l->members[i].descriptor, list, needs, error));
+      HURRAY_RETURN_NOT_OK(check_page_table(d, l->members[i].descriptor, list, error));
     }
     return HURRAY_OK;
   }
@@ -33,10 +31,13 @@ static HurrayStatus check_page_table(const HurrayDescriptor *d, const HurrayDesc
   const HurrayBuffer *table = hurray_buffer_list_get(list, l->table_buffer);
   const uint8_t *bytes = hurray_buffer_data(table);
   bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
-  size_t item = wide ? 8 : 4;
-  /* Every page table reference needs the same byte count (validated), so
-   * needs[] gives the entry count. */
-  uint64_t entries = needs[l->table_buffer] / item;
+  /* This node's own entry count (validation proved the product fits); a
+   * table shared with a larger node is only read as far as this one uses. */
+  uint64_t outer = 1;
+  for (uint32_t i = 0; i < l->axis; i++) {
+    outer *= node->shape[i];
+  }
+  uint64_t entries = outer * ((node->shape[l->axis] + l->page_size - 1) / l->page_size);
   for (uint64_t i = 0; i < entries; i++) {
     int64_t page;
     if (wide) {
@@ -64,15 +65,15 @@ HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
   if (d == NULL || list == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and list are required");
   }
-  uint64_t *needs;
-  HURRAY_RETURN_NOT_OK(hurray__descriptor_buffer_needs(d, &needs, error));
+  /* A valid descriptor guarantees each table byte_size covers its contents,
+   * so the handles only need to be compared with the table. */
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_validate(d, error));
   HurrayStatus status = HURRAY_OK;
   size_t len = hurray_buffer_list_len(list);
   if (len != d->buffer_count) {
-    status = hurray__fail(error, HURRAY_ERR_BUFFER_COUNT,
-                          "buffer list holds %zu buffers, the descriptor's table has %u", len,
-                          d->buffer_count);
-    goto done;
+    return hurray__fail(error, HURRAY_ERR_BUFFER_COUNT,
+                        "buffer list holds %zu buffers, the descriptor's table has %u", len,
+                        d->buffer_count);
   }
   for (uint32_t i = 0; i < d->buffer_count; i++) {
     const HurrayBufferEntry *entry = &d->buffers[i];
@@ -106,15 +107,13 @@ HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
                             hurray__sync_mode_name(entry->sync_mode));
     }
     if (status != HURRAY_OK) {
-      goto done;
+      return status;
     }
   }
   /* Contents are only read when the host may touch them and nobody needs
    * to wait first. */
   if (host_addressable(d->memory_class)) {
-    status = check_page_table(d, d, list, needs, error);
+    return check_page_table(d, d, list, error);
   }
-done:
-  free(needs);
-  return status;
+  return HURRAY_OK;
 }

@@ -508,15 +508,17 @@ static HurrayStatus decode_compressed(Reader *r, uint16_t tag, HurrayLayout *l,
 
 static HurrayStatus decode_members(Reader *r, HurrayDescriptor *d, uint32_t depth,
                                    HurrayError *error) {
-  if (depth + 1 > HURRAY_MAX_COMPOSITE_DEPTH) {
-    return FAIL(HURRAY_ERR_LIMIT, "layout.members: nested deeper than the limit of %u",
-                HURRAY_MAX_COMPOSITE_DEPTH);
-  }
   const uint8_t *at;
   if (!take(r, 4, &at)) {
     return FAIL(HURRAY_ERR_TRUNCATED, "layout.members: count is cut short");
   }
   uint64_t count = get_le(at, 4);
+  /* Members of a node at the depth limit would be one level too deep; an
+   * empty member list there is still readable (validation rejects it). */
+  if (count > 0 && depth + 1 > HURRAY_MAX_COMPOSITE_DEPTH) {
+    return FAIL(HURRAY_ERR_LIMIT, "layout.members: nested deeper than the limit of %u",
+                HURRAY_MAX_COMPOSITE_DEPTH);
+  }
   if (count > HURRAY_MAX_COMPOSITE_MEMBERS) {
     return FAIL(HURRAY_ERR_LIMIT, "layout.members: %llu members exceed the limit of %u",
                 (unsigned long long)count, HURRAY_MAX_COMPOSITE_MEMBERS);

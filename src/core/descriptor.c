@@ -328,6 +328,9 @@ const int64_t *hurray_descriptor_strides(const HurrayDescriptor *d) {
 uint64_t hurray_descriptor_byte_offset(const HurrayDescriptor *d) { return d->byte_offset; }
 
 HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint64_t *out, HurrayError *error) {
+  if (d == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and out are required");
+  }
   uint64_t n = 1;
   for (uint32_t i = 0; i < d->rank; i++) {
     if (!hurray__mul_u64(n, d->shape[i], &n)) {
@@ -555,11 +558,30 @@ HurrayStatus hurray__descriptor_push_member(HurrayDescriptor *d, char *name,
   return HURRAY_OK;
 }
 
+static bool subtree_contains(const HurrayDescriptor *root, const HurrayDescriptor *target) {
+  if (root == target) {
+    return true;
+  }
+  for (uint32_t i = 0; i < root->layout.member_count; i++) {
+    if (subtree_contains(root->layout.members[i].descriptor, target)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 HurrayStatus hurray_descriptor_add_member(HurrayDescriptor *d, const char *name,
                                           HurrayDescriptor *member, HurrayError *error) {
   HurrayStatus status = HURRAY_OK;
   char *name_copy = NULL;
-  if (d == NULL || name == NULL || member == NULL || member == d) {
+  /* A member that (transitively) owns `d` would form a cycle; destroying it
+   * would destroy `d` too, so it is refused and left alone. */
+  if (d != NULL && member != NULL && subtree_contains(member, d)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "layout.members: a descriptor cannot become a member of itself or of "
+                        "its own member");
+  }
+  if (d == NULL || name == NULL || member == NULL) {
     status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                           "descriptor, name and a distinct member are required");
     goto fail;
@@ -595,9 +617,7 @@ HurrayStatus hurray_descriptor_add_member(HurrayDescriptor *d, const char *name,
 
 fail:
   free(name_copy);
-  if (member != d) {
-    hurray_descriptor_destroy(member);
-  }
+  hurray_descriptor_destroy(member);
   return status;
 }
 
@@ -788,22 +808,27 @@ HurrayMxElement hurray_descriptor_quant_mx_element(const HurrayDescriptor *d) {
 /* ------------------------------------------------------------- statistics */
 
 void hurray_descriptor_set_stat_min(HurrayDescriptor *d, double min) {
+  if (d == NULL) return;
   d->stat_flags |= HURRAY_STAT_MIN;
   d->stat_min = min;
 }
 void hurray_descriptor_set_stat_max(HurrayDescriptor *d, double max) {
+  if (d == NULL) return;
   d->stat_flags |= HURRAY_STAT_MAX;
   d->stat_max = max;
 }
 void hurray_descriptor_set_stat_nan_count(HurrayDescriptor *d, uint64_t nan_count) {
+  if (d == NULL) return;
   d->stat_flags |= HURRAY_STAT_NAN_COUNT;
   d->stat_nan_count = nan_count;
 }
 void hurray_descriptor_set_stat_zero_count(HurrayDescriptor *d, uint64_t zero_count) {
+  if (d == NULL) return;
   d->stat_flags |= HURRAY_STAT_ZERO_COUNT;
   d->stat_zero_count = zero_count;
 }
 void hurray_descriptor_clear_statistics(HurrayDescriptor *d) {
+  if (d == NULL) return;
   d->stat_flags = 0;
   d->stat_min = d->stat_max = 0;
   d->stat_nan_count = d->stat_zero_count = 0;
@@ -855,6 +880,7 @@ HurrayStatus hurray_descriptor_set_shard(HurrayDescriptor *d, uint32_t rank,
 }
 
 void hurray_descriptor_clear_shard(HurrayDescriptor *d) {
+  if (d == NULL) return;
   d->has_shard = false;
   d->shard_rank = 0;
   memset(d->shard_global, 0, sizeof d->shard_global);
@@ -905,6 +931,7 @@ HurrayStatus hurray_descriptor_set_extension(HurrayDescriptor *d, const char *na
 }
 
 void hurray_descriptor_clear_extension(HurrayDescriptor *d) {
+  if (d == NULL) return;
   free(d->extension_name);
   free(d->extension_metadata);
   d->extension_name = NULL;

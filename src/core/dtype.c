@@ -62,6 +62,9 @@ HurrayDType hurray_dtype_from_name(const char *name) {
 
 HurrayStatus hurray_dtype_storage_bytes(HurrayDType dtype, uint64_t count, uint64_t *out) {
   uint32_t bits = hurray_dtype_bits(dtype);
+  if (out == NULL) {
+    return HURRAY_ERR_INVALID_ARGUMENT;
+  }
   if (bits == 0) {
     return HURRAY_ERR_DTYPE;
   }

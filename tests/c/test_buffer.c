@@ -342,6 +342,34 @@ static void test_placement_page_table(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* Two paged members sharing one page table, each using its own prefix: a
+ * short member only checks the entries it uses against its own pool. */
+static void test_placement_shared_page_table(void **state) {
+  (void)state;
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){1, 64}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_POOL, 64, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_TABLE, 16, 64, HURRAY_SYNC_READY,
+                                         NULL, error));
+  assert_ok(hurray_descriptor_set_layout_composite(d, error));
+  HurrayDescriptor *small = NULL, *large = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){1, 16}, &small, error));
+  assert_ok(hurray_descriptor_set_layout_paged(small, 1, 16, 1, HURRAY_DTYPE_INT32, 0, 1, error));
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){1, 64}, &large, error));
+  assert_ok(hurray_descriptor_set_layout_paged(large, 1, 16, 4, HURRAY_DTYPE_INT32, 0, 1, error));
+  assert_ok(hurray_descriptor_add_member(d, "small", small, error));
+  assert_ok(hurray_descriptor_add_member(d, "large", large, error));
+  HurrayBufferList *list = list_for(d, 0);
+  uint8_t *table = hurray_buffer_data(hurray_buffer_list_get(list, 1));
+  for (int i = 0; i < 4; i++) write_le(table + 4 * i, (uint64_t)(i == 0 ? 0 : 4 - i), 4);
+  assert_ok(hurray_validate_buffer_placement(d, list, error));
+  write_le(table, 1, 4); /* page 1 is outside the small member's 1-page pool */
+  assert_status(HURRAY_ERR_PAGE_TABLE_ENTRY, hurray_validate_buffer_placement(d, list, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
 /* Composite members resolve into the parent's table. */
 static void test_placement_composite(void **state) {
   (void)state;
@@ -367,6 +395,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_placement_count),
       cmocka_unit_test(test_placement_size_alignment_device_sync),
       cmocka_unit_test(test_placement_page_table),
+      cmocka_unit_test(test_placement_shared_page_table),
       cmocka_unit_test(test_placement_composite),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

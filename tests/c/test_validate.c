@@ -422,6 +422,14 @@ static void test_composite_rules(void **state) {
   m = dense(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1});
   assert_status(HURRAY_ERR_STATE, hurray_descriptor_add_member(plain, "x", m, error));
   hurray_descriptor_destroy(plain);
+  /* A cycle is refused without destroying anything. */
+  HurrayDescriptor *outer = vec("composite_lora");
+  HurrayDescriptor *inner = dense(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1});
+  assert_ok(hurray_descriptor_set_layout_composite(inner, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_add_member(inner, "self", inner, error));
+  hurray_descriptor_destroy(inner);
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_add_member(outer, "self", outer, error));
+  expect(outer, HURRAY_OK);
   /* Duplicate, empty and non-UTF-8 names. */
   m = dense(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){8, 2});
   assert_ok(hurray_descriptor_set_layout_dense(m, 2, error));

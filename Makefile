@@ -1,0 +1,52 @@
+# The two entry points for a fresh machine (see README.md):
+#   make demo   build libhurray, install it into ./stage, build and run the C example
+#   make test   every test: C suites (plain and ASan+UBSan), vector cross-check, example
+# Both install what they need first (scripts/bootstrap.sh).
+
+VENV    := $(CURDIR)/.venv/bin
+MESON   := $(VENV)/meson
+export PATH := $(VENV):$(PATH)
+
+STAGE   := $(CURDIR)/stage
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+.PHONY: all deps build demo test test-c test-asan test-vectors example clean
+
+all: build
+
+deps:
+	@scripts/bootstrap.sh
+
+build: deps
+	@[ -d build ] || $(MESON) setup build --prefix=$(STAGE) --libdir=lib
+	$(MESON) compile -C build
+
+# Installs into ./stage and builds the example against the installed copy only.
+example: build
+	$(MESON) install -C build --quiet
+	cc -std=c11 -Wall -Wextra -Werror examples/per_channel_quantized.c -o build/per_channel_quantized \
+	  $$(PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config --cflags --libs hurray) \
+	  -Wl,-rpath,$(STAGE)/lib
+
+demo: example
+	build/per_channel_quantized
+
+test-c: build
+	$(MESON) test -C build --print-errorlogs
+	scripts/check_exports.sh build/libhurray.so
+
+test-asan: deps
+	@[ -d build-asan ] || $(MESON) setup build-asan -Db_sanitize=address,undefined \
+	  -Db_lundef=false -Dbuildtype=debug
+	$(MESON) compile -C build-asan
+	$(SAN_ENV) $(MESON) test -C build-asan --print-errorlogs
+
+test-vectors:
+	python3 tests/vectors/check_vectors.py tests/vectors
+
+test: test-c test-asan test-vectors demo
+	@echo "all tests passed"
+
+clean:
+	rm -rf build build-asan stage
