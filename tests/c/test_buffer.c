@@ -178,15 +178,6 @@ static void test_handle_setters(void **state) {
 
 static Counter shared_counter;
 
-static HurrayDescriptor *vec(const char *name) {
-  for (size_t i = 0; i < golden_vector_count; i++) {
-    if (strcmp(golden_vectors[i].name, name) == 0) {
-      return golden_vectors[i].build();
-    }
-  }
-  fail_msg("no golden vector %s", name);
-  return NULL;
-}
 
 /* A list of 64-byte aligned, zeroed host buffers sized as the table says
  * (plus `extra` bytes), each freed by its release. */
@@ -220,15 +211,15 @@ static void test_placement_accepts_every_golden_host_vector(void **state) {
 
 static void test_placement_count(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("quant_per_channel_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_channel_affine");
   HurrayBufferList *list = list_for(d, 0);
   hurray_descriptor_set_quant_none(d);
   /* The descriptor no longer references buffers 1 and 2: invalid first. */
   assert_status(HURRAY_ERR_BUFFER_UNREFERENCED, hurray_validate_buffer_placement(d, list, error));
   hurray_descriptor_destroy(d);
   /* A list one short of the table. */
-  d = vec("dense_float32");
-  HurrayDescriptor *bsr = vec("sparse_bsr");
+  d = golden_vector_build("dense_float32");
+  HurrayDescriptor *bsr = golden_vector_build("sparse_bsr");
   HurrayBufferList *two = list_for(bsr, 0);
   hurray_descriptor_destroy(bsr);
   assert_status(HURRAY_ERR_BUFFER_COUNT, hurray_validate_buffer_placement(d, two, error));
@@ -243,7 +234,7 @@ static void test_placement_count(void **state) {
 
 static void test_placement_size_alignment_device_sync(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("quant_per_channel_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_channel_affine");
   HurrayBufferList *list = list_for(d, 0);
   assert_ok(hurray_validate_buffer_placement(d, list, error));
 
@@ -305,7 +296,7 @@ static void write_le(uint8_t *p, uint64_t v, size_t n) {
 
 static void test_placement_page_table(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("paged_kv_cache"); /* 8 pages, 2 x 3 int32 entries */
+  HurrayDescriptor *d = golden_vector_build("paged_kv_cache"); /* 8 pages, 2 x 3 int32 entries */
   HurrayBufferList *list = list_for(d, 0);
   uint8_t *table = hurray_buffer_data(hurray_buffer_list_get(list, 1));
   for (int i = 0; i < 6; i++) write_le(table + 4 * i, (uint64_t)(7 - i), 4);
@@ -373,7 +364,7 @@ static void test_placement_shared_page_table(void **state) {
 /* Composite members resolve into the parent's table. */
 static void test_placement_composite(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("composite_lora");
+  HurrayDescriptor *d = golden_vector_build("composite_lora");
   HurrayBufferList *list = list_for(d, 8);
   assert_ok(hurray_validate_buffer_placement(d, list, error));
   hurray_buffer_list_destroy(list);

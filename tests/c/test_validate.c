@@ -8,15 +8,6 @@
 #include "test_util.h"
 #include "vectors.h"
 
-static HurrayDescriptor *vec(const char *name) {
-  for (size_t i = 0; i < golden_vector_count; i++) {
-    if (strcmp(golden_vectors[i].name, name) == 0) {
-      return golden_vectors[i].build();
-    }
-  }
-  fail_msg("no golden vector %s", name);
-  return NULL;
-}
 
 static HurrayDescriptor *dense(HurrayDType dtype, uint32_t rank, const uint64_t *shape) {
   HurrayDescriptor *d = NULL;
@@ -62,23 +53,23 @@ static void test_shape_rules(void **state) {
 static void test_strides_rules(void **state) {
   (void)state;
   /* Strides on a sub-byte dtype. */
-  HurrayDescriptor *d = vec("dense_int4");
+  HurrayDescriptor *d = golden_vector_build("dense_int4");
   assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){1}, error));
   expect(d, HURRAY_ERR_STRIDES);
   /* Strides on a sparse layout. */
-  d = vec("sparse_csr");
+  d = golden_vector_build("sparse_csr");
   assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){4, 1}, error));
   expect(d, HURRAY_ERR_STRIDES);
   /* Negative strides reaching before the buffer. */
-  d = vec("dense_strided");
+  d = golden_vector_build("dense_strided");
   hurray_descriptor_set_byte_offset(d, 16);
   expect(d, HURRAY_ERR_STRIDES);
   /* A byte offset on a composite. */
-  d = vec("composite_lora");
+  d = golden_vector_build("composite_lora");
   hurray_descriptor_set_byte_offset(d, 8);
   expect(d, HURRAY_ERR_STRIDES);
   /* Strides whose extent overflows. */
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){INT64_MAX, 1}, error));
   expect(d, HURRAY_ERR_OVERFLOW);
 }
@@ -86,26 +77,26 @@ static void test_strides_rules(void **state) {
 static void test_buffer_table_rules(void **state) {
   (void)state;
   /* Index out of range. */
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_layout_dense(d, 1, error));
   expect(d, HURRAY_ERR_BUFFER_INDEX);
   /* Wrong role: data where scales belong. */
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 64, 0, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_BUFFER_ROLE);
   /* An entry nothing refers to. */
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   add(d, HURRAY_ROLE_DATA, 4);
   expect(d, HURRAY_ERR_BUFFER_UNREFERENCED);
   /* Declared size smaller than the contents. */
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_buffer_size(d, 0, 23, error));
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
-  d = vec("dense_strided");
+  d = golden_vector_build("dense_strided");
   assert_ok(hurray_descriptor_set_buffer_size(d, 0, 47, error));
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
   /* Setters refuse bad table values outright. */
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
                 hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 3, HURRAY_SYNC_READY, NULL,
                                              error));
@@ -121,7 +112,7 @@ static void test_buffer_table_rules(void **state) {
 /* A decoded table can carry an alignment no setter would accept. */
 static void test_buffer_table_alignment_from_bytes(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   uint8_t *bytes;
   size_t len;
   assert_ok(hurray_descriptor_encode(d, &bytes, &len, error));
@@ -139,16 +130,16 @@ static void test_buffer_table_alignment_from_bytes(void **state) {
 
 static void test_device_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CPU, 0, HURRAY_MEMORY_DEVICE, error));
   expect(d, HURRAY_ERR_DEVICE);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_HOST, error));
   expect(d, HURRAY_ERR_DEVICE);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CUDA, -1, HURRAY_MEMORY_DEVICE, error));
   expect(d, HURRAY_ERR_DEVICE);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CUDA_HOST, 0, HURRAY_MEMORY_HOST_PINNED,
                                          error));
   expect(d, HURRAY_OK);
@@ -167,11 +158,11 @@ static HurrayDescriptor *paged(HurrayDType dtype, uint64_t page_size, uint64_t n
 static void test_quant_layout_rules(void **state) {
   (void)state;
   /* Buffer-referencing quantization on a sparse layout. */
-  HurrayDescriptor *d = vec("sparse_csr");
+  HurrayDescriptor *d = golden_vector_build("sparse_csr");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 64, 0, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_QUANT_LAYOUT);
   /* Any quantization on a composite. */
-  d = vec("composite_lora");
+  d = golden_vector_build("composite_lora");
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 1.0, 0, error));
   expect(d, HURRAY_ERR_QUANT_LAYOUT);
   /* Per-tensor affine is fine on a paged layout (an fp8 KV cache scale). */
@@ -183,19 +174,19 @@ static void test_quant_layout_rules(void **state) {
 static void test_quant_dtype_rules(void **state) {
   (void)state;
   /* Affine codes must be integer or narrow float. */
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 1.0, 0, error));
   expect(d, HURRAY_ERR_QUANT_DTYPE);
   /* NF4 codes must be uint4. */
-  d = vec("quant_block_affine_q8_0");
+  d = golden_vector_build("quant_block_affine_q8_0");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 64, 1, HURRAY_DTYPE_FLOAT16, error));
   expect(d, HURRAY_ERR_QUANT_DTYPE);
   /* MX element type must match the storage dtype. */
-  d = vec("quant_mxfp8_e4m3");
+  d = golden_vector_build("quant_mxfp8_e4m3");
   assert_ok(hurray_descriptor_set_quant_mx(d, HURRAY_MX_FP8_E5M2, 1, 1, error));
   expect(d, HURRAY_ERR_QUANT_DTYPE);
   /* Unknown MX element type: refused by the setter. */
-  d = vec("quant_mxfp8_e4m3");
+  d = golden_vector_build("quant_mxfp8_e4m3");
   assert_status(HURRAY_ERR_QUANT_MX_ELEMENT,
                 hurray_descriptor_set_quant_mx(d, (HurrayMxElement)7, 1, 1, error));
   hurray_descriptor_destroy(d);
@@ -203,19 +194,19 @@ static void test_quant_dtype_rules(void **state) {
 
 static void test_quant_axis_and_block_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("quant_per_channel_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 2, 1, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_QUANT_AXIS);
-  d = vec("quant_block_affine_q8_0");
+  d = golden_vector_build("quant_block_affine_q8_0");
   assert_ok(hurray_descriptor_set_quant_block_affine(d, 2, 32, 1, HURRAY_DTYPE_FLOAT16, error));
   expect(d, HURRAY_ERR_QUANT_AXIS);
-  d = vec("quant_mxint8");
+  d = golden_vector_build("quant_mxint8");
   assert_ok(hurray_descriptor_set_quant_mx(d, HURRAY_MX_INT8, 5, 1, error));
   expect(d, HURRAY_ERR_QUANT_AXIS);
-  d = vec("quant_block_affine_q8_0");
+  d = golden_vector_build("quant_block_affine_q8_0");
   assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, 0, 1, HURRAY_DTYPE_FLOAT16, error));
   expect(d, HURRAY_ERR_QUANT_BLOCK_SIZE);
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 0, 1, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_QUANT_BLOCK_SIZE);
 }
@@ -223,7 +214,7 @@ static void test_quant_axis_and_block_rules(void **state) {
 /* MX blocks are fixed at 32; a decoded descriptor can claim otherwise. */
 static void test_mx_block_size_from_bytes(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("quant_mxint8");
+  HurrayDescriptor *d = golden_vector_build("quant_mxint8");
   uint8_t *bytes;
   size_t len;
   assert_ok(hurray_descriptor_encode(d, &bytes, &len, error));
@@ -247,43 +238,43 @@ static void test_mx_block_size_from_bytes(void **state) {
 static void test_quant_scale_rules(void **state) {
   (void)state;
   /* Inline scale not finite or zero. */
-  HurrayDescriptor *d = vec("quant_per_tensor_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_tensor_affine");
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 0.0, 128, error));
   expect(d, HURRAY_ERR_QUANT_SCALE);
-  d = vec("quant_per_tensor_affine");
+  d = golden_vector_build("quant_per_tensor_affine");
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 1.0 / 0.0, 128, error));
   expect(d, HURRAY_ERR_QUANT_SCALE);
   /* Scale dtype must be a float. */
-  d = vec("quant_per_channel_affine");
+  d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_INT32, error));
   assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT8, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_DTYPE);
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 64, 1, HURRAY_DTYPE_UINT8, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_DTYPE);
   /* Number of scales: per-channel counts shape[axis] ... */
-  d = vec("quant_per_channel_affine");
+  d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 1, 1, HURRAY_DTYPE_FLOAT32, error));
   assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT8, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_COUNT);
   /* ... block-wise counts ceil(n / block) per row ... */
-  d = vec("quant_block_affine_q8_0");
+  d = golden_vector_build("quant_block_affine_q8_0");
   assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, 16, 1, HURRAY_DTYPE_FLOAT16, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_COUNT);
   /* ... NF4 counts ceil(numel / block) ... */
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_ok(hurray_descriptor_set_quant_nf4(d, 32, 1, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_COUNT);
   /* ... MX counts ceil(n / 32) along the axis, one byte each. */
-  d = vec("quant_mxfp4_e2m1");
+  d = golden_vector_build("quant_mxfp4_e2m1");
   assert_ok(hurray_descriptor_set_quant_mx(d, HURRAY_MX_FP4_E2M1, 0, 1, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_COUNT);
   /* Too many scales is as wrong as too few. */
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_ok(hurray_descriptor_set_buffer_size(d, 1, 12, error));
   expect(d, HURRAY_ERR_QUANT_SCALE_COUNT);
   /* The count accessor agrees. */
-  d = vec("quant_block_affine_q4_0");
+  d = golden_vector_build("quant_block_affine_q4_0");
   uint64_t count = 0;
   assert_ok(hurray_descriptor_quant_scale_count(d, &count, error));
   assert_int_equal(count, 4);
@@ -293,13 +284,13 @@ static void test_quant_scale_rules(void **state) {
 static void test_quant_zero_point_rules(void **state) {
   (void)state;
   /* Inline zero point outside the storage range. */
-  HurrayDescriptor *d = vec("quant_per_tensor_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_tensor_affine");
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 0.5, 256, error));
   expect(d, HURRAY_ERR_QUANT_ZERO_POINT);
-  d = vec("quant_block_affine_q4_0");
+  d = golden_vector_build("quant_block_affine_q4_0");
   assert_ok(hurray_descriptor_set_quant_zero_point(d, 16, error));
   expect(d, HURRAY_ERR_QUANT_ZERO_POINT);
-  d = vec("quant_block_affine_q4_0");
+  d = golden_vector_build("quant_block_affine_q4_0");
   assert_ok(hurray_descriptor_set_quant_zero_point(d, -1, error));
   expect(d, HURRAY_ERR_QUANT_ZERO_POINT);
   /* Float codes take no zero point. */
@@ -308,15 +299,15 @@ static void test_quant_zero_point_rules(void **state) {
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(f8, 0.5, 1, error));
   expect(f8, HURRAY_ERR_QUANT_ZERO_POINT);
   /* Zero-point buffer dtype must be an integer. */
-  d = vec("quant_per_channel_affine");
+  d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_FLOAT32, error));
   expect(d, HURRAY_ERR_QUANT_ZERO_POINT_DTYPE);
   /* One zero point per scale. */
-  d = vec("quant_per_channel_affine");
+  d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT16, error));
   expect(d, HURRAY_ERR_QUANT_ZERO_POINT_COUNT);
   /* Zero points need an affine kind at all. */
-  d = vec("quant_nf4");
+  d = golden_vector_build("quant_nf4");
   assert_status(HURRAY_ERR_STATE, hurray_descriptor_set_quant_zero_point(d, 1, error));
   assert_status(HURRAY_ERR_STATE,
                 hurray_descriptor_set_quant_zero_point_buffer(d, 1, HURRAY_DTYPE_INT8, error));
@@ -325,11 +316,11 @@ static void test_quant_zero_point_rules(void **state) {
 
 static void test_sparse_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("sparse_csr");
+  HurrayDescriptor *d = golden_vector_build("sparse_csr");
   assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSR, HURRAY_DTYPE_UINT32, 5,
                                                     0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
-  d = vec("sparse_coo");
+  d = golden_vector_build("sparse_coo");
   assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_FLOAT32, 3, 0,
                                              (uint32_t[]){1, 2, 3}, true, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
@@ -342,7 +333,7 @@ static void test_sparse_rules(void **state) {
                                                     0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
   /* CSR/CSC/BSR are rank 2; COO needs rank >= 1. */
-  d = vec("sparse_coo");
+  d = golden_vector_build("sparse_coo");
   assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT64, 3,
                                                     0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_RANK);
@@ -351,40 +342,40 @@ static void test_sparse_rules(void **state) {
   assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, 1, 0, NULL, false, error));
   expect(d, HURRAY_ERR_SPARSE_RANK);
   /* More stored elements than the shape holds. */
-  d = vec("sparse_csr");
+  d = golden_vector_build("sparse_csr");
   assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT32, 13,
                                                     0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_NNZ);
-  d = vec("sparse_bsr");
+  d = golden_vector_build("sparse_bsr");
   assert_ok(hurray_descriptor_set_layout_bsr(d, HURRAY_DTYPE_INT64, 5, 2, 3, 0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_NNZ);
   /* Blocks must tile the shape. */
-  d = vec("sparse_bsr");
+  d = golden_vector_build("sparse_bsr");
   assert_ok(hurray_descriptor_set_layout_bsr(d, HURRAY_DTYPE_INT64, 3, 3, 3, 0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_BLOCK);
-  d = vec("sparse_bsr");
+  d = golden_vector_build("sparse_bsr");
   assert_ok(hurray_descriptor_set_layout_bsr(d, HURRAY_DTYPE_INT64, 3, 0, 3, 0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_BLOCK);
   /* Sparse buffers resolve, with their roles and sizes. */
-  d = vec("sparse_coo");
+  d = golden_vector_build("sparse_coo");
   assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, 3, 0, (uint32_t[]){1, 2, 4},
                                              true, error));
   expect(d, HURRAY_ERR_BUFFER_INDEX);
-  d = vec("sparse_csc");
+  d = golden_vector_build("sparse_csc");
   assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT32, 5,
                                                     0, 2, 1, error));
   expect(d, HURRAY_ERR_BUFFER_ROLE);
-  d = vec("sparse_csc");
+  d = golden_vector_build("sparse_csc");
   assert_ok(hurray_descriptor_set_buffer_size(d, 1, 16, error));
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
 }
 
 static void test_paged_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("paged_kv_cache");
+  HurrayDescriptor *d = golden_vector_build("paged_kv_cache");
   assert_ok(hurray_descriptor_set_layout_paged(d, 4, 16, 8, HURRAY_DTYPE_INT32, 0, 1, error));
   expect(d, HURRAY_ERR_PAGED_AXIS);
-  d = vec("paged_kv_cache");
+  d = golden_vector_build("paged_kv_cache");
   assert_ok(hurray_descriptor_set_layout_paged(d, 1, 0, 8, HURRAY_DTYPE_INT32, 0, 1, error));
   expect(d, HURRAY_ERR_PAGED_PAGE_SIZE);
   d = paged(HURRAY_DTYPE_INT4, 1, 8); /* a page of 8 nibbles is fine ... */
@@ -394,15 +385,15 @@ static void test_paged_rules(void **state) {
   add(odd, HURRAY_ROLE_PAGE_TABLE, 12);
   assert_ok(hurray_descriptor_set_layout_paged(odd, 0, 1, 4, HURRAY_DTYPE_INT32, 0, 1, error));
   expect(odd, HURRAY_ERR_PAGED_PAGE_SIZE); /* ... one nibble a page is not */
-  d = vec("paged_kv_cache");
+  d = golden_vector_build("paged_kv_cache");
   assert_ok(hurray_descriptor_set_layout_paged(d, 1, 16, 8, HURRAY_DTYPE_UINT16, 0, 1, error));
   expect(d, HURRAY_ERR_PAGED_TABLE_DTYPE);
   /* Pool too small for num_pages. */
-  d = vec("paged_kv_cache");
+  d = golden_vector_build("paged_kv_cache");
   assert_ok(hurray_descriptor_set_layout_paged(d, 1, 16, 9, HURRAY_DTYPE_INT32, 0, 1, error));
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
   /* Page table with int64 entries needs twice the bytes. */
-  d = vec("paged_kv_cache");
+  d = golden_vector_build("paged_kv_cache");
   assert_ok(hurray_descriptor_set_layout_paged(d, 1, 16, 8, HURRAY_DTYPE_INT64, 0, 1, error));
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
 }
@@ -414,16 +405,16 @@ static void test_composite_rules(void **state) {
   assert_ok(hurray_descriptor_set_layout_composite(d, error));
   expect(d, HURRAY_ERR_COMPOSITE_MEMBER);
   /* A member with a buffer table of its own is refused (and freed). */
-  d = vec("composite_lora");
-  HurrayDescriptor *m = vec("dense_float32");
+  d = golden_vector_build("composite_lora");
+  HurrayDescriptor *m = golden_vector_build("dense_float32");
   assert_status(HURRAY_ERR_COMPOSITE_MEMBER, hurray_descriptor_add_member(d, "x", m, error));
   /* Members only go into composites. */
-  HurrayDescriptor *plain = vec("dense_float32");
+  HurrayDescriptor *plain = golden_vector_build("dense_float32");
   m = dense(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1});
   assert_status(HURRAY_ERR_STATE, hurray_descriptor_add_member(plain, "x", m, error));
   hurray_descriptor_destroy(plain);
   /* A cycle is refused without destroying anything. */
-  HurrayDescriptor *outer = vec("composite_lora");
+  HurrayDescriptor *outer = golden_vector_build("composite_lora");
   HurrayDescriptor *inner = dense(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1});
   assert_ok(hurray_descriptor_set_layout_composite(inner, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_add_member(inner, "self", inner, error));
@@ -437,14 +428,14 @@ static void test_composite_rules(void **state) {
   expect(d, HURRAY_ERR_COMPOSITE_NAME);
   const char *bad_names[] = {"", "\xff\xfe", "\xc0\xaf", "\xed\xa0\x80"};
   for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
-    d = vec("composite_lora");
+    d = golden_vector_build("composite_lora");
     m = dense(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){8, 2});
     assert_ok(hurray_descriptor_set_layout_dense(m, 2, error));
     assert_ok(hurray_descriptor_add_member(d, bad_names[i], m, error));
     expect(d, HURRAY_ERR_COMPOSITE_NAME);
   }
   /* A member's own rules apply, with the member named in the message. */
-  d = vec("composite_lora");
+  d = golden_vector_build("composite_lora");
   m = dense(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){8, 2});
   assert_ok(hurray_descriptor_set_layout_dense(m, 7, error));
   assert_ok(hurray_descriptor_add_member(d, "broken", m, error));
@@ -472,17 +463,17 @@ static void test_composite_depth(void **state) {
 
 static void test_statistics_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   hurray_descriptor_set_stat_nan_count(d, 7);
   expect(d, HURRAY_ERR_STATISTICS);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   hurray_descriptor_set_stat_zero_count(d, 7);
   expect(d, HURRAY_ERR_STATISTICS);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   hurray_descriptor_set_stat_zero_count(d, 4);
   hurray_descriptor_set_stat_nan_count(d, 3);
   expect(d, HURRAY_ERR_STATISTICS);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   hurray_descriptor_set_stat_min(d, 2.0);
   hurray_descriptor_set_stat_max(d, 1.0);
   expect(d, HURRAY_ERR_STATISTICS);
@@ -490,30 +481,30 @@ static void test_statistics_rules(void **state) {
 
 static void test_shard_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_shard(d, 1, (uint64_t[]){4}, (uint64_t[]){0}, error));
   expect(d, HURRAY_ERR_SHARD_RANK);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){4, 3}, (uint64_t[]){3, 0}, error));
   expect(d, HURRAY_ERR_SHARD_BOUNDS);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(
       hurray_descriptor_set_shard(d, 2, (uint64_t[]){4, 3}, (uint64_t[]){UINT64_MAX, 0}, error));
   expect(d, HURRAY_ERR_SHARD_BOUNDS);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){2, 3}, (uint64_t[]){0, 0}, error));
   expect(d, HURRAY_OK);
 }
 
 static void test_extension_rules(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("dense_float32");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_extension(d, "", NULL, 0, error));
   expect(d, HURRAY_ERR_EXTENSION);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   assert_ok(hurray_descriptor_set_extension(d, "bad\xc3", NULL, 0, error));
   expect(d, HURRAY_ERR_EXTENSION);
-  d = vec("dense_float32");
+  d = golden_vector_build("dense_float32");
   char long_name[HURRAY_MAX_NAME_BYTES + 2];
   memset(long_name, 'a', sizeof long_name - 1);
   long_name[sizeof long_name - 1] = '\0';
@@ -524,7 +515,7 @@ static void test_extension_rules(void **state) {
 /* Messages name the offending field. */
 static void test_messages_name_the_field(void **state) {
   (void)state;
-  HurrayDescriptor *d = vec("quant_per_channel_affine");
+  HurrayDescriptor *d = golden_vector_build("quant_per_channel_affine");
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 3, 1, HURRAY_DTYPE_FLOAT32, error));
   HurrayError err = {0};
   assert_int_equal(hurray_descriptor_validate(d, &err), HURRAY_ERR_QUANT_AXIS);

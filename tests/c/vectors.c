@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Builders abort on any failure: a vector that cannot be built is a bug
  * in the test itself. */
@@ -247,3 +248,13 @@ const GoldenVector golden_vectors[] = {
 };
 
 const size_t golden_vector_count = sizeof golden_vectors / sizeof golden_vectors[0];
+
+HurrayDescriptor *golden_vector_build(const char *name) {
+  for (size_t i = 0; i < golden_vector_count; i++) {
+    if (strcmp(golden_vectors[i].name, name) == 0) {
+      return golden_vectors[i].build();
+    }
+  }
+  fprintf(stderr, "no golden vector %s\n", name);
+  abort();
+}

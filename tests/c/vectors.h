@@ -17,4 +17,7 @@ typedef struct GoldenVector {
 extern const GoldenVector golden_vectors[];
 extern const size_t golden_vector_count;
 
+/* Builds the vector called `name`; aborts if there is none. */
+HurrayDescriptor *golden_vector_build(const char *name);
+
 #endif
