@@ -69,7 +69,7 @@ HURRAY_API const char *hurray_version_string(void);
  *   1..19    general (arguments, memory, encoding, limits)
  *   20..59   descriptor validation, one code per rule
  *   60..79   buffer placement, one code per rule
- *   80..     reserved for the io layer
+ *   80..99   files
  */
 typedef enum HurrayStatus {
   HURRAY_OK = 0,
@@ -127,7 +127,16 @@ typedef enum HurrayStatus {
   /* 63 is retired: hurray_buffer_create already refuses NULL non-empty data. */
   HURRAY_ERR_DEVICE_MISMATCH = 64,   /* buffer not on the descriptor's device/memory class */
   HURRAY_ERR_SYNC_MODE_MISMATCH = 65,/* handle sync_mode differs from the table */
-  HURRAY_ERR_PAGE_TABLE_ENTRY = 66   /* page table entry outside the pool */
+  HURRAY_ERR_PAGE_TABLE_ENTRY = 66,  /* page table entry outside the pool */
+
+  /* files (hurray/io.h) */
+  HURRAY_ERR_IO = 80,             /* the operating system refused a read, write, sync or rename */
+  HURRAY_ERR_NOT_FOUND = 81,      /* no tensor or metadata key of that name */
+  HURRAY_ERR_DUPLICATE_NAME = 82, /* a name written twice, or twice in a file's index */
+  HURRAY_ERR_CHECKSUM = 83,       /* stored checksum differs from the bytes */
+  HURRAY_ERR_BAD_MAGIC = 84,      /* not a hurray file */
+  HURRAY_ERR_RANGE = 85,          /* an offset or length reaches outside its region */
+  HURRAY_ERR_OVERLAP = 86         /* two buffers of a file share bytes */
 } HurrayStatus;
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read

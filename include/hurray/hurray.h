@@ -15,5 +15,6 @@
 #include "hurray/dtype.h"
 #include "hurray/descriptor.h"
 #include "hurray/buffer.h"
+#include "hurray/io.h"
 
 #endif /* HURRAY_HURRAY_H */

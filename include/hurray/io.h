@@ -1,0 +1,198 @@
+/*
+ * hurray/io.h - the hurray file: a streaming, atomic writer and a zero-copy
+ * reader. The format is specified in docs/spec/file-format.md.
+ *
+ * A file holds named tensors (descriptor + every buffer, each buffer at a
+ * 64-byte aligned offset with an xxh3-64 checksum) and typed file-level
+ * metadata, indexed by a footer.
+ *
+ * Ownership:
+ *   - hurray_writer_open* give the caller a writer; hurray_writer_finish and
+ *     hurray_writer_abort both end it (free it), whatever they return.
+ *   - hurray_reader_open gives the caller a reader, freed by
+ *     hurray_reader_close. Descriptors and buffer lists obtained from it are
+ *     the caller's and outlive the reader: a mapping stays alive until the
+ *     reader is closed and the last buffer pointing into it is destroyed.
+ *   - Strings and bytes returned by reader accessors are borrowed from the
+ *     reader and valid until it is closed.
+ * Writers and readers are not thread-safe; use one per thread, or lock.
+ */
+#ifndef HURRAY_IO_H
+#define HURRAY_IO_H
+
+#include <stdbool.h>
+
+#include "hurray/buffer.h"
+#include "hurray/common.h"
+#include "hurray/descriptor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* File format version written by this library; readers accept any minor
+ * version of the same major (docs/spec/file-format.md, "Compatibility"). */
+#define HURRAY_FILE_FORMAT_MAJOR 1
+#define HURRAY_FILE_FORMAT_MINOR 0
+
+/* Hard limits a reader enforces before trusting any count or length. */
+#define HURRAY_MAX_TENSOR_NAME_BYTES 4096u
+#define HURRAY_MAX_METADATA_KEY_BYTES 4096u
+#define HURRAY_MAX_INDEX_BYTES (256u << 20)
+#define HURRAY_MAX_TENSORS (1u << 20)
+#define HURRAY_MAX_METADATA_ENTRIES (1u << 16)
+
+typedef enum HurrayMetadataType {
+  HURRAY_METADATA_STRING = 1, /* UTF-8 */
+  HURRAY_METADATA_INT = 2,    /* int64 */
+  HURRAY_METADATA_FLOAT = 3,  /* float64 */
+  HURRAY_METADATA_BOOL = 4,
+  HURRAY_METADATA_BYTES = 5
+} HurrayMetadataType;
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct HurrayWriter HurrayWriter;
+
+/* Signature of a caller-supplied sink: write all `len` bytes or fail. */
+typedef HurrayStatus (*HurrayWriteFn)(void *ctx, const void *data, size_t len);
+
+/* Writes to `path` atomically: the bytes go to an unnamed (or hidden
+ * temporary) file in the same folder, and hurray_writer_finish fsyncs it
+ * and renames it over `path`. Until then `path` is untouched, whatever
+ * happens to the process. */
+HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
+                                           HurrayError *error);
+/* Writes sequentially to an open descriptor (a file, a pipe, a socket);
+ * never seeks, never closes it. Not atomic: the caller owns the outcome. */
+HURRAY_API HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error);
+/* Writes sequentially through `write_fn(ctx, ...)`, e.g. onto a FILE*. */
+HURRAY_API HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx,
+                                                    HurrayWriter **out, HurrayError *error);
+
+/* Appends tensor `name`: checks the placement of `buffers` against `d`, then
+ * writes every buffer (its table byte_size bytes) straight from its memory
+ * and records its checksum. Buffers must be host-addressable and READY. The
+ * stored descriptor is `d` moved to CPU:0 host memory with READY buffers.
+ * Neither `d` nor `buffers` is taken; both may be freed on return. Memory
+ * use does not grow with the data: only the index entry is kept.
+ * HURRAY_ERR_DUPLICATE_NAME if `name` was already written. */
+HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
+                                                   const HurrayDescriptor *d,
+                                                   const HurrayBufferList *buffers,
+                                                   HurrayError *error);
+
+/* File-level metadata; keys are UTF-8. Setting a key again replaces it. */
+HURRAY_API HurrayStatus hurray_writer_set_metadata_string(HurrayWriter *w, const char *key,
+                                                          const char *value, HurrayError *error);
+HURRAY_API HurrayStatus hurray_writer_set_metadata_int(HurrayWriter *w, const char *key,
+                                                       int64_t value, HurrayError *error);
+HURRAY_API HurrayStatus hurray_writer_set_metadata_float(HurrayWriter *w, const char *key,
+                                                         double value, HurrayError *error);
+HURRAY_API HurrayStatus hurray_writer_set_metadata_bool(HurrayWriter *w, const char *key,
+                                                        bool value, HurrayError *error);
+HURRAY_API HurrayStatus hurray_writer_set_metadata_bytes(HurrayWriter *w, const char *key,
+                                                         const void *value, size_t len,
+                                                         HurrayError *error);
+
+/* Writes the index and trailer; for a path, fsyncs and renames into place.
+ * Frees the writer in every case; on failure the target path is untouched. */
+HURRAY_API HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error);
+
+/* Discards everything written and frees the writer; `path` is untouched.
+ * NULL is a no-op. */
+HURRAY_API void hurray_writer_abort(HurrayWriter *w);
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct HurrayReader HurrayReader;
+
+typedef enum HurrayReadMode {
+  HURRAY_READ_MMAP = 0,  /* zero-copy: buffers point into a shared read-only mapping */
+  HURRAY_READ_PREAD = 1  /* buffers are read with pread into owned, 64-byte aligned memory */
+} HurrayReadMode;
+
+typedef struct HurrayReaderOptions {
+  uint32_t version; /* HURRAY_READER_OPTIONS_VERSION */
+  HurrayReadMode mode;
+  bool verify_on_open; /* check every buffer's checksum before returning */
+} HurrayReaderOptions;
+
+#define HURRAY_READER_OPTIONS_VERSION 1
+#define HURRAY_READER_OPTIONS_INIT {HURRAY_READER_OPTIONS_VERSION, HURRAY_READ_MMAP, false}
+
+/* Opens `path` (`options` may be NULL for the defaults). Reads only the
+ * trailer and the index: the cost is O(number of tensors), and no tensor
+ * data is touched unless verify_on_open is set. Every malformed file gives
+ * a specific error (docs/spec/file-format.md, "Reader obligations"). */
+HURRAY_API HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
+                                           HurrayReader **out, HurrayError *error);
+
+/* Closes the reader. Buffers obtained from it stay valid. NULL is a no-op. */
+HURRAY_API void hurray_reader_close(HurrayReader *r);
+
+/* Tensors, in the index's order (bytewise ascending names). */
+HURRAY_API size_t hurray_reader_tensor_count(const HurrayReader *r);
+HURRAY_API const char *hurray_reader_tensor_name(const HurrayReader *r, size_t index);
+/* Binary search; HURRAY_ERR_NOT_FOUND if absent. */
+HURRAY_API HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name,
+                                           size_t *index_out, HurrayError *error);
+
+/* Decodes tensor `name`'s descriptor, validates it and the placement of its
+ * buffers, and returns both (caller-owned). In MMAP mode every buffer points
+ * into the mapping; in PREAD mode each is read into its own allocation. */
+HURRAY_API HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
+                                                 HurrayDescriptor **descriptor_out,
+                                                 HurrayBufferList **buffers_out,
+                                                 HurrayError *error);
+
+/* Only the descriptor (caller-owned), validated; touches no data. */
+HURRAY_API HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
+                                                     HurrayDescriptor **descriptor_out,
+                                                     HurrayError *error);
+
+/* Reads buffer `buffer_index` of tensor `name` into caller memory `dst` of
+ * `dst_size` bytes (at least the buffer's length), with pread. */
+HURRAY_API HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name,
+                                                  uint32_t buffer_index, void *dst,
+                                                  uint64_t dst_size, HurrayError *error);
+
+/* Rows [row_start, row_start + row_count) along dimension 0 of a dense,
+ * row-major tensor (unquantized or per-tensor affine), touching only those
+ * bytes. The returned descriptor has shape[0] = row_count, no statistics,
+ * and its shard offset moved by row_start. */
+HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name,
+                                               uint64_t row_start, uint64_t row_count,
+                                               HurrayDescriptor **descriptor_out,
+                                               HurrayBufferList **buffers_out,
+                                               HurrayError *error);
+
+/* Checks the checksum of every buffer of tensor `name`, or of the whole
+ * file when `name` is NULL. HURRAY_ERR_CHECKSUM names the first mismatch. */
+HURRAY_API HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name,
+                                             HurrayError *error);
+
+/* File-level metadata, in bytewise ascending key order. */
+HURRAY_API size_t hurray_reader_metadata_count(const HurrayReader *r);
+HURRAY_API const char *hurray_reader_metadata_key(const HurrayReader *r, size_t index);
+HURRAY_API HurrayMetadataType hurray_reader_metadata_type(const HurrayReader *r, size_t index);
+/* Typed getters by key: HURRAY_ERR_NOT_FOUND if absent,
+ * HURRAY_ERR_INVALID_ARGUMENT if the stored type differs. String and bytes
+ * values are borrowed (strings NUL-terminated). */
+HURRAY_API HurrayStatus hurray_reader_metadata_string(const HurrayReader *r, const char *key,
+                                                      const char **out, HurrayError *error);
+HURRAY_API HurrayStatus hurray_reader_metadata_int(const HurrayReader *r, const char *key,
+                                                   int64_t *out, HurrayError *error);
+HURRAY_API HurrayStatus hurray_reader_metadata_float(const HurrayReader *r, const char *key,
+                                                     double *out, HurrayError *error);
+HURRAY_API HurrayStatus hurray_reader_metadata_bool(const HurrayReader *r, const char *key,
+                                                    bool *out, HurrayError *error);
+HURRAY_API HurrayStatus hurray_reader_metadata_bytes(const HurrayReader *r, const char *key,
+                                                     const uint8_t **out, size_t *len_out,
+                                                     HurrayError *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HURRAY_IO_H */

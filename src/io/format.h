@@ -1,0 +1,53 @@
+/*
+ * Constants and byte helpers of the file format (docs/spec/file-format.md),
+ * shared by the writer and the reader.
+ */
+#ifndef HURRAY_SRC_IO_FORMAT_H
+#define HURRAY_SRC_IO_FORMAT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "hurray/io.h"
+
+#define HURRAY_FILE_HEADER_BYTES 64u
+#define HURRAY_FILE_TRAILER_BYTES 64u
+#define HURRAY_FILE_ALIGNMENT 64u
+
+/* "\x89HRY\r\n\x1a\n": a high byte, then CRLF and ^Z, so text-mode mangling
+ * and truncated transfers show up, as in PNG. */
+static const uint8_t hurray__file_magic[8] = {0x89, 'H', 'R', 'Y', '\r', '\n', 0x1A, '\n'};
+static const uint8_t hurray__trailer_magic[8] = {'H', 'R', 'Y', 'E', 'N', 'D', 0x1A, '\n'};
+
+/* Trailer field offsets. */
+enum {
+  TRAILER_INDEX_OFFSET = 0,
+  TRAILER_INDEX_LENGTH = 8,
+  TRAILER_INDEX_CHECKSUM = 16,
+  TRAILER_TENSOR_COUNT = 24,
+  TRAILER_METADATA_COUNT = 32,
+  TRAILER_MAJOR = 40,
+  TRAILER_MINOR = 42,
+  TRAILER_FLAGS = 44,
+  TRAILER_CHECKSUM = 48,
+  TRAILER_MAGIC = 56
+};
+
+static inline void hurray__put_le(uint8_t *p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    p[i] = (uint8_t)(v >> (8 * i));
+  }
+}
+
+static inline uint64_t hurray__get_le(const uint8_t *p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    v |= (uint64_t)p[i] << (8 * i);
+  }
+  return v;
+}
+
+/* xxh3-64 with seed 0 over `len` bytes. */
+uint64_t hurray__checksum(const void *data, size_t len);
+
+#endif

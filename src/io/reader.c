@@ -1,0 +1,827 @@
+/*
+ * The reader. Opening reads the trailer and the index and checks every
+ * structural rule of docs/spec/file-format.md; tensor data is only touched
+ * by get_tensor (pread mode), verify and read_buffer. Every count and length
+ * from the file is bounded by the file's real size or a hard limit before
+ * it sizes anything.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "../core/checked.h"
+#include "../core/descriptor_internal.h"
+#include "../core/error.h"
+#include "format.h"
+
+/* A read-only mapping of the whole file, shared by the reader and every
+ * buffer handed out; unmapped when the last of them lets go. */
+typedef struct Mapping {
+  void *base;
+  size_t len;
+  atomic_size_t refs;
+} Mapping;
+
+static void mapping_unref(Mapping *m) {
+  if (atomic_fetch_sub(&m->refs, 1) == 1) {
+    munmap(m->base, m->len);
+    free(m);
+  }
+}
+
+static void release_mapped(void *data, void *ctx) {
+  (void)data;
+  mapping_unref(ctx);
+}
+
+static void release_owned(void *data, void *ctx) {
+  (void)ctx;
+  free(data);
+}
+
+typedef struct TensorEntry {
+  const char *name;
+  size_t name_len;
+  const uint8_t *descriptor;
+  size_t descriptor_len;
+  const uint8_t *buffers; /* buffer_count records of (offset, length, checksum) */
+  uint32_t buffer_count;
+} TensorEntry;
+
+typedef struct MetadataEntry {
+  const char *key;
+  size_t key_len;
+  HurrayMetadataType type;
+  const uint8_t *value;
+  size_t value_len;
+} MetadataEntry;
+
+struct HurrayReader {
+  int fd;
+  uint64_t file_size;
+  HurrayReadMode mode;
+  Mapping *mapping;   /* MMAP mode */
+  uint8_t *index_copy; /* PREAD mode */
+  const uint8_t *index;
+  uint64_t index_offset;
+  uint64_t index_length;
+  TensorEntry *tensors;
+  size_t tensor_count;
+  MetadataEntry *metadata;
+  size_t metadata_count;
+  char *arena; /* NUL-terminated names, keys and string values */
+};
+
+static uint64_t buffer_field(const TensorEntry *t, uint32_t i, size_t field) {
+  return hurray__get_le(t->buffers + 24 * (size_t)i + 8 * field, 8);
+}
+
+static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
+                              HurrayError *error) {
+  uint8_t *p = dst;
+  while (len > 0) {
+    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+    ssize_t n = pread(fd, p, chunk, (off_t)offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return hurray__fail(error, HURRAY_ERR_IO, "read failed: %s", strerror(errno));
+    }
+    if (n == 0) {
+      return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
+                          (unsigned long long)offset);
+    }
+    p += n;
+    len -= (uint64_t)n;
+    offset += (uint64_t)n;
+  }
+  return HURRAY_OK;
+}
+
+/* ------------------------------------------------------------------ index */
+
+typedef struct Cursor {
+  const uint8_t *p;
+  size_t left;
+} Cursor;
+
+static bool cursor_take(Cursor *c, size_t n, const uint8_t **at) {
+  if (c->left < n) return false;
+  *at = c->p;
+  c->p += n;
+  c->left -= n;
+  return true;
+}
+
+static int compare_names(const char *a, size_t alen, const char *b, size_t blen) {
+  int c = memcmp(a, b, alen < blen ? alen : blen);
+  return c != 0 ? c : (alen > blen) - (alen < blen);
+}
+
+typedef struct Range {
+  uint64_t start;
+  uint64_t end;
+  size_t tensor;
+} Range;
+
+static int compare_ranges(const void *pa, const void *pb) {
+  const Range *a = pa, *b = pb;
+  return (a->start > b->start) - (a->start < b->start);
+}
+
+#define CORRUPT(code, ...) hurray__fail(error, code, __VA_ARGS__)
+
+/* Reads a u16-length-prefixed UTF-8 name into the arena. */
+static HurrayStatus take_name(Cursor *c, char **arena, uint32_t limit, const char *what,
+                              size_t index, const char **name_out, size_t *len_out,
+                              HurrayError *error) {
+  const uint8_t *at;
+  if (!cursor_take(c, 2, &at)) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "index: %s %zu is cut short", what, index);
+  }
+  size_t len = (size_t)hurray__get_le(at, 2);
+  if (len == 0 || len > limit) {
+    return CORRUPT(len == 0 ? HURRAY_ERR_MALFORMED : HURRAY_ERR_LIMIT,
+                   "index: %s %zu has length %zu (1 to %u allowed)", what, index, len, limit);
+  }
+  if (!cursor_take(c, len, &at)) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "index: %s %zu is cut short", what, index);
+  }
+  if (!hurray__utf8_valid((const char *)at, len)) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "index: %s %zu is not UTF-8", what, index);
+  }
+  memcpy(*arena, at, len);
+  (*arena)[len] = '\0';
+  *name_out = *arena;
+  *len_out = len;
+  *arena += len + 1;
+  return HURRAY_OK;
+}
+
+static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, HurrayError *error) {
+  size_t total_buffers = 0;
+  for (size_t i = 0; i < r->tensor_count; i++) {
+    TensorEntry *t = &r->tensors[i];
+    HURRAY_RETURN_NOT_OK(take_name(c, arena, HURRAY_MAX_TENSOR_NAME_BYTES, "tensor name", i,
+                                   &t->name, &t->name_len, error));
+    if (i > 0) {
+      int order = compare_names(r->tensors[i - 1].name, r->tensors[i - 1].name_len, t->name,
+                                t->name_len);
+      if (order == 0) {
+        return CORRUPT(HURRAY_ERR_DUPLICATE_NAME, "index: tensor \"%s\" appears twice", t->name);
+      }
+      if (order > 0) {
+        return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" is out of order", t->name);
+      }
+    }
+    const uint8_t *at;
+    if (!cursor_take(c, 4, &at)) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" is cut short", t->name);
+    }
+    uint64_t descriptor_len = hurray__get_le(at, 4);
+    if (descriptor_len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES ||
+        !cursor_take(c, (size_t)descriptor_len, &t->descriptor) || !cursor_take(c, 4, &at)) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" descriptor is cut short",
+                     t->name);
+    }
+    t->descriptor_len = (size_t)descriptor_len;
+    uint64_t buffer_count = hurray__get_le(at, 4);
+    if (buffer_count > HURRAY_MAX_BUFFERS) {
+      return CORRUPT(HURRAY_ERR_LIMIT, "index: tensor \"%s\" claims %llu buffers", t->name,
+                     (unsigned long long)buffer_count);
+    }
+    if (!cursor_take(c, 24 * (size_t)buffer_count, &t->buffers)) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" buffer list is cut short",
+                     t->name);
+    }
+    t->buffer_count = (uint32_t)buffer_count;
+    for (uint32_t k = 0; k < t->buffer_count; k++) {
+      uint64_t offset = buffer_field(t, k, 0), length = buffer_field(t, k, 1), end;
+      if (offset % HURRAY_FILE_ALIGNMENT != 0) {
+        return CORRUPT(HURRAY_ERR_BUFFER_ALIGNMENT,
+                       "index: tensor \"%s\" buffer %u starts at %llu, not a multiple of 64",
+                       t->name, k, (unsigned long long)offset);
+      }
+      if (offset < HURRAY_FILE_HEADER_BYTES || !hurray__add_u64(offset, length, &end) ||
+          end > r->index_offset) {
+        return CORRUPT(HURRAY_ERR_RANGE,
+                       "index: tensor \"%s\" buffer %u [%llu, +%llu) lies outside the data "
+                       "region [64, %llu)",
+                       t->name, k, (unsigned long long)offset, (unsigned long long)length,
+                       (unsigned long long)r->index_offset);
+      }
+    }
+    total_buffers += t->buffer_count;
+  }
+  /* No two buffers may share a byte. The range table is bounded by the
+   * index size (24 index bytes per buffer). */
+  Range *ranges = malloc((total_buffers ? total_buffers : 1) * sizeof *ranges);
+  if (ranges == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  size_t n = 0;
+  for (size_t i = 0; i < r->tensor_count; i++) {
+    const TensorEntry *t = &r->tensors[i];
+    for (uint32_t k = 0; k < t->buffer_count; k++) {
+      uint64_t length = buffer_field(t, k, 1);
+      if (length > 0) {
+        ranges[n].start = buffer_field(t, k, 0);
+        ranges[n].end = ranges[n].start + length;
+        ranges[n].tensor = i;
+        n++;
+      }
+    }
+  }
+  qsort(ranges, n, sizeof *ranges, compare_ranges);
+  HurrayStatus status = HURRAY_OK;
+  for (size_t i = 1; i < n; i++) {
+    if (ranges[i].start < ranges[i - 1].end) {
+      status = CORRUPT(HURRAY_ERR_OVERLAP, "index: buffers of \"%s\" and \"%s\" overlap at %llu",
+                       r->tensors[ranges[i - 1].tensor].name, r->tensors[ranges[i].tensor].name,
+                       (unsigned long long)ranges[i].start);
+      break;
+    }
+  }
+  free(ranges);
+  return status;
+}
+
+static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, HurrayError *error) {
+  for (size_t i = 0; i < r->metadata_count; i++) {
+    MetadataEntry *m = &r->metadata[i];
+    HURRAY_RETURN_NOT_OK(take_name(c, arena, HURRAY_MAX_METADATA_KEY_BYTES, "metadata key", i,
+                                   &m->key, &m->key_len, error));
+    if (i > 0) {
+      int order =
+          compare_names(r->metadata[i - 1].key, r->metadata[i - 1].key_len, m->key, m->key_len);
+      if (order >= 0) {
+        return CORRUPT(order == 0 ? HURRAY_ERR_DUPLICATE_NAME : HURRAY_ERR_MALFORMED,
+                       "index: metadata key \"%s\" is %s", m->key,
+                       order == 0 ? "duplicated" : "out of order");
+      }
+    }
+    const uint8_t *at;
+    if (!cursor_take(c, 5, &at)) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: metadata \"%s\" is cut short", m->key);
+    }
+    m->type = (HurrayMetadataType)at[0];
+    uint64_t len = hurray__get_le(at + 1, 4);
+    if (!cursor_take(c, (size_t)len, &m->value)) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: metadata \"%s\" value is cut short", m->key);
+    }
+    m->value_len = (size_t)len;
+    bool ok = true;
+    switch (m->type) {
+      case HURRAY_METADATA_INT:
+      case HURRAY_METADATA_FLOAT:
+        ok = len == 8;
+        break;
+      case HURRAY_METADATA_BOOL:
+        ok = len == 1 && m->value[0] <= 1;
+        break;
+      case HURRAY_METADATA_STRING:
+        ok = hurray__utf8_valid((const char *)m->value, m->value_len);
+        if (ok) {
+          /* Strings are handed out NUL-terminated, from the arena. */
+          memcpy(*arena, m->value, m->value_len);
+          (*arena)[m->value_len] = '\0';
+          m->value = (const uint8_t *)*arena;
+          *arena += m->value_len + 1;
+        }
+        break;
+      case HURRAY_METADATA_BYTES:
+        break;
+      default:
+        break; /* a newer minor version's type: kept, readable as bytes */
+    }
+    if (!ok) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: metadata \"%s\" has a malformed value",
+                     m->key);
+    }
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
+  uint8_t header[HURRAY_FILE_HEADER_BYTES], trailer[HURRAY_FILE_TRAILER_BYTES];
+  if (r->file_size >= 8) {
+    HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, 8, 0, error));
+    if (memcmp(header, hurray__file_magic, 8) != 0) {
+      return CORRUPT(HURRAY_ERR_BAD_MAGIC, "not a hurray file (bad magic)");
+    }
+  }
+  if (r->file_size < HURRAY_FILE_HEADER_BYTES + HURRAY_FILE_TRAILER_BYTES) {
+    return CORRUPT(HURRAY_ERR_TRUNCATED, "file of %llu bytes is shorter than header and trailer",
+                   (unsigned long long)r->file_size);
+  }
+  HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, sizeof header, 0, error));
+  uint64_t major = hurray__get_le(header + 8, 2);
+  if (major != HURRAY_FILE_FORMAT_MAJOR) {
+    return CORRUPT(HURRAY_ERR_UNSUPPORTED, "file format %llu.%llu; this library reads %d.x",
+                   (unsigned long long)major, (unsigned long long)hurray__get_le(header + 10, 2),
+                   HURRAY_FILE_FORMAT_MAJOR);
+  }
+  for (size_t i = 12; i < HURRAY_FILE_HEADER_BYTES; i++) {
+    if (header[i] != 0) {
+      return CORRUPT(HURRAY_ERR_MALFORMED, "header: reserved byte %zu is not zero", i);
+    }
+  }
+  HURRAY_RETURN_NOT_OK(pread_all(r->fd, trailer, sizeof trailer,
+                                 r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
+  if (memcmp(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8) != 0) {
+    return CORRUPT(HURRAY_ERR_TRUNCATED,
+                   "no trailer at the end: the file is truncated or was never finished");
+  }
+  if (hurray__checksum(trailer, TRAILER_CHECKSUM) !=
+      hurray__get_le(trailer + TRAILER_CHECKSUM, 8)) {
+    return CORRUPT(HURRAY_ERR_CHECKSUM, "trailer checksum mismatch");
+  }
+  if (hurray__get_le(trailer + TRAILER_MAJOR, 2) != major ||
+      hurray__get_le(trailer + TRAILER_FLAGS, 4) != 0) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "trailer version or flags disagree with the header");
+  }
+  r->index_offset = hurray__get_le(trailer + TRAILER_INDEX_OFFSET, 8);
+  r->index_length = hurray__get_le(trailer + TRAILER_INDEX_LENGTH, 8);
+  uint64_t tensor_count = hurray__get_le(trailer + TRAILER_TENSOR_COUNT, 8);
+  uint64_t metadata_count = hurray__get_le(trailer + TRAILER_METADATA_COUNT, 8);
+  if (r->index_length > HURRAY_MAX_INDEX_BYTES) {
+    return CORRUPT(HURRAY_ERR_LIMIT, "index of %llu bytes exceeds the limit of %u",
+                   (unsigned long long)r->index_length, HURRAY_MAX_INDEX_BYTES);
+  }
+  uint64_t index_end;
+  if (r->index_offset < HURRAY_FILE_HEADER_BYTES || r->index_offset % 8 != 0 ||
+      !hurray__add_u64(r->index_offset, r->index_length, &index_end) ||
+      index_end != r->file_size - HURRAY_FILE_TRAILER_BYTES) {
+    return CORRUPT(HURRAY_ERR_RANGE,
+                   "index [%llu, +%llu) does not end where the trailer starts (%llu)",
+                   (unsigned long long)r->index_offset, (unsigned long long)r->index_length,
+                   (unsigned long long)(r->file_size - HURRAY_FILE_TRAILER_BYTES));
+  }
+  if (tensor_count > HURRAY_MAX_TENSORS || metadata_count > HURRAY_MAX_METADATA_ENTRIES) {
+    return CORRUPT(HURRAY_ERR_LIMIT, "index claims %llu tensors and %llu metadata entries",
+                   (unsigned long long)tensor_count, (unsigned long long)metadata_count);
+  }
+  /* The smallest entries are 11 and 8 bytes: counts the index cannot hold
+   * are refused before anything is sized by them. */
+  if (tensor_count * 11 + metadata_count * 8 > r->index_length) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "index of %llu bytes cannot hold %llu tensors",
+                   (unsigned long long)r->index_length, (unsigned long long)tensor_count);
+  }
+  r->tensor_count = (size_t)tensor_count;
+  r->metadata_count = (size_t)metadata_count;
+
+  if (r->mode == HURRAY_READ_MMAP) {
+    r->mapping = malloc(sizeof *r->mapping);
+    if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+    void *base = mmap(NULL, (size_t)r->file_size, PROT_READ, MAP_SHARED, r->fd, 0);
+    if (base == MAP_FAILED) {
+      free(r->mapping);
+      r->mapping = NULL;
+      return CORRUPT(HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+    }
+    r->mapping->base = base;
+    r->mapping->len = (size_t)r->file_size;
+    atomic_init(&r->mapping->refs, 1);
+    r->index = (const uint8_t *)base + r->index_offset;
+  } else {
+    r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
+    if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+    HURRAY_RETURN_NOT_OK(pread_all(r->fd, r->index_copy, r->index_length, r->index_offset, error));
+    r->index = r->index_copy;
+  }
+  if (hurray__checksum(r->index, (size_t)r->index_length) !=
+      hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8)) {
+    return CORRUPT(HURRAY_ERR_CHECKSUM, "index checksum mismatch");
+  }
+
+  r->tensors = calloc(r->tensor_count ? r->tensor_count : 1, sizeof *r->tensors);
+  r->metadata = calloc(r->metadata_count ? r->metadata_count : 1, sizeof *r->metadata);
+  r->arena = malloc((size_t)r->index_length + r->tensor_count + 2 * r->metadata_count + 1);
+  if (r->tensors == NULL || r->metadata == NULL || r->arena == NULL) {
+    return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  Cursor c = {r->index, (size_t)r->index_length};
+  char *arena = r->arena;
+  HURRAY_RETURN_NOT_OK(parse_tensors(r, &c, &arena, error));
+  HURRAY_RETURN_NOT_OK(parse_metadata(r, &c, &arena, error));
+  if (c.left != 0) {
+    return CORRUPT(HURRAY_ERR_MALFORMED, "index: %zu bytes after the last entry", c.left);
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
+                                HurrayReader **out, HurrayError *error) {
+  if (path == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  HurrayReaderOptions defaults = HURRAY_READER_OPTIONS_INIT;
+  if (options == NULL) {
+    options = &defaults;
+  } else if (options->version != HURRAY_READER_OPTIONS_VERSION ||
+             (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "options: unknown version %u or mode %d", options->version,
+                        (int)options->mode);
+  }
+  HurrayReader *r = calloc(1, sizeof *r);
+  if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  r->mode = options->mode;
+  r->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (r->fd < 0) {
+    HurrayStatus status = hurray__fail(error, errno == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
+                                       "cannot open %s: %s", path, strerror(errno));
+    free(r);
+    return status;
+  }
+  struct stat st;
+  HurrayStatus status = HURRAY_OK;
+  if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    status = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
+  } else {
+    r->file_size = (uint64_t)st.st_size;
+    status = read_structure(r, error);
+  }
+  if (status == HURRAY_OK && options->verify_on_open) {
+    status = hurray_reader_verify(r, NULL, error);
+  }
+  if (status != HURRAY_OK) {
+    hurray_reader_close(r);
+    return status;
+  }
+  *out = r;
+  return HURRAY_OK;
+}
+
+void hurray_reader_close(HurrayReader *r) {
+  if (r == NULL) return;
+  if (r->mapping != NULL) mapping_unref(r->mapping);
+  if (r->fd >= 0) close(r->fd);
+  free(r->index_copy);
+  free(r->tensors);
+  free(r->metadata);
+  free(r->arena);
+  free(r);
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+size_t hurray_reader_tensor_count(const HurrayReader *r) { return r->tensor_count; }
+
+const char *hurray_reader_tensor_name(const HurrayReader *r, size_t index) {
+  return index < r->tensor_count ? r->tensors[index].name : NULL;
+}
+
+HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name, size_t *index_out,
+                                HurrayError *error) {
+  if (r == NULL || name == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and name are required");
+  }
+  size_t len = strlen(name), lo = 0, hi = r->tensor_count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int order = compare_names(r->tensors[mid].name, r->tensors[mid].name_len, name, len);
+    if (order == 0) {
+      if (index_out != NULL) *index_out = mid;
+      return HURRAY_OK;
+    }
+    if (order < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor \"%s\" in the file", name);
+}
+
+static HurrayStatus entry_for(HurrayReader *r, const char *name, const TensorEntry **out,
+                              HurrayError *error) {
+  size_t index;
+  HURRAY_RETURN_NOT_OK(hurray_reader_find(r, name, &index, error));
+  *out = &r->tensors[index];
+  return HURRAY_OK;
+}
+
+/* Decodes and validates the descriptor, and checks the index agrees with
+ * its buffer table. */
+static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **out,
+                                     HurrayError *error) {
+  HurrayDescriptor *d = NULL;
+  HurrayStatus status = hurray_descriptor_decode(t->descriptor, t->descriptor_len, &d, error);
+  if (status == HURRAY_OK) status = hurray_descriptor_validate(d, error);
+  if (status == HURRAY_OK && d->buffer_count != t->buffer_count) {
+    status = hurray__fail(error, HURRAY_ERR_MALFORMED,
+                          "tensor \"%s\": index lists %u buffers, its descriptor %u", t->name,
+                          t->buffer_count, d->buffer_count);
+  }
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
+      status = hurray__fail(error, HURRAY_ERR_MALFORMED,
+                            "tensor \"%s\" buffer %u: %llu bytes stored, descriptor declares %llu",
+                            t->name, i, (unsigned long long)buffer_field(t, i, 1),
+                            (unsigned long long)d->buffers[i].byte_size);
+    }
+  }
+  if (status != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    return status;
+  }
+  *out = d;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
+                                          HurrayDescriptor **descriptor_out, HurrayError *error) {
+  if (descriptor_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor_out is required");
+  }
+  *descriptor_out = NULL;
+  const TensorEntry *t;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+  return entry_descriptor(t, descriptor_out, error);
+}
+
+/* A handle for `length` bytes at file `offset`: a view of the mapping, or
+ * a fresh aligned allocation filled with pread. */
+static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t length,
+                                uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
+  if (r->mode == HURRAY_READ_MMAP) {
+    atomic_fetch_add(&r->mapping->refs, 1);
+    HURRAY_RETURN_NOT_OK(hurray_buffer_create((uint8_t *)r->mapping->base + offset, length,
+                                              release_mapped, r->mapping, out, error));
+  } else {
+    size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
+    size_t size = (size_t)((length + align - 1) / align * align);
+    void *mem = aligned_alloc(align, size ? size : align);
+    if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    HurrayStatus status = pread_all(r->fd, mem, length, offset, error);
+    if (status != HURRAY_OK) {
+      free(mem);
+      return status;
+    }
+    HURRAY_RETURN_NOT_OK(hurray_buffer_create(mem, length, release_owned, NULL, out, error));
+  }
+  HurrayStatus status = hurray_buffer_set_alignment(*out, alignment, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_destroy(*out);
+    *out = NULL;
+  }
+  return status;
+}
+
+HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
+                                      HurrayDescriptor **descriptor_out,
+                                      HurrayBufferList **buffers_out, HurrayError *error) {
+  if (descriptor_out == NULL || buffers_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
+  }
+  *descriptor_out = NULL;
+  *buffers_out = NULL;
+  const TensorEntry *t;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+  HurrayDescriptor *d;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(t, &d, error));
+  HurrayBufferList *list = NULL;
+  HurrayStatus status = hurray_buffer_list_create(&list, error);
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    HurrayBuffer *b = NULL;
+    status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1), d->buffers[i].alignment,
+                         &b, error);
+    if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+  }
+  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return status;
+  }
+  *descriptor_out = d;
+  *buffers_out = list;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32_t buffer_index,
+                                       void *dst, uint64_t dst_size, HurrayError *error) {
+  if (r == NULL || dst == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and dst are required");
+  }
+  const TensorEntry *t;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+  if (buffer_index >= t->buffer_count) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor \"%s\" has %u buffers", name,
+                        t->buffer_count);
+  }
+  uint64_t length = buffer_field(t, buffer_index, 1);
+  if (dst_size < length) {
+    return hurray__fail(error, HURRAY_ERR_BUFFER_SIZE,
+                        "tensor \"%s\" buffer %u needs %llu bytes, dst has %llu", name,
+                        buffer_index, (unsigned long long)length, (unsigned long long)dst_size);
+  }
+  return pread_all(r->fd, dst, length, buffer_field(t, buffer_index, 0), error);
+}
+
+HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
+                                    uint64_t row_count, HurrayDescriptor **descriptor_out,
+                                    HurrayBufferList **buffers_out, HurrayError *error) {
+  if (descriptor_out == NULL || buffers_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
+  }
+  *descriptor_out = NULL;
+  *buffers_out = NULL;
+  const TensorEntry *t;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+  HurrayDescriptor *d;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(t, &d, error));
+  HurrayStatus status = HURRAY_OK;
+  uint64_t numel = 0, row_bits = 0, end = 0;
+  if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->has_strides || d->rank == 0 ||
+      (d->quant.kind != HURRAY_QUANT_NONE && d->quant.kind != HURRAY_QUANT_PER_TENSOR_AFFINE)) {
+    status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor \"%s\": row reads need a dense, row-major tensor of rank >= 1 "
+                          "with at most per-tensor quantization",
+                          name);
+  } else if (!hurray__add_u64(row_start, row_count, &end) || end > d->shape[0]) {
+    status = hurray__fail(error, HURRAY_ERR_RANGE, "tensor \"%s\": rows [%llu, +%llu) beyond %llu",
+                          name, (unsigned long long)row_start, (unsigned long long)row_count,
+                          (unsigned long long)d->shape[0]);
+  } else {
+    numel = 1;
+    for (uint32_t i = 1; i < d->rank; i++) numel *= d->shape[i]; /* validated: no overflow */
+    row_bits = numel * hurray_dtype_bits(d->dtype);
+    if (row_bits % 8 != 0) {
+      status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                            "tensor \"%s\": rows of packed %s do not start on byte boundaries",
+                            name, hurray_dtype_name(d->dtype));
+    }
+  }
+  if (status != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    return status;
+  }
+  uint32_t data = d->layout.data_buffer;
+  uint64_t offset = buffer_field(t, data, 0) + d->byte_offset + row_start * (row_bits / 8);
+  uint64_t length = row_count * (row_bits / 8);
+  /* The slice keeps the largest alignment its start still honours. */
+  uint32_t alignment = d->buffers[data].alignment;
+  while (alignment > 1 && offset % alignment != 0) alignment /= 2;
+  d->shape[0] = row_count;
+  d->byte_offset = 0;
+  d->buffers[data].byte_size = length;
+  d->buffers[data].alignment = alignment;
+  hurray_descriptor_clear_statistics(d);
+  if (d->has_shard) d->shard_offsets[0] += row_start;
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  status = hurray_buffer_list_create(&list, error);
+  if (status == HURRAY_OK) status = make_buffer(r, offset, length, alignment, &b, error);
+  if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return status;
+  }
+  *descriptor_out = d;
+  *buffers_out = list;
+  return HURRAY_OK;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
+                                   uint64_t *out, HurrayError *error) {
+  if (r->mode == HURRAY_READ_MMAP) {
+    *out = hurray__checksum((const uint8_t *)r->mapping->base + offset, (size_t)length);
+    return HURRAY_OK;
+  }
+  XXH3_state_t *state = XXH3_createState();
+  uint8_t *chunk = malloc(1u << 20);
+  HurrayStatus status = HURRAY_OK;
+  if (state == NULL || chunk == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  } else {
+    XXH3_64bits_reset(state);
+    while (status == HURRAY_OK && length > 0) {
+      uint64_t n = length > (1u << 20) ? (1u << 20) : length;
+      status = pread_all(r->fd, chunk, n, offset, error);
+      XXH3_64bits_update(state, chunk, (size_t)n);
+      offset += n;
+      length -= n;
+    }
+    *out = XXH3_64bits_digest(state);
+  }
+  XXH3_freeState(state);
+  free(chunk);
+  return status;
+}
+
+static HurrayStatus verify_entry(HurrayReader *r, const TensorEntry *t, HurrayError *error) {
+  for (uint32_t i = 0; i < t->buffer_count; i++) {
+    uint64_t sum = 0;
+    HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(t, i, 0), buffer_field(t, i, 1), &sum,
+                                        error));
+    if (sum != buffer_field(t, i, 2)) {
+      return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                          "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
+                          "%016llx)",
+                          t->name, i, (unsigned long long)buffer_field(t, i, 2),
+                          (unsigned long long)sum);
+    }
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError *error) {
+  if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
+  if (name != NULL) {
+    const TensorEntry *t;
+    HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+    return verify_entry(r, t, error);
+  }
+  for (size_t i = 0; i < r->tensor_count; i++) {
+    HURRAY_RETURN_NOT_OK(verify_entry(r, &r->tensors[i], error));
+  }
+  return HURRAY_OK;
+}
+
+/* -------------------------------------------------------------- metadata */
+
+size_t hurray_reader_metadata_count(const HurrayReader *r) { return r->metadata_count; }
+
+const char *hurray_reader_metadata_key(const HurrayReader *r, size_t index) {
+  return index < r->metadata_count ? r->metadata[index].key : NULL;
+}
+
+HurrayMetadataType hurray_reader_metadata_type(const HurrayReader *r, size_t index) {
+  return index < r->metadata_count ? r->metadata[index].type : (HurrayMetadataType)0;
+}
+
+static HurrayStatus metadata_lookup(const HurrayReader *r, const char *key,
+                                    HurrayMetadataType type, const MetadataEntry **out,
+                                    HurrayError *error) {
+  if (r == NULL || key == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and key are required");
+  }
+  size_t len = strlen(key), lo = 0, hi = r->metadata_count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int order = compare_names(r->metadata[mid].key, r->metadata[mid].key_len, key, len);
+    if (order == 0) {
+      if (r->metadata[mid].type != type) {
+        return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                            "metadata \"%s\" has type %d, not %d", key,
+                            (int)r->metadata[mid].type, (int)type);
+      }
+      *out = &r->metadata[mid];
+      return HURRAY_OK;
+    }
+    if (order < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no metadata \"%s\"", key);
+}
+
+HurrayStatus hurray_reader_metadata_string(const HurrayReader *r, const char *key,
+                                           const char **out, HurrayError *error) {
+  const MetadataEntry *m;
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_STRING, &m, error));
+  *out = (const char *)m->value;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_metadata_int(const HurrayReader *r, const char *key, int64_t *out,
+                                        HurrayError *error) {
+  const MetadataEntry *m;
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_INT, &m, error));
+  *out = (int64_t)hurray__get_le(m->value, 8);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_metadata_float(const HurrayReader *r, const char *key, double *out,
+                                          HurrayError *error) {
+  const MetadataEntry *m;
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_FLOAT, &m, error));
+  uint64_t bits = hurray__get_le(m->value, 8);
+  memcpy(out, &bits, 8);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_metadata_bool(const HurrayReader *r, const char *key, bool *out,
+                                         HurrayError *error) {
+  const MetadataEntry *m;
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BOOL, &m, error));
+  *out = m->value[0] != 0;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_metadata_bytes(const HurrayReader *r, const char *key,
+                                          const uint8_t **out, size_t *len_out,
+                                          HurrayError *error) {
+  const MetadataEntry *m;
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BYTES, &m, error));
+  *out = m->value;
+  if (len_out != NULL) *len_out = m->value_len;
+  return HURRAY_OK;
+}

@@ -1,0 +1,659 @@
+/*
+ * The streaming writer. Bytes go out in file order and are never revisited:
+ * header, then each tensor's buffers as they arrive, then at finish the
+ * index and the trailer. Only the index entries stay in memory.
+ */
+#define _GNU_SOURCE /* O_TMPFILE, linkat */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "../core/checked.h"
+#include "../core/descriptor_internal.h"
+#include "../core/error.h"
+#include "format.h"
+
+uint64_t hurray__checksum(const void *data, size_t len) { return XXH3_64bits(data, len); }
+
+typedef struct BufferRecord {
+  uint64_t offset;
+  uint64_t length;
+  uint64_t checksum;
+} BufferRecord;
+
+typedef struct TensorRecord {
+  char *name;
+  size_t name_len;
+  uint8_t *descriptor;
+  size_t descriptor_len;
+  BufferRecord *buffers;
+  uint32_t buffer_count;
+} TensorRecord;
+
+typedef struct MetadataRecord {
+  char *key;
+  size_t key_len;
+  HurrayMetadataType type;
+  uint8_t *value; /* encoded value bytes */
+  size_t value_len;
+} MetadataRecord;
+
+typedef enum SinkKind { SINK_PATH, SINK_FD, SINK_CALLBACK } SinkKind;
+
+struct HurrayWriter {
+  SinkKind kind;
+  int fd;
+  HurrayWriteFn write_fn;
+  void *write_ctx;
+  char *target;       /* SINK_PATH: the final path */
+  char *temp_path;    /* SINK_PATH without O_TMPFILE: the visible temp file */
+  bool unnamed_temp;  /* SINK_PATH with O_TMPFILE */
+  uint64_t position;  /* bytes written so far */
+  bool failed;        /* a write failed: only abort remains */
+
+  TensorRecord *tensors;
+  size_t tensor_count;
+  size_t tensor_capacity;
+  /* Open-addressing set of tensor indices + 1, keyed by name hash. */
+  size_t *name_slots;
+  size_t name_slot_count;
+
+  MetadataRecord *metadata;
+  size_t metadata_count;
+  size_t metadata_capacity;
+};
+
+/* ------------------------------------------------------------ raw output */
+
+static HurrayStatus fd_write_all(int fd, const void *data, size_t len, HurrayError *error) {
+  const uint8_t *p = data;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return hurray__fail(error, HURRAY_ERR_IO, "write failed: %s", strerror(errno));
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayError *error) {
+  if (len == 0) {
+    return HURRAY_OK;
+  }
+  HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, data, len)
+                                                 : fd_write_all(w->fd, data, len, error);
+  if (status != HURRAY_OK) {
+    w->failed = true;
+    if (w->kind == SINK_CALLBACK) {
+      hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+    }
+    return status;
+  }
+  w->position += len;
+  return HURRAY_OK;
+}
+
+static HurrayStatus pad_to(HurrayWriter *w, uint64_t alignment, HurrayError *error) {
+  static const uint8_t zeros[4096];
+  uint64_t pad = (alignment - w->position % alignment) % alignment;
+  while (pad > 0) {
+    size_t n = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+    HURRAY_RETURN_NOT_OK(emit(w, zeros, n, error));
+    pad -= n;
+  }
+  return HURRAY_OK;
+}
+
+/* ------------------------------------------------------------------ open */
+
+static HurrayStatus writer_new(SinkKind kind, HurrayWriter **out, HurrayError *error) {
+  HurrayWriter *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  w->kind = kind;
+  w->fd = -1;
+  *out = w;
+  return HURRAY_OK;
+}
+
+static HurrayStatus write_header(HurrayWriter *w, HurrayError *error) {
+  uint8_t header[HURRAY_FILE_HEADER_BYTES] = {0};
+  memcpy(header, hurray__file_magic, 8);
+  hurray__put_le(header + 8, HURRAY_FILE_FORMAT_MAJOR, 2);
+  hurray__put_le(header + 10, HURRAY_FILE_FORMAT_MINOR, 2);
+  return emit(w, header, sizeof header, error);
+}
+
+static HurrayStatus finish_open(HurrayWriter *w, HurrayWriter **out, HurrayError *error) {
+  HurrayStatus status = write_header(w, error);
+  if (status != HURRAY_OK) {
+    hurray_writer_abort(w);
+    return status;
+  }
+  *out = w;
+  return HURRAY_OK;
+}
+
+/* Opens the temporary file in the target's folder. An O_TMPFILE file has no
+ * name at all until finish links it, so a crash leaves nothing behind. */
+static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
+  char *dir_copy = strdup(w->target);
+  char *base_copy = strdup(w->target);
+  if (dir_copy == NULL || base_copy == NULL) {
+    free(dir_copy);
+    free(base_copy);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  const char *dir = dirname(dir_copy);
+  const char *base = basename(base_copy);
+  HurrayStatus status = HURRAY_OK;
+#ifdef O_TMPFILE
+  w->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (w->fd >= 0) {
+    w->unnamed_temp = true;
+  }
+#endif
+  if (w->fd < 0) {
+    size_t len = strlen(dir) + strlen(base) + 32;
+    w->temp_path = malloc(len);
+    if (w->temp_path == NULL) {
+      status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    } else {
+      snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-XXXXXX", dir, base);
+      w->fd = mkstemp(w->temp_path);
+      if (w->fd < 0) {
+        status = hurray__fail(error, HURRAY_ERR_IO, "cannot create a temporary file in %s: %s",
+                              dir, strerror(errno));
+        free(w->temp_path);
+        w->temp_path = NULL;
+      } else {
+        (void)fchmod(w->fd, 0644);
+      }
+    }
+  }
+  free(dir_copy);
+  free(base_copy);
+  return status;
+}
+
+HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out, HurrayError *error) {
+  if (path == NULL || out == NULL || path[0] == '\0') {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
+  w->target = strdup(path);
+  if (w->target == NULL) {
+    free(w);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  HurrayStatus status = open_temp(w, error);
+  if (status != HURRAY_OK) {
+    hurray_writer_abort(w);
+    return status;
+  }
+  return finish_open(w, out, error);
+}
+
+HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error) {
+  if (fd < 0 || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "a valid fd and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(writer_new(SINK_FD, &w, error));
+  w->fd = fd;
+  return finish_open(w, out, error);
+}
+
+HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx, HurrayWriter **out,
+                                         HurrayError *error) {
+  if (write_fn == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "write_fn and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(writer_new(SINK_CALLBACK, &w, error));
+  w->write_fn = write_fn;
+  w->write_ctx = ctx;
+  return finish_open(w, out, error);
+}
+
+/* ------------------------------------------------------------- name set */
+
+static size_t name_hash(const char *name, size_t len) { return (size_t)XXH3_64bits(name, len); }
+
+static HurrayStatus name_set_grow(HurrayWriter *w) {
+  size_t count = w->name_slot_count ? w->name_slot_count * 2 : 64;
+  size_t *slots = calloc(count, sizeof *slots);
+  if (slots == NULL) {
+    return HURRAY_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; i < w->tensor_count; i++) {
+    size_t h = name_hash(w->tensors[i].name, w->tensors[i].name_len) & (count - 1);
+    while (slots[h] != 0) h = (h + 1) & (count - 1);
+    slots[h] = i + 1;
+  }
+  free(w->name_slots);
+  w->name_slots = slots;
+  w->name_slot_count = count;
+  return HURRAY_OK;
+}
+
+/* Returns the slot where `name` is or would go. */
+static size_t *name_slot(HurrayWriter *w, const char *name, size_t len) {
+  size_t mask = w->name_slot_count - 1;
+  size_t h = name_hash(name, len) & mask;
+  for (;;) {
+    size_t v = w->name_slots[h];
+    if (v == 0) return &w->name_slots[h];
+    const TensorRecord *t = &w->tensors[v - 1];
+    if (t->name_len == len && memcmp(t->name, name, len) == 0) return &w->name_slots[h];
+    h = (h + 1) & mask;
+  }
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+/* The descriptor as stored: host memory on CPU:0, every buffer READY. */
+static HurrayStatus file_form(const HurrayDescriptor *d, HurrayDescriptor **out,
+                              HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_clone(d, out, error));
+  (*out)->device_type = HURRAY_DEVICE_CPU;
+  (*out)->device_id = 0;
+  (*out)->memory_class = HURRAY_MEMORY_HOST;
+  for (uint32_t i = 0; i < (*out)->buffer_count; i++) {
+    (*out)->buffers[i].sync_mode = HURRAY_SYNC_READY;
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus check_name(const char *name, const char *what, uint32_t limit,
+                               HurrayError *error) {
+  size_t len = name == NULL ? 0 : strlen(name);
+  if (len == 0 || !hurray__utf8_valid(name, len)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "%s must be non-empty UTF-8", what);
+  }
+  if (len > limit) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "%s of %zu bytes exceeds the limit of %u", what,
+                        len, limit);
+  }
+  return HURRAY_OK;
+}
+
+static void tensor_record_free(TensorRecord *t) {
+  free(t->name);
+  free(t->descriptor);
+  free(t->buffers);
+}
+
+HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
+                                        const HurrayDescriptor *d,
+                                        const HurrayBufferList *buffers, HurrayError *error) {
+  if (w == NULL || d == NULL || buffers == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "writer, descriptor and buffers are required");
+  }
+  if (w->failed) {
+    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
+  }
+  HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
+  size_t name_len = strlen(name);
+  if (w->tensor_count >= HURRAY_MAX_TENSORS) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
+                        HURRAY_MAX_TENSORS);
+  }
+  if (w->name_slot_count == 0 || (w->tensor_count + 1) * 2 > w->name_slot_count) {
+    if (name_set_grow(w) != HURRAY_OK) {
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    }
+  }
+  size_t *slot = name_slot(w, name, name_len);
+  if (*slot != 0) {
+    return hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "tensor \"%s\" is already in the file",
+                        name);
+  }
+  if (d->memory_class == HURRAY_MEMORY_DEVICE) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor \"%s\": device memory cannot be written; copy it to the host",
+                        name);
+  }
+  for (uint32_t i = 0; i < d->buffer_count; i++) {
+    if (d->buffers[i].sync_mode != HURRAY_SYNC_READY) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor \"%s\": buffer %u is not READY; synchronise before writing",
+                          name, i);
+    }
+  }
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
+
+  TensorRecord t = {0};
+  HurrayDescriptor *stored = NULL;
+  HurrayStatus status = file_form(d, &stored, error);
+  if (status == HURRAY_OK) {
+    status = hurray_descriptor_encode(stored, &t.descriptor, &t.descriptor_len, error);
+  }
+  hurray_descriptor_destroy(stored);
+  t.name = strdup(name);
+  t.name_len = name_len;
+  t.buffer_count = d->buffer_count;
+  t.buffers = calloc(d->buffer_count ? d->buffer_count : 1, sizeof *t.buffers);
+  if (status == HURRAY_OK && (t.name == NULL || t.buffers == NULL)) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  if (status == HURRAY_OK && w->tensor_count == w->tensor_capacity) {
+    size_t capacity = w->tensor_capacity ? w->tensor_capacity * 2 : 16;
+    TensorRecord *grown = realloc(w->tensors, capacity * sizeof *grown);
+    if (grown == NULL) {
+      status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    } else {
+      w->tensors = grown;
+      w->tensor_capacity = capacity;
+    }
+  }
+  /* Stream the buffers: no copy, one checksum pass, one write each. */
+  for (uint32_t i = 0; status == HURRAY_OK && i < d->buffer_count; i++) {
+    uint32_t alignment = d->buffers[i].alignment;
+    uint64_t length = d->buffers[i].byte_size;
+    const void *data = hurray_buffer_data(hurray_buffer_list_get(buffers, i));
+    status = pad_to(w, alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT,
+                    error);
+    if (status != HURRAY_OK) break;
+    t.buffers[i].offset = w->position;
+    t.buffers[i].length = length;
+    t.buffers[i].checksum = hurray__checksum(data, (size_t)length);
+    status = emit(w, data, (size_t)length, error);
+  }
+  if (status != HURRAY_OK) {
+    tensor_record_free(&t);
+    return status;
+  }
+  w->tensors[w->tensor_count] = t;
+  w->tensor_count++;
+  *name_slot(w, name, name_len) = w->tensor_count;
+  return HURRAY_OK;
+}
+
+/* --------------------------------------------------------------- metadata */
+
+static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadataType type,
+                                 const void *value, size_t len, HurrayError *error) {
+  if (w == NULL || (value == NULL && len > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and value are required");
+  }
+  HURRAY_RETURN_NOT_OK(check_name(key, "metadata key", HURRAY_MAX_METADATA_KEY_BYTES, error));
+  if (len > UINT32_MAX) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "metadata \"%s\": value over 4 GiB", key);
+  }
+  uint8_t *copy = malloc(len ? len : 1);
+  if (copy == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  if (len) memcpy(copy, value, len);
+  for (size_t i = 0; i < w->metadata_count; i++) {
+    if (strcmp(w->metadata[i].key, key) == 0) {
+      free(w->metadata[i].value);
+      w->metadata[i].type = type;
+      w->metadata[i].value = copy;
+      w->metadata[i].value_len = len;
+      return HURRAY_OK;
+    }
+  }
+  if (w->metadata_count >= HURRAY_MAX_METADATA_ENTRIES) {
+    free(copy);
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u metadata entries",
+                        HURRAY_MAX_METADATA_ENTRIES);
+  }
+  if (w->metadata_count == w->metadata_capacity) {
+    size_t capacity = w->metadata_capacity ? w->metadata_capacity * 2 : 8;
+    MetadataRecord *grown = realloc(w->metadata, capacity * sizeof *grown);
+    if (grown == NULL) {
+      free(copy);
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    }
+    w->metadata = grown;
+    w->metadata_capacity = capacity;
+  }
+  MetadataRecord *m = &w->metadata[w->metadata_count];
+  m->key = strdup(key);
+  if (m->key == NULL) {
+    free(copy);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  m->key_len = strlen(key);
+  m->type = type;
+  m->value = copy;
+  m->value_len = len;
+  w->metadata_count++;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_writer_set_metadata_string(HurrayWriter *w, const char *key, const char *value,
+                                               HurrayError *error) {
+  if (value == NULL || !hurray__utf8_valid(value, strlen(value))) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "metadata \"%s\": string values must be UTF-8", key ? key : "");
+  }
+  return set_metadata(w, key, HURRAY_METADATA_STRING, value, strlen(value), error);
+}
+
+HurrayStatus hurray_writer_set_metadata_int(HurrayWriter *w, const char *key, int64_t value,
+                                            HurrayError *error) {
+  uint8_t bytes[8];
+  hurray__put_le(bytes, (uint64_t)value, 8);
+  return set_metadata(w, key, HURRAY_METADATA_INT, bytes, 8, error);
+}
+
+HurrayStatus hurray_writer_set_metadata_float(HurrayWriter *w, const char *key, double value,
+                                              HurrayError *error) {
+  uint64_t bits;
+  memcpy(&bits, &value, 8);
+  uint8_t bytes[8];
+  hurray__put_le(bytes, bits, 8);
+  return set_metadata(w, key, HURRAY_METADATA_FLOAT, bytes, 8, error);
+}
+
+HurrayStatus hurray_writer_set_metadata_bool(HurrayWriter *w, const char *key, bool value,
+                                             HurrayError *error) {
+  uint8_t byte = value ? 1 : 0;
+  return set_metadata(w, key, HURRAY_METADATA_BOOL, &byte, 1, error);
+}
+
+HurrayStatus hurray_writer_set_metadata_bytes(HurrayWriter *w, const char *key, const void *value,
+                                              size_t len, HurrayError *error) {
+  return set_metadata(w, key, HURRAY_METADATA_BYTES, value, len, error);
+}
+
+/* ----------------------------------------------------------------- finish */
+
+typedef struct Bytes {
+  uint8_t *data;
+  size_t len;
+  size_t capacity;
+  bool failed;
+} Bytes;
+
+static void bytes_put(Bytes *b, const void *src, size_t n) {
+  if (b->failed) return;
+  if (b->capacity - b->len < n) {
+    size_t capacity = b->capacity ? b->capacity : 4096;
+    while (capacity - b->len < n) capacity *= 2;
+    uint8_t *grown = realloc(b->data, capacity);
+    if (grown == NULL) {
+      b->failed = true;
+      return;
+    }
+    b->data = grown;
+    b->capacity = capacity;
+  }
+  memcpy(b->data + b->len, src, n);
+  b->len += n;
+}
+
+static void bytes_le(Bytes *b, uint64_t v, size_t n) {
+  uint8_t tmp[8];
+  hurray__put_le(tmp, v, n);
+  bytes_put(b, tmp, n);
+}
+
+static int compare_names(const char *a, size_t alen, const char *b, size_t blen) {
+  int c = memcmp(a, b, alen < blen ? alen : blen);
+  return c != 0 ? c : (alen > blen) - (alen < blen);
+}
+
+static int compare_tensors(const void *pa, const void *pb) {
+  const TensorRecord *a = pa, *b = pb;
+  return compare_names(a->name, a->name_len, b->name, b->name_len);
+}
+
+static int compare_metadata(const void *pa, const void *pb) {
+  const MetadataRecord *a = pa, *b = pb;
+  return compare_names(a->key, a->key_len, b->key, b->key_len);
+}
+
+static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error) {
+  /* Sorted names let readers binary-search without building a table. */
+  qsort(w->tensors, w->tensor_count, sizeof *w->tensors, compare_tensors);
+  qsort(w->metadata, w->metadata_count, sizeof *w->metadata, compare_metadata);
+  Bytes index = {0};
+  for (size_t i = 0; i < w->tensor_count; i++) {
+    const TensorRecord *t = &w->tensors[i];
+    bytes_le(&index, t->name_len, 2);
+    bytes_put(&index, t->name, t->name_len);
+    bytes_le(&index, t->descriptor_len, 4);
+    bytes_put(&index, t->descriptor, t->descriptor_len);
+    bytes_le(&index, t->buffer_count, 4);
+    for (uint32_t k = 0; k < t->buffer_count; k++) {
+      bytes_le(&index, t->buffers[k].offset, 8);
+      bytes_le(&index, t->buffers[k].length, 8);
+      bytes_le(&index, t->buffers[k].checksum, 8);
+    }
+  }
+  for (size_t i = 0; i < w->metadata_count; i++) {
+    const MetadataRecord *m = &w->metadata[i];
+    bytes_le(&index, m->key_len, 2);
+    bytes_put(&index, m->key, m->key_len);
+    bytes_le(&index, (uint64_t)m->type, 1);
+    bytes_le(&index, m->value_len, 4);
+    bytes_put(&index, m->value, m->value_len);
+  }
+  if (index.failed) {
+    free(index.data);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory building the index");
+  }
+  if (index.len > HURRAY_MAX_INDEX_BYTES) {
+    free(index.data);
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "index of %zu bytes exceeds the limit of %u",
+                        index.len, HURRAY_MAX_INDEX_BYTES);
+  }
+  HurrayStatus status = pad_to(w, 8, error);
+  uint64_t index_offset = w->position;
+  if (status == HURRAY_OK) {
+    status = emit(w, index.data, index.len, error);
+  }
+  if (status == HURRAY_OK) {
+    uint8_t trailer[HURRAY_FILE_TRAILER_BYTES] = {0};
+    hurray__put_le(trailer + TRAILER_INDEX_OFFSET, index_offset, 8);
+    hurray__put_le(trailer + TRAILER_INDEX_LENGTH, index.len, 8);
+    hurray__put_le(trailer + TRAILER_INDEX_CHECKSUM, hurray__checksum(index.data, index.len), 8);
+    hurray__put_le(trailer + TRAILER_TENSOR_COUNT, w->tensor_count, 8);
+    hurray__put_le(trailer + TRAILER_METADATA_COUNT, w->metadata_count, 8);
+    hurray__put_le(trailer + TRAILER_MAJOR, HURRAY_FILE_FORMAT_MAJOR, 2);
+    hurray__put_le(trailer + TRAILER_MINOR, HURRAY_FILE_FORMAT_MINOR, 2);
+    hurray__put_le(trailer + TRAILER_CHECKSUM, hurray__checksum(trailer, TRAILER_CHECKSUM), 8);
+    memcpy(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8);
+    status = emit(w, trailer, sizeof trailer, error);
+  }
+  free(index.data);
+  return status;
+}
+
+static HurrayStatus sync_directory(const char *target, HurrayError *error) {
+  char *copy = strdup(target);
+  if (copy == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(copy);
+  if (dfd < 0) return HURRAY_OK; /* best effort: the rename itself succeeded */
+  (void)fsync(dfd);
+  close(dfd);
+  return HURRAY_OK;
+}
+
+/* Gives the finished temp file the target's name, atomically. */
+static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
+  if (fsync(w->fd) != 0) {
+    return hurray__fail(error, HURRAY_ERR_IO, "fsync failed: %s", strerror(errno));
+  }
+  if (w->unnamed_temp) {
+    /* Link the unnamed file under a hidden name, then rename over the
+     * target: linkat cannot replace an existing file, rename can. */
+    char proc_path[64];
+    snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", w->fd);
+    size_t len = strlen(w->target) + 32;
+    w->temp_path = malloc(len);
+    if (w->temp_path == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    for (int attempt = 0;; attempt++) {
+      snprintf(w->temp_path, len, "%s.hurray-tmp-%d-%d", w->target, (int)getpid(), attempt);
+      if (linkat(AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) == 0) break;
+      if (errno != EEXIST || attempt > 100) {
+        int saved = errno;
+        free(w->temp_path);
+        w->temp_path = NULL;
+        return hurray__fail(error, HURRAY_ERR_IO, "cannot link the finished file: %s",
+                            strerror(saved));
+      }
+    }
+  }
+  if (rename(w->temp_path, w->target) != 0) {
+    return hurray__fail(error, HURRAY_ERR_IO, "cannot rename onto %s: %s", w->target,
+                        strerror(errno));
+  }
+  free(w->temp_path);
+  w->temp_path = NULL; /* nothing left to clean up */
+  return sync_directory(w->target, error);
+}
+
+HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error) {
+  if (w == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  }
+  HurrayStatus status = w->failed ? hurray__fail(error, HURRAY_ERR_STATE,
+                                                 "an earlier write failed; nothing was published")
+                                  : write_index_and_trailer(w, error);
+  if (status == HURRAY_OK && w->kind == SINK_PATH) {
+    status = publish(w, error);
+  }
+  hurray_writer_abort(w); /* frees; removes a temp file only if one is left */
+  return status;
+}
+
+void hurray_writer_abort(HurrayWriter *w) {
+  if (w == NULL) return;
+  if (w->kind == SINK_PATH) {
+    if (w->fd >= 0) close(w->fd);
+    if (w->temp_path != NULL) unlink(w->temp_path);
+  }
+  for (size_t i = 0; i < w->tensor_count; i++) tensor_record_free(&w->tensors[i]);
+  for (size_t i = 0; i < w->metadata_count; i++) {
+    free(w->metadata[i].key);
+    free(w->metadata[i].value);
+  }
+  free(w->tensors);
+  free(w->metadata);
+  free(w->name_slots);
+  free(w->target);
+  free(w->temp_path);
+  free(w);
+}

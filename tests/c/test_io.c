@@ -1,0 +1,766 @@
+/*
+ * The file format: round trips of every golden vector, metadata, the three
+ * writer sinks, both read modes, row reads, mapping lifetime, and hostile
+ * files (every truncation, every bit flip of index and trailer, crafted
+ * structural faults). The SIGKILL test lives in test_crash.c.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "test_util.h"
+#include "vectors.h"
+
+static char dir[256];
+
+static void in_dir(char *out, size_t size, const char *name) {
+  snprintf(out, size, "%s/%s", dir, name);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/hurray-test-io-XXXXXX");
+  return mkdtemp(dir) == NULL ? -1 : 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void free_release(void *data, void *ctx) {
+  (void)ctx;
+  free(data);
+}
+
+static uint8_t pattern(uint32_t seed, uint32_t buffer, uint64_t k) {
+  return (uint8_t)(seed * 131 + buffer * 31 + k * 7 + (k >> 8));
+}
+
+/* Buffers for `d` filled with a pattern (zeros for page tables, so every
+ * entry names page 0). */
+static HurrayBufferList *patterned_buffers(const HurrayDescriptor *d, uint32_t seed) {
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_list_create(&list, error));
+  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
+    uint64_t size = hurray_descriptor_buffer_size(d, i);
+    size_t align = hurray_descriptor_buffer_alignment(d, i) > 64
+                       ? hurray_descriptor_buffer_alignment(d, i) : 64;
+    uint8_t *mem = aligned_alloc(align, (size_t)((size + align - 1) / align * align + align));
+    bool table = hurray_descriptor_buffer_role(d, i) == HURRAY_ROLE_PAGE_TABLE;
+    for (uint64_t k = 0; k < size; k++) mem[k] = table ? 0 : pattern(seed, i, k);
+    HurrayBuffer *b = NULL;
+    assert_ok(hurray_buffer_create(mem, size, free_release, NULL, &b, error));
+    assert_ok(hurray_buffer_list_push(list, b, error));
+  }
+  return list;
+}
+
+static void assert_buffers_equal(const HurrayBufferList *a, const HurrayBufferList *b) {
+  assert_int_equal(hurray_buffer_list_len(a), hurray_buffer_list_len(b));
+  for (size_t i = 0; i < hurray_buffer_list_len(a); i++) {
+    const HurrayBuffer *x = hurray_buffer_list_get(a, i), *y = hurray_buffer_list_get(b, i);
+    assert_int_equal(hurray_buffer_size(x), hurray_buffer_size(y));
+    assert_memory_equal(hurray_buffer_data(x), hurray_buffer_data(y), hurray_buffer_size(x));
+    assert_int_equal((uintptr_t)hurray_buffer_data(y) % 64, 0);
+  }
+}
+
+/* A host version of the optional_fields vector (statistics, shard,
+ * extension), since files hold host tensors. */
+static HurrayDescriptor *host_optional_fields(void) {
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){2, 4}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 32, 256, HURRAY_SYNC_READY, NULL,
+                                         error));
+  hurray_descriptor_set_stat_min(d, -1.5);
+  hurray_descriptor_set_stat_max(d, 3.25);
+  hurray_descriptor_set_stat_nan_count(d, 0);
+  assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){8, 4}, (uint64_t[]){6, 0}, error));
+  assert_ok(hurray_descriptor_set_extension(d, "example.temperature", (const uint8_t *)"K", 1,
+                                            error));
+  return d;
+}
+
+static bool is_host(const HurrayDescriptor *d) {
+  return hurray_descriptor_memory_class(d) == HURRAY_MEMORY_HOST;
+}
+
+/* Writes every host golden vector (plus the host optional-fields tensor) to
+ * one file and reads each back in `mode`, byte-exact. */
+static void round_trip(HurrayReadMode mode) {
+  char path[300];
+  in_dir(path, sizeof path, mode == HURRAY_READ_MMAP ? "all-mmap.hurray" : "all-pread.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  size_t written = 0;
+  for (size_t i = 0; i <= golden_vector_count; i++) {
+    HurrayDescriptor *d = i < golden_vector_count ? golden_vectors[i].build() : host_optional_fields();
+    const char *name = i < golden_vector_count ? golden_vectors[i].name : "host_optional_fields";
+    HurrayBufferList *list = patterned_buffers(d, (uint32_t)i);
+    if (is_host(d)) {
+      assert_ok(hurray_writer_write_tensor(w, name, d, list, error));
+      written++;
+    } else {
+      /* Device tensors must be copied to the host first. */
+      assert_status(HURRAY_ERR_UNSUPPORTED, hurray_writer_write_tensor(w, name, d, list, error));
+    }
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = mode;
+  options.verify_on_open = true;
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_int_equal(hurray_reader_tensor_count(r), written);
+  for (size_t i = 0; i <= golden_vector_count; i++) {
+    HurrayDescriptor *want = i < golden_vector_count ? golden_vectors[i].build() : host_optional_fields();
+    const char *name = i < golden_vector_count ? golden_vectors[i].name : "host_optional_fields";
+    if (is_host(want)) {
+      HurrayDescriptor *got = NULL;
+      HurrayBufferList *buffers = NULL;
+      assert_ok(hurray_reader_get_tensor(r, name, &got, &buffers, error));
+      assert_true(hurray_descriptor_equal(want, got));
+      HurrayBufferList *expected = patterned_buffers(want, (uint32_t)i);
+      assert_buffers_equal(expected, buffers);
+      hurray_buffer_list_destroy(expected);
+      hurray_buffer_list_destroy(buffers);
+      hurray_descriptor_destroy(got);
+      assert_ok(hurray_reader_verify(r, name, error));
+    }
+    hurray_descriptor_destroy(want);
+  }
+  hurray_reader_close(r);
+}
+
+static void test_round_trip_mmap(void **state) {
+  (void)state;
+  round_trip(HURRAY_READ_MMAP);
+}
+
+static void test_round_trip_pread(void **state) {
+  (void)state;
+  round_trip(HURRAY_READ_PREAD);
+}
+
+/* A small file with three tensors and one metadata entry of each type. */
+static void write_small(const char *path) {
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  const char *names[] = {"b.weight", "a.scales", "c.sparse"};
+  const char *vectors[] = {"quant_per_channel_affine", "dense_float32", "sparse_csr"};
+  for (int i = 0; i < 3; i++) {
+    HurrayDescriptor *d = golden_vector_build(vectors[i]);
+    HurrayBufferList *list = patterned_buffers(d, (uint32_t)i);
+    assert_ok(hurray_writer_write_tensor(w, names[i], d, list, error));
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+  assert_ok(hurray_writer_set_metadata_string(w, "format", "hurray-test ✓", error));
+  assert_ok(hurray_writer_set_metadata_int(w, "step", -42, error));
+  assert_ok(hurray_writer_set_metadata_float(w, "lr", 3e-4, error));
+  assert_ok(hurray_writer_set_metadata_bool(w, "final", true, error));
+  assert_ok(hurray_writer_set_metadata_bytes(w, "blob", "\0\1\2", 3, error));
+  assert_ok(hurray_writer_set_metadata_int(w, "epoch", 1, error));
+  assert_ok(hurray_writer_set_metadata_int(w, "epoch", 2, error)); /* replaces */
+  assert_ok(hurray_writer_finish(w, error));
+}
+
+static void test_metadata_and_lookup(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "small.hurray");
+  write_small(path);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_int_equal(hurray_reader_tensor_count(r), 3);
+  assert_string_equal(hurray_reader_tensor_name(r, 0), "a.scales"); /* sorted */
+  assert_string_equal(hurray_reader_tensor_name(r, 2), "c.sparse");
+  size_t index = 9;
+  assert_ok(hurray_reader_find(r, "b.weight", &index, error));
+  assert_int_equal(index, 1);
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray_reader_find(r, "b", &index, error));
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray_reader_find(r, "zzz", &index, error));
+  assert_int_equal(hurray_reader_metadata_count(r), 6);
+  const char *s;
+  int64_t i64;
+  double f;
+  bool b;
+  const uint8_t *bytes;
+  size_t len;
+  assert_ok(hurray_reader_metadata_string(r, "format", &s, error));
+  assert_string_equal(s, "hurray-test ✓");
+  assert_ok(hurray_reader_metadata_int(r, "step", &i64, error));
+  assert_int_equal(i64, -42);
+  assert_ok(hurray_reader_metadata_int(r, "epoch", &i64, error));
+  assert_int_equal(i64, 2);
+  assert_ok(hurray_reader_metadata_float(r, "lr", &f, error));
+  assert_true(f == 3e-4);
+  assert_ok(hurray_reader_metadata_bool(r, "final", &b, error));
+  assert_true(b);
+  assert_ok(hurray_reader_metadata_bytes(r, "blob", &bytes, &len, error));
+  assert_int_equal(len, 3);
+  assert_memory_equal(bytes, "\0\1\2", 3);
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_metadata_int(r, "lr", &i64, error));
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray_reader_metadata_int(r, "nope", &i64, error));
+  assert_string_equal(hurray_reader_metadata_key(r, 0), "blob");
+  assert_int_equal(hurray_reader_metadata_type(r, 0), HURRAY_METADATA_BYTES);
+  hurray_reader_close(r);
+}
+
+static void test_writer_errors(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "dup.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
+  HurrayBufferList *list = patterned_buffers(d, 0);
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_status(HURRAY_ERR_DUPLICATE_NAME, hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_writer_write_tensor(w, "", d, list, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_writer_write_tensor(w, "\xff", d, list, error));
+  /* Placement is checked before anything is written. */
+  HurrayBufferList *empty = NULL;
+  assert_ok(hurray_buffer_list_create(&empty, error));
+  assert_status(HURRAY_ERR_BUFFER_COUNT, hurray_writer_write_tensor(w, "y", d, empty, error));
+  hurray_buffer_list_destroy(empty);
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_writer_set_metadata_string(w, "k", "\xc3", error));
+  /* Abort: the target never appears. */
+  hurray_writer_abort(w);
+  assert_int_equal(access(path, F_OK), -1);
+  /* Finish replaces an existing file atomically; abort leaves it alone. */
+  FILE *f = fopen(path, "w");
+  fputs("old content", f);
+  fclose(f);
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  hurray_writer_abort(w);
+  char buf[32] = {0};
+  f = fopen(path, "r");
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "old content");
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  hurray_reader_close(r);
+  /* Nothing else is left in the folder under the target's name. */
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | grep -c dup) -eq 1", dir);
+  assert_int_equal(system(cmd), 0);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+typedef struct Sink {
+  uint8_t *data;
+  size_t len;
+} Sink;
+
+static HurrayStatus sink_write(void *ctx, const void *data, size_t len) {
+  Sink *s = ctx;
+  s->data = realloc(s->data, s->len + len);
+  if (s->data == NULL) return HURRAY_ERR_NO_MEMORY;
+  memcpy(s->data + s->len, data, len);
+  s->len += len;
+  return HURRAY_OK;
+}
+
+static void write_with(HurrayWriter *w) {
+  HurrayDescriptor *d = golden_vector_build("quant_nf4");
+  HurrayBufferList *list = patterned_buffers(d, 5);
+  assert_ok(hurray_writer_write_tensor(w, "nf4", d, list, error));
+  assert_ok(hurray_writer_set_metadata_bool(w, "streamed", true, error));
+  assert_ok(hurray_writer_finish(w, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* The fd and callback sinks produce byte-identical files to the path sink. */
+static void test_fd_and_callback_sinks(void **state) {
+  (void)state;
+  char path[300], fd_path[300];
+  in_dir(path, sizeof path, "sink-path.hurray");
+  in_dir(fd_path, sizeof fd_path, "sink-fd.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  write_with(w);
+  int fd = open(fd_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  assert_true(fd >= 0);
+  assert_ok(hurray_writer_open_fd(fd, &w, error));
+  write_with(w);
+  close(fd);
+  Sink sink = {0};
+  assert_ok(hurray_writer_open_callback(sink_write, &sink, &w, error));
+  write_with(w);
+
+  FILE *f = fopen(path, "rb");
+  uint8_t *file = malloc(sink.len + 1);
+  assert_int_equal(fread(file, 1, sink.len + 1, f), sink.len);
+  fclose(f);
+  assert_memory_equal(file, sink.data, sink.len);
+  f = fopen(fd_path, "rb");
+  assert_int_equal(fread(file, 1, sink.len + 1, f), sink.len);
+  fclose(f);
+  assert_memory_equal(file, sink.data, sink.len);
+  free(file);
+  free(sink.data);
+}
+
+/* pread mode into caller memory, and rows along dimension 0. */
+static void test_partial_reads(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "rows.hurray");
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT16, 2, (uint64_t[]){100, 3}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 600, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){200, 3}, (uint64_t[]){100, 0}, error));
+  hurray_descriptor_set_stat_zero_count(d, 1);
+  HurrayBufferList *list = patterned_buffers(d, 9);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "t", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  const uint8_t *source = hurray_buffer_data(hurray_buffer_list_get(list, 0));
+
+  for (int mode = 0; mode < 2; mode++) {
+    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+    options.mode = (HurrayReadMode)mode;
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, &options, &r, error));
+    uint8_t whole[600];
+    assert_status(HURRAY_ERR_BUFFER_SIZE, hurray_reader_read_buffer(r, "t", 0, whole, 599, error));
+    assert_ok(hurray_reader_read_buffer(r, "t", 0, whole, sizeof whole, error));
+    assert_memory_equal(whole, source, 600);
+    HurrayDescriptor *rows = NULL;
+    HurrayBufferList *rows_list = NULL;
+    assert_ok(hurray_reader_get_rows(r, "t", 10, 5, &rows, &rows_list, error));
+    assert_int_equal(hurray_descriptor_shape(rows)[0], 5);
+    assert_int_equal(hurray_descriptor_shard_offsets(rows)[0], 110);
+    uint64_t zeros;
+    assert_false(hurray_descriptor_stat_zero_count(rows, &zeros));
+    const HurrayBuffer *b = hurray_buffer_list_get(rows_list, 0);
+    assert_int_equal(hurray_buffer_size(b), 30);
+    assert_memory_equal(hurray_buffer_data(b), source + 60, 30);
+    hurray_buffer_list_destroy(rows_list);
+    hurray_descriptor_destroy(rows);
+    assert_status(HURRAY_ERR_RANGE, hurray_reader_get_rows(r, "t", 99, 2, &rows, &rows_list, error));
+    assert_ok(hurray_reader_get_rows(r, "t", 100, 0, &rows, &rows_list, error));
+    hurray_buffer_list_destroy(rows_list);
+    hurray_descriptor_destroy(rows);
+    hurray_reader_close(r);
+  }
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+
+  /* Row reads refuse what is not rows of bytes. */
+  in_dir(path, sizeof path, "rows-sparse.hurray");
+  write_small(path);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  HurrayDescriptor *rows = NULL;
+  HurrayBufferList *rows_list = NULL;
+  assert_status(HURRAY_ERR_UNSUPPORTED,
+                hurray_reader_get_rows(r, "c.sparse", 0, 1, &rows, &rows_list, error));
+  assert_status(HURRAY_ERR_UNSUPPORTED,
+                hurray_reader_get_rows(r, "b.weight", 0, 1, &rows, &rows_list, error));
+  hurray_reader_close(r);
+}
+
+static int mapped(const char *path) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[1024];
+  int count = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strstr(line, path) != NULL) count++;
+  }
+  fclose(f);
+  return count;
+}
+
+/* Buffers outlive the reader; the mapping goes when the last one does. */
+static void test_mapping_outlives_reader(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "lifetime.hurray");
+  write_small(path);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_int_equal(mapped(path), 1);
+  HurrayDescriptor *d1, *d2;
+  HurrayBufferList *l1, *l2;
+  assert_ok(hurray_reader_get_tensor(r, "b.weight", &d1, &l1, error));
+  assert_ok(hurray_reader_get_tensor(r, "a.scales", &d2, &l2, error));
+  hurray_reader_close(r);
+  assert_int_equal(mapped(path), 1);
+  /* Still readable after close. */
+  const uint8_t *codes = hurray_buffer_data(hurray_buffer_list_get(l1, 0));
+  for (int k = 0; k < 12; k++) assert_int_equal(codes[k], pattern(0, 0, (uint64_t)k));
+  /* Releasing one buffer at a time: still mapped until the very last. */
+  HurrayBufferList *keep = NULL;
+  assert_ok(hurray_buffer_list_create(&keep, error));
+  hurray_buffer_list_destroy(l1);
+  assert_int_equal(mapped(path), 1);
+  hurray_buffer_list_destroy(l2);
+  assert_int_equal(mapped(path), 0);
+  hurray_buffer_list_destroy(keep);
+  hurray_descriptor_destroy(d1);
+  hurray_descriptor_destroy(d2);
+}
+
+/* -------------------------------------------------------- hostile files */
+
+typedef struct File {
+  uint8_t *data;
+  size_t len;
+} File;
+
+static File load(const char *path) {
+  File f = {0};
+  FILE *fp = fopen(path, "rb");
+  fseek(fp, 0, SEEK_END);
+  f.len = (size_t)ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  f.data = malloc(f.len);
+  assert_int_equal(fread(f.data, 1, f.len, fp), f.len);
+  fclose(fp);
+  return f;
+}
+
+static void store(const char *path, const uint8_t *data, size_t len) {
+  FILE *fp = fopen(path, "wb");
+  assert_int_equal(fwrite(data, 1, len, fp), len);
+  fclose(fp);
+}
+
+static uint64_t le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static void put(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Opens the file; if that succeeds, reads every tensor and verifies.
+ * Returns the first failure, or OK. */
+static HurrayStatus open_and_use(const char *path) {
+  HurrayReader *r = NULL;
+  HurrayError err = {0};
+  HurrayStatus status = hurray_reader_open(path, NULL, &r, &err);
+  if (status != HURRAY_OK) {
+    assert_null(r);
+    assert_int_equal(err.code, status);
+    return status;
+  }
+  for (size_t i = 0; status == HURRAY_OK && i < hurray_reader_tensor_count(r); i++) {
+    HurrayDescriptor *d = NULL;
+    HurrayBufferList *l = NULL;
+    status = hurray_reader_get_tensor(r, hurray_reader_tensor_name(r, i), &d, &l, &err);
+    hurray_buffer_list_destroy(l);
+    hurray_descriptor_destroy(d);
+  }
+  if (status == HURRAY_OK) status = hurray_reader_verify(r, NULL, &err);
+  hurray_reader_close(r);
+  return status;
+}
+
+static void test_every_truncation(void **state) {
+  (void)state;
+  char path[300], cut[300];
+  in_dir(path, sizeof path, "trunc.hurray");
+  in_dir(cut, sizeof cut, "trunc-cut.hurray");
+  write_small(path);
+  File f = load(path);
+  for (size_t len = 0; len < f.len; len++) {
+    store(cut, f.data, len);
+    HurrayStatus status = open_and_use(cut);
+    if (status == HURRAY_OK) {
+      fail_msg("a file cut to %zu of %zu bytes was accepted", len, f.len);
+    }
+  }
+  store(cut, f.data, f.len);
+  assert_int_equal(open_and_use(cut), HURRAY_OK);
+  free(f.data);
+}
+
+static void test_every_bit_flip_in_index_trailer_and_header(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "flip.hurray");
+  in_dir(bad, sizeof bad, "flip-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  uint64_t index_offset = le(f.data + f.len - 64, 8);
+  for (size_t pos = 0; pos < f.len; pos++) {
+    if (pos >= 64 && pos < index_offset) continue; /* data: the next test */
+    if (pos >= 10 && pos < 12) continue;           /* minor version: any value reads */
+    for (int bit = 0; bit < 8; bit++) {
+      f.data[pos] ^= (uint8_t)(1 << bit);
+      store(bad, f.data, f.len);
+      if (open_and_use(bad) == HURRAY_OK) {
+        fail_msg("flipping bit %d of byte %zu went unnoticed", bit, pos);
+      }
+      f.data[pos] ^= (uint8_t)(1 << bit);
+    }
+  }
+  free(f.data);
+}
+
+/* Walks the index of a file image: calls `visit` for each buffer record
+ * with a pointer to its (offset, length, checksum) triple. */
+typedef void (*BufferVisit)(uint8_t *record, void *ctx);
+
+static void for_each_buffer(File *f, BufferVisit visit, void *ctx) {
+  uint8_t *trailer = f->data + f->len - 64;
+  uint8_t *p = f->data + le(trailer, 8);
+  uint64_t tensors = le(trailer + 24, 8);
+  for (uint64_t t = 0; t < tensors; t++) {
+    p += 2 + le(p, 2);
+    p += 4 + le(p, 4);
+    uint64_t buffers = le(p, 4);
+    p += 4;
+    for (uint64_t b = 0; b < buffers; b++, p += 24) visit(p, ctx);
+  }
+}
+
+/* Recomputes the index and trailer checksums after a deliberate edit, so
+ * the structural check behind them is what gets exercised. */
+static void reseal(File *f) {
+  uint8_t *trailer = f->data + f->len - 64;
+  uint64_t offset = le(trailer, 8), length = le(trailer + 8, 8);
+  put(trailer + 16, XXH3_64bits(f->data + offset, (size_t)length), 8);
+  put(trailer + 48, XXH3_64bits(trailer, 48), 8);
+}
+
+typedef struct FlipCtx {
+  File *f;
+  const char *bad;
+  int checked;
+} FlipCtx;
+
+static void flip_every_data_bit(uint8_t *record, void *ctx) {
+  FlipCtx *c = ctx;
+  uint64_t offset = le(record, 8), length = le(record + 8, 8);
+  for (uint64_t k = 0; k < length; k++) {
+    for (int bit = 0; bit < 8; bit++) {
+      c->f->data[offset + k] ^= (uint8_t)(1 << bit);
+      store(c->bad, c->f->data, c->f->len);
+      HurrayReader *r = NULL;
+      HurrayError err = {0};
+      assert_int_equal(hurray_reader_open(c->bad, NULL, &r, &err), HURRAY_OK);
+      assert_int_equal(hurray_reader_verify(r, NULL, &err), HURRAY_ERR_CHECKSUM);
+      hurray_reader_close(r);
+      c->f->data[offset + k] ^= (uint8_t)(1 << bit);
+      c->checked++;
+    }
+  }
+}
+
+/* A flipped bit inside any buffer opens fine and is caught by verify. */
+static void test_data_bit_flips_caught_by_verify(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "dflip.hurray");
+  in_dir(bad, sizeof bad, "dflip-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  FlipCtx ctx = {&f, bad, 0};
+  for_each_buffer(&f, flip_every_data_bit, &ctx);
+  assert_true(ctx.checked > 8 * 100);
+  free(f.data);
+}
+
+typedef struct EditCtx {
+  int which;
+  int seen;
+  uint64_t value;
+  int field;
+} EditCtx;
+
+static void edit_record(uint8_t *record, void *ctx) {
+  EditCtx *c = ctx;
+  if (c->seen++ == c->which) put(record + 8 * c->field, c->value, 8);
+}
+
+static uint64_t record_field(File *f, int which, int field) {
+  EditCtx c = {which, 0, 0, field};
+  uint64_t out = 0;
+  uint8_t *trailer = f->data + f->len - 64;
+  uint8_t *p = f->data + le(trailer, 8);
+  (void)c;
+  for (uint64_t t = 0, n = 0; t < le(trailer + 24, 8); t++) {
+    p += 2 + le(p, 2);
+    p += 4 + le(p, 4);
+    uint64_t buffers = le(p, 4);
+    p += 4;
+    for (uint64_t b = 0; b < buffers; b++, p += 24, n++) {
+      if ((int)n == which) out = le(p + 8 * field, 8);
+    }
+  }
+  return out;
+}
+
+/* Structural faults behind valid checksums, each with its own code. */
+static void test_crafted_faults(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "craft.hurray");
+  in_dir(bad, sizeof bad, "craft-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  uint8_t *copy = malloc(f.len);
+  memcpy(copy, f.data, f.len);
+  File g = {copy, f.len};
+  uint64_t index_offset = le(f.data + f.len - 64, 8);
+
+  struct {
+    int which, field;
+    uint64_t value;
+    HurrayStatus expect;
+  } cases[] = {
+      {0, 0, 64 + 1, HURRAY_ERR_BUFFER_ALIGNMENT},  /* misaligned buffer */
+      {0, 0, (index_offset + 63) / 64 * 64, HURRAY_ERR_RANGE}, /* past the data region */
+      {0, 1, UINT64_MAX - 8, HURRAY_ERR_RANGE},     /* length overflowing */
+      {1, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP}, /* two buffers, one place */
+      {0, 0, 0, HURRAY_ERR_RANGE},                  /* inside the header */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    memcpy(g.data, f.data, f.len);
+    EditCtx c = {cases[i].which, 0, cases[i].value, cases[i].field};
+    for_each_buffer(&g, edit_record, &c);
+    reseal(&g);
+    store(bad, g.data, g.len);
+    HurrayReader *r = NULL;
+    assert_status(cases[i].expect, hurray_reader_open(bad, NULL, &r, error));
+  }
+
+  /* A stored length that disagrees with the descriptor: caught on get. */
+  memcpy(g.data, f.data, f.len);
+  EditCtx shrink = {0, 0, record_field(&f, 0, 1) - 1, 1};
+  for_each_buffer(&g, edit_record, &shrink);
+  reseal(&g);
+  store(bad, g.data, g.len);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(bad, NULL, &r, error));
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *l = NULL;
+  assert_status(HURRAY_ERR_MALFORMED,
+                hurray_reader_get_tensor(r, hurray_reader_tensor_name(r, 0), &d, &l, error));
+  hurray_reader_close(r);
+
+  /* Duplicate names: rename the second tensor to the first's name. */
+  memcpy(g.data, f.data, f.len);
+  uint8_t *p = g.data + index_offset;
+  size_t first_len = (size_t)le(p, 2);
+  char first[16] = {0};
+  memcpy(first, p + 2, first_len);
+  uint8_t *q = p + 2 + first_len;
+  q += 4 + le(q, 4);
+  q += 4 + 24 * le(q, 4);
+  assert_int_equal(le(q, 2), first_len); /* "a.scales" / "b.weight" */
+  memcpy(q + 2, first, first_len);
+  reseal(&g);
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_DUPLICATE_NAME, hurray_reader_open(bad, NULL, &r, error));
+  /* Out of order: swap the first letter so the second sorts first. */
+  q[2] = 'A';
+  reseal(&g);
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
+
+  /* An index longer than the limit, a tensor count the index cannot hold. */
+  memcpy(g.data, f.data, f.len);
+  put(g.data + g.len - 64 + 8, (uint64_t)HURRAY_MAX_INDEX_BYTES + 1, 8);
+  put(g.data + g.len - 64 + 48, XXH3_64bits(g.data + g.len - 64, 48), 8);
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_LIMIT, hurray_reader_open(bad, NULL, &r, error));
+  memcpy(g.data, f.data, f.len);
+  put(g.data + g.len - 64 + 24, 1000000, 8);
+  put(g.data + g.len - 64 + 48, XXH3_64bits(g.data + g.len - 64, 48), 8);
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
+  put(g.data + g.len - 64 + 24, (uint64_t)1 << 40, 8);
+  put(g.data + g.len - 64 + 48, XXH3_64bits(g.data + g.len - 64, 48), 8);
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_LIMIT, hurray_reader_open(bad, NULL, &r, error));
+
+  /* Bad magic, newer major version, not a file at all. */
+  memcpy(g.data, f.data, f.len);
+  g.data[1] = 'X';
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_BAD_MAGIC, hurray_reader_open(bad, NULL, &r, error));
+  memcpy(g.data, f.data, f.len);
+  g.data[8] = 2;
+  store(bad, g.data, g.len);
+  assert_status(HURRAY_ERR_UNSUPPORTED, hurray_reader_open(bad, NULL, &r, error));
+  store(bad, (const uint8_t *)"hello", 5);
+  assert_status(HURRAY_ERR_TRUNCATED, hurray_reader_open(bad, NULL, &r, error));
+  store(bad, (const uint8_t *)"definitely not hurray", 21);
+  assert_status(HURRAY_ERR_BAD_MAGIC, hurray_reader_open(bad, NULL, &r, error));
+  in_dir(bad, sizeof bad, "does-not-exist.hurray");
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray_reader_open(bad, NULL, &r, error));
+  assert_status(HURRAY_ERR_IO, hurray_reader_open(dir, NULL, &r, error));
+  HurrayReaderOptions options = {99, HURRAY_READ_MMAP, false};
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
+  free(g.data);
+  free(f.data);
+}
+
+/* A newer minor version with an unknown metadata type still reads. */
+static void test_newer_minor_version_reads(void **state) {
+  (void)state;
+  char path[300], newer[300];
+  in_dir(path, sizeof path, "minor.hurray");
+  in_dir(newer, sizeof newer, "minor-newer.hurray");
+  write_small(path);
+  File f = load(path);
+  f.data[10] = 7; /* header minor */
+  put(f.data + f.len - 64 + 42, 7, 2); /* trailer minor */
+  /* Turn the bytes-typed "blob" (the first metadata entry) into type 99. */
+  uint8_t *hit = memmem(f.data, f.len, "\x04\x00" "blob\x05", 7);
+  assert_non_null(hit);
+  hit[6] = 99;
+  reseal(&f);
+  store(newer, f.data, f.len);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(newer, NULL, &r, error));
+  assert_int_equal(hurray_reader_metadata_type(r, 0), 99);
+  hurray_reader_close(r);
+  free(f.data);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip_mmap),
+      cmocka_unit_test(test_round_trip_pread),
+      cmocka_unit_test(test_metadata_and_lookup),
+      cmocka_unit_test(test_writer_errors),
+      cmocka_unit_test(test_fd_and_callback_sinks),
+      cmocka_unit_test(test_partial_reads),
+      cmocka_unit_test(test_mapping_outlives_reader),
+      cmocka_unit_test(test_every_truncation),
+      cmocka_unit_test(test_every_bit_flip_in_index_trailer_and_header),
+      cmocka_unit_test(test_data_bit_flips_caught_by_verify),
+      cmocka_unit_test(test_crafted_faults),
+      cmocka_unit_test(test_newer_minor_version_reads),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
