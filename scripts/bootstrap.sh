@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on a fresh Debian machine:
-# a C compiler, pkg-config and cmocka from Debian, Meson and Ninja into .venv.
+# a C compiler, pkg-config, cmocka and libxxhash from Debian, Meson and Ninja into .venv.
 # Safe to re-run; does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,7 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
+pkg-config --exists libxxhash 2>/dev/null || need_apt+=(libxxhash-dev)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""

@@ -486,7 +486,7 @@ typedef struct Bytes {
 } Bytes;
 
 static void bytes_put(Bytes *b, const void *src, size_t n) {
-  if (b->failed) return;
+  if (b->failed || n == 0) return;
   if (b->capacity - b->len < n) {
     size_t capacity = b->capacity ? b->capacity : 4096;
     while (capacity - b->len < n) capacity *= 2;
@@ -525,8 +525,12 @@ static int compare_metadata(const void *pa, const void *pb) {
 
 static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error) {
   /* Sorted names let readers binary-search without building a table. */
-  qsort(w->tensors, w->tensor_count, sizeof *w->tensors, compare_tensors);
-  qsort(w->metadata, w->metadata_count, sizeof *w->metadata, compare_metadata);
+  if (w->tensor_count > 1) {
+    qsort(w->tensors, w->tensor_count, sizeof *w->tensors, compare_tensors);
+  }
+  if (w->metadata_count > 1) {
+    qsort(w->metadata, w->metadata_count, sizeof *w->metadata, compare_metadata);
+  }
   Bytes index = {0};
   for (size_t i = 0; i < w->tensor_count; i++) {
     const TensorRecord *t = &w->tensors[i];
@@ -601,11 +605,21 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
      * target: linkat cannot replace an existing file, rename can. */
     char proc_path[64];
     snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", w->fd);
-    size_t len = strlen(w->target) + 32;
+    char *dir_copy = strdup(w->target), *base_copy = strdup(w->target);
+    size_t len = strlen(w->target) + 48;
     w->temp_path = malloc(len);
-    if (w->temp_path == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    if (w->temp_path == NULL || dir_copy == NULL || base_copy == NULL) {
+      free(dir_copy);
+      free(base_copy);
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    }
+    /* Hidden, and named apart from the target, like the mkstemp fallback. */
+    char prefix[PATH_MAX];
+    snprintf(prefix, sizeof prefix, "%s/.%s", dirname(dir_copy), basename(base_copy));
+    free(dir_copy);
+    free(base_copy);
     for (int attempt = 0;; attempt++) {
-      snprintf(w->temp_path, len, "%s.hurray-tmp-%d-%d", w->target, (int)getpid(), attempt);
+      snprintf(w->temp_path, len, "%s.hurray-tmp-%d-%d", prefix, (int)getpid(), attempt);
       if (linkat(AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) == 0) break;
       if (errno != EEXIST || attempt > 100) {
         int saved = errno;

@@ -1,0 +1,131 @@
+"""Tests of the `hurray` command: output, exit codes and help, on a file
+written by examples/checkpoint.c. Stdlib only.
+
+usage: test_cli.py HURRAY_BINARY CHECKPOINT_EXAMPLE_BINARY
+"""
+import ast
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HURRAY = CHECKPOINT = None
+
+
+def run(*args):
+    return subprocess.run([HURRAY, *args], capture_output=True)
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.path = os.path.join(cls.tmp.name, "demo.hurray")
+        subprocess.run([CHECKPOINT, cls.path], check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_help_and_usage_errors(self):
+        for flag in ("--help", "-h", "help"):
+            out = run(flag)
+            self.assertEqual(out.returncode, 0)
+            self.assertIn(b"usage: hurray", out.stdout)
+        self.assertEqual(run("ls", "--help").returncode, 0)
+        for args in [(), ("bogus",), ("ls",), ("ls", "a", "b"), ("ls", "--json", self.path),
+                     ("cat", self.path), ("cat", "--buffer", "x", self.path, "n"),
+                     ("info", self.path, "a", "b")]:
+            out = run(*args)
+            self.assertEqual(out.returncode, 2, args)
+            self.assertEqual(out.stdout, b"", args)
+            self.assertIn(b"hurray", out.stderr)
+        version = run("--version")
+        self.assertEqual(version.returncode, 0)
+        self.assertRegex(version.stdout.decode(), r"hurray \d+\.\d+\.\d+ \(C ABI 3")
+
+    def test_ls(self):
+        out = run("ls", self.path)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.decode().splitlines()
+        self.assertTrue(lines[0].startswith("NAME"))
+        rows = {line.split()[0]: line.split() for line in lines[1:]}
+        self.assertEqual(sorted(rows), ["embed.weight", "graph.adjacency", "layers.0.proj.weight"])
+        self.assertEqual(rows["embed.weight"][1], "float32")
+        self.assertIn("[16, 8]", lines[1 + sorted(rows).index("embed.weight")])
+        self.assertEqual(rows["embed.weight"][-1], str(16 * 8 * 4))
+        proj = rows["layers.0.proj.weight"]
+        self.assertEqual(proj[-3:], ["dense", "per-channel-affine", str(128 + 32)])
+        self.assertEqual(rows["graph.adjacency"][-3:], ["sparse-csr", "-", str(48 + 20 + 24)])
+
+    def test_info_text_and_json(self):
+        out = run("info", self.path)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        text = out.stdout.decode()
+        self.assertIn("tensors: 3", text)
+        self.assertIn("model = hurray-demo", text)
+        self.assertIn("step = 1000", text)
+        self.assertIn('"scale_buffer": 1', text)
+        out = run("info", "--json", self.path)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        doc = json.loads(out.stdout)
+        self.assertEqual(doc["metadata"], {"ema": False, "loss": 0.125, "model": "hurray-demo",
+                                           "step": 1000})
+        proj = doc["tensors"]["layers.0.proj.weight"]
+        self.assertEqual(proj["quantization"]["kind"], "per_channel_affine")
+        self.assertEqual([b["role"] for b in proj["buffers"]], ["data", "scales"])
+        one = json.loads(run("info", "--json", self.path, "graph.adjacency").stdout)
+        self.assertEqual(list(one["tensors"]), ["graph.adjacency"])
+        self.assertEqual(one["tensors"]["graph.adjacency"]["layout"]["format"], "csr")
+        missing = run("info", self.path, "nope")
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn(b"NOT_FOUND", missing.stderr)
+
+    def test_verify_detects_corruption(self):
+        out = run("verify", self.path)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"OK, 3 tensors, 6 buffers verified", out.stdout)
+        data = bytearray(open(self.path, "rb").read())
+        bad = os.path.join(self.tmp.name, "bad.hurray")
+        data[64] ^= 0x01  # first byte of the first buffer
+        open(bad, "wb").write(data)
+        out = run("verify", bad)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"checksum mismatch", out.stderr)
+        data[64] ^= 0x01
+        data[-1] ^= 0x01  # trailer magic
+        open(bad, "wb").write(data)
+        for command in ("ls", "info", "verify"):
+            out = run(command, bad)
+            self.assertEqual(out.returncode, 1, command)
+            self.assertIn(b"truncated", out.stderr)
+        self.assertEqual(run("ls", os.path.join(self.tmp.name, "missing")).returncode, 1)
+
+    def test_cat_raw_and_npy(self):
+        raw = run("cat", self.path, "layers.0.proj.weight", "--buffer", "1")
+        self.assertEqual(raw.returncode, 0, raw.stderr)
+        scales = struct.unpack("<8f", raw.stdout)
+        self.assertAlmostEqual(scales[3], 0.04, places=6)
+        out = run("cat", "--npy", self.path, "embed.weight")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        blob = out.stdout
+        self.assertEqual(blob[:8], b"\x93NUMPY\x01\x00")
+        header_len = struct.unpack("<H", blob[8:10])[0]
+        self.assertEqual((10 + header_len) % 64, 0)
+        header = ast.literal_eval(blob[10:10 + header_len].decode("latin1"))
+        self.assertEqual(header, {"descr": "<f4", "fortran_order": False, "shape": (16, 8)})
+        values = struct.unpack("<128f", blob[10 + header_len:])
+        self.assertEqual(values[:3], (0.0, 0.25, 0.5))
+        refused = run("cat", "--npy", self.path, "layers.0.proj.weight")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(b"--npy needs", refused.stderr)
+        self.assertEqual(run("cat", self.path, "graph.adjacency", "--buffer", "3").returncode, 1)
+        self.assertEqual(run("cat", self.path, "nope").returncode, 1)
+
+
+if __name__ == "__main__":
+    HURRAY, CHECKPOINT = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])
