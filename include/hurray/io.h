@@ -178,7 +178,9 @@ HURRAY_API const char *hurray_reader_metadata_key(const HurrayReader *r, size_t 
 HURRAY_API HurrayMetadataType hurray_reader_metadata_type(const HurrayReader *r, size_t index);
 /* Typed getters by key: HURRAY_ERR_NOT_FOUND if absent,
  * HURRAY_ERR_INVALID_ARGUMENT if the stored type differs. String and bytes
- * values are borrowed (strings NUL-terminated). */
+ * values are borrowed (strings NUL-terminated). The bytes getter also
+ * returns the raw value of a type this library does not know (written by a
+ * newer minor version). */
 HURRAY_API HurrayStatus hurray_reader_metadata_string(const HurrayReader *r, const char *key,
                                                       const char **out, HurrayError *error);
 HURRAY_API HurrayStatus hurray_reader_metadata_int(const HurrayReader *r, const char *key,

@@ -185,8 +185,12 @@ static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, Hurr
       return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" is cut short", t->name);
     }
     uint64_t descriptor_len = hurray__get_le(at, 4);
-    if (descriptor_len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES ||
-        !cursor_take(c, (size_t)descriptor_len, &t->descriptor) || !cursor_take(c, 4, &at)) {
+    if (descriptor_len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES) {
+      return CORRUPT(HURRAY_ERR_LIMIT, "index: tensor \"%s\" descriptor of %llu bytes exceeds %u",
+                     t->name, (unsigned long long)descriptor_len,
+                     HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES);
+    }
+    if (!cursor_take(c, (size_t)descriptor_len, &t->descriptor) || !cursor_take(c, 4, &at)) {
       return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" descriptor is cut short",
                      t->name);
     }
@@ -341,6 +345,7 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "trailer checksum mismatch");
   }
   if (hurray__get_le(trailer + TRAILER_MAJOR, 2) != major ||
+      hurray__get_le(trailer + TRAILER_MINOR, 2) != hurray__get_le(header + 10, 2) ||
       hurray__get_le(trailer + TRAILER_FLAGS, 4) != 0) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "trailer version or flags disagree with the header");
   }
@@ -517,7 +522,13 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
                           t->buffer_count, d->buffer_count);
   }
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
-    if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
+    uint32_t alignment = d->buffers[i].alignment;
+    if (buffer_field(t, i, 0) % (alignment > HURRAY_FILE_ALIGNMENT ? alignment : 1) != 0) {
+      status = hurray__fail(error, HURRAY_ERR_BUFFER_ALIGNMENT,
+                            "tensor \"%s\" buffer %u: stored at %llu, not a multiple of its "
+                            "alignment %u",
+                            t->name, i, (unsigned long long)buffer_field(t, i, 0), alignment);
+    } else if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
       status = hurray__fail(error, HURRAY_ERR_MALFORMED,
                             "tensor \"%s\" buffer %u: %llu bytes stored, descriptor declares %llu",
                             t->name, i, (unsigned long long)buffer_field(t, i, 1),
@@ -769,7 +780,9 @@ static HurrayStatus metadata_lookup(const HurrayReader *r, const char *key,
     size_t mid = lo + (hi - lo) / 2;
     int order = compare_names(r->metadata[mid].key, r->metadata[mid].key_len, key, len);
     if (order == 0) {
-      if (r->metadata[mid].type != type) {
+      HurrayMetadataType stored = r->metadata[mid].type;
+      bool unknown = stored < HURRAY_METADATA_STRING || stored > HURRAY_METADATA_BYTES;
+      if (stored != type && !(type == HURRAY_METADATA_BYTES && unknown)) {
         return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                             "metadata \"%s\" has type %d, not %d", key,
                             (int)r->metadata[mid].type, (int)type);

@@ -159,7 +159,11 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   const char *base = basename(base_copy);
   HurrayStatus status = HURRAY_OK;
 #ifdef O_TMPFILE
-  w->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  /* Publishing an unnamed file goes through /proc/self/fd; without /proc,
+   * use a named temporary file from the start. */
+  if (access("/proc/self/fd", X_OK) == 0) {
+    w->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  }
   if (w->fd >= 0) {
     w->unnamed_temp = true;
   }
@@ -394,8 +398,10 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and value are required");
   }
   HURRAY_RETURN_NOT_OK(check_name(key, "metadata key", HURRAY_MAX_METADATA_KEY_BYTES, error));
-  if (len > UINT32_MAX) {
-    return hurray__fail(error, HURRAY_ERR_LIMIT, "metadata \"%s\": value over 4 GiB", key);
+  if (len > HURRAY_MAX_INDEX_BYTES) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "metadata \"%s\": a %zu-byte value cannot fit the %u-byte index", key,
+                        len, HURRAY_MAX_INDEX_BYTES);
   }
   uint8_t *copy = malloc(len ? len : 1);
   if (copy == NULL) {
