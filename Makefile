@@ -1,6 +1,7 @@
 # The two entry points for a fresh machine (see README.md):
 #   make demo   build libhurray, install it into ./stage, build and run the C example
-#   make test   every test: C suites (plain and ASan+UBSan), CLI, vector cross-check, example
+#   make test   every test: C suites (plain and ASan+UBSan), CLI, vector cross-check,
+#               Python package (pytest), examples
 # Both install what they need first (scripts/bootstrap.sh).
 
 VENV    := $(CURDIR)/.venv/bin
@@ -11,7 +12,7 @@ STAGE   := $(CURDIR)/stage
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors example bench clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench clean
 
 all: build
 
@@ -58,7 +59,19 @@ test-asan: deps
 test-vectors:
 	python3 tests/vectors/check_vectors.py tests/vectors
 
-test: test-c test-asan test-vectors demo
+# The Python package, installed into .venv with its test dependencies (torch
+# is the CPU build: pip takes it from this machine kind's local wheel).
+PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0'
+
+python: deps
+	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy" 2>/dev/null \
+	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
+	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
+
+test-python: python build
+	HURRAY_LIB=$(CURDIR)/build/libhurray.so $(VENV)/python -m pytest -q tests/python
+
+test: test-c test-asan test-vectors test-python demo
 	@echo "all tests passed"
 
 clean:

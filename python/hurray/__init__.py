@@ -1,0 +1,31 @@
+"""hurray: tensors as one descriptor plus N buffers.
+
+A file format (save/load/open) and an in-process handoff (the __hurray__
+capsule), for dense, quantized, sparse, block-paged and composite tensors.
+"""
+from . import _hurray
+from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension,
+                          Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
+                          Sparse, Statistics)
+from ._dtypes import DTYPES
+from ._files import File, as_tensor, load, open, save
+from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
+                      HurrayError, HurrayIOError, HurrayMemoryError, InvalidArgumentError,
+                      LimitError, NotFoundError, PlacementError, UnsupportedError,
+                      ValidationError)
+from ._sparse import SparseTensor
+from ._tensor import Tensor, from_dlpack, from_hurray, from_numpy
+
+_hurray._set_tensor_class(Tensor)
+
+__version__ = _hurray.LIBRARY_VERSION
+
+__all__ = [
+    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DTYPES", "Dense",
+    "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
+    "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
+    "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
+    "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
+    "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
+    "from_numpy", "load", "open", "save",
+]

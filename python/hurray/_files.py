@@ -1,0 +1,124 @@
+"""save, load and open: hurray files from Python."""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Mapping, Optional
+
+import numpy as np
+
+from . import _hurray
+from ._descriptor import Descriptor, Sparse
+from ._tensor import Tensor, from_hurray, from_numpy
+
+
+def as_tensor(value: Any) -> Tensor:
+    """Tensor, anything with __hurray__, numpy arrays, scipy.sparse
+    matrices and torch tensors."""
+    if isinstance(value, Tensor):
+        return value
+    if hasattr(value, "__hurray__"):
+        return from_hurray(value)
+    module = type(value).__module__
+    if module.startswith("torch"):
+        from .torch import from_torch
+        return from_torch(value)
+    if module.startswith("scipy.sparse"):
+        from ._sparse import SparseTensor
+        return SparseTensor.from_scipy(value)
+    return from_numpy(np.asarray(value))
+
+
+def _specialise(t: Tensor) -> Tensor:
+    """Sparse tensors come back as SparseTensor."""
+    if isinstance(t.descriptor.layout, Sparse):
+        from ._sparse import SparseTensor
+        t.__class__ = SparseTensor
+    return t
+
+
+def save(path: str | os.PathLike, tensors: Mapping[str, Any],
+         metadata: Optional[Mapping[str, Any]] = None) -> None:
+    """Writes every buffer of every tensor, atomically (temp file, fsync,
+    rename). Metadata values may be str, int, float, bool or bytes."""
+    items = [(str(name), as_tensor(value)) for name, value in tensors.items()]
+    _hurray.save(os.fspath(path), items, None if metadata is None else dict(metadata))
+
+
+class File:
+    """A lazy reader: nothing but the index is read until a tensor is asked
+    for. Tensors taken from it stay valid after close()."""
+
+    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False):
+        self._file = _hurray._File(os.fspath(path), mmap, verify)
+        self.path = os.fspath(path)
+
+    def keys(self) -> list:
+        return self._file.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self._file._descriptor(name)
+            return True
+        except (_hurray.NotFoundError, TypeError):
+            return False
+
+    @property
+    def metadata(self) -> dict:
+        return self._file._metadata()
+
+    def __getitem__(self, name: str) -> Tensor:
+        return _specialise(self._file._get(name))
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except _hurray.NotFoundError:
+            return default
+
+    def descriptor(self, name: str) -> Descriptor:
+        """The descriptor alone; touches no data."""
+        return Descriptor.decode(self._file._descriptor(name))
+
+    def get_slice(self, name: str, start: int, stop: int) -> Tensor:
+        """Rows [start, stop) along dimension 0 of a dense tensor, reading
+        only those bytes."""
+        return self._file._get_rows(name, start, max(stop - start, 0))
+
+    def verify(self, name: Optional[str] = None) -> None:
+        """Checks checksums (one tensor, or the whole file); ChecksumError names
+        the first mismatch."""
+        self._file.verify(name)
+
+    def close(self) -> None:
+        self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __enter__(self) -> "File":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self)} tensors"
+        return f"<hurray.File {self.path!r} ({state})>"
+
+
+def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> File:
+    return File(path, mmap=mmap, verify=verify)
+
+
+def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> dict:
+    """Every tensor, zero-copy from a shared mapping by default; placement
+    is validated before any is returned."""
+    with File(path, mmap=mmap, verify=verify) as f:
+        return {name: f[name] for name in f.keys()}

@@ -1,0 +1,248 @@
+"""Tensor: a descriptor plus N buffers, and what numpy users expect of it."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _dtypes, _hurray
+from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
+                          PerChannelAffine, PerTensorAffine, Sparse)
+
+# bitsandbytes' NF4 code book (float32), index 0..15.
+NF4_CODE = np.array([
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
+
+_MX_ELEMENT_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+                     "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
+                     "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+
+
+def _alignment_of(address: int) -> int:
+    """Largest power of two up to 64 that divides the address."""
+    align = 64
+    while align > 1 and address % align:
+        align //= 2
+    return align
+
+
+class Tensor(_hurray._Tensor):
+    """One descriptor plus N buffers, each kept alive by its own owner.
+
+    Tensor(descriptor, buffers) takes any objects with the buffer protocol,
+    without copying; the placement of the buffers is validated."""
+
+    __slots__ = ()
+
+    def __init__(self, descriptor: Descriptor | bytes, buffers: Sequence[Any]):
+        encoded = descriptor.encode() if isinstance(descriptor, Descriptor) else bytes(descriptor)
+        super().__init__(encoded, list(buffers))
+
+    # --- parts ---
+    @property
+    def descriptor(self) -> Descriptor:
+        return Descriptor.decode(self._encoded)
+
+    @property
+    def buffers(self) -> tuple:
+        """Zero-copy memoryviews, in descriptor order."""
+        return tuple(self._buffer(i) for i in range(self.buffer_count))
+
+    @property
+    def dtype(self) -> str:
+        return self.descriptor.dtype
+
+    @property
+    def shape(self) -> tuple:
+        return self.descriptor.shape
+
+    def __repr__(self):
+        return f"<hurray.Tensor {self.descriptor!r}>"
+
+    # --- numpy ---
+    def numpy(self) -> np.ndarray:
+        """A zero-copy view of a dense tensor's stored elements (the codes, if
+        quantized). Sub-byte dtypes are unpacked to one element per byte,
+        which is a copy. Raises UnsupportedError for other layouts."""
+        d = self.descriptor
+        if not isinstance(d.layout, Dense):
+            raise _hurray.UnsupportedError(
+                f"numpy() needs a dense tensor, this one is {type(d.layout).__name__.lower()}; "
+                "use to_dense()")
+        raw = np.frombuffer(self._buffer(d.layout.data_buffer), dtype=np.uint8)
+        if _dtypes.is_packed(d.dtype):
+            size = _dtypes.storage_bytes(d.dtype, d.numel)
+            return _dtypes.unpack(d.dtype, raw[d.byte_offset:d.byte_offset + size],
+                                  d.numel).reshape(d.shape)
+        dtype = _dtypes.to_numpy(d.dtype)
+        if d.strides is None:
+            flat = raw[d.byte_offset:d.byte_offset + d.numel * dtype.itemsize].view(dtype)
+            return flat.reshape(d.shape)
+        base = raw.view(np.uint8)
+        return np.lib.stride_tricks.as_strided(
+            base[d.byte_offset:].view(dtype) if d.numel else base[:0].view(dtype),
+            shape=d.shape, strides=[s * dtype.itemsize for s in d.strides], writeable=False) \
+            if all(s >= 0 for s in d.strides) else _negative_strided(base, d, dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        if dtype is not None:
+            out = out.astype(dtype, copy=False)
+        return np.array(out, copy=True) if copy else out
+
+    # --- DLPack (dense CPU tensors of numpy-exportable dtypes) ---
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None:
+            raise ValueError("stream must be None for CPU tensors")
+        array = self.numpy()
+        kwargs = {} if max_version is None else {"max_version": max_version}
+        try:
+            return array.__dlpack__(**kwargs)
+        except (BufferError, TypeError) as exc:
+            raise BufferError(f"{self.dtype} cannot travel through DLPack: {exc}") from None
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    # --- values ---
+    def dequantize(self, dtype=np.float32) -> np.ndarray:
+        """The real values of a quantized dense tensor (a new array)."""
+        d = self.descriptor
+        q = d.quantization
+        if q is None:
+            return self.to_dense().astype(dtype)
+        if isinstance(q, PerTensorAffine):
+            return ((self.to_dense().astype(np.float64) - q.zero_point) * q.scale).astype(dtype)
+        codes = self.numpy()
+        if isinstance(q, Nf4):
+            absmax = self._param(q.absmax_buffer, q.absmax_dtype, -(-d.numel // q.block_size))
+            flat = codes.reshape(-1).view(np.uint8).astype(np.int64)
+            scale = np.repeat(absmax.astype(np.float32), q.block_size)[: d.numel]
+            return (NF4_CODE[flat] * scale).reshape(d.shape).astype(dtype)
+        if isinstance(q, Mxfp):
+            blocks = _blocked_shape(d.shape, q.axis, q.block_size)
+            e8 = np.frombuffer(self._buffer(q.scale_buffer), dtype=np.uint8)[:math.prod(blocks)]
+            scale = np.where(e8 == 255, np.nan, np.ldexp(1.0, e8.astype(np.int32) - 127))
+            scale = _expand(scale.reshape(blocks), q.axis, q.block_size, d.shape)
+            values = codes.astype(np.float64)
+            if q.element == "int8":
+                values = values / 64.0
+            return (values * scale).astype(dtype)
+        if isinstance(q, (PerChannelAffine, BlockAffine)):
+            if isinstance(q, PerChannelAffine):
+                count = d.shape[q.axis]
+                scales = self._param(q.scale_buffer, q.scale_dtype, count).astype(np.float64)
+                shape = [1] * len(d.shape)
+                shape[q.axis] = count
+                scale = scales.reshape(shape)
+                zp = (self._param(q.zero_point_buffer, q.zero_point_dtype, count)
+                      .astype(np.float64).reshape(shape)
+                      if q.zero_point_buffer is not None else float(q.zero_point))
+            else:
+                blocks = _blocked_shape(d.shape, q.axis, q.block_size)
+                scales = self._param(q.scale_buffer, q.scale_dtype, math.prod(blocks))
+                scale = _expand(scales.astype(np.float64).reshape(blocks), q.axis, q.block_size,
+                                d.shape)
+                zp = (_expand(self._param(q.zero_point_buffer, q.zero_point_dtype,
+                                          math.prod(blocks)).astype(np.float64).reshape(blocks),
+                              q.axis, q.block_size, d.shape)
+                      if q.zero_point_buffer is not None else float(q.zero_point))
+            return ((codes.astype(np.float64) - zp) * scale).astype(dtype)
+        raise _hurray.UnsupportedError(f"cannot dequantize {q!r}")
+
+    def _param(self, index: int, dtype: str, count: int) -> np.ndarray:
+        raw = np.frombuffer(self._buffer(index), dtype=np.uint8)
+        if _dtypes.is_packed(dtype):
+            return _dtypes.unpack(dtype, raw, count)
+        return raw[: count * _dtypes.to_numpy(dtype).itemsize].view(_dtypes.to_numpy(dtype))
+
+    def to_dense(self) -> np.ndarray:
+        """A dense numpy array of the stored values: the tensor itself when
+        dense (codes, if quantized), expanded for sparse and paged layouts."""
+        d = self.descriptor
+        layout = d.layout
+        if isinstance(layout, Dense):
+            return self.numpy()
+        if isinstance(layout, Sparse):
+            from ._sparse import sparse_to_dense
+            return sparse_to_dense(self, d)
+        if isinstance(layout, Paged):
+            return _paged_to_dense(self, d)
+        raise _hurray.UnsupportedError(
+            "a composite tensor has no single dense form; read its members")
+
+
+def _negative_strided(base: np.ndarray, d: Descriptor, dtype: np.dtype) -> np.ndarray:
+    start = d.byte_offset
+    view = np.ndarray(shape=d.shape, dtype=dtype, buffer=base, offset=start,
+                      strides=[s * dtype.itemsize for s in d.strides])
+    return view
+
+
+def _blocked_shape(shape, axis, block):
+    out = list(shape)
+    out[axis] = -(-shape[axis] // block)
+    return tuple(out)
+
+
+def _expand(blocks: np.ndarray, axis: int, block: int, shape) -> np.ndarray:
+    return np.take(np.repeat(blocks, block, axis=axis), np.arange(shape[axis]), axis=axis)
+
+
+def _paged_to_dense(t: Tensor, d: Descriptor) -> np.ndarray:
+    p = d.layout
+    pool = np.frombuffer(t._buffer(p.pool_buffer), dtype=np.uint8)[d.byte_offset:]
+    table = np.frombuffer(t._buffer(p.table_buffer), dtype=np.dtype(p.table_dtype))
+    outer = math.prod(d.shape[:p.axis])
+    inner = d.shape[p.axis + 1:]
+    blocks = -(-d.shape[p.axis] // p.page_size)
+    table = table[: outer * blocks].reshape(outer, blocks)
+    if _dtypes.is_packed(d.dtype):
+        elems = _dtypes.unpack(d.dtype, pool, p.num_pages * p.page_size * math.prod(inner))
+    else:
+        dtype = _dtypes.to_numpy(d.dtype)
+        elems = pool[: p.num_pages * p.page_size * math.prod(inner) * dtype.itemsize].view(dtype)
+    pages = elems.reshape((p.num_pages, p.page_size) + tuple(inner))
+    gathered = pages[table.reshape(-1)].reshape((outer, blocks * p.page_size) + tuple(inner))
+    return gathered[:, : d.shape[p.axis]].reshape(d.shape)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A dense tensor over a numpy array: zero-copy when the array is
+    C-contiguous; sub-byte ml_dtypes arrays (int4, float4...) are packed,
+    which copies."""
+    array = np.asarray(array)
+    name = _dtypes.from_numpy(array.dtype)
+    if _dtypes.is_packed(name):
+        data = _dtypes.pack(name, array)
+    else:
+        data = np.ascontiguousarray(array)
+        if data.dtype.byteorder == ">":
+            raise ValueError("big-endian arrays are not supported; use .astype('<...')")
+    raw = data.reshape(-1).view(np.uint8) if data.size else np.zeros(0, np.uint8)
+    size = _dtypes.storage_bytes(name, array.size)
+    align = _alignment_of(raw.ctypes.data) if raw.size else 64
+    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, align)])
+    return Tensor(descriptor, [raw])
+
+
+def from_hurray(obj: Any) -> Tensor:
+    """Consumes obj.__hurray__(): one capsule carrying every buffer."""
+    capsule = obj.__hurray__() if hasattr(obj, "__hurray__") else obj
+    return Tensor._from_capsule(capsule)
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """A dense tensor from any DLPack producer (numpy, torch, ...), zero-copy."""
+    try:
+        import torch  # noqa: F401
+        if type(obj).__module__.startswith("torch"):
+            from .torch import from_torch
+            return from_torch(obj)
+    except ImportError:
+        pass
+    return from_numpy(np.from_dlpack(obj))
