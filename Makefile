@@ -35,12 +35,15 @@ example: build
 	$(EXAMPLE_CC) examples/per_channel_quantized.c -o build/examples/per_channel_quantized $(EXAMPLE_LD)
 	$(EXAMPLE_CC) examples/checkpoint.c -o build/examples/checkpoint $(EXAMPLE_LD)
 
-demo: example
+demo: example python
 	build/examples/per_channel_quantized
 	@echo
 	build/examples/checkpoint build/demo.hurray
 	$(STAGE)/bin/hurray ls build/demo.hurray
 	$(STAGE)/bin/hurray verify build/demo.hurray
+	@echo
+	$(VENV)/python examples/demo.py build/demo-python.hurray
+	$(STAGE)/bin/hurray ls build/demo-python.hurray
 
 # The writer's peak memory and throughput on a 2 GiB file of 64 tensors.
 bench: build

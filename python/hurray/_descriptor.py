@@ -13,10 +13,12 @@ from . import _hurray
 
 @dataclass(frozen=True)
 class Buffer:
-    """One entry of the buffer table."""
+    """One entry of the buffer table. `alignment` is what the pointer must
+    honour in memory (files always place buffers at least 64-byte aligned);
+    the default, 1, asks nothing, so any numpy array fits."""
     role: str
     byte_size: int
-    alignment: int = 64
+    alignment: int = 1
     sync_mode: str = "ready"
 
 

@@ -247,7 +247,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
           get_index(layout, "indices_buffer", &b) < 0) {
         return -1;
       }
-      if (f[1] == 's') {
+      if (strcmp(f, "bsr") == 0) {
         uint64_t block[2];
         Py_ssize_t n = 0;
         if (get_u64_list(layout, "block_shape", block, 2, &n) < 0) return -1;
@@ -259,7 +259,8 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
                                              e);
       } else {
         s = hurray_descriptor_set_layout_compressed(
-            d, f[2] == 'r' ? HURRAY_SPARSE_CSR : HURRAY_SPARSE_CSC, index_dtype, nnz, data, a, b,
+            d, strcmp(f, "csr") == 0 ? HURRAY_SPARSE_CSR : HURRAY_SPARSE_CSC, index_dtype, nnz,
+            data, a, b,
             e);
       }
     } else {
