@@ -36,12 +36,24 @@ def _specialise(t: Tensor) -> Tensor:
     return t
 
 
-def save(path: str | os.PathLike, tensors: Mapping[str, Any],
+def save(target, tensors: Mapping[str, Any],
          metadata: Optional[Mapping[str, Any]] = None) -> None:
-    """Writes every buffer of every tensor, atomically (temp file, fsync,
-    rename). Metadata values may be str, int, float, bool or bytes."""
+    """Writes every buffer of every tensor. `target` is a path (written
+    atomically: temp file, fsync, rename), an int file descriptor, or a
+    binary stream with write() (written sequentially, never seeked).
+    Metadata values may be str, int, float, bool or bytes."""
     items = [(str(name), as_tensor(value)) for name, value in tensors.items()]
-    _hurray.save(os.fspath(path), items, None if metadata is None else dict(metadata))
+    if isinstance(target, (str, bytes, os.PathLike)):
+        target = os.fspath(target)
+    elif hasattr(target, "fileno") and hasattr(target, "flush"):
+        try:
+            fd = target.fileno()
+        except (OSError, ValueError):  # e.g. io.BytesIO
+            fd = None
+        if fd is not None:
+            target.flush()  # Python's buffer first, then ours, in order
+            target = fd
+    _hurray.save(target, items, None if metadata is None else dict(metadata))
 
 
 class File:
@@ -89,6 +101,14 @@ class File:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
         only those bytes."""
         return self._file._get_rows(name, start, max(stop - start, 0))
+
+    def read_buffer(self, name: str, index: int, out=None):
+        """Buffer `index` of `name` read with pread into `out` (any writable
+        buffer at least that large), or into a new bytearray."""
+        if out is None:
+            out = bytearray(self.descriptor(name).buffers[index].byte_size)
+        self._file._read_buffer(name, index, out)
+        return out
 
     def verify(self, name: Optional[str] = None) -> None:
         """Checks checksums (one tensor, or the whole file); ChecksumError names

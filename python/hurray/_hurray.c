@@ -1147,6 +1147,29 @@ static PyObject *file_descriptor(PyObject *op, PyObject *args) {
   return out;
 }
 
+/* read_buffer(name, index, out): pread into a caller's writable buffer. */
+static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
+  FileObject *self = (FileObject *)op;
+  const char *name;
+  unsigned int index;
+  Py_buffer out;
+  if (!PyArg_ParseTuple(args, "sIw*:read_buffer", &name, &index, &out)) return NULL;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) {
+    PyBuffer_Release(&out);
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_read_buffer(self->reader, name, index, out.buf, (uint64_t)out.len, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
 static PyObject *file_verify(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name = NULL;
@@ -1194,25 +1217,58 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
   return HURRAY_ERR_INVALID_ARGUMENT;
 }
 
-/* save(path, [(name, tensor), ...], metadata_dict_or_None) */
+/* A Python object with write(): the writer's sink, called with the GIL
+ * held (the writer runs without releasing it in this mode). */
+static HurrayStatus write_to_pyobject(void *ctx, const void *data, size_t len) {
+  PyObject *chunk = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len, PyBUF_READ);
+  if (chunk == NULL) return HURRAY_ERR_NO_MEMORY;
+  PyObject *result = PyObject_CallMethod((PyObject *)ctx, "write", "O", chunk);
+  Py_DECREF(chunk);
+  if (result == NULL) return HURRAY_ERR_IO;
+  Py_DECREF(result);
+  return HURRAY_OK;
+}
+
+/* save(target, [(name, tensor), ...], metadata_dict_or_None): target is a
+ * path (atomic), an int file descriptor, or an object with write(). */
 static PyObject *mod_save(PyObject *module, PyObject *args) {
   ModuleState *st = PyModule_GetState(module);
-  PyObject *path, *items, *metadata;
-  if (!PyArg_ParseTuple(args, "O&OO:save", PyUnicode_FSConverter, &path, &items, &metadata)) {
+  PyObject *target, *items, *metadata, *path = NULL;
+  if (!PyArg_ParseTuple(args, "OOO:save", &target, &items, &metadata)) return NULL;
+  bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
+  bool to_fd = !to_path && PyLong_Check(target);
+  if (to_path && !PyUnicode_FSConverter(target, &path)) return NULL;
+  if (!to_path && !to_fd && !PyObject_HasAttrString(target, "write")) {
+    PyErr_SetString(PyExc_TypeError, "save() needs a path, a file descriptor or a writable stream");
     return NULL;
   }
   PyObject *seq = PySequence_Fast(items, "tensors must be a sequence of (name, Tensor)");
   if (seq == NULL) {
-    Py_DECREF(path);
+    Py_XDECREF(path);
     return NULL;
   }
   HurrayError e = {0};
   HurrayWriter *w = NULL;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_writer_open(PyBytes_AS_STRING(path), &w, &e);
-  Py_END_ALLOW_THREADS
-  for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
+  /* A Python stream's write() needs the GIL, so only the other sinks drop it. */
+  bool release_gil = to_path || to_fd;
+  if (to_path) {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_writer_open(PyBytes_AS_STRING(path), &w, &e);
+    Py_END_ALLOW_THREADS
+  } else if (to_fd) {
+    long fd = PyLong_AsLong(target);
+    s = (fd == -1 && PyErr_Occurred()) || fd < 0 || fd > INT_MAX
+            ? HURRAY_ERR_INVALID_ARGUMENT
+            : hurray_writer_open_fd((int)fd, &w, &e);
+    if (s != HURRAY_OK && !PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "not a valid file descriptor");
+    }
+  } else {
+    s = hurray_writer_open_callback(write_to_pyobject, target, &w, &e);
+  }
+  for (Py_ssize_t i = 0; s == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq);
+       i++) {
     PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
     PyObject *name_obj, *tensor;
     if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "UO", &name_obj, &tensor)) {
@@ -1226,9 +1282,13 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     const char *name = PyUnicode_AsUTF8(name_obj);
     TensorObject *t = (TensorObject *)tensor;
     if (name == NULL || tensor_ready(t) < 0) break;
-    Py_BEGIN_ALLOW_THREADS /* the tensor is held by `seq`, so its memory stays */
-    s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, &e);
-    Py_END_ALLOW_THREADS
+    if (release_gil) {
+      Py_BEGIN_ALLOW_THREADS /* `seq` holds the tensor, so its memory stays */
+      s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, &e);
+      Py_END_ALLOW_THREADS
+    } else {
+      s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, &e);
+    }
   }
   if (s == HURRAY_OK && !PyErr_Occurred() && metadata != Py_None) {
     PyObject *key, *value;
@@ -1247,15 +1307,20 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
   }
   Py_DECREF(seq);
-  Py_DECREF(path);
+  Py_XDECREF(path);
   if (PyErr_Occurred() || s != HURRAY_OK) {
     hurray_writer_abort(w);
     if (!PyErr_Occurred()) raise_status(st, s, &e);
     return NULL;
   }
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_writer_finish(w, &e);
-  Py_END_ALLOW_THREADS
+  if (release_gil) {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_writer_finish(w, &e);
+    Py_END_ALLOW_THREADS
+  } else {
+    s = hurray_writer_finish(w, &e);
+  }
+  if (PyErr_Occurred()) return NULL; /* the stream's own exception */
   if (s != HURRAY_OK) return raise_status(st, s, &e);
   Py_RETURN_NONE;
 }
@@ -1328,6 +1393,7 @@ static PyMethodDef file_methods[] = {
     {"_get_rows", file_get_rows, METH_VARARGS, "read rows along dimension 0"},
     {"_descriptor", file_descriptor, METH_VARARGS, "encoded descriptor of one tensor"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
+    {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
     {NULL},
 };
@@ -1351,7 +1417,7 @@ static PyMethodDef module_methods[] = {
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},
-    {"save", mod_save, METH_VARARGS, "save(path, [(name, Tensor)], metadata)"},
+    {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
     {NULL},
 };
