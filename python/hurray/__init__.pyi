@@ -1,1 +1,461 @@
+"""Type stubs for the public API of the ``hurray`` package.
 
+Everything here mirrors ``hurray/__init__.py`` and the modules it re-exports
+(``_descriptor``, ``_tensor``, ``_sparse``, ``_files``, ``_dtypes`` and the C
+extension ``_hurray``). Names that start with an underscore are helpers of the
+stubs only and do not exist at run time, except ``Tensor._from_capsule``.
+"""
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol, TypeVar, overload, type_check_only
+
+import numpy as np
+import numpy.typing as npt
+import torch as _torch
+from typing_extensions import Buffer as _BufferProtocol
+from typing_extensions import NotRequired, Self, TypeAlias, TypedDict
+
+if sys.version_info >= (3, 13):
+    from types import CapsuleType as _Capsule
+else:
+    # types.CapsuleType exists from Python 3.13. Before that the checker-only
+    # stand-in of typing_extensions is used: it is what numpy's stubs return
+    # from __dlpack__, so np.from_dlpack(tensor) still type-checks.
+    from typing_extensions import CapsuleType as _Capsule
+
+__all__ = [
+    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DTYPES", "Dense",
+    "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
+    "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
+    "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
+    "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
+    "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
+    "from_numpy", "load", "open", "save",
+]
+
+_T = TypeVar("_T")
+_StrPath: TypeAlias = str | os.PathLike[str]
+# Anything Tensor() can take as a buffer without copying: the buffer protocol.
+# numpy declares __buffer__ in its stubs only from Python 3.12, hence ndarray.
+_BufferLike: TypeAlias = _BufferProtocol | np.ndarray[Any, Any]
+# What File.read_buffer(out=...) fills and returns.
+_WritableBufferT = TypeVar("_WritableBufferT", bound=_BufferLike)
+# File metadata as read back: bytes also stands for entry types this version
+# of the library does not know.
+_MetadataValue: TypeAlias = str | int | float | bool | bytes
+# File metadata as accepted by save(): bytes may be any buffer-protocol object.
+_MetadataInput: TypeAlias = str | int | float | bool | _BufferProtocol
+_SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
+
+# ---------------------------------------------------------------- constants
+
+C_ABI_VERSION: Final[int]
+"""HURRAY_C_ABI_VERSION of the libhurray this package was built against (3)."""
+DTYPES: Final[tuple[str, ...]]
+"""Every hurray dtype name, e.g. "float32", "bfloat16", "float8_e4m3fn", "int4"."""
+__version__: Final[str]
+"""The libhurray library version string."""
+
+# ---------------------------------------------------------------- exceptions
+
+class HurrayError(Exception):
+    """Base of every hurray error.
+
+    Errors raised for a libhurray status carry the numeric code in ``status``
+    and its stable identifier (e.g. ``"HURRAY_ERR_QUANT_AXIS"``) in
+    ``status_name``."""
+
+    status: int
+    status_name: str
+
+class InvalidArgumentError(HurrayError, ValueError):
+    """HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE."""
+
+class HurrayMemoryError(HurrayError, MemoryError):
+    """HURRAY_ERR_NO_MEMORY."""
+
+class UnsupportedError(HurrayError):
+    """HURRAY_ERR_UNSUPPORTED, HURRAY_ERR_ABI_VERSION."""
+
+class FormatError(HurrayError):
+    """HURRAY_ERR_TRUNCATED, _MALFORMED, _BAD_MAGIC, _RANGE, _OVERLAP."""
+
+class ChecksumError(HurrayError):
+    """HURRAY_ERR_CHECKSUM."""
+
+class LimitError(HurrayError):
+    """HURRAY_ERR_LIMIT, HURRAY_ERR_OVERFLOW."""
+
+class ValidationError(HurrayError):
+    """Descriptor validation codes 20-52."""
+
+class PlacementError(HurrayError):
+    """Buffer placement codes 60-66."""
+
+class NotFoundError(HurrayError, KeyError):
+    """HURRAY_ERR_NOT_FOUND."""
+
+class DuplicateNameError(HurrayError):
+    """HURRAY_ERR_DUPLICATE_NAME."""
+
+class HurrayIOError(HurrayError, OSError):
+    """HURRAY_ERR_IO."""
+
+# ------------------------------------------------------- descriptor parts
+
+@dataclass(frozen=True)
+class Buffer:
+    """One entry of the buffer table.
+
+    role: "data", "scales", "zero_points", "values", "indices", "indptr",
+    "page_pool" or "page_table"; sync_mode: "ready", "stream" or "event"."""
+
+    role: str
+    byte_size: int
+    alignment: int = 64
+    sync_mode: str = "ready"
+
+@dataclass(frozen=True)
+class Device:
+    """DLPack device type (1 = CPU, 2 = CUDA, ...), device id, and memory
+    class: "host", "host_pinned", "device" or "managed"."""
+
+    type: int = 1
+    id: int = 0
+    memory_class: str = "host"
+
+@dataclass(frozen=True)
+class Dense:
+    data_buffer: int = 0
+
+@dataclass(frozen=True)
+class Sparse:
+    """format "coo" uses index_buffers (one per dimension) and canonical;
+    "csr", "csc" and "bsr" use indptr_buffer and indices_buffer; "bsr" also
+    block_shape. index_dtype is "int32" or "int64"."""
+
+    format: str
+    index_dtype: str
+    nnz: int
+    values_buffer: int = 0
+    indptr_buffer: int | None = None
+    indices_buffer: int | None = None
+    index_buffers: tuple[int, ...] | None = None
+    block_shape: tuple[int, int] | None = None
+    canonical: bool = False
+
+@dataclass(frozen=True)
+class Paged:
+    axis: int
+    page_size: int
+    num_pages: int
+    table_dtype: str = "int32"
+    pool_buffer: int = 0
+    table_buffer: int = 1
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    descriptor: Descriptor
+
+@dataclass(frozen=True)
+class Composite:
+    members: tuple[Member, ...] = ()
+
+@dataclass(frozen=True)
+class PerTensorAffine:
+    scale: float
+    zero_point: int = 0
+
+@dataclass(frozen=True)
+class PerChannelAffine:
+    axis: int
+    scale_buffer: int
+    scale_dtype: str = "float32"
+    zero_point_buffer: int | None = None
+    zero_point_dtype: str | None = None
+    zero_point: int = 0
+
+@dataclass(frozen=True)
+class BlockAffine:
+    axis: int
+    block_size: int
+    scale_buffer: int
+    scale_dtype: str = "float16"
+    zero_point_buffer: int | None = None
+    zero_point_dtype: str | None = None
+    zero_point: int = 0
+
+@dataclass(frozen=True)
+class Nf4:
+    block_size: int
+    absmax_buffer: int
+    absmax_dtype: str = "float32"
+
+@dataclass(frozen=True)
+class Mxfp:
+    """OCP MX: element is "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3",
+    "fp4_e2m1" or "int8"."""
+
+    element: str
+    axis: int
+    scale_buffer: int
+    block_size: int = 32
+
+@dataclass(frozen=True)
+class Statistics:
+    min: float | None = None
+    max: float | None = None
+    nan_count: int | None = None
+    zero_count: int | None = None
+
+@dataclass(frozen=True)
+class Shard:
+    global_shape: tuple[int, ...]
+    offsets: tuple[int, ...]
+
+@dataclass(frozen=True)
+class Extension:
+    name: str
+    metadata: bytes = b""
+
+_Layout: TypeAlias = Dense | Sparse | Paged | Composite
+_Quantization: TypeAlias = PerTensorAffine | PerChannelAffine | BlockAffine | Nf4 | Mxfp
+
+# ---------------------------------------------------------------- Descriptor
+
+class Descriptor:
+    """What a tensor's bytes mean. Immutable: use replace().
+
+    Construction encodes through libhurray, so an impossible field raises at
+    once (ValueError, KeyError, TypeError or a HurrayError); consistency is
+    checked by validate(), or when a Tensor is built."""
+
+    def __init__(
+        self,
+        dtype: str,
+        shape: Sequence[int],
+        *,
+        strides: Sequence[int] | None = None,
+        byte_offset: int = 0,
+        layout: _Layout = ...,
+        quantization: _Quantization | None = None,
+        buffers: Sequence[Buffer] = (),
+        device: Device = ...,
+        statistics: Statistics | None = None,
+        shard: Shard | None = None,
+        extension: Extension | None = None,
+    ) -> None: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...] | None: ...
+    @property
+    def byte_offset(self) -> int: ...
+    @property
+    def layout(self) -> _Layout: ...
+    @property
+    def quantization(self) -> _Quantization | None: ...
+    @property
+    def buffers(self) -> tuple[Buffer, ...]: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def statistics(self) -> Statistics | None: ...
+    @property
+    def shard(self) -> Shard | None: ...
+    @property
+    def extension(self) -> Extension | None: ...
+    @property
+    def numel(self) -> int: ...
+    def replace(
+        self,
+        *,
+        dtype: str = ...,
+        shape: Sequence[int] = ...,
+        strides: Sequence[int] | None = ...,
+        byte_offset: int = ...,
+        layout: _Layout = ...,
+        quantization: _Quantization | None = ...,
+        buffers: Sequence[Buffer] = ...,
+        device: Device = ...,
+        statistics: Statistics | None = ...,
+        shard: Shard | None = ...,
+        extension: Extension | None = ...,
+    ) -> Descriptor: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form, with the field names of the JSON rendering."""
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self: ...
+    def encode(self) -> bytes:
+        """The canonical binary encoding (docs/spec/descriptor-encoding.md)."""
+    @classmethod
+    def decode(cls, data: _BufferProtocol) -> Self: ...
+    def to_json(self) -> str: ...
+    def validate(self) -> None:
+        """Raises ValidationError (or another HurrayError) naming the field."""
+    def required_bytes(self) -> list[int]:
+        """Bytes each buffer must hold for what the descriptor places there."""
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# -------------------------------------------------------------------- Tensor
+
+@type_check_only
+class _SupportsHurray(Protocol):
+    def __hurray__(self) -> _Capsule: ...
+
+class Tensor:
+    """One descriptor plus N buffers, each kept alive by its own owner.
+
+    At run time a subclass of the C type ``hurray._hurray._Tensor``."""
+
+    def __init__(self, descriptor: Descriptor | bytes, buffers: Iterable[_BufferLike]) -> None: ...
+    @property
+    def descriptor(self) -> Descriptor: ...
+    @property
+    def buffers(self) -> tuple[memoryview, ...]:
+        """Zero-copy memoryviews, in descriptor order."""
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def buffer_count(self) -> int: ...
+    def numpy(self) -> npt.NDArray[Any]:
+        """Zero-copy view of a dense tensor's stored elements; UnsupportedError
+        for other layouts. Sub-byte dtypes are unpacked (a copy)."""
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> _Capsule: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def dequantize(self, dtype: npt.DTypeLike = ...) -> npt.NDArray[Any]:
+        """The real values as a new array (float32 by default)."""
+    def to_dense(self) -> npt.NDArray[Any]: ...
+    def __hurray__(self, stream: None = None) -> _Capsule:
+        """One capsule named "hurray_buffer" carrying every buffer
+        (docs/impl/python-bindings.md). stream must be None."""
+    @classmethod
+    def _from_capsule(cls, capsule: _Capsule) -> Self:
+        """Consumes a "hurray_buffer" capsule and renames it "used_hurray_buffer"."""
+
+@type_check_only
+class _SparseParts(TypedDict):
+    format: _SparseFormat
+    shape: tuple[int, ...]
+    values: npt.NDArray[Any]
+    coords: NotRequired[list[npt.NDArray[Any]]]
+    indptr: NotRequired[npt.NDArray[Any]]
+    indices: NotRequired[npt.NDArray[Any]]
+
+class SparseTensor(Tensor):
+    """A sparse tensor: values and index buffers in descriptor order."""
+
+    @classmethod
+    def from_arrays(
+        cls,
+        format: _SparseFormat,
+        shape: Sequence[int],
+        values: npt.ArrayLike,
+        *,
+        indices: npt.ArrayLike | None = None,
+        indptr: npt.ArrayLike | None = None,
+        coords: Sequence[npt.ArrayLike] | None = None,
+        block_shape: Sequence[int] | None = None,
+        canonical: bool = False,
+    ) -> Self: ...
+    def parts(self) -> _SparseParts:
+        """The stored arrays, zero-copy: values plus coords or indptr/indices."""
+    @classmethod
+    def from_scipy(cls, matrix: Any) -> Self:
+        """From any scipy.sparse matrix or array (formats other than COO, CSR,
+        CSC and BSR go through tocsr())."""
+    def to_scipy(self) -> Any:
+        """A scipy.sparse coo/csr/csc/bsr matrix over the stored arrays."""
+    @classmethod
+    def from_torch(cls, tensor: _torch.Tensor) -> Tensor:
+        """Same as hurray.torch.from_torch."""
+    def to_torch(self) -> _torch.Tensor: ...
+
+# ---------------------------------------------------------------------- files
+
+@type_check_only
+class _Writable(Protocol):
+    def write(self, data: memoryview, /) -> object: ...
+
+class File:
+    """A lazy reader: only the index is read until a tensor is asked for.
+    Tensors taken from it stay valid after close()."""
+
+    path: str
+    def __init__(self, path: _StrPath, *, mmap: bool = True, verify: bool = False) -> None: ...
+    def keys(self) -> list[str]: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, name: object) -> bool: ...
+    @property
+    def metadata(self) -> dict[str, _MetadataValue]: ...
+    def __getitem__(self, name: str) -> Tensor:
+        """Sparse tensors come back as SparseTensor; NotFoundError if absent."""
+    @overload
+    def get(self, name: str) -> Tensor | None: ...
+    @overload
+    def get(self, name: str, default: _T) -> Tensor | _T: ...
+    def descriptor(self, name: str) -> Descriptor:
+        """The descriptor alone; touches no data."""
+    def get_slice(self, name: str, start: int, stop: int) -> Tensor:
+        """Rows [start, stop) along dimension 0 of a dense tensor, reading
+        only those bytes."""
+    @overload
+    def read_buffer(self, name: str, index: int, out: None = None) -> bytearray: ...
+    @overload
+    def read_buffer(self, name: str, index: int, out: _WritableBufferT) -> _WritableBufferT:
+        """Buffer `index` of `name` read with pread into `out` (any writable
+        buffer at least that large), or into a new bytearray."""
+    def verify(self, name: str | None = None) -> None:
+        """Checks checksums of one tensor or the whole file (ChecksumError)."""
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def open(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> File: ...
+def load(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> dict[str, Tensor]:
+    """Every tensor, zero-copy from a shared mapping by default."""
+
+def save(
+    target: _StrPath | bytes | os.PathLike[bytes] | int | _Writable,
+    tensors: Mapping[str, object],
+    metadata: Mapping[str, _MetadataInput] | None = None,
+) -> None:
+    """Writes every buffer of every tensor. target is a path (written
+    atomically: temp file, fsync, rename), an int file descriptor, or a
+    binary stream with write() (written sequentially, never seeked). Values
+    go through as_tensor(); metadata values are str, int, float, bool or
+    bytes."""
+
+# --------------------------------------------------------------- conversions
+
+def as_tensor(value: object) -> Tensor:
+    """Tensor, anything with __hurray__, torch tensors, scipy.sparse
+    matrices, and whatever numpy.asarray accepts."""
+
+def from_numpy(array: npt.ArrayLike) -> Tensor:
+    """A dense tensor over the array: zero-copy when it is C-contiguous."""
+
+def from_hurray(obj: _SupportsHurray | _Capsule) -> Tensor:
+    """Consumes obj.__hurray__() (or a capsule passed directly)."""
+
+def from_dlpack(obj: object) -> Tensor:
+    """A dense tensor from any DLPack producer (numpy, torch, ...)."""

@@ -7,8 +7,8 @@ from typing import Any, Iterator, Mapping, Optional
 import numpy as np
 
 from . import _hurray
-from ._descriptor import Descriptor, Sparse
-from ._tensor import Tensor, from_hurray, from_numpy
+from ._descriptor import Descriptor
+from ._tensor import Tensor, from_hurray, from_numpy, specialise
 
 
 def as_tensor(value: Any) -> Tensor:
@@ -26,14 +26,6 @@ def as_tensor(value: Any) -> Tensor:
         from ._sparse import SparseTensor
         return SparseTensor.from_scipy(value)
     return from_numpy(np.asarray(value))
-
-
-def _specialise(t: Tensor) -> Tensor:
-    """Sparse tensors come back as SparseTensor."""
-    if isinstance(t.descriptor.layout, Sparse):
-        from ._sparse import SparseTensor
-        t.__class__ = SparseTensor
-    return t
 
 
 def save(target, tensors: Mapping[str, Any],
@@ -85,7 +77,7 @@ class File:
         return self._file._metadata()
 
     def __getitem__(self, name: str) -> Tensor:
-        return _specialise(self._file._get(name))
+        return specialise(self._file._get(name))
 
     def get(self, name: str, default=None):
         try:

@@ -353,6 +353,11 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
                                                                       scale_buffer, scale_dtype, e)
                     : hurray_descriptor_set_quant_block_affine(d, (uint32_t)axis, block,
                                                                scale_buffer, scale_dtype, e);
+    if (zp_buffer != HURRAY_NO_BUFFER && zero_point != 0) {
+      PyErr_SetString(PyExc_ValueError,
+                      "give either zero_point_buffer or an inline zero_point, not both");
+      return -1;
+    }
     if (s == HURRAY_OK && zp_buffer != HURRAY_NO_BUFFER) {
       s = hurray_descriptor_set_quant_zero_point_buffer(d, zp_buffer, zp_dtype, e);
     } else if (s == HURRAY_OK && zero_point != 0) {
@@ -369,6 +374,13 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     int el = element == NULL ? -1 : enum_value(element, mx_name, 1, HURRAY_MX_INT8, "MX element");
     if (el < 0 || get_index(q, "scale_buffer", &scale_buffer) < 0) {
       if (!PyErr_Occurred()) need(element, "element");
+      return -1;
+    }
+    if (item(q, "block_size") != NULL && block != HURRAY_MX_BLOCK_SIZE) {
+      snprintf(e->message, sizeof e->message,
+               "quantization.block_size: MX blocks are %u elements, not %llu",
+               HURRAY_MX_BLOCK_SIZE, (unsigned long long)block);
+      raise_status(st, HURRAY_ERR_QUANT_BLOCK_SIZE, e);
       return -1;
     }
     s = hurray_descriptor_set_quant_mx(d, (HurrayMxElement)el, (uint32_t)axis, scale_buffer, e);
@@ -797,6 +809,9 @@ static void view_dealloc(PyObject *op) {
 /* ------------------------------------------------------ capsule protocol */
 
 static void capsule_destructor(PyObject *capsule) {
+  /* May run while an exception propagates: keep it intact. */
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
   /* Only a capsule nobody consumed still owns its list. */
   CapsuleContext *ctx = PyCapsule_GetContext(capsule);
   if (PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
@@ -804,6 +819,7 @@ static void capsule_destructor(PyObject *capsule) {
   }
   PyErr_Clear();
   PyMem_RawFree(ctx);
+  PyErr_Restore(type, value, traceback);
 }
 
 /* __hurray__(stream=None): a capsule whose list holds a fresh handle per
@@ -843,7 +859,16 @@ static PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kw
     HurrayBuffer *b = NULL;
     s = hurray_buffer_create(hurray_buffer_data(src), hurray_buffer_size(src), release_pyobject,
                              Py_NewRef(op), &b, &e);
+    /* The export carries each buffer's properties, not just its bytes. */
     if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, hurray_buffer_alignment(src), &e);
+    if (s == HURRAY_OK) {
+      s = hurray_buffer_set_sync(b, hurray_buffer_sync_mode(src), hurray_buffer_sync_handle(src),
+                                 &e);
+    }
+    if (s == HURRAY_OK) {
+      s = hurray_buffer_set_device(b, hurray_buffer_device_type(src), hurray_buffer_device_id(src),
+                                   hurray_buffer_memory_class(src), &e);
+    }
     if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
     else hurray_buffer_destroy(b);
   }
@@ -876,9 +901,9 @@ static PyObject *consume_capsule(ModuleState *st, PyTypeObject *type, PyObject *
   }
   const char *name = PyCapsule_GetName(capsule);
   if (name != NULL && strcmp(name, USED_CAPSULE_NAME) == 0) {
-    PyErr_SetString(st->errors[HURRAY_ERR_STATE],
-                    "HURRAY_ERR_STATE: this capsule was already consumed");
-    return NULL;
+    HurrayError e = {0};
+    snprintf(e.message, sizeof e.message, "this capsule was already consumed");
+    return raise_status(st, HURRAY_ERR_STATE, &e);
   }
   if (name == NULL || strcmp(name, CAPSULE_NAME) != 0) {
     PyErr_Format(PyExc_TypeError, "expected a capsule named \"%s\", got \"%s\"", CAPSULE_NAME,
@@ -887,10 +912,10 @@ static PyObject *consume_capsule(ModuleState *st, PyTypeObject *type, PyObject *
   }
   const CapsuleContext *ctx = PyCapsule_GetContext(capsule);
   if (ctx == NULL) {
-    if (!PyErr_Occurred())
-      PyErr_SetString(st->errors[HURRAY_ERR_MALFORMED],
-                      "HURRAY_ERR_MALFORMED: capsule has no context");
-    return NULL;
+    HurrayError e = {0};
+    snprintf(e.message, sizeof e.message, "capsule has no context (no ABI version, no descriptor)");
+    PyErr_Clear();
+    return raise_status(st, HURRAY_ERR_MALFORMED, &e);
   }
   if (ctx->abi_version != HURRAY_C_ABI_VERSION) {
     HurrayError e = {0};
@@ -944,6 +969,7 @@ typedef struct FileObject {
   HurrayReader *reader;
   PyThread_type_lock lock; /* serialises use of the reader against close */
   PyObject *path;
+  bool pread;
 } FileObject;
 
 static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -978,6 +1004,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   }
   hurray_reader_close(self->reader);
   self->reader = reader;
+  self->pread = !use_mmap;
   Py_XSETREF(self->path, path);
   return 0;
 }
@@ -1121,7 +1148,8 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
     hurray_descriptor_destroy(d);
     return NULL;
   }
-  if (tensor_adopt(t, d, list, false) < 0) {
+  /* pread copies are private memory; mappings are read-only. */
+  if (tensor_adopt(t, d, list, self->pread) < 0) {
     Py_DECREF(t);
     return NULL;
   }

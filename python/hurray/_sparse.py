@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import Buffer, Descriptor, Sparse
-from ._tensor import Tensor, _alignment_of
+from ._tensor import Tensor, _alignment_of, unsupported
 
 
 def _index_dtype(arrays) -> str:
@@ -20,7 +20,7 @@ def _contiguous(a, dtype=None) -> np.ndarray:
 
 def _buffer(role: str, array: np.ndarray) -> tuple:
     raw = array.reshape(-1).view(np.uint8) if array.size else np.zeros(0, np.uint8)
-    align = _alignment_of(raw.ctypes.data) if raw.size else 64
+    align = _alignment_of(raw.ctypes.data)
     return Buffer(role, raw.size, align), raw
 
 
@@ -60,8 +60,8 @@ class SparseTensor(Tensor):
         return cls(descriptor, [raw for _, raw in parts])
 
     # --- views of the parts ---
-    def _array(self, index: int, dtype: str, count: int) -> np.ndarray:
-        raw = np.frombuffer(self._buffer(index), dtype=np.uint8)
+    def _array(self, index: int, dtype: str, count: int, offset: int = 0) -> np.ndarray:
+        raw = np.frombuffer(self._buffer(index), dtype=np.uint8)[offset:]
         if _dtypes.is_packed(dtype):
             return _dtypes.unpack(dtype, raw, count)
         return raw[: count * _dtypes.to_numpy(dtype).itemsize].view(_dtypes.to_numpy(dtype))
@@ -71,7 +71,7 @@ class SparseTensor(Tensor):
         d = self.descriptor
         s = d.layout
         block = math.prod(s.block_shape) if s.format == "bsr" else 1
-        values = self._array(s.values_buffer, d.dtype, s.nnz * block)
+        values = self._array(s.values_buffer, d.dtype, s.nnz * block, d.byte_offset)
         if s.format == "bsr":
             values = values.reshape((s.nnz,) + tuple(s.block_shape))
         out = {"format": s.format, "shape": d.shape, "values": values}
@@ -106,7 +106,7 @@ class SparseTensor(Tensor):
         p = self.parts()
         if p["format"] == "coo":
             if len(p["coords"]) != 2:
-                raise _hurray.UnsupportedError("scipy.sparse holds 2-D COO only")
+                raise unsupported("scipy.sparse holds 2-D COO only")
             return sp.coo_matrix((p["values"], tuple(p["coords"])), shape=p["shape"])
         ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
         return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])
@@ -122,10 +122,11 @@ class SparseTensor(Tensor):
         return to_torch(self)
 
 
-def sparse_to_dense(t: Tensor, d: Descriptor) -> np.ndarray:
-    sparse = t if isinstance(t, SparseTensor) else t
-    p = SparseTensor.parts(sparse)
-    values = p["values"]
+def sparse_to_dense(t: "SparseTensor", d: Descriptor, values=None) -> np.ndarray:
+    """The dense array of a sparse tensor; `values` replaces the stored
+    values (e.g. dequantized ones)."""
+    p = t.parts()
+    values = p["values"] if values is None else values
     out = np.zeros(d.shape, dtype=values.dtype)
     if p["format"] == "coo":
         np.add.at(out, tuple(c.astype(np.intp) for c in p["coords"]), values)

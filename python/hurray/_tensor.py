@@ -22,6 +22,13 @@ _MX_ELEMENT_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
                      "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
 
 
+def unsupported(message: str) -> "_hurray.UnsupportedError":
+    """An UnsupportedError carrying the C status, like those raised in C."""
+    exc = _hurray.UnsupportedError(f"HURRAY_ERR_UNSUPPORTED: {message}")
+    exc.status, exc.status_name = 3, "HURRAY_ERR_UNSUPPORTED"
+    return exc
+
+
 def _alignment_of(address: int) -> int:
     """Largest power of two up to 64 that divides the address."""
     align = 64
@@ -70,7 +77,7 @@ class Tensor(_hurray._Tensor):
         which is a copy. Raises UnsupportedError for other layouts."""
         d = self.descriptor
         if not isinstance(d.layout, Dense):
-            raise _hurray.UnsupportedError(
+            raise unsupported(
                 f"numpy() needs a dense tensor, this one is {type(d.layout).__name__.lower()}; "
                 "use to_dense()")
         raw = np.frombuffer(self._buffer(d.layout.data_buffer), dtype=np.uint8)
@@ -82,11 +89,10 @@ class Tensor(_hurray._Tensor):
         if d.strides is None:
             flat = raw[d.byte_offset:d.byte_offset + d.numel * dtype.itemsize].view(dtype)
             return flat.reshape(d.shape)
-        base = raw.view(np.uint8)
-        return np.lib.stride_tricks.as_strided(
-            base[d.byte_offset:].view(dtype) if d.numel else base[:0].view(dtype),
-            shape=d.shape, strides=[s * dtype.itemsize for s in d.strides], writeable=False) \
-            if all(s >= 0 for s in d.strides) else _negative_strided(base, d, dtype)
+        # Strides in elements, possibly negative: validation proved every
+        # element lies inside the buffer, so numpy may index it directly.
+        return np.ndarray(shape=d.shape, dtype=dtype, buffer=raw, offset=d.byte_offset,
+                          strides=[s * dtype.itemsize for s in d.strides])
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -116,6 +122,12 @@ class Tensor(_hurray._Tensor):
         if q is None:
             return self.to_dense().astype(dtype)
         if isinstance(q, PerTensorAffine):
+            if isinstance(d.layout, Sparse):
+                # Only stored elements carry codes; the others are zeros.
+                from ._sparse import sparse_to_dense
+                t = specialise(self)
+                values = (t.parts()["values"].astype(np.float64) - q.zero_point) * q.scale
+                return sparse_to_dense(t, d, values.astype(dtype))
             return ((self.to_dense().astype(np.float64) - q.zero_point) * q.scale).astype(dtype)
         codes = self.numpy()
         if isinstance(q, Nf4):
@@ -152,7 +164,7 @@ class Tensor(_hurray._Tensor):
                               q.axis, q.block_size, d.shape)
                       if q.zero_point_buffer is not None else float(q.zero_point))
             return ((codes.astype(np.float64) - zp) * scale).astype(dtype)
-        raise _hurray.UnsupportedError(f"cannot dequantize {q!r}")
+        raise unsupported(f"cannot dequantize {q!r}")
 
     def _param(self, index: int, dtype: str, count: int) -> np.ndarray:
         raw = np.frombuffer(self._buffer(index), dtype=np.uint8)
@@ -169,18 +181,10 @@ class Tensor(_hurray._Tensor):
             return self.numpy()
         if isinstance(layout, Sparse):
             from ._sparse import sparse_to_dense
-            return sparse_to_dense(self, d)
+            return sparse_to_dense(specialise(self), d)
         if isinstance(layout, Paged):
             return _paged_to_dense(self, d)
-        raise _hurray.UnsupportedError(
-            "a composite tensor has no single dense form; read its members")
-
-
-def _negative_strided(base: np.ndarray, d: Descriptor, dtype: np.dtype) -> np.ndarray:
-    start = d.byte_offset
-    view = np.ndarray(shape=d.shape, dtype=dtype, buffer=base, offset=start,
-                      strides=[s * dtype.itemsize for s in d.strides])
-    return view
+        raise unsupported("a composite tensor has no single dense form; read its members")
 
 
 def _blocked_shape(shape, axis, block):
@@ -225,7 +229,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
             raise ValueError("big-endian arrays are not supported; use .astype('<...')")
     raw = data.reshape(-1).view(np.uint8) if data.size else np.zeros(0, np.uint8)
     size = _dtypes.storage_bytes(name, array.size)
-    align = _alignment_of(raw.ctypes.data) if raw.size else 64
+    align = _alignment_of(raw.ctypes.data)
     descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, align)])
     return Tensor(descriptor, [raw])
 
@@ -233,7 +237,15 @@ def from_numpy(array: np.ndarray) -> Tensor:
 def from_hurray(obj: Any) -> Tensor:
     """Consumes obj.__hurray__(): one capsule carrying every buffer."""
     capsule = obj.__hurray__() if hasattr(obj, "__hurray__") else obj
-    return Tensor._from_capsule(capsule)
+    return specialise(Tensor._from_capsule(capsule))
+
+
+def specialise(t: Tensor) -> Tensor:
+    """Sparse tensors are handed out as SparseTensor, whatever made them."""
+    if isinstance(t.descriptor.layout, Sparse) and type(t) is Tensor:
+        from ._sparse import SparseTensor
+        t.__class__ = SparseTensor
+    return t
 
 
 def from_dlpack(obj: Any) -> Tensor:

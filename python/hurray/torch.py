@@ -1,1 +1,419 @@
-"""placeholder"""
+"""PyTorch interop: torch.Tensor <-> hurray.Tensor, and safetensors-shaped
+save_file / load_file.
+
+    from hurray.torch import from_torch, to_torch, save_file, load_file
+
+from_torch(tensor)
+    Dense CPU tensors are shared, not copied: the hurray tensor's data buffer
+    is the torch tensor's memory and keeps it alive. A tensor that is not
+    contiguous is made contiguous first (that copies). Quantized tensors
+    (per-tensor and per-channel affine) become their integer codes plus the
+    quantization parameters; sparse COO, CSR, CSC and BSR tensors become
+    hurray.SparseTensor over their values and index tensors.
+
+to_torch(t)
+    Dense tensors are shared, not copied, wherever torch can hold the
+    layout (torch has no negative strides: those are copied). The result
+    aliases the hurray tensor's buffers and keeps them alive.
+
+    Tensors read from a file must not be written: with ``hurray.load`` /
+    ``hurray.open`` (mmap=True, the default) their memory is a read-only
+    mapping of the file and writing to it kills the process. torch warns
+    about non-writable memory when it is handed such a buffer; to_torch
+    silences that one warning, so this rule is the caller's to keep. Use
+    ``.clone()`` to get a tensor you may write, or ``load_file`` (below),
+    which reads into private memory by default.
+
+save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu")
+    Drop-in replacements for ``safetensors.torch.save_file`` / ``load_file``.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Dict, Mapping, Optional, Union
+
+import numpy as np
+import torch
+
+from . import _dtypes
+from ._descriptor import (Buffer, Composite, Descriptor, Paged, PerChannelAffine,
+                          PerTensorAffine, Sparse)
+from ._files import load as _load
+from ._files import save as _save
+from ._hurray import UnsupportedError
+from ._sparse import SparseTensor
+from ._tensor import Tensor, _alignment_of, from_hurray
+
+__all__ = ["from_torch", "to_torch", "save_file", "load_file"]
+
+
+def _torch_dtypes() -> Dict[str, "torch.dtype"]:
+    names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+             "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"]
+    # uint16/32/64 and the float8 types arrived in different torch releases.
+    return {n: getattr(torch, n) for n in names if isinstance(getattr(torch, n, None), torch.dtype)}
+
+
+# hurray dtype name <-> torch dtype, for the dtypes both know.
+_TO_TORCH: Dict[str, "torch.dtype"] = _torch_dtypes()
+_FROM_TORCH: Dict["torch.dtype", str] = {v: k for k, v in _TO_TORCH.items()}
+
+# Quantized torch dtype -> (hurray code dtype, torch integer dtype of the codes).
+# torch has deprecated its quantized dtypes: look them up, do not assume them.
+_QUANT_CODES = {getattr(torch, q): (code, getattr(torch, code))
+                for q, code in (("qint8", "int8"), ("quint8", "uint8"), ("qint32", "int32"))
+                if hasattr(torch, q)}
+_CODES_TO_QUANT = {code: q for q, (code, _) in _QUANT_CODES.items()}
+
+# hurray dtypes whose numpy type torch.from_numpy takes; the others
+# (bfloat16, float8: ml_dtypes types) travel as same-sized integers.
+_NUMPY_NATIVE = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float16", "float32", "float64", "complex64", "complex128"})
+
+_NOT_WRITABLE = "The given NumPy array is not writable"
+
+
+# ---------------------------------------------------------------- torch -> hurray
+
+def _hurray_dtype(dtype: "torch.dtype") -> str:
+    try:
+        return _FROM_TORCH[dtype]
+    except KeyError:
+        raise UnsupportedError(
+            f"torch dtype {dtype} has no hurray equivalent (hurray holds "
+            f"{', '.join(sorted(_TO_TORCH))}); convert it with .to(...) first") from None
+
+
+def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
+    """The tensor's values in memory torch and numpy can both read as they
+    are: no autograd, no lazy conjugate or negative bit, row-major."""
+    t = tensor.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.contiguous()
+
+
+def _raw(t: "torch.Tensor") -> np.ndarray:
+    """The bytes of a contiguous tensor as a uint8 numpy array over the same
+    memory; the array's base is a torch tensor sharing t's storage, so the
+    array keeps that storage alive."""
+    if t.numel() == 0:
+        return np.zeros(0, np.uint8)
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _part(role: str, t: "torch.Tensor") -> tuple:
+    """(Buffer, array) for one contiguous tensor. The alignment declared is
+    what its address really has (an empty array's too: validation checks
+    the pointer of every buffer, empty or not)."""
+    raw = _raw(t)
+    return Buffer(role, int(raw.size), _alignment_of(raw.ctypes.data)), raw
+
+
+def _check_cpu(tensor: "torch.Tensor") -> None:
+    if tensor.device.type != "cpu":
+        raise UnsupportedError(
+            f"from_torch takes CPU tensors; this one is on {tensor.device} "
+            "(move it with .cpu() first)")
+
+
+def _from_dense(tensor: "torch.Tensor") -> Tensor:
+    name = _hurray_dtype(tensor.dtype)
+    t = _plain(tensor)
+    buffer, raw = _part("data", t)
+    descriptor = Descriptor(name, tuple(t.shape), buffers=[buffer])
+    return Tensor(descriptor, [raw])
+
+
+def _codes_of(q: "torch.Tensor", code_dtype: "torch.dtype") -> "torch.Tensor":
+    """The integer codes of a contiguous quantized tensor, sharing its memory
+    when torch allows (int_repr() copies)."""
+    try:
+        codes = torch.empty(0, dtype=code_dtype).set_(
+            q.untyped_storage(), q.storage_offset(), q.size(), q.stride())
+        if codes.data_ptr() == q.data_ptr() or q.numel() == 0:
+            return codes
+    except (RuntimeError, TypeError, NotImplementedError):
+        pass
+    return q.int_repr()
+
+
+def _from_quantized(tensor: "torch.Tensor") -> Tensor:
+    if tensor.dtype not in _QUANT_CODES:
+        raise UnsupportedError(
+            f"quantized torch dtype {tensor.dtype} is not supported (qint8, quint8 and qint32 "
+            "are); use tensor.dequantize()")
+    scheme = tensor.qscheme()
+    name, code_dtype = _QUANT_CODES[tensor.dtype]
+    q = tensor.detach().contiguous()
+    codes = _codes_of(q, code_dtype)
+    shape = tuple(q.shape)
+    data, raw = _part("data", codes)
+    if scheme == torch.per_tensor_affine:
+        quant = PerTensorAffine(float(q.q_scale()), int(q.q_zero_point()))
+        return Tensor(Descriptor(name, shape, quantization=quant, buffers=[data]), [raw])
+    if scheme == torch.per_channel_affine:
+        scales = q.q_per_channel_scales().detach().to(torch.float64).contiguous()
+        zero_points = q.q_per_channel_zero_points().detach().to(torch.int64).contiguous()
+        scale_buffer, scale_raw = _part("scales", scales)
+        zp_buffer, zp_raw = _part("zero_points", zero_points)
+        quant = PerChannelAffine(int(q.q_per_channel_axis()), scale_buffer=1,
+                                 scale_dtype="float64", zero_point_buffer=2,
+                                 zero_point_dtype="int64")
+        descriptor = Descriptor(name, shape, quantization=quant,
+                                buffers=[data, scale_buffer, zp_buffer])
+        return Tensor(descriptor, [raw, scale_raw, zp_raw])
+    raise UnsupportedError(
+        f"quantization scheme {scheme} is not supported (per_tensor_affine and "
+        "per_channel_affine are); use tensor.dequantize()")
+
+
+def _index_dtype(*tensors: "torch.Tensor") -> str:
+    dtypes = {t.dtype for t in tensors}
+    if dtypes == {torch.int64}:
+        return "int64"
+    if dtypes == {torch.int32}:
+        return "int32"
+    raise UnsupportedError(f"sparse indices of dtypes {sorted(map(str, dtypes))}: hurray takes "
+                           "int32 or int64, one dtype for all")
+
+
+def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
+    layout = tensor.layout
+    t = tensor.detach()
+    shape = tuple(t.shape)
+    name = _hurray_dtype(t.dtype)
+    if layout == torch.sparse_coo:
+        t = t.coalesce()
+        if t.dense_dim() != 0:
+            raise UnsupportedError(
+                f"hybrid sparse COO tensors ({t.dense_dim()} dense dimensions) are not "
+                "supported; hurray COO stores one value per coordinate")
+        indices = t.indices()
+        parts = [_part("values", _plain(t.values()))] + [
+            _part("indices", _plain(indices[i])) for i in range(indices.shape[0])]
+        sparse = Sparse("coo", _index_dtype(indices), int(t._nnz()), values_buffer=0,
+                        index_buffers=tuple(range(1, 1 + indices.shape[0])), canonical=True)
+    else:
+        if len(shape) != 2 or t.dense_dim() != 0:
+            raise UnsupportedError(
+                f"hurray {layout} tensors are 2-D without dense dimensions; this one has "
+                f"shape {list(shape)} with {t.dense_dim()} dense dimensions")
+        if layout == torch.sparse_csr:
+            indptr, indices, fmt = t.crow_indices(), t.col_indices(), "csr"
+        elif layout == torch.sparse_csc:
+            indptr, indices, fmt = t.ccol_indices(), t.row_indices(), "csc"
+        else:  # sparse_bsr
+            indptr, indices, fmt = t.crow_indices(), t.col_indices(), "bsr"
+        values = _plain(t.values())
+        parts = [_part("values", values), _part("indptr", _plain(indptr)),
+                 _part("indices", _plain(indices))]
+        sparse = Sparse(fmt, _index_dtype(indptr, indices), int(indices.numel()),
+                        values_buffer=0, indptr_buffer=1, indices_buffer=2,
+                        block_shape=tuple(int(b) for b in values.shape[1:]) if fmt == "bsr"
+                        else None)
+    descriptor = Descriptor(name, shape, layout=sparse, buffers=[b for b, _ in parts])
+    return SparseTensor(descriptor, [raw for _, raw in parts])
+
+
+def from_torch(tensor: "torch.Tensor") -> Tensor:
+    """A hurray tensor over a CPU torch tensor's memory (see the module doc).
+
+    Raises UnsupportedError for devices other than the CPU, dtypes hurray
+    does not have, quantization schemes other than per-tensor and
+    per-channel affine, and layouts other than strided, sparse COO, CSR,
+    CSC and BSR."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"from_torch takes a torch.Tensor, not {type(tensor).__name__}")
+    _check_cpu(tensor)
+    layout = tensor.layout
+    if tensor.is_quantized:
+        if layout != torch.strided:
+            raise UnsupportedError(f"quantized tensors of layout {layout} are not supported")
+        return _from_quantized(tensor)
+    if layout == torch.strided:
+        return _from_dense(tensor)
+    if layout in (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr):
+        return _from_sparse(tensor)
+    hint = "; convert it with .to_sparse_bsr(blocksize)" if layout == torch.sparse_bsc else ""
+    raise UnsupportedError(
+        f"torch layout {layout} is not supported (strided, sparse_coo, sparse_csr, sparse_csc "
+        f"and sparse_bsr are){hint}")
+
+
+# ---------------------------------------------------------------- hurray -> torch
+
+def _torch_dtype(name: str, what: str = "tensor") -> "torch.dtype":
+    if _dtypes.is_packed(name):
+        raise UnsupportedError(
+            f"torch has no {name} dtype; read this {what} with t.dequantize() (real values) "
+            "or t.numpy() (codes, one per byte) instead")
+    try:
+        return _TO_TORCH[name]
+    except KeyError:
+        raise UnsupportedError(
+            f"this torch build has no {name} dtype; use t.numpy() instead") from None
+
+
+def _array_to_torch(array: np.ndarray, name: str) -> "torch.Tensor":
+    """A numpy array of hurray dtype `name` as a torch tensor over the same
+    memory where torch can hold its strides (not negative ones)."""
+    dtype = _torch_dtype(name)
+    src = array if name in _NUMPY_NATIVE else array.view(
+        {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize])
+    if any(s < 0 for s in src.strides):
+        src = np.ascontiguousarray(src)  # torch has no negative strides: a copy
+    with warnings.catch_warnings():
+        # Buffers read from a file or taken from a capsule are flagged
+        # read-only; torch cannot mark a tensor read-only and warns. Whoever
+        # loaded them keeps the rule not to write (see the module doc).
+        warnings.filterwarnings("ignore", message=_NOT_WRITABLE, category=UserWarning)
+        out = torch.from_numpy(src)
+    return out if out.dtype == dtype else out.view(dtype)
+
+
+def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.ndarray:
+    """`count` elements from byte `offset` of buffer `index`: zero-copy for
+    byte-sized dtypes, unpacked (a copy) for sub-byte ones."""
+    if _dtypes.is_packed(name):
+        raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset:]
+        if raw.size < _dtypes.storage_bytes(name, count):
+            raise UnsupportedError(f"buffer {index} holds fewer than the {count} {name} values "
+                                   "the descriptor places there")
+        return _dtypes.unpack(name, raw, count)
+    dtype = _dtypes.to_numpy(name)
+    raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset:offset + count * dtype.itemsize]
+    if raw.size != count * dtype.itemsize:
+        raise UnsupportedError(f"buffer {index} holds fewer than the {count} {name} values "
+                               "the descriptor places there")
+    return raw.view(dtype)
+
+
+def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
+    q = d.quantization
+    if d.dtype not in _CODES_TO_QUANT:
+        raise UnsupportedError(
+            f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()")
+    codes = _array_to_torch(t.numpy(), d.dtype).contiguous()
+    if isinstance(q, PerTensorAffine):
+        return torch._make_per_tensor_quantized_tensor(codes, float(q.scale), int(q.zero_point))
+    count = d.shape[q.axis]
+    scales = torch.from_numpy(_param(t, q.scale_buffer, q.scale_dtype, count)
+                              .astype(np.float64))
+    if q.zero_point_buffer is None:
+        zero_points = torch.full((count,), int(q.zero_point), dtype=torch.int64)
+    else:
+        zero_points = torch.from_numpy(
+            _param(t, q.zero_point_buffer, q.zero_point_dtype, count).astype(np.int64))
+    return torch._make_per_channel_quantized_tensor(codes, scales, zero_points, int(q.axis))
+
+
+def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
+    s = d.layout
+    if d.quantization is not None:
+        raise UnsupportedError("torch has no quantized sparse tensors; use t.dequantize()")
+    _torch_dtype(d.dtype, "sparse tensor")
+    block = (s.block_shape[0] * s.block_shape[1]) if s.format == "bsr" else 1
+    # Values start at the descriptor's byte_offset; index buffers at byte 0.
+    raw = _param(t, s.values_buffer, d.dtype, s.nnz * block, d.byte_offset)
+    values = raw.reshape((s.nnz,) + tuple(s.block_shape)) if s.format == "bsr" else raw
+    values = _array_to_torch(values, d.dtype)
+    size = tuple(d.shape)
+    if s.format == "coo":
+        coords = [_param(t, i, s.index_dtype, s.nnz) for i in s.index_buffers]
+        indices = torch.from_numpy(np.stack(coords).astype(np.int64, copy=False))
+        return torch.sparse_coo_tensor(indices, values, size, is_coalesced=bool(s.canonical),
+                                       check_invariants=True)
+    major = d.shape[1] if s.format == "csc" else d.shape[0]
+    if s.format == "bsr":
+        major //= s.block_shape[0]
+    indptr = _array_to_torch(_param(t, s.indptr_buffer, s.index_dtype, major + 1), s.index_dtype)
+    indices = _array_to_torch(_param(t, s.indices_buffer, s.index_dtype, s.nnz), s.index_dtype)
+    ctor = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor,
+            "bsr": torch.sparse_bsr_tensor}[s.format]
+    return ctor(indptr, indices, values, size, check_invariants=True)
+
+
+def to_torch(t: Tensor) -> "torch.Tensor":
+    """A torch tensor of a hurray tensor (see the module doc).
+
+    Dense tensors are zero-copy; quantized ones (per-tensor or per-channel
+    affine, int8/uint8/int32 codes) become torch quantized tensors; sparse
+    ones become torch sparse COO/CSR/CSC/BSR tensors. Raises
+    UnsupportedError for sub-byte dtypes (int4, uint4, float4, float6),
+    other quantization kinds (block affine, NF4, MX: use t.dequantize()),
+    and paged and composite layouts."""
+    if not isinstance(t, Tensor):
+        if hasattr(t, "__hurray__"):
+            t = from_hurray(t)
+        else:
+            raise TypeError(f"to_torch takes a hurray.Tensor, not {type(t).__name__}")
+    d = t.descriptor
+    if d.device.type != 1:
+        raise UnsupportedError(f"to_torch reads CPU tensors; this one is on {d.device}")
+    layout = d.layout
+    if isinstance(layout, Sparse):
+        return _to_sparse(t, d)
+    if isinstance(layout, Paged):
+        raise UnsupportedError(
+            "torch has no paged tensors; torch.from_numpy(t.to_dense()) gathers the pages "
+            "into a dense copy")
+    if isinstance(layout, Composite):
+        raise UnsupportedError("a composite tensor has no single torch form; convert its "
+                               "members one by one")
+    q = d.quantization
+    if q is not None:
+        if not isinstance(q, (PerTensorAffine, PerChannelAffine)):
+            raise UnsupportedError(
+                f"torch has no {type(q).__name__} quantization; use t.dequantize() for the "
+                "real values")
+        return _to_quantized(t, d)
+    _torch_dtype(d.dtype)
+    return _array_to_torch(t.numpy(), d.dtype)
+
+
+# ---------------------------------------------------------------- files
+
+def save_file(tensors: Mapping[str, "torch.Tensor"], filename: Union[str, os.PathLike],
+              metadata: Optional[Mapping[str, Any]] = None) -> None:
+    """Like safetensors.torch.save_file: writes every tensor of the dict (CPU
+    tensors; dense, quantized or sparse) to one hurray file, atomically.
+    Metadata values may be str, int, float, bool or bytes."""
+    if not isinstance(tensors, Mapping):
+        raise TypeError("tensors must be a dict of name -> torch.Tensor")
+    converted = {}
+    for name, tensor in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, not {type(name).__name__}")
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        converted[name] = from_torch(tensor)
+    _save(filename, converted, metadata)
+
+
+def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
+    if isinstance(device, int):  # safetensors: an int is a CUDA index
+        return torch.device("cuda", device)
+    return torch.device(device)
+
+
+def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.device"] = "cpu",
+              *, mmap: bool = False) -> Dict[str, "torch.Tensor"]:
+    """Like safetensors.torch.load_file: every tensor of the file, as torch
+    tensors on `device` (moved there with .to(device)).
+
+    By default the file is read into private memory, so the tensors may be
+    written like safetensors' may. mmap=True maps the file instead: nothing
+    is copied and pages load on demand, but the CPU tensors are then views
+    of a read-only mapping and MUST NOT be written (doing so kills the
+    process); .clone() one to write it."""
+    target = _device(device)
+    out = {}
+    for name, t in _load(filename, mmap=mmap).items():
+        tensor = to_torch(t)
+        out[name] = tensor if target.type == "cpu" else tensor.to(target)
+    return out

@@ -1,0 +1,605 @@
+"""hurray.Descriptor: every dtype, layout, quantization kind and optional
+part survives encode -> decode with identical bytes; the golden vectors of
+tests/vectors decode to their JSON and are rebuilt byte for byte from
+Python; validate() names the broken rule with the C status name."""
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hurray
+from hurray import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension, Member,
+                    Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse,
+                    Statistics)
+from hurray import _dtypes
+
+VECTORS = pathlib.Path(__file__).resolve().parents[1] / "vectors"
+
+MX_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+            "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
+            "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+
+
+def B(role, byte_size, alignment=64, sync_mode="ready"):
+    """A buffer table entry; 64-byte alignment, as the golden vectors use."""
+    return Buffer(role, byte_size, alignment, sync_mode)
+
+
+def nbytes(dtype, count):
+    return _dtypes.storage_bytes(dtype, count)
+
+
+def assert_round_trip(d: Descriptor):
+    encoded = d.encode()
+    assert isinstance(encoded, bytes) and encoded[:4] == b"HRYD"
+    back = Descriptor.decode(encoded)
+    assert back == d
+    assert hash(back) == hash(d)
+    assert back.encode() == encoded  # identical bytes
+    assert Descriptor.decode(bytearray(encoded)).encode() == encoded
+    # Field by field, not only by encoding.
+    assert back.to_dict() == d.to_dict()
+    assert back.dtype == d.dtype and back.shape == d.shape
+    assert back.layout == d.layout
+    assert back.quantization == d.quantization
+    assert back.buffers == d.buffers
+    assert back.device == d.device
+    assert back.statistics == d.statistics
+    assert back.shard == d.shard
+    assert back.extension == d.extension
+    # The dict form and the C JSON rendering both lead back to the same bytes.
+    assert Descriptor.from_dict(d.to_dict()).encode() == encoded
+    assert Descriptor.from_dict(json.loads(d.to_json())).encode() == encoded
+    return back
+
+
+# ------------------------------------------------------------------ dtypes
+
+def test_dtypes_cover_the_format():
+    assert set(hurray.DTYPES) == {
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float6_e3m2fn", "float6_e2m3fn",
+        "float4_e2m1fn", "int4", "uint4"}
+
+
+@pytest.mark.parametrize("dtype", hurray.DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5), (2, 3, 4)])
+def test_every_dtype_round_trips(dtype, shape):
+    count = math.prod(shape)
+    d = Descriptor(dtype, shape, buffers=[B("data", nbytes(dtype, count))])
+    d.validate()
+    assert_round_trip(d)
+    assert d.required_bytes() == [nbytes(dtype, count)]
+    assert json.loads(d.to_json())["dtype"] == dtype
+
+
+def test_unknown_dtype_is_refused():
+    with pytest.raises(ValueError):
+        Descriptor("float128", (2,), buffers=[B("data", 32)])
+
+
+# ----------------------------------------------------------------- layouts
+
+def dense_strided():
+    return Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24,
+                      buffers=[B("data", 48)])
+
+
+def sparse(fmt):
+    if fmt == "coo":
+        return Descriptor("float32", (4, 5, 6),
+                          layout=Sparse("coo", "int64", 3, values_buffer=0,
+                                        index_buffers=(1, 2, 3), canonical=True),
+                          buffers=[B("values", 12)] + [B("indices", 24)] * 3)
+    if fmt == "bsr":
+        return Descriptor("float16", (4, 6),
+                          layout=Sparse("bsr", "int64", 3, 0, 1, 2, block_shape=(2, 3)),
+                          buffers=[B("values", 36), B("indptr", 24),
+                                   B("indices", 24)])
+    return Descriptor("float64", (3, 4), layout=Sparse(fmt, "int32", 5, 0, 1, 2),
+                      buffers=[B("values", 40),
+                               B("indptr", (4 if fmt == "csr" else 5) * 4),
+                               B("indices", 20)])
+
+
+def paged():
+    return Descriptor("bfloat16", (2, 40, 4, 8), layout=Paged(1, 16, 8, "int32", 0, 1),
+                      buffers=[B("page_pool", 8 * 16 * 4 * 8 * 2),
+                               B("page_table", 2 * 3 * 4)])
+
+
+def composite():
+    base = Descriptor("int8", (8, 4), layout=Dense(0),
+                      quantization=PerChannelAffine(0, 1, "float32"))
+    a = Descriptor("float32", (8, 2), layout=Dense(2))
+    b = Descriptor("float32", (2, 4), layout=Dense(3))
+    return Descriptor("float32", (8, 4),
+                      layout=Composite((Member("base", base), Member("lora_a", a),
+                                        Member("lora_b", b))),
+                      buffers=[B("data", 32), B("scales", 32), B("data", 64),
+                               B("data", 32)])
+
+
+def nested_composite():
+    inner = Descriptor("float32", (2, 2), layout=Composite((
+        Member("x", Descriptor("float32", (2, 2), layout=Dense(0))),
+        Member("y", Descriptor("float32", (2, 2), layout=Dense(1))))))
+    return Descriptor("float32", (2, 2), layout=Composite((
+        Member("pair", inner),
+        Member("kv", Descriptor("float16", (1, 4, 2), layout=Paged(1, 2, 2, "int64", 2, 3))),
+        Member("sparse", Descriptor("float32", (2, 2), layout=Sparse("csr", "int32", 1, 4, 5, 6))),
+    )), buffers=[B("data", 16), B("data", 16), B("page_pool", 16),
+                 B("page_table", 16), B("values", 4), B("indptr", 12),
+                 B("indices", 4)])
+
+
+LAYOUTS = {
+    "dense": lambda: Descriptor("float32", (2, 3), buffers=[B("data", 24)]),
+    "dense_data_buffer_1": lambda: Descriptor(
+        "float32", (2,), layout=Dense(1), quantization=None,
+        buffers=[B("data", 4), B("data", 8)]),
+    "dense_strided": dense_strided,
+    "dense_scalar": lambda: Descriptor("bool", (), buffers=[B("data", 1)]),
+    "coo": lambda: sparse("coo"),
+    "csr": lambda: sparse("csr"),
+    "csc": lambda: sparse("csc"),
+    "bsr": lambda: sparse("bsr"),
+    "paged": paged,
+    "composite": composite,
+    "nested_composite": nested_composite,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_every_layout_round_trips(name):
+    d = LAYOUTS[name]()
+    if name != "dense_data_buffer_1":  # buffer 0 is unreferenced there
+        d.validate()
+    back = assert_round_trip(d)
+    assert type(back.layout) is type(d.layout)
+
+
+def test_composite_members_keep_their_own_descriptors():
+    back = Descriptor.decode(composite().encode())
+    members = {m.name: m.descriptor for m in back.layout.members}
+    assert list(members) == ["base", "lora_a", "lora_b"]
+    assert members["base"].quantization == PerChannelAffine(0, 1, "float32")
+    assert members["lora_a"].layout == Dense(2)
+    assert members["lora_b"].shape == (2, 4)
+    assert members["base"].buffers == ()
+
+
+# ------------------------------------------------------------ quantization
+
+def per_channel(zero_points):
+    q = PerChannelAffine(0, 1, "float32", zero_point_buffer=2 if zero_points else None,
+                         zero_point_dtype="int8" if zero_points else None)
+    buffers = [B("data", 12), B("scales", 16)]
+    if zero_points:
+        buffers.append(B("zero_points", 4))
+    return Descriptor("int8", (4, 3), quantization=q, buffers=buffers)
+
+
+def mx(element):
+    dtype = MX_DTYPE[element]
+    return Descriptor(dtype, (2, 64), quantization=Mxfp(element, 1, 1),
+                      buffers=[B("data", nbytes(dtype, 128)), B("scales", 4)])
+
+
+QUANTS = {
+    "per_tensor_affine": lambda: Descriptor("uint8", (16,),
+                                            quantization=PerTensorAffine(0.0125, 128),
+                                            buffers=[B("data", 16)]),
+    "per_tensor_affine_int4": lambda: Descriptor("int4", (5,),
+                                                 quantization=PerTensorAffine(-2.5, -3),
+                                                 buffers=[B("data", 3)]),
+    "per_channel_affine": lambda: per_channel(False),
+    "per_channel_affine_zero_points": lambda: per_channel(True),
+    "per_channel_affine_inline_zero_point": lambda: Descriptor(
+        "uint8", (3, 4), quantization=PerChannelAffine(1, 1, "float16", zero_point=7),
+        buffers=[B("data", 12), B("scales", 8)]),
+    "block_affine_q8_0": lambda: Descriptor(
+        "int8", (2, 64), quantization=BlockAffine(1, 32, 1, "float16"),
+        buffers=[B("data", 128), B("scales", 8)]),
+    "block_affine_q4_0": lambda: Descriptor(
+        "uint4", (2, 64), quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
+        buffers=[B("data", 64), B("scales", 8)]),
+    "block_affine_zero_points": lambda: Descriptor(
+        "uint4", (4, 128),
+        quantization=BlockAffine(1, 64, 1, "bfloat16", zero_point_buffer=2,
+                                 zero_point_dtype="uint8"),
+        buffers=[B("data", 256), B("scales", 16), B("zero_points", 8)]),
+    "nf4": lambda: Descriptor("uint4", (8, 16), quantization=Nf4(64, 1, "float32"),
+                              buffers=[B("data", 64), B("scales", 8)]),
+    **{f"mx_{e}": (lambda e=e: mx(e)) for e in MX_DTYPE},
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUANTS))
+def test_every_quantization_kind_round_trips(name):
+    d = QUANTS[name]()
+    d.validate()
+    back = assert_round_trip(d)
+    assert type(back.quantization) is type(d.quantization)
+
+
+def test_q8_0_and_q4_0_are_the_gguf_layouts():
+    q8 = json.loads(QUANTS["block_affine_q8_0"]().to_json())["quantization"]
+    assert (q8["kind"], q8["block_size"], q8["scale_dtype"], q8["zero_point"]) == \
+        ("block_affine", 32, "float16", 0)
+    q4 = Descriptor.decode(QUANTS["block_affine_q4_0"]().encode())
+    assert q4.dtype == "uint4"
+    assert q4.quantization.zero_point == 8
+    assert q4.quantization.zero_point_buffer is None
+
+
+@pytest.mark.parametrize("element", sorted(MX_DTYPE))
+def test_mx_element_must_match_the_storage_dtype(element):
+    wrong = "int8" if element != "int8" else "float8_e4m3fn"
+    d = Descriptor(wrong, (2, 64), quantization=Mxfp(element, 1, 1),
+                   buffers=[B("data", 128), B("scales", 4)])
+    with pytest.raises(hurray.ValidationError) as info:
+        d.validate()
+    assert info.value.status_name == "HURRAY_ERR_QUANT_DTYPE"
+
+
+def test_mx_block_size_other_than_32_is_not_silently_dropped():
+    q = Mxfp("fp8_e4m3", 1, 1, block_size=16)
+    try:
+        d = Descriptor("float8_e4m3fn", (2, 64), quantization=q,
+                       buffers=[B("data", 128), B("scales", 8)])
+    except (ValueError, hurray.HurrayError):
+        return  # refusing it at construction is fine too
+    assert Descriptor.decode(d.encode()).quantization == q
+
+
+def test_inline_zero_point_with_zero_point_buffer_is_not_silently_dropped():
+    q = BlockAffine(1, 32, 1, "float16", zero_point_buffer=2, zero_point_dtype="uint8",
+                    zero_point=3)
+    try:
+        d = Descriptor("uint4", (2, 64), quantization=q,
+                       buffers=[B("data", 64), B("scales", 8),
+                                B("zero_points", 4)])
+    except (ValueError, hurray.HurrayError):
+        return
+    assert Descriptor.decode(d.encode()).quantization == q
+
+
+# ---------------------------------------------------------- optional parts
+
+def optional_fields():
+    return Descriptor("float32", (2, 4), buffers=[B("data", 32, 256, "event")],
+                      device=Device(2, 1, "device"),
+                      statistics=Statistics(min=-1.5, max=3.25, nan_count=0, zero_count=2),
+                      shard=Shard((8, 4), (6, 0)),
+                      extension=Extension("example.temperature", b'{"unit":"K"}'))
+
+
+OPTIONAL = {
+    "statistics_all": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                         statistics=Statistics(-1.0, 2.0, 1, 3)),
+    "statistics_min_only": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                              statistics=Statistics(min=-0.5)),
+    "statistics_counts_only": lambda: Descriptor("float16", (4,), buffers=[B("data", 8)],
+                                                 statistics=Statistics(nan_count=4, zero_count=0)),
+    "statistics_infinite": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                              statistics=Statistics(float("-inf"), float("inf"))),
+    "shard": lambda: Descriptor("int32", (2, 3), buffers=[B("data", 24)],
+                                shard=Shard((10, 3), (4, 0))),
+    "extension": lambda: Descriptor("uint8", (3,), buffers=[B("data", 3)],
+                                    extension=Extension("acme.rgb", bytes(range(256)))),
+    "extension_no_metadata": lambda: Descriptor("uint8", (3,), buffers=[B("data", 3)],
+                                                extension=Extension("acme.rgb")),
+    "device_cuda": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                      device=Device(2, 3, "device")),
+    "device_pinned": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                        device=Device(3, 0, "host_pinned")),
+    "device_managed": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
+                                         device=Device(13, 0, "managed")),
+    "buffer_options": lambda: Descriptor("float32", (4,),
+                                         buffers=[B("data", 64, 4096, "stream")],
+                                         device=Device(2, 0, "device")),
+    "everything": optional_fields,
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONAL))
+def test_optional_parts_round_trip(name):
+    d = OPTIONAL[name]()
+    d.validate()
+    assert_round_trip(d)
+
+
+def test_nan_statistics_round_trip():
+    d = Descriptor("float32", (4,), buffers=[B("data", 16)],
+                   statistics=Statistics(min=float("nan"), max=float("nan")))
+    back = Descriptor.decode(d.encode())
+    assert back.encode() == d.encode()
+    assert math.isnan(back.statistics.min) and math.isnan(back.statistics.max)
+    assert json.loads(d.to_json())["statistics"] == {"min": "nan", "max": "nan"}
+
+
+def test_descriptor_is_immutable_and_replace_makes_a_new_one():
+    d = optional_fields()
+    with pytest.raises(AttributeError):
+        d.shape = (1,)
+    e = d.replace(shape=(2, 4), statistics=None)
+    assert e != d and e.statistics is None and d.statistics is not None
+    assert e.replace(statistics=d.statistics) == d
+
+
+def test_equality_is_by_encoding():
+    a = Descriptor("float32", (2, 2), buffers=[Buffer("data", 16)])
+    b = Descriptor("float32", [2, 2], buffers=(Buffer("data", 16, 1, "ready"),))
+    assert a == b and hash(a) == hash(b)
+    # Explicit row-major strides encode differently from none.
+    assert a != Descriptor("float32", (2, 2), strides=(2, 1), buffers=[Buffer("data", 16)])
+    assert a != Descriptor("float32", (2, 2), buffers=[Buffer("data", 16, 64)])
+    assert a != "not a descriptor"
+
+
+# ---------------------------------------------------------- golden vectors
+
+VECTOR_NAMES = sorted(p.stem for p in VECTORS.glob("*.bin"))
+
+
+def test_every_layout_and_quant_kind_has_a_vector():
+    assert len(VECTOR_NAMES) >= 24
+    kinds = set()
+    for name in VECTOR_NAMES:
+        d = Descriptor.decode((VECTORS / f"{name}.bin").read_bytes())
+        kinds.add(type(d.layout).__name__)
+        if isinstance(d.layout, Sparse):
+            kinds.add(d.layout.format)
+        if d.quantization is not None:
+            kinds.add(type(d.quantization).__name__)
+            if isinstance(d.quantization, Mxfp):
+                kinds.add(d.quantization.element)
+    assert kinds >= {"Dense", "Sparse", "Paged", "Composite", "coo", "csr", "csc", "bsr",
+                     "PerTensorAffine", "PerChannelAffine", "BlockAffine", "Nf4", "Mxfp",
+                     *MX_DTYPE}
+
+
+@pytest.mark.parametrize("name", VECTOR_NAMES)
+def test_vector_decodes_to_its_json(name):
+    data = (VECTORS / f"{name}.bin").read_bytes()
+    text = (VECTORS / f"{name}.json").read_text()
+    d = Descriptor.decode(data)
+    assert d.to_json() == text
+    assert d.encode() == data
+    assert Descriptor.from_dict(json.loads(text)).encode() == data
+    d.validate()
+
+
+# The golden vectors of tests/c/vectors.c, built through the Python API.
+PYTHON_VECTORS = {
+    "dense_float32": LAYOUTS["dense"],
+    "dense_scalar_bool": LAYOUTS["dense_scalar"],
+    "dense_strided": dense_strided,
+    "dense_int4": lambda: Descriptor("int4", (7,), buffers=[B("data", 4)]),
+    "dense_float6": lambda: Descriptor("float6_e2m3fn", (8,), buffers=[B("data", 6)]),
+    "sparse_coo": lambda: sparse("coo"),
+    "sparse_csr": lambda: sparse("csr"),
+    "sparse_csc": lambda: sparse("csc"),
+    "sparse_bsr": lambda: sparse("bsr"),
+    "paged_kv_cache": paged,
+    "composite_lora": composite,
+    "quant_per_tensor_affine": QUANTS["per_tensor_affine"],
+    "quant_per_channel_affine": QUANTS["per_channel_affine_zero_points"],
+    "quant_block_affine_q8_0": QUANTS["block_affine_q8_0"],
+    "quant_block_affine_q4_0": QUANTS["block_affine_q4_0"],
+    "quant_block_affine_zero_points": QUANTS["block_affine_zero_points"],
+    "quant_nf4": QUANTS["nf4"],
+    "quant_mxfp8_e4m3": lambda: mx("fp8_e4m3"),
+    "quant_mxfp8_e5m2": lambda: mx("fp8_e5m2"),
+    "quant_mxfp6_e3m2": lambda: mx("fp6_e3m2"),
+    "quant_mxfp6_e2m3": lambda: mx("fp6_e2m3"),
+    "quant_mxfp4_e2m1": lambda: mx("fp4_e2m1"),
+    "quant_mxint8": lambda: mx("int8"),
+    "optional_fields": optional_fields,
+}
+
+
+def test_python_vectors_cover_every_file():
+    assert set(PYTHON_VECTORS) == set(VECTOR_NAMES)
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_VECTORS))
+def test_python_builder_reproduces_the_vector_bytes(name):
+    d = PYTHON_VECTORS[name]()
+    assert d.encode() == (VECTORS / f"{name}.bin").read_bytes()
+    assert d.to_json() == (VECTORS / f"{name}.json").read_text()
+
+
+def test_corrupt_encodings_raise_format_and_unsupported_errors():
+    data = (VECTORS / "quant_per_channel_affine.bin").read_bytes()
+    for cut in range(len(data)):
+        with pytest.raises(hurray.HurrayError):
+            Descriptor.decode(data[:cut])
+    with pytest.raises(hurray.FormatError) as info:
+        Descriptor.decode(data[:-1])
+    assert info.value.status_name == "HURRAY_ERR_TRUNCATED"
+    with pytest.raises(hurray.FormatError):
+        Descriptor.decode(b"HRYE" + data[4:])
+    with pytest.raises(hurray.UnsupportedError) as info:
+        Descriptor.decode(data[:4] + b"\x02\x00" + data[6:])
+    assert info.value.status_name == "HURRAY_ERR_UNSUPPORTED"
+
+
+# -------------------------------------------------------------- validation
+
+def broken(**changes):
+    base = dict(dtype="int8", shape=(4, 3), quantization=PerChannelAffine(0, 1, "float32"),
+                buffers=[B("data", 12), B("scales", 16)])
+    base.update(changes)
+    return lambda: Descriptor(base.pop("dtype"), base.pop("shape"), **base)
+
+
+BROKEN = {
+    "HURRAY_ERR_QUANT_AXIS": (hurray.ValidationError,
+                              broken(quantization=PerChannelAffine(2, 1, "float32"))),
+    "HURRAY_ERR_BUFFER_INDEX": (hurray.ValidationError,
+                                broken(quantization=PerChannelAffine(0, 5, "float32"))),
+    "HURRAY_ERR_BUFFER_ROLE": (hurray.ValidationError,
+                               broken(buffers=[B("data", 12), B("indices", 16)])),
+    "HURRAY_ERR_BUFFER_TOO_SMALL": (hurray.ValidationError,
+                                    broken(buffers=[B("data", 11), B("scales", 16)])),
+    "HURRAY_ERR_BUFFER_UNREFERENCED": (hurray.ValidationError, broken(
+        buffers=[B("data", 12), B("scales", 16), B("zero_points", 4)])),
+    "HURRAY_ERR_QUANT_SCALE_COUNT": (hurray.ValidationError,
+                                     broken(buffers=[B("data", 12), B("scales", 20)])),
+    "HURRAY_ERR_QUANT_SCALE_DTYPE": (hurray.ValidationError,
+                                     broken(quantization=PerChannelAffine(0, 1, "int32"))),
+    "HURRAY_ERR_QUANT_DTYPE": (hurray.ValidationError, broken(
+        dtype="float32", buffers=[B("data", 48), B("scales", 16)])),
+    "HURRAY_ERR_QUANT_BLOCK_SIZE": (hurray.ValidationError, broken(
+        quantization=BlockAffine(1, 0, 1, "float16"))),
+    "HURRAY_ERR_QUANT_SCALE": (hurray.ValidationError, lambda: Descriptor(
+        "uint8", (4,), quantization=PerTensorAffine(float("inf")), buffers=[B("data", 4)])),
+    "HURRAY_ERR_QUANT_ZERO_POINT": (hurray.ValidationError, lambda: Descriptor(
+        "int4", (4,), quantization=PerTensorAffine(1.0, 8), buffers=[B("data", 2)])),
+    "HURRAY_ERR_QUANT_ZERO_POINT_COUNT": (hurray.ValidationError, broken(
+        quantization=PerChannelAffine(0, 1, "float32", 2, "int8"),
+        buffers=[B("data", 12), B("scales", 16), B("zero_points", 3)])),
+    "HURRAY_ERR_QUANT_LAYOUT": (hurray.ValidationError, lambda: Descriptor(
+        "int8", (3, 4), layout=Sparse("csr", "int32", 2, 0, 1, 2),
+        quantization=PerChannelAffine(0, 3, "float32"),
+        buffers=[B("values", 2), B("indptr", 16), B("indices", 8), B("scales", 12)])),
+    "HURRAY_ERR_SPARSE_INDEX_DTYPE": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (3, 4), layout=Sparse("csr", "float32", 2, 0, 1, 2),
+        buffers=[B("values", 8), B("indptr", 16), B("indices", 8)])),
+    "HURRAY_ERR_SPARSE_RANK": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (12,), layout=Sparse("csr", "int32", 2, 0, 1, 2),
+        buffers=[B("values", 8), B("indptr", 52), B("indices", 8)])),
+    "HURRAY_ERR_SPARSE_NNZ": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (2, 2), layout=Sparse("csr", "int32", 5, 0, 1, 2),
+        buffers=[B("values", 20), B("indptr", 12), B("indices", 20)])),
+    "HURRAY_ERR_SPARSE_BLOCK": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4, 6), layout=Sparse("bsr", "int32", 1, 0, 1, 2, block_shape=(3, 3)),
+        buffers=[B("values", 36), B("indptr", 12), B("indices", 4)])),
+    "HURRAY_ERR_PAGED_AXIS": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (2, 4), layout=Paged(2, 2, 4),
+        buffers=[B("page_pool", 64), B("page_table", 16)])),
+    "HURRAY_ERR_PAGED_PAGE_SIZE": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (2, 4), layout=Paged(1, 0, 4),
+        buffers=[B("page_pool", 64), B("page_table", 16)])),
+    "HURRAY_ERR_PAGED_TABLE_DTYPE": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (2, 4), layout=Paged(1, 2, 4, "uint8"),
+        buffers=[B("page_pool", 32), B("page_table", 4)])),
+    "HURRAY_ERR_COMPOSITE_MEMBER": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), layout=Composite(), buffers=[])),
+    "HURRAY_ERR_COMPOSITE_NAME": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (2,), layout=Composite((
+            Member("a", Descriptor("float32", (2,), layout=Dense(0))),
+            Member("a", Descriptor("float32", (2,), layout=Dense(1))))),
+        buffers=[B("data", 8), B("data", 8)])),
+    "HURRAY_ERR_STRIDES": (hurray.ValidationError, lambda: Descriptor(
+        "int4", (2, 4), strides=(4, 1), buffers=[B("data", 4)])),
+    "HURRAY_ERR_STATISTICS": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), statistics=Statistics(min=2.0, max=1.0), buffers=[B("data", 16)])),
+    "HURRAY_ERR_SHARD_RANK": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), shard=Shard((8, 8), (0, 0)), buffers=[B("data", 16)])),
+    "HURRAY_ERR_SHARD_BOUNDS": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), shard=Shard((8,), (6,)), buffers=[B("data", 16)])),
+    "HURRAY_ERR_EXTENSION": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), extension=Extension(""), buffers=[B("data", 16)])),
+    "HURRAY_ERR_DEVICE": (hurray.ValidationError, lambda: Descriptor(
+        "float32", (4,), device=Device(1, 0, "device"), buffers=[B("data", 16)])),
+}
+
+
+@pytest.mark.parametrize("status", sorted(BROKEN))
+def test_validate_names_the_broken_rule(status):
+    cls, build = BROKEN[status]
+    d = build()
+    with pytest.raises(cls) as info:
+        d.validate()
+    exc = info.value
+    assert isinstance(exc, hurray.HurrayError)
+    assert exc.status_name == status
+    assert str(exc).startswith(status + ":")
+    assert isinstance(exc.status, int) and exc.status > 0
+    # A descriptor that fails validation still round-trips byte for byte.
+    assert Descriptor.decode(d.encode()).encode() == d.encode()
+
+
+def test_invalid_setter_arguments_fail_at_construction():
+    with pytest.raises(hurray.InvalidArgumentError) as info:
+        Descriptor("float32", (4,), buffers=[B("data", 16, alignment=3)])
+    assert info.value.status_name == "HURRAY_ERR_INVALID_ARGUMENT"
+    with pytest.raises(ValueError):
+        Descriptor("float32", (2, 4), strides=(1,), buffers=[B("data", 32)])
+    with pytest.raises(ValueError):
+        Descriptor("float32", (4,), buffers=[B("weights", 16)])
+    with pytest.raises(ValueError):
+        Descriptor("float32", (1,) * 33, buffers=[B("data", 4)])
+
+
+def test_error_classes_are_one_hierarchy():
+    for cls in (hurray.ValidationError, hurray.PlacementError, hurray.FormatError,
+                hurray.UnsupportedError, hurray.ChecksumError, hurray.LimitError,
+                hurray.NotFoundError, hurray.DuplicateNameError, hurray.HurrayIOError,
+                hurray.InvalidArgumentError, hurray.HurrayMemoryError):
+        assert issubclass(cls, hurray.HurrayError)
+    assert issubclass(hurray.NotFoundError, KeyError)
+    assert issubclass(hurray.InvalidArgumentError, ValueError)
+    assert issubclass(hurray.HurrayIOError, OSError)
+    assert issubclass(hurray.HurrayMemoryError, MemoryError)
+
+
+# ------------------------------------------------------------- hypothesis
+
+shapes = st.lists(st.integers(0, 6), min_size=0, max_size=5).map(tuple)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(hurray.DTYPES), shape=shapes,
+       alignment=st.sampled_from([1, 2, 8, 64, 4096]), slack=st.integers(0, 16),
+       sync=st.sampled_from(["ready", "stream", "event"]))
+def test_dense_descriptors_round_trip(dtype, shape, alignment, slack, sync):
+    size = nbytes(dtype, math.prod(shape)) + slack
+    d = Descriptor(dtype, shape, buffers=[B("data", size, alignment, sync)])
+    d.validate()
+    back = assert_round_trip(d)
+    assert back.numel == math.prod(shape)
+    assert d.required_bytes() == [nbytes(dtype, math.prod(shape))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from([t for t in hurray.DTYPES if _dtypes.BITS[t] >= 8]),
+       shape=st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
+       data=st.data())
+def test_strided_dense_descriptors_round_trip(dtype, shape, data):
+    strides = tuple(data.draw(st.integers(-20, 20)) for _ in shape)
+    itemsize = _dtypes.BITS[dtype] // 8
+    low = sum(min(0, s * (n - 1)) for s, n in zip(strides, shape))
+    high = sum(max(0, s * (n - 1)) for s, n in zip(strides, shape))
+    offset = -low * itemsize
+    size = (high - low + 1) * itemsize
+    d = Descriptor(dtype, shape, strides=strides, byte_offset=offset,
+                   buffers=[B("data", size)])
+    d.validate()
+    assert_round_trip(d)
+
+
+@settings(max_examples=100, deadline=None)
+@given(dtype=st.sampled_from(hurray.DTYPES),
+       shape=st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple))
+def test_dense_numpy_tensor_descriptor_matches(dtype, shape):
+    np_dtype = _dtypes.to_numpy(dtype)
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=math.prod(shape) * np_dtype.itemsize, dtype=np.uint8)
+    values = raw.view(np_dtype).reshape(shape)
+    if _dtypes.is_packed(dtype):
+        values = (raw[: math.prod(shape)] & ((1 << _dtypes.BITS[dtype]) - 1)).view(
+            np_dtype).reshape(shape)
+    t = hurray.from_numpy(values)
+    d = t.descriptor
+    assert (d.dtype, d.shape) == (dtype, shape)
+    assert d.buffers[0].byte_size == nbytes(dtype, math.prod(shape))
+    assert Descriptor.decode(t._encoded) == d
