@@ -582,6 +582,22 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
   return status;
 }
 
+/* The last step of every read: placement is validated before the caller
+ * sees anything; on any failure both parts are freed. */
+static HurrayStatus hand_out(HurrayStatus status, HurrayDescriptor *d, HurrayBufferList *list,
+                             HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                             HurrayError *error) {
+  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
+  if (status != HURRAY_OK) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return status;
+  }
+  *descriptor_out = d;
+  *buffers_out = list;
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                                       HurrayDescriptor **descriptor_out,
                                       HurrayBufferList **buffers_out, HurrayError *error) {
@@ -602,15 +618,7 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                          &b, error);
     if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
   }
-  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
-  if (status != HURRAY_OK) {
-    hurray_buffer_list_destroy(list);
-    hurray_descriptor_destroy(d);
-    return status;
-  }
-  *descriptor_out = d;
-  *buffers_out = list;
-  return HURRAY_OK;
+  return hand_out(status, d, list, descriptor_out, buffers_out, error);
 }
 
 HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32_t buffer_index,
@@ -688,15 +696,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK) status = make_buffer(r, offset, length, alignment, &b, error);
   if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
-  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
-  if (status != HURRAY_OK) {
-    hurray_buffer_list_destroy(list);
-    hurray_descriptor_destroy(d);
-    return status;
-  }
-  *descriptor_out = d;
-  *buffers_out = list;
-  return HURRAY_OK;
+  return hand_out(status, d, list, descriptor_out, buffers_out, error);
 }
 
 /* ---------------------------------------------------------------- verify */
