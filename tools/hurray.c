@@ -27,7 +27,7 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  ls FILE                       list tensors: name, dtype, shape, layout,\n"
-    "                                quantization and stored bytes\n"
+    "                                quantization, stored bytes and statistics\n"
     "  info [--json] FILE [NAME]     print file metadata and full descriptors\n"
     "                                (all tensors, or only NAME)\n"
     "  verify FILE                   check the checksum of every buffer\n"
@@ -133,8 +133,8 @@ static int cmd_ls(const char *path) {
   HurrayReader *r = open_or_report(path, &error);
   if (r == NULL) return EXIT_FAILURE;
   int status = EXIT_SUCCESS;
-  printf("%-40s %-14s %-20s %-12s %-20s %12s\n", "NAME", "DTYPE", "SHAPE", "LAYOUT",
-         "QUANTIZATION", "BYTES");
+  printf("%-40s %-14s %-20s %-12s %-20s %12s  %s\n", "NAME", "DTYPE", "SHAPE", "LAYOUT",
+         "QUANTIZATION", "BYTES", "STATISTICS");
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
     const char *name = hurray_reader_tensor_name(r, i);
     HurrayDescriptor *d = NULL;
@@ -147,9 +147,17 @@ static int cmd_ls(const char *path) {
     FILE *mem = fmemopen(shape, sizeof shape, "w");
     print_shape(mem, d);
     fclose(mem);
-    printf("%-40s %-14s %-20s %-12s %-20s %12" PRIu64 "\n", name,
+    printf("%-40s %-14s %-20s %-12s %-20s %12" PRIu64, name,
            hurray_dtype_name(hurray_descriptor_dtype(d)), shape, layout_name(d), quant_name(d),
            stored_bytes(d));
+    /* Statistics are advisory: shown as stored, never relied on. */
+    double lo, hi;
+    uint64_t nans, zeros;
+    if (hurray_descriptor_stat_min(d, &lo)) printf("  min=%g", lo);
+    if (hurray_descriptor_stat_max(d, &hi)) printf(" max=%g", hi);
+    if (hurray_descriptor_stat_nan_count(d, &nans)) printf(" nan=%" PRIu64, nans);
+    if (hurray_descriptor_stat_zero_count(d, &zeros)) printf(" zeros=%" PRIu64, zeros);
+    printf("\n");
     hurray_descriptor_destroy(d);
   }
   hurray_reader_close(r);

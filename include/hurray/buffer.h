@@ -94,11 +94,35 @@ HURRAY_API void hurray_buffer_list_destroy(HurrayBufferList *list);
  * valid; the list length equals the buffer table length; each buffer holds
  * at least the declared byte_size, honours the
  * declared alignment and sync_mode, and lives on the descriptor's device and
- * memory class; and, when the memory is host-addressable, every page table
- * entry falls inside the pool. Returns the first violation. */
+ * memory class; and, when the memory is host-addressable and READY, the
+ * contents that structure the tensor are sound: every page table entry falls
+ * inside the pool, sparse indices fall inside the shape, index pointers run
+ * from 0 to nnz without decreasing, and canonical COO coordinates are sorted
+ * and unique. Returns the first violation. */
 HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
                                                          const HurrayBufferList *list,
                                                          HurrayError *error);
+
+/* Materialises the logical tensor as a dense, row-major array of its dtype
+ * (the stored codes, for a quantized tensor) into `out`, which must hold
+ * numel * itemsize bytes. Works for dense (any strides), sparse (stored
+ * values scattered into zeros) and paged (pages gathered) layouts of
+ * byte-sized dtypes; sub-byte sparse or paged tensors, composites, and sparse
+ * tensors with duplicate coordinates give HURRAY_ERR_UNSUPPORTED. Validates
+ * placement first. */
+HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
+                                               const HurrayBufferList *list, void *out,
+                                               uint64_t out_size, HurrayError *error);
+
+/* Computes min, max, NaN count and zero count of the tensor's values in one
+ * pass and stores them in `d` (replacing any statistics there). Dense and
+ * sparse layouts of bool, integer, float16, bfloat16, float32 and float64;
+ * for sparse tensors unstored elements count as zeros. Other kinds give
+ * HURRAY_ERR_UNSUPPORTED and leave `d` unchanged. Statistics are advisory:
+ * nothing in the library trusts them. */
+HURRAY_API HurrayStatus hurray_compute_statistics(HurrayDescriptor *d,
+                                                  const HurrayBufferList *list,
+                                                  HurrayError *error);
 
 #ifdef __cplusplus
 }

@@ -128,6 +128,9 @@ typedef enum HurrayStatus {
   HURRAY_ERR_DEVICE_MISMATCH = 64,   /* buffer not on the descriptor's device/memory class */
   HURRAY_ERR_SYNC_MODE_MISMATCH = 65,/* handle sync_mode differs from the table */
   HURRAY_ERR_PAGE_TABLE_ENTRY = 66,  /* page table entry outside the pool */
+  HURRAY_ERR_SPARSE_INDEX_BOUNDS = 67, /* a sparse index outside the shape */
+  HURRAY_ERR_SPARSE_INDPTR = 68,     /* index pointers not 0..nnz non-decreasing */
+  HURRAY_ERR_SPARSE_ORDER = 69,      /* canonical COO not sorted and unique */
 
   /* files (hurray/io.h) */
   HURRAY_ERR_IO = 80,             /* the operating system refused a read, write, sync or rename */

@@ -276,6 +276,10 @@ HURRAY_API uint32_t hurray_descriptor_member_count(const HurrayDescriptor *d);
 HURRAY_API const char *hurray_descriptor_member_name(const HurrayDescriptor *d, uint32_t index);
 HURRAY_API const HurrayDescriptor *hurray_descriptor_member(const HurrayDescriptor *d,
                                                             uint32_t index);
+/* Index of the member called `name`; HURRAY_ERR_NOT_FOUND when there is
+ * none (or `d` is not composite). */
+HURRAY_API HurrayStatus hurray_descriptor_find_member(const HurrayDescriptor *d, const char *name,
+                                                      uint32_t *index_out, HurrayError *error);
 
 /* ------------------------------------------------------------ quantization */
 

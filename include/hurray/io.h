@@ -82,6 +82,13 @@ HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *
                                                    const HurrayBufferList *buffers,
                                                    HurrayError *error);
 
+/* When on, write_tensor computes min, max, NaN count and zero count of
+ * each tensor it can (hurray_compute_statistics) in one pass over the data
+ * and stores them in the written descriptor; tensors it cannot keep the
+ * statistics they came with. Off by default. */
+HURRAY_API HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled,
+                                                     HurrayError *error);
+
 /* File-level metadata; keys are UTF-8. Setting a key again replaces it. */
 HURRAY_API HurrayStatus hurray_writer_set_metadata_string(HurrayWriter *w, const char *key,
                                                           const char *value, HurrayError *error);

@@ -13,6 +13,7 @@ from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatEr
                       HurrayError, HurrayIOError, HurrayMemoryError, InvalidArgumentError,
                       LimitError, NotFoundError, PlacementError, UnsupportedError,
                       ValidationError)
+from ._shards import load_sharded, save_sharded, shard
 from ._sparse import SparseTensor
 from ._tensor import Tensor, from_dlpack, from_hurray, from_numpy
 
@@ -27,5 +28,5 @@ __all__ = [
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "open", "save",
+    "from_numpy", "load", "load_sharded", "open", "save", "save_sharded", "shard",
 ]

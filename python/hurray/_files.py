@@ -29,11 +29,13 @@ def as_tensor(value: Any) -> Tensor:
 
 
 def save(target, tensors: Mapping[str, Any],
-         metadata: Optional[Mapping[str, Any]] = None) -> None:
+         metadata: Optional[Mapping[str, Any]] = None, *, statistics: bool = False) -> None:
     """Writes every buffer of every tensor. `target` is a path (written
     atomically: temp file, fsync, rename), an int file descriptor, or a
     binary stream with write() (written sequentially, never seeked).
-    Metadata values may be str, int, float, bool or bytes."""
+    Metadata values may be str, int, float, bool or bytes. With
+    statistics=True, min, max, NaN count and zero count are computed in one
+    C pass per tensor (where its kind allows) and stored in its descriptor."""
     items = [(str(name), as_tensor(value)) for name, value in tensors.items()]
     if isinstance(target, (str, bytes, os.PathLike)):
         target = os.fspath(target)
@@ -45,7 +47,7 @@ def save(target, tensors: Mapping[str, Any],
         if fd is not None:
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
-    _hurray.save(target, items, None if metadata is None else dict(metadata))
+    _hurray.save(target, items, None if metadata is None else dict(metadata), statistics)
 
 
 class File:

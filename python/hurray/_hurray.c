@@ -806,6 +806,41 @@ static void view_dealloc(PyObject *op) {
   Py_DECREF(tp);
 }
 
+/* _to_dense(out): the logical tensor, row-major, into a writable buffer. */
+static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  Py_buffer out;
+  if (PyObject_GetBuffer(arg, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_tensor_to_dense(self->descriptor, self->buffers, out.buf, (uint64_t)out.len, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return raise_status(state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _statistics(): the encoded descriptor with freshly computed statistics. */
+static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  HurrayError e = {0};
+  HurrayDescriptor *copy = NULL;
+  HurrayStatus s = hurray_descriptor_clone(self->descriptor, &copy, &e);
+  if (s == HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_compute_statistics(copy, self->buffers, &e);
+    Py_END_ALLOW_THREADS
+  }
+  PyObject *out = s == HURRAY_OK ? encode_descriptor(st, copy) : raise_status(st, s, &e);
+  hurray_descriptor_destroy(copy);
+  return out;
+}
+
 /* ------------------------------------------------------ capsule protocol */
 
 static void capsule_destructor(PyObject *capsule) {
@@ -1262,7 +1297,8 @@ static HurrayStatus write_to_pyobject(void *ctx, const void *data, size_t len) {
 static PyObject *mod_save(PyObject *module, PyObject *args) {
   ModuleState *st = PyModule_GetState(module);
   PyObject *target, *items, *metadata, *path = NULL;
-  if (!PyArg_ParseTuple(args, "OOO:save", &target, &items, &metadata)) return NULL;
+  int statistics = 0;
+  if (!PyArg_ParseTuple(args, "OOO|p:save", &target, &items, &metadata, &statistics)) return NULL;
   bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
   bool to_fd = !to_path && PyLong_Check(target);
   if (to_path && !PyUnicode_FSConverter(target, &path)) return NULL;
@@ -1295,6 +1331,7 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   } else {
     s = hurray_writer_open_callback(write_to_pyobject, target, &w, &e);
   }
+  if (s == HURRAY_OK) s = hurray_writer_set_statistics(w, statistics != 0, &e);
   for (Py_ssize_t i = 0; s == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq);
        i++) {
     PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
@@ -1374,6 +1411,8 @@ static PyGetSetDef tensor_getset[] = {
 static PyMethodDef tensor_methods[] = {
     {"_buffer", tensor_buffer, METH_O, "zero-copy memoryview of buffer i"},
     {"_buffer_address", tensor_buffer_address, METH_O, "address of buffer i"},
+    {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
+    {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
@@ -1485,7 +1524,8 @@ static const ErrorClass error_classes[] = {
       HURRAY_ERR_SHARD_RANK, HURRAY_ERR_SHARD_BOUNDS, HURRAY_ERR_EXTENSION}},
     {"PlacementError", NULL, "Buffers do not fit the descriptor they travel with.",
      {HURRAY_ERR_BUFFER_COUNT, HURRAY_ERR_BUFFER_SIZE, HURRAY_ERR_BUFFER_ALIGNMENT,
-      HURRAY_ERR_DEVICE_MISMATCH, HURRAY_ERR_SYNC_MODE_MISMATCH, HURRAY_ERR_PAGE_TABLE_ENTRY}},
+      HURRAY_ERR_DEVICE_MISMATCH, HURRAY_ERR_SYNC_MODE_MISMATCH, HURRAY_ERR_PAGE_TABLE_ENTRY,
+      HURRAY_ERR_SPARSE_INDEX_BOUNDS, HURRAY_ERR_SPARSE_INDPTR, HURRAY_ERR_SPARSE_ORDER}},
     {"NotFoundError", "KeyError", "No tensor, key or file of that name.", {HURRAY_ERR_NOT_FOUND}},
     {"DuplicateNameError", NULL, "A name used twice.", {HURRAY_ERR_DUPLICATE_NAME}},
     {"HurrayIOError", "OSError", "The operating system refused an operation.", {HURRAY_ERR_IO}},

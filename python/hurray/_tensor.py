@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
-                          PerChannelAffine, PerTensorAffine, Sparse)
+                          PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
 
 # bitsandbytes' NF4 code book (float32), index 0..15.
 NF4_CODE = np.array([
@@ -173,18 +173,79 @@ class Tensor(_hurray._Tensor):
         return raw[: count * _dtypes.to_numpy(dtype).itemsize].view(_dtypes.to_numpy(dtype))
 
     def to_dense(self) -> np.ndarray:
-        """A dense numpy array of the stored values: the tensor itself when
-        dense (codes, if quantized), expanded for sparse and paged layouts."""
+        """A new dense numpy array of the logical tensor's stored values (the
+        codes, if quantized): sparse values scattered into zeros, pages
+        gathered, strides resolved. Materialised in C for byte-sized
+        dtypes; sub-byte sparse or paged tensors fall back to numpy."""
         d = self.descriptor
         layout = d.layout
-        if isinstance(layout, Dense):
-            return self.numpy()
-        if isinstance(layout, Sparse):
-            from ._sparse import sparse_to_dense
-            return sparse_to_dense(specialise(self), d)
-        if isinstance(layout, Paged):
+        if isinstance(layout, Composite):
+            raise unsupported("a composite tensor has no single dense form; use member(name)")
+        if _dtypes.is_packed(d.dtype):
+            if isinstance(layout, Dense):
+                return self.numpy()
+            if isinstance(layout, Sparse):
+                from ._sparse import sparse_to_dense
+                return sparse_to_dense(specialise(self), d)
             return _paged_to_dense(self, d)
-        raise unsupported("a composite tensor has no single dense form; read its members")
+        out = np.empty(d.shape, dtype=_dtypes.to_numpy(d.dtype))
+        self._to_dense(out.reshape(-1).view(np.uint8) if out.size else out)
+        return out
+
+    def with_statistics(self) -> "Tensor":
+        """The same buffers, with min, max, NaN count and zero count computed
+        in one C pass and stored in the descriptor (what save(...,
+        statistics=True) writes)."""
+        return type(self)(self._statistics(), list(self.buffers))
+
+    def member(self, name: str) -> "Tensor":
+        """Member `name` of a composite tensor as a tensor of its own, whose
+        buffers are zero-copy views of the parent's."""
+        d = self.descriptor
+        if not isinstance(d.layout, Composite):
+            raise unsupported("member() needs a composite tensor")
+        for m in d.layout.members:
+            if m.name == name:
+                return _member_tensor(self, d, m.descriptor)
+        exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: no member {name!r}")
+        exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
+        raise exc
+
+
+_INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffer",
+                 "pool_buffer", "table_buffer", "scale_buffer", "zero_point_buffer",
+                 "absmax_buffer")
+
+
+def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
+    """Renumbers the member's buffer references into a table of its own."""
+    spec = member.to_dict()
+    used: list = []
+
+    def renumber(index):
+        if index is None:
+            return None
+        if index not in used:
+            used.append(index)
+        return used.index(index)
+
+    def walk(node):
+        for part in ("layout", "quantization"):
+            fields = node.get(part)
+            if not fields:
+                continue
+            for key in _INDEX_FIELDS:
+                if key in fields:
+                    fields[key] = renumber(fields[key])
+            if "index_buffers" in fields:
+                fields["index_buffers"] = [renumber(i) for i in fields["index_buffers"]]
+            for m in fields.get("members", ()):
+                walk(m["descriptor"])
+
+    walk(spec)
+    spec["buffers"] = [d.buffers[i].__dict__ for i in used]
+    spec["device"] = d.device.__dict__
+    return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
 
 
 def _blocked_shape(shape, axis, block):

@@ -7,48 +7,36 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
+#include "index_read.h"
 
 static bool host_addressable(HurrayMemoryClass memory_class) {
   return memory_class != HURRAY_MEMORY_DEVICE;
 }
 
-/* Reads entries of the page table and checks each names a pool page. */
+/* Contents are only read when the host may touch them and nobody needs to
+ * wait first. */
+static bool readable(const HurrayDescriptor *d, uint32_t buffer) {
+  return host_addressable(d->memory_class) && d->buffers[buffer].sync_mode == HURRAY_SYNC_READY;
+}
+
+static const uint8_t *bytes_of(const HurrayBufferList *list, uint32_t buffer) {
+  return hurray_buffer_data(hurray_buffer_list_get(list, buffer));
+}
+
+/* Every page table entry names a page of the pool. */
 static HurrayStatus check_page_table(const HurrayDescriptor *d, const HurrayDescriptor *node,
                                      const HurrayBufferList *list, HurrayError *error) {
   const HurrayLayout *l = &node->layout;
-  if (l->kind == HURRAY_LAYOUT_COMPOSITE) {
-    for (uint32_t i = 0; i < l->member_count; i++) {
-      HURRAY_RETURN_NOT_OK(check_page_table(d, l->members[i].descriptor, list, error));
-    }
-    return HURRAY_OK;
-  }
-  if (l->kind != HURRAY_LAYOUT_PAGED) {
-    return HURRAY_OK;
-  }
-  if (d->buffers[l->table_buffer].sync_mode != HURRAY_SYNC_READY) {
-    return HURRAY_OK; /* contents not ready to read yet */
-  }
-  const HurrayBuffer *table = hurray_buffer_list_get(list, l->table_buffer);
-  const uint8_t *bytes = hurray_buffer_data(table);
+  if (!readable(d, l->table_buffer)) return HURRAY_OK;
+  const uint8_t *table = bytes_of(list, l->table_buffer);
   bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
   /* This node's own entry count (validation proved the product fits); a
    * table shared with a larger node is only read as far as this one uses. */
   uint64_t outer = 1;
-  for (uint32_t i = 0; i < l->axis; i++) {
-    outer *= node->shape[i];
-  }
+  for (uint32_t i = 0; i < l->axis; i++) outer *= node->shape[i];
   uint64_t entries = outer * ((node->shape[l->axis] + l->page_size - 1) / l->page_size);
   for (uint64_t i = 0; i < entries; i++) {
-    int64_t page;
-    if (wide) {
-      uint64_t v = 0;
-      for (int k = 0; k < 8; k++) v |= (uint64_t)bytes[i * 8 + k] << (8 * k);
-      page = (int64_t)v;
-    } else {
-      uint32_t v = 0;
-      for (int k = 0; k < 4; k++) v |= (uint32_t)bytes[i * 4 + k] << (8 * k);
-      page = (int32_t)v;
-    }
+    int64_t page = hurray__index_at(table, wide, i);
     if (page < 0 || (uint64_t)page >= l->num_pages) {
       return hurray__fail(error, HURRAY_ERR_PAGE_TABLE_ENTRY,
                           "buffers[%u]: page table entry %llu is %lld, outside the pool of %llu "
@@ -56,6 +44,101 @@ static HurrayStatus check_page_table(const HurrayDescriptor *d, const HurrayDesc
                           l->table_buffer, (unsigned long long)i, (long long)page,
                           (unsigned long long)l->num_pages);
     }
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus check_indices(const HurrayDescriptor *d, uint32_t buffer, bool wide,
+                                  uint64_t count, uint64_t bound, const char *what,
+                                  const HurrayBufferList *list, HurrayError *error) {
+  if (!readable(d, buffer)) return HURRAY_OK;
+  const uint8_t *p = bytes_of(list, buffer);
+  for (uint64_t k = 0; k < count; k++) {
+    int64_t v = hurray__index_at(p, wide, k);
+    if (v < 0 || (uint64_t)v >= bound) {
+      return hurray__fail(error, HURRAY_ERR_SPARSE_INDEX_BOUNDS,
+                          "buffers[%u]: %s %llu is %lld, outside [0, %llu)", buffer, what,
+                          (unsigned long long)k, (long long)v, (unsigned long long)bound);
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* Index bounds, index pointers running 0..nnz without decreasing, and the
+ * order a canonical COO promises. */
+static HurrayStatus check_sparse(const HurrayDescriptor *d, const HurrayDescriptor *node,
+                                 const HurrayBufferList *list, HurrayError *error) {
+  const HurrayLayout *l = &node->layout;
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  if (l->format == HURRAY_SPARSE_COO) {
+    for (uint32_t dim = 0; dim < node->rank; dim++) {
+      HURRAY_RETURN_NOT_OK(check_indices(d, l->coo_index_buffers[dim], wide, l->nnz,
+                                         node->shape[dim], "coordinate", list, error));
+    }
+    if (!l->canonical) return HURRAY_OK;
+    for (uint32_t dim = 0; dim < node->rank; dim++) {
+      if (!readable(d, l->coo_index_buffers[dim])) return HURRAY_OK;
+    }
+    for (uint64_t k = 1; k < l->nnz; k++) {
+      int order = 0;
+      for (uint32_t dim = 0; dim < node->rank && order == 0; dim++) {
+        const uint8_t *p = bytes_of(list, l->coo_index_buffers[dim]);
+        int64_t a = hurray__index_at(p, wide, k - 1), b = hurray__index_at(p, wide, k);
+        order = (a > b) - (a < b);
+      }
+      if (order >= 0) {
+        return hurray__fail(error, HURRAY_ERR_SPARSE_ORDER,
+                            "layout.canonical: COO entry %llu is %s entry %llu", 
+                            (unsigned long long)k,
+                            order == 0 ? "a duplicate of" : "out of order after",
+                            (unsigned long long)(k - 1));
+      }
+    }
+    return HURRAY_OK;
+  }
+  bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
+  uint64_t major = csc ? node->shape[1] : node->shape[0];
+  uint64_t minor = csc ? node->shape[0] : node->shape[1];
+  if (bsr) {
+    major /= l->block_rows;
+    minor /= l->block_cols;
+  }
+  if (readable(d, l->indptr_buffer)) {
+    const uint8_t *p = bytes_of(list, l->indptr_buffer);
+    int64_t previous = 0;
+    for (uint64_t k = 0; k <= major; k++) {
+      int64_t v = hurray__index_at(p, wide, k);
+      bool bad = k == 0 ? v != 0 : v < previous;
+      if (bad || (k == major && (uint64_t)v != l->nnz)) {
+        return hurray__fail(error, HURRAY_ERR_SPARSE_INDPTR,
+                            "buffers[%u]: index pointer %llu is %lld; pointers must start at 0, "
+                            "never decrease and end at nnz = %llu",
+                            l->indptr_buffer, (unsigned long long)k, (long long)v,
+                            (unsigned long long)l->nnz);
+      }
+      previous = v;
+    }
+  }
+  return check_indices(d, l->indices_buffer, wide, l->nnz, minor,
+                       csc ? "row index" : bsr ? "block column index" : "column index", list,
+                       error);
+}
+
+static HurrayStatus check_contents(const HurrayDescriptor *d, const HurrayDescriptor *node,
+                                   const HurrayBufferList *list, HurrayError *error) {
+  const HurrayLayout *l = &node->layout;
+  switch (l->kind) {
+    case HURRAY_LAYOUT_COMPOSITE:
+      for (uint32_t i = 0; i < l->member_count; i++) {
+        HURRAY_RETURN_NOT_OK(check_contents(d, l->members[i].descriptor, list, error));
+      }
+      return HURRAY_OK;
+    case HURRAY_LAYOUT_PAGED:
+      return check_page_table(d, node, list, error);
+    case HURRAY_LAYOUT_SPARSE:
+      return check_sparse(d, node, list, error);
+    case HURRAY_LAYOUT_DENSE:
+      return HURRAY_OK;
   }
   return HURRAY_OK;
 }
@@ -110,10 +193,5 @@ HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
       return status;
     }
   }
-  /* Contents are only read when the host may touch them and nobody needs
-   * to wait first. */
-  if (host_addressable(d->memory_class)) {
-    return check_page_table(d, d, list, error);
-  }
-  return HURRAY_OK;
+  return check_contents(d, d, list, error);
 }

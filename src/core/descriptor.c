@@ -674,6 +674,20 @@ const HurrayDescriptor *hurray_descriptor_member(const HurrayDescriptor *d, uint
   return index < d->layout.member_count ? d->layout.members[index].descriptor : NULL;
 }
 
+HurrayStatus hurray_descriptor_find_member(const HurrayDescriptor *d, const char *name,
+                                          uint32_t *index_out, HurrayError *error) {
+  if (d == NULL || name == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and name are required");
+  }
+  for (uint32_t i = 0; i < d->layout.member_count; i++) {
+    if (strcmp(d->layout.members[i].name, name) == 0) {
+      if (index_out != NULL) *index_out = i;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "layout.members: no member \"%s\"", name);
+}
+
 /* ----------------------------------------------------------- quantization */
 
 void hurray_descriptor_set_quant_none(HurrayDescriptor *d) {

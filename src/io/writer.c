@@ -57,6 +57,7 @@ struct HurrayWriter {
   bool unnamed_temp;  /* SINK_PATH with O_TMPFILE */
   uint64_t position;  /* bytes written so far */
   bool failed;        /* a write failed: only abort remains */
+  bool statistics;    /* compute statistics for each tensor written */
 
   TensorRecord *tensors;
   size_t tensor_count;
@@ -346,6 +347,10 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   TensorRecord t = {0};
   HurrayDescriptor *stored = NULL;
   HurrayStatus status = file_form(d, &stored, error);
+  if (status == HURRAY_OK && w->statistics &&
+      hurray_compute_statistics(stored, buffers, NULL) != HURRAY_OK) {
+    /* Not a kind statistics cover: it keeps what it came with. */
+  }
   if (status == HURRAY_OK) {
     status = hurray_descriptor_encode(stored, &t.descriptor, &t.descriptor_len, error);
   }
@@ -387,6 +392,12 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   w->tensors[w->tensor_count] = t;
   w->tensor_count++;
   *name_slot(w, name, name_len) = w->tensor_count;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled, HurrayError *error) {
+  if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  w->statistics = enabled;
   return HURRAY_OK;
 }
 

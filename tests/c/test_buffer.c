@@ -184,15 +184,18 @@ static Counter shared_counter;
 static HurrayBufferList *list_for(const HurrayDescriptor *d, uint64_t extra) {
   HurrayBufferList *list = NULL;
   assert_ok(hurray_buffer_list_create(&list, error));
+  uint8_t *memory[64] = {0};
   for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
     uint64_t size = hurray_descriptor_buffer_size(d, i) + extra;
-    void *mem = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
+    uint8_t *mem = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
     memset(mem, 0, (size + 63) / 64 * 64 + 64);
+    memory[i] = mem;
     HurrayBuffer *b = NULL;
     assert_ok(hurray_buffer_create(mem, size, free_release, &shared_counter, &b, error));
     assert_ok(hurray_buffer_set_sync(b, hurray_descriptor_buffer_sync_mode(d, i), (void *)d, error));
     assert_ok(hurray_buffer_list_push(list, b, error));
   }
+  golden_vector_fill_indices(d, memory);
   return list;
 }
 

@@ -48,6 +48,7 @@ static uint8_t pattern(uint32_t seed, uint32_t buffer, uint64_t k) {
  * entry names page 0). */
 static HurrayBufferList *patterned_buffers(const HurrayDescriptor *d, uint32_t seed) {
   HurrayBufferList *list = NULL;
+  uint8_t *memory[64] = {0};
   assert_ok(hurray_buffer_list_create(&list, error));
   for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
     uint64_t size = hurray_descriptor_buffer_size(d, i);
@@ -56,10 +57,12 @@ static HurrayBufferList *patterned_buffers(const HurrayDescriptor *d, uint32_t s
     uint8_t *mem = aligned_alloc(align, (size_t)((size + align - 1) / align * align + align));
     bool table = hurray_descriptor_buffer_role(d, i) == HURRAY_ROLE_PAGE_TABLE;
     for (uint64_t k = 0; k < size; k++) mem[k] = table ? 0 : pattern(seed, i, k);
+    memory[i] = mem;
     HurrayBuffer *b = NULL;
     assert_ok(hurray_buffer_create(mem, size, free_release, NULL, &b, error));
     assert_ok(hurray_buffer_list_push(list, b, error));
   }
+  golden_vector_fill_indices(d, memory);
   return list;
 }
 

@@ -249,6 +249,51 @@ const GoldenVector golden_vectors[] = {
 
 const size_t golden_vector_count = sizeof golden_vectors / sizeof golden_vectors[0];
 
+static void put_index(uint8_t *base, HurrayDType dtype, uint64_t i, uint64_t v) {
+  size_t width = dtype == HURRAY_DTYPE_INT64 ? 8 : 4;
+  for (size_t k = 0; k < width; k++) base[i * width + k] = (uint8_t)(v >> (8 * k));
+}
+
+void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffers) {
+  HurrayDType index_dtype = hurray_descriptor_index_dtype(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  if (hurray_descriptor_layout_kind(d) == HURRAY_LAYOUT_PAGED) {
+    uint32_t table = hurray_descriptor_paged_table_buffer(d);
+    memset(buffers[table], 0, hurray_descriptor_buffer_size(d, table));
+    return;
+  }
+  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_SPARSE) return;
+  uint64_t nnz = hurray_descriptor_sparse_nnz(d);
+  HurraySparseFormat format = hurray_descriptor_sparse_format(d);
+  if (format == HURRAY_SPARSE_COO) {
+    uint32_t rank = hurray_descriptor_rank(d);
+    for (uint64_t k = 0; k < nnz; k++) {
+      uint64_t rest = k;
+      for (uint32_t dim = rank; dim-- > 0;) {
+        put_index(buffers[hurray_descriptor_sparse_coo_index_buffer(d, dim)], index_dtype, k,
+                  rest % shape[dim]);
+        rest /= shape[dim];
+      }
+    }
+    return;
+  }
+  bool csc = format == HURRAY_SPARSE_CSC;
+  uint64_t major = csc ? shape[1] : shape[0], minor = csc ? shape[0] : shape[1];
+  if (format == HURRAY_SPARSE_BSR) {
+    major /= hurray_descriptor_sparse_block_rows(d);
+    minor /= hurray_descriptor_sparse_block_cols(d);
+  }
+  uint8_t *indptr = buffers[hurray_descriptor_sparse_indptr_buffer(d)];
+  uint8_t *indices = buffers[hurray_descriptor_sparse_indices_buffer(d)];
+  for (uint64_t r = 0; r <= major; r++) {
+    uint64_t start = r * nnz / major, end = (r + 1) * nnz / major;
+    put_index(indptr, index_dtype, r, start);
+    for (uint64_t k = start; r < major && k < end; k++) {
+      put_index(indices, index_dtype, k, (k - start) % minor);
+    }
+  }
+}
+
 HurrayDescriptor *golden_vector_build(const char *name) {
   for (size_t i = 0; i < golden_vector_count; i++) {
     if (strcmp(golden_vectors[i].name, name) == 0) {

@@ -1,0 +1,362 @@
+"""Sharded tensors: pieces of one global tensor spread over several files.
+
+A piece carries a shard (docs/spec/descriptor-encoding.md, SHARD): it is the
+block [offsets, offsets + shape) of a global tensor of global_shape. The
+pieces of one tensor must tile the global shape exactly: every element in
+exactly one piece. shard() marks a tensor as a piece, save_sharded() cuts
+arrays into pieces and writes one file per part, load_sharded() checks the
+tiling and assembles the whole global tensor or any rectangular region of
+it, fetching only the pieces that region touches.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _dtypes, _hurray
+from ._descriptor import Dense, Descriptor, Shard
+from ._files import File, as_tensor, save
+from ._tensor import Tensor, specialise
+
+Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
+
+# Status codes of include/hurray/common.h that these errors carry.
+_STATUS = {"HURRAY_ERR_UNSUPPORTED": 3, "HURRAY_ERR_DTYPE": 20, "HURRAY_ERR_SHARD_RANK": 50,
+           "HURRAY_ERR_SHARD_BOUNDS": 51, "HURRAY_ERR_NOT_FOUND": 81}
+
+# Pieces named in full in an error message; more are counted.
+_LISTED = 8
+# Work bound of the box subtraction that names the gaps of a broken tiling.
+_MAX_GAP_BOXES = 4096
+
+
+def _error(cls, status_name: str, message: str):
+    """An exception like those raised in C: "NAME: detail", status, status_name."""
+    exc = cls(f"{status_name}: {message}")
+    exc.status, exc.status_name = _STATUS[status_name], status_name
+    return exc
+
+
+# --------------------------------------------------------------------- shard
+
+def shard(value: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> Tensor:
+    """The same tensor marked as the block [offsets, offsets + shape) of a
+    global tensor of global_shape. Zero-copy: the result shares the
+    buffers of `value` (anything as_tensor takes). Raises ValidationError
+    HURRAY_ERR_SHARD_RANK when the ranks differ and HURRAY_ERR_SHARD_BOUNDS
+    when the block reaches past the global shape."""
+    t = as_tensor(value)
+    descriptor = t.descriptor.replace(shard=Shard(tuple(int(g) for g in global_shape),
+                                                  tuple(int(o) for o in offsets)))
+    return specialise(Tensor(descriptor, list(t.buffers)))
+
+
+# --------------------------------------------------------------- box algebra
+
+def _volume(box: Box) -> int:
+    lo, hi = box
+    return math.prod(h - l for l, h in zip(lo, hi))
+
+
+def _intersect(a: Box, b: Box) -> Optional[Box]:
+    lo = tuple(max(x, y) for x, y in zip(a[0], b[0]))
+    hi = tuple(min(x, y) for x, y in zip(a[1], b[1]))
+    if any(l >= h for l, h in zip(lo, hi)):
+        return None
+    return lo, hi
+
+
+def _subtract(a: Box, b: Box) -> List[Box]:
+    """a minus b, as at most 2 * rank disjoint boxes."""
+    cut = _intersect(a, b)
+    if cut is None:
+        return [a]
+    out = []
+    lo, hi = list(a[0]), list(a[1])
+    for k in range(len(lo)):
+        if lo[k] < cut[0][k]:
+            out.append((tuple(lo), tuple(hi[:k] + [cut[0][k]] + hi[k + 1:])))
+        if cut[1][k] < hi[k]:
+            out.append((tuple(lo[:k] + [cut[1][k]] + lo[k + 1:]), tuple(hi)))
+        lo[k], hi[k] = cut[0][k], cut[1][k]
+    return out
+
+
+def _fmt_box(box: Box) -> str:
+    return "[" + ", ".join(f"{l}:{h}" for l, h in zip(*box)) + "]"
+
+
+# -------------------------------------------------------------------- pieces
+
+@dataclass
+class _Piece:
+    path: str
+    name: str
+    descriptor: Descriptor
+    box: Box
+
+    def label(self) -> str:
+        return f"{os.path.basename(self.path)}[{self.name!r}] {_fmt_box(self.box)}"
+
+
+def _listing(pieces: Sequence[_Piece]) -> str:
+    shown = ", ".join(p.label() for p in pieces[:_LISTED])
+    more = len(pieces) - _LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
+    """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
+    first = pieces[0]
+    global_shape = first.descriptor.shard.global_shape
+    dtype = first.descriptor.dtype
+    for p in pieces[1:]:
+        g = p.descriptor.shard.global_shape
+        if g != global_shape:
+            status = ("HURRAY_ERR_SHARD_RANK" if len(g) != len(global_shape)
+                      else "HURRAY_ERR_SHARD_BOUNDS")
+            raise _error(_hurray.ValidationError, status,
+                         f"tensor {name!r}: pieces disagree on the global shape: "
+                         f"{first.label()} says {global_shape}, {p.label()} says {g}")
+        if p.descriptor.dtype != dtype:
+            raise _error(_hurray.ValidationError, "HURRAY_ERR_DTYPE",
+                         f"tensor {name!r}: pieces disagree on the dtype: {first.label()} is "
+                         f"{dtype}, {p.label()} is {p.descriptor.dtype}")
+    for p in pieces:
+        d = p.descriptor
+        if not isinstance(d.layout, Dense):
+            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+                         f"tensor {name!r}: piece {p.label()} has a "
+                         f"{type(d.layout).__name__.lower()} layout; load_sharded assembles "
+                         "dense pieces only (read the pieces with hurray.open)")
+        if d.quantization is not None:
+            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+                         f"tensor {name!r}: piece {p.label()} is quantized "
+                         f"({type(d.quantization).__name__}); load_sharded assembles "
+                         "unquantized pieces only (dequantize each piece with hurray.open)")
+
+    solid = [p for p in pieces if _volume(p.box) > 0]
+    # Overlap: sweep along the axis whose offsets vary most, so that pieces
+    # cut along one axis are compared with their neighbours only.
+    rank = len(global_shape)
+    if rank:
+        axis = max(range(rank), key=lambda k: len({p.box[0][k] for p in solid}))
+        solid.sort(key=lambda p: p.box[0][axis])
+    for i, a in enumerate(solid):
+        for b in solid[i + 1:]:
+            if rank and b.box[0][axis] >= a.box[1][axis]:
+                break
+            cut = _intersect(a.box, b.box)
+            if cut is not None:
+                raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+                             f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
+                             f"{_fmt_box(cut)}")
+    # Gap: disjoint pieces inside the global box tile it iff their volumes
+    # add up to it (validation already kept every piece inside).
+    covered = sum(_volume(p.box) for p in solid)
+    total = math.prod(global_shape)
+    if covered != total:
+        missing: List[Box] = [((0,) * rank, tuple(global_shape))]
+        for p in solid:
+            missing = [r for m in missing for r in _subtract(m, p.box)]
+            if len(missing) > _MAX_GAP_BOXES:
+                break
+        example = (", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
+                   if len(missing) <= _MAX_GAP_BOXES else "")
+        raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+                     f"tensor {name!r}: the pieces leave {total - covered} of the "
+                     f"{total} elements of the global shape {tuple(global_shape)} uncovered"
+                     f"{example}; pieces found: {_listing(pieces)}")
+    return tuple(global_shape), dtype
+
+
+# ----------------------------------------------------------------- load_sharded
+
+def _paths(paths_or_dir) -> List[str]:
+    if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
+        path = os.fsdecode(paths_or_dir)
+        if os.path.isdir(path):
+            found = sorted(glob.glob(os.path.join(glob.escape(path), "*.hurray")))
+            if not found:
+                raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
+                             f"no *.hurray files in {path!r}")
+            return found
+        return [path]
+    return [os.fsdecode(p) for p in paths_or_dir]
+
+
+def _region(index, global_shape: Tuple[int, ...]) -> Tuple[Box, Tuple[int, ...]]:
+    """The box an index selects, and the axes that integers drop."""
+    rank = len(global_shape)
+    if index is None:
+        index = ()
+    elif not isinstance(index, tuple):
+        index = (index,)
+    if len(index) > rank:
+        raise IndexError(f"{len(index)} indices for a tensor of rank {rank}")
+    lo, hi, dropped = [], [], []
+    for k, dim in enumerate(global_shape):
+        item = index[k] if k < len(index) else slice(None)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(dim)
+            if step != 1:
+                raise ValueError(f"index {k}: only steps of 1 are supported, got {item.step}")
+            lo.append(start)
+            hi.append(max(start, stop))
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+            i = int(item) + (dim if item < 0 else 0)
+            if not 0 <= i < dim:
+                raise IndexError(f"index {int(item)} is out of bounds for axis {k} of size {dim}")
+            lo.append(i)
+            hi.append(i + 1)
+            dropped.append(k)
+        else:
+            raise TypeError(f"index {k}: slices and integers only (basic slicing), "
+                            f"got {type(item).__name__}")
+    return (tuple(lo), tuple(hi)), tuple(dropped)
+
+
+def _rows_readable(d: Descriptor) -> bool:
+    """Whether File.get_slice can read rows of this piece alone."""
+    if d.strides is not None or not d.shape:
+        return False
+    row = math.prod(d.shape[1:])
+    return row * _dtypes.BITS[d.dtype] % 8 == 0
+
+
+def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
+    """The part `cut` (global coordinates) of a piece, reading rows along
+    dimension 0 only when that is all that is needed."""
+    lo, hi = piece.box
+    local = [slice(c0 - l, c1 - l) for c0, c1, l in zip(cut[0], cut[1], lo)]
+    d = piece.descriptor
+    if local and (local[0].start, local[0].stop) != (0, d.shape[0]) and _rows_readable(d):
+        rows = f.get_slice(piece.name, local[0].start, local[0].stop).numpy()
+        return rows[(slice(None),) + tuple(local[1:])]
+    return f[piece.name].numpy()[tuple(local)]
+
+
+def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
+                 mmap: bool = True) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+    """Assembles sharded tensors from the pieces stored in several files.
+
+    `paths_or_dir` is a list of files, one file, or a directory (every
+    *.hurray file in it, sorted). Every tensor piece named `name` that has
+    a shard is used (tensors without one are ignored); with name=None, the
+    result is a dict with every sharded tensor. The pieces must agree on the
+    global shape (ValidationError HURRAY_ERR_SHARD_BOUNDS, or _SHARD_RANK
+    when ranks differ) and dtype (HURRAY_ERR_DTYPE) and tile the global
+    shape with no overlap and no gap (HURRAY_ERR_SHARD_BOUNDS, naming the
+    pieces or the uncovered region). Only dense, unquantized pieces are
+    assembled (UnsupportedError otherwise).
+
+    `index` (slices with step 1 and integers, as in basic numpy indexing)
+    selects a region of the global tensor: only the pieces that intersect
+    it are fetched, and of those only the needed rows where the layout
+    allows. Every file's index is read to check the tiling; no other data.
+    The result is a new array."""
+    paths = _paths(paths_or_dir)
+    pieces: Dict[str, List[_Piece]] = {}
+    unsharded: Dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        files: Dict[str, File] = {}
+        for path in paths:
+            f = File(path, mmap=mmap)
+            stack.callback(f.close)
+            files[path] = f
+            names = [name] if name is not None else f.keys()
+            for n in names:
+                try:
+                    d = f.descriptor(n)
+                except _hurray.NotFoundError:
+                    continue
+                if d.shard is None:
+                    unsharded.setdefault(n, path)
+                    continue
+                box = (d.shard.offsets, tuple(o + s for o, s in zip(d.shard.offsets, d.shape)))
+                pieces.setdefault(n, []).append(_Piece(path, n, d, box))
+        if name is not None and name not in pieces:
+            where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
+            raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
+                         f"no sharded tensor {name!r} in {len(paths)} files{where}")
+        for n in pieces:
+            if n in unsharded:
+                raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+                             f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
+                             f"sharded in {pieces[n][0].path!r}")
+        checked = {n: _check_pieces(n, ps) for n, ps in pieces.items()}
+        out = {}
+        for n, ps in pieces.items():
+            global_shape, dtype = checked[n]
+            region, dropped = _region(index, global_shape)
+            result = np.empty(tuple(h - l for l, h in zip(*region)), _dtypes.to_numpy(dtype))
+            for p in ps:
+                cut = _intersect(p.box, region) if _volume(region) else None
+                if cut is None:
+                    continue
+                dst = tuple(slice(c0 - r, c1 - r) for c0, c1, r in zip(cut[0], cut[1], region[0]))
+                result[dst] = _fetch(files[p.path], p, cut)
+            if dropped:
+                result = result.reshape(tuple(s for k, s in enumerate(result.shape)
+                                              if k not in dropped))
+            out[n] = result
+    return out[name] if name is not None else out
+
+
+# ----------------------------------------------------------------- save_sharded
+
+def save_sharded(directory, tensors: Mapping[str, Any], parts: int, axis: int = 0,
+                 metadata: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Cuts every tensor into `parts` pieces along `axis` (numpy.array_split:
+    the first len % parts pieces one longer) and writes piece k of every
+    tensor, marked with its shard, to directory/part-{k:05d}-of-{parts:05d}.hurray
+    (with `metadata` in each file). Returns the paths in part order.
+
+    Values are dense, unquantized tensors or anything as_tensor takes; a
+    value that is itself a piece is cut further, its pieces keeping its
+    global shape. Existing files in `directory` are left alone: write a
+    different part count into a fresh directory, since load_sharded reads
+    every *.hurray file of a directory."""
+    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
+        raise ValueError(f"parts must be a positive integer, got {parts!r}")
+    parts = int(parts)
+    directory = os.fspath(directory)
+    split: Dict[str, List[Tensor]] = {}
+    for name, value in tensors.items():
+        t = as_tensor(value)
+        d = t.descriptor
+        if not isinstance(d.layout, Dense) or d.quantization is not None:
+            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+                         f"tensor {name!r}: save_sharded cuts dense, unquantized tensors only")
+        array = t.numpy()
+        if array.ndim == 0:
+            raise ValueError(f"tensor {name!r} is a scalar: there is no axis to cut along")
+        ax = int(axis)
+        if not -array.ndim <= ax < array.ndim:
+            raise ValueError(f"tensor {name!r}: axis {axis} is out of range for rank {array.ndim}")
+        ax %= array.ndim
+        global_shape = d.shard.global_shape if d.shard is not None else array.shape
+        base = d.shard.offsets if d.shard is not None else (0,) * array.ndim
+        pieces, start = [], 0
+        for piece in np.array_split(array, parts, axis=ax):
+            offsets = list(base)
+            offsets[ax] += start
+            start += piece.shape[ax]
+            p = as_tensor(np.ascontiguousarray(piece))
+            pd = p.descriptor.replace(shard=Shard(tuple(global_shape), tuple(offsets)),
+                                      extension=d.extension)
+            pieces.append(Tensor(pd, list(p.buffers)))
+        split[str(name)] = pieces
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for k in range(parts):
+        path = os.path.join(directory, f"part-{k:05d}-of-{parts:05d}.hurray")
+        save(path, {name: pieces[k] for name, pieces in split.items()}, metadata)
+        paths.append(path)
+    return paths

@@ -1,0 +1,294 @@
+/*
+ * Turning a tensor's buffers into values: hurray_tensor_to_dense (the
+ * logical tensor as a dense row-major array) and hurray_compute_statistics.
+ * Both run after placement validation, so every index read here is in range.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/descriptor_internal.h"
+#include "../core/error.h"
+#include "hurray/buffer.h"
+#include "index_read.h"
+
+static const uint8_t *data_of(const HurrayBufferList *list, uint32_t buffer) {
+  return hurray_buffer_data(hurray_buffer_list_get(list, buffer));
+}
+
+/* Row-major position of COO entry k, or of (major, minor) in CSR/CSC. */
+static uint64_t linear(const uint64_t *shape, uint32_t rank, const int64_t *coords) {
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < rank; i++) at = at * shape[i] + (uint64_t)coords[i];
+  return at;
+}
+
+/* Marks `at` written; false when it already was (a duplicate coordinate). */
+static bool claim(uint8_t *seen, uint64_t at) {
+  uint8_t bit = (uint8_t)(1u << (at % 8));
+  if (seen[at / 8] & bit) return false;
+  seen[at / 8] |= bit;
+  return true;
+}
+
+static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                    uint8_t *out, size_t item, uint64_t numel,
+                                    HurrayError *error) {
+  const HurrayLayout *l = &d->layout;
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  const uint8_t *values = data_of(list, l->data_buffer) + d->byte_offset;
+  uint8_t *seen = calloc(numel / 8 + 1, 1);
+  if (seen == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = HURRAY_OK;
+  memset(out, 0, numel * item);
+  if (l->format == HURRAY_SPARSE_COO) {
+    int64_t coords[HURRAY_MAX_RANK];
+    for (uint64_t k = 0; status == HURRAY_OK && k < l->nnz; k++) {
+      for (uint32_t dim = 0; dim < d->rank; dim++) {
+        coords[dim] = hurray__index_at(data_of(list, l->coo_index_buffers[dim]), wide, k);
+      }
+      uint64_t at = linear(d->shape, d->rank, coords);
+      if (!claim(seen, at)) {
+        status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                              "COO entry %llu repeats a coordinate; coalesce (sum) duplicates "
+                              "before densifying",
+                              (unsigned long long)k);
+      } else {
+        memcpy(out + at * item, values + k * item, item);
+      }
+    }
+  } else {
+    bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
+    uint64_t br = bsr ? l->block_rows : 1, bc = bsr ? l->block_cols : 1;
+    uint64_t major = (csc ? d->shape[1] : d->shape[0]) / br;
+    const uint8_t *indptr = data_of(list, l->indptr_buffer);
+    const uint8_t *indices = data_of(list, l->indices_buffer);
+    for (uint64_t m = 0; status == HURRAY_OK && m < major; m++) {
+      int64_t end = hurray__index_at(indptr, wide, m + 1);
+      for (int64_t k = hurray__index_at(indptr, wide, m); status == HURRAY_OK && k < end; k++) {
+        uint64_t minor = (uint64_t)hurray__index_at(indices, wide, (uint64_t)k);
+        for (uint64_t i = 0; i < br && status == HURRAY_OK; i++) {
+          for (uint64_t j = 0; j < bc; j++) {
+            uint64_t row = csc ? minor : m * br + i, col = csc ? m : minor * bc + j;
+            uint64_t at = row * d->shape[1] + col;
+            if (!claim(seen, at)) {
+              status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                                    "entry %lld repeats a position; sum duplicates before "
+                                    "densifying",
+                                    (long long)k);
+              break;
+            }
+            memcpy(out + at * item, values + ((uint64_t)k * br * bc + i * bc + j) * item, item);
+          }
+        }
+      }
+    }
+  }
+  free(seen);
+  return status;
+}
+
+static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list, uint8_t *out,
+                           size_t item) {
+  const HurrayLayout *l = &d->layout;
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  uint64_t outer = 1, inner = 1;
+  for (uint32_t i = 0; i < d->rank; i++) {
+    if (i < l->axis) outer *= d->shape[i];
+    if (i > l->axis) inner *= d->shape[i];
+  }
+  uint64_t length = d->shape[l->axis];
+  uint64_t blocks = (length + l->page_size - 1) / l->page_size;
+  uint64_t page_bytes = l->page_size * inner * item;
+  const uint8_t *pool = data_of(list, l->data_buffer) + d->byte_offset;
+  const uint8_t *table = data_of(list, l->table_buffer);
+  for (uint64_t o = 0; o < outer; o++) {
+    for (uint64_t b = 0; b < blocks; b++) {
+      uint64_t page = (uint64_t)hurray__index_at(table, wide, o * blocks + b);
+      uint64_t rows = b + 1 < blocks ? l->page_size : length - b * l->page_size;
+      memcpy(out + (o * length + b * l->page_size) * inner * item, pool + page * page_bytes,
+             rows * inner * item);
+    }
+  }
+}
+
+/* A strided dense view copied element by element into row-major order. */
+static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uint8_t *out,
+                             size_t item, uint64_t numel) {
+  uint64_t index[HURRAY_MAX_RANK] = {0};
+  for (uint64_t n = 0; n < numel; n++) {
+    int64_t offset = 0;
+    for (uint32_t i = 0; i < d->rank; i++) offset += (int64_t)index[i] * d->strides[i];
+    memcpy(out + n * item, base + offset * (int64_t)item, item);
+    for (uint32_t i = d->rank; i-- > 0;) {
+      if (++index[i] < d->shape[i]) break;
+      index[i] = 0;
+    }
+  }
+}
+
+HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                    void *out, uint64_t out_size, HurrayError *error) {
+  if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor, list and out required");
+  }
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
+  if (d->memory_class == HURRAY_MEMORY_DEVICE) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "to_dense reads host memory only");
+  }
+  uint64_t numel, bytes;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
+  if (hurray_dtype_storage_bytes(d->dtype, numel, &bytes) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "dense size overflows");
+  }
+  if (out_size < bytes) {
+    return hurray__fail(error, HURRAY_ERR_BUFFER_SIZE,
+                        "out holds %llu bytes, the dense tensor needs %llu",
+                        (unsigned long long)out_size, (unsigned long long)bytes);
+  }
+  uint32_t bits = hurray_dtype_bits(d->dtype);
+  size_t item = bits / 8;
+  switch (d->layout.kind) {
+    case HURRAY_LAYOUT_DENSE: {
+      const uint8_t *base = data_of(list, d->layout.data_buffer) + d->byte_offset;
+      if (d->has_strides && numel > 0) {
+        strided_to_dense(d, base, out, item, numel);
+      } else if (bytes > 0) {
+        memcpy(out, base, bytes);
+      }
+      return HURRAY_OK;
+    }
+    case HURRAY_LAYOUT_SPARSE:
+    case HURRAY_LAYOUT_PAGED:
+      if (bits % 8 != 0) {
+        return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                            "to_dense of %s elements in a %s layout is not supported",
+                            hurray_dtype_name(d->dtype),
+                            d->layout.kind == HURRAY_LAYOUT_SPARSE ? "sparse" : "paged");
+      }
+      if (d->layout.kind == HURRAY_LAYOUT_PAGED) {
+        paged_to_dense(d, list, out, item);
+        return HURRAY_OK;
+      }
+      return sparse_to_dense(d, list, out, item, numel, error);
+    case HURRAY_LAYOUT_COMPOSITE:
+      break;
+  }
+  return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                      "a composite has no single dense form; read its members");
+}
+
+/* ------------------------------------------------------------ statistics */
+
+static double half_to_double(uint16_t h) {
+  int exponent = (h >> 10) & 0x1F;
+  double mantissa = h & 0x3FF;
+  double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0) return sign * ldexp(mantissa, -24);
+  if (exponent == 31) return mantissa != 0 ? NAN : sign * INFINITY;
+  return sign * ldexp(mantissa + 1024.0, exponent - 25);
+}
+
+static double bfloat_to_double(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* The value of element `i` of a byte-sized numeric dtype as a double; false
+ * for dtypes statistics do not cover. */
+static bool value_at(HurrayDType t, const uint8_t *p, uint64_t i, double *out) {
+  switch (t) {
+#define AS(type, dtype)            \
+  case dtype: {                    \
+    type v;                        \
+    memcpy(&v, p + i * sizeof v, sizeof v); \
+    *out = (double)v;              \
+    return true;                   \
+  }
+    AS(int8_t, HURRAY_DTYPE_INT8)
+    AS(int16_t, HURRAY_DTYPE_INT16)
+    AS(int32_t, HURRAY_DTYPE_INT32)
+    AS(int64_t, HURRAY_DTYPE_INT64)
+    AS(uint8_t, HURRAY_DTYPE_UINT8)
+    AS(uint16_t, HURRAY_DTYPE_UINT16)
+    AS(uint32_t, HURRAY_DTYPE_UINT32)
+    AS(uint64_t, HURRAY_DTYPE_UINT64)
+    AS(float, HURRAY_DTYPE_FLOAT32)
+    AS(double, HURRAY_DTYPE_FLOAT64)
+#undef AS
+    case HURRAY_DTYPE_BOOL:
+      *out = p[i] != 0;
+      return true;
+    case HURRAY_DTYPE_FLOAT16:
+    case HURRAY_DTYPE_BFLOAT16: {
+      uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+      *out = t == HURRAY_DTYPE_FLOAT16 ? half_to_double(h) : bfloat_to_double(h);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+typedef struct Stats {
+  double min, max;
+  uint64_t nan_count, zero_count, seen;
+} Stats;
+
+static void observe(Stats *s, double v) {
+  if (isnan(v)) {
+    s->nan_count++;
+    return;
+  }
+  if (v == 0) s->zero_count++;
+  if (s->seen++ == 0 || v < s->min) s->min = v;
+  if (s->seen == 1 || v > s->max) s->max = v;
+}
+
+HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferList *list,
+                                       HurrayError *error) {
+  if (d == NULL || list == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and list required");
+  }
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
+  double probe;
+  bool dense = d->layout.kind == HURRAY_LAYOUT_DENSE && !d->has_strides;
+  bool sparse = d->layout.kind == HURRAY_LAYOUT_SPARSE;
+  if ((!dense && !sparse) || d->memory_class == HURRAY_MEMORY_DEVICE ||
+      !value_at(d->dtype, (const uint8_t *)"\0\0\0\0\0\0\0\0", 0, &probe)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "statistics cover row-major dense and sparse tensors of bool, integer "
+                        "and float16/bfloat16/float32/float64 elements, not %s %s",
+                        hurray_dtype_name(d->dtype),
+                        dense || sparse ? "elements" : "in this layout");
+  }
+  uint64_t numel;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
+  const uint8_t *values = data_of(list, d->layout.data_buffer) + d->byte_offset;
+  uint64_t stored = numel;
+  if (sparse) {
+    stored = d->layout.nnz;
+    if (d->layout.format == HURRAY_SPARSE_BSR) stored *= d->layout.block_rows * d->layout.block_cols;
+  }
+  Stats s = {0};
+  for (uint64_t i = 0; i < stored; i++) {
+    double v;
+    value_at(d->dtype, values, i, &v);
+    observe(&s, v);
+  }
+  /* Elements a sparse tensor does not store are zeros. */
+  if (stored < numel) {
+    observe(&s, 0.0);
+    s.zero_count += numel - stored - 1;
+  }
+  hurray_descriptor_clear_statistics(d);
+  hurray_descriptor_set_stat_nan_count(d, s.nan_count);
+  hurray_descriptor_set_stat_zero_count(d, s.zero_count);
+  if (s.seen > 0) {
+    hurray_descriptor_set_stat_min(d, s.min);
+    hurray_descriptor_set_stat_max(d, s.max);
+  }
+  return HURRAY_OK;
+}
