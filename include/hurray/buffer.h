@@ -106,10 +106,11 @@ HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor 
 /* Materialises the logical tensor as a dense, row-major array of its dtype
  * (the stored codes, for a quantized tensor) into `out`, which must hold
  * numel * itemsize bytes. Works for dense (any strides), sparse (stored
- * values scattered into zeros) and paged (pages gathered) layouts of
- * byte-sized dtypes; sub-byte sparse or paged tensors, composites, and sparse
- * tensors with duplicate coordinates give HURRAY_ERR_UNSUPPORTED. Validates
- * placement first. */
+ * values scattered into zeros; a position stored twice sums, as in scipy)
+ * and paged (pages gathered) layouts of byte-sized dtypes. Sub-byte sparse
+ * or paged tensors, composites, and duplicates of dtypes without a C sum
+ * (float16, bfloat16, narrow floats, bool) give HURRAY_ERR_UNSUPPORTED.
+ * Validates placement first. */
 HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                const HurrayBufferList *list, void *out,
                                                uint64_t out_size, HurrayError *error);

@@ -445,6 +445,52 @@ def save(
     go through as_tensor(); metadata values are str, int, float, bool or
     bytes."""
 
+# ------------------------------------------------------------ sharded tensors
+
+_Index: TypeAlias = slice | int | np.integer[Any] | tuple[slice | int | np.integer[Any], ...]
+
+def shard(value: object, global_shape: Sequence[int], offsets: Sequence[int]) -> Tensor:
+    """The same tensor (sharing its buffers) marked as the block
+    [offsets, offsets + shape) of a global tensor of global_shape.
+    ValidationError HURRAY_ERR_SHARD_RANK or HURRAY_ERR_SHARD_BOUNDS when the
+    shard does not fit the tensor."""
+
+@overload
+def load_sharded(
+    paths_or_dir: _StrPath | Iterable[_StrPath],
+    name: str,
+    *,
+    index: _Index | None = None,
+    mmap: bool = True,
+) -> npt.NDArray[Any]: ...
+@overload
+def load_sharded(
+    paths_or_dir: _StrPath | Iterable[_StrPath],
+    name: None = None,
+    *,
+    index: _Index | None = None,
+    mmap: bool = True,
+) -> dict[str, npt.NDArray[Any]]:
+    """Assembles the pieces (tensors with a shard) named `name` from the
+    files, or every *.hurray file of a directory, into a new array of the
+    global tensor or of the region `index` selects (slices with step 1 and
+    integers); a dict of every sharded tensor when name is None. Only the
+    pieces the region touches are fetched. The pieces must agree on global
+    shape and dtype and tile it exactly (ValidationError
+    HURRAY_ERR_SHARD_BOUNDS otherwise); dense, unquantized pieces only
+    (UnsupportedError)."""
+
+def save_sharded(
+    directory: _StrPath,
+    tensors: Mapping[str, object],
+    parts: int,
+    axis: int = 0,
+    metadata: Mapping[str, _MetadataInput] | None = None,
+) -> list[str]:
+    """Cuts every tensor into `parts` pieces along `axis` (numpy.array_split)
+    and writes piece k of each, with its shard, to
+    directory/part-{k:05d}-of-{parts:05d}.hurray. Returns the paths."""
+
 # --------------------------------------------------------------- conversions
 
 def as_tensor(value: object) -> Tensor:

@@ -31,6 +31,62 @@ static bool claim(uint8_t *seen, uint64_t at) {
   return true;
 }
 
+/* Duplicates sum, as in scipy and torch; false for dtypes without a plain
+ * C sum (float16, bfloat16, the narrow floats, bool). */
+static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
+  switch (t) {
+#define SUM(type, dtype)                     \
+  case dtype: {                              \
+    type a, b;                               \
+    memcpy(&a, dst, sizeof a);               \
+    memcpy(&b, src, sizeof b);               \
+    a = (type)(a + b);                       \
+    memcpy(dst, &a, sizeof a);               \
+    return true;                             \
+  }
+    SUM(int8_t, HURRAY_DTYPE_INT8)
+    SUM(int16_t, HURRAY_DTYPE_INT16)
+    SUM(int32_t, HURRAY_DTYPE_INT32)
+    SUM(uint8_t, HURRAY_DTYPE_UINT8)
+    SUM(uint16_t, HURRAY_DTYPE_UINT16)
+    SUM(uint32_t, HURRAY_DTYPE_UINT32)
+    SUM(uint64_t, HURRAY_DTYPE_UINT64)
+    SUM(float, HURRAY_DTYPE_FLOAT32)
+    SUM(double, HURRAY_DTYPE_FLOAT64)
+#undef SUM
+    case HURRAY_DTYPE_INT64: { /* wraps like numpy, without signed overflow */
+      uint64_t a, b;
+      memcpy(&a, dst, 8);
+      memcpy(&b, src, 8);
+      a += b;
+      memcpy(dst, &a, 8);
+      return true;
+    }
+    case HURRAY_DTYPE_COMPLEX64:
+      return add_into(HURRAY_DTYPE_FLOAT32, dst, src) &&
+             add_into(HURRAY_DTYPE_FLOAT32, dst + 4, src + 4);
+    case HURRAY_DTYPE_COMPLEX128:
+      return add_into(HURRAY_DTYPE_FLOAT64, dst, src) &&
+             add_into(HURRAY_DTYPE_FLOAT64, dst + 8, src + 8);
+    default:
+      return false;
+  }
+}
+
+/* Writes a stored value at `at`, summing with an earlier one there. */
+static HurrayStatus place(const HurrayDescriptor *d, uint8_t *seen, uint8_t *out, uint64_t at,
+                          const uint8_t *value, size_t item, HurrayError *error) {
+  if (claim(seen, at)) {
+    memcpy(out + at * item, value, item);
+    return HURRAY_OK;
+  }
+  if (add_into(d->dtype, out + at * item, value)) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                      "a position is stored twice and %s values have no sum here; coalesce "
+                      "duplicates first",
+                      hurray_dtype_name(d->dtype));
+}
+
 static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     uint8_t *out, size_t item, uint64_t numel,
                                     HurrayError *error) {
@@ -47,15 +103,8 @@ static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBuffe
       for (uint32_t dim = 0; dim < d->rank; dim++) {
         coords[dim] = hurray__index_at(data_of(list, l->coo_index_buffers[dim]), wide, k);
       }
-      uint64_t at = linear(d->shape, d->rank, coords);
-      if (!claim(seen, at)) {
-        status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                              "COO entry %llu repeats a coordinate; coalesce (sum) duplicates "
-                              "before densifying",
-                              (unsigned long long)k);
-      } else {
-        memcpy(out + at * item, values + k * item, item);
-      }
+      status = place(d, seen, out, linear(d->shape, d->rank, coords), values + k * item, item,
+                     error);
     }
   } else {
     bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
@@ -70,15 +119,9 @@ static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBuffe
         for (uint64_t i = 0; i < br && status == HURRAY_OK; i++) {
           for (uint64_t j = 0; j < bc; j++) {
             uint64_t row = csc ? minor : m * br + i, col = csc ? m : minor * bc + j;
-            uint64_t at = row * d->shape[1] + col;
-            if (!claim(seen, at)) {
-              status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                                    "entry %lld repeats a position; sum duplicates before "
-                                    "densifying",
-                                    (long long)k);
-              break;
-            }
-            memcpy(out + at * item, values + ((uint64_t)k * br * bc + i * bc + j) * item, item);
+            status = place(d, seen, out, row * d->shape[1] + col,
+                           values + ((uint64_t)k * br * bc + i * bc + j) * item, item, error);
+            if (status != HURRAY_OK) break;
           }
         }
       }

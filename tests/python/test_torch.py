@@ -384,11 +384,12 @@ def test_scipy_matrix_to_torch():
     np.testing.assert_array_equal(y.to_dense().numpy(), m.toarray())
 
 
-def test_to_torch_rejects_out_of_range_sparse_indices():
-    t = hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1.0, 2.0]),
+def test_out_of_range_sparse_indices_never_reach_torch():
+    # Placement validation refuses the tensor before anything can hand it on.
+    with pytest.raises(hurray.PlacementError) as info:
+        hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1.0, 2.0]),
                                         coords=[np.array([0, 5]), np.array([1, 0])])
-    with pytest.raises(RuntimeError):
-        to_torch(t)
+    assert info.value.status_name == "HURRAY_ERR_SPARSE_INDEX_BOUNDS"
 
 
 # -------------------------------------------------------------- unsupported

@@ -1,0 +1,387 @@
+"""Sharded tensors: shard(), save_sharded() and load_sharded()."""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hurray
+
+
+def _matrix(rows=8, cols=5, dtype=np.float32):
+    return np.arange(rows * cols, dtype=dtype).reshape(rows, cols)
+
+
+def _status(excinfo, name):
+    assert excinfo.value.status_name == name, str(excinfo.value)
+    assert excinfo.value.args[0].startswith(name + ":")  # args: KeyError's str() quotes
+
+
+# ------------------------------------------------------------------ shard()
+
+def test_shard_is_zero_copy_and_survives_save(tmp_path):
+    a = _matrix()
+    piece = a[2:4]
+    t = hurray.shard(piece, (8, 5), (2, 0))
+    assert isinstance(t, hurray.Tensor)
+    assert t.descriptor.shard == hurray.Shard((8, 5), (2, 0))
+    assert np.shares_memory(t.numpy(), a)
+    t.numpy()[0, 0] = -1  # the same bytes, not a copy
+    assert a[2, 0] == -1
+
+    path = tmp_path / "piece.hurray"
+    hurray.save(path, {"w": t})
+    with hurray.open(path) as f:
+        assert f.descriptor("w").shard == hurray.Shard((8, 5), (2, 0))
+        np.testing.assert_array_equal(f["w"].numpy(), piece)
+
+
+def test_shard_of_a_tensor_shares_its_buffers():
+    t = hurray.from_numpy(_matrix())
+    s = hurray.shard(t, (16, 5), (8, 0))
+    assert [bytes(b) for b in s.buffers] == [bytes(b) for b in t.buffers]
+    assert np.shares_memory(s.numpy(), t.numpy())
+    assert t.descriptor.shard is None  # the original is untouched
+
+
+def test_shard_of_sparse_tensor_stays_sparse():
+    sp = hurray.SparseTensor.from_arrays("csr", (2, 3), np.array([1.0, 2.0], np.float32),
+                                         indptr=np.array([0, 1, 2], np.int32),
+                                         indices=np.array([0, 2], np.int32))
+    s = hurray.shard(sp, (4, 3), (2, 0))
+    assert isinstance(s, hurray.SparseTensor)
+    assert s.descriptor.shard == hurray.Shard((4, 3), (2, 0))
+
+
+def test_shard_with_wrong_rank_is_rejected():
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.shard(_matrix(), (8,), (0,))
+    _status(excinfo, "HURRAY_ERR_SHARD_RANK")
+    assert excinfo.value.status == 50
+
+
+def test_shard_out_of_bounds_is_rejected():
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.shard(_matrix(2, 5), (8, 5), (7, 0))
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+    assert excinfo.value.status == 51
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.shard(_matrix(2, 5), (8, 4), (0, 0))
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+
+
+def test_shard_with_offsets_of_another_length_is_refused():
+    with pytest.raises(ValueError):
+        hurray.shard(_matrix(), (8, 5), (0,))
+
+
+# ---------------------------------------------------- save and load sharded
+
+def test_four_pieces_read_back_as_one_and_as_two(tmp_path):
+    w, b = _matrix(10, 6), np.arange(7, dtype=np.int64)
+    four = hurray.save_sharded(tmp_path / "four", {"w": w, "b": b}, 4, metadata={"step": 3})
+    assert [os.path.basename(p) for p in four] == [
+        f"part-{k:05d}-of-00004.hurray" for k in range(4)]
+    with hurray.open(four[1]) as f:
+        assert f.metadata == {"step": 3}
+        assert f.descriptor("w").shard == hurray.Shard((10, 6), (3, 0))  # 3, 3, 2, 2 rows
+        assert f.descriptor("b").shard == hurray.Shard((7,), (2,))
+
+    # As 1: the global arrays.
+    whole = hurray.load_sharded(tmp_path / "four")
+    assert set(whole) == {"w", "b"}
+    np.testing.assert_array_equal(whole["w"], w)
+    np.testing.assert_array_equal(whole["b"], b)
+    np.testing.assert_array_equal(hurray.load_sharded(four, "w"), w)
+
+    # Re-sharded as 2, read back.
+    two = hurray.save_sharded(tmp_path / "two", whole, 2)
+    assert len(two) == 2
+    with hurray.open(two[1]) as f:
+        assert f.descriptor("w").shard == hurray.Shard((10, 6), (5, 0))
+        assert f.descriptor("w").shape == (5, 6)
+    again = hurray.load_sharded(tmp_path / "two")
+    np.testing.assert_array_equal(again["w"], w)
+    np.testing.assert_array_equal(again["b"], b)
+
+    # And as 1 file holding the whole tensor as a single piece.
+    one = hurray.save_sharded(tmp_path / "one", again, 1)
+    with hurray.open(one[0]) as f:
+        assert f.descriptor("w").shard == hurray.Shard((10, 6), (0, 0))
+    np.testing.assert_array_equal(hurray.load_sharded(one, "w"), w)
+
+
+def test_pieces_along_another_axis(tmp_path):
+    w = _matrix(4, 9, np.int16)
+    paths = hurray.save_sharded(tmp_path, {"w": w}, 3, axis=-1)
+    with hurray.open(paths[2]) as f:
+        assert f.descriptor("w").shard == hurray.Shard((4, 9), (0, 6))
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    np.testing.assert_array_equal(
+        hurray.load_sharded(tmp_path, "w", index=(slice(1, 3), slice(2, 8))), w[1:3, 2:8])
+
+
+def test_pieces_of_a_piece_keep_the_global_shape(tmp_path):
+    w = _matrix(8, 4)
+    piece = hurray.shard(w[4:8], (8, 4), (4, 0))
+    hurray.save_sharded(tmp_path / "b", {"w": piece}, 2)
+    hurray.save(tmp_path / "b" / "first.hurray", {"w": hurray.shard(w[:4], (8, 4), (0, 0))})
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path / "b", "w"), w)
+
+
+def test_more_parts_than_rows_gives_empty_pieces(tmp_path):
+    w = _matrix(2, 3)
+    paths = hurray.save_sharded(tmp_path, {"w": w}, 5)
+    with hurray.open(paths[4]) as f:
+        assert f.descriptor("w").shape == (0, 3)
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+
+
+def test_sub_byte_and_bfloat16_pieces(tmp_path):
+    import ml_dtypes
+    q = np.arange(-8, 8, dtype=np.int8).reshape(4, 4).astype(ml_dtypes.int4)
+    h = _matrix(3, 4).astype(ml_dtypes.bfloat16)
+    hurray.save_sharded(tmp_path, {"q": q, "h": h}, 2)
+    out = hurray.load_sharded(tmp_path)
+    assert out["q"].dtype == q.dtype and out["h"].dtype == h.dtype
+    np.testing.assert_array_equal(out["q"].astype(np.int8), q.astype(np.int8))
+    np.testing.assert_array_equal(out["h"], h)
+    np.testing.assert_array_equal(
+        hurray.load_sharded(tmp_path, "q", index=(slice(1, 4),)).astype(np.int8),
+        q[1:4].astype(np.int8))
+
+
+def test_unsharded_tensors_are_left_out(tmp_path):
+    hurray.save_sharded(tmp_path, {"w": _matrix()}, 2)
+    hurray.save(tmp_path / "extra.hurray", {"step": np.array(7)})
+    assert set(hurray.load_sharded(tmp_path)) == {"w"}
+    with pytest.raises(hurray.NotFoundError) as excinfo:
+        hurray.load_sharded(tmp_path, "step")
+    _status(excinfo, "HURRAY_ERR_NOT_FOUND")
+    with pytest.raises(KeyError):
+        hurray.load_sharded(tmp_path, "missing")
+
+
+def test_whole_and_sharded_copies_of_one_name_conflict(tmp_path):
+    hurray.save_sharded(tmp_path, {"w": _matrix()}, 2)
+    hurray.save(tmp_path / "whole.hurray", {"w": _matrix()})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+    assert "whole.hurray" in str(excinfo.value)
+
+
+def test_empty_directory(tmp_path):
+    with pytest.raises(hurray.NotFoundError):
+        hurray.load_sharded(tmp_path)
+
+
+# ------------------------------------------------------------ partial reads
+
+@pytest.fixture
+def fetches(monkeypatch):
+    """Records (file, method, name) for every tensor fetched from a File."""
+    seen = []
+    getitem, get_slice = hurray.File.__getitem__, hurray.File.get_slice
+
+    def recording_getitem(self, name):
+        seen.append((os.path.basename(self.path), "getitem", name))
+        return getitem(self, name)
+
+    def recording_get_slice(self, name, start, stop):
+        seen.append((os.path.basename(self.path), "get_slice", name, start, stop))
+        return get_slice(self, name, start, stop)
+
+    monkeypatch.setattr(hurray.File, "__getitem__", recording_getitem)
+    monkeypatch.setattr(hurray.File, "get_slice", recording_get_slice)
+    return seen
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_region_fetches_only_the_pieces_it_touches(tmp_path, fetches, mmap):
+    w = _matrix(8, 5)
+    hurray.save_sharded(tmp_path, {"w": w, "other": w + 1}, 4)  # 2 rows per part
+
+    out = hurray.load_sharded(tmp_path, "w", index=(slice(2, 6), slice(1, 4)), mmap=mmap)
+    np.testing.assert_array_equal(out, w[2:6, 1:4])
+    assert fetches == [("part-00001-of-00004.hurray", "getitem", "w"),
+                       ("part-00002-of-00004.hurray", "getitem", "w")]
+
+    # Rows inside a piece: only those rows are read.
+    fetches.clear()
+    out = hurray.load_sharded(tmp_path, "w", index=(slice(3, 5),), mmap=mmap)
+    np.testing.assert_array_equal(out, w[3:5])
+    assert fetches == [("part-00001-of-00004.hurray", "get_slice", "w", 1, 2),
+                       ("part-00002-of-00004.hurray", "get_slice", "w", 0, 1)]
+
+    # An integer index drops its axis; one piece is enough.
+    fetches.clear()
+    np.testing.assert_array_equal(
+        hurray.load_sharded(tmp_path, "w", index=(-1, slice(None)), mmap=mmap), w[-1])
+    assert [f[0] for f in fetches] == ["part-00003-of-00004.hurray"]
+
+    # An empty region fetches nothing.
+    fetches.clear()
+    assert hurray.load_sharded(tmp_path, "w", index=(slice(4, 4),)).shape == (0, 5)
+    assert fetches == []
+
+
+def test_region_leaves_other_files_data_unread(tmp_path):
+    """Stronger than counting calls: the data of pieces outside the region
+    is overwritten on disk, and the region still reads back right."""
+    w = _matrix(8, 5)
+    paths = hurray.save_sharded(tmp_path, {"w": w}, 4)
+    with hurray.open(paths[0]) as f:
+        raw = bytes(f["w"].buffers[0])
+    blob = bytearray(open(paths[0], "rb").read())
+    at = blob.find(raw)
+    assert at >= 0
+    blob[at:at + len(raw)] = b"\xff" * len(raw)
+    with open(paths[0], "wb") as out:
+        out.write(blob)
+    np.testing.assert_array_equal(
+        hurray.load_sharded(tmp_path, "w", index=(slice(2, 8),), mmap=False), w[2:])
+    assert not np.array_equal(hurray.load_sharded(tmp_path, "w", mmap=False), w)
+
+
+def test_bad_index(tmp_path):
+    hurray.save_sharded(tmp_path, {"w": _matrix()}, 2)
+    with pytest.raises(ValueError):
+        hurray.load_sharded(tmp_path, "w", index=(slice(0, 8, 2),))
+    with pytest.raises(IndexError):
+        hurray.load_sharded(tmp_path, "w", index=(0, 0, 0))
+    with pytest.raises(IndexError):
+        hurray.load_sharded(tmp_path, "w", index=(8,))
+    with pytest.raises(TypeError):
+        hurray.load_sharded(tmp_path, "w", index=([0, 1],))
+
+
+# ------------------------------------------------------------ broken tilings
+
+def test_missing_part_is_a_gap(tmp_path):
+    paths = hurray.save_sharded(tmp_path, {"w": _matrix(8, 5)}, 4)
+    os.remove(paths[2])
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+    assert excinfo.value.status == 51
+    message = str(excinfo.value)
+    assert "[4:6, 0:5]" in message and "10 of the 40 elements" in message
+    assert "part-00001-of-00004.hurray" in message
+    # A region the gap does not touch is refused too: the tiling is checked whole.
+    with pytest.raises(hurray.ValidationError):
+        hurray.load_sharded(tmp_path, "w", index=(slice(0, 2),))
+
+
+def test_overlapping_pieces(tmp_path):
+    w = _matrix(8, 5)
+    hurray.save_sharded(tmp_path, {"w": w}, 4)
+    hurray.save(tmp_path / "stray.hurray", {"w": hurray.shard(w[3:5], (8, 5), (3, 0))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+    message = str(excinfo.value)
+    assert "overlap" in message and "stray.hurray" in message
+    assert "part-00001-of-00004.hurray" in message and "[3:4, 0:5]" in message
+
+
+def test_overlap_in_the_other_axis(tmp_path):
+    w = _matrix(4, 6)
+    hurray.save(tmp_path / "a.hurray", {"w": hurray.shard(w[:, :4], (4, 6), (0, 0))})
+    hurray.save(tmp_path / "b.hurray", {"w": hurray.shard(w[:, 2:], (4, 6), (0, 2))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    assert "[0:4, 2:4]" in str(excinfo.value)
+
+
+def test_overlap_with_equal_volume_is_not_mistaken_for_a_tiling(tmp_path):
+    """Two pieces on the same rows and none on others: the volumes add up."""
+    w = _matrix(4, 5)
+    hurray.save(tmp_path / "a.hurray", {"w": hurray.shard(w[:2], (4, 5), (0, 0))})
+    hurray.save(tmp_path / "b.hurray", {"w": hurray.shard(w[:2], (4, 5), (0, 0))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    assert "overlap" in str(excinfo.value)
+
+
+def test_disagreeing_global_shapes(tmp_path):
+    w = _matrix(8, 5)
+    hurray.save(tmp_path / "a.hurray", {"w": hurray.shard(w[:4], (8, 5), (0, 0))})
+    hurray.save(tmp_path / "b.hurray", {"w": hurray.shard(w[4:], (9, 5), (4, 0))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_SHARD_BOUNDS")
+    message = str(excinfo.value)
+    assert "global shape" in message and "(8, 5)" in message and "(9, 5)" in message
+
+    hurray.save(tmp_path / "b.hurray", {"w": hurray.shard(w[4:].reshape(-1), (40,), (20,))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_SHARD_RANK")
+
+
+def test_disagreeing_dtypes(tmp_path):
+    w = _matrix(8, 5)
+    hurray.save(tmp_path / "a.hurray", {"w": hurray.shard(w[:4], (8, 5), (0, 0))})
+    hurray.save(tmp_path / "b.hurray",
+                {"w": hurray.shard(w[4:].astype(np.float64), (8, 5), (4, 0))})
+    with pytest.raises(hurray.ValidationError) as excinfo:
+        hurray.load_sharded(tmp_path, "w")
+    _status(excinfo, "HURRAY_ERR_DTYPE")
+
+
+def test_quantized_and_sparse_pieces_are_unsupported(tmp_path):
+    codes = hurray.from_numpy(np.arange(10, dtype=np.int8).reshape(2, 5))
+    quantized = hurray.Tensor(codes.descriptor.replace(quantization=hurray.PerTensorAffine(0.5)),
+                              list(codes.buffers))
+    hurray.save(tmp_path / "q.hurray", {"w": hurray.shard(quantized, (2, 5), (0, 0))})
+    with pytest.raises(hurray.UnsupportedError) as excinfo:
+        hurray.load_sharded(tmp_path / "q.hurray", "w")
+    _status(excinfo, "HURRAY_ERR_UNSUPPORTED")
+    assert "quantized" in str(excinfo.value)
+
+    sp = hurray.SparseTensor.from_arrays("csr", (2, 5), np.array([1.0], np.float32),
+                                         indptr=np.array([0, 1, 1], np.int32),
+                                         indices=np.array([3], np.int32))
+    hurray.save(tmp_path / "s.hurray", {"w": hurray.shard(sp, (2, 5), (0, 0))})
+    with pytest.raises(hurray.UnsupportedError) as excinfo:
+        hurray.load_sharded([tmp_path / "s.hurray"], "w")
+    assert "sparse" in str(excinfo.value)
+    with pytest.raises(hurray.UnsupportedError):
+        hurray.save_sharded(tmp_path / "out", {"w": sp}, 2)
+
+
+def test_save_sharded_arguments(tmp_path):
+    with pytest.raises(ValueError):
+        hurray.save_sharded(tmp_path, {"w": _matrix()}, 0)
+    with pytest.raises(ValueError):
+        hurray.save_sharded(tmp_path, {"w": _matrix()}, 2, axis=2)
+    with pytest.raises(ValueError):
+        hurray.save_sharded(tmp_path, {"s": np.float32(1.0)}, 2)
+    assert not list(tmp_path.iterdir())  # nothing written when an argument is wrong
+
+
+# ----------------------------------------------------------------- property
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 12), cols=st.integers(0, 12), parts=st.integers(1, 6),
+       reparts=st.integers(1, 6), axis=st.integers(0, 1), reaxis=st.integers(0, 1),
+       data=st.data())
+def test_any_split_reads_back(rows, cols, parts, reparts, axis, reaxis, data):
+    w = np.random.default_rng(rows * 13 + cols).standard_normal((rows, cols)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        first = hurray.save_sharded(os.path.join(tmp, "a"), {"w": w}, parts, axis=axis)
+        assert len(first) == parts
+        whole = hurray.load_sharded(os.path.join(tmp, "a"), "w")
+        np.testing.assert_array_equal(whole, w)
+        hurray.save_sharded(os.path.join(tmp, "b"), {"w": whole}, reparts, axis=reaxis)
+        np.testing.assert_array_equal(hurray.load_sharded(os.path.join(tmp, "b"), "w"), w)
+        r0 = data.draw(st.integers(0, rows))
+        r1 = data.draw(st.integers(r0, rows))
+        c0 = data.draw(st.integers(-cols - 2, cols + 2))
+        c1 = data.draw(st.integers(-cols - 2, cols + 2))
+        region = (slice(r0, r1), slice(c0, c1))
+        np.testing.assert_array_equal(
+            hurray.load_sharded(os.path.join(tmp, "b"), "w", index=region), w[region])
