@@ -346,7 +346,9 @@ HURRAY_API HurrayStatus hurray_descriptor_quant_scale_count(const HurrayDescript
 /* -------------------------------------------------------------- statistics */
 
 /* Each statistic is optional and independent. zero_count counts elements
- * equal to zero; for sparse tensors nnz = numel - zero_count. */
+ * equal to zero; for sparse tensors unstored elements count, so
+ * zero_count >= numel - nnz. Statistics describe the stored codes of a
+ * quantized tensor, and are advisory: nothing trusts them. */
 HURRAY_API void hurray_descriptor_set_stat_min(HurrayDescriptor *d, double min);
 HURRAY_API void hurray_descriptor_set_stat_max(HurrayDescriptor *d, double max);
 HURRAY_API void hurray_descriptor_set_stat_nan_count(HurrayDescriptor *d, uint64_t nan_count);

@@ -10,7 +10,6 @@ it, fetching only the pieces that region touches.
 """
 from __future__ import annotations
 
-import contextlib
 import glob
 import math
 import os
@@ -259,19 +258,17 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
     `index` (slices with step 1 and integers, as in basic numpy indexing)
     selects a region of the global tensor: only the pieces that intersect
     it are fetched, and of those only the needed rows where the layout
-    allows. Every file's index is read to check the tiling; no other data.
-    The result is a new array."""
+    allows. Every file's index is read to check the tiling, one file open at
+    a time; then only the files holding needed pieces are opened again to
+    fetch them. The result is a new array."""
     paths = _paths(paths_or_dir)
     pieces: Dict[str, List[_Piece]] = {}
     unsharded: Dict[str, str] = {}
-    with contextlib.ExitStack() as stack:
-        files: Dict[str, File] = {}
-        for path in paths:
-            f = File(path, mmap=mmap)
-            stack.callback(f.close)
-            files[path] = f
-            names = [name] if name is not None else f.keys()
-            for n in names:
+    # Pass 1: descriptors only, one file open at a time (a checkpoint may
+    # have more parts than the process may hold open).
+    for path in paths:
+        with File(path, mmap=mmap) as f:
+            for n in ([name] if name is not None else f.keys()):
                 try:
                     d = f.descriptor(n)
                 except _hurray.NotFoundError:
@@ -281,31 +278,40 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
                     continue
                 box = (d.shard.offsets, tuple(o + s for o, s in zip(d.shard.offsets, d.shape)))
                 pieces.setdefault(n, []).append(_Piece(path, n, d, box))
-        if name is not None and name not in pieces:
-            where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
-            raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
-                         f"no sharded tensor {name!r} in {len(paths)} files{where}")
-        for n in pieces:
-            if n in unsharded:
-                raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
-                             f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
-                             f"sharded in {pieces[n][0].path!r}")
-        checked = {n: _check_pieces(n, ps) for n, ps in pieces.items()}
-        out = {}
-        for n, ps in pieces.items():
-            global_shape, dtype = checked[n]
-            region, dropped = _region(index, global_shape)
-            result = np.empty(tuple(h - l for l, h in zip(*region)), _dtypes.to_numpy(dtype))
-            for p in ps:
-                cut = _intersect(p.box, region) if _volume(region) else None
-                if cut is None:
-                    continue
+    if name is not None and name not in pieces:
+        where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
+        raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
+                     f"no sharded tensor {name!r} in {len(paths)} files{where}")
+    for n in pieces:
+        if n in unsharded:
+            raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+                         f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
+                         f"sharded in {pieces[n][0].path!r}")
+    checked = {n: _check_pieces(n, ps) for n, ps in pieces.items()}
+
+    # Pass 2: only the pieces that meet the region, each file opened once.
+    results, dropped_axes = {}, {}
+    wanted: Dict[str, list] = {}
+    for n, ps in pieces.items():
+        global_shape, dtype = checked[n]
+        region, dropped_axes[n] = _region(index, global_shape)
+        results[n] = np.empty(tuple(h - l for l, h in zip(*region)), _dtypes.to_numpy(dtype))
+        for p in ps:
+            cut = _intersect(p.box, region) if _volume(region) else None
+            if cut is not None:
                 dst = tuple(slice(c0 - r, c1 - r) for c0, c1, r in zip(cut[0], cut[1], region[0]))
-                result[dst] = _fetch(files[p.path], p, cut)
-            if dropped:
-                result = result.reshape(tuple(s for k, s in enumerate(result.shape)
-                                              if k not in dropped))
-            out[n] = result
+                wanted.setdefault(p.path, []).append((p, cut, dst))
+    for path in paths:
+        if path not in wanted:
+            continue
+        with File(path, mmap=mmap) as f:
+            for p, cut, dst in wanted.pop(path):
+                results[p.name][dst] = _fetch(f, p, cut)
+    out = {}
+    for n, result in results.items():
+        dropped = dropped_axes[n]
+        out[n] = result.reshape(tuple(s for k, s in enumerate(result.shape)
+                                      if k not in dropped)) if dropped else result
     return out[name] if name is not None else out
 
 

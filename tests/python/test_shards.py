@@ -228,6 +228,35 @@ def test_region_fetches_only_the_pieces_it_touches(tmp_path, fetches, mmap):
     assert fetches == []
 
 
+def test_one_file_open_at_a_time(tmp_path, monkeypatch):
+    """Descriptors are read file by file, and only files with needed pieces
+    are opened a second time, so a checkpoint of many parts needs one
+    descriptor and one mapping at a time."""
+    w = _matrix(12, 3)
+    hurray.save_sharded(tmp_path, {"w": w}, 6)
+    opened, live = [], [0, 0]  # (now, most)
+    init, close = hurray.File.__init__, hurray.File.close
+
+    def counting_init(self, path, **kwargs):
+        init(self, path, **kwargs)
+        opened.append(os.path.basename(self.path))
+        live[0] += 1
+        live[1] = max(live)
+
+    def counting_close(self):
+        if not self.closed:
+            live[0] -= 1
+        close(self)
+
+    monkeypatch.setattr(hurray.File, "__init__", counting_init)
+    monkeypatch.setattr(hurray.File, "close", counting_close)
+    out = hurray.load_sharded(tmp_path, "w", index=(slice(4, 6),))
+    np.testing.assert_array_equal(out, w[4:6])
+    names = [f"part-{k:05d}-of-00006.hurray" for k in range(6)]
+    assert opened == names + [names[2]]
+    assert live == [0, 1]
+
+
 def test_region_leaves_other_files_data_unread(tmp_path):
     """Stronger than counting calls: the data of pieces outside the region
     is overwritten on disk, and the region still reads back right."""
