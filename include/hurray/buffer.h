@@ -116,9 +116,10 @@ HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                uint64_t out_size, HurrayError *error);
 
 /* Computes min, max, NaN count and zero count of the tensor's values in one
- * pass and stores them in `d` (replacing any statistics there). Dense and
- * sparse layouts of bool, integer, float16, bfloat16, float32 and float64;
- * for sparse tensors unstored elements count as zeros. Other kinds give
+ * pass and stores them in `d` (replacing any statistics there). Dense (any
+ * strides) and sparse layouts of bool, integer, float16, bfloat16, float32
+ * and float64; for sparse tensors they describe the logical elements:
+ * entries naming one position are summed and unstored elements are zeros. Other kinds give
  * HURRAY_ERR_UNSUPPORTED and leave `d` unchanged. Statistics are advisory:
  * nothing in the library trusts them. */
 HURRAY_API HurrayStatus hurray_compute_statistics(HurrayDescriptor *d,

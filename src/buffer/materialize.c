@@ -290,6 +290,90 @@ static void observe(Stats *s, double v) {
   if (s->seen == 1 || v > s->max) s->max = v;
 }
 
+/* Linear row-major position of every stored element (block elements
+ * expanded), in storage order. */
+static void sparse_positions(const HurrayDescriptor *d, const HurrayBufferList *list,
+                             uint64_t *positions) {
+  const HurrayLayout *l = &d->layout;
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  if (l->format == HURRAY_SPARSE_COO) {
+    int64_t coords[HURRAY_MAX_RANK];
+    for (uint64_t k = 0; k < l->nnz; k++) {
+      for (uint32_t dim = 0; dim < d->rank; dim++) {
+        coords[dim] = hurray__index_at(data_of(list, l->coo_index_buffers[dim]), wide, k);
+      }
+      positions[k] = linear(d->shape, d->rank, coords);
+    }
+    return;
+  }
+  bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
+  uint64_t br = bsr ? l->block_rows : 1, bc = bsr ? l->block_cols : 1;
+  uint64_t major = (csc ? d->shape[1] : d->shape[0]) / br;
+  const uint8_t *indptr = data_of(list, l->indptr_buffer);
+  const uint8_t *indices = data_of(list, l->indices_buffer);
+  for (uint64_t m = 0; m < major; m++) {
+    int64_t end = hurray__index_at(indptr, wide, m + 1);
+    for (int64_t k = hurray__index_at(indptr, wide, m); k < end; k++) {
+      uint64_t minor = (uint64_t)hurray__index_at(indices, wide, (uint64_t)k);
+      for (uint64_t i = 0; i < br; i++) {
+        for (uint64_t j = 0; j < bc; j++) {
+          uint64_t row = csc ? minor : m * br + i, col = csc ? m : minor * bc + j;
+          positions[(uint64_t)k * br * bc + i * bc + j] = row * d->shape[1] + col;
+        }
+      }
+    }
+  }
+}
+
+typedef struct Entry {
+  uint64_t position;
+  double value;
+} Entry;
+
+static int by_position(const void *a, const void *b) {
+  uint64_t x = ((const Entry *)a)->position, y = ((const Entry *)b)->position;
+  return (x > y) - (x < y);
+}
+
+/* Sparse statistics describe the logical elements: entries naming the same
+ * position are summed first (sorting costs O(stored) memory, never the
+ * dense size), and unstored positions are zeros. */
+static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                      const uint8_t *values, uint64_t stored, uint64_t numel,
+                                      Stats *s, HurrayError *error) {
+  Entry *entries = malloc((stored ? stored : 1) * sizeof *entries);
+  uint64_t *positions = malloc((stored ? stored : 1) * sizeof *positions);
+  if (entries == NULL || positions == NULL) {
+    free(entries);
+    free(positions);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  sparse_positions(d, list, positions);
+  for (uint64_t k = 0; k < stored; k++) {
+    entries[k].position = positions[k];
+    value_at(d->dtype, values, k, &entries[k].value);
+  }
+  free(positions);
+  qsort(entries, (size_t)stored, sizeof *entries, by_position);
+  uint64_t distinct = 0;
+  for (uint64_t k = 0; k < stored;) {
+    double sum = entries[k].value;
+    uint64_t next = k + 1;
+    while (next < stored && entries[next].position == entries[k].position) {
+      sum += entries[next++].value;
+    }
+    observe(s, sum);
+    distinct++;
+    k = next;
+  }
+  free(entries);
+  if (distinct < numel) { /* the unstored positions, all zeros */
+    observe(s, 0.0);
+    s->zero_count += numel - distinct - 1;
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferList *list,
                                        HurrayError *error) {
   if (d == NULL || list == NULL) {
@@ -297,12 +381,12 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
   double probe;
-  bool dense = d->layout.kind == HURRAY_LAYOUT_DENSE && !d->has_strides;
+  bool dense = d->layout.kind == HURRAY_LAYOUT_DENSE;
   bool sparse = d->layout.kind == HURRAY_LAYOUT_SPARSE;
   if ((!dense && !sparse) || d->memory_class == HURRAY_MEMORY_DEVICE ||
       !value_at(d->dtype, (const uint8_t *)"\0\0\0\0\0\0\0\0", 0, &probe)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "statistics cover row-major dense and sparse tensors of bool, integer "
+                        "statistics cover dense and sparse tensors of bool, integer "
                         "and float16/bfloat16/float32/float64 elements, not %s %s",
                         hurray_dtype_name(d->dtype),
                         dense || sparse ? "elements" : "in this layout");
@@ -310,21 +394,29 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
   uint64_t numel;
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   const uint8_t *values = data_of(list, d->layout.data_buffer) + d->byte_offset;
-  uint64_t stored = numel;
-  if (sparse) {
-    stored = d->layout.nnz;
-    if (d->layout.format == HURRAY_SPARSE_BSR) stored *= d->layout.block_rows * d->layout.block_cols;
-  }
   Stats s = {0};
-  for (uint64_t i = 0; i < stored; i++) {
-    double v;
-    value_at(d->dtype, values, i, &v);
-    observe(&s, v);
-  }
-  /* Elements a sparse tensor does not store are zeros. */
-  if (stored < numel) {
-    observe(&s, 0.0);
-    s.zero_count += numel - stored - 1;
+  uint8_t *copy = NULL;
+  if (sparse) {
+    uint64_t stored = d->layout.nnz;
+    if (d->layout.format == HURRAY_SPARSE_BSR) {
+      stored *= d->layout.block_rows * d->layout.block_cols;
+    }
+    HURRAY_RETURN_NOT_OK(sparse_statistics(d, list, values, stored, numel, &s, error));
+  } else {
+    if (d->has_strides && numel > 0) {
+      /* A strided view is read through a row-major copy of its elements. */
+      size_t item = hurray_dtype_bits(d->dtype) / 8;
+      copy = malloc((size_t)numel * item);
+      if (copy == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+      strided_to_dense(d, values, copy, item, numel);
+      values = copy;
+    }
+    for (uint64_t i = 0; i < numel; i++) {
+      double v;
+      value_at(d->dtype, values, i, &v);
+      observe(&s, v);
+    }
+    free(copy);
   }
   hurray_descriptor_clear_statistics(d);
   hurray_descriptor_set_stat_nan_count(d, s.nan_count);

@@ -382,7 +382,8 @@ static void test_positive_every_format(void **state) {
     hurray_descriptor_destroy(d);
   }
   /* Hand-built ones, int32 and int64, with empty major slices. */
-  HurrayDescriptor *d = compressed(HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT8, HURRAY_DTYPE_INT64, 4, 3, 2);
+  HurrayDescriptor *d =
+      compressed(HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT8, HURRAY_DTYPE_INT64, 4, 3, 2);
   HurrayBufferList *list = buffers_for(d, mem, false);
   put_indices(mem[1], true, (int64_t[]){0, 0, 0, 2, 2}, 5);
   put_indices(mem[2], true, (int64_t[]){2, 0}, 2);
@@ -619,7 +620,8 @@ static void test_to_dense_csr(void **state) {
   const double want[12] = {2, 0, 0, 1, 0, 0, 0, 0, 0, 8, 0, 4};
   assert_memory_equal(out, want, sizeof want);
   /* One byte short. */
-  assert_status(HURRAY_ERR_BUFFER_SIZE, hurray_tensor_to_dense(d, list, out, sizeof out - 1, error));
+  assert_status(HURRAY_ERR_BUFFER_SIZE,
+                hurray_tensor_to_dense(d, list, out, sizeof out - 1, error));
   /* Bad contents are reported by to_dense with their placement code. */
   put_index(mem[2], false, 0, 4);
   assert_status(HURRAY_ERR_SPARSE_INDEX_BOUNDS,
@@ -720,7 +722,9 @@ static void test_to_dense_paged(void **state) {
   assert_ok(hurray_descriptor_set_layout_paged(d, 0, 2, 3, HURRAY_DTYPE_INT64, 0, 1, error));
   list = buffers_for(d, mem, false);
   for (int p = 0; p < 3; p++) {
-    for (int e = 0; e < 4; e++) memcpy(mem[0] + 2 * (4 * p + e), &(int16_t){(int16_t)(10 * p + e)}, 2);
+    for (int e = 0; e < 4; e++) {
+      memcpy(mem[0] + 2 * (4 * p + e), &(int16_t){(int16_t)(10 * p + e)}, 2);
+    }
   }
   put_indices(mem[1], true, (int64_t[]){2, 0, 1}, 3);
   int16_t rows[10];
@@ -801,6 +805,18 @@ static void test_to_dense_strided(void **state) {
   int8_t gaps[4];
   assert_ok(hurray_tensor_to_dense(d, list, gaps, sizeof gaps, error));
   assert_memory_equal(gaps, ((int8_t[]){0, 2, 4, 6}), 4);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+
+  /* Zero strides broadcast: int8 [3, 2] over 2 bytes, strides {0, 1}. */
+  d = new_desc(HURRAY_DTYPE_INT8, 2, (uint64_t[]){3, 2});
+  add_buf(d, HURRAY_ROLE_DATA, 2);
+  assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){0, 1}, error));
+  list = buffers_for(d, mem, false);
+  memcpy(mem[0], (int8_t[]){7, -9}, 2);
+  int8_t wide[6];
+  assert_ok(hurray_tensor_to_dense(d, list, wide, sizeof wide, error));
+  assert_memory_equal(wide, ((int8_t[]){7, -9, 7, -9, 7, -9}), 6);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 
