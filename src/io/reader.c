@@ -598,18 +598,26 @@ static HurrayStatus hand_out(HurrayStatus status, HurrayDescriptor *d, HurrayBuf
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
-                                      HurrayDescriptor **descriptor_out,
-                                      HurrayBufferList **buffers_out, HurrayError *error) {
+/* The first step of every read: clears the outputs, finds the entry and
+ * decodes its validated descriptor (owned by the caller of this helper). */
+static HurrayStatus begin_read(HurrayReader *r, const char *name,
+                               HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                               const TensorEntry **t, HurrayDescriptor **d, HurrayError *error) {
   if (descriptor_out == NULL || buffers_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
   }
   *descriptor_out = NULL;
   *buffers_out = NULL;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, t, error));
+  return entry_descriptor(*t, d, error);
+}
+
+HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
+                                      HurrayDescriptor **descriptor_out,
+                                      HurrayBufferList **buffers_out, HurrayError *error) {
   const TensorEntry *t;
-  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
   HurrayDescriptor *d;
-  HURRAY_RETURN_NOT_OK(entry_descriptor(t, &d, error));
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
@@ -644,15 +652,9 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
                                     uint64_t row_count, HurrayDescriptor **descriptor_out,
                                     HurrayBufferList **buffers_out, HurrayError *error) {
-  if (descriptor_out == NULL || buffers_out == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
-  }
-  *descriptor_out = NULL;
-  *buffers_out = NULL;
   const TensorEntry *t;
-  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
   HurrayDescriptor *d;
-  HURRAY_RETURN_NOT_OK(entry_descriptor(t, &d, error));
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayStatus status = HURRAY_OK;
   uint64_t numel = 0, row_bits = 0, end = 0;
   if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->has_strides || d->rank == 0 ||
