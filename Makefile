@@ -45,9 +45,16 @@ demo: example python
 	$(VENV)/python examples/demo.py build/demo-python.hurray
 	$(STAGE)/bin/hurray ls build/demo-python.hurray
 
-# The writer's peak memory and throughput on a 2 GiB file of 64 tensors.
+# The C writer's peak memory and throughput on a 2 GiB file of 64 tensors, then
+# the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
+# the machine's limits) into bench/results/latest.{md,json,png}; see bench/README.md.
+# BENCH_SCALE / BENCH_REPS / BENCH_DIR tune it.
 bench: build
-	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64
+	$(VENV)/pip install -q --disable-pip-version-check safetensors matplotlib
+	@mkdir -p bench/results
+	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64 > bench/results/c_write_peak_rss.txt
+	cat bench/results/c_write_peak_rss.txt
+	$(VENV)/python bench/bench.py
 
 test-c: build
 	$(MESON) test -C build --print-errorlogs
