@@ -626,6 +626,7 @@ typedef struct TensorObject {
   HurrayBufferList *buffers;
   bool *writable; /* per buffer */
   PyObject *weakreflist;
+  PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;
 
 static TensorObject *tensor_alloc(ModuleState *st, PyTypeObject *type) {
@@ -716,6 +717,7 @@ static void tensor_dealloc(PyObject *op) {
   PyTypeObject *tp = Py_TYPE(op);
   PyObject_GC_UnTrack(op);
   if (self->weakreflist != NULL) PyObject_ClearWeakRefs(op);
+  Py_CLEAR(self->descriptor_cache);
   hurray_buffer_list_destroy(self->buffers); /* each release runs once */
   hurray_descriptor_destroy(self->descriptor);
   PyMem_Free(self->writable);
@@ -725,6 +727,25 @@ static void tensor_dealloc(PyObject *op) {
 
 static int tensor_traverse(PyObject *op, visitproc visit, void *arg) {
   Py_VISIT(Py_TYPE(op));
+  Py_VISIT(((TensorObject *)op)->descriptor_cache);
+  return 0;
+}
+
+static int tensor_clear(PyObject *op) {
+  Py_CLEAR(((TensorObject *)op)->descriptor_cache);
+  return 0;
+}
+
+static PyObject *tensor_cache_get(PyObject *op, void *closure) {
+  (void)closure;
+  PyObject *cache = ((TensorObject *)op)->descriptor_cache;
+  return Py_NewRef(cache != NULL ? cache : Py_None);
+}
+
+static int tensor_cache_set(PyObject *op, PyObject *value, void *closure) {
+  (void)closure;
+  Py_XSETREF(((TensorObject *)op)->descriptor_cache,
+             value == NULL || value == Py_None ? NULL : Py_NewRef(value));
   return 0;
 }
 
@@ -804,6 +825,34 @@ static void view_dealloc(PyObject *op) {
   Py_XDECREF(((ViewObject *)op)->tensor);
   PyObject_Free(op);
   Py_DECREF(tp);
+}
+
+/* _view_info(): what a dense numpy view needs, read straight from the C
+ * descriptor (no decoding): (dtype, shape, strides or None, byte_offset,
+ * data_buffer, layout kind, quantization kind). */
+static PyObject *tensor_view_info(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  const HurrayDescriptor *d = self->descriptor;
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  const int64_t *strides = hurray_descriptor_strides(d);
+  PyObject *shape_t = PyTuple_New(rank);
+  PyObject *strides_t = strides != NULL ? PyTuple_New(rank) : Py_NewRef(Py_None);
+  if (shape_t == NULL || strides_t == NULL) {
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    return NULL;
+  }
+  for (uint32_t i = 0; i < rank; i++) {
+    PyTuple_SET_ITEM(shape_t, i, PyLong_FromUnsignedLongLong(shape[i]));
+    if (strides != NULL) PyTuple_SET_ITEM(strides_t, i, PyLong_FromLongLong(strides[i]));
+  }
+  return Py_BuildValue("sNNKIii", hurray_dtype_name(hurray_descriptor_dtype(d)), shape_t,
+                       strides_t, (unsigned long long)hurray_descriptor_byte_offset(d),
+                       hurray_descriptor_data_buffer(d), (int)hurray_descriptor_layout_kind(d),
+                       (int)hurray_descriptor_quant_kind(d));
 }
 
 /* _to_dense(out): the logical tensor, row-major, into a writable buffer. */
@@ -1405,6 +1454,7 @@ static PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
 static PyGetSetDef tensor_getset[] = {
     {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
     {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
+    {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
     {NULL},
 };
 
@@ -1412,6 +1462,7 @@ static PyMethodDef tensor_methods[] = {
     {"_buffer", tensor_buffer, METH_O, "zero-copy memoryview of buffer i"},
     {"_buffer_address", tensor_buffer_address, METH_O, "address of buffer i"},
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
+    {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
     {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
@@ -1428,6 +1479,7 @@ static PyType_Slot tensor_slots[] = {
     {Py_tp_init, tensor_init},
     {Py_tp_dealloc, tensor_dealloc},
     {Py_tp_traverse, tensor_traverse},
+    {Py_tp_clear, tensor_clear},
     {Py_tp_getset, tensor_getset},
     {Py_tp_methods, tensor_methods},
     {Py_tp_members, tensor_members},

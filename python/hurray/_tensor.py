@@ -52,7 +52,12 @@ class Tensor(_hurray._Tensor):
     # --- parts ---
     @property
     def descriptor(self) -> Descriptor:
-        return Descriptor.decode(self._encoded)
+        # Decoded once: a tensor's descriptor never changes after creation.
+        d = self._descriptor_cache
+        if d is None:
+            d = Descriptor.decode(self._encoded)
+            self._descriptor_cache = d
+        return d
 
     @property
     def buffers(self) -> tuple:
@@ -75,24 +80,24 @@ class Tensor(_hurray._Tensor):
         """A zero-copy view of a dense tensor's stored elements (the codes, if
         quantized). Sub-byte dtypes are unpacked to one element per byte,
         which is a copy. Raises UnsupportedError for other layouts."""
-        d = self.descriptor
-        if not isinstance(d.layout, Dense):
-            raise unsupported(
-                f"numpy() needs a dense tensor, this one is {type(d.layout).__name__.lower()}; "
-                "use to_dense()")
-        raw = np.frombuffer(self._buffer(d.layout.data_buffer), dtype=np.uint8)
-        if _dtypes.is_packed(d.dtype):
-            size = _dtypes.storage_bytes(d.dtype, d.numel)
-            return _dtypes.unpack(d.dtype, raw[d.byte_offset:d.byte_offset + size],
-                                  d.numel).reshape(d.shape)
-        dtype = _dtypes.to_numpy(d.dtype)
-        if d.strides is None:
-            flat = raw[d.byte_offset:d.byte_offset + d.numel * dtype.itemsize].view(dtype)
-            return flat.reshape(d.shape)
+        dtype_name, shape, strides, byte_offset, data_buffer, layout, _ = self._view_info()
+        if layout != _LAYOUT_DENSE:
+            kind = type(self.descriptor.layout).__name__.lower()
+            raise unsupported(f"numpy() needs a dense tensor, this one is {kind}; use to_dense()")
+        raw = np.frombuffer(self._buffer(data_buffer), dtype=np.uint8)
+        numel = math.prod(shape)
+        if _dtypes.is_packed(dtype_name):
+            size = _dtypes.storage_bytes(dtype_name, numel)
+            return _dtypes.unpack(dtype_name, raw[byte_offset:byte_offset + size],
+                                  numel).reshape(shape)
+        dtype = _dtypes.to_numpy(dtype_name)
+        if strides is None:
+            flat = raw[byte_offset:byte_offset + numel * dtype.itemsize].view(dtype)
+            return flat.reshape(shape)
         # Strides in elements, possibly negative: validation proved every
         # element lies inside the buffer, so numpy may index it directly.
-        return np.ndarray(shape=d.shape, dtype=dtype, buffer=raw, offset=d.byte_offset,
-                          strides=[s * dtype.itemsize for s in d.strides])
+        return np.ndarray(shape=shape, dtype=dtype, buffer=raw, offset=byte_offset,
+                          strides=[s * dtype.itemsize for s in strides])
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -301,9 +306,12 @@ def from_hurray(obj: Any) -> Tensor:
     return specialise(Tensor._from_capsule(capsule))
 
 
+_LAYOUT_DENSE, _LAYOUT_SPARSE = 1, 2  # HurrayLayoutKind
+
+
 def specialise(t: Tensor) -> Tensor:
     """Sparse tensors are handed out as SparseTensor, whatever made them."""
-    if isinstance(t.descriptor.layout, Sparse) and type(t) is Tensor:
+    if type(t) is Tensor and t._view_info()[5] == _LAYOUT_SPARSE:
         from ._sparse import SparseTensor
         t.__class__ = SparseTensor
     return t

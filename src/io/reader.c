@@ -615,8 +615,8 @@ static HurrayStatus begin_read(HurrayReader *r, const char *name,
 HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                                       HurrayDescriptor **descriptor_out,
                                       HurrayBufferList **buffers_out, HurrayError *error) {
-  const TensorEntry *t;
-  HurrayDescriptor *d;
+  const TensorEntry *t = NULL;
+  HurrayDescriptor *d = NULL;
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
@@ -652,8 +652,8 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
                                     uint64_t row_count, HurrayDescriptor **descriptor_out,
                                     HurrayBufferList **buffers_out, HurrayError *error) {
-  const TensorEntry *t;
-  HurrayDescriptor *d;
+  const TensorEntry *t = NULL;
+  HurrayDescriptor *d = NULL;
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayStatus status = HURRAY_OK;
   uint64_t numel = 0, row_bits = 0, end = 0;
