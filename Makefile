@@ -49,7 +49,7 @@ demo: example python
 # the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
 # the machine's limits) into bench/results/latest.{md,json,png}; see bench/README.md.
 # BENCH_SCALE / BENCH_REPS / BENCH_DIR tune it.
-bench: build
+bench: build python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors matplotlib
 	@mkdir -p bench/results
 	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64 > bench/results/c_write_peak_rss.txt
