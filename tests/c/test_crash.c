@@ -14,24 +14,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "scratch_dir.h"
 #include "test_util.h"
 
-static char dir[256];
 static char target[300];
 
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/hurray-test-crash-XXXXXX");
-  if (mkdtemp(dir) == NULL) return -1;
+  if (scratch_dir_create("crash") < 0) return -1;
   snprintf(target, sizeof target, "%s/model.hurray", dir);
   return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
 }
 
 static void sleep_ms(long ms) {
@@ -169,5 +161,5 @@ int main(void) {
       cmocka_unit_test(test_kill_before_finish),
       cmocka_unit_test(test_kill_after_finish),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

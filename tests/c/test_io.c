@@ -13,10 +13,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "scratch_dir.h"
 #include "test_util.h"
 #include "vectors.h"
 
-static char dir[256];
 
 static void in_dir(char *out, size_t size, const char *name) {
   snprintf(out, size, "%s/%s", dir, name);
@@ -24,20 +24,7 @@ static void in_dir(char *out, size_t size, const char *name) {
 
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/hurray-test-io-XXXXXX");
-  return mkdtemp(dir) == NULL ? -1 : 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
-static void free_release(void *data, void *ctx) {
-  (void)ctx;
-  free(data);
+  return scratch_dir_create("io");
 }
 
 static uint8_t pattern(uint32_t seed, uint32_t buffer, uint64_t k) {
@@ -768,5 +755,5 @@ int main(void) {
       cmocka_unit_test(test_crafted_faults),
       cmocka_unit_test(test_newer_minor_version_reads),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

@@ -16,32 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scratch_dir.h"
 #include "test_util.h"
 #include "vectors.h"
 
 #define MAX_TEST_BUFFERS 16
 
-static char dir[256];
 
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/hurray-test-layouts-XXXXXX");
-  return mkdtemp(dir) == NULL ? -1 : 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return scratch_dir_create("layouts");
 }
 
 /* ---------------------------------------------------------------- helpers */
-
-static void free_release(void *data, void *ctx) {
-  (void)ctx;
-  free(data);
-}
 
 static HurrayDescriptor *new_desc(HurrayDType dtype, uint32_t rank, const uint64_t *shape) {
   HurrayDescriptor *d = NULL;
@@ -1296,5 +1283,5 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_writer_statistics),
       cmocka_unit_test(test_find_member),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
