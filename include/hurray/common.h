@@ -70,6 +70,7 @@ HURRAY_API const char *hurray_version_string(void);
  *   20..59   descriptor validation, one code per rule
  *   60..79   buffer placement, one code per rule
  *   80..99   files
+ *   100..119 quantization kernels
  */
 typedef enum HurrayStatus {
   HURRAY_OK = 0,
@@ -139,7 +140,10 @@ typedef enum HurrayStatus {
   HURRAY_ERR_CHECKSUM = 83,       /* stored checksum differs from the bytes */
   HURRAY_ERR_BAD_MAGIC = 84,      /* not a hurray file */
   HURRAY_ERR_RANGE = 85,          /* an offset or length reaches outside its region */
-  HURRAY_ERR_OVERLAP = 86         /* two buffers of a file share bytes */
+  HURRAY_ERR_OVERLAP = 86,        /* two buffers of a file share bytes */
+
+  /* quantization kernels (hurray/quant.h) */
+  HURRAY_ERR_NOT_FINITE = 100     /* NaN or Inf where a scheme needs finite input */
 } HurrayStatus;
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read

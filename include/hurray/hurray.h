@@ -16,5 +16,6 @@
 #include "hurray/descriptor.h"
 #include "hurray/buffer.h"
 #include "hurray/io.h"
+#include "hurray/quant.h"
 
 #endif /* HURRAY_HURRAY_H */

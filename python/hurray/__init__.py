@@ -9,6 +9,7 @@ from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Dev
                           Sparse, Statistics)
 from ._dtypes import DTYPES
 from ._files import File, as_tensor, load, open, save
+from ._quant import QUANT_SCHEMES, quantize
 from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
                       HurrayError, HurrayIOError, HurrayMemoryError, InvalidArgumentError,
                       LimitError, NotFoundError, PlacementError, UnsupportedError,
@@ -26,7 +27,7 @@ __all__ = [
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
-    "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
+    "PlacementError", "QUANT_SCHEMES", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "save", "save_sharded", "shard",
+    "from_numpy", "load", "load_sharded", "open", "quantize", "save", "save_sharded", "shard",
 ]

@@ -871,6 +871,28 @@ static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* _dequantize(out, out_dtype, threads): real values into a writable buffer. */
+static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
+  TensorObject *self = (TensorObject *)op;
+  PyObject *target;
+  const char *dtype_name;
+  unsigned int threads = 1;
+  if (!PyArg_ParseTuple(args, "OsI:_dequantize", &target, &dtype_name, &threads)) return NULL;
+  if (tensor_ready(self) < 0) return NULL;
+  HurrayDType out_dtype = hurray_dtype_from_name(dtype_name);
+  Py_buffer out;
+  if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_dequantize(self->descriptor, self->buffers, out_dtype, out.buf, (uint64_t)out.len,
+                        threads, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return raise_status(state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
 /* _statistics(): the encoded descriptor with freshly computed statistics. */
 static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
   (void)unused;
@@ -1439,6 +1461,102 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* _quantize(src, src_dtype, shape, scheme, axis, block_size, code_dtype,
+ * scale_dtype, symmetric, threads) -> Tensor. None (or -1 for symmetric)
+ * keeps the scheme's default. */
+static PyObject *mod_quantize(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  PyObject *src, *shape_obj, *axis_obj, *block_obj;
+  const char *src_dtype_name, *scheme_name, *code_name, *scale_name;
+  int symmetric;
+  unsigned int threads;
+  if (!PyArg_ParseTuple(args, "OsOsOOzziI:_quantize", &src, &src_dtype_name, &shape_obj,
+                        &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
+                        &symmetric, &threads)) {
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayQuantScheme scheme;
+  HurrayStatus s = hurray_quant_scheme_from_name(scheme_name, &scheme, &e);
+  HurrayQuantizeOptions o;
+  if (s == HURRAY_OK) s = hurray_quantize_options_init(&o, scheme, &e);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  if (axis_obj != Py_None) {
+    long axis = PyLong_AsLong(axis_obj);
+    if (axis == -1 && PyErr_Occurred()) return NULL;
+    if (axis < INT32_MIN || axis > INT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "axis out of range");
+      return NULL;
+    }
+    o.axis = (int32_t)axis;
+  }
+  if (block_obj != Py_None) {
+    unsigned long long block = PyLong_AsUnsignedLongLong(block_obj);
+    if (block == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    o.block_size = block;
+  }
+  if (code_name != NULL) {
+    o.code_dtype = hurray_dtype_from_name(code_name);
+    if (o.code_dtype == HURRAY_DTYPE_INVALID) {
+      return PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 6));
+    }
+  }
+  if (scale_name != NULL) {
+    o.scale_dtype = hurray_dtype_from_name(scale_name);
+    if (o.scale_dtype == HURRAY_DTYPE_INVALID) {
+      return PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 7));
+    }
+  }
+  o.symmetric = symmetric;
+  o.threads = threads;
+  HurrayDType src_dtype = hurray_dtype_from_name(src_dtype_name);
+  PyObject *seq = PySequence_Fast(shape_obj, "shape must be a sequence");
+  if (seq == NULL) return NULL;
+  Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
+  if (rank > (Py_ssize_t)HURRAY_MAX_RANK) {
+    Py_DECREF(seq);
+    return PyErr_Format(PyExc_ValueError, "rank %zd exceeds the limit of %u", rank,
+                        (unsigned)HURRAY_MAX_RANK);
+  }
+  uint64_t shape[HURRAY_MAX_RANK];
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    shape[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (shape[i] == (uint64_t)-1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+  }
+  Py_DECREF(seq);
+  Py_buffer view;
+  if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  uint64_t numel = 1;
+  for (Py_ssize_t i = 0; i < rank; i++) numel *= shape[i];
+  uint64_t item = src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  if ((uint64_t)view.len / item < numel) {
+    PyBuffer_Release(&view);
+    return PyErr_Format(PyExc_ValueError, "the source holds %zd bytes, fewer than the shape needs",
+                        view.len);
+  }
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_quantize(view.buf, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&view);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  TensorObject *t = tensor_alloc(st, NULL);
+  if (t == NULL) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return NULL;
+  }
+  if (tensor_adopt(t, d, list, true) < 0) {
+    Py_DECREF(t);
+    return NULL;
+  }
+  return (PyObject *)t;
+}
+
 static PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
   ModuleState *st = PyModule_GetState(module);
   if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, st->tensor_type)) {
@@ -1464,6 +1582,7 @@ static PyMethodDef tensor_methods[] = {
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
     {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
     {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
+    {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
@@ -1537,6 +1656,7 @@ static PyMethodDef module_methods[] = {
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
+    {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
     {NULL},
 };
@@ -1551,7 +1671,7 @@ typedef struct ErrorClass {
 
 static const ErrorClass error_classes[] = {
     {"InvalidArgumentError", "ValueError", "An argument or call the API does not accept.",
-     {HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE}},
+     {HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE, HURRAY_ERR_NOT_FINITE}},
     {"HurrayMemoryError", "MemoryError", "libhurray ran out of memory.", {HURRAY_ERR_NO_MEMORY}},
     {"UnsupportedError", NULL,
      "Something from a newer version (encoding, field, ABI) or a combination not supported.",

@@ -17,10 +17,6 @@ NF4_CODE = np.array([
     0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
 
-_MX_ELEMENT_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-                     "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
-                     "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
-
 
 def unsupported(message: str) -> "_hurray.UnsupportedError":
     """An UnsupportedError carrying the C status, like those raised in C."""
@@ -120,56 +116,76 @@ class Tensor(_hurray._Tensor):
         return (1, 0)
 
     # --- values ---
-    def dequantize(self, dtype=np.float32) -> np.ndarray:
-        """The real values of a quantized dense tensor (a new array)."""
+    def dequantize(self, dtype=np.float32, *, threads: int = 1) -> np.ndarray:
+        """The real values of a quantized tensor, as a new array of `dtype`.
+
+        float32, float16 and bfloat16 come straight from the C kernels (with
+        the GIL released; `threads` > 1 lets large tensors use more threads);
+        other dtypes are the float32 result converted. Dense and paged
+        tensors of every quantization kind, and sparse tensors with
+        per-tensor affine codes. An unquantized tensor gives its values."""
         d = self.descriptor
         q = d.quantization
+        dtype = np.dtype(dtype)
         if q is None:
             return self.to_dense().astype(dtype)
-        if isinstance(q, PerTensorAffine):
-            if isinstance(d.layout, Sparse):
-                # Only stored elements carry codes; the others are zeros.
-                from ._sparse import sparse_to_dense
-                t = specialise(self)
-                values = (t.parts()["values"].astype(np.float64) - q.zero_point) * q.scale
-                return sparse_to_dense(t, d, values.astype(dtype))
-            return ((self.to_dense().astype(np.float64) - q.zero_point) * q.scale).astype(dtype)
-        codes = self.numpy()
+        if isinstance(d.layout, Sparse):
+            # Only stored elements carry codes; the others are zeros.
+            from ._sparse import sparse_to_dense
+            t = specialise(self)
+            values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
+                      * np.float32(q.scale))
+            return sparse_to_dense(t, d, values.astype(dtype))
+        try:
+            name = _dtypes.from_numpy(dtype)
+        except ValueError:
+            name = None
+        kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
+        out = np.empty(d.shape, dtype=kernel_dtype)
+        self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype),
+                         int(threads))
+        return out if kernel_dtype == dtype else out.astype(dtype)
+
+    def _scale_source(self):
+        d = self.descriptor
+        q = d.quantization
         if isinstance(q, Nf4):
-            absmax = self._param(q.absmax_buffer, q.absmax_dtype, -(-d.numel // q.block_size))
-            flat = codes.reshape(-1).view(np.uint8).astype(np.int64)
-            scale = np.repeat(absmax.astype(np.float32), q.block_size)[: d.numel]
-            return (NF4_CODE[flat] * scale).reshape(d.shape).astype(dtype)
+            return q.absmax_buffer, q.absmax_dtype, (-(-d.numel // q.block_size),)
         if isinstance(q, Mxfp):
-            blocks = _blocked_shape(d.shape, q.axis, q.block_size)
-            e8 = np.frombuffer(self._buffer(q.scale_buffer), dtype=np.uint8)[:math.prod(blocks)]
-            scale = np.where(e8 == 255, np.nan, np.ldexp(1.0, e8.astype(np.int32) - 127))
-            scale = _expand(scale.reshape(blocks), q.axis, q.block_size, d.shape)
-            values = codes.astype(np.float64)
-            if q.element == "int8":
-                values = values / 64.0
-            return (values * scale).astype(dtype)
-        if isinstance(q, (PerChannelAffine, BlockAffine)):
-            if isinstance(q, PerChannelAffine):
-                count = d.shape[q.axis]
-                scales = self._param(q.scale_buffer, q.scale_dtype, count).astype(np.float64)
-                shape = [1] * len(d.shape)
-                shape[q.axis] = count
-                scale = scales.reshape(shape)
-                zp = (self._param(q.zero_point_buffer, q.zero_point_dtype, count)
-                      .astype(np.float64).reshape(shape)
-                      if q.zero_point_buffer is not None else float(q.zero_point))
-            else:
-                blocks = _blocked_shape(d.shape, q.axis, q.block_size)
-                scales = self._param(q.scale_buffer, q.scale_dtype, math.prod(blocks))
-                scale = _expand(scales.astype(np.float64).reshape(blocks), q.axis, q.block_size,
-                                d.shape)
-                zp = (_expand(self._param(q.zero_point_buffer, q.zero_point_dtype,
-                                          math.prod(blocks)).astype(np.float64).reshape(blocks),
-                              q.axis, q.block_size, d.shape)
-                      if q.zero_point_buffer is not None else float(q.zero_point))
-            return ((codes.astype(np.float64) - zp) * scale).astype(dtype)
-        raise unsupported(f"cannot dequantize {q!r}")
+            return q.scale_buffer, "float8_e8m0fnu", _blocked_shape(d.shape, q.axis, q.block_size)
+        if isinstance(q, PerChannelAffine):
+            return q.scale_buffer, q.scale_dtype, (d.shape[q.axis],)
+        return q.scale_buffer, q.scale_dtype, _blocked_shape(d.shape, q.axis, q.block_size)
+
+    def scales(self) -> np.ndarray:
+        """The quantization scales, zero-copy where the dtype allows, shaped
+        like the scale tensor: (shape[axis],) per channel; the data shape
+        with shape[axis] replaced by its block count for block affine and
+        MX (float8_e8m0fnu); (block count,) for NF4 absmax. A 0-d float64
+        array for per-tensor affine."""
+        q = self.descriptor.quantization
+        if q is None:
+            raise unsupported("the tensor is not quantized")
+        if isinstance(q, PerTensorAffine):
+            return np.array(q.scale, dtype=np.float64)
+        index, dtype, shape = self._scale_source()
+        return self._param(index, dtype, math.prod(shape)).reshape(shape)
+
+    def zero_points(self) -> np.ndarray:
+        """Zero points as int64, shaped like scales(): the zero-point buffer,
+        or the inline zero point repeated; zeros for NF4 and MX."""
+        q = self.descriptor.quantization
+        if q is None:
+            raise unsupported("the tensor is not quantized")
+        if isinstance(q, PerTensorAffine):
+            return np.array(q.zero_point, dtype=np.int64)
+        _, _, shape = self._scale_source()
+        if isinstance(q, (Nf4, Mxfp)):
+            return np.zeros(shape, dtype=np.int64)
+        if q.zero_point_buffer is None:
+            return np.full(shape, q.zero_point, dtype=np.int64)
+        zp = self._param(q.zero_point_buffer, q.zero_point_dtype, math.prod(shape))
+        return zp.astype(np.int64).reshape(shape)
 
     def _param(self, index: int, dtype: str, count: int) -> np.ndarray:
         raw = np.frombuffer(self._buffer(index), dtype=np.uint8)
@@ -257,10 +273,6 @@ def _blocked_shape(shape, axis, block):
     out = list(shape)
     out[axis] = -(-shape[axis] // block)
     return tuple(out)
-
-
-def _expand(blocks: np.ndarray, axis: int, block: int, shape) -> np.ndarray:
-    return np.take(np.repeat(blocks, block, axis=axis), np.arange(shape[axis]), axis=axis)
 
 
 def _paged_to_dense(t: Tensor, d: Descriptor) -> np.ndarray:

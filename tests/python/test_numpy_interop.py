@@ -250,7 +250,8 @@ def test_dequantize_per_tensor_affine():
     codes = np.array([0, 1, 127, 128, 200, 255], np.uint8)
     t = tensor(Descriptor("uint8", (2, 3), quantization=PerTensorAffine(0.0125, 128),
                           buffers=[Buffer("data", 6)]), codes)
-    expected = ((codes.astype(np.float64) - 128) * 0.0125).reshape(2, 3).astype(np.float32)
+    # binary32 throughout: the inline scale is rounded to float32 first, as torch does
+    expected = ((codes.astype(np.float32) - 128) * np.float32(0.0125)).reshape(2, 3)
     np.testing.assert_array_equal(t.dequantize(), expected)
     assert t.dequantize().dtype == np.float32
     assert t.dequantize(np.float64).dtype == np.float64
@@ -281,14 +282,15 @@ def test_dequantize_per_channel_affine(axis, zero_points):
         buffers.append(Buffer("zero_points", n))
         arrays.append(zps)
     t = tensor(Descriptor("int8", (4, 6), quantization=quant, buffers=buffers), *arrays)
-    expected = np.empty((4, 6))
+    # The decode formula is binary32: (float)(code - zp) * scale, one rounding.
+    expected = np.empty((4, 6), np.float32)
     for i in range(4):
         for j in range(6):
             c = (i, j)[axis]
             zp = {"none": 0, "inline": 3, "buffer": int(zps[c])}[zero_points]
-            expected[i, j] = (int(codes[i, j]) - zp) * float(scales[c])
-    np.testing.assert_allclose(t.dequantize(np.float64), expected, rtol=1e-12)
-    np.testing.assert_allclose(t.dequantize(), expected.astype(np.float32), rtol=1e-6)
+            expected[i, j] = np.float32(int(codes[i, j]) - zp) * scales[c]
+    np.testing.assert_array_equal(t.dequantize(), expected)
+    np.testing.assert_array_equal(t.dequantize(np.float64), expected.astype(np.float64))
 
 
 def test_dequantize_gguf_q8_0():

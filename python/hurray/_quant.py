@@ -1,0 +1,65 @@
+"""hurray.quantize: float arrays to quantized tensors, through the C kernels."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _dtypes, _hurray
+
+QUANT_SCHEMES = ("affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4",
+                 "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8")
+
+_READ_AS_IS = ("float32", "float16", "bfloat16")
+
+
+def _dtype_name(dtype: Any) -> Optional[str]:
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    return _dtypes.from_numpy(dtype)
+
+
+def _as_float_array(array: Any) -> np.ndarray:
+    if type(array).__module__.startswith("torch"):
+        from .torch import from_torch  # bfloat16 arrives as ml_dtypes.bfloat16
+        array = from_torch(array.detach()).numpy()
+    a = np.asarray(array)
+    try:
+        name = _dtypes.from_numpy(a.dtype)
+    except ValueError:
+        name = None
+    if name not in _READ_AS_IS:
+        a = a.astype(np.float32)
+    elif a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("="))
+    return np.ascontiguousarray(a)
+
+
+def quantize(array: Any, scheme: str, *, axis: Optional[int] = None,
+             block_size: Optional[int] = None, dtype: Any = None, scale_dtype: Any = None,
+             symmetric: Optional[bool] = None, threads: int = 1):
+    """Quantizes a float array (numpy, ml_dtypes, torch on CPU, or anything
+    numpy.asarray takes) into a hurray.Tensor holding codes, scales and zero
+    points in separate buffers. float32, float16 and bfloat16 are read as
+    they are; other dtypes are converted to float32 first.
+
+    scheme: one of QUANT_SCHEMES. axis: the channel axis (per_channel,
+    default 0) or the blocking axis (block_affine and MX, default -1).
+    block_size: block_affine (default 32) and nf4 (default 64); fixed at 32
+    for q8_0, q4_0 and MX. dtype: the codes of the affine kinds (int8 by
+    default, uint8, int4, uint4). scale_dtype: per_channel and block_affine
+    scales (float32 by default, float16, bfloat16). symmetric: zero point at
+    the middle of the code range (default for signed codes) or a min/max
+    range with zero points (default for unsigned). threads: how many threads
+    the kernel may use on large inputs; the bytes are the same either way.
+    The GIL is released while the kernel runs. See docs/spec/quantization.md.
+    """
+    if threads < 0:
+        raise ValueError("threads must be >= 0")
+    if not isinstance(scheme, str):
+        raise TypeError("scheme must be a string, one of hurray.QUANT_SCHEMES")
+    a = _as_float_array(array)
+    raw = a.reshape(-1).view(np.uint8) if a.size else np.zeros(0, np.uint8)
+    sym = -1 if symmetric is None else int(bool(symmetric))
+    return _hurray._quantize(raw, _dtypes.from_numpy(a.dtype), a.shape, scheme, axis, block_size,
+                             _dtype_name(dtype), _dtype_name(scale_dtype), sym, int(threads))

@@ -1,0 +1,313 @@
+/*
+ * hurray_dequantize: any valid quantized tensor back to floats.
+ *
+ * Every kind decodes with one formula, value = (v(code) - zp) * scale in
+ * binary32, where v is a 256-entry table for codes of 8 bits or fewer (the
+ * integer value, the minifloat value, the NF4 code book, or the MX INT8
+ * value) and a conversion for wider integer codes. Kinds without zero
+ * points use zp = 0, which changes nothing: v - 0 is v, NaN and -0 included.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/checked.h"
+#include "../core/error.h"
+#include "elements.h"
+#include "hurray/quant.h"
+#include "plan.h"
+
+#define STAGE 4096u
+
+/* Value of a code of a dtype of at most 8 bits, before scale and zero point. */
+static float code_value(HurrayDType dtype, HurrayQuantKind kind, HurrayMxElement element,
+                        unsigned c) {
+  if (kind == HURRAY_QUANT_NF4) return HURRAY__NF4_VALUES[c & 15u];
+  if (kind == HURRAY_QUANT_MX && element == HURRAY_MX_INT8) return (float)(int8_t)c / 64.0f;
+  const HurrayMinifloat *mf = hurray__minifloat_of(dtype);
+  if (mf) return hurray__minifloat_decode(mf, c);
+  switch (dtype) {
+    case HURRAY_DTYPE_INT8: return (float)(int8_t)c;
+    case HURRAY_DTYPE_INT4: return (float)((int)(c & 15u) - ((c & 8u) ? 16 : 0));
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU: return hurray__e8m0_to_f32((uint8_t)c);
+    default: return (float)c; /* uint8, uint4, bool */
+  }
+}
+
+/* Reads element i of a buffer of dtype `t` as a float (scales, zero points,
+ * wide codes). */
+static float read_float(HurrayDType t, const uint8_t *p, uint64_t i) {
+  switch (t) {
+    case HURRAY_DTYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
+    case HURRAY_DTYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return (float)v; }
+    case HURRAY_DTYPE_FLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return hurray__f16_to_f32(h); }
+    case HURRAY_DTYPE_BFLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return hurray__bf16_to_f32(h); }
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU: return hurray__e8m0_to_f32(p[i]);
+    case HURRAY_DTYPE_INT8: return (float)(int8_t)p[i];
+    case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_BOOL: return (float)p[i];
+    case HURRAY_DTYPE_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return (float)v; }
+    case HURRAY_DTYPE_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return (float)v; }
+    case HURRAY_DTYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
+    case HURRAY_DTYPE_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
+    case HURRAY_DTYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (float)v; }
+    case HURRAY_DTYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (float)v; }
+    case HURRAY_DTYPE_INT4: case HURRAY_DTYPE_UINT4: {
+      unsigned c = (p[i / 2] >> (4 * (i & 1u))) & 15u;
+      return t == HURRAY_DTYPE_INT4 ? (float)((int)c - ((c & 8u) ? 16 : 0)) : (float)c;
+    }
+    default: return NAN;
+  }
+}
+
+/* Unpacks n sub-byte codes from flat index `from` into one byte each. */
+static void unpack(unsigned bits, const uint8_t *packed, uint64_t from, uint64_t n, uint8_t *out) {
+  uint64_t k = 0;
+  if (bits == 4) {
+    if (from & 1u) {
+      if (n == 0) return;
+      out[k++] = packed[from / 2] >> 4;
+    }
+    const uint8_t *p = packed + (from + k) / 2;
+    uint64_t pairs = (n - k) / 2;
+    for (uint64_t i = 0; i < pairs; i++) {
+      out[k + 2 * i] = p[i] & 0x0fu;
+      out[k + 2 * i + 1] = p[i] >> 4;
+    }
+    k += 2 * pairs;
+    if (k < n) out[k] = packed[(from + k) / 2] & 0x0fu;
+    return;
+  }
+  /* 6-bit: element i spans stream bits [6i, 6i + 6) */
+  for (; k < n && ((from + k) & 3u); k++) {
+    uint64_t bit = (from + k) * 6;
+    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
+    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
+  }
+  const uint8_t *p = packed + (from + k) / 4 * 3;
+  uint64_t quads = (n - k) / 4;
+  for (uint64_t i = 0; i < quads; i++) {
+    uint32_t w = p[3 * i] | (uint32_t)p[3 * i + 1] << 8 | (uint32_t)p[3 * i + 2] << 16;
+    out[k + 4 * i] = w & 0x3fu;
+    out[k + 4 * i + 1] = (w >> 6) & 0x3fu;
+    out[k + 4 * i + 2] = (w >> 12) & 0x3fu;
+    out[k + 4 * i + 3] = (w >> 18) & 0x3fu;
+  }
+  k += 4 * quads;
+  for (; k < n; k++) {
+    uint64_t bit = (from + k) * 6;
+    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
+    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
+  }
+}
+
+typedef struct Job {
+  HurrayQuantPlan plan;
+  HurrayDType code_dtype;
+  unsigned code_bits;
+  const uint8_t *codes;
+  float tab[256];
+  float *scale; /* per group */
+  float *zp;    /* per group */
+  HurrayDType out_dtype;
+  void *out;
+  unsigned parts;
+} Job;
+
+static void decode_bytes(const float *tab, const uint8_t *c, uint64_t n, const float *scale,
+                         const float *zp, unsigned step, float *out) {
+  if (step == 0) {
+    const float s = scale[0], z = zp[0];
+    for (uint64_t k = 0; k < n; k++) out[k] = (tab[c[k]] - z) * s;
+  } else {
+    for (uint64_t k = 0; k < n; k++) out[k] = (tab[c[k]] - zp[k]) * scale[k];
+  }
+}
+
+static void decode_floats(float *v, uint64_t n, const float *scale, const float *zp,
+                          unsigned step, float *out) {
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t g = step ? k : 0;
+    out[k] = (v[k] - zp[g]) * scale[g];
+  }
+}
+
+static void narrow(HurrayDType dtype, const float *in, uint64_t n, uint16_t *out) {
+  if (dtype == HURRAY_DTYPE_FLOAT16) {
+    for (uint64_t k = 0; k < n; k++) out[k] = hurray__f32_to_f16(in[k]);
+  } else {
+    for (uint64_t k = 0; k < n; k++) out[k] = hurray__f32_to_bf16(in[k]);
+  }
+}
+
+static void decode_part(void *ctx, unsigned part) {
+  Job *j = ctx;
+  const HurrayQuantPlan *p = &j->plan;
+  uint64_t s0 = p->segments / j->parts * part;
+  uint64_t s1 = part + 1 == j->parts ? p->segments : p->segments / j->parts * (part + 1);
+  uint8_t cstage[STAGE];
+  float fstage[STAGE], vstage[STAGE];
+  bool f32 = j->out_dtype == HURRAY_DTYPE_FLOAT32;
+  for (uint64_t u = s0; u < s1; u++) {
+    HurraySegment seg = hurray__quant_segment(p, u);
+    for (uint64_t done = 0; done < seg.len;) {
+      uint64_t n = seg.len - done < STAGE ? seg.len - done : STAGE;
+      uint64_t at = seg.start + done;
+      const float *scale = j->scale + seg.g0 + (seg.step ? done : 0);
+      const float *zp = j->zp + seg.g0 + (seg.step ? done : 0);
+      float *dst = f32 ? (float *)j->out + at : fstage;
+      if (j->code_bits == 8) {
+        decode_bytes(j->tab, j->codes + at, n, scale, zp, seg.step, dst);
+      } else if (j->code_bits < 8) {
+        unpack(j->code_bits, j->codes, at, n, cstage);
+        decode_bytes(j->tab, cstage, n, scale, zp, seg.step, dst);
+      } else {
+        for (uint64_t k = 0; k < n; k++) vstage[k] = read_float(j->code_dtype, j->codes, at + k);
+        decode_floats(vstage, n, scale, zp, seg.step, dst);
+      }
+      if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + at);
+      done += n;
+    }
+  }
+}
+
+static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index) {
+  return hurray_buffer_data(hurray_buffer_list_get(list, index));
+}
+
+HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
+                               HurrayDType out_dtype, void *out, uint64_t out_size,
+                               uint32_t threads, HurrayError *error) {
+  if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d, list and out must not be NULL");
+  }
+  if (out_dtype != HURRAY_DTYPE_FLOAT32 && out_dtype != HURRAY_DTYPE_FLOAT16 &&
+      out_dtype != HURRAY_DTYPE_BFLOAT16) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "dequantize writes float32, float16 or bfloat16, not %s",
+                        hurray_dtype_name(out_dtype) ? hurray_dtype_name(out_dtype) : "?");
+  }
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
+  HurrayQuantKind kind = hurray_descriptor_quant_kind(d);
+  HurrayLayoutKind layout = hurray_descriptor_layout_kind(d);
+  if (kind == HURRAY_QUANT_NONE) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "the tensor is not quantized");
+  }
+  if (layout != HURRAY_LAYOUT_DENSE && layout != HURRAY_LAYOUT_PAGED) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "dequantize handles dense and paged layouts; materialise sparse "
+                        "tensors first");
+  }
+  uint64_t numel, need;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
+  unsigned out_item = out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  if (!hurray__mul_u64(numel, out_item, &need)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the output size does not fit in 64 bits");
+  }
+  if (out_size < need) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "out holds %llu bytes; the tensor needs %llu",
+                        (unsigned long long)out_size, (unsigned long long)need);
+  }
+
+  Job *j = calloc(1, sizeof *j);
+  if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
+  HurrayStatus st = HURRAY_OK;
+  uint8_t *dense = NULL;
+  j->code_dtype = hurray_descriptor_dtype(d);
+  j->code_bits = hurray_dtype_bits(j->code_dtype);
+  j->out_dtype = out_dtype;
+  j->out = out;
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+
+  /* Codes: straight from the buffer when dense and contiguous, otherwise
+   * gathered first (strided and paged tensors have byte-sized codes). */
+  if (layout == HURRAY_LAYOUT_DENSE && hurray_descriptor_strides(d) == NULL) {
+    j->codes = buffer_bytes(list, hurray_descriptor_data_buffer(d)) + hurray_descriptor_byte_offset(d);
+  } else {
+    uint64_t bytes;
+    st = hurray_dtype_storage_bytes(j->code_dtype, numel, &bytes);
+    if (st == HURRAY_OK) {
+      dense = hurray__quant_alloc(bytes);
+      if (dense == NULL) st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the codes");
+    } else {
+      hurray__fail(error, st, "the code size does not fit in 64 bits");
+    }
+    if (st == HURRAY_OK) st = hurray_tensor_to_dense(d, list, dense, bytes, error);
+    if (st != HURRAY_OK) goto done;
+    j->codes = dense;
+  }
+
+  HurrayMxElement element = hurray_descriptor_quant_mx_element(d);
+  if (j->code_bits <= 8) {
+    for (unsigned c = 0; c < 256; c++) j->tab[c] = code_value(j->code_dtype, kind, element, c);
+  }
+
+  uint32_t axis = hurray_descriptor_quant_axis(d);
+  uint64_t block = hurray_descriptor_quant_block_size(d);
+  switch (kind) {
+    case HURRAY_QUANT_PER_TENSOR_AFFINE:
+      st = hurray__quant_plan(&j->plan, rank, shape, 0, 0, true, error);
+      break;
+    case HURRAY_QUANT_PER_CHANNEL_AFFINE:
+      st = hurray__quant_plan(&j->plan, rank, shape, axis, 0, false, error);
+      break;
+    case HURRAY_QUANT_NF4:
+      st = hurray__quant_plan(&j->plan, 1, &numel, 0, block, false, error);
+      break;
+    case HURRAY_QUANT_MX:
+      st = hurray__quant_plan(&j->plan, rank, shape, axis, HURRAY_MX_BLOCK_SIZE, false, error);
+      break;
+    default:
+      st = hurray__quant_plan(&j->plan, rank, shape, axis, block, false, error);
+      break;
+  }
+  if (st != HURRAY_OK) goto done;
+
+  uint64_t groups = j->plan.groups ? j->plan.groups : 1;
+  if (groups > SIZE_MAX / sizeof(float)) {
+    st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
+    goto done;
+  }
+  j->scale = malloc(groups * sizeof(float));
+  j->zp = malloc(groups * sizeof(float));
+  if (j->scale == NULL || j->zp == NULL) {
+    st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu scales",
+                      (unsigned long long)groups);
+    goto done;
+  }
+  if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
+    j->scale[0] = (float)hurray_descriptor_quant_scale(d);
+    j->zp[0] = (float)hurray_descriptor_quant_zero_point(d);
+  } else {
+    /* placement validation proved the scale and zero-point buffers hold
+     * exactly `groups` entries */
+    const uint8_t *scales = buffer_bytes(list, hurray_descriptor_quant_scale_buffer(d));
+    HurrayDType scale_dtype = hurray_descriptor_quant_scale_dtype(d);
+    for (uint64_t g = 0; g < j->plan.groups; g++) j->scale[g] = read_float(scale_dtype, scales, g);
+    uint32_t zp_buffer = hurray_descriptor_quant_zero_point_buffer(d);
+    bool affine = kind == HURRAY_QUANT_PER_CHANNEL_AFFINE || kind == HURRAY_QUANT_BLOCK_AFFINE;
+    if (affine && zp_buffer != HURRAY_NO_BUFFER) {
+      const uint8_t *zps = buffer_bytes(list, zp_buffer);
+      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+      for (uint64_t g = 0; g < j->plan.groups; g++) j->zp[g] = read_float(zp_dtype, zps, g);
+    } else {
+      float z = affine ? (float)hurray_descriptor_quant_zero_point(d) : 0.0f;
+      for (uint64_t g = 0; g < groups; g++) j->zp[g] = z;
+    }
+  }
+
+  j->parts = hurray__quant_threads(threads, need);
+  if (j->plan.segments < j->parts) j->parts = j->plan.segments ? (unsigned)j->plan.segments : 1;
+  hurray__parallel_run(j->parts, decode_part, j);
+
+done:
+  if (j) {
+    free(j->scale);
+    free(j->zp);
+  }
+  free(dense);
+  free(j);
+  return st;
+}

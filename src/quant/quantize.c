@@ -1,0 +1,842 @@
+/*
+ * hurray_quantize: floats in, codes + scales (+ zero points) out.
+ *
+ * Two drivers share the encoders:
+ *   - block kinds (block affine, q8_0, q4_0, NF4, MX) finish each block's
+ *     range, scale and codes while the block is still in cache, so the input
+ *     is read from memory once;
+ *   - per-tensor and per-channel kinds need the whole range first, so they
+ *     reduce in one pass and encode in a second.
+ * Work is split by flat position, so threads write disjoint bytes and the
+ * result never depends on the thread count. Sub-byte codes go through a
+ * small staging buffer and are packed on flush.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/checked.h"
+#include "../core/error.h"
+#include "elements.h"
+#include "hurray/quant.h"
+#include "plan.h"
+#include "scheme.h"
+
+#define STAGE 4096u /* codes staged before packing; a multiple of 4 */
+
+/* Per-group parameters the encoders read. */
+typedef struct Params {
+  float *mul;   /* multiplier: 1/scale, or 2^-shared for MX */
+  int32_t *zp;  /* zero point (affine kinds) */
+  uint8_t *nan; /* MX: the block is non-finite, its codes are 0 */
+} Params;
+
+/* --------------------------------------------------------------- encoders */
+
+static inline uint8_t enc_affine(float x, float mul, int32_t zp, int32_t qmin, int32_t qmax) {
+  float y = x * mul;
+  float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
+  y = y < lo ? lo : y;
+  y = y > hi ? hi : y;
+  return (uint8_t)((int32_t)hurray__rne(y) + zp);
+}
+
+/* C's roundf (half away from zero), exactly, for |y| < 2^22. */
+static inline uint8_t enc_q8_0(float x, float mul) {
+  float y = x * mul;
+  y = y < -128.0f ? -128.0f : y;
+  y = y > 127.0f ? 127.0f : y;
+  int32_t i = (int32_t)y;
+  float f = y - (float)i;
+  i += (f >= 0.5f) - (f <= -0.5f);
+  return (uint8_t)i;
+}
+
+/* ggml: (int8_t)(x * id + 8.5f), capped at 15. */
+static inline uint8_t enc_q4_0(float x, float mul) {
+  float y = x * mul;
+  y = y + 8.5f;
+  y = y < 0.0f ? 0.0f : y;
+  int32_t i = (int32_t)y;
+  return (uint8_t)(i > 15 ? 15 : i);
+}
+
+static inline uint8_t enc_nf4(float x, float mul) {
+  float y = x * mul;
+  uint8_t c = 0;
+  for (int j = 0; j < 15; j++) c += y > HURRAY__NF4_MIDPOINTS[j];
+  return c;
+}
+
+static inline uint8_t enc_mxint8(float x, float mul) {
+  float y = x * mul * 64.0f;
+  y = y < -127.0f ? -127.0f : y;
+  y = y > 127.0f ? 127.0f : y;
+  return (uint8_t)(int32_t)hurray__rne(y);
+}
+
+/* Encodes n elements; element k uses group (k * step) of `p`. */
+static void encode_run(const HurrayResolvedScheme *s, const float *x, uint64_t n, Params p,
+                       unsigned step, uint8_t *dst) {
+  const int32_t qmin = s->qmin, qmax = s->qmax;
+  if (step == 0) {
+    const float mul = p.mul[0];
+    switch (s->encoder) {
+      case HURRAY_ENC_AFFINE: {
+        const int32_t zp = p.zp[0];
+        for (uint64_t k = 0; k < n; k++) dst[k] = enc_affine(x[k], mul, zp, qmin, qmax);
+        return;
+      }
+      case HURRAY_ENC_Q8_0:
+        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q8_0(x[k], mul);
+        return;
+      case HURRAY_ENC_Q4_0:
+        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q4_0(x[k], mul);
+        return;
+      case HURRAY_ENC_NF4:
+        for (uint64_t k = 0; k < n; k++) dst[k] = enc_nf4(x[k], mul);
+        return;
+      case HURRAY_ENC_MXFP:
+        if (p.nan[0]) {
+          memset(dst, 0, n);
+          return;
+        }
+        for (uint64_t k = 0; k < n; k++) dst[k] = hurray__minifloat_encode(s->element, x[k] * mul);
+        return;
+      case HURRAY_ENC_MXINT8:
+        if (p.nan[0]) {
+          memset(dst, 0, n);
+          return;
+        }
+        for (uint64_t k = 0; k < n; k++) dst[k] = enc_mxint8(x[k], mul);
+        return;
+    }
+    return;
+  }
+  switch (s->encoder) {
+    case HURRAY_ENC_AFFINE:
+      for (uint64_t k = 0; k < n; k++) dst[k] = enc_affine(x[k], p.mul[k], p.zp[k], qmin, qmax);
+      return;
+    case HURRAY_ENC_Q8_0:
+      for (uint64_t k = 0; k < n; k++) dst[k] = enc_q8_0(x[k], p.mul[k]);
+      return;
+    case HURRAY_ENC_Q4_0:
+      for (uint64_t k = 0; k < n; k++) dst[k] = enc_q4_0(x[k], p.mul[k]);
+      return;
+    case HURRAY_ENC_NF4:
+      for (uint64_t k = 0; k < n; k++) dst[k] = enc_nf4(x[k], p.mul[k]);
+      return;
+    case HURRAY_ENC_MXFP:
+      for (uint64_t k = 0; k < n; k++) {
+        uint8_t c = hurray__minifloat_encode(s->element, p.nan[k] ? 0.0f : x[k] * p.mul[k]);
+        dst[k] = p.nan[k] ? 0 : c;
+      }
+      return;
+    case HURRAY_ENC_MXINT8:
+      for (uint64_t k = 0; k < n; k++) {
+        uint8_t c = enc_mxint8(p.nan[k] ? 0.0f : x[k], p.mul[k]);
+        dst[k] = p.nan[k] ? 0 : c;
+      }
+      return;
+  }
+}
+
+/* ------------------------------------------------------------------ sink */
+
+/* Writes codes in flat order from a 4-aligned start; packs sub-byte codes. */
+typedef struct Sink {
+  uint8_t *out;
+  unsigned bits;
+  uint64_t base; /* flat index of stage[0] */
+  uint32_t fill;
+  uint8_t stage[STAGE];
+} Sink;
+
+static void pack(unsigned bits, const uint8_t *c, uint32_t n, uint8_t *out, uint64_t base) {
+  if (bits == 4) {
+    uint8_t *o = out + base / 2;
+    uint32_t pairs = n / 2;
+    for (uint32_t k = 0; k < pairs; k++) {
+      o[k] = (uint8_t)((c[2 * k] & 0x0fu) | (uint8_t)(c[2 * k + 1] << 4));
+    }
+    if (n & 1u) o[pairs] = c[n - 1] & 0x0fu;
+    return;
+  }
+  /* 6-bit: four codes in three bytes, least significant bits first */
+  uint8_t *o = out + base / 4 * 3;
+  uint32_t quads = n / 4;
+  for (uint32_t k = 0; k < quads; k++) {
+    uint32_t c0 = c[4 * k] & 0x3fu, c1 = c[4 * k + 1] & 0x3fu;
+    uint32_t c2 = c[4 * k + 2] & 0x3fu, c3 = c[4 * k + 3] & 0x3fu;
+    uint32_t word = c0 | c1 << 6 | c2 << 12 | c3 << 18;
+    o[3 * k] = (uint8_t)word;
+    o[3 * k + 1] = (uint8_t)(word >> 8);
+    o[3 * k + 2] = (uint8_t)(word >> 16);
+  }
+  uint32_t rest = n % 4;
+  if (rest) {
+    uint32_t word = 0;
+    for (uint32_t j = 0; j < rest; j++) word |= (uint32_t)(c[4 * quads + j] & 0x3fu) << (6 * j);
+    uint32_t bytes = (rest * 6 + 7) / 8;
+    for (uint32_t j = 0; j < bytes; j++) o[3 * quads + j] = (uint8_t)(word >> (8 * j));
+  }
+}
+
+static void sink_flush(Sink *k) {
+  if (k->fill == 0) return;
+  pack(k->bits, k->stage, k->fill, k->out, k->base);
+  k->base += k->fill;
+  k->fill = 0;
+}
+
+/* Encodes the segment [start, start + len) whose group parameters start at
+ * `p` (advancing with the element when step is 1). */
+static void emit(const HurrayResolvedScheme *s, Sink *k, const float *x, uint64_t start,
+                 uint64_t len, Params p, unsigned step) {
+  if (k->bits == 8) {
+    encode_run(s, x + start, len, p, step, k->out + start);
+    return;
+  }
+  uint64_t done = 0;
+  while (done < len) {
+    uint64_t piece = len - done;
+    if (piece > STAGE - k->fill) piece = STAGE - k->fill;
+    Params q = p;
+    if (step) {
+      q.mul += done;
+      if (q.zp) q.zp += done;
+      if (q.nan) q.nan += done;
+    }
+    encode_run(s, x + start + done, piece, q, step, k->stage + k->fill);
+    k->fill += (uint32_t)piece;
+    done += piece;
+    if (k->fill == STAGE) sink_flush(k);
+  }
+}
+
+/* ----------------------------------------------------------- group ranges */
+
+typedef struct Range {
+  float lo, hi;      /* min and max of the finite elements */
+  float extreme;     /* q4_0: the element of largest magnitude, first on ties */
+  uint8_t nonfinite;
+} Range;
+
+static void range_reset(Range *r) {
+  r->lo = INFINITY;
+  r->hi = -INFINITY;
+  r->extreme = 0.0f;
+  r->nonfinite = 0;
+}
+
+static inline uint32_t is_nonfinite(float v) {
+  return (hurray__f32_bits(v) & 0x7f800000u) == 0x7f800000u;
+}
+
+static void range_run(Range *r, const float *x, uint64_t n, bool want_extreme) {
+  float lo = r->lo, hi = r->hi;
+  uint32_t bad = 0;
+  for (uint64_t k = 0; k < n; k++) {
+    float v = x[k];
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    bad |= is_nonfinite(v);
+  }
+  r->lo = lo;
+  r->hi = hi;
+  r->nonfinite |= (uint8_t)bad;
+  if (want_extreme) {
+    float amax = fabsf(r->extreme);
+    for (uint64_t k = 0; k < n; k++) {
+      if (amax < fabsf(x[k])) {
+        amax = fabsf(x[k]);
+        r->extreme = x[k];
+      }
+    }
+  }
+}
+
+/* Element-wise: r[k] takes x[k]. */
+static void range_rows(Range *r, const float *x, uint64_t n) {
+  for (uint64_t k = 0; k < n; k++) {
+    float v = x[k];
+    r[k].lo = v < r[k].lo ? v : r[k].lo;
+    r[k].hi = v > r[k].hi ? v : r[k].hi;
+    r[k].nonfinite |= (uint8_t)is_nonfinite(v);
+  }
+}
+
+static void range_merge(Range *into, const Range *from) {
+  into->lo = from->lo < into->lo ? from->lo : into->lo;
+  into->hi = from->hi > into->hi ? from->hi : into->hi;
+  into->nonfinite |= from->nonfinite;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+static float round_scale(HurrayDType dtype, float s) {
+  switch (dtype) {
+    case HURRAY_DTYPE_FLOAT16:
+      s = s < 6.103515625e-05f ? 6.103515625e-05f : s > 65504.0f ? 65504.0f : s;
+      return hurray__f16_to_f32(hurray__f32_to_f16(s));
+    case HURRAY_DTYPE_BFLOAT16: {
+      const float bf16_max = hurray__f32_from_bits(0x7f7f0000u);
+      s = s < FLT_MIN ? FLT_MIN : s > bf16_max ? bf16_max : s;
+      return hurray__bf16_to_f32(hurray__f32_to_bf16(s));
+    }
+    default:
+      return s < FLT_MIN ? FLT_MIN : s > FLT_MAX ? FLT_MAX : s;
+  }
+}
+
+static void store_scale(HurrayDType dtype, void *scales, uint64_t g, float s) {
+  switch (dtype) {
+    case HURRAY_DTYPE_FLOAT16: ((uint16_t *)scales)[g] = hurray__f32_to_f16(s); break;
+    case HURRAY_DTYPE_BFLOAT16: ((uint16_t *)scales)[g] = hurray__f32_to_bf16(s); break;
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU: ((uint8_t *)scales)[g] = (uint8_t)s; break;
+    default: ((float *)scales)[g] = s; break;
+  }
+}
+
+static void store_zero_point(HurrayDType dtype, uint8_t *zps, uint64_t g, int32_t zp) {
+  if (dtype == HURRAY_DTYPE_INT8 || dtype == HURRAY_DTYPE_UINT8) {
+    zps[g] = (uint8_t)zp;
+  } else { /* 4-bit, low nibble first */
+    uint8_t nib = (uint8_t)(zp & 0x0f);
+    zps[g / 2] = (g & 1u) ? (uint8_t)((zps[g / 2] & 0x0fu) | (uint8_t)(nib << 4)) : nib;
+  }
+}
+
+typedef struct Job {
+  HurrayResolvedScheme s;
+  HurrayQuantPlan plan;
+  const float *x;
+  uint8_t *codes;
+  void *scales;      /* NULL for per-tensor */
+  uint8_t *zps;      /* NULL unless asymmetric with a buffer */
+  double inline_scale;
+  int32_t inline_zp;
+  /* global driver */
+  Params params;
+  Range *ranges; /* threads * groups */
+  /* split */
+  unsigned parts;
+  uint64_t bounds[65]; /* unit range of each part */
+  /* per-part outcome */
+  HurrayStatus status[64];
+  uint64_t bad_index[64];
+} Job;
+
+/* The parameters of group g, from its range; writes the stored scale. For
+ * MX, nan marks a non-finite block. */
+static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, uint8_t *nan) {
+  const HurrayResolvedScheme *s = &j->s;
+  if (r.lo > r.hi) r.lo = r.hi = 0.0f; /* a group without elements */
+  float amax = -r.lo > r.hi ? -r.lo : r.hi;
+  switch (s->encoder) {
+    case HURRAY_ENC_AFFINE: {
+      float scale;
+      int32_t z;
+      if (s->symmetric) {
+        scale = round_scale(s->scale_dtype, amax / (float)s->levels);
+        z = s->zp_symmetric;
+      } else {
+        float lo = r.lo < 0.0f ? r.lo : 0.0f, hi = r.hi > 0.0f ? r.hi : 0.0f;
+        scale = round_scale(s->scale_dtype, (hi - lo) / (float)(s->qmax - s->qmin));
+        float t = lo / scale;
+        t = t < -1048576.0f ? -1048576.0f : t;
+        z = s->qmin - (int32_t)hurray__rne(t);
+        z = z < s->qmin ? s->qmin : z > s->qmax ? s->qmax : z;
+      }
+      *mul = 1.0f / scale;
+      *zp = z;
+      if (j->scales) {
+        store_scale(s->scale_dtype, j->scales, g, scale);
+      } else {
+        j->inline_scale = scale;
+        j->inline_zp = z;
+      }
+      if (j->zps) store_zero_point(s->code_dtype, j->zps, g, z);
+      return;
+    }
+    case HURRAY_ENC_Q8_0: {
+      float d = amax / 127.0f;
+      *mul = d != 0.0f ? 1.0f / d : 0.0f;
+      *zp = 0;
+      ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
+      return;
+    }
+    case HURRAY_ENC_Q4_0: {
+      float d = r.extreme / -8.0f;
+      *mul = d != 0.0f ? 1.0f / d : 0.0f;
+      *zp = 8;
+      ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
+      return;
+    }
+    case HURRAY_ENC_NF4:
+      *mul = amax != 0.0f ? 1.0f / amax : 0.0f;
+      ((float *)j->scales)[g] = amax;
+      return;
+    default: { /* MX */
+      if (r.nonfinite) {
+        *nan = 1;
+        *mul = 0.0f;
+        ((uint8_t *)j->scales)[g] = 0xff;
+        return;
+      }
+      int e = (int)((hurray__f32_bits(amax) >> 23) & 0xffu) - 127;
+      int shared = e - s->emax;
+      shared = shared < -127 ? -127 : shared > 127 ? 127 : shared;
+      *nan = 0;
+      *mul = hurray__exp2i(-shared);
+      ((uint8_t *)j->scales)[g] = (uint8_t)(shared + 127);
+      return;
+    }
+  }
+}
+
+static bool needs_finite(const HurrayResolvedScheme *s) {
+  return s->encoder != HURRAY_ENC_MXFP && s->encoder != HURRAY_ENC_MXINT8;
+}
+
+static uint64_t first_nonfinite(const float *x, uint64_t n) {
+  for (uint64_t k = 0; k < n; k++) {
+    if (is_nonfinite(x[k])) return k;
+  }
+  return n;
+}
+
+/* --------------------------------------------------------- block driver */
+
+/* Units: a block (BLOCKS walk) or the rows of one block row (ROWS_BLOCK). */
+static uint64_t unit_count(const Job *j) {
+  const HurrayQuantPlan *p = &j->plan;
+  if (p->walk == HURRAY_WALK_BLOCKS) return p->segments;
+  if (p->walk == HURRAY_WALK_ROWS_BLOCK) return p->numel ? p->outer * p->nblocks : 0;
+  return p->segments;
+}
+
+static uint64_t unit_start(const Job *j, uint64_t u) {
+  const HurrayQuantPlan *p = &j->plan;
+  if (p->walk == HURRAY_WALK_ROWS_BLOCK) {
+    uint64_t o = u / p->nblocks, b = u % p->nblocks;
+    return (o * p->along + b * p->block) * p->inner;
+  }
+  return hurray__quant_segment(p, u).start;
+}
+
+static void block_part(void *ctx, unsigned part) {
+  Job *j = ctx;
+  const HurrayResolvedScheme *s = &j->s;
+  const HurrayQuantPlan *p = &j->plan;
+  uint64_t u0 = j->bounds[part], u1 = j->bounds[part + 1];
+  j->status[part] = HURRAY_OK;
+  if (u0 >= u1) return;
+  Sink *sink = malloc(sizeof *sink);
+  bool rows = p->walk == HURRAY_WALK_ROWS_BLOCK;
+  uint64_t width = rows ? p->inner : 1;
+  Range *ranges = malloc(sizeof(Range) * width);
+  float *mul = malloc(sizeof(float) * width);
+  int32_t *zp = malloc(sizeof(int32_t) * width);
+  uint8_t *nan = malloc(width);
+  if (!sink || !ranges || !mul || !zp || !nan) {
+    j->status[part] = HURRAY_ERR_NO_MEMORY;
+    goto done;
+  }
+  sink->out = j->codes;
+  sink->bits = s->code_bits;
+  sink->base = unit_start(j, u0);
+  sink->fill = 0;
+  bool finite = needs_finite(s);
+  bool extreme = s->encoder == HURRAY_ENC_Q4_0;
+  Params prm = {mul, zp, nan};
+  for (uint64_t u = u0; u < u1; u++) {
+    if (!rows) {
+      HurraySegment seg = hurray__quant_segment(p, u);
+      const float *x = j->x + seg.start;
+      range_reset(&ranges[0]);
+      range_run(&ranges[0], x, seg.len, extreme);
+      if (finite && ranges[0].nonfinite) {
+        j->status[part] = HURRAY_ERR_NOT_FINITE;
+        j->bad_index[part] = seg.start + first_nonfinite(x, seg.len);
+        goto done;
+      }
+      nan[0] = 0;
+      group_params(j, seg.g0, ranges[0], &mul[0], &zp[0], &nan[0]);
+      emit(s, sink, j->x, seg.start, seg.len, prm, 0);
+      continue;
+    }
+    uint64_t o = u / p->nblocks, b = u % p->nblocks;
+    uint64_t a0 = b * p->block, a1 = a0 + p->block < p->along ? a0 + p->block : p->along;
+    for (uint64_t k = 0; k < width; k++) range_reset(&ranges[k]);
+    for (uint64_t a = a0; a < a1; a++) {
+      range_rows(ranges, j->x + (o * p->along + a) * p->inner, width);
+    }
+    for (uint64_t k = 0; k < width; k++) {
+      if (finite && ranges[k].nonfinite) {
+        uint64_t start = (o * p->along + a0) * p->inner;
+        j->status[part] = HURRAY_ERR_NOT_FINITE;
+        j->bad_index[part] = start + first_nonfinite(j->x + start, (a1 - a0) * width);
+        goto done;
+      }
+      nan[k] = 0;
+      group_params(j, u * width + k, ranges[k], &mul[k], &zp[k], &nan[k]);
+    }
+    for (uint64_t a = a0; a < a1; a++) {
+      emit(s, sink, j->x, (o * p->along + a) * p->inner, width, prm, 1);
+    }
+  }
+  sink_flush(sink);
+done:
+  free(sink);
+  free(ranges);
+  free(mul);
+  free(zp);
+  free(nan);
+}
+
+/* -------------------------------------------------------- global driver */
+
+static void reduce_part(void *ctx, unsigned part) {
+  Job *j = ctx;
+  const HurrayQuantPlan *p = &j->plan;
+  Range *r = j->ranges + (uint64_t)part * p->groups;
+  for (uint64_t g = 0; g < p->groups; g++) range_reset(&r[g]);
+  for (uint64_t u = j->bounds[part]; u < j->bounds[part + 1]; u++) {
+    HurraySegment seg = hurray__quant_segment(p, u);
+    if (seg.step) {
+      range_rows(r + seg.g0, j->x + seg.start, seg.len);
+    } else {
+      range_run(&r[seg.g0], j->x + seg.start, seg.len, false);
+    }
+  }
+}
+
+static void encode_part(void *ctx, unsigned part) {
+  Job *j = ctx;
+  const HurrayQuantPlan *p = &j->plan;
+  uint64_t u0 = j->bounds[part], u1 = j->bounds[part + 1];
+  j->status[part] = HURRAY_OK;
+  if (u0 >= u1) return;
+  Sink *sink = malloc(sizeof *sink);
+  if (sink == NULL) {
+    j->status[part] = HURRAY_ERR_NO_MEMORY;
+    return;
+  }
+  sink->out = j->codes;
+  sink->bits = j->s.code_bits;
+  sink->base = unit_start(j, u0);
+  sink->fill = 0;
+  for (uint64_t u = u0; u < u1; u++) {
+    HurraySegment seg = hurray__quant_segment(p, u);
+    Params at = {j->params.mul + seg.g0, j->params.zp + seg.g0, NULL};
+    emit(&j->s, sink, j->x, seg.start, seg.len, at, seg.step);
+  }
+  sink_flush(sink);
+  free(sink);
+}
+
+/* Splits [0, units) into parts whose first element sits at a flat index
+ * divisible by 4, so packed codes of two parts never share a byte. */
+static void split(Job *j, unsigned parts) {
+  uint64_t units = unit_count(j);
+  j->parts = parts;
+  j->bounds[0] = 0;
+  for (unsigned i = 1; i < parts; i++) {
+    uint64_t b = units / parts * i;
+    uint64_t limit = b + 64 < units ? b + 64 : units;
+    while (b < limit && unit_start(j, b) % 4 != 0) b++;
+    if (b < j->bounds[i - 1] || b == limit) b = j->bounds[i - 1];
+    j->bounds[i] = b;
+  }
+  j->bounds[parts] = units;
+}
+
+static HurrayStatus run_global(Job *j, unsigned parts, HurrayError *error) {
+  const HurrayQuantPlan *p = &j->plan;
+  uint64_t bytes;
+  if (!hurray__mul_u64(p->groups, (uint64_t)parts * sizeof(Range), &bytes) || bytes > SIZE_MAX) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scale groups");
+  }
+  j->ranges = malloc(bytes ? (size_t)bytes : 1);
+  j->params.mul = malloc(p->groups ? p->groups * sizeof(float) : 1);
+  j->params.zp = malloc(p->groups ? p->groups * sizeof(int32_t) : 1);
+  if (!j->ranges || !j->params.mul || !j->params.zp) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu scale groups",
+                        (unsigned long long)p->groups);
+  }
+  split(j, parts);
+  hurray__parallel_run(parts, reduce_part, j);
+  for (unsigned t = 1; t < parts; t++) {
+    for (uint64_t g = 0; g < p->groups; g++) {
+      range_merge(&j->ranges[g], &j->ranges[(uint64_t)t * p->groups + g]);
+    }
+  }
+  for (uint64_t g = 0; g < p->groups; g++) {
+    if (j->ranges[g].nonfinite) {
+      /* find the first offending element in flat order */
+      uint64_t at = first_nonfinite(j->x, p->numel);
+      return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
+                          "element %llu is NaN or infinite; %s quantization needs finite input",
+                          (unsigned long long)at, hurray_quant_scheme_name(j->s.scheme));
+    }
+    uint8_t unused = 0;
+    group_params(j, g, j->ranges[g], &j->params.mul[g], &j->params.zp[g], &unused);
+  }
+  hurray__parallel_run(parts, encode_part, j);
+  for (unsigned t = 0; t < parts; t++) {
+    if (j->status[t] != HURRAY_OK) {
+      return hurray__fail(error, j->status[t], "no memory for the staging buffer");
+    }
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus run_blocks(Job *j, unsigned parts, HurrayError *error) {
+  split(j, parts);
+  hurray__parallel_run(parts, block_part, j);
+  for (unsigned t = 0; t < parts; t++) {
+    if (j->status[t] == HURRAY_ERR_NOT_FINITE) {
+      return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
+                          "element %llu is NaN or infinite; %s quantization needs finite input",
+                          (unsigned long long)j->bad_index[t],
+                          hurray_quant_scheme_name(j->s.scheme));
+    }
+    if (j->status[t] != HURRAY_OK) {
+      return hurray__fail(error, j->status[t], "no memory for the kernel's work space");
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* ------------------------------------------------------------ descriptor */
+
+static HurrayStatus add_owned_buffer(HurrayBufferList *list, void *data, uint64_t size,
+                                     HurrayError *error) {
+  HurrayBuffer *b = NULL;
+  HURRAY_RETURN_NOT_OK(hurray_buffer_create(data, size, hurray__quant_free, NULL, &b, error));
+  HurrayStatus st = hurray_buffer_set_alignment(b, 64, error);
+  if (st != HURRAY_OK) {
+    hurray_buffer_destroy(b);
+    return st;
+  }
+  return hurray_buffer_list_push(list, b, error);
+}
+
+static HurrayStatus describe(const Job *j, uint32_t rank, const uint64_t *shape,
+                             uint64_t code_bytes, uint64_t scale_bytes, uint64_t zp_bytes,
+                             HurrayDescriptor **out, HurrayError *error) {
+  const HurrayResolvedScheme *s = &j->s;
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_create(s->code_dtype, rank, shape, &d, error));
+  HurrayStatus st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, code_bytes, 64,
+                                                 HURRAY_SYNC_READY, NULL, error);
+  if (st == HURRAY_OK) st = hurray_descriptor_set_layout_dense(d, 0, error);
+  if (st == HURRAY_OK && j->scales) {
+    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, scale_bytes, 64, HURRAY_SYNC_READY,
+                                      NULL, error);
+  }
+  if (st == HURRAY_OK && j->zps) {
+    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, zp_bytes, 64,
+                                      HURRAY_SYNC_READY, NULL, error);
+  }
+  if (st == HURRAY_OK) {
+    switch (s->scheme) {
+      case HURRAY_SCHEME_AFFINE:
+        st = hurray_descriptor_set_quant_per_tensor_affine(d, j->inline_scale, j->inline_zp,
+                                                           error);
+        break;
+      case HURRAY_SCHEME_PER_CHANNEL:
+        st = hurray_descriptor_set_quant_per_channel_affine(d, s->axis, 1, s->scale_dtype, error);
+        break;
+      case HURRAY_SCHEME_NF4:
+        st = hurray_descriptor_set_quant_nf4(d, s->block, 1, s->scale_dtype, error);
+        break;
+      case HURRAY_SCHEME_BLOCK_AFFINE:
+      case HURRAY_SCHEME_Q8_0:
+      case HURRAY_SCHEME_Q4_0:
+        st = hurray_descriptor_set_quant_block_affine(d, s->axis, s->block, 1, s->scale_dtype,
+                                                      error);
+        break;
+      default: {
+        static const HurrayMxElement ELEMENTS[] = {HURRAY_MX_FP8_E4M3, HURRAY_MX_FP8_E5M2,
+                                                   HURRAY_MX_FP6_E3M2, HURRAY_MX_FP6_E2M3,
+                                                   HURRAY_MX_FP4_E2M1, HURRAY_MX_INT8};
+        st = hurray_descriptor_set_quant_mx(d, ELEMENTS[s->scheme - HURRAY_SCHEME_MXFP8_E4M3],
+                                            s->axis, 1, error);
+        break;
+      }
+    }
+  }
+  if (st == HURRAY_OK && s->scheme != HURRAY_SCHEME_AFFINE && s->encoder == HURRAY_ENC_AFFINE) {
+    st = j->zps ? hurray_descriptor_set_quant_zero_point_buffer(d, 2, s->code_dtype, error)
+                : hurray_descriptor_set_quant_zero_point(d, s->zp_symmetric, error);
+  }
+  if (st == HURRAY_OK && s->scheme == HURRAY_SCHEME_Q4_0) {
+    st = hurray_descriptor_set_quant_zero_point(d, 8, error);
+  }
+  if (st == HURRAY_OK) st = hurray_descriptor_validate(d, error);
+  if (st != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    return st;
+  }
+  *out = d;
+  return HURRAY_OK;
+}
+
+/* ------------------------------------------------------------------ entry */
+
+typedef struct Widen {
+  const uint16_t *src;
+  float *dst;
+  uint64_t n;
+  unsigned parts;
+  bool bf16;
+} Widen;
+
+static void widen_part(void *ctx, unsigned part) {
+  Widen *w = ctx;
+  uint64_t a = w->n / w->parts * part, b = part + 1 == w->parts ? w->n : w->n / w->parts * (part + 1);
+  if (w->bf16) {
+    for (uint64_t k = a; k < b; k++) w->dst[k] = hurray__bf16_to_f32(w->src[k]);
+  } else {
+    for (uint64_t k = a; k < b; k++) w->dst[k] = hurray__f16_to_f32(w->src[k]);
+  }
+}
+
+HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
+                             const uint64_t *shape, const HurrayQuantizeOptions *options,
+                             HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                             HurrayError *error) {
+  if (descriptor_out) *descriptor_out = NULL;
+  if (buffers_out) *buffers_out = NULL;
+  if (options == NULL || descriptor_out == NULL || buffers_out == NULL ||
+      (rank > 0 && shape == NULL)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "options, shape and both outputs must not be NULL");
+  }
+  if (src_dtype != HURRAY_DTYPE_FLOAT32 && src_dtype != HURRAY_DTYPE_FLOAT16 &&
+      src_dtype != HURRAY_DTYPE_BFLOAT16) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "quantize reads float32, float16 or bfloat16, not %s",
+                        hurray_dtype_name(src_dtype) ? hurray_dtype_name(src_dtype) : "?");
+  }
+  if (rank > HURRAY_MAX_RANK) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "rank %u exceeds the limit of %u", rank,
+                        (unsigned)HURRAY_MAX_RANK);
+  }
+  Job *j = calloc(1, sizeof *j);
+  if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
+  HurrayStatus st = hurray__resolve_scheme(options, rank, &j->s, error);
+  float *widened = NULL;
+  HurrayBufferList *list = NULL;
+  void *codes = NULL, *scales = NULL, *zps = NULL;
+  if (st != HURRAY_OK) goto fail;
+
+  /* NF4 blocks run over the flattened tensor. */
+  bool flat = j->s.scheme == HURRAY_SCHEME_NF4;
+  uint64_t numel = 1;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (!hurray__mul_u64(numel, shape[i], &numel)) {
+      st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the element count does not fit in 64 bits");
+      goto fail;
+    }
+  }
+  st = flat ? hurray__quant_plan(&j->plan, 1, &numel, 0, j->s.block, false, error)
+            : hurray__quant_plan(&j->plan, rank, shape, j->s.axis, j->s.block,
+                                 j->s.scheme == HURRAY_SCHEME_AFFINE, error);
+  if (st != HURRAY_OK) goto fail;
+
+  uint64_t code_bytes, scale_bytes = 0, zp_bytes = 0, input_bytes;
+  st = hurray_dtype_storage_bytes(j->s.code_dtype, numel, &code_bytes);
+  if (st == HURRAY_OK && j->s.scheme != HURRAY_SCHEME_AFFINE) {
+    st = hurray_dtype_storage_bytes(j->s.scale_dtype, j->plan.groups, &scale_bytes);
+  }
+  bool zp_buffer = j->s.encoder == HURRAY_ENC_AFFINE && !j->s.symmetric &&
+                   j->s.scheme != HURRAY_SCHEME_AFFINE;
+  if (st == HURRAY_OK && zp_buffer) {
+    st = hurray_dtype_storage_bytes(j->s.code_dtype, j->plan.groups, &zp_bytes);
+  }
+  if (st != HURRAY_OK) {
+    st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the tensor's byte size does not fit in 64 bits");
+    goto fail;
+  }
+  if (zp_buffer) {
+    zps = hurray__quant_alloc(zp_bytes);
+    if (zps == NULL) {
+      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for zero points");
+      goto fail;
+    }
+  }
+  if (!hurray__mul_u64(numel, 4, &input_bytes)) input_bytes = UINT64_MAX;
+  codes = hurray__quant_alloc(code_bytes);
+  if (j->s.scheme != HURRAY_SCHEME_AFFINE) scales = hurray__quant_alloc(scale_bytes);
+  if (codes == NULL || (j->s.scheme != HURRAY_SCHEME_AFFINE && scales == NULL)) {
+    st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu code bytes",
+                      (unsigned long long)code_bytes);
+    goto fail;
+  }
+  if (zps) memset(zps, 0, (size_t)zp_bytes);
+  unsigned parts = hurray__quant_threads(options->threads, input_bytes);
+
+  if (src_dtype == HURRAY_DTYPE_FLOAT32 || numel == 0) {
+    j->x = src;
+  } else {
+    widened = input_bytes <= SIZE_MAX ? malloc((size_t)input_bytes) : NULL;
+    if (widened == NULL) {
+      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory to widen the input to float32");
+      goto fail;
+    }
+    Widen w = {src, widened, numel, parts, src_dtype == HURRAY_DTYPE_BFLOAT16};
+    hurray__parallel_run(parts, widen_part, &w);
+    j->x = widened;
+  }
+  j->codes = codes;
+  j->scales = scales;
+  j->zps = zps;
+  j->inline_scale = 1.0;
+  j->inline_zp = j->s.zp_symmetric;
+
+  bool blocks = j->plan.walk == HURRAY_WALK_BLOCKS || j->plan.walk == HURRAY_WALK_ROWS_BLOCK;
+  st = blocks ? run_blocks(j, parts, error) : run_global(j, parts, error);
+  if (st != HURRAY_OK) goto fail;
+
+  HurrayDescriptor *d = NULL;
+  st = describe(j, rank, shape, code_bytes, scale_bytes, zp_bytes, &d, error);
+  if (st != HURRAY_OK) goto fail;
+  st = hurray_buffer_list_create(&list, error);
+  if (st == HURRAY_OK) {
+    st = add_owned_buffer(list, codes, code_bytes, error);
+    codes = NULL;
+  }
+  if (st == HURRAY_OK && scales) {
+    st = add_owned_buffer(list, scales, scale_bytes, error);
+    scales = NULL;
+  }
+  if (st == HURRAY_OK && zps) {
+    st = add_owned_buffer(list, zps, zp_bytes, error);
+    zps = NULL;
+  }
+  if (st != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    goto fail;
+  }
+  *descriptor_out = d;
+  *buffers_out = list;
+  list = NULL;
+
+fail:
+  hurray_buffer_list_destroy(list);
+  free(codes);
+  free(scales);
+  free(zps);
+  free(widened);
+  if (j) {
+    free(j->ranges);
+    free(j->params.mul);
+    free(j->params.zp);
+    free(j);
+  }
+  return st;
+}
