@@ -437,7 +437,8 @@ def main():
                           "gguf_slice_mib": gguf_mib, "gguf_slice_shape": [rows_for(gguf_mib), COLS],
                           "numpy_slice_mib": np_mib, "numpy_slice_shape": [rows_for(np_mib), COLS],
                           "seed": SEED, "cpus": os.cpu_count(), "machine": platform.machine(),
-                          "processor": _cpu_name(), "versions": versions, "cache": "warm"},
+                          "processor": _cpu_name(), "versions": versions, "cache": "warm",
+                          "loadavg_start": _loadavg()},
                "memcpy": None, "hurray": {}, "references": {}}
 
         res["memcpy"] = summarize_all([run_worker("memcpy", path) for _ in range(reps)])
@@ -484,6 +485,7 @@ def main():
                               "mib": np_mib, "errors": nsum.get("errors"),
                               "agree_with_hurray": nsum.get(f"{s}_agree_with_hurray")}
     res["config"]["runtime_s"] = time.time() - started
+    res["config"]["loadavg_end"] = _loadavg()
 
     with open(os.path.join(outdir, "quant.json"), "w") as f:
         json.dump(res, f, indent=2)
@@ -492,6 +494,14 @@ def main():
         f.write(md)
     print(md)
     log("done")
+
+
+def _loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(v) for v in f.read().split()[:3]]
+    except OSError:
+        return None
 
 
 def _cpu_name():
@@ -535,7 +545,9 @@ def render_md(res):
              f"(QBENCH_REPS); min/max in `quant.json`. **Warm**: the input is in memory (built and "
              f"touched before the clock); outputs are allocated by the call being timed. Machine: "
              f"{cfg['cpus']} CPUs ({cfg['processor']}), versions {cfg['versions']}. Runtime "
-             f"{cfg['runtime_s']:.0f} s.\n")
+             f"{cfg['runtime_s']:.0f} s. Load average (1/5/15 min) at the start {cfg.get('loadavg_start')}, "
+             f"at the end {cfg.get('loadavg_end')}: anything else running on the machine shows up "
+             f"as spread (min–max in `quant.json`).\n")
     L.append(f"memcpy limit: `np.copyto` of the {cfg['bytes'] / MiB:.0f} MiB into a preallocated array "
              f"(1 thread): **{f2(mc)} GB/s**; `x.copy()` into a fresh allocation (page faults "
              f"included, like a dequantize's output): {f2(fresh)} GB/s.\n")

@@ -328,6 +328,15 @@ typedef struct Job {
   uint64_t bad_index[64];
 } Job;
 
+/* ggml's `d ? 1/d : 0`, with one addition: where 1/d overflows (d below
+ * about 2^-128) ggml's conversion to an integer is undefined, and we use 0,
+ * as for d == 0. */
+static float finite_inverse(float d) {
+  if (d == 0.0f) return 0.0f;
+  float inv = 1.0f / d;
+  return is_nonfinite(inv) ? 0.0f : inv;
+}
+
 /* The parameters of group g, from its range; writes the stored scale. For
  * MX, nan marks a non-finite block. */
 static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, uint8_t *nan) {
@@ -362,20 +371,22 @@ static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, u
     }
     case HURRAY_ENC_Q8_0: {
       float d = amax / 127.0f;
-      *mul = d != 0.0f ? 1.0f / d : 0.0f;
+      *mul = finite_inverse(d);
       *zp = 0;
       ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
       return;
     }
     case HURRAY_ENC_Q4_0: {
       float d = r.extreme / -8.0f;
-      *mul = d != 0.0f ? 1.0f / d : 0.0f;
+      *mul = finite_inverse(d);
       *zp = 8;
       ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
       return;
     }
     case HURRAY_ENC_NF4:
-      *mul = amax != 0.0f ? 1.0f / amax : 0.0f;
+      /* A subnormal absmax has no finite inverse: the block is encoded as
+       * zeros (code 7), off by less than 2^-126. */
+      *mul = amax >= FLT_MIN ? 1.0f / amax : 0.0f;
       ((float *)j->scales)[g] = amax;
       return;
     default: { /* MX */
@@ -742,6 +753,10 @@ HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t ra
       st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the element count does not fit in 64 bits");
       goto fail;
     }
+  }
+  if (src == NULL && numel > 0) {
+    st = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src is NULL");
+    goto fail;
   }
   st = flat ? hurray__quant_plan(&j->plan, 1, &numel, 0, j->s.block, false, error)
             : hurray__quant_plan(&j->plan, rank, shape, j->s.axis, j->s.block,

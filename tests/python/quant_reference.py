@@ -24,7 +24,7 @@ F32 = np.float32
 
 def as_f32(x) -> np.ndarray:
     """What hurray.quantize reads: float32 values, C-contiguous."""
-    return np.ascontiguousarray(np.asarray(x).astype(np.float32))
+    return np.asarray(x).astype(np.float32, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _finite_or_raise(x: np.ndarray):
