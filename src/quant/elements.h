@@ -34,16 +34,9 @@ static inline float hurray__exp2i(int e) {
 }
 
 /* Round half to even to an integer, for |t| < 2^22: adding and removing
- * 1.5 * 2^23 leaves no fraction bits, and the hardware's default rounding
- * mode (nearest even) does the rest. */
-static inline float hurray__rne_small(float t) {
-  const float magic = 12582912.0f;
-  volatile float guard = t + magic; /* keeps -ffast-math style folding away */
-  return guard - magic;
-}
-
-/* Same, without the volatile, for vectorized inner loops: callers compile
- * with -ffp-contract=off and without -ffast-math (see meson.build). */
+ * 1.5 * 2^23 leaves no fraction bits, and the default rounding mode
+ * (nearest even) does the rest. Callers compile without -ffast-math and
+ * with -ffp-contract=off (see meson.build), so the pair is not folded. */
 static inline float hurray__rne(float t) {
   const float magic = 12582912.0f;
   return (t + magic) - magic;
@@ -133,27 +126,29 @@ static inline float hurray__minifloat_decode(const HurrayMinifloat *t, unsigned 
   return negative ? -v : v;
 }
 
-/* The code of finite `y`, rounded to nearest even and saturated to +-max. */
-static inline uint8_t hurray__minifloat_encode(const HurrayMinifloat *t, float y) {
+/* The code of finite `y`, rounded to nearest even and saturated to +-max.
+ * Branch-free, so loops over it vectorize; EB, MB and BIAS are constants at
+ * every use (HURRAY__MINIFLOAT_ENCODER below). */
+static inline uint8_t hurray__minifloat_encode_c(float y, int EB, int MB, int BIAS,
+                                                 uint32_t MAXCODE) {
+  const int emin = 1 - BIAS;
+  const int drop = 23 - MB;
   uint32_t x = hurray__f32_bits(y);
-  uint8_t sign = (uint8_t)((x >> 31) << (t->ebits + t->mbits));
-  float a = fabsf(y);
-  const int emin = 1 - t->bias; /* exponent of the smallest normal */
-  uint32_t mag;
-  if (a >= t->max) {
-    mag = t->max_code;
-  } else if (a < hurray__exp2i(emin)) {
-    /* subnormal range: multiples of 2^(emin - mbits); 2^mbits is the
-     * smallest normal's code, so rounding up into it needs nothing extra */
-    mag = (uint32_t)hurray__rne(a * hurray__exp2i(t->mbits - emin));
-  } else {
-    uint32_t u = x & 0x7fffffffu;
-    int drop = 23 - t->mbits;
-    u += (1u << (drop - 1)) - 1u + ((u >> drop) & 1u);
-    mag = (u >> drop) - ((uint32_t)(127 - t->bias) << t->mbits);
-    if (mag > t->max_code) mag = t->max_code;
-  }
+  uint32_t sign = (x >> 31) << (EB + MB);
+  uint32_t u = x & 0x7fffffffu;
+  float a = hurray__f32_from_bits(u);
+  /* subnormal range: multiples of 2^(emin - MB); rounding up to 2^MB is the
+   * smallest normal's code, so it needs nothing extra */
+  uint32_t sub = (uint32_t)(int32_t)hurray__rne(a * hurray__exp2i(MB - emin));
+  uint32_t r = u + (1u << (drop - 1)) - 1u + ((u >> drop) & 1u);
+  uint32_t norm = (r >> drop) - ((uint32_t)(127 - BIAS) << MB);
+  uint32_t mag = a < hurray__exp2i(emin) ? sub : norm;
+  mag = mag > MAXCODE ? MAXCODE : mag;
   return (uint8_t)(sign | mag);
+}
+
+static inline uint8_t hurray__minifloat_encode(const HurrayMinifloat *t, float y) {
+  return hurray__minifloat_encode_c(y, t->ebits, t->mbits, t->bias, t->max_code);
 }
 
 /* Element type of a minifloat dtype, or NULL. */

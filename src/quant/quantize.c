@@ -42,15 +42,16 @@ static inline uint8_t enc_affine(float x, float mul, int32_t zp, int32_t qmin, i
   return (uint8_t)((int32_t)hurray__rne(y) + zp);
 }
 
-/* C's roundf (half away from zero), exactly, for |y| < 2^22. */
+/* C's roundf (half away from zero), exactly: y - trunc(y) is exact here. */
 static inline uint8_t enc_q8_0(float x, float mul) {
   float y = x * mul;
   y = y < -128.0f ? -128.0f : y;
   y = y > 127.0f ? 127.0f : y;
-  int32_t i = (int32_t)y;
-  float f = y - (float)i;
-  i += (f >= 0.5f) - (f <= -0.5f);
-  return (uint8_t)i;
+  float t = (float)(int32_t)y;
+  float f = y - t;
+  t += f >= 0.5f ? 1.0f : 0.0f;
+  t -= f <= -0.5f ? 1.0f : 0.0f;
+  return (uint8_t)(int32_t)t;
 }
 
 /* ggml: (int8_t)(x * id + 8.5f), capped at 15. */
@@ -74,6 +75,28 @@ static inline uint8_t enc_mxint8(float x, float mul) {
   y = y < -127.0f ? -127.0f : y;
   y = y > 127.0f ? 127.0f : y;
   return (uint8_t)(int32_t)hurray__rne(y);
+}
+
+/* One loop per element type, with the format's constants folded in (the
+ * tables are per translation unit, so compare fields, not addresses). */
+#define MX_LOOP(EB, MB, BIAS, MAXCODE)                                                     \
+  for (uint64_t k = 0; k < n; k++) {                                                        \
+    dst[k] = hurray__minifloat_encode_c(x[k] * mul, EB, MB, BIAS, MAXCODE);                 \
+  }
+
+static void encode_mx_run(const HurrayMinifloat *t, const float *x, uint64_t n, float mul,
+                          uint8_t *dst) {
+  if (t->ebits == 4) {
+    MX_LOOP(4, 3, 7, 0x7eu)
+  } else if (t->ebits == 5) {
+    MX_LOOP(5, 2, 15, 0x7bu)
+  } else if (t->ebits == 3) {
+    MX_LOOP(3, 2, 3, 0x1fu)
+  } else if (t->mbits == 3) {
+    MX_LOOP(2, 3, 1, 0x1fu)
+  } else {
+    MX_LOOP(2, 1, 1, 0x07u)
+  }
 }
 
 /* Encodes n elements; element k uses group (k * step) of `p`. */
@@ -102,7 +125,7 @@ static void encode_run(const HurrayResolvedScheme *s, const float *x, uint64_t n
           memset(dst, 0, n);
           return;
         }
-        for (uint64_t k = 0; k < n; k++) dst[k] = hurray__minifloat_encode(s->element, x[k] * mul);
+        encode_mx_run(s->element, x, n, mul, dst);
         return;
       case HURRAY_ENC_MXINT8:
         if (p.nan[0]) {

@@ -491,3 +491,45 @@ def all_element_values(scheme: str) -> np.ndarray:
         return np.arange(-127, 128) / 64.0
     v = np.arange(1 << bits, dtype=np.uint8).view(ml).astype(np.float64)
     return np.unique(v[np.isfinite(v)])
+
+
+# ------------------------------------------- worked examples (spec section 8)
+
+# (scheme, keyword arguments, input, code buffer hex, scale buffer hex, zero point)
+# Bytes as docs/spec/quantization.md section 8 gives them; the q4_0 example has
+# the section 6.4 FMA case (-1.6500001, bits 0xBFD33334 -> code 3) appended.
+WORKED_EXAMPLES = [
+    ("affine", dict(dtype="int8"), [0.5, -1.27, 0.02, 0.625], "3281023e", "0ad7233c", 0),
+    ("affine", dict(dtype="uint8"), [-0.5, 0.1, 2.0, 0.75], "003dff7f", "a1a0203c", 51),
+    ("q8_0", {}, [0.5, -1.27, 0.02, 0.005], "32810201", "1f21", 0),
+    ("q4_0", {}, [-2.4, 0.5, 1.0, 2.4, 0.0, -0.3, -1.6500001], "a0fb7803", "cd34", 8),
+    ("nf4", dict(block_size=4), [0.4, -0.8, 0.1, 2.0], "39f8", "00000040", None),
+    ("mxfp4", {}, [0.5, -3.1, 15.0, 0.75], "b017", "80", None),
+    ("mxfp8_e4m3", {}, [1000.0, -0.01, 3.3, 0.0], "7e833d00", "80", None),
+    ("mxfp6_e2m3", {}, [1.0, -0.3, 7.5, 2.25], "88f845", "7f", None),
+    ("mxint8", {}, [0.3, -1.0, 0.015, 2.5], "0ae00050", "80", None),
+    ("mxfp8_e5m2", {}, [1.0, float("nan"), 2.0], "000000", "ff", None),
+]
+
+
+def reference_bytes(scheme: str, kwargs: dict, x):
+    """(code buffer bytes, scale bytes, zero point) the references give for a 1-d input."""
+    x = as_f32(x)
+    if scheme == "affine":
+        codes, scale, zp = per_tensor(x, kwargs.get("dtype", "int8"))
+        return (codes.astype(np.int8 if kwargs.get("dtype") == "int8" else np.uint8).tobytes(),
+                np.float32(scale).tobytes(), zp)
+    if scheme == "q8_0":
+        codes, scales = q8_0(x)
+        return codes.astype(np.int8).tobytes(), scales.tobytes(), 0
+    if scheme == "q4_0":
+        codes, scales = q4_0(x)
+        return pack4(codes).tobytes(), scales.tobytes(), 8
+    if scheme == "nf4":
+        codes, absmax = nf4(x, kwargs.get("block_size", 64))
+        return pack4(codes).tobytes(), absmax.tobytes(), None
+    codes, scale = mx_quantize(x, scheme)
+    raw = mx_code_bytes(codes)
+    bits = MX[scheme][4]
+    packed = pack4(raw) if bits == 4 else pack6(raw) if bits == 6 else raw
+    return packed.tobytes(), scale.tobytes(), None

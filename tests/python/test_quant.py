@@ -10,12 +10,10 @@ bit for bit against the peers and the numpy references of quant_reference.py
   * the references for everything else, and the edge cases (zeros, NaN/Inf,
     denormals, extreme magnitudes, partial blocks, rank 0, empty, narrow float
     inputs, threads), hypothesis error bounds and file round trips."""
-import math
-
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -216,7 +214,7 @@ def test_descriptor_and_buffers_of_each_scheme(scheme):
     q = d.quantization
     d.validate()
     assert d.shape == (4, 70)
-    assert d.buffers[0].role == "data"
+    assert [b.role for b in d.buffers] == ["data", "scales", "zero_points"][:len(d.buffers)]
     if scheme == "affine":
         assert isinstance(q, hurray.PerTensorAffine)
         assert (d.dtype, len(d.buffers)) == ("int8", 1)
@@ -251,7 +249,7 @@ def test_asymmetric_zero_points_live_in_a_buffer_of_the_codes_dtype():
         t = hurray.quantize(x, "per_channel", dtype=dtype, symmetric=False)
         q = t.descriptor.quantization
         assert (q.zero_point_buffer, q.zero_point_dtype) == (2, dtype)
-        assert t.descriptor.buffers[2].role != "data" and len(t.buffers) == 3
+        assert t.descriptor.buffers[2].role == "zero_points" and len(t.buffers) == 3
     # unsigned codes default to asymmetric, signed to symmetric
     assert hurray.quantize(x, "per_channel", dtype="uint8").descriptor.quantization \
         .zero_point_buffer == 2
@@ -503,7 +501,8 @@ def test_per_channel_matches_torch(dtype, symmetric, axis, scale_dtype):
     assert scales.dtype == ref.SCALE_DTYPE[scale_dtype] and scales.shape == (x.shape[axis],)
     tq = torch.quantize_per_channel(torch.from_numpy(x),
                                     torch.from_numpy(scales.astype(np.float64)),
-                                    torch.from_numpy(zps), axis % 3, getattr(torch, TORCH_QDTYPE[dtype]))
+                                    torch.from_numpy(zps), axis % 3,
+                                    getattr(torch, TORCH_QDTYPE[dtype]))
     np.testing.assert_array_equal(code_array(t, "per_channel"),
                                   tq.int_repr().numpy().astype(np.int64))
     assert_same_floats(t.dequantize(), torch.dequantize(tq).numpy())
@@ -647,6 +646,24 @@ def test_dequantize_other_dtypes(scheme):
     assert_same_floats(t.dequantize(np.float64), f32.astype(np.float64))
     assert_same_floats(t.dequantize(np.float16), f32.astype(np.float16))
     assert_same_floats(t.dequantize(ml_dtypes.bfloat16), f32.astype(ml_dtypes.bfloat16))
+
+
+# ------------------------------------------------- the spec's worked examples
+
+@pytest.mark.parametrize("example", ref.WORKED_EXAMPLES, ids=lambda e: e[0])
+def test_worked_examples(example):
+    scheme, kwargs, x, codes_hex, scale_hex, zp = example
+    t = hurray.quantize(np.array(x, np.float32), scheme, **kwargs)
+    assert bytes(t.buffers[0]).hex() == codes_hex
+    if scheme == "affine":
+        assert np.float32(t.descriptor.quantization.scale).tobytes().hex() == scale_hex
+        assert t.descriptor.quantization.zero_point == zp
+    else:
+        assert bytes(t.buffers[1]).hex() == scale_hex
+    if zp is not None:
+        assert np.all(t.zero_points() == zp)
+    with np.errstate(invalid="ignore"):
+        check(t, np.array(x, np.float32), scheme, **kwargs)
 
 
 # ------------------------------------------------------------------ edge cases

@@ -182,7 +182,8 @@ def test_per_channel_reference_matches_torch(dtype, symmetric, axis, scale_dtype
     x[1] = np.abs(x[1])  # a channel with no negatives (asymmetric lo = 0)
     codes, scales, zps = ref.per_channel(x, dtype, axis, symmetric, scale_dtype)
     q = torch.quantize_per_channel(torch.from_numpy(x), torch.from_numpy(
-        scales.astype(np.float64)), torch.from_numpy(zps), axis % 3, getattr(torch, TORCH_DTYPE[dtype]))
+        scales.astype(np.float64)), torch.from_numpy(zps), axis % 3,
+        getattr(torch, TORCH_DTYPE[dtype]))
     np.testing.assert_array_equal(codes, q.int_repr().numpy().astype(np.int64))
     deq = ref.per_channel_dequantize(codes, scales, zps, axis)
     np.testing.assert_array_equal(deq, torch.dequantize(q).numpy())
@@ -215,7 +216,8 @@ def test_per_channel_reference_zero_points_match_torch_observer(dtype, symmetric
 def test_per_tensor_reference_matches_torch(dtype, symmetric):
     x = varied((7, 45), seed=5, spread=3)
     codes, scale, zp = ref.per_tensor(x, dtype, symmetric)
-    q = torch.quantize_per_tensor(torch.from_numpy(x), float(scale), zp, getattr(torch, TORCH_DTYPE[dtype]))
+    q = torch.quantize_per_tensor(torch.from_numpy(x), float(scale), zp,
+                                  getattr(torch, TORCH_DTYPE[dtype]))
     np.testing.assert_array_equal(codes, q.int_repr().numpy().astype(np.int64))
     np.testing.assert_array_equal(ref.affine_dequantize(codes, scale, zp),
                                   torch.dequantize(q).numpy())
@@ -339,3 +341,23 @@ def test_e8m0_decode_matches_ml_dtypes():
     deq = ref.mx_dequantize(codes, e, "mxfp8_e4m3")
     want = np.repeat(e.view(ml_dtypes.float8_e8m0fnu).astype(np.float32), 32)
     np.testing.assert_array_equal(deq, want)
+
+
+# ------------------------------------------------- the spec's worked examples
+
+@pytest.mark.parametrize("example", ref.WORKED_EXAMPLES, ids=lambda e: e[0])
+def test_reference_reproduces_the_worked_examples(example):
+    scheme, kwargs, x, codes_hex, scale_hex, zp = example
+    codes, scales, got_zp = ref.reference_bytes(scheme, kwargs, x)
+    assert codes.hex() == codes_hex
+    assert scales.hex() == scale_hex
+    assert got_zp == zp
+
+
+@needs_bnb
+def test_nf4_worked_example_bitsandbytes_bytes():
+    # (bitsandbytes' smallest block is 64: zeros after the example keep its absmax)
+    x = torch.zeros(64)
+    x[:4] = torch.tensor([0.4, -0.8, 0.1, 2.0])
+    q, _ = bnbf.quantize_4bit(x, blocksize=64, quant_type="nf4")
+    assert q.numpy().tobytes()[:2].hex() == "938f"
