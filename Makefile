@@ -12,7 +12,7 @@ STAGE   := $(CURDIR)/stage
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant clean
 
 all: build
 
@@ -56,6 +56,11 @@ bench: build python
 	cat bench/results/c_write_peak_rss.txt
 	$(VENV)/python bench/bench.py
 
+# Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
+# gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
+bench-quant: python
+	$(VENV)/python bench/bench_quant.py
+
 test-c: build
 	$(MESON) test -C build --print-errorlogs
 	scripts/check_exports.sh build/libhurray.so
@@ -71,10 +76,11 @@ test-vectors:
 
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
-PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0'
+PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
+                gguf bitsandbytes
 
 python: deps
-	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy" 2>/dev/null \
+	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
 	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
 

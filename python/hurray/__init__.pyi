@@ -54,6 +54,9 @@ _SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
 C_ABI_VERSION: Final[int]
 """HURRAY_C_ABI_VERSION of the libhurray this package was built against (3)."""
 DTYPES: Final[tuple[str, ...]]
+QUANT_SCHEMES: Final[tuple[str, ...]]
+"""Scheme names hurray.quantize takes: affine, per_channel, block_affine,
+q8_0, q4_0, nf4, mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8."""
 """Every hurray dtype name, e.g. "float32", "bfloat16", "float8_e4m3fn", "int4"."""
 __version__: Final[str]
 """The libhurray library version string."""
@@ -339,8 +342,13 @@ class Tensor:
         copy: bool | None = None,
     ) -> _Capsule: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
-    def dequantize(self, dtype: npt.DTypeLike = ...) -> npt.NDArray[Any]:
-        """The real values as a new array (float32 by default)."""
+    def dequantize(self, dtype: npt.DTypeLike = ..., *, threads: int = 1) -> npt.NDArray[Any]:
+        """Real values of a quantized tensor (C kernels for float32, float16
+        and bfloat16, GIL released)."""
+    def scales(self) -> npt.NDArray[Any]:
+        """Quantization scales, shaped like the scale tensor."""
+    def zero_points(self) -> npt.NDArray[np.int64]:
+        """Zero points as int64, shaped like scales()."""
     def to_dense(self) -> npt.NDArray[Any]: ...
     def __hurray__(self, stream: None = None) -> _Capsule:
         """One capsule named "hurray_buffer" carrying every buffer
@@ -497,6 +505,18 @@ def as_tensor(value: object) -> Tensor:
     """Tensor, anything with __hurray__, torch tensors, scipy.sparse
     matrices, and whatever numpy.asarray accepts."""
 
+def quantize(
+    array: object,
+    scheme: str,
+    *,
+    axis: int | None = None,
+    block_size: int | None = None,
+    dtype: str | npt.DTypeLike | None = None,
+    scale_dtype: str | npt.DTypeLike | None = None,
+    symmetric: bool | None = None,
+    threads: int = 1,
+) -> Tensor:
+    """Quantize a float array with the C kernels (docs/spec/quantization.md)."""
 def from_numpy(array: npt.ArrayLike) -> Tensor:
     """A dense tensor over the array: zero-copy when it is C-contiguous."""
 

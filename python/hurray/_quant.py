@@ -32,7 +32,8 @@ def _as_float_array(array: Any) -> np.ndarray:
         a = a.astype(np.float32)
     elif a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("="))
-    return np.ascontiguousarray(a)
+    # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def quantize(array: Any, scheme: str, *, axis: Optional[int] = None,

@@ -168,8 +168,10 @@ static inline float hurray__e8m0_to_f32(uint8_t b) {
   return b == 0xff ? NAN : hurray__exp2i((int)b - 127);
 }
 
-/* The bitsandbytes NF4 code book and the midpoints between neighbours, as
- * the float32 literals bitsandbytes uses. */
+/* The bitsandbytes NF4 code book, and the binary32 midpoints between
+ * neighbours ((a + b) / 2 in binary32, written as exact hex literals: the
+ * decimal literals in bitsandbytes' CUDA source round to other values for
+ * four of them; docs/spec/quantization.md lists the bit patterns). */
 static const float HURRAY__NF4_VALUES[16] = {
     -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
     -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
@@ -177,9 +179,9 @@ static const float HURRAY__NF4_VALUES[16] = {
     0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
 
 static const float HURRAY__NF4_MIDPOINTS[15] = {
-    -0.8480964004993439f, -0.6106329262256622f, -0.4599952697753906f, -0.33967943489551544f,
-    -0.23460740596055984f, -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f,
-    0.1202552504837513f, 0.2035212516784668f, 0.2920137718319893f, 0.3893125355243683f,
-    0.5016634166240692f, 0.6427869200706482f, 0.8614784181118011f};
+    -0x1.b239bp-1f, -0x1.38a4ep-1f, -0x1.d709p-2f, -0x1.5bd4ecp-2f,
+    -0x1.e079d8p-3f, -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f,
+    0x1.ec90c4p-4f, 0x1.a0cfcp-3f, 0x1.2b05a8p-2f, 0x1.8ea7f2p-2f,
+    0x1.00da08p-1f, 0x1.491b5ep-1f, 0x1.b913b4p-1f};
 
 #endif

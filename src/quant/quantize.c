@@ -365,7 +365,8 @@ static float finite_inverse(float d) {
 static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, uint8_t *nan) {
   const HurrayResolvedScheme *s = &j->s;
   if (r.lo > r.hi) r.lo = r.hi = 0.0f; /* a group without elements */
-  float amax = -r.lo > r.hi ? -r.lo : r.hi;
+  /* fabsf: a block of -0.0 has amax +0, as in ggml and bitsandbytes */
+  float amax = fabsf(r.lo) > fabsf(r.hi) ? fabsf(r.lo) : fabsf(r.hi);
   switch (s->encoder) {
     case HURRAY_ENC_AFFINE: {
       float scale;
@@ -407,9 +408,9 @@ static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, u
       return;
     }
     case HURRAY_ENC_NF4:
-      /* A subnormal absmax has no finite inverse: the block is encoded as
-       * zeros (code 7), off by less than 2^-126. */
-      *mul = amax >= FLT_MIN ? 1.0f / amax : 0.0f;
+      /* bitsandbytes' 1/absmax; below about 2^-128 it overflows, and the
+       * block is encoded as zeros (code 7), off by less than 2^-128 */
+      *mul = finite_inverse(amax);
       ((float *)j->scales)[g] = amax;
       return;
     default: { /* MX */

@@ -247,8 +247,9 @@ def q8_0(x):
         blk = x[..., sl]
         amax = np.max(np.abs(blk), axis=-1, keepdims=True)
         d = (amax / F32(127)).astype(np.float32)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             inv = np.where(d == 0, F32(0), F32(1) / d).astype(np.float32)
+        inv = np.where(np.isfinite(inv), inv, F32(0))  # spec §6.3/§6.4: overflowing 1/d -> 0
         with np.errstate(invalid="ignore", over="ignore"):
             r = roundf((blk * inv).astype(np.float32))
         # 1/d overflows to inf when amax < ~127 * 2^-128: ggml's codes are then
@@ -277,8 +278,9 @@ def q4_0(x):
         mx = np.take_along_axis(blk, imax, axis=-1)
         mx = np.where(mx == 0, F32(0), mx).astype(np.float32)
         d = (mx / F32(-8)).astype(np.float32)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             inv = np.where(d == 0, F32(0), F32(1) / d).astype(np.float32)
+        inv = np.where(np.isfinite(inv), inv, F32(0))  # spec §6.3/§6.4: overflowing 1/d -> 0
         with np.errstate(invalid="ignore", over="ignore"):
             t = np.trunc(((blk * inv).astype(np.float32) + F32(8.5)).astype(np.float32))
         # (codes undefined in ggml when 1/d overflows, as for q8_0; scale is 0 there)
@@ -373,6 +375,8 @@ def nf4(x, block_size=64):
         a = np.max(np.abs(blk)).astype(np.float32)
         with np.errstate(divide="ignore", over="ignore"):
             inv = F32(0) if a == 0 else (F32(1) / a).astype(np.float32)
+        if not np.isfinite(inv):
+            inv = F32(0)  # spec §6.5: an absmax whose inverse overflows encodes as zeros
         with np.errstate(invalid="ignore", over="ignore"):
             y = (blk * inv).astype(np.float32)
         # number of midpoints T with y > T (NaN, from 0 * inf, counts none)
