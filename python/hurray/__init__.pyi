@@ -419,6 +419,10 @@ class File:
     def get(self, name: str) -> Tensor | None: ...
     @overload
     def get(self, name: str, default: _T) -> Tensor | _T: ...
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Shape from the index alone; cheap per tensor."""
+    def dtype(self, name: str) -> str:
+        """Dtype name from the index alone."""
     def descriptor(self, name: str) -> Descriptor:
         """The descriptor alone; touches no data."""
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:

@@ -6,9 +6,23 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
-from . import _hurray
+from . import _dtypes, _hurray
 from ._descriptor import Descriptor
 from ._tensor import Tensor, from_hurray, from_numpy, specialise
+
+
+def _plain_or_tensor(value: Any):
+    """A C-contiguous numpy array of a byte-sized dtype travels to the writer
+    as (dtype, shape, array): C builds its descriptor, which saves the
+    per-tensor Python work that dominates files of many small tensors."""
+    if type(value) is np.ndarray and value.flags.c_contiguous and value.dtype.byteorder != ">":
+        try:
+            name = _dtypes.from_numpy(value.dtype)
+        except ValueError:
+            name = None
+        if name is not None and not _dtypes.is_packed(name):
+            return (name, value.shape, value.reshape(-1).view(np.uint8) if value.size else b"")
+    return as_tensor(value)
 
 
 def as_tensor(value: Any) -> Tensor:
@@ -36,7 +50,7 @@ def save(target, tensors: Mapping[str, Any],
     Metadata values may be str, int, float, bool or bytes. With
     statistics=True, min, max, NaN count and zero count are computed in one
     C pass per tensor (where its kind allows) and stored in its descriptor."""
-    items = [(str(name), as_tensor(value)) for name, value in tensors.items()]
+    items = [(str(name), _plain_or_tensor(value)) for name, value in tensors.items()]
     if isinstance(target, (str, bytes, os.PathLike)):
         target = os.fspath(target)
     elif hasattr(target, "fileno") and hasattr(target, "flush"):
@@ -90,6 +104,15 @@ class File:
     def descriptor(self, name: str) -> Descriptor:
         """The descriptor alone; touches no data."""
         return Descriptor.decode(self._file._descriptor(name))
+
+    def shape(self, name: str) -> tuple:
+        """The logical shape of `name`, read from the index alone (no
+        Descriptor object is built: cheap enough to call per tensor)."""
+        return self._file._shape(name)[1]
+
+    def dtype(self, name: str) -> str:
+        """The dtype name of `name` (the codes' dtype if quantized)."""
+        return self._file._shape(name)[0]
 
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading

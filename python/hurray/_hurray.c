@@ -1281,6 +1281,36 @@ static PyObject *file_descriptor(PyObject *op, PyObject *args) {
   return out;
 }
 
+/* _shape(name) -> (dtype name, shape tuple): what listing a file needs,
+ * without building a Python Descriptor. */
+static PyObject *file_shape(PyObject *op, PyObject *args) {
+  FileObject *self = (FileObject *)op;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s:shape", &name)) return NULL;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  PyObject *dims = PyTuple_New(rank);
+  for (uint32_t i = 0; dims != NULL && i < rank; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(shape[i]);
+    if (v == NULL) {
+      Py_CLEAR(dims);
+      break;
+    }
+    PyTuple_SET_ITEM(dims, i, v);
+  }
+  PyObject *out = dims ? Py_BuildValue("(sN)", hurray_dtype_name(hurray_descriptor_dtype(d)), dims)
+                       : NULL;
+  hurray_descriptor_destroy(d);
+  return out;
+}
+
 /* read_buffer(name, index, out): pread into a caller's writable buffer. */
 static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
@@ -1363,6 +1393,69 @@ static HurrayStatus write_to_pyobject(void *ctx, const void *data, size_t len) {
   return HURRAY_OK;
 }
 
+/* Writes a plain dense array given as (dtype name, shape, buffer) without a
+ * Tensor object: the per-tensor cost that dominates files of many small
+ * tensors. Returns -1 with a Python exception, else the writer's status. */
+static int write_plain(HurrayWriter *w, const char *name, PyObject *spec, bool release_gil,
+                       HurrayStatus *status, HurrayError *e) {
+  const char *dtype_name;
+  PyObject *shape_obj, *data;
+  if (!PyArg_ParseTuple(spec, "sOO", &dtype_name, &shape_obj, &data)) return -1;
+  HurrayDType dtype = hurray_dtype_from_name(dtype_name);
+  PyObject *dims = PySequence_Fast(shape_obj, "shape must be a sequence");
+  if (dims == NULL) return -1;
+  Py_ssize_t rank = PySequence_Fast_GET_SIZE(dims);
+  uint64_t shape[HURRAY_MAX_RANK];
+  if (rank > (Py_ssize_t)HURRAY_MAX_RANK) {
+    Py_DECREF(dims);
+    PyErr_Format(PyExc_ValueError, "rank %zd exceeds the limit of %u", rank,
+                 (unsigned)HURRAY_MAX_RANK);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    shape[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(dims, i));
+    if (shape[i] == (uint64_t)-1 && PyErr_Occurred()) {
+      Py_DECREF(dims);
+      return -1;
+    }
+  }
+  Py_DECREF(dims);
+  Py_buffer view;
+  if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+  uint32_t alignment = 64;
+  while (alignment > 1 && ((uintptr_t)view.buf % alignment) != 0) alignment /= 2;
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  HurrayStatus s = hurray_descriptor_create(dtype, (uint32_t)rank, shape, &d, e);
+  if (s == HURRAY_OK) {
+    s = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, (uint64_t)view.len, alignment,
+                                     HURRAY_SYNC_READY, NULL, e);
+  }
+  if (s == HURRAY_OK) s = hurray_buffer_list_create(&list, e);
+  if (s == HURRAY_OK) s = hurray_buffer_create(view.buf, (uint64_t)view.len, NULL, NULL, &b, e);
+  if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, alignment, e);
+  if (s == HURRAY_OK) {
+    s = hurray_buffer_list_push(list, b, e);
+    b = NULL;
+  }
+  if (s == HURRAY_OK) {
+    if (release_gil) {
+      Py_BEGIN_ALLOW_THREADS
+      s = hurray_writer_write_tensor(w, name, d, list, e);
+      Py_END_ALLOW_THREADS
+    } else {
+      s = hurray_writer_write_tensor(w, name, d, list, e);
+    }
+  }
+  hurray_buffer_destroy(b);
+  hurray_buffer_list_destroy(list); /* borrowed memory: no release callback */
+  hurray_descriptor_destroy(d);
+  PyBuffer_Release(&view);
+  *status = s;
+  return 0;
+}
+
 /* save(target, [(name, tensor), ...], metadata_dict_or_None): target is a
  * path (atomic), an int file descriptor, or an object with write(). */
 static PyObject *mod_save(PyObject *module, PyObject *args) {
@@ -1411,13 +1504,18 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "expected (name, Tensor) pairs");
       break;
     }
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (name == NULL) break;
+    if (PyTuple_Check(tensor)) { /* (dtype, shape, buffer): a plain dense array */
+      if (write_plain(w, name, tensor, release_gil, &s, &e) < 0) break;
+      continue;
+    }
     if (!PyObject_TypeCheck(tensor, st->tensor_type)) {
       PyErr_Format(PyExc_TypeError, "%R is not a hurray Tensor", tensor);
       break;
     }
-    const char *name = PyUnicode_AsUTF8(name_obj);
     TensorObject *t = (TensorObject *)tensor;
-    if (name == NULL || tensor_ready(t) < 0) break;
+    if (tensor_ready(t) < 0) break;
     if (release_gil) {
       Py_BEGIN_ALLOW_THREADS /* `seq` holds the tensor, so its memory stays */
       s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, &e);
@@ -1630,6 +1728,7 @@ static PyMethodDef file_methods[] = {
     {"_get", file_get, METH_VARARGS, "read one tensor"},
     {"_get_rows", file_get_rows, METH_VARARGS, "read rows along dimension 0"},
     {"_descriptor", file_descriptor, METH_VARARGS, "encoded descriptor of one tensor"},
+    {"_shape", file_shape, METH_VARARGS, "(dtype name, shape) of one tensor"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
