@@ -130,15 +130,26 @@ def w_hurray(path, scheme, check):
     w.dequantize(threads=2)
     out = {"bytes": x.nbytes}
     for t in (1, 2):
+        c0 = time.process_time()
         s, q = timed(lambda: hurray.quantize(x, scheme, threads=t, **kw))
+        out[f"q{t}_cpu"] = (time.process_time() - c0) / s  # CPU seconds per wall second
         out[f"q{t}_gbps"] = gbps(x.nbytes, s)
         if t == 1:
             del q
     for t in (1, 2):
+        c0 = time.process_time()
         s, y = timed(lambda: q.dequantize(threads=t))
+        out[f"dq{t}_cpu"] = (time.process_time() - c0) / s
         out[f"dq{t}_gbps"] = gbps(y.nbytes, s)
         if t == 1:
             y1 = y
+    # Into a reused out= array: the kernel alone, like memcpy into a
+    # preallocated array (the fresh-output figures above also pay page faults).
+    buf = np.empty(x.shape, np.float32)
+    q.dequantize(out=buf)
+    for t in (1, 2):
+        s, _ = timed(lambda: q.dequantize(threads=t, out=buf))
+        out[f"dqo{t}_gbps"] = gbps(buf.nbytes, s)
     if check:  # untimed sanity checks
         out["threads_identical"] = bool(np.array_equal(y1.view(np.uint32), y.view(np.uint32)))
         d = y.astype(np.float64) - x
@@ -441,27 +452,30 @@ def main():
                           "loadavg_start": _loadavg()},
                "memcpy": None, "hurray": {}, "references": {}}
 
-        res["memcpy"] = summarize_all([run_worker("memcpy", path) for _ in range(reps)])
-        log("memcpy", round(med(res["memcpy"], "memcpy_gbps"), 2), "GB/s")
-
+        # Repetitions are interleaved (every measurement once, then again, ...), so that a
+        # burst of other work on the machine spreads over many figures instead of spoiling
+        # every run of one of them; medians then shrug it off.
+        raw = {k: [] for k in ("memcpy", "torch", "bnb", "gguf", "numpy", *("hurray " + s for s in SCHEMES))}
+        for r in range(reps):
+            check = int(r == 0)
+            raw["memcpy"].append(run_worker("memcpy", path))
+            for scheme in SCHEMES:
+                raw["hurray " + scheme].append(run_worker("hurray", path, scheme, check))
+            raw["torch"].append(run_worker("torch", path))
+            raw["bnb"].append(run_worker("bnb", path, check))
+            raw["gguf"].append(run_worker("gguf", path, gguf_mib, check))
+            raw["numpy"].append(run_worker("numpy", path, np_mib, check))
+            errs = sorted({k for k, v in raw.items() if "error" in v[-1]})
+            log(f"round {r + 1}/{reps} done" + (f"; errors in {errs}" if errs else ""))
+        res["memcpy"] = summarize_all(raw["memcpy"])
+        log("memcpy", round(med(res["memcpy"], "memcpy_gbps") or 0, 2), "GB/s")
         for scheme in SCHEMES:
-            runs = [run_worker("hurray", path, scheme, int(r == 0)) for r in range(reps)]
-            res["hurray"][scheme] = summarize_all(runs)
-            h = res["hurray"][scheme]
+            res["hurray"][scheme] = h = summarize_all(raw["hurray " + scheme])
             if h.get("errors"):
                 log("hurray", scheme, "ERROR", h["errors"][0])
             else:
                 log("hurray", scheme, {k: round(med(h, k), 2) for k in
                                        ("q1_gbps", "q2_gbps", "dq1_gbps", "dq2_gbps")})
-
-        raw = {"torch": [run_worker("torch", path) for _ in range(reps)]}
-        log("torch done")
-        raw["bnb"] = [run_worker("bnb", path, int(r == 0)) for r in range(reps)]
-        log("bitsandbytes done")
-        raw["gguf"] = [run_worker("gguf", path, gguf_mib, int(r == 0)) for r in range(reps)]
-        log("gguf done")
-        raw["numpy"] = [run_worker("numpy", path, np_mib, int(r == 0)) for r in range(reps)]
-        log("numpy done")
     finally:
         os.unlink(path)
 
@@ -552,17 +566,19 @@ def render_md(res):
              f"(1 thread): **{f2(mc)} GB/s**; `x.copy()` into a fresh allocation (page faults "
              f"included, like a dequantize's output): {f2(fresh)} GB/s.\n")
     L.append("| scheme | quantize GB/s 1 thr | quantize 2 thr | dequantize GB/s 1 thr | dequantize 2 thr "
-             "| dequantize / memcpy (1 / 2 thr) | best reference quantize: GB/s | hurray / ref quantize "
+             "| dequantize into out= 1 / 2 thr | dequantize into out= / memcpy (1 / 2 thr) "
+             "| best reference quantize: GB/s | hurray / ref quantize "
              "| best reference dequantize: GB/s | hurray / ref dequantize |")
-    L.append("|" + "---|" * 10)
+    L.append("|" + "---|" * 11)
     for s in SCHEMES:
         h = res["hurray"].get(s, {})
         if h.get("errors") and med(h, "q1_gbps") is None:
-            L.append(f"| {LABEL.get(s, s)} | error: {h['errors'][0][:80]} |" + " |" * 8)
+            L.append(f"| {LABEL.get(s, s)} | error: {h['errors'][0][:80]} |" + " |" * 9)
             continue
         q1, q2, d1, d2 = (med(h, k) for k in ("q1_gbps", "q2_gbps", "dq1_gbps", "dq2_gbps"))
-        cells = [LABEL.get(s, s), f2(q1), f2(q2), f2(d1), f2(d2),
-                 f"{f2(d1 / mc if d1 and mc else None)} / {f2(d2 / mc if d2 and mc else None)}"]
+        o1, o2 = med(h, "dqo1_gbps"), med(h, "dqo2_gbps")
+        cells = [LABEL.get(s, s), f2(q1), f2(q2), f2(d1), f2(d2), f"{f2(o1)} / {f2(o2)}",
+                 f"{f2(o1 / mc if o1 and mc else None)} / {f2(o2 / mc if o2 and mc else None)}"]
         for direction, hv in (("q", (q1, q2)), ("dq", (d1, d2))):
             b = best_ref(res, s, direction)
             if b is None:
@@ -592,8 +608,10 @@ def render_md(res):
     for s in SCHEMES:
         h = res["hurray"].get(s, {})
         if "rel_rmse" in h and h["rel_rmse"]:
+            cpu = " / ".join(f2(med(h, k)) for k in ("q1_cpu", "q2_cpu", "dq1_cpu", "dq2_cpu"))
             L.append(f"- {s}: dequantize 1 thread == 2 threads bit for bit: "
-                     f"{h.get('threads_identical')}; relative RMS error {h['rel_rmse']['median']:.3g}")
+                     f"{h.get('threads_identical')}; relative RMS error {h['rel_rmse']['median']:.3g}; "
+                     f"CPU use (process CPU s per wall s) quantize 1 / 2 thr, dequantize 1 / 2 thr: {cpu}")
     for name, r in res["references"].items():
         a = r.get("agree_with_hurray")
         if a:
@@ -624,10 +642,14 @@ def render_md(res):
              "is finite). \"Checks\" above says how often their dequantized values equal hurray's.")
     L.append("- memcpy reads and writes the float32 bytes once; a dequantize writes the same float32 "
              "bytes but reads only 1/4 (int8, fp8) to 1/8 (4-bit) of them plus scales, so a "
-             "store-bound kernel can come close to (or, with 2 threads, beyond) the 1-thread "
-             "memcpy figure; well below it means the decode arithmetic, not memory, is the limit. "
-             "A dequantize also pays the page faults of its fresh output array (see the "
-             "`x.copy()` figure).")
+             "store-bound kernel writing into warm memory could come close to the memcpy figure. "
+             "A dequantize returns a fresh array, though, and pays its page faults: the `x.copy()` "
+             "figure above (fresh destination) is the practical ceiling here, and a dequantize well "
+             "below it is limited by its decode arithmetic.")
+    L.append("- \"CPU use\" in Checks is process CPU time / wall time of the call (user + system, all "
+             "threads): about 1 for a 1-thread call that was not preempted, up to 2 when both "
+             "threads stay busy; a 1-thread figure well under 1 means other work on the machine took "
+             "the CPU during that call.")
     return "\n".join(L) + "\n"
 
 

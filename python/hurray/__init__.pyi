@@ -342,7 +342,9 @@ class Tensor:
         copy: bool | None = None,
     ) -> _Capsule: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
-    def dequantize(self, dtype: npt.DTypeLike = ..., *, threads: int = 1) -> npt.NDArray[Any]:
+    def dequantize(
+        self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
+    ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
         and bfloat16, GIL released)."""
     def scales(self) -> npt.NDArray[Any]:

@@ -18,6 +18,9 @@ NF4_CODE = np.array([
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
 
 
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
+
+
 def unsupported(message: str) -> "_hurray.UnsupportedError":
     """An UnsupportedError carrying the C status, like those raised in C."""
     exc = _hurray.UnsupportedError(f"HURRAY_ERR_UNSUPPORTED: {message}")
@@ -116,14 +119,18 @@ class Tensor(_hurray._Tensor):
         return (1, 0)
 
     # --- values ---
-    def dequantize(self, dtype=np.float32, *, threads: int = 1) -> np.ndarray:
+    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None) -> np.ndarray:
         """The real values of a quantized tensor, as a new array of `dtype`.
 
         float32, float16 and bfloat16 come straight from the C kernels (with
         the GIL released; `threads` > 1 lets large tensors use more threads);
         other dtypes are the float32 result converted. Dense and paged
         tensors of every quantization kind, and sparse tensors with
-        per-tensor affine codes. An unquantized tensor gives its values."""
+        per-tensor affine codes. An unquantized tensor gives its values.
+
+        out: an existing C-contiguous array of the tensor's shape and of
+        float32, float16 or bfloat16 to write into instead of a new array
+        (reusing memory saves the page faults of a fresh allocation)."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
@@ -136,6 +143,17 @@ class Tensor(_hurray._Tensor):
             values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
                       * np.float32(q.scale))
             return sparse_to_dense(t, d, values.astype(dtype))
+        if out is not None:
+            if isinstance(d.layout, Sparse):
+                raise unsupported("out= is for dense and paged tensors")
+            if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
+                    not out.flags.writeable or tuple(out.shape) != tuple(d.shape):
+                raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
+            if out.dtype not in _KERNEL_DTYPES:
+                raise ValueError("out must be float32, float16 or bfloat16")
+            self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype),
+                             int(threads))
+            return out
         try:
             name = _dtypes.from_numpy(dtype)
         except ValueError:

@@ -176,17 +176,23 @@ static void decode_blocks(Job *j, uint64_t s0, uint64_t s1, uint8_t *cstage, flo
       codes = cstage;
     }
     float *dst = f32 ? (float *)j->out + f : fstage;
+    /* (o, b) advance without dividing: a division per 32-element block
+     * costs as much as decoding it */
+    uint64_t b = a / p->block;
+    uint64_t block_end = (b + 1) * p->block < p->along ? (b + 1) * p->block : p->along;
+    uint64_t g = o * p->nblocks + b;
     for (uint64_t k = 0; k < n;) {
-      uint64_t b = a / p->block;
-      uint64_t block_end = (b + 1) * p->block < p->along ? (b + 1) * p->block : p->along;
       uint64_t len = block_end - a < n - k ? block_end - a : n - k;
-      uint64_t g = o * p->nblocks + b;
       decode_bytes(j->tab, codes + k, len, j->scale + g, j->zp + g, 0, dst + k);
       k += len;
       a += len;
-      if (a == p->along) {
-        a = 0;
-        o++;
+      if (a == block_end) {
+        g++;
+        if (a == p->along) {
+          a = 0;
+          o++;
+        }
+        block_end = a + p->block < p->along ? a + p->block : p->along;
       }
     }
     if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + f);

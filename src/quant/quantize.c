@@ -486,9 +486,19 @@ static void block_part(void *ctx, unsigned part) {
   bool finite = needs_finite(s);
   bool extreme = s->encoder == HURRAY_ENC_Q4_0;
   Params prm = {mul, zp, nan};
+  /* BLOCKS walk: the segment of u + 1 follows from that of u, without the
+   * division hurray__quant_segment needs (it costs as much as the block) */
+  HurraySegment seg = hurray__quant_segment(p, u0);
+  uint64_t block_in_row = rows ? 0 : u0 % p->nblocks;
   for (uint64_t u = u0; u < u1; u++) {
     if (!rows) {
-      HurraySegment seg = hurray__quant_segment(p, u);
+      if (u > u0) {
+        seg.start += seg.len;
+        seg.g0 = u;
+        block_in_row = block_in_row + 1 == p->nblocks ? 0 : block_in_row + 1;
+        uint64_t left = p->along - block_in_row * p->block;
+        seg.len = left < p->block ? left : p->block;
+      }
       const float *x = j->x + seg.start;
       range_reset(&ranges[0]);
       range_run(&ranges[0], x, seg.len, extreme);

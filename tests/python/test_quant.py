@@ -1025,3 +1025,20 @@ def test_mx_error_is_within_half_the_element_spacing(x, scheme, axis):
     # and the block scale is the one the rules give
     want = expected(scheme, x, axis=axis)
     np.testing.assert_array_equal(t.scales().view(np.uint8), want["scales"])
+
+
+def test_dequantize_into_out_reuses_the_array():
+    x = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32)
+    t = hurray.quantize(x, "nf4")
+    out = np.full(x.shape, np.nan, np.float32)
+    got = t.dequantize(out=out, threads=2)
+    assert got is out
+    np.testing.assert_array_equal(out, t.dequantize())
+    half = np.empty(x.shape, np.float16)
+    np.testing.assert_array_equal(t.dequantize(out=half), t.dequantize(np.float16))
+    with pytest.raises(ValueError):
+        t.dequantize(out=np.empty((8, 63), np.float32))
+    with pytest.raises(ValueError):
+        t.dequantize(out=np.empty(x.shape, np.float64))
+    with pytest.raises(ValueError):
+        t.dequantize(out=np.empty((64, 8), np.float32).T)
