@@ -13,6 +13,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant clean
+.PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 
 all: build
 
@@ -95,8 +96,64 @@ python: deps
 test-python: python build
 	HURRAY_LIB=$(CURDIR)/build/libhurray.so $(VENV)/python -m pytest -q tests/python
 
-test: test-c test-asan test-vectors test-python demo
+test: test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python test-python-asan demo
 	@echo "all tests passed"
 
+# ------------------------------------------------ fuzzing, valgrind, TSan
+# fuzz/README.md has the details, and how to run a long campaign.
+
+# libFuzzer targets (clang, ASan + UBSan) over the static library.
+fuzz-build: deps
+	@[ -d build-fuzz ] || CC=clang $(MESON) setup build-fuzz -Dfuzzing=true \
+	  -Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dpython=disabled
+	$(MESON) compile -C build-fuzz
+
+# Each target for FUZZ_SECONDS from the committed corpus; findings go to
+# fuzz/crashes/TARGET/ and fail the run. (The corpora are also replayed by
+# every `meson test`: the fuzz suite of test-c, test-asan, test-valgrind.)
+FUZZ_SECONDS ?= 30
+fuzz: fuzz-build
+	fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# CI's bounded fuzzing: 20 s per target.
+test-fuzz: fuzz-build
+	fuzz/run.sh build-fuzz 20
+
+# Every C test executable under valgrind memcheck: any error or definite leak
+# fails. Not the CLI test (a Python script) nor the 256 MiB write benchmark
+# (it measures RSS); HURRAY_TEST_LIGHT=1 shrinks the heaviest loops.
+VALGRIND := valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+            --show-leak-kinds=definite --quiet
+test-valgrind: build
+	HURRAY_TEST_LIGHT=1 $(MESON) test -C build --print-errorlogs --timeout-multiplier 3 \
+	  --wrapper '$(VALGRIND)' \
+	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e 'write_peak_rss.*')
+
+# The concurrency suite and the threaded quantization tests under
+# ThreadSanitizer; any report fails.
+test-tsan: deps
+	@[ -d build-tsan ] || $(MESON) setup build-tsan -Db_sanitize=thread -Db_lundef=false \
+	  -Dbuildtype=debug -Dpython=disabled
+	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant
+
+# The Python tests once more against the ASan+UBSan build of the extension
+# (build-asan), with libasan preloaded into the plain interpreter and leak
+# checking off (CPython keeps its arenas). Left out: test_quant*.py, which
+# import bitsandbytes (its torch kernel registration aborts under the
+# preloaded ASan runtime), test_convert.py (torch checkpoints), and the RSS
+# checks of test_leaks.py (ASan's quarantine grows RSS by design).
+PYASAN := build-asan/pyasan/hurray
+test-python-asan: test-asan python
+	rm -rf $(PYASAN) && mkdir -p $(PYASAN)
+	ln -s $(CURDIR)/python/hurray/*.py $(CURDIR)/python/hurray/*.pyi $(CURDIR)/python/hurray/py.typed \
+	  $(CURDIR)/build-asan/python/_hurray.*.so $(PYASAN)/
+	PYTHONPATH=$(CURDIR)/build-asan/pyasan LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(VENV)/python -m pytest -q -p no:cacheprovider \
+	  tests/python --ignore=tests/python/test_quant.py --ignore=tests/python/test_quant_reference.py \
+	  --ignore=tests/python/test_convert.py -k 'not memory_is_flat'
+
 clean:
-	rm -rf build build-asan stage
+	rm -rf build build-asan build-fuzz build-tsan stage

@@ -109,7 +109,8 @@ HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor 
  * values scattered into zeros; a position stored twice sums, as in scipy)
  * and paged (pages gathered) layouts of byte-sized dtypes. Sub-byte sparse
  * or paged tensors, composites, and duplicates of dtypes without a C sum
- * (float16, bfloat16, narrow floats, bool) give HURRAY_ERR_UNSUPPORTED.
+ * (float16, bfloat16, narrow floats, bool) give HURRAY_ERR_UNSUPPORTED, as
+ * do tensors in device memory or with a buffer that is not READY.
  * Validates placement first. */
 HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                const HurrayBufferList *list, void *out,
@@ -118,7 +119,8 @@ HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
 /* Computes min, max, NaN count and zero count of the tensor's values in one
  * pass and stores them in `d` (replacing any statistics there). Dense (any
  * strides) and sparse layouts of bool, integer, float16, bfloat16, float32
- * and float64; for sparse tensors they describe the logical elements:
+ * and float64 in host memory with READY buffers; for sparse tensors they
+ * describe the logical elements:
  * entries naming one position are summed and unstored elements are zeros. Other kinds give
  * HURRAY_ERR_UNSUPPORTED and leave `d` unchanged. Statistics are advisory:
  * nothing in the library trusts them. */

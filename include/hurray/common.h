@@ -59,6 +59,10 @@ HURRAY_API const char *hurray_version_string(void);
 #define HURRAY_MAX_EXTENSION_METADATA_BYTES (1u << 20)
 #define HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES (16u << 20)
 #define HURRAY_MAX_ALIGNMENT 4096u
+/* Nodes of one descriptor: the root plus every composite member at every
+ * depth. Bounds the memory a decoded descriptor takes (each node is a
+ * descriptor of its own), whatever its members nest like. */
+#define HURRAY_MAX_DESCRIPTOR_NODES 8192u
 
 /* Sentinel for "no buffer" wherever a buffer index is optional. */
 #define HURRAY_NO_BUFFER UINT32_MAX

@@ -44,9 +44,11 @@ static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
     memcpy(dst, &a, sizeof a);               \
     return true;                             \
   }
-    SUM(int8_t, HURRAY_DTYPE_INT8)
-    SUM(int16_t, HURRAY_DTYPE_INT16)
-    SUM(int32_t, HURRAY_DTYPE_INT32)
+    /* Signed integers add as their unsigned twins: the same bits, wrapping
+     * like numpy, without signed overflow. */
+    SUM(uint8_t, HURRAY_DTYPE_INT8)
+    SUM(uint16_t, HURRAY_DTYPE_INT16)
+    SUM(uint32_t, HURRAY_DTYPE_INT32)
     SUM(uint8_t, HURRAY_DTYPE_UINT8)
     SUM(uint16_t, HURRAY_DTYPE_UINT16)
     SUM(uint32_t, HURRAY_DTYPE_UINT32)
@@ -170,15 +172,31 @@ static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uin
   }
 }
 
+/* Placement reads index contents (sparse indices, page tables) only from
+ * host memory that is READY, so only such tensors may be walked here: an
+ * index buffer still waiting on a stream or event was never checked. */
+static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what,
+                                     HurrayError *error) {
+  if (d->memory_class == HURRAY_MEMORY_DEVICE) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
+  }
+  for (uint32_t i = 0; i < d->buffer_count; i++) {
+    if (d->buffers[i].sync_mode != HURRAY_SYNC_READY) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "%s reads READY buffers only; buffers[%u] is %s (synchronise first)",
+                          what, i, hurray__sync_mode_name(d->buffers[i].sync_mode));
+    }
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     void *out, uint64_t out_size, HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor, list and out required");
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
-  if (d->memory_class == HURRAY_MEMORY_DEVICE) {
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "to_dense reads host memory only");
-  }
+  HURRAY_RETURN_NOT_OK(require_readable(d, "to_dense", error));
   uint64_t numel, bytes;
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   if (hurray_dtype_storage_bytes(d->dtype, numel, &bytes) != HURRAY_OK) {
@@ -210,7 +228,9 @@ HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBuffe
                             d->layout.kind == HURRAY_LAYOUT_SPARSE ? "sparse" : "paged");
       }
       if (d->layout.kind == HURRAY_LAYOUT_PAGED) {
-        paged_to_dense(d, list, out, item);
+        /* An empty tensor has nothing to gather; the loop would still walk
+         * the dimensions before the paged axis, which may be huge. */
+        if (numel > 0) paged_to_dense(d, list, out, item);
         return HURRAY_OK;
       }
       return sparse_to_dense(d, list, out, item, numel, error);
@@ -380,6 +400,7 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and list required");
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
+  HURRAY_RETURN_NOT_OK(require_readable(d, "statistics", error));
   double probe;
   bool dense = d->layout.kind == HURRAY_LAYOUT_DENSE;
   bool sparse = d->layout.kind == HURRAY_LAYOUT_SPARSE;

@@ -343,14 +343,22 @@ static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
   }
 }
 
-static HurrayStatus check_encodable(const HurrayDescriptor *d, uint32_t depth, HurrayError *error) {
+static HurrayStatus check_encodable(const HurrayDescriptor *d, uint32_t depth, uint32_t *nodes,
+                                    HurrayError *error) {
   if (depth > HURRAY_MAX_COMPOSITE_DEPTH) {
     return hurray__fail(error, HURRAY_ERR_COMPOSITE_DEPTH,
                         "layout.members: nested deeper than the limit of %u",
                         HURRAY_MAX_COMPOSITE_DEPTH);
   }
+  if (d->layout.member_count > HURRAY_MAX_DESCRIPTOR_NODES - *nodes) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "layout.members: more than %u nodes (root and members) in one descriptor",
+                        HURRAY_MAX_DESCRIPTOR_NODES);
+  }
+  *nodes += d->layout.member_count;
   for (uint32_t i = 0; i < d->layout.member_count; i++) {
-    HURRAY_RETURN_NOT_OK(check_encodable(d->layout.members[i].descriptor, depth + 1, error));
+    HURRAY_RETURN_NOT_OK(
+        check_encodable(d->layout.members[i].descriptor, depth + 1, nodes, error));
   }
   return HURRAY_OK;
 }
@@ -364,7 +372,8 @@ HurrayStatus hurray_descriptor_encode(const HurrayDescriptor *d, uint8_t **out, 
   *out = NULL;
   *out_len = 0;
   /* Bounded depth keeps the recursive encoder (and every decoder) safe. */
-  HURRAY_RETURN_NOT_OK(check_encodable(d, 0, error));
+  uint32_t nodes = 1;
+  HURRAY_RETURN_NOT_OK(check_encodable(d, 0, &nodes, error));
   Writer w = {0};
   put_bytes(&w, MAGIC, 4);
   put_u16(&w, ENCODING_VERSION);
@@ -389,6 +398,7 @@ HurrayStatus hurray_descriptor_encode(const HurrayDescriptor *d, uint8_t **out, 
 typedef struct Reader {
   const uint8_t *p;
   size_t left;
+  uint32_t *nodes; /* nodes decoded so far in the whole descriptor, shared */
 } Reader;
 
 static bool take(Reader *r, size_t n, const uint8_t **at) {
@@ -523,6 +533,15 @@ static HurrayStatus decode_members(Reader *r, HurrayDescriptor *d, uint32_t dept
     return FAIL(HURRAY_ERR_LIMIT, "layout.members: %llu members exceed the limit of %u",
                 (unsigned long long)count, HURRAY_MAX_COMPOSITE_MEMBERS);
   }
+  /* Every member becomes a descriptor of its own: without a bound on their
+   * total, 16 MiB of 30-byte members nested two deep would decode into
+   * gigabytes. Counted when the count is read, before any is allocated. */
+  if (count > HURRAY_MAX_DESCRIPTOR_NODES - *r->nodes) {
+    return FAIL(HURRAY_ERR_LIMIT,
+                "layout.members: more than %u nodes (root and members) in one descriptor",
+                HURRAY_MAX_DESCRIPTOR_NODES);
+  }
+  *r->nodes += (uint32_t)count;
   for (uint64_t i = 0; i < count; i++) {
     if (!take(r, 2, &at)) {
       return FAIL(HURRAY_ERR_TRUNCATED, "layout.members[%llu]: name length is cut short",
@@ -561,7 +580,7 @@ static HurrayStatus decode_members(Reader *r, HurrayDescriptor *d, uint32_t dept
     }
     memcpy(name, name_at, name_len);
     name[name_len] = '\0';
-    Reader sub = {node_at, (size_t)node_len};
+    Reader sub = {node_at, (size_t)node_len, r->nodes};
     HurrayStatus status = decode_node(&sub, member, false, depth + 1, error);
     if (status == HURRAY_OK) {
       status = hurray__descriptor_push_member(d, name, member);
@@ -899,7 +918,7 @@ static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint3
       return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x is only allowed in the top-level node",
                   tag);
     }
-    Reader p = {payload, len};
+    Reader p = {payload, len, r->nodes};
     HurrayStatus status;
     if (tag == TAG_DTYPE) {
       HURRAY_RETURN_NOT_OK(expect_length(tag, len, 2, error));
@@ -973,7 +992,8 @@ HurrayStatus hurray_descriptor_decode(const uint8_t *bytes, size_t len, HurrayDe
   if (d == NULL) {
     return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
   }
-  Reader r = {bytes + 6, len - 6};
+  uint32_t nodes = 1; /* the root */
+  Reader r = {bytes + 6, len - 6, &nodes};
   HurrayStatus status = decode_node(&r, d, true, 0, error);
   if (status != HURRAY_OK) {
     hurray_descriptor_destroy(d);

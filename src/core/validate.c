@@ -25,6 +25,7 @@ typedef struct Walk {
   uint64_t *need; /* per table entry */
   bool *used;
   HurrayError *error;
+  uint32_t members; /* composite members seen so far, at every depth */
 } Walk;
 
 #define FAIL(code, ...) hurray__fail(w->error, code, __VA_ARGS__)
@@ -471,6 +472,13 @@ static HurrayStatus check_members(Walk *w, const HurrayDescriptor *d, const char
     return FAIL(HURRAY_ERR_COMPOSITE_DEPTH, "%slayout.members: nested deeper than the limit of %u",
                 path, HURRAY_MAX_COMPOSITE_DEPTH);
   }
+  /* The root counts as one node. */
+  if (l->member_count > HURRAY_MAX_DESCRIPTOR_NODES - 1 - w->members) {
+    return FAIL(HURRAY_ERR_LIMIT,
+                "%slayout.members: more than %u nodes (root and members) in one descriptor", path,
+                HURRAY_MAX_DESCRIPTOR_NODES);
+  }
+  w->members += l->member_count;
   for (uint32_t i = 0; i < l->member_count; i++) {
     const HurrayMember *m = &l->members[i];
     size_t len = strlen(m->name);

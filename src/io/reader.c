@@ -710,7 +710,8 @@ static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t le
     return HURRAY_OK;
   }
   XXH3_state_t *state = XXH3_createState();
-  uint8_t *chunk = malloc(1u << 20);
+  /* At most 1 MiB at a time, and no more than the buffer needs. */
+  uint8_t *chunk = malloc(length < (1u << 20) ? (length ? (size_t)length : 1) : (1u << 20));
   HurrayStatus status = HURRAY_OK;
   if (state == NULL || chunk == NULL) {
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");

@@ -2,16 +2,18 @@
  * The streaming writer. Bytes go out in file order and are never revisited:
  * header, then each tensor's buffers as they arrive, then at finish the
  * index and the trailer. Only the index entries stay in memory.
+ *
+ * Every system call goes through the writer's HurraySys table (sys.h), so
+ * tests can fail any one of them; tests/c/test_faults.c does, at every call
+ * of a representative write.
  */
-#define _GNU_SOURCE /* O_TMPFILE, linkat */
+#define _GNU_SOURCE /* O_TMPFILE, linkat, mkostemp */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -19,6 +21,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "sys.h"
 
 uint64_t hurray__checksum(const void *data, size_t len) { return XXH3_64bits(data, len); }
 
@@ -47,13 +50,24 @@ typedef struct MetadataRecord {
 
 typedef enum SinkKind { SINK_PATH, SINK_FD, SINK_CALLBACK } SinkKind;
 
+/* Open-addressing set of record indices + 1, keyed by name hash: tensor
+ * names and metadata keys are each found in O(1), so neither a million
+ * tensors nor 2^16 metadata keys make the writer quadratic. */
+typedef struct NameSet {
+  size_t *slots;
+  size_t slot_count; /* a power of two, at least twice the records */
+} NameSet;
+
 struct HurrayWriter {
   SinkKind kind;
+  const HurraySys *sys; /* every system call goes through it */
   int fd;
   HurrayWriteFn write_fn;
   void *write_ctx;
   char *target;       /* SINK_PATH: the final path */
-  char *temp_path;    /* SINK_PATH without O_TMPFILE: the visible temp file */
+  char *dir;          /* SINK_PATH: the target's folder, where the temp file lives */
+  char *base;         /* SINK_PATH: the target's last component */
+  char *temp_path;    /* SINK_PATH: the temp file's name while it has one */
   bool unnamed_temp;  /* SINK_PATH with O_TMPFILE */
   uint64_t position;  /* bytes written so far */
   bool failed;        /* a write failed: only abort remains */
@@ -62,24 +76,39 @@ struct HurrayWriter {
   TensorRecord *tensors;
   size_t tensor_count;
   size_t tensor_capacity;
-  /* Open-addressing set of tensor indices + 1, keyed by name hash. */
-  size_t *name_slots;
-  size_t name_slot_count;
+  NameSet tensor_names;
 
   MetadataRecord *metadata;
   size_t metadata_count;
   size_t metadata_capacity;
+  NameSet metadata_keys;
 };
 
 /* ------------------------------------------------------------ raw output */
 
-static HurrayStatus fd_write_all(int fd, const void *data, size_t len, HurrayError *error) {
+static HurrayStatus write_failed(const HurrayWriter *w, const char *why, HurrayError *error) {
+  if (w->kind == SINK_PATH) {
+    return hurray__fail(error, HURRAY_ERR_IO, "write of the temporary file for %s failed: %s",
+                        w->target, why);
+  }
+  return hurray__fail(error, HURRAY_ERR_IO, "write to fd %d failed: %s", w->fd, why);
+}
+
+/* Writes all `len` bytes: a short write is continued, EINTR retried; a
+ * write that makes no progress is an error rather than an endless loop. */
+static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
+                                 HurrayError *error) {
   const uint8_t *p = data;
   while (len > 0) {
-    ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+    size_t chunk = len > (1u << 30) ? (1u << 30) : len;
+    ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return hurray__fail(error, HURRAY_ERR_IO, "write failed: %s", strerror(errno));
+      return write_failed(w, strerror(errno), error);
+    }
+    if (n == 0 || (size_t)n > chunk) {
+      return write_failed(w, n == 0 ? "no bytes written" : "more bytes written than asked",
+                          error);
     }
     p += n;
     len -= (size_t)n;
@@ -87,12 +116,24 @@ static HurrayStatus fd_write_all(int fd, const void *data, size_t len, HurrayErr
   return HURRAY_OK;
 }
 
+/* fsync, retried when a signal interrupted it (EINTR). Any other error,
+ * EIO above all, is final: after a failed writeback the kernel may drop the
+ * dirty pages, and a second fsync can then succeed without them ever
+ * reaching the disk. */
+static int fsync_retry(const HurraySys *sys, int fd) {
+  int rc;
+  do {
+    rc = sys->fsync(sys->ctx, fd);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
 static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayError *error) {
   if (len == 0) {
     return HURRAY_OK;
   }
   HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, data, len)
-                                                 : fd_write_all(w->fd, data, len, error);
+                                                 : fd_write_all(w, data, len, error);
   if (status != HURRAY_OK) {
     w->failed = true;
     if (w->kind == SINK_CALLBACK) {
@@ -123,6 +164,7 @@ static HurrayStatus writer_new(SinkKind kind, HurrayWriter **out, HurrayError *e
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   w->kind = kind;
+  w->sys = &hurray__sys_default;
   w->fd = -1;
   *out = w;
   return HURRAY_OK;
@@ -149,67 +191,80 @@ static HurrayStatus finish_open(HurrayWriter *w, HurrayWriter **out, HurrayError
 /* Opens the temporary file in the target's folder. An O_TMPFILE file has no
  * name at all until finish links it, so a crash leaves nothing behind. */
 static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
-  char *dir_copy = strdup(w->target);
-  char *base_copy = strdup(w->target);
-  if (dir_copy == NULL || base_copy == NULL) {
-    free(dir_copy);
-    free(base_copy);
-    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  }
-  const char *dir = dirname(dir_copy);
-  const char *base = basename(base_copy);
-  HurrayStatus status = HURRAY_OK;
+  const HurraySys *sys = w->sys;
 #ifdef O_TMPFILE
   /* Publishing an unnamed file goes through /proc/self/fd; without /proc,
-   * use a named temporary file from the start. */
-  if (access("/proc/self/fd", X_OK) == 0) {
-    w->fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+   * use a named temporary file from the start. Any failure of the O_TMPFILE
+   * open (a file system without it, an old kernel) falls back too; a real
+   * problem with the folder shows up again in mkostemp. */
+  if (sys->access(sys->ctx, "/proc/self/fd", X_OK) == 0) {
+    w->fd = sys->open(sys->ctx, w->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
   }
   if (w->fd >= 0) {
     w->unnamed_temp = true;
+    return HURRAY_OK;
   }
 #endif
+  size_t len = strlen(w->dir) + strlen(w->base) + 32;
+  w->temp_path = malloc(len);
+  if (w->temp_path == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-XXXXXX", w->dir, w->base);
+  w->fd = sys->mkostemp(sys->ctx, w->temp_path, O_CLOEXEC);
   if (w->fd < 0) {
-    size_t len = strlen(dir) + strlen(base) + 32;
-    w->temp_path = malloc(len);
-    if (w->temp_path == NULL) {
-      status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    } else {
-      snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-XXXXXX", dir, base);
-      w->fd = mkstemp(w->temp_path);
-      if (w->fd < 0) {
-        status = hurray__fail(error, HURRAY_ERR_IO, "cannot create a temporary file in %s: %s",
-                              dir, strerror(errno));
-        free(w->temp_path);
-        w->temp_path = NULL;
-      } else {
-        (void)fchmod(w->fd, 0644);
-      }
-    }
+    int saved = errno;
+    free(w->temp_path);
+    w->temp_path = NULL;
+    return hurray__fail(error, HURRAY_ERR_IO, "cannot create a temporary file in %s: %s", w->dir,
+                        strerror(saved));
+  }
+  /* mkostemp makes the file 0600; give it the mode an O_TMPFILE file gets
+   * (best effort: a file only its owner can read is still a good file). */
+  (void)sys->fchmod(sys->ctx, w->fd, 0644);
+  return HURRAY_OK;
+}
+
+/* Splits the target into folder and last component, kept for naming the
+ * temporary file and for syncing the folder. */
+static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
+  char *dir_copy = strdup(w->target);
+  char *base_copy = strdup(w->target);
+  if (dir_copy != NULL && base_copy != NULL) {
+    w->dir = strdup(dirname(dir_copy));
+    w->base = strdup(basename(base_copy));
   }
   free(dir_copy);
   free(base_copy);
-  return status;
+  if (w->dir == NULL || w->base == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  return HURRAY_OK;
 }
 
-HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out, HurrayError *error) {
-  if (path == NULL || out == NULL || path[0] == '\0') {
+HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                     HurrayError *error) {
+  if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
   *out = NULL;
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
+  w->sys = sys;
   w->target = strdup(path);
-  if (w->target == NULL) {
-    free(w);
-    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  }
-  HurrayStatus status = open_temp(w, error);
+  HurrayStatus status = w->target == NULL
+                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                            : split_target(w, error);
+  if (status == HURRAY_OK) status = open_temp(w, error);
   if (status != HURRAY_OK) {
     hurray_writer_abort(w);
     return status;
   }
   return finish_open(w, out, error);
+}
+
+HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out, HurrayError *error) {
+  return hurray__writer_open_sys(path, &hurray__sys_default, out, error);
 }
 
 HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error) {
@@ -240,32 +295,53 @@ HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx, Hurr
 
 static size_t name_hash(const char *name, size_t len) { return (size_t)XXH3_64bits(name, len); }
 
-static HurrayStatus name_set_grow(HurrayWriter *w) {
-  size_t count = w->name_slot_count ? w->name_slot_count * 2 : 64;
-  size_t *slots = calloc(count, sizeof *slots);
+/* Name of record `i`: a tensor's, or with `keys` a metadata key. */
+static void record_name(const HurrayWriter *w, bool keys, size_t i, const char **name,
+                        size_t *len) {
+  if (keys) {
+    *name = w->metadata[i].key;
+    *len = w->metadata[i].key_len;
+  } else {
+    *name = w->tensors[i].name;
+    *len = w->tensors[i].name_len;
+  }
+}
+
+/* Makes room for one more of `count` records. */
+static HurrayStatus name_set_reserve(const HurrayWriter *w, NameSet *set, bool keys,
+                                     size_t count) {
+  if (set->slot_count != 0 && (count + 1) * 2 <= set->slot_count) return HURRAY_OK;
+  size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
+  size_t *slots = calloc(slot_count, sizeof *slots);
   if (slots == NULL) {
     return HURRAY_ERR_NO_MEMORY;
   }
-  for (size_t i = 0; i < w->tensor_count; i++) {
-    size_t h = name_hash(w->tensors[i].name, w->tensors[i].name_len) & (count - 1);
-    while (slots[h] != 0) h = (h + 1) & (count - 1);
+  for (size_t i = 0; i < count; i++) {
+    const char *name;
+    size_t len;
+    record_name(w, keys, i, &name, &len);
+    size_t h = name_hash(name, len) & (slot_count - 1);
+    while (slots[h] != 0) h = (h + 1) & (slot_count - 1);
     slots[h] = i + 1;
   }
-  free(w->name_slots);
-  w->name_slots = slots;
-  w->name_slot_count = count;
+  free(set->slots);
+  set->slots = slots;
+  set->slot_count = slot_count;
   return HURRAY_OK;
 }
 
-/* Returns the slot where `name` is or would go. */
-static size_t *name_slot(HurrayWriter *w, const char *name, size_t len) {
-  size_t mask = w->name_slot_count - 1;
+/* Returns the slot where `name` is or would go; the set must not be empty. */
+static size_t *name_slot(const HurrayWriter *w, const NameSet *set, bool keys, const char *name,
+                         size_t len) {
+  size_t mask = set->slot_count - 1;
   size_t h = name_hash(name, len) & mask;
   for (;;) {
-    size_t v = w->name_slots[h];
-    if (v == 0) return &w->name_slots[h];
-    const TensorRecord *t = &w->tensors[v - 1];
-    if (t->name_len == len && memcmp(t->name, name, len) == 0) return &w->name_slots[h];
+    size_t v = set->slots[h];
+    if (v == 0) return &set->slots[h];
+    const char *other;
+    size_t other_len;
+    record_name(w, keys, v - 1, &other, &other_len);
+    if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
     h = (h + 1) & mask;
   }
 }
@@ -320,12 +396,10 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
   }
-  if (w->name_slot_count == 0 || (w->tensor_count + 1) * 2 > w->name_slot_count) {
-    if (name_set_grow(w) != HURRAY_OK) {
-      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    }
+  if (name_set_reserve(w, &w->tensor_names, false, w->tensor_count) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
-  size_t *slot = name_slot(w, name, name_len);
+  size_t *slot = name_slot(w, &w->tensor_names, false, name, name_len);
   if (*slot != 0) {
     return hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "tensor \"%s\" is already in the file",
                         name);
@@ -391,7 +465,7 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   }
   w->tensors[w->tensor_count] = t;
   w->tensor_count++;
-  *name_slot(w, name, name_len) = w->tensor_count;
+  *name_slot(w, &w->tensor_names, false, name, name_len) = w->tensor_count;
   return HURRAY_OK;
 }
 
@@ -414,24 +488,27 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
                         "metadata \"%s\": a %zu-byte value cannot fit the %u-byte index", key,
                         len, HURRAY_MAX_INDEX_BYTES);
   }
+  size_t key_len = strlen(key);
+  if (name_set_reserve(w, &w->metadata_keys, true, w->metadata_count) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  size_t *slot = name_slot(w, &w->metadata_keys, true, key, key_len);
+  if (*slot == 0 && w->metadata_count >= HURRAY_MAX_METADATA_ENTRIES) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u metadata entries",
+                        HURRAY_MAX_METADATA_ENTRIES);
+  }
   uint8_t *copy = malloc(len ? len : 1);
   if (copy == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   if (len) memcpy(copy, value, len);
-  for (size_t i = 0; i < w->metadata_count; i++) {
-    if (strcmp(w->metadata[i].key, key) == 0) {
-      free(w->metadata[i].value);
-      w->metadata[i].type = type;
-      w->metadata[i].value = copy;
-      w->metadata[i].value_len = len;
-      return HURRAY_OK;
-    }
-  }
-  if (w->metadata_count >= HURRAY_MAX_METADATA_ENTRIES) {
-    free(copy);
-    return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u metadata entries",
-                        HURRAY_MAX_METADATA_ENTRIES);
+  if (*slot != 0) { /* set again: replaced, even with another type */
+    MetadataRecord *m = &w->metadata[*slot - 1];
+    free(m->value);
+    m->type = type;
+    m->value = copy;
+    m->value_len = len;
+    return HURRAY_OK;
   }
   if (w->metadata_count == w->metadata_capacity) {
     size_t capacity = w->metadata_capacity ? w->metadata_capacity * 2 : 8;
@@ -444,16 +521,18 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
     w->metadata_capacity = capacity;
   }
   MetadataRecord *m = &w->metadata[w->metadata_count];
-  m->key = strdup(key);
+  m->key = malloc(key_len + 1);
   if (m->key == NULL) {
     free(copy);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
-  m->key_len = strlen(key);
+  memcpy(m->key, key, key_len + 1);
+  m->key_len = key_len;
   m->type = type;
   m->value = copy;
   m->value_len = len;
   w->metadata_count++;
+  *slot = w->metadata_count;
   return HURRAY_OK;
 }
 
@@ -601,59 +680,71 @@ static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error)
   return status;
 }
 
-static HurrayStatus sync_directory(const char *target, HurrayError *error) {
-  char *copy = strdup(target);
-  if (copy == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  free(copy);
-  if (dfd < 0) return HURRAY_OK; /* best effort: the rename itself succeeded */
-  (void)fsync(dfd);
-  close(dfd);
-  return HURRAY_OK;
+/* After the rename: makes the new directory entry durable. Best effort by
+ * design: the target has already been replaced, so failing here would
+ * report an error for a file that is in place and complete (the spec, §12.3
+ * step 6). */
+static void sync_directory(HurrayWriter *w) {
+  const HurraySys *sys = w->sys;
+  int dfd = sys->open(sys->ctx, w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  if (dfd < 0) return;
+  (void)fsync_retry(sys, dfd);
+  (void)sys->close(sys->ctx, dfd);
 }
 
-/* Gives the finished temp file the target's name, atomically. */
+/* Gives the finished temp file the target's name, atomically. Every step
+ * before the rename may fail and leave the target untouched; abort then
+ * removes whatever temporary name the file has (temp_path). */
 static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
-  if (fsync(w->fd) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "fsync failed: %s", strerror(errno));
+  const HurraySys *sys = w->sys;
+  if (fsync_retry(sys, w->fd) != 0) {
+    return hurray__fail(error, HURRAY_ERR_IO, "fsync of the temporary file for %s failed: %s",
+                        w->target, strerror(errno));
   }
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
      * target: linkat cannot replace an existing file, rename can. */
     char proc_path[64];
     snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", w->fd);
-    char *dir_copy = strdup(w->target), *base_copy = strdup(w->target);
-    size_t len = strlen(w->target) + 48;
+    size_t len = strlen(w->dir) + strlen(w->base) + 64;
     w->temp_path = malloc(len);
-    if (w->temp_path == NULL || dir_copy == NULL || base_copy == NULL) {
-      free(dir_copy);
-      free(base_copy);
+    if (w->temp_path == NULL) {
       return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
     }
-    /* Hidden, and named apart from the target, like the mkstemp fallback. */
-    char prefix[PATH_MAX];
-    snprintf(prefix, sizeof prefix, "%s/.%s", dirname(dir_copy), basename(base_copy));
-    free(dir_copy);
-    free(base_copy);
+    /* Hidden, and named apart from the target, like the mkostemp fallback. */
     for (int attempt = 0;; attempt++) {
-      snprintf(w->temp_path, len, "%s.hurray-tmp-%d-%d", prefix, (int)getpid(), attempt);
-      if (linkat(AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) == 0) break;
-      if (errno != EEXIST || attempt > 100) {
+      snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-%d-%d", w->dir, w->base, (int)getpid(),
+               attempt);
+      if (sys->linkat(sys->ctx, AT_FDCWD, proc_path, AT_FDCWD, w->temp_path,
+                      AT_SYMLINK_FOLLOW) == 0) {
+        break;
+      }
+      if (errno != EEXIST || attempt >= 100) {
         int saved = errno;
         free(w->temp_path);
-        w->temp_path = NULL;
-        return hurray__fail(error, HURRAY_ERR_IO, "cannot link the finished file: %s",
-                            strerror(saved));
+        w->temp_path = NULL; /* not linked: the file vanishes with its descriptor */
+        return hurray__fail(error, HURRAY_ERR_IO, "cannot link the finished file for %s: %s",
+                            w->target, strerror(saved));
       }
     }
   }
-  if (rename(w->temp_path, w->target) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "cannot rename onto %s: %s", w->target,
-                        strerror(errno));
+  /* Close before the rename, and check it: on some file systems (NFS)
+   * close is where a write error is finally reported. The descriptor is
+   * gone whatever close returns, so it is never closed twice. */
+  int fd = w->fd;
+  w->fd = -1;
+  if (sys->close(sys->ctx, fd) != 0) {
+    return hurray__fail(error, HURRAY_ERR_IO, "close of the temporary file for %s failed: %s",
+                        w->target, strerror(errno));
+  }
+  if (sys->rename(sys->ctx, w->temp_path, w->target) != 0) {
+    return hurray__fail(error, HURRAY_ERR_IO, "cannot rename the finished file onto %s: %s",
+                        w->target, strerror(errno));
   }
   free(w->temp_path);
   w->temp_path = NULL; /* nothing left to clean up */
-  return sync_directory(w->target, error);
+  sync_directory(w);
+  return HURRAY_OK;
 }
 
 HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error) {
@@ -673,8 +764,10 @@ HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error) {
 void hurray_writer_abort(HurrayWriter *w) {
   if (w == NULL) return;
   if (w->kind == SINK_PATH) {
-    if (w->fd >= 0) close(w->fd);
-    if (w->temp_path != NULL) unlink(w->temp_path);
+    /* Errors are ignored: there is nothing more to undo, and the caller's
+     * error already says what went wrong first. */
+    if (w->fd >= 0) (void)w->sys->close(w->sys->ctx, w->fd);
+    if (w->temp_path != NULL) (void)w->sys->unlink(w->sys->ctx, w->temp_path);
   }
   for (size_t i = 0; i < w->tensor_count; i++) tensor_record_free(&w->tensors[i]);
   for (size_t i = 0; i < w->metadata_count; i++) {
@@ -683,8 +776,11 @@ void hurray_writer_abort(HurrayWriter *w) {
   }
   free(w->tensors);
   free(w->metadata);
-  free(w->name_slots);
+  free(w->tensor_names.slots);
+  free(w->metadata_keys.slots);
   free(w->target);
+  free(w->dir);
+  free(w->base);
   free(w->temp_path);
   free(w);
 }

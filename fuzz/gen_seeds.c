@@ -1,0 +1,226 @@
+/*
+ * Writes the seed inputs of every fuzz target into OUTPUT_DIR/<target>/:
+ *   fuzz/gen_seeds fuzz/corpus        (built as build/fuzz/gen_seeds)
+ *
+ * The seeds are the golden vectors (tests/c/vectors.c, the descriptors of
+ * tests/vectors/NAME.bin) and the output of hurray_quantize for every
+ * scheme, each with valid buffers (sparse indices and page tables filled in
+ * by golden_vector_fill_indices):
+ *   fuzz_descriptor_decode  the encoded descriptor;
+ *   fuzz_capsule_placement  flags 0 | u16 length | descriptor | a zero spec
+ *                           per buffer (exact size, aligned, as declared) |
+ *                           the buffers' bytes;
+ *   fuzz_dequantize         flags 0 | u16 length | descriptor | buffers;
+ *   fuzz_file_reader        a small valid file per tensor, one file holding
+ *                           all of them plus metadata of every type, and the
+ *                           smallest valid file (no tensors).
+ * Output is deterministic; the files are committed (seed-* names), so
+ * rerun this only when the vectors or the encoding change.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hurray/hurray.h"
+#include "vectors.h"
+
+#define MAX_SEEDS 64
+
+typedef struct Seed {
+  char name[96];
+  HurrayDescriptor *d;
+  HurrayBufferList *list;
+} Seed;
+
+static Seed seeds[MAX_SEEDS];
+static size_t seed_count;
+static const char *out_dir;
+
+static void die(const char *what, const HurrayError *e) {
+  fprintf(stderr, "gen_seeds: %s: %s\n", what, e ? e->message : "");
+  exit(1);
+}
+
+static void write_bytes(const char *target, const char *name, const void *data, size_t len) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s/seed-%s", out_dir, target, name);
+  FILE *f = fopen(path, "wb");
+  if (f == NULL || (len > 0 && fwrite(data, 1, len, f) != len) || fclose(f) != 0) {
+    fprintf(stderr, "gen_seeds: cannot write %s\n", path);
+    exit(1);
+  }
+}
+
+static void release(void *data, void *ctx) {
+  (void)ctx;
+  free(data);
+}
+
+/* Buffers for `d`: deterministic bytes, then valid index contents. */
+static HurrayBufferList *make_buffers(const HurrayDescriptor *d, uint32_t salt) {
+  uint32_t n = hurray_descriptor_buffer_count(d);
+  uint8_t *mem[HURRAY_MAX_BUFFERS] = {0};
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t size = hurray_descriptor_buffer_size(d, i);
+    mem[i] = aligned_alloc(4096, size ? (size + 4095) / 4096 * 4096 : 4096);
+    if (mem[i] == NULL) die("out of memory", NULL);
+    uint32_t x = 2463534242u ^ salt ^ (i * 2654435761u);
+    for (uint64_t k = 0; k < size; k++) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      mem[i][k] = (uint8_t)x;
+    }
+  }
+  golden_vector_fill_indices(d, mem);
+  HurrayBufferList *list = NULL;
+  HurrayError e = {0};
+  if (hurray_buffer_list_create(&list, &e) != HURRAY_OK) die("list", &e);
+  for (uint32_t i = 0; i < n; i++) {
+    HurrayBuffer *b = NULL;
+    if (hurray_buffer_create(mem[i], hurray_descriptor_buffer_size(d, i), release, NULL, &b, &e) !=
+            HURRAY_OK ||
+        hurray_buffer_list_push(list, b, &e) != HURRAY_OK) {
+      die("buffer", &e);
+    }
+  }
+  return list;
+}
+
+static void add_seed(const char *name, HurrayDescriptor *d, HurrayBufferList *list) {
+  if (seed_count == MAX_SEEDS) die("too many seeds", NULL);
+  Seed *s = &seeds[seed_count++];
+  snprintf(s->name, sizeof s->name, "%s", name);
+  s->d = d;
+  s->list = list;
+}
+
+static void add_quantized(void) {
+  enum { ROWS = 4, COLS = 64 };
+  static float src[ROWS * COLS];
+  for (int i = 0; i < ROWS * COLS; i++) src[i] = (float)((i * 37) % 101 - 50) / 8.0f;
+  for (int scheme = HURRAY_SCHEME_AFFINE; scheme <= HURRAY_SCHEME_MXINT8; scheme++) {
+    for (int variant = 0; variant < 2; variant++) {
+      HurrayQuantizeOptions o;
+      HurrayError e = {0};
+      if (hurray_quantize_options_init(&o, (HurrayQuantScheme)scheme, &e) != HURRAY_OK) {
+        die("options", &e);
+      }
+      const char *suffix = "";
+      if (variant == 1) {
+        if (scheme == HURRAY_SCHEME_AFFINE) {
+          o.code_dtype = HURRAY_DTYPE_UINT4;
+          suffix = "_uint4";
+        } else if (scheme == HURRAY_SCHEME_PER_CHANNEL || scheme == HURRAY_SCHEME_BLOCK_AFFINE) {
+          o.symmetric = 0;
+          o.code_dtype = HURRAY_DTYPE_UINT8;
+          o.scale_dtype = HURRAY_DTYPE_FLOAT16;
+          suffix = "_asymmetric";
+        } else {
+          continue;
+        }
+      }
+      HurrayDescriptor *d = NULL;
+      HurrayBufferList *list = NULL;
+      if (hurray_quantize(src, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){ROWS, COLS}, &o, &d, &list,
+                          &e) != HURRAY_OK) {
+        die(hurray_quant_scheme_name((HurrayQuantScheme)scheme), &e);
+      }
+      char name[96];
+      snprintf(name, sizeof name, "quantize_%s%s",
+               hurray_quant_scheme_name((HurrayQuantScheme)scheme), suffix);
+      add_seed(name, d, list);
+    }
+  }
+}
+
+/* flags | u16 length | descriptor | [zero specs] | buffers */
+static void write_list_seed(const char *target, const Seed *s, bool specs) {
+  uint8_t *desc = NULL;
+  size_t len = 0;
+  HurrayError e = {0};
+  if (hurray_descriptor_encode(s->d, &desc, &len, &e) != HURRAY_OK) die("encode", &e);
+  if (len > 0xFFFF) die("descriptor too long for a seed", NULL);
+  size_t n = hurray_buffer_list_len(s->list), total = 3 + len + (specs ? 4 * n : 0);
+  for (size_t i = 0; i < n; i++) total += hurray_buffer_size(hurray_buffer_list_get(s->list, i));
+  uint8_t *out = calloc(1, total), *p = out;
+  if (out == NULL) die("out of memory", NULL);
+  *p++ = 0;
+  *p++ = (uint8_t)len;
+  *p++ = (uint8_t)(len >> 8);
+  memcpy(p, desc, len);
+  p += len + (specs ? 4 * n : 0);
+  for (size_t i = 0; i < n; i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(s->list, i);
+    if (hurray_buffer_size(b) > 0) memcpy(p, hurray_buffer_data(b), hurray_buffer_size(b));
+    p += hurray_buffer_size(b);
+  }
+  write_bytes(target, s->name, out, total);
+  free(out);
+  hurray_free(desc);
+}
+
+static void write_file_seed(const char *name, const Seed *from, size_t count, bool metadata) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/fuzz_file_reader/seed-%s", out_dir, name);
+  HurrayWriter *w = NULL;
+  HurrayError e = {0};
+  if (hurray_writer_open(path, &w, &e) != HURRAY_OK) die(path, &e);
+  size_t written = 0;
+  for (size_t i = 0; i < count; i++) {
+    /* The writer refuses some (device memory): those have no file seed. */
+    if (hurray_writer_write_tensor(w, from[i].name, from[i].d, from[i].list, &e) == HURRAY_OK) {
+      written++;
+    }
+  }
+  if (metadata) {
+    static const uint8_t blob[3] = {0, 1, 2};
+    if (hurray_writer_set_metadata_string(w, "format", "pt", &e) != HURRAY_OK ||
+        hurray_writer_set_metadata_int(w, "step", -3, &e) != HURRAY_OK ||
+        hurray_writer_set_metadata_float(w, "lr", 0.5, &e) != HURRAY_OK ||
+        hurray_writer_set_metadata_bool(w, "final", true, &e) != HURRAY_OK ||
+        hurray_writer_set_metadata_bytes(w, "blob", blob, sizeof blob, &e) != HURRAY_OK) {
+      die("metadata", &e);
+    }
+  }
+  if (count > 0 && written == 0) {
+    hurray_writer_abort(w);
+    return;
+  }
+  if (hurray_writer_finish(w, &e) != HURRAY_OK) die("finish", &e);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s OUTPUT_DIR (e.g. fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  for (size_t i = 0; i < golden_vector_count; i++) {
+    HurrayDescriptor *d = golden_vectors[i].build();
+    add_seed(golden_vectors[i].name, d, make_buffers(d, (uint32_t)i));
+  }
+  add_quantized();
+
+  for (size_t i = 0; i < seed_count; i++) {
+    uint8_t *desc = NULL;
+    size_t len = 0;
+    HurrayError e = {0};
+    if (hurray_descriptor_encode(seeds[i].d, &desc, &len, &e) != HURRAY_OK) die("encode", &e);
+    write_bytes("fuzz_descriptor_decode", seeds[i].name, desc, len);
+    hurray_free(desc);
+    write_list_seed("fuzz_capsule_placement", &seeds[i], true);
+    write_list_seed("fuzz_dequantize", &seeds[i], false);
+    write_file_seed(seeds[i].name, &seeds[i], 1, false);
+  }
+  write_file_seed("all", seeds, seed_count, true);
+  write_file_seed("empty", seeds, 0, false);
+  write_file_seed("metadata_only", seeds, 0, true);
+
+  for (size_t i = 0; i < seed_count; i++) {
+    hurray_buffer_list_destroy(seeds[i].list);
+    hurray_descriptor_destroy(seeds[i].d);
+  }
+  printf("wrote %zu seeds per target into %s\n", seed_count, out_dir);
+  return 0;
+}

@@ -1,0 +1,155 @@
+"""python -m hurray convert SRC DST [options]
+
+The Python half of the `hurray` command: the C program (tools/hurray.c) runs
+`python3 -m hurray convert ...` for `hurray convert ...`. Exit status: 0 on
+success, 1 when the conversion fails (one line on stderr), 2 on a usage
+error."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+_DESCRIPTION = """\
+Convert a checkpoint between formats, optionally quantizing on the way.
+The formats follow the file names.
+
+sources: .safetensors, *.safetensors.index.json (or a folder holding one:
+         a sharded checkpoint), .gguf (F32, F16, BF16, F64, I8-I64, Q8_0 and
+         Q4_0, all lossless; other GGUF types are refused), .npz, .npy,
+         .pt/.pth/.bin (torch state dicts, loaded with weights_only=True),
+         .hurray
+targets: .hurray, .safetensors, .gguf (dense F32/F16/BF16/F64/I8-I64, and
+         Q8_0/Q4_0 for tensors that are exactly those), .npz, .npy (one
+         tensor), .pt/.pth/.bin (torch state dict)
+"""
+
+_EPILOG = """\
+what --quantize picks:
+  --quantize SCHEME picks, by default, every unquantized float16/bfloat16/
+  float32/float64 tensor of rank 2 whose name ends with "weight" and contains
+  none of: embed, embd, wte, wpe, norm, ln_, .ln, lm_head, router, gate_inp
+  (nor is "output.weight" or ends with ".gate.weight"). --quantize-include
+  adds names, --quantize-exclude removes them (exclude wins). Patterns are
+  shell globs (fnmatch, case-sensitive), and every option may be repeated.
+
+metadata:
+  safetensors __metadata__ is kept as hurray keys "safetensors.<key>", GGUF
+  key-value pairs as "gguf.<key>" with their GGUF types; both are restored
+  when writing that format again.
+
+exports of quantized tensors:
+  .safetensors/.npz/.npy/.pt get the values dequantized to the tensor's
+  dtype before quantization (float32 if unknown); with --keep-scales a
+  .safetensors file gets <name> (codes), <name>.scales and <name>.zero_points,
+  and the descriptor in __metadata__ as hurray.<name>.quantization.
+
+examples:
+  hurray convert model.safetensors model.hurray
+  hurray convert model.safetensors model-q4.hurray --quantize q4_0
+  hurray convert ckpt/ model.hurray --quantize nf4 --quantize-exclude '*.mlp.*'
+  hurray convert model.gguf model.hurray && hurray convert model.hurray back.gguf
+  hurray convert model.hurray model.safetensors --keep-scales
+
+exit status: 0 on success, 1 if the conversion fails, 2 on a usage error.
+See docs/impl/convert.md.
+"""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0: {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ._quant import QUANT_SCHEMES
+    parser = argparse.ArgumentParser(
+        prog="hurray", description="hurray: tensors as one descriptor plus N buffers. "
+        "(ls, info, verify and cat are in the C 'hurray' command.)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    c = sub.add_parser("convert", help="convert checkpoints to and from hurray",
+                       description=_DESCRIPTION, epilog=_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("src", metavar="SRC", help="the checkpoint to read")
+    c.add_argument("dst", metavar="DST", help="the file to write (replaced atomically)")
+    q = c.add_argument_group("quantization")
+    q.add_argument("--quantize", metavar="SCHEME", choices=QUANT_SCHEMES,
+                   help="quantize the selected tensors: " + ", ".join(QUANT_SCHEMES))
+    q.add_argument("--quantize-include", metavar="PATTERN", action="append", default=[],
+                   help="also quantize tensors whose name matches PATTERN")
+    q.add_argument("--quantize-exclude", metavar="PATTERN", action="append", default=[],
+                   help="never quantize tensors whose name matches PATTERN (wins over "
+                        "--quantize-include)")
+    q.add_argument("--block-size", metavar="N", type=_positive,
+                   help="block size for block_affine (default 32) and nf4 (default 64)")
+    q.add_argument("--threads", metavar="N", type=_threads, default=os.cpu_count() or 1,
+                   help="threads for the quantization kernels (default: all CPUs; the "
+                        "bytes are the same for any count)")
+    s = c.add_argument_group("selection and output")
+    s.add_argument("--include", metavar="PATTERN", action="append", default=[],
+                   help="convert only tensors whose name matches PATTERN")
+    s.add_argument("--exclude", metavar="PATTERN", action="append", default=[],
+                   help="leave out tensors whose name matches PATTERN")
+    s.add_argument("--keep-scales", action="store_true",
+                   help="a .safetensors target keeps quantized tensors as codes + scales "
+                        "(+ zero points) instead of dequantized values")
+    s.add_argument("--stats", action="store_true",
+                   help="store min/max/NaN/zero counts in every descriptor (.hurray targets)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing: no progress bar, no report")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
+    from ._convert import ConversionError, UsageError, convert
+    try:
+        convert(args.src, args.dst, quantize=args.quantize,
+                quantize_include=args.quantize_include, quantize_exclude=args.quantize_exclude,
+                include=args.include, exclude=args.exclude, keep_scales=args.keep_scales,
+                stats=args.stats, quiet=args.quiet, threads=args.threads,
+                block_size=args.block_size, output="json" if args.json else "table")
+    except UsageError as exc:
+        print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ConversionError, OSError) as exc:
+        print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("hurray convert: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split("\n")[0].split())
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # e.g. `| head`
+        sys.exit(EXIT_FAILURE)

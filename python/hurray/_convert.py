@@ -1,0 +1,1687 @@
+"""hurray.convert: checkpoints between safetensors, GGUF, .npz/.npy, torch
+state dicts and hurray files, optionally quantizing on the way.
+
+The rules (formats, names, the default quantization rule, the report) are in
+docs/impl/convert.md. In short:
+
+    report = hurray.convert("model.safetensors", "model.hurray", quantize="q4_0")
+    print(report.format())
+
+Sources are read tensor by tensor (memory maps where the format allows), so a
+conversion holds the source once, plus whatever new bytes it makes
+(quantized codes, re-laid-out GGUF blocks, dequantized values).
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+import struct
+import sys
+import warnings
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _dtypes
+from . import _files
+from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4,
+                          PerChannelAffine, PerTensorAffine)
+from ._hurray import HurrayError
+from ._quant import QUANT_SCHEMES
+from ._quant import quantize as _quantize
+from ._tensor import Tensor, from_numpy
+
+__all__ = ["convert", "ConversionError", "ConversionReport", "TensorReport", "ReportTotals",
+           "default_quantize_rule", "SOURCE_SUFFIXES", "TARGET_SUFFIXES"]
+
+SOURCE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".gguf", ".npz", ".npy", ".pt",
+                   ".pth", ".bin", ".hurray")
+TARGET_SUFFIXES = (".hurray", ".safetensors", ".gguf", ".npz", ".npy", ".pt", ".pth", ".bin")
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_ANY_FLOAT = FLOAT_DTYPES + ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float6_e3m2fn",
+                             "float6_e2m3fn", "float4_e2m1fn")
+
+# Hurray metadata keys the converter owns.
+SOURCE_DTYPES_KEY = "convert.source_dtypes"   # JSON {tensor: float dtype before quantization}
+GGUF_TYPES_KEY = "gguf.__types__"             # JSON {kv key: GGUF value type}, in file order
+GGUF_TENSORS_KEY = "gguf.__tensors__"         # JSON [tensor names], in file order
+SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
+
+_MX_NAMES = {"fp8_e4m3": "mxfp8_e4m3", "fp8_e5m2": "mxfp8_e5m2", "fp6_e3m2": "mxfp6_e3m2",
+             "fp6_e2m3": "mxfp6_e2m3", "fp4_e2m1": "mxfp4", "int8": "mxint8"}
+
+
+class ConversionError(Exception):
+    """A conversion that cannot be done; the message is one line and says
+    what is not supported and why."""
+
+
+class UsageError(ConversionError):
+    """Options that do not fit together (the CLI exits with status 2)."""
+
+
+# ============================================================== the report
+
+@dataclass
+class TensorReport:
+    """One converted tensor. Error fields compare the real values written
+    against the source's (float64 arithmetic); `exact` rows were copied or
+    re-laid out bit for bit and carry 0, 0 and 1.0."""
+    name: str
+    source_dtype: str
+    output: str
+    shape: Tuple[int, ...]
+    bytes_in: int
+    bytes_out: int = 0
+    quantized: bool = False
+    exact: bool = True
+    max_abs_error: Optional[float] = 0.0
+    rmse: Optional[float] = 0.0
+    cosine: Optional[float] = 1.0
+    note: str = ""
+    # sums behind the totals: elements, sum of squared errors, dot, |a|^2, |b|^2
+    _sums: Tuple[int, float, float, float, float] = field(default=(0, 0.0, 0.0, 0.0, 0.0),
+                                                          repr=False, compare=False)
+
+    @property
+    def ratio(self) -> float:
+        return _ratio_of(self.bytes_in, self.bytes_out)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "source_dtype": self.source_dtype, "output": self.output,
+                "shape": list(self.shape), "bytes_in": self.bytes_in,
+                "bytes_out": self.bytes_out, "ratio": _json_float(self.ratio),
+                "quantized": self.quantized, "exact": self.exact,
+                "max_abs_error": _json_float(self.max_abs_error), "rmse": _json_float(self.rmse),
+                "cosine": _json_float(self.cosine), "note": self.note}
+
+
+@dataclass
+class ReportTotals:
+    tensors: int
+    quantized: int
+    bytes_in: int
+    bytes_out: int
+    max_abs_error: float
+    rmse: float
+    cosine: float
+
+    @property
+    def ratio(self) -> float:
+        return _ratio_of(self.bytes_in, self.bytes_out)
+
+    def to_dict(self) -> dict:
+        return {"tensors": self.tensors, "quantized": self.quantized, "bytes_in": self.bytes_in,
+                "bytes_out": self.bytes_out, "ratio": _json_float(self.ratio),
+                "max_abs_error": _json_float(self.max_abs_error), "rmse": _json_float(self.rmse),
+                "cosine": _json_float(self.cosine)}
+
+
+@dataclass
+class ConversionReport:
+    source: str
+    target: str
+    source_format: str
+    target_format: str
+    scheme: Optional[str] = None
+    rows: List[TensorReport] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    metadata_keys: int = 0
+
+    @property
+    def totals(self) -> ReportTotals:
+        """Sizes summed; errors over every element of every measured tensor
+        (max of the maxima, RMSE and cosine of the concatenation)."""
+        n = sq = dot = na = nb = 0.0
+        max_abs = 0.0
+        for r in self.rows:
+            c, s, d, a, b = r._sums
+            n, sq, dot, na, nb = n + c, sq + s, dot + d, na + a, nb + b
+            if r.max_abs_error is not None and not (r.max_abs_error <= max_abs):
+                max_abs = r.max_abs_error
+        rmse = math.sqrt(sq / n) if n else 0.0
+        cosine = _cosine(dot, na, nb) if n else 1.0
+        return ReportTotals(len(self.rows), sum(r.quantized for r in self.rows),
+                            sum(r.bytes_in for r in self.rows),
+                            sum(r.bytes_out for r in self.rows), max_abs, rmse, cosine)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "target": self.target,
+                "source_format": self.source_format, "target_format": self.target_format,
+                "scheme": self.scheme, "tensors": [r.to_dict() for r in self.rows],
+                "totals": self.totals.to_dict(), "metadata_keys": self.metadata_keys,
+                "notes": list(self.notes)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def format(self) -> str:
+        """The report as an aligned text table, a totals line, then notes."""
+        head = ("tensor", "from", "to", "shape", "in", "out", "ratio", "max abs", "rmse",
+                "cosine", "note")
+        lines = []
+        for r in self.rows:
+            lines.append((r.name, r.source_dtype, r.output, _shape_str(r.shape),
+                          _size(r.bytes_in), _size(r.bytes_out), _ratio(r.ratio),
+                          _err(r.max_abs_error), _err(r.rmse), _cos(r.cosine), r.note))
+        t = self.totals
+        lines.append((f"total: {t.tensors} tensors, {t.quantized} quantized", "", "", "",
+                      _size(t.bytes_in), _size(t.bytes_out), _ratio(t.ratio),
+                      _err(t.max_abs_error), _err(t.rmse), _cos(t.cosine), ""))
+        widths = [max(len(row[i]) for row in [head] + lines) for i in range(len(head))]
+        right = {4, 5, 6, 7, 8, 9}
+
+        def render(row):
+            cells = [c.rjust(w) if i in right else c.ljust(w)
+                     for i, (c, w) in enumerate(zip(row, widths))]
+            return "  ".join(cells).rstrip()
+
+        out = [render(head), render(tuple("-" * w for w in widths))]
+        out += [render(row) for row in lines[:-1]]
+        out.append(render(tuple("-" * w for w in widths)))
+        out.append(render(lines[-1]))
+        out.append(f"{self.source_format} -> {self.target_format}: {self.target}"
+                   f" ({self.metadata_keys} metadata keys)")
+        out += [f"note: {n}" for n in self.notes]
+        return "\n".join(out)
+
+
+def _ratio_of(bytes_in: int, bytes_out: int) -> float:
+    if bytes_out:
+        return bytes_in / bytes_out
+    return 1.0 if bytes_in == 0 else math.inf
+
+
+def _json_float(v):
+    if v is None or math.isfinite(v):
+        return v
+    return str(v)  # "inf", "nan": JSON has no literal for them
+
+
+def _shape_str(shape) -> str:
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _size(nbytes: int) -> str:
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    n = float(nbytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            break
+    return f"{n:.1f} {unit}"
+
+
+def _ratio(r: float) -> str:
+    return f"{r:.2f}x" if math.isfinite(r) else "-"
+
+
+def _err(v) -> str:
+    if v is None:
+        return "-"
+    return "0" if v == 0 else f"{v:.3g}"
+
+
+def _cos(v) -> str:
+    return "-" if v is None else f"{v:.6f}"
+
+
+def _cosine(dot: float, na: float, nb: float) -> float:
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    den = math.sqrt(na * nb)
+    if not math.isfinite(den) or den == 0:
+        den = math.sqrt(na) * math.sqrt(nb)
+    c = dot / den
+    return max(-1.0, min(1.0, c)) if math.isfinite(c) else c
+
+
+_CHUNK = 1 << 18  # elements per step of _measure: three float64 buffers fit in L2
+
+
+def _chunk_sums(a: np.ndarray, b: np.ndarray, start: int, local) -> tuple:
+    """max |a-b|, sum (a-b)^2, a.b, a.a, b.b over one chunk, in float64."""
+    bufs = getattr(local, "bufs", None)
+    if bufs is None:
+        bufs = local.bufs = (np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK))
+    x, y, d = bufs
+    ca, cb = a[start:start + _CHUNK], b[start:start + _CHUNK]
+    m = ca.size
+    x, y, d = x[:m], y[:m], d[:m]
+    np.copyto(x, ca, casting="unsafe")
+    np.copyto(y, cb, casting="unsafe")
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(x, y, out=d)
+        top = max(float(d.max()), -float(d.min()))
+        if np.isnan(top):
+            top = math.nan
+        return (top, float(np.einsum("i,i->", d, d)), float(np.einsum("i,i->", x, y)),
+                float(np.einsum("i,i->", x, x)), float(np.einsum("i,i->", y, y)))
+
+
+def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
+    """Errors of `out` against `ref` in float64, a chunk at a time (chunks
+    spread over `threads`; the sums are combined in chunk order, so the
+    numbers do not depend on the thread count)."""
+    import threading
+    a = np.asarray(ref).reshape(-1)
+    b = np.asarray(out).reshape(-1)
+    if a.size != b.size:
+        raise ConversionError(f"internal: {a.size} reference values against {b.size} outputs")
+    if a.dtype.kind == "c" or b.dtype.kind == "c":
+        a, b = a.real, b.real  # pragma: no cover - complex tensors are never quantized
+    local = threading.local()
+    starts = range(0, a.size, _CHUNK)
+    if threads > 1 and len(starts) > 2:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(lambda s: _chunk_sums(a, b, s, local), starts))
+    else:
+        parts = [_chunk_sums(a, b, s, local) for s in starts]
+    max_abs, sq, dot, na, nb = 0.0, 0.0, 0.0, 0.0, 0.0
+    for top, s2, d2, a2, b2 in parts:
+        if not (top <= max_abs):
+            max_abs = top
+        sq, dot, na, nb = sq + s2, dot + d2, na + a2, nb + b2
+    n = a.size
+    rmse = math.sqrt(sq / n) if n else 0.0
+    return max_abs, rmse, _cosine(dot, na, nb), (n, sq, dot, na, nb)
+
+
+# ============================================================== names and rules
+
+_SKIP_WORDS = ("embed", "embd", "wte", "wpe", "norm", "ln_", ".ln", "lm_head", "router",
+               "gate_inp")
+_SKIP_EXACT = ("output.weight",)  # GGUF's output head (lm_head in other formats)
+
+
+def default_quantize_rule(name: str, dtype: str, shape: Sequence[int],
+                          quantized: bool = False) -> bool:
+    """The default choice of what --quantize applies to: unquantized
+    float16/bfloat16/float32/float64 tensors of rank 2 whose name ends with
+    "weight" and does not look like an embedding, a norm, the output head
+    or a MoE router (see docs/impl/convert.md)."""
+    if quantized or dtype not in FLOAT_DTYPES or len(shape) != 2:
+        return False
+    low = name.lower()
+    if not low.endswith("weight"):
+        return False
+    if low in _SKIP_EXACT or low.endswith(".gate.weight"):
+        return False
+    return not any(w in low for w in _SKIP_WORDS)
+
+
+def _patterns(value) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)):
+        value = (value,)
+    return tuple(str(v) for v in value)
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _selected(name: str, include, exclude) -> bool:
+    if include and not _matches(name, include):
+        return False
+    return not _matches(name, exclude)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def describe(d: Descriptor) -> str:
+    """A short name for what a tensor holds: a dtype, or a scheme name."""
+    q = d.quantization
+    layout = d.layout
+    suffix = ""
+    if isinstance(layout, Composite):
+        return "composite"
+    if not isinstance(layout, Dense):
+        suffix = f" ({getattr(layout, 'format', type(layout).__name__.lower())})"
+    if q is None:
+        return d.dtype + suffix
+    if isinstance(q, BlockAffine):
+        if (q.block_size == 32 and q.axis == len(d.shape) - 1 and q.scale_dtype == "float16"
+                and q.zero_point_buffer is None):
+            if d.dtype == "int8" and q.zero_point == 0:
+                return "q8_0" + suffix
+            if d.dtype == "uint4" and q.zero_point == 8:
+                return "q4_0" + suffix
+        return f"block_affine({d.dtype}, {q.block_size})" + suffix
+    if isinstance(q, PerChannelAffine):
+        return f"per_channel({d.dtype})" + suffix
+    if isinstance(q, PerTensorAffine):
+        return f"affine({d.dtype})" + suffix
+    if isinstance(q, Nf4):
+        return ("nf4" if q.block_size == 64 else f"nf4({q.block_size})") + suffix
+    if isinstance(q, Mxfp):
+        return _MX_NAMES.get(q.element, "mx") + suffix
+    return "quantized" + suffix  # pragma: no cover
+
+
+def _stored_bytes(d: Descriptor) -> int:
+    return sum(b.byte_size for b in d.buffers)
+
+
+def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
+    raw: np.ndarray = np.empty(nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes]
+
+
+def _contiguous(array) -> np.ndarray:
+    """Row-major, keeping a 0-d array 0-d (np.ascontiguousarray makes it 1-d)."""
+    a = np.asarray(array)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _values(t: Tensor, threads: int) -> np.ndarray:
+    """The real values of a tensor: dequantized (float32) if quantized,
+    densified if sparse or paged, a zero-copy view if dense."""
+    d = t.descriptor
+    if d.quantization is not None:
+        return t.dequantize(np.float32, threads=threads)
+    if isinstance(d.layout, Dense):
+        return t.numpy()
+    return t.to_dense()
+
+
+# ============================================================== sources
+
+class _Source:
+    format = "?"
+
+    def names(self) -> List[str]:
+        raise NotImplementedError
+
+    def info(self, name: str) -> Tuple[str, Tuple[int, ...], int]:
+        """(dtype label, shape, stored bytes), cheaply."""
+        raise NotImplementedError
+
+    def get(self, name: str) -> Tensor:
+        raise NotImplementedError
+
+    def metadata(self) -> Dict[str, Any]:
+        return {}
+
+    def refused(self) -> Dict[str, str]:
+        """Entries that are not tensors: name -> why they cannot be converted."""
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+             "F8_E8M0": 1, "C64": 8}
+_KEEP_SCALES_PARTS = {"data": "", "scales": ".scales", "zero_points": ".zero_points"}
+
+
+def _torch_raw(t) -> np.ndarray:
+    import torch
+    t = t.detach().contiguous()
+    if t.numel() == 0:
+        return np.zeros(0, np.uint8)
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+class _SafetensorsSource(_Source):
+    format = "safetensors"
+
+    def __init__(self, files: Sequence[str], weight_map: Optional[Mapping[str, str]] = None,
+                 index_metadata: Any = None):
+        try:
+            from safetensors import safe_open
+        except ImportError:  # pragma: no cover
+            raise ConversionError("reading safetensors needs the 'safetensors' package") from None
+        self._handles = {}
+        self._where: Dict[str, Any] = {}
+        meta: Dict[str, str] = {}
+        for path in files:
+            try:
+                h = safe_open(path, framework="pt")
+            except Exception as exc:  # safetensors raises its own error types
+                raise ConversionError(f"cannot read safetensors file {path}: "
+                                      f"{_first_line(exc)}") from None
+            self._handles[path] = h
+            for k, v in (h.metadata() or {}).items():
+                meta.setdefault(k, v)
+            for key in h.keys():
+                if weight_map is None or weight_map.get(key) == path:
+                    self._where.setdefault(key, h)
+        if weight_map is not None:
+            missing = sorted(set(weight_map) - set(self._where))
+            if missing:
+                raise ConversionError(
+                    f"the index maps {missing[0]!r} to {weight_map[missing[0]]}, which does not "
+                    f"hold it ({len(missing)} tensors missing)")
+        # --keep-scales exports: reassemble <name>, <name>.scales, <name>.zero_points
+        self._quant: Dict[str, Descriptor] = {}
+        self._src_dtypes: Dict[str, str] = {}
+        self._meta: Dict[str, Any] = {}
+        for k, v in meta.items():
+            if k.startswith("hurray.") and k.endswith(".quantization"):
+                name = k[len("hurray."):-len(".quantization")]
+                try:
+                    self._quant[name] = Descriptor.from_dict(json.loads(v))
+                except (ValueError, KeyError, TypeError, HurrayError) as exc:
+                    raise ConversionError(f"metadata {k!r} is not a valid hurray descriptor: "
+                                          f"{_first_line(exc)}") from None
+            elif k.startswith("hurray.") and k.endswith(".dtype"):
+                self._src_dtypes[k[len("hurray."):-len(".dtype")]] = v
+            else:
+                self._meta["safetensors." + k] = v
+        if self._src_dtypes:
+            self._meta[SOURCE_DTYPES_KEY] = json.dumps(self._src_dtypes)
+        if index_metadata is not None:
+            self._meta[SAFETENSORS_INDEX_KEY] = json.dumps(index_metadata)
+        hidden = set()
+        for name, d in self._quant.items():
+            for b in d.buffers:
+                part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
+                if part not in self._where:
+                    raise ConversionError(f"tensor {name!r} is described as quantized in the "
+                                          f"metadata, but {part!r} is missing")
+                if part != name:
+                    hidden.add(part)
+        self._names = sorted(k for k in self._where if k not in hidden)
+
+    def names(self):
+        return list(self._names)
+
+    def info(self, name):
+        if name in self._quant:
+            d = self._quant[name]
+            return describe(d), d.shape, _stored_bytes(d)
+        sl = self._where[name].get_slice(name)
+        dtype, shape = sl.get_dtype(), tuple(sl.get_shape())
+        return dtype, shape, math.prod(shape) * _ST_BYTES.get(dtype, 0)
+
+    def get(self, name):
+        from .torch import from_torch
+        if name in self._quant:
+            return self._get_quantized(name)
+        try:
+            t = self._where[name].get_tensor(name)
+        except Exception as exc:
+            raise ConversionError(f"cannot read tensor {name!r}: {_first_line(exc)}") from None
+        return from_torch(t)
+
+    def _get_quantized(self, name):
+        d = self._quant[name]
+        q = d.quantization
+        buffers = []
+        for i, b in enumerate(d.buffers):
+            part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
+            raw = _torch_raw(self._where[part].get_tensor(part))
+            dtype = None
+            if b.role == "data":
+                dtype = d.dtype
+            elif b.role == "zero_points" and q is not None:
+                dtype = getattr(q, "zero_point_dtype", None)
+            if dtype is not None and _dtypes.is_packed(dtype):
+                raw = _dtypes.pack(dtype, raw)
+            if raw.size != b.byte_size:
+                raise ConversionError(f"{part!r} holds {raw.size} bytes, the descriptor in the "
+                                      f"metadata places {b.byte_size}")
+            buf = _aligned(raw.size, max(b.alignment, 64))
+            buf[:] = raw
+            buffers.append(buf)
+        return Tensor(d, buffers)
+
+    def metadata(self):
+        return dict(self._meta)
+
+
+class _GgufSource(_Source):
+    format = "gguf"
+
+    def __init__(self, path: str):
+        try:
+            import gguf
+        except ImportError:  # pragma: no cover
+            raise ConversionError("reading GGUF needs the 'gguf' package") from None
+        self._gguf = gguf
+        try:
+            self._reader = gguf.GGUFReader(path, "r")
+        except (ValueError, KeyError, OSError) as exc:
+            raise ConversionError(f"cannot read GGUF file {path}: {_first_line(exc)}") from None
+        if self._reader.byte_order != "I":
+            raise ConversionError(f"{path} is a big-endian GGUF file; hurray reads "
+                                  "little-endian GGUF only")
+        self._tensors = {t.name: t for t in self._reader.tensors}
+        self._order = [t.name for t in self._reader.tensors]
+
+    _DENSE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
+              "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64"}
+    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64")
+
+    def names(self):
+        return list(self._order)
+
+    def _type(self, name) -> str:
+        rt = self._tensors[name]
+        kind = rt.tensor_type.name
+        if kind not in self.SUPPORTED:
+            raise ConversionError(
+                f"GGUF tensor {name!r} has type {kind}, which hurray cannot import "
+                f"losslessly; supported: {', '.join(self.SUPPORTED)}")
+        return kind
+
+    def info(self, name):
+        kind = self._type(name)
+        rt = self._tensors[name]
+        return kind, tuple(int(x) for x in reversed(rt.shape.tolist())), int(rt.n_bytes)
+
+    def get(self, name):
+        kind = self._type(name)
+        rt = self._tensors[name]
+        shape = tuple(int(x) for x in reversed(rt.shape.tolist()))
+        if kind in self._DENSE:
+            dtype = _dtypes.to_numpy(self._DENSE[kind])
+            data = np.asarray(rt.data).reshape(-1).view(np.uint8)
+            return from_numpy(data.view(dtype).reshape(shape))
+        block = 34 if kind == "Q8_0" else 18
+        blocks = np.asarray(rt.data).reshape(-1).view(np.uint8).reshape(-1, block)
+        nb = blocks.shape[0]
+        scales = _aligned(nb * 2)
+        scales.reshape(nb, 2)[:] = blocks[:, :2]  # the d fields, bit for bit
+        if kind == "Q8_0":
+            codes = _aligned(nb * 32)
+            codes.reshape(nb, 32)[:] = blocks[:, 2:]
+            dtype, zero_point = "int8", 0
+        else:
+            # GGUF byte j: element j (low nibble), element j+16 (high nibble);
+            # hurray byte k: element 2k (low), element 2k+1 (high).
+            g = blocks[:, 2:]
+            c = np.concatenate([g & 0x0F, g >> 4], axis=1)
+            codes = _aligned(nb * 16)
+            codes.reshape(nb, 16)[:] = c[:, 0::2] | (c[:, 1::2] << 4)
+            dtype, zero_point = "uint4", 8
+        quant = BlockAffine(axis=len(shape) - 1, block_size=32, scale_buffer=1,
+                            scale_dtype="float16", zero_point=zero_point)
+        d = Descriptor(dtype, shape, quantization=quant,
+                       buffers=[Buffer("data", codes.size, 64), Buffer("scales", scales.size, 64)])
+        return Tensor(d, [codes, scales])
+
+    def metadata(self):
+        V = self._gguf.GGUFValueType
+        out: Dict[str, Any] = {}
+        types: Dict[str, str] = {}
+        for key, f in self._reader.fields.items():
+            if key.startswith("GGUF."):
+                continue  # the header (version, counts): not key-value pairs
+            main = V(int(f.types[0]))
+            if main == V.ARRAY:
+                sub = V(int(f.parts[3][0]))  # present even for an empty array
+                if sub == V.ARRAY:
+                    raise ConversionError(f"GGUF key {key!r} is an array of arrays, which "
+                                          "hurray cannot carry")
+                if sub == V.STRING:
+                    items = [bytes(f.parts[i]).decode("utf-8", "surrogateescape")
+                             for i in f.data]
+                else:
+                    items = [v for i in f.data for v in f.parts[i].tolist()]
+                types[key] = "ARRAY:" + sub.name
+                out["gguf." + key] = json.dumps(items)
+                continue
+            types[key] = main.name
+            if main == V.STRING:
+                raw = bytes(f.parts[-1])
+                try:
+                    out["gguf." + key] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    out["gguf." + key] = raw  # kept as bytes, written back as they are
+            elif main == V.BOOL:
+                out["gguf." + key] = bool(f.parts[-1][0])
+            elif main in (V.FLOAT32, V.FLOAT64):
+                out["gguf." + key] = float(f.parts[-1][0])
+            else:
+                v = int(f.parts[-1][0])
+                out["gguf." + key] = v if v < 2 ** 63 else str(v)  # hurray ints are int64
+        out[GGUF_TYPES_KEY] = json.dumps(types)
+        out[GGUF_TENSORS_KEY] = json.dumps(self._order)
+        return out
+
+
+class _NpzSource(_Source):
+    format = "npz"
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._npz = np.load(path, allow_pickle=False)
+            self._zip = zipfile.ZipFile(path)
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        self._members = {n[:-4]: n for n in self._zip.namelist() if n.endswith(".npy")}
+        self._names = list(self._npz.files)
+
+    def names(self):
+        return list(self._names)
+
+    def info(self, name):
+        member = self._members.get(name)
+        header = None
+        if member is not None:
+            with self._zip.open(member) as fp:
+                try:
+                    version = np.lib.format.read_magic(fp)
+                    if version == (1, 0):
+                        header = np.lib.format.read_array_header_1_0(fp)
+                    elif version == (2, 0):
+                        header = np.lib.format.read_array_header_2_0(fp)
+                except ValueError:
+                    header = None
+        if header is None:
+            a = self._array(name)
+            shape, dtype = a.shape, a.dtype
+        else:
+            shape, _, dtype = header
+        if dtype.hasobject:
+            raise ConversionError(f"{self.path}: array {name!r} holds Python objects; hurray "
+                                  "converts numeric arrays only")
+        return str(dtype), tuple(shape), math.prod(shape) * dtype.itemsize
+
+    def _array(self, name):
+        try:
+            return self._npz[name]
+        except ValueError as exc:  # object arrays with allow_pickle=False
+            raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
+
+    def get(self, name):
+        return _from_numpy_checked(self._array(name), name)
+
+    def close(self):
+        self._npz.close()
+        self._zip.close()
+
+
+def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    try:
+        return from_numpy(a)
+    except ValueError as exc:
+        raise ConversionError(f"array {name!r} of dtype {a.dtype}: {_first_line(exc)}") from None
+
+
+class _NpySource(_Source):
+    format = "npy"
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        base = os.path.basename(path)
+        self._name = base[:-4] if base.endswith(".npy") else base
+
+    def names(self):
+        return [self._name]
+
+    def info(self, name):
+        a = self._array
+        return str(a.dtype), tuple(a.shape), int(a.nbytes)
+
+    def get(self, name):
+        return _from_numpy_checked(self._array, name)
+
+
+class _TorchSource(_Source):
+    format = "torch"
+
+    def __init__(self, path: str):
+        try:
+            import torch
+        except ImportError:  # pragma: no cover
+            raise ConversionError("reading torch checkpoints needs the 'torch' package") from None
+        self._torch = torch
+        try:
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+        except OSError as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        except Exception as exc:  # UnpicklingError and friends
+            text = str(exc)
+            detail = next((line.strip() for line in text.splitlines()
+                           if "Unsupported global" in line or "Unsupported operand" in line),
+                          _first_line(exc))
+            raise ConversionError(
+                f"{path}: torch.load(weights_only=True) refused it: {detail}; hurray loads "
+                "state dicts of tensors only, never arbitrary pickled objects") from None
+        self._tensors: Dict[str, Any] = {}
+        self._refused: Dict[str, str] = {}
+        self._flatten("", obj)
+        if not self._tensors and not self._refused:
+            raise ConversionError(f"{path} holds a {type(obj).__name__}, not a state dict")
+
+    def _flatten(self, prefix: str, obj) -> None:
+        torch = self._torch
+        if isinstance(obj, torch.Tensor):
+            self._tensors[prefix or "tensor"] = obj
+        elif isinstance(obj, Mapping):
+            for k, v in obj.items():
+                self._flatten(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            self._refused[prefix or "<root>"] = (
+                f"torch checkpoint entry {prefix or '<root>'!r} is a {type(obj).__name__}, not "
+                "a tensor; hurray converts state dicts of tensors (leave it out with --exclude)")
+
+    def names(self):
+        return list(self._tensors)
+
+    def refused(self):
+        return dict(self._refused)
+
+    def info(self, name):
+        t = self._tensors[name]
+        return (str(t.dtype).replace("torch.", ""), tuple(t.shape),
+                t.numel() * t.element_size())
+
+    def get(self, name):
+        from .torch import from_torch
+        try:
+            return from_torch(self._tensors[name])
+        except HurrayError as exc:
+            raise ConversionError(f"tensor {name!r}: {_first_line(exc)}") from None
+
+
+class _HurraySource(_Source):
+    format = "hurray"
+
+    def __init__(self, path: str):
+        try:
+            self._file = _files.open(path)
+        except HurrayError as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+
+    def names(self):
+        return self._file.keys()
+
+    def info(self, name):
+        d = self._file.descriptor(name)
+        return describe(d), d.shape, _stored_bytes(d)
+
+    def get(self, name):
+        return self._file[name]
+
+    def metadata(self):
+        return dict(self._file.metadata)
+
+    def close(self):
+        self._file.close()
+
+
+def _source_kind(path: str) -> str:
+    low = path.lower()
+    if os.path.isdir(path):
+        return "dir"
+    for suffix, kind in ((".safetensors.index.json", "safetensors-index"),
+                         (".safetensors", "safetensors"), (".gguf", "gguf"), (".npz", "npz"),
+                         (".npy", "npy"), (".pt", "torch"), (".pth", "torch"), (".bin", "torch"),
+                         (".hurray", "hurray")):
+        if low.endswith(suffix):
+            return kind
+    raise ConversionError(f"cannot tell the format of {path!r} from its name; sources end with "
+                          f"{', '.join(SOURCE_SUFFIXES)} (or are a folder holding a "
+                          "*.safetensors.index.json)")
+
+
+def _open_source(path: str) -> _Source:
+    kind = _source_kind(path)
+    if not os.path.exists(path):
+        raise ConversionError(f"{path}: no such file or directory")
+    if kind == "dir":
+        indexes = sorted(n for n in os.listdir(path) if n.endswith(".safetensors.index.json"))
+        if len(indexes) == 1:
+            return _open_index(os.path.join(path, indexes[0]))
+        if len(indexes) > 1:
+            raise ConversionError(f"{path} holds {len(indexes)} *.safetensors.index.json files; "
+                                  "name the one to convert")
+        files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        if len(files) == 1:
+            return _SafetensorsSource([os.path.join(path, files[0])])
+        raise ConversionError(f"{path} is a folder without a *.safetensors.index.json "
+                              f"(and {len(files)} .safetensors files); name a file")
+    if kind == "safetensors-index":
+        return _open_index(path)
+    if kind == "safetensors":
+        return _SafetensorsSource([path])
+    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource, "torch": _TorchSource,
+            "hurray": _HurraySource}[kind](path)
+
+
+def _open_index(path: str) -> _Source:
+    try:
+        with open(path, encoding="utf-8") as f:
+            index = json.load(f)
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConversionError(f"{path} is not a safetensors index: {_first_line(exc)}") from None
+    folder = os.path.dirname(path)
+    full = {name: os.path.join(folder, shard) for name, shard in weight_map.items()}
+    files = sorted(set(full.values()))
+    for shard_path in files:
+        if not os.path.exists(shard_path):
+            raise ConversionError(f"{path} names shard {os.path.basename(shard_path)}, which "
+                                  "does not exist")
+    src = _SafetensorsSource(files, full, index.get("metadata"))
+    src.format = "safetensors (sharded)"
+    return src
+
+
+# ============================================================== targets
+
+@dataclass
+class _Out:
+    """What a target made of one tensor: a label, the bytes it will write,
+    and, when the values changed form (dequantized), the values written."""
+    label: str
+    nbytes: int
+    values: Optional[Callable[[], np.ndarray]] = None
+    note: str = ""
+
+
+def _widen(dtype: str, native: Iterable[str]) -> Optional[str]:
+    """The dtype a format without `dtype` gets instead (values exact), or
+    None if there is none."""
+    if dtype in native:
+        return dtype
+    if dtype == "int4":
+        return "int8"
+    if dtype == "uint4":
+        return "uint8"
+    if dtype in _ANY_FLOAT:
+        return "float32"
+    return None
+
+
+class _Target:
+    format = "?"
+
+    def __init__(self, path: str, options: "_Options"):
+        self.path = path
+        self.options = options
+
+    def check_scheme(self, scheme: Optional[str]) -> None:
+        pass
+
+    def quantizable(self, shape) -> Optional[str]:
+        """None, or why a tensor of this shape cannot be stored quantized."""
+        return None
+
+    def add(self, name: str, t: Tensor, source_dtype: Optional[str]) -> _Out:
+        raise NotImplementedError
+
+    def finish(self, metadata: Dict[str, Any], report: ConversionReport) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        pass
+
+
+class _HurrayTarget(_Target):
+    format = "hurray"
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._tensors: Dict[str, Tensor] = {}
+
+    def add(self, name, t, source_dtype):
+        self._tensors[name] = t
+        return _Out(describe(t.descriptor), _stored_bytes(t.descriptor))
+
+    def finish(self, metadata, report):
+        report.metadata_keys = len(metadata)
+        try:
+            _files.save(self.path, self._tensors, metadata, statistics=self.options.stats)
+        except (HurrayError, TypeError, OverflowError) as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+
+
+def _tmp_path(path: str) -> str:
+    folder, base = os.path.split(os.path.abspath(path))
+    stem = base
+    for suffix in (".npz", ".safetensors", ".gguf"):
+        if base.endswith(suffix):
+            stem = base[:-len(suffix)]
+            return os.path.join(folder, f".{stem}.{os.getpid()}.tmp{suffix}")
+    return os.path.join(folder, f".{stem}.{os.getpid()}.tmp")
+
+
+class _FileTarget(_Target):
+    """Targets written by another library: into a temporary file in the
+    same folder, renamed over the destination when complete."""
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self.tmp = _tmp_path(path)
+
+    def publish(self) -> None:
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+
+
+class _DenseTarget(_FileTarget):
+    """safetensors, torch, npz, npy: dense arrays only. Quantized tensors
+    are dequantized to the dtype they had before quantization (float32 if
+    unknown); dtypes the format lacks are widened exactly."""
+    native: Tuple[str, ...] = ()
+
+    def dense_array(self, name: str, t: Tensor, source_dtype: Optional[str]):
+        d = t.descriptor
+        if isinstance(d.layout, Composite):
+            raise ConversionError(f"tensor {name!r} is a composite tensor; only .hurray files "
+                                  f"hold those, {self.format} has no form for it")
+        note = ""
+        if d.quantization is not None:
+            out_dtype = source_dtype if source_dtype in FLOAT_DTYPES else "float32"
+            wide = _widen(out_dtype, self.native)
+            if wide != out_dtype:
+                note = f"{self.format} has no {out_dtype}: written as {wide}"
+            threads = self.options.threads
+            array = t.dequantize(_dtypes.to_numpy(wide), threads=threads)
+            return array, True, ("dequantized" + (f"; {note}" if note else ""))
+        if not isinstance(d.layout, Dense):
+            array = t.to_dense()
+            note = f"{describe(d).split(' ')[-1].strip('()')} densified"
+        else:
+            array = t.numpy()
+        wide = _widen(d.dtype, self.native)
+        if wide is None:
+            raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
+                                  "cannot hold; convert to .hurray instead")
+        if wide != d.dtype:
+            array = array.astype(_dtypes.to_numpy(wide))
+            note = (note + "; " if note else "") + f"{self.format} has no {d.dtype}: " \
+                                                    f"written as {wide} (exact)"
+        return array, False, note
+
+
+def _to_torch_array(array: np.ndarray):
+    from .torch import to_torch
+    return to_torch(from_numpy(_contiguous(array)))
+
+
+_TORCH_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+                 "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+_SAFETENSORS_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
+                       "float8_e4m3fn", "float8_e5m2")
+_ST_NAMES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
+             "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
+             "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
+             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+
+
+class _TorchishTarget(_DenseTarget):
+    """Targets holding torch tensors until one call writes them all."""
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._tensors: Dict[str, Any] = {}
+        self._pointers: set = set()
+
+    def put(self, name: str, tensor) -> int:
+        tensor = tensor.contiguous()
+        ptr = tensor.data_ptr()
+        if tensor.numel() and ptr in self._pointers:
+            tensor = tensor.clone()  # tied weights: each tensor its own memory
+        self._pointers.add(tensor.data_ptr())
+        self._tensors[name] = tensor
+        return tensor.numel() * tensor.element_size()
+
+    def label(self, dtype: str) -> str:
+        return dtype
+
+    def add(self, name, t, source_dtype):
+        from .torch import to_torch
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        if not changed and not note and t.descriptor.quantization is None and \
+                isinstance(t.descriptor.layout, Dense):
+            tensor = to_torch(t)  # shares the source's memory
+        else:
+            tensor = _to_torch_array(array)
+        dtype = _dtypes.from_numpy(array.dtype)
+        nbytes = self.put(name, tensor)
+        return _Out(self.label(dtype), nbytes, (lambda: array) if changed else None, note)
+
+
+class _SafetensorsTarget(_TorchishTarget):
+    format = "safetensors"
+    native = _SAFETENSORS_NATIVE
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._extra_meta: Dict[str, str] = {}
+
+    def label(self, dtype):
+        return _ST_NAMES.get(dtype, dtype)
+
+    def add(self, name, t, source_dtype):
+        d = t.descriptor
+        if self.options.keep_scales and d.quantization is not None:
+            if isinstance(d.layout, Dense):
+                return self._add_keep_scales(name, t, source_dtype)
+            out = super().add(name, t, source_dtype)
+            out.note += "; not dense: dequantized (--keep-scales takes dense tensors)"
+            return out
+        return super().add(name, t, source_dtype)
+
+    def _add_keep_scales(self, name, t, source_dtype):
+        """Codes as <name>, scales as <name>.scales, zero points as
+        <name>.zero_points; the descriptor (normalized: row-major, offset 0)
+        in the metadata as hurray.<name>.quantization."""
+        d = t.descriptor
+        q = d.quantization
+        for part in (name + ".scales", name + ".zero_points"):
+            if part in self._tensors:
+                raise ConversionError(f"--keep-scales would write {part!r}, which is also the "
+                                      "name of a tensor")
+        codes = _contiguous(t.numpy())
+        if _dtypes.is_packed(d.dtype):
+            codes = codes.view(np.uint8)  # one code per byte, its bits in the low bits
+        parts = {"data": codes}
+        if not isinstance(q, PerTensorAffine):
+            scales = _contiguous(t.scales())
+            if scales.dtype == _dtypes.to_numpy("float8_e8m0fnu"):
+                scales = scales.view(np.uint8)  # E8M0 bytes
+            parts["scales"] = scales
+        zp_dtype = getattr(q, "zero_point_dtype", None)
+        if getattr(q, "zero_point_buffer", None) is not None:
+            zp = t.zero_points()
+            if _dtypes.is_packed(zp_dtype):
+                parts["zero_points"] = (zp & 0x0F).astype(np.uint8)
+            else:
+                parts["zero_points"] = zp.astype(_dtypes.to_numpy(zp_dtype))
+        buffers = []
+        for b in d.buffers:
+            if b.role not in parts:
+                raise ConversionError(f"tensor {name!r}: buffer role {b.role!r} has no "
+                                      "--keep-scales form")
+            a = parts[b.role]
+            size = a.size * a.itemsize
+            if b.role == "data" and _dtypes.is_packed(d.dtype):
+                size = _dtypes.storage_bytes(d.dtype, a.size)
+            if b.role == "zero_points" and _dtypes.is_packed(zp_dtype):
+                size = _dtypes.storage_bytes(zp_dtype, a.size)
+            buffers.append(Buffer(b.role, size, b.alignment, b.sync_mode))
+        normal = d.replace(strides=None, byte_offset=0, buffers=buffers, statistics=None)
+        total = 0
+        for role, a in parts.items():
+            total += self.put(name + _KEEP_SCALES_PARTS[role], _to_torch_array(a))
+        spec = json.dumps(json.loads(normal.to_json()), separators=(",", ":"))
+        self._extra_meta[f"hurray.{name}.quantization"] = spec
+        if source_dtype:
+            self._extra_meta[f"hurray.{name}.dtype"] = source_dtype
+        kept = "+".join(["codes"] + [{"scales": "scales", "zero_points": "zero points"}[r]
+                                     for r in parts if r != "data"])
+        return _Out(f"{describe(d)} ({kept})", total)
+
+    def finish(self, metadata, report):
+        from safetensors.torch import save_file
+        meta = {}
+        dropped = []
+        for k, v in metadata.items():
+            if k.startswith("safetensors."):
+                meta[k[len("safetensors."):]] = v if isinstance(v, str) else json.dumps(v)
+            elif k not in (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY,
+                           GGUF_TENSORS_KEY):
+                dropped.append(k)
+        meta.update(self._extra_meta)
+        _note_dropped(report, dropped, "safetensors keeps only its own __metadata__, "
+                                       "the hurray keys safetensors.*")
+        report.metadata_keys = len(meta)
+        try:
+            save_file(self._tensors, self.tmp, metadata=meta or None)
+        except Exception as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+        self.publish()
+
+
+class _TorchTarget(_TorchishTarget):
+    format = "torch"
+    native = _TORCH_NATIVE
+
+    def finish(self, metadata, report):
+        import torch
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      "a torch state dict holds tensors only")
+        try:
+            torch.save(self._tensors, self.tmp)
+        except Exception as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+        self.publish()
+
+
+_NUMPY_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128")
+
+
+class _NpzTarget(_DenseTarget):
+    """Written as np.savez does (a stored zip of .npy members), one member
+    as each tensor arrives."""
+    format = "npz"
+    native = _NUMPY_NATIVE
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._zip = zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, name, t, source_dtype):
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        array = _contiguous(array)
+        with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
+            np.lib.format.write_array(fp, array, allow_pickle=False)
+        return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
+
+    def finish(self, metadata, report):
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      ".npz holds arrays only")
+        self._zip.close()
+        self.publish()
+
+    def abort(self):
+        try:
+            self._zip.close()
+        except Exception:
+            pass
+        super().abort()
+
+
+class _NpyTarget(_DenseTarget):
+    format = "npy"
+    native = _NUMPY_NATIVE
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._array = None
+
+    def add(self, name, t, source_dtype):
+        if self._array is not None:
+            raise ConversionError(f"{self.path}: a .npy file holds one array, and more than one "
+                                  "tensor is selected (choose one with --include, or write .npz)")
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        self._array = _contiguous(array)
+        return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
+
+    def finish(self, metadata, report):
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      ".npy holds one array only")
+        if self._array is None:
+            raise ConversionError("no tensor selected; a .npy file holds exactly one")
+        with open(self.tmp, "wb") as fp:
+            np.lib.format.write_array(fp, self._array, allow_pickle=False)
+        self.publish()
+
+
+_GGUF_DENSE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+               "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64"}
+
+
+def _gguf_quant_type(d: Descriptor) -> Optional[str]:
+    q = d.quantization
+    if not isinstance(q, BlockAffine) or not isinstance(d.layout, Dense) or not d.shape:
+        return None
+    if (q.axis != len(d.shape) - 1 or q.block_size != 32 or q.scale_dtype != "float16"
+            or q.zero_point_buffer is not None or d.shape[-1] % 32):
+        return None
+    if d.dtype == "int8" and q.zero_point == 0:
+        return "Q8_0"
+    if d.dtype == "uint4" and q.zero_point == 8:
+        return "Q4_0"
+    return None
+
+
+class _GgufTarget(_FileTarget):
+    """F32/F16/BF16/F64/I8-I64 dense tensors and block-affine tensors that
+    are exactly Q8_0 or Q4_0. Block bytes are made as each tensor is
+    written, one tensor at a time."""
+    format = "gguf"
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        try:
+            import gguf
+        except ImportError:  # pragma: no cover
+            raise ConversionError("writing GGUF needs the 'gguf' package") from None
+        self._gguf = gguf
+        self._plan: List[Tuple[str, str, Tuple[int, ...], Callable[[], np.ndarray], int]] = []
+
+    def check_scheme(self, scheme):
+        if scheme is not None and scheme not in ("q8_0", "q4_0"):
+            raise UsageError(f"GGUF holds Q8_0 and Q4_0 among hurray's schemes; --quantize "
+                             f"{scheme} cannot be written to .gguf (write .hurray or "
+                             ".safetensors instead)")
+
+    def quantizable(self, shape):
+        if not shape or shape[-1] % 32:
+            return (f"GGUF needs the last dimension to be a multiple of 32 "
+                    f"(shape {_shape_str(shape)})")
+        return None
+
+    def add(self, name, t, source_dtype):
+        d = t.descriptor
+        note = ""
+        if len(d.shape) == 0 or len(d.shape) > 4:
+            raise ConversionError(f"tensor {name!r} has rank {len(d.shape)}; GGUF tensors have "
+                                  "1 to 4 dimensions")
+        if d.quantization is not None:
+            kind = _gguf_quant_type(d)
+            if kind is None:
+                why = ""
+                if isinstance(d.quantization, BlockAffine) and d.shape[-1] % 32 and \
+                        describe(d) in ("q8_0", "q4_0"):
+                    why = f" (its last dimension, {d.shape[-1]}, is not a multiple of 32)"
+                raise ConversionError(
+                    f"tensor {name!r} is quantized as {describe(d)}{why}, which has no exact GGUF "
+                    "type (GGUF's Q8_0 and Q4_0 are block-affine int8 / uint4 codes, block 32 "
+                    "along the last axis, float16 scales); export to .safetensors or .hurray "
+                    "instead")
+            block = 34 if kind == "Q8_0" else 18
+            nb = d.numel // 32
+            byte_shape = d.shape[:-1] + (d.shape[-1] // 32 * block,)
+
+            def produce(t=t, kind=kind, nb=nb, byte_shape=byte_shape):
+                c = _contiguous(t.numpy()).view(np.uint8).reshape(nb, 32)
+                s = _contiguous(t.scales()).view(np.uint8).reshape(nb, 2)
+                blocks = np.empty((nb, 34 if kind == "Q8_0" else 18), np.uint8)
+                blocks[:, :2] = s
+                if kind == "Q8_0":
+                    blocks[:, 2:] = c
+                else:
+                    blocks[:, 2:] = c[:, :16] | (c[:, 16:] << 4)
+                return blocks.reshape(byte_shape)
+
+            nbytes = nb * block
+            self._plan.append((name, kind, byte_shape, produce, nbytes))
+            return _Out(kind, nbytes)
+        if isinstance(d.layout, Composite):
+            raise ConversionError(f"tensor {name!r} is a composite tensor; GGUF has no form "
+                                  "for it")
+        dense = isinstance(d.layout, Dense)
+        if not dense:
+            note = f"{describe(d).split(' ')[-1].strip('()')} densified"
+        kind = _GGUF_DENSE.get(d.dtype)
+        if kind is None:
+            raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which GGUF cannot "
+                                  f"hold (it holds {', '.join(_GGUF_DENSE)}); export to "
+                                  ".safetensors or .hurray instead")
+
+        def produce_dense(t=t, dense=dense):
+            return _contiguous(t.numpy() if dense else t.to_dense())
+
+        nbytes = _dtypes.storage_bytes(d.dtype, d.numel)
+        self._plan.append((name, kind, d.shape, produce_dense, nbytes))
+        return _Out(kind, nbytes, None, note)
+
+    def finish(self, metadata, report):
+        gguf = self._gguf
+        V = gguf.GGUFValueType
+        types = json.loads(metadata.get(GGUF_TYPES_KEY, "{}"))
+        order = json.loads(metadata.get(GGUF_TENSORS_KEY, "[]"))
+        kv: List[Tuple[str, Any, Any, Any]] = []
+        dropped = []
+        for k, v in metadata.items():
+            if k.startswith("gguf.") and k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY):
+                key = k[len("gguf."):]
+                if key not in types:
+                    types[key] = _guess_gguf_type(v)
+            elif k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY, SOURCE_DTYPES_KEY):
+                dropped.append(k)
+        _note_dropped(report, dropped, "GGUF carries only its own key-value pairs, the "
+                                       "hurray keys gguf.*")
+        for key, vtype in types.items():
+            if "gguf." + key not in metadata:
+                continue
+            try:
+                kv.append((key,) + _gguf_value(V, vtype, metadata["gguf." + key]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConversionError(f"metadata gguf.{key}: cannot write it as GGUF "
+                                      f"{vtype}: {_first_line(exc)}") from None
+        arch = metadata.get("gguf.general.architecture")
+        arch = arch if isinstance(arch, str) and arch else "hurray"
+        rank = {n: i for i, n in enumerate(order)}
+        plan = sorted(self._plan, key=lambda p: rank.get(p[0], len(rank)))
+
+        class Writer(gguf.GGUFWriter):
+            def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+                if vtype == V.ARRAY and sub_type is not None and len(val) == 0:
+                    out = self._pack("I", vtype) if add_vtype else b""
+                    return out + self._pack("I", sub_type) + self._pack("Q", 0)
+                return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+        try:
+            w = Writer(self.tmp, arch)
+            for key, value, vtype, sub in kv:
+                if key == "general.architecture" and vtype == V.STRING and \
+                        value == arch.encode("utf-8"):
+                    continue  # the writer put it first already
+                if key == "general.alignment":
+                    w.data_alignment = int(value)
+                w.add_key_value(key, value, vtype, sub_type=sub)
+            for name, kind, shape, _, nbytes in plan:
+                raw = getattr(gguf.GGMLQuantizationType, kind)
+                dtype = np.uint8 if kind in ("Q8_0", "Q4_0") else np.float32
+                w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=raw)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_ti_data_to_file()
+            for name, kind, shape, produce, nbytes in plan:
+                data = produce()
+                w.write_tensor_data(data.reshape(-1).view(np.uint8) if data.size else data)
+            w.close()
+        except ConversionError:
+            raise
+        except (ValueError, OSError, struct.error) as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+        report.metadata_keys = len(kv) + (0 if any(k == "general.architecture" for k, *_ in kv)
+                                          else 1)
+        self.publish()
+
+
+def _guess_gguf_type(v) -> str:
+    if isinstance(v, bool):
+        return "BOOL"
+    if isinstance(v, int):
+        if 0 <= v < 2 ** 32:
+            return "UINT32"
+        return "INT32" if -2 ** 31 <= v < 2 ** 31 else ("INT64" if v < 0 else "UINT64")
+    if isinstance(v, float):
+        return "FLOAT32"
+    return "STRING"
+
+
+def _gguf_value(V, vtype: str, value):
+    """(value, GGUF type, array sub-type) for GGUFWriter.add_key_value."""
+    def scalar(kind: str, v):
+        if kind == "STRING":
+            return v.encode("utf-8", "surrogateescape") if isinstance(v, str) else bytes(v)
+        if kind == "BOOL":
+            return bool(v)
+        if kind in ("FLOAT32", "FLOAT64"):
+            return float(v)
+        return int(v)
+
+    if vtype.startswith("ARRAY:"):
+        sub = vtype[len("ARRAY:"):]
+        items = json.loads(value) if isinstance(value, str) else list(value)
+        return [scalar(sub, v) for v in items], V.ARRAY, V[sub]
+    return scalar(vtype, value), V[vtype], None
+
+
+def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
+    if keys:
+        shown = ", ".join(sorted(keys)[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+        plural = "s" if len(keys) != 1 else ""
+        report.notes.append(f"{len(keys)} metadata key{plural} not carried ({why}): {shown}")
+
+
+def _target_kind(path: str) -> str:
+    low = path.lower()
+    for suffix, kind in ((".hurray", "hurray"), (".safetensors", "safetensors"),
+                         (".gguf", "gguf"), (".npz", "npz"), (".npy", "npy"), (".pt", "torch"),
+                         (".pth", "torch"), (".bin", "torch")):
+        if low.endswith(suffix):
+            return kind
+    raise UsageError(f"cannot tell the format to write from {path!r}; targets end with "
+                     f"{', '.join(TARGET_SUFFIXES)}")
+
+
+_TARGETS = {"hurray": _HurrayTarget, "safetensors": _SafetensorsTarget, "gguf": _GgufTarget,
+            "npz": _NpzTarget, "npy": _NpyTarget, "torch": _TorchTarget}
+
+
+# ============================================================== the conversion
+
+@dataclass
+class _Options:
+    scheme: Optional[str]
+    quantize_include: Tuple[str, ...]
+    quantize_exclude: Tuple[str, ...]
+    keep_scales: bool
+    stats: bool
+    threads: int
+    block_size: Optional[int]
+
+
+def _progress(total_bytes: int, count: int, quiet: bool):
+    class _Null:
+        def update(self, n):
+            pass
+
+        def set_postfix_str(self, s, refresh=True):
+            pass
+
+        def close(self):
+            pass
+
+    if quiet or total_bytes < (64 << 20):
+        return _Null()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return _Null()
+    # disable=None: no bar when stderr is not a terminal; delay: none for quick runs
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                desc="converting", file=sys.stderr, disable=None, delay=1.0, leave=False,
+                dynamic_ncols=True)
+
+
+def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
+            quantize_exclude=(), include=(), exclude=(), keep_scales: bool = False,
+            stats: bool = False, quiet: bool = False, threads: int = 1,
+            block_size: Optional[int] = None, output: str = "table") -> ConversionReport:
+    """Converts the checkpoint `src` into `dst`; the formats follow the file
+    names (docs/impl/convert.md). Returns the ConversionReport, and prints
+    it to stdout (as a table, or JSON with output="json") unless quiet.
+
+    quantize: a scheme of hurray.QUANT_SCHEMES applied to the tensors the
+    default rule picks (default_quantize_rule), plus those matching a
+    quantize_include glob, minus those matching a quantize_exclude glob
+    (exclude wins). include / exclude: globs choosing which tensors are
+    converted at all. keep_scales: a .safetensors target gets quantized
+    tensors as codes, scales and zero points instead of dequantized values.
+    stats: a .hurray target stores statistics in every descriptor.
+    threads: for the quantization kernels. block_size: for block_affine
+    and nf4. Raises ConversionError (UsageError for options that do not fit
+    together)."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    opts = _Options(quantize, _patterns(quantize_include), _patterns(quantize_exclude),
+                    bool(keep_scales), bool(stats), int(threads), block_size)
+    include, exclude = _patterns(include), _patterns(exclude)
+    if output not in ("table", "json"):
+        raise UsageError(f"output must be 'table' or 'json', not {output!r}")
+    if opts.threads < 0:
+        raise UsageError("threads must be >= 0")
+    if quantize is not None:
+        if quantize not in QUANT_SCHEMES:
+            raise UsageError(f"unknown quantization scheme {quantize!r}; one of "
+                             f"{', '.join(QUANT_SCHEMES)}")
+        try:  # options the scheme refuses fail here, before any work
+            _quantize(np.zeros((1, 64), np.float32), quantize, block_size=block_size)
+        except (HurrayError, ValueError) as exc:
+            raise UsageError(f"--quantize {quantize}: {_first_line(exc)}") from None
+    elif block_size is not None or opts.quantize_include or opts.quantize_exclude:
+        raise UsageError("--block-size, --quantize-include and --quantize-exclude need "
+                         "--quantize")
+    dst_kind = _target_kind(dst)
+    if keep_scales and dst_kind != "safetensors":
+        raise UsageError("--keep-scales applies to .safetensors targets (the other formats have "
+                         "no place for the quantization parameters)")
+    if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
+        raise UsageError(f"{dst} is the source itself; write to another file")
+    target_cls = _TARGETS[dst_kind]
+
+    source = _open_source(src)
+    target = None
+    try:
+        names = [n for n in source.names() if _selected(n, include, exclude)]
+        for name, why in source.refused().items():
+            if _selected(name, include, exclude):
+                raise ConversionError(why)
+        if not names:
+            raise ConversionError(f"no tensor of {src} is selected" if include or exclude
+                                  else f"{src} holds no tensors")
+        infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
+        target = target_cls(dst, opts)
+        target.check_scheme(quantize)
+        report = ConversionReport(src, dst, source.format, target.format, quantize)
+        if stats and dst_kind != "hurray":
+            report.notes.append("--stats applies to .hurray targets; ignored")
+        metadata = source.metadata()
+        try:
+            src_dtypes = json.loads(metadata.get(SOURCE_DTYPES_KEY, "{}"))
+        except ValueError:
+            src_dtypes = {}
+        new_dtypes: Dict[str, str] = {}
+        bar = _progress(sum(i[2] for i in infos.values()), len(names), quiet)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                for name in names:
+                    bar.set_postfix_str(name[-40:], refresh=False)
+                    row = _convert_one(name, infos[name], source, target, opts, src_dtypes,
+                                       new_dtypes)
+                    report.rows.append(row)
+                    bar.update(infos[name][2])
+        finally:
+            bar.close()
+        if new_dtypes:
+            metadata[SOURCE_DTYPES_KEY] = json.dumps(new_dtypes)
+        else:
+            metadata.pop(SOURCE_DTYPES_KEY, None)
+        if GGUF_TENSORS_KEY in metadata:  # keep the file order of what is kept
+            kept = set(names)
+            metadata[GGUF_TENSORS_KEY] = json.dumps(
+                [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept])
+        partial = [r.name for r in report.rows if "partial" in r.note]
+        if partial:
+            report.notes.append(f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
+                                "partial last block (see their notes)")
+        target.finish(metadata, report)
+    except BaseException as exc:
+        if target is not None:
+            target.abort()
+        if isinstance(exc, ConversionError):
+            raise
+        if isinstance(exc, (HurrayError, OSError)):
+            raise ConversionError(_first_line(exc)) from exc
+        raise
+    finally:
+        source.close()
+    if not quiet:
+        print(report.to_json() if output == "json" else report.format())
+    return report
+
+
+def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
+    label, shape, nbytes_in = info
+    try:
+        t = source.get(name)
+    except ConversionError:
+        raise
+    except (HurrayError, ValueError, RuntimeError, OSError) as exc:
+        raise ConversionError(f"reading tensor {name!r}: {_first_line(exc)}") from None
+    d = t.descriptor
+    row = TensorReport(name, label, "", tuple(shape), int(nbytes_in))
+    notes: List[str] = []
+    ref = None
+    out = t
+    orig = src_dtypes.get(name)
+    if _wants_quantization(name, d, opts, target, notes):
+        ref = _values(t, opts.threads)
+        if d.quantization is None and d.dtype in FLOAT_DTYPES:
+            orig = d.dtype
+        elif d.quantization is not None:
+            notes.append(f"requantized from {describe(d)}")
+        try:
+            out = _quantize(ref, opts.scheme, block_size=opts.block_size, threads=opts.threads)
+        except (HurrayError, ValueError) as exc:
+            raise ConversionError(f"quantizing tensor {name!r} ({_shape_str(d.shape)}) with "
+                                  f"{opts.scheme}: {_first_line(exc)}") from None
+        orig = orig or "float32"
+        row.quantized = True
+        q = out.descriptor.quantization
+        block = getattr(q, "block_size", None)
+        if isinstance(q, (BlockAffine, Mxfp)) and out.shape and out.shape[q.axis] % block:
+            notes.append(f"partial block: dim {out.shape[q.axis]} is not a multiple of {block}")
+        elif isinstance(q, Nf4) and out.descriptor.numel % block:
+            notes.append(f"partial block: {out.descriptor.numel} elements, block {block}")
+    if orig and (out.descriptor.quantization is not None):
+        new_dtypes[name] = orig
+    try:
+        result = target.add(name, out, orig)
+    except ConversionError:
+        raise
+    except (HurrayError, ValueError, RuntimeError, TypeError) as exc:
+        raise ConversionError(f"writing tensor {name!r}: {_first_line(exc)}") from None
+    row.output = result.label
+    row.bytes_out = int(result.nbytes)
+    if result.note:
+        notes.append(result.note)
+    if row.quantized or result.values is not None:
+        if ref is None:
+            ref = _values(t, opts.threads)
+        final = result.values() if result.values is not None else out.dequantize(
+            np.float32, threads=opts.threads)
+        measured = _measure(ref, final, opts.threads)
+        row.max_abs_error, row.rmse, row.cosine, row._sums = measured
+        row.exact = False
+    else:
+        row._sums = (0, 0.0, 0.0, 0.0, 0.0)
+    row.note = "; ".join(notes)
+    return row
+
+
+def _wants_quantization(name, d: Descriptor, opts: _Options, target: _Target, notes) -> bool:
+    if opts.scheme is None or _matches(name, opts.quantize_exclude):
+        return False
+    quantized = d.quantization is not None
+    forced = _matches(name, opts.quantize_include)
+    if not forced and not default_quantize_rule(name, d.dtype, d.shape, quantized):
+        return False
+    if forced and not quantized and d.dtype not in _ANY_FLOAT:
+        notes.append(f"--quantize-include matched, but {d.dtype} is not floating point: kept")
+        return False
+    if isinstance(d.layout, Composite):
+        notes.append("composite: kept")
+        return False
+    if forced and quantized and describe(d) == opts.scheme:
+        return False  # already in the scheme asked for
+    why = target.quantizable(d.shape)
+    if why is not None:
+        if forced:
+            raise ConversionError(f"tensor {name!r} cannot be quantized with {opts.scheme} for "
+                                  f"{target.format}: {why}")
+        notes.append(f"not quantized: {why}")
+        return False
+    return True

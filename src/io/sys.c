@@ -1,0 +1,76 @@
+/*
+ * The default HurraySys table: thin wrappers over the real calls.
+ */
+#define _GNU_SOURCE /* mkostemp */
+#include "sys.h"
+
+#include <fcntl.h>
+#include <stdio.h> /* rename */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int sys_access(void *ctx, const char *path, int mode) {
+  (void)ctx;
+  return access(path, mode);
+}
+
+static int sys_open(void *ctx, const char *path, int flags, mode_t mode) {
+  (void)ctx;
+  return open(path, flags, mode);
+}
+
+static int sys_mkostemp(void *ctx, char *path_template, int flags) {
+  (void)ctx;
+  return mkostemp(path_template, flags);
+}
+
+static int sys_fchmod(void *ctx, int fd, mode_t mode) {
+  (void)ctx;
+  return fchmod(fd, mode);
+}
+
+static ssize_t sys_write(void *ctx, int fd, const void *data, size_t len) {
+  (void)ctx;
+  return write(fd, data, len);
+}
+
+static int sys_fsync(void *ctx, int fd) {
+  (void)ctx;
+  return fsync(fd);
+}
+
+static int sys_linkat(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
+                      const char *new_path, int flags) {
+  (void)ctx;
+  return linkat(old_dirfd, old_path, new_dirfd, new_path, flags);
+}
+
+static int sys_rename(void *ctx, const char *old_path, const char *new_path) {
+  (void)ctx;
+  return rename(old_path, new_path);
+}
+
+static int sys_unlink(void *ctx, const char *path) {
+  (void)ctx;
+  return unlink(path);
+}
+
+static int sys_close(void *ctx, int fd) {
+  (void)ctx;
+  return close(fd);
+}
+
+const HurraySys hurray__sys_default = {
+    .ctx = NULL,
+    .access = sys_access,
+    .open = sys_open,
+    .mkostemp = sys_mkostemp,
+    .fchmod = sys_fchmod,
+    .write = sys_write,
+    .fsync = sys_fsync,
+    .linkat = sys_linkat,
+    .rename = sys_rename,
+    .unlink = sys_unlink,
+    .close = sys_close,
+};

@@ -1,0 +1,59 @@
+/*
+ * The writer's system-call seam. Every call the writer makes to the
+ * operating system goes through a HurraySys table, so that tests can make
+ * any one of them fail (ENOSPC, EIO, a short write, a failed fsync, link or
+ * rename) and check that the target path is left alone.
+ *
+ * Why a per-writer table and not a global hook:
+ *   - The library keeps no global mutable state (ADR-0009). The default
+ *     table, hurray__sys_default, is const; a writer holds a pointer to the
+ *     table it was opened with, and nothing can change it afterwards.
+ *   - The only way to open a writer on another table is
+ *     hurray__writer_open_sys below. It is declared in this internal header
+ *     only and, like every symbol without HURRAY_API, has hidden visibility:
+ *     libhurray.so does not export it (scripts/check_exports.sh), so users of
+ *     the shared library cannot reach it. The fault-injection tests link the
+ *     library's object files directly (tests/c/meson.build,
+ *     extract_all_objects), where hidden symbols are ordinary symbols.
+ *   - The same binary is tested and shipped: no HURRAY_TESTING build, no
+ *     #ifdef around the calls.
+ *
+ * Each function has the signature and errno behaviour of the POSIX call it
+ * stands for, with the table's `ctx` as an extra first argument.
+ */
+#ifndef HURRAY_SRC_IO_SYS_H
+#define HURRAY_SRC_IO_SYS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "hurray/io.h"
+
+typedef struct HurraySys {
+  void *ctx;
+  int (*access)(void *ctx, const char *path, int mode);
+  /* open(2); the writer opens the O_TMPFILE file and, after the rename,
+   * the folder (to fsync it) with it. */
+  int (*open)(void *ctx, const char *path, int flags, mode_t mode);
+  /* mkostemp(3): the named temporary file of the fallback path. */
+  int (*mkostemp)(void *ctx, char *path_template, int flags);
+  int (*fchmod)(void *ctx, int fd, mode_t mode);
+  ssize_t (*write)(void *ctx, int fd, const void *data, size_t len);
+  int (*fsync)(void *ctx, int fd);
+  int (*linkat)(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
+                const char *new_path, int flags);
+  int (*rename)(void *ctx, const char *old_path, const char *new_path);
+  int (*unlink)(void *ctx, const char *path);
+  int (*close)(void *ctx, int fd);
+} HurraySys;
+
+/* The real system calls. */
+extern const HurraySys hurray__sys_default;
+
+/* hurray_writer_open with every system call going through `sys`, which
+ * must outlive the writer. hurray_writer_open is this with
+ * &hurray__sys_default. Internal: not exported from the shared library. */
+HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                     HurrayError *error);
+
+#endif

@@ -1,0 +1,699 @@
+"""hurray convert: checkpoints made with the peers' own writers (safetensors,
+gguf, numpy, torch) converted to hurray and back.
+
+What the converter issue asks to be shown:
+  * safetensors -> hurray -> safetensors is byte-identical in every tensor,
+    metadata included (single files and sharded checkpoints);
+  * GGUF Q8_0/Q4_0 -> hurray -> GGUF gives the same block bytes (and, with
+    F32/F16/BF16 tensors and typed KV pairs, the same file);
+  * .npz, .npy and torch round trips are exact;
+  * unsupported GGUF types are refused with their name;
+and also: the default quantization rule and its overrides, the report's
+numbers, --quiet, --keep-scales, the CLI's exit codes, and torch files
+loaded with weights_only=True (a pickled object is refused)."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hurray
+from hurray import _convert
+from hurray._convert import ConversionError, UsageError, convert, default_quantize_rule
+
+torch = pytest.importorskip("torch")
+safetensors = pytest.importorskip("safetensors")
+gguf = pytest.importorskip("gguf")
+import gguf.quants as gq  # noqa: E402
+import safetensors.torch as st  # noqa: E402
+from gguf import GGMLQuantizationType as GQ  # noqa: E402
+from gguf import GGUFValueType as GV  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
+              pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")]
+
+
+# ------------------------------------------------------------------ helpers
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "hurray", "convert", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def st_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
+
+
+def st_tensors(path):
+    """{name: (dtype string, shape, raw bytes)} and the __metadata__, read
+    with safetensors itself."""
+    out = {}
+    with safetensors.safe_open(path, framework="pt") as f:
+        meta = f.metadata()
+        for k in f.keys():
+            t = f.get_tensor(k)
+            flat = t.contiguous().reshape(-1)
+            raw = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            out[k] = (str(t.dtype), tuple(t.shape), raw)
+    return out, meta
+
+
+def gguf_contents(path):
+    """{key: (GGUF types, raw bytes of every part)} and {tensor: (type, dims,
+    data bytes)}, as gguf.GGUFReader sees them."""
+    r = gguf.GGUFReader(path)
+    kv = {}
+    for k, f in r.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        kv[k] = ([GV(int(t)).name for t in f.types], [bytes(p.tobytes()) for p in f.parts])
+    tensors = {t.name: (t.tensor_type.name, tuple(int(d) for d in t.shape),
+                        np.asarray(t.data).tobytes()) for t in r.tensors}
+    return kv, tensors
+
+
+def rnd(shape, seed, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ------------------------------------------------------------------ fixtures
+
+ST_METADATA = {"format": "pt", "producer": "test_convert", "json": '{"a": [1, 2]}'}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Small checkpoints written by the peers' own writers."""
+    d = tmp_path_factory.mktemp("convert")
+    g = torch.Generator().manual_seed(0)
+    sd = {
+        "model.embed_tokens.weight": torch.randn(96, 64, generator=g).to(torch.bfloat16),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64, generator=g).half(),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(128, 64, generator=g).to(torch.bfloat16),
+        "model.layers.0.mlp.up_proj.bias": torch.randn(128, generator=g),
+        "model.layers.0.mlp.odd_proj.weight": torch.randn(8, 45, generator=g),
+        "model.layers.0.input_layernorm.weight": torch.randn(64, generator=g).half(),
+        "model.norm.weight": torch.randn(64, generator=g),
+        "lm_head.weight": torch.randn(96, 64, generator=g),
+        "position_ids": torch.arange(17, dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "counts": torch.arange(-5, 5, dtype=torch.int8),
+        "bytes": torch.arange(7, dtype=torch.uint8),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 4),
+    }
+    paths = {"sd": sd}
+    paths["st"] = d / "model.safetensors"
+    st.save_file(sd, paths["st"], metadata=ST_METADATA)
+
+    # a sharded checkpoint: two shards and an index
+    shard_dir = d / "sharded"
+    shard_dir.mkdir()
+    names = sorted(sd)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        fname = f"model-{i + 1:05d}-of-00002.safetensors"
+        st.save_file({k: sd[k] for k in part}, shard_dir / fname, metadata={"format": "pt"})
+        weight_map.update({k: fname for k in part})
+    with open(shard_dir / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {"total_size": 12345}, "weight_map": weight_map}, f)
+    paths["shards"] = shard_dir
+
+    # GGUF: F32, F16, BF16, Q8_0, Q4_0 tensors and typed KV pairs
+    x8 = rnd((6, 64), 1)
+    x4 = rnd((2, 3, 96), 2)
+    paths["gguf_x"] = {"blk.0.ffn_up.weight": x8, "blk.0.ffn_down.weight": x4}
+    w = gguf.GGUFWriter(d / "model.gguf", "llama")
+    w.add_string("general.name", "tiny")
+    w.add_uint32("llama.context_length", 2048)
+    w.add_float32("llama.rope.freq_base", 10000.5)
+    w.add_bool("llama.use_parallel_residual", True)
+    w.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "héllo", "<0x0A>"])
+    w.add_array("tokenizer.ggml.token_type", [1, 3, 1, 6])
+    w.add_array("tokenizer.ggml.scores", [0.0, -1.5, 2.25, 1e-8])
+    w.add_key_value("test.int64", -(2 ** 40), GV.INT64)
+    w.add_key_value("test.uint64", 2 ** 64 - 3, GV.UINT64)
+    w.add_key_value("test.float64", 1 / 3, GV.FLOAT64)
+    w.add_key_value("test.int8", -7, GV.INT8)
+    w.add_key_value("test.uint16", 65535, GV.UINT16)
+    w.add_key_value("test.bools", [True, False], GV.ARRAY, sub_type=GV.BOOL)
+    w.add_key_value("test.not_utf8", b"\xff\xfeab", GV.STRING)
+    w.add_key_value("test.tokens_not_utf8", ["ok", b"\xc3"], GV.ARRAY, sub_type=GV.STRING)
+    w.add_tensor("blk.0.ffn_up.weight", gq.quantize(x8, GQ.Q8_0), raw_dtype=GQ.Q8_0)
+    w.add_tensor("blk.0.ffn_down.weight", gq.quantize(x4, GQ.Q4_0), raw_dtype=GQ.Q4_0)
+    w.add_tensor("token_embd.weight", rnd((10, 64), 3, np.float16))
+    bf = rnd((4, 32), 4).astype(ml_dtypes.bfloat16)
+    w.add_tensor("blk.0.attn_q.weight", bf.view(np.uint8), raw_dtype=GQ.BF16)
+    w.add_tensor("output_norm.weight", rnd((64,), 5))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    paths["gguf"] = d / "model.gguf"
+
+    # GGUF files with types hurray must refuse
+    for kind in ("Q5_0", "Q4_K"):
+        w = gguf.GGUFWriter(d / f"{kind}.gguf", "llama")
+        w.add_tensor("output_norm.weight", rnd((64,), 6))
+        if kind == "Q5_0":
+            w.add_tensor("blk.0.ffn_up.weight", gq.quantize(rnd((2, 64), 7), GQ.Q5_0),
+                         raw_dtype=GQ.Q5_0)
+        else:  # 256 elements per 144-byte block; the bytes do not matter
+            w.add_tensor("blk.0.ffn_up.weight", np.zeros((2, 144), np.uint8), raw_dtype=GQ.Q4_K)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths[kind] = d / f"{kind}.gguf"
+
+    # numpy
+    arrays = {"w": rnd((5, 7), 8), "h": rnd((3,), 9, np.float16), "d": rnd((2, 2), 10, np.float64),
+              "i": np.arange(12, dtype=np.int32).reshape(3, 4), "u": np.arange(5, dtype=np.uint16),
+              "b": np.array([True, False]), "c": (rnd((3,), 11) + 1j).astype(np.complex64),
+              "z": np.zeros((0, 3), np.float32), "s": np.array(2.5, np.float32)}
+    paths["arrays"] = arrays
+    paths["npz"] = d / "arrays.npz"
+    np.savez(paths["npz"], **arrays)
+    paths["npy"] = d / "single.npy"
+    np.save(paths["npy"], np.asfortranarray(rnd((4, 6), 12)))
+
+    # torch state dicts: nested, with tied weights and a non-contiguous view
+    emb = torch.randn(16, 8, generator=g)
+    tsd = {"encoder": {"embed.weight": emb, "layer.weight": torch.randn(8, 8, generator=g).to(
+        torch.bfloat16)},
+           "head.weight": emb,  # tied
+           "head.bias": torch.randn(16, generator=g).t(),
+           "steps": torch.tensor(1000, dtype=torch.int64),
+           "flags": torch.tensor([True, False]),
+           "half": torch.randn(3, 5, generator=g).half()[:, ::2]}
+    paths["tsd"] = tsd
+    paths["pt"] = d / "model.pt"
+    torch.save(tsd, paths["pt"])
+    paths["pt_extra"] = d / "with_epoch.pt"
+    torch.save({"w": torch.ones(2, 2), "epoch": 3}, paths["pt_extra"])
+    paths["pt_evil"] = d / "evil.bin"
+    torch.save({"w": torch.ones(2), "obj": Evil()}, paths["pt_evil"])
+    return paths
+
+
+class Evil:
+    """Anything but a tensor: torch.load(weights_only=True) must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+@pytest.fixture
+def out(tmp_path):
+    return tmp_path
+
+
+# ------------------------------------------------------------------ safetensors
+
+def test_safetensors_round_trip_is_byte_identical(files, out):
+    h = out / "m.hurray"
+    convert(files["st"], h, quiet=True)
+    with hurray.open(h) as f:
+        meta = f.metadata
+        assert sorted(f.keys()) == sorted(files["sd"])
+        assert f.descriptor("model.embed_tokens.weight").dtype == "bfloat16"
+    assert {k: meta[f"safetensors.{k}"] for k in ST_METADATA} == ST_METADATA
+    back = out / "back.safetensors"
+    convert(h, back, quiet=True)
+    want, want_meta = st_tensors(files["st"])
+    got, got_meta = st_tensors(back)
+    assert got_meta == want_meta == ST_METADATA
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name] == want[name], name
+    # the headers place every tensor identically, so the data sections are equal
+    hw, hg = st_header(files["st"]), st_header(back)
+    hw.pop("__metadata__"), hg.pop("__metadata__")
+    assert hg == hw
+    size = os.path.getsize(files["st"])
+    assert os.path.getsize(back) == size
+
+
+@pytest.mark.parametrize("form", ["index", "folder"])
+def test_sharded_safetensors(files, out, form):
+    src = files["shards"] / "model.safetensors.index.json" if form == "index" else files["shards"]
+    h = out / "m.hurray"
+    report = convert(src, h, quiet=True)
+    assert report.source_format == "safetensors (sharded)"
+    assert len(report.rows) == len(files["sd"])
+    with hurray.open(h) as f:
+        assert json.loads(f.metadata["safetensors_index.metadata"]) == {"total_size": 12345}
+        assert f.metadata["safetensors.format"] == "pt"
+    back = out / "one.safetensors"
+    convert(h, back, quiet=True)
+    want, _ = st_tensors(files["st"])
+    got, meta = st_tensors(back)
+    assert got == want
+    assert meta == {"format": "pt"}
+
+
+def test_safetensors_to_safetensors_with_filters(files, out):
+    dst = out / "some.safetensors"
+    report = convert(files["st"], dst, include=["model.*"], exclude=["*.bias", "*norm*"],
+                     quiet=True)
+    got, _ = st_tensors(dst)
+    assert sorted(got) == sorted(r.name for r in report.rows) == [
+        "model.embed_tokens.weight", "model.layers.0.mlp.odd_proj.weight",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.self_attn.q_proj.weight"]
+    with pytest.raises(ConversionError, match="no tensor"):
+        convert(files["st"], out / "none.hurray", include=["nothing*"], quiet=True)
+
+
+# ------------------------------------------------------------------ GGUF
+
+def test_gguf_round_trip_same_blocks_and_kv(files, out):
+    h = out / "g.hurray"
+    convert(files["gguf"], h, quiet=True)
+    back = out / "back.gguf"
+    convert(h, back, quiet=True)
+    kv_want, t_want = gguf_contents(files["gguf"])
+    kv_got, t_got = gguf_contents(back)
+    assert t_got.keys() == t_want.keys()
+    for name in t_want:
+        assert t_got[name] == t_want[name], name  # type, dims and every block byte
+    assert {t[0] for t in t_want.values()} == {"Q8_0", "Q4_0", "F16", "BF16", "F32"}
+    assert kv_got == kv_want  # every key, its GGUF type(s) and value
+    # with the same KV order and tensor order, the same file
+    with open(files["gguf"], "rb") as a, open(back, "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_gguf_import_is_block_affine_with_separate_scales(files, out):
+    h = out / "g.hurray"
+    convert(files["gguf"], h, quiet=True)
+    with hurray.open(h) as f:
+        meta = f.metadata
+        for name, scheme, dtype in (("blk.0.ffn_up.weight", "q8_0", "int8"),
+                                    ("blk.0.ffn_down.weight", "q4_0", "uint4")):
+            x = files["gguf_x"][name]
+            t = f[name]
+            assert t.shape == x.shape  # GGUF's innermost-first dims, reversed
+            q = t.descriptor.quantization
+            assert isinstance(q, hurray.BlockAffine)
+            assert (t.dtype, q.axis, q.block_size, q.scale_dtype) == (dtype, x.ndim - 1, 32,
+                                                                      "float16")
+            assert [b.role for b in t.descriptor.buffers] == ["data", "scales"]
+            # the same tensor hurray's own quantizer makes, bit for bit
+            mine = hurray.quantize(x, scheme)
+            assert t.descriptor == mine.descriptor
+            assert [bytes(b) for b in t.buffers] == [bytes(b) for b in mine.buffers]
+            want = gq.dequantize(gq.quantize(x, getattr(GQ, scheme.upper())),
+                                 getattr(GQ, scheme.upper())).reshape(x.shape)
+            np.testing.assert_array_equal(t.dequantize(), want)
+        assert f["blk.0.attn_q.weight"].dtype == "bfloat16"
+        assert f["token_embd.weight"].dtype == "float16"
+    assert meta["gguf.general.name"] == "tiny"
+    assert meta["gguf.llama.context_length"] == 2048
+    assert meta["gguf.llama.rope.freq_base"] == 10000.5
+    assert meta["gguf.llama.use_parallel_residual"] is True
+    assert meta["gguf.test.int64"] == -(2 ** 40)
+    assert json.loads(meta["gguf.tokenizer.ggml.tokens"]) == ["<s>", "</s>", "héllo", "<0x0A>"]
+    assert json.loads(meta["gguf.tokenizer.ggml.token_type"]) == [1, 3, 1, 6]
+    types = json.loads(meta["gguf.__types__"])
+    assert types["llama.context_length"] == "UINT32"
+    assert types["tokenizer.ggml.tokens"] == "ARRAY:STRING"
+    assert types["tokenizer.ggml.token_type"] == "ARRAY:INT32"
+    assert types["test.uint64"] == "UINT64"
+    assert meta["gguf.test.not_utf8"] == b"\xff\xfeab"  # not UTF-8: kept as bytes
+
+
+@pytest.mark.parametrize("kind", ["Q5_0", "Q4_K"])
+def test_gguf_unsupported_types_are_refused_by_name(files, out, kind):
+    with pytest.raises(ConversionError) as info:
+        convert(files[kind], out / "x.hurray", quiet=True)
+    msg = str(info.value)
+    assert kind in msg and "blk.0.ffn_up.weight" in msg and "Q8_0" in msg
+    assert not (out / "x.hurray").exists()
+    if kind == "Q4_K":
+        r = run_cli(files[kind], out / "x.hurray")
+        assert r.returncode == 1
+        assert kind in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+    # the other tensors convert once it is left out
+    convert(files[kind], out / "y.hurray", exclude=["blk.*"], quiet=True)
+    assert hurray.load(out / "y.hurray").keys() == {"output_norm.weight"}
+
+
+@pytest.mark.parametrize("scheme", ["q8_0", "q4_0"])
+def test_hurray_quantized_tensors_export_as_real_gguf_types(files, out, scheme):
+    x = rnd((4, 128), 20)
+    h = out / "q.hurray"
+    hurray.save(h, {"w": hurray.quantize(x, scheme), "b": rnd((4,), 21)})
+    g = out / "q.gguf"
+    report = convert(h, g, quiet=True)
+    assert {r.name: r.output for r in report.rows} == {"w": scheme.upper(), "b": "F32"}
+    _, tensors = gguf_contents(g)
+    kind, dims, data = tensors["w"]
+    assert (kind, dims) == (scheme.upper(), (128, 4))
+    assert data == gq.quantize(x, getattr(GQ, scheme.upper())).tobytes()
+
+
+def test_quantize_on_the_way_to_gguf(files, out):
+    g = out / "q.gguf"
+    no_gguf_form = ["bytes", "mask", "scalar", "empty"]  # uint8, bool, rank 0, 0 elements
+    report = convert(files["st"], g, quantize="q8_0", exclude=no_gguf_form, quiet=True)
+    rows = {r.name: r for r in report.rows}
+    assert rows["model.layers.0.mlp.up_proj.weight"].output == "Q8_0"
+    assert rows["model.layers.0.self_attn.q_proj.weight"].output == "Q8_0"
+    # 45 columns: no GGUF block layout, so the default rule leaves it alone
+    odd = rows["model.layers.0.mlp.odd_proj.weight"]
+    assert odd.output == "F32" and not odd.quantized and "multiple of 32" in odd.note
+    _, tensors = gguf_contents(g)
+    x = files["sd"]["model.layers.0.self_attn.q_proj.weight"].numpy()
+    assert tensors["model.layers.0.self_attn.q_proj.weight"][2] == gq.quantize(
+        x.astype(np.float32), GQ.Q8_0).tobytes()
+    with pytest.raises(ConversionError, match="multiple of 32"):
+        convert(files["st"], out / "r.gguf", quantize="q8_0", exclude=no_gguf_form,
+                quantize_include=["*odd_proj.weight"], quiet=True)
+
+
+def test_gguf_export_refusals(files, out):
+    h = out / "n.hurray"
+    hurray.save(h, {"w": hurray.quantize(rnd((4, 64), 22), "nf4")})
+    with pytest.raises(ConversionError, match=r"nf4.*\.safetensors"):
+        convert(h, out / "n.gguf", quiet=True)
+    assert not os.listdir(out) == ["n.gguf"] and not (out / "n.gguf").exists()
+    with pytest.raises(UsageError, match="nf4"):
+        convert(files["st"], out / "n.gguf", quantize="nf4", quiet=True)
+    hurray.save(h, {"u": np.arange(4, dtype=np.uint8)})
+    with pytest.raises(ConversionError, match="uint8"):
+        convert(h, out / "u.gguf", quiet=True)
+
+
+# ------------------------------------------------------------------ numpy and torch
+
+def test_npz_round_trip_is_exact(files, out):
+    h = out / "a.hurray"
+    convert(files["npz"], h, quiet=True)
+    back = out / "back.npz"
+    convert(h, back, quiet=True)
+    with np.load(back, allow_pickle=False) as z:
+        assert sorted(z.files) == sorted(files["arrays"])
+        for k, a in files["arrays"].items():
+            b = z[k]
+            assert b.dtype == a.dtype and b.shape == a.shape
+            assert b.tobytes() == a.tobytes(), k
+
+
+def test_npy_round_trip_is_exact(files, out):
+    h = out / "s.hurray"
+    convert(files["npy"], h, quiet=True)
+    assert hurray.load(h).keys() == {"single"}
+    back = out / "back.npy"
+    convert(h, back, quiet=True)
+    a, b = np.load(files["npy"]), np.load(back)
+    assert b.dtype == a.dtype and np.array_equal(a, b)
+    with pytest.raises(ConversionError, match="one array"):
+        convert(files["npz"], out / "many.npy", quiet=True)
+
+
+def test_torch_round_trip_is_exact(files, out):
+    h = out / "t.hurray"
+    convert(files["pt"], h, quiet=True)
+    back = out / "back.pt"
+    convert(h, back, quiet=True)
+    got = torch.load(back, weights_only=True)
+    tsd = files["tsd"]
+    want = {"encoder.embed.weight": tsd["encoder"]["embed.weight"],
+            "encoder.layer.weight": tsd["encoder"]["layer.weight"],
+            **{k: v for k, v in tsd.items() if k != "encoder"}}  # nested dicts flatten with "."
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert torch.equal(got[k], v), k
+    # and on to safetensors: the tied weights become two tensors
+    convert(back, out / "t.safetensors", quiet=True)
+    got, _ = st_tensors(out / "t.safetensors")
+    assert got["head.weight"] == got["encoder.embed.weight"]
+
+
+def test_torch_files_load_with_weights_only(files, out, capsys):
+    with pytest.raises(ConversionError, match="weights_only") as info:
+        convert(files["pt_evil"], out / "e.hurray", quiet=True)
+    assert "Unsupported global" in str(info.value) and "\n" not in str(info.value)
+    assert "this must never run" not in "".join(capsys.readouterr())  # nothing was called
+    assert not (out / "e.hurray").exists()
+    # a plain non-tensor entry is refused by name, and can be left out
+    with pytest.raises(ConversionError, match="'epoch' is a int"):
+        convert(files["pt_extra"], out / "x.hurray", quiet=True)
+    convert(files["pt_extra"], out / "x.hurray", exclude=["epoch"], quiet=True)
+    assert hurray.load(out / "x.hurray").keys() == {"w"}
+
+
+def test_bfloat16_to_npz_is_widened_exactly(files, out):
+    dst = out / "w.npz"
+    report = convert(files["st"], dst, include=["model.embed_tokens.weight"], quiet=True)
+    (row,) = report.rows
+    assert row.output == "float32" and "no bfloat16" in row.note and row.exact
+    with np.load(dst) as z:
+        want = files["sd"]["model.embed_tokens.weight"].float().numpy()
+        np.testing.assert_array_equal(z["model.embed_tokens.weight"], want)
+
+
+# ------------------------------------------------------------------ quantization rules
+
+@pytest.mark.parametrize("name,dtype,shape,want", [
+    ("model.layers.0.mlp.up_proj.weight", "bfloat16", (128, 64), True),
+    ("blk.0.ffn_up.weight", "float32", (64, 64), True),
+    ("transformer.h.0.attn.c_attn.weight", "float16", (64, 192), True),
+    ("model.layers.0.mlp.up_proj.bias", "float32", (128,), False),
+    ("model.embed_tokens.weight", "float32", (96, 64), False),
+    ("token_embd.weight", "float32", (96, 64), False),
+    ("transformer.wte.weight", "float32", (96, 64), False),
+    ("transformer.wpe.weight", "float32", (96, 64), False),
+    ("model.layers.0.input_layernorm.weight", "float32", (64, 64), False),
+    ("transformer.h.0.ln_1.weight", "float32", (64, 64), False),
+    ("blk.0.attn_norm.weight", "float32", (64, 64), False),
+    ("lm_head.weight", "float32", (96, 64), False),
+    ("output.weight", "float32", (96, 64), False),
+    ("model.layers.0.block_sparse_moe.gate.weight", "float32", (8, 64), False),
+    ("blk.0.ffn_gate_inp.weight", "float32", (8, 64), False),
+    ("model.layers.0.mlp.gate_proj.weight", "float32", (128, 64), True),
+    ("conv.weight", "float32", (8, 3, 3, 3), False),
+    ("ids.weight", "int64", (8, 8), False),
+    ("model.layers.0.mlp.up_proj.weight_scale", "float32", (8, 8), False),
+])
+def test_default_quantize_rule(name, dtype, shape, want):
+    assert default_quantize_rule(name, dtype, shape) is want
+
+
+QUANTIZED_BY_DEFAULT = {"model.layers.0.self_attn.q_proj.weight",
+                        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.odd_proj.weight"}
+
+
+def test_quantize_on_the_way_default_and_overrides(files, out):
+    report = convert(files["st"], out / "q.hurray", quantize="q4_0", quiet=True)
+    assert {r.name for r in report.rows if r.quantized} == QUANTIZED_BY_DEFAULT
+    with hurray.open(out / "q.hurray") as f:
+        for r in report.rows:
+            q = f.descriptor(r.name).quantization
+            assert (q is not None) == r.quantized, r.name
+        assert json.loads(f.metadata["convert.source_dtypes"]) == {
+            "model.layers.0.self_attn.q_proj.weight": "float16",
+            "model.layers.0.mlp.up_proj.weight": "bfloat16",
+            "model.layers.0.mlp.odd_proj.weight": "float32"}
+    odd = next(r for r in report.rows if r.name.endswith("odd_proj.weight"))
+    assert "partial block" in odd.note
+    report = convert(files["st"], out / "q2.hurray", quantize="q8_0",
+                     quantize_include=["lm_head.*", "model.norm.weight", "position_ids"],
+                     quantize_exclude=["*.q_proj.*", "model.norm.*"], quiet=True)
+    rows = {r.name: r for r in report.rows}
+    assert {n for n, r in rows.items() if r.quantized} == (
+        QUANTIZED_BY_DEFAULT - {"model.layers.0.self_attn.q_proj.weight"} | {"lm_head.weight"})
+    assert "not floating point" in rows["position_ids"].note  # forced, but int64 stays
+
+
+@pytest.mark.parametrize("scheme", ["q8_0", "nf4", "mxfp4", "per_channel"])
+def test_quantized_export_to_safetensors_dequantizes_to_source_dtype(files, out, scheme):
+    h = out / "q.hurray"
+    convert(files["st"], h, quantize=scheme, quiet=True)
+    dst = out / "deq.safetensors"
+    report = convert(h, dst, quiet=True)
+    got, meta = st_tensors(dst)
+    assert meta == ST_METADATA
+    assert got["model.layers.0.mlp.up_proj.weight"][0] == "torch.bfloat16"
+    assert got["model.layers.0.self_attn.q_proj.weight"][0] == "torch.float16"
+    q = hurray.load(h)["model.layers.0.mlp.up_proj.weight"]
+    want = q.dequantize(ml_dtypes.bfloat16)
+    raw = got["model.layers.0.mlp.up_proj.weight"][2]
+    assert raw == want.tobytes()
+    row = next(r for r in report.rows if r.name == "model.layers.0.mlp.up_proj.weight")
+    assert row.note == "dequantized" and not row.exact
+
+
+@pytest.mark.parametrize("case", ["q4_0", "nf4", "mxfp4", "mxfp6_e2m3", "asym_per_channel",
+                                  "asym_block_uint4", "affine"])
+def test_keep_scales_round_trip(out, case):
+    x = rnd((6, 64), 30)
+    if case == "asym_per_channel":
+        t = hurray.quantize(x, "per_channel", dtype="uint8", symmetric=False)
+    elif case == "asym_block_uint4":
+        t = hurray.quantize(x, "block_affine", dtype="uint4", symmetric=False, block_size=16,
+                            scale_dtype="bfloat16")
+    else:
+        t = hurray.quantize(x, case)
+    h = out / "q.hurray"
+    hurray.save(h, {"w": t, "bias": rnd((6,), 31)})
+    dst = out / "k.safetensors"
+    convert(h, dst, keep_scales=True, quiet=True)
+    got, meta = st_tensors(dst)
+    spec = json.loads(meta["hurray.w.quantization"])
+    want_kind = json.loads(t.descriptor.to_json())["quantization"]["kind"]
+    assert spec["quantization"]["kind"] == want_kind
+    codes = got["w"]
+    assert codes[1] == (6, 64)
+    if t.dtype in ("uint4", "int4", "float4_e2m1fn", "float6_e2m3fn"):
+        assert codes[0] == "torch.uint8"  # one code per byte
+        assert bytes(np.ascontiguousarray(t.numpy()).view(np.uint8)) == codes[2]
+    has_scales = case != "affine"
+    assert ("w.scales" in got) == has_scales
+    assert ("w.zero_points" in got) == case.startswith("asym")
+    if has_scales:
+        assert got["w.scales"][1] == t.scales().shape
+    # and back: the same descriptor and buffers
+    back = out / "back.hurray"
+    convert(dst, back, quiet=True)
+    with hurray.open(back) as f:
+        assert sorted(f.keys()) == ["bias", "w"]
+        w = f["w"]
+        assert w.descriptor == t.descriptor
+        assert [bytes(b) for b in w.buffers] == [bytes(b) for b in t.buffers]
+
+
+# ------------------------------------------------------------------ the report
+
+def test_report_numbers(files, out):
+    # lossless: copied tensors are exact
+    report = convert(files["st"], out / "m.hurray", quiet=True)
+    for r in report.rows:
+        assert r.exact and not r.quantized
+        assert (r.max_abs_error, r.rmse, r.cosine) == (0.0, 0.0, 1.0)
+        assert r.bytes_in == r.bytes_out and r.ratio == 1.0
+    t = report.totals
+    assert t.tensors == len(files["sd"]) and t.quantized == 0 and t.ratio == 1.0
+    # lossless but measured: GGUF blocks dequantized to float32
+    report = convert(files["gguf"], out / "g.safetensors", quiet=True)
+    rows = {r.name: r for r in report.rows}
+    for name in ("blk.0.ffn_up.weight", "blk.0.ffn_down.weight"):
+        r = rows[name]
+        assert not r.exact and r.output == "F32"
+        assert (r.max_abs_error, r.rmse, r.cosine) == (0.0, 0.0, 1.0)
+        assert r.bytes_out == 4 * np.prod(r.shape)
+    # lossy: nf4 of a normal matrix; numbers checked against numpy
+    x = rnd((64, 256), 40)
+    np.save(out / "x.npy", x)
+    report = convert(out / "x.npy", out / "x.hurray", quantize="nf4",
+                     quantize_include=["x"], quiet=True)
+    (row,) = report.rows
+    assert row.quantized and row.output == "nf4" and row.source_dtype == "float32"
+    deq = hurray.load(out / "x.hurray")["x"].dequantize().astype(np.float64)
+    err = deq - x.astype(np.float64)
+    assert row.max_abs_error == pytest.approx(np.abs(err).max(), rel=1e-12)
+    assert row.rmse == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+    cos = (deq * x).sum() / np.sqrt((deq * deq).sum() * (x.astype(np.float64) ** 2).sum())
+    assert row.cosine == pytest.approx(cos, rel=1e-12)
+    assert 0.98 < row.cosine < 1.0 and 0 < row.rmse < 0.15
+    assert row.bytes_in == x.nbytes
+    assert row.bytes_out == x.size // 2 + 4 * (x.size // 64)
+    assert row.ratio == pytest.approx(x.nbytes / row.bytes_out)
+    assert report.totals.cosine == pytest.approx(row.cosine)
+    d = report.to_dict()
+    assert d["tensors"][0]["name"] == "x" and d["totals"]["quantized"] == 1
+    text = report.format()
+    assert "x" in text and "nf4" in text and "total: 1 tensors, 1 quantized" in text
+
+
+def test_printed_report_and_quiet(files, out, capsys):
+    convert(files["st"], out / "a.hurray", quantize="q8_0")
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
+    assert lines[0].split()[:4] == ["tensor", "from", "to", "shape"]
+    assert any(line.startswith("model.layers.0.mlp.up_proj.weight") and "q8_0" in line
+               for line in lines)
+    assert any(line.startswith("total:") for line in lines)
+    convert(files["st"], out / "b.hurray", quantize="q8_0", quiet=True)
+    assert capsys.readouterr() == ("", "")
+    convert(files["st"], out / "c.hurray", output="json")
+    d = json.loads(capsys.readouterr().out)
+    assert d["totals"]["tensors"] == len(files["sd"])
+
+
+def test_stats_are_stored(files, out):
+    convert(files["st"], out / "s.hurray", stats=True, quiet=True)
+    with hurray.open(out / "s.hurray") as f:
+        s = f.descriptor("lm_head.weight").statistics
+        x = files["sd"]["lm_head.weight"].numpy()
+        assert s is not None and s.min == float(x.min()) and s.max == float(x.max())
+
+
+# ------------------------------------------------------------------ the CLI
+
+def test_cli_exit_codes_and_output(files, out):
+    # .npz sources keep these subprocesses free of the torch import
+    r = run_cli(files["npz"], out / "a.hurray", "--quantize", "q4_0", "--quantize-include", "w",
+                "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert "total: 9 tensors, 1 quantized" in r.stdout and "q4_0" in r.stdout
+    assert r.stderr == ""
+    r = run_cli(files["npz"], out / "b.hurray", "--quiet")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    r = run_cli(files["npz"], out / "c.hurray", "--json", "--include", "w", "--include", "h")
+    assert r.returncode == 0
+    assert sorted(t["name"] for t in json.loads(r.stdout)["tensors"]) == ["h", "w"]
+    # usage errors: 2
+    for args in ([files["npz"], out / "d.hurray", "--quantize", "q3_k"],
+                 [files["npz"], out / "d.npz", "--keep-scales"],
+                 [files["npz"], out / "d.unknown"]):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and r.stderr.strip()
+    # conversion errors: 1, one line
+    for args in ([out / "missing.safetensors", out / "e.hurray"],
+                 [files["npz"], out / "e.gguf"]):  # complex64 has no GGUF type
+        r = run_cli(*args)
+        assert r.returncode == 1, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert r.stderr.startswith("hurray convert: ") and r.stdout == ""
+    assert not (out / "e.hurray").exists() and not (out / "e.gguf").exists()
+    assert sorted(os.listdir(out)) == ["a.hurray", "b.hurray", "c.hurray"]  # no temp files
+
+
+def test_usage_errors_in_the_library(files, out):
+    with pytest.raises(UsageError, match="need --quantize"):
+        convert(files["npz"], out / "x.hurray", quantize_include=["w"], quiet=True)
+    with pytest.raises(UsageError, match="block size"):
+        convert(files["npz"], out / "x.hurray", quantize="q8_0", block_size=64, quiet=True)
+    with pytest.raises(UsageError, match="source itself"):
+        convert(files["npz"], files["npz"], quiet=True)
+    with pytest.raises(ConversionError, match="cannot tell the format"):
+        convert(out / "x.onnx", out / "x.hurray", quiet=True)
+    assert os.listdir(out) == []
+
+
+def test_cli_help():
+    r = subprocess.run([sys.executable, "-m", "hurray", "convert", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    for word in ("--quantize", "--quantize-include", "--quantize-exclude", "--include",
+                 "--exclude", "--keep-scales", "--stats", "--quiet", "--json", "safetensors",
+                 "GGUF", "weights_only", "q4_0"):
+        assert word in r.stdout, word
+    r = subprocess.run([sys.executable, "-m", "hurray"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+
+
+def test_exported_from_the_package():
+    assert hurray.convert is convert
+    assert _convert.ConversionError is hurray.ConversionError

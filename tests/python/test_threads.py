@@ -1,0 +1,124 @@
+"""Threads with the GIL released: several Python threads reading one
+hurray.File (tensors, row slices, raw buffers, verify) and quantizing and
+dequantizing at the same time. The C calls release the GIL, so the threads
+really overlap; every result must equal the single-threaded one."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import hurray
+
+THREADS = 6
+ROUNDS = 20
+SCHEMES = ["affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4", "mxfp8_e4m3",
+           "mxfp4", "mxint8"]
+
+
+def run_threads(fn, n=THREADS):
+    """Runs fn(i) on n threads started together; re-raises the first error."""
+    barrier = threading.Barrier(n)
+    errors, results = [], [None] * n
+
+    def work(i):
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    arrays = {f"layer.{i}": rng.standard_normal((24 + i, 40)).astype(np.float32)
+              for i in range(6)}
+    quantized = {f"q.{s}": hurray.quantize(rng.standard_normal((16, 64)).astype(np.float32), s)
+                 for s in SCHEMES}
+    path = tmp_path_factory.mktemp("threads") / "model.hurray"
+    hurray.save(path, {**arrays, **quantized}, metadata={"step": 9})
+    expected = {name: t.dequantize() for name, t in quantized.items()}
+    return path, arrays, expected
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_threads_read_one_file(sample, mmap):
+    path, arrays, expected = sample
+    with hurray.open(path, mmap=mmap) as f:
+        def work(i):
+            names = sorted(arrays)
+            for r in range(ROUNDS):
+                name = names[(i + r) % len(names)]
+                np.testing.assert_array_equal(np.asarray(f[name]), arrays[name])
+                row = (i + r) % arrays[name].shape[0]
+                np.testing.assert_array_equal(np.asarray(f.get_slice(name, row, row + 1)),
+                                              arrays[name][row:row + 1])
+                raw = f.read_buffer(name, 0)
+                assert bytes(raw) == arrays[name].tobytes()
+                qname = sorted(expected)[(i + r) % len(expected)]
+                np.testing.assert_array_equal(f[qname].dequantize(), expected[qname])
+                if r % 5 == 0:
+                    f.verify()
+            return True
+
+        assert all(run_threads(work))
+
+
+def test_threads_open_their_own_readers(sample):
+    path, arrays, _ = sample
+
+    def work(i):
+        for r in range(ROUNDS // 2):
+            with hurray.open(path, mmap=(i + r) % 2 == 0, verify=r == 0) as f:
+                name = sorted(arrays)[(i + r) % len(arrays)]
+                np.testing.assert_array_equal(np.asarray(f[name]), arrays[name])
+        return True
+
+    assert all(run_threads(work))
+
+
+def test_quantize_and_dequantize_on_threads_match_single_threaded():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    single = {}
+    for s in SCHEMES:
+        t = hurray.quantize(x, s)
+        single[s] = ([bytes(memoryview(b)) for b in t.buffers], t.dequantize())
+
+    def work(i):
+        for r in range(len(SCHEMES)):
+            s = SCHEMES[(i + r) % len(SCHEMES)]
+            t = hurray.quantize(x, s, threads=1 + i % 3)
+            assert [bytes(memoryview(b)) for b in t.buffers] == single[s][0]
+            np.testing.assert_array_equal(t.dequantize(threads=1 + i % 2), single[s][1])
+        return True
+
+    assert all(run_threads(work))
+
+
+def test_file_closed_while_tensors_are_used_on_threads(sample):
+    """Tensors read from a file outlive it, also while threads use them."""
+    path, arrays, expected = sample
+    f = hurray.open(path)
+    tensors = {name: f[name] for name in arrays}
+    quantized = {name: f[name] for name in expected}
+    f.close()
+
+    def work(i):
+        for name, t in tensors.items():
+            np.testing.assert_array_equal(np.asarray(t), arrays[name])
+        for name, t in quantized.items():
+            np.testing.assert_array_equal(t.dequantize(), expected[name])
+        return True
+
+    assert all(run_threads(work))
