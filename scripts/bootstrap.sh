@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on a fresh Debian machine:
-# a C compiler, pkg-config, cmocka and libxxhash from Debian, Meson and Ninja into .venv.
+# a C compiler, pkg-config, cmocka and libxxhash from Debian (and clang with
+# libFuzzer, and valgrind, for fuzz/ and the sanitizer runs), Meson and Ninja into .venv.
 # Safe to re-run; does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,10 @@ command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
 pkg-config --exists libxxhash 2>/dev/null || need_apt+=(libxxhash-dev)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+# Fuzzing (clang with libFuzzer), valgrind memcheck (make test-valgrind).
+command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+[ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
+command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"

@@ -15,7 +15,10 @@
  *     reader is closed and the last buffer pointing into it is destroyed.
  *   - Strings and bytes returned by reader accessors are borrowed from the
  *     reader and valid until it is closed.
- * Writers and readers are not thread-safe; use one per thread, or lock.
+ * Threads: a writer is not thread-safe; use one per thread, or lock. A
+ * reader may be shared: every reader call except hurray_reader_close may run
+ * on several threads at once (tests/c/test_concurrency.c, run under TSan);
+ * close it once, after the others are done.
  */
 #ifndef HURRAY_IO_H
 #define HURRAY_IO_H

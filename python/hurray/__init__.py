@@ -8,6 +8,7 @@ from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Dev
                           Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
                           Sparse, Statistics)
 from ._dtypes import DTYPES
+from ._convert import ConversionError, convert
 from ._files import File, as_tensor, load, open, save
 from ._quant import QUANT_SCHEMES, quantize
 from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
@@ -23,11 +24,12 @@ _hurray._set_tensor_class(Tensor)
 __version__ = _hurray.LIBRARY_VERSION
 
 __all__ = [
-    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DTYPES", "Dense",
+    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
+    "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "QUANT_SCHEMES", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
-    "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
+    "UnsupportedError", "ValidationError", "as_tensor", "convert", "from_dlpack", "from_hurray",
     "from_numpy", "load", "load_sharded", "open", "quantize", "save", "save_sharded", "shard",
 ]

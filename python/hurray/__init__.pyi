@@ -511,6 +511,26 @@ def as_tensor(value: object) -> Tensor:
     """Tensor, anything with __hurray__, torch tensors, scipy.sparse
     matrices, and whatever numpy.asarray accepts."""
 
+class ConversionError(Exception):
+    """A conversion that cannot be done (docs/impl/convert.md)."""
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    quantize: str | None = None,
+    quantize_include: str | Iterable[str] = (),
+    quantize_exclude: str | Iterable[str] = (),
+    include: str | Iterable[str] = (),
+    exclude: str | Iterable[str] = (),
+    keep_scales: bool = False,
+    stats: bool = False,
+    quiet: bool = False,
+    threads: int = 1,
+    block_size: int | None = None,
+    output: Literal["table", "json"] = "table",
+) -> Any:
+    """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 def quantize(
     array: object,
     scheme: str,

@@ -1152,7 +1152,7 @@ class _SafetensorsTarget(_TorchishTarget):
         dropped = []
         for k, v in metadata.items():
             if k.startswith("safetensors."):
-                meta[k[len("safetensors."):]] = v if isinstance(v, str) else json.dumps(v)
+                meta[k[len("safetensors."):]] = _as_text(v)
             elif k not in (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY,
                            GGUF_TENSORS_KEY):
                 dropped.append(k)
@@ -1165,6 +1165,15 @@ class _SafetensorsTarget(_TorchishTarget):
         except Exception as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         self.publish()
+
+
+def _as_text(v) -> str:
+    """safetensors metadata values are strings."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return json.dumps(v)
 
 
 class _TorchTarget(_TorchishTarget):

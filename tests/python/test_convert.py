@@ -432,8 +432,8 @@ def test_torch_round_trip_is_exact(files, out):
     for k, v in want.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
         assert torch.equal(got[k], v), k
-    # and on to safetensors: the tied weights become two tensors
-    convert(back, out / "t.safetensors", quiet=True)
+    # straight on to safetensors (which refuses shared memory): tied weights become two
+    convert(files["pt"], out / "t.safetensors", quiet=True)
     got, _ = st_tensors(out / "t.safetensors")
     assert got["head.weight"] == got["encoder.embed.weight"]
 
@@ -514,6 +514,27 @@ def test_quantize_on_the_way_default_and_overrides(files, out):
     assert "not floating point" in rows["position_ids"].note  # forced, but int64 stays
 
 
+@pytest.mark.parametrize("scheme", hurray.QUANT_SCHEMES)
+def test_every_scheme_on_the_way(files, out, scheme):
+    h = out / "q.hurray"
+    report = convert(files["st"], h, quantize=scheme, quiet=True, threads=2)
+    rows = {r.name: r for r in report.rows}
+    assert {n for n, r in rows.items() if r.quantized} == QUANTIZED_BY_DEFAULT
+    loaded = hurray.load(h)
+    for name in QUANTIZED_BY_DEFAULT:
+        r = rows[name]
+        t = loaded[name]
+        assert t.descriptor.quantization is not None and r.output == _convert.describe(
+            t.descriptor)
+        assert r.bytes_out == sum(b.byte_size for b in t.descriptor.buffers) < r.bytes_in * 1.2
+        assert 0.9 < r.cosine <= 1.0 and r.max_abs_error > 0 and not r.exact
+        # the report's numbers are those of the stored tensor against the source
+        x = files["sd"][name].float().numpy().astype(np.float64)
+        err = t.dequantize().astype(np.float64) - x
+        assert r.rmse == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+        assert r.max_abs_error == np.abs(err).max()
+
+
 @pytest.mark.parametrize("scheme", ["q8_0", "nf4", "mxfp4", "per_channel"])
 def test_quantized_export_to_safetensors_dequantizes_to_source_dtype(files, out, scheme):
     h = out / "q.hurray"
@@ -532,8 +553,9 @@ def test_quantized_export_to_safetensors_dequantizes_to_source_dtype(files, out,
     assert row.note == "dequantized" and not row.exact
 
 
-@pytest.mark.parametrize("case", ["q4_0", "nf4", "mxfp4", "mxfp6_e2m3", "asym_per_channel",
-                                  "asym_block_uint4", "affine"])
+@pytest.mark.parametrize("case", ["q4_0", "q8_0", "nf4", "mxfp4", "mxfp6_e2m3", "mxfp8_e4m3",
+                                  "mxint8", "asym_per_channel", "asym_block_uint4", "block_int4",
+                                  "affine"])
 def test_keep_scales_round_trip(out, case):
     x = rnd((6, 64), 30)
     if case == "asym_per_channel":
@@ -541,6 +563,8 @@ def test_keep_scales_round_trip(out, case):
     elif case == "asym_block_uint4":
         t = hurray.quantize(x, "block_affine", dtype="uint4", symmetric=False, block_size=16,
                             scale_dtype="bfloat16")
+    elif case == "block_int4":
+        t = hurray.quantize(x, "block_affine", dtype="int4", scale_dtype="float16")
     else:
         t = hurray.quantize(x, case)
     h = out / "q.hurray"
@@ -627,6 +651,15 @@ def test_printed_report_and_quiet(files, out, capsys):
     convert(files["st"], out / "c.hurray", output="json")
     d = json.loads(capsys.readouterr().out)
     assert d["totals"]["tensors"] == len(files["sd"])
+
+
+def test_progress_bar_only_when_asked_for_and_worth_it():
+    tqdm = pytest.importorskip("tqdm").tqdm
+    assert not isinstance(_convert._progress(1 << 40, 10, quiet=True), tqdm)
+    assert not isinstance(_convert._progress(1 << 10, 10, quiet=False), tqdm)
+    bar = _convert._progress(1 << 40, 10, quiet=False)
+    assert isinstance(bar, tqdm)  # shown only when stderr is a terminal (disable=None)
+    bar.close()
 
 
 def test_stats_are_stored(files, out):
