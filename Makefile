@@ -12,7 +12,7 @@ STAGE   := $(CURDIR)/stage
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp clean
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 
 all: build
@@ -69,6 +69,11 @@ bench: build python
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
+
+# hurray as a torch.distributed.checkpoint backend against FileSystemWriter
+# and the safetensors (HuggingFace) storage, world sizes 2 and 4.
+bench-dcp: python
+	$(VENV)/python bench/bench_dcp.py
 
 test-c: build
 	$(MESON) test -C build --print-errorlogs
@@ -149,8 +154,7 @@ test-tsan: deps
 PYASAN := build-asan/pyasan/hurray
 test-python-asan: test-asan python
 	rm -rf $(PYASAN) && mkdir -p $(PYASAN)
-	ln -s $(CURDIR)/python/hurray/*.py $(CURDIR)/python/hurray/*.pyi $(CURDIR)/python/hurray/py.typed \
-	  $(CURDIR)/build-asan/python/_hurray.*.so $(PYASAN)/
+	ln -s $(CURDIR)/python/hurray/* $(CURDIR)/build-asan/python/_hurray.*.so $(PYASAN)/
 	PYTHONPATH=$(CURDIR)/build-asan/pyasan LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(VENV)/python -m pytest -q -p no:cacheprovider \

@@ -2,6 +2,8 @@
  * hurray - inspect hurray files.
  *
  *   hurray ls FILE                      one line per tensor
+ *   hurray ls DIR                       the same for every *.hurray file in
+ *                                       DIR (sorted), with each piece's shard
  *   hurray info [--json] FILE [NAME]    metadata and full descriptors
  *   hurray verify FILE                  check every checksum
  *   hurray cat [--npy] [--buffer N] FILE NAME
@@ -13,7 +15,9 @@
  * 2 usage error.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -31,6 +35,8 @@ static const char usage_text[] =
     "commands:\n"
     "  ls FILE                       list tensors: name, dtype, shape, layout,\n"
     "                                quantization, stored bytes and statistics\n"
+    "  ls DIR                        the same for every *.hurray file in DIR (a\n"
+    "                                sharded or DCP checkpoint), with each shard\n"
     "  info [--json] FILE [NAME]     print file metadata and full descriptors\n"
     "                                (all tensors, or only NAME)\n"
     "  verify FILE                   check the checksum of every buffer\n"
@@ -134,13 +140,28 @@ static void json_string(FILE *out, const char *s, size_t len) {
 
 /* ---------------------------------------------------------------- commands */
 
-static int cmd_ls(const char *path) {
+static void print_u64s(FILE *out, const uint64_t *v, uint32_t n) {
+  fputc('[', out);
+  for (uint32_t i = 0; i < n; i++) fprintf(out, "%s%" PRIu64, i ? ", " : "", v[i]);
+  fputc(']', out);
+}
+
+/* One row per tensor of the file at `path`. In a directory listing `file`
+ * (the name in the directory) starts each row and each piece's shard and
+ * extension type end it; a file without tensors (such as a DCP checkpoint's .metadata.hurray)
+ * gets one row saying so. */
+static int ls_rows(const char *path, const char *file) {
   HurrayError error = {0};
   HurrayReader *r = open_or_report(path, &error);
   if (r == NULL) return EXIT_FAILURE;
   int status = EXIT_SUCCESS;
-  printf("%-40s %-14s %-20s %-12s %-20s %12s  %s\n", "NAME", "DTYPE", "SHAPE", "LAYOUT",
-         "QUANTIZATION", "BYTES", "STATISTICS");
+  if (file == NULL) {
+    printf("%-40s %-14s %-20s %-12s %-20s %12s  %s\n", "NAME", "DTYPE", "SHAPE", "LAYOUT",
+           "QUANTIZATION", "BYTES", "STATISTICS");
+  }
+  if (file != NULL && hurray_reader_tensor_count(r) == 0) {
+    printf("%-24s (no tensors, %zu metadata entries)\n", file, hurray_reader_metadata_count(r));
+  }
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
     const char *name = hurray_reader_tensor_name(r, i);
     HurrayDescriptor *d = NULL;
@@ -153,6 +174,7 @@ static int cmd_ls(const char *path) {
     FILE *mem = fmemopen(shape, sizeof shape, "w");
     print_shape(mem, d);
     fclose(mem);
+    if (file != NULL) printf("%-24s ", file);
     printf("%-40s %-14s %-20s %-12s %-20s %12" PRIu64, name,
            hurray_dtype_name(hurray_descriptor_dtype(d)), shape, layout_name(d), quant_name(d),
            stored_bytes(d));
@@ -163,11 +185,84 @@ static int cmd_ls(const char *path) {
     if (hurray_descriptor_stat_max(d, &hi)) printf(" max=%g", hi);
     if (hurray_descriptor_stat_nan_count(d, &nans)) printf(" nan=%" PRIu64, nans);
     if (hurray_descriptor_stat_zero_count(d, &zeros)) printf(" zeros=%" PRIu64, zeros);
+    if (file != NULL && hurray_descriptor_has_shard(d)) {
+      uint32_t rank = hurray_descriptor_shard_rank(d);
+      printf("  shard=");
+      print_u64s(stdout, hurray_descriptor_shard_offsets(d), rank);
+      printf("/");
+      print_u64s(stdout, hurray_descriptor_shard_global_shape(d), rank);
+    }
+    const char *extension = hurray_descriptor_extension_name(d);
+    if (file != NULL && extension != NULL) printf("  extension=%s", extension);
     printf("\n");
     hurray_descriptor_destroy(d);
   }
   hurray_reader_close(r);
   return status;
+}
+
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ls_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    fprintf(stderr, "hurray: %s: %s\n", dir, strerror(errno));
+    return EXIT_FAILURE;
+  }
+  char **names = NULL;
+  size_t count = 0, cap = 0;
+  int status = EXIT_SUCCESS;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len <= 7 || strcmp(e->d_name + len - 7, ".hurray") != 0) continue;
+    if (count == cap) {
+      size_t grown = cap ? 2 * cap : 16;
+      char **more = realloc(names, grown * sizeof *names);
+      if (more == NULL) break;
+      names = more;
+      cap = grown;
+    }
+    if ((names[count] = strdup(e->d_name)) == NULL) break;
+    count++;
+  }
+  if (e != NULL) {
+    fprintf(stderr, "hurray: %s: out of memory\n", dir);
+    status = EXIT_FAILURE;
+  }
+  closedir(d);
+  if (status == EXIT_SUCCESS && count == 0) {
+    fprintf(stderr, "hurray: %s: no *.hurray files in this directory\n", dir);
+    status = EXIT_FAILURE;
+  }
+  if (status == EXIT_SUCCESS) {
+    qsort(names, count, sizeof *names, compare_names);
+    printf("%-24s %-40s %-14s %-20s %-12s %-20s %12s  %s\n", "FILE", "NAME", "DTYPE", "SHAPE",
+           "LAYOUT", "QUANTIZATION", "BYTES", "STATISTICS / SHARD (offsets/global shape) / EXTENSION");
+    for (size_t i = 0; i < count; i++) {
+      size_t len = strlen(dir) + 1 + strlen(names[i]) + 1;
+      char *path = malloc(len);
+      if (path == NULL) {
+        fprintf(stderr, "hurray: %s: out of memory\n", dir);
+        status = EXIT_FAILURE;
+        break;
+      }
+      snprintf(path, len, "%s/%s", dir, names[i]);
+      if (ls_rows(path, names[i]) != EXIT_SUCCESS) status = EXIT_FAILURE;
+      free(path);
+    }
+  }
+  for (size_t i = 0; i < count; i++) free(names[i]);
+  free(names);
+  return status;
+}
+
+static int cmd_ls(const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return ls_dir(path);
+  return ls_rows(path, NULL);
 }
 
 static void print_metadata_value(FILE *out, const HurrayReader *r, size_t i, bool json) {

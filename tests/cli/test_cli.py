@@ -126,6 +126,48 @@ class CliTest(unittest.TestCase):
         self.assertEqual(run("cat", self.path, "nope").returncode, 1)
 
 
+class CliDirectoryTest(unittest.TestCase):
+    """`hurray ls DIR`: every *.hurray file of a directory (a sharded or DCP
+    checkpoint), sorted, each row starting with the file's name."""
+
+    def test_ls_directory(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("part-b.hurray", "part-a.hurray"):
+                subprocess.run([CHECKPOINT, os.path.join(d, name)], check=True,
+                               capture_output=True)
+            with open(os.path.join(d, "notes.txt"), "w") as f:
+                f.write("not a hurray file")
+            out = run("ls", d)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            lines = out.stdout.decode().splitlines()
+            self.assertEqual(lines[0].split()[:3], ["FILE", "NAME", "DTYPE"])
+            rows = [line.split() for line in lines[1:]]
+            self.assertEqual([r[0] for r in rows], ["part-a.hurray"] * 3 + ["part-b.hurray"] * 3)
+            embed = [r for r in rows if r[1] == "embed.weight"]
+            self.assertEqual(len(embed), 2)
+            self.assertEqual(embed[0][2], "float32")
+            self.assertEqual(embed[0][-1], str(16 * 8 * 4))
+            # A broken file fails the listing but the others are still listed.
+            with open(os.path.join(d, "part-c.hurray"), "wb") as f:
+                f.write(b"not hurray")
+            out = run("ls", d)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"part-c.hurray", out.stderr)
+            self.assertEqual(len(out.stdout.decode().splitlines()), 7)
+        with tempfile.TemporaryDirectory() as d:
+            out = run("ls", d)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"no *.hurray files", out.stderr)
+
+
+# Run by pytest (no arguments): the binaries of the meson build tree.
+if HURRAY is None:
+    _build = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "build")
+    HURRAY = os.environ.get("HURRAY_CLI", os.path.join(_build, "hurray"))
+    CHECKPOINT = os.environ.get("HURRAY_CHECKPOINT_EXAMPLE", os.path.join(_build, "checkpoint"))
+
+
 if __name__ == "__main__":
     HURRAY, CHECKPOINT = sys.argv[1], sys.argv[2]
     unittest.main(argv=[sys.argv[0], "-v"])

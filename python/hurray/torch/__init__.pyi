@@ -14,7 +14,7 @@ if sys.version_info >= (3, 13):
 else:
     from typing_extensions import CapsuleType as _Capsule
 
-from . import Tensor
+from .. import Tensor
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 

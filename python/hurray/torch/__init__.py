@@ -26,6 +26,10 @@ to_torch(t)
 
 save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu")
     Drop-in replacements for ``safetensors.torch.save_file`` / ``load_file``.
+
+hurray.torch.dcp (a submodule, imported on demand)
+    HurrayStorageWriter / HurrayStorageReader: hurray as a storage backend of
+    torch.distributed.checkpoint, resharding on load (docs/impl/torch-dcp.md).
 """
 from __future__ import annotations
 
@@ -36,14 +40,14 @@ from typing import Any, Dict, Mapping, Optional, Union
 import numpy as np
 import torch
 
-from . import _dtypes
-from ._descriptor import (Buffer, Composite, Descriptor, Paged, PerChannelAffine,
+from .. import _dtypes
+from .._descriptor import (Buffer, Composite, Descriptor, Paged, PerChannelAffine,
                           PerTensorAffine, Sparse)
-from ._files import load as _load
-from ._files import save as _save
-from ._hurray import UnsupportedError
-from ._sparse import SparseTensor
-from ._tensor import Tensor, _alignment_of, from_hurray
+from .._files import load as _load
+from .._files import save as _save
+from .._hurray import UnsupportedError
+from .._sparse import SparseTensor
+from .._tensor import Tensor, _alignment_of, from_hurray
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 

@@ -1,0 +1,744 @@
+"""hurray as a storage backend of torch.distributed.checkpoint (DCP).
+
+    import torch.distributed.checkpoint as dcp
+    from hurray.torch.dcp import HurrayStorageWriter, HurrayStorageReader
+
+    dcp.save(state_dict, storage_writer=HurrayStorageWriter("ckpt/step-100"))
+    dcp.load(state_dict, storage_reader=HurrayStorageReader("ckpt/step-100"))
+
+DCP plans the save and the load (which rank writes which chunk, which stored
+chunk overlaps which target shard); this module stores and fetches the bytes.
+A checkpoint directory holds (docs/impl/torch-dcp.md has the details):
+
+    rank-00000.hurray ...   one file per rank: every chunk that rank wrote,
+                            named by its fully qualified name (fqn) and
+                            marked with its shard (global shape + offsets);
+                            DCP's non-tensor items as JSON text in uint8
+                            tensors of the extension type "torch.dcp.json"
+    .metadata.hurray        written last, by the coordinator, in finish():
+                            no tensors, and DCP's Metadata as JSON in the
+                            file metadata (never a pickle)
+
+A directory without .metadata.hurray is an unfinished save: the reader
+refuses it (IncompleteCheckpointError). Nothing in the directory is a
+pickle: a non-tensor item that JSON cannot hold exactly (anything but None,
+bool, int, float, str, list, tuple and dict of them) is refused, unless
+both the writer and the reader pass allow_opaque_bytes=True; then DCP's own
+serialized bytes (torch.save) are kept as "torch.dcp.bytes" and DCP
+unpickles them on load. The rank files are plain sharded
+hurray files: ``hurray.load_sharded(DIR)`` assembles every tensor without
+torch and ``hurray ls DIR`` lists them.
+
+The reader reshards: the world size and the placements of the load may
+differ from the save's. DCP's planner matches every target shard with the
+stored chunks it overlaps; each overlap is copied straight from the file's
+read-only mapping into the target tensor (one copy, no intermediate
+buffer), touching only the rows (and, within them, the columns) it needs.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import io
+import json
+import math
+import numbers
+import os
+import re
+import sys
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
+                                                   Metadata, MetadataIndex, StorageMeta,
+                                                   TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, SavePlan,
+                                                  SavePlanner, WriteItemType)
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from .._descriptor import Extension
+from .._files import File, save
+from .._shards import shard
+from .._tensor import Tensor, from_numpy
+from . import _array_to_torch, _hurray_dtype, from_torch
+
+__all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
+           "IncompleteCheckpointError", "METADATA_FILE", "JSON_EXTENSION", "BYTES_EXTENSION",
+           "FORMAT", "FORMAT_VERSION"]
+
+FORMAT = "hurray.torch.dcp"
+FORMAT_VERSION = 1
+METADATA_FILE = ".metadata.hurray"
+JSON_EXTENSION = "torch.dcp.json"
+BYTES_EXTENSION = "torch.dcp.bytes"
+
+# File metadata keys.
+_K_FORMAT = "hurray.dcp.format"
+_K_VERSION = "hurray.dcp.format_version"
+_K_SAVE_ID = "hurray.dcp.save_id"
+_K_RANK = "hurray.dcp.rank"
+_K_WORLD = "hurray.dcp.world_size"
+_K_METADATA = "hurray.dcp.metadata"
+
+_RANK_FILE = re.compile(r"rank-\d{5,}(-\d+)?\.hurray")
+
+try:  # the version string DCP's own FileSystemWriter stamps on its metadata
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION as _DCP_VERSION
+except ImportError:  # pragma: no cover - older torch
+    _DCP_VERSION = "1.0.0"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint directory that cannot be written or read as asked."""
+
+
+class IncompleteCheckpointError(CheckpointError):
+    """The save that wrote this directory did not finish (no .metadata.hurray)."""
+
+
+# madvise(2) for the pages of a file mapping under an array (Linux):
+# DONTNEED after a copy drops them from this process's resident set (they
+# stay in the page cache), so a load's RSS does not grow by the checkpoint's
+# size. (WILLNEED before the copy was measured slower than plain faults.)
+_MADV_DONTNEED = 4
+_PAGE = 4096
+try:
+    _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    _madvise_fn = _libc.madvise if _libc is not None else None
+    if _madvise_fn is not None:
+        _madvise_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _madvise_fn.restype = ctypes.c_int
+    import mmap as _mmap
+    _PAGE = _mmap.PAGESIZE
+except (OSError, AttributeError):  # pragma: no cover - no libc madvise
+    _madvise_fn = None
+
+
+def _madvise(array: "np.ndarray", advice: int, mapped: Tuple[int, int]) -> None:
+    """Best effort. Only for an array lying inside `mapped` (the address
+    range of a buffer of a file mapping): DONTNEED on private memory would
+    discard its contents."""
+    if _madvise_fn is None or array.size == 0:
+        return
+    low = high = array.ctypes.data
+    for n, stride in zip(array.shape, array.strides):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    high += array.itemsize
+    if low < mapped[0] or high > mapped[1]:
+        return
+    start = low - low % _PAGE
+    _madvise_fn(start, high - start, advice)
+
+
+def _rank_file(rank: int, k: int) -> str:
+    return f"rank-{rank:05d}.hurray" if k == 0 else f"rank-{rank:05d}-{k}.hurray"
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Assignment:
+    """SavePlan.storage_data of one rank, set by the coordinator."""
+    rank: int
+    world_size: int
+    save_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Location:
+    """Where one stored item is: WriteResult.storage_data and
+    Metadata.storage_data values. kind: "tensor", "json" or "bytes"."""
+    file: str
+    name: str
+    kind: str = "tensor"
+
+
+# ------------------------------------------------------------ JSON encoding
+
+def _dtype_name(dtype: "torch.dtype") -> str:
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def _torch_attr(name: str, kind: type, what: str):
+    value = getattr(torch, name, None)
+    if not isinstance(value, kind):
+        raise CheckpointError(f"{what} {name!r} of the checkpoint is unknown to torch "
+                              f"{torch.__version__}")
+    return value
+
+
+def _encode_value(v: Any, where: str) -> Any:
+    """planner_data as JSON: tuples, dicts (any hashable keys) and
+    non-finite floats tagged as one-key objects; nothing else allowed."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        f = float(v)
+        return f if math.isfinite(f) else {"float": repr(f)}
+    if isinstance(v, list):
+        return [_encode_value(x, where) for x in v]
+    if isinstance(v, tuple):
+        return {"tuple": [_encode_value(x, where) for x in v]}
+    if isinstance(v, dict):
+        return {"dict": [[_encode_value(k, where), _encode_value(x, where)] for k, x in v.items()]}
+    raise CheckpointError(
+        f"{where} holds a {type(v).__name__}; hurray stores it as JSON (None, bool, int, float, "
+        "str, list, tuple and dict only) and never pickles it")
+
+
+class _NotJSON(Exception):
+    pass
+
+
+def _encode_exact(v: Any) -> Any:
+    """A non-tensor item as JSON, only if decoding gives back an equal
+    object of the same types (no subclasses: no IntEnum, no namedtuple)."""
+    t = type(v)
+    if v is None or t is bool or t is str or t is int:
+        return v
+    if t is float:
+        return v if math.isfinite(v) else {"float": repr(v)}
+    if t is list:
+        return [_encode_exact(x) for x in v]
+    if t is tuple:
+        return {"tuple": [_encode_exact(x) for x in v]}
+    if t is dict:
+        return {"dict": [[_encode_exact(k), _encode_exact(x)] for k, x in v.items()]}
+    raise _NotJSON(t.__name__)
+
+
+def _decode_value(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_decode_value(x) for x in v]
+    if isinstance(v, dict):
+        if len(v) == 1:
+            (tag, body), = v.items()
+            if tag == "tuple":
+                return tuple(_decode_value(x) for x in body)
+            if tag == "dict":
+                return {_decode_value(k): _decode_value(x) for k, x in body}
+            if tag == "float":
+                return float(body)
+        raise CheckpointError(f"malformed planner_data in the checkpoint metadata: {v!r}")
+    return v
+
+
+def _new(cls, **fields):
+    """A dataclass of torch's with the fields this torch has."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in known})
+
+
+def _encode_metadata(metadata: Metadata, save_id: str, world_size: int,
+                     files: List[str]) -> dict:
+    storage = metadata.storage_data or {}
+    entries = {}
+    for fqn, md in metadata.state_dict_metadata.items():
+        if isinstance(md, BytesStorageMetadata):
+            loc = storage.get(MetadataIndex(fqn))
+            if loc is None:
+                raise CheckpointError(f"no rank wrote the non-tensor item {fqn!r}")
+            entries[fqn] = {"kind": loc.kind, "file": loc.file, "name": loc.name}
+            continue
+        if not isinstance(md, TensorStorageMetadata):
+            raise CheckpointError(f"{fqn!r}: unknown storage metadata {type(md).__name__}")
+        p = md.properties
+        chunks = []
+        for c in md.chunks:
+            loc = storage.get(MetadataIndex(fqn, c.offsets))
+            if loc is None:
+                raise CheckpointError(f"no rank wrote the chunk of {fqn!r} at offsets "
+                                      f"{list(c.offsets)}")
+            chunks.append({"offsets": list(c.offsets), "sizes": list(c.sizes),
+                           "file": loc.file, "name": loc.name})
+        entries[fqn] = {
+            "kind": "tensor",
+            "dtype": _hurray_dtype(p.dtype),
+            "torch_dtype": _dtype_name(p.dtype),
+            "shape": list(md.size),
+            "layout": _dtype_name(getattr(p, "layout", torch.strided)),
+            "requires_grad": bool(getattr(p, "requires_grad", False)),
+            "memory_format": _dtype_name(getattr(p, "memory_format", torch.contiguous_format)),
+            "pin_memory": bool(getattr(p, "pin_memory", False)),
+            "chunks": chunks,
+        }
+    sm = metadata.storage_meta
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dcp_version": metadata.version,
+        "torch_version": torch.__version__,
+        "save_id": save_id,
+        "world_size": world_size,
+        "files": files,
+        "state_dict": entries,
+        "planner_data": _encode_value(metadata.planner_data, "Metadata.planner_data"),
+        "storage_meta": None if sm is None else {
+            "checkpoint_id": None if sm.checkpoint_id is None else os.fspath(sm.checkpoint_id),
+            "save_id": sm.save_id,
+            "modules": list(getattr(sm, "modules", None) or []),
+        },
+    }
+
+
+def _decode_metadata(doc: dict) -> Metadata:
+    state_dict_metadata: Dict[str, Any] = {}
+    storage_data: Dict[MetadataIndex, _Location] = {}
+    for fqn, e in doc["state_dict"].items():
+        if e["kind"] in ("json", "bytes"):
+            state_dict_metadata[fqn] = BytesStorageMetadata()
+            storage_data[MetadataIndex(fqn)] = _Location(e["file"], e["name"], e["kind"])
+            continue
+        if e["kind"] != "tensor":
+            raise CheckpointError(f"{fqn!r}: unknown item kind {e['kind']!r}")
+        properties = _new(
+            TensorProperties,
+            dtype=_torch_attr(e["torch_dtype"], torch.dtype, "dtype"),
+            layout=_torch_attr(e.get("layout", "strided"), torch.layout, "layout"),
+            requires_grad=bool(e.get("requires_grad", False)),
+            memory_format=_torch_attr(e.get("memory_format", "contiguous_format"),
+                                      torch.memory_format, "memory format"),
+            pin_memory=bool(e.get("pin_memory", False)))
+        chunks = []
+        for c in e["chunks"]:
+            offsets = torch.Size(c["offsets"])
+            chunks.append(ChunkStorageMetadata(offsets=offsets, sizes=torch.Size(c["sizes"])))
+            storage_data[MetadataIndex(fqn, offsets)] = _Location(c["file"], c["name"])
+        state_dict_metadata[fqn] = TensorStorageMetadata(properties=properties,
+                                                         size=torch.Size(e["shape"]),
+                                                         chunks=chunks)
+    sm = doc.get("storage_meta")
+    storage_meta = StorageMeta() if sm is None else _new(
+        StorageMeta, checkpoint_id=sm.get("checkpoint_id"), save_id=sm.get("save_id"),
+        modules=list(sm.get("modules") or []))
+    return _new(Metadata, state_dict_metadata=state_dict_metadata,
+                planner_data=_decode_value(doc.get("planner_data")),
+                storage_data=storage_data, storage_meta=storage_meta,
+                version=doc.get("dcp_version"))
+
+
+# ------------------------------------------------------------------- writer
+
+def _bytes_tensor(payload: bytes, extension: str) -> Tensor:
+    """A non-tensor item as a 1-D uint8 tensor of an extension type:
+    torch.dcp.json (UTF-8 JSON text) or torch.dcp.bytes (DCP's bytes)."""
+    t = from_numpy(np.frombuffer(payload, dtype=np.uint8) if payload else np.zeros(0, np.uint8))
+    return Tensor(t.descriptor.replace(extension=Extension(extension)), list(t.buffers))
+
+
+def _is_default(planner: SavePlanner) -> bool:
+    """Whether the planner serializes non-tensor items as DCP's default one
+    does: torch.save of the state-dict object as it is."""
+    cls = type(planner)
+    return (isinstance(planner, DefaultSavePlanner)
+            and cls.resolve_data is DefaultSavePlanner.resolve_data
+            and cls.transform_object is DefaultSavePlanner.transform_object)
+
+
+def _json_item(planner: SavePlanner, item) -> Optional[str]:
+    """The JSON text of a non-tensor item, when the planner is DCP's default
+    one (whose bytes are torch.save of the state-dict object as it is) and
+    JSON holds the object exactly; None otherwise."""
+    if not _is_default(planner):
+        return None
+    try:
+        return json.dumps(_encode_exact(planner.lookup_object(item.index)),
+                          separators=(",", ":"), allow_nan=False)
+    except (_NotJSON, KeyError, ValueError, TypeError):
+        return None
+
+
+class HurrayStorageWriter(StorageWriter):
+    """Writes a DCP checkpoint as hurray files into the directory `path`.
+
+    Every rank writes rank-{rank:05d}.hurray (atomically: a temporary file,
+    fsync, rename) holding each chunk it saves, marked with its shard. The
+    coordinator first removes the .metadata.hurray and the rank files of
+    any earlier save in `path` (or refuses, with overwrite=False), so a
+    directory is never left looking complete while holding a partial save;
+    finish() writes .metadata.hurray last, atomically.
+
+    Non-tensor items (DCP's BytesStorageMetadata: optimizer hyperparameters,
+    step counters, ...) are stored as JSON ("torch.dcp.json" tensors). One
+    that JSON cannot hold exactly raises CheckpointError, unless
+    allow_opaque_bytes=True: then DCP's serialized bytes (a torch.save
+    pickle) are stored as they are ("torch.dcp.bytes"), and the reader
+    needs allow_opaque_bytes=True as well.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, overwrite: bool = True,
+                 allow_opaque_bytes: bool = False) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self.overwrite = overwrite
+        self.allow_opaque_bytes = allow_opaque_bytes
+        self.save_id = uuid.uuid4().hex
+        self.rank: Optional[int] = None
+        self.is_coordinator = False
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self.save_id = uuid.uuid4().hex
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("use_collectives", True) is False:
+            raise CheckpointError(
+                "HurrayStorageWriter writes one global .metadata.hurray and needs "
+                "use_collectives=True")
+        self.is_coordinator = is_coordinator
+        rank = kwargs.get("rank")
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.rank = int(rank)
+
+    def storage_meta(self) -> Optional[StorageMeta]:
+        return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        os.makedirs(self.path, exist_ok=True)
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        # Runs on the coordinator before any rank writes: invalidate what an
+        # earlier save left here, metadata first.
+        meta = os.path.join(self.path, METADATA_FILE)
+        stale = [n for n in os.listdir(self.path) if _RANK_FILE.fullmatch(n)]
+        if os.path.exists(meta) or stale:
+            if not self.overwrite:
+                raise CheckpointError(f"{self.path} already holds a checkpoint and "
+                                      "overwrite=False")
+            if os.path.exists(meta):
+                os.unlink(meta)
+                _fsync_dir(self.path)
+            for n in stale:
+                os.unlink(os.path.join(self.path, n))
+        return [dataclasses.replace(p, storage_data=_Assignment(i, len(plans), self.save_id))
+                for i, p in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[List[WriteResult]]:
+        a = plan.storage_data
+        if not isinstance(a, _Assignment):
+            raise CheckpointError("write_data got a plan that HurrayStorageWriter."
+                                  "prepare_global_plan did not make")
+        files: List[Dict[str, Tensor]] = [{}]
+        results = []
+        for item in plan.items:
+            fqn = item.index.fqn
+            k = 0
+            while fqn in files[k]:  # several chunks of one tensor: one file each
+                k += 1
+                if k == len(files):
+                    files.append({})
+            kind = "tensor"
+            if item.type == WriteItemType.BYTE_IO:
+                text = _json_item(planner, item)
+                if text is not None:
+                    payload, kind = text.encode("utf-8"), "json"
+                elif self.allow_opaque_bytes:
+                    data = planner.resolve_data(item)
+                    payload = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                    kind = "bytes"
+                elif not _is_default(planner):
+                    raise CheckpointError(
+                        f"non-tensor item {fqn!r}: hurray stores non-tensor items as JSON only "
+                        f"with DCP's DefaultSavePlanner ({type(planner).__name__} may change "
+                        "them); hurray does not store pickles unless "
+                        "HurrayStorageWriter(..., allow_opaque_bytes=True)")
+                else:
+                    what = type(_lookup(planner, item)).__name__
+                    raise CheckpointError(
+                        f"non-tensor item {fqn!r} ({what}) has no exact JSON form (None, bool, "
+                        "int, float, str, list, tuple and dict of them); hurray does not store "
+                        "pickles unless HurrayStorageWriter(..., allow_opaque_bytes=True)")
+                t = _bytes_tensor(payload, JSON_EXTENSION if kind == "json" else BYTES_EXTENSION)
+                size = len(payload)
+            else:
+                data = planner.resolve_data(item)
+                tensor = data.detach()
+                if tensor.device.type != "cpu":
+                    tensor = tensor.cpu()
+                td = item.tensor_data
+                t = shard(from_torch(tensor), td.size, td.chunk.offsets)
+                size = tensor.numel() * tensor.element_size()
+            files[k][fqn] = t
+            results.append(WriteResult(index=item.index, size_in_bytes=size,
+                                       storage_data=_Location(_rank_file(a.rank, k), fqn,
+                                                              kind)))
+        metadata = {_K_FORMAT: FORMAT, _K_VERSION: FORMAT_VERSION, _K_SAVE_ID: a.save_id,
+                    _K_RANK: a.rank, _K_WORLD: a.world_size}
+        for k, tensors in enumerate(files):
+            save(os.path.join(self.path, _rank_file(a.rank, k)), tensors, metadata)
+        fut: Future[List[WriteResult]] = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        metadata.version = _DCP_VERSION
+        storage_data = {}
+        files = set()
+        for rank, wr_list in enumerate(results):
+            files.add(_rank_file(rank, 0))
+            for wr in wr_list:
+                storage_data[wr.index] = wr.storage_data
+                files.add(wr.storage_data.file)
+        metadata.storage_data = storage_data
+        metadata.storage_meta = self.storage_meta()
+        missing = [f for f in sorted(files) if not os.path.exists(os.path.join(self.path, f))]
+        if missing:
+            raise CheckpointError(f"rank files missing from {self.path}: {missing}")
+        doc = _encode_metadata(metadata, self.save_id, len(results), sorted(files))
+        save(os.path.join(self.path, METADATA_FILE), {},
+             {_K_FORMAT: FORMAT, _K_VERSION: FORMAT_VERSION, _K_SAVE_ID: self.save_id,
+              _K_WORLD: len(results),
+              _K_METADATA: json.dumps(doc, separators=(",", ":"), allow_nan=False)})
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+        try:
+            path = os.fspath(checkpoint_id)
+        except TypeError:
+            return False
+        return isinstance(path, str) and "://" not in path
+
+
+def _lookup(planner: SavePlanner, item) -> Any:
+    try:
+        return planner.lookup_object(item.index)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - only for the error message
+        return None
+
+
+# ------------------------------------------------------------------- reader
+
+def _read_metadata_file(path: str) -> dict:
+    """The JSON document of DIR/.metadata.hurray (the file's index checksum
+    is verified by opening it)."""
+    meta = os.path.join(path, METADATA_FILE)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"no checkpoint at {path}: not a directory")
+    if not os.path.exists(meta):
+        found = sorted(n for n in os.listdir(path) if _RANK_FILE.fullmatch(n))
+        extra = f"; it holds {len(found)} rank files of a save that did not finish" if found else ""
+        raise IncompleteCheckpointError(
+            f"checkpoint at {path} is incomplete: finish() did not complete "
+            f"(no {METADATA_FILE}){extra}")
+    with File(meta) as f:
+        md = f.metadata
+    if md.get(_K_FORMAT) != FORMAT or _K_METADATA not in md:
+        raise CheckpointError(f"{meta} is not a {FORMAT} checkpoint metadata file")
+    version = md.get(_K_VERSION)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{meta} has {FORMAT} format version {version!r}; this hurray "
+                              f"reads versions up to {FORMAT_VERSION}")
+    doc = json.loads(md[_K_METADATA])
+    if doc.get("save_id") != md.get(_K_SAVE_ID):
+        raise CheckpointError(f"{meta}: its save ids disagree")
+    return doc
+
+
+class HurrayStorageReader(StorageReader):
+    """Reads a checkpoint written by HurrayStorageWriter, resharding to
+    whatever the load asks for.
+
+    verify=True checks the xxh3 checksums of every stored piece a rank reads
+    from (whole pieces: checksums are per buffer) before copying from it.
+    mmap=True (the default) copies each overlap straight from the file's
+    mapping; mmap=False reads with pread (the rows needed only, for pieces
+    cut along dimension 0).
+
+    Non-tensor items stored as JSON are handed to DCP re-serialized from
+    the decoded value; opaque "torch.dcp.bytes" items (which DCP unpickles)
+    are refused unless allow_opaque_bytes=True."""
+
+    def __init__(self, path: str | os.PathLike, *, verify: bool = False,
+                 mmap: bool = True, allow_opaque_bytes: bool = False) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self.verify = verify
+        self.mmap = mmap
+        self.allow_opaque_bytes = allow_opaque_bytes
+        self.load_id = uuid.uuid4().hex
+        self.storage_data: Dict[MetadataIndex, _Location] = {}
+        self._save_id: Optional[str] = None
+        self._dtypes: Dict[str, str] = {}
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self.storage_data = {}
+        self._save_id = None
+        self.load_id = uuid.uuid4().hex
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        doc = _read_metadata_file(self.path)
+        missing = [f for f in doc["files"] if not os.path.exists(os.path.join(self.path, f))]
+        if missing:
+            raise CheckpointError(f"checkpoint at {self.path} is damaged: {METADATA_FILE} lists "
+                                  f"rank files that are missing: {missing}")
+        metadata = _decode_metadata(doc)
+        metadata.storage_meta.load_id = self.load_id
+        self._save_id = doc["save_id"]
+        return metadata
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
+                              **kwargs: Any) -> None:
+        if metadata.storage_data is None:
+            raise CheckpointError("the checkpoint metadata has no storage_data")
+        self.storage_data = metadata.storage_data
+        if metadata.storage_meta is not None and metadata.storage_meta.save_id:
+            self._save_id = metadata.storage_meta.save_id
+        self._dtypes = {fqn: _hurray_dtype(md.properties.dtype)
+                        for fqn, md in metadata.state_dict_metadata.items()
+                        if isinstance(md, TensorStorageMetadata)}
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def _open(self, name: str) -> File:
+        path = os.path.join(self.path, name)
+        f = File(path, mmap=self.mmap)
+        save_id = f.metadata.get(_K_SAVE_ID)
+        if self._save_id is not None and save_id != self._save_id:
+            f.close()
+            raise CheckpointError(
+                f"checkpoint at {self.path} mixes two saves: {name} was written by save "
+                f"{save_id!r}, {METADATA_FILE} by save {self._save_id!r}")
+        return f
+
+    def _region(self, f: File, req, loc: _Location) -> Tuple[np.ndarray, str, Tuple[int, int]]:
+        """The stored region a ReadItem asks for, its dtype, and the address
+        range of the mapped buffer it lies in ((0, 0) if not mapped). With
+        mmap, a view of the file's mapping (nothing is read until the copy
+        touches its pages); with mmap=False, the rows needed read with pread."""
+        name = loc.name
+        mapped = (0, 0)
+        if self.mmap:
+            piece = f[name]
+            dtype, shape = piece.dtype, tuple(piece.shape)
+            if piece.buffer_count == 1:
+                data = np.frombuffer(piece.buffers[0], dtype=np.uint8)
+                if data.size:
+                    mapped = (data.ctypes.data, data.ctypes.data + data.size)
+        else:
+            piece = None
+            dtype, shape = f._file._shape(name)
+            shape = tuple(shape)
+        fqn = req.storage_index.fqn
+        if fqn in self._dtypes and dtype != self._dtypes[fqn]:
+            raise CheckpointError(f"{f.path}[{name!r}] is {dtype}; the checkpoint metadata "
+                                  f"says {self._dtypes[fqn]}")
+        lo = tuple(int(o) for o in req.storage_offsets)
+        n = tuple(int(x) for x in req.lengths)
+        if len(shape) != len(lo) or any(o + k > s for o, k, s in zip(lo, n, shape)):
+            raise CheckpointError(f"{f.path}[{name!r}] has shape {list(shape)}; the load asks "
+                                  f"for {list(n)} elements at {list(lo)}")
+        if piece is None and shape and (lo[0], n[0]) != (0, shape[0]):
+            array = f.get_slice(name, lo[0], lo[0] + n[0]).numpy()
+            index = (slice(None),) + tuple(slice(o, o + k) for o, k in zip(lo[1:], n[1:]))
+        else:
+            array = (piece if piece is not None else f[name]).numpy()
+            index = tuple(slice(o, o + k) for o, k in zip(lo, n))
+        return (array[index] if index else array), dtype, mapped
+
+    def _object_bytes(self, f: File, loc: _Location) -> io.BytesIO:
+        """A non-tensor item as the bytes DCP's load_bytes takes."""
+        t = f[loc.name]
+        ext = t.descriptor.extension
+        expected = JSON_EXTENSION if loc.kind == "json" else BYTES_EXTENSION
+        if ext is None or ext.name != expected or t.dtype != "uint8" or len(t.shape) != 1:
+            raise CheckpointError(f"{f.path}[{loc.name!r}] is not a 1-D uint8 {expected} item")
+        payload = t.numpy().tobytes()
+        if loc.kind == "bytes":
+            if not self.allow_opaque_bytes:
+                raise CheckpointError(
+                    f"{f.path}[{loc.name!r}] is an opaque torch.dcp.bytes item, which DCP "
+                    "unpickles on load; pass HurrayStorageReader(..., allow_opaque_bytes=True) "
+                    "if you trust this checkpoint")
+            return io.BytesIO(payload)
+        try:
+            value = _decode_value(json.loads(payload.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise CheckpointError(f"{f.path}[{loc.name!r}]: malformed JSON item: {e}") from None
+        out = io.BytesIO()
+        torch.save(value, out)  # what DCP's load_bytes reads back with torch.load
+        out.seek(0)
+        return out
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        per_file: Dict[str, List[Tuple[Any, _Location]]] = {}
+        for req in plan.items:
+            try:
+                loc = self.storage_data[req.storage_index]
+            except KeyError:
+                raise CheckpointError(f"the checkpoint metadata has no stored item "
+                                      f"{req.storage_index}") from None
+            per_file.setdefault(loc.file, []).append((req, loc))
+        for name in sorted(per_file):
+            f = self._open(name)
+            try:
+                verified = set()
+                for req, loc in per_file[name]:
+                    if self.verify and loc.name not in verified:
+                        f.verify(loc.name)
+                        verified.add(loc.name)
+                    if req.type == LoadItemType.BYTE_IO:
+                        planner.load_bytes(req, self._object_bytes(f, loc))
+                        continue
+                    region, dtype, mapped = self._region(f, req, loc)
+                    src = _array_to_torch(region, dtype)
+                    target = planner.resolve_tensor(req).detach()
+                    if target.size() != src.size():
+                        raise CheckpointError(f"{req.storage_index}: the target has size "
+                                              f"{list(target.size())}, the stored region "
+                                              f"{list(src.size())}")
+                    target.copy_(src)
+                    if self.mmap:
+                        _madvise(region, _MADV_DONTNEED, mapped)
+                    del src, region
+                    planner.commit_tensor(req, target)
+            finally:
+                f.close()
+        fut: Future[None] = Future()
+        fut.set_result(None)
+        return fut
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+        try:
+            path = os.fspath(checkpoint_id)
+        except TypeError:
+            return False
+        return isinstance(path, str) and os.path.isdir(path)

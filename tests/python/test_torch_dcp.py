@@ -1,0 +1,490 @@
+"""hurray.torch.dcp: torch.distributed.checkpoint on hurray files.
+
+Real process groups (gloo) of world sizes 1, 2 and 4 are started with
+torch.multiprocessing.start_processes. The ranks are forked from this
+process (start_method="fork") after torch, DTensor and torch._dynamo are
+imported here once: a spawned rank re-imports all of torch, which costs
+more than the rest of the test on a small machine. Every rank runs with one
+intra-op thread (no OpenMP pool crosses the fork).
+
+A model plus its Adam state and DTensor-sharded tensors (cut along rows
+and along columns, unevenly, one rank's piece empty) are saved at world size
+4, then loaded at 4, 2 (also with the other placement) and 1; every value
+must come back bit for bit. The reference values are written by the saving
+rank 0 with torch.save (a test artefact, not part of the checkpoint).
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+import torch._dynamo  # noqa: E402,F401 - imported once here, inherited by forked ranks
+import torch.distributed.checkpoint as dcp  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner  # noqa: E402
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex  # noqa: E402
+from torch.distributed.checkpoint.planner import (TensorWriteData, WriteItem,  # noqa: E402
+                                                  WriteItemType)
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor  # noqa: E402
+
+import hurray  # noqa: E402
+from hurray.torch import dcp as hdcp  # noqa: E402
+from hurray.torch.dcp import (CheckpointError, HurrayStorageReader,  # noqa: E402
+                              HurrayStorageWriter, IncompleteCheckpointError)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ----------------------------------------------------------------- helpers
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, fn, world_size, port, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_group(world_size, fn, *args):
+    """fn(rank, world_size, *args) in every rank of a fresh gloo group."""
+    mp.start_processes(_rank_main, args=(fn, world_size, _free_port(), args),
+                       nprocs=world_size, start_method="fork", join=True)
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5))
+
+
+def _trained():
+    torch.manual_seed(0)
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    model(torch.randn(4, 12)).pow(2).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return model, opt
+
+
+def _global_tensors():
+    g = torch.Generator().manual_seed(5)
+    return {
+        "rows": torch.randn(10, 6, generator=g),               # 3, 3, 3, 1 rows at 4 ranks
+        "cols": torch.randn(5, 11, generator=g),               # columns 3, 3, 3, 2
+        "tiny": torch.arange(3, dtype=torch.int64),            # rank 3's piece is empty
+        "half": torch.randn(8, 4, generator=g).to(torch.bfloat16),
+    }
+
+
+_SAME = {"rows": 0, "cols": 1, "tiny": 0, "half": 0}
+_SWAPPED = {"rows": 1, "cols": 0, "tiny": 0, "half": 1}
+EXTRA = {"epoch": 7, "note": "hello", "betas": (0.8, 0.95), "seen": [1, 2, 3]}
+
+
+def _flatten(prefix, obj, out):
+    """DCP's flat names of the tensors of a nested state dict."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _flatten(f"{prefix}.{i}", v, out)
+    elif isinstance(obj, DTensor):
+        out[prefix] = obj.full_tensor()
+    elif isinstance(obj, torch.Tensor):
+        out[prefix] = obj
+    return out
+
+
+def _state(rank, world_size, model, opt, dims, fill):
+    msd, osd = get_state_dict(model, opt)
+    tensors = _global_tensors()
+    if world_size > 1:
+        mesh = init_device_mesh("cpu", (world_size,))
+        sharded = {k: distribute_tensor(v if not fill else torch.zeros_like(v), mesh,
+                                        [Shard(dims[k])]) for k, v in tensors.items()}
+    else:
+        sharded = {k: torch.zeros_like(v) for k, v in tensors.items()}
+    extra = dict(EXTRA) if not fill else {"epoch": 0, "note": "", "betas": (0.0, 0.0),
+                                          "seen": []}
+    return {"model": msd, "optim": osd, "sharded": sharded, "extra": extra}
+
+
+def _save_ranks(rank, world_size, path, reference):
+    model, opt = _trained()
+    state = _state(rank, world_size, model, opt, _SAME, fill=False)
+    dcp.save(state, storage_writer=HurrayStorageWriter(path))
+    if rank == 0:
+        flat = _flatten("", {k: state[k] for k in ("model", "optim", "sharded")}, {})
+        torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                    "flat": {k: v.clone() for k, v in flat.items()}}, reference)
+    else:
+        _flatten("", state["sharded"], {})  # full_tensor() is a collective
+    dist.barrier()
+    # The same world size reads it back at once.
+    _load_ranks(rank, world_size, path, reference, "same")
+
+
+def _load_ranks(rank, world_size, path, reference, placement, record=None):
+    ref = torch.load(reference, weights_only=True)
+    torch.manual_seed(100 + rank)  # other values than the saved ones
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.5)
+    dims = _SAME if placement == "same" else _SWAPPED
+    state = _state(rank, world_size, model, opt, dims, fill=True)
+    dcp.load(state, storage_reader=HurrayStorageReader(path, verify=True))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    for k, v in ref["model"].items():
+        assert torch.equal(model.state_dict()[k], v), k
+    got = opt.state_dict()
+    assert got["param_groups"] == ref["optim"]["param_groups"]
+    for p, s in ref["optim"]["state"].items():
+        for k, v in s.items():
+            assert torch.equal(got["state"][p][k], v), (p, k)
+    assert state["extra"] == EXTRA, state["extra"]
+    for k, v in state["sharded"].items():
+        if isinstance(v, DTensor):
+            assert v.placements == (Shard(dims[k]),)
+            v = v.full_tensor()
+        assert v.dtype == ref["flat"][f"sharded.{k}"].dtype
+        assert torch.equal(v, ref["flat"][f"sharded.{k}"]), k
+
+
+def _load_twice_recording(rank, world_size, path, reference, log_dir):
+    """World size 2: the same placements, then rows and columns swapped. The
+    first load records the regions of the stored pieces of sharded.rows
+    that this rank copied (with mmap, only the pages under them are read;
+    with mmap=False, only their rows)."""
+    regions = []
+    region_of = HurrayStorageReader._region
+
+    def spy(self, f, req, loc):
+        array, dtype, mapped = region_of(self, f, req, loc)
+        if loc.name == "sharded.rows":
+            regions.append([list(req.storage_offsets), list(array.shape)])
+            assert mapped[0] <= array.ctypes.data < mapped[1]  # a view of the mapping
+        return array, dtype, mapped
+
+    HurrayStorageReader._region = spy
+    try:
+        _load_ranks(rank, world_size, path, reference, "same")
+    finally:
+        HurrayStorageReader._region = region_of
+    with open(os.path.join(log_dir, f"rows-{rank}.json"), "w") as f:
+        json.dump(regions, f)
+    _load_ranks(rank, world_size, path, reference, "swapped")
+
+
+def _load_one(rank, world_size, path, reference):
+    _load_ranks(rank, world_size, path, reference, "same")
+
+
+# ---------------------------------------------------------- the checkpoint
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A checkpoint saved at world size 4 (and loaded back at 4)."""
+    root = tmp_path_factory.mktemp("dcp")
+    path, reference = str(root / "ckpt"), str(root / "reference.pt")
+    run_group(4, _save_ranks, path, reference)
+    return path, reference
+
+
+def test_layout_of_the_directory(saved):
+    path, _ = saved
+    assert sorted(os.listdir(path)) == [".metadata.hurray"] + [f"rank-{r:05d}.hurray"
+                                                              for r in range(4)]
+    with hurray.open(os.path.join(path, ".metadata.hurray")) as f:
+        assert f.keys() == []
+        md = f.metadata
+    assert md["hurray.dcp.format"] == "hurray.torch.dcp"
+    assert md["hurray.dcp.world_size"] == 4
+    doc = json.loads(md["hurray.dcp.metadata"])
+    assert doc["files"] == [f"rank-{r:05d}.hurray" for r in range(4)]
+    rows = doc["state_dict"]["sharded.rows"]
+    assert rows["shape"] == [10, 6] and rows["dtype"] == "float32"
+    assert [(c["offsets"], c["sizes"], c["file"]) for c in rows["chunks"]] == [
+        ([0, 0], [3, 6], "rank-00000.hurray"), ([3, 0], [3, 6], "rank-00001.hurray"),
+        ([6, 0], [3, 6], "rank-00002.hurray"), ([9, 0], [1, 6], "rank-00003.hurray")]
+    assert doc["state_dict"]["extra.epoch"]["kind"] == "json"
+    for r in range(4):
+        with hurray.open(os.path.join(path, f"rank-{r:05d}.hurray"), verify=True) as f:
+            assert f.metadata["hurray.dcp.save_id"] == md["hurray.dcp.save_id"]
+            assert f.metadata["hurray.dcp.rank"] == r
+            if r == 1:
+                d = f.descriptor("sharded.cols")
+                assert d.shard == hurray.Shard((5, 11), (0, 3)) and d.shape == (5, 3)
+            for name in f.keys():
+                ext = f.descriptor(name).extension
+                if ext is not None:  # non-tensor state: JSON text, no pickle
+                    assert ext.name == "torch.dcp.json"
+                    json.loads(bytes(f[name].numpy()))
+    owner = doc["state_dict"]["extra.betas"]["file"]
+    with hurray.open(os.path.join(path, owner)) as f:
+        assert json.loads(bytes(f["extra.betas"].numpy())) == {"tuple": [0.8, 0.95]}
+
+
+def test_metadata_round_trips_without_pickle(saved):
+    path, _ = saved
+    md = HurrayStorageReader(path).read_metadata()
+    rows = md.state_dict_metadata["sharded.rows"]
+    assert rows.size == torch.Size([10, 6]) and rows.properties.dtype == torch.float32
+    assert rows.chunks[3] == ChunkStorageMetadata(torch.Size([9, 0]), torch.Size([1, 6]))
+    assert md.planner_data["optim.param_groups.0.betas"] == ("optim", "param_groups", 0,
+                                                             "betas")
+    assert md.storage_data[MetadataIndex("sharded.rows", [3, 0])].file == "rank-00001.hurray"
+    raw = open(os.path.join(path, ".metadata.hurray"), "rb").read()
+    assert b"\x80\x04" not in raw and b"torch._utils" not in raw  # no pickle stream
+
+
+def test_load_at_world_size_2_reshards_and_reads_only_overlaps(saved, tmp_path):
+    path, reference = saved
+    run_group(2, _load_twice_recording, path, reference, str(tmp_path))
+    # sharded.rows: stored as 3+3+3+1 rows, loaded as 5+5: each rank fetched
+    # exactly its 5 rows, from the pieces they overlap.
+    # Rank 0 wants rows 0:5: all of piece 0:3, rows 0:2 of piece 3:6. Rank 1
+    # wants rows 5:10: row 2 of piece 3:6, all of 6:9 and of 9:10.
+    expected = {0: [[[0, 0], [3, 6]], [[0, 0], [2, 6]]],
+                1: [[[2, 0], [1, 6]], [[0, 0], [3, 6]], [[0, 0], [1, 6]]]}
+    for rank in range(2):
+        regions = json.load(open(tmp_path / f"rows-{rank}.json"))
+        assert sorted(regions) == sorted(expected[rank]), regions
+
+
+def test_load_at_world_size_1(saved):
+    path, reference = saved
+    run_group(1, _load_one, path, reference)
+
+
+def test_load_sharded_reads_it_without_torch(saved, tmp_path):
+    path, reference = saved
+    out = tmp_path / "assembled.npz"
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of torch fails\n"
+        "import numpy as np, hurray\n"
+        f"arrays = hurray.load_sharded({path!r})\n"
+        "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"
+        "np.savez(sys.argv[1], **{k: (v.view(np.uint16) if v.dtype.name == 'bfloat16' else v)"
+        " for k, v in arrays.items()})\n")
+    subprocess.run([sys.executable, "-c", code, str(out)], check=True, cwd=tmp_path)
+    ref = torch.load(reference, weights_only=True)["flat"]
+    got = dict(np.load(out))
+    assert sorted(got) == sorted(ref)
+    for k, v in ref.items():
+        expected = (v.view(torch.int16).numpy().view(np.uint16) if v.dtype == torch.bfloat16
+                    else v.numpy())
+        np.testing.assert_array_equal(got[k], expected, err_msg=k)
+        assert got[k].shape == expected.shape
+
+
+def _cli():
+    for candidate in (os.environ.get("HURRAY_CLI"), os.path.join(REPO, "build", "hurray"),
+                      os.path.join(REPO, "stage", "bin", "hurray")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip("the hurray CLI is not built (make build)")
+
+
+def test_hurray_ls_lists_the_directory(saved):
+    path, _ = saved
+    out = subprocess.run([_cli(), "ls", path], capture_output=True, text=True)
+    if out.returncode == 1 and "Is a directory" in out.stderr + out.stdout:
+        pytest.skip("this hurray CLI predates directory listing")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:2] == ["FILE", "NAME"]
+    rows = [line.split() for line in lines[1:] if line.startswith("rank-")]
+    assert {r[0] for r in rows} == {f"rank-{r:05d}.hurray" for r in range(4)}
+    cols = [r for r in rows if r[1] == "sharded.cols"]
+    assert len(cols) == 4 and all("shard=" in " ".join(r) for r in cols)
+    assert any(line.startswith(".metadata.hurray") for line in lines)
+
+
+# --------------------------------------------------- unfinished and damaged
+
+class _KilledInFinish(HurrayStorageWriter):
+    def finish(self, metadata, results):
+        os.kill(os.getpid(), signal.SIGKILL)  # the coordinator dies before the metadata
+
+
+def _save_then_die(rank, world_size, path):
+    dcp.save({"w": torch.full((4, 4), 1.0)}, storage_writer=HurrayStorageWriter(path))
+    dist.barrier()
+    # A complete checkpoint is in place; now a second save dies in finish().
+    dcp.save({"w": torch.full((4, 4), 2.0)}, storage_writer=_KilledInFinish(path))
+
+
+def test_killed_before_finish_is_refused(tmp_path):
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path)
+    hurray.save(os.path.join(path, "rank-00003.hurray"), {"w": np.zeros(2)})  # a stale rank
+    with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
+        run_group(2, _save_then_die, path)
+    names = sorted(os.listdir(path))
+    assert ".metadata.hurray" not in names  # the first save's metadata was removed first
+    assert "rank-00003.hurray" not in names  # and the stale rank file of an older save
+    assert "rank-00000.hurray" in names
+    with pytest.raises(IncompleteCheckpointError,
+                       match=r"is incomplete: finish\(\) did not complete "
+                             r"\(no \.metadata\.hurray\)"):
+        HurrayStorageReader(path).read_metadata()
+    with pytest.raises(BaseException, match="finish\\(\\) did not complete"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load({"w": torch.zeros(4, 4)}, storage_reader=HurrayStorageReader(path),
+                     no_dist=True)
+
+
+# ------------------------------------------------ in-process (no group)
+
+def _save_local(path, state, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dcp.save(state, storage_writer=HurrayStorageWriter(path, **kw), no_dist=True)
+
+
+def _load_local(path, state, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, storage_reader=HurrayStorageReader(path, **kw), no_dist=True)
+
+
+def test_metadata_equals_what_dcp_planned(tmp_path):
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd, "extra": dict(EXTRA)}
+    md = _save_local(tmp_path, state)
+    got = HurrayStorageReader(tmp_path).read_metadata()
+    assert got.state_dict_metadata == md.state_dict_metadata
+    assert got.planner_data == md.planner_data
+    assert got.storage_data == md.storage_data
+    assert got.version == md.version
+    assert got.storage_meta.save_id == md.storage_meta.save_id
+
+
+def test_checksums_are_verified_on_request(tmp_path):
+    _save_local(tmp_path, {"w": torch.arange(64, dtype=torch.float32)})
+    rank0 = tmp_path / "rank-00000.hurray"
+    data = bytearray(rank0.read_bytes())
+    with hurray.open(rank0) as f:
+        start = data.find(f["w"].numpy().tobytes())
+    data[start + 4 * 5] ^= 0x40  # one bit of element 5
+    rank0.write_bytes(bytes(data))
+    out = {"w": torch.zeros(64)}
+    _load_local(tmp_path, out)  # unverified: the flipped bit comes through
+    assert out["w"][5] != 5 and torch.equal(out["w"][6:], torch.arange(6, 64.0))
+    with pytest.raises(BaseException, match="checksum"):
+        _load_local(tmp_path, {"w": torch.zeros(64)}, verify=True)
+
+
+def test_two_saves_mixed_are_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _save_local(a, {"w": torch.ones(3)})
+    _save_local(b, {"w": torch.zeros(3)})
+    shutil.copy(b / "rank-00000.hurray", a / "rank-00000.hurray")
+    with pytest.raises(BaseException, match="mixes two saves"):
+        _load_local(a, {"w": torch.zeros(3)})
+
+
+def test_overwrite_false_and_missing_directory(tmp_path):
+    _save_local(tmp_path, {"w": torch.ones(3)})
+    with pytest.raises(BaseException, match="overwrite=False"):
+        _save_local(tmp_path, {"w": torch.ones(3)}, overwrite=False)
+    with pytest.raises(CheckpointError, match="not a directory"):
+        HurrayStorageReader(tmp_path / "nope").read_metadata()
+    assert HurrayStorageWriter.validate_checkpoint_id(tmp_path / "new")
+    assert not HurrayStorageWriter.validate_checkpoint_id("s3://bucket/x")
+    assert HurrayStorageReader.validate_checkpoint_id(tmp_path)
+    assert not HurrayStorageReader.validate_checkpoint_id(tmp_path / "nope")
+    meta = HurrayStorageWriter(tmp_path).storage_meta()
+    assert meta.checkpoint_id == str(tmp_path) and meta.save_id
+
+
+class _IntEnum(int):
+    pass
+
+
+def test_objects_without_json_form_need_opt_in(tmp_path):
+    state = {"w": torch.ones(2), "odd": _IntEnum(3), "fine": {"a": (1, None, float("inf"))}}
+    with pytest.raises(BaseException, match="no exact JSON form"):
+        _save_local(tmp_path / "a", state)
+    _save_local(tmp_path / "b", state, allow_opaque_bytes=True)
+    back = {"w": torch.zeros(2), "odd": None, "fine": {"a": None}}
+    with pytest.raises(BaseException, match="allow_opaque_bytes=True"):
+        _load_local(tmp_path / "b", back)
+    _load_local(tmp_path / "b", back, allow_opaque_bytes=True)
+    assert type(back["odd"]) is _IntEnum and back["odd"] == 3
+    assert back["fine"] == {"a": (1, None, float("inf"))}
+
+
+class _TwoChunkPlanner(DefaultSavePlanner):
+    """Saves tensor "w" as two chunks of one rank (rows 0:2 and 2:5)."""
+
+    def create_local_plan(self):
+        plan = super().create_local_plan()
+        items = []
+        for item in plan.items:
+            if item.index.fqn != "w":
+                items.append(item)
+                continue
+            td = item.tensor_data
+            for lo, n in ((0, 2), (2, 3)):
+                chunk = ChunkStorageMetadata(torch.Size([lo, 0]), torch.Size([n, 4]))
+                items.append(WriteItem(index=MetadataIndex("w", [lo, 0]), type=WriteItemType.SHARD,
+                                       tensor_data=TensorWriteData(chunk, td.properties,
+                                                                   td.size)))
+        plan = type(plan)(items=items, storage_data=plan.storage_data,
+                          planner_data=plan.planner_data)
+        self.plan = plan
+        return plan
+
+    def resolve_data(self, item):
+        if item.index.fqn == "w":
+            lo = item.tensor_data.chunk.offsets[0]
+            return self.state_dict["w"][lo:lo + item.tensor_data.chunk.sizes[0]]
+        return super().resolve_data(item)
+
+
+def test_several_chunks_of_one_tensor_on_one_rank(tmp_path):
+    w = torch.arange(20, dtype=torch.float32).reshape(5, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"w": w, "v": torch.ones(2)}, storage_writer=HurrayStorageWriter(tmp_path),
+                 planner=_TwoChunkPlanner(), no_dist=True)
+    assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "rank-00000-1.hurray",
+                                            "rank-00000.hurray"]
+    out = {"w": torch.zeros(5, 4), "v": torch.zeros(2)}
+    _load_local(tmp_path, out, verify=True)
+    assert torch.equal(out["w"], w) and torch.equal(out["v"], torch.ones(2))
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w.numpy())
+    _load_local(tmp_path, out, mmap=False)
+    assert torch.equal(out["w"], w)
+
+
+def test_module_constants():
+    assert hdcp.METADATA_FILE == ".metadata.hurray"
+    assert (hdcp.JSON_EXTENSION, hdcp.BYTES_EXTENSION) == ("torch.dcp.json", "torch.dcp.bytes")
