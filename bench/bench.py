@@ -1032,6 +1032,8 @@ def render_md(res):
              f"(hurray.quantize in C with threads={QTHREADS}; gguf.quants.quantize, numpy, one "
              "thread); write = those already-quantized tensors to a durable file (hurray.save "
              "fsyncs itself; GGUFWriter + an fsync by the harness). \"save\" = their sum. "
+             "Quantize peak RSS growth includes the quantized tensors it produces (about the "
+             "file size); write peak RSS growth is measured over them (reset after quantize). "
              "Load-all touches every stored byte (codes and scales) with a uint8 sum; the mmap "
              "full-read limit of (c) uses the same sum. Dequantize-all runs after load-all in "
              f"the same process (warm): hurray Tensor.dequantize(threads={QTHREADS}) per tensor vs "

@@ -400,7 +400,7 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and list required");
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
-  HURRAY_RETURN_NOT_OK(require_readable(d, "statistics", error));
+  HURRAY_RETURN_NOT_OK(require_readable(d, "compute_statistics", error));
   double probe;
   bool dense = d->layout.kind == HURRAY_LAYOUT_DENSE;
   bool sparse = d->layout.kind == HURRAY_LAYOUT_SPARSE;
