@@ -1265,18 +1265,28 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
 static PyObject *file_get(PyObject *op, PyObject *args) { return file_read(op, args, false); }
 static PyObject *file_get_rows(PyObject *op, PyObject *args) { return file_read(op, args, true); }
 
-static PyObject *file_descriptor(PyObject *op, PyObject *args) {
+/* The validated descriptor of tensor `name` (caller-owned), or NULL with an
+ * exception. `format` is the PyArg format naming the calling method. */
+static HurrayDescriptor *file_lookup(PyObject *op, PyObject *args, const char *format) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  if (!PyArg_ParseTuple(args, "s:descriptor", &name)) return NULL;
-  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (!PyArg_ParseTuple(args, format, &name)) return NULL;
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayDescriptor *d = NULL;
   HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
   PyThread_release_lock(self->lock);
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
-  PyObject *out = encode_descriptor(st, d);
+  if (s != HURRAY_OK) {
+    raise_status(state_of_type(Py_TYPE(op)), s, &e);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject *file_descriptor(PyObject *op, PyObject *args) {
+  HurrayDescriptor *d = file_lookup(op, args, "s:descriptor");
+  if (d == NULL) return NULL;
+  PyObject *out = encode_descriptor(state_of_type(Py_TYPE(op)), d);
   hurray_descriptor_destroy(d);
   return out;
 }
@@ -1284,16 +1294,8 @@ static PyObject *file_descriptor(PyObject *op, PyObject *args) {
 /* _shape(name) -> (dtype name, shape tuple): what listing a file needs,
  * without building a Python Descriptor. */
 static PyObject *file_shape(PyObject *op, PyObject *args) {
-  FileObject *self = (FileObject *)op;
-  const char *name;
-  if (!PyArg_ParseTuple(args, "s:shape", &name)) return NULL;
-  ModuleState *st = state_of_type(Py_TYPE(op));
-  if (file_acquire(self) < 0) return NULL;
-  HurrayError e = {0};
-  HurrayDescriptor *d = NULL;
-  HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
-  PyThread_release_lock(self->lock);
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  HurrayDescriptor *d = file_lookup(op, args, "s:shape");
+  if (d == NULL) return NULL;
   uint32_t rank = hurray_descriptor_rank(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
   PyObject *dims = PyTuple_New(rank);

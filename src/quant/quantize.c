@@ -598,6 +598,12 @@ static void split(Job *j, unsigned parts) {
   j->bounds[parts] = units;
 }
 
+static HurrayStatus not_finite(const Job *j, uint64_t at, HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
+                      "element %llu is NaN or infinite; %s quantization needs finite input",
+                      (unsigned long long)at, hurray_quant_scheme_name(j->s.scheme));
+}
+
 static HurrayStatus run_global(Job *j, unsigned parts, HurrayError *error) {
   const HurrayQuantPlan *p = &j->plan;
   uint64_t bytes;
@@ -621,10 +627,7 @@ static HurrayStatus run_global(Job *j, unsigned parts, HurrayError *error) {
   for (uint64_t g = 0; g < p->groups; g++) {
     if (j->ranges[g].nonfinite) {
       /* find the first offending element in flat order */
-      uint64_t at = first_nonfinite(j->x, p->numel);
-      return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
-                          "element %llu is NaN or infinite; %s quantization needs finite input",
-                          (unsigned long long)at, hurray_quant_scheme_name(j->s.scheme));
+      return not_finite(j, first_nonfinite(j->x, p->numel), error);
     }
     uint8_t unused = 0;
     group_params(j, g, j->ranges[g], &j->params.mul[g], &j->params.zp[g], &unused);
@@ -643,10 +646,7 @@ static HurrayStatus run_blocks(Job *j, unsigned parts, HurrayError *error) {
   hurray__parallel_run(parts, block_part, j);
   for (unsigned t = 0; t < parts; t++) {
     if (j->status[t] == HURRAY_ERR_NOT_FINITE) {
-      return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
-                          "element %llu is NaN or infinite; %s quantization needs finite input",
-                          (unsigned long long)j->bad_index[t],
-                          hurray_quant_scheme_name(j->s.scheme));
+      return not_finite(j, j->bad_index[t], error);
     }
     if (j->status[t] != HURRAY_OK) {
       return hurray__fail(error, j->status[t], "no memory for the kernel's work space");
