@@ -905,7 +905,7 @@ static int by_order(const void *a, const void *b) {
 }
 
 static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
-  qsort(t->entries, t->count, sizeof *t->entries, by_safetensors_order);
+  if (t->count > 1) qsort(t->entries, t->count, sizeof *t->entries, by_safetensors_order);
   HurrayStr h = {0};
   hurray__str_addc(&h, '{');
   bool any_meta = false;
@@ -996,7 +996,7 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
     }
   }
   hurray__j_free(&list);
-  qsort(t->entries, t->count, sizeof *t->entries, by_order);
+  if (t->count > 1) qsort(t->entries, t->count, sizeof *t->entries, by_order);
   HurrayStr head = {0};
   uint64_t n_kv = 0, align = HURRAY_GGUF_DEFAULT_ALIGNMENT;
   HurrayStr kv = {0};
