@@ -133,6 +133,11 @@ HURRAY_API uint64_t hurray_source_tensor_bytes(const HurraySource *source, size_
  * HURRAY_ERR_UNSUPPORTED with a message naming the tensor and its type. */
 HURRAY_API HurrayStatus hurray_source_check_tensor(const HurraySource *source, size_t index,
                                                    HurrayError *error);
+/* Only the descriptor (caller-owned) of what hurray_source_get_tensor
+ * returns; touches no tensor data. */
+HURRAY_API HurrayStatus hurray_source_get_descriptor(const HurraySource *source, size_t index,
+                                                     HurrayDescriptor **descriptor_out,
+                                                     HurrayError *error);
 /* The tensor as a hurray tensor: a descriptor and its buffers, both the
  * caller's. Dense tensors are views of the source's mapping; GGUF Q8_0 and
  * Q4_0 blocks become block_affine codes and float16 scales (the scale bits

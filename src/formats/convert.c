@@ -66,6 +66,16 @@ const char *hurray_format_name(HurrayFormat format) {
   }
 }
 
+/* Names from a file may hold any byte: the message stays one line. */
+static HurrayStatus one_line(HurrayStatus s, HurrayError *error) {
+  if (s != HURRAY_OK && error != NULL) {
+    for (char *c = error->message; *c; c++) {
+      if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';
+    }
+  }
+  return s;
+}
+
 /* ------------------------------------------------------------ mapping */
 
 typedef struct Mapping {
@@ -157,10 +167,10 @@ static HurrayStatus copy_metadata(HurrayMetaList *dst, const HurrayMetaList *src
 
 static HurrayStatus parse_foreign(HurraySource *s, HurrayError *error) {
   if (s->format == HURRAY_FORMAT_SAFETENSORS) {
-    HURRAY_RETURN_NOT_OK(hurray__st_parse(s->map->base, s->map->len, &s->st, error));
+    HURRAY_RETURN_NOT_OK(one_line(hurray__st_parse(s->map->base, s->map->len, &s->st, error), error));
     return copy_metadata(&s->metadata, &s->st.metadata, error);
   }
-  HURRAY_RETURN_NOT_OK(hurray__gguf_parse(s->map->base, s->map->len, &s->gg, error));
+  HURRAY_RETURN_NOT_OK(one_line(hurray__gguf_parse(s->map->base, s->map->len, &s->gg, error), error));
   return copy_metadata(&s->metadata, &s->gg.metadata, error);
 }
 
@@ -374,11 +384,11 @@ HurrayStatus hurray_source_check_tensor(const HurraySource *s, size_t i, HurrayE
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor index %zu out of range", i);
   }
   if (s->format == HURRAY_FORMAT_GGUF && !hurray__gguf_type_supported(s->gg.tensors[i].type)) {
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+    return one_line(hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "GGUF tensor '%.200s' has type %s, which hurray cannot import "
                         "losslessly; supported: %s",
                         s->gg.tensors[i].name, hurray__gguf_type_name(s->gg.tensors[i].type),
-                        hurray__gguf_supported_list);
+                        hurray__gguf_supported_list), error);
   }
   return HURRAY_OK;
 }
@@ -462,8 +472,13 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
   return HURRAY_OK;
 }
 
-static HurrayStatus source_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
-                                      HurrayError *error) {
+HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
+                                          HurrayError *error) {
+  if (s == NULL || out == NULL || i >= hurray_source_tensor_count(s)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source, out and an index in range "
+                                                            "are required");
+  }
+  *out = NULL;
   if (s->format == HURRAY_FORMAT_HURRAY) return hurray_descriptor_of(s, i, out, error);
   return foreign_descriptor(s, i, 1, out, error);
 }
@@ -829,7 +844,7 @@ HurrayStatus hurray_target_add_tensor(HurrayTarget *t, const char *name, HurrayD
   return HURRAY_OK;
 fail:
   entry_free(&e);
-  return s;
+  return one_line(s, error);
 }
 
 static bool carried(HurrayFormat format, const char *key) {
@@ -1078,7 +1093,7 @@ HurrayStatus hurray_target_finish(HurrayTarget *t, HurrayError *error) {
     }
   }
   hurray_target_abort(t);
-  return s;
+  return one_line(s, error);
 }
 
 /* ------------------------------------------------------------ one call */
@@ -1114,7 +1129,7 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
   for (size_t i = 0; st == HURRAY_OK && i < n; i++) {
     st = hurray_source_check_tensor(s, i, error);
     HurrayDescriptor *d = NULL;
-    if (st == HURRAY_OK) st = source_descriptor(s, i, &d, error);
+    if (st == HURRAY_OK) st = hurray_source_get_descriptor(s, i, &d, error);
     uint32_t gtype = 0;
     if (st == HURRAY_OK) st = target_accepts(tf, hurray_source_tensor_name(s, i), d, &gtype, error);
     hurray_descriptor_destroy(d);
@@ -1142,5 +1157,5 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
     hurray_target_abort(t);
   }
   hurray_source_close(s);
-  return st;
+  return one_line(st, error);
 }

@@ -174,9 +174,13 @@ static int on_string(void *ctx, const unsigned char *s, size_t len) {
       return st_fail(p, HURRAY_ERR_DUPLICATE_NAME,
                      "safetensors header: __metadata__ key %.200s appears twice", p->key);
     }
-    if (memchr(s, 0, len) != NULL) {
+    /* yajl checks the UTF-8 structure only; overlong forms and surrogates
+     * get past it, and safetensors (serde) refuses them. */
+    if (memchr(s, 0, len) != NULL || !hurray__utf8_valid((const char *)s, len)) {
       return st_fail(p, HURRAY_ERR_MALFORMED,
-                     "safetensors header: __metadata__ value of %.200s holds a NUL", p->key);
+                     "safetensors header: __metadata__ value of %.200s holds a NUL or is not "
+                     "valid UTF-8",
+                     p->key);
     }
     p->status = hurray__meta_set(&p->f->metadata, full, HURRAY_METADATA_STRING, s, len, p->error);
     p->state = P_META;
@@ -266,6 +270,10 @@ static int on_key(void *ctx, const unsigned char *key, size_t len) {
                    p->t->name);
   }
   size_t limit = p->state == P_ROOT ? HURRAY_MAX_TENSOR_NAME_BYTES : HURRAY_MAX_METADATA_KEY_BYTES - 16;
+  if (len > 0 && len <= limit && !hurray__utf8_valid((const char *)key, len)) {
+    return st_fail(p, HURRAY_ERR_MALFORMED, "safetensors header: a name or key that is not valid "
+                                            "UTF-8%s", "");
+  }
   if (len == 0 || len > limit || memchr(key, 0, len) != NULL) {
     return st_fail(p, HURRAY_ERR_LIMIT,
                    "safetensors header: a name or key that is empty, holds a NUL, or is longer "
