@@ -11,6 +11,7 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
 pkg-config --exists libxxhash 2>/dev/null || need_apt+=(libxxhash-dev)
+[ -f /usr/include/yajl/yajl_parse.h ] || need_apt+=(libyajl-dev)  # safetensors headers (ADR-0020)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 # Fuzzing (clang with libFuzzer), valgrind memcheck (make test-valgrind).
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
