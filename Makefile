@@ -12,7 +12,7 @@ STAGE   := $(CURDIR)/stage
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert clean
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 
 all: build
@@ -74,6 +74,11 @@ bench-quant: python
 # and the safetensors (HuggingFace) storage, world sizes 2 and 4.
 bench-dcp: python
 	$(VENV)/python bench/bench_dcp.py
+
+# Native hurray convert of a 1 GiB safetensors file to hurray and back, vs cp
+# in the same run, with peak RSS, into bench/results/convert.{md,json}.
+bench-convert: build
+	$(VENV)/python bench/bench_convert.py
 
 test-c: build
 	$(MESON) test -C build --print-errorlogs

@@ -105,6 +105,25 @@ static void release_free(void *data, void *ctx) {
   free(data);
 }
 
+/* Drops the pages of [p, p + len) that a file mapping holds from this
+ * process (they stay in the page cache, and a later read maps them again),
+ * so that converting a file keeps the resident set flat. Only for views of
+ * read-only file mappings: on anonymous memory it would zero the data. */
+static void drop_pages(const void *p, uint64_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || len == 0) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static void drop_list_pages(const HurrayBufferList *l) {
+  for (size_t i = 0; i < hurray_buffer_list_len(l); i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(l, i);
+    drop_pages(hurray_buffer_data(b), hurray_buffer_size(b));
+  }
+}
+
 static uint32_t alignment_of(const void *p) {
   uintptr_t a = (uintptr_t)p;
   uint32_t align = 64;
@@ -294,6 +313,7 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool veri
         free(m);
         close(fd);
       } else {
+        if (base != NULL) (void)madvise(base, (size_t)sb.st_size, MADV_SEQUENTIAL);
         m->base = base;
         m->len = (uint64_t)sb.st_size;
         m->owned = true;
@@ -605,6 +625,7 @@ struct HurrayTarget {
   size_t count, cap;
   HurrayMetaList metadata;
   bool statistics;
+  bool drop_pages; /* the buffers are views of read-only file mappings */
 };
 
 static void entry_free(Entry *e) {
@@ -792,6 +813,7 @@ HurrayStatus hurray_target_add_tensor(HurrayTarget *t, const char *name, HurrayD
   }
   if (t->format == HURRAY_FORMAT_HURRAY) {
     s = hurray_writer_write_tensor(t->writer, name, d, buffers, error);
+    if (t->drop_pages) drop_list_pages(buffers);
     entry_free(&e);
     return s;
   }
@@ -980,6 +1002,7 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
     const Entry *e = &t->entries[i];
     s = hurray__raw_writer_write(w, entry_data(e, hurray_descriptor_data_buffer(e->d)),
                                  (size_t)e->nbytes, error);
+    if (t->drop_pages) drop_list_pages(e->buffers);
   }
   return s;
 }
@@ -1070,6 +1093,7 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
                                    (size_t)e->nbytes, error);
     }
     if (s == HURRAY_OK) s = hurray__raw_writer_pad(w, align, error);
+    if (t->drop_pages) drop_list_pages(e->buffers);
   }
   free(blocks);
   return s;
@@ -1136,6 +1160,8 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
   }
   HurrayTarget *t = NULL;
   if (st == HURRAY_OK) st = hurray_target_open(dst, tf, &t, error);
+  /* GGUF sources hand out fresh memory for Q8_0/Q4_0 codes: not for them. */
+  if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
   if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
   for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {
     const char *key;
@@ -1149,6 +1175,8 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
     st = hurray_source_get_tensor(s, i, &d, &list, error);
+    /* Verifying touched every page; a foreign target writes much later. */
+    if (st == HURRAY_OK && t->drop_pages) drop_list_pages(list);
     if (st == HURRAY_OK) st = hurray_target_add_tensor(t, hurray_source_tensor_name(s, i), d, list, error);
   }
   if (st == HURRAY_OK) {
