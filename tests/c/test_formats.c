@@ -33,6 +33,7 @@ typedef struct Bytes {
 } Bytes;
 
 static void put(Bytes *b, const void *data, size_t n) {
+  if (n == 0) return;
   if (b->len + n > b->cap) {
     b->cap = (b->len + n) * 2 + 64;
     b->p = realloc(b->p, b->cap);
@@ -69,7 +70,7 @@ static void write_file(const char *name, const Bytes *b) {
   path_of(path, sizeof path, name);
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
-  assert_int_equal(fwrite(b->p, 1, b->len, f), b->len);
+  if (b->len > 0) assert_int_equal(fwrite(b->p, 1, b->len, f), b->len);
   fclose(f);
 }
 
