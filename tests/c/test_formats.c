@@ -410,6 +410,13 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
   assert_int_equal(convert("m.gguf", "g.hurray", &e), HURRAY_OK);
   assert_int_equal(convert("g.hurray", "back.gguf", &e), HURRAY_OK);
   assert_same_files("m.gguf", "back.gguf");
+  /* Version 2 reads the same (and is written back as version 3). */
+  f.p[4] = 2;
+  write_file("v2.gguf", &f);
+  assert_int_equal(convert("v2.gguf", "v2.hurray", &e), HURRAY_OK);
+  assert_int_equal(convert("v2.hurray", "v2-back.gguf", &e), HURRAY_OK);
+  assert_same_files("m.gguf", "v2-back.gguf");
+  f.p[4] = 3;
 
   /* Q4_0: GGUF byte j holds elements j and j+16 of a block; hurray byte
    * k elements 2k and 2k+1; the float16 d copied bit for bit. */
