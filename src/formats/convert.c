@@ -23,6 +23,7 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "../io/reader_origin.h"
 #include "formats_internal.h"
 
 /* ------------------------------------------------------------- formats */
@@ -615,6 +616,8 @@ typedef struct Entry {
   uint32_t gtype; /* GGUF type */
   uint64_t nbytes;
   long order;
+  int src_fd;      /* >= 0: the data buffer is these bytes of a file */
+  uint64_t src_off;
 } Entry;
 
 struct HurrayTarget {
@@ -800,9 +803,12 @@ static HurrayStatus set_meta_on_writer(HurrayWriter *w, const HurrayMeta *m, Hur
   }
 }
 
-HurrayStatus hurray_target_add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
-                                      HurrayBufferList *buffers, HurrayError *error) {
+static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
+                               HurrayBufferList *buffers, int src_fd, uint64_t src_off,
+                               HurrayError *error) {
   Entry e = {0};
+  e.src_fd = src_fd;
+  e.src_off = src_off;
   e.d = d;
   e.buffers = buffers;
   HurrayStatus s = HURRAY_OK;
@@ -869,6 +875,11 @@ fail:
   return one_line(s, error);
 }
 
+HurrayStatus hurray_target_add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
+                                      HurrayBufferList *buffers, HurrayError *error) {
+  return add_tensor(t, name, d, buffers, -1, 0, error);
+}
+
 static bool carried(HurrayFormat format, const char *key) {
   switch (format) {
     case HURRAY_FORMAT_HURRAY: return true;
@@ -926,6 +937,14 @@ size_t hurray_target_dropped_metadata(const HurrayTarget *t) {
 /* The bytes of buffer `index` of an entry. */
 static const uint8_t *entry_data(const Entry *e, uint32_t index) {
   return hurray_buffer_data(hurray_buffer_list_get(e->buffers, index));
+}
+
+/* An entry's data bytes: file to file in the kernel when they are a range
+ * of a source file, from memory otherwise. */
+static HurrayStatus write_data(HurrayWriter *w, const Entry *e, HurrayError *error) {
+  if (e->src_fd >= 0) return hurray__raw_writer_copy(w, e->src_fd, e->src_off, e->nbytes, error);
+  return hurray__raw_writer_write(w, entry_data(e, hurray_descriptor_data_buffer(e->d)),
+                                  (size_t)e->nbytes, error);
 }
 
 static int by_safetensors_order(const void *a, const void *b) {
@@ -999,10 +1018,8 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
   if (s == HURRAY_OK) s = hurray__raw_writer_write(w, h.p, h.len, error);
   hurray__str_free(&h);
   for (size_t i = 0; s == HURRAY_OK && i < t->count; i++) {
-    const Entry *e = &t->entries[i];
-    s = hurray__raw_writer_write(w, entry_data(e, hurray_descriptor_data_buffer(e->d)),
-                                 (size_t)e->nbytes, error);
-    if (t->drop_pages) drop_list_pages(e->buffers);
+    s = write_data(w, &t->entries[i], error);
+    if (t->drop_pages) drop_list_pages(t->entries[i].buffers);
   }
   return s;
 }
@@ -1089,8 +1106,7 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
         s = hurray__raw_writer_write(w, blocks, (size_t)(k * bsz), error);
       }
     } else {
-      s = hurray__raw_writer_write(w, entry_data(e, hurray_descriptor_data_buffer(e->d)),
-                                   (size_t)e->nbytes, error);
+      s = write_data(w, e, error);
     }
     if (s == HURRAY_OK) s = hurray__raw_writer_pad(w, align, error);
     if (t->drop_pages) drop_list_pages(e->buffers);
@@ -1121,6 +1137,26 @@ HurrayStatus hurray_target_finish(HurrayTarget *t, HurrayError *error) {
 }
 
 /* ------------------------------------------------------------ one call */
+
+/* The file and offset of a dense tensor's data buffer, when it is a view
+ * of the source's file: the foreign writers then copy it in the kernel. */
+static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
+                          const HurrayBufferList *list, int *fd, uint64_t *off) {
+  *fd = -1;
+  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) return;
+  const HurrayBuffer *b = hurray_buffer_list_get(list, hurray_descriptor_data_buffer(d));
+  if (b == NULL) return;
+  const uint8_t *p = hurray_buffer_data(b);
+  uint64_t len = hurray_buffer_size(b);
+  if (s->format == HURRAY_FORMAT_HURRAY) {
+    if (hurray__reader_offset_of(s->reader, p, len, off)) *fd = hurray__reader_fd(s->reader);
+  } else if (s->map->fd >= 0 && s->map->owned && p >= s->map->base &&
+             (uint64_t)(p - s->map->base) <= s->map->len &&
+             len <= s->map->len - (uint64_t)(p - s->map->base)) {
+    *off = (uint64_t)(p - s->map->base);
+    *fd = s->map->fd;
+  }
+}
 
 HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                  const HurrayConvertOptions *options, HurrayError *error) {
@@ -1177,7 +1213,12 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
     st = hurray_source_get_tensor(s, i, &d, &list, error);
     /* Verifying touched every page; a foreign target writes much later. */
     if (st == HURRAY_OK && t->drop_pages) drop_list_pages(list);
-    if (st == HURRAY_OK) st = hurray_target_add_tensor(t, hurray_source_tensor_name(s, i), d, list, error);
+    int fd = -1;
+    uint64_t off = 0;
+    if (st == HURRAY_OK && tf != HURRAY_FORMAT_HURRAY) source_origin(s, d, list, &fd, &off);
+    if (st == HURRAY_OK) {
+      st = add_tensor(t, hurray_source_tensor_name(s, i), d, list, fd, off, error);
+    }
   }
   if (st == HURRAY_OK) {
     st = hurray_target_finish(t, error);
