@@ -159,7 +159,8 @@ test-tsan: deps
 PYASAN := build-asan/pyasan/hurray
 test-python-asan: test-asan python
 	rm -rf $(PYASAN) && mkdir -p $(PYASAN)
-	ln -s $(CURDIR)/python/hurray/* $(CURDIR)/build-asan/python/_hurray.*.so $(PYASAN)/
+	ln -s $(CURDIR)/python/hurray/* $(CURDIR)/build-asan/python/_hurray.*.so \
+	  $(CURDIR)/build-asan/python/_formats.*.so $(PYASAN)/
 	PYTHONPATH=$(CURDIR)/build-asan/pyasan LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(VENV)/python -m pytest -q -p no:cacheprovider \
