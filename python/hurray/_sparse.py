@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 from . import _dtypes, _hurray
-from ._descriptor import Buffer, Descriptor, Sparse
-from ._tensor import Tensor, _alignment_of, unsupported
+from ._descriptor import Descriptor, Sparse
+from ._tensor import Tensor, stored_buffer, unsupported
 
 
 def _index_dtype(arrays) -> str:
@@ -20,8 +20,7 @@ def _contiguous(a, dtype=None) -> np.ndarray:
 
 def _buffer(role: str, array: np.ndarray) -> tuple:
     raw = array.reshape(-1).view(np.uint8) if array.size else np.zeros(0, np.uint8)
-    align = _alignment_of(raw.ctypes.data)
-    return Buffer(role, raw.size, align), raw
+    return stored_buffer(role, raw, array.itemsize)
 
 
 class SparseTensor(Tensor):

@@ -28,12 +28,28 @@ def unsupported(message: str) -> "_hurray.UnsupportedError":
     return exc
 
 
-def _alignment_of(address: int) -> int:
-    """Largest power of two up to 64 that divides the address."""
-    align = 64
-    while align > 1 and address % align:
-        align //= 2
-    return align
+def natural_alignment(itemsize: int) -> int:
+    """The alignment a buffer of `itemsize`-byte elements declares: the
+    largest power of two dividing the element size (1 for packed sub-byte
+    data), at most 64. A property of the dtype, never of the address the
+    data happens to sit at, so equal arrays give identical files."""
+    itemsize = int(itemsize)
+    return min(itemsize & -itemsize, 64) if itemsize > 0 else 1
+
+
+def stored_buffer(role: str, raw: np.ndarray, itemsize: int) -> tuple:
+    """(Buffer, uint8 array) for contiguous bytes of `itemsize`-byte
+    elements. Zero-copy, except that data not at its natural alignment (a
+    slice at an odd offset of a bytes object, say) is copied to memory
+    that is."""
+    align = natural_alignment(itemsize)
+    if raw.size and raw.ctypes.data % align:
+        block = np.empty(raw.size + align, np.uint8)
+        start = (-block.ctypes.data) % align
+        aligned = block[start:start + raw.size]
+        aligned[...] = raw
+        raw = aligned
+    return Buffer(role, int(raw.size), align), raw
 
 
 class Tensor(_hurray._Tensor):
@@ -325,8 +341,8 @@ def from_numpy(array: np.ndarray) -> Tensor:
             raise ValueError("big-endian arrays are not supported; use .astype('<...')")
     raw = data.reshape(-1).view(np.uint8) if data.size else np.zeros(0, np.uint8)
     size = _dtypes.storage_bytes(name, array.size)
-    align = _alignment_of(raw.ctypes.data)
-    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, align)])
+    buffer, raw = stored_buffer("data", raw, 1 if _dtypes.is_packed(name) else data.itemsize)
+    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, buffer.alignment)])
     return Tensor(descriptor, [raw])
 
 

@@ -72,6 +72,8 @@ struct HurrayWriter {
   uint64_t position;  /* bytes written so far */
   bool failed;        /* a write failed: only abort remains */
   bool statistics;    /* compute statistics for each tensor written */
+  HurrayCancelFn cancel_fn; /* asked between pieces of output; NULL: never */
+  void *cancel_ctx;
 
   TensorRecord *tensors;
   size_t tensor_count;
@@ -128,20 +130,35 @@ static int fsync_retry(const HurraySys *sys, int fd) {
   return rc;
 }
 
+static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
+  if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
+  w->failed = true;
+  return hurray__fail(error, HURRAY_ERR_CANCELLED, "the write was cancelled; nothing was published");
+}
+
+/* With a cancel hook, output goes in pieces of HURRAY_WRITER_CANCEL_INTERVAL
+ * bytes with a check before each, so one large buffer cannot keep a
+ * cancelled write running for long. */
 static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayError *error) {
-  if (len == 0) {
-    return HURRAY_OK;
-  }
-  HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, data, len)
-                                                 : fd_write_all(w, data, len, error);
-  if (status != HURRAY_OK) {
-    w->failed = true;
-    if (w->kind == SINK_CALLBACK) {
-      hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+  const uint8_t *p = data;
+  while (len > 0) {
+    HURRAY_RETURN_NOT_OK(check_cancel(w, error));
+    size_t piece = w->cancel_fn != NULL && len > HURRAY_WRITER_CANCEL_INTERVAL
+                       ? HURRAY_WRITER_CANCEL_INTERVAL
+                       : len;
+    HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, p, piece)
+                                                   : fd_write_all(w, p, piece, error);
+    if (status != HURRAY_OK) {
+      w->failed = true;
+      if (w->kind == SINK_CALLBACK) {
+        hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+      }
+      return status;
     }
-    return status;
+    w->position += piece;
+    p += piece;
+    len -= piece;
   }
-  w->position += len;
   return HURRAY_OK;
 }
 
@@ -469,6 +486,14 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   return HURRAY_OK;
 }
 
+HurrayStatus hurray_writer_set_cancel(HurrayWriter *w, HurrayCancelFn fn, void *ctx,
+                                      HurrayError *error) {
+  if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  w->cancel_fn = fn;
+  w->cancel_ctx = fn != NULL ? ctx : NULL;
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled, HurrayError *error) {
   if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
   w->statistics = enabled;
@@ -701,6 +726,8 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
     return hurray__fail(error, HURRAY_ERR_IO, "fsync of the temporary file for %s failed: %s",
                         w->target, strerror(errno));
   }
+  /* The last moment a cancel can keep the target untouched. */
+  HURRAY_RETURN_NOT_OK(check_cancel(w, error));
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
      * target: linkat cannot replace an existing file, rename can. */
