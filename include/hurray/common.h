@@ -152,11 +152,17 @@ typedef enum HurrayStatus {
 } HurrayStatus;
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read
- * `message` only after a failure. `code` repeats the returned status. */
+ * `message` only after a failure. `code` repeats the returned status.
+ * `os_errno` is the errno of the system call that failed when an operating
+ * system refusal caused the failure (opening, reading, writing, syncing or
+ * renaming a file: HURRAY_ERR_IO, and HURRAY_ERR_NOT_FOUND for a missing
+ * path), else 0. It was added after `message`, so code that only reads
+ * `code` and `message` is unchanged. */
 #define HURRAY_ERROR_MESSAGE_BYTES 512
 typedef struct HurrayError {
   HurrayStatus code;
   char message[HURRAY_ERROR_MESSAGE_BYTES];
+  int os_errno;
 } HurrayError;
 
 /* Stable identifier of a status, e.g. "HURRAY_ERR_QUANT_AXIS". Never NULL;

@@ -150,25 +150,29 @@ class Tensor(_hurray._Tensor):
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
-        if q is None:
-            return self.to_dense().astype(dtype)
-        if isinstance(d.layout, Sparse):
-            # Only stored elements carry codes; the others are zeros.
-            from ._sparse import sparse_to_dense
-            t = specialise(self)
-            values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
-                      * np.float32(q.scale))
-            return sparse_to_dense(t, d, values.astype(dtype))
-        if out is not None:
-            if isinstance(d.layout, Sparse):
-                raise unsupported("out= is for dense and paged tensors")
+        if out is not None:  # checked first: every path below honours it
             if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
                     not out.flags.writeable or tuple(out.shape) != tuple(d.shape):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
             if out.dtype not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
+        if q is None or isinstance(d.layout, Sparse):
+            if q is None:
+                values = self.to_dense()
+            else:
+                # Only stored elements carry codes; the others are zeros.
+                from ._sparse import sparse_to_dense
+                t = specialise(self)
+                values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
+                          * np.float32(q.scale))
+                values = sparse_to_dense(t, d, values)
+            if out is not None:
+                np.copyto(out, values, casting="unsafe")
+                return out
+            return values.astype(dtype)
+        if out is not None:
             self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype),
-                             int(threads))
+                             threads)
             return out
         try:
             name = _dtypes.from_numpy(dtype)
@@ -177,7 +181,7 @@ class Tensor(_hurray._Tensor):
         kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
         out = np.empty(d.shape, dtype=kernel_dtype)
         self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype),
-                         int(threads))
+                         threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
 
     def _scale_source(self):

@@ -1,11 +1,16 @@
 /*
- * The writer's cancel hook (hurray_writer_set_cancel): a cancelled write
- * stops within one HURRAY_WRITER_CANCEL_INTERVAL, leaves a path target
- * byte-identical with no temporary file beside it, and a cancel that comes
- * after the last byte (before the rename) still keeps the target.
+ * What bindings build on: the writer's cancel hook (hurray_writer_set_cancel)
+ * and the errno in HurrayError.os_errno. A cancelled write stops within one
+ * HURRAY_WRITER_CANCEL_INTERVAL, leaves a path target byte-identical with no
+ * temporary file beside it, and a cancel that comes after the last byte
+ * (before the rename) still keeps the target. File-system failures carry
+ * the errno of the call that failed; other failures carry 0.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +44,7 @@ static HurrayStatus counting_sink(void *ctx, const void *data, size_t len) {
 
 static int setup(void **state) {
   (void)state;
-  return scratch_dir_create("cancel");
+  return scratch_dir_create("io-hooks");
 }
 
 #define BIG ((size_t)3 * HURRAY_WRITER_CANCEL_INTERVAL + 5)
@@ -164,6 +169,36 @@ static void test_cancel_before_rename(void **state) {
   assert_string_equal(hurray_status_name(HURRAY_ERR_CANCELLED), "HURRAY_ERR_CANCELLED");
 }
 
+static void test_os_errno(void **state) {
+  (void)state;
+  char path[300];
+  HurrayError e = {0};
+  HurrayReader *r = NULL;
+  snprintf(path, sizeof path, "%s/missing.hurray", dir);
+  assert_int_equal(hurray_reader_open(path, NULL, &r, &e), HURRAY_ERR_NOT_FOUND);
+  assert_int_equal(e.os_errno, ENOENT);
+  memset(&e, 0, sizeof e);
+  assert_int_equal(hurray_reader_open(dir, NULL, &r, &e), HURRAY_ERR_IO);
+  assert_int_equal(e.os_errno, EISDIR);
+  HurrayWriter *w = NULL;
+  snprintf(path, sizeof path, "%s/no/such/folder.hurray", dir);
+  memset(&e, 0, sizeof e);
+  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_ERR_IO);
+  assert_int_equal(e.os_errno, ENOENT);
+  /* Renaming onto a folder fails at finish. */
+  snprintf(path, sizeof path, "%s/adir", dir);
+  assert_int_equal(mkdir(path, 0755), 0);
+  memset(&e, 0, sizeof e);
+  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_ERR_IO);
+  assert_int_equal(e.os_errno, EISDIR);
+  rmdir(path);
+  /* A failure that is not the operating system's leaves 0, even in a
+   * reused error. */
+  assert_int_equal(hurray_writer_set_cancel(NULL, NULL, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(e.os_errno, 0);
+}
+
 int main(void) {
   big_data = aligned_alloc(64, (BIG + 63) / 64 * 64);
   memset(big_data, 0, BIG);
@@ -171,6 +206,7 @@ int main(void) {
       cmocka_unit_test(test_hook_asked_per_interval),
       cmocka_unit_test(test_cancel_mid_buffer_keeps_target),
       cmocka_unit_test(test_cancel_before_rename),
+      cmocka_unit_test(test_os_errno),
   };
   int rc = cmocka_run_group_tests(tests, setup, scratch_dir_remove);
   free(big_data);
