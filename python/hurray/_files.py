@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import numbers
 import os
+import stat
 from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
@@ -119,11 +120,26 @@ def save(target, tensors: Mapping[str, Any],
     _hurray.save(target, items, metadata, statistics)
 
 
+def _refuse_special_file(path) -> None:
+    """A FIFO, socket or device would block or stream forever when opened:
+    refuse it from its stat, which never opens it. Anything stat cannot see
+    is left to the C reader, which reports it with its errno."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        exc = _hurray.HurrayIOError(f"HURRAY_ERR_IO: {os.fsdecode(path)} is not a regular file")
+        exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
+        raise exc
+
+
 class File:
     """A lazy reader: nothing but the index is read until a tensor is asked
     for. Tensors taken from it stay valid after close()."""
 
     def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False):
+        _refuse_special_file(os.fspath(path))
         self._file = _hurray._File(os.fspath(path), mmap, verify)
         self.path = os.fspath(path)
 
@@ -193,6 +209,9 @@ class File:
     @property
     def closed(self) -> bool:
         return self._file.closed
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a hurray.File cannot be copied or pickled; open the path again")
 
     def __enter__(self) -> "File":
         return self

@@ -147,3 +147,68 @@ bool hy_cancel_requested(void *ctx) {
   PyGILState_Release(gil);
   return cancel;
 }
+
+/* The class for errno `err`: io_class itself when Python maps the errno to
+ * plain OSError, else a subclass of both io_class and the builtin Python
+ * maps it to (FileNotFoundError, PermissionError, IsADirectoryError, ...),
+ * made once and kept in io_class._os_subclasses. New reference. */
+static PyObject *os_class(PyObject *io_class, int err) {
+  PyObject *probe = PyObject_CallFunction(PyExc_OSError, "is", err, "");
+  if (probe == NULL) return NULL;
+  PyObject *builtin = Py_NewRef((PyObject *)Py_TYPE(probe));
+  Py_DECREF(probe);
+  if (builtin == PyExc_OSError) {
+    Py_DECREF(builtin);
+    return Py_NewRef(io_class);
+  }
+  PyObject *cache = PyObject_GetAttrString(io_class, "_os_subclasses");
+  if (cache == NULL) {
+    PyErr_Clear();
+    cache = PyDict_New();
+    if (cache == NULL || PyObject_SetAttrString(io_class, "_os_subclasses", cache) < 0) {
+      Py_XDECREF(cache);
+      Py_DECREF(builtin);
+      return NULL;
+    }
+  }
+  PyObject *cls = PyDict_GetItemWithError(cache, builtin); /* borrowed */
+  if (cls != NULL) {
+    Py_INCREF(cls);
+  } else if (!PyErr_Occurred()) {
+    char name[128];
+    snprintf(name, sizeof name, "hurray.Hurray%s", ((PyTypeObject *)builtin)->tp_name);
+    PyObject *bases = PyTuple_Pack(2, io_class, builtin);
+    cls = bases ? PyErr_NewExceptionWithDoc(name, "A HurrayIOError that is also the builtin "
+                                            "OSError subclass its errno maps to.", bases, NULL)
+                : NULL;
+    Py_XDECREF(bases);
+    if (cls != NULL && PyDict_SetItem(cache, builtin, cls) < 0) Py_CLEAR(cls);
+  }
+  Py_DECREF(cache);
+  Py_DECREF(builtin);
+  return cls;
+}
+
+PyObject *hy_raise_os(PyObject *io_class, HurrayStatus status, const HurrayError *error,
+                      PyObject *filename) {
+  PyObject *cls = os_class(io_class, error->os_errno);
+  if (cls == NULL) return NULL;
+  PyObject *exc = filename != NULL
+                      ? PyObject_CallFunction(cls, "isO", error->os_errno, "", filename)
+                      : PyObject_CallFunction(cls, "is", error->os_errno, "");
+  PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status), error->message);
+  PyObject *code = PyLong_FromLong((long)status);
+  PyObject *name = PyUnicode_FromString(hurray_status_name(status));
+  if (exc != NULL && message != NULL && code != NULL && name != NULL &&
+      PyObject_SetAttrString(exc, "strerror", message) == 0 &&
+      PyObject_SetAttrString(exc, "status", code) == 0 &&
+      PyObject_SetAttrString(exc, "status_name", name) == 0) {
+    PyErr_SetObject(cls, exc);
+  }
+  Py_XDECREF(exc);
+  Py_XDECREF(message);
+  Py_XDECREF(code);
+  Py_XDECREF(name);
+  Py_DECREF(cls);
+  return NULL;
+}

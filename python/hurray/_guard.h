@@ -46,4 +46,11 @@ typedef struct HyCancel {
 void hy_cancel_init(HyCancel *c);
 bool hy_cancel_requested(void *ctx);
 
+/* Raises the error of a failure with error->os_errno set: an instance of
+ * io_class (HurrayIOError), and of the builtin OSError subclass errno maps
+ * to when there is one, with errno, strerror ("STATUS_NAME: message"),
+ * filename (may be NULL), status and status_name. Returns NULL. */
+PyObject *hy_raise_os(PyObject *io_class, HurrayStatus status, const HurrayError *error,
+                      PyObject *filename);
+
 #endif

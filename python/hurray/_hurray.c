@@ -50,7 +50,14 @@ static ModuleState *state_of_type(PyTypeObject *type) {
 
 /* ------------------------------------------------------------- errors */
 
-static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+/* A failure the operating system reported (error->os_errno set) is raised
+ * as an OSError subclass carrying errno and `filename` (may be NULL), also
+ * a HurrayIOError: see hy_raise_os. */
+static PyObject *raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                                   PyObject *filename) {
+  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
+    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
+  }
   PyObject *cls = (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL)
                       ? st->errors[status]
                       : st->error_base;
@@ -71,6 +78,10 @@ static PyObject *raise_status(ModuleState *st, HurrayStatus status, const Hurray
   PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+  return raise_status_file(st, status, error, NULL);
 }
 
 /* Release callbacks may run on any thread, or after the interpreter has
@@ -1136,8 +1147,10 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
   Py_END_ALLOW_THREADS
   if (s != HURRAY_OK) {
+    PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
     Py_DECREF(path);
-    raise_status(st, s, &e);
+    raise_status_file(st, s, &e, name);
+    Py_XDECREF(name);
     return -1;
   }
   self->reader = reader;
@@ -1571,10 +1584,12 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
   }
   Py_DECREF(seq);
+  PyObject *filename = to_path ? PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path)) : NULL;
   Py_XDECREF(path);
   if (PyErr_Occurred() || s != HURRAY_OK) {
     hurray_writer_abort(w);
-    if (!PyErr_Occurred()) raise_status(st, s, &e);
+    if (!PyErr_Occurred()) raise_status_file(st, s, &e, filename);
+    Py_XDECREF(filename);
     return NULL;
   }
   if (release_gil) {
@@ -1584,8 +1599,9 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   } else {
     s = hurray_writer_finish(w, &e);
   }
-  if (PyErr_Occurred()) return NULL; /* the stream's own exception */
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  if (!PyErr_Occurred() && s != HURRAY_OK) raise_status_file(st, s, &e, filename);
+  Py_XDECREF(filename);
+  if (PyErr_Occurred()) return NULL; /* the stream's own exception, or the status */
   Py_RETURN_NONE;
 }
 

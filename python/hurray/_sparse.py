@@ -123,7 +123,11 @@ class SparseTensor(Tensor):
 
 def sparse_to_dense(t: "SparseTensor", d: Descriptor, values=None) -> np.ndarray:
     """The dense array of a sparse tensor; `values` replaces the stored
-    values (e.g. dequantized ones)."""
+    values (e.g. dequantized ones). The index contents are validated again
+    first, as hurray_tensor_to_dense does: the buffers may be writable
+    arrays changed since the tensor was built, and numpy would wrap a
+    negative index silently."""
+    Tensor(t._encoded, [t._buffer(i) for i in range(t.buffer_count)])
     p = t.parts()
     values = p["values"] if values is None else values
     out = np.zeros(d.shape, dtype=values.dtype)

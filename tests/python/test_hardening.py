@@ -332,3 +332,327 @@ def test_descriptor_integers_never_wrap():
         hurray.Descriptor("float32", (4,), layout=hurray.Sparse(
             "coo", "int32", 1, values_buffer=0, index_buffers=(2 ** 32 + 1,)),
             buffers=[hurray.Buffer("values", 4), hurray.Buffer("indices", 4)])
+
+
+# ------------------------------------------------------ 9. copy, pickle
+
+def _rich_descriptor():
+    inner = hurray.Descriptor("int8", (4,))
+    return hurray.Descriptor(
+        "float32", (2, 4), buffers=[hurray.Buffer("data", 32, 64)],
+        statistics=hurray.Statistics(min=-1.0, max=float("nan"), nan_count=1),
+        shard=hurray.Shard((8, 4), (2, 0)), extension=hurray.Extension("x.y", b"\x00\x01")), inner
+
+
+def test_descriptor_copies_and_pickles():
+    d, inner = _rich_descriptor()
+    for other in (copy.copy(d), copy.deepcopy(d), pickle.loads(pickle.dumps(d)),
+                  pickle.loads(pickle.dumps(d, protocol=0))):
+        assert other == d and other.encode() == d.encode()
+        assert other.shard == d.shard and other.extension == d.extension
+    parts = [hurray.Buffer("data", 8), hurray.Dense(), hurray.Device(),
+             hurray.Sparse("coo", "int32", 1, index_buffers=(1,)), hurray.Paged(0, 2, 2),
+             hurray.PerTensorAffine(0.5, 3), hurray.Mxfp("int8", 0, 1),
+             hurray.Member("m", inner), hurray.Composite((hurray.Member("m", inner),))]
+    for part in parts:
+        assert pickle.loads(pickle.dumps(part)) == part
+        assert copy.deepcopy(part) == part
+
+
+def test_tensors_and_files_refuse_copy_and_pickle_cleanly(tmp_path):
+    import scipy.sparse as sp
+    path = tmp_path / "p.hurray"
+    hurray.save(path, {"a": np.arange(3)})
+    f = hurray.open(path)
+    objects = [hurray.from_numpy(np.arange(3)), hurray.SparseTensor.from_scipy(sp.eye(3).tocsr()),
+               f, f._file, f["a"]]
+    for obj in objects:
+        for action in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError):
+                action(obj)
+    f.close()
+
+
+# ---------------------------------------------------------- 10. out=
+
+def _sparse_quantized(coords):
+    layout = hurray.Sparse("coo", "int64", 3, values_buffer=0, index_buffers=(1,))
+    d = hurray.Descriptor("int8", (6,), layout=layout,
+                          quantization=hurray.PerTensorAffine(0.5, 1),
+                          buffers=[hurray.Buffer("values", 3), hurray.Buffer("indices", 24)])
+    return hurray.Tensor(d, [np.array([3, 5, 7], np.int8), coords])
+
+
+def test_dequantize_out_is_honoured_for_sparse_and_unquantized_tensors():
+    t = hurray.as_tensor(_sparse_quantized(np.array([0, 2, 5], np.int64)))
+    want = np.array([1, 0, 2, 0, 0, 3], np.float32)
+    out = np.full(6, 99, np.float32)
+    assert t.dequantize(out=out) is out
+    np.testing.assert_array_equal(out, want)
+    plain = hurray.from_numpy(np.arange(6, dtype=np.int16))
+    out16 = np.zeros(6, np.float16)
+    assert plain.dequantize(out=out16) is out16
+    np.testing.assert_array_equal(out16, np.arange(6))
+    with pytest.raises(ValueError):
+        t.dequantize(out=np.zeros(5, np.float32))
+    with pytest.raises(ValueError):
+        plain.dequantize(out=np.zeros(6, np.int32))
+
+
+# ------------------------------------- 14. sparse contents before to_dense
+
+def test_sparse_contents_are_checked_again_before_python_materialises_them():
+    coords = np.array([0, 2, 5], np.int64)
+    t = hurray.as_tensor(_sparse_quantized(coords))
+    coords[2] = -1  # the tensor borrows the array: numpy would wrap -1 to 5
+    with pytest.raises(hurray.PlacementError) as info:
+        t.dequantize()
+    assert info.value.status_name == "HURRAY_ERR_SPARSE_INDEX_BOUNDS"
+    with pytest.raises(hurray.PlacementError):
+        t.to_dense()
+
+
+# -------------------------------------------------- 12. decode like C
+
+def test_decode_accepts_a_bad_alignment_and_validate_reports_buffer_table():
+    d = hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 64)])
+    encoded = d.encode()
+    at = encoded.find((64).to_bytes(4, "little"))
+    while at >= 0:  # the alignment field: the u32 64 that decodes as the alignment
+        raw = bytearray(encoded)
+        raw[at:at + 4] = (3).to_bytes(4, "little")
+        try:
+            decoded = hurray.Descriptor.decode(bytes(raw))
+        except hurray.HurrayError:
+            decoded = None
+        if decoded is not None and decoded.buffers[0].alignment == 3:
+            break
+        at = encoded.find((64).to_bytes(4, "little"), at + 1)
+    assert at >= 0, "the C decoder refused an alignment of 3, or the field was not found"
+    assert decoded.encode() == bytes(raw)
+    with pytest.raises(hurray.ValidationError) as info:
+        decoded.validate()
+    assert info.value.status_name == "HURRAY_ERR_BUFFER_TABLE"
+    with pytest.raises(hurray.ValidationError) as c_info:
+        hurray._hurray.descriptor_validate(bytes(raw))
+    assert c_info.value.status == info.value.status
+
+
+def test_decode_of_a_non_utf8_member_name_reports_what_c_validation_reports():
+    member = hurray.Descriptor("int8", (2,))
+    d = hurray.Descriptor("int8", (2,), layout=hurray.Composite((hurray.Member("ab", member),)))
+    raw = bytearray(d.encode())
+    at = raw.find(b"ab")
+    raw[at:at + 2] = b"\xff\xfe"
+    with pytest.raises(hurray.HurrayError) as info:
+        hurray.Descriptor.decode(bytes(raw))
+    assert not isinstance(info.value, UnicodeDecodeError)
+    with pytest.raises(hurray.HurrayError) as c_info:
+        hurray._hurray.descriptor_validate(bytes(raw))
+    assert type(info.value) is type(c_info.value)
+    assert info.value.status == c_info.value.status  # COMPOSITE_NAME
+
+
+# ---------------------------------------------------- 13. reproducible
+
+def test_equal_arrays_at_different_addresses_give_identical_files(tmp_path):
+    values = np.arange(64, dtype=np.float32)
+    block = bytearray(values.nbytes + 64)
+    outputs = set()
+    for offset in (0, 4, 8, 16, 32, 1, 3):
+        a = np.frombuffer(memoryview(block)[offset:offset + values.nbytes], dtype=np.float32)
+        a = a.copy() if offset % 4 else a
+        np.frombuffer(memoryview(block)[offset:offset + values.nbytes], np.uint8)[...] = \
+            values.view(np.uint8)
+        a = np.frombuffer(memoryview(block)[offset:offset + values.nbytes], dtype=np.float32)
+        assert np.array_equal(a, values)
+        outputs.add(saved_bytes({"v": a}))
+        outputs.add(saved_bytes({"v": hurray.from_numpy(a)}))
+        outputs.add(saved_bytes({"v": hurray.as_tensor(a)}))
+        assert hurray.from_numpy(a).descriptor.buffers[0].alignment == 4
+    assert len(outputs) == 1
+
+
+def test_sparse_buffers_declare_the_natural_alignment():
+    import scipy.sparse as sp
+    t = hurray.SparseTensor.from_scipy(sp.random(5, 5, density=0.5, format="csr", random_state=0))
+    assert [b.alignment for b in t.descriptor.buffers] == [8, 4, 4]
+
+
+# ------------------------------------------------- 14. stubs and docs
+
+def _stub_and_doc_codes():
+    import ast
+    import re
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    stub = open(os.path.join(root, "python", "hurray", "__init__.pyi")).read()
+    doc = open(os.path.join(root, "docs", "impl", "python-bindings.md")).read()
+    return ast.parse(stub), doc, re
+
+
+def _c_error_table(re):
+    """{class name: [status names]} from error_classes in _hurray.c."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    source = open(os.path.join(root, "python", "hurray", "_hurray.c")).read()
+    block = source[source.index("error_classes[] = {"):]
+    block = block[:block.index("};")]
+    table = {}
+    for m in re.finditer(r'\{"(\w+)",[^{]*\{([^}]*)\}\}', block):
+        table[m.group(1)] = re.findall(r"HURRAY_ERR_(\w+)", m.group(2))
+    return table
+
+
+def test_status_to_exception_table_matches_the_docs_and_stubs():
+    """Every status in the C table is named in the docs' row and in the
+    stub's docstring of its class (or covered by a stated code range)."""
+    import ast
+    tree, doc, re = _stub_and_doc_codes()
+    table = _c_error_table(re)
+    assert table["PlacementError"][-3:] == ["SPARSE_INDEX_BOUNDS", "SPARSE_INDPTR", "SPARSE_ORDER"]
+    rows = {}
+    for line in doc.splitlines():
+        m = re.match(r"\| `(\w+)` \| [^|]+ \| (.*) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    stubs = {n.name: ast.get_docstring(n) or "" for n in tree.body if isinstance(n, ast.ClassDef)}
+    for cls, statuses in table.items():
+        assert issubclass(getattr(hurray, cls), hurray.HurrayError)
+        for status in statuses:
+            assert f"`{status}`" in rows[cls] or f"HURRAY_ERR_{status}`" in rows[cls], \
+                (cls, status, rows[cls])
+            assert status in stubs[cls] or re.search(r"\d+-\d+", stubs[cls]), (cls, status)
+    ranges = {cls: re.search(r"(\d+)-(\d+)", stubs[cls]) for cls in ("ValidationError",
+                                                                     "PlacementError")}
+    assert ranges["PlacementError"].group(2) == "69"
+    assert ranges["PlacementError"].group(2) in rows["PlacementError"].replace("–", "-")
+
+
+def test_buffer_alignment_default_agrees_with_the_stub_and_the_spec():
+    tree, _, _ = _stub_and_doc_codes()
+    import ast
+    buffer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Buffer")
+    default = next(n.value.value for n in buffer.body
+                   if isinstance(n, ast.AnnAssign) and n.target.id == "alignment")
+    assert default == hurray.Buffer("data", 1).alignment == 1
+
+
+# ------------------------------------------------ 15. OS errors
+
+def test_missing_file_is_file_not_found_with_errno_and_path(tmp_path):
+    import errno
+    path = tmp_path / "nope.hurray"
+    for action in (lambda: hurray.open(path), lambda: hurray.load(path),
+                   lambda: hurray.load_sharded(path), lambda: hurray.load_sharded([path])):
+        with pytest.raises(FileNotFoundError) as info:
+            action()
+        assert isinstance(info.value, hurray.HurrayIOError)
+        assert not isinstance(info.value, KeyError)
+        assert info.value.errno == errno.ENOENT and info.value.filename == str(path)
+    with pytest.raises(FileNotFoundError) as info:
+        hurray.save(tmp_path / "no" / "dir.hurray", {"a": np.zeros(1)})
+    assert info.value.errno == errno.ENOENT and isinstance(info.value, hurray.HurrayIOError)
+    with pytest.raises(IsADirectoryError) as info:
+        hurray.open(tmp_path)
+    assert info.value.filename == str(tmp_path)
+    (tmp_path / "d.hurray").mkdir()
+    with pytest.raises(IsADirectoryError):
+        hurray.save(tmp_path / "d.hurray", {"a": np.zeros(1)})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_permission_denied_is_permission_error(tmp_path):
+    path = tmp_path / "locked.hurray"
+    hurray.save(path, {"a": np.zeros(1)})
+    path.chmod(0)
+    with pytest.raises(PermissionError):
+        hurray.open(path)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    with pytest.raises(PermissionError):
+        hurray.save(folder / "x.hurray", {"a": np.zeros(1)})
+
+
+def test_fifos_are_refused_without_blocking(tmp_path):
+    hurray.save(tmp_path / "a.hurray", {"w": np.zeros(2)})
+    fifo = tmp_path / "b.hurray"
+    os.mkfifo(fifo)
+    result = run_python(f"""
+        import hurray
+        d = hurray.load_sharded({str(tmp_path)!r})
+        assert d == {{}}, d
+        try:
+            hurray.open({str(fifo)!r})
+        except hurray.HurrayIOError as exc:
+            print("refused", exc)
+    """, timeout=60)
+    assert result.returncode == 0 and "refused" in result.stdout, result.stderr[-2000:]
+
+
+# ------------------------------------------------------------ 11. Ctrl-C
+
+def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
+    target = tmp_path / "model.hurray"
+    hurray.save(target, {"old": np.arange(10)})
+    old = target.read_bytes()
+    result = run_python(f"""
+        import os, signal, threading, time
+        import numpy as np
+        import hurray
+        target = {str(target)!r}
+        folder = os.path.dirname(target)
+        big = np.ones(512 << 20, np.uint8)  # 512 MiB, well past one cancel interval
+
+        def interrupt_mid_write():
+            # Wait for the writer's temporary file to pass 32 MiB, then Ctrl-C.
+            while True:
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        link = os.readlink(f"/proc/self/fd/{{fd}}")
+                        size = os.fstat(int(fd)).st_size
+                    except OSError:
+                        continue
+                    if link.startswith(folder) and link != target and size > (32 << 20):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+                time.sleep(0.001)
+
+        threading.Thread(target=interrupt_mid_write, daemon=True).start()
+        try:
+            hurray.save(target, {{"big": big}})
+        except KeyboardInterrupt:
+            print("interrupted")
+            raise
+        print("finished")
+    """, timeout=300)
+    assert "interrupted" in result.stdout, (result.stdout, result.stderr[-2000:])
+    assert "KeyboardInterrupt" in result.stderr
+    assert result.returncode != 0
+    assert target.read_bytes() == old
+    assert sorted(os.listdir(tmp_path)) == ["model.hurray"]
+
+
+def test_ctrl_c_during_a_stream_save_stops_it():
+    result = run_python("""
+        import os, signal
+        import numpy as np
+        import hurray
+
+        class Sink:
+            def __init__(self):
+                self.n = 0
+            def write(self, chunk):
+                self.n += len(chunk)
+                if self.n > (8 << 20) and not getattr(self, "sent", False):
+                    self.sent = True
+                    os.kill(os.getpid(), signal.SIGINT)
+                return len(chunk)
+
+        sink = Sink()
+        try:
+            hurray.save(sink, {"big": np.ones(64 << 20, np.uint8)})
+        except KeyboardInterrupt:
+            print("interrupted at", sink.n)
+    """)
+    assert "interrupted at" in result.stdout, result.stderr[-2000:]
+    assert int(result.stdout.split()[-1]) < (64 << 20)
