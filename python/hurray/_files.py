@@ -156,7 +156,7 @@ class File:
         try:
             self._file._descriptor(name)
             return True
-        except (_hurray.NotFoundError, TypeError):
+        except (_hurray.NotFoundError, TypeError, ValueError):  # ValueError: a NUL
             return False
 
     @property

@@ -723,6 +723,11 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (!PyErr_Occurred() && s == HURRAY_OK) {
     s = hurray_validate_buffer_placement(d, list, &e);
   }
+  /* The sequence and the exporters may have run Python code that
+   * initialised this tensor meanwhile: the first one to finish keeps it. */
+  if (!PyErr_Occurred() && s == HURRAY_OK && self->descriptor != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
+  }
   if (PyErr_Occurred() || s != HURRAY_OK) {
     if (!PyErr_Occurred()) raise_status(st, s, &e);
     hurray_buffer_list_destroy(list);
@@ -1674,7 +1679,12 @@ static PyObject *mod_quantize(PyObject *module, PyObject *args) {
   Py_buffer view;
   if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
   uint64_t numel = 1;
-  for (Py_ssize_t i = 0; i < rank; i++) numel *= shape[i];
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      PyBuffer_Release(&view);
+      return PyErr_Format(PyExc_OverflowError, "the shape's element count exceeds 64 bits");
+    }
+  }
   uint64_t item = src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
   if ((uint64_t)view.len / item < numel) {
     PyBuffer_Release(&view);

@@ -670,3 +670,18 @@ def test_ctrl_c_during_a_stream_save_stops_it():
     """)
     assert "interrupted at" in result.stdout, result.stderr[-2000:]
     assert int(result.stdout.split()[-1]) < (64 << 20)
+
+
+def test_tensor_reinit_from_inside_its_own_init_is_refused():
+    t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+    fresh = hurray.Tensor.__new__(hurray.Tensor)
+    data = np.arange(4, dtype=np.float32).view(np.uint8)
+
+    def buffers():
+        # Runs inside the outer __init__, before it takes the tensor.
+        hurray._hurray._Tensor.__init__(fresh, t._encoded, [data])
+        yield data
+
+    with pytest.raises(RuntimeError):
+        hurray._hurray._Tensor.__init__(fresh, t._encoded, buffers())
+    np.testing.assert_array_equal(fresh.numpy(), np.arange(4, dtype=np.float32))
