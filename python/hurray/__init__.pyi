@@ -356,7 +356,9 @@ class Tensor:
         self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
-        and bfloat16, GIL released)."""
+        and bfloat16, GIL released). out (float32, float16 or bfloat16, C
+        order, the tensor's shape) is honoured for every layout; threads is
+        0..65535 (OverflowError otherwise)."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
     def zero_points(self) -> npt.NDArray[np.int64]:

@@ -146,7 +146,9 @@ class Tensor(_hurray._Tensor):
 
         out: an existing C-contiguous array of the tensor's shape and of
         float32, float16 or bfloat16 to write into instead of a new array
-        (reusing memory saves the page faults of a fresh allocation)."""
+        (reusing memory saves the page faults of a fresh allocation). Every
+        layout honours it: sparse and unquantized tensors are computed as
+        usual and then copied into `out`. `dtype` is ignored with `out`."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
