@@ -15,20 +15,16 @@ static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out
     Py_DECREF(index);
     return ok;
   }
-  if (_PyLong_Sign(obj) < 0) {
-    PyErr_Format(PyExc_OverflowError, "%s must not be negative, got %R", what, obj);
-    return 0;
-  }
-  unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+  unsigned long long v = PyLong_AsUnsignedLongLong(obj); /* negative: OverflowError */
   if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return 0;
     PyErr_Clear();
-    v = (unsigned long long)-1;
-    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (at most %llu)", what, obj,
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (0..%llu)", what, obj,
                  (unsigned long long)max);
     return 0;
   }
   if (v > max) {
-    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (at most %llu)", what, obj,
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (0..%llu)", what, obj,
                  (unsigned long long)max);
     return 0;
   }
