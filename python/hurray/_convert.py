@@ -985,8 +985,7 @@ def _open_index(path: str) -> _Source:
             raise TypeError("weight_map is not an object")
         for name, shard in weight_map.items():
             if not isinstance(shard, str):
-                raise TypeError(f"weight_map[{name!r}] is a {type(shard).__name__}, not a "
-                                "file name")
+                raise TypeError(f"weight_map[{name!r}] is not a file name: {shard!r}")
     except KeyError as exc:
         raise ConversionError(f"{path} is not a safetensors index: no {exc} key") from None
     except (OSError, ValueError, TypeError, RecursionError) as exc:
