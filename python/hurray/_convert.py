@@ -285,8 +285,11 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
     starts = range(0, a.size, _CHUNK)
     if threads > 1 and len(starts) > 2:
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+        pool = ThreadPoolExecutor(max_workers=threads)
+        try:
             parts = list(pool.map(lambda s: _chunk_sums(a, b, s, local), starts))
+        finally:  # on Ctrl-C, the chunks not started yet are dropped, not waited for
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         parts = [_chunk_sums(a, b, s, local) for s in starts]
     max_abs, sq, dot, na, nb = 0.0, 0.0, 0.0, 0.0, 0.0
