@@ -978,6 +978,7 @@ def _confined(folder: str, name: str, index: str) -> str:
 
 
 def _open_index(path: str) -> _Source:
+    _regular_file(path)
     try:
         with open(path, encoding="utf-8") as f:
             index = json.load(f, object_pairs_hook=_unique_keys)

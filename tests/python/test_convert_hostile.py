@@ -517,6 +517,8 @@ def _case(name, tmp_path):
                                      "cannot tell the format"),
         "source is a fifo": (lambda: (os.mkfifo(t / "x.npz"), t / "x.npz")[1],
                              "is not a regular file"),
+        "index in a folder is a fifo": (lambda: (os.mkfifo(t / index), t)[1],
+                                        "is not a regular file"),
     }
     make, words = cases[name]
     return make(), words
@@ -535,7 +537,7 @@ def _zip_with_text(path):
     "shard is a folder", "deeply nested index", "truncated npz", "damaged npz member",
     "damaged compressed npz", "npz member not an array", "truncated npy", "npy header garbage",
     "pickle refused", "truncated pt", "gguf garbage", "safetensors garbage", "hurray garbage",
-    "unknown source extension", "source is a fifo"])
+    "unknown source extension", "source is a fifo", "index in a folder is a fifo"])
 def test_malformed_sources_give_one_line(tmp_path, case):
     src, words = _case(case, tmp_path)
     before = listing(tmp_path)
