@@ -68,8 +68,8 @@ from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
 
 __all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
-           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "JSON_EXTENSION", "BYTES_EXTENSION",
-           "FORMAT", "FORMAT_VERSION"]
+           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "JSON_EXTENSION",
+           "BYTES_EXTENSION", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "hurray.torch.dcp"
 FORMAT_VERSION = 1
