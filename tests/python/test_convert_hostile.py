@@ -575,3 +575,20 @@ def test_read_only_folder_gives_one_line(tmp_path):
     finally:
         ro.chmod(0o755)
     assert os.listdir(ro) == []
+
+
+def test_unwritable_folder_is_one_error_even_as_root(tmp_path, monkeypatch):
+    src = _write(tmp_path / "x.npz", _npz_bytes())
+    real_open = os.open
+
+    def refusing(path, flags, *a, **k):
+        if flags & os.O_EXCL:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", refusing)
+    for target in ("out.hurray", "out.safetensors", "out.npz", "out.gguf", "out.pt"):
+        with pytest.raises(ConversionError, match=r"cannot write into the folder .*: "
+                                                  r"Permission denied$"):
+            convert(src, tmp_path / target, quiet=True)
+    assert listing(tmp_path) == ["x.npz"]
