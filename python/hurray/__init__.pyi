@@ -548,6 +548,7 @@ def convert(
     threads: int = 1,
     block_size: int | None = None,
     output: Literal["table", "json"] = "table",
+    verify: bool = True,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 def quantize(
