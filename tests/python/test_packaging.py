@@ -21,7 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 MESON = Path(sys.executable).parent / "meson"
 CLI = Path(os.environ.get("HURRAY_CLI", REPO / "build" / "hurray"))
 
-needs_meson = pytest.mark.skipif(not MESON.exists(), reason="no meson beside this Python")
+# Not under make test-python-asan: the preloaded ASan runtime would follow
+# meson into the compilers it runs.
+needs_meson = pytest.mark.skipif(not MESON.exists() or "asan" in os.environ.get("LD_PRELOAD", ""),
+                                 reason="no meson beside this Python, or ASan preloaded")
 needs_cli = pytest.mark.skipif(not CLI.exists(), reason="no build/hurray (make build)")
 
 # pyproject's meson-python setup arguments: what `pip install .` configures.
