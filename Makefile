@@ -98,7 +98,7 @@ test-vectors:
 
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
-PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
+PY_TEST_DEPS := 'meson-python>=0.18' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
                 gguf bitsandbytes safetensors tqdm
 
 python: deps
