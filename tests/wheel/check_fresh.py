@@ -62,21 +62,23 @@ def main(argv):
           and int(m.group(2)) == hurray.C_ABI_VERSION, repr(r.stdout + r.stderr))
     print("     " + r.stdout.strip())
 
-    # Every artifact links libc and friends only: nothing from the build
-    # machine (libxxhash, libjansson) and no libhurray outside the wheel.
+    # Every extension and the CLI link libc and friends only: nothing from
+    # the build machine (libxxhash, yajl, jansson) and no libhurray.
     package = os.path.dirname(hurray.__file__)
     cli = os.path.join(package, "_bin", "hurray")
     allowed = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2",
                "librt.so.1", "ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2"}
-    for artifact in (hurray._hurray.__file__, cli):
+    import glob
+    artifacts = sorted(glob.glob(os.path.join(package, "**", "*.so"), recursive=True)) + [cli]
+    for artifact in artifacts:
         r = run("ldd", artifact)
         libs = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
         print(f"     ldd {os.path.relpath(artifact, os.path.dirname(package))}:")
         for line in r.stdout.splitlines():
             print("       " + line.strip())
         bad = [lib for lib in libs if os.path.basename(lib) not in allowed and lib not in allowed]
-        check(f"ldd {os.path.basename(artifact)}: no libxxhash, libjansson, libhurray, "
-              "only the C runtime", r.returncode == 0 and not bad, f"links {bad}")
+        check(f"ldd {os.path.basename(artifact)}: no libxxhash, libyajl, libjansson, "
+              "libhurray, only the C runtime", r.returncode == 0 and not bad, f"links {bad}")
 
     # Conversions: safetensors and GGUF to hurray and back, byte for byte.
     hand_st, hand_gg = formats.write_check_files(work)
