@@ -111,12 +111,14 @@ def main(argv):
               and meta.get("safetensors.format") == "pt", str(meta))
 
     # Bad input: one line on stderr, exit status 1, no target left behind.
-    for src in (hand_st, hand_gg):
+    # Each cut ends inside the last tensor's data (GGUF: its 20 bytes are
+    # followed by 12 bytes of alignment padding, which a reader may not need).
+    for src, cut_bytes in ((hand_st, 7), (hand_gg, 12 + 7)):
         with open(src, "rb") as f:
             data = f.read()
         cut = os.path.join(work, "truncated" + os.path.splitext(src)[1])
         with open(cut, "wb") as f:
-            f.write(data[: len(data) - 7])
+            f.write(data[: len(data) - cut_bytes])
         target = os.path.join(work, "never.hurray")
         r = run("hurray", "convert", cut, target)
         check(f"truncated {os.path.basename(cut)}: exit 1, one line, no target",
