@@ -32,11 +32,9 @@ extern "C" {
 #  define HURRAY_API
 #endif
 
-/* Library version (of this implementation, not of any format). */
-#define HURRAY_VERSION_MAJOR 0
-#define HURRAY_VERSION_MINOR 1
-#define HURRAY_VERSION_PATCH 0
-#define HURRAY_VERSION_STRING "0.1.0"
+/* Library version (of this implementation, not of any format):
+ * HURRAY_VERSION_MAJOR/MINOR/PATCH/STRING, generated from meson.build. */
+#include <hurray/version.h>
 
 /* Version of the in-process C ABI: HurrayBuffer / HurrayBufferList and the
  * capsule that carries them. Raised to 3 by the founding ADR-030, when the

@@ -1,7 +1,8 @@
 """python -m hurray convert SRC DST [options]
 
 The Python half of the `hurray` command: the C program (tools/hurray.c) runs
-`python3 -m hurray convert ...` for `hurray convert ...`. Exit status: 0 on
+this module with HURRAY_PYTHON (or the interpreter it was built for) for
+`hurray convert ...`. Exit status: 0 on
 success, 1 when the conversion fails (one line on stderr), 2 on a usage
 error."""
 from __future__ import annotations
