@@ -626,6 +626,7 @@ typedef struct TensorObject {
   HurrayDescriptor *descriptor;
   HurrayBufferList *buffers;
   bool *writable; /* per buffer */
+  bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;
@@ -763,6 +764,11 @@ static PyObject *tensor_encoded(PyObject *op, void *closure) {
   TensorObject *self = (TensorObject *)op;
   if (tensor_ready(self) < 0) return NULL;
   return encode_descriptor(state_of_type(Py_TYPE(op)), self->descriptor);
+}
+
+static PyObject *tensor_protected(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((TensorObject *)op)->protected_memory);
 }
 
 static PyObject *tensor_buffer_count(PyObject *op, void *closure) {
@@ -1282,6 +1288,7 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
     Py_DECREF(t);
     return NULL;
   }
+  t->protected_memory = self->readonly && !self->pread;
   return (PyObject *)t;
 }
 
@@ -1712,6 +1719,7 @@ static PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
 static PyGetSetDef tensor_getset[] = {
     {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
     {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
+    {"_protected", tensor_protected, NULL, "memory is a read-only mapping", NULL},
     {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
     {NULL},
 };

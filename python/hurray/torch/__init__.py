@@ -383,14 +383,11 @@ def to_torch(t: Tensor) -> "torch.Tensor":
     _torch_dtype(d.dtype)
     if d.strides is None or all(s >= 0 for s in d.strides):
         # DLPack straight from C: no numpy round trip, bfloat16 and float8
-        # included. torch ignores the read-only flag: copy read-only memory.
+        # included. torch ignores the read-only flag: a read-only mapping
+        # (hurray.load(readonly=True)) is copied rather than crash on a write.
         out = torch.from_dlpack(t)
-        return out if _writable(t) else out.clone()
+        return out.clone() if t._protected else out
     return _array_to_torch(t.numpy(), d.dtype)
-
-
-def _writable(t: Tensor) -> bool:
-    return not t._buffer(t._view_info()[4]).readonly
 
 
 # ---------------------------------------------------------------- files
