@@ -32,7 +32,7 @@ __all__ = [
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "save", "save_sharded", "shard",
+    "from_numpy", "load", "load_sharded", "open", "safe_open", "save", "save_sharded", "shard",
 ]
 
 _T = TypeVar("_T")
