@@ -199,6 +199,13 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
 HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads,
                                                HurrayError *error);
 
+/* The fraction (0 to 1) of the file's tensor data now in the page cache
+ * (mincore over a mapping; no page is touched or read). Loaders use it to
+ * choose between mapping (warm) and parallel reads (cold): see
+ * docs/adr/ADR-0021-torch-loading.md. */
+HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out,
+                                                      HurrayError *error);
+
 /* Checks the checksum of every buffer of tensor `name`, or of the whole
  * file when `name` is NULL. HURRAY_ERR_CHECKSUM names the first mismatch.
  * With HURRAY_READ_MMAP_PRIVATE it reads the file (pread), not the mapping,

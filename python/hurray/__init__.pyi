@@ -450,6 +450,8 @@ class File:
         buffer at least that large), or into a new bytearray."""
     def populate(self, threads: int = 1) -> None:
         """Faults in every page of the tensor data now (MADV_POPULATE_READ)."""
+    def cached_fraction(self) -> float:
+        """Share of the tensor data in the page cache (mincore)."""
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
     def close(self) -> None: ...

@@ -136,6 +136,11 @@ class File:
         mmap=False it only advises the kernel to read ahead."""
         self._file._populate(int(threads))
 
+    def cached_fraction(self) -> float:
+        """The share (0 to 1) of the file's tensor data in the page cache now
+        (mincore; reads nothing)."""
+        return self._file._cached_fraction()
+
     def verify(self, name: Optional[str] = None) -> None:
         """Checks checksums (one tensor, or the whole file); ChecksumError names
         the first mismatch."""

@@ -1399,6 +1399,23 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* _cached_fraction(): share of the tensor data in the page cache. */
+static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  double fraction = 0;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  return PyFloat_FromDouble(fraction);
+}
+
 /* -------------------------------------------------------------------- save */
 
 static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
@@ -1785,6 +1802,7 @@ static PyMethodDef file_methods[] = {
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
     {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},
+    {"_cached_fraction", file_cached_fraction, METH_NOARGS, "share of data in the page cache"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
     {NULL},
 };

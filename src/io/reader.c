@@ -783,6 +783,44 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   return HURRAY_OK;
 }
 
+HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayError *error) {
+  if (r == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");
+  }
+  *out = 0.0;
+  size_t len = (size_t)r->index_offset;
+  long page_size = sysconf(_SC_PAGESIZE);
+  size_t page = page_size > 0 ? (size_t)page_size : 4096;
+  size_t pages = (len + page - 1) / page;
+  if (pages == 0) {
+    *out = 1.0;
+    return HURRAY_OK;
+  }
+  /* A PREAD reader has no mapping: a temporary one, never touched. */
+  void *base = is_mapped(r) ? r->mapping->base
+                            : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) {
+    return hurray__fail(error, HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+  }
+  /* One byte per page, in slices so a large file needs no large vector. */
+  unsigned char vec[4096];
+  size_t resident = 0;
+  HurrayStatus status = HURRAY_OK;
+  for (size_t first = 0; first < pages; first += sizeof vec) {
+    size_t n = pages - first < sizeof vec ? pages - first : sizeof vec;
+    size_t bytes = n * page;
+    if (first * page + bytes > len) bytes = len - first * page;
+    if (mincore((uint8_t *)base + first * page, bytes, vec) != 0) {
+      status = hurray__fail(error, HURRAY_ERR_IO, "mincore failed: %s", strerror(errno));
+      break;
+    }
+    for (size_t i = 0; i < n; i++) resident += vec[i] & 1;
+  }
+  if (!is_mapped(r)) munmap(base, len);
+  if (status == HURRAY_OK) *out = (double)resident / (double)pages;
+  return status;
+}
+
 /* ---------------------------------------------------------------- verify */
 
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,

@@ -166,6 +166,9 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   HurrayReader *r = NULL;
   assert_ok(hurray_reader_open(path, &options, &r, error));
   assert_ok(hurray_reader_populate(r, 3, error));
+  double cached = -1;
+  assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+  assert_true(cached > 0.99); /* populated */
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 0, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 65, error));
   HurrayDescriptor *d = NULL;
@@ -198,6 +201,8 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   options.mode = HURRAY_READ_PREAD;
   assert_ok(hurray_reader_open(path, &options, &r, error));
   assert_ok(hurray_reader_populate(r, 1, error));
+  assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+  assert_true(cached >= 0.0 && cached <= 1.0);
   hurray_reader_close(r);
   /* Unknown modes are still refused. */
   options.mode = (HurrayReadMode)3;

@@ -454,6 +454,23 @@ def _threads() -> int:
         return max(1, min(os.cpu_count() or 1, 16))
 
 
+# Below this share of the file in the page cache, load_file reads with
+# parallel preads instead of mapping (ADR-0021); READ_THREADS reads in flight.
+_COLD = 0.5
+_READ_THREADS = 4
+
+
+def _parallel_read(filename) -> list:
+    """(name, hurray tensor) for every tensor, read with pread into aligned
+    memory of its own by _READ_THREADS threads (the GIL is released while
+    each reads)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with _File(filename, mmap=False) as f:
+        names = f.keys()
+        with ThreadPoolExecutor(_READ_THREADS) as pool:
+            return list(zip(names, pool.map(f._file._get, names)))
+
+
 def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
     """The real values of quantized `t` as a new torch tensor of `dtype`,
     computed by the C kernels with the GIL released."""
@@ -530,11 +547,18 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
     threads = _threads()
     out = {}
     with _File(filename, mmap=mmap) as f:
+        items = None
         if mmap:
-            # One call faults in every page (a fault per 4 KiB page otherwise).
-            f.populate(threads)
-        for name in f.keys():
-            t = f._file._get(name)
+            if f.cached_fraction() < _COLD:
+                # Cold cache: parallel preads into memory of its own keep
+                # several large reads in flight, which page faults (even
+                # MADV_POPULATE_READ) do not (ADR-0021).
+                items = _parallel_read(filename)
+            else:
+                # Warm: one call faults in every page (a fault per 4 KiB
+                # page otherwise); the tensors are views of the mapping.
+                f.populate(threads)
+        for name, t in items if items is not None else ((n, f._file._get(n)) for n in f.keys()):
             _, _, strides, _, _, layout, quant = t._view_info()
             if layout == _LAYOUT_DENSE and quant == _QUANT_NONE and strides is None:
                 try:
