@@ -143,13 +143,9 @@ def worker(kind: str, path: str) -> dict:
             for name in f.keys():
                 tensors[name] = torch.from_dlpack(f._file._get(name))
     elif kind.startswith("hurray pread x"):
-        from concurrent.futures import ThreadPoolExecutor
         n = int(kind.split("x")[1])
-        with hurray.open(path, mmap=False) as f:
-            names = f.keys()
-            with ThreadPoolExecutor(n) as pool:  # pread releases the GIL
-                got = list(pool.map(f._file._get, names))
-            tensors = {name: torch.from_dlpack(t) for name, t in zip(names, got)}
+        ht._READ_THREADS = n
+        tensors = {name: torch.from_dlpack(t) for name, t in ht._parallel_read(path)}
     elif kind == "hurray nf4 dequantize=bf16":
         tensors = ht.load_file(path, dequantize=torch.bfloat16)
     elif kind in ("safetensors", "safetensors bf16"):
@@ -243,7 +239,8 @@ def main() -> None:
             ("hurray mmap=False", paths["hurray"])]
     if variants:
         plan += [("hurray populate=0", paths["hurray"]), ("hurray populate=1", paths["hurray"]),
-                 ("hurray populate=4", paths["hurray"]), ("hurray pread x4", paths["hurray"])]
+                 ("hurray populate=4", paths["hurray"]), ("hurray pread x1", paths["hurray"]),
+                 ("hurray pread x4", paths["hurray"]), ("hurray pread x8", paths["hurray"])]
     results = []
     loads = []
     for cold in (True, False):

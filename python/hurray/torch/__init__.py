@@ -462,13 +462,29 @@ _READ_THREADS = 4
 
 def _parallel_read(filename) -> list:
     """(name, hurray tensor) for every tensor, read with pread into aligned
-    memory of its own by _READ_THREADS threads (the GIL is released while
-    each reads)."""
+    memory of its own by _READ_THREADS threads, each with a reader of its
+    own (a File serialises its calls; the GIL is released while reading)."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
     with _File(filename, mmap=False) as f:
         names = f.keys()
-        with ThreadPoolExecutor(_READ_THREADS) as pool:
-            return list(zip(names, pool.map(f._file._get, names)))
+    results: list = [None] * len(names)
+    order = iter(range(len(names)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        with _File(filename, mmap=False) as mine:
+            while True:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                results[i] = mine._file._get(names[i])
+
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        for job in [pool.submit(work) for _ in range(min(_READ_THREADS, len(names)))]:
+            job.result()
+    return list(zip(names, results))
 
 
 def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
