@@ -108,6 +108,34 @@ def _sum_all(tensors) -> None:
     return total
 
 
+def parallel_read(path: str, threads: int) -> list:
+    """The alternative ADR-0021 measured: every tensor read with pread into
+    memory of its own by `threads` threads, each with a reader of its own
+    (a File serialises its calls; pread releases the GIL)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    import hurray
+    with hurray.open(path, mmap=False) as f:
+        names = f.keys()
+    results: list = [None] * len(names)
+    order = iter(range(len(names)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        with hurray.open(path, mmap=False) as mine:
+            while True:
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                results[i] = mine._file._get(names[i])
+
+    with ThreadPoolExecutor(threads) as pool:
+        for job in [pool.submit(work) for _ in range(min(threads, len(names)))]:
+            job.result()
+    return list(zip(names, results))
+
+
 def worker(kind: str, path: str) -> dict:
     """Runs in a fresh process: times one load plus a sum of every tensor."""
     import torch
@@ -144,8 +172,7 @@ def worker(kind: str, path: str) -> dict:
                 tensors[name] = torch.from_dlpack(f._file._get(name))
     elif kind.startswith("hurray pread x"):
         n = int(kind.split("x")[1])
-        ht._READ_THREADS = n
-        tensors = {name: torch.from_dlpack(t) for name, t in ht._parallel_read(path)}
+        tensors = {name: torch.from_dlpack(t) for name, t in parallel_read(path, n)}
     elif kind == "hurray nf4 dequantize=bf16":
         tensors = ht.load_file(path, dequantize=torch.bfloat16)
     elif kind in ("safetensors", "safetensors bf16"):

@@ -18,6 +18,7 @@
 #include "hurray/hurray.h"
 #include "../../src/core/descriptor_internal.h"
 #include "_dlpack.h"
+#include "_loading.h"
 
 #define CAPSULE_NAME "hurray_buffer"
 #define USED_CAPSULE_NAME "used_hurray_buffer"
@@ -1829,6 +1830,7 @@ static PyMethodDef module_methods[] = {
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},
 };
 

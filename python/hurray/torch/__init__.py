@@ -48,6 +48,7 @@ from .._descriptor import (Buffer, Composite, Dense, Descriptor, Paged, PerChann
                           PerTensorAffine, Sparse)
 from .._files import File as _File
 from .._files import save as _save
+from .. import _hurray
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
 from .._tensor import Tensor, _alignment_of, from_hurray, specialise
@@ -454,37 +455,11 @@ def _threads() -> int:
         return max(1, min(os.cpu_count() or 1, 16))
 
 
-# Below this share of the file in the page cache, load_file reads with
-# parallel preads instead of mapping (ADR-0021); READ_THREADS reads in flight.
+# Below this share of the file in the page cache load_file pre-faults the
+# mapping with _COLD_THREADS concurrent MADV_POPULATE_READ calls (several
+# reads in flight); above it, faults on first touch are cheaper (ADR-0021).
 _COLD = 0.5
-_READ_THREADS = 4
-
-
-def _parallel_read(filename) -> list:
-    """(name, hurray tensor) for every tensor, read with pread into aligned
-    memory of its own by _READ_THREADS threads, each with a reader of its
-    own (a File serialises its calls; the GIL is released while reading)."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-    with _File(filename, mmap=False) as f:
-        names = f.keys()
-    results: list = [None] * len(names)
-    order = iter(range(len(names)))
-    lock = threading.Lock()
-
-    def work() -> None:
-        with _File(filename, mmap=False) as mine:
-            while True:
-                with lock:
-                    i = next(order, None)
-                if i is None:
-                    return
-                results[i] = mine._file._get(names[i])
-
-    with ThreadPoolExecutor(_READ_THREADS) as pool:
-        for job in [pool.submit(work) for _ in range(min(_READ_THREADS, len(names)))]:
-            job.result()
-    return list(zip(names, results))
+_COLD_THREADS = 4
 
 
 def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
@@ -497,7 +472,12 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
         return torch.from_numpy(array).to(dtype)
     out = torch.empty(tuple(d.shape), dtype=dtype)
     if out.numel():
-        t._dequantize(out.view(-1).view(torch.uint8).numpy(), _DEQUANTIZE_TO[dtype], threads)
+        raw = out.view(-1).view(torch.uint8).numpy()
+        # Fresh memory: one populate call instead of a fault per 4 KiB page,
+        # which cost about as much as the kernel itself. Huge pages measured
+        # slower (compaction on first touch): ADR-0021.
+        _hurray._prefault(raw, False)
+        t._dequantize(raw, _DEQUANTIZE_TO[dtype], threads)
     return out
 
 
@@ -541,10 +521,12 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
     tensors on `device`.
 
     mmap=True (default): zero-copy. The file is mapped private and
-    copy-on-write and pre-faulted in one call (MADV_POPULATE_READ), and every
-    CPU tensor is a view of it: writing one copies the touched pages into
-    this process's memory and never changes the file. mmap=False reads every
-    tensor into memory of its own with pread.
+    copy-on-write and every CPU tensor is a view of it: writing one copies
+    the touched pages into this process's memory and never changes the file.
+    A file mostly absent from the page cache is pre-faulted by four
+    concurrent MADV_POPULATE_READ calls; a cached one is faulted in on first
+    touch, which measured cheaper (docs/adr/ADR-0021-torch-loading.md).
+    mmap=False reads every tensor into memory of its own with pread.
 
     dequantize=torch.float32, torch.bfloat16 or torch.float16 turns every
     quantized tensor (NF4, MX, block/per-channel/per-tensor affine) into
@@ -563,18 +545,12 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
     threads = _threads()
     out = {}
     with _File(filename, mmap=mmap) as f:
-        items = None
-        if mmap:
-            if f.cached_fraction() < _COLD:
-                # Cold cache: parallel preads into memory of its own keep
-                # several large reads in flight, which page faults (even
-                # MADV_POPULATE_READ) do not (ADR-0021).
-                items = _parallel_read(filename)
-            else:
-                # Warm: one call faults in every page (a fault per 4 KiB
-                # page otherwise); the tensors are views of the mapping.
-                f.populate(threads)
-        for name, t in items if items is not None else ((n, f._file._get(n)) for n in f.keys()):
+        if mmap and f.cached_fraction() < _COLD:
+            # Cold: concurrent populate calls keep several reads in flight;
+            # warm pages are cheaper to fault in on first touch.
+            f.populate(_COLD_THREADS)
+        for name in f.keys():
+            t = f._file._get(name)
             _, _, strides, _, _, layout, quant = t._view_info()
             if layout == _LAYOUT_DENSE and quant == _QUANT_NONE and strides is None:
                 try:
