@@ -199,8 +199,9 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
 HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads,
                                                HurrayError *error);
 
-/* The fraction (0 to 1) of the file's tensor data now in the page cache
- * (mincore over a mapping; no page is touched or read). Loaders use it to
+/* The fraction (0 to 1) of the file's tensor data now in the page cache,
+ * from mincore over up to 1024 pages spread evenly (exact for smaller
+ * files; no page is touched or read). Loaders use it to
  * choose between mapping (warm) and parallel reads (cold): see
  * docs/adr/ADR-0021-torch-loading.md. */
 HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out,
