@@ -105,6 +105,21 @@ HURRAY_API HurrayStatus hurray_writer_set_metadata_bytes(HurrayWriter *w, const 
                                                          const void *value, size_t len,
                                                          HurrayError *error);
 
+/* Cancellation. `fn(ctx)` returning true abandons the write: the call in
+ * progress fails with HURRAY_ERR_CANCELLED, nothing more is written, and
+ * only hurray_writer_finish (which then fails with HURRAY_ERR_STATE, leaving
+ * a path target untouched) or hurray_writer_abort remain. The writer asks
+ * on its own thread before every piece of output it emits (each header,
+ * buffer, padding, index and trailer write, and every
+ * HURRAY_WRITER_CANCEL_INTERVAL bytes inside a large buffer) and, for a
+ * path, once more after the fsync and before the file is renamed into
+ * place. Language bindings use it to honour Ctrl-C. NULL `fn` removes the
+ * hook; `ctx` is borrowed and must outlive the writer. */
+typedef bool (*HurrayCancelFn)(void *ctx);
+#define HURRAY_WRITER_CANCEL_INTERVAL ((size_t)16 << 20)
+HURRAY_API HurrayStatus hurray_writer_set_cancel(HurrayWriter *w, HurrayCancelFn fn, void *ctx,
+                                                 HurrayError *error);
+
 /* Writes the index and trailer; for a path, fsyncs and renames into place.
  * Frees the writer in every case; on failure the target path is untouched. */
 HURRAY_API HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error);

@@ -46,7 +46,7 @@ _WritableBufferT = TypeVar("_WritableBufferT", bound=_BufferLike)
 # of the library does not know.
 _MetadataValue: TypeAlias = str | int | float | bool | bytes
 # File metadata as accepted by save(): bytes may be any buffer-protocol object.
-_MetadataInput: TypeAlias = str | int | float | bool | _BufferProtocol
+_MetadataInput: TypeAlias = str | int | float | bool | np.bool_ | np.integer[Any] | np.floating[Any] | _BufferProtocol
 _SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
 
 # ---------------------------------------------------------------- constants
@@ -74,7 +74,7 @@ class HurrayError(Exception):
     status_name: str
 
 class InvalidArgumentError(HurrayError, ValueError):
-    """HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE."""
+    """HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE, HURRAY_ERR_NOT_FINITE."""
 
 class HurrayMemoryError(HurrayError, MemoryError):
     """HURRAY_ERR_NO_MEMORY."""
@@ -95,16 +95,22 @@ class ValidationError(HurrayError):
     """Descriptor validation codes 20-52."""
 
 class PlacementError(HurrayError):
-    """Buffer placement codes 60-66."""
+    """Buffer placement codes 60-69: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
+    DEVICE_MISMATCH, SYNC_MODE_MISMATCH, PAGE_TABLE_ENTRY, SPARSE_INDEX_BOUNDS,
+    SPARSE_INDPTR, SPARSE_ORDER."""
 
 class NotFoundError(HurrayError, KeyError):
-    """HURRAY_ERR_NOT_FOUND."""
+    """HURRAY_ERR_NOT_FOUND: no tensor, member or metadata key of that name
+    (a missing file is a HurrayIOError and FileNotFoundError)."""
 
 class DuplicateNameError(HurrayError):
     """HURRAY_ERR_DUPLICATE_NAME."""
 
 class HurrayIOError(HurrayError, OSError):
-    """HURRAY_ERR_IO."""
+    """HURRAY_ERR_IO, HURRAY_ERR_CANCELLED. A failure the operating system
+    reported carries errno, strerror and filename, and is also the builtin
+    OSError subclass its errno maps to (e.g. HurrayFileNotFoundError derives
+    from HurrayIOError and FileNotFoundError), whatever its status."""
 
 # ------------------------------------------------------- descriptor parts
 
@@ -117,7 +123,7 @@ class Buffer:
 
     role: str
     byte_size: int
-    alignment: int = 64
+    alignment: int = 1
     sync_mode: str = "ready"
 
 @dataclass(frozen=True)
@@ -297,7 +303,11 @@ class Descriptor:
     def encode(self) -> bytes:
         """The canonical binary encoding (docs/spec/descriptor-encoding.md)."""
     @classmethod
-    def decode(cls, data: _BufferProtocol) -> Self: ...
+    def decode(cls, data: _BufferProtocol) -> Self:
+        """Decodes whatever the C decoder accepts (validate() reports the
+        rest); raises what the C decoder or validator would."""
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """copy, deepcopy and pickle travel through encode()."""
     def to_json(self) -> str: ...
     def validate(self) -> None:
         """Raises ValidationError (or another HurrayError) naming the field."""
@@ -355,7 +365,10 @@ class Tensor:
         self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
-        and bfloat16, GIL released); TypeError for non-float dtypes."""
+        and bfloat16, GIL released); TypeError for non-float dtypes. out
+        (float32, float16 or bfloat16, C order, the tensor's shape) is
+        honoured for every layout; threads is 0..65535 (OverflowError
+        otherwise)."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
     def zero_points(self) -> npt.NDArray[np.int64]:
@@ -410,7 +423,9 @@ class SparseTensor(Tensor):
 
 @type_check_only
 class _Writable(Protocol):
-    def write(self, data: memoryview, /) -> object: ...
+    # Gets bytes of at most 1 MiB it may keep; returns how many it took
+    # (the rest is offered again) or None for all; 0 is an error.
+    def write(self, data: bytes, /) -> int | None: ...
 
 class File:
     """A lazy reader: only the index is read until a tensor is asked for.
@@ -501,9 +516,14 @@ def save(
 ) -> None:
     """Writes every buffer of every tensor. target is a path (written
     atomically: temp file, fsync, rename), an int file descriptor, or a
-    binary stream with write() (written sequentially, never seeked). Values
-    go through as_tensor(); metadata values are str, int, float, bool or
-    bytes."""
+    binary stream with write() (written sequentially, never seeked; the
+    fd is used directly only for a plain io.FileIO or a BufferedWriter or
+    BufferedRandom over one, never for compressors or wrappers). Values go
+    through as_tensor(); names and metadata keys must be str without NUL;
+    metadata values are str (no NUL), int, float, bool, bytes, or numpy
+    bool/integer/floating scalars (stored as bool, int, float; TypeError for
+    what has no exact value). Ctrl-C aborts: the target is untouched and
+    KeyboardInterrupt propagates."""
 
 # ------------------------------------------------------------ sharded tensors
 
@@ -575,6 +595,7 @@ def convert(
     threads: int = 1,
     block_size: int | None = None,
     output: Literal["table", "json"] = "table",
+    verify: bool = True,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 def quantize(

@@ -19,6 +19,7 @@
 #include "../../src/core/descriptor_internal.h"
 #include "_dlpack.h"
 #include "_loading.h"
+#include "_guard.h"
 
 #define CAPSULE_NAME "hurray_buffer"
 #define USED_CAPSULE_NAME "used_hurray_buffer"
@@ -51,7 +52,14 @@ static ModuleState *state_of_type(PyTypeObject *type) {
 
 /* ------------------------------------------------------------- errors */
 
-static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+/* A failure the operating system reported (error->os_errno set) is raised
+ * as an OSError subclass carrying errno and `filename` (may be NULL), also
+ * a HurrayIOError: see hy_raise_os. */
+static PyObject *raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                                   PyObject *filename) {
+  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
+    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
+  }
   PyObject *cls = (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL)
                       ? st->errors[status]
                       : st->error_base;
@@ -72,6 +80,10 @@ static PyObject *raise_status(ModuleState *st, HurrayStatus status, const Hurray
   PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+  return raise_status_file(st, status, error, NULL);
 }
 
 /* Release callbacks may run on any thread, or after the interpreter has
@@ -112,7 +124,7 @@ static const char *mx_name(int v) { return hurray__mx_element_name((HurrayMxElem
 
 /* Looks a name up among the values [lo, hi] of an enum. */
 static int enum_value(PyObject *name, EnumName names, int lo, int hi, const char *what) {
-  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  const char *s = PyUnicode_Check(name) ? hy_utf8(name, what) : NULL;
   if (s != NULL) {
     for (int v = lo; v <= hi; v++) {
       if (strcmp(names(v), s) == 0) return v;
@@ -173,7 +185,8 @@ static int get_dtype(PyObject *dict, const char *key, bool optional, HurrayDType
     }
     return need(v, key);
   }
-  const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+  const char *s = PyUnicode_Check(v) ? hy_utf8(v, key) : NULL;
+  if (s == NULL && PyErr_Occurred()) return -1;
   *out = hurray_dtype_from_name(s);
   if (*out == HURRAY_DTYPE_INVALID) {
     if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: unknown dtype %R", key, v);
@@ -214,7 +227,8 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
     return -1;
   }
   PyObject *kind = item(layout, "kind");
-  const char *k = kind != NULL && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : "";
+  const char *k = kind != NULL && PyUnicode_Check(kind) ? hy_utf8(kind, "layout kind") : "";
+  if (k == NULL) return -1;
   HurrayStatus s = HURRAY_OK;
   uint32_t data, a, b;
   HurrayDType index_dtype;
@@ -224,7 +238,8 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
     s = hurray_descriptor_set_layout_dense(d, data == HURRAY_NO_BUFFER ? 0 : data, e);
   } else if (strcmp(k, "sparse") == 0) {
     PyObject *fmt = item(layout, "format");
-    const char *f = fmt != NULL && PyUnicode_Check(fmt) ? PyUnicode_AsUTF8(fmt) : "";
+    const char *f = fmt != NULL && PyUnicode_Check(fmt) ? hy_utf8(fmt, "sparse format") : "";
+    if (f == NULL) return -1;
     if (get_dtype(layout, "index_dtype", false, &index_dtype) < 0 ||
         get_u64(layout, "nnz", 0, &nnz) < 0 || get_index(layout, "values_buffer", &data) < 0) {
       return -1;
@@ -239,7 +254,10 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
                      hurray_descriptor_rank(d));
         return -1;
       }
-      for (Py_ssize_t i = 0; i < n; i++) idx32[i] = (uint32_t)indices[i];
+      for (Py_ssize_t i = 0; i < n; i++) {
+        if (hy_check_max(indices[i], UINT32_MAX, "index_buffers entry") < 0) return -1;
+        idx32[i] = (uint32_t)indices[i];
+      }
       PyObject *canonical = item(layout, "canonical");
       s = hurray_descriptor_set_layout_coo(d, index_dtype, nnz, data, idx32,
                                            canonical != NULL && PyObject_IsTrue(canonical) == 1,
@@ -277,6 +295,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
         get_index(layout, "pool_buffer", &a) < 0 || get_index(layout, "table_buffer", &b) < 0) {
       return -1;
     }
+    if (hy_check_max(axis, UINT32_MAX, "axis") < 0) return -1;
     s = hurray_descriptor_set_layout_paged(d, (uint32_t)axis, page_size, num_pages, index_dtype,
                                            a, b, e);
   } else if (strcmp(k, "composite") == 0) {
@@ -289,7 +308,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
         PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *name = PyDict_Check(m) ? item(m, "name") : NULL;
         PyObject *sub = PyDict_Check(m) ? item(m, "descriptor") : NULL;
-        const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "member name") : NULL;
         if (n == NULL || sub == NULL) {
           Py_DECREF(seq);
           if (!PyErr_Occurred())
@@ -322,7 +341,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     return -1;
   }
   PyObject *kind = item(q, "kind");
-  const char *k = kind != NULL && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : "";
+  const char *k = kind != NULL && PyUnicode_Check(kind) ? hy_utf8(kind, "quantization kind") : "";
+  if (k == NULL) return -1;
   uint64_t axis = 0, block = 0;
   int64_t zero_point = 0;
   uint32_t scale_buffer, zp_buffer;
@@ -435,6 +455,10 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "device must be a dict");
       return -1;
     }
+    if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "device type and id must fit int32");
+      return -1;
+    }
     s = hurray_descriptor_set_device(d, (int32_t)type, (int32_t)id, (HurrayMemoryClass)m, e);
   }
   PyObject *stats = item(spec, "statistics");
@@ -465,7 +489,7 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
   PyObject *ext = item(spec, "extension");
   if (s == HURRAY_OK && ext != NULL) {
     PyObject *name = item(ext, "name"), *meta = item(ext, "metadata");
-    const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "extension name") : NULL;
     Py_buffer view = {0};
     if (n == NULL || (meta != NULL && PyObject_GetBuffer(meta, &view, PyBUF_SIMPLE) < 0)) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "extension needs a name");
@@ -702,6 +726,11 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (!PyErr_Occurred() && s == HURRAY_OK) {
     s = hurray_validate_buffer_placement(d, list, &e);
   }
+  /* The sequence and the exporters may have run Python code that
+   * initialised this tensor meanwhile: the first one to finish keeps it. */
+  if (!PyErr_Occurred() && s == HURRAY_OK && self->descriptor != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
+  }
   if (PyErr_Occurred() || s != HURRAY_OK) {
     if (!PyErr_Occurred()) raise_status(st, s, &e);
     hurray_buffer_list_destroy(list);
@@ -885,7 +914,10 @@ static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
   PyObject *target;
   const char *dtype_name;
   unsigned int threads = 1;
-  if (!PyArg_ParseTuple(args, "OsI:_dequantize", &target, &dtype_name, &threads)) return NULL;
+  if (!PyArg_ParseTuple(args, "OsO&:_dequantize", &target, &dtype_name, hy_conv_threads,
+                        &threads)) {
+    return NULL;
+  }
   if (tensor_ready(self) < 0) return NULL;
   HurrayDType out_dtype = hurray_dtype_from_name(dtype_name);
   Py_buffer out;
@@ -1052,14 +1084,24 @@ static PyObject *consume_capsule(ModuleState *st, PyTypeObject *type, PyObject *
     hurray_descriptor_destroy(d);
     return raise_status(st, s, &e);
   }
-  TensorObject *self = tensor_alloc(st, type);
-  if (self == NULL) {
+  /* Marked used before anything that can run Python code (the allocation
+   * below may run the garbage collector, its callbacks and finalizers),
+   * so no such code can consume this capsule a second time. */
+  if (PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
     hurray_descriptor_destroy(d);
     return NULL;
   }
-  if (PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
+  TensorObject *self = tensor_alloc(st, type);
+  if (self == NULL) {
+    /* Nobody else can have taken the list: hand it back to the capsule. */
+    PyObject *type_, *value, *traceback;
+    PyErr_Fetch(&type_, &value, &traceback);
+    if (PyCapsule_SetName(capsule, CAPSULE_NAME) < 0) {
+      PyErr_Clear();
+      hurray_buffer_list_destroy(list);
+    }
+    PyErr_Restore(type_, value, traceback);
     hurray_descriptor_destroy(d);
-    Py_DECREF(self);
     return NULL;
   }
   /* The list is ours now; tensor_adopt destroys it on failure. */
@@ -1114,7 +1156,13 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     return -1;
   }
   ModuleState *st = state_of_type(Py_TYPE(op));
-  if (self->lock == NULL) self->lock = PyThread_allocate_lock();
+  /* Re-initialising would close the reader under a thread using it. */
+  if (self->lock != NULL) {
+    Py_DECREF(path);
+    PyErr_SetString(PyExc_RuntimeError, "_File is already initialised");
+    return -1;
+  }
+  self->lock = PyThread_allocate_lock();
   if (self->lock == NULL) {
     Py_DECREF(path);
     PyErr_NoMemory();
@@ -1133,11 +1181,12 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
   Py_END_ALLOW_THREADS
   if (s != HURRAY_OK) {
+    PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
     Py_DECREF(path);
-    raise_status(st, s, &e);
+    raise_status_file(st, s, &e, name);
+    Py_XDECREF(name);
     return -1;
   }
-  hurray_reader_close(self->reader);
   self->reader = reader;
   self->pread = !use_mmap;
   self->readonly = readonly != 0;
@@ -1261,8 +1310,9 @@ static PyObject *file_metadata(PyObject *op, PyObject *unused) {
 static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  unsigned long long start = 0, count = 0;
-  if (rows ? !PyArg_ParseTuple(args, "sKK:get_rows", &name, &start, &count)
+  uint64_t start = 0, count = 0;
+  if (rows ? !PyArg_ParseTuple(args, "sO&O&:get_rows", &name, hy_conv_u64, &start, hy_conv_u64,
+                               &count)
            : !PyArg_ParseTuple(args, "s:get", &name)) {
     return NULL;
   }
@@ -1348,9 +1398,9 @@ static PyObject *file_shape(PyObject *op, PyObject *args) {
 static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  unsigned int index;
+  uint32_t index;
   Py_buffer out;
-  if (!PyArg_ParseTuple(args, "sIw*:read_buffer", &name, &index, &out)) return NULL;
+  if (!PyArg_ParseTuple(args, "sO&w*:read_buffer", &name, hy_conv_u32, &index, &out)) return NULL;
   ModuleState *st = state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) {
     PyBuffer_Release(&out);
@@ -1431,7 +1481,7 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
   }
   if (PyFloat_Check(value)) return hurray_writer_set_metadata_float(w, key, PyFloat_AsDouble(value), e);
   if (PyUnicode_Check(value)) {
-    const char *s = PyUnicode_AsUTF8(value);
+    const char *s = hy_utf8(value, "metadata value");
     if (s == NULL) return HURRAY_ERR_INVALID_ARGUMENT;
     return hurray_writer_set_metadata_string(w, key, s, e);
   }
@@ -1446,18 +1496,6 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
                "metadata %R: values are str, int, float, bool or bytes, not %.100s", value,
                Py_TYPE(value)->tp_name);
   return HURRAY_ERR_INVALID_ARGUMENT;
-}
-
-/* A Python object with write(): the writer's sink, called with the GIL
- * held (the writer runs without releasing it in this mode). */
-static HurrayStatus write_to_pyobject(void *ctx, const void *data, size_t len) {
-  PyObject *chunk = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len, PyBUF_READ);
-  if (chunk == NULL) return HURRAY_ERR_NO_MEMORY;
-  PyObject *result = PyObject_CallMethod((PyObject *)ctx, "write", "O", chunk);
-  Py_DECREF(chunk);
-  if (result == NULL) return HURRAY_ERR_IO;
-  Py_DECREF(result);
-  return HURRAY_OK;
 }
 
 /* Writes a plain dense array given as (dtype name, shape, buffer) without a
@@ -1489,8 +1527,11 @@ static int write_plain(HurrayWriter *w, const char *name, PyObject *spec, bool r
   Py_DECREF(dims);
   Py_buffer view;
   if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-  uint32_t alignment = 64;
-  while (alignment > 1 && ((uintptr_t)view.buf % alignment) != 0) alignment /= 2;
+  /* The element's natural alignment, never the address's: files must not
+   * depend on where the data sat (the Python layer copies misaligned data). */
+  uint32_t bits = hurray_dtype_bits(dtype);
+  uint32_t alignment = bits >= 8 ? (bits / 8) & -(bits / 8) : 1;
+  if (alignment > 64) alignment = 64;
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
@@ -1560,7 +1601,12 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
       PyErr_SetString(PyExc_ValueError, "not a valid file descriptor");
     }
   } else {
-    s = hurray_writer_open_callback(write_to_pyobject, target, &w, &e);
+    s = hurray_writer_open_callback(hy_stream_write, target, &w, &e);
+  }
+  HyCancel cancel; /* Ctrl-C while the GIL is released (a stream checks itself) */
+  if (s == HURRAY_OK && release_gil) {
+    hy_cancel_init(&cancel);
+    s = hurray_writer_set_cancel(w, hy_cancel_requested, &cancel, &e);
   }
   if (s == HURRAY_OK) s = hurray_writer_set_statistics(w, statistics != 0, &e);
   for (Py_ssize_t i = 0; s == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq);
@@ -1571,7 +1617,7 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "expected (name, Tensor) pairs");
       break;
     }
-    const char *name = PyUnicode_AsUTF8(name_obj);
+    const char *name = hy_utf8(name_obj, "tensor name");
     if (name == NULL) break;
     if (PyTuple_Check(tensor)) { /* (dtype, shape, buffer): a plain dense array */
       if (write_plain(w, name, tensor, release_gil, &s, &e) < 0) break;
@@ -1599,7 +1645,7 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
     while (!PyErr_Occurred() && s == HURRAY_OK && PyDict_Check(metadata) &&
            PyDict_Next(metadata, &pos, &key, &value)) {
-      const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+      const char *k = PyUnicode_Check(key) ? hy_utf8(key, "metadata key") : NULL;
       if (k == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "metadata keys must be str");
         break;
@@ -1608,10 +1654,12 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
   }
   Py_DECREF(seq);
+  PyObject *filename = to_path ? PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path)) : NULL;
   Py_XDECREF(path);
   if (PyErr_Occurred() || s != HURRAY_OK) {
     hurray_writer_abort(w);
-    if (!PyErr_Occurred()) raise_status(st, s, &e);
+    if (!PyErr_Occurred()) raise_status_file(st, s, &e, filename);
+    Py_XDECREF(filename);
     return NULL;
   }
   if (release_gil) {
@@ -1621,8 +1669,9 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   } else {
     s = hurray_writer_finish(w, &e);
   }
-  if (PyErr_Occurred()) return NULL; /* the stream's own exception */
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  if (!PyErr_Occurred() && s != HURRAY_OK) raise_status_file(st, s, &e, filename);
+  Py_XDECREF(filename);
+  if (PyErr_Occurred()) return NULL; /* the stream's own exception, or the status */
   Py_RETURN_NONE;
 }
 
@@ -1635,9 +1684,9 @@ static PyObject *mod_quantize(PyObject *module, PyObject *args) {
   const char *src_dtype_name, *scheme_name, *code_name, *scale_name;
   int symmetric;
   unsigned int threads;
-  if (!PyArg_ParseTuple(args, "OsOsOOzziI:_quantize", &src, &src_dtype_name, &shape_obj,
+  if (!PyArg_ParseTuple(args, "OsOsOOzziO&:_quantize", &src, &src_dtype_name, &shape_obj,
                         &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
-                        &symmetric, &threads)) {
+                        &symmetric, hy_conv_threads, &threads)) {
     return NULL;
   }
   HurrayError e = {0};
@@ -1695,7 +1744,12 @@ static PyObject *mod_quantize(PyObject *module, PyObject *args) {
   Py_buffer view;
   if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
   uint64_t numel = 1;
-  for (Py_ssize_t i = 0; i < rank; i++) numel *= shape[i];
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      PyBuffer_Release(&view);
+      return PyErr_Format(PyExc_OverflowError, "the shape's element count exceeds 64 bits");
+    }
+  }
   uint64_t item = src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
   if ((uint64_t)view.len / item < numel) {
     PyBuffer_Release(&view);
@@ -1873,7 +1927,8 @@ static const ErrorClass error_classes[] = {
       HURRAY_ERR_SPARSE_INDEX_BOUNDS, HURRAY_ERR_SPARSE_INDPTR, HURRAY_ERR_SPARSE_ORDER}},
     {"NotFoundError", "KeyError", "No tensor, key or file of that name.", {HURRAY_ERR_NOT_FOUND}},
     {"DuplicateNameError", NULL, "A name used twice.", {HURRAY_ERR_DUPLICATE_NAME}},
-    {"HurrayIOError", "OSError", "The operating system refused an operation.", {HURRAY_ERR_IO}},
+    {"HurrayIOError", "OSError", "The operating system refused an operation.",
+     {HURRAY_ERR_IO, HURRAY_ERR_CANCELLED}},
 };
 
 static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out) {

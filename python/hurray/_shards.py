@@ -181,7 +181,9 @@ def _paths(paths_or_dir) -> List[str]:
     if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
         path = os.fsdecode(paths_or_dir)
         if os.path.isdir(path):
-            found = sorted(glob.glob(os.path.join(glob.escape(path), "*.hurray")))
+            # Regular files only: a FIFO named *.hurray would block its open.
+            found = sorted(p for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
+                           if os.path.isfile(p))
             if not found:
                 raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
                              f"no *.hurray files in {path!r}")

@@ -39,12 +39,28 @@ def unsupported(message: str) -> "_hurray.UnsupportedError":
     return exc
 
 
-def _alignment_of(address: int) -> int:
-    """Largest power of two up to 64 that divides the address."""
-    align = 64
-    while align > 1 and address % align:
-        align //= 2
-    return align
+def natural_alignment(itemsize: int) -> int:
+    """The alignment a buffer of `itemsize`-byte elements declares: the
+    largest power of two dividing the element size (1 for packed sub-byte
+    data), at most 64. A property of the dtype, never of the address the
+    data happens to sit at, so equal arrays give identical files."""
+    itemsize = int(itemsize)
+    return min(itemsize & -itemsize, 64) if itemsize > 0 else 1
+
+
+def stored_buffer(role: str, raw: np.ndarray, itemsize: int) -> tuple:
+    """(Buffer, uint8 array) for contiguous bytes of `itemsize`-byte
+    elements. Zero-copy, except that data not at its natural alignment (a
+    slice at an odd offset of a bytes object, say) is copied to memory
+    that is."""
+    align = natural_alignment(itemsize)
+    if raw.size and raw.ctypes.data % align:
+        block = np.empty(raw.size + align, np.uint8)
+        start = (-block.ctypes.data) % align
+        aligned = block[start:start + raw.size]
+        aligned[...] = raw
+        raw = aligned
+    return Buffer(role, int(raw.size), align), raw
 
 
 class Tensor(_hurray._Tensor):
@@ -142,32 +158,38 @@ class Tensor(_hurray._Tensor):
 
         out: an existing C-contiguous array of the tensor's shape and of
         float32, float16 or bfloat16 to write into instead of a new array
-        (reusing memory saves the page faults of a fresh allocation)."""
+        (reusing memory saves the page faults of a fresh allocation). Every
+        layout honours it: sparse and unquantized tensors are computed as
+        usual and then copied into `out`. `dtype` is ignored with `out`."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
         if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
             raise TypeError(f"dequantize gives real values: {dtype} is not a floating-point "
                             "dtype (codes() gives the raw integer codes)")
-        if q is None:
-            return self.to_dense().astype(dtype)
-        if isinstance(d.layout, Sparse):
-            # Only stored elements carry codes; the others are zeros.
-            from ._sparse import sparse_to_dense
-            t = specialise(self)
-            values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
-                      * np.float32(q.scale))
-            return sparse_to_dense(t, d, values.astype(dtype))
-        if out is not None:
-            if isinstance(d.layout, Sparse):
-                raise unsupported("out= is for dense and paged tensors")
+        if out is not None:  # checked first: every path below honours it
             if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
                     not out.flags.writeable or tuple(out.shape) != tuple(d.shape):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
             if out.dtype not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
+        if q is None or isinstance(d.layout, Sparse):
+            if q is None:
+                values = self.to_dense()
+            else:
+                # Only stored elements carry codes; the others are zeros.
+                from ._sparse import sparse_to_dense
+                t = specialise(self)
+                values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
+                          * np.float32(q.scale))
+                values = sparse_to_dense(t, d, values)
+            if out is not None:
+                np.copyto(out, values, casting="unsafe")
+                return out
+            return values.astype(dtype)
+        if out is not None:
             self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype),
-                             int(threads))
+                             threads)
             return out
         try:
             name = _dtypes.from_numpy(dtype)
@@ -176,7 +198,7 @@ class Tensor(_hurray._Tensor):
         kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
         out = np.empty(d.shape, dtype=kernel_dtype)
         self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype),
-                         int(threads))
+                         threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
 
     def _scale_source(self):
@@ -340,8 +362,8 @@ def from_numpy(array: np.ndarray) -> Tensor:
             raise ValueError("big-endian arrays are not supported; use .astype('<...')")
     raw = data.reshape(-1).view(np.uint8) if data.size else np.zeros(0, np.uint8)
     size = _dtypes.storage_bytes(name, array.size)
-    align = _alignment_of(raw.ctypes.data)
-    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, align)])
+    buffer, raw = stored_buffer("data", raw, 1 if _dtypes.is_packed(name) else data.itemsize)
+    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, buffer.alignment)])
     return Tensor(descriptor, [raw])
 
 

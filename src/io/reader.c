@@ -96,7 +96,8 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
     ssize_t n = pread(fd, p, chunk, (off_t)offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return hurray__fail(error, HURRAY_ERR_IO, "read failed: %s", strerror(errno));
+      int saved = errno;
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "read failed: %s", strerror(saved));
     }
     if (n == 0) {
       return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
@@ -395,7 +396,8 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     if (base == MAP_FAILED) {
       free(r->mapping);
       r->mapping = NULL;
-      return CORRUPT(HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+      int saved = errno;
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
     }
     r->mapping->base = base;
     r->mapping->len = (size_t)r->file_size;
@@ -449,15 +451,19 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   r->mode = options->mode;
   r->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (r->fd < 0) {
-    HurrayStatus status = hurray__fail(error, errno == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
-                                       "cannot open %s: %s", path, strerror(errno));
+    int saved = errno;
+    HurrayStatus status = hurray__fail_os(error,
+                                          saved == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
+                                          saved, "cannot open %s: %s", path, strerror(saved));
     free(r);
     return status;
   }
   struct stat st;
   HurrayStatus status = HURRAY_OK;
-  if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
+  int stat_rc = fstat(r->fd, &st);
+  if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
+    int saved = stat_rc != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "%s is not a regular file", path);
   } else {
     r->file_size = (uint64_t)st.st_size;
     status = read_structure(r, error);

@@ -425,10 +425,13 @@ def test_missing_tensor_is_not_found_and_a_key_error(fast_dir):
 
 
 def test_missing_file(fast_dir):
-    with pytest.raises(hurray.NotFoundError) as info:
+    # A file-system failure, not a missing key (issue 14): an OSError
+    # subclass with errno and path, and still a HurrayError.
+    with pytest.raises(FileNotFoundError) as info:
         hurray.open(fast_dir / "nope.hurray")
-    assert isinstance(info.value, KeyError)
-    with pytest.raises(hurray.HurrayError):
+    assert isinstance(info.value, hurray.HurrayIOError)
+    assert not isinstance(info.value, KeyError)
+    with pytest.raises(IsADirectoryError):
         hurray.open(fast_dir)  # a folder, not a file
 
 

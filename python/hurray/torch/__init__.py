@@ -44,14 +44,14 @@ import numpy as np
 import torch
 
 from .. import _dtypes
-from .._descriptor import (Buffer, Composite, Dense, Descriptor, Paged, PerChannelAffine,
+from .._descriptor import (Composite, Dense, Descriptor, Paged, PerChannelAffine,
                           PerTensorAffine, Sparse)
 from .._files import File as _File
 from .._files import save as _save
 from .. import _hurray
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
-from .._tensor import Tensor, _alignment_of, from_hurray, specialise
+from .._tensor import Tensor, from_hurray, specialise, stored_buffer
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 
@@ -116,10 +116,9 @@ def _raw(t: "torch.Tensor") -> np.ndarray:
 
 def _part(role: str, t: "torch.Tensor") -> tuple:
     """(Buffer, array) for one contiguous tensor. The alignment declared is
-    what its address really has (an empty array's too: validation checks
-    the pointer of every buffer, empty or not)."""
-    raw = _raw(t)
-    return Buffer(role, int(raw.size), _alignment_of(raw.ctypes.data)), raw
+    the element type's natural one, never the address's (files must not
+    depend on where the data sat); misaligned data is copied."""
+    return stored_buffer(role, _raw(t), t.element_size())
 
 
 def _check_cpu(tensor: "torch.Tensor") -> None:
