@@ -311,7 +311,8 @@ def report(results, out_dir, total_mib, reps, load_before, load_after, loads) ->
         f"{load_after[2]:.2f}; during (1 min, sampled after each line): "
         f"{min(loads):.2f} to {max(loads):.2f}. Machine: {os.cpu_count()} CPUs, shared.",
         "",
-        "| load | cold | × safetensors | × seq. read | warm | × safetensors | warm, load call only |",
+        "| load | cold | × safetensors | × seq. read | warm | × safetensors "
+        "| warm, load call only |",
         "|---|---|---|---|---|---|---|",
     ]
     kinds = []
