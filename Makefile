@@ -72,11 +72,20 @@ bench: build python
 	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64 > bench/results/c_write_peak_rss.txt
 	cat bench/results/c_write_peak_rss.txt
 	$(VENV)/python bench/bench.py
+	$(MAKE) bench-torch
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
+
+# Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
+# torch.load(mmap=True) and the sequential-read limit, cold and warm, into
+# bench/results/torch.{md,json} (bench/bench_torch.py).
+.PHONY: bench-torch
+bench-torch: python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors
+	$(VENV)/python bench/bench_torch.py
 
 # hurray as a torch.distributed.checkpoint backend against FileSystemWriter
 # and the safetensors (HuggingFace) storage, world sizes 2 and 4.

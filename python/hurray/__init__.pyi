@@ -32,7 +32,7 @@ __all__ = [
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "save", "save_sharded", "shard",
+    "from_numpy", "load", "load_sharded", "open", "safe_open", "save", "save_sharded", "shard",
 ]
 
 _T = TypeVar("_T")
@@ -340,25 +340,35 @@ class Tensor:
     @property
     def buffer_count(self) -> int: ...
     def numpy(self) -> npt.NDArray[Any]:
-        """Zero-copy view of a dense tensor's stored elements; UnsupportedError
-        for other layouts. Sub-byte dtypes are unpacked (a copy)."""
+        """Zero-copy view of a dense tensor's values; UnsupportedError for
+        other layouts and for quantized tensors (use dequantize() or
+        codes()). Sub-byte dtypes are unpacked (a copy). writeable=False
+        when the memory is read-only."""
+    def codes(self) -> npt.NDArray[Any]:
+        """The stored elements of a dense tensor, zero-copy: the raw codes if
+        quantized, else the values."""
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
     def __dlpack__(
         self,
-        *,
         stream: None = None,
+        *,
         max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
-    ) -> _Capsule: ...
+    ) -> _Capsule:
+        """A DLPack capsule exported from C: every DLPack 1.x dtype (bfloat16,
+        float8), "dltensor_versioned" with the read-only flag when
+        max_version >= (1, 0); BufferError for quantized, non-dense and
+        sub-byte tensors."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def dequantize(
         self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
-        and bfloat16, GIL released). out (float32, float16 or bfloat16, C
-        order, the tensor's shape) is honoured for every layout; threads is
-        0..65535 (OverflowError otherwise)."""
+        and bfloat16, GIL released); TypeError for non-float dtypes. out
+        (float32, float16 or bfloat16, C order, the tensor's shape) is
+        honoured for every layout; threads is 0..65535 (OverflowError
+        otherwise)."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
     def zero_points(self) -> npt.NDArray[np.int64]:
@@ -422,7 +432,10 @@ class File:
     Tensors taken from it stay valid after close()."""
 
     path: str
-    def __init__(self, path: _StrPath, *, mmap: bool = True, verify: bool = False) -> None: ...
+    readonly: bool
+    def __init__(
+        self, path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+    ) -> None: ...
     def keys(self) -> list[str]: ...
     def __iter__(self) -> Iterator[str]: ...
     def __len__(self) -> int: ...
@@ -450,6 +463,10 @@ class File:
     def read_buffer(self, name: str, index: int, out: _WritableBufferT) -> _WritableBufferT:
         """Buffer `index` of `name` read with pread into `out` (any writable
         buffer at least that large), or into a new bytearray."""
+    def populate(self, threads: int = 1) -> None:
+        """Faults in every page of the tensor data now (MADV_POPULATE_READ)."""
+    def cached_fraction(self) -> float:
+        """Share of the tensor data in the page cache (mincore)."""
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
     def close(self) -> None: ...
@@ -458,9 +475,39 @@ class File:
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def open(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> File: ...
-def load(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> dict[str, Tensor]:
-    """Every tensor, zero-copy from a shared mapping by default."""
+def open(
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+) -> File: ...
+def load(
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+) -> dict[str, Tensor]:
+    """Every tensor, zero-copy from a private copy-on-write mapping by
+    default (writable; writes never reach the file); readonly=True maps the
+    file read-only and the views say so."""
+
+class SafeSlice:
+    """safetensors' slice object: shape and dtype, and [...] (ints, slices
+    with any step, '...') reading only the rows it needs."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    def get_shape(self) -> list[int]: ...
+    def get_dtype(self) -> str: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: object) -> Any: ...
+
+class SafeOpen:
+    def keys(self) -> list[str]: ...
+    def metadata(self) -> dict[str, _MetadataValue] | None: ...
+    def get_tensor(self, name: str) -> Any:
+        """A torch tensor (framework "pt") or numpy array ("np")."""
+    def get_slice(self, name: str) -> SafeSlice: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def safe_open(filename: _StrPath, framework: str = "pt", device: object = "cpu") -> SafeOpen:
+    """safetensors.safe_open over a hurray file."""
 
 def save(
     target: _StrPath | bytes | os.PathLike[bytes] | int | _Writable,

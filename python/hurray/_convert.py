@@ -1177,7 +1177,7 @@ class _DenseTarget(_FileTarget):
             array = t.to_dense()
             note = f"{describe(d).split(' ')[-1].strip('()')} densified"
         else:
-            array = t.numpy()
+            array = t.codes()
         wide = _widen(d.dtype, self.native)
         if wide is None:
             raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
@@ -1272,7 +1272,7 @@ class _SafetensorsTarget(_TorchishTarget):
         in the metadata as hurray.<name>.quantization."""
         d = t.descriptor
         q = d.quantization
-        codes = _contiguous(t.numpy())
+        codes = _contiguous(t.codes())
         if _dtypes.is_packed(d.dtype):
             codes = codes.view(np.uint8)  # one code per byte, its bits in the low bits
         parts = {"data": codes}
@@ -1494,7 +1494,7 @@ class _GgufTarget(_FileTarget):
             byte_shape = d.shape[:-1] + (d.shape[-1] // 32 * block,)
 
             def produce(t=t, kind=kind, nb=nb, byte_shape=byte_shape):
-                c = _contiguous(t.numpy()).view(np.uint8).reshape(nb, 32)
+                c = _contiguous(t.codes()).view(np.uint8).reshape(nb, 32)
                 s = _contiguous(t.scales()).view(np.uint8).reshape(nb, 2)
                 blocks = np.empty((nb, 34 if kind == "Q8_0" else 18), np.uint8)
                 blocks[:, :2] = s
@@ -1520,7 +1520,7 @@ class _GgufTarget(_FileTarget):
                                   ".safetensors or .hurray instead")
 
         def produce_dense(t=t, dense=dense):
-            return _contiguous(t.numpy() if dense else t.to_dense())
+            return _contiguous(t.codes() if dense else t.to_dense())
 
         nbytes = _dtypes.storage_bytes(d.dtype, d.numel)
         self._plan.append((name, kind, d.shape, produce_dense, nbytes))

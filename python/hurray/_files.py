@@ -138,10 +138,12 @@ class File:
     """A lazy reader: nothing but the index is read until a tensor is asked
     for. Tensors taken from it stay valid after close()."""
 
-    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False):
+    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+                 readonly: bool = False):
         _refuse_special_file(os.fspath(path))
-        self._file = _hurray._File(os.fspath(path), mmap, verify)
+        self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
         self.path = os.fspath(path)
+        self.readonly = bool(readonly)
 
     def keys(self) -> list:
         return self._file.keys()
@@ -198,6 +200,18 @@ class File:
         self._file._read_buffer(name, index, out)
         return out
 
+    def populate(self, threads: int = 1) -> None:
+        """Faults in every page of the file's tensor data now, in one call
+        per thread (MADV_POPULATE_READ), so that reading the tensors later
+        takes no page faults; pages stay shared with the page cache. With
+        mmap=False it only advises the kernel to read ahead."""
+        self._file._populate(int(threads))
+
+    def cached_fraction(self) -> float:
+        """The share (0 to 1) of the file's tensor data in the page cache now
+        (mincore; reads nothing)."""
+        return self._file._cached_fraction()
+
     def verify(self, name: Optional[str] = None) -> None:
         """Checks checksums (one tensor, or the whole file); ChecksumError names
         the first mismatch."""
@@ -224,12 +238,22 @@ class File:
         return f"<hurray.File {self.path!r} ({state})>"
 
 
-def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> File:
-    return File(path, mmap=mmap, verify=verify)
+def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+         readonly: bool = False) -> File:
+    """A lazy reader (see File and load for mmap and readonly)."""
+    return File(path, mmap=mmap, verify=verify, readonly=readonly)
 
 
-def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> dict:
-    """Every tensor, zero-copy from a shared mapping by default; placement
-    is validated before any is returned."""
-    with File(path, mmap=mmap, verify=verify) as f:
+def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+         readonly: bool = False) -> dict:
+    """Every tensor; placement is validated before any is returned.
+
+    mmap=True (default): zero-copy views of a private, copy-on-write mapping
+    of the file. They may be written: a write copies the page it lands on
+    into this process's memory and never reaches the file. mmap=False reads
+    every buffer into memory of its own (pread).
+    readonly=True: a shared read-only mapping instead; the views say so
+    (numpy writeable=False, the DLPack read-only flag), and numpy refuses
+    writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
+    with File(path, mmap=mmap, verify=verify, readonly=readonly) as f:
         return {name: f[name] for name in f.keys()}

@@ -17,6 +17,8 @@
 
 #include "hurray/hurray.h"
 #include "../../src/core/descriptor_internal.h"
+#include "_dlpack.h"
+#include "_loading.h"
 #include "_guard.h"
 
 #define CAPSULE_NAME "hurray_buffer"
@@ -649,6 +651,7 @@ typedef struct TensorObject {
   HurrayDescriptor *descriptor;
   HurrayBufferList *buffers;
   bool *writable; /* per buffer */
+  bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;
@@ -791,6 +794,11 @@ static PyObject *tensor_encoded(PyObject *op, void *closure) {
   TensorObject *self = (TensorObject *)op;
   if (tensor_ready(self) < 0) return NULL;
   return encode_descriptor(state_of_type(Py_TYPE(op)), self->descriptor);
+}
+
+static PyObject *tensor_protected(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((TensorObject *)op)->protected_memory);
 }
 
 static PyObject *tensor_buffer_count(PyObject *op, void *closure) {
@@ -1110,6 +1118,23 @@ static PyObject *tensor_from_capsule(PyObject *cls, PyObject *capsule) {
   return consume_capsule(st, (PyTypeObject *)cls, capsule);
 }
 
+/* DLPack (_dlpack.c): the data buffer's memory, flagged read-only unless
+ * this tensor may write it. */
+static PyObject *tensor_dlpack(PyObject *op, PyObject *args, PyObject *kwargs) {
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  size_t data = hurray_descriptor_data_buffer(self->descriptor);
+  bool writable = data < hurray_buffer_list_len(self->buffers) && self->writable[data];
+  return hurray_py_dlpack(op, self->descriptor, self->buffers, writable, args, kwargs);
+}
+
+static PyObject *tensor_dlpack_device(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  return hurray_py_dlpack_device(self->descriptor);
+}
+
 /* -------------------------------------------------------------------- File */
 
 typedef struct FileObject {
@@ -1118,15 +1143,16 @@ typedef struct FileObject {
   PyThread_type_lock lock; /* serialises use of the reader against close */
   PyObject *path;
   bool pread;
+  bool readonly; /* buffers handed out are flagged read-only */
 } FileObject;
 
 static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   FileObject *self = (FileObject *)op;
-  static char *kwlist[] = {"path", "mmap", "verify", NULL};
+  static char *kwlist[] = {"path", "mmap", "verify", "readonly", NULL};
   PyObject *path;
-  int use_mmap = 1, verify = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|pp:File", kwlist, PyUnicode_FSConverter,
-                                   &path, &use_mmap, &verify)) {
+  int use_mmap = 1, verify = 0, readonly = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|ppp:File", kwlist, PyUnicode_FSConverter,
+                                   &path, &use_mmap, &verify, &readonly)) {
     return -1;
   }
   ModuleState *st = state_of_type(Py_TYPE(op));
@@ -1143,7 +1169,10 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     return -1;
   }
   HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-  options.mode = use_mmap ? HURRAY_READ_MMAP : HURRAY_READ_PREAD;
+  /* Writable by default: a private (copy-on-write) mapping, so that a write
+   * into a loaded tensor copies a page instead of killing the process. */
+  options.mode = !use_mmap ? HURRAY_READ_PREAD
+                 : readonly ? HURRAY_READ_MMAP : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
   HurrayError e = {0};
   HurrayReader *reader = NULL;
@@ -1160,6 +1189,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   }
   self->reader = reader;
   self->pread = !use_mmap;
+  self->readonly = readonly != 0;
   Py_XSETREF(self->path, path);
   return 0;
 }
@@ -1304,11 +1334,12 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
     hurray_descriptor_destroy(d);
     return NULL;
   }
-  /* pread copies are private memory; mappings are read-only. */
-  if (tensor_adopt(t, d, list, self->pread) < 0) {
+  /* pread copies and private mappings are writable; shared mappings not. */
+  if (tensor_adopt(t, d, list, !self->readonly) < 0) {
     Py_DECREF(t);
     return NULL;
   }
+  t->protected_memory = self->readonly && !self->pread;
   return (PyObject *)t;
 }
 
@@ -1400,6 +1431,40 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   PyThread_release_lock(self->lock);
   if (s != HURRAY_OK) return raise_status(st, s, &e);
   Py_RETURN_NONE;
+}
+
+/* _populate(threads): pre-fault the whole mapping (hurray_reader_populate). */
+static PyObject *file_populate(PyObject *op, PyObject *arg) {
+  FileObject *self = (FileObject *)op;
+  unsigned long threads = PyLong_AsUnsignedLong(arg);
+  if (threads == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_populate(self->reader, threads > 64 ? 65u : (unsigned)threads, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _cached_fraction(): share of the tensor data in the page cache. */
+static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  double fraction = 0;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  return PyFloat_FromDouble(fraction);
 }
 
 /* -------------------------------------------------------------------- save */
@@ -1726,6 +1791,7 @@ static PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
 static PyGetSetDef tensor_getset[] = {
     {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
     {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
+    {"_protected", tensor_protected, NULL, "memory is a read-only mapping", NULL},
     {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
     {NULL},
 };
@@ -1740,6 +1806,9 @@ static PyMethodDef tensor_methods[] = {
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None): a DLPack capsule"},
+    {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS, "(device type, device id)"},
     {NULL},
 };
 
@@ -1787,6 +1856,8 @@ static PyMethodDef file_methods[] = {
     {"_shape", file_shape, METH_VARARGS, "(dtype name, shape) of one tensor"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
+    {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},
+    {"_cached_fraction", file_cached_fraction, METH_NOARGS, "share of data in the page cache"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
     {NULL},
 };
@@ -1813,6 +1884,7 @@ static PyMethodDef module_methods[] = {
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},
 };
 

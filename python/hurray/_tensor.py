@@ -18,6 +18,17 @@ NF4_CODE = np.array([
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
 
 
+# ml_dtypes floats numpy reports with kind "V".
+_FLOAT_EXTRA = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+
+
+def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
+    return unsupported(
+        f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
+        f"{t.dtype} codes) would return the raw codes, not values: use t.dequantize(dtype) "
+        "for the real values, or t.codes() for the codes")
+
+
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
 
 
@@ -92,9 +103,20 @@ class Tensor(_hurray._Tensor):
 
     # --- numpy ---
     def numpy(self) -> np.ndarray:
-        """A zero-copy view of a dense tensor's stored elements (the codes, if
-        quantized). Sub-byte dtypes are unpacked to one element per byte,
-        which is a copy. Raises UnsupportedError for other layouts."""
+        """A zero-copy view of a dense tensor's values. Sub-byte dtypes are
+        unpacked to one element per byte, which is a copy. Raises
+        UnsupportedError for other layouts, and for quantized tensors, whose
+        stored elements are codes, not values: use dequantize() for the
+        values or codes() for the codes. The view is read-only
+        (writeable=False) when the memory is (hurray.load(readonly=True))."""
+        if self._view_info()[6] != 0:
+            raise _quantized_refusal(self, "numpy()")
+        return self.codes()
+
+    def codes(self) -> np.ndarray:
+        """The stored elements of a dense tensor as a zero-copy view: the raw
+        integer codes if the tensor is quantized (dequantize() gives the
+        values), else the values, as numpy() does."""
         dtype_name, shape, strides, byte_offset, data_buffer, layout, _ = self._view_info()
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
@@ -120,19 +142,9 @@ class Tensor(_hurray._Tensor):
             out = out.astype(dtype, copy=False)
         return np.array(out, copy=True) if copy else out
 
-    # --- DLPack (dense CPU tensors of numpy-exportable dtypes) ---
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        if stream is not None:
-            raise ValueError("stream must be None for CPU tensors")
-        array = self.numpy()
-        kwargs = {} if max_version is None else {"max_version": max_version}
-        try:
-            return array.__dlpack__(**kwargs)
-        except (BufferError, TypeError) as exc:
-            raise BufferError(f"{self.dtype} cannot travel through DLPack: {exc}") from None
-
-    def __dlpack_device__(self):
-        return (1, 0)
+    # __dlpack__(stream=None, max_version=None, dl_device=None, copy=None) and
+    # __dlpack_device__() are the C base class's (python/hurray/_dlpack.c):
+    # every DLPack 1.x dtype, zero-copy, flagged read-only where it is.
 
     # --- values ---
     def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None) -> np.ndarray:
@@ -152,6 +164,9 @@ class Tensor(_hurray._Tensor):
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
+        if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
+            raise TypeError(f"dequantize gives real values: {dtype} is not a floating-point "
+                            "dtype (codes() gives the raw integer codes)")
         if out is not None:  # checked first: every path below honours it
             if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
                     not out.flags.writeable or tuple(out.shape) != tuple(d.shape):

@@ -192,10 +192,13 @@ def test_mmap_load_is_zero_copy_into_the_file_mapping(fast_dir, name):
     for i in range(u.buffer_count):
         size = len(u._buffer(i))
         assert inside(u._buffer_address(i), size, ranges), f"buffer {i} is not in the mapping"
-    assert u._buffer(0).readonly
+    # A private (copy-on-write) mapping: writable views; readonly=True maps
+    # the file read-only and says so.
+    assert not u._buffer(0).readonly
+    assert hurray.load(path, readonly=True)[name]._buffer(0).readonly
     # numpy views share that memory.
     if isinstance(u.descriptor.layout, hurray.Dense):
-        view = np.asarray(u)
+        view = u.codes()
         assert inside(view.__array_interface__["data"][0], 1, ranges)
 
 
