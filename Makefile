@@ -1,8 +1,10 @@
 # The two entry points for a fresh machine (see README.md):
 #   make demo   build libhurray, install it into ./stage, build and run the C example
 #   make test   every test: C suites (plain and ASan+UBSan), CLI, vector cross-check,
-#               Python package (pytest), examples
-# Both install what they need first (scripts/bootstrap.sh).
+#               Python package (pytest), examples, the wheel from a fresh venv, the
+#               README's C program; ends with one line counting every suite's tests
+# Both install what they need first (scripts/bootstrap.sh; make test adds the
+# debugging tools: clang, valgrind). `make install PREFIX=...` is for C users.
 
 VENV    := $(CURDIR)/.venv/bin
 MESON   := $(VENV)/meson
@@ -13,12 +15,17 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert clean
+.PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 
 all: build
 
 deps:
 	@scripts/bootstrap.sh
+
+# deps plus what only the tests use: clang with libFuzzer, valgrind.
+deps-test:
+	@scripts/bootstrap.sh --test
 
 build: deps
 	@[ -d build ] || $(MESON) setup build --prefix=$(STAGE) --libdir=lib
@@ -53,6 +60,7 @@ demo: example python
 	$(STAGE)/bin/hurray ls build/demo-python.hurray
 	@echo
 	$(VENV)/python examples/model_demo.py build/demo-model --hurray $(STAGE)/bin/hurray
+	@python3 scripts/test_counts.py done demo
 
 # The C writer's peak memory and throughput on a 2 GiB file of 64 tensors, then
 # the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
@@ -64,11 +72,20 @@ bench: build python
 	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64 > bench/results/c_write_peak_rss.txt
 	cat bench/results/c_write_peak_rss.txt
 	$(VENV)/python bench/bench.py
+	$(MAKE) bench-torch
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
+
+# Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
+# torch.load(mmap=True) and the sequential-read limit, cold and warm, into
+# bench/results/torch.{md,json} (bench/bench_torch.py).
+.PHONY: bench-torch
+bench-torch: python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors
+	$(VENV)/python bench/bench_torch.py
 
 # hurray as a torch.distributed.checkpoint backend against FileSystemWriter
 # and the safetensors (HuggingFace) storage, world sizes 2 and 4.
@@ -81,21 +98,21 @@ bench-convert: build
 	$(VENV)/python bench/bench_convert.py
 
 test-c: build
-	$(MESON) test -C build --print-errorlogs
-	scripts/check_exports.sh build/libhurray.so
+	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs
+	$(COUNT) $@:exports -- scripts/check_exports.sh build/libhurray.so
 
 test-asan: deps
 	@[ -d build-asan ] || $(MESON) setup build-asan -Db_sanitize=address,undefined \
 	  -Db_lundef=false -Dbuildtype=debug
 	$(MESON) compile -C build-asan
-	$(SAN_ENV) $(MESON) test -C build-asan --print-errorlogs
+	$(SAN_ENV) $(COUNT) $@ -- $(MESON) test -C build-asan --print-errorlogs
 
 test-vectors:
-	python3 tests/vectors/check_vectors.py tests/vectors
+	$(COUNT) $@ -- python3 tests/vectors/check_vectors.py tests/vectors
 
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
-PY_TEST_DEPS := 'meson-python>=0.17' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
+PY_TEST_DEPS := 'meson-python>=0.18' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
                 gguf bitsandbytes safetensors tqdm
 
 python: deps
@@ -104,16 +121,44 @@ python: deps
 	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
 
 test-python: python build
-	HURRAY_LIB=$(CURDIR)/build/libhurray.so $(VENV)/python -m pytest -q tests/python
+	HURRAY_LIB=$(CURDIR)/build/libhurray.so $(COUNT) $@ -- $(VENV)/python -m pytest -q tests/python
 
-test: test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python test-python-asan demo
-	@echo "all tests passed"
+# Every suite runs, whatever fails (make -k); each records its counts
+# (scripts/test_counts.py), and the last line totals them. A failure makes
+# the exit status non-zero.
+TEST_SUITES := test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python \
+               test-python-asan demo test-install test-wheel
+COUNT := python3 $(CURDIR)/scripts/test_counts.py run
+test: deps-test
+	@rm -rf build-results
+	@HURRAY_TEST_RESULTS=$(CURDIR)/build-results $(MAKE) -k --no-print-directory $(TEST_SUITES); \
+	  HURRAY_TEST_RESULTS=$(CURDIR)/build-results python3 scripts/test_counts.py summary $$? $(TEST_SUITES)
+
+# C users: the headers, libhurray (shared and static), hurray.pc and the CLI
+# into PREFIX, from a build of its own (no tests, no Python extension).
+# ./stage is the development prefix that make demo installs into.
+PREFIX ?= /usr/local
+install: deps
+	@[ -d build-install ] || $(MESON) setup build-install --prefix=$(abspath $(PREFIX)) \
+	  --libdir=lib -Dtests=false -Dpython=disabled
+	$(MESON) configure build-install -Dprefix=$(abspath $(PREFIX))
+	$(MESON) install -C build-install
+
+# The README's C program, compiled and run exactly as the README says, from
+# the prefix it names (scripts/check_readme_c.sh).
+test-install:
+	$(COUNT) $@ -- scripts/check_readme_c.sh
+
+# The sdist and the wheel, the wheel installed into a fresh venv with numpy
+# only, and the hurray command and conversions run from there.
+test-wheel: deps
+	$(COUNT) $@ -- scripts/check_wheel.sh
 
 # ------------------------------------------------ fuzzing, valgrind, TSan
 # fuzz/README.md has the details, and how to run a long campaign.
 
 # libFuzzer targets (clang, ASan + UBSan) over the static library.
-fuzz-build: deps
+fuzz-build: deps-test
 	@[ -d build-fuzz ] || CC=clang $(MESON) setup build-fuzz -Dfuzzing=true \
 	  -Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dpython=disabled
 	$(MESON) compile -C build-fuzz
@@ -127,7 +172,7 @@ fuzz: fuzz-build
 
 # CI's bounded fuzzing: 20 s per target.
 test-fuzz: fuzz-build
-	fuzz/run.sh build-fuzz 20
+	$(COUNT) $@ -- fuzz/run.sh build-fuzz 20
 
 # Every C test executable under valgrind memcheck: any error or definite leak
 # fails. Not the CLI test (a Python script), the 256 MiB write benchmark (it
@@ -136,8 +181,8 @@ test-fuzz: fuzz-build
 # HURRAY_TEST_LIGHT=1 shrinks the heaviest loops.
 VALGRIND := valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
             --show-leak-kinds=definite --quiet
-test-valgrind: build
-	HURRAY_TEST_LIGHT=1 $(MESON) test -C build --print-errorlogs --timeout-multiplier 3 \
+test-valgrind: build deps-test
+	HURRAY_TEST_LIGHT=1 $(COUNT) $@ -- $(MESON) test -C build --print-errorlogs --timeout-multiplier 3 \
 	  --wrapper '$(VALGRIND)' \
 	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e 'write_peak_rss.*' -e kill_writer)
 
@@ -148,7 +193,7 @@ test-tsan: deps
 	  -Dbuildtype=debug -Dpython=disabled
 	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant
+	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant
 
 # The Python tests once more against the ASan+UBSan build of the extension
 # (build-asan), with libasan preloaded into the plain interpreter and leak
@@ -163,9 +208,9 @@ test-python-asan: test-asan python
 	  $(CURDIR)/build-asan/python/_formats.*.so $(PYASAN)/
 	PYTHONPATH=$(CURDIR)/build-asan/pyasan LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(VENV)/python -m pytest -q -p no:cacheprovider \
+	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(COUNT) $@ -- $(VENV)/python -m pytest -q -p no:cacheprovider \
 	  tests/python --ignore=tests/python/test_quant.py --ignore=tests/python/test_quant_reference.py \
 	  -k 'not memory_is_flat'
 
 clean:
-	rm -rf build build-asan build-fuzz build-tsan stage
+	rm -rf build build-asan build-fuzz build-tsan stage build-install build-wheel build-readme build-results

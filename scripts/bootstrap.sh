@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Installs what building and testing need on a fresh Debian machine:
-# a C compiler, pkg-config, cmocka and libxxhash from Debian (and clang with
-# libFuzzer, and valgrind, for fuzz/ and the sanitizer runs), Meson and Ninja into .venv.
-# Safe to re-run; does nothing that is already done.
+# Installs what building and testing need on a fresh Debian machine, and
+# Meson and Ninja into .venv. Safe to re-run; does nothing that is already done.
+#   scripts/bootstrap.sh          the build: a C compiler, pkg-config, the
+#                                 Debian -dev packages meson.build checks for
+#                                 (README, "Building"), cmocka, Python headers
+#   scripts/bootstrap.sh --test   also the debugging tools of make test: clang
+#                                 with libFuzzer (fuzz/), valgrind
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+test_tools=false
+[ "${1:-}" = "--test" ] && test_tools=true
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-pkg-config --exists cmocka 2>/dev/null || need_apt+=(libcmocka-dev)
-pkg-config --exists libxxhash 2>/dev/null || need_apt+=(libxxhash-dev)
-[ -f /usr/include/yajl/yajl_parse.h ] || need_apt+=(libyajl-dev)  # safetensors headers (ADR-0020)
+# Build dependencies: the header each provides, and the package.
+for dep in xxhash.h:libxxhash-dev cmocka.h:libcmocka-dev yajl/yajl_parse.h:libyajl-dev; do
+  [ -f "/usr/include/${dep%%:*}" ] || need_apt+=("${dep#*:}")
+done
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
-# Fuzzing (clang with libFuzzer), valgrind memcheck (make test-valgrind).
-command -v clang >/dev/null 2>&1 || need_apt+=(clang)
-[ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
-command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c \
+    'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+    2>/dev/null; then
+  need_apt+=(python3-dev)
+fi
+if $test_tools; then
+  command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+  [ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
+  command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"

@@ -518,26 +518,49 @@ static int try_native_convert(int argc, char **argv) {
 
 /* convert reads formats that need their own ecosystems (torch pickles,
  * GGUF, safetensors), so it lives in the Python package: this command
- * hands over to `python3 -m hurray convert` (HURRAY_PYTHON names another
- * interpreter), keeping one `hurray` tool with one set of subcommands. */
+ * hands over to `PYTHON -m hurray convert`, keeping one `hurray` tool with
+ * one set of subcommands. PYTHON is HURRAY_PYTHON (the `hurray` command pip
+ * installs sets it to the interpreter that installed the package), else the
+ * interpreter this build was configured with, else python3 from PATH. */
+#ifndef HURRAY_DEFAULT_PYTHON
+#define HURRAY_DEFAULT_PYTHON "python3"
+#endif
+
+/* What `-m hurray` does, except that it leaves the current directory off
+ * sys.path (a hurray/ folder there must not run) and that an interpreter
+ * without the package fails with one line saying what to do. */
+static const char convert_bootstrap[] =
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'): del sys.path[0]\n"
+    "try:\n"
+    "    import hurray\n"
+    "except ImportError as e:\n"
+    "    sys.exit('hurray convert: %s cannot import the hurray Python package (%s); '\n"
+    "             'install it there (pip install . in the hurray source tree), or set '\n"
+    "             'HURRAY_PYTHON to a Python that has it' % (sys.executable, e))\n"
+    "import runpy\n"
+    "runpy.run_module('hurray', run_name='__main__', alter_sys=True)\n";
+
 static int run_convert(int argc, char **argv) {
   int native = try_native_convert(argc, argv);
   if (native >= 0) return native;
   const char *python = getenv("HURRAY_PYTHON");
-  if (python == NULL || python[0] == '\0') python = "python3";
+  if (python == NULL || python[0] == '\0') {
+    python = access(HURRAY_DEFAULT_PYTHON, X_OK) == 0 ? HURRAY_DEFAULT_PYTHON : "python3";
+  }
   char **args = calloc((size_t)argc + 3, sizeof *args);
   if (args == NULL) {
     fprintf(stderr, "hurray: out of memory\n");
     return EXIT_FAILURE;
   }
   args[0] = (char *)python;
-  args[1] = "-m";
-  args[2] = "hurray";
+  args[1] = "-c";
+  args[2] = (char *)convert_bootstrap;
   for (int i = 1; i < argc; i++) args[i + 2] = argv[i];
   execvp(python, args);
   fprintf(stderr,
-          "hurray: convert needs the hurray Python package, and running '%s' failed: %s\n"
-          "Install it with 'pip install .' (or set HURRAY_PYTHON to its interpreter).\n",
+          "hurray convert: cannot run the Python interpreter '%s' (%s); set HURRAY_PYTHON to "
+          "a Python that has the hurray package\n",
           python, strerror(errno));
   free(args);
   return EXIT_FAILURE;

@@ -32,11 +32,9 @@ extern "C" {
 #  define HURRAY_API
 #endif
 
-/* Library version (of this implementation, not of any format). */
-#define HURRAY_VERSION_MAJOR 0
-#define HURRAY_VERSION_MINOR 1
-#define HURRAY_VERSION_PATCH 0
-#define HURRAY_VERSION_STRING "0.1.0"
+/* Library version (of this implementation, not of any format):
+ * HURRAY_VERSION_MAJOR/MINOR/PATCH/STRING, generated from meson.build. */
+#include <hurray/version.h>
 
 /* Version of the in-process C ABI: HurrayBuffer / HurrayBufferList and the
  * capsule that carries them. Raised to 3 by the founding ADR-030, when the
@@ -145,17 +143,24 @@ typedef enum HurrayStatus {
   HURRAY_ERR_BAD_MAGIC = 84,      /* not a hurray file */
   HURRAY_ERR_RANGE = 85,          /* an offset or length reaches outside its region */
   HURRAY_ERR_OVERLAP = 86,        /* two buffers of a file share bytes */
+  HURRAY_ERR_CANCELLED = 87,      /* the caller's cancel hook stopped a write */
 
   /* quantization kernels (hurray/quant.h) */
   HURRAY_ERR_NOT_FINITE = 100     /* NaN or Inf where a scheme needs finite input */
 } HurrayStatus;
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read
- * `message` only after a failure. `code` repeats the returned status. */
+ * `message` only after a failure. `code` repeats the returned status.
+ * `os_errno` is the errno of the system call that failed when an operating
+ * system refusal caused the failure (opening, reading, writing, syncing or
+ * renaming a file: HURRAY_ERR_IO, and HURRAY_ERR_NOT_FOUND for a missing
+ * path), else 0. It was added after `message`, so code that only reads
+ * `code` and `message` is unchanged. */
 #define HURRAY_ERROR_MESSAGE_BYTES 512
 typedef struct HurrayError {
   HurrayStatus code;
   char message[HURRAY_ERROR_MESSAGE_BYTES];
+  int os_errno;
 } HurrayError;
 
 /* Stable identifier of a status, e.g. "HURRAY_ERR_QUANT_AXIS". Never NULL;

@@ -105,6 +105,21 @@ HURRAY_API HurrayStatus hurray_writer_set_metadata_bytes(HurrayWriter *w, const 
                                                          const void *value, size_t len,
                                                          HurrayError *error);
 
+/* Cancellation. `fn(ctx)` returning true abandons the write: the call in
+ * progress fails with HURRAY_ERR_CANCELLED, nothing more is written, and
+ * only hurray_writer_finish (which then fails with HURRAY_ERR_STATE, leaving
+ * a path target untouched) or hurray_writer_abort remain. The writer asks
+ * on its own thread before every piece of output it emits (each header,
+ * buffer, padding, index and trailer write, and every
+ * HURRAY_WRITER_CANCEL_INTERVAL bytes inside a large buffer) and, for a
+ * path, once more after the fsync and before the file is renamed into
+ * place. Language bindings use it to honour Ctrl-C. NULL `fn` removes the
+ * hook; `ctx` is borrowed and must outlive the writer. */
+typedef bool (*HurrayCancelFn)(void *ctx);
+#define HURRAY_WRITER_CANCEL_INTERVAL ((size_t)16 << 20)
+HURRAY_API HurrayStatus hurray_writer_set_cancel(HurrayWriter *w, HurrayCancelFn fn, void *ctx,
+                                                 HurrayError *error);
+
 /* Writes the index and trailer; for a path, fsyncs and renames into place.
  * Frees the writer in every case; on failure the target path is untouched. */
 HURRAY_API HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error);
@@ -119,7 +134,16 @@ typedef struct HurrayReader HurrayReader;
 
 typedef enum HurrayReadMode {
   HURRAY_READ_MMAP = 0,  /* zero-copy: buffers point into a shared read-only mapping */
-  HURRAY_READ_PREAD = 1  /* buffers are read with pread into owned, 64-byte aligned memory */
+  HURRAY_READ_PREAD = 1, /* buffers are read with pread into owned, 64-byte aligned memory */
+  /* Zero-copy and writable: a private (copy-on-write) mapping, PROT_READ |
+   * PROT_WRITE, MAP_PRIVATE. Pages stay shared with the page cache until
+   * written; a write copies that one page into memory of this process and
+   * never reaches the file. Writing into HURRAY_READ_MMAP buffers is a
+   * crash (SIGSEGV); here it is allowed. As with any mapping, a file that
+   * another process truncates while mapped makes access to the lost pages
+   * raise SIGBUS: replace files by rename (the writer does), never by
+   * truncation. Since library 0.1 (options version 1 accepts it). */
+  HURRAY_READ_MMAP_PRIVATE = 2
 } HurrayReadMode;
 
 typedef struct HurrayReaderOptions {
@@ -177,8 +201,31 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
                                                HurrayBufferList **buffers_out,
                                                HurrayError *error);
 
+/* Faults in every page of the file's tensor data in one call per thread
+ * (madvise MADV_POPULATE_READ, after MADV_SEQUENTIAL and MADV_WILLNEED), so
+ * that touching the buffers afterwards takes no page faults: read faults
+ * only, so a private mapping stays shared with the page cache. `threads`
+ * (1 to 64) splits the range for concurrent reads on a cold cache. In PREAD
+ * mode it only advises the kernel to read ahead (posix_fadvise WILLNEED).
+ * HURRAY_ERR_IO if the kernel refuses, e.g. when the file was truncated
+ * after open (the pages past the new end would raise SIGBUS if touched);
+ * kernels before 5.14 have no MADV_POPULATE_READ and get the advice only.
+ * See docs/adr/ADR-0021-torch-loading.md. */
+HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads,
+                                               HurrayError *error);
+
+/* The fraction (0 to 1) of the file's tensor data now in the page cache,
+ * from mincore over up to 1024 pages spread evenly (exact for smaller
+ * files; no page is touched or read). Loaders use it to
+ * choose between mapping (warm) and parallel reads (cold): see
+ * docs/adr/ADR-0021-torch-loading.md. */
+HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out,
+                                                      HurrayError *error);
+
 /* Checks the checksum of every buffer of tensor `name`, or of the whole
- * file when `name` is NULL. HURRAY_ERR_CHECKSUM names the first mismatch. */
+ * file when `name` is NULL. HURRAY_ERR_CHECKSUM names the first mismatch.
+ * With HURRAY_READ_MMAP_PRIVATE it reads the file (pread), not the mapping,
+ * so pages written by the caller do not count: it checks the file. */
 HURRAY_API HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name,
                                              HurrayError *error);
 

@@ -11,6 +11,7 @@ from ._dtypes import DTYPES
 from ._convert import ConversionError, convert
 from ._files import File, as_tensor, load, open, save
 from ._quant import QUANT_SCHEMES, quantize
+from ._safe_open import safe_open
 from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
                       HurrayError, HurrayIOError, HurrayMemoryError, InvalidArgumentError,
                       LimitError, NotFoundError, PlacementError, UnsupportedError,
@@ -31,5 +32,6 @@ __all__ = [
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "QUANT_SCHEMES", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "convert", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "quantize", "save", "save_sharded", "shard",
+    "from_numpy", "load", "load_sharded", "open", "quantize", "safe_open", "save", "save_sharded",
+    "shard",
 ]

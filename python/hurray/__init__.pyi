@@ -32,7 +32,7 @@ __all__ = [
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
     "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "save", "save_sharded", "shard",
+    "from_numpy", "load", "load_sharded", "open", "safe_open", "save", "save_sharded", "shard",
 ]
 
 _T = TypeVar("_T")
@@ -46,7 +46,7 @@ _WritableBufferT = TypeVar("_WritableBufferT", bound=_BufferLike)
 # of the library does not know.
 _MetadataValue: TypeAlias = str | int | float | bool | bytes
 # File metadata as accepted by save(): bytes may be any buffer-protocol object.
-_MetadataInput: TypeAlias = str | int | float | bool | _BufferProtocol
+_MetadataInput: TypeAlias = str | int | float | bool | np.bool_ | np.integer[Any] | np.floating[Any] | _BufferProtocol
 _SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
 
 # ---------------------------------------------------------------- constants
@@ -74,7 +74,7 @@ class HurrayError(Exception):
     status_name: str
 
 class InvalidArgumentError(HurrayError, ValueError):
-    """HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE."""
+    """HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE, HURRAY_ERR_NOT_FINITE."""
 
 class HurrayMemoryError(HurrayError, MemoryError):
     """HURRAY_ERR_NO_MEMORY."""
@@ -95,16 +95,22 @@ class ValidationError(HurrayError):
     """Descriptor validation codes 20-52."""
 
 class PlacementError(HurrayError):
-    """Buffer placement codes 60-66."""
+    """Buffer placement codes 60-69: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
+    DEVICE_MISMATCH, SYNC_MODE_MISMATCH, PAGE_TABLE_ENTRY, SPARSE_INDEX_BOUNDS,
+    SPARSE_INDPTR, SPARSE_ORDER."""
 
 class NotFoundError(HurrayError, KeyError):
-    """HURRAY_ERR_NOT_FOUND."""
+    """HURRAY_ERR_NOT_FOUND: no tensor, member or metadata key of that name
+    (a missing file is a HurrayIOError and FileNotFoundError)."""
 
 class DuplicateNameError(HurrayError):
     """HURRAY_ERR_DUPLICATE_NAME."""
 
 class HurrayIOError(HurrayError, OSError):
-    """HURRAY_ERR_IO."""
+    """HURRAY_ERR_IO, HURRAY_ERR_CANCELLED. A failure the operating system
+    reported carries errno, strerror and filename, and is also the builtin
+    OSError subclass its errno maps to (e.g. HurrayFileNotFoundError derives
+    from HurrayIOError and FileNotFoundError), whatever its status."""
 
 # ------------------------------------------------------- descriptor parts
 
@@ -117,7 +123,7 @@ class Buffer:
 
     role: str
     byte_size: int
-    alignment: int = 64
+    alignment: int = 1
     sync_mode: str = "ready"
 
 @dataclass(frozen=True)
@@ -297,7 +303,11 @@ class Descriptor:
     def encode(self) -> bytes:
         """The canonical binary encoding (docs/spec/descriptor-encoding.md)."""
     @classmethod
-    def decode(cls, data: _BufferProtocol) -> Self: ...
+    def decode(cls, data: _BufferProtocol) -> Self:
+        """Decodes whatever the C decoder accepts (validate() reports the
+        rest); raises what the C decoder or validator would."""
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """copy, deepcopy and pickle travel through encode()."""
     def to_json(self) -> str: ...
     def validate(self) -> None:
         """Raises ValidationError (or another HurrayError) naming the field."""
@@ -330,23 +340,35 @@ class Tensor:
     @property
     def buffer_count(self) -> int: ...
     def numpy(self) -> npt.NDArray[Any]:
-        """Zero-copy view of a dense tensor's stored elements; UnsupportedError
-        for other layouts. Sub-byte dtypes are unpacked (a copy)."""
+        """Zero-copy view of a dense tensor's values; UnsupportedError for
+        other layouts and for quantized tensors (use dequantize() or
+        codes()). Sub-byte dtypes are unpacked (a copy). writeable=False
+        when the memory is read-only."""
+    def codes(self) -> npt.NDArray[Any]:
+        """The stored elements of a dense tensor, zero-copy: the raw codes if
+        quantized, else the values."""
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
     def __dlpack__(
         self,
-        *,
         stream: None = None,
+        *,
         max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
-    ) -> _Capsule: ...
+    ) -> _Capsule:
+        """A DLPack capsule exported from C: every DLPack 1.x dtype (bfloat16,
+        float8), "dltensor_versioned" with the read-only flag when
+        max_version >= (1, 0); BufferError for quantized, non-dense and
+        sub-byte tensors."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def dequantize(
         self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
-        and bfloat16, GIL released)."""
+        and bfloat16, GIL released); TypeError for non-float dtypes. out
+        (float32, float16 or bfloat16, C order, the tensor's shape) is
+        honoured for every layout; threads is 0..65535 (OverflowError
+        otherwise)."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
     def zero_points(self) -> npt.NDArray[np.int64]:
@@ -401,14 +423,19 @@ class SparseTensor(Tensor):
 
 @type_check_only
 class _Writable(Protocol):
-    def write(self, data: memoryview, /) -> object: ...
+    # Gets bytes of at most 1 MiB it may keep; returns how many it took
+    # (the rest is offered again) or None for all; 0 is an error.
+    def write(self, data: bytes, /) -> int | None: ...
 
 class File:
     """A lazy reader: only the index is read until a tensor is asked for.
     Tensors taken from it stay valid after close()."""
 
     path: str
-    def __init__(self, path: _StrPath, *, mmap: bool = True, verify: bool = False) -> None: ...
+    readonly: bool
+    def __init__(
+        self, path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+    ) -> None: ...
     def keys(self) -> list[str]: ...
     def __iter__(self) -> Iterator[str]: ...
     def __len__(self) -> int: ...
@@ -436,6 +463,10 @@ class File:
     def read_buffer(self, name: str, index: int, out: _WritableBufferT) -> _WritableBufferT:
         """Buffer `index` of `name` read with pread into `out` (any writable
         buffer at least that large), or into a new bytearray."""
+    def populate(self, threads: int = 1) -> None:
+        """Faults in every page of the tensor data now (MADV_POPULATE_READ)."""
+    def cached_fraction(self) -> float:
+        """Share of the tensor data in the page cache (mincore)."""
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
     def close(self) -> None: ...
@@ -444,9 +475,39 @@ class File:
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def open(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> File: ...
-def load(path: _StrPath, *, mmap: bool = True, verify: bool = False) -> dict[str, Tensor]:
-    """Every tensor, zero-copy from a shared mapping by default."""
+def open(
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+) -> File: ...
+def load(
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+) -> dict[str, Tensor]:
+    """Every tensor, zero-copy from a private copy-on-write mapping by
+    default (writable; writes never reach the file); readonly=True maps the
+    file read-only and the views say so."""
+
+class SafeSlice:
+    """safetensors' slice object: shape and dtype, and [...] (ints, slices
+    with any step, '...') reading only the rows it needs."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    def get_shape(self) -> list[int]: ...
+    def get_dtype(self) -> str: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: object) -> Any: ...
+
+class SafeOpen:
+    def keys(self) -> list[str]: ...
+    def metadata(self) -> dict[str, _MetadataValue] | None: ...
+    def get_tensor(self, name: str) -> Any:
+        """A torch tensor (framework "pt") or numpy array ("np")."""
+    def get_slice(self, name: str) -> SafeSlice: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def safe_open(filename: _StrPath, framework: str = "pt", device: object = "cpu") -> SafeOpen:
+    """safetensors.safe_open over a hurray file."""
 
 def save(
     target: _StrPath | bytes | os.PathLike[bytes] | int | _Writable,
@@ -455,9 +516,14 @@ def save(
 ) -> None:
     """Writes every buffer of every tensor. target is a path (written
     atomically: temp file, fsync, rename), an int file descriptor, or a
-    binary stream with write() (written sequentially, never seeked). Values
-    go through as_tensor(); metadata values are str, int, float, bool or
-    bytes."""
+    binary stream with write() (written sequentially, never seeked; the
+    fd is used directly only for a plain io.FileIO or a BufferedWriter or
+    BufferedRandom over one, never for compressors or wrappers). Values go
+    through as_tensor(); names and metadata keys must be str without NUL;
+    metadata values are str (no NUL), int, float, bool, bytes, or numpy
+    bool/integer/floating scalars (stored as bool, int, float; TypeError for
+    what has no exact value). Ctrl-C aborts: the target is untouched and
+    KeyboardInterrupt propagates."""
 
 # ------------------------------------------------------------ sharded tensors
 
@@ -529,6 +595,7 @@ def convert(
     threads: int = 1,
     block_size: int | None = None,
     output: Literal["table", "json"] = "table",
+    verify: bool = True,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 def quantize(

@@ -1,13 +1,15 @@
 """python -m hurray convert SRC DST [options]
 
 The Python half of the `hurray` command: the C program (tools/hurray.c) runs
-`python3 -m hurray convert ...` for `hurray convert ...`. Exit status: 0 on
+this module with HURRAY_PYTHON (or the interpreter it was built for) for
+`hurray convert ...`. Exit status: 0 on
 success, 1 when the conversion fails (one line on stderr), 2 on a usage
 error."""
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import List, Optional
 
@@ -113,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-scales", action="store_true",
                    help="a .safetensors target keeps quantized tensors as codes + scales "
                         "(+ zero points) instead of dequantized values")
+    s.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="do not check a .hurray source against its checksums before "
+                        "converting it (checked by default)")
     s.add_argument("--stats", action="store_true",
                    help="store min/max/NaN/zero counts in every descriptor (.hurray targets)")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -121,25 +126,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame):
+    # SIGTERM (and SIGHUP) unwind like Ctrl-C, so the converter removes its
+    # temporary file instead of the process dying with it in place.
+    raise KeyboardInterrupt(signum)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
     from ._convert import ConversionError, UsageError, convert
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _terminate)
     try:
         convert(args.src, args.dst, quantize=args.quantize,
                 quantize_include=args.quantize_include, quantize_exclude=args.quantize_exclude,
                 include=args.include, exclude=args.exclude, keep_scales=args.keep_scales,
                 stats=args.stats, quiet=args.quiet, threads=args.threads,
-                block_size=args.block_size, output="json" if args.json else "table")
+                block_size=args.block_size, output="json" if args.json else "table",
+                verify=args.verify)
     except UsageError as exc:
         print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except (ConversionError, OSError) as exc:
         print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
         print("hurray convert: interrupted", file=sys.stderr)
-        return 130
+        return 128 + int(signum)
+    except MemoryError:
+        print("hurray convert: out of memory", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a bug, or an input path not yet mapped to an error
+        print(f"hurray convert: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              "(please report it)", file=sys.stderr)
+        return EXIT_FAILURE
     return 0
 
 

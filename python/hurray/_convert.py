@@ -17,9 +17,12 @@ import fnmatch
 import json
 import math
 import os
+import secrets
+import stat
 import sys
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -281,8 +284,11 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
     starts = range(0, a.size, _CHUNK)
     if threads > 1 and len(starts) > 2:
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+        pool = ThreadPoolExecutor(max_workers=threads)
+        try:
             parts = list(pool.map(lambda s: _chunk_sums(a, b, s, local), starts))
+        finally:  # on Ctrl-C, the chunks not started yet are dropped, not waited for
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         parts = [_chunk_sums(a, b, s, local) for s in starts]
     max_abs, sq, dot, na, nb = 0.0, 0.0, 0.0, 0.0, 0.0
@@ -440,6 +446,7 @@ class _SafetensorsSource(_Source):
         self._sources = []
         self._where: Dict[str, Tuple[Any, int]] = {}
         meta: Dict[str, str] = {}
+        holder: Dict[str, str] = {}  # tensor -> the shard that holds it
         for path in files:
             try:
                 h = _formats.Source(path)
@@ -455,8 +462,19 @@ class _SafetensorsSource(_Source):
                 if k.startswith("safetensors."):
                     meta.setdefault(k[len("safetensors."):], v)
             for i, key in enumerate(h.names()):
+                # Silent loss otherwise: one of two copies, or a tensor the
+                # index forgot, would be dropped without a word.
+                if key in holder:
+                    raise ConversionError(
+                        f"tensor {key!r} is in two shards, {os.path.basename(holder[key])} and "
+                        f"{os.path.basename(path)}; hurray will not pick one")
+                holder[key] = path
+                if weight_map is not None and key not in weight_map:
+                    raise ConversionError(
+                        f"shard {os.path.basename(path)} holds tensor {key!r}, which the index's "
+                        "weight_map does not list; it would be lost")
                 if weight_map is None or weight_map.get(key) == path:
-                    self._where.setdefault(key, (h, i))
+                    self._where[key] = (h, i)
         if weight_map is not None:
             missing = sorted(set(weight_map) - set(self._where))
             if missing:
@@ -483,7 +501,7 @@ class _SafetensorsSource(_Source):
             self._meta[SOURCE_DTYPES_KEY] = json.dumps(self._src_dtypes)
         if index_metadata is not None:
             self._meta[SAFETENSORS_INDEX_KEY] = json.dumps(index_metadata)
-        hidden = set()
+        hidden: Dict[str, str] = {}  # part -> the quantized tensor it belongs to
         for name, d in self._quant.items():
             for b in d.buffers:
                 part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
@@ -491,7 +509,12 @@ class _SafetensorsSource(_Source):
                     raise ConversionError(f"tensor {name!r} is described as quantized in the "
                                           f"metadata, but {part!r} is missing")
                 if part != name:
-                    hidden.add(part)
+                    if part in self._quant or part in hidden:
+                        other = hidden.get(part, part)
+                        raise ConversionError(
+                            f"safetensors tensor {part!r} is claimed both by quantized tensor "
+                            f"{name!r} and by {other!r} (hurray.*.quantization metadata)")
+                    hidden[part] = name
         self._names = sorted(k for k in self._where if k not in hidden)
 
     def names(self):
@@ -606,7 +629,14 @@ class _NpzSource(_Source):
             self._zip = zipfile.ZipFile(path)
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
-        self._members = {n[:-4]: n for n in self._zip.namelist() if n.endswith(".npy")}
+        self._members: Dict[str, str] = {}
+        for member in self._zip.namelist():
+            # numpy names member "a.npy" and member "a" both "a"
+            name = member[:-4] if member.endswith(".npy") else member
+            if name in self._members:
+                raise ConversionError(f"{path}: members {self._members[name]!r} and {member!r} "
+                                      f"both read as array {name!r}")
+            self._members[name] = member
         self._names = list(self._npz.files)
 
     def names(self):
@@ -615,16 +645,16 @@ class _NpzSource(_Source):
     def info(self, name):
         member = self._members.get(name)
         header = None
-        if member is not None:
-            with self._zip.open(member) as fp:
-                try:
+        if member is not None and member.endswith(".npy"):
+            try:
+                with self._zip.open(member) as fp:
                     version = np.lib.format.read_magic(fp)
                     if version == (1, 0):
                         header = np.lib.format.read_array_header_1_0(fp)
                     elif version == (2, 0):
                         header = np.lib.format.read_array_header_2_0(fp)
-                except ValueError:
-                    header = None
+            except _NPZ_ERRORS:
+                header = None  # _array below says what is wrong
         if header is None:
             a = self._array(name)
             shape, dtype = a.shape, a.dtype
@@ -637,9 +667,13 @@ class _NpzSource(_Source):
 
     def _array(self, name):
         try:
-            return self._npz[name]
-        except ValueError as exc:  # object arrays with allow_pickle=False
+            a = self._npz[name]
+        except _NPZ_ERRORS as exc:  # object arrays, damaged or truncated members
             raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
+        if not isinstance(a, np.ndarray):  # numpy hands out other members as bytes
+            raise ConversionError(f"{self.path}: member {self._members.get(name, name)!r} is not "
+                                  "a .npy array")
+        return a
 
     def get(self, name):
         return _from_numpy_checked(self._array(name), name)
@@ -647,6 +681,10 @@ class _NpzSource(_Source):
     def close(self):
         self._npz.close()
         self._zip.close()
+
+
+_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+               NotImplementedError)
 
 
 def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
@@ -709,21 +747,38 @@ class _TorchSource(_Source):
                 "state dicts of tensors only, never arbitrary pickled objects") from None
         self._tensors: Dict[str, Any] = {}
         self._refused: Dict[str, str] = {}
-        self._flatten("", obj)
+        self._flatten(obj)
         if not self._tensors and not self._refused:
             raise ConversionError(f"{path} holds a {type(obj).__name__}, not a state dict")
 
-    def _flatten(self, prefix: str, obj) -> None:
+    def _flatten(self, root) -> None:
+        """Nested dicts joined with "." (keys as str()), depth first in key
+        order; with an explicit stack, since the nesting depth is the file's.
+        Two entries that get one name ({"a": {"b": x}, "a.b": y}, or keys 1
+        and "1") are refused, naming both."""
         torch = self._torch
-        if isinstance(obj, torch.Tensor):
-            self._tensors[prefix or "tensor"] = obj
-        elif isinstance(obj, Mapping):
-            for k, v in obj.items():
-                self._flatten(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            self._refused[prefix or "<root>"] = (
-                f"torch checkpoint entry {prefix or '<root>'!r} is a {type(obj).__name__}, not "
-                "a tensor; hurray converts state dicts of tensors (leave it out with --exclude)")
+        spelled: Dict[str, str] = {}  # name -> the entry's keys, as the checkpoint has them
+        stack: List[Tuple[str, Tuple[Any, ...], Any]] = [("", (), root)]
+        while stack:
+            prefix, keys, obj = stack.pop()
+            if isinstance(obj, Mapping) and not isinstance(obj, torch.Tensor):
+                for k, v in reversed(list(obj.items())):
+                    stack.append((f"{prefix}.{k}" if prefix else str(k), keys + (k,), v))
+                continue
+            is_tensor = isinstance(obj, torch.Tensor)
+            name = prefix or ("tensor" if is_tensor else "<root>")
+            where = "".join(f"[{k!r}]" for k in keys) or "the root object"
+            if name in spelled:
+                raise ConversionError(
+                    f"torch checkpoint entries {spelled[name]} and {where} both become the name "
+                    f"{name!r}; one would be lost")
+            spelled[name] = where
+            if is_tensor:
+                self._tensors[name] = obj
+            else:
+                self._refused[name] = (
+                    f"torch checkpoint entry {name!r} is a {type(obj).__name__}, not a tensor; "
+                    "hurray converts state dicts of tensors (leave it out with --exclude)")
 
     def names(self):
         return list(self._tensors)
@@ -747,10 +802,12 @@ class _TorchSource(_Source):
 class _HurraySource(_Source):
     format = "hurray"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, verify: bool = True):
+        self.path = path
+        self._verify = verify
         try:
             self._file = _files.open(path)
-        except HurrayError as exc:
+        except (HurrayError, OSError) as exc:
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
 
     def names(self):
@@ -761,6 +818,13 @@ class _HurraySource(_Source):
         return describe(d), d.shape, _stored_bytes(d)
 
     def get(self, name):
+        if self._verify:  # every byte converted is checked against its checksum first
+            try:
+                self._file.verify(name)
+            except HurrayError as exc:
+                raise ConversionError(
+                    f"{self.path}: tensor {name!r} fails verification ({_first_line(exc)}); the "
+                    "file is damaged (--no-verify converts it anyway)") from None
         return self._file[name]
 
     def metadata(self):
@@ -785,10 +849,22 @@ def _source_kind(path: str) -> str:
                           "*.safetensors.index.json)")
 
 
-def _open_source(path: str) -> _Source:
+def _regular_file(path: str, what: str = "") -> None:
+    """Refuses what is not a regular file (a FIFO would block the read forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConversionError(f"{what}{path}: {exc.strerror or _first_line(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise ConversionError(f"{what}{path} is not a regular file")
+
+
+def _open_source(path: str, verify: bool = True) -> _Source:
     kind = _source_kind(path)
     if not os.path.exists(path):
         raise ConversionError(f"{path}: no such file or directory")
+    if kind != "dir":
+        _regular_file(path)
     if kind == "dir":
         indexes = sorted(n for n in os.listdir(path) if n.endswith(".safetensors.index.json"))
         if len(indexes) == 1:
@@ -798,6 +874,7 @@ def _open_source(path: str) -> _Source:
                                   "name the one to convert")
         files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
         if len(files) == 1:
+            _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
         raise ConversionError(f"{path} is a folder without a *.safetensors.index.json "
                               f"(and {len(files)} .safetensors files); name a file")
@@ -805,26 +882,61 @@ def _open_source(path: str) -> _Source:
         return _open_index(path)
     if kind == "safetensors":
         return _SafetensorsSource([path])
-    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource, "torch": _TorchSource,
-            "hurray": _HurraySource}[kind](path)
+    if kind == "hurray":
+        return _HurraySource(path, verify)
+    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource,
+            "torch": _TorchSource}[kind](path)
+
+
+def _unique_keys(pairs):
+    """json object_pairs_hook: a key given twice is refused (json keeps the
+    last one silently)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} appears twice in one object")
+        out[k] = v
+    return out
+
+
+def _confined(folder: str, name: str, index: str) -> str:
+    """folder/name for a shard name read from an index file, refused
+    unless it is a relative path without a ".." component, so that it names
+    a file inside the index's folder (symbolic links there are followed:
+    the Hugging Face cache links shards to its blobs folder)."""
+    parts = name.split("/")
+    if (not name or "\0" in name or os.path.isabs(name) or ".." in parts
+            or (os.altsep and os.altsep in name)):
+        raise ConversionError(f"{index} names shard {name!r}, which is not a file inside "
+                              f"its folder; refusing to read it")
+    return os.path.normpath(os.path.join(folder, name))
 
 
 def _open_index(path: str) -> _Source:
+    _regular_file(path)
     try:
         with open(path, encoding="utf-8") as f:
-            index = json.load(f)
+            index = json.load(f, object_pairs_hook=_unique_keys)
+        if not isinstance(index, dict):
+            raise TypeError("not a JSON object")
         weight_map = index["weight_map"]
         if not isinstance(weight_map, dict):
             raise TypeError("weight_map is not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str):
+                raise TypeError(f"weight_map[{name!r}] is not a file name: {shard!r}")
+    except KeyError as exc:
+        raise ConversionError(f"{path} is not a safetensors index: no {exc} key") from None
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise ConversionError(f"{path} is not a safetensors index: {_first_line(exc)}") from None
     folder = os.path.dirname(path)
-    full = {name: os.path.join(folder, shard) for name, shard in weight_map.items()}
+    full = {name: _confined(folder, shard, path) for name, shard in weight_map.items()}
     files = sorted(set(full.values()))
     for shard_path in files:
         if not os.path.exists(shard_path):
-            raise ConversionError(f"{path} names shard {os.path.basename(shard_path)}, which "
-                                  "does not exist")
+            raise ConversionError(f"{path} names shard {os.path.relpath(shard_path, folder or '.')}"
+                                  ", which does not exist")
+        _regular_file(shard_path, "shard ")
     src = _SafetensorsSource(files, full, index.get("metadata"))
     src.format = "safetensors (sharded)"
     return src
@@ -880,7 +992,81 @@ class _Target:
         pass
 
 
-class _HurrayTarget(_Target):
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _new_tmp(path: str) -> str:
+    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
+    file in the folder of `path`, and returns its name."""
+    folder, base = os.path.split(os.path.abspath(path))
+    stem, suffix = base, ""
+    for s in (".npz", ".safetensors", ".gguf"):
+        if base.endswith(s):
+            stem, suffix = base[:-len(s)], s
+            break
+    while True:
+        tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConversionError(f"cannot write into the folder {folder}: "
+                                  f"{exc.strerror or _first_line(exc)}") from None
+        os.close(fd)
+        return tmp
+
+
+def _fsync_dir(folder: str) -> None:
+    """Best effort: the rename is done, the new file complete either way."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | _O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class _FileTarget(_Target):
+    """Every target is written into a temporary file in the target's folder
+    (start), made durable and renamed over the destination only after
+    everything succeeded (publish), and removed on any failure or signal
+    (abort). The rename is the converter's own last step, so a signal that
+    arrives while a writer library runs (which may not check for signals)
+    raises before it, and the target stays untouched."""
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self.tmp: Optional[str] = None
+        self.published = False
+
+    def start(self) -> None:
+        self.tmp = _new_tmp(self.path)
+
+    def publish(self) -> None:
+        assert self.tmp is not None
+        fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.tmp, self.path)
+        self.published = True
+        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def abort(self) -> None:
+        if self.tmp is not None and not self.published:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+class _HurrayTarget(_FileTarget):
     format = "hurray"
 
     def __init__(self, path, options):
@@ -893,38 +1079,13 @@ class _HurrayTarget(_Target):
 
     def finish(self, metadata, report):
         report.metadata_keys = len(metadata)
-        try:
-            _files.save(self.path, self._tensors, metadata, statistics=self.options.stats)
+        try:  # hurray.save replaces self.tmp atomically; publish() renames it
+            _files.save(self.tmp, self._tensors, metadata, statistics=self.options.stats)
         except (HurrayError, TypeError, OverflowError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
-
-
-def _tmp_path(path: str) -> str:
-    folder, base = os.path.split(os.path.abspath(path))
-    stem = base
-    for suffix in (".npz", ".safetensors", ".gguf"):
-        if base.endswith(suffix):
-            stem = base[:-len(suffix)]
-            return os.path.join(folder, f".{stem}.{os.getpid()}.tmp{suffix}")
-    return os.path.join(folder, f".{stem}.{os.getpid()}.tmp")
-
-
-class _FileTarget(_Target):
-    """Targets written by another library: into a temporary file in the
-    same folder, renamed over the destination when complete."""
-
-    def __init__(self, path, options):
-        super().__init__(path, options)
-        self.tmp = _tmp_path(path)
-
-    def publish(self) -> None:
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        except OSError as exc:
+            raise ConversionError(f"writing {self.path}: {exc.strerror or _first_line(exc)}"
+                                  ) from None
 
 
 class _DenseTarget(_FileTarget):
@@ -951,7 +1112,7 @@ class _DenseTarget(_FileTarget):
             array = t.to_dense()
             note = f"{describe(d).split(' ')[-1].strip('()')} densified"
         else:
-            array = t.numpy()
+            array = t.codes()
         wide = _widen(d.dtype, self.native)
         if wide is None:
             raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
@@ -986,9 +1147,15 @@ class _TorchishTarget(_DenseTarget):
     def __init__(self, path, options):
         super().__init__(path, options)
         self._tensors: Dict[str, Any] = {}
+        self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
         self._pointers: set = set()
 
-    def put(self, name: str, tensor) -> int:
+    def put(self, name: str, tensor, origin: Optional[str] = None) -> int:
+        origin = origin or f"tensor {name!r}"
+        if name in self._tensors:
+            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
+                                  f"{self.format} tensor {name!r}; one would be lost")
+        self._origin[name] = origin
         tensor = tensor.contiguous()
         ptr = tensor.data_ptr()
         if tensor.numel() and ptr in self._pointers:
@@ -1023,11 +1190,17 @@ class _SafetensorsTarget(_DenseTarget):
         super().__init__(path, options)
         self._extra_meta: Dict[str, str] = {}
         self._tensors: Dict[str, Tensor] = {}
+        self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
 
     def label(self, dtype):
         return _ST_NAMES.get(dtype, dtype)
 
-    def put(self, name: str, array: np.ndarray) -> int:
+    def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
+        origin = origin or f"tensor {name!r}"
+        if name in self._tensors:
+            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
+                                  f"{self.format} tensor {name!r}; one would be lost")
+        self._origin[name] = origin
         array = _contiguous(array)
         self._tensors[name] = from_numpy(array)
         return array.nbytes
@@ -1054,11 +1227,7 @@ class _SafetensorsTarget(_DenseTarget):
         in the metadata as hurray.<name>.quantization."""
         d = t.descriptor
         q = d.quantization
-        for part in (name + ".scales", name + ".zero_points"):
-            if part in self._tensors:
-                raise ConversionError(f"--keep-scales would write {part!r}, which is also the "
-                                      "name of a tensor")
-        codes = _contiguous(t.numpy())
+        codes = _contiguous(t.codes())
         if _dtypes.is_packed(d.dtype):
             codes = codes.view(np.uint8)  # one code per byte, its bits in the low bits
         parts = {"data": codes}
@@ -1088,8 +1257,11 @@ class _SafetensorsTarget(_DenseTarget):
             buffers.append(Buffer(b.role, size, b.alignment, b.sync_mode))
         normal = d.replace(strides=None, byte_offset=0, buffers=buffers, statistics=None)
         total = 0
-        for role, a in parts.items():
-            total += self.put(name + _KEEP_SCALES_PARTS[role], a)
+        for role, a in parts.items():  # put() refuses a part named like another tensor
+            what = {"data": "the codes", "scales": "the scales",
+                    "zero_points": "the zero points"}[role]
+            total += self.put(name + _KEEP_SCALES_PARTS[role], a,
+                              f"{what} of tensor {name!r} (--keep-scales)")
         spec = json.dumps(json.loads(normal.to_json()), separators=(",", ":"))
         self._extra_meta[f"hurray.{name}.quantization"] = spec
         if source_dtype:
@@ -1108,19 +1280,21 @@ class _SafetensorsTarget(_DenseTarget):
             elif k not in (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY,
                            GGUF_TENSORS_KEY):
                 dropped.append(k)
+        for k in self._extra_meta:
+            if k in meta:
+                raise ConversionError(f"--keep-scales writes __metadata__ key {k!r}, and the "
+                                      f"source's metadata has safetensors.{k} too")
         meta.update(self._extra_meta)
         _note_dropped(report, dropped, "safetensors keeps only its own __metadata__, "
                                        "the hurray keys safetensors.*")
         report.metadata_keys = len(meta)
         try:
-            _formats.write(self.path, "safetensors",
+            # The C writer replaces self.tmp atomically; publish() renames it.
+            _formats.write(self.tmp, "safetensors",
                            [(n, t.__hurray__()) for n, t in self._tensors.items()],
                            {"safetensors." + k: v for k, v in meta.items()})
         except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
-
-    def abort(self):
-        self._tensors.clear()  # the C writer leaves nothing behind
 
 
 def _as_text(v) -> str:
@@ -1144,7 +1318,6 @@ class _TorchTarget(_TorchishTarget):
             torch.save(self._tensors, self.tmp)
         except Exception as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
-        self.publish()
 
 
 _NUMPY_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -1159,6 +1332,10 @@ class _NpzTarget(_DenseTarget):
 
     def __init__(self, path, options):
         super().__init__(path, options)
+        self._zip: Optional[zipfile.ZipFile] = None
+
+    def start(self):
+        super().start()
         self._zip = zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
 
     def add(self, name, t, source_dtype):
@@ -1172,12 +1349,12 @@ class _NpzTarget(_DenseTarget):
         _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
                       ".npz holds arrays only")
         self._zip.close()
-        self.publish()
 
     def abort(self):
         try:
-            self._zip.close()
-        except Exception:
+            if self._zip is not None:
+                self._zip.close()
+        except Exception:  # noqa: BLE001 - the file is removed next
             pass
         super().abort()
 
@@ -1205,7 +1382,6 @@ class _NpyTarget(_DenseTarget):
             raise ConversionError("no tensor selected; a .npy file holds exactly one")
         with open(self.tmp, "wb") as fp:
             np.lib.format.write_array(fp, self._array, allow_pickle=False)
-        self.publish()
 
 
 _GGUF_DENSE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
@@ -1290,7 +1466,7 @@ class _GgufTarget(_FileTarget):
                                   ".safetensors or .hurray instead")
 
         def produce_dense(t=t, dense=dense):
-            return from_numpy(_contiguous(t.numpy() if dense else t.to_dense()))
+            return from_numpy(_contiguous(t.codes() if dense else t.to_dense()))
 
         nbytes = _dtypes.storage_bytes(d.dtype, d.numel)
         self._plan.append((name, kind, d.shape, produce_dense, nbytes))
@@ -1309,14 +1485,15 @@ class _GgufTarget(_FileTarget):
                                        "hurray keys gguf.*")
         try:
             tensors = [(name, produce().__hurray__()) for name, _, _, produce, _ in self._plan]
-            _formats.write(self.path, "gguf", tensors, meta)
+            _formats.write(self.tmp, "gguf", tensors, meta)  # publish() renames it
         except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         kv = [k for k in meta if k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY)]
         report.metadata_keys = len(kv) + (0 if "gguf.general.architecture" in meta else 1)
 
     def abort(self):
-        self._plan.clear()  # the C writer leaves nothing behind
+        self._plan.clear()
+        super().abort()  # the temporary file
 
 
 def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
@@ -1380,7 +1557,8 @@ def _progress(total_bytes: int, count: int, quiet: bool):
 def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
             quantize_exclude=(), include=(), exclude=(), keep_scales: bool = False,
             stats: bool = False, quiet: bool = False, threads: int = 1,
-            block_size: Optional[int] = None, output: str = "table") -> ConversionReport:
+            block_size: Optional[int] = None, output: str = "table",
+            verify: bool = True) -> ConversionReport:
     """Converts the checkpoint `src` into `dst`; the formats follow the file
     names (docs/impl/convert.md). Returns the ConversionReport, and prints
     it to stdout (as a table, or JSON with output="json") unless quiet.
@@ -1393,8 +1571,11 @@ def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
     tensors as codes, scales and zero points instead of dequantized values.
     stats: a .hurray target stores statistics in every descriptor.
     threads: for the quantization kernels. block_size: for block_affine
-    and nf4. Raises ConversionError (UsageError for options that do not fit
-    together)."""
+    and nf4. verify: a .hurray source's tensors are checked against their
+    checksums before they are converted (verify=False skips that).
+    Raises ConversionError (UsageError for options that do not fit
+    together). The target is replaced only when everything succeeded; on
+    any error, KeyboardInterrupt included, it is left as it was."""
     src, dst = os.fspath(src), os.fspath(dst)
     opts = _Options(quantize, _patterns(quantize_include), _patterns(quantize_exclude),
                     bool(keep_scales), bool(stats), int(threads), block_size)
@@ -1420,11 +1601,18 @@ def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
                          "no place for the quantization parameters)")
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise UsageError(f"{dst} is the source itself; write to another file")
+    if os.path.isdir(dst):
+        raise ConversionError(f"{dst} is a directory; name the file to write")
     target_cls = _TARGETS[dst_kind]
 
-    source = _open_source(src)
+    source = _open_source(src, verify=bool(verify))
     target = None
     try:
+        seen = set()
+        for n in source.names():  # each source refuses its own collisions; this is the backstop
+            if n in seen:
+                raise ConversionError(f"{src} holds two tensors named {n!r}")
+            seen.add(n)
         names = [n for n in source.names() if _selected(n, include, exclude)]
         for name, why in source.refused().items():
             if _selected(name, include, exclude):
@@ -1435,6 +1623,7 @@ def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
         infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
         target = target_cls(dst, opts)
         target.check_scheme(quantize)
+        target.start()
         report = ConversionReport(src, dst, source.format, target.format, quantize)
         if stats and dst_kind != "hurray":
             report.notes.append("--stats applies to .hurray targets; ignored")
@@ -1469,6 +1658,7 @@ def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
             report.notes.append(f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
                                 "partial last block (see their notes)")
         target.finish(metadata, report)
+        target.publish()  # the last step: nothing after it can fail the conversion
     except BaseException as exc:
         if target is not None:
             target.abort()

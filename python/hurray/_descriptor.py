@@ -164,6 +164,19 @@ class Descriptor:
                  quantization: Optional[Quantization] = None, buffers: Sequence[Buffer] = (),
                  device: Device = Device(), statistics: Optional[Statistics] = None,
                  shard: Optional[Shard] = None, extension: Optional[Extension] = None):
+        self._assign(dtype, shape, strides, byte_offset, layout, quantization, buffers, device,
+                     statistics, shard, extension)
+        object.__setattr__(self, "_encoded", _hurray.descriptor_build(self.to_dict()))
+
+    def _assign(self, dtype, shape, strides=None, byte_offset=0, layout=Dense(),
+                quantization=None, buffers=(), device=Device(), statistics=None, shard=None,
+                extension=None):
+        try:
+            object.__getattribute__(self, "_encoded")
+        except AttributeError:
+            pass
+        else:  # a Descriptor is immutable: __init__ may not run twice
+            raise RuntimeError("Descriptor is already initialised; use replace()")
         set_ = object.__setattr__
         set_(self, "dtype", str(dtype))
         set_(self, "shape", tuple(int(d) for d in shape))
@@ -176,10 +189,13 @@ class Descriptor:
         set_(self, "statistics", statistics)
         set_(self, "shard", shard)
         set_(self, "extension", extension)
-        set_(self, "_encoded", _hurray.descriptor_build(self.to_dict()))
 
     def __setattr__(self, name, value):
         raise AttributeError("Descriptor is immutable; use replace()")
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle travel through the canonical encoding.
+        return (Descriptor.decode, (self._encoded,))
 
     def replace(self, **changes) -> "Descriptor":
         fields = {k: getattr(self, k) for k in self.__slots__ if k != "_encoded"}
@@ -210,23 +226,8 @@ class Descriptor:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Descriptor":
-        q = d.get("quantization")
-        stats = d.get("statistics")
-        ext = d.get("extension")
-        return cls(
-            d["dtype"], d["shape"], strides=d.get("strides"), byte_offset=d.get("byte_offset", 0),
-            layout=_layout_from(d["layout"]), quantization=_quant_from(q) if q else None,
-            buffers=[Buffer(**b) for b in d.get("buffers", [])],
-            device=Device(**d["device"]) if "device" in d else Device(),
-            statistics=None if stats is None else Statistics(
-                min=None if "min" not in stats else _float(stats["min"]),
-                max=None if "max" not in stats else _float(stats["max"]),
-                nan_count=stats.get("nan_count"), zero_count=stats.get("zero_count")),
-            shard=None if "shard" not in d else Shard(tuple(d["shard"]["global_shape"]),
-                                                      tuple(d["shard"]["offsets"])),
-            extension=None if ext is None else Extension(
-                ext["name"], bytes.fromhex(ext.get("metadata_hex", "")) if "metadata_hex" in ext
-                else bytes(ext.get("metadata", b""))))
+        dtype, shape, fields = _fields_from_dict(d)
+        return cls(dtype, shape, **fields)
 
     # --- binary form ---
     def encode(self) -> bytes:
@@ -235,7 +236,24 @@ class Descriptor:
 
     @classmethod
     def decode(cls, data: bytes) -> "Descriptor":
-        return cls.from_dict(json.loads(_hurray.descriptor_json(bytes(data))))
+        """Decodes like the C decoder: what it accepts decodes here too (a bad
+        alignment, say, is left for validate() to report as BUFFER_TABLE,
+        as the spec says), and what it refuses raises the same status."""
+        data = bytes(data)
+        try:
+            text = _hurray.descriptor_json(data)
+        except UnicodeDecodeError:
+            # A name that is not UTF-8 decodes in C; validation names it.
+            _hurray.descriptor_validate(data)
+            exc = _hurray.FormatError("HURRAY_ERR_MALFORMED: a string of the descriptor "
+                                      "is not valid UTF-8")
+            exc.status, exc.status_name = 5, "HURRAY_ERR_MALFORMED"
+            raise exc from None
+        dtype, shape, fields = _fields_from_dict(json.loads(text))
+        self = object.__new__(cls)
+        self._assign(dtype, shape, **fields)
+        object.__setattr__(self, "_encoded", data)
+        return self
 
     def to_json(self) -> str:
         return _hurray.descriptor_json(self._encoded)
@@ -266,6 +284,26 @@ class Descriptor:
                 parts.append(f"{name}={value!r}")
         parts.append(f"buffers={len(self.buffers)}")
         return f"Descriptor({', '.join(parts)})"
+
+
+def _fields_from_dict(d: dict) -> tuple:
+    q = d.get("quantization")
+    stats = d.get("statistics")
+    ext = d.get("extension")
+    return d["dtype"], d["shape"], dict(
+            strides=d.get("strides"), byte_offset=d.get("byte_offset", 0),
+            layout=_layout_from(d["layout"]), quantization=_quant_from(q) if q else None,
+            buffers=[Buffer(**b) for b in d.get("buffers", [])],
+            device=Device(**d["device"]) if "device" in d else Device(),
+            statistics=None if stats is None else Statistics(
+                min=None if "min" not in stats else _float(stats["min"]),
+                max=None if "max" not in stats else _float(stats["max"]),
+                nan_count=stats.get("nan_count"), zero_count=stats.get("zero_count")),
+            shard=None if "shard" not in d else Shard(tuple(d["shard"]["global_shape"]),
+                                                      tuple(d["shard"]["offsets"])),
+            extension=None if ext is None else Extension(
+                ext["name"], bytes.fromhex(ext.get("metadata_hex", "")) if "metadata_hex" in ext
+                else bytes(ext.get("metadata", b""))))
 
 
 def _layout_dict(layout) -> dict:

@@ -1,21 +1,25 @@
 """save, load and open: hurray files from Python."""
 from __future__ import annotations
 
+import io
+import numbers
 import os
+import stat
 from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import Descriptor
-from ._tensor import Tensor, from_hurray, from_numpy, specialise
+from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
 
 
 def _plain_or_tensor(value: Any):
     """A C-contiguous numpy array of a byte-sized dtype travels to the writer
     as (dtype, shape, array): C builds its descriptor, which saves the
     per-tensor Python work that dominates files of many small tensors."""
-    if type(value) is np.ndarray and value.flags.c_contiguous and value.dtype.byteorder != ">":
+    if type(value) is np.ndarray and value.flags.c_contiguous and value.dtype.byteorder != ">" \
+            and (value.size == 0 or value.ctypes.data % natural_alignment(value.itemsize) == 0):
         try:
             name = _dtypes.from_numpy(value.dtype)
         except ValueError:
@@ -42,6 +46,59 @@ def as_tensor(value: Any) -> Tensor:
     return from_numpy(np.asarray(value))
 
 
+def _file_fd(target) -> Optional[int]:
+    """The descriptor of a stream that writes straight to a file, else None.
+    Only the exact io classes qualify: a compressor (gzip, bz2, lzma), a
+    subclass or a wrapper may have fileno() but transform what write() gets,
+    and writing to the fd would bypass it."""
+    raw = target
+    if type(target) in (io.BufferedWriter, io.BufferedRandom):
+        raw = target.raw
+    if type(raw) is not io.FileIO:
+        return None
+    try:
+        return target.fileno()
+    except (OSError, ValueError):
+        return None
+
+
+def _tensor_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"tensor names must be str, not {type(name).__name__} ({name!r})")
+    return name
+
+
+def _metadata_value(key: Any, value: Any) -> Any:
+    """numpy scalars become the Python value they hold (exactly, or a
+    TypeError); the C layer takes str, int, float, bool and bytes-like."""
+    if not isinstance(key, str):
+        raise TypeError(f"metadata keys must be str, not {type(key).__name__} ({key!r})")
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"metadata {key!r}: a numpy array is not a metadata value; "
+                        "use .item() for a scalar or .tobytes() for raw bytes")
+    if isinstance(value, np.generic):
+        if isinstance(value, (np.str_, np.bytes_)):
+            return value
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            out = float(value)
+            if not (np.isnan(value) or type(value)(out) == value):
+                raise TypeError(f"metadata {key!r}: {type(value).__name__} {value!r} has no "
+                                "exact float64 value")
+            return out
+        raise TypeError(f"metadata {key!r}: values are str, int, float, bool or bytes, "
+                        f"not {type(value).__name__}")
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, numbers.Number):  # Decimal, Fraction, complex: not stored exactly
+        raise TypeError(f"metadata {key!r}: values are str, int, float, bool or bytes, "
+                        f"not {type(value).__name__}")
+    return value
+
+
 def save(target, tensors: Mapping[str, Any],
          metadata: Optional[Mapping[str, Any]] = None, *, statistics: bool = False) -> None:
     """Writes every buffer of every tensor. `target` is a path (written
@@ -50,27 +107,43 @@ def save(target, tensors: Mapping[str, Any],
     Metadata values may be str, int, float, bool or bytes. With
     statistics=True, min, max, NaN count and zero count are computed in one
     C pass per tensor (where its kind allows) and stored in its descriptor."""
-    items = [(str(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    if metadata is not None:
+        metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
     if isinstance(target, (str, bytes, os.PathLike)):
         target = os.fspath(target)
-    elif hasattr(target, "fileno") and hasattr(target, "flush"):
-        try:
-            fd = target.fileno()
-        except (OSError, ValueError):  # e.g. io.BytesIO
-            fd = None
+    else:
+        fd = _file_fd(target)
         if fd is not None:
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
-    _hurray.save(target, items, None if metadata is None else dict(metadata), statistics)
+    _hurray.save(target, items, metadata, statistics)
+
+
+def _refuse_special_file(path) -> None:
+    """A FIFO, socket or device would block or stream forever when opened:
+    refuse it from its stat, which never opens it. Anything stat cannot see
+    is left to the C reader, which reports it with its errno."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        exc = _hurray.HurrayIOError(f"HURRAY_ERR_IO: {os.fsdecode(path)} is not a regular file")
+        exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
+        raise exc
 
 
 class File:
     """A lazy reader: nothing but the index is read until a tensor is asked
     for. Tensors taken from it stay valid after close()."""
 
-    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False):
-        self._file = _hurray._File(os.fspath(path), mmap, verify)
+    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+                 readonly: bool = False):
+        _refuse_special_file(os.fspath(path))
+        self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
         self.path = os.fspath(path)
+        self.readonly = bool(readonly)
 
     def keys(self) -> list:
         return self._file.keys()
@@ -85,7 +158,7 @@ class File:
         try:
             self._file._descriptor(name)
             return True
-        except (_hurray.NotFoundError, TypeError):
+        except (_hurray.NotFoundError, TypeError, ValueError):  # ValueError: a NUL
             return False
 
     @property
@@ -127,6 +200,18 @@ class File:
         self._file._read_buffer(name, index, out)
         return out
 
+    def populate(self, threads: int = 1) -> None:
+        """Faults in every page of the file's tensor data now, in one call
+        per thread (MADV_POPULATE_READ), so that reading the tensors later
+        takes no page faults; pages stay shared with the page cache. With
+        mmap=False it only advises the kernel to read ahead."""
+        self._file._populate(int(threads))
+
+    def cached_fraction(self) -> float:
+        """The share (0 to 1) of the file's tensor data in the page cache now
+        (mincore; reads nothing)."""
+        return self._file._cached_fraction()
+
     def verify(self, name: Optional[str] = None) -> None:
         """Checks checksums (one tensor, or the whole file); ChecksumError names
         the first mismatch."""
@@ -139,6 +224,9 @@ class File:
     def closed(self) -> bool:
         return self._file.closed
 
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a hurray.File cannot be copied or pickled; open the path again")
+
     def __enter__(self) -> "File":
         return self
 
@@ -150,12 +238,22 @@ class File:
         return f"<hurray.File {self.path!r} ({state})>"
 
 
-def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> File:
-    return File(path, mmap=mmap, verify=verify)
+def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+         readonly: bool = False) -> File:
+    """A lazy reader (see File and load for mmap and readonly)."""
+    return File(path, mmap=mmap, verify=verify, readonly=readonly)
 
 
-def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False) -> dict:
-    """Every tensor, zero-copy from a shared mapping by default; placement
-    is validated before any is returned."""
-    with File(path, mmap=mmap, verify=verify) as f:
+def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
+         readonly: bool = False) -> dict:
+    """Every tensor; placement is validated before any is returned.
+
+    mmap=True (default): zero-copy views of a private, copy-on-write mapping
+    of the file. They may be written: a write copies the page it lands on
+    into this process's memory and never reaches the file. mmap=False reads
+    every buffer into memory of its own (pread).
+    readonly=True: a shared read-only mapping instead; the views say so
+    (numpy writeable=False, the DLPack read-only flag), and numpy refuses
+    writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
+    with File(path, mmap=mmap, verify=verify, readonly=readonly) as f:
         return {name: f[name] for name in f.keys()}

@@ -17,6 +17,9 @@
 
 #include "hurray/hurray.h"
 #include "../../src/core/descriptor_internal.h"
+#include "_dlpack.h"
+#include "_loading.h"
+#include "_guard.h"
 
 #define CAPSULE_NAME "hurray_buffer"
 #define USED_CAPSULE_NAME "used_hurray_buffer"
@@ -49,7 +52,14 @@ static ModuleState *state_of_type(PyTypeObject *type) {
 
 /* ------------------------------------------------------------- errors */
 
-static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+/* A failure the operating system reported (error->os_errno set) is raised
+ * as an OSError subclass carrying errno and `filename` (may be NULL), also
+ * a HurrayIOError: see hy_raise_os. */
+static PyObject *raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                                   PyObject *filename) {
+  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
+    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
+  }
   PyObject *cls = (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL)
                       ? st->errors[status]
                       : st->error_base;
@@ -70,6 +80,10 @@ static PyObject *raise_status(ModuleState *st, HurrayStatus status, const Hurray
   PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+  return raise_status_file(st, status, error, NULL);
 }
 
 /* Release callbacks may run on any thread, or after the interpreter has
@@ -110,7 +124,7 @@ static const char *mx_name(int v) { return hurray__mx_element_name((HurrayMxElem
 
 /* Looks a name up among the values [lo, hi] of an enum. */
 static int enum_value(PyObject *name, EnumName names, int lo, int hi, const char *what) {
-  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  const char *s = PyUnicode_Check(name) ? hy_utf8(name, what) : NULL;
   if (s != NULL) {
     for (int v = lo; v <= hi; v++) {
       if (strcmp(names(v), s) == 0) return v;
@@ -171,7 +185,8 @@ static int get_dtype(PyObject *dict, const char *key, bool optional, HurrayDType
     }
     return need(v, key);
   }
-  const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+  const char *s = PyUnicode_Check(v) ? hy_utf8(v, key) : NULL;
+  if (s == NULL && PyErr_Occurred()) return -1;
   *out = hurray_dtype_from_name(s);
   if (*out == HURRAY_DTYPE_INVALID) {
     if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: unknown dtype %R", key, v);
@@ -212,7 +227,8 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
     return -1;
   }
   PyObject *kind = item(layout, "kind");
-  const char *k = kind != NULL && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : "";
+  const char *k = kind != NULL && PyUnicode_Check(kind) ? hy_utf8(kind, "layout kind") : "";
+  if (k == NULL) return -1;
   HurrayStatus s = HURRAY_OK;
   uint32_t data, a, b;
   HurrayDType index_dtype;
@@ -222,7 +238,8 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
     s = hurray_descriptor_set_layout_dense(d, data == HURRAY_NO_BUFFER ? 0 : data, e);
   } else if (strcmp(k, "sparse") == 0) {
     PyObject *fmt = item(layout, "format");
-    const char *f = fmt != NULL && PyUnicode_Check(fmt) ? PyUnicode_AsUTF8(fmt) : "";
+    const char *f = fmt != NULL && PyUnicode_Check(fmt) ? hy_utf8(fmt, "sparse format") : "";
+    if (f == NULL) return -1;
     if (get_dtype(layout, "index_dtype", false, &index_dtype) < 0 ||
         get_u64(layout, "nnz", 0, &nnz) < 0 || get_index(layout, "values_buffer", &data) < 0) {
       return -1;
@@ -237,7 +254,10 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
                      hurray_descriptor_rank(d));
         return -1;
       }
-      for (Py_ssize_t i = 0; i < n; i++) idx32[i] = (uint32_t)indices[i];
+      for (Py_ssize_t i = 0; i < n; i++) {
+        if (hy_check_max(indices[i], UINT32_MAX, "index_buffers entry") < 0) return -1;
+        idx32[i] = (uint32_t)indices[i];
+      }
       PyObject *canonical = item(layout, "canonical");
       s = hurray_descriptor_set_layout_coo(d, index_dtype, nnz, data, idx32,
                                            canonical != NULL && PyObject_IsTrue(canonical) == 1,
@@ -275,6 +295,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
         get_index(layout, "pool_buffer", &a) < 0 || get_index(layout, "table_buffer", &b) < 0) {
       return -1;
     }
+    if (hy_check_max(axis, UINT32_MAX, "axis") < 0) return -1;
     s = hurray_descriptor_set_layout_paged(d, (uint32_t)axis, page_size, num_pages, index_dtype,
                                            a, b, e);
   } else if (strcmp(k, "composite") == 0) {
@@ -287,7 +308,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
         PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
         PyObject *name = PyDict_Check(m) ? item(m, "name") : NULL;
         PyObject *sub = PyDict_Check(m) ? item(m, "descriptor") : NULL;
-        const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "member name") : NULL;
         if (n == NULL || sub == NULL) {
           Py_DECREF(seq);
           if (!PyErr_Occurred())
@@ -320,7 +341,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     return -1;
   }
   PyObject *kind = item(q, "kind");
-  const char *k = kind != NULL && PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : "";
+  const char *k = kind != NULL && PyUnicode_Check(kind) ? hy_utf8(kind, "quantization kind") : "";
+  if (k == NULL) return -1;
   uint64_t axis = 0, block = 0;
   int64_t zero_point = 0;
   uint32_t scale_buffer, zp_buffer;
@@ -433,6 +455,10 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "device must be a dict");
       return -1;
     }
+    if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "device type and id must fit int32");
+      return -1;
+    }
     s = hurray_descriptor_set_device(d, (int32_t)type, (int32_t)id, (HurrayMemoryClass)m, e);
   }
   PyObject *stats = item(spec, "statistics");
@@ -463,7 +489,7 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
   PyObject *ext = item(spec, "extension");
   if (s == HURRAY_OK && ext != NULL) {
     PyObject *name = item(ext, "name"), *meta = item(ext, "metadata");
-    const char *n = name != NULL && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "extension name") : NULL;
     Py_buffer view = {0};
     if (n == NULL || (meta != NULL && PyObject_GetBuffer(meta, &view, PyBUF_SIMPLE) < 0)) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "extension needs a name");
@@ -625,6 +651,7 @@ typedef struct TensorObject {
   HurrayDescriptor *descriptor;
   HurrayBufferList *buffers;
   bool *writable; /* per buffer */
+  bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;
@@ -699,6 +726,11 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (!PyErr_Occurred() && s == HURRAY_OK) {
     s = hurray_validate_buffer_placement(d, list, &e);
   }
+  /* The sequence and the exporters may have run Python code that
+   * initialised this tensor meanwhile: the first one to finish keeps it. */
+  if (!PyErr_Occurred() && s == HURRAY_OK && self->descriptor != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
+  }
   if (PyErr_Occurred() || s != HURRAY_OK) {
     if (!PyErr_Occurred()) raise_status(st, s, &e);
     hurray_buffer_list_destroy(list);
@@ -762,6 +794,11 @@ static PyObject *tensor_encoded(PyObject *op, void *closure) {
   TensorObject *self = (TensorObject *)op;
   if (tensor_ready(self) < 0) return NULL;
   return encode_descriptor(state_of_type(Py_TYPE(op)), self->descriptor);
+}
+
+static PyObject *tensor_protected(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((TensorObject *)op)->protected_memory);
 }
 
 static PyObject *tensor_buffer_count(PyObject *op, void *closure) {
@@ -877,7 +914,10 @@ static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
   PyObject *target;
   const char *dtype_name;
   unsigned int threads = 1;
-  if (!PyArg_ParseTuple(args, "OsI:_dequantize", &target, &dtype_name, &threads)) return NULL;
+  if (!PyArg_ParseTuple(args, "OsO&:_dequantize", &target, &dtype_name, hy_conv_threads,
+                        &threads)) {
+    return NULL;
+  }
   if (tensor_ready(self) < 0) return NULL;
   HurrayDType out_dtype = hurray_dtype_from_name(dtype_name);
   Py_buffer out;
@@ -1044,14 +1084,24 @@ static PyObject *consume_capsule(ModuleState *st, PyTypeObject *type, PyObject *
     hurray_descriptor_destroy(d);
     return raise_status(st, s, &e);
   }
-  TensorObject *self = tensor_alloc(st, type);
-  if (self == NULL) {
+  /* Marked used before anything that can run Python code (the allocation
+   * below may run the garbage collector, its callbacks and finalizers),
+   * so no such code can consume this capsule a second time. */
+  if (PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
     hurray_descriptor_destroy(d);
     return NULL;
   }
-  if (PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
+  TensorObject *self = tensor_alloc(st, type);
+  if (self == NULL) {
+    /* Nobody else can have taken the list: hand it back to the capsule. */
+    PyObject *type_, *value, *traceback;
+    PyErr_Fetch(&type_, &value, &traceback);
+    if (PyCapsule_SetName(capsule, CAPSULE_NAME) < 0) {
+      PyErr_Clear();
+      hurray_buffer_list_destroy(list);
+    }
+    PyErr_Restore(type_, value, traceback);
     hurray_descriptor_destroy(d);
-    Py_DECREF(self);
     return NULL;
   }
   /* The list is ours now; tensor_adopt destroys it on failure. */
@@ -1068,6 +1118,23 @@ static PyObject *tensor_from_capsule(PyObject *cls, PyObject *capsule) {
   return consume_capsule(st, (PyTypeObject *)cls, capsule);
 }
 
+/* DLPack (_dlpack.c): the data buffer's memory, flagged read-only unless
+ * this tensor may write it. */
+static PyObject *tensor_dlpack(PyObject *op, PyObject *args, PyObject *kwargs) {
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  size_t data = hurray_descriptor_data_buffer(self->descriptor);
+  bool writable = data < hurray_buffer_list_len(self->buffers) && self->writable[data];
+  return hurray_py_dlpack(op, self->descriptor, self->buffers, writable, args, kwargs);
+}
+
+static PyObject *tensor_dlpack_device(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (tensor_ready(self) < 0) return NULL;
+  return hurray_py_dlpack_device(self->descriptor);
+}
+
 /* -------------------------------------------------------------------- File */
 
 typedef struct FileObject {
@@ -1076,26 +1143,36 @@ typedef struct FileObject {
   PyThread_type_lock lock; /* serialises use of the reader against close */
   PyObject *path;
   bool pread;
+  bool readonly; /* buffers handed out are flagged read-only */
 } FileObject;
 
 static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   FileObject *self = (FileObject *)op;
-  static char *kwlist[] = {"path", "mmap", "verify", NULL};
+  static char *kwlist[] = {"path", "mmap", "verify", "readonly", NULL};
   PyObject *path;
-  int use_mmap = 1, verify = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|pp:File", kwlist, PyUnicode_FSConverter,
-                                   &path, &use_mmap, &verify)) {
+  int use_mmap = 1, verify = 0, readonly = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|ppp:File", kwlist, PyUnicode_FSConverter,
+                                   &path, &use_mmap, &verify, &readonly)) {
     return -1;
   }
   ModuleState *st = state_of_type(Py_TYPE(op));
-  if (self->lock == NULL) self->lock = PyThread_allocate_lock();
+  /* Re-initialising would close the reader under a thread using it. */
+  if (self->lock != NULL) {
+    Py_DECREF(path);
+    PyErr_SetString(PyExc_RuntimeError, "_File is already initialised");
+    return -1;
+  }
+  self->lock = PyThread_allocate_lock();
   if (self->lock == NULL) {
     Py_DECREF(path);
     PyErr_NoMemory();
     return -1;
   }
   HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-  options.mode = use_mmap ? HURRAY_READ_MMAP : HURRAY_READ_PREAD;
+  /* Writable by default: a private (copy-on-write) mapping, so that a write
+   * into a loaded tensor copies a page instead of killing the process. */
+  options.mode = !use_mmap ? HURRAY_READ_PREAD
+                 : readonly ? HURRAY_READ_MMAP : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
   HurrayError e = {0};
   HurrayReader *reader = NULL;
@@ -1104,13 +1181,15 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
   Py_END_ALLOW_THREADS
   if (s != HURRAY_OK) {
+    PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
     Py_DECREF(path);
-    raise_status(st, s, &e);
+    raise_status_file(st, s, &e, name);
+    Py_XDECREF(name);
     return -1;
   }
-  hurray_reader_close(self->reader);
   self->reader = reader;
   self->pread = !use_mmap;
+  self->readonly = readonly != 0;
   Py_XSETREF(self->path, path);
   return 0;
 }
@@ -1231,8 +1310,9 @@ static PyObject *file_metadata(PyObject *op, PyObject *unused) {
 static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  unsigned long long start = 0, count = 0;
-  if (rows ? !PyArg_ParseTuple(args, "sKK:get_rows", &name, &start, &count)
+  uint64_t start = 0, count = 0;
+  if (rows ? !PyArg_ParseTuple(args, "sO&O&:get_rows", &name, hy_conv_u64, &start, hy_conv_u64,
+                               &count)
            : !PyArg_ParseTuple(args, "s:get", &name)) {
     return NULL;
   }
@@ -1254,11 +1334,12 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
     hurray_descriptor_destroy(d);
     return NULL;
   }
-  /* pread copies are private memory; mappings are read-only. */
-  if (tensor_adopt(t, d, list, self->pread) < 0) {
+  /* pread copies and private mappings are writable; shared mappings not. */
+  if (tensor_adopt(t, d, list, !self->readonly) < 0) {
     Py_DECREF(t);
     return NULL;
   }
+  t->protected_memory = self->readonly && !self->pread;
   return (PyObject *)t;
 }
 
@@ -1317,9 +1398,9 @@ static PyObject *file_shape(PyObject *op, PyObject *args) {
 static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  unsigned int index;
+  uint32_t index;
   Py_buffer out;
-  if (!PyArg_ParseTuple(args, "sIw*:read_buffer", &name, &index, &out)) return NULL;
+  if (!PyArg_ParseTuple(args, "sO&w*:read_buffer", &name, hy_conv_u32, &index, &out)) return NULL;
   ModuleState *st = state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) {
     PyBuffer_Release(&out);
@@ -1352,6 +1433,40 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* _populate(threads): pre-fault the whole mapping (hurray_reader_populate). */
+static PyObject *file_populate(PyObject *op, PyObject *arg) {
+  FileObject *self = (FileObject *)op;
+  unsigned long threads = PyLong_AsUnsignedLong(arg);
+  if (threads == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_populate(self->reader, threads > 64 ? 65u : (unsigned)threads, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _cached_fraction(): share of the tensor data in the page cache. */
+static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  ModuleState *st = state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  double fraction = 0;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  return PyFloat_FromDouble(fraction);
+}
+
 /* -------------------------------------------------------------------- save */
 
 static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
@@ -1366,7 +1481,7 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
   }
   if (PyFloat_Check(value)) return hurray_writer_set_metadata_float(w, key, PyFloat_AsDouble(value), e);
   if (PyUnicode_Check(value)) {
-    const char *s = PyUnicode_AsUTF8(value);
+    const char *s = hy_utf8(value, "metadata value");
     if (s == NULL) return HURRAY_ERR_INVALID_ARGUMENT;
     return hurray_writer_set_metadata_string(w, key, s, e);
   }
@@ -1381,18 +1496,6 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
                "metadata %R: values are str, int, float, bool or bytes, not %.100s", value,
                Py_TYPE(value)->tp_name);
   return HURRAY_ERR_INVALID_ARGUMENT;
-}
-
-/* A Python object with write(): the writer's sink, called with the GIL
- * held (the writer runs without releasing it in this mode). */
-static HurrayStatus write_to_pyobject(void *ctx, const void *data, size_t len) {
-  PyObject *chunk = PyMemoryView_FromMemory((char *)data, (Py_ssize_t)len, PyBUF_READ);
-  if (chunk == NULL) return HURRAY_ERR_NO_MEMORY;
-  PyObject *result = PyObject_CallMethod((PyObject *)ctx, "write", "O", chunk);
-  Py_DECREF(chunk);
-  if (result == NULL) return HURRAY_ERR_IO;
-  Py_DECREF(result);
-  return HURRAY_OK;
 }
 
 /* Writes a plain dense array given as (dtype name, shape, buffer) without a
@@ -1424,8 +1527,11 @@ static int write_plain(HurrayWriter *w, const char *name, PyObject *spec, bool r
   Py_DECREF(dims);
   Py_buffer view;
   if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-  uint32_t alignment = 64;
-  while (alignment > 1 && ((uintptr_t)view.buf % alignment) != 0) alignment /= 2;
+  /* The element's natural alignment, never the address's: files must not
+   * depend on where the data sat (the Python layer copies misaligned data). */
+  uint32_t bits = hurray_dtype_bits(dtype);
+  uint32_t alignment = bits >= 8 ? (bits / 8) & -(bits / 8) : 1;
+  if (alignment > 64) alignment = 64;
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
@@ -1495,7 +1601,12 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
       PyErr_SetString(PyExc_ValueError, "not a valid file descriptor");
     }
   } else {
-    s = hurray_writer_open_callback(write_to_pyobject, target, &w, &e);
+    s = hurray_writer_open_callback(hy_stream_write, target, &w, &e);
+  }
+  HyCancel cancel; /* Ctrl-C while the GIL is released (a stream checks itself) */
+  if (s == HURRAY_OK && release_gil) {
+    hy_cancel_init(&cancel);
+    s = hurray_writer_set_cancel(w, hy_cancel_requested, &cancel, &e);
   }
   if (s == HURRAY_OK) s = hurray_writer_set_statistics(w, statistics != 0, &e);
   for (Py_ssize_t i = 0; s == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq);
@@ -1506,7 +1617,7 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "expected (name, Tensor) pairs");
       break;
     }
-    const char *name = PyUnicode_AsUTF8(name_obj);
+    const char *name = hy_utf8(name_obj, "tensor name");
     if (name == NULL) break;
     if (PyTuple_Check(tensor)) { /* (dtype, shape, buffer): a plain dense array */
       if (write_plain(w, name, tensor, release_gil, &s, &e) < 0) break;
@@ -1534,7 +1645,7 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
     while (!PyErr_Occurred() && s == HURRAY_OK && PyDict_Check(metadata) &&
            PyDict_Next(metadata, &pos, &key, &value)) {
-      const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+      const char *k = PyUnicode_Check(key) ? hy_utf8(key, "metadata key") : NULL;
       if (k == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "metadata keys must be str");
         break;
@@ -1543,10 +1654,12 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
     }
   }
   Py_DECREF(seq);
+  PyObject *filename = to_path ? PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path)) : NULL;
   Py_XDECREF(path);
   if (PyErr_Occurred() || s != HURRAY_OK) {
     hurray_writer_abort(w);
-    if (!PyErr_Occurred()) raise_status(st, s, &e);
+    if (!PyErr_Occurred()) raise_status_file(st, s, &e, filename);
+    Py_XDECREF(filename);
     return NULL;
   }
   if (release_gil) {
@@ -1556,8 +1669,9 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   } else {
     s = hurray_writer_finish(w, &e);
   }
-  if (PyErr_Occurred()) return NULL; /* the stream's own exception */
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
+  if (!PyErr_Occurred() && s != HURRAY_OK) raise_status_file(st, s, &e, filename);
+  Py_XDECREF(filename);
+  if (PyErr_Occurred()) return NULL; /* the stream's own exception, or the status */
   Py_RETURN_NONE;
 }
 
@@ -1570,9 +1684,9 @@ static PyObject *mod_quantize(PyObject *module, PyObject *args) {
   const char *src_dtype_name, *scheme_name, *code_name, *scale_name;
   int symmetric;
   unsigned int threads;
-  if (!PyArg_ParseTuple(args, "OsOsOOzziI:_quantize", &src, &src_dtype_name, &shape_obj,
+  if (!PyArg_ParseTuple(args, "OsOsOOzziO&:_quantize", &src, &src_dtype_name, &shape_obj,
                         &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
-                        &symmetric, &threads)) {
+                        &symmetric, hy_conv_threads, &threads)) {
     return NULL;
   }
   HurrayError e = {0};
@@ -1630,7 +1744,12 @@ static PyObject *mod_quantize(PyObject *module, PyObject *args) {
   Py_buffer view;
   if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
   uint64_t numel = 1;
-  for (Py_ssize_t i = 0; i < rank; i++) numel *= shape[i];
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      PyBuffer_Release(&view);
+      return PyErr_Format(PyExc_OverflowError, "the shape's element count exceeds 64 bits");
+    }
+  }
   uint64_t item = src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
   if ((uint64_t)view.len / item < numel) {
     PyBuffer_Release(&view);
@@ -1672,6 +1791,7 @@ static PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
 static PyGetSetDef tensor_getset[] = {
     {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
     {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
+    {"_protected", tensor_protected, NULL, "memory is a read-only mapping", NULL},
     {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
     {NULL},
 };
@@ -1686,6 +1806,9 @@ static PyMethodDef tensor_methods[] = {
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None): a DLPack capsule"},
+    {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS, "(device type, device id)"},
     {NULL},
 };
 
@@ -1733,6 +1856,8 @@ static PyMethodDef file_methods[] = {
     {"_shape", file_shape, METH_VARARGS, "(dtype name, shape) of one tensor"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
+    {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},
+    {"_cached_fraction", file_cached_fraction, METH_NOARGS, "share of data in the page cache"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
     {NULL},
 };
@@ -1759,6 +1884,7 @@ static PyMethodDef module_methods[] = {
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},
 };
 
@@ -1801,7 +1927,8 @@ static const ErrorClass error_classes[] = {
       HURRAY_ERR_SPARSE_INDEX_BOUNDS, HURRAY_ERR_SPARSE_INDPTR, HURRAY_ERR_SPARSE_ORDER}},
     {"NotFoundError", "KeyError", "No tensor, key or file of that name.", {HURRAY_ERR_NOT_FOUND}},
     {"DuplicateNameError", NULL, "A name used twice.", {HURRAY_ERR_DUPLICATE_NAME}},
-    {"HurrayIOError", "OSError", "The operating system refused an operation.", {HURRAY_ERR_IO}},
+    {"HurrayIOError", "OSError", "The operating system refused an operation.",
+     {HURRAY_ERR_IO, HURRAY_ERR_CANCELLED}},
 };
 
 static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out) {

@@ -181,7 +181,9 @@ def _paths(paths_or_dir) -> List[str]:
     if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
         path = os.fsdecode(paths_or_dir)
         if os.path.isdir(path):
-            found = sorted(glob.glob(os.path.join(glob.escape(path), "*.hurray")))
+            # Regular files only: a FIFO named *.hurray would block its open.
+            found = sorted(p for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
+                           if os.path.isfile(p))
             if not found:
                 raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
                              f"no *.hurray files in {path!r}")
@@ -236,9 +238,9 @@ def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
     local = [slice(c0 - l, c1 - l) for c0, c1, l in zip(cut[0], cut[1], lo)]
     d = piece.descriptor
     if local and (local[0].start, local[0].stop) != (0, d.shape[0]) and _rows_readable(d):
-        rows = f.get_slice(piece.name, local[0].start, local[0].stop).numpy()
+        rows = f.get_slice(piece.name, local[0].start, local[0].stop).codes()
         return rows[(slice(None),) + tuple(local[1:])]
-    return f[piece.name].numpy()[tuple(local)]
+    return f[piece.name].codes()[tuple(local)]
 
 
 def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,

@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 from . import _dtypes, _hurray
-from ._descriptor import Buffer, Descriptor, Sparse
-from ._tensor import Tensor, _alignment_of, unsupported
+from ._descriptor import Descriptor, Sparse
+from ._tensor import Tensor, stored_buffer, unsupported
 
 
 def _index_dtype(arrays) -> str:
@@ -20,8 +20,7 @@ def _contiguous(a, dtype=None) -> np.ndarray:
 
 def _buffer(role: str, array: np.ndarray) -> tuple:
     raw = array.reshape(-1).view(np.uint8) if array.size else np.zeros(0, np.uint8)
-    align = _alignment_of(raw.ctypes.data)
-    return Buffer(role, raw.size, align), raw
+    return stored_buffer(role, raw, array.itemsize)
 
 
 class SparseTensor(Tensor):
@@ -124,7 +123,11 @@ class SparseTensor(Tensor):
 
 def sparse_to_dense(t: "SparseTensor", d: Descriptor, values=None) -> np.ndarray:
     """The dense array of a sparse tensor; `values` replaces the stored
-    values (e.g. dequantized ones)."""
+    values (e.g. dequantized ones). The index contents are validated again
+    first, as hurray_tensor_to_dense does: the buffers may be writable
+    arrays changed since the tensor was built, and numpy would wrap a
+    negative index silently."""
+    Tensor(t._encoded, [t._buffer(i) for i in range(t.buffer_count)])
     p = t.parts()
     values = p["values"] if values is None else values
     out = np.zeros(d.shape, dtype=values.dtype)

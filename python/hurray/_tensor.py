@@ -18,6 +18,17 @@ NF4_CODE = np.array([
     0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
 
 
+# ml_dtypes floats numpy reports with kind "V".
+_FLOAT_EXTRA = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+
+
+def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
+    return unsupported(
+        f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
+        f"{t.dtype} codes) would return the raw codes, not values: use t.dequantize(dtype) "
+        "for the real values, or t.codes() for the codes")
+
+
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
 
 
@@ -28,12 +39,28 @@ def unsupported(message: str) -> "_hurray.UnsupportedError":
     return exc
 
 
-def _alignment_of(address: int) -> int:
-    """Largest power of two up to 64 that divides the address."""
-    align = 64
-    while align > 1 and address % align:
-        align //= 2
-    return align
+def natural_alignment(itemsize: int) -> int:
+    """The alignment a buffer of `itemsize`-byte elements declares: the
+    largest power of two dividing the element size (1 for packed sub-byte
+    data), at most 64. A property of the dtype, never of the address the
+    data happens to sit at, so equal arrays give identical files."""
+    itemsize = int(itemsize)
+    return min(itemsize & -itemsize, 64) if itemsize > 0 else 1
+
+
+def stored_buffer(role: str, raw: np.ndarray, itemsize: int) -> tuple:
+    """(Buffer, uint8 array) for contiguous bytes of `itemsize`-byte
+    elements. Zero-copy, except that data not at its natural alignment (a
+    slice at an odd offset of a bytes object, say) is copied to memory
+    that is."""
+    align = natural_alignment(itemsize)
+    if raw.size and raw.ctypes.data % align:
+        block = np.empty(raw.size + align, np.uint8)
+        start = (-block.ctypes.data) % align
+        aligned = block[start:start + raw.size]
+        aligned[...] = raw
+        raw = aligned
+    return Buffer(role, int(raw.size), align), raw
 
 
 class Tensor(_hurray._Tensor):
@@ -76,9 +103,20 @@ class Tensor(_hurray._Tensor):
 
     # --- numpy ---
     def numpy(self) -> np.ndarray:
-        """A zero-copy view of a dense tensor's stored elements (the codes, if
-        quantized). Sub-byte dtypes are unpacked to one element per byte,
-        which is a copy. Raises UnsupportedError for other layouts."""
+        """A zero-copy view of a dense tensor's values. Sub-byte dtypes are
+        unpacked to one element per byte, which is a copy. Raises
+        UnsupportedError for other layouts, and for quantized tensors, whose
+        stored elements are codes, not values: use dequantize() for the
+        values or codes() for the codes. The view is read-only
+        (writeable=False) when the memory is (hurray.load(readonly=True))."""
+        if self._view_info()[6] != 0:
+            raise _quantized_refusal(self, "numpy()")
+        return self.codes()
+
+    def codes(self) -> np.ndarray:
+        """The stored elements of a dense tensor as a zero-copy view: the raw
+        integer codes if the tensor is quantized (dequantize() gives the
+        values), else the values, as numpy() does."""
         dtype_name, shape, strides, byte_offset, data_buffer, layout, _ = self._view_info()
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
@@ -104,19 +142,9 @@ class Tensor(_hurray._Tensor):
             out = out.astype(dtype, copy=False)
         return np.array(out, copy=True) if copy else out
 
-    # --- DLPack (dense CPU tensors of numpy-exportable dtypes) ---
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        if stream is not None:
-            raise ValueError("stream must be None for CPU tensors")
-        array = self.numpy()
-        kwargs = {} if max_version is None else {"max_version": max_version}
-        try:
-            return array.__dlpack__(**kwargs)
-        except (BufferError, TypeError) as exc:
-            raise BufferError(f"{self.dtype} cannot travel through DLPack: {exc}") from None
-
-    def __dlpack_device__(self):
-        return (1, 0)
+    # __dlpack__(stream=None, max_version=None, dl_device=None, copy=None) and
+    # __dlpack_device__() are the C base class's (python/hurray/_dlpack.c):
+    # every DLPack 1.x dtype, zero-copy, flagged read-only where it is.
 
     # --- values ---
     def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None) -> np.ndarray:
@@ -130,29 +158,38 @@ class Tensor(_hurray._Tensor):
 
         out: an existing C-contiguous array of the tensor's shape and of
         float32, float16 or bfloat16 to write into instead of a new array
-        (reusing memory saves the page faults of a fresh allocation)."""
+        (reusing memory saves the page faults of a fresh allocation). Every
+        layout honours it: sparse and unquantized tensors are computed as
+        usual and then copied into `out`. `dtype` is ignored with `out`."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
-        if q is None:
-            return self.to_dense().astype(dtype)
-        if isinstance(d.layout, Sparse):
-            # Only stored elements carry codes; the others are zeros.
-            from ._sparse import sparse_to_dense
-            t = specialise(self)
-            values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
-                      * np.float32(q.scale))
-            return sparse_to_dense(t, d, values.astype(dtype))
-        if out is not None:
-            if isinstance(d.layout, Sparse):
-                raise unsupported("out= is for dense and paged tensors")
+        if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
+            raise TypeError(f"dequantize gives real values: {dtype} is not a floating-point "
+                            "dtype (codes() gives the raw integer codes)")
+        if out is not None:  # checked first: every path below honours it
             if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
                     not out.flags.writeable or tuple(out.shape) != tuple(d.shape):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
             if out.dtype not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
+        if q is None or isinstance(d.layout, Sparse):
+            if q is None:
+                values = self.to_dense()
+            else:
+                # Only stored elements carry codes; the others are zeros.
+                from ._sparse import sparse_to_dense
+                t = specialise(self)
+                values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
+                          * np.float32(q.scale))
+                values = sparse_to_dense(t, d, values)
+            if out is not None:
+                np.copyto(out, values, casting="unsafe")
+                return out
+            return values.astype(dtype)
+        if out is not None:
             self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype),
-                             int(threads))
+                             threads)
             return out
         try:
             name = _dtypes.from_numpy(dtype)
@@ -161,7 +198,7 @@ class Tensor(_hurray._Tensor):
         kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
         out = np.empty(d.shape, dtype=kernel_dtype)
         self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype),
-                         int(threads))
+                         threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
 
     def _scale_source(self):
@@ -325,8 +362,8 @@ def from_numpy(array: np.ndarray) -> Tensor:
             raise ValueError("big-endian arrays are not supported; use .astype('<...')")
     raw = data.reshape(-1).view(np.uint8) if data.size else np.zeros(0, np.uint8)
     size = _dtypes.storage_bytes(name, array.size)
-    align = _alignment_of(raw.ctypes.data)
-    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, align)])
+    buffer, raw = stored_buffer("data", raw, 1 if _dtypes.is_packed(name) else data.itemsize)
+    descriptor = Descriptor(name, array.shape, buffers=[Buffer("data", size, buffer.alignment)])
     return Tensor(descriptor, [raw])
 
 

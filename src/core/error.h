@@ -14,6 +14,15 @@ HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt
 #endif
     ;
 
+/* hurray__fail for a failure the operating system reported: also records
+ * its errno (read errno before anything that may change it). */
+HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
+                             ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 #define HURRAY_RETURN_NOT_OK(expr)          \
   do {                                      \
     HurrayStatus hurray__status = (expr);   \

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -68,7 +69,7 @@ struct HurrayReader {
   int fd;
   uint64_t file_size;
   HurrayReadMode mode;
-  Mapping *mapping;   /* MMAP mode */
+  Mapping *mapping;   /* MMAP and MMAP_PRIVATE modes */
   uint8_t *index_copy; /* PREAD mode */
   const uint8_t *index;
   uint64_t index_offset;
@@ -79,6 +80,10 @@ struct HurrayReader {
   size_t metadata_count;
   char *arena; /* NUL-terminated names, keys and string values */
 };
+
+static bool is_mapped(const HurrayReader *r) {
+  return r->mode == HURRAY_READ_MMAP || r->mode == HURRAY_READ_MMAP_PRIVATE;
+}
 
 static uint64_t buffer_field(const TensorEntry *t, uint32_t i, size_t field) {
   return hurray__get_le(t->buffers + 24 * (size_t)i + 8 * field, 8);
@@ -92,7 +97,8 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
     ssize_t n = pread(fd, p, chunk, (off_t)offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return hurray__fail(error, HURRAY_ERR_IO, "read failed: %s", strerror(errno));
+      int saved = errno;
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "read failed: %s", strerror(saved));
     }
     if (n == 0) {
       return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
@@ -380,14 +386,19 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   r->tensor_count = (size_t)tensor_count;
   r->metadata_count = (size_t)metadata_count;
 
-  if (r->mode == HURRAY_READ_MMAP) {
+  if (is_mapped(r)) {
     r->mapping = malloc(sizeof *r->mapping);
     if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    void *base = mmap(NULL, (size_t)r->file_size, PROT_READ, MAP_SHARED, r->fd, 0);
+    /* Private and writable: writes copy the page (never reach the file, never
+     * fault); the shared read-only mapping is kept for who asks for it. */
+    bool private_map = r->mode == HURRAY_READ_MMAP_PRIVATE;
+    void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
+                      private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
     if (base == MAP_FAILED) {
       free(r->mapping);
       r->mapping = NULL;
-      return CORRUPT(HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+      int saved = errno;
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
     }
     r->mapping->base = base;
     r->mapping->len = (size_t)r->file_size;
@@ -430,7 +441,8 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   if (options == NULL) {
     options = &defaults;
   } else if (options->version != HURRAY_READER_OPTIONS_VERSION ||
-             (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD)) {
+             (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD &&
+              options->mode != HURRAY_READ_MMAP_PRIVATE)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "options: unknown version %u or mode %d", options->version,
                         (int)options->mode);
@@ -440,15 +452,19 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   r->mode = options->mode;
   r->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (r->fd < 0) {
-    HurrayStatus status = hurray__fail(error, errno == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
-                                       "cannot open %s: %s", path, strerror(errno));
+    int saved = errno;
+    HurrayStatus status = hurray__fail_os(error,
+                                          saved == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
+                                          saved, "cannot open %s: %s", path, strerror(saved));
     free(r);
     return status;
   }
   struct stat st;
   HurrayStatus status = HURRAY_OK;
-  if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
+  int stat_rc = fstat(r->fd, &st);
+  if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
+    int saved = stat_rc != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "%s is not a regular file", path);
   } else {
     r->file_size = (uint64_t)st.st_size;
     status = read_structure(r, error);
@@ -559,7 +575,7 @@ HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
  * a fresh aligned allocation filled with pread. */
 static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t length,
                                 uint32_t alignment, HurrayBuffer **out, HurrayError *error) {
-  if (r->mode == HURRAY_READ_MMAP) {
+  if (is_mapped(r)) {
     atomic_fetch_add(&r->mapping->refs, 1);
     HURRAY_RETURN_NOT_OK(hurray_buffer_create((uint8_t *)r->mapping->base + offset, length,
                                               release_mapped, r->mapping, out, error));
@@ -702,10 +718,122 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   return hand_out(status, d, list, descriptor_out, buffers_out, error);
 }
 
+/* -------------------------------------------------------------- populate */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+typedef struct PopulateJob {
+  uint8_t *start;
+  size_t len;
+  int err; /* errno of a failed madvise, else 0 */
+} PopulateJob;
+
+static void *populate_range(void *arg) {
+  PopulateJob *job = arg;
+  /* Read faults only: MAP_POPULATE or a write would break copy-on-write
+   * and copy every page of a private mapping. */
+  if (job->len > 0 && madvise(job->start, job->len, MADV_POPULATE_READ) != 0) {
+    job->err = errno;
+  }
+  return NULL;
+}
+
+HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayError *error) {
+  if (r == NULL || threads == 0 || threads > 64) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "populate needs a reader and 1 to 64 threads");
+  }
+  if (!is_mapped(r)) {
+    (void)posix_fadvise(r->fd, 0, (off_t)r->index_offset, POSIX_FADV_WILLNEED);
+    return HURRAY_OK;
+  }
+  /* The data region, from the (page-aligned) start of the mapping. */
+  uint8_t *base = r->mapping->base;
+  size_t len = (size_t)r->index_offset;
+  (void)madvise(base, len, MADV_SEQUENTIAL);
+  (void)madvise(base, len, MADV_WILLNEED);
+  long page_size = sysconf(_SC_PAGESIZE);
+  size_t page = page_size > 0 ? (size_t)page_size : 4096;
+  size_t pages = (len + page - 1) / page;
+  if (threads > pages) threads = pages > 0 ? (unsigned)pages : 1;
+  PopulateJob jobs[64];
+  pthread_t ids[64];
+  bool joined[64] = {false};
+  size_t per = (pages + threads - 1) / threads * page;
+  for (unsigned i = 0; i < threads; i++) {
+    size_t from = per * i;
+    jobs[i].start = base + (from < len ? from : len);
+    jobs[i].len = from >= len ? 0 : (len - from < per ? len - from : per);
+    jobs[i].err = 0;
+  }
+  /* Job 0 runs on this thread; a thread that cannot start runs inline. */
+  for (unsigned i = 1; i < threads; i++) {
+    joined[i] = pthread_create(&ids[i], NULL, populate_range, &jobs[i]) == 0;
+    if (!joined[i]) populate_range(&jobs[i]);
+  }
+  populate_range(&jobs[0]);
+  for (unsigned i = 1; i < threads; i++) {
+    if (joined[i]) pthread_join(ids[i], NULL);
+  }
+  /* Back to normal read-ahead for whatever touches the mapping later. */
+  (void)madvise(base, len, MADV_NORMAL);
+  for (unsigned i = 0; i < threads; i++) {
+    if (jobs[i].err == EINVAL || jobs[i].err == ENOSYS) return HURRAY_OK; /* old kernel */
+    if (jobs[i].err != 0) {
+      return hurray__fail(error, HURRAY_ERR_IO,
+                          "populating the mapping failed: %s (was the file truncated?)",
+                          strerror(jobs[i].err));
+    }
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayError *error) {
+  if (r == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");
+  }
+  *out = 0.0;
+  size_t len = (size_t)r->index_offset;
+  long page_size = sysconf(_SC_PAGESIZE);
+  size_t page = page_size > 0 ? (size_t)page_size : 4096;
+  size_t pages = (len + page - 1) / page;
+  if (pages == 0) {
+    *out = 1.0;
+    return HURRAY_OK;
+  }
+  /* A PREAD reader has no mapping: a temporary one, never touched. */
+  void *base = is_mapped(r) ? r->mapping->base
+                            : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) {
+    return hurray__fail(error, HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+  }
+  /* A sample of at most 1024 pages spread evenly: mincore costs about as
+   * much per page as a page fault, which would make the check as slow as
+   * what it decides about (40 ms for 1 GiB, measured). */
+  size_t samples = pages < 1024 ? pages : 1024;
+  size_t resident = 0;
+  HurrayStatus status = HURRAY_OK;
+  for (size_t i = 0; i < samples; i++) {
+    size_t at = (size_t)((unsigned long long)i * pages / samples);
+    unsigned char v = 0;
+    if (mincore((uint8_t *)base + at * page, 1, &v) != 0) {
+      status = hurray__fail(error, HURRAY_ERR_IO, "mincore failed: %s", strerror(errno));
+      break;
+    }
+    resident += v & 1;
+  }
+  if (!is_mapped(r)) munmap(base, len);
+  if (status == HURRAY_OK) *out = (double)resident / (double)samples;
+  return status;
+}
+
 /* ---------------------------------------------------------------- verify */
 
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
+  /* A private mapping may hold the caller's writes: read the file instead. */
   if (r->mode == HURRAY_READ_MMAP) {
     *out = hurray__checksum((const uint8_t *)r->mapping->base + offset, (size_t)length);
     return HURRAY_OK;

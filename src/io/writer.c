@@ -73,6 +73,8 @@ struct HurrayWriter {
   uint64_t position;  /* bytes written so far */
   bool failed;        /* a write failed: only abort remains */
   bool statistics;    /* compute statistics for each tensor written */
+  HurrayCancelFn cancel_fn; /* asked between pieces of output; NULL: never */
+  void *cancel_ctx;
 
   TensorRecord *tensors;
   size_t tensor_count;
@@ -87,12 +89,13 @@ struct HurrayWriter {
 
 /* ------------------------------------------------------------ raw output */
 
-static HurrayStatus write_failed(const HurrayWriter *w, const char *why, HurrayError *error) {
+static HurrayStatus write_failed(const HurrayWriter *w, int os_errno, const char *why,
+                                 HurrayError *error) {
   if (w->kind == SINK_PATH) {
-    return hurray__fail(error, HURRAY_ERR_IO, "write of the temporary file for %s failed: %s",
-                        w->target, why);
+    return hurray__fail_os(error, HURRAY_ERR_IO, os_errno,
+                           "write of the temporary file for %s failed: %s", w->target, why);
   }
-  return hurray__fail(error, HURRAY_ERR_IO, "write to fd %d failed: %s", w->fd, why);
+  return hurray__fail_os(error, HURRAY_ERR_IO, os_errno, "write to fd %d failed: %s", w->fd, why);
 }
 
 /* Writes all `len` bytes: a short write is continued, EINTR retried; a
@@ -105,10 +108,11 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
     ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return write_failed(w, strerror(errno), error);
+      int saved = errno;
+      return write_failed(w, saved, strerror(saved), error);
     }
     if (n == 0 || (size_t)n > chunk) {
-      return write_failed(w, n == 0 ? "no bytes written" : "more bytes written than asked",
+      return write_failed(w, 0, n == 0 ? "no bytes written" : "more bytes written than asked",
                           error);
     }
     p += n;
@@ -129,20 +133,35 @@ static int fsync_retry(const HurraySys *sys, int fd) {
   return rc;
 }
 
+static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
+  if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
+  w->failed = true;
+  return hurray__fail(error, HURRAY_ERR_CANCELLED, "the write was cancelled; nothing was published");
+}
+
+/* With a cancel hook, output goes in pieces of HURRAY_WRITER_CANCEL_INTERVAL
+ * bytes with a check before each, so one large buffer cannot keep a
+ * cancelled write running for long. */
 static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayError *error) {
-  if (len == 0) {
-    return HURRAY_OK;
-  }
-  HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, data, len)
-                                                 : fd_write_all(w, data, len, error);
-  if (status != HURRAY_OK) {
-    w->failed = true;
-    if (w->kind == SINK_CALLBACK) {
-      hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+  const uint8_t *p = data;
+  while (len > 0) {
+    HURRAY_RETURN_NOT_OK(check_cancel(w, error));
+    size_t piece = w->cancel_fn != NULL && len > HURRAY_WRITER_CANCEL_INTERVAL
+                       ? HURRAY_WRITER_CANCEL_INTERVAL
+                       : len;
+    HurrayStatus status = w->kind == SINK_CALLBACK ? w->write_fn(w->write_ctx, p, piece)
+                                                   : fd_write_all(w, p, piece, error);
+    if (status != HURRAY_OK) {
+      w->failed = true;
+      if (w->kind == SINK_CALLBACK) {
+        hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+      }
+      return status;
     }
-    return status;
+    w->position += piece;
+    p += piece;
+    len -= piece;
   }
-  w->position += len;
   return HURRAY_OK;
 }
 
@@ -217,8 +236,8 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
     int saved = errno;
     free(w->temp_path);
     w->temp_path = NULL;
-    return hurray__fail(error, HURRAY_ERR_IO, "cannot create a temporary file in %s: %s", w->dir,
-                        strerror(saved));
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot create a temporary file in %s: %s",
+                           w->dir, strerror(saved));
   }
   /* mkostemp makes the file 0600; give it the mode an O_TMPFILE file gets
    * (best effort: a file only its owner can read is still a good file). */
@@ -470,6 +489,14 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   return HURRAY_OK;
 }
 
+HurrayStatus hurray_writer_set_cancel(HurrayWriter *w, HurrayCancelFn fn, void *ctx,
+                                      HurrayError *error) {
+  if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  w->cancel_fn = fn;
+  w->cancel_ctx = fn != NULL ? ctx : NULL;
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled, HurrayError *error) {
   if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
   w->statistics = enabled;
@@ -699,9 +726,13 @@ static void sync_directory(HurrayWriter *w) {
 static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   if (fsync_retry(sys, w->fd) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "fsync of the temporary file for %s failed: %s",
-                        w->target, strerror(errno));
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                           "fsync of the temporary file for %s failed: %s", w->target,
+                           strerror(saved));
   }
+  /* The last moment a cancel can keep the target untouched. */
+  HURRAY_RETURN_NOT_OK(check_cancel(w, error));
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
      * target: linkat cannot replace an existing file, rename can. */
@@ -724,8 +755,9 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
         int saved = errno;
         free(w->temp_path);
         w->temp_path = NULL; /* not linked: the file vanishes with its descriptor */
-        return hurray__fail(error, HURRAY_ERR_IO, "cannot link the finished file for %s: %s",
-                            w->target, strerror(saved));
+        return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                               "cannot link the finished file for %s: %s", w->target,
+                               strerror(saved));
       }
     }
   }
@@ -735,12 +767,16 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   int fd = w->fd;
   w->fd = -1;
   if (sys->close(sys->ctx, fd) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "close of the temporary file for %s failed: %s",
-                        w->target, strerror(errno));
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                           "close of the temporary file for %s failed: %s", w->target,
+                           strerror(saved));
   }
   if (sys->rename(sys->ctx, w->temp_path, w->target) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "cannot rename the finished file onto %s: %s",
-                        w->target, strerror(errno));
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                           "cannot rename the finished file onto %s: %s", w->target,
+                           strerror(saved));
   }
   free(w->temp_path);
   w->temp_path = NULL; /* nothing left to clean up */
@@ -842,8 +878,9 @@ HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offse
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP &&
           errno != EBADF && errno != EPERM) {
+        int saved = errno;
         w->failed = true;
-        return write_failed(w, strerror(errno), error);
+        return write_failed(w, saved, strerror(saved), error);
       }
       kernel = false; /* unsupported here, or the source ended early: plain copy */
     }

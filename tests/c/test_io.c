@@ -87,7 +87,10 @@ static bool is_host(const HurrayDescriptor *d) {
  * one file and reads each back in `mode`, byte-exact. */
 static void round_trip(HurrayReadMode mode) {
   char path[300];
-  in_dir(path, sizeof path, mode == HURRAY_READ_MMAP ? "all-mmap.hurray" : "all-pread.hurray");
+  in_dir(path, sizeof path,
+         mode == HURRAY_READ_MMAP ? "all-mmap.hurray"
+                                  : mode == HURRAY_READ_PREAD ? "all-pread.hurray"
+                                                              : "all-private.hurray");
   HurrayWriter *w = NULL;
   assert_ok(hurray_writer_open(path, &w, error));
   size_t written = 0;
@@ -141,6 +144,69 @@ static void test_round_trip_mmap(void **state) {
 static void test_round_trip_pread(void **state) {
   (void)state;
   round_trip(HURRAY_READ_PREAD);
+}
+
+static void test_round_trip_mmap_private(void **state) {
+  (void)state;
+  round_trip(HURRAY_READ_MMAP_PRIVATE);
+}
+
+static void write_small(const char *path);
+
+/* A private mapping is writable: writes land in this process's copy of the
+ * page, never in the file, and verify (which reads the file) still passes;
+ * populate pre-faults it without changing a byte. */
+static void test_private_mapping_is_copy_on_write(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "private.hurray");
+  write_small(path);
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = HURRAY_READ_MMAP_PRIVATE;
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_populate(r, 3, error));
+  double cached = -1;
+  assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+  assert_true(cached > 0.99); /* populated */
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 0, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 65, error));
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_reader_get_tensor(r, "a.scales", &d, &list, error));
+  HurrayBuffer *b = hurray_buffer_list_get(list, 0);
+  uint8_t *data = hurray_buffer_data(b);
+  uint64_t size = hurray_buffer_size(b);
+  uint8_t first = data[0];
+  memset(data, 0xA5, (size_t)size); /* HURRAY_READ_MMAP would crash here */
+  assert_int_equal(data[0], 0xA5);
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  /* Another reader sees the file as written. */
+  HurrayReader *other = NULL;
+  HurrayDescriptor *d2 = NULL;
+  HurrayBufferList *list2 = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &other, error));
+  assert_ok(hurray_reader_get_tensor(other, "a.scales", &d2, &list2, error));
+  assert_int_equal(((uint8_t *)hurray_buffer_data(hurray_buffer_list_get(list2, 0)))[0], first);
+  assert_ok(hurray_reader_verify(other, NULL, error));
+  hurray_buffer_list_destroy(list2);
+  hurray_descriptor_destroy(d2);
+  hurray_reader_close(other);
+  hurray_reader_close(r);
+  /* The written copy outlives the reader, like every mapped buffer. */
+  assert_int_equal(data[size - 1], 0xA5);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  /* PREAD readers accept populate as read-ahead advice. */
+  options.mode = HURRAY_READ_PREAD;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_populate(r, 1, error));
+  assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+  assert_true(cached >= 0.0 && cached <= 1.0);
+  hurray_reader_close(r);
+  /* Unknown modes are still refused. */
+  options.mode = (HurrayReadMode)3;
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
 }
 
 /* A small file with three tensors and one metadata entry of each type. */
@@ -744,6 +810,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_mmap),
       cmocka_unit_test(test_round_trip_pread),
+      cmocka_unit_test(test_round_trip_mmap_private),
+      cmocka_unit_test(test_private_mapping_is_copy_on_write),
       cmocka_unit_test(test_metadata_and_lookup),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_fd_and_callback_sinks),

@@ -94,7 +94,7 @@ def test_dense_round_trip_through_file(name, shape, seed, mmap):
     x = random_tensor(DTYPES[name], shape, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "x.hurray"
-        save_file({"x": x, "twice": x}, path)
+        save_file({"x": x, "twice": x.clone()}, path)
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             loaded = load_file(path, mmap=mmap)

@@ -16,16 +16,19 @@ to_torch(t)
     layout (torch has no negative strides: those are copied). The result
     aliases the hurray tensor's buffers and keeps them alive.
 
-    Tensors read from a file must not be written: with ``hurray.load`` /
-    ``hurray.open`` (mmap=True, the default) their memory is a read-only
-    mapping of the file and writing to it kills the process. torch warns
-    about non-writable memory when it is handed such a buffer; to_torch
-    silences that one warning, so this rule is the caller's to keep. Use
-    ``.clone()`` to get a tensor you may write, or ``load_file`` (below),
-    which reads into private memory by default.
+    Tensors read with ``hurray.load`` / ``hurray.open`` (mmap=True, the
+    default) are views of a private, copy-on-write mapping of the file: they
+    may be written, and a write copies the page it touches into this
+    process's memory, never into the file. A ``readonly=True`` load maps
+    the file read-only; torch has no read-only tensors (and torch.from_dlpack
+    ignores DLPack's read-only flag), so to_torch gives a copy of such a
+    tensor instead of a view that would crash on a write.
 
-save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu")
-    Drop-in replacements for ``safetensors.torch.save_file`` / ``load_file``.
+save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu", *,
+mmap=True, dequantize=None)
+    Drop-in replacements for ``safetensors.torch.save_file`` / ``load_file``:
+    zero-copy, writable (copy-on-write) tensors by default; ``dequantize=``
+    turns quantized tensors into real values on load (see load_file).
 
 hurray.torch.dcp (a submodule, imported on demand)
     HurrayStorageWriter / HurrayStorageReader: hurray as a storage backend of
@@ -41,13 +44,14 @@ import numpy as np
 import torch
 
 from .. import _dtypes
-from .._descriptor import (Buffer, Composite, Descriptor, Paged, PerChannelAffine,
+from .._descriptor import (Composite, Dense, Descriptor, Paged, PerChannelAffine,
                           PerTensorAffine, Sparse)
-from .._files import load as _load
+from .._files import File as _File
 from .._files import save as _save
+from .. import _hurray
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
-from .._tensor import Tensor, _alignment_of, from_hurray
+from .._tensor import Tensor, from_hurray, specialise, stored_buffer
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 
@@ -112,10 +116,9 @@ def _raw(t: "torch.Tensor") -> np.ndarray:
 
 def _part(role: str, t: "torch.Tensor") -> tuple:
     """(Buffer, array) for one contiguous tensor. The alignment declared is
-    what its address really has (an empty array's too: validation checks
-    the pointer of every buffer, empty or not)."""
-    raw = _raw(t)
-    return Buffer(role, int(raw.size), _alignment_of(raw.ctypes.data)), raw
+    the element type's natural one, never the address's (files must not
+    depend on where the data sat); misaligned data is copied."""
+    return stored_buffer(role, _raw(t), t.element_size())
 
 
 def _check_cpu(tensor: "torch.Tensor") -> None:
@@ -255,7 +258,7 @@ def _torch_dtype(name: str, what: str = "tensor") -> "torch.dtype":
     if _dtypes.is_packed(name):
         raise UnsupportedError(
             f"torch has no {name} dtype; read this {what} with t.dequantize() (real values) "
-            "or t.numpy() (codes, one per byte) instead")
+            "or t.codes() (one element per byte) instead")
     try:
         return _TO_TORCH[name]
     except KeyError:
@@ -302,7 +305,7 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
     if d.dtype not in _CODES_TO_QUANT:
         raise UnsupportedError(
             f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()")
-    codes = _array_to_torch(t.numpy(), d.dtype).contiguous()
+    codes = _array_to_torch(t.codes(), d.dtype).contiguous()
     if isinstance(q, PerTensorAffine):
         return torch._make_per_tensor_quantized_tensor(codes, float(q.scale), int(q.zero_point))
     count = d.shape[q.axis]
@@ -374,19 +377,51 @@ def to_torch(t: Tensor) -> "torch.Tensor":
         if not isinstance(q, (PerTensorAffine, PerChannelAffine)):
             raise UnsupportedError(
                 f"torch has no {type(q).__name__} quantization; use t.dequantize() for the "
-                "real values")
+                "real values, or load_file(..., dequantize=torch.bfloat16) (or float16, "
+                "float32) to dequantize on load")
         return _to_quantized(t, d)
     _torch_dtype(d.dtype)
+    if d.strides is None or all(s >= 0 for s in d.strides):
+        # DLPack straight from C: no numpy round trip, bfloat16 and float8
+        # included. torch ignores the read-only flag: a read-only mapping
+        # (hurray.load(readonly=True)) is copied rather than crash on a write.
+        out = torch.from_dlpack(t)
+        return out.clone() if t._protected else out
     return _array_to_torch(t.numpy(), d.dtype)
 
 
 # ---------------------------------------------------------------- files
 
+def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
+    """safetensors' rule: tensors that share memory (tied weights, views of
+    one another) are refused, since a file stores each tensor apart and
+    loading would silently untie them."""
+    spans: Dict[tuple, list] = {}
+    for name, t in tensors.items():
+        if t.layout != torch.strided or t.numel() == 0 or t.device.type == "meta":
+            continue
+        storage = t.untyped_storage()
+        start = t.data_ptr()
+        last = start + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) \
+            * t.element_size() + t.element_size()
+        spans.setdefault((t.device, storage.data_ptr()), []).append((start, last, name))
+    for group in spans.values():
+        group.sort()
+        for (s0, e0, n0), (s1, e1, n1) in zip(group, group[1:]):
+            if s1 < e0:
+                raise ValueError(
+                    f"tensors {n0!r} and {n1!r} share memory (tied weights or views of one "
+                    "tensor); a file stores every tensor apart, so loading would untie them. "
+                    "Save one of them (and re-tie after loading), or pass a .clone() of the "
+                    "other (this is safetensors' rule too)")
+
+
 def save_file(tensors: Mapping[str, "torch.Tensor"], filename: Union[str, os.PathLike],
               metadata: Optional[Mapping[str, Any]] = None) -> None:
     """Like safetensors.torch.save_file: writes every tensor of the dict (CPU
     tensors; dense, quantized or sparse) to one hurray file, atomically.
-    Metadata values may be str, int, float, bool or bytes."""
+    Metadata values may be str, int, float, bool or bytes. Tensors that
+    share memory are refused with ValueError, as safetensors refuses them."""
     if not isinstance(tensors, Mapping):
         raise TypeError("tensors must be a dict of name -> torch.Tensor")
     converted = {}
@@ -395,6 +430,8 @@ def save_file(tensors: Mapping[str, "torch.Tensor"], filename: Union[str, os.Pat
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+    _check_shared(tensors)
+    for name, tensor in tensors.items():
         converted[name] = from_torch(tensor)
     _save(filename, converted, metadata)
 
@@ -405,19 +442,128 @@ def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
     return torch.device(device)
 
 
-def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.device"] = "cpu",
-              *, mmap: bool = False) -> Dict[str, "torch.Tensor"]:
-    """Like safetensors.torch.load_file: every tensor of the file, as torch
-    tensors on `device` (moved there with .to(device)).
+_DEQUANTIZE_TO = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_QUANT_NONE, _QUANT_PER_TENSOR, _QUANT_PER_CHANNEL = 0, 1, 2  # HurrayQuantKind
+_LAYOUT_DENSE = 1
 
-    By default the file is read into private memory, so the tensors may be
-    written like safetensors' may. mmap=True maps the file instead: nothing
-    is copied and pages load on demand, but the CPU tensors are then views
-    of a read-only mapping and MUST NOT be written (doing so kills the
-    process); .clone() one to write it."""
-    target = _device(device)
-    out = {}
-    for name, t in _load(filename, mmap=mmap).items():
-        tensor = to_torch(t)
-        out[name] = tensor if target.type == "cpu" else tensor.to(target)
+
+def _threads() -> int:
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 16))
+    except AttributeError:  # not Linux
+        return max(1, min(os.cpu_count() or 1, 16))
+
+
+# Below this share of the file in the page cache load_file pre-faults the
+# mapping with _COLD_THREADS concurrent MADV_POPULATE_READ calls (several
+# reads in flight); above it, faults on first touch are cheaper (ADR-0021).
+_COLD = 0.5
+_COLD_THREADS = 4
+
+
+def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
+    """The real values of quantized `t` as a new torch tensor of `dtype`,
+    computed by the C kernels with the GIL released."""
+    d = t.descriptor
+    if not isinstance(d.layout, Dense):
+        # Sparse and paged: the numpy path (C kernels for paged).
+        array = t.dequantize(np.float32)
+        return torch.from_numpy(array).to(dtype)
+    out = torch.empty(tuple(d.shape), dtype=dtype)
+    if out.numel():
+        raw = out.view(-1).view(torch.uint8).numpy()
+        # Fresh memory: one populate call instead of a fault per 4 KiB page,
+        # which cost about as much as the kernel itself. Huge pages measured
+        # slower (compaction on first touch): ADR-0021.
+        _hurray._prefault(raw, False)
+        t._dequantize(raw, _DEQUANTIZE_TO[dtype], threads)
     return out
+
+
+def _to_cuda(tensors: Dict[str, "torch.Tensor"], device: "torch.device",
+             chunk: int = 64 << 20) -> Dict[str, "torch.Tensor"]:
+    """CPU tensors (views of the mapping) to `device` through two pinned
+    staging buffers: while one is copied to the GPU asynchronously, the CPU
+    fills the other, so disk, memcpy and PCIe overlap. Tensors larger than a
+    staging buffer, and sparse ones, go through .to(device). Not exercised
+    by the test suite (no GPU on the test machines)."""
+    staging = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    done = [None, None]
+    stream = torch.cuda.Stream(device)
+    out = {}
+    k = 0
+    with torch.cuda.stream(stream):
+        for name, t in tensors.items():
+            nbytes = t.numel() * t.element_size()
+            if t.layout != torch.strided or not t.is_contiguous() or nbytes > chunk or \
+                    t.is_quantized or nbytes == 0:
+                out[name] = t.to(device)
+                continue
+            if done[k] is not None:
+                done[k].synchronize()  # the GPU has finished reading this buffer
+            staged = staging[k][:nbytes]
+            staged.copy_(t.reshape(-1).view(torch.uint8))
+            dst = torch.empty(t.shape, dtype=t.dtype, device=device)
+            dst.view(-1).view(torch.uint8).copy_(staged, non_blocking=True)
+            done[k] = torch.cuda.Event()
+            done[k].record(stream)
+            out[name] = dst
+            k ^= 1
+    stream.synchronize()
+    return out
+
+
+def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.device"] = "cpu",
+              *, mmap: bool = True, dequantize: Optional["torch.dtype"] = None
+              ) -> Dict[str, "torch.Tensor"]:
+    """Like safetensors.torch.load_file: every tensor of the file, as torch
+    tensors on `device`.
+
+    mmap=True (default): zero-copy. The file is mapped private and
+    copy-on-write and every CPU tensor is a view of it: writing one copies
+    the touched pages into this process's memory and never changes the file.
+    A file mostly absent from the page cache is pre-faulted by four
+    concurrent MADV_POPULATE_READ calls; a cached one is faulted in on first
+    touch, which measured cheaper (docs/adr/ADR-0021-torch-loading.md).
+    mmap=False reads every tensor into memory of its own with pread.
+
+    dequantize=torch.float32, torch.bfloat16 or torch.float16 turns every
+    quantized tensor (NF4, MX, block/per-channel/per-tensor affine) into
+    that dtype on load, in the C kernels with the GIL released and several
+    threads; unquantized tensors are untouched. Without it, per-tensor and
+    per-channel affine tensors become torch quantized tensors and other
+    schemes raise UnsupportedError. Sparse tensors become torch sparse
+    tensors (see to_torch).
+
+    device="cuda[:i]" (or an int, as in safetensors) copies through pinned
+    staging buffers."""
+    if dequantize is not None and dequantize not in _DEQUANTIZE_TO:
+        raise TypeError(f"dequantize must be torch.float32, torch.bfloat16 or torch.float16, "
+                        f"not {dequantize!r} (quantized codes dequantize to real values)")
+    target = _device(device)
+    threads = _threads()
+    out = {}
+    with _File(filename, mmap=mmap) as f:
+        if mmap and f.cached_fraction() < _COLD:
+            # Cold: concurrent populate calls keep several reads in flight;
+            # warm pages are cheaper to fault in on first touch.
+            f.populate(_COLD_THREADS)
+        for name in f.keys():
+            t = f._file._get(name)
+            _, _, strides, _, _, layout, quant = t._view_info()
+            if layout == _LAYOUT_DENSE and quant == _QUANT_NONE and strides is None:
+                try:
+                    out[name] = torch.from_dlpack(t)  # zero-copy, from C
+                    continue
+                except BufferError:
+                    pass  # sub-byte dtypes: to_torch says what to do
+            t = specialise(t)
+            if quant != _QUANT_NONE and dequantize is not None:
+                out[name] = _dequantized(t, dequantize, threads)
+            else:
+                out[name] = to_torch(t)
+    if target.type == "cpu":
+        return out
+    if target.type == "cuda":
+        return _to_cuda(out, target)
+    return {name: t.to(target) for name, t in out.items()}

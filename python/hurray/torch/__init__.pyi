@@ -41,14 +41,16 @@ def save_file(
     metadata: Mapping[str, _MetadataInput] | None = None,
 ) -> None:
     """Like safetensors.torch.save_file; metadata values may also be int,
-    float, bool or bytes."""
+    float, bool or bytes. Tensors sharing memory raise ValueError."""
 
 def load_file(
     filename: _StrPath,
     device: str | int | torch.device = "cpu",
     *,
-    mmap: bool = False,
+    mmap: bool = True,
+    dequantize: torch.dtype | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Like safetensors.torch.load_file. mmap=True maps the file instead of
-    reading it: the CPU tensors are then views of a read-only mapping and
-    must not be written."""
+    """Like safetensors.torch.load_file: zero-copy views of a private,
+    copy-on-write mapping by default (writable; the file never changes);
+    mmap=False reads into memory of its own. dequantize=torch.float32,
+    bfloat16 or float16 turns quantized tensors into that dtype on load."""

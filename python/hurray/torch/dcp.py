@@ -68,8 +68,8 @@ from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
 
 __all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
-           "IncompleteCheckpointError", "METADATA_FILE", "JSON_EXTENSION", "BYTES_EXTENSION",
-           "FORMAT", "FORMAT_VERSION"]
+           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "JSON_EXTENSION",
+           "BYTES_EXTENSION", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "hurray.torch.dcp"
 FORMAT_VERSION = 1
@@ -99,6 +99,31 @@ class CheckpointError(RuntimeError):
 
 class IncompleteCheckpointError(CheckpointError):
     """The save that wrote this directory did not finish (no .metadata.hurray)."""
+
+
+class CheckpointPathError(CheckpointError, ValueError):
+    """The checkpoint names a file outside its directory: a path with a
+    separator (``../other/rank-00000.hurray``, an absolute path), or a
+    symbolic link that resolves outside it. Nothing is read from it."""
+
+
+def _confined(directory: str, name: Any, what: str) -> str:
+    """directory/name, for a file name read from the checkpoint (or fixed,
+    like .metadata.hurray), refused with CheckpointPathError unless it is a
+    plain file name (no separator, not "." or "..") whose real path, symbolic
+    links resolved, lies inside the directory's real path."""
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name
+            or (os.altsep is not None and os.altsep in name)):
+        raise CheckpointPathError(f"{what} names the file {name!r}, which is not a plain file "
+                                  f"name inside the checkpoint directory {directory}; nothing "
+                                  "is read from it")
+    path = os.path.join(directory, name)
+    top = os.path.realpath(directory)
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != top:
+        raise CheckpointPathError(f"{path} resolves to {real}, outside the checkpoint directory "
+                                  f"{top}; nothing is read from it")
+    return path
 
 
 # madvise(2) for the pages of a file mapping under an array (Linux):
@@ -542,12 +567,13 @@ def _read_metadata_file(path: str) -> dict:
     meta = os.path.join(path, METADATA_FILE)
     if not os.path.isdir(path):
         raise CheckpointError(f"no checkpoint at {path}: not a directory")
-    if not os.path.exists(meta):
+    if not os.path.lexists(meta):
         found = sorted(n for n in os.listdir(path) if _RANK_FILE.fullmatch(n))
         extra = f"; it holds {len(found)} rank files of a save that did not finish" if found else ""
         raise IncompleteCheckpointError(
             f"checkpoint at {path} is incomplete: finish() did not complete "
             f"(no {METADATA_FILE}){extra}")
+    meta = _confined(path, METADATA_FILE, "the checkpoint")
     with File(meta) as f:
         md = f.metadata
     if md.get(_K_FORMAT) != FORMAT or _K_METADATA not in md:
@@ -556,7 +582,14 @@ def _read_metadata_file(path: str) -> dict:
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"{meta} has {FORMAT} format version {version!r}; this hurray "
                               f"reads versions up to {FORMAT_VERSION}")
-    doc = json.loads(md[_K_METADATA])
+    try:
+        doc = json.loads(md[_K_METADATA])
+    except (TypeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{meta}: malformed checkpoint metadata: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list) or \
+            not isinstance(doc.get("state_dict"), dict):
+        raise CheckpointError(f"{meta}: malformed checkpoint metadata (no files list or "
+                              "state_dict object)")
     if doc.get("save_id") != md.get(_K_SAVE_ID):
         raise CheckpointError(f"{meta}: its save ids disagree")
     return doc
@@ -601,11 +634,23 @@ class HurrayStorageReader(StorageReader):
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         doc = _read_metadata_file(self.path)
-        missing = [f for f in doc["files"] if not os.path.exists(os.path.join(self.path, f))]
+        what = f"{METADATA_FILE} of {self.path}"
+        # Every file named is checked before any is looked at: no probing
+        # for files outside the directory, not even for their existence.
+        listed = [_confined(self.path, f, what) for f in doc["files"]]
+        missing = [os.path.basename(p) for p in listed if not os.path.exists(p)]
         if missing:
             raise CheckpointError(f"checkpoint at {self.path} is damaged: {METADATA_FILE} lists "
                                   f"rank files that are missing: {missing}")
-        metadata = _decode_metadata(doc)
+        try:
+            metadata = _decode_metadata(doc)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+            raise CheckpointError(f"{what}: malformed checkpoint metadata: "
+                                  f"{type(e).__name__}: {e}") from None
+        for loc in (metadata.storage_data or {}).values():
+            _confined(self.path, loc.file, what)
         metadata.storage_meta.load_id = self.load_id
         self._save_id = doc["save_id"]
         return metadata
@@ -628,7 +673,9 @@ class HurrayStorageReader(StorageReader):
         return plans
 
     def _open(self, name: str) -> File:
-        path = os.path.join(self.path, name)
+        # Checked again where it is used: storage_data may come from another
+        # rank, or from a caller's Metadata, not from read_metadata.
+        path = _confined(self.path, name, "the checkpoint metadata")
         f = File(path, mmap=self.mmap)
         save_id = f.metadata.get(_K_SAVE_ID)
         if self._save_id is not None and save_id != self._save_id:

@@ -9,7 +9,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 __all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
-           "IncompleteCheckpointError", "METADATA_FILE", "BYTES_EXTENSION", "FORMAT",
+           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "BYTES_EXTENSION", "FORMAT",
            "FORMAT_VERSION"]
 
 FORMAT: str
@@ -22,6 +22,10 @@ class CheckpointError(RuntimeError):
 
 class IncompleteCheckpointError(CheckpointError):
     """The save that wrote this directory did not finish (no .metadata.hurray)."""
+
+class CheckpointPathError(CheckpointError, ValueError):
+    """The checkpoint names a file outside its directory (a path with a
+    separator, or a symbolic link resolving outside); nothing is read."""
 
 class HurrayStorageWriter(StorageWriter):
     """One rank-NNNNN.hurray per rank (chunks marked with their shard), then

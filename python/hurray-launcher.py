@@ -1,0 +1,32 @@
+#!python
+"""The `hurray` command of the Python package.
+
+pip installs this file into the environment's scripts folder and rewrites
+its first line to the interpreter that installed the package. It runs the C
+program shipped inside the package (hurray/_bin/hurray) with HURRAY_PYTHON
+set to that interpreter, so `hurray convert` of torch checkpoints and .npz
+uses it rather than whichever python3 comes first on PATH. A HURRAY_PYTHON
+already set wins. It imports nothing of the package, to start quickly.
+"""
+import os
+import sys
+from importlib.util import find_spec
+
+
+def main() -> None:
+    spec = find_spec("hurray")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        program = os.path.join(folder, "_bin", "hurray")
+        if os.access(program, os.X_OK):
+            break
+    else:
+        sys.exit(f"hurray: {sys.executable} has no hurray package with its hurray program; "
+                 "reinstall it (pip install --force-reinstall hurray)")
+    if not os.environ.get("HURRAY_PYTHON"):
+        os.environ["HURRAY_PYTHON"] = sys.executable
+    os.execv(program, ["hurray", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+/*
+ * DLPack export, native: the capsule points at the tensor's own buffer
+ * (no numpy round trip), so every dtype DLPack 1.x names travels, bfloat16
+ * and the float8 types included. See _dlpack.h for the contract and
+ * docs/impl/python-bindings.md ("DLPack").
+ */
+#include "_dlpack.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- DLPack 1.1 ABI, transcribed from the specification ---------------- */
+
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+
+typedef struct {
+  int32_t device_type; /* kDLCPU = 1, kDLCUDA = 2, ...: hurray uses the same codes */
+  int32_t device_id;
+} DLDevice;
+
+enum {
+  kDLInt = 0,
+  kDLUInt = 1,
+  kDLFloat = 2,
+  kDLBfloat = 4,
+  kDLComplex = 5,
+  kDLBool = 6,
+  kDLFloat8_e4m3fn = 10,
+  kDLFloat8_e5m2 = 12,
+  kDLFloat8_e8m0fnu = 14,
+};
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; /* in elements */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+#define DLPACK_FLAG_BITMASK_READ_ONLY (UINT64_C(1) << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (UINT64_C(1) << 1)
+
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+#define EXPORT_MAJOR 1
+#define EXPORT_MINOR 1 /* the float8 codes are 1.1 */
+
+/* ---- ownership ----------------------------------------------------------- */
+
+/* One allocation per export: the managed tensor, what keeps the memory
+ * alive (a reference to the owner, or a private copy), shape and strides. */
+typedef struct Holder {
+  union {
+    DLManagedTensor legacy;
+    DLManagedTensorVersioned versioned;
+  } m;
+  PyObject *owner; /* NULL for a copy */
+  void *copy;
+  int64_t dims[]; /* shape[ndim] then strides[ndim] */
+} Holder;
+
+static void holder_free(Holder *h) {
+  if (h == NULL) return;
+  if (h->owner != NULL) {
+    /* Consumers may run the deleter on any thread, without the GIL. */
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(h->owner);
+    PyGILState_Release(g);
+  }
+  free(h->copy);
+  free(h);
+}
+
+static void delete_legacy(DLManagedTensor *self) { holder_free(self->manager_ctx); }
+
+static void delete_versioned(DLManagedTensorVersioned *self) { holder_free(self->manager_ctx); }
+
+/* A capsule nobody consumed still owns its tensor. */
+static void capsule_destructor(PyObject *capsule) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+    DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+    DLManagedTensor *m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  }
+  PyErr_Restore(type, value, traceback);
+}
+
+/* ---- the export ---------------------------------------------------------- */
+
+static bool dl_dtype(HurrayDType dtype, DLDataType *out) {
+  uint8_t code, bits;
+  switch (dtype) {
+    case HURRAY_DTYPE_BOOL: code = kDLBool; bits = 8; break;
+    case HURRAY_DTYPE_INT8: code = kDLInt; bits = 8; break;
+    case HURRAY_DTYPE_INT16: code = kDLInt; bits = 16; break;
+    case HURRAY_DTYPE_INT32: code = kDLInt; bits = 32; break;
+    case HURRAY_DTYPE_INT64: code = kDLInt; bits = 64; break;
+    case HURRAY_DTYPE_UINT8: code = kDLUInt; bits = 8; break;
+    case HURRAY_DTYPE_UINT16: code = kDLUInt; bits = 16; break;
+    case HURRAY_DTYPE_UINT32: code = kDLUInt; bits = 32; break;
+    case HURRAY_DTYPE_UINT64: code = kDLUInt; bits = 64; break;
+    case HURRAY_DTYPE_FLOAT16: code = kDLFloat; bits = 16; break;
+    case HURRAY_DTYPE_BFLOAT16: code = kDLBfloat; bits = 16; break;
+    case HURRAY_DTYPE_FLOAT32: code = kDLFloat; bits = 32; break;
+    case HURRAY_DTYPE_FLOAT64: code = kDLFloat; bits = 64; break;
+    case HURRAY_DTYPE_COMPLEX64: code = kDLComplex; bits = 64; break;
+    case HURRAY_DTYPE_COMPLEX128: code = kDLComplex; bits = 128; break;
+    case HURRAY_DTYPE_FLOAT8_E4M3FN: code = kDLFloat8_e4m3fn; bits = 8; break;
+    case HURRAY_DTYPE_FLOAT8_E5M2: code = kDLFloat8_e5m2; bits = 8; break;
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU: code = kDLFloat8_e8m0fnu; bits = 8; break;
+    default:
+      /* Sub-byte types: DLPack packs them in an order it does not pin down
+       * for every consumer; refused rather than guessed. */
+      return false;
+  }
+  out->code = code;
+  out->bits = bits;
+  out->lanes = 1;
+  return true;
+}
+
+static PyObject *buffer_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+  va_end(ap);
+  if (msg != NULL) {
+    PyErr_SetObject(PyExc_BufferError, msg);
+    Py_DECREF(msg);
+  }
+  return NULL;
+}
+
+/* (major, minor) from a max_version argument; false with an exception. */
+static bool parse_version(PyObject *obj, long *major) {
+  *major = 0;
+  if (obj == Py_None) return true;
+  if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+    PyErr_SetString(PyExc_TypeError, "max_version must be None or a (major, minor) tuple");
+    return false;
+  }
+  *major = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
+  return !(*major == -1 && PyErr_Occurred());
+}
+
+PyObject *hurray_py_dlpack_device(const HurrayDescriptor *d) {
+  return Py_BuildValue("(ii)", (int)hurray_descriptor_device_type(d),
+                       (int)hurray_descriptor_device_id(d));
+}
+
+PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
+                           const HurrayBufferList *buffers, bool writable, PyObject *args,
+                           PyObject *kwargs) {
+  static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:__dlpack__", kwlist, &stream,
+                                   &max_version, &dl_device, &copy)) {
+    return NULL;
+  }
+  long major = 0;
+  if (!parse_version(max_version, &major)) return NULL;
+  int want_copy = 0;
+  if (copy != Py_None) {
+    want_copy = PyObject_IsTrue(copy);
+    if (want_copy < 0) return NULL;
+  }
+  HurrayMemoryClass memory = hurray_descriptor_memory_class(d);
+  if (memory != HURRAY_MEMORY_HOST && memory != HURRAY_MEMORY_HOST_PINNED) {
+    return buffer_error("DLPack export reads host memory; this tensor lives on device type %d",
+                        (int)hurray_descriptor_device_type(d));
+  }
+  if (stream != Py_None) {
+    PyErr_SetString(PyExc_ValueError, "stream must be None for a CPU tensor");
+    return NULL;
+  }
+  if (dl_device != Py_None) {
+    int type = 0, id = 0;
+    if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id)) return NULL;
+    if (type != hurray_descriptor_device_type(d) || id != hurray_descriptor_device_id(d)) {
+      return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type,
+                          id, (int)hurray_descriptor_device_type(d),
+                          (int)hurray_descriptor_device_id(d));
+    }
+  }
+  HurrayDType dtype = hurray_descriptor_dtype(d);
+  const char *dtype_name = hurray_dtype_name(dtype);
+  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) {
+    return buffer_error("this %s tensor is quantized: DLPack carries values, not codes; use "
+                        "t.dequantize(dtype) for the real values or t.codes() for the raw codes",
+                        dtype_name);
+  }
+  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE) {
+    return buffer_error("DLPack carries dense tensors; this one is not (use t.to_dense())");
+  }
+  DLDataType dl;
+  if (!dl_dtype(dtype, &dl)) {
+    return buffer_error("%s is a packed sub-byte dtype, which hurray does not export through "
+                        "DLPack; use t.codes() (one element per byte) or t.dequantize()",
+                        dtype_name);
+  }
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  const int64_t *strides = hurray_descriptor_strides(d);
+  const HurrayBuffer *b = hurray_buffer_list_get(buffers, hurray_descriptor_data_buffer(d));
+  if (b == NULL) return buffer_error("the tensor has no data buffer");
+  uint64_t numel = 1;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (shape[i] > (uint64_t)INT64_MAX) return buffer_error("dimension too large for DLPack");
+    numel *= shape[i]; /* the validated descriptor's data fits its buffer: no overflow */
+  }
+
+  Holder *h = calloc(1, sizeof *h + 2 * (size_t)rank * sizeof(int64_t));
+  if (h == NULL) return PyErr_NoMemory();
+  int64_t *dims = h->dims, *steps = h->dims + rank;
+  for (uint32_t i = 0; i < rank; i++) dims[i] = (int64_t)shape[i];
+  static uint8_t empty[64];
+  void *data;
+  if (want_copy) {
+    size_t bytes = (size_t)(numel * (dl.bits / 8));
+    h->copy = malloc(bytes ? bytes : 1);
+    if (h->copy == NULL) {
+      free(h);
+      return PyErr_NoMemory();
+    }
+    HurrayError e = {0};
+    HurrayStatus s;
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_tensor_to_dense(d, buffers, h->copy, bytes, &e);
+    Py_END_ALLOW_THREADS
+    if (s != HURRAY_OK) {
+      holder_free(h);
+      return buffer_error("copy failed: %s", e.message);
+    }
+    data = h->copy;
+    strides = NULL; /* the copy is row-major */
+    writable = true;
+  } else {
+    data = hurray_buffer_data(b);
+    data = data != NULL ? (uint8_t *)data + hurray_descriptor_byte_offset(d) : empty;
+    h->owner = Py_NewRef(owner);
+  }
+  int64_t step = 1;
+  for (uint32_t i = rank; i-- > 0;) {
+    steps[i] = strides != NULL ? strides[i] : step;
+    step *= dims[i] > 0 ? dims[i] : 1;
+  }
+  DLTensor t = {data, {hurray_descriptor_device_type(d), hurray_descriptor_device_id(d)},
+                (int32_t)rank, dl, dims, steps, 0};
+  PyObject *capsule;
+  if (major >= 1) {
+    h->m.versioned.version.major = EXPORT_MAJOR;
+    h->m.versioned.version.minor = EXPORT_MINOR;
+    h->m.versioned.manager_ctx = h;
+    h->m.versioned.deleter = delete_versioned;
+    h->m.versioned.flags = (writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY) |
+                           (want_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+    h->m.versioned.dl_tensor = t;
+    capsule = PyCapsule_New(&h->m.versioned, "dltensor_versioned", capsule_destructor);
+  } else {
+    if (!writable) {
+      holder_free(h);
+      return buffer_error("this tensor's memory is read-only, which a DLPack 0.x capsule "
+                          "cannot say; the consumer must ask for max_version >= (1, 0), or "
+                          "pass copy=True");
+    }
+    h->m.legacy.manager_ctx = h;
+    h->m.legacy.deleter = delete_legacy;
+    h->m.legacy.dl_tensor = t;
+    capsule = PyCapsule_New(&h->m.legacy, "dltensor", capsule_destructor);
+  }
+  if (capsule == NULL) holder_free(h);
+  return capsule;
+}

@@ -1,0 +1,210 @@
+/*
+ * _guard: see _guard.h.
+ */
+#include "_guard.h"
+
+#include <string.h>
+
+#include "pythread.h"
+
+static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out) {
+  if (!PyLong_Check(obj)) {
+    PyObject *index = PyNumber_Index(obj); /* numpy integers, IntEnum... */
+    if (index == NULL) return 0;
+    int ok = conv_max(index, max, what, out);
+    Py_DECREF(index);
+    return ok;
+  }
+  unsigned long long v = PyLong_AsUnsignedLongLong(obj); /* negative: OverflowError */
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return 0;
+    PyErr_Clear();
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (0..%llu)", what, obj,
+                 (unsigned long long)max);
+    return 0;
+  }
+  if (v > max) {
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (0..%llu)", what, obj,
+                 (unsigned long long)max);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+int hy_conv_u32(PyObject *obj, void *out) {
+  uint64_t v;
+  if (!conv_max(obj, UINT32_MAX, "value", &v)) return 0;
+  *(uint32_t *)out = (uint32_t)v;
+  return 1;
+}
+
+int hy_conv_u64(PyObject *obj, void *out) {
+  uint64_t v;
+  if (!conv_max(obj, UINT64_MAX, "value", &v)) return 0;
+  *(uint64_t *)out = v;
+  return 1;
+}
+
+int hy_conv_threads(PyObject *obj, void *out) {
+  uint64_t v;
+  if (!conv_max(obj, 65535, "threads", &v)) return 0;
+  *(unsigned int *)out = (unsigned int)v;
+  return 1;
+}
+
+int hy_check_max(uint64_t value, uint64_t max, const char *what) {
+  if (value <= max) return 0;
+  PyErr_Format(PyExc_OverflowError, "%s %llu is out of range (at most %llu)", what,
+               (unsigned long long)value, (unsigned long long)max);
+  return -1;
+}
+
+const char *hy_utf8(PyObject *obj, const char *what) {
+  if (!PyUnicode_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  Py_ssize_t len = 0;
+  const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
+  if (s == NULL) return NULL;
+  if ((size_t)len != strlen(s)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s %R contains a NUL character, which hurray names and strings cannot hold",
+                 what, obj);
+    return NULL;
+  }
+  return s;
+}
+
+#define STREAM_CHUNK ((size_t)1 << 20)
+
+/* One write() call; how many bytes it took, or 0 with an exception. */
+static size_t write_once(PyObject *target, const char *data, size_t len) {
+  PyObject *chunk = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+  if (chunk == NULL) return 0;
+  PyObject *result = PyObject_CallMethod(target, "write", "O", chunk);
+  Py_DECREF(chunk);
+  if (result == NULL) return 0;
+  if (result == Py_None) {
+    Py_DECREF(result);
+    return len;
+  }
+  if (!PyLong_Check(result) || PyBool_Check(result)) {
+    PyErr_Format(PyExc_TypeError, "the stream's write() returned %.100s, not an int or None",
+                 Py_TYPE(result)->tp_name);
+    Py_DECREF(result);
+    return 0;
+  }
+  long long n = PyLong_AsLongLong(result);
+  Py_DECREF(result);
+  if (n == -1 && PyErr_Occurred()) PyErr_Clear();
+  if (n == 0) {
+    PyErr_Format(PyExc_OSError, "the stream's write() accepted 0 of %zu bytes", len);
+    return 0;
+  }
+  if (n < 0 || (unsigned long long)n > len) {
+    PyErr_Format(PyExc_OSError,
+                 "the stream's write() returned %lld for a chunk of %zu bytes", n, len);
+    return 0;
+  }
+  return (size_t)n;
+}
+
+HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len) {
+  PyObject *target = ctx;
+  const char *p = data;
+  while (len > 0) {
+    size_t n = write_once(target, p, len < STREAM_CHUNK ? len : STREAM_CHUNK);
+    if (n == 0 || PyErr_CheckSignals() < 0) return HURRAY_ERR_IO;
+    p += n;
+    len -= n;
+  }
+  return HURRAY_OK;
+}
+
+void hy_cancel_init(HyCancel *c) {
+  c->main_thread = 0;
+  PyObject *threading = PyImport_ImportModule("threading");
+  PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+  PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+  if (ident != NULL && PyLong_Check(ident)) c->main_thread = PyLong_AsUnsignedLong(ident);
+  Py_XDECREF(ident);
+  Py_XDECREF(main);
+  Py_XDECREF(threading);
+  PyErr_Clear(); /* without threading, no thread is the main one: no checks */
+}
+
+bool hy_cancel_requested(void *ctx) {
+  const HyCancel *c = ctx;
+  if (c->main_thread == 0 || PyThread_get_thread_ident() != c->main_thread) return false;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  bool cancel = PyErr_CheckSignals() < 0; /* the exception stays set for the caller */
+  PyGILState_Release(gil);
+  return cancel;
+}
+
+/* The class for errno `err`: io_class itself when Python maps the errno to
+ * plain OSError, else a subclass of both io_class and the builtin Python
+ * maps it to (FileNotFoundError, PermissionError, IsADirectoryError, ...),
+ * made once and kept in io_class._os_subclasses. New reference. */
+static PyObject *os_class(PyObject *io_class, int err) {
+  PyObject *probe = PyObject_CallFunction(PyExc_OSError, "is", err, "");
+  if (probe == NULL) return NULL;
+  PyObject *builtin = Py_NewRef((PyObject *)Py_TYPE(probe));
+  Py_DECREF(probe);
+  if (builtin == PyExc_OSError) {
+    Py_DECREF(builtin);
+    return Py_NewRef(io_class);
+  }
+  PyObject *cache = PyObject_GetAttrString(io_class, "_os_subclasses");
+  if (cache == NULL) {
+    PyErr_Clear();
+    cache = PyDict_New();
+    if (cache == NULL || PyObject_SetAttrString(io_class, "_os_subclasses", cache) < 0) {
+      Py_XDECREF(cache);
+      Py_DECREF(builtin);
+      return NULL;
+    }
+  }
+  PyObject *cls = PyDict_GetItemWithError(cache, builtin); /* borrowed */
+  if (cls != NULL) {
+    Py_INCREF(cls);
+  } else if (!PyErr_Occurred()) {
+    char name[128];
+    snprintf(name, sizeof name, "hurray.Hurray%s", ((PyTypeObject *)builtin)->tp_name);
+    PyObject *bases = PyTuple_Pack(2, io_class, builtin);
+    cls = bases ? PyErr_NewExceptionWithDoc(name, "A HurrayIOError that is also the builtin "
+                                            "OSError subclass its errno maps to.", bases, NULL)
+                : NULL;
+    Py_XDECREF(bases);
+    if (cls != NULL && PyDict_SetItem(cache, builtin, cls) < 0) Py_CLEAR(cls);
+  }
+  Py_DECREF(cache);
+  Py_DECREF(builtin);
+  return cls;
+}
+
+PyObject *hy_raise_os(PyObject *io_class, HurrayStatus status, const HurrayError *error,
+                      PyObject *filename) {
+  PyObject *cls = os_class(io_class, error->os_errno);
+  if (cls == NULL) return NULL;
+  PyObject *exc = filename != NULL
+                      ? PyObject_CallFunction(cls, "isO", error->os_errno, "", filename)
+                      : PyObject_CallFunction(cls, "is", error->os_errno, "");
+  PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status), error->message);
+  PyObject *code = PyLong_FromLong((long)status);
+  PyObject *name = PyUnicode_FromString(hurray_status_name(status));
+  if (exc != NULL && message != NULL && code != NULL && name != NULL &&
+      PyObject_SetAttrString(exc, "strerror", message) == 0 &&
+      PyObject_SetAttrString(exc, "status", code) == 0 &&
+      PyObject_SetAttrString(exc, "status_name", name) == 0) {
+    PyErr_SetObject(cls, exc);
+  }
+  Py_XDECREF(exc);
+  Py_XDECREF(message);
+  Py_XDECREF(code);
+  Py_XDECREF(name);
+  Py_DECREF(cls);
+  return NULL;
+}

@@ -1,0 +1,194 @@
+"""safe_open: safetensors' lazy reading API over a hurray file.
+
+    with hurray.safe_open("model.hurray", framework="pt", device="cpu") as f:
+        for name in f.keys():
+            w = f.get_tensor(name)
+        rows = f.get_slice("embed.weight")[1000:2000, :64]
+
+The same methods as ``safetensors.safe_open`` (keys, get_tensor, get_slice,
+metadata, context manager), so that a script switches by
+changing its import. Tensors are zero-copy views of a private,
+copy-on-write mapping: they may be written, and the file never changes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _dtypes
+from ._descriptor import Dense
+from ._files import File
+from ._tensor import specialise
+
+_FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+def _normalise(key: Any, shape: Tuple[int, ...]):
+    """The key as one (start, stop, step) range or int per axis, with the
+    axes whose step was negative (read with a positive step, then flipped)
+    and the axes an int removes. Basic indexing only: ints, slices (any
+    step), one Ellipsis."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        fill = len(shape) - (len(key) - 1)
+        key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices: the tensor has {len(shape)} dimensions, "
+                         f"{len(key)} were indexed")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    parts, flips = [], []
+    kept = 0
+    for axis, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, (bool, np.bool_)) or k is None:
+            raise TypeError("safe_open slices take ints, slices and '...' (no None, no masks)")
+        if isinstance(k, (int, np.integer)):
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+            parts.append(i % n)
+            continue
+        if not isinstance(k, slice):
+            raise TypeError(f"safe_open slices take ints, slices and '...', not "
+                            f"{type(k).__name__}")
+        r = range(*k.indices(n))
+        if len(r) == 0:
+            parts.append(slice(0, 0, 1))
+        elif r.step > 0:
+            parts.append(slice(r.start, r[-1] + 1, r.step))
+        else:
+            parts.append(slice(r[-1], r[0] + 1, -r.step))
+            flips.append(kept)
+        kept += 1
+    return parts, flips
+
+
+class SafeSlice:
+    """A tensor not read yet: shape and dtype, and [...] that reads only the
+    rows along the first axis the index needs (where the layout allows)."""
+
+    def __init__(self, owner: "SafeOpen", name: str):
+        self._owner = owner
+        self._name = name
+        self._shape = tuple(owner._file.shape(name))
+
+    def get_shape(self) -> list:
+        return list(self._shape)
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    def get_dtype(self) -> str:
+        """The hurray dtype name ("float32", "bfloat16", ...)."""
+        return self._owner._file.dtype(self._name)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, key: Any):
+        owner = self._owner
+        parts, flips = _normalise(key, self._shape)
+        d = owner._file.descriptor(self._name)
+        rows_ok = (isinstance(d.layout, Dense) and d.quantization is None and d.strides is None
+                   and not _dtypes.is_packed(d.dtype) and len(self._shape) > 0)
+        if rows_ok:
+            first = parts[0]
+            if isinstance(first, int):
+                start, stop, parts[0] = first, first + 1, 0
+            else:
+                start, stop = first.start, max(first.stop, first.start)
+                parts[0] = slice(0, stop - start, first.step)
+            # Only these rows' bytes are touched (a view of the mapping).
+            t = owner._file.get_slice(self._name, start, stop)
+        else:
+            t = owner._file[self._name]
+        base = owner._convert(t)
+        out = base[tuple(parts)]
+        if flips:
+            out = owner._flip(out, flips)
+        return owner._finish(out)
+
+
+class SafeOpen:
+    """safetensors.safe_open over a hurray file (see the module doc)."""
+
+    def __init__(self, filename: str | os.PathLike, framework: str = "pt",
+                 device: Any = "cpu"):
+        try:
+            self._framework = _FRAMEWORKS[str(framework)]
+        except KeyError:
+            raise ValueError(f"framework must be 'pt' or 'np', not {framework!r}") from None
+        if self._framework == "np" and str(device) != "cpu":
+            raise ValueError("framework='np' reads to the CPU only")
+        self._device = device
+        if self._framework == "pt":
+            import torch  # noqa: F401  (the torch interop needs it)
+            from .torch import _device
+            self._torch_device = _device(device)
+        self._file = File(filename)
+
+    # --- safetensors' methods ---
+    def keys(self) -> list:
+        return self._file.keys()
+
+    def metadata(self) -> Optional[dict]:
+        """File metadata, or None if there is none (safetensors' convention).
+        Values keep their stored type (str, int, float, bool, bytes)."""
+        meta = self._file.metadata
+        return meta or None
+
+    def get_tensor(self, name: str):
+        return self._finish(self._convert(self._file[name]))
+
+    def get_slice(self, name: str) -> SafeSlice:
+        return SafeSlice(self, name)
+
+    def __enter__(self) -> "SafeOpen":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    # --- framework plumbing ---
+    def _convert(self, t):
+        t = specialise(t)
+        if self._framework == "np":
+            return t.numpy()
+        from .torch import to_torch
+        return to_torch(t)
+
+    def _flip(self, out, axes):
+        if self._framework == "np":
+            return np.flip(out, axis=tuple(axes))
+        return out.flip(axes)
+
+    def _finish(self, out):
+        if self._framework == "np":
+            return out
+        if self._torch_device.type != "cpu":
+            return out.to(self._torch_device)
+        return out
+
+
+def safe_open(filename: str | os.PathLike, framework: str = "pt", device: Any = "cpu"
+              ) -> SafeOpen:
+    """safetensors.safe_open over a hurray file: keys(), get_tensor(name),
+    get_slice(name)[...] (ints, slices with any step, '...'; only the rows
+    the index needs are read for dense tensors), metadata(), and use as a
+    context manager. framework "pt" gives torch tensors (on `device`), "np"
+    numpy arrays."""
+    return SafeOpen(filename, framework, device)
+
+
+__all__ = ["safe_open", "SafeOpen", "SafeSlice"]

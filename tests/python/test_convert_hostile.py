@@ -1,0 +1,591 @@
+"""hurray convert against hostile and damaged inputs, and interruptions
+(issue 14, "Hardening, round two"):
+
+  * file names read from a file (a sharded index's weight_map) are confined
+    to the index's folder;
+  * a .hurray source is verified against its checksums (--no-verify skips);
+  * two tensors that would get one name, in any source or target naming
+    scheme, are refused with both names instead of one being lost;
+  * Ctrl-C (and SIGTERM) never publishes the target, and leaves no
+    temporary file;
+  * malformed inputs give one line on stderr and exit status 1, never a
+    traceback.
+
+Every case that can hang or crash runs in a subprocess."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+
+import hurray
+from hurray._convert import ConversionError, convert
+
+torch = pytest.importorskip("torch")
+safetensors = pytest.importorskip("safetensors")
+gguf = pytest.importorskip("gguf")
+import safetensors.torch as st  # noqa: E402
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
+              pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")]
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "hurray", "convert", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_failure(r, status=1, contains=None):
+    assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("hurray convert: "), lines[0]
+    assert "internal error" not in lines[0], lines[0]
+    if contains is not None:
+        assert contains in lines[0], lines[0]
+    assert r.stdout == ""
+
+
+def listing(folder):
+    return sorted(os.listdir(folder))
+
+
+# ------------------------------------------------------------------ 1. confinement
+
+def _outside_setup(tmp_path, shard_value):
+    """tmp/secret.safetensors (not part of the checkpoint) and tmp/ckpt/ with
+    an index whose weight_map names `shard_value`."""
+    st.save_file({"w": torch.arange(4.0)}, tmp_path / "secret.safetensors")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    st.save_file({"b": torch.ones(2)}, ckpt / "model-00001-of-00001.safetensors")
+    value = shard_value.replace("ABS", str(tmp_path / "secret.safetensors"))
+    index = {"weight_map": {"b": "model-00001-of-00001.safetensors", "w": value}}
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    return ckpt
+
+
+@pytest.mark.parametrize("shard", ["../secret.safetensors", "ABS",
+                                   "sub/../../secret.safetensors"])
+def test_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard):
+    ckpt = _outside_setup(tmp_path, shard)
+    out = tmp_path / "out.hurray"
+    with pytest.raises(ConversionError, match="not a file inside its folder"):
+        convert(ckpt, out, quiet=True)
+    assert not out.exists()
+    r = run_cli(ckpt / "model.safetensors.index.json", out)
+    assert_one_line_failure(r, contains="refusing to read it")
+    assert listing(tmp_path) == ["ckpt", "secret.safetensors"]
+
+
+def test_index_shards_in_subfolders_and_symlinked_blobs_are_read(tmp_path):
+    # the Hugging Face cache: snapshots/<rev>/<shard> -> ../../blobs/<hash>
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    st.save_file({"a": torch.arange(3.0)}, blobs / "0123abcd")
+    snap = tmp_path / "snapshots" / "rev"
+    (snap / "sub").mkdir(parents=True)
+    os.symlink("../../blobs/0123abcd", snap / "model-00001-of-00002.safetensors")
+    st.save_file({"b": torch.ones(2)}, snap / "sub" / "model-00002-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
+                            "b": "sub/model-00002-of-00002.safetensors"}}
+    (snap / "model.safetensors.index.json").write_text(json.dumps(index))
+    convert(snap, tmp_path / "m.hurray", quiet=True)
+    got = hurray.load(tmp_path / "m.hurray")
+    assert got["a"].numpy().tolist() == [0, 1, 2] and got["b"].numpy().tolist() == [1, 1]
+
+
+# ------------------------------------------------------------------ 2. verification
+
+def _damaged_hurray(tmp_path):
+    path = tmp_path / "src.hurray"
+    values = np.arange(1000, 1256, dtype=np.float32)
+    hurray.save(path, {"w": values, "b": np.ones(3, np.float32)})
+    data = bytearray(path.read_bytes())
+    at = data.find(values.tobytes())
+    assert at > 0
+    data[at + 4 * 7] ^= 0x01  # one bit of element 7
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_damaged_hurray_source_is_refused_unless_no_verify(tmp_path):
+    src = _damaged_hurray(tmp_path)
+    dst = tmp_path / "out.npz"
+    dst.write_bytes(b"the old target")
+    r = run_cli(src, dst)
+    assert_one_line_failure(r, contains="fails verification")
+    assert "'w'" in r.stderr and "--no-verify" in r.stderr
+    assert dst.read_bytes() == b"the old target"
+    assert listing(tmp_path) == ["out.npz", "src.hurray"]
+    with pytest.raises(ConversionError, match="fails verification"):
+        convert(src, dst, quiet=True)
+    assert dst.read_bytes() == b"the old target"
+
+    r = run_cli(src, dst, "--no-verify", "--quiet")
+    assert (r.returncode, r.stderr) == (0, "")
+    w = np.load(dst)["w"]
+    assert w[7] != 1007 and w[8] == 1008  # the damage came through, as asked
+    convert(src, tmp_path / "again.hurray", verify=False, quiet=True)
+    # only the tensors converted are verified
+    convert(src, tmp_path / "b.hurray", include=["b"], quiet=True)
+
+
+# ------------------------------------------------------------------ 3. collisions
+
+@pytest.mark.parametrize("sd,first,second,name", [
+    ({"a": {"b": 1.0}, "a.b": 2.0}, "['a']['b']", "['a.b']", "a.b"),
+    ({1: 1.0, "1": 2.0}, "[1]", "['1']", "1"),
+    ({"": 1.0, "tensor": 2.0}, "['']", "['tensor']", "tensor"),
+    ({"x": {"": {"y": 1.0}}, "x..y": 2.0}, "['x']['']['y']", "['x..y']", "x..y"),
+])
+def test_torch_names_that_collide_are_refused(tmp_path, sd, first, second, name):
+    def tensors(obj):
+        if isinstance(obj, dict):
+            return {k: tensors(v) for k, v in obj.items()}
+        return torch.full((2,), obj)
+    src = tmp_path / "sd.pt"
+    torch.save(tensors(sd), src)
+    with pytest.raises(ConversionError) as info:
+        convert(src, tmp_path / "out.hurray", quiet=True)
+    msg = str(info.value)
+    assert first in msg and second in msg and repr(name) in msg, msg
+    assert listing(tmp_path) == ["sd.pt"]
+
+
+def test_deeply_nested_torch_dict_is_flattened(tmp_path):
+    depth = 1100  # deeper than Python's default recursion limit
+    d = cur = {}
+    for _ in range(depth):
+        cur["x"] = {}
+        cur = cur["x"]
+    cur["t"] = torch.arange(3)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(10 * depth)
+    try:
+        torch.save(d, tmp_path / "deep.pt")
+    finally:
+        sys.setrecursionlimit(old)
+    r = run_cli(tmp_path / "deep.pt", tmp_path / "deep.hurray", "--quiet")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert hurray.load(tmp_path / "deep.hurray")["x." * depth + "t"].numpy().tolist() == [0, 1, 2]
+
+
+def _shards(tmp_path, shard_a, shard_b, weight_map_text):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    st.save_file(shard_a, ckpt / "a.safetensors")
+    st.save_file(shard_b, ckpt / "b.safetensors")
+    (ckpt / "model.safetensors.index.json").write_text(weight_map_text)
+    return ckpt
+
+
+def test_sharded_tensor_in_two_shards_is_refused(tmp_path):
+    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"w": torch.zeros(2), "v": torch.ones(1)},
+                   json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}))
+    with pytest.raises(ConversionError, match=r"'w' is in two shards, a.safetensors and "
+                                              r"b.safetensors"):
+        convert(ckpt, tmp_path / "out.hurray", quiet=True)
+
+
+def test_sharded_tensor_the_index_does_not_list_is_refused(tmp_path):
+    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"v": torch.ones(1), "u": torch.ones(1)},
+                   json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}))
+    with pytest.raises(ConversionError, match="b.safetensors holds tensor 'u', which the "
+                                              "index's weight_map does not list"):
+        convert(ckpt, tmp_path / "out.hurray", quiet=True)
+
+
+def test_index_with_a_repeated_key_is_refused(tmp_path):
+    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"w2": torch.ones(1)},
+                   '{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}')
+    with pytest.raises(ConversionError, match="key 'w' appears twice"):
+        convert(ckpt, tmp_path / "out.hurray", quiet=True)
+
+
+def _npy_bytes(a):
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, a)
+    return buf.getvalue()
+
+
+def test_npz_members_read_as_one_name_are_refused(tmp_path):
+    src = tmp_path / "two.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("a.npy", _npy_bytes(np.ones(3)))
+        z.writestr("a", _npy_bytes(np.zeros(3)))
+    with pytest.raises(ConversionError, match="members 'a.npy' and 'a' both read as array 'a'"):
+        convert(src, tmp_path / "out.hurray", quiet=True)
+
+
+@pytest.mark.parametrize("order", ["codes first", "scales first"])
+@pytest.mark.parametrize("part,scheme", [("scales", "q4_0"), ("zero_points", "block_affine")])
+def test_keep_scales_part_named_like_a_tensor_is_refused(tmp_path, order, part, scheme):
+    q = hurray.quantize(np.linspace(-1, 3, 64, dtype=np.float32).reshape(2, 32), scheme,
+                        **({"symmetric": False} if scheme == "block_affine" else {}))
+    if part == "zero_points":
+        assert q.descriptor.quantization.zero_point_buffer is not None
+    real = np.full(3, 7.0, np.float32)
+    tensors = {"w": q, f"w.{part}": real}
+    if order == "scales first":
+        tensors = dict(reversed(list(tensors.items())))
+    src = tmp_path / "q.hurray"
+    hurray.save(src, tensors)
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(ConversionError) as info:
+        convert(src, out, keep_scales=True, quiet=True)
+    msg = str(info.value)
+    assert f"tensor 'w.{part}'" in msg and "of tensor 'w' (--keep-scales)" in msg, msg
+    assert listing(tmp_path) == ["q.hurray"]
+    convert(src, out, quiet=True)  # dequantized: no parts, no collision
+    assert st.load_file(out)[f"w.{part}"].tolist() == [7.0] * 3
+
+
+def test_keep_scales_metadata_key_taken_by_the_source_is_refused(tmp_path):
+    q = hurray.quantize(np.ones((2, 32), np.float32), "q8_0")
+    src = tmp_path / "q.hurray"
+    hurray.save(src, {"w": q}, {"safetensors.hurray.w.quantization": "mine"})
+    with pytest.raises(ConversionError, match="'hurray.w.quantization'"):
+        convert(src, tmp_path / "out.safetensors", keep_scales=True, quiet=True)
+
+
+def test_keep_scales_part_claimed_twice_is_refused(tmp_path):
+    q = hurray.quantize(np.ones((2, 32), np.float32), "q8_0")
+    hurray.save(tmp_path / "q.hurray", {"a": q})
+    convert(tmp_path / "q.hurray", tmp_path / "k.safetensors", keep_scales=True, quiet=True)
+    tensors = st.load_file(tmp_path / "k.safetensors")
+    with safetensors.safe_open(tmp_path / "k.safetensors", framework="pt") as f:
+        meta = f.metadata()
+    meta["hurray.a.scales.quantization"] = meta["hurray.a.quantization"]
+    tensors["a.scales.scales"] = tensors["a.scales"].clone()
+    st.save_file(tensors, tmp_path / "bad.safetensors", metadata=meta)
+    with pytest.raises(ConversionError, match="'a.scales' is claimed both by"):
+        convert(tmp_path / "bad.safetensors", tmp_path / "out.hurray", quiet=True)
+
+
+def test_gguf_key_named_like_the_converters_own_is_refused(tmp_path):
+    w = gguf.GGUFWriter(tmp_path / "m.gguf", "llama")
+    w.add_string("__types__", "{}")
+    w.add_tensor("t", np.ones(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ConversionError, match="'__types__'"):
+        convert(tmp_path / "m.gguf", tmp_path / "out.hurray", quiet=True)
+
+
+# ------------------------------------------------------------------ 4. signals
+
+# The child converts SRC to DST through `python -m hurray convert`, with one
+# function wrapped to tell the parent (a line on stdout) when to send SIGINT:
+#   blocked: the target's writer library, made to behave like one that never
+#            checks for signals (SIGINT held back while it runs, delivered
+#            when it returns) - deterministic, and what safetensors, torch
+#            and a hurray.save without signal checks do;
+#   loop:    the second tensor's conversion (the signal interrupts a sleep);
+#   live:    hurray.save, called as it is: the signal arrives while the C
+#            writer runs.
+DRIVER = textwrap.dedent(r"""
+    import signal, sys, time
+    src, dst, kind, phase = sys.argv[1:5]
+    # Blocked in every thread that numpy, torch, ... start from here on, so
+    # that the signal waits for the main thread to unblock it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if phase != "blocked":
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    from hurray import _convert, _files
+    from hurray.__main__ import main
+
+    def say(word):
+        sys.stdout.write(word + "\n")
+        sys.stdout.flush()
+
+    def blocked(fn):
+        calls = []
+        def wrapper(*a, **k):
+            calls.append(1)
+            if len(calls) > 1:  # abort() closing the writer again
+                return fn(*a, **k)
+            try:
+                say("now")
+                while signal.SIGINT not in signal.sigpending():
+                    time.sleep(0.002)
+                return fn(*a, **k)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        return wrapper
+
+    def announced(fn):
+        def wrapper(*a, **k):
+            say("now")
+            return fn(*a, **k)
+        return wrapper
+
+    if phase == "loop":
+        real, calls = _convert._convert_one, []
+        def one(*a, **k):
+            calls.append(1)
+            if len(calls) == 2:
+                say("now")
+                time.sleep(120)
+            return real(*a, **k)
+        _convert._convert_one = one
+    elif kind == "hurray":  # the C function itself: "now" comes right before C runs
+        _files._hurray.save = (blocked if phase == "blocked" else announced)(_files._hurray.save)
+    elif kind in ("safetensors", "gguf"):  # the native writer (hurray._formats, C)
+        from hurray import _formats
+        _formats.write = blocked(_formats.write)
+    elif kind == "pt":
+        import torch
+        torch.save = blocked(torch.save)
+    elif kind == "npz":
+        import zipfile
+        zipfile.ZipFile.close = blocked(zipfile.ZipFile.close)
+    elif kind == "npy":
+        import numpy as np
+        np.lib.format.write_array = blocked(np.lib.format.write_array)
+    sys.exit(main(["convert", src, dst, "--quiet"] + sys.argv[5:]))
+""")
+
+
+def _interrupt(tmp_path, src, kind, phase, *extra, sig=signal.SIGINT):
+    dst = tmp_path / f"out.{kind}"
+    old = b"the old target, which must survive\n" * 3
+    dst.write_bytes(old)
+    before = listing(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", DRIVER, str(src), str(dst), kind, phase,
+                          *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line == "now\n", (line, p.stderr.read() if p.poll() is not None else "")
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 128 + sig, (p.returncode, err)
+    assert err.strip() == "hurray convert: interrupted", err
+    assert dst.read_bytes() == old  # untouched
+    assert listing(tmp_path) == before  # no temporary file left
+
+
+@pytest.fixture(scope="module")
+def hurray_source(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sigsrc")
+    rng = np.random.default_rng(0)
+    tensors = {f"layer{i}.weight": rng.standard_normal((64, 64), dtype=np.float32)
+               for i in range(4)}
+    hurray.save(d / "src.hurray", tensors)
+    one = d / "one.hurray"
+    hurray.save(one, {"w": tensors["layer0.weight"]})
+    return d / "src.hurray", one
+
+
+@pytest.mark.parametrize("kind", ["hurray", "safetensors", "pt", "gguf", "npz", "npy"])
+def test_sigint_while_the_target_is_written_leaves_it_untouched(tmp_path, hurray_source, kind):
+    src = hurray_source[1] if kind == "npy" else hurray_source[0]
+    _interrupt(tmp_path, src, kind, "blocked")
+
+
+@pytest.mark.parametrize("kind", ["hurray", "npz"])
+def test_sigint_between_tensors_leaves_the_target_untouched(tmp_path, hurray_source, kind):
+    _interrupt(tmp_path, hurray_source[0], kind, "loop")
+
+
+def test_sigterm_also_removes_the_temporary_file(tmp_path, hurray_source):
+    _interrupt(tmp_path, hurray_source[0], "npz", "loop", sig=signal.SIGTERM)
+
+
+def test_sigint_while_hurray_save_runs(tmp_path):
+    """A real SIGINT while the C writer runs on a 64 MiB conversion. With the
+    writer's own signal checks (hurray.save aborts between buffers) the save
+    stops early; without them it completes into the converter's temporary
+    file, and the KeyboardInterrupt raised when it returns comes before the
+    rename. Either way the old target survives."""
+    rng = np.random.default_rng(1)
+    src = tmp_path / "big.npz"
+    np.savez(src, **{f"t{i}": rng.standard_normal(2 << 20, dtype=np.float32)
+                     for i in range(8)})
+    _interrupt(tmp_path, src, "hurray", "live", "--stats")
+
+
+def test_every_target_is_fsynced_before_it_is_renamed(tmp_path, hurray_source, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace",
+                        lambda a, b: (events.append(("replace", os.path.basename(b))),
+                                      real_replace(a, b))[1])
+    for kind in ("hurray", "safetensors", "pt", "gguf", "npz"):
+        events.clear()
+        convert(hurray_source[0], tmp_path / f"o.{kind}", quiet=True)
+        i = events.index(("replace", f"o.{kind}"))
+        assert events[i - 1] == "fsync" and events[i + 1:] == ["fsync"], (kind, events)
+    assert listing(tmp_path) == [f"o.{k}" for k in ("gguf", "hurray", "npz", "pt",
+                                                    "safetensors")]
+
+
+# ------------------------------------------------------------------ 5. one-line errors
+
+def _write(path, data):
+    path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
+    return path
+
+
+def _npz_bytes(compressed=False):
+    import io
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(
+        buf, w=np.arange(4096, dtype=np.float32))
+    return buf.getvalue()
+
+
+def _flip_inside(data, needle_index):
+    b = bytearray(data)
+    b[needle_index] ^= 0xFF
+    return bytes(b)
+
+
+def _torch_bytes(obj):
+    import io
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def _case(name, tmp_path):
+    """(source, target, expected words in the one line, exit status)"""
+    t = tmp_path
+    index = "model.safetensors.index.json"
+    npz = _npz_bytes()
+    zipped = _npz_bytes(compressed=True)
+    cases = {
+        "bad json index": (lambda: _write(t / index, "{not json"), "not a safetensors index"),
+        "index not an object": (lambda: _write(t / index, "[1, 2]"), "not a JSON object"),
+        "index without weight_map": (lambda: _write(t / index, '{"metadata": {}}'),
+                                     "no 'weight_map' key"),
+        "weight_map value not a name": (lambda: _write(t / index, '{"weight_map": {"w": 5}}'),
+                                        "is not a file name: 5"),
+        "weight_map value with NUL": (lambda: _write(t / index,
+                                                     '{"weight_map": {"w": "a\\u0000b"}}'),
+                                      "not a file inside its folder"),
+        "missing shard": (lambda: _write(t / index, '{"weight_map": {"w": "gone.safetensors"}}'),
+                          "gone.safetensors, which does not exist"),
+        "shard is a folder": (lambda: ((t / "dir.safetensors").mkdir(),
+                                       _write(t / index,
+                                              '{"weight_map": {"w": "dir.safetensors"}}'))[1],
+                              "is not a regular file"),
+        "deeply nested index": (lambda: _write(t / index, "[" * 100000 + "]" * 100000),
+                                "not a safetensors index"),
+        "truncated npz": (lambda: _write(t / "x.npz", npz[:len(npz) // 2]), "cannot read"),
+        "damaged npz member": (lambda: _write(t / "x.npz", _flip_inside(npz, 400)), "x.npz"),
+        "damaged compressed npz": (lambda: _write(t / "x.npz", _flip_inside(zipped, 300)),
+                                   "x.npz"),
+        "npz member not an array": (lambda: _zip_with_text(t / "x.npz"),
+                                    "member 'notes.txt' is not a .npy array"),
+        "truncated npy": (lambda: _write(t / "x.npy", _npy_bytes(np.ones(100))[:200]),
+                          "cannot read"),
+        "npy header garbage": (lambda: _write(t / "x.npy", b"\x93NUMPY\x01\x00\x10\x00{bad}" +
+                                              b" " * 6), "cannot read"),
+        "pickle refused": (lambda: _write(t / "x.pt", _torch_bytes({"o": Evil()})),
+                           "weights_only=True"),
+        "truncated pt": (lambda: _write(t / "x.pt", _torch_bytes({"w": torch.ones(9)})[:100]),
+                         "x.pt"),
+        "gguf garbage": (lambda: _write(t / "x.gguf", b"GGUF" + b"\xff" * 60), "x.gguf"),
+        "safetensors garbage": (lambda: _write(t / "x.safetensors", b"\x08" + b"\0" * 7 + b"{"),
+                                "x.safetensors"),
+        "hurray garbage": (lambda: _write(t / "x.hurray", b"not a hurray file" * 8),
+                           "cannot read"),
+        "unknown source extension": (lambda: _write(t / "x.onnx", b"?"),
+                                     "cannot tell the format"),
+        "source is a fifo": (lambda: (os.mkfifo(t / "x.npz"), t / "x.npz")[1],
+                             "is not a regular file"),
+        "index in a folder is a fifo": (lambda: (os.mkfifo(t / index), t)[1],
+                                        "is not a regular file"),
+    }
+    make, words = cases[name]
+    return make(), words
+
+
+def _zip_with_text(path):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("w.npy", _npy_bytes(np.ones(2)))
+        z.writestr("notes.txt", b"hello")
+    return path
+
+
+@pytest.mark.parametrize("case", [
+    "bad json index", "index not an object", "index without weight_map",
+    "weight_map value not a name", "weight_map value with NUL", "missing shard",
+    "shard is a folder", "deeply nested index", "truncated npz", "damaged npz member",
+    "damaged compressed npz", "npz member not an array", "truncated npy", "npy header garbage",
+    "pickle refused", "truncated pt", "gguf garbage", "safetensors garbage", "hurray garbage",
+    "unknown source extension", "source is a fifo", "index in a folder is a fifo"])
+def test_malformed_sources_give_one_line(tmp_path, case):
+    src, words = _case(case, tmp_path)
+    before = listing(tmp_path)
+    r = run_cli(src, tmp_path / "out.hurray", timeout=60)
+    assert_one_line_failure(r, contains=words)
+    assert listing(tmp_path) == before
+
+
+def test_bad_targets_give_one_line(tmp_path):
+    src = _write(tmp_path / "x.npz", _npz_bytes())
+    r = run_cli(src, tmp_path / "nowhere" / "out.hurray")
+    assert_one_line_failure(r, contains="cannot write into the folder")
+    (tmp_path / "d.hurray").mkdir()
+    r = run_cli(src, tmp_path / "d.hurray")
+    assert_one_line_failure(r, contains="is a directory")
+    assert (tmp_path / "d.hurray").is_dir() and os.listdir(tmp_path / "d.hurray") == []
+    r = run_cli(src, tmp_path / "x.onnx")
+    assert_one_line_failure(r, status=2, contains="cannot tell the format")
+    (tmp_path / "file").write_bytes(b"")
+    r = run_cli(src, tmp_path / "file" / "out.npz")
+    assert_one_line_failure(r, contains="cannot write into the folder")
+    assert listing(tmp_path) == ["d.hurray", "file", "x.npz"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder_gives_one_line(tmp_path):
+    src = _write(tmp_path / "x.npz", _npz_bytes())
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        for target in ("out.hurray", "out.safetensors", "out.npz"):
+            r = run_cli(src, ro / target)
+            assert_one_line_failure(r, contains="Permission denied")
+    finally:
+        ro.chmod(0o755)
+    assert os.listdir(ro) == []
+
+
+def test_unwritable_folder_is_one_error_even_as_root(tmp_path, monkeypatch):
+    src = _write(tmp_path / "x.npz", _npz_bytes())
+    real_open = os.open
+
+    def refusing(path, flags, *a, **k):
+        if flags & os.O_EXCL:
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", refusing)
+    for target in ("out.hurray", "out.safetensors", "out.npz", "out.gguf", "out.pt"):
+        with pytest.raises(ConversionError, match=r"cannot write into the folder .*: "
+                                                  r"Permission denied$"):
+            convert(src, tmp_path / target, quiet=True)
+    assert listing(tmp_path) == ["x.npz"]

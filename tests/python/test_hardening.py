@@ -1,0 +1,687 @@
+"""Hardening of the Python bindings (issue 14): every class of crash, hang or
+silent loss a user can reach from Python code. Anything that could crash the
+interpreter on a regression runs in a subprocess."""
+import bz2
+import copy
+import gzip
+import io
+import lzma
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import hurray
+
+
+def run_python(code: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def saved_bytes(tensors, metadata=None) -> bytes:
+    sink = io.BytesIO()
+    hurray.save(sink, tensors, metadata)
+    return sink.getvalue()
+
+
+# ------------------------------------------------------------ 1. capsules
+
+def test_capsule_consumed_from_a_gc_callback_during_consumption_is_refused():
+    """The allocation inside the first consumption runs the garbage
+    collector (threshold 1); its callback consumes the same capsule again.
+    Exactly one consumer may win (on main both did: two tensors owned one
+    buffer list), and the process must not double-free."""
+    result = run_python("""
+        import gc
+        import numpy as np
+        import hurray
+        consume = hurray.Tensor._from_capsule
+        state = {"armed": False, "inner": None, "ran": 0}
+
+        def callback(phase, info):
+            if phase == "start" and state["armed"]:
+                state["armed"] = False
+                state["ran"] += 1
+                try:
+                    state["inner"] = consume(state["cap"])
+                except hurray.HurrayError as exc:
+                    state["inner"] = exc
+
+        gc.callbacks.append(callback)
+        t = hurray.from_numpy(np.arange(1000, dtype=np.float32))
+        state["cap"] = t.__hurray__()
+        gc.collect()
+        gc.set_threshold(1)
+        state["armed"] = True
+        try:
+            outer = consume(state["cap"])
+        except hurray.HurrayError as exc:
+            outer = exc
+        gc.set_threshold(700)
+        gc.callbacks.remove(callback)
+        assert state["ran"] == 1, "the GC callback never ran"
+        won = [r for r in (outer, state["inner"]) if isinstance(r, hurray.Tensor)]
+        assert len(won) == 1, (outer, state["inner"])
+        assert np.array_equal(won[0].numpy(), np.arange(1000, dtype=np.float32))
+        del won, outer, t
+        state.clear()
+        gc.collect()
+        print("OK")
+    """)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+# ---------------------------------------------------- 2, 3. stream sinks
+
+def test_stream_sink_may_keep_the_chunks_it_is_given():
+    """A sink that keeps every chunk object (not a copy) must find the bytes
+    it was given when it reads them later (on main this read freed or
+    reused memory: a crash, hence the subprocess)."""
+    result = run_python("""
+        import io
+        import numpy as np
+        import hurray
+        a = np.arange(300_000, dtype=np.float32)
+        b = np.arange(1000, dtype=np.int64)
+        reference = io.BytesIO()
+        hurray.save(reference, {"a": a, "b": b})
+
+        class KeepingSink:
+            def __init__(self):
+                self.chunks = []
+            def write(self, chunk):
+                self.chunks.append(chunk)
+                return len(chunk)
+
+        sink = KeepingSink()
+        hurray.save(sink, {"a": a, "b": b})
+        hurray.save(io.BytesIO(), {"a": a * 2, "b": b * 3})  # reuses freed memory
+        del a, b
+        kept = b"".join(bytes(c) for c in sink.chunks)
+        assert kept == reference.getvalue(), "kept chunks changed"
+        assert all(isinstance(c, bytes) for c in sink.chunks)
+        print("OK")
+    """)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+class OneByteSink:
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, chunk):
+        self.data += bytes(chunk[:1])
+        return 1
+
+
+def test_stream_short_writes_are_continued():
+    arrays = {"x": np.arange(5000, dtype=np.uint16), "y": np.ones((3, 7), np.float64)}
+    sink = OneByteSink()
+    hurray.save(sink, arrays, {"k": "v"})
+    assert bytes(sink.data) == saved_bytes(arrays, {"k": "v"})
+
+
+class HalfSink:
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, chunk):
+        n = max(1, len(chunk) // 2)
+        self.data += bytes(chunk[:n])
+        return n
+
+
+def test_stream_partial_writes_round_trip(tmp_path):
+    arrays = {"x": np.arange(100_000, dtype=np.float32)}
+    sink = HalfSink()
+    hurray.save(sink, arrays)
+    path = tmp_path / "half.hurray"
+    path.write_bytes(bytes(sink.data))
+    assert np.array_equal(hurray.load(path)["x"].numpy(), arrays["x"])
+
+
+@pytest.mark.parametrize("result, error", [(0, OSError), (-1, OSError), (10 ** 9, OSError),
+                                           ("x", TypeError), (1.5, TypeError)])
+def test_stream_write_with_a_bad_return_fails(result, error):
+    class Bad:
+        def write(self, chunk):
+            return result
+
+    with pytest.raises(error):
+        hurray.save(Bad(), {"x": np.arange(10)})
+
+
+def test_stream_write_returning_none_means_all_written():
+    class NoneSink:
+        def __init__(self):
+            self.parts = []
+
+        def write(self, chunk):
+            self.parts.append(chunk)
+
+    sink = NoneSink()
+    hurray.save(sink, {"x": np.arange(10)})
+    assert b"".join(sink.parts) == saved_bytes({"x": np.arange(10)})
+
+
+# ----------------------------------------------- 4. compressing streams
+
+@pytest.mark.parametrize("opener, decompress", [(gzip.open, gzip.decompress),
+                                                (bz2.open, bz2.decompress),
+                                                (lzma.open, lzma.decompress)])
+def test_save_to_a_compressing_stream_goes_through_the_compressor(tmp_path, opener, decompress):
+    arrays = {"w": np.arange(10_000, dtype=np.float32).reshape(100, 100)}
+    path = tmp_path / "archive"
+    with opener(path, "wb") as stream:
+        hurray.save(stream, arrays, {"note": "compressed"})
+    raw = tmp_path / "plain.hurray"
+    raw.write_bytes(decompress(path.read_bytes()))
+    with hurray.open(raw, verify=True) as f:
+        assert np.array_equal(f["w"].numpy(), arrays["w"])
+        assert f.metadata == {"note": "compressed"}
+
+
+def test_save_to_real_files_still_uses_the_descriptor(tmp_path):
+    arrays = {"w": np.arange(100, dtype=np.int32)}
+    for mode in ("wb", "w+b"):
+        path = tmp_path / f"f{mode[-2]}.hurray"
+        with open(path, mode) as stream:
+            stream.write(b"")  # buffered bytes are flushed first
+            hurray.save(stream, arrays)
+        assert np.array_equal(hurray.load(path)["w"].numpy(), arrays["w"])
+    path = tmp_path / "raw.hurray"
+    with open(path, "wb", buffering=0) as stream:
+        hurray.save(stream, arrays)
+    assert path.read_bytes() == saved_bytes(arrays)
+
+
+# -------------------------------------------------- 5. re-initialisation
+
+def test_file_reinit_while_another_thread_reads_is_refused(tmp_path):
+    path = tmp_path / "f.hurray"
+    hurray.save(path, {f"t{i}": np.arange(10_000, dtype=np.float32) + i for i in range(8)})
+    result = run_python(f"""
+        import threading
+        import hurray
+        from hurray import _hurray
+        path = {str(path)!r}
+        f = _hurray._File(path, True, False)
+        stop = False
+        def reader():
+            while not stop:
+                for name in f.keys():
+                    f._get(name)
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        refused = 0
+        for _ in range(300):
+            try:
+                f.__init__(path, True, False)
+            except RuntimeError:
+                refused += 1
+        stop = True
+        for t in threads:
+            t.join()
+        assert refused == 300, refused
+        print("OK")
+    """)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_tensor_and_descriptor_reinit_is_refused():
+    t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+    with pytest.raises(RuntimeError):
+        t.__init__(t.descriptor, [np.zeros(16, np.uint8)])
+    d = t.descriptor
+    with pytest.raises(RuntimeError):
+        d.__init__("int8", (2,))
+    assert d.dtype == "float32"
+
+
+# --------------------------------------------------------- 6. NUL, keys
+
+@pytest.mark.parametrize("tensors, metadata", [
+    ({"a\0b": np.zeros(2)}, None),
+    ({"a": np.zeros(2)}, {"k\0x": 1}),
+    ({"a": np.zeros(2)}, {"k": "v\0w"}),
+    ({"a": hurray.from_numpy(np.zeros(2))}, {"k": "v\0"}),
+])
+def test_nul_in_names_keys_and_strings_is_refused(tensors, metadata):
+    with pytest.raises(ValueError, match="NUL"):
+        saved_bytes(tensors, metadata)
+
+
+def test_nul_in_descriptor_strings_is_refused():
+    with pytest.raises(ValueError, match="NUL"):
+        hurray.Descriptor("float32\0junk", (2,))
+    with pytest.raises(ValueError, match="NUL"):
+        hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data\0x", 8)])
+    with pytest.raises(ValueError, match="NUL"):
+        hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8)],
+                          extension=hurray.Extension("ext\0x"))
+
+
+@pytest.mark.parametrize("name", [b"w", 1, ("w",), None])
+def test_non_str_tensor_names_and_keys_are_refused(name):
+    with pytest.raises(TypeError):
+        saved_bytes({name: np.zeros(2)})
+    with pytest.raises(TypeError):
+        saved_bytes({"w": np.zeros(2)}, {name: 1})
+
+
+# ------------------------------------------------------ 7. numpy scalars
+
+def test_numpy_scalars_as_metadata_come_back_as_python_values(tmp_path):
+    metadata = {"i64": np.int64(-7), "u8": np.uint8(200), "i32": np.int32(5),
+                "u64": np.uint64(2 ** 63 - 1), "f32": np.float32(0.1), "f16": np.float16(1.5),
+                "f64": np.float64(2.5), "yes": np.bool_(True), "no": np.bool_(False),
+                "s": np.str_("text"), "b": np.bytes_(b"raw")}
+    path = tmp_path / "m.hurray"
+    hurray.save(path, {"x": np.zeros(1)}, metadata)
+    got = hurray.open(path).metadata
+    assert got["i64"] == -7 and type(got["i64"]) is int
+    assert got["u8"] == 200 and type(got["u8"]) is int
+    assert got["u64"] == 2 ** 63 - 1
+    assert got["f32"] == float(np.float32(0.1)) and type(got["f32"]) is float
+    assert got["f16"] == 1.5 and got["f64"] == 2.5
+    assert got["yes"] is True and got["no"] is False
+    assert got["s"] == "text" and got["b"] == b"raw"
+
+
+@pytest.mark.parametrize("value", [np.complex64(1j), np.array(3), np.arange(3),
+                                   np.datetime64("2020-01-01"), np.uint64(2 ** 64 - 1),
+                                   np.longdouble(1) / np.longdouble(3) if np.finfo(np.longdouble).nmant > 52 else np.complex128(1),
+                                   __import__("decimal").Decimal("0.1"),
+                                   __import__("fractions").Fraction(1, 3), 1j, 2 ** 64, object()])
+def test_metadata_values_that_cannot_be_stored_exactly_are_refused(value):
+    with pytest.raises((TypeError, OverflowError)):
+        saved_bytes({"x": np.zeros(1)}, {"k": value})
+
+
+# --------------------------------------------------- 8. integer ranges
+
+def test_integer_arguments_never_wrap(tmp_path):
+    path = tmp_path / "r.hurray"
+    hurray.save(path, {"n": np.arange(12, dtype=np.int32).reshape(4, 3),
+                       "q": hurray.quantize(np.ones((4, 64), np.float32), "nf4")})
+    with hurray.open(path) as f:
+        with pytest.raises(OverflowError):
+            f.read_buffer("q", 2 ** 32 + 1, bytearray(64))
+        with pytest.raises(OverflowError):
+            f.read_buffer("q", -1, bytearray(64))
+        with pytest.raises(OverflowError):
+            f.get_slice("n", 2 ** 64, 2 ** 64 + 1)
+        with pytest.raises(OverflowError):
+            f._file._get_rows("n", 0, 2 ** 64)
+        with pytest.raises(OverflowError):
+            f._file._get_rows("n", -1, 1)
+        q = f["q"]
+    with pytest.raises(OverflowError):
+        q.dequantize(threads=2 ** 32 + 1)
+    with pytest.raises(OverflowError):
+        q.dequantize(threads=-1)
+    with pytest.raises(OverflowError):
+        hurray.quantize(np.ones((4, 64), np.float32), "nf4", threads=2 ** 32 + 1)
+
+
+def test_descriptor_integers_never_wrap():
+    with pytest.raises(OverflowError):
+        hurray.Descriptor("float32", (8, 4), layout=hurray.Paged(2 ** 32, 4, 2),
+                          buffers=[hurray.Buffer("pool", 64), hurray.Buffer("page_table", 8)])
+    with pytest.raises(OverflowError):
+        hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8)],
+                          device=hurray.Device(2 ** 32 + 1, 0))
+    with pytest.raises(OverflowError):
+        hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8)],
+                          device=hurray.Device(1, -2 ** 31 - 1))
+    with pytest.raises(OverflowError):
+        hurray.Descriptor("float32", (4,), layout=hurray.Sparse(
+            "coo", "int32", 1, values_buffer=0, index_buffers=(2 ** 32 + 1,)),
+            buffers=[hurray.Buffer("values", 4), hurray.Buffer("indices", 4)])
+
+
+# ------------------------------------------------------ 9. copy, pickle
+
+def _rich_descriptor():
+    inner = hurray.Descriptor("int8", (4,))
+    return hurray.Descriptor(
+        "float32", (2, 4), buffers=[hurray.Buffer("data", 32, 64)],
+        statistics=hurray.Statistics(min=-1.0, max=float("nan"), nan_count=1),
+        shard=hurray.Shard((8, 4), (2, 0)), extension=hurray.Extension("x.y", b"\x00\x01")), inner
+
+
+def test_descriptor_copies_and_pickles():
+    d, inner = _rich_descriptor()
+    for other in (copy.copy(d), copy.deepcopy(d), pickle.loads(pickle.dumps(d)),
+                  pickle.loads(pickle.dumps(d, protocol=0))):
+        assert other == d and other.encode() == d.encode()
+        assert other.shard == d.shard and other.extension == d.extension
+    parts = [hurray.Buffer("data", 8), hurray.Dense(), hurray.Device(),
+             hurray.Sparse("coo", "int32", 1, index_buffers=(1,)), hurray.Paged(0, 2, 2),
+             hurray.PerTensorAffine(0.5, 3), hurray.Mxfp("int8", 0, 1),
+             hurray.Member("m", inner), hurray.Composite((hurray.Member("m", inner),))]
+    for part in parts:
+        assert pickle.loads(pickle.dumps(part)) == part
+        assert copy.deepcopy(part) == part
+
+
+def test_tensors_and_files_refuse_copy_and_pickle_cleanly(tmp_path):
+    import scipy.sparse as sp
+    path = tmp_path / "p.hurray"
+    hurray.save(path, {"a": np.arange(3)})
+    f = hurray.open(path)
+    objects = [hurray.from_numpy(np.arange(3)), hurray.SparseTensor.from_scipy(sp.eye(3).tocsr()),
+               f, f._file, f["a"]]
+    for obj in objects:
+        for action in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError):
+                action(obj)
+    f.close()
+
+
+# ---------------------------------------------------------- 10. out=
+
+def _sparse_quantized(coords):
+    layout = hurray.Sparse("coo", "int64", 3, values_buffer=0, index_buffers=(1,))
+    d = hurray.Descriptor("int8", (6,), layout=layout,
+                          quantization=hurray.PerTensorAffine(0.5, 1),
+                          buffers=[hurray.Buffer("values", 3), hurray.Buffer("indices", 24)])
+    return hurray.Tensor(d, [np.array([3, 5, 7], np.int8), coords])
+
+
+def test_dequantize_out_is_honoured_for_sparse_and_unquantized_tensors():
+    t = hurray.as_tensor(_sparse_quantized(np.array([0, 2, 5], np.int64)))
+    want = np.array([1, 0, 2, 0, 0, 3], np.float32)
+    out = np.full(6, 99, np.float32)
+    assert t.dequantize(out=out) is out
+    np.testing.assert_array_equal(out, want)
+    plain = hurray.from_numpy(np.arange(6, dtype=np.int16))
+    out16 = np.zeros(6, np.float16)
+    assert plain.dequantize(out=out16) is out16
+    np.testing.assert_array_equal(out16, np.arange(6))
+    with pytest.raises(ValueError):
+        t.dequantize(out=np.zeros(5, np.float32))
+    with pytest.raises(ValueError):
+        plain.dequantize(out=np.zeros(6, np.int32))
+
+
+# ------------------------------------- 14. sparse contents before to_dense
+
+def test_sparse_contents_are_checked_again_before_python_materialises_them():
+    coords = np.array([0, 2, 5], np.int64)
+    t = hurray.as_tensor(_sparse_quantized(coords))
+    coords[2] = -1  # the tensor borrows the array: numpy would wrap -1 to 5
+    with pytest.raises(hurray.PlacementError) as info:
+        t.dequantize()
+    assert info.value.status_name == "HURRAY_ERR_SPARSE_INDEX_BOUNDS"
+    with pytest.raises(hurray.PlacementError):
+        t.to_dense()
+
+
+# -------------------------------------------------- 12. decode like C
+
+def test_decode_accepts_a_bad_alignment_and_validate_reports_buffer_table():
+    d = hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 64)])
+    encoded = d.encode()
+    at = encoded.find((64).to_bytes(4, "little"))
+    while at >= 0:  # the alignment field: the u32 64 that decodes as the alignment
+        raw = bytearray(encoded)
+        raw[at:at + 4] = (3).to_bytes(4, "little")
+        try:
+            decoded = hurray.Descriptor.decode(bytes(raw))
+        except hurray.HurrayError:
+            decoded = None
+        if decoded is not None and decoded.buffers[0].alignment == 3:
+            break
+        at = encoded.find((64).to_bytes(4, "little"), at + 1)
+    assert at >= 0, "the C decoder refused an alignment of 3, or the field was not found"
+    assert decoded.encode() == bytes(raw)
+    with pytest.raises(hurray.ValidationError) as info:
+        decoded.validate()
+    assert info.value.status_name == "HURRAY_ERR_BUFFER_TABLE"
+    with pytest.raises(hurray.ValidationError) as c_info:
+        hurray._hurray.descriptor_validate(bytes(raw))
+    assert c_info.value.status == info.value.status
+
+
+def test_decode_of_a_non_utf8_member_name_reports_what_c_validation_reports():
+    member = hurray.Descriptor("int8", (2,))
+    d = hurray.Descriptor("int8", (2,), layout=hurray.Composite((hurray.Member("ab", member),)))
+    raw = bytearray(d.encode())
+    at = raw.find(b"ab")
+    raw[at:at + 2] = b"\xff\xfe"
+    with pytest.raises(hurray.HurrayError) as info:
+        hurray.Descriptor.decode(bytes(raw))
+    assert not isinstance(info.value, UnicodeDecodeError)
+    with pytest.raises(hurray.HurrayError) as c_info:
+        hurray._hurray.descriptor_validate(bytes(raw))
+    assert type(info.value) is type(c_info.value)
+    assert info.value.status == c_info.value.status  # COMPOSITE_NAME
+
+
+# ---------------------------------------------------- 13. reproducible
+
+def test_equal_arrays_at_different_addresses_give_identical_files(tmp_path):
+    values = np.arange(64, dtype=np.float32)
+    block = bytearray(values.nbytes + 64)
+    outputs = set()
+    for offset in (0, 4, 8, 16, 32, 1, 3):
+        a = np.frombuffer(memoryview(block)[offset:offset + values.nbytes], dtype=np.float32)
+        a = a.copy() if offset % 4 else a
+        np.frombuffer(memoryview(block)[offset:offset + values.nbytes], np.uint8)[...] = \
+            values.view(np.uint8)
+        a = np.frombuffer(memoryview(block)[offset:offset + values.nbytes], dtype=np.float32)
+        assert np.array_equal(a, values)
+        outputs.add(saved_bytes({"v": a}))
+        outputs.add(saved_bytes({"v": hurray.from_numpy(a)}))
+        outputs.add(saved_bytes({"v": hurray.as_tensor(a)}))
+        assert hurray.from_numpy(a).descriptor.buffers[0].alignment == 4
+    assert len(outputs) == 1
+
+
+def test_sparse_buffers_declare_the_natural_alignment():
+    import scipy.sparse as sp
+    t = hurray.SparseTensor.from_scipy(sp.random(5, 5, density=0.5, format="csr", random_state=0))
+    assert [b.alignment for b in t.descriptor.buffers] == [8, 4, 4]
+
+
+# ------------------------------------------------- 14. stubs and docs
+
+def _stub_and_doc_codes():
+    import ast
+    import re
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    stub = open(os.path.join(root, "python", "hurray", "__init__.pyi")).read()
+    doc = open(os.path.join(root, "docs", "impl", "python-bindings.md")).read()
+    return ast.parse(stub), doc, re
+
+
+def _c_error_table(re):
+    """{class name: [status names]} from error_classes in _hurray.c."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    source = open(os.path.join(root, "python", "hurray", "_hurray.c")).read()
+    block = source[source.index("error_classes[] = {"):]
+    block = block[:block.index("};")]
+    table = {}
+    for m in re.finditer(r'\{"(\w+)",[^{]*\{([^}]*)\}\}', block):
+        table[m.group(1)] = re.findall(r"HURRAY_ERR_(\w+)", m.group(2))
+    return table
+
+
+def test_status_to_exception_table_matches_the_docs_and_stubs():
+    """Every status in the C table is named in the docs' row and in the
+    stub's docstring of its class (or covered by a stated code range)."""
+    import ast
+    tree, doc, re = _stub_and_doc_codes()
+    table = _c_error_table(re)
+    assert table["PlacementError"][-3:] == ["SPARSE_INDEX_BOUNDS", "SPARSE_INDPTR", "SPARSE_ORDER"]
+    rows = {}
+    for line in doc.splitlines():
+        m = re.match(r"\| `(\w+)` \| [^|]+ \| (.*) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    stubs = {n.name: ast.get_docstring(n) or "" for n in tree.body if isinstance(n, ast.ClassDef)}
+    for cls, statuses in table.items():
+        assert issubclass(getattr(hurray, cls), hurray.HurrayError)
+        for status in statuses:
+            assert f"`{status}`" in rows[cls] or f"HURRAY_ERR_{status}`" in rows[cls], \
+                (cls, status, rows[cls])
+            assert status in stubs[cls] or re.search(r"\d+-\d+", stubs[cls]), (cls, status)
+    ranges = {cls: re.search(r"(\d+)-(\d+)", stubs[cls]) for cls in ("ValidationError",
+                                                                     "PlacementError")}
+    assert ranges["PlacementError"].group(2) == "69"
+    assert ranges["PlacementError"].group(2) in rows["PlacementError"].replace("–", "-")
+
+
+def test_buffer_alignment_default_agrees_with_the_stub_and_the_spec():
+    tree, _, _ = _stub_and_doc_codes()
+    import ast
+    buffer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Buffer")
+    default = next(n.value.value for n in buffer.body
+                   if isinstance(n, ast.AnnAssign) and n.target.id == "alignment")
+    assert default == hurray.Buffer("data", 1).alignment == 1
+
+
+# ------------------------------------------------ 15. OS errors
+
+def test_missing_file_is_file_not_found_with_errno_and_path(tmp_path):
+    import errno
+    path = tmp_path / "nope.hurray"
+    for action in (lambda: hurray.open(path), lambda: hurray.load(path),
+                   lambda: hurray.load_sharded(path), lambda: hurray.load_sharded([path])):
+        with pytest.raises(FileNotFoundError) as info:
+            action()
+        assert isinstance(info.value, hurray.HurrayIOError)
+        assert not isinstance(info.value, KeyError)
+        assert info.value.errno == errno.ENOENT and info.value.filename == str(path)
+    with pytest.raises(FileNotFoundError) as info:
+        hurray.save(tmp_path / "no" / "dir.hurray", {"a": np.zeros(1)})
+    assert info.value.errno == errno.ENOENT and isinstance(info.value, hurray.HurrayIOError)
+    with pytest.raises(IsADirectoryError) as info:
+        hurray.open(tmp_path)
+    assert info.value.filename == str(tmp_path)
+    (tmp_path / "d.hurray").mkdir()
+    with pytest.raises(IsADirectoryError):
+        hurray.save(tmp_path / "d.hurray", {"a": np.zeros(1)})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_permission_denied_is_permission_error(tmp_path):
+    path = tmp_path / "locked.hurray"
+    hurray.save(path, {"a": np.zeros(1)})
+    path.chmod(0)
+    with pytest.raises(PermissionError):
+        hurray.open(path)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    with pytest.raises(PermissionError):
+        hurray.save(folder / "x.hurray", {"a": np.zeros(1)})
+
+
+def test_fifos_are_refused_without_blocking(tmp_path):
+    hurray.save(tmp_path / "a.hurray", {"w": np.zeros(2)})
+    fifo = tmp_path / "b.hurray"
+    os.mkfifo(fifo)
+    result = run_python(f"""
+        import hurray
+        d = hurray.load_sharded({str(tmp_path)!r})
+        assert d == {{}}, d
+        try:
+            hurray.open({str(fifo)!r})
+        except hurray.HurrayIOError as exc:
+            print("refused", exc)
+    """, timeout=60)
+    assert result.returncode == 0 and "refused" in result.stdout, result.stderr[-2000:]
+
+
+# ------------------------------------------------------------ 11. Ctrl-C
+
+def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
+    target = tmp_path / "model.hurray"
+    hurray.save(target, {"old": np.arange(10)})
+    old = target.read_bytes()
+    result = run_python(f"""
+        import os, signal, threading, time
+        import numpy as np
+        import hurray
+        target = {str(target)!r}
+        folder = os.path.dirname(target)
+        big = np.ones(512 << 20, np.uint8)  # 512 MiB, well past one cancel interval
+
+        def interrupt_mid_write():
+            # Wait for the writer's temporary file to pass 32 MiB, then Ctrl-C.
+            while True:
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        link = os.readlink(f"/proc/self/fd/{{fd}}")
+                        size = os.fstat(int(fd)).st_size
+                    except OSError:
+                        continue
+                    if link.startswith(folder) and link != target and size > (32 << 20):
+                        os.kill(os.getpid(), signal.SIGINT)
+                        return
+                time.sleep(0.001)
+
+        threading.Thread(target=interrupt_mid_write, daemon=True).start()
+        try:
+            hurray.save(target, {{"big": big}})
+        except KeyboardInterrupt:
+            print("interrupted")
+            raise
+        print("finished")
+    """, timeout=300)
+    assert "interrupted" in result.stdout, (result.stdout, result.stderr[-2000:])
+    assert "KeyboardInterrupt" in result.stderr
+    assert result.returncode != 0
+    assert target.read_bytes() == old
+    assert sorted(os.listdir(tmp_path)) == ["model.hurray"]
+
+
+def test_ctrl_c_during_a_stream_save_stops_it():
+    result = run_python("""
+        import os, signal
+        import numpy as np
+        import hurray
+
+        class Sink:
+            def __init__(self):
+                self.n = 0
+            def write(self, chunk):
+                self.n += len(chunk)
+                if self.n > (8 << 20) and not getattr(self, "sent", False):
+                    self.sent = True
+                    os.kill(os.getpid(), signal.SIGINT)
+                return len(chunk)
+
+        sink = Sink()
+        try:
+            hurray.save(sink, {"big": np.ones(64 << 20, np.uint8)})
+        except KeyboardInterrupt:
+            print("interrupted at", sink.n)
+    """)
+    assert "interrupted at" in result.stdout, result.stderr[-2000:]
+    assert int(result.stdout.split()[-1]) < (64 << 20)
+
+
+def test_tensor_reinit_from_inside_its_own_init_is_refused():
+    t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+    fresh = hurray.Tensor.__new__(hurray.Tensor)
+    data = np.arange(4, dtype=np.float32).view(np.uint8)
+
+    def buffers():
+        # Runs inside the outer __init__, before it takes the tensor.
+        hurray._hurray._Tensor.__init__(fresh, t._encoded, [data])
+        yield data
+
+    with pytest.raises(RuntimeError):
+        hurray._hurray._Tensor.__init__(fresh, t._encoded, buffers())
+    np.testing.assert_array_equal(fresh.numpy(), np.arange(4, dtype=np.float32))

@@ -1,0 +1,178 @@
+"""Packaging: configure-time checks of the build dependencies, one version
+number, and the C CLI's choice of Python for `convert`.
+
+The wheel itself (sdist, wheel, fresh venv) is checked by
+scripts/check_wheel.sh; the README's C program by scripts/check_readme_c.sh.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hurray
+
+REPO = Path(__file__).resolve().parents[2]
+MESON = Path(sys.executable).parent / "meson"
+CLI = Path(os.environ.get("HURRAY_CLI", REPO / "build" / "hurray"))
+
+# Not under make test-python-asan: the preloaded ASan runtime would follow
+# meson into the compilers it runs.
+needs_meson = pytest.mark.skipif(not MESON.exists() or "asan" in os.environ.get("LD_PRELOAD", ""),
+                                 reason="no meson beside this Python, or ASan preloaded")
+needs_cli = pytest.mark.skipif(not CLI.exists(), reason="no build/hurray (make build)")
+
+# pyproject's meson-python setup arguments: what `pip install .` configures.
+PIP_ARGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["meson-python"]["args"]["setup"]
+
+
+def hiding_compiler(tmp_path, headers):
+    """A C compiler that behaves as if `headers` were not installed."""
+    cc = tmp_path / "cc-without"
+    names = "|".join(re.escape(h) for h in headers)
+    cc.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do\n'
+        '  case "$a" in *.c)\n'
+        f'    if grep -Eq "({names})" "$a" 2>/dev/null; then\n'
+        '      echo "fatal error: header hidden by the test" >&2; exit 1\n'
+        "    fi;;\n"
+        "  esac\n"
+        "done\n"
+        f'exec {shutil.which("cc")} "$@"\n')
+    cc.chmod(0o755)
+    return cc
+
+
+def meson_setup(tmp_path, cc, *args):
+    env = dict(os.environ, CC=str(cc))
+    return subprocess.run([str(MESON), "setup", str(tmp_path / "b"), str(REPO), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def error_lines(r):
+    return [line for line in (r.stdout + r.stderr).splitlines() if "ERROR:" in line]
+
+
+def build_dependencies():
+    """(header, Debian package, setup arguments) of every entry of meson.build's
+    build_dep_specs table, so that an entry added there is tested here."""
+    text = (REPO / "meson.build").read_text()
+    table = text[text.index("build_dep_specs = {"):text.index("build_deps = {}")]
+    out = []
+    for entry in re.findall(r"^  '\w+' : \{.*?\},?$", table, re.S | re.M):
+        header = re.search(r"'header' : '([^']+)'", entry).group(1)
+        package = re.search(r"'deb' : '([^']+)'", entry).group(1)
+        out.append((header, package, ["-Dtests=true"] if "get_option('tests')" in entry else PIP_ARGS))
+    return out
+
+
+def test_the_table_is_read():
+    assert ("xxhash.h", "libxxhash-dev", PIP_ARGS) in build_dependencies()
+
+
+@needs_meson
+@pytest.mark.parametrize("header, package, args", build_dependencies() + [
+    ("xxhash.h", "libxxhash-dev", []),   # a plain `meson setup build` too
+])
+def test_missing_build_dependency_stops_configure_naming_the_debian_package(
+        tmp_path, header, package, args):
+    r = meson_setup(tmp_path, hiding_compiler(tmp_path, [header]), *args)
+    assert r.returncode != 0
+    errors = error_lines(r)
+    assert len(errors) == 1, r.stdout + r.stderr
+    assert header in errors[0].split(" not found: ")[0]
+    assert f" not found: install the Debian package {package} (apt-get install {package})" \
+        in errors[0]
+
+
+@needs_meson
+def test_pip_configuration_needs_no_cmocka(tmp_path):
+    # pip install . configures with -Dtests=false: cmocka is test-only.
+    r = meson_setup(tmp_path, hiding_compiler(tmp_path, ["cmocka.h"]), *PIP_ARGS)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_one_version_number():
+    meson = re.search(r"project\('hurray'.*?version : '([^']+)'", (REPO / "meson.build").read_text(),
+                      re.S).group(1)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and project["dynamic"] == ["version"]
+    assert hurray.__version__ == meson
+    header = REPO / "build" / "include" / "hurray" / "version.h"
+    if header.exists():
+        assert f'#define HURRAY_VERSION_STRING "{meson}"' in header.read_text()
+    assert "HURRAY_VERSION_STRING" not in (REPO / "include/hurray/common.h").read_text().split(
+        "#include <hurray/version.h>")[0]
+
+
+def test_requires_python_is_true():
+    # The extension calls PyType_GetModuleByDef, public from 3.11.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.11"
+    assert "PyType_GetModuleByDef" in (REPO / "python/hurray/_hurray.c").read_text()
+    assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+# ---------------------------------------------------- the CLI's Python for convert
+
+@pytest.fixture
+def npz(tmp_path):
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(6, dtype=np.float32))
+    return path
+
+
+def cli(*args, env_update=None, drop=("HURRAY_PYTHON",), cwd=None):
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_update or {})
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=300)
+
+
+@needs_cli
+def test_convert_uses_the_configured_python_not_path(npz, tmp_path):
+    # From an ordinary shell: no venv on PATH, HURRAY_PYTHON unset. The build
+    # was configured with this venv's Python, which has the package.
+    r = cli("convert", npz, tmp_path / "a.hurray", "-q", env_update={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    with hurray.open(tmp_path / "a.hurray") as f:
+        assert np.array_equal(np.asarray(f["x"]), np.arange(6, dtype=np.float32))
+
+
+@needs_cli
+def test_convert_with_a_python_without_the_package_says_what_to_do(npz, tmp_path):
+    fake = tmp_path / "python-without-hurray"
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
+    fake.chmod(0o755)
+    r = cli("convert", npz, tmp_path / "b.hurray", env_update={"HURRAY_PYTHON": str(fake)})
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "cannot import the hurray Python package" in r.stderr
+    assert "HURRAY_PYTHON" in r.stderr
+    assert not (tmp_path / "b.hurray").exists()
+
+
+@needs_cli
+def test_convert_with_a_missing_python_says_what_to_do(npz, tmp_path):
+    r = cli("convert", npz, tmp_path / "c.hurray",
+            env_update={"HURRAY_PYTHON": str(tmp_path / "no-such-python")})
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "cannot run the Python interpreter" in r.stderr and "HURRAY_PYTHON" in r.stderr
+
+
+@needs_cli
+def test_convert_ignores_a_hurray_folder_in_the_current_directory(npz, tmp_path):
+    evil = tmp_path / "hurray"
+    evil.mkdir()
+    (evil / "__init__.py").write_text("raise SystemExit('the current directory ran')\n")
+    (evil / "__main__.py").write_text("raise SystemExit('the current directory ran')\n")
+    r = cli("convert", npz, tmp_path / "d.hurray", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "d.hurray").exists()

@@ -1,0 +1,382 @@
+"""Loading into torch and numpy (issue 16): writable copy-on-write loads by
+every path, a read-only mode that refuses writes, dequantize on load,
+native DLPack for bfloat16 and float8, no silent raw codes, safe_open.
+
+Everything that writes into loaded memory runs in a subprocess, so a crash
+fails the test instead of killing pytest."""
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hurray
+from hurray.torch import load_file, save_file, to_torch
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = os.environ.get("HURRAY_CLI", str(REPO / "build" / "hurray"))
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def verify_with_cli(path) -> None:
+    if not os.path.exists(CLI):
+        pytest.skip("the hurray CLI is not built (make build)")
+    done = subprocess.run([CLI, "verify", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def run_python(code: str, path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def model(tmp_path):
+    """A file of f32, bf16, f8 and int tensors (>1 page each)."""
+    path = tmp_path / "model.hurray"
+    g = torch.Generator().manual_seed(1)
+    save_file({
+        "w32": torch.randn(64, 257, generator=g),
+        "w16": torch.randn(40, 300, generator=g).to(torch.bfloat16),
+        "f8": torch.randn(5000, generator=g).to(torch.float8_e4m3fn),
+        "ids": torch.arange(3000, dtype=torch.int64),
+    }, path, metadata={"format": "pt"})
+    return path
+
+
+# Each snippet obtains tensors by one load path and writes into them. Before
+# the copy-on-write mapping, the mapped ones died with SIGSEGV.
+WRITE_PATHS = {
+    "load_file": """
+        from hurray.torch import load_file
+        for t in load_file(p).values(): t.view(torch.uint8).add_(1)
+    """,
+    "load_file_pread": """
+        from hurray.torch import load_file
+        for t in load_file(p, mmap=False).values(): t.view(torch.uint8).add_(1)
+    """,
+    "from_dlpack": """
+        f = hurray.load(p)
+        for k in f: torch.from_dlpack(f[k]).view(torch.uint8).add_(1)
+    """,
+    "to_torch": """
+        from hurray.torch import to_torch
+        f = hurray.load(p)
+        for k in f: to_torch(f[k]).view(torch.uint8).add_(1)
+    """,
+    "numpy": """
+        f = hurray.load(p)
+        for k in f: f[k].numpy().view(np.uint8)[...] += 1
+    """,
+    "asarray": """
+        f = hurray.load(p)
+        for k in f: np.asarray(f[k]).view(np.uint8)[...] = 7
+    """,
+    "np_from_dlpack": """
+        f = hurray.load(p)
+        a = np.from_dlpack(f["w32"]); a += 1
+    """,
+    "open_get_slice": """
+        with hurray.open(p) as f:
+            f.get_slice("w32", 3, 9).numpy()[...] = 0
+    """,
+    "open_buffers": """
+        with hurray.open(p) as f:
+            t = f["ids"]
+        np.frombuffer(t.buffers[0], np.uint8)[...] = 3
+    """,
+    "safe_open_pt": """
+        with hurray.safe_open(p, framework="pt") as f:
+            for k in f.keys():
+                f.get_tensor(k).view(torch.uint8).add_(1)
+                f.get_slice(k)[1:].view(torch.uint8).add_(1)
+    """,
+    "safe_open_np": """
+        with hurray.safe_open(p, framework="np") as f:
+            f.get_tensor("w32")[...] = 0
+            f.get_slice("ids")[::2][...] = 0
+    """,
+}
+
+
+@pytest.mark.parametrize("how", sorted(WRITE_PATHS))
+def test_write_into_loaded_tensor_does_not_crash_nor_touch_the_file(model, how):
+    before = sha(model)
+    code = "import sys, numpy as np, torch, hurray\np = sys.argv[1]\n" + \
+        textwrap.dedent(WRITE_PATHS[how]) + "\nprint('wrote')\n"
+    done = run_python(code, model)
+    assert done.returncode == 0, f"rc={done.returncode}\n{done.stderr}"
+    assert "wrote" in done.stdout
+    assert sha(model) == before
+    verify_with_cli(model)
+
+
+def test_writes_are_private_to_the_process(model):
+    """Two loads in one process see the file, not each other's writes."""
+    code = """
+        import sys, torch
+        from hurray.torch import load_file
+        a = load_file(sys.argv[1]); b = load_file(sys.argv[1])
+        keep = b["w32"].clone()
+        a["w32"].fill_(5)
+        assert torch.equal(b["w32"], keep), "a write leaked into another load"
+        assert bool((a["w32"] == 5).all())
+        print("ok")
+    """
+    done = run_python(code, model)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+
+
+def test_readonly_load_refuses_writes(model):
+    code = """
+        import sys, numpy as np, torch, hurray
+        from hurray.torch import to_torch
+        f = hurray.load(sys.argv[1], readonly=True)
+        a = f["w32"].numpy()
+        assert not a.flags.writeable
+        try:
+            a[0, 0] = 1
+        except ValueError:
+            print("numpy refused")
+        b = np.from_dlpack(f["w32"])
+        assert not b.flags.writeable
+        try:
+            b[0, 0] = 1
+        except ValueError:
+            print("dlpack refused")
+        # The legacy capsule cannot say read-only: refused, not handed out.
+        try:
+            f["w32"].__dlpack__()
+        except BufferError:
+            print("legacy refused")
+        # torch ignores DLPack's read-only flag, so to_torch copies.
+        t = to_torch(f["w32"]); t.add_(1)
+        print("torch copy writable")
+    """
+    done = run_python(code, model)
+    assert done.returncode == 0, done.stderr
+    for line in ("numpy refused", "dlpack refused", "legacy refused", "torch copy writable"):
+        assert line in done.stdout
+    verify_with_cli(model)
+
+
+# ------------------------------------------------------------- dequantize
+
+@pytest.mark.parametrize("scheme", ["nf4", "mxfp4", "mxfp8_e4m3", "block_affine", "q4_0",
+                                    "per_channel", "affine"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_load_file_dequantizes_to_tensor_dequantize(tmp_path, scheme, dtype):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 128)).astype(np.float32)
+    path = tmp_path / "q.hurray"
+    hurray.save(path, {"q": hurray.quantize(w, scheme), "plain": hurray.from_numpy(w)})
+    got = load_file(path, dequantize=dtype)
+    want = hurray.load(path)["q"].dequantize(
+        {torch.float32: np.float32, torch.float16: np.float16,
+         torch.bfloat16: ml_dtypes.bfloat16}[dtype])
+    assert got["q"].dtype == dtype
+    np.testing.assert_array_equal(got["q"].view(torch.int16 if dtype != torch.float32
+                                                else torch.int32).numpy(),
+                                  want.view(np.int16 if dtype != torch.float32 else np.int32))
+    assert got["plain"].dtype == torch.float32  # unquantized tensors are untouched
+
+
+def test_nf4_without_dequantize_says_how(tmp_path):
+    path = tmp_path / "q.hurray"
+    hurray.save(path, {"q": hurray.quantize(np.ones((8, 64), np.float32), "nf4")})
+    with pytest.raises(hurray.UnsupportedError, match="dequantize="):
+        load_file(path)
+
+
+def test_dequantize_refuses_integer_targets(tmp_path):
+    t = hurray.quantize(np.linspace(-2, 2, 64, dtype=np.float32), "affine")
+    for bad in (np.uint8, np.int8, np.int32, bool):
+        with pytest.raises(TypeError, match="floating-point"):
+            t.dequantize(bad)
+    path = tmp_path / "q.hurray"
+    hurray.save(path, {"q": t})
+    with pytest.raises(TypeError):
+        load_file(path, dequantize=torch.int8)
+
+
+@pytest.mark.parametrize("scheme", ["affine", "nf4", "mxfp8_e4m3", "block_affine"])
+def test_no_silent_raw_codes(scheme):
+    t = hurray.quantize(np.linspace(-2, 2, 64, dtype=np.float32).reshape(2, 32), scheme)
+    for read in (np.asarray, np.array, lambda x: x.numpy(), lambda x: x.__array__()):
+        with pytest.raises(hurray.UnsupportedError, match=r"dequantize\(.*codes\(\)"):
+            read(t)
+    assert t.codes().shape == (2, 32)  # the codes, when asked for by name
+    with pytest.raises(BufferError, match="quantized"):
+        t.__dlpack__(max_version=(1, 0))
+
+
+# ---------------------------------------------------------------- DLPack
+
+@settings(max_examples=30, deadline=None)
+@given(dtype=st.sampled_from([torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
+                              torch.float16, torch.float32, torch.int8, torch.bool,
+                              torch.complex64]),
+       shape=st.lists(st.integers(0, 6), min_size=0, max_size=3), seed=st.integers(0, 999))
+def test_dlpack_reaches_torch_bit_exact(dtype, shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    raw = torch.randint(0, 256, (int(np.prod(shape)) * torch.empty(0, dtype=dtype)
+                                 .element_size(),), dtype=torch.uint8, generator=g)
+    if dtype == torch.bool:
+        raw = raw % 2
+    x = raw.view(dtype).reshape(shape)
+    t = hurray.torch.from_torch(x)
+    y = torch.from_dlpack(t)
+    assert y.dtype == dtype and tuple(y.shape) == tuple(shape)
+    assert torch.equal(y.reshape(-1).view(torch.uint8), x.reshape(-1).view(torch.uint8))
+    if x.numel():
+        assert y.data_ptr() == x.data_ptr()  # zero-copy
+
+
+def test_dlpack_capsules_versioned_and_legacy():
+    t = hurray.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert "dltensor_versioned" in repr(t.__dlpack__(max_version=(1, 2)))
+    assert "dltensor" in repr(t.__dlpack__())
+    assert "versioned" not in repr(t.__dlpack__(max_version=(0, 8)))
+    assert t.__dlpack_device__() == (1, 0)
+    copy = np.from_dlpack(t, copy=True)
+    assert copy.flags.writeable and np.array_equal(copy, np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError):
+        t.__dlpack__(stream=1)
+    with pytest.raises(BufferError):
+        t.__dlpack__(dl_device=(2, 0))
+    # Strided views travel with their strides.
+    s = hurray.Tensor(hurray.Descriptor("float32", (3, 2), strides=(1, 3),
+                                        buffers=[hurray.Buffer("data", 24, 4)]),
+                      [np.arange(6, dtype=np.float32)])
+    assert torch.equal(torch.from_dlpack(s), torch.arange(6.).reshape(2, 3).T)
+
+
+def test_bfloat16_exports_with_a_true_message_for_what_does_not():
+    with pytest.raises(BufferError, match="sub-byte"):
+        hurray.from_numpy(np.zeros(4, ml_dtypes.int4)).__dlpack__(max_version=(1, 0))
+    y = torch.from_dlpack(hurray.from_numpy(np.ones(3, ml_dtypes.bfloat16)))
+    assert y.dtype == torch.bfloat16 and bool((y == 1).all())
+
+
+# ------------------------------------------------------------ save/load
+
+def test_load_file_is_zero_copy_and_sparse_becomes_torch_sparse(tmp_path):
+    path = tmp_path / "m.hurray"
+    dense = torch.randn(32, 32)
+    sparse = torch.eye(5).to_sparse_csr()
+    save_file({"d": dense, "s": sparse}, path)
+    out = load_file(path)
+    assert torch.equal(out["d"], dense)
+    assert out["s"].layout == torch.sparse_csr and torch.equal(out["s"].to_dense(), torch.eye(5))
+    with hurray.open(path) as f:
+        address = f["d"]._buffer_address(0)
+    maps = Path("/proc/self/maps").read_text()
+    assert str(path) in maps  # the file is mapped...
+    del address
+    lo_hi = [tuple(int(x, 16) for x in line.split()[0].split("-"))
+             for line in maps.splitlines() if line.endswith(str(path))]
+    assert any(lo <= out["d"].data_ptr() < hi for lo, hi in lo_hi)
+
+
+def test_save_file_refuses_shared_tensors(tmp_path):
+    w = torch.randn(4, 4)
+    with pytest.raises(ValueError, match="share memory"):
+        save_file({"embed": w, "lm_head": w}, tmp_path / "tied.hurray")
+    with pytest.raises(ValueError, match="share memory"):
+        save_file({"a": w, "row": w[1]}, tmp_path / "view.hurray")
+    save_file({"a": w[:2], "b": w[2:]}, tmp_path / "disjoint.hurray")  # no overlap: fine
+    assert not (tmp_path / "tied.hurray").exists()
+
+
+# -------------------------------------------------------------- safe_open
+
+def test_safe_open_api(model):
+    with hurray.safe_open(model, framework="pt", device="cpu") as f:
+        assert sorted(f.keys()) == ["f8", "ids", "w16", "w32"]
+        assert f.metadata() == {"format": "pt"}
+        assert f.get_tensor("w16").dtype == torch.bfloat16
+        sl = f.get_slice("w32")
+        assert sl.get_shape() == [64, 257] and sl.get_dtype() == "float32"
+        assert torch.equal(sl[2:5, ::3], f.get_tensor("w32")[2:5, ::3])
+    with hurray.safe_open(model, framework="np") as f:
+        assert f.get_tensor("ids")[5] == 5
+    with pytest.raises(ValueError):
+        hurray.safe_open(model, framework="tf")
+
+
+KEY_PART = st.one_of(
+    st.integers(-8, 8),
+    st.builds(slice, st.one_of(st.none(), st.integers(-9, 9)),
+              st.one_of(st.none(), st.integers(-9, 9)),
+              st.one_of(st.none(), st.integers(-4, 4).filter(lambda s: s != 0))))
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+       key=st.lists(KEY_PART, min_size=0, max_size=4), ellipsis_at=st.integers(-1, 4),
+       framework=st.sampled_from(["np", "pt"]), dtype=st.sampled_from(["float32", "bfloat16"]),
+       data=st.data())
+def test_safe_open_slicing_equals_numpy(tmp_path_factory, shape, key, ellipsis_at, framework,
+                                        dtype, data):
+    array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape).astype(
+        ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32)
+    path = tmp_path_factory.mktemp("so") / "a.hurray"
+    hurray.save(path, {"a": hurray.from_numpy(array)})
+    key = list(key)
+    if 0 <= ellipsis_at <= len(key):
+        key.insert(ellipsis_at, Ellipsis)
+    key = tuple(key)
+    try:
+        want = array[key]
+    except IndexError:
+        with hurray.safe_open(path, framework=framework) as f, pytest.raises(IndexError):
+            f.get_slice("a")[key]
+        return
+    with hurray.safe_open(path, framework=framework) as f:
+        got = f.get_slice("a")[key]
+    if framework == "pt":
+        got = got.float().numpy()
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got, np.float32), want.astype(np.float32))
+
+
+def test_cold_load_populates_and_matches(model):
+    """From a cold page cache load_file pre-faults the mapping with
+    concurrent populate calls (ADR-0021): same values, writable, file
+    untouched, and the file is then in the page cache."""
+    fd = os.open(model, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with hurray.open(model) as f:
+        cold = f.cached_fraction()
+    code = """
+        import sys, torch, hurray
+        from hurray.torch import load_file
+        got = load_file(sys.argv[1])
+        want = {k: torch.from_dlpack(v).clone() for k, v in hurray.load(sys.argv[1]).items()}
+        assert got.keys() == want.keys()
+        for k in got:
+            assert torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8)), k
+            got[k].view(torch.uint8).add_(1)
+        print("ok")
+    """
+    done = run_python(code, model)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+    with hurray.open(model) as f:
+        assert f.cached_fraction() > 0.99
+    if cold >= 0.5:
+        pytest.skip(f"the page cache kept {cold:.0%} of the file (tmpfs?): cold path not taken")
+    verify_with_cli(model)
