@@ -269,6 +269,12 @@ static HurrayStatus read_kv(Cur *c, HurrayGGUFFile *f, HurrayStr *types, uint64_
   }
   char full[HURRAY_MAX_METADATA_KEY_BYTES + 8];
   snprintf(full, sizeof full, "gguf.%.*s", (int)key_len, (const char *)key);
+  if (strcmp(full, "gguf.__types__") == 0 || strcmp(full, "gguf.__tensors__") == 0) {
+    return hurray__fail(c->error, HURRAY_ERR_UNSUPPORTED,
+                        "GGUF key '%s' has the name of the converter's own key %s; it would be "
+                        "overwritten",
+                        full + 5, full);
+  }
   if (hurray__meta_find(&f->metadata, full) != NULL) {
     return hurray__fail(c->error, HURRAY_ERR_DUPLICATE_NAME, "GGUF key %.200s appears twice",
                         full + 5);
