@@ -521,6 +521,15 @@ static void test_gguf_lies_are_refused(void **state) {
   assert_refused("arr.gguf", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   free(kv.p);
+  /* A key named like the converter's own gguf.__types__ would be lost. */
+  kv = (Bytes){0};
+  kv_header(&kv, "__types__", 8);
+  put_str(&kv, "{}");
+  f = make_gguf(&kv, 1, NULL, 0, 32);
+  write_file("reserved.gguf", &f);
+  assert_refused("reserved.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);
+  free(f.p);
+  free(kv.p);
   /* A tensor past the end, a tensor at the wrong offset, dims overflowing,
    * a big-endian file, an unsupported type (named). */
   uint8_t data[64] = {0};
