@@ -14,7 +14,7 @@ STAGE   := $(CURDIR)/stage
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert clean
 .PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 
@@ -91,6 +91,11 @@ bench-torch: python
 # and the safetensors (HuggingFace) storage, world sizes 2 and 4.
 bench-dcp: python
 	$(VENV)/python bench/bench_dcp.py
+
+# Native hurray convert of a 1 GiB safetensors file to hurray and back, vs cp
+# in the same run, with peak RSS, into bench/results/convert.{md,json}.
+bench-convert: build
+	$(VENV)/python bench/bench_convert.py
 
 test-c: build
 	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs
@@ -199,7 +204,8 @@ test-tsan: deps
 PYASAN := build-asan/pyasan/hurray
 test-python-asan: test-asan python
 	rm -rf $(PYASAN) && mkdir -p $(PYASAN)
-	ln -s $(CURDIR)/python/hurray/* $(CURDIR)/build-asan/python/_hurray.*.so $(PYASAN)/
+	ln -s $(CURDIR)/python/hurray/* $(CURDIR)/build-asan/python/_hurray.*.so \
+	  $(CURDIR)/build-asan/python/_formats.*.so $(PYASAN)/
 	PYTHONPATH=$(CURDIR)/build-asan/pyasan LD_PRELOAD=$$(cc -print-file-name=libasan.so) \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  HURRAY_LIB=$(CURDIR)/build-asan/libhurray.so $(COUNT) $@ -- $(VENV)/python -m pytest -q -p no:cacheprovider \

@@ -16,7 +16,7 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # Build dependencies: the header each provides, and the package.
-for dep in xxhash.h:libxxhash-dev cmocka.h:libcmocka-dev; do
+for dep in xxhash.h:libxxhash-dev cmocka.h:libcmocka-dev yajl/yajl_parse.h:libyajl-dev; do
   [ -f "/usr/include/${dep%%:*}" ] || need_apt+=("${dep#*:}")
 done
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)

@@ -475,6 +475,47 @@ static int cmd_cat(const char *path, const char *name, long buffer_index, bool n
   return status;
 }
 
+/* hurray, safetensors and GGUF convert natively (hurray_convert_file):
+ * no Python. Returns -1 when the conversion is not one of those (another
+ * format, an option only the Python converter has, or a tensor that needs
+ * a change of form, e.g. dequantizing into safetensors): the caller then
+ * hands over to Python. Nothing is written in that case. */
+static int try_native_convert(int argc, char **argv) {
+  const char *src = NULL, *dst = NULL;
+  bool quiet = false, stats = false, verify = true;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0) quiet = true;
+    else if (strcmp(argv[i], "--stats") == 0) stats = true;
+    else if (strcmp(argv[i], "--no-verify") == 0) verify = false;
+    else if (argv[i][0] == '-' && argv[i][1] != '\0') return -1; /* Python's options */
+    else if (src == NULL) src = argv[i];
+    else if (dst == NULL) dst = argv[i];
+    else return -1;
+  }
+  if (src == NULL || dst == NULL) return -1;
+  HurrayFormat sf = hurray_format_from_path(src), tf = hurray_format_from_path(dst);
+  if (sf == HURRAY_FORMAT_UNKNOWN || tf == HURRAY_FORMAT_UNKNOWN) return -1;
+  if (stats && tf != HURRAY_FORMAT_HURRAY) return -1; /* Python notes it is ignored */
+  HurrayConvertOptions options = HURRAY_CONVERT_OPTIONS_INIT;
+  options.verify_checksums = verify;
+  options.statistics = stats;
+  HurrayError error = {0};
+  HurrayStatus status = hurray_convert_file(src, dst, &options, &error);
+  if (status == HURRAY_ERR_UNSUPPORTED && getenv("HURRAY_CONVERT_NATIVE_ONLY") == NULL) {
+    return -1; /* dst untouched; Python can change the tensors' form */
+  }
+  if (status != HURRAY_OK) {
+    char *nl = strchr(error.message, '\n');
+    if (nl != NULL) *nl = '\0';
+    fprintf(stderr, "hurray convert: %s\n", error.message);
+    return EXIT_FAILURE;
+  }
+  if (!quiet) {
+    printf("%s -> %s: %s (native)\n", hurray_format_name(sf), hurray_format_name(tf), dst);
+  }
+  return EXIT_SUCCESS;
+}
+
 /* convert reads formats that need their own ecosystems (torch pickles,
  * GGUF, safetensors), so it lives in the Python package: this command
  * hands over to `PYTHON -m hurray convert`, keeping one `hurray` tool with
@@ -501,6 +542,8 @@ static const char convert_bootstrap[] =
     "runpy.run_module('hurray', run_name='__main__', alter_sys=True)\n";
 
 static int run_convert(int argc, char **argv) {
+  int native = try_native_convert(argc, argv);
+  if (native >= 0) return native;
   const char *python = getenv("HURRAY_PYTHON");
   if (python == NULL || python[0] == '\0') {
     python = access(HURRAY_DEFAULT_PYTHON, X_OK) == 0 ? HURRAY_DEFAULT_PYTHON : "python3";

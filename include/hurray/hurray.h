@@ -17,5 +17,6 @@
 #include "hurray/buffer.h"
 #include "hurray/io.h"
 #include "hurray/quant.h"
+#include "hurray/convert.h"
 
 #endif /* HURRAY_HURRAY_H */

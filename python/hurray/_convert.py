@@ -19,7 +19,6 @@ import math
 import os
 import secrets
 import stat
-import struct
 import sys
 import warnings
 import zipfile
@@ -437,37 +436,32 @@ _ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16":
 _KEEP_SCALES_PARTS = {"data": "", "scales": ".scales", "zero_points": ".zero_points"}
 
 
-def _torch_raw(t) -> np.ndarray:
-    import torch
-    t = t.detach().contiguous()
-    if t.numel() == 0:
-        return np.zeros(0, np.uint8)
-    return t.reshape(-1).view(torch.uint8).numpy()
-
-
 class _SafetensorsSource(_Source):
+    """Read natively (hurray._formats, the C parser): no torch, no safetensors."""
     format = "safetensors"
 
     def __init__(self, files: Sequence[str], weight_map: Optional[Mapping[str, str]] = None,
                  index_metadata: Any = None):
-        try:
-            from safetensors import safe_open
-        except ImportError:  # pragma: no cover
-            raise ConversionError("reading safetensors needs the 'safetensors' package") from None
-        self._handles = {}
-        self._where: Dict[str, Any] = {}
+        from . import _formats
+        self._sources = []
+        self._where: Dict[str, Tuple[Any, int]] = {}
         meta: Dict[str, str] = {}
         holder: Dict[str, str] = {}  # tensor -> the shard that holds it
         for path in files:
             try:
-                h = safe_open(path, framework="pt")
-            except Exception as exc:  # safetensors raises its own error types
+                h = _formats.Source(path)
+            except (HurrayError, OSError) as exc:
                 raise ConversionError(f"cannot read safetensors file {path}: "
                                       f"{_first_line(exc)}") from None
-            self._handles[path] = h
-            for k, v in (h.metadata() or {}).items():
-                meta.setdefault(k, v)
-            for key in h.keys():
+            if h.format != "safetensors":
+                h.close()
+                raise ConversionError(f"cannot read safetensors file {path}: it is a "
+                                      f"{h.format} file")
+            self._sources.append(h)
+            for k, v in h.metadata().items():
+                if k.startswith("safetensors."):
+                    meta.setdefault(k[len("safetensors."):], v)
+            for i, key in enumerate(h.names()):
                 # Silent loss otherwise: one of two copies, or a tensor the
                 # index forgot, would be dropped without a word.
                 if key in holder:
@@ -480,7 +474,7 @@ class _SafetensorsSource(_Source):
                         f"shard {os.path.basename(path)} holds tensor {key!r}, which the index's "
                         "weight_map does not list; it would be lost")
                 if weight_map is None or weight_map.get(key) == path:
-                    self._where[key] = h
+                    self._where[key] = (h, i)
         if weight_map is not None:
             missing = sorted(set(weight_map) - set(self._where))
             if missing:
@@ -530,19 +524,22 @@ class _SafetensorsSource(_Source):
         if name in self._quant:
             d = self._quant[name]
             return describe(d), d.shape, _stored_bytes(d)
-        sl = self._where[name].get_slice(name)
-        dtype, shape = sl.get_dtype(), tuple(sl.get_shape())
-        return dtype, shape, math.prod(shape) * _ST_BYTES.get(dtype, 0)
+        h, i = self._where[name]
+        dtype, shape, nbytes = h.info(i)
+        return dtype, tuple(shape), nbytes
+
+    def _tensor(self, name) -> Tensor:
+        from ._tensor import from_hurray
+        h, i = self._where[name]
+        try:
+            return from_hurray(h.get(i))
+        except (HurrayError, OSError) as exc:
+            raise ConversionError(f"cannot read tensor {name!r}: {_first_line(exc)}") from None
 
     def get(self, name):
-        from .torch import from_torch
         if name in self._quant:
             return self._get_quantized(name)
-        try:
-            t = self._where[name].get_tensor(name)
-        except Exception as exc:
-            raise ConversionError(f"cannot read tensor {name!r}: {_first_line(exc)}") from None
-        return from_torch(t)
+        return self._tensor(name)
 
     def _get_quantized(self, name):
         d = self._quant[name]
@@ -550,7 +547,7 @@ class _SafetensorsSource(_Source):
         buffers = []
         for i, b in enumerate(d.buffers):
             part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
-            raw = _torch_raw(self._where[part].get_tensor(part))
+            raw = np.frombuffer(self._tensor(part).buffers[0], np.uint8)
             dtype = None
             if b.role == "data":
                 dtype = d.dtype
@@ -569,119 +566,57 @@ class _SafetensorsSource(_Source):
     def metadata(self):
         return dict(self._meta)
 
+    def close(self):
+        for h in self._sources:
+            h.close()
+
 
 class _GgufSource(_Source):
+    """Read natively (hurray._formats, the C parser): no gguf package. Q8_0
+    and Q4_0 blocks become block_affine codes and float16 scales in C."""
     format = "gguf"
+    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64")
 
     def __init__(self, path: str):
+        from . import _formats
         try:
-            import gguf
-        except ImportError:  # pragma: no cover
-            raise ConversionError("reading GGUF needs the 'gguf' package") from None
-        self._gguf = gguf
-        try:
-            self._reader = gguf.GGUFReader(path, "r")
-        except Exception as exc:  # gguf raises what numpy raises (IndexError, ...)
+            self._src = _formats.Source(path)
+        except (HurrayError, OSError) as exc:
             raise ConversionError(f"cannot read GGUF file {path}: {_first_line(exc)}") from None
-        if self._reader.byte_order != "I":
-            raise ConversionError(f"{path} is a big-endian GGUF file; hurray reads "
-                                  "little-endian GGUF only")
-        self._tensors = {t.name: t for t in self._reader.tensors}
-        self._order = [t.name for t in self._reader.tensors]
-
-    _DENSE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64",
-              "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64"}
-    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64")
+        if self._src.format != "gguf":
+            self._src.close()
+            raise ConversionError(f"cannot read GGUF file {path}: it is a {self._src.format} "
+                                  "file")
+        self._order = self._src.names()
+        self._index = {n: i for i, n in enumerate(self._order)}
 
     def names(self):
         return list(self._order)
 
-    def _type(self, name) -> str:
-        rt = self._tensors[name]
-        kind = rt.tensor_type.name
-        if kind not in self.SUPPORTED:
-            raise ConversionError(
-                f"GGUF tensor {name!r} has type {kind}, which hurray cannot import "
-                f"losslessly; supported: {', '.join(self.SUPPORTED)}")
-        return kind
+    def _check(self, name) -> int:
+        i = self._index[name]
+        try:
+            self._src.check(i)
+        except HurrayError as exc:
+            raise ConversionError(_first_line(exc)) from None
+        return i
 
     def info(self, name):
-        kind = self._type(name)
-        rt = self._tensors[name]
-        return kind, tuple(int(x) for x in reversed(rt.shape.tolist())), int(rt.n_bytes)
+        kind, shape, nbytes = self._src.info(self._check(name))
+        return kind, tuple(shape), nbytes
 
     def get(self, name):
-        kind = self._type(name)
-        rt = self._tensors[name]
-        shape = tuple(int(x) for x in reversed(rt.shape.tolist()))
-        if kind in self._DENSE:
-            dtype = _dtypes.to_numpy(self._DENSE[kind])
-            data = np.asarray(rt.data).reshape(-1).view(np.uint8)
-            return from_numpy(data.view(dtype).reshape(shape))
-        block = 34 if kind == "Q8_0" else 18
-        blocks = np.asarray(rt.data).reshape(-1).view(np.uint8).reshape(-1, block)
-        nb = blocks.shape[0]
-        scales = _aligned(nb * 2)
-        scales.reshape(nb, 2)[:] = blocks[:, :2]  # the d fields, bit for bit
-        if kind == "Q8_0":
-            codes = _aligned(nb * 32)
-            codes.reshape(nb, 32)[:] = blocks[:, 2:]
-            dtype, zero_point = "int8", 0
-        else:
-            # GGUF byte j: element j (low nibble), element j+16 (high nibble);
-            # hurray byte k: element 2k (low), element 2k+1 (high).
-            g = blocks[:, 2:]
-            c = np.concatenate([g & 0x0F, g >> 4], axis=1)
-            codes = _aligned(nb * 16)
-            codes.reshape(nb, 16)[:] = c[:, 0::2] | (c[:, 1::2] << 4)
-            dtype, zero_point = "uint4", 8
-        quant = BlockAffine(axis=len(shape) - 1, block_size=32, scale_buffer=1,
-                            scale_dtype="float16", zero_point=zero_point)
-        d = Descriptor(dtype, shape, quantization=quant,
-                       buffers=[Buffer("data", codes.size, 64), Buffer("scales", scales.size, 64)])
-        return Tensor(d, [codes, scales])
+        from ._tensor import from_hurray
+        try:
+            return from_hurray(self._src.get(self._check(name)))
+        except (HurrayError, OSError) as exc:
+            raise ConversionError(f"cannot read tensor {name!r}: {_first_line(exc)}") from None
 
     def metadata(self):
-        V = self._gguf.GGUFValueType
-        out: Dict[str, Any] = {}
-        types: Dict[str, str] = {}
-        for key, f in self._reader.fields.items():
-            if key.startswith("GGUF."):
-                continue  # the header (version, counts): not key-value pairs
-            if "gguf." + key in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY):
-                raise ConversionError(f"GGUF key {key!r} has the name of the converter's own "
-                                      f"key gguf.{key}; it would be overwritten")
-            main = V(int(f.types[0]))
-            if main == V.ARRAY:
-                sub = V(int(f.parts[3][0]))  # present even for an empty array
-                if sub == V.ARRAY:
-                    raise ConversionError(f"GGUF key {key!r} is an array of arrays, which "
-                                          "hurray cannot carry")
-                if sub == V.STRING:
-                    items = [bytes(f.parts[i]).decode("utf-8", "surrogateescape")
-                             for i in f.data]
-                else:
-                    items = [v for i in f.data for v in f.parts[i].tolist()]
-                types[key] = "ARRAY:" + sub.name
-                out["gguf." + key] = json.dumps(items)
-                continue
-            types[key] = main.name
-            if main == V.STRING:
-                raw = bytes(f.parts[-1])
-                try:
-                    out["gguf." + key] = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    out["gguf." + key] = raw  # kept as bytes, written back as they are
-            elif main == V.BOOL:
-                out["gguf." + key] = bool(f.parts[-1][0])
-            elif main in (V.FLOAT32, V.FLOAT64):
-                out["gguf." + key] = float(f.parts[-1][0])
-            else:
-                v = int(f.parts[-1][0])
-                out["gguf." + key] = v if v < 2 ** 63 else str(v)  # hurray ints are int64
-        out[GGUF_TYPES_KEY] = json.dumps(types)
-        out[GGUF_TENSORS_KEY] = json.dumps(self._order)
-        return out
+        return self._src.metadata()
+
+    def close(self):
+        self._src.close()
 
 
 class _NpzSource(_Source):
@@ -1199,11 +1134,11 @@ _TORCH_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
                  "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 _SAFETENSORS_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                        "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-                       "float8_e4m3fn", "float8_e5m2")
+                       "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 _ST_NAMES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
              "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
              "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
-             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0"}
 
 
 class _TorchishTarget(_DenseTarget):
@@ -1245,26 +1180,46 @@ class _TorchishTarget(_DenseTarget):
         return _Out(self.label(dtype), nbytes, (lambda: array) if changed else None, note)
 
 
-class _SafetensorsTarget(_TorchishTarget):
+class _SafetensorsTarget(_DenseTarget):
+    """Written natively (hurray._formats, the C writer, atomically): no
+    torch, no safetensors package."""
     format = "safetensors"
     native = _SAFETENSORS_NATIVE
 
     def __init__(self, path, options):
         super().__init__(path, options)
         self._extra_meta: Dict[str, str] = {}
+        self._tensors: Dict[str, Tensor] = {}
+        self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
 
     def label(self, dtype):
         return _ST_NAMES.get(dtype, dtype)
+
+    def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
+        origin = origin or f"tensor {name!r}"
+        if name in self._tensors:
+            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
+                                  f"{self.format} tensor {name!r}; one would be lost")
+        self._origin[name] = origin
+        array = _contiguous(array)
+        self._tensors[name] = from_numpy(array)
+        return array.nbytes
+
+    def _add_dense(self, name, t, source_dtype):
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        nbytes = self.put(name, array)
+        dtype = _dtypes.from_numpy(array.dtype)
+        return _Out(self.label(dtype), nbytes, (lambda: array) if changed else None, note)
 
     def add(self, name, t, source_dtype):
         d = t.descriptor
         if self.options.keep_scales and d.quantization is not None:
             if isinstance(d.layout, Dense):
                 return self._add_keep_scales(name, t, source_dtype)
-            out = super().add(name, t, source_dtype)
+            out = self._add_dense(name, t, source_dtype)
             out.note += "; not dense: dequantized (--keep-scales takes dense tensors)"
             return out
-        return super().add(name, t, source_dtype)
+        return self._add_dense(name, t, source_dtype)
 
     def _add_keep_scales(self, name, t, source_dtype):
         """Codes as <name>, scales as <name>.scales, zero points as
@@ -1305,7 +1260,7 @@ class _SafetensorsTarget(_TorchishTarget):
         for role, a in parts.items():  # put() refuses a part named like another tensor
             what = {"data": "the codes", "scales": "the scales",
                     "zero_points": "the zero points"}[role]
-            total += self.put(name + _KEEP_SCALES_PARTS[role], _to_torch_array(a),
+            total += self.put(name + _KEEP_SCALES_PARTS[role], a,
                               f"{what} of tensor {name!r} (--keep-scales)")
         spec = json.dumps(json.loads(normal.to_json()), separators=(",", ":"))
         self._extra_meta[f"hurray.{name}.quantization"] = spec
@@ -1316,7 +1271,7 @@ class _SafetensorsTarget(_TorchishTarget):
         return _Out(f"{describe(d)} ({kept})", total)
 
     def finish(self, metadata, report):
-        from safetensors.torch import save_file
+        from . import _formats
         meta = {}
         dropped = []
         for k, v in metadata.items():
@@ -1334,8 +1289,11 @@ class _SafetensorsTarget(_TorchishTarget):
                                        "the hurray keys safetensors.*")
         report.metadata_keys = len(meta)
         try:
-            save_file(self._tensors, self.tmp, metadata=meta or None)
-        except Exception as exc:
+            # The C writer replaces self.tmp atomically; publish() renames it.
+            _formats.write(self.tmp, "safetensors",
+                           [(n, t.__hurray__()) for n, t in self._tensors.items()],
+                           {"safetensors." + k: v for k, v in meta.items()})
+        except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
 
 
@@ -1446,17 +1404,13 @@ def _gguf_quant_type(d: Descriptor) -> Optional[str]:
 
 class _GgufTarget(_FileTarget):
     """F32/F16/BF16/F64/I8-I64 dense tensors and block-affine tensors that
-    are exactly Q8_0 or Q4_0. Block bytes are made as each tensor is
-    written, one tensor at a time."""
+    are exactly Q8_0 or Q4_0, written natively (hurray._formats, the C
+    writer, atomically; it re-lays out Q8_0/Q4_0 codes and scales into
+    GGUF blocks): no gguf package."""
     format = "gguf"
 
     def __init__(self, path, options):
         super().__init__(path, options)
-        try:
-            import gguf
-        except ImportError:  # pragma: no cover
-            raise ConversionError("writing GGUF needs the 'gguf' package") from None
-        self._gguf = gguf
         self._plan: List[Tuple[str, str, Tuple[int, ...], Callable[[], np.ndarray], int]] = []
 
     def check_scheme(self, scheme):
@@ -1493,16 +1447,8 @@ class _GgufTarget(_FileTarget):
             nb = d.numel // 32
             byte_shape = d.shape[:-1] + (d.shape[-1] // 32 * block,)
 
-            def produce(t=t, kind=kind, nb=nb, byte_shape=byte_shape):
-                c = _contiguous(t.codes()).view(np.uint8).reshape(nb, 32)
-                s = _contiguous(t.scales()).view(np.uint8).reshape(nb, 2)
-                blocks = np.empty((nb, 34 if kind == "Q8_0" else 18), np.uint8)
-                blocks[:, :2] = s
-                if kind == "Q8_0":
-                    blocks[:, 2:] = c
-                else:
-                    blocks[:, 2:] = c[:, :16] | (c[:, 16:] << 4)
-                return blocks.reshape(byte_shape)
+            def produce(t=t):
+                return t  # codes and scales; the C writer makes the blocks
 
             nbytes = nb * block
             self._plan.append((name, kind, byte_shape, produce, nbytes))
@@ -1520,104 +1466,34 @@ class _GgufTarget(_FileTarget):
                                   ".safetensors or .hurray instead")
 
         def produce_dense(t=t, dense=dense):
-            return _contiguous(t.codes() if dense else t.to_dense())
+            return from_numpy(_contiguous(t.codes() if dense else t.to_dense()))
 
         nbytes = _dtypes.storage_bytes(d.dtype, d.numel)
         self._plan.append((name, kind, d.shape, produce_dense, nbytes))
         return _Out(kind, nbytes, None, note)
 
     def finish(self, metadata, report):
-        gguf = self._gguf
-        V = gguf.GGUFValueType
-        types = json.loads(metadata.get(GGUF_TYPES_KEY, "{}"))
-        order = json.loads(metadata.get(GGUF_TENSORS_KEY, "[]"))
-        kv: List[Tuple[str, Any, Any, Any]] = []
+        from . import _formats
+        meta = {}
         dropped = []
         for k, v in metadata.items():
-            if k.startswith("gguf.") and k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY):
-                key = k[len("gguf."):]
-                if key not in types:
-                    types[key] = _guess_gguf_type(v)
-            elif k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY, SOURCE_DTYPES_KEY):
+            if k.startswith("gguf."):
+                meta[k] = v
+            elif k != SOURCE_DTYPES_KEY:
                 dropped.append(k)
         _note_dropped(report, dropped, "GGUF carries only its own key-value pairs, the "
                                        "hurray keys gguf.*")
-        for key, vtype in types.items():
-            if "gguf." + key not in metadata:
-                continue
-            try:
-                kv.append((key,) + _gguf_value(V, vtype, metadata["gguf." + key]))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConversionError(f"metadata gguf.{key}: cannot write it as GGUF "
-                                      f"{vtype}: {_first_line(exc)}") from None
-        arch = metadata.get("gguf.general.architecture")
-        arch = arch if isinstance(arch, str) and arch else "hurray"
-        rank = {n: i for i, n in enumerate(order)}
-        plan = sorted(self._plan, key=lambda p: rank.get(p[0], len(rank)))
-
-        class Writer(gguf.GGUFWriter):
-            def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-                if vtype == V.ARRAY and sub_type is not None and len(val) == 0:
-                    out = self._pack("I", vtype) if add_vtype else b""
-                    return out + self._pack("I", sub_type) + self._pack("Q", 0)
-                return super()._pack_val(val, vtype, add_vtype, sub_type)
-
         try:
-            w = Writer(self.tmp, arch)
-            for key, value, vtype, sub in kv:
-                if key == "general.architecture" and vtype == V.STRING and \
-                        value == arch.encode("utf-8"):
-                    continue  # the writer put it first already
-                if key == "general.alignment":
-                    w.data_alignment = int(value)
-                w.add_key_value(key, value, vtype, sub_type=sub)
-            for name, kind, shape, _, nbytes in plan:
-                raw = getattr(gguf.GGMLQuantizationType, kind)
-                dtype = np.uint8 if kind in ("Q8_0", "Q4_0") else np.float32
-                w.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=raw)
-            w.write_header_to_file()
-            w.write_kv_data_to_file()
-            w.write_ti_data_to_file()
-            for name, kind, shape, produce, nbytes in plan:
-                data = produce()
-                w.write_tensor_data(data.reshape(-1).view(np.uint8) if data.size else data)
-            w.close()
-        except ConversionError:
-            raise
-        except (ValueError, OSError, struct.error) as exc:
+            tensors = [(name, produce().__hurray__()) for name, _, _, produce, _ in self._plan]
+            _formats.write(self.tmp, "gguf", tensors, meta)  # publish() renames it
+        except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
-        report.metadata_keys = len(kv) + (0 if any(k == "general.architecture" for k, *_ in kv)
-                                          else 1)
+        kv = [k for k in meta if k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY)]
+        report.metadata_keys = len(kv) + (0 if "gguf.general.architecture" in meta else 1)
 
-
-def _guess_gguf_type(v) -> str:
-    if isinstance(v, bool):
-        return "BOOL"
-    if isinstance(v, int):
-        if 0 <= v < 2 ** 32:
-            return "UINT32"
-        return "INT32" if -2 ** 31 <= v < 2 ** 31 else ("INT64" if v < 0 else "UINT64")
-    if isinstance(v, float):
-        return "FLOAT32"
-    return "STRING"
-
-
-def _gguf_value(V, vtype: str, value):
-    """(value, GGUF type, array sub-type) for GGUFWriter.add_key_value."""
-    def scalar(kind: str, v):
-        if kind == "STRING":
-            return v.encode("utf-8", "surrogateescape") if isinstance(v, str) else bytes(v)
-        if kind == "BOOL":
-            return bool(v)
-        if kind in ("FLOAT32", "FLOAT64"):
-            return float(v)
-        return int(v)
-
-    if vtype.startswith("ARRAY:"):
-        sub = vtype[len("ARRAY:"):]
-        items = json.loads(value) if isinstance(value, str) else list(value)
-        return [scalar(sub, v) for v in items], V.ARRAY, V[sub]
-    return scalar(vtype, value), V[vtype], None
+    def abort(self):
+        self._plan.clear()
+        super().abort()  # the temporary file
 
 
 def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:

@@ -21,6 +21,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "reader_origin.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
  * buffer handed out; unmapped when the last of them lets go. */
@@ -968,4 +969,20 @@ HurrayStatus hurray_reader_metadata_bytes(const HurrayReader *r, const char *key
   *out = m->value;
   if (len_out != NULL) *len_out = m->value_len;
   return HURRAY_OK;
+}
+
+/* ------------------------------------------------ origins (converter) */
+
+int hurray__reader_fd(const HurrayReader *r) { return r->fd; }
+
+bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len,
+                              uint64_t *offset) {
+  if (r->mapping == NULL || p == NULL) return false;
+  const uint8_t *base = r->mapping->base, *q = p;
+  if (q < base || (uint64_t)(q - base) > r->mapping->len ||
+      len > r->mapping->len - (uint64_t)(q - base)) {
+    return false;
+  }
+  *offset = (uint64_t)(q - base);
+  return true;
 }

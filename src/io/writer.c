@@ -21,6 +21,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "raw_writer.h"
 #include "sys.h"
 
 uint64_t hurray__checksum(const void *data, size_t len) { return XXH3_64bits(data, len); }
@@ -819,4 +820,105 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->base);
   free(w->temp_path);
   free(w);
+}
+
+/* ------------------------------------------------- raw atomic files */
+/* The same temporary file and publication for files of other formats
+ * (safetensors, GGUF: src/formats/), so that they get the atomicity of
+ * hurray files: no hurray header, index or trailer. */
+
+HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, HurrayError *error) {
+  if (path == NULL || out == NULL || path[0] == '\0') {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
+  w->target = strdup(path);
+  HurrayStatus status = w->target == NULL
+                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                            : split_target(w, error);
+  if (status == HURRAY_OK) status = open_temp(w, error);
+  if (status != HURRAY_OK) {
+    hurray_writer_abort(w);
+    return status;
+  }
+  *out = w;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,
+                                      HurrayError *error) {
+  return emit(w, data, len, error);
+}
+
+HurrayStatus hurray__raw_writer_pad(HurrayWriter *w, uint64_t alignment, HurrayError *error) {
+  return pad_to(w, alignment, error);
+}
+
+uint64_t hurray__raw_writer_position(const HurrayWriter *w) { return w->position; }
+
+/* Copies `len` bytes at `offset` of `src_fd` in the kernel when it can
+ * (copy_file_range: no trip through user memory, a reflink on file systems
+ * that share extents), else with pread and write in 8 MiB steps. */
+HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offset, uint64_t len,
+                                     HurrayError *error) {
+  bool kernel = true;
+  while (len > 0) {
+    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+    if (kernel) {
+      off64_t in_off = (off64_t)offset;
+      ssize_t n = copy_file_range(src_fd, &in_off, w->fd, NULL, chunk, 0);
+      if (n > 0) {
+        offset += (uint64_t)n;
+        len -= (uint64_t)n;
+        w->position += (uint64_t)n;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP &&
+          errno != EBADF && errno != EPERM) {
+        int saved = errno;
+        w->failed = true;
+        return write_failed(w, saved, strerror(saved), error);
+      }
+      kernel = false; /* unsupported here, or the source ended early: plain copy */
+    }
+    static const size_t step = 8u << 20;
+    uint8_t *buf = malloc(step);
+    if (buf == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    while (len > 0) {
+      size_t want = len > step ? step : (size_t)len;
+      ssize_t n = pread(src_fd, buf, want, (off_t)offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int saved = errno;
+        free(buf);
+        w->failed = true;
+        return hurray__fail(error, n == 0 ? HURRAY_ERR_TRUNCATED : HURRAY_ERR_IO,
+                            "reading the source for %s: %s", w->target,
+                            n == 0 ? "it ends early" : strerror(saved));
+      }
+      HurrayStatus s = emit(w, buf, (size_t)n, error);
+      if (s != HURRAY_OK) {
+        free(buf);
+        return s;
+      }
+      offset += (uint64_t)n;
+      len -= (uint64_t)n;
+    }
+    free(buf);
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__raw_writer_finish(HurrayWriter *w, HurrayError *error) {
+  if (w == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  }
+  HurrayStatus status = w->failed ? hurray__fail(error, HURRAY_ERR_STATE,
+                                                 "an earlier write failed; nothing was published")
+                                  : publish(w, error);
+  hurray_writer_abort(w);
+  return status;
 }

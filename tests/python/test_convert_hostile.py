@@ -340,15 +340,12 @@ DRIVER = textwrap.dedent(r"""
         _convert._convert_one = one
     elif kind == "hurray":  # the C function itself: "now" comes right before C runs
         _files._hurray.save = (blocked if phase == "blocked" else announced)(_files._hurray.save)
-    elif kind == "safetensors":
-        import safetensors.torch
-        safetensors.torch.save_file = blocked(safetensors.torch.save_file)
+    elif kind in ("safetensors", "gguf"):  # the native writer (hurray._formats, C)
+        from hurray import _formats
+        _formats.write = blocked(_formats.write)
     elif kind == "pt":
         import torch
         torch.save = blocked(torch.save)
-    elif kind == "gguf":
-        import gguf
-        gguf.GGUFWriter.close = blocked(gguf.GGUFWriter.close)
     elif kind == "npz":
         import zipfile
         zipfile.ZipFile.close = blocked(zipfile.ZipFile.close)

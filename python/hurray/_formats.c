@@ -1,0 +1,501 @@
+/*
+ * _formats: the native safetensors and GGUF readers and writers
+ * (include/hurray/convert.h) for the Python converter (_convert.py), so
+ * that converting those formats needs neither torch nor the safetensors or
+ * gguf packages. A module of its own, next to _hurray: tensors cross
+ * between the two through the `__hurray__` capsule protocol
+ * (docs/impl/python-bindings.md), the same way any other producer's do.
+ *
+ *   Source(path)            a safetensors, GGUF or hurray file
+ *     .format               "safetensors", "gguf", "hurray"
+ *     .names()              tensor names, in file order
+ *     .info(i)              (type name, shape, stored bytes)
+ *     .check(i)             raises if hurray cannot hold tensor i exactly
+ *     .get(i)               a "hurray_buffer" capsule (hurray.from_hurray)
+ *     .metadata()           {key: str | int | float | bool | bytes}, hurray form
+ *     .close()
+ *   write(path, format, [(name, capsule)], {key: value}, statistics)
+ *                           writes atomically (GIL released); returns the
+ *                           number of metadata keys the format dropped
+ *
+ * Errors are raised as the hurray.HurrayError subclass of their status.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "hurray/hurray.h"
+
+#define CAPSULE_NAME "hurray_buffer"
+#define USED_CAPSULE_NAME "used_hurray_buffer"
+
+/* The capsule context, as _hurray.c and the protocol define it. */
+typedef struct CapsuleContext {
+  uint32_t abi_version;
+  uint32_t reserved;
+  uint64_t descriptor_len;
+  uint8_t descriptor[];
+} CapsuleContext;
+
+/* ---------------------------------------------------------------- errors */
+
+static const char *class_of(HurrayStatus s) {
+  switch (s) {
+    case HURRAY_ERR_INVALID_ARGUMENT: case HURRAY_ERR_STATE: case HURRAY_ERR_NOT_FINITE:
+      return "InvalidArgumentError";
+    case HURRAY_ERR_NO_MEMORY: return "HurrayMemoryError";
+    case HURRAY_ERR_UNSUPPORTED: case HURRAY_ERR_ABI_VERSION: return "UnsupportedError";
+    case HURRAY_ERR_TRUNCATED: case HURRAY_ERR_MALFORMED: case HURRAY_ERR_BAD_MAGIC:
+    case HURRAY_ERR_RANGE: case HURRAY_ERR_OVERLAP:
+      return "FormatError";
+    case HURRAY_ERR_CHECKSUM: return "ChecksumError";
+    case HURRAY_ERR_LIMIT: case HURRAY_ERR_OVERFLOW: return "LimitError";
+    case HURRAY_ERR_NOT_FOUND: return "NotFoundError";
+    case HURRAY_ERR_DUPLICATE_NAME: return "DuplicateNameError";
+    case HURRAY_ERR_IO: return "HurrayIOError";
+    default:
+      if (s >= 20 && s < 60) return "ValidationError";
+      if (s >= 60 && s < 80) return "PlacementError";
+      return "HurrayError";
+  }
+}
+
+static PyObject *raise_status(HurrayStatus status, const HurrayError *error) {
+  PyObject *mod = PyImport_ImportModule("hurray._hurray");
+  if (mod == NULL) return NULL;
+  PyObject *cls = PyObject_GetAttrString(mod, class_of(status));
+  Py_DECREF(mod);
+  if (cls == NULL) return NULL;
+  PyObject *exc = PyObject_CallFunction(cls, "s", error->message);
+  if (exc != NULL) {
+    PyObject *code = PyLong_FromLong((long)status);
+    PyObject *name = PyUnicode_FromString(hurray_status_name(status));
+    if (code != NULL && name != NULL) {
+      PyObject_SetAttrString(exc, "status", code);
+      PyObject_SetAttrString(exc, "status_name", name);
+    }
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+  }
+  Py_DECREF(cls);
+  return NULL;
+}
+
+static HurrayFormat format_arg(const char *name) {
+  if (strcmp(name, "safetensors") == 0) return HURRAY_FORMAT_SAFETENSORS;
+  if (strcmp(name, "gguf") == 0) return HURRAY_FORMAT_GGUF;
+  if (strcmp(name, "hurray") == 0) return HURRAY_FORMAT_HURRAY;
+  return HURRAY_FORMAT_UNKNOWN;
+}
+
+/* ---------------------------------------------------------------- capsule */
+
+static void capsule_destructor(PyObject *capsule) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  CapsuleContext *ctx = PyCapsule_GetContext(capsule);
+  if (PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
+    hurray_buffer_list_destroy(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+  }
+  PyErr_Clear();
+  PyMem_RawFree(ctx);
+  PyErr_Restore(type, value, traceback);
+}
+
+/* Takes `d` and `list` in every case. */
+static PyObject *make_capsule(HurrayDescriptor *d, HurrayBufferList *list) {
+  HurrayError e = {0};
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  HurrayStatus s = hurray_descriptor_encode(d, &bytes, &len, &e);
+  hurray_descriptor_destroy(d);
+  if (s != HURRAY_OK) {
+    hurray_buffer_list_destroy(list);
+    return raise_status(s, &e);
+  }
+  CapsuleContext *ctx = PyMem_RawMalloc(sizeof *ctx + len);
+  if (ctx == NULL) {
+    hurray_free(bytes);
+    hurray_buffer_list_destroy(list);
+    return PyErr_NoMemory();
+  }
+  ctx->abi_version = HURRAY_C_ABI_VERSION;
+  ctx->reserved = 0;
+  ctx->descriptor_len = len;
+  memcpy(ctx->descriptor, bytes, len);
+  hurray_free(bytes);
+  PyObject *capsule = PyCapsule_New(list, CAPSULE_NAME, capsule_destructor);
+  if (capsule == NULL) {
+    hurray_buffer_list_destroy(list);
+    PyMem_RawFree(ctx);
+    return NULL;
+  }
+  if (PyCapsule_SetContext(capsule, ctx) < 0) {
+    Py_DECREF(capsule);
+    PyMem_RawFree(ctx);
+    return NULL;
+  }
+  return capsule;
+}
+
+/* Takes the list out of a producer's capsule (renaming it used). */
+static int take_capsule(PyObject *capsule, HurrayDescriptor **d, HurrayBufferList **list) {
+  if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
+    PyErr_SetString(PyExc_TypeError, "expected an unused \"hurray_buffer\" capsule");
+    return -1;
+  }
+  const CapsuleContext *ctx = PyCapsule_GetContext(capsule);
+  if (ctx == NULL || ctx->abi_version != HURRAY_C_ABI_VERSION) {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "capsule without a context of this C ABI version");
+    return -1;
+  }
+  HurrayError e = {0};
+  HurrayStatus s = hurray_descriptor_decode(ctx->descriptor, (size_t)ctx->descriptor_len, d, &e);
+  if (s != HURRAY_OK) {
+    raise_status(s, &e);
+    return -1;
+  }
+  *list = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+  if (*list == NULL || PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
+    hurray_descriptor_destroy(*d);
+    return -1;
+  }
+  return 0;
+}
+
+/* ----------------------------------------------------------------- Source */
+
+typedef struct SourceObject {
+  PyObject_HEAD
+  HurraySource *source;
+} SourceObject;
+
+static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"path", "verify", NULL};
+  PyObject *path_obj;
+  int verify = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|p:Source", kwlist, PyUnicode_FSConverter,
+                                   &path_obj, &verify)) {
+    return -1;
+  }
+  SourceObject *self = (SourceObject *)op;
+  hurray_source_close(self->source);
+  self->source = NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_source_open(PyBytes_AS_STRING(path_obj), HURRAY_FORMAT_UNKNOWN, verify != 0,
+                         &self->source, &e);
+  Py_END_ALLOW_THREADS
+  Py_DECREF(path_obj);
+  if (s != HURRAY_OK) {
+    raise_status(s, &e);
+    return -1;
+  }
+  return 0;
+}
+
+static void source_dealloc(PyObject *op) {
+  SourceObject *self = (SourceObject *)op;
+  PyTypeObject *tp = Py_TYPE(op);
+  hurray_source_close(self->source);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static int source_ready(SourceObject *self) {
+  if (self->source == NULL) {
+    PyErr_SetString(PyExc_ValueError, "the source is closed");
+    return -1;
+  }
+  return 0;
+}
+
+static int index_arg(SourceObject *self, PyObject *arg, size_t *out) {
+  if (source_ready(self) < 0) return -1;
+  Py_ssize_t i = PyLong_AsSsize_t(arg);
+  if (i == -1 && PyErr_Occurred()) return -1;
+  if (i < 0 || (size_t)i >= hurray_source_tensor_count(self->source)) {
+    PyErr_SetString(PyExc_IndexError, "tensor index out of range");
+    return -1;
+  }
+  *out = (size_t)i;
+  return 0;
+}
+
+static PyObject *source_format(PyObject *op, void *closure) {
+  (void)closure;
+  SourceObject *self = (SourceObject *)op;
+  if (source_ready(self) < 0) return NULL;
+  return PyUnicode_FromString(hurray_format_name(hurray_source_format(self->source)));
+}
+
+static PyObject *source_names(PyObject *op, PyObject *unused) {
+  (void)unused;
+  SourceObject *self = (SourceObject *)op;
+  if (source_ready(self) < 0) return NULL;
+  size_t n = hurray_source_tensor_count(self->source);
+  PyObject *out = PyList_New((Py_ssize_t)n);
+  for (size_t i = 0; out != NULL && i < n; i++) {
+    PyObject *name = PyUnicode_DecodeUTF8(hurray_source_tensor_name(self->source, i),
+                                          (Py_ssize_t)strlen(hurray_source_tensor_name(self->source, i)),
+                                          "surrogateescape");
+    if (name == NULL) Py_CLEAR(out);
+    else PyList_SET_ITEM(out, (Py_ssize_t)i, name);
+  }
+  return out;
+}
+
+static PyObject *source_check(PyObject *op, PyObject *arg) {
+  SourceObject *self = (SourceObject *)op;
+  size_t i;
+  if (index_arg(self, arg, &i) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s = hurray_source_check_tensor(self->source, i, &e);
+  if (s != HURRAY_OK) return raise_status(s, &e);
+  Py_RETURN_NONE;
+}
+
+static PyObject *source_info(PyObject *op, PyObject *arg) {
+  SourceObject *self = (SourceObject *)op;
+  size_t i;
+  if (index_arg(self, arg, &i) < 0) return NULL;
+  HurrayError e = {0};
+  /* The shape as hurray sees it, from the descriptor alone. */
+  HurrayStatus s = hurray_source_check_tensor(self->source, i, &e);
+  PyObject *shape = NULL;
+  if (s == HURRAY_OK) {
+    HurrayDescriptor *d = NULL;
+    s = hurray_source_get_descriptor(self->source, i, &d, &e);
+    if (s != HURRAY_OK) return raise_status(s, &e);
+    uint32_t rank = hurray_descriptor_rank(d);
+    shape = PyTuple_New(rank);
+    for (uint32_t k = 0; shape != NULL && k < rank; k++) {
+      PyObject *v = PyLong_FromUnsignedLongLong(hurray_descriptor_shape(d)[k]);
+      if (v == NULL) Py_CLEAR(shape);
+      else PyTuple_SET_ITEM(shape, k, v);
+    }
+    hurray_descriptor_destroy(d);
+    if (shape == NULL) return NULL;
+  } else {
+    shape = Py_None;
+    Py_INCREF(shape);
+  }
+  return Py_BuildValue("(sNK)", hurray_source_tensor_type(self->source, i), shape,
+                       (unsigned long long)hurray_source_tensor_bytes(self->source, i));
+}
+
+static PyObject *source_get(PyObject *op, PyObject *arg) {
+  SourceObject *self = (SourceObject *)op;
+  size_t i;
+  if (index_arg(self, arg, &i) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *l = NULL;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_source_get_tensor(self->source, i, &d, &l, &e);
+  Py_END_ALLOW_THREADS
+  if (s != HURRAY_OK) return raise_status(s, &e);
+  return make_capsule(d, l);
+}
+
+static PyObject *source_metadata(PyObject *op, PyObject *unused) {
+  (void)unused;
+  SourceObject *self = (SourceObject *)op;
+  if (source_ready(self) < 0) return NULL;
+  PyObject *out = PyDict_New();
+  for (size_t i = 0; out != NULL && i < hurray_source_metadata_count(self->source); i++) {
+    const char *key;
+    HurrayMetadataType type;
+    const void *value;
+    size_t len;
+    HurrayError e = {0};
+    HurrayStatus s = hurray_source_metadata(self->source, i, &key, &type, &value, &len, &e);
+    if (s != HURRAY_OK) {
+      Py_DECREF(out);
+      return raise_status(s, &e);
+    }
+    PyObject *v;
+    switch (type) {
+      case HURRAY_METADATA_STRING: v = PyUnicode_DecodeUTF8(value, (Py_ssize_t)len, "surrogateescape"); break;
+      case HURRAY_METADATA_INT: v = PyLong_FromLongLong(*(const int64_t *)value); break;
+      case HURRAY_METADATA_FLOAT: v = PyFloat_FromDouble(*(const double *)value); break;
+      case HURRAY_METADATA_BOOL: v = PyBool_FromLong(*(const bool *)value); break;
+      default: v = PyBytes_FromStringAndSize(value, (Py_ssize_t)len); break;
+    }
+    if (v == NULL || PyDict_SetItemString(out, key, v) < 0) Py_CLEAR(out);
+    Py_XDECREF(v);
+  }
+  return out;
+}
+
+static PyObject *source_close(PyObject *op, PyObject *unused) {
+  (void)unused;
+  SourceObject *self = (SourceObject *)op;
+  hurray_source_close(self->source);
+  self->source = NULL;
+  Py_RETURN_NONE;
+}
+
+static PyGetSetDef source_getset[] = {
+    {"format", source_format, NULL, "the file's format", NULL},
+    {NULL},
+};
+
+static PyMethodDef source_methods[] = {
+    {"names", source_names, METH_NOARGS, "tensor names, in file order"},
+    {"info", source_info, METH_O, "(type name, shape, stored bytes) of tensor i"},
+    {"check", source_check, METH_O, "raise if hurray cannot hold tensor i exactly"},
+    {"get", source_get, METH_O, "tensor i as a hurray_buffer capsule"},
+    {"metadata", source_metadata, METH_NOARGS, "file metadata in hurray form"},
+    {"close", source_close, METH_NOARGS, "close; tensors already read stay valid"},
+    {NULL},
+};
+
+static PyType_Slot source_slots[] = {
+    {Py_tp_init, source_init},     {Py_tp_dealloc, source_dealloc},
+    {Py_tp_methods, source_methods}, {Py_tp_getset, source_getset},
+    {Py_tp_new, PyType_GenericNew}, {0, NULL},
+};
+
+static PyType_Spec source_spec = {"hurray._formats.Source", sizeof(SourceObject), 0,
+                                  Py_TPFLAGS_DEFAULT, source_slots};
+
+/* ------------------------------------------------------------------ write */
+
+static HurrayStatus set_py_metadata(HurrayTarget *t, PyObject *key, PyObject *value,
+                                    HurrayError *e, bool *python_error) {
+  const char *k = PyUnicode_AsUTF8(key);
+  if (k == NULL) {
+    *python_error = true;
+    return HURRAY_ERR_INVALID_ARGUMENT;
+  }
+  if (PyBool_Check(value)) {
+    bool b = value == Py_True;
+    return hurray_target_set_metadata(t, k, HURRAY_METADATA_BOOL, &b, 0, e);
+  }
+  if (PyLong_Check(value)) {
+    int64_t i = PyLong_AsLongLong(value);
+    if (i == -1 && PyErr_Occurred()) {
+      *python_error = true;
+      return HURRAY_ERR_INVALID_ARGUMENT;
+    }
+    return hurray_target_set_metadata(t, k, HURRAY_METADATA_INT, &i, 0, e);
+  }
+  if (PyFloat_Check(value)) {
+    double f = PyFloat_AsDouble(value);
+    return hurray_target_set_metadata(t, k, HURRAY_METADATA_FLOAT, &f, 0, e);
+  }
+  if (PyUnicode_Check(value)) {
+    PyObject *b = PyUnicode_AsEncodedString(value, "utf-8", "surrogateescape");
+    if (b == NULL) {
+      *python_error = true;
+      return HURRAY_ERR_INVALID_ARGUMENT;
+    }
+    HurrayStatus s = hurray_target_set_metadata(t, k, HURRAY_METADATA_STRING, PyBytes_AS_STRING(b),
+                                                (size_t)PyBytes_GET_SIZE(b), e);
+    Py_DECREF(b);
+    return s;
+  }
+  if (PyBytes_Check(value)) {
+    return hurray_target_set_metadata(t, k, HURRAY_METADATA_BYTES, PyBytes_AS_STRING(value),
+                                      (size_t)PyBytes_GET_SIZE(value), e);
+  }
+  PyErr_Format(PyExc_TypeError, "metadata %s: a str, int, float, bool or bytes value, not %s", k,
+               Py_TYPE(value)->tp_name);
+  *python_error = true;
+  return HURRAY_ERR_INVALID_ARGUMENT;
+}
+
+static PyObject *mod_write(PyObject *module, PyObject *args) {
+  (void)module;
+  PyObject *path_obj, *tensors, *metadata;
+  const char *format_name;
+  int statistics = 0;
+  if (!PyArg_ParseTuple(args, "O&sOO|p:write", PyUnicode_FSConverter, &path_obj, &format_name,
+                        &tensors, &metadata, &statistics)) {
+    return NULL;
+  }
+  HurrayFormat format = format_arg(format_name);
+  if (format == HURRAY_FORMAT_UNKNOWN || !PyDict_Check(metadata)) {
+    Py_DECREF(path_obj);
+    PyErr_SetString(PyExc_ValueError, "format 'safetensors', 'gguf' or 'hurray', metadata a dict");
+    return NULL;
+  }
+  PyObject *seq = PySequence_Fast(tensors, "tensors must be a sequence of (name, capsule)");
+  if (seq == NULL) {
+    Py_DECREF(path_obj);
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayTarget *t = NULL;
+  HurrayStatus s = hurray_target_open(PyBytes_AS_STRING(path_obj), format, &t, &e);
+  bool python_error = false;
+  if (s == HURRAY_OK && statistics) s = hurray_target_set_statistics(t, true, &e);
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (s == HURRAY_OK && PyDict_Next(metadata, &pos, &key, &value)) {
+    s = set_py_metadata(t, key, value, &e, &python_error);
+  }
+  for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+    const char *name;
+    PyObject *capsule;
+    HurrayDescriptor *d = NULL;
+    HurrayBufferList *list = NULL;
+    if (!PyArg_ParseTuple(item, "sO", &name, &capsule) || take_capsule(capsule, &d, &list) < 0) {
+      python_error = true;
+      s = HURRAY_ERR_INVALID_ARGUMENT;
+      break;
+    }
+    /* A hurray target writes here: let other threads run. */
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_target_add_tensor(t, name, d, list, &e);
+    Py_END_ALLOW_THREADS
+  }
+  size_t dropped = hurray_target_dropped_metadata(t);
+  if (s == HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_target_finish(t, &e);
+    Py_END_ALLOW_THREADS
+  } else {
+    hurray_target_abort(t);
+  }
+  Py_DECREF(seq);
+  Py_DECREF(path_obj);
+  if (python_error) return NULL;
+  if (s != HURRAY_OK) return raise_status(s, &e);
+  return PyLong_FromSize_t(dropped);
+}
+
+static PyMethodDef module_methods[] = {
+    {"write", mod_write, METH_VARARGS,
+     "write(path, format, [(name, capsule)], metadata, statistics=False) -> dropped keys"},
+    {NULL},
+};
+
+static int module_exec(PyObject *module) {
+  PyObject *type = PyType_FromModuleAndSpec(module, &source_spec, NULL);
+  if (type == NULL) return -1;
+  int rc = PyModule_AddObjectRef(module, "Source", type);
+  Py_DECREF(type);
+  return rc;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef formats_module = {
+    PyModuleDef_HEAD_INIT, "hurray._formats",
+    "Native safetensors and GGUF readers and writers (include/hurray/convert.h).", 0,
+    module_methods, module_slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__formats(void);
+PyMODINIT_FUNC PyInit__formats(void) { return PyModuleDef_Init(&formats_module); }

@@ -1,0 +1,1230 @@
+/*
+ * Sources, targets and hurray_convert_file (include/hurray/convert.h).
+ *
+ * A foreign source maps its whole file read-only and parses the header
+ * from the mapping; dense tensors are views of it (no copy, no resident
+ * memory until read), kept alive by a reference count so buffers outlive
+ * the source. Foreign targets keep each tensor's descriptor and buffers
+ * until finish, because safetensors and GGUF put every tensor's place in
+ * the header, before the data.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/checked.h"
+#include "../core/descriptor_internal.h"
+#include "../core/error.h"
+#include "../io/reader_origin.h"
+#include "formats_internal.h"
+
+/* ------------------------------------------------------------- formats */
+
+HurrayFormat hurray_format_from_path(const char *path) {
+  if (path == NULL) return HURRAY_FORMAT_UNKNOWN;
+  size_t n = strlen(path);
+  static const struct {
+    const char *suffix;
+    HurrayFormat format;
+  } table[] = {{".hurray", HURRAY_FORMAT_HURRAY},
+               {".safetensors", HURRAY_FORMAT_SAFETENSORS},
+               {".gguf", HURRAY_FORMAT_GGUF}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    size_t k = strlen(table[i].suffix);
+    if (n >= k && strcasecmp(path + n - k, table[i].suffix) == 0) return table[i].format;
+  }
+  return HURRAY_FORMAT_UNKNOWN;
+}
+
+HurrayFormat hurray_format_sniff(const char *path) {
+  if (path == NULL) return HURRAY_FORMAT_UNKNOWN;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return HURRAY_FORMAT_UNKNOWN;
+  uint8_t b[9] = {0};
+  ssize_t n = pread(fd, b, sizeof b, 0);
+  close(fd);
+  static const uint8_t hurray_magic[8] = {0x89, 'H', 'R', 'Y', '\r', '\n', 0x1A, '\n'};
+  if (n >= 8 && memcmp(b, hurray_magic, 8) == 0) return HURRAY_FORMAT_HURRAY;
+  if (n >= 4 && memcmp(b, "GGUF", 4) == 0) return HURRAY_FORMAT_GGUF;
+  if (n == 9 && b[8] == '{') return HURRAY_FORMAT_SAFETENSORS;
+  return HURRAY_FORMAT_UNKNOWN;
+}
+
+const char *hurray_format_name(HurrayFormat format) {
+  switch (format) {
+    case HURRAY_FORMAT_HURRAY: return "hurray";
+    case HURRAY_FORMAT_SAFETENSORS: return "safetensors";
+    case HURRAY_FORMAT_GGUF: return "gguf";
+    default: return "unknown";
+  }
+}
+
+/* Names from a file may hold any byte: the message stays one line. */
+static HurrayStatus one_line(HurrayStatus s, HurrayError *error) {
+  if (s != HURRAY_OK && error != NULL) {
+    for (char *c = error->message; *c; c++) {
+      if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';
+    }
+  }
+  return s;
+}
+
+/* ------------------------------------------------------------ mapping */
+
+typedef struct Mapping {
+  const uint8_t *base;
+  uint64_t len;
+  bool owned; /* munmap at the end (a file), or borrowed (memory) */
+  int fd;
+  atomic_size_t refs;
+} Mapping;
+
+static void mapping_unref(Mapping *m) {
+  if (m == NULL) return;
+  if (atomic_fetch_sub(&m->refs, 1) == 1) {
+    if (m->owned && m->len > 0) munmap((void *)m->base, (size_t)m->len);
+    if (m->fd >= 0) close(m->fd);
+    free(m);
+  }
+}
+
+static void release_mapping(void *data, void *ctx) {
+  (void)data;
+  mapping_unref(ctx);
+}
+
+static void release_free(void *data, void *ctx) {
+  (void)ctx;
+  free(data);
+}
+
+/* Drops the pages of [p, p + len) that a file mapping holds from this
+ * process (they stay in the page cache, and a later read maps them again),
+ * so that converting a file keeps the resident set flat. Only for views of
+ * read-only file mappings: on anonymous memory it would zero the data. */
+static void drop_pages(const void *p, uint64_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || len == 0) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static void drop_list_pages(const HurrayBufferList *l) {
+  for (size_t i = 0; i < hurray_buffer_list_len(l); i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(l, i);
+    drop_pages(hurray_buffer_data(b), hurray_buffer_size(b));
+  }
+}
+
+static uint32_t alignment_of(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  uint32_t align = 64;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+/* A buffer viewing [p, p + len) of the mapping, holding a reference. */
+static HurrayStatus view_buffer(Mapping *m, const uint8_t *p, uint64_t len, HurrayBuffer **out,
+                                HurrayError *error) {
+  atomic_fetch_add(&m->refs, 1);
+  HURRAY_RETURN_NOT_OK(
+      hurray_buffer_create((void *)p, len, release_mapping, m, out, error)); /* released on failure */
+  HurrayStatus s = hurray_buffer_set_alignment(*out, alignment_of(p), error);
+  if (s != HURRAY_OK) {
+    hurray_buffer_destroy(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
+/* -------------------------------------------------------------- source */
+
+struct HurraySource {
+  HurrayFormat format;
+  Mapping *map;
+  HurraySTFile st;
+  HurrayGGUFFile gg;
+  HurrayReader *reader;
+  bool verify;
+  char **type_names; /* hurray: dtype names */
+  HurrayMetaList metadata;
+};
+
+static void source_free(HurraySource *s) {
+  if (s == NULL) return;
+  hurray__st_free(&s->st);
+  hurray__gguf_free(&s->gg);
+  hurray_reader_close(s->reader);
+  mapping_unref(s->map);
+  free(s->type_names);
+  hurray__meta_free(&s->metadata);
+  free(s);
+}
+
+void hurray_source_close(HurraySource *source) { source_free(source); }
+
+static HurrayStatus copy_metadata(HurrayMetaList *dst, const HurrayMetaList *src,
+                                  HurrayError *error) {
+  for (size_t i = 0; i < src->count; i++) {
+    const HurrayMeta *m = &src->items[i];
+    const void *v = m->type == HURRAY_METADATA_INT     ? (const void *)&m->i
+                    : m->type == HURRAY_METADATA_FLOAT ? (const void *)&m->f
+                    : m->type == HURRAY_METADATA_BOOL  ? (const void *)&m->b
+                                                       : (const void *)m->bytes;
+    HURRAY_RETURN_NOT_OK(hurray__meta_set(dst, m->key, m->type, v, m->len, error));
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus parse_foreign(HurraySource *s, HurrayError *error) {
+  if (s->format == HURRAY_FORMAT_SAFETENSORS) {
+    HURRAY_RETURN_NOT_OK(one_line(hurray__st_parse(s->map->base, s->map->len, &s->st, error), error));
+    return copy_metadata(&s->metadata, &s->st.metadata, error);
+  }
+  HURRAY_RETURN_NOT_OK(one_line(hurray__gguf_parse(s->map->base, s->map->len, &s->gg, error), error));
+  return copy_metadata(&s->metadata, &s->gg.metadata, error);
+}
+
+HurrayStatus hurray_source_open_memory(const void *data, uint64_t size, HurrayFormat format,
+                                       HurraySource **out, HurrayError *error) {
+  if (out == NULL || (data == NULL && size != 0) ||
+      (format != HURRAY_FORMAT_SAFETENSORS && format != HURRAY_FORMAT_GGUF)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "data, out and a safetensors or GGUF format are required");
+  }
+  *out = NULL;
+  HurraySource *s = calloc(1, sizeof *s);
+  Mapping *m = calloc(1, sizeof *m);
+  if (s == NULL || m == NULL) {
+    free(s);
+    free(m);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  m->base = data;
+  m->len = size;
+  m->fd = -1;
+  atomic_init(&m->refs, 1);
+  s->map = m;
+  s->format = format;
+  HurrayStatus st = parse_foreign(s, error);
+  if (st != HURRAY_OK) {
+    source_free(s);
+    return st;
+  }
+  *out = s;
+  return HURRAY_OK;
+}
+
+static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *error) {
+  HurrayReaderOptions opts = HURRAY_READER_OPTIONS_INIT;
+  HURRAY_RETURN_NOT_OK(hurray_reader_open(path, &opts, &s->reader, error));
+  size_t n = hurray_reader_metadata_count(s->reader);
+  for (size_t i = 0; i < n; i++) {
+    const char *key = hurray_reader_metadata_key(s->reader, i);
+    HurrayMetadataType t = hurray_reader_metadata_type(s->reader, i);
+    HurrayStatus st;
+    switch (t) {
+      case HURRAY_METADATA_STRING: {
+        const char *v;
+        st = hurray_reader_metadata_string(s->reader, key, &v, error);
+        if (st == HURRAY_OK) st = hurray__meta_set(&s->metadata, key, t, v, strlen(v), error);
+        break;
+      }
+      case HURRAY_METADATA_INT: {
+        int64_t v;
+        st = hurray_reader_metadata_int(s->reader, key, &v, error);
+        if (st == HURRAY_OK) st = hurray__meta_set(&s->metadata, key, t, &v, 0, error);
+        break;
+      }
+      case HURRAY_METADATA_FLOAT: {
+        double v;
+        st = hurray_reader_metadata_float(s->reader, key, &v, error);
+        if (st == HURRAY_OK) st = hurray__meta_set(&s->metadata, key, t, &v, 0, error);
+        break;
+      }
+      case HURRAY_METADATA_BOOL: {
+        bool v;
+        st = hurray_reader_metadata_bool(s->reader, key, &v, error);
+        if (st == HURRAY_OK) st = hurray__meta_set(&s->metadata, key, t, &v, 0, error);
+        break;
+      }
+      default: {
+        const uint8_t *v;
+        size_t len;
+        st = hurray_reader_metadata_bytes(s->reader, key, &v, &len, error);
+        if (st == HURRAY_OK) {
+          st = hurray__meta_set(&s->metadata, key, HURRAY_METADATA_BYTES, v, len, error);
+        }
+        break;
+      }
+    }
+    HURRAY_RETURN_NOT_OK(st);
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool verify_checksums,
+                                HurraySource **out, HurrayError *error) {
+  if (path == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_from_path(path);
+  if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_sniff(path);
+  if (format == HURRAY_FORMAT_UNKNOWN) {
+    if (access(path, R_OK) != 0) {
+      return hurray__fail(error, HURRAY_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    }
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "cannot tell the format of %s (not .hurray, .safetensors or .gguf)", path);
+  }
+  HurraySource *s = calloc(1, sizeof *s);
+  if (s == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  s->format = format;
+  s->verify = verify_checksums;
+  HurrayStatus st;
+  if (format == HURRAY_FORMAT_HURRAY) {
+    st = open_hurray(s, path, error);
+  } else {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+      st = hurray__fail(error, HURRAY_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+      if (fd >= 0) close(fd);
+    } else if (!S_ISREG(sb.st_mode)) {
+      close(fd);
+      st = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
+    } else {
+      Mapping *m = calloc(1, sizeof *m);
+      void *base = sb.st_size > 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
+                                  : NULL;
+      if (m == NULL || base == MAP_FAILED) {
+        st = hurray__fail(error, m == NULL ? HURRAY_ERR_NO_MEMORY : HURRAY_ERR_IO,
+                          "cannot map %s: %s", path, strerror(errno));
+        if (base != MAP_FAILED && base != NULL) munmap(base, (size_t)sb.st_size);
+        free(m);
+        close(fd);
+      } else {
+        if (base != NULL) (void)madvise(base, (size_t)sb.st_size, MADV_SEQUENTIAL);
+        m->base = base;
+        m->len = (uint64_t)sb.st_size;
+        m->owned = true;
+        m->fd = fd; /* kept for copy_file_range */
+        atomic_init(&m->refs, 1);
+        s->map = m;
+        st = parse_foreign(s, error);
+        if (st != HURRAY_OK) {
+          /* Name the file: the parsers speak of the format only. */
+          char msg[HURRAY_ERROR_MESSAGE_BYTES];
+          snprintf(msg, sizeof msg, "%s", error != NULL ? error->message : "");
+          hurray__fail(error, st, "%.200s: %s", path, msg);
+        }
+      }
+    }
+  }
+  if (st != HURRAY_OK) {
+    source_free(s);
+    return st;
+  }
+  *out = s;
+  return HURRAY_OK;
+}
+
+HurrayFormat hurray_source_format(const HurraySource *s) {
+  return s != NULL ? s->format : HURRAY_FORMAT_UNKNOWN;
+}
+
+size_t hurray_source_tensor_count(const HurraySource *s) {
+  if (s == NULL) return 0;
+  switch (s->format) {
+    case HURRAY_FORMAT_HURRAY: return hurray_reader_tensor_count(s->reader);
+    case HURRAY_FORMAT_SAFETENSORS: return s->st.count;
+    default: return s->gg.count;
+  }
+}
+
+const char *hurray_source_tensor_name(const HurraySource *s, size_t i) {
+  if (i >= hurray_source_tensor_count(s)) return NULL;
+  switch (s->format) {
+    case HURRAY_FORMAT_HURRAY: return hurray_reader_tensor_name(s->reader, i);
+    case HURRAY_FORMAT_SAFETENSORS: return s->st.tensors[i].name;
+    default: return s->gg.tensors[i].name;
+  }
+}
+
+static HurrayStatus hurray_descriptor_of(const HurraySource *s, size_t i, HurrayDescriptor **d,
+                                         HurrayError *error) {
+  return hurray_reader_get_descriptor(s->reader, hurray_reader_tensor_name(s->reader, i), d,
+                                      error);
+}
+
+const char *hurray_source_tensor_type(const HurraySource *s, size_t i) {
+  if (i >= hurray_source_tensor_count(s)) return NULL;
+  switch (s->format) {
+    case HURRAY_FORMAT_HURRAY: {
+      HurrayDescriptor *d = NULL;
+      if (hurray_descriptor_of(s, i, &d, NULL) != HURRAY_OK) return "?";
+      const char *name = hurray_dtype_name(hurray_descriptor_dtype(d));
+      hurray_descriptor_destroy(d);
+      return name != NULL ? name : "?";
+    }
+    case HURRAY_FORMAT_SAFETENSORS: return s->st.tensors[i].type_name;
+    default: return hurray__gguf_type_name(s->gg.tensors[i].type);
+  }
+}
+
+uint64_t hurray_source_tensor_bytes(const HurraySource *s, size_t i) {
+  if (i >= hurray_source_tensor_count(s)) return 0;
+  switch (s->format) {
+    case HURRAY_FORMAT_HURRAY: {
+      HurrayDescriptor *d = NULL;
+      if (hurray_descriptor_of(s, i, &d, NULL) != HURRAY_OK) return 0;
+      uint64_t total = 0;
+      for (uint32_t b = 0; b < hurray_descriptor_buffer_count(d); b++) {
+        total += hurray_descriptor_buffer_size(d, b);
+      }
+      hurray_descriptor_destroy(d);
+      return total;
+    }
+    case HURRAY_FORMAT_SAFETENSORS: return s->st.tensors[i].end - s->st.tensors[i].begin;
+    default: return s->gg.tensors[i].nbytes;
+  }
+}
+
+HurrayStatus hurray_source_check_tensor(const HurraySource *s, size_t i, HurrayError *error) {
+  if (i >= hurray_source_tensor_count(s)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor index %zu out of range", i);
+  }
+  if (s->format == HURRAY_FORMAT_GGUF && !hurray__gguf_type_supported(s->gg.tensors[i].type)) {
+    return one_line(hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "GGUF tensor '%.200s' has type %s, which hurray cannot import "
+                        "losslessly; supported: %s",
+                        s->gg.tensors[i].name, hurray__gguf_type_name(s->gg.tensors[i].type),
+                        hurray__gguf_supported_list), error);
+  }
+  return HURRAY_OK;
+}
+
+static HurrayDType gguf_dense_dtype(uint32_t type) {
+  switch (type) {
+    case HURRAY_GGUF_TYPE_F32: return HURRAY_DTYPE_FLOAT32;
+    case HURRAY_GGUF_TYPE_F16: return HURRAY_DTYPE_FLOAT16;
+    case HURRAY_GGUF_TYPE_BF16: return HURRAY_DTYPE_BFLOAT16;
+    case HURRAY_GGUF_TYPE_F64: return HURRAY_DTYPE_FLOAT64;
+    case HURRAY_GGUF_TYPE_I8: return HURRAY_DTYPE_INT8;
+    case HURRAY_GGUF_TYPE_I16: return HURRAY_DTYPE_INT16;
+    case HURRAY_GGUF_TYPE_I32: return HURRAY_DTYPE_INT32;
+    case HURRAY_GGUF_TYPE_I64: return HURRAY_DTYPE_INT64;
+    default: return HURRAY_DTYPE_INVALID;
+  }
+}
+
+/* The descriptor of a foreign tensor; `data_align` the data buffer's. */
+static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t data_align,
+                                       HurrayDescriptor **out, HurrayError *error) {
+  HurrayDType dtype;
+  uint32_t rank;
+  uint64_t shape[HURRAY_MAX_RANK];
+  uint64_t nbytes;
+  bool quant = false;
+  uint32_t gtype = 0;
+  if (s->format == HURRAY_FORMAT_SAFETENSORS) {
+    const HurraySTTensor *t = &s->st.tensors[i];
+    dtype = t->dtype;
+    rank = t->rank;
+    if (rank) memcpy(shape, t->shape, rank * sizeof shape[0]);
+    nbytes = t->end - t->begin;
+  } else {
+    HURRAY_RETURN_NOT_OK(hurray_source_check_tensor(s, i, error));
+    const HurrayGGUFTensor *t = &s->gg.tensors[i];
+    gtype = t->type;
+    rank = t->n_dims;
+    for (uint32_t d = 0; d < rank; d++) shape[d] = t->dims[rank - 1 - d];
+    nbytes = t->nbytes;
+    quant = gtype == HURRAY_GGUF_TYPE_Q8_0 || gtype == HURRAY_GGUF_TYPE_Q4_0;
+    dtype = quant ? (gtype == HURRAY_GGUF_TYPE_Q8_0 ? HURRAY_DTYPE_INT8 : HURRAY_DTYPE_UINT4)
+                  : gguf_dense_dtype(gtype);
+    if (quant && rank == 0) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "GGUF tensor '%.200s' is quantized with no dimensions", t->name);
+    }
+  }
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_create(dtype, rank, shape, &d, error));
+  HurrayStatus st;
+  if (!quant) {
+    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, nbytes, data_align, HURRAY_SYNC_READY,
+                                      NULL, error);
+    if (st == HURRAY_OK) st = hurray_descriptor_set_layout_dense(d, 0, error);
+  } else {
+    uint64_t nb = nbytes / (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18);
+    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA,
+                                      nb * (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 32 : 16), 64,
+                                      HURRAY_SYNC_READY, NULL, error);
+    if (st == HURRAY_OK) st = hurray_descriptor_set_layout_dense(d, 0, error);
+    if (st == HURRAY_OK) {
+      st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, nb * 2, 64, HURRAY_SYNC_READY, NULL,
+                                        error);
+    }
+    if (st == HURRAY_OK) {
+      st = hurray_descriptor_set_quant_block_affine(d, rank - 1, 32, 1, HURRAY_DTYPE_FLOAT16,
+                                                    error);
+    }
+    if (st == HURRAY_OK) {
+      st = hurray_descriptor_set_quant_zero_point(d, gtype == HURRAY_GGUF_TYPE_Q8_0 ? 0 : 8,
+                                                  error);
+    }
+  }
+  if (st == HURRAY_OK) st = hurray_descriptor_validate(d, error);
+  if (st != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    return st;
+  }
+  *out = d;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
+                                          HurrayError *error) {
+  if (s == NULL || out == NULL || i >= hurray_source_tensor_count(s)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source, out and an index in range "
+                                                            "are required");
+  }
+  *out = NULL;
+  if (s->format == HURRAY_FORMAT_HURRAY) return hurray_descriptor_of(s, i, out, error);
+  return foreign_descriptor(s, i, 1, out, error);
+}
+
+static HurrayStatus push_or_destroy(HurrayBufferList *list, HurrayBuffer *b, HurrayError *error) {
+  HurrayStatus s = hurray_buffer_list_push(list, b, error);
+  if (s != HURRAY_OK) hurray_buffer_destroy(b);
+  return s;
+}
+
+HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescriptor **d_out,
+                                      HurrayBufferList **b_out, HurrayError *error) {
+  if (s == NULL || d_out == NULL || b_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source and outputs are required");
+  }
+  *d_out = NULL;
+  *b_out = NULL;
+  if (i >= hurray_source_tensor_count(s)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor index %zu out of range", i);
+  }
+  if (s->format == HURRAY_FORMAT_HURRAY) {
+    const char *name = hurray_reader_tensor_name(s->reader, i);
+    if (s->verify) HURRAY_RETURN_NOT_OK(hurray_reader_verify(s->reader, name, error));
+    return hurray_reader_get_tensor(s->reader, name, d_out, b_out, error);
+  }
+  const uint8_t *p;
+  uint64_t nbytes;
+  uint32_t gtype = 0;
+  if (s->format == HURRAY_FORMAT_SAFETENSORS) {
+    p = s->map->base + s->st.data_start + s->st.tensors[i].begin;
+    nbytes = s->st.tensors[i].end - s->st.tensors[i].begin;
+  } else {
+    p = s->map->base + s->gg.data_start + s->gg.tensors[i].offset;
+    nbytes = s->gg.tensors[i].nbytes;
+    gtype = s->gg.tensors[i].type;
+  }
+  bool quant = gtype == HURRAY_GGUF_TYPE_Q8_0 || gtype == HURRAY_GGUF_TYPE_Q4_0;
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(foreign_descriptor(s, i, quant ? 64 : alignment_of(p), &d, error));
+  HurrayBufferList *list = NULL;
+  HurrayStatus st = hurray_buffer_list_create(&list, error);
+  if (st == HURRAY_OK && !quant) {
+    HurrayBuffer *b = NULL;
+    st = view_buffer(s->map, p, nbytes, &b, error);
+    if (st == HURRAY_OK) st = push_or_destroy(list, b, error);
+  } else if (st == HURRAY_OK) {
+    uint64_t nb = nbytes / (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18);
+    uint64_t code_bytes = hurray_descriptor_buffer_size(d, 0), scale_bytes = nb * 2;
+    void *codes = NULL, *scales = NULL;
+    if (posix_memalign(&codes, 64, code_bytes ? code_bytes : 64) != 0) codes = NULL;
+    if (posix_memalign(&scales, 64, scale_bytes ? scale_bytes : 64) != 0) scales = NULL;
+    if (codes == NULL || scales == NULL) {
+      free(codes);
+      free(scales);
+      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for tensor %.200s",
+                        s->gg.tensors[i].name);
+    } else {
+      hurray__gguf_blocks_to_codes(gtype, p, nb, codes, scales);
+      HurrayBuffer *b = NULL;
+      st = hurray_buffer_create(codes, code_bytes, release_free, NULL, &b, error);
+      if (st == HURRAY_OK) st = hurray_buffer_set_alignment(b, 64, error);
+      if (st == HURRAY_OK) st = push_or_destroy(list, b, error);
+      else hurray_buffer_destroy(b);
+      b = NULL;
+      if (st == HURRAY_OK) {
+        st = hurray_buffer_create(scales, scale_bytes, release_free, NULL, &b, error);
+        if (st == HURRAY_OK) st = hurray_buffer_set_alignment(b, 64, error);
+        if (st == HURRAY_OK) st = push_or_destroy(list, b, error);
+        else hurray_buffer_destroy(b);
+      } else {
+        free(scales);
+      }
+    }
+  }
+  if (st == HURRAY_OK) st = hurray_validate_buffer_placement(d, list, error);
+  if (st != HURRAY_OK) {
+    hurray_descriptor_destroy(d);
+    hurray_buffer_list_destroy(list);
+    return st;
+  }
+  *d_out = d;
+  *b_out = list;
+  return HURRAY_OK;
+}
+
+size_t hurray_source_metadata_count(const HurraySource *s) {
+  return s != NULL ? s->metadata.count : 0;
+}
+
+HurrayStatus hurray_source_metadata(const HurraySource *s, size_t i, const char **key,
+                                    HurrayMetadataType *type, const void **value, size_t *len,
+                                    HurrayError *error) {
+  if (s == NULL || i >= s->metadata.count || key == NULL || type == NULL || value == NULL ||
+      len == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "bad metadata index or outputs");
+  }
+  const HurrayMeta *m = &s->metadata.items[i];
+  *key = m->key;
+  *type = m->type;
+  *len = m->len;
+  *value = m->type == HURRAY_METADATA_INT     ? (const void *)&m->i
+           : m->type == HURRAY_METADATA_FLOAT ? (const void *)&m->f
+           : m->type == HURRAY_METADATA_BOOL  ? (const void *)&m->b
+                                              : (const void *)m->bytes;
+  return HURRAY_OK;
+}
+
+/* -------------------------------------------------------------- target */
+
+typedef struct Entry {
+  char *name;
+  HurrayDescriptor *d;
+  HurrayBufferList *buffers;
+  uint32_t gtype; /* GGUF type */
+  uint64_t nbytes;
+  long order;
+  int src_fd;      /* >= 0: the data buffer is these bytes of a file */
+  uint64_t src_off;
+} Entry;
+
+struct HurrayTarget {
+  HurrayFormat format;
+  char *path;
+  HurrayWriter *writer; /* hurray: open from the start */
+  Entry *entries;
+  size_t count, cap;
+  HurrayMetaList metadata;
+  bool statistics;
+  bool drop_pages; /* the buffers are views of read-only file mappings */
+};
+
+static void entry_free(Entry *e) {
+  free(e->name);
+  hurray_descriptor_destroy(e->d);
+  hurray_buffer_list_destroy(e->buffers);
+}
+
+void hurray_target_abort(HurrayTarget *t) {
+  if (t == NULL) return;
+  hurray_writer_abort(t->writer);
+  for (size_t i = 0; i < t->count; i++) entry_free(&t->entries[i]);
+  free(t->entries);
+  hurray__meta_free(&t->metadata);
+  free(t->path);
+  free(t);
+}
+
+HurrayStatus hurray_target_open(const char *path, HurrayFormat format, HurrayTarget **out,
+                                HurrayError *error) {
+  if (path == NULL || out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_from_path(path);
+  if (format == HURRAY_FORMAT_UNKNOWN) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "cannot tell the format to write from %s (not .hurray, .safetensors or "
+                        ".gguf)",
+                        path);
+  }
+  HurrayTarget *t = calloc(1, sizeof *t);
+  if (t == NULL || (t->path = strdup(path)) == NULL) {
+    free(t);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  t->format = format;
+  if (format == HURRAY_FORMAT_HURRAY) {
+    HurrayStatus s = hurray_writer_open(path, &t->writer, error);
+    if (s != HURRAY_OK) {
+      hurray_target_abort(t);
+      return s;
+    }
+  } else {
+    /* Fail now, not after the work, when the folder cannot take the file. */
+    HurrayWriter *probe = NULL;
+    HurrayStatus s = hurray__raw_writer_open(path, &probe, error);
+    hurray_writer_abort(probe);
+    if (s != HURRAY_OK) {
+      hurray_target_abort(t);
+      return s;
+    }
+  }
+  *out = t;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_target_set_statistics(HurrayTarget *t, bool enabled, HurrayError *error) {
+  if (t == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target is required");
+  t->statistics = enabled;
+  if (t->writer != NULL) return hurray_writer_set_statistics(t->writer, enabled, error);
+  return HURRAY_OK;
+}
+
+/* Dense, unquantized, row-major from byte 0 of its data buffer. */
+static bool plain_dense(const HurrayDescriptor *d) {
+  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE ||
+      hurray_descriptor_byte_offset(d) != 0 ||
+      hurray_descriptor_device_type(d) != HURRAY_DEVICE_CPU) {
+    return false;
+  }
+  const int64_t *strides = hurray_descriptor_strides(d);
+  if (strides == NULL) return true;
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  int64_t expect = 1;
+  for (uint32_t k = rank; k-- > 0;) {
+    if (shape[k] > 1 && strides[k] != expect) return false;
+    expect *= (int64_t)shape[k];
+  }
+  return true;
+}
+
+static const char *describe_kind(const HurrayDescriptor *d) {
+  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE) return "not dense";
+  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) return "quantized";
+  return "a strided view";
+}
+
+/* Whether a target of `format` takes `d` as it is; the GGUF type into *gtype. */
+static HurrayStatus target_accepts(HurrayFormat format, const char *name,
+                                   const HurrayDescriptor *d, uint32_t *gtype,
+                                   HurrayError *error) {
+  if (format == HURRAY_FORMAT_HURRAY) return HURRAY_OK;
+  HurrayDType dtype = hurray_descriptor_dtype(d);
+  uint32_t rank = hurray_descriptor_rank(d);
+  HurrayQuantKind q = hurray_descriptor_quant_kind(d);
+  if (format == HURRAY_FORMAT_SAFETENSORS) {
+    if (q != HURRAY_QUANT_NONE || !plain_dense(d)) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor '%.200s' is %s; safetensors holds dense tensors as they are "
+                          "(the Python converter dequantizes or densifies it)",
+                          name, describe_kind(d));
+    }
+    if (hurray__st_dtype_name(dtype) == NULL) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor '%.200s' has dtype %s, which safetensors cannot hold", name,
+                          hurray_dtype_name(dtype));
+    }
+    return HURRAY_OK;
+  }
+  if (rank == 0 || rank > HURRAY_GGUF_MAX_DIMS) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' has rank %u; GGUF tensors have 1 to 4 dimensions", name,
+                        rank);
+  }
+  if (!plain_dense(d)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' is %s; GGUF holds it only densified (the Python "
+                        "converter does that)",
+                        name, describe_kind(d));
+  }
+  if (q == HURRAY_QUANT_NONE) {
+    static const struct {
+      HurrayDType dtype;
+      uint32_t type;
+    } map[] = {{HURRAY_DTYPE_FLOAT32, 0},  {HURRAY_DTYPE_FLOAT16, 1}, {HURRAY_DTYPE_BFLOAT16, 30},
+               {HURRAY_DTYPE_FLOAT64, 28}, {HURRAY_DTYPE_INT8, 24},   {HURRAY_DTYPE_INT16, 25},
+               {HURRAY_DTYPE_INT32, 26},   {HURRAY_DTYPE_INT64, 27}};
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
+      if (map[k].dtype == dtype) {
+        *gtype = map[k].type;
+        return HURRAY_OK;
+      }
+    }
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' has dtype %s, which GGUF cannot hold (it holds float32, "
+                        "float16, bfloat16, float64, int8, int16, int32, int64)",
+                        name, hurray_dtype_name(dtype));
+  }
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  if (q == HURRAY_QUANT_BLOCK_AFFINE && hurray_descriptor_quant_axis(d) == rank - 1 &&
+      hurray_descriptor_quant_block_size(d) == 32 &&
+      hurray_descriptor_quant_scale_dtype(d) == HURRAY_DTYPE_FLOAT16 &&
+      hurray_descriptor_quant_zero_point_buffer(d) == HURRAY_NO_BUFFER &&
+      shape[rank - 1] % 32 == 0) {
+    int64_t zp = hurray_descriptor_quant_zero_point(d);
+    if (dtype == HURRAY_DTYPE_INT8 && zp == 0) {
+      *gtype = HURRAY_GGUF_TYPE_Q8_0;
+      return HURRAY_OK;
+    }
+    if (dtype == HURRAY_DTYPE_UINT4 && zp == 8) {
+      *gtype = HURRAY_GGUF_TYPE_Q4_0;
+      return HURRAY_OK;
+    }
+  }
+  return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                      "tensor '%.200s' is quantized in a form with no exact GGUF type (GGUF's "
+                      "Q8_0 and Q4_0 are block-affine int8 / uint4 codes, block 32 along the "
+                      "last axis, float16 scales)",
+                      name);
+}
+
+static HurrayStatus set_meta_on_writer(HurrayWriter *w, const HurrayMeta *m, HurrayError *error) {
+  switch (m->type) {
+    case HURRAY_METADATA_STRING:
+      return hurray_writer_set_metadata_string(w, m->key, (const char *)m->bytes, error);
+    case HURRAY_METADATA_INT: return hurray_writer_set_metadata_int(w, m->key, m->i, error);
+    case HURRAY_METADATA_FLOAT: return hurray_writer_set_metadata_float(w, m->key, m->f, error);
+    case HURRAY_METADATA_BOOL: return hurray_writer_set_metadata_bool(w, m->key, m->b, error);
+    default: return hurray_writer_set_metadata_bytes(w, m->key, m->bytes, m->len, error);
+  }
+}
+
+static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
+                               HurrayBufferList *buffers, int src_fd, uint64_t src_off,
+                               HurrayError *error) {
+  Entry e = {0};
+  e.src_fd = src_fd;
+  e.src_off = src_off;
+  e.d = d;
+  e.buffers = buffers;
+  HurrayStatus s = HURRAY_OK;
+  if (t == NULL || name == NULL || d == NULL || buffers == NULL) {
+    s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target, name, descriptor and buffers "
+                                                         "are required");
+    goto fail;
+  }
+  if (t->format == HURRAY_FORMAT_HURRAY) {
+    s = hurray_writer_write_tensor(t->writer, name, d, buffers, error);
+    if (t->drop_pages) drop_list_pages(buffers);
+    entry_free(&e);
+    return s;
+  }
+  s = target_accepts(t->format, name, d, &e.gtype, error);
+  if (s == HURRAY_OK) s = hurray_validate_buffer_placement(d, buffers, error);
+  if (s != HURRAY_OK) goto fail;
+  for (size_t i = 0; i < t->count; i++) {
+    if (strcmp(t->entries[i].name, name) == 0) {
+      s = hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "tensor '%.200s' was already added",
+                       name);
+      goto fail;
+    }
+  }
+  uint64_t numel = 0;
+  s = hurray_descriptor_numel(d, &numel, error);
+  if (s == HURRAY_OK) {
+    if (e.gtype == HURRAY_GGUF_TYPE_Q8_0) e.nbytes = numel / 32 * 34;
+    else if (e.gtype == HURRAY_GGUF_TYPE_Q4_0) e.nbytes = numel / 32 * 18;
+    else if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &e.nbytes) != HURRAY_OK) {
+      s = hurray__fail(error, HURRAY_ERR_OVERFLOW, "tensor '%.200s': byte size overflows", name);
+    }
+  }
+  if (s == HURRAY_OK && t->format == HURRAY_FORMAT_SAFETENSORS) {
+    uint64_t bits = 0;
+    if (!hurray__mul_u64(numel, hurray_dtype_bits(hurray_descriptor_dtype(d)), &bits) ||
+        bits % 8 != 0) {
+      s = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                       "tensor '%.200s' (%s) does not fill whole bytes, as safetensors needs",
+                       name, hurray_dtype_name(hurray_descriptor_dtype(d)));
+    }
+  }
+  if (s != HURRAY_OK) goto fail;
+  if (t->count == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    Entry *entries = realloc(t->entries, cap * sizeof *entries);
+    if (entries == NULL) {
+      s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+      goto fail;
+    }
+    t->entries = entries;
+    t->cap = cap;
+  }
+  e.name = strdup(name);
+  if (e.name == NULL) {
+    s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  e.order = (long)t->count;
+  t->entries[t->count++] = e;
+  return HURRAY_OK;
+fail:
+  entry_free(&e);
+  return one_line(s, error);
+}
+
+HurrayStatus hurray_target_add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
+                                      HurrayBufferList *buffers, HurrayError *error) {
+  return add_tensor(t, name, d, buffers, -1, 0, error);
+}
+
+static bool carried(HurrayFormat format, const char *key) {
+  switch (format) {
+    case HURRAY_FORMAT_HURRAY: return true;
+    case HURRAY_FORMAT_SAFETENSORS: return strncmp(key, "safetensors.", 12) == 0;
+    default: return strncmp(key, "gguf.", 5) == 0;
+  }
+}
+
+/* Keys a target uses but does not count as dropped (the converter's own). */
+static bool bookkeeping(const char *key) {
+  return strcmp(key, "convert.source_dtypes") == 0 ||
+         strcmp(key, "safetensors_index.metadata") == 0 || strcmp(key, "gguf.__types__") == 0 ||
+         strcmp(key, "gguf.__tensors__") == 0;
+}
+
+HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, HurrayMetadataType type,
+                                        const void *value, size_t len, HurrayError *error) {
+  if (t == NULL || key == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target and key are required");
+  }
+  if (t->format == HURRAY_FORMAT_HURRAY) {
+    HurrayMeta m = {.key = (char *)key, .type = type, .len = len};
+    switch (type) {
+      case HURRAY_METADATA_INT: memcpy(&m.i, value, sizeof m.i); break;
+      case HURRAY_METADATA_FLOAT: memcpy(&m.f, value, sizeof m.f); break;
+      case HURRAY_METADATA_BOOL: m.b = *(const bool *)value; break;
+      default: m.bytes = (uint8_t *)value; break;
+    }
+    if (type == HURRAY_METADATA_STRING && memchr(value, 0, len) != NULL) {
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "metadata %.200s holds a NUL", key);
+    }
+    if (type == HURRAY_METADATA_STRING) {
+      /* The writer wants a NUL-terminated string. */
+      HurrayMetaList tmp = {0};
+      HurrayStatus s = hurray__meta_set(&tmp, key, type, value, len, error);
+      if (s == HURRAY_OK) s = set_meta_on_writer(t->writer, &tmp.items[0], error);
+      hurray__meta_free(&tmp);
+      return s;
+    }
+    return set_meta_on_writer(t->writer, &m, error);
+  }
+  return hurray__meta_set(&t->metadata, key, type, value, len, error);
+}
+
+size_t hurray_target_dropped_metadata(const HurrayTarget *t) {
+  if (t == NULL || t->format == HURRAY_FORMAT_HURRAY) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < t->metadata.count; i++) {
+    const char *k = t->metadata.items[i].key;
+    if (!carried(t->format, k) && !bookkeeping(k)) n++;
+  }
+  return n;
+}
+
+/* The bytes of buffer `index` of an entry. */
+static const uint8_t *entry_data(const Entry *e, uint32_t index) {
+  return hurray_buffer_data(hurray_buffer_list_get(e->buffers, index));
+}
+
+/* An entry's data bytes: file to file in the kernel when they are a range
+ * of a source file, from memory otherwise. */
+static HurrayStatus write_data(HurrayWriter *w, const Entry *e, HurrayError *error) {
+  if (e->src_fd >= 0) return hurray__raw_writer_copy(w, e->src_fd, e->src_off, e->nbytes, error);
+  return hurray__raw_writer_write(w, entry_data(e, hurray_descriptor_data_buffer(e->d)),
+                                  (size_t)e->nbytes, error);
+}
+
+static int by_safetensors_order(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  int rx = hurray__st_dtype_rank(hurray_descriptor_dtype(x->d));
+  int ry = hurray__st_dtype_rank(hurray_descriptor_dtype(y->d));
+  if (rx != ry) return rx > ry ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static int by_order(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
+  if (t->count > 1) qsort(t->entries, t->count, sizeof *t->entries, by_safetensors_order);
+  HurrayStr h = {0};
+  hurray__str_addc(&h, '{');
+  bool any_meta = false;
+  for (size_t i = 0; i < t->metadata.count; i++) {
+    const HurrayMeta *m = &t->metadata.items[i];
+    if (strncmp(m->key, "safetensors.", 12) != 0) continue;
+    char text[64];
+    const char *v = text;
+    size_t len;
+    switch (m->type) {
+      case HURRAY_METADATA_INT: len = (size_t)snprintf(text, sizeof text, "%lld", (long long)m->i); break;
+      case HURRAY_METADATA_FLOAT: len = (size_t)snprintf(text, sizeof text, "%.17g", m->f); break;
+      case HURRAY_METADATA_BOOL: len = (size_t)snprintf(text, sizeof text, "%s", m->b ? "true" : "false"); break;
+      default: v = (const char *)m->bytes, len = m->len; break;
+    }
+    if (!hurray__utf8_valid(v, len)) {
+      hurray__str_free(&h);
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "metadata %.200s is not UTF-8, as safetensors __metadata__ needs",
+                          m->key);
+    }
+    hurray__str_add(&h, any_meta ? "," : "\"__metadata__\":{", any_meta ? 1 : 16);
+    any_meta = true;
+    hurray__str_json_raw(&h, (const uint8_t *)m->key + 12, strlen(m->key + 12));
+    hurray__str_addc(&h, ':');
+    hurray__str_json_raw(&h, (const uint8_t *)v, len);
+  }
+  if (any_meta) hurray__str_addc(&h, '}');
+  uint64_t at = 0;
+  for (size_t i = 0; i < t->count; i++) {
+    const Entry *e = &t->entries[i];
+    if (i > 0 || any_meta) hurray__str_addc(&h, ',');
+    hurray__str_json_raw(&h, (const uint8_t *)e->name, strlen(e->name));
+    hurray__str_addf(&h, ":{\"dtype\":\"%s\",\"shape\":[",
+                     hurray__st_dtype_name(hurray_descriptor_dtype(e->d)));
+    uint32_t rank = hurray_descriptor_rank(e->d);
+    const uint64_t *dims = hurray_descriptor_shape(e->d);
+    for (uint32_t k = 0; k < rank; k++) {
+      hurray__str_addf(&h, k ? ",%llu" : "%llu", (unsigned long long)dims[k]);
+    }
+    hurray__str_addf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                     (unsigned long long)(at + e->nbytes));
+    at += e->nbytes;
+  }
+  hurray__str_addc(&h, '}');
+  while (h.len % 8 != 0) hurray__str_addc(&h, ' ');
+  if (h.oom) {
+    hurray__str_free(&h);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  uint8_t len8[8];
+  for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)h.len >> (8 * k));
+  HurrayStatus s = hurray__raw_writer_write(w, len8, 8, error);
+  if (s == HURRAY_OK) s = hurray__raw_writer_write(w, h.p, h.len, error);
+  hurray__str_free(&h);
+  for (size_t i = 0; s == HURRAY_OK && i < t->count; i++) {
+    s = write_data(w, &t->entries[i], error);
+    if (t->drop_pages) drop_list_pages(t->entries[i].buffers);
+  }
+  return s;
+}
+
+static void put_le(HurrayStr *o, uint64_t v, unsigned n) {
+  uint8_t b[8];
+  for (unsigned i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+  hurray__str_add(o, b, n);
+}
+
+static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
+  /* Tensor order: gguf.__tensors__ where it names them, then as added. */
+  const HurrayMeta *names = hurray__meta_find(&t->metadata, "gguf.__tensors__");
+  HurrayJ list = {0};
+  if (names != NULL && names->type == HURRAY_METADATA_STRING &&
+      hurray__j_parse(names->bytes, names->len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR) {
+    /* Quadratic in the tensor count, which GGUF files keep in the thousands. */
+    for (size_t i = 0; i < t->count; i++) t->entries[i].order += (long)list.len;
+    for (size_t idx = 0; idx < list.len; idx++) {
+      const HurrayJ *v = &list.items[idx];
+      if (v->kind != HJ_STR) continue;
+      for (size_t i = 0; i < t->count; i++) {
+        if (t->entries[i].order >= (long)list.len &&
+            strcmp(t->entries[i].name, (const char *)v->str) == 0) {
+          t->entries[i].order = (long)idx;
+          break;
+        }
+      }
+    }
+  }
+  hurray__j_free(&list);
+  if (t->count > 1) qsort(t->entries, t->count, sizeof *t->entries, by_order);
+  HurrayStr head = {0};
+  uint64_t n_kv = 0, align = HURRAY_GGUF_DEFAULT_ALIGNMENT;
+  HurrayStr kv = {0};
+  HurrayStatus s = hurray__gguf_encode_kv(&t->metadata, &kv, &n_kv, &align, error);
+  if (s != HURRAY_OK) {
+    hurray__str_free(&kv);
+    return s;
+  }
+  hurray__str_add(&head, "GGUF", 4);
+  put_le(&head, 3, 4);
+  put_le(&head, t->count, 8);
+  put_le(&head, n_kv, 8);
+  hurray__str_add(&head, kv.p, kv.len);
+  hurray__str_free(&kv);
+  uint64_t at = 0;
+  for (size_t i = 0; i < t->count; i++) {
+    const Entry *e = &t->entries[i];
+    uint32_t rank = hurray_descriptor_rank(e->d);
+    const uint64_t *dims = hurray_descriptor_shape(e->d);
+    put_le(&head, strlen(e->name), 8);
+    hurray__str_add(&head, e->name, strlen(e->name));
+    put_le(&head, rank, 4);
+    for (uint32_t k = 0; k < rank; k++) put_le(&head, dims[rank - 1 - k], 8);
+    put_le(&head, e->gtype, 4);
+    put_le(&head, at, 8);
+    at += hurray__ceil_div_u64(e->nbytes, align) * align;
+  }
+  if (head.oom) {
+    hurray__str_free(&head);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  s = hurray__raw_writer_write(w, head.p, head.len, error);
+  hurray__str_free(&head);
+  if (s == HURRAY_OK) s = hurray__raw_writer_pad(w, align, error);
+  uint8_t *blocks = NULL;
+  const uint64_t step = 8192; /* blocks re-laid out at a time */
+  for (size_t i = 0; s == HURRAY_OK && i < t->count; i++) {
+    const Entry *e = &t->entries[i];
+    if (e->gtype == HURRAY_GGUF_TYPE_Q8_0 || e->gtype == HURRAY_GGUF_TYPE_Q4_0) {
+      uint64_t bsz = e->gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18;
+      uint64_t csz = e->gtype == HURRAY_GGUF_TYPE_Q8_0 ? 32 : 16;
+      if (blocks == NULL && (blocks = malloc(step * 34)) == NULL) {
+        s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+        break;
+      }
+      const uint8_t *codes = entry_data(e, hurray_descriptor_data_buffer(e->d));
+      const uint8_t *scales = entry_data(e, hurray_descriptor_quant_scale_buffer(e->d));
+      uint64_t nb = e->nbytes / bsz;
+      for (uint64_t b = 0; s == HURRAY_OK && b < nb; b += step) {
+        uint64_t k = nb - b < step ? nb - b : step;
+        hurray__gguf_codes_to_blocks(e->gtype, codes + b * csz, scales + b * 2, k, blocks);
+        s = hurray__raw_writer_write(w, blocks, (size_t)(k * bsz), error);
+      }
+    } else {
+      s = write_data(w, e, error);
+    }
+    if (s == HURRAY_OK) s = hurray__raw_writer_pad(w, align, error);
+    if (t->drop_pages) drop_list_pages(e->buffers);
+  }
+  free(blocks);
+  return s;
+}
+
+HurrayStatus hurray_target_finish(HurrayTarget *t, HurrayError *error) {
+  if (t == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target is required");
+  HurrayStatus s;
+  if (t->format == HURRAY_FORMAT_HURRAY) {
+    HurrayWriter *w = t->writer;
+    t->writer = NULL;
+    s = hurray_writer_finish(w, error);
+  } else {
+    HurrayWriter *w = NULL;
+    s = hurray__raw_writer_open(t->path, &w, error);
+    if (s == HURRAY_OK) {
+      s = t->format == HURRAY_FORMAT_SAFETENSORS ? finish_safetensors(t, w, error)
+                                                 : finish_gguf(t, w, error);
+      if (s == HURRAY_OK) s = hurray__raw_writer_finish(w, error);
+      else hurray_writer_abort(w);
+    }
+  }
+  hurray_target_abort(t);
+  return one_line(s, error);
+}
+
+/* ------------------------------------------------------------ one call */
+
+/* The file and offset of a dense tensor's data buffer, when it is a view
+ * of the source's file: the foreign writers then copy it in the kernel. */
+static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
+                          const HurrayBufferList *list, int *fd, uint64_t *off) {
+  *fd = -1;
+  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) return;
+  const HurrayBuffer *b = hurray_buffer_list_get(list, hurray_descriptor_data_buffer(d));
+  if (b == NULL) return;
+  const uint8_t *p = hurray_buffer_data(b);
+  uint64_t len = hurray_buffer_size(b);
+  if (s->format == HURRAY_FORMAT_HURRAY) {
+    if (hurray__reader_offset_of(s->reader, p, len, off)) *fd = hurray__reader_fd(s->reader);
+  } else if (s->map->fd >= 0 && s->map->owned && p >= s->map->base &&
+             (uint64_t)(p - s->map->base) <= s->map->len &&
+             len <= s->map->len - (uint64_t)(p - s->map->base)) {
+    *off = (uint64_t)(p - s->map->base);
+    *fd = s->map->fd;
+  }
+}
+
+HurrayStatus hurray_convert_file(const char *src, const char *dst,
+                                 const HurrayConvertOptions *options, HurrayError *error) {
+  HurrayConvertOptions defaults = HURRAY_CONVERT_OPTIONS_INIT;
+  if (options == NULL) options = &defaults;
+  if (src == NULL || dst == NULL || options->version != HURRAY_CONVERT_OPTIONS_VERSION) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "src, dst and options of version %u are required",
+                        HURRAY_CONVERT_OPTIONS_VERSION);
+  }
+  HurrayFormat tf = options->target_format != HURRAY_FORMAT_UNKNOWN ? options->target_format
+                                                                   : hurray_format_from_path(dst);
+  if (tf == HURRAY_FORMAT_UNKNOWN) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "cannot tell the format to write from %s (not .hurray, .safetensors or "
+                        ".gguf)",
+                        dst);
+  }
+  struct stat a, b;
+  if (stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "%s is the source itself; write to another file", dst);
+  }
+  HurraySource *s = NULL;
+  HURRAY_RETURN_NOT_OK(
+      hurray_source_open(src, options->source_format, options->verify_checksums, &s, error));
+  size_t n = hurray_source_tensor_count(s);
+  HurrayStatus st = HURRAY_OK;
+  /* Everything the target would refuse is refused before it is opened. */
+  for (size_t i = 0; st == HURRAY_OK && i < n; i++) {
+    st = hurray_source_check_tensor(s, i, error);
+    HurrayDescriptor *d = NULL;
+    if (st == HURRAY_OK) st = hurray_source_get_descriptor(s, i, &d, error);
+    uint32_t gtype = 0;
+    if (st == HURRAY_OK) st = target_accepts(tf, hurray_source_tensor_name(s, i), d, &gtype, error);
+    hurray_descriptor_destroy(d);
+  }
+  HurrayTarget *t = NULL;
+  if (st == HURRAY_OK) st = hurray_target_open(dst, tf, &t, error);
+  /* GGUF sources hand out fresh memory for Q8_0/Q4_0 codes: not for them. */
+  if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
+  if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
+  for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {
+    const char *key;
+    HurrayMetadataType type;
+    const void *value;
+    size_t len;
+    st = hurray_source_metadata(s, i, &key, &type, &value, &len, error);
+    if (st == HURRAY_OK) st = hurray_target_set_metadata(t, key, type, value, len, error);
+  }
+  for (size_t i = 0; st == HURRAY_OK && i < n; i++) {
+    HurrayDescriptor *d = NULL;
+    HurrayBufferList *list = NULL;
+    st = hurray_source_get_tensor(s, i, &d, &list, error);
+    /* Verifying touched every page; a foreign target writes much later. */
+    if (st == HURRAY_OK && t->drop_pages) drop_list_pages(list);
+    int fd = -1;
+    uint64_t off = 0;
+    if (st == HURRAY_OK && tf != HURRAY_FORMAT_HURRAY) source_origin(s, d, list, &fd, &off);
+    if (st == HURRAY_OK) {
+      st = add_tensor(t, hurray_source_tensor_name(s, i), d, list, fd, off, error);
+    }
+  }
+  if (st == HURRAY_OK) {
+    st = hurray_target_finish(t, error);
+  } else {
+    hurray_target_abort(t);
+  }
+  hurray_source_close(s);
+  return one_line(st, error);
+}

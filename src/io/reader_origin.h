@@ -1,0 +1,21 @@
+/*
+ * Where a buffer of an MMAP-mode reader lies in its file, so the converter
+ * (src/formats/convert.c) can copy the bytes file to file in the kernel
+ * (copy_file_range). Internal: not exported.
+ */
+#ifndef HURRAY_SRC_IO_READER_ORIGIN_H
+#define HURRAY_SRC_IO_READER_ORIGIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hurray/io.h"
+
+/* The reader's open file descriptor (owned by the reader). */
+int hurray__reader_fd(const HurrayReader *r);
+/* True, with the file offset of `p`, when [p, p + len) lies in the
+ * reader's mapping of its file. */
+bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len,
+                              uint64_t *offset);
+
+#endif
