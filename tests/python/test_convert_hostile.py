@@ -536,6 +536,10 @@ def _zip_with_text(path):
     "pickle refused", "truncated pt", "gguf garbage", "safetensors garbage", "hurray garbage",
     "unknown source extension", "source is a fifo", "index in a folder is a fifo"])
 def test_malformed_sources_give_one_line(tmp_path, case):
+    if case == "truncated pt" and "asan" in os.environ.get("LD_PRELOAD", ""):
+        # torch raises a C++ exception there, and ASan preloaded before
+        # libstdc++ cannot intercept __cxa_throw (make test-python-asan).
+        pytest.skip("torch's C++ exceptions abort under a preloaded ASan runtime")
     src, words = _case(case, tmp_path)
     before = listing(tmp_path)
     r = run_cli(src, tmp_path / "out.hurray", timeout=60)
