@@ -31,8 +31,8 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
 /* Writes s[0, len) so that a terminal shows it and obeys none of it: C0
  * controls, DEL, C1 controls (U+0080..U+009F), the bidirectional
  * overrides and isolates (U+202A..U+202E, U+2066..U+2069) and bytes that
- * are not UTF-8 become escapes (\xNN, \u{NNNN}, and \\ for a backslash so
- * the escapes stay unambiguous); everything else is written as is. */
+ * are not UTF-8 become escapes (\n, \r, \t, else \xNN or \u{NNNN}, and \\
+ * for a backslash so the escapes stay unambiguous); everything else is written as is. */
 void hurray_cli_put_escaped(FILE *out, const char *s, size_t len);
 /* The same for JSON text, whose backslashes are its own escapes: only the
  * code points above become \uNNNN (a byte that is not UTF-8 \ufffd);

@@ -55,6 +55,9 @@ void hurray_cli_put_escaped(FILE *out, const char *s, size_t len) {
     } else if (cp == '\\') {
       fputs("\\\\", out);
       i++;
+    } else if (cp == '\n' || cp == '\r' || cp == '\t') {
+      fputs(cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t", out);
+      i++;
     } else if (needs_escape(cp)) {
       if (cp < 0x80) fprintf(out, "\\x%02x", (unsigned)cp);
       else fprintf(out, "\\u{%04" PRIx32 "}", cp);
