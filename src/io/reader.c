@@ -91,7 +91,7 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
     ssize_t n = pread(fd, p, chunk, (off_t)offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return hurray__fail(error, HURRAY_ERR_IO, "read failed: %s", strerror(errno));
+      return hurray__fail_os(error, HURRAY_ERR_IO, errno, "read failed: %s", strerror(errno));
     }
     if (n == 0) {
       return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
@@ -384,9 +384,10 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
     void *base = mmap(NULL, (size_t)r->file_size, PROT_READ, MAP_SHARED, r->fd, 0);
     if (base == MAP_FAILED) {
+      int saved = errno;
       free(r->mapping);
       r->mapping = NULL;
-      return CORRUPT(HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
     }
     r->mapping->base = base;
     r->mapping->len = (size_t)r->file_size;
@@ -437,17 +438,40 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   HurrayReader *r = calloc(1, sizeof *r);
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   r->mode = options->mode;
-  r->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+   * writer forever (and a device open may block too). Only a regular file
+   * is read; it is then switched back to blocking, which for regular files
+   * changes nothing but keeps the descriptor ordinary. */
+  r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (r->fd < 0) {
-    HurrayStatus status = hurray__fail(error, errno == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
-                                       "cannot open %s: %s", path, strerror(errno));
+    int saved = errno;
+    HurrayStatus status = hurray__fail_os(
+        error, saved == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO, saved,
+        "cannot open %s: %s", path, strerror(saved));
     free(r);
     return status;
   }
   struct stat st;
   HurrayStatus status = HURRAY_OK;
-  if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
+  int flags;
+  if (fstat(r->fd, &st) != 0) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot stat %s: %s", path,
+                             strerror(saved));
+  } else if (!S_ISREG(st.st_mode)) {
+    status = hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
+                             "%s is not a regular file (%s)", path,
+                             S_ISDIR(st.st_mode)    ? "a directory"
+                             : S_ISFIFO(st.st_mode) ? "a FIFO"
+                             : S_ISSOCK(st.st_mode) ? "a socket"
+                             : S_ISCHR(st.st_mode)  ? "a character device"
+                             : S_ISBLK(st.st_mode)  ? "a block device"
+                                                    : "not a file");
+  } else if ((flags = fcntl(r->fd, F_GETFL)) == -1 ||
+             fcntl(r->fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot use %s: %s", path,
+                             strerror(saved));
   } else {
     r->file_size = (uint64_t)st.st_size;
     status = read_structure(r, error);

@@ -86,12 +86,14 @@ struct HurrayWriter {
 
 /* ------------------------------------------------------------ raw output */
 
-static HurrayStatus write_failed(const HurrayWriter *w, const char *why, HurrayError *error) {
+/* os_errno: the errno of the failed write, 0 when the kernel reported none. */
+static HurrayStatus write_failed(const HurrayWriter *w, int os_errno, const char *why,
+                                 HurrayError *error) {
   if (w->kind == SINK_PATH) {
-    return hurray__fail(error, HURRAY_ERR_IO, "write of the temporary file for %s failed: %s",
-                        w->target, why);
+    return hurray__fail_os(error, HURRAY_ERR_IO, os_errno,
+                           "write of the temporary file for %s failed: %s", w->target, why);
   }
-  return hurray__fail(error, HURRAY_ERR_IO, "write to fd %d failed: %s", w->fd, why);
+  return hurray__fail_os(error, HURRAY_ERR_IO, os_errno, "write to fd %d failed: %s", w->fd, why);
 }
 
 /* Writes all `len` bytes: a short write is continued, EINTR retried; a
@@ -104,10 +106,10 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
     ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return write_failed(w, strerror(errno), error);
+      return write_failed(w, errno, strerror(errno), error);
     }
     if (n == 0 || (size_t)n > chunk) {
-      return write_failed(w, n == 0 ? "no bytes written" : "more bytes written than asked",
+      return write_failed(w, 0, n == 0 ? "no bytes written" : "more bytes written than asked",
                           error);
     }
     p += n;
@@ -216,8 +218,8 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
     int saved = errno;
     free(w->temp_path);
     w->temp_path = NULL;
-    return hurray__fail(error, HURRAY_ERR_IO, "cannot create a temporary file in %s: %s", w->dir,
-                        strerror(saved));
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot create a temporary file in %s: %s",
+                           w->dir, strerror(saved));
   }
   /* mkostemp makes the file 0600; give it the mode an O_TMPFILE file gets
    * (best effort: a file only its owner can read is still a good file). */
@@ -698,8 +700,9 @@ static void sync_directory(HurrayWriter *w) {
 static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   if (fsync_retry(sys, w->fd) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "fsync of the temporary file for %s failed: %s",
-                        w->target, strerror(errno));
+    return hurray__fail_os(error, HURRAY_ERR_IO, errno,
+                           "fsync of the temporary file for %s failed: %s", w->target,
+                           strerror(errno));
   }
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
@@ -723,8 +726,9 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
         int saved = errno;
         free(w->temp_path);
         w->temp_path = NULL; /* not linked: the file vanishes with its descriptor */
-        return hurray__fail(error, HURRAY_ERR_IO, "cannot link the finished file for %s: %s",
-                            w->target, strerror(saved));
+        return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                               "cannot link the finished file for %s: %s", w->target,
+                               strerror(saved));
       }
     }
   }
@@ -734,12 +738,14 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   int fd = w->fd;
   w->fd = -1;
   if (sys->close(sys->ctx, fd) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "close of the temporary file for %s failed: %s",
-                        w->target, strerror(errno));
+    return hurray__fail_os(error, HURRAY_ERR_IO, errno,
+                           "close of the temporary file for %s failed: %s", w->target,
+                           strerror(errno));
   }
   if (sys->rename(sys->ctx, w->temp_path, w->target) != 0) {
-    return hurray__fail(error, HURRAY_ERR_IO, "cannot rename the finished file onto %s: %s",
-                        w->target, strerror(errno));
+    return hurray__fail_os(error, HURRAY_ERR_IO, errno,
+                           "cannot rename the finished file onto %s: %s", w->target,
+                           strerror(errno));
   }
   free(w->temp_path);
   w->temp_path = NULL; /* nothing left to clean up */
