@@ -102,11 +102,179 @@ static void test_reader_records_errno(void **state) {
   assert_int_equal(offsetof(HurrayError, message), 4);
 }
 
+/* ------------------------------------------------------------ helpers */
+
+/* A list of buffers holding copies of the given byte strings, 64-aligned. */
+static HurrayBufferList *make_list(size_t n, const void *const *data, const size_t *sizes) {
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_list_create(&list, NULL));
+  for (size_t i = 0; i < n; i++) {
+    void *copy = aligned_alloc(64, sizes[i] ? (sizes[i] + 63) / 64 * 64 : 64);
+    assert_non_null(copy);
+    if (sizes[i] > 0) memcpy(copy, data[i], sizes[i]);
+    HurrayBuffer *b = NULL;
+    assert_ok(hurray_buffer_create(copy, sizes[i], free_release, NULL, &b, NULL));
+    assert_ok(hurray_buffer_list_push(list, b, NULL));
+  }
+  return list;
+}
+
+static HurrayDescriptor *make_dense(HurrayDType dtype, uint32_t rank, const uint64_t *shape,
+                                    uint64_t bytes) {
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(dtype, rank, shape, &d, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
+                                         NULL));
+  assert_ok(hurray_descriptor_set_layout_dense(d, 0, NULL));
+  return d;
+}
+
+static void dequantize_into(const HurrayDescriptor *d, const HurrayBufferList *list, float *out,
+                            uint64_t n) {
+  HurrayError e = {0};
+  HurrayStatus s = hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, out, n * sizeof *out, 1, &e);
+  if (s != HURRAY_OK) fail_msg("dequantize: %s: %s", hurray_status_name(s), e.message);
+}
+
+/* ---------------------------------------------- affine: c - z is exact */
+
+/* The issue's example: int32 code 2^24 + 1, zero point 3, scale 1. The
+ * exact difference 16777214 is a binary32 value; f32(c) - f32(z) rounds
+ * the code first (to 2^24) and gives 16777213. */
+static void test_affine_int32_difference_is_exact(void **state) {
+  (void)state;
+  const int32_t codes[2] = {(1 << 24) + 1, -(1 << 24) - 3};
+  const uint64_t shape[2] = {1, 2};
+  /* per-tensor, inline zero point */
+  {
+    HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT32, 2, shape, sizeof codes);
+    assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 1.0, 3, NULL));
+    HurrayBufferList *list = make_list(1, (const void *[]){codes}, (size_t[]){sizeof codes});
+    float out[2];
+    dequantize_into(d, list, out, 2);
+    assert_true(out[0] == 16777214.0f);
+    assert_true(out[1] == -16777222.0f); /* -(2^24 + 6), exact */
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+  /* per-channel (axis 0, one channel) and block affine (block 2), each
+   * with an inline and with a buffered zero point */
+  for (int kind = 0; kind < 2; kind++) {
+    for (int buffered = 0; buffered < 2; buffered++) {
+      HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT32, 2, shape, sizeof codes);
+      const float scale = 1.0f;
+      const int32_t zp = 3;
+      assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY,
+                                             NULL, NULL));
+      if (kind == 0) {
+        assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32,
+                                                                 NULL));
+      } else {
+        assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, 2, 1, HURRAY_DTYPE_FLOAT32,
+                                                           NULL));
+      }
+      HurrayBufferList *list;
+      if (buffered) {
+        assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, 4, 64,
+                                               HURRAY_SYNC_READY, NULL, NULL));
+        assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT32, NULL));
+        list = make_list(3, (const void *[]){codes, &scale, &zp},
+                         (size_t[]){sizeof codes, 4, 4});
+      } else {
+        assert_ok(hurray_descriptor_set_quant_zero_point(d, 3, NULL));
+        list = make_list(2, (const void *[]){codes, &scale}, (size_t[]){sizeof codes, 4});
+      }
+      assert_ok(hurray_descriptor_validate(d, NULL));
+      float out[2];
+      dequantize_into(d, list, out, 2);
+      assert_true(out[0] == 16777214.0f);
+      assert_true(out[1] == -16777222.0f);
+      hurray_buffer_list_destroy(list);
+      hurray_descriptor_destroy(d);
+    }
+  }
+}
+
+/* 64-bit codes: c - z needs up to 65 bits. It is computed exactly and
+ * rounded once (to nearest, ties to even). */
+static void test_affine_64bit_difference_is_exact(void **state) {
+  (void)state;
+  const uint64_t shape[1] = {4};
+  /* int64 codes, per-channel zero points from an int64 buffer */
+  {
+    const int64_t codes[4] = {INT64_MAX, INT64_MIN, (INT64_C(1) << 53) + 1, (INT64_C(1) << 40) + 1};
+    const int64_t zps[4] = {INT64_MIN, INT64_MAX, -1, INT64_C(1) << 40};
+    const float scales[4] = {1, 1, 1, 1};
+    HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT64, 1, shape, sizeof codes);
+    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 16, 64, HURRAY_SYNC_READY, NULL,
+                                           NULL));
+    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, 32, 64, HURRAY_SYNC_READY,
+                                           NULL, NULL));
+    assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32, NULL));
+    assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT64, NULL));
+    HurrayBufferList *list = make_list(3, (const void *[]){codes, scales, zps},
+                                       (size_t[]){sizeof codes, sizeof scales, sizeof zps});
+    float out[4];
+    dequantize_into(d, list, out, 4);
+    assert_true(out[0] == 18446744073709551616.0f);  /* 2^64 - 1 rounds to 2^64 */
+    assert_true(out[1] == -18446744073709551616.0f); /* -(2^64 - 1) */
+    assert_true(out[2] == 9007199254740994.0f);      /* 2^53 + 2, exact */
+    assert_true(out[3] == 1.0f); /* f32(c) - f32(z) would be 0 */
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+  /* uint64 codes, inline zero point */
+  {
+    const uint64_t codes[4] = {UINT64_MAX, 7, (UINT64_C(1) << 63) + (UINT64_C(1) << 39) + 8,
+                               (UINT64_C(1) << 24) + 8};
+    HurrayDescriptor *d = make_dense(HURRAY_DTYPE_UINT64, 1, shape, sizeof codes);
+    assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 1.0, 7, NULL));
+    HurrayBufferList *list = make_list(1, (const void *[]){codes}, (size_t[]){sizeof codes});
+    float out[4];
+    dequantize_into(d, list, out, 4);
+    assert_true(out[0] == 18446744073709551616.0f);
+    assert_true(out[1] == 0.0f && !signbit(out[1])); /* +0 */
+    /* 2^63 + 2^39 + 1 is just above the halfway point 2^63 + 2^39: up */
+    assert_true(out[2] == 9223372036854775808.0f + 1099511627776.0f);
+    assert_true(out[3] == 16777216.0f); /* 2^24 + 1 ties to even */
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+}
+
+/* 8-bit codes with a zero-point buffer whose entries binary32 cannot hold
+ * exactly (the descriptor allows any integer zero-point dtype). */
+static void test_affine_wide_zero_point_is_exact(void **state) {
+  (void)state;
+  const int8_t codes[2] = {1, -1};
+  const int64_t zps[1] = {-((INT64_C(1) << 24) + 1)}; /* f32 would make it -2^24 */
+  const float scales[1] = {1};
+  const uint64_t shape[2] = {1, 2};
+  HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT8, 2, shape, sizeof codes);
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY, NULL,
+                                         NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, 8, 64, HURRAY_SYNC_READY,
+                                         NULL, NULL));
+  assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32, NULL));
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT64, NULL));
+  HurrayBufferList *list = make_list(3, (const void *[]){codes, scales, zps},
+                                     (size_t[]){sizeof codes, 4, 8});
+  float out[2];
+  dequantize_into(d, list, out, 2);
+  assert_true(out[0] == 16777218.0f); /* 2^24 + 2, exact */
+  assert_true(out[1] == 16777216.0f); /* 2^24, exact */
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
       cmocka_unit_test(test_reader_refuses_directory_and_device),
       cmocka_unit_test(test_reader_records_errno),
+      cmocka_unit_test(test_affine_int32_difference_is_exact),
+      cmocka_unit_test(test_affine_64bit_difference_is_exact),
+      cmocka_unit_test(test_affine_wide_zero_point_is_exact),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
