@@ -347,17 +347,21 @@ static void sparse_positions(const HurrayDescriptor *d, const HurrayBufferList *
 
 typedef struct Entry {
   uint64_t position;
-  double value;
+  uint64_t k; /* storage index: duplicates sum in storage order, as to_dense does */
 } Entry;
 
 static int by_position(const void *a, const void *b) {
-  uint64_t x = ((const Entry *)a)->position, y = ((const Entry *)b)->position;
-  return (x > y) - (x < y);
+  const Entry *x = a, *y = b;
+  if (x->position != y->position) return (x->position > y->position) - (x->position < y->position);
+  return (x->k > y->k) - (x->k < y->k);
 }
 
-/* Sparse statistics describe the logical elements: entries naming the same
- * position are summed first (sorting costs O(stored) memory, never the
- * dense size), and unstored positions are zeros. */
+/* Sparse statistics describe the logical elements, the values to_dense
+ * writes: entries naming the same position are summed first, in the
+ * element type and in storage order exactly as to_dense sums them
+ * (integers wrap, float32 rounds at each step), and unstored positions are
+ * zeros. Sorting costs O(stored) memory, never the dense size. Duplicates
+ * of a dtype without a sum (to_dense refuses those too) are UNSUPPORTED. */
 static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBufferList *list,
                                       const uint8_t *values, uint64_t stored, uint64_t numel,
                                       Stats *s, HurrayError *error) {
@@ -371,18 +375,29 @@ static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBuf
   sparse_positions(d, list, positions);
   for (uint64_t k = 0; k < stored; k++) {
     entries[k].position = positions[k];
-    value_at(d->dtype, values, k, &entries[k].value);
+    entries[k].k = k;
   }
   free(positions);
   qsort(entries, (size_t)stored, sizeof *entries, by_position);
+  size_t item = hurray_dtype_bits(d->dtype) / 8;
   uint64_t distinct = 0;
   for (uint64_t k = 0; k < stored;) {
-    double sum = entries[k].value;
+    /* The largest element (complex128) is 16 bytes. */
+    uint8_t sum[16];
+    memcpy(sum, values + entries[k].k * item, item);
     uint64_t next = k + 1;
     while (next < stored && entries[next].position == entries[k].position) {
-      sum += entries[next++].value;
+      if (!add_into(d->dtype, sum, values + entries[next++].k * item)) {
+        free(entries);
+        return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                            "a position is stored twice and %s values have no sum here; "
+                            "coalesce duplicates first",
+                            hurray_dtype_name(d->dtype));
+      }
     }
-    observe(s, sum);
+    double v;
+    value_at(d->dtype, sum, 0, &v);
+    observe(s, v);
     distinct++;
     k = next;
   }

@@ -267,6 +267,67 @@ static void test_affine_wide_zero_point_is_exact(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* ------------------------------- sparse statistics with duplicate entries */
+
+/* A non-canonical COO vector of 4 elements storing `nnz` values, all at
+ * position 1, of dtype `t` (item bytes each). Returns the statistics
+ * hurray_compute_statistics gives and checks them against to_dense. */
+static void coo_duplicate_stats(HurrayDType t, size_t item, const void *values, uint64_t nnz,
+                                double *min, double *max, void *dense_out) {
+  const uint64_t shape[1] = {4};
+  int64_t index[8];
+  for (uint64_t k = 0; k < nnz; k++) index[k] = 1;
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(t, 1, shape, &d, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_VALUES, nnz * item, 64, HURRAY_SYNC_READY,
+                                         NULL, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_INDICES, nnz * 8, 64, HURRAY_SYNC_READY,
+                                         NULL, NULL));
+  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, nnz, 0, (uint32_t[]){1},
+                                             false, NULL));
+  HurrayBufferList *list = make_list(2, (const void *[]){values, index},
+                                     (size_t[]){nnz * item, nnz * 8});
+  assert_ok(hurray_compute_statistics(d, list, NULL));
+  assert_true(hurray_descriptor_stat_min(d, min));
+  assert_true(hurray_descriptor_stat_max(d, max));
+  assert_ok(hurray_tensor_to_dense(d, list, dense_out, 4 * item, NULL));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+static void test_sparse_statistics_sum_duplicates_like_to_dense(void **state) {
+  (void)state;
+  double lo, hi;
+  { /* int8: 100 + 100 + 50 = 250 wraps to -6 */
+    const int8_t v[3] = {100, 100, 50};
+    int8_t dense[4];
+    coo_duplicate_stats(HURRAY_DTYPE_INT8, 1, v, 3, &lo, &hi, dense);
+    assert_int_equal(dense[1], -6);
+    assert_true(lo == -6.0 && hi == 0.0);
+  }
+  { /* uint8: 200 + 100 = 300 wraps to 44 */
+    const uint8_t v[2] = {200, 100};
+    uint8_t dense[4];
+    coo_duplicate_stats(HURRAY_DTYPE_UINT8, 1, v, 2, &lo, &hi, dense);
+    assert_int_equal(dense[1], 44);
+    assert_true(lo == 0.0 && hi == 44.0);
+  }
+  { /* int64: INT64_MAX + 1 wraps to INT64_MIN */
+    const int64_t v[2] = {INT64_MAX, 1};
+    int64_t dense[4];
+    coo_duplicate_stats(HURRAY_DTYPE_INT64, 8, v, 2, &lo, &hi, dense);
+    assert_true(dense[1] == INT64_MIN);
+    assert_true(lo == (double)INT64_MIN && hi == 0.0);
+  }
+  { /* float32: 1e8 + 1 + 1 rounds to 1e8 at each step in binary32 */
+    const float v[3] = {1e8f, 1.0f, 1.0f};
+    float dense[4];
+    coo_duplicate_stats(HURRAY_DTYPE_FLOAT32, 4, v, 3, &lo, &hi, dense);
+    assert_true(dense[1] == 1e8f);
+    assert_true(lo == 0.0 && hi == (double)1e8f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
@@ -275,6 +336,7 @@ int main(void) {
       cmocka_unit_test(test_affine_int32_difference_is_exact),
       cmocka_unit_test(test_affine_64bit_difference_is_exact),
       cmocka_unit_test(test_affine_wide_zero_point_is_exact),
+      cmocka_unit_test(test_sparse_statistics_sum_duplicates_like_to_dense),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
