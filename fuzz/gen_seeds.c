@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/checked.h"
 #include "hurray/hurray.h"
 #include "vectors.h"
 
@@ -64,7 +65,7 @@ static HurrayBufferList *make_buffers(const HurrayDescriptor *d, uint32_t salt) 
   uint8_t *mem[HURRAY_MAX_BUFFERS] = {0};
   for (uint32_t i = 0; i < n; i++) {
     uint64_t size = hurray_descriptor_buffer_size(d, i);
-    mem[i] = aligned_alloc(4096, size ? (size + 4095) / 4096 * 4096 : 4096);
+    mem[i] = aligned_alloc(4096, size ? hurray__ceil_div_u64(size, 4096) * 4096 : 4096);
     if (mem[i] == NULL) die("out of memory", NULL);
     uint32_t x = 2463534242u ^ salt ^ (i * 2654435761u);
     for (uint64_t k = 0; k < size; k++) {

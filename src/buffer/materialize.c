@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
@@ -143,7 +144,7 @@ static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *li
     if (i > l->axis) inner *= d->shape[i];
   }
   uint64_t length = d->shape[l->axis];
-  uint64_t blocks = (length + l->page_size - 1) / l->page_size;
+  uint64_t blocks = hurray__ceil_div_u64(length, l->page_size);
   uint64_t page_bytes = l->page_size * inner * item;
   const uint8_t *pool = data_of(list, l->data_buffer) + d->byte_offset;
   const uint8_t *table = data_of(list, l->table_buffer);

@@ -588,7 +588,7 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
                                               release_mapped, r->mapping, out, error));
   } else {
     size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
-    size_t size = (size_t)((length + align - 1) / align * align);
+    size_t size = (size_t)(hurray__ceil_div_u64(length, align) * align); /* length <= file size */
     void *mem = aligned_alloc(align, size ? size : align);
     if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
     HurrayStatus status = pread_all(r->fd, mem, length, offset, error);

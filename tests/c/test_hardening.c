@@ -328,6 +328,33 @@ static void test_sparse_statistics_sum_duplicates_like_to_dense(void **state) {
   }
 }
 
+/* ------------------------------------------ page tables: ceil(n / page) */
+
+/* Shape [2^64 - 2^59], page size 2^60: 16 page-table entries. The
+ * hand-written (n + page - 1) / page wrapped to 0 entries, so placement
+ * checked none and accepted entries outside a pool of zero pages. */
+static void test_page_table_bounds_use_safe_ceiling(void **state) {
+  (void)state;
+  const uint64_t length = UINT64_MAX - (UINT64_C(1) << 59) + 1;
+  const uint64_t page = UINT64_C(1) << 60;
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, &length, &d, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_POOL, 0, 64, HURRAY_SYNC_READY,
+                                         NULL, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_TABLE, 16 * 4, 64,
+                                         HURRAY_SYNC_READY, NULL, NULL));
+  assert_ok(hurray_descriptor_set_layout_paged(d, 0, page, 0, HURRAY_DTYPE_INT32, 0, 1, NULL));
+  assert_ok(hurray_descriptor_validate(d, NULL));
+  int32_t table[16] = {0};
+  HurrayBufferList *list = make_list(2, (const void *[]){"", table}, (size_t[]){0, sizeof table});
+  HurrayError e = {0};
+  assert_int_equal(hurray_validate_buffer_placement(d, list, &e), HURRAY_ERR_PAGE_TABLE_ENTRY);
+  uint8_t out[1];
+  assert_int_equal(hurray_tensor_to_dense(d, list, out, sizeof out, NULL), HURRAY_ERR_PAGE_TABLE_ENTRY);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
@@ -337,6 +364,7 @@ int main(void) {
       cmocka_unit_test(test_affine_64bit_difference_is_exact),
       cmocka_unit_test(test_affine_wide_zero_point_is_exact),
       cmocka_unit_test(test_sparse_statistics_sum_duplicates_like_to_dense),
+      cmocka_unit_test(test_page_table_bounds_use_safe_ceiling),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
