@@ -2,8 +2,10 @@
  * Fuzz target: the `hurray` command-line tool over a whole file. The input
  * becomes an in-memory file (a memfd) and the commands of tools/cli_*.c run
  * on it exactly as `hurray` runs them, with stdout and stderr captured in
- * memory streams: ls, info, info --json, verify, cat --npy of every tensor
- * (the first 16) and raw cat of the first tensor's first buffer.
+ * memory streams: ls, info, info --json, verify, cat --npy of the first
+ * four tensors and the last one (each cat opens the file again, so all of
+ * them would make large inputs slow), info NAME and raw cat of the first
+ * tensor's first buffer.
  *
  * Besides no crash, hang, leak or undefined behaviour, it checks what the
  * tool promises:
@@ -38,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                          \
   } while (0)
 
-#define MAX_CAT_TENSORS 16
+#define MAX_CAT_TENSORS 4
 
 typedef struct Capture {
   char *text;
@@ -143,7 +145,8 @@ static void exercise(const char *path) {
   HurrayReader *r = NULL;
   if (hurray_reader_open(path, NULL, &r, NULL) != HURRAY_OK) return;
   size_t n = hurray_reader_tensor_count(r);
-  for (size_t i = 0; i < n && i < MAX_CAT_TENSORS; i++) {
+  for (size_t i = 0; i < n; i++) {
+    if (i >= MAX_CAT_TENSORS && i + 1 < n) i = n - 1;
     const char *name = hurray_reader_tensor_name(r, i);
     cat_npy(path, r, name);
     if (i == 0) {

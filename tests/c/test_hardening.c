@@ -355,6 +355,35 @@ static void test_page_table_bounds_use_safe_ceiling(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* ------------------------------- the per-tensor scale is used as float32 */
+
+static void test_per_tensor_scale_validated_as_float32(void **state) {
+  (void)state;
+  const uint64_t shape[1] = {2};
+  const double bad[] = {1e39, -1e39, 1e-50, 3.5e38};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT8, 1, shape, 2);
+    assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, bad[i], 0, NULL));
+    assert_int_equal(hurray_descriptor_validate(d, NULL), HURRAY_ERR_QUANT_SCALE);
+    hurray_descriptor_destroy(d);
+  }
+  /* The largest float64 that rounds to FLT_MAX, and the smallest that
+   * rounds to the least subnormal, are fine. */
+  const double good[] = {3.4028235677973362e38, 1.401298464324817e-45 * 0.5000001, -1e-40};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT8, 1, shape, 2);
+    assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, good[i], 0, NULL));
+    assert_ok(hurray_descriptor_validate(d, NULL));
+    const int8_t codes[2] = {1, -1};
+    HurrayBufferList *list = make_list(1, (const void *[]){codes}, (size_t[]){2});
+    float out[2];
+    dequantize_into(d, list, out, 2);
+    assert_true(isfinite(out[0]) && out[0] != 0.0f);
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
@@ -365,6 +394,7 @@ int main(void) {
       cmocka_unit_test(test_affine_wide_zero_point_is_exact),
       cmocka_unit_test(test_sparse_statistics_sum_duplicates_like_to_dense),
       cmocka_unit_test(test_page_table_bounds_use_safe_ceiling),
+      cmocka_unit_test(test_per_tensor_scale_validated_as_float32),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
