@@ -28,6 +28,8 @@
 
 #include <cmocka.h>
 
+#include <xxhash.h>
+
 #include "hurray/hurray.h"
 #include "scratch_dir.h"
 #include "test_util.h"
@@ -384,6 +386,72 @@ static void test_per_tensor_scale_validated_as_float32(void **state) {
   }
 }
 
+/* ------------------------------------------ header and trailer versions */
+
+static uint8_t *read_whole(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *data = malloc((size_t)n);
+  assert_non_null(data);
+  assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return data;
+}
+
+static void write_whole(const char *path, const uint8_t *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+/* Rewrites the versions of `src` into `dst` (resealing the trailer) and
+ * returns what opening it gives. */
+static HurrayStatus open_with_versions(const uint8_t *src, size_t len, const char *dst,
+                                       uint16_t header_minor, uint16_t trailer_minor) {
+  uint8_t *data = malloc(len);
+  assert_non_null(data);
+  memcpy(data, src, len);
+  data[10] = (uint8_t)header_minor;
+  data[11] = (uint8_t)(header_minor >> 8);
+  uint8_t *trailer = data + len - 64;
+  trailer[42] = (uint8_t)trailer_minor;
+  trailer[43] = (uint8_t)(trailer_minor >> 8);
+  uint64_t sum = XXH3_64bits(trailer, 48);
+  for (int i = 0; i < 8; i++) trailer[48 + i] = (uint8_t)(sum >> (8 * i));
+  write_whole(dst, data, len);
+  free(data);
+  HurrayReader *r = NULL;
+  HurrayStatus s = hurray_reader_open(dst, NULL, &r, NULL);
+  hurray_reader_close(r);
+  return s;
+}
+
+/* versioning.md and file-format.md agree: any minor of the major is read,
+ * and the header's and trailer's minors must be equal. */
+static void test_header_and_trailer_minor_versions_must_agree(void **state) {
+  (void)state;
+  char path[512], other[512];
+  snprintf(path, sizeof path, "%s/versions.hurray", dir);
+  snprintf(other, sizeof other, "%s/versions-changed.hurray", dir);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  assert_ok(hurray_writer_set_metadata_int(w, "k", 1, NULL));
+  assert_ok(hurray_writer_finish(w, NULL));
+  size_t len = 0;
+  uint8_t *data = read_whole(path, &len);
+  assert_int_equal(open_with_versions(data, len, other, 0, 0), HURRAY_OK);
+  assert_int_equal(open_with_versions(data, len, other, 7, 7), HURRAY_OK);
+  assert_int_equal(open_with_versions(data, len, other, 65535, 65535), HURRAY_OK);
+  assert_int_equal(open_with_versions(data, len, other, 7, 0), HURRAY_ERR_MALFORMED);
+  assert_int_equal(open_with_versions(data, len, other, 0, 7), HURRAY_ERR_MALFORMED);
+  free(data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
@@ -395,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_statistics_sum_duplicates_like_to_dense),
       cmocka_unit_test(test_page_table_bounds_use_safe_ceiling),
       cmocka_unit_test(test_per_tensor_scale_validated_as_float32),
+      cmocka_unit_test(test_header_and_trailer_minor_versions_must_agree),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
