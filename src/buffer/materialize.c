@@ -193,6 +193,12 @@ static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what
 
 HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     void *out, uint64_t out_size, HurrayError *error) {
+  return hurray_tensor_to_dense_with(d, list, out, out_size, NULL, error);
+}
+
+HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                         void *out, uint64_t out_size,
+                                         const HurrayOutputLimits *limits, HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor, list and out required");
   }
@@ -203,6 +209,7 @@ HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBuffe
   if (hurray_dtype_storage_bytes(d->dtype, numel, &bytes) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "dense size overflows");
   }
+  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, bytes, limits, error));
   if (out_size < bytes) {
     return hurray__fail(error, HURRAY_ERR_BUFFER_SIZE,
                         "out holds %llu bytes, the dense tensor needs %llu",

@@ -322,6 +322,13 @@ static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index)
 HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
                                HurrayDType out_dtype, void *out, uint64_t out_size,
                                uint32_t threads, HurrayError *error) {
+  return hurray_dequantize_with(d, list, out_dtype, out, out_size, threads, NULL, error);
+}
+
+HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                    HurrayDType out_dtype, void *out, uint64_t out_size,
+                                    uint32_t threads, const HurrayOutputLimits *limits,
+                                    HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d, list and out must not be NULL");
   }
@@ -348,6 +355,7 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
   if (!hurray__mul_u64(numel, out_item, &need)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the output size does not fit in 64 bits");
   }
+  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, need, limits, error));
   if (out_size < need) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "out holds %llu bytes; the tensor needs %llu",
@@ -378,7 +386,9 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
     } else {
       hurray__fail(error, st, "the code size does not fit in 64 bits");
     }
-    if (st == HURRAY_OK) st = hurray_tensor_to_dense(d, list, dense, bytes, error);
+    /* The codes are never larger than the output just checked. */
+    static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+    if (st == HURRAY_OK) st = hurray_tensor_to_dense_with(d, list, dense, bytes, &unlimited, error);
     if (st != HURRAY_OK) goto done;
     j->codes = dense;
   }

@@ -452,6 +452,84 @@ static void test_header_and_trailer_minor_versions_must_agree(void **state) {
   free(data);
 }
 
+/* ------------------------------------------------- output-size limits */
+
+/* The issue's example: a stride-0 8192 x 8192 float32 tensor stored in 4
+ * bytes (a 265-byte file) asked to_dense for 256 MiB. */
+static HurrayDescriptor *stride0(HurrayDType dtype, uint64_t item) {
+  const uint64_t shape[2] = {8192, 8192};
+  const int64_t strides[2] = {0, 0};
+  HurrayDescriptor *d = make_dense(dtype, 2, shape, item);
+  assert_ok(hurray_descriptor_set_strides(d, strides, NULL));
+  return d;
+}
+
+static void test_to_dense_refuses_amplification(void **state) {
+  (void)state;
+  HurrayDescriptor *d = stride0(HURRAY_DTYPE_FLOAT32, 4);
+  assert_ok(hurray_descriptor_validate(d, NULL));
+  const float one = 1.0f;
+  HurrayBufferList *list = make_list(1, (const void *[]){&one}, (size_t[]){4});
+  HurrayError e = {0};
+  /* Refused before the output is even looked at. */
+  assert_int_equal(hurray_tensor_to_dense(d, list, NULL, 0, &e), HURRAY_ERR_LIMIT);
+  assert_non_null(strstr(e.message, "268435456 bytes"));
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, NULL, NULL), HURRAY_ERR_LIMIT);
+  assert_int_equal(hurray_check_output_size(d, 256u << 20, NULL, NULL), HURRAY_ERR_LIMIT);
+  /* Opting out, or an absolute limit large enough, gets past the check
+   * (to the size of `out`, here too small). */
+  HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &unlimited, NULL),
+                   HURRAY_ERR_BUFFER_SIZE);
+  HurrayOutputLimits absolute = {HURRAY_OUTPUT_LIMITS_VERSION, 0, 0, 256u << 20};
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &absolute, NULL),
+                   HURRAY_ERR_BUFFER_SIZE);
+  absolute.max_output_bytes = (256u << 20) - 1;
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &absolute, NULL),
+                   HURRAY_ERR_LIMIT);
+  HurrayOutputLimits bad = {99, 0, 0, 0};
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &bad, NULL),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+static void test_dequantize_refuses_amplification(void **state) {
+  (void)state;
+  HurrayDescriptor *d = stride0(HURRAY_DTYPE_INT8, 1);
+  assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 0.5, 0, NULL));
+  assert_ok(hurray_descriptor_validate(d, NULL));
+  const int8_t code = 3;
+  HurrayBufferList *list = make_list(1, (const void *[]){&code}, (size_t[]){1});
+  assert_int_equal(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, NULL),
+                   HURRAY_ERR_LIMIT);
+  assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT16, NULL, 0, 1, NULL, NULL),
+                   HURRAY_ERR_LIMIT);
+  HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, &unlimited,
+                                          NULL),
+                   HURRAY_ERR_INVALID_ARGUMENT); /* out too small, past the limit check */
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* The default rule, at its edges: max(64 MiB, 64 x stored). */
+static void test_default_output_limit_edges(void **state) {
+  (void)state;
+  const uint64_t shape[1] = {2u << 20};
+  HurrayDescriptor *d = make_dense(HURRAY_DTYPE_UINT8, 1, shape, 2u << 20); /* 2 MiB stored */
+  assert_ok(hurray_check_output_size(d, 64u << 20, NULL, NULL));
+  assert_ok(hurray_check_output_size(d, 128u << 20, NULL, NULL));
+  assert_int_equal(hurray_check_output_size(d, (128u << 20) + 1, NULL, NULL), HURRAY_ERR_LIMIT);
+  HurrayDescriptor *tiny = make_dense(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){1}, 1);
+  assert_ok(hurray_check_output_size(tiny, 64u << 20, NULL, NULL));
+  assert_int_equal(hurray_check_output_size(tiny, (64u << 20) + 1, NULL, NULL), HURRAY_ERR_LIMIT);
+  HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  assert_ok(hurray_check_output_size(tiny, UINT64_MAX, &unlimited, NULL));
+  hurray_descriptor_destroy(tiny);
+  hurray_descriptor_destroy(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
@@ -464,6 +542,9 @@ int main(void) {
       cmocka_unit_test(test_page_table_bounds_use_safe_ceiling),
       cmocka_unit_test(test_per_tensor_scale_validated_as_float32),
       cmocka_unit_test(test_header_and_trailer_minor_versions_must_agree),
+      cmocka_unit_test(test_to_dense_refuses_amplification),
+      cmocka_unit_test(test_dequantize_refuses_amplification),
+      cmocka_unit_test(test_default_output_limit_edges),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
