@@ -36,6 +36,22 @@ def _alignment_of(address: int) -> int:
     return align
 
 
+class _DefaultOutputLimit:
+    """The library's default output-size limit: max(64 MiB, 64 x stored
+    bytes) (docs/security.md, Limits)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "hurray.DEFAULT_OUTPUT_LIMIT"
+
+    def __reduce__(self):
+        return "DEFAULT_OUTPUT_LIMIT"
+
+
+DEFAULT_OUTPUT_LIMIT = _DefaultOutputLimit()
+
+
 class Tensor(_hurray._Tensor):
     """One descriptor plus N buffers, each kept alive by its own owner.
 
@@ -119,7 +135,16 @@ class Tensor(_hurray._Tensor):
         return (1, 0)
 
     # --- values ---
-    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None) -> np.ndarray:
+    def _check_output(self, nbytes: int, max_output_bytes) -> None:
+        """LimitError before allocating an output of nbytes beyond the limit
+        (see to_dense)."""
+        if max_output_bytes is DEFAULT_OUTPUT_LIMIT:
+            self._check_output_size(nbytes)
+        else:
+            self._check_output_size(nbytes, max_output_bytes)
+
+    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None,
+                   max_output_bytes=DEFAULT_OUTPUT_LIMIT) -> np.ndarray:
         """The real values of a quantized tensor, as a new array of `dtype`.
 
         float32, float16 and bfloat16 come straight from the C kernels (with
@@ -130,12 +155,18 @@ class Tensor(_hurray._Tensor):
 
         out: an existing C-contiguous array of the tensor's shape and of
         float32, float16 or bfloat16 to write into instead of a new array
-        (reusing memory saves the page faults of a fresh allocation)."""
+        (reusing memory saves the page faults of a fresh allocation). No
+        output-size limit applies to memory the caller provides.
+
+        max_output_bytes: the output-size limit, as for to_dense (LimitError
+        before anything is allocated)."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
+        if out is None:
+            self._check_output(d.numel * dtype.itemsize, max_output_bytes)
         if q is None:
-            return self.to_dense().astype(dtype)
+            return self.to_dense(max_output_bytes=max_output_bytes).astype(dtype)
         if isinstance(d.layout, Sparse):
             # Only stored elements carry codes; the others are zeros.
             from ._sparse import sparse_to_dense
@@ -211,12 +242,20 @@ class Tensor(_hurray._Tensor):
             return _dtypes.unpack(dtype, raw, count)
         return raw[: count * _dtypes.to_numpy(dtype).itemsize].view(_dtypes.to_numpy(dtype))
 
-    def to_dense(self) -> np.ndarray:
+    def to_dense(self, *, max_output_bytes=DEFAULT_OUTPUT_LIMIT) -> np.ndarray:
         """A new dense numpy array of the logical tensor's stored values (the
         codes, if quantized): sparse values scattered into zeros, pages
         gathered, strides resolved. Materialised in C for byte-sized
-        dtypes; sub-byte sparse or paged tensors fall back to numpy."""
+        dtypes; sub-byte sparse or paged tensors fall back to numpy.
+
+        max_output_bytes: a descriptor can describe far more than it stores
+        (a stride-0 8192 x 8192 float32 tensor in 4 bytes is 256 MiB dense),
+        so the output is limited, and LimitError (HURRAY_ERR_LIMIT) is raised
+        before anything is allocated. By default the output may take
+        max(64 MiB, 64 x the tensor's stored bytes); an int is an absolute
+        limit in bytes instead; None means no limit."""
         d = self.descriptor
+        self._check_output(d.numel * _dtypes.to_numpy(d.dtype).itemsize, max_output_bytes)
         layout = d.layout
         if isinstance(layout, Composite):
             raise unsupported("a composite tensor has no single dense form; use member(name)")
