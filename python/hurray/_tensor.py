@@ -171,8 +171,7 @@ class Tensor(_hurray._Tensor):
             # Only stored elements carry codes; the others are zeros.
             from ._sparse import sparse_to_dense
             t = specialise(self)
-            values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
-                      * np.float32(q.scale))
+            values = _affine_difference(t.parts()["values"], q.zero_point) * np.float32(q.scale)
             return sparse_to_dense(t, d, values.astype(dtype))
         if out is not None:
             if isinstance(d.layout, Sparse):
@@ -324,6 +323,39 @@ def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
     spec["buffers"] = [d.buffers[i].__dict__ for i in used]
     spec["device"] = d.device.__dict__
     return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
+
+
+def _affine_difference(codes: np.ndarray, zero_point: int) -> np.ndarray:
+    """f32(c - z) with c - z the exact integer difference, rounded once to
+    nearest even (spec quantization §5.1), as float32. f32(c) - f32(z) is
+    wrong once c or z is beyond 2^24 (int32 code 2^24 + 1, zero point 3:
+    16777213 instead of 16777214)."""
+    if codes.dtype.kind not in "iu":  # float8/6/4 codes: zero point 0
+        return codes.astype(np.float32) - np.float32(zero_point)
+    if codes.dtype.itemsize <= 4 and abs(zero_point) < 2**62:
+        # c - z fits int64 exactly, and int64 -> float32 rounds once.
+        return (codes.astype(np.int64) - np.int64(zero_point)).astype(np.float32)
+    # 64-bit codes: c - z may need 65 bits; round each exactly.
+    out = np.empty(codes.shape, dtype=np.float32)
+    flat = out.reshape(-1)
+    for i, c in enumerate(codes.reshape(-1).tolist()):
+        flat[i] = _int_to_f32(c - zero_point)
+    return out
+
+
+def _int_to_f32(v: int) -> np.float32:
+    """An integer rounded once to binary32 (ties to even): via float64 would
+    round twice."""
+    m = abs(v)
+    shift = m.bit_length() - 24
+    if shift > 0:
+        q, r = m >> shift, m & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        if r > half or (r == half and q & 1):
+            q += 1
+        m = q << shift  # 24 significant bits: exact in float64 and float32
+    f = np.float32(float(m)) if m < 2**128 else np.float32(np.inf)
+    return -f if v < 0 else f
 
 
 def _blocked_shape(shape, axis, block):
