@@ -145,15 +145,20 @@ static Wide read_wide(HurrayDType t, const uint8_t *p, uint64_t i) {
   }
 }
 
-/* A magnitude rounded once to binary32, with `high` the carry of a 65-bit
- * magnitude (2^64 + m): halving keeps the lowest bit as a sticky bit, which
- * rounds exactly as the 65-bit value would (binary32 keeps 24 bits). */
+/* The magnitude high * 2^64 + m rounded once to binary32, to nearest with
+ * ties to even. Rounded here in integers rather than by a conversion of a
+ * 64-bit integer, which some environments (valgrind's emulation among
+ * them) perform through binary64, rounding twice. */
 static float magnitude_f32(uint64_t m, bool high) {
-  if (!high) return (float)m;
-  return (float)((m >> 1) | (m & 1u) | ((uint64_t)1 << 63)) * 2.0f;
+  if (!high && m < ((uint64_t)1 << 24)) return (float)m;
+  unsigned bits = high ? 65u : 64u - (unsigned)__builtin_clzll(m);
+  unsigned shift = bits - 24u; /* 1..41 */
+  uint64_t q = (m >> shift) | (high ? (uint64_t)1 << (64u - shift) : 0);
+  uint64_t rest = m & (((uint64_t)1 << shift) - 1), half = (uint64_t)1 << (shift - 1);
+  if (rest > half || (rest == half && (q & 1u))) q++;
+  return ldexpf((float)q, (int)shift); /* q <= 2^24: exact, and so is the scaling */
 }
 
-/* f32(a - b), the exact integer difference rounded once; +0 when equal. */
 static bool is_integer_code(HurrayDType t) {
   switch (t) {
     case HURRAY_DTYPE_INT8: case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_INT16:
@@ -175,10 +180,10 @@ static float wide_diff(Wide a, Wide b) {
     m = magnitude_f32(sum, sum < a.mag);
     neg = a.neg;
   } else if (a.mag >= b.mag) {
-    m = (float)(a.mag - b.mag);
+    m = magnitude_f32(a.mag - b.mag, false);
     neg = a.neg;
   } else {
-    m = (float)(b.mag - a.mag);
+    m = magnitude_f32(b.mag - a.mag, false);
     neg = bneg;
   }
   if (m == 0.0f) return 0.0f;
