@@ -97,7 +97,7 @@ int hurray_cli_info(FILE *out, FILE *err, const char *path, const char *only, bo
       fprintf(out, "%s\n", first ? "" : ",");
       hurray_cli_json_string(out, name, strlen(name));
       fputs(": ", out);
-      fwrite(text, 1, text_len, out);
+      hurray_cli_put_json_text(out, text, text_len);
     } else {
       fputs("\ntensor ", out);
       hurray_cli_puts_escaped(out, name);
