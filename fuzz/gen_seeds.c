@@ -244,6 +244,21 @@ static void write_cli_seeds(void) {
   write_file_seed_to("fuzz_cli", "rank32_empty", &wide, 1, false);
   hurray_buffer_list_destroy(wide.list);
   hurray_descriptor_destroy(d);
+
+  /* Valid, empty, and beyond what numpy's int64 shapes can say. */
+  const uint64_t huge[2] = {0, (uint64_t)1 << 63};
+  d = NULL;
+  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, huge, &d, &e) != HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 64, HURRAY_SYNC_READY, NULL, &e) !=
+          HURRAY_OK ||
+      hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
+    die("npy-unrepresentable descriptor", &e);
+  }
+  Seed beyond = {.d = d, .list = make_buffers(d, 9)};
+  snprintf(beyond.name, sizeof beyond.name, "%s", "beyond");
+  write_file_seed_to("fuzz_cli", "npy_beyond_int64", &beyond, 1, false);
+  hurray_buffer_list_destroy(beyond.list);
+  hurray_descriptor_destroy(d);
 }
 
 int main(int argc, char **argv) {

@@ -163,6 +163,17 @@ class CliHardeningTest(unittest.TestCase):
         self.assertEqual(header["shape"], (0,) + (2**62,) * 31)
         self.assertEqual(header["descr"], "<f8")
 
+    def test_npy_refuses_what_numpy_cannot_express(self):
+        # A valid empty tensor of shape (0, 2**63): numpy shapes are int64.
+        path = os.path.join(SEEDS, "seed-npy_beyond_int64")
+        out = run_limited("cat", "--npy", path, "beyond")
+        self.assertEqual(out.returncode, 1)
+        self.assertEqual(out.stdout, b"")
+        self.assertIn(b"HURRAY_ERR_LIMIT", out.stderr)
+        self.assertIn(b"int64", out.stderr)
+        raw = run_limited("cat", path, "beyond")  # raw bytes: nothing to refuse
+        self.assertEqual(raw.returncode, 0, raw.stderr)
+
     def test_human_output_escapes_control_characters(self):
         path = os.path.join(SEEDS, "seed-hostile_names")
         for args in (("ls", path), ("info", path), ("verify", path)):
