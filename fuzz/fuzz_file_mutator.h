@@ -21,6 +21,8 @@
 
 #include <xxhash.h>
 
+#include "../src/core/checked.h"
+
 size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
 size_t LLVMFuzzerCustomCrossOver(const uint8_t *data1, size_t size1, const uint8_t *data2,
@@ -230,7 +232,7 @@ static size_t model_write(Model *m, bool sort, uint8_t *out, size_t max) {
     if (hurray_descriptor_decode(m->t[i].desc.p, m->t[i].desc.n, &d, NULL) != HURRAY_OK) d = NULL;
     for (size_t k = 0; k < m->t[i].nbuf; k++) {
       uint64_t a = buffer_alignment(d, k);
-      size_t start = (size_t)((at + a - 1) / a * a);
+      size_t start = (size_t)(hurray__ceil_div_u64(at, a) * a);
       const Blob *b = &m->t[i].buf[k];
       if (start > max || b->n > max - start) {
         hurray_descriptor_destroy(d);
@@ -243,7 +245,7 @@ static size_t model_write(Model *m, bool sort, uint8_t *out, size_t max) {
     }
     hurray_descriptor_destroy(d);
   }
-  size_t io = (at + 7) / 8 * 8;
+  size_t io = (size_t)(hurray__ceil_div_u64(at, 8) * 8);
   if (io > max) return 0;
   memset(out + at, 0, io - at);
   at = io;

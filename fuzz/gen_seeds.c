@@ -12,8 +12,10 @@
  *                           the buffers' bytes;
  *   fuzz_dequantize         flags 0 | u16 length | descriptor | buffers;
  *   fuzz_file_reader        a small valid file per tensor, one file holding
- *                           all of them plus metadata of every type, and the
- *                           smallest valid file (no tensors).
+ *   and fuzz_cli            all of them plus metadata of every type, and the
+ *                           smallest valid file (no tensors); fuzz_cli also
+ *                           gets a file of control-character names and a
+ *                           rank-32 tensor (write_cli_seeds).
  * Output is deterministic; the files are committed (seed-* names), so
  * rerun this only when the vectors or the encoding change.
  */
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/checked.h"
 #include "hurray/hurray.h"
 #include "vectors.h"
 
@@ -62,7 +65,7 @@ static HurrayBufferList *make_buffers(const HurrayDescriptor *d, uint32_t salt) 
   uint8_t *mem[HURRAY_MAX_BUFFERS] = {0};
   for (uint32_t i = 0; i < n; i++) {
     uint64_t size = hurray_descriptor_buffer_size(d, i);
-    mem[i] = aligned_alloc(4096, size ? (size + 4095) / 4096 * 4096 : 4096);
+    mem[i] = aligned_alloc(4096, size ? hurray__ceil_div_u64(size, 4096) * 4096 : 4096);
     if (mem[i] == NULL) die("out of memory", NULL);
     uint32_t x = 2463534242u ^ salt ^ (i * 2654435761u);
     for (uint64_t k = 0; k < size; k++) {
@@ -160,9 +163,10 @@ static void write_list_seed(const char *target, const Seed *s, bool specs) {
   hurray_free(desc);
 }
 
-static void write_file_seed(const char *name, const Seed *from, size_t count, bool metadata) {
+static void write_file_seed_to(const char *target, const char *name, const Seed *from,
+                               size_t count, bool metadata) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/fuzz_file_reader/seed-%s", out_dir, name);
+  snprintf(path, sizeof path, "%s/%s/seed-%s", out_dir, target, name);
   HurrayWriter *w = NULL;
   HurrayError e = {0};
   if (hurray_writer_open(path, &w, &e) != HURRAY_OK) die(path, &e);
@@ -188,6 +192,73 @@ static void write_file_seed(const char *name, const Seed *from, size_t count, bo
     return;
   }
   if (hurray_writer_finish(w, &e) != HURRAY_OK) die("finish", &e);
+}
+
+/* Every file seed serves both file targets. */
+static void write_file_seed(const char *name, const Seed *from, size_t count, bool metadata) {
+  write_file_seed_to("fuzz_file_reader", name, from, count, metadata);
+  write_file_seed_to("fuzz_cli", name, from, count, metadata);
+}
+
+/* Seeds of the CLI target only: what the tool once got wrong. A tensor and
+ * metadata named and valued with terminal controls (escape sequences, CR,
+ * BEL, a bidi override), and a valid rank-32 tensor with one empty
+ * dimension and 2^62 elsewhere, whose .npy header once overflowed a stack
+ * buffer. */
+static void write_cli_seeds(void) {
+  HurrayError e = {0};
+  static const uint64_t scalar_shape[1] = {2};
+  HurrayDescriptor *d = NULL;
+  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, scalar_shape, &d, &e) != HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 8, 64, HURRAY_SYNC_READY, NULL,
+                                   &e) != HURRAY_OK ||
+      hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
+    die("hostile descriptor", &e);
+  }
+  Seed hostile = {.d = d, .list = make_buffers(d, 7)};
+  snprintf(hostile.name, sizeof hostile.name, "%s", "evil\x1b[2J\x1b]0;title\x07\rname\xe2\x80\xae");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/fuzz_cli/seed-hostile_names", out_dir);
+  HurrayWriter *w = NULL;
+  if (hurray_writer_open(path, &w, &e) != HURRAY_OK ||
+      hurray_writer_write_tensor(w, hostile.name, hostile.d, hostile.list, &e) != HURRAY_OK ||
+      hurray_writer_set_metadata_string(w, "key\x1b[31m", "value\r\x07\x1b[0m\x7f", &e) !=
+          HURRAY_OK ||
+      hurray_writer_finish(w, &e) != HURRAY_OK) {
+    die(path, &e);
+  }
+  hurray_buffer_list_destroy(hostile.list);
+  hurray_descriptor_destroy(d);
+
+  uint64_t shape[HURRAY_MAX_RANK];
+  for (uint32_t i = 0; i < HURRAY_MAX_RANK; i++) shape[i] = i == 0 ? 0 : (uint64_t)1 << 62;
+  d = NULL;
+  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT64, HURRAY_MAX_RANK, shape, &d, &e) != HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 64, HURRAY_SYNC_READY, NULL,
+                                   &e) != HURRAY_OK ||
+      hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
+    die("rank-32 descriptor", &e);
+  }
+  Seed wide = {.d = d, .list = make_buffers(d, 8)};
+  snprintf(wide.name, sizeof wide.name, "%s", "wide");
+  write_file_seed_to("fuzz_cli", "rank32_empty", &wide, 1, false);
+  hurray_buffer_list_destroy(wide.list);
+  hurray_descriptor_destroy(d);
+
+  /* Valid, empty, and beyond what numpy's int64 shapes can say. */
+  const uint64_t huge[2] = {0, (uint64_t)1 << 63};
+  d = NULL;
+  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, huge, &d, &e) != HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 64, HURRAY_SYNC_READY, NULL, &e) !=
+          HURRAY_OK ||
+      hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
+    die("npy-unrepresentable descriptor", &e);
+  }
+  Seed beyond = {.d = d, .list = make_buffers(d, 9)};
+  snprintf(beyond.name, sizeof beyond.name, "%s", "beyond");
+  write_file_seed_to("fuzz_cli", "npy_beyond_int64", &beyond, 1, false);
+  hurray_buffer_list_destroy(beyond.list);
+  hurray_descriptor_destroy(d);
 }
 
 int main(int argc, char **argv) {
@@ -216,6 +287,7 @@ int main(int argc, char **argv) {
   write_file_seed("all", seeds, seed_count, true);
   write_file_seed("empty", seeds, 0, false);
   write_file_seed("metadata_only", seeds, 0, true);
+  write_cli_seeds();
 
   for (size_t i = 0; i < seed_count; i++) {
     hurray_buffer_list_destroy(seeds[i].list);

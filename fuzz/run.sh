@@ -4,7 +4,7 @@
 #   fuzz/run.sh BUILD_DIR SECONDS [TARGET...]
 #
 # BUILD_DIR is a `-Dfuzzing=true` build (make fuzz makes build-fuzz). Each
-# target (default: all six) runs for SECONDS with FUZZ_JOBS parallel
+# target (default: all seven) runs for SECONDS with FUZZ_JOBS parallel
 # workers (default 1), starting from the committed corpus fuzz/corpus/TARGET
 # and writing what it discovers to BUILD_DIR/corpus/TARGET (the committed
 # corpus is never written). Crashes, leaks, timeouts and out-of-memory inputs
@@ -18,7 +18,7 @@ build=${1:?usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]}
 seconds=${2:?usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_descriptor_decode fuzz_capsule_placement fuzz_dequantize fuzz_file_reader fuzz_safetensors fuzz_gguf)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_descriptor_decode fuzz_capsule_placement fuzz_dequantize fuzz_file_reader fuzz_safetensors fuzz_gguf fuzz_cli)
 jobs=${FUZZ_JOBS:-1}
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}

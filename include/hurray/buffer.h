@@ -103,6 +103,52 @@ HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor 
                                                          const HurrayBufferList *list,
                                                          HurrayError *error);
 
+/* ---------------------------------------------------- output-size limits
+ *
+ * A descriptor can describe a tensor far larger than the bytes it stores:
+ * a 265-byte file with a stride-0 8192 x 8192 float32 tensor asks to_dense
+ * for 256 MiB, and a sparse or paged tensor can expand as much. The
+ * functions that write a tensor's logical form (hurray_tensor_to_dense,
+ * hurray_dequantize and their _with forms) therefore refuse, with
+ * HURRAY_ERR_LIMIT and before writing anything, an output larger than
+ * their limits allow; callers that allocate the output themselves check
+ * the same limits first with hurray_check_output_size.
+ *
+ * Default (HURRAY_OUTPUT_LIMITS_INIT, and what a NULL limits pointer
+ * means): output <= max(64 MiB, 64 x stored bytes), stored bytes being the
+ * sum of the buffer table's byte sizes. 64x covers every legitimate
+ * expansion of the formats (4-bit codes to float32 is 8x, MX fp4 8.25x;
+ * dense and paged data are at most 1x plus the page table), and the 64 MiB
+ * floor lets small tensors of any shape through, sparse ones included. A
+ * very sparse large tensor (fewer than ~1 in 64 elements stored) exceeds
+ * it: pass explicit limits for those. HURRAY_OUTPUT_UNLIMITED opts out. */
+#define HURRAY_NO_LIMIT UINT64_MAX
+#define HURRAY_OUTPUT_LIMITS_VERSION 1u
+#define HURRAY_DEFAULT_MAX_EXPANSION 64u
+#define HURRAY_DEFAULT_EXPANSION_FLOOR_BYTES ((uint64_t)64 << 20)
+
+typedef struct HurrayOutputLimits {
+  uint32_t version;               /* HURRAY_OUTPUT_LIMITS_VERSION */
+  /* Relative limit: output <= max(expansion_floor_bytes, max_expansion x
+   * stored bytes); 0 turns it off. */
+  uint32_t max_expansion;
+  uint64_t expansion_floor_bytes;
+  /* Absolute limit on the output's bytes; HURRAY_NO_LIMIT turns it off. */
+  uint64_t max_output_bytes;
+} HurrayOutputLimits;
+
+#define HURRAY_OUTPUT_LIMITS_INIT                                                      \
+  {HURRAY_OUTPUT_LIMITS_VERSION, HURRAY_DEFAULT_MAX_EXPANSION,                          \
+   HURRAY_DEFAULT_EXPANSION_FLOOR_BYTES, HURRAY_NO_LIMIT}
+#define HURRAY_OUTPUT_UNLIMITED {HURRAY_OUTPUT_LIMITS_VERSION, 0u, 0u, HURRAY_NO_LIMIT}
+
+/* HURRAY_OK when an output of `output_bytes` for tensor `d` is within
+ * `limits` (NULL: the defaults); HURRAY_ERR_LIMIT, with a message naming
+ * both sizes, when it is not; INVALID_ARGUMENT for an unknown version. */
+HURRAY_API HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output_bytes,
+                                                 const HurrayOutputLimits *limits,
+                                                 HurrayError *error);
+
 /* Materialises the logical tensor as a dense, row-major array of its dtype
  * (the stored codes, for a quantized tensor) into `out`, which must hold
  * numel * itemsize bytes. Works for dense (any strides), sparse (stored
@@ -111,10 +157,17 @@ HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor 
  * or paged tensors, composites, and duplicates of dtypes without a C sum
  * (float16, bfloat16, narrow floats, bool) give HURRAY_ERR_UNSUPPORTED, as
  * do tensors in device memory or with a buffer that is not READY.
- * Validates placement first. */
+ * Validates placement first, then refuses (HURRAY_ERR_LIMIT) an output the
+ * default limits do not allow (see above). */
 HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                const HurrayBufferList *list, void *out,
                                                uint64_t out_size, HurrayError *error);
+/* The same with explicit output limits (NULL: the defaults). */
+HURRAY_API HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d,
+                                                    const HurrayBufferList *list, void *out,
+                                                    uint64_t out_size,
+                                                    const HurrayOutputLimits *limits,
+                                                    HurrayError *error);
 
 /* Computes min, max, NaN count and zero count of the tensor's values in one
  * pass and stores them in `d` (replacing any statistics there). Dense (any

@@ -151,16 +151,27 @@ typedef enum HurrayStatus {
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read
  * `message` only after a failure. `code` repeats the returned status.
- * `os_errno` is the errno of the system call that failed when an operating
- * system refusal caused the failure (opening, reading, writing, syncing or
- * renaming a file: HURRAY_ERR_IO, and HURRAY_ERR_NOT_FOUND for a missing
- * path), else 0. It was added after `message`, so code that only reads
- * `code` and `message` is unchanged. */
-#define HURRAY_ERROR_MESSAGE_BYTES 512
+ *
+ * `os_errno` is the errno of the system call that failed when the failure
+ * came from the operating system (HURRAY_ERR_IO, and HURRAY_ERR_NOT_FOUND
+ * for a missing file: ENOENT, EACCES, EISDIR, ...), so that bindings can
+ * raise their platform error (Python: the matching OSError subclass); 0 for
+ * every other failure. A file that is not a regular file gets EISDIR for a
+ * directory and ENXIO for anything else (FIFO, socket, device), the errno
+ * open(2) itself gives for a special file it cannot open.
+ *
+ * os_errno was added in library 0.1 without changing the struct's size
+ * (516 bytes) or the offset of `code` and `message`: it takes the last four
+ * bytes of what used to be a 512-byte message. A program built against the
+ * older header keeps working (it sees those bytes as the unused tail of
+ * its message, after the NUL); one built against this header that runs on
+ * an older library reads 0 there (or, from a message of 508 bytes or more,
+ * bytes that are no errno: such messages never occur for IO failures). */
+#define HURRAY_ERROR_MESSAGE_BYTES 508
 typedef struct HurrayError {
   HurrayStatus code;
   char message[HURRAY_ERROR_MESSAGE_BYTES];
-  int os_errno;
+  int32_t os_errno;
 } HurrayError;
 
 /* Stable identifier of a status, e.g. "HURRAY_ERR_QUANT_AXIS". Never NULL;

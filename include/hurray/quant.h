@@ -104,6 +104,15 @@ HURRAY_API HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, 
 HURRAY_API HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
                                           HurrayDType out_dtype, void *out, uint64_t out_size,
                                           uint32_t threads, HurrayError *error);
+/* The same with explicit output limits (hurray/buffer.h; NULL: the
+ * defaults, which hurray_dequantize applies): an output beyond them is
+ * HURRAY_ERR_LIMIT before anything is written or allocated. */
+HURRAY_API HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d,
+                                               const HurrayBufferList *list,
+                                               HurrayDType out_dtype, void *out,
+                                               uint64_t out_size, uint32_t threads,
+                                               const HurrayOutputLimits *limits,
+                                               HurrayError *error);
 
 #ifdef __cplusplus
 }

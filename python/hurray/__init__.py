@@ -18,7 +18,7 @@ from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatEr
                       ValidationError)
 from ._shards import load_sharded, save_sharded, shard
 from ._sparse import SparseTensor
-from ._tensor import Tensor, from_dlpack, from_hurray, from_numpy
+from ._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_dlpack, from_hurray, from_numpy
 
 _hurray._set_tensor_class(Tensor)
 
@@ -26,7 +26,7 @@ __version__ = _hurray.LIBRARY_VERSION
 
 __all__ = [
     "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
-    "DTYPES", "Dense",
+    "DEFAULT_OUTPUT_LIMIT", "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",

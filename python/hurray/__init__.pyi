@@ -26,7 +26,8 @@ else:
     from typing_extensions import CapsuleType as _Capsule
 
 __all__ = [
-    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DTYPES", "Dense",
+    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DEFAULT_OUTPUT_LIMIT",
+    "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
@@ -54,6 +55,13 @@ _SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
 C_ABI_VERSION: Final[int]
 """HURRAY_C_ABI_VERSION of the libhurray this package was built against (3)."""
 DTYPES: Final[tuple[str, ...]]
+
+@type_check_only
+class _DefaultOutputLimit: ...
+
+# The default output-size limit of to_dense / dequantize: max(64 MiB, 64 x
+# the tensor's stored bytes) (docs/security.md, Limits).
+DEFAULT_OUTPUT_LIMIT: Final[_DefaultOutputLimit]
 QUANT_SCHEMES: Final[tuple[str, ...]]
 """Scheme names hurray.quantize takes: affine, per_channel, block_affine,
 q8_0, q4_0, nf4, mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8."""
@@ -362,18 +370,29 @@ class Tensor:
         sub-byte tensors."""
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def dequantize(
-        self, dtype: npt.DTypeLike = ..., *, threads: int = 1, out: npt.NDArray[Any] | None = None
+        self,
+        dtype: npt.DTypeLike = ...,
+        *,
+        threads: int = 1,
+        out: npt.NDArray[Any] | None = None,
+        max_output_bytes: int | _DefaultOutputLimit | None = ...,
     ) -> npt.NDArray[Any]:
         """Real values of a quantized tensor (C kernels for float32, float16
         and bfloat16, GIL released); TypeError for non-float dtypes. out
         (float32, float16 or bfloat16, C order, the tensor's shape) is
         honoured for every layout; threads is 0..65535 (OverflowError
-        otherwise)."""
+        otherwise). max_output_bytes as for to_dense."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
     def zero_points(self) -> npt.NDArray[np.int64]:
         """Zero points as int64, shaped like scales()."""
-    def to_dense(self) -> npt.NDArray[Any]: ...
+    def to_dense(
+        self, *, max_output_bytes: int | _DefaultOutputLimit | None = ...
+    ) -> npt.NDArray[Any]:
+        """The logical tensor as a new dense array. LimitError, before any
+        allocation, for an output beyond max_output_bytes: by default
+        (DEFAULT_OUTPUT_LIMIT) max(64 MiB, 64 x stored bytes), an int is an
+        absolute limit in bytes, None is no limit."""
     def __hurray__(self, stream: None = None) -> _Capsule:
         """One capsule named "hurray_buffer" carrying every buffer
         (docs/impl/python-bindings.md). stream must be None."""

@@ -901,7 +901,11 @@ static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS
-  s = hurray_tensor_to_dense(self->descriptor, self->buffers, out.buf, (uint64_t)out.len, &e);
+  /* The Python wrapper checked the output-size limit (_check_output_size)
+   * before allocating `out`; the size of `out` is the caller's. */
+  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  s = hurray_tensor_to_dense_with(self->descriptor, self->buffers, out.buf, (uint64_t)out.len,
+                                  &unlimited, &e);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return raise_status(state_of_type(Py_TYPE(op)), s, &e);
@@ -925,10 +929,61 @@ static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS
-  s = hurray_dequantize(self->descriptor, self->buffers, out_dtype, out.buf, (uint64_t)out.len,
-                        threads, &e);
+  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED; /* checked before */
+  s = hurray_dequantize_with(self->descriptor, self->buffers, out_dtype, out.buf,
+                             (uint64_t)out.len, threads, &unlimited, &e);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return raise_status(state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _check_output_size(nbytes[, limit]): raises LimitError when an output of
+ * nbytes for this tensor is beyond the limit: without `limit` the library
+ * default (max(64 MiB, 64 x stored bytes)), None for no limit, an int for
+ * an absolute limit in bytes. nbytes beyond 64 bits counts as UINT64_MAX. */
+static PyObject *tensor_check_output_size(PyObject *op, PyObject *args) {
+  TensorObject *self = (TensorObject *)op;
+  PyObject *nbytes_obj, *limit_obj = NULL;
+  if (!PyArg_ParseTuple(args, "O!|O:_check_output_size", &PyLong_Type, &nbytes_obj, &limit_obj)) {
+    return NULL;
+  }
+  if (tensor_ready(self) < 0) return NULL;
+  if (PyObject_RichCompareBool(nbytes_obj, Py_False, Py_LT) == 1) {
+    PyErr_SetString(PyExc_ValueError, "nbytes must not be negative");
+    return NULL;
+  }
+  unsigned long long nbytes = PyLong_AsUnsignedLongLong(nbytes_obj);
+  if (nbytes == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
+    PyErr_Clear();
+    nbytes = UINT64_MAX;
+  }
+  HurrayOutputLimits limits = HURRAY_OUTPUT_LIMITS_INIT;
+  if (limit_obj == Py_None) {
+    HurrayOutputLimits none = HURRAY_OUTPUT_UNLIMITED;
+    limits = none;
+  } else if (limit_obj != NULL) {
+    if (!PyLong_Check(limit_obj) || PyBool_Check(limit_obj)) {
+      PyErr_SetString(PyExc_TypeError, "max_output_bytes must be an int or None");
+      return NULL;
+    }
+    unsigned long long limit = PyLong_AsUnsignedLongLong(limit_obj);
+    if (limit == (unsigned long long)-1 && PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_OverflowError) ||
+          PyObject_RichCompareBool(limit_obj, Py_False, Py_LT) == 1) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "max_output_bytes must be >= 0 or None");
+        return NULL;
+      }
+      PyErr_Clear();
+      limit = UINT64_MAX; /* beyond 64 bits: no output reaches it */
+    }
+    limits.max_expansion = 0;
+    limits.max_output_bytes = limit;
+  }
+  HurrayError e = {0};
+  HurrayStatus s = hurray_check_output_size(self->descriptor, nbytes, &limits, &e);
   if (s != HURRAY_OK) return raise_status(state_of_type(Py_TYPE(op)), s, &e);
   Py_RETURN_NONE;
 }
@@ -1803,6 +1858,8 @@ static PyMethodDef tensor_methods[] = {
     {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
     {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
     {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
+    {"_check_output_size", tensor_check_output_size, METH_VARARGS,
+     "raise LimitError if an output of nbytes is beyond the limit"},
     {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
      METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},

@@ -63,6 +63,22 @@ def stored_buffer(role: str, raw: np.ndarray, itemsize: int) -> tuple:
     return Buffer(role, int(raw.size), align), raw
 
 
+class _DefaultOutputLimit:
+    """The library's default output-size limit: max(64 MiB, 64 x stored
+    bytes) (docs/security.md, Limits)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "hurray.DEFAULT_OUTPUT_LIMIT"
+
+    def __reduce__(self):
+        return "DEFAULT_OUTPUT_LIMIT"
+
+
+DEFAULT_OUTPUT_LIMIT = _DefaultOutputLimit()
+
+
 class Tensor(_hurray._Tensor):
     """One descriptor plus N buffers, each kept alive by its own owner.
 
@@ -147,7 +163,16 @@ class Tensor(_hurray._Tensor):
     # every DLPack 1.x dtype, zero-copy, flagged read-only where it is.
 
     # --- values ---
-    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None) -> np.ndarray:
+    def _check_output(self, nbytes: int, max_output_bytes) -> None:
+        """LimitError before allocating an output of nbytes beyond the limit
+        (see to_dense)."""
+        if max_output_bytes is DEFAULT_OUTPUT_LIMIT:
+            self._check_output_size(nbytes)
+        else:
+            self._check_output_size(nbytes, max_output_bytes)
+
+    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None,
+                   max_output_bytes=DEFAULT_OUTPUT_LIMIT) -> np.ndarray:
         """The real values of a quantized tensor, as a new array of `dtype`.
 
         float32, float16 and bfloat16 come straight from the C kernels (with
@@ -160,7 +185,11 @@ class Tensor(_hurray._Tensor):
         float32, float16 or bfloat16 to write into instead of a new array
         (reusing memory saves the page faults of a fresh allocation). Every
         layout honours it: sparse and unquantized tensors are computed as
-        usual and then copied into `out`. `dtype` is ignored with `out`."""
+        usual and then copied into `out`. `dtype` is ignored with `out`. No
+        output-size limit applies to memory the caller provides.
+
+        max_output_bytes: the output-size limit, as for to_dense (LimitError
+        before anything is allocated)."""
         d = self.descriptor
         q = d.quantization
         dtype = np.dtype(dtype)
@@ -173,14 +202,17 @@ class Tensor(_hurray._Tensor):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
             if out.dtype not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
+        else:
+            self._check_output(d.numel * dtype.itemsize, max_output_bytes)
         if q is None or isinstance(d.layout, Sparse):
             if q is None:
-                values = self.to_dense()
+                values = self.to_dense(max_output_bytes=None if out is not None
+                                       else max_output_bytes)
             else:
                 # Only stored elements carry codes; the others are zeros.
                 from ._sparse import sparse_to_dense
                 t = specialise(self)
-                values = ((t.parts()["values"].astype(np.float32) - np.float32(q.zero_point))
+                values = (_affine_difference(t.parts()["values"], q.zero_point)
                           * np.float32(q.scale))
                 values = sparse_to_dense(t, d, values)
             if out is not None:
@@ -248,12 +280,20 @@ class Tensor(_hurray._Tensor):
             return _dtypes.unpack(dtype, raw, count)
         return raw[: count * _dtypes.to_numpy(dtype).itemsize].view(_dtypes.to_numpy(dtype))
 
-    def to_dense(self) -> np.ndarray:
+    def to_dense(self, *, max_output_bytes=DEFAULT_OUTPUT_LIMIT) -> np.ndarray:
         """A new dense numpy array of the logical tensor's stored values (the
         codes, if quantized): sparse values scattered into zeros, pages
         gathered, strides resolved. Materialised in C for byte-sized
-        dtypes; sub-byte sparse or paged tensors fall back to numpy."""
+        dtypes; sub-byte sparse or paged tensors fall back to numpy.
+
+        max_output_bytes: a descriptor can describe far more than it stores
+        (a stride-0 8192 x 8192 float32 tensor in 4 bytes is 256 MiB dense),
+        so the output is limited, and LimitError (HURRAY_ERR_LIMIT) is raised
+        before anything is allocated. By default the output may take
+        max(64 MiB, 64 x the tensor's stored bytes); an int is an absolute
+        limit in bytes instead; None means no limit."""
         d = self.descriptor
+        self._check_output(d.numel * _dtypes.to_numpy(d.dtype).itemsize, max_output_bytes)
         layout = d.layout
         if isinstance(layout, Composite):
             raise unsupported("a composite tensor has no single dense form; use member(name)")
@@ -322,6 +362,39 @@ def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
     spec["buffers"] = [d.buffers[i].__dict__ for i in used]
     spec["device"] = d.device.__dict__
     return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
+
+
+def _affine_difference(codes: np.ndarray, zero_point: int) -> np.ndarray:
+    """f32(c - z) with c - z the exact integer difference, rounded once to
+    nearest even (spec quantization §5.1), as float32. f32(c) - f32(z) is
+    wrong once c or z is beyond 2^24 (int32 code 2^24 + 1, zero point 3:
+    16777213 instead of 16777214)."""
+    if codes.dtype.kind not in "iu":  # float8/6/4 codes: zero point 0
+        return codes.astype(np.float32) - np.float32(zero_point)
+    if codes.dtype.itemsize <= 4 and abs(zero_point) < 2**62:
+        # c - z fits int64 exactly, and int64 -> float32 rounds once.
+        return (codes.astype(np.int64) - np.int64(zero_point)).astype(np.float32)
+    # 64-bit codes: c - z may need 65 bits; round each exactly.
+    out = np.empty(codes.shape, dtype=np.float32)
+    flat = out.reshape(-1)
+    for i, c in enumerate(codes.reshape(-1).tolist()):
+        flat[i] = _int_to_f32(c - zero_point)
+    return out
+
+
+def _int_to_f32(v: int) -> np.float32:
+    """An integer rounded once to binary32 (ties to even): via float64 would
+    round twice."""
+    m = abs(v)
+    shift = m.bit_length() - 24
+    if shift > 0:
+        q, r = m >> shift, m & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        if r > half or (r == half and q & 1):
+            q += 1
+        m = q << shift  # 24 significant bits: exact in float64 and float32
+    f = np.float32(float(m)) if m < 2**128 else np.float32(np.inf)
+    return -f if v < 0 else f
 
 
 def _blocked_shape(shape, axis, block):

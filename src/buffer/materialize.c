@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
@@ -143,7 +144,7 @@ static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *li
     if (i > l->axis) inner *= d->shape[i];
   }
   uint64_t length = d->shape[l->axis];
-  uint64_t blocks = (length + l->page_size - 1) / l->page_size;
+  uint64_t blocks = hurray__ceil_div_u64(length, l->page_size);
   uint64_t page_bytes = l->page_size * inner * item;
   const uint8_t *pool = data_of(list, l->data_buffer) + d->byte_offset;
   const uint8_t *table = data_of(list, l->table_buffer);
@@ -192,6 +193,12 @@ static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what
 
 HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     void *out, uint64_t out_size, HurrayError *error) {
+  return hurray_tensor_to_dense_with(d, list, out, out_size, NULL, error);
+}
+
+HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                         void *out, uint64_t out_size,
+                                         const HurrayOutputLimits *limits, HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor, list and out required");
   }
@@ -202,6 +209,7 @@ HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBuffe
   if (hurray_dtype_storage_bytes(d->dtype, numel, &bytes) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "dense size overflows");
   }
+  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, bytes, limits, error));
   if (out_size < bytes) {
     return hurray__fail(error, HURRAY_ERR_BUFFER_SIZE,
                         "out holds %llu bytes, the dense tensor needs %llu",
@@ -347,17 +355,21 @@ static void sparse_positions(const HurrayDescriptor *d, const HurrayBufferList *
 
 typedef struct Entry {
   uint64_t position;
-  double value;
+  uint64_t k; /* storage index: duplicates sum in storage order, as to_dense does */
 } Entry;
 
 static int by_position(const void *a, const void *b) {
-  uint64_t x = ((const Entry *)a)->position, y = ((const Entry *)b)->position;
-  return (x > y) - (x < y);
+  const Entry *x = a, *y = b;
+  if (x->position != y->position) return (x->position > y->position) - (x->position < y->position);
+  return (x->k > y->k) - (x->k < y->k);
 }
 
-/* Sparse statistics describe the logical elements: entries naming the same
- * position are summed first (sorting costs O(stored) memory, never the
- * dense size), and unstored positions are zeros. */
+/* Sparse statistics describe the logical elements, the values to_dense
+ * writes: entries naming the same position are summed first, in the
+ * element type and in storage order exactly as to_dense sums them
+ * (integers wrap, float32 rounds at each step), and unstored positions are
+ * zeros. Sorting costs O(stored) memory, never the dense size. Duplicates
+ * of a dtype without a sum (to_dense refuses those too) are UNSUPPORTED. */
 static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBufferList *list,
                                       const uint8_t *values, uint64_t stored, uint64_t numel,
                                       Stats *s, HurrayError *error) {
@@ -371,18 +383,29 @@ static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBuf
   sparse_positions(d, list, positions);
   for (uint64_t k = 0; k < stored; k++) {
     entries[k].position = positions[k];
-    value_at(d->dtype, values, k, &entries[k].value);
+    entries[k].k = k;
   }
   free(positions);
   qsort(entries, (size_t)stored, sizeof *entries, by_position);
+  size_t item = hurray_dtype_bits(d->dtype) / 8;
   uint64_t distinct = 0;
   for (uint64_t k = 0; k < stored;) {
-    double sum = entries[k].value;
+    /* The largest element (complex128) is 16 bytes. */
+    uint8_t sum[16];
+    memcpy(sum, values + entries[k].k * item, item);
     uint64_t next = k + 1;
     while (next < stored && entries[next].position == entries[k].position) {
-      sum += entries[next++].value;
+      if (!add_into(d->dtype, sum, values + entries[next++].k * item)) {
+        free(entries);
+        return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                            "a position is stored twice and %s values have no sum here; "
+                            "coalesce duplicates first",
+                            hurray_dtype_name(d->dtype));
+      }
     }
-    observe(s, sum);
+    double v;
+    value_at(d->dtype, sum, 0, &v);
+    observe(s, v);
     distinct++;
     k = next;
   }

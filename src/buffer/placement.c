@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 
+#include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
@@ -34,7 +35,7 @@ static HurrayStatus check_page_table(const HurrayDescriptor *d, const HurrayDesc
    * table shared with a larger node is only read as far as this one uses. */
   uint64_t outer = 1;
   for (uint32_t i = 0; i < l->axis; i++) outer *= node->shape[i];
-  uint64_t entries = outer * ((node->shape[l->axis] + l->page_size - 1) / l->page_size);
+  uint64_t entries = outer * hurray__ceil_div_u64(node->shape[l->axis], l->page_size);
   for (uint64_t i = 0; i < entries; i++) {
     int64_t page = hurray__index_at(table, wide, i);
     if (page < 0 || (uint64_t)page >= l->num_pages) {

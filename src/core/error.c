@@ -17,15 +17,15 @@ HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt
   return code;
 }
 
-HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
-                             ...) {
+HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno,
+                             const char *fmt, ...) {
   if (error != NULL) {
     va_list args;
     va_start(args, fmt);
     vsnprintf(error->message, sizeof error->message, fmt, args);
     va_end(args);
     error->code = code;
-    error->os_errno = os_errno;
+    error->os_errno = (int32_t)os_errno;
   }
   return code;
 }

@@ -14,10 +14,10 @@ HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt
 #endif
     ;
 
-/* hurray__fail for a failure the operating system reported: also records
- * its errno (read errno before anything that may change it). */
-HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
-                             ...)
+/* The same for a failure of the operating system: also records `os_errno`
+ * (the caller's saved errno) in error->os_errno. hurray__fail sets it to 0. */
+HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno,
+                             const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif

@@ -387,9 +387,15 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
                     path, dtype_name);
       }
       if (q->kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
-        if (!isfinite(q->scale) || q->scale == 0.0) {
+        /* Decoders use the scale as binary32 (spec quantization §5): a
+         * float64 that is finite but rounds to Inf (1e39) or to 0 (1e-50)
+         * would decode every element as Inf, NaN or 0. */
+        float used = (float)q->scale;
+        if (!isfinite(q->scale) || q->scale == 0.0 || !isfinite(used) || used == 0.0f) {
           return FAIL(HURRAY_ERR_QUANT_SCALE,
-                      "%squantization.scale: %g is not a finite non-zero number", path, q->scale);
+                      "%squantization.scale: %g is not a finite non-zero number as float32 "
+                      "(the scale decoders use)",
+                      path, q->scale);
         }
         return check_zero_point(w, path, d, 1);
       }

@@ -395,9 +395,9 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
                       private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
     if (base == MAP_FAILED) {
+      int saved = errno;
       free(r->mapping);
       r->mapping = NULL;
-      int saved = errno;
       return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
     }
     r->mapping->base = base;
@@ -450,7 +450,11 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   HurrayReader *r = calloc(1, sizeof *r);
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   r->mode = options->mode;
-  r->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+   * writer forever (and a device open may block too). Only a regular file
+   * is read; it is then switched back to blocking, which for regular files
+   * changes nothing but keeps the descriptor ordinary. */
+  r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (r->fd < 0) {
     int saved = errno;
     HurrayStatus status = hurray__fail_os(error,
@@ -461,10 +465,25 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   }
   struct stat st;
   HurrayStatus status = HURRAY_OK;
-  int stat_rc = fstat(r->fd, &st);
-  if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
-    int saved = stat_rc != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
-    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "%s is not a regular file", path);
+  int flags;
+  if (fstat(r->fd, &st) != 0) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot stat %s: %s", path,
+                             strerror(saved));
+  } else if (!S_ISREG(st.st_mode)) {
+    status = hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
+                             "%s is not a regular file (%s)", path,
+                             S_ISDIR(st.st_mode)    ? "a directory"
+                             : S_ISFIFO(st.st_mode) ? "a FIFO"
+                             : S_ISSOCK(st.st_mode) ? "a socket"
+                             : S_ISCHR(st.st_mode)  ? "a character device"
+                             : S_ISBLK(st.st_mode)  ? "a block device"
+                                                    : "not a file");
+  } else if ((flags = fcntl(r->fd, F_GETFL)) == -1 ||
+             fcntl(r->fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot use %s: %s", path,
+                             strerror(saved));
   } else {
     r->file_size = (uint64_t)st.st_size;
     status = read_structure(r, error);
@@ -581,7 +600,7 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
                                               release_mapped, r->mapping, out, error));
   } else {
     size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
-    size_t size = (size_t)((length + align - 1) / align * align);
+    size_t size = (size_t)(hurray__ceil_div_u64(length, align) * align); /* length <= file size */
     void *mem = aligned_alloc(align, size ? size : align);
     if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
     HurrayStatus status = pread_all(r->fd, mem, length, offset, error);

@@ -89,6 +89,7 @@ struct HurrayWriter {
 
 /* ------------------------------------------------------------ raw output */
 
+/* os_errno: the errno of the failed write, 0 when the kernel reported none. */
 static HurrayStatus write_failed(const HurrayWriter *w, int os_errno, const char *why,
                                  HurrayError *error) {
   if (w->kind == SINK_PATH) {

@@ -4,8 +4,16 @@
  * Every kind decodes with one formula, value = (v(code) - zp) * scale in
  * binary32, where v is a 256-entry table for codes of 8 bits or fewer (the
  * integer value, the minifloat value, the NF4 code book, or the MX INT8
- * value) and a conversion for wider integer codes. Kinds without zero
- * points use zp = 0, which changes nothing: v - 0 is v, NaN and -0 included.
+ * value). Kinds without zero points use zp = 0, which changes nothing:
+ * v - 0 is v, NaN and -0 included.
+ *
+ * The spec's affine rule is f32(c - z) * s with c - z the exact integer
+ * difference. f32(c) - f32(z) equals it whenever both conversions are
+ * exact (one IEEE subtraction rounds the exact difference once), which
+ * holds for codes of 8 bits or fewer and zero points within 2^24. Codes
+ * wider than 8 bits (int16 up to uint64), or any zero point beyond 2^24 in
+ * magnitude, take the exact path instead ("wide"): c and z as sign and
+ * 64-bit magnitude, their difference (up to 65 bits) rounded once.
  */
 #include <float.h>
 #include <math.h>
@@ -101,6 +109,87 @@ static void unpack(unsigned bits, const uint8_t *packed, uint64_t from, uint64_t
   }
 }
 
+/* An integer of any integer dtype, int64 and uint64 included, as sign and
+ * magnitude. */
+typedef struct Wide {
+  bool neg;
+  uint64_t mag;
+} Wide;
+
+static Wide wide_s(int64_t v) {
+  Wide w = {v < 0, v < 0 ? 0 - (uint64_t)v : (uint64_t)v};
+  return w;
+}
+
+static Wide wide_u(uint64_t v) {
+  Wide w = {false, v};
+  return w;
+}
+
+/* Element i of an integer buffer of dtype `t` (packed for 4-bit dtypes). */
+static Wide read_wide(HurrayDType t, const uint8_t *p, uint64_t i) {
+  switch (t) {
+    case HURRAY_DTYPE_INT8: return wide_s((int8_t)p[i]);
+    case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_BOOL: return wide_u(p[i]);
+    case HURRAY_DTYPE_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return wide_s(v); }
+    case HURRAY_DTYPE_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return wide_u(v); }
+    case HURRAY_DTYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return wide_s(v); }
+    case HURRAY_DTYPE_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return wide_u(v); }
+    case HURRAY_DTYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return wide_s(v); }
+    case HURRAY_DTYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return wide_u(v); }
+    case HURRAY_DTYPE_INT4: case HURRAY_DTYPE_UINT4: {
+      unsigned c = (p[i / 2] >> (4 * (i & 1u))) & 15u;
+      return t == HURRAY_DTYPE_INT4 ? wide_s((int)c - ((c & 8u) ? 16 : 0)) : wide_u(c);
+    }
+    default: return wide_u(0);
+  }
+}
+
+/* The magnitude high * 2^64 + m rounded once to binary32, to nearest with
+ * ties to even. Rounded here in integers rather than by a conversion of a
+ * 64-bit integer, which some environments (valgrind's emulation among
+ * them) perform through binary64, rounding twice. */
+static float magnitude_f32(uint64_t m, bool high) {
+  if (!high && m < ((uint64_t)1 << 24)) return (float)m;
+  unsigned bits = high ? 65u : 64u - (unsigned)__builtin_clzll(m);
+  unsigned shift = bits - 24u; /* 1..41 */
+  uint64_t q = (m >> shift) | (high ? (uint64_t)1 << (64u - shift) : 0);
+  uint64_t rest = m & (((uint64_t)1 << shift) - 1), half = (uint64_t)1 << (shift - 1);
+  if (rest > half || (rest == half && (q & 1u))) q++;
+  return ldexpf((float)q, (int)shift); /* q <= 2^24: exact, and so is the scaling */
+}
+
+static bool is_integer_code(HurrayDType t) {
+  switch (t) {
+    case HURRAY_DTYPE_INT8: case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_INT16:
+    case HURRAY_DTYPE_UINT16: case HURRAY_DTYPE_INT32: case HURRAY_DTYPE_UINT32:
+    case HURRAY_DTYPE_INT64: case HURRAY_DTYPE_UINT64: case HURRAY_DTYPE_INT4:
+    case HURRAY_DTYPE_UINT4:
+      return true;
+    default:
+      return false;
+  }
+}
+
+static float wide_diff(Wide a, Wide b) {
+  bool bneg = !b.neg; /* a - b = a + (-b) */
+  float m;
+  bool neg;
+  if (b.mag == 0 || a.neg == bneg) {
+    uint64_t sum = a.mag + b.mag;
+    m = magnitude_f32(sum, sum < a.mag);
+    neg = a.neg;
+  } else if (a.mag >= b.mag) {
+    m = magnitude_f32(a.mag - b.mag, false);
+    neg = a.neg;
+  } else {
+    m = magnitude_f32(b.mag - a.mag, false);
+    neg = bneg;
+  }
+  if (m == 0.0f) return 0.0f;
+  return neg ? -m : m;
+}
+
 typedef struct Job {
   HurrayQuantPlan plan;
   HurrayDType code_dtype;
@@ -109,6 +198,7 @@ typedef struct Job {
   float tab[256];
   float *scale; /* per group */
   float *zp;    /* per group */
+  Wide *zpw;    /* per group, on the exact path only (NULL otherwise) */
   HurrayDType out_dtype;
   void *out;
   unsigned parts;
@@ -140,13 +230,20 @@ static void narrow(HurrayDType dtype, const float *in, uint64_t n, uint16_t *out
   }
 }
 
-/* Decodes flat elements [at, at + n) whose groups follow `seg` rules; n is
- * at most STAGE. */
-static void decode_piece(Job *j, uint64_t at, uint64_t n, const float *scale, const float *zp,
-                         unsigned step, uint8_t *cstage, float *fstage, float *vstage) {
+/* Decodes flat elements [at, at + n) whose groups follow `seg` rules, from
+ * group g0 on; n is at most STAGE. */
+static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned step,
+                         uint8_t *cstage, float *fstage, float *vstage) {
   bool f32 = j->out_dtype == HURRAY_DTYPE_FLOAT32;
   float *dst = f32 ? (float *)j->out + at : fstage;
-  if (j->code_bits == 8) {
+  const float *scale = j->scale + g0, *zp = j->zp + g0;
+  if (j->zpw != NULL) {
+    const Wide *zpw = j->zpw + g0;
+    for (uint64_t k = 0; k < n; k++) {
+      uint64_t g = step ? k : 0;
+      dst[k] = wide_diff(read_wide(j->code_dtype, j->codes, at + k), zpw[g]) * scale[g];
+    }
+  } else if (j->code_bits == 8) {
     decode_bytes(j->tab, j->codes + at, n, scale, zp, step, dst);
   } else if (j->code_bits < 8) {
     unpack(j->code_bits, j->codes, at, n, cstage);
@@ -208,7 +305,7 @@ static void decode_part(void *ctx, unsigned part) {
   uint8_t cstage[STAGE];
   float fstage[STAGE], vstage[STAGE];
   if (s0 >= s1) return;
-  if (p->walk == HURRAY_WALK_BLOCKS && j->code_bits <= 8) {
+  if (p->walk == HURRAY_WALK_BLOCKS && j->code_bits <= 8 && j->zpw == NULL) {
     decode_blocks(j, s0, s1, cstage, fstage);
     return;
   }
@@ -216,9 +313,8 @@ static void decode_part(void *ctx, unsigned part) {
     HurraySegment seg = hurray__quant_segment(p, u);
     for (uint64_t done = 0; done < seg.len;) {
       uint64_t n = seg.len - done < STAGE ? seg.len - done : STAGE;
-      const float *scale = j->scale + seg.g0 + (seg.step ? done : 0);
-      const float *zp = j->zp + seg.g0 + (seg.step ? done : 0);
-      decode_piece(j, seg.start + done, n, scale, zp, seg.step, cstage, fstage, vstage);
+      decode_piece(j, seg.start + done, n, seg.g0 + (seg.step ? done : 0), seg.step, cstage,
+                   fstage, vstage);
       done += n;
     }
   }
@@ -231,6 +327,13 @@ static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index)
 HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
                                HurrayDType out_dtype, void *out, uint64_t out_size,
                                uint32_t threads, HurrayError *error) {
+  return hurray_dequantize_with(d, list, out_dtype, out, out_size, threads, NULL, error);
+}
+
+HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                    HurrayDType out_dtype, void *out, uint64_t out_size,
+                                    uint32_t threads, const HurrayOutputLimits *limits,
+                                    HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d, list and out must not be NULL");
   }
@@ -257,6 +360,7 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
   if (!hurray__mul_u64(numel, out_item, &need)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the output size does not fit in 64 bits");
   }
+  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, need, limits, error));
   if (out_size < need) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "out holds %llu bytes; the tensor needs %llu",
@@ -287,7 +391,9 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
     } else {
       hurray__fail(error, st, "the code size does not fit in 64 bits");
     }
-    if (st == HURRAY_OK) st = hurray_tensor_to_dense(d, list, dense, bytes, error);
+    /* The codes are never larger than the output just checked. */
+    static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+    if (st == HURRAY_OK) st = hurray_tensor_to_dense_with(d, list, dense, bytes, &unlimited, error);
     if (st != HURRAY_OK) goto done;
     j->codes = dense;
   }
@@ -330,6 +436,42 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
                       (unsigned long long)groups);
     goto done;
   }
+  bool affine = kind == HURRAY_QUANT_PER_TENSOR_AFFINE ||
+                kind == HURRAY_QUANT_PER_CHANNEL_AFFINE || kind == HURRAY_QUANT_BLOCK_AFFINE;
+  /* The exact path: integer codes wider than 8 bits, or a zero point that
+   * binary32 does not hold exactly (see the top of the file). */
+  bool exact = affine && is_integer_code(j->code_dtype) && j->code_bits > 8;
+  if (affine && !exact) {
+    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+    if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
+      int64_t z = hurray_descriptor_quant_zero_point(d);
+      exact = z > (1 << 24) || z < -(1 << 24);
+    } else {
+      const uint8_t *zps = buffer_bytes(list, zb);
+      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+      for (uint64_t g = 0; g < j->plan.groups && !exact; g++) {
+        Wide z = read_wide(zp_dtype, zps, g);
+        exact = z.mag > (1u << 24);
+      }
+    }
+  }
+  if (exact) {
+    j->zpw = malloc(groups * sizeof *j->zpw);
+    if (j->zpw == NULL) {
+      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu zero points",
+                        (unsigned long long)groups);
+      goto done;
+    }
+    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+    if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
+      Wide z = wide_s(hurray_descriptor_quant_zero_point(d));
+      for (uint64_t g = 0; g < groups; g++) j->zpw[g] = z;
+    } else {
+      const uint8_t *zps = buffer_bytes(list, zb);
+      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+      for (uint64_t g = 0; g < j->plan.groups; g++) j->zpw[g] = read_wide(zp_dtype, zps, g);
+    }
+  }
   if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
     j->scale[0] = (float)hurray_descriptor_quant_scale(d);
     j->zp[0] = (float)hurray_descriptor_quant_zero_point(d);
@@ -340,7 +482,6 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
     HurrayDType scale_dtype = hurray_descriptor_quant_scale_dtype(d);
     for (uint64_t g = 0; g < j->plan.groups; g++) j->scale[g] = read_float(scale_dtype, scales, g);
     uint32_t zp_buffer = hurray_descriptor_quant_zero_point_buffer(d);
-    bool affine = kind == HURRAY_QUANT_PER_CHANNEL_AFFINE || kind == HURRAY_QUANT_BLOCK_AFFINE;
     if (affine && zp_buffer != HURRAY_NO_BUFFER) {
       const uint8_t *zps = buffer_bytes(list, zp_buffer);
       HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
@@ -359,6 +500,7 @@ done:
   if (j) {
     free(j->scale);
     free(j->zp);
+    free(j->zpw);
   }
   free(dense);
   free(j);

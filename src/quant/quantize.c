@@ -201,7 +201,7 @@ static void pack(unsigned bits, const uint8_t *c, uint32_t n, uint8_t *out, uint
   if (rest) {
     uint32_t word = 0;
     for (uint32_t j = 0; j < rest; j++) word |= (uint32_t)(c[4 * quads + j] & 0x3fu) << (6 * j);
-    uint32_t bytes = (rest * 6 + 7) / 8;
+    uint32_t bytes = (uint32_t)hurray__ceil_div_u64(rest * 6, 8);
     for (uint32_t j = 0; j < bytes; j++) o[3 * quads + j] = (uint8_t)(word >> (8 * j));
   }
 }

@@ -126,6 +126,103 @@ class CliTest(unittest.TestCase):
         self.assertEqual(run("cat", self.path, "nope").returncode, 1)
 
 
+SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "fuzz", "corpus", "fuzz_cli")
+
+
+def run_limited(*args, timeout=20):
+    """run(), but a hang fails the test instead of stalling the suite."""
+    try:
+        return subprocess.run([HURRAY, *args], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"hurray {' '.join(args)} hung for {timeout} s")
+
+
+def controls(data):
+    """The control bytes a terminal would act on, other than newline."""
+    return sorted({b for b in data if (b < 0x20 and b != 0x0A) or b == 0x7F})
+
+
+class CliHardeningTest(unittest.TestCase):
+    """Issue 14: what the CLI must not do with a hostile but valid file."""
+
+    def test_npy_header_of_rank_32(self):
+        # A valid rank-32 tensor with one empty dimension and 2**62 in the
+        # others: its .npy header is ~700 bytes, past the fixed 512-byte
+        # buffer it once overflowed.
+        path = os.path.join(SEEDS, "seed-rank32_empty")
+        out = run_limited("cat", "--npy", path, "wide")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        blob = out.stdout
+        self.assertEqual(blob[:8], b"\x93NUMPY\x01\x00")
+        header_len = struct.unpack("<H", blob[8:10])[0]
+        self.assertEqual((10 + header_len) % 64, 0)
+        self.assertEqual(len(blob), 10 + header_len)  # no elements
+        self.assertTrue(blob[10 + header_len - 1:10 + header_len] == b"\n")
+        header = ast.literal_eval(blob[10:10 + header_len].decode("latin1"))
+        self.assertEqual(header["shape"], (0,) + (2**62,) * 31)
+        self.assertEqual(header["descr"], "<f8")
+
+    def test_npy_refuses_what_numpy_cannot_express(self):
+        # A valid empty tensor of shape (0, 2**63): numpy shapes are int64.
+        path = os.path.join(SEEDS, "seed-npy_beyond_int64")
+        out = run_limited("cat", "--npy", path, "beyond")
+        self.assertEqual(out.returncode, 1)
+        self.assertEqual(out.stdout, b"")
+        self.assertIn(b"HURRAY_ERR_LIMIT", out.stderr)
+        self.assertIn(b"int64", out.stderr)
+        raw = run_limited("cat", path, "beyond")  # raw bytes: nothing to refuse
+        self.assertEqual(raw.returncode, 0, raw.stderr)
+
+    def test_human_output_escapes_control_characters(self):
+        path = os.path.join(SEEDS, "seed-hostile_names")
+        for args in (("ls", path), ("info", path), ("verify", path)):
+            out = run_limited(*args)
+            self.assertEqual(out.returncode, 0, (args, out.stderr))
+            self.assertEqual(controls(out.stdout), [], (args, out.stdout))
+        ls = run_limited("ls", path).stdout.decode()
+        self.assertIn("evil\\x1b[2J\\x1b]0;title\\x07\\rname\\u{202e}", ls)
+        info = run_limited("info", path).stdout.decode()
+        self.assertIn("key\\x1b[31m = value\\r\\x07\\x1b[0m\\x7f", info)
+        self.assertIn("tensor evil\\x1b[2J", info)
+        # Errors that quote a name are escaped too.
+        missing = run_limited("info", path, "evil\x1b[2J")
+        self.assertEqual(missing.returncode, 1)
+        self.assertEqual(controls(missing.stderr), [])
+        # --json keeps the exact names, as JSON escapes.
+        doc = json.loads(run_limited("info", "--json", path).stdout)
+        self.assertIn("evil\x1b[2J\x1b]0;title\x07\rname\u202e", doc["tensors"])
+        self.assertEqual(doc["metadata"], {"key\x1b[31m": "value\r\x07\x1b[0m\x7f"})
+        # A directory entry's name is the file system's, and escaped as well.
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([CHECKPOINT, os.path.join(d, "a\x1b[31m.hurray")], check=True,
+                           capture_output=True)
+            out = run_limited("ls", d)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(controls(out.stdout), [])
+            self.assertIn(b"a\\x1b[31m.hurray", out.stdout)
+
+    def test_fifo_is_refused_without_hanging(self):
+        with tempfile.TemporaryDirectory() as d:
+            fifo = os.path.join(d, "pipe.hurray")
+            os.mkfifo(fifo)
+            for args in (("ls", fifo), ("info", fifo), ("verify", fifo),
+                         ("cat", fifo, "x")):
+                out = run_limited(*args)
+                self.assertEqual(out.returncode, 1, args)
+                self.assertIn(b"not a regular file", out.stderr)
+            # In a directory listing the FIFO is skipped and reported; the
+            # regular files are still listed.
+            subprocess.run([CHECKPOINT, os.path.join(d, "part.hurray")], check=True,
+                           capture_output=True)
+            os.mkdir(os.path.join(d, "sub.hurray"))
+            out = run_limited("ls", d)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"pipe.hurray: not a regular file, skipped", out.stderr)
+            self.assertIn(b"sub.hurray: not a regular file, skipped", out.stderr)
+            self.assertEqual(len(out.stdout.decode().splitlines()), 4)
+
+
 class CliDirectoryTest(unittest.TestCase):
     """`hurray ls DIR`: every *.hurray file of a directory (a sharded or DCP
     checkpoint), sorted, each row starting with the file's name."""

@@ -413,8 +413,10 @@ def test_sigint_while_hurray_save_runs(tmp_path):
     rename. Either way the old target survives."""
     rng = np.random.default_rng(1)
     src = tmp_path / "big.npz"
-    np.savez(src, **{f"t{i}": rng.standard_normal(2 << 20, dtype=np.float32)
-                     for i in range(8)})
+    # 256 MiB, so that the signal (sent once the child says "now") lands
+    # while the writer still runs, even on a loaded machine.
+    np.savez(src, **{f"t{i}": rng.standard_normal(4 << 20, dtype=np.float32)
+                     for i in range(16)})
     _interrupt(tmp_path, src, "hurray", "live", "--stats")
 
 

@@ -1,0 +1,45 @@
+/*
+ * Output-size limits of the materialising functions (hurray/buffer.h):
+ * how large a tensor's logical form may be, compared with what it stores.
+ */
+#include "../core/checked.h"
+#include "../core/error.h"
+#include "hurray/buffer.h"
+
+HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output_bytes,
+                                      const HurrayOutputLimits *limits, HurrayError *error) {
+  static const HurrayOutputLimits defaults = HURRAY_OUTPUT_LIMITS_INIT;
+  if (d == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d must not be NULL");
+  if (limits == NULL) limits = &defaults;
+  if (limits->version != HURRAY_OUTPUT_LIMITS_VERSION) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "output limits: unknown version %u",
+                        limits->version);
+  }
+  if (output_bytes > limits->max_output_bytes) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "the output would take %llu bytes, more than the limit of %llu",
+                        (unsigned long long)output_bytes,
+                        (unsigned long long)limits->max_output_bytes);
+  }
+  if (limits->max_expansion == 0 || output_bytes <= limits->expansion_floor_bytes) {
+    return HURRAY_OK;
+  }
+  uint64_t stored = 0, allowed;
+  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
+    if (!hurray__add_u64(stored, hurray_descriptor_buffer_size(d, i), &stored)) {
+      stored = UINT64_MAX;
+      break;
+    }
+  }
+  if (!hurray__mul_u64(stored, limits->max_expansion, &allowed)) allowed = UINT64_MAX;
+  if (output_bytes > allowed) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "the output would take %llu bytes, more than %u times the %llu bytes "
+                        "the tensor stores (and more than %llu): an expansion this large needs "
+                        "an explicit output limit",
+                        (unsigned long long)output_bytes, limits->max_expansion,
+                        (unsigned long long)stored,
+                        (unsigned long long)limits->expansion_floor_bytes);
+  }
+  return HURRAY_OK;
+}

@@ -1,0 +1,36 @@
+"""A FIFO (or other non-regular file) named *.hurray must be refused at once,
+not hang the opener waiting for a writer (issue 14). Each open runs in a
+subprocess with a timeout, so a hang fails the test instead of the suite."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import sys, hurray
+try:
+    {call}
+except (hurray.HurrayError, OSError) as e:
+    print("refused:", type(e).__name__, e)
+    sys.exit(0)
+print("opened")
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("call", [
+    "hurray.open(sys.argv[1])",
+    "hurray.load(sys.argv[1])",
+    "hurray.open(sys.argv[1], mmap=False)",
+])
+def test_fifo_is_refused_without_blocking(tmp_path, call):
+    fifo = os.path.join(tmp_path, "pipe.hurray")
+    os.mkfifo(fifo)
+    try:
+        out = subprocess.run([sys.executable, "-c", SCRIPT.format(call=call), fifo],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{call} blocked on a FIFO")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "not a regular file" in out.stdout

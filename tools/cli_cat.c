@@ -1,0 +1,97 @@
+/*
+ * hurray cat [--npy] [--buffer N] FILE NAME (tools/cli.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* numpy's spelling of the dtypes it has; NULL where numpy has none. */
+static const char *npy_descr(HurrayDType t) {
+  switch (t) {
+    case HURRAY_DTYPE_BOOL: return "|b1";
+    case HURRAY_DTYPE_INT8: return "|i1";
+    case HURRAY_DTYPE_INT16: return "<i2";
+    case HURRAY_DTYPE_INT32: return "<i4";
+    case HURRAY_DTYPE_INT64: return "<i8";
+    case HURRAY_DTYPE_UINT8: return "|u1";
+    case HURRAY_DTYPE_UINT16: return "<u2";
+    case HURRAY_DTYPE_UINT32: return "<u4";
+    case HURRAY_DTYPE_UINT64: return "<u8";
+    case HURRAY_DTYPE_FLOAT16: return "<f2";
+    case HURRAY_DTYPE_FLOAT32: return "<f4";
+    case HURRAY_DTYPE_FLOAT64: return "<f8";
+    case HURRAY_DTYPE_COMPLEX64: return "<c8";
+    case HURRAY_DTYPE_COMPLEX128: return "<c16";
+    default: return NULL;
+  }
+}
+
+int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, long buffer_index,
+                   bool npy) {
+  HurrayError error = {0};
+  HurrayReader *r = hurray_cli_open(err, path, &error);
+  if (r == NULL) return EXIT_FAILURE;
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  int status = EXIT_SUCCESS;
+  if (hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
+    status = hurray_cli_fail(err, &error);
+  } else if (buffer_index < 0 || (size_t)buffer_index >= hurray_buffer_list_len(list)) {
+    fputs("hurray: ", err);
+    hurray_cli_puts_escaped(err, name);
+    fprintf(err, " has %zu buffers; --buffer %ld is out of range\n", hurray_buffer_list_len(list),
+            buffer_index);
+    status = EXIT_FAILURE;
+  } else {
+    const HurrayBuffer *b = hurray_buffer_list_get(list, (size_t)buffer_index);
+    const char *descr = npy_descr(hurray_descriptor_dtype(d));
+    uint64_t size = hurray_buffer_size(b);
+    char *header = NULL;
+    size_t header_len = 0;
+    if (npy) {
+      uint64_t numel = 0, bytes = 0;
+      if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE ||
+          hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE ||
+          hurray_descriptor_strides(d) != NULL || hurray_descriptor_byte_offset(d) != 0 ||
+          descr == NULL || buffer_index != 0) {
+        fputs("hurray: --npy needs an unquantized, dense, row-major tensor of a numpy dtype; ",
+              err);
+        hurray_cli_puts_escaped(err, name);
+        fprintf(err, " is %s %s (use raw output instead)\n", hurray_cli_layout_name(d),
+                hurray_dtype_name(hurray_descriptor_dtype(d)));
+        status = EXIT_FAILURE;
+      } else if (hurray_cli_npy_header(d, descr, hurray_dtype_bits(hurray_descriptor_dtype(d)) / 8,
+                                       &header, &header_len, &error) != HURRAY_OK) {
+        status = hurray_cli_fail(err, &error);
+      } else if (hurray_descriptor_numel(d, &numel, &error) != HURRAY_OK ||
+                 hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &bytes) !=
+                     HURRAY_OK) {
+        status = hurray_cli_fail_at(err, name, "the tensor's byte size does not fit in 64 bits");
+      } else if (bytes > size) {
+        /* Validation guarantees the buffer holds the tensor; belt and braces. */
+        status = hurray_cli_fail_at(err, name, "the data buffer is smaller than the tensor");
+      } else {
+        /* The buffer may hold padding past the tensor: a .npy holds exactly
+         * the tensor's bytes. */
+        size = bytes;
+      }
+    }
+    if (status == EXIT_SUCCESS) {
+      if ((header_len > 0 && fwrite(header, 1, header_len, out) != header_len) ||
+          (size > 0 && fwrite(hurray_buffer_data(b), 1, (size_t)size, out) != size) ||
+          fflush(out) != 0) {
+        fprintf(err, "hurray: writing to stdout failed: %s\n", strerror(errno));
+        status = EXIT_FAILURE;
+      }
+    }
+    free(header);
+  }
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  hurray_reader_close(r);
+  return status;
+}

@@ -1,0 +1,306 @@
+/*
+ * Formatting shared by the hurray commands (tools/cli.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Length of the UTF-8 sequence at s[0, len) and its code point, or 0 when
+ * it is not well-formed (overlong, surrogate, beyond U+10FFFF, cut short). */
+static size_t utf8_sequence(const unsigned char *s, size_t len, uint32_t *cp) {
+  unsigned char c = s[0];
+  size_t n;
+  uint32_t v, min;
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  } else if (c >= 0xC2 && c <= 0xDF) {
+    n = 2, v = c & 0x1F, min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3, v = c & 0x0F, min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4, v = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (len < n) return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    v = v << 6 | (s[i] & 0x3F);
+  }
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return n;
+}
+
+/* Code points a terminal acts on or that reorder what it shows. */
+static int needs_escape(uint32_t cp) {
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void hurray_cli_put_escaped(FILE *out, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    uint32_t cp = 0;
+    size_t n = utf8_sequence(p + i, len - i, &cp);
+    if (n == 0) {
+      fprintf(out, "\\x%02x", p[i]);
+      i++;
+    } else if (cp == '\\') {
+      fputs("\\\\", out);
+      i++;
+    } else if (cp == '\n' || cp == '\r' || cp == '\t') {
+      fputs(cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t", out);
+      i++;
+    } else if (needs_escape(cp)) {
+      if (cp < 0x80) fprintf(out, "\\x%02x", (unsigned)cp);
+      else fprintf(out, "\\u{%04" PRIx32 "}", cp);
+      i += n;
+    } else {
+      fwrite(p + i, 1, n, out);
+      i += n;
+    }
+  }
+}
+
+void hurray_cli_put_json_text(FILE *out, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    uint32_t cp = 0;
+    size_t n = utf8_sequence(p + i, len - i, &cp);
+    if (n == 0) {
+      fputs("\\ufffd", out);
+      i++;
+    } else if (needs_escape(cp) && cp != '\n') {
+      fprintf(out, "\\u%04" PRIx32, cp);
+      i += n;
+    } else {
+      fwrite(p + i, 1, n, out);
+      i += n;
+    }
+  }
+}
+
+void hurray_cli_puts_escaped(FILE *out, const char *s) {
+  if (s == NULL) s = "(null)";
+  hurray_cli_put_escaped(out, s, strlen(s));
+}
+
+char *hurray_cli_escaped(const char *s) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *mem = open_memstream(&text, &size);
+  if (mem == NULL) return NULL;
+  hurray_cli_puts_escaped(mem, s);
+  if (fclose(mem) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+void hurray_cli_json_string(FILE *out, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  fputc('"', out);
+  size_t i = 0;
+  while (i < len) {
+    uint32_t cp = 0;
+    size_t n = utf8_sequence(p + i, len - i, &cp);
+    if (n == 0) {
+      fputs("\\ufffd", out);
+      i++;
+    } else if (cp == '"' || cp == '\\') {
+      fprintf(out, "\\%c", (char)cp);
+      i++;
+    } else if (needs_escape(cp)) {
+      fprintf(out, "\\u%04" PRIx32, cp);
+      i += n;
+    } else {
+      fwrite(p + i, 1, n, out);
+      i += n;
+    }
+  }
+  fputc('"', out);
+}
+
+int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
+  fputs("hurray: ", err);
+  hurray_cli_puts_escaped(err, what);
+  fputs(": ", err);
+  hurray_cli_puts_escaped(err, message);
+  fputc('\n', err);
+  return EXIT_FAILURE;
+}
+
+int hurray_cli_fail(FILE *err, const HurrayError *error) {
+  return hurray_cli_fail_at(err, hurray_status_name(error->code), error->message);
+}
+
+HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error) {
+  HurrayReader *r = NULL;
+  if (hurray_reader_open(path, NULL, &r, error) != HURRAY_OK) {
+    hurray_cli_fail_at(err, path, error->message);
+    return NULL;
+  }
+  return r;
+}
+
+void hurray_cli_print_shape(FILE *out, const HurrayDescriptor *d) {
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  fputc('[', out);
+  for (uint32_t i = 0; i < hurray_descriptor_rank(d); i++) {
+    fprintf(out, "%s%" PRIu64, i ? ", " : "", shape[i]);
+  }
+  fputc(']', out);
+}
+
+char *hurray_cli_shape_string(const HurrayDescriptor *d) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *mem = open_memstream(&text, &size);
+  if (mem == NULL) return NULL;
+  hurray_cli_print_shape(mem, d);
+  if (fclose(mem) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+const char *hurray_cli_layout_name(const HurrayDescriptor *d) {
+  switch (hurray_descriptor_layout_kind(d)) {
+    case HURRAY_LAYOUT_DENSE:
+      return "dense";
+    case HURRAY_LAYOUT_PAGED:
+      return "paged";
+    case HURRAY_LAYOUT_COMPOSITE:
+      return "composite";
+    case HURRAY_LAYOUT_SPARSE:
+      switch (hurray_descriptor_sparse_format(d)) {
+        case HURRAY_SPARSE_COO: return "sparse-coo";
+        case HURRAY_SPARSE_CSR: return "sparse-csr";
+        case HURRAY_SPARSE_CSC: return "sparse-csc";
+        case HURRAY_SPARSE_BSR: return "sparse-bsr";
+      }
+  }
+  return "?";
+}
+
+const char *hurray_cli_quant_name(const HurrayDescriptor *d) {
+  static const char *const mx[] = {"?", "mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e3m2",
+                                   "mxfp6-e2m3", "mxfp4-e2m1", "mxint8"};
+  switch (hurray_descriptor_quant_kind(d)) {
+    case HURRAY_QUANT_NONE: return "-";
+    case HURRAY_QUANT_PER_TENSOR_AFFINE: return "per-tensor-affine";
+    case HURRAY_QUANT_PER_CHANNEL_AFFINE: return "per-channel-affine";
+    case HURRAY_QUANT_BLOCK_AFFINE: return "block-affine";
+    case HURRAY_QUANT_NF4: return "nf4";
+    case HURRAY_QUANT_MX: {
+      unsigned e = (unsigned)hurray_descriptor_quant_mx_element(d);
+      return mx[e <= 6 ? e : 0];
+    }
+  }
+  return "?";
+}
+
+uint64_t hurray_cli_stored_bytes(const HurrayDescriptor *d) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
+    uint64_t size = hurray_descriptor_buffer_size(d, i);
+    total = size > UINT64_MAX - total ? UINT64_MAX : total + size;
+  }
+  return total;
+}
+
+/* ------------------------------------------------------------------ npy */
+
+static HurrayStatus cli_error(HurrayError *error, HurrayStatus code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static HurrayStatus cli_error(HurrayError *error, HurrayStatus code, const char *fmt, ...) {
+  if (error != NULL) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(error->message, sizeof error->message, fmt, args);
+    va_end(args);
+    error->code = code;
+  }
+  return code;
+}
+
+HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
+                                   uint64_t itemsize, char **header, size_t *len,
+                                   HurrayError *error) {
+  *header = NULL;
+  *len = 0;
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  uint32_t rank = hurray_descriptor_rank(d);
+  /* numpy's dimensions and byte sizes are npy_intp (int64): a shape it
+   * cannot allocate is one it cannot read either. */
+  uint64_t numel = 1;
+  bool empty = false;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (shape[i] > (uint64_t)INT64_MAX) {
+      return cli_error(error, HURRAY_ERR_LIMIT,
+                              "dimension %u (%" PRIu64 ") is beyond numpy's int64 shapes", i,
+                              shape[i]);
+    }
+    if (shape[i] == 0) empty = true;
+  }
+  for (uint32_t i = 0; i < rank && !empty; i++) {
+    if (numel > (uint64_t)INT64_MAX / shape[i]) {
+      return cli_error(error, HURRAY_ERR_LIMIT, "%s",
+                              "the element count is beyond numpy's int64 sizes");
+    }
+    numel *= shape[i];
+  }
+  if (!empty && (itemsize == 0 || numel > (uint64_t)INT64_MAX / itemsize)) {
+    return cli_error(error, HURRAY_ERR_LIMIT, "%s",
+                            "the byte size is beyond numpy's int64 sizes");
+  }
+  char *dict = NULL;
+  size_t dict_len = 0;
+  FILE *mem = open_memstream(&dict, &dict_len);
+  if (mem == NULL) return cli_error(error, HURRAY_ERR_NO_MEMORY, "%s", "out of memory");
+  fprintf(mem, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+  for (uint32_t i = 0; i < rank; i++) {
+    fprintf(mem, "%" PRIu64 ",%s", shape[i], i + 1 < rank ? " " : "");
+  }
+  fputs("), }", mem);
+  if (fclose(mem) != 0) {
+    free(dict);
+    return cli_error(error, HURRAY_ERR_NO_MEMORY, "%s", "out of memory");
+  }
+  /* magic (6) + version (2) + u16 length (2) + dict + '\n', padded with
+   * spaces before the newline to a multiple of 64, as numpy writes it. */
+  size_t total = 10 + dict_len + 1;
+  size_t padded = total / 64 * 64 + (total % 64 ? 64 : 0);
+  if (padded - 10 > UINT16_MAX) {
+    free(dict);
+    return cli_error(error, HURRAY_ERR_LIMIT, "%s",
+                            "the .npy header would exceed 65535 bytes");
+  }
+  char *h = malloc(padded);
+  if (h == NULL) {
+    free(dict);
+    return cli_error(error, HURRAY_ERR_NO_MEMORY, "%s", "out of memory");
+  }
+  memcpy(h, "\x93NUMPY\x01\x00", 8);
+  size_t header_len = padded - 10;
+  h[8] = (char)(header_len & 0xFF);
+  h[9] = (char)(header_len >> 8);
+  memcpy(h + 10, dict, dict_len);
+  memset(h + 10 + dict_len, ' ', padded - 1 - (10 + dict_len));
+  h[padded - 1] = '\n';
+  free(dict);
+  *header = h;
+  *len = padded;
+  return HURRAY_OK;
+}
