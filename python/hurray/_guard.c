@@ -132,7 +132,12 @@ void hy_cancel_init(HyCancel *c) {
   Py_XDECREF(ident);
   Py_XDECREF(main);
   Py_XDECREF(threading);
-  PyErr_Clear(); /* without threading, no thread is the main one: no checks */
+  /* The calls above run Python code, so a pending Ctrl-C may surface here as
+   * KeyboardInterrupt: keep it (the caller sees PyErr_Occurred and aborts
+   * the write) instead of clearing it with a failed lookup, which would lose
+   * the signal. A plain Exception only means no threading module: then no
+   * thread is the main one and nothing is checked. */
+  if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
 }
 
 bool hy_cancel_requested(void *ctx) {

@@ -1660,8 +1660,8 @@ static PyObject *mod_save(PyObject *module, PyObject *args) {
   }
   HyCancel cancel; /* Ctrl-C while the GIL is released (a stream checks itself) */
   if (s == HURRAY_OK && release_gil) {
-    hy_cancel_init(&cancel);
-    s = hurray_writer_set_cancel(w, hy_cancel_requested, &cancel, &e);
+    hy_cancel_init(&cancel); /* may leave a KeyboardInterrupt set: the loop below stops */
+    if (!PyErr_Occurred()) s = hurray_writer_set_cancel(w, hy_cancel_requested, &cancel, &e);
   }
   if (s == HURRAY_OK) s = hurray_writer_set_statistics(w, statistics != 0, &e);
   for (Py_ssize_t i = 0; s == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq);
