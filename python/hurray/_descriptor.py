@@ -166,7 +166,7 @@ class Descriptor:
                  shard: Optional[Shard] = None, extension: Optional[Extension] = None):
         self._assign(dtype, shape, strides, byte_offset, layout, quantization, buffers, device,
                      statistics, shard, extension)
-        object.__setattr__(self, "_encoded", _hurray.descriptor_build(self.to_dict()))
+        object.__setattr__(self, "_encoded", _hurray.descriptor_build(self._build_dict()))
 
     def _assign(self, dtype, shape, strides=None, byte_offset=0, layout=Dense(),
                 quantization=None, buffers=(), device=Device(), statistics=None, shard=None,
@@ -203,8 +203,14 @@ class Descriptor:
         dtype, shape = fields.pop("dtype"), fields.pop("shape")
         return Descriptor(dtype, shape, **fields)
 
-    # --- dict form: the field names of the JSON rendering (tests/vectors) ---
+    # --- dict form: exactly the JSON rendering (docs/spec/descriptor-json.md) ---
     def to_dict(self) -> dict:
+        """json.loads(self.to_json()): C renders it, so the two always agree;
+        from_dict inverts it."""
+        return json.loads(self.to_json())
+
+    def _build_dict(self) -> dict:
+        """What descriptor_build takes (member descriptors nested as these)."""
         d: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape)}
         if self.strides is not None:
             d["strides"] = list(self.strides)
@@ -316,7 +322,7 @@ def _layout_dict(layout) -> dict:
         return {"kind": "paged", **_plain(layout)}
     if isinstance(layout, Composite):
         return {"kind": "composite",
-                "members": [{"name": m.name, "descriptor": m.descriptor.to_dict()}
+                "members": [{"name": m.name, "descriptor": m.descriptor._build_dict()}
                             for m in layout.members]}
     raise TypeError(f"not a layout: {layout!r}")
 

@@ -335,7 +335,7 @@ _INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffe
 
 def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
     """Renumbers the member's buffer references into a table of its own."""
-    spec = member.to_dict()
+    spec = member._build_dict()
     used: list = []
 
     def renumber(index):
