@@ -20,16 +20,9 @@
 #include <unistd.h>
 
 #include "hurray/hurray.h"
+#include "fuzz_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
 
 static HurrayStatus discard(void *ctx, const void *data, size_t len) {
   (void)ctx;

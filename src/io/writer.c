@@ -785,18 +785,25 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error) {
+/* Ends a hurray file (index and trailer) or a raw one (the caller wrote
+ * the whole format), publishes a path target, and frees the writer. */
+static HurrayStatus finish(HurrayWriter *w, bool hurray_index, HurrayError *error) {
   if (w == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
   }
   HurrayStatus status = w->failed ? hurray__fail(error, HURRAY_ERR_STATE,
                                                  "an earlier write failed; nothing was published")
-                                  : write_index_and_trailer(w, error);
+                        : hurray_index ? write_index_and_trailer(w, error)
+                                       : HURRAY_OK;
   if (status == HURRAY_OK && w->kind == SINK_PATH) {
     status = publish(w, error);
   }
   hurray_writer_abort(w); /* frees; removes a temp file only if one is left */
   return status;
+}
+
+HurrayStatus hurray_writer_finish(HurrayWriter *w, HurrayError *error) {
+  return finish(w, true, error);
 }
 
 void hurray_writer_abort(HurrayWriter *w) {
@@ -914,12 +921,5 @@ HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offse
 }
 
 HurrayStatus hurray__raw_writer_finish(HurrayWriter *w, HurrayError *error) {
-  if (w == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
-  }
-  HurrayStatus status = w->failed ? hurray__fail(error, HURRAY_ERR_STATE,
-                                                 "an earlier write failed; nothing was published")
-                                  : publish(w, error);
-  hurray_writer_abort(w);
-  return status;
+  return finish(w, false, error);
 }
