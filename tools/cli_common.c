@@ -43,30 +43,23 @@ static int needs_escape(uint32_t cp) {
          (cp >= 0x2066 && cp <= 0x2069);
 }
 
+/* hurray_escape_text into `out`: through a stack buffer, a heap one for a
+ * long text, its cut-short prefix if that fails. */
+static void put_text(FILE *out, const char *s, size_t len, unsigned flags) {
+  char small[512];
+  size_t need = hurray_escape_text(s, len, flags, small, sizeof small);
+  char *big = need < sizeof small ? NULL : malloc(need + 1);
+  if (big != NULL) hurray_escape_text(s, len, flags, big, need + 1);
+  fputs(big != NULL ? big : small, out);
+  free(big);
+}
+
 void hurray_cli_put_escaped(FILE *out, const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < len) {
-    uint32_t cp = 0;
-    size_t n = utf8_sequence(p + i, len - i, &cp);
-    if (n == 0) {
-      fprintf(out, "\\x%02x", p[i]);
-      i++;
-    } else if (cp == '\\') {
-      fputs("\\\\", out);
-      i++;
-    } else if (cp == '\n' || cp == '\r' || cp == '\t') {
-      fputs(cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t", out);
-      i++;
-    } else if (needs_escape(cp)) {
-      if (cp < 0x80) fprintf(out, "\\x%02x", (unsigned)cp);
-      else fprintf(out, "\\u{%04" PRIx32 "}", cp);
-      i += n;
-    } else {
-      fwrite(p + i, 1, n, out);
-      i += n;
-    }
-  }
+  put_text(out, s, len, HURRAY_ESCAPE_BACKSLASH);
+}
+
+void hurray_cli_puts_message(FILE *out, const char *message) {
+  put_text(out, message, strlen(message), 0);
 }
 
 void hurray_cli_put_json_text(FILE *out, const char *s, size_t len) {
@@ -134,7 +127,7 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   fputs("hurray: ", err);
   hurray_cli_puts_escaped(err, what);
   fputs(": ", err);
-  hurray_cli_puts_escaped(err, message);
+  hurray_cli_puts_message(err, message);
   fputc('\n', err);
   return EXIT_FAILURE;
 }

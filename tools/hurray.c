@@ -95,7 +95,7 @@ static int try_native_convert(int argc, char **argv) {
     char *nl = strchr(error.message, '\n');
     if (nl != NULL) *nl = '\0';
     fputs("hurray convert: ", stderr);
-    hurray_cli_puts_escaped(stderr, error.message); /* names from the file */
+    hurray_cli_puts_message(stderr, error.message); /* names from the file */
     fputc('\n', stderr);
     return EXIT_FAILURE;
   }

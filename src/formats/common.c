@@ -159,40 +159,12 @@ void hurray__str_free(HurrayStr *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 if invalid. */
-static size_t utf8_seq(const uint8_t *p, size_t n, uint32_t *cp) {
-  uint8_t c = p[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  size_t need;
-  uint32_t v, min;
-  if ((c & 0xE0) == 0xC0) {
-    need = 2, v = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    need = 3, v = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    need = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (n < need) return 0;
-  for (size_t k = 1; k < need; k++) {
-    if ((p[k] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (p[k] & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return need;
-}
-
 void hurray__str_json_string(HurrayStr *s, const uint8_t *data, size_t len) {
   hurray__str_addc(s, '"');
   size_t i = 0;
   while (i < len) {
     uint32_t cp = 0;
-    size_t k = utf8_seq(data + i, len - i, &cp);
+    size_t k = hurray__utf8_next(data + i, len - i, &cp);
     if (k == 0) {
       hurray__str_addf(s, "\\udc%02x", data[i]);
       i++;

@@ -67,12 +67,15 @@ const char *hurray_format_name(HurrayFormat format) {
   }
 }
 
-/* Names from a file may hold any byte: the message stays one line. */
+/* Names from a file may hold any byte: the message stays one line, and
+ * shows nothing a terminal would act on (hurray_escape_text). */
 static HurrayStatus one_line(HurrayStatus s, HurrayError *error) {
   if (s != HURRAY_OK && error != NULL) {
-    for (char *c = error->message; *c; c++) {
-      if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';
-    }
+    /* Idempotent (no HURRAY_ESCAPE_BACKSLASH): a message escaped by an
+     * inner call passes unchanged through an outer one. */
+    char escaped[sizeof error->message];
+    hurray_escape_text(error->message, strlen(error->message), 0, escaped, sizeof escaped);
+    memcpy(error->message, escaped, sizeof escaped);
   }
   return s;
 }
@@ -333,7 +336,7 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool veri
   }
   if (st != HURRAY_OK) {
     source_free(s);
-    return st;
+    return one_line(st, error);
   }
   *out = s;
   return HURRAY_OK;

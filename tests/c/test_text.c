@@ -73,10 +73,34 @@ static void test_json_refusals(void **state) {
   }
 }
 
+static void test_escape_text(void **state) {
+  (void)state;
+  static const char name[] = "a\x1b[2J\\b\n\xe2\x80\xae\xff\xc2\x85z";
+  char out[128];
+  size_t n = hurray_escape_text(name, sizeof name - 1, HURRAY_ESCAPE_BACKSLASH, out, sizeof out);
+  assert_string_equal(out, "a\\x1b[2J\\\\b\\n\\u{202e}\\xff\\u{0085}z");
+  assert_int_equal(n, strlen(out));
+  /* Without HURRAY_ESCAPE_BACKSLASH: the same, backslashes kept, and a
+   * second pass changes nothing (messages are escaped at every layer). */
+  char once[128], twice[128];
+  hurray_escape_text(name, sizeof name - 1, 0, once, sizeof once);
+  assert_string_equal(once, "a\\x1b[2J\\b\\n\\u{202e}\\xff\\u{0085}z");
+  hurray_escape_text(once, strlen(once), 0, twice, sizeof twice);
+  assert_string_equal(once, twice);
+  /* Cut short: the full length is returned, and no escape is halved. */
+  char small[4];
+  assert_int_equal(hurray_escape_text("ab\x1b", 3, 0, small, sizeof small), 6);
+  assert_string_equal(small, "ab");
+  assert_int_equal(hurray_escape_text("x", 1, 0, NULL, 0), 1);
+  assert_int_equal(hurray_escape_text("\xe2\x82\xac", 3, 0, small, sizeof small), 3);
+  assert_string_equal(small, "\xe2\x82\xac");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_python_extensions),
       cmocka_unit_test(test_json_refusals),
+      cmocka_unit_test(test_escape_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
