@@ -33,9 +33,10 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
  * escaping (C0, DEL, C1 and bidirectional controls and bytes that are not
  * UTF-8 become \n, \r, \t, \xNN or \u{NNNN}; a backslash \\). */
 void hurray_cli_put_escaped(FILE *out, const char *s, size_t len);
-/* The same for JSON text, whose backslashes are its own escapes: only the
- * code points above become \uNNNN (a byte that is not UTF-8 \ufffd);
- * newlines, which separate its lines, stay. */
+/* The same for JSON text, whose backslashes are its own escapes: the
+ * code points above become \uNNNN (a byte that is not UTF-8 \ufffd),
+ * hurray_escape_text with HURRAY_ESCAPE_JSON; newlines, which separate its
+ * lines, stay. */
 void hurray_cli_put_json_text(FILE *out, const char *s, size_t len);
 /* A library message that quotes names: escaped the way the library escapes
  * its own messages (hurray_escape_text without HURRAY_ESCAPE_BACKSLASH), so
@@ -49,7 +50,7 @@ char *hurray_cli_escaped(const char *s);
 
 /* A JSON string literal of s[0, len): quotes and backslashes escaped, the
  * code points hurray_cli_put_escaped escapes as \uNNNN, a byte that is not
- * UTF-8 as \ufffd (JSON text is UTF-8). */
+ * UTF-8 as \ufffd (hurray_escape_text, HURRAY_ESCAPE_JSON and _BACKSLASH). */
 void hurray_cli_json_string(FILE *out, const char *s, size_t len);
 
 /* Opens `path` with default options; on failure prints "hurray: PATH:

@@ -190,8 +190,12 @@ HURRAY_API const char *hurray_status_name(HurrayStatus status);
  * pass). Writes at most `out_size` bytes into `out`, NUL-terminated
  * (nothing when `out_size` is 0), never cutting an escape or a character in
  * half; returns the length the whole escaped text needs, without the NUL:
- * as with snprintf, a result >= out_size means `out` holds a prefix. */
+ * as with snprintf, a result >= out_size means `out` holds a prefix.
+ * HURRAY_ESCAPE_JSON writes JSON string escapes instead (\uNNNN, and
+ * \ufffd for a byte that is not UTF-8); with HURRAY_ESCAPE_BACKSLASH a
+ * quote becomes \" too, so the result is the inside of a JSON string. */
 #define HURRAY_ESCAPE_BACKSLASH 1u
+#define HURRAY_ESCAPE_JSON 2u
 HURRAY_API size_t hurray_escape_text(const char *text, size_t len, unsigned flags, char *out,
                                      size_t out_size);
 

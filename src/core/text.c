@@ -40,14 +40,21 @@ bool hurray__text_needs_escape(uint32_t cp) {
          (cp >= 0x2066 && cp <= 0x2069);
 }
 
-/* The escape of the character at s (n bytes, code point cp) into piece; its length. */
+/* The escape of the character at s (n bytes, code point cp; n == 0: a
+ * byte that is not UTF-8) into piece, and its length. */
 static size_t escape_one(const uint8_t *s, size_t n, uint32_t cp, unsigned flags, char *piece) {
-  if (n == 0) return (size_t)snprintf(piece, 16, "\\x%02x", s[0]);
-  if (cp == '\\' && (flags & HURRAY_ESCAPE_BACKSLASH)) return (size_t)snprintf(piece, 16, "\\\\");
+  bool json = (flags & HURRAY_ESCAPE_JSON) != 0;
+  if (n == 0) {
+    return (size_t)(json ? snprintf(piece, 16, "\\ufffd") : snprintf(piece, 16, "\\x%02x", s[0]));
+  }
+  if ((flags & HURRAY_ESCAPE_BACKSLASH) && (cp == '\\' || (json && cp == '"'))) {
+    return (size_t)snprintf(piece, 16, "\\%c", (char)cp);
+  }
   if (cp == '\n' || cp == '\r' || cp == '\t') {
     return (size_t)snprintf(piece, 16, "%s", cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t");
   }
   if (hurray__text_needs_escape(cp)) {
+    if (json) return (size_t)snprintf(piece, 16, "\\u%04x", (unsigned)cp);
     return (size_t)(cp < 0x80 ? snprintf(piece, 16, "\\x%02x", (unsigned)cp)
                               : snprintf(piece, 16, "\\u{%04x}", (unsigned)cp));
   }

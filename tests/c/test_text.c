@@ -94,6 +94,10 @@ static void test_escape_text(void **state) {
   assert_int_equal(hurray_escape_text("x", 1, 0, NULL, 0), 1);
   assert_int_equal(hurray_escape_text("\xe2\x82\xac", 3, 0, small, sizeof small), 3);
   assert_string_equal(small, "\xe2\x82\xac");
+  /* JSON: the inside of a JSON string literal. */
+  hurray_escape_text("q\"\\\x1b\xff\xe2\x80\xae", 8, HURRAY_ESCAPE_JSON | HURRAY_ESCAPE_BACKSLASH,
+                     out, sizeof out);
+  assert_string_equal(out, "q\\\"\\\\\\u001b\\ufffd\\u202e");
 }
 
 int main(void) {

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Seque
 import numpy as np
 
 from .. import _dtypes
+from .._files import fsync_dir as _fsync_dir
 from .._descriptor import Composite, Dense
 from .._tensor import Tensor
 from ._common import _ANY_FLOAT, FLOAT_DTYPES, ConversionError, _first_line
@@ -91,20 +92,6 @@ def _new_tmp(path: str) -> str:
                                   f"{exc.strerror or _first_line(exc)}") from None
         os.close(fd)
         return tmp
-
-
-def _fsync_dir(folder: str) -> None:
-    """Best effort: the rename is done, the new file complete either way."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | _O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class _FileTarget(_Target):
