@@ -69,6 +69,7 @@ def _values(t: Tensor, threads: int) -> np.ndarray:
         return t.numpy()
     return t.to_dense()
 
+
 def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))

@@ -29,6 +29,7 @@ from ._source import _Source
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
 
+
 def _source_kind(path: str) -> str:
     low = path.lower()
     if os.path.isdir(path):

@@ -15,11 +15,12 @@ from ._source import _Source
 from ._target import _FileTarget, _note_dropped, _Out
 from .layouts import describe, gguf_layouts
 
+
 class _GgufSource(_Source):
     """Read natively (hurray._formats, the C parser): no gguf package. Q8_0
-    and Q4_0 blocks become block_affine codes and float16 scales in C."""
+    and Q4_0 blocks become block_affine codes and float16 scales in C, which
+    also says which types it imports (Source.check)."""
     format = "gguf"
-    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64")
 
     def __init__(self, path: str):
         from .. import _formats

@@ -11,6 +11,7 @@ from ._source import _Source
 from ._target import _FileTarget, _Out
 from .layouts import describe
 
+
 class _HurraySource(_Source):
     format = "hurray"
 

@@ -10,6 +10,7 @@ from ._common import (_NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contig
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
+
 class _NpySource(_Source):
     format = "npy"
 

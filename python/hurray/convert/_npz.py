@@ -13,6 +13,7 @@ from ._common import _NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contigu
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
+
 class _NpzSource(_Source):
     format = "npz"
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ._common import ConversionError, _shape_str
 
+
 @dataclass
 class TensorReport:
     """One converted tensor. Error fields compare the real values written

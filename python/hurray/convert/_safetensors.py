@@ -23,6 +23,7 @@ from .layouts import describe
 
 _KEEP_SCALES_PARTS = {"data": "", "scales": ".scales", "zero_points": ".zero_points"}
 
+
 class _SafetensorsSource(_Source):
     """Read natively (hurray._formats, the C parser): no torch, no safetensors."""
     format = "safetensors"
@@ -215,10 +216,6 @@ def _open_index(path: str) -> _Source:
 _SAFETENSORS_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                        "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
                        "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
-_ST_NAMES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
-             "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
-             "bfloat16": "BF16", "float32": "F32", "float64": "F64", "complex64": "C64",
-             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0"}
 
 
 class _SafetensorsTarget(_DenseTarget):
@@ -234,7 +231,12 @@ class _SafetensorsTarget(_DenseTarget):
         self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
 
     def label(self, dtype):
-        return _ST_NAMES.get(dtype, dtype)
+        """safetensors' name of a dtype ("BF16"), as the C writer spells it."""
+        from .. import _formats
+        try:
+            return _formats.target_form("safetensors", "", Descriptor(dtype, (0,)).encode())[0]
+        except HurrayError:
+            return dtype
 
     def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
         origin = origin or f"tensor {name!r}"

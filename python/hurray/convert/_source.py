@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Tuple
 
 from .._tensor import Tensor
 
+
 class _Source:
     format = "?"
 

@@ -21,6 +21,7 @@ from .layouts import describe
 if TYPE_CHECKING:
     from ._driver import _Options
 
+
 @dataclass
 class _Out:
     """What a target made of one tensor: a label, the bytes it will write,
@@ -128,6 +129,7 @@ class _FileTarget(_Target):
             except OSError:
                 pass
 
+
 class _DenseTarget(_FileTarget):
     """safetensors, torch, npz, npy: dense arrays only. Quantized tensors
     are dequantized to the dtype they had before quantization (float32 if
@@ -162,6 +164,7 @@ class _DenseTarget(_FileTarget):
             note = (note + "; " if note else "") + f"{self.format} has no {d.dtype}: " \
                                                     f"written as {wide} (exact)"
         return array, False, note
+
 
 def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
     if keys:

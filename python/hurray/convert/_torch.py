@@ -14,6 +14,7 @@ from ._common import SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_lin
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
+
 class _TorchSource(_Source):
     format = "torch"
 
@@ -102,6 +103,7 @@ def _to_torch_array(array: np.ndarray):
 _TORCH_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
                  "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+
 
 class _TorchishTarget(_DenseTarget):
     """Targets holding torch tensors until one call writes them all."""
