@@ -505,9 +505,9 @@ def _stub_and_doc_codes():
 
 
 def _c_error_table(re):
-    """{class name: [status names]} from error_classes in _hurray.c."""
+    """{class name: [status names]} from error_classes in _hy_module.c."""
     root = os.path.join(os.path.dirname(__file__), "..", "..")
-    source = open(os.path.join(root, "python", "hurray", "_hurray.c")).read()
+    source = open(os.path.join(root, "python", "hurray", "_hy_module.c")).read()
     block = source[source.index("error_classes[] = {"):]
     block = block[:block.index("};")]
     table = {}

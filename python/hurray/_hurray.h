@@ -1,0 +1,110 @@
+/*
+ * _hurray.h: what the files of the _hurray extension share (private).
+ *
+ * The extension is split by concern, each file one of: _hy_module.c (module
+ * set-up, exception classes, the status -> exception map), _hy_descriptor.c
+ * (descriptors built from and rendered to Python), _hy_tensor.c (the Tensor
+ * and buffer-view types, quantize), _hy_capsule.c (the __hurray__ capsule
+ * protocol and DLPack), _hy_file.c (the File type), _hy_save.c (save).
+ */
+#ifndef HURRAY_PY_HURRAY_H
+#define HURRAY_PY_HURRAY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hurray/hurray.h"
+#include "../../src/core/descriptor_internal.h"
+#include "_dlpack.h"
+#include "_loading.h"
+#include "_guard.h"
+
+#define CAPSULE_NAME "hurray_buffer"
+#define USED_CAPSULE_NAME "used_hurray_buffer"
+#define STATUS_SLOTS 128
+
+/* The capsule context: the producer's ABI version first, so a consumer of
+ * any version can read it, then the encoded descriptor. */
+typedef struct CapsuleContext {
+  uint32_t abi_version;
+  uint32_t reserved;
+  uint64_t descriptor_len;
+  uint8_t descriptor[];
+} CapsuleContext;
+
+typedef struct ModuleState {
+  PyTypeObject *tensor_type;
+  PyTypeObject *view_type;
+  PyTypeObject *file_type;
+  PyObject *tensor_class; /* the Python subclass instances are made of */
+  PyObject *error_base;
+  PyObject *errors[STATUS_SLOTS];
+} ModuleState;
+
+extern struct PyModuleDef hy_module_def;
+
+/* The state of the module that defined `type`, or NULL with an exception. */
+ModuleState *hy_state_of_type(PyTypeObject *type);
+
+/* The one error mapping: raises the class registered for `status` (an
+ * OSError subclass when error->os_errno is set, with `filename`, may be NULL)
+ * with `status` and `status_name` set; always returns NULL. */
+PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                               PyObject *filename);
+PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error);
+
+/* Release callbacks for buffers owned by a Python object / a Py_buffer. */
+void hy_release_pyobject(void *data, void *ctx);
+void hy_release_pybuffer(void *data, void *ctx);
+
+/* ---- descriptors (_hy_descriptor.c) */
+PyObject *hy_encode_descriptor(ModuleState *st, const HurrayDescriptor *d);
+HurrayDescriptor *hy_decode_descriptor(ModuleState *st, PyObject *obj); /* caller-owned */
+PyObject *hy_descriptor_to_json(ModuleState *st, const HurrayDescriptor *d);
+PyObject *mod_descriptor_build(PyObject *module, PyObject *spec);
+PyObject *mod_descriptor_json(PyObject *module, PyObject *encoded);
+PyObject *mod_descriptor_validate(PyObject *module, PyObject *encoded);
+PyObject *mod_descriptor_required_bytes(PyObject *module, PyObject *encoded);
+
+/* ---- tensors (_hy_tensor.c) */
+typedef struct TensorObject {
+  PyObject_HEAD
+  HurrayDescriptor *descriptor;
+  HurrayBufferList *buffers;
+  bool *writable; /* per buffer */
+  bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
+  PyObject *weakreflist;
+  PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
+} TensorObject;
+/* A zero-copy view of buffer i that keeps the tensor alive. */
+typedef struct ViewObject {
+  PyObject_HEAD
+  PyObject *tensor;
+  Py_ssize_t index;
+} ViewObject;
+
+extern PyType_Spec hy_tensor_spec;
+extern PyType_Spec hy_view_spec;
+TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type);
+/* Takes ownership of d and list (destroyed on failure). */
+int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list, bool writable);
+int hy_tensor_ready(TensorObject *self);
+PyObject *mod_quantize(PyObject *module, PyObject *args);
+PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls);
+
+/* ---- capsule protocol and DLPack (_hy_capsule.c) */
+PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs);
+PyObject *tensor_from_capsule(PyObject *cls, PyObject *capsule);
+PyObject *tensor_dlpack(PyObject *op, PyObject *args, PyObject *kwargs);
+PyObject *tensor_dlpack_device(PyObject *op, PyObject *unused);
+
+/* ---- files (_hy_file.c) */
+extern PyType_Spec hy_file_spec;
+
+/* ---- save (_hy_save.c) */
+PyObject *mod_save(PyObject *module, PyObject *args);
+
+#endif
