@@ -35,7 +35,54 @@ typedef struct CapsuleContext {
   uint8_t descriptor[];
 } CapsuleContext;
 
+/* ---- descriptor parts as C records (_hy_records.c) */
+enum {
+  HY_BUFFER, HY_DEVICE, HY_DENSE, HY_SPARSE, HY_PAGED, HY_MEMBER, HY_COMPOSITE,
+  HY_PER_TENSOR_AFFINE, HY_PER_CHANNEL_AFFINE, HY_BLOCK_AFFINE, HY_NF4, HY_MXFP,
+  HY_STATISTICS, HY_SHARD, HY_EXTENSION, HY_RECORD_COUNT
+};
+#define HY_RECORD_MAX_FIELDS 10
+
+typedef struct HyField {
+  const char *name;
+  int def;          /* how the default is made: required, None, int, str, False, (), b"" */
+  long ival;
+  const char *sval;
+} HyField;
+
+/* One descriptor part: its Python name, its "kind" in the JSON form (layouts
+ * and quantizations; NULL for others), and its fields in order. */
+typedef struct HyRecordDef {
+  const char *name;
+  const char *kind;
+  const char *doc;
+  HyField fields[HY_RECORD_MAX_FIELDS];
+} HyRecordDef;
+
+typedef struct HyRecordObject {
+  PyObject_HEAD
+  PyObject *v[]; /* one per field, never NULL once built */
+} HyRecordObject;
+
+extern const HyRecordDef hy_record_defs[HY_RECORD_COUNT];
+
+/* The Descriptor's own fields, in constructor order. */
+enum {
+  HY_D_DTYPE, HY_D_SHAPE, HY_D_STRIDES, HY_D_BYTE_OFFSET, HY_D_LAYOUT, HY_D_QUANTIZATION,
+  HY_D_BUFFERS, HY_D_DEVICE, HY_D_STATISTICS, HY_D_SHARD, HY_D_EXTENSION, HY_D_COUNT
+};
+
+typedef struct HyDescriptorObject {
+  PyObject_HEAD
+  PyObject *f[HY_D_COUNT];
+  PyObject *encoded;   /* bytes: the canonical encoding; NULL until initialised */
+  HurrayDescriptor *c; /* the C descriptor, owned; made from `encoded` when first needed */
+} HyDescriptorObject;
+
 typedef struct ModuleState {
+  PyTypeObject *records[HY_RECORD_COUNT];
+  PyTypeObject *descriptor_type; /* _Descriptor, the C base */
+  PyObject *descriptor_class;    /* hurray.Descriptor, the Python subclass */
   PyTypeObject *tensor_type;
   PyTypeObject *view_type;
   PyTypeObject *file_type;
@@ -60,7 +107,21 @@ PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayErro
 void hy_release_pyobject(void *data, void *ctx);
 void hy_release_pybuffer(void *data, void *ctx);
 
+/* ---- records (_hy_records.c) */
+int hy_records_add(PyObject *module, ModuleState *st);
+int hy_record_kind(ModuleState *st, PyTypeObject *type); /* row of hy_record_defs, or -1 */
+int hy_record_field(int record, const char *name);       /* field index, or -1 */
+void hy_record_dealloc(PyObject *op);
+/* A new record of row `record`; values[i] NULL takes the field's default. */
+PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values);
+
 /* ---- descriptors (_hy_descriptor.c) */
+extern PyType_Spec hy_descriptor_spec;
+/* A hurray.Descriptor decoded from `encoded` (bytes-like). */
+PyObject *hy_descriptor_object(ModuleState *st, PyObject *encoded);
+PyObject *mod_set_descriptor_class(PyObject *module, PyObject *cls);
+/* tuple(int(x) for x in seq), a new reference. */
+PyObject *hy_int_tuple(PyObject *seq);
 PyObject *hy_encode_descriptor(ModuleState *st, const HurrayDescriptor *d);
 HurrayDescriptor *hy_decode_descriptor(ModuleState *st, PyObject *obj); /* caller-owned */
 PyObject *hy_descriptor_to_json(ModuleState *st, const HurrayDescriptor *d);

@@ -81,6 +81,7 @@ static PyMethodDef module_methods[] = {
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
     {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},
 };
@@ -137,7 +138,9 @@ static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeO
 
 static int module_exec(PyObject *module) {
   ModuleState *st = PyModule_GetState(module);
-  if (add_type(module, &hy_tensor_spec, NULL, &st->tensor_type) < 0 ||
+  if (hy_records_add(module, st) < 0 ||
+      add_type(module, &hy_descriptor_spec, NULL, &st->descriptor_type) < 0 ||
+      add_type(module, &hy_tensor_spec, NULL, &st->tensor_type) < 0 ||
       add_type(module, &hy_view_spec, NULL, &st->view_type) < 0 ||
       add_type(module, &hy_file_spec, NULL, &st->file_type) < 0) {
     return -1;
@@ -202,6 +205,9 @@ static int module_exec(PyObject *module) {
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg) {
   ModuleState *st = PyModule_GetState(module);
+  for (int i = 0; i < HY_RECORD_COUNT; i++) Py_VISIT(st->records[i]);
+  Py_VISIT(st->descriptor_type);
+  Py_VISIT(st->descriptor_class);
   Py_VISIT(st->tensor_type);
   Py_VISIT(st->view_type);
   Py_VISIT(st->file_type);
@@ -213,6 +219,9 @@ static int module_traverse(PyObject *module, visitproc visit, void *arg) {
 
 static int module_clear(PyObject *module) {
   ModuleState *st = PyModule_GetState(module);
+  for (int i = 0; i < HY_RECORD_COUNT; i++) Py_CLEAR(st->records[i]);
+  Py_CLEAR(st->descriptor_type);
+  Py_CLEAR(st->descriptor_class);
   Py_CLEAR(st->tensor_type);
   Py_CLEAR(st->view_type);
   Py_CLEAR(st->file_type);

@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _dtypes, _hurray
+from ._descriptor import _fields
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
                           PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
 
@@ -335,7 +336,7 @@ _INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffe
 
 def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
     """Renumbers the member's buffer references into a table of its own."""
-    spec = member._build_dict()
+    spec = member.to_dict()
     used: list = []
 
     def renumber(index):
@@ -359,8 +360,8 @@ def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
                 walk(m["descriptor"])
 
     walk(spec)
-    spec["buffers"] = [d.buffers[i].__dict__ for i in used]
-    spec["device"] = d.device.__dict__
+    spec["buffers"] = [_fields(d.buffers[i]) for i in used]
+    spec["device"] = _fields(d.device)
     return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
 
 
