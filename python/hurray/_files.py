@@ -129,9 +129,7 @@ def _refuse_special_file(path) -> None:
     except (OSError, ValueError):
         return
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        exc = _hurray.HurrayIOError(f"HURRAY_ERR_IO: {os.fsdecode(path)} is not a regular file")
-        exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
-        raise exc
+        raise _hurray._error("HURRAY_ERR_IO", f"{os.fsdecode(path)} is not a regular file")
 
 
 class File:

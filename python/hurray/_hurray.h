@@ -5,7 +5,9 @@
  * set-up, exception classes, the status -> exception map), _hy_descriptor.c
  * (descriptors built from and rendered to Python), _hy_tensor.c (the Tensor
  * and buffer-view types, quantize), _hy_capsule.c (the __hurray__ capsule
- * protocol and DLPack), _hy_file.c (the File type), _hy_save.c (save).
+ * protocol and DLPack), _hy_file.c (the File type), _hy_save.c (save),
+ * _hy_records.c (the descriptor's parts as C records), _hy_kernels.c (C
+ * library logic Python calls: packing, densify, member extraction).
  */
 #ifndef HURRAY_PY_HURRAY_H
 #define HURRAY_PY_HURRAY_H
@@ -164,6 +166,10 @@ PyObject *tensor_dlpack_device(PyObject *op, PyObject *unused);
 
 /* ---- files (_hy_file.c) */
 extern PyType_Spec hy_file_spec;
+
+/* ---- kernels from the C library (_hy_kernels.c) */
+PyObject *mod_unpack(PyObject *module, PyObject *args);
+PyObject *mod_pack(PyObject *module, PyObject *args);
 
 /* ---- save (_hy_save.c) */
 PyObject *mod_save(PyObject *module, PyObject *args);

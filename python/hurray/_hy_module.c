@@ -15,31 +15,66 @@ ModuleState *hy_state_of_type(PyTypeObject *type) {
 /* A failure the operating system reported (error->os_errno set) is raised
  * as an OSError subclass carrying errno and `filename` (may be NULL), also
  * a HurrayIOError: see hy_raise_os. */
-PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
-                                   PyObject *filename) {
-  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
-    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
-  }
+/* The exception object for `status`: the class the map names (the base for
+ * a status it does not know), "NAME: message", `status` and `status_name`
+ * set. NULL with an exception if it cannot be made. */
+static PyObject *status_exception(ModuleState *st, HurrayStatus status, const char *message) {
   PyObject *cls = (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL)
                       ? st->errors[status]
                       : st->error_base;
-  PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status),
-                                           error != NULL ? error->message : "");
-  if (message == NULL) return NULL;
-  PyObject *exc = PyObject_CallOneArg(cls, message);
-  Py_DECREF(message);
+  PyObject *text = PyUnicode_FromFormat("%s: %s", hurray_status_name(status), message);
+  if (text == NULL) return NULL;
+  PyObject *exc = PyObject_CallOneArg(cls, text);
+  Py_DECREF(text);
   if (exc == NULL) return NULL;
   PyObject *code = PyLong_FromLong((long)status);
   PyObject *name = PyUnicode_FromString(hurray_status_name(status));
-  if (code != NULL && name != NULL) {
-    PyObject_SetAttrString(exc, "status", code);
-    PyObject_SetAttrString(exc, "status_name", name);
+  if (code == NULL || name == NULL || PyObject_SetAttrString(exc, "status", code) < 0 ||
+      PyObject_SetAttrString(exc, "status_name", name) < 0) {
+    Py_CLEAR(exc);
   }
   Py_XDECREF(code);
   Py_XDECREF(name);
-  PyErr_SetObject(cls, exc);
+  return exc;
+}
+
+/* The one error mapping. A failure the operating system reported
+ * (error->os_errno set) is raised as an OSError subclass carrying errno and
+ * `filename` (may be NULL), also a HurrayIOError: see hy_raise_os. */
+PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                               PyObject *filename) {
+  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
+    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
+  }
+  PyObject *exc = status_exception(st, status, error != NULL ? error->message : "");
+  if (exc == NULL) return NULL;
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+/* _error(status, message) -> the exception C would raise for `status` (its
+ * code or its name), for the few errors Python code detects itself. */
+static PyObject *mod_error(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  PyObject *status;
+  const char *message;
+  if (!PyArg_ParseTuple(args, "Os:_error", &status, &message)) return NULL;
+  long code = -1;
+  if (PyUnicode_Check(status)) {
+    const char *name = PyUnicode_AsUTF8(status);
+    if (name == NULL) return NULL;
+    for (int c = 1; c < STATUS_SLOTS && code < 0; c++) {
+      if (strcmp(hurray_status_name((HurrayStatus)c), name) == 0) code = c;
+    }
+  } else {
+    code = PyLong_AsLong(status);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+  }
+  if (code <= 0 || code >= STATUS_SLOTS || st->errors[code] == NULL) {
+    return PyErr_Format(PyExc_ValueError, "unknown status %R", status);
+  }
+  return status_exception(st, (HurrayStatus)code, message);
 }
 
 PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
@@ -81,6 +116,9 @@ static PyMethodDef module_methods[] = {
     {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
     {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
     {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_unpack", mod_unpack, METH_VARARGS, "_unpack(dtype, packed, count): sub-byte codes"},
+    {"_pack", mod_pack, METH_VARARGS, "_pack(dtype, codes): sub-byte codes packed"},
+    {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
     {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
     {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},
@@ -136,6 +174,83 @@ static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeO
   return PyModule_AddObjectRef(module, strrchr(spec->name, '.') + 1, type);
 }
 
+/* ------------------------------------------- tables Python reads, not keeps */
+
+typedef const char *(*EnumName)(int value);
+static const char *role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
+static const char *sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
+static const char *memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
+static const char *mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }
+static const char *format_name(int v) { return hurray__sparse_format_name((HurraySparseFormat)v); }
+static const char *quant_name(int v) { return hurray__quant_kind_name((HurrayQuantKind)v); }
+static const char *scheme_name(int v) { return hurray_quant_scheme_name((HurrayQuantScheme)v); }
+static const char *dtype_name(int v) { return hurray_dtype_name((HurrayDType)v); }
+static const char *layout_name(int v) {
+  static const char *const names[] = {[HURRAY_LAYOUT_DENSE] = "dense",
+                                      [HURRAY_LAYOUT_SPARSE] = "sparse",
+                                      [HURRAY_LAYOUT_PAGED] = "paged",
+                                      [HURRAY_LAYOUT_COMPOSITE] = "composite"};
+  return v > 0 && v <= HURRAY_LAYOUT_COMPOSITE ? names[v] : NULL;
+}
+
+static const struct {
+  const char *key;
+  EnumName names;
+} enum_tables[] = {
+    {"dtype", dtype_name},           {"role", role_name},         {"sync_mode", sync_name},
+    {"memory_class", memory_name},   {"mx_element", mx_name},     {"sparse_format", format_name},
+    {"layout", layout_name},         {"quantization", quant_name}, {"quant_scheme", scheme_name},
+};
+
+/* {name: value} of one enum: every value whose name is known. */
+static PyObject *enum_dict(EnumName names) {
+  PyObject *d = PyDict_New();
+  for (int v = 0; d != NULL && v < 256; v++) {
+    const char *n = names(v);
+    if (n == NULL || strcmp(n, "?") == 0 || strcmp(n, "none") == 0) continue;
+    PyObject *value = PyLong_FromLong(v);
+    if (value == NULL || PyDict_SetItemString(d, n, value) < 0) Py_CLEAR(d);
+    Py_XDECREF(value);
+  }
+  return d;
+}
+
+/* ENUMS {enum: {name: value}}, DTYPE_BITS {dtype: bits per element, sub-byte
+ * ones packed LSB-first}, STATUS {name: code}, STATUS_EXCEPTIONS {code: class}. */
+static int add_tables(PyObject *module, ModuleState *st) {
+  PyObject *enums = PyDict_New(), *bits = PyDict_New(), *status = PyDict_New(),
+           *classes = PyDict_New();
+  int rc = enums != NULL && bits != NULL && status != NULL && classes != NULL ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < sizeof enum_tables / sizeof enum_tables[0]; i++) {
+    PyObject *d = enum_dict(enum_tables[i].names);
+    rc = d != NULL ? PyDict_SetItemString(enums, enum_tables[i].key, d) : -1;
+    Py_XDECREF(d);
+  }
+  for (int v = 1; rc == 0 && v < HURRAY_DTYPE_COUNT; v++) {
+    PyObject *b = PyLong_FromUnsignedLong(hurray_dtype_bits((HurrayDType)v));
+    rc = b != NULL ? PyDict_SetItemString(bits, hurray_dtype_name((HurrayDType)v), b) : -1;
+    Py_XDECREF(b);
+  }
+  for (int code = 1; rc == 0 && code < STATUS_SLOTS; code++) {
+    if (st->errors[code] == NULL) continue;
+    PyObject *c = PyLong_FromLong(code);
+    rc = c != NULL && PyDict_SetItemString(status, hurray_status_name((HurrayStatus)code), c) == 0 &&
+                 PyDict_SetItem(classes, c, st->errors[code]) == 0
+             ? 0
+             : -1;
+    Py_XDECREF(c);
+  }
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "ENUMS", enums);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "DTYPE_BITS", bits);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS", status);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS_EXCEPTIONS", classes);
+  Py_XDECREF(enums);
+  Py_XDECREF(bits);
+  Py_XDECREF(status);
+  Py_XDECREF(classes);
+  return rc;
+}
+
 static int module_exec(PyObject *module) {
   ModuleState *st = PyModule_GetState(module);
   if (hy_records_add(module, st) < 0 ||
@@ -189,7 +304,8 @@ static int module_exec(PyObject *module) {
       return -1;
     }
   }
-  if (PyModule_AddIntConstant(module, "C_ABI_VERSION", HURRAY_C_ABI_VERSION) < 0 ||
+  if (add_tables(module, st) < 0 ||
+      PyModule_AddIntConstant(module, "C_ABI_VERSION", HURRAY_C_ABI_VERSION) < 0 ||
       PyModule_AddStringConstant(module, "LIBRARY_VERSION", hurray_version_string()) < 0 ||
       PyModule_AddStringConstant(module, "CAPSULE_NAME", CAPSULE_NAME) < 0 ||
       PyModule_AddStringConstant(module, "USED_CAPSULE_NAME", USED_CAPSULE_NAME) < 0) {

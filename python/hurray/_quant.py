@@ -7,8 +7,7 @@ import numpy as np
 
 from . import _dtypes, _hurray
 
-QUANT_SCHEMES = ("affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4",
-                 "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8")
+QUANT_SCHEMES = tuple(_hurray.ENUMS["quant_scheme"])  # the C library's, in its order
 
 _READ_AS_IS = ("float32", "float16", "bfloat16")
 

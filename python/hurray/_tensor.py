@@ -35,9 +35,7 @@ _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("
 
 def unsupported(message: str) -> "_hurray.UnsupportedError":
     """An UnsupportedError carrying the C status, like those raised in C."""
-    exc = _hurray.UnsupportedError(f"HURRAY_ERR_UNSUPPORTED: {message}")
-    exc.status, exc.status_name = 3, "HURRAY_ERR_UNSUPPORTED"
-    return exc
+    return _hurray._error("HURRAY_ERR_UNSUPPORTED", message)
 
 
 def natural_alignment(itemsize: int) -> int:
@@ -324,9 +322,7 @@ class Tensor(_hurray._Tensor):
         for m in d.layout.members:
             if m.name == name:
                 return _member_tensor(self, d, m.descriptor)
-        exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: no member {name!r}")
-        exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
-        raise exc
+        raise _hurray._error("HURRAY_ERR_NOT_FOUND", f"no member {name!r}")
 
 
 _INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffer",
