@@ -209,11 +209,7 @@ class Tensor(_hurray._Tensor):
                                        else max_output_bytes)
             else:
                 # Only stored elements carry codes; the others are zeros.
-                from ._sparse import sparse_to_dense
-                t = specialise(self)
-                values = (_affine_difference(t.parts()["values"], q.zero_point)
-                          * np.float32(q.scale))
-                values = sparse_to_dense(t, d, values)
+                values = _dequantized_sparse(self, d).to_dense(max_output_bytes=None)
             if out is not None:
                 np.copyto(out, values, casting="unsafe")
                 return out
@@ -299,10 +295,9 @@ class Tensor(_hurray._Tensor):
         if _dtypes.is_packed(d.dtype):
             if isinstance(layout, Dense):
                 return self.numpy()
-            if isinstance(layout, Sparse):
-                from ._sparse import sparse_to_dense
-                return sparse_to_dense(specialise(self), d)
-            return _paged_to_dense(self, d)
+            packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
+            self._to_dense(packed)
+            return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)
         out = np.empty(d.shape, dtype=_dtypes.to_numpy(d.dtype))
         self._to_dense(out.reshape(-1).view(np.uint8) if out.size else out)
         return out
@@ -361,61 +356,30 @@ def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
     return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
 
 
-def _affine_difference(codes: np.ndarray, zero_point: int) -> np.ndarray:
-    """f32(c - z) with c - z the exact integer difference, rounded once to
-    nearest even (spec quantization §5.1), as float32. f32(c) - f32(z) is
-    wrong once c or z is beyond 2^24 (int32 code 2^24 + 1, zero point 3:
-    16777213 instead of 16777214)."""
-    if codes.dtype.kind not in "iu":  # float8/6/4 codes: zero point 0
-        return codes.astype(np.float32) - np.float32(zero_point)
-    if codes.dtype.itemsize <= 4 and abs(zero_point) < 2**62:
-        # c - z fits int64 exactly, and int64 -> float32 rounds once.
-        return (codes.astype(np.int64) - np.int64(zero_point)).astype(np.float32)
-    # 64-bit codes: c - z may need 65 bits; round each exactly.
-    out = np.empty(codes.shape, dtype=np.float32)
-    flat = out.reshape(-1)
-    for i, c in enumerate(codes.reshape(-1).tolist()):
-        flat[i] = _int_to_f32(c - zero_point)
-    return out
-
-
-def _int_to_f32(v: int) -> np.float32:
-    """An integer rounded once to binary32 (ties to even): via float64 would
-    round twice."""
-    m = abs(v)
-    shift = m.bit_length() - 24
-    if shift > 0:
-        q, r = m >> shift, m & ((1 << shift) - 1)
-        half = 1 << (shift - 1)
-        if r > half or (r == half and q & 1):
-            q += 1
-        m = q << shift  # 24 significant bits: exact in float64 and float32
-    f = np.float32(float(m)) if m < 2**128 else np.float32(np.inf)
-    return -f if v < 0 else f
-
-
 def _blocked_shape(shape, axis, block):
     out = list(shape)
     out[axis] = -(-shape[axis] // block)
     return tuple(out)
 
 
-def _paged_to_dense(t: Tensor, d: Descriptor) -> np.ndarray:
-    p = d.layout
-    pool = np.frombuffer(t._buffer(p.pool_buffer), dtype=np.uint8)[d.byte_offset:]
-    table = np.frombuffer(t._buffer(p.table_buffer), dtype=np.dtype(p.table_dtype))
-    outer = math.prod(d.shape[:p.axis])
-    inner = d.shape[p.axis + 1:]
-    blocks = -(-d.shape[p.axis] // p.page_size)
-    table = table[: outer * blocks].reshape(outer, blocks)
-    if _dtypes.is_packed(d.dtype):
-        elems = _dtypes.unpack(d.dtype, pool, p.num_pages * p.page_size * math.prod(inner))
-    else:
-        dtype = _dtypes.to_numpy(d.dtype)
-        elems = pool[: p.num_pages * p.page_size * math.prod(inner) * dtype.itemsize].view(dtype)
-    pages = elems.reshape((p.num_pages, p.page_size) + tuple(inner))
-    gathered = pages[table.reshape(-1)].reshape((outer, blocks * p.page_size) + tuple(inner))
-    return gathered[:, : d.shape[p.axis]].reshape(d.shape)
+def _dequantized_sparse(t: Tensor, d: Descriptor) -> Tensor:
+    """The sparse tensor with its per-tensor affine codes replaced by their
+    float32 values: the codes dequantized by the C kernel as a 1-D tensor,
+    put in place of the values buffer (densified in C afterwards)."""
+    s, q = d.layout, d.quantization
+    count = s.nnz * (math.prod(s.block_shape) if s.format == "bsr" else 1)
+    size = _dtypes.storage_bytes(d.dtype, count)
+    raw = np.frombuffer(t._buffer(s.values_buffer), dtype=np.uint8)[
+        d.byte_offset:d.byte_offset + size]
+    codes = Tensor(Descriptor(d.dtype, (count,), quantization=q,
+                              buffers=[Buffer("data", size)]), [raw])
+    values = codes.dequantize(np.float32, max_output_bytes=None).reshape(-1).view(np.uint8)
+    buffers = list(d.buffers)
+    buffers[s.values_buffer] = Buffer(buffers[s.values_buffer].role, values.size, 4)
+    arrays = [t._buffer(i) for i in range(t.buffer_count)]
+    arrays[s.values_buffer] = values
+    return Tensor(d.replace(dtype="float32", quantization=None, byte_offset=0, buffers=buffers,
+                            statistics=None), arrays)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:

@@ -721,3 +721,34 @@ def test_malformed_from_a_c_producer(name):
     with pytest.raises(hurray.PlacementError) as excinfo:
         hurray.from_hurray(producer)
     status(excinfo, MALFORMED[name][2])
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csr", "csc"])
+@pytest.mark.parametrize("name", ["int4", "uint4", "float4_e2m1fn", "float6_e3m2fn"])
+def test_sub_byte_sparse_to_dense_is_done_in_c(fmt, name):
+    """Sparse sub-byte values are densified by hurray_tensor_to_dense (it
+    refused them before, and Python scattered them with numpy)."""
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    dense = np.zeros((5, 7), dtype=np.float32)
+    dense[0, 1], dense[2, 3], dense[4, 6], dense[3, 0] = 1, -2, 3, 0.5
+    if name == "uint4":
+        dense = np.abs(dense)
+    want = dense.astype(dtype)
+    m = getattr(sp.coo_matrix(dense), "to" + fmt)()
+    if fmt == "coo":
+        t = hurray.SparseTensor.from_arrays("coo", m.shape, m.data.astype(dtype),
+                                            coords=[m.row, m.col])
+    else:
+        t = hurray.SparseTensor.from_arrays(fmt, m.shape, m.data.astype(dtype),
+                                            indptr=m.indptr, indices=m.indices)
+    got = t.to_dense()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_sub_byte_sparse_duplicates_have_no_sum():
+    values = np.array([1, 2], dtype=ml_dtypes.int4)
+    t = hurray.SparseTensor.from_arrays("coo", (2, 2), values,
+                                        coords=[np.array([0, 0]), np.array([1, 1])])
+    with pytest.raises(hurray.UnsupportedError, match="stored twice"):
+        t.to_dense()
