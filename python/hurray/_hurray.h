@@ -170,6 +170,7 @@ extern PyType_Spec hy_file_spec;
 /* ---- kernels from the C library (_hy_kernels.c) */
 PyObject *mod_unpack(PyObject *module, PyObject *args);
 PyObject *mod_pack(PyObject *module, PyObject *args);
+PyObject *mod_member(PyObject *module, PyObject *args);
 
 /* ---- save (_hy_save.c) */
 PyObject *mod_save(PyObject *module, PyObject *args);

@@ -1,8 +1,10 @@
 /*
  * _hy_kernels.c: logic the Python layer needs that lives in the C library,
- * exposed as small functions: sub-byte pack and unpack (src/core/packing.c).
+ * exposed as small functions: sub-byte pack and unpack (src/core/packing.c)
+ * and member extraction (src/core/member.c).
  */
 #include "_hurray.h"
+#include "../../src/core/member.h"
 #include "../../src/core/packing.h"
 
 /* The bits of a sub-byte dtype given by name, or 0 with an exception. */
@@ -54,5 +56,44 @@ PyObject *mod_pack(PyObject *module, PyObject *args) {
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&in);
+  return out;
+}
+
+/* _member(tensor, name) -> (encoded member descriptor, parent buffer indices):
+ * member `name` of a composite tensor, renumbered into a table of its own
+ * (src/core/member.c); Python hands it the parent's buffers at those indices. */
+PyObject *mod_member(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  PyObject *tensor;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "O!s:_member", st->tensor_type, &tensor, &name)) return NULL;
+  TensorObject *t = (TensorObject *)tensor;
+  if (hy_tensor_ready(t) < 0) return NULL;
+  uint32_t count = hurray_descriptor_buffer_count(t->descriptor);
+  uint32_t *map = PyMem_Malloc((count ? count : 1) * sizeof *map);
+  if (map == NULL) return PyErr_NoMemory();
+  HurrayError e = {0};
+  HurrayDescriptor *m = NULL;
+  uint32_t len = 0;
+  HurrayStatus s = hurray__member_extract(t->descriptor, name, &m, map, &len, &e);
+  PyObject *out = NULL;
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, &e);
+  } else {
+    PyObject *encoded = hy_encode_descriptor(st, m);
+    PyObject *used = encoded != NULL ? PyTuple_New(len) : NULL;
+    for (uint32_t i = 0; used != NULL && i < len; i++) {
+      PyObject *x = PyLong_FromUnsignedLong(map[i]);
+      if (x == NULL) Py_CLEAR(used);
+      else PyTuple_SET_ITEM(used, i, x);
+    }
+    out = used != NULL ? Py_BuildValue("(NN)", encoded, used) : NULL;
+    if (out == NULL) {
+      Py_XDECREF(encoded);
+      Py_XDECREF(used);
+    }
+  }
+  hurray_descriptor_destroy(m);
+  PyMem_Free(map);
   return out;
 }

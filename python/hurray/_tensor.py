@@ -7,7 +7,6 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _dtypes, _hurray
-from ._descriptor import _fields
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
                           PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
 
@@ -314,46 +313,8 @@ class Tensor(_hurray._Tensor):
         d = self.descriptor
         if not isinstance(d.layout, Composite):
             raise unsupported("member() needs a composite tensor")
-        for m in d.layout.members:
-            if m.name == name:
-                return _member_tensor(self, d, m.descriptor)
-        raise _hurray._error("HURRAY_ERR_NOT_FOUND", f"no member {name!r}")
-
-
-_INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffer",
-                 "pool_buffer", "table_buffer", "scale_buffer", "zero_point_buffer",
-                 "absmax_buffer")
-
-
-def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
-    """Renumbers the member's buffer references into a table of its own."""
-    spec = member.to_dict()
-    used: list = []
-
-    def renumber(index):
-        if index is None:
-            return None
-        if index not in used:
-            used.append(index)
-        return used.index(index)
-
-    def walk(node):
-        for part in ("layout", "quantization"):
-            fields = node.get(part)
-            if not fields:
-                continue
-            for key in _INDEX_FIELDS:
-                if key in fields:
-                    fields[key] = renumber(fields[key])
-            if "index_buffers" in fields:
-                fields["index_buffers"] = [renumber(i) for i in fields["index_buffers"]]
-            for m in fields.get("members", ()):
-                walk(m["descriptor"])
-
-    walk(spec)
-    spec["buffers"] = [_fields(d.buffers[i]) for i in used]
-    spec["device"] = _fields(d.device)
-    return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
+        encoded, used = _hurray._member(self, name)  # renumbered in C
+        return specialise(Tensor(encoded, [self._buffer(i) for i in used]))
 
 
 def _blocked_shape(shape, axis, block):
