@@ -9,8 +9,9 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import Descriptor
+from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
 
 
@@ -38,10 +39,8 @@ def as_tensor(value: Any) -> Tensor:
         return from_hurray(value)
     module = type(value).__module__
     if module.startswith("torch"):
-        from .torch import from_torch
-        return from_torch(value)
+        return _hooks.torch("from_torch")(value)
     if module.startswith("scipy.sparse"):
-        from ._sparse import SparseTensor
         return SparseTensor.from_scipy(value)
     return from_numpy(np.asarray(value))
 

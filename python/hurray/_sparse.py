@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import Descriptor, Sparse
 from ._tensor import Tensor, stored_buffer, unsupported
 
@@ -116,9 +116,10 @@ class SparseTensor(Tensor):
     # --- torch ---
     @classmethod
     def from_torch(cls, tensor) -> "SparseTensor":
-        from .torch import from_torch
-        return from_torch(tensor)
+        return _hooks.torch("from_torch")(tensor)
 
     def to_torch(self):
-        from .torch import to_torch
-        return to_torch(self)
+        return _hooks.torch("to_torch")(self)
+
+
+_hooks.LAYOUT_CLASSES[_hurray.ENUMS["layout"]["sparse"]] = SparseTensor

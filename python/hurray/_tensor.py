@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
                           PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
 
@@ -28,6 +28,8 @@ def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
         f"{t.dtype} codes) would return the raw codes, not values: use t.dequantize(dtype) "
         "for the real values, or t.codes() for the codes")
 
+
+_LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]  # HurrayLayoutKind, from C
 
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
 
@@ -368,14 +370,14 @@ def from_hurray(obj: Any) -> Tensor:
     return specialise(Tensor._from_capsule(capsule))
 
 
-_LAYOUT_DENSE, _LAYOUT_SPARSE = 1, 2  # HurrayLayoutKind
 
 
 def specialise(t: Tensor) -> Tensor:
     """Sparse tensors are handed out as SparseTensor, whatever made them."""
-    if type(t) is Tensor and t._view_info()[5] == _LAYOUT_SPARSE:
-        from ._sparse import SparseTensor
-        t.__class__ = SparseTensor
+    if type(t) is Tensor:
+        cls = _hooks.LAYOUT_CLASSES.get(t._view_info()[5])
+        if cls is not None:
+            t.__class__ = cls
     return t
 
 
@@ -384,8 +386,7 @@ def from_dlpack(obj: Any) -> Tensor:
     try:
         import torch  # noqa: F401
         if type(obj).__module__.startswith("torch"):
-            from .torch import from_torch
-            return from_torch(obj)
+            return _hooks.torch("from_torch")(obj)
     except ImportError:
         pass
     return from_numpy(np.from_dlpack(obj))
