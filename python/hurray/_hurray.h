@@ -156,6 +156,8 @@ TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type);
 int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list, bool writable);
 int hy_tensor_ready(TensorObject *self);
 PyObject *mod_quantize(PyObject *module, PyObject *args);
+/* A shape sequence into shape[HURRAY_MAX_RANK]; -1 with an exception. */
+int hy_shape(PyObject *obj, uint64_t *shape, Py_ssize_t *rank_out);
 PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls);
 
 /* ---- capsule protocol and DLPack (_hy_capsule.c) */

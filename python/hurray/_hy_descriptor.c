@@ -373,8 +373,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
   return 0;
 }
 
-static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec,
-                            HurrayError *e) {
+static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *status,
+                         HurrayError *e) {
   HurrayStatus s = HURRAY_OK;
   PyObject *buffers = item(spec, "buffers");
   if (buffers != NULL) {
@@ -400,6 +400,14 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
     }
     Py_DECREF(seq);
   }
+  *status = s;
+  return 0;
+}
+
+static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec,
+                            HurrayError *e) {
+  HurrayStatus s = HURRAY_OK;
+  if (build_buffers(d, spec, &s, e) < 0) return -1;
   PyObject *device = item(spec, "device");
   if (s == HURRAY_OK && device != NULL) {
     int64_t type, id;

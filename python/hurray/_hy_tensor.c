@@ -349,11 +349,9 @@ static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
   return out;
 }
 
-/* _quantize(src, src_dtype, shape, scheme, axis, block_size, code_dtype,
- * scale_dtype, symmetric, threads) -> Tensor. None (or -1 for symmetric)
- * keeps the scheme's default. */
-PyObject *mod_quantize(PyObject *module, PyObject *args) {
-  ModuleState *st = PyModule_GetState(module);
+/* The scheme's options with what the caller set: None (or -1 for
+ * symmetric) keeps the scheme's default. -1 with an exception. */
+static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptions *o) {
   PyObject *src, *shape_obj, *axis_obj, *block_obj;
   const char *src_dtype_name, *scheme_name, *code_name, *scale_name;
   int symmetric;
@@ -361,60 +359,79 @@ PyObject *mod_quantize(PyObject *module, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OsOsOOzziO&:_quantize", &src, &src_dtype_name, &shape_obj,
                         &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
                         &symmetric, hy_conv_threads, &threads)) {
-    return NULL;
+    return -1;
   }
   HurrayError e = {0};
   HurrayQuantScheme scheme;
   HurrayStatus s = hurray_quant_scheme_from_name(scheme_name, &scheme, &e);
-  HurrayQuantizeOptions o;
-  if (s == HURRAY_OK) s = hurray_quantize_options_init(&o, scheme, &e);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s == HURRAY_OK) s = hurray_quantize_options_init(o, scheme, &e);
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, &e);
+    return -1;
+  }
   if (axis_obj != Py_None) {
     long axis = PyLong_AsLong(axis_obj);
-    if (axis == -1 && PyErr_Occurred()) return NULL;
+    if (axis == -1 && PyErr_Occurred()) return -1;
     if (axis < INT32_MIN || axis > INT32_MAX) {
       PyErr_SetString(PyExc_OverflowError, "axis out of range");
-      return NULL;
+      return -1;
     }
-    o.axis = (int32_t)axis;
+    o->axis = (int32_t)axis;
   }
   if (block_obj != Py_None) {
     unsigned long long block = PyLong_AsUnsignedLongLong(block_obj);
-    if (block == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    o.block_size = block;
+    if (block == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    o->block_size = block;
   }
-  if (code_name != NULL) {
-    o.code_dtype = hurray_dtype_from_name(code_name);
-    if (o.code_dtype == HURRAY_DTYPE_INVALID) {
-      return PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 6));
-    }
+  if (code_name != NULL && (o->code_dtype = hurray_dtype_from_name(code_name)) ==
+                               HURRAY_DTYPE_INVALID) {
+    PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 6));
+    return -1;
   }
-  if (scale_name != NULL) {
-    o.scale_dtype = hurray_dtype_from_name(scale_name);
-    if (o.scale_dtype == HURRAY_DTYPE_INVALID) {
-      return PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 7));
-    }
+  if (scale_name != NULL && (o->scale_dtype = hurray_dtype_from_name(scale_name)) ==
+                                HURRAY_DTYPE_INVALID) {
+    PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 7));
+    return -1;
   }
-  o.symmetric = symmetric;
-  o.threads = threads;
-  HurrayDType src_dtype = hurray_dtype_from_name(src_dtype_name);
-  PyObject *seq = PySequence_Fast(shape_obj, "shape must be a sequence");
-  if (seq == NULL) return NULL;
+  o->symmetric = symmetric;
+  o->threads = threads;
+  return 0;
+}
+
+int hy_shape(PyObject *obj, uint64_t *shape, Py_ssize_t *rank_out) {
+  PyObject *seq = PySequence_Fast(obj, "shape must be a sequence");
+  if (seq == NULL) return -1;
   Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
   if (rank > (Py_ssize_t)HURRAY_MAX_RANK) {
     Py_DECREF(seq);
-    return PyErr_Format(PyExc_ValueError, "rank %zd exceeds the limit of %u", rank,
-                        (unsigned)HURRAY_MAX_RANK);
+    PyErr_Format(PyExc_ValueError, "rank %zd exceeds the limit of %u", rank,
+                 (unsigned)HURRAY_MAX_RANK);
+    return -1;
   }
-  uint64_t shape[HURRAY_MAX_RANK];
   for (Py_ssize_t i = 0; i < rank; i++) {
     shape[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
     if (shape[i] == (uint64_t)-1 && PyErr_Occurred()) {
       Py_DECREF(seq);
-      return NULL;
+      return -1;
     }
   }
   Py_DECREF(seq);
+  *rank_out = rank;
+  return 0;
+}
+
+/* _quantize(src, src_dtype, shape, scheme, axis, block_size, code_dtype,
+ * scale_dtype, symmetric, threads) -> Tensor. The one call of
+ * hurray_quantize in the bindings. */
+PyObject *mod_quantize(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  HurrayQuantizeOptions o;
+  if (quantize_options(st, args, &o) < 0) return NULL;
+  PyObject *src = PyTuple_GET_ITEM(args, 0);
+  HurrayDType src_dtype = hurray_dtype_from_name(PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 1)));
+  uint64_t shape[HURRAY_MAX_RANK];
+  Py_ssize_t rank = 0;
+  if (hy_shape(PyTuple_GET_ITEM(args, 2), shape, &rank) < 0) return NULL;
   Py_buffer view;
   if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
   uint64_t numel = 1;
@@ -430,8 +447,10 @@ PyObject *mod_quantize(PyObject *module, PyObject *args) {
     return PyErr_Format(PyExc_ValueError, "the source holds %zd bytes, fewer than the shape needs",
                         view.len);
   }
+  HurrayError e = {0};
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
+  HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS
   s = hurray_quantize(view.buf, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
   Py_END_ALLOW_THREADS
