@@ -291,6 +291,36 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
   return 0;
 }
 
+/* Per-channel or block affine: scales from a buffer, zero points inline or
+ * from a buffer. */
+static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint32_t axis,
+                        uint64_t block, int64_t zero_point, HurrayStatus *status, HurrayError *e) {
+  uint32_t scale_buffer, zp_buffer;
+  HurrayDType scale_dtype, zp_dtype;
+  if (get_index(q, "scale_buffer", &scale_buffer) < 0 ||
+      get_dtype(q, "scale_dtype", false, &scale_dtype) < 0 ||
+      get_index(q, "zero_point_buffer", &zp_buffer) < 0 ||
+      get_dtype(q, "zero_point_dtype", true, &zp_dtype) < 0) {
+    return -1;
+  }
+  HurrayStatus s =
+      per_channel
+          ? hurray_descriptor_set_quant_per_channel_affine(d, axis, scale_buffer, scale_dtype, e)
+          : hurray_descriptor_set_quant_block_affine(d, axis, block, scale_buffer, scale_dtype, e);
+  if (zp_buffer != HURRAY_NO_BUFFER && zero_point != 0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "give either zero_point_buffer or an inline zero_point, not both");
+    return -1;
+  }
+  if (s == HURRAY_OK && zp_buffer != HURRAY_NO_BUFFER) {
+    s = hurray_descriptor_set_quant_zero_point_buffer(d, zp_buffer, zp_dtype, e);
+  } else if (s == HURRAY_OK && zero_point != 0) {
+    s = hurray_descriptor_set_quant_zero_point(d, zero_point, e);
+  }
+  *status = s;
+  return 0;
+}
+
 static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, HurrayError *e) {
   if (!is_spec(q)) {
     PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
@@ -301,8 +331,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
   if (k == NULL) return -1;
   uint64_t axis = 0, block = 0;
   int64_t zero_point = 0;
-  uint32_t scale_buffer, zp_buffer;
-  HurrayDType scale_dtype, zp_dtype;
+  uint32_t scale_buffer;
+  HurrayDType scale_dtype;
   HurrayStatus s = HURRAY_OK;
   if (get_u64(q, "axis", 0, &axis) < 0 || get_u64(q, "block_size", 0, &block) < 0 ||
       get_i64(q, "zero_point", 0, &zero_point) < 0) {
@@ -321,26 +351,7 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     if (PyErr_Occurred()) return -1;
     s = hurray_descriptor_set_quant_per_tensor_affine(d, value, zero_point, e);
   } else if (strcmp(k, "per_channel_affine") == 0 || strcmp(k, "block_affine") == 0) {
-    if (get_index(q, "scale_buffer", &scale_buffer) < 0 ||
-        get_dtype(q, "scale_dtype", false, &scale_dtype) < 0 ||
-        get_index(q, "zero_point_buffer", &zp_buffer) < 0 ||
-        get_dtype(q, "zero_point_dtype", true, &zp_dtype) < 0) {
-      return -1;
-    }
-    s = k[0] == 'p' ? hurray_descriptor_set_quant_per_channel_affine(d, (uint32_t)axis,
-                                                                      scale_buffer, scale_dtype, e)
-                    : hurray_descriptor_set_quant_block_affine(d, (uint32_t)axis, block,
-                                                               scale_buffer, scale_dtype, e);
-    if (zp_buffer != HURRAY_NO_BUFFER && zero_point != 0) {
-      PyErr_SetString(PyExc_ValueError,
-                      "give either zero_point_buffer or an inline zero_point, not both");
-      return -1;
-    }
-    if (s == HURRAY_OK && zp_buffer != HURRAY_NO_BUFFER) {
-      s = hurray_descriptor_set_quant_zero_point_buffer(d, zp_buffer, zp_dtype, e);
-    } else if (s == HURRAY_OK && zero_point != 0) {
-      s = hurray_descriptor_set_quant_zero_point(d, zero_point, e);
-    }
+    if (build_affine(d, q, k[0] == 'p', (uint32_t)axis, block, zero_point, &s, e) < 0) return -1;
   } else if (strcmp(k, "nf4") == 0) {
     if (get_index(q, "absmax_buffer", &scale_buffer) < 0 ||
         get_dtype(q, "absmax_dtype", false, &scale_dtype) < 0) {
