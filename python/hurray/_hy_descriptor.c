@@ -842,6 +842,7 @@ static PyObject *descriptor_from_c(ModuleState *st, PyTypeObject *cls, const Hur
     if (f[i] == NULL) goto fail;
   }
   if (self->encoded == NULL) goto fail;
+  hy_maybe_untrack((PyObject *)self, f, HY_D_COUNT);
   return (PyObject *)self;
 fail:
   Py_DECREF(self);

@@ -108,7 +108,25 @@ PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values) {
       return NULL;
     }
   }
+  hy_maybe_untrack((PyObject *)self, self->v, n);
   return (PyObject *)self;
+}
+
+/* Records and descriptors cannot be part of a cycle unless a value can:
+ * like tuples, they leave the collector's lists when every value is atomic
+ * (a descriptor holds tens of them; tracked, they make the collector's
+ * passes over 20,000 descriptors most of their cost). */
+void hy_maybe_untrack(PyObject *op, PyObject *const *values, int n) {
+  for (int i = 0; i < n; i++) {
+    if (values[i] != NULL && PyTuple_CheckExact(values[i]) && PyObject_GC_IsTracked(values[i])) {
+      hy_maybe_untrack(values[i], &PyTuple_GET_ITEM(values[i], 0),
+                       (int)PyTuple_GET_SIZE(values[i]));
+    }
+    if (values[i] != NULL && PyObject_IS_GC(values[i]) && PyObject_GC_IsTracked(values[i])) {
+      return;
+    }
+  }
+  PyObject_GC_UnTrack(op);
 }
 
 static int record_of(PyObject *op, ModuleState **st_out) {
