@@ -4,9 +4,10 @@ libhurray, so Python and C can never disagree about the format. What is left
 here is API sugar: replace(), the dict form, equality and repr."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from typing import Union
+from typing import Any, Union
 
 from . import _hurray
 
@@ -29,13 +30,25 @@ Statistics = _hurray.Statistics
 Shard = _hurray.Shard
 Extension = _hurray.Extension
 
+
+def _as_dataclass(cls) -> None:
+    """Gives a C record the dataclass protocol (dataclasses.fields, asdict,
+    replace, is_dataclass), as the frozen dataclasses it replaces had: the
+    field table of a frozen dataclass with the same fields and defaults."""
+    spec = [(n, Any) if n not in cls._field_defaults else
+            (n, Any, dataclasses.field(default=cls._field_defaults[n]))
+            for n in cls.__match_args__]
+    proto = dataclasses.make_dataclass(cls.__name__, spec, frozen=True)
+    cls.__dataclass_fields__ = proto.__dataclass_fields__
+    cls.__dataclass_params__ = proto.__dataclass_params__
+
+
+for _record in (Buffer, Device, Dense, Sparse, Paged, Member, Composite, PerTensorAffine,
+                PerChannelAffine, BlockAffine, Nf4, Mxfp, Statistics, Shard, Extension):
+    _as_dataclass(_record)
+
 Layout = Union[Dense, Sparse, Paged, Composite]
 Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp]
-
-
-def _fields(record) -> dict:
-    """A part's fields as a dict (what dataclasses.asdict gave, one level)."""
-    return {name: getattr(record, name) for name in type(record).__match_args__}
 
 
 class Descriptor(_hurray._Descriptor):

@@ -301,16 +301,26 @@ int hy_records_add(PyObject *module, ModuleState *st) {
       PyTuple_SET_ITEM(match, i, PyUnicode_FromString(def->fields[i].name));
     }
     PyObject *kind = def->kind != NULL ? PyUnicode_FromString(def->kind) : Py_NewRef(Py_None);
-    if (match == NULL || kind == NULL ||
-        PyObject_SetAttrString(type, "__match_args__", match) < 0 ||
-        PyObject_SetAttrString(type, "_kind", kind) < 0 ||
-        PyModule_AddObjectRef(module, def->name, type) < 0) {
-      Py_XDECREF(match);
-      Py_XDECREF(kind);
-      return -1;
+    PyObject *defaults = PyDict_New(); /* {field: default} of the optional fields */
+    for (int i = 0; defaults != NULL && i < n; i++) {
+      if (def->fields[i].def == REQ) continue;
+      PyObject *v = default_value(&def->fields[i]);
+      if (v == NULL || PyDict_SetItemString(defaults, def->fields[i].name, v) < 0) {
+        Py_CLEAR(defaults);
+      }
+      Py_XDECREF(v);
     }
-    Py_DECREF(match);
-    Py_DECREF(kind);
+    int rc = match == NULL || kind == NULL || defaults == NULL ||
+                     PyObject_SetAttrString(type, "__match_args__", match) < 0 ||
+                     PyObject_SetAttrString(type, "_kind", kind) < 0 ||
+                     PyObject_SetAttrString(type, "_field_defaults", defaults) < 0 ||
+                     PyModule_AddObjectRef(module, def->name, type) < 0
+                 ? -1
+                 : 0;
+    Py_XDECREF(match);
+    Py_XDECREF(kind);
+    Py_XDECREF(defaults);
+    if (rc < 0) return -1;
   }
   return 0;
 }
