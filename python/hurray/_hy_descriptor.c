@@ -1,10 +1,13 @@
 /*
- * _hy_descriptor.c: descriptors built from their Python dict form, encoded,
- * decoded, validated and rendered as JSON through libhurray.
+ * _hy_descriptor.c: the _Descriptor type, whose fields live here. Built by
+ * reading its part records (or the dicts of from_dict) straight into
+ * libhurray's builder functions; decoded by reading every field of the
+ * HurrayDescriptor into records. No JSON text passes between C and Python:
+ * to_json() is an output format, rendered from the C descriptor.
  */
 #include "_hurray.h"
 
-/* ------------------------------------------------- descriptors from dicts */
+/* ------------------------------------ descriptors from records, dicts, Descriptor */
 
 typedef const char *(*EnumName)(int value);
 
