@@ -105,6 +105,13 @@ PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const Hurra
                                PyObject *filename);
 PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error);
 
+/* Names of enum values, as libhurray spells them ("?" when unknown). */
+typedef const char *(*HyEnumName)(int value);
+const char *hy_role_name(int v);
+const char *hy_sync_name(int v);
+const char *hy_memory_name(int v);
+const char *hy_mx_name(int v);
+
 /* Release callbacks for buffers owned by a Python object / a Py_buffer. */
 void hy_release_pyobject(void *data, void *ctx);
 void hy_release_pybuffer(void *data, void *ctx);
@@ -129,8 +136,6 @@ PyObject *hy_int_tuple(PyObject *seq);
 PyObject *hy_encode_descriptor(ModuleState *st, const HurrayDescriptor *d);
 HurrayDescriptor *hy_decode_descriptor(ModuleState *st, PyObject *obj); /* caller-owned */
 PyObject *hy_descriptor_to_json(ModuleState *st, const HurrayDescriptor *d);
-PyObject *mod_descriptor_build(PyObject *module, PyObject *spec);
-PyObject *mod_descriptor_json(PyObject *module, PyObject *encoded);
 PyObject *mod_descriptor_validate(PyObject *module, PyObject *encoded);
 PyObject *mod_descriptor_required_bytes(PyObject *module, PyObject *encoded);
 

@@ -1,23 +1,16 @@
 /*
  * _hy_descriptor.c: the _Descriptor type, whose fields live here. Built by
- * reading its part records (or the dicts of from_dict) straight into
+ * reading its part records straight into
  * libhurray's builder functions; decoded by reading every field of the
  * HurrayDescriptor into records. No JSON text passes between C and Python:
  * to_json() is an output format, rendered from the C descriptor.
  */
 #include "_hurray.h"
 
-/* ------------------------------------ descriptors from records, dicts, Descriptor */
-
-typedef const char *(*EnumName)(int value);
-
-static const char *role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
-static const char *sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
-static const char *memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
-static const char *mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }
+/* ------------------------------------- C descriptors from Python records */
 
 /* Looks a name up among the values [lo, hi] of an enum. */
-static int enum_value(PyObject *name, EnumName names, int lo, int hi, const char *what) {
+static int enum_value(PyObject *name, HyEnumName names, int lo, int hi, const char *what) {
   const char *s = PyUnicode_Check(name) ? hy_utf8(name, what) : NULL;
   if (s != NULL) {
     for (int v = lo; v <= hi; v++) {
@@ -49,13 +42,11 @@ static bool is_descriptor(PyObject *obj) {
   return PyObject_TypeCheck(obj, st->descriptor_type);
 }
 
-/* What a builder reads: a key of a dict (the from_dict form), a field of a
- * record or of a Descriptor. Borrowed; NULL when absent or None. */
+/* What a builder reads: a field of a record or of a Descriptor. Borrowed;
+ * NULL when absent or None. */
 static PyObject *item(PyObject *spec, const char *key) {
   PyObject *v = NULL;
-  if (PyDict_Check(spec)) {
-    v = PyDict_GetItemString(spec, key);
-  } else if (is_record(spec)) {
+  if (is_record(spec)) {
     ModuleState *st = hy_state_of_type(Py_TYPE(spec));
     int r = st != NULL ? hy_record_kind(st, Py_TYPE(spec)) : -1;
     int i = r >= 0 ? hy_record_field(r, key) : -1;
@@ -69,19 +60,14 @@ static PyObject *item(PyObject *spec, const char *key) {
   return v == Py_None ? NULL : v;
 }
 
-static bool is_spec(PyObject *obj) { return PyDict_Check(obj) || is_record(obj); }
+static bool is_spec(PyObject *obj) { return is_record(obj); }
 
-/* The "kind" of a layout or quantization: its record's, or the dict's key.
- * "" when there is none; NULL with an exception. */
-static const char *kind_of(PyObject *spec, const char *what) {
-  if (is_record(spec)) {
-    ModuleState *st = hy_state_of_type(Py_TYPE(spec));
-    int r = st != NULL ? hy_record_kind(st, Py_TYPE(spec)) : -1;
-    if (st == NULL) PyErr_Clear();
-    return r >= 0 && hy_record_defs[r].kind != NULL ? hy_record_defs[r].kind : "";
-  }
-  PyObject *kind = item(spec, "kind");
-  return kind != NULL && PyUnicode_Check(kind) ? hy_utf8(kind, what) : "";
+/* The "kind" of a layout or quantization record; "" for another record. */
+static const char *kind_of(PyObject *spec) {
+  ModuleState *st = hy_state_of_type(Py_TYPE(spec));
+  int r = st != NULL ? hy_record_kind(st, Py_TYPE(spec)) : -1;
+  if (st == NULL) PyErr_Clear();
+  return r >= 0 && hy_record_defs[r].kind != NULL ? hy_record_defs[r].kind : "";
 }
 
 static int need(PyObject *v, const char *key) {
@@ -268,8 +254,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
     PyErr_Format(PyExc_TypeError, "not a layout: %R", layout);
     return -1;
   }
-  const char *k = kind_of(layout, "layout kind");
-  if (k == NULL) return -1;
+  const char *k = kind_of(layout);
   HurrayStatus s = HURRAY_OK;
   int rc;
   if (strcmp(k, "dense") == 0) {
@@ -283,7 +268,7 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
   } else if (strcmp(k, "composite") == 0) {
     rc = build_composite(st, d, layout, &s, e);
   } else {
-    PyErr_Format(PyExc_ValueError, "unknown layout kind %R", item(layout, "kind"));
+    PyErr_Format(PyExc_TypeError, "not a layout: %R", layout);
     return -1;
   }
   if (rc < 0) return -1;
@@ -329,9 +314,7 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
     return -1;
   }
-  PyObject *kind = item(q, "kind");
-  const char *k = kind_of(q, "quantization kind");
-  if (k == NULL) return -1;
+  const char *k = kind_of(q);
   uint64_t axis = 0, block = 0;
   int64_t zero_point = 0;
   uint32_t scale_buffer;
@@ -345,9 +328,7 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     PyErr_SetString(PyExc_OverflowError, "axis out of range");
     return -1;
   }
-  if (strcmp(k, "none") == 0) {
-    hurray_descriptor_set_quant_none(d);
-  } else if (strcmp(k, "per_tensor_affine") == 0) {
+  if (strcmp(k, "per_tensor_affine") == 0) {
     PyObject *scale = item(q, "scale");
     if (need(scale, "scale") < 0) return -1;
     double value = PyFloat_AsDouble(scale);
@@ -363,7 +344,7 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     s = hurray_descriptor_set_quant_nf4(d, block, scale_buffer, scale_dtype, e);
   } else if (strcmp(k, "mx") == 0) {
     PyObject *element = item(q, "element");
-    int el = element == NULL ? -1 : enum_value(element, mx_name, 1, HURRAY_MX_INT8, "MX element");
+    int el = element == NULL ? -1 : enum_value(element, hy_mx_name, 1, HURRAY_MX_INT8, "MX element");
     if (el < 0 || get_index(q, "scale_buffer", &scale_buffer) < 0) {
       if (!PyErr_Occurred()) need(element, "element");
       return -1;
@@ -377,7 +358,7 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     }
     s = hurray_descriptor_set_quant_mx(d, (HurrayMxElement)el, (uint32_t)axis, scale_buffer, e);
   } else {
-    PyErr_Format(PyExc_ValueError, "unknown quantization kind %R", kind);
+    PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
     return -1;
   }
   if (s != HURRAY_OK) {
@@ -399,9 +380,9 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
       uint64_t size, alignment;
       PyObject *role = is_spec(b) ? item(b, "role") : NULL;
       PyObject *sync = is_spec(b) ? item(b, "sync_mode") : NULL;
-      int r = role == NULL ? -1 : enum_value(role, role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
+      int r = role == NULL ? -1 : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
       int m = sync == NULL ? HURRAY_SYNC_READY
-                           : enum_value(sync, sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
+                           : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
           get_u64(b, "alignment", 1, &alignment) < 0) {
         Py_DECREF(seq);
@@ -427,7 +408,7 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
     int64_t type, id;
     PyObject *mc = is_spec(device) ? item(device, "memory_class") : NULL;
     int m = mc == NULL ? HURRAY_MEMORY_HOST
-                       : enum_value(mc, memory_name, 1, HURRAY_MEMORY_MANAGED, "memory_class");
+                       : enum_value(mc, hy_memory_name, 1, HURRAY_MEMORY_MANAGED, "memory_class");
     if (!is_spec(device) || m < 0 || get_i64(device, "type", 1, &type) < 0 ||
         get_i64(device, "id", 0, &id) < 0) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "device must be a dict");
@@ -484,8 +465,8 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
 }
 
 static HurrayDescriptor *build_node(ModuleState *st, PyObject *spec, bool root) {
-  if (!PyDict_Check(spec) && !is_descriptor(spec)) {
-    PyErr_SetString(PyExc_TypeError, "a descriptor spec must be a dict or a Descriptor");
+  if (!is_descriptor(spec)) {
+    PyErr_Format(PyExc_TypeError, "not a Descriptor: %R", spec);
     return NULL;
   }
   HurrayError e = {0};
@@ -568,24 +549,6 @@ PyObject *hy_descriptor_to_json(ModuleState *st, const HurrayDescriptor *d) {
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   PyObject *out = PyUnicode_FromString(json);
   hurray_free(json);
-  return out;
-}
-
-PyObject *mod_descriptor_build(PyObject *module, PyObject *spec) {
-  ModuleState *st = PyModule_GetState(module);
-  HurrayDescriptor *d = build_node(st, spec, true);
-  if (d == NULL) return NULL;
-  PyObject *out = hy_encode_descriptor(st, d);
-  hurray_descriptor_destroy(d);
-  return out;
-}
-
-PyObject *mod_descriptor_json(PyObject *module, PyObject *encoded) {
-  ModuleState *st = PyModule_GetState(module);
-  HurrayDescriptor *d = hy_decode_descriptor(st, encoded);
-  if (d == NULL) return NULL;
-  PyObject *out = hy_descriptor_to_json(st, d);
-  hurray_descriptor_destroy(d);
   return out;
 }
 

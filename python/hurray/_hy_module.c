@@ -108,8 +108,6 @@ void hy_release_pybuffer(void *data, void *ctx) {
   PyMem_RawFree(view);
 }
 static PyMethodDef module_methods[] = {
-    {"descriptor_build", mod_descriptor_build, METH_O, "encode a descriptor from its dict form"},
-    {"descriptor_json", mod_descriptor_json, METH_O, "decode an encoding to its JSON form"},
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},
@@ -177,11 +175,10 @@ static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeO
 
 /* ------------------------------------------- tables Python reads, not keeps */
 
-typedef const char *(*EnumName)(int value);
-static const char *role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
-static const char *sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
-static const char *memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
-static const char *mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }
+const char *hy_role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
+const char *hy_sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
+const char *hy_memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
+const char *hy_mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }
 static const char *format_name(int v) { return hurray__sparse_format_name((HurraySparseFormat)v); }
 static const char *quant_name(int v) { return hurray__quant_kind_name((HurrayQuantKind)v); }
 static const char *scheme_name(int v) { return hurray_quant_scheme_name((HurrayQuantScheme)v); }
@@ -196,15 +193,15 @@ static const char *layout_name(int v) {
 
 static const struct {
   const char *key;
-  EnumName names;
+  HyEnumName names;
 } enum_tables[] = {
-    {"dtype", dtype_name},           {"role", role_name},         {"sync_mode", sync_name},
-    {"memory_class", memory_name},   {"mx_element", mx_name},     {"sparse_format", format_name},
+    {"dtype", dtype_name},         {"role", hy_role_name},      {"sync_mode", hy_sync_name},
+    {"memory_class", hy_memory_name}, {"mx_element", hy_mx_name}, {"sparse_format", format_name},
     {"layout", layout_name},         {"quantization", quant_name}, {"quant_scheme", scheme_name},
 };
 
 /* {name: value} of one enum: every value whose name is known. */
-static PyObject *enum_dict(EnumName names) {
+static PyObject *enum_dict(HyEnumName names) {
   PyObject *d = PyDict_New();
   for (int v = 0; d != NULL && v < 256; v++) {
     const char *n = names(v);
