@@ -3,11 +3,12 @@
  *
  * The extension is split by concern, each file one of: _hy_module.c (module
  * set-up, exception classes, the status -> exception map), _hy_descriptor.c
- * (descriptors built from and rendered to Python), _hy_tensor.c (the Tensor
+ * (the _Descriptor type; _hy_build.c builds C descriptors from records,
+ * _hy_read.c reads records from C descriptors), _hy_tensor.c (the Tensor
  * and buffer-view types, quantize), _hy_capsule.c (the __hurray__ capsule
  * protocol and DLPack), _hy_file.c (the File type), _hy_save.c (save),
  * _hy_records.c (the descriptor's parts as C records), _hy_kernels.c (C
- * library logic Python calls: packing, densify, member extraction).
+ * library logic Python calls: packing, member extraction).
  */
 #ifndef HURRAY_PY_HURRAY_H
 #define HURRAY_PY_HURRAY_H
@@ -126,7 +127,17 @@ void hy_maybe_untrack(PyObject *op, PyObject *const *values, int n);
 /* A new record of row `record`; values[i] NULL takes the field's default. */
 PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values);
 
-/* ---- descriptors (_hy_descriptor.c) */
+/* ---- descriptors: records -> C (_hy_build.c), C -> records (_hy_read.c) */
+/* A new C descriptor from a Descriptor object (root: with its buffer table,
+ * device, statistics, shard, extension); NULL with an exception. */
+HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root);
+/* A new `cls` instance whose fields are read from `d`. `encoded` (a new
+ * reference, taken; NULL: encoded here) and `owned` (the C descriptor it
+ * keeps; NULL: made from the encoding when needed) become the object's. */
+PyObject *hy_descriptor_from_c(ModuleState *st, PyTypeObject *cls, const HurrayDescriptor *d,
+                               PyObject *encoded, HurrayDescriptor *owned);
+
+/* ---- the _Descriptor type (_hy_descriptor.c) */
 extern PyType_Spec hy_descriptor_spec;
 /* A hurray.Descriptor decoded from `encoded` (bytes-like). */
 PyObject *hy_descriptor_object(ModuleState *st, PyObject *encoded);
