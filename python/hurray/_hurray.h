@@ -123,7 +123,7 @@ int hy_record_kind(ModuleState *st, PyTypeObject *type); /* row of hy_record_def
 int hy_record_field(int record, const char *name);       /* field index, or -1 */
 void hy_record_dealloc(PyObject *op);
 /* Untracks `op` from the collector when none of its n values can be in a cycle. */
-void hy_maybe_untrack(PyObject *op, PyObject *const *values, int n);
+void hy_maybe_untrack(ModuleState *st, PyObject *op, PyObject *const *values, int n);
 /* A new record of row `record`; values[i] NULL takes the field's default. */
 PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values);
 

@@ -196,7 +196,7 @@ PyObject *hy_descriptor_from_c(ModuleState *st, PyTypeObject *cls, const HurrayD
     if (f[i] == NULL) goto fail;
   }
   if (self->encoded == NULL) goto fail;
-  hy_maybe_untrack((PyObject *)self, f, HY_D_COUNT);
+  hy_maybe_untrack(st, (PyObject *)self, f, HY_D_COUNT);
   return (PyObject *)self;
 fail:
   Py_DECREF(self);

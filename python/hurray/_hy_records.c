@@ -108,23 +108,28 @@ PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values) {
       return NULL;
     }
   }
-  hy_maybe_untrack((PyObject *)self, self->v, n);
+  hy_maybe_untrack(st, (PyObject *)self, self->v, n);
   return (PyObject *)self;
 }
 
 /* Records and descriptors cannot be part of a cycle unless a value can:
  * like tuples, they leave the collector's lists when every value is atomic
- * (a descriptor holds tens of them; tracked, they make the collector's
- * passes over 20,000 descriptors most of their cost). */
-void hy_maybe_untrack(PyObject *op, PyObject *const *values, int n) {
+ * or an immutable container that left them too (a tuple, a record, a
+ * descriptor). Any other container may join a cycle later (a dict, a list),
+ * so its holder stays tracked. A descriptor holds tens of such objects;
+ * tracked, they make the collector's passes over 20,000 descriptors most of
+ * the cost of reading them. */
+void hy_maybe_untrack(ModuleState *st, PyObject *op, PyObject *const *values, int n) {
   for (int i = 0; i < n; i++) {
-    if (values[i] != NULL && PyTuple_CheckExact(values[i]) && PyObject_GC_IsTracked(values[i])) {
-      hy_maybe_untrack(values[i], &PyTuple_GET_ITEM(values[i], 0),
-                       (int)PyTuple_GET_SIZE(values[i]));
+    PyObject *v = values[i];
+    if (v == NULL || !PyObject_IS_GC(v)) continue;
+    bool immutable = PyTuple_CheckExact(v) || Py_TYPE(v)->tp_dealloc == hy_record_dealloc ||
+                     PyObject_TypeCheck(v, st->descriptor_type);
+    if (!immutable) return;
+    if (PyTuple_CheckExact(v) && PyObject_GC_IsTracked(v)) {
+      hy_maybe_untrack(st, v, &PyTuple_GET_ITEM(v, 0), (int)PyTuple_GET_SIZE(v));
     }
-    if (values[i] != NULL && PyObject_IS_GC(values[i]) && PyObject_GC_IsTracked(values[i])) {
-      return;
-    }
+    if (PyObject_GC_IsTracked(v)) return;
   }
   PyObject_GC_UnTrack(op);
 }

@@ -98,3 +98,16 @@ def test_python_spells_no_status_number_or_c_table():
         assert not re.search(r'"HURRAY_ERR_\w+":\s*\d', text), path
         assert '"float6_e3m2fn": 6' not in text, path
         assert '"mxfp8_e4m3", "mxfp8_e5m2"' not in text, path
+
+
+def test_collector_tracks_only_what_can_be_in_a_cycle():
+    import gc
+    assert not gc.is_tracked(Buffer("data", 4))
+    assert not gc.is_tracked(Sparse("coo", "int32", 2, index_buffers=(1, 2)))
+    d = Descriptor.decode(Descriptor("float32", (2,), buffers=[Buffer("data", 8)]).encode())
+    assert not gc.is_tracked(d) and not gc.is_tracked(d.buffers)
+    # A mutable value may join a cycle later: its holder stays tracked.
+    holder = {}
+    m = Member("x", holder)
+    holder["m"] = m
+    assert gc.is_tracked(m)
