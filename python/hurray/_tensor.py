@@ -370,14 +370,12 @@ def from_hurray(obj: Any) -> Tensor:
     return specialise(Tensor._from_capsule(capsule))
 
 
-
-
 def specialise(t: Tensor) -> Tensor:
     """Sparse tensors are handed out as SparseTensor, whatever made them."""
     if type(t) is Tensor:
-        cls = _hooks.LAYOUT_CLASSES.get(t._view_info()[5])
-        if cls is not None:
-            t.__class__ = cls
+        layout = t._view_info()[5]
+        if layout != _LAYOUT_DENSE and layout in _hooks.LAYOUT_CLASSES:
+            t.__class__ = _hooks.LAYOUT_CLASSES[layout]
     return t
 
 
