@@ -151,11 +151,12 @@ HURRAY_API HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint
 
 /* Materialises the logical tensor as a dense, row-major array of its dtype
  * (the stored codes, for a quantized tensor) into `out`, which must hold
- * numel * itemsize bytes. Works for dense (any strides), sparse (stored
- * values scattered into zeros; a position stored twice sums, as in scipy)
- * and paged (pages gathered) layouts of byte-sized dtypes. Sub-byte sparse
- * or paged tensors, composites, and duplicates of dtypes without a C sum
- * (float16, bfloat16, narrow floats, bool) give HURRAY_ERR_UNSUPPORTED, as
+ * hurray_dtype_storage_bytes(dtype, numel) bytes (sub-byte dtypes come out
+ * packed). Works for dense (any strides), sparse (stored values scattered
+ * into zeros; a position stored twice sums, as in scipy) and paged (pages
+ * gathered) layouts. Composites, and duplicates of dtypes without a C sum
+ * (float16, bfloat16, narrow floats, sub-byte, bool) give
+ * HURRAY_ERR_UNSUPPORTED, as
  * do tensors in device memory or with a buffer that is not READY.
  * Validates placement first, then refuses (HURRAY_ERR_LIMIT) an output the
  * default limits do not allow (see above). */

@@ -2,8 +2,22 @@
 
 A file format (save/load/open) and an in-process handoff (the __hurray__
 capsule), for dense, quantized, sparse, block-paged and composite tensors.
+
+Layering: each module imports only modules of the layers below it.
+  0  _hurray (C)       descriptor, parts, tensor, capsule, file, save, tables
+  1  _hooks            late-bound calls upward (registered from above)
+     _dtypes           dtype names <-> numpy (sizes and packing from C)
+     _descriptor       Descriptor (fields live in C) and its parts
+  2  _tensor           Tensor
+  3  _sparse, _quant   SparseTensor; quantize
+  4  _files            File, load, save, as_tensor
+  5  _shards, _safe_open
+  6  torch/            the torch adapters (reached from below through _hooks)
+  7  _convert, this module, __main__
 """
-from . import _hurray
+import importlib
+
+from . import _hooks, _hurray
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension,
                           Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
                           Sparse, Statistics)
@@ -21,6 +35,7 @@ from ._sparse import SparseTensor
 from ._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_dlpack, from_hurray, from_numpy
 
 _hurray._set_tensor_class(Tensor)
+_hooks.provide("torch", lambda: importlib.import_module(".torch", __name__).__getattribute__)
 
 __version__ = _hurray.LIBRARY_VERSION
 

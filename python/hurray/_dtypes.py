@@ -1,8 +1,11 @@
-"""dtype names <-> numpy dtypes (ml_dtypes for the narrow floats and int4)."""
+"""dtype names <-> numpy dtypes (ml_dtypes for the narrow floats and int4).
+Sizes and packing come from the C library."""
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+
+from . import _hurray
 
 # hurray dtype name -> numpy dtype of one *unpacked* element.
 _NUMPY = {
@@ -31,13 +34,8 @@ _NUMPY = {
     "uint4": np.dtype(ml_dtypes.uint4),
 }
 
-BITS = {
-    "bool": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "uint16": 16,
-    "uint32": 32, "uint64": 64, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64,
-    "complex64": 64, "complex128": 128, "float8_e4m3fn": 8, "float8_e5m2": 8,
-    "float8_e8m0fnu": 8, "float6_e3m2fn": 6, "float6_e2m3fn": 6, "float4_e2m1fn": 4,
-    "int4": 4, "uint4": 4,
-}
+# Bits per element, and so which dtypes are packed: the C library's table.
+BITS = dict(_hurray.DTYPE_BITS)
 
 DTYPES = tuple(BITS)
 _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
@@ -67,35 +65,14 @@ def is_packed(name: str) -> bool:
 
 
 def unpack(name: str, raw: np.ndarray, count: int) -> np.ndarray:
-    """Sub-byte elements, LSB-first (element 2k in the low nibble of byte k;
-    6-bit elements as a little-endian bit stream), as one byte per element
-    of the ml_dtypes type."""
-    bits = BITS[name]
-    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
-    if bits == 4:
-        codes = np.empty(raw.size * 2, dtype=np.uint8)
-        codes[0::2] = raw & 0x0F
-        codes[1::2] = raw >> 4
-    else:  # 6 bits: 4 elements in 3 bytes
-        padded = np.zeros(-(-raw.size // 3) * 3, dtype=np.uint8)
-        padded[: raw.size] = raw
-        word = (padded[0::3].astype(np.uint32) | padded[1::3].astype(np.uint32) << 8
-                | padded[2::3].astype(np.uint32) << 16)
-        codes = np.stack([(word >> (6 * k)) & 0x3F for k in range(4)], axis=1).reshape(-1)
-        codes = codes.astype(np.uint8)
-    return codes[:count].view(to_numpy(name))
+    """Sub-byte elements (packed LSB-first, include/hurray/dtype.h) as one
+    byte per element of the ml_dtypes type; unpacked in C."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1)
+    codes = np.frombuffer(_hurray._unpack(name, raw, count), dtype=np.uint8)
+    return codes.view(to_numpy(name))
 
 
 def pack(name: str, values: np.ndarray) -> np.ndarray:
     """Inverse of unpack: one-element-per-byte ml_dtypes values to packed bytes."""
-    bits = BITS[name]
-    codes = np.ascontiguousarray(values).reshape(-1).view(np.uint8) & ((1 << bits) - 1)
-    if bits == 4:
-        padded = np.zeros(codes.size + codes.size % 2, dtype=np.uint8)
-        padded[: codes.size] = codes
-        return (padded[0::2] | (padded[1::2] << 4)).astype(np.uint8)
-    padded = np.zeros(-(-codes.size // 4) * 4, dtype=np.uint32)
-    padded[: codes.size] = codes
-    word = padded[0::4] | padded[1::4] << 6 | padded[2::4] << 12 | padded[3::4] << 18
-    out = np.stack([word & 0xFF, (word >> 8) & 0xFF, (word >> 16) & 0xFF], axis=1).reshape(-1)
-    return out[: storage_bytes(name, codes.size)].astype(np.uint8)
+    codes = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    return np.frombuffer(_hurray._pack(name, codes), dtype=np.uint8).copy()

@@ -9,8 +9,9 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import Descriptor
+from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
 
 
@@ -38,10 +39,8 @@ def as_tensor(value: Any) -> Tensor:
         return from_hurray(value)
     module = type(value).__module__
     if module.startswith("torch"):
-        from .torch import from_torch
-        return from_torch(value)
+        return _hooks.torch("from_torch")(value)
     if module.startswith("scipy.sparse"):
-        from ._sparse import SparseTensor
         return SparseTensor.from_scipy(value)
     return from_numpy(np.asarray(value))
 
@@ -144,9 +143,7 @@ def _refuse_special_file(path) -> None:
     except (OSError, ValueError):
         return
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        exc = _hurray.HurrayIOError(f"HURRAY_ERR_IO: {os.fsdecode(path)} is not a regular file")
-        exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
-        raise exc
+        raise _hurray._error("HURRAY_ERR_IO", f"{os.fsdecode(path)} is not a regular file")
 
 
 class File:

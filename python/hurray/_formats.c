@@ -43,7 +43,7 @@ static PyObject *raise_status(HurrayStatus status, const HurrayError *error) {
   PyObject *cls = PyObject_GetAttrString(mod, hy_error_class_name(status));
   PyObject *io_class = cls != NULL ? PyObject_GetAttrString(mod, "HurrayIOError") : NULL;
   Py_DECREF(mod);
-  if (io_class != NULL) hy_raise_status(cls, io_class, status, error, NULL);
+  if (io_class != NULL) hy_raise_class(cls, io_class, status, error, NULL);
   Py_XDECREF(cls);
   Py_XDECREF(io_class);
   return NULL;

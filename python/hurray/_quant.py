@@ -5,10 +5,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 
-QUANT_SCHEMES = ("affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4",
-                 "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8")
+QUANT_SCHEMES = tuple(_hurray.ENUMS["quant_scheme"])  # the C library's, in its order
 
 _READ_AS_IS = ("float32", "float16", "bfloat16")
 
@@ -21,8 +20,8 @@ def _dtype_name(dtype: Any) -> Optional[str]:
 
 def _as_float_array(array: Any) -> np.ndarray:
     if type(array).__module__.startswith("torch"):
-        from .torch import from_torch  # bfloat16 arrives as ml_dtypes.bfloat16
-        array = from_torch(array.detach()).numpy()
+        # bfloat16 arrives as ml_dtypes.bfloat16
+        array = _hooks.torch("from_torch")(array.detach()).numpy()
     a = np.asarray(array)
     try:
         name = _dtypes.from_numpy(a.dtype)

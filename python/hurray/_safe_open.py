@@ -17,7 +17,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _hooks
 from ._descriptor import Dense
 from ._files import File
 from ._tensor import specialise
@@ -131,8 +131,7 @@ class SafeOpen:
         self._device = device
         if self._framework == "pt":
             import torch  # noqa: F401  (the torch interop needs it)
-            from .torch import _device
-            self._torch_device = _device(device)
+            self._torch_device = _hooks.torch("_device")(device)
         self._file = File(filename)
 
     # --- safetensors' methods ---
@@ -165,8 +164,7 @@ class SafeOpen:
         t = specialise(t)
         if self._framework == "np":
             return t.numpy()
-        from .torch import to_torch
-        return to_torch(t)
+        return _hooks.torch("to_torch")(t)
 
     def _flip(self, out, axes):
         if self._framework == "np":

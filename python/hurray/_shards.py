@@ -25,21 +25,15 @@ from ._tensor import Tensor, specialise
 
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
 
-# Status codes of include/hurray/common.h that these errors carry.
-_STATUS = {"HURRAY_ERR_UNSUPPORTED": 3, "HURRAY_ERR_DTYPE": 20, "HURRAY_ERR_SHARD_RANK": 50,
-           "HURRAY_ERR_SHARD_BOUNDS": 51, "HURRAY_ERR_NOT_FOUND": 81}
-
 # Pieces named in full in an error message; more are counted.
 _LISTED = 8
 # Work bound of the box subtraction that names the gaps of a broken tiling.
 _MAX_GAP_BOXES = 4096
 
 
-def _error(cls, status_name: str, message: str):
-    """An exception like those raised in C: "NAME: detail", status, status_name."""
-    exc = cls(f"{status_name}: {message}")
-    exc.status, exc.status_name = _STATUS[status_name], status_name
-    return exc
+def _error(status_name: str, message: str):
+    """The exception C raises for that status (the class and code from C)."""
+    return _hurray._error(status_name, message)
 
 
 # --------------------------------------------------------------------- shard
@@ -120,22 +114,22 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
         if g != global_shape:
             status = ("HURRAY_ERR_SHARD_RANK" if len(g) != len(global_shape)
                       else "HURRAY_ERR_SHARD_BOUNDS")
-            raise _error(_hurray.ValidationError, status,
+            raise _error(status,
                          f"tensor {name!r}: pieces disagree on the global shape: "
                          f"{first.label()} says {global_shape}, {p.label()} says {g}")
         if p.descriptor.dtype != dtype:
-            raise _error(_hurray.ValidationError, "HURRAY_ERR_DTYPE",
+            raise _error("HURRAY_ERR_DTYPE",
                          f"tensor {name!r}: pieces disagree on the dtype: {first.label()} is "
                          f"{dtype}, {p.label()} is {p.descriptor.dtype}")
     for p in pieces:
         d = p.descriptor
         if not isinstance(d.layout, Dense):
-            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+            raise _error("HURRAY_ERR_UNSUPPORTED",
                          f"tensor {name!r}: piece {p.label()} has a "
                          f"{type(d.layout).__name__.lower()} layout; load_sharded assembles "
                          "dense pieces only (read the pieces with hurray.open)")
         if d.quantization is not None:
-            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+            raise _error("HURRAY_ERR_UNSUPPORTED",
                          f"tensor {name!r}: piece {p.label()} is quantized "
                          f"({type(d.quantization).__name__}); load_sharded assembles "
                          "unquantized pieces only (dequantize each piece with hurray.open)")
@@ -153,7 +147,7 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
                 break
             cut = _intersect(a.box, b.box)
             if cut is not None:
-                raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+                raise _error("HURRAY_ERR_SHARD_BOUNDS",
                              f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
                              f"{_fmt_box(cut)}")
     # Gap: disjoint pieces inside the global box tile it iff their volumes
@@ -168,7 +162,7 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
                 break
         example = (", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
                    if len(missing) <= _MAX_GAP_BOXES else "")
-        raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+        raise _error("HURRAY_ERR_SHARD_BOUNDS",
                      f"tensor {name!r}: the pieces leave {total - covered} of the "
                      f"{total} elements of the global shape {tuple(global_shape)} uncovered"
                      f"{example}; pieces found: {_listing(pieces)}")
@@ -185,7 +179,7 @@ def _paths(paths_or_dir) -> List[str]:
             found = sorted(p for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
                            if os.path.isfile(p))
             if not found:
-                raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
+                raise _error("HURRAY_ERR_NOT_FOUND",
                              f"no *.hurray files in {path!r}")
             return found
         return [path]
@@ -282,11 +276,11 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
                 pieces.setdefault(n, []).append(_Piece(path, n, d, box))
     if name is not None and name not in pieces:
         where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
-        raise _error(_hurray.NotFoundError, "HURRAY_ERR_NOT_FOUND",
+        raise _error("HURRAY_ERR_NOT_FOUND",
                      f"no sharded tensor {name!r} in {len(paths)} files{where}")
     for n in pieces:
         if n in unsharded:
-            raise _error(_hurray.ValidationError, "HURRAY_ERR_SHARD_BOUNDS",
+            raise _error("HURRAY_ERR_SHARD_BOUNDS",
                          f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
                          f"sharded in {pieces[n][0].path!r}")
     checked = {n: _check_pieces(n, ps) for n, ps in pieces.items()}
@@ -340,7 +334,7 @@ def save_sharded(directory, tensors: Mapping[str, Any], parts: int, axis: int = 
         t = as_tensor(value)
         d = t.descriptor
         if not isinstance(d.layout, Dense) or d.quantization is not None:
-            raise _error(_hurray.UnsupportedError, "HURRAY_ERR_UNSUPPORTED",
+            raise _error("HURRAY_ERR_UNSUPPORTED",
                          f"tensor {name!r}: save_sharded cuts dense, unquantized tensors only")
         array = t.numpy()
         if array.ndim == 0:

@@ -105,26 +105,31 @@ const char *hy_error_class_name(HurrayStatus status) {
   return "HurrayError";
 }
 
-PyObject *hy_raise_status(PyObject *cls, PyObject *io_class, HurrayStatus status,
-                          const HurrayError *error, PyObject *filename) {
-  if (error != NULL && error->os_errno != 0 && io_class != NULL) {
-    return hy_raise_os(io_class, status, error, filename);
-  }
-  PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status),
-                                           error != NULL ? error->message : "");
-  if (message == NULL) return NULL;
-  PyObject *exc = PyObject_CallOneArg(cls, message);
-  Py_DECREF(message);
+PyObject *hy_status_exception(PyObject *cls, HurrayStatus status, const char *message) {
+  PyObject *text = PyUnicode_FromFormat("%s: %s", hurray_status_name(status), message);
+  if (text == NULL) return NULL;
+  PyObject *exc = PyObject_CallOneArg(cls, text);
+  Py_DECREF(text);
   if (exc == NULL) return NULL;
   PyObject *code = PyLong_FromLong((long)status);
   PyObject *name = PyUnicode_FromString(hurray_status_name(status));
-  if (code != NULL && name != NULL) {
-    PyObject_SetAttrString(exc, "status", code);
-    PyObject_SetAttrString(exc, "status_name", name);
+  if (code == NULL || name == NULL || PyObject_SetAttrString(exc, "status", code) < 0 ||
+      PyObject_SetAttrString(exc, "status_name", name) < 0) {
+    Py_CLEAR(exc);
   }
   Py_XDECREF(code);
   Py_XDECREF(name);
-  PyErr_SetObject(cls, exc);
+  return exc;
+}
+
+PyObject *hy_raise_class(PyObject *cls, PyObject *io_class, HurrayStatus status,
+                         const HurrayError *error, PyObject *filename) {
+  if (error != NULL && error->os_errno != 0 && io_class != NULL) {
+    return hy_raise_os(io_class, status, error, filename);
+  }
+  PyObject *exc = hy_status_exception(cls, status, error != NULL ? error->message : "");
+  if (exc == NULL) return NULL;
+  PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
   Py_DECREF(exc);
   return NULL;
 }

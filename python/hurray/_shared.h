@@ -53,11 +53,15 @@ extern const size_t hy_error_class_count;
 /* The name of the class covering `status` ("FormatError"), or "HurrayError". */
 const char *hy_error_class_name(HurrayStatus status);
 
+/* A new `cls` instance with "STATUS_NAME: message" and the attributes
+ * status and status_name; NULL with an exception if it cannot be made. */
+PyObject *hy_status_exception(PyObject *cls, HurrayStatus status, const char *message);
+
 /* Raises `cls` with "STATUS_NAME: message" and the attributes status and
  * status_name; a failure the operating system reported (error->os_errno
  * set) as an OSError subclass that is also `io_class`, carrying errno and
  * `filename` (may be NULL). Returns NULL. */
-PyObject *hy_raise_status(PyObject *cls, PyObject *io_class, HurrayStatus status,
+PyObject *hy_raise_class(PyObject *cls, PyObject *io_class, HurrayStatus status,
                           const HurrayError *error, PyObject *filename);
 
 #endif

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import Descriptor, Sparse
 from ._tensor import Tensor, stored_buffer, unsupported
 
@@ -19,6 +19,9 @@ def _contiguous(a, dtype=None) -> np.ndarray:
 
 
 def _buffer(role: str, array: np.ndarray) -> tuple:
+    name = _dtypes.from_numpy(array.dtype)
+    if _dtypes.is_packed(name):  # sub-byte values are stored packed, as the descriptor says
+        return stored_buffer(role, _dtypes.pack(name, array), 1)
     raw = array.reshape(-1).view(np.uint8) if array.size else np.zeros(0, np.uint8)
     return stored_buffer(role, raw, array.itemsize)
 
@@ -113,36 +116,10 @@ class SparseTensor(Tensor):
     # --- torch ---
     @classmethod
     def from_torch(cls, tensor) -> "SparseTensor":
-        from .torch import from_torch
-        return from_torch(tensor)
+        return _hooks.torch("from_torch")(tensor)
 
     def to_torch(self):
-        from .torch import to_torch
-        return to_torch(self)
+        return _hooks.torch("to_torch")(self)
 
 
-def sparse_to_dense(t: "SparseTensor", d: Descriptor, values=None) -> np.ndarray:
-    """The dense array of a sparse tensor; `values` replaces the stored
-    values (e.g. dequantized ones). The index contents are validated again
-    first, as hurray_tensor_to_dense does: the buffers may be writable
-    arrays changed since the tensor was built, and numpy would wrap a
-    negative index silently."""
-    Tensor(t._encoded, [t._buffer(i) for i in range(t.buffer_count)])
-    p = t.parts()
-    values = p["values"] if values is None else values
-    out = np.zeros(d.shape, dtype=values.dtype)
-    if p["format"] == "coo":
-        np.add.at(out, tuple(c.astype(np.intp) for c in p["coords"]), values)
-        return out
-    indptr, indices = p["indptr"].astype(np.intp), p["indices"].astype(np.intp)
-    major = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
-    if p["format"] == "csr":
-        np.add.at(out, (major, indices), values)
-    elif p["format"] == "csc":
-        np.add.at(out, (indices, major), values)
-    else:
-        br, bc = values.shape[1:]
-        for k in range(values.shape[0]):
-            r, c = major[k] * br, indices[k] * bc
-            out[r:r + br, c:c + bc] += values[k]
-    return out
+_hooks.LAYOUT_CLASSES[_hurray.ENUMS["layout"]["sparse"]] = SparseTensor

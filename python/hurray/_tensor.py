@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import _dtypes, _hurray
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
                           PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
 
@@ -29,14 +29,14 @@ def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
         "for the real values, or t.codes() for the codes")
 
 
+_LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]  # HurrayLayoutKind, from C
+
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
 
 
 def unsupported(message: str) -> "_hurray.UnsupportedError":
     """An UnsupportedError carrying the C status, like those raised in C."""
-    exc = _hurray.UnsupportedError(f"HURRAY_ERR_UNSUPPORTED: {message}")
-    exc.status, exc.status_name = 3, "HURRAY_ERR_UNSUPPORTED"
-    return exc
+    return _hurray._error("HURRAY_ERR_UNSUPPORTED", message)
 
 
 def natural_alignment(itemsize: int) -> int:
@@ -210,11 +210,7 @@ class Tensor(_hurray._Tensor):
                                        else max_output_bytes)
             else:
                 # Only stored elements carry codes; the others are zeros.
-                from ._sparse import sparse_to_dense
-                t = specialise(self)
-                values = (_affine_difference(t.parts()["values"], q.zero_point)
-                          * np.float32(q.scale))
-                values = sparse_to_dense(t, d, values)
+                values = _dequantized_sparse(self, d).to_dense(max_output_bytes=None)
             if out is not None:
                 np.copyto(out, values, casting="unsafe")
                 return out
@@ -300,10 +296,9 @@ class Tensor(_hurray._Tensor):
         if _dtypes.is_packed(d.dtype):
             if isinstance(layout, Dense):
                 return self.numpy()
-            if isinstance(layout, Sparse):
-                from ._sparse import sparse_to_dense
-                return sparse_to_dense(specialise(self), d)
-            return _paged_to_dense(self, d)
+            packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
+            self._to_dense(packed)
+            return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)
         out = np.empty(d.shape, dtype=_dtypes.to_numpy(d.dtype))
         self._to_dense(out.reshape(-1).view(np.uint8) if out.size else out)
         return out
@@ -320,81 +315,8 @@ class Tensor(_hurray._Tensor):
         d = self.descriptor
         if not isinstance(d.layout, Composite):
             raise unsupported("member() needs a composite tensor")
-        for m in d.layout.members:
-            if m.name == name:
-                return _member_tensor(self, d, m.descriptor)
-        exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: no member {name!r}")
-        exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
-        raise exc
-
-
-_INDEX_FIELDS = ("data_buffer", "values_buffer", "indptr_buffer", "indices_buffer",
-                 "pool_buffer", "table_buffer", "scale_buffer", "zero_point_buffer",
-                 "absmax_buffer")
-
-
-def _member_tensor(parent: Tensor, d: Descriptor, member: Descriptor) -> Tensor:
-    """Renumbers the member's buffer references into a table of its own."""
-    spec = member._build_dict()
-    used: list = []
-
-    def renumber(index):
-        if index is None:
-            return None
-        if index not in used:
-            used.append(index)
-        return used.index(index)
-
-    def walk(node):
-        for part in ("layout", "quantization"):
-            fields = node.get(part)
-            if not fields:
-                continue
-            for key in _INDEX_FIELDS:
-                if key in fields:
-                    fields[key] = renumber(fields[key])
-            if "index_buffers" in fields:
-                fields["index_buffers"] = [renumber(i) for i in fields["index_buffers"]]
-            for m in fields.get("members", ()):
-                walk(m["descriptor"])
-
-    walk(spec)
-    spec["buffers"] = [d.buffers[i].__dict__ for i in used]
-    spec["device"] = d.device.__dict__
-    return specialise(Tensor(Descriptor.from_dict(spec), [parent._buffer(i) for i in used]))
-
-
-def _affine_difference(codes: np.ndarray, zero_point: int) -> np.ndarray:
-    """f32(c - z) with c - z the exact integer difference, rounded once to
-    nearest even (spec quantization §5.1), as float32. f32(c) - f32(z) is
-    wrong once c or z is beyond 2^24 (int32 code 2^24 + 1, zero point 3:
-    16777213 instead of 16777214)."""
-    if codes.dtype.kind not in "iu":  # float8/6/4 codes: zero point 0
-        return codes.astype(np.float32) - np.float32(zero_point)
-    if codes.dtype.itemsize <= 4 and abs(zero_point) < 2**62:
-        # c - z fits int64 exactly, and int64 -> float32 rounds once.
-        return (codes.astype(np.int64) - np.int64(zero_point)).astype(np.float32)
-    # 64-bit codes: c - z may need 65 bits; round each exactly.
-    out = np.empty(codes.shape, dtype=np.float32)
-    flat = out.reshape(-1)
-    for i, c in enumerate(codes.reshape(-1).tolist()):
-        flat[i] = _int_to_f32(c - zero_point)
-    return out
-
-
-def _int_to_f32(v: int) -> np.float32:
-    """An integer rounded once to binary32 (ties to even): via float64 would
-    round twice."""
-    m = abs(v)
-    shift = m.bit_length() - 24
-    if shift > 0:
-        q, r = m >> shift, m & ((1 << shift) - 1)
-        half = 1 << (shift - 1)
-        if r > half or (r == half and q & 1):
-            q += 1
-        m = q << shift  # 24 significant bits: exact in float64 and float32
-    f = np.float32(float(m)) if m < 2**128 else np.float32(np.inf)
-    return -f if v < 0 else f
+        encoded, used = _hurray._member(self, name)  # renumbered in C
+        return specialise(Tensor(encoded, [self._buffer(i) for i in used]))
 
 
 def _blocked_shape(shape, axis, block):
@@ -403,22 +325,24 @@ def _blocked_shape(shape, axis, block):
     return tuple(out)
 
 
-def _paged_to_dense(t: Tensor, d: Descriptor) -> np.ndarray:
-    p = d.layout
-    pool = np.frombuffer(t._buffer(p.pool_buffer), dtype=np.uint8)[d.byte_offset:]
-    table = np.frombuffer(t._buffer(p.table_buffer), dtype=np.dtype(p.table_dtype))
-    outer = math.prod(d.shape[:p.axis])
-    inner = d.shape[p.axis + 1:]
-    blocks = -(-d.shape[p.axis] // p.page_size)
-    table = table[: outer * blocks].reshape(outer, blocks)
-    if _dtypes.is_packed(d.dtype):
-        elems = _dtypes.unpack(d.dtype, pool, p.num_pages * p.page_size * math.prod(inner))
-    else:
-        dtype = _dtypes.to_numpy(d.dtype)
-        elems = pool[: p.num_pages * p.page_size * math.prod(inner) * dtype.itemsize].view(dtype)
-    pages = elems.reshape((p.num_pages, p.page_size) + tuple(inner))
-    gathered = pages[table.reshape(-1)].reshape((outer, blocks * p.page_size) + tuple(inner))
-    return gathered[:, : d.shape[p.axis]].reshape(d.shape)
+def _dequantized_sparse(t: Tensor, d: Descriptor) -> Tensor:
+    """The sparse tensor with its per-tensor affine codes replaced by their
+    float32 values: the codes dequantized by the C kernel as a 1-D tensor,
+    put in place of the values buffer (densified in C afterwards)."""
+    s, q = d.layout, d.quantization
+    count = s.nnz * (math.prod(s.block_shape) if s.format == "bsr" else 1)
+    size = _dtypes.storage_bytes(d.dtype, count)
+    raw = np.frombuffer(t._buffer(s.values_buffer), dtype=np.uint8)[
+        d.byte_offset:d.byte_offset + size]
+    codes = Tensor(Descriptor(d.dtype, (count,), quantization=q,
+                              buffers=[Buffer("data", size)]), [raw])
+    values = codes.dequantize(np.float32, max_output_bytes=None).reshape(-1).view(np.uint8)
+    buffers = list(d.buffers)
+    buffers[s.values_buffer] = Buffer(buffers[s.values_buffer].role, values.size, 4)
+    arrays = [t._buffer(i) for i in range(t.buffer_count)]
+    arrays[s.values_buffer] = values
+    return Tensor(d.replace(dtype="float32", quantization=None, byte_offset=0, buffers=buffers,
+                            statistics=None), arrays)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -446,14 +370,12 @@ def from_hurray(obj: Any) -> Tensor:
     return specialise(Tensor._from_capsule(capsule))
 
 
-_LAYOUT_DENSE, _LAYOUT_SPARSE = 1, 2  # HurrayLayoutKind
-
-
 def specialise(t: Tensor) -> Tensor:
     """Sparse tensors are handed out as SparseTensor, whatever made them."""
-    if type(t) is Tensor and t._view_info()[5] == _LAYOUT_SPARSE:
-        from ._sparse import SparseTensor
-        t.__class__ = SparseTensor
+    if type(t) is Tensor:
+        layout = t._view_info()[5]
+        if layout != _LAYOUT_DENSE and layout in _hooks.LAYOUT_CLASSES:
+            t.__class__ = _hooks.LAYOUT_CLASSES[layout]
     return t
 
 
@@ -462,8 +384,7 @@ def from_dlpack(obj: Any) -> Tensor:
     try:
         import torch  # noqa: F401
         if type(obj).__module__.startswith("torch"):
-            from .torch import from_torch
-            return from_torch(obj)
+            return _hooks.torch("from_torch")(obj)
     except ImportError:
         pass
     return from_numpy(np.from_dlpack(obj))

@@ -10,6 +10,7 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "../core/packing.h"
 #include "hurray/buffer.h"
 #include "index_read.h"
 
@@ -90,12 +91,13 @@ static HurrayStatus place(const HurrayDescriptor *d, uint8_t *seen, uint8_t *out
                       hurray_dtype_name(d->dtype));
 }
 
+/* `values`: the stored values, `item` bytes each (the values buffer past
+ * byte_offset, or those values unpacked one a byte). */
 static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                    uint8_t *out, size_t item, uint64_t numel,
-                                    HurrayError *error) {
+                                    const uint8_t *values, uint8_t *out, size_t item,
+                                    uint64_t numel, HurrayError *error) {
   const HurrayLayout *l = &d->layout;
   bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
-  const uint8_t *values = data_of(list, l->data_buffer) + d->byte_offset;
   uint8_t *seen = calloc(numel / 8 + 1, 1);
   if (seen == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   HurrayStatus status = HURRAY_OK;
@@ -134,8 +136,8 @@ static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBuffe
   return status;
 }
 
-static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list, uint8_t *out,
-                           size_t item) {
+static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
+                           const uint8_t *pool, uint8_t *out, size_t item) {
   const HurrayLayout *l = &d->layout;
   bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
   uint64_t outer = 1, inner = 1;
@@ -146,7 +148,6 @@ static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *li
   uint64_t length = d->shape[l->axis];
   uint64_t blocks = hurray__ceil_div_u64(length, l->page_size);
   uint64_t page_bytes = l->page_size * inner * item;
-  const uint8_t *pool = data_of(list, l->data_buffer) + d->byte_offset;
   const uint8_t *table = data_of(list, l->table_buffer);
   for (uint64_t o = 0; o < outer; o++) {
     for (uint64_t b = 0; b < blocks; b++) {
@@ -171,6 +172,41 @@ static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uin
       index[i] = 0;
     }
   }
+}
+
+/* Sparse or paged sub-byte elements: the stored ones unpacked one a byte,
+ * placed as byte-sized ones are, and the result packed into `out`. A
+ * position stored twice is refused (sub-byte values have no sum here). */
+static HurrayStatus subbyte_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                     uint8_t *out, uint64_t numel, HurrayError *error) {
+  const HurrayLayout *l = &d->layout;
+  uint32_t bits = hurray_dtype_bits(d->dtype);
+  uint64_t stored = 1; /* elements in the values buffer or the page pool */
+  if (l->kind == HURRAY_LAYOUT_SPARSE) {
+    stored = l->nnz * (l->format == HURRAY_SPARSE_BSR ? l->block_rows * l->block_cols : 1);
+  } else {
+    for (uint32_t i = l->axis + 1; i < d->rank; i++) stored *= d->shape[i];
+    stored *= l->num_pages * l->page_size;
+  } /* placement validation proved the buffer holds them, so no product overflows */
+  const HurrayBuffer *b = hurray_buffer_list_get(list, l->data_buffer);
+  uint8_t *codes = malloc(stored ? (size_t)stored : 1);
+  uint8_t *dense = malloc(numel ? (size_t)numel : 1);
+  HurrayStatus status = HURRAY_OK;
+  if (codes == NULL || dense == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  } else {
+    hurray__unpack_bits(bits, hurray_buffer_data(b) + d->byte_offset,
+                        (size_t)(hurray_buffer_size(b) - d->byte_offset), stored, codes);
+    if (l->kind == HURRAY_LAYOUT_SPARSE) {
+      status = sparse_to_dense(d, list, codes, dense, 1, numel, error);
+    } else if (numel > 0) {
+      paged_to_dense(d, list, codes, dense, 1);
+    }
+    if (status == HURRAY_OK) hurray__pack_bits(bits, dense, numel, out);
+  }
+  free(codes);
+  free(dense);
+  return status;
 }
 
 /* Placement reads index contents (sparse indices, page tables) only from
@@ -229,19 +265,18 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
     }
     case HURRAY_LAYOUT_SPARSE:
     case HURRAY_LAYOUT_PAGED:
-      if (bits % 8 != 0) {
-        return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                            "to_dense of %s elements in a %s layout is not supported",
-                            hurray_dtype_name(d->dtype),
-                            d->layout.kind == HURRAY_LAYOUT_SPARSE ? "sparse" : "paged");
-      }
+      if (bits % 8 != 0) return subbyte_to_dense(d, list, out, numel, error);
       if (d->layout.kind == HURRAY_LAYOUT_PAGED) {
         /* An empty tensor has nothing to gather; the loop would still walk
          * the dimensions before the paged axis, which may be huge. */
-        if (numel > 0) paged_to_dense(d, list, out, item);
+        if (numel > 0) {
+          paged_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
+                         item);
+        }
         return HURRAY_OK;
       }
-      return sparse_to_dense(d, list, out, item, numel, error);
+      return sparse_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
+                             item, numel, error);
     case HURRAY_LAYOUT_COMPOSITE:
       break;
   }

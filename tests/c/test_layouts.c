@@ -844,12 +844,22 @@ static void test_to_dense_refusals(void **state) {
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 
-  /* Sub-byte values in a sparse layout. */
-  d = coo2(HURRAY_DTYPE_INT4, HURRAY_DTYPE_INT32, 2, 2, 2, true);
+  /* Sub-byte values in a sparse layout: unpacked, placed, packed again. */
+  d = coo2(HURRAY_DTYPE_INT4, HURRAY_DTYPE_INT32, 2, 2, 2, false);
   list = buffers_for(d, mem, false);
+  mem[0][0] = 0x21; /* values 1, 2 */
+  put_indices(mem[1], false, (int64_t[]){0, 1}, 2);
   put_indices(mem[2], false, (int64_t[]){0, 1}, 2);
   assert_ok(place(d, list, error));
-  assert_status(HURRAY_ERR_UNSUPPORTED, hurray_tensor_to_dense(d, list, out, sizeof out, error));
+  memset(out, 0xff, sizeof out);
+  assert_ok(hurray_tensor_to_dense(d, list, out, 2, error));
+  const uint8_t *packed = (const uint8_t *)out;
+  assert_int_equal(packed[0], 0x01); /* [[1, 0], [0, 2]], LSB-first */
+  assert_int_equal(packed[1], 0x20);
+  /* ... and a position stored twice has no sub-byte sum. */
+  put_indices(mem[1], false, (int64_t[]){1, 1}, 2);
+  put_indices(mem[2], false, (int64_t[]){1, 1}, 2);
+  assert_status(HURRAY_ERR_UNSUPPORTED, hurray_tensor_to_dense(d, list, out, 2, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 

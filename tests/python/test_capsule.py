@@ -571,7 +571,7 @@ def test_already_consumed_is_the_state_status():
 
 def test_already_consumed_error_carries_status_name():
     # Found by this suite (raised with PyErr_SetString, without `status`);
-    # fixed in _hurray.c consume_capsule.
+    # fixed in _hy_capsule.c hy_consume_capsule.
     capsule = hurray.from_numpy(np.zeros(2)).__hurray__()
     hurray.Tensor._from_capsule(capsule)
     with pytest.raises(hurray.InvalidArgumentError) as info:

@@ -721,3 +721,62 @@ def test_malformed_from_a_c_producer(name):
     with pytest.raises(hurray.PlacementError) as excinfo:
         hurray.from_hurray(producer)
     status(excinfo, MALFORMED[name][2])
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csr", "csc"])
+@pytest.mark.parametrize("name", ["int4", "uint4", "float4_e2m1fn", "float6_e3m2fn"])
+def test_sub_byte_sparse_to_dense_is_done_in_c(fmt, name):
+    """Sparse sub-byte values are densified by hurray_tensor_to_dense (it
+    refused them before, and Python scattered them with numpy)."""
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    dense = np.zeros((5, 7), dtype=np.float32)
+    dense[0, 1], dense[2, 3], dense[4, 6], dense[3, 0] = 1, -2, 3, 0.5
+    if name == "uint4":
+        dense = np.abs(dense)
+    want = dense.astype(dtype)
+    m = getattr(sp.coo_matrix(dense), "to" + fmt)()
+    if fmt == "coo":
+        t = hurray.SparseTensor.from_arrays("coo", m.shape, m.data.astype(dtype),
+                                            coords=[m.row, m.col])
+    else:
+        t = hurray.SparseTensor.from_arrays(fmt, m.shape, m.data.astype(dtype),
+                                            indptr=m.indptr, indices=m.indices)
+    got = t.to_dense()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_sub_byte_sparse_duplicates_have_no_sum():
+    values = np.array([1, 2], dtype=ml_dtypes.int4)
+    t = hurray.SparseTensor.from_arrays("coo", (2, 2), values,
+                                        coords=[np.array([0, 0]), np.array([1, 1])])
+    with pytest.raises(hurray.UnsupportedError, match="stored twice"):
+        t.to_dense()
+
+
+def test_member_renumbering_of_sparse_and_nested_members():
+    """Buffers are renumbered in order of first use, layout before
+    quantization, nested members depth first (src/core/member.c)."""
+    cols = np.array([1, 0], np.int32)
+    values = np.array([5, 7], np.float32)
+    rows = np.array([0, 1], np.int32)
+    coo = Descriptor("float32", (2, 2), layout=Sparse("coo", "int32", 2, values_buffer=1,
+                                                      index_buffers=(2, 0)))
+    inner = Descriptor("float32", (2,), layout=Composite((
+        Member("x", Descriptor("int32", (2,), layout=Dense(3))),
+        Member("y", Descriptor("float32", (2,), layout=Dense(4))))))
+    d = Descriptor("float32", (2, 2), layout=Composite((Member("s", coo), Member("c", inner))),
+                   buffers=[Buffer("indices", 8, 4), Buffer("values", 8, 4),
+                            Buffer("indices", 8, 4), Buffer("data", 8, 4), Buffer("data", 8, 4)])
+    t = hurray.Tensor(d, [cols.view(np.uint8), values.view(np.uint8), rows.view(np.uint8),
+                          rows.view(np.uint8), values.view(np.uint8)])
+    s = t.member("s")
+    assert s.descriptor.layout.values_buffer == 0
+    assert s.descriptor.layout.index_buffers == (1, 2)
+    assert [s._buffer_address(i) for i in range(3)] == [t._buffer_address(i) for i in (1, 2, 0)]
+    np.testing.assert_array_equal(s.to_dense(), [[0, 5], [7, 0]])
+    c = t.member("c")
+    assert [m.descriptor.layout for m in c.descriptor.layout.members] == [Dense(0), Dense(1)]
+    assert [c._buffer_address(i) for i in range(2)] == [t._buffer_address(i) for i in (3, 4)]
+    np.testing.assert_array_equal(c.member("x").numpy(), rows)
+    np.testing.assert_array_equal(c.member("y").numpy(), values)

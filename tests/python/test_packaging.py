@@ -115,7 +115,7 @@ def test_requires_python_is_true():
     # The extension calls PyType_GetModuleByDef, public from 3.11.
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
-    assert "PyType_GetModuleByDef" in (REPO / "python/hurray/_hurray.c").read_text()
+    assert "PyType_GetModuleByDef" in (REPO / "python/hurray/_hy_module.c").read_text()
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
 
 

@@ -443,8 +443,10 @@ def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
 
 
 _DEQUANTIZE_TO = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_QUANT_NONE, _QUANT_PER_TENSOR, _QUANT_PER_CHANNEL = 0, 1, 2  # HurrayQuantKind
-_LAYOUT_DENSE = 1
+_QUANT_NONE = 0  # HurrayQuantKind: no quantization
+_QUANT_PER_TENSOR = _hurray.ENUMS["quantization"]["per_tensor_affine"]
+_QUANT_PER_CHANNEL = _hurray.ENUMS["quantization"]["per_channel_affine"]
+_LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]
 
 
 def _threads() -> int:

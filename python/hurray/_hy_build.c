@@ -1,0 +1,514 @@
+/*
+ * _hy_build.c: C descriptors from Python records. A Descriptor's fields and
+ * part records are read straight into libhurray's builder functions; this
+ * is the one place a field goes from Python to C.
+ */
+#include "_hurray.h"
+
+/* ------------------------------------- C descriptors from Python records */
+
+/* Looks a name up among the values [lo, hi] of an enum. */
+static int enum_value(PyObject *name, HyEnumName names, int lo, int hi, const char *what) {
+  const char *s = PyUnicode_Check(name) ? hy_utf8(name, what) : NULL;
+  if (s != NULL) {
+    for (int v = lo; v <= hi; v++) {
+      if (strcmp(names(v), s) == 0) return v;
+    }
+  }
+  if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown %s %R", what, name);
+  return -1;
+}
+
+static const char *const descriptor_fields[HY_D_COUNT] = {
+    [HY_D_DTYPE] = "dtype",         [HY_D_SHAPE] = "shape",
+    [HY_D_STRIDES] = "strides",     [HY_D_BYTE_OFFSET] = "byte_offset",
+    [HY_D_LAYOUT] = "layout",       [HY_D_QUANTIZATION] = "quantization",
+    [HY_D_BUFFERS] = "buffers",     [HY_D_DEVICE] = "device",
+    [HY_D_STATISTICS] = "statistics", [HY_D_SHARD] = "shard",
+    [HY_D_EXTENSION] = "extension",
+};
+
+static bool is_record(PyObject *obj) { return Py_TYPE(obj)->tp_dealloc == hy_record_dealloc; }
+
+static bool is_descriptor(PyObject *obj) {
+  PyObject *module = PyType_GetModuleByDef(Py_TYPE(obj), &hy_module_def);
+  if (module == NULL) {
+    PyErr_Clear();
+    return false;
+  }
+  ModuleState *st = PyModule_GetState(module);
+  return PyObject_TypeCheck(obj, st->descriptor_type);
+}
+
+/* What a builder reads: a field of a record or of a Descriptor. Borrowed;
+ * NULL when absent or None. */
+static PyObject *item(PyObject *spec, const char *key) {
+  PyObject *v = NULL;
+  if (is_record(spec)) {
+    ModuleState *st = hy_state_of_type(Py_TYPE(spec));
+    int r = st != NULL ? hy_record_kind(st, Py_TYPE(spec)) : -1;
+    int i = r >= 0 ? hy_record_field(r, key) : -1;
+    if (st == NULL) PyErr_Clear();
+    v = i >= 0 ? ((HyRecordObject *)spec)->v[i] : NULL;
+  } else if (is_descriptor(spec)) {
+    for (int i = 0; i < HY_D_COUNT; i++) {
+      if (strcmp(descriptor_fields[i], key) == 0) v = ((HyDescriptorObject *)spec)->f[i];
+    }
+  }
+  return v == Py_None ? NULL : v;
+}
+
+static bool is_spec(PyObject *obj) { return is_record(obj); }
+
+/* The "kind" of a layout or quantization record; "" for another record. */
+static const char *kind_of(PyObject *spec) {
+  ModuleState *st = hy_state_of_type(Py_TYPE(spec));
+  int r = st != NULL ? hy_record_kind(st, Py_TYPE(spec)) : -1;
+  if (st == NULL) PyErr_Clear();
+  return r >= 0 && hy_record_defs[r].kind != NULL ? hy_record_defs[r].kind : "";
+}
+
+static int need(PyObject *v, const char *key) {
+  if (v == NULL) PyErr_Format(PyExc_KeyError, "descriptor field '%s' is required", key);
+  return v == NULL ? -1 : 0;
+}
+
+static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t *out) {
+  PyObject *v = item(dict, key);
+  if (v == NULL) {
+    *out = fallback;
+    return 0;
+  }
+  *out = PyLong_AsUnsignedLongLong(v);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+static int get_i64(PyObject *dict, const char *key, int64_t fallback, int64_t *out) {
+  PyObject *v = item(dict, key);
+  if (v == NULL) {
+    *out = fallback;
+    return 0;
+  }
+  *out = PyLong_AsLongLong(v);
+  return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Buffer indices: None or absent means "no buffer". */
+static int get_index(PyObject *dict, const char *key, uint32_t *out) {
+  uint64_t v;
+  if (get_u64(dict, key, HURRAY_NO_BUFFER, &v) < 0) return -1;
+  if (v > UINT32_MAX) {
+    PyErr_Format(PyExc_OverflowError, "%s out of range", key);
+    return -1;
+  }
+  *out = (uint32_t)v;
+  return 0;
+}
+
+static int get_dtype(PyObject *dict, const char *key, bool optional, HurrayDType *out) {
+  PyObject *v = item(dict, key);
+  if (v == NULL) {
+    if (optional) {
+      *out = HURRAY_DTYPE_INVALID;
+      return 0;
+    }
+    return need(v, key);
+  }
+  const char *s = PyUnicode_Check(v) ? hy_utf8(v, key) : NULL;
+  if (s == NULL && PyErr_Occurred()) return -1;
+  *out = hurray_dtype_from_name(s);
+  if (*out == HURRAY_DTYPE_INVALID) {
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: unknown dtype %R", key, v);
+    return -1;
+  }
+  return 0;
+}
+
+static int get_u64_list(PyObject *dict, const char *key, uint64_t *out, Py_ssize_t max,
+                        Py_ssize_t *n_out) {
+  PyObject *v = item(dict, key);
+  if (need(v, key) < 0) return -1;
+  PyObject *seq = PySequence_Fast(v, key);
+  if (seq == NULL) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > max) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "%s: %zd entries exceed the limit of %zd", key, n, max);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    out[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  *n_out = n;
+  return 0;
+}
+
+static int build_sparse(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, HurrayError *e) {
+  PyObject *fmt = item(layout, "format");
+  const char *f = fmt != NULL && PyUnicode_Check(fmt) ? hy_utf8(fmt, "sparse format") : "";
+  HurrayDType index_dtype;
+  uint64_t nnz;
+  uint32_t data, a, b;
+  if (f == NULL || get_dtype(layout, "index_dtype", false, &index_dtype) < 0 ||
+      get_u64(layout, "nnz", 0, &nnz) < 0 || get_index(layout, "values_buffer", &data) < 0) {
+    return -1;
+  }
+  if (strcmp(f, "coo") == 0) {
+    uint64_t indices[HURRAY_MAX_RANK];
+    uint32_t idx32[HURRAY_MAX_RANK];
+    Py_ssize_t n = 0;
+    if (get_u64_list(layout, "index_buffers", indices, HURRAY_MAX_RANK, &n) < 0) return -1;
+    if ((uint32_t)n != hurray_descriptor_rank(d)) {
+      PyErr_Format(PyExc_ValueError, "index_buffers needs one entry per dimension (%u)",
+                   hurray_descriptor_rank(d));
+      return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (hy_check_max(indices[i], UINT32_MAX, "index_buffers entry") < 0) return -1;
+      idx32[i] = (uint32_t)indices[i];
+    }
+    PyObject *canonical = item(layout, "canonical");
+    *s = hurray_descriptor_set_layout_coo(d, index_dtype, nnz, data, idx32,
+                                          canonical != NULL && PyObject_IsTrue(canonical) == 1, e);
+    return 0;
+  }
+  if (strcmp(f, "csr") != 0 && strcmp(f, "csc") != 0 && strcmp(f, "bsr") != 0) {
+    PyErr_Format(PyExc_ValueError, "unknown sparse format %R", fmt);
+    return -1;
+  }
+  if (get_index(layout, "indptr_buffer", &a) < 0 || get_index(layout, "indices_buffer", &b) < 0) {
+    return -1;
+  }
+  if (strcmp(f, "bsr") == 0) {
+    uint64_t block[2];
+    Py_ssize_t n = 0;
+    if (get_u64_list(layout, "block_shape", block, 2, &n) < 0) return -1;
+    if (n != 2) {
+      PyErr_SetString(PyExc_ValueError, "block_shape needs two entries");
+      return -1;
+    }
+    *s = hurray_descriptor_set_layout_bsr(d, index_dtype, nnz, block[0], block[1], data, a, b, e);
+  } else {
+    *s = hurray_descriptor_set_layout_compressed(
+        d, strcmp(f, "csr") == 0 ? HURRAY_SPARSE_CSR : HURRAY_SPARSE_CSC, index_dtype, nnz, data,
+        a, b, e);
+  }
+  return 0;
+}
+
+static int build_paged(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, HurrayError *e) {
+  uint64_t axis, page_size, num_pages;
+  HurrayDType table_dtype;
+  uint32_t a, b;
+  if (get_u64(layout, "axis", 0, &axis) < 0 || get_u64(layout, "page_size", 0, &page_size) < 0 ||
+      get_u64(layout, "num_pages", 0, &num_pages) < 0 ||
+      get_dtype(layout, "table_dtype", false, &table_dtype) < 0 ||
+      get_index(layout, "pool_buffer", &a) < 0 || get_index(layout, "table_buffer", &b) < 0 ||
+      hy_check_max(axis, UINT32_MAX, "axis") < 0) {
+    return -1;
+  }
+  *s = hurray_descriptor_set_layout_paged(d, (uint32_t)axis, page_size, num_pages, table_dtype, a,
+                                          b, e);
+  return 0;
+}
+
+static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layout,
+                           HurrayStatus *s, HurrayError *e) {
+  *s = hurray_descriptor_set_layout_composite(d, e);
+  PyObject *members = item(layout, "members");
+  if (*s != HURRAY_OK || members == NULL) return 0;
+  PyObject *seq = PySequence_Fast(members, "members must be a sequence");
+  if (seq == NULL) return -1;
+  for (Py_ssize_t i = 0; *s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
+    PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject *name = is_spec(m) ? item(m, "name") : NULL;
+    PyObject *sub = is_spec(m) ? item(m, "descriptor") : NULL;
+    const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "member name") : NULL;
+    if (n == NULL || sub == NULL) {
+      Py_DECREF(seq);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a member needs a name and a descriptor");
+      return -1;
+    }
+    HurrayDescriptor *member = hy_build_descriptor(st, sub, false);
+    if (member == NULL) {
+      Py_DECREF(seq);
+      return -1;
+    }
+    *s = hurray_descriptor_add_member(d, n, member, e);
+  }
+  Py_DECREF(seq);
+  return 0;
+}
+
+static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, HurrayError *e) {
+  if (!is_spec(layout)) {
+    PyErr_Format(PyExc_TypeError, "not a layout: %R", layout);
+    return -1;
+  }
+  const char *k = kind_of(layout);
+  HurrayStatus s = HURRAY_OK;
+  int rc;
+  if (strcmp(k, "dense") == 0) {
+    uint32_t data;
+    rc = get_index(layout, "data_buffer", &data);
+    if (rc == 0) s = hurray_descriptor_set_layout_dense(d, data == HURRAY_NO_BUFFER ? 0 : data, e);
+  } else if (strcmp(k, "sparse") == 0) {
+    rc = build_sparse(d, layout, &s, e);
+  } else if (strcmp(k, "paged") == 0) {
+    rc = build_paged(d, layout, &s, e);
+  } else if (strcmp(k, "composite") == 0) {
+    rc = build_composite(st, d, layout, &s, e);
+  } else {
+    PyErr_Format(PyExc_TypeError, "not a layout: %R", layout);
+    return -1;
+  }
+  if (rc < 0) return -1;
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, e);
+    return -1;
+  }
+  return 0;
+}
+
+/* Per-channel or block affine: scales from a buffer, zero points inline or
+ * from a buffer. */
+static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint32_t axis,
+                        uint64_t block, int64_t zero_point, HurrayStatus *status, HurrayError *e) {
+  uint32_t scale_buffer, zp_buffer;
+  HurrayDType scale_dtype, zp_dtype;
+  if (get_index(q, "scale_buffer", &scale_buffer) < 0 ||
+      get_dtype(q, "scale_dtype", false, &scale_dtype) < 0 ||
+      get_index(q, "zero_point_buffer", &zp_buffer) < 0 ||
+      get_dtype(q, "zero_point_dtype", true, &zp_dtype) < 0) {
+    return -1;
+  }
+  HurrayStatus s =
+      per_channel
+          ? hurray_descriptor_set_quant_per_channel_affine(d, axis, scale_buffer, scale_dtype, e)
+          : hurray_descriptor_set_quant_block_affine(d, axis, block, scale_buffer, scale_dtype, e);
+  if (zp_buffer != HURRAY_NO_BUFFER && zero_point != 0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "give either zero_point_buffer or an inline zero_point, not both");
+    return -1;
+  }
+  if (s == HURRAY_OK && zp_buffer != HURRAY_NO_BUFFER) {
+    s = hurray_descriptor_set_quant_zero_point_buffer(d, zp_buffer, zp_dtype, e);
+  } else if (s == HURRAY_OK && zero_point != 0) {
+    s = hurray_descriptor_set_quant_zero_point(d, zero_point, e);
+  }
+  *status = s;
+  return 0;
+}
+
+static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, HurrayError *e) {
+  if (!is_spec(q)) {
+    PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
+    return -1;
+  }
+  const char *k = kind_of(q);
+  uint64_t axis = 0, block = 0;
+  int64_t zero_point = 0;
+  uint32_t scale_buffer;
+  HurrayDType scale_dtype;
+  HurrayStatus s = HURRAY_OK;
+  if (get_u64(q, "axis", 0, &axis) < 0 || get_u64(q, "block_size", 0, &block) < 0 ||
+      get_i64(q, "zero_point", 0, &zero_point) < 0) {
+    return -1;
+  }
+  if (axis > UINT32_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "axis out of range");
+    return -1;
+  }
+  if (strcmp(k, "per_tensor_affine") == 0) {
+    PyObject *scale = item(q, "scale");
+    if (need(scale, "scale") < 0) return -1;
+    double value = PyFloat_AsDouble(scale);
+    if (PyErr_Occurred()) return -1;
+    s = hurray_descriptor_set_quant_per_tensor_affine(d, value, zero_point, e);
+  } else if (strcmp(k, "per_channel_affine") == 0 || strcmp(k, "block_affine") == 0) {
+    if (build_affine(d, q, k[0] == 'p', (uint32_t)axis, block, zero_point, &s, e) < 0) return -1;
+  } else if (strcmp(k, "nf4") == 0) {
+    if (get_index(q, "absmax_buffer", &scale_buffer) < 0 ||
+        get_dtype(q, "absmax_dtype", false, &scale_dtype) < 0) {
+      return -1;
+    }
+    s = hurray_descriptor_set_quant_nf4(d, block, scale_buffer, scale_dtype, e);
+  } else if (strcmp(k, "mx") == 0) {
+    PyObject *element = item(q, "element");
+    int el = element == NULL ? -1 : enum_value(element, hy_mx_name, 1, HURRAY_MX_INT8, "MX element");
+    if (el < 0 || get_index(q, "scale_buffer", &scale_buffer) < 0) {
+      if (!PyErr_Occurred()) need(element, "element");
+      return -1;
+    }
+    if (item(q, "block_size") != NULL && block != HURRAY_MX_BLOCK_SIZE) {
+      snprintf(e->message, sizeof e->message,
+               "quantization.block_size: MX blocks are %u elements, not %llu",
+               HURRAY_MX_BLOCK_SIZE, (unsigned long long)block);
+      hy_raise_status(st, HURRAY_ERR_QUANT_BLOCK_SIZE, e);
+      return -1;
+    }
+    s = hurray_descriptor_set_quant_mx(d, (HurrayMxElement)el, (uint32_t)axis, scale_buffer, e);
+  } else {
+    PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
+    return -1;
+  }
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, e);
+    return -1;
+  }
+  return 0;
+}
+
+static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *status,
+                         HurrayError *e) {
+  HurrayStatus s = HURRAY_OK;
+  PyObject *buffers = item(spec, "buffers");
+  if (buffers != NULL) {
+    PyObject *seq = PySequence_Fast(buffers, "buffers must be a sequence");
+    if (seq == NULL) return -1;
+    for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
+      PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
+      uint64_t size, alignment;
+      PyObject *role = is_spec(b) ? item(b, "role") : NULL;
+      PyObject *sync = is_spec(b) ? item(b, "sync_mode") : NULL;
+      int r = role == NULL ? -1 : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
+      int m = sync == NULL ? HURRAY_SYNC_READY
+                           : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
+      if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
+          get_u64(b, "alignment", 1, &alignment) < 0) {
+        Py_DECREF(seq);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer needs a role");
+        return -1;
+      }
+      s = hurray_descriptor_add_buffer(d, (HurrayBufferRole)r, size,
+                                       alignment > UINT32_MAX ? 3 : (uint32_t)alignment,
+                                       (HurraySyncMode)m, NULL, e);
+    }
+    Py_DECREF(seq);
+  }
+  *status = s;
+  return 0;
+}
+
+static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec,
+                            HurrayError *e) {
+  HurrayStatus s = HURRAY_OK;
+  if (build_buffers(d, spec, &s, e) < 0) return -1;
+  PyObject *device = item(spec, "device");
+  if (s == HURRAY_OK && device != NULL) {
+    int64_t type, id;
+    PyObject *mc = is_spec(device) ? item(device, "memory_class") : NULL;
+    int m = mc == NULL ? HURRAY_MEMORY_HOST
+                       : enum_value(mc, hy_memory_name, 1, HURRAY_MEMORY_MANAGED, "memory_class");
+    if (!is_spec(device) || m < 0 || get_i64(device, "type", 1, &type) < 0 ||
+        get_i64(device, "id", 0, &id) < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "device must be a dict");
+      return -1;
+    }
+    if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "device type and id must fit int32");
+      return -1;
+    }
+    s = hurray_descriptor_set_device(d, (int32_t)type, (int32_t)id, (HurrayMemoryClass)m, e);
+  }
+  PyObject *stats = item(spec, "statistics");
+  if (s == HURRAY_OK && stats != NULL) {
+    PyObject *v;
+    if ((v = item(stats, "min")) != NULL) hurray_descriptor_set_stat_min(d, PyFloat_AsDouble(v));
+    if ((v = item(stats, "max")) != NULL) hurray_descriptor_set_stat_max(d, PyFloat_AsDouble(v));
+    if ((v = item(stats, "nan_count")) != NULL)
+      hurray_descriptor_set_stat_nan_count(d, PyLong_AsUnsignedLongLong(v));
+    if ((v = item(stats, "zero_count")) != NULL)
+      hurray_descriptor_set_stat_zero_count(d, PyLong_AsUnsignedLongLong(v));
+    if (PyErr_Occurred()) return -1;
+  }
+  PyObject *shard = item(spec, "shard");
+  if (s == HURRAY_OK && shard != NULL) {
+    uint64_t global[HURRAY_MAX_RANK], offsets[HURRAY_MAX_RANK];
+    Py_ssize_t ng = 0, no = 0;
+    if (get_u64_list(shard, "global_shape", global, HURRAY_MAX_RANK, &ng) < 0 ||
+        get_u64_list(shard, "offsets", offsets, HURRAY_MAX_RANK, &no) < 0) {
+      return -1;
+    }
+    if (ng != no) {
+      PyErr_SetString(PyExc_ValueError, "shard global_shape and offsets differ in length");
+      return -1;
+    }
+    s = hurray_descriptor_set_shard(d, (uint32_t)ng, global, offsets, e);
+  }
+  PyObject *ext = item(spec, "extension");
+  if (s == HURRAY_OK && ext != NULL) {
+    PyObject *name = item(ext, "name"), *meta = item(ext, "metadata");
+    const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "extension name") : NULL;
+    Py_buffer view = {0};
+    if (n == NULL || (meta != NULL && PyObject_GetBuffer(meta, &view, PyBUF_SIMPLE) < 0)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "extension needs a name");
+      return -1;
+    }
+    s = hurray_descriptor_set_extension(d, n, view.buf, meta != NULL ? (size_t)view.len : 0, e);
+    if (meta != NULL) PyBuffer_Release(&view);
+  }
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, e);
+    return -1;
+  }
+  return 0;
+}
+
+HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root) {
+  if (!is_descriptor(spec)) {
+    PyErr_Format(PyExc_TypeError, "not a Descriptor: %R", spec);
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayDType dtype;
+  uint64_t shape[HURRAY_MAX_RANK];
+  Py_ssize_t rank = 0;
+  if (get_dtype(spec, "dtype", false, &dtype) < 0 ||
+      get_u64_list(spec, "shape", shape, HURRAY_MAX_RANK, &rank) < 0) {
+    return NULL;
+  }
+  HurrayDescriptor *d = NULL;
+  HurrayStatus s = hurray_descriptor_create(dtype, (uint32_t)rank, shape, &d, &e);
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, &e);
+    return NULL;
+  }
+  PyObject *strides = item(spec, "strides");
+  uint64_t offset;
+  if (strides != NULL) {
+    uint64_t raw[HURRAY_MAX_RANK];
+    Py_ssize_t n = 0;
+    PyObject *seq = PySequence_Fast(strides, "strides must be a sequence");
+    if (seq == NULL) goto fail;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n != rank) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_ValueError, "strides need %zd entries", rank);
+      goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      raw[i] = (uint64_t)PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) goto fail;
+    hurray_descriptor_set_strides(d, (const int64_t *)raw, &e);
+  }
+  if (get_u64(spec, "byte_offset", 0, &offset) < 0) goto fail;
+  hurray_descriptor_set_byte_offset(d, offset);
+  PyObject *layout = item(spec, "layout");
+  if (layout != NULL && build_layout(st, d, layout, &e) < 0) goto fail;
+  PyObject *quant = item(spec, "quantization");
+  if (quant != NULL && build_quant(st, d, quant, &e) < 0) goto fail;
+  if (root && build_root_parts(st, d, spec, &e) < 0) goto fail;
+  return d;
+fail:
+  hurray_descriptor_destroy(d);
+  return NULL;
+}
+

@@ -1,0 +1,368 @@
+/*
+ * _hy_file.c: the File type, a reader with the GIL released around I/O.
+ */
+#include "_hurray.h"
+
+/* -------------------------------------------------------------------- File */
+
+typedef struct FileObject {
+  PyObject_HEAD
+  HurrayReader *reader;
+  PyThread_type_lock lock; /* serialises use of the reader against close */
+  PyObject *path;
+  bool pread;
+  bool readonly; /* buffers handed out are flagged read-only */
+} FileObject;
+
+static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+  FileObject *self = (FileObject *)op;
+  static char *kwlist[] = {"path", "mmap", "verify", "readonly", NULL};
+  PyObject *path;
+  int use_mmap = 1, verify = 0, readonly = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|ppp:File", kwlist, PyUnicode_FSConverter,
+                                   &path, &use_mmap, &verify, &readonly)) {
+    return -1;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  /* Re-initialising would close the reader under a thread using it. */
+  if (self->lock != NULL) {
+    Py_DECREF(path);
+    PyErr_SetString(PyExc_RuntimeError, "_File is already initialised");
+    return -1;
+  }
+  self->lock = PyThread_allocate_lock();
+  if (self->lock == NULL) {
+    Py_DECREF(path);
+    PyErr_NoMemory();
+    return -1;
+  }
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  /* Writable by default: a private (copy-on-write) mapping, so that a write
+   * into a loaded tensor copies a page instead of killing the process. */
+  options.mode = !use_mmap ? HURRAY_READ_PREAD
+                 : readonly ? HURRAY_READ_MMAP : HURRAY_READ_MMAP_PRIVATE;
+  options.verify_on_open = verify != 0;
+  HurrayError e = {0};
+  HurrayReader *reader = NULL;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
+  Py_END_ALLOW_THREADS
+  if (s != HURRAY_OK) {
+    PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
+    Py_DECREF(path);
+    hy_raise_status_file(st, s, &e, name);
+    Py_XDECREF(name);
+    return -1;
+  }
+  self->reader = reader;
+  self->pread = !use_mmap;
+  self->readonly = readonly != 0;
+  Py_XSETREF(self->path, path);
+  return 0;
+}
+
+static void file_dealloc(PyObject *op) {
+  FileObject *self = (FileObject *)op;
+  PyTypeObject *tp = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  hurray_reader_close(self->reader);
+  if (self->lock != NULL) PyThread_free_lock(self->lock);
+  Py_XDECREF(self->path);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static int file_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  return 0;
+}
+
+/* Takes the lock with the GIL released; fails if the file is closed. */
+static int file_acquire(FileObject *self) {
+  if (self->lock == NULL) {
+    PyErr_SetString(PyExc_ValueError, "File is not open");
+    return -1;
+  }
+  if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+  }
+  if (self->reader == NULL) {
+    PyThread_release_lock(self->lock);
+    PyErr_SetString(PyExc_ValueError, "I/O operation on a closed hurray file");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *file_close(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  if (self->lock == NULL) Py_RETURN_NONE;
+  Py_BEGIN_ALLOW_THREADS
+  PyThread_acquire_lock(self->lock, WAIT_LOCK);
+  Py_END_ALLOW_THREADS
+  hurray_reader_close(self->reader); /* tensors already taken stay valid */
+  self->reader = NULL;
+  PyThread_release_lock(self->lock);
+  Py_RETURN_NONE;
+}
+
+static PyObject *file_closed(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((FileObject *)op)->reader == NULL);
+}
+
+static PyObject *file_keys(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  if (file_acquire(self) < 0) return NULL;
+  size_t n = hurray_reader_tensor_count(self->reader);
+  PyObject *out = PyList_New((Py_ssize_t)n);
+  for (size_t i = 0; out != NULL && i < n; i++) {
+    PyObject *name = PyUnicode_FromString(hurray_reader_tensor_name(self->reader, i));
+    if (name == NULL) Py_CLEAR(out);
+    else PyList_SET_ITEM(out, (Py_ssize_t)i, name);
+  }
+  PyThread_release_lock(self->lock);
+  return out;
+}
+
+static PyObject *file_metadata(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  if (file_acquire(self) < 0) return NULL;
+  HurrayReader *r = self->reader;
+  PyObject *out = PyDict_New();
+  for (size_t i = 0; out != NULL && i < hurray_reader_metadata_count(r); i++) {
+    const char *key = hurray_reader_metadata_key(r, i);
+    PyObject *value = NULL;
+    const char *s;
+    int64_t iv;
+    double fv;
+    bool bv;
+    const uint8_t *bytes;
+    size_t len;
+    switch (hurray_reader_metadata_type(r, i)) {
+      case HURRAY_METADATA_STRING:
+        hurray_reader_metadata_string(r, key, &s, NULL);
+        value = PyUnicode_FromString(s);
+        break;
+      case HURRAY_METADATA_INT:
+        hurray_reader_metadata_int(r, key, &iv, NULL);
+        value = PyLong_FromLongLong(iv);
+        break;
+      case HURRAY_METADATA_FLOAT:
+        hurray_reader_metadata_float(r, key, &fv, NULL);
+        value = PyFloat_FromDouble(fv);
+        break;
+      case HURRAY_METADATA_BOOL:
+        hurray_reader_metadata_bool(r, key, &bv, NULL);
+        value = PyBool_FromLong(bv);
+        break;
+      default: /* bytes, and types of newer minor versions */
+        hurray_reader_metadata_bytes(r, key, &bytes, &len, NULL);
+        value = PyBytes_FromStringAndSize((const char *)bytes, (Py_ssize_t)len);
+        break;
+    }
+    if (value == NULL || PyDict_SetItemString(out, key, value) < 0) Py_CLEAR(out);
+    Py_XDECREF(value);
+  }
+  PyThread_release_lock(self->lock);
+  return out;
+}
+
+/* get(name) / get_rows(name, start, count): tensors that outlive the file. */
+static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
+  FileObject *self = (FileObject *)op;
+  const char *name;
+  uint64_t start = 0, count = 0;
+  if (rows ? !PyArg_ParseTuple(args, "sO&O&:get_rows", &name, hy_conv_u64, &start, hy_conv_u64,
+                               &count)
+           : !PyArg_ParseTuple(args, "s:get", &name)) {
+    return NULL;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = rows ? hurray_reader_get_rows(self->reader, name, start, count, &d, &list, &e)
+           : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  TensorObject *t = hy_tensor_alloc(st, NULL);
+  if (t == NULL) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return NULL;
+  }
+  /* pread copies and private mappings are writable; shared mappings not. */
+  if (hy_tensor_adopt(t, d, list, !self->readonly) < 0) {
+    Py_DECREF(t);
+    return NULL;
+  }
+  t->protected_memory = self->readonly && !self->pread;
+  return (PyObject *)t;
+}
+
+static PyObject *file_get(PyObject *op, PyObject *args) { return file_read(op, args, false); }
+static PyObject *file_get_rows(PyObject *op, PyObject *args) { return file_read(op, args, true); }
+
+/* The validated descriptor of tensor `name` (caller-owned), or NULL with an
+ * exception. `format` is the PyArg format naming the calling method. */
+static HurrayDescriptor *file_lookup(PyObject *op, PyObject *args, const char *format) {
+  FileObject *self = (FileObject *)op;
+  const char *name;
+  if (!PyArg_ParseTuple(args, format, &name)) return NULL;
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) {
+    hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+    return NULL;
+  }
+  return d;
+}
+
+static PyObject *file_descriptor(PyObject *op, PyObject *args) {
+  HurrayDescriptor *d = file_lookup(op, args, "s:descriptor");
+  if (d == NULL) return NULL;
+  PyObject *out = hy_encode_descriptor(hy_state_of_type(Py_TYPE(op)), d);
+  hurray_descriptor_destroy(d);
+  return out;
+}
+
+/* _shape(name) -> (dtype name, shape tuple): what listing a file needs,
+ * without building a Python Descriptor. */
+static PyObject *file_shape(PyObject *op, PyObject *args) {
+  HurrayDescriptor *d = file_lookup(op, args, "s:shape");
+  if (d == NULL) return NULL;
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  PyObject *dims = PyTuple_New(rank);
+  for (uint32_t i = 0; dims != NULL && i < rank; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(shape[i]);
+    if (v == NULL) {
+      Py_CLEAR(dims);
+      break;
+    }
+    PyTuple_SET_ITEM(dims, i, v);
+  }
+  PyObject *out = dims ? Py_BuildValue("(sN)", hurray_dtype_name(hurray_descriptor_dtype(d)), dims)
+                       : NULL;
+  hurray_descriptor_destroy(d);
+  return out;
+}
+
+/* read_buffer(name, index, out): pread into a caller's writable buffer. */
+static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
+  FileObject *self = (FileObject *)op;
+  const char *name;
+  uint32_t index;
+  Py_buffer out;
+  if (!PyArg_ParseTuple(args, "sO&w*:read_buffer", &name, hy_conv_u32, &index, &out)) return NULL;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) {
+    PyBuffer_Release(&out);
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_read_buffer(self->reader, name, index, out.buf, (uint64_t)out.len, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
+static PyObject *file_verify(PyObject *op, PyObject *args) {
+  FileObject *self = (FileObject *)op;
+  const char *name = NULL;
+  if (!PyArg_ParseTuple(args, "|z:verify", &name)) return NULL;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_verify(self->reader, name, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _populate(threads): pre-fault the whole mapping (hurray_reader_populate). */
+static PyObject *file_populate(PyObject *op, PyObject *arg) {
+  FileObject *self = (FileObject *)op;
+  unsigned long threads = PyLong_AsUnsignedLong(arg);
+  if (threads == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_populate(self->reader, threads > 64 ? 65u : (unsigned)threads, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _cached_fraction(): share of the tensor data in the page cache. */
+static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (file_acquire(self) < 0) return NULL;
+  HurrayError e = {0};
+  double fraction = 0;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
+  Py_END_ALLOW_THREADS
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  return PyFloat_FromDouble(fraction);
+}
+static PyGetSetDef file_getset[] = {
+    {"closed", file_closed, NULL, "True once close() ran", NULL},
+    {NULL},
+};
+
+static PyMethodDef file_methods[] = {
+    {"keys", file_keys, METH_NOARGS, "tensor names, sorted"},
+    {"_metadata", file_metadata, METH_NOARGS, "file metadata as a dict"},
+    {"_get", file_get, METH_VARARGS, "read one tensor"},
+    {"_get_rows", file_get_rows, METH_VARARGS, "read rows along dimension 0"},
+    {"_descriptor", file_descriptor, METH_VARARGS, "encoded descriptor of one tensor"},
+    {"_shape", file_shape, METH_VARARGS, "(dtype name, shape) of one tensor"},
+    {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
+    {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
+    {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},
+    {"_cached_fraction", file_cached_fraction, METH_NOARGS, "share of data in the page cache"},
+    {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},
+    {NULL},
+};
+
+static PyType_Slot file_slots[] = {
+    {Py_tp_init, file_init},
+    {Py_tp_dealloc, file_dealloc},
+    {Py_tp_traverse, file_traverse},
+    {Py_tp_getset, file_getset},
+    {Py_tp_methods, file_methods},
+    {0, NULL},
+};
+
+PyType_Spec hy_file_spec = {"hurray._hurray._File", sizeof(FileObject), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                file_slots};

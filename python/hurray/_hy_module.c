@@ -1,0 +1,302 @@
+/*
+ * _hy_module.c: module set-up, the exception classes and the status -> exception map,
+ * and the helpers every other file shares.
+ */
+#include "_hurray.h"
+
+
+ModuleState *hy_state_of_type(PyTypeObject *type) {
+  PyObject *module = PyType_GetModuleByDef(type, &hy_module_def);
+  return module == NULL ? NULL : PyModule_GetState(module);
+}
+
+/* ------------------------------------------------------------- errors */
+
+/* The class the map names for `status`; the base for a status it does not know. */
+static PyObject *status_class(ModuleState *st, HurrayStatus status) {
+  return (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL) ? st->errors[status]
+                                                                              : st->error_base;
+}
+
+/* The one error mapping (the table is hy_error_classes, _shared.c). A
+ * failure the operating system reported (error->os_errno set) is raised as
+ * an OSError subclass carrying errno and `filename` (may be NULL), also a
+ * HurrayIOError: see hy_raise_os. */
+PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
+                               PyObject *filename) {
+  return hy_raise_class(status_class(st, status), st->errors[HURRAY_ERR_IO], status, error,
+                        filename);
+}
+
+/* _error(status, message) -> the exception C would raise for `status` (its
+ * code or its name), for the few errors Python code detects itself. */
+static PyObject *mod_error(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  PyObject *status;
+  const char *message;
+  if (!PyArg_ParseTuple(args, "Os:_error", &status, &message)) return NULL;
+  long code = -1;
+  if (PyUnicode_Check(status)) {
+    const char *name = PyUnicode_AsUTF8(status);
+    if (name == NULL) return NULL;
+    for (int c = 1; c < STATUS_SLOTS && code < 0; c++) {
+      if (strcmp(hurray_status_name((HurrayStatus)c), name) == 0) code = c;
+    }
+  } else {
+    code = PyLong_AsLong(status);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+  }
+  if (code <= 0 || code >= STATUS_SLOTS || st->errors[code] == NULL) {
+    return PyErr_Format(PyExc_ValueError, "unknown status %R", status);
+  }
+  return hy_status_exception(status_class(st, (HurrayStatus)code), (HurrayStatus)code, message);
+}
+
+PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
+  return hy_raise_status_file(st, status, error, NULL);
+}
+
+/* Release callbacks may run on any thread, or after the interpreter has
+ * gone: they take the GIL themselves and do nothing once it is finalizing. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define interpreter_finalizing() Py_IsFinalizing()
+#else
+#define interpreter_finalizing() _Py_IsFinalizing()
+#endif
+
+void hy_release_pyobject(void *data, void *ctx) {
+  (void)data;
+  if (!Py_IsInitialized() || interpreter_finalizing()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  Py_DECREF((PyObject *)ctx);
+  PyGILState_Release(gil);
+}
+
+void hy_release_pybuffer(void *data, void *ctx) {
+  (void)data;
+  Py_buffer *view = ctx;
+  if (Py_IsInitialized() && !interpreter_finalizing()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyBuffer_Release(view);
+    PyGILState_Release(gil);
+  }
+  PyMem_RawFree(view);
+}
+static PyMethodDef module_methods[] = {
+    {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
+    {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
+     "bytes each buffer must hold"},
+    {"save", mod_save, METH_VARARGS, "save(path | fd | stream, [(name, Tensor)], metadata)"},
+    {"_quantize", mod_quantize, METH_VARARGS, "quantize a float buffer (C kernels)"},
+    {"_set_tensor_class", mod_set_tensor_class, METH_O, "class File and capsules produce"},
+    {"_unpack", mod_unpack, METH_VARARGS, "_unpack(dtype, packed, count): sub-byte codes"},
+    {"_pack", mod_pack, METH_VARARGS, "_pack(dtype, codes): sub-byte codes packed"},
+    {"_member", mod_member, METH_VARARGS, "_member(tensor, name): member descriptor, buffers"},
+    {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
+    {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
+    {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
+    {NULL},
+};
+
+
+static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out) {
+  PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
+  if (type == NULL) return -1;
+  *out = (PyTypeObject *)type;
+  return PyModule_AddObjectRef(module, strrchr(spec->name, '.') + 1, type);
+}
+
+/* ------------------------------------------- tables Python reads, not keeps */
+
+const char *hy_role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
+const char *hy_sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
+const char *hy_memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
+const char *hy_mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }
+static const char *format_name(int v) { return hurray__sparse_format_name((HurraySparseFormat)v); }
+static const char *quant_name(int v) { return hurray__quant_kind_name((HurrayQuantKind)v); }
+static const char *scheme_name(int v) { return hurray_quant_scheme_name((HurrayQuantScheme)v); }
+static const char *dtype_name(int v) { return hurray_dtype_name((HurrayDType)v); }
+static const char *layout_name(int v) {
+  static const char *const names[] = {[HURRAY_LAYOUT_DENSE] = "dense",
+                                      [HURRAY_LAYOUT_SPARSE] = "sparse",
+                                      [HURRAY_LAYOUT_PAGED] = "paged",
+                                      [HURRAY_LAYOUT_COMPOSITE] = "composite"};
+  return v > 0 && v <= HURRAY_LAYOUT_COMPOSITE ? names[v] : NULL;
+}
+
+static const struct {
+  const char *key;
+  HyEnumName names;
+} enum_tables[] = {
+    {"dtype", dtype_name},         {"role", hy_role_name},      {"sync_mode", hy_sync_name},
+    {"memory_class", hy_memory_name}, {"mx_element", hy_mx_name}, {"sparse_format", format_name},
+    {"layout", layout_name},         {"quantization", quant_name}, {"quant_scheme", scheme_name},
+};
+
+/* {name: value} of one enum: every value whose name is known. */
+static PyObject *enum_dict(HyEnumName names) {
+  PyObject *d = PyDict_New();
+  for (int v = 0; d != NULL && v < 256; v++) {
+    const char *n = names(v);
+    if (n == NULL || strcmp(n, "?") == 0 || strcmp(n, "none") == 0) continue;
+    PyObject *value = PyLong_FromLong(v);
+    if (value == NULL || PyDict_SetItemString(d, n, value) < 0) Py_CLEAR(d);
+    Py_XDECREF(value);
+  }
+  return d;
+}
+
+/* ENUMS {enum: {name: value}}, DTYPE_BITS {dtype: bits per element, sub-byte
+ * ones packed LSB-first}, STATUS {name: code}, STATUS_EXCEPTIONS {code: class}. */
+static int add_tables(PyObject *module, ModuleState *st) {
+  PyObject *enums = PyDict_New(), *bits = PyDict_New(), *status = PyDict_New(),
+           *classes = PyDict_New();
+  int rc = enums != NULL && bits != NULL && status != NULL && classes != NULL ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < sizeof enum_tables / sizeof enum_tables[0]; i++) {
+    PyObject *d = enum_dict(enum_tables[i].names);
+    rc = d != NULL ? PyDict_SetItemString(enums, enum_tables[i].key, d) : -1;
+    Py_XDECREF(d);
+  }
+  for (int v = 1; rc == 0 && v < HURRAY_DTYPE_COUNT; v++) {
+    PyObject *b = PyLong_FromUnsignedLong(hurray_dtype_bits((HurrayDType)v));
+    rc = b != NULL ? PyDict_SetItemString(bits, hurray_dtype_name((HurrayDType)v), b) : -1;
+    Py_XDECREF(b);
+  }
+  for (int code = 1; rc == 0 && code < STATUS_SLOTS; code++) {
+    if (st->errors[code] == NULL) continue;
+    PyObject *c = PyLong_FromLong(code);
+    rc = c != NULL && PyDict_SetItemString(status, hurray_status_name((HurrayStatus)code), c) == 0 &&
+                 PyDict_SetItem(classes, c, st->errors[code]) == 0
+             ? 0
+             : -1;
+    Py_XDECREF(c);
+  }
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "ENUMS", enums);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "DTYPE_BITS", bits);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS", status);
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS_EXCEPTIONS", classes);
+  Py_XDECREF(enums);
+  Py_XDECREF(bits);
+  Py_XDECREF(status);
+  Py_XDECREF(classes);
+  return rc;
+}
+
+static int module_exec(PyObject *module) {
+  ModuleState *st = PyModule_GetState(module);
+  if (hy_records_add(module, st) < 0 ||
+      add_type(module, &hy_descriptor_spec, NULL, &st->descriptor_type) < 0 ||
+      add_type(module, &hy_tensor_spec, NULL, &st->tensor_type) < 0 ||
+      add_type(module, &hy_view_spec, NULL, &st->view_type) < 0 ||
+      add_type(module, &hy_file_spec, NULL, &st->file_type) < 0) {
+    return -1;
+  }
+  st->error_base = PyErr_NewExceptionWithDoc(
+      "hurray.HurrayError", "Base of every hurray error; `status` holds the C status code.",
+      PyExc_Exception, NULL);
+  if (st->error_base == NULL || PyModule_AddObjectRef(module, "HurrayError", st->error_base) < 0) {
+    return -1;
+  }
+  for (size_t i = 0; i < hy_error_class_count; i++) {
+    const HyErrorClass *c = &hy_error_classes[i];
+    PyObject *extra = NULL;
+    if (c->extra_base != NULL) {
+      extra = PyDict_GetItemString(PyEval_GetBuiltins(), c->extra_base); /* borrowed */
+      if (extra == NULL) {
+        PyErr_Format(PyExc_SystemError, "no builtin %s", c->extra_base);
+        return -1;
+      }
+      Py_INCREF(extra);
+    }
+    PyObject *bases = extra != NULL ? PyTuple_Pack(2, st->error_base, extra)
+                                    : PyTuple_Pack(1, st->error_base);
+    Py_XDECREF(extra);
+    if (bases == NULL) return -1;
+    char qualified[96];
+    snprintf(qualified, sizeof qualified, "hurray.%s", c->name);
+    PyObject *cls = PyErr_NewExceptionWithDoc(qualified, c->doc, bases, NULL);
+    Py_DECREF(bases);
+    if (cls == NULL || PyModule_AddObjectRef(module, c->name, cls) < 0) {
+      Py_XDECREF(cls);
+      return -1;
+    }
+    for (size_t k = 0; k < sizeof c->codes / sizeof c->codes[0] && c->codes[k] != HURRAY_OK;
+         k++) {
+      st->errors[c->codes[k]] = Py_NewRef(cls);
+    }
+    Py_DECREF(cls);
+  }
+  /* Every status maps to exactly one class. */
+  for (int code = 1; code < STATUS_SLOTS; code++) {
+    if (strcmp(hurray_status_name((HurrayStatus)code), "HURRAY_ERR_UNKNOWN") != 0 &&
+        st->errors[code] == NULL) {
+      PyErr_Format(PyExc_SystemError, "status %s has no exception class",
+                   hurray_status_name((HurrayStatus)code));
+      return -1;
+    }
+  }
+  if (add_tables(module, st) < 0 ||
+      PyModule_AddIntConstant(module, "C_ABI_VERSION", HURRAY_C_ABI_VERSION) < 0 ||
+      PyModule_AddStringConstant(module, "LIBRARY_VERSION", hurray_version_string()) < 0 ||
+      PyModule_AddStringConstant(module, "CAPSULE_NAME", CAPSULE_NAME) < 0 ||
+      PyModule_AddStringConstant(module, "USED_CAPSULE_NAME", USED_CAPSULE_NAME) < 0) {
+    return -1;
+  }
+  /* The runtime library must be the one this module was built against. */
+  if (hurray_abi_version() != HURRAY_C_ABI_VERSION) {
+    PyErr_SetString(PyExc_ImportError, "libhurray ABI version mismatch");
+    return -1;
+  }
+  return 0;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg) {
+  ModuleState *st = PyModule_GetState(module);
+  for (int i = 0; i < HY_RECORD_COUNT; i++) Py_VISIT(st->records[i]);
+  Py_VISIT(st->descriptor_type);
+  Py_VISIT(st->descriptor_class);
+  Py_VISIT(st->tensor_type);
+  Py_VISIT(st->view_type);
+  Py_VISIT(st->file_type);
+  Py_VISIT(st->tensor_class);
+  Py_VISIT(st->error_base);
+  for (int i = 0; i < STATUS_SLOTS; i++) Py_VISIT(st->errors[i]);
+  return 0;
+}
+
+static int module_clear(PyObject *module) {
+  ModuleState *st = PyModule_GetState(module);
+  for (int i = 0; i < HY_RECORD_COUNT; i++) Py_CLEAR(st->records[i]);
+  Py_CLEAR(st->descriptor_type);
+  Py_CLEAR(st->descriptor_class);
+  Py_CLEAR(st->tensor_type);
+  Py_CLEAR(st->view_type);
+  Py_CLEAR(st->file_type);
+  Py_CLEAR(st->tensor_class);
+  Py_CLEAR(st->error_base);
+  for (int i = 0; i < STATUS_SLOTS; i++) Py_CLEAR(st->errors[i]);
+  return 0;
+}
+
+static void module_free(void *module) { module_clear((PyObject *)module); }
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+struct PyModuleDef hy_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "hurray._hurray",
+    .m_doc = "C core of the hurray package.",
+    .m_size = sizeof(ModuleState),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__hurray(void);
+
+PyMODINIT_FUNC PyInit__hurray(void) { return PyModuleDef_Init(&hy_module_def); }

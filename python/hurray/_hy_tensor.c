@@ -1,0 +1,535 @@
+/*
+ * _hy_tensor.c: the Tensor type (a descriptor plus N buffers, each with its own
+ * owner), zero-copy buffer views, materialising, dequantize and quantize.
+ */
+#include "_hurray.h"
+
+TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type) {
+  PyTypeObject *t = type != NULL ? type : (PyTypeObject *)st->tensor_class;
+  if (t == NULL) t = st->tensor_type;
+  TensorObject *self = (TensorObject *)t->tp_alloc(t, 0);
+  return self;
+}
+
+int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list,
+                        bool writable) {
+  size_t n = hurray_buffer_list_len(list);
+  self->writable = PyMem_Calloc(n ? n : 1, sizeof(bool));
+  if (self->writable == NULL) {
+    hurray_descriptor_destroy(d);
+    hurray_buffer_list_destroy(list);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) self->writable[i] = writable;
+  self->descriptor = d;
+  self->buffers = list;
+  return 0;
+}
+
+/* Tensor(descriptor_bytes, buffers): each buffer-protocol object becomes one
+ * HurrayBuffer that holds its own Py_buffer, released on its own. */
+static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+  TensorObject *self = (TensorObject *)op;
+  static char *kwlist[] = {"descriptor", "buffers", NULL};
+  PyObject *encoded, *objects;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:Tensor", kwlist, &encoded, &objects)) {
+    return -1;
+  }
+  if (self->descriptor != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
+    return -1;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (st == NULL) return -1;
+  HurrayDescriptor *d = hy_decode_descriptor(st, encoded);
+  if (d == NULL) return -1;
+  PyObject *seq = PySequence_Fast(objects, "buffers must be a sequence");
+  if (seq == NULL) {
+    hurray_descriptor_destroy(d);
+    return -1;
+  }
+  HurrayError e = {0};
+  HurrayBufferList *list = NULL;
+  HurrayStatus s = hurray_buffer_list_create(&list, &e);
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  bool *writable = PyMem_Calloc(n ? (size_t)n : 1, sizeof(bool));
+  for (Py_ssize_t i = 0; s == HURRAY_OK && writable != NULL && i < n; i++) {
+    Py_buffer *view = PyMem_RawMalloc(sizeof *view);
+    if (view == NULL) {
+      PyErr_NoMemory();
+      break;
+    }
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), view, PyBUF_ANY_CONTIGUOUS) < 0) {
+      PyMem_RawFree(view);
+      break;
+    }
+    writable[i] = !view->readonly;
+    HurrayBuffer *b = NULL;
+    s = hurray_buffer_create(view->buf, (uint64_t)view->len, hy_release_pybuffer, view, &b, &e);
+    if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
+  }
+  Py_DECREF(seq);
+  if (writable == NULL && !PyErr_Occurred()) PyErr_NoMemory();
+  if (!PyErr_Occurred() && s == HURRAY_OK) {
+    s = hurray_validate_buffer_placement(d, list, &e);
+  }
+  /* The sequence and the exporters may have run Python code that
+   * initialised this tensor meanwhile: the first one to finish keeps it. */
+  if (!PyErr_Occurred() && s == HURRAY_OK && self->descriptor != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
+  }
+  if (PyErr_Occurred() || s != HURRAY_OK) {
+    if (!PyErr_Occurred()) hy_raise_status(st, s, &e);
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    PyMem_Free(writable);
+    return -1;
+  }
+  self->descriptor = d;
+  self->buffers = list;
+  self->writable = writable;
+  return 0;
+}
+
+static void tensor_dealloc(PyObject *op) {
+  TensorObject *self = (TensorObject *)op;
+  PyTypeObject *tp = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  if (self->weakreflist != NULL) PyObject_ClearWeakRefs(op);
+  Py_CLEAR(self->descriptor_cache);
+  hurray_buffer_list_destroy(self->buffers); /* each release runs once */
+  hurray_descriptor_destroy(self->descriptor);
+  PyMem_Free(self->writable);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static int tensor_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(((TensorObject *)op)->descriptor_cache);
+  return 0;
+}
+
+static int tensor_clear(PyObject *op) {
+  Py_CLEAR(((TensorObject *)op)->descriptor_cache);
+  return 0;
+}
+
+static PyObject *tensor_cache_get(PyObject *op, void *closure) {
+  (void)closure;
+  PyObject *cache = ((TensorObject *)op)->descriptor_cache;
+  return Py_NewRef(cache != NULL ? cache : Py_None);
+}
+
+static int tensor_cache_set(PyObject *op, PyObject *value, void *closure) {
+  (void)closure;
+  Py_XSETREF(((TensorObject *)op)->descriptor_cache,
+             value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+  return 0;
+}
+
+int hy_tensor_ready(TensorObject *self) {
+  if (self->descriptor == NULL) {
+    PyErr_SetString(PyExc_ValueError, "Tensor is not initialised");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *tensor_encoded(PyObject *op, void *closure) {
+  (void)closure;
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  return hy_encode_descriptor(hy_state_of_type(Py_TYPE(op)), self->descriptor);
+}
+
+static PyObject *tensor_protected(PyObject *op, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(((TensorObject *)op)->protected_memory);
+}
+
+static PyObject *tensor_buffer_count(PyObject *op, void *closure) {
+  (void)closure;
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  return PyLong_FromSize_t(hurray_buffer_list_len(self->buffers));
+}
+
+
+static PyObject *tensor_buffer(PyObject *op, PyObject *arg) {
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  Py_ssize_t i = PyLong_AsSsize_t(arg);
+  if (i == -1 && PyErr_Occurred()) return NULL;
+  if (i < 0 || (size_t)i >= hurray_buffer_list_len(self->buffers)) {
+    PyErr_SetString(PyExc_IndexError, "buffer index out of range");
+    return NULL;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  ViewObject *view = PyObject_New(ViewObject, st->view_type);
+  if (view == NULL) return NULL;
+  view->tensor = Py_NewRef(op);
+  view->index = i;
+  PyObject *mv = PyMemoryView_FromObject((PyObject *)view);
+  Py_DECREF(view);
+  return mv;
+}
+
+static PyObject *tensor_buffer_address(PyObject *op, PyObject *arg) {
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  Py_ssize_t i = PyLong_AsSsize_t(arg);
+  if (i == -1 && PyErr_Occurred()) return NULL;
+  HurrayBuffer *b = hurray_buffer_list_get(self->buffers, (size_t)i);
+  if (i < 0 || b == NULL) {
+    PyErr_SetString(PyExc_IndexError, "buffer index out of range");
+    return NULL;
+  }
+  return PyLong_FromVoidPtr(hurray_buffer_data(b));
+}
+
+static int view_getbuffer(PyObject *op, Py_buffer *out, int flags) {
+  ViewObject *v = (ViewObject *)op;
+  TensorObject *t = (TensorObject *)v->tensor;
+  HurrayBuffer *b = hurray_buffer_list_get(t->buffers, (size_t)v->index);
+  void *data = hurray_buffer_data(b);
+  static char empty;
+  return PyBuffer_FillInfo(out, op, data != NULL ? data : &empty,
+                           (Py_ssize_t)hurray_buffer_size(b), !t->writable[v->index], flags);
+}
+
+static void view_dealloc(PyObject *op) {
+  PyTypeObject *tp = Py_TYPE(op);
+  Py_XDECREF(((ViewObject *)op)->tensor);
+  PyObject_Free(op);
+  Py_DECREF(tp);
+}
+
+/* _view_info(): what a dense numpy view needs, read straight from the C
+ * descriptor (no decoding): (dtype, shape, strides or None, byte_offset,
+ * data_buffer, layout kind, quantization kind). */
+static PyObject *tensor_view_info(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  const HurrayDescriptor *d = self->descriptor;
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  const int64_t *strides = hurray_descriptor_strides(d);
+  PyObject *shape_t = PyTuple_New(rank);
+  PyObject *strides_t = strides != NULL ? PyTuple_New(rank) : Py_NewRef(Py_None);
+  if (shape_t == NULL || strides_t == NULL) {
+    Py_XDECREF(shape_t);
+    Py_XDECREF(strides_t);
+    return NULL;
+  }
+  for (uint32_t i = 0; i < rank; i++) {
+    PyTuple_SET_ITEM(shape_t, i, PyLong_FromUnsignedLongLong(shape[i]));
+    if (strides != NULL) PyTuple_SET_ITEM(strides_t, i, PyLong_FromLongLong(strides[i]));
+  }
+  return Py_BuildValue("sNNKIii", hurray_dtype_name(hurray_descriptor_dtype(d)), shape_t,
+                       strides_t, (unsigned long long)hurray_descriptor_byte_offset(d),
+                       hurray_descriptor_data_buffer(d), (int)hurray_descriptor_layout_kind(d),
+                       (int)hurray_descriptor_quant_kind(d));
+}
+
+/* _to_dense(out): the logical tensor, row-major, into a writable buffer. */
+static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  Py_buffer out;
+  if (PyObject_GetBuffer(arg, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  /* The Python wrapper checked the output-size limit (_check_output_size)
+   * before allocating `out`; the size of `out` is the caller's. */
+  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  s = hurray_tensor_to_dense_with(self->descriptor, self->buffers, out.buf, (uint64_t)out.len,
+                                  &unlimited, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _dequantize(out, out_dtype, threads): real values into a writable buffer. */
+static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
+  TensorObject *self = (TensorObject *)op;
+  PyObject *target;
+  const char *dtype_name;
+  unsigned int threads = 1;
+  if (!PyArg_ParseTuple(args, "OsO&:_dequantize", &target, &dtype_name, hy_conv_threads,
+                        &threads)) {
+    return NULL;
+  }
+  if (hy_tensor_ready(self) < 0) return NULL;
+  HurrayDType out_dtype = hurray_dtype_from_name(dtype_name);
+  Py_buffer out;
+  if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED; /* checked before */
+  s = hurray_dequantize_with(self->descriptor, self->buffers, out_dtype, out.buf,
+                             (uint64_t)out.len, threads, &unlimited, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _check_output_size(nbytes[, limit]): raises LimitError when an output of
+ * nbytes for this tensor is beyond the limit: without `limit` the library
+ * default (max(64 MiB, 64 x stored bytes)), None for no limit, an int for
+ * an absolute limit in bytes. nbytes beyond 64 bits counts as UINT64_MAX. */
+static PyObject *tensor_check_output_size(PyObject *op, PyObject *args) {
+  TensorObject *self = (TensorObject *)op;
+  PyObject *nbytes_obj, *limit_obj = NULL;
+  if (!PyArg_ParseTuple(args, "O!|O:_check_output_size", &PyLong_Type, &nbytes_obj, &limit_obj)) {
+    return NULL;
+  }
+  if (hy_tensor_ready(self) < 0) return NULL;
+  if (PyObject_RichCompareBool(nbytes_obj, Py_False, Py_LT) == 1) {
+    PyErr_SetString(PyExc_ValueError, "nbytes must not be negative");
+    return NULL;
+  }
+  unsigned long long nbytes = PyLong_AsUnsignedLongLong(nbytes_obj);
+  if (nbytes == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
+    PyErr_Clear();
+    nbytes = UINT64_MAX;
+  }
+  HurrayOutputLimits limits = HURRAY_OUTPUT_LIMITS_INIT;
+  if (limit_obj == Py_None) {
+    HurrayOutputLimits none = HURRAY_OUTPUT_UNLIMITED;
+    limits = none;
+  } else if (limit_obj != NULL) {
+    if (!PyLong_Check(limit_obj) || PyBool_Check(limit_obj)) {
+      PyErr_SetString(PyExc_TypeError, "max_output_bytes must be an int or None");
+      return NULL;
+    }
+    unsigned long long limit = PyLong_AsUnsignedLongLong(limit_obj);
+    if (limit == (unsigned long long)-1 && PyErr_Occurred()) {
+      if (!PyErr_ExceptionMatches(PyExc_OverflowError) ||
+          PyObject_RichCompareBool(limit_obj, Py_False, Py_LT) == 1) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "max_output_bytes must be >= 0 or None");
+        return NULL;
+      }
+      PyErr_Clear();
+      limit = UINT64_MAX; /* beyond 64 bits: no output reaches it */
+    }
+    limits.max_expansion = 0;
+    limits.max_output_bytes = limit;
+  }
+  HurrayError e = {0};
+  HurrayStatus s = hurray_check_output_size(self->descriptor, nbytes, &limits, &e);
+  if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+/* _statistics(): the encoded descriptor with freshly computed statistics. */
+static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
+  (void)unused;
+  TensorObject *self = (TensorObject *)op;
+  if (hy_tensor_ready(self) < 0) return NULL;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  HurrayError e = {0};
+  HurrayDescriptor *copy = NULL;
+  HurrayStatus s = hurray_descriptor_clone(self->descriptor, &copy, &e);
+  if (s == HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_compute_statistics(copy, self->buffers, &e);
+    Py_END_ALLOW_THREADS
+  }
+  PyObject *out = s == HURRAY_OK ? hy_encode_descriptor(st, copy) : hy_raise_status(st, s, &e);
+  hurray_descriptor_destroy(copy);
+  return out;
+}
+
+/* The scheme's options with what the caller set: None (or -1 for
+ * symmetric) keeps the scheme's default. -1 with an exception. */
+static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptions *o) {
+  PyObject *src, *shape_obj, *axis_obj, *block_obj;
+  const char *src_dtype_name, *scheme_name, *code_name, *scale_name;
+  int symmetric;
+  unsigned int threads;
+  if (!PyArg_ParseTuple(args, "OsOsOOzziO&:_quantize", &src, &src_dtype_name, &shape_obj,
+                        &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
+                        &symmetric, hy_conv_threads, &threads)) {
+    return -1;
+  }
+  HurrayError e = {0};
+  HurrayQuantScheme scheme;
+  HurrayStatus s = hurray_quant_scheme_from_name(scheme_name, &scheme, &e);
+  if (s == HURRAY_OK) s = hurray_quantize_options_init(o, scheme, &e);
+  if (s != HURRAY_OK) {
+    hy_raise_status(st, s, &e);
+    return -1;
+  }
+  if (axis_obj != Py_None) {
+    long axis = PyLong_AsLong(axis_obj);
+    if (axis == -1 && PyErr_Occurred()) return -1;
+    if (axis < INT32_MIN || axis > INT32_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "axis out of range");
+      return -1;
+    }
+    o->axis = (int32_t)axis;
+  }
+  if (block_obj != Py_None) {
+    unsigned long long block = PyLong_AsUnsignedLongLong(block_obj);
+    if (block == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    o->block_size = block;
+  }
+  if (code_name != NULL && (o->code_dtype = hurray_dtype_from_name(code_name)) ==
+                               HURRAY_DTYPE_INVALID) {
+    PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 6));
+    return -1;
+  }
+  if (scale_name != NULL && (o->scale_dtype = hurray_dtype_from_name(scale_name)) ==
+                                HURRAY_DTYPE_INVALID) {
+    PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 7));
+    return -1;
+  }
+  o->symmetric = symmetric;
+  o->threads = threads;
+  return 0;
+}
+
+int hy_shape(PyObject *obj, uint64_t *shape, Py_ssize_t *rank_out) {
+  PyObject *seq = PySequence_Fast(obj, "shape must be a sequence");
+  if (seq == NULL) return -1;
+  Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
+  if (rank > (Py_ssize_t)HURRAY_MAX_RANK) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "rank %zd exceeds the limit of %u", rank,
+                 (unsigned)HURRAY_MAX_RANK);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    shape[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (shape[i] == (uint64_t)-1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  *rank_out = rank;
+  return 0;
+}
+
+/* _quantize(src, src_dtype, shape, scheme, axis, block_size, code_dtype,
+ * scale_dtype, symmetric, threads) -> Tensor. The one call of
+ * hurray_quantize in the bindings. */
+PyObject *mod_quantize(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  HurrayQuantizeOptions o;
+  if (quantize_options(st, args, &o) < 0) return NULL;
+  PyObject *src = PyTuple_GET_ITEM(args, 0);
+  HurrayDType src_dtype = hurray_dtype_from_name(PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 1)));
+  uint64_t shape[HURRAY_MAX_RANK];
+  Py_ssize_t rank = 0;
+  if (hy_shape(PyTuple_GET_ITEM(args, 2), shape, &rank) < 0) return NULL;
+  Py_buffer view;
+  if (PyObject_GetBuffer(src, &view, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  uint64_t numel = 1;
+  for (Py_ssize_t i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      PyBuffer_Release(&view);
+      return PyErr_Format(PyExc_OverflowError, "the shape's element count exceeds 64 bits");
+    }
+  }
+  uint64_t item = src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  if ((uint64_t)view.len / item < numel) {
+    PyBuffer_Release(&view);
+    return PyErr_Format(PyExc_ValueError, "the source holds %zd bytes, fewer than the shape needs",
+                        view.len);
+  }
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS
+  s = hurray_quantize(view.buf, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&view);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  TensorObject *t = hy_tensor_alloc(st, NULL);
+  if (t == NULL) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return NULL;
+  }
+  if (hy_tensor_adopt(t, d, list, true) < 0) {
+    Py_DECREF(t);
+    return NULL;
+  }
+  return (PyObject *)t;
+}
+
+PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
+  ModuleState *st = PyModule_GetState(module);
+  if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, st->tensor_type)) {
+    PyErr_SetString(PyExc_TypeError, "expected a subclass of _Tensor");
+    return NULL;
+  }
+  Py_XSETREF(st->tensor_class, Py_NewRef(cls));
+  Py_RETURN_NONE;
+}
+static PyGetSetDef tensor_getset[] = {
+    {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
+    {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
+    {"_protected", tensor_protected, NULL, "memory is a read-only mapping", NULL},
+    {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
+    {NULL},
+};
+
+static PyMethodDef tensor_methods[] = {
+    {"_buffer", tensor_buffer, METH_O, "zero-copy memoryview of buffer i"},
+    {"_buffer_address", tensor_buffer_address, METH_O, "address of buffer i"},
+    {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
+    {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
+    {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
+    {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
+    {"_check_output_size", tensor_check_output_size, METH_VARARGS,
+     "raise LimitError if an output of nbytes is beyond the limit"},
+    {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
+     METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
+    {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None): a DLPack capsule"},
+    {"__dlpack_device__", tensor_dlpack_device, METH_NOARGS, "(device type, device id)"},
+    {NULL},
+};
+
+static PyMemberDef tensor_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(TensorObject, weakreflist), READONLY},
+    {NULL},
+};
+
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_init, tensor_init},
+    {Py_tp_dealloc, tensor_dealloc},
+    {Py_tp_traverse, tensor_traverse},
+    {Py_tp_clear, tensor_clear},
+    {Py_tp_getset, tensor_getset},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_members, tensor_members},
+    {Py_tp_doc, "A descriptor plus N buffers, each with its own owner."},
+    {0, NULL},
+};
+
+PyType_Spec hy_tensor_spec = {
+    "hurray._hurray._Tensor", sizeof(TensorObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, tensor_slots};
+
+static PyType_Slot view_slots[] = {
+    {Py_bf_getbuffer, view_getbuffer},
+    {Py_tp_dealloc, view_dealloc},
+    {0, NULL},
+};
+
+PyType_Spec hy_view_spec = {"hurray._hurray._BufferView", sizeof(ViewObject), 0,
+                                Py_TPFLAGS_DEFAULT, view_slots};

@@ -1,0 +1,102 @@
+/*
+ * Internal helpers the Python bindings call instead of re-implementing them:
+ * sub-byte packing (src/core/packing.c) and composite member extraction
+ * (src/core/member.c). Linked against the library's objects (hidden symbols).
+ */
+#include "test_util.h"
+
+#include <string.h>
+
+#include "../../src/core/member.h"
+#include "../../src/core/packing.h"
+
+static void test_pack_unpack_round_trip(void **state) {
+  (void)state;
+  uint8_t codes[37], back[37], packed[37];
+  for (uint32_t bits = 1; bits < 8; bits++) {
+    for (uint64_t count = 0; count <= 37; count++) {
+      for (uint64_t i = 0; i < count; i++) codes[i] = (uint8_t)((i * 7 + bits) & ((1u << bits) - 1));
+      memset(packed, 0xAA, sizeof packed);
+      hurray__pack_bits(bits, codes, count, packed);
+      size_t len = (size_t)((count * bits + 7) / 8);
+      if (len > 0 && (count * bits) % 8 != 0) {  /* padding bits are zero */
+        assert_int_equal(packed[len - 1] >> ((count * bits) % 8), 0);
+      }
+      hurray__unpack_bits(bits, packed, len, count, back);
+      assert_memory_equal(codes, back, (size_t)count);
+    }
+  }
+}
+
+static void test_pack_layout_is_lsb_first(void **state) {
+  (void)state;
+  uint8_t out[3];
+  hurray__pack_bits(4, (const uint8_t[]){0x1, 0x2, 0x3}, 3, out);
+  assert_int_equal(out[0], 0x21);
+  assert_int_equal(out[1], 0x03);
+  /* 6 bits: 4 elements in 3 bytes of a little-endian bit stream. */
+  hurray__pack_bits(6, (const uint8_t[]){0x3F, 0x00, 0x01, 0x20}, 4, out);
+  assert_int_equal(out[0], 0x3F);
+  assert_int_equal(out[1], 0x10); /* element 2 starts at bit 12 */
+  assert_int_equal(out[2], 0x80); /* element 3 is bits 18-23 */
+}
+
+static void test_unpack_never_reads_past_the_input(void **state) {
+  (void)state;
+  uint8_t one = 0x21, codes[4] = {9, 9, 9, 9};
+  hurray__unpack_bits(4, &one, 1, 4, codes); /* two elements past the byte read as 0 */
+  assert_memory_equal(codes, ((uint8_t[]){1, 2, 0, 0}), 4);
+}
+
+/* A dense float32 member over buffer `data`. */
+static HurrayDescriptor *leaf(uint32_t data) {
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){2}, &d, error));
+  assert_ok(hurray_descriptor_set_layout_dense(d, data, error));
+  return d;
+}
+
+static void test_member_extract_renumbers(void **state) {
+  (void)state;
+  HurrayDescriptor *d = NULL, *q = NULL, *m = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){2}, &d, error));
+  assert_ok(hurray_descriptor_set_layout_composite(d, error));
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){2, 4}, &q, error));
+  assert_ok(hurray_descriptor_set_layout_dense(q, 3, error));
+  assert_ok(hurray_descriptor_set_quant_per_channel_affine(q, 0, 1, HURRAY_DTYPE_FLOAT32, error));
+  assert_ok(hurray_descriptor_add_member(d, "q", q, error));
+  assert_ok(hurray_descriptor_add_member(d, "b", leaf(0), error));
+  HurrayBufferRole roles[] = {HURRAY_ROLE_DATA, HURRAY_ROLE_SCALES, HURRAY_ROLE_DATA,
+                              HURRAY_ROLE_DATA};
+  uint64_t sizes[] = {8, 8, 16, 8}; /* b's floats, q's scales, unused, q's codes */
+  for (int i = 0; i < 4; i++) {
+    assert_ok(hurray_descriptor_add_buffer(d, roles[i], sizes[i], 4, HURRAY_SYNC_READY, NULL,
+                                           error));
+  }
+  uint32_t map[4], len = 0;
+  assert_ok(hurray__member_extract(d, "q", &m, map, &len, error));
+  assert_int_equal(len, 2);
+  assert_int_equal(map[0], 3); /* layout first ... */
+  assert_int_equal(map[1], 1); /* ... then the scales */
+  assert_int_equal(hurray_descriptor_data_buffer(m), 0);
+  assert_int_equal(hurray_descriptor_buffer_count(m), 2);
+  assert_int_equal(hurray_descriptor_buffer_size(m, 0), 8);
+  assert_int_equal(hurray_descriptor_buffer_size(m, 1), 8);
+  assert_int_equal(hurray_descriptor_buffer_role(m, 1), HURRAY_ROLE_SCALES);
+  assert_ok(hurray_descriptor_validate(m, error));
+  hurray_descriptor_destroy(m);
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray__member_extract(d, "nope", &m, map, &len, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray__member_extract(d, "q", NULL, map, &len, error));
+  hurray_descriptor_destroy(d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pack_unpack_round_trip),
+      cmocka_unit_test(test_pack_layout_is_lsb_first),
+      cmocka_unit_test(test_unpack_never_reads_past_the_input),
+      cmocka_unit_test(test_member_extract_renumbers),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
