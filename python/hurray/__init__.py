@@ -4,8 +4,8 @@ A file format (save/load/open) and an in-process handoff (the __hurray__
 capsule), for dense, quantized, sparse, block-paged and composite tensors.
 """
 from . import _hurray
-from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension,
-                          Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
+from ._descriptor import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Descriptor, Device,
+                          Extension, Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
                           Sparse, Statistics)
 from ._dtypes import DTYPES
 from ._convert import ConversionError, convert
@@ -25,7 +25,8 @@ _hurray._set_tensor_class(Tensor)
 __version__ = _hurray.LIBRARY_VERSION
 
 __all__ = [
-    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
+    "BlockAffine", "BlockCoded", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite",
+    "ConversionError",
     "DEFAULT_OUTPUT_LIMIT", "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",

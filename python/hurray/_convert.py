@@ -32,6 +32,7 @@ from . import _dtypes
 from . import _files
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4,
                           PerChannelAffine, PerTensorAffine)
+from ._descriptor import BLOCK_FORMATS, BlockCoded
 from ._hurray import HurrayError
 from ._quant import QUANT_SCHEMES
 from ._quant import quantize as _quantize
@@ -374,6 +375,8 @@ def describe(d: Descriptor) -> str:
         return ("nf4" if q.block_size == 64 else f"nf4({q.block_size})") + suffix
     if isinstance(q, Mxfp):
         return _MX_NAMES.get(q.element, "mx") + suffix
+    if isinstance(q, BlockCoded):
+        return q.format.replace("ggml_", "") + suffix
     return "quantized" + suffix  # pragma: no cover
 
 
@@ -575,7 +578,8 @@ class _GgufSource(_Source):
     """Read natively (hurray._formats, the C parser): no gguf package. Q8_0
     and Q4_0 blocks become block_affine codes and float16 scales in C."""
     format = "gguf"
-    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64")
+    SUPPORTED = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "F64", "I8", "I16", "I32", "I64",
+                 *(f[5:].upper() for f in BLOCK_FORMATS))  # block-coded, bytes kept
 
     def __init__(self, path: str):
         from . import _formats
@@ -1390,6 +1394,8 @@ _GGUF_DENSE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64"
 
 def _gguf_quant_type(d: Descriptor) -> Optional[str]:
     q = d.quantization
+    if isinstance(q, BlockCoded) and q.format.startswith("ggml_") and isinstance(d.layout, Dense):
+        return q.format[5:].upper()  # ggml's block formats are GGUF types, blocks as they are
     if not isinstance(q, BlockAffine) or not isinstance(d.layout, Dense) or not d.shape:
         return None
     if (q.axis != len(d.shape) - 1 or q.block_size != 32 or q.scale_dtype != "float16"
@@ -1443,9 +1449,10 @@ class _GgufTarget(_FileTarget):
                     "type (GGUF's Q8_0 and Q4_0 are block-affine int8 / uint4 codes, block 32 "
                     "along the last axis, float16 scales); export to .safetensors or .hurray "
                     "instead")
-            block = 34 if kind == "Q8_0" else 18
-            nb = d.numel // 32
-            byte_shape = d.shape[:-1] + (d.shape[-1] // 32 * block,)
+            elements, block = ((32, 34) if kind == "Q8_0" else (32, 18) if kind == "Q4_0"
+                               else BLOCK_FORMATS[d.quantization.format])
+            nb = d.numel // elements
+            byte_shape = d.shape[:-1] + (d.shape[-1] // elements * block,)
 
             def produce(t=t):
                 return t  # codes and scales; the C writer makes the blocks

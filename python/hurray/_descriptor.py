@@ -114,7 +114,34 @@ class Mxfp:
     block_size: int = 32
 
 
-Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp]
+# Block-coded formats: elements per block and bytes per block (ggml's).
+BLOCK_FORMATS = {
+    "ggml_q4_1": (32, 20), "ggml_q5_0": (32, 22), "ggml_q5_1": (32, 24),
+    "ggml_q2_k": (256, 84), "ggml_q3_k": (256, 110), "ggml_q4_k": (256, 144),
+    "ggml_q5_k": (256, 176), "ggml_q6_k": (256, 210), "ggml_q8_k": (256, 292),
+    "ggml_iq2_xxs": (256, 66), "ggml_iq2_xs": (256, 74), "ggml_iq3_xxs": (256, 98),
+    "ggml_iq1_s": (256, 50), "ggml_iq4_nl": (32, 18), "ggml_iq3_s": (256, 110),
+    "ggml_iq2_s": (256, 82), "ggml_iq4_xs": (256, 136), "ggml_iq1_m": (256, 56),
+    "ggml_tq1_0": (256, 54), "ggml_tq2_0": (256, 66), "ggml_mxfp4": (32, 17),
+    "ggml_nvfp4": (64, 36),
+}
+
+
+@dataclass(frozen=True)
+class BlockCoded:
+    """Blocks of a named format (e.g. "ggml_q4_k") that carry their own
+    scales, in the data buffer (dtype uint8), row-major along the last axis.
+    block_size is the format's and is filled in when not given."""
+    format: str
+    axis: int
+    block_size: Optional[int] = None
+
+    def __post_init__(self):
+        if self.block_size is None and self.format in BLOCK_FORMATS:
+            object.__setattr__(self, "block_size", BLOCK_FORMATS[self.format][0])
+
+
+Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded]
 
 
 @dataclass(frozen=True)
@@ -138,7 +165,7 @@ class Extension:
 
 
 _QUANT_KINDS = {PerTensorAffine: "per_tensor_affine", PerChannelAffine: "per_channel_affine",
-                BlockAffine: "block_affine", Nf4: "nf4", Mxfp: "mx"}
+                BlockAffine: "block_affine", Nf4: "nf4", Mxfp: "mx", BlockCoded: "block_coded"}
 
 
 def _plain(obj) -> dict:

@@ -406,6 +406,28 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
       return -1;
     }
     s = hurray_descriptor_set_quant_mx(d, (HurrayMxElement)el, (uint32_t)axis, scale_buffer, e);
+  } else if (strcmp(k, "block_coded") == 0) {
+    PyObject *format = item(q, "format");
+    const char *name = format != NULL && PyUnicode_Check(format)
+                           ? hy_utf8(format, "quantization.format") : NULL;
+    if (name == NULL) {
+      if (!PyErr_Occurred()) need(format, "format");
+      return -1;
+    }
+    uint32_t f = hurray_block_format_from_name(name), elements = 0;
+    if (f == 0) {
+      PyErr_Format(PyExc_ValueError, "unknown block format %R", format);
+      return -1;
+    }
+    hurray_block_format_info(f, &elements, NULL, NULL);
+    if (item(q, "block_size") != NULL && block != elements) {
+      snprintf(e->message, sizeof e->message,
+               "quantization.block_size: %s blocks are %u elements, not %llu", name, elements,
+               (unsigned long long)block);
+      raise_status(st, HURRAY_ERR_QUANT_BLOCK_SIZE, e);
+      return -1;
+    }
+    s = hurray_descriptor_set_quant_block_coded(d, (HurrayBlockFormat)f, (uint32_t)axis, e);
   } else {
     PyErr_Format(PyExc_ValueError, "unknown quantization kind %R", kind);
     return -1;
