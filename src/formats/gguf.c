@@ -509,17 +509,27 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
   for (size_t i = 0; i < out->count; i++) {
     HurrayGGUFTensor *t = &out->tensors[i];
     if (t->offset != at) {
+      /* Usually the tensor before holds a byte count its type and dims do
+       * not give: name it, and the size its type implies. */
+      const HurrayGGUFTensor *prev = i ? &out->tensors[i - 1] : NULL;
       s = hurray__fail(error, HURRAY_ERR_RANGE,
-                       "GGUF tensor %.200s at data offset %llu, where the layout puts it at %llu",
-                       t->name, (unsigned long long)t->offset, (unsigned long long)at);
+                       "GGUF tensor %.200s at data offset %llu, where the layout puts it at "
+                       "%llu%s%.200s%s%s%s%llu%s",
+                       t->name, (unsigned long long)t->offset, (unsigned long long)at,
+                       prev ? ": the tensor before it, " : "", prev ? prev->name : "",
+                       prev ? ", is " : "", prev ? gg_types[prev->type].name : "",
+                       prev ? " and its dims make it " : "",
+                       prev ? (unsigned long long)prev->nbytes : 0ull,
+                       prev ? " bytes; its data does not have that size" : "");
       goto fail;
     }
     uint64_t end;
     if (!hurray__add_u64(at, t->nbytes, &end) || end > size - start) {
       s = hurray__fail(error, HURRAY_ERR_TRUNCATED,
-                       "GGUF tensor %.200s (%llu bytes at data offset %llu) reaches past the end "
-                       "of the file",
-                       t->name, (unsigned long long)t->nbytes, (unsigned long long)at);
+                       "GGUF tensor %.200s (%s: its dims make it %llu bytes, at data offset "
+                       "%llu) reaches past the end of the file",
+                       t->name, gg_types[t->type].name, (unsigned long long)t->nbytes,
+                       (unsigned long long)at);
       goto fail;
     }
     at = end % a ? end + (a - end % a) : end; /* end <= size: no overflow */

@@ -33,7 +33,12 @@ static inline unsigned ksigns(unsigned i) {
   return i | (unsigned)(__builtin_popcount(i) & 1) << 7;
 }
 
-static inline float sgn(unsigned bits, unsigned j) { return (bits >> j) & 1u ? -1.0f : 1.0f; }
+/* +1.0f or -1.0f from sign bit j, made from its bits: written as a select,
+ * the compiler turns x * sgn into a conditional negation, which flips the
+ * sign of a NaN where the multiplication (and numpy) keeps it. */
+static inline float sgn(unsigned bits, unsigned j) {
+  return hurray__f32_from_bits(0x3f800000u | (((bits >> j) & 1u) << 31));
+}
 
 /* The doubled E2M1 values (ggml's kvalues_mxfp4) and IQ4_NL's code book. */
 static const float KV_FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
