@@ -44,6 +44,14 @@ def main() -> None:
         for r in range(rows):
             out.write("    {" + ", ".join(str(int(v)) for v in g[r]) + "},\n")
         out.write("};\n")
+    # Not a fact of the format but of its decode rule: entry s is the eight
+    # multipliers (+1.0f or -1.0f) of sign byte s, bit j for element j.
+    out.write("\n/* Row s: element j is -1.0f where bit j of s is set, else +1.0f. */\n"
+              "const float hurray__ggml_sign8[256][8] = {\n")
+    for s in range(256):
+        out.write("    {" + ", ".join("-1.0f" if (s >> j) & 1 else "1.0f" for j in range(8))
+                  + "},\n")
+    out.write("};\n")
 
 
 if __name__ == "__main__":

@@ -33,12 +33,11 @@ static inline unsigned ksigns(unsigned i) {
   return i | (unsigned)(__builtin_popcount(i) & 1) << 7;
 }
 
-/* +1.0f or -1.0f from sign bit j, made from its bits: written as a select,
- * the compiler turns x * sgn into a conditional negation, which flips the
- * sign of a NaN where the multiplication (and numpy) keeps it. */
-static inline float sgn(unsigned bits, unsigned j) {
-  return hurray__f32_from_bits(0x3f800000u | (((bits >> j) & 1u) << 31));
-}
+/* Signs are applied by multiplying with the +-1.0f of hurray__ggml_sign8,
+ * loaded from memory: written as a select, the compiler turns x * sign into
+ * a conditional negation, which flips the sign of a NaN where the
+ * multiplication (and numpy) keeps it. */
+#define SIGNS(s) hurray__ggml_sign8[(s) & 255u]
 
 /* The doubled E2M1 values (ggml's kvalues_mxfp4) and IQ4_NL's code book. */
 static const float KV_FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -55,26 +54,27 @@ static void q4_1(const uint8_t *b, float *y) {
   }
 }
 
+/* The 5-bit codes of Q5_0/Q5_1: low nibbles as Q4, fifth bits from qh. */
+static inline void q5_codes(const uint8_t *qs, uint32_t qh, int q[32]) {
+  for (int l = 0; l < 16; l++) {
+    q[l] = qs[l] & 15;
+    q[l + 16] = qs[l] >> 4;
+  }
+  for (int l = 0; l < 32; l++) q[l] |= (int)((qh >> l) & 1) << 4;
+}
+
 static void q5_0(const uint8_t *b, float *y) {
   float d = h2f(b);
-  uint32_t qh = le32(b + 2);
-  for (int l = 0; l < 16; l++) {
-    int lo = (b[6 + l] & 15) | (int)((qh >> l) & 1) << 4;
-    int hi = (b[6 + l] >> 4) | (int)((qh >> (l + 16)) & 1) << 4;
-    y[l] = d * (float)(lo - 16);
-    y[l + 16] = d * (float)(hi - 16);
-  }
+  int q[32];
+  q5_codes(b + 6, le32(b + 2), q);
+  for (int l = 0; l < 32; l++) y[l] = d * (float)(q[l] - 16);
 }
 
 static void q5_1(const uint8_t *b, float *y) {
   float d = h2f(b), m = h2f(b + 2);
-  uint32_t qh = le32(b + 4);
-  for (int l = 0; l < 16; l++) {
-    int lo = (b[8 + l] & 15) | (int)((qh >> l) & 1) << 4;
-    int hi = (b[8 + l] >> 4) | (int)((qh >> (l + 16)) & 1) << 4;
-    y[l] = d * (float)lo + m;
-    y[l + 16] = d * (float)hi + m;
-  }
+  int q[32];
+  q5_codes(b + 8, le32(b + 4), q);
+  for (int l = 0; l < 32; l++) y[l] = d * (float)q[l] + m;
 }
 
 static void iq4_nl(const uint8_t *b, float *y) {
@@ -130,12 +130,14 @@ static void q2_k(const uint8_t *b, float *y) {
     dl[j] = d * (float)(sc[j] & 15);
     ml[j] = dmin * (float)(sc[j] >> 4);
   }
-  for (int h = 0; h < 2; h++) {
-    for (int s = 0; s < 4; s++) {
-      for (int l = 0; l < 32; l++) {
-        int e = h * 128 + s * 32 + l;
-        y[e] = dl[e >> 4] * (float)((qs[h * 32 + l] >> (2 * s)) & 3) - ml[e >> 4];
-      }
+  for (int j = 0; j < 8; j++) { /* sub-block of 32: qs half j/4, shift 2 (j % 4) */
+    const uint8_t *q = qs + 32 * (j >> 2);
+    int shift = 2 * (j & 3);
+    for (int half = 0; half < 2; half++) {
+      float s = dl[2 * j + half], m = ml[2 * j + half];
+      const uint8_t *qq = q + 16 * half;
+      float *o = y + 32 * j + 16 * half;
+      for (int l = 0; l < 16; l++) o[l] = s * (float)((qq[l] >> shift) & 3) - m;
     }
   }
 }
@@ -149,14 +151,16 @@ static void q3_k(const uint8_t *b, float *y) {
     int hi = (sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
     dl[k] = d * (float)((lo | hi << 4) - 32);
   }
-  for (int h = 0; h < 2; h++) {
-    for (int s = 0; s < 4; s++) {
-      for (int l = 0; l < 32; l++) {
-        int e = h * 128 + s * 32 + l;
-        int q = (qs[h * 32 + l] >> (2 * s)) & 3;
-        int m = ((hm[l] >> (e >> 5)) & 1) ? 0 : 4;
-        y[e] = dl[e >> 4] * (float)(q - m);
-      }
+  /* Sub-block j (32 elements): 2-bit codes from qs half j/4 at shift
+   * 2 (j % 4), minus 4 where bit j of hmask is clear. */
+  for (int j = 0; j < 8; j++) {
+    const uint8_t *q = qs + 32 * (j >> 2);
+    int shift = 2 * (j & 3);
+    int v[32];
+    for (int l = 0; l < 32; l++) v[l] = ((q[l] >> shift) & 3) - (((hm[l] >> j) & 1) ^ 1) * 4;
+    for (int half = 0; half < 2; half++) {
+      float s = dl[2 * j + half];
+      for (int l = 0; l < 16; l++) y[32 * j + 16 * half + l] = s * (float)v[16 * half + l];
     }
   }
 }
@@ -201,16 +205,26 @@ static void q5_k(const uint8_t *b, float *y) {
 }
 
 static void q6_k(const uint8_t *b, float *y) {
-  const uint8_t *ql = b, *qh = b + 128;
   const int8_t *sc = (const int8_t *)(b + 192);
   float d = h2f(b + 208);
   float dl[16];
   for (int k = 0; k < 16; k++) dl[k] = d * (float)sc[k];
-  for (int e = 0; e < QK_K; e++) {
-    int h = e >> 7, s = (e >> 6) & 1, m = e & 63, s2 = (e >> 5) & 3, l = e & 31;
-    int lo = (ql[h * 64 + m] >> (4 * s)) & 15;
-    int hi = (qh[h * 32 + l] >> (2 * s2)) & 3;
-    y[e] = dl[e >> 4] * (float)((lo | hi << 4) - 32);
+  /* Each half (128 elements): quarter k takes low (k = 0, 1) or high
+   * (k = 2, 3) nibbles of ql[32 (k % 2) + l] and bits 2k..2k+1 of qh[l]. */
+  for (int h = 0; h < 2; h++) {
+    const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+    for (int k = 0; k < 4; k++) {
+      const uint8_t *lo = ql + 32 * (k & 1);
+      int nshift = 4 * (k >> 1), hshift = 2 * k;
+      int v[32];
+      for (int l = 0; l < 32; l++) {
+        v[l] = (((lo[l] >> nshift) & 15) | ((qh[l] >> hshift) & 3) << 4) - 32;
+      }
+      float *o = y + 128 * h + 32 * k;
+      float s0 = dl[8 * h + 2 * k], s1 = dl[8 * h + 2 * k + 1];
+      for (int l = 0; l < 16; l++) o[l] = s0 * (float)v[l];
+      for (int l = 0; l < 16; l++) o[16 + l] = s1 * (float)v[16 + l];
+    }
   }
 }
 
@@ -258,8 +272,8 @@ static void iq2_xxs(const uint8_t *b, float *y) {
     float db = d * (0.5f + (float)(a1 >> 28)) * 0.25f;
     for (int l = 0; l < 4; l++) {
       const uint8_t *g = hurray__ggml_iq2xxs_grid[(a0 >> (8 * l)) & 255];
-      unsigned s = ksigns((a1 >> (7 * l)) & 127);
-      for (int j = 0; j < 8; j++) y[32 * i + 8 * l + j] = db * (float)g[j] * sgn(s, j);
+      const float *sg = SIGNS(ksigns((a1 >> (7 * l)) & 127));
+      for (int j = 0; j < 8; j++) y[32 * i + 8 * l + j] = db * (float)g[j] * sg[j];
     }
   }
 }
@@ -271,8 +285,8 @@ static void iq2_xs(const uint8_t *b, float *y) {
     uint16_t q = le16(b + 2 + 2 * g);
     float db = d * (0.5f + (float)((sc[g >> 2] >> (4 * ((g >> 1) & 1))) & 15)) * 0.25f;
     const uint8_t *row = hurray__ggml_iq2xs_grid[q & 511];
-    unsigned s = ksigns(q >> 9);
-    for (int j = 0; j < 8; j++) y[8 * g + j] = db * (float)row[j] * sgn(s, j);
+    const float *sg = SIGNS(ksigns(q >> 9));
+    for (int j = 0; j < 8; j++) y[8 * g + j] = db * (float)row[j] * sg[j];
   }
 }
 
@@ -283,7 +297,8 @@ static void iq2_s(const uint8_t *b, float *y) {
     unsigned idx = qs[g] | ((qh[g >> 2] >> (2 * (g & 3))) & 3u) << 8;
     float db = d * (0.5f + (float)((sc[g >> 2] >> (4 * ((g >> 1) & 1))) & 15)) * 0.25f;
     const uint8_t *row = hurray__ggml_iq2s_grid[idx];
-    for (int j = 0; j < 8; j++) y[8 * g + j] = db * (float)row[j] * sgn(signs[g], j);
+    const float *sg = SIGNS(signs[g]);
+    for (int j = 0; j < 8; j++) y[8 * g + j] = db * (float)row[j] * sg[j];
   }
 }
 
@@ -294,13 +309,13 @@ static void iq3_xxs(const uint8_t *b, float *y) {
     uint32_t a = le32(b + 66 + 4 * i);
     float db = d * (0.5f + (float)(a >> 28)) * 0.5f;
     for (int l = 0; l < 4; l++) {
-      unsigned s = ksigns((a >> (7 * l)) & 127);
+      const float *sg = SIGNS(ksigns((a >> (7 * l)) & 127));
       const uint8_t *g0 = hurray__ggml_iq3xxs_grid[qs[8 * i + 2 * l]];
       const uint8_t *g1 = hurray__ggml_iq3xxs_grid[qs[8 * i + 2 * l + 1]];
       float *o = y + 32 * i + 8 * l;
       for (int j = 0; j < 4; j++) {
-        o[j] = db * (float)g0[j] * sgn(s, j);
-        o[j + 4] = db * (float)g1[j] * sgn(s, j + 4);
+        o[j] = db * (float)g0[j] * sg[j];
+        o[j + 4] = db * (float)g1[j] * sg[j + 4];
       }
     }
   }
@@ -311,12 +326,16 @@ static void iq3_s(const uint8_t *b, float *y) {
   const uint8_t *qs = b + 2, *qh = b + 66, *signs = b + 74, *sc = b + 106;
   for (int i = 0; i < 8; i++) {
     float db = d * (float)(1 + 2 * ((sc[i >> 1] >> (4 * (i & 1))) & 15));
-    for (int g = 8 * i; g < 8 * i + 8; g++) {
-      unsigned idx = qs[g] | ((qh[g >> 3] >> (g & 7)) & 1u) << 8;
-      const uint8_t *row = hurray__ggml_iq3s_grid[idx];
+    for (int p = 0; p < 4; p++) { /* 8 elements: grid rows g and g + 1, sign byte 4i + p */
+      int g = 8 * i + 2 * p;
+      const uint8_t *r0 = hurray__ggml_iq3s_grid[qs[g] | ((qh[g >> 3] >> (g & 7)) & 1u) << 8];
+      const uint8_t *r1 =
+          hurray__ggml_iq3s_grid[qs[g + 1] | ((qh[(g + 1) >> 3] >> ((g + 1) & 7)) & 1u) << 8];
+      const float *sg = SIGNS(signs[4 * i + p]);
+      float *o = y + 32 * i + 8 * p;
       for (int j = 0; j < 4; j++) {
-        int e = 4 * g + j;
-        y[e] = db * (float)row[j] * sgn(signs[e >> 3], e & 7);
+        o[j] = db * (float)r0[j] * sg[j];
+        o[j + 4] = db * (float)r1[j] * sg[j + 4];
       }
     }
   }

@@ -19,6 +19,8 @@ extern const uint8_t hurray__ggml_iq2s_grid[1024][8];
 extern const uint8_t hurray__ggml_iq3xxs_grid[256][4];
 extern const uint8_t hurray__ggml_iq3s_grid[512][4];
 extern const int8_t hurray__ggml_iq1s_grid[2048][8];
+/* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
+extern const float hurray__ggml_sign8[256][8];
 
 /* Decodes `nblocks` consecutive blocks of `format` into nblocks * elements
  * floats. `format` must be known (hurray_block_format_info). */
