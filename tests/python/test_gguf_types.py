@@ -444,6 +444,9 @@ def test_grid_tables_equal_gguf_py():
         pytest.skip("needs the source tree")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert r.stdout == committed.read_text()
+    r = subprocess.run([sys.executable, str(script), "--text"], capture_output=True, text=True,
+                       check=True)
+    assert r.stdout == (REPO / "docs" / "spec" / "ggml-iq-grids.txt").read_text()
 
 
 def test_ksigns_rule_equals_gguf_py_table():
