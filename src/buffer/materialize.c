@@ -178,6 +178,12 @@ static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uin
  * index buffer still waiting on a stream or event was never checked. */
 static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what,
                                      HurrayError *error) {
+  if (d->quant.kind == HURRAY_QUANT_BLOCK_CODED) {
+    /* Block bytes are not one code per element (the buffer is smaller than
+     * numel elements of its dtype): nothing here can walk them. */
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "%s: a block-coded tensor has no per-element codes; dequantize it", what);
+  }
   if (d->memory_class == HURRAY_MEMORY_DEVICE) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
   }
@@ -204,11 +210,6 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
   HURRAY_RETURN_NOT_OK(require_readable(d, "to_dense", error));
-  if (d->quant.kind == HURRAY_QUANT_BLOCK_CODED) {
-    /* Block bytes are not one code per element: nothing dense to give. */
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "to_dense: a block-coded tensor has no per-element codes; dequantize it");
-  }
   uint64_t numel, bytes;
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   if (hurray_dtype_storage_bytes(d->dtype, numel, &bytes) != HURRAY_OK) {

@@ -379,6 +379,21 @@ def test_block_coded_tensor_refuses_scales_and_to_dense(tmp_path):
         t.numpy()
 
 
+def test_statistics_skip_block_coded_tensors(tmp_path):
+    """The writer's statistics walk codes element by element; block bytes
+    are not that (it read past the buffer before this was refused)."""
+    rng = np.random.default_rng(9)
+    src = tmp_path / "st.gguf"
+    write_gguf(src, {"w": ("Q6_K", random_blocks("Q6_K", 2, 1, rng)),
+                     "b": ("F32", np.arange(4, dtype=np.float32))}, kv=False)
+    hurray.convert(str(src), str(tmp_path / "st.hurray"), stats=True, quiet=True)
+    f = hurray.load(str(tmp_path / "st.hurray"))
+    assert f["w"].descriptor.statistics is None
+    assert f["b"].descriptor.statistics is not None
+    with pytest.raises(hurray.UnsupportedError):
+        f["w"].with_statistics()
+
+
 # ------------------------------------------------------------ malformed
 
 def write_short_tensor(path, second):
