@@ -54,25 +54,37 @@ static void q4_1(const uint8_t *b, float *y) {
   }
 }
 
+/* Byte j of the result is bit j of b (bit spreading without a loop of
+ * variable shifts, which the vector units lack). */
+static inline uint64_t spread8(uint64_t b) {
+  b = (b | b << 28) & 0x0000000F0000000Full;
+  b = (b | b << 14) & 0x0003000300030003ull;
+  return (b | b << 7) & 0x0101010101010101ull;
+}
+
 /* The 5-bit codes of Q5_0/Q5_1: low nibbles as Q4, fifth bits from qh. */
-static inline void q5_codes(const uint8_t *qs, uint32_t qh, int q[32]) {
-  for (int l = 0; l < 16; l++) {
-    q[l] = qs[l] & 15;
-    q[l + 16] = qs[l] >> 4;
+static inline void q5_codes(const uint8_t *qs, uint32_t qh, uint8_t q[32]) {
+  uint8_t hb[32];
+  for (int k = 0; k < 4; k++) {
+    uint64_t x = spread8((qh >> (8 * k)) & 255u);
+    for (int j = 0; j < 8; j++) hb[8 * k + j] = (uint8_t)(x >> (8 * j));
   }
-  for (int l = 0; l < 32; l++) q[l] |= (int)((qh >> l) & 1) << 4;
+  for (int l = 0; l < 16; l++) {
+    q[l] = (uint8_t)((qs[l] & 15) | hb[l] << 4);
+    q[l + 16] = (uint8_t)((qs[l] >> 4) | hb[l + 16] << 4);
+  }
 }
 
 static void q5_0(const uint8_t *b, float *y) {
   float d = h2f(b);
-  int q[32];
+  uint8_t q[32];
   q5_codes(b + 6, le32(b + 2), q);
-  for (int l = 0; l < 32; l++) y[l] = d * (float)(q[l] - 16);
+  for (int l = 0; l < 32; l++) y[l] = d * (float)((int)q[l] - 16);
 }
 
 static void q5_1(const uint8_t *b, float *y) {
   float d = h2f(b), m = h2f(b + 2);
-  int q[32];
+  uint8_t q[32];
   q5_codes(b + 8, le32(b + 4), q);
   for (int l = 0; l < 32; l++) y[l] = d * (float)q[l] + m;
 }
