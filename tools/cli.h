@@ -28,16 +28,20 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
 
 /* ------------------------------------------------- shared by the commands */
 
-/* Writes s[0, len) so that a terminal shows it and obeys none of it: C0
- * controls, DEL, C1 controls (U+0080..U+009F), the bidirectional
- * overrides and isolates (U+202A..U+202E, U+2066..U+2069) and bytes that
- * are not UTF-8 become escapes (\n, \r, \t, else \xNN or \u{NNNN}, and \\
- * for a backslash so the escapes stay unambiguous); everything else is written as is. */
+/* Writes s[0, len) so that a terminal shows it and obeys none of it:
+ * hurray_escape_text with HURRAY_ESCAPE_BACKSLASH, the library's one
+ * escaping (C0, DEL, C1 and bidirectional controls and bytes that are not
+ * UTF-8 become \n, \r, \t, \xNN or \u{NNNN}; a backslash \\). */
 void hurray_cli_put_escaped(FILE *out, const char *s, size_t len);
-/* The same for JSON text, whose backslashes are its own escapes: only the
- * code points above become \uNNNN (a byte that is not UTF-8 \ufffd);
- * newlines, which separate its lines, stay. */
+/* The same for JSON text, whose backslashes are its own escapes: the
+ * code points above become \uNNNN (a byte that is not UTF-8 \ufffd),
+ * hurray_escape_text with HURRAY_ESCAPE_JSON; newlines, which separate its
+ * lines, stay. */
 void hurray_cli_put_json_text(FILE *out, const char *s, size_t len);
+/* A library message that quotes names: escaped the way the library escapes
+ * its own messages (hurray_escape_text without HURRAY_ESCAPE_BACKSLASH), so
+ * one the library escaped already prints unchanged. */
+void hurray_cli_puts_message(FILE *out, const char *message);
 /* The same as hurray_cli_put_escaped for a NUL-terminated string; NULL prints as "(null)". */
 void hurray_cli_puts_escaped(FILE *out, const char *s);
 /* The escaped form of a NUL-terminated string in a malloc'd string, for
@@ -46,7 +50,7 @@ char *hurray_cli_escaped(const char *s);
 
 /* A JSON string literal of s[0, len): quotes and backslashes escaped, the
  * code points hurray_cli_put_escaped escapes as \uNNNN, a byte that is not
- * UTF-8 as \ufffd (JSON text is UTF-8). */
+ * UTF-8 as \ufffd (hurray_escape_text, HURRAY_ESCAPE_JSON and _BACKSLASH). */
 void hurray_cli_json_string(FILE *out, const char *s, size_t len);
 
 /* Opens `path` with default options; on failure prints "hurray: PATH:

@@ -9,82 +9,33 @@
 
 #include "cli.h"
 
-/* Length of the UTF-8 sequence at s[0, len) and its code point, or 0 when
- * it is not well-formed (overlong, surrogate, beyond U+10FFFF, cut short). */
-static size_t utf8_sequence(const unsigned char *s, size_t len, uint32_t *cp) {
-  unsigned char c = s[0];
-  size_t n;
-  uint32_t v, min;
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  } else if (c >= 0xC2 && c <= 0xDF) {
-    n = 2, v = c & 0x1F, min = 0x80;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3, v = c & 0x0F, min = 0x800;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (len < n) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    v = v << 6 | (s[i] & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return n;
-}
-
-/* Code points a terminal acts on or that reorder what it shows. */
-static int needs_escape(uint32_t cp) {
-  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
-         (cp >= 0x2066 && cp <= 0x2069);
+/* hurray_escape_text into `out`: through a stack buffer, a heap one for a
+ * long text, its cut-short prefix if that fails. */
+static void put_text(FILE *out, const char *s, size_t len, unsigned flags) {
+  char small[512];
+  size_t need = hurray_escape_text(s, len, flags, small, sizeof small);
+  char *big = need < sizeof small ? NULL : malloc(need + 1);
+  if (big != NULL) hurray_escape_text(s, len, flags, big, need + 1);
+  fputs(big != NULL ? big : small, out);
+  free(big);
 }
 
 void hurray_cli_put_escaped(FILE *out, const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < len) {
-    uint32_t cp = 0;
-    size_t n = utf8_sequence(p + i, len - i, &cp);
-    if (n == 0) {
-      fprintf(out, "\\x%02x", p[i]);
-      i++;
-    } else if (cp == '\\') {
-      fputs("\\\\", out);
-      i++;
-    } else if (cp == '\n' || cp == '\r' || cp == '\t') {
-      fputs(cp == '\n' ? "\\n" : cp == '\r' ? "\\r" : "\\t", out);
-      i++;
-    } else if (needs_escape(cp)) {
-      if (cp < 0x80) fprintf(out, "\\x%02x", (unsigned)cp);
-      else fprintf(out, "\\u{%04" PRIx32 "}", cp);
-      i += n;
-    } else {
-      fwrite(p + i, 1, n, out);
-      i += n;
-    }
-  }
+  put_text(out, s, len, HURRAY_ESCAPE_BACKSLASH);
+}
+
+void hurray_cli_puts_message(FILE *out, const char *message) {
+  put_text(out, message, strlen(message), 0);
 }
 
 void hurray_cli_put_json_text(FILE *out, const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < len) {
-    uint32_t cp = 0;
-    size_t n = utf8_sequence(p + i, len - i, &cp);
-    if (n == 0) {
-      fputs("\\ufffd", out);
-      i++;
-    } else if (needs_escape(cp) && cp != '\n') {
-      fprintf(out, "\\u%04" PRIx32, cp);
-      i += n;
-    } else {
-      fwrite(p + i, 1, n, out);
-      i += n;
-    }
+  /* Line by line: the newlines separate the text's lines and stay. */
+  for (const char *end = s + len; s < end;) {
+    const char *nl = memchr(s, '\n', (size_t)(end - s));
+    size_t n = (size_t)((nl != NULL ? nl : end) - s);
+    put_text(out, s, n, HURRAY_ESCAPE_JSON);
+    if (nl != NULL) fputc('\n', out);
+    s += n + (nl != NULL);
   }
 }
 
@@ -107,26 +58,8 @@ char *hurray_cli_escaped(const char *s) {
 }
 
 void hurray_cli_json_string(FILE *out, const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
   fputc('"', out);
-  size_t i = 0;
-  while (i < len) {
-    uint32_t cp = 0;
-    size_t n = utf8_sequence(p + i, len - i, &cp);
-    if (n == 0) {
-      fputs("\\ufffd", out);
-      i++;
-    } else if (cp == '"' || cp == '\\') {
-      fprintf(out, "\\%c", (char)cp);
-      i++;
-    } else if (needs_escape(cp)) {
-      fprintf(out, "\\u%04" PRIx32, cp);
-      i += n;
-    } else {
-      fwrite(p + i, 1, n, out);
-      i += n;
-    }
-  }
+  put_text(out, s, len, HURRAY_ESCAPE_JSON | HURRAY_ESCAPE_BACKSLASH);
   fputc('"', out);
 }
 
@@ -134,7 +67,7 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   fputs("hurray: ", err);
   hurray_cli_puts_escaped(err, what);
   fputs(": ", err);
-  hurray_cli_puts_escaped(err, message);
+  hurray_cli_puts_message(err, message);
   fputc('\n', err);
   return EXIT_FAILURE;
 }

@@ -82,10 +82,9 @@ static int try_native_convert(int argc, char **argv) {
   if (src == NULL || dst == NULL) return -1;
   HurrayFormat sf = hurray_format_from_path(src), tf = hurray_format_from_path(dst);
   if (sf == HURRAY_FORMAT_UNKNOWN || tf == HURRAY_FORMAT_UNKNOWN) return -1;
-  if (stats && tf != HURRAY_FORMAT_HURRAY) return -1; /* Python notes it is ignored */
   HurrayConvertOptions options = HURRAY_CONVERT_OPTIONS_INIT;
   options.verify_checksums = verify;
-  options.statistics = stats;
+  options.statistics = stats && tf == HURRAY_FORMAT_HURRAY;
   HurrayError error = {0};
   HurrayStatus status = hurray_convert_file(src, dst, &options, &error);
   if (status == HURRAY_ERR_UNSUPPORTED && getenv("HURRAY_CONVERT_NATIVE_ONLY") == NULL) {
@@ -95,7 +94,7 @@ static int try_native_convert(int argc, char **argv) {
     char *nl = strchr(error.message, '\n');
     if (nl != NULL) *nl = '\0';
     fputs("hurray convert: ", stderr);
-    hurray_cli_puts_escaped(stderr, error.message); /* names from the file */
+    hurray_cli_puts_message(stderr, error.message); /* names from the file */
     fputc('\n', stderr);
     return EXIT_FAILURE;
   }
@@ -103,6 +102,9 @@ static int try_native_convert(int argc, char **argv) {
     printf("%s -> %s: ", hurray_format_name(sf), hurray_format_name(tf));
     hurray_cli_puts_escaped(stdout, dst);
     printf(" (native)\n");
+    if (stats && tf != HURRAY_FORMAT_HURRAY) {
+      printf("note: --stats applies to .hurray targets; ignored\n"); /* as Python says it */
+    }
   }
   return EXIT_SUCCESS;
 }

@@ -178,6 +178,27 @@ typedef struct HurrayError {
  * unknown values give "HURRAY_ERR_UNKNOWN". The string is static. */
 HURRAY_API const char *hurray_status_name(HurrayStatus status);
 
+/* Untrusted text (a name or value read from a file) made safe to show on
+ * one line of a terminal or a log. Bytes that are not UTF-8 become \xNN;
+ * newline, carriage return and tab \n \r \t; other C0 controls and DEL
+ * \xNN; C1 controls and the bidirectional embeddings, overrides and
+ * isolates \u{NNNN}; everything else is copied. With
+ * HURRAY_ESCAPE_BACKSLASH a backslash becomes \\ as well, so that every
+ * escape is unambiguous (for names shown as data); without it the result
+ * holds no character it would escape, so escaping it again changes
+ * nothing (for messages that quote names, escaped at each layer they
+ * pass). Writes at most `out_size` bytes into `out`, NUL-terminated
+ * (nothing when `out_size` is 0), never cutting an escape or a character in
+ * half; returns the length the whole escaped text needs, without the NUL:
+ * as with snprintf, a result >= out_size means `out` holds a prefix.
+ * HURRAY_ESCAPE_JSON writes JSON string escapes instead (\uNNNN, and
+ * \ufffd for a byte that is not UTF-8); with HURRAY_ESCAPE_BACKSLASH a
+ * quote becomes \" too, so the result is the inside of a JSON string. */
+#define HURRAY_ESCAPE_BACKSLASH 1u
+#define HURRAY_ESCAPE_JSON 2u
+HURRAY_API size_t hurray_escape_text(const char *text, size_t len, unsigned flags, char *out,
+                                     size_t out_size);
+
 /* Frees memory the library handed to the caller as a plain allocation
  * (encoded bytes, JSON text). NULL is allowed. Do not use it on handles:
  * they have their own destroy functions. */

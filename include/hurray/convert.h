@@ -34,6 +34,8 @@
  *     hurray_target_add_tensor takes the descriptor and the buffer list it
  *     is given in every case, success or failure.
  * Threads: sources and targets are not thread-safe; use one per thread.
+ * Errors: messages are one line, and the names from a file they quote are
+ * escaped already (hurray_escape_text without HURRAY_ESCAPE_BACKSLASH).
  */
 #ifndef HURRAY_CONVERT_H
 #define HURRAY_CONVERT_H

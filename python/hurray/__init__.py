@@ -8,7 +8,7 @@ from ._descriptor import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Des
                           Extension, Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
                           Sparse, Statistics)
 from ._dtypes import DTYPES
-from ._convert import ConversionError, convert
+from .convert import ConversionError, convert
 from ._files import File, as_tensor, load, open, save
 from ._quant import QUANT_SCHEMES, quantize
 from ._safe_open import safe_open

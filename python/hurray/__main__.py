@@ -135,7 +135,7 @@ def _terminate(signum, frame):
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
-    from ._convert import ConversionError, UsageError, convert
+    from .convert import ConversionError, UsageError, convert
     for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, _terminate)

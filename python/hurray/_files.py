@@ -120,6 +120,21 @@ def save(target, tensors: Mapping[str, Any],
     _hurray.save(target, items, metadata, statistics)
 
 
+def fsync_dir(folder: str) -> None:
+    """Makes a rename in `folder` durable, best effort: the renamed file is
+    complete either way (the converter and the DCP writer share it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _refuse_special_file(path) -> None:
     """A FIFO, socket or device would block or stream forever when opened:
     refuse it from its stat, which never opens it. Anything stat cannot see

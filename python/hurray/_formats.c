@@ -1,6 +1,6 @@
 /*
  * _formats: the native safetensors and GGUF readers and writers
- * (include/hurray/convert.h) for the Python converter (_convert.py), so
+ * (include/hurray/convert.h) for the Python converter (hurray/convert/), so
  * that converting those formats needs neither torch nor the safetensors or
  * gguf packages. A module of its own, next to _hurray: tensors cross
  * between the two through the `__hurray__` capsule protocol
@@ -14,11 +14,15 @@
  *     .get(i)               a "hurray_buffer" capsule (hurray.from_hurray)
  *     .metadata()           {key: str | int | float | bool | bytes}, hurray form
  *     .close()
+ *   target_form(format, name, encoded descriptor)
+ *                           (type name, stored bytes) a safetensors or GGUF
+ *                           target stores it as; raises why not
  *   write(path, format, [(name, capsule)], {key: value}, statistics)
  *                           writes atomically (GIL released); returns the
  *                           number of metadata keys the format dropped
  *
- * Errors are raised as the hurray.HurrayError subclass of their status.
+ * Errors are raised as the hurray.HurrayError subclass of their status
+ * (_shared.h: the same mapping and message form as _hurray's).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,60 +30,22 @@
 
 #include "hurray/hurray.h"
 
-#define CAPSULE_NAME "hurray_buffer"
-#define USED_CAPSULE_NAME "used_hurray_buffer"
-
-/* The capsule context, as _hurray.c and the protocol define it. */
-typedef struct CapsuleContext {
-  uint32_t abi_version;
-  uint32_t reserved;
-  uint64_t descriptor_len;
-  uint8_t descriptor[];
-} CapsuleContext;
+#include "_shared.h"
+#include "../../src/formats/formats_internal.h"
 
 /* ---------------------------------------------------------------- errors */
 
-static const char *class_of(HurrayStatus s) {
-  switch (s) {
-    case HURRAY_ERR_INVALID_ARGUMENT: case HURRAY_ERR_STATE: case HURRAY_ERR_NOT_FINITE:
-      return "InvalidArgumentError";
-    case HURRAY_ERR_NO_MEMORY: return "HurrayMemoryError";
-    case HURRAY_ERR_UNSUPPORTED: case HURRAY_ERR_ABI_VERSION: return "UnsupportedError";
-    case HURRAY_ERR_TRUNCATED: case HURRAY_ERR_MALFORMED: case HURRAY_ERR_BAD_MAGIC:
-    case HURRAY_ERR_RANGE: case HURRAY_ERR_OVERLAP:
-      return "FormatError";
-    case HURRAY_ERR_CHECKSUM: return "ChecksumError";
-    case HURRAY_ERR_LIMIT: case HURRAY_ERR_OVERFLOW: return "LimitError";
-    case HURRAY_ERR_NOT_FOUND: return "NotFoundError";
-    case HURRAY_ERR_DUPLICATE_NAME: return "DuplicateNameError";
-    case HURRAY_ERR_IO: return "HurrayIOError";
-    default:
-      if (s >= 20 && s < 60) return "ValidationError";
-      if (s >= 60 && s < 80) return "PlacementError";
-      return "HurrayError";
-  }
-}
-
+/* The class _hurray made for `status` (and its HurrayIOError for failures
+ * the operating system reported): one mapping, hy_error_classes. */
 static PyObject *raise_status(HurrayStatus status, const HurrayError *error) {
   PyObject *mod = PyImport_ImportModule("hurray._hurray");
   if (mod == NULL) return NULL;
-  PyObject *cls = PyObject_GetAttrString(mod, class_of(status));
+  PyObject *cls = PyObject_GetAttrString(mod, hy_error_class_name(status));
+  PyObject *io_class = cls != NULL ? PyObject_GetAttrString(mod, "HurrayIOError") : NULL;
   Py_DECREF(mod);
-  if (cls == NULL) return NULL;
-  PyObject *exc = PyObject_CallFunction(cls, "s", error->message);
-  if (exc != NULL) {
-    PyObject *code = PyLong_FromLong((long)status);
-    PyObject *name = PyUnicode_FromString(hurray_status_name(status));
-    if (code != NULL && name != NULL) {
-      PyObject_SetAttrString(exc, "status", code);
-      PyObject_SetAttrString(exc, "status_name", name);
-    }
-    Py_XDECREF(code);
-    Py_XDECREF(name);
-    PyErr_SetObject(cls, exc);
-    Py_DECREF(exc);
-  }
-  Py_DECREF(cls);
+  if (io_class != NULL) hy_raise_status(cls, io_class, status, error, NULL);
+  Py_XDECREF(cls);
+  Py_XDECREF(io_class);
   return NULL;
 }
 
@@ -92,61 +58,26 @@ static HurrayFormat format_arg(const char *name) {
 
 /* ---------------------------------------------------------------- capsule */
 
-static void capsule_destructor(PyObject *capsule) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  CapsuleContext *ctx = PyCapsule_GetContext(capsule);
-  if (PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
-    hurray_buffer_list_destroy(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
-  }
-  PyErr_Clear();
-  PyMem_RawFree(ctx);
-  PyErr_Restore(type, value, traceback);
-}
-
 /* Takes `d` and `list` in every case. */
 static PyObject *make_capsule(HurrayDescriptor *d, HurrayBufferList *list) {
   HurrayError e = {0};
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  HurrayStatus s = hurray_descriptor_encode(d, &bytes, &len, &e);
+  HurrayStatus s;
+  HyCapsuleContext *ctx = hy_capsule_context(d, &s, &e);
   hurray_descriptor_destroy(d);
-  if (s != HURRAY_OK) {
+  if (ctx == NULL) {
     hurray_buffer_list_destroy(list);
     return raise_status(s, &e);
   }
-  CapsuleContext *ctx = PyMem_RawMalloc(sizeof *ctx + len);
-  if (ctx == NULL) {
-    hurray_free(bytes);
-    hurray_buffer_list_destroy(list);
-    return PyErr_NoMemory();
-  }
-  ctx->abi_version = HURRAY_C_ABI_VERSION;
-  ctx->reserved = 0;
-  ctx->descriptor_len = len;
-  memcpy(ctx->descriptor, bytes, len);
-  hurray_free(bytes);
-  PyObject *capsule = PyCapsule_New(list, CAPSULE_NAME, capsule_destructor);
-  if (capsule == NULL) {
-    hurray_buffer_list_destroy(list);
-    PyMem_RawFree(ctx);
-    return NULL;
-  }
-  if (PyCapsule_SetContext(capsule, ctx) < 0) {
-    Py_DECREF(capsule);
-    PyMem_RawFree(ctx);
-    return NULL;
-  }
-  return capsule;
+  return hy_capsule_wrap(list, ctx);
 }
 
 /* Takes the list out of a producer's capsule (renaming it used). */
 static int take_capsule(PyObject *capsule, HurrayDescriptor **d, HurrayBufferList **list) {
-  if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
+  if (!PyCapsule_IsValid(capsule, HY_CAPSULE_NAME)) {
     PyErr_SetString(PyExc_TypeError, "expected an unused \"hurray_buffer\" capsule");
     return -1;
   }
-  const CapsuleContext *ctx = PyCapsule_GetContext(capsule);
+  const HyCapsuleContext *ctx = PyCapsule_GetContext(capsule);
   if (ctx == NULL || ctx->abi_version != HURRAY_C_ABI_VERSION) {
     PyErr_Clear();
     PyErr_SetString(PyExc_ValueError, "capsule without a context of this C ABI version");
@@ -158,8 +89,8 @@ static int take_capsule(PyObject *capsule, HurrayDescriptor **d, HurrayBufferLis
     raise_status(s, &e);
     return -1;
   }
-  *list = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
-  if (*list == NULL || PyCapsule_SetName(capsule, USED_CAPSULE_NAME) < 0) {
+  *list = PyCapsule_GetPointer(capsule, HY_CAPSULE_NAME);
+  if (*list == NULL || PyCapsule_SetName(capsule, HY_USED_CAPSULE_NAME) < 0) {
     hurray_descriptor_destroy(*d);
     return -1;
   }
@@ -472,7 +403,32 @@ static PyObject *mod_write(PyObject *module, PyObject *args) {
   return PyLong_FromSize_t(dropped);
 }
 
+/* target_form(format, name, encoded descriptor) -> (type name, stored bytes):
+ * what a safetensors or GGUF target stores the tensor as, decided by the
+ * C writer's own rule (hurray__target_form); UnsupportedError says why
+ * there is no exact form. The converter plans with it before writing. */
+static PyObject *mod_target_form(PyObject *module, PyObject *args) {
+  (void)module;
+  const char *format_name, *name;
+  Py_buffer encoded;
+  if (!PyArg_ParseTuple(args, "ssy*:target_form", &format_name, &name, &encoded)) return NULL;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayStatus s = hurray_descriptor_decode(encoded.buf, (size_t)encoded.len, &d, &e);
+  PyBuffer_Release(&encoded);
+  const char *type_name = NULL;
+  uint64_t nbytes = 0;
+  if (s == HURRAY_OK) {
+    s = hurray__target_form(format_arg(format_name), name, d, &type_name, &nbytes, &e);
+    hurray_descriptor_destroy(d);
+  }
+  if (s != HURRAY_OK) return raise_status(s, &e);
+  return Py_BuildValue("(sK)", type_name, (unsigned long long)nbytes);
+}
+
 static PyMethodDef module_methods[] = {
+    {"target_form", mod_target_form, METH_VARARGS,
+     "target_form(format, name, encoded descriptor) -> (type name, stored bytes)"},
     {"write", mod_write, METH_VARARGS,
      "write(path, format, [(name, capsule)], metadata, statistics=False) -> dropped keys"},
     {NULL},

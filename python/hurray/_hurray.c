@@ -21,18 +21,12 @@
 #include "_loading.h"
 #include "_guard.h"
 
-#define CAPSULE_NAME "hurray_buffer"
-#define USED_CAPSULE_NAME "used_hurray_buffer"
-#define STATUS_SLOTS 128
+#include "_shared.h"
 
-/* The capsule context: the producer's ABI version first, so a consumer of
- * any version can read it, then the encoded descriptor. */
-typedef struct CapsuleContext {
-  uint32_t abi_version;
-  uint32_t reserved;
-  uint64_t descriptor_len;
-  uint8_t descriptor[];
-} CapsuleContext;
+#define CAPSULE_NAME HY_CAPSULE_NAME
+#define USED_CAPSULE_NAME HY_USED_CAPSULE_NAME
+#define STATUS_SLOTS 128
+typedef HyCapsuleContext CapsuleContext;
 
 typedef struct ModuleState {
   PyTypeObject *tensor_type;
@@ -57,29 +51,10 @@ static ModuleState *state_of_type(PyTypeObject *type) {
  * a HurrayIOError: see hy_raise_os. */
 static PyObject *raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
                                    PyObject *filename) {
-  if (error != NULL && error->os_errno != 0 && st->errors[HURRAY_ERR_IO] != NULL) {
-    return hy_raise_os(st->errors[HURRAY_ERR_IO], status, error, filename);
-  }
   PyObject *cls = (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL)
                       ? st->errors[status]
                       : st->error_base;
-  PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status),
-                                           error != NULL ? error->message : "");
-  if (message == NULL) return NULL;
-  PyObject *exc = PyObject_CallOneArg(cls, message);
-  Py_DECREF(message);
-  if (exc == NULL) return NULL;
-  PyObject *code = PyLong_FromLong((long)status);
-  PyObject *name = PyUnicode_FromString(hurray_status_name(status));
-  if (code != NULL && name != NULL) {
-    PyObject_SetAttrString(exc, "status", code);
-    PyObject_SetAttrString(exc, "status_name", name);
-  }
-  Py_XDECREF(code);
-  Py_XDECREF(name);
-  PyErr_SetObject(cls, exc);
-  Py_DECREF(exc);
-  return NULL;
+  return hy_raise_status(cls, st->errors[HURRAY_ERR_IO], status, error, filename);
 }
 
 static PyObject *raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
@@ -1031,20 +1006,6 @@ static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
 
 /* ------------------------------------------------------ capsule protocol */
 
-static void capsule_destructor(PyObject *capsule) {
-  /* May run while an exception propagates: keep it intact. */
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  /* Only a capsule nobody consumed still owns its list. */
-  CapsuleContext *ctx = PyCapsule_GetContext(capsule);
-  if (PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
-    hurray_buffer_list_destroy(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
-  }
-  PyErr_Clear();
-  PyMem_RawFree(ctx);
-  PyErr_Restore(type, value, traceback);
-}
-
 /* __hurray__(stream=None): a capsule whose list holds a fresh handle per
  * buffer, each keeping this tensor alive until the consumer releases it. */
 static PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -1060,20 +1021,9 @@ static PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kw
   }
   ModuleState *st = state_of_type(Py_TYPE(op));
   HurrayError e = {0};
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  HurrayStatus s = hurray_descriptor_encode(self->descriptor, &bytes, &len, &e);
-  if (s != HURRAY_OK) return raise_status(st, s, &e);
-  CapsuleContext *ctx = PyMem_RawMalloc(sizeof *ctx + len);
-  if (ctx == NULL) {
-    hurray_free(bytes);
-    return PyErr_NoMemory();
-  }
-  ctx->abi_version = HURRAY_C_ABI_VERSION;
-  ctx->reserved = 0;
-  ctx->descriptor_len = len;
-  memcpy(ctx->descriptor, bytes, len);
-  hurray_free(bytes);
+  HurrayStatus s;
+  CapsuleContext *ctx = hy_capsule_context(self->descriptor, &s, &e);
+  if (ctx == NULL) return raise_status(st, s, &e);
 
   HurrayBufferList *list = NULL;
   s = hurray_buffer_list_create(&list, &e);
@@ -1100,18 +1050,7 @@ static PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kw
     PyMem_RawFree(ctx);
     return raise_status(st, s, &e);
   }
-  PyObject *capsule = PyCapsule_New(list, CAPSULE_NAME, capsule_destructor);
-  if (capsule == NULL) {
-    hurray_buffer_list_destroy(list);
-    PyMem_RawFree(ctx);
-    return NULL;
-  }
-  if (PyCapsule_SetContext(capsule, ctx) < 0) {
-    Py_DECREF(capsule); /* destroys the list; ctx not yet attached */
-    PyMem_RawFree(ctx);
-    return NULL;
-  }
-  return capsule;
+  return hy_capsule_wrap(list, ctx);
 }
 
 /* Consumes a capsule: name, then version (before the pointer is touched),
@@ -1967,49 +1906,6 @@ static PyMethodDef module_methods[] = {
     {NULL},
 };
 
-/* Exception classes and the status codes each one covers. */
-typedef struct ErrorClass {
-  const char *name;
-  const char *extra_base; /* a builtin exception also inherited, or NULL */
-  const char *doc;
-  HurrayStatus codes[40];
-} ErrorClass;
-
-static const ErrorClass error_classes[] = {
-    {"InvalidArgumentError", "ValueError", "An argument or call the API does not accept.",
-     {HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_STATE, HURRAY_ERR_NOT_FINITE}},
-    {"HurrayMemoryError", "MemoryError", "libhurray ran out of memory.", {HURRAY_ERR_NO_MEMORY}},
-    {"UnsupportedError", NULL,
-     "Something from a newer version (encoding, field, ABI) or a combination not supported.",
-     {HURRAY_ERR_UNSUPPORTED, HURRAY_ERR_ABI_VERSION}},
-    {"FormatError", NULL, "Corrupt or invalid encoded bytes or file.",
-     {HURRAY_ERR_TRUNCATED, HURRAY_ERR_MALFORMED, HURRAY_ERR_BAD_MAGIC, HURRAY_ERR_RANGE,
-      HURRAY_ERR_OVERLAP}},
-    {"ChecksumError", NULL, "Stored checksum differs from the bytes.", {HURRAY_ERR_CHECKSUM}},
-    {"LimitError", NULL, "A hard limit or 64-bit size was exceeded.",
-     {HURRAY_ERR_LIMIT, HURRAY_ERR_OVERFLOW}},
-    {"ValidationError", NULL, "A descriptor is inconsistent.",
-     {HURRAY_ERR_DTYPE, HURRAY_ERR_STRIDES, HURRAY_ERR_BUFFER_INDEX, HURRAY_ERR_BUFFER_ROLE,
-      HURRAY_ERR_BUFFER_UNREFERENCED, HURRAY_ERR_BUFFER_TOO_SMALL, HURRAY_ERR_BUFFER_TABLE,
-      HURRAY_ERR_DEVICE, HURRAY_ERR_QUANT_LAYOUT, HURRAY_ERR_QUANT_DTYPE, HURRAY_ERR_QUANT_AXIS,
-      HURRAY_ERR_QUANT_BLOCK_SIZE, HURRAY_ERR_QUANT_SCALE, HURRAY_ERR_QUANT_SCALE_DTYPE,
-      HURRAY_ERR_QUANT_SCALE_COUNT, HURRAY_ERR_QUANT_ZERO_POINT,
-      HURRAY_ERR_QUANT_ZERO_POINT_DTYPE, HURRAY_ERR_QUANT_ZERO_POINT_COUNT,
-      HURRAY_ERR_QUANT_MX_ELEMENT, HURRAY_ERR_SPARSE_INDEX_DTYPE, HURRAY_ERR_SPARSE_RANK,
-      HURRAY_ERR_SPARSE_NNZ, HURRAY_ERR_SPARSE_BLOCK, HURRAY_ERR_PAGED_AXIS,
-      HURRAY_ERR_PAGED_PAGE_SIZE, HURRAY_ERR_PAGED_TABLE_DTYPE, HURRAY_ERR_COMPOSITE_DEPTH,
-      HURRAY_ERR_COMPOSITE_MEMBER, HURRAY_ERR_COMPOSITE_NAME, HURRAY_ERR_STATISTICS,
-      HURRAY_ERR_SHARD_RANK, HURRAY_ERR_SHARD_BOUNDS, HURRAY_ERR_EXTENSION}},
-    {"PlacementError", NULL, "Buffers do not fit the descriptor they travel with.",
-     {HURRAY_ERR_BUFFER_COUNT, HURRAY_ERR_BUFFER_SIZE, HURRAY_ERR_BUFFER_ALIGNMENT,
-      HURRAY_ERR_DEVICE_MISMATCH, HURRAY_ERR_SYNC_MODE_MISMATCH, HURRAY_ERR_PAGE_TABLE_ENTRY,
-      HURRAY_ERR_SPARSE_INDEX_BOUNDS, HURRAY_ERR_SPARSE_INDPTR, HURRAY_ERR_SPARSE_ORDER}},
-    {"NotFoundError", "KeyError", "No tensor, key or file of that name.", {HURRAY_ERR_NOT_FOUND}},
-    {"DuplicateNameError", NULL, "A name used twice.", {HURRAY_ERR_DUPLICATE_NAME}},
-    {"HurrayIOError", "OSError", "The operating system refused an operation.",
-     {HURRAY_ERR_IO, HURRAY_ERR_CANCELLED}},
-};
-
 static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out) {
   PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
   if (type == NULL) return -1;
@@ -2030,8 +1926,8 @@ static int module_exec(PyObject *module) {
   if (st->error_base == NULL || PyModule_AddObjectRef(module, "HurrayError", st->error_base) < 0) {
     return -1;
   }
-  for (size_t i = 0; i < sizeof error_classes / sizeof error_classes[0]; i++) {
-    const ErrorClass *c = &error_classes[i];
+  for (size_t i = 0; i < hy_error_class_count; i++) {
+    const HyErrorClass *c = &hy_error_classes[i];
     PyObject *extra = NULL;
     if (c->extra_base != NULL) {
       extra = PyDict_GetItemString(PyEval_GetBuiltins(), c->extra_base); /* borrowed */

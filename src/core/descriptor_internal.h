@@ -130,4 +130,11 @@ HurrayStatus hurray__descriptor_push_member(HurrayDescriptor *d, char *name,
 /* Checks `len` bytes are valid UTF-8 without NUL. */
 bool hurray__utf8_valid(const char *s, size_t len);
 
+/* The length of the well-formed UTF-8 sequence at s[0, len) and its code
+ * point in *cp, or 0 (overlong, surrogate, past U+10FFFF, cut short). */
+size_t hurray__utf8_next(const uint8_t *s, size_t len, uint32_t *cp);
+/* Code points a terminal acts on or that reorder what it shows: C0, DEL,
+ * C1, the bidirectional embeddings, overrides and isolates. */
+bool hurray__text_needs_escape(uint32_t cp);
+
 #endif

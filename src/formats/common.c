@@ -1,9 +1,8 @@
 /*
  * Typed metadata lists, a growing string, and the JSON text hurray keeps
- * GGUF arrays in. The arrays are written and read here rather than through
- * jansson because they must carry what jansson refuses: raw bytes of
- * strings that are not UTF-8 (as Python's surrogateescape \udcXX escapes)
- * and NaN/Infinity, exactly as the Python converter writes them.
+ * GGUF arrays in: written here, in Python's json form (raw bytes of strings
+ * that are not UTF-8 as surrogateescape \udcXX escapes, NaN/Infinity), and
+ * read with yajl, the one JSON parser of the library (see the reader).
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -12,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <yajl/yajl_parse.h>
+
+#include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "formats_internal.h"
 
@@ -157,40 +159,12 @@ void hurray__str_free(HurrayStr *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 if invalid. */
-static size_t utf8_seq(const uint8_t *p, size_t n, uint32_t *cp) {
-  uint8_t c = p[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  size_t need;
-  uint32_t v, min;
-  if ((c & 0xE0) == 0xC0) {
-    need = 2, v = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    need = 3, v = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    need = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (n < need) return 0;
-  for (size_t k = 1; k < need; k++) {
-    if ((p[k] & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (p[k] & 0x3F);
-  }
-  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return need;
-}
-
 void hurray__str_json_string(HurrayStr *s, const uint8_t *data, size_t len) {
   hurray__str_addc(s, '"');
   size_t i = 0;
   while (i < len) {
     uint32_t cp = 0;
-    size_t k = utf8_seq(data + i, len - i, &cp);
+    size_t k = hurray__utf8_next(data + i, len - i, &cp);
     if (k == 0) {
       hurray__str_addf(s, "\\udc%02x", data[i]);
       i++;
@@ -243,280 +217,259 @@ void hurray__str_json_raw(HurrayStr *s, const uint8_t *data, size_t len) {
 
 /* ---------------------------------------------------------- JSON reader */
 
-typedef struct JP {
-  const uint8_t *p, *end;
-  HurrayError *error;
+/* Read with yajl, the project's one JSON parser (safetensors headers are
+ * too). Python's json module writes two things plain JSON, and so yajl,
+ * lacks, and hurray keeps GGUF values in its form:
+ *  - NaN, Infinity and -Infinity: mark_numbers turns each into a 0 of the
+ *    same width and notes, for every number in text order, which it was;
+ *  - \udcXX escapes, one per raw byte of a string that is not UTF-8
+ *    (surrogateescape): yajl decodes them to the three-byte form of the
+ *    surrogate, which j_string maps back to the byte. The text is checked
+ *    to be strict UTF-8 first, so that form comes from escapes only. */
+
+enum { NUM_PLAIN, NUM_NAN, NUM_INF, NUM_NEG_INF };
+
+typedef struct JB {
+  HurrayJ root;
+  HurrayJ *open[HURRAY_GGUF_MAX_ARRAY_DEPTH + 2]; /* containers being filled */
+  size_t cap[HURRAY_GGUF_MAX_ARRAY_DEPTH + 2];
   unsigned depth;
-} JP;
+  bool have_root, have_key;
+  HurrayJ key; /* an object's key, until its value comes */
+  const uint8_t *kinds;
+  size_t nkinds, next_kind;
+  HurrayError *error;
+  HurrayStatus status;
+} JB;
 
-static HurrayStatus jfail(JP *jp, const char *why) {
-  return hurray__fail(jp->error, HURRAY_ERR_MALFORMED, "metadata value is not valid JSON: %s", why);
+static int jfail(JB *b, const char *why) {
+  b->status = hurray__fail(b->error, HURRAY_ERR_MALFORMED, "metadata value is not valid JSON: %s",
+                           why);
+  return 0;
 }
 
-static void jws(JP *jp) {
-  while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\n' || *jp->p == '\r' || *jp->p == '\t'))
-    jp->p++;
+static int joom(JB *b) {
+  b->status = hurray__fail(b->error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  return 0;
 }
 
-static bool jlit(JP *jp, const char *lit) {
+static bool starts(const uint8_t *p, const uint8_t *end, const char *lit) {
   size_t n = strlen(lit);
-  if ((size_t)(jp->end - jp->p) >= n && memcmp(jp->p, lit, n) == 0) {
-    jp->p += n;
-    return true;
-  }
-  return false;
+  return (size_t)(end - p) >= n && memcmp(p, lit, n) == 0;
 }
 
-static int hexval(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static bool jhex4(JP *jp, uint32_t *out) {
-  if (jp->end - jp->p < 4) return false;
-  uint32_t v = 0;
-  for (int k = 0; k < 4; k++) {
-    int h = hexval(jp->p[k]);
-    if (h < 0) return false;
-    v = v * 16 + (uint32_t)h;
-  }
-  jp->p += 4;
-  *out = v;
-  return true;
-}
-
-static HurrayStatus jstring(JP *jp, HurrayJ *out) {
-  HurrayStr s = {0};
-  jp->p++; /* the opening quote */
-  for (;;) {
-    if (jp->p >= jp->end) {
-      hurray__str_free(&s);
-      return jfail(jp, "unterminated string");
-    }
-    uint8_t c = *jp->p++;
-    if (c == '"') break;
-    if (c < 0x20) {
-      hurray__str_free(&s);
-      return jfail(jp, "control character in a string");
-    }
-    if (c != '\\') {
-      hurray__str_addc(&s, (char)c);
+/* See above. `kinds` gets one byte per number (at most one per byte of
+ * text). A NaN or Infinity is taken only where a value may start, so that
+ * "1NaN" stays an error instead of becoming the number 10. */
+static void mark_numbers(uint8_t *text, size_t len, uint8_t *kinds, size_t *count) {
+  static const struct {
+    const char *lit;
+    uint8_t kind;
+  } special[] = {{"NaN", NUM_NAN}, {"Infinity", NUM_INF}, {"-Infinity", NUM_NEG_INF}};
+  const uint8_t *end = text + len;
+  bool in_string = false;
+  uint8_t last = '[';
+  for (uint8_t *p = text; p < end; p++) {
+    if (in_string) {
+      if (*p == '\\') p++;
+      else if (*p == '"') in_string = false;
       continue;
     }
-    if (jp->p >= jp->end) {
-      hurray__str_free(&s);
-      return jfail(jp, "unterminated escape");
-    }
-    c = *jp->p++;
-    const char *simple = strchr("\"\\/bfnrt", c);
-    if (simple != NULL && c != 0) {
-      static const char map[] = "\"\\/\b\f\n\r\t";
-      hurray__str_addc(&s, map[simple - "\"\\/bfnrt"]);
+    if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') continue;
+    bool value_start = last == '[' || last == ',' || last == ':';
+    size_t k = 0;
+    while (k < 3 && !(value_start && starts(p, end, special[k].lit))) k++;
+    if (k < 3) {
+      size_t n = strlen(special[k].lit);
+      bool negative = special[k].kind == NUM_NEG_INF;
+      memset(p, ' ', n);
+      p[0] = negative ? '-' : '0';
+      if (negative) p[1] = '0';
+      p += n - 1;
+      kinds[(*count)++] = special[k].kind;
+      last = '0';
       continue;
     }
-    uint32_t u;
-    if (c != 'u' || !jhex4(jp, &u)) {
-      hurray__str_free(&s);
-      return jfail(jp, "bad escape");
-    }
-    if (u >= 0xDC80 && u <= 0xDCFF) { /* surrogateescape: one raw byte */
-      hurray__str_addc(&s, (char)(u - 0xDC00));
+    if (*p == '-' || (*p >= '0' && *p <= '9')) {
+      kinds[(*count)++] = NUM_PLAIN;
+      while (p + 1 < end && strchr("0123456789+-.eE", p[1]) != NULL && p[1] != 0) p++;
+      last = '0';
       continue;
     }
-    if (u >= 0xD800 && u <= 0xDBFF) {
-      uint32_t lo;
-      if (!(jlit(jp, "\\u") && jhex4(jp, &lo) && lo >= 0xDC00 && lo <= 0xDFFF)) {
-        hurray__str_free(&s);
-        return jfail(jp, "unpaired surrogate");
-      }
-      u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-    } else if (u >= 0xDC00 && u <= 0xDFFF) {
-      hurray__str_free(&s);
-      return jfail(jp, "unpaired surrogate");
-    }
-    char b[4];
-    size_t n;
-    if (u < 0x80) {
-      b[0] = (char)u, n = 1;
-    } else if (u < 0x800) {
-      b[0] = (char)(0xC0 | (u >> 6)), b[1] = (char)(0x80 | (u & 0x3F)), n = 2;
-    } else if (u < 0x10000) {
-      b[0] = (char)(0xE0 | (u >> 12)), b[1] = (char)(0x80 | ((u >> 6) & 0x3F));
-      b[2] = (char)(0x80 | (u & 0x3F)), n = 3;
-    } else {
-      b[0] = (char)(0xF0 | (u >> 18)), b[1] = (char)(0x80 | ((u >> 12) & 0x3F));
-      b[2] = (char)(0x80 | ((u >> 6) & 0x3F)), b[3] = (char)(0x80 | (u & 0x3F)), n = 4;
-    }
-    hurray__str_add(&s, b, n);
+    in_string = *p == '"';
+    last = *p;
   }
-  if (s.oom) {
-    hurray__str_free(&s);
-    return hurray__fail(jp->error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  }
-  out->kind = HJ_STR;
-  out->len = s.len;
-  out->str = (uint8_t *)(s.p != NULL ? s.p : calloc(1, 1));
-  if (out->str == NULL) return hurray__fail(jp->error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  return HURRAY_OK;
 }
 
-static HurrayStatus jnumber(JP *jp, HurrayJ *out) {
-  out->kind = HJ_NUM;
-  if (jlit(jp, "NaN")) {
-    out->num = NAN;
-    return HURRAY_OK;
+/* The next value's place: the root, or a new item of the open container. */
+static HurrayJ *jslot(JB *b) {
+  if (b->depth == 0) {
+    b->have_root = true;
+    return &b->root;
   }
-  bool neg = jlit(jp, "-");
-  if (jlit(jp, "Infinity")) {
-    out->num = neg ? -INFINITY : INFINITY;
-    return HURRAY_OK;
+  HurrayJ *c = b->open[b->depth - 1];
+  size_t *cap = &b->cap[b->depth - 1];
+  if (c->kind == HJ_OBJ && !b->have_key) return NULL; /* yajl sends keys first */
+  if (c->len == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 8;
+    HurrayJ *items = realloc(c->items, ncap * sizeof *items);
+    if (items == NULL) return NULL;
+    c->items = items;
+    if (c->kind == HJ_OBJ) {
+      HurrayJ *keys = realloc(c->keys, ncap * sizeof *keys);
+      if (keys == NULL) return NULL;
+      c->keys = keys;
+    }
+    *cap = ncap;
   }
-  const uint8_t *start = jp->p;
-  bool is_int = true, overflow = false;
-  uint64_t mag = 0;
-  size_t digits = 0;
-  while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9') {
-    unsigned d = (unsigned)(*jp->p - '0');
-    if (mag > (UINT64_MAX - d) / 10) overflow = true;
-    else mag = mag * 10 + d;
-    jp->p++;
-    digits++;
+  if (c->kind == HJ_OBJ) {
+    c->keys[c->len] = b->key;
+    memset(&b->key, 0, sizeof b->key);
+    b->have_key = false;
   }
-  if (digits == 0) return jfail(jp, "expected a value");
-  if (jp->p < jp->end && *jp->p == '.') {
-    is_int = false;
-    jp->p++;
-    if (jp->p >= jp->end || *jp->p < '0' || *jp->p > '9') return jfail(jp, "bad number");
-    while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9') jp->p++;
-  }
-  if (jp->p < jp->end && (*jp->p == 'e' || *jp->p == 'E')) {
-    is_int = false;
-    jp->p++;
-    if (jp->p < jp->end && (*jp->p == '+' || *jp->p == '-')) jp->p++;
-    if (jp->p >= jp->end || *jp->p < '0' || *jp->p > '9') return jfail(jp, "bad number");
-    while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9') jp->p++;
+  HurrayJ *v = &c->items[c->len++];
+  memset(v, 0, sizeof *v);
+  return v;
+}
+
+static int j_null(void *ctx) { return jfail(ctx, "null is not a value hurray keeps"); }
+
+static int j_bool(void *ctx, int value) {
+  HurrayJ *v = jslot(ctx);
+  if (v == NULL) return joom(ctx);
+  v->kind = HJ_BOOL;
+  v->b = value != 0;
+  return 1;
+}
+
+static int j_number(void *ctx, const char *s, size_t len) {
+  JB *b = ctx;
+  if (b->next_kind >= b->nkinds) return jfail(b, "a number out of place");
+  uint8_t kind = b->kinds[b->next_kind++];
+  HurrayJ *v = jslot(b);
+  if (v == NULL) return joom(b);
+  v->kind = HJ_NUM;
+  if (kind != NUM_PLAIN) {
+    v->num = kind == NUM_NAN ? NAN : kind == NUM_INF ? INFINITY : -INFINITY;
+    return 1;
   }
   char buf[512];
-  size_t n = (size_t)(jp->p - start);
-  if (n >= sizeof buf - 1) return jfail(jp, "number too long");
-  buf[0] = neg ? '-' : '+';
-  memcpy(buf + 1, start, n);
-  buf[n + 1] = 0;
-  out->num = strtod(buf, NULL);
-  out->is_int = is_int && !overflow;
-  out->negative = neg;
-  out->mag = mag;
-  return HURRAY_OK;
+  if (len >= sizeof buf) return jfail(b, "number too long");
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  v->num = strtod(buf, NULL);
+  v->negative = buf[0] == '-';
+  bool overflow = false;
+  size_t i = v->negative;
+  for (; i < len && buf[i] >= '0' && buf[i] <= '9'; i++) {
+    unsigned d = (unsigned)(buf[i] - '0');
+    if (v->mag > (UINT64_MAX - d) / 10) overflow = true;
+    else v->mag = v->mag * 10 + d;
+  }
+  v->is_int = i == len && !overflow;
+  return 1;
 }
 
-static HurrayStatus jvalue(JP *jp, HurrayJ *out) {
-  jws(jp);
-  if (jp->p >= jp->end) return jfail(jp, "ends early");
-  uint8_t c = *jp->p;
-  if (c == '"') return jstring(jp, out);
-  if (jlit(jp, "true")) {
-    out->kind = HJ_BOOL, out->b = true;
-    return HURRAY_OK;
-  }
-  if (jlit(jp, "false")) {
-    out->kind = HJ_BOOL, out->b = false;
-    return HURRAY_OK;
-  }
-  if (c == '{') {
-    if (++jp->depth > 2) return jfail(jp, "nested too deeply");
-    jp->p++;
-    out->kind = HJ_OBJ;
-    size_t cap = 0;
-    jws(jp);
-    if (jp->p < jp->end && *jp->p == '}') {
-      jp->p++;
-      jp->depth--;
-      return HURRAY_OK;
-    }
-    for (;;) {
-      if (out->len == cap) {
-        size_t ncap = cap ? cap * 2 : 8;
-        HurrayJ *items = realloc(out->items, ncap * sizeof *items);
-        if (items != NULL) out->items = items;
-        HurrayJ *keys = items != NULL ? realloc(out->keys, ncap * sizeof *keys) : NULL;
-        if (keys != NULL) out->keys = keys;
-        if (items == NULL || keys == NULL) {
-          return hurray__fail(jp->error, HURRAY_ERR_NO_MEMORY, "out of memory");
-        }
-        cap = ncap;
+/* A decoded string, surrogate escapes of raw bytes undone. */
+static int j_decode(JB *b, const unsigned char *s, size_t len, HurrayJ *out) {
+  uint8_t *str = malloc(len + 1);
+  if (str == NULL) return joom(b);
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] == 0xED && i + 2 < len && (s[i + 1] & 0xE0) == 0xA0) {
+      uint32_t u = 0xD000u | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+      if (u < 0xDC80 || u > 0xDCFF) {
+        free(str);
+        return jfail(b, "unpaired surrogate");
       }
-      memset(&out->items[out->len], 0, sizeof out->items[0]);
-      memset(&out->keys[out->len], 0, sizeof out->keys[0]);
-      out->len++;
-      jws(jp);
-      if (jp->p >= jp->end || *jp->p != '"') return jfail(jp, "expected a key");
-      HURRAY_RETURN_NOT_OK(jstring(jp, &out->keys[out->len - 1]));
-      jws(jp);
-      if (jp->p >= jp->end || *jp->p != ':') return jfail(jp, "expected :");
-      jp->p++;
-      HURRAY_RETURN_NOT_OK(jvalue(jp, &out->items[out->len - 1]));
-      jws(jp);
-      if (jp->p < jp->end && *jp->p == ',') {
-        jp->p++;
-        continue;
-      }
-      if (jp->p < jp->end && *jp->p == '}') {
-        jp->p++;
-        jp->depth--;
-        return HURRAY_OK;
-      }
-      return jfail(jp, "expected , or }");
+      str[n++] = (uint8_t)(u - 0xDC00);
+      i += 2;
+    } else {
+      str[n++] = s[i];
     }
   }
-  if (c != '[') return jnumber(jp, out);
-  if (++jp->depth > HURRAY_GGUF_MAX_ARRAY_DEPTH + 1) return jfail(jp, "nested too deeply");
-  jp->p++;
-  out->kind = HJ_ARR;
-  size_t cap = 0;
-  jws(jp);
-  if (jp->p < jp->end && *jp->p == ']') {
-    jp->p++;
-    jp->depth--;
-    return HURRAY_OK;
-  }
-  for (;;) {
-    if (out->len == cap) {
-      /* Every item takes at least two bytes of text: no more than that. */
-      size_t ncap = cap ? cap * 2 : 8;
-      HurrayJ *items = realloc(out->items, ncap * sizeof *items);
-      if (items == NULL) return hurray__fail(jp->error, HURRAY_ERR_NO_MEMORY, "out of memory");
-      out->items = items;
-      cap = ncap;
-    }
-    memset(&out->items[out->len], 0, sizeof out->items[0]);
-    out->len++;
-    HURRAY_RETURN_NOT_OK(jvalue(jp, &out->items[out->len - 1]));
-    jws(jp);
-    if (jp->p < jp->end && *jp->p == ',') {
-      jp->p++;
-      continue;
-    }
-    if (jp->p < jp->end && *jp->p == ']') {
-      jp->p++;
-      jp->depth--;
-      return HURRAY_OK;
-    }
-    return jfail(jp, "expected , or ]");
-  }
+  str[n] = 0;
+  out->kind = HJ_STR;
+  out->str = str;
+  out->len = n;
+  return 1;
 }
+
+static int j_string(void *ctx, const unsigned char *s, size_t len) {
+  HurrayJ *v = jslot(ctx);
+  return v == NULL ? joom(ctx) : j_decode(ctx, s, len, v);
+}
+
+static int j_key(void *ctx, const unsigned char *s, size_t len) {
+  JB *b = ctx;
+  if (!j_decode(b, s, len, &b->key)) return 0;
+  b->have_key = true;
+  return 1;
+}
+
+static int j_open(JB *b, HurrayJKind kind, unsigned limit) {
+  if (b->depth + 1 > limit) return jfail(b, "nested too deeply");
+  HurrayJ *v = jslot(b);
+  if (v == NULL) return joom(b);
+  v->kind = kind;
+  b->cap[b->depth] = 0;
+  b->open[b->depth++] = v;
+  return 1;
+}
+
+static int j_start_map(void *ctx) { return j_open(ctx, HJ_OBJ, 2); }
+
+static int j_start_array(void *ctx) {
+  return j_open(ctx, HJ_ARR, HURRAY_GGUF_MAX_ARRAY_DEPTH + 1);
+}
+
+static int j_close(void *ctx) {
+  ((JB *)ctx)->depth--;
+  return 1;
+}
+
+static const yajl_callbacks j_callbacks = {j_null,      j_bool,  NULL,    NULL,
+                                           j_number,    j_string, j_start_map, j_key,
+                                           j_close,     j_start_array, j_close};
 
 HurrayStatus hurray__j_parse(const uint8_t *text, size_t len, HurrayJ *out, HurrayError *error) {
   memset(out, 0, sizeof *out);
-  JP jp = {text, text + len, error, 0};
-  HurrayStatus s = jvalue(&jp, out);
-  if (s == HURRAY_OK) {
-    jws(&jp);
-    if (jp.p != jp.end) s = jfail(&jp, "text after the value");
+  if (!hurray__utf8_valid((const char *)text, len)) {
+    return hurray__fail(error, HURRAY_ERR_MALFORMED,
+                        "metadata value is not valid JSON: not UTF-8, or holds a NUL");
   }
-  if (s != HURRAY_OK) hurray__j_free(out);
-  return s;
+  uint8_t *copy = malloc(len + 1), *kinds = malloc(len + 1);
+  JB b = {.error = error, .status = HURRAY_OK, .kinds = kinds};
+  yajl_handle h = copy != NULL && kinds != NULL ? yajl_alloc(&j_callbacks, NULL, &b) : NULL;
+  if (h == NULL) {
+    free(copy);
+    free(kinds);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  if (len) memcpy(copy, text, len);
+  mark_numbers(copy, len, kinds, &b.nkinds);
+  yajl_status ys = yajl_parse(h, copy, len);
+  if (ys == yajl_status_ok) ys = yajl_complete_parse(h);
+  HurrayStatus s = b.status;
+  if (ys != yajl_status_ok && s == HURRAY_OK) {
+    unsigned char *why = yajl_get_error(h, 0, copy, len);
+    char line[160];
+    snprintf(line, sizeof line, "%s", why != NULL ? (const char *)why : "parse error");
+    line[strcspn(line, "\n")] = 0;
+    yajl_free_error(h, why);
+    s = hurray__fail(error, HURRAY_ERR_MALFORMED, "metadata value is not valid JSON: %s", line);
+  }
+  yajl_free(h);
+  free(copy);
+  free(kinds);
+  hurray__j_free(&b.key);
+  if (s != HURRAY_OK || !b.have_root) {
+    hurray__j_free(&b.root);
+    if (s == HURRAY_OK) s = hurray__fail(error, HURRAY_ERR_MALFORMED, "metadata value is empty");
+    return s;
+  }
+  *out = b.root;
+  return HURRAY_OK;
 }
 
 void hurray__j_free(HurrayJ *j) {

@@ -67,12 +67,15 @@ const char *hurray_format_name(HurrayFormat format) {
   }
 }
 
-/* Names from a file may hold any byte: the message stays one line. */
+/* Names from a file may hold any byte: the message stays one line, and
+ * shows nothing a terminal would act on (hurray_escape_text). */
 static HurrayStatus one_line(HurrayStatus s, HurrayError *error) {
   if (s != HURRAY_OK && error != NULL) {
-    for (char *c = error->message; *c; c++) {
-      if ((unsigned char)*c < 0x20 || *c == 0x7F) *c = '?';
-    }
+    /* Idempotent (no HURRAY_ESCAPE_BACKSLASH): a message escaped by an
+     * inner call passes unchanged through an outer one. */
+    char escaped[sizeof error->message];
+    hurray_escape_text(error->message, strlen(error->message), 0, escaped, sizeof escaped);
+    memcpy(error->message, escaped, sizeof escaped);
   }
   return s;
 }
@@ -333,7 +336,7 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool veri
   }
   if (st != HURRAY_OK) {
     source_free(s);
-    return st;
+    return one_line(st, error);
   }
   *out = s;
   return HURRAY_OK;
@@ -802,6 +805,47 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
                       name);
 }
 
+/* The bytes a foreign target stores `d` in, once target_accepts took it. */
+static HurrayStatus stored_bytes(HurrayFormat format, const char *name, const HurrayDescriptor *d,
+                                 uint32_t gtype, uint64_t *nbytes, HurrayError *error) {
+  uint64_t numel = 0;
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
+  if (gtype == HURRAY_GGUF_TYPE_Q8_0) *nbytes = numel / 32 * 34;
+  else if (gtype == HURRAY_GGUF_TYPE_Q4_0) *nbytes = numel / 32 * 18;
+  else if (hurray_descriptor_quant_kind(d) == HURRAY_QUANT_BLOCK_CODED) {
+    uint32_t elements = 1, bytes = 0;
+    hurray_block_format_info((uint32_t)hurray_descriptor_quant_block_format(d), &elements, &bytes,
+                             NULL);
+    *nbytes = numel / elements * bytes; /* no overflow: validation sized the buffer */
+  } else if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, nbytes) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "tensor '%.200s': byte size overflows", name);
+  }
+  if (format == HURRAY_FORMAT_SAFETENSORS) {
+    uint64_t bits = 0;
+    if (!hurray__mul_u64(numel, hurray_dtype_bits(hurray_descriptor_dtype(d)), &bits) ||
+        bits % 8 != 0) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor '%.200s' (%s) does not fill whole bytes, as safetensors needs",
+                          name, hurray_dtype_name(hurray_descriptor_dtype(d)));
+    }
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__target_form(HurrayFormat format, const char *name, const HurrayDescriptor *d,
+                                 const char **type_name, uint64_t *nbytes, HurrayError *error) {
+  if (format != HURRAY_FORMAT_SAFETENSORS && format != HURRAY_FORMAT_GGUF) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "a foreign target format (safetensors or GGUF) is required");
+  }
+  uint32_t gtype = UINT32_MAX;
+  HURRAY_RETURN_NOT_OK(one_line(target_accepts(format, name, d, &gtype, error), error));
+  HURRAY_RETURN_NOT_OK(one_line(stored_bytes(format, name, d, gtype, nbytes, error), error));
+  *type_name = format == HURRAY_FORMAT_GGUF ? hurray__gguf_type_name(gtype)
+                                            : hurray__st_dtype_name(hurray_descriptor_dtype(d));
+  return HURRAY_OK;
+}
+
 static HurrayStatus set_meta_on_writer(HurrayWriter *w, const HurrayMeta *m, HurrayError *error) {
   switch (m->type) {
     case HURRAY_METADATA_STRING:
@@ -843,30 +887,7 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
       goto fail;
     }
   }
-  uint64_t numel = 0;
-  s = hurray_descriptor_numel(d, &numel, error);
-  if (s == HURRAY_OK) {
-    if (e.gtype == HURRAY_GGUF_TYPE_Q8_0) e.nbytes = numel / 32 * 34;
-    else if (e.gtype == HURRAY_GGUF_TYPE_Q4_0) e.nbytes = numel / 32 * 18;
-    else if (hurray_descriptor_quant_kind(d) == HURRAY_QUANT_BLOCK_CODED) {
-      uint32_t elements = 1, bytes = 0;
-      hurray_block_format_info((uint32_t)hurray_descriptor_quant_block_format(d), &elements,
-                               &bytes, NULL);
-      e.nbytes = numel / elements * bytes; /* no overflow: validation sized the buffer */
-    }
-    else if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &e.nbytes) != HURRAY_OK) {
-      s = hurray__fail(error, HURRAY_ERR_OVERFLOW, "tensor '%.200s': byte size overflows", name);
-    }
-  }
-  if (s == HURRAY_OK && t->format == HURRAY_FORMAT_SAFETENSORS) {
-    uint64_t bits = 0;
-    if (!hurray__mul_u64(numel, hurray_dtype_bits(hurray_descriptor_dtype(d)), &bits) ||
-        bits % 8 != 0) {
-      s = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                       "tensor '%.200s' (%s) does not fill whole bytes, as safetensors needs",
-                       name, hurray_dtype_name(hurray_descriptor_dtype(d)));
-    }
-  }
+  s = stored_bytes(t->format, name, d, e.gtype, &e.nbytes, error);
   if (s != HURRAY_OK) goto fail;
   if (t->count == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 64;

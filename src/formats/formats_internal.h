@@ -147,6 +147,13 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
                                     uint64_t *count_out, uint64_t *alignment_out,
                                     HurrayError *error);
 
+/* What a safetensors or GGUF target would store `d` (tensor `name`) as:
+ * the type name ("Q8_0", "BF16"; static) and the stored bytes, or
+ * HURRAY_ERR_UNSUPPORTED saying why it holds no exact form. The one place
+ * that decides it, for the C writer and for the Python converter's plan. */
+HurrayStatus hurray__target_form(HurrayFormat format, const char *name, const HurrayDescriptor *d,
+                                 const char **type_name, uint64_t *nbytes, HurrayError *error);
+
 /* Q8_0 / Q4_0 blocks <-> hurray block_affine codes and scales. */
 void hurray__gguf_blocks_to_codes(uint32_t type, const uint8_t *blocks, uint64_t nblocks,
                                   uint8_t *codes, uint8_t *scales);

@@ -257,6 +257,69 @@ class CliDirectoryTest(unittest.TestCase):
             self.assertIn(b"no *.hurray files", out.stderr)
 
 
+def safetensors_bytes(tensors):
+    """A safetensors file of {name: (dtype, shape, raw bytes)}, by hand."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_tensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+class NativeConvertTest(unittest.TestCase):
+    """safetensors, GGUF and hurray convert in C: no Python is run, so these
+    work with no interpreter anywhere (PATH without one, HURRAY_PYTHON
+    naming none: an exec would fail loudly)."""
+
+    def convert(self, *args):
+        env = dict(os.environ, PATH="/nonexistent", HURRAY_PYTHON="/nonexistent/python3")
+        return subprocess.run([HURRAY, "convert", *args], capture_output=True, env=env)
+
+    def test_native_formats_convert_without_python(self):
+        with tempfile.TemporaryDirectory() as d:
+            st = os.path.join(d, "a.safetensors")
+            with open(st, "wb") as f:
+                f.write(safetensors_bytes({
+                    "w": ("F32", (2, 32), struct.pack("<64f", *range(64))),
+                    "b": ("I64", (3,), struct.pack("<3q", 1, -2, 3))}))
+            steps = [(st, "b.hurray"), ("b.hurray", "c.safetensors"), ("b.hurray", "d.gguf"),
+                     ("d.gguf", "e.hurray"), ("e.hurray", "f.hurray")]
+            for src, dst in steps:
+                src, dst = os.path.join(d, src), os.path.join(d, dst)
+                out = self.convert(src, dst)
+                self.assertEqual(out.returncode, 0, (src, dst, out.stderr))
+                self.assertIn(b"(native)", out.stdout)
+                self.assertNotIn(b"Python", out.stderr)
+            self.assertEqual(safetensors_tensors(st),
+                             safetensors_tensors(os.path.join(d, "c.safetensors")))
+            # --stats on another target is noted, not handed to Python.
+            out = self.convert("--stats", st, os.path.join(d, "g.safetensors"))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn(b"--stats applies to .hurray targets", out.stdout)
+            out = self.convert("-q", "--stats", "--no-verify", st, os.path.join(d, "h.hurray"))
+            self.assertEqual((out.returncode, out.stdout), (0, b""), out.stderr)
+            ls = run("ls", os.path.join(d, "h.hurray"))
+            self.assertEqual(ls.returncode, 0, ls.stderr)
+            # What only Python does (.npz) does try it, and says so.
+            out = self.convert(st, os.path.join(d, "x.npz"))
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"/nonexistent/python3", out.stderr)
+
+
 # Run by pytest (no arguments): the binaries of the meson build tree.
 if HURRAY is None:
     _build = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

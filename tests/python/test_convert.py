@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import hurray
-from hurray import _convert
-from hurray._convert import ConversionError, UsageError, convert, default_quantize_rule
+from hurray.convert import _driver, describe
+from hurray.convert import ConversionError, UsageError, convert, default_quantize_rule
 
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
@@ -525,7 +525,7 @@ def test_every_scheme_on_the_way(files, out, scheme):
     for name in QUANTIZED_BY_DEFAULT:
         r = rows[name]
         t = loaded[name]
-        assert t.descriptor.quantization is not None and r.output == _convert.describe(
+        assert t.descriptor.quantization is not None and r.output == describe(
             t.descriptor)
         assert r.bytes_out == sum(b.byte_size for b in t.descriptor.buffers) < r.bytes_in * 1.2
         assert 0.9 < r.cosine <= 1.0 and r.max_abs_error > 0 and not r.exact
@@ -656,9 +656,9 @@ def test_printed_report_and_quiet(files, out, capsys):
 
 def test_progress_bar_only_when_asked_for_and_worth_it():
     tqdm = pytest.importorskip("tqdm").tqdm
-    assert not isinstance(_convert._progress(1 << 40, 10, quiet=True), tqdm)
-    assert not isinstance(_convert._progress(1 << 10, 10, quiet=False), tqdm)
-    bar = _convert._progress(1 << 40, 10, quiet=False)
+    assert not isinstance(_driver._progress(1 << 40, 10, quiet=True), tqdm)
+    assert not isinstance(_driver._progress(1 << 10, 10, quiet=False), tqdm)
+    bar = _driver._progress(1 << 40, 10, quiet=False)
     assert isinstance(bar, tqdm)  # shown only when stderr is a terminal (disable=None)
     bar.close()
 
@@ -730,4 +730,4 @@ def test_cli_help():
 
 def test_exported_from_the_package():
     assert hurray.convert is convert
-    assert _convert.ConversionError is hurray.ConversionError
+    assert _driver.ConversionError is hurray.ConversionError

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import hurray
-from hurray._convert import ConversionError, convert
+from hurray.convert import ConversionError, convert
 
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
@@ -301,7 +301,8 @@ DRIVER = textwrap.dedent(r"""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     if phase != "blocked":
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    from hurray import _convert, _files
+    from hurray import _files
+    from hurray.convert import _driver as _convert
     from hurray.__main__ import main
 
     def say(word):

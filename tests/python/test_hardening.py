@@ -505,9 +505,10 @@ def _stub_and_doc_codes():
 
 
 def _c_error_table(re):
-    """{class name: [status names]} from error_classes in _hurray.c."""
+    """{class name: [status names]} from hy_error_classes in _shared.c (the
+    one table both extensions raise by)."""
     root = os.path.join(os.path.dirname(__file__), "..", "..")
-    source = open(os.path.join(root, "python", "hurray", "_hurray.c")).read()
+    source = open(os.path.join(root, "python", "hurray", "_shared.c")).read()
     block = source[source.index("error_classes[] = {"):]
     block = block[:block.index("};")]
     table = {}

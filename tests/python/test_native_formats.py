@@ -182,7 +182,7 @@ def bad_files(peers, tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(BAD) + ["truncated-m.safetensors", "truncated-m.gguf"])
 def test_bad_input_python(bad_files, tmp_path, name):
-    from hurray._convert import ConversionError, convert
+    from hurray.convert import ConversionError, convert
     target = tmp_path / "out.hurray"
     target.write_bytes(b"untouched")
     with pytest.raises(ConversionError) as info:

@@ -63,6 +63,7 @@ from torch.futures import Future
 
 from .._descriptor import Extension
 from .._files import File, save
+from .._files import fsync_dir as _fsync_dir
 from .._shards import shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
@@ -165,19 +166,6 @@ def _madvise(array: "np.ndarray", advice: int, mapped: Tuple[int, int]) -> None:
 
 def _rank_file(rank: int, k: int) -> str:
     return f"rank-{rank:05d}.hurray" if k == 0 else f"rank-{rank:05d}-{k}.hurray"
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclasses.dataclass(frozen=True)

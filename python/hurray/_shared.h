@@ -1,0 +1,63 @@
+/*
+ * What the two extension modules, _hurray and _formats, share: the
+ * `__hurray__` capsule's context and destructor, and the mapping of C
+ * statuses onto hurray's exception classes (docs/impl/python-bindings.md).
+ * Compiled into both; the classes themselves are created once, by _hurray.
+ */
+#ifndef HURRAY_PY_SHARED_H
+#define HURRAY_PY_SHARED_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hurray/hurray.h"
+
+#define HY_CAPSULE_NAME "hurray_buffer"
+#define HY_USED_CAPSULE_NAME "used_hurray_buffer"
+
+/* The capsule context: the producer's ABI version first, so a consumer of
+ * any version can read it, then the encoded descriptor. */
+typedef struct HyCapsuleContext {
+  uint32_t abi_version;
+  uint32_t reserved;
+  uint64_t descriptor_len;
+  uint8_t descriptor[];
+} HyCapsuleContext;
+
+/* PyCapsule destructor: frees the context, and the list when nobody
+ * consumed the capsule. Keeps a propagating exception intact. */
+void hy_capsule_destructor(PyObject *capsule);
+
+/* A fresh context (PyMem_RawMalloc) holding `d` encoded; NULL with *status
+ * and *error set when encoding fails, or with *status HURRAY_ERR_NO_MEMORY. */
+HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, HurrayStatus *status,
+                                     HurrayError *error);
+
+/* A "hurray_buffer" capsule owning `list` and `ctx`; takes both in every
+ * case. NULL with a Python exception set. */
+PyObject *hy_capsule_wrap(HurrayBufferList *list, HyCapsuleContext *ctx);
+
+/* An exception class and the status codes it covers. */
+typedef struct HyErrorClass {
+  const char *name;
+  const char *extra_base; /* a builtin exception also inherited, or NULL */
+  const char *doc;
+  HurrayStatus codes[40];
+} HyErrorClass;
+
+extern const HyErrorClass hy_error_classes[];
+extern const size_t hy_error_class_count;
+
+/* The name of the class covering `status` ("FormatError"), or "HurrayError". */
+const char *hy_error_class_name(HurrayStatus status);
+
+/* Raises `cls` with "STATUS_NAME: message" and the attributes status and
+ * status_name; a failure the operating system reported (error->os_errno
+ * set) as an OSError subclass that is also `io_class`, carrying errno and
+ * `filename` (may be NULL). Returns NULL. */
+PyObject *hy_raise_status(PyObject *cls, PyObject *io_class, HurrayStatus status,
+                          const HurrayError *error, PyObject *filename);
+
+#endif

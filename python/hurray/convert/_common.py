@@ -1,0 +1,92 @@
+"""What every part of the converter shares: the errors, the suffixes and
+metadata keys, and small helpers on tensors and paths."""
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+
+from .._descriptor import Dense, Descriptor
+from .._tensor import Tensor, from_numpy
+
+SOURCE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".gguf", ".npz", ".npy", ".pt",
+                   ".pth", ".bin", ".hurray")
+TARGET_SUFFIXES = (".hurray", ".safetensors", ".gguf", ".npz", ".npy", ".pt", ".pth", ".bin")
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_ANY_FLOAT = FLOAT_DTYPES + ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float6_e3m2fn",
+                             "float6_e2m3fn", "float4_e2m1fn")
+
+# Hurray metadata keys the converter owns.
+SOURCE_DTYPES_KEY = "convert.source_dtypes"   # JSON {tensor: float dtype before quantization}
+GGUF_TYPES_KEY = "gguf.__types__"             # JSON {kv key: GGUF value type}, in file order
+GGUF_TENSORS_KEY = "gguf.__tensors__"         # JSON [tensor names], in file order
+SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
+
+
+class ConversionError(Exception):
+    """A conversion that cannot be done; the message is one line and says
+    what is not supported and why."""
+
+
+class UsageError(ConversionError):
+    """Options that do not fit together (the CLI exits with status 2)."""
+
+
+def _shape_str(shape) -> str:
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _stored_bytes(d: Descriptor) -> int:
+    return sum(b.byte_size for b in d.buffers)
+
+
+def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
+    raw: np.ndarray = np.empty(nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + nbytes]
+
+
+def _contiguous(array) -> np.ndarray:
+    """Row-major, keeping a 0-d array 0-d (np.ascontiguousarray makes it 1-d)."""
+    a = np.asarray(array)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
+def _values(t: Tensor, threads: int) -> np.ndarray:
+    """The real values of a tensor: dequantized (float32) if quantized,
+    densified if sparse or paged, a zero-copy view if dense."""
+    d = t.descriptor
+    if d.quantization is not None:
+        return t.dequantize(np.float32, threads=threads)
+    if isinstance(d.layout, Dense):
+        return t.numpy()
+    return t.to_dense()
+
+
+def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    try:
+        return from_numpy(a)
+    except ValueError as exc:
+        raise ConversionError(f"array {name!r} of dtype {a.dtype}: {_first_line(exc)}") from None
+
+
+def _regular_file(path: str, what: str = "") -> None:
+    """Refuses what is not a regular file (a FIFO would block the read forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConversionError(f"{what}{path}: {exc.strerror or _first_line(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise ConversionError(f"{what}{path} is not a regular file")
+
+_NUMPY_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128")

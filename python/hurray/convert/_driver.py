@@ -1,0 +1,330 @@
+"""The conversion itself: open the source and the target by their names,
+pick the tensors, quantize what the rules say, measure, write, publish."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .._descriptor import BlockAffine, Mxfp, Nf4
+from .._hurray import HurrayError
+from .._quant import QUANT_SCHEMES
+from .._quant import quantize as _quantize
+from ._common import (FLOAT_DTYPES, GGUF_TENSORS_KEY, SOURCE_DTYPES_KEY, SOURCE_SUFFIXES,
+                      TARGET_SUFFIXES, ConversionError, UsageError, _first_line, _regular_file,
+                      _shape_str, _values)
+from ._gguf import _GgufSource, _GgufTarget
+from ._hurrayfile import _HurraySource, _HurrayTarget
+from ._npy import _NpySource, _NpyTarget
+from ._npz import _NpzSource, _NpzTarget
+from ._report import ConversionReport, TensorReport, _measure
+from ._rules import _patterns, _selected, _wants_quantization
+from ._safetensors import _open_index, _SafetensorsSource, _SafetensorsTarget
+from ._source import _Source
+from ._torch import _TorchSource, _TorchTarget
+from .layouts import describe
+
+
+def _source_kind(path: str) -> str:
+    low = path.lower()
+    if os.path.isdir(path):
+        return "dir"
+    for suffix, kind in ((".safetensors.index.json", "safetensors-index"),
+                         (".safetensors", "safetensors"), (".gguf", "gguf"), (".npz", "npz"),
+                         (".npy", "npy"), (".pt", "torch"), (".pth", "torch"), (".bin", "torch"),
+                         (".hurray", "hurray")):
+        if low.endswith(suffix):
+            return kind
+    raise ConversionError(f"cannot tell the format of {path!r} from its name; sources end with "
+                          f"{', '.join(SOURCE_SUFFIXES)} (or are a folder holding a "
+                          "*.safetensors.index.json)")
+
+
+def _open_source(path: str, verify: bool = True) -> _Source:
+    kind = _source_kind(path)
+    if not os.path.exists(path):
+        raise ConversionError(f"{path}: no such file or directory")
+    if kind != "dir":
+        _regular_file(path)
+    if kind == "dir":
+        indexes = sorted(n for n in os.listdir(path) if n.endswith(".safetensors.index.json"))
+        if len(indexes) == 1:
+            return _open_index(os.path.join(path, indexes[0]))
+        if len(indexes) > 1:
+            raise ConversionError(f"{path} holds {len(indexes)} *.safetensors.index.json files; "
+                                  "name the one to convert")
+        files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        if len(files) == 1:
+            _regular_file(os.path.join(path, files[0]))
+            return _SafetensorsSource([os.path.join(path, files[0])])
+        raise ConversionError(f"{path} is a folder without a *.safetensors.index.json "
+                              f"(and {len(files)} .safetensors files); name a file")
+    if kind == "safetensors-index":
+        return _open_index(path)
+    if kind == "safetensors":
+        return _SafetensorsSource([path])
+    if kind == "hurray":
+        return _HurraySource(path, verify)
+    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource,
+            "torch": _TorchSource}[kind](path)
+
+
+def _target_kind(path: str) -> str:
+    low = path.lower()
+    for suffix, kind in ((".hurray", "hurray"), (".safetensors", "safetensors"),
+                         (".gguf", "gguf"), (".npz", "npz"), (".npy", "npy"), (".pt", "torch"),
+                         (".pth", "torch"), (".bin", "torch")):
+        if low.endswith(suffix):
+            return kind
+    raise UsageError(f"cannot tell the format to write from {path!r}; targets end with "
+                     f"{', '.join(TARGET_SUFFIXES)}")
+
+
+_TARGETS = {"hurray": _HurrayTarget, "safetensors": _SafetensorsTarget, "gguf": _GgufTarget,
+            "npz": _NpzTarget, "npy": _NpyTarget, "torch": _TorchTarget}
+
+
+@dataclass
+class _Options:
+    scheme: Optional[str]
+    quantize_include: Tuple[str, ...]
+    quantize_exclude: Tuple[str, ...]
+    keep_scales: bool
+    stats: bool
+    threads: int
+    block_size: Optional[int]
+
+
+def _progress(total_bytes: int, count: int, quiet: bool):
+    class _Null:
+        def update(self, n):
+            pass
+
+        def set_postfix_str(self, s, refresh=True):
+            pass
+
+        def close(self):
+            pass
+
+    if quiet or total_bytes < (64 << 20):
+        return _Null()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return _Null()
+    # disable=None: no bar when stderr is not a terminal; delay: none for quick runs
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                desc="converting", file=sys.stderr, disable=None, delay=1.0, leave=False,
+                dynamic_ncols=True)
+
+
+def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
+            quantize_exclude=(), include=(), exclude=(), keep_scales: bool = False,
+            stats: bool = False, quiet: bool = False, threads: int = 1,
+            block_size: Optional[int] = None, output: str = "table",
+            verify: bool = True) -> ConversionReport:
+    """Converts the checkpoint `src` into `dst`; the formats follow the file
+    names (docs/impl/convert.md). Returns the ConversionReport, and prints
+    it to stdout (as a table, or JSON with output="json") unless quiet.
+
+    quantize: a scheme of hurray.QUANT_SCHEMES applied to the tensors the
+    default rule picks (default_quantize_rule), plus those matching a
+    quantize_include glob, minus those matching a quantize_exclude glob
+    (exclude wins). include / exclude: globs choosing which tensors are
+    converted at all. keep_scales: a .safetensors target gets quantized
+    tensors as codes, scales and zero points instead of dequantized values.
+    stats: a .hurray target stores statistics in every descriptor.
+    threads: for the quantization kernels. block_size: for block_affine
+    and nf4. verify: a .hurray source's tensors are checked against their
+    checksums before they are converted (verify=False skips that).
+    Raises ConversionError (UsageError for options that do not fit
+    together). The target is replaced only when everything succeeded; on
+    any error, KeyboardInterrupt included, it is left as it was."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    opts = _Options(quantize, _patterns(quantize_include), _patterns(quantize_exclude),
+                    bool(keep_scales), bool(stats), int(threads), block_size)
+    _check_options(opts, output)
+    dst_kind = _check_paths(src, dst, opts)
+    source = _open_source(src, verify=bool(verify))
+    target = None
+    try:
+        names = _selected_names(src, source, _patterns(include), _patterns(exclude))
+        infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
+        target = _TARGETS[dst_kind](dst, opts)
+        target.check_scheme(quantize)
+        target.start()
+        report = ConversionReport(src, dst, source.format, target.format, quantize)
+        if stats and dst_kind != "hurray":
+            report.notes.append("--stats applies to .hurray targets; ignored")
+        metadata = source.metadata()
+        new_dtypes = _convert_all(names, infos, source, target, opts, report, metadata, quiet)
+        _finish_metadata(metadata, names, new_dtypes)
+        _note_partial(report)
+        target.finish(metadata, report)
+        target.publish()  # the last step: nothing after it can fail the conversion
+    except BaseException as exc:
+        if target is not None:
+            target.abort()
+        if isinstance(exc, ConversionError):
+            raise
+        if isinstance(exc, (HurrayError, OSError)):
+            raise ConversionError(_first_line(exc)) from exc
+        raise
+    finally:
+        source.close()
+    if not quiet:
+        print(report.to_json() if output == "json" else report.format())
+    return report
+
+
+def _check_options(opts: _Options, output: str) -> None:
+    """Refuses options that do not fit together, before any file is opened."""
+    if output not in ("table", "json"):
+        raise UsageError(f"output must be 'table' or 'json', not {output!r}")
+    if opts.threads < 0:
+        raise UsageError("threads must be >= 0")
+    if opts.scheme is None:
+        if opts.block_size is not None or opts.quantize_include or opts.quantize_exclude:
+            raise UsageError("--block-size, --quantize-include and --quantize-exclude need "
+                             "--quantize")
+        return
+    if opts.scheme not in QUANT_SCHEMES:
+        raise UsageError(f"unknown quantization scheme {opts.scheme!r}; one of "
+                         f"{', '.join(QUANT_SCHEMES)}")
+    try:  # options the scheme refuses fail here, before any work
+        _quantize(np.zeros((1, 64), np.float32), opts.scheme, block_size=opts.block_size)
+    except (HurrayError, ValueError) as exc:
+        raise UsageError(f"--quantize {opts.scheme}: {_first_line(exc)}") from None
+
+
+def _check_paths(src: str, dst: str, opts: _Options) -> str:
+    """The target's kind, once the paths and the options agree."""
+    dst_kind = _target_kind(dst)
+    if opts.keep_scales and dst_kind != "safetensors":
+        raise UsageError("--keep-scales applies to .safetensors targets (the other formats have "
+                         "no place for the quantization parameters)")
+    if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
+        raise UsageError(f"{dst} is the source itself; write to another file")
+    if os.path.isdir(dst):
+        raise ConversionError(f"{dst} is a directory; name the file to write")
+    return dst_kind
+
+
+def _selected_names(src: str, source: _Source, include, exclude) -> List[str]:
+    seen = set()
+    for n in source.names():  # each source refuses its own collisions; this is the backstop
+        if n in seen:
+            raise ConversionError(f"{src} holds two tensors named {n!r}")
+        seen.add(n)
+    names = [n for n in source.names() if _selected(n, include, exclude)]
+    for name, why in source.refused().items():
+        if _selected(name, include, exclude):
+            raise ConversionError(why)
+    if not names:
+        raise ConversionError(f"no tensor of {src} is selected" if include or exclude
+                              else f"{src} holds no tensors")
+    return names
+
+
+def _convert_all(names, infos, source, target, opts, report, metadata, quiet) -> Dict[str, str]:
+    """Converts every selected tensor into report rows; returns the float
+    dtypes the quantized ones had before quantization."""
+    try:
+        src_dtypes = json.loads(metadata.get(SOURCE_DTYPES_KEY, "{}"))
+    except ValueError:
+        src_dtypes = {}
+    new_dtypes: Dict[str, str] = {}
+    bar = _progress(sum(i[2] for i in infos.values()), len(names), quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            for name in names:
+                bar.set_postfix_str(name[-40:], refresh=False)
+                report.rows.append(_convert_one(name, infos[name], source, target, opts,
+                                                src_dtypes, new_dtypes))
+                bar.update(infos[name][2])
+    finally:
+        bar.close()
+    return new_dtypes
+
+
+def _finish_metadata(metadata: Dict, names: List[str], new_dtypes: Dict[str, str]) -> None:
+    if new_dtypes:
+        metadata[SOURCE_DTYPES_KEY] = json.dumps(new_dtypes)
+    else:
+        metadata.pop(SOURCE_DTYPES_KEY, None)
+    if GGUF_TENSORS_KEY in metadata:  # keep the file order of what is kept
+        kept = set(names)
+        metadata[GGUF_TENSORS_KEY] = json.dumps(
+            [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept])
+
+
+def _note_partial(report: ConversionReport) -> None:
+    partial = [r.name for r in report.rows if "partial" in r.note]
+    if partial:
+        report.notes.append(f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
+                            "partial last block (see their notes)")
+
+
+def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
+    label, shape, nbytes_in = info
+    try:
+        t = source.get(name)
+    except ConversionError:
+        raise
+    except (HurrayError, ValueError, RuntimeError, OSError) as exc:
+        raise ConversionError(f"reading tensor {name!r}: {_first_line(exc)}") from None
+    d = t.descriptor
+    row = TensorReport(name, label, "", tuple(shape), int(nbytes_in))
+    notes: List[str] = []
+    ref = None
+    out = t
+    orig = src_dtypes.get(name)
+    if _wants_quantization(name, d, opts, target, notes):
+        ref = _values(t, opts.threads)
+        if d.quantization is None and d.dtype in FLOAT_DTYPES:
+            orig = d.dtype
+        elif d.quantization is not None:
+            notes.append(f"requantized from {describe(d)}")
+        try:
+            out = _quantize(ref, opts.scheme, block_size=opts.block_size, threads=opts.threads)
+        except (HurrayError, ValueError) as exc:
+            raise ConversionError(f"quantizing tensor {name!r} ({_shape_str(d.shape)}) with "
+                                  f"{opts.scheme}: {_first_line(exc)}") from None
+        orig = orig or "float32"
+        row.quantized = True
+        q = out.descriptor.quantization
+        block = getattr(q, "block_size", None)
+        if isinstance(q, (BlockAffine, Mxfp)) and out.shape and out.shape[q.axis] % block:
+            notes.append(f"partial block: dim {out.shape[q.axis]} is not a multiple of {block}")
+        elif isinstance(q, Nf4) and out.descriptor.numel % block:
+            notes.append(f"partial block: {out.descriptor.numel} elements, block {block}")
+    if orig and (out.descriptor.quantization is not None):
+        new_dtypes[name] = orig
+    try:
+        result = target.add(name, out, orig)
+    except ConversionError:
+        raise
+    except (HurrayError, ValueError, RuntimeError, TypeError) as exc:
+        raise ConversionError(f"writing tensor {name!r}: {_first_line(exc)}") from None
+    row.output = result.label
+    row.bytes_out = int(result.nbytes)
+    if result.note:
+        notes.append(result.note)
+    if row.quantized or result.values is not None:
+        if ref is None:
+            ref = _values(t, opts.threads)
+        final = result.values() if result.values is not None else out.dequantize(
+            np.float32, threads=opts.threads)
+        measured = _measure(ref, final, opts.threads)
+        row.max_abs_error, row.rmse, row.cosine, row._sums = measured
+        row.exact = False
+    else:
+        row._sums = (0, 0.0, 0.0, 0.0, 0.0)
+    row.note = "; ".join(notes)
+    return row

@@ -1,0 +1,69 @@
+"""hurray files: every tensor as it is, quantized and sparse forms included."""
+from __future__ import annotations
+
+from typing import Dict
+
+from .. import _files
+from .._hurray import HurrayError
+from .._tensor import Tensor
+from ._common import ConversionError, _first_line, _stored_bytes
+from ._source import _Source
+from ._target import _FileTarget, _Out
+from .layouts import describe
+
+
+class _HurraySource(_Source):
+    format = "hurray"
+
+    def __init__(self, path: str, verify: bool = True):
+        self.path = path
+        self._verify = verify
+        try:
+            self._file = _files.open(path)
+        except (HurrayError, OSError) as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+
+    def names(self):
+        return self._file.keys()
+
+    def info(self, name):
+        d = self._file.descriptor(name)
+        return describe(d), d.shape, _stored_bytes(d)
+
+    def get(self, name):
+        if self._verify:  # every byte converted is checked against its checksum first
+            try:
+                self._file.verify(name)
+            except HurrayError as exc:
+                raise ConversionError(
+                    f"{self.path}: tensor {name!r} fails verification ({_first_line(exc)}); the "
+                    "file is damaged (--no-verify converts it anyway)") from None
+        return self._file[name]
+
+    def metadata(self):
+        return dict(self._file.metadata)
+
+    def close(self):
+        self._file.close()
+
+
+class _HurrayTarget(_FileTarget):
+    format = "hurray"
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._tensors: Dict[str, Tensor] = {}
+
+    def add(self, name, t, source_dtype):
+        self._tensors[name] = t
+        return _Out(describe(t.descriptor), _stored_bytes(t.descriptor))
+
+    def finish(self, metadata, report):
+        report.metadata_keys = len(metadata)
+        try:  # hurray.save replaces self.tmp atomically; publish() renames it
+            _files.save(self.tmp, self._tensors, metadata, statistics=self.options.stats)
+        except (HurrayError, TypeError, OverflowError) as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+        except OSError as exc:
+            raise ConversionError(f"writing {self.path}: {exc.strerror or _first_line(exc)}"
+                                  ) from None

@@ -1,0 +1,59 @@
+"""numpy .npy files: one array, read memory-mapped."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ._common import (_NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line,
+                      _from_numpy_checked)
+from ._source import _Source
+from ._target import _DenseTarget, _note_dropped, _Out
+
+
+class _NpySource(_Source):
+    format = "npy"
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        base = os.path.basename(path)
+        self._name = base[:-4] if base.endswith(".npy") else base
+
+    def names(self):
+        return [self._name]
+
+    def info(self, name):
+        a = self._array
+        return str(a.dtype), tuple(a.shape), int(a.nbytes)
+
+    def get(self, name):
+        return _from_numpy_checked(self._array, name)
+
+
+class _NpyTarget(_DenseTarget):
+    format = "npy"
+    native = _NUMPY_NATIVE
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._array = None
+
+    def add(self, name, t, source_dtype):
+        if self._array is not None:
+            raise ConversionError(f"{self.path}: a .npy file holds one array, and more than one "
+                                  "tensor is selected (choose one with --include, or write .npz)")
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        self._array = _contiguous(array)
+        return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
+
+    def finish(self, metadata, report):
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      ".npy holds one array only")
+        if self._array is None:
+            raise ConversionError("no tensor selected; a .npy file holds exactly one")
+        with open(self.tmp, "wb") as fp:
+            np.lib.format.write_array(fp, self._array, allow_pickle=False)

@@ -1,0 +1,117 @@
+"""numpy .npz archives: read with numpy (no pickles), written as np.savez
+writes them, one member as each tensor arrives."""
+from __future__ import annotations
+
+import math
+import zipfile
+import zlib
+from typing import Dict, Optional
+
+import numpy as np
+
+from ._common import _NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line, _from_numpy_checked
+from ._source import _Source
+from ._target import _DenseTarget, _note_dropped, _Out
+
+
+class _NpzSource(_Source):
+    format = "npz"
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._npz = np.load(path, allow_pickle=False)
+            self._zip = zipfile.ZipFile(path)
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        self._members: Dict[str, str] = {}
+        for member in self._zip.namelist():
+            # numpy names member "a.npy" and member "a" both "a"
+            name = member[:-4] if member.endswith(".npy") else member
+            if name in self._members:
+                raise ConversionError(f"{path}: members {self._members[name]!r} and {member!r} "
+                                      f"both read as array {name!r}")
+            self._members[name] = member
+        self._names = list(self._npz.files)
+
+    def names(self):
+        return list(self._names)
+
+    def info(self, name):
+        member = self._members.get(name)
+        header = None
+        if member is not None and member.endswith(".npy"):
+            try:
+                with self._zip.open(member) as fp:
+                    version = np.lib.format.read_magic(fp)
+                    if version == (1, 0):
+                        header = np.lib.format.read_array_header_1_0(fp)
+                    elif version == (2, 0):
+                        header = np.lib.format.read_array_header_2_0(fp)
+            except _NPZ_ERRORS:
+                header = None  # _array below says what is wrong
+        if header is None:
+            a = self._array(name)
+            shape, dtype = a.shape, a.dtype
+        else:
+            shape, _, dtype = header
+        if dtype.hasobject:
+            raise ConversionError(f"{self.path}: array {name!r} holds Python objects; hurray "
+                                  "converts numeric arrays only")
+        return str(dtype), tuple(shape), math.prod(shape) * dtype.itemsize
+
+    def _array(self, name):
+        try:
+            a = self._npz[name]
+        except _NPZ_ERRORS as exc:  # object arrays, damaged or truncated members
+            raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
+        if not isinstance(a, np.ndarray):  # numpy hands out other members as bytes
+            raise ConversionError(f"{self.path}: member {self._members.get(name, name)!r} is not "
+                                  "a .npy array")
+        return a
+
+    def get(self, name):
+        return _from_numpy_checked(self._array(name), name)
+
+    def close(self):
+        self._npz.close()
+        self._zip.close()
+
+
+_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+               NotImplementedError)
+
+
+class _NpzTarget(_DenseTarget):
+    """Written as np.savez does (a stored zip of .npy members), one member
+    as each tensor arrives."""
+    format = "npz"
+    native = _NUMPY_NATIVE
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._zip: Optional[zipfile.ZipFile] = None
+
+    def start(self):
+        super().start()
+        self._zip = zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
+
+    def add(self, name, t, source_dtype):
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        array = _contiguous(array)
+        with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
+            np.lib.format.write_array(fp, array, allow_pickle=False)
+        return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
+
+    def finish(self, metadata, report):
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      ".npz holds arrays only")
+        self._zip.close()
+
+    def abort(self):
+        try:
+            if self._zip is not None:
+                self._zip.close()
+        except Exception:  # noqa: BLE001 - the file is removed next
+            pass
+        super().abort()

@@ -1,0 +1,30 @@
+"""The interface every source format implements."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from .._tensor import Tensor
+
+
+class _Source:
+    format = "?"
+
+    def names(self) -> List[str]:
+        raise NotImplementedError
+
+    def info(self, name: str) -> Tuple[str, Tuple[int, ...], int]:
+        """(dtype label, shape, stored bytes), cheaply."""
+        raise NotImplementedError
+
+    def get(self, name: str) -> Tensor:
+        raise NotImplementedError
+
+    def metadata(self) -> Dict[str, Any]:
+        return {}
+
+    def refused(self) -> Dict[str, str]:
+        """Entries that are not tensors: name -> why they cannot be converted."""
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,173 @@
+"""The interface every target format implements, the temporary-file
+discipline they share (write aside, publish by rename, remove on failure),
+and the dense targets' common step (dequantize, densify, widen)."""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _dtypes
+from .._files import fsync_dir as _fsync_dir
+from .._descriptor import Composite, Dense
+from .._tensor import Tensor
+from ._common import _ANY_FLOAT, FLOAT_DTYPES, ConversionError, _first_line
+from ._report import ConversionReport
+from .layouts import describe
+
+if TYPE_CHECKING:
+    from ._driver import _Options
+
+
+@dataclass
+class _Out:
+    """What a target made of one tensor: a label, the bytes it will write,
+    and, when the values changed form (dequantized), the values written."""
+    label: str
+    nbytes: int
+    values: Optional[Callable[[], np.ndarray]] = None
+    note: str = ""
+
+
+def _widen(dtype: str, native: Iterable[str]) -> Optional[str]:
+    """The dtype a format without `dtype` gets instead (values exact), or
+    None if there is none."""
+    if dtype in native:
+        return dtype
+    if dtype == "int4":
+        return "int8"
+    if dtype == "uint4":
+        return "uint8"
+    if dtype in _ANY_FLOAT:
+        return "float32"
+    return None
+
+
+class _Target:
+    format = "?"
+
+    def __init__(self, path: str, options: "_Options"):
+        self.path = path
+        self.options = options
+
+    def check_scheme(self, scheme: Optional[str]) -> None:
+        pass
+
+    def quantizable(self, shape) -> Optional[str]:
+        """None, or why a tensor of this shape cannot be stored quantized."""
+        return None
+
+    def add(self, name: str, t: Tensor, source_dtype: Optional[str]) -> _Out:
+        raise NotImplementedError
+
+    def finish(self, metadata: Dict[str, Any], report: ConversionReport) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        pass
+
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _new_tmp(path: str) -> str:
+    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
+    file in the folder of `path`, and returns its name."""
+    folder, base = os.path.split(os.path.abspath(path))
+    stem, suffix = base, ""
+    for s in (".npz", ".safetensors", ".gguf"):
+        if base.endswith(s):
+            stem, suffix = base[:-len(s)], s
+            break
+    while True:
+        tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConversionError(f"cannot write into the folder {folder}: "
+                                  f"{exc.strerror or _first_line(exc)}") from None
+        os.close(fd)
+        return tmp
+
+
+class _FileTarget(_Target):
+    """Every target is written into a temporary file in the target's folder
+    (start), made durable and renamed over the destination only after
+    everything succeeded (publish), and removed on any failure or signal
+    (abort). The rename is the converter's own last step, so a signal that
+    arrives while a writer library runs (which may not check for signals)
+    raises before it, and the target stays untouched."""
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self.tmp: Optional[str] = None
+        self.published = False
+
+    def start(self) -> None:
+        self.tmp = _new_tmp(self.path)
+
+    def publish(self) -> None:
+        assert self.tmp is not None
+        fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.tmp, self.path)
+        self.published = True
+        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def abort(self) -> None:
+        if self.tmp is not None and not self.published:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+class _DenseTarget(_FileTarget):
+    """safetensors, torch, npz, npy: dense arrays only. Quantized tensors
+    are dequantized to the dtype they had before quantization (float32 if
+    unknown); dtypes the format lacks are widened exactly."""
+    native: Tuple[str, ...] = ()
+
+    def dense_array(self, name: str, t: Tensor, source_dtype: Optional[str]):
+        d = t.descriptor
+        if isinstance(d.layout, Composite):
+            raise ConversionError(f"tensor {name!r} is a composite tensor; only .hurray files "
+                                  f"hold those, {self.format} has no form for it")
+        note = ""
+        if d.quantization is not None:
+            out_dtype = source_dtype if source_dtype in FLOAT_DTYPES else "float32"
+            wide = _widen(out_dtype, self.native)
+            if wide != out_dtype:
+                note = f"{self.format} has no {out_dtype}: written as {wide}"
+            threads = self.options.threads
+            array = t.dequantize(_dtypes.to_numpy(wide), threads=threads)
+            return array, True, ("dequantized" + (f"; {note}" if note else ""))
+        if not isinstance(d.layout, Dense):
+            array = t.to_dense()
+            note = f"{describe(d).split(' ')[-1].strip('()')} densified"
+        else:
+            array = t.codes()
+        wide = _widen(d.dtype, self.native)
+        if wide is None:
+            raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
+                                  "cannot hold; convert to .hurray instead")
+        if wide != d.dtype:
+            array = array.astype(_dtypes.to_numpy(wide))
+            note = (note + "; " if note else "") + f"{self.format} has no {d.dtype}: " \
+                                                    f"written as {wide} (exact)"
+        return array, False, note
+
+
+def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
+    if keys:
+        shown = ", ".join(sorted(keys)[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+        plural = "s" if len(keys) != 1 else ""
+        report.notes.append(f"{len(keys)} metadata key{plural} not carried ({why}): {shown}")

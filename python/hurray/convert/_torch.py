@@ -1,0 +1,158 @@
+"""torch state dicts (.pt, .pth, .bin): read with torch.load(weights_only=True),
+written with torch.save. The only formats that need torch."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .. import _dtypes
+from .._descriptor import Dense
+from .._hurray import HurrayError
+from .._tensor import from_numpy
+from ._common import SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line
+from ._source import _Source
+from ._target import _DenseTarget, _note_dropped, _Out
+
+
+class _TorchSource(_Source):
+    format = "torch"
+
+    def __init__(self, path: str):
+        try:
+            import torch
+        except ImportError:  # pragma: no cover
+            raise ConversionError("reading torch checkpoints needs the 'torch' package") from None
+        self._torch = torch
+        try:
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+        except OSError as exc:
+            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        except Exception as exc:  # UnpicklingError and friends
+            text = str(exc)
+            detail = next((line.strip() for line in text.splitlines()
+                           if "Unsupported global" in line or "Unsupported operand" in line),
+                          _first_line(exc))
+            raise ConversionError(
+                f"{path}: torch.load(weights_only=True) refused it: {detail}; hurray loads "
+                "state dicts of tensors only, never arbitrary pickled objects") from None
+        self._tensors: Dict[str, Any] = {}
+        self._refused: Dict[str, str] = {}
+        self._flatten(obj)
+        if not self._tensors and not self._refused:
+            raise ConversionError(f"{path} holds a {type(obj).__name__}, not a state dict")
+
+    def _flatten(self, root) -> None:
+        """Nested dicts joined with "." (keys as str()), depth first in key
+        order; with an explicit stack, since the nesting depth is the file's.
+        Two entries that get one name ({"a": {"b": x}, "a.b": y}, or keys 1
+        and "1") are refused, naming both."""
+        torch = self._torch
+        spelled: Dict[str, str] = {}  # name -> the entry's keys, as the checkpoint has them
+        stack: List[Tuple[str, Tuple[Any, ...], Any]] = [("", (), root)]
+        while stack:
+            prefix, keys, obj = stack.pop()
+            if isinstance(obj, Mapping) and not isinstance(obj, torch.Tensor):
+                for k, v in reversed(list(obj.items())):
+                    stack.append((f"{prefix}.{k}" if prefix else str(k), keys + (k,), v))
+                continue
+            is_tensor = isinstance(obj, torch.Tensor)
+            name = prefix or ("tensor" if is_tensor else "<root>")
+            where = "".join(f"[{k!r}]" for k in keys) or "the root object"
+            if name in spelled:
+                raise ConversionError(
+                    f"torch checkpoint entries {spelled[name]} and {where} both become the name "
+                    f"{name!r}; one would be lost")
+            spelled[name] = where
+            if is_tensor:
+                self._tensors[name] = obj
+            else:
+                self._refused[name] = (
+                    f"torch checkpoint entry {name!r} is a {type(obj).__name__}, not a tensor; "
+                    "hurray converts state dicts of tensors (leave it out with --exclude)")
+
+    def names(self):
+        return list(self._tensors)
+
+    def refused(self):
+        return dict(self._refused)
+
+    def info(self, name):
+        t = self._tensors[name]
+        return (str(t.dtype).replace("torch.", ""), tuple(t.shape),
+                t.numel() * t.element_size())
+
+    def get(self, name):
+        from ..torch import from_torch
+        try:
+            return from_torch(self._tensors[name])
+        except HurrayError as exc:
+            raise ConversionError(f"tensor {name!r}: {_first_line(exc)}") from None
+
+
+def _to_torch_array(array: np.ndarray):
+    from ..torch import to_torch
+    return to_torch(from_numpy(_contiguous(array)))
+
+
+_TORCH_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+                 "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+
+
+class _TorchishTarget(_DenseTarget):
+    """Targets holding torch tensors until one call writes them all."""
+
+    def __init__(self, path, options):
+        super().__init__(path, options)
+        self._tensors: Dict[str, Any] = {}
+        self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
+        self._pointers: set = set()
+
+    def put(self, name: str, tensor, origin: Optional[str] = None) -> int:
+        origin = origin or f"tensor {name!r}"
+        if name in self._tensors:
+            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
+                                  f"{self.format} tensor {name!r}; one would be lost")
+        self._origin[name] = origin
+        tensor = tensor.contiguous()
+        ptr = tensor.data_ptr()
+        if tensor.numel() and ptr in self._pointers:
+            tensor = tensor.clone()  # tied weights: each tensor its own memory
+        self._pointers.add(tensor.data_ptr())
+        self._tensors[name] = tensor
+        return tensor.numel() * tensor.element_size()
+
+    def label(self, dtype: str) -> str:
+        return dtype
+
+    def add(self, name, t, source_dtype):
+        from ..torch import to_torch
+        array, changed, note = self.dense_array(name, t, source_dtype)
+        if not changed and not note and t.descriptor.quantization is None and \
+                isinstance(t.descriptor.layout, Dense):
+            tensor = to_torch(t)  # shares the source's memory
+        else:
+            tensor = _to_torch_array(array)
+        dtype = _dtypes.from_numpy(array.dtype)
+        nbytes = self.put(name, tensor)
+        return _Out(self.label(dtype), nbytes, (lambda: array) if changed else None, note)
+
+
+class _TorchTarget(_TorchishTarget):
+    format = "torch"
+    native = _TORCH_NATIVE
+
+    def finish(self, metadata, report):
+        import torch
+        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
+                      "a torch state dict holds tensors only")
+        try:
+            torch.save(self._tensors, self.tmp)
+        except Exception as exc:
+            raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None

@@ -1,0 +1,24 @@
+"""GGUF's Q8_0 and Q4_0 as hurray stores them: block_affine codes, block 32
+along the last axis, float16 scales, a fixed zero point (0 for int8 codes,
+8 for uint4). The block re-layout between the two is src/formats/gguf.c's."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..._descriptor import BlockAffine, Descriptor
+from . import Layout, register
+
+
+def _ggml_block(dtype: str, zero_point: int, name: str) -> Callable[[Descriptor], Optional[str]]:
+    def label(d: Descriptor) -> Optional[str]:
+        q = d.quantization
+        if (isinstance(q, BlockAffine) and q.block_size == 32 and q.axis == len(d.shape) - 1
+                and q.scale_dtype == "float16" and q.zero_point_buffer is None
+                and d.dtype == dtype and q.zero_point == zero_point):
+            return name
+        return None
+    return label
+
+
+Q8_0 = register(Layout("q8_0", _ggml_block("int8", 0, "q8_0"), gguf_type="Q8_0", gguf_block=32))
+Q4_0 = register(Layout("q4_0", _ggml_block("uint4", 8, "q4_0"), gguf_type="Q4_0", gguf_block=32))
