@@ -208,7 +208,8 @@ def convert_both_ways(tmp_path, src, via):
 def gguf_pairs(path):
     """Every key-value pair and tensor (type, dims, bytes) as gguf-py reads it."""
     r = gguf.GGUFReader(str(path))
-    kv = {f.name: (tuple(f.types), [bytes(p.tobytes()) for p in f.parts]) for f in r.fields.values()}
+    kv = {f.name: (tuple(f.types), [bytes(p.tobytes()) for p in f.parts])
+          for f in r.fields.values()}
     ts = {t.name: (t.tensor_type, tuple(int(x) for x in t.shape), bytes(t.data.tobytes()))
           for t in r.tensors}
     return kv, ts
@@ -246,7 +247,8 @@ def test_quantized_type_is_exact_in_and_out(tmp_path, kind, via):
             assert np.array_equal(t.codes(), raw)  # the blocks, byte for byte
         ref = reference(kind, raw)
         got = t.dequantize()
-        assert same_bits(got, ref), (name, np.argwhere(got.view(np.uint32) != ref.view(np.uint32))[:5])
+        where = np.argwhere(got.view(np.uint32) != ref.view(np.uint32))[:5]
+        assert same_bits(got, ref), (name, where)
         assert same_bits(t.dequantize(threads=4), ref)
     f.close()
     assert back.read_bytes() == src.read_bytes()
