@@ -78,6 +78,7 @@ bench: build python
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
+	$(VENV)/python bench/bench_gguf_types.py
 
 # Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
 # torch.load(mmap=True) and the sequential-read limit, cold and warm, into

@@ -94,6 +94,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       continue;
     }
     (void)hurray_writer_write_tensor(w, hurray_source_tensor_name(s, i), d, l, &e);
+    /* Quantized tensors (GGUF's block-coded types above all) dequantize:
+     * the kernels see the fuzzed blocks. */
+    uint64_t numel = 0;
+    if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE &&
+        hurray_descriptor_numel(d, &numel, NULL) == HURRAY_OK && numel <= (1u << 16)) {
+      float *out = malloc(numel ? (size_t)numel * sizeof *out : 1);
+      CHECK(out != NULL);
+      CHECK(hurray_dequantize(d, l, HURRAY_DTYPE_FLOAT32, out, numel * sizeof *out, 1, &e) ==
+            HURRAY_OK);
+      free(out);
+    }
     hurray_descriptor_destroy(d);
     hurray_buffer_list_destroy(l);
   }

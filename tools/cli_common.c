@@ -139,6 +139,12 @@ const char *hurray_cli_quant_name(const HurrayDescriptor *d) {
       unsigned e = (unsigned)hurray_descriptor_quant_mx_element(d);
       return mx[e <= 6 ? e : 0];
     }
+    case HURRAY_QUANT_BLOCK_CODED: {
+      const char *name = "block-coded";
+      hurray_block_format_info((uint32_t)hurray_descriptor_quant_block_format(d), NULL, NULL,
+                               &name);
+      return name;
+    }
   }
   return "?";
 }

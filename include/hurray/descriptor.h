@@ -59,8 +59,46 @@ typedef enum HurrayQuantKind {
   HURRAY_QUANT_PER_CHANNEL_AFFINE = 2,
   HURRAY_QUANT_BLOCK_AFFINE = 3,
   HURRAY_QUANT_NF4 = 4,
-  HURRAY_QUANT_MX = 5
+  HURRAY_QUANT_MX = 5,
+  HURRAY_QUANT_BLOCK_CODED = 6
 } HurrayQuantKind;
+
+/* Block formats of HURRAY_QUANT_BLOCK_CODED: a block of `elements` values
+ * is coded in `bytes` bytes whose layout and decode rule
+ * docs/spec/quantization.md ("Block-coded formats") defines exactly. The
+ * numbers are ggml's type numbers, so a GGUF type maps 1:1. */
+typedef enum HurrayBlockFormat {
+  HURRAY_BLOCK_GGML_Q4_1 = 3,
+  HURRAY_BLOCK_GGML_Q5_0 = 6,
+  HURRAY_BLOCK_GGML_Q5_1 = 7,
+  HURRAY_BLOCK_GGML_Q2_K = 10,
+  HURRAY_BLOCK_GGML_Q3_K = 11,
+  HURRAY_BLOCK_GGML_Q4_K = 12,
+  HURRAY_BLOCK_GGML_Q5_K = 13,
+  HURRAY_BLOCK_GGML_Q6_K = 14,
+  HURRAY_BLOCK_GGML_Q8_K = 15,
+  HURRAY_BLOCK_GGML_IQ2_XXS = 16,
+  HURRAY_BLOCK_GGML_IQ2_XS = 17,
+  HURRAY_BLOCK_GGML_IQ3_XXS = 18,
+  HURRAY_BLOCK_GGML_IQ1_S = 19,
+  HURRAY_BLOCK_GGML_IQ4_NL = 20,
+  HURRAY_BLOCK_GGML_IQ3_S = 21,
+  HURRAY_BLOCK_GGML_IQ2_S = 22,
+  HURRAY_BLOCK_GGML_IQ4_XS = 23,
+  HURRAY_BLOCK_GGML_IQ1_M = 29,
+  HURRAY_BLOCK_GGML_TQ1_0 = 34,
+  HURRAY_BLOCK_GGML_TQ2_0 = 35,
+  HURRAY_BLOCK_GGML_MXFP4 = 39,
+  HURRAY_BLOCK_GGML_NVFP4 = 40
+} HurrayBlockFormat;
+
+/* Elements and bytes per block of `format`, and its name ("ggml_q4_k").
+ * Returns false (leaving the outputs alone) for an unknown format. Any
+ * pointer may be NULL. */
+HURRAY_API bool hurray_block_format_info(uint32_t format, uint32_t *elements, uint32_t *bytes,
+                                         const char **name);
+/* The format called `name`; 0 when there is none. */
+HURRAY_API uint32_t hurray_block_format_from_name(const char *name);
 
 /* OCP MX v1.0 element types. The descriptor dtype must be the matching
  * storage type: float8_e4m3fn, float8_e5m2, float6_e3m2fn, float6_e2m3fn,
@@ -329,7 +367,19 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d, Hurr
                                                        uint32_t axis, uint32_t scale_buffer,
                                                        HurrayError *error);
 
+/* Block-coded: the data buffer (role DATA, descriptor dtype uint8) holds
+ * the tensor's blocks of `format`, row-major, each block covering
+ * consecutive elements along `axis`, which must be the last one, and whose
+ * length must be a whole number of blocks. The blocks carry their own
+ * scales; there is no scale buffer. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d,
+                                                                HurrayBlockFormat format,
+                                                                uint32_t axis,
+                                                                HurrayError *error);
+
 HURRAY_API HurrayQuantKind hurray_descriptor_quant_kind(const HurrayDescriptor *d);
+/* The block format of a block-coded tensor; 0 otherwise. */
+HURRAY_API HurrayBlockFormat hurray_descriptor_quant_block_format(const HurrayDescriptor *d);
 HURRAY_API uint32_t hurray_descriptor_quant_axis(const HurrayDescriptor *d);
 HURRAY_API uint64_t hurray_descriptor_quant_block_size(const HurrayDescriptor *d);
 HURRAY_API double hurray_descriptor_quant_scale(const HurrayDescriptor *d);

@@ -18,7 +18,7 @@ Layering: each module imports only modules of the layers below it.
 import importlib
 
 from . import _hooks, _hurray
-from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension,
+from ._descriptor import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Descriptor, Device, Extension,
                           Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
                           Sparse, Statistics)
 from ._dtypes import DTYPES
@@ -40,7 +40,7 @@ _hooks.provide("torch", lambda: importlib.import_module(".torch", __name__).__ge
 __version__ = _hurray.LIBRARY_VERSION
 
 __all__ = [
-    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
+    "BlockAffine", "BlockCoded", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
     "DEFAULT_OUTPUT_LIMIT", "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",

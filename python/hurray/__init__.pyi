@@ -26,7 +26,7 @@ else:
     from typing_extensions import CapsuleType as _Capsule
 
 __all__ = [
-    "BlockAffine", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DEFAULT_OUTPUT_LIMIT",
+    "BlockAffine", "BlockCoded", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DEFAULT_OUTPUT_LIMIT",
     "DTYPES", "Dense",
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
@@ -222,6 +222,15 @@ class Mxfp:
     block_size: int = 32
 
 @dataclass(frozen=True)
+class BlockCoded:
+    """Blocks of a named format ("ggml_q4_k", ...) carrying their own
+    scales, in the data buffer (dtype uint8), along the last axis."""
+
+    format: str
+    axis: int
+    block_size: int | None = None
+
+@dataclass(frozen=True)
 class Statistics:
     min: float | None = None
     max: float | None = None
@@ -239,7 +248,7 @@ class Extension:
     metadata: bytes = b""
 
 _Layout: TypeAlias = Dense | Sparse | Paged | Composite
-_Quantization: TypeAlias = PerTensorAffine | PerChannelAffine | BlockAffine | Nf4 | Mxfp
+_Quantization: TypeAlias = PerTensorAffine | PerChannelAffine | BlockAffine | Nf4 | Mxfp | BlockCoded
 
 # ---------------------------------------------------------------- Descriptor
 

@@ -26,6 +26,7 @@ PerChannelAffine = _hurray.PerChannelAffine
 BlockAffine = _hurray.BlockAffine
 Nf4 = _hurray.Nf4
 Mxfp = _hurray.Mxfp
+BlockCoded = _hurray.BlockCoded
 Statistics = _hurray.Statistics
 Shard = _hurray.Shard
 Extension = _hurray.Extension
@@ -44,11 +45,14 @@ def _as_dataclass(cls) -> None:
 
 
 for _record in (Buffer, Device, Dense, Sparse, Paged, Member, Composite, PerTensorAffine,
-                PerChannelAffine, BlockAffine, Nf4, Mxfp, Statistics, Shard, Extension):
+                PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded, Statistics, Shard, Extension):
     _as_dataclass(_record)
 
 Layout = Union[Dense, Sparse, Paged, Composite]
-Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp]
+Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded]
+
+# Block-coded formats: {name: (elements per block, bytes per block)}, from C.
+BLOCK_FORMATS = _hurray.BLOCK_FORMATS
 
 
 class Descriptor(_hurray._Descriptor):
@@ -132,7 +136,7 @@ def _fields_from_dict(d: dict) -> tuple:
 
 
 _BY_KIND = {cls._kind: cls for cls in (Dense, Sparse, Paged, Composite, PerTensorAffine,
-                                       PerChannelAffine, BlockAffine, Nf4, Mxfp)}
+                                       PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded)}
 
 
 def _float(v) -> float:

@@ -75,7 +75,7 @@ static int need(PyObject *v, const char *key) {
 
 static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t *out) {
   PyObject *v = item(dict, key);
-  if (v == NULL) {
+  if (v == NULL || v == Py_None) {
     *out = fallback;
     return 0;
   }
@@ -305,6 +305,33 @@ static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint
   return 0;
 }
 
+static int build_block_coded(ModuleState *st, HurrayDescriptor *d, PyObject *q, uint32_t axis,
+                             uint64_t block, HurrayStatus *status, HurrayError *e) {
+  PyObject *format = item(q, "format");
+  const char *name = format != NULL && PyUnicode_Check(format)
+                         ? hy_utf8(format, "quantization.format") : NULL;
+  if (name == NULL) {
+    if (!PyErr_Occurred()) need(format, "format");
+    return -1;
+  }
+  uint32_t f = hurray_block_format_from_name(name), elements = 0;
+  if (f == 0) {
+    PyErr_Format(PyExc_ValueError, "unknown block format %R", format);
+    return -1;
+  }
+  hurray_block_format_info(f, &elements, NULL, NULL);
+  PyObject *given = item(q, "block_size");
+  if (given != NULL && given != Py_None && block != elements) {
+    snprintf(e->message, sizeof e->message,
+             "quantization.block_size: %s blocks are %u elements, not %llu", name, elements,
+             (unsigned long long)block);
+    hy_raise_status(st, HURRAY_ERR_QUANT_BLOCK_SIZE, e);
+    return -1;
+  }
+  *status = hurray_descriptor_set_quant_block_coded(d, (HurrayBlockFormat)f, axis, e);
+  return 0;
+}
+
 static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, HurrayError *e) {
   if (!is_spec(q)) {
     PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
@@ -353,6 +380,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
       return -1;
     }
     s = hurray_descriptor_set_quant_mx(d, (HurrayMxElement)el, (uint32_t)axis, scale_buffer, e);
+  } else if (strcmp(k, "block_coded") == 0) {
+    if (build_block_coded(st, d, q, (uint32_t)axis, block, &s, e) < 0) return -1;
   } else {
     PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
     return -1;

@@ -146,6 +146,23 @@ static PyObject *enum_dict(HyEnumName names) {
   return d;
 }
 
+/* BLOCK_FORMATS {name: (elements, bytes)} of every block-coded format. */
+static int add_block_formats(PyObject *module) {
+  PyObject *formats = PyDict_New();
+  int rc = formats != NULL ? 0 : -1;
+  for (uint32_t f = 1; rc == 0 && f < 256; f++) {
+    uint32_t elements, bytes;
+    const char *name;
+    if (!hurray_block_format_info(f, &elements, &bytes, &name)) continue;
+    PyObject *v = Py_BuildValue("(kk)", (unsigned long)elements, (unsigned long)bytes);
+    rc = v != NULL ? PyDict_SetItemString(formats, name, v) : -1;
+    Py_XDECREF(v);
+  }
+  if (rc == 0) rc = PyModule_AddObjectRef(module, "BLOCK_FORMATS", formats);
+  Py_XDECREF(formats);
+  return rc;
+}
+
 /* ENUMS {enum: {name: value}}, DTYPE_BITS {dtype: bits per element, sub-byte
  * ones packed LSB-first}, STATUS {name: code}, STATUS_EXCEPTIONS {code: class}. */
 static int add_tables(PyObject *module, ModuleState *st) {
@@ -171,6 +188,7 @@ static int add_tables(PyObject *module, ModuleState *st) {
              : -1;
     Py_XDECREF(c);
   }
+  if (rc == 0) rc = add_block_formats(module);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "ENUMS", enums);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "DTYPE_BITS", bits);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS", status);

@@ -110,6 +110,12 @@ static PyObject *py_quant(ModuleState *st, const HurrayQuant *q) {
       return MAKE(st, HY_MXFP, PyUnicode_FromString(hurray__mx_element_name(q->mx_element)),
                   PyLong_FromUnsignedLong(q->axis), py_index(q->scale_buffer),
                   PyLong_FromUnsignedLongLong(q->block_size));
+    case HURRAY_QUANT_BLOCK_CODED: {
+      const char *name = NULL;
+      hurray_block_format_info(q->block_format, NULL, NULL, &name);
+      return MAKE(st, HY_BLOCK_CODED, PyUnicode_FromString(name != NULL ? name : "?"),
+                  PyLong_FromUnsignedLong(q->axis), PyLong_FromUnsignedLongLong(q->block_size));
+    }
   }
   return PyErr_Format(PyExc_SystemError, "quantization kind %d has no Python form", (int)q->kind);
 }

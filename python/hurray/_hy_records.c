@@ -56,6 +56,11 @@ const HyRecordDef hy_record_defs[HY_RECORD_COUNT] = {
                  "OCP MX: element is fp8_e4m3, fp8_e5m2, fp6_e3m2, fp6_e2m3, fp4_e2m1 or int8.",
                  {REQUIRED("element"), REQUIRED("axis"), REQUIRED("scale_buffer"),
                   OR_INT("block_size", 32)}},
+    [HY_BLOCK_CODED] = {"BlockCoded", "block_coded",
+                        "Blocks of a named format (e.g. \"ggml_q4_k\") that carry their own scales, "
+                        "in the data buffer (dtype uint8), along the last axis; block_size is the "
+                        "format's, filled in when not given.",
+                        {REQUIRED("format"), REQUIRED("axis"), OR_NONE("block_size")}},
     [HY_STATISTICS] = {"Statistics", NULL, NULL,
                        {OR_NONE("min"), OR_NONE("max"), OR_NONE("nan_count"),
                         OR_NONE("zero_count")}},
@@ -178,7 +183,23 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
                           def->fields[i].name);
     }
   }
-  return hy_record_new(st, record, values);
+  PyObject *filled = NULL;
+  if (record == HY_BLOCK_CODED && (values[2] == NULL || values[2] == Py_None)) {
+    /* The block size follows from the format: fill it in, as C would. */
+    const char *name = values[0] != NULL && PyUnicode_Check(values[0])
+                           ? PyUnicode_AsUTF8(values[0]) : NULL;
+    uint32_t elements = 0;
+    if (name != NULL && hurray_block_format_info(hurray_block_format_from_name(name), &elements,
+                                                 NULL, NULL)) {
+      filled = PyLong_FromUnsignedLong(elements);
+      if (filled == NULL) return NULL;
+      values[2] = filled;
+    }
+    PyErr_Clear();
+  }
+  PyObject *out = hy_record_new(st, record, values);
+  Py_XDECREF(filled);
+  return out;
 }
 
 static int record_traverse(PyObject *op, visitproc visit, void *arg) {

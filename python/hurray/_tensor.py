@@ -9,6 +9,8 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray
 from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
                           PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
+from ._descriptor import BLOCK_FORMATS, BlockCoded
+
 
 # bitsandbytes' NF4 code book (float32), index 0..15.
 NF4_CODE = np.array([
@@ -30,6 +32,7 @@ def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
 
 
 _LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]  # HurrayLayoutKind, from C
+_QUANT_BLOCK_CODED = _hurray.ENUMS["quantization"]["block_coded"]
 
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
 
@@ -132,12 +135,19 @@ class Tensor(_hurray._Tensor):
     def codes(self) -> np.ndarray:
         """The stored elements of a dense tensor as a zero-copy view: the raw
         integer codes if the tensor is quantized (dequantize() gives the
-        values), else the values, as numpy() does."""
-        dtype_name, shape, strides, byte_offset, data_buffer, layout, _ = self._view_info()
+        values), else the values, as numpy() does. A block-coded tensor's
+        codes are its block bytes, shaped (*shape[:-1], bytes per row), as
+        gguf-py's byte shape."""
+        dtype_name, shape, strides, byte_offset, data_buffer, layout, qkind = self._view_info()
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
             raise unsupported(f"numpy() needs a dense tensor, this one is {kind}; use to_dense()")
         raw = np.frombuffer(self._buffer(data_buffer), dtype=np.uint8)
+        if qkind == _QUANT_BLOCK_CODED:
+            elements, size = BLOCK_FORMATS[self.descriptor.quantization.format]
+            row = shape[-1] // elements * size
+            count = math.prod(shape[:-1]) * row
+            return raw[byte_offset:byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
         numel = math.prod(shape)
         if _dtypes.is_packed(dtype_name):
             size = _dtypes.storage_bytes(dtype_name, numel)
@@ -232,6 +242,9 @@ class Tensor(_hurray._Tensor):
     def _scale_source(self):
         d = self.descriptor
         q = d.quantization
+        if isinstance(q, BlockCoded):
+            raise unsupported(f"a block-coded ({q.format}) tensor keeps its scales inside its "
+                              "blocks; codes() gives the block bytes")
         if isinstance(q, Nf4):
             return q.absmax_buffer, q.absmax_dtype, (-(-d.numel // q.block_size),)
         if isinstance(q, Mxfp):

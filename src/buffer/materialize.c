@@ -214,6 +214,12 @@ static HurrayStatus subbyte_to_dense(const HurrayDescriptor *d, const HurrayBuff
  * index buffer still waiting on a stream or event was never checked. */
 static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what,
                                      HurrayError *error) {
+  if (d->quant.kind == HURRAY_QUANT_BLOCK_CODED) {
+    /* Block bytes are not one code per element (the buffer is smaller than
+     * numel elements of its dtype): nothing here can walk them. */
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "%s: a block-coded tensor has no per-element codes; dequantize it", what);
+  }
   if (d->memory_class == HURRAY_MEMORY_DEVICE) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
   }

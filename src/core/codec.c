@@ -33,6 +33,7 @@ enum {
   TAG_QUANT_BLOCK = 0x0035,
   TAG_QUANT_NF4 = 0x0037,
   TAG_QUANT_MX = 0x0039,
+  TAG_QUANT_BLOCK_CODED = 0x003B,
   TAG_BUFFER_TABLE = 0x0041,
   TAG_DEVICE = 0x0043,
   TAG_SHARD = 0x0045,
@@ -252,6 +253,13 @@ static void encode_quant(Writer *w, const HurrayQuant *q) {
       put_u32(w, q->axis);
       put_u32(w, (uint32_t)q->block_size);
       put_u32(w, q->scale_buffer);
+      record_end(w, at);
+      return;
+    case HURRAY_QUANT_BLOCK_CODED:
+      at = record_begin(w, TAG_QUANT_BLOCK_CODED);
+      put_u16(w, (uint16_t)q->block_format);
+      put_u16(w, 0);
+      put_u32(w, q->axis);
       record_end(w, at);
       return;
   }
@@ -714,6 +722,19 @@ static HurrayStatus decode_quant(Reader *r, uint16_t tag, size_t len, HurrayQuan
       q->scale_dtype = HURRAY_DTYPE_FLOAT8_E8M0FNU;
       return HURRAY_OK;
     }
+    case TAG_QUANT_BLOCK_CODED: {
+      HURRAY_RETURN_NOT_OK(expect_length(tag, len, 8, error));
+      q->kind = HURRAY_QUANT_BLOCK_CODED;
+      uint32_t format = (uint32_t)rd(r, 2), elements = 0;
+      if (!hurray_block_format_info(format, &elements, NULL, NULL)) {
+        return FAIL(HURRAY_ERR_UNSUPPORTED, "quantization.format: unknown block format %u", format);
+      }
+      q->block_format = (HurrayBlockFormat)format;
+      q->block_size = elements;
+      HURRAY_RETURN_NOT_OK(expect_zero(tag, rd(r, 2), "reserved", error));
+      q->axis = (uint32_t)rd(r, 4);
+      return HURRAY_OK;
+    }
   }
   return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: not a quantization", tag);
 }
@@ -866,7 +887,7 @@ static bool tag_is_layout(uint16_t tag) {
   return tag >= TAG_LAYOUT_DENSE && tag <= TAG_LAYOUT_COMPOSITE;
 }
 static bool tag_is_quant(uint16_t tag) {
-  return tag >= TAG_QUANT_PER_TENSOR && tag <= TAG_QUANT_MX;
+  return tag >= TAG_QUANT_PER_TENSOR && tag <= TAG_QUANT_BLOCK_CODED;
 }
 static bool tag_is_root_only(uint16_t tag) {
   return tag == TAG_BUFFER_TABLE || tag == TAG_DEVICE || tag == TAG_SHARD ||

@@ -55,8 +55,8 @@ const char *hurray__sparse_format_name(HurraySparseFormat format) {
 
 const char *hurray__quant_kind_name(HurrayQuantKind kind) {
   static const char *const names[] = {"none", "per_tensor_affine", "per_channel_affine",
-                                      "block_affine", "nf4", "mx"};
-  return ((unsigned)kind <= HURRAY_QUANT_MX) ? names[kind] : "?";
+                                      "block_affine", "nf4", "mx", "block_coded"};
+  return ((unsigned)kind <= HURRAY_QUANT_BLOCK_CODED) ? names[kind] : "?";
 }
 
 HurrayDType hurray__mx_element_dtype(HurrayMxElement element) {
@@ -792,6 +792,23 @@ HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d, HurrayMxElement
              HURRAY_DTYPE_FLOAT8_E8M0FNU);
   d->quant.mx_element = element;
   return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d, HurrayBlockFormat format,
+                                                     uint32_t axis, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  uint32_t elements = 0;
+  if (!hurray_block_format_info((uint32_t)format, &elements, NULL, NULL)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "quantization.format: unknown block format %d",
+                        (int)format);
+  }
+  set_scaled(d, HURRAY_QUANT_BLOCK_CODED, axis, elements, HURRAY_NO_BUFFER, HURRAY_DTYPE_INVALID);
+  d->quant.block_format = format;
+  return HURRAY_OK;
+}
+
+HurrayBlockFormat hurray_descriptor_quant_block_format(const HurrayDescriptor *d) {
+  return d->quant.kind == HURRAY_QUANT_BLOCK_CODED ? d->quant.block_format : (HurrayBlockFormat)0;
 }
 
 HurrayQuantKind hurray_descriptor_quant_kind(const HurrayDescriptor *d) { return d->quant.kind; }

@@ -63,6 +63,7 @@ typedef struct HurrayQuant {
   uint32_t zero_point_buffer;
   HurrayDType zero_point_dtype;
   HurrayMxElement mx_element;
+  HurrayBlockFormat block_format; /* block-coded only */
 } HurrayQuant;
 
 struct HurrayDescriptor {

@@ -209,6 +209,13 @@ static void emit_quant(Text *t, const HurrayQuant *q) {
            hurray__mx_element_name(q->mx_element), q->axis, (unsigned long long)q->block_size);
       emit_buffer_index(t, q->scale_buffer);
       break;
+    case HURRAY_QUANT_BLOCK_CODED: {
+      const char *name = "?";
+      hurray_block_format_info((uint32_t)q->block_format, NULL, NULL, &name);
+      emit(t, ", \"format\": \"%s\", \"axis\": %u, \"block_size\": %llu", name, q->axis,
+           (unsigned long long)q->block_size);
+      break;
+    }
   }
   emit(t, "}");
 }

@@ -436,6 +436,37 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
       }
       return check_scales(w, path, d, hurray__ceil_div_u64(numel, q->block_size),
                           "one absmax per block of the flattened tensor");
+    case HURRAY_QUANT_BLOCK_CODED: {
+      uint32_t elements = 0;
+      const char *format = NULL;
+      if (!hurray_block_format_info((uint32_t)q->block_format, &elements, NULL, &format)) {
+        return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d",
+                    path, (int)q->block_format);
+      }
+      if (d->dtype != HURRAY_DTYPE_UINT8) {
+        return FAIL(HURRAY_ERR_QUANT_DTYPE,
+                    "%sdtype: block-coded tensors are stored as uint8 block bytes, not %s", path,
+                    dtype_name);
+      }
+      if (d->rank == 0 || q->axis != d->rank - 1) {
+        return FAIL(HURRAY_ERR_QUANT_AXIS,
+                    "%squantization.axis: %u; %s blocks run along the last axis of a tensor of "
+                    "rank 1 or more (rank %u)",
+                    path, q->axis, format, d->rank);
+      }
+      if (q->block_size != elements || d->shape[q->axis] % elements != 0) {
+        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
+                    "%sshape[%u]: %llu is not a whole number of %s blocks of %u elements", path,
+                    q->axis, (unsigned long long)d->shape[q->axis], format, elements);
+      }
+      if (q->scale_buffer != HURRAY_NO_BUFFER || q->zero_point_buffer != HURRAY_NO_BUFFER) {
+        return FAIL(HURRAY_ERR_QUANT_LAYOUT,
+                    "%squantization: block-coded blocks carry their own scales; no scale or "
+                    "zero-point buffer",
+                    path);
+      }
+      return HURRAY_OK;
+    }
     case HURRAY_QUANT_MX:
       if (!hurray__mx_element_known(q->mx_element)) {
         return FAIL(HURRAY_ERR_QUANT_MX_ELEMENT, "%squantization.element: unknown MX element %d",
@@ -511,6 +542,29 @@ static HurrayStatus check_members(Walk *w, const HurrayDescriptor *d, const char
   return HURRAY_OK;
 }
 
+/* Bytes a block-coded tensor needs from the start of its data buffer: its
+ * blocks, after byte_offset. The quantization checks (axis, dtype, a whole
+ * number of blocks per row) come later; here only what the size needs. */
+static HurrayStatus block_coded_extent(Walk *w, const char *path, const HurrayDescriptor *d,
+                                       uint64_t numel, uint64_t *out) {
+  const HurrayQuant *q = &d->quant;
+  uint32_t elements = 0, block_bytes = 0;
+  if (!hurray_block_format_info((uint32_t)q->block_format, &elements, &block_bytes, NULL)) {
+    return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d", path,
+                (int)q->block_format);
+  }
+  if (d->has_strides) {
+    return FAIL(HURRAY_ERR_STRIDES, "%sstrides: block-coded tensors are row-major, without strides",
+                path);
+  }
+  uint64_t bytes;
+  if (!hurray__mul_u64(numel / elements, block_bytes, &bytes) ||
+      !hurray__add_u64(bytes, d->byte_offset, out)) {
+    return FAIL(HURRAY_ERR_OVERFLOW, "%sshape: the block bytes overflow 64 bits", path);
+  }
+  return HURRAY_OK;
+}
+
 static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *path,
                                uint32_t depth) {
   if (hurray_dtype_name(d->dtype) == NULL) {
@@ -538,7 +592,11 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
   switch (d->layout.kind) {
     case HURRAY_LAYOUT_DENSE: {
       uint64_t bytes = 0;
-      HURRAY_RETURN_NOT_OK(dense_extent(w, path, d, numel, &bytes));
+      if (d->quant.kind == HURRAY_QUANT_BLOCK_CODED) {
+        HURRAY_RETURN_NOT_OK(block_coded_extent(w, path, d, numel, &bytes));
+      } else {
+        HURRAY_RETURN_NOT_OK(dense_extent(w, path, d, numel, &bytes));
+      }
       HURRAY_RETURN_NOT_OK(use_buffer(w, path, "layout.data_buffer", d->layout.data_buffer,
                                       HURRAY_ROLE_DATA, bytes, HURRAY_OK, NULL));
       break;
@@ -744,6 +802,9 @@ HurrayStatus hurray_descriptor_quant_scale_count(const HurrayDescriptor *d, uint
     case HURRAY_QUANT_NF4:
       if (q->block_size == 0) break;
       *out = hurray__ceil_div_u64(numel, q->block_size);
+      return HURRAY_OK;
+    case HURRAY_QUANT_BLOCK_CODED:
+      *out = 0; /* the scales live inside the blocks */
       return HURRAY_OK;
     case HURRAY_QUANT_BLOCK_AFFINE:
     case HURRAY_QUANT_MX:

@@ -438,7 +438,7 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
   uint32_t rank;
   uint64_t shape[HURRAY_MAX_RANK];
   uint64_t nbytes;
-  bool quant = false;
+  bool quant = false, coded = false;
   uint32_t gtype = 0;
   if (s->format == HURRAY_FORMAT_SAFETENSORS) {
     const HurraySTTensor *t = &s->st.tensors[i];
@@ -454,9 +454,11 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
     for (uint32_t d = 0; d < rank; d++) shape[d] = t->dims[rank - 1 - d];
     nbytes = t->nbytes;
     quant = gtype == HURRAY_GGUF_TYPE_Q8_0 || gtype == HURRAY_GGUF_TYPE_Q4_0;
-    dtype = quant ? (gtype == HURRAY_GGUF_TYPE_Q8_0 ? HURRAY_DTYPE_INT8 : HURRAY_DTYPE_UINT4)
-                  : gguf_dense_dtype(gtype);
-    if (quant && rank == 0) {
+    coded = hurray__gguf_block_coded(gtype);
+    dtype = quant   ? (gtype == HURRAY_GGUF_TYPE_Q8_0 ? HURRAY_DTYPE_INT8 : HURRAY_DTYPE_UINT4)
+            : coded ? HURRAY_DTYPE_UINT8
+                    : gguf_dense_dtype(gtype);
+    if ((quant || coded) && rank == 0) {
       return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                           "GGUF tensor '%.200s' is quantized with no dimensions", t->name);
     }
@@ -468,6 +470,10 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
     st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, nbytes, data_align, HURRAY_SYNC_READY,
                                       NULL, error);
     if (st == HURRAY_OK) st = hurray_descriptor_set_layout_dense(d, 0, error);
+    /* The blocks stay as they are in the file: one buffer, no re-layout. */
+    if (st == HURRAY_OK && coded) {
+      st = hurray_descriptor_set_quant_block_coded(d, (HurrayBlockFormat)gtype, rank - 1, error);
+    }
   } else {
     uint64_t nb = nbytes / (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18);
     st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA,
@@ -788,6 +794,10 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
       return HURRAY_OK;
     }
   }
+  if (q == HURRAY_QUANT_BLOCK_CODED && hurray__gguf_block_coded(hurray_descriptor_quant_block_format(d))) {
+    *gtype = (uint32_t)hurray_descriptor_quant_block_format(d);
+    return HURRAY_OK;
+  }
   return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                       "tensor '%.200s' is quantized in a form with no exact GGUF type (GGUF's "
                       "Q8_0 and Q4_0 are block-affine int8 / uint4 codes, block 32 along the "
@@ -802,7 +812,12 @@ static HurrayStatus stored_bytes(HurrayFormat format, const char *name, const Hu
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   if (gtype == HURRAY_GGUF_TYPE_Q8_0) *nbytes = numel / 32 * 34;
   else if (gtype == HURRAY_GGUF_TYPE_Q4_0) *nbytes = numel / 32 * 18;
-  else if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, nbytes) != HURRAY_OK) {
+  else if (hurray_descriptor_quant_kind(d) == HURRAY_QUANT_BLOCK_CODED) {
+    uint32_t elements = 1, bytes = 0;
+    hurray_block_format_info((uint32_t)hurray_descriptor_quant_block_format(d), &elements, &bytes,
+                             NULL);
+    *nbytes = numel / elements * bytes; /* no overflow: validation sized the buffer */
+  } else if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, nbytes) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "tensor '%.200s': byte size overflows", name);
   }
   if (format == HURRAY_FORMAT_SAFETENSORS) {

@@ -136,6 +136,9 @@ void hurray__gguf_free(HurrayGGUFFile *f);
 const char *hurray__gguf_type_name(uint32_t type);
 /* Types hurray imports exactly. */
 bool hurray__gguf_type_supported(uint32_t type);
+/* Whether GGUF type `type` imports as block-coded quantization (its block
+ * format number is the type number). */
+bool hurray__gguf_block_coded(uint32_t type);
 extern const char hurray__gguf_supported_list[];
 
 /* Encodes the key-value section from hurray metadata: `count_out` pairs,

@@ -51,10 +51,19 @@ static const GGType gg_types[] = {
 };
 #define GG_TYPE_COUNT (sizeof gg_types / sizeof gg_types[0])
 
-const char hurray__gguf_supported_list[] = "F32, F16, BF16, Q8_0, Q4_0, F64, I8, I16, I32, I64";
+const char hurray__gguf_supported_list[] =
+    "F32, F16, BF16, F64, I8, I16, I32, I64, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, "
+    "Q5_K, Q6_K, Q8_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, "
+    "TQ1_0, TQ2_0, MXFP4, NVFP4";
 
 const char *hurray__gguf_type_name(uint32_t type) {
   return type < GG_TYPE_COUNT ? gg_types[type].name : NULL;
+}
+
+bool hurray__gguf_block_coded(uint32_t type) {
+  uint32_t elements = 0, bytes = 0;
+  return type < GG_TYPE_COUNT && hurray_block_format_info(type, &elements, &bytes, NULL) &&
+         elements == gg_types[type].block && bytes == gg_types[type].size;
 }
 
 bool hurray__gguf_type_supported(uint32_t type) {
@@ -62,7 +71,8 @@ bool hurray__gguf_type_supported(uint32_t type) {
     case 0: case 1: case 2: case 8: case 24: case 25: case 26: case 27: case 28: case 30:
       return true;
     default:
-      return false;
+      /* The block-coded formats carry ggml's type numbers and block sizes. */
+      return hurray__gguf_block_coded(type);
   }
 }
 
@@ -499,17 +509,27 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
   for (size_t i = 0; i < out->count; i++) {
     HurrayGGUFTensor *t = &out->tensors[i];
     if (t->offset != at) {
+      /* Usually the tensor before holds a byte count its type and dims do
+       * not give: name it, and the size its type implies. */
+      const HurrayGGUFTensor *prev = i ? &out->tensors[i - 1] : NULL;
       s = hurray__fail(error, HURRAY_ERR_RANGE,
-                       "GGUF tensor %.200s at data offset %llu, where the layout puts it at %llu",
-                       t->name, (unsigned long long)t->offset, (unsigned long long)at);
+                       "GGUF tensor %.200s at data offset %llu, where the layout puts it at "
+                       "%llu%s%.200s%s%s%s%llu%s",
+                       t->name, (unsigned long long)t->offset, (unsigned long long)at,
+                       prev ? ": the tensor before it, " : "", prev ? prev->name : "",
+                       prev ? ", is " : "", prev ? gg_types[prev->type].name : "",
+                       prev ? " and its dims make it " : "",
+                       prev ? (unsigned long long)prev->nbytes : 0ull,
+                       prev ? " bytes; its data does not have that size" : "");
       goto fail;
     }
     uint64_t end;
     if (!hurray__add_u64(at, t->nbytes, &end) || end > size - start) {
       s = hurray__fail(error, HURRAY_ERR_TRUNCATED,
-                       "GGUF tensor %.200s (%llu bytes at data offset %llu) reaches past the end "
-                       "of the file",
-                       t->name, (unsigned long long)t->nbytes, (unsigned long long)at);
+                       "GGUF tensor %.200s (%s: its dims make it %llu bytes, at data offset "
+                       "%llu) reaches past the end of the file",
+                       t->name, gg_types[t->type].name, (unsigned long long)t->nbytes,
+                       (unsigned long long)at);
       goto fail;
     }
     at = end % a ? end + (a - end % a) : end; /* end <= size: no overflow */

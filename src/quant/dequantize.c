@@ -23,6 +23,7 @@
 #include "../core/checked.h"
 #include "../core/error.h"
 #include "elements.h"
+#include "ggml_blocks.h"
 #include "hurray/quant.h"
 #include "plan.h"
 
@@ -365,6 +366,9 @@ HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBuffe
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "out holds %llu bytes; the tensor needs %llu",
                         (unsigned long long)out_size, (unsigned long long)need);
+  }
+  if (kind == HURRAY_QUANT_BLOCK_CODED) {
+    return hurray__block_coded_dequantize(d, list, out_dtype, out, numel, threads, error);
   }
 
   Job *j = calloc(1, sizeof *j);

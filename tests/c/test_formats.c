@@ -553,13 +553,13 @@ static void test_gguf_lies_are_refused(void **state) {
   write_file("wide.gguf", &f);
   assert_refused("wide.gguf", "target.hurray", HURRAY_ERR_OVERFLOW);
   free(f.p);
-  GTensor q5 = {"blk.0.ffn_up.weight", 6, 1, {32}, data, 22};
+  GTensor q5 = {"blk.0.ffn_up.weight", 9, 1, {32}, data, 40}; /* Q8_1: not importable */
   f = make_gguf(&none, 0, &q5, 1, 32);
   write_file("q5.gguf", &f);
   assert_refused("q5.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);
   HurrayError e;
   convert("q5.gguf", "target.hurray", &e);
-  assert_non_null(strstr(e.message, "Q5_0"));
+  assert_non_null(strstr(e.message, "Q8_1"));
   assert_non_null(strstr(e.message, "blk.0.ffn_up.weight"));
   free(f.p);
   f = (Bytes){0};

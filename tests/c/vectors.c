@@ -205,6 +205,21 @@ static HurrayDescriptor *quant_mxint8(void) {
   return quant_mx(HURRAY_MX_INT8, HURRAY_DTYPE_INT8, 128);
 }
 
+static HurrayDescriptor *quant_block_coded_q4_k(void) {
+  /* GGUF Q4_K: 256-element blocks of 144 bytes along rows, scales inside. */
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT8, 2, (uint64_t[]){3, 512});
+  add(d, HURRAY_ROLE_DATA, 3 * 2 * 144);
+  OK(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_Q4_K, 1, NULL));
+  return d;
+}
+
+static HurrayDescriptor *quant_block_coded_iq2_xxs(void) {
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){256});
+  add(d, HURRAY_ROLE_DATA, 66);
+  OK(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_IQ2_XXS, 0, NULL));
+  return d;
+}
+
 static HurrayDescriptor *optional_fields(void) {
   /* Statistics, shard, extension type and a non-default device together. */
   HurrayDescriptor *d = make(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){2, 4});
@@ -244,6 +259,8 @@ const GoldenVector golden_vectors[] = {
     {"quant_mxfp6_e2m3", quant_mxfp6_e2m3},
     {"quant_mxfp4_e2m1", quant_mxfp4_e2m1},
     {"quant_mxint8", quant_mxint8},
+    {"quant_block_coded_q4_k", quant_block_coded_q4_k},
+    {"quant_block_coded_iq2_xxs", quant_block_coded_iq2_xxs},
     {"optional_fields", optional_fields},
 };
 

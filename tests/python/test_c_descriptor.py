@@ -81,7 +81,8 @@ def test_tables_come_from_c():
     assert _hurray.DTYPE_BITS["int4"] == 4 and _hurray.DTYPE_BITS["float6_e3m2fn"] == 6
     assert _hurray.ENUMS["role"]["data"] == 1
     assert {c._kind for c in (Dense, Sparse, Paged, Composite)} == set(_hurray.ENUMS["layout"])
-    assert {c._kind for c in (PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp)} == \
+    assert {c._kind for c in (PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp,
+                                  hurray.BlockCoded)} == \
         set(_hurray.ENUMS["quantization"])
     for name, code in _hurray.STATUS.items():
         exc = _hurray._error(name, "detail")

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray
-from hurray import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension, Member,
-                    Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse,
+from hurray import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Descriptor, Device,
+                    Extension, Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse,
                     Statistics)
 from hurray import _dtypes
 
@@ -401,6 +401,12 @@ PYTHON_VECTORS = {
     "quant_mxfp6_e2m3": lambda: mx("fp6_e2m3"),
     "quant_mxfp4_e2m1": lambda: mx("fp4_e2m1"),
     "quant_mxint8": lambda: mx("int8"),
+    "quant_block_coded_q4_k": lambda: Descriptor(
+        "uint8", (3, 512), quantization=BlockCoded("ggml_q4_k", 1),
+        buffers=[Buffer("data", 3 * 2 * 144, 64)]),
+    "quant_block_coded_iq2_xxs": lambda: Descriptor(
+        "uint8", (256,), quantization=BlockCoded("ggml_iq2_xxs", 0),
+        buffers=[Buffer("data", 66, 64)]),
     "optional_fields": optional_fields,
 }
 

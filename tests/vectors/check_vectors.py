@@ -61,6 +61,7 @@ T_PER_CHANNEL = 0x0033
 T_BLOCK = 0x0035
 T_NF4 = 0x0037
 T_MX = 0x0039
+T_BLOCK_CODED = 0x003B
 T_BUFFERS = 0x0041
 T_DEVICE = 0x0043
 T_SHARD = 0x0045
@@ -68,7 +69,7 @@ T_STATISTICS = 0x0050
 T_EXTENSION = 0x0052
 
 LAYOUT_TAGS = frozenset((T_DENSE, T_COO, T_CSR, T_CSC, T_BSR, T_PAGED, T_COMPOSITE))
-QUANT_TAGS = frozenset((T_PER_TENSOR, T_PER_CHANNEL, T_BLOCK, T_NF4, T_MX))
+QUANT_TAGS = frozenset((T_PER_TENSOR, T_PER_CHANNEL, T_BLOCK, T_NF4, T_MX, T_BLOCK_CODED))
 ROOT_ONLY_TAGS = frozenset((T_BUFFERS, T_DEVICE, T_SHARD, T_STATISTICS, T_EXTENSION))
 NODE_TAGS = frozenset((T_DTYPE, T_SHAPE, T_STRIDES, T_BYTE_OFFSET))
 KNOWN_TAGS = NODE_TAGS | LAYOUT_TAGS | QUANT_TAGS | ROOT_ONLY_TAGS
@@ -95,6 +96,19 @@ SYNC_MODES = {0: "ready", 1: "stream", 2: "event"}
 MEMORY_CLASSES = {1: "host", 2: "host_pinned", 3: "device", 4: "managed"}
 MX_ELEMENTS = {1: "fp8_e4m3", 2: "fp8_e5m2", 3: "fp6_e3m2", 4: "fp6_e2m3",
                5: "fp4_e2m1", 6: "int8"}
+
+# Block-coded formats: code -> (name, elements per block). The codes are
+# ggml's type numbers (docs/spec/quantization.md, "Block-coded formats").
+BLOCK_FORMATS = {3: ("ggml_q4_1", 32), 6: ("ggml_q5_0", 32), 7: ("ggml_q5_1", 32),
+                 10: ("ggml_q2_k", 256), 11: ("ggml_q3_k", 256), 12: ("ggml_q4_k", 256),
+                 13: ("ggml_q5_k", 256), 14: ("ggml_q6_k", 256), 15: ("ggml_q8_k", 256),
+                 16: ("ggml_iq2_xxs", 256), 17: ("ggml_iq2_xs", 256), 18: ("ggml_iq3_xxs", 256),
+                 19: ("ggml_iq1_s", 256), 20: ("ggml_iq4_nl", 32), 21: ("ggml_iq3_s", 256),
+                 22: ("ggml_iq2_s", 256), 23: ("ggml_iq4_xs", 256), 29: ("ggml_iq1_m", 256),
+                 34: ("ggml_tq1_0", 256), 35: ("ggml_tq2_0", 256), 39: ("ggml_mxfp4", 32),
+                 40: ("ggml_nvfp4", 64)}
+BLOCK_FORMAT_NAMES = {code: name for code, (name, _) in BLOCK_FORMATS.items()}
+BLOCK_ELEMENTS = {name: n for name, n in BLOCK_FORMATS.values()}
 
 DEFAULT_DEVICE = {"type": 1, "id": 0, "memory_class": "host"}  # CPU:0, host memory
 
@@ -347,6 +361,11 @@ QUANTS = {
     T_MX: ({"kind": "mx"},
            [("element", Named("B", MX_ELEMENTS, "MX element")), PAD8, PAD16, ("axis", U32),
             ("block_size", U32), ("scale_buffer", BUF)]),
+    # The block size is the format's, so the record carries no block size;
+    # the JSON shows it.
+    T_BLOCK_CODED: ({"kind": "block_coded"},
+                    [("format", Named("H", BLOCK_FORMAT_NAMES, "block format")), PAD16,
+                     ("axis", U32)]),
 }
 
 BUFFER_ENTRY = [("role", Named("B", ROLES, "buffer role")),
@@ -495,6 +514,8 @@ def decode_quant(tag, payload):
     quant.update(load_fields(fields, payload, "quantization"))
     if tag in (T_PER_CHANNEL, T_BLOCK):
         check_zero_point_pair(quant, "quantization")
+    if tag == T_BLOCK_CODED:
+        quant["block_size"] = BLOCK_ELEMENTS[quant["format"]]
     return quant
 
 
@@ -697,6 +718,10 @@ def encode_quant(quant):
         raise EncodeError("quantization: unknown kind %r (omit the key for none)" % quant)
     fixed, fields = QUANTS[tag]
     body = {k: v for k, v in quant.items() if k not in fixed}
+    if tag == T_BLOCK_CODED:
+        size = body.pop("block_size", None)
+        if size != BLOCK_ELEMENTS.get(body.get("format")):
+            raise EncodeError("quantization.block_size: %r is not the format's" % size)
     payload = dump_fields(fields, body, "quantization")
     if tag in (T_PER_CHANNEL, T_BLOCK):
         try:
@@ -880,6 +905,9 @@ def mutations(data):
                    + data[end:], Malformed)
         if tag == T_MX:
             yield "MX element 7", patched(data, at, b"\x07"), Unsupported
+        if tag == T_BLOCK_CODED:
+            yield "block format 9", patched(data, at, b"\x09"), Unsupported
+            yield "block-coded reserved", patched(data, at + 2, b"\x01"), Malformed
 
 
 def negative_checks(data, expected):

@@ -74,3 +74,4 @@ from . import ggml  # noqa: E402,F401  (q8_0, q4_0)
 from . import affine  # noqa: E402,F401  (block_affine, per_channel, affine)
 from . import nf4  # noqa: E402,F401
 from . import mx  # noqa: E402,F401
+from . import block_coded  # noqa: E402,F401  (GGUF's K-quant, IQ, ... blocks)

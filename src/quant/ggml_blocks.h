@@ -1,0 +1,37 @@
+/*
+ * Block-coded quantization (HURRAY_QUANT_BLOCK_CODED): decoders for ggml's
+ * block formats, bit for bit as docs/spec/quantization.md ("Block-coded
+ * formats") defines them, which is what gguf-py's gguf.quants.dequantize
+ * computes in binary32.
+ */
+#ifndef HURRAY_QUANT_GGML_BLOCKS_H
+#define HURRAY_QUANT_GGML_BLOCKS_H
+
+#include <stdint.h>
+
+#include "hurray/buffer.h"
+#include "hurray/descriptor.h"
+
+/* The IQ lattice tables (ggml_grids.c, generated). */
+extern const uint8_t hurray__ggml_iq2xxs_grid[256][8];
+extern const uint8_t hurray__ggml_iq2xs_grid[512][8];
+extern const uint8_t hurray__ggml_iq2s_grid[1024][8];
+extern const uint8_t hurray__ggml_iq3xxs_grid[256][4];
+extern const uint8_t hurray__ggml_iq3s_grid[512][4];
+extern const int8_t hurray__ggml_iq1s_grid[2048][8];
+/* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
+extern const float hurray__ggml_sign8[256][8];
+
+/* Decodes `nblocks` consecutive blocks of `format` into nblocks * elements
+ * floats. `format` must be known (hurray_block_format_info). */
+void hurray__ggml_decode(HurrayBlockFormat format, const uint8_t *blocks, uint64_t nblocks,
+                         float *out);
+
+/* hurray_dequantize for a block-coded tensor whose placement is already
+ * validated and whose output (`numel` elements of out_dtype) fits `out`. */
+HurrayStatus hurray__block_coded_dequantize(const HurrayDescriptor *d,
+                                            const HurrayBufferList *list, HurrayDType out_dtype,
+                                            void *out, uint64_t numel, uint32_t threads,
+                                            HurrayError *error);
+
+#endif
