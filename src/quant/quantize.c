@@ -22,6 +22,7 @@
 #include "hurray/quant.h"
 #include "plan.h"
 #include "scheme.h"
+#include "encoders.h"
 #include "simd.h"
 
 #define STAGE 4096u /* codes staged before packing; a multiple of 4 */
@@ -33,107 +34,14 @@ typedef struct Params {
   uint8_t *nan; /* MX: the block is non-finite, its codes are 0 */
 } Params;
 
-/* --------------------------------------------------------------- encoders */
-
-static inline uint8_t enc_affine(float x, float mul, int32_t zp, int32_t qmin, int32_t qmax) {
-  float y = x * mul;
-  float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
-  y = y < lo ? lo : y;
-  y = y > hi ? hi : y;
-  return (uint8_t)((int32_t)hurray__rne(y) + zp);
-}
-
-/* C's roundf (half away from zero), exactly: y - trunc(y) is exact here. */
-static inline uint8_t enc_q8_0(float x, float mul) {
-  float y = x * mul;
-  y = y < -128.0f ? -128.0f : y;
-  y = y > 127.0f ? 127.0f : y;
-  float t = (float)(int32_t)y;
-  float f = y - t;
-  t += f >= 0.5f ? 1.0f : 0.0f;
-  t -= f <= -0.5f ? 1.0f : 0.0f;
-  return (uint8_t)(int32_t)t;
-}
-
-/* ggml: (int8_t)(x * id + 8.5f), capped at 15. */
-static inline uint8_t enc_q4_0(float x, float mul) {
-  float y = x * mul;
-  y = y + 8.5f;
-  y = y < 0.0f ? 0.0f : y;
-  int32_t i = (int32_t)y;
-  return (uint8_t)(i > 15 ? 15 : i);
-}
-
-static inline uint8_t enc_nf4(float x, float mul) {
-  float y = x * mul;
-  uint8_t c = 0;
-  for (int j = 0; j < 15; j++) c += y > HURRAY__NF4_MIDPOINTS[j];
-  return c;
-}
-
-static inline uint8_t enc_mxint8(float x, float mul) {
-  float y = x * mul * 64.0f;
-  y = y < -127.0f ? -127.0f : y;
-  y = y > 127.0f ? 127.0f : y;
-  return (uint8_t)(int32_t)hurray__rne(y);
-}
-
-/* One loop per element type, with the format's constants folded in (the
- * tables are per translation unit, so compare fields, not addresses). */
-#define MX_LOOP(EB, MB, BIAS, MAXCODE)                                                     \
-  for (uint64_t k = 0; k < n; k++) {                                                        \
-    dst[k] = hurray__minifloat_encode_c(x[k] * mul, EB, MB, BIAS, MAXCODE);                 \
-  }
-
-static void encode_mx_run(const HurrayMinifloat *t, const float *x, uint64_t n, float mul,
-                          uint8_t *dst) {
-  if (t->ebits == 4) {
-    MX_LOOP(4, 3, 7, 0x7eu)
-  } else if (t->ebits == 5) {
-    MX_LOOP(5, 2, 15, 0x7bu)
-  } else if (t->ebits == 3) {
-    MX_LOOP(3, 2, 3, 0x1fu)
-  } else if (t->mbits == 3) {
-    MX_LOOP(2, 3, 1, 0x1fu)
-  } else {
-    MX_LOOP(2, 1, 1, 0x07u)
-  }
-}
-
 /* Encodes n elements; element k uses group (k * step) of `p`. */
 static void encode_run(const HurrayResolvedScheme *s, const float *x, uint64_t n, Params p,
                        unsigned step, uint8_t *dst) {
   const int32_t qmin = s->qmin, qmax = s->qmax;
   if (step == 0) {
-    const float mul = p.mul[0];
-    switch (s->encoder) {
-      case HURRAY_ENC_AFFINE:
-        hurray__quant_kernels()->encode_affine(x, n, mul, p.zp[0], qmin, qmax, dst);
-        return;
-      case HURRAY_ENC_Q8_0:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q8_0(x[k], mul);
-        return;
-      case HURRAY_ENC_Q4_0:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q4_0(x[k], mul);
-        return;
-      case HURRAY_ENC_NF4:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_nf4(x[k], mul);
-        return;
-      case HURRAY_ENC_MXFP:
-        if (p.nan[0]) {
-          memset(dst, 0, n);
-          return;
-        }
-        encode_mx_run(s->element, x, n, mul, dst);
-        return;
-      case HURRAY_ENC_MXINT8:
-        if (p.nan[0]) {
-          memset(dst, 0, n);
-          return;
-        }
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_mxint8(x[k], mul);
-        return;
-    }
+    int32_t zp = s->encoder == HURRAY_ENC_AFFINE ? p.zp[0] : 0;
+    uint8_t nan = s->encoder == HURRAY_ENC_MXFP || s->encoder == HURRAY_ENC_MXINT8 ? p.nan[0] : 0;
+    hurray__quant_kernels()->encode(s, x, n, p.mul[0], zp, nan, dst);
     return;
   }
   switch (s->encoder) {

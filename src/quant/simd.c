@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "elements.h"
+#include "encoders.h"
 #include "hurray/common.h"
 #include "hurray/quant.h"
 
@@ -63,8 +64,13 @@ static void scalar_range(const float *x, uint64_t n, float *lo_io, float *hi_io,
   *nonfinite |= bad;
 }
 
+static void scalar_encode(const HurrayResolvedScheme *s, const float *x, uint64_t n, float mul,
+                          int32_t zp, uint8_t nan, uint8_t *dst) {
+  hurray__encode_run0(s, x, n, mul, zp, nan, dst);
+}
+
 static const HurrayQuantKernels SCALAR = {HURRAY_SIMD_SCALAR, "scalar", scalar_decode,
-                                          scalar_encode_affine, scalar_range};
+                                          scalar_encode, scalar_encode_affine, scalar_range};
 
 const HurrayQuantKernels *hurray__quant_kernels_scalar(void) { return &SCALAR; }
 

@@ -63,6 +63,13 @@ typedef void (*HurrayDecodeFn)(const HurrayDecodeTable *t, const uint8_t *codes,
                                uint64_t n, uint64_t block, uint64_t head, const float *scale,
                                const float *zp, HurrayDType out_dtype, void *out);
 
+struct HurrayResolvedScheme;
+
+/* Encodes n elements that share one group (hurray__encode_run0 in
+ * encoders.h, the scalar definition). */
+typedef void (*HurrayEncodeFn)(const struct HurrayResolvedScheme *s, const float *x, uint64_t n,
+                               float mul, int32_t zp, uint8_t nan, uint8_t *dst);
+
 /* dst[k] = clamp(rne(x[k] * mul), qmin - zp, qmax - zp) + zp, as one byte
  * (the affine encoder of quantize.c, docs/spec/quantization.md). */
 typedef void (*HurrayEncodeAffineFn)(const float *x, uint64_t n, float mul, int32_t zp,
@@ -77,6 +84,7 @@ typedef struct HurrayQuantKernels {
   HurraySimdLevel level;
   const char *name; /* "scalar", "sse4.1", "avx2", "avx512", "neon" */
   HurrayDecodeFn decode;
+  HurrayEncodeFn encode;
   HurrayEncodeAffineFn encode_affine;
   HurrayRangeFn range;
 } HurrayQuantKernels;

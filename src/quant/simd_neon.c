@@ -82,8 +82,8 @@ static HurrayQuantKernels NEON;
 
 const HurrayQuantKernels *hurray__quant_kernels_neon(void) {
   const HurrayQuantKernels *scalar = hurray__quant_kernels_scalar();
-  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON, "neon", decode_neon, scalar->encode_affine,
-                              scalar->range};
+  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON, "neon", decode_neon, scalar->encode,
+                              scalar->encode_affine, scalar->range};
   return &NEON;
 }
 

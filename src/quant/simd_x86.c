@@ -14,6 +14,7 @@
  * to float16 (vcvtps2ph, round to nearest even) or bfloat16 (integer
  * rounding, NaN quieted) exactly as elements.h does.
  */
+#include "encoders.h"
 #include "simd.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -162,6 +163,17 @@ T512 static void range512(const float *x, uint64_t n, float *lo_io, float *hi_io
   *hi_io = b;
   *nonfinite |= bad != 0;
   hurray__quant_kernels_scalar()->range(x + k, n - k, lo_io, hi_io, nonfinite);
+}
+
+/* The scalar encoders compiled for this level (auto-vectorized, same C);
+ * per-tensor affine has its own loop. */
+T512 static void encode512(const HurrayResolvedScheme *s, const float *x, uint64_t n,
+                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+  if (s->encoder == HURRAY_ENC_AFFINE) {
+    encode_affine512(x, n, mul, zp, s->qmin, s->qmax, dst);
+    return;
+  }
+  hurray__encode_run0(s, x, n, mul, zp, nan, dst);
 }
 
 /* ------------------------------------------------------------------- AVX2 */
@@ -317,6 +329,17 @@ T2 static void range256(const float *x, uint64_t n, float *lo_io, float *hi_io,
   hurray__quant_kernels_scalar()->range(x + k, n - k, lo_io, hi_io, nonfinite);
 }
 
+/* The scalar encoders compiled for this level (auto-vectorized, same C);
+ * per-tensor affine has its own loop. */
+T2 static void encode256(const HurrayResolvedScheme *s, const float *x, uint64_t n,
+                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+  if (s->encoder == HURRAY_ENC_AFFINE) {
+    encode_affine256(x, n, mul, zp, s->qmin, s->qmax, dst);
+    return;
+  }
+  hurray__encode_run0(s, x, n, mul, zp, nan, dst);
+}
+
 /* ----------------------------------------------------------------- SSE4.1 */
 
 T41 static inline void store4(HurrayDType od, void *out, uint64_t k, __m128 v) {
@@ -429,13 +452,24 @@ T41 static void range128(const float *x, uint64_t n, float *lo_io, float *hi_io,
   hurray__quant_kernels_scalar()->range(x + k, n - k, lo_io, hi_io, nonfinite);
 }
 
+/* The scalar encoders compiled for this level (auto-vectorized, same C);
+ * per-tensor affine has its own loop. */
+T41 static void encode128(const HurrayResolvedScheme *s, const float *x, uint64_t n,
+                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+  if (s->encoder == HURRAY_ENC_AFFINE) {
+    encode_affine128(x, n, mul, zp, s->qmin, s->qmax, dst);
+    return;
+  }
+  hurray__encode_run0(s, x, n, mul, zp, nan, dst);
+}
+
 /* ------------------------------------------------------------------ tables */
 
-static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1", decode128,
+static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1", decode128, encode128,
                                          encode_affine128, range128};
-static const HurrayQuantKernels AVX2 = {HURRAY_SIMD_AVX2, "avx2", decode256, encode_affine256,
-                                        range256};
-static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode512,
+static const HurrayQuantKernels AVX2 = {HURRAY_SIMD_AVX2, "avx2", decode256, encode256,
+                                        encode_affine256, range256};
+static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode512, encode512,
                                           encode_affine512, range512};
 
 const HurrayQuantKernels *hurray__quant_kernels_x86(HurraySimdLevel level) {

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "../../src/quant/scheme.h"
 #include "../../src/quant/simd.h"
 #include "hurray/quant.h"
 
@@ -233,6 +234,53 @@ static void test_encode_affine_matches_scalar(void **state) {
   }
 }
 
+/* The per-group encoders of every scheme (auto-vectorized per level). */
+static void test_encode_matches_scalar(void **state) {
+  (void)state;
+  for (int scheme = HURRAY_SCHEME_AFFINE; scheme <= HURRAY_SCHEME_MXINT8; scheme++) {
+    HurrayQuantizeOptions o;
+    assert_int_equal(hurray_quantize_options_init(&o, (HurrayQuantScheme)scheme, NULL), HURRAY_OK);
+    HurrayResolvedScheme rs;
+    assert_int_equal(hurray__resolve_scheme(&o, 2, &rs, NULL), HURRAY_OK);
+    bool mx = rs.encoder == HURRAY_ENC_MXFP || rs.encoder == HURRAY_ENC_MXINT8;
+    for (unsigned iter = 0; iter < 400; iter++) {
+      uint64_t n = below(300), off = below(64);
+      float *x = malloc((off + n + 1) * sizeof(float));
+      uint8_t *want = malloc(n + 64), *got = malloc(n + 64);
+      assert_non_null(x);
+      assert_non_null(want);
+      assert_non_null(got);
+      for (uint64_t k = 0; k < n; k++) {
+        float v = any_float();
+        x[off + k] = (hurray__f32_bits(v) & 0x7f800000u) == 0x7f800000u ? 3.0f : v;
+      }
+      float mul = below(3) ? (float)(1 + below(100000)) / 1024.0f
+                           : hurray__exp2i((int)below(250) - 124);
+      if (below(8) == 0) mul = 0.0f;
+      int32_t zp = rs.encoder == HURRAY_ENC_AFFINE
+                       ? rs.qmin + (int32_t)below((uint64_t)(rs.qmax - rs.qmin + 1))
+                       : 0;
+      uint8_t nan = mx && below(4) == 0;
+      memset(want, 0x5a, n + 64);
+      hurray__quant_kernels_scalar()->encode(&rs, x + off, n, mul, zp, nan, want);
+      for (unsigned l = 0; l < nlevels; l++) {
+        memset(got, 0x5a, n + 64);
+        levels[l]->encode(&rs, x + off, n, mul, zp, nan, got);
+        if (memcmp(want, got, n + 64) != 0) {
+          uint64_t i = 0;
+          while (want[i] == got[i]) i++;
+          fail_msg("%s, iteration %u level %s: code %llu is %u, scalar %u", 
+                   hurray_quant_scheme_name((HurrayQuantScheme)scheme), iter, levels[l]->name,
+                   (unsigned long long)i, got[i], want[i]);
+        }
+      }
+      free(x);
+      free(want);
+      free(got);
+    }
+  }
+}
+
 static void test_range_matches_scalar(void **state) {
   (void)state;
   for (unsigned iter = 0; iter < 3000; iter++) {
@@ -284,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_decode_matches_scalar),
       cmocka_unit_test(test_narrowing_every_exponent),
       cmocka_unit_test(test_encode_affine_matches_scalar),
+      cmocka_unit_test(test_encode_matches_scalar),
       cmocka_unit_test(test_range_matches_scalar),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
