@@ -69,47 +69,6 @@ static float read_float(HurrayDType t, const uint8_t *p, uint64_t i) {
   }
 }
 
-/* Unpacks n sub-byte codes from flat index `from` into one byte each. */
-static void unpack(unsigned bits, const uint8_t *packed, uint64_t from, uint64_t n, uint8_t *out) {
-  uint64_t k = 0;
-  if (bits == 4) {
-    if (from & 1u) {
-      if (n == 0) return;
-      out[k++] = packed[from / 2] >> 4;
-    }
-    const uint8_t *p = packed + (from + k) / 2;
-    uint64_t pairs = (n - k) / 2;
-    for (uint64_t i = 0; i < pairs; i++) {
-      out[k + 2 * i] = p[i] & 0x0fu;
-      out[k + 2 * i + 1] = p[i] >> 4;
-    }
-    k += 2 * pairs;
-    if (k < n) out[k] = packed[(from + k) / 2] & 0x0fu;
-    return;
-  }
-  /* 6-bit: element i spans stream bits [6i, 6i + 6) */
-  for (; k < n && ((from + k) & 3u); k++) {
-    uint64_t bit = (from + k) * 6;
-    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
-    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
-  }
-  const uint8_t *p = packed + (from + k) / 4 * 3;
-  uint64_t quads = (n - k) / 4;
-  for (uint64_t i = 0; i < quads; i++) {
-    uint32_t w = p[3 * i] | (uint32_t)p[3 * i + 1] << 8 | (uint32_t)p[3 * i + 2] << 16;
-    out[k + 4 * i] = w & 0x3fu;
-    out[k + 4 * i + 1] = (w >> 6) & 0x3fu;
-    out[k + 4 * i + 2] = (w >> 12) & 0x3fu;
-    out[k + 4 * i + 3] = (w >> 18) & 0x3fu;
-  }
-  k += 4 * quads;
-  for (; k < n; k++) {
-    uint64_t bit = (from + k) * 6;
-    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
-    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
-  }
-}
-
 /* An integer of any integer dtype, int64 and uint64 included, as sign and
  * magnitude. */
 typedef struct Wide {
@@ -230,8 +189,12 @@ static void *out_at(const Job *j, uint64_t at) { return (uint8_t *)j->out + at *
 static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned step,
                          uint8_t *cstage, float *fstage) {
   const float *scale = j->scale + g0, *zp = j->zp + g0;
-  if (step == 0 && j->zpw == NULL && j->code_bits <= 8) {
-    j->kernels->decode(&j->dt, j->codes, at, n, 0, 0, scale, zp, j->out_dtype, out_at(j, at));
+  if (j->zpw == NULL && j->code_bits <= 8) {
+    if (step == 0) {
+      j->kernels->decode(&j->dt, j->codes, at, n, 0, 0, scale, zp, j->out_dtype, out_at(j, at));
+    } else {
+      j->kernels->decode_each(&j->dt, j->codes, at, n, scale, zp, j->out_dtype, out_at(j, at));
+    }
     return;
   }
   bool f32 = j->out_dtype == HURRAY_DTYPE_FLOAT32;
@@ -242,13 +205,6 @@ static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned 
       uint64_t g = step ? k : 0;
       dst[k] = wide_diff(read_wide(j->code_dtype, j->codes, at + k), zpw[g]) * scale[g];
     }
-  } else if (j->code_bits <= 8) { /* one group per element */
-    const uint8_t *c = j->codes + at;
-    if (j->code_bits < 8) {
-      unpack(j->code_bits, j->codes, at, n, cstage);
-      c = cstage;
-    }
-    for (uint64_t k = 0; k < n; k++) dst[k] = (j->dt.tab[c[k]] - zp[k]) * scale[k];
   } else {
     float *v = (float *)(void *)cstage;
     for (uint64_t k = 0; k < n; k++) v[k] = read_float(j->code_dtype, j->codes, at + k);

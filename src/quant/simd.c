@@ -64,13 +64,19 @@ static void scalar_range(const float *x, uint64_t n, float *lo_io, float *hi_io,
   *nonfinite |= bad;
 }
 
+static void scalar_decode_each(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                               uint64_t n, const float *scale, const float *zp,
+                               HurrayDType out_dtype, void *out) {
+  hurray__decode_each_scalar(t, codes, at, 0, n, scale, zp, out_dtype, out);
+}
+
 static void scalar_encode(const HurrayResolvedScheme *s, const float *x, uint64_t n, float mul,
                           int32_t zp, uint8_t nan, uint8_t *dst) {
   hurray__encode_run0(s, x, n, mul, zp, nan, dst);
 }
 
 static const HurrayQuantKernels SCALAR = {HURRAY_SIMD_SCALAR, "scalar", scalar_decode,
-                                          scalar_encode, scalar_encode_affine, scalar_range};
+                                          scalar_decode_each, scalar_encode, scalar_encode_affine, scalar_range};
 
 const HurrayQuantKernels *hurray__quant_kernels_scalar(void) { return &SCALAR; }
 

@@ -63,6 +63,11 @@ typedef void (*HurrayDecodeFn)(const HurrayDecodeTable *t, const uint8_t *codes,
                                uint64_t n, uint64_t block, uint64_t head, const float *scale,
                                const float *zp, HurrayDType out_dtype, void *out);
 
+/* The same with a group per element: out[k] uses scale[k] and zp[k]. */
+typedef void (*HurrayDecodeEachFn)(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                                   uint64_t n, const float *scale, const float *zp,
+                                   HurrayDType out_dtype, void *out);
+
 struct HurrayResolvedScheme;
 
 /* Encodes n elements that share one group (hurray__encode_run0 in
@@ -84,6 +89,7 @@ typedef struct HurrayQuantKernels {
   HurraySimdLevel level;
   const char *name; /* "scalar", "sse4.1", "avx2", "avx512", "neon" */
   HurrayDecodeFn decode;
+  HurrayDecodeEachFn decode_each;
   HurrayEncodeFn encode;
   HurrayEncodeAffineFn encode_affine;
   HurrayRangeFn range;
@@ -123,6 +129,17 @@ static inline void hurray__decode_scalar_run(const HurrayDecodeTable *t, const u
                                              float z, HurrayDType out_dtype, void *out) {
   for (; k < end; k++) {
     hurray__store_one(out_dtype, out, k, (t->tab[hurray__code_at(t->bits, codes, at + k)] - z) * s);
+  }
+}
+
+/* decode_each's scalar loop, for heads and tails. */
+static inline void hurray__decode_each_scalar(const HurrayDecodeTable *t, const uint8_t *codes,
+                                              uint64_t at, uint64_t k, uint64_t end,
+                                              const float *scale, const float *zp,
+                                              HurrayDType out_dtype, void *out) {
+  for (; k < end; k++) {
+    hurray__store_one(out_dtype, out, k,
+                      (t->tab[hurray__code_at(t->bits, codes, at + k)] - zp[k]) * scale[k]);
   }
 }
 

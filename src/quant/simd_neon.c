@@ -82,7 +82,7 @@ static HurrayQuantKernels NEON;
 
 const HurrayQuantKernels *hurray__quant_kernels_neon(void) {
   const HurrayQuantKernels *scalar = hurray__quant_kernels_scalar();
-  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON, "neon", decode_neon, scalar->encode,
+  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON, "neon", decode_neon, scalar->decode_each, scalar->encode,
                               scalar->encode_affine, scalar->range};
   return &NEON;
 }

@@ -114,6 +114,53 @@ T512 static inline void run512(const HurrayDecodeTable *t, const uint8_t *codes,
   hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
 }
 
+/* The values of the 16 codes from element i (i even for 4-bit codes, a
+ * multiple of 4 for 6-bit ones). */
+T512 static inline __m512 vals16(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t i,
+                                 const __m512 *T) {
+  if (t->bits == 4) {
+    const __m128i m = _mm_set1_epi8(0x0f);
+    __m128i b = _mm_loadl_epi64((const __m128i *)(codes + i / 2));
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return nib_lookup512(_mm_unpacklo_epi8(lo, hi), T[0]);
+  }
+  if (t->bits == 6) {
+    const __m512i ctl = _mm512_set_epi8(
+        -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9,
+        -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6,
+        -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3,
+        -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0);
+    const __m512i sh = _mm512_set_epi32(18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0);
+    __m128i b = _mm_maskz_loadu_epi8(0x0fff, codes + i / 4 * 3);
+    __m512i w = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b), ctl);
+    __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(0x3f));
+    __m512 lo = _mm512_permutex2var_ps(T[0], idx, T[1]);
+    __m512 hi = _mm512_permutex2var_ps(T[2], idx, T[3]);
+    return _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), lo, hi);
+  }
+  __m128i b = _mm_loadu_si128((const __m128i *)(codes + i));
+  const __m512 U = _mm512_set1_ps(t->unit);
+  if (t->map == HURRAY_MAP_INT8) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_UINT8) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), U);
+  return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(b), t->tab, 4);
+}
+
+T512 static void decode_each512(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                                uint64_t n, const float *scale, const float *zp, HurrayDType od,
+                                void *out) {
+  __m512 T[4];
+  for (int i = 0; i < 4; i++) T[i] = _mm512_loadu_ps(t->tab + 16 * i);
+  const uint64_t align = t->bits == 4 ? 2 : t->bits == 6 ? 4 : 1;
+  uint64_t k = 0;
+  while (k < n && (at + k) % align) k++;
+  hurray__decode_each_scalar(t, codes, at, 0, k, scale, zp, od, out);
+  for (; k + 16 <= n; k += 16) {
+    __m512 v = vals16(t, codes, at + k, T);
+    store16(od, out, k, apply512(v, _mm512_loadu_ps(zp + k), _mm512_loadu_ps(scale + k)));
+  }
+  hurray__decode_each_scalar(t, codes, at, k, n, scale, zp, od, out);
+}
+
 T512 static void decode512(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
                            uint64_t n, uint64_t block, uint64_t head, const float *scale,
                            const float *zp, HurrayDType out_dtype, void *out) {
@@ -273,6 +320,54 @@ T2 static inline void run256(const HurrayDecodeTable *t, const uint8_t *codes, u
     }
   }
   hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
+}
+
+/* The values of the 8 codes from element i (alignment as for vals16). */
+T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t i,
+                              const __m256 *T) {
+  if (t->bits == 4) {
+    const __m128i m = _mm_set1_epi8(0x0f);
+    uint32_t w;
+    memcpy(&w, codes + i / 2, 4);
+    __m128i b = _mm_cvtsi32_si128((int)w);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return nib_lookup256(_mm_unpacklo_epi8(lo, hi), T);
+  }
+  if (t->bits == 6) {
+    const __m256i c0 = _mm256_setr_epi8(0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128,
+                                        3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128);
+    const __m256i sh = _mm256_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18);
+    const uint8_t *p = codes + i / 4 * 3;
+    uint16_t w2;
+    uint32_t w4;
+    memcpy(&w4, p, 4);
+    memcpy(&w2, p + 4, 2);
+    __m128i b = _mm_insert_epi16(_mm_cvtsi32_si128((int)w4), w2, 2);
+    __m256i idx = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), c0), sh),
+        _mm256_set1_epi32(0x3f));
+    return _mm256_i32gather_ps(t->tab, idx, 4);
+  }
+  __m128i b = _mm_loadl_epi64((const __m128i *)(codes + i));
+  const __m256 U = _mm256_set1_ps(t->unit);
+  if (t->map == HURRAY_MAP_INT8) return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_UINT8) return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), U);
+  return _mm256_i32gather_ps(t->tab, _mm256_cvtepu8_epi32(b), 4);
+}
+
+T2 static void decode_each256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                              uint64_t n, const float *scale, const float *zp, HurrayDType od,
+                              void *out) {
+  __m256 T[2] = {_mm256_loadu_ps(t->tab), _mm256_loadu_ps(t->tab + 8)};
+  const uint64_t align = t->bits == 4 ? 2 : t->bits == 6 ? 4 : 1;
+  uint64_t k = 0;
+  while (k < n && (at + k) % align) k++;
+  hurray__decode_each_scalar(t, codes, at, 0, k, scale, zp, od, out);
+  for (; k + 8 <= n; k += 8) {
+    __m256 v = vals8(t, codes, at + k, T);
+    store8(od, out, k, apply256(v, _mm256_loadu_ps(zp + k), _mm256_loadu_ps(scale + k)));
+  }
+  hurray__decode_each_scalar(t, codes, at, k, n, scale, zp, od, out);
 }
 
 T2 static void decode256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
@@ -463,13 +558,23 @@ T41 static void encode128(const HurrayResolvedScheme *s, const float *x, uint64_
   hurray__encode_run0(s, x, n, mul, zp, nan, dst);
 }
 
+/* SSE4.1 has no per-lane shifts or gathers worth it: the scalar loop. */
+static void decode_each_sse41(const HurrayDecodeTable *t, const uint8_t *codes,
+                                      uint64_t at, uint64_t n, const float *scale,
+                                      const float *zp, HurrayDType od, void *out) {
+  hurray__decode_each_scalar(t, codes, at, 0, n, scale, zp, od, out);
+}
+
 /* ------------------------------------------------------------------ tables */
 
-static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1", decode128, encode128,
+static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1", decode128,
+                                         decode_each_sse41, encode128,
                                          encode_affine128, range128};
-static const HurrayQuantKernels AVX2 = {HURRAY_SIMD_AVX2, "avx2", decode256, encode256,
+static const HurrayQuantKernels AVX2 = {HURRAY_SIMD_AVX2, "avx2", decode256, decode_each256,
+                                        encode256,
                                         encode_affine256, range256};
-static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode512, encode512,
+static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode512,
+                                          decode_each512, encode512,
                                           encode_affine512, range512};
 
 const HurrayQuantKernels *hurray__quant_kernels_x86(HurraySimdLevel level) {

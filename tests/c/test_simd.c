@@ -145,6 +145,30 @@ static void one_decode_case(unsigned iter) {
                (long long)(i / item) - (long long)off);
     }
   }
+  /* a group per element */
+  float *es = malloc((n + 1) * sizeof(float)), *ez = malloc((n + 1) * sizeof(float));
+  assert_non_null(es);
+  assert_non_null(ez);
+  for (uint64_t k = 0; k < n; k++) {
+    es[k] = below(4) ? (float)(1 + below(1000)) / 4096.0f : any_float();
+    ez[k] = below(2) ? (float)((int)below(256) - 128) : any_float();
+  }
+  memset(want, 0xa5, cap);
+  hurray__quant_kernels_scalar()->decode_each(t, tight, at, n, es, ez, od, want + off * item);
+  for (unsigned l = 0; l < nlevels; l++) {
+    memset(got, 0xa5, cap);
+    levels[l]->decode_each(t, (l & 1u) ? codes : tight, at, n, es, ez, od, got + off * item);
+    if (memcmp(want, got, cap) != 0) {
+      uint64_t i = 0;
+      while (want[i] == got[i]) i++;
+      fail_msg("iteration %u, level %s, decode_each: bits %u map %d at %llu n %llu out %s: "
+               "element %lld differs", iter, levels[l]->name, bits, (int)t->map,
+               (unsigned long long)at, (unsigned long long)n, hurray_dtype_name(od),
+               (long long)(i / item) - (long long)off);
+    }
+  }
+  free(es);
+  free(ez);
   free(want);
   free(got);
   free(scale);
