@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define T41 __attribute__((target("sse4.1")))
@@ -577,17 +578,25 @@ static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode51
                                           decode_each512, encode512,
                                           encode_affine512, range512};
 
+/* F16C through cpuid itself: some compilers' __builtin_cpu_supports do not
+ * know the name. (AVX2 being usable already means the OS saves the YMM
+ * state F16C needs.) */
+static bool has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 const HurrayQuantKernels *hurray__quant_kernels_x86(HurraySimdLevel level) {
   __builtin_cpu_init();
   switch (level) {
     case HURRAY_SIMD_AVX512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                     __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
+                     __builtin_cpu_supports("avx2") && has_f16c()
                  ? &AVX512
                  : NULL;
     case HURRAY_SIMD_AVX2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? &AVX2 : NULL;
+      return __builtin_cpu_supports("avx2") && has_f16c() ? &AVX2 : NULL;
     case HURRAY_SIMD_SSE41:
       return __builtin_cpu_supports("sse4.1") ? &SSE41 : NULL;
     default:
