@@ -62,6 +62,45 @@ static int setup(void **state) {
   return 0;
 }
 
+/* Whether two outputs of n elements (from byte 0 of each buffer, `cap`
+ * bytes in all) are the same: byte for byte, except that a compiler which
+ * treats IEEE multiplication as commutative (clang swaps the operands of
+ * (v - z) * s at will) may pick the other operand's NaN payload when both are
+ * NaN. The spec leaves NaN payloads unspecified (quantization.md, "compare
+ * NaN results as NaN"); GCC builds are held to every byte. */
+static bool same_output(const uint8_t *want, const uint8_t *got, uint64_t cap, HurrayDType od) {
+  unsigned item = od == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  if (memcmp(want, got, cap) == 0) return true;
+#if defined(__clang__)
+  for (uint64_t i = 0; i + item <= cap; i += item) {
+    if (memcmp(want + i, got + i, item) == 0) continue;
+    bool nan_w, nan_g;
+    if (item == 4) {
+      uint32_t a, b;
+      memcpy(&a, want + i, 4);
+      memcpy(&b, got + i, 4);
+      nan_w = (a & 0x7fffffffu) > 0x7f800000u;
+      nan_g = (b & 0x7fffffffu) > 0x7f800000u;
+    } else {
+      uint16_t a, b;
+      memcpy(&a, want + i, 2);
+      memcpy(&b, got + i, 2);
+      /* all exponent bits set, mantissa not 0 */
+      uint16_t e = od == HURRAY_DTYPE_FLOAT16 ? 0x7c00u : 0x7f80u;
+      uint16_t m = od == HURRAY_DTYPE_FLOAT16 ? 0x03ffu : 0x007fu;
+      nan_w = (a & e) == e && (a & m);
+      nan_g = (b & e) == e && (b & m);
+    }
+    if (!(nan_w && nan_g)) return false;
+  }
+  return true;
+#else
+  (void)item;
+  (void)od;
+  return false;
+#endif
+}
+
 static void random_table(HurrayDecodeTable *t, unsigned bits) {
   t->bits = bits;
   t->map = HURRAY_MAP_TABLE;
@@ -134,7 +173,7 @@ static void one_decode_case(unsigned iter) {
     memset(got, 0xa5, cap);
     const uint8_t *src = (l & 1u) ? codes : tight;
     levels[l]->decode(t, src, at, n, block, head, scale, zp, od, got + off * item);
-    if (memcmp(want, got, cap) != 0) {
+    if (!same_output(want, got, cap, od)) {
       uint64_t i = 0;
       while (want[i] == got[i]) i++;
       fail_msg("iteration %u, level %s: bits %u map %d at %llu n %llu block %llu head %llu "
@@ -158,7 +197,7 @@ static void one_decode_case(unsigned iter) {
   for (unsigned l = 0; l < nlevels; l++) {
     memset(got, 0xa5, cap);
     levels[l]->decode_each(t, (l & 1u) ? codes : tight, at, n, es, ez, od, got + off * item);
-    if (memcmp(want, got, cap) != 0) {
+    if (!same_output(want, got, cap, od)) {
       uint64_t i = 0;
       while (want[i] == got[i]) i++;
       fail_msg("iteration %u, level %s, decode_each: bits %u map %d at %llu n %llu out %s: "
@@ -209,7 +248,7 @@ static void test_narrowing_every_exponent(void **state) {
       hurray__quant_kernels_scalar()->decode(t, codes, 0, 256, 0, 0, &one, &zero, dt, want);
       for (unsigned l = 0; l < nlevels; l++) {
         levels[l]->decode(t, codes, 0, 256, 0, 0, &one, &zero, dt, got);
-        if (memcmp(want, got, sizeof want) != 0) {
+        if (!same_output((const uint8_t *)want, (const uint8_t *)got, sizeof want, dt)) {
           unsigned i = 0;
           while (want[i] == got[i]) i++;
           fail_msg("level %s, %s of 0x%08x: 0x%04x, scalar 0x%04x", levels[l]->name,
