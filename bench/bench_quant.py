@@ -449,7 +449,7 @@ def main():
                           "numpy_slice_mib": np_mib, "numpy_slice_shape": [rows_for(np_mib), COLS],
                           "seed": SEED, "cpus": os.cpu_count(), "machine": platform.machine(),
                           "processor": _cpu_name(), "versions": versions, "cache": "warm",
-                          "loadavg_start": _loadavg()},
+                          "loadavg_start": _loadavg(), "simd_level": _simd_level()},
                "memcpy": None, "hurray": {}, "references": {}}
 
         # Repetitions are interleaved (every measurement once, then again, ...), so that a
@@ -518,6 +518,18 @@ def _loadavg():
         return None
 
 
+def _simd_level():
+    """The kernels' instruction-set level (hurray_simd_level; HURRAY_SIMD forces it)."""
+    try:
+        import ctypes
+        import hurray._hurray as ext
+        lib = ctypes.CDLL(ext.__file__)
+        lib.hurray_simd_level.restype = ctypes.c_char_p
+        return lib.hurray_simd_level().decode()
+    except (ImportError, OSError, AttributeError):
+        return "unknown"
+
+
 def _cpu_name():
     try:
         with open("/proc/cpuinfo") as f:
@@ -545,6 +557,53 @@ def best_ref(res, scheme, direction):
         if v and (best is None or v > best[1]):
             best = (name, v, r["threads"], r["mib"])
     return best
+
+
+def mark(ok):
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def render_goals(res, mc):
+    """Issue 19's goals, one row per scheme: dequantize into a reused out= on
+    one thread >= 50% of memcpy; dequantize faster than every reference at
+    the reference's thread count; per-tensor affine quantize and dequantize
+    >= 1.0x torch's fbgemm (torch.quantize_per_tensor, observer included)."""
+    L = [f"## Goals (SIMD level `{res['config'].get('simd_level', 'unknown')}`)\n",
+         "| scheme | out= / memcpy, 1 thr (goal >= 0.50) | | slowest hurray / reference "
+         "dequantize, equal threads (goal > 1.0) | | affine vs fbgemm: quantize, dequantize "
+         "(goal >= 1.0) | |",
+         "|---|---|---|---|---|---|---|"]
+    for s in SCHEMES:
+        h = res["hurray"].get(s, {})
+        o1 = med(h, "dqo1_gbps")
+        r1 = o1 / mc if o1 and mc else None
+        d = {1: med(h, "dq1_gbps"), 2: med(h, "dq2_gbps")}
+        q = {1: med(h, "q1_gbps"), 2: med(h, "q2_gbps")}
+        worst = None
+        for name, schemes in REF_SCHEMES.items():
+            r = res["references"].get(name)
+            v = r and r.get("dq") and r["dq"]["median"]
+            if s not in schemes or not v or not d.get(r["threads"]):
+                continue
+            ratio = d[r["threads"]] / v
+            if worst is None or ratio < worst[0]:
+                worst = (ratio, name, r["threads"])
+        cells = [LABEL.get(s, s), f2(r1), mark(None if r1 is None else r1 >= 0.5)]
+        if worst:
+            cells += [f"{f2(worst[0])}x ({worst[1]}, {worst[2]} thr)", mark(worst[0] > 1.0)]
+        else:
+            cells += ["no reference", "n/a"]
+        t = res["references"].get("torch.quantize_per_tensor")
+        if s == "affine" and t and t.get("q") and t.get("dq"):
+            rq = q[t["threads"]] / t["q"]["median"] if q.get(t["threads"]) else None
+            rd = d[t["threads"]] / t["dq"]["median"] if d.get(t["threads"]) else None
+            cells += [f"{f2(rq)}x, {f2(rd)}x ({t['threads']} thr)",
+                      mark(None if rq is None or rd is None else rq >= 1.0 and rd >= 1.0)]
+        else:
+            cells += ["—", ""]
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    return L
 
 
 def render_md(res):
@@ -592,6 +651,7 @@ def render_md(res):
     L.append("")
     L.append("hurray / ref compares hurray at the reference's thread count (1 thread against numpy "
              "and gguf, 2 threads against torch and bitsandbytes).\n")
+    L += render_goals(res, mc)
 
     L.append("## References\n")
     L.append("| reference | stands for | threads | data | quantize GB/s (min–max) | dequantize GB/s (min–max) |")

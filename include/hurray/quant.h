@@ -114,6 +114,13 @@ HURRAY_API HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d,
                                                const HurrayOutputLimits *limits,
                                                HurrayError *error);
 
+/* The instruction-set level the kernels run at in this process: "scalar",
+ * "sse4.1", "avx2", "avx512" or "neon" (a static string). Chosen once, on
+ * the first call to any kernel, from the CPU and the HURRAY_SIMD
+ * environment variable (docs/impl/c-ffi.md); every level gives the same
+ * bytes. */
+HURRAY_API const char *hurray_simd_level(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #include "ggml_blocks.h"
 #include "hurray/quant.h"
 #include "plan.h"
+#include "simd.h"
 
 #define STAGE 4096u
 
@@ -66,47 +67,6 @@ static float read_float(HurrayDType t, const uint8_t *p, uint64_t i) {
       return t == HURRAY_DTYPE_INT4 ? (float)((int)c - ((c & 8u) ? 16 : 0)) : (float)c;
     }
     default: return NAN;
-  }
-}
-
-/* Unpacks n sub-byte codes from flat index `from` into one byte each. */
-static void unpack(unsigned bits, const uint8_t *packed, uint64_t from, uint64_t n, uint8_t *out) {
-  uint64_t k = 0;
-  if (bits == 4) {
-    if (from & 1u) {
-      if (n == 0) return;
-      out[k++] = packed[from / 2] >> 4;
-    }
-    const uint8_t *p = packed + (from + k) / 2;
-    uint64_t pairs = (n - k) / 2;
-    for (uint64_t i = 0; i < pairs; i++) {
-      out[k + 2 * i] = p[i] & 0x0fu;
-      out[k + 2 * i + 1] = p[i] >> 4;
-    }
-    k += 2 * pairs;
-    if (k < n) out[k] = packed[(from + k) / 2] & 0x0fu;
-    return;
-  }
-  /* 6-bit: element i spans stream bits [6i, 6i + 6) */
-  for (; k < n && ((from + k) & 3u); k++) {
-    uint64_t bit = (from + k) * 6;
-    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
-    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
-  }
-  const uint8_t *p = packed + (from + k) / 4 * 3;
-  uint64_t quads = (n - k) / 4;
-  for (uint64_t i = 0; i < quads; i++) {
-    uint32_t w = p[3 * i] | (uint32_t)p[3 * i + 1] << 8 | (uint32_t)p[3 * i + 2] << 16;
-    out[k + 4 * i] = w & 0x3fu;
-    out[k + 4 * i + 1] = (w >> 6) & 0x3fu;
-    out[k + 4 * i + 2] = (w >> 12) & 0x3fu;
-    out[k + 4 * i + 3] = (w >> 18) & 0x3fu;
-  }
-  k += 4 * quads;
-  for (; k < n; k++) {
-    uint64_t bit = (from + k) * 6;
-    unsigned lo = packed[bit / 8], hi = (bit % 8 > 2) ? packed[bit / 8 + 1] : 0;
-    out[k] = (uint8_t)(((lo | hi << 8) >> (bit % 8)) & 0x3fu);
   }
 }
 
@@ -196,24 +156,16 @@ typedef struct Job {
   HurrayDType code_dtype;
   unsigned code_bits;
   const uint8_t *codes;
-  float tab[256];
+  HurrayDecodeTable dt;
+  const HurrayQuantKernels *kernels;
   float *scale; /* per group */
   float *zp;    /* per group */
   Wide *zpw;    /* per group, on the exact path only (NULL otherwise) */
   HurrayDType out_dtype;
   void *out;
+  unsigned out_item;
   unsigned parts;
 } Job;
-
-static inline void decode_bytes(const float *tab, const uint8_t *c, uint64_t n, const float *scale,
-                         const float *zp, unsigned step, float *out) {
-  if (step == 0) {
-    const float s = scale[0], z = zp[0];
-    for (uint64_t k = 0; k < n; k++) out[k] = (tab[c[k]] - z) * s;
-  } else {
-    for (uint64_t k = 0; k < n; k++) out[k] = (tab[c[k]] - zp[k]) * scale[k];
-  }
-}
 
 static void decode_floats(float *v, uint64_t n, const float *scale, const float *zp,
                           unsigned step, float *out) {
@@ -231,70 +183,54 @@ static void narrow(HurrayDType dtype, const float *in, uint64_t n, uint16_t *out
   }
 }
 
+static void *out_at(const Job *j, uint64_t at) { return (uint8_t *)j->out + at * j->out_item; }
+
 /* Decodes flat elements [at, at + n) whose groups follow `seg` rules, from
  * group g0 on; n is at most STAGE. */
 static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned step,
-                         uint8_t *cstage, float *fstage, float *vstage) {
+                         uint8_t *cstage, float *fstage) {
+  const float *scale = j->scale + g0, *zp = j->zp + g0;
+  if (j->zpw == NULL && j->code_bits <= 8) {
+    if (step == 0) {
+      j->kernels->decode(&j->dt, j->codes, at, n, 0, 0, scale, zp, j->out_dtype, out_at(j, at));
+    } else {
+      j->kernels->decode_each(&j->dt, j->codes, at, n, scale, zp, j->out_dtype, out_at(j, at));
+    }
+    return;
+  }
   bool f32 = j->out_dtype == HURRAY_DTYPE_FLOAT32;
   float *dst = f32 ? (float *)j->out + at : fstage;
-  const float *scale = j->scale + g0, *zp = j->zp + g0;
   if (j->zpw != NULL) {
     const Wide *zpw = j->zpw + g0;
     for (uint64_t k = 0; k < n; k++) {
       uint64_t g = step ? k : 0;
       dst[k] = wide_diff(read_wide(j->code_dtype, j->codes, at + k), zpw[g]) * scale[g];
     }
-  } else if (j->code_bits == 8) {
-    decode_bytes(j->tab, j->codes + at, n, scale, zp, step, dst);
-  } else if (j->code_bits < 8) {
-    unpack(j->code_bits, j->codes, at, n, cstage);
-    decode_bytes(j->tab, cstage, n, scale, zp, step, dst);
   } else {
-    for (uint64_t k = 0; k < n; k++) vstage[k] = read_float(j->code_dtype, j->codes, at + k);
-    decode_floats(vstage, n, scale, zp, step, dst);
+    float *v = (float *)(void *)cstage;
+    for (uint64_t k = 0; k < n; k++) v[k] = read_float(j->code_dtype, j->codes, at + k);
+    decode_floats(v, n, scale, zp, step, dst);
   }
   if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + at);
 }
 
 /* Blocks along a contiguous axis tile the flat range, so a part is one run
- * of elements: unpack a stage at a time and walk the blocks inside it,
- * instead of paying a call per 32-element block. */
-static void decode_blocks(Job *j, uint64_t s0, uint64_t s1, uint8_t *cstage, float *fstage) {
+ * of elements: hand the kernel a row at a time, and it walks the blocks
+ * inside it without a division per 32-element block. */
+static void decode_blocks(Job *j, uint64_t s0, uint64_t s1) {
   const HurrayQuantPlan *p = &j->plan;
   uint64_t f = hurray__quant_segment(p, s0).start;
   HurraySegment last = hurray__quant_segment(p, s1 - 1);
   uint64_t end = last.start + last.len;
   uint64_t o = f / p->along, a = f % p->along;
-  bool f32 = j->out_dtype == HURRAY_DTYPE_FLOAT32;
   while (f < end) {
-    uint64_t n = end - f < STAGE ? end - f : STAGE;
-    const uint8_t *codes = j->codes + f;
-    if (j->code_bits < 8) {
-      unpack(j->code_bits, j->codes, f, n, cstage);
-      codes = cstage;
-    }
-    float *dst = f32 ? (float *)j->out + f : fstage;
-    /* (o, b) advance without dividing: a division per 32-element block
-     * costs as much as decoding it */
-    uint64_t b = a / p->block;
-    uint64_t block_end = (b + 1) * p->block < p->along ? (b + 1) * p->block : p->along;
-    uint64_t g = o * p->nblocks + b;
-    for (uint64_t k = 0; k < n;) {
-      uint64_t len = block_end - a < n - k ? block_end - a : n - k;
-      decode_bytes(j->tab, codes + k, len, j->scale + g, j->zp + g, 0, dst + k);
-      k += len;
-      a += len;
-      if (a == block_end) {
-        g++;
-        if (a == p->along) {
-          a = 0;
-          o++;
-        }
-        block_end = a + p->block < p->along ? a + p->block : p->along;
-      }
-    }
-    if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + f);
+    uint64_t n = p->along - a < end - f ? p->along - a : end - f;
+    uint64_t g = o * p->nblocks + a / p->block;
+    j->kernels->decode(&j->dt, j->codes, f, n, p->block, a % p->block, j->scale + g, j->zp + g,
+                       j->out_dtype, out_at(j, f));
     f += n;
+    a = 0;
+    o++;
   }
 }
 
@@ -303,11 +239,12 @@ static void decode_part(void *ctx, unsigned part) {
   const HurrayQuantPlan *p = &j->plan;
   uint64_t s0 = p->segments / j->parts * part;
   uint64_t s1 = part + 1 == j->parts ? p->segments : p->segments / j->parts * (part + 1);
-  uint8_t cstage[STAGE];
-  float fstage[STAGE], vstage[STAGE];
+  /* 4-byte aligned: the wide-code path stages floats in it */
+  _Alignas(4) uint8_t cstage[STAGE * sizeof(float)];
+  float fstage[STAGE];
   if (s0 >= s1) return;
   if (p->walk == HURRAY_WALK_BLOCKS && j->code_bits <= 8 && j->zpw == NULL) {
-    decode_blocks(j, s0, s1, cstage, fstage);
+    decode_blocks(j, s0, s1);
     return;
   }
   for (uint64_t u = s0; u < s1; u++) {
@@ -315,7 +252,7 @@ static void decode_part(void *ctx, unsigned part) {
     for (uint64_t done = 0; done < seg.len;) {
       uint64_t n = seg.len - done < STAGE ? seg.len - done : STAGE;
       decode_piece(j, seg.start + done, n, seg.g0 + (seg.step ? done : 0), seg.step, cstage,
-                   fstage, vstage);
+                   fstage);
       done += n;
     }
   }
@@ -331,10 +268,11 @@ HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList
   return hurray_dequantize_with(d, list, out_dtype, out, out_size, threads, NULL, error);
 }
 
-HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                    HurrayDType out_dtype, void *out, uint64_t out_size,
-                                    uint32_t threads, const HurrayOutputLimits *limits,
-                                    HurrayError *error) {
+/* Arguments, kind, layout and output size; `need` is the output's bytes. */
+static HurrayStatus check_request(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                  HurrayDType out_dtype, const void *out, uint64_t out_size,
+                                  const HurrayOutputLimits *limits, uint64_t *numel,
+                                  uint64_t *need, HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d, list and out must not be NULL");
   }
@@ -345,9 +283,8 @@ HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBuffe
                         hurray_dtype_name(out_dtype) ? hurray_dtype_name(out_dtype) : "?");
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
-  HurrayQuantKind kind = hurray_descriptor_quant_kind(d);
   HurrayLayoutKind layout = hurray_descriptor_layout_kind(d);
-  if (kind == HURRAY_QUANT_NONE) {
+  if (hurray_descriptor_quant_kind(d) == HURRAY_QUANT_NONE) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "the tensor is not quantized");
   }
   if (layout != HURRAY_LAYOUT_DENSE && layout != HURRAY_LAYOUT_PAGED) {
@@ -355,157 +292,208 @@ HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBuffe
                         "dequantize handles dense and paged layouts; materialise sparse "
                         "tensors first");
   }
-  uint64_t numel, need;
-  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
+  HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, numel, error));
   unsigned out_item = out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
-  if (!hurray__mul_u64(numel, out_item, &need)) {
+  if (!hurray__mul_u64(*numel, out_item, need)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the output size does not fit in 64 bits");
   }
-  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, need, limits, error));
-  if (out_size < need) {
+  HURRAY_RETURN_NOT_OK(hurray_check_output_size(d, *need, limits, error));
+  if (out_size < *need) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "out holds %llu bytes; the tensor needs %llu",
-                        (unsigned long long)out_size, (unsigned long long)need);
+                        (unsigned long long)out_size, (unsigned long long)*need);
   }
+  return HURRAY_OK;
+}
+
+/* Codes: straight from the buffer when dense and contiguous, otherwise
+ * gathered into *dense (strided and paged tensors have byte-sized codes). */
+static HurrayStatus locate_codes(Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
+                                 uint64_t numel, uint8_t **dense, HurrayError *error) {
+  if (hurray_descriptor_layout_kind(d) == HURRAY_LAYOUT_DENSE &&
+      hurray_descriptor_strides(d) == NULL) {
+    j->codes = buffer_bytes(list, hurray_descriptor_data_buffer(d)) + hurray_descriptor_byte_offset(d);
+    return HURRAY_OK;
+  }
+  uint64_t bytes;
+  if (hurray_dtype_storage_bytes(j->code_dtype, numel, &bytes) != HURRAY_OK) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the code size does not fit in 64 bits");
+  }
+  *dense = hurray__quant_alloc(bytes);
+  if (*dense == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the codes");
+  /* The codes are never larger than the output just checked. */
+  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+  HURRAY_RETURN_NOT_OK(hurray_tensor_to_dense_with(d, list, *dense, bytes, &unlimited, error));
+  j->codes = *dense;
+  return HURRAY_OK;
+}
+
+static bool same_bits(float a, float b) { return hurray__f32_bits(a) == hurray__f32_bits(b); }
+
+/* The value table, and whether it is a plain integer conversion the
+ * kernels can compute instead of looking up. */
+static void fill_table(Job *j, HurrayQuantKind kind, HurrayMxElement element) {
+  HurrayDecodeTable *t = &j->dt;
+  for (unsigned c = 0; c < 256; c++) t->tab[c] = code_value(j->code_dtype, kind, element, c);
+  t->bits = j->code_bits;
+  t->map = HURRAY_MAP_TABLE;
+  t->unit = 1.0f;
+  hurray__decode_table_planes(t);
+  if (j->code_bits != 8) return;
+  static const float UNITS[2] = {1.0f, 1.0f / 64.0f};
+  for (unsigned u = 0; u < 2 && t->map == HURRAY_MAP_TABLE; u++) {
+    bool s8 = true, u8 = true;
+    for (unsigned c = 0; c < 256; c++) {
+      s8 = s8 && same_bits(t->tab[c], (float)(int8_t)c * UNITS[u]);
+      u8 = u8 && same_bits(t->tab[c], (float)c * UNITS[u]);
+    }
+    t->map = s8 ? HURRAY_MAP_INT8 : u8 ? HURRAY_MAP_UINT8 : HURRAY_MAP_TABLE;
+    t->unit = UNITS[u];
+  }
+  if (t->map == HURRAY_MAP_TABLE) t->unit = 1.0f;
+}
+
+static HurrayStatus plan_walk(Job *j, const HurrayDescriptor *d, HurrayQuantKind kind,
+                              uint64_t numel, HurrayError *error) {
+  uint32_t rank = hurray_descriptor_rank(d);
+  const uint64_t *shape = hurray_descriptor_shape(d);
+  uint32_t axis = hurray_descriptor_quant_axis(d);
+  uint64_t block = hurray_descriptor_quant_block_size(d);
+  switch (kind) {
+    case HURRAY_QUANT_PER_TENSOR_AFFINE:
+      return hurray__quant_plan(&j->plan, rank, shape, 0, 0, true, error);
+    case HURRAY_QUANT_PER_CHANNEL_AFFINE:
+      return hurray__quant_plan(&j->plan, rank, shape, axis, 0, false, error);
+    case HURRAY_QUANT_NF4:
+      return hurray__quant_plan(&j->plan, 1, &numel, 0, block, false, error);
+    case HURRAY_QUANT_MX:
+      return hurray__quant_plan(&j->plan, rank, shape, axis, HURRAY_MX_BLOCK_SIZE, false, error);
+    default:
+      return hurray__quant_plan(&j->plan, rank, shape, axis, block, false, error);
+  }
+}
+
+static bool is_affine(HurrayQuantKind kind) {
+  return kind == HURRAY_QUANT_PER_TENSOR_AFFINE || kind == HURRAY_QUANT_PER_CHANNEL_AFFINE ||
+         kind == HURRAY_QUANT_BLOCK_AFFINE;
+}
+
+/* Whether the exact path is needed: integer codes wider than 8 bits, or a
+ * zero point that binary32 does not hold exactly (see the top of the file). */
+static bool needs_exact(const Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
+                        HurrayQuantKind kind) {
+  if (!is_affine(kind)) return false;
+  if (is_integer_code(j->code_dtype) && j->code_bits > 8) return true;
+  uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+  if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
+    int64_t z = hurray_descriptor_quant_zero_point(d);
+    return z > (1 << 24) || z < -(1 << 24);
+  }
+  const uint8_t *zps = buffer_bytes(list, zb);
+  HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+  for (uint64_t g = 0; g < j->plan.groups; g++) {
+    if (read_wide(zp_dtype, zps, g).mag > (1u << 24)) return true;
+  }
+  return false;
+}
+
+static void load_wide_zero_points(Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
+                                  HurrayQuantKind kind, uint64_t groups) {
+  uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+  if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
+    Wide z = wide_s(hurray_descriptor_quant_zero_point(d));
+    for (uint64_t g = 0; g < groups; g++) j->zpw[g] = z;
+  } else {
+    const uint8_t *zps = buffer_bytes(list, zb);
+    HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+    for (uint64_t g = 0; g < j->plan.groups; g++) j->zpw[g] = read_wide(zp_dtype, zps, g);
+  }
+}
+
+static void load_scales(Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
+                        HurrayQuantKind kind, uint64_t groups) {
+  if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
+    j->scale[0] = (float)hurray_descriptor_quant_scale(d);
+    j->zp[0] = (float)hurray_descriptor_quant_zero_point(d);
+    return;
+  }
+  /* placement validation proved the scale and zero-point buffers hold
+   * exactly `groups` entries */
+  bool affine = is_affine(kind);
+  const uint8_t *scales = buffer_bytes(list, hurray_descriptor_quant_scale_buffer(d));
+  HurrayDType scale_dtype = hurray_descriptor_quant_scale_dtype(d);
+  for (uint64_t g = 0; g < j->plan.groups; g++) j->scale[g] = read_float(scale_dtype, scales, g);
+  uint32_t zp_buffer = hurray_descriptor_quant_zero_point_buffer(d);
+  if (affine && zp_buffer != HURRAY_NO_BUFFER) {
+    const uint8_t *zps = buffer_bytes(list, zp_buffer);
+    HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+    for (uint64_t g = 0; g < j->plan.groups; g++) j->zp[g] = read_float(zp_dtype, zps, g);
+  } else {
+    float z = affine ? (float)hurray_descriptor_quant_zero_point(d) : 0.0f;
+    for (uint64_t g = 0; g < groups; g++) j->zp[g] = z;
+  }
+}
+
+/* Scales and zero points per group, as floats (and as wide integers on the
+ * exact path). */
+static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
+                                HurrayQuantKind kind, HurrayError *error) {
+  uint64_t groups = j->plan.groups ? j->plan.groups : 1;
+  if (groups > SIZE_MAX / sizeof(Wide)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
+  }
+  j->scale = malloc(groups * sizeof(float));
+  j->zp = malloc(groups * sizeof(float));
+  if (j->scale == NULL || j->zp == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu scales",
+                        (unsigned long long)groups);
+  }
+  if (needs_exact(j, d, list, kind)) {
+    j->zpw = malloc(groups * sizeof *j->zpw);
+    if (j->zpw == NULL) {
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu zero points",
+                          (unsigned long long)groups);
+    }
+    load_wide_zero_points(j, d, list, kind, groups);
+  }
+  load_scales(j, d, list, kind, groups);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                    HurrayDType out_dtype, void *out, uint64_t out_size,
+                                    uint32_t threads, const HurrayOutputLimits *limits,
+                                    HurrayError *error) {
+  uint64_t numel = 0, need = 0;
+  HURRAY_RETURN_NOT_OK(
+      check_request(d, list, out_dtype, out, out_size, limits, &numel, &need, error));
+  HurrayQuantKind kind = hurray_descriptor_quant_kind(d);
   if (kind == HURRAY_QUANT_BLOCK_CODED) {
     return hurray__block_coded_dequantize(d, list, out_dtype, out, numel, threads, error);
   }
-
   Job *j = calloc(1, sizeof *j);
   if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
-  HurrayStatus st = HURRAY_OK;
   uint8_t *dense = NULL;
   j->code_dtype = hurray_descriptor_dtype(d);
   j->code_bits = hurray_dtype_bits(j->code_dtype);
   j->out_dtype = out_dtype;
   j->out = out;
-  uint32_t rank = hurray_descriptor_rank(d);
-  const uint64_t *shape = hurray_descriptor_shape(d);
-
-  /* Codes: straight from the buffer when dense and contiguous, otherwise
-   * gathered first (strided and paged tensors have byte-sized codes). */
-  if (layout == HURRAY_LAYOUT_DENSE && hurray_descriptor_strides(d) == NULL) {
-    j->codes = buffer_bytes(list, hurray_descriptor_data_buffer(d)) + hurray_descriptor_byte_offset(d);
-  } else {
-    uint64_t bytes;
-    st = hurray_dtype_storage_bytes(j->code_dtype, numel, &bytes);
-    if (st == HURRAY_OK) {
-      dense = hurray__quant_alloc(bytes);
-      if (dense == NULL) st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the codes");
-    } else {
-      hurray__fail(error, st, "the code size does not fit in 64 bits");
-    }
-    /* The codes are never larger than the output just checked. */
-    static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-    if (st == HURRAY_OK) st = hurray_tensor_to_dense_with(d, list, dense, bytes, &unlimited, error);
-    if (st != HURRAY_OK) goto done;
-    j->codes = dense;
+  j->out_item = out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  j->kernels = hurray__quant_kernels();
+  HurrayStatus st = locate_codes(j, d, list, numel, &dense, error);
+  if (st == HURRAY_OK && j->code_bits <= 8) {
+    fill_table(j, kind, hurray_descriptor_quant_mx_element(d));
   }
-
-  HurrayMxElement element = hurray_descriptor_quant_mx_element(d);
-  if (j->code_bits <= 8) {
-    for (unsigned c = 0; c < 256; c++) j->tab[c] = code_value(j->code_dtype, kind, element, c);
+  if (st == HURRAY_OK) st = plan_walk(j, d, kind, numel, error);
+  if (st == HURRAY_OK) st = load_groups(j, d, list, kind, error);
+  if (st == HURRAY_OK) {
+    j->parts = hurray__quant_threads(threads, need);
+    if (j->plan.segments < j->parts) j->parts = j->plan.segments ? (unsigned)j->plan.segments : 1;
+    hurray__parallel_run(j->parts, decode_part, j);
   }
-
-  uint32_t axis = hurray_descriptor_quant_axis(d);
-  uint64_t block = hurray_descriptor_quant_block_size(d);
-  switch (kind) {
-    case HURRAY_QUANT_PER_TENSOR_AFFINE:
-      st = hurray__quant_plan(&j->plan, rank, shape, 0, 0, true, error);
-      break;
-    case HURRAY_QUANT_PER_CHANNEL_AFFINE:
-      st = hurray__quant_plan(&j->plan, rank, shape, axis, 0, false, error);
-      break;
-    case HURRAY_QUANT_NF4:
-      st = hurray__quant_plan(&j->plan, 1, &numel, 0, block, false, error);
-      break;
-    case HURRAY_QUANT_MX:
-      st = hurray__quant_plan(&j->plan, rank, shape, axis, HURRAY_MX_BLOCK_SIZE, false, error);
-      break;
-    default:
-      st = hurray__quant_plan(&j->plan, rank, shape, axis, block, false, error);
-      break;
-  }
-  if (st != HURRAY_OK) goto done;
-
-  uint64_t groups = j->plan.groups ? j->plan.groups : 1;
-  if (groups > SIZE_MAX / sizeof(float)) {
-    st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
-    goto done;
-  }
-  j->scale = malloc(groups * sizeof(float));
-  j->zp = malloc(groups * sizeof(float));
-  if (j->scale == NULL || j->zp == NULL) {
-    st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu scales",
-                      (unsigned long long)groups);
-    goto done;
-  }
-  bool affine = kind == HURRAY_QUANT_PER_TENSOR_AFFINE ||
-                kind == HURRAY_QUANT_PER_CHANNEL_AFFINE || kind == HURRAY_QUANT_BLOCK_AFFINE;
-  /* The exact path: integer codes wider than 8 bits, or a zero point that
-   * binary32 does not hold exactly (see the top of the file). */
-  bool exact = affine && is_integer_code(j->code_dtype) && j->code_bits > 8;
-  if (affine && !exact) {
-    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
-    if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
-      int64_t z = hurray_descriptor_quant_zero_point(d);
-      exact = z > (1 << 24) || z < -(1 << 24);
-    } else {
-      const uint8_t *zps = buffer_bytes(list, zb);
-      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
-      for (uint64_t g = 0; g < j->plan.groups && !exact; g++) {
-        Wide z = read_wide(zp_dtype, zps, g);
-        exact = z.mag > (1u << 24);
-      }
-    }
-  }
-  if (exact) {
-    j->zpw = malloc(groups * sizeof *j->zpw);
-    if (j->zpw == NULL) {
-      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu zero points",
-                        (unsigned long long)groups);
-      goto done;
-    }
-    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
-    if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE || zb == HURRAY_NO_BUFFER) {
-      Wide z = wide_s(hurray_descriptor_quant_zero_point(d));
-      for (uint64_t g = 0; g < groups; g++) j->zpw[g] = z;
-    } else {
-      const uint8_t *zps = buffer_bytes(list, zb);
-      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
-      for (uint64_t g = 0; g < j->plan.groups; g++) j->zpw[g] = read_wide(zp_dtype, zps, g);
-    }
-  }
-  if (kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
-    j->scale[0] = (float)hurray_descriptor_quant_scale(d);
-    j->zp[0] = (float)hurray_descriptor_quant_zero_point(d);
-  } else {
-    /* placement validation proved the scale and zero-point buffers hold
-     * exactly `groups` entries */
-    const uint8_t *scales = buffer_bytes(list, hurray_descriptor_quant_scale_buffer(d));
-    HurrayDType scale_dtype = hurray_descriptor_quant_scale_dtype(d);
-    for (uint64_t g = 0; g < j->plan.groups; g++) j->scale[g] = read_float(scale_dtype, scales, g);
-    uint32_t zp_buffer = hurray_descriptor_quant_zero_point_buffer(d);
-    if (affine && zp_buffer != HURRAY_NO_BUFFER) {
-      const uint8_t *zps = buffer_bytes(list, zp_buffer);
-      HurrayDType zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
-      for (uint64_t g = 0; g < j->plan.groups; g++) j->zp[g] = read_float(zp_dtype, zps, g);
-    } else {
-      float z = affine ? (float)hurray_descriptor_quant_zero_point(d) : 0.0f;
-      for (uint64_t g = 0; g < groups; g++) j->zp[g] = z;
-    }
-  }
-
-  j->parts = hurray__quant_threads(threads, need);
-  if (j->plan.segments < j->parts) j->parts = j->plan.segments ? (unsigned)j->plan.segments : 1;
-  hurray__parallel_run(j->parts, decode_part, j);
-
-done:
-  if (j) {
-    free(j->scale);
-    free(j->zp);
-    free(j->zpw);
-  }
+  free(j->scale);
+  free(j->zp);
+  free(j->zpw);
   free(dense);
   free(j);
   return st;

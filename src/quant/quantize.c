@@ -22,6 +22,8 @@
 #include "hurray/quant.h"
 #include "plan.h"
 #include "scheme.h"
+#include "encoders.h"
+#include "simd.h"
 
 #define STAGE 4096u /* codes staged before packing; a multiple of 4 */
 
@@ -32,109 +34,14 @@ typedef struct Params {
   uint8_t *nan; /* MX: the block is non-finite, its codes are 0 */
 } Params;
 
-/* --------------------------------------------------------------- encoders */
-
-static inline uint8_t enc_affine(float x, float mul, int32_t zp, int32_t qmin, int32_t qmax) {
-  float y = x * mul;
-  float lo = (float)(qmin - zp), hi = (float)(qmax - zp);
-  y = y < lo ? lo : y;
-  y = y > hi ? hi : y;
-  return (uint8_t)((int32_t)hurray__rne(y) + zp);
-}
-
-/* C's roundf (half away from zero), exactly: y - trunc(y) is exact here. */
-static inline uint8_t enc_q8_0(float x, float mul) {
-  float y = x * mul;
-  y = y < -128.0f ? -128.0f : y;
-  y = y > 127.0f ? 127.0f : y;
-  float t = (float)(int32_t)y;
-  float f = y - t;
-  t += f >= 0.5f ? 1.0f : 0.0f;
-  t -= f <= -0.5f ? 1.0f : 0.0f;
-  return (uint8_t)(int32_t)t;
-}
-
-/* ggml: (int8_t)(x * id + 8.5f), capped at 15. */
-static inline uint8_t enc_q4_0(float x, float mul) {
-  float y = x * mul;
-  y = y + 8.5f;
-  y = y < 0.0f ? 0.0f : y;
-  int32_t i = (int32_t)y;
-  return (uint8_t)(i > 15 ? 15 : i);
-}
-
-static inline uint8_t enc_nf4(float x, float mul) {
-  float y = x * mul;
-  uint8_t c = 0;
-  for (int j = 0; j < 15; j++) c += y > HURRAY__NF4_MIDPOINTS[j];
-  return c;
-}
-
-static inline uint8_t enc_mxint8(float x, float mul) {
-  float y = x * mul * 64.0f;
-  y = y < -127.0f ? -127.0f : y;
-  y = y > 127.0f ? 127.0f : y;
-  return (uint8_t)(int32_t)hurray__rne(y);
-}
-
-/* One loop per element type, with the format's constants folded in (the
- * tables are per translation unit, so compare fields, not addresses). */
-#define MX_LOOP(EB, MB, BIAS, MAXCODE)                                                     \
-  for (uint64_t k = 0; k < n; k++) {                                                        \
-    dst[k] = hurray__minifloat_encode_c(x[k] * mul, EB, MB, BIAS, MAXCODE);                 \
-  }
-
-static void encode_mx_run(const HurrayMinifloat *t, const float *x, uint64_t n, float mul,
-                          uint8_t *dst) {
-  if (t->ebits == 4) {
-    MX_LOOP(4, 3, 7, 0x7eu)
-  } else if (t->ebits == 5) {
-    MX_LOOP(5, 2, 15, 0x7bu)
-  } else if (t->ebits == 3) {
-    MX_LOOP(3, 2, 3, 0x1fu)
-  } else if (t->mbits == 3) {
-    MX_LOOP(2, 3, 1, 0x1fu)
-  } else {
-    MX_LOOP(2, 1, 1, 0x07u)
-  }
-}
-
 /* Encodes n elements; element k uses group (k * step) of `p`. */
 static void encode_run(const HurrayResolvedScheme *s, const float *x, uint64_t n, Params p,
                        unsigned step, uint8_t *dst) {
   const int32_t qmin = s->qmin, qmax = s->qmax;
   if (step == 0) {
-    const float mul = p.mul[0];
-    switch (s->encoder) {
-      case HURRAY_ENC_AFFINE: {
-        const int32_t zp = p.zp[0];
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_affine(x[k], mul, zp, qmin, qmax);
-        return;
-      }
-      case HURRAY_ENC_Q8_0:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q8_0(x[k], mul);
-        return;
-      case HURRAY_ENC_Q4_0:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_q4_0(x[k], mul);
-        return;
-      case HURRAY_ENC_NF4:
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_nf4(x[k], mul);
-        return;
-      case HURRAY_ENC_MXFP:
-        if (p.nan[0]) {
-          memset(dst, 0, n);
-          return;
-        }
-        encode_mx_run(s->element, x, n, mul, dst);
-        return;
-      case HURRAY_ENC_MXINT8:
-        if (p.nan[0]) {
-          memset(dst, 0, n);
-          return;
-        }
-        for (uint64_t k = 0; k < n; k++) dst[k] = enc_mxint8(x[k], mul);
-        return;
-    }
+    int32_t zp = s->encoder == HURRAY_ENC_AFFINE ? p.zp[0] : 0;
+    uint8_t nan = s->encoder == HURRAY_ENC_MXFP || s->encoder == HURRAY_ENC_MXINT8 ? p.nan[0] : 0;
+    hurray__quant_kernels()->encode(s, x, n, p.mul[0], zp, nan, dst);
     return;
   }
   switch (s->encoder) {
@@ -258,16 +165,8 @@ static inline uint32_t is_nonfinite(float v) {
 }
 
 static void range_run(Range *r, const float *x, uint64_t n, bool want_extreme) {
-  float lo = r->lo, hi = r->hi;
   uint32_t bad = 0;
-  for (uint64_t k = 0; k < n; k++) {
-    float v = x[k];
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-    bad |= is_nonfinite(v);
-  }
-  r->lo = lo;
-  r->hi = hi;
+  hurray__quant_kernels()->range(x, n, &r->lo, &r->hi, &bad);
   r->nonfinite |= (uint8_t)bad;
   if (want_extreme) {
     float amax = fabsf(r->extreme);
@@ -750,10 +649,11 @@ static void widen_part(void *ctx, unsigned part) {
   }
 }
 
-HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
-                             const uint64_t *shape, const HurrayQuantizeOptions *options,
-                             HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
-                             HurrayError *error) {
+static HurrayStatus check_arguments(const void *src, HurrayDType src_dtype, uint32_t rank,
+                                   const uint64_t *shape, const HurrayQuantizeOptions *options,
+                                   HurrayDescriptor **descriptor_out,
+                                   HurrayBufferList **buffers_out, uint64_t *numel,
+                                   HurrayError *error) {
   if (descriptor_out) *descriptor_out = NULL;
   if (buffers_out) *buffers_out = NULL;
   if (options == NULL || descriptor_out == NULL || buffers_out == NULL ||
@@ -771,121 +671,144 @@ HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t ra
     return hurray__fail(error, HURRAY_ERR_LIMIT, "rank %u exceeds the limit of %u", rank,
                         (unsigned)HURRAY_MAX_RANK);
   }
-  Job *j = calloc(1, sizeof *j);
-  if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
-  HurrayStatus st = hurray__resolve_scheme(options, rank, &j->s, error);
-  float *widened = NULL;
-  HurrayBufferList *list = NULL;
-  void *codes = NULL, *scales = NULL, *zps = NULL;
-  if (st != HURRAY_OK) goto fail;
-
-  /* NF4 blocks run over the flattened tensor. */
-  bool flat = j->s.scheme == HURRAY_SCHEME_NF4;
-  uint64_t numel = 1;
+  *numel = 1;
   for (uint32_t i = 0; i < rank; i++) {
-    if (!hurray__mul_u64(numel, shape[i], &numel)) {
-      st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the element count does not fit in 64 bits");
-      goto fail;
+    if (!hurray__mul_u64(*numel, shape[i], numel)) {
+      return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the element count does not fit in 64 bits");
     }
   }
-  if (src == NULL && numel > 0) {
-    st = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src is NULL");
-    goto fail;
+  if (src == NULL && *numel > 0) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src is NULL");
   }
-  st = flat ? hurray__quant_plan(&j->plan, 1, &numel, 0, j->s.block, false, error)
-            : hurray__quant_plan(&j->plan, rank, shape, j->s.axis, j->s.block,
-                                 j->s.scheme == HURRAY_SCHEME_AFFINE, error);
-  if (st != HURRAY_OK) goto fail;
+  return HURRAY_OK;
+}
 
-  uint64_t code_bytes, scale_bytes = 0, zp_bytes = 0, input_bytes;
-  st = hurray_dtype_storage_bytes(j->s.code_dtype, numel, &code_bytes);
-  if (st == HURRAY_OK && j->s.scheme != HURRAY_SCHEME_AFFINE) {
-    st = hurray_dtype_storage_bytes(j->s.scale_dtype, j->plan.groups, &scale_bytes);
+/* Sizes of the outputs, and the outputs themselves (zeroed zero points). */
+typedef struct Outputs {
+  uint64_t code_bytes, scale_bytes, zp_bytes;
+  void *codes, *scales, *zps;
+} Outputs;
+
+static HurrayStatus allocate_outputs(Job *j, uint64_t numel, Outputs *o, HurrayError *error) {
+  bool per_tensor = j->s.scheme == HURRAY_SCHEME_AFFINE;
+  HurrayStatus st = hurray_dtype_storage_bytes(j->s.code_dtype, numel, &o->code_bytes);
+  if (st == HURRAY_OK && !per_tensor) {
+    st = hurray_dtype_storage_bytes(j->s.scale_dtype, j->plan.groups, &o->scale_bytes);
   }
-  bool zp_buffer = j->s.encoder == HURRAY_ENC_AFFINE && !j->s.symmetric &&
-                   j->s.scheme != HURRAY_SCHEME_AFFINE;
+  bool zp_buffer = j->s.encoder == HURRAY_ENC_AFFINE && !j->s.symmetric && !per_tensor;
   if (st == HURRAY_OK && zp_buffer) {
-    st = hurray_dtype_storage_bytes(j->s.code_dtype, j->plan.groups, &zp_bytes);
+    st = hurray_dtype_storage_bytes(j->s.code_dtype, j->plan.groups, &o->zp_bytes);
   }
   if (st != HURRAY_OK) {
-    st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the tensor's byte size does not fit in 64 bits");
-    goto fail;
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the tensor's byte size does not fit in 64 bits");
   }
   if (zp_buffer) {
-    zps = hurray__quant_alloc(zp_bytes);
-    if (zps == NULL) {
-      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for zero points");
-      goto fail;
-    }
+    o->zps = hurray__quant_alloc(o->zp_bytes);
+    if (o->zps == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for zero points");
+    memset(o->zps, 0, (size_t)o->zp_bytes);
   }
-  if (!hurray__mul_u64(numel, 4, &input_bytes)) input_bytes = UINT64_MAX;
-  codes = hurray__quant_alloc(code_bytes);
-  if (j->s.scheme != HURRAY_SCHEME_AFFINE) scales = hurray__quant_alloc(scale_bytes);
-  if (codes == NULL || (j->s.scheme != HURRAY_SCHEME_AFFINE && scales == NULL)) {
-    st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu code bytes",
-                      (unsigned long long)code_bytes);
-    goto fail;
+  o->codes = hurray__quant_alloc(o->code_bytes);
+  if (!per_tensor) o->scales = hurray__quant_alloc(o->scale_bytes);
+  if (o->codes == NULL || (!per_tensor && o->scales == NULL)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu code bytes",
+                        (unsigned long long)o->code_bytes);
   }
-  if (zps) memset(zps, 0, (size_t)zp_bytes);
-  unsigned parts = hurray__quant_threads(options->threads, input_bytes);
+  return HURRAY_OK;
+}
 
+/* Points j->x at float32 input: `src` itself, or *widened, a float32 copy. */
+static HurrayStatus widen_input(Job *j, const void *src, HurrayDType src_dtype, uint64_t numel,
+                                uint64_t input_bytes, unsigned parts, float **widened,
+                                HurrayError *error) {
   if (src_dtype == HURRAY_DTYPE_FLOAT32 || numel == 0) {
     j->x = src;
-  } else {
-    widened = input_bytes <= SIZE_MAX ? malloc((size_t)input_bytes) : NULL;
-    if (widened == NULL) {
-      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory to widen the input to float32");
-      goto fail;
-    }
-    Widen w = {src, widened, numel, parts, src_dtype == HURRAY_DTYPE_BFLOAT16};
-    hurray__parallel_run(parts, widen_part, &w);
-    j->x = widened;
+    return HURRAY_OK;
   }
-  j->codes = codes;
-  j->scales = scales;
-  j->zps = zps;
-  j->inline_scale = 1.0;
-  j->inline_zp = j->s.zp_symmetric;
+  *widened = input_bytes <= SIZE_MAX ? malloc((size_t)input_bytes) : NULL;
+  if (*widened == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory to widen the input to float32");
+  }
+  Widen w = {src, *widened, numel, parts, src_dtype == HURRAY_DTYPE_BFLOAT16};
+  hurray__parallel_run(parts, widen_part, &w);
+  j->x = *widened;
+  return HURRAY_OK;
+}
 
-  bool blocks = j->plan.walk == HURRAY_WALK_BLOCKS || j->plan.walk == HURRAY_WALK_ROWS_BLOCK;
-  st = blocks ? run_blocks(j, parts, error) : run_global(j, parts, error);
-  if (st != HURRAY_OK) goto fail;
-
+/* Hands the outputs to a new descriptor and buffer list; what it takes
+ * leaves `o` (set to NULL there), the rest the caller frees. */
+static HurrayStatus package(const Job *j, uint32_t rank, const uint64_t *shape, Outputs *o,
+                            HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                            HurrayError *error) {
   HurrayDescriptor *d = NULL;
-  st = describe(j, rank, shape, code_bytes, scale_bytes, zp_bytes, &d, error);
-  if (st != HURRAY_OK) goto fail;
-  st = hurray_buffer_list_create(&list, error);
+  HurrayBufferList *list = NULL;
+  HURRAY_RETURN_NOT_OK(
+      describe(j, rank, shape, o->code_bytes, o->scale_bytes, o->zp_bytes, &d, error));
+  HurrayStatus st = hurray_buffer_list_create(&list, error);
   if (st == HURRAY_OK) {
-    st = add_owned_buffer(list, codes, code_bytes, error);
-    codes = NULL;
+    st = add_owned_buffer(list, o->codes, o->code_bytes, error);
+    o->codes = NULL;
   }
-  if (st == HURRAY_OK && scales) {
-    st = add_owned_buffer(list, scales, scale_bytes, error);
-    scales = NULL;
+  if (st == HURRAY_OK && o->scales) {
+    st = add_owned_buffer(list, o->scales, o->scale_bytes, error);
+    o->scales = NULL;
   }
-  if (st == HURRAY_OK && zps) {
-    st = add_owned_buffer(list, zps, zp_bytes, error);
-    zps = NULL;
+  if (st == HURRAY_OK && o->zps) {
+    st = add_owned_buffer(list, o->zps, o->zp_bytes, error);
+    o->zps = NULL;
   }
   if (st != HURRAY_OK) {
     hurray_descriptor_destroy(d);
-    goto fail;
+    hurray_buffer_list_destroy(list);
+    return st;
   }
   *descriptor_out = d;
   *buffers_out = list;
-  list = NULL;
+  return HURRAY_OK;
+}
 
-fail:
-  hurray_buffer_list_destroy(list);
-  free(codes);
-  free(scales);
-  free(zps);
-  free(widened);
-  if (j) {
-    free(j->ranges);
-    free(j->params.mul);
-    free(j->params.zp);
-    free(j);
+HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
+                             const uint64_t *shape, const HurrayQuantizeOptions *options,
+                             HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                             HurrayError *error) {
+  uint64_t numel = 0;
+  HURRAY_RETURN_NOT_OK(check_arguments(src, src_dtype, rank, shape, options, descriptor_out,
+                                       buffers_out, &numel, error));
+  Job *j = calloc(1, sizeof *j);
+  if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
+  Outputs o = {0, 0, 0, NULL, NULL, NULL};
+  float *widened = NULL;
+  HurrayStatus st = hurray__resolve_scheme(options, rank, &j->s, error);
+  if (st == HURRAY_OK) {
+    /* NF4 blocks run over the flattened tensor. */
+    st = j->s.scheme == HURRAY_SCHEME_NF4
+             ? hurray__quant_plan(&j->plan, 1, &numel, 0, j->s.block, false, error)
+             : hurray__quant_plan(&j->plan, rank, shape, j->s.axis, j->s.block,
+                                  j->s.scheme == HURRAY_SCHEME_AFFINE, error);
   }
+  if (st == HURRAY_OK) st = allocate_outputs(j, numel, &o, error);
+  uint64_t input_bytes;
+  if (!hurray__mul_u64(numel, 4, &input_bytes)) input_bytes = UINT64_MAX;
+  unsigned parts = hurray__quant_threads(options->threads, input_bytes);
+  if (st == HURRAY_OK) {
+    st = widen_input(j, src, src_dtype, numel, input_bytes, parts, &widened, error);
+  }
+  if (st == HURRAY_OK) {
+    j->codes = o.codes;
+    j->scales = o.scales;
+    j->zps = o.zps;
+    j->inline_scale = 1.0;
+    j->inline_zp = j->s.zp_symmetric;
+    bool blocks = j->plan.walk == HURRAY_WALK_BLOCKS || j->plan.walk == HURRAY_WALK_ROWS_BLOCK;
+    st = blocks ? run_blocks(j, parts, error) : run_global(j, parts, error);
+  }
+  if (st == HURRAY_OK) st = package(j, rank, shape, &o, descriptor_out, buffers_out, error);
+  free(o.codes);
+  free(o.scales);
+  free(o.zps);
+  free(widened);
+  free(j->ranges);
+  free(j->params.mul);
+  free(j->params.zp);
+  free(j);
   return st;
 }

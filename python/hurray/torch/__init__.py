@@ -463,6 +463,37 @@ _COLD = 0.5
 _COLD_THREADS = 4
 
 
+def _dequantize_dense_all(pending: "list[tuple[str, Tensor]]", dtype: "torch.dtype",
+                          threads: int, out: Dict[str, "torch.Tensor"]) -> None:
+    """Dense quantized tensors into new tensors of `dtype`, several at once:
+    the page population of each fresh output and its kernel both release
+    the GIL, so a pool of `threads` threads overlaps them across tensors
+    (one tensor of a few MiB is below the size at which the kernel splits
+    itself). A tensor alone, or fewer tensors than threads, keeps the
+    kernel's own threads."""
+    jobs = []
+    for name, t in pending:
+        o = torch.empty(tuple(t.descriptor.shape), dtype=dtype)
+        out[name] = o
+        if o.numel():
+            jobs.append((t, o.view(-1).view(torch.uint8).numpy()))
+    inner = threads if len(jobs) < threads else 1
+
+    def run(job):
+        t, raw = job
+        _hurray._prefault(raw, False)
+        t._dequantize(raw, _DEQUANTIZE_TO[dtype], inner)
+
+    if len(jobs) <= 1 or threads <= 1:
+        for job in jobs:
+            run(job)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        for _ in pool.map(run, jobs):
+            pass
+
+
 def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
     """The real values of quantized `t` as a new torch tensor of `dtype`,
     computed by the C kernels with the GIL released."""
@@ -545,6 +576,7 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
     target = _device(device)
     threads = _threads()
     out = {}
+    pending = []  # dense quantized tensors, dequantized together below
     with _File(filename, mmap=mmap) as f:
         if mmap and f.cached_fraction() < _COLD:
             # Cold: concurrent populate calls keep several reads in flight;
@@ -561,9 +593,14 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
                     pass  # sub-byte dtypes: to_torch says what to do
             t = specialise(t)
             if quant != _QUANT_NONE and dequantize is not None:
-                out[name] = _dequantized(t, dequantize, threads)
+                if isinstance(t.descriptor.layout, Dense):
+                    out[name] = None  # keeps the file's order
+                    pending.append((name, t))
+                else:
+                    out[name] = _dequantized(t, dequantize, threads)
             else:
                 out[name] = to_torch(t)
+        _dequantize_dense_all(pending, dequantize, threads, out)
     if target.type == "cpu":
         return out
     if target.type == "cuda":
