@@ -750,8 +750,9 @@ static void widen_part(void *ctx, unsigned part) {
   }
 }
 
-HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
-                             const uint64_t *shape, const HurrayQuantizeOptions *options,
+HurrayStatus hurray_quantize(const void *src, uint64_t src_size, HurrayDType src_dtype,
+                             uint32_t rank, const uint64_t *shape,
+                             const HurrayQuantizeOptions *options,
                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
                              HurrayError *error) {
   if (descriptor_out) *descriptor_out = NULL;
@@ -760,6 +761,10 @@ HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t ra
       (rank > 0 && shape == NULL)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "options, shape and both outputs must not be NULL");
+  }
+  if (options->version != HURRAY_QUANTIZE_OPTIONS_VERSION) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
+                        options->version);
   }
   if (src_dtype != HURRAY_DTYPE_FLOAT32 && src_dtype != HURRAY_DTYPE_FLOAT16 &&
       src_dtype != HURRAY_DTYPE_BFLOAT16) {
@@ -790,6 +795,17 @@ HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t ra
   }
   if (src == NULL && numel > 0) {
     st = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src is NULL");
+    goto fail;
+  }
+  uint64_t src_need;
+  if (!hurray__mul_u64(numel, src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2, &src_need)) {
+    st = hurray__fail(error, HURRAY_ERR_OVERFLOW, "the source size does not fit in 64 bits");
+    goto fail;
+  }
+  if (src_size < src_need) {
+    st = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                      "src holds %llu bytes; the shape needs %llu", (unsigned long long)src_size,
+                      (unsigned long long)src_need);
     goto fail;
   }
   st = flat ? hurray__quant_plan(&j->plan, 1, &numel, 0, j->s.block, false, error)
