@@ -99,7 +99,6 @@ bench-convert: build
 
 test-c: build
 	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs
-	$(COUNT) $@:exports -- scripts/check_exports.sh build/libhurray.so
 
 test-asan: deps
 	@[ -d build-asan ] || $(MESON) setup build-asan -Db_sanitize=address,undefined \
