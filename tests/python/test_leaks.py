@@ -22,7 +22,7 @@ import pytest
 import hurray
 from hurray import Buffer, Descriptor, PerChannelAffine
 
-from _hurray_samples import aligned, fast_dir  # noqa: F401
+from _hurray_samples import aligned
 
 ON_TMPFS = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
 FILE_CYCLES = 10_000 if ON_TMPFS else 2_000
