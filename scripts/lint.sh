@@ -10,11 +10,11 @@ run() {
   echo "lint: $*"
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
-run .venv/bin/ruff check --quiet .
-run .venv/bin/ruff format --check --quiet .
+run .venv/bin/ruff check --quiet --output-format concise .
+run .venv/bin/ruff format --check --quiet --output-format concise .
 clang_format_check() {
   git ls-files -z '*.c' '*.h' | xargs -0 .venv/bin/clang-format --dry-run --Werror 2>&1 |
-    grep -E '^[^ ].*: error:' | sed 's/: error:.*//' | sort -u | sed 's/^/needs clang-format: /'
+    grep -E '^[^ ].*: error:' | sed -E 's/:[0-9]+:[0-9]+: error:.*//' | sort -u | sed 's/^/needs clang-format: /'
   [ "${PIPESTATUS[1]}" -eq 0 ]
 }
 run clang_format_check
