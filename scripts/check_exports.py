@@ -6,7 +6,10 @@ Three lists must be the same set:
   - the `global:` names of src/libhurray.map, the linker version script;
   - the symbols the shared library defines and exports (nm -D --defined-only).
 and every name has the hurray_ prefix. Run by `meson test` (the exports
-test) and by `make test-c`: scripts/check_exports.py build/libhurray.so
+test): scripts/check_exports.py build/libhurray.so
+
+scripts/check_exports.py --update-map rewrites src/libhurray.map from the
+headers (after adding or removing a public function; review the diff).
 """
 import re
 import subprocess
@@ -22,6 +25,26 @@ def header_names():
         text = header.read_text()
         names |= set(re.findall(r"^HURRAY_API\s+[^;(]*?\b(\w+)\s*\(", text, re.M))
     return names
+
+
+HEADER_ORDER = ["common", "dtype", "descriptor", "buffer", "io", "quant", "convert"]
+
+
+def update_map():
+    path = REPO / "src" / "libhurray.map"
+    text = path.read_text()
+    head = text[:text.index("{")]
+    headers = sorted((REPO / "include" / "hurray").glob("*.h"),
+                     key=lambda h: (HEADER_ORDER.index(h.stem) if h.stem in HEADER_ORDER
+                                    else len(HEADER_ORDER), h.stem))
+    lines = ["{", "  global:"]
+    for header in headers:
+        names = re.findall(r"^HURRAY_API\s+[^;(]*?\b(\w+)\s*\(", header.read_text(), re.M)
+        if names:
+            lines.append(f"    /* hurray/{header.name} */")
+            lines += [f"    {n};" for n in names]
+    lines += ["  local:", "    *;", "};", ""]
+    path.write_text(head + "\n".join(lines))
 
 
 def map_names():
@@ -41,6 +64,9 @@ def exported_names(lib):
 
 
 def main():
+    if sys.argv[1:] == ["--update-map"]:
+        update_map()
+        return
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} path/to/libhurray.so")
     lists = {"headers (HURRAY_API)": header_names(), "src/libhurray.map": map_names(),
