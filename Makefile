@@ -205,7 +205,7 @@ test-fuzz: fuzz-build
 	$(COUNT) $@ -- fuzz/run.sh build-fuzz 20
 
 # Every C test executable under valgrind memcheck: any error or definite leak
-# fails. Not the CLI test (a Python script), the 256 MiB write benchmark (it
+# fails. Not the CLI and exports tests (Python scripts), the 256 MiB write benchmark (it
 # measures RSS) nor kill_writer (it SIGKILLs helper processes on a timer,
 # which memcheck's slowdown upsets; the helpers run outside valgrind anyway).
 # HURRAY_TEST_LIGHT=1 shrinks the heaviest loops.
@@ -214,7 +214,7 @@ VALGRIND := valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kin
 test-valgrind: build deps-test
 	HURRAY_TEST_LIGHT=1 $(COUNT) $@ -- $(MESON) test -C build --print-errorlogs --timeout-multiplier 3 \
 	  --wrapper '$(VALGRIND)' \
-	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e 'write_peak_rss.*' -e kill_writer)
+	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e exports -e 'write_peak_rss.*' -e kill_writer)
 
 # The concurrency suite and the threaded quantization tests under
 # ThreadSanitizer; any report fails.
