@@ -1,22 +1,32 @@
-# The two entry points for a fresh machine (see README.md):
-#   make demo   build libhurray, install it into ./stage, build and run the C example
-#   make test   every test: C suites (plain and ASan+UBSan), CLI, vector cross-check,
-#               Python package (pytest), examples, the wheel from a fresh venv, the
-#               README's C program; ends with one line counting every suite's tests
-# Both install what they need first (scripts/bootstrap.sh; make test adds the
-# debugging tools: clang, valgrind). `make install PREFIX=...` is for C users.
+# The entry points for a fresh machine (README.md; CONTRIBUTING.md has the rest):
+#   make demo       build libhurray, install it into ./stage, build and run the C
+#                   examples and the Python demos
+#   make test       everything, with warnings as errors (WERROR=true): the linters;
+#                   the C suites plain, under ASan+UBSan, valgrind and TSan; bounded
+#                   fuzzing; the vector cross-check; the Python suite plain and
+#                   against the ASan build; the demo; the installed C library and
+#                   the README's program; the wheel from a fresh venv. Ends with one
+#                   line counting every suite's tests. What .ci/run runs.
+#   make test-fast  the C and Python suites without the tests marked slow or bench
+#   make lint       ruff and clang-format, checking only (scripts/format.sh fixes)
+# Each installs what it needs first (scripts/bootstrap.sh; make test adds clang,
+# valgrind and the formatters). `make install PREFIX=...` is for C users.
 
 VENV    := $(CURDIR)/.venv/bin
 MESON   := $(VENV)/meson
 export PATH := $(VENV):$(PATH)
 
 STAGE   := $(CURDIR)/stage
+# Warnings fail the build under `make test` (and so in CI), not in a plain
+# `make build` with whatever compiler a user has (meson.build: werror=false).
+WERROR ?= false
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert clean
 .PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
+.PHONY: lint format test-fast
 
 all: build
 
@@ -29,6 +39,7 @@ deps-test:
 
 build: deps
 	@[ -d build ] || $(MESON) setup build --prefix=$(STAGE) --libdir=lib
+	@$(MESON) configure build -Dwerror=$(WERROR)
 	$(MESON) compile -C build
 
 # Installs into ./stage and builds the examples against the installed copy only.
@@ -100,11 +111,11 @@ bench-convert: build
 
 test-c: build
 	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs
-	$(COUNT) $@:exports -- scripts/check_exports.sh build/libhurray.so
 
 test-asan: deps
 	@[ -d build-asan ] || $(MESON) setup build-asan -Db_sanitize=address,undefined \
 	  -Db_lundef=false -Dbuildtype=debug
+	@$(MESON) configure build-asan -Dwerror=$(WERROR)
 	$(MESON) compile -C build-asan
 	$(SAN_ENV) $(COUNT) $@ -- $(MESON) test -C build-asan --print-errorlogs
 
@@ -127,13 +138,31 @@ test-python: python build
 # Every suite runs, whatever fails (make -k); each records its counts
 # (scripts/test_counts.py), and the last line totals them. A failure makes
 # the exit status non-zero.
-TEST_SUITES := test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python \
+TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python \
                test-python-asan demo test-install test-wheel
 COUNT := python3 $(CURDIR)/scripts/test_counts.py run
 test: deps-test
 	@rm -rf build-results
-	@HURRAY_TEST_RESULTS=$(CURDIR)/build-results $(MAKE) -k --no-print-directory $(TEST_SUITES); \
+	@HURRAY_TEST_RESULTS=$(CURDIR)/build-results $(MAKE) -k --no-print-directory WERROR=true \
+	  $(TEST_SUITES); \
 	  HURRAY_TEST_RESULTS=$(CURDIR)/build-results python3 scripts/test_counts.py summary $$? $(TEST_SUITES)
+
+# The fast suite: what `make test-c` and `make test-python` run, less the
+# meson suites `bench` and `slow` and the pytest markers of the same names
+# (the 256 MiB writer benchmark, the large-file and signal-timing tests).
+test-fast: build python
+	$(MESON) test -C build --print-errorlogs --no-suite bench --no-suite slow
+	HURRAY_LIB=$(CURDIR)/build/libhurray.so $(VENV)/python -m pytest -q -m 'not slow and not bench' \
+	  tests/python
+
+# ruff check, ruff format --check, clang-format --dry-run --Werror: changes
+# nothing. `make format` (scripts/format.sh) applies the formatters.
+lint:
+	@scripts/bootstrap.sh --lint
+	$(COUNT) $@ -- scripts/lint.sh
+
+format:
+	scripts/format.sh
 
 # C users: the headers, libhurray (shared and static), hurray.pc and the CLI
 # into PREFIX, from a build of its own (no tests, no Python extension).
@@ -162,6 +191,7 @@ test-wheel: deps
 fuzz-build: deps-test
 	@[ -d build-fuzz ] || CC=clang $(MESON) setup build-fuzz -Dfuzzing=true \
 	  -Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dpython=disabled
+	@$(MESON) configure build-fuzz -Dwerror=$(WERROR)
 	$(MESON) compile -C build-fuzz
 
 # Each target for FUZZ_SECONDS from the committed corpus; findings go to
@@ -176,7 +206,7 @@ test-fuzz: fuzz-build
 	$(COUNT) $@ -- fuzz/run.sh build-fuzz 20
 
 # Every C test executable under valgrind memcheck: any error or definite leak
-# fails. Not the CLI test (a Python script), the 256 MiB write benchmark (it
+# fails. Not the CLI and exports tests (Python scripts), the 256 MiB write benchmark (it
 # measures RSS) nor kill_writer (it SIGKILLs helper processes on a timer,
 # which memcheck's slowdown upsets; the helpers run outside valgrind anyway).
 # HURRAY_TEST_LIGHT=1 shrinks the heaviest loops.
@@ -185,13 +215,14 @@ VALGRIND := valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kin
 test-valgrind: build deps-test
 	HURRAY_TEST_LIGHT=1 $(COUNT) $@ -- $(MESON) test -C build --print-errorlogs --timeout-multiplier 3 \
 	  --wrapper '$(VALGRIND)' \
-	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e 'write_peak_rss.*' -e kill_writer)
+	  $$($(MESON) test -C build --list 2>/dev/null | sed -n 's|^.* / ||p' | grep -vx -e cli -e exports -e 'write_peak_rss.*' -e kill_writer)
 
 # The concurrency suite and the threaded quantization tests under
 # ThreadSanitizer; any report fails.
 test-tsan: deps
 	@[ -d build-tsan ] || $(MESON) setup build-tsan -Db_sanitize=thread -Db_lundef=false \
 	  -Dbuildtype=debug -Dpython=disabled
+	@$(MESON) configure build-tsan -Dwerror=$(WERROR)
 	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant

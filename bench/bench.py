@@ -751,8 +751,12 @@ def main():
                       "loadavg_start": list(os.getloadavg())},
            "limits": {}, "workloads": {}}
     try:
-        import hurray, safetensors, torch, gguf  # noqa: E401,F401
         from importlib.metadata import version
+
+        import gguf  # noqa: F401 - only that it is installed; its version comes from metadata
+        import hurray
+        import safetensors
+        import torch
         res["config"]["versions"] = {"numpy": np.__version__, "torch": torch.__version__,
                                      "safetensors": safetensors.__version__, "gguf": version("gguf"),
                                      "hurray": getattr(hurray, "__version__", "checkout")}

@@ -91,7 +91,7 @@ def main():
     mid = os.path.join(a.dir, "bench-convert.hurray")
     back = os.path.join(a.dir, "bench-convert-back.safetensors")
     copy = os.path.join(a.dir, "bench-convert-copy.safetensors")
-    nbytes = make_safetensors(src, a.gib)
+    make_safetensors(src, a.gib)
     size = os.path.getsize(src)
     subprocess.run(["cat", src], stdout=subprocess.DEVNULL)  # warm the cache
     steps = {

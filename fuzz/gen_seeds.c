@@ -125,7 +125,7 @@ static void add_quantized(void) {
       }
       HurrayDescriptor *d = NULL;
       HurrayBufferList *list = NULL;
-      if (hurray_quantize(src, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){ROWS, COLS}, &o, &d, &list,
+      if (hurray_quantize(src, sizeof src, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){ROWS, COLS}, &o, &d, &list,
                           &e) != HURRAY_OK) {
         die(hurray_quant_scheme_name((HurrayQuantScheme)scheme), &e);
       }

@@ -5,12 +5,16 @@
 #                                 Debian -dev packages meson.build checks for
 #                                 (README, "Building"), cmocka, Python headers
 #   scripts/bootstrap.sh --test   also the debugging tools of make test: clang
-#                                 with libFuzzer (fuzz/), valgrind
+#                                 with libFuzzer (fuzz/), valgrind; and --lint's
+#   scripts/bootstrap.sh --lint   also the formatters make lint runs, pinned,
+#                                 into .venv: ruff and clang-format (from PyPI,
+#                                 so every machine formats alike)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-test_tools=false
-[ "${1:-}" = "--test" ] && test_tools=true
+test_tools=false lint_tools=false
+[ "${1:-}" = "--test" ] && test_tools=true lint_tools=true
+[ "${1:-}" = "--lint" ] && lint_tools=true
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
@@ -42,4 +46,15 @@ if [ ! -x .venv/bin/meson ] || [ ! -x .venv/bin/ninja ]; then
   echo "bootstrap: creating .venv with meson and ninja"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check 'meson==1.6.1' 'ninja==1.11.1.3'
+fi
+
+# The formatters' versions decide the output: change a pin and reformat the
+# tree (scripts/format.sh) in the same commit.
+RUFF_VERSION=0.17.6
+CLANG_FORMAT_VERSION=19.1.7
+if $lint_tools && { [ "$(.venv/bin/ruff --version 2>/dev/null)" != "ruff $RUFF_VERSION" ] ||
+    ! .venv/bin/clang-format --version 2>/dev/null | grep -q "version $CLANG_FORMAT_VERSION"; }; then
+  echo "bootstrap: installing ruff $RUFF_VERSION and clang-format $CLANG_FORMAT_VERSION into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "ruff==$RUFF_VERSION" \
+    "clang-format==$CLANG_FORMAT_VERSION"
 fi

@@ -67,7 +67,8 @@ else
   fail "./app's output"
 fi
 lib=$(ldd "$scratch/work/app" | awk '/libhurray/ {print $3}')
-if [ "$lib" = "$prefix/lib/libhurray.so.0" ]; then
+soname=$(readelf -d "$prefix/lib/libhurray.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+if [ -n "$soname" ] && [ "$lib" = "$prefix/lib/$soname" ]; then
   ok "app loads libhurray from the README's prefix ($lib), by hurray.pc's rpath"
 else
   fail "app loads libhurray from '$lib', not $prefix/lib"

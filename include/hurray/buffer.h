@@ -13,7 +13,8 @@
  *     before create returns if create fails.
  *   - hurray_buffer_list_push takes ownership of the handle, whether it
  *     succeeds or fails.
- *   - hurray_buffer_list_get returns a BORROWED handle. Never destroy it.
+ *   - hurray_buffer_list_get(_mutable) returns a BORROWED handle. Never
+ *     destroy it.
  *   - hurray_buffer_list_destroy destroys every handle it owns, once each.
  * Handles are not thread-safe for modification; the release callback may run
  * on whichever thread destroys the handle.
@@ -83,8 +84,12 @@ HURRAY_API HurrayStatus hurray_buffer_list_push(HurrayBufferList *list, HurrayBu
 HURRAY_API size_t hurray_buffer_list_len(const HurrayBufferList *list);
 
 /* Borrowed handle at `index`, or NULL when out of range. The list keeps
- * ownership: do not destroy it. */
-HURRAY_API HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index);
+ * ownership: do not destroy it. A const list gives a const handle; the
+ * memory it points at (hurray_buffer_data) is the producer's, not part of
+ * the handle, and stays writable where the producer made it so. */
+HURRAY_API const HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index);
+/* The same handle, mutable, for setting its alignment, sync or device. */
+HURRAY_API HurrayBuffer *hurray_buffer_list_get_mutable(HurrayBufferList *list, size_t index);
 
 /* Destroys every owned handle exactly once, in order, then the list. NULL
  * is a no-op. */

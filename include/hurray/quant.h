@@ -45,7 +45,9 @@ typedef enum HurrayQuantScheme {
   HURRAY_SCHEME_MXINT8 = 12       /* "mxint8" */
 } HurrayQuantScheme;
 
-/* Fill with hurray_quantize_options_init, then change what you need.
+/* Start from HURRAY_QUANTIZE_OPTIONS_INIT (the affine defaults) or from
+ * hurray_quantize_options_init (any scheme's defaults), then change what you
+ * need; hurray_quantize refuses any other `version`.
  *   axis        per_channel default 0; block_affine and MX default -1 (last);
  *               negative values count from the end. Ignored by affine and nf4.
  *   block_size  block_affine default 32, nf4 64; q8_0, q4_0 and MX only 32.
@@ -58,6 +60,7 @@ typedef enum HurrayQuantScheme {
  *               (symmetric for signed codes, asymmetric for unsigned).
  *   threads     0 or 1: the calling thread only; n: up to n threads. */
 typedef struct HurrayQuantizeOptions {
+  uint32_t version; /* HURRAY_QUANTIZE_OPTIONS_VERSION */
   HurrayQuantScheme scheme;
   int32_t axis;
   uint64_t block_size;
@@ -67,8 +70,16 @@ typedef struct HurrayQuantizeOptions {
   uint32_t threads;
 } HurrayQuantizeOptions;
 
-/* Sets every field to `scheme`'s defaults. INVALID_ARGUMENT for an unknown
- * scheme. */
+#define HURRAY_QUANTIZE_OPTIONS_VERSION 1u
+/* What hurray_quantize_options_init gives for HURRAY_SCHEME_AFFINE. For
+ * another scheme, set the fields that scheme fixes too, or use the
+ * function: the defaults of block_size, code_dtype and scale_dtype differ. */
+#define HURRAY_QUANTIZE_OPTIONS_INIT                                                       \
+  {HURRAY_QUANTIZE_OPTIONS_VERSION, HURRAY_SCHEME_AFFINE, -1, 0u, HURRAY_DTYPE_INT8,        \
+   HURRAY_DTYPE_FLOAT64, -1, 1u}
+
+/* Sets every field, `version` included, to `scheme`'s defaults.
+ * INVALID_ARGUMENT for an unknown scheme. */
 HURRAY_API HurrayStatus hurray_quantize_options_init(HurrayQuantizeOptions *options,
                                                      HurrayQuantScheme scheme,
                                                      HurrayError *error);
@@ -80,17 +91,21 @@ HURRAY_API HurrayStatus hurray_quant_scheme_from_name(const char *name, HurrayQu
 /* Static string, or NULL for an unknown value. */
 HURRAY_API const char *hurray_quant_scheme_name(HurrayQuantScheme scheme);
 
-/* Quantizes `src`, a row-major array of FLOAT32, FLOAT16 or BFLOAT16 with
- * the given shape (rank may be 0), into a dense tensor: buffer 0 holds the
- * codes, buffer 1 the scales (absent for affine), buffer 2 the zero points
- * (asymmetric per_channel and block_affine only). Every buffer is 64-byte
- * aligned. Errors: INVALID_ARGUMENT for bad options (the message names the
- * field), for a rank-0 input to a scheme that needs an axis; NOT_FINITE
- * when a scheme that needs finite input meets NaN or Inf (MX encodes those
- * blocks with the NaN scale instead); LIMIT/OVERFLOW for impossible sizes;
- * NO_MEMORY. */
-HURRAY_API HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
-                                        const uint64_t *shape, const HurrayQuantizeOptions *options,
+/* Quantizes `src`, `src_size` bytes holding a row-major array of FLOAT32,
+ * FLOAT16 or BFLOAT16 with the given shape (rank may be 0), into a dense
+ * tensor: buffer 0 holds the codes, buffer 1 the scales (absent for affine),
+ * buffer 2 the zero points (asymmetric per_channel and block_affine only).
+ * Every buffer is 64-byte aligned. Reads exactly numel x itemsize bytes of
+ * `src`; a `src_size` smaller than that is INVALID_ARGUMENT before anything
+ * is read (larger is allowed: the tail is not read). Errors:
+ * INVALID_ARGUMENT for bad options (the message names the field) or an
+ * unknown options version, for a rank-0 input to a scheme that needs an
+ * axis; NOT_FINITE when a scheme that needs finite input meets NaN or Inf
+ * (MX encodes those blocks with the NaN scale instead); LIMIT/OVERFLOW for
+ * impossible sizes; NO_MEMORY. */
+HURRAY_API HurrayStatus hurray_quantize(const void *src, uint64_t src_size, HurrayDType src_dtype,
+                                        uint32_t rank, const uint64_t *shape,
+                                        const HurrayQuantizeOptions *options,
                                         HurrayDescriptor **descriptor_out,
                                         HurrayBufferList **buffers_out, HurrayError *error);
 

@@ -181,7 +181,7 @@ static PyObject *tensor_buffer_address(PyObject *op, PyObject *arg) {
   if (hy_tensor_ready(self) < 0) return NULL;
   Py_ssize_t i = PyLong_AsSsize_t(arg);
   if (i == -1 && PyErr_Occurred()) return NULL;
-  HurrayBuffer *b = hurray_buffer_list_get(self->buffers, (size_t)i);
+  const HurrayBuffer *b = hurray_buffer_list_get(self->buffers, (size_t)i);
   if (i < 0 || b == NULL) {
     PyErr_SetString(PyExc_IndexError, "buffer index out of range");
     return NULL;
@@ -192,7 +192,7 @@ static PyObject *tensor_buffer_address(PyObject *op, PyObject *arg) {
 static int view_getbuffer(PyObject *op, Py_buffer *out, int flags) {
   ViewObject *v = (ViewObject *)op;
   TensorObject *t = (TensorObject *)v->tensor;
-  HurrayBuffer *b = hurray_buffer_list_get(t->buffers, (size_t)v->index);
+  const HurrayBuffer *b = hurray_buffer_list_get(t->buffers, (size_t)v->index);
   void *data = hurray_buffer_data(b);
   static char empty;
   return PyBuffer_FillInfo(out, op, data != NULL ? data : &empty,
@@ -452,7 +452,7 @@ PyObject *mod_quantize(PyObject *module, PyObject *args) {
   HurrayBufferList *list = NULL;
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS
-  s = hurray_quantize(view.buf, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
+  s = hurray_quantize(view.buf, (uint64_t)view.len, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&view);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);

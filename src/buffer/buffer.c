@@ -179,7 +179,11 @@ size_t hurray_buffer_list_len(const HurrayBufferList *list) {
   return list == NULL ? 0 : list->len;
 }
 
-HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index) {
+const HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index) {
+  return (list == NULL || index >= list->len) ? NULL : list->items[index];
+}
+
+HurrayBuffer *hurray_buffer_list_get_mutable(HurrayBufferList *list, size_t index) {
   return (list == NULL || index >= list->len) ? NULL : list->items[index];
 }
 

@@ -649,7 +649,8 @@ static void widen_part(void *ctx, unsigned part) {
   }
 }
 
-static HurrayStatus check_arguments(const void *src, HurrayDType src_dtype, uint32_t rank,
+static HurrayStatus check_arguments(const void *src, uint64_t src_size, HurrayDType src_dtype,
+                                   uint32_t rank,
                                    const uint64_t *shape, const HurrayQuantizeOptions *options,
                                    HurrayDescriptor **descriptor_out,
                                    HurrayBufferList **buffers_out, uint64_t *numel,
@@ -660,6 +661,10 @@ static HurrayStatus check_arguments(const void *src, HurrayDType src_dtype, uint
       (rank > 0 && shape == NULL)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "options, shape and both outputs must not be NULL");
+  }
+  if (options->version != HURRAY_QUANTIZE_OPTIONS_VERSION) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
+                        options->version);
   }
   if (src_dtype != HURRAY_DTYPE_FLOAT32 && src_dtype != HURRAY_DTYPE_FLOAT16 &&
       src_dtype != HURRAY_DTYPE_BFLOAT16) {
@@ -679,6 +684,15 @@ static HurrayStatus check_arguments(const void *src, HurrayDType src_dtype, uint
   }
   if (src == NULL && *numel > 0) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src is NULL");
+  }
+  uint64_t src_need;
+  if (!hurray__mul_u64(*numel, src_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2, &src_need)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the source size does not fit in 64 bits");
+  }
+  if (src_size < src_need) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "src holds %llu bytes; the shape needs %llu", (unsigned long long)src_size,
+                        (unsigned long long)src_need);
   }
   return HURRAY_OK;
 }
@@ -766,12 +780,12 @@ static HurrayStatus package(const Job *j, uint32_t rank, const uint64_t *shape, 
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_quantize(const void *src, HurrayDType src_dtype, uint32_t rank,
-                             const uint64_t *shape, const HurrayQuantizeOptions *options,
+HurrayStatus hurray_quantize(const void *src, uint64_t src_size, HurrayDType src_dtype,
+                             uint32_t rank, const uint64_t *shape, const HurrayQuantizeOptions *options,
                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
                              HurrayError *error) {
   uint64_t numel = 0;
-  HURRAY_RETURN_NOT_OK(check_arguments(src, src_dtype, rank, shape, options, descriptor_out,
+  HURRAY_RETURN_NOT_OK(check_arguments(src, src_size, src_dtype, rank, shape, options, descriptor_out,
                                        buffers_out, &numel, error));
   Job *j = calloc(1, sizeof *j);
   if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");

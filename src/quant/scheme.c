@@ -51,6 +51,7 @@ HurrayStatus hurray_quantize_options_init(HurrayQuantizeOptions *o, HurrayQuantS
                         (int)scheme);
   }
   *o = (HurrayQuantizeOptions){0};
+  o->version = HURRAY_QUANTIZE_OPTIONS_VERSION;
   o->scheme = scheme;
   o->axis = scheme == HURRAY_SCHEME_PER_CHANNEL ? 0 : -1;
   o->block_size = scheme == HURRAY_SCHEME_NF4 ? 64 : scheme == HURRAY_SCHEME_AFFINE ||

@@ -24,6 +24,11 @@ static inline int scratch_dir_remove(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+/* `name` inside the folder, into `out` of `size` bytes. */
+static inline void in_dir(char *out, size_t size, const char *name) {
+  snprintf(out, size, "%s/%s", dir, name);
+}
+
 /* A release callback for buffers allocated with malloc/aligned_alloc. */
 static inline void free_release(void *data, void *ctx) {
   (void)ctx;

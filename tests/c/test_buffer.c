@@ -71,8 +71,11 @@ static void test_list_releases_each_once(void **state) {
   /* get borrows: looking at every element releases nothing. */
   for (size_t i = 0; i < 3; i++) {
     assert_non_null(hurray_buffer_list_get(list, i));
+    assert_ptr_equal(hurray_buffer_list_get_mutable(list, i), hurray_buffer_list_get(list, i));
   }
   assert_null(hurray_buffer_list_get(list, 3));
+  assert_null(hurray_buffer_list_get_mutable(list, 3));
+  assert_null(hurray_buffer_list_get_mutable(NULL, 0));
   for (int i = 0; i < 3; i++) {
     assert_int_equal(c[i].releases, 0);
   }
@@ -268,7 +271,7 @@ static void test_placement_size_alignment_device_sync(void **state) {
   hurray_buffer_list_destroy(skewed);
 
   /* One buffer on another device: colocation broken. */
-  HurrayBuffer *scales = hurray_buffer_list_get(list, 1);
+  HurrayBuffer *scales = hurray_buffer_list_get_mutable(list, 1);
   assert_ok(hurray_buffer_set_device(scales, HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_DEVICE, error));
   assert_status(HURRAY_ERR_DEVICE_MISMATCH, hurray_validate_buffer_placement(d, list, error));
   assert_ok(hurray_buffer_set_device(scales, HURRAY_DEVICE_CPU, 1, HURRAY_MEMORY_HOST, error));
@@ -328,7 +331,7 @@ static void test_placement_page_table(void **state) {
   table = hurray_buffer_data(hurray_buffer_list_get(list, 1));
   write_le(table, 1000, 4);
   for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get(list, i), HURRAY_DEVICE_CUDA, 0,
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA, 0,
                                        HURRAY_MEMORY_DEVICE, error));
   }
   assert_ok(hurray_validate_buffer_placement(d, list, error));

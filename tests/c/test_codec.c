@@ -12,23 +12,12 @@
 
 static const char *vectors_dir;
 
-static uint8_t *read_file(const char *name, const char *ext, size_t *len) {
+/* tests/vectors/NAME.EXT, NUL-terminated. */
+static uint8_t *read_vector(const char *name, const char *ext, size_t *len) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s.%s", vectors_dir, name, ext);
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    print_error("cannot open %s\n", path);
-    fail();
-  }
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = malloc((size_t)size + 1);
-  assert_non_null(data);
-  assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  data[size] = 0;
-  *len = (size_t)size;
+  uint8_t *data = read_file(path, len);
+  if (data == NULL) fail_msg("cannot open %s", path);
   return data;
 }
 
@@ -45,7 +34,7 @@ static void test_golden_encode(void **state) {
     uint8_t *bytes;
     size_t len, want_len;
     encode(d, &bytes, &len);
-    uint8_t *want = read_file(golden_vectors[i].name, "bin", &want_len);
+    uint8_t *want = read_vector(golden_vectors[i].name, "bin", &want_len);
     if (len != want_len || memcmp(bytes, want, len) != 0) {
       print_error("%s: encoding differs from the golden vector\n", golden_vectors[i].name);
       fail();
@@ -62,8 +51,8 @@ static void test_golden_decode(void **state) {
   (void)state;
   for (size_t i = 0; i < golden_vector_count; i++) {
     size_t len, json_len;
-    uint8_t *bin = read_file(golden_vectors[i].name, "bin", &len);
-    char *want_json = (char *)read_file(golden_vectors[i].name, "json", &json_len);
+    uint8_t *bin = read_vector(golden_vectors[i].name, "bin", &len);
+    char *want_json = (char *)read_vector(golden_vectors[i].name, "json", &json_len);
     HurrayDescriptor *decoded = NULL;
     assert_ok(hurray_descriptor_decode(bin, len, &decoded, error));
     assert_ok(hurray_descriptor_validate(decoded, error));
@@ -320,7 +309,7 @@ static void test_truncations(void **state) {
   (void)state;
   for (size_t i = 0; i < golden_vector_count; i++) {
     size_t len;
-    uint8_t *bin = read_file(golden_vectors[i].name, "bin", &len);
+    uint8_t *bin = read_vector(golden_vectors[i].name, "bin", &len);
     for (size_t cut = 0; cut < len; cut++) {
       /* A fresh allocation of exactly `cut` bytes lets ASan see overreads. */
       uint8_t *prefix = malloc(cut ? cut : 1);
@@ -345,7 +334,7 @@ static void test_single_byte_corruptions(void **state) {
   (void)state;
   for (size_t i = 0; i < golden_vector_count; i++) {
     size_t len;
-    uint8_t *bin = read_file(golden_vectors[i].name, "bin", &len);
+    uint8_t *bin = read_vector(golden_vectors[i].name, "bin", &len);
     uint8_t *copy = malloc(len);
     for (size_t pos = 0; pos < len; pos++) {
       for (int value = 0; value < 256; value++) {

@@ -32,10 +32,6 @@ static int setup(void **state) {
   return scratch_dir_create("concurrency");
 }
 
-static void in_dir(char *out, size_t size, const char *name) {
-  snprintf(out, size, "%s/%s", dir, name);
-}
-
 /* Element k of tensor t of file generation g. */
 static float value(uint32_t g, uint32_t t, uint64_t k) {
   return (float)(g * 1000003u + t * 7919u) + (float)(k % 4096) * 0.25f;
@@ -304,7 +300,7 @@ static void *quant_thread(void *arg) {
     o.threads = q->threads;
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
-    assert_ok(hurray_quantize(q->x, HURRAY_DTYPE_FLOAT32, 2, q->shape, &o, &d, &list, error));
+    assert_ok(hurray_quantize(q->x, n * sizeof *q->x, HURRAY_DTYPE_FLOAT32, 2, q->shape, &o, &d, &list, error));
     assert_true(hurray_descriptor_equal(d, q->ref_d));
     for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
       const HurrayBuffer *a = hurray_buffer_list_get(list, i);
@@ -339,7 +335,7 @@ static void test_quantize_on_many_threads(void **state) {
     assert_ok(hurray_quantize_options_init(&o, schemes[s], error));
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
-    assert_ok(hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &list, error));
+    assert_ok(hurray_quantize(x, n * sizeof *x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &list, error));
     assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, ref_y, n * sizeof *ref_y, 1, error));
     QuantJob jobs[THREADS];
     pthread_t ids[THREADS];

@@ -324,7 +324,7 @@ static HurrayStatus run_workload(HurrayWriter *w, HurrayError *err) {
 /* One complete write through `sys` (NULL: the public API). On a failure in
  * write_tensor, finish must refuse with STATE and clean up; the first
  * failure is returned, its message in *err. */
-static HurrayStatus write_file(const HurraySys *sys, HurrayError *err) {
+static HurrayStatus write_target(const HurraySys *sys, HurrayError *err) {
   HurrayWriter *w = NULL;
   HurrayStatus status = sys != NULL ? hurray__writer_open_sys(target, sys, &w, err)
                                     : hurray_writer_open(target, &w, err);
@@ -342,20 +342,6 @@ static HurrayStatus write_file(const HurraySys *sys, HurrayError *err) {
 }
 
 /* ------------------------------------------------------------- checks */
-
-static uint8_t *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = malloc(size > 0 ? (size_t)size : 1);
-  assert_non_null(data);
-  assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-  fclose(f);
-  *len = (size_t)size;
-  return data;
-}
 
 static void prepare_target(bool exists) {
   unlink(target);
@@ -506,7 +492,7 @@ static Fake dry_run(bool fallback) {
   prepare_target(true);
   fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
   HurrayError err = {0};
-  HurrayStatus status = write_file(&fake_sys, &err);
+  HurrayStatus status = write_target(&fake_sys, &err);
   if (status != HURRAY_OK) fail_msg("dry run failed: %s", err.message);
   assert_true(fake.calls <= MAX_CALLS);
   assert_true(fake.rename_at != SIZE_MAX);
@@ -533,7 +519,7 @@ static void run_one(const Fake *trace, bool fallback, bool exists, size_t i, Fau
   int fds_before = open_fd_count();
   fake_reset(fallback, i, f, cleanup_fails);
   HurrayError err = {0};
-  HurrayStatus status = write_file(&fake_sys, &err);
+  HurrayStatus status = write_target(&fake_sys, &err);
   if (!fake.fired) fail_msg("%s: the fault never fired", what);
   if (open_fd_count() != fds_before) fail_msg("%s: a file descriptor leaked", what);
   totals.points++;
@@ -595,7 +581,7 @@ static void test_reference_write(void **state) {
   (void)state;
   prepare_target(false);
   HurrayError err = {0};
-  HurrayStatus status = write_file(NULL, &err);
+  HurrayStatus status = write_target(NULL, &err);
   if (status != HURRAY_OK) fail_msg("reference write failed: %s", err.message);
   expected_bytes = read_file(target, &expected_len);
   assert_non_null(expected_bytes);

@@ -19,6 +19,7 @@
 
 #include "hurray/hurray.h"
 #include "scratch_dir.h"
+#include "test_util.h"
 
 static int setup(void **state) {
   (void)state;
@@ -63,40 +64,32 @@ static void put_zeros(Bytes *b, size_t n) {
   }
 }
 
-static void path_of(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
-
-static void write_file(const char *name, const Bytes *b) {
+static void write_named(const char *name, const Bytes *b) {
   char path[512];
-  path_of(path, sizeof path, name);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  if (b->len > 0) assert_int_equal(fwrite(b->p, 1, b->len, f), b->len);
-  fclose(f);
+  in_dir(path, sizeof path, name);
+  write_file(path, b->p, b->len);
 }
 
-static Bytes read_file(const char *name) {
+static Bytes read_named(const char *name) {
   char path[512];
-  path_of(path, sizeof path, name);
+  in_dir(path, sizeof path, name);
   Bytes b = {0};
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  uint8_t buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) put(&b, buf, n);
-  fclose(f);
+  b.p = read_file(path, &b.len);
+  assert_non_null(b.p);
+  b.cap = b.len + 1;
   return b;
 }
 
 static HurrayStatus convert(const char *src, const char *dst, HurrayError *e) {
   char a[512], b[512];
-  path_of(a, sizeof a, src);
-  path_of(b, sizeof b, dst);
+  in_dir(a, sizeof a, src);
+  in_dir(b, sizeof b, dst);
   memset(e, 0, sizeof *e);
   return hurray_convert_file(a, b, NULL, e);
 }
 
 static void assert_same_files(const char *x, const char *y) {
-  Bytes a = read_file(x), b = read_file(y);
+  Bytes a = read_named(x), b = read_named(y);
   assert_int_equal(a.len, b.len);
   assert_memory_equal(a.p, b.p, a.len);
   free(a.p);
@@ -108,14 +101,14 @@ static void assert_same_files(const char *x, const char *y) {
 static void assert_refused(const char *bad, const char *target, HurrayStatus want) {
   Bytes sentinel = {0};
   put(&sentinel, "untouched", 9);
-  write_file(target, &sentinel);
+  write_named(target, &sentinel);
   HurrayError e;
   HurrayStatus s = convert(bad, target, &e);
   if (s != want) fprintf(stderr, "%s: got %s (%s)\n", bad, hurray_status_name(s), e.message);
   assert_int_equal(s, want);
   assert_true(e.message[0] != '\0');
   assert_null(strchr(e.message, '\n'));
-  Bytes after = read_file(target);
+  Bytes after = read_named(target);
   assert_int_equal(after.len, 9);
   assert_memory_equal(after.p, "untouched", 9);
   free(after.p);
@@ -154,7 +147,7 @@ static void test_safetensors_round_trip_is_byte_identical(void **state) {
   for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 37 + 11);
   data[37] = 1;
   Bytes f = make_safetensors(st_header, data, sizeof data);
-  write_file("m.safetensors", &f);
+  write_named("m.safetensors", &f);
   HurrayError e;
   assert_int_equal(convert("m.safetensors", "m.hurray", &e), HURRAY_OK);
   assert_int_equal(convert("m.hurray", "back.safetensors", &e), HURRAY_OK);
@@ -162,7 +155,7 @@ static void test_safetensors_round_trip_is_byte_identical(void **state) {
 
   /* The hurray file: the dtypes, the metadata as safetensors.K strings. */
   char path[512];
-  path_of(path, sizeof path, "m.hurray");
+  in_dir(path, sizeof path, "m.hurray");
   HurrayReader *r = NULL;
   assert_int_equal(hurray_reader_open(path, NULL, &r, &e), HURRAY_OK);
   assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_OK);
@@ -203,13 +196,13 @@ static void test_safetensors_every_dtype(void **state) {
     uint8_t data[24];
     for (unsigned i = 0; i < sizeof data; i++) data[i] = (uint8_t)(k * 31 + i);
     Bytes f = make_safetensors(header, data, 3 * all[k].bytes);
-    write_file("one.safetensors", &f);
+    write_named("one.safetensors", &f);
     HurrayError e;
     assert_int_equal(convert("one.safetensors", "one.hurray", &e), HURRAY_OK);
     assert_int_equal(convert("one.hurray", "one-back.safetensors", &e), HURRAY_OK);
     assert_same_files("one.safetensors", "one-back.safetensors");
     char path[512];
-    path_of(path, sizeof path, "one.safetensors");
+    in_dir(path, sizeof path, "one.safetensors");
     HurraySource *s = NULL;
     assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, true, &s, &e), HURRAY_OK);
     HurrayDescriptor *d = NULL;
@@ -262,7 +255,7 @@ static void test_safetensors_lies_are_refused(void **state) {
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     Bytes f = make_safetensors(cases[k].header, data, cases[k].data_len);
-    write_file("bad.safetensors", &f);
+    write_named("bad.safetensors", &f);
     assert_refused("bad.safetensors", "target.hurray", cases[k].want);
     free(f.p);
   }
@@ -274,14 +267,14 @@ static void test_safetensors_header_limits_and_truncation(void **state) {
   Bytes f = {0};
   put_le(&f, 100000001, 8);
   put(&f, "{}", 2);
-  write_file("huge.safetensors", &f);
+  write_named("huge.safetensors", &f);
   assert_refused("huge.safetensors", "target.hurray", HURRAY_ERR_LIMIT);
   free(f.p);
   /* A header that claims 100 MB in a small file. */
   f = (Bytes){0};
   put_le(&f, 100000000, 8);
   put(&f, "{}", 2);
-  write_file("short.safetensors", &f);
+  write_named("short.safetensors", &f);
   assert_refused("short.safetensors", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   /* Every truncation of a good file. */
@@ -290,14 +283,14 @@ static void test_safetensors_header_limits_and_truncation(void **state) {
   for (size_t cut = 0; cut < good.len; cut += (cut < 16 ? 1 : 7)) {
     Bytes t = {0};
     put(&t, good.p, cut);
-    write_file("cut.safetensors", &t);
+    write_named("cut.safetensors", &t);
     Bytes sentinel = {0};
     put(&sentinel, "untouched", 9);
-    write_file("target.hurray", &sentinel);
+    write_named("target.hurray", &sentinel);
     HurrayError e;
     assert_int_not_equal(convert("cut.safetensors", "target.hurray", &e), HURRAY_OK);
     assert_null(strchr(e.message, '\n'));
-    Bytes after = read_file("target.hurray");
+    Bytes after = read_named("target.hurray");
     assert_int_equal(after.len, 9);
     free(after.p);
     free(sentinel.p);
@@ -405,14 +398,14 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
       {"norm", 0, 1, {4}, f32, sizeof f32},
   };
   Bytes f = make_gguf(&kv, 12, t, 4, 32);
-  write_file("m.gguf", &f);
+  write_named("m.gguf", &f);
   HurrayError e;
   assert_int_equal(convert("m.gguf", "g.hurray", &e), HURRAY_OK);
   assert_int_equal(convert("g.hurray", "back.gguf", &e), HURRAY_OK);
   assert_same_files("m.gguf", "back.gguf");
   /* Version 2 reads the same (and is written back as version 3). */
   f.p[4] = 2;
-  write_file("v2.gguf", &f);
+  write_named("v2.gguf", &f);
   assert_int_equal(convert("v2.gguf", "v2.hurray", &e), HURRAY_OK);
   assert_int_equal(convert("v2.hurray", "v2-back.gguf", &e), HURRAY_OK);
   assert_same_files("m.gguf", "v2-back.gguf");
@@ -421,7 +414,7 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
   /* Q4_0: GGUF byte j holds elements j and j+16 of a block; hurray byte
    * k elements 2k and 2k+1; the float16 d copied bit for bit. */
   char path[512];
-  path_of(path, sizeof path, "m.gguf");
+  in_dir(path, sizeof path, "m.gguf");
   HurraySource *s = NULL;
   assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, true, &s, &e), HURRAY_OK);
   assert_int_equal(hurray_source_tensor_count(s), 4);
@@ -486,7 +479,7 @@ static void test_gguf_lies_are_refused(void **state) {
     put_le(&f, which == 0 ? 1ull << 40 : 0, 8);
     put_le(&f, which == 1 ? 1ull << 40 : 0, 8);
     put_zeros(&f, 64);
-    write_file("absurd.gguf", &f);
+    write_named("absurd.gguf", &f);
     assert_refused("absurd.gguf", "target.hurray", HURRAY_ERR_LIMIT);
     free(f.p);
   }
@@ -497,7 +490,7 @@ static void test_gguf_lies_are_refused(void **state) {
   put_le(&f, 1000, 8);
   put_le(&f, 0, 8);
   put_zeros(&f, 64);
-  write_file("many.gguf", &f);
+  write_named("many.gguf", &f);
   assert_refused("many.gguf", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   /* A string length of 2^60. */
@@ -508,7 +501,7 @@ static void test_gguf_lies_are_refused(void **state) {
   put_le(&f, 1, 8);
   put_le(&f, 1ull << 60, 8);
   put_zeros(&f, 32);
-  write_file("longkey.gguf", &f);
+  write_named("longkey.gguf", &f);
   assert_refused("longkey.gguf", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   /* An array of 2^62 items. */
@@ -517,7 +510,7 @@ static void test_gguf_lies_are_refused(void **state) {
   put_le(&kv, 4, 4);
   put_le(&kv, 1ull << 62, 8);
   f = make_gguf(&kv, 1, NULL, 0, 32);
-  write_file("arr.gguf", &f);
+  write_named("arr.gguf", &f);
   assert_refused("arr.gguf", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   free(kv.p);
@@ -526,7 +519,7 @@ static void test_gguf_lies_are_refused(void **state) {
   kv_header(&kv, "__types__", 8);
   put_str(&kv, "{}");
   f = make_gguf(&kv, 1, NULL, 0, 32);
-  write_file("reserved.gguf", &f);
+  write_named("reserved.gguf", &f);
   assert_refused("reserved.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);
   free(f.p);
   free(kv.p);
@@ -537,7 +530,7 @@ static void test_gguf_lies_are_refused(void **state) {
   GTensor past = {"t", 0, 1, {64}, data, 64};
   f = make_gguf(&none, 0, &past, 1, 32);
   f.len -= 32;
-  write_file("past.gguf", &f);
+  write_named("past.gguf", &f);
   assert_refused("past.gguf", "target.hurray", HURRAY_ERR_TRUNCATED);
   free(f.p);
   GTensor two[2] = {{"a", 0, 1, {4}, data, 16}, {"b", 0, 1, {4}, data, 16}};
@@ -545,17 +538,17 @@ static void test_gguf_lies_are_refused(void **state) {
   /* b's offset is the last 8 bytes of its info: make it 16, not 32. */
   size_t info_end = 24 + (8 + 1 + 4 + 8 + 4 + 8) * 2;
   f.p[info_end - 8] = 16;
-  write_file("offset.gguf", &f);
+  write_named("offset.gguf", &f);
   assert_refused("offset.gguf", "target.hurray", HURRAY_ERR_RANGE);
   free(f.p);
   GTensor wide = {"w", 0, 2, {1ull << 62, 1ull << 62}, data, 0};
   f = make_gguf(&none, 0, &wide, 1, 32);
-  write_file("wide.gguf", &f);
+  write_named("wide.gguf", &f);
   assert_refused("wide.gguf", "target.hurray", HURRAY_ERR_OVERFLOW);
   free(f.p);
   GTensor q5 = {"blk.0.ffn_up.weight", 9, 1, {32}, data, 40}; /* Q8_1: not importable */
   f = make_gguf(&none, 0, &q5, 1, 32);
-  write_file("q5.gguf", &f);
+  write_named("q5.gguf", &f);
   assert_refused("q5.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);
   HurrayError e;
   convert("q5.gguf", "target.hurray", &e);
@@ -566,7 +559,7 @@ static void test_gguf_lies_are_refused(void **state) {
   put(&f, "GGUF", 4);
   put_le(&f, 3u << 24, 4);
   put_zeros(&f, 16);
-  write_file("be.gguf", &f);
+  write_named("be.gguf", &f);
   assert_refused("be.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);
   free(f.p);
   /* Every truncation of a good file. */
@@ -579,7 +572,7 @@ static void test_gguf_lies_are_refused(void **state) {
   for (size_t cut = 0; cut < good.len - (64 - 34) ; cut++) {
     Bytes t = {0};
     put(&t, good.p, cut);
-    write_file("cut.gguf", &t);
+    write_named("cut.gguf", &t);
     HurrayStatus s = convert("cut.gguf", "target.hurray", &e);
     assert_int_not_equal(s, HURRAY_OK);
     assert_null(strchr(e.message, '\n'));
@@ -601,9 +594,9 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(hurray_quantize_options_init(&o, HURRAY_SCHEME_Q4_0, &e), HURRAY_OK);
   HurrayDescriptor *d = NULL;
   HurrayBufferList *l = NULL;
-  assert_int_equal(hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e), HURRAY_OK);
+  assert_int_equal(hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e), HURRAY_OK);
   char path[512];
-  path_of(path, sizeof path, "q.hurray");
+  in_dir(path, sizeof path, "q.hurray");
   HurrayWriter *w = NULL;
   assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
   assert_int_equal(hurray_writer_write_tensor(w, "w", d, l, &e), HURRAY_OK);
@@ -617,7 +610,7 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(convert("q2.hurray", "q2.gguf", &e), HURRAY_OK);
   assert_same_files("q.gguf", "q2.gguf");
   /* A file converted onto itself. */
-  path_of(path, sizeof path, "q.hurray");
+  in_dir(path, sizeof path, "q.hurray");
   assert_int_equal(hurray_convert_file(path, path, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
 }
 

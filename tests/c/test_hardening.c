@@ -388,27 +388,6 @@ static void test_per_tensor_scale_validated_as_float32(void **state) {
 
 /* ------------------------------------------ header and trailer versions */
 
-static uint8_t *read_whole(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *data = malloc((size_t)n);
-  assert_non_null(data);
-  assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return data;
-}
-
-static void write_whole(const char *path, const uint8_t *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, len, f), len);
-  fclose(f);
-}
-
 /* Rewrites the versions of `src` into `dst` (resealing the trailer) and
  * returns what opening it gives. */
 static HurrayStatus open_with_versions(const uint8_t *src, size_t len, const char *dst,
@@ -423,7 +402,7 @@ static HurrayStatus open_with_versions(const uint8_t *src, size_t len, const cha
   trailer[43] = (uint8_t)(trailer_minor >> 8);
   uint64_t sum = XXH3_64bits(trailer, 48);
   for (int i = 0; i < 8; i++) trailer[48 + i] = (uint8_t)(sum >> (8 * i));
-  write_whole(dst, data, len);
+  write_file(dst, data, len);
   free(data);
   HurrayReader *r = NULL;
   HurrayStatus s = hurray_reader_open(dst, NULL, &r, NULL);
@@ -443,7 +422,8 @@ static void test_header_and_trailer_minor_versions_must_agree(void **state) {
   assert_ok(hurray_writer_set_metadata_int(w, "k", 1, NULL));
   assert_ok(hurray_writer_finish(w, NULL));
   size_t len = 0;
-  uint8_t *data = read_whole(path, &len);
+  uint8_t *data = read_file(path, &len);
+  assert_non_null(data);
   assert_int_equal(open_with_versions(data, len, other, 0, 0), HURRAY_OK);
   assert_int_equal(open_with_versions(data, len, other, 7, 7), HURRAY_OK);
   assert_int_equal(open_with_versions(data, len, other, 65535, 65535), HURRAY_OK);

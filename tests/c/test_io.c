@@ -18,10 +18,6 @@
 #include "vectors.h"
 
 
-static void in_dir(char *out, size_t size, const char *name) {
-  snprintf(out, size, "%s/%s", dir, name);
-}
-
 static int setup(void **state) {
   (void)state;
   return scratch_dir_create("io");
@@ -174,7 +170,7 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   assert_ok(hurray_reader_get_tensor(r, "a.scales", &d, &list, error));
-  HurrayBuffer *b = hurray_buffer_list_get(list, 0);
+  const HurrayBuffer *b = hurray_buffer_list_get(list, 0);
   uint8_t *data = hurray_buffer_data(b);
   uint64_t size = hurray_buffer_size(b);
   uint8_t first = data[0];

@@ -71,9 +71,7 @@ static HurrayBufferList *buffers_for(const HurrayDescriptor *d, uint8_t **mem, b
 
 /* Little-endian int32 / int64 index entries. */
 static void put_index(uint8_t *base, bool wide, uint64_t i, int64_t v) {
-  size_t width = wide ? 8 : 4;
-  uint64_t u = (uint64_t)v;
-  for (size_t k = 0; k < width; k++) base[i * width + k] = (uint8_t)(u >> (8 * k));
+  golden_vector_put_index(base, wide ? HURRAY_DTYPE_INT64 : HURRAY_DTYPE_INT32, i, (uint64_t)v);
 }
 
 static void put_indices(uint8_t *base, bool wide, const int64_t *v, size_t n) {
@@ -435,7 +433,7 @@ static void test_contents_read_only_when_ready_on_host(void **state) {
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_DEVICE, error));
   list = buffers_for(d, mem, false);
   for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get(list, i), HURRAY_DEVICE_CUDA, 0,
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA, 0,
                                        HURRAY_MEMORY_DEVICE, error));
   }
   put_indices(mem[1], false, (int64_t[]){7, 1, 0, 9}, 4);
@@ -453,7 +451,7 @@ static void test_contents_read_only_when_ready_on_host(void **state) {
                                          error));
   list = buffers_for(d, mem, true);
   for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get(list, i),
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i),
                                        HURRAY_DEVICE_CUDA_MANAGED, 0, HURRAY_MEMORY_MANAGED,
                                        error));
   }

@@ -18,7 +18,10 @@ typedef struct Quantized {
 static Quantized quantize_f32(const float *x, uint32_t rank, const uint64_t *shape,
                               const HurrayQuantizeOptions *o) {
   Quantized q = {0};
-  assert_ok(hurray_quantize(x, HURRAY_DTYPE_FLOAT32, rank, shape, o, &q.d, &q.list, error));
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; i++) n *= shape[i];
+  assert_ok(hurray_quantize(x, n * sizeof *x, HURRAY_DTYPE_FLOAT32, rank, shape, o, &q.d, &q.list,
+                            error));
   assert_non_null(q.d);
   assert_non_null(q.list);
   return q;
@@ -85,6 +88,79 @@ static void test_option_defaults(void **state) {
   assert_int_equal(o.scale_dtype, HURRAY_DTYPE_FLOAT16);
 }
 
+/* The static initializer is the affine defaults, version included. */
+static void test_options_init_macro_matches_function(void **state) {
+  (void)state;
+  HurrayQuantizeOptions a = HURRAY_QUANTIZE_OPTIONS_INIT, b = options(HURRAY_SCHEME_AFFINE);
+  assert_int_equal(a.version, HURRAY_QUANTIZE_OPTIONS_VERSION);
+  assert_int_equal(b.version, HURRAY_QUANTIZE_OPTIONS_VERSION);
+  assert_int_equal(a.scheme, b.scheme);
+  assert_int_equal(a.axis, b.axis);
+  assert_int_equal(a.block_size, b.block_size);
+  assert_int_equal(a.code_dtype, b.code_dtype);
+  assert_int_equal(a.scale_dtype, b.scale_dtype);
+  assert_int_equal(a.symmetric, b.symmetric);
+  assert_int_equal(a.threads, b.threads);
+  float x[4] = {1, 2, 3, 4};
+  Quantized q = quantize_f32(x, 1, (uint64_t[]){4}, &a);
+  quantized_free(q);
+}
+
+/* An options struct not made by the macro or the function (version 0) or
+ * from a newer header is refused, not misread. */
+static void test_unknown_options_version_is_refused(void **state) {
+  (void)state;
+  float x[4] = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *l = NULL;
+  HurrayQuantizeOptions o = options(HURRAY_SCHEME_AFFINE);
+  o.version = 0;
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){4}, &o, &d, &l,
+                                error));
+  o.version = HURRAY_QUANTIZE_OPTIONS_VERSION + 1;
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){4}, &o, &d, &l,
+                                error));
+  assert_null(d);
+  assert_null(l);
+}
+
+/* The source size is checked against the shape before anything is read:
+ * one byte short is refused (ASan would flag the read otherwise), a longer
+ * source is fine, and an empty tensor needs no bytes at all. */
+static void test_source_size_is_checked(void **state) {
+  (void)state;
+  HurrayQuantizeOptions o = options(HURRAY_SCHEME_BLOCK_AFFINE);
+  uint64_t shape[2] = {2, 32};
+  float *x = malloc(64 * sizeof *x);
+  for (int i = 0; i < 64; i++) x[i] = (float)i;
+  HurrayDescriptor *d = (HurrayDescriptor *)1;
+  HurrayBufferList *l = (HurrayBufferList *)1;
+  HurrayError e = {0};
+  assert_int_equal(hurray_quantize(x, 64 * sizeof *x - 1, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d,
+                                   &l, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.message, "255 bytes"));
+  assert_null(d);
+  assert_null(l);
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_quantize(x, 127, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &d, &l, error));
+  assert_ok(hurray_quantize(x, 128, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &d, &l, error));
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(l);
+  assert_ok(hurray_quantize(x, 64 * sizeof *x + 64, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l,
+                            error));
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(l);
+  o = options(HURRAY_SCHEME_AFFINE);
+  assert_ok(hurray_quantize(NULL, 0, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){0, 32}, &o, &d, &l,
+                            error));
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(l);
+  free(x);
+}
+
 static void test_bad_options_are_refused(void **state) {
   (void)state;
   float x[64] = {0};
@@ -94,42 +170,42 @@ static void test_bad_options_are_refused(void **state) {
   HurrayQuantizeOptions o = options(HURRAY_SCHEME_Q8_0);
   o.axis = 0;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   assert_null(d);
   assert_null(l);
   o = options(HURRAY_SCHEME_MXFP4);
   o.block_size = 16;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_BLOCK_AFFINE);
   o.block_size = 0;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_PER_CHANNEL);
   o.axis = 2;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_PER_CHANNEL);
   o.code_dtype = HURRAY_DTYPE_INT16;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_PER_CHANNEL);
   o.scale_dtype = HURRAY_DTYPE_INT8;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_NF4);
   o.code_dtype = HURRAY_DTYPE_INT4;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   o = options(HURRAY_SCHEME_AFFINE);
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT64, 2, shape, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT64, 2, shape, &o, &d, &l, error));
   /* rank 0 has no axis */
   o = options(HURRAY_SCHEME_MXINT8);
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 0, NULL, &o, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 0, NULL, &o, &d, &l, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, NULL, &d, &l, error));
+                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, NULL, &d, &l, error));
 }
 
 /* ---------------------------------------------------- exact, by hand */
@@ -270,7 +346,7 @@ static void test_non_finite_refused_with_index(void **state) {
     HurrayDescriptor *d;
     HurrayBufferList *l;
     HurrayError e = {0};
-    assert_int_equal(hurray_quantize(x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e),
+    assert_int_equal(hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e),
                      HURRAY_ERR_NOT_FINITE);
     assert_non_null(strstr(e.message, "element 77"));
     assert_null(d);
@@ -376,7 +452,7 @@ static void test_threads_give_identical_bytes(void **state) {
     Quantized b = quantize_f32(x, 2, shape, &o);
     assert_true(hurray_descriptor_equal(a.d, b.d));
     for (size_t i = 0; i < hurray_buffer_list_len(a.list); i++) {
-      HurrayBuffer *ba = hurray_buffer_list_get(a.list, i), *bb = hurray_buffer_list_get(b.list, i);
+      const HurrayBuffer *ba = hurray_buffer_list_get(a.list, i), *bb = hurray_buffer_list_get(b.list, i);
       assert_int_equal(hurray_buffer_size(ba), hurray_buffer_size(bb));
       assert_memory_equal(hurray_buffer_data(ba), hurray_buffer_data(bb), hurray_buffer_size(ba));
     }
@@ -418,8 +494,8 @@ static void test_half_and_bfloat16_inputs_match_float32(void **state) {
   HurrayQuantizeOptions o = options(HURRAY_SCHEME_MXFP8_E4M3);
   Quantized a = quantize_f32(x, 2, shape, &o);
   Quantized qh = {0}, qb = {0};
-  assert_ok(hurray_quantize(h, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &qh.d, &qh.list, error));
-  assert_ok(hurray_quantize(b, HURRAY_DTYPE_BFLOAT16, 2, shape, &o, &qb.d, &qb.list, error));
+  assert_ok(hurray_quantize(h, sizeof h, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &qh.d, &qh.list, error));
+  assert_ok(hurray_quantize(b, sizeof b, HURRAY_DTYPE_BFLOAT16, 2, shape, &o, &qb.d, &qb.list, error));
   assert_memory_equal(buffer_bytes(&a, 0), buffer_bytes(&qh, 0), N);
   assert_memory_equal(buffer_bytes(&a, 0), buffer_bytes(&qb, 0), N);
   assert_memory_equal(buffer_bytes(&a, 1), buffer_bytes(&qh, 1), 8);
@@ -532,6 +608,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_scheme_names_round_trip),
       cmocka_unit_test(test_option_defaults),
       cmocka_unit_test(test_bad_options_are_refused),
+      cmocka_unit_test(test_options_init_macro_matches_function),
+      cmocka_unit_test(test_unknown_options_version_is_refused),
+      cmocka_unit_test(test_source_size_is_checked),
       cmocka_unit_test(test_q8_0_block_by_hand),
       cmocka_unit_test(test_q4_0_block_by_hand),
       cmocka_unit_test(test_nf4_block_by_hand),

@@ -15,9 +15,7 @@ static HurrayDescriptor *dense(HurrayDType dtype, uint32_t rank, const uint64_t 
   return d;
 }
 
-static void add(HurrayDescriptor *d, HurrayBufferRole role, uint64_t size) {
-  assert_ok(hurray_descriptor_add_buffer(d, role, size, 64, HURRAY_SYNC_READY, NULL, error));
-}
+#define add golden_vector_add_buffer
 
 /* Validates, expects `code`, frees. */
 static void expect(HurrayDescriptor *d, HurrayStatus code) {

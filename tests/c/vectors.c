@@ -24,9 +24,12 @@ static HurrayDescriptor *make(HurrayDType dtype, uint32_t rank, const uint64_t *
   return d;
 }
 
-static void add(HurrayDescriptor *d, HurrayBufferRole role, uint64_t size) {
+void golden_vector_add_buffer(HurrayDescriptor *d, HurrayBufferRole role, uint64_t size) {
   OK(hurray_descriptor_add_buffer(d, role, size, 64, HURRAY_SYNC_READY, NULL, NULL));
 }
+
+/* Shorthand for the builders below. */
+#define add golden_vector_add_buffer
 
 static HurrayDescriptor *dense_float32(void) {
   HurrayDescriptor *d = make(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){2, 3});
@@ -266,7 +269,7 @@ const GoldenVector golden_vectors[] = {
 
 const size_t golden_vector_count = sizeof golden_vectors / sizeof golden_vectors[0];
 
-static void put_index(uint8_t *base, HurrayDType dtype, uint64_t i, uint64_t v) {
+void golden_vector_put_index(uint8_t *base, HurrayDType dtype, uint64_t i, uint64_t v) {
   size_t width = dtype == HURRAY_DTYPE_INT64 ? 8 : 4;
   for (size_t k = 0; k < width; k++) base[i * width + k] = (uint8_t)(v >> (8 * k));
 }
@@ -287,7 +290,7 @@ void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffe
     for (uint64_t k = 0; k < nnz; k++) {
       uint64_t rest = k;
       for (uint32_t dim = rank; dim-- > 0;) {
-        put_index(buffers[hurray_descriptor_sparse_coo_index_buffer(d, dim)], index_dtype, k,
+        golden_vector_put_index(buffers[hurray_descriptor_sparse_coo_index_buffer(d, dim)], index_dtype, k,
                   rest % shape[dim]);
         rest /= shape[dim];
       }
@@ -304,9 +307,9 @@ void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffe
   uint8_t *indices = buffers[hurray_descriptor_sparse_indices_buffer(d)];
   for (uint64_t r = 0; r <= major; r++) {
     uint64_t start = r * nnz / major, end = (r + 1) * nnz / major;
-    put_index(indptr, index_dtype, r, start);
+    golden_vector_put_index(indptr, index_dtype, r, start);
     for (uint64_t k = start; r < major && k < end; k++) {
-      put_index(indices, index_dtype, k, (k - start) % minor);
+      golden_vector_put_index(indices, index_dtype, k, (k - start) % minor);
     }
   }
 }

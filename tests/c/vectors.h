@@ -27,4 +27,12 @@ HurrayDescriptor *golden_vector_build(const char *name);
  * is the memory of buffer i. Other buffers are left alone. */
 void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffers);
 
+/* Test helpers the builders use, shared with the suites. */
+/* Appends a buffer table entry of `size` bytes, 64-byte aligned, READY;
+ * aborts on failure. */
+void golden_vector_add_buffer(HurrayDescriptor *d, HurrayBufferRole role, uint64_t size);
+/* Stores `v` as index entry `i` of `base`, little-endian, 4 or 8 bytes wide
+ * as `dtype` (INT32 or INT64) says. */
+void golden_vector_put_index(uint8_t *base, HurrayDType dtype, uint64_t i, uint64_t v);
+
 #endif

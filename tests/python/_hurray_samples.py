@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import math
 import os
-import pathlib
-import shutil
-import tempfile
 
 import ml_dtypes
 import numpy as np
-import pytest
 
 from hurray import (BlockAffine, Buffer, Composite, Dense, Descriptor, Extension, Member, Mxfp,
                     Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse, Statistics)
@@ -267,19 +263,6 @@ _SAMPLES = {
 }
 
 SAMPLES = {name: _aligned(make) for name, make in _SAMPLES.items()}
-
-
-@pytest.fixture
-def fast_dir(tmp_path):
-    """A fresh folder, on /dev/shm when it exists (fsync is cheap there)."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        path = tempfile.mkdtemp(prefix="hurray-test-", dir="/dev/shm")
-        try:
-            yield pathlib.Path(path)
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-    else:
-        yield tmp_path
 
 
 def mappings(path) -> list:

@@ -400,6 +400,7 @@ def test_unconsumed_c_capsule_dropped_releases_each_buffer_once():
 
 # --------------------------------------------- (f) consumed capsule dropped
 
+@pytest.mark.slow
 @needs_lib
 @pytest.mark.parametrize("order", ["capsule_first", "tensor_first"])
 def test_consumed_capsule_dropped_frees_nothing_twice(order):
@@ -423,6 +424,7 @@ def test_consumed_capsule_dropped_frees_nothing_twice(order):
     assert producer.released == {0: 1, 1: 1, 2: 1}
 
 
+@pytest.mark.slow
 def test_consumed_python_capsule_dropped_refcount_baseline(quantized):
     t, _ = quantized
     base = sys.getrefcount(t)

@@ -391,12 +391,14 @@ def hurray_source(tmp_path_factory):
     return d / "src.hurray", one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hurray", "safetensors", "pt", "gguf", "npz", "npy"])
 def test_sigint_while_the_target_is_written_leaves_it_untouched(tmp_path, hurray_source, kind):
     src = hurray_source[1] if kind == "npy" else hurray_source[0]
     _interrupt(tmp_path, src, kind, "blocked")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hurray", "npz"])
 def test_sigint_between_tensors_leaves_the_target_untouched(tmp_path, hurray_source, kind):
     _interrupt(tmp_path, hurray_source[0], kind, "loop")
@@ -406,6 +408,7 @@ def test_sigterm_also_removes_the_temporary_file(tmp_path, hurray_source):
     _interrupt(tmp_path, hurray_source[0], "npz", "loop", sig=signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_sigint_while_hurray_save_runs(tmp_path):
     """A real SIGINT while the C writer runs on a 64 MiB conversion. With the
     writer's own signal checks (hurray.save aborts between buffers) the save
@@ -531,6 +534,7 @@ def _zip_with_text(path):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [
     "bad json index", "index not an object", "index without weight_map",
     "weight_map value not a name", "weight_map value with NUL", "missing shard",

@@ -15,7 +15,7 @@ import hurray
 from hurray import Buffer, Descriptor
 from hurray import _dtypes
 
-from _hurray_samples import (COMPRESSED_DENSE, SAMPLES, bsr_dense, fast_dir, inside,  # noqa: F401
+from _hurray_samples import (COMPRESSED_DENSE, SAMPLES, bsr_dense, inside,  # noqa: F401
                              mappings, paged)
 
 MODES = [pytest.param(True, id="mmap"), pytest.param(False, id="pread")]

@@ -606,6 +606,7 @@ def test_fifos_are_refused_without_blocking(tmp_path):
 
 # ------------------------------------------------------------ 11. Ctrl-C
 
+@pytest.mark.slow
 def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
     target = tmp_path / "model.hurray"
     hurray.save(target, {"old": np.arange(10)})

@@ -22,7 +22,7 @@ import pytest
 import hurray
 from hurray import Buffer, Descriptor, PerChannelAffine
 
-from _hurray_samples import aligned, fast_dir  # noqa: F401
+from _hurray_samples import aligned
 
 ON_TMPFS = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
 FILE_CYCLES = 10_000 if ON_TMPFS else 2_000
@@ -189,6 +189,7 @@ def file_cycle(path, a, d, arrays, i):
     del loaded
 
 
+@pytest.mark.slow
 @needs_statm
 def test_memory_is_flat_across_capsule_cycles(traced):
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
@@ -204,6 +205,7 @@ def test_memory_is_flat_across_capsule_cycles(traced):
     assert g.rss < 16 << 20
 
 
+@pytest.mark.slow
 @needs_statm
 def test_memory_is_flat_across_file_cycles(fast_dir, traced):
     a = np.arange(16, dtype=np.float32).reshape(4, 4)
@@ -223,6 +225,7 @@ def test_memory_is_flat_across_file_cycles(fast_dir, traced):
     assert not mappings(path)
 
 
+@pytest.mark.slow
 @needs_statm
 def test_memory_is_flat_across_failure_paths(traced):
     d, arrays = quantized()

@@ -91,6 +91,7 @@ def test_missing_build_dependency_stops_configure_naming_the_debian_package(
         in errors[0]
 
 
+@pytest.mark.slow
 @needs_meson
 def test_pip_configuration_needs_no_cmocka(tmp_path):
     # pip install . configures with -Dtests=false: cmocka is test-only.

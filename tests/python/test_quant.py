@@ -21,7 +21,7 @@ import hurray
 from hurray import Buffer, Descriptor, Mxfp, Nf4
 
 import quant_reference as ref
-from _hurray_samples import aligned, fast_dir  # noqa: F401
+from _hurray_samples import aligned
 
 # The peers are optional: the tests that need one skip without it.
 try:

@@ -394,6 +394,7 @@ def test_save_sharded_arguments(tmp_path):
 
 # ----------------------------------------------------------------- property
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(rows=st.integers(0, 12), cols=st.integers(0, 12), parts=st.integers(1, 6),
        reparts=st.integers(1, 6), axis=st.integers(0, 1), reaxis=st.integers(0, 1),

@@ -87,6 +87,7 @@ def test_dense_round_trip_through_capsule_is_zero_copy(name, shape, seed):
         assert y.data_ptr() == x.data_ptr()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(sorted(DTYPES)), shape=SHAPES, seed=st.integers(0, 2**16),
        mmap=st.booleans())

@@ -30,7 +30,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-import torch._dynamo  # noqa: E402,F401 - imported once here, inherited by forked ranks
+import torch._dynamo  # noqa: E402,F401,F811 - imported once here, inherited by forked ranks
 import torch.distributed.checkpoint as dcp  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner  # noqa: E402

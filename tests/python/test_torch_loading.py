@@ -110,6 +110,7 @@ WRITE_PATHS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", sorted(WRITE_PATHS))
 def test_write_into_loaded_tensor_does_not_crash_nor_touch_the_file(model, how):
     before = sha(model)
@@ -122,6 +123,7 @@ def test_write_into_loaded_tensor_does_not_crash_nor_touch_the_file(model, how):
     verify_with_cli(model)
 
 
+@pytest.mark.slow
 def test_writes_are_private_to_the_process(model):
     """Two loads in one process see the file, not each other's writes."""
     code = """
@@ -138,6 +140,7 @@ def test_writes_are_private_to_the_process(model):
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_readonly_load_refuses_writes(model):
     code = """
         import sys, numpy as np, torch, hurray
@@ -351,6 +354,7 @@ def test_safe_open_slicing_equals_numpy(tmp_path_factory, shape, key, ellipsis_a
     np.testing.assert_array_equal(np.asarray(got, np.float32), want.astype(np.float32))
 
 
+@pytest.mark.slow
 def test_cold_load_populates_and_matches(model):
     """From a cold page cache load_file pre-faults the mapping with
     concurrent populate calls (ADR-0021): same values, writable, file
