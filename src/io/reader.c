@@ -21,6 +21,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "hash.h"
 #include "reader_origin.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
@@ -850,13 +851,9 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
 
 /* ---------------------------------------------------------------- verify */
 
+/* The pread path, for a file that cannot be mapped: 1 MiB at a time. */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
-  /* A private mapping may hold the caller's writes: read the file instead. */
-  if (r->mode == HURRAY_READ_MMAP) {
-    *out = hurray__checksum((const uint8_t *)r->mapping->base + offset, (size_t)length);
-    return HURRAY_OK;
-  }
   XXH3_state_t *state = XXH3_createState();
   /* At most 1 MiB at a time, and no more than the buffer needs. */
   uint8_t *chunk = malloc(length < (1u << 20) ? (length ? (size_t)length : 1) : (1u << 20));
@@ -879,20 +876,94 @@ static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t le
   return status;
 }
 
-static HurrayStatus verify_entry(HurrayReader *r, const TensorEntry *t, HurrayError *error) {
-  for (uint32_t i = 0; i < t->buffer_count; i++) {
-    uint64_t sum = 0;
-    HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(t, i, 0), buffer_field(t, i, 1), &sum,
-                                        error));
-    if (sum != buffer_field(t, i, 2)) {
-      return hurray__fail(error, HURRAY_ERR_CHECKSUM,
-                          "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
-                          "%016llx)",
-                          t->name, i, (unsigned long long)buffer_field(t, i, 2),
-                          (unsigned long long)sum);
+/* The data region as the file holds it, for hashing: the reader's own
+ * mapping in MMAP mode; in MMAP_PRIVATE mode a temporary shared read-only
+ * mapping (the private one may hold the caller's writes, and pread would
+ * copy every byte once more). NULL in PREAD mode, which never maps the
+ * data (a file cut short under it is an error, not a SIGBUS), or when the
+ * mapping fails: then pread. */
+static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
+  *temporary = false;
+  if (r->mode == HURRAY_READ_MMAP) return r->mapping->base;
+  if (r->mode != HURRAY_READ_MMAP_PRIVATE) return NULL;
+  void *base = mmap(NULL, (size_t)r->index_offset, PROT_READ, MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) return NULL;
+  *temporary = true;
+  return base;
+}
+
+/* Buffers hashed per round: bounds the job list for files of a million
+ * tensors, and is large enough to keep every thread busy. */
+#define VERIFY_BATCH 4096
+
+typedef struct VerifyRef {
+  const TensorEntry *t;
+  uint32_t buffer;
+} VerifyRef;
+
+static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                      "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
+                      "%016llx)",
+                      ref->t->name, ref->buffer,
+                      (unsigned long long)buffer_field(ref->t, ref->buffer, 2),
+                      (unsigned long long)sum);
+}
+
+/* Hashes one round of buffers on the thread pool (or by pread) and
+ * reports the first mismatch in file order, so that the error is the same
+ * whatever thread found it. */
+static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, HurrayHashJob *jobs,
+                                 const VerifyRef *refs, size_t n, HurrayError *error) {
+  if (view != NULL) {
+    for (size_t k = 0; k < n; k++) {
+      jobs[k].data = view + buffer_field(refs[k].t, refs[k].buffer, 0);
+      jobs[k].len = (size_t)buffer_field(refs[k].t, refs[k].buffer, 1);
+    }
+    hurray__hash_many(jobs, n);
+  } else {
+    for (size_t k = 0; k < n; k++) {
+      HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
+                                          buffer_field(refs[k].t, refs[k].buffer, 1),
+                                          &jobs[k].sum, error));
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (jobs[k].sum != buffer_field(refs[k].t, refs[k].buffer, 2)) {
+      return mismatch(&refs[k], jobs[k].sum, error);
     }
   }
   return HURRAY_OK;
+}
+
+static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, size_t count,
+                                   HurrayError *error) {
+  HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
+  VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
+  bool temporary = false;
+  const uint8_t *view = NULL;
+  HurrayStatus status = HURRAY_OK;
+  if (jobs == NULL || refs == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  } else {
+    view = file_view(r, &temporary);
+  }
+  size_t n = 0;
+  for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
+    for (uint32_t b = 0; status == HURRAY_OK && b < entries[i].buffer_count; b++) {
+      refs[n].t = &entries[i];
+      refs[n].buffer = b;
+      if (++n == VERIFY_BATCH) {
+        status = verify_round(r, view, jobs, refs, n, error);
+        n = 0;
+      }
+    }
+  }
+  if (status == HURRAY_OK && n > 0) status = verify_round(r, view, jobs, refs, n, error);
+  if (temporary) munmap((void *)view, (size_t)r->index_offset);
+  free(jobs);
+  free(refs);
+  return status;
 }
 
 HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError *error) {
@@ -900,12 +971,9 @@ HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError
   if (name != NULL) {
     const TensorEntry *t;
     HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
-    return verify_entry(r, t, error);
+    return verify_entries(r, t, 1, error);
   }
-  for (size_t i = 0; i < r->tensor_count; i++) {
-    HURRAY_RETURN_NOT_OK(verify_entry(r, &r->tensors[i], error));
-  }
-  return HURRAY_OK;
+  return verify_entries(r, r->tensors, r->tensor_count, error);
 }
 
 /* -------------------------------------------------------------- metadata */
