@@ -892,14 +892,25 @@ static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
   return base;
 }
 
-/* Buffers hashed per round: bounds the job list for files of a million
- * tensors, and is large enough to keep every thread busy. */
+/* A round of hashing ends at this many buffers (bounds the job list for
+ * files of a million tensors) or bytes (bounds what a round maps in). */
 #define VERIFY_BATCH 4096
+#define VERIFY_ROUND_BYTES (128u << 20)
 
 typedef struct VerifyRef {
   const TensorEntry *t;
   uint32_t buffer;
 } VerifyRef;
+
+/* Drops the whole pages of [p, p + len) of a shared file mapping from the
+ * process (MADV_DONTNEED: a later read maps them again from the cache). */
+static void drop_view_pages(const void *p, size_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || len == 0) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
 
 static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
   return hurray__fail(error, HURRAY_ERR_CHECKSUM,
@@ -913,14 +924,19 @@ static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *er
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in file order, so that the error is the same
  * whatever thread found it. */
-static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, HurrayHashJob *jobs,
-                                 const VerifyRef *refs, size_t n, HurrayError *error) {
+static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop,
+                                 HurrayHashJob *jobs, const VerifyRef *refs, size_t n,
+                                 HurrayError *error) {
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
       jobs[k].data = view + buffer_field(refs[k].t, refs[k].buffer, 0);
       jobs[k].len = (size_t)buffer_field(refs[k].t, refs[k].buffer, 1);
     }
     hurray__hash_many(jobs, n);
+    /* The pages stay in the page cache; the process lets go of them, so
+     * that verifying a file larger than memory keeps the resident set to
+     * one round. */
+    for (size_t k = 0; drop && k < n; k++) drop_view_pages(jobs[k].data, jobs[k].len);
   } else {
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
@@ -936,8 +952,11 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, HurrayHas
   return HURRAY_OK;
 }
 
+/* Verifies entries[0..count) in rounds. `drop_pages` lets go of each
+ * round's pages of the reader's own mapping too (the converter); pages of a
+ * temporary view are always let go. */
 static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, size_t count,
-                                   HurrayError *error) {
+                                   bool drop_pages, HurrayError *error) {
   HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
   bool temporary = false;
@@ -948,18 +967,22 @@ static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, 
   } else {
     view = file_view(r, &temporary);
   }
+  bool drop = temporary || (drop_pages && r->mode == HURRAY_READ_MMAP);
   size_t n = 0;
+  uint64_t bytes = 0;
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
     for (uint32_t b = 0; status == HURRAY_OK && b < entries[i].buffer_count; b++) {
       refs[n].t = &entries[i];
       refs[n].buffer = b;
-      if (++n == VERIFY_BATCH) {
-        status = verify_round(r, view, jobs, refs, n, error);
+      bytes += buffer_field(&entries[i], b, 1);
+      if (++n == VERIFY_BATCH || bytes >= VERIFY_ROUND_BYTES) {
+        status = verify_round(r, view, drop, jobs, refs, n, error);
         n = 0;
+        bytes = 0;
       }
     }
   }
-  if (status == HURRAY_OK && n > 0) status = verify_round(r, view, jobs, refs, n, error);
+  if (status == HURRAY_OK && n > 0) status = verify_round(r, view, drop, jobs, refs, n, error);
   if (temporary) munmap((void *)view, (size_t)r->index_offset);
   free(jobs);
   free(refs);
@@ -971,9 +994,13 @@ HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError
   if (name != NULL) {
     const TensorEntry *t;
     HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
-    return verify_entries(r, t, 1, error);
+    return verify_entries(r, t, 1, false, error);
   }
-  return verify_entries(r, r->tensors, r->tensor_count, error);
+  return verify_entries(r, r->tensors, r->tensor_count, false, error);
+}
+
+HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error) {
+  return verify_entries(r, r->tensors, r->tensor_count, true, error);
 }
 
 /* -------------------------------------------------------------- metadata */
