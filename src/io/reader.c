@@ -318,8 +318,11 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
   return HURRAY_OK;
 }
 
-static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
-  uint8_t header[HURRAY_FILE_HEADER_BYTES], trailer[HURRAY_FILE_TRAILER_BYTES];
+/* The fixed header: magic, a major version this library reads, reserved
+ * bytes zero. Its minor version goes to *minor for the trailer check. */
+static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *minor,
+                                HurrayError *error) {
+  uint8_t header[HURRAY_FILE_HEADER_BYTES];
   if (r->file_size >= 8) {
     HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, 8, 0, error));
     if (memcmp(header, hurray__file_magic, 8) != 0) {
@@ -331,10 +334,11 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
                    (unsigned long long)r->file_size);
   }
   HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, sizeof header, 0, error));
-  uint64_t major = hurray__get_le(header + 8, 2);
-  if (major != HURRAY_FILE_FORMAT_MAJOR) {
+  *major = hurray__get_le(header + 8, 2);
+  *minor = hurray__get_le(header + 10, 2);
+  if (*major != HURRAY_FILE_FORMAT_MAJOR) {
     return CORRUPT(HURRAY_ERR_UNSUPPORTED, "file format %llu.%llu; this library reads %d.x",
-                   (unsigned long long)major, (unsigned long long)hurray__get_le(header + 10, 2),
+                   (unsigned long long)*major, (unsigned long long)*minor,
                    HURRAY_FILE_FORMAT_MAJOR);
   }
   for (size_t i = 12; i < HURRAY_FILE_HEADER_BYTES; i++) {
@@ -342,7 +346,16 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
       return CORRUPT(HURRAY_ERR_MALFORMED, "header: reserved byte %zu is not zero", i);
     }
   }
-  HURRAY_RETURN_NOT_OK(pread_all(r->fd, trailer, sizeof trailer,
+  return HURRAY_OK;
+}
+
+/* The trailer: present, intact, agreeing with the header, and an index
+ * range and counts that the file and the limits allow. Sets the reader's
+ * index range and counts; the trailer's bytes stay in `trailer`. */
+static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor,
+                                 uint8_t trailer[HURRAY_FILE_TRAILER_BYTES],
+                                 HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(pread_all(r->fd, trailer, HURRAY_FILE_TRAILER_BYTES,
                                  r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
   if (memcmp(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8) != 0) {
     return CORRUPT(HURRAY_ERR_TRUNCATED,
@@ -353,7 +366,7 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "trailer checksum mismatch");
   }
   if (hurray__get_le(trailer + TRAILER_MAJOR, 2) != major ||
-      hurray__get_le(trailer + TRAILER_MINOR, 2) != hurray__get_le(header + 10, 2) ||
+      hurray__get_le(trailer + TRAILER_MINOR, 2) != minor ||
       hurray__get_le(trailer + TRAILER_FLAGS, 4) != 0) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "trailer version or flags disagree with the header");
   }
@@ -386,36 +399,44 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   }
   r->tensor_count = (size_t)tensor_count;
   r->metadata_count = (size_t)metadata_count;
+  return HURRAY_OK;
+}
 
-  if (is_mapped(r)) {
-    r->mapping = malloc(sizeof *r->mapping);
-    if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    /* Private and writable: writes copy the page (never reach the file, never
-     * fault); the shared read-only mapping is kept for who asks for it. */
-    bool private_map = r->mode == HURRAY_READ_MMAP_PRIVATE;
-    void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
-                      private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
-    if (base == MAP_FAILED) {
-      int saved = errno;
-      free(r->mapping);
-      r->mapping = NULL;
-      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
-    }
-    r->mapping->base = base;
-    r->mapping->len = (size_t)r->file_size;
-    atomic_init(&r->mapping->refs, 1);
-    r->index = (const uint8_t *)base + r->index_offset;
-  } else {
+/* Maps the whole file (MMAP modes; the index is then read in place) or
+ * reads the index alone (PREAD mode). */
+static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
+  if (!is_mapped(r)) {
     r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
     if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
     HURRAY_RETURN_NOT_OK(pread_all(r->fd, r->index_copy, r->index_length, r->index_offset, error));
     r->index = r->index_copy;
+    return HURRAY_OK;
   }
-  if (hurray__checksum(r->index, (size_t)r->index_length) !=
-      hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8)) {
+  r->mapping = malloc(sizeof *r->mapping);
+  if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  /* Private and writable: writes copy the page (never reach the file, never
+   * fault); the shared read-only mapping is kept for who asks for it. */
+  bool private_map = r->mode == HURRAY_READ_MMAP_PRIVATE;
+  void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
+                    private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) {
+    int saved = errno;
+    free(r->mapping);
+    r->mapping = NULL;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
+  }
+  r->mapping->base = base;
+  r->mapping->len = (size_t)r->file_size;
+  atomic_init(&r->mapping->refs, 1);
+  r->index = (const uint8_t *)base + r->index_offset;
+  return HURRAY_OK;
+}
+
+/* Checks and parses the index into the tensor and metadata tables. */
+static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, HurrayError *error) {
+  if (hurray__checksum(r->index, (size_t)r->index_length) != stored_checksum) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "index checksum mismatch");
   }
-
   r->tensors = calloc(r->tensor_count ? r->tensor_count : 1, sizeof *r->tensors);
   r->metadata = calloc(r->metadata_count ? r->metadata_count : 1, sizeof *r->metadata);
   r->arena = malloc((size_t)r->index_length + r->tensor_count + 2 * r->metadata_count + 1);
@@ -430,6 +451,16 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "index: %zu bytes after the last entry", c.left);
   }
   return HURRAY_OK;
+}
+
+/* Header, trailer, then the index: every structural rule of the spec. */
+static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
+  uint64_t major = 0, minor = 0;
+  uint8_t trailer[HURRAY_FILE_TRAILER_BYTES];
+  HURRAY_RETURN_NOT_OK(read_header(r, &major, &minor, error));
+  HURRAY_RETURN_NOT_OK(read_trailer(r, major, minor, trailer, error));
+  HURRAY_RETURN_NOT_OK(load_index(r, error));
+  return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), error);
 }
 
 HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
