@@ -22,6 +22,7 @@
 #include "../core/error.h"
 #include "format.h"
 #include "hash.h"
+#include "hurray/byte_source.h"
 #include "reader_origin.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
@@ -67,7 +68,9 @@ typedef struct MetadataEntry {
 } MetadataEntry;
 
 struct HurrayReader {
-  int fd;
+  int fd;             /* -1 for a source reader */
+  bool has_source;    /* bytes come from `source`, not from `fd` */
+  HurrayByteSource source;
   uint64_t file_size;
   HurrayReadMode mode;
   Mapping *mapping;   /* MMAP and MMAP_PRIVATE modes */
@@ -110,6 +113,42 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
     offset += (uint64_t)n;
   }
   return HURRAY_OK;
+}
+
+/* Reads through the source, which is untrusted code: its status is
+ * normalised, and an error it left without a message gets one. */
+static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t length,
+                                  HurrayError *error) {
+  if (status == HURRAY_OK) return HURRAY_OK;
+  /* A source reports a transport failure; any other code it may invent
+   * would claim something about the file it cannot know. */
+  HurrayStatus code = status == HURRAY_ERR_TRUNCATED || status == HURRAY_ERR_NO_MEMORY ||
+                              status == HURRAY_ERR_CANCELLED
+                          ? status
+                          : HURRAY_ERR_IO;
+  if (error->code != status || error->message[0] == '\0') {
+    return hurray__fail(error, code, "source: read of %llu bytes at %llu failed",
+                        (unsigned long long)length, (unsigned long long)offset);
+  }
+  error->code = code;
+  return code;
+}
+
+/* Reads `len` bytes at `offset` of the file: pread, or the source. */
+static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
+                            HurrayError *error) {
+  if (!r->has_source) return pread_all(r->fd, dst, len, offset, error);
+  uint64_t end;
+  if (!hurray__add_u64(offset, len, &end) || end > r->file_size) {
+    return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
+                        (unsigned long long)offset);
+  }
+  if (len == 0) return HURRAY_OK;
+  HurrayError local = {0};
+  HurrayError *e = error != NULL ? error : &local;
+  e->code = HURRAY_OK;
+  e->message[0] = '\0';
+  return source_status(r->source.read(r->source.ctx, offset, len, dst, e), offset, len, e);
 }
 
 /* ------------------------------------------------------------------ index */
@@ -324,7 +363,7 @@ static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *mino
                                 HurrayError *error) {
   uint8_t header[HURRAY_FILE_HEADER_BYTES];
   if (r->file_size >= 8) {
-    HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, 8, 0, error));
+    HURRAY_RETURN_NOT_OK(read_at(r, header, 8, 0, error));
     if (memcmp(header, hurray__file_magic, 8) != 0) {
       return CORRUPT(HURRAY_ERR_BAD_MAGIC, "not a hurray file (bad magic)");
     }
@@ -333,7 +372,7 @@ static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *mino
     return CORRUPT(HURRAY_ERR_TRUNCATED, "file of %llu bytes is shorter than header and trailer",
                    (unsigned long long)r->file_size);
   }
-  HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, sizeof header, 0, error));
+  HURRAY_RETURN_NOT_OK(read_at(r, header, sizeof header, 0, error));
   *major = hurray__get_le(header + 8, 2);
   *minor = hurray__get_le(header + 10, 2);
   if (*major != HURRAY_FILE_FORMAT_MAJOR) {
@@ -355,8 +394,8 @@ static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *mino
 static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor,
                                  uint8_t trailer[HURRAY_FILE_TRAILER_BYTES],
                                  HurrayError *error) {
-  HURRAY_RETURN_NOT_OK(pread_all(r->fd, trailer, HURRAY_FILE_TRAILER_BYTES,
-                                 r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
+  HURRAY_RETURN_NOT_OK(read_at(r, trailer, HURRAY_FILE_TRAILER_BYTES,
+                               r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
   if (memcmp(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8) != 0) {
     return CORRUPT(HURRAY_ERR_TRUNCATED,
                    "no trailer at the end: the file is truncated or was never finished");
@@ -408,7 +447,7 @@ static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
   if (!is_mapped(r)) {
     r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
     if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    HURRAY_RETURN_NOT_OK(pread_all(r->fd, r->index_copy, r->index_length, r->index_offset, error));
+    HURRAY_RETURN_NOT_OK(read_at(r, r->index_copy, r->index_length, r->index_offset, error));
     r->index = r->index_copy;
     return HURRAY_OK;
   }
@@ -531,10 +570,77 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   return HURRAY_OK;
 }
 
+/* ---------------------------------------------------------------- sources */
+
+HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
+                                       const HurrayReaderOptions *options, HurrayReader **out,
+                                       HurrayError *error) {
+  if (out != NULL) *out = NULL;
+  if (source == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source is required");
+  }
+  HurrayStatus status = HURRAY_OK;
+  if (out == NULL || source->version != HURRAY_BYTE_SOURCE_VERSION || source->read == NULL ||
+      (source->flags & ~HURRAY_BYTE_SOURCE_VERIFY_READS) != 0) {
+    status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "source: version %u (this library knows %d), flags %#x, read %s, or "
+                          "no out pointer",
+                          source->version, HURRAY_BYTE_SOURCE_VERSION, source->flags,
+                          source->read != NULL ? "set" : "missing");
+  } else if (options != NULL && options->version != HURRAY_READER_OPTIONS_VERSION) {
+    status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
+                          options->version);
+  }
+  HurrayReader *r = status == HURRAY_OK ? calloc(1, sizeof *r) : NULL;
+  if (status == HURRAY_OK && r == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  if (status != HURRAY_OK) {
+    if (source->release != NULL) source->release(source->ctx);
+    return status;
+  }
+  r->fd = -1;
+  r->has_source = true;
+  r->source = *source;
+  r->mode = HURRAY_READ_PREAD; /* copies: nothing to map */
+  r->file_size = source->size;
+  status = read_structure(r, error);
+  if (status == HURRAY_OK && options != NULL && options->verify_on_open) {
+    status = hurray_reader_verify(r, NULL, error);
+  }
+  if (status != HURRAY_OK) {
+    hurray_reader_close(r); /* releases the source */
+    return status;
+  }
+  *out = r;
+  return HURRAY_OK;
+}
+
+static HurrayStatus memory_read(void *ctx, uint64_t offset, uint64_t length, void *dst,
+                                HurrayError *error) {
+  (void)error; /* the reader keeps every read inside [0, size) */
+  memcpy(dst, (const uint8_t *)ctx + offset, (size_t)length);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_byte_source_memory(const void *data, size_t size, HurrayByteSource *out,
+                                  HurrayError *error) {
+  if (out == NULL || (data == NULL && size > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "data and out are required");
+  }
+  HurrayByteSource source = HURRAY_BYTE_SOURCE_INIT;
+  source.size = size;
+  source.ctx = (void *)(uintptr_t)data; /* only ever read */
+  source.read = memory_read;
+  *out = source;
+  return HURRAY_OK;
+}
+
 void hurray_reader_close(HurrayReader *r) {
   if (r == NULL) return;
   if (r->mapping != NULL) mapping_unref(r->mapping);
   if (r->fd >= 0) close(r->fd);
+  if (r->has_source && r->source.release != NULL) r->source.release(r->source.ctx);
   free(r->index_copy);
   free(r->tensors);
   free(r->metadata);
@@ -635,7 +741,7 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
     size_t size = (size_t)(hurray__ceil_div_u64(length, align) * align); /* length <= file size */
     void *mem = aligned_alloc(align, size ? size : align);
     if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    HurrayStatus status = pread_all(r->fd, mem, length, offset, error);
+    HurrayStatus status = read_at(r, mem, length, offset, error);
     if (status != HURRAY_OK) {
       free(mem);
       return status;
@@ -680,6 +786,93 @@ static HurrayStatus begin_read(HurrayReader *r, const char *name,
   return entry_descriptor(*t, d, error);
 }
 
+typedef struct VerifyRef {
+  const TensorEntry *t;
+  uint32_t buffer;
+} VerifyRef;
+
+static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                      "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
+                      "%016llx)",
+                      ref->t->name, ref->buffer,
+                      (unsigned long long)buffer_field(ref->t, ref->buffer, 2),
+                      (unsigned long long)sum);
+}
+
+static int compare_source_ranges(const void *pa, const void *pb) {
+  const HurrayByteRange *a = pa, *b = pb;
+  return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+/* A tensor through a source: every buffer allocated first, then one batch
+ * read (one request, for a transport that merges neighbours), then, for
+ * an untrusted transport, each buffer checked against its checksum. */
+static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
+                                   const HurrayDescriptor *d, HurrayBufferList *list,
+                                   HurrayError *error) {
+  HurrayByteRange *ranges = malloc((t->buffer_count ? t->buffer_count : 1) * sizeof *ranges);
+  if (ranges == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = HURRAY_OK;
+  size_t n = 0;
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    uint64_t length = buffer_field(t, i, 1);
+    uint32_t alignment = d->buffers[i].alignment;
+    size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
+    /* length <= the data region, checked at open; the source's claimed
+     * size bounds it, not memory: see docs/security.md. */
+    uint64_t size64 = hurray__ceil_div_u64(length, align) * align;
+    void *mem = size64 <= SIZE_MAX ? aligned_alloc(align, size64 ? (size_t)size64 : align) : NULL;
+    HurrayBuffer *b = NULL;
+    if (mem == NULL) {
+      status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for %llu bytes",
+                            (unsigned long long)length);
+      break;
+    }
+    status = hurray_buffer_create(mem, length, release_owned, NULL, &b, error);
+    if (status != HURRAY_OK) {
+      free(mem);
+      break;
+    }
+    status = hurray_buffer_set_alignment(b, alignment, error);
+    if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+    else hurray_buffer_destroy(b);
+    if (status == HURRAY_OK && length > 0) {
+      ranges[n].offset = buffer_field(t, i, 0);
+      ranges[n].length = length;
+      ranges[n].dst = mem;
+      n++;
+    }
+  }
+  if (status == HURRAY_OK && n > 0) {
+    qsort(ranges, n, sizeof *ranges, compare_source_ranges);
+    if (r->source.read_batch != NULL) {
+      HurrayError local = {0};
+      HurrayError *e = error != NULL ? error : &local;
+      e->code = HURRAY_OK;
+      e->message[0] = '\0';
+      status = source_status(r->source.read_batch(r->source.ctx, ranges, n, e),
+                             ranges[0].offset, ranges[n - 1].offset + ranges[n - 1].length -
+                             ranges[0].offset, e);
+    } else {
+      for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
+        status = read_at(r, ranges[k].dst, ranges[k].length, ranges[k].offset, error);
+      }
+    }
+  }
+  free(ranges);
+  if (status != HURRAY_OK || (r->source.flags & HURRAY_BYTE_SOURCE_VERIFY_READS) == 0) return status;
+  for (uint32_t i = 0; i < t->buffer_count; i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(list, i);
+    uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
+    if (sum != buffer_field(t, i, 2)) {
+      VerifyRef ref = {t, i};
+      return mismatch(&ref, sum, error);
+    }
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                                       HurrayDescriptor **descriptor_out,
                                       HurrayBufferList **buffers_out, HurrayError *error) {
@@ -688,6 +881,10 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
+  if (status == HURRAY_OK && r->has_source) {
+    status = source_buffers(r, t, d, list, error);
+    return hand_out(status, d, list, descriptor_out, buffers_out, error);
+  }
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
     HurrayBuffer *b = NULL;
     status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1), d->buffers[i].alignment,
@@ -714,7 +911,7 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
                         "tensor \"%s\" buffer %u needs %llu bytes, dst has %llu", name,
                         buffer_index, (unsigned long long)length, (unsigned long long)dst_size);
   }
-  return pread_all(r->fd, dst, length, buffer_field(t, buffer_index, 0), error);
+  return read_at(r, dst, length, buffer_field(t, buffer_index, 0), error);
 }
 
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
@@ -797,7 +994,7 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
                         "populate needs a reader and 1 to 64 threads");
   }
   if (!is_mapped(r)) {
-    (void)posix_fadvise(r->fd, 0, (off_t)r->index_offset, POSIX_FADV_WILLNEED);
+    if (r->fd >= 0) (void)posix_fadvise(r->fd, 0, (off_t)r->index_offset, POSIX_FADV_WILLNEED);
     return HURRAY_OK;
   }
   /* The data region, from the (page-aligned) start of the mapping. */
@@ -846,6 +1043,7 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");
   }
   *out = 0.0;
+  if (r->has_source) return HURRAY_OK; /* no page cache behind a source */
   size_t len = (size_t)r->index_offset;
   long page_size = sysconf(_SC_PAGESIZE);
   size_t page = page_size > 0 ? (size_t)page_size : 4096;
@@ -882,20 +1080,24 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
 
 /* ---------------------------------------------------------------- verify */
 
+#define SOURCE_VERIFY_CHUNK ((uint64_t)16 << 20)
+
 /* The pread path, for a file that cannot be mapped: 1 MiB at a time. */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
   XXH3_state_t *state = XXH3_createState();
-  /* At most 1 MiB at a time, and no more than the buffer needs. */
-  uint8_t *chunk = malloc(length < (1u << 20) ? (length ? (size_t)length : 1) : (1u << 20));
+  /* At most 1 MiB at a time (16 MiB through a source, where each read may
+   * be a network request), and no more than the buffer needs. */
+  uint64_t step = r->has_source ? SOURCE_VERIFY_CHUNK : (1u << 20);
+  uint8_t *chunk = malloc(length < step ? (length ? (size_t)length : 1) : (size_t)step);
   HurrayStatus status = HURRAY_OK;
   if (state == NULL || chunk == NULL) {
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   } else {
     XXH3_64bits_reset(state);
     while (status == HURRAY_OK && length > 0) {
-      uint64_t n = length > (1u << 20) ? (1u << 20) : length;
-      status = pread_all(r->fd, chunk, n, offset, error);
+      uint64_t n = length > step ? step : length;
+      status = read_at(r, chunk, n, offset, error);
       XXH3_64bits_update(state, chunk, (size_t)n);
       offset += n;
       length -= n;
@@ -928,10 +1130,6 @@ static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
 #define VERIFY_BATCH 4096
 #define VERIFY_ROUND_BYTES (128u << 20)
 
-typedef struct VerifyRef {
-  const TensorEntry *t;
-  uint32_t buffer;
-} VerifyRef;
 
 /* Drops the whole pages of [p, p + len) of a shared file mapping from the
  * process (MADV_DONTNEED: a later read maps them again from the cache). */
@@ -943,14 +1141,6 @@ static void drop_view_pages(const void *p, size_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
-  return hurray__fail(error, HURRAY_ERR_CHECKSUM,
-                      "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
-                      "%016llx)",
-                      ref->t->name, ref->buffer,
-                      (unsigned long long)buffer_field(ref->t, ref->buffer, 2),
-                      (unsigned long long)sum);
-}
 
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in file order, so that the error is the same
