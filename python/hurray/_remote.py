@@ -378,18 +378,33 @@ class RangeSource:
         self._local.error = None
         return error
 
-    def _cached(self, offset: int, view: memoryview) -> bool:
+    def _uncached(self, offset: int, view: memoryview) -> List[Tuple[int, memoryview]]:
+        """Copies what the kept blocks hold of [offset, offset + len(view))
+        and returns the pieces still to fetch, so no byte is fetched twice
+        (a tensor that reaches into the suffix read at open, say)."""
+        todo = [(offset, view)]
         for start, data in self._blocks:
-            if start <= offset and offset + len(view) <= start + len(data):
-                view[:] = data[offset - start: offset - start + len(view)]
-                return True
-        return False
+            end = start + len(data)
+            rest = []
+            for o, v in todo:
+                lo, hi = max(o, start), min(o + len(v), end)
+                if lo >= hi:
+                    rest.append((o, v))
+                    continue
+                v[lo - o: hi - o] = data[lo - start: hi - start]
+                if lo > o:
+                    rest.append((o, v[: lo - o]))
+                if hi < o + len(v):
+                    rest.append((hi, v[hi - o:]))
+            todo = rest
+        return todo
 
     def readinto(self, offset: int, view: memoryview) -> None:
         try:
-            if not self._cached(offset, view):
-                self.backend.fetch(offset, offset + len(view), [(offset, view)])
-                if offset + len(view) == self.size - 64:
+            todo = self._uncached(offset, view)
+            for o, v in todo:
+                self.backend.fetch(o, o + len(v), [(o, v)])
+            if todo and offset + len(view) == self.size - 64:
                     # The index (it ends at the trailer; bounded by the
                     # reader's 256 MiB limit): readers opened for other
                     # threads find it here.
@@ -400,7 +415,8 @@ class RangeSource:
 
     def read_batch(self, ranges: Sequence[Tuple[int, memoryview]]) -> None:
         try:
-            todo = [(o, v) for o, v in ranges if not self._cached(o, v)]
+            todo = sorted((p for o, v in ranges for p in self._uncached(o, v)),
+                          key=lambda p: p[0])
             runs: List[List[Tuple[int, memoryview]]] = []
             for offset, view in todo:
                 if runs and offset - (runs[-1][-1][0] + len(runs[-1][-1][1])) <= MERGE_GAP:

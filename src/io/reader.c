@@ -1142,6 +1142,81 @@ static void drop_view_pages(const void *p, size_t len) {
 }
 
 
+/* Through a source with read_batch: the buffers of up to 64 MiB at a time
+ * read with one batch into one scratch allocation (a transport merges
+ * neighbours into few requests), then hashed. Larger buffers are hashed
+ * piecewise by checksum_range. */
+#define SOURCE_BATCH_BYTES ((uint64_t)64 << 20)
+
+static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs,
+                                      const VerifyRef *refs, const size_t *which, size_t n,
+                                      uint64_t total, HurrayError *error) {
+  uint8_t *scratch = malloc(total ? (size_t)total : 1);
+  HurrayByteRange *ranges = malloc((n ? n : 1) * sizeof *ranges);
+  HurrayStatus status = HURRAY_OK;
+  if (scratch == NULL || ranges == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  size_t m = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; status == HURRAY_OK && i < n; i++) {
+    uint64_t length = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 1);
+    jobs[which[i]].data = scratch + at;
+    jobs[which[i]].len = (size_t)length;
+    if (length > 0) {
+      ranges[m].offset = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 0);
+      ranges[m].length = length;
+      ranges[m].dst = scratch + at;
+      m++;
+    }
+    at += length;
+  }
+  if (status == HURRAY_OK && m > 0) {
+    qsort(ranges, m, sizeof *ranges, compare_source_ranges);
+    error->code = HURRAY_OK;
+    error->message[0] = '\0';
+    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, error),
+                           ranges[0].offset, total, error);
+  }
+  if (status == HURRAY_OK) {
+    for (size_t i = 0; i < n; i++) {
+      jobs[which[i]].sum = hurray__checksum(jobs[which[i]].data, jobs[which[i]].len);
+    }
+  }
+  free(ranges);
+  free(scratch);
+  return status;
+}
+
+static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
+                                        const VerifyRef *refs, size_t n, HurrayError *error) {
+  size_t *which = malloc((n ? n : 1) * sizeof *which);
+  if (which == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = HURRAY_OK;
+  size_t pending = 0;
+  uint64_t total = 0;
+  for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
+    uint64_t offset = buffer_field(refs[k].t, refs[k].buffer, 0);
+    uint64_t length = buffer_field(refs[k].t, refs[k].buffer, 1);
+    if (length > SOURCE_VERIFY_CHUNK) {
+      status = checksum_range(r, offset, length, &jobs[k].sum, error);
+      continue;
+    }
+    if (total + length > SOURCE_BATCH_BYTES) {
+      status = source_batch_hash(r, jobs, refs, which, pending, total, error);
+      pending = 0;
+      total = 0;
+    }
+    which[pending++] = k;
+    total += length;
+  }
+  if (status == HURRAY_OK && pending > 0) {
+    status = source_batch_hash(r, jobs, refs, which, pending, total, error);
+  }
+  free(which);
+  return status;
+}
+
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in file order, so that the error is the same
  * whatever thread found it. */
@@ -1158,6 +1233,9 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
      * that verifying a file larger than memory keeps the resident set to
      * one round. */
     for (size_t k = 0; drop && k < n; k++) drop_view_pages(jobs[k].data, jobs[k].len);
+  } else if (r->has_source && r->source.read_batch != NULL) {
+    HurrayError local = {0};
+    HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));
   } else {
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
