@@ -174,6 +174,7 @@ class HttpBackend:
                 raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
             except urllib3.exceptions.HTTPError as e:
                 raise _Transient(RemoteError(f"{self.url}: {e}")) from None
+            done = False
             try:
                 with self._lock:
                     self.requests += 1
@@ -210,7 +211,8 @@ class HttpBackend:
                 length = response.headers.get("Content-Length")
                 if length is not None and (not length.isdigit() or int(length) != end - start):
                     raise _mark(RemoteProtocolError(
-                        f"{self.url}: Content-Length {length} for {end - start} bytes"))
+                        f"{self.url}: Content-Length {length} disagrees with Content-Range "
+                        f"{response.headers.get('Content-Range')!r}"))
                 self._check_size(total)
                 self._check_validators(response)
                 try:
@@ -222,7 +224,12 @@ class HttpBackend:
                         raise
                     raise _Transient(RemoteProtocolError(
                         f"{self.url}: the body ended early or broke: {e}")) from None
+                done = True
             finally:
+                if not done:
+                    # An unread or half-read body must not reach the next
+                    # request on this connection.
+                    response.close()
                 response.release_conn()
 
         _retrying(attempt, self.retries)
