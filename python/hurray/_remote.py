@@ -5,7 +5,7 @@ The C reader does all the parsing and checking; it takes its bytes from a
 source object of this module through include/hurray/byte_source.h (the C
 glue is _source.c). Round trips (docs/spec/file-format.md section 15):
 
-- open: one suffix request ``bytes=-N`` (N = SUFFIX_BYTES, 1 MiB by
+- open: one suffix request ``bytes=-N`` (N = SUFFIX_BYTES, 256 KiB by
   default) for the trailer and the index, concurrently with one request for
   the 64-byte header; a file of at most N bytes needs only the first. Only
   an index longer than about N needs a third request.
@@ -29,8 +29,9 @@ from . import _hurray
 
 #: The suffix fetched at open: trailer (64 bytes) plus an index of up to
 #: N - 64 bytes in one request. An index entry of a typical weight tensor
-#: is 150-250 bytes, so 1 MiB covers about 5000 tensors.
-SUFFIX_BYTES = 1 << 20
+#: is 150-250 bytes, so 256 KiB covers about 1000-1700 tensors; a longer
+#: index costs one more request (its rest), nothing else.
+SUFFIX_BYTES = 256 << 10
 #: Neighbouring ranges closer than this are fetched with one request (the
 #: gap is read and dropped): the alignment padding between the buffers of
 #: a tensor is under 4 KiB.
@@ -109,7 +110,7 @@ class HttpBackend:
         try:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
-            raise _mark(RemoteError(f"reading {url} needs urllib3: pip install urllib3")) from None
+            raise _mark(RemoteError(f"reading {url} needs urllib3: pip install 'hurray[remote]'")) from None
         self._urllib3 = urllib3
         self.url = url
         self.retries = int(retries)
@@ -287,7 +288,7 @@ class FsspecBackend:
         try:
             import fsspec
         except ImportError:
-            raise _mark(RemoteError(f"reading {url} needs fsspec: pip install fsspec")) from None
+            raise _mark(RemoteError(f"reading {url} needs fsspec (and its backend for the scheme): pip install 'hurray[fsspec]'")) from None
         self.url = url
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.size: Optional[int] = None

@@ -19,6 +19,7 @@ import hurray
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from range_server import RangeServer  # noqa: E402
 
+SUFFIX = hurray._remote.SUFFIX_BYTES
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.dirname(sys.executable)
 
@@ -35,7 +36,7 @@ def _tensors():
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A file of about 2.6 MiB (larger than the 1 MiB suffix) and a small one."""
+    """A file of about 2.6 MiB (larger than the suffix read at open) and a small one."""
     folder = tmp_path_factory.mktemp("remote")
     big = folder / "big.hurray"
     tensors = _tensors()
@@ -83,8 +84,8 @@ def test_open_costs_two_requests(files, server):
     f = hurray.open(server.url("/big.hurray"))
     assert server.requests == 2
     specs = sorted(spec for _, spec, _ in server.log)
-    assert specs == ["bytes=-1048576", "bytes=0-63"]
-    assert server.bytes_sent == (1 << 20) + 64
+    assert specs == [f"bytes=-{SUFFIX}", "bytes=0-63"]
+    assert server.bytes_sent == SUFFIX + 64
     assert sorted(f.keys()) == sorted(files["tensors"])
     assert f.metadata == {"producer": "test_remote", "step": 7}
     assert f.requests == 2
@@ -107,7 +108,7 @@ def test_one_tensor_one_request_only_its_bytes(files, server, name):
     t = f[name]
     spans = _buffer_spans(files["big"], name)
     lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-    suffix_start = len(files["big_bytes"]) - (1 << 20)
+    suffix_start = len(files["big_bytes"]) - SUFFIX
     if lo >= suffix_start:
         assert server.requests == 0
     else:
