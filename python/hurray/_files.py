@@ -251,7 +251,8 @@ def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
     options (verify_reads, threads, timeout, retries, suffix_bytes,
     headers, storage_options)."""
     if _remote.is_url(path):
-        return _remote.remote_file_class()(path, verify=verify, **remote)
+        from ._remote_file import RemoteFile
+        return RemoteFile(path, verify=verify, **remote)
     if remote:
         raise TypeError(f"open() got options for remote files: {sorted(remote)}")
     return File(path, mmap=mmap, verify=verify, readonly=readonly)

@@ -67,6 +67,11 @@ class RemoteChangedError(RemoteError):
     differ, or the server answered 412 to If-Match)."""
 
 
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """No file at that URL (HTTP 404, or the file system says so): a
+    FileNotFoundError, as for a missing local path."""
+
+
 class RemoteTimeoutError(RemoteError, TimeoutError):
     """The server did not answer in time, after every retry."""
 
@@ -185,10 +190,8 @@ class HttpBackend:
                         f"{self.url} changed while it was read (412 Precondition Failed)"))
                 if status == 429 or status >= 500:
                     raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
-                if status == 404:
-                    exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: {self.url}: HTTP 404")
-                    exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
-                    raise exc
+                if status in (404, 410):
+                    raise _mark(RemoteNotFoundError(f"{self.url}: HTTP {status}"))
                 if status == 200:
                     raise _mark(RemoteProtocolError(
                         f"{self.url}: the server ignored the Range header (200, not 206); "
@@ -299,9 +302,7 @@ class FsspecBackend:
         try:
             data = self.fs.cat_file(self.path, start=start, end=end)
         except FileNotFoundError as e:
-            exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: {self.url}: {e}")
-            exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
-            raise exc from None
+            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
         except OSError as e:
             raise _mark(RemoteError(f"{self.url}: {e}")) from None
         with self._lock:
@@ -315,9 +316,7 @@ class FsspecBackend:
         try:
             size = int(self.fs.size(self.path))
         except FileNotFoundError as e:
-            exc = _hurray.NotFoundError(f"HURRAY_ERR_NOT_FOUND: {self.url}: {e}")
-            exc.status, exc.status_name = 81, "HURRAY_ERR_NOT_FOUND"
-            raise exc from None
+            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)
@@ -531,79 +530,3 @@ def parallel_get(take: Callable[[], object], give: Callable[[object], None],
                                                thread_name_prefix="hurray-get") as pool:
         return dict(pool.map(work, names))
 
-
-def _remote_file_class():
-    from ._files import File
-    from ._tensor import specialise
-
-    class RemoteFile(File):
-        """A hurray file read through range requests (HTTP(S)) or fsspec.
-        Like File with mmap=False: every tensor is a copy of its own.
-        verify=True checks every buffer at open (reads the whole file);
-        verify_reads=True (default) checks each tensor fetched whole against
-        its checksums."""
-
-        def __init__(self, url: str, *, verify: bool = False, verify_reads: bool = True,
-                     threads: int = DEFAULT_THREADS, timeout=DEFAULT_TIMEOUT,
-                     retries: int = DEFAULT_RETRIES, suffix_bytes: int = SUFFIX_BYTES,
-                     headers: Optional[dict] = None, storage_options: Optional[dict] = None):
-            self.path = url
-            self.readonly = False
-            self._idle: list = []
-            self._all: list = []
-            self._idle_lock = threading.Lock()
-            self._source = make_source(url, timeout=timeout, retries=retries,
-                                       suffix_bytes=suffix_bytes, threads=threads,
-                                       headers=headers, storage_options=storage_options)
-            self._verify_reads = bool(verify_reads)
-            self._file = open_file(url, self._source, self._verify_reads)
-            if verify:
-                self._file.verify(None)
-
-        @property
-        def requests(self) -> int:
-            """Requests answered so far (for measurements)."""
-            return self._source.backend.requests
-
-        def _take(self):
-            with self._idle_lock:
-                if self._idle:
-                    return self._idle.pop()
-            reader = open_file(self.path, self._source, self._verify_reads)  # cached: no request
-            with self._idle_lock:
-                self._all.append(reader)
-            return reader
-
-        def _give(self, reader) -> None:
-            with self._idle_lock:
-                self._idle.append(reader)
-
-        def get_tensors(self, names) -> dict:
-            if self._file.closed:
-                raise ValueError("I/O operation on a closed hurray file")
-            return parallel_get(self._take, self._give, names, self._source.threads,
-                                lambda f, n: specialise(f._get(n)))
-
-        def close(self) -> None:
-            self._file.close()
-            with self._idle_lock:
-                for reader in self._all:
-                    reader.close()
-                self._all, self._idle = [], []
-            self._source.close()
-
-        def __repr__(self):
-            state = "closed" if self.closed else f"{len(self)} tensors"
-            return f"<hurray.RemoteFile {self.path!r} ({state})>"
-
-    return RemoteFile
-
-
-_REMOTE_FILE = None
-
-
-def remote_file_class():
-    global _REMOTE_FILE
-    if _REMOTE_FILE is None:
-        _REMOTE_FILE = _remote_file_class()
-    return _REMOTE_FILE

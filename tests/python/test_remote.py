@@ -199,7 +199,7 @@ def test_fsspec_memory_and_file(files):
         loaded = hurray.load(url)
         np.testing.assert_array_equal(np.asarray(loaded["layer07.weight"]),
                                       files["tensors"]["layer07.weight"])
-    with pytest.raises(hurray.NotFoundError):
+    with pytest.raises(FileNotFoundError):
         hurray.open("memory:///remote-test/absent.hurray")
     fs.rm("/remote-test/big.hurray")
 
@@ -231,9 +231,11 @@ def test_lying_servers(files, server):
     with hurray.open(url, retries=3) as f:  # two 503s, then answers
         assert len(f) == len(files["tensors"])
     server.fault = None
-    with pytest.raises(hurray.NotFoundError):
+    with pytest.raises(hurray.RemoteNotFoundError) as missing:
         hurray.open(server.url("/absent.hurray"))
-    for cls in (hurray.RemoteError, hurray.RemoteProtocolError, hurray.RemoteChangedError):
+    assert isinstance(missing.value, FileNotFoundError)
+    for cls in (hurray.RemoteError, hurray.RemoteProtocolError, hurray.RemoteChangedError,
+                hurray.RemoteNotFoundError, hurray.RemoteTimeoutError):
         assert issubclass(cls, OSError) and issubclass(cls, hurray.HurrayError)
 
 
