@@ -15,6 +15,12 @@ from importlib.util import find_spec
 
 
 def main() -> None:
+    # The C program has no network code: ls, info and verify of a URL run
+    # in the package's Python (hurray/_remote_cli.py), with this interpreter.
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] in ("ls", "info", "verify") and \
+            any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:]):
+        os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
     spec = find_spec("hurray")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:
@@ -24,12 +30,6 @@ def main() -> None:
     else:
         sys.exit(f"hurray: {sys.executable} has no hurray package with its hurray program; "
                  "reinstall it (pip install --force-reinstall hurray)")
-    # The C program has no network code: ls, info and verify of a URL run
-    # in the package's Python (hurray/_remote_cli.py), with this interpreter.
-    args = sys.argv[1:]
-    if len(args) >= 2 and args[0] in ("ls", "info", "verify") and \
-            any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:]):
-        os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
     if not os.environ.get("HURRAY_PYTHON"):
         os.environ["HURRAY_PYTHON"] = sys.executable
     os.execv(program, ["hurray", *sys.argv[1:]])
