@@ -36,6 +36,10 @@ SUFFIX_BYTES = 256 << 10
 #: gap is read and dropped): the alignment padding between the buffers of
 #: a tensor is under 4 KiB.
 MERGE_GAP = 64 << 10
+#: get_tensors and load fetch the tensors of at most this many bytes at a
+#: time (then read them from memory), in pieces of PREFETCH_PIECE bytes.
+PREFETCH_WINDOW = 256 << 20
+PREFETCH_PIECE = 16 << 20
 #: Requests in flight at once for get_tensors and load.
 DEFAULT_THREADS = 8
 #: Attempts for a request that failed in a way worth repeating (connection
@@ -74,6 +78,11 @@ class RemoteNotFoundError(RemoteError, FileNotFoundError):
 
 class RemoteTimeoutError(RemoteError, TimeoutError):
     """The server did not answer in time, after every retry."""
+
+
+class _PlanOnly(Exception):
+    """Raised by a source in planning mode: the ranges a read needs were
+    recorded, nothing was fetched."""
 
 
 class _Transient(Exception):
@@ -421,6 +430,11 @@ class RangeSource:
             raise
 
     def read_batch(self, ranges: Sequence[Tuple[int, memoryview]]) -> None:
+        plan = getattr(self._local, "plan", None)
+        if plan is not None:
+            plan.extend((o, len(v)) for r in ranges for o, v in self._uncached(*r))
+            self._local.error = _PlanOnly()
+            raise self._local.error
         try:
             todo = sorted((p for o, v in ranges for p in self._uncached(o, v)),
                           key=lambda p: p[0])
@@ -445,6 +459,43 @@ class RangeSource:
             return
         for future in [self.pool().submit(one, run) for run in runs]:
             future.result()
+
+    def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
+        """The (offset, length) ranges `read()` (one tensor read) would
+        fetch, found by running it with fetching switched off."""
+        self._local.plan = []
+        try:
+            read()
+        except _PlanOnly:
+            pass
+        finally:
+            ranges, self._local.plan = self._local.plan, None
+        return ranges
+
+    def prefetch(self, spans: Sequence[Tuple[int, int]]) -> List[Tuple[int, bytes]]:
+        """Fetches the (start, end) spans, split into pieces of at most
+        PREFETCH_PIECE bytes, several at a time, and keeps them as blocks
+        until forget() is given what this returns."""
+        pieces = []
+        for start, end in spans:
+            for at in range(start, end, PREFETCH_PIECE):
+                pieces.append((at, min(end, at + PREFETCH_PIECE)))
+
+        def one(piece):
+            buf = bytearray(piece[1] - piece[0])
+            self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
+            return piece[0], bytes(buf) if len(buf) < 4096 else buf
+
+        if len(pieces) == 1:
+            blocks = [one(pieces[0])]
+        else:
+            blocks = list(self.pool().map(one, pieces))
+        self._blocks = self._blocks + blocks
+        return blocks
+
+    def forget(self, blocks) -> None:
+        ids = {id(b) for b in blocks}
+        self._blocks = [b for b in self._blocks if id(b) not in ids]
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -511,22 +562,37 @@ def open_file(url: str, source: RangeSource, verify: bool):
     return TranslatingFile(raw, source)
 
 
-def parallel_get(take: Callable[[], object], give: Callable[[object], None],
-                 names: Iterable[str], threads: int, get) -> dict:
-    """get(reader, name) for every name, on up to `threads` threads, each
-    with a reader of its own (`take` lends one, `give` takes it back)."""
-    names = list(names)
-
-    def work(name):
-        reader = take()
+def prefetched_get(file, source: RangeSource, names: Iterable[str],
+                   window: int = None) -> dict:
+    """Every tensor of `names` with as few requests as the layout allows:
+    the ranges each tensor needs are found first (no request), merged where
+    tensors lie next to each other, fetched in pieces on the source's
+    threads, a window of at most `window` bytes at a time, and the tensors
+    then read from those bytes."""
+    window = PREFETCH_WINDOW if window is None else window
+    plans = []
+    for name in names:
+        ranges = source.plan(lambda: file._get(name))
+        plans.append((min((o for o, _ in ranges), default=-1), name, ranges))
+    plans.sort(key=lambda p: p[0])
+    out = {}
+    i = 0
+    while i < len(plans):
+        group, spans, size = [], [], 0
+        while i < len(plans) and (not group or size < window):
+            _, name, ranges = plans[i]
+            group.append(name)
+            for o, n in sorted(ranges):
+                if spans and o - spans[-1][1] <= MERGE_GAP:
+                    spans[-1] = (spans[-1][0], max(spans[-1][1], o + n))
+                else:
+                    spans.append((o, o + n))
+                size += n
+            i += 1
+        blocks = source.prefetch(spans) if spans else []
         try:
-            return name, get(reader, name)
+            for name in group:
+                out[name] = file._get(name)
         finally:
-            give(reader)
-
-    if len(names) <= 1 or threads <= 1:
-        return dict(work(n) for n in names)
-    with concurrent.futures.ThreadPoolExecutor(min(threads, len(names)),
-                                               thread_name_prefix="hurray-get") as pool:
-        return dict(pool.map(work, names))
-
+            source.forget(blocks)
+    return out

@@ -1,12 +1,11 @@
 """RemoteFile: hurray.open of a URL (see _remote.py)."""
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 from ._files import File
 from ._remote import (DEFAULT_RETRIES, DEFAULT_THREADS, DEFAULT_TIMEOUT, SUFFIX_BYTES,
-                      make_source, open_file, parallel_get)
+                      make_source, open_file, prefetched_get)
 from ._tensor import specialise
 
 
@@ -23,9 +22,6 @@ class RemoteFile(File):
                  headers: Optional[dict] = None, storage_options: Optional[dict] = None):
         self.path = url
         self.readonly = False
-        self._idle: list = []
-        self._all: list = []
-        self._idle_lock = threading.Lock()
         self._source = make_source(url, timeout=timeout, retries=retries,
                                    suffix_bytes=suffix_bytes, threads=threads,
                                    headers=headers, storage_options=storage_options)
@@ -39,31 +35,17 @@ class RemoteFile(File):
         """Requests answered so far (for measurements)."""
         return self._source.backend.requests
 
-    def _take(self):
-        with self._idle_lock:
-            if self._idle:
-                return self._idle.pop()
-        reader = open_file(self.path, self._source, self._verify_reads)  # cached: no request
-        with self._idle_lock:
-            self._all.append(reader)
-        return reader
-
-    def _give(self, reader) -> None:
-        with self._idle_lock:
-            self._idle.append(reader)
-
     def get_tensors(self, names) -> dict:
+        """Every tensor of `names`: the ranges they need are merged where
+        the tensors lie next to each other and fetched in pieces on
+        `threads` threads (_remote.prefetched_get)."""
         if self._file.closed:
             raise ValueError("I/O operation on a closed hurray file")
-        return parallel_get(self._take, self._give, names, self._source.threads,
-                            lambda f, n: specialise(f._get(n)))
+        raw = prefetched_get(self._file, self._source, list(names))
+        return {name: specialise(t) for name, t in raw.items()}
 
     def close(self) -> None:
         self._file.close()
-        with self._idle_lock:
-            for reader in self._all:
-                reader.close()
-            self._all, self._idle = [], []
         self._source.close()
 
     def __repr__(self):

@@ -132,8 +132,17 @@ def test_get_tensors_and_load_match_local(files, server):
     with hurray.open(server.url("/big.hurray"), threads=4) as f:
         server.reset()
         got = f.get_tensors(list(f.keys()))
-        # One request per tensor not already held from open, at most.
-        assert server.requests <= len(local)
+        # Tensors next to each other are fetched together: the whole data
+        # region before the suffix kept from open, in one request, each
+        # byte once.
+        assert server.requests == 1
+        assert server.bytes_sent <= len(files["big_bytes"]) - SUFFIX
+        server.reset()
+        # In windows of at most 512 KiB: more requests, same bytes.
+        raw = hurray._remote.prefetched_get(f._file, f._source, list(f.keys()), 512 << 10)
+        assert 1 < server.requests <= len(local)
+        assert server.bytes_sent <= len(files["big_bytes"]) - SUFFIX
+        assert sorted(raw) == sorted(local)
     remote = hurray.load(server.url("/big.hurray"))
     for name, t in local.items():
         for out in (got[name], remote[name]):
