@@ -137,9 +137,10 @@ def main() -> None:
         measure("hurray: open + one tensor", h_one, same_one)
         measure("safetensors (hf_hub style): open + one tensor",
                 lambda: SafetensorsHF(pool, surl).tensor(one), same_one)
-        measure(f"hurray: load (get_tensors, {THREADS} threads)", lambda: hurray.load(hurl),
+        measure(f"hurray: load (ranges merged, 16 MiB pieces on {THREADS} threads)", lambda: hurray.load(hurl),
                 same_all)
-        measure("hurray: load, 1 thread", lambda: hurray.load(hurl, threads=1), same_all)
+        measure("hurray: load, pieces on 1 thread", lambda: hurray.load(hurl, threads=1),
+                same_all)
         measure(f"safetensors (hf_hub style): load, ranges on {THREADS} threads",
                 lambda: SafetensorsHF(pool, surl).load_parallel(), same_all)
         measure("safetensors (hf_hub style): load, ranges one by one",

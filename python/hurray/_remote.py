@@ -407,7 +407,7 @@ class RangeSource:
                 if lo >= hi:
                     rest.append((o, v))
                     continue
-                v[lo - o: hi - o] = data[lo - start: hi - start]
+                v[lo - o: hi - o] = memoryview(data)[lo - start: hi - start]  # one copy
                 if lo > o:
                     rest.append((o, v[: lo - o]))
                 if hi < o + len(v):
@@ -484,7 +484,7 @@ class RangeSource:
         def one(piece):
             buf = bytearray(piece[1] - piece[0])
             self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
-            return piece[0], bytes(buf) if len(buf) < 4096 else buf
+            return piece[0], buf
 
         if len(pieces) == 1:
             blocks = [one(pieces[0])]
