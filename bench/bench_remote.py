@@ -137,8 +137,8 @@ def main() -> None:
         measure("hurray: open + one tensor", h_one, same_one)
         measure("safetensors (hf_hub style): open + one tensor",
                 lambda: SafetensorsHF(pool, surl).tensor(one), same_one)
-        measure(f"hurray: load (ranges merged, 16 MiB pieces on {THREADS} threads)", lambda: hurray.load(hurl),
-                same_all)
+        measure(f"hurray: load (ranges merged, 16 MiB pieces on {THREADS} threads)",
+                lambda: hurray.load(hurl), same_all)
         measure("hurray: load, pieces on 1 thread", lambda: hurray.load(hurl, threads=1),
                 same_all)
         measure(f"safetensors (hf_hub style): load, ranges on {THREADS} threads",

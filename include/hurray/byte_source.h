@@ -98,8 +98,8 @@ HURRAY_API HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *s
 /* Fills `*out` with a source reading the `size` bytes at `data` (an
  * in-memory file). `data` is borrowed: it must stay valid and unchanged
  * until the reader opened on the source is closed. No release is set. */
-HURRAY_API HurrayStatus hurray_byte_source_memory(const void *data, size_t size, HurrayByteSource *out,
-                                             HurrayError *error);
+HURRAY_API HurrayStatus hurray_byte_source_memory(const void *data, size_t size,
+                                                  HurrayByteSource *out, HurrayError *error);
 
 #ifdef __cplusplus
 }

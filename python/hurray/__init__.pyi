@@ -507,7 +507,8 @@ class File:
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
     def get_tensors(self, names: Iterable[str]) -> dict[str, Tensor]:
-        """{name: tensor}; a RemoteFile fetches them in parallel."""
+        """{name: tensor}; a RemoteFile fetches neighbours together, in
+        parallel pieces."""
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -11,7 +11,9 @@ glue is _source.c). Round trips (docs/spec/file-format.md section 15):
   an index longer than about N needs a third request.
 - one tensor: one request for the span of its buffers (a writer lays them
   out together; the gaps are alignment padding).
-- ``get_tensors``/``load``: one request per tensor, several at a time.
+- ``get_tensors``/``load``: the ranges of all tensors planned first, merged
+  where tensors are neighbours, fetched in 16 MiB pieces several at a time
+  (prefetched_get).
 
 docs/adr/ADR-0022-reader-sources.md says why urllib3 and why no chunked
 checksums; docs/security.md what a hostile server can and cannot do.
@@ -124,7 +126,8 @@ class HttpBackend:
         try:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
-            raise _mark(RemoteError(f"reading {url} needs urllib3: pip install 'hurray[remote]'")) from None
+            raise _mark(RemoteError(
+                f"reading {url} needs urllib3: pip install 'hurray[remote]'")) from None
         self._urllib3 = urllib3
         self.url = url
         self.retries = int(retries)
@@ -300,7 +303,9 @@ class FsspecBackend:
         try:
             import fsspec
         except ImportError:
-            raise _mark(RemoteError(f"reading {url} needs fsspec (and its backend for the scheme): pip install 'hurray[fsspec]'")) from None
+            raise _mark(RemoteError(
+                f"reading {url} needs fsspec (and the back end of its scheme): "
+                "pip install 'hurray[fsspec]'")) from None
         self.url = url
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.size: Optional[int] = None

@@ -861,7 +861,9 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
     }
   }
   free(ranges);
-  if (status != HURRAY_OK || (r->source.flags & HURRAY_BYTE_SOURCE_VERIFY_READS) == 0) return status;
+  if (status != HURRAY_OK || (r->source.flags & HURRAY_BYTE_SOURCE_VERIFY_READS) == 0) {
+    return status;
+  }
   for (uint32_t i = 0; i < t->buffer_count; i++) {
     const HurrayBuffer *b = hurray_buffer_list_get(list, i);
     uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
