@@ -19,7 +19,8 @@ class RangeServer:
     None, "short" (the body stops halfway), "wrong_range" (Content-Range
     one byte off), "ignore_range" (200 with the whole file), "change" (the
     file changes after the first request), "slow" (answers after
-    `slow_seconds`), "flaky" (the first `flaky_count` requests get 503)."""
+    `slow_seconds`), "flaky" (the first `flaky_count` requests get 503),
+    "huge" (claims the file is 1 TiB larger, its tail at the claimed end)."""
 
     def __init__(self, files: Dict[str, bytes], latency: float = 0.0):
         self.files = dict(files)
@@ -120,7 +121,12 @@ class RangeServer:
             return self._send(h, index, 416, headers, b"", head)
         body = data[start:end]
         shown = (start + 1, end) if fault == "wrong_range" else (start, end)
-        headers["Content-Range"] = f"bytes {shown[0]}-{shown[1] - 1}/{size}"
+        claimed = size
+        if fault == "huge":  # claims 1 TiB more, the real tail at the claimed end
+            claimed = size + (1 << 40)
+            if first == "":
+                shown = (claimed - (end - start), claimed)
+        headers["Content-Range"] = f"bytes {shown[0]}-{shown[1] - 1}/{claimed}"
         self._send(h, index, 206, headers, body, head, short=fault == "short")
 
     def _send(self, h, index, status, headers, body, head, short=False):

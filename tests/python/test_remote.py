@@ -248,6 +248,15 @@ def test_lying_servers(files, server):
         assert issubclass(cls, OSError) and issubclass(cls, hurray.HurrayError)
 
 
+def test_server_claiming_a_huge_file(files, server):
+    """The claimed size plays the file size: the trailer's index no longer
+    ends where the trailer starts, refused before anything is sized by it."""
+    server.fault = "huge"
+    with pytest.raises(hurray.FormatError):
+        hurray.open(server.url("/big.hurray"))
+    assert server.bytes_sent <= SUFFIX + 64
+
+
 def test_file_changed_between_requests(files, server):
     url = server.url("/big.hurray")
     f = hurray.open(url)
