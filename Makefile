@@ -109,6 +109,13 @@ bench-dcp: python
 bench-convert: build
 	$(VENV)/python bench/bench_convert.py
 
+# Remote reading: hurray.open/load of a URL vs safetensors read huggingface_hub
+# style, over the test range server with 20 ms per request, into
+# bench/results/remote.md (bench/bench_remote.py).
+.PHONY: bench-remote
+bench-remote: python
+	$(VENV)/python bench/bench_remote.py
+
 test-c: build
 	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs
 
@@ -125,10 +132,10 @@ test-vectors:
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
 PY_TEST_DEPS := 'meson-python>=0.18' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
-                gguf bitsandbytes safetensors tqdm
+                gguf bitsandbytes safetensors tqdm urllib3 fsspec
 
 python: deps
-	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm" 2>/dev/null \
+	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm, urllib3, fsspec" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
 	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
 

@@ -682,6 +682,14 @@ def run_worker(*args):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def mem_read_rate(threads):
+    """build/bench/mem_read_rate: `threads` threads read 1 GiB of memory
+    (best of 5 passes, in a fresh process)."""
+    exe = os.path.join(ROOT, "build", "bench", "mem_read_rate")
+    done = subprocess.run([exe, "1024", str(threads)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
 def summarize(runs, key):
     vals = [r[key] for r in runs if r.get(key) is not None]
     if not vals:
@@ -766,6 +774,13 @@ def main():
     log = lambda *a: print(f"[{time.time() - started:6.1f}s]", *a, flush=True)  # noqa: E731
     res["limits"]["memcpy"] = summarize([run_worker("memcpy") for _ in range(reps)], "gbps")
     log("memcpy", res["limits"]["memcpy"])
+    # The memory-read rate verify is held to (issue 19): one thread, and as
+    # many as verify hashes on (HURRAY_HASH_THREADS, default the CPUs up to 8).
+    hash_threads = int(os.environ.get("HURRAY_HASH_THREADS") or min(os.cpu_count() or 1, 8))
+    res["config"]["hash_threads"] = hash_threads
+    for label, n in (("mem_read_1", 1), ("mem_read", hash_threads)):
+        res["limits"][label] = summarize([mem_read_rate(n) for _ in range(reps)], "gbps")
+        log(label, n, "threads", res["limits"][label])
     caps = [run_worker("capsule") for _ in range(reps)]
     res["capsule"] = {k: summarize(caps, k) for k in caps[0]}
     log("capsule", res["capsule"])
@@ -838,6 +853,8 @@ def fmt(s, unit="s"):
         return f"{m * 1e6:.2f} ({lo * 1e6:.2f}–{hi * 1e6:.2f})"
     if unit == "mib":
         return f"{m:.0f} ({lo:.0f}–{hi:.0f})"
+    if unit == "gbps":
+        return f"{m:.1f} ({lo:.1f}–{hi:.1f})"
     return f"{m:.3f} ({lo:.3f}–{hi:.3f})"
 
 
@@ -879,6 +896,12 @@ def goals(res):
     vs = [med(w["contenders"]["hurray"]["verify_gbps"]) for w in (a, b)]
     out.append(f"- Verification throughput (warm): (a) {vs[0]:.1f} GB/s, (b) {vs[1]:.1f} GB/s "
                f"(goal >= 10 GB/s): {verdict(min(vs) >= 10)}")
+    if "mem_read" in res["limits"]:
+        mr = med(res["limits"]["mem_read"])
+        parts = [f"{n} {v:.1f} GB/s = {v / mr:.2f}x" for n, v in (("(a)", vs[0]), ("(b)", vs[1]))]
+        out.append(f"- Verify at memory speed (issue 19): " + ", ".join(parts) + f" of the "
+                   f"{res['config']['hash_threads']}-thread memory-read rate ({mr:.1f} GB/s) "
+                   f"(goal >= 0.9x): {verdict(min(vs) >= 0.9 * mr)}")
     if "quant" in res["workloads"]:
         out.extend(quant_goals(res["workloads"]["quant"], verdict))
     hc = med(res["capsule"]["hurray_from_hurray_s"])
@@ -938,6 +961,33 @@ def quant_goals(c, verdict):
     return out
 
 
+def verify_table(res):
+    """Issue 19's goal: File.verify() (warm, every buffer hashed with xxh3 on
+    the hashing threads) against the memory-read rate measured in this run."""
+    lim = res["limits"]
+    if "mem_read" not in lim:
+        return []
+    mr = med(lim["mem_read"])
+    n = res["config"].get("hash_threads")
+    L = [f"Memory-read rate (build/bench/mem_read_rate, 1 GiB, best of 5 passes per process): "
+         f"1 thread {fmt(lim['mem_read_1'], 'gbps')} GB/s, {n} threads {fmt(lim['mem_read'], 'gbps')} "
+         f"GB/s.\n",
+         "| verify (warm, `File.verify()`) | GB/s | × memory-read rate | goal | status |",
+         "|---|---|---|---|---|"]
+    rows = [(wl, w["contenders"]["hurray"]) for wl, w in res["workloads"].items() if wl != "quant"]
+    if "quant" in res["workloads"]:
+        rows += [(f"quant {k}", h) for k, h in res["workloads"]["quant"]["contenders"].items()
+                 if k.startswith("hurray")]
+    for name, h in rows:
+        if "verify_gbps" not in h:
+            continue
+        v = med(h["verify_gbps"])
+        L.append(f"| {name} | {fmt(h['verify_gbps'], 'gbps')} | {v / mr:.2f}× | ≥ 0.9× | "
+                 f"{'met' if v >= 0.9 * mr else 'not met'} |")
+    L.append("")
+    return L
+
+
 def render_md(res):
     cfg = res["config"]
     L = []
@@ -961,6 +1011,7 @@ def render_md(res):
     mc = res["limits"]["memcpy"]
     L.append(f"memcpy limit (np.copyto of 256 MiB, best of 5 per process): {mc['median']:.2f} GB/s "
              f"(min {mc['min']:.2f}, max {mc['max']:.2f}).\n")
+    L.extend(verify_table(res))
     for wl, w in res["workloads"].items():
         if wl == "quant":
             L.extend(render_quant_md(w))

@@ -4,18 +4,18 @@ to hurray and back by the C command (`hurray convert`, no Python), against
 
     make bench-convert            # or: python bench/bench_convert.py [--gib N] [--dir D] [--runs R]
 
-Each step runs R times (median reported) with a warm page cache, the way cp
-is measured too, after a `sync` so that no step pays for the writeback of
-the step before. The C writer fsyncs before it publishes (the atomic
-rename); cp does not, so the table also gives cp followed by `sync FILE`.
-Peak RSS is the child's maximum resident set (getrusage). The file is
+Each run times every step once, in turn (so each ratio compares figures
+taken under the same load), with a warm page cache, the way cp is measured
+too, after a `sync` so that no step pays for the writeback of the step
+before; R runs (default 7), median with min and max reported. The C writer
+fsyncs before it publishes (the atomic rename); cp does not, so the table
+also gives cp followed by `sync FILE`. Peak RSS is each child's own maximum
+resident set (/usr/bin/time, one extra run). The file is
 written here, without torch: 16 tensors (bf16, f16, f32) and __metadata__.
 Results go to bench/results/convert.md (and .json)."""
 import argparse
 import json
 import os
-import resource
-import shutil
 import statistics
 import struct
 import subprocess
@@ -56,20 +56,24 @@ def make_safetensors(path, gib):
 
 
 def timed(cmd):
-    """Wall seconds and the child's peak RSS in MiB."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds, and the child's ru_maxrss in MiB (which counts the
+    pages of this Python process it was forked from: see rss_of)."""
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
     dt = time.perf_counter() - t0
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return dt, max(peak, before) / 1024.0
+    err = child.stderr.read().decode(errors="replace")
+    child.stderr.close()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed: {err.strip()}")
+    return dt, usage.ru_maxrss / 1024.0
 
 
 def rss_of(cmd):
-    """Peak RSS of one command alone, via /usr/bin/time if present."""
-    if shutil.which("/usr/bin/time") is None:
+    """Peak RSS of one command alone, via /usr/bin/time (a fork of this
+    Python process would count the interpreter's pages too); None without it."""
+    if not os.path.exists("/usr/bin/time"):
         return None
     r = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, capture_output=True, text=True)
     try:
@@ -81,7 +85,7 @@ def rss_of(cmd):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gib", type=float, default=1.0)
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--runs", type=int, default=7)
     p.add_argument("--dir", default=os.environ.get("BENCH_DIR", os.path.join(ROOT, "build")))
     p.add_argument("--cli", default=os.path.join(ROOT, "build", "hurray"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "convert"))
@@ -102,8 +106,11 @@ def main():
         "hurray -> safetensors (--no-verify)": [a.cli, "convert", mid, back, "--quiet",
                                                 "--no-verify"],
     }
+    load_start = os.getloadavg()
     times = {k: [] for k in steps}
     for _ in range(a.runs):
+        # The steps of one run follow each other, so every ratio compares
+        # figures taken under the same load.
         for k, cmd in steps.items():
             # Every step writes a new file: freeing a replaced 1 GiB file is
             # not what is measured (the hurray file is reused as the next
@@ -113,50 +120,69 @@ def main():
                     os.unlink(f)
             os.sync()  # no step pays for the writeback of the one before
             times[k].append(timed(cmd)[0])
+    load_end = os.getloadavg()
     with open(src, "rb") as x, open(back, "rb") as y:
         identical = x.read() == y.read()
-    rss = {k: rss_of(cmd) for k, cmd in steps.items() if not k.startswith("cp + sync")}
+    rss = {}
+    for k, cmd in steps.items():
+        if k != "cp + sync":
+            for f in (copy, back):
+                if os.path.exists(f):
+                    os.unlink(f)
+            rss[k] = rss_of(cmd)
     med = {k: statistics.median(v) for k, v in times.items()}
-    rt = med["safetensors -> hurray"] + med["hurray -> safetensors"]
-    rows = []
-    for k in steps:
-        rows.append((k, med[k], min(times[k]), size / med[k] / (1 << 30), med[k] / med["cp"],
-                     med[k] / med["cp + sync"], rss.get(k)))
-    load = os.getloadavg()
+    # The round trip of each run (to hurray and back) against two copies of
+    # that same run, then the median over runs.
+    trip = [x + y for x, y in zip(times["safetensors -> hurray"], times["hurray -> safetensors"])]
+    trip_x_cp = statistics.median(t / (2 * c) for t, c in zip(trip, times["cp"]))
+    trip_x_cps = statistics.median(t / (2 * c) for t, c in zip(trip, times["cp + sync"]))
+    ratio = {k: (statistics.median(t / c for t, c in zip(times[k], times["cp"])),
+                 statistics.median(t / c for t, c in zip(times[k], times["cp + sync"])))
+             for k in steps}
+    goal = 1.1
     lines = [
         "# Native conversion: safetensors -> hurray -> safetensors vs cp",
         "",
-        f"`make bench-convert` (bench/bench_convert.py, {a.runs} runs, median; warm page cache).",
+        f"`make bench-convert` (bench/bench_convert.py --runs {a.runs}): {a.runs} runs, each a "
+        "fresh target after `sync`, warm page cache, steps interleaved.",
         f"File: {size / (1 << 30):.2f} GiB safetensors, 16 tensors (bf16/f16/f32), "
-        f"__metadata__. Machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} "
-        f"at the end (a shared machine: figures vary run to run).",
+        f"__metadata__. Machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the "
+        f"start, {load_end[0]:.1f} at the end (a shared machine: figures vary run to run).",
         "",
-        "| step | median s | best s | GiB/s | x cp | x (cp + sync) | peak RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| step | median s | min s | max s | GiB/s | x cp | x (cp + sync) | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for k, m, b, gbs, xcp, xcps, r in rows:
-        lines.append(f"| {k} | {m:.3f} | {b:.3f} | {gbs:.2f} | {xcp:.2f} | {xcps:.2f} | "
-                     f"{'-' if r is None else f'{r:.0f}'} |")
+    for k in steps:
+        lines.append(f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {max(times[k]):.3f} | "
+                     f"{size / med[k] / (1 << 30):.2f} | {ratio[k][0]:.2f} | {ratio[k][1]:.2f} | "
+                     f"{'-' if rss.get(k) is None else f'{rss[k]:.0f}'} |")
     lines += [
+        f"| round trip (to hurray and back) | {statistics.median(trip):.3f} | {min(trip):.3f} | "
+        f"{max(trip):.3f} | {2 * size / statistics.median(trip) / (1 << 30):.2f} | "
+        f"{trip_x_cp:.2f} (of two cps) | {trip_x_cps:.2f} (of two) | - |",
         "",
-        f"Round trip (to hurray and back): {rt:.3f} s = {rt / med['cp']:.2f} x cp, "
-        f"{rt / (2 * med['cp']):.2f} x two cps, {rt / (2 * med['cp + sync']):.2f} x two "
-        "(cp + sync).",
+        "Ratios are the median over runs of each run's own ratio. Goal (issue 15): at most "
+        f"{goal}x cp. Round trip: {trip_x_cp:.2f}x cp "
+        f"({'met' if trip_x_cp <= goal else 'not met'}), {trip_x_cps:.2f}x (cp + sync) "
+        f"({'met' if trip_x_cps <= goal else 'not met'}).",
         f"Back file byte-identical to the source: {identical}.",
         "",
         "The C writer fsyncs the file before the atomic rename, cp does not: the"
-        " `x (cp + sync)` column compares like with like. hurray -> safetensors also"
-        " checks every buffer's xxh3 checksum first (the default; `--no-verify` skips it).",
-        "Peak RSS: the source is a read-only mapping whose pages are dropped from the"
-        " process once written, so it stays near the largest tensor (64 MiB here), not"
-        " the file size (the 0.25 GiB run gives 18 MiB with 16 MiB tensors).",
+        " `x (cp + sync)` column compares like with like. hurray -> safetensors checks every"
+        " buffer's xxh3 checksum (the default) as it copies it; `--no-verify` skips that.",
+        "Peak RSS: one more run of each step under /usr/bin/time. The source is a read-only"
+        " mapping whose pages are dropped from the process once written, so it stays near the"
+        " largest tensor (64 MiB here), not the file size.",
     ]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(a.out + ".json", "w") as f:
         json.dump({"bytes": size, "runs": a.runs, "median_s": med, "all_s": times,
-                   "peak_rss_mib": rss, "identical": identical}, f, indent=2)
+                   "round_trip_s": trip, "ratio_cp": {k: v[0] for k, v in ratio.items()},
+                   "ratio_cp_sync": {k: v[1] for k, v in ratio.items()},
+                   "peak_rss_mib": rss, "load": [load_start, load_end],
+                   "identical": identical}, f, indent=2)
     print("\n".join(lines))
     for f in (src, mid, back, copy):
         if os.path.exists(f):

@@ -9,11 +9,18 @@ uses it rather than whichever python3 comes first on PATH. A HURRAY_PYTHON
 already set wins. It imports nothing of the package, to start quickly.
 """
 import os
+import re
 import sys
 from importlib.util import find_spec
 
 
 def main() -> None:
+    # The C program has no network code: ls, info and verify of a URL run
+    # in the package's Python (hurray/_remote_cli.py), with this interpreter.
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] in ("ls", "info", "verify") and \
+            any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:]):
+        os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
     spec = find_spec("hurray")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:

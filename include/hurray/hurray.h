@@ -16,6 +16,7 @@
 #include "hurray/descriptor.h"
 #include "hurray/buffer.h"
 #include "hurray/io.h"
+#include "hurray/byte_source.h"
 #include "hurray/quant.h"
 #include "hurray/convert.h"
 

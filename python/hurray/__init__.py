@@ -24,6 +24,9 @@ from ._descriptor import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Des
 from ._dtypes import DTYPES
 from .convert import ConversionError, convert
 from ._files import File, as_tensor, load, open, save
+from ._remote import (RemoteChangedError, RemoteError, RemoteNotFoundError, RemoteProtocolError,
+                      RemoteTimeoutError)
+from ._remote_file import RemoteFile
 from ._quant import QUANT_SCHEMES, quantize
 from ._safe_open import safe_open
 from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
@@ -45,7 +48,9 @@ __all__ = [
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
-    "PlacementError", "QUANT_SCHEMES", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
+    "PlacementError", "QUANT_SCHEMES", "RemoteChangedError", "RemoteError", "RemoteFile",
+    "RemoteNotFoundError", "RemoteProtocolError", "RemoteTimeoutError",
+    "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "convert", "from_dlpack", "from_hurray",
     "from_numpy", "load", "load_sharded", "open", "quantize", "safe_open", "save", "save_sharded",
     "shard",

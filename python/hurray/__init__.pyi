@@ -31,7 +31,9 @@ __all__ = [
     "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
     "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
     "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
-    "PlacementError", "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
+    "PlacementError", "RemoteChangedError", "RemoteError", "RemoteFile", "RemoteNotFoundError",
+    "RemoteProtocolError", "RemoteTimeoutError",
+    "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
     "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
     "from_numpy", "load", "load_sharded", "open", "safe_open", "save", "save_sharded", "shard",
 ]
@@ -119,6 +121,22 @@ class HurrayIOError(HurrayError, OSError):
     reported carries errno, strerror and filename, and is also the builtin
     OSError subclass its errno maps to (e.g. HurrayFileNotFoundError derives
     from HurrayIOError and FileNotFoundError), whatever its status."""
+
+class RemoteError(HurrayIOError):
+    """Reading a remote file failed."""
+
+class RemoteProtocolError(RemoteError):
+    """A wrong answer to a range request: 200 instead of 206, another
+    Content-Range, a body shorter or longer than announced."""
+
+class RemoteChangedError(RemoteError):
+    """The file changed between two requests (ETag, Last-Modified, size, 412)."""
+
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """No file at that URL."""
+
+class RemoteTimeoutError(RemoteError, TimeoutError):
+    """No answer in time, after every retry."""
 
 # ------------------------------------------------------- descriptor parts
 
@@ -497,17 +515,44 @@ class File:
         """Share of the tensor data in the page cache (mincore)."""
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
+    def get_tensors(self, names: Iterable[str]) -> dict[str, Tensor]:
+        """{name: tensor}; a RemoteFile fetches neighbours together, in
+        parallel pieces."""
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
+class RemoteFile(File):
+    """hurray.open of a URL (https://, http://, or any fsspec URL): range
+    requests, every tensor a copy of its own (returned by open())."""
+    def __init__(
+        self, url: str, *, verify: bool = False, verify_reads: bool = True, threads: int = 8,
+        timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
+        suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    @property
+    def requests(self) -> int: ...
+
 def open(
-    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
-) -> File: ...
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False,
+    verify_reads: bool = True, threads: int = 8,
+    timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
+    suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> File:
+    """A lazy reader; a URL gives a RemoteFile (the keyword arguments after
+    readonly apply to URLs only; docs/impl/python-bindings.md, "Remote
+    files")."""
 def load(
-    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False,
+    verify_reads: bool = True, threads: int = 8,
+    timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
+    suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Tensor]:
     """Every tensor, zero-copy from a private copy-on-write mapping by
     default (writable; writes never reach the file); readonly=True maps the

@@ -133,6 +133,10 @@ def _terminate(signum, frame):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("ls", "info", "verify"):  # URLs, from the launcher
+        from ._remote_cli import main as remote_main
+        return remote_main(argv)
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
     from .convert import ConversionError, UsageError, convert

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 
-from . import _dtypes, _hooks, _hurray
+from . import _dtypes, _hooks, _hurray, _remote
 from ._descriptor import Descriptor
 from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
@@ -229,6 +229,11 @@ class File:
         the first mismatch."""
         self._file.verify(name)
 
+    def get_tensors(self, names) -> dict:
+        """{name: tensor} for every name; a remote file fetches them in
+        parallel (hurray.open of a URL)."""
+        return {name: self[name] for name in names}
+
     def close(self) -> None:
         self._file.close()
 
@@ -251,13 +256,22 @@ class File:
 
 
 def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
-         readonly: bool = False) -> File:
-    """A lazy reader (see File and load for mmap and readonly)."""
+         readonly: bool = False, **remote) -> File:
+    """A lazy reader (see File and load for mmap and readonly). A URL
+    (https://, http://, or any fsspec URL such as s3:// or memory://) is
+    read with range requests: see hurray._remote.RemoteFile for `remote`
+    options (verify_reads, threads, timeout, retries, suffix_bytes,
+    headers, storage_options)."""
+    if _remote.is_url(path):
+        from ._remote_file import RemoteFile
+        return RemoteFile(path, verify=verify, **remote)
+    if remote:
+        raise TypeError(f"open() got options for remote files: {sorted(remote)}")
     return File(path, mmap=mmap, verify=verify, readonly=readonly)
 
 
 def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
-         readonly: bool = False) -> dict:
+         readonly: bool = False, **remote) -> dict:
     """Every tensor; placement is validated before any is returned.
 
     mmap=True (default): zero-copy views of a private, copy-on-write mapping
@@ -267,5 +281,5 @@ def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
     readonly=True: a shared read-only mapping instead; the views say so
     (numpy writeable=False, the DLPack read-only flag), and numpy refuses
     writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
-    with File(path, mmap=mmap, verify=verify, readonly=readonly) as f:
-        return {name: f[name] for name in f.keys()}
+    with open(path, mmap=mmap, verify=verify, readonly=readonly, **remote) as f:
+        return f.get_tensors(f.keys())

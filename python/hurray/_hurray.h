@@ -24,6 +24,7 @@
 #include "_dlpack.h"
 #include "_loading.h"
 #include "_shared.h"
+#include "_source.h"
 #include "_guard.h"
 
 #define CAPSULE_NAME HY_CAPSULE_NAME

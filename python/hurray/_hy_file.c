@@ -16,11 +16,11 @@ typedef struct FileObject {
 
 static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   FileObject *self = (FileObject *)op;
-  static char *kwlist[] = {"path", "mmap", "verify", "readonly", NULL};
-  PyObject *path;
+  static char *kwlist[] = {"path", "mmap", "verify", "readonly", "source", NULL};
+  PyObject *path, *source = Py_None; /* source: _source.h; path then only names it */
   int use_mmap = 1, verify = 0, readonly = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|ppp:File", kwlist, PyUnicode_FSConverter,
-                                   &path, &use_mmap, &verify, &readonly)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&|pppO:File", kwlist, PyUnicode_FSConverter,
+                                   &path, &use_mmap, &verify, &readonly, &source)) {
     return -1;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
@@ -45,9 +45,14 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayError e = {0};
   HurrayReader *reader = NULL;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
-  Py_END_ALLOW_THREADS
+  if (source != Py_None) {
+    use_mmap = readonly = 0; /* a source reader copies */
+    s = hy_open_source_reader(source, verify != 0, &reader, &e);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
+    Py_END_ALLOW_THREADS
+  }
   if (s != HURRAY_OK) {
     PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
     Py_DECREF(path);

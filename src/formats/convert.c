@@ -158,6 +158,7 @@ struct HurraySource {
   HurrayGGUFFile gg;
   HurrayReader *reader;
   bool verify;
+  bool verified; /* every checksum already checked (hurray_convert_file) */
   char **type_names; /* hurray: dtype names */
   HurrayMetaList metadata;
 };
@@ -531,7 +532,9 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
   }
   if (s->format == HURRAY_FORMAT_HURRAY) {
     const char *name = hurray_reader_tensor_name(s->reader, i);
-    if (s->verify) HURRAY_RETURN_NOT_OK(hurray_reader_verify(s->reader, name, error));
+    if (s->verify && !s->verified) {
+      HURRAY_RETURN_NOT_OK(hurray_reader_verify(s->reader, name, error));
+    }
     return hurray_reader_get_tensor(s->reader, name, d_out, b_out, error);
   }
   const uint8_t *p;
@@ -1222,6 +1225,14 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
       hurray_source_open(src, options->source_format, options->verify_checksums, &s, error));
   size_t n = hurray_source_tensor_count(s);
   HurrayStatus st = HURRAY_OK;
+  /* A hurray source is checked whole, before the target exists: every
+   * buffer on the hashing threads at once (one tensor at a time would
+   * leave all but one idle), pages let go as it goes, and each buffer is
+   * hashed once, not again per tensor. */
+  if (s->format == HURRAY_FORMAT_HURRAY && s->verify) {
+    st = hurray__reader_verify_flat(s->reader, error);
+    s->verified = st == HURRAY_OK;
+  }
   /* Everything the target would refuse is refused before it is opened. */
   for (size_t i = 0; st == HURRAY_OK && i < n; i++) {
     st = hurray_source_check_tensor(s, i, error);

@@ -21,6 +21,8 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "hash.h"
+#include "hurray/byte_source.h"
 #include "reader_origin.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
@@ -66,7 +68,9 @@ typedef struct MetadataEntry {
 } MetadataEntry;
 
 struct HurrayReader {
-  int fd;
+  int fd;             /* -1 for a source reader */
+  bool has_source;    /* bytes come from `source`, not from `fd` */
+  HurrayByteSource source;
   uint64_t file_size;
   HurrayReadMode mode;
   Mapping *mapping;   /* MMAP and MMAP_PRIVATE modes */
@@ -109,6 +113,42 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
     offset += (uint64_t)n;
   }
   return HURRAY_OK;
+}
+
+/* Reads through the source, which is untrusted code: its status is
+ * normalised, and an error it left without a message gets one. */
+static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t length,
+                                  HurrayError *error) {
+  if (status == HURRAY_OK) return HURRAY_OK;
+  /* A source reports a transport failure; any other code it may invent
+   * would claim something about the file it cannot know. */
+  HurrayStatus code = status == HURRAY_ERR_TRUNCATED || status == HURRAY_ERR_NO_MEMORY ||
+                              status == HURRAY_ERR_CANCELLED
+                          ? status
+                          : HURRAY_ERR_IO;
+  if (error->code != status || error->message[0] == '\0') {
+    return hurray__fail(error, code, "source: read of %llu bytes at %llu failed",
+                        (unsigned long long)length, (unsigned long long)offset);
+  }
+  error->code = code;
+  return code;
+}
+
+/* Reads `len` bytes at `offset` of the file: pread, or the source. */
+static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
+                            HurrayError *error) {
+  if (!r->has_source) return pread_all(r->fd, dst, len, offset, error);
+  uint64_t end;
+  if (!hurray__add_u64(offset, len, &end) || end > r->file_size) {
+    return hurray__fail(error, HURRAY_ERR_TRUNCATED, "file ended during a read at %llu",
+                        (unsigned long long)offset);
+  }
+  if (len == 0) return HURRAY_OK;
+  HurrayError local = {0};
+  HurrayError *e = error != NULL ? error : &local;
+  e->code = HURRAY_OK;
+  e->message[0] = '\0';
+  return source_status(r->source.read(r->source.ctx, offset, len, dst, e), offset, len, e);
 }
 
 /* ------------------------------------------------------------------ index */
@@ -317,10 +357,13 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
   return HURRAY_OK;
 }
 
-static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
-  uint8_t header[HURRAY_FILE_HEADER_BYTES], trailer[HURRAY_FILE_TRAILER_BYTES];
+/* The fixed header: magic, a major version this library reads, reserved
+ * bytes zero. Its minor version goes to *minor for the trailer check. */
+static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *minor,
+                                HurrayError *error) {
+  uint8_t header[HURRAY_FILE_HEADER_BYTES];
   if (r->file_size >= 8) {
-    HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, 8, 0, error));
+    HURRAY_RETURN_NOT_OK(read_at(r, header, 8, 0, error));
     if (memcmp(header, hurray__file_magic, 8) != 0) {
       return CORRUPT(HURRAY_ERR_BAD_MAGIC, "not a hurray file (bad magic)");
     }
@@ -329,11 +372,12 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_TRUNCATED, "file of %llu bytes is shorter than header and trailer",
                    (unsigned long long)r->file_size);
   }
-  HURRAY_RETURN_NOT_OK(pread_all(r->fd, header, sizeof header, 0, error));
-  uint64_t major = hurray__get_le(header + 8, 2);
-  if (major != HURRAY_FILE_FORMAT_MAJOR) {
+  HURRAY_RETURN_NOT_OK(read_at(r, header, sizeof header, 0, error));
+  *major = hurray__get_le(header + 8, 2);
+  *minor = hurray__get_le(header + 10, 2);
+  if (*major != HURRAY_FILE_FORMAT_MAJOR) {
     return CORRUPT(HURRAY_ERR_UNSUPPORTED, "file format %llu.%llu; this library reads %d.x",
-                   (unsigned long long)major, (unsigned long long)hurray__get_le(header + 10, 2),
+                   (unsigned long long)*major, (unsigned long long)*minor,
                    HURRAY_FILE_FORMAT_MAJOR);
   }
   for (size_t i = 12; i < HURRAY_FILE_HEADER_BYTES; i++) {
@@ -341,8 +385,17 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
       return CORRUPT(HURRAY_ERR_MALFORMED, "header: reserved byte %zu is not zero", i);
     }
   }
-  HURRAY_RETURN_NOT_OK(pread_all(r->fd, trailer, sizeof trailer,
-                                 r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
+  return HURRAY_OK;
+}
+
+/* The trailer: present, intact, agreeing with the header, and an index
+ * range and counts that the file and the limits allow. Sets the reader's
+ * index range and counts; the trailer's bytes stay in `trailer`. */
+static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor,
+                                 uint8_t trailer[HURRAY_FILE_TRAILER_BYTES],
+                                 HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(read_at(r, trailer, HURRAY_FILE_TRAILER_BYTES,
+                               r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
   if (memcmp(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8) != 0) {
     return CORRUPT(HURRAY_ERR_TRUNCATED,
                    "no trailer at the end: the file is truncated or was never finished");
@@ -352,7 +405,7 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "trailer checksum mismatch");
   }
   if (hurray__get_le(trailer + TRAILER_MAJOR, 2) != major ||
-      hurray__get_le(trailer + TRAILER_MINOR, 2) != hurray__get_le(header + 10, 2) ||
+      hurray__get_le(trailer + TRAILER_MINOR, 2) != minor ||
       hurray__get_le(trailer + TRAILER_FLAGS, 4) != 0) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "trailer version or flags disagree with the header");
   }
@@ -385,36 +438,44 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   }
   r->tensor_count = (size_t)tensor_count;
   r->metadata_count = (size_t)metadata_count;
+  return HURRAY_OK;
+}
 
-  if (is_mapped(r)) {
-    r->mapping = malloc(sizeof *r->mapping);
-    if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    /* Private and writable: writes copy the page (never reach the file, never
-     * fault); the shared read-only mapping is kept for who asks for it. */
-    bool private_map = r->mode == HURRAY_READ_MMAP_PRIVATE;
-    void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
-                      private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
-    if (base == MAP_FAILED) {
-      int saved = errno;
-      free(r->mapping);
-      r->mapping = NULL;
-      return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
-    }
-    r->mapping->base = base;
-    r->mapping->len = (size_t)r->file_size;
-    atomic_init(&r->mapping->refs, 1);
-    r->index = (const uint8_t *)base + r->index_offset;
-  } else {
+/* Maps the whole file (MMAP modes; the index is then read in place) or
+ * reads the index alone (PREAD mode). */
+static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
+  if (!is_mapped(r)) {
     r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
     if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    HURRAY_RETURN_NOT_OK(pread_all(r->fd, r->index_copy, r->index_length, r->index_offset, error));
+    HURRAY_RETURN_NOT_OK(read_at(r, r->index_copy, r->index_length, r->index_offset, error));
     r->index = r->index_copy;
+    return HURRAY_OK;
   }
-  if (hurray__checksum(r->index, (size_t)r->index_length) !=
-      hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8)) {
+  r->mapping = malloc(sizeof *r->mapping);
+  if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  /* Private and writable: writes copy the page (never reach the file, never
+   * fault); the shared read-only mapping is kept for who asks for it. */
+  bool private_map = r->mode == HURRAY_READ_MMAP_PRIVATE;
+  void *base = mmap(NULL, (size_t)r->file_size, private_map ? PROT_READ | PROT_WRITE : PROT_READ,
+                    private_map ? MAP_PRIVATE : MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) {
+    int saved = errno;
+    free(r->mapping);
+    r->mapping = NULL;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
+  }
+  r->mapping->base = base;
+  r->mapping->len = (size_t)r->file_size;
+  atomic_init(&r->mapping->refs, 1);
+  r->index = (const uint8_t *)base + r->index_offset;
+  return HURRAY_OK;
+}
+
+/* Checks and parses the index into the tensor and metadata tables. */
+static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, HurrayError *error) {
+  if (hurray__checksum(r->index, (size_t)r->index_length) != stored_checksum) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "index checksum mismatch");
   }
-
   r->tensors = calloc(r->tensor_count ? r->tensor_count : 1, sizeof *r->tensors);
   r->metadata = calloc(r->metadata_count ? r->metadata_count : 1, sizeof *r->metadata);
   r->arena = malloc((size_t)r->index_length + r->tensor_count + 2 * r->metadata_count + 1);
@@ -429,6 +490,16 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "index: %zu bytes after the last entry", c.left);
   }
   return HURRAY_OK;
+}
+
+/* Header, trailer, then the index: every structural rule of the spec. */
+static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
+  uint64_t major = 0, minor = 0;
+  uint8_t trailer[HURRAY_FILE_TRAILER_BYTES];
+  HURRAY_RETURN_NOT_OK(read_header(r, &major, &minor, error));
+  HURRAY_RETURN_NOT_OK(read_trailer(r, major, minor, trailer, error));
+  HURRAY_RETURN_NOT_OK(load_index(r, error));
+  return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), error);
 }
 
 HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
@@ -499,10 +570,77 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   return HURRAY_OK;
 }
 
+/* ---------------------------------------------------------------- sources */
+
+HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
+                                       const HurrayReaderOptions *options, HurrayReader **out,
+                                       HurrayError *error) {
+  if (out != NULL) *out = NULL;
+  if (source == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source is required");
+  }
+  HurrayStatus status = HURRAY_OK;
+  if (out == NULL || source->version != HURRAY_BYTE_SOURCE_VERSION || source->read == NULL ||
+      (source->flags & ~HURRAY_BYTE_SOURCE_VERIFY_READS) != 0) {
+    status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "source: version %u (this library knows %d), flags %#x, read %s, or "
+                          "no out pointer",
+                          source->version, HURRAY_BYTE_SOURCE_VERSION, source->flags,
+                          source->read != NULL ? "set" : "missing");
+  } else if (options != NULL && options->version != HURRAY_READER_OPTIONS_VERSION) {
+    status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
+                          options->version);
+  }
+  HurrayReader *r = status == HURRAY_OK ? calloc(1, sizeof *r) : NULL;
+  if (status == HURRAY_OK && r == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  if (status != HURRAY_OK) {
+    if (source->release != NULL) source->release(source->ctx);
+    return status;
+  }
+  r->fd = -1;
+  r->has_source = true;
+  r->source = *source;
+  r->mode = HURRAY_READ_PREAD; /* copies: nothing to map */
+  r->file_size = source->size;
+  status = read_structure(r, error);
+  if (status == HURRAY_OK && options != NULL && options->verify_on_open) {
+    status = hurray_reader_verify(r, NULL, error);
+  }
+  if (status != HURRAY_OK) {
+    hurray_reader_close(r); /* releases the source */
+    return status;
+  }
+  *out = r;
+  return HURRAY_OK;
+}
+
+static HurrayStatus memory_read(void *ctx, uint64_t offset, uint64_t length, void *dst,
+                                HurrayError *error) {
+  (void)error; /* the reader keeps every read inside [0, size) */
+  memcpy(dst, (const uint8_t *)ctx + offset, (size_t)length);
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_byte_source_memory(const void *data, size_t size, HurrayByteSource *out,
+                                  HurrayError *error) {
+  if (out == NULL || (data == NULL && size > 0)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "data and out are required");
+  }
+  HurrayByteSource source = HURRAY_BYTE_SOURCE_INIT;
+  source.size = size;
+  source.ctx = (void *)(uintptr_t)data; /* only ever read */
+  source.read = memory_read;
+  *out = source;
+  return HURRAY_OK;
+}
+
 void hurray_reader_close(HurrayReader *r) {
   if (r == NULL) return;
   if (r->mapping != NULL) mapping_unref(r->mapping);
   if (r->fd >= 0) close(r->fd);
+  if (r->has_source && r->source.release != NULL) r->source.release(r->source.ctx);
   free(r->index_copy);
   free(r->tensors);
   free(r->metadata);
@@ -603,7 +741,7 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
     size_t size = (size_t)(hurray__ceil_div_u64(length, align) * align); /* length <= file size */
     void *mem = aligned_alloc(align, size ? size : align);
     if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    HurrayStatus status = pread_all(r->fd, mem, length, offset, error);
+    HurrayStatus status = read_at(r, mem, length, offset, error);
     if (status != HURRAY_OK) {
       free(mem);
       return status;
@@ -648,6 +786,95 @@ static HurrayStatus begin_read(HurrayReader *r, const char *name,
   return entry_descriptor(*t, d, error);
 }
 
+typedef struct VerifyRef {
+  const TensorEntry *t;
+  uint32_t buffer;
+} VerifyRef;
+
+static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                      "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
+                      "%016llx)",
+                      ref->t->name, ref->buffer,
+                      (unsigned long long)buffer_field(ref->t, ref->buffer, 2),
+                      (unsigned long long)sum);
+}
+
+static int compare_source_ranges(const void *pa, const void *pb) {
+  const HurrayByteRange *a = pa, *b = pb;
+  return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+/* A tensor through a source: every buffer allocated first, then one batch
+ * read (one request, for a transport that merges neighbours), then, for
+ * an untrusted transport, each buffer checked against its checksum. */
+static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
+                                   const HurrayDescriptor *d, HurrayBufferList *list,
+                                   HurrayError *error) {
+  HurrayByteRange *ranges = malloc((t->buffer_count ? t->buffer_count : 1) * sizeof *ranges);
+  if (ranges == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = HURRAY_OK;
+  size_t n = 0;
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    uint64_t length = buffer_field(t, i, 1);
+    uint32_t alignment = d->buffers[i].alignment;
+    size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
+    /* length <= the data region, checked at open; the source's claimed
+     * size bounds it, not memory: see docs/security.md. */
+    uint64_t size64 = hurray__ceil_div_u64(length, align) * align;
+    void *mem = size64 <= SIZE_MAX ? aligned_alloc(align, size64 ? (size_t)size64 : align) : NULL;
+    HurrayBuffer *b = NULL;
+    if (mem == NULL) {
+      status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for %llu bytes",
+                            (unsigned long long)length);
+      break;
+    }
+    status = hurray_buffer_create(mem, length, release_owned, NULL, &b, error);
+    if (status != HURRAY_OK) {
+      free(mem);
+      break;
+    }
+    status = hurray_buffer_set_alignment(b, alignment, error);
+    if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+    else hurray_buffer_destroy(b);
+    if (status == HURRAY_OK && length > 0) {
+      ranges[n].offset = buffer_field(t, i, 0);
+      ranges[n].length = length;
+      ranges[n].dst = mem;
+      n++;
+    }
+  }
+  if (status == HURRAY_OK && n > 0) {
+    qsort(ranges, n, sizeof *ranges, compare_source_ranges);
+    if (r->source.read_batch != NULL) {
+      HurrayError local = {0};
+      HurrayError *e = error != NULL ? error : &local;
+      e->code = HURRAY_OK;
+      e->message[0] = '\0';
+      status = source_status(r->source.read_batch(r->source.ctx, ranges, n, e),
+                             ranges[0].offset, ranges[n - 1].offset + ranges[n - 1].length -
+                             ranges[0].offset, e);
+    } else {
+      for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
+        status = read_at(r, ranges[k].dst, ranges[k].length, ranges[k].offset, error);
+      }
+    }
+  }
+  free(ranges);
+  if (status != HURRAY_OK || (r->source.flags & HURRAY_BYTE_SOURCE_VERIFY_READS) == 0) {
+    return status;
+  }
+  for (uint32_t i = 0; i < t->buffer_count; i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(list, i);
+    uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
+    if (sum != buffer_field(t, i, 2)) {
+      VerifyRef ref = {t, i};
+      return mismatch(&ref, sum, error);
+    }
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                                       HurrayDescriptor **descriptor_out,
                                       HurrayBufferList **buffers_out, HurrayError *error) {
@@ -656,6 +883,10 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
+  if (status == HURRAY_OK && r->has_source) {
+    status = source_buffers(r, t, d, list, error);
+    return hand_out(status, d, list, descriptor_out, buffers_out, error);
+  }
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
     HurrayBuffer *b = NULL;
     status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1), d->buffers[i].alignment,
@@ -682,7 +913,7 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
                         "tensor \"%s\" buffer %u needs %llu bytes, dst has %llu", name,
                         buffer_index, (unsigned long long)length, (unsigned long long)dst_size);
   }
-  return pread_all(r->fd, dst, length, buffer_field(t, buffer_index, 0), error);
+  return read_at(r, dst, length, buffer_field(t, buffer_index, 0), error);
 }
 
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
@@ -765,7 +996,7 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
                         "populate needs a reader and 1 to 64 threads");
   }
   if (!is_mapped(r)) {
-    (void)posix_fadvise(r->fd, 0, (off_t)r->index_offset, POSIX_FADV_WILLNEED);
+    if (r->fd >= 0) (void)posix_fadvise(r->fd, 0, (off_t)r->index_offset, POSIX_FADV_WILLNEED);
     return HURRAY_OK;
   }
   /* The data region, from the (page-aligned) start of the mapping. */
@@ -814,6 +1045,7 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");
   }
   *out = 0.0;
+  if (r->has_source) return HURRAY_OK; /* no page cache behind a source */
   size_t len = (size_t)r->index_offset;
   long page_size = sysconf(_SC_PAGESIZE);
   size_t page = page_size > 0 ? (size_t)page_size : 4096;
@@ -850,24 +1082,24 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
 
 /* ---------------------------------------------------------------- verify */
 
+#define SOURCE_VERIFY_CHUNK ((uint64_t)16 << 20)
+
+/* The pread path, for a file that cannot be mapped: 1 MiB at a time. */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
-  /* A private mapping may hold the caller's writes: read the file instead. */
-  if (r->mode == HURRAY_READ_MMAP) {
-    *out = hurray__checksum((const uint8_t *)r->mapping->base + offset, (size_t)length);
-    return HURRAY_OK;
-  }
   XXH3_state_t *state = XXH3_createState();
-  /* At most 1 MiB at a time, and no more than the buffer needs. */
-  uint8_t *chunk = malloc(length < (1u << 20) ? (length ? (size_t)length : 1) : (1u << 20));
+  /* At most 1 MiB at a time (16 MiB through a source, where each read may
+   * be a network request), and no more than the buffer needs. */
+  uint64_t step = r->has_source ? SOURCE_VERIFY_CHUNK : (1u << 20);
+  uint8_t *chunk = malloc(length < step ? (length ? (size_t)length : 1) : (size_t)step);
   HurrayStatus status = HURRAY_OK;
   if (state == NULL || chunk == NULL) {
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   } else {
     XXH3_64bits_reset(state);
     while (status == HURRAY_OK && length > 0) {
-      uint64_t n = length > (1u << 20) ? (1u << 20) : length;
-      status = pread_all(r->fd, chunk, n, offset, error);
+      uint64_t n = length > step ? step : length;
+      status = read_at(r, chunk, n, offset, error);
       XXH3_64bits_update(state, chunk, (size_t)n);
       offset += n;
       length -= n;
@@ -879,20 +1111,183 @@ static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t le
   return status;
 }
 
-static HurrayStatus verify_entry(HurrayReader *r, const TensorEntry *t, HurrayError *error) {
-  for (uint32_t i = 0; i < t->buffer_count; i++) {
-    uint64_t sum = 0;
-    HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(t, i, 0), buffer_field(t, i, 1), &sum,
-                                        error));
-    if (sum != buffer_field(t, i, 2)) {
-      return hurray__fail(error, HURRAY_ERR_CHECKSUM,
-                          "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
-                          "%016llx)",
-                          t->name, i, (unsigned long long)buffer_field(t, i, 2),
-                          (unsigned long long)sum);
+/* The data region as the file holds it, for hashing: the reader's own
+ * mapping in MMAP mode; in MMAP_PRIVATE mode a temporary shared read-only
+ * mapping (the private one may hold the caller's writes, and pread would
+ * copy every byte once more). NULL in PREAD mode, which never maps the
+ * data (a file cut short under it is an error, not a SIGBUS), or when the
+ * mapping fails: then pread. */
+static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
+  *temporary = false;
+  if (r->mode == HURRAY_READ_MMAP) return r->mapping->base;
+  if (r->mode != HURRAY_READ_MMAP_PRIVATE) return NULL;
+  void *base = mmap(NULL, (size_t)r->index_offset, PROT_READ, MAP_SHARED, r->fd, 0);
+  if (base == MAP_FAILED) return NULL;
+  *temporary = true;
+  return base;
+}
+
+/* A round of hashing ends at this many buffers (bounds the job list for
+ * files of a million tensors) or bytes (bounds what a round maps in). */
+#define VERIFY_BATCH 4096
+#define VERIFY_ROUND_BYTES (128u << 20)
+
+
+/* Drops the whole pages of [p, p + len) of a shared file mapping from the
+ * process (MADV_DONTNEED: a later read maps them again from the cache). */
+static void drop_view_pages(const void *p, size_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || len == 0) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+
+/* Through a source with read_batch: the buffers of up to 64 MiB at a time
+ * read with one batch into one scratch allocation (a transport merges
+ * neighbours into few requests), then hashed. Larger buffers are hashed
+ * piecewise by checksum_range. */
+#define SOURCE_BATCH_BYTES ((uint64_t)64 << 20)
+
+static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs,
+                                      const VerifyRef *refs, const size_t *which, size_t n,
+                                      uint64_t total, HurrayError *error) {
+  uint8_t *scratch = malloc(total ? (size_t)total : 1);
+  HurrayByteRange *ranges = malloc((n ? n : 1) * sizeof *ranges);
+  HurrayStatus status = HURRAY_OK;
+  if (scratch == NULL || ranges == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  size_t m = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; status == HURRAY_OK && i < n; i++) {
+    uint64_t length = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 1);
+    jobs[which[i]].data = scratch + at;
+    jobs[which[i]].len = (size_t)length;
+    if (length > 0) {
+      ranges[m].offset = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 0);
+      ranges[m].length = length;
+      ranges[m].dst = scratch + at;
+      m++;
+    }
+    at += length;
+  }
+  if (status == HURRAY_OK && m > 0) {
+    qsort(ranges, m, sizeof *ranges, compare_source_ranges);
+    error->code = HURRAY_OK;
+    error->message[0] = '\0';
+    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, error),
+                           ranges[0].offset, total, error);
+  }
+  if (status == HURRAY_OK) {
+    for (size_t i = 0; i < n; i++) {
+      jobs[which[i]].sum = hurray__checksum(jobs[which[i]].data, jobs[which[i]].len);
+    }
+  }
+  free(ranges);
+  free(scratch);
+  return status;
+}
+
+static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
+                                        const VerifyRef *refs, size_t n, HurrayError *error) {
+  size_t *which = malloc((n ? n : 1) * sizeof *which);
+  if (which == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = HURRAY_OK;
+  size_t pending = 0;
+  uint64_t total = 0;
+  for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
+    uint64_t offset = buffer_field(refs[k].t, refs[k].buffer, 0);
+    uint64_t length = buffer_field(refs[k].t, refs[k].buffer, 1);
+    if (length > SOURCE_VERIFY_CHUNK) {
+      status = checksum_range(r, offset, length, &jobs[k].sum, error);
+      continue;
+    }
+    if (total + length > SOURCE_BATCH_BYTES) {
+      status = source_batch_hash(r, jobs, refs, which, pending, total, error);
+      pending = 0;
+      total = 0;
+    }
+    which[pending++] = k;
+    total += length;
+  }
+  if (status == HURRAY_OK && pending > 0) {
+    status = source_batch_hash(r, jobs, refs, which, pending, total, error);
+  }
+  free(which);
+  return status;
+}
+
+/* Hashes one round of buffers on the thread pool (or by pread) and
+ * reports the first mismatch in file order, so that the error is the same
+ * whatever thread found it. */
+static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop,
+                                 HurrayHashJob *jobs, const VerifyRef *refs, size_t n,
+                                 HurrayError *error) {
+  if (view != NULL) {
+    for (size_t k = 0; k < n; k++) {
+      jobs[k].data = view + buffer_field(refs[k].t, refs[k].buffer, 0);
+      jobs[k].len = (size_t)buffer_field(refs[k].t, refs[k].buffer, 1);
+    }
+    hurray__hash_many(jobs, n);
+    /* The pages stay in the page cache; the process lets go of them, so
+     * that verifying a file larger than memory keeps the resident set to
+     * one round. */
+    for (size_t k = 0; drop && k < n; k++) drop_view_pages(jobs[k].data, jobs[k].len);
+  } else if (r->has_source && r->source.read_batch != NULL) {
+    HurrayError local = {0};
+    HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));
+  } else {
+    for (size_t k = 0; k < n; k++) {
+      HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
+                                          buffer_field(refs[k].t, refs[k].buffer, 1),
+                                          &jobs[k].sum, error));
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    if (jobs[k].sum != buffer_field(refs[k].t, refs[k].buffer, 2)) {
+      return mismatch(&refs[k], jobs[k].sum, error);
     }
   }
   return HURRAY_OK;
+}
+
+/* Verifies entries[0..count) in rounds. `drop_pages` lets go of each
+ * round's pages of the reader's own mapping too (the converter); pages of a
+ * temporary view are always let go. */
+static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, size_t count,
+                                   bool drop_pages, HurrayError *error) {
+  HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
+  VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
+  bool temporary = false;
+  const uint8_t *view = NULL;
+  HurrayStatus status = HURRAY_OK;
+  if (jobs == NULL || refs == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  } else {
+    view = file_view(r, &temporary);
+  }
+  bool drop = temporary || (drop_pages && r->mode == HURRAY_READ_MMAP);
+  size_t n = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
+    for (uint32_t b = 0; status == HURRAY_OK && b < entries[i].buffer_count; b++) {
+      refs[n].t = &entries[i];
+      refs[n].buffer = b;
+      bytes += buffer_field(&entries[i], b, 1);
+      if (++n == VERIFY_BATCH || bytes >= VERIFY_ROUND_BYTES) {
+        status = verify_round(r, view, drop, jobs, refs, n, error);
+        n = 0;
+        bytes = 0;
+      }
+    }
+  }
+  if (status == HURRAY_OK && n > 0) status = verify_round(r, view, drop, jobs, refs, n, error);
+  if (temporary) munmap((void *)view, (size_t)r->index_offset);
+  free(jobs);
+  free(refs);
+  return status;
 }
 
 HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError *error) {
@@ -900,12 +1295,13 @@ HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError
   if (name != NULL) {
     const TensorEntry *t;
     HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
-    return verify_entry(r, t, error);
+    return verify_entries(r, t, 1, false, error);
   }
-  for (size_t i = 0; i < r->tensor_count; i++) {
-    HURRAY_RETURN_NOT_OK(verify_entry(r, &r->tensors[i], error));
-  }
-  return HURRAY_OK;
+  return verify_entries(r, r->tensors, r->tensor_count, false, error);
+}
+
+HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error) {
+  return verify_entries(r, r->tensors, r->tensor_count, true, error);
 }
 
 /* -------------------------------------------------------------- metadata */

@@ -21,10 +21,9 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "format.h"
+#include "hash.h"
 #include "raw_writer.h"
 #include "sys.h"
-
-uint64_t hurray__checksum(const void *data, size_t len) { return XXH3_64bits(data, len); }
 
 typedef struct BufferRecord {
   uint64_t offset;
@@ -467,7 +466,8 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
       w->tensor_capacity = capacity;
     }
   }
-  /* Stream the buffers: no copy, one checksum pass, one write each. */
+  /* Stream the buffers: no copy, one write each, hashed on a second thread
+   * while it is written (the checksum is only needed in the index). */
   for (uint32_t i = 0; status == HURRAY_OK && i < d->buffer_count; i++) {
     uint32_t alignment = d->buffers[i].alignment;
     uint64_t length = d->buffers[i].byte_size;
@@ -477,8 +477,10 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
     if (status != HURRAY_OK) break;
     t.buffers[i].offset = w->position;
     t.buffers[i].length = length;
-    t.buffers[i].checksum = hurray__checksum(data, (size_t)length);
+    HurrayHashTask hash;
+    hurray__hash_start(&hash, data, (size_t)length);
     status = emit(w, data, (size_t)length, error);
+    t.buffers[i].checksum = hurray__hash_join(&hash);
   }
   if (status != HURRAY_OK) {
     tensor_record_free(&t);

@@ -1,0 +1,95 @@
+/*
+ * The machine's memory-read rate, the limit that verify (xxh3 over every
+ * byte) is measured against (issue 19): THREADS threads each read their
+ * share of a buffer of MIB MiB (far larger than any cache) with the widest
+ * loads the CPU has, best of 5 passes. Prints one JSON line.
+ *
+ *   mem_read_rate MIB THREADS
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct Share {
+  const uint64_t *p;
+  size_t n; /* words */
+  uint64_t sum;
+} Share;
+
+/* Four independent sums of plain 64-bit words: GCC vectorizes this to full
+ * width loads, and the sum keeps the loads from being optimized away. */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2")))
+#endif
+static uint64_t read_words_avx2(const uint64_t *p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  for (; i < n; i++) a += p[i];
+  return a + b + c + d;
+}
+
+static void *read_share(void *arg) {
+  Share *s = arg;
+  s->sum = read_words_avx2(s->p, s->n);
+  return NULL;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s MIB THREADS\n", argv[0]);
+    return 2;
+  }
+  size_t bytes = (size_t)strtoull(argv[1], NULL, 10) << 20;
+  unsigned threads = (unsigned)strtoul(argv[2], NULL, 10);
+  if (bytes == 0 || threads == 0 || threads > 64) {
+    fprintf(stderr, "MIB must be > 0 and THREADS 1..64\n");
+    return 2;
+  }
+  uint64_t *buf = NULL;
+  if (posix_memalign((void **)&buf, 4096, bytes) != 0) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
+  memset(buf, 1, bytes); /* every page faulted in before timing */
+  size_t words = bytes / 8, per = words / threads;
+  double best = 1e30;
+  uint64_t check = 0;
+  for (int pass = 0; pass < 5; pass++) {
+    Share shares[64];
+    pthread_t ids[64];
+    double t0 = now();
+    for (unsigned t = 0; t < threads; t++) {
+      shares[t].p = buf + per * t;
+      shares[t].n = t + 1 == threads ? words - per * t : per;
+      if (t > 0 && pthread_create(&ids[t], NULL, read_share, &shares[t]) != 0) {
+        fprintf(stderr, "cannot start a thread\n");
+        return 1;
+      }
+    }
+    read_share(&shares[0]);
+    for (unsigned t = 1; t < threads; t++) pthread_join(ids[t], NULL);
+    double dt = now() - t0;
+    if (dt < best) best = dt;
+    for (unsigned t = 0; t < threads; t++) check += shares[t].sum;
+  }
+  printf("{\"bytes\": %zu, \"threads\": %u, \"s\": %.6f, \"gbps\": %.3f, \"check\": %llu}\n", bytes,
+         threads, best, (double)bytes / best / 1e9, (unsigned long long)(check & 0xffff));
+  free(buf);
+  return 0;
+}

@@ -1,0 +1,603 @@
+"""Reading hurray files where they live: HTTP(S) range requests (urllib3)
+and any fsspec URL (s3://, gs://, memory://, file://, ...).
+
+The C reader does all the parsing and checking; it takes its bytes from a
+source object of this module through include/hurray/byte_source.h (the C
+glue is _source.c). Round trips (docs/spec/file-format.md section 15):
+
+- open: one suffix request ``bytes=-N`` (N = SUFFIX_BYTES, 256 KiB by
+  default) for the trailer and the index, concurrently with one request for
+  the 64-byte header; a file of at most N bytes needs only the first. Only
+  an index longer than about N needs a third request.
+- one tensor: one request for the span of its buffers (a writer lays them
+  out together; the gaps are alignment padding).
+- ``get_tensors``/``load``: the ranges of all tensors planned first, merged
+  where tensors are neighbours, fetched in 16 MiB pieces several at a time
+  (prefetched_get).
+
+docs/adr/ADR-0022-reader-sources.md says why urllib3 and why no chunked
+checksums; docs/security.md what a hostile server can and cannot do.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import re
+import threading
+import time
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+from . import _hurray
+
+#: The suffix fetched at open: trailer (64 bytes) plus an index of up to
+#: N - 64 bytes in one request. An index entry of a typical weight tensor
+#: is 150-250 bytes, so 256 KiB covers about 1000-1700 tensors; a longer
+#: index costs one more request (its rest), nothing else.
+SUFFIX_BYTES = 256 << 10
+#: Neighbouring ranges closer than this are fetched with one request (the
+#: gap is read and dropped): the alignment padding between the buffers of
+#: a tensor is under 4 KiB.
+MERGE_GAP = 64 << 10
+#: get_tensors and load fetch the tensors of at most this many bytes at a
+#: time (then read them from memory), in pieces of PREFETCH_PIECE bytes.
+PREFETCH_WINDOW = 256 << 20
+PREFETCH_PIECE = 16 << 20
+#: Requests in flight at once for get_tensors and load.
+DEFAULT_THREADS = 8
+#: Attempts for a request that failed in a way worth repeating (connection
+#: reset, timeout, 5xx, 429, a body cut short); the wait doubles from
+#: BACKOFF_SECONDS, with jitter.
+DEFAULT_RETRIES = 3
+BACKOFF_SECONDS = 0.05
+#: Seconds to connect, and to wait for each read of the body.
+DEFAULT_TIMEOUT = (10.0, 60.0)
+
+
+def _mark(exc):
+    exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
+    return exc
+
+
+class RemoteError(_hurray.HurrayIOError):
+    """Reading a remote file failed (an OSError, like file-system failures)."""
+
+
+class RemoteProtocolError(RemoteError):
+    """The server answered a range request wrongly: a 200 with the whole
+    file, a Content-Range other than the one asked for, a body longer or
+    shorter than announced."""
+
+
+class RemoteChangedError(RemoteError):
+    """The file changed between two requests (ETag, Last-Modified or size
+    differ, or the server answered 412 to If-Match)."""
+
+
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """No file at that URL (HTTP 404, or the file system says so): a
+    FileNotFoundError, as for a missing local path."""
+
+
+class RemoteTimeoutError(RemoteError, TimeoutError):
+    """The server did not answer in time, after every retry."""
+
+
+class _PlanOnly(Exception):
+    """Raised by a source in planning mode: the ranges a read needs were
+    recorded, nothing was fetched."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying; carries the error to raise at the end."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def is_url(path) -> bool:
+    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", path) is not None
+
+
+def _retrying(fn: Callable, retries: int):
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except _Transient as t:
+            if attempt == retries:
+                raise _mark(t.error) from None
+            time.sleep(BACKOFF_SECONDS * (2 ** attempt) * (1 + random.random() / 2))
+
+
+# ------------------------------------------------------------------ HTTP
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+class HttpBackend:
+    """Range requests over one urllib3 pool. Every request after the first
+    carries If-Match with the file's strong ETag (or If-Unmodified-Since
+    with its Last-Modified), and every answer is checked against what was
+    asked: status 206, the exact Content-Range, the same total size and
+    validator, and exactly the bytes announced."""
+
+    def __init__(self, url: str, *, timeout=DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 headers: Optional[dict] = None, threads: int = DEFAULT_THREADS):
+        try:
+            import urllib3
+        except ImportError:  # pragma: no cover - urllib3 is a dependency
+            raise _mark(RemoteError(
+                f"reading {url} needs urllib3: pip install 'hurray[remote]'")) from None
+        self._urllib3 = urllib3
+        self.url = url
+        self.retries = int(retries)
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        self._timeout = urllib3.Timeout(connect=connect, read=read)
+        self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
+        self._headers = dict(headers or {})
+        self.size: Optional[int] = None
+        self._etag: Optional[str] = None
+        self._last_modified: Optional[str] = None
+        self._lock = threading.Lock()
+        self.requests = 0  # answered requests, for tests and benchmarks
+
+    def _conditions(self) -> dict:
+        if self._etag is not None and not self._etag.startswith("W/"):
+            return {"If-Match": self._etag}
+        if self._last_modified is not None:
+            return {"If-Unmodified-Since": self._last_modified}
+        return {}
+
+    def _check_validators(self, response) -> None:
+        etag = response.headers.get("ETag")
+        modified = response.headers.get("Last-Modified")
+        with self._lock:
+            if self._etag is None and self._last_modified is None:
+                self._etag, self._last_modified = etag, modified
+                return
+            if (self._etag is not None and etag is not None and etag != self._etag) or \
+                    (self._last_modified is not None and modified is not None
+                     and modified != self._last_modified):
+                raise _mark(RemoteChangedError(
+                    f"{self.url} changed while it was read (ETag {self._etag} -> {etag}, "
+                    f"Last-Modified {self._last_modified} -> {modified})"))
+
+    def _check_size(self, total: int) -> None:
+        with self._lock:
+            if self.size is None:
+                self.size = total
+            elif total != self.size:
+                raise _mark(RemoteChangedError(
+                    f"{self.url} changed while it was read (size {self.size} -> {total})"))
+
+    def request(self, range_header: str, want: Optional[Tuple[int, int]],
+                sink: Callable) -> None:
+        """One GET with `range_header`; `want` is the (start, end) the answer
+        must have (None for a suffix, checked by the caller through `sink`).
+        `sink(response, start, end, total)` reads the body."""
+        urllib3 = self._urllib3
+
+        def attempt():
+            headers = dict(self._headers)
+            headers["Range"] = range_header
+            headers.update(self._conditions())
+            # Bytes as they are on the server: a compressed body would make
+            # the offsets meaningless.
+            headers["Accept-Encoding"] = "identity"
+            try:
+                response = self._pool.request("GET", self.url, headers=headers,
+                                              preload_content=False, decode_content=False,
+                                              timeout=self._timeout, redirect=True)
+            except urllib3.exceptions.TimeoutError as e:
+                raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+            except urllib3.exceptions.HTTPError as e:
+                raise _Transient(RemoteError(f"{self.url}: {e}")) from None
+            done = False
+            try:
+                with self._lock:
+                    self.requests += 1
+                status = response.status
+                if status == 412:
+                    raise _mark(RemoteChangedError(
+                        f"{self.url} changed while it was read (412 Precondition Failed)"))
+                if status == 429 or status >= 500:
+                    raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
+                if status in (404, 410):
+                    raise _mark(RemoteNotFoundError(f"{self.url}: HTTP {status}"))
+                if status == 200:
+                    raise _mark(RemoteProtocolError(
+                        f"{self.url}: the server ignored the Range header (200, not 206); "
+                        "hurray reads remote files only with range requests"))
+                if status == 416:
+                    raise _mark(RemoteProtocolError(f"{self.url}: range not satisfiable "
+                                                    f"({range_header})"))
+                if status != 206:
+                    raise _mark(RemoteError(f"{self.url}: HTTP {status}"))
+                match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+                if match is None or match.group(3) == "*":
+                    raise _mark(RemoteProtocolError(
+                        f"{self.url}: bad Content-Range {response.headers.get('Content-Range')!r}"
+                        f" for {range_header}"))
+                start, end, total = int(match.group(1)), int(match.group(2)) + 1, \
+                    int(match.group(3))
+                if end <= start or end > total or (want is not None and (start, end) != want):
+                    raise _mark(RemoteProtocolError(
+                        f"{self.url}: asked for {range_header}, got Content-Range "
+                        f"{response.headers.get('Content-Range')!r}"))
+                length = response.headers.get("Content-Length")
+                if length is not None and (not length.isdigit() or int(length) != end - start):
+                    raise _mark(RemoteProtocolError(
+                        f"{self.url}: Content-Length {length} disagrees with Content-Range "
+                        f"{response.headers.get('Content-Range')!r}"))
+                self._check_size(total)
+                self._check_validators(response)
+                try:
+                    sink(response, start, end, total)
+                except urllib3.exceptions.TimeoutError as e:
+                    raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+                except (urllib3.exceptions.HTTPError, OSError) as e:
+                    if isinstance(e, RemoteError):
+                        raise
+                    raise _Transient(RemoteProtocolError(
+                        f"{self.url}: the body ended early or broke: {e}")) from None
+                done = True
+            finally:
+                if not done:
+                    # An unread or half-read body must not reach the next
+                    # request on this connection.
+                    response.close()
+                response.release_conn()
+
+        _retrying(attempt, self.retries)
+
+    def _read_exactly(self, response, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            n = response.readinto(view[got:])
+            if not n:
+                raise _Transient(_mark(RemoteProtocolError(
+                    f"{self.url}: the body ended after {got} of {len(view)} bytes")))
+            got += n
+
+    def _skip(self, response, n: int) -> None:
+        scratch = memoryview(bytearray(min(n, 1 << 16)))
+        while n > 0:
+            self._read_exactly(response, scratch[:min(n, len(scratch))])
+            n -= min(n, len(scratch))
+
+    def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
+        out = {}
+
+        def sink(response, start, end, total):
+            if end != total or (end - start != min(n, total)):
+                raise _mark(RemoteProtocolError(
+                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}"))
+            buf = bytearray(end - start)
+            self._read_exactly(response, memoryview(buf))
+            out["start"], out["data"] = start, bytes(buf)
+
+        self.request(f"bytes=-{n}", None, sink)
+        return out["start"], out["data"]
+
+    def fetch(self, start: int, end: int, targets: Sequence[Tuple[int, memoryview]]) -> None:
+        """Bytes [start, end) into `targets` (sorted (offset, view) inside
+        the range), the gaps read and dropped: one request."""
+
+        def sink(response, s, e, total):
+            at = start
+            for offset, view in targets:
+                if offset > at:
+                    self._skip(response, offset - at)
+                self._read_exactly(response, view)
+                at = offset + len(view)
+
+        self.request(f"bytes={start}-{end - 1}", (start, end), sink)
+
+
+# ---------------------------------------------------------------- fsspec
+
+class FsspecBackend:
+    """Any fsspec file system: ranges with cat_file(path, start, end)."""
+
+    def __init__(self, url: str, storage_options: Optional[dict] = None, **_):
+        try:
+            import fsspec
+        except ImportError:
+            raise _mark(RemoteError(
+                f"reading {url} needs fsspec (and the back end of its scheme): "
+                "pip install 'hurray[fsspec]'")) from None
+        self.url = url
+        self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self.size: Optional[int] = None
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def _cat(self, start: int, end: int) -> bytes:
+        try:
+            data = self.fs.cat_file(self.path, start=start, end=end)
+        except FileNotFoundError as e:
+            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
+        except OSError as e:
+            raise _mark(RemoteError(f"{self.url}: {e}")) from None
+        with self._lock:
+            self.requests += 1
+        if len(data) != end - start:
+            raise _mark(RemoteProtocolError(
+                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}"))
+        return data
+
+    def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
+        try:
+            size = int(self.fs.size(self.path))
+        except FileNotFoundError as e:
+            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
+        self.size = size
+        start = max(0, size - n)
+        return start, self._cat(start, size)
+
+    def fetch(self, start: int, end: int, targets: Sequence[Tuple[int, memoryview]]) -> None:
+        data = memoryview(self._cat(start, end))
+        for offset, view in targets:
+            view[:] = data[offset - start: offset - start + len(view)]
+
+
+# ---------------------------------------------------------------- source
+
+class RangeSource:
+    """The object the C reader reads through (_source.h): `size`,
+    `readinto(offset, view)` and `read_batch([(offset, view), ...])`.
+    Blocks fetched at open (the suffix, the header) are kept and served
+    from memory, so no byte is fetched twice. An exception raised here is
+    kept per thread, so the binding re-raises it rather than the C
+    reader's generic I/O error."""
+
+    def __init__(self, backend, suffix_bytes: int = SUFFIX_BYTES,
+                 threads: int = DEFAULT_THREADS):
+        self.backend = backend
+        self.threads = max(1, int(threads))
+        self._local = threading.local()
+        self._blocks: List[Tuple[int, bytes]] = []
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._open(max(128, int(suffix_bytes)))
+
+    # The first request learns the size; the header request needs no size,
+    # so both go out at once.
+    def _open(self, n: int) -> None:
+        header: dict = {}
+
+        def get_header():
+            try:
+                view = memoryview(bytearray(64))
+                self.backend.fetch(0, 64, [(0, view)])
+                header["data"] = bytes(view)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                header["error"] = e
+
+        thread = None
+        if isinstance(self.backend, HttpBackend):
+            thread = threading.Thread(target=get_header, daemon=True)
+            thread.start()
+        try:
+            start, data = self.backend.fetch_suffix(n)
+        finally:
+            if thread is not None:
+                thread.join()
+        self.size = self.backend.size
+        self._blocks.append((start, data))
+        if start > 0:
+            if thread is None:
+                get_header()
+            if "error" in header:
+                # A file smaller than 64 bytes: the suffix holds it all.
+                if self.size < 64:
+                    return
+                raise header["error"]
+            self._blocks.append((0, header["data"]))
+
+    def take_error(self) -> Optional[BaseException]:
+        error = getattr(self._local, "error", None)
+        self._local.error = None
+        return error
+
+    def _uncached(self, offset: int, view: memoryview) -> List[Tuple[int, memoryview]]:
+        """Copies what the kept blocks hold of [offset, offset + len(view))
+        and returns the pieces still to fetch, so no byte is fetched twice
+        (a tensor that reaches into the suffix read at open, say)."""
+        todo = [(offset, view)]
+        for start, data in self._blocks:
+            end = start + len(data)
+            rest = []
+            for o, v in todo:
+                lo, hi = max(o, start), min(o + len(v), end)
+                if lo >= hi:
+                    rest.append((o, v))
+                    continue
+                v[lo - o: hi - o] = memoryview(data)[lo - start: hi - start]  # one copy
+                if lo > o:
+                    rest.append((o, v[: lo - o]))
+                if hi < o + len(v):
+                    rest.append((hi, v[hi - o:]))
+            todo = rest
+        return todo
+
+    def readinto(self, offset: int, view: memoryview) -> None:
+        try:
+            todo = self._uncached(offset, view)
+            for o, v in todo:
+                self.backend.fetch(o, o + len(v), [(o, v)])
+            if todo and offset + len(view) == self.size - 64:
+                    # The index (it ends at the trailer; bounded by the
+                    # reader's 256 MiB limit): readers opened for other
+                    # threads find it here.
+                    self._blocks.append((offset, bytes(view)))
+        except BaseException as e:
+            self._local.error = e
+            raise
+
+    def read_batch(self, ranges: Sequence[Tuple[int, memoryview]]) -> None:
+        plan = getattr(self._local, "plan", None)
+        if plan is not None:
+            plan.extend((o, len(v)) for r in ranges for o, v in self._uncached(*r))
+            self._local.error = _PlanOnly()
+            raise self._local.error
+        try:
+            todo = sorted((p for o, v in ranges for p in self._uncached(o, v)),
+                          key=lambda p: p[0])
+            runs: List[List[Tuple[int, memoryview]]] = []
+            for offset, view in todo:
+                if runs and offset - (runs[-1][-1][0] + len(runs[-1][-1][1])) <= MERGE_GAP:
+                    runs[-1].append((offset, view))
+                else:
+                    runs.append([(offset, view)])
+            self._fetch_runs(runs)
+        except BaseException as e:
+            self._local.error = e
+            raise
+
+    def _fetch_runs(self, runs) -> None:
+        def one(run):
+            self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
+
+        if len(runs) <= 1:
+            for run in runs:
+                one(run)
+            return
+        for future in [self.pool().submit(one, run) for run in runs]:
+            future.result()
+
+    def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
+        """The (offset, length) ranges `read()` (one tensor read) would
+        fetch, found by running it with fetching switched off."""
+        self._local.plan = []
+        try:
+            read()
+        except _PlanOnly:
+            pass
+        finally:
+            ranges, self._local.plan = self._local.plan, None
+        return ranges
+
+    def prefetch(self, spans: Sequence[Tuple[int, int]]) -> List[Tuple[int, bytes]]:
+        """Fetches the (start, end) spans, split into pieces of at most
+        PREFETCH_PIECE bytes, several at a time, and keeps them as blocks
+        until forget() is given what this returns."""
+        pieces = []
+        for start, end in spans:
+            for at in range(start, end, PREFETCH_PIECE):
+                pieces.append((at, min(end, at + PREFETCH_PIECE)))
+
+        def one(piece):
+            buf = bytearray(piece[1] - piece[0])
+            self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
+            return piece[0], buf
+
+        if len(pieces) == 1:
+            blocks = [one(pieces[0])]
+        else:
+            blocks = list(self.pool().map(one, pieces))
+        self._blocks = self._blocks + blocks
+        return blocks
+
+    def forget(self, blocks) -> None:
+        ids = {id(b) for b in blocks}
+        self._blocks = [b for b in self._blocks if id(b) not in ids]
+
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.threads, thread_name_prefix="hurray-remote")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def make_source(url: str, *, timeout=DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                suffix_bytes: int = SUFFIX_BYTES, threads: int = DEFAULT_THREADS,
+                headers: Optional[dict] = None,
+                storage_options: Optional[dict] = None) -> RangeSource:
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("http", "https"):
+        backend = HttpBackend(url, timeout=timeout, retries=retries, headers=headers,
+                              threads=threads)
+    else:
+        backend = FsspecBackend(url, storage_options)
+    return RangeSource(backend, suffix_bytes, threads)
+
+
+class TranslatingFile:
+    """Wraps the C _File of a source reader: a HurrayError raised because
+    the source failed becomes the source's own exception (RemoteError...)."""
+
+    def __init__(self, file, source: RangeSource):
+        self._f = file
+        self._source = source
+
+    def __getattr__(self, name):
+        attr = getattr(self._f, name)
+        if not callable(attr):
+            return attr
+        source = self._source
+
+        def call(*args, **kwargs):
+            source.take_error()
+            try:
+                return attr(*args, **kwargs)
+            except _hurray.HurrayError:
+                pending = source.take_error()
+                if pending is not None:
+                    raise pending from None
+                raise
+
+        return call
+
+
+def open_file(url: str, source: RangeSource, verify: bool):
+    """A C _File on `source`, errors translated."""
+    source.take_error()
+    try:
+        raw = _hurray._File(url, False, verify, False, source=source)
+    except _hurray.HurrayError:
+        pending = source.take_error()
+        if pending is not None:
+            raise pending from None
+        raise
+    return TranslatingFile(raw, source)
+
+
+def prefetched_get(file, source: RangeSource, names: Iterable[str],
+                   window: int = None) -> dict:
+    """Every tensor of `names` with as few requests as the layout allows:
+    the ranges each tensor needs are found first (no request), merged where
+    tensors lie next to each other, fetched in pieces on the source's
+    threads, a window of at most `window` bytes at a time, and the tensors
+    then read from those bytes."""
+    window = PREFETCH_WINDOW if window is None else window
+    plans = []
+    for name in names:
+        ranges = source.plan(lambda: file._get(name))
+        plans.append((min((o for o, _ in ranges), default=-1), name, ranges))
+    plans.sort(key=lambda p: p[0])
+    out = {}
+    i = 0
+    while i < len(plans):
+        group, spans, size = [], [], 0
+        while i < len(plans) and (not group or size < window):
+            _, name, ranges = plans[i]
+            group.append(name)
+            for o, n in sorted(ranges):
+                if spans and o - spans[-1][1] <= MERGE_GAP:
+                    spans[-1] = (spans[-1][0], max(spans[-1][1], o + n))
+                else:
+                    spans.append((o, o + n))
+                size += n
+            i += 1
+        blocks = source.prefetch(spans) if spans else []
+        try:
+            for name in group:
+                out[name] = file._get(name)
+        finally:
+            source.forget(blocks)
+    return out

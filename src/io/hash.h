@@ -1,0 +1,54 @@
+/*
+ * Checksums (xxh3-64, seed 0, ADR-0014) at memory speed: the widest vector
+ * unit the CPU has, chosen once at run time, and many buffers hashed on a
+ * pool of threads. The result never depends on either: xxh3 is defined
+ * bit for bit, and every buffer is hashed whole by one thread (the format
+ * has one checksum per buffer, so a buffer cannot be split).
+ *
+ * Knobs (read at each call, for tests and benchmarks):
+ *   HURRAY_HASH_THREADS=N  threads for hurray__hash_many, 1..64
+ *                          (default: online CPUs, at most 8; 1 = no thread)
+ *   HURRAY_HASH_SIMD=sse2  force the SSE2/scalar xxh3 even where AVX2 is
+ *                          there (default: AVX2 when the CPU has it)
+ */
+#ifndef HURRAY_SRC_IO_HASH_H
+#define HURRAY_SRC_IO_HASH_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One buffer to hash; `sum` is written by hurray__hash_many. */
+typedef struct HurrayHashJob {
+  const void *data;
+  size_t len;
+  uint64_t sum;
+} HurrayHashJob;
+
+/* The name of the xxh3 code path in use: "avx2" or "sse2" (the portable
+ * path on other CPUs). */
+const char *hurray__hash_path(void);
+
+/* The number of threads hurray__hash_many uses (HURRAY_HASH_THREADS). */
+unsigned hurray__hash_threads(void);
+
+/* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
+ * included). Jobs are taken in order by whichever thread is free; each
+ * job's sum is the same whatever thread hashes it. If a thread cannot be
+ * started its share runs here. Small totals run on this thread only. */
+void hurray__hash_many(HurrayHashJob *jobs, size_t n);
+
+/* One hash on a second thread, overlapped with work on this one (the
+ * writer hashes a buffer while it writes it). hurray__hash_start never
+ * fails: without a thread (or for a small buffer) it hashes at once. */
+typedef struct HurrayHashTask {
+  HurrayHashJob job;
+  pthread_t thread;
+  bool started;
+} HurrayHashTask;
+
+void hurray__hash_start(HurrayHashTask *task, const void *data, size_t len);
+uint64_t hurray__hash_join(HurrayHashTask *task);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * xxh3-64 compiled for AVX2, called by hash.c only when the CPU has AVX2
+ * (about twice the SSE2 speed: 25-30 GB/s against 12-15 on this project's
+ * machines, i.e. memory speed). The target is set by pragma so the file
+ * builds with the library's ordinary flags; everything xxhash.h defines
+ * stays static to this file (XXH_INLINE_ALL).
+ */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC target("avx2")
+#endif
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#define XXH_VECTOR 2 /* XXH_AVX2 */
+#include <xxhash.h>
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+
+#include <stdint.h>
+
+uint64_t hurray__xxh3_avx2(const void *data, size_t len);
+#if defined(__clang__)
+__attribute__((target("avx2")))
+#endif
+uint64_t hurray__xxh3_avx2(const void *data, size_t len) {
+  return XXH3_64bits(data, len);
+}
+#else
+typedef int hurray_hash_avx2_unused; /* ISO C: no empty translation unit */
+#endif
