@@ -4,7 +4,7 @@
  * and optionally a batch read; hurray_reader_open_byte_source opens a reader on
  * it. The C library has no network code: a program plugs its own transport
  * in here (the Python package does, for HTTP range requests and fsspec).
- * docs/impl/c-ffi.md ("Sources"), docs/adr/ADR-0022-reader-sources.md.
+ * docs/impl/c-ffi.md ("Sources"), docs/adr/ADR-0023-reader-sources.md.
  *
  * Through a source the reader makes every check it makes on a local file
  * (docs/spec/file-format.md section 10): the same code parses and validates

@@ -15,7 +15,7 @@ glue is _source.c). Round trips (docs/spec/file-format.md section 15):
   where tensors are neighbours, fetched in 16 MiB pieces several at a time
   (prefetched_get).
 
-docs/adr/ADR-0022-reader-sources.md says why urllib3 and why no chunked
+docs/adr/ADR-0023-reader-sources.md says why urllib3 and why no chunked
 checksums; docs/security.md what a hostile server can and cannot do.
 """
 from __future__ import annotations
