@@ -53,13 +53,11 @@ BACKOFF_SECONDS = 0.05
 DEFAULT_TIMEOUT = (10.0, 60.0)
 
 
-def _mark(exc):
-    exc.status, exc.status_name = 80, "HURRAY_ERR_IO"
-    return exc
-
-
 class RemoteError(_hurray.HurrayIOError):
     """Reading a remote file failed (an OSError, like file-system failures)."""
+    # What C raises for an I/O failure carries these too (the number is C's).
+    status = _hurray.STATUS["HURRAY_ERR_IO"]
+    status_name = "HURRAY_ERR_IO"
 
 
 class RemoteProtocolError(RemoteError):
@@ -105,7 +103,7 @@ def _retrying(fn: Callable, retries: int):
             return fn()
         except _Transient as t:
             if attempt == retries:
-                raise _mark(t.error) from None
+                raise t.error from None
             time.sleep(BACKOFF_SECONDS * (2 ** attempt) * (1 + random.random() / 2))
 
 
@@ -126,8 +124,8 @@ class HttpBackend:
         try:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
-            raise _mark(RemoteError(
-                f"reading {url} needs urllib3: pip install 'hurray[remote]'")) from None
+            raise RemoteError(
+                f"reading {url} needs urllib3: pip install 'hurray[remote]'") from None
         self._urllib3 = urllib3
         self.url = url
         self.retries = int(retries)
@@ -158,17 +156,17 @@ class HttpBackend:
             if (self._etag is not None and etag is not None and etag != self._etag) or \
                     (self._last_modified is not None and modified is not None
                      and modified != self._last_modified):
-                raise _mark(RemoteChangedError(
+                raise RemoteChangedError(
                     f"{self.url} changed while it was read (ETag {self._etag} -> {etag}, "
-                    f"Last-Modified {self._last_modified} -> {modified})"))
+                    f"Last-Modified {self._last_modified} -> {modified})")
 
     def _check_size(self, total: int) -> None:
         with self._lock:
             if self.size is None:
                 self.size = total
             elif total != self.size:
-                raise _mark(RemoteChangedError(
-                    f"{self.url} changed while it was read (size {self.size} -> {total})"))
+                raise RemoteChangedError(
+                    f"{self.url} changed while it was read (size {self.size} -> {total})")
 
     def request(self, range_header: str, want: Optional[Tuple[int, int]],
                 sink: Callable) -> None:
@@ -198,37 +196,37 @@ class HttpBackend:
                     self.requests += 1
                 status = response.status
                 if status == 412:
-                    raise _mark(RemoteChangedError(
-                        f"{self.url} changed while it was read (412 Precondition Failed)"))
+                    raise RemoteChangedError(
+                        f"{self.url} changed while it was read (412 Precondition Failed)")
                 if status == 429 or status >= 500:
                     raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
                 if status in (404, 410):
-                    raise _mark(RemoteNotFoundError(f"{self.url}: HTTP {status}"))
+                    raise RemoteNotFoundError(f"{self.url}: HTTP {status}")
                 if status == 200:
-                    raise _mark(RemoteProtocolError(
+                    raise RemoteProtocolError(
                         f"{self.url}: the server ignored the Range header (200, not 206); "
-                        "hurray reads remote files only with range requests"))
+                        "hurray reads remote files only with range requests")
                 if status == 416:
-                    raise _mark(RemoteProtocolError(f"{self.url}: range not satisfiable "
-                                                    f"({range_header})"))
+                    raise RemoteProtocolError(f"{self.url}: range not satisfiable "
+                                                    f"({range_header})")
                 if status != 206:
-                    raise _mark(RemoteError(f"{self.url}: HTTP {status}"))
+                    raise RemoteError(f"{self.url}: HTTP {status}")
                 match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
                 if match is None or match.group(3) == "*":
-                    raise _mark(RemoteProtocolError(
+                    raise RemoteProtocolError(
                         f"{self.url}: bad Content-Range {response.headers.get('Content-Range')!r}"
-                        f" for {range_header}"))
+                        f" for {range_header}")
                 start, end, total = int(match.group(1)), int(match.group(2)) + 1, \
                     int(match.group(3))
                 if end <= start or end > total or (want is not None and (start, end) != want):
-                    raise _mark(RemoteProtocolError(
+                    raise RemoteProtocolError(
                         f"{self.url}: asked for {range_header}, got Content-Range "
-                        f"{response.headers.get('Content-Range')!r}"))
+                        f"{response.headers.get('Content-Range')!r}")
                 length = response.headers.get("Content-Length")
                 if length is not None and (not length.isdigit() or int(length) != end - start):
-                    raise _mark(RemoteProtocolError(
+                    raise RemoteProtocolError(
                         f"{self.url}: Content-Length {length} disagrees with Content-Range "
-                        f"{response.headers.get('Content-Range')!r}"))
+                        f"{response.headers.get('Content-Range')!r}")
                 self._check_size(total)
                 self._check_validators(response)
                 try:
@@ -255,8 +253,8 @@ class HttpBackend:
         while got < len(view):
             n = response.readinto(view[got:])
             if not n:
-                raise _Transient(_mark(RemoteProtocolError(
-                    f"{self.url}: the body ended after {got} of {len(view)} bytes")))
+                raise _Transient(RemoteProtocolError(
+                    f"{self.url}: the body ended after {got} of {len(view)} bytes"))
             got += n
 
     def _skip(self, response, n: int) -> None:
@@ -270,8 +268,8 @@ class HttpBackend:
 
         def sink(response, start, end, total):
             if end != total or (end - start != min(n, total)):
-                raise _mark(RemoteProtocolError(
-                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}"))
+                raise RemoteProtocolError(
+                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}")
             buf = bytearray(end - start)
             self._read_exactly(response, memoryview(buf))
             out["start"], out["data"] = start, bytes(buf)
@@ -303,9 +301,9 @@ class FsspecBackend:
         try:
             import fsspec
         except ImportError:
-            raise _mark(RemoteError(
+            raise RemoteError(
                 f"reading {url} needs fsspec (and the back end of its scheme): "
-                "pip install 'hurray[fsspec]'")) from None
+                "pip install 'hurray[fsspec]'") from None
         self.url = url
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.size: Optional[int] = None
@@ -316,21 +314,21 @@ class FsspecBackend:
         try:
             data = self.fs.cat_file(self.path, start=start, end=end)
         except FileNotFoundError as e:
-            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
+            raise RemoteNotFoundError(f"{self.url}: {e}") from None
         except OSError as e:
-            raise _mark(RemoteError(f"{self.url}: {e}")) from None
+            raise RemoteError(f"{self.url}: {e}") from None
         with self._lock:
             self.requests += 1
         if len(data) != end - start:
-            raise _mark(RemoteProtocolError(
-                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}"))
+            raise RemoteProtocolError(
+                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}")
         return data
 
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
         try:
             size = int(self.fs.size(self.path))
         except FileNotFoundError as e:
-            raise _mark(RemoteNotFoundError(f"{self.url}: {e}")) from None
+            raise RemoteNotFoundError(f"{self.url}: {e}") from None
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)
