@@ -803,6 +803,11 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   /* The data region, from the (page-aligned) start of the mapping. */
   uint8_t *base = r->mapping->base;
   size_t len = (size_t)r->index_offset;
+  /* Huge pages first: the page-cache misses of the populate below then
+   * read the file into 2 MiB folios, which this and every later mapping of
+   * the file map with one PMD each instead of 512 PTEs (fewer faults, fewer
+   * TLB misses for whoever reads the tensors; ADR-0021). */
+  (void)madvise(base, len, MADV_HUGEPAGE);
   (void)madvise(base, len, MADV_SEQUENTIAL);
   (void)madvise(base, len, MADV_WILLNEED);
   long page_size = sysconf(_SC_PAGESIZE);
