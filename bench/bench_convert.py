@@ -55,6 +55,12 @@ def make_safetensors(path, gib):
     return at
 
 
+def warm(path):
+    with open(path, "rb") as f:
+        while f.read(16 << 20):
+            pass
+
+
 def timed(cmd):
     """Wall seconds, and the child's ru_maxrss in MiB (which counts the
     pages of this Python process it was forked from: see rss_of)."""
@@ -119,6 +125,10 @@ def main():
                 if os.path.exists(f):
                     os.unlink(f)
             os.sync()  # no step pays for the writeback of the one before
+            # The step's source read back into the page cache: on a shared
+            # machine others drop caches (cold benchmarks), and a step that
+            # found its source evicted would time the disk, not the copy.
+            warm(mid if k.startswith("hurray ->") else src)
             times[k].append(timed(cmd)[0])
     load_end = os.getloadavg()
     with open(src, "rb") as x, open(back, "rb") as y:
