@@ -5,11 +5,13 @@
  * bit for bit, and every buffer is hashed whole by one thread (the format
  * has one checksum per buffer, so a buffer cannot be split).
  *
- * Knobs (read at each call, for tests and benchmarks):
+ * Knobs (for tests and benchmarks):
  *   HURRAY_HASH_THREADS=N  threads for hurray__hash_many, 1..64
- *                          (default: online CPUs, at most 8; 1 = no thread)
+ *                          (default: online CPUs, at most 8; 1 = no thread);
+ *                          read at each call
  *   HURRAY_HASH_SIMD=sse2  force the SSE2/scalar xxh3 even where AVX2 is
- *                          there (default: AVX2 when the CPU has it)
+ *                          there (default: AVX2 when the CPU has it); read
+ *                          at the first checksum of the process
  */
 #ifndef HURRAY_SRC_IO_HASH_H
 #define HURRAY_SRC_IO_HASH_H
@@ -29,6 +31,10 @@ typedef struct HurrayHashJob {
 /* The name of the xxh3 code path in use: "avx2" or "sse2" (the portable
  * path on other CPUs). */
 const char *hurray__hash_path(void);
+
+/* Forgets the chosen path, so the next checksum reads HURRAY_HASH_SIMD
+ * again (tests only; not while other threads hash). */
+void hurray__hash_reset_dispatch(void);
 
 /* The number of threads hurray__hash_many uses (HURRAY_HASH_THREADS). */
 unsigned hurray__hash_threads(void);

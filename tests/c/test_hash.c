@@ -59,9 +59,15 @@ static void test_paths_agree_with_reference(void **state) {
   for (size_t p = 0; p < 2; p++) {
     if (paths[p] != NULL) {
       setenv("HURRAY_HASH_SIMD", paths[p], 1);
+      hurray__hash_reset_dispatch();
       assert_string_equal(hurray__hash_path(), "sse2");
     } else {
       unsetenv("HURRAY_HASH_SIMD");
+      hurray__hash_reset_dispatch();
+#if defined(__x86_64__)
+      __builtin_cpu_init();
+      assert_string_equal(hurray__hash_path(), __builtin_cpu_supports("avx2") ? "avx2" : "sse2");
+#endif
     }
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
       for (size_t start = 0; start < 8; start++) {
