@@ -91,9 +91,14 @@ static void *pool_worker(void *arg) {
 }
 
 void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
+  hurray__hash_many_on(jobs, n, hurray__hash_threads());
+}
+
+void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += jobs[i].len;
-  unsigned threads = hurray__hash_threads();
+  if (threads == 0) threads = 1;
+  if (threads > 64) threads = 64;
   if (threads > n) threads = (unsigned)(n > 0 ? n : 1);
   if (total < HURRAY_HASH_THREAD_MIN_BYTES) threads = 1;
   Pool pool = {jobs, n, 0};
