@@ -183,9 +183,9 @@ def main():
         "",
         "The C writer fsyncs the file before the atomic rename, cp does not: the"
         " `x (cp + sync)` column compares like with like. safetensors -> hurray hashes each"
-        " buffer (xxh3) on a second thread while it writes it; hurray -> safetensors checks"
-        " every buffer's checksum once, up front, on the hashing threads (the default;"
-        " `--no-verify` skips it), then copies in the kernel (copy_file_range, as cp does).",
+        " buffer (xxh3, AVX2) and then writes it; hurray -> safetensors checks every buffer's"
+        " checksum once, up front (the default; `--no-verify` skips it), then copies in the"
+        " kernel (copy_file_range, as cp does).",
         "Peak RSS: one more run of each step under /usr/bin/time. The source is a read-only"
         " mapping whose pages are dropped from the process once written (verification: per"
         " 128 MiB round), so it stays near one or two tensors (64 MiB each here), not the"
