@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "hash.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,25 +112,4 @@ void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);
   }
-}
-
-static void *task_run(void *arg) {
-  HurrayHashJob *job = arg;
-  job->sum = hurray__checksum(job->data, job->len);
-  return NULL;
-}
-
-void hurray__hash_start(HurrayHashTask *task, const void *data, size_t len) {
-  task->job.data = data;
-  task->job.len = len;
-  task->job.sum = 0;
-  task->started = len >= HURRAY_HASH_THREAD_MIN_BYTES && hurray__hash_threads() > 1 &&
-                  pthread_create(&task->thread, NULL, task_run, &task->job) == 0;
-  if (!task->started) task_run(&task->job);
-}
-
-uint64_t hurray__hash_join(HurrayHashTask *task) {
-  if (task->started) pthread_join(task->thread, NULL);
-  task->started = false;
-  return task->job.sum;
 }

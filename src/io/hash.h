@@ -16,7 +16,6 @@
 #ifndef HURRAY_SRC_IO_HASH_H
 #define HURRAY_SRC_IO_HASH_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,18 +46,5 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 
 /* The same with `threads` threads (1..64) instead of the knob's. */
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
-
-/* One hash on a second thread, overlapped with work on this one.
- * hurray__hash_start never fails: without a thread (or for a small buffer)
- * it hashes at once. (The writer does not use it: measured slower for
- * conversion on 2 CPUs, see writer.c.) */
-typedef struct HurrayHashTask {
-  HurrayHashJob job;
-  pthread_t thread;
-  bool started;
-} HurrayHashTask;
-
-void hurray__hash_start(HurrayHashTask *task, const void *data, size_t len);
-uint64_t hurray__hash_join(HurrayHashTask *task);
 
 #endif
