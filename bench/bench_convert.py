@@ -188,7 +188,7 @@ def main():
         " kernel (copy_file_range, as cp does).",
         "Peak RSS: one more run of each step under /usr/bin/time. The source is a read-only"
         " mapping whose pages are dropped from the process once written (verification: per"
-        " 128 MiB round), so it stays near one or two tensors (64 MiB each here), not the"
+        " 64 MiB round), so it stays near one tensor (64 MiB here), not the"
         " file size.",
     ]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

@@ -929,9 +929,10 @@ static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
 }
 
 /* A round of hashing ends at this many buffers (bounds the job list for
- * files of a million tensors) or bytes (bounds what a round maps in). */
+ * files of a million tensors) or this many bytes per hashing thread (bounds
+ * what a round maps in, while keeping every thread busy). */
 #define VERIFY_BATCH 4096
-#define VERIFY_ROUND_BYTES (128u << 20)
+#define VERIFY_ROUND_BYTES_PER_THREAD (64u << 20)
 
 typedef struct VerifyRef {
   const TensorEntry *t;
@@ -1011,7 +1012,7 @@ static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, 
       refs[n].t = &entries[i];
       refs[n].buffer = b;
       bytes += buffer_field(&entries[i], b, 1);
-      if (++n == VERIFY_BATCH || bytes >= VERIFY_ROUND_BYTES) {
+      if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
         status = verify_round(r, view, drop, threads, jobs, refs, n, error);
         n = 0;
         bytes = 0;
