@@ -84,6 +84,7 @@ bench: build python
 	cat bench/results/c_write_peak_rss.txt
 	$(VENV)/python bench/bench.py
 	$(MAKE) bench-torch
+	$(MAKE) bench-verify
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
@@ -98,6 +99,12 @@ bench-quant: python
 bench-torch: python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors
 	$(VENV)/python bench/bench_torch.py
+
+# Verify at memory speed (issue 19): File.verify() against the memory-read
+# rate, in pairs of processes, into bench/results/verify.{md,json}.
+.PHONY: bench-verify
+bench-verify: build python
+	$(VENV)/python bench/bench_verify.py
 
 # hurray as a torch.distributed.checkpoint backend against FileSystemWriter
 # and the safetensors (HuggingFace) storage, world sizes 2 and 4.

@@ -82,7 +82,7 @@ typedef struct HurrayConvertOptions {
   uint32_t version;           /* HURRAY_CONVERT_OPTIONS_VERSION */
   HurrayFormat source_format; /* UNKNOWN: from the name, else from the bytes */
   HurrayFormat target_format; /* UNKNOWN: from the name */
-  bool verify_checksums;      /* hurray sources: check each tensor before copying it */
+  bool verify_checksums;      /* hurray sources: check every buffer before writing */
   bool statistics;            /* hurray targets: store min/max/NaN/zero counts */
 } HurrayConvertOptions;
 

@@ -202,7 +202,8 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
                                                HurrayError *error);
 
 /* Faults in every page of the file's tensor data in one call per thread
- * (madvise MADV_POPULATE_READ, after MADV_SEQUENTIAL and MADV_WILLNEED), so
+ * (madvise MADV_POPULATE_READ, after MADV_HUGEPAGE, MADV_SEQUENTIAL and
+ * MADV_WILLNEED: pages read from the disk land in 2 MiB folios), so
  * that touching the buffers afterwards takes no page faults: read faults
  * only, so a private mapping stays shared with the page cache. `threads`
  * (1 to 64) splits the range for concurrent reads on a cold cache. In PREAD

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "hash.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,22 +27,38 @@ uint64_t hurray__xxh3_avx2(const void *data, size_t len);
  * 20-50 us; 1 MiB hashes in 40-80 us). */
 #define HURRAY_HASH_THREAD_MIN_BYTES (1u << 20)
 
-static bool use_avx2(void) {
+/* 0: not chosen yet, 1: SSE2/portable, 2: AVX2. Chosen once: a getenv per
+ * checksum would cost more than hashing a small buffer (20,000-tensor
+ * files). Any thread may choose; they all choose the same. */
+static atomic_int dispatch;
+
+static int choose_path(void) {
 #ifdef HURRAY_HAVE_AVX2_PATH
   const char *forced = getenv("HURRAY_HASH_SIMD");
-  if (forced != NULL && strcmp(forced, "sse2") == 0) return false;
+  if (forced != NULL && strcmp(forced, "sse2") == 0) return 1;
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
+  return __builtin_cpu_supports("avx2") ? 2 : 1;
 #else
-  return false;
+  return 1;
 #endif
 }
+
+static bool use_avx2(void) {
+  int path = atomic_load_explicit(&dispatch, memory_order_relaxed);
+  if (path == 0) {
+    path = choose_path();
+    atomic_store_explicit(&dispatch, path, memory_order_relaxed);
+  }
+  return path == 2;
+}
+
+void hurray__hash_reset_dispatch(void) { atomic_store(&dispatch, 0); }
 
 const char *hurray__hash_path(void) { return use_avx2() ? "avx2" : "sse2"; }
 
 uint64_t hurray__checksum(const void *data, size_t len) {
 #ifdef HURRAY_HAVE_AVX2_PATH
-  /* Short inputs (names, trailers) do not pay for the getenv. */
+  /* Below 4 KiB the paths differ by nanoseconds (names, trailers). */
   if (len >= 4096 && use_avx2()) return hurray__xxh3_avx2(data, len);
 #endif
   return XXH3_64bits(data, len);
@@ -75,9 +92,14 @@ static void *pool_worker(void *arg) {
 }
 
 void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
+  hurray__hash_many_on(jobs, n, hurray__hash_threads());
+}
+
+void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += jobs[i].len;
-  unsigned threads = hurray__hash_threads();
+  if (threads == 0) threads = 1;
+  if (threads > 64) threads = 64;
   if (threads > n) threads = (unsigned)(n > 0 ? n : 1);
   if (total < HURRAY_HASH_THREAD_MIN_BYTES) threads = 1;
   Pool pool = {jobs, n, 0};
@@ -90,25 +112,4 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);
   }
-}
-
-static void *task_run(void *arg) {
-  HurrayHashJob *job = arg;
-  job->sum = hurray__checksum(job->data, job->len);
-  return NULL;
-}
-
-void hurray__hash_start(HurrayHashTask *task, const void *data, size_t len) {
-  task->job.data = data;
-  task->job.len = len;
-  task->job.sum = 0;
-  task->started = len >= HURRAY_HASH_THREAD_MIN_BYTES && hurray__hash_threads() > 1 &&
-                  pthread_create(&task->thread, NULL, task_run, &task->job) == 0;
-  if (!task->started) task_run(&task->job);
-}
-
-uint64_t hurray__hash_join(HurrayHashTask *task) {
-  if (task->started) pthread_join(task->thread, NULL);
-  task->started = false;
-  return task->job.sum;
 }

@@ -5,16 +5,17 @@
  * bit for bit, and every buffer is hashed whole by one thread (the format
  * has one checksum per buffer, so a buffer cannot be split).
  *
- * Knobs (read at each call, for tests and benchmarks):
+ * Knobs (for tests and benchmarks):
  *   HURRAY_HASH_THREADS=N  threads for hurray__hash_many, 1..64
- *                          (default: online CPUs, at most 8; 1 = no thread)
+ *                          (default: online CPUs, at most 8; 1 = no thread);
+ *                          read at each call
  *   HURRAY_HASH_SIMD=sse2  force the SSE2/scalar xxh3 even where AVX2 is
- *                          there (default: AVX2 when the CPU has it)
+ *                          there (default: AVX2 when the CPU has it); read
+ *                          at the first checksum of the process
  */
 #ifndef HURRAY_SRC_IO_HASH_H
 #define HURRAY_SRC_IO_HASH_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,10 @@ typedef struct HurrayHashJob {
  * path on other CPUs). */
 const char *hurray__hash_path(void);
 
+/* Forgets the chosen path, so the next checksum reads HURRAY_HASH_SIMD
+ * again (tests only; not while other threads hash). */
+void hurray__hash_reset_dispatch(void);
+
 /* The number of threads hurray__hash_many uses (HURRAY_HASH_THREADS). */
 unsigned hurray__hash_threads(void);
 
@@ -39,16 +44,7 @@ unsigned hurray__hash_threads(void);
  * started its share runs here. Small totals run on this thread only. */
 void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 
-/* One hash on a second thread, overlapped with work on this one (the
- * writer hashes a buffer while it writes it). hurray__hash_start never
- * fails: without a thread (or for a small buffer) it hashes at once. */
-typedef struct HurrayHashTask {
-  HurrayHashJob job;
-  pthread_t thread;
-  bool started;
-} HurrayHashTask;
-
-void hurray__hash_start(HurrayHashTask *task, const void *data, size_t len);
-uint64_t hurray__hash_join(HurrayHashTask *task);
+/* The same with `threads` threads (1..64) instead of the knob's. */
+void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
 
 #endif

@@ -17,9 +17,10 @@ int hurray__reader_fd(const HurrayReader *r);
  * reader's mapping of its file. */
 bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len,
                               uint64_t *offset);
-/* hurray_reader_verify of every tensor, letting go of the pages of the
- * reader's mapping as it goes (the resident set stays at one round of
- * 128 MiB): for the converter, which checks a whole source up front. */
+/* hurray_reader_verify of every tensor on one thread, letting go of the
+ * pages of the reader's mapping as it goes (the resident set stays at one
+ * round of 64 MiB): for the converter, which checks a whole source up
+ * front. */
 HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error);
 
 #endif

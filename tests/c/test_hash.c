@@ -59,9 +59,15 @@ static void test_paths_agree_with_reference(void **state) {
   for (size_t p = 0; p < 2; p++) {
     if (paths[p] != NULL) {
       setenv("HURRAY_HASH_SIMD", paths[p], 1);
+      hurray__hash_reset_dispatch();
       assert_string_equal(hurray__hash_path(), "sse2");
     } else {
       unsetenv("HURRAY_HASH_SIMD");
+      hurray__hash_reset_dispatch();
+#if defined(__x86_64__)
+      __builtin_cpu_init();
+      assert_string_equal(hurray__hash_path(), __builtin_cpu_supports("avx2") ? "avx2" : "sse2");
+#endif
     }
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
       for (size_t start = 0; start < 8; start++) {
@@ -251,12 +257,52 @@ static void test_damage_found_by_any_thread(void **state) {
   }
 }
 
+/* The converter checks a hurray source whole before it writes: a damaged
+ * last buffer fails the conversion with CHECKSUM and the target keeps its
+ * old bytes, with no temporary file left; without verification it goes
+ * through; a clean source converts and verifies on any thread count. */
+static void test_convert_checks_source_up_front(void **state) {
+  (void)state;
+  char clean[300], bad[300], dst[300], cmd[700];
+  file_path(clean, sizeof clean, "conv-clean.hurray");
+  file_path(bad, sizeof bad, "conv-bad.hurray");
+  file_path(dst, sizeof dst, "conv-out.safetensors");
+  write_file(clean, 2);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", clean, bad);
+  assert_int_equal(system(cmd), 0);
+  flip_byte(bad, data_offset(bad, "t11") + 5);
+  static const unsigned counts[] = {1, 2, 4};
+  for (size_t c = 0; c < 3; c++) {
+    set_threads(counts[c]);
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    fputs("old target", f);
+    fclose(f);
+    HurrayError e = {0};
+    assert_int_equal(hurray_convert_file(bad, dst, NULL, &e), HURRAY_ERR_CHECKSUM);
+    assert_non_null(strstr(e.message, "t11"));
+    size_t len;
+    uint8_t *kept = slurp(dst, &len);
+    assert_int_equal(len, 10);
+    assert_memory_equal(kept, "old target", 10);
+    free(kept);
+    snprintf(cmd, sizeof cmd, "test $(ls -a '%s' | grep -c tmp) -eq 0", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_ok(hurray_convert_file(clean, dst, NULL, error));
+    HurrayConvertOptions o = HURRAY_CONVERT_OPTIONS_INIT;
+    o.verify_checksums = false;
+    assert_ok(hurray_convert_file(bad, dst, &o, error));
+  }
+  unsetenv("HURRAY_HASH_THREADS");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths_agree_with_reference),
       cmocka_unit_test(test_hash_many_same_with_any_thread_count),
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
+      cmocka_unit_test(test_convert_checks_source_up_front),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
