@@ -267,7 +267,7 @@ static void test_convert_checks_source_up_front(void **state) {
   file_path(clean, sizeof clean, "conv-clean.hurray");
   file_path(bad, sizeof bad, "conv-bad.hurray");
   file_path(dst, sizeof dst, "conv-out.safetensors");
-  write_file(clean, 2);
+  write_sample_file(clean, 2);
   snprintf(cmd, sizeof cmd, "cp '%s' '%s'", clean, bad);
   assert_int_equal(system(cmd), 0);
   flip_byte(bad, data_offset(bad, "t11") + 5);
