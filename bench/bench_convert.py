@@ -13,6 +13,7 @@ also gives cp followed by `sync FILE`. Peak RSS is each child's own maximum
 resident set (/usr/bin/time, one extra run). The file is
 written here, without torch: 16 tensors (bf16, f16, f32) and __metadata__.
 Results go to bench/results/convert.md (and .json)."""
+
 import argparse
 import json
 import os
@@ -39,8 +40,10 @@ def make_safetensors(path, gib):
     entries.sort(key=lambda e: (-order[e[1]], e[0]))
     parts = ['"__metadata__":{"format":"pt"}']
     for name, dt, shape, nbytes in entries:
-        parts.append(f'"{name}":{{"dtype":"{dt}","shape":[{shape[0]},{shape[1]}],'
-                     f'"data_offsets":[{at},{at + nbytes}]}}')
+        parts.append(
+            f'"{name}":{{"dtype":"{dt}","shape":[{shape[0]},{shape[1]}],'
+            f'"data_offsets":[{at},{at + nbytes}]}}'
+        )
         at += nbytes
     header = ("{" + ",".join(parts) + "}").encode()
     header += b" " * ((8 - len(header) % 8) % 8)
@@ -109,8 +112,14 @@ def main():
         "cp + sync": ["sh", "-c", f'cp "{src}" "{copy}" && sync "{copy}"'],
         "safetensors -> hurray": [a.cli, "convert", src, mid, "--quiet"],
         "hurray -> safetensors": [a.cli, "convert", mid, back, "--quiet"],
-        "hurray -> safetensors (--no-verify)": [a.cli, "convert", mid, back, "--quiet",
-                                                "--no-verify"],
+        "hurray -> safetensors (--no-verify)": [
+            a.cli,
+            "convert",
+            mid,
+            back,
+            "--quiet",
+            "--no-verify",
+        ],
     }
     load_start = os.getloadavg()
     times = {k: [] for k in steps}
@@ -146,9 +155,13 @@ def main():
     trip = [x + y for x, y in zip(times["safetensors -> hurray"], times["hurray -> safetensors"])]
     trip_x_cp = statistics.median(t / (2 * c) for t, c in zip(trip, times["cp"]))
     trip_x_cps = statistics.median(t / (2 * c) for t, c in zip(trip, times["cp + sync"]))
-    ratio = {k: (statistics.median(t / c for t, c in zip(times[k], times["cp"])),
-                 statistics.median(t / c for t, c in zip(times[k], times["cp + sync"])))
-             for k in steps}
+    ratio = {
+        k: (
+            statistics.median(t / c for t, c in zip(times[k], times["cp"])),
+            statistics.median(t / c for t, c in zip(times[k], times["cp + sync"])),
+        )
+        for k in steps
+    }
     goal = 1.1
     lines = [
         "# Native conversion: safetensors -> hurray -> safetensors vs cp",
@@ -163,9 +176,11 @@ def main():
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k in steps:
-        lines.append(f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {max(times[k]):.3f} | "
-                     f"{size / med[k] / (1 << 30):.2f} | {ratio[k][0]:.2f} | {ratio[k][1]:.2f} | "
-                     f"{'-' if rss.get(k) is None else f'{rss[k]:.0f}'} |")
+        lines.append(
+            f"| {k} | {med[k]:.3f} | {min(times[k]):.3f} | {max(times[k]):.3f} | "
+            f"{size / med[k] / (1 << 30):.2f} | {ratio[k][0]:.2f} | {ratio[k][1]:.2f} | "
+            f"{'-' if rss.get(k) is None else f'{rss[k]:.0f}'} |"
+        )
     lines += [
         f"| round trip (to hurray and back) | {statistics.median(trip):.3f} | {min(trip):.3f} | "
         f"{max(trip):.3f} | {2 * size / statistics.median(trip) / (1 << 30):.2f} | "
@@ -195,11 +210,22 @@ def main():
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(a.out + ".json", "w") as f:
-        json.dump({"bytes": size, "runs": a.runs, "median_s": med, "all_s": times,
-                   "round_trip_s": trip, "ratio_cp": {k: v[0] for k, v in ratio.items()},
-                   "ratio_cp_sync": {k: v[1] for k, v in ratio.items()},
-                   "peak_rss_mib": rss, "load": [load_start, load_end],
-                   "identical": identical}, f, indent=2)
+        json.dump(
+            {
+                "bytes": size,
+                "runs": a.runs,
+                "median_s": med,
+                "all_s": times,
+                "round_trip_s": trip,
+                "ratio_cp": {k: v[0] for k, v in ratio.items()},
+                "ratio_cp_sync": {k: v[1] for k, v in ratio.items()},
+                "peak_rss_mib": rss,
+                "load": [load_start, load_end],
+                "identical": identical,
+            },
+            f,
+            indent=2,
+        )
     print("\n".join(lines))
     for f in (src, mid, back, copy):
         if os.path.exists(f):

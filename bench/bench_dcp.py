@@ -28,6 +28,7 @@ Environment: DCP_BENCH_LAYERS (default 32: 128 MiB of parameters, 384 MiB
 of state), DCP_BENCH_REPS (3), DCP_BENCH_DIR (build/bench-dcp-tmp),
 DCP_BENCH_OUT (bench/results: dcp.md, dcp.json).
 """
+
 import json
 import os
 import platform
@@ -58,23 +59,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 D = 1024
 LAYERS = int(os.environ.get("DCP_BENCH_LAYERS", "32"))
 REPS = int(os.environ.get("DCP_BENCH_REPS", "3"))
-WORK = os.path.abspath(os.environ.get("DCP_BENCH_DIR", os.path.join(REPO, "build",
-                                                                      "bench-dcp-tmp")))
+WORK = os.path.abspath(
+    os.environ.get("DCP_BENCH_DIR", os.path.join(REPO, "build", "bench-dcp-tmp"))
+)
 OUT = os.path.abspath(os.environ.get("DCP_BENCH_OUT", os.path.join(REPO, "bench", "results")))
 MIB = 1 << 20
 
 
 def _backends():
     out = {
-        "hurray": (lambda p: HurrayStorageWriter(p),
-                   lambda p: HurrayStorageReader(p)),
-        "torch FileSystem": (lambda p: FileSystemWriter(p),
-                             lambda p: FileSystemReader(p)),
+        "hurray": (lambda p: HurrayStorageWriter(p), lambda p: HurrayStorageReader(p)),
+        "torch FileSystem": (lambda p: FileSystemWriter(p), lambda p: FileSystemReader(p)),
     }
     if HuggingFaceStorageWriter is not None:
         out["torch HF safetensors"] = (
             lambda p: HuggingFaceStorageWriter(p, save_distributed=True),
-            lambda p: HuggingFaceStorageReader(p))
+            lambda p: HuggingFaceStorageReader(p),
+        )
     return out
 
 
@@ -82,6 +83,7 @@ BACKENDS = _backends()
 
 
 # ------------------------------------------------------------------- state
+
 
 def _tensors():
     """(name, global shape) of every tensor of the state."""
@@ -96,8 +98,12 @@ def _values(seed, shape, rows):
     for s in shape[1:]:
         cols *= s
     flat = torch.arange(rows.start * cols, rows.stop * cols, dtype=torch.int64)
-    return ((flat * 7 + seed) % 65521).to(torch.float32).mul_(1e-3).reshape(
-        (rows.stop - rows.start,) + tuple(shape[1:]))
+    return (
+        ((flat * 7 + seed) % 65521)
+        .to(torch.float32)
+        .mul_(1e-3)
+        .reshape((rows.stop - rows.start,) + tuple(shape[1:]))
+    )
 
 
 def make_state(rank, world_size, mesh, zero):
@@ -110,16 +116,23 @@ def make_state(rank, world_size, mesh, zero):
     def dtensor(shape):
         nonlocal seed
         seed += 1
-        local = (torch.zeros((per,) + tuple(shape[1:])) if zero
-                 else _values(seed, shape, rows))
-        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
-                                  shape=torch.Size(shape),
-                                  stride=torch.empty(shape, device="meta").stride())
+        local = torch.zeros((per,) + tuple(shape[1:])) if zero else _values(seed, shape, rows)
+        return DTensor.from_local(
+            local,
+            mesh,
+            [Shard(0)],
+            run_check=False,
+            shape=torch.Size(shape),
+            stride=torch.empty(shape, device="meta").stride(),
+        )
 
     for name, shape in _tensors():
         model[name] = dtensor(shape)
-        optim[name] = {"step": torch.tensor(0.0 if zero else 1.0),
-                       "exp_avg": dtensor(shape), "exp_avg_sq": dtensor(shape)}
+        optim[name] = {
+            "step": torch.tensor(0.0 if zero else 1.0),
+            "exp_avg": dtensor(shape),
+            "exp_avg_sq": dtensor(shape),
+        }
     return {"model": model, "optim": {"state": optim}}
 
 
@@ -136,7 +149,7 @@ def state_bytes():
 def check_state(state, expected):
     """Values are a function of the global position alone, so the state a
     rank saves is also what it must load, whichever world size saved it."""
-    for (a, b) in zip(_leaves(state), _leaves(expected)):
+    for a, b in zip(_leaves(state), _leaves(expected)):
         la = a.to_local() if isinstance(a, DTensor) else a
         lb = b.to_local() if isinstance(b, DTensor) else b
         if not torch.equal(la, lb):
@@ -152,6 +165,7 @@ def _leaves(obj):
 
 
 # ---------------------------------------------------------------- measures
+
 
 def _rss_kib(field):
     with open("/proc/self/status") as f:
@@ -218,26 +232,36 @@ def bench_rank(rank, world_size, backend, results_path):
         if rank == 0:
             shutil.rmtree(path, ignore_errors=True)
         dist.barrier()
-        runs["save"].append(_gather(measure(
-            lambda: dcp.save(source, storage_writer=writer_of(path)))))
+        runs["save"].append(
+            _gather(measure(lambda: dcp.save(source, storage_writer=writer_of(path))))
+        )
         if rank == 0:
             drop_cache(path)
         target = make_state(rank, world_size, mesh, zero=True)
-        runs["load"].append(_gather(measure(
-            lambda: dcp.load(target, storage_reader=reader_of(path)))))
+        runs["load"].append(
+            _gather(measure(lambda: dcp.load(target, storage_reader=reader_of(path))))
+        )
         check_state(target, source)
         del target
     if backend == "hurray":  # the same load checking every checksum, and with pread
-        for op, options in (("load (verify=True)", {"verify": True}),
-                            ("load (mmap=False)", {"mmap": False})):
+        for op, options in (
+            ("load (verify=True)", {"verify": True}),
+            ("load (mmap=False)", {"mmap": False}),
+        ):
             runs[op] = []
             for _ in range(REPS):
                 if rank == 0:
                     drop_cache(path)
                 target = make_state(rank, world_size, mesh, zero=True)
-                runs[op].append(_gather(measure(
-                    lambda: dcp.load(target,
-                                     storage_reader=HurrayStorageReader(path, **options)))))
+                runs[op].append(
+                    _gather(
+                        measure(
+                            lambda: dcp.load(
+                                target, storage_reader=HurrayStorageReader(path, **options)
+                            )
+                        )
+                    )
+                )
                 check_state(target, source)
                 del target
     if world_size == 2:  # reshard: the checkpoint of world size 4
@@ -248,8 +272,9 @@ def bench_rank(rank, world_size, backend, results_path):
                 if rank == 0:
                     drop_cache(src)
                 target = make_state(rank, world_size, mesh, zero=True)
-                runs["load 4->2"].append(_gather(measure(
-                    lambda: dcp.load(target, storage_reader=reader_of(src)))))
+                runs["load 4->2"].append(
+                    _gather(measure(lambda: dcp.load(target, storage_reader=reader_of(src))))
+                )
                 check_state(target, source)
                 del target
     if rank == 0:
@@ -276,14 +301,16 @@ def _free_port():
 
 # ------------------------------------------------------------------ report
 
+
 def summarize(per_rep):
     """per_rep: [[(seconds, mib) per rank] per repetition]."""
     times = [max(t for t, _ in ranks) for ranks in per_rep]
     mems = [max(m for _, m in ranks) for ranks in per_rep]
-    return {"seconds": {"median": statistics.median(times), "min": min(times),
-                        "max": max(times)},
-            "peak_mib_per_rank": {"median": statistics.median(mems), "max": max(mems)},
-            "reps": len(per_rep)}
+    return {
+        "seconds": {"median": statistics.median(times), "min": min(times), "max": max(times)},
+        "peak_mib_per_rank": {"median": statistics.median(mems), "max": max(mems)},
+        "reps": len(per_rep),
+    }
 
 
 def main():
@@ -297,20 +324,34 @@ def main():
         for backend in BACKENDS:
             out = os.path.join(WORK, f"result-{backend.replace(' ', '_')}-{world_size}.json")
             t0 = time.time()
-            mp.start_processes(_rank_main, args=(world_size, _free_port(), backend, out),
-                               nprocs=world_size, start_method="fork", join=True)
+            mp.start_processes(
+                _rank_main,
+                args=(world_size, _free_port(), backend, out),
+                nprocs=world_size,
+                start_method="fork",
+                join=True,
+            )
             with open(out) as f:
                 raw = json.load(f)
             results.setdefault(backend, {})[world_size] = {
                 "ops": {op: summarize(v) for op, v in raw["runs"].items()},
-                "bytes_on_disk": raw["bytes_on_disk"], "peak_reset": raw["peak_reset"]}
+                "bytes_on_disk": raw["bytes_on_disk"],
+                "peak_reset": raw["peak_reset"],
+            }
             print(f"{backend:22s} ws={world_size}: {time.time() - t0:5.1f} s", flush=True)
     shutil.rmtree(WORK, ignore_errors=True)
-    config = {"layers": LAYERS, "hidden": D, "state_bytes": total, "reps": REPS,
-              "torch": torch.__version__, "python": platform.python_version(),
-              "cpus": os.cpu_count(), "machine": platform.machine(),
-              "seconds_total": round(time.time() - started, 1),
-              "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    config = {
+        "layers": LAYERS,
+        "hidden": D,
+        "state_bytes": total,
+        "reps": REPS,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "seconds_total": round(time.time() - started, 1),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
     with open(os.path.join(OUT, "dcp.json"), "w") as f:
         json.dump({"config": config, "results": results}, f, indent=1)
     md = render(config, results)
@@ -348,10 +389,15 @@ def render(config, results):
                 f"| {world_size} | {backend} | {s['seconds']['median']:.2f} | "
                 f"{mib / s['seconds']['median']:.0f} | {s['peak_mib_per_rank']['median']:.0f} | "
                 f"{lo['seconds']['median']:.2f} | {mib / lo['seconds']['median']:.0f} | "
-                f"{lo['peak_mib_per_rank']['median']:.0f} | {r['bytes_on_disk'] / MIB:.0f} |")
-    lines += ["", "Other loads (same state, same measures):", "",
-              "| world size | backend | load | s | MiB/s | peak MiB/rank |",
-              "|---:|---|---|---:|---:|---:|"]
+                f"{lo['peak_mib_per_rank']['median']:.0f} | {r['bytes_on_disk'] / MIB:.0f} |"
+            )
+    lines += [
+        "",
+        "Other loads (same state, same measures):",
+        "",
+        "| world size | backend | load | s | MiB/s | peak MiB/rank |",
+        "|---:|---|---|---:|---:|---:|",
+    ]
     for world_size in (2, 4):
         for backend, per_ws in results.items():
             r = per_ws.get(world_size)
@@ -360,12 +406,18 @@ def render(config, results):
             for op, v in r["ops"].items():
                 if op in ("save", "load"):
                     continue
-                lines.append(f"| {world_size} | {backend} | {op} | {v['seconds']['median']:.2f} "
-                             f"| {mib / v['seconds']['median']:.0f} | "
-                             f"{v['peak_mib_per_rank']['median']:.0f} |")
-    lines += ["", f"Whole run: {config['seconds_total']} s; 1-minute load average "
-              f"{config['load_average'][0]} before, {config['load_average'][1]} after "
-              f"(other work on the machine skews the figures).", ""]
+                lines.append(
+                    f"| {world_size} | {backend} | {op} | {v['seconds']['median']:.2f} "
+                    f"| {mib / v['seconds']['median']:.0f} | "
+                    f"{v['peak_mib_per_rank']['median']:.0f} |"
+                )
+    lines += [
+        "",
+        f"Whole run: {config['seconds_total']} s; 1-minute load average "
+        f"{config['load_average'][0]} before, {config['load_average'][1]} after "
+        f"(other work on the machine skews the figures).",
+        "",
+    ]
     return "\n".join(lines)
 
 

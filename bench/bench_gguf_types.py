@@ -18,6 +18,7 @@ Environment:
     GBENCH_REPS   repetitions (default 5)
     GBENCH_OUT    results folder (default bench/results): gguf_types.{md,json}
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,7 @@ try:
 except ImportError:  # pragma: no cover
     sys.exit("bench_gguf_types.py needs the gguf package (make python installs it)")
 
-from test_gguf_types import QUANT, random_blocks, sizes, write_gguf, reference  # noqa: E402
+from test_gguf_types import QUANT, random_blocks, reference, sizes, write_gguf  # noqa: E402
 
 MiB = 1 << 20
 GOAL = 10.0
@@ -82,42 +83,71 @@ def main() -> None:
             ref_raw = np.ascontiguousarray(raw[:ref_rows])
             # the same bytes give the same floats (checked on the reference slice)
             got = t.dequantize()[:ref_rows]
-            assert np.array_equal(got.view(np.uint32),
-                                  reference(kind, ref_raw).view(np.uint32)), kind
+            assert np.array_equal(got.view(np.uint32), reference(kind, ref_raw).view(np.uint32)), (
+                kind
+            )
             out_bytes = raw.shape[0] * row_elems * 4
             ref_bytes = ref_rows * row_elems * 4
-            t1 = best(lambda: t.dequantize(threads=1), reps)
-            tn = best(lambda: t.dequantize(threads=cores), reps)
+            t1 = best(lambda t=t: t.dequantize(threads=1), reps)
+            tn = best(lambda t=t: t.dequantize(threads=cores), reps)
             if kind == "Q8_K":  # gguf-py has no Q8_K dequantizer: the numpy definition
                 tr = best(lambda: reference(kind, ref_raw), max(1, reps // 2))
             else:
                 tr = best(lambda: gq.dequantize(ref_raw, GQ[kind]), max(1, reps // 2))
             g1, gn, gr = out_bytes / t1 / 1e9, out_bytes / tn / 1e9, ref_bytes / tr / 1e9
-            rows.append({"type": kind, "hurray_1t_gbs": g1, "hurray_all_gbs": gn,
-                         "gguf_py_gbs": gr, "speedup_1t": g1 / gr, "speedup_all": gn / gr,
-                         "met": g1 / gr >= GOAL})
-            print(f"{kind:8s} hurray 1 thread {g1:7.2f} GB/s, {cores} threads {gn:7.2f} GB/s, "
-                  f"gguf-py {gr:6.3f} GB/s: {g1 / gr:6.1f}x / {gn / gr:6.1f}x", flush=True)
+            rows.append(
+                {
+                    "type": kind,
+                    "hurray_1t_gbs": g1,
+                    "hurray_all_gbs": gn,
+                    "gguf_py_gbs": gr,
+                    "speedup_1t": g1 / gr,
+                    "speedup_all": gn / gr,
+                    "met": g1 / gr >= GOAL,
+                }
+            )
+            print(
+                f"{kind:8s} hurray 1 thread {g1:7.2f} GB/s, {cores} threads {gn:7.2f} GB/s, "
+                f"gguf-py {gr:6.3f} GB/s: {g1 / gr:6.1f}x / {gn / gr:6.1f}x",
+                flush=True,
+            )
             del t
     os.makedirs(out_dir, exist_ok=True)
-    meta = {"machine": platform.machine(), "cores": cores, "python": platform.python_version(),
-            "numpy": np.__version__, "gguf": getattr(gguf, "__version__", "?"),
-            "hurray_mib": mib, "gguf_py_mib": ref_mib, "reps": reps, "goal": GOAL}
+    meta = {
+        "machine": platform.machine(),
+        "cores": cores,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "gguf": getattr(gguf, "__version__", "?"),
+        "hurray_mib": mib,
+        "gguf_py_mib": ref_mib,
+        "reps": reps,
+        "goal": GOAL,
+    }
     with open(os.path.join(out_dir, "gguf_types.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    lines = ["# GGUF dequantize: hurray (C) vs gguf-py (numpy)", "",
-             f"float32 output GB/s, best of {reps}, {mib} MiB of output from the same blocks for "
-             f"both; {cores} cores, numpy {np.__version__}. "
-             f"Goal: hurray on one thread >= {GOAL:.0f}x gguf-py.", "",
-             "| type | hurray 1 thread | hurray all cores | gguf-py | speedup (1 thread) "
-             "| speedup (all) | goal |", "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "# GGUF dequantize: hurray (C) vs gguf-py (numpy)",
+        "",
+        f"float32 output GB/s, best of {reps}, {mib} MiB of output from the same blocks for "
+        f"both; {cores} cores, numpy {np.__version__}. "
+        f"Goal: hurray on one thread >= {GOAL:.0f}x gguf-py.",
+        "",
+        "| type | hurray 1 thread | hurray all cores | gguf-py | speedup (1 thread) "
+        "| speedup (all) | goal |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['type']} | {r['hurray_1t_gbs']:.2f} | {r['hurray_all_gbs']:.2f} | "
-                     f"{r['gguf_py_gbs']:.3f} | {r['speedup_1t']:.1f}x | {r['speedup_all']:.1f}x | "
-                     f"{'met' if r['met'] else 'NOT met'} |")
+        lines.append(
+            f"| {r['type']} | {r['hurray_1t_gbs']:.2f} | {r['hurray_all_gbs']:.2f} | "
+            f"{r['gguf_py_gbs']:.3f} | {r['speedup_1t']:.1f}x | {r['speedup_all']:.1f}x | "
+            f"{'met' if r['met'] else 'NOT met'} |"
+        )
     lines.append("")
-    lines.append("Q8_K: gguf-py has no dequantizer; its reference is ggml's definition in numpy "
-                 "(tests/python/test_gguf_types.py).")
+    lines.append(
+        "Q8_K: gguf-py has no dequantizer; its reference is ggml's definition in numpy "
+        "(tests/python/test_gguf_types.py)."
+    )
     with open(os.path.join(out_dir, "gguf_types.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {out_dir}/gguf_types.md")

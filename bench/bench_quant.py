@@ -22,6 +22,7 @@ Environment:
     QBENCH_NP_MIB     slice for the plain numpy references (default 64)
     QBENCH_OUT        results folder (default bench/results): quant.md, quant.json
 """
+
 from __future__ import annotations
 
 import json
@@ -41,12 +42,30 @@ MiB = 1 << 20
 COLS = 8192
 SEED = 20261210
 
-SCHEMES = ["affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4",
-           "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8"]
-SCHEME_KW = {"affine": {"dtype": "int8"}, "per_channel": {"dtype": "int8", "axis": 0},
-             "block_affine": {"dtype": "int8"}}
-LABEL = {"affine": "affine int8 (per tensor)", "per_channel": "per_channel int8 (axis 0)",
-         "block_affine": "block_affine int8 (block 32)"}
+SCHEMES = [
+    "affine",
+    "per_channel",
+    "block_affine",
+    "q8_0",
+    "q4_0",
+    "nf4",
+    "mxfp8_e4m3",
+    "mxfp8_e5m2",
+    "mxfp6_e3m2",
+    "mxfp6_e2m3",
+    "mxfp4",
+    "mxint8",
+]
+SCHEME_KW = {
+    "affine": {"dtype": "int8"},
+    "per_channel": {"dtype": "int8", "axis": 0},
+    "block_affine": {"dtype": "int8"},
+}
+LABEL = {
+    "affine": "affine int8 (per tensor)",
+    "per_channel": "per_channel int8 (axis 0)",
+    "block_affine": "block_affine int8 (block 32)",
+}
 
 # reference name -> schemes it stands for
 REF_SCHEMES = {
@@ -63,20 +82,42 @@ REF_SCHEMES = {
 }
 
 # bitsandbytes' NF4 code book (bitsandbytes/functional.py, get_4bit_type("nf4"))
-NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-                -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-                0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
-                0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-                0.7229568362236023, 1.0], dtype=np.float32)
+NF4 = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
 NF4_MID = ((NF4[:-1] + NF4[1:]) / np.float32(2)).astype(np.float32)
 
 # MX element: (ml_dtypes name or None for int8, emax, max finite, bits)
-MX = {"mxfp8_e4m3": ("float8_e4m3fn", 8, 448.0, 8), "mxfp8_e5m2": ("float8_e5m2", 15, 57344.0, 8),
-      "mxfp6_e3m2": ("float6_e3m2fn", 4, 28.0, 6), "mxfp6_e2m3": ("float6_e2m3fn", 2, 7.5, 6),
-      "mxfp4": ("float4_e2m1fn", 2, 6.0, 4), "mxint8": (None, 0, 127.0, 8)}
+MX = {
+    "mxfp8_e4m3": ("float8_e4m3fn", 8, 448.0, 8),
+    "mxfp8_e5m2": ("float8_e5m2", 15, 57344.0, 8),
+    "mxfp6_e3m2": ("float6_e3m2fn", 4, 28.0, 6),
+    "mxfp6_e2m3": ("float6_e2m3fn", 2, 7.5, 6),
+    "mxfp4": ("float4_e2m1fn", 2, 6.0, 4),
+    "mxint8": (None, 0, 127.0, 8),
+}
 
 
 # ------------------------------------------------------------------ data
+
 
 def rows_for(mib):
     return max(1, int(round(mib * MiB / 4 / COLS)))
@@ -93,7 +134,7 @@ def load_data(path, mib=None):
     """The input, read into anonymous memory (and touched) before any clock starts."""
     x = np.load(path)
     if mib is not None:
-        x = np.ascontiguousarray(x[:min(x.shape[0], rows_for(mib))])
+        x = np.ascontiguousarray(x[: min(x.shape[0], rows_for(mib))])
     assert x.flags.c_contiguous and x.dtype == np.float32
     float(x.sum(dtype=np.float64))  # touch
     return x
@@ -111,6 +152,7 @@ def gbps(nbytes, s):
 
 # ------------------------------------------------------------------ workers
 
+
 def w_memcpy(path):
     x = load_data(path)
     dst = np.empty_like(x)
@@ -118,12 +160,16 @@ def w_memcpy(path):
     s, _ = timed(lambda: np.copyto(dst, x))  # noqa: F821 - runs before the del
     del dst
     s_fresh, y = timed(lambda: x.copy())  # a fresh allocation, as dequantize returns
-    return {"memcpy_gbps": gbps(x.nbytes, s), "copy_fresh_gbps": gbps(x.nbytes, s_fresh),
-            "bytes": x.nbytes}
+    return {
+        "memcpy_gbps": gbps(x.nbytes, s),
+        "copy_fresh_gbps": gbps(x.nbytes, s_fresh),
+        "bytes": x.nbytes,
+    }
 
 
 def w_hurray(path, scheme, check):
     import hurray
+
     x = load_data(path)
     kw = SCHEME_KW.get(scheme, {})
     w = hurray.quantize(x[:2], scheme, threads=2, **kw)  # warm the code paths (tiny)
@@ -153,24 +199,27 @@ def w_hurray(path, scheme, check):
     if check:  # untimed sanity checks
         out["threads_identical"] = bool(np.array_equal(y1.view(np.uint32), y.view(np.uint32)))
         d = y.astype(np.float64) - x
-        out["rel_rmse"] = float(np.sqrt(np.mean(d * d)) / np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+        out["rel_rmse"] = float(
+            np.sqrt(np.mean(d * d)) / np.sqrt(np.mean(np.square(x, dtype=np.float64)))
+        )
     return out
 
 
 def w_torch(path):
     import torch
+
     torch.set_num_threads(2)
     x = load_data(path)
     t = torch.from_numpy(x)
 
     def per_tensor():  # the observer (symmetric int8) + the quantize call
         mn, mx = torch.aminmax(t)
-        scale = max(float(max(-mn, mx)) / 127.0, 2.0 ** -126)
+        scale = max(float(max(-mn, mx)) / 127.0, 2.0**-126)
         return torch.quantize_per_tensor(t, scale, 0, torch.qint8)
 
     def per_channel():
         mn, mx = torch.aminmax(t, dim=1)
-        scales = (torch.maximum(-mn, mx).double() / 127.0).clamp_min(2.0 ** -126)
+        scales = (torch.maximum(-mn, mx).double() / 127.0).clamp_min(2.0**-126)
         zps = torch.zeros(t.shape[0], dtype=torch.int64)
         return torch.quantize_per_channel(t, scales, zps, 0, torch.qint8)
 
@@ -192,8 +241,9 @@ def w_torch(path):
 
 
 def w_bnb(path, check):
-    import torch
     import bitsandbytes.functional as F
+    import torch
+
     torch.set_num_threads(2)
     x = load_data(path)
     t = torch.from_numpy(x)
@@ -205,15 +255,21 @@ def w_bnb(path, check):
     out["dq_gbps"] = gbps(x.nbytes, s)
     assert tuple(y.shape) == x.shape
     if check:
-        out["agree_with_hurray"] = agree_with_hurray(x, "nf4", lambda xs: F.dequantize_4bit(
-            *F.quantize_4bit(torch.from_numpy(xs), blocksize=64, quant_type="nf4"),
-            quant_type="nf4").numpy())
+        out["agree_with_hurray"] = agree_with_hurray(
+            x,
+            "nf4",
+            lambda xs: F.dequantize_4bit(
+                *F.quantize_4bit(torch.from_numpy(xs), blocksize=64, quant_type="nf4"),
+                quant_type="nf4",
+            ).numpy(),
+        )
     return out
 
 
 def w_gguf(path, mib, check):
     import gguf
     from gguf import quants
+
     x = load_data(path, mib)
     out = {"bytes": x.nbytes}
     for name in ("Q8_0", "Q4_0"):
@@ -225,7 +281,8 @@ def w_gguf(path, mib, check):
         out[f"{name}_dq_gbps"] = gbps(x.nbytes, s)
         if check:
             out[f"{name}_agree_with_hurray"] = agree_with_hurray(
-                x, name.lower(), lambda xs: quants.dequantize(quants.quantize(xs, qt), qt))
+                x, name.lower(), lambda xs: quants.dequantize(quants.quantize(xs, qt), qt)
+            )
     return out
 
 
@@ -234,10 +291,11 @@ def agree_with_hurray(x, scheme, roundtrip):
     hurray's (None when hurray.quantize is not available)."""
     try:
         import hurray
+
         quantize = hurray.quantize
     except (ImportError, AttributeError):
         return None
-    xs = x[:min(x.shape[0], 64)]
+    xs = x[: min(x.shape[0], 64)]
     r = np.asarray(roundtrip(xs), dtype=np.float32).reshape(xs.shape)
     h = quantize(xs, scheme, **SCHEME_KW.get(scheme, {})).dequantize()
     return float(np.mean(h.view(np.uint32) == r.view(np.uint32)))
@@ -246,11 +304,12 @@ def agree_with_hurray(x, scheme, roundtrip):
 # plain numpy references (single thread, the same rules as hurray's kernels; MX
 # inputs are finite here, so the NaN/Inf block rule is not implemented)
 
+
 def np_sym_int8_q(x, group):
     """Symmetric int8 affine; each row of x.reshape(-1, group) is one scale group."""
     b = x.reshape(-1, group)
     amax = np.max(np.abs(b), axis=1)
-    scale = np.clip(amax / np.float32(127), np.float32(2.0 ** -126), np.finfo(np.float32).max)
+    scale = np.clip(amax / np.float32(127), np.float32(2.0**-126), np.finfo(np.float32).max)
     inv = np.float32(1) / scale
     y = b * inv[:, None]
     np.rint(y, out=y)
@@ -284,6 +343,7 @@ def np_nf4_dq(q, shape):
 
 def np_mx_q(x, scheme):
     import ml_dtypes
+
     name, emax, vmax, bits = MX[scheme]
     b = x.reshape(-1, 32)
     amax = np.max(np.abs(b), axis=1)
@@ -314,6 +374,7 @@ def np_mx_q(x, scheme):
 
 def np_mx_dq(q, shape, scheme):
     import ml_dtypes
+
     name, _, _, bits = MX[scheme]
     packed, sbyte = q
     if bits == 4:
@@ -332,20 +393,25 @@ def np_mx_dq(q, shape, scheme):
     codes = u.reshape(-1, 32).view(np.int8 if name is None else getattr(ml_dtypes, name))
     scale = np.ldexp(np.float32(1), sbyte.astype(np.int32) - 127).astype(np.float32)
     if name is None:
-        scale *= np.float32(2.0 ** -6)
+        scale *= np.float32(2.0**-6)
     return (codes.astype(np.float32) * scale[:, None]).reshape(shape)
 
 
-NP_REFS = {"affine": (lambda x: np_sym_int8_q(x, x.size), np_sym_int8_dq),
-           "per_channel": (lambda x: np_sym_int8_q(x, x.shape[-1]), np_sym_int8_dq),  # axis 0 of 2-D
-           "block_affine": (lambda x: np_sym_int8_q(x, 32), np_sym_int8_dq),
-           "nf4": (np_nf4_q, np_nf4_dq),
-           **{s: ((lambda x, s=s: np_mx_q(x, s)), (lambda q, shape, s=s: np_mx_dq(q, shape, s)))
-              for s in MX}}
+NP_REFS = {
+    "affine": (lambda x: np_sym_int8_q(x, x.size), np_sym_int8_dq),
+    "per_channel": (lambda x: np_sym_int8_q(x, x.shape[-1]), np_sym_int8_dq),  # axis 0 of 2-D
+    "block_affine": (lambda x: np_sym_int8_q(x, 32), np_sym_int8_dq),
+    "nf4": (np_nf4_q, np_nf4_dq),
+    **{
+        s: ((lambda x, s=s: np_mx_q(x, s)), (lambda q, shape, s=s: np_mx_dq(q, shape, s)))
+        for s in MX
+    },
+}
 
 
 def w_numpy(path, mib, check):
     import ml_dtypes  # noqa: F401
+
     x = load_data(path, mib)
     out = {"bytes": x.nbytes}
     for scheme, (fq, fdq) in NP_REFS.items():
@@ -356,7 +422,8 @@ def w_numpy(path, mib, check):
         out[f"{scheme}_dq_gbps"] = gbps(x.nbytes, s)
         if check:  # untimed: does the reference do hurray's work?
             out[f"{scheme}_agree_with_hurray"] = agree_with_hurray(
-                x, scheme, lambda xs: fdq(fq(xs), xs.shape))
+                x, scheme, lambda xs: fdq(fq(xs), xs.shape)
+            )
         del q, y
     return out
 
@@ -382,6 +449,7 @@ def worker(argv):
 
 # ------------------------------------------------------------------ driver
 
+
 def run_worker(*args):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
@@ -393,7 +461,11 @@ def run_worker(*args):
 
 
 def summarize(runs, key):
-    vals = [r[key] for r in runs if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    vals = [
+        r[key]
+        for r in runs
+        if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
+    ]
     if not vals:
         return None
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
@@ -432,6 +504,7 @@ def main():
 
     versions = {"numpy": np.__version__, "python": platform.python_version()}
     from importlib import metadata
+
     for mod in ("ml_dtypes", "torch", "bitsandbytes", "gguf", "hurray"):
         try:
             versions[mod] = metadata.version(mod)
@@ -444,18 +517,37 @@ def main():
         nbytes = make_data(path, mib)
         rows = rows_for(mib)
         log(f"input float32 ({rows}, {COLS}) = {nbytes / MiB:.0f} MiB, {reps} reps")
-        res = {"config": {"mib": mib, "shape": [rows, COLS], "bytes": nbytes, "reps": reps,
-                          "gguf_slice_mib": gguf_mib, "gguf_slice_shape": [rows_for(gguf_mib), COLS],
-                          "numpy_slice_mib": np_mib, "numpy_slice_shape": [rows_for(np_mib), COLS],
-                          "seed": SEED, "cpus": os.cpu_count(), "machine": platform.machine(),
-                          "processor": _cpu_name(), "versions": versions, "cache": "warm",
-                          "loadavg_start": _loadavg(), "simd_level": _simd_level()},
-               "memcpy": None, "hurray": {}, "references": {}}
+        res = {
+            "config": {
+                "mib": mib,
+                "shape": [rows, COLS],
+                "bytes": nbytes,
+                "reps": reps,
+                "gguf_slice_mib": gguf_mib,
+                "gguf_slice_shape": [rows_for(gguf_mib), COLS],
+                "numpy_slice_mib": np_mib,
+                "numpy_slice_shape": [rows_for(np_mib), COLS],
+                "seed": SEED,
+                "cpus": os.cpu_count(),
+                "machine": platform.machine(),
+                "processor": _cpu_name(),
+                "versions": versions,
+                "cache": "warm",
+                "loadavg_start": _loadavg(),
+                "simd_level": _simd_level(),
+            },
+            "memcpy": None,
+            "hurray": {},
+            "references": {},
+        }
 
         # Repetitions are interleaved (every measurement once, then again, ...), so that a
         # burst of other work on the machine spreads over many figures instead of spoiling
         # every run of one of them; medians then shrug it off.
-        raw = {k: [] for k in ("memcpy", "torch", "bnb", "gguf", "numpy", *("hurray " + s for s in SCHEMES))}
+        raw = {
+            k: []
+            for k in ("memcpy", "torch", "bnb", "gguf", "numpy", *("hurray " + s for s in SCHEMES))
+        }
         for r in range(reps):
             check = int(r == 0)
             raw["memcpy"].append(run_worker("memcpy", path))
@@ -474,30 +566,60 @@ def main():
             if h.get("errors"):
                 log("hurray", scheme, "ERROR", h["errors"][0])
             else:
-                log("hurray", scheme, {k: round(med(h, k), 2) for k in
-                                       ("q1_gbps", "q2_gbps", "dq1_gbps", "dq2_gbps")})
+                log(
+                    "hurray",
+                    scheme,
+                    {
+                        k: round(med(h, k), 2)
+                        for k in ("q1_gbps", "q2_gbps", "dq1_gbps", "dq2_gbps")
+                    },
+                )
     finally:
         os.unlink(path)
 
     refs = res["references"]
     tsum = summarize_all(raw["torch"])
-    for name, key in (("torch.quantize_per_tensor", "per_tensor"), ("torch.quantize_per_channel", "per_channel")):
-        refs[name] = {"q": tsum.get(f"{key}_q_gbps"), "dq": tsum.get(f"{key}_dq_gbps"), "threads": 2,
-                      "mib": mib, "errors": tsum.get("errors")}
+    for name, key in (
+        ("torch.quantize_per_tensor", "per_tensor"),
+        ("torch.quantize_per_channel", "per_channel"),
+    ):
+        refs[name] = {
+            "q": tsum.get(f"{key}_q_gbps"),
+            "dq": tsum.get(f"{key}_dq_gbps"),
+            "threads": 2,
+            "mib": mib,
+            "errors": tsum.get("errors"),
+        }
     refs["torch.quantize_per_tensor"]["q_only"] = tsum.get("per_tensor_q_only_gbps")
     bsum = summarize_all(raw["bnb"])
-    refs["bnb nf4"] = {"q": bsum.get("q_gbps"), "dq": bsum.get("dq_gbps"), "threads": 2, "mib": mib,
-                       "errors": bsum.get("errors"), "agree_with_hurray": bsum.get("agree_with_hurray")}
+    refs["bnb nf4"] = {
+        "q": bsum.get("q_gbps"),
+        "dq": bsum.get("dq_gbps"),
+        "threads": 2,
+        "mib": mib,
+        "errors": bsum.get("errors"),
+        "agree_with_hurray": bsum.get("agree_with_hurray"),
+    }
     gsum = summarize_all(raw["gguf"])
     for n in ("Q8_0", "Q4_0"):
-        refs[f"gguf {n}"] = {"q": gsum.get(f"{n}_q_gbps"), "dq": gsum.get(f"{n}_dq_gbps"), "threads": 1,
-                             "mib": gguf_mib, "errors": gsum.get("errors"),
-                             "agree_with_hurray": gsum.get(f"{n}_agree_with_hurray")}
+        refs[f"gguf {n}"] = {
+            "q": gsum.get(f"{n}_q_gbps"),
+            "dq": gsum.get(f"{n}_dq_gbps"),
+            "threads": 1,
+            "mib": gguf_mib,
+            "errors": gsum.get("errors"),
+            "agree_with_hurray": gsum.get(f"{n}_agree_with_hurray"),
+        }
     nsum = summarize_all(raw["numpy"])
     for s in NP_REFS:
-        refs[f"numpy {s}"] = {"q": nsum.get(f"{s}_q_gbps"), "dq": nsum.get(f"{s}_dq_gbps"), "threads": 1,
-                              "mib": np_mib, "errors": nsum.get("errors"),
-                              "agree_with_hurray": nsum.get(f"{s}_agree_with_hurray")}
+        refs[f"numpy {s}"] = {
+            "q": nsum.get(f"{s}_q_gbps"),
+            "dq": nsum.get(f"{s}_dq_gbps"),
+            "threads": 1,
+            "mib": np_mib,
+            "errors": nsum.get("errors"),
+            "agree_with_hurray": nsum.get(f"{s}_agree_with_hurray"),
+        }
     res["config"]["runtime_s"] = time.time() - started
     res["config"]["loadavg_end"] = _loadavg()
 
@@ -522,7 +644,9 @@ def _simd_level():
     """The kernels' instruction-set level (hurray_simd_level; HURRAY_SIMD forces it)."""
     try:
         import ctypes
+
         import hurray._hurray as ext
+
         lib = ctypes.CDLL(ext.__file__)
         lib.hurray_simd_level.restype = ctypes.c_char_p
         return lib.hurray_simd_level().decode()
@@ -542,6 +666,7 @@ def _cpu_name():
 
 
 # ------------------------------------------------------------------ report
+
 
 def f2(v):
     return "n/a" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.0f}")
@@ -568,11 +693,13 @@ def render_goals(res, mc):
     one thread >= 50% of memcpy; dequantize faster than every reference at
     the reference's thread count; per-tensor affine quantize and dequantize
     >= 1.0x torch's fbgemm (torch.quantize_per_tensor, observer included)."""
-    L = [f"## Goals (SIMD level `{res['config'].get('simd_level', 'unknown')}`)\n",
-         "| scheme | out= / memcpy, 1 thr (goal >= 0.50) | | slowest hurray / reference "
-         "dequantize, equal threads (goal > 1.0) | | affine vs fbgemm: quantize, dequantize "
-         "(goal >= 1.0) | |",
-         "|---|---|---|---|---|---|---|"]
+    L = [
+        f"## Goals (SIMD level `{res['config'].get('simd_level', 'unknown')}`)\n",
+        "| scheme | out= / memcpy, 1 thr (goal >= 0.50) | | slowest hurray / reference "
+        "dequantize, equal threads (goal > 1.0) | | affine vs fbgemm: quantize, dequantize "
+        "(goal >= 1.0) | |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s in SCHEMES:
         h = res["hurray"].get(s, {})
         o1 = med(h, "dqo1_gbps")
@@ -597,8 +724,10 @@ def render_goals(res, mc):
         if s == "affine" and t and t.get("q") and t.get("dq"):
             rq = q[t["threads"]] / t["q"]["median"] if q.get(t["threads"]) else None
             rd = d[t["threads"]] / t["dq"]["median"] if d.get(t["threads"]) else None
-            cells += [f"{f2(rq)}x, {f2(rd)}x ({t['threads']} thr)",
-                      mark(None if rq is None or rd is None else rq >= 1.0 and rd >= 1.0)]
+            cells += [
+                f"{f2(rq)}x, {f2(rd)}x ({t['threads']} thr)",
+                mark(None if rq is None or rd is None else rq >= 1.0 and rd >= 1.0),
+            ]
         else:
             cells += ["—", ""]
         L.append("| " + " | ".join(cells) + " |")
@@ -611,23 +740,29 @@ def render_md(res):
     mc = med(res["memcpy"], "memcpy_gbps")
     fresh = med(res["memcpy"], "copy_fresh_gbps")
     L = ["# hurray quantization kernels — throughput\n"]
-    L.append(f"Generated by `bench/bench_quant.py`. Input: float32 randn, shape "
-             f"({cfg['shape'][0]}, {cfg['shape'][1]}) = {cfg['bytes'] / MiB:.0f} MiB (QBENCH_MIB), seed "
-             f"{cfg['seed']}. GB/s = bytes of float32 (input of quantize, output of dequantize) / "
-             f"seconds, 1 GB = 1e9 B. Every figure is the **median of {cfg['reps']}** fresh processes "
-             f"(QBENCH_REPS); min/max in `quant.json`. **Warm**: the input is in memory (built and "
-             f"touched before the clock); outputs are allocated by the call being timed. Machine: "
-             f"{cfg['cpus']} CPUs ({cfg['processor']}), versions {cfg['versions']}. Runtime "
-             f"{cfg['runtime_s']:.0f} s. Load average (1/5/15 min) at the start {cfg.get('loadavg_start')}, "
-             f"at the end {cfg.get('loadavg_end')}: anything else running on the machine shows up "
-             f"as spread (min–max in `quant.json`).\n")
-    L.append(f"memcpy limit: `np.copyto` of the {cfg['bytes'] / MiB:.0f} MiB into a preallocated array "
-             f"(1 thread): **{f2(mc)} GB/s**; `x.copy()` into a fresh allocation (page faults "
-             f"included, like a dequantize's output): {f2(fresh)} GB/s.\n")
-    L.append("| scheme | quantize GB/s 1 thr | quantize 2 thr | dequantize GB/s 1 thr | dequantize 2 thr "
-             "| dequantize into out= 1 / 2 thr | dequantize into out= / memcpy (1 / 2 thr) "
-             "| best reference quantize: GB/s | hurray / ref quantize "
-             "| best reference dequantize: GB/s | hurray / ref dequantize |")
+    L.append(
+        f"Generated by `bench/bench_quant.py`. Input: float32 randn, shape "
+        f"({cfg['shape'][0]}, {cfg['shape'][1]}) = {cfg['bytes'] / MiB:.0f} MiB (QBENCH_MIB), seed "
+        f"{cfg['seed']}. GB/s = bytes of float32 (input of quantize, output of dequantize) / "
+        f"seconds, 1 GB = 1e9 B. Every figure is the **median of {cfg['reps']}** fresh processes "
+        f"(QBENCH_REPS); min/max in `quant.json`. **Warm**: the input is in memory (built and "
+        f"touched before the clock); outputs are allocated by the call being timed. Machine: "
+        f"{cfg['cpus']} CPUs ({cfg['processor']}), versions {cfg['versions']}. Runtime "
+        f"{cfg['runtime_s']:.0f} s. Load average (1/5/15 min) at the start {cfg.get('loadavg_start')}, "
+        f"at the end {cfg.get('loadavg_end')}: anything else running on the machine shows up "
+        f"as spread (min–max in `quant.json`).\n"
+    )
+    L.append(
+        f"memcpy limit: `np.copyto` of the {cfg['bytes'] / MiB:.0f} MiB into a preallocated array "
+        f"(1 thread): **{f2(mc)} GB/s**; `x.copy()` into a fresh allocation (page faults "
+        f"included, like a dequantize's output): {f2(fresh)} GB/s.\n"
+    )
+    L.append(
+        "| scheme | quantize GB/s 1 thr | quantize 2 thr | dequantize GB/s 1 thr | dequantize 2 thr "
+        "| dequantize into out= 1 / 2 thr | dequantize into out= / memcpy (1 / 2 thr) "
+        "| best reference quantize: GB/s | hurray / ref quantize "
+        "| best reference dequantize: GB/s | hurray / ref dequantize |"
+    )
     L.append("|" + "---|" * 11)
     for s in SCHEMES:
         h = res["hurray"].get(s, {})
@@ -636,8 +771,15 @@ def render_md(res):
             continue
         q1, q2, d1, d2 = (med(h, k) for k in ("q1_gbps", "q2_gbps", "dq1_gbps", "dq2_gbps"))
         o1, o2 = med(h, "dqo1_gbps"), med(h, "dqo2_gbps")
-        cells = [LABEL.get(s, s), f2(q1), f2(q2), f2(d1), f2(d2), f"{f2(o1)} / {f2(o2)}",
-                 f"{f2(o1 / mc if o1 and mc else None)} / {f2(o2 / mc if o2 and mc else None)}"]
+        cells = [
+            LABEL.get(s, s),
+            f2(q1),
+            f2(q2),
+            f2(d1),
+            f2(d2),
+            f"{f2(o1)} / {f2(o2)}",
+            f"{f2(o1 / mc if o1 and mc else None)} / {f2(o2 / mc if o2 and mc else None)}",
+        ]
         for direction, hv in (("q", (q1, q2)), ("dq", (d1, d2))):
             b = best_ref(res, s, direction)
             if b is None:
@@ -649,67 +791,94 @@ def render_md(res):
             cells += [f"{name} ({note}): {f2(v)}", f"{f2(mine / v if mine else None)}x"]
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
-    L.append("hurray / ref compares hurray at the reference's thread count (1 thread against numpy "
-             "and gguf, 2 threads against torch and bitsandbytes).\n")
+    L.append(
+        "hurray / ref compares hurray at the reference's thread count (1 thread against numpy "
+        "and gguf, 2 threads against torch and bitsandbytes).\n"
+    )
     L += render_goals(res, mc)
 
     L.append("## References\n")
-    L.append("| reference | stands for | threads | data | quantize GB/s (min–max) | dequantize GB/s (min–max) |")
+    L.append(
+        "| reference | stands for | threads | data | quantize GB/s (min–max) | dequantize GB/s (min–max) |"
+    )
     L.append("|---|---|---|---|---|---|")
     for name, r in res["references"].items():
+
         def mm(d):
             return "n/a" if not d else f"{f2(d['median'])} ({f2(d['min'])}–{f2(d['max'])})"
+
         data = f"{r['mib']:.0f} MiB" + (" slice, scaled" if r["mib"] != cfg["mib"] else "")
         err = f" — errors: {r['errors'][0][:80]}" if r.get("errors") else ""
-        L.append(f"| {name}{err} | {', '.join(REF_SCHEMES[name])} | {r['threads']} | {data} | "
-                 f"{mm(r['q'])} | {mm(r['dq'])} |")
+        L.append(
+            f"| {name}{err} | {', '.join(REF_SCHEMES[name])} | {r['threads']} | {data} | "
+            f"{mm(r['q'])} | {mm(r['dq'])} |"
+        )
     L.append("")
     L.append("## Checks\n")
     for s in SCHEMES:
         h = res["hurray"].get(s, {})
         if "rel_rmse" in h and h["rel_rmse"]:
             cpu = " / ".join(f2(med(h, k)) for k in ("q1_cpu", "q2_cpu", "dq1_cpu", "dq2_cpu"))
-            L.append(f"- {s}: dequantize 1 thread == 2 threads bit for bit: "
-                     f"{h.get('threads_identical')}; relative RMS error {h['rel_rmse']['median']:.3g}; "
-                     f"CPU use (process CPU s per wall s) quantize 1 / 2 thr, dequantize 1 / 2 thr: {cpu}")
+            L.append(
+                f"- {s}: dequantize 1 thread == 2 threads bit for bit: "
+                f"{h.get('threads_identical')}; relative RMS error {h['rel_rmse']['median']:.3g}; "
+                f"CPU use (process CPU s per wall s) quantize 1 / 2 thr, dequantize 1 / 2 thr: {cpu}"
+            )
     for name, r in res["references"].items():
         a = r.get("agree_with_hurray")
         if a:
-            L.append(f"- {name}: dequantized values equal to hurray's on the first 64 rows: "
-                     f"{a['median'] * 100:.4g}%")
+            L.append(
+                f"- {name}: dequantized values equal to hurray's on the first 64 rows: "
+                f"{a['median'] * 100:.4g}%"
+            )
     L.append("")
     L.append("## Notes\n")
     tq = res["references"]["torch.quantize_per_tensor"]
-    L.append("- torch references run with `torch.set_num_threads(2)`; their quantize time includes the "
-             "observer (`torch.aminmax`, per tensor or per row) that computes the symmetric int8 scale(s), "
-             "as hurray computes its scales itself"
-             + (f"; `torch.quantize_per_tensor` alone (scale known): {f2(tq['q_only']['median'])} GB/s."
-                if tq.get("q_only") else "."))
-    L.append("- bitsandbytes: `quantize_4bit` / `dequantize_4bit`, nf4, blocksize 64, CPU tensors, "
-             "with `torch.set_num_threads(2)`.")
-    L.append(f"- gguf.quants (pure numpy) runs on the first {cfg['gguf_slice_mib']:.0f} MiB "
-             f"({cfg['gguf_slice_shape'][0]} rows) and the plain numpy references on the first "
-             f"{cfg['numpy_slice_mib']:.0f} MiB ({cfg['numpy_slice_shape'][0]} rows) of the same input, "
-             f"because they are slow; their GB/s are the slice's bytes / seconds, a rate comparable "
-             f"with the full-size figures (both sizes are far beyond the last-level cache at the "
-             f"defaults).")
-    L.append("- numpy references (1 thread) follow hurray's rules: affine kinds = symmetric int8 "
-             "(per tensor, per row = axis 0, blocks of 32 along the last axis), float32 scale "
-             "amax/127, rint(x * (1/scale)); nf4 = blocks of 64, searchsorted over the 15 "
-             "midpoints, nibble packing; MX = per block of 32 the shared scale from the float32 "
-             "exponent of amax, `ml_dtypes` cast of the clipped scaled values (mxint8: rint(y*64) "
-             "clipped), 4-bit and 6-bit packing; MX's NaN/Inf block rule is left out (the input "
-             "is finite). \"Checks\" above says how often their dequantized values equal hurray's.")
-    L.append("- memcpy reads and writes the float32 bytes once; a dequantize writes the same float32 "
-             "bytes but reads only 1/4 (int8, fp8) to 1/8 (4-bit) of them plus scales, so a "
-             "store-bound kernel writing into warm memory could come close to the memcpy figure. "
-             "A dequantize returns a fresh array, though, and pays its page faults: the `x.copy()` "
-             "figure above (fresh destination) is the practical ceiling here, and a dequantize well "
-             "below it is limited by its decode arithmetic.")
-    L.append("- \"CPU use\" in Checks is process CPU time / wall time of the call (user + system, all "
-             "threads): about 1 for a 1-thread call that was not preempted, up to 2 when both "
-             "threads stay busy; a 1-thread figure well under 1 means other work on the machine took "
-             "the CPU during that call.")
+    L.append(
+        "- torch references run with `torch.set_num_threads(2)`; their quantize time includes the "
+        "observer (`torch.aminmax`, per tensor or per row) that computes the symmetric int8 scale(s), "
+        "as hurray computes its scales itself"
+        + (
+            f"; `torch.quantize_per_tensor` alone (scale known): {f2(tq['q_only']['median'])} GB/s."
+            if tq.get("q_only")
+            else "."
+        )
+    )
+    L.append(
+        "- bitsandbytes: `quantize_4bit` / `dequantize_4bit`, nf4, blocksize 64, CPU tensors, "
+        "with `torch.set_num_threads(2)`."
+    )
+    L.append(
+        f"- gguf.quants (pure numpy) runs on the first {cfg['gguf_slice_mib']:.0f} MiB "
+        f"({cfg['gguf_slice_shape'][0]} rows) and the plain numpy references on the first "
+        f"{cfg['numpy_slice_mib']:.0f} MiB ({cfg['numpy_slice_shape'][0]} rows) of the same input, "
+        f"because they are slow; their GB/s are the slice's bytes / seconds, a rate comparable "
+        f"with the full-size figures (both sizes are far beyond the last-level cache at the "
+        f"defaults)."
+    )
+    L.append(
+        "- numpy references (1 thread) follow hurray's rules: affine kinds = symmetric int8 "
+        "(per tensor, per row = axis 0, blocks of 32 along the last axis), float32 scale "
+        "amax/127, rint(x * (1/scale)); nf4 = blocks of 64, searchsorted over the 15 "
+        "midpoints, nibble packing; MX = per block of 32 the shared scale from the float32 "
+        "exponent of amax, `ml_dtypes` cast of the clipped scaled values (mxint8: rint(y*64) "
+        "clipped), 4-bit and 6-bit packing; MX's NaN/Inf block rule is left out (the input "
+        'is finite). "Checks" above says how often their dequantized values equal hurray\'s.'
+    )
+    L.append(
+        "- memcpy reads and writes the float32 bytes once; a dequantize writes the same float32 "
+        "bytes but reads only 1/4 (int8, fp8) to 1/8 (4-bit) of them plus scales, so a "
+        "store-bound kernel writing into warm memory could come close to the memcpy figure. "
+        "A dequantize returns a fresh array, though, and pays its page faults: the `x.copy()` "
+        "figure above (fresh destination) is the practical ceiling here, and a dequantize well "
+        "below it is limited by its decode arithmetic."
+    )
+    L.append(
+        '- "CPU use" in Checks is process CPU time / wall time of the call (user + system, all '
+        "threads): about 1 for a 1-thread call that was not preempted, up to 2 when both "
+        "threads stay busy; a 1-thread figure well under 1 means other work on the machine took "
+        "the CPU during that call."
+    )
     return "\n".join(L) + "\n"
 
 

@@ -14,6 +14,7 @@ Environment: BENCH_REMOTE_LATENCY (seconds, default 0.02), BENCH_REMOTE_REPS
 (default 3), BENCH_REMOTE_TENSORS (default 128), BENCH_REMOTE_TENSOR_KIB
 (default 256).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -43,10 +44,14 @@ THREADS = 8
 
 def make_files(folder):
     from safetensors.numpy import save_file
+
     rng = np.random.default_rng(0)
-    tensors = {f"model.layers.{i:03d}.mlp.weight":
-               rng.standard_normal(KIB * 256, dtype=np.float32).reshape(-1, 64)
-               for i in range(COUNT)}
+    tensors = {
+        f"model.layers.{i:03d}.mlp.weight": rng.standard_normal(
+            KIB * 256, dtype=np.float32
+        ).reshape(-1, 64)
+        for i in range(COUNT)
+    }
     hp = os.path.join(folder, "m.hurray")
     sp = os.path.join(folder, "m.safetensors")
     hurray.save(hp, tensors)
@@ -63,7 +68,7 @@ class SafetensorsHF:
         n = struct.unpack("<Q", first[:8])[0]
         if 8 + n > len(first):
             first += self._range(len(first), 8 + n)
-        self.header = json.loads(first[8:8 + n])
+        self.header = json.loads(first[8 : 8 + n])
         self.header.pop("__metadata__", None)
         self.base = 8 + n
 
@@ -87,6 +92,7 @@ class SafetensorsHF:
 
     def load_whole(self):
         from safetensors.numpy import load
+
         r = self.pool.request("GET", self.url)
         return load(r.data)
 
@@ -117,8 +123,7 @@ def main() -> None:
             if check is not None:
                 check(result)
             rows.append((label, t, requests, mib))
-            print(f"{label:<58} {t * 1000:9.1f} ms {requests:6d} req {mib:8.2f} MiB",
-                  flush=True)
+            print(f"{label:<58} {t * 1000:9.1f} ms {requests:6d} req {mib:8.2f} MiB", flush=True)
 
         def same_all(result):
             for name, want in tensors.items():
@@ -128,35 +133,53 @@ def main() -> None:
             assert np.array_equal(np.asarray(result), tensors[one])
 
         measure("hurray: open (trailer+index, header)", lambda: hurray.open(hurl).close())
-        measure("safetensors (hf_hub style): open (header ranges)",
-                lambda: SafetensorsHF(pool, surl))
+        measure(
+            "safetensors (hf_hub style): open (header ranges)", lambda: SafetensorsHF(pool, surl)
+        )
 
         def h_one():
             with hurray.open(hurl) as f:
                 return f[one]
+
         measure("hurray: open + one tensor", h_one, same_one)
-        measure("safetensors (hf_hub style): open + one tensor",
-                lambda: SafetensorsHF(pool, surl).tensor(one), same_one)
-        measure(f"hurray: load (ranges merged, 16 MiB pieces on {THREADS} threads)",
-                lambda: hurray.load(hurl), same_all)
-        measure("hurray: load, pieces on 1 thread", lambda: hurray.load(hurl, threads=1),
-                same_all)
-        measure(f"safetensors (hf_hub style): load, ranges on {THREADS} threads",
-                lambda: SafetensorsHF(pool, surl).load_parallel(), same_all)
-        measure("safetensors (hf_hub style): load, ranges one by one",
-                lambda: SafetensorsHF(pool, surl).load_sequential(), same_all)
-        measure("safetensors: load, one GET of the whole file",
-                lambda: SafetensorsHF(pool, surl).load_whole(), same_all)
+        measure(
+            "safetensors (hf_hub style): open + one tensor",
+            lambda: SafetensorsHF(pool, surl).tensor(one),
+            same_one,
+        )
+        measure(
+            f"hurray: load (ranges merged, 16 MiB pieces on {THREADS} threads)",
+            lambda: hurray.load(hurl),
+            same_all,
+        )
+        measure("hurray: load, pieces on 1 thread", lambda: hurray.load(hurl, threads=1), same_all)
+        measure(
+            f"safetensors (hf_hub style): load, ranges on {THREADS} threads",
+            lambda: SafetensorsHF(pool, surl).load_parallel(),
+            same_all,
+        )
+        measure(
+            "safetensors (hf_hub style): load, ranges one by one",
+            lambda: SafetensorsHF(pool, surl).load_sequential(),
+            same_all,
+        )
+        measure(
+            "safetensors: load, one GET of the whole file",
+            lambda: SafetensorsHF(pool, surl).load_whole(),
+            same_all,
+        )
     out = os.path.join(HERE, "results", "remote.md")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         f.write("# Remote reading over HTTP range requests\n\n")
-        f.write(f"`make bench-remote` (bench/bench_remote.py): {COUNT} float32 tensors of "
-                f"{KIB} KiB ({COUNT * KIB / 1024:.0f} MiB) served by tests/python/range_server.py "
-                f"on 127.0.0.1 with {LATENCY * 1000:.0f} ms slept before each answer; median of "
-                f"{REPS} runs; requests and bytes per run as the server counted them. "
-                "safetensors is read the way huggingface_hub does (first 100,000 bytes for the "
-                "header, then ranges), on a urllib3 pool like hurray's.\n\n")
+        f.write(
+            f"`make bench-remote` (bench/bench_remote.py): {COUNT} float32 tensors of "
+            f"{KIB} KiB ({COUNT * KIB / 1024:.0f} MiB) served by tests/python/range_server.py "
+            f"on 127.0.0.1 with {LATENCY * 1000:.0f} ms slept before each answer; median of "
+            f"{REPS} runs; requests and bytes per run as the server counted them. "
+            "safetensors is read the way huggingface_hub does (first 100,000 bytes for the "
+            "header, then ranges), on a urllib3 pool like hurray's.\n\n"
+        )
         f.write("| what | time (ms) | requests | MiB sent |\n|---|---:|---:|---:|\n")
         for label, t, requests, mib in rows:
             f.write(f"| {label} | {t * 1000:.1f} | {requests} | {mib:.2f} |\n")

@@ -24,6 +24,7 @@ docs/adr/ADR-0021-torch-loading.md.
 Environment: BENCH_TORCH_MIB (default 1024), BENCH_REPS (3), BENCH_DIR (build),
 BENCH_OUT (bench/results), BENCH_TORCH_VARIANTS=1 to add the variants.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -54,8 +55,14 @@ def resident_fraction(path: str) -> float:
     page = mmap.PAGESIZE
     pages = (size + page - 1) // page
     _libc.mmap.restype = ctypes.c_void_p
-    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int, ctypes.c_long]
+    _libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     fd = os.open(path, os.O_RDONLY)
@@ -111,6 +118,7 @@ def warm_cache(path: str) -> None:
 
 # --------------------------------------------------------------------- workers
 
+
 def _sum_all(tensors) -> None:
     total = 0.0
     for t in tensors.values():
@@ -124,7 +132,9 @@ def parallel_read(path: str, threads: int) -> list:
     (a File serialises its calls; pread releases the GIL)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
+
     import hurray
+
     with hurray.open(path, mmap=False) as f:
         names = f.keys()
     results: list = [None] * len(names)
@@ -148,10 +158,12 @@ def parallel_read(path: str, threads: int) -> list:
 
 def worker(kind: str, path: str) -> dict:
     """Runs in a fresh process: times one load plus a sum of every tensor."""
+    import safetensors.torch
     import torch
+
     import hurray
     import hurray.torch as ht
-    import safetensors.torch
+
     # One thread for the sums: on a shared machine more only adds spinning.
     torch.set_num_threads(1)
     out = {}
@@ -204,8 +216,12 @@ def worker(kind: str, path: str) -> dict:
 
 
 def run_worker(kind: str, path: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--worker", kind, path],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", kind, path],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{kind}: rc={done.returncode}\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -213,19 +229,29 @@ def run_worker(kind: str, path: str) -> dict:
 
 # ------------------------------------------------------------------- workload
 
+
 def write_files(folder: str, total_mib: int) -> dict:
     import numpy as np
-    import torch
     import safetensors.torch
+    import torch
+
     import hurray
     import hurray.torch as ht
+
     os.makedirs(folder, exist_ok=True)
     scale = total_mib / 1024
     f32_rows = max(1, int(1536 * scale))
     bf16_rows = max(1, int(1088 * scale))
-    paths = {k: os.path.join(folder, f"torch-{total_mib}{ext}") for k, ext in {
-        "hurray": ".hurray", "safetensors": ".safetensors", "torch": ".pt",
-        "nf4": ".nf4.hurray", "bf16": ".bf16.safetensors"}.items()}
+    paths = {
+        k: os.path.join(folder, f"torch-{total_mib}{ext}")
+        for k, ext in {
+            "hurray": ".hurray",
+            "safetensors": ".safetensors",
+            "torch": ".pt",
+            "nf4": ".nf4.hurray",
+            "bf16": ".bf16.safetensors",
+        }.items()
+    }
     stamp = os.path.join(folder, f"torch-{total_mib}.done")
     if os.path.exists(stamp) and all(os.path.exists(p) for p in paths.values()):
         return paths
@@ -233,16 +259,19 @@ def write_files(folder: str, total_mib: int) -> dict:
     tensors = {}
     for i in range(100):
         tensors[f"layers.{i:03d}.f32"] = torch.randn(f32_rows, 1024, generator=g)
-        tensors[f"layers.{i:03d}.bf16"] = torch.randn(bf16_rows, 2048,
-                                                      generator=g).to(torch.bfloat16)
+        tensors[f"layers.{i:03d}.bf16"] = torch.randn(bf16_rows, 2048, generator=g).to(
+            torch.bfloat16
+        )
     ht.save_file(tensors, paths["hurray"])
     safetensors.torch.save_file(tensors, paths["safetensors"])
     torch.save(tensors, paths["torch"])
     # The same weights in bfloat16 (safetensors) and NF4 (hurray).
     bf16 = {k: v.to(torch.bfloat16) for k, v in tensors.items()}
     safetensors.torch.save_file(bf16, paths["bf16"])
-    hurray.save(paths["nf4"], {k: hurray.quantize(v.float().numpy(), "nf4", threads=2)
-                               for k, v in tensors.items()})
+    hurray.save(
+        paths["nf4"],
+        {k: hurray.quantize(v.float().numpy(), "nf4", threads=2) for k, v in tensors.items()},
+    )
     del tensors, bf16
     _ = np
     open(stamp, "w").close()
@@ -250,6 +279,7 @@ def write_files(folder: str, total_mib: int) -> dict:
 
 
 # --------------------------------------------------------------------- driver
+
 
 def measure(kind: str, path: str, cold: bool, reps: int) -> dict:
     runs, how = [], None
@@ -262,29 +292,46 @@ def measure(kind: str, path: str, cold: bool, reps: int) -> dict:
     total = [r["total_s"] for r in runs]
     load = [r["load_s"] for r in runs]
     again = [r["sum_again_s"] for r in runs if "sum_again_s" in r]
-    return {"kind": kind, "cold": cold, "median_s": statistics.median(total),
-            "min_s": min(total), "max_s": max(total), "load_median_s": statistics.median(load),
-            "sum_again_median_s": statistics.median(again) if again else None,
-            "runs": total, "drop": how, "bytes": os.path.getsize(path)}
+    return {
+        "kind": kind,
+        "cold": cold,
+        "median_s": statistics.median(total),
+        "min_s": min(total),
+        "max_s": max(total),
+        "load_median_s": statistics.median(load),
+        "sum_again_median_s": statistics.median(again) if again else None,
+        "runs": total,
+        "drop": how,
+        "bytes": os.path.getsize(path),
+    }
 
 
 def main() -> None:
     total_mib = int(os.environ.get("BENCH_TORCH_MIB", "1024"))
     reps = int(os.environ.get("BENCH_REPS", "3"))
-    folder = os.path.join(os.environ.get("BENCH_DIR", os.path.join(ROOT, "build")),
-                          "bench-torch-tmp")
+    folder = os.path.join(
+        os.environ.get("BENCH_DIR", os.path.join(ROOT, "build")), "bench-torch-tmp"
+    )
     out_dir = os.environ.get("BENCH_OUT", os.path.join(HERE, "results"))
     variants = os.environ.get("BENCH_TORCH_VARIANTS") == "1"
     load_before = os.getloadavg()
     paths = write_files(folder, total_mib)
-    plan = [("seqread", paths["hurray"]), ("hurray", paths["hurray"]),
-            ("safetensors", paths["safetensors"]),
-            ("torch.load(mmap=True)", paths["torch"]),
-            ("hurray mmap=False", paths["hurray"])]
+    plan = [
+        ("seqread", paths["hurray"]),
+        ("hurray", paths["hurray"]),
+        ("safetensors", paths["safetensors"]),
+        ("torch.load(mmap=True)", paths["torch"]),
+        ("hurray mmap=False", paths["hurray"]),
+    ]
     if variants:
-        plan += [("hurray populate=0", paths["hurray"]), ("hurray populate=1", paths["hurray"]),
-                 ("hurray populate=4", paths["hurray"]), ("hurray pread x1", paths["hurray"]),
-                 ("hurray pread x4", paths["hurray"]), ("hurray pread x8", paths["hurray"])]
+        plan += [
+            ("hurray populate=0", paths["hurray"]),
+            ("hurray populate=1", paths["hurray"]),
+            ("hurray populate=4", paths["hurray"]),
+            ("hurray pread x1", paths["hurray"]),
+            ("hurray pread x4", paths["hurray"]),
+            ("hurray pread x8", paths["hurray"]),
+        ]
     results = []
     loads = []
     for cold in (True, False):
@@ -294,15 +341,22 @@ def main() -> None:
             r = measure(kind, path, cold, reps)
             loads.append(os.getloadavg()[0])
             results.append(r)
-            print(f"{'cold' if cold else 'warm'} {kind:28s} {r['median_s']:.3f} s "
-                  f"[{r['min_s']:.3f}, {r['max_s']:.3f}] load avg {loads[-1]:.2f}", flush=True)
-    for kind, path in (("hurray nf4 dequantize=bf16", paths["nf4"]),
-                       ("safetensors bf16", paths["bf16"])):
+            print(
+                f"{'cold' if cold else 'warm'} {kind:28s} {r['median_s']:.3f} s "
+                f"[{r['min_s']:.3f}, {r['max_s']:.3f}] load avg {loads[-1]:.2f}",
+                flush=True,
+            )
+    for kind, path in (
+        ("hurray nf4 dequantize=bf16", paths["nf4"]),
+        ("safetensors bf16", paths["bf16"]),
+    ):
         r = measure(kind, path, False, reps)
         loads.append(os.getloadavg()[0])
         results.append(r)
-        print(f"warm {kind:28s} {r['median_s']:.3f} s [{r['min_s']:.3f}, {r['max_s']:.3f}]",
-              flush=True)
+        print(
+            f"warm {kind:28s} {r['median_s']:.3f} s [{r['min_s']:.3f}, {r['max_s']:.3f}]",
+            flush=True,
+        )
     load_after = os.getloadavg()
     report(results, out_dir, total_mib, reps, load_before, load_after, loads)
 
@@ -317,7 +371,8 @@ def report(results, out_dir, total_mib, reps, load_before, load_after, loads) ->
     st_cold, st_warm = get("safetensors", True), get("safetensors", False)
     seq = get("seqread", True)
     lines = [
-        "# Loading into torch (bench/bench_torch.py)", "",
+        "# Loading into torch (bench/bench_torch.py)",
+        "",
         f"{total_mib} MiB in 200 tensors (100 float32, 100 bfloat16); each figure a fresh "
         f"process that loads every tensor and sums it; median of {reps} with [min, max]. "
         "Cold: the file's pages dropped first (posix_fadvise DONTNEED, checked with mincore). "
@@ -346,43 +401,71 @@ def report(results, out_dir, total_mib, reps, load_before, load_after, loads) ->
 
         def ratio(r, ref):
             return f"{r['median_s'] / ref['median_s']:.2f}×" if r and ref else "–"
+
         only = f"{w['load_median_s'] * 1e3:.1f} ms" if w else "–"
-        lines.append(f"| {kind} | {cell(c)} | {ratio(c, st_cold)} | {ratio(c, seq)} | "
-                     f"{cell(w)} | {ratio(w, st_warm)} | {only} |")
+        lines.append(
+            f"| {kind} | {cell(c)} | {ratio(c, st_cold)} | {ratio(c, seq)} | "
+            f"{cell(w)} | {ratio(w, st_warm)} | {only} |"
+        )
     nf4, bf16 = get("hurray nf4 dequantize=bf16", False), get("safetensors bf16", False)
-    lines += ["", "The NF4 line's ratio is against safetensors' float32+bfloat16 file; against "
-              "the same weights in bfloat16 from safetensors it is "
-              f"{nf4['median_s'] / bf16['median_s']:.2f}× "
-              f"({nf4['median_s']:.3f} s vs {bf16['median_s']:.3f} s)." if nf4 and bf16 else ""]
+    lines += [
+        "",
+        "The NF4 line's ratio is against safetensors' float32+bfloat16 file; against "
+        "the same weights in bfloat16 from safetensors it is "
+        f"{nf4['median_s'] / bf16['median_s']:.2f}× "
+        f"({nf4['median_s']:.3f} s vs {bf16['median_s']:.3f} s)."
+        if nf4 and bf16
+        else "",
+    ]
     h_c, h_w = get("hurray", True), get("hurray", False)
     goals = []
     if h_c and st_cold and seq:
-        goals.append(f"- cold ≤ 1.0× safetensors: {h_c['median_s'] / st_cold['median_s']:.2f}× "
-                     f"({'met' if h_c['median_s'] <= st_cold['median_s'] else 'not met'})")
-        goals.append(f"- cold within 1.1× of the sequential read: "
-                     f"{h_c['median_s'] / seq['median_s']:.2f}× "
-                     f"({'met' if h_c['median_s'] <= 1.1 * seq['median_s'] else 'not met'})")
+        goals.append(
+            f"- cold ≤ 1.0× safetensors: {h_c['median_s'] / st_cold['median_s']:.2f}× "
+            f"({'met' if h_c['median_s'] <= st_cold['median_s'] else 'not met'})"
+        )
+        goals.append(
+            f"- cold within 1.1× of the sequential read: "
+            f"{h_c['median_s'] / seq['median_s']:.2f}× "
+            f"({'met' if h_c['median_s'] <= 1.1 * seq['median_s'] else 'not met'})"
+        )
     if h_w and st_warm:
-        goals.append(f"- warm ≤ 0.8× safetensors: {h_w['median_s'] / st_warm['median_s']:.2f}× "
-                     f"({'met' if h_w['median_s'] <= 0.8 * st_warm['median_s'] else 'not met'})")
+        goals.append(
+            f"- warm ≤ 0.8× safetensors: {h_w['median_s'] / st_warm['median_s']:.2f}× "
+            f"({'met' if h_w['median_s'] <= 0.8 * st_warm['median_s'] else 'not met'})"
+        )
     if nf4 and bf16:
-        goals.append(f"- NF4 dequantize=bf16 faster than bf16 from safetensors (warm): "
-                     f"{nf4['median_s'] / bf16['median_s']:.2f}× "
-                     f"({'met' if nf4['median_s'] < bf16['median_s'] else 'not met'})")
+        goals.append(
+            f"- NF4 dequantize=bf16 faster than bf16 from safetensors (warm): "
+            f"{nf4['median_s'] / bf16['median_s']:.2f}× "
+            f"({'met' if nf4['median_s'] < bf16['median_s'] else 'not met'})"
+        )
     if h_w and st_warm and h_w.get("sum_again_median_s"):
         floor = min(h_w["sum_again_median_s"], st_warm["sum_again_median_s"])
-        goals.append(f"- the floor under the warm figures: the same sum over pages already mapped "
-                     f"takes {h_w['sum_again_median_s']:.3f} s (hurray's tensors) and "
-                     f"{st_warm['sum_again_median_s']:.3f} s (safetensors'), i.e. "
-                     f"{floor / st_warm['median_s']:.2f}× safetensors' warm figure: no zero-copy "
-                     "load can beat that, whatever it does before the sum")
+        goals.append(
+            f"- the floor under the warm figures: the same sum over pages already mapped "
+            f"takes {h_w['sum_again_median_s']:.3f} s (hurray's tensors) and "
+            f"{st_warm['sum_again_median_s']:.3f} s (safetensors'), i.e. "
+            f"{floor / st_warm['median_s']:.2f}× safetensors' warm figure: no zero-copy "
+            "load can beat that, whatever it does before the sum"
+        )
     lines += ["", "Goals (issue 16):", ""] + goals + [""]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "torch.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(out_dir, "torch.json"), "w") as f:
-        json.dump({"results": results, "load_before": load_before, "load_after": load_after,
-                   "loads": loads, "mib": total_mib, "reps": reps}, f, indent=1)
+        json.dump(
+            {
+                "results": results,
+                "load_before": load_before,
+                "load_after": load_after,
+                "loads": loads,
+                "mib": total_mib,
+                "reps": reps,
+            },
+            f,
+            indent=1,
+        )
     print("\n".join(lines))
 
 
@@ -391,8 +474,15 @@ if __name__ == "__main__":
         out = os.environ.get("BENCH_OUT", os.path.join(HERE, "results"))
         with open(os.path.join(out, "torch.json")) as f:
             doc = json.load(f)
-        report(doc["results"], out, doc["mib"], doc["reps"], doc["load_before"],
-               doc["load_after"], doc["loads"])
+        report(
+            doc["results"],
+            out,
+            doc["mib"],
+            doc["reps"],
+            doc["load_before"],
+            doc["load_after"],
+            doc["loads"],
+        )
     elif len(sys.argv) == 4 and sys.argv[1] == "--worker":
         print(json.dumps(worker(sys.argv[2], sys.argv[3])))
     else:

@@ -16,6 +16,7 @@ Environment: BENCH_REPS (default 5 pairs), BENCH_DIR (build), BENCH_OUT
 (bench/results), HURRAY_HASH_THREADS (default: CPUs, at most 8).
 Results: bench/results/verify.md and verify.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,23 +33,28 @@ GOAL = 0.9
 
 def write_files(folder):
     import numpy as np
+
     import hurray
+
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(19)
-    paths = {"many buffers": os.path.join(folder, "verify-many.hurray"),
-             "one buffer": os.path.join(folder, "verify-one.hurray")}
+    paths = {
+        "many buffers": os.path.join(folder, "verify-many.hurray"),
+        "one buffer": os.path.join(folder, "verify-one.hurray"),
+    }
     if not os.path.exists(paths["many buffers"]):
-        hurray.save(paths["many buffers"],
-                    {f"t{i:03d}": rng.integers(0, 255, size=4 << 20, dtype=np.uint8)
-                     for i in range(256)})
+        hurray.save(
+            paths["many buffers"],
+            {f"t{i:03d}": rng.integers(0, 255, size=4 << 20, dtype=np.uint8) for i in range(256)},
+        )
     if not os.path.exists(paths["one buffer"]):
-        hurray.save(paths["one buffer"],
-                    {"w": rng.integers(0, 255, size=1 << 30, dtype=np.uint8)})
+        hurray.save(paths["one buffer"], {"w": rng.integers(0, 255, size=1 << 30, dtype=np.uint8)})
     return paths
 
 
 def worker(path):
     import hurray
+
     with open(path, "rb") as f:  # warm: the file in the page cache
         while f.read(16 << 20):
             pass
@@ -70,8 +76,9 @@ def mem_read(threads):
 
 def main():
     reps = int(os.environ.get("BENCH_REPS", "5"))
-    folder = os.path.join(os.environ.get("BENCH_DIR", os.path.join(ROOT, "build")),
-                          "bench-verify-tmp")
+    folder = os.path.join(
+        os.environ.get("BENCH_DIR", os.path.join(ROOT, "build")), "bench-verify-tmp"
+    )
     out_dir = os.environ.get("BENCH_OUT", os.path.join(HERE, "results"))
     threads = int(os.environ.get("HURRAY_HASH_THREADS") or min(os.cpu_count() or 1, 8))
     load_start = os.getloadavg()
@@ -81,13 +88,21 @@ def main():
         pairs = []
         for _ in range(reps):
             m = mem_read(threads)
-            done = subprocess.run([sys.executable, __file__, "--worker", path],
-                                  capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [sys.executable, __file__, "--worker", path],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             v = json.loads(done.stdout.strip().splitlines()[-1])
-            pairs.append({"mem_gbps": m["gbps"], "verify_gbps": v["gbps"],
-                          "ratio": v["gbps"] / m["gbps"]})
-            print(f"{name}: memory {m['gbps']:.1f} GB/s, verify {v['gbps']:.1f} GB/s, "
-                  f"{pairs[-1]['ratio']:.2f}x", flush=True)
+            pairs.append(
+                {"mem_gbps": m["gbps"], "verify_gbps": v["gbps"], "ratio": v["gbps"] / m["gbps"]}
+            )
+            print(
+                f"{name}: memory {m['gbps']:.1f} GB/s, verify {v['gbps']:.1f} GB/s, "
+                f"{pairs[-1]['ratio']:.2f}x",
+                flush=True,
+            )
         res[name] = pairs
     load_end = os.getloadavg()
 
@@ -95,24 +110,35 @@ def main():
         xs = [p[key] for p in pairs]
         return statistics.median(xs), min(xs), max(xs)
 
-    lines = ["# Verify at memory speed (bench/bench_verify.py)", "",
-             f"`File.verify()` of a warm 1 GiB file against the {threads}-thread memory-read rate "
-             "(build/bench/mem_read_rate), in pairs of fresh processes run back to back; the ratio "
-             f"is taken per pair, median of {reps} pairs with [min, max]. Verify hashes with "
-             f"{threads} threads (HURRAY_HASH_THREADS), xxh3 with AVX2 where the CPU has it.", "",
-             f"Load average (1, 5, 15 min) at the start {load_start[0]:.2f} {load_start[1]:.2f} "
-             f"{load_start[2]:.2f}, at the end {load_end[0]:.2f} {load_end[1]:.2f} "
-             f"{load_end[2]:.2f}. Machine: {os.cpu_count()} CPUs, shared.", "",
-             "| file | memory-read GB/s | verify GB/s | verify / memory | goal | status |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Verify at memory speed (bench/bench_verify.py)",
+        "",
+        f"`File.verify()` of a warm 1 GiB file against the {threads}-thread memory-read rate "
+        "(build/bench/mem_read_rate), in pairs of fresh processes run back to back; the ratio "
+        f"is taken per pair, median of {reps} pairs with [min, max]. Verify hashes with "
+        f"{threads} threads (HURRAY_HASH_THREADS), xxh3 with AVX2 where the CPU has it.",
+        "",
+        f"Load average (1, 5, 15 min) at the start {load_start[0]:.2f} {load_start[1]:.2f} "
+        f"{load_start[2]:.2f}, at the end {load_end[0]:.2f} {load_end[1]:.2f} "
+        f"{load_end[2]:.2f}. Machine: {os.cpu_count()} CPUs, shared.",
+        "",
+        "| file | memory-read GB/s | verify GB/s | verify / memory | goal | status |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, pairs in res.items():
         m, v, r = stat(pairs, "mem_gbps"), stat(pairs, "verify_gbps"), stat(pairs, "ratio")
-        lines.append(f"| {name} | {m[0]:.1f} [{m[1]:.1f}, {m[2]:.1f}] | {v[0]:.1f} [{v[1]:.1f}, "
-                     f"{v[2]:.1f}] | {r[0]:.2f}× [{r[1]:.2f}, {r[2]:.2f}] | ≥ {GOAL}× | "
-                     f"{'met' if r[0] >= GOAL else 'not met'} |")
-    lines += ["", "One buffer is one xxh3 stream and so one thread: it can reach the one-thread "
-              "read rate, not the multi-threaded one, until the format has checksums per chunk "
-              "(issue 20). See bench/results/io-speed.md.", ""]
+        lines.append(
+            f"| {name} | {m[0]:.1f} [{m[1]:.1f}, {m[2]:.1f}] | {v[0]:.1f} [{v[1]:.1f}, "
+            f"{v[2]:.1f}] | {r[0]:.2f}× [{r[1]:.2f}, {r[2]:.2f}] | ≥ {GOAL}× | "
+            f"{'met' if r[0] >= GOAL else 'not met'} |"
+        )
+    lines += [
+        "",
+        "One buffer is one xxh3 stream and so one thread: it can reach the one-thread "
+        "read rate, not the multi-threaded one, until the format has checksums per chunk "
+        "(issue 20). See bench/results/io-speed.md.",
+        "",
+    ]
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "verify.md"), "w") as f:
         f.write("\n".join(lines))

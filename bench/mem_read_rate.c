@@ -25,7 +25,8 @@ typedef struct Share {
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2")))
 #endif
-static uint64_t read_words_avx2(const uint64_t *p, size_t n) {
+static uint64_t
+read_words_avx2(const uint64_t *p, size_t n) {
   uint64_t a = 0, b = 0, c = 0, d = 0;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -88,8 +89,8 @@ int main(int argc, char **argv) {
     if (dt < best) best = dt;
     for (unsigned t = 0; t < threads; t++) check += shares[t].sum;
   }
-  printf("{\"bytes\": %zu, \"threads\": %u, \"s\": %.6f, \"gbps\": %.3f, \"check\": %llu}\n", bytes,
-         threads, best, (double)bytes / best / 1e9, (unsigned long long)(check & 0xffff));
+  printf("{\"bytes\": %zu, \"threads\": %u, \"s\": %.6f, \"gbps\": %.3f, \"check\": %llu}\n",
+         bytes, threads, best, (double)bytes / best / 1e9, (unsigned long long)(check & 0xffff));
   free(buf);
   return 0;
 }

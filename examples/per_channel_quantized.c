@@ -13,14 +13,13 @@
 #define ROWS 4
 #define COLS 3
 
-#define CHECK(expr)                                                             \
-  do {                                                                          \
-    HurrayStatus status_ = (expr);                                              \
-    if (status_ != HURRAY_OK) {                                                 \
-      fprintf(stderr, "%s failed: %s: %s\n", #expr, hurray_status_name(status_), \
-              error.message);                                                   \
-      exit(1);                                                                  \
-    }                                                                           \
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    HurrayStatus status_ = (expr);                                                               \
+    if (status_ != HURRAY_OK) {                                                                  \
+      fprintf(stderr, "%s failed: %s: %s\n", #expr, hurray_status_name(status_), error.message); \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static void release_aligned(void *data, void *ctx) {

@@ -54,8 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool in_table = i < table;
     uint64_t declared = in_table ? hurray_descriptor_buffer_size(d, (uint32_t)i) : s0;
     uint32_t alignment = in_table ? hurray_descriptor_buffer_alignment(d, (uint32_t)i) : 1;
-    HurraySyncMode sync =
-        in_table ? hurray_descriptor_buffer_sync_mode(d, (uint32_t)i) : HURRAY_SYNC_READY;
+    HurraySyncMode sync = in_table ? hurray_descriptor_buffer_sync_mode(d, (uint32_t)i)
+                                   : HURRAY_SYNC_READY;
     uint64_t want = declared, k = s0 >> 3;
     switch (s0 & 7) {
       case 5: want = declared > 1 + k ? declared - 1 - k : 0; break;

@@ -69,20 +69,20 @@ static void check_no_controls(const Capture *c) {
 }
 
 /* Runs one human-output command and checks both streams. */
-#define RUN_HUMAN(call)                          \
-  do {                                           \
-    Capture out_, err_;                          \
-    capture_open(&out_);                         \
-    capture_open(&err_);                         \
-    FILE *out = out_.f, *err = err_.f;           \
-    int rc_ = (call);                            \
-    capture_close(&out_);                        \
-    capture_close(&err_);                        \
+#define RUN_HUMAN(call)                                \
+  do {                                                 \
+    Capture out_, err_;                                \
+    capture_open(&out_);                               \
+    capture_open(&err_);                               \
+    FILE *out = out_.f, *err = err_.f;                 \
+    int rc_ = (call);                                  \
+    capture_close(&out_);                              \
+    capture_close(&err_);                              \
     CHECK(rc_ == EXIT_SUCCESS || rc_ == EXIT_FAILURE); \
-    check_no_controls(&out_);                    \
-    check_no_controls(&err_);                    \
-    capture_free(&out_);                         \
-    capture_free(&err_);                         \
+    check_no_controls(&out_);                          \
+    check_no_controls(&err_);                          \
+    capture_free(&out_);                               \
+    capture_free(&err_);                               \
   } while (0)
 
 static uint64_t le(const unsigned char *p, size_t n) {
@@ -180,5 +180,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifdef HURRAY_LIBFUZZER
-#include "fuzz_file_mutator.h"
+#  include "fuzz_file_mutator.h"
 #endif

@@ -34,8 +34,7 @@ static void run(const HurrayDescriptor *d, const HurrayBufferList *list, uint8_t
   bool short_out = (flags & 4) != 0 && numel > 0;
 
   /* to_dense: numel elements of the descriptor's dtype (packed if sub-byte). */
-  if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &dense_bytes) ==
-      HURRAY_OK) {
+  if (hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &dense_bytes) == HURRAY_OK) {
     uint64_t give = short_out ? dense_bytes - 1 : dense_bytes;
     uint8_t *dense = malloc(give ? (size_t)give : 1);
     if (dense == NULL) abort();

@@ -136,10 +136,9 @@ static Model *model_parse(const uint8_t *data, size_t size) {
   if (m == NULL) return NULL;
   memcpy(m->header, data, 64);
   const uint8_t *p = data + io, *end = data + io + il;
-#define NEED(k)                          \
-  do {                                   \
-    if ((size_t)(end - p) < (size_t)(k)) \
-      goto fail;                         \
+#define NEED(k)                                     \
+  do {                                              \
+    if ((size_t)(end - p) < (size_t)(k)) goto fail; \
   } while (0)
   for (; m->nt < tc; m->nt++) {
     MTensor *t = &m->t[m->nt];
@@ -249,17 +248,17 @@ static size_t model_write(Model *m, bool sort, uint8_t *out, size_t max) {
   if (io > max) return 0;
   memset(out + at, 0, io - at);
   at = io;
-#define PUT(ptr, len)                          \
-  do {                                         \
-    if ((len) > max - at) return 0;            \
-    if (len) memcpy(out + at, (ptr), (len));   \
-    at += (len);                               \
+#define PUT(ptr, len)                        \
+  do {                                       \
+    if ((len) > max - at) return 0;          \
+    if (len) memcpy(out + at, (ptr), (len)); \
+    at += (len);                             \
   } while (0)
-#define PUT_LE(v, n)                           \
-  do {                                         \
-    if ((n) > max - at) return 0;              \
-    mut_put(out + at, (v), (n));               \
-    at += (n);                                 \
+#define PUT_LE(v, n)              \
+  do {                            \
+    if ((n) > max - at) return 0; \
+    mut_put(out + at, (v), (n));  \
+    at += (n);                    \
   } while (0)
   for (size_t i = 0; i < m->nt; i++) {
     const MTensor *t = &m->t[i];
@@ -381,7 +380,8 @@ static bool mutate_model(Model *m, uint64_t *rng) {
         if (m->nm >= MODEL_MAX_METADATA) return false;
         MMeta *e = &m->m[m->nm++];
         memset(e, 0, sizeof *e);
-        uint8_t key[2] = {(uint8_t)('a' + mut_rand(rng) % 26), (uint8_t)('a' + mut_rand(rng) % 26)};
+        uint8_t key[2] = {(uint8_t)('a' + mut_rand(rng) % 26),
+                          (uint8_t)('a' + mut_rand(rng) % 26)};
         uint8_t value[8] = {0};
         e->type = (uint8_t)(1 + mut_rand(rng) % 6);
         return blob_set(&e->key, key, 1 + mut_rand(rng) % 2) &&

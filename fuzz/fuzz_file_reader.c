@@ -221,7 +221,8 @@ static void exercise(const char *path, const uint8_t *data, size_t size) {
   size_t at = SIZE_MAX;
   HurrayStatus absent = hurray_reader_find(rm, "\x7f no such tensor", &at, NULL);
   CHECK(absent == HURRAY_ERR_NOT_FOUND ||
-        (absent == HURRAY_OK && strcmp(hurray_reader_tensor_name(rm, at), "\x7f no such tensor") == 0));
+        (absent == HURRAY_OK &&
+         strcmp(hurray_reader_tensor_name(rm, at), "\x7f no such tensor") == 0));
   metadata(rm, rp);
   HurrayStatus verified = hurray_reader_verify(rm, NULL, NULL);
   CHECK(verified == hurray_reader_verify(rp, NULL, NULL));
@@ -253,5 +254,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifdef HURRAY_LIBFUZZER
-#include "fuzz_file_mutator.h"
+#  include "fuzz_file_mutator.h"
 #endif

@@ -63,7 +63,8 @@ static HurrayStatus rewrite(HurraySource *s, const char *path) {
     HurrayDescriptor *d = NULL;
     HurrayBufferList *l = NULL;
     st = hurray_source_get_tensor(s, i, &d, &l, &e);
-    if (st == HURRAY_OK) st = hurray_target_add_tensor(t, hurray_source_tensor_name(s, i), d, l, &e);
+    if (st == HURRAY_OK)
+      st = hurray_target_add_tensor(t, hurray_source_tensor_name(s, i), d, l, &e);
   }
   if (st == HURRAY_OK) return hurray_target_finish(t, &e);
   hurray_target_abort(t);
@@ -115,10 +116,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len;
     CHECK(hurray_source_metadata(s, i, &key, &type, &value, &len, &e) == HURRAY_OK);
     switch (type) {
-      case HURRAY_METADATA_STRING: (void)hurray_writer_set_metadata_string(w, key, value, &e); break;
-      case HURRAY_METADATA_INT: (void)hurray_writer_set_metadata_int(w, key, *(const int64_t *)value, &e); break;
-      case HURRAY_METADATA_FLOAT: (void)hurray_writer_set_metadata_float(w, key, *(const double *)value, &e); break;
-      case HURRAY_METADATA_BOOL: (void)hurray_writer_set_metadata_bool(w, key, *(const bool *)value, &e); break;
+      case HURRAY_METADATA_STRING:
+        (void)hurray_writer_set_metadata_string(w, key, value, &e);
+        break;
+      case HURRAY_METADATA_INT:
+        (void)hurray_writer_set_metadata_int(w, key, *(const int64_t *)value, &e);
+        break;
+      case HURRAY_METADATA_FLOAT:
+        (void)hurray_writer_set_metadata_float(w, key, *(const double *)value, &e);
+        break;
+      case HURRAY_METADATA_BOOL:
+        (void)hurray_writer_set_metadata_bool(w, key, *(const bool *)value, &e);
+        break;
       default: (void)hurray_writer_set_metadata_bytes(w, key, value, len, &e); break;
     }
   }
@@ -127,7 +136,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (all_supported) {
     static char a[256], b[256];
     if (a[0] == '\0') {
-      const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+      const char *dir = access("/dev/shm", W_OK) == 0
+                            ? "/dev/shm"
+                            : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
       snprintf(a, sizeof a, "%s/hurray-fuzz-%d-a%s", dir, (int)getpid(), FUZZ_SUFFIX);
       snprintf(b, sizeof b, "%s/hurray-fuzz-%d-b%s", dir, (int)getpid(), FUZZ_SUFFIX);
     }
@@ -143,7 +154,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       for (size_t i = 0; i < hurray_source_tensor_count(s2); i++) {
         const char *name = hurray_source_tensor_name(s2, i);
         size_t j = 0;
-        while (j < hurray_source_tensor_count(s) && strcmp(hurray_source_tensor_name(s, j), name)) j++;
+        while (j < hurray_source_tensor_count(s) && strcmp(hurray_source_tensor_name(s, j), name))
+          j++;
         CHECK(j < hurray_source_tensor_count(s));
         HurrayDescriptor *d1 = NULL, *d2 = NULL;
         HurrayBufferList *l1 = NULL, *l2 = NULL;
@@ -151,7 +163,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(hurray_source_get_tensor(s2, i, &d2, &l2, &e) == HURRAY_OK);
         CHECK(hurray_buffer_list_len(l1) == hurray_buffer_list_len(l2));
         for (size_t k = 0; k < hurray_buffer_list_len(l1); k++) {
-          const HurrayBuffer *x = hurray_buffer_list_get(l1, k), *y = hurray_buffer_list_get(l2, k);
+          const HurrayBuffer *x = hurray_buffer_list_get(l1, k),
+                             *y = hurray_buffer_list_get(l2, k);
           CHECK(hurray_buffer_size(x) == hurray_buffer_size(y));
           CHECK(hurray_buffer_size(x) == 0 ||
                 memcmp(hurray_buffer_data(x), hurray_buffer_data(y), hurray_buffer_size(x)) == 0);

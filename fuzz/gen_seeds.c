@@ -125,8 +125,8 @@ static void add_quantized(void) {
       }
       HurrayDescriptor *d = NULL;
       HurrayBufferList *list = NULL;
-      if (hurray_quantize(src, sizeof src, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){ROWS, COLS}, &o, &d, &list,
-                          &e) != HURRAY_OK) {
+      if (hurray_quantize(src, sizeof src, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){ROWS, COLS}, &o,
+                          &d, &list, &e) != HURRAY_OK) {
         die(hurray_quant_scheme_name((HurrayQuantScheme)scheme), &e);
       }
       char name[96];
@@ -210,13 +210,14 @@ static void write_cli_seeds(void) {
   static const uint64_t scalar_shape[1] = {2};
   HurrayDescriptor *d = NULL;
   if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, scalar_shape, &d, &e) != HURRAY_OK ||
-      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 8, 64, HURRAY_SYNC_READY, NULL,
-                                   &e) != HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 8, 64, HURRAY_SYNC_READY, NULL, &e) !=
+          HURRAY_OK ||
       hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
     die("hostile descriptor", &e);
   }
   Seed hostile = {.d = d, .list = make_buffers(d, 7)};
-  snprintf(hostile.name, sizeof hostile.name, "%s", "evil\x1b[2J\x1b]0;title\x07\rname\xe2\x80\xae");
+  snprintf(hostile.name, sizeof hostile.name, "%s",
+           "evil\x1b[2J\x1b]0;title\x07\rname\xe2\x80\xae");
   char path[1024];
   snprintf(path, sizeof path, "%s/fuzz_cli/seed-hostile_names", out_dir);
   HurrayWriter *w = NULL;
@@ -233,9 +234,10 @@ static void write_cli_seeds(void) {
   uint64_t shape[HURRAY_MAX_RANK];
   for (uint32_t i = 0; i < HURRAY_MAX_RANK; i++) shape[i] = i == 0 ? 0 : (uint64_t)1 << 62;
   d = NULL;
-  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT64, HURRAY_MAX_RANK, shape, &d, &e) != HURRAY_OK ||
-      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 64, HURRAY_SYNC_READY, NULL,
-                                   &e) != HURRAY_OK ||
+  if (hurray_descriptor_create(HURRAY_DTYPE_FLOAT64, HURRAY_MAX_RANK, shape, &d, &e) !=
+          HURRAY_OK ||
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 64, HURRAY_SYNC_READY, NULL, &e) !=
+          HURRAY_OK ||
       hurray_descriptor_set_layout_dense(d, 0, &e) != HURRAY_OK) {
     die("rank-32 descriptor", &e);
   }

@@ -8,6 +8,7 @@ set to that interpreter, so `hurray convert` of torch checkpoints and .npz
 uses it rather than whichever python3 comes first on PATH. A HURRAY_PYTHON
 already set wins. It imports nothing of the package, to start quickly.
 """
+
 import os
 import re
 import sys
@@ -18,8 +19,11 @@ def main() -> None:
     # The C program has no network code: ls, info and verify of a URL run
     # in the package's Python (hurray/_remote_cli.py), with this interpreter.
     args = sys.argv[1:]
-    if len(args) >= 2 and args[0] in ("ls", "info", "verify") and \
-            any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:]):
+    if (
+        len(args) >= 2
+        and args[0] in ("ls", "info", "verify")
+        and any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:])
+    ):
         os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
     spec = find_spec("hurray")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
@@ -28,8 +32,10 @@ def main() -> None:
         if os.access(program, os.X_OK):
             break
     else:
-        sys.exit(f"hurray: {sys.executable} has no hurray package with its hurray program; "
-                 "reinstall it (pip install --force-reinstall hurray)")
+        sys.exit(
+            f"hurray: {sys.executable} has no hurray package with its hurray program; "
+            "reinstall it (pip install --force-reinstall hurray)"
+        )
     if not os.environ.get("HURRAY_PYTHON"):
         os.environ["HURRAY_PYTHON"] = sys.executable
     os.execv(program, ["hurray", *sys.argv[1:]])

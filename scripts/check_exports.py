@@ -11,6 +11,7 @@ test): scripts/check_exports.py build/libhurray.so
 scripts/check_exports.py --update-map rewrites src/libhurray.map from the
 headers (after adding or removing a public function; review the diff).
 """
+
 import re
 import subprocess
 import sys
@@ -33,10 +34,14 @@ HEADER_ORDER = ["common", "dtype", "descriptor", "buffer", "io", "quant", "conve
 def update_map():
     path = REPO / "src" / "libhurray.map"
     text = path.read_text()
-    head = text[:text.index("{")]
-    headers = sorted((REPO / "include" / "hurray").glob("*.h"),
-                     key=lambda h: (HEADER_ORDER.index(h.stem) if h.stem in HEADER_ORDER
-                                    else len(HEADER_ORDER), h.stem))
+    head = text[: text.index("{")]
+    headers = sorted(
+        (REPO / "include" / "hurray").glob("*.h"),
+        key=lambda h: (
+            HEADER_ORDER.index(h.stem) if h.stem in HEADER_ORDER else len(HEADER_ORDER),
+            h.stem,
+        ),
+    )
     lines = ["{", "  global:"]
     for header in headers:
         names = re.findall(r"^HURRAY_API\s+[^;(]*?\b(\w+)\s*\(", header.read_text(), re.M)
@@ -56,11 +61,15 @@ def map_names():
 
 
 def exported_names(lib):
-    out = subprocess.run(["nm", "-D", "--defined-only", lib], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", lib], check=True, capture_output=True, text=True
+    ).stdout
     # Version nodes (an absolute symbol per node) are not functions.
-    return {line.split()[-1].split("@")[0] for line in out.splitlines()
-            if line.strip() and line.split()[1] != "A"}
+    return {
+        line.split()[-1].split("@")[0]
+        for line in out.splitlines()
+        if line.strip() and line.split()[1] != "A"
+    }
 
 
 def main():
@@ -69,8 +78,11 @@ def main():
         return
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} path/to/libhurray.so")
-    lists = {"headers (HURRAY_API)": header_names(), "src/libhurray.map": map_names(),
-             Path(sys.argv[1]).name: exported_names(sys.argv[1])}
+    lists = {
+        "headers (HURRAY_API)": header_names(),
+        "src/libhurray.map": map_names(),
+        Path(sys.argv[1]).name: exported_names(sys.argv[1]),
+    }
     everything = set().union(*lists.values())
     bad = False
     for what, names in lists.items():
@@ -84,8 +96,10 @@ def main():
         print(f"without the hurray_ prefix: {', '.join(unprefixed)}", file=sys.stderr)
     if bad:
         sys.exit(1)
-    print(f"exports: {len(everything)} symbols, the same in the headers, the version script "
-          f"and {Path(sys.argv[1]).name}, all hurray_*")
+    print(
+        f"exports: {len(everything)} symbols, the same in the headers, the version script "
+        f"and {Path(sys.argv[1]).name}, all hurray_*"
+    )
 
 
 if __name__ == "__main__":

@@ -1,26 +1,27 @@
 #!/usr/bin/env python3
 """Counts every suite's tests for `make test`'s last line.
 
-  test_counts.py run NAME -- COMMAND...
-      Runs COMMAND (its output goes through unchanged) and exits with its
-      status. When HURRAY_TEST_RESULTS names a folder (make test sets it), it
-      also records there how many tests COMMAND passed, failed and skipped,
-      read from the summaries it prints: meson test's "Ok: / Fail: /
-      Skipped:" block, pytest's "N passed, N failed ... in Xs" line,
-      check_vectors.py's "N vectors, N failed", fuzz/run.sh's per-target
-      lines, and lines of the form "[WORD: ]N passed, N failed[, N skipped]"
-      (the other scripts). A command that prints none counts as one test;
-      one that fails without reporting a failure counts one more.
-  test_counts.py done NAME
-      Records NAME as one passed test (the last line of a recipe: it is
-      reached only if every line before it succeeded).
-  test_counts.py summary MAKE_STATUS SUITE...
-      Prints a line per suite and, last, the total:
-        total: N passed, N failed, N skipped
-      A SUITE with no record did not run to the end (a prerequisite failed)
-      and counts as one failure. Exits 1 if anything failed or MAKE_STATUS
-      is not 0.
+test_counts.py run NAME -- COMMAND...
+    Runs COMMAND (its output goes through unchanged) and exits with its
+    status. When HURRAY_TEST_RESULTS names a folder (make test sets it), it
+    also records there how many tests COMMAND passed, failed and skipped,
+    read from the summaries it prints: meson test's "Ok: / Fail: /
+    Skipped:" block, pytest's "N passed, N failed ... in Xs" line,
+    check_vectors.py's "N vectors, N failed", fuzz/run.sh's per-target
+    lines, and lines of the form "[WORD: ]N passed, N failed[, N skipped]"
+    (the other scripts). A command that prints none counts as one test;
+    one that fails without reporting a failure counts one more.
+test_counts.py done NAME
+    Records NAME as one passed test (the last line of a recipe: it is
+    reached only if every line before it succeeded).
+test_counts.py summary MAKE_STATUS SUITE...
+    Prints a line per suite and, last, the total:
+      total: N passed, N failed, N skipped
+    A SUITE with no record did not run to the end (a prerequisite failed)
+    and counts as one failure. Exits 1 if anything failed or MAKE_STATUS
+    is not 0.
 """
+
 import json
 import os
 import re
@@ -54,9 +55,11 @@ class Counts:
         m = PYTEST.match(line)
         if m:
             items = {kind: int(n) for n, kind in PYTEST_ITEM.findall(m.group(1))}
-            self.add(items.get("passed", 0) + items.get("xpassed", 0),
-                     items.get("failed", 0) + items.get("error", 0) + items.get("errors", 0),
-                     items.get("skipped", 0) + items.get("xfailed", 0))
+            self.add(
+                items.get("passed", 0) + items.get("xpassed", 0),
+                items.get("failed", 0) + items.get("error", 0) + items.get("errors", 0),
+                items.get("skipped", 0) + items.get("xfailed", 0),
+            )
             return
         m = MESON.match(line)
         if m:
@@ -91,8 +94,15 @@ def record(name, counts):
     os.makedirs(folder, exist_ok=True)
     safe = re.sub(r"[^\w.-]", "_", name)
     with open(os.path.join(folder, safe + ".json"), "w") as f:
-        json.dump({"name": name, "passed": counts.passed, "failed": counts.failed,
-                   "skipped": counts.skipped}, f)
+        json.dump(
+            {
+                "name": name,
+                "passed": counts.passed,
+                "failed": counts.failed,
+                "skipped": counts.skipped,
+            },
+            f,
+        )
 
 
 def run(name, command):
@@ -130,12 +140,16 @@ def summary(make_status, suites):
     for suite in suites:
         mine = [r for r in records if r["name"] == suite or r["name"].startswith(suite + ":")]
         if not mine:
-            print(f"  {suite:<28} did not finish: a prerequisite or a recipe line failed, see above")
+            print(
+                f"  {suite:<28} did not finish: a prerequisite or a recipe line failed, see above"
+            )
             total.add(failed=1)
         for r in sorted(mine, key=lambda r: r["name"]):
             mark = "FAILED" if r["failed"] else ""
-            print(f"  {r['name']:<28} passed {r['passed']:>6}  failed {r['failed']:>4}  "
-                  f"skipped {r['skipped']:>4}  {mark}".rstrip())
+            print(
+                f"  {r['name']:<28} passed {r['passed']:>6}  failed {r['failed']:>4}  "
+                f"skipped {r['skipped']:>4}  {mark}".rstrip()
+            )
             total.add(r["passed"], r["failed"], r["skipped"])
     if make_status != 0 and total.failed == 0:
         total.add(failed=1)

@@ -74,8 +74,7 @@ uint64_t hurray_cli_stored_bytes(const HurrayDescriptor *d);
  * of *len bytes. HURRAY_ERR_LIMIT when numpy cannot express the shape (a
  * dimension or the byte size beyond INT64_MAX) or the header would exceed
  * format 1.0's 65535 bytes. */
-HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
-                                   uint64_t itemsize, char **header, size_t *len,
-                                   HurrayError *error);
+HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr, uint64_t itemsize,
+                                   char **header, size_t *len, HurrayError *error);
 
 #endif

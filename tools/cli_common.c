@@ -109,12 +109,9 @@ char *hurray_cli_shape_string(const HurrayDescriptor *d) {
 
 const char *hurray_cli_layout_name(const HurrayDescriptor *d) {
   switch (hurray_descriptor_layout_kind(d)) {
-    case HURRAY_LAYOUT_DENSE:
-      return "dense";
-    case HURRAY_LAYOUT_PAGED:
-      return "paged";
-    case HURRAY_LAYOUT_COMPOSITE:
-      return "composite";
+    case HURRAY_LAYOUT_DENSE: return "dense";
+    case HURRAY_LAYOUT_PAGED: return "paged";
+    case HURRAY_LAYOUT_COMPOSITE: return "composite";
     case HURRAY_LAYOUT_SPARSE:
       switch (hurray_descriptor_sparse_format(d)) {
         case HURRAY_SPARSE_COO: return "sparse-coo";
@@ -127,7 +124,7 @@ const char *hurray_cli_layout_name(const HurrayDescriptor *d) {
 }
 
 const char *hurray_cli_quant_name(const HurrayDescriptor *d) {
-  static const char *const mx[] = {"?", "mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e3m2",
+  static const char *const mx[] = {"?",          "mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e3m2",
                                    "mxfp6-e2m3", "mxfp4-e2m1", "mxint8"};
   switch (hurray_descriptor_quant_kind(d)) {
     case HURRAY_QUANT_NONE: return "-";
@@ -174,9 +171,8 @@ static HurrayStatus cli_error(HurrayError *error, HurrayStatus code, const char 
   return code;
 }
 
-HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
-                                   uint64_t itemsize, char **header, size_t *len,
-                                   HurrayError *error) {
+HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr, uint64_t itemsize,
+                                   char **header, size_t *len, HurrayError *error) {
   *header = NULL;
   *len = 0;
   const uint64_t *shape = hurray_descriptor_shape(d);
@@ -188,21 +184,19 @@ HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
   for (uint32_t i = 0; i < rank; i++) {
     if (shape[i] > (uint64_t)INT64_MAX) {
       return cli_error(error, HURRAY_ERR_LIMIT,
-                              "dimension %u (%" PRIu64 ") is beyond numpy's int64 shapes", i,
-                              shape[i]);
+                       "dimension %u (%" PRIu64 ") is beyond numpy's int64 shapes", i, shape[i]);
     }
     if (shape[i] == 0) empty = true;
   }
   for (uint32_t i = 0; i < rank && !empty; i++) {
     if (numel > (uint64_t)INT64_MAX / shape[i]) {
       return cli_error(error, HURRAY_ERR_LIMIT, "%s",
-                              "the element count is beyond numpy's int64 sizes");
+                       "the element count is beyond numpy's int64 sizes");
     }
     numel *= shape[i];
   }
   if (!empty && (itemsize == 0 || numel > (uint64_t)INT64_MAX / itemsize)) {
-    return cli_error(error, HURRAY_ERR_LIMIT, "%s",
-                            "the byte size is beyond numpy's int64 sizes");
+    return cli_error(error, HURRAY_ERR_LIMIT, "%s", "the byte size is beyond numpy's int64 sizes");
   }
   char *dict = NULL;
   size_t dict_len = 0;
@@ -223,8 +217,7 @@ HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
   size_t padded = total / 64 * 64 + (total % 64 ? 64 : 0);
   if (padded - 10 > UINT16_MAX) {
     free(dict);
-    return cli_error(error, HURRAY_ERR_LIMIT, "%s",
-                            "the .npy header would exceed 65535 bytes");
+    return cli_error(error, HURRAY_ERR_LIMIT, "%s", "the .npy header would exceed 65535 bytes");
   }
   char *h = malloc(padded);
   if (h == NULL) {

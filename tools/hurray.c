@@ -116,7 +116,7 @@ static int try_native_convert(int argc, char **argv) {
  * installs sets it to the interpreter that installed the package), else the
  * interpreter this build was configured with, else python3 from PATH. */
 #ifndef HURRAY_DEFAULT_PYTHON
-#define HURRAY_DEFAULT_PYTHON "python3"
+#  define HURRAY_DEFAULT_PYTHON "python3"
 #endif
 
 /* What `-m hurray` does, except that it leaves the current directory off
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
   if (strcmp(command, "ls") == 0 || strcmp(command, "verify") == 0) {
     if (npos != 1) return usage_error("%s takes exactly one FILE", command);
     return command[0] == 'l' ? hurray_cli_ls(stdout, stderr, positional[0])
-                              : hurray_cli_verify(stdout, stderr, positional[0]);
+                             : hurray_cli_verify(stdout, stderr, positional[0]);
   }
   if (strcmp(command, "info") == 0) {
     if (npos < 1 || npos > 2) return usage_error("info takes FILE [NAME]%s", "");

@@ -40,9 +40,9 @@ typedef void (*HurrayReleaseFn)(void *data, void *release_ctx);
  * 0). Defaults: alignment 1, sync_mode READY with no sync handle, device
  * CPU:0, memory class HOST. On success *out is owned by the caller; on
  * failure `release` has already been called. */
-HURRAY_API HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size, HurrayReleaseFn release,
-                                             void *release_ctx, HurrayBuffer **out,
-                                             HurrayError *error);
+HURRAY_API HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size,
+                                             HurrayReleaseFn release, void *release_ctx,
+                                             HurrayBuffer **out, HurrayError *error);
 
 /* Calls the release callback once and frees the handle. NULL is a no-op.
  * Never call it on a handle borrowed from a list. */
@@ -133,7 +133,7 @@ HURRAY_API HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor 
 #define HURRAY_DEFAULT_EXPANSION_FLOOR_BYTES ((uint64_t)64 << 20)
 
 typedef struct HurrayOutputLimits {
-  uint32_t version;               /* HURRAY_OUTPUT_LIMITS_VERSION */
+  uint32_t version; /* HURRAY_OUTPUT_LIMITS_VERSION */
   /* Relative limit: output <= max(expansion_floor_bytes, max_expansion x
    * stored bytes); 0 turns it off. */
   uint32_t max_expansion;
@@ -142,8 +142,8 @@ typedef struct HurrayOutputLimits {
   uint64_t max_output_bytes;
 } HurrayOutputLimits;
 
-#define HURRAY_OUTPUT_LIMITS_INIT                                                      \
-  {HURRAY_OUTPUT_LIMITS_VERSION, HURRAY_DEFAULT_MAX_EXPANSION,                          \
+#define HURRAY_OUTPUT_LIMITS_INIT                              \
+  {HURRAY_OUTPUT_LIMITS_VERSION, HURRAY_DEFAULT_MAX_EXPANSION, \
    HURRAY_DEFAULT_EXPANSION_FLOOR_BYTES, HURRAY_NO_LIMIT}
 #define HURRAY_OUTPUT_UNLIMITED {HURRAY_OUTPUT_LIMITS_VERSION, 0u, 0u, HURRAY_NO_LIMIT}
 

@@ -45,7 +45,7 @@ extern "C" {
  * `error` (which is never NULL). Returning HURRAY_OK promises that all
  * `length` bytes of `dst` were written. */
 typedef HurrayStatus (*HurrayByteSourceReadFn)(void *ctx, uint64_t offset, uint64_t length,
-                                           void *dst, HurrayError *error);
+                                               void *dst, HurrayError *error);
 
 /* One range of a batch: `length` bytes at `offset` into `dst`. */
 typedef struct HurrayByteRange {
@@ -59,7 +59,7 @@ typedef struct HurrayByteRange {
  * it for the buffers of one tensor, which writers lay out next to each
  * other, so that a transport can fetch them with one request. */
 typedef HurrayStatus (*HurrayByteSourceReadBatchFn)(void *ctx, const HurrayByteRange *ranges,
-                                                size_t count, HurrayError *error);
+                                                    size_t count, HurrayError *error);
 
 /* Optional: frees `ctx`. Called once (see Ownership above). */
 typedef void (*HurrayByteSourceReleaseFn)(void *ctx);
@@ -72,13 +72,13 @@ typedef void (*HurrayByteSourceReleaseFn)(void *ctx);
 #define HURRAY_BYTE_SOURCE_VERIFY_READS 1u
 
 typedef struct HurrayByteSource {
-  uint32_t version; /* HURRAY_BYTE_SOURCE_VERSION */
-  uint32_t flags;   /* 0 or HURRAY_BYTE_SOURCE_VERIFY_READS */
-  uint64_t size;    /* the file's size in bytes */
-  void *ctx;        /* passed to every callback */
-  HurrayByteSourceReadFn read;             /* required */
-  HurrayByteSourceReadBatchFn read_batch;  /* optional: NULL reads range by range */
-  HurrayByteSourceReleaseFn release;       /* optional */
+  uint32_t version;                       /* HURRAY_BYTE_SOURCE_VERSION */
+  uint32_t flags;                         /* 0 or HURRAY_BYTE_SOURCE_VERIFY_READS */
+  uint64_t size;                          /* the file's size in bytes */
+  void *ctx;                              /* passed to every callback */
+  HurrayByteSourceReadFn read;            /* required */
+  HurrayByteSourceReadBatchFn read_batch; /* optional: NULL reads range by range */
+  HurrayByteSourceReleaseFn release;      /* optional */
 } HurrayByteSource;
 
 #define HURRAY_BYTE_SOURCE_VERSION 1
@@ -92,8 +92,8 @@ typedef struct HurrayByteSource {
  * `read`. hurray_reader_populate does nothing on such a reader and
  * hurray_reader_cached_fraction reports 0. */
 HURRAY_API HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
-                                                  const HurrayReaderOptions *options,
-                                                  HurrayReader **out, HurrayError *error);
+                                                       const HurrayReaderOptions *options,
+                                                       HurrayReader **out, HurrayError *error);
 
 /* Fills `*out` with a source reading the `size` bytes at `data` (an
  * in-memory file). `data` is borrowed: it must stay valid and unchanged

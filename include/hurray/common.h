@@ -80,13 +80,13 @@ typedef enum HurrayStatus {
   /* general */
   HURRAY_ERR_INVALID_ARGUMENT = 1, /* API misuse: NULL where not allowed, bad enum */
   HURRAY_ERR_NO_MEMORY = 2,
-  HURRAY_ERR_UNSUPPORTED = 3,      /* newer encoding version, unknown required field */
-  HURRAY_ERR_TRUNCATED = 4,        /* encoded bytes end early */
-  HURRAY_ERR_MALFORMED = 5,        /* encoded bytes break the encoding rules */
-  HURRAY_ERR_LIMIT = 6,            /* a hard limit (HURRAY_MAX_*) is exceeded */
-  HURRAY_ERR_OVERFLOW = 7,         /* a size product or sum does not fit in 64 bits */
-  HURRAY_ERR_ABI_VERSION = 8,      /* producer and consumer ABI versions differ (capsule consumers) */
-  HURRAY_ERR_STATE = 9,            /* call not valid in the object's current state */
+  HURRAY_ERR_UNSUPPORTED = 3, /* newer encoding version, unknown required field */
+  HURRAY_ERR_TRUNCATED = 4,   /* encoded bytes end early */
+  HURRAY_ERR_MALFORMED = 5,   /* encoded bytes break the encoding rules */
+  HURRAY_ERR_LIMIT = 6,       /* a hard limit (HURRAY_MAX_*) is exceeded */
+  HURRAY_ERR_OVERFLOW = 7,    /* a size product or sum does not fit in 64 bits */
+  HURRAY_ERR_ABI_VERSION = 8, /* producer and consumer ABI versions differ (capsule consumers) */
+  HURRAY_ERR_STATE = 9,       /* call not valid in the object's current state */
 
   /* descriptor validation */
   HURRAY_ERR_DTYPE = 20,               /* dtype unknown or not allowed here */
@@ -107,33 +107,33 @@ typedef enum HurrayStatus {
   HURRAY_ERR_QUANT_ZERO_POINT = 35,    /* zero point outside the storage dtype's range */
   HURRAY_ERR_QUANT_ZERO_POINT_DTYPE = 36,
   HURRAY_ERR_QUANT_ZERO_POINT_COUNT = 37,
-  HURRAY_ERR_QUANT_MX_ELEMENT = 38,    /* unknown MX element type */
-  HURRAY_ERR_SPARSE_INDEX_DTYPE = 39,  /* sparse index dtype not int32/int64 */
-  HURRAY_ERR_SPARSE_RANK = 40,         /* format needs another rank */
-  HURRAY_ERR_SPARSE_NNZ = 41,          /* nnz exceeds what the shape can hold */
-  HURRAY_ERR_SPARSE_BLOCK = 42,        /* BSR block zero or not dividing the shape */
-  HURRAY_ERR_PAGED_AXIS = 43,          /* paged axis >= rank */
-  HURRAY_ERR_PAGED_PAGE_SIZE = 44,     /* page size of zero */
-  HURRAY_ERR_PAGED_TABLE_DTYPE = 45,   /* page table dtype not int32/int64 */
-  HURRAY_ERR_COMPOSITE_DEPTH = 46,     /* members nested deeper than the limit */
-  HURRAY_ERR_COMPOSITE_MEMBER = 47,    /* no members, or a member carrying root-only parts */
-  HURRAY_ERR_COMPOSITE_NAME = 48,      /* member name empty, not UTF-8 or duplicated */
-  HURRAY_ERR_STATISTICS = 49,          /* counts exceed the element count, min > max */
-  HURRAY_ERR_SHARD_RANK = 50,          /* shard rank differs from the tensor rank */
-  HURRAY_ERR_SHARD_BOUNDS = 51,        /* offset + local extent beyond the global shape */
-  HURRAY_ERR_EXTENSION = 52,           /* extension name empty or not UTF-8 */
+  HURRAY_ERR_QUANT_MX_ELEMENT = 38,   /* unknown MX element type */
+  HURRAY_ERR_SPARSE_INDEX_DTYPE = 39, /* sparse index dtype not int32/int64 */
+  HURRAY_ERR_SPARSE_RANK = 40,        /* format needs another rank */
+  HURRAY_ERR_SPARSE_NNZ = 41,         /* nnz exceeds what the shape can hold */
+  HURRAY_ERR_SPARSE_BLOCK = 42,       /* BSR block zero or not dividing the shape */
+  HURRAY_ERR_PAGED_AXIS = 43,         /* paged axis >= rank */
+  HURRAY_ERR_PAGED_PAGE_SIZE = 44,    /* page size of zero */
+  HURRAY_ERR_PAGED_TABLE_DTYPE = 45,  /* page table dtype not int32/int64 */
+  HURRAY_ERR_COMPOSITE_DEPTH = 46,    /* members nested deeper than the limit */
+  HURRAY_ERR_COMPOSITE_MEMBER = 47,   /* no members, or a member carrying root-only parts */
+  HURRAY_ERR_COMPOSITE_NAME = 48,     /* member name empty, not UTF-8 or duplicated */
+  HURRAY_ERR_STATISTICS = 49,         /* counts exceed the element count, min > max */
+  HURRAY_ERR_SHARD_RANK = 50,         /* shard rank differs from the tensor rank */
+  HURRAY_ERR_SHARD_BOUNDS = 51,       /* offset + local extent beyond the global shape */
+  HURRAY_ERR_EXTENSION = 52,          /* extension name empty or not UTF-8 */
 
   /* buffer placement */
-  HURRAY_ERR_BUFFER_COUNT = 60,      /* list length != descriptor buffer count */
-  HURRAY_ERR_BUFFER_SIZE = 61,       /* handle byte_size < what the table declares */
-  HURRAY_ERR_BUFFER_ALIGNMENT = 62,  /* pointer not aligned as the table requires */
+  HURRAY_ERR_BUFFER_COUNT = 60,     /* list length != descriptor buffer count */
+  HURRAY_ERR_BUFFER_SIZE = 61,      /* handle byte_size < what the table declares */
+  HURRAY_ERR_BUFFER_ALIGNMENT = 62, /* pointer not aligned as the table requires */
   /* 63 is retired: hurray_buffer_create already refuses NULL non-empty data. */
-  HURRAY_ERR_DEVICE_MISMATCH = 64,   /* buffer not on the descriptor's device/memory class */
-  HURRAY_ERR_SYNC_MODE_MISMATCH = 65,/* handle sync_mode differs from the table */
-  HURRAY_ERR_PAGE_TABLE_ENTRY = 66,  /* page table entry outside the pool */
+  HURRAY_ERR_DEVICE_MISMATCH = 64,     /* buffer not on the descriptor's device/memory class */
+  HURRAY_ERR_SYNC_MODE_MISMATCH = 65,  /* handle sync_mode differs from the table */
+  HURRAY_ERR_PAGE_TABLE_ENTRY = 66,    /* page table entry outside the pool */
   HURRAY_ERR_SPARSE_INDEX_BOUNDS = 67, /* a sparse index outside the shape */
-  HURRAY_ERR_SPARSE_INDPTR = 68,     /* index pointers not 0..nnz non-decreasing */
-  HURRAY_ERR_SPARSE_ORDER = 69,      /* canonical COO not sorted and unique */
+  HURRAY_ERR_SPARSE_INDPTR = 68,       /* index pointers not 0..nnz non-decreasing */
+  HURRAY_ERR_SPARSE_ORDER = 69,        /* canonical COO not sorted and unique */
 
   /* files (hurray/io.h) */
   HURRAY_ERR_IO = 80,             /* the operating system refused a read, write, sync or rename */
@@ -146,7 +146,7 @@ typedef enum HurrayStatus {
   HURRAY_ERR_CANCELLED = 87,      /* the caller's cancel hook stopped a write */
 
   /* quantization kernels (hurray/quant.h) */
-  HURRAY_ERR_NOT_FINITE = 100     /* NaN or Inf where a scheme needs finite input */
+  HURRAY_ERR_NOT_FINITE = 100 /* NaN or Inf where a scheme needs finite input */
 } HurrayStatus;
 
 /* Caller-owned error details. Zero-initialise it, pass its address, read

@@ -116,12 +116,12 @@ typedef enum HurrayMxElement {
 
 /* What a buffer holds; each use in a descriptor requires one role. */
 typedef enum HurrayBufferRole {
-  HURRAY_ROLE_DATA = 1,        /* dense elements */
-  HURRAY_ROLE_SCALES = 2,      /* quantization scales (also NF4 absmax, MX E8M0) */
+  HURRAY_ROLE_DATA = 1,   /* dense elements */
+  HURRAY_ROLE_SCALES = 2, /* quantization scales (also NF4 absmax, MX E8M0) */
   HURRAY_ROLE_ZERO_POINTS = 3,
-  HURRAY_ROLE_VALUES = 4,      /* sparse stored values */
-  HURRAY_ROLE_INDICES = 5,     /* sparse coordinates / column or row indices */
-  HURRAY_ROLE_INDPTR = 6,      /* sparse compressed pointers */
+  HURRAY_ROLE_VALUES = 4,  /* sparse stored values */
+  HURRAY_ROLE_INDICES = 5, /* sparse coordinates / column or row indices */
+  HURRAY_ROLE_INDPTR = 6,  /* sparse compressed pointers */
   HURRAY_ROLE_PAGE_POOL = 7,
   HURRAY_ROLE_PAGE_TABLE = 8
 } HurrayBufferRole;
@@ -163,8 +163,7 @@ typedef enum HurrayDeviceType {
  * which the caller still has to add with hurray_descriptor_add_buffer.
  * On success *out is owned by the caller. */
 HURRAY_API HurrayStatus hurray_descriptor_create(HurrayDType dtype, uint32_t rank,
-                                                 const uint64_t *shape,
-                                                 HurrayDescriptor **out,
+                                                 const uint64_t *shape, HurrayDescriptor **out,
                                                  HurrayError *error);
 
 /* Deep copy; *out is owned by the caller. */
@@ -207,15 +206,16 @@ HURRAY_API HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint6
  * (a power of two up to HURRAY_MAX_ALIGNMENT). */
 HURRAY_API HurrayStatus hurray_descriptor_add_buffer(HurrayDescriptor *d, HurrayBufferRole role,
                                                      uint64_t byte_size, uint32_t alignment,
-                                                     HurraySyncMode sync_mode,
-                                                     uint32_t *index_out, HurrayError *error);
+                                                     HurraySyncMode sync_mode, uint32_t *index_out,
+                                                     HurrayError *error);
 /* Changes the declared byte_size of an existing entry (e.g. once a writer
  * knows it). */
 HURRAY_API HurrayStatus hurray_descriptor_set_buffer_size(HurrayDescriptor *d, uint32_t index,
                                                           uint64_t byte_size, HurrayError *error);
 HURRAY_API uint32_t hurray_descriptor_buffer_count(const HurrayDescriptor *d);
 /* Accessors for entry `index`; out-of-range indices return 0. */
-HURRAY_API HurrayBufferRole hurray_descriptor_buffer_role(const HurrayDescriptor *d, uint32_t index);
+HURRAY_API HurrayBufferRole hurray_descriptor_buffer_role(const HurrayDescriptor *d,
+                                                          uint32_t index);
 HURRAY_API uint64_t hurray_descriptor_buffer_size(const HurrayDescriptor *d, uint32_t index);
 HURRAY_API uint32_t hurray_descriptor_buffer_alignment(const HurrayDescriptor *d, uint32_t index);
 HURRAY_API HurraySyncMode hurray_descriptor_buffer_sync_mode(const HurrayDescriptor *d,
@@ -235,14 +235,16 @@ HURRAY_API HurrayMemoryClass hurray_descriptor_memory_class(const HurrayDescript
 
 /* Dense: elements in buffer `data_buffer` (role DATA), at byte_offset, with
  * optional strides. */
-HURRAY_API HurrayStatus hurray_descriptor_set_layout_dense(HurrayDescriptor *d, uint32_t data_buffer,
+HURRAY_API HurrayStatus hurray_descriptor_set_layout_dense(HurrayDescriptor *d,
+                                                           uint32_t data_buffer,
                                                            HurrayError *error);
 
 /* COO: `nnz` values (role VALUES) plus one index buffer per dimension
  * (`index_buffers` has `rank` entries, role INDICES, nnz entries each).
  * `canonical` promises sorted, duplicate-free coordinates. */
-HURRAY_API HurrayStatus hurray_descriptor_set_layout_coo(HurrayDescriptor *d, HurrayDType index_dtype,
-                                                         uint64_t nnz, uint32_t values_buffer,
+HURRAY_API HurrayStatus hurray_descriptor_set_layout_coo(HurrayDescriptor *d,
+                                                         HurrayDType index_dtype, uint64_t nnz,
+                                                         uint32_t values_buffer,
                                                          const uint32_t *index_buffers,
                                                          bool canonical, HurrayError *error);
 
@@ -255,12 +257,10 @@ HURRAY_API HurrayStatus hurray_descriptor_set_layout_compressed(
 /* BSR over a rank-2 tensor in blocks of block_rows x block_cols. `nnz` counts
  * stored blocks; values hold nnz * block_rows * block_cols elements,
  * indptr shape[0]/block_rows + 1 entries, indices nnz entries. */
-HURRAY_API HurrayStatus hurray_descriptor_set_layout_bsr(HurrayDescriptor *d, HurrayDType index_dtype,
-                                                         uint64_t nnz, uint64_t block_rows,
-                                                         uint64_t block_cols, uint32_t values_buffer,
-                                                         uint32_t indptr_buffer,
-                                                         uint32_t indices_buffer,
-                                                         HurrayError *error);
+HURRAY_API HurrayStatus hurray_descriptor_set_layout_bsr(
+    HurrayDescriptor *d, HurrayDType index_dtype, uint64_t nnz, uint64_t block_rows,
+    uint64_t block_cols, uint32_t values_buffer, uint32_t indptr_buffer, uint32_t indices_buffer,
+    HurrayError *error);
 
 /* Block-paged: the logical tensor is cut along `axis` into pages of
  * `page_size` positions. Each page holds page_size * prod(shape[axis+1:])
@@ -269,12 +269,9 @@ HURRAY_API HurrayStatus hurray_descriptor_set_layout_bsr(HurrayDescriptor *d, Hu
  * of the dims before `axis` and ceil(shape[axis] / page_size) columns; each
  * entry names the pool page holding that logical block. This is the layout
  * of a paged KV cache: axis 1 of [sequences, tokens, heads, head_dim]. */
-HURRAY_API HurrayStatus hurray_descriptor_set_layout_paged(HurrayDescriptor *d, uint32_t axis,
-                                                           uint64_t page_size, uint64_t num_pages,
-                                                           HurrayDType table_dtype,
-                                                           uint32_t pool_buffer,
-                                                           uint32_t table_buffer,
-                                                           HurrayError *error);
+HURRAY_API HurrayStatus hurray_descriptor_set_layout_paged(
+    HurrayDescriptor *d, uint32_t axis, uint64_t page_size, uint64_t num_pages,
+    HurrayDType table_dtype, uint32_t pool_buffer, uint32_t table_buffer, HurrayError *error);
 
 /* Composite: the tensor is made of named members. Switching to composite
  * clears any previous layout; members are then added one by one. */
@@ -331,19 +328,19 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_per_tensor_affine(HurrayDesc
                                                                       HurrayError *error);
 /* One scale per index along `axis` (shape[axis] scales, role SCALES). The
  * zero point is 0 until hurray_descriptor_set_quant_zero_point(_buffer). */
-HURRAY_API HurrayStatus hurray_descriptor_set_quant_per_channel_affine(
-    HurrayDescriptor *d, uint32_t axis, uint32_t scale_buffer, HurrayDType scale_dtype,
-    HurrayError *error);
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_per_channel_affine(HurrayDescriptor *d,
+                                                                       uint32_t axis,
+                                                                       uint32_t scale_buffer,
+                                                                       HurrayDType scale_dtype,
+                                                                       HurrayError *error);
 /* One scale per block of `block_size` consecutive elements along `axis`:
  * the scale tensor has the data's shape with shape[axis] replaced by
  * ceil(shape[axis] / block_size), row-major (ONNX blocked quantization).
  * GGUF Q8_0 is int8 codes, axis = last, block 32, float16 scales; Q4_0 is
  * uint4 codes with an inline zero point of 8. */
-HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_affine(HurrayDescriptor *d, uint32_t axis,
-                                                                 uint64_t block_size,
-                                                                 uint32_t scale_buffer,
-                                                                 HurrayDType scale_dtype,
-                                                                 HurrayError *error);
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_affine(
+    HurrayDescriptor *d, uint32_t axis, uint64_t block_size, uint32_t scale_buffer,
+    HurrayDType scale_dtype, HurrayError *error);
 /* For per-channel and block affine: zero points from a buffer shaped like
  * the scales (role ZERO_POINTS, integer dtype) ... */
 HURRAY_API HurrayStatus hurray_descriptor_set_quant_zero_point_buffer(HurrayDescriptor *d,
@@ -363,9 +360,9 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_nf4(HurrayDescriptor *d, uin
                                                         HurrayError *error);
 /* MX: blocks of 32 along `axis`, one float8_e8m0fnu scale per block, laid
  * out like block-affine scales. */
-HURRAY_API HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d, HurrayMxElement element,
-                                                       uint32_t axis, uint32_t scale_buffer,
-                                                       HurrayError *error);
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d,
+                                                       HurrayMxElement element, uint32_t axis,
+                                                       uint32_t scale_buffer, HurrayError *error);
 
 /* Block-coded: the data buffer (role DATA, descriptor dtype uint8) holds
  * the tensor's blocks of `format`, row-major, each block covering
@@ -374,8 +371,7 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d, Hurr
  * scales; there is no scale buffer. */
 HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d,
                                                                 HurrayBlockFormat format,
-                                                                uint32_t axis,
-                                                                HurrayError *error);
+                                                                uint32_t axis, HurrayError *error);
 
 HURRAY_API HurrayQuantKind hurray_descriptor_quant_kind(const HurrayDescriptor *d);
 /* The block format of a block-coded tensor; 0 otherwise. */

@@ -198,8 +198,7 @@ HURRAY_API HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *n
 HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name,
                                                uint64_t row_start, uint64_t row_count,
                                                HurrayDescriptor **descriptor_out,
-                                               HurrayBufferList **buffers_out,
-                                               HurrayError *error);
+                                               HurrayBufferList **buffers_out, HurrayError *error);
 
 /* Faults in every page of the file's tensor data in one call per thread
  * (madvise MADV_POPULATE_READ, after MADV_HUGEPAGE, MADV_SEQUENTIAL and

@@ -74,15 +74,20 @@ typedef struct HurrayQuantizeOptions {
 /* What hurray_quantize_options_init gives for HURRAY_SCHEME_AFFINE. For
  * another scheme, set the fields that scheme fixes too, or use the
  * function: the defaults of block_size, code_dtype and scale_dtype differ. */
-#define HURRAY_QUANTIZE_OPTIONS_INIT                                                       \
-  {HURRAY_QUANTIZE_OPTIONS_VERSION, HURRAY_SCHEME_AFFINE, -1, 0u, HURRAY_DTYPE_INT8,        \
-   HURRAY_DTYPE_FLOAT64, -1, 1u}
+#define HURRAY_QUANTIZE_OPTIONS_INIT \
+  {HURRAY_QUANTIZE_OPTIONS_VERSION,  \
+   HURRAY_SCHEME_AFFINE,             \
+   -1,                               \
+   0u,                               \
+   HURRAY_DTYPE_INT8,                \
+   HURRAY_DTYPE_FLOAT64,             \
+   -1,                               \
+   1u}
 
 /* Sets every field, `version` included, to `scheme`'s defaults.
  * INVALID_ARGUMENT for an unknown scheme. */
 HURRAY_API HurrayStatus hurray_quantize_options_init(HurrayQuantizeOptions *options,
-                                                     HurrayQuantScheme scheme,
-                                                     HurrayError *error);
+                                                     HurrayQuantScheme scheme, HurrayError *error);
 
 /* "nf4" -> HURRAY_SCHEME_NF4 and so on; INVALID_ARGUMENT naming the string
  * if unknown. */
@@ -123,9 +128,8 @@ HURRAY_API HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const Hurra
  * defaults, which hurray_dequantize applies): an output beyond them is
  * HURRAY_ERR_LIMIT before anything is written or allocated. */
 HURRAY_API HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d,
-                                               const HurrayBufferList *list,
-                                               HurrayDType out_dtype, void *out,
-                                               uint64_t out_size, uint32_t threads,
+                                               const HurrayBufferList *list, HurrayDType out_dtype,
+                                               void *out, uint64_t out_size, uint32_t threads,
                                                const HurrayOutputLimits *limits,
                                                HurrayError *error);
 

@@ -15,27 +15,60 @@ Layering: each module imports only modules of the layers below it.
   6  torch/            the torch adapters (reached from below through _hooks)
   7  _convert, this module, __main__
 """
+
 import importlib
 
 from . import _hooks, _hurray
-from ._descriptor import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Descriptor, Device, Extension,
-                          Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard,
-                          Sparse, Statistics)
+from ._descriptor import (
+    BlockAffine,
+    BlockCoded,
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Device,
+    Extension,
+    Member,
+    Mxfp,
+    Nf4,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Shard,
+    Sparse,
+    Statistics,
+)
 from ._dtypes import DTYPES
-from .convert import ConversionError, convert
 from ._files import File, as_tensor, load, open, save
-from ._remote import (RemoteChangedError, RemoteError, RemoteNotFoundError, RemoteProtocolError,
-                      RemoteTimeoutError)
-from ._remote_file import RemoteFile
+from ._hurray import (
+    C_ABI_VERSION,
+    ChecksumError,
+    DuplicateNameError,
+    FormatError,
+    HurrayError,
+    HurrayIOError,
+    HurrayMemoryError,
+    InvalidArgumentError,
+    LimitError,
+    NotFoundError,
+    PlacementError,
+    UnsupportedError,
+    ValidationError,
+)
 from ._quant import QUANT_SCHEMES, quantize
+from ._remote import (
+    RemoteChangedError,
+    RemoteError,
+    RemoteNotFoundError,
+    RemoteProtocolError,
+    RemoteTimeoutError,
+)
+from ._remote_file import RemoteFile
 from ._safe_open import safe_open
-from ._hurray import (C_ABI_VERSION, ChecksumError, DuplicateNameError, FormatError,
-                      HurrayError, HurrayIOError, HurrayMemoryError, InvalidArgumentError,
-                      LimitError, NotFoundError, PlacementError, UnsupportedError,
-                      ValidationError)
 from ._shards import load_sharded, save_sharded, shard
 from ._sparse import SparseTensor
 from ._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_dlpack, from_hurray, from_numpy
+from .convert import ConversionError, convert
 
 _hurray._set_tensor_class(Tensor)
 _hooks.provide("torch", lambda: importlib.import_module(".torch", __name__).__getattribute__)
@@ -43,15 +76,60 @@ _hooks.provide("torch", lambda: importlib.import_module(".torch", __name__).__ge
 __version__ = _hurray.LIBRARY_VERSION
 
 __all__ = [
-    "BlockAffine", "BlockCoded", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "ConversionError",
-    "DEFAULT_OUTPUT_LIMIT", "DTYPES", "Dense",
-    "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
-    "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
-    "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
-    "PlacementError", "QUANT_SCHEMES", "RemoteChangedError", "RemoteError", "RemoteFile",
-    "RemoteNotFoundError", "RemoteProtocolError", "RemoteTimeoutError",
-    "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
-    "UnsupportedError", "ValidationError", "as_tensor", "convert", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "quantize", "safe_open", "save", "save_sharded",
+    "BlockAffine",
+    "BlockCoded",
+    "Buffer",
+    "C_ABI_VERSION",
+    "ChecksumError",
+    "Composite",
+    "ConversionError",
+    "DEFAULT_OUTPUT_LIMIT",
+    "DTYPES",
+    "Dense",
+    "Descriptor",
+    "Device",
+    "DuplicateNameError",
+    "Extension",
+    "File",
+    "FormatError",
+    "HurrayError",
+    "HurrayIOError",
+    "HurrayMemoryError",
+    "InvalidArgumentError",
+    "LimitError",
+    "Member",
+    "Mxfp",
+    "Nf4",
+    "NotFoundError",
+    "Paged",
+    "PerChannelAffine",
+    "PerTensorAffine",
+    "PlacementError",
+    "QUANT_SCHEMES",
+    "RemoteChangedError",
+    "RemoteError",
+    "RemoteFile",
+    "RemoteNotFoundError",
+    "RemoteProtocolError",
+    "RemoteTimeoutError",
+    "Shard",
+    "Sparse",
+    "SparseTensor",
+    "Statistics",
+    "Tensor",
+    "UnsupportedError",
+    "ValidationError",
+    "as_tensor",
+    "convert",
+    "from_dlpack",
+    "from_hurray",
+    "from_numpy",
+    "load",
+    "load_sharded",
+    "open",
+    "quantize",
+    "safe_open",
+    "save",
+    "save_sharded",
     "shard",
 ]

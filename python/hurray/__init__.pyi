@@ -5,6 +5,7 @@ Everything here mirrors ``hurray/__init__.py`` and the modules it re-exports
 extension ``_hurray``). Names that start with an underscore are helpers of the
 stubs only and do not exist at run time, except ``Tensor._from_capsule``.
 """
+
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,16 +27,58 @@ else:
     from typing_extensions import CapsuleType as _Capsule
 
 __all__ = [
-    "BlockAffine", "BlockCoded", "Buffer", "C_ABI_VERSION", "ChecksumError", "Composite", "DEFAULT_OUTPUT_LIMIT",
-    "DTYPES", "Dense",
-    "Descriptor", "Device", "DuplicateNameError", "Extension", "File", "FormatError",
-    "HurrayError", "HurrayIOError", "HurrayMemoryError", "InvalidArgumentError", "LimitError",
-    "Member", "Mxfp", "Nf4", "NotFoundError", "Paged", "PerChannelAffine", "PerTensorAffine",
-    "PlacementError", "RemoteChangedError", "RemoteError", "RemoteFile", "RemoteNotFoundError",
-    "RemoteProtocolError", "RemoteTimeoutError",
-    "Shard", "Sparse", "SparseTensor", "Statistics", "Tensor",
-    "UnsupportedError", "ValidationError", "as_tensor", "from_dlpack", "from_hurray",
-    "from_numpy", "load", "load_sharded", "open", "safe_open", "save", "save_sharded", "shard",
+    "BlockAffine",
+    "BlockCoded",
+    "Buffer",
+    "C_ABI_VERSION",
+    "ChecksumError",
+    "Composite",
+    "DEFAULT_OUTPUT_LIMIT",
+    "DTYPES",
+    "Dense",
+    "Descriptor",
+    "Device",
+    "DuplicateNameError",
+    "Extension",
+    "File",
+    "FormatError",
+    "HurrayError",
+    "HurrayIOError",
+    "HurrayMemoryError",
+    "InvalidArgumentError",
+    "LimitError",
+    "Member",
+    "Mxfp",
+    "Nf4",
+    "NotFoundError",
+    "Paged",
+    "PerChannelAffine",
+    "PerTensorAffine",
+    "PlacementError",
+    "RemoteChangedError",
+    "RemoteError",
+    "RemoteFile",
+    "RemoteNotFoundError",
+    "RemoteProtocolError",
+    "RemoteTimeoutError",
+    "Shard",
+    "Sparse",
+    "SparseTensor",
+    "Statistics",
+    "Tensor",
+    "UnsupportedError",
+    "ValidationError",
+    "as_tensor",
+    "from_dlpack",
+    "from_hurray",
+    "from_numpy",
+    "load",
+    "load_sharded",
+    "open",
+    "safe_open",
+    "save",
+    "save_sharded",
+    "shard",
 ]
 
 _T = TypeVar("_T")
@@ -49,7 +92,9 @@ _WritableBufferT = TypeVar("_WritableBufferT", bound=_BufferLike)
 # of the library does not know.
 _MetadataValue: TypeAlias = str | int | float | bool | bytes
 # File metadata as accepted by save(): bytes may be any buffer-protocol object.
-_MetadataInput: TypeAlias = str | int | float | bool | np.bool_ | np.integer[Any] | np.floating[Any] | _BufferProtocol
+_MetadataInput: TypeAlias = (
+    str | int | float | bool | np.bool_ | np.integer[Any] | np.floating[Any] | _BufferProtocol
+)
 _SparseFormat: TypeAlias = Literal["coo", "csr", "csc", "bsr"]
 
 # ---------------------------------------------------------------- constants
@@ -266,7 +311,9 @@ class Extension:
     metadata: bytes = b""
 
 _Layout: TypeAlias = Dense | Sparse | Paged | Composite
-_Quantization: TypeAlias = PerTensorAffine | PerChannelAffine | BlockAffine | Nf4 | Mxfp | BlockCoded
+_Quantization: TypeAlias = (
+    PerTensorAffine | PerChannelAffine | BlockAffine | Nf4 | Mxfp | BlockCoded
+)
 
 # ---------------------------------------------------------------- Descriptor
 
@@ -382,7 +429,9 @@ class Tensor:
     def codes(self) -> npt.NDArray[Any]:
         """The stored elements of a dense tensor, zero-copy: the raw codes if
         quantized, else the values."""
-    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]: ...
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+    ) -> npt.NDArray[Any]: ...
     def __dlpack__(
         self,
         stream: None = None,
@@ -528,30 +577,51 @@ class RemoteFile(File):
     """hurray.open of a URL (https://, http://, or any fsspec URL): range
     requests, every tensor a copy of its own (returned by open())."""
     def __init__(
-        self, url: str, *, verify: bool = False, verify_reads: bool = True, threads: int = 8,
-        timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
-        suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+        self,
+        url: str,
+        *,
+        verify: bool = False,
+        verify_reads: bool = True,
+        threads: int = 8,
+        timeout: float | tuple[float, float] = (10.0, 60.0),
+        retries: int = 3,
+        suffix_bytes: int = 262144,
+        headers: Mapping[str, str] | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None: ...
-
     @property
     def requests(self) -> int: ...
 
 def open(
-    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False,
-    verify_reads: bool = True, threads: int = 8,
-    timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
-    suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+    path: _StrPath,
+    *,
+    mmap: bool = True,
+    verify: bool = False,
+    readonly: bool = False,
+    verify_reads: bool = True,
+    threads: int = 8,
+    timeout: float | tuple[float, float] = (10.0, 60.0),
+    retries: int = 3,
+    suffix_bytes: int = 262144,
+    headers: Mapping[str, str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> File:
     """A lazy reader; a URL gives a RemoteFile (the keyword arguments after
     readonly apply to URLs only; docs/impl/python-bindings.md, "Remote
     files")."""
+
 def load(
-    path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False,
-    verify_reads: bool = True, threads: int = 8,
-    timeout: float | tuple[float, float] = (10.0, 60.0), retries: int = 3,
-    suffix_bytes: int = 262144, headers: Mapping[str, str] | None = None,
+    path: _StrPath,
+    *,
+    mmap: bool = True,
+    verify: bool = False,
+    readonly: bool = False,
+    verify_reads: bool = True,
+    threads: int = 8,
+    timeout: float | tuple[float, float] = (10.0, 60.0),
+    retries: int = 3,
+    suffix_bytes: int = 262144,
+    headers: Mapping[str, str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Tensor]:
     """Every tensor, zero-copy from a private copy-on-write mapping by
@@ -671,6 +741,7 @@ def convert(
     verify: bool = True,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
+
 def quantize(
     array: object,
     scheme: str,
@@ -683,6 +754,7 @@ def quantize(
     threads: int = 1,
 ) -> Tensor:
     """Quantize a float array with the C kernels (docs/spec/quantization.md)."""
+
 def from_numpy(array: npt.ArrayLike) -> Tensor:
     """A dense tensor over the array: zero-copy when it is C-contiguous."""
 

@@ -5,6 +5,7 @@ this module with HURRAY_PYTHON (or the interpreter it was built for) for
 `hurray convert ...`. Exit status: 0 on
 success, 1 when the conversion fails (one line on stderr), 2 on a usage
 error."""
+
 from __future__ import annotations
 
 import argparse
@@ -84,45 +85,95 @@ def _threads(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from ._quant import QUANT_SCHEMES
+
     parser = argparse.ArgumentParser(
-        prog="hurray", description="hurray: tensors as one descriptor plus N buffers. "
-        "(ls, info, verify and cat are in the C 'hurray' command.)")
+        prog="hurray",
+        description="hurray: tensors as one descriptor plus N buffers. "
+        "(ls, info, verify and cat are in the C 'hurray' command.)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    c = sub.add_parser("convert", help="convert checkpoints to and from hurray",
-                       description=_DESCRIPTION, epilog=_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = sub.add_parser(
+        "convert",
+        help="convert checkpoints to and from hurray",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     c.add_argument("src", metavar="SRC", help="the checkpoint to read")
     c.add_argument("dst", metavar="DST", help="the file to write (replaced atomically)")
     q = c.add_argument_group("quantization")
-    q.add_argument("--quantize", metavar="SCHEME", choices=QUANT_SCHEMES,
-                   help="quantize the selected tensors: " + ", ".join(QUANT_SCHEMES))
-    q.add_argument("--quantize-include", metavar="PATTERN", action="append", default=[],
-                   help="also quantize tensors whose name matches PATTERN")
-    q.add_argument("--quantize-exclude", metavar="PATTERN", action="append", default=[],
-                   help="never quantize tensors whose name matches PATTERN (wins over "
-                        "--quantize-include)")
-    q.add_argument("--block-size", metavar="N", type=_positive,
-                   help="block size for block_affine (default 32) and nf4 (default 64)")
-    q.add_argument("--threads", metavar="N", type=_threads, default=os.cpu_count() or 1,
-                   help="threads for the quantization kernels (default: all CPUs; the "
-                        "bytes are the same for any count)")
+    q.add_argument(
+        "--quantize",
+        metavar="SCHEME",
+        choices=QUANT_SCHEMES,
+        help="quantize the selected tensors: " + ", ".join(QUANT_SCHEMES),
+    )
+    q.add_argument(
+        "--quantize-include",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="also quantize tensors whose name matches PATTERN",
+    )
+    q.add_argument(
+        "--quantize-exclude",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="never quantize tensors whose name matches PATTERN (wins over --quantize-include)",
+    )
+    q.add_argument(
+        "--block-size",
+        metavar="N",
+        type=_positive,
+        help="block size for block_affine (default 32) and nf4 (default 64)",
+    )
+    q.add_argument(
+        "--threads",
+        metavar="N",
+        type=_threads,
+        default=os.cpu_count() or 1,
+        help="threads for the quantization kernels (default: all CPUs; the "
+        "bytes are the same for any count)",
+    )
     s = c.add_argument_group("selection and output")
-    s.add_argument("--include", metavar="PATTERN", action="append", default=[],
-                   help="convert only tensors whose name matches PATTERN")
-    s.add_argument("--exclude", metavar="PATTERN", action="append", default=[],
-                   help="leave out tensors whose name matches PATTERN")
-    s.add_argument("--keep-scales", action="store_true",
-                   help="a .safetensors target keeps quantized tensors as codes + scales "
-                        "(+ zero points) instead of dequantized values")
-    s.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="do not check a .hurray source against its checksums before "
-                        "converting it (checked by default)")
-    s.add_argument("--stats", action="store_true",
-                   help="store min/max/NaN/zero counts in every descriptor (.hurray targets)")
+    s.add_argument(
+        "--include",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="convert only tensors whose name matches PATTERN",
+    )
+    s.add_argument(
+        "--exclude",
+        metavar="PATTERN",
+        action="append",
+        default=[],
+        help="leave out tensors whose name matches PATTERN",
+    )
+    s.add_argument(
+        "--keep-scales",
+        action="store_true",
+        help="a .safetensors target keeps quantized tensors as codes + scales "
+        "(+ zero points) instead of dequantized values",
+    )
+    s.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="do not check a .hurray source against its checksums before "
+        "converting it (checked by default)",
+    )
+    s.add_argument(
+        "--stats",
+        action="store_true",
+        help="store min/max/NaN/zero counts in every descriptor (.hurray targets)",
+    )
     s.add_argument("--json", action="store_true", help="print the report as JSON")
-    s.add_argument("-q", "--quiet", action="store_true",
-                   help="print nothing: no progress bar, no report")
+    s.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing: no progress bar, no report"
+    )
     return parser
 
 
@@ -136,20 +187,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("ls", "info", "verify"):  # URLs, from the launcher
         from ._remote_cli import main as remote_main
+
         return remote_main(argv)
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
     from .convert import ConversionError, UsageError, convert
+
     for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, _terminate)
     try:
-        convert(args.src, args.dst, quantize=args.quantize,
-                quantize_include=args.quantize_include, quantize_exclude=args.quantize_exclude,
-                include=args.include, exclude=args.exclude, keep_scales=args.keep_scales,
-                stats=args.stats, quiet=args.quiet, threads=args.threads,
-                block_size=args.block_size, output="json" if args.json else "table",
-                verify=args.verify)
+        convert(
+            args.src,
+            args.dst,
+            quantize=args.quantize,
+            quantize_include=args.quantize_include,
+            quantize_exclude=args.quantize_exclude,
+            include=args.include,
+            exclude=args.exclude,
+            keep_scales=args.keep_scales,
+            stats=args.stats,
+            quiet=args.quiet,
+            threads=args.threads,
+            block_size=args.block_size,
+            output="json" if args.json else "table",
+            verify=args.verify,
+        )
     except UsageError as exc:
         print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -164,8 +227,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("hurray convert: out of memory", file=sys.stderr)
         return EXIT_FAILURE
     except Exception as exc:  # noqa: BLE001 - a bug, or an input path not yet mapped to an error
-        print(f"hurray convert: internal error: {type(exc).__name__}: {_one_line(exc)} "
-              "(please report it)", file=sys.stderr)
+        print(
+            f"hurray convert: internal error: {type(exc).__name__}: {_one_line(exc)} "
+            "(please report it)",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     return 0
 

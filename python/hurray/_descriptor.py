@@ -2,6 +2,7 @@
 (_hy_descriptor.c, _hy_records.c): built, encoded, decoded and validated by
 libhurray, so Python and C can never disagree about the format. What is left
 here is API sugar: replace(), the dict form, equality and repr."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,6 @@ import math
 from typing import Any, Union
 
 from . import _hurray
-
 
 # The parts of a descriptor are C records (_hy_records.c): immutable,
 # compared and hashed by value, built straight from the C descriptor.
@@ -36,16 +36,35 @@ def _as_dataclass(cls) -> None:
     """Gives a C record the dataclass protocol (dataclasses.fields, asdict,
     replace, is_dataclass), as the frozen dataclasses it replaces had: the
     field table of a frozen dataclass with the same fields and defaults."""
-    spec = [(n, Any) if n not in cls._field_defaults else
-            (n, Any, dataclasses.field(default=cls._field_defaults[n]))
-            for n in cls.__match_args__]
+    spec = [
+        (n, Any)
+        if n not in cls._field_defaults
+        else (n, Any, dataclasses.field(default=cls._field_defaults[n]))
+        for n in cls.__match_args__
+    ]
     proto = dataclasses.make_dataclass(cls.__name__, spec, frozen=True)
     cls.__dataclass_fields__ = proto.__dataclass_fields__
     cls.__dataclass_params__ = proto.__dataclass_params__
 
 
-for _record in (Buffer, Device, Dense, Sparse, Paged, Member, Composite, PerTensorAffine,
-                PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded, Statistics, Shard, Extension):
+for _record in (
+    Buffer,
+    Device,
+    Dense,
+    Sparse,
+    Paged,
+    Member,
+    Composite,
+    PerTensorAffine,
+    PerChannelAffine,
+    BlockAffine,
+    Nf4,
+    Mxfp,
+    BlockCoded,
+    Statistics,
+    Shard,
+    Extension,
+):
     _as_dataclass(_record)
 
 Layout = Union[Dense, Sparse, Paged, Composite]
@@ -110,8 +129,19 @@ class Descriptor(_hurray._Descriptor):
         return f"Descriptor({', '.join(parts)})"
 
 
-_FIELDS = ("dtype", "shape", "strides", "byte_offset", "layout", "quantization", "buffers",
-           "device", "statistics", "shard", "extension")
+_FIELDS = (
+    "dtype",
+    "shape",
+    "strides",
+    "byte_offset",
+    "layout",
+    "quantization",
+    "buffers",
+    "device",
+    "statistics",
+    "shard",
+    "extension",
+)
 _hurray._set_descriptor_class(Descriptor)
 
 
@@ -119,24 +149,54 @@ def _fields_from_dict(d: dict) -> tuple:
     q = d.get("quantization")
     stats = d.get("statistics")
     ext = d.get("extension")
-    return d["dtype"], d["shape"], dict(
-            strides=d.get("strides"), byte_offset=d.get("byte_offset", 0),
-            layout=_part_from(d["layout"]), quantization=_part_from(q) if q else None,
+    return (
+        d["dtype"],
+        d["shape"],
+        dict(
+            strides=d.get("strides"),
+            byte_offset=d.get("byte_offset", 0),
+            layout=_part_from(d["layout"]),
+            quantization=_part_from(q) if q else None,
             buffers=[Buffer(**b) for b in d.get("buffers", [])],
             device=Device(**d["device"]) if "device" in d else Device(),
-            statistics=None if stats is None else Statistics(
+            statistics=None
+            if stats is None
+            else Statistics(
                 min=None if "min" not in stats else _float(stats["min"]),
                 max=None if "max" not in stats else _float(stats["max"]),
-                nan_count=stats.get("nan_count"), zero_count=stats.get("zero_count")),
-            shard=None if "shard" not in d else Shard(tuple(d["shard"]["global_shape"]),
-                                                      tuple(d["shard"]["offsets"])),
-            extension=None if ext is None else Extension(
-                ext["name"], bytes.fromhex(ext.get("metadata_hex", "")) if "metadata_hex" in ext
-                else bytes(ext.get("metadata", b""))))
+                nan_count=stats.get("nan_count"),
+                zero_count=stats.get("zero_count"),
+            ),
+            shard=None
+            if "shard" not in d
+            else Shard(tuple(d["shard"]["global_shape"]), tuple(d["shard"]["offsets"])),
+            extension=None
+            if ext is None
+            else Extension(
+                ext["name"],
+                bytes.fromhex(ext.get("metadata_hex", ""))
+                if "metadata_hex" in ext
+                else bytes(ext.get("metadata", b"")),
+            ),
+        ),
+    )
 
 
-_BY_KIND = {cls._kind: cls for cls in (Dense, Sparse, Paged, Composite, PerTensorAffine,
-                                       PerChannelAffine, BlockAffine, Nf4, Mxfp, BlockCoded)}
+_BY_KIND = {
+    cls._kind: cls
+    for cls in (
+        Dense,
+        Sparse,
+        Paged,
+        Composite,
+        PerTensorAffine,
+        PerChannelAffine,
+        BlockAffine,
+        Nf4,
+        Mxfp,
+        BlockCoded,
+    )
+}
 
 
 def _float(v) -> float:
@@ -149,8 +209,9 @@ def _part_from(d: dict):
     if cls is None:
         raise ValueError(f"unknown layout or quantization kind {d['kind']!r}")
     if cls is Composite:
-        return Composite(tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"]))
-                               for m in d["members"]))
+        return Composite(
+            tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"])) for m in d["members"])
+        )
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
     if cls is PerTensorAffine:
         fields["scale"] = _float(fields["scale"])

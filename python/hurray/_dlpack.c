@@ -120,24 +120,78 @@ static void capsule_destructor(PyObject *capsule) {
 static bool dl_dtype(HurrayDType dtype, DLDataType *out) {
   uint8_t code, bits;
   switch (dtype) {
-    case HURRAY_DTYPE_BOOL: code = kDLBool; bits = 8; break;
-    case HURRAY_DTYPE_INT8: code = kDLInt; bits = 8; break;
-    case HURRAY_DTYPE_INT16: code = kDLInt; bits = 16; break;
-    case HURRAY_DTYPE_INT32: code = kDLInt; bits = 32; break;
-    case HURRAY_DTYPE_INT64: code = kDLInt; bits = 64; break;
-    case HURRAY_DTYPE_UINT8: code = kDLUInt; bits = 8; break;
-    case HURRAY_DTYPE_UINT16: code = kDLUInt; bits = 16; break;
-    case HURRAY_DTYPE_UINT32: code = kDLUInt; bits = 32; break;
-    case HURRAY_DTYPE_UINT64: code = kDLUInt; bits = 64; break;
-    case HURRAY_DTYPE_FLOAT16: code = kDLFloat; bits = 16; break;
-    case HURRAY_DTYPE_BFLOAT16: code = kDLBfloat; bits = 16; break;
-    case HURRAY_DTYPE_FLOAT32: code = kDLFloat; bits = 32; break;
-    case HURRAY_DTYPE_FLOAT64: code = kDLFloat; bits = 64; break;
-    case HURRAY_DTYPE_COMPLEX64: code = kDLComplex; bits = 64; break;
-    case HURRAY_DTYPE_COMPLEX128: code = kDLComplex; bits = 128; break;
-    case HURRAY_DTYPE_FLOAT8_E4M3FN: code = kDLFloat8_e4m3fn; bits = 8; break;
-    case HURRAY_DTYPE_FLOAT8_E5M2: code = kDLFloat8_e5m2; bits = 8; break;
-    case HURRAY_DTYPE_FLOAT8_E8M0FNU: code = kDLFloat8_e8m0fnu; bits = 8; break;
+    case HURRAY_DTYPE_BOOL:
+      code = kDLBool;
+      bits = 8;
+      break;
+    case HURRAY_DTYPE_INT8:
+      code = kDLInt;
+      bits = 8;
+      break;
+    case HURRAY_DTYPE_INT16:
+      code = kDLInt;
+      bits = 16;
+      break;
+    case HURRAY_DTYPE_INT32:
+      code = kDLInt;
+      bits = 32;
+      break;
+    case HURRAY_DTYPE_INT64:
+      code = kDLInt;
+      bits = 64;
+      break;
+    case HURRAY_DTYPE_UINT8:
+      code = kDLUInt;
+      bits = 8;
+      break;
+    case HURRAY_DTYPE_UINT16:
+      code = kDLUInt;
+      bits = 16;
+      break;
+    case HURRAY_DTYPE_UINT32:
+      code = kDLUInt;
+      bits = 32;
+      break;
+    case HURRAY_DTYPE_UINT64:
+      code = kDLUInt;
+      bits = 64;
+      break;
+    case HURRAY_DTYPE_FLOAT16:
+      code = kDLFloat;
+      bits = 16;
+      break;
+    case HURRAY_DTYPE_BFLOAT16:
+      code = kDLBfloat;
+      bits = 16;
+      break;
+    case HURRAY_DTYPE_FLOAT32:
+      code = kDLFloat;
+      bits = 32;
+      break;
+    case HURRAY_DTYPE_FLOAT64:
+      code = kDLFloat;
+      bits = 64;
+      break;
+    case HURRAY_DTYPE_COMPLEX64:
+      code = kDLComplex;
+      bits = 64;
+      break;
+    case HURRAY_DTYPE_COMPLEX128:
+      code = kDLComplex;
+      bits = 128;
+      break;
+    case HURRAY_DTYPE_FLOAT8_E4M3FN:
+      code = kDLFloat8_e4m3fn;
+      bits = 8;
+      break;
+    case HURRAY_DTYPE_FLOAT8_E5M2:
+      code = kDLFloat8_e5m2;
+      bits = 8;
+      break;
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU:
+      code = kDLFloat8_e8m0fnu;
+      bits = 8;
+      break;
     default:
       /* Sub-byte types: DLPack packs them in an order it does not pin down
        * for every consumer; refused rather than guessed. */
@@ -207,26 +261,28 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     int type = 0, id = 0;
     if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id)) return NULL;
     if (type != hurray_descriptor_device_type(d) || id != hurray_descriptor_device_id(d)) {
-      return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type,
-                          id, (int)hurray_descriptor_device_type(d),
+      return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type, id,
+                          (int)hurray_descriptor_device_type(d),
                           (int)hurray_descriptor_device_id(d));
     }
   }
   HurrayDType dtype = hurray_descriptor_dtype(d);
   const char *dtype_name = hurray_dtype_name(dtype);
   if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) {
-    return buffer_error("this %s tensor is quantized: DLPack carries values, not codes; use "
-                        "t.dequantize(dtype) for the real values or t.codes() for the raw codes",
-                        dtype_name);
+    return buffer_error(
+        "this %s tensor is quantized: DLPack carries values, not codes; use "
+        "t.dequantize(dtype) for the real values or t.codes() for the raw codes",
+        dtype_name);
   }
   if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE) {
     return buffer_error("DLPack carries dense tensors; this one is not (use t.to_dense())");
   }
   DLDataType dl;
   if (!dl_dtype(dtype, &dl)) {
-    return buffer_error("%s is a packed sub-byte dtype, which hurray does not export through "
-                        "DLPack; use t.codes() (one element per byte) or t.dequantize()",
-                        dtype_name);
+    return buffer_error(
+        "%s is a packed sub-byte dtype, which hurray does not export through "
+        "DLPack; use t.codes() (one element per byte) or t.dequantize()",
+        dtype_name);
   }
   uint32_t rank = hurray_descriptor_rank(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
@@ -254,10 +310,8 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     }
     HurrayError e = {0};
     HurrayStatus s;
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_tensor_to_dense(d, buffers, h->copy, bytes, &e);
-    Py_END_ALLOW_THREADS
-    if (s != HURRAY_OK) {
+    Py_BEGIN_ALLOW_THREADS s = hurray_tensor_to_dense(d, buffers, h->copy, bytes, &e);
+    Py_END_ALLOW_THREADS if (s != HURRAY_OK) {
       holder_free(h);
       return buffer_error("copy failed: %s", e.message);
     }
@@ -274,8 +328,13 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     steps[i] = strides != NULL ? strides[i] : step;
     step *= dims[i] > 0 ? dims[i] : 1;
   }
-  DLTensor t = {data, {hurray_descriptor_device_type(d), hurray_descriptor_device_id(d)},
-                (int32_t)rank, dl, dims, steps, 0};
+  DLTensor t = {data,
+                {hurray_descriptor_device_type(d), hurray_descriptor_device_id(d)},
+                (int32_t)rank,
+                dl,
+                dims,
+                steps,
+                0};
   PyObject *capsule;
   if (major >= 1) {
     h->m.versioned.version.major = EXPORT_MAJOR;
@@ -289,9 +348,10 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   } else {
     if (!writable) {
       holder_free(h);
-      return buffer_error("this tensor's memory is read-only, which a DLPack 0.x capsule "
-                          "cannot say; the consumer must ask for max_version >= (1, 0), or "
-                          "pass copy=True");
+      return buffer_error(
+          "this tensor's memory is read-only, which a DLPack 0.x capsule "
+          "cannot say; the consumer must ask for max_version >= (1, 0), or "
+          "pass copy=True");
     }
     h->m.legacy.manager_ctx = h;
     h->m.legacy.deleter = delete_legacy;

@@ -1,5 +1,6 @@
 """dtype names <-> numpy dtypes (ml_dtypes for the narrow floats and int4).
 Sizes and packing come from the C library."""
+
 from __future__ import annotations
 
 import ml_dtypes

@@ -1,4 +1,5 @@
 """save, load and open: hurray files from Python."""
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,12 @@ def _plain_or_tensor(value: Any):
     """A C-contiguous numpy array of a byte-sized dtype travels to the writer
     as (dtype, shape, array): C builds its descriptor, which saves the
     per-tensor Python work that dominates files of many small tensors."""
-    if type(value) is np.ndarray and value.flags.c_contiguous and value.dtype.byteorder != ">" \
-            and (value.size == 0 or value.ctypes.data % natural_alignment(value.itemsize) == 0):
+    if (
+        type(value) is np.ndarray
+        and value.flags.c_contiguous
+        and value.dtype.byteorder != ">"
+        and (value.size == 0 or value.ctypes.data % natural_alignment(value.itemsize) == 0)
+    ):
         try:
             name = _dtypes.from_numpy(value.dtype)
         except ValueError:
@@ -73,8 +78,10 @@ def _metadata_value(key: Any, value: Any) -> Any:
     if not isinstance(key, str):
         raise TypeError(f"metadata keys must be str, not {type(key).__name__} ({key!r})")
     if isinstance(value, np.ndarray):
-        raise TypeError(f"metadata {key!r}: a numpy array is not a metadata value; "
-                        "use .item() for a scalar or .tobytes() for raw bytes")
+        raise TypeError(
+            f"metadata {key!r}: a numpy array is not a metadata value; "
+            "use .item() for a scalar or .tobytes() for raw bytes"
+        )
     if isinstance(value, np.generic):
         if isinstance(value, (np.str_, np.bytes_)):
             return value
@@ -85,21 +92,31 @@ def _metadata_value(key: Any, value: Any) -> Any:
         if isinstance(value, np.floating):
             out = float(value)
             if not (np.isnan(value) or type(value)(out) == value):
-                raise TypeError(f"metadata {key!r}: {type(value).__name__} {value!r} has no "
-                                "exact float64 value")
+                raise TypeError(
+                    f"metadata {key!r}: {type(value).__name__} {value!r} has no exact float64 value"
+                )
             return out
-        raise TypeError(f"metadata {key!r}: values are str, int, float, bool or bytes, "
-                        f"not {type(value).__name__}")
+        raise TypeError(
+            f"metadata {key!r}: values are str, int, float, bool or bytes, "
+            f"not {type(value).__name__}"
+        )
     if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, numbers.Number):  # Decimal, Fraction, complex: not stored exactly
-        raise TypeError(f"metadata {key!r}: values are str, int, float, bool or bytes, "
-                        f"not {type(value).__name__}")
+        raise TypeError(
+            f"metadata {key!r}: values are str, int, float, bool or bytes, "
+            f"not {type(value).__name__}"
+        )
     return value
 
 
-def save(target, tensors: Mapping[str, Any],
-         metadata: Optional[Mapping[str, Any]] = None, *, statistics: bool = False) -> None:
+def save(
+    target,
+    tensors: Mapping[str, Any],
+    metadata: Optional[Mapping[str, Any]] = None,
+    *,
+    statistics: bool = False,
+) -> None:
     """Writes every buffer of every tensor. `target` is a path (written
     atomically: temp file, fsync, rename), an int file descriptor, or a
     binary stream with write() (written sequentially, never seeked).
@@ -150,8 +167,14 @@ class File:
     """A lazy reader: nothing but the index is read until a tensor is asked
     for. Tensors taken from it stay valid after close()."""
 
-    def __init__(self, path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
-                 readonly: bool = False):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        mmap: bool = True,
+        verify: bool = False,
+        readonly: bool = False,
+    ):
         _refuse_special_file(os.fspath(path))
         self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
         self.path = os.fspath(path)
@@ -255,8 +278,14 @@ class File:
         return f"<hurray.File {self.path!r} ({state})>"
 
 
-def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
-         readonly: bool = False, **remote) -> File:
+def open(
+    path: str | os.PathLike,
+    *,
+    mmap: bool = True,
+    verify: bool = False,
+    readonly: bool = False,
+    **remote,
+) -> File:
     """A lazy reader (see File and load for mmap and readonly). A URL
     (https://, http://, or any fsspec URL such as s3:// or memory://) is
     read with range requests: see hurray._remote.RemoteFile for `remote`
@@ -264,14 +293,21 @@ def open(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
     headers, storage_options)."""
     if _remote.is_url(path):
         from ._remote_file import RemoteFile
+
         return RemoteFile(path, verify=verify, **remote)
     if remote:
         raise TypeError(f"open() got options for remote files: {sorted(remote)}")
     return File(path, mmap=mmap, verify=verify, readonly=readonly)
 
 
-def load(path: str | os.PathLike, *, mmap: bool = True, verify: bool = False,
-         readonly: bool = False, **remote) -> dict:
+def load(
+    path: str | os.PathLike,
+    *,
+    mmap: bool = True,
+    verify: bool = False,
+    readonly: bool = False,
+    **remote,
+) -> dict:
     """Every tensor; placement is validated before any is returned.
 
     mmap=True (default): zero-copy views of a private, copy-on-write mapping

@@ -100,8 +100,7 @@ static int take_capsule(PyObject *capsule, HurrayDescriptor **d, HurrayBufferLis
 /* ----------------------------------------------------------------- Source */
 
 typedef struct SourceObject {
-  PyObject_HEAD
-  HurraySource *source;
+  PyObject_HEAD HurraySource *source;
 } SourceObject;
 
 static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -117,11 +116,9 @@ static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   self->source = NULL;
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_source_open(PyBytes_AS_STRING(path_obj), HURRAY_FORMAT_UNKNOWN, verify != 0,
-                         &self->source, &e);
-  Py_END_ALLOW_THREADS
-  Py_DECREF(path_obj);
+  Py_BEGIN_ALLOW_THREADS s = hurray_source_open(PyBytes_AS_STRING(path_obj), HURRAY_FORMAT_UNKNOWN,
+                                                verify != 0, &self->source, &e);
+  Py_END_ALLOW_THREADS Py_DECREF(path_obj);
   if (s != HURRAY_OK) {
     raise_status(s, &e);
     return -1;
@@ -171,9 +168,9 @@ static PyObject *source_names(PyObject *op, PyObject *unused) {
   size_t n = hurray_source_tensor_count(self->source);
   PyObject *out = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; out != NULL && i < n; i++) {
-    PyObject *name = PyUnicode_DecodeUTF8(hurray_source_tensor_name(self->source, i),
-                                          (Py_ssize_t)strlen(hurray_source_tensor_name(self->source, i)),
-                                          "surrogateescape");
+    PyObject *name = PyUnicode_DecodeUTF8(
+        hurray_source_tensor_name(self->source, i),
+        (Py_ssize_t)strlen(hurray_source_tensor_name(self->source, i)), "surrogateescape");
     if (name == NULL) Py_CLEAR(out);
     else PyList_SET_ITEM(out, (Py_ssize_t)i, name);
   }
@@ -227,10 +224,8 @@ static PyObject *source_get(PyObject *op, PyObject *arg) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *l = NULL;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_source_get_tensor(self->source, i, &d, &l, &e);
-  Py_END_ALLOW_THREADS
-  if (s != HURRAY_OK) return raise_status(s, &e);
+  Py_BEGIN_ALLOW_THREADS s = hurray_source_get_tensor(self->source, i, &d, &l, &e);
+  Py_END_ALLOW_THREADS if (s != HURRAY_OK) return raise_status(s, &e);
   return make_capsule(d, l);
 }
 
@@ -252,7 +247,9 @@ static PyObject *source_metadata(PyObject *op, PyObject *unused) {
     }
     PyObject *v;
     switch (type) {
-      case HURRAY_METADATA_STRING: v = PyUnicode_DecodeUTF8(value, (Py_ssize_t)len, "surrogateescape"); break;
+      case HURRAY_METADATA_STRING:
+        v = PyUnicode_DecodeUTF8(value, (Py_ssize_t)len, "surrogateescape");
+        break;
       case HURRAY_METADATA_INT: v = PyLong_FromLongLong(*(const int64_t *)value); break;
       case HURRAY_METADATA_FLOAT: v = PyFloat_FromDouble(*(const double *)value); break;
       case HURRAY_METADATA_BOOL: v = PyBool_FromLong(*(const bool *)value); break;
@@ -288,9 +285,9 @@ static PyMethodDef source_methods[] = {
 };
 
 static PyType_Slot source_slots[] = {
-    {Py_tp_init, source_init},     {Py_tp_dealloc, source_dealloc},
+    {Py_tp_init, source_init},       {Py_tp_dealloc, source_dealloc},
     {Py_tp_methods, source_methods}, {Py_tp_getset, source_getset},
-    {Py_tp_new, PyType_GenericNew}, {0, NULL},
+    {Py_tp_new, PyType_GenericNew},  {0, NULL},
 };
 
 static PyType_Spec source_spec = {"hurray._formats.Source", sizeof(SourceObject), 0,
@@ -384,14 +381,12 @@ static PyObject *mod_write(PyObject *module, PyObject *args) {
       break;
     }
     /* A hurray target writes here: let other threads run. */
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_target_add_tensor(t, name, d, list, &e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_target_add_tensor(t, name, d, list, &e);
     Py_END_ALLOW_THREADS
   }
   size_t dropped = hurray_target_dropped_metadata(t);
   if (s == HURRAY_OK) {
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_target_finish(t, &e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_target_finish(t, &e);
     Py_END_ALLOW_THREADS
   } else {
     hurray_target_abort(t);
@@ -448,9 +443,15 @@ static PyModuleDef_Slot module_slots[] = {
 };
 
 static struct PyModuleDef formats_module = {
-    PyModuleDef_HEAD_INIT, "hurray._formats",
-    "Native safetensors and GGUF readers and writers (include/hurray/convert.h).", 0,
-    module_methods, module_slots, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "hurray._formats",
+    "Native safetensors and GGUF readers and writers (include/hurray/convert.h).",
+    0,
+    module_methods,
+    module_slots,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__formats(void);

@@ -104,8 +104,8 @@ static size_t write_once(PyObject *target, const char *data, size_t len) {
     return 0;
   }
   if (n < 0 || (unsigned long long)n > len) {
-    PyErr_Format(PyExc_OSError,
-                 "the stream's write() returned %lld for a chunk of %zu bytes", n, len);
+    PyErr_Format(PyExc_OSError, "the stream's write() returned %lld for a chunk of %zu bytes", n,
+                 len);
     return 0;
   }
   return (size_t)n;
@@ -179,8 +179,10 @@ static PyObject *os_class(PyObject *io_class, int err) {
     char name[128];
     snprintf(name, sizeof name, "hurray.Hurray%s", ((PyTypeObject *)builtin)->tp_name);
     PyObject *bases = PyTuple_Pack(2, io_class, builtin);
-    cls = bases ? PyErr_NewExceptionWithDoc(name, "A HurrayIOError that is also the builtin "
-                                            "OSError subclass its errno maps to.", bases, NULL)
+    cls = bases ? PyErr_NewExceptionWithDoc(name,
+                                            "A HurrayIOError that is also the builtin "
+                                            "OSError subclass its errno maps to.",
+                                            bases, NULL)
                 : NULL;
     Py_XDECREF(bases);
     if (cls != NULL && PyDict_SetItem(cache, builtin, cls) < 0) Py_CLEAR(cls);

@@ -17,8 +17,8 @@
 /* PyArg "O&" converters: a Python int in range, else OverflowError (a
  * negative value or one past the type's maximum) or TypeError. Unlike the
  * 'I', 'k' and 'K' format units they never wrap. */
-int hy_conv_u32(PyObject *obj, void *out);   /* uint32_t */
-int hy_conv_u64(PyObject *obj, void *out);   /* uint64_t */
+int hy_conv_u32(PyObject *obj, void *out);     /* uint32_t */
+int hy_conv_u64(PyObject *obj, void *out);     /* uint64_t */
 int hy_conv_threads(PyObject *obj, void *out); /* unsigned int, 0..65535 */
 
 /* A uint64_t that must fit `max`: -1 with OverflowError naming `what`. */

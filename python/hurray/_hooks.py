@@ -3,6 +3,7 @@ to a higher one (a torch tensor to the torch adapters, a sparse tensor to
 SparseTensor) go through here. The higher layer registers itself (or
 hurray/__init__.py registers a loader for it), so no module imports one
 above it. This module imports nothing of hurray."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict

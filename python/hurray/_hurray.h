@@ -35,15 +35,29 @@ typedef HyCapsuleContext CapsuleContext;
 
 /* ---- descriptor parts as C records (_hy_records.c) */
 enum {
-  HY_BUFFER, HY_DEVICE, HY_DENSE, HY_SPARSE, HY_PAGED, HY_MEMBER, HY_COMPOSITE,
-  HY_PER_TENSOR_AFFINE, HY_PER_CHANNEL_AFFINE, HY_BLOCK_AFFINE, HY_NF4, HY_MXFP, HY_BLOCK_CODED,
-  HY_STATISTICS, HY_SHARD, HY_EXTENSION, HY_RECORD_COUNT
+  HY_BUFFER,
+  HY_DEVICE,
+  HY_DENSE,
+  HY_SPARSE,
+  HY_PAGED,
+  HY_MEMBER,
+  HY_COMPOSITE,
+  HY_PER_TENSOR_AFFINE,
+  HY_PER_CHANNEL_AFFINE,
+  HY_BLOCK_AFFINE,
+  HY_NF4,
+  HY_MXFP,
+  HY_BLOCK_CODED,
+  HY_STATISTICS,
+  HY_SHARD,
+  HY_EXTENSION,
+  HY_RECORD_COUNT
 };
 #define HY_RECORD_MAX_FIELDS 10
 
 typedef struct HyField {
   const char *name;
-  int def;          /* how the default is made: required, None, int, str, False, (), b"" */
+  int def; /* how the default is made: required, None, int, str, False, (), b"" */
   long ival;
   const char *sval;
 } HyField;
@@ -58,21 +72,29 @@ typedef struct HyRecordDef {
 } HyRecordDef;
 
 typedef struct HyRecordObject {
-  PyObject_HEAD
-  PyObject *v[]; /* one per field, never NULL once built */
+  PyObject_HEAD PyObject *v[]; /* one per field, never NULL once built */
 } HyRecordObject;
 
 extern const HyRecordDef hy_record_defs[HY_RECORD_COUNT];
 
 /* The Descriptor's own fields, in constructor order. */
 enum {
-  HY_D_DTYPE, HY_D_SHAPE, HY_D_STRIDES, HY_D_BYTE_OFFSET, HY_D_LAYOUT, HY_D_QUANTIZATION,
-  HY_D_BUFFERS, HY_D_DEVICE, HY_D_STATISTICS, HY_D_SHARD, HY_D_EXTENSION, HY_D_COUNT
+  HY_D_DTYPE,
+  HY_D_SHAPE,
+  HY_D_STRIDES,
+  HY_D_BYTE_OFFSET,
+  HY_D_LAYOUT,
+  HY_D_QUANTIZATION,
+  HY_D_BUFFERS,
+  HY_D_DEVICE,
+  HY_D_STATISTICS,
+  HY_D_SHARD,
+  HY_D_EXTENSION,
+  HY_D_COUNT
 };
 
 typedef struct HyDescriptorObject {
-  PyObject_HEAD
-  PyObject *f[HY_D_COUNT];
+  PyObject_HEAD PyObject *f[HY_D_COUNT];
   PyObject *encoded;   /* bytes: the canonical encoding; NULL until initialised */
   HurrayDescriptor *c; /* the C descriptor, owned; made from `encoded` when first needed */
 } HyDescriptorObject;
@@ -147,18 +169,16 @@ PyObject *mod_descriptor_required_bytes(PyObject *module, PyObject *encoded);
 
 /* ---- tensors (_hy_tensor.c) */
 typedef struct TensorObject {
-  PyObject_HEAD
-  HurrayDescriptor *descriptor;
+  PyObject_HEAD HurrayDescriptor *descriptor;
   HurrayBufferList *buffers;
-  bool *writable; /* per buffer */
+  bool *writable;        /* per buffer */
   bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;
 /* A zero-copy view of buffer i that keeps the tensor alive. */
 typedef struct ViewObject {
-  PyObject_HEAD
-  PyObject *tensor;
+  PyObject_HEAD PyObject *tensor;
   Py_ssize_t index;
 } ViewObject;
 
@@ -166,7 +186,8 @@ extern PyType_Spec hy_tensor_spec;
 extern PyType_Spec hy_view_spec;
 TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type);
 /* Takes ownership of d and list (destroyed on failure). */
-int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list, bool writable);
+int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list,
+                    bool writable);
 int hy_tensor_ready(TensorObject *self);
 PyObject *mod_quantize(PyObject *module, PyObject *args);
 /* A shape sequence into shape[HURRAY_MAX_RANK]; -1 with an exception. */

@@ -20,10 +20,10 @@ static int enum_value(PyObject *name, HyEnumName names, int lo, int hi, const ch
 }
 
 static const char *const descriptor_fields[HY_D_COUNT] = {
-    [HY_D_DTYPE] = "dtype",         [HY_D_SHAPE] = "shape",
-    [HY_D_STRIDES] = "strides",     [HY_D_BYTE_OFFSET] = "byte_offset",
-    [HY_D_LAYOUT] = "layout",       [HY_D_QUANTIZATION] = "quantization",
-    [HY_D_BUFFERS] = "buffers",     [HY_D_DEVICE] = "device",
+    [HY_D_DTYPE] = "dtype",           [HY_D_SHAPE] = "shape",
+    [HY_D_STRIDES] = "strides",       [HY_D_BYTE_OFFSET] = "byte_offset",
+    [HY_D_LAYOUT] = "layout",         [HY_D_QUANTIZATION] = "quantization",
+    [HY_D_BUFFERS] = "buffers",       [HY_D_DEVICE] = "device",
     [HY_D_STATISTICS] = "statistics", [HY_D_SHARD] = "shard",
     [HY_D_EXTENSION] = "extension",
 };
@@ -217,8 +217,8 @@ static int build_paged(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, H
   return 0;
 }
 
-static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layout,
-                           HurrayStatus *s, HurrayError *e) {
+static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layout, HurrayStatus *s,
+                           HurrayError *e) {
   *s = hurray_descriptor_set_layout_composite(d, e);
   PyObject *members = item(layout, "members");
   if (*s != HURRAY_OK || members == NULL) return 0;
@@ -231,7 +231,8 @@ static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layou
     const char *n = name != NULL && PyUnicode_Check(name) ? hy_utf8(name, "member name") : NULL;
     if (n == NULL || sub == NULL) {
       Py_DECREF(seq);
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a member needs a name and a descriptor");
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "a member needs a name and a descriptor");
       return -1;
     }
     HurrayDescriptor *member = hy_build_descriptor(st, sub, false);
@@ -287,10 +288,10 @@ static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint
       get_dtype(q, "zero_point_dtype", true, &zp_dtype) < 0) {
     return -1;
   }
-  HurrayStatus s =
-      per_channel
-          ? hurray_descriptor_set_quant_per_channel_affine(d, axis, scale_buffer, scale_dtype, e)
-          : hurray_descriptor_set_quant_block_affine(d, axis, block, scale_buffer, scale_dtype, e);
+  HurrayStatus s = per_channel ? hurray_descriptor_set_quant_per_channel_affine(
+                                     d, axis, scale_buffer, scale_dtype, e)
+                               : hurray_descriptor_set_quant_block_affine(
+                                     d, axis, block, scale_buffer, scale_dtype, e);
   if (zp_buffer != HURRAY_NO_BUFFER && zero_point != 0) {
     PyErr_SetString(PyExc_ValueError,
                     "give either zero_point_buffer or an inline zero_point, not both");
@@ -309,7 +310,8 @@ static int build_block_coded(ModuleState *st, HurrayDescriptor *d, PyObject *q, 
                              uint64_t block, HurrayStatus *status, HurrayError *e) {
   PyObject *format = item(q, "format");
   const char *name = format != NULL && PyUnicode_Check(format)
-                         ? hy_utf8(format, "quantization.format") : NULL;
+                         ? hy_utf8(format, "quantization.format")
+                         : NULL;
   if (name == NULL) {
     if (!PyErr_Occurred()) need(format, "format");
     return -1;
@@ -367,7 +369,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     s = hurray_descriptor_set_quant_nf4(d, block, scale_buffer, scale_dtype, e);
   } else if (strcmp(k, "mx") == 0) {
     PyObject *element = item(q, "element");
-    int el = element == NULL ? -1 : enum_value(element, hy_mx_name, 1, HURRAY_MX_INT8, "MX element");
+    int el = element == NULL ? -1
+                             : enum_value(element, hy_mx_name, 1, HURRAY_MX_INT8, "MX element");
     if (el < 0 || get_index(q, "scale_buffer", &scale_buffer) < 0) {
       if (!PyErr_Occurred()) need(element, "element");
       return -1;
@@ -405,7 +408,8 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
       uint64_t size, alignment;
       PyObject *role = is_spec(b) ? item(b, "role") : NULL;
       PyObject *sync = is_spec(b) ? item(b, "sync_mode") : NULL;
-      int r = role == NULL ? -1 : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
+      int r = role == NULL ? -1
+                           : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
       int m = sync == NULL ? HURRAY_SYNC_READY
                            : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
@@ -424,8 +428,7 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
   return 0;
 }
 
-static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec,
-                            HurrayError *e) {
+static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec, HurrayError *e) {
   HurrayStatus s = HURRAY_OK;
   if (build_buffers(d, spec, &s, e) < 0) return -1;
   PyObject *device = item(spec, "device");
@@ -540,4 +543,3 @@ fail:
   hurray_descriptor_destroy(d);
   return NULL;
 }
-

@@ -15,8 +15,7 @@ PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
   TensorObject *self = (TensorObject *)op;
   if (hy_tensor_ready(self) < 0) return NULL;
   if (stream != Py_None) {
-    PyErr_SetString(PyExc_ValueError,
-                    "stream must be None for CPU tensors (buffers are READY)");
+    PyErr_SetString(PyExc_ValueError, "stream must be None for CPU tensors (buffers are READY)");
     return NULL;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
@@ -75,7 +74,8 @@ static PyObject *hy_consume_capsule(ModuleState *st, PyTypeObject *type, PyObjec
   const CapsuleContext *ctx = PyCapsule_GetContext(capsule);
   if (ctx == NULL) {
     HurrayError e = {0};
-    snprintf(e.message, sizeof e.message, "capsule has no context (no ABI version, no descriptor)");
+    snprintf(e.message, sizeof e.message,
+             "capsule has no context (no ABI version, no descriptor)");
     PyErr_Clear();
     return hy_raise_status(st, HURRAY_ERR_MALFORMED, &e);
   }

@@ -116,13 +116,14 @@ static HurrayDescriptor *descriptor_c(ModuleState *st, HyDescriptorObject *self)
 }
 
 static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"dtype", "shape", "strides", "byte_offset", "layout", "quantization",
-                           "buffers", "device", "statistics", "shard", "extension", NULL};
+  static char *kwlist[] = {"dtype",      "shape",        "strides",   "byte_offset",
+                           "layout",     "quantization", "buffers",   "device",
+                           "statistics", "shard",        "extension", NULL};
   HyDescriptorObject *self = (HyDescriptorObject *)op;
   PyObject *in[HY_D_COUNT] = {0};
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOOOO:Descriptor", kwlist, &in[0],
-                                   &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &in[7],
-                                   &in[8], &in[9], &in[10])) {
+                                   &in[1], &in[2], &in[3], &in[4], &in[5], &in[6], &in[7], &in[8],
+                                   &in[9], &in[10])) {
     return -1;
   }
   if (self->encoded != NULL) {
@@ -306,6 +307,6 @@ static PyType_Slot descriptor_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec hy_descriptor_spec = {
-    "hurray._hurray._Descriptor", sizeof(HyDescriptorObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, descriptor_slots};
+PyType_Spec hy_descriptor_spec = {"hurray._hurray._Descriptor", sizeof(HyDescriptorObject), 0,
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                  descriptor_slots};

@@ -6,8 +6,7 @@
 /* -------------------------------------------------------------------- File */
 
 typedef struct FileObject {
-  PyObject_HEAD
-  HurrayReader *reader;
+  PyObject_HEAD HurrayReader *reader;
   PyThread_type_lock lock; /* serialises use of the reader against close */
   PyObject *path;
   bool pread;
@@ -39,8 +38,9 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
   /* Writable by default: a private (copy-on-write) mapping, so that a write
    * into a loaded tensor copies a page instead of killing the process. */
-  options.mode = !use_mmap ? HURRAY_READ_PREAD
-                 : readonly ? HURRAY_READ_MMAP : HURRAY_READ_MMAP_PRIVATE;
+  options.mode = !use_mmap  ? HURRAY_READ_PREAD
+                 : readonly ? HURRAY_READ_MMAP
+                            : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
   HurrayError e = {0};
   HurrayReader *reader = NULL;
@@ -49,8 +49,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     use_mmap = readonly = 0; /* a source reader copies */
     s = hy_open_source_reader(source, verify != 0, &reader, &e);
   } else {
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_reader_open(PyBytes_AS_STRING(path), &options, &reader, &e);
     Py_END_ALLOW_THREADS
   }
   if (s != HURRAY_OK) {
@@ -90,8 +89,7 @@ static int file_acquire(FileObject *self) {
     return -1;
   }
   if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS
   }
   if (self->reader == NULL) {
@@ -106,10 +104,8 @@ static PyObject *file_close(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = (FileObject *)op;
   if (self->lock == NULL) Py_RETURN_NONE;
-  Py_BEGIN_ALLOW_THREADS
-  PyThread_acquire_lock(self->lock, WAIT_LOCK);
-  Py_END_ALLOW_THREADS
-  hurray_reader_close(self->reader); /* tensors already taken stay valid */
+  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+  Py_END_ALLOW_THREADS hurray_reader_close(self->reader); /* tensors already taken stay valid */
   self->reader = NULL;
   PyThread_release_lock(self->lock);
   Py_RETURN_NONE;
@@ -195,11 +191,10 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = rows ? hurray_reader_get_rows(self->reader, name, start, count, &d, &list, &e)
-           : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
-  Py_END_ALLOW_THREADS
-  PyThread_release_lock(self->lock);
+  Py_BEGIN_ALLOW_THREADS s = rows ? hurray_reader_get_rows(self->reader, name, start, count, &d,
+                                                           &list, &e)
+                                  : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   TensorObject *t = hy_tensor_alloc(st, NULL);
   if (t == NULL) {
@@ -281,10 +276,9 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   }
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_reader_read_buffer(self->reader, name, index, out.buf, (uint64_t)out.len, &e);
-  Py_END_ALLOW_THREADS
-  PyThread_release_lock(self->lock);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_read_buffer(self->reader, name, index, out.buf,
+                                                       (uint64_t)out.len, &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
@@ -298,10 +292,8 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_reader_verify(self->reader, name, &e);
-  Py_END_ALLOW_THREADS
-  PyThread_release_lock(self->lock);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_verify(self->reader, name, &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
 }
@@ -315,10 +307,9 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_reader_populate(self->reader, threads > 64 ? 65u : (unsigned)threads, &e);
-  Py_END_ALLOW_THREADS
-  PyThread_release_lock(self->lock);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader,
+                                                    threads > 64 ? 65u : (unsigned)threads, &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
 }
@@ -332,10 +323,8 @@ static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
   HurrayError e = {0};
   double fraction = 0;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
-  Py_END_ALLOW_THREADS
-  PyThread_release_lock(self->lock);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   return PyFloat_FromDouble(fraction);
 }
@@ -360,14 +349,10 @@ static PyMethodDef file_methods[] = {
 };
 
 static PyType_Slot file_slots[] = {
-    {Py_tp_init, file_init},
-    {Py_tp_dealloc, file_dealloc},
-    {Py_tp_traverse, file_traverse},
-    {Py_tp_getset, file_getset},
-    {Py_tp_methods, file_methods},
-    {0, NULL},
+    {Py_tp_init, file_init},     {Py_tp_dealloc, file_dealloc}, {Py_tp_traverse, file_traverse},
+    {Py_tp_getset, file_getset}, {Py_tp_methods, file_methods}, {0, NULL},
 };
 
 PyType_Spec hy_file_spec = {"hurray._hurray._File", sizeof(FileObject), 0,
-                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-                                file_slots};
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                            file_slots};

@@ -29,8 +29,8 @@ PyObject *mod_unpack(PyObject *module, PyObject *args) {
   PyObject *out = bits != 0 && count >= 0 ? PyByteArray_FromStringAndSize(NULL, count) : NULL;
   if (out != NULL) {
     uint8_t *codes = (uint8_t *)PyByteArray_AS_STRING(out);
-    Py_BEGIN_ALLOW_THREADS
-    hurray__unpack_bits(bits, in.buf, (size_t)in.len, (uint64_t)count, codes);
+    Py_BEGIN_ALLOW_THREADS hurray__unpack_bits(bits, in.buf, (size_t)in.len, (uint64_t)count,
+                                               codes);
     Py_END_ALLOW_THREADS
   } else if (bits != 0 && count < 0) {
     PyErr_SetString(PyExc_ValueError, "count must be >= 0");
@@ -51,8 +51,7 @@ PyObject *mod_pack(PyObject *module, PyObject *args) {
                             : NULL;
   if (out != NULL) {
     uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
-    Py_BEGIN_ALLOW_THREADS
-    hurray__pack_bits(bits, in.buf, count, dst);
+    Py_BEGIN_ALLOW_THREADS hurray__pack_bits(bits, in.buf, count, dst);
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&in);

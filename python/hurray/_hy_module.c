@@ -4,7 +4,6 @@
  */
 #include "_hurray.h"
 
-
 ModuleState *hy_state_of_type(PyTypeObject *type) {
   PyObject *module = PyType_GetModuleByDef(type, &hy_module_def);
   return module == NULL ? NULL : PyModule_GetState(module);
@@ -15,7 +14,7 @@ ModuleState *hy_state_of_type(PyTypeObject *type) {
 /* The class the map names for `status`; the base for a status it does not know. */
 static PyObject *status_class(ModuleState *st, HurrayStatus status) {
   return (status > 0 && status < STATUS_SLOTS && st->errors[status] != NULL) ? st->errors[status]
-                                                                              : st->error_base;
+                                                                             : st->error_base;
 }
 
 /* The one error mapping (the table is hy_error_classes, _shared.c). A
@@ -59,9 +58,9 @@ PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayErro
 /* Release callbacks may run on any thread, or after the interpreter has
  * gone: they take the GIL themselves and do nothing once it is finalizing. */
 #if PY_VERSION_HEX >= 0x030D0000
-#define interpreter_finalizing() Py_IsFinalizing()
+#  define interpreter_finalizing() Py_IsFinalizing()
 #else
-#define interpreter_finalizing() _Py_IsFinalizing()
+#  define interpreter_finalizing() _Py_IsFinalizing()
 #endif
 
 void hy_release_pyobject(void *data, void *ctx) {
@@ -98,7 +97,6 @@ static PyMethodDef module_methods[] = {
     {NULL},
 };
 
-
 static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeObject **out) {
   PyObject *type = PyType_FromModuleAndSpec(module, spec, base);
   if (type == NULL) return -1;
@@ -128,9 +126,11 @@ static const struct {
   const char *key;
   HyEnumName names;
 } enum_tables[] = {
-    {"dtype", dtype_name},         {"role", hy_role_name},      {"sync_mode", hy_sync_name},
-    {"memory_class", hy_memory_name}, {"mx_element", hy_mx_name}, {"sparse_format", format_name},
-    {"layout", layout_name},         {"quantization", quant_name}, {"quant_scheme", scheme_name},
+    {"dtype", dtype_name},         {"role", hy_role_name},
+    {"sync_mode", hy_sync_name},   {"memory_class", hy_memory_name},
+    {"mx_element", hy_mx_name},    {"sparse_format", format_name},
+    {"layout", layout_name},       {"quantization", quant_name},
+    {"quant_scheme", scheme_name},
 };
 
 /* {name: value} of one enum: every value whose name is known. */
@@ -182,7 +182,8 @@ static int add_tables(PyObject *module, ModuleState *st) {
   for (int code = 1; rc == 0 && code < STATUS_SLOTS; code++) {
     if (st->errors[code] == NULL) continue;
     PyObject *c = PyLong_FromLong(code);
-    rc = c != NULL && PyDict_SetItemString(status, hurray_status_name((HurrayStatus)code), c) == 0 &&
+    rc = c != NULL &&
+                 PyDict_SetItemString(status, hurray_status_name((HurrayStatus)code), c) == 0 &&
                  PyDict_SetItem(classes, c, st->errors[code]) == 0
              ? 0
              : -1;
@@ -238,8 +239,7 @@ static int module_exec(PyObject *module) {
       Py_XDECREF(cls);
       return -1;
     }
-    for (size_t k = 0; k < sizeof c->codes / sizeof c->codes[0] && c->codes[k] != HURRAY_OK;
-         k++) {
+    for (size_t k = 0; k < sizeof c->codes / sizeof c->codes[0] && c->codes[k] != HURRAY_OK; k++) {
       st->errors[c->codes[k]] = Py_NewRef(cls);
     }
     Py_DECREF(cls);

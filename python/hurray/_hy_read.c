@@ -36,7 +36,7 @@ static PyObject *make(ModuleState *st, int record, int n, PyObject **values) {
   for (int i = 0; i < n; i++) Py_XDECREF(values[i]);
   return out;
 }
-#define MAKE(st, record, ...)                                              \
+#define MAKE(st, record, ...)                                                       \
   make(st, record, (int)(sizeof((PyObject *[]){__VA_ARGS__}) / sizeof(PyObject *)), \
        (PyObject *[]){__VA_ARGS__})
 
@@ -68,8 +68,7 @@ static PyObject *py_sparse(ModuleState *st, const HurrayDescriptor *d) {
               py_dtype(l->index_dtype), PyLong_FromUnsignedLongLong(l->nnz),
               py_index(l->data_buffer), coo ? Py_NewRef(Py_None) : py_index(l->indptr_buffer),
               coo ? Py_NewRef(Py_None) : py_index(l->indices_buffer), index_buffers,
-              bsr ? py_u64s(block, 2) : Py_NewRef(Py_None),
-              PyBool_FromLong(coo && l->canonical));
+              bsr ? py_u64s(block, 2) : Py_NewRef(Py_None), PyBool_FromLong(coo && l->canonical));
 }
 
 static PyObject *py_layout(ModuleState *st, PyTypeObject *cls, const HurrayDescriptor *d) {
@@ -148,22 +147,21 @@ static int py_root_parts(ModuleState *st, const HurrayDescriptor *d, PyObject **
   f[HY_D_DEVICE] = MAKE(st, HY_DEVICE, PyLong_FromLong(d->device_type),
                         PyLong_FromLong(d->device_id),
                         PyUnicode_FromString(hurray__memory_class_name(d->memory_class)));
-  f[HY_D_STATISTICS] =
-      d->stat_flags == 0
-          ? Py_NewRef(Py_None)
-          : MAKE(st, HY_STATISTICS, py_stat_float(d, HURRAY_STAT_MIN, d->stat_min),
-                 py_stat_float(d, HURRAY_STAT_MAX, d->stat_max),
-                 py_stat_count(d, HURRAY_STAT_NAN_COUNT, d->stat_nan_count),
-                 py_stat_count(d, HURRAY_STAT_ZERO_COUNT, d->stat_zero_count));
+  f[HY_D_STATISTICS] = d->stat_flags == 0
+                           ? Py_NewRef(Py_None)
+                           : MAKE(st, HY_STATISTICS,
+                                  py_stat_float(d, HURRAY_STAT_MIN, d->stat_min),
+                                  py_stat_float(d, HURRAY_STAT_MAX, d->stat_max),
+                                  py_stat_count(d, HURRAY_STAT_NAN_COUNT, d->stat_nan_count),
+                                  py_stat_count(d, HURRAY_STAT_ZERO_COUNT, d->stat_zero_count));
   f[HY_D_SHARD] = !d->has_shard ? Py_NewRef(Py_None)
                                 : MAKE(st, HY_SHARD, py_u64s(d->shard_global, d->shard_rank),
                                        py_u64s(d->shard_offsets, d->shard_rank));
-  f[HY_D_EXTENSION] =
-      d->extension_name == NULL
-          ? Py_NewRef(Py_None)
-          : MAKE(st, HY_EXTENSION, PyUnicode_FromString(d->extension_name),
-                 PyBytes_FromStringAndSize((const char *)d->extension_metadata,
-                                           (Py_ssize_t)d->extension_metadata_len));
+  f[HY_D_EXTENSION] = d->extension_name == NULL
+                          ? Py_NewRef(Py_None)
+                          : MAKE(st, HY_EXTENSION, PyUnicode_FromString(d->extension_name),
+                                 PyBytes_FromStringAndSize((const char *)d->extension_metadata,
+                                                           (Py_ssize_t)d->extension_metadata_len));
   return 0;
 }
 
@@ -171,7 +169,7 @@ static int py_root_parts(ModuleState *st, const HurrayDescriptor *d, PyObject **
  * reference taken, may be NULL: then encoded here) and `owned` (the C
  * descriptor it keeps, may be NULL) are the object's to keep. */
 PyObject *hy_descriptor_from_c(ModuleState *st, PyTypeObject *cls, const HurrayDescriptor *d,
-                                   PyObject *encoded, HurrayDescriptor *owned) {
+                               PyObject *encoded, HurrayDescriptor *owned) {
   HyDescriptorObject *self = (HyDescriptorObject *)cls->tp_alloc(cls, 0);
   if (self == NULL) {
     Py_XDECREF(encoded);
@@ -208,4 +206,3 @@ fail:
   Py_DECREF(self);
   return NULL;
 }
-

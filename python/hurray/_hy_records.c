@@ -21,47 +21,68 @@ enum { REQ, NONE, INT, STR, FALSE_, EMPTY, BYTES };
 #define OR_STR(n, v) F(n, STR, 0, v)
 
 const HyRecordDef hy_record_defs[HY_RECORD_COUNT] = {
-    [HY_BUFFER] = {"Buffer", NULL,
+    [HY_BUFFER] = {"Buffer",
+                   NULL,
                    "One entry of the buffer table. `alignment` is what the pointer must honour in "
                    "memory; the default, 1, asks nothing.",
                    {REQUIRED("role"), REQUIRED("byte_size"), OR_INT("alignment", 1),
                     OR_STR("sync_mode", "ready")}},
-    [HY_DEVICE] = {"Device", NULL, "DLPack device type (1 = CPU, 2 = CUDA, ...), id, memory class.",
+    [HY_DEVICE] = {"Device",
+                   NULL,
+                   "DLPack device type (1 = CPU, 2 = CUDA, ...), id, memory class.",
                    {OR_INT("type", 1), OR_INT("id", 0), OR_STR("memory_class", "host")}},
     [HY_DENSE] = {"Dense", "dense", NULL, {OR_INT("data_buffer", 0)}},
-    [HY_SPARSE] = {"Sparse", "sparse", "format: coo, csr, csc or bsr.",
+    [HY_SPARSE] = {"Sparse",
+                   "sparse",
+                   "format: coo, csr, csc or bsr.",
                    {REQUIRED("format"), REQUIRED("index_dtype"), REQUIRED("nnz"),
-                    OR_INT("values_buffer", 0), OR_NONE("indptr_buffer"), OR_NONE("indices_buffer"),
-                    OR_NONE("index_buffers"), OR_NONE("block_shape"), F("canonical", FALSE_, 0, NULL)}},
-    [HY_PAGED] = {"Paged", "paged", NULL,
+                    OR_INT("values_buffer", 0), OR_NONE("indptr_buffer"),
+                    OR_NONE("indices_buffer"), OR_NONE("index_buffers"), OR_NONE("block_shape"),
+                    F("canonical", FALSE_, 0, NULL)}},
+    [HY_PAGED] = {"Paged",
+                  "paged",
+                  NULL,
                   {REQUIRED("axis"), REQUIRED("page_size"), REQUIRED("num_pages"),
                    OR_STR("table_dtype", "int32"), OR_INT("pool_buffer", 0),
                    OR_INT("table_buffer", 1)}},
     [HY_MEMBER] = {"Member", NULL, NULL, {REQUIRED("name"), REQUIRED("descriptor")}},
     [HY_COMPOSITE] = {"Composite", "composite", NULL, {F("members", EMPTY, 0, NULL)}},
-    [HY_PER_TENSOR_AFFINE] = {"PerTensorAffine", "per_tensor_affine", NULL,
+    [HY_PER_TENSOR_AFFINE] = {"PerTensorAffine",
+                              "per_tensor_affine",
+                              NULL,
                               {REQUIRED("scale"), OR_INT("zero_point", 0)}},
-    [HY_PER_CHANNEL_AFFINE] = {"PerChannelAffine", "per_channel_affine", NULL,
+    [HY_PER_CHANNEL_AFFINE] = {"PerChannelAffine",
+                               "per_channel_affine",
+                               NULL,
                                {REQUIRED("axis"), REQUIRED("scale_buffer"),
                                 OR_STR("scale_dtype", "float32"), OR_NONE("zero_point_buffer"),
                                 OR_NONE("zero_point_dtype"), OR_INT("zero_point", 0)}},
-    [HY_BLOCK_AFFINE] = {"BlockAffine", "block_affine", NULL,
+    [HY_BLOCK_AFFINE] = {"BlockAffine",
+                         "block_affine",
+                         NULL,
                          {REQUIRED("axis"), REQUIRED("block_size"), REQUIRED("scale_buffer"),
                           OR_STR("scale_dtype", "float16"), OR_NONE("zero_point_buffer"),
                           OR_NONE("zero_point_dtype"), OR_INT("zero_point", 0)}},
-    [HY_NF4] = {"Nf4", "nf4", NULL,
+    [HY_NF4] = {"Nf4",
+                "nf4",
+                NULL,
                 {REQUIRED("block_size"), REQUIRED("absmax_buffer"),
                  OR_STR("absmax_dtype", "float32")}},
-    [HY_MXFP] = {"Mxfp", "mx",
+    [HY_MXFP] = {"Mxfp",
+                 "mx",
                  "OCP MX: element is fp8_e4m3, fp8_e5m2, fp6_e3m2, fp6_e2m3, fp4_e2m1 or int8.",
                  {REQUIRED("element"), REQUIRED("axis"), REQUIRED("scale_buffer"),
                   OR_INT("block_size", 32)}},
-    [HY_BLOCK_CODED] = {"BlockCoded", "block_coded",
-                        "Blocks of a named format (e.g. \"ggml_q4_k\") that carry their own scales, "
-                        "in the data buffer (dtype uint8), along the last axis; block_size is the "
-                        "format's, filled in when not given.",
-                        {REQUIRED("format"), REQUIRED("axis"), OR_NONE("block_size")}},
-    [HY_STATISTICS] = {"Statistics", NULL, NULL,
+    [HY_BLOCK_CODED] =
+        {"BlockCoded",
+         "block_coded",
+         "Blocks of a named format (e.g. \"ggml_q4_k\") that carry their own scales, "
+         "in the data buffer (dtype uint8), along the last axis; block_size is the "
+         "format's, filled in when not given.",
+         {REQUIRED("format"), REQUIRED("axis"), OR_NONE("block_size")}},
+    [HY_STATISTICS] = {"Statistics",
+                       NULL,
+                       NULL,
                        {OR_NONE("min"), OR_NONE("max"), OR_NONE("nan_count"),
                         OR_NONE("zero_count")}},
     [HY_SHARD] = {"Shard", NULL, NULL, {REQUIRED("global_shape"), REQUIRED("offsets")}},
@@ -107,7 +128,8 @@ PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values) {
   if (self == NULL) return NULL;
   int n = field_count(&hy_record_defs[record]);
   for (int i = 0; i < n; i++) {
-    self->v[i] = values[i] != NULL ? Py_NewRef(values[i]) : default_value(&hy_record_defs[record].fields[i]);
+    self->v[i] = values[i] != NULL ? Py_NewRef(values[i])
+                                   : default_value(&hy_record_defs[record].fields[i]);
     if (self->v[i] == NULL) {
       Py_DECREF(self);
       return NULL;
@@ -187,10 +209,11 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
   if (record == HY_BLOCK_CODED && (values[2] == NULL || values[2] == Py_None)) {
     /* The block size follows from the format: fill it in, as C would. */
     const char *name = values[0] != NULL && PyUnicode_Check(values[0])
-                           ? PyUnicode_AsUTF8(values[0]) : NULL;
+                           ? PyUnicode_AsUTF8(values[0])
+                           : NULL;
     uint32_t elements = 0;
-    if (name != NULL && hurray_block_format_info(hurray_block_format_from_name(name), &elements,
-                                                 NULL, NULL)) {
+    if (name != NULL &&
+        hurray_block_format_info(hurray_block_format_from_name(name), &elements, NULL, NULL)) {
       filled = PyLong_FromUnsignedLong(elements);
       if (filled == NULL) return NULL;
       values[2] = filled;
@@ -296,10 +319,10 @@ int hy_records_add(PyObject *module, ModuleState *st) {
     const HyRecordDef *def = &hy_record_defs[r];
     int n = field_count(def);
     for (int i = 0; i < n; i++) {
-      record_members[r][i] = (PyMemberDef){(char *)def->fields[i].name, T_OBJECT_EX,
-                                           (Py_ssize_t)(offsetof(HyRecordObject, v) +
-                                                        (size_t)i * sizeof(PyObject *)),
-                                           READONLY, NULL};
+      record_members[r][i] = (PyMemberDef){
+          (char *)def->fields[i].name, T_OBJECT_EX,
+          (Py_ssize_t)(offsetof(HyRecordObject, v) + (size_t)i * sizeof(PyObject *)), READONLY,
+          NULL};
     }
     record_members[r][n] = (PyMemberDef){NULL};
     snprintf(record_names[r], sizeof record_names[r], "hurray.%s", def->name);

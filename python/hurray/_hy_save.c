@@ -15,7 +15,8 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
     if (v == -1 && PyErr_Occurred()) return HURRAY_ERR_INVALID_ARGUMENT;
     return hurray_writer_set_metadata_int(w, key, v, e);
   }
-  if (PyFloat_Check(value)) return hurray_writer_set_metadata_float(w, key, PyFloat_AsDouble(value), e);
+  if (PyFloat_Check(value))
+    return hurray_writer_set_metadata_float(w, key, PyFloat_AsDouble(value), e);
   if (PyUnicode_Check(value)) {
     const char *s = hy_utf8(value, "metadata value");
     if (s == NULL) return HURRAY_ERR_INVALID_ARGUMENT;
@@ -70,8 +71,7 @@ static int write_plain(HurrayWriter *w, const char *name, PyObject *spec, bool r
   }
   if (s == HURRAY_OK) {
     if (release_gil) {
-      Py_BEGIN_ALLOW_THREADS
-      s = hurray_writer_write_tensor(w, name, d, list, e);
+      Py_BEGIN_ALLOW_THREADS s = hurray_writer_write_tensor(w, name, d, list, e);
       Py_END_ALLOW_THREADS
     } else {
       s = hurray_writer_write_tensor(w, name, d, list, e);
@@ -94,15 +94,15 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
   bool to_fd = !to_path && PyLong_Check(target);
   if (to_path && !PyUnicode_FSConverter(target, path)) return -1;
   if (!to_path && !to_fd && !PyObject_HasAttrString(target, "write")) {
-    PyErr_SetString(PyExc_TypeError, "save() needs a path, a file descriptor or a writable stream");
+    PyErr_SetString(PyExc_TypeError,
+                    "save() needs a path, a file descriptor or a writable stream");
     return -1;
   }
   /* A Python stream's write() needs the GIL, so only the other sinks drop it. */
   *release_gil = to_path || to_fd;
   HurrayStatus s;
   if (to_path) {
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_writer_open(PyBytes_AS_STRING(*path), w, e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_writer_open(PyBytes_AS_STRING(*path), w, e);
     Py_END_ALLOW_THREADS
   } else if (to_fd) {
     long fd = PyLong_AsLong(target);
@@ -123,9 +123,8 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
  * at the first failure (a Python exception, or *status not OK). */
 static void write_items(ModuleState *st, HurrayWriter *w, PyObject *seq, bool release_gil,
                         HurrayStatus *status, HurrayError *e) {
-  for (Py_ssize_t i = 0; *status == HURRAY_OK && !PyErr_Occurred() &&
-                         i < PySequence_Fast_GET_SIZE(seq);
-       i++) {
+  for (Py_ssize_t i = 0;
+       *status == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq); i++) {
     PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
     PyObject *name_obj, *tensor;
     if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "UO", &name_obj, &tensor)) {
@@ -147,7 +146,7 @@ static void write_items(ModuleState *st, HurrayWriter *w, PyObject *seq, bool re
     HurrayStatus s;
     if (release_gil) {
       Py_BEGIN_ALLOW_THREADS /* `seq` holds the tensor, so its memory stays */
-      s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, e);
+          s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, e);
       Py_END_ALLOW_THREADS
     } else {
       s = hurray_writer_write_tensor(w, name, t->descriptor, t->buffers, e);
@@ -211,8 +210,7 @@ PyObject *mod_save(PyObject *module, PyObject *args) {
     return NULL;
   }
   if (release_gil) {
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_writer_finish(w, &e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_writer_finish(w, &e);
     Py_END_ALLOW_THREADS
   } else {
     s = hurray_writer_finish(w, &e);

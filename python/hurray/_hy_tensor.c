@@ -12,7 +12,7 @@ TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type) {
 }
 
 int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list,
-                        bool writable) {
+                    bool writable) {
   size_t n = hurray_buffer_list_len(list);
   self->writable = PyMem_Calloc(n ? n : 1, sizeof(bool));
   if (self->writable == NULL) {
@@ -156,7 +156,6 @@ static PyObject *tensor_buffer_count(PyObject *op, void *closure) {
   return PyLong_FromSize_t(hurray_buffer_list_len(self->buffers));
 }
 
-
 static PyObject *tensor_buffer(PyObject *op, PyObject *arg) {
   TensorObject *self = (TensorObject *)op;
   if (hy_tensor_ready(self) < 0) return NULL;
@@ -243,13 +242,12 @@ static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS
-  /* The Python wrapper checked the output-size limit (_check_output_size)
-   * before allocating `out`; the size of `out` is the caller's. */
-  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
+      /* The Python wrapper checked the output-size limit (_check_output_size)
+       * before allocating `out`; the size of `out` is the caller's. */
+      static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
   s = hurray_tensor_to_dense_with(self->descriptor, self->buffers, out.buf, (uint64_t)out.len,
                                   &unlimited, &e);
-  Py_END_ALLOW_THREADS
-  PyBuffer_Release(&out);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
   Py_RETURN_NONE;
 }
@@ -270,12 +268,11 @@ static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
   if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED; /* checked before */
+  Py_BEGIN_ALLOW_THREADS static const HurrayOutputLimits unlimited =
+      HURRAY_OUTPUT_UNLIMITED; /* checked before */
   s = hurray_dequantize_with(self->descriptor, self->buffers, out_dtype, out.buf,
                              (uint64_t)out.len, threads, &unlimited, &e);
-  Py_END_ALLOW_THREADS
-  PyBuffer_Release(&out);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
   Py_RETURN_NONE;
 }
@@ -340,8 +337,7 @@ static PyObject *tensor_statistics(PyObject *op, PyObject *unused) {
   HurrayDescriptor *copy = NULL;
   HurrayStatus s = hurray_descriptor_clone(self->descriptor, &copy, &e);
   if (s == HURRAY_OK) {
-    Py_BEGIN_ALLOW_THREADS
-    s = hurray_compute_statistics(copy, self->buffers, &e);
+    Py_BEGIN_ALLOW_THREADS s = hurray_compute_statistics(copy, self->buffers, &e);
     Py_END_ALLOW_THREADS
   }
   PyObject *out = s == HURRAY_OK ? hy_encode_descriptor(st, copy) : hy_raise_status(st, s, &e);
@@ -357,8 +353,8 @@ static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptio
   int symmetric;
   unsigned int threads;
   if (!PyArg_ParseTuple(args, "OsOsOOzziO&:_quantize", &src, &src_dtype_name, &shape_obj,
-                        &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name,
-                        &symmetric, hy_conv_threads, &threads)) {
+                        &scheme_name, &axis_obj, &block_obj, &code_name, &scale_name, &symmetric,
+                        hy_conv_threads, &threads)) {
     return -1;
   }
   HurrayError e = {0};
@@ -383,13 +379,13 @@ static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptio
     if (block == (unsigned long long)-1 && PyErr_Occurred()) return -1;
     o->block_size = block;
   }
-  if (code_name != NULL && (o->code_dtype = hurray_dtype_from_name(code_name)) ==
-                               HURRAY_DTYPE_INVALID) {
+  if (code_name != NULL &&
+      (o->code_dtype = hurray_dtype_from_name(code_name)) == HURRAY_DTYPE_INVALID) {
     PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 6));
     return -1;
   }
-  if (scale_name != NULL && (o->scale_dtype = hurray_dtype_from_name(scale_name)) ==
-                                HURRAY_DTYPE_INVALID) {
+  if (scale_name != NULL &&
+      (o->scale_dtype = hurray_dtype_from_name(scale_name)) == HURRAY_DTYPE_INVALID) {
     PyErr_Format(PyExc_ValueError, "unknown dtype %R", PyTuple_GET_ITEM(args, 7));
     return -1;
   }
@@ -451,10 +447,9 @@ PyObject *mod_quantize(PyObject *module, PyObject *args) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS
-  s = hurray_quantize(view.buf, (uint64_t)view.len, src_dtype, (uint32_t)rank, shape, &o, &d, &list, &e);
-  Py_END_ALLOW_THREADS
-  PyBuffer_Release(&view);
+  Py_BEGIN_ALLOW_THREADS s = hurray_quantize(view.buf, (uint64_t)view.len, src_dtype,
+                                             (uint32_t)rank, shape, &o, &d, &list, &e);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&view);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   TensorObject *t = hy_tensor_alloc(st, NULL);
   if (t == NULL) {
@@ -495,8 +490,8 @@ static PyMethodDef tensor_methods[] = {
     {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
     {"_check_output_size", tensor_check_output_size, METH_VARARGS,
      "raise LimitError if an output of nbytes is beyond the limit"},
-    {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray,
-     METH_VARARGS | METH_KEYWORDS, "export every buffer in one capsule"},
+    {"__hurray__", (PyCFunction)(void (*)(void))tensor_dunder_hurray, METH_VARARGS | METH_KEYWORDS,
+     "export every buffer in one capsule"},
     {"_from_capsule", tensor_from_capsule, METH_O | METH_CLASS, "consume a hurray_buffer capsule"},
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, max_version=None, dl_device=None, copy=None): a DLPack capsule"},
@@ -521,9 +516,9 @@ static PyType_Slot tensor_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec hy_tensor_spec = {
-    "hurray._hurray._Tensor", sizeof(TensorObject), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, tensor_slots};
+PyType_Spec hy_tensor_spec = {"hurray._hurray._Tensor", sizeof(TensorObject), 0,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                              tensor_slots};
 
 static PyType_Slot view_slots[] = {
     {Py_bf_getbuffer, view_getbuffer},
@@ -532,4 +527,4 @@ static PyType_Slot view_slots[] = {
 };
 
 PyType_Spec hy_view_spec = {"hurray._hurray._BufferView", sizeof(ViewObject), 0,
-                                Py_TPFLAGS_DEFAULT, view_slots};
+                            Py_TPFLAGS_DEFAULT, view_slots};

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#  define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
 PyObject *hurray_py_prefault(PyObject *module, PyObject *args) {
@@ -26,8 +26,7 @@ PyObject *hurray_py_prefault(PyObject *module, PyObject *args) {
   /* Whole pages inside the buffer only: advice must not reach memory the
    * buffer does not own (its neighbours in the allocator). */
   uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
-  Py_BEGIN_ALLOW_THREADS
-  if (hugepage) {
+  Py_BEGIN_ALLOW_THREADS if (hugepage) {
     uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t hfirst = (start + huge - 1) / huge * huge, hlast = end / huge * huge;
 #ifdef MADV_HUGEPAGE
@@ -35,7 +34,6 @@ PyObject *hurray_py_prefault(PyObject *module, PyObject *args) {
 #endif
   }
   if (last > first) (void)madvise((void *)first, last - first, MADV_POPULATE_WRITE);
-  Py_END_ALLOW_THREADS
-  PyBuffer_Release(&view);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&view);
   Py_RETURN_NONE;
 }

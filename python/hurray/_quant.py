@@ -1,4 +1,5 @@
 """hurray.quantize: float arrays to quantized tensors, through the C kernels."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -35,9 +36,17 @@ def _as_float_array(array: Any) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def quantize(array: Any, scheme: str, *, axis: Optional[int] = None,
-             block_size: Optional[int] = None, dtype: Any = None, scale_dtype: Any = None,
-             symmetric: Optional[bool] = None, threads: int = 1):
+def quantize(
+    array: Any,
+    scheme: str,
+    *,
+    axis: Optional[int] = None,
+    block_size: Optional[int] = None,
+    dtype: Any = None,
+    scale_dtype: Any = None,
+    symmetric: Optional[bool] = None,
+    threads: int = 1,
+):
     """Quantizes a float array (numpy, ml_dtypes, torch on CPU, or anything
     numpy.asarray takes) into a hurray.Tensor holding codes, scales and zero
     points in separate buffers. float32, float16 and bfloat16 are read as
@@ -61,5 +70,15 @@ def quantize(array: Any, scheme: str, *, axis: Optional[int] = None,
     a = _as_float_array(array)
     raw = a.reshape(-1).view(np.uint8) if a.size else np.zeros(0, np.uint8)
     sym = -1 if symmetric is None else int(bool(symmetric))
-    return _hurray._quantize(raw, _dtypes.from_numpy(a.dtype), a.shape, scheme, axis, block_size,
-                             _dtype_name(dtype), _dtype_name(scale_dtype), sym, int(threads))
+    return _hurray._quantize(
+        raw,
+        _dtypes.from_numpy(a.dtype),
+        a.shape,
+        scheme,
+        axis,
+        block_size,
+        _dtype_name(dtype),
+        _dtype_name(scale_dtype),
+        sym,
+        int(threads),
+    )

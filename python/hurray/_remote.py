@@ -18,6 +18,7 @@ glue is _source.c). Round trips (docs/spec/file-format.md section 15):
 docs/adr/ADR-0023-reader-sources.md says why urllib3 and why no chunked
 checksums; docs/security.md what a hostile server can and cannot do.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -55,6 +56,7 @@ DEFAULT_TIMEOUT = (10.0, 60.0)
 
 class RemoteError(_hurray.HurrayIOError):
     """Reading a remote file failed (an OSError, like file-system failures)."""
+
     # What C raises for an I/O failure carries these too (the number is C's).
     status = _hurray.STATUS["HURRAY_ERR_IO"]
     status_name = "HURRAY_ERR_IO"
@@ -104,7 +106,7 @@ def _retrying(fn: Callable, retries: int):
         except _Transient as t:
             if attempt == retries:
                 raise t.error from None
-            time.sleep(BACKOFF_SECONDS * (2 ** attempt) * (1 + random.random() / 2))
+            time.sleep(BACKOFF_SECONDS * (2**attempt) * (1 + random.random() / 2))
 
 
 # ------------------------------------------------------------------ HTTP
@@ -119,13 +121,21 @@ class HttpBackend:
     asked: status 206, the exact Content-Range, the same total size and
     validator, and exactly the bytes announced."""
 
-    def __init__(self, url: str, *, timeout=DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 headers: Optional[dict] = None, threads: int = DEFAULT_THREADS):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout=DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        headers: Optional[dict] = None,
+        threads: int = DEFAULT_THREADS,
+    ):
         try:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
             raise RemoteError(
-                f"reading {url} needs urllib3: pip install 'hurray[remote]'") from None
+                f"reading {url} needs urllib3: pip install 'hurray[remote]'"
+            ) from None
         self._urllib3 = urllib3
         self.url = url
         self.retries = int(retries)
@@ -153,12 +163,15 @@ class HttpBackend:
             if self._etag is None and self._last_modified is None:
                 self._etag, self._last_modified = etag, modified
                 return
-            if (self._etag is not None and etag is not None and etag != self._etag) or \
-                    (self._last_modified is not None and modified is not None
-                     and modified != self._last_modified):
+            if (self._etag is not None and etag is not None and etag != self._etag) or (
+                self._last_modified is not None
+                and modified is not None
+                and modified != self._last_modified
+            ):
                 raise RemoteChangedError(
                     f"{self.url} changed while it was read (ETag {self._etag} -> {etag}, "
-                    f"Last-Modified {self._last_modified} -> {modified})")
+                    f"Last-Modified {self._last_modified} -> {modified})"
+                )
 
     def _check_size(self, total: int) -> None:
         with self._lock:
@@ -166,10 +179,10 @@ class HttpBackend:
                 self.size = total
             elif total != self.size:
                 raise RemoteChangedError(
-                    f"{self.url} changed while it was read (size {self.size} -> {total})")
+                    f"{self.url} changed while it was read (size {self.size} -> {total})"
+                )
 
-    def request(self, range_header: str, want: Optional[Tuple[int, int]],
-                sink: Callable) -> None:
+    def request(self, range_header: str, want: Optional[Tuple[int, int]], sink: Callable) -> None:
         """One GET with `range_header`; `want` is the (start, end) the answer
         must have (None for a suffix, checked by the caller through `sink`).
         `sink(response, start, end, total)` reads the body."""
@@ -183,9 +196,15 @@ class HttpBackend:
             # the offsets meaningless.
             headers["Accept-Encoding"] = "identity"
             try:
-                response = self._pool.request("GET", self.url, headers=headers,
-                                              preload_content=False, decode_content=False,
-                                              timeout=self._timeout, redirect=True)
+                response = self._pool.request(
+                    "GET",
+                    self.url,
+                    headers=headers,
+                    preload_content=False,
+                    decode_content=False,
+                    timeout=self._timeout,
+                    redirect=True,
+                )
             except urllib3.exceptions.TimeoutError as e:
                 raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
             except urllib3.exceptions.HTTPError as e:
@@ -197,7 +216,8 @@ class HttpBackend:
                 status = response.status
                 if status == 412:
                     raise RemoteChangedError(
-                        f"{self.url} changed while it was read (412 Precondition Failed)")
+                        f"{self.url} changed while it was read (412 Precondition Failed)"
+                    )
                 if status == 429 or status >= 500:
                     raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
                 if status in (404, 410):
@@ -205,28 +225,34 @@ class HttpBackend:
                 if status == 200:
                     raise RemoteProtocolError(
                         f"{self.url}: the server ignored the Range header (200, not 206); "
-                        "hurray reads remote files only with range requests")
+                        "hurray reads remote files only with range requests"
+                    )
                 if status == 416:
-                    raise RemoteProtocolError(f"{self.url}: range not satisfiable "
-                                                    f"({range_header})")
+                    raise RemoteProtocolError(f"{self.url}: range not satisfiable ({range_header})")
                 if status != 206:
                     raise RemoteError(f"{self.url}: HTTP {status}")
                 match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
                 if match is None or match.group(3) == "*":
                     raise RemoteProtocolError(
                         f"{self.url}: bad Content-Range {response.headers.get('Content-Range')!r}"
-                        f" for {range_header}")
-                start, end, total = int(match.group(1)), int(match.group(2)) + 1, \
-                    int(match.group(3))
+                        f" for {range_header}"
+                    )
+                start, end, total = (
+                    int(match.group(1)),
+                    int(match.group(2)) + 1,
+                    int(match.group(3)),
+                )
                 if end <= start or end > total or (want is not None and (start, end) != want):
                     raise RemoteProtocolError(
                         f"{self.url}: asked for {range_header}, got Content-Range "
-                        f"{response.headers.get('Content-Range')!r}")
+                        f"{response.headers.get('Content-Range')!r}"
+                    )
                 length = response.headers.get("Content-Length")
                 if length is not None and (not length.isdigit() or int(length) != end - start):
                     raise RemoteProtocolError(
                         f"{self.url}: Content-Length {length} disagrees with Content-Range "
-                        f"{response.headers.get('Content-Range')!r}")
+                        f"{response.headers.get('Content-Range')!r}"
+                    )
                 self._check_size(total)
                 self._check_validators(response)
                 try:
@@ -236,8 +262,9 @@ class HttpBackend:
                 except (urllib3.exceptions.HTTPError, OSError) as e:
                     if isinstance(e, RemoteError):
                         raise
-                    raise _Transient(RemoteProtocolError(
-                        f"{self.url}: the body ended early or broke: {e}")) from None
+                    raise _Transient(
+                        RemoteProtocolError(f"{self.url}: the body ended early or broke: {e}")
+                    ) from None
                 done = True
             finally:
                 if not done:
@@ -253,14 +280,17 @@ class HttpBackend:
         while got < len(view):
             n = response.readinto(view[got:])
             if not n:
-                raise _Transient(RemoteProtocolError(
-                    f"{self.url}: the body ended after {got} of {len(view)} bytes"))
+                raise _Transient(
+                    RemoteProtocolError(
+                        f"{self.url}: the body ended after {got} of {len(view)} bytes"
+                    )
+                )
             got += n
 
     def _skip(self, response, n: int) -> None:
         scratch = memoryview(bytearray(min(n, 1 << 16)))
         while n > 0:
-            self._read_exactly(response, scratch[:min(n, len(scratch))])
+            self._read_exactly(response, scratch[: min(n, len(scratch))])
             n -= min(n, len(scratch))
 
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
@@ -269,7 +299,8 @@ class HttpBackend:
         def sink(response, start, end, total):
             if end != total or (end - start != min(n, total)):
                 raise RemoteProtocolError(
-                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}")
+                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}"
+                )
             buf = bytearray(end - start)
             self._read_exactly(response, memoryview(buf))
             out["start"], out["data"] = start, bytes(buf)
@@ -294,6 +325,7 @@ class HttpBackend:
 
 # ---------------------------------------------------------------- fsspec
 
+
 class FsspecBackend:
     """Any fsspec file system: ranges with cat_file(path, start, end)."""
 
@@ -303,7 +335,8 @@ class FsspecBackend:
         except ImportError:
             raise RemoteError(
                 f"reading {url} needs fsspec (and the back end of its scheme): "
-                "pip install 'hurray[fsspec]'") from None
+                "pip install 'hurray[fsspec]'"
+            ) from None
         self.url = url
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         self.size: Optional[int] = None
@@ -321,7 +354,8 @@ class FsspecBackend:
             self.requests += 1
         if len(data) != end - start:
             raise RemoteProtocolError(
-                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}")
+                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}"
+            )
         return data
 
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
@@ -336,10 +370,11 @@ class FsspecBackend:
     def fetch(self, start: int, end: int, targets: Sequence[Tuple[int, memoryview]]) -> None:
         data = memoryview(self._cat(start, end))
         for offset, view in targets:
-            view[:] = data[offset - start: offset - start + len(view)]
+            view[:] = data[offset - start : offset - start + len(view)]
 
 
 # ---------------------------------------------------------------- source
+
 
 class RangeSource:
     """The object the C reader reads through (_source.h): `size`,
@@ -349,8 +384,7 @@ class RangeSource:
     kept per thread, so the binding re-raises it rather than the C
     reader's generic I/O error."""
 
-    def __init__(self, backend, suffix_bytes: int = SUFFIX_BYTES,
-                 threads: int = DEFAULT_THREADS):
+    def __init__(self, backend, suffix_bytes: int = SUFFIX_BYTES, threads: int = DEFAULT_THREADS):
         self.backend = backend
         self.threads = max(1, int(threads))
         self._local = threading.local()
@@ -410,11 +444,11 @@ class RangeSource:
                 if lo >= hi:
                     rest.append((o, v))
                     continue
-                v[lo - o: hi - o] = memoryview(data)[lo - start: hi - start]  # one copy
+                v[lo - o : hi - o] = memoryview(data)[lo - start : hi - start]  # one copy
                 if lo > o:
                     rest.append((o, v[: lo - o]))
                 if hi < o + len(v):
-                    rest.append((hi, v[hi - o:]))
+                    rest.append((hi, v[hi - o :]))
             todo = rest
         return todo
 
@@ -424,10 +458,10 @@ class RangeSource:
             for o, v in todo:
                 self.backend.fetch(o, o + len(v), [(o, v)])
             if todo and offset + len(view) == self.size - 64:
-                    # The index (it ends at the trailer; bounded by the
-                    # reader's 256 MiB limit): readers opened for other
-                    # threads find it here.
-                    self._blocks.append((offset, bytes(view)))
+                # The index (it ends at the trailer; bounded by the
+                # reader's 256 MiB limit): readers opened for other
+                # threads find it here.
+                self._blocks.append((offset, bytes(view)))
         except BaseException as e:
             self._local.error = e
             raise
@@ -439,8 +473,7 @@ class RangeSource:
             self._local.error = _PlanOnly()
             raise self._local.error
         try:
-            todo = sorted((p for o, v in ranges for p in self._uncached(o, v)),
-                          key=lambda p: p[0])
+            todo = sorted((p for o, v in ranges for p in self._uncached(o, v)), key=lambda p: p[0])
             runs: List[List[Tuple[int, memoryview]]] = []
             for offset, view in todo:
                 if runs and offset - (runs[-1][-1][0] + len(runs[-1][-1][1])) <= MERGE_GAP:
@@ -503,7 +536,8 @@ class RangeSource:
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.threads, thread_name_prefix="hurray-remote")
+                self.threads, thread_name_prefix="hurray-remote"
+            )
         return self._pool
 
     def close(self) -> None:
@@ -512,14 +546,21 @@ class RangeSource:
             self._pool = None
 
 
-def make_source(url: str, *, timeout=DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                suffix_bytes: int = SUFFIX_BYTES, threads: int = DEFAULT_THREADS,
-                headers: Optional[dict] = None,
-                storage_options: Optional[dict] = None) -> RangeSource:
+def make_source(
+    url: str,
+    *,
+    timeout=DEFAULT_TIMEOUT,
+    retries: int = DEFAULT_RETRIES,
+    suffix_bytes: int = SUFFIX_BYTES,
+    threads: int = DEFAULT_THREADS,
+    headers: Optional[dict] = None,
+    storage_options: Optional[dict] = None,
+) -> RangeSource:
     scheme = url.split("://", 1)[0].lower()
     if scheme in ("http", "https"):
-        backend = HttpBackend(url, timeout=timeout, retries=retries, headers=headers,
-                              threads=threads)
+        backend = HttpBackend(
+            url, timeout=timeout, retries=retries, headers=headers, threads=threads
+        )
     else:
         backend = FsspecBackend(url, storage_options)
     return RangeSource(backend, suffix_bytes, threads)
@@ -565,8 +606,7 @@ def open_file(url: str, source: RangeSource, verify: bool):
     return TranslatingFile(raw, source)
 
 
-def prefetched_get(file, source: RangeSource, names: Iterable[str],
-                   window: int = None) -> dict:
+def prefetched_get(file, source: RangeSource, names: Iterable[str], window: int = None) -> dict:
     """Every tensor of `names` with as few requests as the layout allows:
     the ranges each tensor needs are found first (no request), merged where
     tensors lie next to each other, fetched in pieces on the source's

@@ -2,6 +2,7 @@
 launcher (python/hurray-launcher.py) runs `python -m hurray ls URL` with
 the interpreter that installed the package, and this module answers with
 the C command's layout. Exit status: 0 success, 1 failure, 2 usage."""
+
 from __future__ import annotations
 
 import sys
@@ -27,14 +28,20 @@ def _layout_name(d) -> str:
 
 
 def _ls(f, out) -> None:
-    print(f"{'NAME':<40} {'DTYPE':<14} {'SHAPE':<20} {'LAYOUT':<12} {'QUANTIZATION':<20} "
-          f"{'BYTES':>12}  STATISTICS", file=out)
+    print(
+        f"{'NAME':<40} {'DTYPE':<14} {'SHAPE':<20} {'LAYOUT':<12} {'QUANTIZATION':<20} "
+        f"{'BYTES':>12}  STATISTICS",
+        file=out,
+    )
     for name in f.keys():
         d = f.descriptor(name)
         shape = "[" + ", ".join(str(n) for n in d.shape) + "]"
         size = sum(b.byte_size for b in d.buffers)
-        print(f"{name:<40} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
-              f"{_quant_name(d):<20} {size:>12}", file=out)
+        print(
+            f"{name:<40} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
+            f"{_quant_name(d):<20} {size:>12}",
+            file=out,
+        )
 
 
 def _info(f, url, out) -> None:
@@ -43,14 +50,18 @@ def _info(f, url, out) -> None:
     metadata = f.metadata
     print(f"metadata: {len(metadata)} entries", file=out)
     for key, value in metadata.items():
-        print(f"  {key} = {value!r}" if not isinstance(value, str) else f"  {key} = {value}",
-              file=out)
+        print(
+            f"  {key} = {value!r}" if not isinstance(value, str) else f"  {key} = {value}", file=out
+        )
     for name in f.keys():
         d = f.descriptor(name)
         shape = "[" + ", ".join(str(n) for n in d.shape) + "]"
         size = sum(b.byte_size for b in d.buffers)
-        print(f"\ntensor {name}: {d.dtype} {shape}, {_layout_name(d)}, quantization "
-              f"{_quant_name(d)}, {size} bytes in {len(d.buffers)} buffers", file=out)
+        print(
+            f"\ntensor {name}: {d.dtype} {shape}, {_layout_name(d)}, quantization "
+            f"{_quant_name(d)}, {size} bytes in {len(d.buffers)} buffers",
+            file=out,
+        )
         print(d.to_json(), file=out)
 
 
@@ -61,6 +72,7 @@ def main(argv: List[str]) -> int:
     command, url = argv
     from . import open as hurray_open
     from ._hurray import HurrayError
+
     try:
         with hurray_open(url) as f:
             if command == "ls":

@@ -1,11 +1,19 @@
 """RemoteFile: hurray.open of a URL (see _remote.py)."""
+
 from __future__ import annotations
 
 from typing import Optional
 
 from ._files import File
-from ._remote import (DEFAULT_RETRIES, DEFAULT_THREADS, DEFAULT_TIMEOUT, SUFFIX_BYTES,
-                      make_source, open_file, prefetched_get)
+from ._remote import (
+    DEFAULT_RETRIES,
+    DEFAULT_THREADS,
+    DEFAULT_TIMEOUT,
+    SUFFIX_BYTES,
+    make_source,
+    open_file,
+    prefetched_get,
+)
 from ._tensor import specialise
 
 
@@ -16,15 +24,30 @@ class RemoteFile(File):
     verify_reads=True (default) checks each tensor fetched whole against
     its checksums."""
 
-    def __init__(self, url: str, *, verify: bool = False, verify_reads: bool = True,
-                 threads: int = DEFAULT_THREADS, timeout=DEFAULT_TIMEOUT,
-                 retries: int = DEFAULT_RETRIES, suffix_bytes: int = SUFFIX_BYTES,
-                 headers: Optional[dict] = None, storage_options: Optional[dict] = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        verify: bool = False,
+        verify_reads: bool = True,
+        threads: int = DEFAULT_THREADS,
+        timeout=DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        suffix_bytes: int = SUFFIX_BYTES,
+        headers: Optional[dict] = None,
+        storage_options: Optional[dict] = None,
+    ):
         self.path = url
         self.readonly = False
-        self._source = make_source(url, timeout=timeout, retries=retries,
-                                   suffix_bytes=suffix_bytes, threads=threads,
-                                   headers=headers, storage_options=storage_options)
+        self._source = make_source(
+            url,
+            timeout=timeout,
+            retries=retries,
+            suffix_bytes=suffix_bytes,
+            threads=threads,
+            headers=headers,
+            storage_options=storage_options,
+        )
         self._verify_reads = bool(verify_reads)
         self._file = open_file(url, self._source, self._verify_reads)
         if verify:

@@ -10,6 +10,7 @@ metadata, context manager), so that a script switches by
 changing its import. Tensors are zero-copy views of a private,
 copy-on-write mapping: they may be written, and the file never changes.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,10 +38,11 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
     if Ellipsis in key:
         at = key.index(Ellipsis)
         fill = len(shape) - (len(key) - 1)
-        key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
+        key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1 :]
     if len(key) > len(shape):
-        raise IndexError(f"too many indices: the tensor has {len(shape)} dimensions, "
-                         f"{len(key)} were indexed")
+        raise IndexError(
+            f"too many indices: the tensor has {len(shape)} dimensions, {len(key)} were indexed"
+        )
     key = key + (slice(None),) * (len(shape) - len(key))
     parts, flips = [], []
     kept = 0
@@ -54,8 +56,7 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
             parts.append(i % n)
             continue
         if not isinstance(k, slice):
-            raise TypeError(f"safe_open slices take ints, slices and '...', not "
-                            f"{type(k).__name__}")
+            raise TypeError(f"safe_open slices take ints, slices and '...', not {type(k).__name__}")
         r = range(*k.indices(n))
         if len(r) == 0:
             parts.append(slice(0, 0, 1))
@@ -97,8 +98,13 @@ class SafeSlice:
         owner = self._owner
         parts, flips = _normalise(key, self._shape)
         d = owner._file.descriptor(self._name)
-        rows_ok = (isinstance(d.layout, Dense) and d.quantization is None and d.strides is None
-                   and not _dtypes.is_packed(d.dtype) and len(self._shape) > 0)
+        rows_ok = (
+            isinstance(d.layout, Dense)
+            and d.quantization is None
+            and d.strides is None
+            and not _dtypes.is_packed(d.dtype)
+            and len(self._shape) > 0
+        )
         if rows_ok:
             first = parts[0]
             if isinstance(first, int):
@@ -120,8 +126,7 @@ class SafeSlice:
 class SafeOpen:
     """safetensors.safe_open over a hurray file (see the module doc)."""
 
-    def __init__(self, filename: str | os.PathLike, framework: str = "pt",
-                 device: Any = "cpu"):
+    def __init__(self, filename: str | os.PathLike, framework: str = "pt", device: Any = "cpu"):
         try:
             self._framework = _FRAMEWORKS[str(framework)]
         except KeyError:
@@ -131,6 +136,7 @@ class SafeOpen:
         self._device = device
         if self._framework == "pt":
             import torch  # noqa: F401  (the torch interop needs it)
+
             self._torch_device = _hooks.torch("_device")(device)
         self._file = File(filename)
 
@@ -179,8 +185,7 @@ class SafeOpen:
         return out
 
 
-def safe_open(filename: str | os.PathLike, framework: str = "pt", device: Any = "cpu"
-              ) -> SafeOpen:
+def safe_open(filename: str | os.PathLike, framework: str = "pt", device: Any = "cpu") -> SafeOpen:
     """safetensors.safe_open over a hurray file: keys(), get_tensor(name),
     get_slice(name)[...] (ints, slices with any step, '...'; only the rows
     the index needs are read for dense tensors), metadata(), and use as a

@@ -8,6 +8,7 @@ arrays into pieces and writes one file per part, load_sharded() checks the
 tiling and assembles the whole global tensor or any rectangular region of
 it, fetching only the pieces that region touches.
 """
+
 from __future__ import annotations
 
 import glob
@@ -38,6 +39,7 @@ def _error(status_name: str, message: str):
 
 # --------------------------------------------------------------------- shard
 
+
 def shard(value: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> Tensor:
     """The same tensor marked as the block [offsets, offsets + shape) of a
     global tensor of global_shape. Zero-copy: the result shares the
@@ -45,12 +47,14 @@ def shard(value: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> Te
     HURRAY_ERR_SHARD_RANK when the ranks differ and HURRAY_ERR_SHARD_BOUNDS
     when the block reaches past the global shape."""
     t = as_tensor(value)
-    descriptor = t.descriptor.replace(shard=Shard(tuple(int(g) for g in global_shape),
-                                                  tuple(int(o) for o in offsets)))
+    descriptor = t.descriptor.replace(
+        shard=Shard(tuple(int(g) for g in global_shape), tuple(int(o) for o in offsets))
+    )
     return specialise(Tensor(descriptor, list(t.buffers)))
 
 
 # --------------------------------------------------------------- box algebra
+
 
 def _volume(box: Box) -> int:
     lo, hi = box
@@ -74,9 +78,9 @@ def _subtract(a: Box, b: Box) -> List[Box]:
     lo, hi = list(a[0]), list(a[1])
     for k in range(len(lo)):
         if lo[k] < cut[0][k]:
-            out.append((tuple(lo), tuple(hi[:k] + [cut[0][k]] + hi[k + 1:])))
+            out.append((tuple(lo), tuple(hi[:k] + [cut[0][k]] + hi[k + 1 :])))
         if cut[1][k] < hi[k]:
-            out.append((tuple(lo[:k] + [cut[1][k]] + lo[k + 1:]), tuple(hi)))
+            out.append((tuple(lo[:k] + [cut[1][k]] + lo[k + 1 :]), tuple(hi)))
         lo[k], hi[k] = cut[0][k], cut[1][k]
     return out
 
@@ -86,6 +90,7 @@ def _fmt_box(box: Box) -> str:
 
 
 # -------------------------------------------------------------------- pieces
+
 
 @dataclass
 class _Piece:
@@ -112,27 +117,38 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
     for p in pieces[1:]:
         g = p.descriptor.shard.global_shape
         if g != global_shape:
-            status = ("HURRAY_ERR_SHARD_RANK" if len(g) != len(global_shape)
-                      else "HURRAY_ERR_SHARD_BOUNDS")
-            raise _error(status,
-                         f"tensor {name!r}: pieces disagree on the global shape: "
-                         f"{first.label()} says {global_shape}, {p.label()} says {g}")
+            status = (
+                "HURRAY_ERR_SHARD_RANK"
+                if len(g) != len(global_shape)
+                else "HURRAY_ERR_SHARD_BOUNDS"
+            )
+            raise _error(
+                status,
+                f"tensor {name!r}: pieces disagree on the global shape: "
+                f"{first.label()} says {global_shape}, {p.label()} says {g}",
+            )
         if p.descriptor.dtype != dtype:
-            raise _error("HURRAY_ERR_DTYPE",
-                         f"tensor {name!r}: pieces disagree on the dtype: {first.label()} is "
-                         f"{dtype}, {p.label()} is {p.descriptor.dtype}")
+            raise _error(
+                "HURRAY_ERR_DTYPE",
+                f"tensor {name!r}: pieces disagree on the dtype: {first.label()} is "
+                f"{dtype}, {p.label()} is {p.descriptor.dtype}",
+            )
     for p in pieces:
         d = p.descriptor
         if not isinstance(d.layout, Dense):
-            raise _error("HURRAY_ERR_UNSUPPORTED",
-                         f"tensor {name!r}: piece {p.label()} has a "
-                         f"{type(d.layout).__name__.lower()} layout; load_sharded assembles "
-                         "dense pieces only (read the pieces with hurray.open)")
+            raise _error(
+                "HURRAY_ERR_UNSUPPORTED",
+                f"tensor {name!r}: piece {p.label()} has a "
+                f"{type(d.layout).__name__.lower()} layout; load_sharded assembles "
+                "dense pieces only (read the pieces with hurray.open)",
+            )
         if d.quantization is not None:
-            raise _error("HURRAY_ERR_UNSUPPORTED",
-                         f"tensor {name!r}: piece {p.label()} is quantized "
-                         f"({type(d.quantization).__name__}); load_sharded assembles "
-                         "unquantized pieces only (dequantize each piece with hurray.open)")
+            raise _error(
+                "HURRAY_ERR_UNSUPPORTED",
+                f"tensor {name!r}: piece {p.label()} is quantized "
+                f"({type(d.quantization).__name__}); load_sharded assembles "
+                "unquantized pieces only (dequantize each piece with hurray.open)",
+            )
 
     solid = [p for p in pieces if _volume(p.box) > 0]
     # Overlap: sweep along the axis whose offsets vary most, so that pieces
@@ -142,14 +158,16 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
         axis = max(range(rank), key=lambda k: len({p.box[0][k] for p in solid}))
         solid.sort(key=lambda p: p.box[0][axis])
     for i, a in enumerate(solid):
-        for b in solid[i + 1:]:
+        for b in solid[i + 1 :]:
             if rank and b.box[0][axis] >= a.box[1][axis]:
                 break
             cut = _intersect(a.box, b.box)
             if cut is not None:
-                raise _error("HURRAY_ERR_SHARD_BOUNDS",
-                             f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
-                             f"{_fmt_box(cut)}")
+                raise _error(
+                    "HURRAY_ERR_SHARD_BOUNDS",
+                    f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
+                    f"{_fmt_box(cut)}",
+                )
     # Gap: disjoint pieces inside the global box tile it iff their volumes
     # add up to it (validation already kept every piece inside).
     covered = sum(_volume(p.box) for p in solid)
@@ -160,27 +178,35 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
             missing = [r for m in missing for r in _subtract(m, p.box)]
             if len(missing) > _MAX_GAP_BOXES:
                 break
-        example = (", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
-                   if len(missing) <= _MAX_GAP_BOXES else "")
-        raise _error("HURRAY_ERR_SHARD_BOUNDS",
-                     f"tensor {name!r}: the pieces leave {total - covered} of the "
-                     f"{total} elements of the global shape {tuple(global_shape)} uncovered"
-                     f"{example}; pieces found: {_listing(pieces)}")
+        example = (
+            ", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
+            if len(missing) <= _MAX_GAP_BOXES
+            else ""
+        )
+        raise _error(
+            "HURRAY_ERR_SHARD_BOUNDS",
+            f"tensor {name!r}: the pieces leave {total - covered} of the "
+            f"{total} elements of the global shape {tuple(global_shape)} uncovered"
+            f"{example}; pieces found: {_listing(pieces)}",
+        )
     return tuple(global_shape), dtype
 
 
 # ----------------------------------------------------------------- load_sharded
+
 
 def _paths(paths_or_dir) -> List[str]:
     if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
         path = os.fsdecode(paths_or_dir)
         if os.path.isdir(path):
             # Regular files only: a FIFO named *.hurray would block its open.
-            found = sorted(p for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
-                           if os.path.isfile(p))
+            found = sorted(
+                p
+                for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
+                if os.path.isfile(p)
+            )
             if not found:
-                raise _error("HURRAY_ERR_NOT_FOUND",
-                             f"no *.hurray files in {path!r}")
+                raise _error("HURRAY_ERR_NOT_FOUND", f"no *.hurray files in {path!r}")
             return found
         return [path]
     return [os.fsdecode(p) for p in paths_or_dir]
@@ -212,8 +238,9 @@ def _region(index, global_shape: Tuple[int, ...]) -> Tuple[Box, Tuple[int, ...]]
             hi.append(i + 1)
             dropped.append(k)
         else:
-            raise TypeError(f"index {k}: slices and integers only (basic slicing), "
-                            f"got {type(item).__name__}")
+            raise TypeError(
+                f"index {k}: slices and integers only (basic slicing), got {type(item).__name__}"
+            )
     return (tuple(lo), tuple(hi)), tuple(dropped)
 
 
@@ -237,8 +264,9 @@ def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
     return f[piece.name].codes()[tuple(local)]
 
 
-def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
-                 mmap: bool = True) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+def load_sharded(
+    paths_or_dir, name: Optional[str] = None, *, index=None, mmap: bool = True
+) -> Union[np.ndarray, Dict[str, np.ndarray]]:
     """Assembles sharded tensors from the pieces stored in several files.
 
     `paths_or_dir` is a list of files, one file, or a directory (every
@@ -264,7 +292,7 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
     # have more parts than the process may hold open).
     for path in paths:
         with File(path, mmap=mmap) as f:
-            for n in ([name] if name is not None else f.keys()):
+            for n in [name] if name is not None else f.keys():
                 try:
                     d = f.descriptor(n)
                 except _hurray.NotFoundError:
@@ -276,13 +304,16 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
                 pieces.setdefault(n, []).append(_Piece(path, n, d, box))
     if name is not None and name not in pieces:
         where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
-        raise _error("HURRAY_ERR_NOT_FOUND",
-                     f"no sharded tensor {name!r} in {len(paths)} files{where}")
+        raise _error(
+            "HURRAY_ERR_NOT_FOUND", f"no sharded tensor {name!r} in {len(paths)} files{where}"
+        )
     for n in pieces:
         if n in unsharded:
-            raise _error("HURRAY_ERR_SHARD_BOUNDS",
-                         f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
-                         f"sharded in {pieces[n][0].path!r}")
+            raise _error(
+                "HURRAY_ERR_SHARD_BOUNDS",
+                f"tensor {n!r} is whole (no shard) in {unsharded[n]!r} but "
+                f"sharded in {pieces[n][0].path!r}",
+            )
     checked = {n: _check_pieces(n, ps) for n, ps in pieces.items()}
 
     # Pass 2: only the pieces that meet the region, each file opened once.
@@ -306,15 +337,24 @@ def load_sharded(paths_or_dir, name: Optional[str] = None, *, index=None,
     out = {}
     for n, result in results.items():
         dropped = dropped_axes[n]
-        out[n] = result.reshape(tuple(s for k, s in enumerate(result.shape)
-                                      if k not in dropped)) if dropped else result
+        out[n] = (
+            result.reshape(tuple(s for k, s in enumerate(result.shape) if k not in dropped))
+            if dropped
+            else result
+        )
     return out[name] if name is not None else out
 
 
 # ----------------------------------------------------------------- save_sharded
 
-def save_sharded(directory, tensors: Mapping[str, Any], parts: int, axis: int = 0,
-                 metadata: Optional[Mapping[str, Any]] = None) -> List[str]:
+
+def save_sharded(
+    directory,
+    tensors: Mapping[str, Any],
+    parts: int,
+    axis: int = 0,
+    metadata: Optional[Mapping[str, Any]] = None,
+) -> List[str]:
     """Cuts every tensor into `parts` pieces along `axis` (numpy.array_split:
     the first len % parts pieces one longer) and writes piece k of every
     tensor, marked with its shard, to directory/part-{k:05d}-of-{parts:05d}.hurray
@@ -334,8 +374,10 @@ def save_sharded(directory, tensors: Mapping[str, Any], parts: int, axis: int = 
         t = as_tensor(value)
         d = t.descriptor
         if not isinstance(d.layout, Dense) or d.quantization is not None:
-            raise _error("HURRAY_ERR_UNSUPPORTED",
-                         f"tensor {name!r}: save_sharded cuts dense, unquantized tensors only")
+            raise _error(
+                "HURRAY_ERR_UNSUPPORTED",
+                f"tensor {name!r}: save_sharded cuts dense, unquantized tensors only",
+            )
         array = t.numpy()
         if array.ndim == 0:
             raise ValueError(f"tensor {name!r} is a scalar: there is no axis to cut along")
@@ -351,8 +393,9 @@ def save_sharded(directory, tensors: Mapping[str, Any], parts: int, axis: int = 
             offsets[ax] += start
             start += piece.shape[ax]
             p = as_tensor(np.ascontiguousarray(piece))
-            pd = p.descriptor.replace(shard=Shard(tuple(global_shape), tuple(offsets)),
-                                      extension=d.extension)
+            pd = p.descriptor.replace(
+                shard=Shard(tuple(global_shape), tuple(offsets)), extension=d.extension
+            )
             pieces.append(Tensor(pd, list(p.buffers)))
         split[str(name)] = pieces
     os.makedirs(directory, exist_ok=True)

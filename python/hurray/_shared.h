@@ -62,6 +62,6 @@ PyObject *hy_status_exception(PyObject *cls, HurrayStatus status, const char *me
  * set) as an OSError subclass that is also `io_class`, carrying errno and
  * `filename` (may be NULL). Returns NULL. */
 PyObject *hy_raise_class(PyObject *cls, PyObject *io_class, HurrayStatus status,
-                          const HurrayError *error, PyObject *filename);
+                         const HurrayError *error, PyObject *filename);
 
 #endif

@@ -82,9 +82,9 @@ static HurrayStatus source_read_batch(void *ctx, const HurrayByteRange *ranges, 
   bool ok = list != NULL;
   for (size_t i = 0; ok && i < count; i++) {
     views[i] = view_of(ranges[i].dst, ranges[i].length);
-    PyObject *item = views[i] != NULL ? Py_BuildValue("(KO)", (unsigned long long)ranges[i].offset,
-                                                      views[i])
-                                      : NULL;
+    PyObject *item = views[i] != NULL
+                         ? Py_BuildValue("(KO)", (unsigned long long)ranges[i].offset, views[i])
+                         : NULL;
     if (item == NULL) ok = false;
     else PyList_SET_ITEM(list, (Py_ssize_t)i, item);
   }
@@ -126,8 +126,6 @@ HurrayStatus hy_open_source_reader(PyObject *source, bool verify, HurrayReader *
   s.read_batch = batch ? source_read_batch : NULL;
   s.release = source_release;
   HurrayStatus status;
-  Py_BEGIN_ALLOW_THREADS
-  status = hurray_reader_open_byte_source(&s, NULL, out, error);
-  Py_END_ALLOW_THREADS
-  return status;
+  Py_BEGIN_ALLOW_THREADS status = hurray_reader_open_byte_source(&s, NULL, out, error);
+  Py_END_ALLOW_THREADS return status;
 }

@@ -1,4 +1,5 @@
 """SparseTensor: COO, CSR, CSC and BSR, from and to scipy.sparse and torch."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,18 @@ class SparseTensor(Tensor):
     __slots__ = ()
 
     @classmethod
-    def from_arrays(cls, format: str, shape, values, *, indices=None, indptr=None,
-                    coords=None, block_shape=None, canonical=False) -> "SparseTensor":
+    def from_arrays(
+        cls,
+        format: str,
+        shape,
+        values,
+        *,
+        indices=None,
+        indptr=None,
+        coords=None,
+        block_shape=None,
+        canonical=False,
+    ) -> "SparseTensor":
         """format "coo" takes coords (one index array per dimension); "csr",
         "csc" and "bsr" take indptr and indices; "bsr" values have shape
         (nnz_blocks, block_rows, block_cols). Arrays are used without copying
@@ -44,18 +55,33 @@ class SparseTensor(Tensor):
             coords = [np.asarray(c) for c in coords]
             index_dtype = _index_dtype(coords)
             parts = [_buffer("values", values)] + [
-                _buffer("indices", _contiguous(c, index_dtype)) for c in coords]
-            layout = Sparse("coo", index_dtype, int(values.shape[0]) if values.ndim else 0,
-                            values_buffer=0, index_buffers=tuple(range(1, 1 + len(coords))),
-                            canonical=bool(canonical))
+                _buffer("indices", _contiguous(c, index_dtype)) for c in coords
+            ]
+            layout = Sparse(
+                "coo",
+                index_dtype,
+                int(values.shape[0]) if values.ndim else 0,
+                values_buffer=0,
+                index_buffers=tuple(range(1, 1 + len(coords))),
+                canonical=bool(canonical),
+            )
         elif format in ("csr", "csc", "bsr"):
             index_dtype = _index_dtype([indptr, indices])
-            parts = [_buffer("values", values), _buffer("indptr", _contiguous(indptr, index_dtype)),
-                     _buffer("indices", _contiguous(indices, index_dtype))]
+            parts = [
+                _buffer("values", values),
+                _buffer("indptr", _contiguous(indptr, index_dtype)),
+                _buffer("indices", _contiguous(indices, index_dtype)),
+            ]
             nnz = int(np.asarray(indices).size)
-            layout = Sparse(format, index_dtype, nnz, values_buffer=0, indptr_buffer=1,
-                            indices_buffer=2,
-                            block_shape=tuple(int(b) for b in block_shape) if format == "bsr" else None)
+            layout = Sparse(
+                format,
+                index_dtype,
+                nnz,
+                values_buffer=0,
+                indptr_buffer=1,
+                indices_buffer=2,
+                block_shape=tuple(int(b) for b in block_shape) if format == "bsr" else None,
+            )
         else:
             raise ValueError(f"unknown sparse format {format!r}")
         descriptor = Descriptor(value_dtype, shape, layout=layout, buffers=[b for b, _ in parts])
@@ -92,19 +118,31 @@ class SparseTensor(Tensor):
     def from_scipy(cls, matrix) -> "SparseTensor":
         fmt = matrix.format
         if fmt == "coo":
-            return cls.from_arrays("coo", matrix.shape, matrix.data,
-                                   coords=[matrix.row, matrix.col],
-                                   canonical=bool(getattr(matrix, "has_canonical_format", False)))
+            return cls.from_arrays(
+                "coo",
+                matrix.shape,
+                matrix.data,
+                coords=[matrix.row, matrix.col],
+                canonical=bool(getattr(matrix, "has_canonical_format", False)),
+            )
         if fmt in ("csr", "csc"):
-            return cls.from_arrays(fmt, matrix.shape, matrix.data, indptr=matrix.indptr,
-                                   indices=matrix.indices)
+            return cls.from_arrays(
+                fmt, matrix.shape, matrix.data, indptr=matrix.indptr, indices=matrix.indices
+            )
         if fmt == "bsr":
-            return cls.from_arrays("bsr", matrix.shape, matrix.data, indptr=matrix.indptr,
-                                   indices=matrix.indices, block_shape=matrix.blocksize)
+            return cls.from_arrays(
+                "bsr",
+                matrix.shape,
+                matrix.data,
+                indptr=matrix.indptr,
+                indices=matrix.indices,
+                block_shape=matrix.blocksize,
+            )
         return cls.from_scipy(matrix.tocsr())
 
     def to_scipy(self):
         import scipy.sparse as sp
+
         p = self.parts()
         if p["format"] == "coo":
             if len(p["coords"]) != 2:

@@ -1,23 +1,49 @@
 """Tensor: a descriptor plus N buffers, and what numpy users expect of it."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import _dtypes, _hooks, _hurray
-from ._descriptor import (BlockAffine, Buffer, Composite, Dense, Descriptor, Mxfp, Nf4, Paged,
-                          PerChannelAffine, PerTensorAffine, Sparse)  # noqa: F401
-from ._descriptor import BLOCK_FORMATS, BlockCoded
-
+from ._descriptor import (
+    BLOCK_FORMATS,
+    BlockCoded,
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Mxfp,
+    Nf4,
+    PerChannelAffine,  # noqa: F401
+    PerTensorAffine,
+    Sparse,
+)
 
 # bitsandbytes' NF4 code book (float32), index 0..15.
-NF4_CODE = np.array([
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
+NF4_CODE = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
 
 
 # ml_dtypes floats numpy reports with kind "V".
@@ -28,7 +54,8 @@ def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
     return unsupported(
         f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
         f"{t.dtype} codes) would return the raw codes, not values: use t.dequantize(dtype) "
-        "for the real values, or t.codes() for the codes")
+        "for the real values, or t.codes() for the codes"
+    )
 
 
 _LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]  # HurrayLayoutKind, from C
@@ -60,7 +87,7 @@ def stored_buffer(role: str, raw: np.ndarray, itemsize: int) -> tuple:
     if raw.size and raw.ctypes.data % align:
         block = np.empty(raw.size + align, np.uint8)
         start = (-block.ctypes.data) % align
-        aligned = block[start:start + raw.size]
+        aligned = block[start : start + raw.size]
         aligned[...] = raw
         raw = aligned
     return Buffer(role, int(raw.size), align), raw
@@ -147,20 +174,26 @@ class Tensor(_hurray._Tensor):
             elements, size = BLOCK_FORMATS[self.descriptor.quantization.format]
             row = shape[-1] // elements * size
             count = math.prod(shape[:-1]) * row
-            return raw[byte_offset:byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
+            return raw[byte_offset : byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
         numel = math.prod(shape)
         if _dtypes.is_packed(dtype_name):
             size = _dtypes.storage_bytes(dtype_name, numel)
-            return _dtypes.unpack(dtype_name, raw[byte_offset:byte_offset + size],
-                                  numel).reshape(shape)
+            return _dtypes.unpack(dtype_name, raw[byte_offset : byte_offset + size], numel).reshape(
+                shape
+            )
         dtype = _dtypes.to_numpy(dtype_name)
         if strides is None:
-            flat = raw[byte_offset:byte_offset + numel * dtype.itemsize].view(dtype)
+            flat = raw[byte_offset : byte_offset + numel * dtype.itemsize].view(dtype)
             return flat.reshape(shape)
         # Strides in elements, possibly negative: validation proved every
         # element lies inside the buffer, so numpy may index it directly.
-        return np.ndarray(shape=shape, dtype=dtype, buffer=raw, offset=byte_offset,
-                          strides=[s * dtype.itemsize for s in strides])
+        return np.ndarray(
+            shape=shape,
+            dtype=dtype,
+            buffer=raw,
+            offset=byte_offset,
+            strides=[s * dtype.itemsize for s in strides],
+        )
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -181,8 +214,9 @@ class Tensor(_hurray._Tensor):
         else:
             self._check_output_size(nbytes, max_output_bytes)
 
-    def dequantize(self, dtype=np.float32, *, threads: int = 1, out=None,
-                   max_output_bytes=DEFAULT_OUTPUT_LIMIT) -> np.ndarray:
+    def dequantize(
+        self, dtype=np.float32, *, threads: int = 1, out=None, max_output_bytes=DEFAULT_OUTPUT_LIMIT
+    ) -> np.ndarray:
         """The real values of a quantized tensor, as a new array of `dtype`.
 
         float32, float16 and bfloat16 come straight from the C kernels (with
@@ -204,11 +238,17 @@ class Tensor(_hurray._Tensor):
         q = d.quantization
         dtype = np.dtype(dtype)
         if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
-            raise TypeError(f"dequantize gives real values: {dtype} is not a floating-point "
-                            "dtype (codes() gives the raw integer codes)")
+            raise TypeError(
+                f"dequantize gives real values: {dtype} is not a floating-point "
+                "dtype (codes() gives the raw integer codes)"
+            )
         if out is not None:  # checked first: every path below honours it
-            if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
-                    not out.flags.writeable or tuple(out.shape) != tuple(d.shape):
+            if (
+                not isinstance(out, np.ndarray)
+                or not out.flags.c_contiguous
+                or not out.flags.writeable
+                or tuple(out.shape) != tuple(d.shape)
+            ):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
             if out.dtype not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
@@ -216,8 +256,9 @@ class Tensor(_hurray._Tensor):
             self._check_output(d.numel * dtype.itemsize, max_output_bytes)
         if q is None or isinstance(d.layout, Sparse):
             if q is None:
-                values = self.to_dense(max_output_bytes=None if out is not None
-                                       else max_output_bytes)
+                values = self.to_dense(
+                    max_output_bytes=None if out is not None else max_output_bytes
+                )
             else:
                 # Only stored elements carry codes; the others are zeros.
                 values = _dequantized_sparse(self, d).to_dense(max_output_bytes=None)
@@ -226,8 +267,7 @@ class Tensor(_hurray._Tensor):
                 return out
             return values.astype(dtype)
         if out is not None:
-            self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype),
-                             threads)
+            self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype), threads)
             return out
         try:
             name = _dtypes.from_numpy(dtype)
@@ -235,16 +275,17 @@ class Tensor(_hurray._Tensor):
             name = None
         kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
         out = np.empty(d.shape, dtype=kernel_dtype)
-        self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype),
-                         threads)
+        self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype), threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
 
     def _scale_source(self):
         d = self.descriptor
         q = d.quantization
         if isinstance(q, BlockCoded):
-            raise unsupported(f"a block-coded ({q.format}) tensor keeps its scales inside its "
-                              "blocks; codes() gives the block bytes")
+            raise unsupported(
+                f"a block-coded ({q.format}) tensor keeps its scales inside its "
+                "blocks; codes() gives the block bytes"
+            )
         if isinstance(q, Nf4):
             return q.absmax_buffer, q.absmax_dtype, (-(-d.numel // q.block_size),)
         if isinstance(q, Mxfp):
@@ -346,16 +387,22 @@ def _dequantized_sparse(t: Tensor, d: Descriptor) -> Tensor:
     count = s.nnz * (math.prod(s.block_shape) if s.format == "bsr" else 1)
     size = _dtypes.storage_bytes(d.dtype, count)
     raw = np.frombuffer(t._buffer(s.values_buffer), dtype=np.uint8)[
-        d.byte_offset:d.byte_offset + size]
-    codes = Tensor(Descriptor(d.dtype, (count,), quantization=q,
-                              buffers=[Buffer("data", size)]), [raw])
+        d.byte_offset : d.byte_offset + size
+    ]
+    codes = Tensor(
+        Descriptor(d.dtype, (count,), quantization=q, buffers=[Buffer("data", size)]), [raw]
+    )
     values = codes.dequantize(np.float32, max_output_bytes=None).reshape(-1).view(np.uint8)
     buffers = list(d.buffers)
     buffers[s.values_buffer] = Buffer(buffers[s.values_buffer].role, values.size, 4)
     arrays = [t._buffer(i) for i in range(t.buffer_count)]
     arrays[s.values_buffer] = values
-    return Tensor(d.replace(dtype="float32", quantization=None, byte_offset=0, buffers=buffers,
-                            statistics=None), arrays)
+    return Tensor(
+        d.replace(
+            dtype="float32", quantization=None, byte_offset=0, buffers=buffers, statistics=None
+        ),
+        arrays,
+    )
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
@@ -396,6 +443,7 @@ def from_dlpack(obj: Any) -> Tensor:
     """A dense tensor from any DLPack producer (numpy, torch, ...), zero-copy."""
     try:
         import torch  # noqa: F401
+
         if type(obj).__module__.startswith("torch"):
             return _hooks.torch("from_torch")(obj)
     except ImportError:

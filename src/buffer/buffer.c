@@ -44,9 +44,9 @@ HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size, HurrayReleaseF
     if (out != NULL) {
       *out = NULL;
     }
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        out == NULL ? "out must not be NULL"
-                                    : "data must not be NULL for a non-empty buffer");
+    return hurray__fail(
+        error, HURRAY_ERR_INVALID_ARGUMENT,
+        out == NULL ? "out must not be NULL" : "data must not be NULL for a non-empty buffer");
   }
   *out = NULL;
   HurrayBuffer *b = malloc(sizeof *b);

@@ -16,10 +16,9 @@ HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output
                         limits->version);
   }
   if (output_bytes > limits->max_output_bytes) {
-    return hurray__fail(error, HURRAY_ERR_LIMIT,
-                        "the output would take %llu bytes, more than the limit of %llu",
-                        (unsigned long long)output_bytes,
-                        (unsigned long long)limits->max_output_bytes);
+    return hurray__fail(
+        error, HURRAY_ERR_LIMIT, "the output would take %llu bytes, more than the limit of %llu",
+        (unsigned long long)output_bytes, (unsigned long long)limits->max_output_bytes);
   }
   if (limits->max_expansion == 0 || output_bytes <= limits->expansion_floor_bytes) {
     return HURRAY_OK;

@@ -37,14 +37,14 @@ static bool claim(uint8_t *seen, uint64_t at) {
  * C sum (float16, bfloat16, the narrow floats, bool). */
 static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
   switch (t) {
-#define SUM(type, dtype)                     \
-  case dtype: {                              \
-    type a, b;                               \
-    memcpy(&a, dst, sizeof a);               \
-    memcpy(&b, src, sizeof b);               \
-    a = (type)(a + b);                       \
-    memcpy(dst, &a, sizeof a);               \
-    return true;                             \
+#define SUM(type, dtype)       \
+  case dtype: {                \
+    type a, b;                 \
+    memcpy(&a, dst, sizeof a); \
+    memcpy(&b, src, sizeof b); \
+    a = (type)(a + b);         \
+    memcpy(dst, &a, sizeof a); \
+    return true;               \
   }
     /* Signed integers add as their unsigned twins: the same bits, wrapping
      * like numpy, without signed overflow. */
@@ -72,8 +72,7 @@ static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
     case HURRAY_DTYPE_COMPLEX128:
       return add_into(HURRAY_DTYPE_FLOAT64, dst, src) &&
              add_into(HURRAY_DTYPE_FLOAT64, dst + 8, src + 8);
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -283,8 +282,7 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
       }
       return sparse_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
                              item, numel, error);
-    case HURRAY_LAYOUT_COMPOSITE:
-      break;
+    case HURRAY_LAYOUT_COMPOSITE: break;
   }
   return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                       "a composite has no single dense form; read its members");
@@ -312,12 +310,12 @@ static double bfloat_to_double(uint16_t b) {
  * for dtypes statistics do not cover. */
 static bool value_at(HurrayDType t, const uint8_t *p, uint64_t i, double *out) {
   switch (t) {
-#define AS(type, dtype)            \
-  case dtype: {                    \
-    type v;                        \
+#define AS(type, dtype)                     \
+  case dtype: {                             \
+    type v;                                 \
     memcpy(&v, p + i * sizeof v, sizeof v); \
-    *out = (double)v;              \
-    return true;                   \
+    *out = (double)v;                       \
+    return true;                            \
   }
     AS(int8_t, HURRAY_DTYPE_INT8)
     AS(int16_t, HURRAY_DTYPE_INT16)
@@ -330,17 +328,14 @@ static bool value_at(HurrayDType t, const uint8_t *p, uint64_t i, double *out) {
     AS(float, HURRAY_DTYPE_FLOAT32)
     AS(double, HURRAY_DTYPE_FLOAT64)
 #undef AS
-    case HURRAY_DTYPE_BOOL:
-      *out = p[i] != 0;
-      return true;
+    case HURRAY_DTYPE_BOOL: *out = p[i] != 0; return true;
     case HURRAY_DTYPE_FLOAT16:
     case HURRAY_DTYPE_BFLOAT16: {
       uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
       *out = t == HURRAY_DTYPE_FLOAT16 ? half_to_double(h) : bfloat_to_double(h);
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

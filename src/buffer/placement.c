@@ -88,11 +88,10 @@ static HurrayStatus check_sparse(const HurrayDescriptor *d, const HurrayDescript
         order = (a > b) - (a < b);
       }
       if (order >= 0) {
-        return hurray__fail(error, HURRAY_ERR_SPARSE_ORDER,
-                            "layout.canonical: COO entry %llu is %s entry %llu", 
-                            (unsigned long long)k,
-                            order == 0 ? "a duplicate of" : "out of order after",
-                            (unsigned long long)(k - 1));
+        return hurray__fail(
+            error, HURRAY_ERR_SPARSE_ORDER, "layout.canonical: COO entry %llu is %s entry %llu",
+            (unsigned long long)k, order == 0 ? "a duplicate of" : "out of order after",
+            (unsigned long long)(k - 1));
       }
     }
     return HURRAY_OK;
@@ -121,8 +120,10 @@ static HurrayStatus check_sparse(const HurrayDescriptor *d, const HurrayDescript
     }
   }
   return check_indices(d, l->indices_buffer, wide, l->nnz, minor,
-                       csc ? "row index" : bsr ? "block column index" : "column index", list,
-                       error);
+                       csc   ? "row index"
+                       : bsr ? "block column index"
+                             : "column index",
+                       list, error);
 }
 
 static HurrayStatus check_contents(const HurrayDescriptor *d, const HurrayDescriptor *node,
@@ -134,12 +135,9 @@ static HurrayStatus check_contents(const HurrayDescriptor *d, const HurrayDescri
         HURRAY_RETURN_NOT_OK(check_contents(d, l->members[i].descriptor, list, error));
       }
       return HURRAY_OK;
-    case HURRAY_LAYOUT_PAGED:
-      return check_page_table(d, node, list, error);
-    case HURRAY_LAYOUT_SPARSE:
-      return check_sparse(d, node, list, error);
-    case HURRAY_LAYOUT_DENSE:
-      return HURRAY_OK;
+    case HURRAY_LAYOUT_PAGED: return check_page_table(d, node, list, error);
+    case HURRAY_LAYOUT_SPARSE: return check_sparse(d, node, list, error);
+    case HURRAY_LAYOUT_DENSE: return HURRAY_OK;
   }
   return HURRAY_OK;
 }

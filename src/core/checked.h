@@ -22,8 +22,6 @@ static inline uint64_t hurray__ceil_div_u64(uint64_t a, uint64_t b) {
   return a / b + (a % b != 0);
 }
 
-static inline bool hurray__is_pow2_u64(uint64_t v) {
-  return v != 0 && (v & (v - 1)) == 0;
-}
+static inline bool hurray__is_pow2_u64(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 #endif

@@ -218,8 +218,7 @@ static void encode_layout(Writer *w, const HurrayDescriptor *d) {
 static void encode_quant(Writer *w, const HurrayQuant *q) {
   size_t at;
   switch (q->kind) {
-    case HURRAY_QUANT_NONE:
-      return;
+    case HURRAY_QUANT_NONE: return;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
       at = record_begin(w, TAG_QUANT_PER_TENSOR);
       put_f64(w, q->scale);
@@ -458,8 +457,8 @@ static HurrayStatus expect_zero(uint16_t tag, uint64_t v, const char *field, Hur
 }
 
 /* Unknown enum values mean a newer writer: unsupported, not malformed. */
-static HurrayStatus dtype_from_wire(uint64_t v, bool optional, const char *field,
-                                    HurrayDType *out, HurrayError *error) {
+static HurrayStatus dtype_from_wire(uint64_t v, bool optional, const char *field, HurrayDType *out,
+                                    HurrayError *error) {
   if (optional && v == 0) {
     *out = HURRAY_DTYPE_INVALID;
     return HURRAY_OK;
@@ -499,7 +498,8 @@ static HurrayStatus decode_affine(Reader *r, uint16_t tag, HurrayQuant *q, Hurra
                                        &q->zero_point_dtype, error));
   q->zero_point_buffer = (uint32_t)rd(r, 4);
   q->zero_point = (int64_t)rd(r, 8);
-  if ((q->zero_point_buffer == HURRAY_NO_BUFFER) != (q->zero_point_dtype == HURRAY_DTYPE_INVALID)) {
+  if ((q->zero_point_buffer == HURRAY_NO_BUFFER) !=
+      (q->zero_point_dtype == HURRAY_DTYPE_INVALID)) {
     return FAIL(HURRAY_ERR_MALFORMED,
                 "record 0x%04x: zero_point_buffer and zero_point_dtype must be both set or both "
                 "absent",
@@ -727,7 +727,8 @@ static HurrayStatus decode_quant(Reader *r, uint16_t tag, size_t len, HurrayQuan
       q->kind = HURRAY_QUANT_BLOCK_CODED;
       uint32_t format = (uint32_t)rd(r, 2), elements = 0;
       if (!hurray_block_format_info(format, &elements, NULL, NULL)) {
-        return FAIL(HURRAY_ERR_UNSUPPORTED, "quantization.format: unknown block format %u", format);
+        return FAIL(HURRAY_ERR_UNSUPPORTED, "quantization.format: unknown block format %u",
+                    format);
       }
       q->block_format = (HurrayBlockFormat)format;
       q->block_size = elements;
@@ -782,8 +783,7 @@ static HurrayStatus decode_buffer_table(Reader *r, size_t len, HurrayDescriptor 
 static HurrayStatus decode_root_record(Reader *r, uint16_t tag, size_t len, HurrayDescriptor *d,
                                        HurrayError *error) {
   switch (tag) {
-    case TAG_BUFFER_TABLE:
-      return decode_buffer_table(r, len, d, error);
+    case TAG_BUFFER_TABLE: return decode_buffer_table(r, len, d, error);
     case TAG_DEVICE: {
       HURRAY_RETURN_NOT_OK(expect_length(tag, len, 12, error));
       d->device_type = (int32_t)(uint32_t)rd(r, 4);
@@ -898,8 +898,7 @@ static bool tag_known(uint16_t tag) {
     case TAG_DTYPE:
     case TAG_SHAPE:
     case TAG_STRIDES:
-    case TAG_BYTE_OFFSET:
-      return true;
+    case TAG_BYTE_OFFSET: return true;
   }
   return ((tag_is_layout(tag) || tag_is_quant(tag)) && (tag & 1)) || tag_is_root_only(tag);
 }

@@ -27,8 +27,8 @@ bool hurray__mx_element_known(uint32_t element) {
 }
 
 const char *hurray__role_name(HurrayBufferRole role) {
-  static const char *const names[] = {"?",       "data",    "scales",    "zero_points", "values",
-                                      "indices", "indptr",  "page_pool", "page_table"};
+  static const char *const names[] = {"?",       "data",   "scales",    "zero_points", "values",
+                                      "indices", "indptr", "page_pool", "page_table"};
   return hurray__role_known(role) ? names[role] : "?";
 }
 
@@ -54,25 +54,20 @@ const char *hurray__sparse_format_name(HurraySparseFormat format) {
 }
 
 const char *hurray__quant_kind_name(HurrayQuantKind kind) {
-  static const char *const names[] = {"none", "per_tensor_affine", "per_channel_affine",
-                                      "block_affine", "nf4", "mx", "block_coded"};
+  static const char *const names[] = {
+      "none", "per_tensor_affine", "per_channel_affine", "block_affine", "nf4",
+      "mx",   "block_coded"};
   return ((unsigned)kind <= HURRAY_QUANT_BLOCK_CODED) ? names[kind] : "?";
 }
 
 HurrayDType hurray__mx_element_dtype(HurrayMxElement element) {
   switch (element) {
-    case HURRAY_MX_FP8_E4M3:
-      return HURRAY_DTYPE_FLOAT8_E4M3FN;
-    case HURRAY_MX_FP8_E5M2:
-      return HURRAY_DTYPE_FLOAT8_E5M2;
-    case HURRAY_MX_FP6_E3M2:
-      return HURRAY_DTYPE_FLOAT6_E3M2FN;
-    case HURRAY_MX_FP6_E2M3:
-      return HURRAY_DTYPE_FLOAT6_E2M3FN;
-    case HURRAY_MX_FP4_E2M1:
-      return HURRAY_DTYPE_FLOAT4_E2M1FN;
-    case HURRAY_MX_INT8:
-      return HURRAY_DTYPE_INT8;
+    case HURRAY_MX_FP8_E4M3: return HURRAY_DTYPE_FLOAT8_E4M3FN;
+    case HURRAY_MX_FP8_E5M2: return HURRAY_DTYPE_FLOAT8_E5M2;
+    case HURRAY_MX_FP6_E3M2: return HURRAY_DTYPE_FLOAT6_E3M2FN;
+    case HURRAY_MX_FP6_E2M3: return HURRAY_DTYPE_FLOAT6_E2M3FN;
+    case HURRAY_MX_FP4_E2M1: return HURRAY_DTYPE_FLOAT4_E2M1FN;
+    case HURRAY_MX_INT8: return HURRAY_DTYPE_INT8;
   }
   return HURRAY_DTYPE_INVALID;
 }
@@ -245,8 +240,8 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   }
   if (src->extension_name != NULL) {
     d->extension_name = dup_bytes(src->extension_name, strlen(src->extension_name), true);
-    d->extension_metadata =
-        (uint8_t *)dup_bytes(src->extension_metadata, src->extension_metadata_len, false);
+    d->extension_metadata = (uint8_t *)dup_bytes(src->extension_metadata,
+                                                 src->extension_metadata_len, false);
     if (d->extension_name == NULL || d->extension_metadata == NULL) {
       goto no_memory;
     }
@@ -327,7 +322,8 @@ const int64_t *hurray_descriptor_strides(const HurrayDescriptor *d) {
 }
 uint64_t hurray_descriptor_byte_offset(const HurrayDescriptor *d) { return d->byte_offset; }
 
-HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint64_t *out, HurrayError *error) {
+HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint64_t *out,
+                                     HurrayError *error) {
   if (d == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and out are required");
   }
@@ -352,8 +348,7 @@ HurrayStatus hurray_descriptor_add_buffer(HurrayDescriptor *d, HurrayBufferRole 
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
   }
   if (!hurray__role_known(role)) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers: unknown role %d",
-                        (int)role);
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers: unknown role %d", (int)role);
   }
   if (!hurray__sync_mode_known(sync_mode)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "buffers: unknown sync_mode %d",
@@ -438,9 +433,9 @@ HurrayMemoryClass hurray_descriptor_memory_class(const HurrayDescriptor *d) {
 /* ----------------------------------------------------------------- layout */
 
 static HurrayStatus require_descriptor(const HurrayDescriptor *d, HurrayError *error) {
-  return d == NULL ? hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                                  "descriptor must not be NULL")
-                   : HURRAY_OK;
+  return d == NULL
+             ? hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL")
+             : HURRAY_OK;
 }
 
 HurrayStatus hurray_descriptor_set_layout_dense(HurrayDescriptor *d, uint32_t data_buffer,
@@ -487,10 +482,9 @@ static void set_compressed(HurrayDescriptor *d, HurraySparseFormat format, Hurra
   d->layout.indices_buffer = indices_buffer;
 }
 
-HurrayStatus hurray_descriptor_set_layout_compressed(HurrayDescriptor *d, HurraySparseFormat format,
-                                                     HurrayDType index_dtype, uint64_t nnz,
-                                                     uint32_t values_buffer, uint32_t indptr_buffer,
-                                                     uint32_t indices_buffer, HurrayError *error) {
+HurrayStatus hurray_descriptor_set_layout_compressed(
+    HurrayDescriptor *d, HurraySparseFormat format, HurrayDType index_dtype, uint64_t nnz,
+    uint32_t values_buffer, uint32_t indptr_buffer, uint32_t indices_buffer, HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
   if (format != HURRAY_SPARSE_CSR && format != HURRAY_SPARSE_CSC) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
@@ -624,9 +618,7 @@ fail:
 HurrayLayoutKind hurray_descriptor_layout_kind(const HurrayDescriptor *d) {
   return d->layout.kind;
 }
-uint32_t hurray_descriptor_data_buffer(const HurrayDescriptor *d) {
-  return d->layout.data_buffer;
-}
+uint32_t hurray_descriptor_data_buffer(const HurrayDescriptor *d) { return d->layout.data_buffer; }
 HurraySparseFormat hurray_descriptor_sparse_format(const HurrayDescriptor *d) {
   return d->layout.kind == HURRAY_LAYOUT_SPARSE ? d->layout.format : (HurraySparseFormat)0;
 }
@@ -675,7 +667,7 @@ const HurrayDescriptor *hurray_descriptor_member(const HurrayDescriptor *d, uint
 }
 
 HurrayStatus hurray_descriptor_find_member(const HurrayDescriptor *d, const char *name,
-                                          uint32_t *index_out, HurrayError *error) {
+                                           uint32_t *index_out, HurrayError *error) {
   if (d == NULL || name == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and name are required");
   }
@@ -799,8 +791,8 @@ HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d, Hurray
   HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
   uint32_t elements = 0;
   if (!hurray_block_format_info((uint32_t)format, &elements, NULL, NULL)) {
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "quantization.format: unknown block format %d",
-                        (int)format);
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "quantization.format: unknown block format %d", (int)format);
   }
   set_scaled(d, HURRAY_QUANT_BLOCK_CODED, axis, elements, HURRAY_NO_BUFFER, HURRAY_DTYPE_INVALID);
   d->quant.block_format = format;

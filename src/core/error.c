@@ -17,8 +17,8 @@ HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt
   return code;
 }
 
-HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno,
-                             const char *fmt, ...) {
+HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
+                             ...) {
   if (error != NULL) {
     va_list args;
     va_start(args, fmt);
@@ -33,8 +33,7 @@ HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno
 const char *hurray_status_name(HurrayStatus status) {
   switch (status) {
 #define HURRAY_STATUS_CASE(name) \
-  case name:                     \
-    return #name;
+  case name: return #name;
     HURRAY_STATUS_CASE(HURRAY_OK)
     HURRAY_STATUS_CASE(HURRAY_ERR_INVALID_ARGUMENT)
     HURRAY_STATUS_CASE(HURRAY_ERR_NO_MEMORY)

@@ -16,19 +16,19 @@ HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt
 
 /* The same for a failure of the operating system: also records `os_errno`
  * (the caller's saved errno) in error->os_errno. hurray__fail sets it to 0. */
-HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno,
-                             const char *fmt, ...)
+HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
+                             ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
 
-#define HURRAY_RETURN_NOT_OK(expr)          \
-  do {                                      \
-    HurrayStatus hurray__status = (expr);   \
-    if (hurray__status != HURRAY_OK) {      \
-      return hurray__status;                \
-    }                                       \
+#define HURRAY_RETURN_NOT_OK(expr)        \
+  do {                                    \
+    HurrayStatus hurray__status = (expr); \
+    if (hurray__status != HURRAY_OK) {    \
+      return hurray__status;              \
+    }                                     \
   } while (0)
 
 #endif

@@ -145,8 +145,9 @@ static void emit_layout(Text *t, const HurrayDescriptor *d, int level) {
       }
       break;
     case HURRAY_LAYOUT_PAGED:
-      emit(t, "\"kind\": \"paged\", \"axis\": %u, \"page_size\": %llu, \"num_pages\": %llu, "
-              "\"table_dtype\": ",
+      emit(t,
+           "\"kind\": \"paged\", \"axis\": %u, \"page_size\": %llu, \"num_pages\": %llu, "
+           "\"table_dtype\": ",
            l->axis, (unsigned long long)l->page_size, (unsigned long long)l->num_pages);
       emit_dtype(t, l->index_dtype);
       emit(t, ", \"pool_buffer\": ");
@@ -175,8 +176,7 @@ static void emit_layout(Text *t, const HurrayDescriptor *d, int level) {
 static void emit_quant(Text *t, const HurrayQuant *q) {
   emit(t, "{\"kind\": \"%s\"", hurray__quant_kind_name(q->kind));
   switch (q->kind) {
-    case HURRAY_QUANT_NONE:
-      break;
+    case HURRAY_QUANT_NONE: break;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
       emit(t, ", \"scale\": ");
       emit_double(t, q->scale);
@@ -270,8 +270,8 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
     }
     emit(t, "],");
     indent(t, level + 1);
-    emit(t, "\"device\": {\"type\": %d, \"id\": %d, \"memory_class\": \"%s\"}", (int)d->device_type,
-         (int)d->device_id, hurray__memory_class_name(d->memory_class));
+    emit(t, "\"device\": {\"type\": %d, \"id\": %d, \"memory_class\": \"%s\"}",
+         (int)d->device_type, (int)d->device_id, hurray__memory_class_name(d->memory_class));
     if (d->stat_flags != 0) {
       emit(t, ",");
       indent(t, level + 1);

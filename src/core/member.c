@@ -41,7 +41,8 @@ static HurrayStatus walk(Renumber *r, HurrayDescriptor *d, HurrayError *error) {
   } else if (l->kind == HURRAY_LAYOUT_PAGED && s == HURRAY_OK) {
     s = renumber(r, &l->table_buffer, error);
   }
-  if (s == HURRAY_OK && q->kind != HURRAY_QUANT_NONE && q->kind != HURRAY_QUANT_PER_TENSOR_AFFINE) {
+  if (s == HURRAY_OK && q->kind != HURRAY_QUANT_NONE &&
+      q->kind != HURRAY_QUANT_PER_TENSOR_AFFINE) {
     s = renumber(r, &q->scale_buffer, error);
     if (s == HURRAY_OK) s = renumber(r, &q->zero_point_buffer, error);
   }

@@ -41,10 +41,8 @@ static bool dtype_is_integer(HurrayDType t) {
     case HURRAY_DTYPE_UINT32:
     case HURRAY_DTYPE_UINT64:
     case HURRAY_DTYPE_INT4:
-    case HURRAY_DTYPE_UINT4:
-      return true;
-    default:
-      return false;
+    case HURRAY_DTYPE_UINT4: return true;
+    default: return false;
   }
 }
 
@@ -54,10 +52,8 @@ static bool dtype_is_narrow_float(HurrayDType t) {
     case HURRAY_DTYPE_FLOAT8_E5M2:
     case HURRAY_DTYPE_FLOAT6_E3M2FN:
     case HURRAY_DTYPE_FLOAT6_E2M3FN:
-    case HURRAY_DTYPE_FLOAT4_E2M1FN:
-      return true;
-    default:
-      return false;
+    case HURRAY_DTYPE_FLOAT4_E2M1FN: return true;
+    default: return false;
   }
 }
 
@@ -112,8 +108,8 @@ static HurrayStatus use_buffer(Walk *w, const char *path, const char *field, uin
                 index, hurray__role_name(entry->role), hurray__role_name(role));
   }
   if (exact_code != HURRAY_OK && entry->byte_size != bytes) {
-    return FAIL(exact_code, "%s%s: buffer %u declares %llu bytes, but %s needs exactly %llu",
-                path, field, index, (unsigned long long)entry->byte_size, what,
+    return FAIL(exact_code, "%s%s: buffer %u declares %llu bytes, but %s needs exactly %llu", path,
+                field, index, (unsigned long long)entry->byte_size, what,
                 (unsigned long long)bytes);
   }
   w->used[index] = true;
@@ -180,8 +176,9 @@ static HurrayStatus check_sparse(Walk *w, const char *path, const HurrayDescript
   uint64_t index_max = l->index_dtype == HURRAY_DTYPE_INT32 ? INT32_MAX : INT64_MAX;
   for (uint32_t i = 0; i < d->rank; i++) {
     if (d->shape[i] > index_max) {
-      return FAIL(HURRAY_ERR_SPARSE_INDEX_DTYPE, "%slayout.index_dtype: %s cannot index dim %u of %llu",
-                  path, hurray_dtype_name(l->index_dtype), i, (unsigned long long)d->shape[i]);
+      return FAIL(HURRAY_ERR_SPARSE_INDEX_DTYPE,
+                  "%slayout.index_dtype: %s cannot index dim %u of %llu", path,
+                  hurray_dtype_name(l->index_dtype), i, (unsigned long long)d->shape[i]);
     }
   }
   uint64_t isz = hurray_dtype_bits(l->index_dtype) / 8;
@@ -199,8 +196,7 @@ static HurrayStatus check_sparse(Walk *w, const char *path, const HurrayDescript
   }
   if (l->nnz > capacity || l->nnz > index_max) {
     return FAIL(HURRAY_ERR_SPARSE_NNZ, "%slayout.nnz: %llu stored %s exceed %s (%llu)", path,
-                (unsigned long long)l->nnz,
-                l->format == HURRAY_SPARSE_BSR ? "blocks" : "elements",
+                (unsigned long long)l->nnz, l->format == HURRAY_SPARSE_BSR ? "blocks" : "elements",
                 l->nnz > capacity ? "what the shape holds" : "the index dtype's range",
                 (unsigned long long)(l->nnz > capacity ? capacity : index_max));
   }
@@ -208,7 +204,8 @@ static HurrayStatus check_sparse(Walk *w, const char *path, const HurrayDescript
   if (!hurray__mul_u64(l->nnz, block_elems, &value_count)) {
     return FAIL(HURRAY_ERR_OVERFLOW, "%slayout.nnz: value count overflows", path);
   }
-  HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "layout.values_buffer", d->dtype, value_count, &bytes));
+  HURRAY_RETURN_NOT_OK(
+      storage_bytes(w, path, "layout.values_buffer", d->dtype, value_count, &bytes));
   if (!hurray__add_u64(bytes, d->byte_offset, &bytes)) {
     return FAIL(HURRAY_ERR_OVERFLOW, "%sbyte_offset: overflows", path);
   }
@@ -222,8 +219,8 @@ static HurrayStatus check_sparse(Walk *w, const char *path, const HurrayDescript
     for (uint32_t i = 0; i < d->rank; i++) {
       char field[48];
       snprintf(field, sizeof field, "layout.index_buffers[%u]", i);
-      HURRAY_RETURN_NOT_OK(use_buffer(w, path, field, l->coo_index_buffers[i],
-                                      HURRAY_ROLE_INDICES, index_bytes, HURRAY_OK, NULL));
+      HURRAY_RETURN_NOT_OK(use_buffer(w, path, field, l->coo_index_buffers[i], HURRAY_ROLE_INDICES,
+                                      index_bytes, HURRAY_OK, NULL));
     }
     return HURRAY_OK;
   }
@@ -300,7 +297,6 @@ static HurrayStatus blocked_count(Walk *w, const char *path, const HurrayDescrip
   return HURRAY_OK;
 }
 
-
 static HurrayStatus check_zero_point(Walk *w, const char *path, const HurrayDescriptor *d,
                                      uint64_t count) {
   const HurrayQuant *q = &d->quant;
@@ -312,10 +308,10 @@ static HurrayStatus check_zero_point(Walk *w, const char *path, const HurrayDesc
                   hurray_dtype_name(d->dtype));
     }
     if (!dtype_is_integer(q->zero_point_dtype)) {
-      return FAIL(HURRAY_ERR_QUANT_ZERO_POINT_DTYPE,
-                  "%squantization.zero_point_dtype: %s is not an integer dtype", path,
-                  hurray_dtype_name(q->zero_point_dtype) ? hurray_dtype_name(q->zero_point_dtype)
-                                                         : "?");
+      return FAIL(
+          HURRAY_ERR_QUANT_ZERO_POINT_DTYPE,
+          "%squantization.zero_point_dtype: %s is not an integer dtype", path,
+          hurray_dtype_name(q->zero_point_dtype) ? hurray_dtype_name(q->zero_point_dtype) : "?");
     }
     uint64_t bytes;
     HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.zero_point_buffer",
@@ -375,8 +371,7 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
   }
   uint64_t count = 0;
   switch (q->kind) {
-    case HURRAY_QUANT_NONE:
-      return HURRAY_OK;
+    case HURRAY_QUANT_NONE: return HURRAY_OK;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
     case HURRAY_QUANT_BLOCK_AFFINE:
@@ -410,7 +405,8 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
       if (!dtype_is_scale(q->scale_dtype)) {
         return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
                     "%squantization.scale_dtype: %s is not float16, bfloat16, float32 or float64",
-                    path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
+                    path,
+                    hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
       }
       if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
         count = d->shape[q->axis];
@@ -432,7 +428,8 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
       if (!dtype_is_scale(q->scale_dtype)) {
         return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
                     "%squantization.absmax_dtype: %s is not float16, bfloat16, float32 or float64",
-                    path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
+                    path,
+                    hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
       }
       return check_scales(w, path, d, hurray__ceil_div_u64(numel, q->block_size),
                           "one absmax per block of the flattened tensor");
@@ -440,8 +437,8 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
       uint32_t elements = 0;
       const char *format = NULL;
       if (!hurray_block_format_info((uint32_t)q->block_format, &elements, NULL, &format)) {
-        return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d",
-                    path, (int)q->block_format);
+        return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d", path,
+                    (int)q->block_format);
       }
       if (d->dtype != HURRAY_DTYPE_UINT8) {
         return FAIL(HURRAY_ERR_QUANT_DTYPE,
@@ -478,16 +475,17 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
                     hurray_dtype_name(hurray__mx_element_dtype(q->mx_element)), dtype_name);
       }
       if (q->block_size != HURRAY_MX_BLOCK_SIZE) {
-        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: MX blocks are %u, not %llu",
-                    path, HURRAY_MX_BLOCK_SIZE, (unsigned long long)q->block_size);
+        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
+                    "%squantization.block_size: MX blocks are %u, not %llu", path,
+                    HURRAY_MX_BLOCK_SIZE, (unsigned long long)q->block_size);
       }
       if (q->axis >= d->rank) {
         return FAIL(HURRAY_ERR_QUANT_AXIS, "%squantization.axis: %u is not below the rank %u",
                     path, q->axis, d->rank);
       }
       if (q->scale_dtype != HURRAY_DTYPE_FLOAT8_E8M0FNU) {
-        return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE, "%squantization.scale_dtype: MX scales are float8_e8m0fnu",
-                    path);
+        return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                    "%squantization.scale_dtype: MX scales are float8_e8m0fnu", path);
       }
       HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, HURRAY_MX_BLOCK_SIZE, &count));
       return check_scales(w, path, d, count, "one per 32 elements along the axis");
@@ -502,8 +500,8 @@ static HurrayStatus check_members(Walk *w, const HurrayDescriptor *d, const char
                                   uint32_t depth) {
   const HurrayLayout *l = &d->layout;
   if (l->member_count == 0) {
-    return FAIL(HURRAY_ERR_COMPOSITE_MEMBER, "%slayout.members: a composite needs at least one member",
-                path);
+    return FAIL(HURRAY_ERR_COMPOSITE_MEMBER,
+                "%slayout.members: a composite needs at least one member", path);
   }
   if (depth + 1 > HURRAY_MAX_COMPOSITE_DEPTH) {
     return FAIL(HURRAY_ERR_COMPOSITE_DEPTH, "%slayout.members: nested deeper than the limit of %u",
@@ -554,8 +552,8 @@ static HurrayStatus block_coded_extent(Walk *w, const char *path, const HurrayDe
                 (int)q->block_format);
   }
   if (d->has_strides) {
-    return FAIL(HURRAY_ERR_STRIDES, "%sstrides: block-coded tensors are row-major, without strides",
-                path);
+    return FAIL(HURRAY_ERR_STRIDES,
+                "%sstrides: block-coded tensors are row-major, without strides", path);
   }
   uint64_t bytes;
   if (!hurray__mul_u64(numel / elements, block_bytes, &bytes) ||
@@ -576,14 +574,14 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
   uint64_t numel = 1;
   for (uint32_t i = 0; i < d->rank; i++) {
     if (!hurray__mul_u64(numel, d->shape[i], &numel)) {
-      return FAIL(HURRAY_ERR_OVERFLOW, "%sshape: element count overflows 64 bits at dim %u",
-                  path, i);
+      return FAIL(HURRAY_ERR_OVERFLOW, "%sshape: element count overflows 64 bits at dim %u", path,
+                  i);
     }
   }
   if (d->has_strides &&
       (d->layout.kind != HURRAY_LAYOUT_DENSE || hurray_dtype_bits(d->dtype) % 8 != 0)) {
-    return FAIL(HURRAY_ERR_STRIDES, "%sstrides: only dense layouts of byte-sized dtypes take strides",
-                path);
+    return FAIL(HURRAY_ERR_STRIDES,
+                "%sstrides: only dense layouts of byte-sized dtypes take strides", path);
   }
   if (d->layout.kind == HURRAY_LAYOUT_COMPOSITE && d->byte_offset != 0) {
     return FAIL(HURRAY_ERR_STRIDES, "%sbyte_offset: a composite has no data buffer to offset into",
@@ -601,15 +599,9 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
                                       HURRAY_ROLE_DATA, bytes, HURRAY_OK, NULL));
       break;
     }
-    case HURRAY_LAYOUT_SPARSE:
-      HURRAY_RETURN_NOT_OK(check_sparse(w, path, d, numel));
-      break;
-    case HURRAY_LAYOUT_PAGED:
-      HURRAY_RETURN_NOT_OK(check_paged(w, path, d));
-      break;
-    case HURRAY_LAYOUT_COMPOSITE:
-      HURRAY_RETURN_NOT_OK(check_members(w, d, path, depth));
-      break;
+    case HURRAY_LAYOUT_SPARSE: HURRAY_RETURN_NOT_OK(check_sparse(w, path, d, numel)); break;
+    case HURRAY_LAYOUT_PAGED: HURRAY_RETURN_NOT_OK(check_paged(w, path, d)); break;
+    case HURRAY_LAYOUT_COMPOSITE: HURRAY_RETURN_NOT_OK(check_members(w, d, path, depth)); break;
     default:
       return FAIL(HURRAY_ERR_UNSUPPORTED, "%slayout: unknown kind %d", path, (int)d->layout.kind);
   }
@@ -649,12 +641,8 @@ static HurrayStatus check_table_and_device(Walk *w, const HurrayDescriptor *d) {
       ok = d->memory_class == HURRAY_MEMORY_HOST || d->memory_class == HURRAY_MEMORY_HOST_PINNED;
       break;
     case HURRAY_DEVICE_CUDA_HOST:
-    case HURRAY_DEVICE_ROCM_HOST:
-      ok = d->memory_class == HURRAY_MEMORY_HOST_PINNED;
-      break;
-    case HURRAY_DEVICE_CUDA_MANAGED:
-      ok = d->memory_class == HURRAY_MEMORY_MANAGED;
-      break;
+    case HURRAY_DEVICE_ROCM_HOST: ok = d->memory_class == HURRAY_MEMORY_HOST_PINNED; break;
+    case HURRAY_DEVICE_CUDA_MANAGED: ok = d->memory_class == HURRAY_MEMORY_MANAGED; break;
     default:
       ok = d->memory_class == HURRAY_MEMORY_DEVICE || d->memory_class == HURRAY_MEMORY_MANAGED;
       break;
@@ -695,8 +683,9 @@ static HurrayStatus check_root_extras(Walk *w, const HurrayDescriptor *d) {
   }
   if (d->has_shard) {
     if (d->shard_rank != d->rank) {
-      return FAIL(HURRAY_ERR_SHARD_RANK, "shard.global_shape: rank %u differs from the tensor rank %u",
-                  d->shard_rank, d->rank);
+      return FAIL(HURRAY_ERR_SHARD_RANK,
+                  "shard.global_shape: rank %u differs from the tensor rank %u", d->shard_rank,
+                  d->rank);
     }
     for (uint32_t i = 0; i < d->rank; i++) {
       uint64_t end;
@@ -711,7 +700,8 @@ static HurrayStatus check_root_extras(Walk *w, const HurrayDescriptor *d) {
   if (d->extension_name != NULL) {
     size_t len = strlen(d->extension_name);
     if (len == 0 || !hurray__utf8_valid(d->extension_name, len)) {
-      return FAIL(HURRAY_ERR_EXTENSION, "extension.name: %s", len == 0 ? "is empty" : "is not valid UTF-8");
+      return FAIL(HURRAY_ERR_EXTENSION, "extension.name: %s",
+                  len == 0 ? "is empty" : "is not valid UTF-8");
     }
   }
   return HURRAY_OK;
@@ -792,9 +782,7 @@ HurrayStatus hurray_descriptor_quant_scale_count(const HurrayDescriptor *d, uint
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   switch (q->kind) {
     case HURRAY_QUANT_NONE:
-    case HURRAY_QUANT_PER_TENSOR_AFFINE:
-      *out = 0;
-      return HURRAY_OK;
+    case HURRAY_QUANT_PER_TENSOR_AFFINE: *out = 0; return HURRAY_OK;
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
       if (q->axis >= d->rank) break;
       *out = d->shape[q->axis];

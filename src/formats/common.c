@@ -428,9 +428,9 @@ static int j_close(void *ctx) {
   return 1;
 }
 
-static const yajl_callbacks j_callbacks = {j_null,      j_bool,  NULL,    NULL,
-                                           j_number,    j_string, j_start_map, j_key,
-                                           j_close,     j_start_array, j_close};
+static const yajl_callbacks j_callbacks = {j_null,   j_bool,        NULL,        NULL,
+                                           j_number, j_string,      j_start_map, j_key,
+                                           j_close,  j_start_array, j_close};
 
 HurrayStatus hurray__j_parse(const uint8_t *text, size_t len, HurrayJ *out, HurrayError *error) {
   memset(out, 0, sizeof *out);

@@ -139,8 +139,8 @@ static uint32_t alignment_of(const void *p) {
 static HurrayStatus view_buffer(Mapping *m, const uint8_t *p, uint64_t len, HurrayBuffer **out,
                                 HurrayError *error) {
   atomic_fetch_add(&m->refs, 1);
-  HURRAY_RETURN_NOT_OK(
-      hurray_buffer_create((void *)p, len, release_mapping, m, out, error)); /* released on failure */
+  HURRAY_RETURN_NOT_OK(hurray_buffer_create((void *)p, len, release_mapping, m, out,
+                                            error)); /* released on failure */
   HurrayStatus s = hurray_buffer_set_alignment(*out, alignment_of(p), error);
   if (s != HURRAY_OK) {
     hurray_buffer_destroy(*out);
@@ -158,7 +158,7 @@ struct HurraySource {
   HurrayGGUFFile gg;
   HurrayReader *reader;
   bool verify;
-  bool verified; /* every checksum already checked (hurray_convert_file) */
+  bool verified;     /* every checksum already checked (hurray_convert_file) */
   char **type_names; /* hurray: dtype names */
   HurrayMetaList metadata;
 };
@@ -191,10 +191,12 @@ static HurrayStatus copy_metadata(HurrayMetaList *dst, const HurrayMetaList *src
 
 static HurrayStatus parse_foreign(HurraySource *s, HurrayError *error) {
   if (s->format == HURRAY_FORMAT_SAFETENSORS) {
-    HURRAY_RETURN_NOT_OK(one_line(hurray__st_parse(s->map->base, s->map->len, &s->st, error), error));
+    HURRAY_RETURN_NOT_OK(
+        one_line(hurray__st_parse(s->map->base, s->map->len, &s->st, error), error));
     return copy_metadata(&s->metadata, &s->st.metadata, error);
   }
-  HURRAY_RETURN_NOT_OK(one_line(hurray__gguf_parse(s->map->base, s->map->len, &s->gg, error), error));
+  HURRAY_RETURN_NOT_OK(
+      one_line(hurray__gguf_parse(s->map->base, s->map->len, &s->gg, error), error));
   return copy_metadata(&s->metadata, &s->gg.metadata, error);
 }
 
@@ -409,11 +411,13 @@ HurrayStatus hurray_source_check_tensor(const HurraySource *s, size_t i, HurrayE
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor index %zu out of range", i);
   }
   if (s->format == HURRAY_FORMAT_GGUF && !hurray__gguf_type_supported(s->gg.tensors[i].type)) {
-    return one_line(hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "GGUF tensor '%.200s' has type %s, which hurray cannot import "
-                        "losslessly; supported: %s",
-                        s->gg.tensors[i].name, hurray__gguf_type_name(s->gg.tensors[i].type),
-                        hurray__gguf_supported_list), error);
+    return one_line(
+        hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                     "GGUF tensor '%.200s' has type %s, which hurray cannot import "
+                     "losslessly; supported: %s",
+                     s->gg.tensors[i].name, hurray__gguf_type_name(s->gg.tensors[i].type),
+                     hurray__gguf_supported_list),
+        error);
   }
   return HURRAY_OK;
 }
@@ -506,8 +510,9 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
 HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
                                           HurrayError *error) {
   if (s == NULL || out == NULL || i >= hurray_source_tensor_count(s)) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source, out and an index in range "
-                                                            "are required");
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "source, out and an index in range "
+                        "are required");
   }
   *out = NULL;
   if (s->format == HURRAY_FORMAT_HURRAY) return hurray_descriptor_of(s, i, out, error);
@@ -628,7 +633,7 @@ typedef struct Entry {
   uint32_t gtype; /* GGUF type */
   uint64_t nbytes;
   long order;
-  int src_fd;      /* >= 0: the data buffer is these bytes of a file */
+  int src_fd; /* >= 0: the data buffer is these bytes of a file */
   uint64_t src_off;
 } Entry;
 
@@ -797,7 +802,8 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
       return HURRAY_OK;
     }
   }
-  if (q == HURRAY_QUANT_BLOCK_CODED && hurray__gguf_block_coded(hurray_descriptor_quant_block_format(d))) {
+  if (q == HURRAY_QUANT_BLOCK_CODED &&
+      hurray__gguf_block_coded(hurray_descriptor_quant_block_format(d))) {
     *gtype = (uint32_t)hurray_descriptor_quant_block_format(d);
     return HURRAY_OK;
   }
@@ -870,8 +876,9 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
   e.buffers = buffers;
   HurrayStatus s = HURRAY_OK;
   if (t == NULL || name == NULL || d == NULL || buffers == NULL) {
-    s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target, name, descriptor and buffers "
-                                                         "are required");
+    s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                     "target, name, descriptor and buffers "
+                     "are required");
     goto fail;
   }
   if (t->format == HURRAY_FORMAT_HURRAY) {
@@ -1012,9 +1019,13 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
     const char *v = text;
     size_t len;
     switch (m->type) {
-      case HURRAY_METADATA_INT: len = (size_t)snprintf(text, sizeof text, "%lld", (long long)m->i); break;
+      case HURRAY_METADATA_INT:
+        len = (size_t)snprintf(text, sizeof text, "%lld", (long long)m->i);
+        break;
       case HURRAY_METADATA_FLOAT: len = (size_t)snprintf(text, sizeof text, "%.17g", m->f); break;
-      case HURRAY_METADATA_BOOL: len = (size_t)snprintf(text, sizeof text, "%s", m->b ? "true" : "false"); break;
+      case HURRAY_METADATA_BOOL:
+        len = (size_t)snprintf(text, sizeof text, "%s", m->b ? "true" : "false");
+        break;
       default: v = (const char *)m->bytes, len = m->len; break;
     }
     if (!hurray__utf8_valid(v, len)) {
@@ -1208,7 +1219,7 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
                         HURRAY_CONVERT_OPTIONS_VERSION);
   }
   HurrayFormat tf = options->target_format != HURRAY_FORMAT_UNKNOWN ? options->target_format
-                                                                   : hurray_format_from_path(dst);
+                                                                    : hurray_format_from_path(dst);
   if (tf == HURRAY_FORMAT_UNKNOWN) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "cannot tell the format to write from %s (not .hurray, .safetensors or "
@@ -1239,7 +1250,8 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
     HurrayDescriptor *d = NULL;
     if (st == HURRAY_OK) st = hurray_source_get_descriptor(s, i, &d, error);
     uint32_t gtype = 0;
-    if (st == HURRAY_OK) st = target_accepts(tf, hurray_source_tensor_name(s, i), d, &gtype, error);
+    if (st == HURRAY_OK)
+      st = target_accepts(tf, hurray_source_tensor_name(s, i), d, &gtype, error);
     hurray_descriptor_destroy(d);
   }
   HurrayTarget *t = NULL;

@@ -68,10 +68,10 @@ typedef enum HurrayJKind { HJ_NUM, HJ_BOOL, HJ_STR, HJ_ARR, HJ_OBJ } HurrayJKind
 typedef struct HurrayJ HurrayJ;
 struct HurrayJ {
   HurrayJKind kind;
-  bool is_int;    /* HJ_NUM: an integer literal */
-  bool negative;  /* HJ_NUM integer: the sign */
-  uint64_t mag;   /* HJ_NUM integer: the magnitude */
-  double num;     /* HJ_NUM: the value as a double */
+  bool is_int;   /* HJ_NUM: an integer literal */
+  bool negative; /* HJ_NUM integer: the sign */
+  uint64_t mag;  /* HJ_NUM integer: the magnitude */
+  double num;    /* HJ_NUM: the value as a double */
   bool b;
   uint8_t *str;   /* HJ_STR: raw bytes, surrogate escapes undone */
   size_t len;     /* HJ_STR: bytes; HJ_ARR, HJ_OBJ: items */

@@ -36,17 +36,17 @@ typedef struct GGType {
 } GGType;
 
 static const GGType gg_types[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 40},      [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},        [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},    [40] = {"NVFP4", 64, 36},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 40},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},    [40] = {"NVFP4", 64, 36},
     [41] = {"Q1_0", 128, 18},
 };
 #define GG_TYPE_COUNT (sizeof gg_types / sizeof gg_types[0])
@@ -68,8 +68,16 @@ bool hurray__gguf_block_coded(uint32_t type) {
 
 bool hurray__gguf_type_supported(uint32_t type) {
   switch (type) {
-    case 0: case 1: case 2: case 8: case 24: case 25: case 26: case 27: case 28: case 30:
-      return true;
+    case 0:
+    case 1:
+    case 2:
+    case 8:
+    case 24:
+    case 25:
+    case 26:
+    case 27:
+    case 28:
+    case 30: return true;
     default:
       /* The block-coded formats carry ggml's type numbers and block sizes. */
       return hurray__gguf_block_coded(type);
@@ -78,10 +86,22 @@ bool hurray__gguf_type_supported(uint32_t type) {
 
 /* Value types. */
 enum {
-  GV_UINT8 = 0, GV_INT8, GV_UINT16, GV_INT16, GV_UINT32, GV_INT32, GV_FLOAT32, GV_BOOL,
-  GV_STRING, GV_ARRAY, GV_UINT64, GV_INT64, GV_FLOAT64, GV_COUNT
+  GV_UINT8 = 0,
+  GV_INT8,
+  GV_UINT16,
+  GV_INT16,
+  GV_UINT32,
+  GV_INT32,
+  GV_FLOAT32,
+  GV_BOOL,
+  GV_STRING,
+  GV_ARRAY,
+  GV_UINT64,
+  GV_INT64,
+  GV_FLOAT64,
+  GV_COUNT
 };
-static const char *const gv_names[GV_COUNT] = {"UINT8",  "INT8",    "UINT16", "INT16", "UINT32",
+static const char *const gv_names[GV_COUNT] = {"UINT8",  "INT8",    "UINT16", "INT16",  "UINT32",
                                                "INT32",  "FLOAT32", "BOOL",   "STRING", "ARRAY",
                                                "UINT64", "INT64",   "FLOAT64"};
 static const uint8_t gv_size[GV_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
@@ -181,9 +201,10 @@ static HurrayStatus scalar_json(Cur *c, int t, HurrayStr *out) {
   uint64_t v = 0;
   HURRAY_RETURN_NOT_OK(rd(c, &v, gv_size[t], "an array"));
   switch (t) {
-    case GV_INT8: case GV_INT16: case GV_INT32: case GV_INT64:
-      hurray__str_addf(out, "%lld", (long long)sext(v, gv_size[t]));
-      break;
+    case GV_INT8:
+    case GV_INT16:
+    case GV_INT32:
+    case GV_INT64: hurray__str_addf(out, "%lld", (long long)sext(v, gv_size[t])); break;
     case GV_FLOAT32: emit_double(out, f32_of(v)); break;
     case GV_FLOAT64: emit_double(out, f64_of(v)); break;
     case GV_BOOL:
@@ -231,7 +252,8 @@ static HurrayStatus array_json(Cur *c, unsigned depth, HurrayStr *out, HurrayStr
     if (sub == GV_ARRAY) {
       HurrayStr inner = {0};
       HurrayStatus s = array_json(c, depth + 1, out, &inner);
-      if (s == HURRAY_OK && inner.oom) s = hurray__fail(c->error, HURRAY_ERR_NO_MEMORY, "out of memory");
+      if (s == HURRAY_OK && inner.oom)
+        s = hurray__fail(c->error, HURRAY_ERR_NO_MEMORY, "out of memory");
       if (s == HURRAY_OK && first_sub != NULL && strcmp(first_sub, inner.p) != 0) {
         s = hurray__fail(c->error, HURRAY_ERR_UNSUPPORTED,
                          "GGUF array of arrays of different types (%.60s, %.60s): hurray keeps "
@@ -309,9 +331,11 @@ static HurrayStatus read_kv(Cur *c, HurrayGGUFFile *f, HurrayStr *types, uint64_
     uint64_t n = 0;
     s = rd_str(c, &v, &n, "a string value");
     if (s == HURRAY_OK) {
-      bool text = hurray__utf8_valid((const char *)v, (size_t)n) && memchr(v, 0, (size_t)n) == NULL;
-      s = hurray__meta_set(&f->metadata, full, text ? HURRAY_METADATA_STRING : HURRAY_METADATA_BYTES,
-                           v, (size_t)n, c->error);
+      bool text = hurray__utf8_valid((const char *)v, (size_t)n) &&
+                  memchr(v, 0, (size_t)n) == NULL;
+      s = hurray__meta_set(&f->metadata, full,
+                           text ? HURRAY_METADATA_STRING : HURRAY_METADATA_BYTES, v, (size_t)n,
+                           c->error);
     }
     hurray__str_add(&type, "STRING", 6);
   } else {
@@ -395,12 +419,11 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
                         (unsigned long long)n_kv, HURRAY_GGUF_MAX_KV, (unsigned long long)size);
   }
   if (n_tensors > HURRAY_GGUF_MAX_TENSORS || n_tensors > (size - c.at) / 24) {
-    return hurray__fail(error,
-                        n_tensors > HURRAY_GGUF_MAX_TENSORS ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
-                        "GGUF header claims %llu tensors (at most %u, and the file holds %llu "
-                        "bytes)",
-                        (unsigned long long)n_tensors, HURRAY_GGUF_MAX_TENSORS,
-                        (unsigned long long)size);
+    return hurray__fail(
+        error, n_tensors > HURRAY_GGUF_MAX_TENSORS ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
+        "GGUF header claims %llu tensors (at most %u, and the file holds %llu "
+        "bytes)",
+        (unsigned long long)n_tensors, HURRAY_GGUF_MAX_TENSORS, (unsigned long long)size);
   }
   HurrayStr types = {0};
   hurray__str_addc(&types, '{');
@@ -441,8 +464,9 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
     out->count++;
     if ((s = rd(&c, &n_dims, 4, "a tensor info")) != HURRAY_OK) goto fail;
     if (n_dims > HURRAY_GGUF_MAX_DIMS) {
-      s = hurray__fail(error, HURRAY_ERR_LIMIT, "GGUF tensor %.200s has %llu dimensions (at most %u)",
-                       t->name, (unsigned long long)n_dims, HURRAY_GGUF_MAX_DIMS);
+      s = hurray__fail(error, HURRAY_ERR_LIMIT,
+                       "GGUF tensor %.200s has %llu dimensions (at most %u)", t->name,
+                       (unsigned long long)n_dims, HURRAY_GGUF_MAX_DIMS);
       goto fail;
     }
     t->n_dims = (uint32_t)n_dims;
@@ -629,8 +653,10 @@ static HurrayStatus enc_fail(Enc *e, const char *why) {
 
 /* Integer `neg`/`mag` into type t, range-checked. */
 static HurrayStatus enc_int(Enc *e, HurrayStr *o, int t, bool neg, uint64_t mag) {
-  static const int64_t lo[GV_COUNT] = {[GV_INT8] = INT8_MIN, [GV_INT16] = INT16_MIN,
-                                       [GV_INT32] = INT32_MIN, [GV_INT64] = INT64_MIN};
+  static const int64_t lo[GV_COUNT] = {[GV_INT8] = INT8_MIN,
+                                       [GV_INT16] = INT16_MIN,
+                                       [GV_INT32] = INT32_MIN,
+                                       [GV_INT64] = INT64_MIN};
   static const uint64_t hi[GV_COUNT] = {
       [GV_UINT8] = UINT8_MAX,   [GV_INT8] = INT8_MAX,     [GV_UINT16] = UINT16_MAX,
       [GV_INT16] = INT16_MAX,   [GV_UINT32] = UINT32_MAX, [GV_INT32] = INT32_MAX,
@@ -699,7 +725,8 @@ static HurrayStatus enc_json(Enc *e, HurrayStr *o, const char *type, const Hurra
     return enc_int(e, o, t, false, v);
   }
   if (j->kind == HJ_BOOL) return enc_int(e, o, t, false, j->b);
-  if (j->kind != HJ_NUM || !j->is_int) return enc_fail(e, "an integer item that is not an integer");
+  if (j->kind != HJ_NUM || !j->is_int)
+    return enc_fail(e, "an integer item that is not an integer");
   return enc_int(e, o, t, j->negative, j->mag);
 }
 
@@ -755,8 +782,7 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
       }
       put(o, m->b ? 1 : 0, gv_size[t]);
       return HURRAY_OK;
-    default:
-      return enc_fail(e, "unknown hurray metadata type");
+    default: return enc_fail(e, "unknown hurray metadata type");
   }
 }
 
@@ -857,7 +883,8 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
     pairs++;
     if (strcmp(name, "general.alignment") == 0) {
       if (strcmp(kinds[i], "UINT32") != 0 || order[i]->type != HURRAY_METADATA_INT ||
-          order[i]->i <= 0 || order[i]->i > (1 << 30) || !hurray__is_pow2_u64((uint64_t)order[i]->i)) {
+          order[i]->i <= 0 || order[i]->i > (1 << 30) ||
+          !hurray__is_pow2_u64((uint64_t)order[i]->i)) {
         s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                          "metadata gguf.general.alignment must be a UINT32 power of two");
         goto done;

@@ -2,11 +2,11 @@
  * safetensors: an 8-byte little-endian header length N, N bytes of JSON
  * ({name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
  * {str: str}}), then the data section. The header is parsed with yajl's
- * event parser (ADR-0020), so no tree is built and every key is seen and checked as strictly as safetensors itself checks it: N at
- * most 100 MB and inside the file, valid UTF-8 JSON, unique names, known
- * dtypes, byte sizes equal to shape x dtype size (overflow-checked), and
- * offsets that tile the data section exactly: sorted, contiguous, no hole,
- * no overlap, ending at the end of the file.
+ * event parser (ADR-0020), so no tree is built and every key is seen and checked as strictly as
+ * safetensors itself checks it: N at most 100 MB and inside the file, valid UTF-8 JSON, unique
+ * names, known dtypes, byte sizes equal to shape x dtype size (overflow-checked), and offsets that
+ * tile the data section exactly: sorted, contiguous, no hole, no overlap, ending at the end of the
+ * file.
  */
 #define _GNU_SOURCE
 #include <yajl/yajl_parse.h>
@@ -63,7 +63,6 @@ int hurray__st_dtype_rank(HurrayDType dtype) {
   return -1;
 }
 
-
 void hurray__st_free(HurraySTFile *f) {
   for (size_t i = 0; i < f->count; i++) {
     free(f->tensors[i].name);
@@ -87,7 +86,7 @@ typedef enum {
   P_SHAPE,      /* numbers or "]" */
   P_OFFS0,
   P_OFFS,
-  P_END         /* after the root */
+  P_END /* after the root */
 } PState;
 
 typedef struct StParse {
@@ -96,12 +95,12 @@ typedef struct StParse {
   HurrayStatus status;
   PState state;
   bool seen_meta;
-  char *key;        /* the pending root key or metadata key */
+  char *key; /* the pending root key or metadata key */
   size_t key_len;
   HurraySTTensor *t; /* the tensor being read */
-  unsigned fields;  /* bit 0 dtype, 1 shape, 2 offsets */
+  unsigned fields;   /* bit 0 dtype, 1 shape, 2 offsets */
   size_t shape_cap;
-  unsigned offs;    /* offsets read */
+  unsigned offs; /* offsets read */
   size_t cap;
 } StParse;
 
@@ -217,8 +216,8 @@ static int on_start_map(void *ctx) {
   if (p->state != P_ROOT_VALUE) return bad_value(p);
   if (p->key_len == 12 && memcmp(p->key, "__metadata__", 12) == 0) {
     if (p->seen_meta) {
-      return st_fail(p, HURRAY_ERR_DUPLICATE_NAME,
-                     "safetensors header: %s appears twice", "__metadata__");
+      return st_fail(p, HURRAY_ERR_DUPLICATE_NAME, "safetensors header: %s appears twice",
+                     "__metadata__");
     }
     p->seen_meta = true;
     p->state = P_META;
@@ -269,10 +268,13 @@ static int on_key(void *ctx, const unsigned char *key, size_t len) {
                    "data_offsets",
                    p->t->name);
   }
-  size_t limit = p->state == P_ROOT ? HURRAY_MAX_TENSOR_NAME_BYTES : HURRAY_MAX_METADATA_KEY_BYTES - 16;
+  size_t limit = p->state == P_ROOT ? HURRAY_MAX_TENSOR_NAME_BYTES
+                                    : HURRAY_MAX_METADATA_KEY_BYTES - 16;
   if (len > 0 && len <= limit && !hurray__utf8_valid((const char *)key, len)) {
-    return st_fail(p, HURRAY_ERR_MALFORMED, "safetensors header: a name or key that is not valid "
-                                            "UTF-8%s", "");
+    return st_fail(p, HURRAY_ERR_MALFORMED,
+                   "safetensors header: a name or key that is not valid "
+                   "UTF-8%s",
+                   "");
   }
   if (len == 0 || len > limit || memchr(key, 0, len) != NULL) {
     return st_fail(p, HURRAY_ERR_LIMIT,
@@ -324,9 +326,9 @@ static int on_end_array(void *ctx) {
   return 1;
 }
 
-static const yajl_callbacks st_callbacks = {
-    on_null, on_bool, NULL, NULL, on_number, on_string, on_start_map, on_key, on_end_map,
-    on_start_array, on_end_array};
+static const yajl_callbacks st_callbacks = {on_null,    on_bool,        NULL,         NULL,
+                                            on_number,  on_string,      on_start_map, on_key,
+                                            on_end_map, on_start_array, on_end_array};
 
 static int by_name(const void *a, const void *b) {
   return strcmp(((const HurraySTTensor *)a)->name, ((const HurraySTTensor *)b)->name);
@@ -418,7 +420,8 @@ HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *
   if (s == HURRAY_OK && p.state != P_END) {
     s = hurray__fail(error, HURRAY_ERR_MALFORMED, "safetensors header is not one JSON object");
   }
-  for (size_t i = 0; s == HURRAY_OK && i < out->count; i++) s = check_size(&out->tensors[i], error);
+  for (size_t i = 0; s == HURRAY_OK && i < out->count; i++)
+    s = check_size(&out->tensors[i], error);
   if (s == HURRAY_OK && out->count > 1) {
     qsort(out->tensors, out->count, sizeof *out->tensors, by_name);
     for (size_t i = 1; s == HURRAY_OK && i < out->count; i++) {
@@ -433,12 +436,12 @@ HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *
   for (size_t i = 0; s == HURRAY_OK && i < out->count; i++) {
     const HurraySTTensor *t = &out->tensors[i];
     if (t->begin != at) {
-      s = hurray__fail(error, t->begin < at ? HURRAY_ERR_OVERLAP : HURRAY_ERR_RANGE,
-                       "safetensors header: tensor %.200s starts at byte %llu of the data, where "
-                       "%s",
-                       t->name, (unsigned long long)t->begin,
-                       t->begin < at ? "it overlaps the tensor before it"
-                                     : "the tensor before it left a hole");
+      s = hurray__fail(
+          error, t->begin < at ? HURRAY_ERR_OVERLAP : HURRAY_ERR_RANGE,
+          "safetensors header: tensor %.200s starts at byte %llu of the data, where "
+          "%s",
+          t->name, (unsigned long long)t->begin,
+          t->begin < at ? "it overlaps the tensor before it" : "the tensor before it left a hole");
     }
     at = t->end;
   }

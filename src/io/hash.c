@@ -19,7 +19,7 @@
 #include "format.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HURRAY_HAVE_AVX2_PATH 1
+#  define HURRAY_HAVE_AVX2_PATH 1
 uint64_t hurray__xxh3_avx2(const void *data, size_t len);
 #endif
 

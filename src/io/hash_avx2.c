@@ -6,27 +6,28 @@
  * stays static to this file (XXH_INLINE_ALL).
  */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
-#else
-#pragma GCC target("avx2")
-#endif
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#endif
-#define XXH_VECTOR 2 /* XXH_AVX2 */
-#include <xxhash.h>
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+#  if defined(__clang__)
+#    pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#  else
+#    pragma GCC target("avx2")
+#  endif
+#  ifndef XXH_INLINE_ALL
+#    define XXH_INLINE_ALL
+#  endif
+#  define XXH_VECTOR 2 /* XXH_AVX2 */
+#  include <xxhash.h>
+#  if defined(__clang__)
+#    pragma clang attribute pop
+#  endif
 
-#include <stdint.h>
+#  include <stdint.h>
 
 uint64_t hurray__xxh3_avx2(const void *data, size_t len);
-#if defined(__clang__)
+#  if defined(__clang__)
 __attribute__((target("avx2")))
-#endif
-uint64_t hurray__xxh3_avx2(const void *data, size_t len) {
+#  endif
+uint64_t
+hurray__xxh3_avx2(const void *data, size_t len) {
   return XXH3_64bits(data, len);
 }
 #else

@@ -68,12 +68,12 @@ typedef struct MetadataEntry {
 } MetadataEntry;
 
 struct HurrayReader {
-  int fd;             /* -1 for a source reader */
-  bool has_source;    /* bytes come from `source`, not from `fd` */
+  int fd;          /* -1 for a source reader */
+  bool has_source; /* bytes come from `source`, not from `fd` */
   HurrayByteSource source;
   uint64_t file_size;
   HurrayReadMode mode;
-  Mapping *mapping;   /* MMAP and MMAP_PRIVATE modes */
+  Mapping *mapping;    /* MMAP and MMAP_PRIVATE modes */
   uint8_t *index_copy; /* PREAD mode */
   const uint8_t *index;
   uint64_t index_offset;
@@ -307,8 +307,8 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
     HURRAY_RETURN_NOT_OK(take_name(c, arena, HURRAY_MAX_METADATA_KEY_BYTES, "metadata key", i,
                                    &m->key, &m->key_len, error));
     if (i > 0) {
-      int order =
-          compare_names(r->metadata[i - 1].key, r->metadata[i - 1].key_len, m->key, m->key_len);
+      int order = compare_names(r->metadata[i - 1].key, r->metadata[i - 1].key_len, m->key,
+                                m->key_len);
       if (order >= 0) {
         return CORRUPT(order == 0 ? HURRAY_ERR_DUPLICATE_NAME : HURRAY_ERR_MALFORMED,
                        "index: metadata key \"%s\" is %s", m->key,
@@ -328,12 +328,8 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
     bool ok = true;
     switch (m->type) {
       case HURRAY_METADATA_INT:
-      case HURRAY_METADATA_FLOAT:
-        ok = len == 8;
-        break;
-      case HURRAY_METADATA_BOOL:
-        ok = len == 1 && m->value[0] <= 1;
-        break;
+      case HURRAY_METADATA_FLOAT: ok = len == 8; break;
+      case HURRAY_METADATA_BOOL: ok = len == 1 && m->value[0] <= 1; break;
       case HURRAY_METADATA_STRING:
         ok = hurray__utf8_valid((const char *)m->value, m->value_len);
         if (ok) {
@@ -344,14 +340,11 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
           *arena += m->value_len + 1;
         }
         break;
-      case HURRAY_METADATA_BYTES:
-        break;
-      default:
-        break; /* a newer minor version's type: kept, readable as bytes */
+      case HURRAY_METADATA_BYTES: break;
+      default: break; /* a newer minor version's type: kept, readable as bytes */
     }
     if (!ok) {
-      return CORRUPT(HURRAY_ERR_MALFORMED, "index: metadata \"%s\" has a malformed value",
-                     m->key);
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: metadata \"%s\" has a malformed value", m->key);
     }
   }
   return HURRAY_OK;
@@ -392,8 +385,7 @@ static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *mino
  * range and counts that the file and the limits allow. Sets the reader's
  * index range and counts; the trailer's bytes stay in `trailer`. */
 static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor,
-                                 uint8_t trailer[HURRAY_FILE_TRAILER_BYTES],
-                                 HurrayError *error) {
+                                 uint8_t trailer[HURRAY_FILE_TRAILER_BYTES], HurrayError *error) {
   HURRAY_RETURN_NOT_OK(read_at(r, trailer, HURRAY_FILE_TRAILER_BYTES,
                                r->file_size - HURRAY_FILE_TRAILER_BYTES, error));
   if (memcmp(trailer + TRAILER_MAGIC, hurray__trailer_magic, 8) != 0) {
@@ -573,8 +565,8 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
 /* ---------------------------------------------------------------- sources */
 
 HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
-                                       const HurrayReaderOptions *options, HurrayReader **out,
-                                       HurrayError *error) {
+                                            const HurrayReaderOptions *options, HurrayReader **out,
+                                            HurrayError *error) {
   if (out != NULL) *out = NULL;
   if (source == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source is required");
@@ -624,7 +616,7 @@ static HurrayStatus memory_read(void *ctx, uint64_t offset, uint64_t length, voi
 }
 
 HurrayStatus hurray_byte_source_memory(const void *data, size_t size, HurrayByteSource *out,
-                                  HurrayError *error) {
+                                       HurrayError *error) {
   if (out == NULL || (data == NULL && size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "data and out are required");
   }
@@ -851,9 +843,8 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
       HurrayError *e = error != NULL ? error : &local;
       e->code = HURRAY_OK;
       e->message[0] = '\0';
-      status = source_status(r->source.read_batch(r->source.ctx, ranges, n, e),
-                             ranges[0].offset, ranges[n - 1].offset + ranges[n - 1].length -
-                             ranges[0].offset, e);
+      status = source_status(r->source.read_batch(r->source.ctx, ranges, n, e), ranges[0].offset,
+                             ranges[n - 1].offset + ranges[n - 1].length - ranges[0].offset, e);
     } else {
       for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
         status = read_at(r, ranges[k].dst, ranges[k].length, ranges[k].offset, error);
@@ -971,7 +962,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
 /* -------------------------------------------------------------- populate */
 
 #ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#  define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
 typedef struct PopulateJob {
@@ -1060,8 +1051,7 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
     return HURRAY_OK;
   }
   /* A PREAD reader has no mapping: a temporary one, never touched. */
-  void *base = is_mapped(r) ? r->mapping->base
-                            : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
+  void *base = is_mapped(r) ? r->mapping->base : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
   if (base == MAP_FAILED) {
     return hurray__fail(error, HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
   }
@@ -1138,7 +1128,6 @@ static const uint8_t *file_view(HurrayReader *r, bool *temporary) {
 #define VERIFY_BATCH 4096
 #define VERIFY_ROUND_BYTES_PER_THREAD (64u << 20)
 
-
 /* Drops the whole pages of [p, p + len) of a shared file mapping from the
  * process (MADV_DONTNEED: a later read maps them again from the cache). */
 static void drop_view_pages(const void *p, size_t len) {
@@ -1149,16 +1138,15 @@ static void drop_view_pages(const void *p, size_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-
 /* Through a source with read_batch: the buffers of up to 64 MiB at a time
  * read with one batch into one scratch allocation (a transport merges
  * neighbours into few requests), then hashed. Larger buffers are hashed
  * piecewise by checksum_range. */
 #define SOURCE_BATCH_BYTES ((uint64_t)64 << 20)
 
-static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs,
-                                      const VerifyRef *refs, const size_t *which, size_t n,
-                                      uint64_t total, HurrayError *error) {
+static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs, const VerifyRef *refs,
+                                      const size_t *which, size_t n, uint64_t total,
+                                      HurrayError *error) {
   uint8_t *scratch = malloc(total ? (size_t)total : 1);
   HurrayByteRange *ranges = malloc((n ? n : 1) * sizeof *ranges);
   HurrayStatus status = HURRAY_OK;
@@ -1183,8 +1171,8 @@ static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs,
     qsort(ranges, m, sizeof *ranges, compare_source_ranges);
     error->code = HURRAY_OK;
     error->message[0] = '\0';
-    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, error),
-                           ranges[0].offset, total, error);
+    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, error), ranges[0].offset,
+                           total, error);
   }
   if (status == HURRAY_OK) {
     for (size_t i = 0; i < n; i++) {
@@ -1228,9 +1216,9 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in file order, so that the error is the same
  * whatever thread found it. */
-static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop,
-                                 unsigned threads, HurrayHashJob *jobs, const VerifyRef *refs,
-                                 size_t n, HurrayError *error) {
+static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop, unsigned threads,
+                                 HurrayHashJob *jobs, const VerifyRef *refs, size_t n,
+                                 HurrayError *error) {
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
       jobs[k].data = view + buffer_field(refs[k].t, refs[k].buffer, 0);
@@ -1247,8 +1235,8 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
   } else {
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
-                                          buffer_field(refs[k].t, refs[k].buffer, 1),
-                                          &jobs[k].sum, error));
+                                          buffer_field(refs[k].t, refs[k].buffer, 1), &jobs[k].sum,
+                                          error));
     }
   }
   for (size_t k = 0; k < n; k++) {
@@ -1343,8 +1331,8 @@ static HurrayStatus metadata_lookup(const HurrayReader *r, const char *key,
       bool unknown = stored < HURRAY_METADATA_STRING || stored > HURRAY_METADATA_BYTES;
       if (stored != type && !(type == HURRAY_METADATA_BYTES && unknown)) {
         return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                            "metadata \"%s\" has type %d, not %d", key,
-                            (int)r->metadata[mid].type, (int)type);
+                            "metadata \"%s\" has type %d, not %d", key, (int)r->metadata[mid].type,
+                            (int)type);
       }
       *out = &r->metadata[mid];
       return HURRAY_OK;

@@ -64,14 +64,14 @@ struct HurrayWriter {
   int fd;
   HurrayWriteFn write_fn;
   void *write_ctx;
-  char *target;       /* SINK_PATH: the final path */
-  char *dir;          /* SINK_PATH: the target's folder, where the temp file lives */
-  char *base;         /* SINK_PATH: the target's last component */
-  char *temp_path;    /* SINK_PATH: the temp file's name while it has one */
-  bool unnamed_temp;  /* SINK_PATH with O_TMPFILE */
-  uint64_t position;  /* bytes written so far */
-  bool failed;        /* a write failed: only abort remains */
-  bool statistics;    /* compute statistics for each tensor written */
+  char *target;             /* SINK_PATH: the final path */
+  char *dir;                /* SINK_PATH: the target's folder, where the temp file lives */
+  char *base;               /* SINK_PATH: the target's last component */
+  char *temp_path;          /* SINK_PATH: the temp file's name while it has one */
+  bool unnamed_temp;        /* SINK_PATH with O_TMPFILE */
+  uint64_t position;        /* bytes written so far */
+  bool failed;              /* a write failed: only abort remains */
+  bool statistics;          /* compute statistics for each tensor written */
   HurrayCancelFn cancel_fn; /* asked between pieces of output; NULL: never */
   void *cancel_ctx;
 
@@ -136,7 +136,8 @@ static int fsync_retry(const HurraySys *sys, int fd) {
 static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
   if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
   w->failed = true;
-  return hurray__fail(error, HURRAY_ERR_CANCELLED, "the write was cancelled; nothing was published");
+  return hurray__fail(error, HURRAY_ERR_CANCELLED,
+                      "the write was cancelled; nothing was published");
 }
 
 /* With a cancel hook, output goes in pieces of HURRAY_WRITER_CANCEL_INTERVAL
@@ -401,8 +402,8 @@ static void tensor_record_free(TensorRecord *t) {
 }
 
 HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
-                                        const HurrayDescriptor *d,
-                                        const HurrayBufferList *buffers, HurrayError *error) {
+                                        const HurrayDescriptor *d, const HurrayBufferList *buffers,
+                                        HurrayError *error) {
   if (w == NULL || d == NULL || buffers == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "writer, descriptor and buffers are required");
@@ -518,8 +519,8 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
   HURRAY_RETURN_NOT_OK(check_name(key, "metadata key", HURRAY_MAX_METADATA_KEY_BYTES, error));
   if (len > HURRAY_MAX_INDEX_BYTES) {
     return hurray__fail(error, HURRAY_ERR_LIMIT,
-                        "metadata \"%s\": a %zu-byte value cannot fit the %u-byte index", key,
-                        len, HURRAY_MAX_INDEX_BYTES);
+                        "metadata \"%s\": a %zu-byte value cannot fit the %u-byte index", key, len,
+                        HURRAY_MAX_INDEX_BYTES);
   }
   size_t key_len = strlen(key);
   if (name_set_reserve(w, &w->metadata_keys, true, w->metadata_count) != HURRAY_OK) {
@@ -752,8 +753,8 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
     for (int attempt = 0;; attempt++) {
       snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-%d-%d", w->dir, w->base, (int)getpid(),
                attempt);
-      if (sys->linkat(sys->ctx, AT_FDCWD, proc_path, AT_FDCWD, w->temp_path,
-                      AT_SYMLINK_FOLLOW) == 0) {
+      if (sys->linkat(sys->ctx, AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) ==
+          0) {
         break;
       }
       if (errno != EEXIST || attempt >= 100) {
@@ -795,8 +796,8 @@ static HurrayStatus finish(HurrayWriter *w, bool hurray_index, HurrayError *erro
   if (w == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
   }
-  HurrayStatus status = w->failed ? hurray__fail(error, HURRAY_ERR_STATE,
-                                                 "an earlier write failed; nothing was published")
+  HurrayStatus status = w->failed      ? hurray__fail(error, HURRAY_ERR_STATE,
+                                                      "an earlier write failed; nothing was published")
                         : hurray_index ? write_index_and_trailer(w, error)
                                        : HURRAY_OK;
   if (status == HURRAY_OK && w->kind == SINK_PATH) {

@@ -49,20 +49,62 @@ static float code_value(HurrayDType dtype, HurrayQuantKind kind, HurrayMxElement
  * wide codes). */
 static float read_float(HurrayDType t, const uint8_t *p, uint64_t i) {
   switch (t) {
-    case HURRAY_DTYPE_FLOAT32: { float v; memcpy(&v, p + 4 * i, 4); return v; }
-    case HURRAY_DTYPE_FLOAT64: { double v; memcpy(&v, p + 8 * i, 8); return (float)v; }
-    case HURRAY_DTYPE_FLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return hurray__f16_to_f32(h); }
-    case HURRAY_DTYPE_BFLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return hurray__bf16_to_f32(h); }
+    case HURRAY_DTYPE_FLOAT32: {
+      float v;
+      memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case HURRAY_DTYPE_FLOAT64: {
+      double v;
+      memcpy(&v, p + 8 * i, 8);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_FLOAT16: {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      return hurray__f16_to_f32(h);
+    }
+    case HURRAY_DTYPE_BFLOAT16: {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      return hurray__bf16_to_f32(h);
+    }
     case HURRAY_DTYPE_FLOAT8_E8M0FNU: return hurray__e8m0_to_f32(p[i]);
     case HURRAY_DTYPE_INT8: return (float)(int8_t)p[i];
-    case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_BOOL: return (float)p[i];
-    case HURRAY_DTYPE_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return (float)v; }
-    case HURRAY_DTYPE_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return (float)v; }
-    case HURRAY_DTYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
-    case HURRAY_DTYPE_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return (float)v; }
-    case HURRAY_DTYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (float)v; }
-    case HURRAY_DTYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (float)v; }
-    case HURRAY_DTYPE_INT4: case HURRAY_DTYPE_UINT4: {
+    case HURRAY_DTYPE_UINT8:
+    case HURRAY_DTYPE_BOOL: return (float)p[i];
+    case HURRAY_DTYPE_INT16: {
+      int16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_UINT16: {
+      uint16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_INT32: {
+      int32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_UINT32: {
+      uint32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_INT64: {
+      int64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_UINT64: {
+      uint64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_INT4:
+    case HURRAY_DTYPE_UINT4: {
       unsigned c = (p[i / 2] >> (4 * (i & 1u))) & 15u;
       return t == HURRAY_DTYPE_INT4 ? (float)((int)c - ((c & 8u) ? 16 : 0)) : (float)c;
     }
@@ -91,14 +133,40 @@ static Wide wide_u(uint64_t v) {
 static Wide read_wide(HurrayDType t, const uint8_t *p, uint64_t i) {
   switch (t) {
     case HURRAY_DTYPE_INT8: return wide_s((int8_t)p[i]);
-    case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_BOOL: return wide_u(p[i]);
-    case HURRAY_DTYPE_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return wide_s(v); }
-    case HURRAY_DTYPE_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return wide_u(v); }
-    case HURRAY_DTYPE_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return wide_s(v); }
-    case HURRAY_DTYPE_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return wide_u(v); }
-    case HURRAY_DTYPE_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return wide_s(v); }
-    case HURRAY_DTYPE_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return wide_u(v); }
-    case HURRAY_DTYPE_INT4: case HURRAY_DTYPE_UINT4: {
+    case HURRAY_DTYPE_UINT8:
+    case HURRAY_DTYPE_BOOL: return wide_u(p[i]);
+    case HURRAY_DTYPE_INT16: {
+      int16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      return wide_s(v);
+    }
+    case HURRAY_DTYPE_UINT16: {
+      uint16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      return wide_u(v);
+    }
+    case HURRAY_DTYPE_INT32: {
+      int32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return wide_s(v);
+    }
+    case HURRAY_DTYPE_UINT32: {
+      uint32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return wide_u(v);
+    }
+    case HURRAY_DTYPE_INT64: {
+      int64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return wide_s(v);
+    }
+    case HURRAY_DTYPE_UINT64: {
+      uint64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return wide_u(v);
+    }
+    case HURRAY_DTYPE_INT4:
+    case HURRAY_DTYPE_UINT4: {
       unsigned c = (p[i / 2] >> (4 * (i & 1u))) & 15u;
       return t == HURRAY_DTYPE_INT4 ? wide_s((int)c - ((c & 8u) ? 16 : 0)) : wide_u(c);
     }
@@ -122,13 +190,17 @@ static float magnitude_f32(uint64_t m, bool high) {
 
 static bool is_integer_code(HurrayDType t) {
   switch (t) {
-    case HURRAY_DTYPE_INT8: case HURRAY_DTYPE_UINT8: case HURRAY_DTYPE_INT16:
-    case HURRAY_DTYPE_UINT16: case HURRAY_DTYPE_INT32: case HURRAY_DTYPE_UINT32:
-    case HURRAY_DTYPE_INT64: case HURRAY_DTYPE_UINT64: case HURRAY_DTYPE_INT4:
-    case HURRAY_DTYPE_UINT4:
-      return true;
-    default:
-      return false;
+    case HURRAY_DTYPE_INT8:
+    case HURRAY_DTYPE_UINT8:
+    case HURRAY_DTYPE_INT16:
+    case HURRAY_DTYPE_UINT16:
+    case HURRAY_DTYPE_INT32:
+    case HURRAY_DTYPE_UINT32:
+    case HURRAY_DTYPE_INT64:
+    case HURRAY_DTYPE_UINT64:
+    case HURRAY_DTYPE_INT4:
+    case HURRAY_DTYPE_UINT4: return true;
+    default: return false;
   }
 }
 
@@ -167,8 +239,8 @@ typedef struct Job {
   unsigned parts;
 } Job;
 
-static void decode_floats(float *v, uint64_t n, const float *scale, const float *zp,
-                          unsigned step, float *out) {
+static void decode_floats(float *v, uint64_t n, const float *scale, const float *zp, unsigned step,
+                          float *out) {
   for (uint64_t k = 0; k < n; k++) {
     uint64_t g = step ? k : 0;
     out[k] = (v[k] - zp[g]) * scale[g];
@@ -312,7 +384,8 @@ static HurrayStatus locate_codes(Job *j, const HurrayDescriptor *d, const Hurray
                                  uint64_t numel, uint8_t **dense, HurrayError *error) {
   if (hurray_descriptor_layout_kind(d) == HURRAY_LAYOUT_DENSE &&
       hurray_descriptor_strides(d) == NULL) {
-    j->codes = buffer_bytes(list, hurray_descriptor_data_buffer(d)) + hurray_descriptor_byte_offset(d);
+    j->codes = buffer_bytes(list, hurray_descriptor_data_buffer(d)) +
+               hurray_descriptor_byte_offset(d);
     return HURRAY_OK;
   }
   uint64_t bytes;
@@ -364,12 +437,10 @@ static HurrayStatus plan_walk(Job *j, const HurrayDescriptor *d, HurrayQuantKind
       return hurray__quant_plan(&j->plan, rank, shape, 0, 0, true, error);
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
       return hurray__quant_plan(&j->plan, rank, shape, axis, 0, false, error);
-    case HURRAY_QUANT_NF4:
-      return hurray__quant_plan(&j->plan, 1, &numel, 0, block, false, error);
+    case HURRAY_QUANT_NF4: return hurray__quant_plan(&j->plan, 1, &numel, 0, block, false, error);
     case HURRAY_QUANT_MX:
       return hurray__quant_plan(&j->plan, rank, shape, axis, HURRAY_MX_BLOCK_SIZE, false, error);
-    default:
-      return hurray__quant_plan(&j->plan, rank, shape, axis, block, false, error);
+    default: return hurray__quant_plan(&j->plan, rank, shape, axis, block, false, error);
   }
 }
 

@@ -63,7 +63,7 @@ static inline uint16_t hurray__f32_to_f16(float f) {
   x &= 0x7fffffffu;
   if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x1ffu));
   if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: inf */
-  if (x < 0x38800000u) {                                    /* below 2^-14 */
+  if (x < 0x38800000u) {                                   /* below 2^-14 */
     float t = hurray__f32_from_bits(x) * 16777216.0f;      /* units of 2^-24 */
     return (uint16_t)(sign | (uint16_t)hurray__rne(t));
   }
@@ -172,16 +172,26 @@ static inline float hurray__e8m0_to_f32(uint8_t b) {
  * neighbours ((a + b) / 2 in binary32, written as exact hex literals: the
  * decimal literals in bitsandbytes' CUDA source round to other values for
  * four of them; docs/spec/quantization.md lists the bit patterns). */
-static const float HURRAY__NF4_VALUES[16] = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+static const float HURRAY__NF4_VALUES[16] = {-1.0f,
+                                             -0.6961928009986877f,
+                                             -0.5250730514526367f,
+                                             -0.39491748809814453f,
+                                             -0.28444138169288635f,
+                                             -0.18477343022823334f,
+                                             -0.09105003625154495f,
+                                             0.0f,
+                                             0.07958029955625534f,
+                                             0.16093020141124725f,
+                                             0.24611230194568634f,
+                                             0.33791524171829224f,
+                                             0.44070982933044434f,
+                                             0.5626170039176941f,
+                                             0.7229568362236023f,
+                                             1.0f};
 
 static const float HURRAY__NF4_MIDPOINTS[15] = {
-    -0x1.b239bp-1f, -0x1.38a4ep-1f, -0x1.d709p-2f, -0x1.5bd4ecp-2f,
-    -0x1.e079d8p-3f, -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f,
-    0x1.ec90c4p-4f, 0x1.a0cfcp-3f, 0x1.2b05a8p-2f, 0x1.8ea7f2p-2f,
-    0x1.00da08p-1f, 0x1.491b5ep-1f, 0x1.b913b4p-1f};
+    -0x1.b239bp-1f,  -0x1.38a4ep-1f,  -0x1.d709p-2f,  -0x1.5bd4ecp-2f, -0x1.e079d8p-3f,
+    -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f, 0x1.ec90c4p-4f,  0x1.a0cfcp-3f,
+    0x1.2b05a8p-2f,  0x1.8ea7f2p-2f,  0x1.00da08p-1f, 0x1.491b5ep-1f,  0x1.b913b4p-1f};
 
 #endif

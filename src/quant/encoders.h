@@ -66,13 +66,13 @@ HURRAY__ENC_INLINE uint8_t enc_mxint8(float x, float mul) {
 
 /* One loop per element type, with the format's constants folded in (the
  * tables are per translation unit, so compare fields, not addresses). */
-#define MX_LOOP(EB, MB, BIAS, MAXCODE)                                                     \
-  for (uint64_t k = 0; k < n; k++) {                                                        \
-    dst[k] = hurray__minifloat_encode_c(x[k] * mul, EB, MB, BIAS, MAXCODE);                 \
+#define MX_LOOP(EB, MB, BIAS, MAXCODE)                                      \
+  for (uint64_t k = 0; k < n; k++) {                                        \
+    dst[k] = hurray__minifloat_encode_c(x[k] * mul, EB, MB, BIAS, MAXCODE); \
   }
 
-HURRAY__ENC_INLINE void hurray__encode_mx_run(const HurrayMinifloat *t, const float *x, uint64_t n, float mul,
-                          uint8_t *dst) {
+HURRAY__ENC_INLINE void hurray__encode_mx_run(const HurrayMinifloat *t, const float *x, uint64_t n,
+                                              float mul, uint8_t *dst) {
   if (t->ebits == 4) {
     MX_LOOP(4, 3, 7, 0x7eu)
   } else if (t->ebits == 5) {
@@ -88,8 +88,9 @@ HURRAY__ENC_INLINE void hurray__encode_mx_run(const HurrayMinifloat *t, const fl
 
 /* Encodes n elements that share one group: multiplier `mul`, zero point
  * `zp` (affine kinds), `nan` (MX: a non-finite block, all codes 0). */
-HURRAY__ENC_INLINE void hurray__encode_run0(const HurrayResolvedScheme *s, const float *x, uint64_t n,
-                                       float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+HURRAY__ENC_INLINE void hurray__encode_run0(const HurrayResolvedScheme *s, const float *x,
+                                            uint64_t n, float mul, int32_t zp, uint8_t nan,
+                                            uint8_t *dst) {
   const int32_t qmin = s->qmin, qmax = s->qmax;
   switch (s->encoder) {
     case HURRAY_ENC_AFFINE:

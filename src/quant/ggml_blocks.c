@@ -463,7 +463,8 @@ static void run_part(void *ctx, unsigned part) {
   uint16_t *out = (uint16_t *)j->out;
   for (uint64_t b = b0; b < b1; b += STAGE_BLOCKS) {
     uint64_t n = b1 - b < STAGE_BLOCKS ? b1 - b : STAGE_BLOCKS;
-    for (uint64_t k = 0; k < n; k++) j->fn(j->blocks + (b + k) * j->bytes, stage + k * j->elements);
+    for (uint64_t k = 0; k < n; k++)
+      j->fn(j->blocks + (b + k) * j->bytes, stage + k * j->elements);
     uint16_t *o = out + b * j->elements;
     uint64_t m = n * j->elements;
     if (j->out_dtype == HURRAY_DTYPE_FLOAT16) {

@@ -33,7 +33,8 @@ HurrayStatus hurray__quant_plan(HurrayQuantPlan *p, uint32_t rank, const uint64_
   p->inner = 1;
   bool fits = true;
   for (uint32_t i = 0; i < axis; i++) fits &= hurray__mul_u64(p->outer, shape[i], &p->outer);
-  for (uint32_t i = axis + 1; i < rank; i++) fits &= hurray__mul_u64(p->inner, shape[i], &p->inner);
+  for (uint32_t i = axis + 1; i < rank; i++)
+    fits &= hurray__mul_u64(p->inner, shape[i], &p->inner);
   if (!fits) return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the shape does not fit in 64 bits");
   p->along = shape[axis];
   p->block = block;

@@ -148,8 +148,8 @@ static void emit(const HurrayResolvedScheme *s, Sink *k, const float *x, uint64_
 /* ----------------------------------------------------------- group ranges */
 
 typedef struct Range {
-  float lo, hi;      /* min and max of the finite elements */
-  float extreme;     /* q4_0: the element of largest magnitude, first on ties */
+  float lo, hi;  /* min and max of the finite elements */
+  float extreme; /* q4_0: the element of largest magnitude, first on ties */
   uint8_t nonfinite;
 } Range;
 
@@ -207,8 +207,7 @@ static float round_scale(HurrayDType dtype, float s) {
       s = s < FLT_MIN ? FLT_MIN : s > bf16_max ? bf16_max : s;
       return hurray__bf16_to_f32(hurray__f32_to_bf16(s));
     }
-    default:
-      return s < FLT_MIN ? FLT_MIN : s > FLT_MAX ? FLT_MAX : s;
+    default: return s < FLT_MIN ? FLT_MIN : s > FLT_MAX ? FLT_MAX : s;
   }
 }
 
@@ -235,8 +234,8 @@ typedef struct Job {
   HurrayQuantPlan plan;
   const float *x;
   uint8_t *codes;
-  void *scales;      /* NULL for per-tensor */
-  uint8_t *zps;      /* NULL unless asymmetric with a buffer */
+  void *scales; /* NULL for per-tensor */
+  uint8_t *zps; /* NULL unless asymmetric with a buffer */
   double inline_scale;
   int32_t inline_zp;
   /* global driver */
@@ -582,8 +581,8 @@ static HurrayStatus describe(const Job *j, uint32_t rank, const uint64_t *shape,
                                       NULL, error);
   }
   if (st == HURRAY_OK && j->zps) {
-    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, zp_bytes, 64,
-                                      HURRAY_SYNC_READY, NULL, error);
+    st = hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, zp_bytes, 64, HURRAY_SYNC_READY,
+                                      NULL, error);
   }
   if (st == HURRAY_OK) {
     switch (s->scheme) {
@@ -641,7 +640,8 @@ typedef struct Widen {
 
 static void widen_part(void *ctx, unsigned part) {
   Widen *w = ctx;
-  uint64_t a = w->n / w->parts * part, b = part + 1 == w->parts ? w->n : w->n / w->parts * (part + 1);
+  uint64_t a = w->n / w->parts * part,
+           b = part + 1 == w->parts ? w->n : w->n / w->parts * (part + 1);
   if (w->bf16) {
     for (uint64_t k = a; k < b; k++) w->dst[k] = hurray__bf16_to_f32(w->src[k]);
   } else {
@@ -650,11 +650,11 @@ static void widen_part(void *ctx, unsigned part) {
 }
 
 static HurrayStatus check_arguments(const void *src, uint64_t src_size, HurrayDType src_dtype,
-                                   uint32_t rank,
-                                   const uint64_t *shape, const HurrayQuantizeOptions *options,
-                                   HurrayDescriptor **descriptor_out,
-                                   HurrayBufferList **buffers_out, uint64_t *numel,
-                                   HurrayError *error) {
+                                    uint32_t rank, const uint64_t *shape,
+                                    const HurrayQuantizeOptions *options,
+                                    HurrayDescriptor **descriptor_out,
+                                    HurrayBufferList **buffers_out, uint64_t *numel,
+                                    HurrayError *error) {
   if (descriptor_out) *descriptor_out = NULL;
   if (buffers_out) *buffers_out = NULL;
   if (options == NULL || descriptor_out == NULL || buffers_out == NULL ||
@@ -714,11 +714,13 @@ static HurrayStatus allocate_outputs(Job *j, uint64_t numel, Outputs *o, HurrayE
     st = hurray_dtype_storage_bytes(j->s.code_dtype, j->plan.groups, &o->zp_bytes);
   }
   if (st != HURRAY_OK) {
-    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "the tensor's byte size does not fit in 64 bits");
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW,
+                        "the tensor's byte size does not fit in 64 bits");
   }
   if (zp_buffer) {
     o->zps = hurray__quant_alloc(o->zp_bytes);
-    if (o->zps == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for zero points");
+    if (o->zps == NULL)
+      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for zero points");
     memset(o->zps, 0, (size_t)o->zp_bytes);
   }
   o->codes = hurray__quant_alloc(o->code_bytes);
@@ -781,12 +783,13 @@ static HurrayStatus package(const Job *j, uint32_t rank, const uint64_t *shape, 
 }
 
 HurrayStatus hurray_quantize(const void *src, uint64_t src_size, HurrayDType src_dtype,
-                             uint32_t rank, const uint64_t *shape, const HurrayQuantizeOptions *options,
+                             uint32_t rank, const uint64_t *shape,
+                             const HurrayQuantizeOptions *options,
                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
                              HurrayError *error) {
   uint64_t numel = 0;
-  HURRAY_RETURN_NOT_OK(check_arguments(src, src_size, src_dtype, rank, shape, options, descriptor_out,
-                                       buffers_out, &numel, error));
+  HURRAY_RETURN_NOT_OK(check_arguments(src, src_size, src_dtype, rank, shape, options,
+                                       descriptor_out, buffers_out, &numel, error));
   Job *j = calloc(1, sizeof *j);
   if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
   Outputs o = {0, 0, 0, NULL, NULL, NULL};

@@ -6,8 +6,8 @@
 #include "../core/error.h"
 
 static const char *const SCHEME_NAMES[] = {
-    NULL,          "affine",     "per_channel", "block_affine", "q8_0",       "q4_0",  "nf4",
-    "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2",  "mxfp6_e2m3",   "mxfp4",      "mxint8"};
+    NULL,         "affine",     "per_channel", "block_affine", "q8_0",  "q4_0",  "nf4",
+    "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2",  "mxfp6_e2m3",   "mxfp4", "mxint8"};
 
 #define SCHEME_COUNT (sizeof SCHEME_NAMES / sizeof SCHEME_NAMES[0])
 
@@ -54,15 +54,14 @@ HurrayStatus hurray_quantize_options_init(HurrayQuantizeOptions *o, HurrayQuantS
   o->version = HURRAY_QUANTIZE_OPTIONS_VERSION;
   o->scheme = scheme;
   o->axis = scheme == HURRAY_SCHEME_PER_CHANNEL ? 0 : -1;
-  o->block_size = scheme == HURRAY_SCHEME_NF4 ? 64 : scheme == HURRAY_SCHEME_AFFINE ||
-                                                             scheme == HURRAY_SCHEME_PER_CHANNEL
-                                                         ? 0
-                                                         : 32;
+  o->block_size = scheme == HURRAY_SCHEME_NF4                                             ? 64
+                  : scheme == HURRAY_SCHEME_AFFINE || scheme == HURRAY_SCHEME_PER_CHANNEL ? 0
+                                                                                          : 32;
   o->symmetric = -1;
   o->threads = 1;
-  static const HurrayDType MX_CODES[] = {
-      HURRAY_DTYPE_FLOAT8_E4M3FN, HURRAY_DTYPE_FLOAT8_E5M2,    HURRAY_DTYPE_FLOAT6_E3M2FN,
-      HURRAY_DTYPE_FLOAT6_E2M3FN, HURRAY_DTYPE_FLOAT4_E2M1FN, HURRAY_DTYPE_INT8};
+  static const HurrayDType MX_CODES[] = {HURRAY_DTYPE_FLOAT8_E4M3FN, HURRAY_DTYPE_FLOAT8_E5M2,
+                                         HURRAY_DTYPE_FLOAT6_E3M2FN, HURRAY_DTYPE_FLOAT6_E2M3FN,
+                                         HURRAY_DTYPE_FLOAT4_E2M1FN, HURRAY_DTYPE_INT8};
   switch (scheme) {
     case HURRAY_SCHEME_Q8_0:
       o->code_dtype = HURRAY_DTYPE_INT8;
@@ -149,9 +148,7 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
     case HURRAY_SCHEME_Q4_0: r->encoder = HURRAY_ENC_Q4_0; break;
     case HURRAY_SCHEME_NF4: r->encoder = HURRAY_ENC_NF4; break;
     case HURRAY_SCHEME_MXINT8: r->encoder = HURRAY_ENC_MXINT8; break;
-    default:
-      r->encoder = is_mx(o->scheme) ? HURRAY_ENC_MXFP : HURRAY_ENC_AFFINE;
-      break;
+    default: r->encoder = is_mx(o->scheme) ? HURRAY_ENC_MXFP : HURRAY_ENC_AFFINE; break;
   }
   if (is_mx(o->scheme)) {
     static const int EMAX[] = {8, 15, 4, 2, 2, 0};
@@ -161,12 +158,23 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
 
   if (is_affine(o->scheme)) {
     switch (o->code_dtype) {
-      case HURRAY_DTYPE_INT8: r->qmin = -128; r->qmax = 127; break;
-      case HURRAY_DTYPE_UINT8: r->qmin = 0; r->qmax = 255; break;
-      case HURRAY_DTYPE_INT4: r->qmin = -8; r->qmax = 7; break;
-      case HURRAY_DTYPE_UINT4: r->qmin = 0; r->qmax = 15; break;
-      default:
-        return bad_option(error, name, "codes must be int8, uint8, int4 or uint4");
+      case HURRAY_DTYPE_INT8:
+        r->qmin = -128;
+        r->qmax = 127;
+        break;
+      case HURRAY_DTYPE_UINT8:
+        r->qmin = 0;
+        r->qmax = 255;
+        break;
+      case HURRAY_DTYPE_INT4:
+        r->qmin = -8;
+        r->qmax = 7;
+        break;
+      case HURRAY_DTYPE_UINT4:
+        r->qmin = 0;
+        r->qmax = 15;
+        break;
+      default: return bad_option(error, name, "codes must be int8, uint8, int4 or uint4");
     }
     bool is_signed = r->qmin < 0;
     r->symmetric = o->symmetric < 0 ? is_signed : o->symmetric != 0;

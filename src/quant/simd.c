@@ -75,8 +75,9 @@ static void scalar_encode(const HurrayResolvedScheme *s, const float *x, uint64_
   hurray__encode_run0(s, x, n, mul, zp, nan, dst);
 }
 
-static const HurrayQuantKernels SCALAR = {HURRAY_SIMD_SCALAR, "scalar", scalar_decode,
-                                          scalar_decode_each, scalar_encode, scalar_encode_affine, scalar_range};
+static const HurrayQuantKernels SCALAR = {HURRAY_SIMD_SCALAR, "scalar",      scalar_decode,
+                                          scalar_decode_each, scalar_encode, scalar_encode_affine,
+                                          scalar_range};
 
 const HurrayQuantKernels *hurray__quant_kernels_scalar(void) { return &SCALAR; }
 

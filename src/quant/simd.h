@@ -30,17 +30,17 @@ typedef enum HurraySimdLevel {
 
 /* How codes of at most 8 bits map to values before zero point and scale. */
 typedef enum HurrayCodeMap {
-  HURRAY_MAP_TABLE = 0,  /* tab[code] */
-  HURRAY_MAP_INT8 = 1,   /* (float)(int8_t)code * unit, which equals tab[code] */
-  HURRAY_MAP_UINT8 = 2   /* (float)code * unit, which equals tab[code] */
+  HURRAY_MAP_TABLE = 0, /* tab[code] */
+  HURRAY_MAP_INT8 = 1,  /* (float)(int8_t)code * unit, which equals tab[code] */
+  HURRAY_MAP_UINT8 = 2  /* (float)code * unit, which equals tab[code] */
 } HurrayCodeMap;
 
 typedef struct HurrayDecodeTable {
-  float tab[256];   /* value of each code; the first 2^bits entries are used */
-  unsigned bits;    /* 4 (two codes a byte, low nibble first), 6 (four codes in
-                     * three bytes, least significant bits first) or 8 */
+  float tab[256];    /* value of each code; the first 2^bits entries are used */
+  unsigned bits;     /* 4 (two codes a byte, low nibble first), 6 (four codes in
+                      * three bytes, least significant bits first) or 8 */
   HurrayCodeMap map; /* 8-bit codes only */
-  float unit;       /* 1 or 1/64 (MX INT8), a power of two */
+  float unit;        /* 1 or 1/64 (MX INT8), a power of two */
   /* byte b of tab[c] for c < 16, for byte-shuffle lookups
    * (hurray__decode_table_planes fills it) */
   uint8_t planes[4][16];
@@ -128,7 +128,8 @@ static inline void hurray__decode_scalar_run(const HurrayDecodeTable *t, const u
                                              uint64_t at, uint64_t k, uint64_t end, float s,
                                              float z, HurrayDType out_dtype, void *out) {
   for (; k < end; k++) {
-    hurray__store_one(out_dtype, out, k, (t->tab[hurray__code_at(t->bits, codes, at + k)] - z) * s);
+    hurray__store_one(out_dtype, out, k,
+                      (t->tab[hurray__code_at(t->bits, codes, at + k)] - z) * s);
   }
 }
 
@@ -145,16 +146,16 @@ static inline void hurray__decode_each_scalar(const HurrayDecodeTable *t, const 
 
 /* The loop over groups every level shares: RUN(t, codes, at, k, end, s, z,
  * out_dtype, out, ...) decodes elements [k, end) of one group. */
-#define HURRAY_DECODE_GROUPS(RUN, ...)                                 \
-  do {                                                                 \
-    uint64_t k_ = 0, g_ = 0, left_ = block ? block - head : n;         \
-    while (k_ < n) {                                                   \
-      uint64_t end_ = k_ + (left_ < n - k_ ? left_ : n - k_);          \
+#define HURRAY_DECODE_GROUPS(RUN, ...)                                             \
+  do {                                                                             \
+    uint64_t k_ = 0, g_ = 0, left_ = block ? block - head : n;                     \
+    while (k_ < n) {                                                               \
+      uint64_t end_ = k_ + (left_ < n - k_ ? left_ : n - k_);                      \
       RUN(t, codes, at, k_, end_, scale[g_], zp[g_], out_dtype, out, __VA_ARGS__); \
-      k_ = end_;                                                       \
-      g_++;                                                            \
-      left_ = block;                                                   \
-    }                                                                  \
+      k_ = end_;                                                                   \
+      g_++;                                                                        \
+      left_ = block;                                                               \
+    }                                                                              \
   } while (0)
 
 #endif

@@ -9,7 +9,7 @@
 
 #if defined(__aarch64__)
 
-#include <arm_neon.h>
+#  include <arm_neon.h>
 
 static inline void store4n(HurrayDType od, void *out, uint64_t k, float32x4_t v) {
   if (od == HURRAY_DTYPE_FLOAT32) {
@@ -25,8 +25,8 @@ static inline float32x4_t apply_n(float32x4_t v, float32x4_t z, float32x4_t s) {
   return vmulq_f32(vsubq_f32(v, z), s);
 }
 
-static inline void run_n(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
-                         uint64_t k, uint64_t end, float s, float z, HurrayDType od, void *out,
+static inline void run_n(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at, uint64_t k,
+                         uint64_t end, float s, float z, HurrayDType od, void *out,
                          const uint8x16_t *P) {
   const float32x4_t S = vdupq_n_f32(s), Z = vdupq_n_f32(z);
   if (t->bits == 4) {
@@ -42,8 +42,10 @@ static inline void run_n(const HurrayDecodeTable *t, const uint8_t *codes, uint6
       uint8x16_t b0 = vqtbl1q_u8(P[0], c), b1 = vqtbl1q_u8(P[1], c);
       uint8x16_t b2 = vqtbl1q_u8(P[2], c), b3 = vqtbl1q_u8(P[3], c);
       uint8x16x2_t p01 = vzipq_u8(b0, b1), p23 = vzipq_u8(b2, b3);
-      uint16x8x2_t lo4 = vzipq_u16(vreinterpretq_u16_u8(p01.val[0]), vreinterpretq_u16_u8(p23.val[0]));
-      uint16x8x2_t hi4 = vzipq_u16(vreinterpretq_u16_u8(p01.val[1]), vreinterpretq_u16_u8(p23.val[1]));
+      uint16x8x2_t lo4 = vzipq_u16(vreinterpretq_u16_u8(p01.val[0]),
+                                   vreinterpretq_u16_u8(p23.val[0]));
+      uint16x8x2_t hi4 = vzipq_u16(vreinterpretq_u16_u8(p01.val[1]),
+                                   vreinterpretq_u16_u8(p23.val[1]));
       store4n(od, out, k, apply_n(vreinterpretq_f32_u16(lo4.val[0]), Z, S));
       store4n(od, out, k + 4, apply_n(vreinterpretq_f32_u16(lo4.val[1]), Z, S));
       store4n(od, out, k + 8, apply_n(vreinterpretq_f32_u16(hi4.val[0]), Z, S));
@@ -70,9 +72,9 @@ static inline void run_n(const HurrayDecodeTable *t, const uint8_t *codes, uint6
   hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
 }
 
-static void decode_neon(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
-                        uint64_t n, uint64_t block, uint64_t head, const float *scale,
-                        const float *zp, HurrayDType out_dtype, void *out) {
+static void decode_neon(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at, uint64_t n,
+                        uint64_t block, uint64_t head, const float *scale, const float *zp,
+                        HurrayDType out_dtype, void *out) {
   uint8x16_t P[4];
   for (int i = 0; i < 4; i++) P[i] = vld1q_u8(t->planes[i]);
   HURRAY_DECODE_GROUPS(run_n, P);
@@ -82,8 +84,9 @@ static HurrayQuantKernels NEON;
 
 const HurrayQuantKernels *hurray__quant_kernels_neon(void) {
   const HurrayQuantKernels *scalar = hurray__quant_kernels_scalar();
-  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON, "neon", decode_neon, scalar->decode_each, scalar->encode,
-                              scalar->encode_affine, scalar->range};
+  NEON = (HurrayQuantKernels){HURRAY_SIMD_NEON,    "neon",         decode_neon,
+                              scalar->decode_each, scalar->encode, scalar->encode_affine,
+                              scalar->range};
   return &NEON;
 }
 

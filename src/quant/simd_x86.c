@@ -19,19 +19,20 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <cpuid.h>
-#include <immintrin.h>
+#  include <cpuid.h>
+#  include <immintrin.h>
 
-#define T41 __attribute__((target("sse4.1")))
-#define T2 __attribute__((target("avx2,f16c")))
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#  define T41 __attribute__((target("sse4.1")))
+#  define T2 __attribute__((target("avx2,f16c")))
+#  define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
 
 /* ---------------------------------------------------------------- AVX-512 */
 
 T512 static inline __m512i bf16_512(__m512 v) {
   const __m512i x = _mm512_castps_si512(v);
   __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd), 16);
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), odd), 16);
   __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
   __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
                                           _mm512_set1_epi32(0x7f800000));
@@ -82,10 +83,9 @@ T512 static inline void run512(const HurrayDecodeTable *t, const uint8_t *codes,
     }
   } else if (bits == 6) {
     const __m512i ctl = _mm512_set_epi8(
-        -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9,
-        -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6,
-        -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3,
-        -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0);
+        -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 8, 7, 6, -128, 8,
+        7, 6, -128, 8, 7, 6, -128, 8, 7, 6, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5,
+        4, 3, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0);
     const __m512i sh = _mm512_set_epi32(18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0);
     const __m512i m = _mm512_set1_epi32(0x3f), bit5 = _mm512_set1_epi32(32);
     for (; k + 16 <= end; k += 16) {
@@ -127,10 +127,9 @@ T512 static inline __m512 vals16(const HurrayDecodeTable *t, const uint8_t *code
   }
   if (t->bits == 6) {
     const __m512i ctl = _mm512_set_epi8(
-        -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9,
-        -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6, -128, 8, 7, 6,
-        -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3,
-        -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0);
+        -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 11, 10, 9, -128, 8, 7, 6, -128, 8,
+        7, 6, -128, 8, 7, 6, -128, 8, 7, 6, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5, 4, 3, -128, 5,
+        4, 3, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0, -128, 2, 1, 0);
     const __m512i sh = _mm512_set_epi32(18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0);
     __m128i b = _mm_maskz_loadu_epi8(0x0fff, codes + i / 4 * 3);
     __m512i w = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b), ctl);
@@ -141,8 +140,10 @@ T512 static inline __m512 vals16(const HurrayDecodeTable *t, const uint8_t *code
   }
   __m128i b = _mm_loadu_si128((const __m128i *)(codes + i));
   const __m512 U = _mm512_set1_ps(t->unit);
-  if (t->map == HURRAY_MAP_INT8) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), U);
-  if (t->map == HURRAY_MAP_UINT8) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_INT8)
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_UINT8)
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), U);
   return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(b), t->tab, 4);
 }
 
@@ -215,8 +216,8 @@ T512 static void range512(const float *x, uint64_t n, float *lo_io, float *hi_io
 
 /* The scalar encoders compiled for this level (auto-vectorized, same C);
  * per-tensor affine has its own loop. */
-T512 static void encode512(const HurrayResolvedScheme *s, const float *x, uint64_t n,
-                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+T512 static void encode512(const HurrayResolvedScheme *s, const float *x, uint64_t n, float mul,
+                           int32_t zp, uint8_t nan, uint8_t *dst) {
   if (s->encoder == HURRAY_ENC_AFFINE) {
     encode_affine512(x, n, mul, zp, s->qmin, s->qmax, dst);
     return;
@@ -263,8 +264,8 @@ T2 static inline __m128i load12(const uint8_t *p) {
 }
 
 T2 static inline void run256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
-                             uint64_t k, uint64_t end, float s, float z, HurrayDType od,
-                             void *out, const __m256 *T) {
+                             uint64_t k, uint64_t end, float s, float z, HurrayDType od, void *out,
+                             const __m256 *T) {
   const __m256 S = _mm256_set1_ps(s), Z = _mm256_set1_ps(z);
   const unsigned bits = t->bits;
   const uint64_t align = bits == 4 ? 2 : bits == 6 ? 4 : 1;
@@ -292,7 +293,8 @@ T2 static inline void run256(const HurrayDecodeTable *t, const uint8_t *codes, u
     }
   } else if (bits == 6) {
     const __m256i c0 = _mm256_setr_epi8(0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128,
-                                        3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128);
+                                        3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5,
+                                        -128);
     const __m256i c1 = _mm256_setr_epi8(6, 7, 8, -128, 6, 7, 8, -128, 6, 7, 8, -128, 6, 7, 8, -128,
                                         9, 10, 11, -128, 9, 10, 11, -128, 9, 10, 11, -128, 9, 10,
                                         11, -128);
@@ -336,7 +338,8 @@ T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, 
   }
   if (t->bits == 6) {
     const __m256i c0 = _mm256_setr_epi8(0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128, 0, 1, 2, -128,
-                                        3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128);
+                                        3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5, -128, 3, 4, 5,
+                                        -128);
     const __m256i sh = _mm256_setr_epi32(0, 6, 12, 18, 0, 6, 12, 18);
     const uint8_t *p = codes + i / 4 * 3;
     uint16_t w2;
@@ -351,8 +354,10 @@ T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, 
   }
   __m128i b = _mm_loadl_epi64((const __m128i *)(codes + i));
   const __m256 U = _mm256_set1_ps(t->unit);
-  if (t->map == HURRAY_MAP_INT8) return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), U);
-  if (t->map == HURRAY_MAP_UINT8) return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_INT8)
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), U);
+  if (t->map == HURRAY_MAP_UINT8)
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), U);
   return _mm256_i32gather_ps(t->tab, _mm256_cvtepu8_epi32(b), 4);
 }
 
@@ -371,9 +376,9 @@ T2 static void decode_each256(const HurrayDecodeTable *t, const uint8_t *codes, 
   hurray__decode_each_scalar(t, codes, at, k, n, scale, zp, od, out);
 }
 
-T2 static void decode256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
-                         uint64_t n, uint64_t block, uint64_t head, const float *scale,
-                         const float *zp, HurrayDType out_dtype, void *out) {
+T2 static void decode256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at, uint64_t n,
+                         uint64_t block, uint64_t head, const float *scale, const float *zp,
+                         HurrayDType out_dtype, void *out) {
   __m256 T[2] = {_mm256_loadu_ps(t->tab), _mm256_loadu_ps(t->tab + 8)};
   HURRAY_DECODE_GROUPS(run256, T);
 }
@@ -390,7 +395,7 @@ T2 static void encode_affine256(const float *x, uint64_t n, float mul, int32_t z
     /* (uint8_t) keeps the low byte: mask, then pack without saturating */
     __m256i q0 = _mm256_and_si256(_mm256_add_epi32(_mm256_cvtps_epi32(y0), ZP), BYTES);
     __m256i q1 = _mm256_and_si256(_mm256_add_epi32(_mm256_cvtps_epi32(y1), ZP), BYTES);
-    __m256i w = _mm256_packus_epi32(q0, q1);             /* lanes: q0lo q1lo | q0hi q1hi */
+    __m256i w = _mm256_packus_epi32(q0, q1); /* lanes: q0lo q1lo | q0hi q1hi */
     __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
     /* b: q0[0..3] q1[0..3] q0[4..7] q1[4..7] */
     b = _mm_shuffle_epi32(b, _MM_SHUFFLE(3, 1, 2, 0));
@@ -427,8 +432,8 @@ T2 static void range256(const float *x, uint64_t n, float *lo_io, float *hi_io,
 
 /* The scalar encoders compiled for this level (auto-vectorized, same C);
  * per-tensor affine has its own loop. */
-T2 static void encode256(const HurrayResolvedScheme *s, const float *x, uint64_t n,
-                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+T2 static void encode256(const HurrayResolvedScheme *s, const float *x, uint64_t n, float mul,
+                         int32_t zp, uint8_t nan, uint8_t *dst) {
   if (s->encoder == HURRAY_ENC_AFFINE) {
     encode_affine256(x, n, mul, zp, s->qmin, s->qmax, dst);
     return;
@@ -550,8 +555,8 @@ T41 static void range128(const float *x, uint64_t n, float *lo_io, float *hi_io,
 
 /* The scalar encoders compiled for this level (auto-vectorized, same C);
  * per-tensor affine has its own loop. */
-T41 static void encode128(const HurrayResolvedScheme *s, const float *x, uint64_t n,
-                          float mul, int32_t zp, uint8_t nan, uint8_t *dst) {
+T41 static void encode128(const HurrayResolvedScheme *s, const float *x, uint64_t n, float mul,
+                          int32_t zp, uint8_t nan, uint8_t *dst) {
   if (s->encoder == HURRAY_ENC_AFFINE) {
     encode_affine128(x, n, mul, zp, s->qmin, s->qmax, dst);
     return;
@@ -560,23 +565,22 @@ T41 static void encode128(const HurrayResolvedScheme *s, const float *x, uint64_
 }
 
 /* SSE4.1 has no per-lane shifts or gathers worth it: the scalar loop. */
-static void decode_each_sse41(const HurrayDecodeTable *t, const uint8_t *codes,
-                                      uint64_t at, uint64_t n, const float *scale,
-                                      const float *zp, HurrayDType od, void *out) {
+static void decode_each_sse41(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                              uint64_t n, const float *scale, const float *zp, HurrayDType od,
+                              void *out) {
   hurray__decode_each_scalar(t, codes, at, 0, n, scale, zp, od, out);
 }
 
 /* ------------------------------------------------------------------ tables */
 
-static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1", decode128,
-                                         decode_each_sse41, encode128,
-                                         encode_affine128, range128};
-static const HurrayQuantKernels AVX2 = {HURRAY_SIMD_AVX2, "avx2", decode256, decode_each256,
-                                        encode256,
-                                        encode_affine256, range256};
-static const HurrayQuantKernels AVX512 = {HURRAY_SIMD_AVX512, "avx512", decode512,
-                                          decode_each512, encode512,
-                                          encode_affine512, range512};
+static const HurrayQuantKernels SSE41 = {HURRAY_SIMD_SSE41, "sse4.1",  decode128,
+                                         decode_each_sse41, encode128, encode_affine128,
+                                         range128};
+static const HurrayQuantKernels AVX2 = {
+    HURRAY_SIMD_AVX2, "avx2", decode256, decode_each256, encode256, encode_affine256, range256};
+static const HurrayQuantKernels AVX512 = {
+    HURRAY_SIMD_AVX512, "avx512",         decode512, decode_each512,
+    encode512,          encode_affine512, range512};
 
 /* F16C through cpuid itself: some compilers' __builtin_cpu_supports do not
  * know the name. (AVX2 being usable already means the OS saves the YMM
@@ -595,12 +599,9 @@ const HurrayQuantKernels *hurray__quant_kernels_x86(HurraySimdLevel level) {
                      __builtin_cpu_supports("avx2") && has_f16c()
                  ? &AVX512
                  : NULL;
-    case HURRAY_SIMD_AVX2:
-      return __builtin_cpu_supports("avx2") && has_f16c() ? &AVX2 : NULL;
-    case HURRAY_SIMD_SSE41:
-      return __builtin_cpu_supports("sse4.1") ? &SSE41 : NULL;
-    default:
-      return NULL;
+    case HURRAY_SIMD_AVX2: return __builtin_cpu_supports("avx2") && has_f16c() ? &AVX2 : NULL;
+    case HURRAY_SIMD_SSE41: return __builtin_cpu_supports("sse4.1") ? &SSE41 : NULL;
+    default: return NULL;
   }
 }
 

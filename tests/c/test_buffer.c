@@ -123,7 +123,8 @@ static void test_push_failure_releases(void **state) {
     assert_ok(hurray_buffer_list_push(list, counted(storage, 4, &many), error));
   }
   Counter extra = {0};
-  assert_status(HURRAY_ERR_LIMIT, hurray_buffer_list_push(list, counted(storage, 4, &extra), error));
+  assert_status(HURRAY_ERR_LIMIT,
+                hurray_buffer_list_push(list, counted(storage, 4, &extra), error));
   assert_int_equal(extra.releases, 1);
   assert_int_equal(many.releases, 0);
   assert_int_equal(hurray_buffer_list_len(list), HURRAY_MAX_BUFFERS);
@@ -181,7 +182,6 @@ static void test_handle_setters(void **state) {
 
 static Counter shared_counter;
 
-
 /* A list of 64-byte aligned, zeroed host buffers sized as the table says
  * (plus `extra` bytes), each freed by its release. */
 static HurrayBufferList *list_for(const HurrayDescriptor *d, uint64_t extra) {
@@ -195,7 +195,8 @@ static HurrayBufferList *list_for(const HurrayDescriptor *d, uint64_t extra) {
     memory[i] = mem;
     HurrayBuffer *b = NULL;
     assert_ok(hurray_buffer_create(mem, size, free_release, &shared_counter, &b, error));
-    assert_ok(hurray_buffer_set_sync(b, hurray_descriptor_buffer_sync_mode(d, i), (void *)d, error));
+    assert_ok(
+        hurray_buffer_set_sync(b, hurray_descriptor_buffer_sync_mode(d, i), (void *)d, error));
     assert_ok(hurray_buffer_list_push(list, b, error));
   }
   golden_vector_fill_indices(d, memory);
@@ -276,7 +277,8 @@ static void test_placement_size_alignment_device_sync(void **state) {
   assert_status(HURRAY_ERR_DEVICE_MISMATCH, hurray_validate_buffer_placement(d, list, error));
   assert_ok(hurray_buffer_set_device(scales, HURRAY_DEVICE_CPU, 1, HURRAY_MEMORY_HOST, error));
   assert_status(HURRAY_ERR_DEVICE_MISMATCH, hurray_validate_buffer_placement(d, list, error));
-  assert_ok(hurray_buffer_set_device(scales, HURRAY_DEVICE_CPU, 0, HURRAY_MEMORY_HOST_PINNED, error));
+  assert_ok(
+      hurray_buffer_set_device(scales, HURRAY_DEVICE_CPU, 0, HURRAY_MEMORY_HOST_PINNED, error));
   assert_status(HURRAY_ERR_DEVICE_MISMATCH, hurray_validate_buffer_placement(d, list, error));
   assert_ok(hurray_buffer_set_device(scales, HURRAY_DEVICE_CPU, 0, HURRAY_MEMORY_HOST, error));
   assert_ok(hurray_validate_buffer_placement(d, list, error));
@@ -331,8 +333,8 @@ static void test_placement_page_table(void **state) {
   table = hurray_buffer_data(hurray_buffer_list_get(list, 1));
   write_le(table, 1000, 4);
   for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA, 0,
-                                       HURRAY_MEMORY_DEVICE, error));
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA,
+                                       0, HURRAY_MEMORY_DEVICE, error));
   }
   assert_ok(hurray_validate_buffer_placement(d, list, error));
   hurray_buffer_list_destroy(list);

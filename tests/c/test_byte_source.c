@@ -137,9 +137,9 @@ static void test_memory_source_reads_like_the_file(void **state) {
 typedef struct Counter {
   int reads, batches, releases;
   uint64_t bytes;
-  int fail_at;           /* the read (1-based) that fails; 0: none */
+  int fail_at; /* the read (1-based) that fails; 0: none */
   HurrayStatus fail_with;
-  bool fail_silently;    /* no message */
+  bool fail_silently; /* no message */
   bool corrupt_after_open;
   bool opened;
 } Counter;
@@ -309,13 +309,15 @@ static void test_bad_arguments_release_once(void **state) {
   s.read = NULL;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open_byte_source(&s, NULL, &r, error));
   s = counting_source(&c, true);
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open_byte_source(&s, NULL, NULL, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_reader_open_byte_source(&s, NULL, NULL, error));
   HurrayReaderOptions bad = HURRAY_READER_OPTIONS_INIT;
   bad.version = 77;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open_byte_source(&s, &bad, &r, error));
   assert_int_equal(c.releases, 5);
   assert_int_equal(c.reads, 0);
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open_byte_source(NULL, NULL, &r, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_reader_open_byte_source(NULL, NULL, &r, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_byte_source_memory(NULL, 5, &s, error));
   /* An empty memory file and a size past the end of the data. */
   assert_ok(hurray_byte_source_memory(NULL, 0, &s, error));

@@ -114,9 +114,7 @@ static void test_round_trip_every_dtype_and_option(void **state) {
       assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes + 16, 16,
                                              HURRAY_SYNC_READY, NULL, error));
       switch (option) {
-        case 1:
-          hurray_descriptor_set_byte_offset(d, 16);
-          break;
+        case 1: hurray_descriptor_set_byte_offset(d, 16); break;
         case 2:
           if (hurray_dtype_bits((HurrayDType)t) % 8 == 0) {
             assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){12, 4, 1}, error));
@@ -131,12 +129,12 @@ static void test_round_trip_every_dtype_and_option(void **state) {
           hurray_descriptor_set_stat_zero_count(d, 24);
           break;
         case 5:
-          assert_ok(hurray_descriptor_set_shard(d, 3, (uint64_t[]){4, 3, 4},
-                                                (uint64_t[]){2, 0, 0}, error));
+          assert_ok(hurray_descriptor_set_shard(d, 3, (uint64_t[]){4, 3, 4}, (uint64_t[]){2, 0, 0},
+                                                error));
           break;
         case 6:
-          assert_ok(hurray_descriptor_set_extension(d, "x.unit", (const uint8_t *)"\0\1\2", 3,
-                                                    error));
+          assert_ok(
+              hurray_descriptor_set_extension(d, "x.unit", (const uint8_t *)"\0\1\2", 3, error));
           break;
         case 7:
           assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_ROCM, 3, HURRAY_MEMORY_MANAGED,
@@ -157,10 +155,10 @@ static void test_encoding_is_deterministic(void **state) {
   HurrayDescriptor *b = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){4, 3}, &b, error));
   assert_ok(hurray_descriptor_set_quant_mx(b, HURRAY_MX_INT8, 0, 0, error));
-  assert_ok(hurray_descriptor_add_buffer(b, HURRAY_ROLE_DATA, 12, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
-  assert_ok(hurray_descriptor_add_buffer(b, HURRAY_ROLE_SCALES, 16, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(b, HURRAY_ROLE_DATA, 12, 64, HURRAY_SYNC_READY, NULL, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(b, HURRAY_ROLE_SCALES, 16, 64, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_add_buffer(b, HURRAY_ROLE_ZERO_POINTS, 4, 64, HURRAY_SYNC_READY,
                                          NULL, error));
   hurray_descriptor_set_stat_min(b, 1.0);
@@ -272,8 +270,8 @@ static void test_composite_depth_limit(void **state) {
     assert_ok(hurray_descriptor_add_member(parent, "m", node, error));
     node = parent;
   }
-  assert_ok(hurray_descriptor_add_buffer(node, HURRAY_ROLE_DATA, 4, 1, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(node, HURRAY_ROLE_DATA, 4, 1, HURRAY_SYNC_READY, NULL, error));
   assert_status(HURRAY_ERR_COMPOSITE_DEPTH, hurray_descriptor_validate(node, error));
   uint8_t *bytes = NULL;
   size_t len;

@@ -240,8 +240,8 @@ static void test_replace_by_rename_while_mapped(void **state) {
     for (uint32_t t = 0; t < TENSORS; t++) {
       char name[64];
       tensor_name(name, sizeof name, t);
-      assert_ok(hurray_reader_get_tensor(old, name, &handoffs[i].d[t], &handoffs[i].list[t],
-                                         error));
+      assert_ok(
+          hurray_reader_get_tensor(old, name, &handoffs[i].d[t], &handoffs[i].list[t], error));
     }
   }
 
@@ -300,15 +300,16 @@ static void *quant_thread(void *arg) {
     o.threads = q->threads;
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
-    assert_ok(hurray_quantize(q->x, n * sizeof *q->x, HURRAY_DTYPE_FLOAT32, 2, q->shape, &o, &d, &list, error));
+    assert_ok(hurray_quantize(q->x, n * sizeof *q->x, HURRAY_DTYPE_FLOAT32, 2, q->shape, &o, &d,
+                              &list, error));
     assert_true(hurray_descriptor_equal(d, q->ref_d));
     for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
       const HurrayBuffer *a = hurray_buffer_list_get(list, i);
       const HurrayBuffer *b = hurray_buffer_list_get(q->ref_list, i);
       assert_memory_equal(hurray_buffer_data(a), hurray_buffer_data(b), hurray_buffer_size(a));
     }
-    assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, y, n * sizeof *y, q->threads,
-                                error));
+    assert_ok(
+        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, y, n * sizeof *y, q->threads, error));
     assert_memory_equal(y, q->ref_y, n * sizeof *y);
     /* The shared reference, read-only, from every thread at once. */
     assert_ok(hurray_validate_buffer_placement(q->ref_d, q->ref_list, error));
@@ -328,15 +329,17 @@ static void test_quantize_on_many_threads(void **state) {
   float *x = malloc(n * sizeof *x), *ref_y = malloc(n * sizeof *ref_y);
   for (uint64_t k = 0; k < n; k++) x[k] = (float)((k * 7919) % 2001) / 100.0f - 10.0f;
   const HurrayQuantScheme schemes[] = {HURRAY_SCHEME_AFFINE, HURRAY_SCHEME_PER_CHANNEL,
-                                       HURRAY_SCHEME_Q4_0, HURRAY_SCHEME_NF4,
-                                       HURRAY_SCHEME_MXFP4, HURRAY_SCHEME_MXFP6_E3M2};
+                                       HURRAY_SCHEME_Q4_0,   HURRAY_SCHEME_NF4,
+                                       HURRAY_SCHEME_MXFP4,  HURRAY_SCHEME_MXFP6_E3M2};
   for (size_t s = 0; s < sizeof schemes / sizeof schemes[0]; s++) {
     HurrayQuantizeOptions o;
     assert_ok(hurray_quantize_options_init(&o, schemes[s], error));
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
-    assert_ok(hurray_quantize(x, n * sizeof *x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &list, error));
-    assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, ref_y, n * sizeof *ref_y, 1, error));
+    assert_ok(
+        hurray_quantize(x, n * sizeof *x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &list, error));
+    assert_ok(
+        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, ref_y, n * sizeof *ref_y, 1, error));
     QuantJob jobs[THREADS];
     pthread_t ids[THREADS];
     for (unsigned i = 0; i < THREADS; i++) {

@@ -53,9 +53,8 @@ typedef enum Op {
   OP_COUNT
 } Op;
 
-static const char *const op_names[OP_COUNT] = {"access", "open",   "mkostemp", "fchmod",
-                                               "write",  "fsync",  "linkat",   "rename",
-                                               "unlink", "close"};
+static const char *const op_names[OP_COUNT] = {"access", "open",   "mkostemp", "fchmod", "write",
+                                               "fsync",  "linkat", "rename",   "unlink", "close"};
 
 typedef enum Fault {
   FAULT_NONE,
@@ -64,32 +63,32 @@ typedef enum Fault {
   FAULT_EACCES,
   FAULT_ENOENT,
   FAULT_EXDEV,
-  FAULT_EINTR,          /* the writer retries: the write succeeds */
-  FAULT_EEXIST,         /* linkat: the writer tries the next name */
-  FAULT_SHORT,          /* write: half the bytes; the writer continues */
+  FAULT_EINTR,             /* the writer retries: the write succeeds */
+  FAULT_EEXIST,            /* linkat: the writer tries the next name */
+  FAULT_SHORT,             /* write: half the bytes; the writer continues */
   FAULT_SHORT_THEN_ENOSPC, /* write: half the bytes, then ENOSPC (a disk filling up) */
-  FAULT_ZERO,           /* write: returns 0 */
+  FAULT_ZERO,              /* write: returns 0 */
   FAULT_KIND_COUNT
 } Fault;
 
 static const char *const fault_names[FAULT_KIND_COUNT] = {
-    "none",  "ENOSPC", "EIO",   "EACCES",          "ENOENT", "EXDEV",
-    "EINTR", "EEXIST", "short", "short+ENOSPC",    "zero"};
+    "none",  "ENOSPC", "EIO",   "EACCES",       "ENOENT", "EXDEV",
+    "EINTR", "EEXIST", "short", "short+ENOSPC", "zero"};
 
 enum { MAX_CALLS = 256 };
 
 typedef struct Fake {
-  bool force_fallback;   /* access() fails: the writer uses mkostemp */
-  size_t fault_at;       /* call index to fail, or SIZE_MAX */
+  bool force_fallback; /* access() fails: the writer uses mkostemp */
+  size_t fault_at;     /* call index to fail, or SIZE_MAX */
   Fault fault;
-  bool cleanup_fails;    /* after the fault fired, every close and unlink fails */
+  bool cleanup_fails; /* after the fault fired, every close and unlink fails */
   /* Observed. */
   size_t calls;
   Op trace[MAX_CALLS];
   size_t len[MAX_CALLS]; /* write: bytes asked */
   size_t rename_at;      /* index of the successful rename, or SIZE_MAX */
   bool fired;
-  bool enospc_next;      /* FAULT_SHORT_THEN_ENOSPC: the next write fails */
+  bool enospc_next; /* FAULT_SHORT_THEN_ENOSPC: the next write fails */
 } Fake;
 
 static Fake fake;
@@ -110,8 +109,9 @@ static Fault next_call(Op op, size_t len) {
 
 static int fail_with(Fault f) {
   static const int codes[FAULT_KIND_COUNT] = {
-      [FAULT_ENOSPC] = ENOSPC, [FAULT_EIO] = EIO,     [FAULT_EACCES] = EACCES,
-      [FAULT_ENOENT] = ENOENT, [FAULT_EXDEV] = EXDEV, [FAULT_EINTR] = EINTR,
+      [FAULT_ENOSPC] = ENOSPC, [FAULT_EIO] = EIO,
+      [FAULT_EACCES] = EACCES, [FAULT_ENOENT] = ENOENT,
+      [FAULT_EXDEV] = EXDEV,   [FAULT_EINTR] = EINTR,
       [FAULT_EEXIST] = EEXIST, [FAULT_SHORT_THEN_ENOSPC] = ENOSPC};
   errno = codes[f] ? codes[f] : EIO;
   return -1;
@@ -159,16 +159,13 @@ static ssize_t fake_write(void *ctx, int fd, const void *data, size_t len) {
     return fail_with(FAULT_ENOSPC);
   }
   switch (f) {
-    case FAULT_NONE:
-      return write(fd, data, len);
+    case FAULT_NONE: return write(fd, data, len);
     case FAULT_SHORT:
     case FAULT_SHORT_THEN_ENOSPC:
       fake.enospc_next = f == FAULT_SHORT_THEN_ENOSPC;
       return write(fd, data, len / 2);
-    case FAULT_ZERO:
-      return 0;
-    default:
-      return fail_with(f);
+    case FAULT_ZERO: return 0;
+    default: return fail_with(f);
   }
 }
 
@@ -288,10 +285,10 @@ static HurrayStatus run_workload(HurrayWriter *w, HurrayError *err) {
 
   /* "q": int8 [4, 12] per-channel affine: codes + scales. */
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, (uint64_t[]){4, 12}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 48, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 16, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 48, 64, HURRAY_SYNC_READY, NULL, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 16, 64, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32, error));
   assert_ok(hurray_buffer_list_create(&list, error));
   assert_ok(hurray_buffer_list_push(list, filled_buffer(48, 2), error));
@@ -306,8 +303,8 @@ static HurrayStatus run_workload(HurrayWriter *w, HurrayError *err) {
 
   /* "big": uint8 [70000], 4096-aligned: a long zero pad, then one write. */
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){70000}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 70000, 4096, HURRAY_SYNC_READY,
-                                         NULL, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 70000, 4096, HURRAY_SYNC_READY, NULL,
+                                         error));
   assert_ok(hurray_buffer_list_create(&list, error));
   assert_ok(hurray_buffer_list_push(list, filled_buffer(70000, 3), error));
   status = hurray_writer_write_tensor(w, "big", d, list, err);
@@ -425,9 +422,7 @@ static size_t faults_for(const Fake *trace, size_t i, bool fallback, Fault *out)
       out[n++] = FAULT_ENOSPC;
       out[n++] = FAULT_EACCES;
       break;
-    case OP_FCHMOD:
-      out[n++] = FAULT_EIO;
-      break;
+    case OP_FCHMOD: out[n++] = FAULT_EIO; break;
     case OP_WRITE:
       out[n++] = FAULT_ENOSPC;
       out[n++] = FAULT_EIO;
@@ -453,11 +448,8 @@ static size_t faults_for(const Fake *trace, size_t i, bool fallback, Fault *out)
       out[n++] = FAULT_EXDEV;
       out[n++] = FAULT_EACCES;
       break;
-    case OP_CLOSE:
-      out[n++] = FAULT_EIO;
-      break;
-    default:
-      break;
+    case OP_CLOSE: out[n++] = FAULT_EIO; break;
+    default: break;
   }
   return n;
 }
@@ -468,12 +460,9 @@ static bool absorbed(const Fake *trace, size_t i, Fault f) {
   if (f == FAULT_EINTR || f == FAULT_EEXIST || f == FAULT_SHORT) return true;
   switch (trace->trace[i]) {
     case OP_ACCESS:
-    case OP_FCHMOD:
-      return true; /* fallback path / a 0600 file */
-    case OP_OPEN:
-      return true; /* the O_TMPFILE open: the writer falls back to mkostemp */
-    default:
-      return false;
+    case OP_FCHMOD: return true; /* fallback path / a 0600 file */
+    case OP_OPEN: return true;   /* the O_TMPFILE open: the writer falls back to mkostemp */
+    default: return false;
   }
 }
 
@@ -525,8 +514,8 @@ static void run_one(const Fake *trace, bool fallback, bool exists, size_t i, Fau
   totals.points++;
   totals.by_op[trace->trace[i]]++;
   if (absorbed(trace, i, f)) {
-    if (status != HURRAY_OK) fail_msg("%s: expected success, got %s: %s", what,
-                                      hurray_status_name(status), err.message);
+    if (status != HURRAY_OK)
+      fail_msg("%s: expected success, got %s: %s", what, hurray_status_name(status), err.message);
     assert_target_is(expected_bytes, expected_len, what);
     if (remove_leftovers() != 0) fail_msg("%s: a temporary file was left", what);
     totals.absorbed++;
@@ -541,9 +530,9 @@ static void run_one(const Fake *trace, bool fallback, bool exists, size_t i, Fau
   if (strstr(err.message, word) == NULL) {
     fail_msg("%s: the message does not name the operation (%s): %s", what, word, err.message);
   }
-  const char *reason = f == FAULT_ZERO ? "no bytes written"
+  const char *reason = f == FAULT_ZERO                ? "no bytes written"
                        : f == FAULT_SHORT_THEN_ENOSPC ? strerror(ENOSPC)
-                                                       : (fail_with(f), strerror(errno));
+                                                      : (fail_with(f), strerror(errno));
   if (strstr(err.message, reason) == NULL) {
     fail_msg("%s: the message does not give the cause (%s): %s", what, reason, err.message);
   }
@@ -608,16 +597,18 @@ static void test_every_fault_with_failing_cleanup(void **state) {
   size_t leftovers_before = totals.leftovers;
   sweep(false, true);
   sweep(true, true);
-  printf("with failing cleanup: %zu temporary file(s) left by a failed unlink (expected: the "
-         "fallback path and after linkat)\n",
-         totals.leftovers - leftovers_before);
+  printf(
+      "with failing cleanup: %zu temporary file(s) left by a failed unlink (expected: the "
+      "fallback path and after linkat)\n",
+      totals.leftovers - leftovers_before);
 }
 
 static void test_summary(void **state) {
   (void)state;
-  printf("fault points covered: %zu (%zu failed with HURRAY_ERR_IO and the target untouched, "
-         "%zu absorbed and published)\n",
-         totals.points, totals.failed_cleanly, totals.absorbed);
+  printf(
+      "fault points covered: %zu (%zu failed with HURRAY_ERR_IO and the target untouched, "
+      "%zu absorbed and published)\n",
+      totals.points, totals.failed_cleanly, totals.absorbed);
   printf("by call:");
   for (int k = 0; k < OP_COUNT; k++) {
     if (totals.by_op[k]) printf(" %s %zu", op_names[k], totals.by_op[k]);

@@ -180,19 +180,20 @@ static void test_safetensors_every_dtype(void **state) {
     const char *name;
     HurrayDType dtype;
     unsigned bytes;
-  } all[] = {{"F64", HURRAY_DTYPE_FLOAT64, 8},   {"F32", HURRAY_DTYPE_FLOAT32, 4},
-             {"F16", HURRAY_DTYPE_FLOAT16, 2},   {"BF16", HURRAY_DTYPE_BFLOAT16, 2},
-             {"I64", HURRAY_DTYPE_INT64, 8},     {"I32", HURRAY_DTYPE_INT32, 4},
-             {"I16", HURRAY_DTYPE_INT16, 2},     {"I8", HURRAY_DTYPE_INT8, 1},
-             {"U64", HURRAY_DTYPE_UINT64, 8},    {"U32", HURRAY_DTYPE_UINT32, 4},
-             {"U16", HURRAY_DTYPE_UINT16, 2},    {"U8", HURRAY_DTYPE_UINT8, 1},
-             {"BOOL", HURRAY_DTYPE_BOOL, 1},     {"F8_E4M3", HURRAY_DTYPE_FLOAT8_E4M3FN, 1},
+  } all[] = {{"F64", HURRAY_DTYPE_FLOAT64, 8},         {"F32", HURRAY_DTYPE_FLOAT32, 4},
+             {"F16", HURRAY_DTYPE_FLOAT16, 2},         {"BF16", HURRAY_DTYPE_BFLOAT16, 2},
+             {"I64", HURRAY_DTYPE_INT64, 8},           {"I32", HURRAY_DTYPE_INT32, 4},
+             {"I16", HURRAY_DTYPE_INT16, 2},           {"I8", HURRAY_DTYPE_INT8, 1},
+             {"U64", HURRAY_DTYPE_UINT64, 8},          {"U32", HURRAY_DTYPE_UINT32, 4},
+             {"U16", HURRAY_DTYPE_UINT16, 2},          {"U8", HURRAY_DTYPE_UINT8, 1},
+             {"BOOL", HURRAY_DTYPE_BOOL, 1},           {"F8_E4M3", HURRAY_DTYPE_FLOAT8_E4M3FN, 1},
              {"F8_E5M2", HURRAY_DTYPE_FLOAT8_E5M2, 1}, {"F8_E8M0", HURRAY_DTYPE_FLOAT8_E8M0FNU, 1},
              {"C64", HURRAY_DTYPE_COMPLEX64, 8}};
   for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
     char header[256];
-    snprintf(header, sizeof header, "{\"t\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[0,%u]}}",
-             all[k].name, 3 * all[k].bytes);
+    snprintf(header, sizeof header,
+             "{\"t\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[0,%u]}}", all[k].name,
+             3 * all[k].bytes);
     uint8_t data[24];
     for (unsigned i = 0; i < sizeof data; i++) data[i] = (uint8_t)(k * 31 + i);
     Bytes f = make_safetensors(header, data, 3 * all[k].bytes);
@@ -227,31 +228,38 @@ static void test_safetensors_lies_are_refused(void **state) {
     HurrayStatus want;
   } cases[] = {
       /* offsets beyond the data */
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[32],\"data_offsets\":[0,32]}}", 16, HURRAY_ERR_TRUNCATED},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[32],\"data_offsets\":[0,32]}}", 16,
+       HURRAY_ERR_TRUNCATED},
       /* overlap */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
-       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}", 12, HURRAY_ERR_OVERLAP},
+       "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}",
+       12, HURRAY_ERR_OVERLAP},
       /* a hole */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", 12, HURRAY_ERR_RANGE},
+       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}",
+       12, HURRAY_ERR_RANGE},
       /* bytes after the last tensor */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 8, HURRAY_ERR_RANGE},
       /* size that disagrees with shape x dtype */
-      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, HURRAY_ERR_MALFORMED},
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+       HURRAY_ERR_MALFORMED},
       /* shape product overflowing 64 bits */
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0,
        HURRAY_ERR_OVERFLOW},
       /* a name twice */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
-       "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, HURRAY_ERR_DUPLICATE_NAME},
+       "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+       2, HURRAY_ERR_DUPLICATE_NAME},
       /* unknown dtype */
-      {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, HURRAY_ERR_UNSUPPORTED},
+      {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       HURRAY_ERR_UNSUPPORTED},
       /* not JSON */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1, HURRAY_ERR_MALFORMED},
       /* end before begin */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,0]}}", 4, HURRAY_ERR_MALFORMED},
       /* a negative offset */
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", 1, HURRAY_ERR_MALFORMED},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", 1,
+       HURRAY_ERR_MALFORMED},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     Bytes f = make_safetensors(cases[k].header, data, cases[k].data_len);
@@ -311,7 +319,8 @@ typedef struct GTensor {
   uint64_t nbytes;
 } GTensor;
 
-static Bytes make_gguf(const Bytes *kv, uint64_t n_kv, const GTensor *t, size_t n, uint64_t align) {
+static Bytes make_gguf(const Bytes *kv, uint64_t n_kv, const GTensor *t, size_t n,
+                       uint64_t align) {
   Bytes b = {0};
   put(&b, "GGUF", 4);
   put_le(&b, 3, 4);
@@ -361,13 +370,15 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
   kv_header(&kv, "neg", 11);
   put_le(&kv, (uint64_t)-5, 8);
   kv_header(&kv, "raw", 8);
-  put_str(&kv, "\xff\xfe" "ab"); /* not UTF-8 */
+  put_str(&kv,
+          "\xff\xfe"
+          "ab");                              /* not UTF-8 */
   kv_header(&kv, "tokenizer.ggml.tokens", 9); /* ARRAY of STRING */
   put_le(&kv, 8, 4);
   put_le(&kv, 3, 8);
   put_str(&kv, "<s>");
   put_str(&kv, "h\xc3\xa9llo");
-  put_str(&kv, "\xc3"); /* a lone byte */
+  put_str(&kv, "\xc3");        /* a lone byte */
   kv_header(&kv, "scores", 9); /* ARRAY of FLOAT32 with a NaN (JSON keeps no payload) */
   put_le(&kv, 6, 4);
   put_le(&kv, 2, 8);
@@ -569,7 +580,7 @@ static void test_gguf_lies_are_refused(void **state) {
   put_str(&kv, "x");
   Bytes good = make_gguf(&kv, 1, &one, 1, 32);
   /* (The padding after the last tensor is optional, as in ggml.) */
-  for (size_t cut = 0; cut < good.len - (64 - 34) ; cut++) {
+  for (size_t cut = 0; cut < good.len - (64 - 34); cut++) {
     Bytes t = {0};
     put(&t, good.p, cut);
     write_named("cut.gguf", &t);
@@ -594,7 +605,8 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(hurray_quantize_options_init(&o, HURRAY_SCHEME_Q4_0, &e), HURRAY_OK);
   HurrayDescriptor *d = NULL;
   HurrayBufferList *l = NULL;
-  assert_int_equal(hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e), HURRAY_OK);
+  assert_int_equal(hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e),
+                   HURRAY_OK);
   char path[512];
   in_dir(path, sizeof path, "q.hurray");
   HurrayWriter *w = NULL;

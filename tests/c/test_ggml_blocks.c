@@ -72,7 +72,7 @@ static void put16(uint8_t *p, uint16_t v) {
 static void test_q4_1_and_q5_0(void **state) {
   (void)state;
   uint8_t b[22] = {0};
-  put16(b, 0x3C00); /* d = 1 */
+  put16(b, 0x3C00);     /* d = 1 */
   put16(b + 2, 0xC800); /* m = -8 */
   for (int l = 0; l < 16; l++) b[4 + l] = (uint8_t)(l | (15 - l) << 4);
   float *y = decode(HURRAY_BLOCK_GGML_Q4_1, b, 1);
@@ -83,7 +83,7 @@ static void test_q4_1_and_q5_0(void **state) {
   free(y);
   memset(b, 0, sizeof b);
   put16(b, 0x3800); /* d = 0.5 */
-  b[4] = 0xFF; /* qh bits 16..31: the fifth bit of elements 16..31 */
+  b[4] = 0xFF;      /* qh bits 16..31: the fifth bit of elements 16..31 */
   b[5] = 0xFF;
   y = decode(HURRAY_BLOCK_GGML_Q5_0, b, 1);
   for (int l = 0; l < 16; l++) {
@@ -136,10 +136,10 @@ static void test_fp4_blocks(void **state) {
   free(y);
 
   memset(b, 0, sizeof b);
-  b[0] = 0x38; /* E4M3 1.0, halved */
-  b[1] = 0x7F; /* +0 by definition */
-  b[2] = 0x01; /* 2^-9, halved */
-  b[3] = 0xFF; /* sign bit ignored: 1.875 * 2^8, halved */
+  b[0] = 0x38;                                     /* E4M3 1.0, halved */
+  b[1] = 0x7F;                                     /* +0 by definition */
+  b[2] = 0x01;                                     /* 2^-9, halved */
+  b[3] = 0xFF;                                     /* sign bit ignored: 1.875 * 2^8, halved */
   for (int k = 0; k < 4; k++) b[4 + 8 * k] = 0x07; /* element 16k: kv 12, element 16k+8: 0 */
   y = decode(HURRAY_BLOCK_GGML_NVFP4, b, 1);
   assert_true(y[0] == 6.0f);
@@ -153,7 +153,7 @@ static void test_fp4_blocks(void **state) {
 static void test_ternary_and_iq4(void **state) {
   (void)state;
   uint8_t b[66] = {0};
-  memset(b, 0xE4, 64); /* 2-bit fields 0, 1, 2, 3 */
+  memset(b, 0xE4, 64);   /* 2-bit fields 0, 1, 2, 3 */
   put16(b + 64, 0x4000); /* d = 2 */
   float *y = decode(HURRAY_BLOCK_GGML_TQ2_0, b, 1);
   for (int e = 0; e < 256; e++) assert_true(y[e] == 2.0f * (float)(((e >> 5) & 3) - 1));
@@ -251,14 +251,14 @@ static void test_descriptor_rules(void **state) {
   uint64_t shape[2] = {2, 256};
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, shape, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 288, 1, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 288, 1, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_Q4_K, 1, error));
   assert_status(HURRAY_ERR_QUANT_DTYPE, hurray_descriptor_validate(d, error));
   hurray_descriptor_destroy(d);
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 2, shape, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 287, 1, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 287, 1, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_Q4_K, 1, error));
   assert_status(HURRAY_ERR_BUFFER_TOO_SMALL, hurray_descriptor_validate(d, error));
   assert_ok(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_Q4_K, 0, error));
@@ -268,8 +268,8 @@ static void test_descriptor_rules(void **state) {
   hurray_descriptor_destroy(d);
   uint64_t odd[1] = {300};
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, odd, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1000, 1, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1000, 1, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_quant_block_coded(d, HURRAY_BLOCK_GGML_Q4_K, 0, error));
   assert_status(HURRAY_ERR_QUANT_BLOCK_SIZE, hurray_descriptor_validate(d, error));
   hurray_descriptor_destroy(d);
@@ -284,9 +284,12 @@ static void test_descriptor_rules(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_q4_1_and_q5_0),     cmocka_unit_test(test_q6_k_and_q8_k),
-      cmocka_unit_test(test_fp4_blocks),        cmocka_unit_test(test_ternary_and_iq4),
-      cmocka_unit_test(test_iq2_xxs_signs_and_nan), cmocka_unit_test(test_half_outputs),
+      cmocka_unit_test(test_q4_1_and_q5_0),
+      cmocka_unit_test(test_q6_k_and_q8_k),
+      cmocka_unit_test(test_fp4_blocks),
+      cmocka_unit_test(test_ternary_and_iq4),
+      cmocka_unit_test(test_iq2_xxs_signs_and_nan),
+      cmocka_unit_test(test_half_outputs),
       cmocka_unit_test(test_descriptor_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -66,8 +66,8 @@ static void expect_refused_without_blocking(const char *path, int expected_errno
   }
   int wstatus = 0;
   assert_int_equal(waitpid(pid, &wstatus, 0), pid);
-  if (WIFSIGNALED(wstatus)) fail_msg("the open of %s blocked (killed by signal %d)", path,
-                                      WTERMSIG(wstatus));
+  if (WIFSIGNALED(wstatus))
+    fail_msg("the open of %s blocked (killed by signal %d)", path, WTERMSIG(wstatus));
   assert_true(WIFEXITED(wstatus));
   assert_int_equal(WEXITSTATUS(wstatus), 0);
 }
@@ -125,8 +125,8 @@ static HurrayDescriptor *make_dense(HurrayDType dtype, uint32_t rank, const uint
                                     uint64_t bytes) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(dtype, rank, shape, &d, NULL));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
-                                         NULL));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL, NULL));
   assert_ok(hurray_descriptor_set_layout_dense(d, 0, NULL));
   return d;
 }
@@ -166,22 +166,21 @@ static void test_affine_int32_difference_is_exact(void **state) {
       HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT32, 2, shape, sizeof codes);
       const float scale = 1.0f;
       const int32_t zp = 3;
-      assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY,
-                                             NULL, NULL));
+      assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY, NULL,
+                                             NULL));
       if (kind == 0) {
-        assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32,
-                                                                 NULL));
+        assert_ok(
+            hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32, NULL));
       } else {
-        assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, 2, 1, HURRAY_DTYPE_FLOAT32,
-                                                           NULL));
+        assert_ok(
+            hurray_descriptor_set_quant_block_affine(d, 1, 2, 1, HURRAY_DTYPE_FLOAT32, NULL));
       }
       HurrayBufferList *list;
       if (buffered) {
         assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, 4, 64,
                                                HURRAY_SYNC_READY, NULL, NULL));
         assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INT32, NULL));
-        list = make_list(3, (const void *[]){codes, &scale, &zp},
-                         (size_t[]){sizeof codes, 4, 4});
+        list = make_list(3, (const void *[]){codes, &scale, &zp}, (size_t[]){sizeof codes, 4, 4});
       } else {
         assert_ok(hurray_descriptor_set_quant_zero_point(d, 3, NULL));
         list = make_list(2, (const void *[]){codes, &scale}, (size_t[]){sizeof codes, 4});
@@ -204,7 +203,8 @@ static void test_affine_64bit_difference_is_exact(void **state) {
   const uint64_t shape[1] = {4};
   /* int64 codes, per-channel zero points from an int64 buffer */
   {
-    const int64_t codes[4] = {INT64_MAX, INT64_MIN, (INT64_C(1) << 53) + 1, (INT64_C(1) << 40) + 1};
+    const int64_t codes[4] = {INT64_MAX, INT64_MIN, (INT64_C(1) << 53) + 1,
+                              (INT64_C(1) << 40) + 1};
     const int64_t zps[4] = {INT64_MIN, INT64_MAX, -1, INT64_C(1) << 40};
     const float scales[4] = {1, 1, 1, 1};
     HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT64, 1, shape, sizeof codes);
@@ -221,7 +221,7 @@ static void test_affine_64bit_difference_is_exact(void **state) {
     assert_true(out[0] == 18446744073709551616.0f);  /* 2^64 - 1 rounds to 2^64 */
     assert_true(out[1] == -18446744073709551616.0f); /* -(2^64 - 1) */
     assert_true(out[2] == 9007199254740994.0f);      /* 2^53 + 2, exact */
-    assert_true(out[3] == 1.0f); /* f32(c) - f32(z) would be 0 */
+    assert_true(out[3] == 1.0f);                     /* f32(c) - f32(z) would be 0 */
     hurray_buffer_list_destroy(list);
     hurray_descriptor_destroy(d);
   }
@@ -253,8 +253,8 @@ static void test_affine_wide_zero_point_is_exact(void **state) {
   const float scales[1] = {1};
   const uint64_t shape[2] = {1, 2};
   HurrayDescriptor *d = make_dense(HURRAY_DTYPE_INT8, 2, shape, sizeof codes);
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY, NULL,
-                                         NULL));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_SCALES, 4, 64, HURRAY_SYNC_READY, NULL, NULL));
   assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_ZERO_POINTS, 8, 64, HURRAY_SYNC_READY,
                                          NULL, NULL));
   assert_ok(hurray_descriptor_set_quant_per_channel_affine(d, 0, 1, HURRAY_DTYPE_FLOAT32, NULL));
@@ -285,8 +285,8 @@ static void coo_duplicate_stats(HurrayDType t, size_t item, const void *values, 
                                          NULL, NULL));
   assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_INDICES, nnz * 8, 64, HURRAY_SYNC_READY,
                                          NULL, NULL));
-  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, nnz, 0, (uint32_t[]){1},
-                                             false, NULL));
+  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, nnz, 0, (uint32_t[]){1}, false,
+                                             NULL));
   HurrayBufferList *list = make_list(2, (const void *[]){values, index},
                                      (size_t[]){nnz * item, nnz * 8});
   assert_ok(hurray_compute_statistics(d, list, NULL));
@@ -341,10 +341,10 @@ static void test_page_table_bounds_use_safe_ceiling(void **state) {
   const uint64_t page = UINT64_C(1) << 60;
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, &length, &d, NULL));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_POOL, 0, 64, HURRAY_SYNC_READY,
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_POOL, 0, 64, HURRAY_SYNC_READY, NULL,
+                                         NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_TABLE, 16 * 4, 64, HURRAY_SYNC_READY,
                                          NULL, NULL));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_PAGE_TABLE, 16 * 4, 64,
-                                         HURRAY_SYNC_READY, NULL, NULL));
   assert_ok(hurray_descriptor_set_layout_paged(d, 0, page, 0, HURRAY_DTYPE_INT32, 0, 1, NULL));
   assert_ok(hurray_descriptor_validate(d, NULL));
   int32_t table[16] = {0};
@@ -352,7 +352,8 @@ static void test_page_table_bounds_use_safe_ceiling(void **state) {
   HurrayError e = {0};
   assert_int_equal(hurray_validate_buffer_placement(d, list, &e), HURRAY_ERR_PAGE_TABLE_ENTRY);
   uint8_t out[1];
-  assert_int_equal(hurray_tensor_to_dense(d, list, out, sizeof out, NULL), HURRAY_ERR_PAGE_TABLE_ENTRY);
+  assert_int_equal(hurray_tensor_to_dense(d, list, out, sizeof out, NULL),
+                   HURRAY_ERR_PAGE_TABLE_ENTRY);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 }
@@ -486,9 +487,9 @@ static void test_dequantize_refuses_amplification(void **state) {
   assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT16, NULL, 0, 1, NULL, NULL),
                    HURRAY_ERR_LIMIT);
   HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-  assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, &unlimited,
-                                          NULL),
-                   HURRAY_ERR_INVALID_ARGUMENT); /* out too small, past the limit check */
+  assert_int_equal(
+      hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, &unlimited, NULL),
+      HURRAY_ERR_INVALID_ARGUMENT); /* out too small, past the limit check */
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 }

@@ -51,9 +51,27 @@ static uint8_t *random_bytes(size_t n, uint64_t seed) {
 
 static void test_paths_agree_with_reference(void **state) {
   (void)state;
-  static const size_t lengths[] = {0,    1,    3,    4,    8,    9,    16,         17,
-                                   128,  129,  240,  241,  1023, 1024, 4095,       4096,
-                                   4097, 8191, 65537, (1u << 20) + 13, (5u << 20) + 1};
+  static const size_t lengths[] = {0,
+                                   1,
+                                   3,
+                                   4,
+                                   8,
+                                   9,
+                                   16,
+                                   17,
+                                   128,
+                                   129,
+                                   240,
+                                   241,
+                                   1023,
+                                   1024,
+                                   4095,
+                                   4096,
+                                   4097,
+                                   8191,
+                                   65537,
+                                   (1u << 20) + 13,
+                                   (5u << 20) + 1};
   uint8_t *data = random_bytes((5u << 20) + 64, 1);
   const char *paths[] = {"sse2", NULL};
   for (size_t p = 0; p < 2; p++) {
@@ -201,8 +219,8 @@ static void flip_byte(const char *path, uint64_t at) {
 
 /* Verifies `path` in `mode` with `threads` hashing threads; returns the
  * message of the checksum error it must report. */
-static void verify_fails(const char *path, HurrayReadMode mode, unsigned threads,
-                         const char *name, char *message, size_t size) {
+static void verify_fails(const char *path, HurrayReadMode mode, unsigned threads, const char *name,
+                         char *message, size_t size) {
   set_threads(threads);
   HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
   options.mode = mode;

@@ -15,11 +15,12 @@ static void test_pack_unpack_round_trip(void **state) {
   uint8_t codes[37], back[37], packed[37];
   for (uint32_t bits = 1; bits < 8; bits++) {
     for (uint64_t count = 0; count <= 37; count++) {
-      for (uint64_t i = 0; i < count; i++) codes[i] = (uint8_t)((i * 7 + bits) & ((1u << bits) - 1));
+      for (uint64_t i = 0; i < count; i++)
+        codes[i] = (uint8_t)((i * 7 + bits) & ((1u << bits) - 1));
       memset(packed, 0xAA, sizeof packed);
       hurray__pack_bits(bits, codes, count, packed);
       size_t len = (size_t)((count * bits + 7) / 8);
-      if (len > 0 && (count * bits) % 8 != 0) {  /* padding bits are zero */
+      if (len > 0 && (count * bits) % 8 != 0) { /* padding bits are zero */
         assert_int_equal(packed[len - 1] >> ((count * bits) % 8), 0);
       }
       hurray__unpack_bits(bits, packed, len, count, back);
@@ -70,8 +71,8 @@ static void test_member_extract_renumbers(void **state) {
                               HURRAY_ROLE_DATA};
   uint64_t sizes[] = {8, 8, 16, 8}; /* b's floats, q's scales, unused, q's codes */
   for (int i = 0; i < 4; i++) {
-    assert_ok(hurray_descriptor_add_buffer(d, roles[i], sizes[i], 4, HURRAY_SYNC_READY, NULL,
-                                           error));
+    assert_ok(
+        hurray_descriptor_add_buffer(d, roles[i], sizes[i], 4, HURRAY_SYNC_READY, NULL, error));
   }
   uint32_t map[4], len = 0;
   assert_ok(hurray__member_extract(d, "q", &m, map, &len, error));

@@ -17,7 +17,6 @@
 #include "test_util.h"
 #include "vectors.h"
 
-
 static int setup(void **state) {
   (void)state;
   return scratch_dir_create("io");
@@ -36,7 +35,8 @@ static HurrayBufferList *patterned_buffers(const HurrayDescriptor *d, uint32_t s
   for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
     uint64_t size = hurray_descriptor_buffer_size(d, i);
     size_t align = hurray_descriptor_buffer_alignment(d, i) > 64
-                       ? hurray_descriptor_buffer_alignment(d, i) : 64;
+                       ? hurray_descriptor_buffer_alignment(d, i)
+                       : 64;
     uint8_t *mem = aligned_alloc(align, (size_t)((size + align - 1) / align * align + align));
     bool table = hurray_descriptor_buffer_role(d, i) == HURRAY_ROLE_PAGE_TABLE;
     for (uint64_t k = 0; k < size; k++) mem[k] = table ? 0 : pattern(seed, i, k);
@@ -64,14 +64,14 @@ static void assert_buffers_equal(const HurrayBufferList *a, const HurrayBufferLi
 static HurrayDescriptor *host_optional_fields(void) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){2, 4}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 32, 256, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 32, 256, HURRAY_SYNC_READY, NULL, error));
   hurray_descriptor_set_stat_min(d, -1.5);
   hurray_descriptor_set_stat_max(d, 3.25);
   hurray_descriptor_set_stat_nan_count(d, 0);
   assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){8, 4}, (uint64_t[]){6, 0}, error));
-  assert_ok(hurray_descriptor_set_extension(d, "example.temperature", (const uint8_t *)"K", 1,
-                                            error));
+  assert_ok(
+      hurray_descriptor_set_extension(d, "example.temperature", (const uint8_t *)"K", 1, error));
   return d;
 }
 
@@ -84,14 +84,15 @@ static bool is_host(const HurrayDescriptor *d) {
 static void round_trip(HurrayReadMode mode) {
   char path[300];
   in_dir(path, sizeof path,
-         mode == HURRAY_READ_MMAP ? "all-mmap.hurray"
-                                  : mode == HURRAY_READ_PREAD ? "all-pread.hurray"
-                                                              : "all-private.hurray");
+         mode == HURRAY_READ_MMAP    ? "all-mmap.hurray"
+         : mode == HURRAY_READ_PREAD ? "all-pread.hurray"
+                                     : "all-private.hurray");
   HurrayWriter *w = NULL;
   assert_ok(hurray_writer_open(path, &w, error));
   size_t written = 0;
   for (size_t i = 0; i <= golden_vector_count; i++) {
-    HurrayDescriptor *d = i < golden_vector_count ? golden_vectors[i].build() : host_optional_fields();
+    HurrayDescriptor *d = i < golden_vector_count ? golden_vectors[i].build()
+                                                  : host_optional_fields();
     const char *name = i < golden_vector_count ? golden_vectors[i].name : "host_optional_fields";
     HurrayBufferList *list = patterned_buffers(d, (uint32_t)i);
     if (is_host(d)) {
@@ -113,7 +114,8 @@ static void round_trip(HurrayReadMode mode) {
   assert_ok(hurray_reader_open(path, &options, &r, error));
   assert_int_equal(hurray_reader_tensor_count(r), written);
   for (size_t i = 0; i <= golden_vector_count; i++) {
-    HurrayDescriptor *want = i < golden_vector_count ? golden_vectors[i].build() : host_optional_fields();
+    HurrayDescriptor *want = i < golden_vector_count ? golden_vectors[i].build()
+                                                     : host_optional_fields();
     const char *name = i < golden_vector_count ? golden_vectors[i].name : "host_optional_fields";
     if (is_host(want)) {
       HurrayDescriptor *got = NULL;
@@ -281,7 +283,8 @@ static void test_writer_errors(void **state) {
   assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
   assert_status(HURRAY_ERR_DUPLICATE_NAME, hurray_writer_write_tensor(w, "x", d, list, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_writer_write_tensor(w, "", d, list, error));
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_writer_write_tensor(w, "\xff", d, list, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_writer_write_tensor(w, "\xff", d, list, error));
   /* Placement is checked before anything is written. */
   HurrayBufferList *empty = NULL;
   assert_ok(hurray_buffer_list_create(&empty, error));
@@ -380,8 +383,8 @@ static void test_partial_reads(void **state) {
   in_dir(path, sizeof path, "rows.hurray");
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT16, 2, (uint64_t[]){100, 3}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 600, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 600, 64, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){200, 3}, (uint64_t[]){100, 0}, error));
   hurray_descriptor_set_stat_zero_count(d, 1);
   HurrayBufferList *list = patterned_buffers(d, 9);
@@ -412,7 +415,8 @@ static void test_partial_reads(void **state) {
     assert_memory_equal(hurray_buffer_data(b), source + 60, 30);
     hurray_buffer_list_destroy(rows_list);
     hurray_descriptor_destroy(rows);
-    assert_status(HURRAY_ERR_RANGE, hurray_reader_get_rows(r, "t", 99, 2, &rows, &rows_list, error));
+    assert_status(HURRAY_ERR_RANGE,
+                  hurray_reader_get_rows(r, "t", 99, 2, &rows, &rows_list, error));
     assert_ok(hurray_reader_get_rows(r, "t", 100, 0, &rows, &rows_list, error));
     hurray_buffer_list_destroy(rows_list);
     hurray_descriptor_destroy(rows);
@@ -687,11 +691,11 @@ static void test_crafted_faults(void **state) {
     uint64_t value;
     HurrayStatus expect;
   } cases[] = {
-      {0, 0, 64 + 1, HURRAY_ERR_BUFFER_ALIGNMENT},  /* misaligned buffer */
+      {0, 0, 64 + 1, HURRAY_ERR_BUFFER_ALIGNMENT},             /* misaligned buffer */
       {0, 0, (index_offset + 63) / 64 * 64, HURRAY_ERR_RANGE}, /* past the data region */
-      {0, 1, UINT64_MAX - 8, HURRAY_ERR_RANGE},     /* length overflowing */
-      {1, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP}, /* two buffers, one place */
-      {0, 0, 0, HURRAY_ERR_RANGE},                  /* inside the header */
+      {0, 1, UINT64_MAX - 8, HURRAY_ERR_RANGE},                /* length overflowing */
+      {1, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP},      /* two buffers, one place */
+      {0, 0, 0, HURRAY_ERR_RANGE},                             /* inside the header */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     memcpy(g.data, f.data, f.len);
@@ -783,10 +787,13 @@ static void test_newer_minor_version_reads(void **state) {
   in_dir(newer, sizeof newer, "minor-newer.hurray");
   write_small(path);
   File f = load(path);
-  f.data[10] = 7; /* header minor */
+  f.data[10] = 7;                      /* header minor */
   put(f.data + f.len - 64 + 42, 7, 2); /* trailer minor */
   /* Turn the bytes-typed "blob" (the first metadata entry) into type 99. */
-  uint8_t *hit = memmem(f.data, f.len, "\x04\x00" "blob\x05", 7);
+  uint8_t *hit = memmem(f.data, f.len,
+                        "\x04\x00"
+                        "blob\x05",
+                        7);
   assert_non_null(hit);
   hit[6] = 99;
   reseal(&f);

@@ -57,8 +57,8 @@ static HurrayStatus write_two(HurrayWriter *w, HurrayError *e) {
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
   HurrayStatus s = hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){BIG}, &d, e);
-  if (s == HURRAY_OK) s = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, BIG, 64,
-                                                       HURRAY_SYNC_READY, NULL, e);
+  if (s == HURRAY_OK)
+    s = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, BIG, 64, HURRAY_SYNC_READY, NULL, e);
   if (s == HURRAY_OK) s = hurray_buffer_list_create(&list, e);
   if (s == HURRAY_OK) s = hurray_buffer_create(big_data, BIG, NULL, NULL, &b, e);
   if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, 64, e);

@@ -176,8 +176,7 @@ static void kill_loop(bool fallback, int rounds, unsigned seed) {
                  (long long)last);
       }
       if (!was_killed && got != generation) {
-        fail_msg("round %d: the helper finished but the target holds generation %u", round,
-                 got);
+        fail_msg("round %d: the helper finished but the target holds generation %u", round, got);
       }
       if (got == generation) got_new++;
       else kept_old++;
@@ -185,12 +184,13 @@ static void kill_loop(bool fallback, int rounds, unsigned seed) {
     }
     temp_files += remove_temp_files(!fallback);
   }
-  printf("SIGKILL, %s: %d rounds in %.1f s, writer run time %.0f ms, seed %u: %d killed, %d "
-         "finished first; after the kill the target was absent %d times, the old file %d, the "
-         "new file %d, and every file there was complete and verified; %d temporary file(s) "
-         "left and removed\n",
-         mode, rounds, (now_ms() - start) / 1e3, runtime, seed, killed, finished, absent,
-         kept_old, got_new, temp_files);
+  printf(
+      "SIGKILL, %s: %d rounds in %.1f s, writer run time %.0f ms, seed %u: %d killed, %d "
+      "finished first; after the kill the target was absent %d times, the old file %d, the "
+      "new file %d, and every file there was complete and verified; %d temporary file(s) "
+      "left and removed\n",
+      mode, rounds, (now_ms() - start) / 1e3, runtime, seed, killed, finished, absent, kept_old,
+      got_new, temp_files);
   assert_int_equal(killed + finished, rounds);
   assert_true(killed > 0);
 }

@@ -22,7 +22,6 @@
 
 #define MAX_TEST_BUFFERS 16
 
-
 static int setup(void **state) {
   (void)state;
   return scratch_dir_create("layouts");
@@ -96,8 +95,8 @@ static HurrayDescriptor *coo2(HurrayDType dtype, HurrayDType index_dtype, uint64
   add_buf(d, HURRAY_ROLE_VALUES, dtype_bytes(dtype, nnz));
   add_buf(d, HURRAY_ROLE_INDICES, nnz * isz);
   add_buf(d, HURRAY_ROLE_INDICES, nnz * isz);
-  assert_ok(hurray_descriptor_set_layout_coo(d, index_dtype, nnz, 0, (uint32_t[]){1, 2},
-                                             canonical, error));
+  assert_ok(hurray_descriptor_set_layout_coo(d, index_dtype, nnz, 0, (uint32_t[]){1, 2}, canonical,
+                                             error));
   return d;
 }
 
@@ -293,8 +292,7 @@ static void test_csr_indptr(void **state) {
   (void)state;
   /* 3 x 4, nnz 5, int32: 4 pointers. Empty rows are fine. */
   check_indptr_rules("sparse_csr", (int64_t[]){0, 0, 5, 5}, (int64_t[]){1, 1, 3, 5},
-                     (int64_t[]){0, 4, 2, 5}, (int64_t[]){0, 1, 3, 4}, (int64_t[]){0, 1, 3, 6},
-                     4);
+                     (int64_t[]){0, 4, 2, 5}, (int64_t[]){0, 1, 3, 4}, (int64_t[]){0, 1, 3, 6}, 4);
 }
 
 static void test_csc_indptr(void **state) {
@@ -356,8 +354,7 @@ static void test_compressed_index_bounds(void **state) {
 
 static void test_positive_every_format(void **state) {
   (void)state;
-  const char *names[] = {"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
-                         "paged_kv_cache"};
+  const char *names[] = {"sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "paged_kv_cache"};
   uint8_t *mem[MAX_TEST_BUFFERS];
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     HurrayDescriptor *d = golden_vector_build(names[i]);
@@ -367,8 +364,8 @@ static void test_positive_every_format(void **state) {
     hurray_descriptor_destroy(d);
   }
   /* Hand-built ones, int32 and int64, with empty major slices. */
-  HurrayDescriptor *d =
-      compressed(HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT8, HURRAY_DTYPE_INT64, 4, 3, 2);
+  HurrayDescriptor *d = compressed(HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT8, HURRAY_DTYPE_INT64, 4, 3,
+                                   2);
   HurrayBufferList *list = buffers_for(d, mem, false);
   put_indices(mem[1], true, (int64_t[]){0, 0, 0, 2, 2}, 5);
   put_indices(mem[2], true, (int64_t[]){2, 0}, 2);
@@ -433,8 +430,8 @@ static void test_contents_read_only_when_ready_on_host(void **state) {
   assert_ok(hurray_descriptor_set_device(d, HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_DEVICE, error));
   list = buffers_for(d, mem, false);
   for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA, 0,
-                                       HURRAY_MEMORY_DEVICE, error));
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(list, i), HURRAY_DEVICE_CUDA,
+                                       0, HURRAY_MEMORY_DEVICE, error));
   }
   put_indices(mem[1], false, (int64_t[]){7, 1, 0, 9}, 4);
   put_index(mem[2], false, 0, 1000);
@@ -934,7 +931,8 @@ static void test_statistics_float(void **state) {
   stats_of_dense(HURRAY_DTYPE_FLOAT64, (double[]){1, -INFINITY, INFINITY, -0.0}, 4,
                  (Expected){true, -INFINITY, INFINITY, 0, 1});
   /* Only positives: min is not pulled to zero. */
-  stats_of_dense(HURRAY_DTYPE_FLOAT64, (double[]){4.5, 3.25}, 2, (Expected){true, 3.25, 4.5, 0, 0});
+  stats_of_dense(HURRAY_DTYPE_FLOAT64, (double[]){4.5, 3.25}, 2,
+                 (Expected){true, 3.25, 4.5, 0, 0});
 }
 
 static void test_statistics_integers(void **state) {
@@ -1206,10 +1204,12 @@ static void test_find_member(void **state) {
   const char *absent[] = {"nope", "", "lora", "Base", "lora_a "};
   for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++) {
     index = 77;
-    assert_status(HURRAY_ERR_NOT_FOUND, hurray_descriptor_find_member(d, absent[i], &index, error));
+    assert_status(HURRAY_ERR_NOT_FOUND,
+                  hurray_descriptor_find_member(d, absent[i], &index, error));
     assert_int_equal(index, 77);
   }
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_find_member(d, NULL, &index, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_descriptor_find_member(d, NULL, &index, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
                 hurray_descriptor_find_member(NULL, "base", &index, error));
 

@@ -129,8 +129,8 @@ static void test_rank(void **state) {
   for (uint32_t i = 0; i <= HURRAY_MAX_RANK; i++) shape[i] = 1;
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, HURRAY_MAX_RANK, shape, &d, error));
-  assert_status(HURRAY_ERR_LIMIT, hurray_descriptor_set_shard(d, HURRAY_MAX_RANK + 1, shape,
-                                                              shape, error));
+  assert_status(HURRAY_ERR_LIMIT,
+                hurray_descriptor_set_shard(d, HURRAY_MAX_RANK + 1, shape, shape, error));
   hurray_descriptor_destroy(d);
   d = NULL;
   assert_status(HURRAY_ERR_LIMIT, hurray_descriptor_create(HURRAY_DTYPE_UINT8, HURRAY_MAX_RANK + 1,
@@ -163,8 +163,8 @@ static void test_buffer_count(void **state) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){1}, &d, error));
   for (uint32_t i = 0; i < HURRAY_MAX_BUFFERS; i++) {
-    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL,
-                                           error));
+    assert_ok(
+        hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL, error));
   }
   assert_status(HURRAY_ERR_LIMIT, hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64,
                                                                HURRAY_SYNC_READY, NULL, error));
@@ -183,7 +183,8 @@ static void test_buffer_count(void **state) {
     uint32_t n = which == 0 ? HURRAY_MAX_BUFFERS + 1 : HURRAY_MAX_BUFFERS;
     for (int i = 0; i < 4; i++) count[i] = (uint8_t)(n >> (8 * i));
     b_rec(&b, TAG_BUFFER_TABLE, count, 4);
-    assert_int_equal(decode_status(&b, NULL), which == 0 ? HURRAY_ERR_LIMIT : HURRAY_ERR_MALFORMED);
+    assert_int_equal(decode_status(&b, NULL),
+                     which == 0 ? HURRAY_ERR_LIMIT : HURRAY_ERR_MALFORMED);
     free(b.p);
   }
   free(node.p);
@@ -241,8 +242,8 @@ static void test_names_and_extension(void **state) {
   assert_ok(hurray_descriptor_add_member(d, name, m, error));
   assert_ok(hurray_descriptor_set_extension(d, name, NULL, 0, error));
   uint8_t *meta = calloc(1, HURRAY_MAX_EXTENSION_METADATA_BYTES + 1);
-  assert_ok(hurray_descriptor_set_extension(d, "x", meta, HURRAY_MAX_EXTENSION_METADATA_BYTES,
-                                            error));
+  assert_ok(
+      hurray_descriptor_set_extension(d, "x", meta, HURRAY_MAX_EXTENSION_METADATA_BYTES, error));
   assert_status(HURRAY_ERR_LIMIT,
                 hurray_descriptor_set_extension(d, "x", meta,
                                                 HURRAY_MAX_EXTENSION_METADATA_BYTES + 1, error));
@@ -310,8 +311,8 @@ static HurrayDescriptor *chain(uint32_t levels) {
     assert_ok(hurray_descriptor_add_member(outer, "m", d, error));
     d = outer;
   }
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL, error));
   return d;
 }
 
@@ -375,8 +376,8 @@ static HurrayDescriptor *many_nodes(uint32_t nodes) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){1}, &d, error));
   assert_ok(hurray_descriptor_set_layout_composite(d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL, error));
   uint32_t left = nodes - 1;
   for (uint32_t g = 0; left > 0; g++) {
     uint32_t leaves = left - 1 > 1023 ? 1023 : left - 1;
@@ -481,8 +482,8 @@ static void test_writer_names_and_metadata(void **state) {
   HurrayBuffer *b = NULL;
   static _Alignas(64) uint8_t byte[64];
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){1}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 1, 64, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_buffer_list_create(&list, error));
   assert_ok(hurray_buffer_create(byte, 1, NULL, NULL, &b, error));
   assert_ok(hurray_buffer_list_push(list, b, error));
@@ -498,9 +499,8 @@ static void test_writer_names_and_metadata(void **state) {
   free(name);
 
   /* A value larger than the index can hold: refused before it is copied. */
-  assert_status(HURRAY_ERR_LIMIT,
-                hurray_writer_set_metadata_bytes(w, "big", byte,
-                                                 (size_t)HURRAY_MAX_INDEX_BYTES + 1, error));
+  assert_status(HURRAY_ERR_LIMIT, hurray_writer_set_metadata_bytes(
+                                      w, "big", byte, (size_t)HURRAY_MAX_INDEX_BYTES + 1, error));
 
   /* 2^16 keys, then one more; replacing a key at the limit still works.
    * Keys are hashed: this takes milliseconds, not the seconds a linear
@@ -596,12 +596,12 @@ static void test_reader_limits(void **state) {
        * anything is allocated for it. */
       {"2^20 tensors in a 64-byte index", HURRAY_MAX_TENSORS, 0, 0, 1, 0, 0, 0,
        HURRAY_ERR_MALFORMED},
-      {"2^16 metadata entries in a 64-byte index", 0, HURRAY_MAX_METADATA_ENTRIES, 0, 1, 0, 0,
-       0, HURRAY_ERR_MALFORMED},
+      {"2^16 metadata entries in a 64-byte index", 0, HURRAY_MAX_METADATA_ENTRIES, 0, 1, 0, 0, 0,
+       HURRAY_ERR_MALFORMED},
       {"an index of 256 MiB in a small file", 0, 0, HURRAY_MAX_INDEX_BYTES, 1, 0, 0, 0,
        HURRAY_ERR_RANGE},
-      {"a 16 MiB descriptor in a 64-byte index", 1, 0, 0, 1,
-       HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES, 0, 0, HURRAY_ERR_MALFORMED},
+      {"a 16 MiB descriptor in a 64-byte index", 1, 0, 0, 1, HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES,
+       0, 0, HURRAY_ERR_MALFORMED},
       {"1024 buffers in a 64-byte index", 1, 0, 0, 1, 0, HURRAY_MAX_BUFFERS, 0,
        HURRAY_ERR_MALFORMED},
       {"a 4 GiB metadata value in a 64-byte index", 0, 1, 0, 1, 0, 0, UINT32_MAX,

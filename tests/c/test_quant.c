@@ -43,8 +43,8 @@ static HurrayQuantizeOptions options(HurrayQuantScheme s) {
 }
 
 static void dequantize_f32(const Quantized *q, float *out, uint64_t n) {
-  assert_ok(hurray_dequantize(q->d, q->list, HURRAY_DTYPE_FLOAT32, out, n * sizeof(float), 1,
-                              error));
+  assert_ok(
+      hurray_dequantize(q->d, q->list, HURRAY_DTYPE_FLOAT32, out, n * sizeof(float), 1, error));
 }
 
 static uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
@@ -115,13 +115,11 @@ static void test_unknown_options_version_is_refused(void **state) {
   HurrayBufferList *l = NULL;
   HurrayQuantizeOptions o = options(HURRAY_SCHEME_AFFINE);
   o.version = 0;
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){4}, &o, &d, &l,
-                                error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1,
+                                                             (uint64_t[]){4}, &o, &d, &l, error));
   o.version = HURRAY_QUANTIZE_OPTIONS_VERSION + 1;
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){4}, &o, &d, &l,
-                                error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 1,
+                                                             (uint64_t[]){4}, &o, &d, &l, error));
   assert_null(d);
   assert_null(l);
 }
@@ -138,9 +136,9 @@ static void test_source_size_is_checked(void **state) {
   HurrayDescriptor *d = (HurrayDescriptor *)1;
   HurrayBufferList *l = (HurrayBufferList *)1;
   HurrayError e = {0};
-  assert_int_equal(hurray_quantize(x, 64 * sizeof *x - 1, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d,
-                                   &l, &e),
-                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      hurray_quantize(x, 64 * sizeof *x - 1, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e),
+      HURRAY_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(e.message, "255 bytes"));
   assert_null(d);
   assert_null(l);
@@ -149,13 +147,13 @@ static void test_source_size_is_checked(void **state) {
   assert_ok(hurray_quantize(x, 128, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &d, &l, error));
   hurray_descriptor_destroy(d);
   hurray_buffer_list_destroy(l);
-  assert_ok(hurray_quantize(x, 64 * sizeof *x + 64, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l,
-                            error));
+  assert_ok(
+      hurray_quantize(x, 64 * sizeof *x + 64, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
   hurray_descriptor_destroy(d);
   hurray_buffer_list_destroy(l);
   o = options(HURRAY_SCHEME_AFFINE);
-  assert_ok(hurray_quantize(NULL, 0, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){0, 32}, &o, &d, &l,
-                            error));
+  assert_ok(
+      hurray_quantize(NULL, 0, HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){0, 32}, &o, &d, &l, error));
   hurray_descriptor_destroy(d);
   hurray_buffer_list_destroy(l);
   free(x);
@@ -213,10 +211,10 @@ static void test_bad_options_are_refused(void **state) {
 static void test_q8_0_block_by_hand(void **state) {
   (void)state;
   float x[32] = {0};
-  x[0] = 12.7f;   /* amax: d = 0.1, id = 10 */
-  x[1] = -0.25f;  /* -2.5 rounds away from zero: -3 */
-  x[2] = 0.35f;   /* 3.5 (in float32, just above) -> 4 */
-  x[3] = 0.04f;   /* 0.4 -> 0 */
+  x[0] = 12.7f;  /* amax: d = 0.1, id = 10 */
+  x[1] = -0.25f; /* -2.5 rounds away from zero: -3 */
+  x[2] = 0.35f;  /* 3.5 (in float32, just above) -> 4 */
+  x[3] = 0.04f;  /* 0.4 -> 0 */
   uint64_t shape[1] = {32};
   HurrayQuantizeOptions o = options(HURRAY_SCHEME_Q8_0);
   Quantized q = quantize_f32(x, 1, shape, &o);
@@ -246,7 +244,7 @@ static void test_q4_0_block_by_hand(void **state) {
   assert_int_equal(codes[0] & 15, 0);
   assert_int_equal(codes[0] >> 4, 15);
   assert_int_equal(codes[1] & 15, 10);
-  assert_int_equal(codes[1] >> 4, 8); /* zero: 0 + 8.5 -> 8 */
+  assert_int_equal(codes[1] >> 4, 8);                      /* zero: 0 + 8.5 -> 8 */
   assert_int_equal(read_u16(buffer_bytes(&q, 1)), 0x3800); /* float16(0.5) */
   assert_int_equal(hurray_descriptor_quant_zero_point(q.d), 8);
   float y[32];
@@ -299,11 +297,11 @@ static void test_mxfp4_block_by_hand(void **state) {
   Quantized q = quantize_f32(x, 1, shape, &o);
   assert_int_equal(buffer_bytes(&q, 1)[0], 127);
   const uint8_t *c = buffer_bytes(&q, 0);
-  assert_int_equal(c[0] & 15, 0x7);      /* 6 */
-  assert_int_equal(c[0] >> 4, 0x4);      /* 2 */
+  assert_int_equal(c[0] & 15, 0x7);       /* 6 */
+  assert_int_equal(c[0] >> 4, 0x4);       /* 2 */
   assert_int_equal(c[1] & 15, 0x8 | 0x6); /* -4 */
-  assert_int_equal(c[1] >> 4, 0x0);      /* 0 */
-  assert_int_equal(c[2] & 15, 0x2);      /* 1.0 */
+  assert_int_equal(c[1] >> 4, 0x0);       /* 0 */
+  assert_int_equal(c[2] & 15, 0x2);       /* 1.0 */
   quantized_free(q);
 
   x[0] = 7.0f; /* floor(log2 7) = 2: the same scale, and 7 saturates to 6 */
@@ -338,9 +336,9 @@ static void test_non_finite_refused_with_index(void **state) {
   for (int i = 0; i < 100; i++) x[i] = (float)i;
   x[77] = NAN;
   uint64_t shape[2] = {10, 10};
-  const HurrayQuantScheme schemes[] = {HURRAY_SCHEME_AFFINE, HURRAY_SCHEME_PER_CHANNEL,
+  const HurrayQuantScheme schemes[] = {HURRAY_SCHEME_AFFINE,       HURRAY_SCHEME_PER_CHANNEL,
                                        HURRAY_SCHEME_BLOCK_AFFINE, HURRAY_SCHEME_Q8_0,
-                                       HURRAY_SCHEME_Q4_0, HURRAY_SCHEME_NF4};
+                                       HURRAY_SCHEME_Q4_0,         HURRAY_SCHEME_NF4};
   for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
     HurrayQuantizeOptions o = options(schemes[i]);
     HurrayDescriptor *d;
@@ -398,8 +396,8 @@ static void test_every_scheme_round_trips(void **state) {
       for (uint64_t i = 0; i < n; i++) {
         if (fabsf(y[i] - x[i]) > bound) {
           print_error("%s axis %d: element %llu: %g -> %g\n",
-                      hurray_quant_scheme_name((HurrayQuantScheme)s), axis,
-                      (unsigned long long)i, x[i], y[i]);
+                      hurray_quant_scheme_name((HurrayQuantScheme)s), axis, (unsigned long long)i,
+                      x[i], y[i]);
           fail();
         }
       }
@@ -452,7 +450,8 @@ static void test_threads_give_identical_bytes(void **state) {
     Quantized b = quantize_f32(x, 2, shape, &o);
     assert_true(hurray_descriptor_equal(a.d, b.d));
     for (size_t i = 0; i < hurray_buffer_list_len(a.list); i++) {
-      const HurrayBuffer *ba = hurray_buffer_list_get(a.list, i), *bb = hurray_buffer_list_get(b.list, i);
+      const HurrayBuffer *ba = hurray_buffer_list_get(a.list, i),
+                         *bb = hurray_buffer_list_get(b.list, i);
       assert_int_equal(hurray_buffer_size(ba), hurray_buffer_size(bb));
       assert_memory_equal(hurray_buffer_data(ba), hurray_buffer_data(bb), hurray_buffer_size(ba));
     }
@@ -494,8 +493,10 @@ static void test_half_and_bfloat16_inputs_match_float32(void **state) {
   HurrayQuantizeOptions o = options(HURRAY_SCHEME_MXFP8_E4M3);
   Quantized a = quantize_f32(x, 2, shape, &o);
   Quantized qh = {0}, qb = {0};
-  assert_ok(hurray_quantize(h, sizeof h, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &qh.d, &qh.list, error));
-  assert_ok(hurray_quantize(b, sizeof b, HURRAY_DTYPE_BFLOAT16, 2, shape, &o, &qb.d, &qb.list, error));
+  assert_ok(
+      hurray_quantize(h, sizeof h, HURRAY_DTYPE_FLOAT16, 2, shape, &o, &qh.d, &qh.list, error));
+  assert_ok(
+      hurray_quantize(b, sizeof b, HURRAY_DTYPE_BFLOAT16, 2, shape, &o, &qb.d, &qb.list, error));
   assert_memory_equal(buffer_bytes(&a, 0), buffer_bytes(&qh, 0), N);
   assert_memory_equal(buffer_bytes(&a, 0), buffer_bytes(&qb, 0), N);
   assert_memory_equal(buffer_bytes(&a, 1), buffer_bytes(&qh, 1), 8);
@@ -585,7 +586,8 @@ static void test_dequantize_strided_codes(void **state) {
   int64_t strides[2] = {1, 3};
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 2, shape, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 6, 1, HURRAY_SYNC_READY, NULL, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 6, 1, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_descriptor_set_strides(d, strides, error));
   assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 0.5, 1, error));
   HurrayBufferList *list = NULL;

@@ -176,12 +176,12 @@ static void one_decode_case(unsigned iter) {
     if (!same_output(want, got, cap, od)) {
       uint64_t i = 0;
       while (want[i] == got[i]) i++;
-      fail_msg("iteration %u, level %s: bits %u map %d at %llu n %llu block %llu head %llu "
-               "out %s: byte %llu differs (element %lld)",
-               iter, levels[l]->name, bits, (int)t->map, (unsigned long long)at,
-               (unsigned long long)n, (unsigned long long)block, (unsigned long long)head,
-               hurray_dtype_name(od), (unsigned long long)i,
-               (long long)(i / item) - (long long)off);
+      fail_msg(
+          "iteration %u, level %s: bits %u map %d at %llu n %llu block %llu head %llu "
+          "out %s: byte %llu differs (element %lld)",
+          iter, levels[l]->name, bits, (int)t->map, (unsigned long long)at, (unsigned long long)n,
+          (unsigned long long)block, (unsigned long long)head, hurray_dtype_name(od),
+          (unsigned long long)i, (long long)(i / item) - (long long)off);
     }
   }
   /* a group per element */
@@ -200,10 +200,11 @@ static void one_decode_case(unsigned iter) {
     if (!same_output(want, got, cap, od)) {
       uint64_t i = 0;
       while (want[i] == got[i]) i++;
-      fail_msg("iteration %u, level %s, decode_each: bits %u map %d at %llu n %llu out %s: "
-               "element %lld differs", iter, levels[l]->name, bits, (int)t->map,
-               (unsigned long long)at, (unsigned long long)n, hurray_dtype_name(od),
-               (long long)(i / item) - (long long)off);
+      fail_msg(
+          "iteration %u, level %s, decode_each: bits %u map %d at %llu n %llu out %s: "
+          "element %lld differs",
+          iter, levels[l]->name, bits, (int)t->map, (unsigned long long)at, (unsigned long long)n,
+          hurray_dtype_name(od), (long long)(i / item) - (long long)off);
     }
   }
   free(es);
@@ -277,7 +278,8 @@ static void test_encode_affine_matches_scalar(void **state) {
     unsigned r = (unsigned)below(4);
     int32_t qmin = RANGES[r][0], qmax = RANGES[r][1];
     int32_t zp = qmin + (int32_t)below((uint64_t)(qmax - qmin + 1));
-    float mul = below(4) ? (float)(1 + below(100000)) / 64.0f : hurray__exp2i((int)below(250) - 124);
+    float mul = below(4) ? (float)(1 + below(100000)) / 64.0f
+                         : hurray__exp2i((int)below(250) - 124);
     memset(want, 0x5a, n + 64);
     hurray__quant_kernels_scalar()->encode_affine(x + off, n, mul, zp, qmin, qmax, want);
     for (unsigned l = 0; l < nlevels; l++) {
@@ -332,7 +334,7 @@ static void test_encode_matches_scalar(void **state) {
         if (memcmp(want, got, n + 64) != 0) {
           uint64_t i = 0;
           while (want[i] == got[i]) i++;
-          fail_msg("%s, iteration %u level %s: code %llu is %u, scalar %u", 
+          fail_msg("%s, iteration %u level %s: code %llu is %u, scalar %u",
                    hurray_quant_scheme_name((HurrayQuantScheme)scheme), iter, levels[l]->name,
                    (unsigned long long)i, got[i], want[i]);
         }

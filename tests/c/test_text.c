@@ -41,7 +41,10 @@ static void test_json_python_extensions(void **state) {
   /* surrogateescape: \udcXX is the raw byte XX; a real pair is UTF-8. */
   assert_int_equal(parse("[\"a\\udcc3b\", \"\\ud83d\\ude00\", \"h\\u00e9\"]", &j), HURRAY_OK);
   assert_int_equal(j.items[0].len, 3);
-  assert_memory_equal(j.items[0].str, "a\xc3" "b", 3);
+  assert_memory_equal(j.items[0].str,
+                      "a\xc3"
+                      "b",
+                      3);
   assert_string_equal((const char *)j.items[1].str, "\xf0\x9f\x98\x80");
   assert_string_equal((const char *)j.items[2].str, "h\xc3\xa9");
   hurray__j_free(&j);
@@ -57,10 +60,16 @@ static void test_json_python_extensions(void **state) {
 static void test_json_refusals(void **state) {
   (void)state;
   static const char *bad[] = {
-      "[1NaN]",       /* not a value position: stays an error, never "10" */
-      "[NaN1]",       "[null]", "[\"\\udc00\"]", /* a surrogate that is no raw byte */
-      "[1,]",         "",       "[1] [2]",       "[[[[[[1]]]]]]", /* too deep */
-      "{\"a\": {\"b\": {}}}", "[\"\xed\xb3\x83\"]", /* raw surrogate bytes */
+      "[1NaN]", /* not a value position: stays an error, never "10" */
+      "[NaN1]",
+      "[null]",
+      "[\"\\udc00\"]", /* a surrogate that is no raw byte */
+      "[1,]",
+      "",
+      "[1] [2]",
+      "[[[[[[1]]]]]]", /* too deep */
+      "{\"a\": {\"b\": {}}}",
+      "[\"\xed\xb3\x83\"]", /* raw surrogate bytes */
       "[\"a\x01\"]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

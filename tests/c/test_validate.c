@@ -8,7 +8,6 @@
 #include "test_util.h"
 #include "vectors.h"
 
-
 static HurrayDescriptor *dense(HurrayDType dtype, uint32_t rank, const uint64_t *shape) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(dtype, rank, shape, &d, error));
@@ -34,10 +33,9 @@ static void test_shape_rules(void **state) {
   (void)state;
   HurrayDescriptor *d = NULL;
   uint64_t shape[HURRAY_MAX_RANK + 1] = {0};
-  assert_status(HURRAY_ERR_LIMIT,
-                hurray_descriptor_create(HURRAY_DTYPE_INT8, HURRAY_MAX_RANK + 1, shape, &d, error));
-  assert_status(HURRAY_ERR_DTYPE,
-                hurray_descriptor_create((HurrayDType)99, 1, shape, &d, error));
+  assert_status(HURRAY_ERR_LIMIT, hurray_descriptor_create(HURRAY_DTYPE_INT8, HURRAY_MAX_RANK + 1,
+                                                           shape, &d, error));
+  assert_status(HURRAY_ERR_DTYPE, hurray_descriptor_create((HurrayDType)99, 1, shape, &d, error));
   /* Element count overflow. */
   d = dense(HURRAY_DTYPE_INT8, 2, (uint64_t[]){UINT64_MAX / 2, 3});
   add(d, HURRAY_ROLE_DATA, 1);
@@ -95,15 +93,15 @@ static void test_buffer_table_rules(void **state) {
   expect(d, HURRAY_ERR_BUFFER_TOO_SMALL);
   /* Setters refuse bad table values outright. */
   d = golden_vector_build("dense_float32");
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 3, HURRAY_SYNC_READY, NULL,
-                                             error));
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_descriptor_add_buffer(d, (HurrayBufferRole)42, 4, 4, HURRAY_SYNC_READY,
-                                             NULL, error));
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 4, (HurraySyncMode)9, NULL,
-                                             error));
+  assert_status(
+      HURRAY_ERR_INVALID_ARGUMENT,
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 3, HURRAY_SYNC_READY, NULL, error));
+  assert_status(
+      HURRAY_ERR_INVALID_ARGUMENT,
+      hurray_descriptor_add_buffer(d, (HurrayBufferRole)42, 4, 4, HURRAY_SYNC_READY, NULL, error));
+  assert_status(
+      HURRAY_ERR_INVALID_ARGUMENT,
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 4, (HurraySyncMode)9, NULL, error));
   hurray_descriptor_destroy(d);
 }
 
@@ -319,21 +317,21 @@ static void test_sparse_rules(void **state) {
                                                     0, 1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
   d = golden_vector_build("sparse_coo");
-  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_FLOAT32, 3, 0,
-                                             (uint32_t[]){1, 2, 3}, true, error));
+  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_FLOAT32, 3, 0, (uint32_t[]){1, 2, 3},
+                                             true, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
   /* A dimension the index dtype cannot address. */
   d = dense(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){(uint64_t)INT32_MAX + 2, 1});
   add(d, HURRAY_ROLE_VALUES, 0);
   add(d, HURRAY_ROLE_INDPTR, 1);
   add(d, HURRAY_ROLE_INDICES, 0);
-  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT32, 0,
-                                                    0, 1, 2, error));
+  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSR, HURRAY_DTYPE_INT32, 0, 0,
+                                                    1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_INDEX_DTYPE);
   /* CSR/CSC/BSR are rank 2; COO needs rank >= 1. */
   d = golden_vector_build("sparse_coo");
-  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT64, 3,
-                                                    0, 1, 2, error));
+  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT64, 3, 0,
+                                                    1, 2, error));
   expect(d, HURRAY_ERR_SPARSE_RANK);
   d = dense(HURRAY_DTYPE_FLOAT32, 0, NULL);
   add(d, HURRAY_ROLE_VALUES, 4);
@@ -360,8 +358,8 @@ static void test_sparse_rules(void **state) {
                                              true, error));
   expect(d, HURRAY_ERR_BUFFER_INDEX);
   d = golden_vector_build("sparse_csc");
-  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT32, 5,
-                                                    0, 2, 1, error));
+  assert_ok(hurray_descriptor_set_layout_compressed(d, HURRAY_SPARSE_CSC, HURRAY_DTYPE_INT32, 5, 0,
+                                                    2, 1, error));
   expect(d, HURRAY_ERR_BUFFER_ROLE);
   d = golden_vector_build("sparse_csc");
   assert_ok(hurray_descriptor_set_buffer_size(d, 1, 16, error));
@@ -415,9 +413,11 @@ static void test_composite_rules(void **state) {
   HurrayDescriptor *outer = golden_vector_build("composite_lora");
   HurrayDescriptor *inner = dense(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1});
   assert_ok(hurray_descriptor_set_layout_composite(inner, error));
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_add_member(inner, "self", inner, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_descriptor_add_member(inner, "self", inner, error));
   hurray_descriptor_destroy(inner);
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_add_member(outer, "self", outer, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_descriptor_add_member(outer, "self", outer, error));
   expect(outer, HURRAY_OK);
   /* Duplicate, empty and non-UTF-8 names. */
   m = dense(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){8, 2});

@@ -6,16 +6,16 @@
 
 /* Builders abort on any failure: a vector that cannot be built is a bug
  * in the test itself. */
-#define OK(expr)                                                        \
-  do {                                                                  \
-    HurrayError e_ = {0};                                               \
-    HurrayStatus s_ = (expr);                                           \
-    (void)e_;                                                           \
-    if (s_ != HURRAY_OK) {                                              \
+#define OK(expr)                                                           \
+  do {                                                                     \
+    HurrayError e_ = {0};                                                  \
+    HurrayStatus s_ = (expr);                                              \
+    (void)e_;                                                              \
+    if (s_ != HURRAY_OK) {                                                 \
       fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, \
-              hurray_status_name(s_));                                  \
-      abort();                                                          \
-    }                                                                   \
+              hurray_status_name(s_));                                     \
+      abort();                                                             \
+    }                                                                      \
   } while (0)
 
 static HurrayDescriptor *make(HurrayDType dtype, uint32_t rank, const uint64_t *shape) {
@@ -181,7 +181,8 @@ static HurrayDescriptor *quant_nf4(void) {
   return d;
 }
 
-static HurrayDescriptor *quant_mx(HurrayMxElement element, HurrayDType dtype, uint64_t data_bytes) {
+static HurrayDescriptor *quant_mx(HurrayMxElement element, HurrayDType dtype,
+                                  uint64_t data_bytes) {
   HurrayDescriptor *d = make(dtype, 2, (uint64_t[]){2, 64});
   add(d, HURRAY_ROLE_DATA, data_bytes);
   add(d, HURRAY_ROLE_SCALES, 4);
@@ -290,8 +291,8 @@ void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffe
     for (uint64_t k = 0; k < nnz; k++) {
       uint64_t rest = k;
       for (uint32_t dim = rank; dim-- > 0;) {
-        golden_vector_put_index(buffers[hurray_descriptor_sparse_coo_index_buffer(d, dim)], index_dtype, k,
-                  rest % shape[dim]);
+        golden_vector_put_index(buffers[hurray_descriptor_sparse_coo_index_buffer(d, dim)],
+                                index_dtype, k, rest % shape[dim]);
         rest /= shape[dim];
       }
     }

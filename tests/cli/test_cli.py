@@ -3,6 +3,7 @@ written by examples/checkpoint.c. Stdlib only.
 
 usage: test_cli.py HURRAY_BINARY CHECKPOINT_EXAMPLE_BINARY
 """
+
 import ast
 import json
 import os
@@ -36,9 +37,16 @@ class CliTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0)
             self.assertIn(b"usage: hurray", out.stdout)
         self.assertEqual(run("ls", "--help").returncode, 0)
-        for args in [(), ("bogus",), ("ls",), ("ls", "a", "b"), ("ls", "--json", self.path),
-                     ("cat", self.path), ("cat", "--buffer", "x", self.path, "n"),
-                     ("info", self.path, "a", "b")]:
+        for args in [
+            (),
+            ("bogus",),
+            ("ls",),
+            ("ls", "a", "b"),
+            ("ls", "--json", self.path),
+            ("cat", self.path),
+            ("cat", "--buffer", "x", self.path, "n"),
+            ("info", self.path, "a", "b"),
+        ]:
             out = run(*args)
             self.assertEqual(out.returncode, 2, args)
             self.assertEqual(out.stdout, b"", args)
@@ -72,8 +80,9 @@ class CliTest(unittest.TestCase):
         out = run("info", "--json", self.path)
         self.assertEqual(out.returncode, 0, out.stderr)
         doc = json.loads(out.stdout)
-        self.assertEqual(doc["metadata"], {"ema": False, "loss": 0.125, "model": "hurray-demo",
-                                           "step": 1000})
+        self.assertEqual(
+            doc["metadata"], {"ema": False, "loss": 0.125, "model": "hurray-demo", "step": 1000}
+        )
         proj = doc["tensors"]["layers.0.proj.weight"]
         self.assertEqual(proj["quantization"]["kind"], "per_channel_affine")
         self.assertEqual([b["role"] for b in proj["buffers"]], ["data", "scales"])
@@ -115,9 +124,9 @@ class CliTest(unittest.TestCase):
         self.assertEqual(blob[:8], b"\x93NUMPY\x01\x00")
         header_len = struct.unpack("<H", blob[8:10])[0]
         self.assertEqual((10 + header_len) % 64, 0)
-        header = ast.literal_eval(blob[10:10 + header_len].decode("latin1"))
+        header = ast.literal_eval(blob[10 : 10 + header_len].decode("latin1"))
         self.assertEqual(header, {"descr": "<f4", "fortran_order": False, "shape": (16, 8)})
-        values = struct.unpack("<128f", blob[10 + header_len:])
+        values = struct.unpack("<128f", blob[10 + header_len :])
         self.assertEqual(values[:3], (0.0, 0.25, 0.5))
         refused = run("cat", "--npy", self.path, "layers.0.proj.weight")
         self.assertEqual(refused.returncode, 1)
@@ -126,8 +135,12 @@ class CliTest(unittest.TestCase):
         self.assertEqual(run("cat", self.path, "nope").returncode, 1)
 
 
-SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                     "fuzz", "corpus", "fuzz_cli")
+SEEDS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "fuzz",
+    "corpus",
+    "fuzz_cli",
+)
 
 
 def run_limited(*args, timeout=20):
@@ -158,8 +171,8 @@ class CliHardeningTest(unittest.TestCase):
         header_len = struct.unpack("<H", blob[8:10])[0]
         self.assertEqual((10 + header_len) % 64, 0)
         self.assertEqual(len(blob), 10 + header_len)  # no elements
-        self.assertTrue(blob[10 + header_len - 1:10 + header_len] == b"\n")
-        header = ast.literal_eval(blob[10:10 + header_len].decode("latin1"))
+        self.assertTrue(blob[10 + header_len - 1 : 10 + header_len] == b"\n")
+        header = ast.literal_eval(blob[10 : 10 + header_len].decode("latin1"))
         self.assertEqual(header["shape"], (0,) + (2**62,) * 31)
         self.assertEqual(header["descr"], "<f8")
 
@@ -195,8 +208,9 @@ class CliHardeningTest(unittest.TestCase):
         self.assertEqual(doc["metadata"], {"key\x1b[31m": "value\r\x07\x1b[0m\x7f"})
         # A directory entry's name is the file system's, and escaped as well.
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([CHECKPOINT, os.path.join(d, "a\x1b[31m.hurray")], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [CHECKPOINT, os.path.join(d, "a\x1b[31m.hurray")], check=True, capture_output=True
+            )
             out = run_limited("ls", d)
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertEqual(controls(out.stdout), [])
@@ -206,15 +220,15 @@ class CliHardeningTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             fifo = os.path.join(d, "pipe.hurray")
             os.mkfifo(fifo)
-            for args in (("ls", fifo), ("info", fifo), ("verify", fifo),
-                         ("cat", fifo, "x")):
+            for args in (("ls", fifo), ("info", fifo), ("verify", fifo), ("cat", fifo, "x")):
                 out = run_limited(*args)
                 self.assertEqual(out.returncode, 1, args)
                 self.assertIn(b"not a regular file", out.stderr)
             # In a directory listing the FIFO is skipped and reported; the
             # regular files are still listed.
-            subprocess.run([CHECKPOINT, os.path.join(d, "part.hurray")], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [CHECKPOINT, os.path.join(d, "part.hurray")], check=True, capture_output=True
+            )
             os.mkdir(os.path.join(d, "sub.hurray"))
             out = run_limited("ls", d)
             self.assertEqual(out.returncode, 1)
@@ -230,8 +244,7 @@ class CliDirectoryTest(unittest.TestCase):
     def test_ls_directory(self):
         with tempfile.TemporaryDirectory() as d:
             for name in ("part-b.hurray", "part-a.hurray"):
-                subprocess.run([CHECKPOINT, os.path.join(d, name)], check=True,
-                               capture_output=True)
+                subprocess.run([CHECKPOINT, os.path.join(d, name)], check=True, capture_output=True)
             with open(os.path.join(d, "notes.txt"), "w") as f:
                 f.write("not a hurray file")
             out = run("ls", d)
@@ -261,8 +274,11 @@ def safetensors_bytes(tensors):
     """A safetensors file of {name: (dtype, shape, raw bytes)}, by hand."""
     header, data = {}, b""
     for name, (dtype, shape, raw) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": list(shape),
-                        "data_offsets": [len(data), len(data) + len(raw)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [len(data), len(data) + len(raw)],
+        }
         data += raw
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
@@ -273,11 +289,13 @@ def safetensors_tensors(path):
     with open(path, "rb") as f:
         raw = f.read()
     n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     header.pop("__metadata__", None)
-    data = raw[8 + n:]
-    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in header.items()}
+    data = raw[8 + n :]
+    return {
+        k: (v["dtype"], v["shape"], data[v["data_offsets"][0] : v["data_offsets"][1]])
+        for k, v in header.items()
+    }
 
 
 class NativeConvertTest(unittest.TestCase):
@@ -293,19 +311,30 @@ class NativeConvertTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             st = os.path.join(d, "a.safetensors")
             with open(st, "wb") as f:
-                f.write(safetensors_bytes({
-                    "w": ("F32", (2, 32), struct.pack("<64f", *range(64))),
-                    "b": ("I64", (3,), struct.pack("<3q", 1, -2, 3))}))
-            steps = [(st, "b.hurray"), ("b.hurray", "c.safetensors"), ("b.hurray", "d.gguf"),
-                     ("d.gguf", "e.hurray"), ("e.hurray", "f.hurray")]
+                f.write(
+                    safetensors_bytes(
+                        {
+                            "w": ("F32", (2, 32), struct.pack("<64f", *range(64))),
+                            "b": ("I64", (3,), struct.pack("<3q", 1, -2, 3)),
+                        }
+                    )
+                )
+            steps = [
+                (st, "b.hurray"),
+                ("b.hurray", "c.safetensors"),
+                ("b.hurray", "d.gguf"),
+                ("d.gguf", "e.hurray"),
+                ("e.hurray", "f.hurray"),
+            ]
             for src, dst in steps:
                 src, dst = os.path.join(d, src), os.path.join(d, dst)
                 out = self.convert(src, dst)
                 self.assertEqual(out.returncode, 0, (src, dst, out.stderr))
                 self.assertIn(b"(native)", out.stdout)
                 self.assertNotIn(b"Python", out.stderr)
-            self.assertEqual(safetensors_tensors(st),
-                             safetensors_tensors(os.path.join(d, "c.safetensors")))
+            self.assertEqual(
+                safetensors_tensors(st), safetensors_tensors(os.path.join(d, "c.safetensors"))
+            )
             # --stats on another target is noted, not handed to Python.
             out = self.convert("--stats", st, os.path.join(d, "g.safetensors"))
             self.assertEqual(out.returncode, 0, out.stderr)
@@ -322,8 +351,9 @@ class NativeConvertTest(unittest.TestCase):
 
 # Run by pytest (no arguments): the binaries of the meson build tree.
 if HURRAY is None:
-    _build = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "build")
+    _build = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build"
+    )
     HURRAY = os.environ.get("HURRAY_CLI", os.path.join(_build, "hurray"))
     CHECKPOINT = os.environ.get("HURRAY_CHECKPOINT_EXAMPLE", os.path.join(_build, "checkpoint"))
 

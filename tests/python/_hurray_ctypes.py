@@ -5,6 +5,7 @@ the __hurray__ capsule without going through the Python bindings.
 Not a test module itself (no test_ prefix); test_capsule.py and
 test_leaks.py import it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -91,6 +92,7 @@ def hurray_capsule_destructor() -> int:
     global _destructor
     if _destructor is None:
         import hurray
+
         capsule = hurray.from_numpy(np.zeros(1, np.uint8)).__hurray__()
         _destructor = api.PyCapsule_GetDestructor(capsule)
         assert _destructor
@@ -174,9 +176,16 @@ class Producer:
     unless the test destroys it itself).
     """
 
-    def __init__(self, descriptor: bytes, arrays: Sequence[np.ndarray], *, abi_version: int = 3,
-                 destructor: Optional[str] = "hurray", alignment: int = 64,
-                 pointer: str = "list"):
+    def __init__(
+        self,
+        descriptor: bytes,
+        arrays: Sequence[np.ndarray],
+        *,
+        abi_version: int = 3,
+        destructor: Optional[str] = "hurray",
+        alignment: int = 64,
+        pointer: str = "list",
+    ):
         self.descriptor = bytes(descriptor)
         self.arrays = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
         self.abi_version = abi_version
@@ -201,8 +210,12 @@ class Producer:
         array = self.arrays[index]
         handle = ctypes.c_void_p()
         data = array.ctypes.data if array.size else None
-        check(L.hurray_buffer_create(data, array.size, self._release, index + 1,
-                                     ctypes.byref(handle), ctypes.byref(e)), e)
+        check(
+            L.hurray_buffer_create(
+                data, array.size, self._release, index + 1, ctypes.byref(handle), ctypes.byref(e)
+            ),
+            e,
+        )
         if self.alignment > 1:
             check(L.hurray_buffer_set_alignment(handle, self.alignment, ctypes.byref(e)), e)
         return handle.value
@@ -231,8 +244,9 @@ class Producer:
             raw = api.PyMem_RawMalloc(len(ctx))
             assert raw
             ctypes.memmove(raw, ctx, len(ctx))
-            capsule = api.PyCapsule_New(pointer, ctypes.addressof(_NAME),
-                                        hurray_capsule_destructor())
+            capsule = api.PyCapsule_New(
+                pointer, ctypes.addressof(_NAME), hurray_capsule_destructor()
+            )
         else:
             holder = ctypes.create_string_buffer(ctx, len(ctx))
             self._contexts.append(holder)

@@ -5,6 +5,7 @@ tests. Not a test module (no test_ prefix).
 Each sample is (descriptor, arrays): arrays[i] is buffer i, as uint8 bytes
 of exactly the declared byte_size, deterministic contents.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,33 @@ import os
 import ml_dtypes
 import numpy as np
 
-from hurray import (BlockAffine, Buffer, Composite, Dense, Descriptor, Extension, Member, Mxfp,
-                    Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse, Statistics)
-from hurray import _dtypes
+from hurray import (
+    BlockAffine,
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Extension,
+    Member,
+    Mxfp,
+    Nf4,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Shard,
+    Sparse,
+    Statistics,
+    _dtypes,
+)
 
-MX_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-            "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
-            "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+MX_DTYPE = {
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp4_e2m1": "float4_e2m1fn",
+    "int8": "int8",
+}
 
 
 def aligned(data: np.ndarray, alignment: int = 64) -> np.ndarray:
@@ -70,17 +91,25 @@ def dense_values(array):
 
 def dense_strided():
     base = np.arange(6, dtype=np.float64)
-    return (Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24,
-                       buffers=[B("data", 48)]), [raw(base)])
+    return (
+        Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24, buffers=[B("data", 48)]),
+        [raw(base)],
+    )
 
 
 def coo():
     values = np.array([1.5, -2.0, 3.25], np.float32)
-    coords = [np.array([0, 1, 3], np.int64), np.array([4, 0, 2], np.int64),
-              np.array([5, 1, 0], np.int64)]
-    d = Descriptor("float32", (4, 5, 6),
-                   layout=Sparse("coo", "int64", 3, 0, index_buffers=(1, 2, 3), canonical=True),
-                   buffers=[B("values", 12)] + [B("indices", 24)] * 3)
+    coords = [
+        np.array([0, 1, 3], np.int64),
+        np.array([4, 0, 2], np.int64),
+        np.array([5, 1, 0], np.int64),
+    ]
+    d = Descriptor(
+        "float32",
+        (4, 5, 6),
+        layout=Sparse("coo", "int64", 3, 0, index_buffers=(1, 2, 3), canonical=True),
+        buffers=[B("values", 12)] + [B("indices", 24)] * 3,
+    )
     return d, [raw(values)] + [raw(c) for c in coords]
 
 
@@ -94,8 +123,12 @@ def compressed(fmt):
         values = np.array([1, 4, 5, 2, 3], np.float64)
         indptr = np.array([0, 2, 3, 4, 5], np.int32)
         indices = np.array([0, 2, 2, 0, 1], np.int32)
-    d = Descriptor("float64", (3, 4), layout=Sparse(fmt, "int32", 5, 0, 1, 2),
-                   buffers=[B("values", 40), B("indptr", indptr.nbytes), B("indices", 20)])
+    d = Descriptor(
+        "float64",
+        (3, 4),
+        layout=Sparse(fmt, "int32", 5, 0, 1, 2),
+        buffers=[B("values", 40), B("indptr", indptr.nbytes), B("indices", 20)],
+    )
     return d, [raw(values), raw(indptr), raw(indices)]
 
 
@@ -106,9 +139,12 @@ def bsr():
     values = np.arange(1, 19, dtype=np.float16).reshape(3, 2, 3)
     indptr = np.array([0, 2, 3], np.int64)
     indices = np.array([0, 1, 1], np.int64)
-    d = Descriptor("float16", (4, 6),
-                   layout=Sparse("bsr", "int64", 3, 0, 1, 2, block_shape=(2, 3)),
-                   buffers=[B("values", 36), B("indptr", 24), B("indices", 24)])
+    d = Descriptor(
+        "float16",
+        (4, 6),
+        layout=Sparse("bsr", "int64", 3, 0, 1, 2, block_shape=(2, 3)),
+        buffers=[B("values", 36), B("indptr", 24), B("indices", 24)],
+    )
     return d, [raw(values), raw(indptr), raw(indices)]
 
 
@@ -132,9 +168,13 @@ def paged():
     for s in range(2):
         for blk in range(3):
             n = min(16, 40 - blk * 16)
-            logical[s, blk * 16:blk * 16 + n] = pool[table[s, blk], :n]
-    d = Descriptor("bfloat16", (2, 40, 4, 8), layout=Paged(1, 16, 8, "int32", 0, 1),
-                   buffers=[B("page_pool", pool.nbytes), B("page_table", table.nbytes)])
+            logical[s, blk * 16 : blk * 16 + n] = pool[table[s, blk], :n]
+    d = Descriptor(
+        "bfloat16",
+        (2, 40, 4, 8),
+        layout=Paged(1, 16, 8, "int32", 0, 1),
+        buffers=[B("page_pool", pool.nbytes), B("page_table", table.nbytes)],
+    )
     return d, [raw(pool), raw(table)], logical
 
 
@@ -143,19 +183,34 @@ def composite():
     scales = np.linspace(0.1, 0.8, 8).astype(np.float32)
     a = np.arange(16, dtype=np.float32).reshape(8, 2)
     b = -np.arange(8, dtype=np.float32).reshape(2, 4)
-    d = Descriptor("float32", (8, 4), layout=Composite((
-        Member("base", Descriptor("int8", (8, 4), layout=Dense(0),
-                                  quantization=PerChannelAffine(0, 1, "float32"))),
-        Member("lora_a", Descriptor("float32", (8, 2), layout=Dense(2))),
-        Member("lora_b", Descriptor("float32", (2, 4), layout=Dense(3))))),
-        buffers=[B("data", 32), B("scales", 32), B("data", 64), B("data", 32)])
+    d = Descriptor(
+        "float32",
+        (8, 4),
+        layout=Composite(
+            (
+                Member(
+                    "base",
+                    Descriptor(
+                        "int8",
+                        (8, 4),
+                        layout=Dense(0),
+                        quantization=PerChannelAffine(0, 1, "float32"),
+                    ),
+                ),
+                Member("lora_a", Descriptor("float32", (8, 2), layout=Dense(2))),
+                Member("lora_b", Descriptor("float32", (2, 4), layout=Dense(3))),
+            )
+        ),
+        buffers=[B("data", 32), B("scales", 32), B("data", 64), B("data", 32)],
+    )
     return d, [raw(base), raw(scales), raw(a), raw(b)]
 
 
 def per_tensor():
     codes = np.arange(0, 256, 16, dtype=np.uint8)
-    d = Descriptor("uint8", (16,), quantization=PerTensorAffine(0.0125, 128),
-                   buffers=[B("data", 16)])
+    d = Descriptor(
+        "uint8", (16,), quantization=PerTensorAffine(0.0125, 128), buffers=[B("data", 16)]
+    )
     return d, [raw(codes)]
 
 
@@ -163,8 +218,13 @@ def per_channel(zero_points=True):
     codes = np.arange(-6, 6, dtype=np.int8).reshape(4, 3)
     scales = np.array([0.5, 0.25, 2.0, 0.125], np.float32)
     zps = np.array([0, 1, -2, 3], np.int8)
-    q = PerChannelAffine(0, 1, "float32", zero_point_buffer=2 if zero_points else None,
-                         zero_point_dtype="int8" if zero_points else None)
+    q = PerChannelAffine(
+        0,
+        1,
+        "float32",
+        zero_point_buffer=2 if zero_points else None,
+        zero_point_dtype="int8" if zero_points else None,
+    )
     buffers = [B("data", 12), B("scales", 16)] + ([B("zero_points", 4)] if zero_points else [])
     arrays = [raw(codes), raw(scales)] + ([raw(zps)] if zero_points else [])
     return Descriptor("int8", (4, 3), quantization=q, buffers=buffers), arrays
@@ -174,8 +234,12 @@ def q8_0():
     """GGUF Q8_0: int8 codes, blocks of 32 along rows, one float16 d each."""
     codes = np.random.default_rng(1).integers(-127, 128, size=(2, 64), dtype=np.int8)
     scales = np.array([0.5, 0.25, 0.125, 2.0], np.float16)
-    d = Descriptor("int8", (2, 64), quantization=BlockAffine(1, 32, 1, "float16"),
-                   buffers=[B("data", 128), B("scales", 8)])
+    d = Descriptor(
+        "int8",
+        (2, 64),
+        quantization=BlockAffine(1, 32, 1, "float16"),
+        buffers=[B("data", 128), B("scales", 8)],
+    )
     return d, [raw(codes), raw(scales)]
 
 
@@ -183,8 +247,12 @@ def q4_0():
     """GGUF Q4_0: uint4 codes q, value (q - 8) * d, blocks of 32."""
     q = np.random.default_rng(2).integers(0, 16, size=(2, 64)).astype(ml_dtypes.uint4)
     scales = np.array([0.5, 1.0, 0.25, 3.0], np.float16)
-    d = Descriptor("uint4", (2, 64), quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
-                   buffers=[B("data", 64), B("scales", 8)])
+    d = Descriptor(
+        "uint4",
+        (2, 64),
+        quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
+        buffers=[B("data", 64), B("scales", 8)],
+    )
     return d, [_dtypes.pack("uint4", q), raw(scales)]
 
 
@@ -192,18 +260,26 @@ def block_zero_points():
     q = np.random.default_rng(3).integers(0, 16, size=(4, 128)).astype(ml_dtypes.uint4)
     scales = np.linspace(0.5, 4, 8).astype(ml_dtypes.bfloat16)
     zps = np.arange(8, dtype=np.uint8)
-    d = Descriptor("uint4", (4, 128),
-                   quantization=BlockAffine(1, 64, 1, "bfloat16", zero_point_buffer=2,
-                                            zero_point_dtype="uint8"),
-                   buffers=[B("data", 256), B("scales", 16), B("zero_points", 8)])
+    d = Descriptor(
+        "uint4",
+        (4, 128),
+        quantization=BlockAffine(
+            1, 64, 1, "bfloat16", zero_point_buffer=2, zero_point_dtype="uint8"
+        ),
+        buffers=[B("data", 256), B("scales", 16), B("zero_points", 8)],
+    )
     return d, [_dtypes.pack("uint4", q), raw(scales), raw(zps)]
 
 
 def nf4():
     q = np.random.default_rng(4).integers(0, 16, size=(8, 16)).astype(ml_dtypes.uint4)
     absmax = np.array([0.75, 3.5], np.float32)
-    d = Descriptor("uint4", (8, 16), quantization=Nf4(64, 1, "float32"),
-                   buffers=[B("data", 64), B("scales", 8)])
+    d = Descriptor(
+        "uint4",
+        (8, 16),
+        quantization=Nf4(64, 1, "float32"),
+        buffers=[B("data", 64), B("scales", 8)],
+    )
     return d, [_dtypes.pack("uint4", q), raw(absmax)]
 
 
@@ -216,17 +292,25 @@ def mx(element):
         codes = finite(dtype, 128, 6).reshape(2, 64)
         data = _dtypes.pack(dtype, codes) if _dtypes.is_packed(dtype) else raw(codes)
     scales = np.array([127, 120, 130, 0xFF], np.uint8)  # 1, 2^-7, 2^3, NaN
-    d = Descriptor(dtype, (2, 64), quantization=Mxfp(element, 1, 1),
-                   buffers=[B("data", data.size), B("scales", 4)])
+    d = Descriptor(
+        dtype,
+        (2, 64),
+        quantization=Mxfp(element, 1, 1),
+        buffers=[B("data", data.size), B("scales", 4)],
+    )
     return d, [data, scales]
 
 
 def optional_fields():
     values = np.array([[-1.5, 0, 3.25, 0], [1, 2, 3, float("nan")]], np.float32)
-    d = Descriptor("float32", (2, 4), buffers=[B("data", 32)],
-                   statistics=Statistics(min=-1.5, max=3.25, nan_count=1, zero_count=2),
-                   shard=Shard((8, 4), (6, 0)),
-                   extension=Extension("example.temperature", b'{"unit":"K"}'))
+    d = Descriptor(
+        "float32",
+        (2, 4),
+        buffers=[B("data", 32)],
+        statistics=Statistics(min=-1.5, max=3.25, nan_count=1, zero_count=2),
+        shard=Shard((8, 4), (6, 0)),
+        extension=Extension("example.temperature", b'{"unit":"K"}'),
+    )
     return d, [raw(values)]
 
 
@@ -234,13 +318,16 @@ def _aligned(make):
     def build():
         d, arrays = make()[:2]
         return d, [aligned(a) for a in arrays]
+
     return build
 
 
 _SAMPLES = {
     "dense_float32": lambda: dense("float32", (3, 4)),
-    "dense_scalar_bool": lambda: (Descriptor("bool", (), buffers=[B("data", 1)]),
-                                  [np.array([1], np.uint8)]),
+    "dense_scalar_bool": lambda: (
+        Descriptor("bool", (), buffers=[B("data", 1)]),
+        [np.array([1], np.uint8)],
+    ),
     "dense_empty": lambda: dense("float64", (0, 3)),
     "dense_strided": dense_strided,
     "dense_int4": lambda: dense_values(np.arange(-3, 4).astype(ml_dtypes.int4)),

@@ -10,6 +10,7 @@ and returns plain numpy arrays:
   scales  - in the scale dtype, shaped like hurray's Tensor.scales();
   zero points - int64, shaped like the scales.
 Not a test module (no test_ prefix)."""
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,7 @@ def unpack4(raw, count: int) -> np.ndarray:
 
 def pack6(codes) -> np.ndarray:
     """6-bit codes -> little-endian bit stream (element i at stream bits [6i, 6i+6))."""
-    c = (np.asarray(codes).reshape(-1).astype(np.int64) & 0x3F)
+    c = np.asarray(codes).reshape(-1).astype(np.int64) & 0x3F
     nbytes = ceil_div(c.size * 6, 8)
     out = np.zeros(nbytes, np.uint8)
     for i, v in enumerate(c.tolist()):
@@ -97,12 +98,17 @@ def swap_nibbles(raw) -> np.ndarray:
 CODE_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int4": (-8, 7), "uint4": (0, 15)}
 SYM_P = {"int8": 127, "uint8": 127, "int4": 7, "uint4": 7}
 SYM_ZP = {"int8": 0, "uint8": 128, "int4": 0, "uint4": 8}
-SCALE_DTYPE = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
-               "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+SCALE_DTYPE = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
 # [smallest normal, largest finite] of each scale dtype, as float32.
-SCALE_RANGE = {"float32": (F32(2.0 ** -126), F32(np.finfo(np.float32).max)),
-               "float16": (F32(2.0 ** -14), F32(65504.0)),
-               "bfloat16": (F32(2.0 ** -126), F32(float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)))}
+SCALE_RANGE = {
+    "float32": (F32(2.0**-126), F32(np.finfo(np.float32).max)),
+    "float16": (F32(2.0**-14), F32(65504.0)),
+    "bfloat16": (F32(2.0**-126), F32(float(ml_dtypes.finfo(ml_dtypes.bfloat16).max))),
+}
 
 
 def default_symmetric(dtype: str) -> bool:
@@ -202,10 +208,10 @@ def block_affine(x, dtype="int8", axis=-1, block_size=32, symmetric=None, scale_
         s, z = affine_params(blk, dtype, symmetric, scale_dtype)
         scales[..., b] = s.reshape(m.shape[:-1])
         zps[..., b] = z.reshape(m.shape[:-1])
-        codes[..., sl] = affine_codes(m[..., sl], s.reshape(m.shape[:-1] + (1,)),
-                                      z.reshape(m.shape[:-1] + (1,)), dtype)
-    return (np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis),
-            np.moveaxis(zps, -1, axis))
+        codes[..., sl] = affine_codes(
+            m[..., sl], s.reshape(m.shape[:-1] + (1,)), z.reshape(m.shape[:-1] + (1,)), dtype
+        )
+    return (np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis), np.moveaxis(zps, -1, axis))
 
 
 def block_dequantize(codes, scales, zps, axis, block_size, dtype_out=np.float32):
@@ -221,8 +227,9 @@ def per_channel_dequantize(codes, scales, zps, axis):
     axis = axis % len(shape)
     bshape = [1] * len(shape)
     bshape[axis] = shape[axis]
-    return affine_dequantize(codes, np.asarray(scales).reshape(bshape),
-                             np.asarray(zps).reshape(bshape))
+    return affine_dequantize(
+        codes, np.asarray(scales).reshape(bshape), np.asarray(zps).reshape(bshape)
+    )
 
 
 # ------------------------------------------------------------ q8_0 / q4_0
@@ -255,8 +262,9 @@ def q8_0(x):
         # 1/d overflows to inf when amax < ~127 * 2^-128: ggml's codes are then
         # undefined (float -> int8 of inf/NaN); their scale is float16 0, so the
         # decoded block is 0 whatever they are. Here: NaN -> 0, +-inf clamped.
-        codes[..., sl] = np.clip(np.nan_to_num(r, nan=0.0, posinf=127, neginf=-128),
-                                 -128, 127).astype(np.int64)
+        codes[..., sl] = np.clip(
+            np.nan_to_num(r, nan=0.0, posinf=127, neginf=-128), -128, 127
+        ).astype(np.int64)
         with np.errstate(over="ignore"):
             scales[..., b] = d[..., 0].astype(np.float16)
     return codes, scales
@@ -284,8 +292,9 @@ def q4_0(x):
         with np.errstate(invalid="ignore", over="ignore"):
             t = np.trunc(((blk * inv).astype(np.float32) + F32(8.5)).astype(np.float32))
         # (codes undefined in ggml when 1/d overflows, as for q8_0; scale is 0 there)
-        codes[..., sl] = np.clip(np.nan_to_num(t, nan=0.0, posinf=15, neginf=0),
-                                 0, 15).astype(np.int64)
+        codes[..., sl] = np.clip(np.nan_to_num(t, nan=0.0, posinf=15, neginf=0), 0, 15).astype(
+            np.int64
+        )
         with np.errstate(over="ignore"):
             scales[..., b] = d[..., 0].astype(np.float16)
     return codes, scales
@@ -328,8 +337,11 @@ def gguf_q8_0_blocks(codes, scales_f16) -> np.ndarray:
     assert codes.shape[-1] % 32 == 0
     nb = codes.shape[-1] // 32
     q = codes.reshape(codes.shape[:-1] + (nb, 32)).view(np.uint8)
-    d = np.ascontiguousarray(np.asarray(scales_f16, np.float16)).reshape(
-        codes.shape[:-1] + (nb, 1)).view(np.uint8)
+    d = (
+        np.ascontiguousarray(np.asarray(scales_f16, np.float16))
+        .reshape(codes.shape[:-1] + (nb, 1))
+        .view(np.uint8)
+    )
     return np.concatenate([d, q], axis=-1).reshape(codes.shape[:-1] + (nb * 34,))
 
 
@@ -341,8 +353,11 @@ def gguf_q4_0_blocks(codes, scales_f16) -> np.ndarray:
     nb = codes.shape[-1] // 32
     q = codes.reshape(codes.shape[:-1] + (nb, 32))
     qs = (q[..., :16] & 0xF) | ((q[..., 16:] & 0xF) << 4)
-    d = np.ascontiguousarray(np.asarray(scales_f16, np.float16)).reshape(
-        codes.shape[:-1] + (nb, 1)).view(np.uint8)
+    d = (
+        np.ascontiguousarray(np.asarray(scales_f16, np.float16))
+        .reshape(codes.shape[:-1] + (nb, 1))
+        .view(np.uint8)
+    )
     return np.concatenate([d, qs.astype(np.uint8)], axis=-1).reshape(codes.shape[:-1] + (nb * 18,))
 
 
@@ -354,11 +369,27 @@ def hurray_packed_to_gguf_q4_0(packed, shape, scales_f16) -> np.ndarray:
 
 # ------------------------------------------------------------------- NF4
 
-NF4_TABLE = np.array([
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0], dtype=np.float32)
+NF4_TABLE = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
 NF4_MIDPOINTS = ((NF4_TABLE[:-1] + NF4_TABLE[1:]) / F32(2)).astype(np.float32)
 
 
@@ -371,7 +402,7 @@ def nf4(x, block_size=64):
     codes = np.zeros(flat.size, np.int64)
     absmax = np.zeros(nb, np.float32)
     for b in range(nb):
-        blk = flat[b * block_size:(b + 1) * block_size]
+        blk = flat[b * block_size : (b + 1) * block_size]
         a = np.max(np.abs(blk)).astype(np.float32)
         with np.errstate(divide="ignore", over="ignore"):
             inv = F32(0) if a == 0 else (F32(1) / a).astype(np.float32)
@@ -380,7 +411,7 @@ def nf4(x, block_size=64):
         with np.errstate(invalid="ignore", over="ignore"):
             y = (blk * inv).astype(np.float32)
         # number of midpoints T with y > T (NaN, from 0 * inf, counts none)
-        codes[b * block_size:(b + 1) * block_size] = (y[:, None] > NF4_MIDPOINTS[None, :]).sum(1)
+        codes[b * block_size : (b + 1) * block_size] = (y[:, None] > NF4_MIDPOINTS[None, :]).sum(1)
         absmax[b] = a
     return codes.reshape(x.shape), absmax
 
@@ -521,8 +552,11 @@ def reference_bytes(scheme: str, kwargs: dict, x):
     x = as_f32(x)
     if scheme == "affine":
         codes, scale, zp = per_tensor(x, kwargs.get("dtype", "int8"))
-        return (codes.astype(np.int8 if kwargs.get("dtype") == "int8" else np.uint8).tobytes(),
-                np.float32(scale).tobytes(), zp)
+        return (
+            codes.astype(np.int8 if kwargs.get("dtype") == "int8" else np.uint8).tobytes(),
+            np.float32(scale).tobytes(),
+            zp,
+        )
     if scheme == "q8_0":
         codes, scales = q8_0(x)
         return codes.astype(np.int8).tobytes(), scales.tobytes(), 0

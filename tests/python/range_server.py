@@ -2,6 +2,7 @@
 and bench/bench_remote.py. It listens on 127.0.0.1 only, counts requests
 and body bytes, can add latency per request, and can lie in the ways a real
 server might (`fault`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -99,8 +100,11 @@ class RangeServer:
         if data is None:
             return self._send(h, index, 404, {}, b"not found", head)
         etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
-        headers = {"ETag": etag, "Accept-Ranges": "bytes",
-                   "Last-Modified": "Tue, 01 Dec 2026 00:00:00 GMT"}
+        headers = {
+            "ETag": etag,
+            "Accept-Ranges": "bytes",
+            "Last-Modified": "Tue, 01 Dec 2026 00:00:00 GMT",
+        }
         if_match = h.headers.get("If-Match")
         if if_match is not None and if_match != etag and if_match != "*":
             return self._send(h, index, 412, headers, b"", head)

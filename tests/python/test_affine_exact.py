@@ -1,6 +1,7 @@
 """Spec quantization §5.1: value = f32(c - z) * s with c - z exact, for the
 sparse per-tensor affine path, which dequantizes its values with the C
 kernel (tests/c/test_hardening.c test_affine_*) and densifies in C."""
+
 import numpy as np
 import scipy.sparse
 
@@ -10,9 +11,12 @@ import hurray
 def _dequantized(codes: np.ndarray, zero_point: int) -> list:
     """The C kernel's per-tensor affine values (scale 1) of a 1-D code array:
     what sparse per-tensor affine tensors are dequantized with too."""
-    d = hurray.Descriptor(hurray._dtypes.from_numpy(codes.dtype), codes.shape,
-                          quantization=hurray.PerTensorAffine(1.0, zero_point),
-                          buffers=[hurray.Buffer("data", codes.nbytes)])
+    d = hurray.Descriptor(
+        hurray._dtypes.from_numpy(codes.dtype),
+        codes.shape,
+        quantization=hurray.PerTensorAffine(1.0, zero_point),
+        buffers=[hurray.Buffer("data", codes.nbytes)],
+    )
     return hurray.Tensor(d, [codes.view(np.uint8)]).dequantize().tolist()
 
 

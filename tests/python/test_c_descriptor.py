@@ -2,6 +2,7 @@
 straight from the HurrayDescriptor, no JSON text passes between C and
 Python, and what Python needs to know (enum names, statuses and their
 exceptions, dtype sizes) comes from C."""
+
 import copy
 import dataclasses
 import pathlib
@@ -12,29 +13,63 @@ import numpy as np
 import pytest
 
 import hurray
-from hurray import (BlockAffine, Buffer, Composite, Dense, Descriptor, Device, Extension, Member,
-                    Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse,
-                    Statistics, _hurray)
+from hurray import (
+    BlockAffine,
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Device,
+    Extension,
+    Member,
+    Mxfp,
+    Nf4,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Shard,
+    Sparse,
+    Statistics,
+    _hurray,
+)
 
 PACKAGE = pathlib.Path(hurray.__file__).parent
 
-PARTS = [Buffer("data", 8), Device(), Dense(), Sparse("coo", "int32", 2, index_buffers=(1, 2)),
-         Paged(0, 4, 2), Composite(), PerTensorAffine(0.5, 3), PerChannelAffine(0, 1),
-         BlockAffine(1, 32, 1), Nf4(64, 1), Mxfp("fp4_e2m1", 1, 1), Statistics(min=0.0),
-         Shard((4,), (0,)), Extension("x", b"\x00\xff")]
+PARTS = [
+    Buffer("data", 8),
+    Device(),
+    Dense(),
+    Sparse("coo", "int32", 2, index_buffers=(1, 2)),
+    Paged(0, 4, 2),
+    Composite(),
+    PerTensorAffine(0.5, 3),
+    PerChannelAffine(0, 1),
+    BlockAffine(1, 32, 1),
+    Nf4(64, 1),
+    Mxfp("fp4_e2m1", 1, 1),
+    Statistics(min=0.0),
+    Shard((4,), (0,)),
+    Extension("x", b"\x00\xff"),
+]
 
 
 def test_no_json_text_between_c_and_python(monkeypatch):
     """Construction, decode and Tensor.descriptor never go through the JSON
     rendering (they did: descriptor_build took a dict, decode parsed JSON)."""
+
     def refused(*args):
         raise AssertionError("JSON or dict round trip")
+
     for name in ("descriptor_json", "descriptor_build"):
         if hasattr(_hurray, name):
             monkeypatch.setattr(_hurray, name, refused)
     monkeypatch.setattr("json.loads", refused)
-    d = Descriptor("int8", (4, 8), quantization=PerChannelAffine(0, 1),
-                   buffers=[Buffer("data", 32), Buffer("scales", 16, 4)])
+    d = Descriptor(
+        "int8",
+        (4, 8),
+        quantization=PerChannelAffine(0, 1),
+        buffers=[Buffer("data", 32), Buffer("scales", 16, 4)],
+    )
     assert Descriptor.decode(d.encode()) == d
     t = hurray.quantize(np.ones((4, 32), np.float32), "q4_0")
     assert isinstance(t.descriptor.quantization, BlockAffine)
@@ -48,8 +83,10 @@ def test_parts_are_c_records_that_behave_like_frozen_dataclasses():
         fields = dataclasses.asdict(part)
         assert list(fields) == list(cls.__match_args__)
         assert cls(**fields) == part and hash(cls(**fields)) == hash(part)
-        assert repr(part) == f"{cls.__name__}(" + ", ".join(
-            f"{k}={v!r}" for k, v in fields.items()) + ")"
+        assert (
+            repr(part)
+            == f"{cls.__name__}(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+        )
         assert pickle.loads(pickle.dumps(part)) == part
         assert copy.deepcopy(part) == part
         with pytest.raises(AttributeError):
@@ -64,9 +101,15 @@ def test_parts_are_c_records_that_behave_like_frozen_dataclasses():
 
 def test_decoded_parts_are_read_from_the_c_descriptor():
     inner = Descriptor("float32", (2,), layout=Dense(0))
-    d = Descriptor("float32", (2,), layout=Composite((Member("m", inner),)),
-                   buffers=[Buffer("data", 8, 4)], statistics=Statistics(min=float("nan")),
-                   shard=Shard((4,), (2,)), extension=Extension("e", b"\x01"))
+    d = Descriptor(
+        "float32",
+        (2,),
+        layout=Composite((Member("m", inner),)),
+        buffers=[Buffer("data", 8, 4)],
+        statistics=Statistics(min=float("nan")),
+        shard=Shard((4,), (2,)),
+        extension=Extension("e", b"\x01"),
+    )
     e = Descriptor.decode(d.encode())
     assert e.layout.members[0].name == "m" and e.layout.members[0].descriptor == inner
     assert e.buffers == (Buffer("data", 8, 4, "ready"),) and e.device == Device(1, 0, "host")
@@ -81,9 +124,10 @@ def test_tables_come_from_c():
     assert _hurray.DTYPE_BITS["int4"] == 4 and _hurray.DTYPE_BITS["float6_e3m2fn"] == 6
     assert _hurray.ENUMS["role"]["data"] == 1
     assert {c._kind for c in (Dense, Sparse, Paged, Composite)} == set(_hurray.ENUMS["layout"])
-    assert {c._kind for c in (PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp,
-                                  hurray.BlockCoded)} == \
-        set(_hurray.ENUMS["quantization"])
+    assert {
+        c._kind
+        for c in (PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp, hurray.BlockCoded)
+    } == set(_hurray.ENUMS["quantization"])
     for name, code in _hurray.STATUS.items():
         exc = _hurray._error(name, "detail")
         assert type(exc) is _hurray.STATUS_EXCEPTIONS[code]
@@ -103,6 +147,7 @@ def test_python_spells_no_status_number_or_c_table():
 
 def test_collector_tracks_only_what_can_be_in_a_cycle():
     import gc
+
     assert not gc.is_tracked(Buffer("data", 4))
     assert not gc.is_tracked(Sparse("coo", "int32", 2, index_buffers=(1, 2)))
     d = Descriptor.decode(Descriptor("float32", (2,), buffers=[Buffer("data", 8)]).encode())

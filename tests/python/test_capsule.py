@@ -5,25 +5,27 @@ Producers and consumers on the C side are played with ctypes against the
 public C API of libhurray (HURRAY_LIB, set by `make test-python`); tests
 that need it are skipped when it is not set.
 """
+
 import ctypes
 import gc
 import sys
 import threading
 import weakref
 
+import _hurray_ctypes as hc
 import numpy as np
 import pytest
 
 import hurray
 from hurray import Buffer, Descriptor, PerChannelAffine
 
-import _hurray_ctypes as hc
-
-needs_lib = pytest.mark.skipif(not hc.HURRAY_LIB,
-                               reason="HURRAY_LIB is not set (make test-python sets it)")
+needs_lib = pytest.mark.skipif(
+    not hc.HURRAY_LIB, reason="HURRAY_LIB is not set (make test-python sets it)"
+)
 
 
 # ------------------------------------------------------------------ fixtures
+
 
 def per_channel_parts(zero_points=True):
     """int8 codes [4, 3] quantized per row: codes, float32 scales, int8 zero
@@ -31,9 +33,13 @@ def per_channel_parts(zero_points=True):
     codes = hc.aligned_copy(np.arange(-6, 6, dtype=np.int8).reshape(4, 3))
     scales = hc.aligned_copy(np.array([0.5, 0.25, 2.0, 0.125], dtype=np.float32))
     zps = hc.aligned_copy(np.array([0, 1, -2, 3], dtype=np.int8))
-    quant = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype="float32",
-                             zero_point_buffer=2 if zero_points else None,
-                             zero_point_dtype="int8" if zero_points else None)
+    quant = PerChannelAffine(
+        axis=0,
+        scale_buffer=1,
+        scale_dtype="float32",
+        zero_point_buffer=2 if zero_points else None,
+        zero_point_dtype="int8" if zero_points else None,
+    )
     buffers = [Buffer("data", 12, 64), Buffer("scales", 16, 64)]
     if zero_points:
         buffers.append(Buffer("zero_points", 4, 64))
@@ -57,11 +63,16 @@ def quantized():
 
 # ------------------------------------------------------------ the probe
 
+
 def test_probe_is_hasattr_dunder_hurray():
     dense = hurray.from_numpy(np.zeros(3, np.float32))
-    sparse = hurray.SparseTensor.from_arrays("csr", (2, 2), np.ones(1, np.float32),
-                                             indptr=np.array([0, 1, 1], np.int32),
-                                             indices=np.array([1], np.int32))
+    sparse = hurray.SparseTensor.from_arrays(
+        "csr",
+        (2, 2),
+        np.ones(1, np.float32),
+        indptr=np.array([0, 1, 1], np.int32),
+        indices=np.array([1], np.int32),
+    )
     assert hasattr(dense, "__hurray__")
     assert hasattr(sparse, "__hurray__")
     assert not hasattr(np.zeros(3), "__hurray__")
@@ -95,15 +106,18 @@ def test_stream_must_be_none_on_cpu():
 
 # ------------------------------------------------------- capsule contents
 
+
 def test_capsule_name_context_and_descriptor(quantized):
     t, _ = quantized
     capsule = t.__hurray__()
     assert type(capsule).__name__ == "PyCapsule"
     assert hc.capsule_name(capsule) == b"hurray_buffer"
     ctx = hc.capsule_context(capsule)
-    abi, reserved, length = (ctypes.c_uint32.from_address(ctx).value,
-                             ctypes.c_uint32.from_address(ctx + 4).value,
-                             ctypes.c_uint64.from_address(ctx + 8).value)
+    abi, reserved, length = (
+        ctypes.c_uint32.from_address(ctx).value,
+        ctypes.c_uint32.from_address(ctx + 4).value,
+        ctypes.c_uint64.from_address(ctx + 8).value,
+    )
     assert abi == hurray.C_ABI_VERSION == 3
     assert reserved == 0
     assert ctypes.string_at(ctx + 16, length) == t._encoded
@@ -133,6 +147,7 @@ def test_single_buffer_is_the_n_equals_1_case():
 
 def test_sparse_tensor_uses_the_same_protocol():
     import scipy.sparse as sp
+
     m = sp.random(6, 5, density=0.4, format="csr", dtype=np.float32, random_state=1)
     s = hurray.SparseTensor.from_scipy(m)
     capsule = s.__hurray__()
@@ -143,14 +158,16 @@ def test_sparse_tensor_uses_the_same_protocol():
     for i in range(3):
         assert u._buffer_address(i) == s._buffer_address(i)
     # Viewed as a SparseTensor, the consumed buffers give the matrix back.
-    np.testing.assert_array_equal(hurray.SparseTensor(u._encoded, list(u.buffers)).to_dense(),
-                                  m.toarray())
+    np.testing.assert_array_equal(
+        hurray.SparseTensor(u._encoded, list(u.buffers)).to_dense(), m.toarray()
+    )
 
 
 def test_sparse_capsule_consumer_to_dense():
     # Found by this suite (to_dense of a plain Tensor with a sparse layout
     # raised AttributeError); fixed by from_hurray handing out SparseTensor.
     import scipy.sparse as sp
+
     m = sp.random(6, 5, density=0.4, format="csr", dtype=np.float32, random_state=1)
     u = hurray.from_hurray(hurray.SparseTensor.from_scipy(m))
     assert isinstance(u, hurray.SparseTensor)
@@ -196,6 +213,7 @@ def test_wrongly_named_capsule_is_rejected_and_untouched():
 
 # ------------------------------------------- (a) ABI version before pointer
 
+
 def test_abi_version_mismatch_raises_unsupported(quantized):
     t, _ = quantized
     base = sys.getrefcount(t)
@@ -235,8 +253,7 @@ def test_abi_version_checked_before_the_pointer_is_dereferenced(abi):
     """An ABI-2 style capsule whose pointer is a single HurrayBuffer, not a
     list: the consumer must refuse it on the version alone."""
     d, arrays = per_channel_parts()
-    producer = hc.Producer(d.encode(), arrays, abi_version=abi, destructor=None,
-                           pointer="buffer")
+    producer = hc.Producer(d.encode(), arrays, abi_version=abi, destructor=None, pointer="buffer")
     capsule = producer.capsule()
     name, _ = hc.failure(hurray.UnsupportedError, hurray.from_hurray, capsule)
     assert name == "HURRAY_ERR_ABI_VERSION"
@@ -248,6 +265,7 @@ def test_abi_version_checked_before_the_pointer_is_dereferenced(abi):
 
 
 # --------------------------------------------------- (b) list length
+
 
 @needs_lib
 @pytest.mark.parametrize("count", [1, 3])
@@ -278,10 +296,14 @@ def test_list_length_mismatch_from_python_buffers():
 
 # --------------------------------------------------- (c) unresolved index
 
+
 def unresolved_descriptor():
-    return Descriptor("int8", (4, 3),
-                      quantization=PerChannelAffine(axis=0, scale_buffer=5, scale_dtype="float32"),
-                      buffers=[Buffer("data", 12), Buffer("scales", 16)])
+    return Descriptor(
+        "int8",
+        (4, 3),
+        quantization=PerChannelAffine(axis=0, scale_buffer=5, scale_dtype="float32"),
+        buffers=[Buffer("data", 12), Buffer("scales", 16)],
+    )
 
 
 @needs_lib
@@ -321,6 +343,7 @@ def test_descriptor_from_a_newer_library_is_unsupported():
 
 # -------------------------------------------------- (d) second consumption
 
+
 def test_second_consumption_is_rejected(quantized):
     t, arrays = quantized
     capsule = t.__hurray__()
@@ -349,6 +372,7 @@ def test_second_consumption_of_a_c_capsule_releases_nothing():
 
 
 # ----------------------------------------- (e) unconsumed capsule dropped
+
 
 def test_unconsumed_capsule_keeps_the_producer_alive_then_frees_it():
     t = hurray.from_numpy(np.arange(4, dtype=np.float32))
@@ -400,6 +424,7 @@ def test_unconsumed_c_capsule_dropped_releases_each_buffer_once():
 
 # --------------------------------------------- (f) consumed capsule dropped
 
+
 @pytest.mark.slow
 @needs_lib
 @pytest.mark.parametrize("order", ["capsule_first", "tensor_first"])
@@ -439,6 +464,7 @@ def test_consumed_python_capsule_dropped_refcount_baseline(quantized):
 
 
 # ------------------------------------ (g) release exactly once per buffer
+
 
 @needs_lib
 def test_three_buffer_c_producer_consumed_by_from_hurray():
@@ -497,6 +523,7 @@ def test_many_capsules_each_release_once():
 
 
 # ------------------------------------------------------- (h) a C consumer
+
 
 @needs_lib
 def test_c_consumer_reads_every_buffer_with_the_public_api(quantized):

@@ -1,15 +1,15 @@
 """Every layout, quantization kind and dtype through the __hurray__ capsule:
 descriptors equal, buffers byte-exact and shared, not copied."""
+
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from _hurray_samples import SAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_files import assert_same_tensor, build, check_values
 
 import hurray
-from hurray import Buffer, Descriptor
-from hurray import _dtypes
-
-from _hurray_samples import SAMPLES
-from test_files import assert_same_tensor, build, check_values
+from hurray import Buffer, Descriptor, _dtypes
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

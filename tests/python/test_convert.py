@@ -11,6 +11,7 @@ What the converter issue asks to be shown:
 and also: the default quantization rule and its overrides, the report's
 numbers, --quiet, --keep-scales, the CLI's exit codes, and torch files
 loaded with weights_only=True (a pickled object is refused)."""
+
 import json
 import os
 import struct
@@ -22,8 +23,14 @@ import numpy as np
 import pytest
 
 import hurray
-from hurray.convert import _driver, describe
-from hurray.convert import ConversionError, UsageError, convert, default_quantize_rule
+from hurray.convert import (
+    ConversionError,
+    UsageError,
+    _driver,
+    convert,
+    default_quantize_rule,
+    describe,
+)
 
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
@@ -33,15 +40,23 @@ import safetensors.torch as st  # noqa: E402
 from gguf import GGMLQuantizationType as GQ  # noqa: E402
 from gguf import GGUFValueType as GV  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
-              pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
+    pytest.mark.filterwarnings("ignore:The given NumPy array is not writable"),
+]
 
 
 # ------------------------------------------------------------------ helpers
 
+
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "hurray", "convert", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def st_header(path):
@@ -73,8 +88,10 @@ def gguf_contents(path):
         if k.startswith("GGUF."):
             continue
         kv[k] = ([GV(int(t)).name for t in f.types], [bytes(p.tobytes()) for p in f.parts])
-    tensors = {t.name: (t.tensor_type.name, tuple(int(d) for d in t.shape),
-                        np.asarray(t.data).tobytes()) for t in r.tensors}
+    tensors = {
+        t.name: (t.tensor_type.name, tuple(int(d) for d in t.shape), np.asarray(t.data).tobytes())
+        for t in r.tensors
+    }
     return kv, tensors
 
 
@@ -137,8 +154,8 @@ def files(tmp_path_factory):
     w.add_array("tokenizer.ggml.tokens", ["<s>", "</s>", "héllo", "<0x0A>"])
     w.add_array("tokenizer.ggml.token_type", [1, 3, 1, 6])
     w.add_array("tokenizer.ggml.scores", [0.0, -1.5, 2.25, 1e-8])
-    w.add_key_value("test.int64", -(2 ** 40), GV.INT64)
-    w.add_key_value("test.uint64", 2 ** 64 - 3, GV.UINT64)
+    w.add_key_value("test.int64", -(2**40), GV.INT64)
+    w.add_key_value("test.uint64", 2**64 - 3, GV.UINT64)
     w.add_key_value("test.float64", 1 / 3, GV.FLOAT64)
     w.add_key_value("test.int8", -7, GV.INT8)
     w.add_key_value("test.uint16", 65535, GV.UINT16)
@@ -174,10 +191,17 @@ def files(tmp_path_factory):
         paths[kind] = d / f"{kind}.gguf"
 
     # numpy
-    arrays = {"w": rnd((5, 7), 8), "h": rnd((3,), 9, np.float16), "d": rnd((2, 2), 10, np.float64),
-              "i": np.arange(12, dtype=np.int32).reshape(3, 4), "u": np.arange(5, dtype=np.uint16),
-              "b": np.array([True, False]), "c": (rnd((3,), 11) + 1j).astype(np.complex64),
-              "z": np.zeros((0, 3), np.float32), "s": np.array(2.5, np.float32)}
+    arrays = {
+        "w": rnd((5, 7), 8),
+        "h": rnd((3,), 9, np.float16),
+        "d": rnd((2, 2), 10, np.float64),
+        "i": np.arange(12, dtype=np.int32).reshape(3, 4),
+        "u": np.arange(5, dtype=np.uint16),
+        "b": np.array([True, False]),
+        "c": (rnd((3,), 11) + 1j).astype(np.complex64),
+        "z": np.zeros((0, 3), np.float32),
+        "s": np.array(2.5, np.float32),
+    }
     paths["arrays"] = arrays
     paths["npz"] = d / "arrays.npz"
     np.savez(paths["npz"], **arrays)
@@ -186,13 +210,17 @@ def files(tmp_path_factory):
 
     # torch state dicts: nested, with tied weights and a non-contiguous view
     emb = torch.randn(16, 8, generator=g)
-    tsd = {"encoder": {"embed.weight": emb, "layer.weight": torch.randn(8, 8, generator=g).to(
-        torch.bfloat16)},
-           "head.weight": emb,  # tied
-           "head.bias": torch.randn(16, generator=g).t(),
-           "steps": torch.tensor(1000, dtype=torch.int64),
-           "flags": torch.tensor([True, False]),
-           "half": torch.randn(3, 5, generator=g).half()[:, ::2]}
+    tsd = {
+        "encoder": {
+            "embed.weight": emb,
+            "layer.weight": torch.randn(8, 8, generator=g).to(torch.bfloat16),
+        },
+        "head.weight": emb,  # tied
+        "head.bias": torch.randn(16, generator=g).t(),
+        "steps": torch.tensor(1000, dtype=torch.int64),
+        "flags": torch.tensor([True, False]),
+        "half": torch.randn(3, 5, generator=g).half()[:, ::2],
+    }
     paths["tsd"] = tsd
     paths["pt"] = d / "model.pt"
     torch.save(tsd, paths["pt"])
@@ -216,6 +244,7 @@ def out(tmp_path):
 
 
 # ------------------------------------------------------------------ safetensors
+
 
 def test_safetensors_round_trip_is_byte_identical(files, out):
     h = out / "m.hurray"
@@ -261,17 +290,26 @@ def test_sharded_safetensors(files, out, form):
 
 def test_safetensors_to_safetensors_with_filters(files, out):
     dst = out / "some.safetensors"
-    report = convert(files["st"], dst, include=["model.*"], exclude=["*.bias", "*norm*"],
-                     quiet=True)
+    report = convert(
+        files["st"], dst, include=["model.*"], exclude=["*.bias", "*norm*"], quiet=True
+    )
     got, _ = st_tensors(dst)
-    assert sorted(got) == sorted(r.name for r in report.rows) == [
-        "model.embed_tokens.weight", "model.layers.0.mlp.odd_proj.weight",
-        "model.layers.0.mlp.up_proj.weight", "model.layers.0.self_attn.q_proj.weight"]
+    assert (
+        sorted(got)
+        == sorted(r.name for r in report.rows)
+        == [
+            "model.embed_tokens.weight",
+            "model.layers.0.mlp.odd_proj.weight",
+            "model.layers.0.mlp.up_proj.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ]
+    )
     with pytest.raises(ConversionError, match="no tensor"):
         convert(files["st"], out / "none.hurray", include=["nothing*"], quiet=True)
 
 
 # ------------------------------------------------------------------ GGUF
+
 
 def test_gguf_round_trip_same_blocks_and_kv(files, out):
     h = out / "g.hurray"
@@ -295,22 +333,29 @@ def test_gguf_import_is_block_affine_with_separate_scales(files, out):
     convert(files["gguf"], h, quiet=True)
     with hurray.open(h) as f:
         meta = f.metadata
-        for name, scheme, dtype in (("blk.0.ffn_up.weight", "q8_0", "int8"),
-                                    ("blk.0.ffn_down.weight", "q4_0", "uint4")):
+        for name, scheme, dtype in (
+            ("blk.0.ffn_up.weight", "q8_0", "int8"),
+            ("blk.0.ffn_down.weight", "q4_0", "uint4"),
+        ):
             x = files["gguf_x"][name]
             t = f[name]
             assert t.shape == x.shape  # GGUF's innermost-first dims, reversed
             q = t.descriptor.quantization
             assert isinstance(q, hurray.BlockAffine)
-            assert (t.dtype, q.axis, q.block_size, q.scale_dtype) == (dtype, x.ndim - 1, 32,
-                                                                      "float16")
+            assert (t.dtype, q.axis, q.block_size, q.scale_dtype) == (
+                dtype,
+                x.ndim - 1,
+                32,
+                "float16",
+            )
             assert [b.role for b in t.descriptor.buffers] == ["data", "scales"]
             # the same tensor hurray's own quantizer makes, bit for bit
             mine = hurray.quantize(x, scheme)
             assert t.descriptor == mine.descriptor
             assert [bytes(b) for b in t.buffers] == [bytes(b) for b in mine.buffers]
-            want = gq.dequantize(gq.quantize(x, getattr(GQ, scheme.upper())),
-                                 getattr(GQ, scheme.upper())).reshape(x.shape)
+            want = gq.dequantize(
+                gq.quantize(x, getattr(GQ, scheme.upper())), getattr(GQ, scheme.upper())
+            ).reshape(x.shape)
             np.testing.assert_array_equal(t.dequantize(), want)
         assert f["blk.0.attn_q.weight"].dtype == "bfloat16"
         assert f["token_embd.weight"].dtype == "float16"
@@ -318,7 +363,7 @@ def test_gguf_import_is_block_affine_with_separate_scales(files, out):
     assert meta["gguf.llama.context_length"] == 2048
     assert meta["gguf.llama.rope.freq_base"] == 10000.5
     assert meta["gguf.llama.use_parallel_residual"] is True
-    assert meta["gguf.test.int64"] == -(2 ** 40)
+    assert meta["gguf.test.int64"] == -(2**40)
     assert json.loads(meta["gguf.tokenizer.ggml.tokens"]) == ["<s>", "</s>", "héllo", "<0x0A>"]
     assert json.loads(meta["gguf.tokenizer.ggml.token_type"]) == [1, 3, 1, 6]
     types = json.loads(meta["gguf.__types__"])
@@ -372,11 +417,19 @@ def test_quantize_on_the_way_to_gguf(files, out):
     assert odd.output == "F32" and not odd.quantized and "multiple of 32" in odd.note
     _, tensors = gguf_contents(g)
     x = files["sd"]["model.layers.0.self_attn.q_proj.weight"].numpy()
-    assert tensors["model.layers.0.self_attn.q_proj.weight"][2] == gq.quantize(
-        x.astype(np.float32), GQ.Q8_0).tobytes()
+    assert (
+        tensors["model.layers.0.self_attn.q_proj.weight"][2]
+        == gq.quantize(x.astype(np.float32), GQ.Q8_0).tobytes()
+    )
     with pytest.raises(ConversionError, match="multiple of 32"):
-        convert(files["st"], out / "r.gguf", quantize="q8_0", exclude=no_gguf_form,
-                quantize_include=["*odd_proj.weight"], quiet=True)
+        convert(
+            files["st"],
+            out / "r.gguf",
+            quantize="q8_0",
+            exclude=no_gguf_form,
+            quantize_include=["*odd_proj.weight"],
+            quiet=True,
+        )
 
 
 def test_gguf_export_refusals(files, out):
@@ -393,6 +446,7 @@ def test_gguf_export_refusals(files, out):
 
 
 # ------------------------------------------------------------------ numpy and torch
+
 
 def test_npz_round_trip_is_exact(files, out):
     h = out / "a.hurray"
@@ -426,9 +480,11 @@ def test_torch_round_trip_is_exact(files, out):
     convert(h, back, quiet=True)
     got = torch.load(back, weights_only=True)
     tsd = files["tsd"]
-    want = {"encoder.embed.weight": tsd["encoder"]["embed.weight"],
-            "encoder.layer.weight": tsd["encoder"]["layer.weight"],
-            **{k: v for k, v in tsd.items() if k != "encoder"}}  # nested dicts flatten with "."
+    want = {
+        "encoder.embed.weight": tsd["encoder"]["embed.weight"],
+        "encoder.layer.weight": tsd["encoder"]["layer.weight"],
+        **{k: v for k, v in tsd.items() if k != "encoder"},
+    }  # nested dicts flatten with "."
     assert got.keys() == want.keys()
     for k, v in want.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
@@ -464,33 +520,40 @@ def test_bfloat16_to_npz_is_widened_exactly(files, out):
 
 # ------------------------------------------------------------------ quantization rules
 
-@pytest.mark.parametrize("name,dtype,shape,want", [
-    ("model.layers.0.mlp.up_proj.weight", "bfloat16", (128, 64), True),
-    ("blk.0.ffn_up.weight", "float32", (64, 64), True),
-    ("transformer.h.0.attn.c_attn.weight", "float16", (64, 192), True),
-    ("model.layers.0.mlp.up_proj.bias", "float32", (128,), False),
-    ("model.embed_tokens.weight", "float32", (96, 64), False),
-    ("token_embd.weight", "float32", (96, 64), False),
-    ("transformer.wte.weight", "float32", (96, 64), False),
-    ("transformer.wpe.weight", "float32", (96, 64), False),
-    ("model.layers.0.input_layernorm.weight", "float32", (64, 64), False),
-    ("transformer.h.0.ln_1.weight", "float32", (64, 64), False),
-    ("blk.0.attn_norm.weight", "float32", (64, 64), False),
-    ("lm_head.weight", "float32", (96, 64), False),
-    ("output.weight", "float32", (96, 64), False),
-    ("model.layers.0.block_sparse_moe.gate.weight", "float32", (8, 64), False),
-    ("blk.0.ffn_gate_inp.weight", "float32", (8, 64), False),
-    ("model.layers.0.mlp.gate_proj.weight", "float32", (128, 64), True),
-    ("conv.weight", "float32", (8, 3, 3, 3), False),
-    ("ids.weight", "int64", (8, 8), False),
-    ("model.layers.0.mlp.up_proj.weight_scale", "float32", (8, 8), False),
-])
+
+@pytest.mark.parametrize(
+    "name,dtype,shape,want",
+    [
+        ("model.layers.0.mlp.up_proj.weight", "bfloat16", (128, 64), True),
+        ("blk.0.ffn_up.weight", "float32", (64, 64), True),
+        ("transformer.h.0.attn.c_attn.weight", "float16", (64, 192), True),
+        ("model.layers.0.mlp.up_proj.bias", "float32", (128,), False),
+        ("model.embed_tokens.weight", "float32", (96, 64), False),
+        ("token_embd.weight", "float32", (96, 64), False),
+        ("transformer.wte.weight", "float32", (96, 64), False),
+        ("transformer.wpe.weight", "float32", (96, 64), False),
+        ("model.layers.0.input_layernorm.weight", "float32", (64, 64), False),
+        ("transformer.h.0.ln_1.weight", "float32", (64, 64), False),
+        ("blk.0.attn_norm.weight", "float32", (64, 64), False),
+        ("lm_head.weight", "float32", (96, 64), False),
+        ("output.weight", "float32", (96, 64), False),
+        ("model.layers.0.block_sparse_moe.gate.weight", "float32", (8, 64), False),
+        ("blk.0.ffn_gate_inp.weight", "float32", (8, 64), False),
+        ("model.layers.0.mlp.gate_proj.weight", "float32", (128, 64), True),
+        ("conv.weight", "float32", (8, 3, 3, 3), False),
+        ("ids.weight", "int64", (8, 8), False),
+        ("model.layers.0.mlp.up_proj.weight_scale", "float32", (8, 8), False),
+    ],
+)
 def test_default_quantize_rule(name, dtype, shape, want):
     assert default_quantize_rule(name, dtype, shape) is want
 
 
-QUANTIZED_BY_DEFAULT = {"model.layers.0.self_attn.q_proj.weight",
-                        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.odd_proj.weight"}
+QUANTIZED_BY_DEFAULT = {
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.0.mlp.up_proj.weight",
+    "model.layers.0.mlp.odd_proj.weight",
+}
 
 
 def test_quantize_on_the_way_default_and_overrides(files, out):
@@ -503,15 +566,22 @@ def test_quantize_on_the_way_default_and_overrides(files, out):
         assert json.loads(f.metadata["convert.source_dtypes"]) == {
             "model.layers.0.self_attn.q_proj.weight": "float16",
             "model.layers.0.mlp.up_proj.weight": "bfloat16",
-            "model.layers.0.mlp.odd_proj.weight": "float32"}
+            "model.layers.0.mlp.odd_proj.weight": "float32",
+        }
     odd = next(r for r in report.rows if r.name.endswith("odd_proj.weight"))
     assert "partial block" in odd.note
-    report = convert(files["st"], out / "q2.hurray", quantize="q8_0",
-                     quantize_include=["lm_head.*", "model.norm.weight", "position_ids"],
-                     quantize_exclude=["*.q_proj.*", "model.norm.*"], quiet=True)
+    report = convert(
+        files["st"],
+        out / "q2.hurray",
+        quantize="q8_0",
+        quantize_include=["lm_head.*", "model.norm.weight", "position_ids"],
+        quantize_exclude=["*.q_proj.*", "model.norm.*"],
+        quiet=True,
+    )
     rows = {r.name: r for r in report.rows}
     assert {n for n, r in rows.items() if r.quantized} == (
-        QUANTIZED_BY_DEFAULT - {"model.layers.0.self_attn.q_proj.weight"} | {"lm_head.weight"})
+        QUANTIZED_BY_DEFAULT - {"model.layers.0.self_attn.q_proj.weight"} | {"lm_head.weight"}
+    )
     assert "not floating point" in rows["position_ids"].note  # forced, but int64 stays
 
 
@@ -525,14 +595,13 @@ def test_every_scheme_on_the_way(files, out, scheme):
     for name in QUANTIZED_BY_DEFAULT:
         r = rows[name]
         t = loaded[name]
-        assert t.descriptor.quantization is not None and r.output == describe(
-            t.descriptor)
+        assert t.descriptor.quantization is not None and r.output == describe(t.descriptor)
         assert r.bytes_out == sum(b.byte_size for b in t.descriptor.buffers) < r.bytes_in * 1.2
         assert 0.9 < r.cosine <= 1.0 and r.max_abs_error > 0 and not r.exact
         # the report's numbers are those of the stored tensor against the source
         x = files["sd"][name].float().numpy().astype(np.float64)
         err = t.dequantize().astype(np.float64) - x
-        assert r.rmse == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+        assert r.rmse == pytest.approx(np.sqrt(np.mean(err**2)), rel=1e-9)
         assert r.max_abs_error == np.abs(err).max()
 
 
@@ -554,16 +623,30 @@ def test_quantized_export_to_safetensors_dequantizes_to_source_dtype(files, out,
     assert row.note == "dequantized" and not row.exact
 
 
-@pytest.mark.parametrize("case", ["q4_0", "q8_0", "nf4", "mxfp4", "mxfp6_e2m3", "mxfp8_e4m3",
-                                  "mxint8", "asym_per_channel", "asym_block_uint4", "block_int4",
-                                  "affine"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "q4_0",
+        "q8_0",
+        "nf4",
+        "mxfp4",
+        "mxfp6_e2m3",
+        "mxfp8_e4m3",
+        "mxint8",
+        "asym_per_channel",
+        "asym_block_uint4",
+        "block_int4",
+        "affine",
+    ],
+)
 def test_keep_scales_round_trip(out, case):
     x = rnd((6, 64), 30)
     if case == "asym_per_channel":
         t = hurray.quantize(x, "per_channel", dtype="uint8", symmetric=False)
     elif case == "asym_block_uint4":
-        t = hurray.quantize(x, "block_affine", dtype="uint4", symmetric=False, block_size=16,
-                            scale_dtype="bfloat16")
+        t = hurray.quantize(
+            x, "block_affine", dtype="uint4", symmetric=False, block_size=16, scale_dtype="bfloat16"
+        )
     elif case == "block_int4":
         t = hurray.quantize(x, "block_affine", dtype="int4", scale_dtype="float16")
     else:
@@ -598,6 +681,7 @@ def test_keep_scales_round_trip(out, case):
 
 # ------------------------------------------------------------------ the report
 
+
 def test_report_numbers(files, out):
     # lossless: copied tensors are exact
     report = convert(files["st"], out / "m.hurray", quiet=True)
@@ -618,14 +702,15 @@ def test_report_numbers(files, out):
     # lossy: nf4 of a normal matrix; numbers checked against numpy
     x = rnd((64, 256), 40)
     np.save(out / "x.npy", x)
-    report = convert(out / "x.npy", out / "x.hurray", quantize="nf4",
-                     quantize_include=["x"], quiet=True)
+    report = convert(
+        out / "x.npy", out / "x.hurray", quantize="nf4", quantize_include=["x"], quiet=True
+    )
     (row,) = report.rows
     assert row.quantized and row.output == "nf4" and row.source_dtype == "float32"
     deq = hurray.load(out / "x.hurray")["x"].dequantize().astype(np.float64)
     err = deq - x.astype(np.float64)
     assert row.max_abs_error == pytest.approx(np.abs(err).max(), rel=1e-12)
-    assert row.rmse == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-9)
+    assert row.rmse == pytest.approx(np.sqrt(np.mean(err**2)), rel=1e-9)
     cos = (deq * x).sum() / np.sqrt((deq * deq).sum() * (x.astype(np.float64) ** 2).sum())
     assert row.cosine == pytest.approx(cos, rel=1e-12)
     assert 0.98 < row.cosine < 1.0 and 0 < row.rmse < 0.15
@@ -644,8 +729,9 @@ def test_printed_report_and_quiet(files, out, capsys):
     printed = capsys.readouterr()
     lines = printed.out.splitlines()
     assert lines[0].split()[:4] == ["tensor", "from", "to", "shape"]
-    assert any(line.startswith("model.layers.0.mlp.up_proj.weight") and "q8_0" in line
-               for line in lines)
+    assert any(
+        line.startswith("model.layers.0.mlp.up_proj.weight") and "q8_0" in line for line in lines
+    )
     assert any(line.startswith("total:") for line in lines)
     convert(files["st"], out / "b.hurray", quantize="q8_0", quiet=True)
     assert capsys.readouterr() == ("", "")
@@ -673,10 +759,19 @@ def test_stats_are_stored(files, out):
 
 # ------------------------------------------------------------------ the CLI
 
+
 def test_cli_exit_codes_and_output(files, out):
     # .npz sources keep these subprocesses free of the torch import
-    r = run_cli(files["npz"], out / "a.hurray", "--quantize", "q4_0", "--quantize-include", "w",
-                "--threads", "2")
+    r = run_cli(
+        files["npz"],
+        out / "a.hurray",
+        "--quantize",
+        "q4_0",
+        "--quantize-include",
+        "w",
+        "--threads",
+        "2",
+    )
     assert r.returncode == 0, r.stderr
     assert "total: 9 tensors, 1 quantized" in r.stdout and "q4_0" in r.stdout
     assert r.stderr == ""
@@ -686,15 +781,19 @@ def test_cli_exit_codes_and_output(files, out):
     assert r.returncode == 0
     assert sorted(t["name"] for t in json.loads(r.stdout)["tensors"]) == ["h", "w"]
     # usage errors: 2
-    for args in ([files["npz"], out / "d.hurray", "--quantize", "q3_k"],
-                 [files["npz"], out / "d.npz", "--keep-scales"],
-                 [files["npz"], out / "d.unknown"]):
+    for args in (
+        [files["npz"], out / "d.hurray", "--quantize", "q3_k"],
+        [files["npz"], out / "d.npz", "--keep-scales"],
+        [files["npz"], out / "d.unknown"],
+    ):
         r = run_cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.strip()
     # conversion errors: 1, one line
-    for args in ([out / "missing.safetensors", out / "e.hurray"],
-                 [files["npz"], out / "e.gguf"]):  # complex64 has no GGUF type
+    for args in (
+        [out / "missing.safetensors", out / "e.hurray"],
+        [files["npz"], out / "e.gguf"],
+    ):  # complex64 has no GGUF type
         r = run_cli(*args)
         assert r.returncode == 1, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
@@ -716,15 +815,30 @@ def test_usage_errors_in_the_library(files, out):
 
 
 def test_cli_help():
-    r = subprocess.run([sys.executable, "-m", "hurray", "convert", "--help"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0
-    for word in ("--quantize", "--quantize-include", "--quantize-exclude", "--include",
-                 "--exclude", "--keep-scales", "--stats", "--quiet", "--json", "safetensors",
-                 "GGUF", "weights_only", "q4_0"):
+    for word in (
+        "--quantize",
+        "--quantize-include",
+        "--quantize-exclude",
+        "--include",
+        "--exclude",
+        "--keep-scales",
+        "--stats",
+        "--quiet",
+        "--json",
+        "safetensors",
+        "GGUF",
+        "weights_only",
+        "q4_0",
+    ):
         assert word in r.stdout, word
-    r = subprocess.run([sys.executable, "-m", "hurray"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run([sys.executable, "-m", "hurray"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
 
 

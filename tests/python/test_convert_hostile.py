@@ -12,6 +12,7 @@
     traceback.
 
 Every case that can hang or crash runs in a subprocess."""
+
 import json
 import os
 import signal
@@ -31,13 +32,19 @@ safetensors = pytest.importorskip("safetensors")
 gguf = pytest.importorskip("gguf")
 import safetensors.torch as st  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
-              pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
+    pytest.mark.filterwarnings("ignore:The given NumPy array is not writable"),
+]
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "hurray", "convert", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_failure(r, status=1, contains=None):
@@ -58,6 +65,7 @@ def listing(folder):
 
 # ------------------------------------------------------------------ 1. confinement
 
+
 def _outside_setup(tmp_path, shard_value):
     """tmp/secret.safetensors (not part of the checkpoint) and tmp/ckpt/ with
     an index whose weight_map names `shard_value`."""
@@ -71,8 +79,7 @@ def _outside_setup(tmp_path, shard_value):
     return ckpt
 
 
-@pytest.mark.parametrize("shard", ["../secret.safetensors", "ABS",
-                                   "sub/../../secret.safetensors"])
+@pytest.mark.parametrize("shard", ["../secret.safetensors", "ABS", "sub/../../secret.safetensors"])
 def test_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard):
     ckpt = _outside_setup(tmp_path, shard)
     out = tmp_path / "out.hurray"
@@ -93,8 +100,12 @@ def test_index_shards_in_subfolders_and_symlinked_blobs_are_read(tmp_path):
     (snap / "sub").mkdir(parents=True)
     os.symlink("../../blobs/0123abcd", snap / "model-00001-of-00002.safetensors")
     st.save_file({"b": torch.ones(2)}, snap / "sub" / "model-00002-of-00002.safetensors")
-    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
-                            "b": "sub/model-00002-of-00002.safetensors"}}
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "sub/model-00002-of-00002.safetensors",
+        }
+    }
     (snap / "model.safetensors.index.json").write_text(json.dumps(index))
     convert(snap, tmp_path / "m.hurray", quiet=True)
     got = hurray.load(tmp_path / "m.hurray")
@@ -102,6 +113,7 @@ def test_index_shards_in_subfolders_and_symlinked_blobs_are_read(tmp_path):
 
 
 # ------------------------------------------------------------------ 2. verification
+
 
 def _damaged_hurray(tmp_path):
     path = tmp_path / "src.hurray"
@@ -139,17 +151,22 @@ def test_damaged_hurray_source_is_refused_unless_no_verify(tmp_path):
 
 # ------------------------------------------------------------------ 3. collisions
 
-@pytest.mark.parametrize("sd,first,second,name", [
-    ({"a": {"b": 1.0}, "a.b": 2.0}, "['a']['b']", "['a.b']", "a.b"),
-    ({1: 1.0, "1": 2.0}, "[1]", "['1']", "1"),
-    ({"": 1.0, "tensor": 2.0}, "['']", "['tensor']", "tensor"),
-    ({"x": {"": {"y": 1.0}}, "x..y": 2.0}, "['x']['']['y']", "['x..y']", "x..y"),
-])
+
+@pytest.mark.parametrize(
+    "sd,first,second,name",
+    [
+        ({"a": {"b": 1.0}, "a.b": 2.0}, "['a']['b']", "['a.b']", "a.b"),
+        ({1: 1.0, "1": 2.0}, "[1]", "['1']", "1"),
+        ({"": 1.0, "tensor": 2.0}, "['']", "['tensor']", "tensor"),
+        ({"x": {"": {"y": 1.0}}, "x..y": 2.0}, "['x']['']['y']", "['x..y']", "x..y"),
+    ],
+)
 def test_torch_names_that_collide_are_refused(tmp_path, sd, first, second, name):
     def tensors(obj):
         if isinstance(obj, dict):
             return {k: tensors(v) for k, v in obj.items()}
         return torch.full((2,), obj)
+
     src = tmp_path / "sd.pt"
     torch.save(tensors(sd), src)
     with pytest.raises(ConversionError) as info:
@@ -187,30 +204,48 @@ def _shards(tmp_path, shard_a, shard_b, weight_map_text):
 
 
 def test_sharded_tensor_in_two_shards_is_refused(tmp_path):
-    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"w": torch.zeros(2), "v": torch.ones(1)},
-                   json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}))
-    with pytest.raises(ConversionError, match=r"'w' is in two shards, a.safetensors and "
-                                              r"b.safetensors"):
+    ckpt = _shards(
+        tmp_path,
+        {"w": torch.ones(2)},
+        {"w": torch.zeros(2), "v": torch.ones(1)},
+        json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}),
+    )
+    with pytest.raises(
+        ConversionError,
+        match=r"'w' is in two shards, a.safetensors and "
+        r"b.safetensors",
+    ):
         convert(ckpt, tmp_path / "out.hurray", quiet=True)
 
 
 def test_sharded_tensor_the_index_does_not_list_is_refused(tmp_path):
-    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"v": torch.ones(1), "u": torch.ones(1)},
-                   json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}))
-    with pytest.raises(ConversionError, match="b.safetensors holds tensor 'u', which the "
-                                              "index's weight_map does not list"):
+    ckpt = _shards(
+        tmp_path,
+        {"w": torch.ones(2)},
+        {"v": torch.ones(1), "u": torch.ones(1)},
+        json.dumps({"weight_map": {"w": "a.safetensors", "v": "b.safetensors"}}),
+    )
+    with pytest.raises(
+        ConversionError,
+        match="b.safetensors holds tensor 'u', which the index's weight_map does not list",
+    ):
         convert(ckpt, tmp_path / "out.hurray", quiet=True)
 
 
 def test_index_with_a_repeated_key_is_refused(tmp_path):
-    ckpt = _shards(tmp_path, {"w": torch.ones(2)}, {"w2": torch.ones(1)},
-                   '{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}')
+    ckpt = _shards(
+        tmp_path,
+        {"w": torch.ones(2)},
+        {"w2": torch.ones(1)},
+        '{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}',
+    )
     with pytest.raises(ConversionError, match="key 'w' appears twice"):
         convert(ckpt, tmp_path / "out.hurray", quiet=True)
 
 
 def _npy_bytes(a):
     import io
+
     buf = io.BytesIO()
     np.lib.format.write_array(buf, a)
     return buf.getvalue()
@@ -228,8 +263,11 @@ def test_npz_members_read_as_one_name_are_refused(tmp_path):
 @pytest.mark.parametrize("order", ["codes first", "scales first"])
 @pytest.mark.parametrize("part,scheme", [("scales", "q4_0"), ("zero_points", "block_affine")])
 def test_keep_scales_part_named_like_a_tensor_is_refused(tmp_path, order, part, scheme):
-    q = hurray.quantize(np.linspace(-1, 3, 64, dtype=np.float32).reshape(2, 32), scheme,
-                        **({"symmetric": False} if scheme == "block_affine" else {}))
+    q = hurray.quantize(
+        np.linspace(-1, 3, 64, dtype=np.float32).reshape(2, 32),
+        scheme,
+        **({"symmetric": False} if scheme == "block_affine" else {}),
+    )
     if part == "zero_points":
         assert q.descriptor.quantization.zero_point_buffer is not None
     real = np.full(3, 7.0, np.float32)
@@ -362,8 +400,12 @@ def _interrupt(tmp_path, src, kind, phase, *extra, sig=signal.SIGINT):
     old = b"the old target, which must survive\n" * 3
     dst.write_bytes(old)
     before = listing(tmp_path)
-    p = subprocess.Popen([sys.executable, "-c", DRIVER, str(src), str(dst), kind, phase,
-                          *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(src), str(dst), kind, phase, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = p.stdout.readline()
         assert line == "now\n", (line, p.stderr.read() if p.poll() is not None else "")
@@ -383,8 +425,9 @@ def _interrupt(tmp_path, src, kind, phase, *extra, sig=signal.SIGINT):
 def hurray_source(tmp_path_factory):
     d = tmp_path_factory.mktemp("sigsrc")
     rng = np.random.default_rng(0)
-    tensors = {f"layer{i}.weight": rng.standard_normal((64, 64), dtype=np.float32)
-               for i in range(4)}
+    tensors = {
+        f"layer{i}.weight": rng.standard_normal((64, 64), dtype=np.float32) for i in range(4)
+    }
     hurray.save(d / "src.hurray", tensors)
     one = d / "one.hurray"
     hurray.save(one, {"w": tensors["layer0.weight"]})
@@ -419,8 +462,7 @@ def test_sigint_while_hurray_save_runs(tmp_path):
     src = tmp_path / "big.npz"
     # 256 MiB, so that the signal (sent once the child says "now") lands
     # while the writer still runs, even on a loaded machine.
-    np.savez(src, **{f"t{i}": rng.standard_normal(4 << 20, dtype=np.float32)
-                     for i in range(16)})
+    np.savez(src, **{f"t{i}": rng.standard_normal(4 << 20, dtype=np.float32) for i in range(16)})
     _interrupt(tmp_path, src, "hurray", "live", "--stats")
 
 
@@ -428,19 +470,21 @@ def test_every_target_is_fsynced_before_it_is_renamed(tmp_path, hurray_source, m
     events = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(os, "replace",
-                        lambda a, b: (events.append(("replace", os.path.basename(b))),
-                                      real_replace(a, b))[1])
+    monkeypatch.setattr(
+        os,
+        "replace",
+        lambda a, b: (events.append(("replace", os.path.basename(b))), real_replace(a, b))[1],
+    )
     for kind in ("hurray", "safetensors", "pt", "gguf", "npz"):
         events.clear()
         convert(hurray_source[0], tmp_path / f"o.{kind}", quiet=True)
         i = events.index(("replace", f"o.{kind}"))
-        assert events[i - 1] == "fsync" and events[i + 1:] == ["fsync"], (kind, events)
-    assert listing(tmp_path) == [f"o.{k}" for k in ("gguf", "hurray", "npz", "pt",
-                                                    "safetensors")]
+        assert events[i - 1] == "fsync" and events[i + 1 :] == ["fsync"], (kind, events)
+    assert listing(tmp_path) == [f"o.{k}" for k in ("gguf", "hurray", "npz", "pt", "safetensors")]
 
 
 # ------------------------------------------------------------------ 5. one-line errors
+
 
 def _write(path, data):
     path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
@@ -449,9 +493,9 @@ def _write(path, data):
 
 def _npz_bytes(compressed=False):
     import io
+
     buf = io.BytesIO()
-    (np.savez_compressed if compressed else np.savez)(
-        buf, w=np.arange(4096, dtype=np.float32))
+    (np.savez_compressed if compressed else np.savez)(buf, w=np.arange(4096, dtype=np.float32))
     return buf.getvalue()
 
 
@@ -463,6 +507,7 @@ def _flip_inside(data, needle_index):
 
 def _torch_bytes(obj):
     import io
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -482,46 +527,71 @@ def _case(name, tmp_path):
     cases = {
         "bad json index": (lambda: _write(t / index, "{not json"), "not a safetensors index"),
         "index not an object": (lambda: _write(t / index, "[1, 2]"), "not a JSON object"),
-        "index without weight_map": (lambda: _write(t / index, '{"metadata": {}}'),
-                                     "no 'weight_map' key"),
-        "weight_map value not a name": (lambda: _write(t / index, '{"weight_map": {"w": 5}}'),
-                                        "is not a file name: 5"),
-        "weight_map value with NUL": (lambda: _write(t / index,
-                                                     '{"weight_map": {"w": "a\\u0000b"}}'),
-                                      "not a file inside its folder"),
-        "missing shard": (lambda: _write(t / index, '{"weight_map": {"w": "gone.safetensors"}}'),
-                          "gone.safetensors, which does not exist"),
-        "shard is a folder": (lambda: ((t / "dir.safetensors").mkdir(),
-                                       _write(t / index,
-                                              '{"weight_map": {"w": "dir.safetensors"}}'))[1],
-                              "is not a regular file"),
-        "deeply nested index": (lambda: _write(t / index, "[" * 100000 + "]" * 100000),
-                                "not a safetensors index"),
-        "truncated npz": (lambda: _write(t / "x.npz", npz[:len(npz) // 2]), "cannot read"),
+        "index without weight_map": (
+            lambda: _write(t / index, '{"metadata": {}}'),
+            "no 'weight_map' key",
+        ),
+        "weight_map value not a name": (
+            lambda: _write(t / index, '{"weight_map": {"w": 5}}'),
+            "is not a file name: 5",
+        ),
+        "weight_map value with NUL": (
+            lambda: _write(t / index, '{"weight_map": {"w": "a\\u0000b"}}'),
+            "not a file inside its folder",
+        ),
+        "missing shard": (
+            lambda: _write(t / index, '{"weight_map": {"w": "gone.safetensors"}}'),
+            "gone.safetensors, which does not exist",
+        ),
+        "shard is a folder": (
+            lambda: (
+                (t / "dir.safetensors").mkdir(),
+                _write(t / index, '{"weight_map": {"w": "dir.safetensors"}}'),
+            )[1],
+            "is not a regular file",
+        ),
+        "deeply nested index": (
+            lambda: _write(t / index, "[" * 100000 + "]" * 100000),
+            "not a safetensors index",
+        ),
+        "truncated npz": (lambda: _write(t / "x.npz", npz[: len(npz) // 2]), "cannot read"),
         "damaged npz member": (lambda: _write(t / "x.npz", _flip_inside(npz, 400)), "x.npz"),
-        "damaged compressed npz": (lambda: _write(t / "x.npz", _flip_inside(zipped, 300)),
-                                   "x.npz"),
-        "npz member not an array": (lambda: _zip_with_text(t / "x.npz"),
-                                    "member 'notes.txt' is not a .npy array"),
-        "truncated npy": (lambda: _write(t / "x.npy", _npy_bytes(np.ones(100))[:200]),
-                          "cannot read"),
-        "npy header garbage": (lambda: _write(t / "x.npy", b"\x93NUMPY\x01\x00\x10\x00{bad}" +
-                                              b" " * 6), "cannot read"),
-        "pickle refused": (lambda: _write(t / "x.pt", _torch_bytes({"o": Evil()})),
-                           "weights_only=True"),
-        "truncated pt": (lambda: _write(t / "x.pt", _torch_bytes({"w": torch.ones(9)})[:100]),
-                         "x.pt"),
+        "damaged compressed npz": (lambda: _write(t / "x.npz", _flip_inside(zipped, 300)), "x.npz"),
+        "npz member not an array": (
+            lambda: _zip_with_text(t / "x.npz"),
+            "member 'notes.txt' is not a .npy array",
+        ),
+        "truncated npy": (
+            lambda: _write(t / "x.npy", _npy_bytes(np.ones(100))[:200]),
+            "cannot read",
+        ),
+        "npy header garbage": (
+            lambda: _write(t / "x.npy", b"\x93NUMPY\x01\x00\x10\x00{bad}" + b" " * 6),
+            "cannot read",
+        ),
+        "pickle refused": (
+            lambda: _write(t / "x.pt", _torch_bytes({"o": Evil()})),
+            "weights_only=True",
+        ),
+        "truncated pt": (
+            lambda: _write(t / "x.pt", _torch_bytes({"w": torch.ones(9)})[:100]),
+            "x.pt",
+        ),
         "gguf garbage": (lambda: _write(t / "x.gguf", b"GGUF" + b"\xff" * 60), "x.gguf"),
-        "safetensors garbage": (lambda: _write(t / "x.safetensors", b"\x08" + b"\0" * 7 + b"{"),
-                                "x.safetensors"),
-        "hurray garbage": (lambda: _write(t / "x.hurray", b"not a hurray file" * 8),
-                           "cannot read"),
-        "unknown source extension": (lambda: _write(t / "x.onnx", b"?"),
-                                     "cannot tell the format"),
-        "source is a fifo": (lambda: (os.mkfifo(t / "x.npz"), t / "x.npz")[1],
-                             "is not a regular file"),
-        "index in a folder is a fifo": (lambda: (os.mkfifo(t / index), t)[1],
-                                        "is not a regular file"),
+        "safetensors garbage": (
+            lambda: _write(t / "x.safetensors", b"\x08" + b"\0" * 7 + b"{"),
+            "x.safetensors",
+        ),
+        "hurray garbage": (lambda: _write(t / "x.hurray", b"not a hurray file" * 8), "cannot read"),
+        "unknown source extension": (lambda: _write(t / "x.onnx", b"?"), "cannot tell the format"),
+        "source is a fifo": (
+            lambda: (os.mkfifo(t / "x.npz"), t / "x.npz")[1],
+            "is not a regular file",
+        ),
+        "index in a folder is a fifo": (
+            lambda: (os.mkfifo(t / index), t)[1],
+            "is not a regular file",
+        ),
     }
     make, words = cases[name]
     return make(), words
@@ -535,13 +605,33 @@ def _zip_with_text(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [
-    "bad json index", "index not an object", "index without weight_map",
-    "weight_map value not a name", "weight_map value with NUL", "missing shard",
-    "shard is a folder", "deeply nested index", "truncated npz", "damaged npz member",
-    "damaged compressed npz", "npz member not an array", "truncated npy", "npy header garbage",
-    "pickle refused", "truncated pt", "gguf garbage", "safetensors garbage", "hurray garbage",
-    "unknown source extension", "source is a fifo", "index in a folder is a fifo"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "bad json index",
+        "index not an object",
+        "index without weight_map",
+        "weight_map value not a name",
+        "weight_map value with NUL",
+        "missing shard",
+        "shard is a folder",
+        "deeply nested index",
+        "truncated npz",
+        "damaged npz member",
+        "damaged compressed npz",
+        "npz member not an array",
+        "truncated npy",
+        "npy header garbage",
+        "pickle refused",
+        "truncated pt",
+        "gguf garbage",
+        "safetensors garbage",
+        "hurray garbage",
+        "unknown source extension",
+        "source is a fifo",
+        "index in a folder is a fifo",
+    ],
+)
 def test_malformed_sources_give_one_line(tmp_path, case):
     if case == "truncated pt" and "asan" in os.environ.get("LD_PRELOAD", ""):
         # torch raises a C++ exception there, and ASan preloaded before
@@ -596,7 +686,10 @@ def test_unwritable_folder_is_one_error_even_as_root(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "open", refusing)
     for target in ("out.hurray", "out.safetensors", "out.npz", "out.gguf", "out.pt"):
-        with pytest.raises(ConversionError, match=r"cannot write into the folder .*: "
-                                                  r"Permission denied$"):
+        with pytest.raises(
+            ConversionError,
+            match=r"cannot write into the folder .*: "
+            r"Permission denied$",
+        ):
             convert(src, tmp_path / target, quiet=True)
     assert listing(tmp_path) == ["x.npz"]

@@ -2,6 +2,7 @@
 _formats.target_form (the C writer's own decision of a GGUF or safetensors
 type and size), the errors _formats raises (the same classes and message
 form as _hurray's), and hurray.convert.layouts."""
+
 import numpy as np
 import pytest
 
@@ -42,8 +43,10 @@ def test_formats_errors_are_the_hurray_classes(tmp_path):
 
 
 def test_layout_registry_names_and_gguf_types():
-    assert [(l.name, l.gguf_type) for l in layouts.gguf_layouts()] == [("q8_0", "Q8_0"),
-                                                                       ("q4_0", "Q4_0")]
+    assert [(l.name, l.gguf_type) for l in layouts.gguf_layouts()] == [
+        ("q8_0", "Q8_0"),
+        ("q4_0", "Q4_0"),
+    ]
     for scheme, name in [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("nf4", "nf4"), ("mxfp4", "mxfp4")]:
         assert layouts.describe(hurray.quantize(rnd((2, 64)), scheme).descriptor) == name
     d = hurray.quantize(rnd((2, 64)), "block_affine", block_size=16).descriptor

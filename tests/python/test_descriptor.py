@@ -2,6 +2,7 @@
 part survives encode -> decode with identical bytes; the golden vectors of
 tests/vectors decode to their JSON and are rebuilt byte for byte from
 Python; validate() names the broken rule with the C status name."""
+
 import json
 import math
 import pathlib
@@ -12,16 +13,37 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray
-from hurray import (BlockAffine, BlockCoded, Buffer, Composite, Dense, Descriptor, Device,
-                    Extension, Member, Mxfp, Nf4, Paged, PerChannelAffine, PerTensorAffine, Shard, Sparse,
-                    Statistics)
-from hurray import _dtypes
+from hurray import (
+    BlockAffine,
+    BlockCoded,
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Device,
+    Extension,
+    Member,
+    Mxfp,
+    Nf4,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Shard,
+    Sparse,
+    Statistics,
+    _dtypes,
+)
 
 VECTORS = pathlib.Path(__file__).resolve().parents[1] / "vectors"
 
-MX_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-            "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
-            "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+MX_DTYPE = {
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp4_e2m1": "float4_e2m1fn",
+    "int8": "int8",
+}
 
 
 def B(role, byte_size, alignment=64, sync_mode="ready"):
@@ -59,12 +81,33 @@ def assert_round_trip(d: Descriptor):
 
 # ------------------------------------------------------------------ dtypes
 
+
 def test_dtypes_cover_the_format():
     assert set(hurray.DTYPES) == {
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-        "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-        "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float6_e3m2fn", "float6_e2m3fn",
-        "float4_e2m1fn", "int4", "uint4"}
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e8m0fnu",
+        "float6_e3m2fn",
+        "float6_e2m3fn",
+        "float4_e2m1fn",
+        "int4",
+        "uint4",
+    }
 
 
 @pytest.mark.parametrize("dtype", hurray.DTYPES)
@@ -85,64 +128,102 @@ def test_unknown_dtype_is_refused():
 
 # ----------------------------------------------------------------- layouts
 
+
 def dense_strided():
-    return Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24,
-                      buffers=[B("data", 48)])
+    return Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24, buffers=[B("data", 48)])
 
 
 def sparse(fmt):
     if fmt == "coo":
-        return Descriptor("float32", (4, 5, 6),
-                          layout=Sparse("coo", "int64", 3, values_buffer=0,
-                                        index_buffers=(1, 2, 3), canonical=True),
-                          buffers=[B("values", 12)] + [B("indices", 24)] * 3)
+        return Descriptor(
+            "float32",
+            (4, 5, 6),
+            layout=Sparse(
+                "coo", "int64", 3, values_buffer=0, index_buffers=(1, 2, 3), canonical=True
+            ),
+            buffers=[B("values", 12)] + [B("indices", 24)] * 3,
+        )
     if fmt == "bsr":
-        return Descriptor("float16", (4, 6),
-                          layout=Sparse("bsr", "int64", 3, 0, 1, 2, block_shape=(2, 3)),
-                          buffers=[B("values", 36), B("indptr", 24),
-                                   B("indices", 24)])
-    return Descriptor("float64", (3, 4), layout=Sparse(fmt, "int32", 5, 0, 1, 2),
-                      buffers=[B("values", 40),
-                               B("indptr", (4 if fmt == "csr" else 5) * 4),
-                               B("indices", 20)])
+        return Descriptor(
+            "float16",
+            (4, 6),
+            layout=Sparse("bsr", "int64", 3, 0, 1, 2, block_shape=(2, 3)),
+            buffers=[B("values", 36), B("indptr", 24), B("indices", 24)],
+        )
+    return Descriptor(
+        "float64",
+        (3, 4),
+        layout=Sparse(fmt, "int32", 5, 0, 1, 2),
+        buffers=[B("values", 40), B("indptr", (4 if fmt == "csr" else 5) * 4), B("indices", 20)],
+    )
 
 
 def paged():
-    return Descriptor("bfloat16", (2, 40, 4, 8), layout=Paged(1, 16, 8, "int32", 0, 1),
-                      buffers=[B("page_pool", 8 * 16 * 4 * 8 * 2),
-                               B("page_table", 2 * 3 * 4)])
+    return Descriptor(
+        "bfloat16",
+        (2, 40, 4, 8),
+        layout=Paged(1, 16, 8, "int32", 0, 1),
+        buffers=[B("page_pool", 8 * 16 * 4 * 8 * 2), B("page_table", 2 * 3 * 4)],
+    )
 
 
 def composite():
-    base = Descriptor("int8", (8, 4), layout=Dense(0),
-                      quantization=PerChannelAffine(0, 1, "float32"))
+    base = Descriptor(
+        "int8", (8, 4), layout=Dense(0), quantization=PerChannelAffine(0, 1, "float32")
+    )
     a = Descriptor("float32", (8, 2), layout=Dense(2))
     b = Descriptor("float32", (2, 4), layout=Dense(3))
-    return Descriptor("float32", (8, 4),
-                      layout=Composite((Member("base", base), Member("lora_a", a),
-                                        Member("lora_b", b))),
-                      buffers=[B("data", 32), B("scales", 32), B("data", 64),
-                               B("data", 32)])
+    return Descriptor(
+        "float32",
+        (8, 4),
+        layout=Composite((Member("base", base), Member("lora_a", a), Member("lora_b", b))),
+        buffers=[B("data", 32), B("scales", 32), B("data", 64), B("data", 32)],
+    )
 
 
 def nested_composite():
-    inner = Descriptor("float32", (2, 2), layout=Composite((
-        Member("x", Descriptor("float32", (2, 2), layout=Dense(0))),
-        Member("y", Descriptor("float32", (2, 2), layout=Dense(1))))))
-    return Descriptor("float32", (2, 2), layout=Composite((
-        Member("pair", inner),
-        Member("kv", Descriptor("float16", (1, 4, 2), layout=Paged(1, 2, 2, "int64", 2, 3))),
-        Member("sparse", Descriptor("float32", (2, 2), layout=Sparse("csr", "int32", 1, 4, 5, 6))),
-    )), buffers=[B("data", 16), B("data", 16), B("page_pool", 16),
-                 B("page_table", 16), B("values", 4), B("indptr", 12),
-                 B("indices", 4)])
+    inner = Descriptor(
+        "float32",
+        (2, 2),
+        layout=Composite(
+            (
+                Member("x", Descriptor("float32", (2, 2), layout=Dense(0))),
+                Member("y", Descriptor("float32", (2, 2), layout=Dense(1))),
+            )
+        ),
+    )
+    return Descriptor(
+        "float32",
+        (2, 2),
+        layout=Composite(
+            (
+                Member("pair", inner),
+                Member(
+                    "kv", Descriptor("float16", (1, 4, 2), layout=Paged(1, 2, 2, "int64", 2, 3))
+                ),
+                Member(
+                    "sparse",
+                    Descriptor("float32", (2, 2), layout=Sparse("csr", "int32", 1, 4, 5, 6)),
+                ),
+            )
+        ),
+        buffers=[
+            B("data", 16),
+            B("data", 16),
+            B("page_pool", 16),
+            B("page_table", 16),
+            B("values", 4),
+            B("indptr", 12),
+            B("indices", 4),
+        ],
+    )
 
 
 LAYOUTS = {
     "dense": lambda: Descriptor("float32", (2, 3), buffers=[B("data", 24)]),
     "dense_data_buffer_1": lambda: Descriptor(
-        "float32", (2,), layout=Dense(1), quantization=None,
-        buffers=[B("data", 4), B("data", 8)]),
+        "float32", (2,), layout=Dense(1), quantization=None, buffers=[B("data", 4), B("data", 8)]
+    ),
     "dense_strided": dense_strided,
     "dense_scalar": lambda: Descriptor("bool", (), buffers=[B("data", 1)]),
     "coo": lambda: sparse("coo"),
@@ -176,9 +257,15 @@ def test_composite_members_keep_their_own_descriptors():
 
 # ------------------------------------------------------------ quantization
 
+
 def per_channel(zero_points):
-    q = PerChannelAffine(0, 1, "float32", zero_point_buffer=2 if zero_points else None,
-                         zero_point_dtype="int8" if zero_points else None)
+    q = PerChannelAffine(
+        0,
+        1,
+        "float32",
+        zero_point_buffer=2 if zero_points else None,
+        zero_point_dtype="int8" if zero_points else None,
+    )
     buffers = [B("data", 12), B("scales", 16)]
     if zero_points:
         buffers.append(B("zero_points", 4))
@@ -187,35 +274,55 @@ def per_channel(zero_points):
 
 def mx(element):
     dtype = MX_DTYPE[element]
-    return Descriptor(dtype, (2, 64), quantization=Mxfp(element, 1, 1),
-                      buffers=[B("data", nbytes(dtype, 128)), B("scales", 4)])
+    return Descriptor(
+        dtype,
+        (2, 64),
+        quantization=Mxfp(element, 1, 1),
+        buffers=[B("data", nbytes(dtype, 128)), B("scales", 4)],
+    )
 
 
 QUANTS = {
-    "per_tensor_affine": lambda: Descriptor("uint8", (16,),
-                                            quantization=PerTensorAffine(0.0125, 128),
-                                            buffers=[B("data", 16)]),
-    "per_tensor_affine_int4": lambda: Descriptor("int4", (5,),
-                                                 quantization=PerTensorAffine(-2.5, -3),
-                                                 buffers=[B("data", 3)]),
+    "per_tensor_affine": lambda: Descriptor(
+        "uint8", (16,), quantization=PerTensorAffine(0.0125, 128), buffers=[B("data", 16)]
+    ),
+    "per_tensor_affine_int4": lambda: Descriptor(
+        "int4", (5,), quantization=PerTensorAffine(-2.5, -3), buffers=[B("data", 3)]
+    ),
     "per_channel_affine": lambda: per_channel(False),
     "per_channel_affine_zero_points": lambda: per_channel(True),
     "per_channel_affine_inline_zero_point": lambda: Descriptor(
-        "uint8", (3, 4), quantization=PerChannelAffine(1, 1, "float16", zero_point=7),
-        buffers=[B("data", 12), B("scales", 8)]),
+        "uint8",
+        (3, 4),
+        quantization=PerChannelAffine(1, 1, "float16", zero_point=7),
+        buffers=[B("data", 12), B("scales", 8)],
+    ),
     "block_affine_q8_0": lambda: Descriptor(
-        "int8", (2, 64), quantization=BlockAffine(1, 32, 1, "float16"),
-        buffers=[B("data", 128), B("scales", 8)]),
+        "int8",
+        (2, 64),
+        quantization=BlockAffine(1, 32, 1, "float16"),
+        buffers=[B("data", 128), B("scales", 8)],
+    ),
     "block_affine_q4_0": lambda: Descriptor(
-        "uint4", (2, 64), quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
-        buffers=[B("data", 64), B("scales", 8)]),
+        "uint4",
+        (2, 64),
+        quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
+        buffers=[B("data", 64), B("scales", 8)],
+    ),
     "block_affine_zero_points": lambda: Descriptor(
-        "uint4", (4, 128),
-        quantization=BlockAffine(1, 64, 1, "bfloat16", zero_point_buffer=2,
-                                 zero_point_dtype="uint8"),
-        buffers=[B("data", 256), B("scales", 16), B("zero_points", 8)]),
-    "nf4": lambda: Descriptor("uint4", (8, 16), quantization=Nf4(64, 1, "float32"),
-                              buffers=[B("data", 64), B("scales", 8)]),
+        "uint4",
+        (4, 128),
+        quantization=BlockAffine(
+            1, 64, 1, "bfloat16", zero_point_buffer=2, zero_point_dtype="uint8"
+        ),
+        buffers=[B("data", 256), B("scales", 16), B("zero_points", 8)],
+    ),
+    "nf4": lambda: Descriptor(
+        "uint4",
+        (8, 16),
+        quantization=Nf4(64, 1, "float32"),
+        buffers=[B("data", 64), B("scales", 8)],
+    ),
     **{f"mx_{e}": (lambda e=e: mx(e)) for e in MX_DTYPE},
 }
 
@@ -230,8 +337,12 @@ def test_every_quantization_kind_round_trips(name):
 
 def test_q8_0_and_q4_0_are_the_gguf_layouts():
     q8 = json.loads(QUANTS["block_affine_q8_0"]().to_json())["quantization"]
-    assert (q8["kind"], q8["block_size"], q8["scale_dtype"], q8["zero_point"]) == \
-        ("block_affine", 32, "float16", 0)
+    assert (q8["kind"], q8["block_size"], q8["scale_dtype"], q8["zero_point"]) == (
+        "block_affine",
+        32,
+        "float16",
+        0,
+    )
     q4 = Descriptor.decode(QUANTS["block_affine_q4_0"]().encode())
     assert q4.dtype == "uint4"
     assert q4.quantization.zero_point == 8
@@ -241,8 +352,9 @@ def test_q8_0_and_q4_0_are_the_gguf_layouts():
 @pytest.mark.parametrize("element", sorted(MX_DTYPE))
 def test_mx_element_must_match_the_storage_dtype(element):
     wrong = "int8" if element != "int8" else "float8_e4m3fn"
-    d = Descriptor(wrong, (2, 64), quantization=Mxfp(element, 1, 1),
-                   buffers=[B("data", 128), B("scales", 4)])
+    d = Descriptor(
+        wrong, (2, 64), quantization=Mxfp(element, 1, 1), buffers=[B("data", 128), B("scales", 4)]
+    )
     with pytest.raises(hurray.ValidationError) as info:
         d.validate()
     assert info.value.status_name == "HURRAY_ERR_QUANT_DTYPE"
@@ -251,20 +363,25 @@ def test_mx_element_must_match_the_storage_dtype(element):
 def test_mx_block_size_other_than_32_is_not_silently_dropped():
     q = Mxfp("fp8_e4m3", 1, 1, block_size=16)
     try:
-        d = Descriptor("float8_e4m3fn", (2, 64), quantization=q,
-                       buffers=[B("data", 128), B("scales", 8)])
+        d = Descriptor(
+            "float8_e4m3fn", (2, 64), quantization=q, buffers=[B("data", 128), B("scales", 8)]
+        )
     except (ValueError, hurray.HurrayError):
         return  # refusing it at construction is fine too
     assert Descriptor.decode(d.encode()).quantization == q
 
 
 def test_inline_zero_point_with_zero_point_buffer_is_not_silently_dropped():
-    q = BlockAffine(1, 32, 1, "float16", zero_point_buffer=2, zero_point_dtype="uint8",
-                    zero_point=3)
+    q = BlockAffine(
+        1, 32, 1, "float16", zero_point_buffer=2, zero_point_dtype="uint8", zero_point=3
+    )
     try:
-        d = Descriptor("uint4", (2, 64), quantization=q,
-                       buffers=[B("data", 64), B("scales", 8),
-                                B("zero_points", 4)])
+        d = Descriptor(
+            "uint4",
+            (2, 64),
+            quantization=q,
+            buffers=[B("data", 64), B("scales", 8), B("zero_points", 4)],
+        )
     except (ValueError, hurray.HurrayError):
         return
     assert Descriptor.decode(d.encode()).quantization == q
@@ -272,38 +389,53 @@ def test_inline_zero_point_with_zero_point_buffer_is_not_silently_dropped():
 
 # ---------------------------------------------------------- optional parts
 
+
 def optional_fields():
-    return Descriptor("float32", (2, 4), buffers=[B("data", 32, 256, "event")],
-                      device=Device(2, 1, "device"),
-                      statistics=Statistics(min=-1.5, max=3.25, nan_count=0, zero_count=2),
-                      shard=Shard((8, 4), (6, 0)),
-                      extension=Extension("example.temperature", b'{"unit":"K"}'))
+    return Descriptor(
+        "float32",
+        (2, 4),
+        buffers=[B("data", 32, 256, "event")],
+        device=Device(2, 1, "device"),
+        statistics=Statistics(min=-1.5, max=3.25, nan_count=0, zero_count=2),
+        shard=Shard((8, 4), (6, 0)),
+        extension=Extension("example.temperature", b'{"unit":"K"}'),
+    )
 
 
 OPTIONAL = {
-    "statistics_all": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                         statistics=Statistics(-1.0, 2.0, 1, 3)),
-    "statistics_min_only": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                              statistics=Statistics(min=-0.5)),
-    "statistics_counts_only": lambda: Descriptor("float16", (4,), buffers=[B("data", 8)],
-                                                 statistics=Statistics(nan_count=4, zero_count=0)),
-    "statistics_infinite": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                              statistics=Statistics(float("-inf"), float("inf"))),
-    "shard": lambda: Descriptor("int32", (2, 3), buffers=[B("data", 24)],
-                                shard=Shard((10, 3), (4, 0))),
-    "extension": lambda: Descriptor("uint8", (3,), buffers=[B("data", 3)],
-                                    extension=Extension("acme.rgb", bytes(range(256)))),
-    "extension_no_metadata": lambda: Descriptor("uint8", (3,), buffers=[B("data", 3)],
-                                                extension=Extension("acme.rgb")),
-    "device_cuda": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                      device=Device(2, 3, "device")),
-    "device_pinned": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                        device=Device(3, 0, "host_pinned")),
-    "device_managed": lambda: Descriptor("float32", (4,), buffers=[B("data", 16)],
-                                         device=Device(13, 0, "managed")),
-    "buffer_options": lambda: Descriptor("float32", (4,),
-                                         buffers=[B("data", 64, 4096, "stream")],
-                                         device=Device(2, 0, "device")),
+    "statistics_all": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], statistics=Statistics(-1.0, 2.0, 1, 3)
+    ),
+    "statistics_min_only": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], statistics=Statistics(min=-0.5)
+    ),
+    "statistics_counts_only": lambda: Descriptor(
+        "float16", (4,), buffers=[B("data", 8)], statistics=Statistics(nan_count=4, zero_count=0)
+    ),
+    "statistics_infinite": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], statistics=Statistics(float("-inf"), float("inf"))
+    ),
+    "shard": lambda: Descriptor(
+        "int32", (2, 3), buffers=[B("data", 24)], shard=Shard((10, 3), (4, 0))
+    ),
+    "extension": lambda: Descriptor(
+        "uint8", (3,), buffers=[B("data", 3)], extension=Extension("acme.rgb", bytes(range(256)))
+    ),
+    "extension_no_metadata": lambda: Descriptor(
+        "uint8", (3,), buffers=[B("data", 3)], extension=Extension("acme.rgb")
+    ),
+    "device_cuda": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], device=Device(2, 3, "device")
+    ),
+    "device_pinned": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], device=Device(3, 0, "host_pinned")
+    ),
+    "device_managed": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 16)], device=Device(13, 0, "managed")
+    ),
+    "buffer_options": lambda: Descriptor(
+        "float32", (4,), buffers=[B("data", 64, 4096, "stream")], device=Device(2, 0, "device")
+    ),
     "everything": optional_fields,
 }
 
@@ -316,8 +448,12 @@ def test_optional_parts_round_trip(name):
 
 
 def test_nan_statistics_round_trip():
-    d = Descriptor("float32", (4,), buffers=[B("data", 16)],
-                   statistics=Statistics(min=float("nan"), max=float("nan")))
+    d = Descriptor(
+        "float32",
+        (4,),
+        buffers=[B("data", 16)],
+        statistics=Statistics(min=float("nan"), max=float("nan")),
+    )
     back = Descriptor.decode(d.encode())
     assert back.encode() == d.encode()
     assert math.isnan(back.statistics.min) and math.isnan(back.statistics.max)
@@ -360,9 +496,22 @@ def test_every_layout_and_quant_kind_has_a_vector():
             kinds.add(type(d.quantization).__name__)
             if isinstance(d.quantization, Mxfp):
                 kinds.add(d.quantization.element)
-    assert kinds >= {"Dense", "Sparse", "Paged", "Composite", "coo", "csr", "csc", "bsr",
-                     "PerTensorAffine", "PerChannelAffine", "BlockAffine", "Nf4", "Mxfp",
-                     *MX_DTYPE}
+    assert kinds >= {
+        "Dense",
+        "Sparse",
+        "Paged",
+        "Composite",
+        "coo",
+        "csr",
+        "csc",
+        "bsr",
+        "PerTensorAffine",
+        "PerChannelAffine",
+        "BlockAffine",
+        "Nf4",
+        "Mxfp",
+        *MX_DTYPE,
+    }
 
 
 @pytest.mark.parametrize("name", VECTOR_NAMES)
@@ -402,11 +551,17 @@ PYTHON_VECTORS = {
     "quant_mxfp4_e2m1": lambda: mx("fp4_e2m1"),
     "quant_mxint8": lambda: mx("int8"),
     "quant_block_coded_q4_k": lambda: Descriptor(
-        "uint8", (3, 512), quantization=BlockCoded("ggml_q4_k", 1),
-        buffers=[Buffer("data", 3 * 2 * 144, 64)]),
+        "uint8",
+        (3, 512),
+        quantization=BlockCoded("ggml_q4_k", 1),
+        buffers=[Buffer("data", 3 * 2 * 144, 64)],
+    ),
     "quant_block_coded_iq2_xxs": lambda: Descriptor(
-        "uint8", (256,), quantization=BlockCoded("ggml_iq2_xxs", 0),
-        buffers=[Buffer("data", 66, 64)]),
+        "uint8",
+        (256,),
+        quantization=BlockCoded("ggml_iq2_xxs", 0),
+        buffers=[Buffer("data", 66, 64)],
+    ),
     "optional_fields": optional_fields,
 }
 
@@ -439,83 +594,191 @@ def test_corrupt_encodings_raise_format_and_unsupported_errors():
 
 # -------------------------------------------------------------- validation
 
+
 def broken(**changes):
-    base = dict(dtype="int8", shape=(4, 3), quantization=PerChannelAffine(0, 1, "float32"),
-                buffers=[B("data", 12), B("scales", 16)])
+    base = dict(
+        dtype="int8",
+        shape=(4, 3),
+        quantization=PerChannelAffine(0, 1, "float32"),
+        buffers=[B("data", 12), B("scales", 16)],
+    )
     base.update(changes)
     return lambda: Descriptor(base.pop("dtype"), base.pop("shape"), **base)
 
 
 BROKEN = {
-    "HURRAY_ERR_QUANT_AXIS": (hurray.ValidationError,
-                              broken(quantization=PerChannelAffine(2, 1, "float32"))),
-    "HURRAY_ERR_BUFFER_INDEX": (hurray.ValidationError,
-                                broken(quantization=PerChannelAffine(0, 5, "float32"))),
-    "HURRAY_ERR_BUFFER_ROLE": (hurray.ValidationError,
-                               broken(buffers=[B("data", 12), B("indices", 16)])),
-    "HURRAY_ERR_BUFFER_TOO_SMALL": (hurray.ValidationError,
-                                    broken(buffers=[B("data", 11), B("scales", 16)])),
-    "HURRAY_ERR_BUFFER_UNREFERENCED": (hurray.ValidationError, broken(
-        buffers=[B("data", 12), B("scales", 16), B("zero_points", 4)])),
-    "HURRAY_ERR_QUANT_SCALE_COUNT": (hurray.ValidationError,
-                                     broken(buffers=[B("data", 12), B("scales", 20)])),
-    "HURRAY_ERR_QUANT_SCALE_DTYPE": (hurray.ValidationError,
-                                     broken(quantization=PerChannelAffine(0, 1, "int32"))),
-    "HURRAY_ERR_QUANT_DTYPE": (hurray.ValidationError, broken(
-        dtype="float32", buffers=[B("data", 48), B("scales", 16)])),
-    "HURRAY_ERR_QUANT_BLOCK_SIZE": (hurray.ValidationError, broken(
-        quantization=BlockAffine(1, 0, 1, "float16"))),
-    "HURRAY_ERR_QUANT_SCALE": (hurray.ValidationError, lambda: Descriptor(
-        "uint8", (4,), quantization=PerTensorAffine(float("inf")), buffers=[B("data", 4)])),
-    "HURRAY_ERR_QUANT_ZERO_POINT": (hurray.ValidationError, lambda: Descriptor(
-        "int4", (4,), quantization=PerTensorAffine(1.0, 8), buffers=[B("data", 2)])),
-    "HURRAY_ERR_QUANT_ZERO_POINT_COUNT": (hurray.ValidationError, broken(
-        quantization=PerChannelAffine(0, 1, "float32", 2, "int8"),
-        buffers=[B("data", 12), B("scales", 16), B("zero_points", 3)])),
-    "HURRAY_ERR_QUANT_LAYOUT": (hurray.ValidationError, lambda: Descriptor(
-        "int8", (3, 4), layout=Sparse("csr", "int32", 2, 0, 1, 2),
-        quantization=PerChannelAffine(0, 3, "float32"),
-        buffers=[B("values", 2), B("indptr", 16), B("indices", 8), B("scales", 12)])),
-    "HURRAY_ERR_SPARSE_INDEX_DTYPE": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (3, 4), layout=Sparse("csr", "float32", 2, 0, 1, 2),
-        buffers=[B("values", 8), B("indptr", 16), B("indices", 8)])),
-    "HURRAY_ERR_SPARSE_RANK": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (12,), layout=Sparse("csr", "int32", 2, 0, 1, 2),
-        buffers=[B("values", 8), B("indptr", 52), B("indices", 8)])),
-    "HURRAY_ERR_SPARSE_NNZ": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (2, 2), layout=Sparse("csr", "int32", 5, 0, 1, 2),
-        buffers=[B("values", 20), B("indptr", 12), B("indices", 20)])),
-    "HURRAY_ERR_SPARSE_BLOCK": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4, 6), layout=Sparse("bsr", "int32", 1, 0, 1, 2, block_shape=(3, 3)),
-        buffers=[B("values", 36), B("indptr", 12), B("indices", 4)])),
-    "HURRAY_ERR_PAGED_AXIS": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (2, 4), layout=Paged(2, 2, 4),
-        buffers=[B("page_pool", 64), B("page_table", 16)])),
-    "HURRAY_ERR_PAGED_PAGE_SIZE": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (2, 4), layout=Paged(1, 0, 4),
-        buffers=[B("page_pool", 64), B("page_table", 16)])),
-    "HURRAY_ERR_PAGED_TABLE_DTYPE": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (2, 4), layout=Paged(1, 2, 4, "uint8"),
-        buffers=[B("page_pool", 32), B("page_table", 4)])),
-    "HURRAY_ERR_COMPOSITE_MEMBER": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), layout=Composite(), buffers=[])),
-    "HURRAY_ERR_COMPOSITE_NAME": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (2,), layout=Composite((
-            Member("a", Descriptor("float32", (2,), layout=Dense(0))),
-            Member("a", Descriptor("float32", (2,), layout=Dense(1))))),
-        buffers=[B("data", 8), B("data", 8)])),
-    "HURRAY_ERR_STRIDES": (hurray.ValidationError, lambda: Descriptor(
-        "int4", (2, 4), strides=(4, 1), buffers=[B("data", 4)])),
-    "HURRAY_ERR_STATISTICS": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), statistics=Statistics(min=2.0, max=1.0), buffers=[B("data", 16)])),
-    "HURRAY_ERR_SHARD_RANK": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), shard=Shard((8, 8), (0, 0)), buffers=[B("data", 16)])),
-    "HURRAY_ERR_SHARD_BOUNDS": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), shard=Shard((8,), (6,)), buffers=[B("data", 16)])),
-    "HURRAY_ERR_EXTENSION": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), extension=Extension(""), buffers=[B("data", 16)])),
-    "HURRAY_ERR_DEVICE": (hurray.ValidationError, lambda: Descriptor(
-        "float32", (4,), device=Device(1, 0, "device"), buffers=[B("data", 16)])),
+    "HURRAY_ERR_QUANT_AXIS": (
+        hurray.ValidationError,
+        broken(quantization=PerChannelAffine(2, 1, "float32")),
+    ),
+    "HURRAY_ERR_BUFFER_INDEX": (
+        hurray.ValidationError,
+        broken(quantization=PerChannelAffine(0, 5, "float32")),
+    ),
+    "HURRAY_ERR_BUFFER_ROLE": (
+        hurray.ValidationError,
+        broken(buffers=[B("data", 12), B("indices", 16)]),
+    ),
+    "HURRAY_ERR_BUFFER_TOO_SMALL": (
+        hurray.ValidationError,
+        broken(buffers=[B("data", 11), B("scales", 16)]),
+    ),
+    "HURRAY_ERR_BUFFER_UNREFERENCED": (
+        hurray.ValidationError,
+        broken(buffers=[B("data", 12), B("scales", 16), B("zero_points", 4)]),
+    ),
+    "HURRAY_ERR_QUANT_SCALE_COUNT": (
+        hurray.ValidationError,
+        broken(buffers=[B("data", 12), B("scales", 20)]),
+    ),
+    "HURRAY_ERR_QUANT_SCALE_DTYPE": (
+        hurray.ValidationError,
+        broken(quantization=PerChannelAffine(0, 1, "int32")),
+    ),
+    "HURRAY_ERR_QUANT_DTYPE": (
+        hurray.ValidationError,
+        broken(dtype="float32", buffers=[B("data", 48), B("scales", 16)]),
+    ),
+    "HURRAY_ERR_QUANT_BLOCK_SIZE": (
+        hurray.ValidationError,
+        broken(quantization=BlockAffine(1, 0, 1, "float16")),
+    ),
+    "HURRAY_ERR_QUANT_SCALE": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "uint8", (4,), quantization=PerTensorAffine(float("inf")), buffers=[B("data", 4)]
+        ),
+    ),
+    "HURRAY_ERR_QUANT_ZERO_POINT": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "int4", (4,), quantization=PerTensorAffine(1.0, 8), buffers=[B("data", 2)]
+        ),
+    ),
+    "HURRAY_ERR_QUANT_ZERO_POINT_COUNT": (
+        hurray.ValidationError,
+        broken(
+            quantization=PerChannelAffine(0, 1, "float32", 2, "int8"),
+            buffers=[B("data", 12), B("scales", 16), B("zero_points", 3)],
+        ),
+    ),
+    "HURRAY_ERR_QUANT_LAYOUT": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "int8",
+            (3, 4),
+            layout=Sparse("csr", "int32", 2, 0, 1, 2),
+            quantization=PerChannelAffine(0, 3, "float32"),
+            buffers=[B("values", 2), B("indptr", 16), B("indices", 8), B("scales", 12)],
+        ),
+    ),
+    "HURRAY_ERR_SPARSE_INDEX_DTYPE": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (3, 4),
+            layout=Sparse("csr", "float32", 2, 0, 1, 2),
+            buffers=[B("values", 8), B("indptr", 16), B("indices", 8)],
+        ),
+    ),
+    "HURRAY_ERR_SPARSE_RANK": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (12,),
+            layout=Sparse("csr", "int32", 2, 0, 1, 2),
+            buffers=[B("values", 8), B("indptr", 52), B("indices", 8)],
+        ),
+    ),
+    "HURRAY_ERR_SPARSE_NNZ": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (2, 2),
+            layout=Sparse("csr", "int32", 5, 0, 1, 2),
+            buffers=[B("values", 20), B("indptr", 12), B("indices", 20)],
+        ),
+    ),
+    "HURRAY_ERR_SPARSE_BLOCK": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (4, 6),
+            layout=Sparse("bsr", "int32", 1, 0, 1, 2, block_shape=(3, 3)),
+            buffers=[B("values", 36), B("indptr", 12), B("indices", 4)],
+        ),
+    ),
+    "HURRAY_ERR_PAGED_AXIS": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (2, 4),
+            layout=Paged(2, 2, 4),
+            buffers=[B("page_pool", 64), B("page_table", 16)],
+        ),
+    ),
+    "HURRAY_ERR_PAGED_PAGE_SIZE": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (2, 4),
+            layout=Paged(1, 0, 4),
+            buffers=[B("page_pool", 64), B("page_table", 16)],
+        ),
+    ),
+    "HURRAY_ERR_PAGED_TABLE_DTYPE": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (2, 4),
+            layout=Paged(1, 2, 4, "uint8"),
+            buffers=[B("page_pool", 32), B("page_table", 4)],
+        ),
+    ),
+    "HURRAY_ERR_COMPOSITE_MEMBER": (
+        hurray.ValidationError,
+        lambda: Descriptor("float32", (4,), layout=Composite(), buffers=[]),
+    ),
+    "HURRAY_ERR_COMPOSITE_NAME": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32",
+            (2,),
+            layout=Composite(
+                (
+                    Member("a", Descriptor("float32", (2,), layout=Dense(0))),
+                    Member("a", Descriptor("float32", (2,), layout=Dense(1))),
+                )
+            ),
+            buffers=[B("data", 8), B("data", 8)],
+        ),
+    ),
+    "HURRAY_ERR_STRIDES": (
+        hurray.ValidationError,
+        lambda: Descriptor("int4", (2, 4), strides=(4, 1), buffers=[B("data", 4)]),
+    ),
+    "HURRAY_ERR_STATISTICS": (
+        hurray.ValidationError,
+        lambda: Descriptor(
+            "float32", (4,), statistics=Statistics(min=2.0, max=1.0), buffers=[B("data", 16)]
+        ),
+    ),
+    "HURRAY_ERR_SHARD_RANK": (
+        hurray.ValidationError,
+        lambda: Descriptor("float32", (4,), shard=Shard((8, 8), (0, 0)), buffers=[B("data", 16)]),
+    ),
+    "HURRAY_ERR_SHARD_BOUNDS": (
+        hurray.ValidationError,
+        lambda: Descriptor("float32", (4,), shard=Shard((8,), (6,)), buffers=[B("data", 16)]),
+    ),
+    "HURRAY_ERR_EXTENSION": (
+        hurray.ValidationError,
+        lambda: Descriptor("float32", (4,), extension=Extension(""), buffers=[B("data", 16)]),
+    ),
+    "HURRAY_ERR_DEVICE": (
+        hurray.ValidationError,
+        lambda: Descriptor("float32", (4,), device=Device(1, 0, "device"), buffers=[B("data", 16)]),
+    ),
 }
 
 
@@ -547,10 +810,19 @@ def test_invalid_setter_arguments_fail_at_construction():
 
 
 def test_error_classes_are_one_hierarchy():
-    for cls in (hurray.ValidationError, hurray.PlacementError, hurray.FormatError,
-                hurray.UnsupportedError, hurray.ChecksumError, hurray.LimitError,
-                hurray.NotFoundError, hurray.DuplicateNameError, hurray.HurrayIOError,
-                hurray.InvalidArgumentError, hurray.HurrayMemoryError):
+    for cls in (
+        hurray.ValidationError,
+        hurray.PlacementError,
+        hurray.FormatError,
+        hurray.UnsupportedError,
+        hurray.ChecksumError,
+        hurray.LimitError,
+        hurray.NotFoundError,
+        hurray.DuplicateNameError,
+        hurray.HurrayIOError,
+        hurray.InvalidArgumentError,
+        hurray.HurrayMemoryError,
+    ):
         assert issubclass(cls, hurray.HurrayError)
     assert issubclass(hurray.NotFoundError, KeyError)
     assert issubclass(hurray.InvalidArgumentError, ValueError)
@@ -564,9 +836,13 @@ shapes = st.lists(st.integers(0, 6), min_size=0, max_size=5).map(tuple)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dtype=st.sampled_from(hurray.DTYPES), shape=shapes,
-       alignment=st.sampled_from([1, 2, 8, 64, 4096]), slack=st.integers(0, 16),
-       sync=st.sampled_from(["ready", "stream", "event"]))
+@given(
+    dtype=st.sampled_from(hurray.DTYPES),
+    shape=shapes,
+    alignment=st.sampled_from([1, 2, 8, 64, 4096]),
+    slack=st.integers(0, 16),
+    sync=st.sampled_from(["ready", "stream", "event"]),
+)
 def test_dense_descriptors_round_trip(dtype, shape, alignment, slack, sync):
     size = nbytes(dtype, math.prod(shape)) + slack
     d = Descriptor(dtype, shape, buffers=[B("data", size, alignment, sync)])
@@ -577,9 +853,11 @@ def test_dense_descriptors_round_trip(dtype, shape, alignment, slack, sync):
 
 
 @settings(max_examples=200, deadline=None)
-@given(dtype=st.sampled_from([t for t in hurray.DTYPES if _dtypes.BITS[t] >= 8]),
-       shape=st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
-       data=st.data())
+@given(
+    dtype=st.sampled_from([t for t in hurray.DTYPES if _dtypes.BITS[t] >= 8]),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple),
+    data=st.data(),
+)
 def test_strided_dense_descriptors_round_trip(dtype, shape, data):
     strides = tuple(data.draw(st.integers(-20, 20)) for _ in shape)
     itemsize = _dtypes.BITS[dtype] // 8
@@ -587,23 +865,27 @@ def test_strided_dense_descriptors_round_trip(dtype, shape, data):
     high = sum(max(0, s * (n - 1)) for s, n in zip(strides, shape))
     offset = -low * itemsize
     size = (high - low + 1) * itemsize
-    d = Descriptor(dtype, shape, strides=strides, byte_offset=offset,
-                   buffers=[B("data", size)])
+    d = Descriptor(dtype, shape, strides=strides, byte_offset=offset, buffers=[B("data", size)])
     d.validate()
     assert_round_trip(d)
 
 
 @settings(max_examples=100, deadline=None)
-@given(dtype=st.sampled_from(hurray.DTYPES),
-       shape=st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple))
+@given(
+    dtype=st.sampled_from(hurray.DTYPES),
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple),
+)
 def test_dense_numpy_tensor_descriptor_matches(dtype, shape):
     np_dtype = _dtypes.to_numpy(dtype)
     rng = np.random.default_rng(0)
     raw = rng.integers(0, 256, size=math.prod(shape) * np_dtype.itemsize, dtype=np.uint8)
     values = raw.view(np_dtype).reshape(shape)
     if _dtypes.is_packed(dtype):
-        values = (raw[: math.prod(shape)] & ((1 << _dtypes.BITS[dtype]) - 1)).view(
-            np_dtype).reshape(shape)
+        values = (
+            (raw[: math.prod(shape)] & ((1 << _dtypes.BITS[dtype]) - 1))
+            .view(np_dtype)
+            .reshape(shape)
+        )
     t = hurray.from_numpy(values)
     d = t.descriptor
     assert (d.dtype, d.shape) == (dtype, shape)

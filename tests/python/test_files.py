@@ -2,6 +2,7 @@
 trips byte for byte in both read modes; mmap reads are zero-copy into the
 file mapping; tensors outlive the File; row reads, checksums, metadata,
 errors, concurrent readers, and scipy.sparse through a file."""
+
 import concurrent.futures
 import gc
 import io
@@ -10,13 +11,10 @@ import os
 
 import numpy as np
 import pytest
+from _hurray_samples import COMPRESSED_DENSE, SAMPLES, bsr_dense, inside, mappings, paged  # noqa: F401
 
 import hurray
-from hurray import Buffer, Descriptor
-from hurray import _dtypes
-
-from _hurray_samples import (COMPRESSED_DENSE, SAMPLES, bsr_dense, inside,  # noqa: F401
-                             mappings, paged)
+from hurray import Buffer, Descriptor, _dtypes
 
 MODES = [pytest.param(True, id="mmap"), pytest.param(False, id="pread")]
 
@@ -49,17 +47,19 @@ def check_values(name, u):
         assert dense[0, 4, 5] == np.float32(1.5) and dense[3, 2, 0] == np.float32(3.25)
         assert np.count_nonzero(dense) == 3
     elif name == "paged_kv_cache":
-        np.testing.assert_array_equal(u.to_dense().view(np.uint16),
-                                      paged()[2].view(np.uint16))
+        np.testing.assert_array_equal(u.to_dense().view(np.uint16), paged()[2].view(np.uint16))
     elif name == "composite_lora":
         assert [m.name for m in layout.members] == ["base", "lora_a", "lora_b"]
-        np.testing.assert_array_equal(np.frombuffer(u._buffer(2), np.float32).reshape(8, 2),
-                                      np.arange(16, dtype=np.float32).reshape(8, 2))
+        np.testing.assert_array_equal(
+            np.frombuffer(u._buffer(2), np.float32).reshape(8, 2),
+            np.arange(16, dtype=np.float32).reshape(8, 2),
+        )
     elif name == "dense_strided":
         np.testing.assert_array_equal(u.numpy(), [[3, 0], [4, 1], [5, 2]])
 
 
 # ------------------------------------------------------------- round trips
+
 
 @pytest.mark.parametrize("mmap", MODES)
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -104,8 +104,9 @@ def test_every_sample_in_one_file(fast_dir, mmap):
 def test_every_dtype_round_trips_through_a_file(fast_dir, dtype, mmap):
     np_dtype = _dtypes.to_numpy(dtype)
     bits = _dtypes.BITS[dtype]
-    raw = np.random.default_rng(bits).integers(0, 256, size=5 * 3 * np_dtype.itemsize,
-                                               dtype=np.uint8)
+    raw = np.random.default_rng(bits).integers(
+        0, 256, size=5 * 3 * np_dtype.itemsize, dtype=np.uint8
+    )
     if bits < 8:
         raw = raw[:15] & ((1 << bits) - 1)
     if dtype == "bool":
@@ -127,8 +128,9 @@ def test_save_accepts_producers_numpy_and_consumed_tensors(fast_dir):
             return t.__hurray__()
 
     path = fast_dir / "mixed.hurray"
-    hurray.save(path, {"numpy": a, "producer": Producer(), "consumed": hurray.from_hurray(t),
-                       "tensor": t})
+    hurray.save(
+        path, {"numpy": a, "producer": Producer(), "consumed": hurray.from_hurray(t), "tensor": t}
+    )
     out = hurray.load(path)
     np.testing.assert_array_equal(out["numpy"].numpy(), a)
     for name in ("producer", "consumed", "tensor"):
@@ -169,7 +171,7 @@ def test_read_buffer_into_caller_memory(fast_dir):
             assert bytes(f.read_buffer("w", i)) == a.tobytes()
             out = np.zeros(a.size + 7, np.uint8)
             assert f.read_buffer("w", i, out) is out
-            assert out[:a.size].tobytes() == a.tobytes()
+            assert out[: a.size].tobytes() == a.tobytes()
         with pytest.raises(hurray.PlacementError):
             f.read_buffer("w", 0, bytearray(1))
         with pytest.raises((IndexError, hurray.HurrayError)):
@@ -180,8 +182,17 @@ def test_read_buffer_into_caller_memory(fast_dir):
 
 # ------------------------------------------------------------ zero copy
 
-@pytest.mark.parametrize("name", ["dense_float32", "quant_per_channel_affine_zero_points",
-                                  "sparse_coo", "paged_kv_cache", "composite_lora"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dense_float32",
+        "quant_per_channel_affine_zero_points",
+        "sparse_coo",
+        "paged_kv_cache",
+        "composite_lora",
+    ],
+)
 def test_mmap_load_is_zero_copy_into_the_file_mapping(fast_dir, name):
     t, _ = build(name)
     path = fast_dir / "zc.hurray"
@@ -259,6 +270,7 @@ def test_load_returns_tensors_that_outlive_the_reader(fast_dir):
 
 # ---------------------------------------------------------------- row reads
 
+
 @pytest.mark.parametrize("mmap", MODES)
 def test_get_slice_reads_rows(fast_dir, mmap):
     a = np.arange(10 * 3 * 2, dtype=np.int16).reshape(10, 3, 2)
@@ -286,8 +298,9 @@ def test_get_slice_reads_rows(fast_dir, mmap):
             f.get_slice("zz", 0, 1)
 
 
-@pytest.mark.parametrize("name", ["sparse_csr", "quant_per_channel_affine", "paged_kv_cache",
-                                  "dense_strided"])
+@pytest.mark.parametrize(
+    "name", ["sparse_csr", "quant_per_channel_affine", "paged_kv_cache", "dense_strided"]
+)
 def test_get_slice_refuses_what_rows_cannot_cut(fast_dir, name):
     t, _ = build(name)
     path = fast_dir / "norows.hurray"
@@ -308,6 +321,7 @@ def test_get_slice_reads_only_the_rows_in_pread_mode(fast_dir):
 
 
 # ---------------------------------------------------------------- checksums
+
 
 def flip_byte_of(path, needle: bytes, offset: int = 0):
     data = bytearray(path.read_bytes())
@@ -345,8 +359,12 @@ def test_verify_checks_every_buffer_of_a_multi_buffer_tensor(fast_dir):
     codes = np.frombuffer(b"CODES-CODES-CODES-CODES!", np.int8).reshape(4, 6)
     scales = np.frombuffer(b"SCALES-SCALES-SC", np.float32).copy()
     scales[:] = [0.5, 1.0, 2.0, 4.0]
-    d = Descriptor("int8", (4, 6), quantization=hurray.PerChannelAffine(0, 1, "float32"),
-                   buffers=[Buffer("data", 24), Buffer("scales", 16)])
+    d = Descriptor(
+        "int8",
+        (4, 6),
+        quantization=hurray.PerChannelAffine(0, 1, "float32"),
+        buffers=[Buffer("data", 24), Buffer("scales", 16)],
+    )
     path = fast_dir / "mb.hurray"
     hurray.save(path, {"q": hurray.Tensor(d, [codes.copy(), scales])})
     data = bytearray(path.read_bytes())
@@ -360,12 +378,25 @@ def test_verify_checks_every_buffer_of_a_multi_buffer_tensor(fast_dir):
 
 # ---------------------------------------------------------------- metadata
 
+
 def test_metadata_of_every_type(fast_dir):
     metadata = {
-        "str": "héllo ✓", "empty_str": "", "int": 42, "negative": -7, "int64_max": 2**63 - 1,
-        "int64_min": -2**63, "float": 3.5, "neg_zero": -0.0, "inf": float("inf"),
-        "nan": float("nan"), "true": True, "false": False, "bytes": bytes(range(256)),
-        "empty_bytes": b"", "bytearray": bytearray(b"ab"), "memoryview": memoryview(b"cd"),
+        "str": "héllo ✓",
+        "empty_str": "",
+        "int": 42,
+        "negative": -7,
+        "int64_max": 2**63 - 1,
+        "int64_min": -(2**63),
+        "float": 3.5,
+        "neg_zero": -0.0,
+        "inf": float("inf"),
+        "nan": float("nan"),
+        "true": True,
+        "false": False,
+        "bytes": bytes(range(256)),
+        "empty_bytes": b"",
+        "bytearray": bytearray(b"ab"),
+        "memoryview": memoryview(b"cd"),
     }
     path = fast_dir / "meta.hurray"
     hurray.save(path, {"x": np.zeros(1)}, metadata)
@@ -390,8 +421,10 @@ def test_no_metadata_and_no_tensors(fast_dir):
     assert hurray.load(path) == {}
 
 
-@pytest.mark.parametrize("value, error", [(2**64, OverflowError), ([1], TypeError),
-                                          (None, TypeError), ({"a": 1}, TypeError)])
+@pytest.mark.parametrize(
+    "value, error",
+    [(2**64, OverflowError), ([1], TypeError), (None, TypeError), ({"a": 1}, TypeError)],
+)
 def test_unsupported_metadata_values_are_refused(fast_dir, value, error):
     path = fast_dir / "badmeta.hurray"
     with pytest.raises(error):
@@ -405,6 +438,7 @@ def test_metadata_keys_must_be_strings(fast_dir):
 
 
 # ------------------------------------------------------------------ errors
+
 
 def test_missing_tensor_is_not_found_and_a_key_error(fast_dir):
     path = fast_dir / "nf.hurray"
@@ -474,25 +508,34 @@ def test_empty_tensor_name_is_refused(fast_dir):
 
 def test_tensors_not_on_the_host_cannot_be_built():
     with pytest.raises(hurray.PlacementError) as info:
-        hurray.Tensor(Descriptor("float32", (2,), buffers=[Buffer("data", 8)],
-                                 device=hurray.Device(3, 0, "host_pinned")),
-                      [np.zeros(2, np.float32)])
+        hurray.Tensor(
+            Descriptor(
+                "float32",
+                (2,),
+                buffers=[Buffer("data", 8)],
+                device=hurray.Device(3, 0, "host_pinned"),
+            ),
+            [np.zeros(2, np.float32)],
+        )
     assert info.value.status_name == "HURRAY_ERR_DEVICE_MISMATCH"
 
 
 # ------------------------------------------------------------- concurrency
+
 
 @pytest.mark.parametrize("mmap", MODES)
 def test_eight_threads_read_one_file(fast_dir, mmap):
     tensors = {name: build(name)[0] for name in SAMPLES}
     rows = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
     tensors["rows"] = hurray.from_numpy(rows)
-    expected = {name: [bytes(t._buffer(i)) for i in range(t.buffer_count)]
-                for name, t in tensors.items()}
+    expected = {
+        name: [bytes(t._buffer(i)) for i in range(t.buffer_count)] for name, t in tensors.items()
+    }
     path = fast_dir / "mt.hurray"
     hurray.save(path, tensors)
 
     with hurray.open(path, mmap=mmap) as f:
+
         def work(seed):
             rng = np.random.default_rng(seed)
             names = list(expected)
@@ -504,8 +547,9 @@ def test_eight_threads_read_one_file(fast_dir, mmap):
                 assert got == expected[name], name
                 assert f.descriptor(name) == tensors[name].descriptor
                 start = int(rng.integers(0, 250))
-                np.testing.assert_array_equal(f.get_slice("rows", start, start + 6).numpy(),
-                                              rows[start:start + 6])
+                np.testing.assert_array_equal(
+                    f.get_slice("rows", start, start + 6).numpy(), rows[start : start + 6]
+                )
                 checked += 1
             f.verify()
             return checked
@@ -540,16 +584,19 @@ def test_close_while_threads_read_is_safe(fast_dir):
 
 # ------------------------------------------------------- scipy through files
 
+
 @pytest.mark.parametrize("mmap", MODES)
 @pytest.mark.parametrize("fmt", ["coo", "csr", "csc", "bsr"])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_scipy_sparse_round_trip_through_a_file(fast_dir, fmt, index_dtype, mmap):
     import scipy.sparse as sp
+
     rng = np.random.default_rng(11)
     dense = rng.normal(size=(6, 8)) * (rng.random((6, 8)) < 0.3)
     dense[0, 1], dense[5, 7], dense[2, 3] = 1.5, -2.0, 4.0
     m = {"coo": sp.coo_matrix, "csr": sp.csr_matrix, "csc": sp.csc_matrix}.get(
-        fmt, lambda x: sp.bsr_matrix(x, blocksize=(2, 4)))(dense)
+        fmt, lambda x: sp.bsr_matrix(x, blocksize=(2, 4))
+    )(dense)
     if fmt == "coo":
         m.row, m.col = m.row.astype(index_dtype), m.col.astype(index_dtype)
     else:
@@ -578,6 +625,7 @@ def test_scipy_sparse_round_trip_through_a_file(fast_dir, fmt, index_dtype, mmap
 
 def test_scipy_sparse_of_other_formats_is_stored_as_csr(fast_dir):
     import scipy.sparse as sp
+
     m = sp.random(5, 7, density=0.3, format="lil", dtype=np.float32, random_state=3)
     path = fast_dir / "lil.hurray"
     hurray.save(path, {"m": m})
@@ -597,6 +645,7 @@ def test_empty_numpy_array_saves(fast_dir):
 
 def test_empty_scipy_matrix_saves(fast_dir):
     import scipy.sparse as sp
+
     matrices = {f"e{i}": sp.csr_matrix((4, 5), dtype=np.float32) for i in range(16)}
     hurray.save(fast_dir / "empty.hurray", matrices)
     loaded = hurray.load(fast_dir / "empty.hurray")

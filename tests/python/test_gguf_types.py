@@ -13,6 +13,7 @@ NaN scales, and extreme codes. Each file must:
 - convert back to a GGUF file byte-identical to the original: the same
   tensor types, data and every key-value pair.
 """
+
 import os
 import shutil
 import struct
@@ -37,8 +38,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cli():
-    for cand in (os.environ.get("HURRAY_CLI"), str(REPO / "build" / "hurray"),
-                 shutil.which("hurray")):
+    for cand in (
+        os.environ.get("HURRAY_CLI"),
+        str(REPO / "build" / "hurray"),
+        shutil.which("hurray"),
+    ):
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
     return None
@@ -48,21 +52,85 @@ CLI = _cli()
 
 DENSE = ["F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"]
 AFFINE = ["Q8_0", "Q4_0"]  # block_affine codes + float16 scales, as before
-CODED = ["Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
-         "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS",
-         "TQ1_0", "TQ2_0", "MXFP4", "NVFP4"]
+CODED = [
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q8_K",
+    "IQ1_S",
+    "IQ1_M",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_S",
+    "IQ3_XXS",
+    "IQ3_S",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4",
+    "NVFP4",
+]
 QUANT = AFFINE + CODED
 
 # Byte offsets of each block's float16 scale fields.
-F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2],
-          "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-          "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0],
-          "IQ1_S": [0], "IQ4_NL": [0], "IQ4_XS": [0], "TQ1_0": [52], "TQ2_0": [64]}
+F16_AT = {
+    "Q8_0": [0],
+    "Q4_0": [0],
+    "Q4_1": [0, 2],
+    "Q5_0": [0],
+    "Q5_1": [0, 2],
+    "Q2_K": [80, 82],
+    "Q3_K": [108],
+    "Q4_K": [0, 2],
+    "Q5_K": [0, 2],
+    "Q6_K": [208],
+    "IQ2_XXS": [0],
+    "IQ2_XS": [0],
+    "IQ2_S": [0],
+    "IQ3_XXS": [0],
+    "IQ3_S": [0],
+    "IQ1_S": [0],
+    "IQ4_NL": [0],
+    "IQ4_XS": [0],
+    "TQ1_0": [52],
+    "TQ2_0": [64],
+}
 
-F16_EDGES = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0x7BFF, 0xFBFF,
-             0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE00, 0x7FFF]
-F32_EDGES = [0x00000000, 0x80000000, 0x00000001, 0x007FFFFF, 0x3F800000, 0x7F7FFFFF,
-             0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001]
+F16_EDGES = [
+    0x0000,
+    0x8000,
+    0x0001,
+    0x8001,
+    0x03FF,
+    0x0400,
+    0x3C00,
+    0x7BFF,
+    0xFBFF,
+    0x7C00,
+    0xFC00,
+    0x7E00,
+    0x7C01,
+    0xFE00,
+    0x7FFF,
+]
+F32_EDGES = [
+    0x00000000,
+    0x80000000,
+    0x00000001,
+    0x007FFFFF,
+    0x3F800000,
+    0x7F7FFFFF,
+    0x7F800000,
+    0xFF800000,
+    0x7FC00000,
+    0x7F800001,
+]
 BYTE_EDGES = [0x00, 0x01, 0x02, 0x7E, 0x7F, 0x80, 0x81, 0xFE, 0xFF]
 CODE_FILLS = [0x00, 0xFF, 0x80, 0x7F, 0x55, 0xAA]
 
@@ -91,7 +159,7 @@ def set_scale(kind, block, value_bits):
         block[0:4] = value_bits & 0xFF
     else:
         for at in F16_AT[kind]:
-            block[at:at + 2] = np.array([value_bits & 0xFFFF], np.uint16).view(np.uint8)
+            block[at : at + 2] = np.array([value_bits & 0xFFFF], np.uint16).view(np.uint8)
 
 
 def random_blocks(kind, rows, nblocks, rng):
@@ -113,8 +181,7 @@ def random_blocks(kind, rows, nblocks, rng):
 def edge_blocks(kind, rng):
     """One row per edge scale, each block's other bytes a fill pattern."""
     _, size = sizes(kind)
-    edges = (F32_EDGES if kind == "Q8_K" else BYTE_EDGES if kind in ("MXFP4", "NVFP4")
-             else F16_EDGES)
+    edges = F32_EDGES if kind == "Q8_K" else BYTE_EDGES if kind in ("MXFP4", "NVFP4") else F16_EDGES
     rows = []
     for e in edges:
         row = []
@@ -167,8 +234,8 @@ def write_gguf(path, tensors, kv=True):
         w.add_int16("test.i16", -30000)
         w.add_uint32("test.u32", 4000000000)
         w.add_int32("test.i32", -2000000000)
-        w.add_uint64("test.u64", 2 ** 64 - 1)
-        w.add_int64("test.i64", -2 ** 62)
+        w.add_uint64("test.u64", 2**64 - 1)
+        w.add_int64("test.i64", -(2**62))
         w.add_float32("test.f32", 0.1)
         w.add_float64("test.f64", 1e300)
         w.add_bool("test.bool", True)
@@ -187,8 +254,9 @@ def write_gguf(path, tensors, kv=True):
 
 
 def cli_convert(src, dst):
-    return subprocess.run([CLI, "convert", str(src), str(dst)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [CLI, "convert", str(src), str(dst)], capture_output=True, text=True, timeout=120
+    )
 
 
 def convert_both_ways(tmp_path, src, via):
@@ -208,10 +276,13 @@ def convert_both_ways(tmp_path, src, via):
 def gguf_pairs(path):
     """Every key-value pair and tensor (type, dims, bytes) as gguf-py reads it."""
     r = gguf.GGUFReader(str(path))
-    kv = {f.name: (tuple(f.types), [bytes(p.tobytes()) for p in f.parts])
-          for f in r.fields.values()}
-    ts = {t.name: (t.tensor_type, tuple(int(x) for x in t.shape), bytes(t.data.tobytes()))
-          for t in r.tensors}
+    kv = {
+        f.name: (tuple(f.types), [bytes(p.tobytes()) for p in f.parts]) for f in r.fields.values()
+    }
+    ts = {
+        t.name: (t.tensor_type, tuple(int(x) for x in t.shape), bytes(t.data.tobytes()))
+        for t in r.tensors
+    }
     return kv, ts
 
 
@@ -220,12 +291,15 @@ VIA = ["python"] + (["cli"] if CLI else [])
 
 # ------------------------------------------------------------ per type
 
+
 @pytest.mark.parametrize("via", VIA)
 @pytest.mark.parametrize("kind", QUANT)
 def test_quantized_type_is_exact_in_and_out(tmp_path, kind, via):
     rng = np.random.default_rng(sum(map(ord, kind)))
-    tensors = {f"blk.0.{kind.lower()}.random": (kind, random_blocks(kind, 4, 3, rng)),
-               f"blk.0.{kind.lower()}.edges": (kind, edge_blocks(kind, rng))}
+    tensors = {
+        f"blk.0.{kind.lower()}.random": (kind, random_blocks(kind, 4, 3, rng)),
+        f"blk.0.{kind.lower()}.edges": (kind, edge_blocks(kind, rng)),
+    }
     quantized = quantized_blocks(kind, rng)
     if quantized is not None:
         tensors[f"blk.0.{kind.lower()}.gguf_py"] = (kind, quantized)
@@ -257,10 +331,17 @@ def test_quantized_type_is_exact_in_and_out(tmp_path, kind, via):
 @pytest.mark.parametrize("kind", DENSE)
 def test_dense_type_round_trips_byte_identical(tmp_path, kind):
     rng = np.random.default_rng(len(kind))
-    np_type = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,
-               "I16": np.int16, "I32": np.int32, "I64": np.int64}
+    np_type = {
+        "F32": np.float32,
+        "F16": np.float16,
+        "F64": np.float64,
+        "I8": np.int8,
+        "I16": np.int16,
+        "I32": np.int32,
+        "I64": np.int64,
+    }
     if kind == "BF16":
-        raw = rng.integers(0, 2 ** 16, size=(3, 8), dtype=np.uint16).view(np.uint8)
+        raw = rng.integers(0, 2**16, size=(3, 8), dtype=np.uint16).view(np.uint8)
         raw = raw.reshape(3, 16)
     elif kind.startswith("I"):
         info = np.iinfo(np_type[kind])
@@ -273,8 +354,10 @@ def test_dense_type_round_trips_byte_identical(tmp_path, kind):
         _, back = convert_both_ways(tmp_path, src, via)
         assert back.read_bytes() == src.read_bytes()
     t = hurray.load(str(tmp_path / "x.hurray"))["t"]
-    assert np.array_equal(np.asarray(t.codes()).view(np.uint8).ravel(),
-                          np.ascontiguousarray(raw).view(np.uint8).ravel())
+    assert np.array_equal(
+        np.asarray(t.codes()).view(np.uint8).ravel(),
+        np.ascontiguousarray(raw).view(np.uint8).ravel(),
+    )
 
 
 def test_every_gguf_type_is_covered():
@@ -296,6 +379,7 @@ def test_all_types_in_one_file_keep_every_kv_pair(tmp_path):
 
 def test_dequantize_to_float16_and_bfloat16_narrows_the_float32_values(tmp_path):
     import ml_dtypes
+
     rng = np.random.default_rng(3)
     src = tmp_path / "n.gguf"
     raw = random_blocks("Q4_K", 2, 2, rng)
@@ -304,8 +388,10 @@ def test_dequantize_to_float16_and_bfloat16_narrows_the_float32_values(tmp_path)
     t = hurray.load(str(tmp_path / "n.hurray"))["w"]
     f32 = t.dequantize()
     assert np.array_equal(t.dequantize(np.float16), f32.astype(np.float16))
-    assert np.array_equal(t.dequantize(ml_dtypes.bfloat16).view(np.uint16),
-                          f32.astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.array_equal(
+        t.dequantize(ml_dtypes.bfloat16).view(np.uint16),
+        f32.astype(ml_dtypes.bfloat16).view(np.uint16),
+    )
 
 
 def test_large_tensor_threads_agree(tmp_path):
@@ -322,27 +408,43 @@ def test_large_tensor_threads_agree(tmp_path):
 
 # ------------------------------------------------------------ descriptor
 
+
 def test_block_coded_descriptor_round_trips_and_validates():
-    d = Descriptor("uint8", (2, 512), quantization=BlockCoded("ggml_q6_k", 1),
-                   buffers=[hurray.Buffer("data", 2 * 2 * 210)])
+    d = Descriptor(
+        "uint8",
+        (2, 512),
+        quantization=BlockCoded("ggml_q6_k", 1),
+        buffers=[hurray.Buffer("data", 2 * 2 * 210)],
+    )
     d.validate()
     assert d.quantization.block_size == 256
     assert Descriptor.decode(d.encode()) == d
-    assert d.to_dict()["quantization"] == {"kind": "block_coded", "format": "ggml_q6_k",
-                                           "axis": 1, "block_size": 256}
+    assert d.to_dict()["quantization"] == {
+        "kind": "block_coded",
+        "format": "ggml_q6_k",
+        "axis": 1,
+        "block_size": 256,
+    }
     assert Descriptor.from_dict(d.to_dict()) == d
 
 
-@pytest.mark.parametrize("change, status", [
-    (dict(dtype="int8"), "HURRAY_ERR_QUANT_DTYPE"),
-    (dict(shape=(2, 500)), "HURRAY_ERR_QUANT_BLOCK_SIZE"),
-    (dict(quantization=BlockCoded("ggml_q6_k", 0)), "HURRAY_ERR_QUANT_AXIS"),
-    (dict(buffers=[hurray.Buffer("data", 2 * 2 * 210 - 1)]), "HURRAY_ERR_BUFFER_TOO_SMALL"),
-    (dict(strides=(512, 1)), "HURRAY_ERR_STRIDES"),
-])
+@pytest.mark.parametrize(
+    "change, status",
+    [
+        (dict(dtype="int8"), "HURRAY_ERR_QUANT_DTYPE"),
+        (dict(shape=(2, 500)), "HURRAY_ERR_QUANT_BLOCK_SIZE"),
+        (dict(quantization=BlockCoded("ggml_q6_k", 0)), "HURRAY_ERR_QUANT_AXIS"),
+        (dict(buffers=[hurray.Buffer("data", 2 * 2 * 210 - 1)]), "HURRAY_ERR_BUFFER_TOO_SMALL"),
+        (dict(strides=(512, 1)), "HURRAY_ERR_STRIDES"),
+    ],
+)
 def test_block_coded_validation_rules(change, status):
-    fields = dict(dtype="uint8", shape=(2, 512), quantization=BlockCoded("ggml_q6_k", 1),
-                  buffers=[hurray.Buffer("data", 2 * 2 * 210)])
+    fields = dict(
+        dtype="uint8",
+        shape=(2, 512),
+        quantization=BlockCoded("ggml_q6_k", 1),
+        buffers=[hurray.Buffer("data", 2 * 2 * 210)],
+    )
     fields.update(change)
     with pytest.raises(hurray.HurrayError) as info:
         Descriptor(fields.pop("dtype"), fields.pop("shape"), **fields).validate()
@@ -351,13 +453,21 @@ def test_block_coded_validation_rules(change, status):
 
 def test_unknown_block_format_is_refused():
     with pytest.raises(ValueError):
-        Descriptor("uint8", (256,), quantization=BlockCoded("ggml_q9_k", 0),
-                   buffers=[hurray.Buffer("data", 100)])
+        Descriptor(
+            "uint8",
+            (256,),
+            quantization=BlockCoded("ggml_q9_k", 0),
+            buffers=[hurray.Buffer("data", 100)],
+        )
 
 
 def test_block_coded_decode_of_unknown_format_is_unsupported():
-    d = Descriptor("uint8", (256,), quantization=BlockCoded("ggml_q4_k", 0),
-                   buffers=[hurray.Buffer("data", 144)])
+    d = Descriptor(
+        "uint8",
+        (256,),
+        quantization=BlockCoded("ggml_q4_k", 0),
+        buffers=[hurray.Buffer("data", 144)],
+    )
     enc = bytearray(d.encode())
     at = enc.find(struct.pack("<HI", 0x003B, 8))
     assert at >= 0
@@ -386,8 +496,14 @@ def test_statistics_skip_block_coded_tensors(tmp_path):
     are not that (it read past the buffer before this was refused)."""
     rng = np.random.default_rng(9)
     src = tmp_path / "st.gguf"
-    write_gguf(src, {"w": ("Q6_K", random_blocks("Q6_K", 2, 1, rng)),
-                     "b": ("F32", np.arange(4, dtype=np.float32))}, kv=False)
+    write_gguf(
+        src,
+        {
+            "w": ("Q6_K", random_blocks("Q6_K", 2, 1, rng)),
+            "b": ("F32", np.arange(4, dtype=np.float32)),
+        },
+        kv=False,
+    )
     hurray.convert(str(src), str(tmp_path / "st.hurray"), stats=True, quiet=True)
     f = hurray.load(str(tmp_path / "st.hurray"))
     assert f["w"].descriptor.statistics is None
@@ -398,14 +514,20 @@ def test_statistics_skip_block_coded_tensors(tmp_path):
 
 # ------------------------------------------------------------ malformed
 
+
 def write_short_tensor(path, second):
     """A Q4_K tensor declared [2, 256] (576 bytes) holding only 100."""
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("blk.0.attn_q.weight", np.zeros(100, np.uint8), raw_shape=(2, 288),
-                 raw_dtype=GQ.Q4_K)
+    w.add_tensor(
+        "blk.0.attn_q.weight", np.zeros(100, np.uint8), raw_shape=(2, 288), raw_dtype=GQ.Q4_K
+    )
     if second:
-        w.add_tensor("blk.0.attn_k.weight", np.zeros(144 * 8, np.uint8), raw_shape=(8, 144),
-                     raw_dtype=GQ.Q4_K)
+        w.add_tensor(
+            "blk.0.attn_k.weight",
+            np.zeros(144 * 8, np.uint8),
+            raw_shape=(8, 144),
+            raw_dtype=GQ.Q4_K,
+        )
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -452,6 +574,7 @@ def test_block_coded_dims_not_whole_blocks_are_refused(tmp_path):
 
 # ------------------------------------------------------------ generated tables
 
+
 def test_grid_tables_equal_gguf_py():
     """src/quant/ggml_grids.c is what scripts/gen_ggml_grids.py makes from
     gguf-py's tables today."""
@@ -461,8 +584,9 @@ def test_grid_tables_equal_gguf_py():
         pytest.skip("needs the source tree")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert r.stdout == committed.read_text()
-    r = subprocess.run([sys.executable, str(script), "--text"], capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run(
+        [sys.executable, str(script), "--text"], capture_output=True, text=True, check=True
+    )
     assert r.stdout == (REPO / "docs" / "spec" / "ggml-iq-grids.txt").read_text()
 
 

@@ -3,6 +3,7 @@ extension tensors through a file (both read modes) and through the
 __hurray__ capsule, compared with the dense tensors they represent;
 statistics written by save(..., statistics=True) and shown by `hurray ls`;
 and malformed contents refused with PlacementError naming the rule."""
+
 import io
 import json
 import os
@@ -19,8 +20,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hurray
-from hurray import (Buffer, Composite, Dense, Descriptor, Extension, Member, Paged,
-                    PerChannelAffine, Sparse, Statistics)
+from hurray import (
+    Buffer,
+    Composite,
+    Dense,
+    Descriptor,
+    Extension,
+    Member,
+    Paged,
+    PerChannelAffine,
+    Sparse,
+    Statistics,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CLI = os.environ.get("HURRAY_CLI", str(REPO / "build" / "hurray"))
@@ -28,9 +39,11 @@ needs_cli = pytest.mark.skipif(not os.access(CLI, os.X_OK), reason=f"no hurray C
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +102,7 @@ def cli(*args):
 
 # ================================================================== scipy
 
+
 def random_dense(rng, rows, cols, density, empty_rows, dtype=np.float64):
     values = rng.standard_normal((rows, cols)) + 3.0  # never a stored zero by chance
     dense = np.where(rng.random((rows, cols)) < density, values, 0.0).astype(dtype)
@@ -131,14 +145,19 @@ def check_sparse_trips(t, dense, index_dtype, fmt, folder):
 
 
 @SETTINGS
-@given(rows=st.integers(1, 9), cols=st.integers(1, 9),
-       density=st.sampled_from([0.0, 0.2, 0.6, 1.0]),
-       empty_rows=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**32 - 1),
-       fmt=st.sampled_from(["coo", "csr", "csc"]),
-       index_dtype=st.sampled_from([np.int32, np.int64]),
-       value_dtype=st.sampled_from([np.float32, np.float64, np.int16]))
-def test_scipy_round_trip(workdir, rows, cols, density, empty_rows, seed, fmt, index_dtype,
-                          value_dtype):
+@given(
+    rows=st.integers(1, 9),
+    cols=st.integers(1, 9),
+    density=st.sampled_from([0.0, 0.2, 0.6, 1.0]),
+    empty_rows=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**32 - 1),
+    fmt=st.sampled_from(["coo", "csr", "csc"]),
+    index_dtype=st.sampled_from([np.int32, np.int64]),
+    value_dtype=st.sampled_from([np.float32, np.float64, np.int16]),
+)
+def test_scipy_round_trip(
+    workdir, rows, cols, density, empty_rows, seed, fmt, index_dtype, value_dtype
+):
     rng = np.random.default_rng(seed)
     dense = random_dense(rng, rows, cols, density, empty_rows, value_dtype)
     m = with_index_dtype(getattr(sp, f"{fmt}_matrix")(dense), index_dtype)
@@ -149,9 +168,14 @@ def test_scipy_round_trip(workdir, rows, cols, density, empty_rows, seed, fmt, i
 
 
 @SETTINGS
-@given(block=st.sampled_from([(1, 1), (2, 3), (3, 2), (2, 2)]), brows=st.integers(1, 4),
-       bcols=st.integers(1, 4), density=st.sampled_from([0.0, 0.3, 1.0]),
-       seed=st.integers(0, 2**32 - 1), index_dtype=st.sampled_from([np.int32, np.int64]))
+@given(
+    block=st.sampled_from([(1, 1), (2, 3), (3, 2), (2, 2)]),
+    brows=st.integers(1, 4),
+    bcols=st.integers(1, 4),
+    density=st.sampled_from([0.0, 0.3, 1.0]),
+    seed=st.integers(0, 2**32 - 1),
+    index_dtype=st.sampled_from([np.int32, np.int64]),
+)
 def test_scipy_bsr_round_trip(workdir, block, brows, bcols, density, seed, index_dtype):
     rng = np.random.default_rng(seed)
     rows, cols = brows * block[0], bcols * block[1]
@@ -179,8 +203,10 @@ def test_scipy_all_empty_matrix(workdir, fmt):
 def test_scipy_coo_duplicates_sum(workdir):
     """A COO with a position stored twice (not canonical) sums it, like
     scipy, in to_dense after every trip."""
-    m = sp.coo_matrix((np.array([1.5, 2.0, 0.25], np.float32),
-                       (np.array([2, 0, 2]), np.array([1, 3, 1]))), shape=(3, 4))
+    m = sp.coo_matrix(
+        (np.array([1.5, 2.0, 0.25], np.float32), (np.array([2, 0, 2]), np.array([1, 3, 1]))),
+        shape=(3, 4),
+    )
     assert not m.has_canonical_format
     t = hurray.SparseTensor.from_scipy(m)
     assert t.descriptor.layout.canonical is False
@@ -191,13 +217,15 @@ def test_scipy_coo_duplicates_sum(workdir):
 def test_float16_duplicates_have_no_sum():
     """to_dense in C has no float16 sum: a duplicated float16 position is
     refused (coalesce first), a unique one is placed as stored."""
-    t = hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1, 2], np.float16),
-                                        coords=[np.array([0, 0]), np.array([1, 1])])
+    t = hurray.SparseTensor.from_arrays(
+        "coo", (2, 2), np.array([1, 2], np.float16), coords=[np.array([0, 0]), np.array([1, 1])]
+    )
     with pytest.raises(hurray.UnsupportedError) as excinfo:
         t.to_dense()
     status(excinfo, "HURRAY_ERR_UNSUPPORTED")
-    u = hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1, 2], np.float16),
-                                        coords=[np.array([0, 1]), np.array([1, 1])])
+    u = hurray.SparseTensor.from_arrays(
+        "coo", (2, 2), np.array([1, 2], np.float16), coords=[np.array([0, 1]), np.array([1, 1])]
+    )
     np.testing.assert_array_equal(u.to_dense(), np.array([[0, 1], [0, 2]], np.float16))
 
 
@@ -205,6 +233,7 @@ def test_float16_duplicates_have_no_sum():
 
 try:
     import torch
+
     from hurray.torch import from_torch, to_torch
 except ImportError:  # pragma: no cover
     torch = None
@@ -217,27 +246,48 @@ def torch_sparse(dense, fmt, index_dtype):
         return x.to_sparse()
     if fmt == "bsr":
         s = x.to_sparse_bsr((2, 3))
-        return torch.sparse_bsr_tensor(s.crow_indices().to(index_dtype),
-                                       s.col_indices().to(index_dtype), s.values(), s.shape,
-                                       check_invariants=True)
+        return torch.sparse_bsr_tensor(
+            s.crow_indices().to(index_dtype),
+            s.col_indices().to(index_dtype),
+            s.values(),
+            s.shape,
+            check_invariants=True,
+        )
     if fmt == "csr":
         s = x.to_sparse_csr()
-        return torch.sparse_csr_tensor(s.crow_indices().to(index_dtype),
-                                       s.col_indices().to(index_dtype), s.values(), s.shape,
-                                       check_invariants=True)
+        return torch.sparse_csr_tensor(
+            s.crow_indices().to(index_dtype),
+            s.col_indices().to(index_dtype),
+            s.values(),
+            s.shape,
+            check_invariants=True,
+        )
     s = x.to_sparse_csc()
-    return torch.sparse_csc_tensor(s.ccol_indices().to(index_dtype),
-                                   s.row_indices().to(index_dtype), s.values(), s.shape,
-                                   check_invariants=True)
+    return torch.sparse_csc_tensor(
+        s.ccol_indices().to(index_dtype),
+        s.row_indices().to(index_dtype),
+        s.values(),
+        s.shape,
+        check_invariants=True,
+    )
 
 
 TORCH_LAYOUT = {"coo": "sparse_coo", "csr": "sparse_csr", "csc": "sparse_csc", "bsr": "sparse_bsr"}
 
 
 @needs_torch
-@pytest.mark.parametrize("fmt,index_dtype", [("coo", "int64"), ("csr", "int32"), ("csr", "int64"),
-                                             ("csc", "int32"), ("csc", "int64"), ("bsr", "int32"),
-                                             ("bsr", "int64")])
+@pytest.mark.parametrize(
+    "fmt,index_dtype",
+    [
+        ("coo", "int64"),
+        ("csr", "int32"),
+        ("csr", "int64"),
+        ("csc", "int32"),
+        ("csc", "int64"),
+        ("bsr", "int32"),
+        ("bsr", "int64"),
+    ],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_torch_sparse_round_trip(workdir, fmt, index_dtype, seed):
     rng = np.random.default_rng(seed)
@@ -249,8 +299,11 @@ def test_torch_sparse_round_trip(workdir, fmt, index_dtype, seed):
     assert h.descriptor.layout.index_dtype == index_dtype
     again = hurray.SparseTensor.from_torch(x).descriptor
     # (declared alignments follow the addresses, which may differ)
-    assert (again.dtype, again.shape, again.layout) == (h.descriptor.dtype, h.descriptor.shape,
-                                                        h.descriptor.layout)
+    assert (again.dtype, again.shape, again.layout) == (
+        h.descriptor.dtype,
+        h.descriptor.shape,
+        h.descriptor.layout,
+    )
     np.testing.assert_array_equal(h.to_dense(), dense)
     for how, u in round_trips(h, workdir):
         assert_same_parts(u, h)
@@ -291,16 +344,20 @@ def test_torch_coo_of_rank_3(workdir):
 
 # ================================================================== paged
 
+
 def paged_kv(rng, seqs, tokens, heads, dim, page_size, spare, table_dtype):
     """A KV cache [seqs, tokens, heads, dim] over a pool [num_pages, page_size,
     heads, dim] with `spare` pages nobody uses, pages handed out shuffled."""
     blocks = -(-tokens // page_size)
     num_pages = seqs * blocks + spare
     pool = rng.standard_normal((num_pages, page_size, heads, dim)).astype(np.float16)
-    table = rng.permutation(num_pages)[:seqs * blocks].reshape(seqs, blocks).astype(table_dtype)
-    d = Descriptor("float16", (seqs, tokens, heads, dim),
-                   layout=Paged(1, page_size, num_pages, np.dtype(table_dtype).name, 0, 1),
-                   buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", table.nbytes)])
+    table = rng.permutation(num_pages)[: seqs * blocks].reshape(seqs, blocks).astype(table_dtype)
+    d = Descriptor(
+        "float16",
+        (seqs, tokens, heads, dim),
+        layout=Paged(1, page_size, num_pages, np.dtype(table_dtype).name, 0, 1),
+        buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", table.nbytes)],
+    )
     t = hurray.Tensor(d, [pool.reshape(-1).view(np.uint8), table.reshape(-1).view(np.uint8)])
     # The logical tensor, by hand: token j of sequence s is row j % page_size
     # of pool page table[s, j // page_size].
@@ -312,13 +369,22 @@ def paged_kv(rng, seqs, tokens, heads, dim, page_size, spare, table_dtype):
 
 
 @SETTINGS
-@given(seqs=st.integers(1, 3), tokens=st.integers(1, 20), heads=st.integers(1, 3),
-       dim=st.integers(1, 4), page_size=st.integers(1, 8), spare=st.integers(0, 3),
-       table_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
-def test_paged_kv_cache_round_trip(workdir, seqs, tokens, heads, dim, page_size, spare,
-                                   table_dtype, seed):
-    t, pool, table, expected = paged_kv(np.random.default_rng(seed), seqs, tokens, heads, dim,
-                                        page_size, spare, table_dtype)
+@given(
+    seqs=st.integers(1, 3),
+    tokens=st.integers(1, 20),
+    heads=st.integers(1, 3),
+    dim=st.integers(1, 4),
+    page_size=st.integers(1, 8),
+    spare=st.integers(0, 3),
+    table_dtype=st.sampled_from([np.int32, np.int64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_paged_kv_cache_round_trip(
+    workdir, seqs, tokens, heads, dim, page_size, spare, table_dtype, seed
+):
+    t, pool, table, expected = paged_kv(
+        np.random.default_rng(seed), seqs, tokens, heads, dim, page_size, spare, table_dtype
+    )
     np.testing.assert_array_equal(t.to_dense(), expected)
     for how, u in round_trips(t, workdir):
         assert_same_parts(u, t)
@@ -346,6 +412,7 @@ def test_paged_pool_is_kept_whole_in_the_file(workdir):
 
 # ============================================================== composite
 
+
 def composite_tensor():
     """A composite of a per-channel quantized weight (int8 codes, float32
     scales, int8 zero points; buffers 1-3) and a dense bias (buffer 0)."""
@@ -354,12 +421,32 @@ def composite_tensor():
     codes = rng.integers(-128, 128, (4, 6)).astype(np.int8)
     scales = np.array([0.5, 0.25, 2.0, 0.125], np.float32)
     zps = np.array([0, 1, -2, 3], np.int8)
-    d = Descriptor("float32", (4, 6), layout=Composite((
-        Member("bias", Descriptor("float32", (2, 5), layout=Dense(0))),
-        Member("weight", Descriptor("int8", (4, 6), layout=Dense(1), quantization=PerChannelAffine(
-            0, 2, "float32", zero_point_buffer=3, zero_point_dtype="int8"))))),
-        buffers=[Buffer("data", bias.nbytes), Buffer("data", codes.nbytes),
-                 Buffer("scales", scales.nbytes), Buffer("zero_points", zps.nbytes)])
+    d = Descriptor(
+        "float32",
+        (4, 6),
+        layout=Composite(
+            (
+                Member("bias", Descriptor("float32", (2, 5), layout=Dense(0))),
+                Member(
+                    "weight",
+                    Descriptor(
+                        "int8",
+                        (4, 6),
+                        layout=Dense(1),
+                        quantization=PerChannelAffine(
+                            0, 2, "float32", zero_point_buffer=3, zero_point_dtype="int8"
+                        ),
+                    ),
+                ),
+            )
+        ),
+        buffers=[
+            Buffer("data", bias.nbytes),
+            Buffer("data", codes.nbytes),
+            Buffer("scales", scales.nbytes),
+            Buffer("zero_points", zps.nbytes),
+        ],
+    )
     arrays = [a.reshape(-1).view(np.uint8) for a in (bias, codes, scales, zps)]
     real = (codes.astype(np.float64) - zps[:, None]) * scales[:, None]
     return hurray.Tensor(d, arrays), bias, codes, real.astype(np.float32)
@@ -379,8 +466,9 @@ def test_composite_members_zero_copy(workdir):
         assert w.descriptor.quantization.scale_buffer == 1
         assert w.descriptor.quantization.zero_point_buffer == 2
         # ... over the parent's memory, not copies.
-        assert [w._buffer_address(i) for i in range(3)] == [u._buffer_address(i)
-                                                          for i in (1, 2, 3)], how
+        assert [w._buffer_address(i) for i in range(3)] == [
+            u._buffer_address(i) for i in (1, 2, 3)
+        ], how
         assert b._buffer_address(0) == u._buffer_address(0), how
         np.testing.assert_array_equal(b.numpy(), bias, err_msg=how)
         np.testing.assert_array_equal(w.codes(), codes, err_msg=how)
@@ -404,8 +492,9 @@ def nested(levels):
     node = Descriptor("float32", (2,), layout=Dense(0))
     for _ in range(levels - 1):
         node = Descriptor("float32", (2,), layout=Composite((Member("m", node),)))
-    return Descriptor("float32", (2,), layout=Composite((Member("m", node),)),
-                      buffers=[Buffer("data", 8)])
+    return Descriptor(
+        "float32", (2,), layout=Composite((Member("m", node),)), buffers=[Buffer("data", 8)]
+    )
 
 
 def test_composite_depth_limit():
@@ -423,8 +512,12 @@ def test_composite_members_are_values():
     """A cycle cannot be built from Python: descriptors are immutable values,
     and one used twice is two copies, not a shared node."""
     leaf = Descriptor("float32", (2,), layout=Dense(0))
-    d = Descriptor("float32", (2,), layout=Composite((Member("a", leaf), Member("b", leaf))),
-                   buffers=[Buffer("data", 8)])
+    d = Descriptor(
+        "float32",
+        (2,),
+        layout=Composite((Member("a", leaf), Member("b", leaf))),
+        buffers=[Buffer("data", 8)],
+    )
     with pytest.raises(AttributeError):
         d.layout = Composite((Member("self", d),))
     with pytest.raises(AttributeError):  # frozen dataclasses
@@ -435,8 +528,11 @@ def test_composite_members_are_values():
 
 # ============================================================== extensions
 
-ext_names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-                    min_size=1, max_size=20)
+ext_names = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=20,
+)
 
 
 @needs_cli
@@ -444,9 +540,13 @@ ext_names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charac
 @given(name=ext_names, metadata=st.binary(max_size=300), sparse=st.booleans())
 def test_extension_preserved_byte_exact(workdir, name, metadata, sparse):
     if sparse:
-        base = hurray.SparseTensor.from_arrays("csr", (2, 3), np.array([1, 2], np.float32),
-                                               indptr=np.array([0, 1, 2], np.int32),
-                                               indices=np.array([2, 0], np.int32))
+        base = hurray.SparseTensor.from_arrays(
+            "csr",
+            (2, 3),
+            np.array([1, 2], np.float32),
+            indptr=np.array([0, 1, 2], np.int32),
+            indices=np.array([2, 0], np.int32),
+        )
     else:
         base = hurray.from_numpy(np.arange(6, dtype=np.int16).reshape(2, 3))
     ext = Extension(name, metadata)
@@ -465,20 +565,28 @@ def test_extension_preserved_byte_exact(workdir, name, metadata, sparse):
 
 # ============================================================== statistics
 
+
 def expected_stats(values, numel=None, unstored=0):
     flat = np.asarray(values, np.float64).reshape(-1)
     finite = flat[~np.isnan(flat)]
     if unstored:
         finite = np.append(finite, 0.0)
-    return Statistics(min=float(finite.min()) if finite.size else None,
-                      max=float(finite.max()) if finite.size else None,
-                      nan_count=int(np.isnan(flat).sum()),
-                      zero_count=int((flat == 0).sum()) + unstored)
+    return Statistics(
+        min=float(finite.min()) if finite.size else None,
+        max=float(finite.max()) if finite.size else None,
+        nan_count=int(np.isnan(flat).sum()),
+        zero_count=int((flat == 0).sum()) + unstored,
+    )
 
 
 @SETTINGS
-@given(values=st.lists(st.one_of(st.floats(allow_nan=True, width=32), st.just(0.0),
-                                 st.just(-0.0)), min_size=1, max_size=40))
+@given(
+    values=st.lists(
+        st.one_of(st.floats(allow_nan=True, width=32), st.just(0.0), st.just(-0.0)),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_save_statistics_float32(workdir, values):
     a = np.array(values, np.float32)
     path = workdir / "stats.hurray"
@@ -495,15 +603,32 @@ def test_save_statistics_kinds_and_ls(workdir):
     f16 = np.array([1.0, -0.5, 65504, np.nan, 0], np.float16)
     bf16 = np.array([1.0, -2.5, 0.0, 3.140625], ml_dtypes.bfloat16)
     csr = sp.csr_matrix(np.array([[0, 4.0, 0, 0], [0, 0, 0, 0], [-1.0, 0, 0, 2.5]]))
-    coo = hurray.SparseTensor.from_arrays("coo", (3, 3), np.array([5, 7], np.int32),
-                                          coords=[np.array([0, 2]), np.array([1, 2])],
-                                          canonical=True)
+    coo = hurray.SparseTensor.from_arrays(
+        "coo",
+        (3, 3),
+        np.array([5, 7], np.int32),
+        coords=[np.array([0, 2]), np.array([1, 2])],
+        canonical=True,
+    )
     kv, *_ = paged_kv(np.random.default_rng(1), 1, 4, 1, 2, 2, 0, np.int32)
     comp, *_ = composite_tensor()
     fp8 = np.array([1, 2], ml_dtypes.float8_e4m3fn)
     path = workdir / "kinds.hurray"
-    hurray.save(path, {"f32": f32, "i16": i16, "f16": f16, "bf16": bf16, "csr": csr, "coo": coo,
-                       "kv": kv, "comp": comp, "fp8": fp8}, statistics=True)
+    hurray.save(
+        path,
+        {
+            "f32": f32,
+            "i16": i16,
+            "f16": f16,
+            "bf16": bf16,
+            "csr": csr,
+            "coo": coo,
+            "kv": kv,
+            "comp": comp,
+            "fp8": fp8,
+        },
+        statistics=True,
+    )
     with hurray.open(path) as f:
         s = {name: f.descriptor(name).statistics for name in f}
     assert s["f32"] == Statistics(-2.0, 7.25, 1, 2)
@@ -545,21 +670,22 @@ def test_with_statistics_keeps_buffers():
 
 
 def test_statistics_of_coo_duplicates_match_to_dense():
-    t = hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1.0, 2.0], np.float32),
-                                        coords=[np.array([0, 0]), np.array([0, 0])])
+    t = hurray.SparseTensor.from_arrays(
+        "coo", (2, 2), np.array([1.0, 2.0], np.float32), coords=[np.array([0, 0]), np.array([0, 0])]
+    )
     dense = t.to_dense()
     np.testing.assert_array_equal(dense, [[3, 0], [0, 0]])
     assert t.with_statistics().descriptor.statistics == expected_stats(dense)
 
 
 def test_statistics_of_strided_dense():
-    d = Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24,
-                   buffers=[Buffer("data", 48)])
+    d = Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24, buffers=[Buffer("data", 48)])
     t = hurray.Tensor(d, [np.array([0.0, 1, 2, 3, -4, np.nan])])
     assert t.with_statistics().descriptor.statistics == expected_stats(t.to_dense())
 
 
 # ========================================================= malformed input
+
 
 def csr_parts(indptr, indices, dtype=np.int32):
     return dict(indptr=np.array(indptr, dtype), indices=np.array(indices, dtype))
@@ -569,51 +695,94 @@ MALFORMED = {
     # name: (builder of a valid tensor, how to break it in place, status)
     "coo_index_out_of_range": (
         lambda: hurray.SparseTensor.from_arrays(
-            "coo", (3, 4), np.ones(2, np.float32), coords=[np.array([0, 2]), np.array([1, 3])]),
-        lambda p: p["coords"][1].__setitem__(1, 4), "HURRAY_ERR_SPARSE_INDEX_BOUNDS"),
+            "coo", (3, 4), np.ones(2, np.float32), coords=[np.array([0, 2]), np.array([1, 3])]
+        ),
+        lambda p: p["coords"][1].__setitem__(1, 4),
+        "HURRAY_ERR_SPARSE_INDEX_BOUNDS",
+    ),
     "coo_negative_index": (
         lambda: hurray.SparseTensor.from_arrays(
-            "coo", (3, 4), np.ones(2, np.float32),
-            coords=[np.array([0, 2], np.int64), np.array([1, 3], np.int64)]),
-        lambda p: p["coords"][0].__setitem__(0, -1), "HURRAY_ERR_SPARSE_INDEX_BOUNDS"),
+            "coo",
+            (3, 4),
+            np.ones(2, np.float32),
+            coords=[np.array([0, 2], np.int64), np.array([1, 3], np.int64)],
+        ),
+        lambda p: p["coords"][0].__setitem__(0, -1),
+        "HURRAY_ERR_SPARSE_INDEX_BOUNDS",
+    ),
     "csr_index_out_of_range": (
-        lambda: hurray.SparseTensor.from_arrays("csr", (3, 4), np.ones(3, np.float32),
-                                                **csr_parts([0, 1, 1, 3], [3, 0, 2])),
-        lambda p: p["indices"].__setitem__(2, 4), "HURRAY_ERR_SPARSE_INDEX_BOUNDS"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "csr", (3, 4), np.ones(3, np.float32), **csr_parts([0, 1, 1, 3], [3, 0, 2])
+        ),
+        lambda p: p["indices"].__setitem__(2, 4),
+        "HURRAY_ERR_SPARSE_INDEX_BOUNDS",
+    ),
     "csc_index_out_of_range": (
-        lambda: hurray.SparseTensor.from_arrays("csc", (3, 4), np.ones(3, np.float32),
-                                                **csr_parts([0, 1, 1, 3, 3], [2, 0, 1])),
-        lambda p: p["indices"].__setitem__(0, 3), "HURRAY_ERR_SPARSE_INDEX_BOUNDS"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "csc", (3, 4), np.ones(3, np.float32), **csr_parts([0, 1, 1, 3, 3], [2, 0, 1])
+        ),
+        lambda p: p["indices"].__setitem__(0, 3),
+        "HURRAY_ERR_SPARSE_INDEX_BOUNDS",
+    ),
     "bsr_index_out_of_range": (
-        lambda: hurray.SparseTensor.from_arrays("bsr", (4, 6), np.ones((2, 2, 3), np.float32),
-                                                block_shape=(2, 3),
-                                                **csr_parts([0, 1, 2], [1, 0], np.int64)),
-        lambda p: p["indices"].__setitem__(0, 2), "HURRAY_ERR_SPARSE_INDEX_BOUNDS"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "bsr",
+            (4, 6),
+            np.ones((2, 2, 3), np.float32),
+            block_shape=(2, 3),
+            **csr_parts([0, 1, 2], [1, 0], np.int64),
+        ),
+        lambda p: p["indices"].__setitem__(0, 2),
+        "HURRAY_ERR_SPARSE_INDEX_BOUNDS",
+    ),
     "indptr_decreasing": (
-        lambda: hurray.SparseTensor.from_arrays("csr", (3, 4), np.ones(3, np.float32),
-                                                **csr_parts([0, 1, 1, 3], [3, 0, 2])),
-        lambda p: p["indptr"].__setitem__(1, 2), "HURRAY_ERR_SPARSE_INDPTR"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "csr", (3, 4), np.ones(3, np.float32), **csr_parts([0, 1, 1, 3], [3, 0, 2])
+        ),
+        lambda p: p["indptr"].__setitem__(1, 2),
+        "HURRAY_ERR_SPARSE_INDPTR",
+    ),
     "indptr_not_ending_at_nnz": (
-        lambda: hurray.SparseTensor.from_arrays("csr", (3, 4), np.ones(3, np.float32),
-                                                **csr_parts([0, 1, 1, 3], [3, 0, 2])),
-        lambda p: p["indptr"].__setitem__(3, 2), "HURRAY_ERR_SPARSE_INDPTR"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "csr", (3, 4), np.ones(3, np.float32), **csr_parts([0, 1, 1, 3], [3, 0, 2])
+        ),
+        lambda p: p["indptr"].__setitem__(3, 2),
+        "HURRAY_ERR_SPARSE_INDPTR",
+    ),
     "indptr_not_starting_at_zero": (
-        lambda: hurray.SparseTensor.from_arrays("csc", (3, 4), np.ones(3, np.float32),
-                                                **csr_parts([0, 1, 1, 3, 3], [2, 0, 1])),
-        lambda p: p["indptr"].__setitem__(0, 1), "HURRAY_ERR_SPARSE_INDPTR"),
+        lambda: hurray.SparseTensor.from_arrays(
+            "csc", (3, 4), np.ones(3, np.float32), **csr_parts([0, 1, 1, 3, 3], [2, 0, 1])
+        ),
+        lambda p: p["indptr"].__setitem__(0, 1),
+        "HURRAY_ERR_SPARSE_INDPTR",
+    ),
     "canonical_coo_unsorted": (
         lambda: hurray.SparseTensor.from_arrays(
-            "coo", (3, 4), np.ones(3, np.float32),
-            coords=[np.array([0, 1, 1]), np.array([3, 0, 2])], canonical=True),
-        lambda p: p["coords"][0].__setitem__(0, 2), "HURRAY_ERR_SPARSE_ORDER"),
+            "coo",
+            (3, 4),
+            np.ones(3, np.float32),
+            coords=[np.array([0, 1, 1]), np.array([3, 0, 2])],
+            canonical=True,
+        ),
+        lambda p: p["coords"][0].__setitem__(0, 2),
+        "HURRAY_ERR_SPARSE_ORDER",
+    ),
     "canonical_coo_duplicate": (
         lambda: hurray.SparseTensor.from_arrays(
-            "coo", (3, 4), np.ones(3, np.float32),
-            coords=[np.array([0, 1, 1]), np.array([3, 0, 2])], canonical=True),
-        lambda p: p["coords"][1].__setitem__(2, 0), "HURRAY_ERR_SPARSE_ORDER"),
+            "coo",
+            (3, 4),
+            np.ones(3, np.float32),
+            coords=[np.array([0, 1, 1]), np.array([3, 0, 2])],
+            canonical=True,
+        ),
+        lambda p: p["coords"][1].__setitem__(2, 0),
+        "HURRAY_ERR_SPARSE_ORDER",
+    ),
     "page_table_beyond_pool": (
         lambda: paged_kv(np.random.default_rng(5), 2, 6, 1, 2, 4, 1, np.int32)[0],
-        None, "HURRAY_ERR_PAGE_TABLE_ENTRY"),
+        None,
+        "HURRAY_ERR_PAGE_TABLE_ENTRY",
+    ),
 }
 
 
@@ -621,8 +790,9 @@ def index_arrays(t):
     """Writable numpy views of t's index buffers (zero-copy)."""
     d = t.descriptor
     if isinstance(d.layout, Paged):
-        return {"table": np.frombuffer(t._buffer(d.layout.table_buffer),
-                                       np.dtype(d.layout.table_dtype))}
+        return {
+            "table": np.frombuffer(t._buffer(d.layout.table_buffer), np.dtype(d.layout.table_dtype))
+        }
     return t.parts()
 
 
@@ -651,10 +821,15 @@ def test_malformed_at_construction(name):
     with pytest.raises(hurray.PlacementError) as excinfo:
         hurray.Tensor(d, buffers)
     status(excinfo, MALFORMED[name][2])
-    assert excinfo.value.status == {"HURRAY_ERR_PAGE_TABLE_ENTRY": 66,
-                                    "HURRAY_ERR_SPARSE_INDEX_BOUNDS": 67,
-                                    "HURRAY_ERR_SPARSE_INDPTR": 68,
-                                    "HURRAY_ERR_SPARSE_ORDER": 69}[MALFORMED[name][2]]
+    assert (
+        excinfo.value.status
+        == {
+            "HURRAY_ERR_PAGE_TABLE_ENTRY": 66,
+            "HURRAY_ERR_SPARSE_INDEX_BOUNDS": 67,
+            "HURRAY_ERR_SPARSE_INDPTR": 68,
+            "HURRAY_ERR_SPARSE_ORDER": 69,
+        }[MALFORMED[name][2]]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
@@ -694,8 +869,8 @@ def test_malformed_in_a_file(workdir, name):
     for i, (old, new) in enumerate(zip(t.buffers, broken)):
         step = max(64, d.buffers[i].alignment)
         at = -(-at // step) * step
-        assert data[at:at + len(old)] == bytes(old), f"buffer {i} is not where expected"
-        data[at:at + len(old)] = new.tobytes()
+        assert data[at : at + len(old)] == bytes(old), f"buffer {i} is not where expected"
+        data[at : at + len(old)] = new.tobytes()
         at += len(old)
     path.write_bytes(bytes(data))
     for mmap in (True, False):
@@ -716,6 +891,7 @@ HURRAY_LIB = os.environ.get("HURRAY_LIB")
 def test_malformed_from_a_c_producer(name):
     """A capsule made with the C API alone, carrying broken contents."""
     import _hurray_ctypes as hc
+
     d, broken = malformed_arrays(name)
     producer = hc.Producer(d.encode(), [hc.aligned_copy(b) for b in broken], alignment=1)
     with pytest.raises(hurray.PlacementError) as excinfo:
@@ -736,11 +912,13 @@ def test_sub_byte_sparse_to_dense_is_done_in_c(fmt, name):
     want = dense.astype(dtype)
     m = getattr(sp.coo_matrix(dense), "to" + fmt)()
     if fmt == "coo":
-        t = hurray.SparseTensor.from_arrays("coo", m.shape, m.data.astype(dtype),
-                                            coords=[m.row, m.col])
+        t = hurray.SparseTensor.from_arrays(
+            "coo", m.shape, m.data.astype(dtype), coords=[m.row, m.col]
+        )
     else:
-        t = hurray.SparseTensor.from_arrays(fmt, m.shape, m.data.astype(dtype),
-                                            indptr=m.indptr, indices=m.indices)
+        t = hurray.SparseTensor.from_arrays(
+            fmt, m.shape, m.data.astype(dtype), indptr=m.indptr, indices=m.indices
+        )
     got = t.to_dense()
     assert got.dtype == dtype
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
@@ -748,8 +926,9 @@ def test_sub_byte_sparse_to_dense_is_done_in_c(fmt, name):
 
 def test_sub_byte_sparse_duplicates_have_no_sum():
     values = np.array([1, 2], dtype=ml_dtypes.int4)
-    t = hurray.SparseTensor.from_arrays("coo", (2, 2), values,
-                                        coords=[np.array([0, 0]), np.array([1, 1])])
+    t = hurray.SparseTensor.from_arrays(
+        "coo", (2, 2), values, coords=[np.array([0, 0]), np.array([1, 1])]
+    )
     with pytest.raises(hurray.UnsupportedError, match="stored twice"):
         t.to_dense()
 
@@ -760,16 +939,41 @@ def test_member_renumbering_of_sparse_and_nested_members():
     cols = np.array([1, 0], np.int32)
     values = np.array([5, 7], np.float32)
     rows = np.array([0, 1], np.int32)
-    coo = Descriptor("float32", (2, 2), layout=Sparse("coo", "int32", 2, values_buffer=1,
-                                                      index_buffers=(2, 0)))
-    inner = Descriptor("float32", (2,), layout=Composite((
-        Member("x", Descriptor("int32", (2,), layout=Dense(3))),
-        Member("y", Descriptor("float32", (2,), layout=Dense(4))))))
-    d = Descriptor("float32", (2, 2), layout=Composite((Member("s", coo), Member("c", inner))),
-                   buffers=[Buffer("indices", 8, 4), Buffer("values", 8, 4),
-                            Buffer("indices", 8, 4), Buffer("data", 8, 4), Buffer("data", 8, 4)])
-    t = hurray.Tensor(d, [cols.view(np.uint8), values.view(np.uint8), rows.view(np.uint8),
-                          rows.view(np.uint8), values.view(np.uint8)])
+    coo = Descriptor(
+        "float32", (2, 2), layout=Sparse("coo", "int32", 2, values_buffer=1, index_buffers=(2, 0))
+    )
+    inner = Descriptor(
+        "float32",
+        (2,),
+        layout=Composite(
+            (
+                Member("x", Descriptor("int32", (2,), layout=Dense(3))),
+                Member("y", Descriptor("float32", (2,), layout=Dense(4))),
+            )
+        ),
+    )
+    d = Descriptor(
+        "float32",
+        (2, 2),
+        layout=Composite((Member("s", coo), Member("c", inner))),
+        buffers=[
+            Buffer("indices", 8, 4),
+            Buffer("values", 8, 4),
+            Buffer("indices", 8, 4),
+            Buffer("data", 8, 4),
+            Buffer("data", 8, 4),
+        ],
+    )
+    t = hurray.Tensor(
+        d,
+        [
+            cols.view(np.uint8),
+            values.view(np.uint8),
+            rows.view(np.uint8),
+            rows.view(np.uint8),
+            values.view(np.uint8),
+        ],
+    )
     s = t.member("s")
     assert s.descriptor.layout.values_buffer == 0
     assert s.descriptor.layout.index_buffers == (1, 2)

@@ -9,6 +9,7 @@ mappings). Files go to /dev/shm when it exists, so that the fsync of every
 save costs little; without it the file cycles drop to 2,000 (a save on a
 real disk costs ~10 ms in fsync alone).
 """
+
 import ctypes
 import gc
 import os
@@ -18,19 +19,19 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _hurray_samples import aligned
 
 import hurray
 from hurray import Buffer, Descriptor, PerChannelAffine
-
-from _hurray_samples import aligned
 
 ON_TMPFS = os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
 FILE_CYCLES = 10_000 if ON_TMPFS else 2_000
 CAPSULE_CYCLES = 10_000
 WARMUP = 500
 
-needs_statm = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
-                                 reason="needs /proc/self/statm")
+needs_statm = pytest.mark.skipif(
+    not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm"
+)
 
 
 def rss_bytes() -> int:
@@ -42,9 +43,12 @@ def quantized():
     codes = aligned(np.arange(-6, 6, dtype=np.int8).view(np.uint8))
     scales = aligned(np.array([0.5, 0.25, 2.0, 0.125], np.float32).view(np.uint8))
     zps = aligned(np.array([0, 1, -2, 3], np.int8).view(np.uint8))
-    d = Descriptor("int8", (4, 3),
-                   quantization=PerChannelAffine(0, 1, "float32", 2, "int8"),
-                   buffers=[Buffer("data", 12), Buffer("scales", 16), Buffer("zero_points", 4)])
+    d = Descriptor(
+        "int8",
+        (4, 3),
+        quantization=PerChannelAffine(0, 1, "float32", 2, "int8"),
+        buffers=[Buffer("data", 12), Buffer("scales", 16), Buffer("zero_points", 4)],
+    )
     return d, [codes, scales, zps]
 
 
@@ -75,6 +79,7 @@ def traced():
 
 
 # ------------------------------------------------------------- refcounts
+
 
 def test_capsule_round_trip_returns_the_source_refcount():
     a = np.arange(32, dtype=np.float32)
@@ -157,6 +162,7 @@ def test_file_round_trip_returns_the_source_refcount(fast_dir):
 
 def test_file_object_and_loaded_tensors_are_freed(fast_dir):
     import weakref
+
     path = fast_dir / "wr.hurray"
     hurray.save(path, {"a": np.zeros(4)})
     f = hurray.open(path)
@@ -168,6 +174,7 @@ def test_file_object_and_loaded_tensors_are_freed(fast_dir):
 
 
 # ------------------------------------------------------ memory stability
+
 
 def capsule_cycle(a, d, arrays, i):
     u = hurray.Tensor._from_capsule(hurray.from_numpy(a).__hurray__())
@@ -199,8 +206,10 @@ def test_memory_is_flat_across_capsule_cycles(traced):
     with Growth() as g:
         for i in range(CAPSULE_CYCLES):
             capsule_cycle(a, d, arrays, i)
-    print(f"capsule cycles: {CAPSULE_CYCLES} in {g.seconds:.1f}s, "
-          f"tracemalloc {g.traced} B, RSS {g.rss} B")
+    print(
+        f"capsule cycles: {CAPSULE_CYCLES} in {g.seconds:.1f}s, "
+        f"tracemalloc {g.traced} B, RSS {g.rss} B"
+    )
     assert g.traced < 1 << 20
     assert g.rss < 16 << 20
 
@@ -216,12 +225,15 @@ def test_memory_is_flat_across_file_cycles(fast_dir, traced):
     with Growth() as g:
         for i in range(FILE_CYCLES):
             file_cycle(path, a, d, arrays, i)
-    print(f"file cycles: {FILE_CYCLES} in {g.seconds:.1f}s on "
-          f"{'tmpfs' if ON_TMPFS else 'disk'}, tracemalloc {g.traced} B, RSS {g.rss} B")
+    print(
+        f"file cycles: {FILE_CYCLES} in {g.seconds:.1f}s on "
+        f"{'tmpfs' if ON_TMPFS else 'disk'}, tracemalloc {g.traced} B, RSS {g.rss} B"
+    )
     assert g.traced < 1 << 20
     assert g.rss < 16 << 20
     # Every mapping of the file was released with its tensors.
     from _hurray_samples import mappings
+
     assert not mappings(path)
 
 

@@ -3,6 +3,7 @@ are written by the peers' own packages (safetensors, gguf), converted with
 torch, safetensors and gguf unimportable, and must come back byte for byte;
 bad files get a one-line error, a non-zero exit and an untouched target,
 from the Python API and from the C command line alike."""
+
 import os
 import shutil
 import struct
@@ -27,8 +28,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _cli():
-    for cand in (os.environ.get("HURRAY_CLI"), os.path.join(ROOT, "build", "hurray"),
-                 shutil.which("hurray")):
+    for cand in (
+        os.environ.get("HURRAY_CLI"),
+        os.path.join(ROOT, "build", "hurray"),
+        shutil.which("hurray"),
+    ):
         if cand and os.path.exists(cand):
             return cand
     return None
@@ -46,25 +50,32 @@ NO_PEERS = textwrap.dedent("""
 
 
 def run_without_peers(code, cwd):
-    return subprocess.run([sys.executable, "-c", NO_PEERS + textwrap.dedent(code)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", NO_PEERS + textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory):
     d = tmp_path_factory.mktemp("native")
     g = torch.Generator().manual_seed(0)
-    sd = {"w.bf16": torch.randn(8, 16, generator=g).to(torch.bfloat16),
-          "w.f16": torch.randn(5, generator=g).half(),
-          "w.f32": torch.randn(3, 4, generator=g),
-          "w.i8": torch.arange(-8, 8, dtype=torch.int8),
-          "w.e4m3": torch.randn(32, generator=g).to(torch.float8_e4m3fn),
-          "w.e5m2": torch.randn(8, generator=g).to(torch.float8_e5m2),
-          "w.e8m0": torch.rand(8, generator=g).to(torch.float8_e8m0fnu),
-          "w.u16": torch.arange(6, dtype=torch.int32).to(torch.uint16),
-          "w.bool": torch.tensor([True, False, True]),
-          "w.scalar": torch.tensor(1.25, dtype=torch.float64),
-          "w.empty": torch.zeros(0, 3)}
+    sd = {
+        "w.bf16": torch.randn(8, 16, generator=g).to(torch.bfloat16),
+        "w.f16": torch.randn(5, generator=g).half(),
+        "w.f32": torch.randn(3, 4, generator=g),
+        "w.i8": torch.arange(-8, 8, dtype=torch.int8),
+        "w.e4m3": torch.randn(32, generator=g).to(torch.float8_e4m3fn),
+        "w.e5m2": torch.randn(8, generator=g).to(torch.float8_e5m2),
+        "w.e8m0": torch.rand(8, generator=g).to(torch.float8_e8m0fnu),
+        "w.u16": torch.arange(6, dtype=torch.int32).to(torch.uint16),
+        "w.bool": torch.tensor([True, False, True]),
+        "w.scalar": torch.tensor(1.25, dtype=torch.float64),
+        "w.empty": torch.zeros(0, 3),
+    }
     # One __metadata__ key: the safetensors package orders several keys
     # differently from process to process (hurray writes them sorted), so
     # only then is its own file reproducible byte for byte.
@@ -76,7 +87,7 @@ def peers(tmp_path_factory):
     w.add_uint32("llama.context_length", 4096)
     w.add_float32("llama.rope.freq_base", 10000.5)
     w.add_array("tokenizer.ggml.tokens", ["<s>", "é", "<0x0A>"])
-    w.add_key_value("test.uint64", 2 ** 64 - 1, GV.UINT64)
+    w.add_key_value("test.uint64", 2**64 - 1, GV.UINT64)
     w.add_key_value("test.bytes", b"\xfe\xff", GV.STRING)
     w.add_tensor("blk.0.q8", gq.quantize(x8, GQ.Q8_0), raw_dtype=GQ.Q8_0)
     w.add_tensor("blk.0.q4", gq.quantize(x4, GQ.Q4_0), raw_dtype=GQ.Q4_0)
@@ -96,14 +107,17 @@ def same(a, b):
 def test_python_round_trips_without_torch_safetensors_or_gguf(peers, tmp_path):
     for f in ("m.safetensors", "m.gguf"):
         shutil.copy(peers / f, tmp_path / f)
-    r = run_without_peers("""
+    r = run_without_peers(
+        """
         import hurray
         hurray.convert("m.safetensors", "st.hurray", quiet=True)
         hurray.convert("st.hurray", "back.safetensors", quiet=True)
         hurray.convert("m.gguf", "g.hurray", quiet=True)
         hurray.convert("g.hurray", "back.gguf", quiet=True)
         assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "safetensors", "gguf")]
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert same(tmp_path / "m.safetensors", tmp_path / "back.safetensors")
     assert same(tmp_path / "m.gguf", tmp_path / "back.gguf")
@@ -113,11 +127,18 @@ def test_python_round_trips_without_torch_safetensors_or_gguf(peers, tmp_path):
 def test_cli_round_trips_natively(peers, tmp_path):
     cli = _cli()
     env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
-    for src, mid, back in (("m.safetensors", "a.hurray", "a.safetensors"),
-                           ("m.gguf", "b.hurray", "b.gguf")):
+    for src, mid, back in (
+        ("m.safetensors", "a.hurray", "a.safetensors"),
+        ("m.gguf", "b.hurray", "b.gguf"),
+    ):
         for s, t in ((peers / src, tmp_path / mid), (tmp_path / mid, tmp_path / back)):
-            r = subprocess.run([cli, "convert", str(s), str(t)], capture_output=True, text=True,
-                               env=env, timeout=120)
+            r = subprocess.run(
+                [cli, "convert", str(s), str(t)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
             assert r.returncode == 0, r.stderr
             assert "(native)" in r.stdout
         assert same(peers / src, tmp_path / back)
@@ -128,13 +149,17 @@ def test_cli_round_trips_natively(peers, tmp_path):
 def test_read_natively_matches_the_peers(peers):
     from hurray import _formats
     from hurray._tensor import from_hurray
+
     src = _formats.Source(str(peers / "m.safetensors"))
     assert src.format == "safetensors"
     want = st.load_file(peers / "m.safetensors")
     for i, name in enumerate(src.names()):
         t = from_hurray(src.get(i))
-        raw = want[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() \
-            if want[name].numel() else b""
+        raw = (
+            want[name].contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            if want[name].numel()
+            else b""
+        )
         assert bytes(t.buffers[0]) == raw, name
         assert tuple(t.shape) == tuple(want[name].shape)
     meta = src.metadata()
@@ -142,7 +167,7 @@ def test_read_natively_matches_the_peers(peers):
     src.close()
     g = _formats.Source(str(peers / "m.gguf"))
     meta = g.metadata()
-    assert meta["gguf.test.uint64"] == str(2 ** 64 - 1)
+    assert meta["gguf.test.uint64"] == str(2**64 - 1)
     assert meta["gguf.test.bytes"] == b"\xfe\xff"
     assert meta["gguf.llama.context_length"] == 4096
     assert g.info(g.names().index("blk.0.q4"))[:2] == ("Q4_0", (2, 96))
@@ -155,13 +180,18 @@ def _st(header: bytes, data: bytes) -> bytes:
 
 BAD = {
     "offsets-past-end.safetensors": _st(
-        b'{"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}}', bytes(16)),
+        b'{"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}}', bytes(16)
+    ),
     "overlap.safetensors": _st(
         b'{"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},'
-        b'"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}}', bytes(12)),
+        b'"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}}',
+        bytes(12),
+    ),
     "hole.safetensors": _st(
         b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},'
-        b'"b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}}', bytes(12)),
+        b'"b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}}',
+        bytes(12),
+    ),
     "header-100mb.safetensors": struct.pack("<Q", 100_000_001) + b"{}",
     "header-claims-100mb.safetensors": struct.pack("<Q", 100_000_000) + b"{}",
     "absurd-counts.gguf": b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 1 << 40) + bytes(32),
@@ -176,13 +206,14 @@ def bad_files(peers, tmp_path_factory):
         (d / name).write_bytes(data)
     for f in ("m.safetensors", "m.gguf"):
         data = (peers / f).read_bytes()
-        (d / f"truncated-{f}").write_bytes(data[:len(data) // 2])
+        (d / f"truncated-{f}").write_bytes(data[: len(data) // 2])
     return d
 
 
 @pytest.mark.parametrize("name", sorted(BAD) + ["truncated-m.safetensors", "truncated-m.gguf"])
 def test_bad_input_python(bad_files, tmp_path, name):
     from hurray.convert import ConversionError, convert
+
     target = tmp_path / "out.hurray"
     target.write_bytes(b"untouched")
     with pytest.raises(ConversionError) as info:
@@ -197,8 +228,13 @@ def test_bad_input_cli(bad_files, tmp_path, name):
     target = tmp_path / "out.hurray"
     target.write_bytes(b"untouched")
     env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python")
-    r = subprocess.run([_cli(), "convert", str(bad_files / name), str(target)],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [_cli(), "convert", str(bad_files / name), str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("hurray convert: ")
     assert target.read_bytes() == b"untouched"
@@ -209,12 +245,17 @@ def test_cli_hands_what_needs_python_over(peers, tmp_path):
     """A quantized tensor into safetensors needs dequantizing: the C path
     declines (UNSUPPORTED, nothing written) and Python does it."""
     import hurray
+
     x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
     hurray.save(tmp_path / "q.hurray", {"w": hurray.quantize(x, "q8_0")})
     env = dict(os.environ, HURRAY_PYTHON=sys.executable)
-    r = subprocess.run([_cli(), "convert", str(tmp_path / "q.hurray"),
-                        str(tmp_path / "q.safetensors"), "--quiet"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [_cli(), "convert", str(tmp_path / "q.hurray"), str(tmp_path / "q.safetensors"), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     got = st.load_file(tmp_path / "q.safetensors")["w"]
     assert got.dtype == torch.float32 and tuple(got.shape) == (4, 64)

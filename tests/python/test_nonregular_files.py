@@ -1,6 +1,7 @@
 """A FIFO (or other non-regular file) named *.hurray must be refused at once,
 not hang the opener waiting for a writer (issue 14). Each open runs in a
 subprocess with a timeout, so a hang fails the test instead of the suite."""
+
 import os
 import subprocess
 import sys
@@ -19,17 +20,24 @@ sys.exit(1)
 """
 
 
-@pytest.mark.parametrize("call", [
-    "hurray.open(sys.argv[1])",
-    "hurray.load(sys.argv[1])",
-    "hurray.open(sys.argv[1], mmap=False)",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "hurray.open(sys.argv[1])",
+        "hurray.load(sys.argv[1])",
+        "hurray.open(sys.argv[1], mmap=False)",
+    ],
+)
 def test_fifo_is_refused_without_blocking(tmp_path, call):
     fifo = os.path.join(tmp_path, "pipe.hurray")
     os.mkfifo(fifo)
     try:
-        out = subprocess.run([sys.executable, "-c", SCRIPT.format(call=call), fifo],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", SCRIPT.format(call=call), fifo],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{call} blocked on a FIFO")
     assert out.returncode == 0, out.stdout + out.stderr

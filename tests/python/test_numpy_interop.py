@@ -2,28 +2,53 @@
 (checked bit by bit), dequantize() of every quantization kind against an
 independent numpy computation written here, and to_dense() of sparse and
 paged tensors."""
+
 import math
 
 import ml_dtypes
 import numpy as np
 import pytest
+from _hurray_samples import aligned
 
 import hurray
-from hurray import (BlockAffine, Buffer, Descriptor, Mxfp, Nf4, Paged, PerChannelAffine,
-                    PerTensorAffine, Sparse)
-
-from _hurray_samples import aligned
+from hurray import (
+    BlockAffine,
+    Buffer,
+    Descriptor,
+    Mxfp,
+    Nf4,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Sparse,
+)
 
 # bitsandbytes' NF4 code book (bitsandbytes/functional.py), written out here
 # independently of hurray._tensor.NF4_CODE.
-NF4 = np.array([
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0])
+NF4 = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ]
+)
 
 
 # ------------------------------------------------- independent bit decoders
+
 
 def nibbles(raw: bytes, count: int) -> np.ndarray:
     """4-bit codes, element 2k in the low nibble of byte k."""
@@ -43,8 +68,8 @@ def minifloat(code: int, ebits: int, mbits: int, bias: int, nan=None) -> float:
     if nan is not None and nan(e, m):
         return float("nan")
     if e == 0:
-        return sign * (m / 2 ** mbits) * 2.0 ** (1 - bias)
-    return sign * (1 + m / 2 ** mbits) * 2.0 ** (e - bias)
+        return sign * (m / 2**mbits) * 2.0 ** (1 - bias)
+    return sign * (1 + m / 2**mbits) * 2.0 ** (e - bias)
 
 
 E4M3_NAN = lambda e, m: e == 15 and m == 7  # noqa: E731
@@ -58,12 +83,21 @@ DECODE = {  # MX element -> (bits, code -> float)
     "fp4_e2m1": (4, lambda c: minifloat(c, 2, 1, 1)),
     "int8": (8, lambda c: (c - 256 if c >= 128 else c) / 64.0),  # MXINT8: 1.6 fixed point
 }
-ML_DTYPE = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
-            "fp6_e3m2": ml_dtypes.float6_e3m2fn, "fp6_e2m3": ml_dtypes.float6_e2m3fn,
-            "fp4_e2m1": ml_dtypes.float4_e2m1fn}
-HURRAY_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-                "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
-                "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+ML_DTYPE = {
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
+    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
+    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
+}
+HURRAY_DTYPE = {
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp4_e2m1": "float4_e2m1fn",
+    "int8": "int8",
+}
 
 
 def codes_of(raw: bytes, bits: int, count: int) -> np.ndarray:
@@ -75,8 +109,9 @@ def codes_of(raw: bytes, bits: int, count: int) -> np.ndarray:
 
 
 def tensor(descriptor, *arrays):
-    return hurray.Tensor(descriptor, [aligned(np.ascontiguousarray(a).view(np.uint8))
-                                      for a in arrays])
+    return hurray.Tensor(
+        descriptor, [aligned(np.ascontiguousarray(a).view(np.uint8)) for a in arrays]
+    )
 
 
 def pack4(codes) -> np.ndarray:
@@ -94,8 +129,21 @@ def pack6(codes) -> np.ndarray:
 
 # ------------------------------------------------------------- zero copy
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint16, np.int64,
-                                   np.complex64, np.complex128, np.bool_, np.float16])
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.float32,
+        np.float64,
+        np.int8,
+        np.uint16,
+        np.int64,
+        np.complex64,
+        np.complex128,
+        np.bool_,
+        np.float16,
+    ],
+)
 def test_asarray_of_dense_is_zero_copy(dtype):
     a = (np.arange(24) % 3).astype(dtype).reshape(2, 3, 4)
     t = hurray.from_numpy(a)
@@ -111,8 +159,10 @@ def test_asarray_of_dense_is_zero_copy(dtype):
     assert np.asarray(t, dtype=wide).dtype == wide
 
 
-@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
-                                   ml_dtypes.float8_e5m2, ml_dtypes.float8_e8m0fnu])
+@pytest.mark.parametrize(
+    "dtype",
+    [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e8m0fnu],
+)
 def test_ml_dtypes_arrays_are_zero_copy(dtype):
     a = np.array([0.5, 1, 2, 4, 8, 16], np.float32).astype(dtype).reshape(2, 3)
     t = hurray.from_numpy(a)
@@ -127,8 +177,12 @@ def test_ml_dtypes_arrays_are_zero_copy(dtype):
 
 def test_strided_descriptor_views_without_copy():
     base = aligned(np.arange(6, dtype=np.float64).view(np.uint8))
-    t = hurray.Tensor(Descriptor("float64", (3, 2), strides=(1, -3), byte_offset=24,
-                                 buffers=[Buffer("data", 48)]), [base])
+    t = hurray.Tensor(
+        Descriptor(
+            "float64", (3, 2), strides=(1, -3), byte_offset=24, buffers=[Buffer("data", 48)]
+        ),
+        [base],
+    )
     view = t.numpy()
     np.testing.assert_array_equal(view, [[3, 0], [4, 1], [5, 2]])
     assert np.shares_memory(view, base)
@@ -156,6 +210,7 @@ def test_big_endian_arrays_are_refused():
 
 
 # ----------------------------------------------------------------- DLPack
+
 
 def test_numpy_from_dlpack_is_zero_copy():
     a = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
@@ -188,12 +243,21 @@ def test_dlpack_stream_must_be_none_and_narrow_types_do_not_travel():
 SUB_BYTE = {
     "int4": (ml_dtypes.int4, 4, np.arange(-8, 8)),
     "uint4": (ml_dtypes.uint4, 4, np.arange(0, 16)),
-    "float4_e2m1fn": (ml_dtypes.float4_e2m1fn, 4,
-                      [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -1, -1.5, -2, -3, -4, -6]),
-    "float6_e3m2fn": (ml_dtypes.float6_e3m2fn, 6,
-                      [0, 0.0625, 0.25, 1, 1.25, 3.5, 8, 28, -0.125, -2.5, -16, -28]),
-    "float6_e2m3fn": (ml_dtypes.float6_e2m3fn, 6,
-                      [0, 0.125, 0.875, 1, 1.125, 2.75, 7.5, -0.25, -1.5, -3.25, -7.5]),
+    "float4_e2m1fn": (
+        ml_dtypes.float4_e2m1fn,
+        4,
+        [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -1, -1.5, -2, -3, -4, -6],
+    ),
+    "float6_e3m2fn": (
+        ml_dtypes.float6_e3m2fn,
+        6,
+        [0, 0.0625, 0.25, 1, 1.25, 3.5, 8, 28, -0.125, -2.5, -16, -28],
+    ),
+    "float6_e2m3fn": (
+        ml_dtypes.float6_e2m3fn,
+        6,
+        [0, 0.125, 0.875, 1, 1.125, 2.75, 7.5, -0.25, -1.5, -3.25, -7.5],
+    ),
 }
 
 
@@ -241,16 +305,22 @@ def test_six_bit_elements_are_a_little_endian_bit_stream():
 def test_packed_buffers_from_raw_bytes_unpack_the_same_way():
     raw = np.array([0xA5, 0x3C, 0x0F], np.uint8)
     t = tensor(Descriptor("uint4", (2, 3), buffers=[Buffer("data", 3)]), raw)
-    np.testing.assert_array_equal(t.numpy().astype(np.int64),
-                                  nibbles(raw.tobytes(), 6).reshape(2, 3))
+    np.testing.assert_array_equal(
+        t.numpy().astype(np.int64), nibbles(raw.tobytes(), 6).reshape(2, 3)
+    )
 
 
 # -------------------------------------------------------------- dequantize
 
+
 def test_dequantize_per_tensor_affine():
     codes = np.array([0, 1, 127, 128, 200, 255], np.uint8)
-    t = tensor(Descriptor("uint8", (2, 3), quantization=PerTensorAffine(0.0125, 128),
-                          buffers=[Buffer("data", 6)]), codes)
+    t = tensor(
+        Descriptor(
+            "uint8", (2, 3), quantization=PerTensorAffine(0.0125, 128), buffers=[Buffer("data", 6)]
+        ),
+        codes,
+    )
     # binary32 throughout: the inline scale is rounded to float32 first, as torch does
     expected = ((codes.astype(np.float32) - 128) * np.float32(0.0125)).reshape(2, 3)
     np.testing.assert_array_equal(t.dequantize(), expected)
@@ -260,8 +330,12 @@ def test_dequantize_per_tensor_affine():
 
 def test_dequantize_per_tensor_affine_int4():
     values = np.array([-8, -3, 0, 7, 5], ml_dtypes.int4)
-    t = tensor(Descriptor("int4", (5,), quantization=PerTensorAffine(0.5, -2),
-                          buffers=[Buffer("data", 3)]), pack4(values.view(np.uint8)))
+    t = tensor(
+        Descriptor(
+            "int4", (5,), quantization=PerTensorAffine(0.5, -2), buffers=[Buffer("data", 3)]
+        ),
+        pack4(values.view(np.uint8)),
+    )
     np.testing.assert_array_equal(t.dequantize(), (np.array([-8, -3, 0, 7, 5]) + 2) * 0.5)
 
 
@@ -273,10 +347,14 @@ def test_dequantize_per_channel_affine(axis, zero_points):
     n = codes.shape[axis]
     scales = rng.uniform(0.01, 2, size=n).astype(np.float32)
     zps = rng.integers(-5, 6, size=n).astype(np.int8)
-    quant = PerChannelAffine(axis, 1, "float32",
-                             zero_point_buffer=2 if zero_points == "buffer" else None,
-                             zero_point_dtype="int8" if zero_points == "buffer" else None,
-                             zero_point=3 if zero_points == "inline" else 0)
+    quant = PerChannelAffine(
+        axis,
+        1,
+        "float32",
+        zero_point_buffer=2 if zero_points == "buffer" else None,
+        zero_point_dtype="int8" if zero_points == "buffer" else None,
+        zero_point=3 if zero_points == "inline" else 0,
+    )
     buffers = [Buffer("data", 24), Buffer("scales", 4 * n)]
     arrays = [codes, scales]
     if zero_points == "buffer":
@@ -299,13 +377,21 @@ def test_dequantize_gguf_q8_0():
     rng = np.random.default_rng(8)
     codes = rng.integers(-127, 128, size=(3, 96)).astype(np.int8)
     d = rng.uniform(0.001, 0.1, size=(3, 3)).astype(np.float16)
-    t = tensor(Descriptor("int8", (3, 96), quantization=BlockAffine(1, 32, 1, "float16"),
-                          buffers=[Buffer("data", 288), Buffer("scales", 18)]), codes, d)
+    t = tensor(
+        Descriptor(
+            "int8",
+            (3, 96),
+            quantization=BlockAffine(1, 32, 1, "float16"),
+            buffers=[Buffer("data", 288), Buffer("scales", 18)],
+        ),
+        codes,
+        d,
+    )
     expected = np.empty((3, 96), np.float64)
     for row in range(3):
         for block in range(3):
-            q = codes[row, block * 32:(block + 1) * 32].astype(np.float64)
-            expected[row, block * 32:(block + 1) * 32] = q * float(d[row, block])
+            q = codes[row, block * 32 : (block + 1) * 32].astype(np.float64)
+            expected[row, block * 32 : (block + 1) * 32] = q * float(d[row, block])
     np.testing.assert_allclose(t.dequantize(np.float64), expected, rtol=1e-12)
 
 
@@ -315,9 +401,16 @@ def test_dequantize_gguf_q4_0():
     q = rng.integers(0, 16, size=(2, 64))
     d = np.array([[0.5, 0.25], [1.5, 0.0625]], np.float16)
     data = pack4(q.reshape(-1))
-    t = tensor(Descriptor("uint4", (2, 64),
-                          quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
-                          buffers=[Buffer("data", 64), Buffer("scales", 8)]), data, d)
+    t = tensor(
+        Descriptor(
+            "uint4",
+            (2, 64),
+            quantization=BlockAffine(1, 32, 1, "float16", zero_point=8),
+            buffers=[Buffer("data", 64), Buffer("scales", 8)],
+        ),
+        data,
+        d,
+    )
     # Codes read back from the packed bytes independently.
     codes = nibbles(data.tobytes(), 128).reshape(2, 64).astype(np.float64)
     np.testing.assert_array_equal(codes, q)
@@ -331,11 +424,19 @@ def test_dequantize_block_affine_with_zero_point_buffer_and_partial_block():
     q = rng.integers(0, 256, size=(40, 3)).astype(np.uint8)
     scales = rng.uniform(0.1, 1, size=(3, 3)).astype(ml_dtypes.bfloat16)
     zps = rng.integers(0, 256, size=(3, 3)).astype(np.uint8)
-    t = tensor(Descriptor("uint8", (40, 3),
-                          quantization=BlockAffine(0, 16, 1, "bfloat16", zero_point_buffer=2,
-                                                   zero_point_dtype="uint8"),
-                          buffers=[Buffer("data", 120), Buffer("scales", 18),
-                                   Buffer("zero_points", 9)]), q, scales, zps)
+    t = tensor(
+        Descriptor(
+            "uint8",
+            (40, 3),
+            quantization=BlockAffine(
+                0, 16, 1, "bfloat16", zero_point_buffer=2, zero_point_dtype="uint8"
+            ),
+            buffers=[Buffer("data", 120), Buffer("scales", 18), Buffer("zero_points", 9)],
+        ),
+        q,
+        scales,
+        zps,
+    )
     expected = np.empty((40, 3))
     for i in range(40):
         for j in range(3):
@@ -350,9 +451,16 @@ def test_dequantize_nf4(absmax_dtype):
     q = rng.integers(0, 16, size=200)  # 4 blocks of 64, the last one partial
     absmax = rng.uniform(0.1, 5, size=4).astype(hurray._dtypes.to_numpy(absmax_dtype))
     data = pack4(q)
-    t = tensor(Descriptor("uint4", (10, 20), quantization=Nf4(64, 1, absmax_dtype),
-                          buffers=[Buffer("data", 100), Buffer("scales", absmax.nbytes)]),
-               data, absmax)
+    t = tensor(
+        Descriptor(
+            "uint4",
+            (10, 20),
+            quantization=Nf4(64, 1, absmax_dtype),
+            buffers=[Buffer("data", 100), Buffer("scales", absmax.nbytes)],
+        ),
+        data,
+        absmax,
+    )
     codes = nibbles(data.tobytes(), 200)
     expected = np.array([NF4[codes[i]] * float(absmax[i // 64]) for i in range(200)])
     np.testing.assert_allclose(t.dequantize(), expected.reshape(10, 20), rtol=1e-6)
@@ -385,8 +493,16 @@ def test_dequantize_mx(element, axis):
     data = pack4(codes) if bits == 4 else pack6(codes) if bits == 6 else codes
     # Block scales (E8M0): 2^(e - 127); 0xFF is NaN. blocks: (2, 2) either way.
     e8m0 = np.array([127, 120, 134, 0xFF], np.uint8)
-    t = tensor(Descriptor(HURRAY_DTYPE[element], shape, quantization=Mxfp(element, axis, 1),
-                          buffers=[Buffer("data", data.size), Buffer("scales", 4)]), data, e8m0)
+    t = tensor(
+        Descriptor(
+            HURRAY_DTYPE[element],
+            shape,
+            quantization=Mxfp(element, axis, 1),
+            buffers=[Buffer("data", data.size), Buffer("scales", 4)],
+        ),
+        data,
+        e8m0,
+    )
     blocks = e8m0.reshape(2, 2)
     expected = np.empty(shape)
     for i in range(shape[0]):
@@ -420,30 +536,45 @@ def test_dequantize_without_quantization_is_the_values():
 
 # -------------------------------------------------------------- to_dense
 
+
 def sparse_tensor(fmt, shape, values, index_dtype, **parts):
     values = np.ascontiguousarray(values)
     dtype = hurray._dtypes.from_numpy(values.dtype)
     if fmt == "coo":
         coords = [np.asarray(c, index_dtype) for c in parts["coords"]]
-        layout = Sparse("coo", np.dtype(index_dtype).name, len(coords[0]), 0,
-                        index_buffers=tuple(range(1, 1 + len(coords))))
+        layout = Sparse(
+            "coo",
+            np.dtype(index_dtype).name,
+            len(coords[0]),
+            0,
+            index_buffers=tuple(range(1, 1 + len(coords))),
+        )
         arrays = [values] + coords
         roles = ["values"] + ["indices"] * len(coords)
     else:
         indptr = np.asarray(parts["indptr"], index_dtype)
         indices = np.asarray(parts["indices"], index_dtype)
-        layout = Sparse(fmt, np.dtype(index_dtype).name, len(indices), 0, 1, 2,
-                        block_shape=parts.get("block_shape"))
+        layout = Sparse(
+            fmt,
+            np.dtype(index_dtype).name,
+            len(indices),
+            0,
+            1,
+            2,
+            block_shape=parts.get("block_shape"),
+        )
         arrays = [values, indptr, indices]
         roles = ["values", "indptr", "indices"]
-    d = Descriptor(dtype, shape, layout=layout,
-                   buffers=[Buffer(r, a.nbytes) for r, a in zip(roles, arrays)])
+    d = Descriptor(
+        dtype, shape, layout=layout, buffers=[Buffer(r, a.nbytes) for r, a in zip(roles, arrays)]
+    )
     return hurray.SparseTensor(d, [aligned(a.view(np.uint8)) for a in arrays])
 
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_to_dense_of_every_sparse_format(index_dtype):
     import scipy.sparse as sp
+
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(6, 8)) * (rng.random((6, 8)) < 0.35)
     csr, csc = sp.csr_matrix(dense), sp.csc_matrix(dense)
@@ -451,12 +582,21 @@ def test_to_dense_of_every_sparse_format(index_dtype):
     coo = sp.coo_matrix(dense)
     cases = {
         "coo": sparse_tensor("coo", (6, 8), coo.data, index_dtype, coords=[coo.row, coo.col]),
-        "csr": sparse_tensor("csr", (6, 8), csr.data, index_dtype, indptr=csr.indptr,
-                             indices=csr.indices),
-        "csc": sparse_tensor("csc", (6, 8), csc.data, index_dtype, indptr=csc.indptr,
-                             indices=csc.indices),
-        "bsr": sparse_tensor("bsr", (6, 8), bsr.data, index_dtype, indptr=bsr.indptr,
-                             indices=bsr.indices, block_shape=(3, 2)),
+        "csr": sparse_tensor(
+            "csr", (6, 8), csr.data, index_dtype, indptr=csr.indptr, indices=csr.indices
+        ),
+        "csc": sparse_tensor(
+            "csc", (6, 8), csc.data, index_dtype, indptr=csc.indptr, indices=csc.indices
+        ),
+        "bsr": sparse_tensor(
+            "bsr",
+            (6, 8),
+            bsr.data,
+            index_dtype,
+            indptr=bsr.indptr,
+            indices=bsr.indices,
+            block_shape=(3, 2),
+        ),
     }
     for fmt, t in cases.items():
         np.testing.assert_array_equal(t.to_dense(), dense, err_msg=fmt)
@@ -464,8 +604,13 @@ def test_to_dense_of_every_sparse_format(index_dtype):
 
 
 def test_to_dense_of_coo_sums_duplicates_and_handles_rank_3():
-    t = sparse_tensor("coo", (2, 3, 4), np.array([1.0, 2.0, 4.0], np.float32), np.int64,
-                      coords=[[0, 0, 1], [1, 1, 2], [3, 3, 0]])
+    t = sparse_tensor(
+        "coo",
+        (2, 3, 4),
+        np.array([1.0, 2.0, 4.0], np.float32),
+        np.int64,
+        coords=[[0, 0, 1], [1, 1, 2], [3, 3, 0]],
+    )
     expected = np.zeros((2, 3, 4), np.float32)
     expected[0, 1, 3] = 3.0
     expected[1, 2, 0] = 4.0
@@ -475,7 +620,7 @@ def test_to_dense_of_coo_sums_duplicates_and_handles_rank_3():
 def paged_case(shape, axis, page_size, num_pages, table, dtype=np.float32, table_dtype=np.int32):
     """A pool filled with distinct values and a hand-written page table; the
     expected logical tensor is gathered here, element by element."""
-    inner = shape[axis + 1:]
+    inner = shape[axis + 1 :]
     pool = (np.arange(num_pages * page_size * math.prod(inner)) * 0.5).astype(dtype)
     pool = pool.reshape((num_pages, page_size) + tuple(inner))
     table = np.asarray(table, table_dtype)
@@ -486,14 +631,16 @@ def paged_case(shape, axis, page_size, num_pages, table, dtype=np.float32, table
         for pos in range(shape[axis]):
             page = table.reshape(-1, math.ceil(shape[axis] / page_size))[row, pos // page_size]
             logical[outer + (pos,)] = pool[page, pos % page_size]
-    d = Descriptor(np.dtype(dtype).name if dtype is not ml_dtypes.bfloat16 else "bfloat16",
-                   shape, layout=Paged(axis, page_size, num_pages, np.dtype(table_dtype).name),
-                   buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", table.nbytes)])
+    d = Descriptor(
+        np.dtype(dtype).name if dtype is not ml_dtypes.bfloat16 else "bfloat16",
+        shape,
+        layout=Paged(axis, page_size, num_pages, np.dtype(table_dtype).name),
+        buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", table.nbytes)],
+    )
     return hurray.Tensor(d, [aligned(pool.view(np.uint8)), aligned(table.view(np.uint8))]), logical
 
 
-@pytest.mark.parametrize("case", ["kv_cache", "shared_prefix", "axis0", "axis2_int64",
-                                  "bfloat16"])
+@pytest.mark.parametrize("case", ["kv_cache", "shared_prefix", "axis0", "axis2_int64", "bfloat16"])
 def test_to_dense_of_paged(case):
     args = {
         # 2 sequences x 40 tokens x 4 heads x 8 dims, pages of 16 tokens.
@@ -517,8 +664,12 @@ def test_to_dense_of_paged(case):
 def test_page_table_entry_outside_the_pool_is_refused():
     pool = np.zeros((4, 2, 3), np.float32)
     table = np.array([[0, 4]], np.int32)  # page 4 of a pool of 4
-    d = Descriptor("float32", (1, 4, 3), layout=Paged(1, 2, 4),
-                   buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", 8)])
+    d = Descriptor(
+        "float32",
+        (1, 4, 3),
+        layout=Paged(1, 2, 4),
+        buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", 8)],
+    )
     with pytest.raises(hurray.PlacementError) as info:
         hurray.Tensor(d, [pool, table])
     assert info.value.status_name == "HURRAY_ERR_PAGE_TABLE_ENTRY"
@@ -534,8 +685,12 @@ def test_numpy_of_non_dense_layouts_is_unsupported():
 def test_to_dense_of_paged_sub_byte_dtype():
     pool = np.arange(12, dtype=np.uint8)  # 24 uint4 codes: 4 pages of 2 x 3
     table = np.array([[3, 1, 0], [2, 0, 1]], np.int32)
-    d = Descriptor("uint4", (2, 5, 3), layout=Paged(1, 2, 4, "int32"),
-                   buffers=[Buffer("page_pool", 12), Buffer("page_table", 24)])
+    d = Descriptor(
+        "uint4",
+        (2, 5, 3),
+        layout=Paged(1, 2, 4, "int32"),
+        buffers=[Buffer("page_pool", 12), Buffer("page_table", 24)],
+    )
     t = hurray.Tensor(d, [aligned(pool), aligned(table.view(np.uint8))])
     codes = nibbles(pool.tobytes(), 24).reshape(4, 2, 3)
     expected = np.concatenate([codes[table[s]].reshape(6, 3)[:5] for s in range(2)])
@@ -544,12 +699,21 @@ def test_to_dense_of_paged_sub_byte_dtype():
 
 def quantized_csr(zero_point):
     """[[10, -], [20, 30]] as uint8 codes with per-tensor affine (0.5, zero_point)."""
-    d = Descriptor("uint8", (2, 2), layout=Sparse("csr", "int32", 3, 0, 1, 2),
-                   quantization=PerTensorAffine(0.5, zero_point),
-                   buffers=[Buffer("values", 3), Buffer("indptr", 12), Buffer("indices", 12)])
-    return hurray.SparseTensor(d, [aligned(np.array([10, 20, 30], np.uint8)),
-                                   aligned(np.array([0, 1, 3], np.int32).view(np.uint8)),
-                                   aligned(np.array([0, 0, 1], np.int32).view(np.uint8))])
+    d = Descriptor(
+        "uint8",
+        (2, 2),
+        layout=Sparse("csr", "int32", 3, 0, 1, 2),
+        quantization=PerTensorAffine(0.5, zero_point),
+        buffers=[Buffer("values", 3), Buffer("indptr", 12), Buffer("indices", 12)],
+    )
+    return hurray.SparseTensor(
+        d,
+        [
+            aligned(np.array([10, 20, 30], np.uint8)),
+            aligned(np.array([0, 1, 3], np.int32).view(np.uint8)),
+            aligned(np.array([0, 0, 1], np.int32).view(np.uint8)),
+        ],
+    )
 
 
 def test_dequantize_per_tensor_affine_on_sparse_values():
@@ -561,8 +725,7 @@ def test_dequantize_sparse_with_zero_point_keeps_unstored_elements_zero():
 
 
 def test_rank_3_coo_has_no_scipy_form():
-    t = sparse_tensor("coo", (2, 2, 2), np.ones(1, np.float32), np.int64,
-                      coords=[[0], [1], [1]])
+    t = sparse_tensor("coo", (2, 2, 2), np.ones(1, np.float32), np.int64, coords=[[0], [1], [1]])
     with pytest.raises(hurray.UnsupportedError):
         t.to_scipy()
 
@@ -577,10 +740,20 @@ def test_strided_view_of_a_buffer_with_slack():
 
 def test_sparse_values_honour_byte_offset():
     values = np.array([99, 1, 2, 3], np.float64)  # element 0 is 8 bytes in
-    d = Descriptor("float64", (2, 2), byte_offset=8, layout=Sparse("csr", "int32", 3, 0, 1, 2),
-                   buffers=[Buffer("values", 32), Buffer("indptr", 12), Buffer("indices", 12)])
+    d = Descriptor(
+        "float64",
+        (2, 2),
+        byte_offset=8,
+        layout=Sparse("csr", "int32", 3, 0, 1, 2),
+        buffers=[Buffer("values", 32), Buffer("indptr", 12), Buffer("indices", 12)],
+    )
     d.validate()
-    t = hurray.SparseTensor(d, [aligned(values.view(np.uint8)),
-                                aligned(np.array([0, 1, 3], np.int32).view(np.uint8)),
-                                aligned(np.array([0, 0, 1], np.int32).view(np.uint8))])
+    t = hurray.SparseTensor(
+        d,
+        [
+            aligned(values.view(np.uint8)),
+            aligned(np.array([0, 1, 3], np.int32).view(np.uint8)),
+            aligned(np.array([0, 0, 1], np.int32).view(np.uint8)),
+        ],
+    )
     np.testing.assert_array_equal(t.to_dense(), [[1, 0], [2, 3]])

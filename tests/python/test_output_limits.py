@@ -3,6 +3,7 @@ a descriptor can describe far more than it stores, so materialising is
 limited by default to max(64 MiB, 64 x stored bytes), with LimitError
 raised before anything is allocated; max_output_bytes=N is an absolute
 limit, None none."""
+
 import os
 import pickle
 import tracemalloc
@@ -19,7 +20,9 @@ def stride0(dtype="float32", quant=None, shape=(8192, 8192)):
     256 MiB)."""
     item = np.dtype(dtype).itemsize
     spec = {
-        "dtype": dtype, "shape": list(shape), "strides": [0] * len(shape),
+        "dtype": dtype,
+        "shape": list(shape),
+        "strides": [0] * len(shape),
         "layout": {"kind": "dense", "data_buffer": 0},
         "buffers": [{"role": "data", "byte_size": item, "alignment": 1, "sync_mode": "ready"}],
         "device": {"type": 1, "id": 0, "memory_class": "host"},

@@ -4,6 +4,7 @@ number, and the C CLI's choice of Python for `convert`.
 The wheel itself (sdist, wheel, fresh venv) is checked by
 scripts/check_wheel.sh; the README's C program by scripts/check_readme_c.sh.
 """
+
 import os
 import re
 import shutil
@@ -23,12 +24,16 @@ CLI = Path(os.environ.get("HURRAY_CLI", REPO / "build" / "hurray"))
 
 # Not under make test-python-asan: the preloaded ASan runtime would follow
 # meson into the compilers it runs.
-needs_meson = pytest.mark.skipif(not MESON.exists() or "asan" in os.environ.get("LD_PRELOAD", ""),
-                                 reason="no meson beside this Python, or ASan preloaded")
+needs_meson = pytest.mark.skipif(
+    not MESON.exists() or "asan" in os.environ.get("LD_PRELOAD", ""),
+    reason="no meson beside this Python, or ASan preloaded",
+)
 needs_cli = pytest.mark.skipif(not CLI.exists(), reason="no build/hurray (make build)")
 
 # pyproject's meson-python setup arguments: what `pip install .` configures.
-PIP_ARGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["meson-python"]["args"]["setup"]
+PIP_ARGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["meson-python"]["args"][
+    "setup"
+]
 
 
 def hiding_compiler(tmp_path, headers):
@@ -44,15 +49,21 @@ def hiding_compiler(tmp_path, headers):
         "    fi;;\n"
         "  esac\n"
         "done\n"
-        f'exec {shutil.which("cc")} "$@"\n')
+        f'exec {shutil.which("cc")} "$@"\n'
+    )
     cc.chmod(0o755)
     return cc
 
 
 def meson_setup(tmp_path, cc, *args):
     env = dict(os.environ, CC=str(cc))
-    return subprocess.run([str(MESON), "setup", str(tmp_path / "b"), str(REPO), *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [str(MESON), "setup", str(tmp_path / "b"), str(REPO), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def error_lines(r):
@@ -63,12 +74,14 @@ def build_dependencies():
     """(header, Debian package, setup arguments) of every entry of meson.build's
     build_dep_specs table, so that an entry added there is tested here."""
     text = (REPO / "meson.build").read_text()
-    table = text[text.index("build_dep_specs = {"):text.index("build_deps = {}")]
+    table = text[text.index("build_dep_specs = {") : text.index("build_deps = {}")]
     out = []
     for entry in re.findall(r"^  '\w+' : \{.*?\},?$", table, re.S | re.M):
         header = re.search(r"'header' : '([^']+)'", entry).group(1)
         package = re.search(r"'deb' : '([^']+)'", entry).group(1)
-        out.append((header, package, ["-Dtests=true"] if "get_option('tests')" in entry else PIP_ARGS))
+        out.append(
+            (header, package, ["-Dtests=true"] if "get_option('tests')" in entry else PIP_ARGS)
+        )
     return out
 
 
@@ -77,18 +90,24 @@ def test_the_table_is_read():
 
 
 @needs_meson
-@pytest.mark.parametrize("header, package, args", build_dependencies() + [
-    ("xxhash.h", "libxxhash-dev", []),   # a plain `meson setup build` too
-])
+@pytest.mark.parametrize(
+    "header, package, args",
+    build_dependencies()
+    + [
+        ("xxhash.h", "libxxhash-dev", []),  # a plain `meson setup build` too
+    ],
+)
 def test_missing_build_dependency_stops_configure_naming_the_debian_package(
-        tmp_path, header, package, args):
+    tmp_path, header, package, args
+):
     r = meson_setup(tmp_path, hiding_compiler(tmp_path, [header]), *args)
     assert r.returncode != 0
     errors = error_lines(r)
     assert len(errors) == 1, r.stdout + r.stderr
     assert header in errors[0].split(" not found: ")[0]
-    assert f" not found: install the Debian package {package} (apt-get install {package})" \
-        in errors[0]
+    assert (
+        f" not found: install the Debian package {package} (apt-get install {package})" in errors[0]
+    )
 
 
 @pytest.mark.slow
@@ -100,16 +119,21 @@ def test_pip_configuration_needs_no_cmocka(tmp_path):
 
 
 def test_one_version_number():
-    meson = re.search(r"project\('hurray'.*?version : '([^']+)'", (REPO / "meson.build").read_text(),
-                      re.S).group(1)
+    meson = re.search(
+        r"project\('hurray'.*?version : '([^']+)'", (REPO / "meson.build").read_text(), re.S
+    ).group(1)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert "version" not in project and project["dynamic"] == ["version"]
     assert hurray.__version__ == meson
     header = REPO / "build" / "include" / "hurray" / "version.h"
     if header.exists():
         assert f'#define HURRAY_VERSION_STRING "{meson}"' in header.read_text()
-    assert "HURRAY_VERSION_STRING" not in (REPO / "include/hurray/common.h").read_text().split(
-        "#include <hurray/version.h>")[0]
+    assert (
+        "HURRAY_VERSION_STRING"
+        not in (REPO / "include/hurray/common.h")
+        .read_text()
+        .split("#include <hurray/version.h>")[0]
+    )
 
 
 def test_requires_python_is_true():
@@ -122,6 +146,7 @@ def test_requires_python_is_true():
 
 # ---------------------------------------------------- the CLI's Python for convert
 
+
 @pytest.fixture
 def npz(tmp_path):
     path = tmp_path / "a.npz"
@@ -132,8 +157,9 @@ def npz(tmp_path):
 def cli(*args, env_update=None, drop=("HURRAY_PYTHON",), cwd=None):
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(env_update or {})
-    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [str(CLI), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
 
 
 @needs_cli
@@ -161,8 +187,12 @@ def test_convert_with_a_python_without_the_package_says_what_to_do(npz, tmp_path
 
 @needs_cli
 def test_convert_with_a_missing_python_says_what_to_do(npz, tmp_path):
-    r = cli("convert", npz, tmp_path / "c.hurray",
-            env_update={"HURRAY_PYTHON": str(tmp_path / "no-such-python")})
+    r = cli(
+        "convert",
+        npz,
+        tmp_path / "c.hurray",
+        env_update={"HURRAY_PYTHON": str(tmp_path / "no-such-python")},
+    )
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "cannot run the Python interpreter" in r.stderr and "HURRAY_PYTHON" in r.stderr

@@ -10,18 +10,18 @@ bit for bit against the peers and the numpy references of quant_reference.py
   * the references for everything else, and the edge cases (zeros, NaN/Inf,
     denormals, extreme magnitudes, partial blocks, rank 0, empty, narrow float
     inputs, threads), hypothesis error bounds and file round trips."""
+
 import ml_dtypes
 import numpy as np
 import pytest
+import quant_reference as ref
+from _hurray_samples import aligned
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import hurray
 from hurray import Buffer, Descriptor, Mxfp, Nf4
-
-import quant_reference as ref
-from _hurray_samples import aligned
 
 # The peers are optional: the tests that need one skip without it.
 try:
@@ -42,8 +42,10 @@ needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 needs_bnb = pytest.mark.skipif(bnbf is None or torch is None, reason="needs bitsandbytes")
 needs_gguf = pytest.mark.skipif(gguf_quants is None, reason="needs gguf")
 
-pytestmark = [pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
-              pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf"),
+]
 
 AFFINE = ("affine", "per_channel", "block_affine")
 SCHEMES = AFFINE + ("q8_0", "q4_0", "nf4") + ref.MX_SCHEMES
@@ -51,15 +53,20 @@ FP_SCHEMES = tuple(s for s in ref.MX_SCHEMES if s != "mxint8")
 AXIS_SCHEMES = ("per_channel", "block_affine", "q8_0", "q4_0") + ref.MX_SCHEMES
 CODE_DTYPES = ("int8", "uint8", "int4", "uint4")
 SCALE_DTYPES = ("float32", "float16", "bfloat16")
-HURRAY_DTYPE = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-                "fp6_e3m2": "float6_e3m2fn", "fp6_e2m3": "float6_e2m3fn",
-                "fp4_e2m1": "float4_e2m1fn", "int8": "int8"}
+HURRAY_DTYPE = {
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp4_e2m1": "float4_e2m1fn",
+    "int8": "int8",
+}
 FLT_MAX = np.finfo(np.float32).max
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------ helpers
+
 
 def varied(shape, seed, spread=6):
     """float32 data whose magnitudes vary over 2^(+-spread) element by element."""
@@ -80,8 +87,10 @@ def assert_same_floats(got, want, what="values"):
     gb = np.where(gnan, 0, np.ascontiguousarray(got).view(u))
     wb = np.where(wnan, 0, np.ascontiguousarray(want).view(u))
     bad = np.argwhere(gb != wb)
-    assert bad.size == 0, (f"{what}: {len(bad)} differ, first at {tuple(bad[0])}: "
-                           f"{got[tuple(bad[0])]!r} != {want[tuple(bad[0])]!r}")
+    assert bad.size == 0, (
+        f"{what}: {len(bad)} differ, first at {tuple(bad[0])}: "
+        f"{got[tuple(bad[0])]!r} != {want[tuple(bad[0])]!r}"
+    )
 
 
 def code_array(t, scheme):
@@ -92,16 +101,16 @@ def code_array(t, scheme):
     return np.asarray(codes).astype(np.int64)
 
 
-def expected(scheme, x, axis=None, block_size=None, dtype=None, scale_dtype=None,
-             symmetric=None):
+def expected(scheme, x, axis=None, block_size=None, dtype=None, scale_dtype=None, symmetric=None):
     """What the references give: dict(codes, scales, zps, deq) comparable with
     code_array(t), t.scales(), t.zero_points(), t.dequantize()."""
     x = ref.as_f32(x)
     if scheme == "affine":
         dtype = dtype or "int8"
         c, s, z = ref.per_tensor(x, dtype, symmetric)
-        return dict(codes=c, scales=np.array(float(s)), zps=np.array(z),
-                    deq=ref.affine_dequantize(c, s, z))
+        return dict(
+            codes=c, scales=np.array(float(s)), zps=np.array(z), deq=ref.affine_dequantize(c, s, z)
+        )
     if scheme == "per_channel":
         dtype, axis = dtype or "int8", 0 if axis is None else axis
         c, s, z = ref.per_channel(x, dtype, axis, symmetric, scale_dtype or "float32")
@@ -109,23 +118,23 @@ def expected(scheme, x, axis=None, block_size=None, dtype=None, scale_dtype=None
     if scheme == "block_affine":
         dtype, axis = dtype or "int8", -1 if axis is None else axis
         block_size = block_size or 32
-        c, s, z = ref.block_affine(x, dtype, axis, block_size, symmetric,
-                                   scale_dtype or "float32")
-        return dict(codes=c, scales=s, zps=z,
-                    deq=ref.block_dequantize(c, s, z, axis, block_size))
+        c, s, z = ref.block_affine(x, dtype, axis, block_size, symmetric, scale_dtype or "float32")
+        return dict(codes=c, scales=s, zps=z, deq=ref.block_dequantize(c, s, z, axis, block_size))
     if scheme in ("q8_0", "q4_0"):
         c, s = (ref.q8_0 if scheme == "q8_0" else ref.q4_0)(x)
         zp = 0 if scheme == "q8_0" else 8
-        return dict(codes=c, scales=s, zps=np.full(s.shape, zp, np.int64),
-                    deq=ref.q_dequantize(c, s, zp))
+        return dict(
+            codes=c, scales=s, zps=np.full(s.shape, zp, np.int64), deq=ref.q_dequantize(c, s, zp)
+        )
     if scheme == "nf4":
         block_size = block_size or 64
         c, a = ref.nf4(x, block_size)
         return dict(codes=c, scales=a, zps=None, deq=ref.nf4_dequantize(c, a, block_size))
     axis = -1 if axis is None else axis
     c, s = ref.mx_quantize(x, scheme, axis)
-    return dict(codes=ref.mx_code_bytes(c), scales=s, zps=None,
-                deq=ref.mx_dequantize(c, s, scheme, axis))
+    return dict(
+        codes=ref.mx_code_bytes(c), scales=s, zps=None, deq=ref.mx_dequantize(c, s, scheme, axis)
+    )
 
 
 def check(t, x, scheme, undefined_codes=None, **kw):
@@ -147,8 +156,9 @@ def check(t, x, scheme, undefined_codes=None, **kw):
     scales = t.scales()
     if scheme in ref.MX:
         assert scales.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
-        np.testing.assert_array_equal(scales.view(np.uint8), want["scales"],
-                                      err_msg=f"{scheme} scale bytes")
+        np.testing.assert_array_equal(
+            scales.view(np.uint8), want["scales"], err_msg=f"{scheme} scale bytes"
+        )
     elif scheme == "affine":
         assert scales.shape == () and scales.dtype == np.float64
         assert float(scales) == float(want["scales"])
@@ -185,8 +195,12 @@ def mx_tensor(scheme, codes_u8, scale_bytes, shape, axis=-1):
     codes_u8 = np.asarray(codes_u8, np.uint8).reshape(-1)
     data = ref.pack4(codes_u8) if bits == 4 else ref.pack6(codes_u8) if bits == 6 else codes_u8
     scale_bytes = np.asarray(scale_bytes, np.uint8).reshape(-1)
-    d = Descriptor(HURRAY_DTYPE[element], shape, quantization=Mxfp(element, axis % len(shape), 1),
-                   buffers=[Buffer("data", data.size), Buffer("scales", scale_bytes.size)])
+    d = Descriptor(
+        HURRAY_DTYPE[element],
+        shape,
+        quantization=Mxfp(element, axis % len(shape), 1),
+        buffers=[Buffer("data", data.size), Buffer("scales", scale_bytes.size)],
+    )
     return hurray.Tensor(d, [aligned(data), aligned(scale_bytes)])
 
 
@@ -201,6 +215,7 @@ def element_values(scheme, codes_u8):
 
 # ------------------------------------------------------------ the API surface
 
+
 def test_scheme_names():
     assert set(hurray.QUANT_SCHEMES) == set(SCHEMES)
     assert len(hurray.QUANT_SCHEMES) == len(SCHEMES)
@@ -214,21 +229,29 @@ def test_descriptor_and_buffers_of_each_scheme(scheme):
     q = d.quantization
     d.validate()
     assert d.shape == (4, 70)
-    assert [b.role for b in d.buffers] == ["data", "scales", "zero_points"][:len(d.buffers)]
+    assert [b.role for b in d.buffers] == ["data", "scales", "zero_points"][: len(d.buffers)]
     if scheme == "affine":
         assert isinstance(q, hurray.PerTensorAffine)
         assert (d.dtype, len(d.buffers)) == ("int8", 1)
         assert (q.scale, q.zero_point) == (float(t.scales()), int(t.zero_points()))
     elif scheme == "per_channel":
         assert isinstance(q, hurray.PerChannelAffine)
-        assert (d.dtype, q.axis, q.scale_dtype, q.zero_point_buffer, q.zero_point) == \
-            ("int8", 0, "float32", None, 0)
+        assert (d.dtype, q.axis, q.scale_dtype, q.zero_point_buffer, q.zero_point) == (
+            "int8",
+            0,
+            "float32",
+            None,
+            0,
+        )
         assert t.scales().shape == (4,) and len(d.buffers) == 2
     elif scheme in ("block_affine", "q8_0", "q4_0"):
         assert isinstance(q, hurray.BlockAffine)
         assert (q.axis, q.block_size, q.zero_point_buffer) == (1, 32, None)
-        want = {"block_affine": ("int8", "float32", 0), "q8_0": ("int8", "float16", 0),
-                "q4_0": ("uint4", "float16", 8)}[scheme]
+        want = {
+            "block_affine": ("int8", "float32", 0),
+            "q8_0": ("int8", "float16", 0),
+            "q4_0": ("uint4", "float16", 8),
+        }[scheme]
         assert (d.dtype, q.scale_dtype, q.zero_point) == want
         assert t.scales().shape == (4, 3) and len(d.buffers) == 2
     elif scheme == "nf4":
@@ -251,20 +274,33 @@ def test_asymmetric_zero_points_live_in_a_buffer_of_the_codes_dtype():
         assert (q.zero_point_buffer, q.zero_point_dtype) == (2, dtype)
         assert t.descriptor.buffers[2].role == "zero_points" and len(t.buffers) == 3
     # unsigned codes default to asymmetric, signed to symmetric
-    assert hurray.quantize(x, "per_channel", dtype="uint8").descriptor.quantization \
-        .zero_point_buffer == 2
+    assert (
+        hurray.quantize(x, "per_channel", dtype="uint8").descriptor.quantization.zero_point_buffer
+        == 2
+    )
     t = hurray.quantize(x, "block_affine", dtype="uint4", symmetric=True)
-    assert (t.descriptor.quantization.zero_point_buffer, t.descriptor.quantization.zero_point) \
-        == (None, 8)
+    assert (t.descriptor.quantization.zero_point_buffer, t.descriptor.quantization.zero_point) == (
+        None,
+        8,
+    )
     t = hurray.quantize(x, "block_affine", dtype="uint8", symmetric=True)
     assert t.descriptor.quantization.zero_point == 128
 
 
-@pytest.mark.parametrize("scheme,kw", [
-    ("q8_0", dict(axis=0)), ("q4_0", dict(axis=0)), ("q8_0", dict(block_size=16)),
-    ("q4_0", dict(block_size=64)), ("q8_0", dict(scale_dtype="float32")),
-    ("q4_0", dict(scale_dtype="bfloat16")), ("mxfp8_e4m3", dict(block_size=16)),
-    ("mxint8", dict(block_size=64)), ("mxfp4", dict(block_size=31))])
+@pytest.mark.parametrize(
+    "scheme,kw",
+    [
+        ("q8_0", dict(axis=0)),
+        ("q4_0", dict(axis=0)),
+        ("q8_0", dict(block_size=16)),
+        ("q4_0", dict(block_size=64)),
+        ("q8_0", dict(scale_dtype="float32")),
+        ("q4_0", dict(scale_dtype="bfloat16")),
+        ("mxfp8_e4m3", dict(block_size=16)),
+        ("mxint8", dict(block_size=64)),
+        ("mxfp4", dict(block_size=31)),
+    ],
+)
 def test_fixed_options_are_refused(scheme, kw):
     with pytest.raises(hurray.InvalidArgumentError):
         hurray.quantize(np.ones((4, 64), np.float32), scheme, **kw)
@@ -276,6 +312,7 @@ def test_unknown_scheme_is_refused():
 
 
 # --------------------------------------- ml_dtypes: element decode, exhaustive
+
 
 @pytest.mark.parametrize("scheme", ref.MX_SCHEMES)
 def test_every_element_code_decodes_like_ml_dtypes(scheme):
@@ -292,7 +329,7 @@ def test_every_element_code_decodes_like_ml_dtypes(scheme):
     assert got_codes.dtype == np.dtype(ml if ml is not None else np.int8)
     np.testing.assert_array_equal(np.ascontiguousarray(got_codes).view(np.uint8), grid)
     values = element_values(scheme, codes)
-    want = (values[None, :].astype(np.float64) * np.exp2(e8.astype(np.float64) - 127)[:, None])
+    want = values[None, :].astype(np.float64) * np.exp2(e8.astype(np.float64) - 127)[:, None]
     want = want.astype(np.float32)
     assert_same_floats(t.dequantize(), want, f"{scheme} elements")
     if scheme == "mxfp8_e4m3":
@@ -311,8 +348,8 @@ def test_every_e8m0_scale_byte_decodes_like_ml_dtypes(scheme):
     t = mx_tensor(scheme, np.full(256 * 32, one, np.uint8), e8, (256 * 32,))
     want = np.repeat(e8.view(ml_dtypes.float8_e8m0fnu).astype(np.float32), 32)
     assert_same_floats(t.dequantize(), want, "E8M0 scales")
-    assert t.dequantize()[0] == np.float32(2.0 ** -127)  # a float32 subnormal
-    assert np.isnan(t.dequantize()[255 * 32:]).all()
+    assert t.dequantize()[0] == np.float32(2.0**-127)  # a float32 subnormal
+    assert np.isnan(t.dequantize()[255 * 32 :]).all()
     scales = t.scales()
     assert scales.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
     np.testing.assert_array_equal(scales.view(np.uint8), e8)
@@ -330,6 +367,7 @@ def test_mx_dequantize_other_dtypes(scheme):
 
 # ------------------------------------ ml_dtypes: encoding with the scale at 2^0
 
+
 def element_sweep(scheme, seed):
     """Finite values with |v| < 2^(emax+1): uniform, log-uniform down past the
     smallest subnormal, every representable value, every midpoint (ties) and
@@ -341,12 +379,25 @@ def element_sweep(scheme, seed):
     pos = values[values > 0]
     mids = ((pos[:-1] + pos[1:]) / 2).astype(np.float32)
     mids = np.concatenate([mids, [pos[0] / 2, pos[0] / 4, pos[0] * 0.75]]).astype(np.float32)
-    near = np.concatenate([np.nextafter(mids, np.float32(np.inf)),
-                           np.nextafter(mids, np.float32(0))])
+    near = np.concatenate(
+        [np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(0))]
+    )
     logs = np.exp2(rng.uniform(-30, emax + 1, 1500)) * rng.choice([-1, 1], 1500)
     above = np.linspace(top, limit, 40, endpoint=False)  # saturate to +-top
-    sweep = np.concatenate([rng.uniform(-limit, limit, 1500), logs, values, mids, -mids, near,
-                            -near, above, -above, [0.0, -0.0, -1e-30, 1e-30, -1e-45]])
+    sweep = np.concatenate(
+        [
+            rng.uniform(-limit, limit, 1500),
+            logs,
+            values,
+            mids,
+            -mids,
+            near,
+            -near,
+            above,
+            -above,
+            [0.0, -0.0, -1e-30, 1e-30, -1e-45],
+        ]
+    )
     sweep = sweep.astype(np.float32)
     return sweep[np.abs(sweep) < limit]
 
@@ -357,7 +408,7 @@ def test_mx_element_encoding_matches_ml_dtypes(scheme):
     sweep = element_sweep(scheme, seed=len(scheme))
     rows = -(-sweep.size // 31)
     body = np.zeros(rows * 31, np.float32)
-    body[:sweep.size] = sweep
+    body[: sweep.size] = sweep
     # every block holds the element max, so amax's exponent = emax: scale 2^0
     x = np.concatenate([np.full((rows, 1), top, np.float32), body.reshape(rows, 31)], axis=1)
     t = hurray.quantize(x, scheme)
@@ -368,8 +419,10 @@ def test_mx_element_encoding_matches_ml_dtypes(scheme):
         want = np.clip(x, -top, top).astype(ml).view(np.uint8)  # ml_dtypes: RNE
     got = np.ascontiguousarray(t.codes()).view(np.uint8)
     bad = np.argwhere(got != want)
-    assert bad.size == 0, (f"{len(bad)} codes differ; first: x={x[tuple(bad[0])]!r} "
-                           f"code {got[tuple(bad[0])]:#x} != {want[tuple(bad[0])]:#x}")
+    assert bad.size == 0, (
+        f"{len(bad)} codes differ; first: x={x[tuple(bad[0])]!r} "
+        f"code {got[tuple(bad[0])]:#x} != {want[tuple(bad[0])]:#x}"
+    )
     # and the values are ml_dtypes' values (times 2^0)
     assert_same_floats(t.dequantize(), element_values(scheme, want))
     # -0.0 keeps its sign bit (FP elements)
@@ -380,15 +433,16 @@ def test_mx_element_encoding_matches_ml_dtypes(scheme):
 
 # ---------------------------------------------- MX end to end vs the reference
 
+
 def mx_data(shape, seed):
     """Random blocks spanning the float32 range: tiny, huge, subnormal, zero rows."""
     x = varied(shape, seed, spread=12)
     flat = x.reshape(-1)
     rng = np.random.default_rng(seed)
     n = flat.size
-    for k, factor in enumerate([1e-38, 1e30, 2.0 ** -140, 1e-20, 1e33, 0.0]):
+    for k, factor in enumerate([1e-38, 1e30, 2.0**-140, 1e-20, 1e33, 0.0]):
         lo = (k * 97) % max(n - 40, 1)
-        flat[lo:lo + 40] *= np.float32(factor)
+        flat[lo : lo + 40] *= np.float32(factor)
     flat[rng.integers(0, n, 8)] = np.float32(FLT_MAX) * rng.choice([-1, 1], 8)
     return x
 
@@ -408,20 +462,21 @@ def test_mx_quantize_matches_reference(scheme, axis):
     packed = {4: ref.pack4, 6: ref.pack6}.get(bits, lambda c: np.asarray(c, np.uint8).ravel())
     raw = np.frombuffer(t.buffers[0], np.uint8)
     expect = packed(want["codes"])
-    np.testing.assert_array_equal(raw[:expect.size], expect)
-    np.testing.assert_array_equal(np.frombuffer(t.buffers[1], np.uint8)[:want["scales"].size],
-                                  want["scales"].reshape(-1))
+    np.testing.assert_array_equal(raw[: expect.size], expect)
+    np.testing.assert_array_equal(
+        np.frombuffer(t.buffers[1], np.uint8)[: want["scales"].size], want["scales"].reshape(-1)
+    )
 
 
 # -------------------------------------------------------------- NF4 / bitsandbytes
+
 
 def bnb_nf4(x, block=64):
     # Blocks run over the flat order, so bitsandbytes gets the flat array: its
     # CPU dequantize_4bit (0.50.2) is wrong for a rank-3 input whose last axis
     # is not a multiple of the block (checked against its own 1-D result).
     flat = np.array(x, np.float32).reshape(-1)
-    q, state = bnbf.quantize_4bit(torch.from_numpy(flat), blocksize=block,
-                                  quant_type="nf4")
+    q, state = bnbf.quantize_4bit(torch.from_numpy(flat), blocksize=block, quant_type="nf4")
     deq = bnbf.dequantize_4bit(q, state, quant_type="nf4")
     return q.numpy().reshape(-1), state.absmax.numpy(), deq.numpy()
 
@@ -434,10 +489,11 @@ def test_nf4_matches_bitsandbytes(shape):
     x = varied(shape, seed=sum(shape))
     t = hurray.quantize(x, "nf4")
     q, absmax, deq = bnb_nf4(x)
-    raw = np.frombuffer(t.buffers[0], np.uint8)[:q.size]
+    raw = np.frombuffer(t.buffers[0], np.uint8)[: q.size]
     np.testing.assert_array_equal(raw, ref.swap_nibbles(q))
-    np.testing.assert_array_equal(code_array(t, "nf4").reshape(-1),
-                                  ref.unpack4(ref.swap_nibbles(q), x.size))
+    np.testing.assert_array_equal(
+        code_array(t, "nf4").reshape(-1), ref.unpack4(ref.swap_nibbles(q), x.size)
+    )
     assert_same_floats(t.scales(), absmax, "absmax")
     assert_same_floats(t.dequantize(), deq.reshape(shape), "dequantized")
     check(t, x, "nf4")
@@ -447,12 +503,18 @@ def test_nf4_table_equals_bitsandbytes():
     table = ref.NF4_TABLE
     if bnbf is not None:
         from bitsandbytes.backends.utils import CODE
+
         np.testing.assert_array_equal(CODE["nf4"].numpy(), table)
     # decode codes 0..15 with absmax 1 through a hand-built tensor
-    d = Descriptor("uint4", (16,), quantization=Nf4(64, 1, "float32"),
-                   buffers=[Buffer("data", 8), Buffer("scales", 4)])
-    t = hurray.Tensor(d, [aligned(ref.pack4(np.arange(16))),
-                          aligned(np.array([1.0], np.float32).view(np.uint8))])
+    d = Descriptor(
+        "uint4",
+        (16,),
+        quantization=Nf4(64, 1, "float32"),
+        buffers=[Buffer("data", 8), Buffer("scales", 4)],
+    )
+    t = hurray.Tensor(
+        d, [aligned(ref.pack4(np.arange(16))), aligned(np.array([1.0], np.float32).view(np.uint8))]
+    )
     assert_same_floats(t.dequantize(), table)
     # and the table values quantize to their own codes
     t = hurray.quantize(table, "nf4")
@@ -461,8 +523,15 @@ def test_nf4_table_equals_bitsandbytes():
 
 def test_nf4_ties_go_to_the_lower_code():
     mids = ref.NF4_MIDPOINTS
-    x = np.concatenate([[1.0], mids, np.nextafter(mids, np.float32(2)),
-                        np.nextafter(mids, np.float32(-2)), np.zeros(64 - 46)]).astype(np.float32)
+    x = np.concatenate(
+        [
+            [1.0],
+            mids,
+            np.nextafter(mids, np.float32(2)),
+            np.nextafter(mids, np.float32(-2)),
+            np.zeros(64 - 46),
+        ]
+    ).astype(np.float32)
     t = hurray.quantize(x, "nf4")
     codes = code_array(t, "nf4")
     np.testing.assert_array_equal(codes[1:16], np.arange(15))
@@ -474,8 +543,10 @@ def test_nf4_ties_go_to_the_lower_code():
     np.testing.assert_array_equal(np.frombuffer(t.buffers[0], np.uint8)[:32], ref.swap_nibbles(q))
 
 
-@pytest.mark.parametrize("block_size,shape", [(64, (10, 20)), (32, (3, 45)), (128, (300,)),
-                                              (100, (7, 30)), (64, (1,)), (64, (63,))])
+@pytest.mark.parametrize(
+    "block_size,shape",
+    [(64, (10, 20)), (32, (3, 45)), (128, (300,)), (100, (7, 30)), (64, (1,)), (64, (63,))],
+)
 def test_nf4_partial_blocks_and_block_sizes_match_reference(block_size, shape):
     x = varied(shape, seed=block_size)
     t = hurray.quantize(x, "nf4", block_size=block_size)
@@ -497,21 +568,25 @@ TORCH_QDTYPE = {"int8": "qint8", "uint8": "quint8"}
 def test_per_channel_matches_torch(dtype, symmetric, axis, scale_dtype):
     x = varied((6, 5, 40), seed=3)
     x[1] = np.abs(x[1])
-    t = hurray.quantize(x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric,
-                        scale_dtype=scale_dtype)
+    t = hurray.quantize(
+        x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric, scale_dtype=scale_dtype
+    )
     q = t.descriptor.quantization
     assert (q.axis, q.scale_dtype, t.descriptor.dtype) == (axis % 3, scale_dtype, dtype)
     scales, zps = t.scales(), t.zero_points()
     assert scales.dtype == ref.SCALE_DTYPE[scale_dtype] and scales.shape == (x.shape[axis],)
-    tq = torch.quantize_per_channel(torch.from_numpy(x),
-                                    torch.from_numpy(scales.astype(np.float64)),
-                                    torch.from_numpy(zps), axis % 3,
-                                    getattr(torch, TORCH_QDTYPE[dtype]))
-    np.testing.assert_array_equal(code_array(t, "per_channel"),
-                                  tq.int_repr().numpy().astype(np.int64))
+    tq = torch.quantize_per_channel(
+        torch.from_numpy(x),
+        torch.from_numpy(scales.astype(np.float64)),
+        torch.from_numpy(zps),
+        axis % 3,
+        getattr(torch, TORCH_QDTYPE[dtype]),
+    )
+    np.testing.assert_array_equal(
+        code_array(t, "per_channel"), tq.int_repr().numpy().astype(np.int64)
+    )
     assert_same_floats(t.dequantize(), torch.dequantize(tq).numpy())
-    check(t, x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric,
-          scale_dtype=scale_dtype)
+    check(t, x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric, scale_dtype=scale_dtype)
 
 
 @pytest.mark.parametrize("dtype", ["int4", "uint4"])
@@ -520,17 +595,20 @@ def test_per_channel_matches_torch(dtype, symmetric, axis, scale_dtype):
 @pytest.mark.parametrize("scale_dtype", SCALE_DTYPES)
 def test_per_channel_int4_matches_reference(dtype, symmetric, axis, scale_dtype):
     x = varied((7, 33), seed=8)
-    t = hurray.quantize(x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric,
-                        scale_dtype=scale_dtype)
+    t = hurray.quantize(
+        x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric, scale_dtype=scale_dtype
+    )
     assert t.codes().dtype == np.dtype(getattr(ml_dtypes, dtype))
-    want = check(t, x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric,
-                 scale_dtype=scale_dtype)
+    want = check(
+        t, x, "per_channel", axis=axis, dtype=dtype, symmetric=symmetric, scale_dtype=scale_dtype
+    )
     raw = np.frombuffer(t.buffers[0], np.uint8)
     packed = ref.pack4(want["codes"])
-    np.testing.assert_array_equal(raw[:packed.size], packed)
+    np.testing.assert_array_equal(raw[: packed.size], packed)
 
 
 # -------------------------------------------------------- q8_0 / q4_0 vs gguf
+
 
 def gguf_samples():
     rng = np.random.default_rng(7)
@@ -547,10 +625,10 @@ def gguf_samples():
     d = np.zeros((6, 32), np.float32)  # zeros, denormals next to a normal, float16 edges
     d[1] = rng.uniform(-1, 1, 32) * 1e-40
     d[1, 7] = 0.25
-    d[2] = rng.uniform(-1, 1, 32) * 1e6   # q4_0: d overflows float16
+    d[2] = rng.uniform(-1, 1, 32) * 1e6  # q4_0: d overflows float16
     d[3] = rng.uniform(-1, 1, 32) * 1e-4  # float16 subnormal d
     d[4] = rng.uniform(-1, 1, 32) * 3e-7
-    d[5] = rng.uniform(-1, 1, 32) * 9e6   # q8_0: d overflows float16
+    d[5] = rng.uniform(-1, 1, 32) * 9e6  # q8_0: d overflows float16
     yield d
 
 
@@ -600,11 +678,14 @@ def test_q_partial_last_block_matches_reference(scheme, shape):
 
 # ---------------------------------------------- block_affine and affine
 
+
 @pytest.mark.parametrize("dtype", CODE_DTYPES)
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("scale_dtype", SCALE_DTYPES)
-@pytest.mark.parametrize("axis,block_size,shape", [(-1, None, (5, 70)), (0, 16, (40, 6)),
-                                                   (1, 7, (3, 20, 4)), (-1, 64, (2, 64))])
+@pytest.mark.parametrize(
+    "axis,block_size,shape",
+    [(-1, None, (5, 70)), (0, 16, (40, 6)), (1, 7, (3, 20, 4)), (-1, 64, (2, 64))],
+)
 def test_block_affine_matches_reference(dtype, symmetric, scale_dtype, axis, block_size, shape):
     x = varied(shape, seed=len(shape) + (block_size or 0))
     kw = dict(axis=axis, dtype=dtype, symmetric=symmetric, scale_dtype=scale_dtype)
@@ -612,8 +693,11 @@ def test_block_affine_matches_reference(dtype, symmetric, scale_dtype, axis, blo
         kw["block_size"] = block_size
     t = hurray.quantize(x, "block_affine", **kw)
     q = t.descriptor.quantization
-    assert (q.axis, q.block_size, q.scale_dtype) == (axis % len(shape), block_size or 32,
-                                                     scale_dtype)
+    assert (q.axis, q.block_size, q.scale_dtype) == (
+        axis % len(shape),
+        block_size or 32,
+        scale_dtype,
+    )
     assert t.scales().shape == ref.blocked_shape(shape, axis % len(shape), block_size or 32)
     check(t, x, "block_affine", **kw)
 
@@ -635,8 +719,12 @@ def test_affine_matches_reference(dtype, symmetric):
 def test_affine_matches_torch_per_tensor(dtype, symmetric):
     x = varied((7, 45), seed=6, spread=3)
     t = hurray.quantize(x, "affine", dtype=dtype, symmetric=symmetric)
-    tq = torch.quantize_per_tensor(torch.from_numpy(x), float(t.scales()),
-                                   int(t.zero_points()), getattr(torch, TORCH_QDTYPE[dtype]))
+    tq = torch.quantize_per_tensor(
+        torch.from_numpy(x),
+        float(t.scales()),
+        int(t.zero_points()),
+        getattr(torch, TORCH_QDTYPE[dtype]),
+    )
     np.testing.assert_array_equal(code_array(t, "affine"), tq.int_repr().numpy())
     assert_same_floats(t.dequantize(), torch.dequantize(tq).numpy())
 
@@ -653,6 +741,7 @@ def test_dequantize_other_dtypes(scheme):
 
 
 # ------------------------------------------------- the spec's worked examples
+
 
 @pytest.mark.parametrize("example", ref.WORKED_EXAMPLES, ids=lambda e: e[0])
 def test_worked_examples(example):
@@ -671,6 +760,7 @@ def test_worked_examples(example):
 
 
 # ------------------------------------------------------------------ edge cases
+
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_all_zero_blocks(scheme):
@@ -736,14 +826,14 @@ def test_nan_is_refused_in_narrow_float_inputs(scheme):
 def denormal_data(seed):
     rng = np.random.default_rng(seed)
     x = np.zeros((6, 64), np.float32)
-    tiny = np.float32(2.0 ** -149)
-    x[0] = rng.integers(-2 ** 23 + 1, 2 ** 23, 64) * tiny       # every subnormal size
-    x[1] = rng.integers(-1000, 1000, 64) * tiny                 # the smallest ones
-    x[2] = rng.integers(-2 ** 23 + 1, 2 ** 23, 64) * tiny
-    x[2, 5] = 1.5                                               # next to a normal value
+    tiny = np.float32(2.0**-149)
+    x[0] = rng.integers(-(2**23) + 1, 2**23, 64) * tiny  # every subnormal size
+    x[1] = rng.integers(-1000, 1000, 64) * tiny  # the smallest ones
+    x[2] = rng.integers(-(2**23) + 1, 2**23, 64) * tiny
+    x[2, 5] = 1.5  # next to a normal value
     x[3] = rng.standard_normal(64) * 1e-39
-    x[3, ::3] = 0.0                                             # with zeros
-    x[4] = np.float32(2.0 ** -126) * rng.choice([-1, 1], 64)    # the smallest normal
+    x[3, ::3] = 0.0  # with zeros
+    x[4] = np.float32(2.0**-126) * rng.choice([-1, 1], 64)  # the smallest normal
     x[5] = rng.standard_normal(64) * 1e-3
     x[5, ::4] = rng.integers(-100, 100, 16) * tiny
     return x.astype(np.float32)
@@ -752,7 +842,7 @@ def denormal_data(seed):
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_float32_denormals(scheme):
     x = denormal_data(16)
-    assert np.count_nonzero((np.abs(x) < 2.0 ** -126) & (x != 0)) > 200
+    assert np.count_nonzero((np.abs(x) < 2.0**-126) & (x != 0)) > 200
     t = hurray.quantize(x, scheme)
     undefined = q_undefined(x, scheme)
     check(t, x, scheme, undefined_codes=undefined)
@@ -800,7 +890,7 @@ def test_mx_element_max_is_exact(scheme):
     x = np.zeros((3, 32), np.float32)
     # top and exact fractions of it (MXINT8: 0.5 and -0.25, its spacing is 2^-6)
     x[0, :4] = [top, -top, top / 2, -top / 4] if scheme != "mxint8" else [top, -top, 0.5, -0.25]
-    x[1, :3] = [top * 2.0 ** 100, -top * 2.0 ** 100, 1.0]        # shared exponent 100
+    x[1, :3] = [top * 2.0**100, -top * 2.0**100, 1.0]  # shared exponent 100
     x[2, :3] = [np.nextafter(np.float32(2.0 ** (emax + 1)), np.float32(0)), -top, 0.5]
     t = hurray.quantize(x, scheme)
     np.testing.assert_array_equal(t.scales().view(np.uint8)[:, 0], [127, 227, 127])
@@ -869,22 +959,27 @@ def test_float16_and_bfloat16_inputs_give_their_float32_result(scheme):
         same_tensor(hurray.quantize(xn, scheme), hurray.quantize(xn.astype(np.float32), scheme))
         check(hurray.quantize(xn, scheme), xn.astype(np.float32), scheme)
     # float64 and integers are converted to float32 first
-    same_tensor(hurray.quantize(x.astype(np.float64) * (1 + 1e-12), scheme),
-                hurray.quantize((x.astype(np.float64) * (1 + 1e-12)).astype(np.float32), scheme))
+    same_tensor(
+        hurray.quantize(x.astype(np.float64) * (1 + 1e-12), scheme),
+        hurray.quantize((x.astype(np.float64) * (1 + 1e-12)).astype(np.float32), scheme),
+    )
     ints = np.arange(-100, 250, dtype=np.int32).reshape(5, 70)
     same_tensor(hurray.quantize(ints, scheme), hurray.quantize(ints.astype(np.float32), scheme))
     # non-contiguous input is read as its values
     same_tensor(hurray.quantize(x.T.copy().T, scheme), hurray.quantize(x, scheme))
-    same_tensor(hurray.quantize(x[:, ::-1], scheme),
-                hurray.quantize(np.ascontiguousarray(x[:, ::-1]), scheme))
+    same_tensor(
+        hurray.quantize(x[:, ::-1], scheme),
+        hurray.quantize(np.ascontiguousarray(x[:, ::-1]), scheme),
+    )
     same_tensor(hurray.quantize(x.tolist(), scheme), hurray.quantize(x, scheme))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_threads_give_identical_bytes(scheme):
     rng = np.random.default_rng(19)
-    x = (rng.standard_normal((1024, 1040)) *
-         np.exp2(rng.integers(-8, 9, size=(1024, 1)))).astype(np.float32)  # ~4 MiB
+    x = (rng.standard_normal((1024, 1040)) * np.exp2(rng.integers(-8, 9, size=(1024, 1)))).astype(
+        np.float32
+    )  # ~4 MiB
     one = hurray.quantize(x, scheme, threads=1)
     two = hurray.quantize(x, scheme, threads=2)
     four = hurray.quantize(x, scheme, threads=4)
@@ -892,27 +987,34 @@ def test_threads_give_identical_bytes(scheme):
     same_tensor(four, one)
     d1 = one.dequantize(threads=1)
     assert d1.tobytes() == one.dequantize(threads=2).tobytes()
-    assert one.dequantize(np.float16, threads=1).tobytes() == \
-        one.dequantize(np.float16, threads=3).tobytes()
+    assert (
+        one.dequantize(np.float16, threads=1).tobytes()
+        == one.dequantize(np.float16, threads=3).tobytes()
+    )
     if scheme == "per_channel":
-        same_tensor(hurray.quantize(x, scheme, axis=1, threads=2),
-                    hurray.quantize(x, scheme, axis=1))
+        same_tensor(
+            hurray.quantize(x, scheme, axis=1, threads=2), hurray.quantize(x, scheme, axis=1)
+        )
     if scheme in ref.MX:
-        same_tensor(hurray.quantize(x, scheme, axis=0, threads=2),
-                    hurray.quantize(x, scheme, axis=0))
+        same_tensor(
+            hurray.quantize(x, scheme, axis=0, threads=2), hurray.quantize(x, scheme, axis=0)
+        )
 
 
 # ------------------------------------------------------- files
 
 VARIANTS = [(s, {}) for s in SCHEMES] + [
-    ("per_channel", dict(dtype="uint8")), ("per_channel", dict(dtype="int4", symmetric=False,
-                                                               scale_dtype="bfloat16")),
+    ("per_channel", dict(dtype="uint8")),
+    ("per_channel", dict(dtype="int4", symmetric=False, scale_dtype="bfloat16")),
     ("block_affine", dict(dtype="uint4", block_size=16, scale_dtype="float16")),
-    ("affine", dict(dtype="uint4")), ("nf4", dict(block_size=32))]
+    ("affine", dict(dtype="uint4")),
+    ("nf4", dict(block_size=32)),
+]
 
 
-@pytest.mark.parametrize("scheme,kw", VARIANTS, ids=[f"{s}-{i}" for i, (s, _) in
-                                                      enumerate(VARIANTS)])
+@pytest.mark.parametrize(
+    "scheme,kw", VARIANTS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(VARIANTS)]
+)
 def test_save_load_round_trip(fast_dir, scheme, kw):  # noqa: F811
     x = varied((6, 75), seed=20)
     t = hurray.quantize(x, scheme, **kw)
@@ -931,7 +1033,7 @@ def test_save_load_round_trip(fast_dir, scheme, kw):  # noqa: F811
 # Finite float32 values up to 2^127: a group maximum next to FLT_MAX gets a scale
 # whose top code decodes past FLT_MAX (127 * f32(FLT_MAX / 127) = inf), by the
 # rules; test_float32_max_magnitude pins that case exactly.
-finite32 = st.floats(-2.0 ** 127, 2.0 ** 127, width=32)
+finite32 = st.floats(-(2.0**127), 2.0**127, width=32)
 
 
 def arrays(elements=finite32, max_rows=4, max_cols=70):
@@ -941,10 +1043,11 @@ def arrays(elements=finite32, max_rows=4, max_cols=70):
 
 def scaled_arrays():
     """Data with an interesting spread: finite floats times a power of two per row."""
-    return st.tuples(arrays(st.floats(-1000, 1000, width=32)),
-                     st.integers(-140, 100)).map(
-        lambda a: (a[0].astype(np.float64) * 2.0 ** a[1]).astype(np.float32)).filter(
-        lambda a: np.all(np.isfinite(a)))
+    return (
+        st.tuples(arrays(st.floats(-1000, 1000, width=32)), st.integers(-140, 100))
+        .map(lambda a: (a[0].astype(np.float64) * 2.0 ** a[1]).astype(np.float32))
+        .filter(lambda a: np.all(np.isfinite(a)))
+    )
 
 
 def affine_bound(x, deq, scale_el, zp_el, code_dtype):
@@ -956,14 +1059,17 @@ def affine_bound(x, deq, scale_el, zp_el, code_dtype):
     inside = (r >= qmin) & (r <= qmax)
     err = np.abs(deq.astype(np.float64) - x.astype(np.float64))
     s64 = s.astype(np.float64)
-    bound = s64 / 2 + s64 * 2.0 ** -14 + np.abs(x.astype(np.float64)) * 2.0 ** -22 + 2.0 ** -149
+    bound = s64 / 2 + s64 * 2.0**-14 + np.abs(x.astype(np.float64)) * 2.0**-22 + 2.0**-149
     bad = inside & ~(err <= bound)
-    assert not bad.any(), (f"x={x[bad][:3]} deq={deq[bad][:3]} scale={s[bad][:3]}")
+    assert not bad.any(), f"x={x[bad][:3]} deq={deq[bad][:3]} scale={s[bad][:3]}"
 
 
 @SETTINGS
-@given(x=st.one_of(arrays(), scaled_arrays()), axis=st.sampled_from([0, 1]),
-       scale_dtype=st.sampled_from(SCALE_DTYPES))
+@given(
+    x=st.one_of(arrays(), scaled_arrays()),
+    axis=st.sampled_from([0, 1]),
+    scale_dtype=st.sampled_from(SCALE_DTYPES),
+)
 def test_per_channel_int8_symmetric_error_is_half_a_step(x, axis, scale_dtype):
     t = hurray.quantize(x, "per_channel", axis=axis, scale_dtype=scale_dtype)
     shape = [1, 1]
@@ -973,20 +1079,33 @@ def test_per_channel_int8_symmetric_error_is_half_a_step(x, axis, scale_dtype):
 
 
 @SETTINGS
-@given(x=st.one_of(arrays(), scaled_arrays()), dtype=st.sampled_from(CODE_DTYPES),
-       symmetric=st.booleans(), block=st.integers(1, 40),
-       scale_dtype=st.sampled_from(SCALE_DTYPES))
+@given(
+    x=st.one_of(arrays(), scaled_arrays()),
+    dtype=st.sampled_from(CODE_DTYPES),
+    symmetric=st.booleans(),
+    block=st.integers(1, 40),
+    scale_dtype=st.sampled_from(SCALE_DTYPES),
+)
 def test_block_affine_error_is_half_a_step(x, dtype, symmetric, block, scale_dtype):
-    t = hurray.quantize(x, "block_affine", dtype=dtype, symmetric=symmetric, block_size=block,
-                        scale_dtype=scale_dtype)
+    t = hurray.quantize(
+        x,
+        "block_affine",
+        dtype=dtype,
+        symmetric=symmetric,
+        block_size=block,
+        scale_dtype=scale_dtype,
+    )
     scale = ref.expand_blocks(t.scales().astype(np.float32), 1, block, x.shape)
     zp = ref.expand_blocks(t.zero_points(), 1, block, x.shape)
     affine_bound(x, t.dequantize(), scale, zp, dtype)
 
 
 @SETTINGS
-@given(x=st.one_of(arrays(), scaled_arrays()), dtype=st.sampled_from(CODE_DTYPES),
-       symmetric=st.booleans())
+@given(
+    x=st.one_of(arrays(), scaled_arrays()),
+    dtype=st.sampled_from(CODE_DTYPES),
+    symmetric=st.booleans(),
+)
 def test_affine_error_is_half_a_step(x, dtype, symmetric):
     t = hurray.quantize(x, "affine", dtype=dtype, symmetric=symmetric)
     scale = np.full(x.shape, np.float32(float(t.scales())))
@@ -997,23 +1116,26 @@ def test_affine_error_is_half_a_step(x, dtype, symmetric):
 @given(x=arrays(st.floats(-1e5, 1e5, width=32)))
 def test_q8_0_error_is_half_a_step(x):
     t = hurray.quantize(x, "q8_0")
-    d = ref.q_block_d(x, "q8_0")                       # the step the codes were made with
+    d = ref.q_block_d(x, "q8_0")  # the step the codes were made with
     np.testing.assert_array_equal(t.scales(), d.astype(np.float16))
-    usable = (d >= 2.0 ** -14) & (d <= 65504)          # float16 d normal
+    usable = (d >= 2.0**-14) & (d <= 65504)  # float16 d normal
     d_el = ref.expand_blocks(d.astype(np.float64), 1, 32, x.shape)
     d16_el = ref.expand_blocks(d.astype(np.float16).astype(np.float64), 1, 32, x.shape)
     ok = ref.expand_blocks(usable, 1, 32, x.shape)
     codes = t.codes().astype(np.float64)
     x64 = x.astype(np.float64)
-    slack = d_el * 2.0 ** -15 + np.abs(x64) * 2.0 ** -22
+    slack = d_el * 2.0**-15 + np.abs(x64) * 2.0**-22
     assert np.all(np.abs(codes * d_el - x64)[ok] <= (d_el / 2 + slack)[ok])
     err = np.abs(t.dequantize().astype(np.float64) - x64)
     assert np.all(err[ok] <= (d_el / 2 + 127 * np.abs(d16_el - d_el) + slack)[ok])
 
 
 @SETTINGS
-@given(x=st.one_of(arrays(max_cols=100), scaled_arrays()),
-       scheme=st.sampled_from(ref.MX_SCHEMES), axis=st.sampled_from([0, 1]))
+@given(
+    x=st.one_of(arrays(max_cols=100), scaled_arrays()),
+    scheme=st.sampled_from(ref.MX_SCHEMES),
+    axis=st.sampled_from([0, 1]),
+)
 def test_mx_error_is_within_half_the_element_spacing(x, scheme, axis):
     _, _, _, top, _ = ref.MX[scheme]
     t = hurray.quantize(x, scheme, axis=axis)
@@ -1021,7 +1143,7 @@ def test_mx_error_is_within_half_the_element_spacing(x, scheme, axis):
     assert np.all(s != 0xFF)
     shared = s - 127
     y = x.astype(np.float64) * np.ldexp(1.0, -shared)
-    inside = np.abs(y) <= top                         # not saturated
+    inside = np.abs(y) <= top  # not saturated
     err = np.abs(t.dequantize().astype(np.float64) - x.astype(np.float64))
     bound = ref.mx_half_spacing(y, scheme) * np.ldexp(1.0, shared) + np.ldexp(1.0, shared - 149)
     bad = inside & ~(err <= bound)

@@ -3,12 +3,12 @@ peers they claim to reproduce, without hurray's quantize: bitsandbytes
 (NF4, CPU), gguf.quants (Q8_0, Q4_0), torch.quantize_per_channel /
 quantize_per_tensor (affine int8/uint8), torch's float8 casts and a brute
 force nearest-value search (MX elements), math.frexp (MX shared exponent)."""
+
 import math
 
 import ml_dtypes
 import numpy as np
 import pytest
-
 import quant_reference as ref
 
 try:
@@ -29,8 +29,10 @@ needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 needs_bnb = pytest.mark.skipif(bnbf is None or torch is None, reason="needs bitsandbytes")
 needs_gguf = pytest.mark.skipif(gguf_quants is None, reason="needs gguf")
 
-pytestmark = [pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
-              pytest.mark.filterwarnings("ignore::RuntimeWarning")]  # gguf's inf / NaN casts
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]  # gguf's inf / NaN casts
 
 
 def varied(shape, seed, spread=6):
@@ -41,6 +43,7 @@ def varied(shape, seed, spread=6):
 
 
 # ----------------------------------------------------------------- packing
+
 
 def test_pack_unpack_round_trip():
     rng = np.random.default_rng(0)
@@ -61,6 +64,7 @@ def test_pack_unpack_round_trip():
 
 # -------------------------------------------------------------------- NF4
 
+
 def bnb_nf4(x, block):
     q, state = bnbf.quantize_4bit(torch.from_numpy(x.copy()), blocksize=block, quant_type="nf4")
     deq = bnbf.dequantize_4bit(q, state, quant_type="nf4")
@@ -70,6 +74,7 @@ def bnb_nf4(x, block):
 @needs_bnb
 def test_nf4_table_is_bitsandbytes_table():
     from bitsandbytes.backends.utils import CODE
+
     np.testing.assert_array_equal(ref.NF4_TABLE, CODE["nf4"].numpy())
     _, state = bnbf.quantize_4bit(torch.ones(64), blocksize=64, quant_type="nf4")
     np.testing.assert_array_equal(ref.NF4_TABLE, state.code.numpy())
@@ -86,16 +91,24 @@ def test_nf4_reference_matches_bitsandbytes(shape):
     np.testing.assert_array_equal(ref.swap_nibbles(q), ref.pack4(codes))
     np.testing.assert_array_equal(absmax, bnb_absmax)
     deq = ref.nf4_dequantize(codes, absmax, 64)
-    np.testing.assert_array_equal(deq.reshape(-1).view(np.uint32),
-                                  bnb_deq.reshape(-1).view(np.uint32))
+    np.testing.assert_array_equal(
+        deq.reshape(-1).view(np.uint32), bnb_deq.reshape(-1).view(np.uint32)
+    )
 
 
 @needs_bnb
 def test_nf4_reference_ties_go_to_the_lower_code_like_bitsandbytes():
     # absmax 1 -> y == x exactly; put elements on every midpoint.
     t = ref.NF4_MIDPOINTS
-    x = np.concatenate([[1.0], t, np.nextafter(t, np.float32(2)), np.nextafter(t, np.float32(-2)),
-                        np.zeros(64 - 1 - 3 * 15)]).astype(np.float32)
+    x = np.concatenate(
+        [
+            [1.0],
+            t,
+            np.nextafter(t, np.float32(2)),
+            np.nextafter(t, np.float32(-2)),
+            np.zeros(64 - 1 - 3 * 15),
+        ]
+    ).astype(np.float32)
     codes, absmax = ref.nf4(x, 64)
     assert absmax[0] == 1
     np.testing.assert_array_equal(codes[1:16], np.arange(15))  # tie -> lower
@@ -107,6 +120,7 @@ def test_nf4_reference_ties_go_to_the_lower_code_like_bitsandbytes():
 
 
 # ------------------------------------------------------------ q8_0 / q4_0
+
 
 def q_samples():
     rng = np.random.default_rng(7)
@@ -150,8 +164,7 @@ def test_q4_0_reference_matches_gguf():
         want = gguf_quants.quantize(x, GQ.Q4_0)
         np.testing.assert_array_equal(got, want)
         packed = ref.pack4(codes)
-        np.testing.assert_array_equal(ref.hurray_packed_to_gguf_q4_0(packed, x.shape, scales),
-                                      want)
+        np.testing.assert_array_equal(ref.hurray_packed_to_gguf_q4_0(packed, x.shape, scales), want)
         deq = ref.q_dequantize(codes, scales, 8)
         np.testing.assert_array_equal(deq, gguf_quants.dequantize(want, GQ.Q4_0).reshape(x.shape))
 
@@ -163,8 +176,9 @@ def test_q8_0_float32_max_overflows_the_scale_like_gguf():
     x[0, 4] = -1.0
     codes, scales = ref.q8_0(x)
     assert np.isinf(scales[0, 0])
-    np.testing.assert_array_equal(ref.gguf_q8_0_blocks(codes, scales),
-                                  gguf_quants.quantize(x, GQ.Q8_0))
+    np.testing.assert_array_equal(
+        ref.gguf_q8_0_blocks(codes, scales), gguf_quants.quantize(x, GQ.Q8_0)
+    )
 
 
 # ------------------------------------------------------ affine vs torch
@@ -181,9 +195,13 @@ def test_per_channel_reference_matches_torch(dtype, symmetric, axis, scale_dtype
     x = varied((6, 5, 40), seed=3)
     x[1] = np.abs(x[1])  # a channel with no negatives (asymmetric lo = 0)
     codes, scales, zps = ref.per_channel(x, dtype, axis, symmetric, scale_dtype)
-    q = torch.quantize_per_channel(torch.from_numpy(x), torch.from_numpy(
-        scales.astype(np.float64)), torch.from_numpy(zps), axis % 3,
-        getattr(torch, TORCH_DTYPE[dtype]))
+    q = torch.quantize_per_channel(
+        torch.from_numpy(x),
+        torch.from_numpy(scales.astype(np.float64)),
+        torch.from_numpy(zps),
+        axis % 3,
+        getattr(torch, TORCH_DTYPE[dtype]),
+    )
     np.testing.assert_array_equal(codes, q.int_repr().numpy().astype(np.int64))
     deq = ref.per_channel_dequantize(codes, scales, zps, axis)
     np.testing.assert_array_equal(deq, torch.dequantize(q).numpy())
@@ -194,10 +212,12 @@ def test_per_channel_reference_matches_torch(dtype, symmetric, axis, scale_dtype
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_per_channel_reference_zero_points_match_torch_observer(dtype, symmetric):
     from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
     x = varied((8, 33), seed=11)
     qscheme = torch.per_channel_symmetric if symmetric else torch.per_channel_affine
-    obs = PerChannelMinMaxObserver(ch_axis=0, dtype=getattr(torch, TORCH_DTYPE[dtype]),
-                                   qscheme=qscheme)
+    obs = PerChannelMinMaxObserver(
+        ch_axis=0, dtype=getattr(torch, TORCH_DTYPE[dtype]), qscheme=qscheme
+    )
     obs(torch.from_numpy(x))
     t_scales, t_zps = obs.calculate_qparams()
     _, scales, zps = ref.per_channel(x, dtype, 0, symmetric, "float32")
@@ -216,11 +236,13 @@ def test_per_channel_reference_zero_points_match_torch_observer(dtype, symmetric
 def test_per_tensor_reference_matches_torch(dtype, symmetric):
     x = varied((7, 45), seed=5, spread=3)
     codes, scale, zp = ref.per_tensor(x, dtype, symmetric)
-    q = torch.quantize_per_tensor(torch.from_numpy(x), float(scale), zp,
-                                  getattr(torch, TORCH_DTYPE[dtype]))
+    q = torch.quantize_per_tensor(
+        torch.from_numpy(x), float(scale), zp, getattr(torch, TORCH_DTYPE[dtype])
+    )
     np.testing.assert_array_equal(codes, q.int_repr().numpy().astype(np.int64))
-    np.testing.assert_array_equal(ref.affine_dequantize(codes, scale, zp),
-                                  torch.dequantize(q).numpy())
+    np.testing.assert_array_equal(
+        ref.affine_dequantize(codes, scale, zp), torch.dequantize(q).numpy()
+    )
 
 
 def test_block_affine_reference_is_per_channel_of_each_block():
@@ -230,9 +252,10 @@ def test_block_affine_reference_is_per_channel_of_each_block():
             codes, scales, zps = ref.block_affine(x, dtype, -1, 32, symmetric, "float16")
             assert scales.shape == zps.shape == (4, 3)
             for b in range(3):
-                c, s, z = ref.per_channel(x[:, 32 * b:32 * b + 32], dtype, 0, symmetric,
-                                          "float16")
-                np.testing.assert_array_equal(codes[:, 32 * b:32 * b + 32], c)
+                c, s, z = ref.per_channel(
+                    x[:, 32 * b : 32 * b + 32], dtype, 0, symmetric, "float16"
+                )
+                np.testing.assert_array_equal(codes[:, 32 * b : 32 * b + 32], c)
                 np.testing.assert_array_equal(scales[:, b], s)
                 np.testing.assert_array_equal(zps[:, b], z)
             codes0, scales0, _ = ref.block_affine(x.T, dtype, 0, 32, symmetric, "float16")
@@ -244,19 +267,22 @@ def test_affine_scale_clamp_and_zero_groups():
     x = np.zeros((3, 4), np.float32)
     x[1] = 1e-42
     x[2] = [1e8, -1e8, 0, 3]
-    for sd, smallest, largest in (("float32", 2.0 ** -126, np.finfo(np.float32).max),
-                                  ("float16", 2.0 ** -14, 65504.0),
-                                  ("bfloat16", 2.0 ** -126, None)):
+    for sd, smallest, largest in (
+        ("float32", 2.0**-126, np.finfo(np.float32).max),
+        ("float16", 2.0**-14, 65504.0),
+        ("bfloat16", 2.0**-126, None),
+    ):
         _, scales, _ = ref.per_channel(x, "int8", 0, True, sd)
         assert scales.dtype == ref.SCALE_DTYPE[sd]
         assert float(scales[0]) == smallest and float(scales[1]) == smallest
         if sd == "float16":
             assert float(scales[2]) == 65504.0
     _, scales, zps = ref.per_channel(x, "uint8", 0, False, "float32")
-    assert float(scales[0]) == 2.0 ** -126 and zps[0] == 0
+    assert float(scales[0]) == 2.0**-126 and zps[0] == 0
 
 
 # ------------------------------------------------------------------- MX
+
 
 def brute_element(y: float, scheme: str) -> float:
     """Nearest representable element value, ties to the even code, saturating."""
@@ -285,8 +311,15 @@ def test_mx_element_encode_matches_brute_force(scheme):
     pos = values[values > 0]
     mids = (pos[:-1] + pos[1:]) / 2
     top = float(values[-1])
-    y = np.concatenate([rng.uniform(-2 * top, 2 * top, 300), mids, -mids, values,
-                        [0.0, -0.0, top * 1.99, -top * 1.99, pos[0] / 2, pos[0] / 4]])
+    y = np.concatenate(
+        [
+            rng.uniform(-2 * top, 2 * top, 300),
+            mids,
+            -mids,
+            values,
+            [0.0, -0.0, top * 1.99, -top * 1.99, pos[0] / 2, pos[0] / 4],
+        ]
+    )
     y = y.astype(np.float32)
     got = ref.mx_element_decode(ref.mx_element_encode(y, scheme), scheme)
     want = np.array([brute_element(float(v), scheme) for v in y])
@@ -298,8 +331,9 @@ def test_mx_element_encode_matches_brute_force(scheme):
 
 
 @needs_torch
-@pytest.mark.parametrize("scheme,tdtype", [("mxfp8_e4m3", "float8_e4m3fn"),
-                                           ("mxfp8_e5m2", "float8_e5m2")])
+@pytest.mark.parametrize(
+    "scheme,tdtype", [("mxfp8_e4m3", "float8_e4m3fn"), ("mxfp8_e5m2", "float8_e5m2")]
+)
 def test_mx_fp8_element_encode_matches_torch(scheme, tdtype):
     rng = np.random.default_rng(3)
     top = ref.MX[scheme][3]
@@ -311,8 +345,12 @@ def test_mx_fp8_element_encode_matches_torch(scheme, tdtype):
 
 def test_mx_shared_exponent_is_floor_log2():
     rng = np.random.default_rng(1)
-    a = np.concatenate([np.abs(rng.standard_normal(200)) * np.exp2(rng.integers(-120, 120, 200)),
-                        [1.0, 2.0, 0.5, np.finfo(np.float32).max, 2.0 ** -126]]).astype(np.float32)
+    a = np.concatenate(
+        [
+            np.abs(rng.standard_normal(200)) * np.exp2(rng.integers(-120, 120, 200)),
+            [1.0, 2.0, 0.5, np.finfo(np.float32).max, 2.0**-126],
+        ]
+    ).astype(np.float32)
     e = ref.float32_exponent(a)
     want = [math.frexp(float(v))[1] - 1 for v in a]
     np.testing.assert_array_equal(e, want)
@@ -344,6 +382,7 @@ def test_e8m0_decode_matches_ml_dtypes():
 
 
 # ------------------------------------------------- the spec's worked examples
+
 
 @pytest.mark.parametrize("example", ref.WORKED_EXAMPLES, ids=lambda e: e[0])
 def test_reference_reproduces_the_worked_examples(example):

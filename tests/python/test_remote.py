@@ -3,9 +3,9 @@ real server on 127.0.0.1 that counts requests and bytes, fsspec memory://
 and file://, servers that lie, and `hurray ls|info|verify URL` from the
 pip-installed command. Anything that could crash the process (the C
 reader calling back into Python) also runs once in a subprocess."""
+
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +26,10 @@ SCRIPTS = os.path.dirname(sys.executable)
 
 def _tensors():
     rng = np.random.default_rng(20)
-    out = {f"layer{i:02d}.weight": rng.standard_normal((256, 128 + 64 * i)).astype(np.float32)
-           for i in range(8)}
+    out = {
+        f"layer{i:02d}.weight": rng.standard_normal((256, 128 + 64 * i)).astype(np.float32)
+        for i in range(8)
+    }
     out["embed"] = rng.standard_normal((4096, 64)).astype(np.float16)
     out["q"] = hurray.quantize(rng.standard_normal((512, 256)).astype(np.float32), "q8_0")
     out["tiny"] = np.arange(3, dtype=np.int64)
@@ -43,14 +45,20 @@ def files(tmp_path_factory):
     hurray.save(big, tensors, {"producer": "test_remote", "step": 7})
     small = folder / "small.hurray"
     hurray.save(small, {"a": np.arange(10, dtype=np.float32)}, {"k": "v"})
-    return {"big": big, "small": small, "tensors": tensors,
-            "big_bytes": big.read_bytes(), "small_bytes": small.read_bytes()}
+    return {
+        "big": big,
+        "small": small,
+        "tensors": tensors,
+        "big_bytes": big.read_bytes(),
+        "small_bytes": small.read_bytes(),
+    }
 
 
 @pytest.fixture()
 def server(files):
-    with RangeServer({"/big.hurray": files["big_bytes"],
-                      "/small.hurray": files["small_bytes"]}) as s:
+    with RangeServer(
+        {"/big.hurray": files["big_bytes"], "/small.hurray": files["small_bytes"]}
+    ) as s:
         yield s
 
 
@@ -61,7 +69,7 @@ def _buffer_bytes(t):
 def _ranges(server):
     out = []
     for _, spec, sent in server.log:
-        first, last = spec[len("bytes="):].split("-")
+        first, last = spec[len("bytes=") :].split("-")
         out.append((first, last, sent))
     return out
 
@@ -194,6 +202,7 @@ def test_get_slice_and_read_buffer_remote(files, server):
 
 # ------------------------------------------------------------------ fsspec
 
+
 def test_fsspec_memory_and_file(files):
     fsspec = pytest.importorskip("fsspec")
     fs = fsspec.filesystem("memory")
@@ -206,14 +215,16 @@ def test_fsspec_memory_and_file(files):
             np.testing.assert_array_equal(np.asarray(got["embed"]), files["tensors"]["embed"])
             f.verify()
         loaded = hurray.load(url)
-        np.testing.assert_array_equal(np.asarray(loaded["layer07.weight"]),
-                                      files["tensors"]["layer07.weight"])
+        np.testing.assert_array_equal(
+            np.asarray(loaded["layer07.weight"]), files["tensors"]["layer07.weight"]
+        )
     with pytest.raises(FileNotFoundError):
         hurray.open("memory:///remote-test/absent.hurray")
     fs.rm("/remote-test/big.hurray")
 
 
 # ------------------------------------------------------------------ faults
+
 
 def test_lying_servers(files, server):
     url = server.url("/big.hurray")
@@ -243,8 +254,13 @@ def test_lying_servers(files, server):
     with pytest.raises(hurray.RemoteNotFoundError) as missing:
         hurray.open(server.url("/absent.hurray"))
     assert isinstance(missing.value, FileNotFoundError)
-    for cls in (hurray.RemoteError, hurray.RemoteProtocolError, hurray.RemoteChangedError,
-                hurray.RemoteNotFoundError, hurray.RemoteTimeoutError):
+    for cls in (
+        hurray.RemoteError,
+        hurray.RemoteProtocolError,
+        hurray.RemoteChangedError,
+        hurray.RemoteNotFoundError,
+        hurray.RemoteTimeoutError,
+    ):
         assert issubclass(cls, OSError) and issubclass(cls, hurray.HurrayError)
 
 
@@ -301,7 +317,7 @@ def test_in_a_subprocess(files, server):
     process of its own: a crash would fail this test, not the run."""
     code = textwrap.dedent(f"""
         import hurray, numpy as np
-        f = hurray.open({server.url('/big.hurray')!r}, threads=4)
+        f = hurray.open({server.url("/big.hurray")!r}, threads=4)
         for _ in range(3):
             got = f.get_tensors(list(f.keys()))
         f.verify()
@@ -312,13 +328,13 @@ def test_in_a_subprocess(files, server):
             print("closed ok")
         print(len(got))
     """)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["closed", "ok", str(len(files["tensors"]))]
 
 
 # --------------------------------------------------------------------- CLI
+
 
 @pytest.mark.parametrize("command", ["ls", "info", "verify"])
 def test_cli_on_a_url(files, server, command):
@@ -328,11 +344,13 @@ def test_cli_on_a_url(files, server, command):
     url = server.url("/big.hurray")
     env = dict(os.environ)
     env.pop("HURRAY_PYTHON", None)
-    p = subprocess.run([launcher, command, url], capture_output=True, text=True, timeout=120,
-                       env=env)
+    p = subprocess.run(
+        [launcher, command, url], capture_output=True, text=True, timeout=120, env=env
+    )
     assert p.returncode == 0, p.stderr
-    local = subprocess.run([launcher, command, str(files["big"])], capture_output=True,
-                           text=True, timeout=120)
+    local = subprocess.run(
+        [launcher, command, str(files["big"])], capture_output=True, text=True, timeout=120
+    )
     if command == "ls":
         if local.returncode == 0:  # the C program (absent in the ASan tree)
             assert p.stdout.split() == local.stdout.split()
@@ -341,6 +359,10 @@ def test_cli_on_a_url(files, server, command):
         assert "OK" in p.stdout and str(len(files["tensors"])) in p.stdout
     else:
         assert "tensors: %d" % len(files["tensors"]) in p.stdout
-    bad = subprocess.run([launcher, command, server.url("/absent.hurray")],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [launcher, command, server.url("/absent.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1 and "404" in bad.stderr

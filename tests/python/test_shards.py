@@ -1,4 +1,5 @@
 """Sharded tensors: shard(), save_sharded() and load_sharded()."""
+
 import os
 import tempfile
 
@@ -20,6 +21,7 @@ def _status(excinfo, name):
 
 
 # ------------------------------------------------------------------ shard()
+
 
 def test_shard_is_zero_copy_and_survives_save(tmp_path):
     a = _matrix()
@@ -47,9 +49,13 @@ def test_shard_of_a_tensor_shares_its_buffers():
 
 
 def test_shard_of_sparse_tensor_stays_sparse():
-    sp = hurray.SparseTensor.from_arrays("csr", (2, 3), np.array([1.0, 2.0], np.float32),
-                                         indptr=np.array([0, 1, 2], np.int32),
-                                         indices=np.array([0, 2], np.int32))
+    sp = hurray.SparseTensor.from_arrays(
+        "csr",
+        (2, 3),
+        np.array([1.0, 2.0], np.float32),
+        indptr=np.array([0, 1, 2], np.int32),
+        indices=np.array([0, 2], np.int32),
+    )
     s = hurray.shard(sp, (4, 3), (2, 0))
     assert isinstance(s, hurray.SparseTensor)
     assert s.descriptor.shard == hurray.Shard((4, 3), (2, 0))
@@ -79,11 +85,13 @@ def test_shard_with_offsets_of_another_length_is_refused():
 
 # ---------------------------------------------------- save and load sharded
 
+
 def test_four_pieces_read_back_as_one_and_as_two(tmp_path):
     w, b = _matrix(10, 6), np.arange(7, dtype=np.int64)
     four = hurray.save_sharded(tmp_path / "four", {"w": w, "b": b}, 4, metadata={"step": 3})
     assert [os.path.basename(p) for p in four] == [
-        f"part-{k:05d}-of-00004.hurray" for k in range(4)]
+        f"part-{k:05d}-of-00004.hurray" for k in range(4)
+    ]
     with hurray.open(four[1]) as f:
         assert f.metadata == {"step": 3}
         assert f.descriptor("w").shard == hurray.Shard((10, 6), (3, 0))  # 3, 3, 2, 2 rows
@@ -120,7 +128,8 @@ def test_pieces_along_another_axis(tmp_path):
         assert f.descriptor("w").shard == hurray.Shard((4, 9), (0, 6))
     np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
     np.testing.assert_array_equal(
-        hurray.load_sharded(tmp_path, "w", index=(slice(1, 3), slice(2, 8))), w[1:3, 2:8])
+        hurray.load_sharded(tmp_path, "w", index=(slice(1, 3), slice(2, 8))), w[1:3, 2:8]
+    )
 
 
 def test_pieces_of_a_piece_keep_the_global_shape(tmp_path):
@@ -141,6 +150,7 @@ def test_more_parts_than_rows_gives_empty_pieces(tmp_path):
 
 def test_sub_byte_and_bfloat16_pieces(tmp_path):
     import ml_dtypes
+
     q = np.arange(-8, 8, dtype=np.int8).reshape(4, 4).astype(ml_dtypes.int4)
     h = _matrix(3, 4).astype(ml_dtypes.bfloat16)
     hurray.save_sharded(tmp_path, {"q": q, "h": h}, 2)
@@ -150,7 +160,8 @@ def test_sub_byte_and_bfloat16_pieces(tmp_path):
     np.testing.assert_array_equal(out["h"], h)
     np.testing.assert_array_equal(
         hurray.load_sharded(tmp_path, "q", index=(slice(1, 4),)).astype(np.int8),
-        q[1:4].astype(np.int8))
+        q[1:4].astype(np.int8),
+    )
 
 
 def test_unsharded_tensors_are_left_out(tmp_path):
@@ -180,6 +191,7 @@ def test_empty_directory(tmp_path):
 
 # ------------------------------------------------------------ partial reads
 
+
 @pytest.fixture
 def fetches(monkeypatch):
     """Records (file, method, name) for every tensor fetched from a File."""
@@ -206,20 +218,25 @@ def test_region_fetches_only_the_pieces_it_touches(tmp_path, fetches, mmap):
 
     out = hurray.load_sharded(tmp_path, "w", index=(slice(2, 6), slice(1, 4)), mmap=mmap)
     np.testing.assert_array_equal(out, w[2:6, 1:4])
-    assert fetches == [("part-00001-of-00004.hurray", "getitem", "w"),
-                       ("part-00002-of-00004.hurray", "getitem", "w")]
+    assert fetches == [
+        ("part-00001-of-00004.hurray", "getitem", "w"),
+        ("part-00002-of-00004.hurray", "getitem", "w"),
+    ]
 
     # Rows inside a piece: only those rows are read.
     fetches.clear()
     out = hurray.load_sharded(tmp_path, "w", index=(slice(3, 5),), mmap=mmap)
     np.testing.assert_array_equal(out, w[3:5])
-    assert fetches == [("part-00001-of-00004.hurray", "get_slice", "w", 1, 2),
-                       ("part-00002-of-00004.hurray", "get_slice", "w", 0, 1)]
+    assert fetches == [
+        ("part-00001-of-00004.hurray", "get_slice", "w", 1, 2),
+        ("part-00002-of-00004.hurray", "get_slice", "w", 0, 1),
+    ]
 
     # An integer index drops its axis; one piece is enough.
     fetches.clear()
     np.testing.assert_array_equal(
-        hurray.load_sharded(tmp_path, "w", index=(-1, slice(None)), mmap=mmap), w[-1])
+        hurray.load_sharded(tmp_path, "w", index=(-1, slice(None)), mmap=mmap), w[-1]
+    )
     assert [f[0] for f in fetches] == ["part-00003-of-00004.hurray"]
 
     # An empty region fetches nothing.
@@ -267,11 +284,12 @@ def test_region_leaves_other_files_data_unread(tmp_path):
     blob = bytearray(open(paths[0], "rb").read())
     at = blob.find(raw)
     assert at >= 0
-    blob[at:at + len(raw)] = b"\xff" * len(raw)
+    blob[at : at + len(raw)] = b"\xff" * len(raw)
     with open(paths[0], "wb") as out:
         out.write(blob)
     np.testing.assert_array_equal(
-        hurray.load_sharded(tmp_path, "w", index=(slice(2, 8),), mmap=False), w[2:])
+        hurray.load_sharded(tmp_path, "w", index=(slice(2, 8),), mmap=False), w[2:]
+    )
     assert not np.array_equal(hurray.load_sharded(tmp_path, "w", mmap=False), w)
 
 
@@ -288,6 +306,7 @@ def test_bad_index(tmp_path):
 
 
 # ------------------------------------------------------------ broken tilings
+
 
 def test_missing_part_is_a_gap(tmp_path):
     paths = hurray.save_sharded(tmp_path, {"w": _matrix(8, 5)}, 4)
@@ -354,8 +373,9 @@ def test_disagreeing_global_shapes(tmp_path):
 def test_disagreeing_dtypes(tmp_path):
     w = _matrix(8, 5)
     hurray.save(tmp_path / "a.hurray", {"w": hurray.shard(w[:4], (8, 5), (0, 0))})
-    hurray.save(tmp_path / "b.hurray",
-                {"w": hurray.shard(w[4:].astype(np.float64), (8, 5), (4, 0))})
+    hurray.save(
+        tmp_path / "b.hurray", {"w": hurray.shard(w[4:].astype(np.float64), (8, 5), (4, 0))}
+    )
     with pytest.raises(hurray.ValidationError) as excinfo:
         hurray.load_sharded(tmp_path, "w")
     _status(excinfo, "HURRAY_ERR_DTYPE")
@@ -363,17 +383,22 @@ def test_disagreeing_dtypes(tmp_path):
 
 def test_quantized_and_sparse_pieces_are_unsupported(tmp_path):
     codes = hurray.from_numpy(np.arange(10, dtype=np.int8).reshape(2, 5))
-    quantized = hurray.Tensor(codes.descriptor.replace(quantization=hurray.PerTensorAffine(0.5)),
-                              list(codes.buffers))
+    quantized = hurray.Tensor(
+        codes.descriptor.replace(quantization=hurray.PerTensorAffine(0.5)), list(codes.buffers)
+    )
     hurray.save(tmp_path / "q.hurray", {"w": hurray.shard(quantized, (2, 5), (0, 0))})
     with pytest.raises(hurray.UnsupportedError) as excinfo:
         hurray.load_sharded(tmp_path / "q.hurray", "w")
     _status(excinfo, "HURRAY_ERR_UNSUPPORTED")
     assert "quantized" in str(excinfo.value)
 
-    sp = hurray.SparseTensor.from_arrays("csr", (2, 5), np.array([1.0], np.float32),
-                                         indptr=np.array([0, 1, 1], np.int32),
-                                         indices=np.array([3], np.int32))
+    sp = hurray.SparseTensor.from_arrays(
+        "csr",
+        (2, 5),
+        np.array([1.0], np.float32),
+        indptr=np.array([0, 1, 1], np.int32),
+        indices=np.array([3], np.int32),
+    )
     hurray.save(tmp_path / "s.hurray", {"w": hurray.shard(sp, (2, 5), (0, 0))})
     with pytest.raises(hurray.UnsupportedError) as excinfo:
         hurray.load_sharded([tmp_path / "s.hurray"], "w")
@@ -394,11 +419,18 @@ def test_save_sharded_arguments(tmp_path):
 
 # ----------------------------------------------------------------- property
 
+
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None)
-@given(rows=st.integers(0, 12), cols=st.integers(0, 12), parts=st.integers(1, 6),
-       reparts=st.integers(1, 6), axis=st.integers(0, 1), reaxis=st.integers(0, 1),
-       data=st.data())
+@given(
+    rows=st.integers(0, 12),
+    cols=st.integers(0, 12),
+    parts=st.integers(1, 6),
+    reparts=st.integers(1, 6),
+    axis=st.integers(0, 1),
+    reaxis=st.integers(0, 1),
+    data=st.data(),
+)
 def test_any_split_reads_back(rows, cols, parts, reparts, axis, reaxis, data):
     w = np.random.default_rng(rows * 13 + cols).standard_normal((rows, cols)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
@@ -414,4 +446,5 @@ def test_any_split_reads_back(rows, cols, parts, reparts, axis, reaxis, data):
         c1 = data.draw(st.integers(-cols - 2, cols + 2))
         region = (slice(r0, r1), slice(c0, c1))
         np.testing.assert_array_equal(
-            hurray.load_sharded(os.path.join(tmp, "b"), "w", index=region), w[region])
+            hurray.load_sharded(os.path.join(tmp, "b"), "w", index=region), w[region]
+        )

@@ -8,6 +8,7 @@ groups, inputs and outputs offset by 1..63 bytes, and 1 and 4 threads.
 Each level runs in its own subprocess (the level is chosen once per
 process), which also keeps a crash from taking pytest down.
 """
+
 from __future__ import annotations
 
 import json
@@ -122,8 +123,9 @@ def available_levels() -> list[str]:
 
 def run_level(level: str) -> dict[str, str]:
     env = dict(os.environ, HURRAY_SIMD=level)
-    proc = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"HURRAY_SIMD={level}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 
@@ -151,22 +153,42 @@ def test_level_matches_scalar(level: str, scalar_result: dict[str, str]) -> None
 def test_unknown_or_missing_level_falls_back() -> None:
     """An unknown name is the best level; a level above the CPU's is capped
     to the best one below it (never an illegal instruction)."""
-    code = ("import ctypes, hurray._hurray as e; l = ctypes.CDLL(e.__file__); "
-            "l.hurray_simd_level.restype = ctypes.c_char_p; print(l.hurray_simd_level().decode())")
-    best = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, HURRAY_SIMD="auto"),
-                          capture_output=True, text=True, check=True).stdout.strip()
+    code = (
+        "import ctypes, hurray._hurray as e; l = ctypes.CDLL(e.__file__); "
+        "l.hurray_simd_level.restype = ctypes.c_char_p; print(l.hurray_simd_level().decode())"
+    )
+    best = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, HURRAY_SIMD="auto"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     for value in ("bogus", "", "AVX512"):
-        got = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, HURRAY_SIMD=value),
-                             capture_output=True, text=True, check=True).stdout.strip()
+        got = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(os.environ, HURRAY_SIMD=value),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert got == best
     levels = available_levels()
     if platform.machine() in ("x86_64", "AMD64"):
-        got = subprocess.run([sys.executable, "-c", code],
-                             env=dict(os.environ, HURRAY_SIMD="neon"),
-                             capture_output=True, text=True, check=True).stdout.strip()
+        got = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(os.environ, HURRAY_SIMD="neon"),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert got == best
         if "avx512" not in levels:
-            got = subprocess.run([sys.executable, "-c", code],
-                                 env=dict(os.environ, HURRAY_SIMD="avx512"),
-                                 capture_output=True, text=True, check=True).stdout.strip()
+            got = subprocess.run(
+                [sys.executable, "-c", code],
+                env=dict(os.environ, HURRAY_SIMD="avx512"),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
             assert got == best

@@ -20,6 +20,7 @@ def test_stubs_cover_the_public_api():
     files are what type checkers see."""
     import ast
     from pathlib import Path
+
     package = Path(hurray.__file__).parent
     tree = ast.parse((package / "__init__.pyi").read_text())
     stubbed = set()

@@ -12,8 +12,17 @@ import hurray
 
 THREADS = 6
 ROUNDS = 20
-SCHEMES = ["affine", "per_channel", "block_affine", "q8_0", "q4_0", "nf4", "mxfp8_e4m3",
-           "mxfp4", "mxint8"]
+SCHEMES = [
+    "affine",
+    "per_channel",
+    "block_affine",
+    "q8_0",
+    "q4_0",
+    "nf4",
+    "mxfp8_e4m3",
+    "mxfp4",
+    "mxint8",
+]
 
 
 def run_threads(fn, n=THREADS):
@@ -41,10 +50,11 @@ def run_threads(fn, n=THREADS):
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     rng = np.random.default_rng(7)
-    arrays = {f"layer.{i}": rng.standard_normal((24 + i, 40)).astype(np.float32)
-              for i in range(6)}
-    quantized = {f"q.{s}": hurray.quantize(rng.standard_normal((16, 64)).astype(np.float32), s)
-                 for s in SCHEMES}
+    arrays = {f"layer.{i}": rng.standard_normal((24 + i, 40)).astype(np.float32) for i in range(6)}
+    quantized = {
+        f"q.{s}": hurray.quantize(rng.standard_normal((16, 64)).astype(np.float32), s)
+        for s in SCHEMES
+    }
     path = tmp_path_factory.mktemp("threads") / "model.hurray"
     hurray.save(path, {**arrays, **quantized}, metadata={"step": 9})
     expected = {name: t.dequantize() for name, t in quantized.items()}
@@ -55,14 +65,16 @@ def sample(tmp_path_factory):
 def test_threads_read_one_file(sample, mmap):
     path, arrays, expected = sample
     with hurray.open(path, mmap=mmap) as f:
+
         def work(i):
             names = sorted(arrays)
             for r in range(ROUNDS):
                 name = names[(i + r) % len(names)]
                 np.testing.assert_array_equal(np.asarray(f[name]), arrays[name])
                 row = (i + r) % arrays[name].shape[0]
-                np.testing.assert_array_equal(np.asarray(f.get_slice(name, row, row + 1)),
-                                              arrays[name][row:row + 1])
+                np.testing.assert_array_equal(
+                    np.asarray(f.get_slice(name, row, row + 1)), arrays[name][row : row + 1]
+                )
                 raw = f.read_buffer(name, 0)
                 assert bytes(raw) == arrays[name].tobytes()
                 qname = sorted(expected)[(i + r) % len(expected)]

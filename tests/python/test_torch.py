@@ -1,4 +1,5 @@
 """hurray.torch: torch.Tensor <-> hurray.Tensor, and safetensors-shaped files."""
+
 import gc
 import math
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
 import hurray  # noqa: E402
@@ -28,10 +30,18 @@ pytestmark = [
 ]
 
 DTYPES = {
-    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
-    "complex64": torch.complex64, "complex128": torch.complex128,
+    "bool": torch.bool,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "complex64": torch.complex64,
+    "complex128": torch.complex128,
 }
 for _name in ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
     if isinstance(getattr(torch, _name, None), torch.dtype):
@@ -69,6 +79,7 @@ def no_unwritable_warning(record):
 
 # ------------------------------------------------------------------- dense
 
+
 @settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(sorted(DTYPES)), shape=SHAPES, seed=st.integers(0, 2**16))
 def test_dense_round_trip_through_capsule_is_zero_copy(name, shape, seed):
@@ -89,8 +100,12 @@ def test_dense_round_trip_through_capsule_is_zero_copy(name, shape, seed):
 
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(sorted(DTYPES)), shape=SHAPES, seed=st.integers(0, 2**16),
-       mmap=st.booleans())
+@given(
+    name=st.sampled_from(sorted(DTYPES)),
+    shape=SHAPES,
+    seed=st.integers(0, 2**16),
+    mmap=st.booleans(),
+)
 def test_dense_round_trip_through_file(name, shape, seed, mmap):
     x = random_tensor(DTYPES[name], shape, seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,9 +138,11 @@ def test_every_dtype_maps_to_its_hurray_name_and_numpy_values(name):
 
 def test_bfloat16_and_float8_values_survive():
     values = torch.tensor([[1.5, -2.0, 0.25], [448.0, -0.0, 3.0]])
-    for dtype, ml in [(torch.bfloat16, ml_dtypes.bfloat16),
-                      (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
-                      (torch.float8_e5m2, ml_dtypes.float8_e5m2)]:
+    for dtype, ml in [
+        (torch.bfloat16, ml_dtypes.bfloat16),
+        (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
+        (torch.float8_e5m2, ml_dtypes.float8_e5m2),
+    ]:
         x = values.to(dtype)
         t = from_torch(x)
         np.testing.assert_array_equal(t.numpy().astype(np.float32), x.float().numpy())
@@ -201,16 +218,18 @@ def test_zero_dim_and_empty():
 def test_strided_hurray_tensor_to_torch():
     base = np.arange(6, dtype=np.float32)
     raw = base.view(np.uint8)
-    d = hurray.Descriptor("float32", (3, 2), strides=(1, 3),
-                          buffers=[hurray.Buffer("data", raw.size, 4)])
+    d = hurray.Descriptor(
+        "float32", (3, 2), strides=(1, 3), buffers=[hurray.Buffer("data", raw.size, 4)]
+    )
     t = hurray.Tensor(d, [raw])
     y = to_torch(t)
     assert y.data_ptr() == base.ctypes.data  # strides kept, nothing copied
     assert y.stride() == (1, 3)
     assert torch.equal(y, torch.tensor([[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]))
     # torch has no negative strides: a reversed view comes back as a copy.
-    d = hurray.Descriptor("float32", (3,), strides=(-1,), byte_offset=8,
-                          buffers=[hurray.Buffer("data", raw.size, 4)])
+    d = hurray.Descriptor(
+        "float32", (3,), strides=(-1,), byte_offset=8, buffers=[hurray.Buffer("data", raw.size, 4)]
+    )
     y = to_torch(hurray.Tensor(d, [raw]))
     assert torch.equal(y, torch.tensor([2.0, 1.0, 0.0]))
 
@@ -235,8 +254,10 @@ def test_hurray_save_takes_torch_tensors(tmp_path):
 
 # --------------------------------------------------------------- quantized
 
-@pytest.mark.parametrize("qdtype,code", [(torch.qint8, "int8"), (torch.quint8, "uint8"),
-                                         (torch.qint32, "int32")])
+
+@pytest.mark.parametrize(
+    "qdtype,code", [(torch.qint8, "int8"), (torch.quint8, "uint8"), (torch.qint32, "int32")]
+)
 def test_per_tensor_quantized_round_trip(qdtype, code, tmp_path):
     zero_point = 0 if qdtype == torch.qint32 else 3
     q = torch.quantize_per_tensor(torch.randn(4, 5) * 3, 0.05, zero_point, qdtype)
@@ -266,8 +287,8 @@ def test_per_channel_quantized_round_trip(axis, qdtype, tmp_path):
     t = from_torch(q)
     d = t.descriptor
     assert d.quantization == hurray.PerChannelAffine(
-        axis, scale_buffer=1, scale_dtype="float64", zero_point_buffer=2,
-        zero_point_dtype="int64")
+        axis, scale_buffer=1, scale_dtype="float64", zero_point_buffer=2, zero_point_dtype="int64"
+    )
     assert [b.role for b in d.buffers] == ["data", "scales", "zero_points"]
     np.testing.assert_allclose(t.dequantize(), q.dequantize().numpy(), rtol=1e-6)
     save_file({"q": q}, tmp_path / "q.hurray")
@@ -283,10 +304,12 @@ def test_per_channel_quantized_round_trip(axis, qdtype, tmp_path):
 def test_per_channel_from_hurray_with_float32_scales_and_inline_zero_point():
     codes = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
     scales = np.array([0.5, 0.25, 2.0], dtype=np.float32)
-    d = hurray.Descriptor("int8", (3, 4),
-                          quantization=hurray.PerChannelAffine(0, scale_buffer=1,
-                                                               scale_dtype="float32"),
-                          buffers=[hurray.Buffer("data", 12, 1), hurray.Buffer("scales", 12, 4)])
+    d = hurray.Descriptor(
+        "int8",
+        (3, 4),
+        quantization=hurray.PerChannelAffine(0, scale_buffer=1, scale_dtype="float32"),
+        buffers=[hurray.Buffer("data", 12, 1), hurray.Buffer("scales", 12, 4)],
+    )
     t = hurray.Tensor(d, [codes.view(np.uint8).reshape(-1), scales.view(np.uint8)])
     q = to_torch(t)
     assert q.q_per_channel_axis() == 0
@@ -297,6 +320,7 @@ def test_per_channel_from_hurray_with_float32_scales_and_inline_zero_point():
 
 # ------------------------------------------------------------------ sparse
 
+
 def _sparse_cases():
     g = torch.Generator().manual_seed(1)
     dense = torch.randn(6, 8, generator=g) * (torch.rand(6, 8, generator=g) < 0.3)
@@ -305,18 +329,22 @@ def _sparse_cases():
     blocky[4:6, 0:2] = torch.randn(2, 2, generator=g)
     return {
         "coo": dense.to_sparse(),
-        "coo_3d": (torch.randn(3, 4, 5, generator=g)
-                   * (torch.rand(3, 4, 5, generator=g) < 0.2)).to_sparse(),
+        "coo_3d": (
+            torch.randn(3, 4, 5, generator=g) * (torch.rand(3, 4, 5, generator=g) < 0.2)
+        ).to_sparse(),
         "coo_1d": torch.tensor([0.0, 2.0, 0.0, -1.0]).to_sparse(),
         "coo_empty": torch.zeros(3, 3).to_sparse(),
-        "coo_uncoalesced": torch.sparse_coo_tensor([[0, 1, 0], [1, 0, 1]], [1.0, 2.0, 3.0],
-                                                   (2, 2), check_invariants=True),
+        "coo_uncoalesced": torch.sparse_coo_tensor(
+            [[0, 1, 0], [1, 0, 1]], [1.0, 2.0, 3.0], (2, 2), check_invariants=True
+        ),
         "coo_bf16": dense.to(torch.bfloat16).to_sparse(),
         "csr": dense.to_sparse_csr(),
         "csr_int32": torch.sparse_csr_tensor(
-            torch.tensor([0, 1, 3], dtype=torch.int32), torch.tensor([2, 0, 1],
-                                                                     dtype=torch.int32),
-            torch.tensor([1.0, 2.0, 3.0]), (2, 3)),
+            torch.tensor([0, 1, 3], dtype=torch.int32),
+            torch.tensor([2, 0, 1], dtype=torch.int32),
+            torch.tensor([1.0, 2.0, 3.0]),
+            (2, 3),
+        ),
         "csr_int64_values": dense.to(torch.int64).to_sparse_csr(),
         "csc": dense.to_sparse_csc(),
         "bsr": blocky.to_sparse_bsr((2, 2)),
@@ -335,18 +363,29 @@ def test_sparse_round_trip(case, tmp_path):
     t = from_torch(x)
     assert isinstance(t, hurray.SparseTensor)
     layout = t.descriptor.layout
-    assert layout.format == {torch.sparse_coo: "coo", torch.sparse_csr: "csr",
-                             torch.sparse_csc: "csc", torch.sparse_bsr: "bsr"}[x.layout]
+    assert (
+        layout.format
+        == {
+            torch.sparse_coo: "coo",
+            torch.sparse_csr: "csr",
+            torch.sparse_csc: "csc",
+            torch.sparse_bsr: "bsr",
+        }[x.layout]
+    )
     expected = x.to_dense()
     np.testing.assert_array_equal(
-        t.to_dense().astype(np.float64), expected.to(torch.float64).numpy())
+        t.to_dense().astype(np.float64), expected.to(torch.float64).numpy()
+    )
     save_file({"s": x}, tmp_path / "s.hurray")
     with hurray.open(tmp_path / "s.hurray") as f:
         stored = f.descriptor("s")
         assert (stored.dtype, stored.shape, stored.layout) == (t.dtype, t.shape, layout)
-    for back in (to_torch(t), to_torch(hurray.from_hurray(t)),
-                 load_file(tmp_path / "s.hurray")["s"],
-                 load_file(tmp_path / "s.hurray", mmap=True)["s"]):
+    for back in (
+        to_torch(t),
+        to_torch(hurray.from_hurray(t)),
+        load_file(tmp_path / "s.hurray")["s"],
+        load_file(tmp_path / "s.hurray", mmap=True)["s"],
+    ):
         assert back.layout == x.layout
         assert back.dtype == x.dtype
         assert back.shape == x.shape
@@ -388,25 +427,31 @@ def test_scipy_matrix_to_torch():
 def test_out_of_range_sparse_indices_never_reach_torch():
     # Placement validation refuses the tensor before anything can hand it on.
     with pytest.raises(hurray.PlacementError) as info:
-        hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([1.0, 2.0]),
-                                        coords=[np.array([0, 5]), np.array([1, 0])])
+        hurray.SparseTensor.from_arrays(
+            "coo", (2, 2), np.array([1.0, 2.0]), coords=[np.array([0, 5]), np.array([1, 0])]
+        )
     assert info.value.status_name == "HURRAY_ERR_SPARSE_INDEX_BOUNDS"
 
 
 # -------------------------------------------------------------- unsupported
 
+
 def _nf4_tensor():
     codes = np.arange(32, dtype=np.uint8).reshape(-1) % 16
     packed = hurray._dtypes.pack("uint4", codes.view(ml_dtypes.uint4))
     absmax = np.array([1.0], dtype=np.float32)
-    d = hurray.Descriptor("uint4", (32,), quantization=hurray.Nf4(64, absmax_buffer=1),
-                          buffers=[hurray.Buffer("data", packed.size, 1),
-                                   hurray.Buffer("scales", 4, 4)])
+    d = hurray.Descriptor(
+        "uint4",
+        (32,),
+        quantization=hurray.Nf4(64, absmax_buffer=1),
+        buffers=[hurray.Buffer("data", packed.size, 1), hurray.Buffer("scales", 4, 4)],
+    )
     return hurray.Tensor(d, [packed, absmax.view(np.uint8)])
 
 
-@pytest.mark.parametrize("ml", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn,
-                                ml_dtypes.float6_e2m3fn])
+@pytest.mark.parametrize(
+    "ml", [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.float4_e2m1fn, ml_dtypes.float6_e2m3fn]
+)
 def test_sub_byte_tensor_to_torch_is_unsupported(ml):
     t = hurray.from_numpy(np.zeros((2, 4), dtype=ml))
     with pytest.raises(hurray.UnsupportedError, match="dequantize"):
@@ -423,15 +468,22 @@ def test_nf4_to_torch_is_unsupported_and_dequantize_works():
 def test_block_affine_and_paged_to_torch_are_unsupported():
     codes = np.zeros(8, dtype=np.int8)
     scales = np.ones(2, dtype=np.float16)
-    d = hurray.Descriptor("int8", (8,), quantization=hurray.BlockAffine(0, 4, scale_buffer=1),
-                          buffers=[hurray.Buffer("data", 8, 1), hurray.Buffer("scales", 4, 2)])
+    d = hurray.Descriptor(
+        "int8",
+        (8,),
+        quantization=hurray.BlockAffine(0, 4, scale_buffer=1),
+        buffers=[hurray.Buffer("data", 8, 1), hurray.Buffer("scales", 4, 2)],
+    )
     with pytest.raises(hurray.UnsupportedError, match="dequantize"):
         to_torch(hurray.Tensor(d, [codes.view(np.uint8), scales.view(np.uint8)]))
     pool = np.arange(8, dtype=np.float32)
     table = np.array([1, 0, 3, 2], dtype=np.int32)
-    d = hurray.Descriptor("float32", (2, 4), layout=hurray.Paged(1, 2, 4),
-                          buffers=[hurray.Buffer("page_pool", 32, 4),
-                                   hurray.Buffer("page_table", 16, 4)])
+    d = hurray.Descriptor(
+        "float32",
+        (2, 4),
+        layout=hurray.Paged(1, 2, 4),
+        buffers=[hurray.Buffer("page_pool", 32, 4), hurray.Buffer("page_table", 16, 4)],
+    )
     paged = hurray.Tensor(d, [pool.view(np.uint8), table.view(np.uint8)])
     with pytest.raises(hurray.UnsupportedError, match="to_dense"):
         to_torch(paged)
@@ -452,7 +504,8 @@ def test_from_torch_rejects_what_hurray_cannot_hold():
         with pytest.raises(hurray.UnsupportedError):
             from_torch(x)
     float_qparams = torch.quantize_per_channel(
-        torch.randn(2, 3), torch.ones(2, dtype=torch.float64), torch.zeros(2), 0, torch.quint8)
+        torch.randn(2, 3), torch.ones(2, dtype=torch.float64), torch.zeros(2), 0, torch.quint8
+    )
     assert float_qparams.qscheme() == torch.per_channel_affine_float_qparams
     with pytest.raises(hurray.UnsupportedError, match="dequantize"):
         from_torch(float_qparams)
@@ -468,6 +521,7 @@ def test_unsupported_device_message_says_what_to_do():
 
 
 # ------------------------------------------------------------------- files
+
 
 def test_linear_state_dict_round_trip_with_metadata(tmp_path):
     torch.manual_seed(0)
@@ -499,9 +553,11 @@ def test_load_file_tensors_are_writable_by_default(tmp_path):
         "from hurray.torch import load_file\n"
         "x = load_file(sys.argv[1])['x']\n"
         "x.add_(1)\n"
-        "print(x.tolist())\n")
-    child = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
-                           text=True, timeout=120)
+        "print(x.tolist())\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120
+    )
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.strip() == "[2.0, 2.0, 2.0]"
     # The file is untouched, whichever way it is read.

@@ -13,6 +13,7 @@ and along columns, unevenly, one rank's piece empty) are saved at world size
 must come back bit for bit. The reference values are written by the saving
 rank 0 with torch.save (a test artefact, not part of the checkpoint).
 """
+
 import json
 import os
 import shutil
@@ -35,21 +36,25 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner  # noqa: E402
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex  # noqa: E402
-from torch.distributed.checkpoint.planner import (TensorWriteData, WriteItem,  # noqa: E402
-                                                  WriteItemType)
+from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor  # noqa: E402
 
 import hurray  # noqa: E402
 from hurray.torch import dcp as hdcp  # noqa: E402
-from hurray.torch.dcp import (CheckpointError, HurrayStorageReader,  # noqa: E402
-                              HurrayStorageWriter, IncompleteCheckpointError)
+from hurray.torch.dcp import (  # noqa: E402
+    CheckpointError,
+    HurrayStorageReader,
+    HurrayStorageWriter,
+    IncompleteCheckpointError,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ----------------------------------------------------------------- helpers
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -71,8 +76,13 @@ def _rank_main(rank, fn, world_size, port, args):
 
 def run_group(world_size, fn, *args):
     """fn(rank, world_size, *args) in every rank of a fresh gloo group."""
-    mp.start_processes(_rank_main, args=(fn, world_size, _free_port(), args),
-                       nprocs=world_size, start_method="fork", join=True)
+    mp.start_processes(
+        _rank_main,
+        args=(fn, world_size, _free_port(), args),
+        nprocs=world_size,
+        start_method="fork",
+        join=True,
+    )
 
 
 def _model():
@@ -92,9 +102,9 @@ def _trained():
 def _global_tensors():
     g = torch.Generator().manual_seed(5)
     return {
-        "rows": torch.randn(10, 6, generator=g),               # 3, 3, 3, 1 rows at 4 ranks
-        "cols": torch.randn(5, 11, generator=g),               # columns 3, 3, 3, 2
-        "tiny": torch.arange(3, dtype=torch.int64),            # rank 3's piece is empty
+        "rows": torch.randn(10, 6, generator=g),  # 3, 3, 3, 1 rows at 4 ranks
+        "cols": torch.randn(5, 11, generator=g),  # columns 3, 3, 3, 2
+        "tiny": torch.arange(3, dtype=torch.int64),  # rank 3's piece is empty
         "half": torch.randn(8, 4, generator=g).to(torch.bfloat16),
     }
 
@@ -124,12 +134,13 @@ def _state(rank, world_size, model, opt, dims, fill):
     tensors = _global_tensors()
     if world_size > 1:
         mesh = init_device_mesh("cpu", (world_size,))
-        sharded = {k: distribute_tensor(v if not fill else torch.zeros_like(v), mesh,
-                                        [Shard(dims[k])]) for k, v in tensors.items()}
+        sharded = {
+            k: distribute_tensor(v if not fill else torch.zeros_like(v), mesh, [Shard(dims[k])])
+            for k, v in tensors.items()
+        }
     else:
         sharded = {k: torch.zeros_like(v) for k, v in tensors.items()}
-    extra = dict(EXTRA) if not fill else {"epoch": 0, "note": "", "betas": (0.0, 0.0),
-                                          "seen": []}
+    extra = dict(EXTRA) if not fill else {"epoch": 0, "note": "", "betas": (0.0, 0.0), "seen": []}
     return {"model": msd, "optim": osd, "sharded": sharded, "extra": extra}
 
 
@@ -139,8 +150,14 @@ def _save_ranks(rank, world_size, path, reference):
     dcp.save(state, storage_writer=HurrayStorageWriter(path))
     if rank == 0:
         flat = _flatten("", {k: state[k] for k in ("model", "optim", "sharded")}, {})
-        torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                    "flat": {k: v.clone() for k, v in flat.items()}}, reference)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optim": opt.state_dict(),
+                "flat": {k: v.clone() for k, v in flat.items()},
+            },
+            reference,
+        )
     else:
         _flatten("", state["sharded"], {})  # full_tensor() is a collective
     dist.barrier()
@@ -204,6 +221,7 @@ def _load_one(rank, world_size, path, reference):
 
 # ---------------------------------------------------------- the checkpoint
 
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A checkpoint saved at world size 4 (and loaded back at 4)."""
@@ -215,8 +233,9 @@ def saved(tmp_path_factory):
 
 def test_layout_of_the_directory(saved):
     path, _ = saved
-    assert sorted(os.listdir(path)) == [".metadata.hurray"] + [f"rank-{r:05d}.hurray"
-                                                              for r in range(4)]
+    assert sorted(os.listdir(path)) == [".metadata.hurray"] + [
+        f"rank-{r:05d}.hurray" for r in range(4)
+    ]
     with hurray.open(os.path.join(path, ".metadata.hurray")) as f:
         assert f.keys() == []
         md = f.metadata
@@ -227,8 +246,11 @@ def test_layout_of_the_directory(saved):
     rows = doc["state_dict"]["sharded.rows"]
     assert rows["shape"] == [10, 6] and rows["dtype"] == "float32"
     assert [(c["offsets"], c["sizes"], c["file"]) for c in rows["chunks"]] == [
-        ([0, 0], [3, 6], "rank-00000.hurray"), ([3, 0], [3, 6], "rank-00001.hurray"),
-        ([6, 0], [3, 6], "rank-00002.hurray"), ([9, 0], [1, 6], "rank-00003.hurray")]
+        ([0, 0], [3, 6], "rank-00000.hurray"),
+        ([3, 0], [3, 6], "rank-00001.hurray"),
+        ([6, 0], [3, 6], "rank-00002.hurray"),
+        ([9, 0], [1, 6], "rank-00003.hurray"),
+    ]
     assert doc["state_dict"]["extra.epoch"]["kind"] == "json"
     for r in range(4):
         with hurray.open(os.path.join(path, f"rank-{r:05d}.hurray"), verify=True) as f:
@@ -253,8 +275,7 @@ def test_metadata_round_trips_without_pickle(saved):
     rows = md.state_dict_metadata["sharded.rows"]
     assert rows.size == torch.Size([10, 6]) and rows.properties.dtype == torch.float32
     assert rows.chunks[3] == ChunkStorageMetadata(torch.Size([9, 0]), torch.Size([1, 6]))
-    assert md.planner_data["optim.param_groups.0.betas"] == ("optim", "param_groups", 0,
-                                                             "betas")
+    assert md.planner_data["optim.param_groups.0.betas"] == ("optim", "param_groups", 0, "betas")
     assert md.storage_data[MetadataIndex("sharded.rows", [3, 0])].file == "rank-00001.hurray"
     raw = open(os.path.join(path, ".metadata.hurray"), "rb").read()
     assert b"\x80\x04" not in raw and b"torch._utils" not in raw  # no pickle stream
@@ -267,8 +288,10 @@ def test_load_at_world_size_2_reshards_and_reads_only_overlaps(saved, tmp_path):
     # exactly its 5 rows, from the pieces they overlap.
     # Rank 0 wants rows 0:5: all of piece 0:3, rows 0:2 of piece 3:6. Rank 1
     # wants rows 5:10: row 2 of piece 3:6, all of 6:9 and of 9:10.
-    expected = {0: [[[0, 0], [3, 6]], [[0, 0], [2, 6]]],
-                1: [[[2, 0], [1, 6]], [[0, 0], [3, 6]], [[0, 0], [1, 6]]]}
+    expected = {
+        0: [[[0, 0], [3, 6]], [[0, 0], [2, 6]]],
+        1: [[[2, 0], [1, 6]], [[0, 0], [3, 6]], [[0, 0], [1, 6]]],
+    }
     for rank in range(2):
         regions = json.load(open(tmp_path / f"rows-{rank}.json"))
         assert sorted(regions) == sorted(expected[rank]), regions
@@ -289,21 +312,26 @@ def test_load_sharded_reads_it_without_torch(saved, tmp_path):
         f"arrays = hurray.load_sharded({path!r})\n"
         "assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m]]\n"
         "np.savez(sys.argv[1], **{k: (v.view(np.uint16) if v.dtype.name == 'bfloat16' else v)"
-        " for k, v in arrays.items()})\n")
+        " for k, v in arrays.items()})\n"
+    )
     subprocess.run([sys.executable, "-c", code, str(out)], check=True, cwd=tmp_path)
     ref = torch.load(reference, weights_only=True)["flat"]
     got = dict(np.load(out))
     assert sorted(got) == sorted(ref)
     for k, v in ref.items():
-        expected = (v.view(torch.int16).numpy().view(np.uint16) if v.dtype == torch.bfloat16
-                    else v.numpy())
+        expected = (
+            v.view(torch.int16).numpy().view(np.uint16) if v.dtype == torch.bfloat16 else v.numpy()
+        )
         np.testing.assert_array_equal(got[k], expected, err_msg=k)
         assert got[k].shape == expected.shape
 
 
 def _cli():
-    for candidate in (os.environ.get("HURRAY_CLI"), os.path.join(REPO, "build", "hurray"),
-                      os.path.join(REPO, "stage", "bin", "hurray")):
+    for candidate in (
+        os.environ.get("HURRAY_CLI"),
+        os.path.join(REPO, "build", "hurray"),
+        os.path.join(REPO, "stage", "bin", "hurray"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     pytest.skip("the hurray CLI is not built (make build)")
@@ -325,6 +353,7 @@ def test_hurray_ls_lists_the_directory(saved):
 
 
 # --------------------------------------------------- unfinished and damaged
+
 
 class _KilledInFinish(HurrayStorageWriter):
     def finish(self, metadata, results):
@@ -348,18 +377,22 @@ def test_killed_before_finish_is_refused(tmp_path):
     assert ".metadata.hurray" not in names  # the first save's metadata was removed first
     assert "rank-00003.hurray" not in names  # and the stale rank file of an older save
     assert "rank-00000.hurray" in names
-    with pytest.raises(IncompleteCheckpointError,
-                       match=r"is incomplete: finish\(\) did not complete "
-                             r"\(no \.metadata\.hurray\)"):
+    with pytest.raises(
+        IncompleteCheckpointError,
+        match=r"is incomplete: finish\(\) did not complete "
+        r"\(no \.metadata\.hurray\)",
+    ):
         HurrayStorageReader(path).read_metadata()
     with pytest.raises(BaseException, match="finish\\(\\) did not complete"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.load({"w": torch.zeros(4, 4)}, storage_reader=HurrayStorageReader(path),
-                     no_dist=True)
+            dcp.load(
+                {"w": torch.zeros(4, 4)}, storage_reader=HurrayStorageReader(path), no_dist=True
+            )
 
 
 # ------------------------------------------------ in-process (no group)
+
 
 def _save_local(path, state, **kw):
     with warnings.catch_warnings():
@@ -454,18 +487,23 @@ class _TwoChunkPlanner(DefaultSavePlanner):
             td = item.tensor_data
             for lo, n in ((0, 2), (2, 3)):
                 chunk = ChunkStorageMetadata(torch.Size([lo, 0]), torch.Size([n, 4]))
-                items.append(WriteItem(index=MetadataIndex("w", [lo, 0]), type=WriteItemType.SHARD,
-                                       tensor_data=TensorWriteData(chunk, td.properties,
-                                                                   td.size)))
-        plan = type(plan)(items=items, storage_data=plan.storage_data,
-                          planner_data=plan.planner_data)
+                items.append(
+                    WriteItem(
+                        index=MetadataIndex("w", [lo, 0]),
+                        type=WriteItemType.SHARD,
+                        tensor_data=TensorWriteData(chunk, td.properties, td.size),
+                    )
+                )
+        plan = type(plan)(
+            items=items, storage_data=plan.storage_data, planner_data=plan.planner_data
+        )
         self.plan = plan
         return plan
 
     def resolve_data(self, item):
         if item.index.fqn == "w":
             lo = item.tensor_data.chunk.offsets[0]
-            return self.state_dict["w"][lo:lo + item.tensor_data.chunk.sizes[0]]
+            return self.state_dict["w"][lo : lo + item.tensor_data.chunk.sizes[0]]
         return super().resolve_data(item)
 
 
@@ -473,10 +511,17 @@ def test_several_chunks_of_one_tensor_on_one_rank(tmp_path):
     w = torch.arange(20, dtype=torch.float32).reshape(5, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dcp.save({"w": w, "v": torch.ones(2)}, storage_writer=HurrayStorageWriter(tmp_path),
-                 planner=_TwoChunkPlanner(), no_dist=True)
-    assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "rank-00000-1.hurray",
-                                            "rank-00000.hurray"]
+        dcp.save(
+            {"w": w, "v": torch.ones(2)},
+            storage_writer=HurrayStorageWriter(tmp_path),
+            planner=_TwoChunkPlanner(),
+            no_dist=True,
+        )
+    assert sorted(os.listdir(tmp_path)) == [
+        ".metadata.hurray",
+        "rank-00000-1.hurray",
+        "rank-00000.hurray",
+    ]
     out = {"w": torch.zeros(5, 4), "v": torch.zeros(2)}
     _load_local(tmp_path, out, verify=True)
     assert torch.equal(out["w"], w) and torch.equal(out["v"], torch.ones(2))

@@ -7,6 +7,7 @@ sub-folder), or a file in the directory that is a symbolic link resolving
 outside it, is refused with CheckpointPathError before anything is read
 from it, or even checked for existence. Malformed metadata is a
 CheckpointError, never a KeyError."""
+
 import json
 import os
 import shutil
@@ -19,8 +20,13 @@ dist = pytest.importorskip("torch.distributed")
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
 import hurray  # noqa: E402
-from hurray.torch.dcp import (METADATA_FILE, CheckpointError,  # noqa: E402
-                              CheckpointPathError, HurrayStorageReader, HurrayStorageWriter)
+from hurray.torch.dcp import (  # noqa: E402
+    METADATA_FILE,
+    CheckpointError,
+    CheckpointPathError,
+    HurrayStorageReader,
+    HurrayStorageWriter,
+)
 
 RANK0 = "rank-00000.hurray"
 
@@ -67,8 +73,9 @@ def two(tmp_path):
     return ckpt, tmp_path / "other"
 
 
-@pytest.mark.parametrize("name", ["../other/" + RANK0, "ABSOLUTE", "sub/" + RANK0, "..", "",
-                                  "../nowhere/" + RANK0])
+@pytest.mark.parametrize(
+    "name", ["../other/" + RANK0, "ABSOLUTE", "sub/" + RANK0, "..", "", "../nowhere/" + RANK0]
+)
 def test_metadata_naming_a_file_outside_is_refused(two, name):
     ckpt, other = two
     if name == "ABSOLUTE":
@@ -127,15 +134,25 @@ def test_reader_checks_names_where_it_opens_them(two):
     reader._open(RANK0).close()
 
 
-@pytest.mark.parametrize("edit", [
-    lambda doc: doc.pop("state_dict"),
-    lambda doc: doc["state_dict"]["w"].pop("chunks"),
-    lambda doc: doc["state_dict"]["w"]["chunks"][0].pop("file"),
-    lambda doc: doc["state_dict"]["w"].update(kind=None),
-    lambda doc: doc.update(files=None),
-    lambda doc: doc["state_dict"]["w"]["chunks"][0].update(file=5),
-], ids=["no state_dict", "no chunks", "chunk without file", "unknown kind", "files not a list",
-        "file not a string"])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: doc.pop("state_dict"),
+        lambda doc: doc["state_dict"]["w"].pop("chunks"),
+        lambda doc: doc["state_dict"]["w"]["chunks"][0].pop("file"),
+        lambda doc: doc["state_dict"]["w"].update(kind=None),
+        lambda doc: doc.update(files=None),
+        lambda doc: doc["state_dict"]["w"]["chunks"][0].update(file=5),
+    ],
+    ids=[
+        "no state_dict",
+        "no chunks",
+        "chunk without file",
+        "unknown kind",
+        "files not a list",
+        "file not a string",
+    ],
+)
 def test_malformed_metadata_is_a_checkpoint_error(two, edit):
     ckpt, _ = two
     _rewrite(ckpt, edit)

@@ -4,6 +4,7 @@ native DLPack for bfloat16 and float8, no silent raw codes, safe_open.
 
 Everything that writes into loaded memory runs in a subprocess, so a crash
 fails the test instead of killing pytest."""
+
 import hashlib
 import os
 import subprocess
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hurray
-from hurray.torch import load_file, save_file, to_torch
+from hurray.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = os.environ.get("HURRAY_CLI", str(REPO / "build" / "hurray"))
@@ -37,8 +38,12 @@ def verify_with_cli(path) -> None:
 
 
 def run_python(code: str, path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(path)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -46,12 +51,16 @@ def model(tmp_path):
     """A file of f32, bf16, f8 and int tensors (>1 page each)."""
     path = tmp_path / "model.hurray"
     g = torch.Generator().manual_seed(1)
-    save_file({
-        "w32": torch.randn(64, 257, generator=g),
-        "w16": torch.randn(40, 300, generator=g).to(torch.bfloat16),
-        "f8": torch.randn(5000, generator=g).to(torch.float8_e4m3fn),
-        "ids": torch.arange(3000, dtype=torch.int64),
-    }, path, metadata={"format": "pt"})
+    save_file(
+        {
+            "w32": torch.randn(64, 257, generator=g),
+            "w16": torch.randn(40, 300, generator=g).to(torch.bfloat16),
+            "f8": torch.randn(5000, generator=g).to(torch.float8_e4m3fn),
+            "ids": torch.arange(3000, dtype=torch.int64),
+        },
+        path,
+        metadata={"format": "pt"},
+    )
     return path
 
 
@@ -114,8 +123,11 @@ WRITE_PATHS = {
 @pytest.mark.parametrize("how", sorted(WRITE_PATHS))
 def test_write_into_loaded_tensor_does_not_crash_nor_touch_the_file(model, how):
     before = sha(model)
-    code = "import sys, numpy as np, torch, hurray\np = sys.argv[1]\n" + \
-        textwrap.dedent(WRITE_PATHS[how]) + "\nprint('wrote')\n"
+    code = (
+        "import sys, numpy as np, torch, hurray\np = sys.argv[1]\n"
+        + textwrap.dedent(WRITE_PATHS[how])
+        + "\nprint('wrote')\n"
+    )
     done = run_python(code, model)
     assert done.returncode == 0, f"rc={done.returncode}\n{done.stderr}"
     assert "wrote" in done.stdout
@@ -176,8 +188,10 @@ def test_readonly_load_refuses_writes(model):
 
 # ------------------------------------------------------------- dequantize
 
-@pytest.mark.parametrize("scheme", ["nf4", "mxfp4", "mxfp8_e4m3", "block_affine", "q4_0",
-                                    "per_channel", "affine"])
+
+@pytest.mark.parametrize(
+    "scheme", ["nf4", "mxfp4", "mxfp8_e4m3", "block_affine", "q4_0", "per_channel", "affine"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_load_file_dequantizes_to_tensor_dequantize(tmp_path, scheme, dtype):
     rng = np.random.default_rng(3)
@@ -186,12 +200,15 @@ def test_load_file_dequantizes_to_tensor_dequantize(tmp_path, scheme, dtype):
     hurray.save(path, {"q": hurray.quantize(w, scheme), "plain": hurray.from_numpy(w)})
     got = load_file(path, dequantize=dtype)
     want = hurray.load(path)["q"].dequantize(
-        {torch.float32: np.float32, torch.float16: np.float16,
-         torch.bfloat16: ml_dtypes.bfloat16}[dtype])
+        {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16}[
+            dtype
+        ]
+    )
     assert got["q"].dtype == dtype
-    np.testing.assert_array_equal(got["q"].view(torch.int16 if dtype != torch.float32
-                                                else torch.int32).numpy(),
-                                  want.view(np.int16 if dtype != torch.float32 else np.int32))
+    np.testing.assert_array_equal(
+        got["q"].view(torch.int16 if dtype != torch.float32 else torch.int32).numpy(),
+        want.view(np.int16 if dtype != torch.float32 else np.int32),
+    )
     assert got["plain"].dtype == torch.float32  # unquantized tensors are untouched
 
 
@@ -226,15 +243,33 @@ def test_no_silent_raw_codes(scheme):
 
 # ---------------------------------------------------------------- DLPack
 
+
 @settings(max_examples=30, deadline=None)
-@given(dtype=st.sampled_from([torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
-                              torch.float16, torch.float32, torch.int8, torch.bool,
-                              torch.complex64]),
-       shape=st.lists(st.integers(0, 6), min_size=0, max_size=3), seed=st.integers(0, 999))
+@given(
+    dtype=st.sampled_from(
+        [
+            torch.bfloat16,
+            torch.float8_e4m3fn,
+            torch.float8_e5m2,
+            torch.float16,
+            torch.float32,
+            torch.int8,
+            torch.bool,
+            torch.complex64,
+        ]
+    ),
+    shape=st.lists(st.integers(0, 6), min_size=0, max_size=3),
+    seed=st.integers(0, 999),
+)
 def test_dlpack_reaches_torch_bit_exact(dtype, shape, seed):
     g = torch.Generator().manual_seed(seed)
-    raw = torch.randint(0, 256, (int(np.prod(shape)) * torch.empty(0, dtype=dtype)
-                                 .element_size(),), dtype=torch.uint8, generator=g)
+    raw = torch.randint(
+        0,
+        256,
+        (int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size(),),
+        dtype=torch.uint8,
+        generator=g,
+    )
     if dtype == torch.bool:
         raw = raw % 2
     x = raw.view(dtype).reshape(shape)
@@ -259,10 +294,13 @@ def test_dlpack_capsules_versioned_and_legacy():
     with pytest.raises(BufferError):
         t.__dlpack__(dl_device=(2, 0))
     # Strided views travel with their strides.
-    s = hurray.Tensor(hurray.Descriptor("float32", (3, 2), strides=(1, 3),
-                                        buffers=[hurray.Buffer("data", 24, 4)]),
-                      [np.arange(6, dtype=np.float32)])
-    assert torch.equal(torch.from_dlpack(s), torch.arange(6.).reshape(2, 3).T)
+    s = hurray.Tensor(
+        hurray.Descriptor(
+            "float32", (3, 2), strides=(1, 3), buffers=[hurray.Buffer("data", 24, 4)]
+        ),
+        [np.arange(6, dtype=np.float32)],
+    )
+    assert torch.equal(torch.from_dlpack(s), torch.arange(6.0).reshape(2, 3).T)
 
 
 def test_bfloat16_exports_with_a_true_message_for_what_does_not():
@@ -273,6 +311,7 @@ def test_bfloat16_exports_with_a_true_message_for_what_does_not():
 
 
 # ------------------------------------------------------------ save/load
+
 
 def test_load_file_is_zero_copy_and_sparse_becomes_torch_sparse(tmp_path):
     path = tmp_path / "m.hurray"
@@ -287,8 +326,11 @@ def test_load_file_is_zero_copy_and_sparse_becomes_torch_sparse(tmp_path):
     maps = Path("/proc/self/maps").read_text()
     assert str(path) in maps  # the file is mapped...
     del address
-    lo_hi = [tuple(int(x, 16) for x in line.split()[0].split("-"))
-             for line in maps.splitlines() if line.endswith(str(path))]
+    lo_hi = [
+        tuple(int(x, 16) for x in line.split()[0].split("-"))
+        for line in maps.splitlines()
+        if line.endswith(str(path))
+    ]
     assert any(lo <= out["d"].data_ptr() < hi for lo, hi in lo_hi)
 
 
@@ -303,6 +345,7 @@ def test_save_file_refuses_shared_tensors(tmp_path):
 
 
 # -------------------------------------------------------------- safe_open
+
 
 def test_safe_open_api(model):
     with hurray.safe_open(model, framework="pt", device="cpu") as f:
@@ -320,20 +363,32 @@ def test_safe_open_api(model):
 
 KEY_PART = st.one_of(
     st.integers(-8, 8),
-    st.builds(slice, st.one_of(st.none(), st.integers(-9, 9)),
-              st.one_of(st.none(), st.integers(-9, 9)),
-              st.one_of(st.none(), st.integers(-4, 4).filter(lambda s: s != 0))))
+    st.builds(
+        slice,
+        st.one_of(st.none(), st.integers(-9, 9)),
+        st.one_of(st.none(), st.integers(-9, 9)),
+        st.one_of(st.none(), st.integers(-4, 4).filter(lambda s: s != 0)),
+    ),
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(shape=st.lists(st.integers(1, 7), min_size=1, max_size=4),
-       key=st.lists(KEY_PART, min_size=0, max_size=4), ellipsis_at=st.integers(-1, 4),
-       framework=st.sampled_from(["np", "pt"]), dtype=st.sampled_from(["float32", "bfloat16"]),
-       data=st.data())
-def test_safe_open_slicing_equals_numpy(tmp_path_factory, shape, key, ellipsis_at, framework,
-                                        dtype, data):
-    array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape).astype(
-        ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32)
+@given(
+    shape=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    key=st.lists(KEY_PART, min_size=0, max_size=4),
+    ellipsis_at=st.integers(-1, 4),
+    framework=st.sampled_from(["np", "pt"]),
+    dtype=st.sampled_from(["float32", "bfloat16"]),
+    data=st.data(),
+)
+def test_safe_open_slicing_equals_numpy(
+    tmp_path_factory, shape, key, ellipsis_at, framework, dtype, data
+):
+    array = (
+        np.arange(int(np.prod(shape)), dtype=np.float32)
+        .reshape(shape)
+        .astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32)
+    )
     path = tmp_path_factory.mktemp("so") / "a.hurray"
     hurray.save(path, {"a": hurray.from_numpy(array)})
     key = list(key)

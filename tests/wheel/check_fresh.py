@@ -7,6 +7,7 @@ INPUT: further .safetensors/.gguf files (written by the peers beforehand);
 the hand-written ones (formats.py) are always checked. Prints one line per
 check and "wheel: N passed, N failed"; exit status 1 on any failure.
 """
+
 import os
 import re
 import shutil
@@ -47,9 +48,11 @@ def main(argv):
 
     # The environment: numpy, the package, no peers.
     import importlib.util
+
     peers = [m for m in ("torch", "safetensors", "gguf") if importlib.util.find_spec(m)]
     check("fresh venv has none of torch, safetensors, gguf", not peers, f"found {peers}")
     import numpy as np
+
     import hurray
 
     # The command pip installed, first on PATH.
@@ -57,18 +60,32 @@ def main(argv):
     check("hurray on PATH is the venv's", exe == os.path.join(venv_bin, "hurray"), str(exe))
     r = run("hurray", "--version")
     m = re.fullmatch(r"hurray (\S+) \(C ABI (\d+), file format (\d+)\.(\d+)\)\n", r.stdout)
-    check("hurray --version prints library, ABI and format versions",
-          r.returncode == 0 and m and m.group(1) == hurray.__version__
-          and int(m.group(2)) == hurray.C_ABI_VERSION, repr(r.stdout + r.stderr))
+    check(
+        "hurray --version prints library, ABI and format versions",
+        r.returncode == 0
+        and m
+        and m.group(1) == hurray.__version__
+        and int(m.group(2)) == hurray.C_ABI_VERSION,
+        repr(r.stdout + r.stderr),
+    )
     print("     " + r.stdout.strip())
 
     # Every extension and the CLI link libc and friends only: nothing from
     # the build machine (libxxhash, yajl, jansson) and no libhurray.
     package = os.path.dirname(hurray.__file__)
     cli = os.path.join(package, "_bin", "hurray")
-    allowed = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2",
-               "librt.so.1", "ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2"}
+    allowed = {
+        "linux-vdso.so.1",
+        "libc.so.6",
+        "libm.so.6",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "ld-linux-x86-64.so.2",
+        "/lib64/ld-linux-x86-64.so.2",
+    }
     import glob
+
     artifacts = sorted(glob.glob(os.path.join(package, "**", "*.so"), recursive=True)) + [cli]
     for artifact in artifacts:
         r = run("ldd", artifact)
@@ -77,8 +94,12 @@ def main(argv):
         for line in r.stdout.splitlines():
             print("       " + line.strip())
         bad = [lib for lib in libs if os.path.basename(lib) not in allowed and lib not in allowed]
-        check(f"ldd {os.path.basename(artifact)}: no libxxhash, libyajl, libjansson, "
-              "libhurray, only the C runtime", r.returncode == 0 and not bad, f"links {bad}")
+        check(
+            f"ldd {os.path.basename(artifact)}: no libxxhash, libyajl, libjansson, "
+            "libhurray, only the C runtime",
+            r.returncode == 0 and not bad,
+            f"links {bad}",
+        )
 
     # Conversions: safetensors and GGUF to hurray and back, byte for byte.
     hand_st, hand_gg = formats.write_check_files(work)
@@ -91,8 +112,7 @@ def main(argv):
         if not check(f"hurray convert {base} -> .hurray", r.returncode == 0, first_line(r)):
             continue
         r = run("hurray", "verify", h)
-        check(f"hurray verify {base}.hurray", r.returncode == 0 and "OK" in r.stdout,
-              first_line(r))
+        check(f"hurray verify {base}.hurray", r.returncode == 0 and "OK" in r.stdout, first_line(r))
         r = run("hurray", "convert", h, back)
         if not check(f"hurray convert {base}.hurray -> {ext}", r.returncode == 0, first_line(r)):
             continue
@@ -106,9 +126,11 @@ def main(argv):
         with hurray.open(h) as f:
             got = {n: np.asarray(f[n]).tobytes() for n in tensors if n in f.keys()}
             meta = dict(f.metadata)
-        check("hurray.open reads the converted tensors and __metadata__",
-              got == {n: t[2] for n, t in tensors.items()}
-              and meta.get("safetensors.format") == "pt", str(meta))
+        check(
+            "hurray.open reads the converted tensors and __metadata__",
+            got == {n: t[2] for n, t in tensors.items()} and meta.get("safetensors.format") == "pt",
+            str(meta),
+        )
 
     # Bad input: one line on stderr, exit status 1, no target left behind.
     # Each cut ends inside the last tensor's data (GGUF: its 20 bytes are
@@ -121,9 +143,11 @@ def main(argv):
             f.write(data[: len(data) - cut_bytes])
         target = os.path.join(work, "never.hurray")
         r = run("hurray", "convert", cut, target)
-        check(f"truncated {os.path.basename(cut)}: exit 1, one line, no target",
-              r.returncode == 1 and one_line(r.stderr) and not os.path.exists(target),
-              f"exit {r.returncode}, stderr {r.stderr!r}")
+        check(
+            f"truncated {os.path.basename(cut)}: exit 1, one line, no target",
+            r.returncode == 1 and one_line(r.stderr) and not os.path.exists(target),
+            f"exit {r.returncode}, stderr {r.stderr!r}",
+        )
 
     # convert of a format that needs Python (.npz) runs with the interpreter
     # that installed the package, even with only the system folders on PATH.
@@ -140,20 +164,27 @@ def main(argv):
     # A short Python round trip, quantized and sparse-free.
     w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     q = hurray.quantize(w, "q8_0")
-    hurray.save("py.hurray", {"w": w, "q": q, "i": np.arange(10, dtype=np.int8)},
-                metadata={"step": 3})
+    hurray.save(
+        "py.hurray", {"w": w, "q": q, "i": np.arange(10, dtype=np.int8)}, metadata={"step": 3}
+    )
     with hurray.open("py.hurray") as f:
-        ok = (np.array_equal(np.asarray(f["w"]), w) and f.metadata["step"] == 3
-              and np.array_equal(f["q"].dequantize(), q.dequantize())
-              and np.abs(f["q"].dequantize() - w).max() < 0.05
-              and np.array_equal(np.asarray(f["i"]), np.arange(10, dtype=np.int8)))
+        ok = (
+            np.array_equal(np.asarray(f["w"]), w)
+            and f.metadata["step"] == 3
+            and np.array_equal(f["q"].dequantize(), q.dequantize())
+            and np.abs(f["q"].dequantize() - w).max() < 0.05
+            and np.array_equal(np.asarray(f["i"]), np.arange(10, dtype=np.int8))
+        )
     check("python: save, open, quantize q8_0, dequantize", ok)
     # Every inspecting subcommand on it.
     r = run("hurray", "verify", "py.hurray")
     check("hurray verify", r.returncode == 0 and "OK" in r.stdout, first_line(r))
     r = run("hurray", "ls", "py.hurray")
-    check("hurray ls", r.returncode == 0 and all(f"\n{n} " in "\n" + r.stdout for n in "iqw"),
-          first_line(r))
+    check(
+        "hurray ls",
+        r.returncode == 0 and all(f"\n{n} " in "\n" + r.stdout for n in "iqw"),
+        first_line(r),
+    )
     r = run("hurray", "info", "--json", "py.hurray", "q")
     check("hurray info --json", r.returncode == 0 and "block_affine" in r.stdout, first_line(r))
     r = subprocess.run(["hurray", "cat", "py.hurray", "i"], capture_output=True)

@@ -17,15 +17,34 @@ that writes canonical files gives back these bytes exactly:
 peer_inputs.py checks these writers against the safetensors and gguf
 packages, byte for byte, where they are installed.
 """
+
 import json
 import struct
 
 import numpy as np
 
 # safetensors' Dtype enum, in declaration order (its sort order).
-_ST_DTYPE_ORDER = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
-                   "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64",
-                   "U64"]
+_ST_DTYPE_ORDER = [
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "F64",
+    "I64",
+    "U64",
+]
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -37,8 +56,11 @@ def write_safetensors(path, tensors, metadata=None):
     offset = 0
     for name in order:
         dtype, shape, data = tensors[name]
-        header[name] = {"dtype": dtype, "shape": list(shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         offset += len(data)
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
@@ -93,6 +115,7 @@ def write_gguf(path, kvs, tensors):
 
 # ------------------------------------------------------------------ contents
 
+
 def _rng():
     return np.random.default_rng(20261201)
 
@@ -105,9 +128,9 @@ def safetensors_contents():
     bf16 = (rng.standard_normal((4, 8)).astype("<f4").view("<u4") >> 16).astype("<u2")
     f16 = rng.standard_normal((3, 5)).astype("<f2")
     i8 = rng.integers(-128, 128, 7).astype("i1")
-    e4m3 = rng.integers(0, 0x7F, 16).astype("u1")           # 0x7f / 0xff are NaN
+    e4m3 = rng.integers(0, 0x7F, 16).astype("u1")  # 0x7f / 0xff are NaN
     e4m3[::2] |= 0x80
-    e5m2 = rng.integers(0, 0x7C, (2, 4)).astype("u1")        # below inf / NaN
+    e5m2 = rng.integers(0, 0x7C, (2, 4)).astype("u1")  # below inf / NaN
     tensors = {
         "model.embed.weight": ("BF16", [4, 8], bf16.tobytes()),
         "model.norm.weight": ("F16", [3, 5], f16.tobytes()),
@@ -155,7 +178,12 @@ def gguf_contents():
     tensors = [
         ("token_embd.weight", GGML_Q8_0, [64, 2], q8_0_blocks(rng, 4)),
         ("blk.0.attn_q.weight", GGML_Q4_0, [32, 3], q4_0_blocks(rng, 3)),
-        ("blk.0.ffn_norm.weight", GGML_F16, [8, 2], rng.standard_normal(16).astype("<f2").tobytes()),
+        (
+            "blk.0.ffn_norm.weight",
+            GGML_F16,
+            [8, 2],
+            rng.standard_normal(16).astype("<f2").tobytes(),
+        ),
         ("output_norm.weight", GGML_F32, [5], rng.standard_normal(5).astype("<f4").tobytes()),
     ]
     return kvs, tensors
@@ -164,6 +192,7 @@ def gguf_contents():
 def write_check_files(folder):
     """Writes hand.safetensors and hand.gguf into folder; returns their paths."""
     import os
+
     st = os.path.join(folder, "hand.safetensors")
     gg = os.path.join(folder, "hand.gguf")
     write_safetensors(st, *safetensors_contents())

@@ -5,6 +5,7 @@ installed, and checks that formats.py's hand writers give the same bytes.
 usage: peer_inputs.py FOLDER   -> FOLDER/peer.safetensors, FOLDER/peer.gguf
 Prints "peers: N passed, N failed[, N skipped]"; exit status 1 on a failure.
 """
+
 import os
 import sys
 import tempfile
@@ -12,28 +13,43 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import formats  # noqa: E402
 
-ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "I8": "int8",
-             "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+ST_DTYPES = {
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "I8": "int8",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
 
 
 def peer_safetensors(path):
     import torch
     from safetensors.torch import save_file
+
     tensors, metadata = formats.safetensors_contents()
-    sd = {name: torch.frombuffer(bytearray(data), dtype=torch.uint8)
-          .view(getattr(torch, ST_DTYPES[dtype])).reshape(shape)
-          for name, (dtype, shape, data) in tensors.items()}
+    sd = {
+        name: torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        .view(getattr(torch, ST_DTYPES[dtype]))
+        .reshape(shape)
+        for name, (dtype, shape, data) in tensors.items()
+    }
     save_file(sd, path, metadata=metadata)
 
 
 def peer_gguf(path):
     import gguf
     import numpy as np
+
     kvs, tensors = formats.gguf_contents()
     w = gguf.GGUFWriter(path, arch=kvs[0][2])
     for key, vtype, value, *sub in kvs[1:]:
-        w.add_key_value(key, value, gguf.GGUFValueType(vtype),
-                        sub_type=gguf.GGUFValueType(sub[0]) if sub else None)
+        w.add_key_value(
+            key,
+            value,
+            gguf.GGUFValueType(vtype),
+            sub_type=gguf.GGUFValueType(sub[0]) if sub else None,
+        )
     for name, ggml_type, dims, data in tensors:
         qtype = gguf.GGMLQuantizationType(ggml_type)
         if qtype in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
@@ -56,8 +72,10 @@ def main(argv):
     passed = failed = skipped = 0
     with tempfile.TemporaryDirectory() as tmp:
         hand_st, hand_gg = formats.write_check_files(tmp)
-        for name, writer, hand in (("peer.safetensors", peer_safetensors, hand_st),
-                                   ("peer.gguf", peer_gguf, hand_gg)):
+        for name, writer, hand in (
+            ("peer.safetensors", peer_safetensors, hand_st),
+            ("peer.gguf", peer_gguf, hand_gg),
+        ):
             path = os.path.join(folder, name)
             try:
                 writer(path)

@@ -25,11 +25,20 @@ The package, one concern a module:
 importing this package); import from the package with
 `from hurray.convert import ...`, not `import hurray.convert.x as y`.
 """
+
 from ._common import SOURCE_SUFFIXES, TARGET_SUFFIXES, ConversionError, UsageError  # noqa: F401
 from ._driver import convert
 from ._report import ConversionReport, ReportTotals, TensorReport
 from ._rules import default_quantize_rule
 from .layouts import describe  # noqa: F401
 
-__all__ = ["convert", "ConversionError", "ConversionReport", "TensorReport", "ReportTotals",
-           "default_quantize_rule", "SOURCE_SUFFIXES", "TARGET_SUFFIXES"]
+__all__ = [
+    "convert",
+    "ConversionError",
+    "ConversionReport",
+    "TensorReport",
+    "ReportTotals",
+    "default_quantize_rule",
+    "SOURCE_SUFFIXES",
+    "TARGET_SUFFIXES",
+]

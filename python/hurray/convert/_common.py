@@ -1,5 +1,6 @@
 """What every part of the converter shares: the errors, the suffixes and
 metadata keys, and small helpers on tensors and paths."""
+
 from __future__ import annotations
 
 import os
@@ -10,18 +11,33 @@ import numpy as np
 from .._descriptor import Dense, Descriptor
 from .._tensor import Tensor, from_numpy
 
-SOURCE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".gguf", ".npz", ".npy", ".pt",
-                   ".pth", ".bin", ".hurray")
+SOURCE_SUFFIXES = (
+    ".safetensors",
+    ".safetensors.index.json",
+    ".gguf",
+    ".npz",
+    ".npy",
+    ".pt",
+    ".pth",
+    ".bin",
+    ".hurray",
+)
 TARGET_SUFFIXES = (".hurray", ".safetensors", ".gguf", ".npz", ".npy", ".pt", ".pth", ".bin")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_ANY_FLOAT = FLOAT_DTYPES + ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float6_e3m2fn",
-                             "float6_e2m3fn", "float4_e2m1fn")
+_ANY_FLOAT = FLOAT_DTYPES + (
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+    "float6_e3m2fn",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+)
 
 # Hurray metadata keys the converter owns.
-SOURCE_DTYPES_KEY = "convert.source_dtypes"   # JSON {tensor: float dtype before quantization}
-GGUF_TYPES_KEY = "gguf.__types__"             # JSON {kv key: GGUF value type}, in file order
-GGUF_TENSORS_KEY = "gguf.__tensors__"         # JSON [tensor names], in file order
+SOURCE_DTYPES_KEY = "convert.source_dtypes"  # JSON {tensor: float dtype before quantization}
+GGUF_TYPES_KEY = "gguf.__types__"  # JSON {kv key: GGUF value type}, in file order
+GGUF_TENSORS_KEY = "gguf.__tensors__"  # JSON [tensor names], in file order
 SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
 
 
@@ -50,7 +66,7 @@ def _stored_bytes(d: Descriptor) -> int:
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
     raw: np.ndarray = np.empty(nbytes + align, np.uint8)
     off = (-raw.ctypes.data) % align
-    return raw[off:off + nbytes]
+    return raw[off : off + nbytes]
 
 
 def _contiguous(array) -> np.ndarray:
@@ -88,5 +104,20 @@ def _regular_file(path: str, what: str = "") -> None:
     if not stat.S_ISREG(mode):
         raise ConversionError(f"{what}{path} is not a regular file")
 
-_NUMPY_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "float32", "float64", "complex64", "complex128")
+
+_NUMPY_NATIVE = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)

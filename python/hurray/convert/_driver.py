@@ -1,5 +1,6 @@
 """The conversion itself: open the source and the target by their names,
 pick the tensors, quantize what the rules say, measure, write, publish."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,19 @@ from .._descriptor import BlockAffine, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
 from .._quant import quantize as _quantize
-from ._common import (FLOAT_DTYPES, GGUF_TENSORS_KEY, SOURCE_DTYPES_KEY, SOURCE_SUFFIXES,
-                      TARGET_SUFFIXES, ConversionError, UsageError, _first_line, _regular_file,
-                      _shape_str, _values)
+from ._common import (
+    FLOAT_DTYPES,
+    GGUF_TENSORS_KEY,
+    SOURCE_DTYPES_KEY,
+    SOURCE_SUFFIXES,
+    TARGET_SUFFIXES,
+    ConversionError,
+    UsageError,
+    _first_line,
+    _regular_file,
+    _shape_str,
+    _values,
+)
 from ._gguf import _GgufSource, _GgufTarget
 from ._hurrayfile import _HurraySource, _HurrayTarget
 from ._npy import _NpySource, _NpyTarget
@@ -34,15 +45,24 @@ def _source_kind(path: str) -> str:
     low = path.lower()
     if os.path.isdir(path):
         return "dir"
-    for suffix, kind in ((".safetensors.index.json", "safetensors-index"),
-                         (".safetensors", "safetensors"), (".gguf", "gguf"), (".npz", "npz"),
-                         (".npy", "npy"), (".pt", "torch"), (".pth", "torch"), (".bin", "torch"),
-                         (".hurray", "hurray")):
+    for suffix, kind in (
+        (".safetensors.index.json", "safetensors-index"),
+        (".safetensors", "safetensors"),
+        (".gguf", "gguf"),
+        (".npz", "npz"),
+        (".npy", "npy"),
+        (".pt", "torch"),
+        (".pth", "torch"),
+        (".bin", "torch"),
+        (".hurray", "hurray"),
+    ):
         if low.endswith(suffix):
             return kind
-    raise ConversionError(f"cannot tell the format of {path!r} from its name; sources end with "
-                          f"{', '.join(SOURCE_SUFFIXES)} (or are a folder holding a "
-                          "*.safetensors.index.json)")
+    raise ConversionError(
+        f"cannot tell the format of {path!r} from its name; sources end with "
+        f"{', '.join(SOURCE_SUFFIXES)} (or are a folder holding a "
+        "*.safetensors.index.json)"
+    )
 
 
 def _open_source(path: str, verify: bool = True) -> _Source:
@@ -56,37 +76,57 @@ def _open_source(path: str, verify: bool = True) -> _Source:
         if len(indexes) == 1:
             return _open_index(os.path.join(path, indexes[0]))
         if len(indexes) > 1:
-            raise ConversionError(f"{path} holds {len(indexes)} *.safetensors.index.json files; "
-                                  "name the one to convert")
+            raise ConversionError(
+                f"{path} holds {len(indexes)} *.safetensors.index.json files; "
+                "name the one to convert"
+            )
         files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
         if len(files) == 1:
             _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
-        raise ConversionError(f"{path} is a folder without a *.safetensors.index.json "
-                              f"(and {len(files)} .safetensors files); name a file")
+        raise ConversionError(
+            f"{path} is a folder without a *.safetensors.index.json "
+            f"(and {len(files)} .safetensors files); name a file"
+        )
     if kind == "safetensors-index":
         return _open_index(path)
     if kind == "safetensors":
         return _SafetensorsSource([path])
     if kind == "hurray":
         return _HurraySource(path, verify)
-    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource,
-            "torch": _TorchSource}[kind](path)
+    return {"gguf": _GgufSource, "npz": _NpzSource, "npy": _NpySource, "torch": _TorchSource}[kind](
+        path
+    )
 
 
 def _target_kind(path: str) -> str:
     low = path.lower()
-    for suffix, kind in ((".hurray", "hurray"), (".safetensors", "safetensors"),
-                         (".gguf", "gguf"), (".npz", "npz"), (".npy", "npy"), (".pt", "torch"),
-                         (".pth", "torch"), (".bin", "torch")):
+    for suffix, kind in (
+        (".hurray", "hurray"),
+        (".safetensors", "safetensors"),
+        (".gguf", "gguf"),
+        (".npz", "npz"),
+        (".npy", "npy"),
+        (".pt", "torch"),
+        (".pth", "torch"),
+        (".bin", "torch"),
+    ):
         if low.endswith(suffix):
             return kind
-    raise UsageError(f"cannot tell the format to write from {path!r}; targets end with "
-                     f"{', '.join(TARGET_SUFFIXES)}")
+    raise UsageError(
+        f"cannot tell the format to write from {path!r}; targets end with "
+        f"{', '.join(TARGET_SUFFIXES)}"
+    )
 
 
-_TARGETS = {"hurray": _HurrayTarget, "safetensors": _SafetensorsTarget, "gguf": _GgufTarget,
-            "npz": _NpzTarget, "npy": _NpyTarget, "torch": _TorchTarget}
+_TARGETS = {
+    "hurray": _HurrayTarget,
+    "safetensors": _SafetensorsTarget,
+    "gguf": _GgufTarget,
+    "npz": _NpzTarget,
+    "npy": _NpyTarget,
+    "torch": _TorchTarget,
+}
 
 
 @dataclass
@@ -118,16 +158,37 @@ def _progress(total_bytes: int, count: int, quiet: bool):
     except ImportError:  # pragma: no cover
         return _Null()
     # disable=None: no bar when stderr is not a terminal; delay: none for quick runs
-    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                desc="converting", file=sys.stderr, disable=None, delay=1.0, leave=False,
-                dynamic_ncols=True)
+    return tqdm(
+        total=total_bytes,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc="converting",
+        file=sys.stderr,
+        disable=None,
+        delay=1.0,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
-def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
-            quantize_exclude=(), include=(), exclude=(), keep_scales: bool = False,
-            stats: bool = False, quiet: bool = False, threads: int = 1,
-            block_size: Optional[int] = None, output: str = "table",
-            verify: bool = True) -> ConversionReport:
+def convert(
+    src,
+    dst,
+    *,
+    quantize: Optional[str] = None,
+    quantize_include=(),
+    quantize_exclude=(),
+    include=(),
+    exclude=(),
+    keep_scales: bool = False,
+    stats: bool = False,
+    quiet: bool = False,
+    threads: int = 1,
+    block_size: Optional[int] = None,
+    output: str = "table",
+    verify: bool = True,
+) -> ConversionReport:
     """Converts the checkpoint `src` into `dst`; the formats follow the file
     names (docs/impl/convert.md). Returns the ConversionReport, and prints
     it to stdout (as a table, or JSON with output="json") unless quiet.
@@ -146,8 +207,15 @@ def convert(src, dst, *, quantize: Optional[str] = None, quantize_include=(),
     together). The target is replaced only when everything succeeded; on
     any error, KeyboardInterrupt included, it is left as it was."""
     src, dst = os.fspath(src), os.fspath(dst)
-    opts = _Options(quantize, _patterns(quantize_include), _patterns(quantize_exclude),
-                    bool(keep_scales), bool(stats), int(threads), block_size)
+    opts = _Options(
+        quantize,
+        _patterns(quantize_include),
+        _patterns(quantize_exclude),
+        bool(keep_scales),
+        bool(stats),
+        int(threads),
+        block_size,
+    )
     _check_options(opts, output)
     dst_kind = _check_paths(src, dst, opts)
     source = _open_source(src, verify=bool(verify))
@@ -190,12 +258,14 @@ def _check_options(opts: _Options, output: str) -> None:
         raise UsageError("threads must be >= 0")
     if opts.scheme is None:
         if opts.block_size is not None or opts.quantize_include or opts.quantize_exclude:
-            raise UsageError("--block-size, --quantize-include and --quantize-exclude need "
-                             "--quantize")
+            raise UsageError(
+                "--block-size, --quantize-include and --quantize-exclude need --quantize"
+            )
         return
     if opts.scheme not in QUANT_SCHEMES:
-        raise UsageError(f"unknown quantization scheme {opts.scheme!r}; one of "
-                         f"{', '.join(QUANT_SCHEMES)}")
+        raise UsageError(
+            f"unknown quantization scheme {opts.scheme!r}; one of {', '.join(QUANT_SCHEMES)}"
+        )
     try:  # options the scheme refuses fail here, before any work
         _quantize(np.zeros((1, 64), np.float32), opts.scheme, block_size=opts.block_size)
     except (HurrayError, ValueError) as exc:
@@ -206,8 +276,10 @@ def _check_paths(src: str, dst: str, opts: _Options) -> str:
     """The target's kind, once the paths and the options agree."""
     dst_kind = _target_kind(dst)
     if opts.keep_scales and dst_kind != "safetensors":
-        raise UsageError("--keep-scales applies to .safetensors targets (the other formats have "
-                         "no place for the quantization parameters)")
+        raise UsageError(
+            "--keep-scales applies to .safetensors targets (the other formats have "
+            "no place for the quantization parameters)"
+        )
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise UsageError(f"{dst} is the source itself; write to another file")
     if os.path.isdir(dst):
@@ -226,8 +298,9 @@ def _selected_names(src: str, source: _Source, include, exclude) -> List[str]:
         if _selected(name, include, exclude):
             raise ConversionError(why)
     if not names:
-        raise ConversionError(f"no tensor of {src} is selected" if include or exclude
-                              else f"{src} holds no tensors")
+        raise ConversionError(
+            f"no tensor of {src} is selected" if include or exclude else f"{src} holds no tensors"
+        )
     return names
 
 
@@ -245,8 +318,9 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             for name in names:
                 bar.set_postfix_str(name[-40:], refresh=False)
-                report.rows.append(_convert_one(name, infos[name], source, target, opts,
-                                                src_dtypes, new_dtypes))
+                report.rows.append(
+                    _convert_one(name, infos[name], source, target, opts, src_dtypes, new_dtypes)
+                )
                 bar.update(infos[name][2])
     finally:
         bar.close()
@@ -261,14 +335,17 @@ def _finish_metadata(metadata: Dict, names: List[str], new_dtypes: Dict[str, str
     if GGUF_TENSORS_KEY in metadata:  # keep the file order of what is kept
         kept = set(names)
         metadata[GGUF_TENSORS_KEY] = json.dumps(
-            [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept])
+            [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept]
+        )
 
 
 def _note_partial(report: ConversionReport) -> None:
     partial = [r.name for r in report.rows if "partial" in r.note]
     if partial:
-        report.notes.append(f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
-                            "partial last block (see their notes)")
+        report.notes.append(
+            f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
+            "partial last block (see their notes)"
+        )
 
 
 def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
@@ -294,8 +371,10 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> Te
         try:
             out = _quantize(ref, opts.scheme, block_size=opts.block_size, threads=opts.threads)
         except (HurrayError, ValueError) as exc:
-            raise ConversionError(f"quantizing tensor {name!r} ({_shape_str(d.shape)}) with "
-                                  f"{opts.scheme}: {_first_line(exc)}") from None
+            raise ConversionError(
+                f"quantizing tensor {name!r} ({_shape_str(d.shape)}) with "
+                f"{opts.scheme}: {_first_line(exc)}"
+            ) from None
         orig = orig or "float32"
         row.quantized = True
         q = out.descriptor.quantization
@@ -319,8 +398,11 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> Te
     if row.quantized or result.values is not None:
         if ref is None:
             ref = _values(t, opts.threads)
-        final = result.values() if result.values is not None else out.dequantize(
-            np.float32, threads=opts.threads)
+        final = (
+            result.values()
+            if result.values is not None
+            else out.dequantize(np.float32, threads=opts.threads)
+        )
         measured = _measure(ref, final, opts.threads)
         row.max_abs_error, row.rmse, row.cosine, row._sums = measured
         row.exact = False

@@ -1,4 +1,5 @@
 """hurray files: every tensor as it is, quantized and sparse forms included."""
+
 from __future__ import annotations
 
 from typing import Dict
@@ -37,7 +38,8 @@ class _HurraySource(_Source):
             except HurrayError as exc:
                 raise ConversionError(
                     f"{self.path}: tensor {name!r} fails verification ({_first_line(exc)}); the "
-                    "file is damaged (--no-verify converts it anyway)") from None
+                    "file is damaged (--no-verify converts it anyway)"
+                ) from None
         return self._file[name]
 
     def metadata(self):
@@ -65,5 +67,6 @@ class _HurrayTarget(_FileTarget):
         except (HurrayError, TypeError, OverflowError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         except OSError as exc:
-            raise ConversionError(f"writing {self.path}: {exc.strerror or _first_line(exc)}"
-                                  ) from None
+            raise ConversionError(
+                f"writing {self.path}: {exc.strerror or _first_line(exc)}"
+            ) from None

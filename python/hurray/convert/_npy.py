@@ -1,12 +1,19 @@
 """numpy .npy files: one array, read memory-mapped."""
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from ._common import (_NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line,
-                      _from_numpy_checked)
+from ._common import (
+    _NUMPY_NATIVE,
+    SOURCE_DTYPES_KEY,
+    ConversionError,
+    _contiguous,
+    _first_line,
+    _from_numpy_checked,
+)
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
@@ -44,15 +51,18 @@ class _NpyTarget(_DenseTarget):
 
     def add(self, name, t, source_dtype):
         if self._array is not None:
-            raise ConversionError(f"{self.path}: a .npy file holds one array, and more than one "
-                                  "tensor is selected (choose one with --include, or write .npz)")
+            raise ConversionError(
+                f"{self.path}: a .npy file holds one array, and more than one "
+                "tensor is selected (choose one with --include, or write .npz)"
+            )
         array, changed, note = self.dense_array(name, t, source_dtype)
         self._array = _contiguous(array)
         return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
 
     def finish(self, metadata, report):
-        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
-                      ".npy holds one array only")
+        _note_dropped(
+            report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npy holds one array only"
+        )
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")
         with open(self.tmp, "wb") as fp:

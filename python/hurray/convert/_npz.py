@@ -1,5 +1,6 @@
 """numpy .npz archives: read with numpy (no pickles), written as np.savez
 writes them, one member as each tensor arrives."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,14 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ._common import _NUMPY_NATIVE, SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line, _from_numpy_checked
+from ._common import (
+    _NUMPY_NATIVE,
+    SOURCE_DTYPES_KEY,
+    ConversionError,
+    _contiguous,
+    _first_line,
+    _from_numpy_checked,
+)
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
@@ -29,8 +37,10 @@ class _NpzSource(_Source):
             # numpy names member "a.npy" and member "a" both "a"
             name = member[:-4] if member.endswith(".npy") else member
             if name in self._members:
-                raise ConversionError(f"{path}: members {self._members[name]!r} and {member!r} "
-                                      f"both read as array {name!r}")
+                raise ConversionError(
+                    f"{path}: members {self._members[name]!r} and {member!r} "
+                    f"both read as array {name!r}"
+                )
             self._members[name] = member
         self._names = list(self._npz.files)
 
@@ -56,8 +66,10 @@ class _NpzSource(_Source):
         else:
             shape, _, dtype = header
         if dtype.hasobject:
-            raise ConversionError(f"{self.path}: array {name!r} holds Python objects; hurray "
-                                  "converts numeric arrays only")
+            raise ConversionError(
+                f"{self.path}: array {name!r} holds Python objects; hurray "
+                "converts numeric arrays only"
+            )
         return str(dtype), tuple(shape), math.prod(shape) * dtype.itemsize
 
     def _array(self, name):
@@ -66,8 +78,9 @@ class _NpzSource(_Source):
         except _NPZ_ERRORS as exc:  # object arrays, damaged or truncated members
             raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
         if not isinstance(a, np.ndarray):  # numpy hands out other members as bytes
-            raise ConversionError(f"{self.path}: member {self._members.get(name, name)!r} is not "
-                                  "a .npy array")
+            raise ConversionError(
+                f"{self.path}: member {self._members.get(name, name)!r} is not a .npy array"
+            )
         return a
 
     def get(self, name):
@@ -78,13 +91,13 @@ class _NpzSource(_Source):
         self._zip.close()
 
 
-_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
-               NotImplementedError)
+_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError)
 
 
 class _NpzTarget(_DenseTarget):
     """Written as np.savez does (a stored zip of .npy members), one member
     as each tensor arrives."""
+
     format = "npz"
     native = _NUMPY_NATIVE
 
@@ -104,8 +117,9 @@ class _NpzTarget(_DenseTarget):
         return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
 
     def finish(self, metadata, report):
-        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
-                      ".npz holds arrays only")
+        _note_dropped(
+            report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npz holds arrays only"
+        )
         self._zip.close()
 
     def abort(self):

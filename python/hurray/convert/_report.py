@@ -1,5 +1,6 @@
 """The conversion report: one row a tensor, totals, and the error measures
 (max abs, RMSE, cosine against the source's values, in float64)."""
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ class TensorReport:
     """One converted tensor. Error fields compare the real values written
     against the source's (float64 arithmetic); `exact` rows were copied or
     re-laid out bit for bit and carry 0, 0 and 1.0."""
+
     name: str
     source_dtype: str
     output: str
@@ -30,20 +32,30 @@ class TensorReport:
     cosine: Optional[float] = 1.0
     note: str = ""
     # sums behind the totals: elements, sum of squared errors, dot, |a|^2, |b|^2
-    _sums: Tuple[int, float, float, float, float] = field(default=(0, 0.0, 0.0, 0.0, 0.0),
-                                                          repr=False, compare=False)
+    _sums: Tuple[int, float, float, float, float] = field(
+        default=(0, 0.0, 0.0, 0.0, 0.0), repr=False, compare=False
+    )
 
     @property
     def ratio(self) -> float:
         return _ratio_of(self.bytes_in, self.bytes_out)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "source_dtype": self.source_dtype, "output": self.output,
-                "shape": list(self.shape), "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out, "ratio": _json_float(self.ratio),
-                "quantized": self.quantized, "exact": self.exact,
-                "max_abs_error": _json_float(self.max_abs_error), "rmse": _json_float(self.rmse),
-                "cosine": _json_float(self.cosine), "note": self.note}
+        return {
+            "name": self.name,
+            "source_dtype": self.source_dtype,
+            "output": self.output,
+            "shape": list(self.shape),
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "ratio": _json_float(self.ratio),
+            "quantized": self.quantized,
+            "exact": self.exact,
+            "max_abs_error": _json_float(self.max_abs_error),
+            "rmse": _json_float(self.rmse),
+            "cosine": _json_float(self.cosine),
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -61,10 +73,16 @@ class ReportTotals:
         return _ratio_of(self.bytes_in, self.bytes_out)
 
     def to_dict(self) -> dict:
-        return {"tensors": self.tensors, "quantized": self.quantized, "bytes_in": self.bytes_in,
-                "bytes_out": self.bytes_out, "ratio": _json_float(self.ratio),
-                "max_abs_error": _json_float(self.max_abs_error), "rmse": _json_float(self.rmse),
-                "cosine": _json_float(self.cosine)}
+        return {
+            "tensors": self.tensors,
+            "quantized": self.quantized,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "ratio": _json_float(self.ratio),
+            "max_abs_error": _json_float(self.max_abs_error),
+            "rmse": _json_float(self.rmse),
+            "cosine": _json_float(self.cosine),
+        }
 
 
 @dataclass
@@ -91,47 +109,98 @@ class ConversionReport:
                 max_abs = r.max_abs_error
         rmse = math.sqrt(sq / n) if n else 0.0
         cosine = _cosine(dot, na, nb) if n else 1.0
-        return ReportTotals(len(self.rows), sum(r.quantized for r in self.rows),
-                            sum(r.bytes_in for r in self.rows),
-                            sum(r.bytes_out for r in self.rows), max_abs, rmse, cosine)
+        return ReportTotals(
+            len(self.rows),
+            sum(r.quantized for r in self.rows),
+            sum(r.bytes_in for r in self.rows),
+            sum(r.bytes_out for r in self.rows),
+            max_abs,
+            rmse,
+            cosine,
+        )
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "target": self.target,
-                "source_format": self.source_format, "target_format": self.target_format,
-                "scheme": self.scheme, "tensors": [r.to_dict() for r in self.rows],
-                "totals": self.totals.to_dict(), "metadata_keys": self.metadata_keys,
-                "notes": list(self.notes)}
+        return {
+            "source": self.source,
+            "target": self.target,
+            "source_format": self.source_format,
+            "target_format": self.target_format,
+            "scheme": self.scheme,
+            "tensors": [r.to_dict() for r in self.rows],
+            "totals": self.totals.to_dict(),
+            "metadata_keys": self.metadata_keys,
+            "notes": list(self.notes),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def format(self) -> str:
         """The report as an aligned text table, a totals line, then notes."""
-        head = ("tensor", "from", "to", "shape", "in", "out", "ratio", "max abs", "rmse",
-                "cosine", "note")
+        head = (
+            "tensor",
+            "from",
+            "to",
+            "shape",
+            "in",
+            "out",
+            "ratio",
+            "max abs",
+            "rmse",
+            "cosine",
+            "note",
+        )
         lines = []
         for r in self.rows:
-            lines.append((r.name, r.source_dtype, r.output, _shape_str(r.shape),
-                          _size(r.bytes_in), _size(r.bytes_out), _ratio(r.ratio),
-                          _err(r.max_abs_error), _err(r.rmse), _cos(r.cosine), r.note))
+            lines.append(
+                (
+                    r.name,
+                    r.source_dtype,
+                    r.output,
+                    _shape_str(r.shape),
+                    _size(r.bytes_in),
+                    _size(r.bytes_out),
+                    _ratio(r.ratio),
+                    _err(r.max_abs_error),
+                    _err(r.rmse),
+                    _cos(r.cosine),
+                    r.note,
+                )
+            )
         t = self.totals
-        lines.append((f"total: {t.tensors} tensors, {t.quantized} quantized", "", "", "",
-                      _size(t.bytes_in), _size(t.bytes_out), _ratio(t.ratio),
-                      _err(t.max_abs_error), _err(t.rmse), _cos(t.cosine), ""))
+        lines.append(
+            (
+                f"total: {t.tensors} tensors, {t.quantized} quantized",
+                "",
+                "",
+                "",
+                _size(t.bytes_in),
+                _size(t.bytes_out),
+                _ratio(t.ratio),
+                _err(t.max_abs_error),
+                _err(t.rmse),
+                _cos(t.cosine),
+                "",
+            )
+        )
         widths = [max(len(row[i]) for row in [head] + lines) for i in range(len(head))]
         right = {4, 5, 6, 7, 8, 9}
 
         def render(row):
-            cells = [c.rjust(w) if i in right else c.ljust(w)
-                     for i, (c, w) in enumerate(zip(row, widths))]
+            cells = [
+                c.rjust(w) if i in right else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths))
+            ]
             return "  ".join(cells).rstrip()
 
         out = [render(head), render(tuple("-" * w for w in widths))]
         out += [render(row) for row in lines[:-1]]
         out.append(render(tuple("-" * w for w in widths)))
         out.append(render(lines[-1]))
-        out.append(f"{self.source_format} -> {self.target_format}: {self.target}"
-                   f" ({self.metadata_keys} metadata keys)")
+        out.append(
+            f"{self.source_format} -> {self.target_format}: {self.target}"
+            f" ({self.metadata_keys} metadata keys)"
+        )
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
 
@@ -194,7 +263,7 @@ def _chunk_sums(a: np.ndarray, b: np.ndarray, start: int, local) -> tuple:
     if bufs is None:
         bufs = local.bufs = (np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK))
     x, y, d = bufs
-    ca, cb = a[start:start + _CHUNK], b[start:start + _CHUNK]
+    ca, cb = a[start : start + _CHUNK], b[start : start + _CHUNK]
     m = ca.size
     x, y, d = x[:m], y[:m], d[:m]
     np.copyto(x, ca, casting="unsafe")
@@ -204,8 +273,13 @@ def _chunk_sums(a: np.ndarray, b: np.ndarray, start: int, local) -> tuple:
         top = max(float(d.max()), -float(d.min()))
         if np.isnan(top):
             top = math.nan
-        return (top, float(np.einsum("i,i->", d, d)), float(np.einsum("i,i->", x, y)),
-                float(np.einsum("i,i->", x, x)), float(np.einsum("i,i->", y, y)))
+        return (
+            top,
+            float(np.einsum("i,i->", d, d)),
+            float(np.einsum("i,i->", x, y)),
+            float(np.einsum("i,i->", x, x)),
+            float(np.einsum("i,i->", y, y)),
+        )
 
 
 def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
@@ -213,6 +287,7 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
     spread over `threads`; the sums are combined in chunk order, so the
     numbers do not depend on the thread count)."""
     import threading
+
     a = np.asarray(ref).reshape(-1)
     b = np.asarray(out).reshape(-1)
     if a.size != b.size:
@@ -223,6 +298,7 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
     starts = range(0, a.size, _CHUNK)
     if threads > 1 and len(starts) > 2:
         from concurrent.futures import ThreadPoolExecutor
+
         pool = ThreadPoolExecutor(max_workers=threads)
         try:
             parts = list(pool.map(lambda s: _chunk_sums(a, b, s, local), starts))

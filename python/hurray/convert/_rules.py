@@ -1,5 +1,6 @@
 """Which tensors are converted (--include/--exclude) and which are
 quantized: the default rule, the globs and what a target can hold."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -13,13 +14,13 @@ if TYPE_CHECKING:
     from ._driver import _Options
     from ._target import _Target
 
-_SKIP_WORDS = ("embed", "embd", "wte", "wpe", "norm", "ln_", ".ln", "lm_head", "router",
-               "gate_inp")
+_SKIP_WORDS = ("embed", "embd", "wte", "wpe", "norm", "ln_", ".ln", "lm_head", "router", "gate_inp")
 _SKIP_EXACT = ("output.weight",)  # GGUF's output head (lm_head in other formats)
 
 
-def default_quantize_rule(name: str, dtype: str, shape: Sequence[int],
-                          quantized: bool = False) -> bool:
+def default_quantize_rule(
+    name: str, dtype: str, shape: Sequence[int], quantized: bool = False
+) -> bool:
     """The default choice of what --quantize applies to: unquantized
     float16/bfloat16/float32/float64 tensors of rank 2 whose name ends with
     "weight" and does not look like an embedding, a norm, the output head
@@ -70,8 +71,9 @@ def _wants_quantization(name, d: Descriptor, opts: _Options, target: _Target, no
     why = target.quantizable(d.shape)
     if why is not None:
         if forced:
-            raise ConversionError(f"tensor {name!r} cannot be quantized with {opts.scheme} for "
-                                  f"{target.format}: {why}")
+            raise ConversionError(
+                f"tensor {name!r} cannot be quantized with {opts.scheme} for {target.format}: {why}"
+            )
         notes.append(f"not quantized: {why}")
         return False
     return True

@@ -2,6 +2,7 @@
 and written natively (hurray._formats, the C parser and writer): no torch,
 no safetensors package. --keep-scales exports and re-imports quantized
 tensors as codes, scales and zero points."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,18 @@ from .. import _dtypes
 from .._descriptor import Buffer, Dense, Descriptor, PerTensorAffine
 from .._hurray import HurrayError
 from .._tensor import Tensor, from_numpy
-from ._common import (GGUF_TENSORS_KEY, GGUF_TYPES_KEY, SAFETENSORS_INDEX_KEY, SOURCE_DTYPES_KEY,
-                      ConversionError, _aligned, _contiguous, _first_line, _regular_file,
-                      _stored_bytes)
+from ._common import (
+    GGUF_TENSORS_KEY,
+    GGUF_TYPES_KEY,
+    SAFETENSORS_INDEX_KEY,
+    SOURCE_DTYPES_KEY,
+    ConversionError,
+    _aligned,
+    _contiguous,
+    _first_line,
+    _regular_file,
+    _stored_bytes,
+)
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 from .layouts import describe
@@ -26,11 +36,17 @@ _KEEP_SCALES_PARTS = {"data": "", "scales": ".scales", "zero_points": ".zero_poi
 
 class _SafetensorsSource(_Source):
     """Read natively (hurray._formats, the C parser): no torch, no safetensors."""
+
     format = "safetensors"
 
-    def __init__(self, files: Sequence[str], weight_map: Optional[Mapping[str, str]] = None,
-                 index_metadata: Any = None):
+    def __init__(
+        self,
+        files: Sequence[str],
+        weight_map: Optional[Mapping[str, str]] = None,
+        index_metadata: Any = None,
+    ):
         from .. import _formats
+
         self._sources = []
         self._where: Dict[str, Tuple[Any, int]] = {}
         meta: Dict[str, str] = {}
@@ -39,28 +55,32 @@ class _SafetensorsSource(_Source):
             try:
                 h = _formats.Source(path)
             except (HurrayError, OSError) as exc:
-                raise ConversionError(f"cannot read safetensors file {path}: "
-                                      f"{_first_line(exc)}") from None
+                raise ConversionError(
+                    f"cannot read safetensors file {path}: {_first_line(exc)}"
+                ) from None
             if h.format != "safetensors":
                 h.close()
-                raise ConversionError(f"cannot read safetensors file {path}: it is a "
-                                      f"{h.format} file")
+                raise ConversionError(
+                    f"cannot read safetensors file {path}: it is a {h.format} file"
+                )
             self._sources.append(h)
             for k, v in h.metadata().items():
                 if k.startswith("safetensors."):
-                    meta.setdefault(k[len("safetensors."):], v)
+                    meta.setdefault(k[len("safetensors.") :], v)
             for i, key in enumerate(h.names()):
                 # Silent loss otherwise: one of two copies, or a tensor the
                 # index forgot, would be dropped without a word.
                 if key in holder:
                     raise ConversionError(
                         f"tensor {key!r} is in two shards, {os.path.basename(holder[key])} and "
-                        f"{os.path.basename(path)}; hurray will not pick one")
+                        f"{os.path.basename(path)}; hurray will not pick one"
+                    )
                 holder[key] = path
                 if weight_map is not None and key not in weight_map:
                     raise ConversionError(
                         f"shard {os.path.basename(path)} holds tensor {key!r}, which the index's "
-                        "weight_map does not list; it would be lost")
+                        "weight_map does not list; it would be lost"
+                    )
                 if weight_map is None or weight_map.get(key) == path:
                     self._where[key] = (h, i)
         if weight_map is not None:
@@ -68,21 +88,23 @@ class _SafetensorsSource(_Source):
             if missing:
                 raise ConversionError(
                     f"the index maps {missing[0]!r} to {weight_map[missing[0]]}, which does not "
-                    f"hold it ({len(missing)} tensors missing)")
+                    f"hold it ({len(missing)} tensors missing)"
+                )
         # --keep-scales exports: reassemble <name>, <name>.scales, <name>.zero_points
         self._quant: Dict[str, Descriptor] = {}
         self._src_dtypes: Dict[str, str] = {}
         self._meta: Dict[str, Any] = {}
         for k, v in meta.items():
             if k.startswith("hurray.") and k.endswith(".quantization"):
-                name = k[len("hurray."):-len(".quantization")]
+                name = k[len("hurray.") : -len(".quantization")]
                 try:
                     self._quant[name] = Descriptor.from_dict(json.loads(v))
                 except (ValueError, KeyError, TypeError, HurrayError) as exc:
-                    raise ConversionError(f"metadata {k!r} is not a valid hurray descriptor: "
-                                          f"{_first_line(exc)}") from None
+                    raise ConversionError(
+                        f"metadata {k!r} is not a valid hurray descriptor: {_first_line(exc)}"
+                    ) from None
             elif k.startswith("hurray.") and k.endswith(".dtype"):
-                self._src_dtypes[k[len("hurray."):-len(".dtype")]] = v
+                self._src_dtypes[k[len("hurray.") : -len(".dtype")]] = v
             else:
                 self._meta["safetensors." + k] = v
         if self._src_dtypes:
@@ -94,14 +116,17 @@ class _SafetensorsSource(_Source):
             for b in d.buffers:
                 part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
                 if part not in self._where:
-                    raise ConversionError(f"tensor {name!r} is described as quantized in the "
-                                          f"metadata, but {part!r} is missing")
+                    raise ConversionError(
+                        f"tensor {name!r} is described as quantized in the "
+                        f"metadata, but {part!r} is missing"
+                    )
                 if part != name:
                     if part in self._quant or part in hidden:
                         other = hidden.get(part, part)
                         raise ConversionError(
                             f"safetensors tensor {part!r} is claimed both by quantized tensor "
-                            f"{name!r} and by {other!r} (hurray.*.quantization metadata)")
+                            f"{name!r} and by {other!r} (hurray.*.quantization metadata)"
+                        )
                     hidden[part] = name
         self._names = sorted(k for k in self._where if k not in hidden)
 
@@ -118,6 +143,7 @@ class _SafetensorsSource(_Source):
 
     def _tensor(self, name) -> Tensor:
         from .._tensor import from_hurray
+
         h, i = self._where[name]
         try:
             return from_hurray(h.get(i))
@@ -144,8 +170,10 @@ class _SafetensorsSource(_Source):
             if dtype is not None and _dtypes.is_packed(dtype):
                 raw = _dtypes.pack(dtype, raw)
             if raw.size != b.byte_size:
-                raise ConversionError(f"{part!r} holds {raw.size} bytes, the descriptor in the "
-                                      f"metadata places {b.byte_size}")
+                raise ConversionError(
+                    f"{part!r} holds {raw.size} bytes, the descriptor in the "
+                    f"metadata places {b.byte_size}"
+                )
             buf = _aligned(raw.size, max(b.alignment, 64))
             buf[:] = raw
             buffers.append(buf)
@@ -176,10 +204,17 @@ def _confined(folder: str, name: str, index: str) -> str:
     a file inside the index's folder (symbolic links there are followed:
     the Hugging Face cache links shards to its blobs folder)."""
     parts = name.split("/")
-    if (not name or "\0" in name or os.path.isabs(name) or ".." in parts
-            or (os.altsep and os.altsep in name)):
-        raise ConversionError(f"{index} names shard {name!r}, which is not a file inside "
-                              f"its folder; refusing to read it")
+    if (
+        not name
+        or "\0" in name
+        or os.path.isabs(name)
+        or ".." in parts
+        or (os.altsep and os.altsep in name)
+    ):
+        raise ConversionError(
+            f"{index} names shard {name!r}, which is not a file inside "
+            f"its folder; refusing to read it"
+        )
     return os.path.normpath(os.path.join(folder, name))
 
 
@@ -205,22 +240,41 @@ def _open_index(path: str) -> _Source:
     files = sorted(set(full.values()))
     for shard_path in files:
         if not os.path.exists(shard_path):
-            raise ConversionError(f"{path} names shard {os.path.relpath(shard_path, folder or '.')}"
-                                  ", which does not exist")
+            raise ConversionError(
+                f"{path} names shard {os.path.relpath(shard_path, folder or '.')}"
+                ", which does not exist"
+            )
         _regular_file(shard_path, "shard ")
     src = _SafetensorsSource(files, full, index.get("metadata"))
     src.format = "safetensors (sharded)"
     return src
 
 
-_SAFETENSORS_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                       "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-                       "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+_SAFETENSORS_NATIVE = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+)
 
 
 class _SafetensorsTarget(_DenseTarget):
     """Written natively (hurray._formats, the C writer, atomically): no
     torch, no safetensors package."""
+
     format = "safetensors"
     native = _SAFETENSORS_NATIVE
 
@@ -233,6 +287,7 @@ class _SafetensorsTarget(_DenseTarget):
     def label(self, dtype):
         """safetensors' name of a dtype ("BF16"), as the C writer spells it."""
         from .. import _formats
+
         try:
             return _formats.target_form("safetensors", "", Descriptor(dtype, (0,)).encode())[0]
         except HurrayError:
@@ -241,8 +296,10 @@ class _SafetensorsTarget(_DenseTarget):
     def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
         origin = origin or f"tensor {name!r}"
         if name in self._tensors:
-            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
-                                  f"{self.format} tensor {name!r}; one would be lost")
+            raise ConversionError(
+                f"{origin} and {self._origin[name]} would both be written as "
+                f"{self.format} tensor {name!r}; one would be lost"
+            )
         self._origin[name] = origin
         array = _contiguous(array)
         self._tensors[name] = from_numpy(array)
@@ -289,8 +346,9 @@ class _SafetensorsTarget(_DenseTarget):
         buffers = []
         for b in d.buffers:
             if b.role not in parts:
-                raise ConversionError(f"tensor {name!r}: buffer role {b.role!r} has no "
-                                      "--keep-scales form")
+                raise ConversionError(
+                    f"tensor {name!r}: buffer role {b.role!r} has no --keep-scales form"
+                )
             a = parts[b.role]
             size = a.size * a.itemsize
             if b.role == "data" and _dtypes.is_packed(d.dtype):
@@ -301,41 +359,58 @@ class _SafetensorsTarget(_DenseTarget):
         normal = d.replace(strides=None, byte_offset=0, buffers=buffers, statistics=None)
         total = 0
         for role, a in parts.items():  # put() refuses a part named like another tensor
-            what = {"data": "the codes", "scales": "the scales",
-                    "zero_points": "the zero points"}[role]
-            total += self.put(name + _KEEP_SCALES_PARTS[role], a,
-                              f"{what} of tensor {name!r} (--keep-scales)")
+            what = {"data": "the codes", "scales": "the scales", "zero_points": "the zero points"}[
+                role
+            ]
+            total += self.put(
+                name + _KEEP_SCALES_PARTS[role], a, f"{what} of tensor {name!r} (--keep-scales)"
+            )
         spec = json.dumps(json.loads(normal.to_json()), separators=(",", ":"))
         self._extra_meta[f"hurray.{name}.quantization"] = spec
         if source_dtype:
             self._extra_meta[f"hurray.{name}.dtype"] = source_dtype
-        kept = "+".join(["codes"] + [{"scales": "scales", "zero_points": "zero points"}[r]
-                                     for r in parts if r != "data"])
+        kept = "+".join(
+            ["codes"]
+            + [{"scales": "scales", "zero_points": "zero points"}[r] for r in parts if r != "data"]
+        )
         return _Out(f"{describe(d)} ({kept})", total)
 
     def finish(self, metadata, report):
         from .. import _formats
+
         meta = {}
         dropped = []
         for k, v in metadata.items():
             if k.startswith("safetensors."):
-                meta[k[len("safetensors."):]] = _as_text(v)
-            elif k not in (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY,
-                           GGUF_TENSORS_KEY):
+                meta[k[len("safetensors.") :]] = _as_text(v)
+            elif k not in (
+                SOURCE_DTYPES_KEY,
+                SAFETENSORS_INDEX_KEY,
+                GGUF_TYPES_KEY,
+                GGUF_TENSORS_KEY,
+            ):
                 dropped.append(k)
         for k in self._extra_meta:
             if k in meta:
-                raise ConversionError(f"--keep-scales writes __metadata__ key {k!r}, and the "
-                                      f"source's metadata has safetensors.{k} too")
+                raise ConversionError(
+                    f"--keep-scales writes __metadata__ key {k!r}, and the "
+                    f"source's metadata has safetensors.{k} too"
+                )
         meta.update(self._extra_meta)
-        _note_dropped(report, dropped, "safetensors keeps only its own __metadata__, "
-                                       "the hurray keys safetensors.*")
+        _note_dropped(
+            report,
+            dropped,
+            "safetensors keeps only its own __metadata__, the hurray keys safetensors.*",
+        )
         report.metadata_keys = len(meta)
         try:
             # The C writer replaces self.tmp atomically; publish() renames it.
-            _formats.write(self.tmp, "safetensors",
-                           [(n, t.__hurray__()) for n, t in self._tensors.items()],
-                           {"safetensors." + k: v for k, v in meta.items()})
+            _formats.write(
+                self.tmp,
+                "safetensors",
+                [(n, t.__hurray__()) for n, t in self._tensors.items()],
+                {"safetensors." + k: v for k, v in meta.items()},
+            )
         except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
 

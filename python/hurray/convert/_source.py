@@ -1,4 +1,5 @@
 """The interface every source format implements."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple

@@ -1,6 +1,7 @@
 """The interface every target format implements, the temporary-file
 discipline they share (write aside, publish by rename, remove on failure),
 and the dense targets' common step (dequantize, densify, widen)."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Seque
 import numpy as np
 
 from .. import _dtypes
-from .._files import fsync_dir as _fsync_dir
 from .._descriptor import Composite, Dense
+from .._files import fsync_dir as _fsync_dir
 from .._tensor import Tensor
 from ._common import _ANY_FLOAT, FLOAT_DTYPES, ConversionError, _first_line
 from ._report import ConversionReport
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 class _Out:
     """What a target made of one tensor: a label, the bytes it will write,
     and, when the values changed form (dequantized), the values written."""
+
     label: str
     nbytes: int
     values: Optional[Callable[[], np.ndarray]] = None
@@ -80,7 +82,7 @@ def _new_tmp(path: str) -> str:
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
         if base.endswith(s):
-            stem, suffix = base[:-len(s)], s
+            stem, suffix = base[: -len(s)], s
             break
     while True:
         tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
@@ -89,8 +91,9 @@ def _new_tmp(path: str) -> str:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise ConversionError(f"cannot write into the folder {folder}: "
-                                  f"{exc.strerror or _first_line(exc)}") from None
+            raise ConversionError(
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
+            ) from None
         os.close(fd)
         return tmp
 
@@ -134,13 +137,16 @@ class _DenseTarget(_FileTarget):
     """safetensors, torch, npz, npy: dense arrays only. Quantized tensors
     are dequantized to the dtype they had before quantization (float32 if
     unknown); dtypes the format lacks are widened exactly."""
+
     native: Tuple[str, ...] = ()
 
     def dense_array(self, name: str, t: Tensor, source_dtype: Optional[str]):
         d = t.descriptor
         if isinstance(d.layout, Composite):
-            raise ConversionError(f"tensor {name!r} is a composite tensor; only .hurray files "
-                                  f"hold those, {self.format} has no form for it")
+            raise ConversionError(
+                f"tensor {name!r} is a composite tensor; only .hurray files "
+                f"hold those, {self.format} has no form for it"
+            )
         note = ""
         if d.quantization is not None:
             out_dtype = source_dtype if source_dtype in FLOAT_DTYPES else "float32"
@@ -157,12 +163,15 @@ class _DenseTarget(_FileTarget):
             array = t.codes()
         wide = _widen(d.dtype, self.native)
         if wide is None:
-            raise ConversionError(f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
-                                  "cannot hold; convert to .hurray instead")
+            raise ConversionError(
+                f"tensor {name!r} has dtype {d.dtype}, which {self.format} "
+                "cannot hold; convert to .hurray instead"
+            )
         if wide != d.dtype:
             array = array.astype(_dtypes.to_numpy(wide))
-            note = (note + "; " if note else "") + f"{self.format} has no {d.dtype}: " \
-                                                    f"written as {wide} (exact)"
+            note = (
+                note + "; " if note else ""
+            ) + f"{self.format} has no {d.dtype}: written as {wide} (exact)"
         return array, False, note
 
 

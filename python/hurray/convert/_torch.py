@@ -1,5 +1,6 @@
 """torch state dicts (.pt, .pth, .bin): read with torch.load(weights_only=True),
 written with torch.save. The only formats that need torch."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -35,12 +36,18 @@ class _TorchSource(_Source):
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
         except Exception as exc:  # UnpicklingError and friends
             text = str(exc)
-            detail = next((line.strip() for line in text.splitlines()
-                           if "Unsupported global" in line or "Unsupported operand" in line),
-                          _first_line(exc))
+            detail = next(
+                (
+                    line.strip()
+                    for line in text.splitlines()
+                    if "Unsupported global" in line or "Unsupported operand" in line
+                ),
+                _first_line(exc),
+            )
             raise ConversionError(
                 f"{path}: torch.load(weights_only=True) refused it: {detail}; hurray loads "
-                "state dicts of tensors only, never arbitrary pickled objects") from None
+                "state dicts of tensors only, never arbitrary pickled objects"
+            ) from None
         self._tensors: Dict[str, Any] = {}
         self._refused: Dict[str, str] = {}
         self._flatten(obj)
@@ -67,14 +74,16 @@ class _TorchSource(_Source):
             if name in spelled:
                 raise ConversionError(
                     f"torch checkpoint entries {spelled[name]} and {where} both become the name "
-                    f"{name!r}; one would be lost")
+                    f"{name!r}; one would be lost"
+                )
             spelled[name] = where
             if is_tensor:
                 self._tensors[name] = obj
             else:
                 self._refused[name] = (
                     f"torch checkpoint entry {name!r} is a {type(obj).__name__}, not a tensor; "
-                    "hurray converts state dicts of tensors (leave it out with --exclude)")
+                    "hurray converts state dicts of tensors (leave it out with --exclude)"
+                )
 
     def names(self):
         return list(self._tensors)
@@ -84,11 +93,11 @@ class _TorchSource(_Source):
 
     def info(self, name):
         t = self._tensors[name]
-        return (str(t.dtype).replace("torch.", ""), tuple(t.shape),
-                t.numel() * t.element_size())
+        return (str(t.dtype).replace("torch.", ""), tuple(t.shape), t.numel() * t.element_size())
 
     def get(self, name):
         from ..torch import from_torch
+
         try:
             return from_torch(self._tensors[name])
         except HurrayError as exc:
@@ -97,12 +106,30 @@ class _TorchSource(_Source):
 
 def _to_torch_array(array: np.ndarray):
     from ..torch import to_torch
+
     return to_torch(from_numpy(_contiguous(array)))
 
 
-_TORCH_NATIVE = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-                 "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+_TORCH_NATIVE = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+)
 
 
 class _TorchishTarget(_DenseTarget):
@@ -117,8 +144,10 @@ class _TorchishTarget(_DenseTarget):
     def put(self, name: str, tensor, origin: Optional[str] = None) -> int:
         origin = origin or f"tensor {name!r}"
         if name in self._tensors:
-            raise ConversionError(f"{origin} and {self._origin[name]} would both be written as "
-                                  f"{self.format} tensor {name!r}; one would be lost")
+            raise ConversionError(
+                f"{origin} and {self._origin[name]} would both be written as "
+                f"{self.format} tensor {name!r}; one would be lost"
+            )
         self._origin[name] = origin
         tensor = tensor.contiguous()
         ptr = tensor.data_ptr()
@@ -133,9 +162,14 @@ class _TorchishTarget(_DenseTarget):
 
     def add(self, name, t, source_dtype):
         from ..torch import to_torch
+
         array, changed, note = self.dense_array(name, t, source_dtype)
-        if not changed and not note and t.descriptor.quantization is None and \
-                isinstance(t.descriptor.layout, Dense):
+        if (
+            not changed
+            and not note
+            and t.descriptor.quantization is None
+            and isinstance(t.descriptor.layout, Dense)
+        ):
             tensor = to_torch(t)  # shares the source's memory
         else:
             tensor = _to_torch_array(array)
@@ -150,8 +184,12 @@ class _TorchTarget(_TorchishTarget):
 
     def finish(self, metadata, report):
         import torch
-        _note_dropped(report, [k for k in metadata if k != SOURCE_DTYPES_KEY],
-                      "a torch state dict holds tensors only")
+
+        _note_dropped(
+            report,
+            [k for k in metadata if k != SOURCE_DTYPES_KEY],
+            "a torch state dict holds tensors only",
+        )
         try:
             torch.save(self._tensors, self.tmp)
         except Exception as exc:

@@ -34,6 +34,7 @@ hurray.torch.dcp (a submodule, imported on demand)
     HurrayStorageWriter / HurrayStorageReader: hurray as a storage backend of
     torch.distributed.checkpoint, resharding on load (docs/impl/torch-dcp.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,12 +44,18 @@ from typing import Any, Dict, Mapping, Optional, Union
 import numpy as np
 import torch
 
-from .. import _dtypes
-from .._descriptor import (Composite, Dense, Descriptor, Paged, PerChannelAffine,
-                          PerTensorAffine, Sparse)
+from .. import _dtypes, _hurray
+from .._descriptor import (
+    Composite,
+    Dense,
+    Descriptor,
+    Paged,
+    PerChannelAffine,
+    PerTensorAffine,
+    Sparse,
+)
 from .._files import File as _File
 from .._files import save as _save
-from .. import _hurray
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
 from .._tensor import Tensor, from_hurray, specialise, stored_buffer
@@ -57,9 +64,26 @@ __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 
 
 def _torch_dtypes() -> Dict[str, "torch.dtype"]:
-    names = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-             "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-             "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"]
+    names = [
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e8m0fnu",
+    ]
     # uint16/32/64 and the float8 types arrived in different torch releases.
     return {n: getattr(torch, n) for n in names if isinstance(getattr(torch, n, None), torch.dtype)}
 
@@ -70,20 +94,39 @@ _FROM_TORCH: Dict["torch.dtype", str] = {v: k for k, v in _TO_TORCH.items()}
 
 # Quantized torch dtype -> (hurray code dtype, torch integer dtype of the codes).
 # torch has deprecated its quantized dtypes: look them up, do not assume them.
-_QUANT_CODES = {getattr(torch, q): (code, getattr(torch, code))
-                for q, code in (("qint8", "int8"), ("quint8", "uint8"), ("qint32", "int32"))
-                if hasattr(torch, q)}
+_QUANT_CODES = {
+    getattr(torch, q): (code, getattr(torch, code))
+    for q, code in (("qint8", "int8"), ("quint8", "uint8"), ("qint32", "int32"))
+    if hasattr(torch, q)
+}
 _CODES_TO_QUANT = {code: q for q, (code, _) in _QUANT_CODES.items()}
 
 # hurray dtypes whose numpy type torch.from_numpy takes; the others
 # (bfloat16, float8: ml_dtypes types) travel as same-sized integers.
-_NUMPY_NATIVE = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                           "uint64", "float16", "float32", "float64", "complex64", "complex128"})
+_NUMPY_NATIVE = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    }
+)
 
 _NOT_WRITABLE = "The given NumPy array is not writable"
 
 
 # ---------------------------------------------------------------- torch -> hurray
+
 
 def _hurray_dtype(dtype: "torch.dtype") -> str:
     try:
@@ -91,7 +134,8 @@ def _hurray_dtype(dtype: "torch.dtype") -> str:
     except KeyError:
         raise UnsupportedError(
             f"torch dtype {dtype} has no hurray equivalent (hurray holds "
-            f"{', '.join(sorted(_TO_TORCH))}); convert it with .to(...) first") from None
+            f"{', '.join(sorted(_TO_TORCH))}); convert it with .to(...) first"
+        ) from None
 
 
 def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
@@ -125,7 +169,8 @@ def _check_cpu(tensor: "torch.Tensor") -> None:
     if tensor.device.type != "cpu":
         raise UnsupportedError(
             f"from_torch takes CPU tensors; this one is on {tensor.device} "
-            "(move it with .cpu() first)")
+            "(move it with .cpu() first)"
+        )
 
 
 def _from_dense(tensor: "torch.Tensor") -> Tensor:
@@ -141,7 +186,8 @@ def _codes_of(q: "torch.Tensor", code_dtype: "torch.dtype") -> "torch.Tensor":
     when torch allows (int_repr() copies)."""
     try:
         codes = torch.empty(0, dtype=code_dtype).set_(
-            q.untyped_storage(), q.storage_offset(), q.size(), q.stride())
+            q.untyped_storage(), q.storage_offset(), q.size(), q.stride()
+        )
         if codes.data_ptr() == q.data_ptr() or q.numel() == 0:
             return codes
     except (RuntimeError, TypeError, NotImplementedError):
@@ -153,7 +199,8 @@ def _from_quantized(tensor: "torch.Tensor") -> Tensor:
     if tensor.dtype not in _QUANT_CODES:
         raise UnsupportedError(
             f"quantized torch dtype {tensor.dtype} is not supported (qint8, quint8 and qint32 "
-            "are); use tensor.dequantize()")
+            "are); use tensor.dequantize()"
+        )
     scheme = tensor.qscheme()
     name, code_dtype = _QUANT_CODES[tensor.dtype]
     q = tensor.detach().contiguous()
@@ -168,15 +215,21 @@ def _from_quantized(tensor: "torch.Tensor") -> Tensor:
         zero_points = q.q_per_channel_zero_points().detach().to(torch.int64).contiguous()
         scale_buffer, scale_raw = _part("scales", scales)
         zp_buffer, zp_raw = _part("zero_points", zero_points)
-        quant = PerChannelAffine(int(q.q_per_channel_axis()), scale_buffer=1,
-                                 scale_dtype="float64", zero_point_buffer=2,
-                                 zero_point_dtype="int64")
-        descriptor = Descriptor(name, shape, quantization=quant,
-                                buffers=[data, scale_buffer, zp_buffer])
+        quant = PerChannelAffine(
+            int(q.q_per_channel_axis()),
+            scale_buffer=1,
+            scale_dtype="float64",
+            zero_point_buffer=2,
+            zero_point_dtype="int64",
+        )
+        descriptor = Descriptor(
+            name, shape, quantization=quant, buffers=[data, scale_buffer, zp_buffer]
+        )
         return Tensor(descriptor, [raw, scale_raw, zp_raw])
     raise UnsupportedError(
         f"quantization scheme {scheme} is not supported (per_tensor_affine and "
-        "per_channel_affine are); use tensor.dequantize()")
+        "per_channel_affine are); use tensor.dequantize()"
+    )
 
 
 def _index_dtype(*tensors: "torch.Tensor") -> str:
@@ -185,8 +238,10 @@ def _index_dtype(*tensors: "torch.Tensor") -> str:
         return "int64"
     if dtypes == {torch.int32}:
         return "int32"
-    raise UnsupportedError(f"sparse indices of dtypes {sorted(map(str, dtypes))}: hurray takes "
-                           "int32 or int64, one dtype for all")
+    raise UnsupportedError(
+        f"sparse indices of dtypes {sorted(map(str, dtypes))}: hurray takes "
+        "int32 or int64, one dtype for all"
+    )
 
 
 def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
@@ -199,17 +254,26 @@ def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
         if t.dense_dim() != 0:
             raise UnsupportedError(
                 f"hybrid sparse COO tensors ({t.dense_dim()} dense dimensions) are not "
-                "supported; hurray COO stores one value per coordinate")
+                "supported; hurray COO stores one value per coordinate"
+            )
         indices = t.indices()
         parts = [_part("values", _plain(t.values()))] + [
-            _part("indices", _plain(indices[i])) for i in range(indices.shape[0])]
-        sparse = Sparse("coo", _index_dtype(indices), int(t._nnz()), values_buffer=0,
-                        index_buffers=tuple(range(1, 1 + indices.shape[0])), canonical=True)
+            _part("indices", _plain(indices[i])) for i in range(indices.shape[0])
+        ]
+        sparse = Sparse(
+            "coo",
+            _index_dtype(indices),
+            int(t._nnz()),
+            values_buffer=0,
+            index_buffers=tuple(range(1, 1 + indices.shape[0])),
+            canonical=True,
+        )
     else:
         if len(shape) != 2 or t.dense_dim() != 0:
             raise UnsupportedError(
                 f"hurray {layout} tensors are 2-D without dense dimensions; this one has "
-                f"shape {list(shape)} with {t.dense_dim()} dense dimensions")
+                f"shape {list(shape)} with {t.dense_dim()} dense dimensions"
+            )
         if layout == torch.sparse_csr:
             indptr, indices, fmt = t.crow_indices(), t.col_indices(), "csr"
         elif layout == torch.sparse_csc:
@@ -217,12 +281,20 @@ def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
         else:  # sparse_bsr
             indptr, indices, fmt = t.crow_indices(), t.col_indices(), "bsr"
         values = _plain(t.values())
-        parts = [_part("values", values), _part("indptr", _plain(indptr)),
-                 _part("indices", _plain(indices))]
-        sparse = Sparse(fmt, _index_dtype(indptr, indices), int(indices.numel()),
-                        values_buffer=0, indptr_buffer=1, indices_buffer=2,
-                        block_shape=tuple(int(b) for b in values.shape[1:]) if fmt == "bsr"
-                        else None)
+        parts = [
+            _part("values", values),
+            _part("indptr", _plain(indptr)),
+            _part("indices", _plain(indices)),
+        ]
+        sparse = Sparse(
+            fmt,
+            _index_dtype(indptr, indices),
+            int(indices.numel()),
+            values_buffer=0,
+            indptr_buffer=1,
+            indices_buffer=2,
+            block_shape=tuple(int(b) for b in values.shape[1:]) if fmt == "bsr" else None,
+        )
     descriptor = Descriptor(name, shape, layout=sparse, buffers=[b for b, _ in parts])
     return SparseTensor(descriptor, [raw for _, raw in parts])
 
@@ -249,29 +321,36 @@ def from_torch(tensor: "torch.Tensor") -> Tensor:
     hint = "; convert it with .to_sparse_bsr(blocksize)" if layout == torch.sparse_bsc else ""
     raise UnsupportedError(
         f"torch layout {layout} is not supported (strided, sparse_coo, sparse_csr, sparse_csc "
-        f"and sparse_bsr are){hint}")
+        f"and sparse_bsr are){hint}"
+    )
 
 
 # ---------------------------------------------------------------- hurray -> torch
+
 
 def _torch_dtype(name: str, what: str = "tensor") -> "torch.dtype":
     if _dtypes.is_packed(name):
         raise UnsupportedError(
             f"torch has no {name} dtype; read this {what} with t.dequantize() (real values) "
-            "or t.codes() (one element per byte) instead")
+            "or t.codes() (one element per byte) instead"
+        )
     try:
         return _TO_TORCH[name]
     except KeyError:
         raise UnsupportedError(
-            f"this torch build has no {name} dtype; use t.numpy() instead") from None
+            f"this torch build has no {name} dtype; use t.numpy() instead"
+        ) from None
 
 
 def _array_to_torch(array: np.ndarray, name: str) -> "torch.Tensor":
     """A numpy array of hurray dtype `name` as a torch tensor over the same
     memory where torch can hold its strides (not negative ones)."""
     dtype = _torch_dtype(name)
-    src = array if name in _NUMPY_NATIVE else array.view(
-        {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize])
+    src = (
+        array
+        if name in _NUMPY_NATIVE
+        else array.view({1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize])
+    )
     if any(s < 0 for s in src.strides):
         src = np.ascontiguousarray(src)  # torch has no negative strides: a copy
     with warnings.catch_warnings():
@@ -289,14 +368,17 @@ def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.
     if _dtypes.is_packed(name):
         raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset:]
         if raw.size < _dtypes.storage_bytes(name, count):
-            raise UnsupportedError(f"buffer {index} holds fewer than the {count} {name} values "
-                                   "the descriptor places there")
+            raise UnsupportedError(
+                f"buffer {index} holds fewer than the {count} {name} values "
+                "the descriptor places there"
+            )
         return _dtypes.unpack(name, raw, count)
     dtype = _dtypes.to_numpy(name)
-    raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset:offset + count * dtype.itemsize]
+    raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset : offset + count * dtype.itemsize]
     if raw.size != count * dtype.itemsize:
-        raise UnsupportedError(f"buffer {index} holds fewer than the {count} {name} values "
-                               "the descriptor places there")
+        raise UnsupportedError(
+            f"buffer {index} holds fewer than the {count} {name} values the descriptor places there"
+        )
     return raw.view(dtype)
 
 
@@ -304,18 +386,19 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
     q = d.quantization
     if d.dtype not in _CODES_TO_QUANT:
         raise UnsupportedError(
-            f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()")
+            f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()"
+        )
     codes = _array_to_torch(t.codes(), d.dtype).contiguous()
     if isinstance(q, PerTensorAffine):
         return torch._make_per_tensor_quantized_tensor(codes, float(q.scale), int(q.zero_point))
     count = d.shape[q.axis]
-    scales = torch.from_numpy(_param(t, q.scale_buffer, q.scale_dtype, count)
-                              .astype(np.float64))
+    scales = torch.from_numpy(_param(t, q.scale_buffer, q.scale_dtype, count).astype(np.float64))
     if q.zero_point_buffer is None:
         zero_points = torch.full((count,), int(q.zero_point), dtype=torch.int64)
     else:
         zero_points = torch.from_numpy(
-            _param(t, q.zero_point_buffer, q.zero_point_dtype, count).astype(np.int64))
+            _param(t, q.zero_point_buffer, q.zero_point_dtype, count).astype(np.int64)
+        )
     return torch._make_per_channel_quantized_tensor(codes, scales, zero_points, int(q.axis))
 
 
@@ -333,15 +416,19 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     if s.format == "coo":
         coords = [_param(t, i, s.index_dtype, s.nnz) for i in s.index_buffers]
         indices = torch.from_numpy(np.stack(coords).astype(np.int64, copy=False))
-        return torch.sparse_coo_tensor(indices, values, size, is_coalesced=bool(s.canonical),
-                                       check_invariants=True)
+        return torch.sparse_coo_tensor(
+            indices, values, size, is_coalesced=bool(s.canonical), check_invariants=True
+        )
     major = d.shape[1] if s.format == "csc" else d.shape[0]
     if s.format == "bsr":
         major //= s.block_shape[0]
     indptr = _array_to_torch(_param(t, s.indptr_buffer, s.index_dtype, major + 1), s.index_dtype)
     indices = _array_to_torch(_param(t, s.indices_buffer, s.index_dtype, s.nnz), s.index_dtype)
-    ctor = {"csr": torch.sparse_csr_tensor, "csc": torch.sparse_csc_tensor,
-            "bsr": torch.sparse_bsr_tensor}[s.format]
+    ctor = {
+        "csr": torch.sparse_csr_tensor,
+        "csc": torch.sparse_csc_tensor,
+        "bsr": torch.sparse_bsr_tensor,
+    }[s.format]
     return ctor(indptr, indices, values, size, check_invariants=True)
 
 
@@ -368,17 +455,20 @@ def to_torch(t: Tensor) -> "torch.Tensor":
     if isinstance(layout, Paged):
         raise UnsupportedError(
             "torch has no paged tensors; torch.from_numpy(t.to_dense()) gathers the pages "
-            "into a dense copy")
+            "into a dense copy"
+        )
     if isinstance(layout, Composite):
-        raise UnsupportedError("a composite tensor has no single torch form; convert its "
-                               "members one by one")
+        raise UnsupportedError(
+            "a composite tensor has no single torch form; convert its members one by one"
+        )
     q = d.quantization
     if q is not None:
         if not isinstance(q, (PerTensorAffine, PerChannelAffine)):
             raise UnsupportedError(
                 f"torch has no {type(q).__name__} quantization; use t.dequantize() for the "
                 "real values, or load_file(..., dequantize=torch.bfloat16) (or float16, "
-                "float32) to dequantize on load")
+                "float32) to dequantize on load"
+            )
         return _to_quantized(t, d)
     _torch_dtype(d.dtype)
     if d.strides is None or all(s >= 0 for s in d.strides):
@@ -392,6 +482,7 @@ def to_torch(t: Tensor) -> "torch.Tensor":
 
 # ---------------------------------------------------------------- files
 
+
 def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
     """safetensors' rule: tensors that share memory (tied weights, views of
     one another) are refused, since a file stores each tensor apart and
@@ -402,8 +493,11 @@ def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
             continue
         storage = t.untyped_storage()
         start = t.data_ptr()
-        last = start + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) \
-            * t.element_size() + t.element_size()
+        last = (
+            start
+            + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
+            + t.element_size()
+        )
         spans.setdefault((t.device, storage.data_ptr()), []).append((start, last, name))
     for group in spans.values():
         group.sort()
@@ -413,11 +507,15 @@ def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
                     f"tensors {n0!r} and {n1!r} share memory (tied weights or views of one "
                     "tensor); a file stores every tensor apart, so loading would untie them. "
                     "Save one of them (and re-tie after loading), or pass a .clone() of the "
-                    "other (this is safetensors' rule too)")
+                    "other (this is safetensors' rule too)"
+                )
 
 
-def save_file(tensors: Mapping[str, "torch.Tensor"], filename: Union[str, os.PathLike],
-              metadata: Optional[Mapping[str, Any]] = None) -> None:
+def save_file(
+    tensors: Mapping[str, "torch.Tensor"],
+    filename: Union[str, os.PathLike],
+    metadata: Optional[Mapping[str, Any]] = None,
+) -> None:
     """Like safetensors.torch.save_file: writes every tensor of the dict (CPU
     tensors; dense, quantized or sparse) to one hurray file, atomically.
     Metadata values may be str, int, float, bool or bytes. Tensors that
@@ -463,8 +561,12 @@ _COLD = 0.5
 _COLD_THREADS = 4
 
 
-def _dequantize_dense_all(pending: "list[tuple[str, Tensor]]", dtype: "torch.dtype",
-                          threads: int, out: Dict[str, "torch.Tensor"]) -> None:
+def _dequantize_dense_all(
+    pending: "list[tuple[str, Tensor]]",
+    dtype: "torch.dtype",
+    threads: int,
+    out: Dict[str, "torch.Tensor"],
+) -> None:
     """Dense quantized tensors into new tensors of `dtype`, several at once:
     the page population of each fresh output and its kernel both release
     the GIL, so a pool of `threads` threads overlaps them across tensors
@@ -489,6 +591,7 @@ def _dequantize_dense_all(pending: "list[tuple[str, Tensor]]", dtype: "torch.dty
             run(job)
         return
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
         for _ in pool.map(run, jobs):
             pass
@@ -513,8 +616,9 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
     return out
 
 
-def _to_cuda(tensors: Dict[str, "torch.Tensor"], device: "torch.device",
-             chunk: int = 64 << 20) -> Dict[str, "torch.Tensor"]:
+def _to_cuda(
+    tensors: Dict[str, "torch.Tensor"], device: "torch.device", chunk: int = 64 << 20
+) -> Dict[str, "torch.Tensor"]:
     """CPU tensors (views of the mapping) to `device` through two pinned
     staging buffers: while one is copied to the GPU asynchronously, the CPU
     fills the other, so disk, memcpy and PCIe overlap. Tensors larger than a
@@ -528,8 +632,13 @@ def _to_cuda(tensors: Dict[str, "torch.Tensor"], device: "torch.device",
     with torch.cuda.stream(stream):
         for name, t in tensors.items():
             nbytes = t.numel() * t.element_size()
-            if t.layout != torch.strided or not t.is_contiguous() or nbytes > chunk or \
-                    t.is_quantized or nbytes == 0:
+            if (
+                t.layout != torch.strided
+                or not t.is_contiguous()
+                or nbytes > chunk
+                or t.is_quantized
+                or nbytes == 0
+            ):
                 out[name] = t.to(device)
                 continue
             if done[k] is not None:
@@ -546,9 +655,13 @@ def _to_cuda(tensors: Dict[str, "torch.Tensor"], device: "torch.device",
     return out
 
 
-def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.device"] = "cpu",
-              *, mmap: bool = True, dequantize: Optional["torch.dtype"] = None
-              ) -> Dict[str, "torch.Tensor"]:
+def load_file(
+    filename: Union[str, os.PathLike],
+    device: Union[str, int, "torch.device"] = "cpu",
+    *,
+    mmap: bool = True,
+    dequantize: Optional["torch.dtype"] = None,
+) -> Dict[str, "torch.Tensor"]:
     """Like safetensors.torch.load_file: every tensor of the file, as torch
     tensors on `device`.
 
@@ -571,8 +684,10 @@ def load_file(filename: Union[str, os.PathLike], device: Union[str, int, "torch.
     device="cuda[:i]" (or an int, as in safetensors) copies through pinned
     staging buffers."""
     if dequantize is not None and dequantize not in _DEQUANTIZE_TO:
-        raise TypeError(f"dequantize must be torch.float32, torch.bfloat16 or torch.float16, "
-                        f"not {dequantize!r} (quantized codes dequantize to real values)")
+        raise TypeError(
+            f"dequantize must be torch.float32, torch.bfloat16 or torch.float16, "
+            f"not {dequantize!r} (quantized codes dequantize to real values)"
+        )
     target = _device(device)
     threads = _threads()
     out = {}

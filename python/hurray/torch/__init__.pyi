@@ -1,5 +1,6 @@
 """Type stubs for ``hurray.torch``: torch.Tensor <-> hurray.Tensor, and
 save_file / load_file shaped like ``safetensors.torch``."""
+
 import os
 import sys
 from collections.abc import Mapping

@@ -35,6 +35,7 @@ stored chunks it overlaps; each overlap is copied straight from the file's
 read-only mapping into the target tensor (one copy, no intermediate
 buffer), touching only the rows (and, within them, the columns) it needs.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -52,12 +53,24 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
-                                                   Metadata, MetadataIndex, StorageMeta,
-                                                   TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, SavePlan,
-                                                  SavePlanner, WriteItemType)
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    SavePlan,
+    SavePlanner,
+    WriteItemType,
+)
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
@@ -68,9 +81,18 @@ from .._shards import shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
 
-__all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
-           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "JSON_EXTENSION",
-           "BYTES_EXTENSION", "FORMAT", "FORMAT_VERSION"]
+__all__ = [
+    "HurrayStorageWriter",
+    "HurrayStorageReader",
+    "CheckpointError",
+    "IncompleteCheckpointError",
+    "CheckpointPathError",
+    "METADATA_FILE",
+    "JSON_EXTENSION",
+    "BYTES_EXTENSION",
+    "FORMAT",
+    "FORMAT_VERSION",
+]
 
 FORMAT = "hurray.torch.dcp"
 FORMAT_VERSION = 1
@@ -113,17 +135,26 @@ def _confined(directory: str, name: Any, what: str) -> str:
     like .metadata.hurray), refused with CheckpointPathError unless it is a
     plain file name (no separator, not "." or "..") whose real path, symbolic
     links resolved, lies inside the directory's real path."""
-    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name
-            or (os.altsep is not None and os.altsep in name)):
-        raise CheckpointPathError(f"{what} names the file {name!r}, which is not a plain file "
-                                  f"name inside the checkpoint directory {directory}; nothing "
-                                  "is read from it")
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or "/" in name
+        or "\0" in name
+        or (os.altsep is not None and os.altsep in name)
+    ):
+        raise CheckpointPathError(
+            f"{what} names the file {name!r}, which is not a plain file "
+            f"name inside the checkpoint directory {directory}; nothing "
+            "is read from it"
+        )
     path = os.path.join(directory, name)
     top = os.path.realpath(directory)
     real = os.path.realpath(path)
     if os.path.dirname(real) != top:
-        raise CheckpointPathError(f"{path} resolves to {real}, outside the checkpoint directory "
-                                  f"{top}; nothing is read from it")
+        raise CheckpointPathError(
+            f"{path} resolves to {real}, outside the checkpoint directory "
+            f"{top}; nothing is read from it"
+        )
     return path
 
 
@@ -140,6 +171,7 @@ try:
         _madvise_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _madvise_fn.restype = ctypes.c_int
     import mmap as _mmap
+
     _PAGE = _mmap.PAGESIZE
 except (OSError, AttributeError):  # pragma: no cover - no libc madvise
     _madvise_fn = None
@@ -171,6 +203,7 @@ def _rank_file(rank: int, k: int) -> str:
 @dataclasses.dataclass(frozen=True)
 class _Assignment:
     """SavePlan.storage_data of one rank, set by the coordinator."""
+
     rank: int
     world_size: int
     save_id: str
@@ -180,12 +213,14 @@ class _Assignment:
 class _Location:
     """Where one stored item is: WriteResult.storage_data and
     Metadata.storage_data values. kind: "tensor", "json" or "bytes"."""
+
     file: str
     name: str
     kind: str = "tensor"
 
 
 # ------------------------------------------------------------ JSON encoding
+
 
 def _dtype_name(dtype: "torch.dtype") -> str:
     return str(dtype).rsplit(".", 1)[-1]
@@ -194,8 +229,9 @@ def _dtype_name(dtype: "torch.dtype") -> str:
 def _torch_attr(name: str, kind: type, what: str):
     value = getattr(torch, name, None)
     if not isinstance(value, kind):
-        raise CheckpointError(f"{what} {name!r} of the checkpoint is unknown to torch "
-                              f"{torch.__version__}")
+        raise CheckpointError(
+            f"{what} {name!r} of the checkpoint is unknown to torch {torch.__version__}"
+        )
     return value
 
 
@@ -217,7 +253,8 @@ def _encode_value(v: Any, where: str) -> Any:
         return {"dict": [[_encode_value(k, where), _encode_value(x, where)] for k, x in v.items()]}
     raise CheckpointError(
         f"{where} holds a {type(v).__name__}; hurray stores it as JSON (None, bool, int, float, "
-        "str, list, tuple and dict only) and never pickles it")
+        "str, list, tuple and dict only) and never pickles it"
+    )
 
 
 class _NotJSON(Exception):
@@ -246,7 +283,7 @@ def _decode_value(v: Any) -> Any:
         return [_decode_value(x) for x in v]
     if isinstance(v, dict):
         if len(v) == 1:
-            (tag, body), = v.items()
+            ((tag, body),) = v.items()
             if tag == "tuple":
                 return tuple(_decode_value(x) for x in body)
             if tag == "dict":
@@ -263,8 +300,7 @@ def _new(cls, **fields):
     return cls(**{k: v for k, v in fields.items() if k in known})
 
 
-def _encode_metadata(metadata: Metadata, save_id: str, world_size: int,
-                     files: List[str]) -> dict:
+def _encode_metadata(metadata: Metadata, save_id: str, world_size: int, files: List[str]) -> dict:
     storage = metadata.storage_data or {}
     entries = {}
     for fqn, md in metadata.state_dict_metadata.items():
@@ -281,10 +317,17 @@ def _encode_metadata(metadata: Metadata, save_id: str, world_size: int,
         for c in md.chunks:
             loc = storage.get(MetadataIndex(fqn, c.offsets))
             if loc is None:
-                raise CheckpointError(f"no rank wrote the chunk of {fqn!r} at offsets "
-                                      f"{list(c.offsets)}")
-            chunks.append({"offsets": list(c.offsets), "sizes": list(c.sizes),
-                           "file": loc.file, "name": loc.name})
+                raise CheckpointError(
+                    f"no rank wrote the chunk of {fqn!r} at offsets {list(c.offsets)}"
+                )
+            chunks.append(
+                {
+                    "offsets": list(c.offsets),
+                    "sizes": list(c.sizes),
+                    "file": loc.file,
+                    "name": loc.name,
+                }
+            )
         entries[fqn] = {
             "kind": "tensor",
             "dtype": _hurray_dtype(p.dtype),
@@ -307,7 +350,9 @@ def _encode_metadata(metadata: Metadata, save_id: str, world_size: int,
         "files": files,
         "state_dict": entries,
         "planner_data": _encode_value(metadata.planner_data, "Metadata.planner_data"),
-        "storage_meta": None if sm is None else {
+        "storage_meta": None
+        if sm is None
+        else {
             "checkpoint_id": None if sm.checkpoint_id is None else os.fspath(sm.checkpoint_id),
             "save_id": sm.save_id,
             "modules": list(getattr(sm, "modules", None) or []),
@@ -330,28 +375,42 @@ def _decode_metadata(doc: dict) -> Metadata:
             dtype=_torch_attr(e["torch_dtype"], torch.dtype, "dtype"),
             layout=_torch_attr(e.get("layout", "strided"), torch.layout, "layout"),
             requires_grad=bool(e.get("requires_grad", False)),
-            memory_format=_torch_attr(e.get("memory_format", "contiguous_format"),
-                                      torch.memory_format, "memory format"),
-            pin_memory=bool(e.get("pin_memory", False)))
+            memory_format=_torch_attr(
+                e.get("memory_format", "contiguous_format"), torch.memory_format, "memory format"
+            ),
+            pin_memory=bool(e.get("pin_memory", False)),
+        )
         chunks = []
         for c in e["chunks"]:
             offsets = torch.Size(c["offsets"])
             chunks.append(ChunkStorageMetadata(offsets=offsets, sizes=torch.Size(c["sizes"])))
             storage_data[MetadataIndex(fqn, offsets)] = _Location(c["file"], c["name"])
-        state_dict_metadata[fqn] = TensorStorageMetadata(properties=properties,
-                                                         size=torch.Size(e["shape"]),
-                                                         chunks=chunks)
+        state_dict_metadata[fqn] = TensorStorageMetadata(
+            properties=properties, size=torch.Size(e["shape"]), chunks=chunks
+        )
     sm = doc.get("storage_meta")
-    storage_meta = StorageMeta() if sm is None else _new(
-        StorageMeta, checkpoint_id=sm.get("checkpoint_id"), save_id=sm.get("save_id"),
-        modules=list(sm.get("modules") or []))
-    return _new(Metadata, state_dict_metadata=state_dict_metadata,
-                planner_data=_decode_value(doc.get("planner_data")),
-                storage_data=storage_data, storage_meta=storage_meta,
-                version=doc.get("dcp_version"))
+    storage_meta = (
+        StorageMeta()
+        if sm is None
+        else _new(
+            StorageMeta,
+            checkpoint_id=sm.get("checkpoint_id"),
+            save_id=sm.get("save_id"),
+            modules=list(sm.get("modules") or []),
+        )
+    )
+    return _new(
+        Metadata,
+        state_dict_metadata=state_dict_metadata,
+        planner_data=_decode_value(doc.get("planner_data")),
+        storage_data=storage_data,
+        storage_meta=storage_meta,
+        version=doc.get("dcp_version"),
+    )
 
 
 # ------------------------------------------------------------------- writer
+
 
 def _bytes_tensor(payload: bytes, extension: str) -> Tensor:
     """A non-tensor item as a 1-D uint8 tensor of an extension type:
@@ -364,9 +423,11 @@ def _is_default(planner: SavePlanner) -> bool:
     """Whether the planner serializes non-tensor items as DCP's default one
     does: torch.save of the state-dict object as it is."""
     cls = type(planner)
-    return (isinstance(planner, DefaultSavePlanner)
-            and cls.resolve_data is DefaultSavePlanner.resolve_data
-            and cls.transform_object is DefaultSavePlanner.transform_object)
+    return (
+        isinstance(planner, DefaultSavePlanner)
+        and cls.resolve_data is DefaultSavePlanner.resolve_data
+        and cls.transform_object is DefaultSavePlanner.transform_object
+    )
 
 
 def _json_item(planner: SavePlanner, item) -> Optional[str]:
@@ -376,8 +437,9 @@ def _json_item(planner: SavePlanner, item) -> Optional[str]:
     if not _is_default(planner):
         return None
     try:
-        return json.dumps(_encode_exact(planner.lookup_object(item.index)),
-                          separators=(",", ":"), allow_nan=False)
+        return json.dumps(
+            _encode_exact(planner.lookup_object(item.index)), separators=(",", ":"), allow_nan=False
+        )
     except (_NotJSON, KeyError, ValueError, TypeError):
         return None
 
@@ -400,8 +462,9 @@ class HurrayStorageWriter(StorageWriter):
     needs allow_opaque_bytes=True as well.
     """
 
-    def __init__(self, path: str | os.PathLike, *, overwrite: bool = True,
-                 allow_opaque_bytes: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike, *, overwrite: bool = True, allow_opaque_bytes: bool = False
+    ) -> None:
         super().__init__()
         self.path = os.fspath(path)
         self.overwrite = overwrite
@@ -423,7 +486,8 @@ class HurrayStorageWriter(StorageWriter):
         if kwargs.get("use_collectives", True) is False:
             raise CheckpointError(
                 "HurrayStorageWriter writes one global .metadata.hurray and needs "
-                "use_collectives=True")
+                "use_collectives=True"
+            )
         self.is_coordinator = is_coordinator
         rank = kwargs.get("rank")
         if rank is None:
@@ -444,21 +508,23 @@ class HurrayStorageWriter(StorageWriter):
         stale = [n for n in os.listdir(self.path) if _RANK_FILE.fullmatch(n)]
         if os.path.exists(meta) or stale:
             if not self.overwrite:
-                raise CheckpointError(f"{self.path} already holds a checkpoint and "
-                                      "overwrite=False")
+                raise CheckpointError(f"{self.path} already holds a checkpoint and overwrite=False")
             if os.path.exists(meta):
                 os.unlink(meta)
                 _fsync_dir(self.path)
             for n in stale:
                 os.unlink(os.path.join(self.path, n))
-        return [dataclasses.replace(p, storage_data=_Assignment(i, len(plans), self.save_id))
-                for i, p in enumerate(plans)]
+        return [
+            dataclasses.replace(p, storage_data=_Assignment(i, len(plans), self.save_id))
+            for i, p in enumerate(plans)
+        ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[List[WriteResult]]:
         a = plan.storage_data
         if not isinstance(a, _Assignment):
-            raise CheckpointError("write_data got a plan that HurrayStorageWriter."
-                                  "prepare_global_plan did not make")
+            raise CheckpointError(
+                "write_data got a plan that HurrayStorageWriter.prepare_global_plan did not make"
+            )
         files: List[Dict[str, Tensor]] = [{}]
         results = []
         for item in plan.items:
@@ -482,13 +548,15 @@ class HurrayStorageWriter(StorageWriter):
                         f"non-tensor item {fqn!r}: hurray stores non-tensor items as JSON only "
                         f"with DCP's DefaultSavePlanner ({type(planner).__name__} may change "
                         "them); hurray does not store pickles unless "
-                        "HurrayStorageWriter(..., allow_opaque_bytes=True)")
+                        "HurrayStorageWriter(..., allow_opaque_bytes=True)"
+                    )
                 else:
                     what = type(_lookup(planner, item)).__name__
                     raise CheckpointError(
                         f"non-tensor item {fqn!r} ({what}) has no exact JSON form (None, bool, "
                         "int, float, str, list, tuple and dict of them); hurray does not store "
-                        "pickles unless HurrayStorageWriter(..., allow_opaque_bytes=True)")
+                        "pickles unless HurrayStorageWriter(..., allow_opaque_bytes=True)"
+                    )
                 t = _bytes_tensor(payload, JSON_EXTENSION if kind == "json" else BYTES_EXTENSION)
                 size = len(payload)
             else:
@@ -500,11 +568,20 @@ class HurrayStorageWriter(StorageWriter):
                 t = shard(from_torch(tensor), td.size, td.chunk.offsets)
                 size = tensor.numel() * tensor.element_size()
             files[k][fqn] = t
-            results.append(WriteResult(index=item.index, size_in_bytes=size,
-                                       storage_data=_Location(_rank_file(a.rank, k), fqn,
-                                                              kind)))
-        metadata = {_K_FORMAT: FORMAT, _K_VERSION: FORMAT_VERSION, _K_SAVE_ID: a.save_id,
-                    _K_RANK: a.rank, _K_WORLD: a.world_size}
+            results.append(
+                WriteResult(
+                    index=item.index,
+                    size_in_bytes=size,
+                    storage_data=_Location(_rank_file(a.rank, k), fqn, kind),
+                )
+            )
+        metadata = {
+            _K_FORMAT: FORMAT,
+            _K_VERSION: FORMAT_VERSION,
+            _K_SAVE_ID: a.save_id,
+            _K_RANK: a.rank,
+            _K_WORLD: a.world_size,
+        }
         for k, tensors in enumerate(files):
             save(os.path.join(self.path, _rank_file(a.rank, k)), tensors, metadata)
         fut: Future[List[WriteResult]] = Future()
@@ -526,10 +603,17 @@ class HurrayStorageWriter(StorageWriter):
         if missing:
             raise CheckpointError(f"rank files missing from {self.path}: {missing}")
         doc = _encode_metadata(metadata, self.save_id, len(results), sorted(files))
-        save(os.path.join(self.path, METADATA_FILE), {},
-             {_K_FORMAT: FORMAT, _K_VERSION: FORMAT_VERSION, _K_SAVE_ID: self.save_id,
-              _K_WORLD: len(results),
-              _K_METADATA: json.dumps(doc, separators=(",", ":"), allow_nan=False)})
+        save(
+            os.path.join(self.path, METADATA_FILE),
+            {},
+            {
+                _K_FORMAT: FORMAT,
+                _K_VERSION: FORMAT_VERSION,
+                _K_SAVE_ID: self.save_id,
+                _K_WORLD: len(results),
+                _K_METADATA: json.dumps(doc, separators=(",", ":"), allow_nan=False),
+            },
+        )
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
@@ -549,6 +633,7 @@ def _lookup(planner: SavePlanner, item) -> Any:
 
 # ------------------------------------------------------------------- reader
 
+
 def _read_metadata_file(path: str) -> dict:
     """The JSON document of DIR/.metadata.hurray (the file's index checksum
     is verified by opening it)."""
@@ -560,7 +645,8 @@ def _read_metadata_file(path: str) -> dict:
         extra = f"; it holds {len(found)} rank files of a save that did not finish" if found else ""
         raise IncompleteCheckpointError(
             f"checkpoint at {path} is incomplete: finish() did not complete "
-            f"(no {METADATA_FILE}){extra}")
+            f"(no {METADATA_FILE}){extra}"
+        )
     meta = _confined(path, METADATA_FILE, "the checkpoint")
     with File(meta) as f:
         md = f.metadata
@@ -568,16 +654,22 @@ def _read_metadata_file(path: str) -> dict:
         raise CheckpointError(f"{meta} is not a {FORMAT} checkpoint metadata file")
     version = md.get(_K_VERSION)
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"{meta} has {FORMAT} format version {version!r}; this hurray "
-                              f"reads versions up to {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"{meta} has {FORMAT} format version {version!r}; this hurray "
+            f"reads versions up to {FORMAT_VERSION}"
+        )
     try:
         doc = json.loads(md[_K_METADATA])
     except (TypeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"{meta}: malformed checkpoint metadata: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list) or \
-            not isinstance(doc.get("state_dict"), dict):
-        raise CheckpointError(f"{meta}: malformed checkpoint metadata (no files list or "
-                              "state_dict object)")
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("files"), list)
+        or not isinstance(doc.get("state_dict"), dict)
+    ):
+        raise CheckpointError(
+            f"{meta}: malformed checkpoint metadata (no files list or state_dict object)"
+        )
     if doc.get("save_id") != md.get(_K_SAVE_ID):
         raise CheckpointError(f"{meta}: its save ids disagree")
     return doc
@@ -597,8 +689,14 @@ class HurrayStorageReader(StorageReader):
     the decoded value; opaque "torch.dcp.bytes" items (which DCP unpickles)
     are refused unless allow_opaque_bytes=True."""
 
-    def __init__(self, path: str | os.PathLike, *, verify: bool = False,
-                 mmap: bool = True, allow_opaque_bytes: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        verify: bool = False,
+        mmap: bool = True,
+        allow_opaque_bytes: bool = False,
+    ) -> None:
         super().__init__()
         self.path = os.fspath(path)
         self.verify = verify
@@ -628,31 +726,37 @@ class HurrayStorageReader(StorageReader):
         listed = [_confined(self.path, f, what) for f in doc["files"]]
         missing = [os.path.basename(p) for p in listed if not os.path.exists(p)]
         if missing:
-            raise CheckpointError(f"checkpoint at {self.path} is damaged: {METADATA_FILE} lists "
-                                  f"rank files that are missing: {missing}")
+            raise CheckpointError(
+                f"checkpoint at {self.path} is damaged: {METADATA_FILE} lists "
+                f"rank files that are missing: {missing}"
+            )
         try:
             metadata = _decode_metadata(doc)
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
-            raise CheckpointError(f"{what}: malformed checkpoint metadata: "
-                                  f"{type(e).__name__}: {e}") from None
+            raise CheckpointError(
+                f"{what}: malformed checkpoint metadata: {type(e).__name__}: {e}"
+            ) from None
         for loc in (metadata.storage_data or {}).values():
             _confined(self.path, loc.file, what)
         metadata.storage_meta.load_id = self.load_id
         self._save_id = doc["save_id"]
         return metadata
 
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
-                              **kwargs: Any) -> None:
+    def set_up_storage_reader(
+        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
+    ) -> None:
         if metadata.storage_data is None:
             raise CheckpointError("the checkpoint metadata has no storage_data")
         self.storage_data = metadata.storage_data
         if metadata.storage_meta is not None and metadata.storage_meta.save_id:
             self._save_id = metadata.storage_meta.save_id
-        self._dtypes = {fqn: _hurray_dtype(md.properties.dtype)
-                        for fqn, md in metadata.state_dict_metadata.items()
-                        if isinstance(md, TensorStorageMetadata)}
+        self._dtypes = {
+            fqn: _hurray_dtype(md.properties.dtype)
+            for fqn, md in metadata.state_dict_metadata.items()
+            if isinstance(md, TensorStorageMetadata)
+        }
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -670,7 +774,8 @@ class HurrayStorageReader(StorageReader):
             f.close()
             raise CheckpointError(
                 f"checkpoint at {self.path} mixes two saves: {name} was written by save "
-                f"{save_id!r}, {METADATA_FILE} by save {self._save_id!r}")
+                f"{save_id!r}, {METADATA_FILE} by save {self._save_id!r}"
+            )
         return f
 
     def _region(self, f: File, req, loc: _Location) -> Tuple[np.ndarray, str, Tuple[int, int]]:
@@ -693,13 +798,16 @@ class HurrayStorageReader(StorageReader):
             shape = tuple(shape)
         fqn = req.storage_index.fqn
         if fqn in self._dtypes and dtype != self._dtypes[fqn]:
-            raise CheckpointError(f"{f.path}[{name!r}] is {dtype}; the checkpoint metadata "
-                                  f"says {self._dtypes[fqn]}")
+            raise CheckpointError(
+                f"{f.path}[{name!r}] is {dtype}; the checkpoint metadata says {self._dtypes[fqn]}"
+            )
         lo = tuple(int(o) for o in req.storage_offsets)
         n = tuple(int(x) for x in req.lengths)
         if len(shape) != len(lo) or any(o + k > s for o, k, s in zip(lo, n, shape)):
-            raise CheckpointError(f"{f.path}[{name!r}] has shape {list(shape)}; the load asks "
-                                  f"for {list(n)} elements at {list(lo)}")
+            raise CheckpointError(
+                f"{f.path}[{name!r}] has shape {list(shape)}; the load asks "
+                f"for {list(n)} elements at {list(lo)}"
+            )
         if piece is None and shape and (lo[0], n[0]) != (0, shape[0]):
             array = f.get_slice(name, lo[0], lo[0] + n[0]).numpy()
             index = (slice(None),) + tuple(slice(o, o + k) for o, k in zip(lo[1:], n[1:]))
@@ -721,7 +829,8 @@ class HurrayStorageReader(StorageReader):
                 raise CheckpointError(
                     f"{f.path}[{loc.name!r}] is an opaque torch.dcp.bytes item, which DCP "
                     "unpickles on load; pass HurrayStorageReader(..., allow_opaque_bytes=True) "
-                    "if you trust this checkpoint")
+                    "if you trust this checkpoint"
+                )
             return io.BytesIO(payload)
         try:
             value = _decode_value(json.loads(payload.decode("utf-8")))
@@ -738,8 +847,9 @@ class HurrayStorageReader(StorageReader):
             try:
                 loc = self.storage_data[req.storage_index]
             except KeyError:
-                raise CheckpointError(f"the checkpoint metadata has no stored item "
-                                      f"{req.storage_index}") from None
+                raise CheckpointError(
+                    f"the checkpoint metadata has no stored item {req.storage_index}"
+                ) from None
             per_file.setdefault(loc.file, []).append((req, loc))
         for name in sorted(per_file):
             f = self._open(name)
@@ -756,9 +866,11 @@ class HurrayStorageReader(StorageReader):
                     src = _array_to_torch(region, dtype)
                     target = planner.resolve_tensor(req).detach()
                     if target.size() != src.size():
-                        raise CheckpointError(f"{req.storage_index}: the target has size "
-                                              f"{list(target.size())}, the stored region "
-                                              f"{list(src.size())}")
+                        raise CheckpointError(
+                            f"{req.storage_index}: the target has size "
+                            f"{list(target.size())}, the stored region "
+                            f"{list(src.size())}"
+                        )
                     target.copy_(src)
                     if self.mmap:
                         _madvise(region, _MADV_DONTNEED, mapped)

@@ -1,5 +1,6 @@
 """Type stubs for ``hurray.torch.dcp``: a hurray storage backend for
 torch.distributed.checkpoint."""
+
 import os
 from typing import Any
 
@@ -8,9 +9,17 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-__all__ = ["HurrayStorageWriter", "HurrayStorageReader", "CheckpointError",
-           "IncompleteCheckpointError", "CheckpointPathError", "METADATA_FILE", "BYTES_EXTENSION", "FORMAT",
-           "FORMAT_VERSION"]
+__all__ = [
+    "HurrayStorageWriter",
+    "HurrayStorageReader",
+    "CheckpointError",
+    "IncompleteCheckpointError",
+    "CheckpointPathError",
+    "METADATA_FILE",
+    "BYTES_EXTENSION",
+    "FORMAT",
+    "FORMAT_VERSION",
+]
 
 FORMAT: str
 FORMAT_VERSION: int
@@ -30,6 +39,7 @@ class CheckpointPathError(CheckpointError, ValueError):
 class HurrayStorageWriter(StorageWriter):
     """One rank-NNNNN.hurray per rank (chunks marked with their shard), then
     .metadata.hurray (DCP's Metadata as JSON) written last by finish()."""
+
     path: str
     overwrite: bool
     save_id: str
@@ -51,19 +61,22 @@ class HurrayStorageWriter(StorageWriter):
 class HurrayStorageReader(StorageReader):
     """Reads and reshards a checkpoint of HurrayStorageWriter; verify=True
     checks the checksum of every piece read from."""
+
     path: str
     verify: bool
     mmap: bool
     load_id: str
     storage_data: dict[MetadataIndex, Any]
-    def __init__(self, path: str | os.PathLike[str], *, verify: bool = False,
-                 mmap: bool = True) -> None: ...
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, mmap: bool = True
+    ) -> None: ...
     @property
     def checkpoint_id(self) -> str: ...
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None: ...
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata: ...
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
-                              **kwargs: Any) -> None: ...
+    def set_up_storage_reader(
+        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
+    ) -> None: ...
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan: ...
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]: ...
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]: ...

@@ -12,6 +12,7 @@ To add a layout (the GGUF K-quants, say): a module here that calls
 `register(Layout(...))`, imported at the bottom of this file, ahead of any
 more general layout it is a special case of.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class Layout:
     descriptor stored in it (it may carry parameters, "nf4(32)"), None for
     any other. `gguf_type` is the GGUF type holding it bit for bit, and
     `gguf_block` that type's elements per block along the last axis."""
+
     name: str
     label: Callable[[Descriptor], Optional[str]]
     gguf_type: Optional[str] = None
@@ -70,8 +72,10 @@ def describe(d: Descriptor) -> str:
 
 
 # Registration order is match order: exact forms before general ones.
+# isort: off
 from . import ggml  # noqa: E402,F401  (q8_0, q4_0)
 from . import affine  # noqa: E402,F401  (block_affine, per_channel, affine)
 from . import nf4  # noqa: E402,F401
 from . import mx  # noqa: E402,F401
 from . import block_coded  # noqa: E402,F401  (GGUF's K-quant, IQ, ... blocks)
+# isort: on

@@ -1,4 +1,5 @@
 """The general affine layouts: block_affine of any block, per channel, per tensor."""
+
 from __future__ import annotations
 
 from typing import Optional

@@ -1,6 +1,7 @@
 """GGUF's Q8_0 and Q4_0 as hurray stores them: block_affine codes, block 32
 along the last axis, float16 scales, a fixed zero point (0 for int8 codes,
 8 for uint4). The block re-layout between the two is src/formats/gguf.c's."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -12,11 +13,18 @@ from . import Layout, register
 def _ggml_block(dtype: str, zero_point: int, name: str) -> Callable[[Descriptor], Optional[str]]:
     def label(d: Descriptor) -> Optional[str]:
         q = d.quantization
-        if (isinstance(q, BlockAffine) and q.block_size == 32 and q.axis == len(d.shape) - 1
-                and q.scale_dtype == "float16" and q.zero_point_buffer is None
-                and d.dtype == dtype and q.zero_point == zero_point):
+        if (
+            isinstance(q, BlockAffine)
+            and q.block_size == 32
+            and q.axis == len(d.shape) - 1
+            and q.scale_dtype == "float16"
+            and q.zero_point_buffer is None
+            and d.dtype == dtype
+            and q.zero_point == zero_point
+        ):
             return name
         return None
+
     return label
 
 

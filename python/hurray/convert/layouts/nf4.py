@@ -1,4 +1,5 @@
 """NF4: 4-bit NormalFloat codes with per-block absmax scales (block 64 unless named)."""
+
 from __future__ import annotations
 
 from typing import Optional
