@@ -124,8 +124,8 @@ typedef struct HurraySourceOptions {
  * size, with overflow checks, before trusting it. `options` NULL means
  * HURRAY_SOURCE_OPTIONS_INIT; an unknown version is INVALID_ARGUMENT. */
 HURRAY_API HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
-                                           const HurraySourceOptions *options,
-                                           HurraySource **out, HurrayError *error);
+                                           const HurraySourceOptions *options, HurraySource **out,
+                                           HurrayError *error);
 /* Opens in-memory bytes (`data`, `size`) of a safetensors or GGUF file;
  * they must outlive the source and every buffer it hands out. */
 HURRAY_API HurrayStatus hurray_source_open_memory(const void *data, uint64_t size,

@@ -533,8 +533,8 @@ static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayB
 
 HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     HurrayDType out_dtype, uint32_t threads,
-                                    const HurrayOutputLimits *limits, void *out,
-                                    uint64_t out_size, HurrayError *error) {
+                                    const HurrayOutputLimits *limits, void *out, uint64_t out_size,
+                                    HurrayError *error) {
   uint64_t numel = 0, need = 0;
   HURRAY_RETURN_NOT_OK(
       check_request(d, list, out_dtype, out, out_size, limits, &numel, &need, error));

@@ -313,7 +313,8 @@ static void *quant_thread(void *arg) {
     assert_memory_equal(y, q->ref_y, n * sizeof *y);
     /* The shared reference, read-only, from every thread at once. */
     assert_ok(hurray_validate_buffer_placement(q->ref_d, q->ref_list, error));
-    assert_ok(hurray_dequantize(q->ref_d, q->ref_list, HURRAY_DTYPE_FLOAT32, 1, y, n * sizeof *y, error));
+    assert_ok(hurray_dequantize(q->ref_d, q->ref_list, HURRAY_DTYPE_FLOAT32, 1, y, n * sizeof *y,
+                                error));
     assert_memory_equal(y, q->ref_y, n * sizeof *y);
     hurray_buffer_list_destroy(list);
     hurray_descriptor_destroy(d);
