@@ -335,9 +335,9 @@ static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index)
 }
 
 HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
-                               HurrayDType out_dtype, void *out, uint64_t out_size,
-                               uint32_t threads, HurrayError *error) {
-  return hurray_dequantize_with(d, list, out_dtype, out, out_size, threads, NULL, error);
+                               HurrayDType out_dtype, uint32_t threads, void *out,
+                               uint64_t out_size, HurrayError *error) {
+  return hurray_dequantize_with(d, list, out_dtype, threads, NULL, out, out_size, error);
 }
 
 /* Arguments, kind, layout and output size; `need` is the output's bytes. */
@@ -396,7 +396,7 @@ static HurrayStatus locate_codes(Job *j, const HurrayDescriptor *d, const Hurray
   if (*dense == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the codes");
   /* The codes are never larger than the output just checked. */
   static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-  HURRAY_RETURN_NOT_OK(hurray_tensor_to_dense_with(d, list, *dense, bytes, &unlimited, error));
+  HURRAY_RETURN_NOT_OK(hurray_tensor_to_dense_with(d, list, &unlimited, *dense, bytes, error));
   j->codes = *dense;
   return HURRAY_OK;
 }
@@ -532,8 +532,8 @@ static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayB
 }
 
 HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                    HurrayDType out_dtype, void *out, uint64_t out_size,
-                                    uint32_t threads, const HurrayOutputLimits *limits,
+                                    HurrayDType out_dtype, uint32_t threads,
+                                    const HurrayOutputLimits *limits, void *out, uint64_t out_size,
                                     HurrayError *error) {
   uint64_t numel = 0, need = 0;
   HURRAY_RETURN_NOT_OK(
