@@ -366,3 +366,112 @@ def test_cli_on_a_url(files, server, command):
         timeout=120,
     )
     assert bad.returncode == 1 and "404" in bad.stderr
+
+
+def _launcher():
+    launcher = os.path.join(SCRIPTS, "hurray")
+    if not os.path.exists(launcher):
+        pytest.skip("no pip-installed hurray command")
+    return launcher
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory):
+    """Every column `ls` and `info` format differently: a sparse layout,
+    statistics, block-coded and MX quantization, bool/bytes/float metadata,
+    and names and values with terminal control sequences (an untrusted
+    remote file must not drive the terminal)."""
+    path = tmp_path_factory.mktemp("varied") / "varied.hurray"
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    coded = hurray.Tensor(
+        hurray.Descriptor(
+            "uint8",
+            (1, 256),
+            quantization=hurray.BlockCoded(format="ggml_q4_k", axis=1, block_size=256),
+            buffers=[hurray.Buffer("data", 144)],
+        ),
+        [np.zeros(144, np.uint8)],
+    )
+    sparse = hurray.SparseTensor.from_arrays(
+        "coo", (4, 4), np.ones(2, np.float32), coords=[np.array([0, 1]), np.array([1, 2])]
+    )
+    hurray.save(
+        path,
+        {
+            "dense": w,
+            "mx": hurray.quantize(w, "mxfp4"),
+            "q4k": coded,
+            "sp": sparse,
+            "evil\x1b[31m\\\u202e": np.zeros(2, np.float32),
+        },
+        metadata={"s": "v\x1b[2J", "b": True, "by": b"\x00\x01", "f": 0.1, "n": float("nan")},
+        statistics=True,
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "args", [["ls", "URL"], ["info", "URL"], ["info", "--json", "URL"], ["info", "URL", "sp"]]
+)
+def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
+    """`hurray ls|info URL` printed Python's own renderings: "sparse" for
+    sparse-coo, "block-coded" for ggml_q4_k, no statistics, True and
+    b'\\x00\\x01' for metadata, a blank line after every descriptor, no
+    `info --json` or `info URL NAME` at all, and names unescaped, so a
+    hostile file's escape sequences reached the terminal."""
+    launcher = _launcher()
+    with RangeServer({"/v.hurray": varied.read_bytes()}) as s:
+        url = s.url("/v.hurray")
+        remote = subprocess.run(
+            [launcher, *(url if a == "URL" else a for a in args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert remote.returncode == 0, remote.stderr
+    out = remote.stdout
+    assert "\x1b" not in out and "\u202e" not in out
+    if args == ["ls", "URL"]:
+        assert "sparse-coo" in out and "ggml_q4_k" in out and "mxfp4-e2m1" in out
+        assert "min=" in out and "zeros=" in out
+        assert "evil\\x1b[31m\\\\\\u{202e}" in out
+    elif args == ["info", "URL"]:
+        assert (
+            "b = true" in out and "by = <2 bytes> 0001" in out and "f = 0.10000000000000001" in out
+        )
+        assert "\n\n\n" not in out and "}\n\n\n" not in out and "}\n\ntensor" in out
+    elif args == ["info", "--json", "URL"]:
+        import json
+
+        doc = json.loads(out)
+        assert doc["metadata"]["by"] == {"bytes_hex": "0001"} and doc["metadata"]["n"] == "nan"
+        assert doc["tensors"]["sp"]["layout"]["kind"] == "sparse"
+    else:
+        assert "tensor sp:" in out and "tensor dense" not in out
+    local_cmd = [launcher, *(str(varied) if a == "URL" else a for a in args)]
+    local = subprocess.run(local_cmd, capture_output=True, text=True, timeout=120)
+    if local.returncode == 0:  # the C program (absent in the ASan tree)
+        assert out.replace(url, str(varied)) == local.stdout
+
+
+def test_cli_url_errors_are_one_clear_line(files, server):
+    """A failure names the URL once (it was "hurray ls: URL: URL: HTTP 404"),
+    and `cat`/`convert` of a URL say that only ls, info and verify read URLs
+    (the C program said "No such file or directory")."""
+    launcher = _launcher()
+    url = server.url("/absent.hurray")
+    p = subprocess.run([launcher, "ls", url], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip() == f"hurray ls: {url}: HTTP 404"
+    p = subprocess.run(
+        [launcher, "info", server.url("/small.hurray"), "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1 and "no tensor" in p.stderr and "Traceback" not in p.stderr
+    for command in (["cat", server.url("/small.hurray"), "a"], ["convert", url, "x.npz"]):
+        p = subprocess.run([launcher, *command], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2
+        assert p.stderr.strip() == f"hurray {command[0]}: URLs are read by ls, info and verify only"
