@@ -338,7 +338,14 @@ class FsspecBackend:
                 "pip install 'hurray[fsspec]'"
             ) from None
         self.url = url
-        self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        try:
+            self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        except ImportError as e:
+            # The scheme's back end (s3fs, gcsfs, ...) is missing: fsspec's
+            # message names it ("Install s3fs to access S3").
+            raise RemoteError(f"reading {url} needs fsspec's back end for it: {e}") from None
+        except ValueError as e:  # "Protocol not known: foo"
+            raise RemoteError(f"{url}: {e}") from None
         self.size: Optional[int] = None
         self.requests = 0
         self._lock = threading.Lock()
@@ -346,10 +353,10 @@ class FsspecBackend:
     def _cat(self, start: int, end: int) -> bytes:
         try:
             data = self.fs.cat_file(self.path, start=start, end=end)
-        except FileNotFoundError as e:
-            raise RemoteNotFoundError(f"{self.url}: {e}") from None
-        except OSError as e:
-            raise RemoteError(f"{self.url}: {e}") from None
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"{self.url}: no such file") from None
+        except Exception as e:  # noqa: BLE001 - back ends raise their own types
+            raise RemoteError(f"{self.url}: {type(e).__name__}: {e}") from None
         with self._lock:
             self.requests += 1
         if len(data) != end - start:
@@ -361,8 +368,10 @@ class FsspecBackend:
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
         try:
             size = int(self.fs.size(self.path))
-        except FileNotFoundError as e:
-            raise RemoteNotFoundError(f"{self.url}: {e}") from None
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"{self.url}: no such file") from None
+        except Exception as e:  # noqa: BLE001 - back ends raise their own types
+            raise RemoteError(f"{self.url}: {type(e).__name__}: {e}") from None
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)

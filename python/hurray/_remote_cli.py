@@ -173,4 +173,13 @@ def main(argv: List[str]) -> int:
     except (HurrayError, OSError) as exc:
         print(f"hurray {command}: {_escaped(url)}: {_one_line(exc, url)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"hurray {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - an fsspec back end's own error type, or a bug
+        print(
+            f"hurray {command}: {_escaped(url)}: {type(exc).__name__}: {_one_line(exc, url)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0

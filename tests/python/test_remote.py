@@ -475,3 +475,28 @@ def test_cli_url_errors_are_one_clear_line(files, server):
         p = subprocess.run([launcher, *command], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2
         assert p.stderr.strip() == f"hurray {command[0]}: URLs are read by ls, info and verify only"
+
+
+def test_fsspec_missing_back_end_or_file_is_a_remote_error(files):
+    """s3:// without s3fs raised fsspec's ImportError (and `hurray ls s3://...`
+    printed a traceback); a missing memory:// file said only its path."""
+    pytest.importorskip("fsspec")
+    import importlib.util
+
+    for scheme, module in (("s3", "s3fs"), ("gs", "gcsfs")):
+        if importlib.util.find_spec(module) is not None:
+            continue
+        with pytest.raises(hurray.RemoteError, match=module):
+            hurray.open(f"{scheme}://bucket/model.hurray")
+        p = subprocess.run(
+            [sys.executable, "-m", "hurray", "ls", f"{scheme}://bucket/model.hurray"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and module in p.stderr
+    with pytest.raises(hurray.RemoteError, match="Protocol not known"):
+        hurray.open("nosuchscheme://x/y.hurray")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        hurray.open("memory:///remote-test/absent.hurray")
