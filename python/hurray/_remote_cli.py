@@ -136,9 +136,14 @@ def _info(f, url, out, only=None, json=False) -> None:
 
 def _one_line(exc: BaseException, url: str) -> str:
     text = " ".join((str(exc).strip() or type(exc).__name__).split())
-    # The remote errors name the URL already; the prefix says it once.
+    # The remote errors name the URL already, and C's exceptions start with
+    # their status name, which the C command leaves out: the line reads as
+    # the C command's would, "hurray: WHERE: what went wrong".
     if text.startswith(url + ": "):
         text = text[len(url) + 2 :]
+    status = getattr(exc, "status_name", None)
+    if isinstance(status, str) and text.startswith(status + ": "):
+        text = text[len(status) + 2 :]
     return _escaped(text, 0)
 
 
@@ -158,7 +163,7 @@ def main(argv: List[str]) -> int:
         with hurray_open(url) as f:
             if only is not None and only not in f.keys():
                 print(
-                    f'hurray info: {_escaped(url)}: no tensor "{_escaped(only, 0)}" in the file',
+                    f'hurray: {_escaped(url)}: no tensor "{_escaped(only, 0)}" in the file',
                     file=sys.stderr,
                 )
                 return 1
@@ -171,14 +176,14 @@ def main(argv: List[str]) -> int:
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
                 print(f"{_escaped(url)}: OK, {len(f)} tensors, {buffers} buffers verified")
     except (HurrayError, OSError) as exc:
-        print(f"hurray {command}: {_escaped(url)}: {_one_line(exc, url)}", file=sys.stderr)
+        print(f"hurray: {_escaped(url)}: {_one_line(exc, url)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"hurray {command}: interrupted", file=sys.stderr)
+        print("hurray: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - an fsspec back end's own error type, or a bug
         print(
-            f"hurray {command}: {_escaped(url)}: {type(exc).__name__}: {_one_line(exc, url)}",
+            f"hurray: {_escaped(url)}: {type(exc).__name__}: {_one_line(exc, url)}",
             file=sys.stderr,
         )
         return 1

@@ -456,14 +456,23 @@ def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
 
 
 def test_cli_url_errors_are_one_clear_line(files, server):
-    """A failure names the URL once (it was "hurray ls: URL: URL: HTTP 404"),
+    """A failure names the URL once, as the C command does for a path (it was
+    "hurray ls: URL: URL: HTTP 404" and "hurray ls: URL: HURRAY_ERR_...: ..."),
     and `cat`/`convert` of a URL say that only ls, info and verify read URLs
     (the C program said "No such file or directory")."""
     launcher = _launcher()
     url = server.url("/absent.hurray")
     p = subprocess.run([launcher, "ls", url], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1
-    assert p.stderr.strip() == f"hurray ls: {url}: HTTP 404"
+    assert p.stderr.strip() == f"hurray: {url}: HTTP 404"
+    # As the C command words a local file's fault: no status name, one URL.
+    cut = server.url("/cut.hurray")
+    server.files["/cut.hurray"] = files["small_bytes"][:-10]
+    p = subprocess.run([launcher, "verify", cut], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip() == (
+        f"hurray: {cut}: no trailer at the end: the file is truncated or was never finished"
+    )
     p = subprocess.run(
         [launcher, "info", server.url("/small.hurray"), "nope"],
         capture_output=True,
