@@ -228,6 +228,15 @@ class HttpBackend:
                         "hurray reads remote files only with range requests"
                     )
                 if status == 416:
+                    if want is None and re.match(
+                        r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", "")
+                    ):
+                        # A suffix of an empty file (RFC 9110 15.5.17): no
+                        # bytes, and the reader says what a local one does.
+                        self._check_size(0)
+                        sink(response, 0, 0, 0)
+                        done = True
+                        return
                     raise RemoteProtocolError(f"{self.url}: range not satisfiable ({range_header})")
                 if status != 206:
                     raise RemoteError(f"{self.url}: HTTP {status}")

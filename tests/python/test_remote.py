@@ -509,3 +509,12 @@ def test_fsspec_missing_back_end_or_file_is_a_remote_error(files):
         hurray.open("nosuchscheme://x/y.hurray")
     with pytest.raises(FileNotFoundError, match="no such file"):
         hurray.open("memory:///remote-test/absent.hurray")
+
+
+def test_empty_remote_file_reads_as_an_empty_local_file(server):
+    """A suffix request of an empty file is answered 416 with
+    `Content-Range: bytes */0`; that was "range not satisfiable
+    (bytes=-262144)", now it is what an empty local file gives."""
+    server.files["/empty.hurray"] = b""
+    with pytest.raises(hurray.HurrayError, match="file of 0 bytes is shorter"):
+        hurray.open(server.url("/empty.hurray"))
