@@ -82,6 +82,18 @@ class RemoteTimeoutError(RemoteError, TimeoutError):
     """The server did not answer in time, after every retry."""
 
 
+# Public as hurray.RemoteError and so on: a traceback names them so.
+for _cls in (
+    RemoteError,
+    RemoteProtocolError,
+    RemoteChangedError,
+    RemoteNotFoundError,
+    RemoteTimeoutError,
+):
+    _cls.__module__ = "hurray"
+del _cls
+
+
 class _PlanOnly(Exception):
     """Raised by a source in planning mode: the ranges a read needs were
     recorded, nothing was fetched."""

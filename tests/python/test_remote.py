@@ -518,3 +518,20 @@ def test_empty_remote_file_reads_as_an_empty_local_file(server):
     server.files["/empty.hurray"] = b""
     with pytest.raises(hurray.HurrayError, match="file of 0 bytes is shorter"):
         hurray.open(server.url("/empty.hurray"))
+
+
+def test_remote_errors_are_named_as_exported():
+    """A traceback said hurray._remote.RemoteProtocolError, a private module;
+    the classes are hurray.RemoteError and so on, and pickle by that name."""
+    import pickle
+
+    for name in (
+        "RemoteError",
+        "RemoteProtocolError",
+        "RemoteChangedError",
+        "RemoteNotFoundError",
+        "RemoteTimeoutError",
+    ):
+        cls = getattr(hurray, name)
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"hurray.{name}"
+        assert type(pickle.loads(pickle.dumps(cls("x")))) is cls
