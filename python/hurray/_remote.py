@@ -111,6 +111,12 @@ def is_url(path) -> bool:
     return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", path) is not None
 
 
+def shown_url(url: str) -> str:
+    """The URL for messages: a password in it (https://user:secret@host/...)
+    is not repeated into logs and error reports."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
 def _retrying(fn: Callable, retries: int):
     for attempt in range(retries + 1):
         try:
@@ -146,15 +152,23 @@ class HttpBackend:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
             raise RemoteError(
-                f"reading {url} needs urllib3: pip install 'hurray[remote]'"
+                f"reading {shown_url(url)} needs urllib3: pip install 'hurray[remote]'"
             ) from None
         self._urllib3 = urllib3
         self.url = url
+        self.shown = shown_url(url)
         self.retries = int(retries)
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
         self._headers = dict(headers or {})
+        auth = urllib3.util.parse_url(url).auth
+        if auth and not any(k.lower() == "authorization" for k in self._headers):
+            # https://user:password@host/...: Basic authentication, as curl
+            # and requests do (urllib3 itself ignores the URL's user part).
+            from urllib.parse import unquote
+
+            self._headers.update(urllib3.util.make_headers(basic_auth=unquote(auth)))
         self.size: Optional[int] = None
         self._etag: Optional[str] = None
         self._last_modified: Optional[str] = None
@@ -181,7 +195,7 @@ class HttpBackend:
                 and modified != self._last_modified
             ):
                 raise RemoteChangedError(
-                    f"{self.url} changed while it was read (ETag {self._etag} -> {etag}, "
+                    f"{self.shown} changed while it was read (ETag {self._etag} -> {etag}, "
                     f"Last-Modified {self._last_modified} -> {modified})"
                 )
 
@@ -191,7 +205,7 @@ class HttpBackend:
                 self.size = total
             elif total != self.size:
                 raise RemoteChangedError(
-                    f"{self.url} changed while it was read (size {self.size} -> {total})"
+                    f"{self.shown} changed while it was read (size {self.size} -> {total})"
                 )
 
     def request(self, range_header: str, want: Optional[Tuple[int, int]], sink: Callable) -> None:
@@ -218,9 +232,9 @@ class HttpBackend:
                     redirect=True,
                 )
             except urllib3.exceptions.TimeoutError as e:
-                raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+                raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
             except urllib3.exceptions.HTTPError as e:
-                raise _Transient(RemoteError(f"{self.url}: {e}")) from None
+                raise _Transient(RemoteError(f"{self.shown}: {e}")) from None
             done = False
             try:
                 with self._lock:
@@ -228,15 +242,15 @@ class HttpBackend:
                 status = response.status
                 if status == 412:
                     raise RemoteChangedError(
-                        f"{self.url} changed while it was read (412 Precondition Failed)"
+                        f"{self.shown} changed while it was read (412 Precondition Failed)"
                     )
                 if status == 429 or status >= 500:
-                    raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
+                    raise _Transient(RemoteError(f"{self.shown}: HTTP {status}"))
                 if status in (404, 410):
-                    raise RemoteNotFoundError(f"{self.url}: HTTP {status}")
+                    raise RemoteNotFoundError(f"{self.shown}: HTTP {status}")
                 if status == 200:
                     raise RemoteProtocolError(
-                        f"{self.url}: the server ignored the Range header (200, not 206); "
+                        f"{self.shown}: the server ignored the Range header (200, not 206); "
                         "hurray reads remote files only with range requests"
                     )
                 if status == 416:
@@ -249,13 +263,15 @@ class HttpBackend:
                         sink(response, 0, 0, 0)
                         done = True
                         return
-                    raise RemoteProtocolError(f"{self.url}: range not satisfiable ({range_header})")
+                    raise RemoteProtocolError(
+                        f"{self.shown}: range not satisfiable ({range_header})"
+                    )
                 if status != 206:
-                    raise RemoteError(f"{self.url}: HTTP {status}")
+                    raise RemoteError(f"{self.shown}: HTTP {status}")
                 match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
                 if match is None or match.group(3) == "*":
                     raise RemoteProtocolError(
-                        f"{self.url}: bad Content-Range {response.headers.get('Content-Range')!r}"
+                        f"{self.shown}: bad Content-Range {response.headers.get('Content-Range')!r}"
                         f" for {range_header}"
                     )
                 start, end, total = (
@@ -265,13 +281,13 @@ class HttpBackend:
                 )
                 if end <= start or end > total or (want is not None and (start, end) != want):
                     raise RemoteProtocolError(
-                        f"{self.url}: asked for {range_header}, got Content-Range "
+                        f"{self.shown}: asked for {range_header}, got Content-Range "
                         f"{response.headers.get('Content-Range')!r}"
                     )
                 length = response.headers.get("Content-Length")
                 if length is not None and (not length.isdigit() or int(length) != end - start):
                     raise RemoteProtocolError(
-                        f"{self.url}: Content-Length {length} disagrees with Content-Range "
+                        f"{self.shown}: Content-Length {length} disagrees with Content-Range "
                         f"{response.headers.get('Content-Range')!r}"
                     )
                 self._check_size(total)
@@ -279,12 +295,12 @@ class HttpBackend:
                 try:
                     sink(response, start, end, total)
                 except urllib3.exceptions.TimeoutError as e:
-                    raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
                 except (urllib3.exceptions.HTTPError, OSError) as e:
                     if isinstance(e, RemoteError):
                         raise
                     raise _Transient(
-                        RemoteProtocolError(f"{self.url}: the body ended early or broke: {e}")
+                        RemoteProtocolError(f"{self.shown}: the body ended early or broke: {e}")
                     ) from None
                 done = True
             finally:
@@ -303,7 +319,7 @@ class HttpBackend:
             if not n:
                 raise _Transient(
                     RemoteProtocolError(
-                        f"{self.url}: the body ended after {got} of {len(view)} bytes"
+                        f"{self.shown}: the body ended after {got} of {len(view)} bytes"
                     )
                 )
             got += n
@@ -320,7 +336,7 @@ class HttpBackend:
         def sink(response, start, end, total):
             if end != total or (end - start != min(n, total)):
                 raise RemoteProtocolError(
-                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}"
+                    f"{self.shown}: asked for the last {n} bytes, got [{start}, {end}) of {total}"
                 )
             buf = bytearray(end - start)
             self._read_exactly(response, memoryview(buf))
@@ -355,18 +371,21 @@ class FsspecBackend:
             import fsspec
         except ImportError:
             raise RemoteError(
-                f"reading {url} needs fsspec (and the back end of its scheme): "
+                f"reading {shown_url(url)} needs fsspec (and the back end of its scheme): "
                 "pip install 'hurray[fsspec]'"
             ) from None
         self.url = url
+        self.shown = shown_url(url)
         try:
             self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         except ImportError as e:
             # The scheme's back end (s3fs, gcsfs, ...) is missing: fsspec's
             # message names it ("Install s3fs to access S3").
-            raise RemoteError(f"reading {url} needs fsspec's back end for it: {e}") from None
+            raise RemoteError(
+                f"reading {shown_url(url)} needs fsspec's back end for it: {e}"
+            ) from None
         except ValueError as e:  # "Protocol not known: foo"
-            raise RemoteError(f"{url}: {e}") from None
+            raise RemoteError(f"{shown_url(url)}: {e}") from None
         self.size: Optional[int] = None
         self.requests = 0
         self._lock = threading.Lock()
@@ -375,14 +394,14 @@ class FsspecBackend:
         try:
             data = self.fs.cat_file(self.path, start=start, end=end)
         except FileNotFoundError:
-            raise RemoteNotFoundError(f"{self.url}: no such file") from None
+            raise RemoteNotFoundError(f"{self.shown}: no such file") from None
         except Exception as e:  # noqa: BLE001 - back ends raise their own types
-            raise RemoteError(f"{self.url}: {type(e).__name__}: {e}") from None
+            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
         with self._lock:
             self.requests += 1
         if len(data) != end - start:
             raise RemoteProtocolError(
-                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}"
+                f"{self.shown}: asked for {end - start} bytes at {start}, got {len(data)}"
             )
         return data
 
@@ -390,9 +409,9 @@ class FsspecBackend:
         try:
             size = int(self.fs.size(self.path))
         except FileNotFoundError:
-            raise RemoteNotFoundError(f"{self.url}: no such file") from None
+            raise RemoteNotFoundError(f"{self.shown}: no such file") from None
         except Exception as e:  # noqa: BLE001 - back ends raise their own types
-            raise RemoteError(f"{self.url}: {type(e).__name__}: {e}") from None
+            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)

@@ -158,32 +158,35 @@ def main(argv: List[str]) -> int:
     url, only = args[0], (args[1] if len(args) > 1 else None)
     from . import open as hurray_open
     from ._hurray import HurrayError
+    from ._remote import shown_url
+
+    shown = shown_url(url)
 
     try:
         with hurray_open(url) as f:
             if only is not None and only not in f.keys():
                 print(
-                    f'hurray: {_escaped(url)}: no tensor "{_escaped(only, 0)}" in the file',
+                    f'hurray: {_escaped(shown)}: no tensor "{_escaped(only, 0)}" in the file',
                     file=sys.stderr,
                 )
                 return 1
             if command == "ls":
                 _ls(f, sys.stdout)
             elif command == "info":
-                _info(f, url, sys.stdout, only, as_json)
+                _info(f, shown, sys.stdout, only, as_json)
             else:
                 f.verify()
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
-                print(f"{_escaped(url)}: OK, {len(f)} tensors, {buffers} buffers verified")
+                print(f"{_escaped(shown)}: OK, {len(f)} tensors, {buffers} buffers verified")
     except (HurrayError, OSError) as exc:
-        print(f"hurray: {_escaped(url)}: {_one_line(exc, url)}", file=sys.stderr)
+        print(f"hurray: {_escaped(shown)}: {_one_line(exc, shown)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hurray: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - an fsspec back end's own error type, or a bug
         print(
-            f"hurray: {_escaped(url)}: {type(exc).__name__}: {_one_line(exc, url)}",
+            f"hurray: {_escaped(shown)}: {type(exc).__name__}: {_one_line(exc, shown)}",
             file=sys.stderr,
         )
         return 1

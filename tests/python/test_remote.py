@@ -535,3 +535,33 @@ def test_remote_errors_are_named_as_exported():
         cls = getattr(hurray, name)
         assert f"{cls.__module__}.{cls.__qualname__}" == f"hurray.{name}"
         assert type(pickle.loads(pickle.dumps(cls("x")))) is cls
+
+
+def test_url_credentials_authenticate_and_stay_out_of_messages(files, server):
+    """https://user:password@host/...: urllib3 ignored the user part, so the
+    server answered 401, and every message repeated the password."""
+    import base64
+
+    class AuthServer(RangeServer):
+        def _handle(self, h, head=False):
+            token = base64.b64encode(b"me:s3cret pw").decode()
+            if h.headers.get("Authorization") != "Basic " + token:
+                with self.lock:
+                    self.log.append((h.path, h.headers.get("Range"), 0))
+                    index = len(self.log) - 1
+                return self._send(h, index, 401, {}, b"", head)
+            return super()._handle(h, head)
+
+    with AuthServer({"/s.hurray": files["small_bytes"]}) as s:
+        url = s.url("/s.hurray").replace("http://", "http://me:s3cret%20pw@")
+        with hurray.open(url) as f:
+            assert f.keys() == ["a"]
+        bad = url.replace("s3cret", "wrong")
+        with pytest.raises(hurray.RemoteError) as info:
+            hurray.open(bad)
+        assert "401" in str(info.value) and "wrong" not in str(info.value)
+        assert "me:***@127.0.0.1" in str(info.value)
+        p = subprocess.run(
+            [sys.executable, "-m", "hurray", "ls", bad], capture_output=True, text=True, timeout=120
+        )
+        assert p.returncode == 1 and "wrong" not in p.stderr and "401" in p.stderr, p.stderr
