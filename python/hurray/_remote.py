@@ -161,6 +161,17 @@ class HttpBackend:
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
+        # retries=False alone would hand back a 3xx instead of following it.
+        self._redirects = urllib3.Retry(
+            total=None,
+            connect=0,
+            read=0,
+            status=0,
+            other=0,
+            redirect=10,
+            raise_on_status=False,
+            respect_retry_after_header=False,
+        )
         self._headers = dict(headers or {})
         auth = urllib3.util.parse_url(url).auth
         if auth and not any(k.lower() == "authorization" for k in self._headers):
@@ -229,8 +240,18 @@ class HttpBackend:
                     preload_content=False,
                     decode_content=False,
                     timeout=self._timeout,
-                    redirect=True,
+                    # Redirects followed (a hub's or CDN's 302 to the bytes;
+                    # Authorization is dropped on a move to another host),
+                    # nothing else retried here: _retrying does that.
+                    retries=self._redirects,
                 )
+            except urllib3.exceptions.MaxRetryError as e:
+                reason = e.reason
+                if isinstance(reason, urllib3.exceptions.TimeoutError):
+                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {reason}")) from None
+                if isinstance(reason, urllib3.exceptions.ResponseError):  # too many redirects
+                    raise RemoteError(f"{self.shown}: {reason}") from None
+                raise _Transient(RemoteError(f"{self.shown}: {reason}")) from None
             except urllib3.exceptions.TimeoutError as e:
                 raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
             except urllib3.exceptions.HTTPError as e:

@@ -565,3 +565,34 @@ def test_url_credentials_authenticate_and_stay_out_of_messages(files, server):
             [sys.executable, "-m", "hurray", "ls", bad], capture_output=True, text=True, timeout=120
         )
         assert p.returncode == 1 and "wrong" not in p.stderr and "401" in p.stderr, p.stderr
+
+
+def test_redirects_are_followed(files, server):
+    """A hub or CDN answers 302 with the bytes elsewhere; the pool was made
+    with retries=False, which hands the 302 back instead of following it
+    ("HTTP 302")."""
+    import http.server
+    import threading
+
+    target = server.url("/small.hurray")
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/small.hurray"
+        with hurray.open(url) as f:
+            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
