@@ -60,6 +60,10 @@ def main() -> None:
         " * The IQ lattice tables of docs/spec/quantization.md (ggml's iq*_grid):\n"
         " * row i is the value vector of grid index i. */\n"
         '#include "ggml_blocks.h"\n'
+        "\n"
+        "/* One row a line, as generated: clang-format (scripts/format.sh) would\n"
+        " * pack them, and the file would no longer be this script's output. */\n"
+        "/* clang-format off */\n"
     )
     for name, _, cls, ctype in TABLES:
         g = grid(cls)
@@ -78,7 +82,7 @@ def main() -> None:
         out.write(
             "    {" + ", ".join("-1.0f" if (s >> j) & 1 else "1.0f" for j in range(8)) + "},\n"
         )
-    out.write("};\n")
+    out.write("};\n/* clang-format on */\n")
 
 
 if __name__ == "__main__":
