@@ -152,7 +152,7 @@ class HttpBackend:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
             raise RemoteError(
-                f"reading {shown_url(url)} needs urllib3: pip install 'hurray[remote]'"
+                f"{shown_url(url)}: reading it needs urllib3: pip install 'hurray[remote]'"
             ) from None
         self._urllib3 = urllib3
         self.url = url
@@ -392,7 +392,7 @@ class FsspecBackend:
             import fsspec
         except ImportError:
             raise RemoteError(
-                f"reading {shown_url(url)} needs fsspec (and the back end of its scheme): "
+                f"{shown_url(url)}: reading it needs fsspec (and the back end of its scheme): "
                 "pip install 'hurray[fsspec]'"
             ) from None
         self.url = url
@@ -403,7 +403,7 @@ class FsspecBackend:
             # The scheme's back end (s3fs, gcsfs, ...) is missing: fsspec's
             # message names it ("Install s3fs to access S3").
             raise RemoteError(
-                f"reading {shown_url(url)} needs fsspec's back end for it: {e}"
+                f"{shown_url(url)}: reading it needs fsspec's back end for its scheme: {e}"
             ) from None
         except ValueError as e:  # "Protocol not known: foo"
             raise RemoteError(f"{shown_url(url)}: {e}") from None

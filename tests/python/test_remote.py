@@ -505,6 +505,7 @@ def test_fsspec_missing_back_end_or_file_is_a_remote_error(files):
         )
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and module in p.stderr
+        assert p.stderr.count(f"{scheme}://bucket/model.hurray") == 1, p.stderr
     with pytest.raises(hurray.RemoteError, match="Protocol not known"):
         hurray.open("nosuchscheme://x/y.hurray")
     with pytest.raises(FileNotFoundError, match="no such file"):
