@@ -62,6 +62,10 @@ def main() -> None:
         " * Not clang-formatted: a test compares it byte for byte with this script. */\n"
         "/* clang-format off */\n"
         '#include "ggml_blocks.h"\n'
+        "\n"
+        "/* One row a line, as generated: clang-format (scripts/format.sh) would\n"
+        " * pack them, and the file would no longer be this script's output. */\n"
+        "/* clang-format off */\n"
     )
     for name, _, cls, ctype in TABLES:
         g = grid(cls)
@@ -80,7 +84,7 @@ def main() -> None:
         out.write(
             "    {" + ", ".join("-1.0f" if (s >> j) & 1 else "1.0f" for j in range(8)) + "},\n"
         )
-    out.write("};\n")
+    out.write("};\n/* clang-format on */\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@
 /* clang-format off */
 #include "ggml_blocks.h"
 
+/* One row a line, as generated: clang-format (scripts/format.sh) would
+ * pack them, and the file would no longer be this script's output. */
+/* clang-format off */
+
 const uint8_t hurray__ggml_iq2xxs_grid[256][8] = {
     {8, 8, 8, 8, 8, 8, 8, 8},
     {43, 8, 8, 8, 8, 8, 8, 8},
@@ -4890,3 +4894,4 @@ const float hurray__ggml_sign8[256][8] = {
     {1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f},
     {-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f},
 };
+/* clang-format on */
