@@ -24,6 +24,8 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "../io/reader_origin.h"
+#include "../io/sys.h"
+#include "convert_sys.h"
 #include "formats_internal.h"
 
 /* ------------------------------------------------------------- formats */
@@ -646,6 +648,7 @@ struct HurrayTarget {
   HurrayMetaList metadata;
   bool statistics;
   bool drop_pages; /* the buffers are views of read-only file mappings */
+  const HurraySys *sys; /* a foreign target's system calls; NULL: the real ones */
 };
 
 static void entry_free(Entry *e) {
@@ -1210,7 +1213,8 @@ HurrayStatus hurray_target_finish(HurrayTarget *t, HurrayError *error) {
     s = hurray_writer_finish(w, error);
   } else {
     HurrayWriter *w = NULL;
-    s = hurray__raw_writer_open(t->path, &w, error);
+    s = hurray__raw_writer_open_sys(t->path, t->sys != NULL ? t->sys : &hurray__sys_default, &w,
+                                    error);
     if (s == HURRAY_OK) {
       s = t->format == HURRAY_FORMAT_SAFETENSORS ? finish_safetensors(t, w, error)
                                                  : finish_gguf(t, w, error);
@@ -1246,6 +1250,12 @@ static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
 
 HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                  const HurrayConvertOptions *options, HurrayError *error) {
+  return hurray__convert_file_sys(src, dst, options, NULL, error);
+}
+
+HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
+                                      const HurrayConvertOptions *options, const HurraySys *sys,
+                                      HurrayError *error) {
   HurrayConvertOptions defaults = HURRAY_CONVERT_OPTIONS_INIT;
   if (options == NULL) options = &defaults;
   if (src == NULL || dst == NULL || options->version != HURRAY_CONVERT_OPTIONS_VERSION) {
@@ -1293,6 +1303,7 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
   if (st == HURRAY_OK) st = hurray_target_open(dst, tf, &t, error);
   /* GGUF sources hand out fresh memory for Q8_0/Q4_0 codes: not for them. */
   if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
+  if (st == HURRAY_OK) t->sys = sys;
   if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
   for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {
     const char *key;
