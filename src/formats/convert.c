@@ -647,7 +647,7 @@ struct HurrayTarget {
   size_t count, cap;
   HurrayMetaList metadata;
   bool statistics;
-  bool drop_pages; /* the buffers are views of read-only file mappings */
+  bool drop_pages;      /* the buffers are views of read-only file mappings */
   const HurraySys *sys; /* a foreign target's system calls; NULL: the real ones */
 };
 

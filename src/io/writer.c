@@ -844,8 +844,8 @@ HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, Hurra
   return hurray__raw_writer_open_sys(path, &hurray__sys_default, out, error);
 }
 
-HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
-                                         HurrayError *error) {
+HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys,
+                                         HurrayWriter **out, HurrayError *error) {
   if (path == NULL || sys == NULL || out == NULL || path[0] == '\0') {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }

@@ -31,7 +31,8 @@
 #include "test_util.h"
 
 typedef enum Fault { F_NONE, F_ENOSPC, F_EIO, F_EINTR, F_SHORT, F_ZERO, F_COUNT } Fault;
-static const char *const fault_names[F_COUNT] = {"none", "ENOSPC", "EIO", "EINTR", "short", "zero"};
+static const char *const fault_names[F_COUNT] = {"none",  "ENOSPC", "EIO",
+                                                 "EINTR", "short",  "zero"};
 
 enum { MAX_CALLS = 1024 };
 
@@ -128,8 +129,9 @@ static int setup(void **state) {
   in_dir(src_hr, sizeof src_hr, "src.hurray");
   in_dir(target, sizeof target, "out.safetensors");
   /* Two tensors, 1 MiB and 300000 bytes: several 256 KiB target steps. */
-  const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[262144],\"data_offsets\":[0,1048576]},"
-                  "\"b\":{\"dtype\":\"U8\",\"shape\":[300000],\"data_offsets\":[1048576,1348576]}}";
+  const char *h =
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[262144],\"data_offsets\":[0,1048576]},"
+      "\"b\":{\"dtype\":\"U8\",\"shape\":[300000],\"data_offsets\":[1048576,1348576]}}";
   size_t hl = (strlen(h) + 7) / 8 * 8, data = 1348576;
   uint8_t *f = malloc(8 + hl + data);
   if (f == NULL) return -1;
@@ -137,7 +139,8 @@ static int setup(void **state) {
   memset(f + 8, ' ', hl);
   memcpy(f + 8, h, strlen(h));
   uint32_t x = 12345;
-  for (size_t i = 0; i < data; i++) f[8 + hl + i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+  for (size_t i = 0; i < data; i++)
+    f[8 + hl + i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
   write_file(src_st, f, 8 + hl + data);
   free(f);
   HurrayError err = {0};
