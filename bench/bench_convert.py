@@ -200,7 +200,7 @@ def main():
         " `x (cp + sync)` column compares like with like. safetensors -> hurray hashes each"
         " buffer (xxh3, AVX2) and then writes it; hurray -> safetensors checks every buffer's"
         " checksum once, up front (the default; `--no-verify` skips it), then writes each"
-        " tensor from the source mapping in 256 KiB steps aligned in the target (the hurray"
+        " tensor from the source mapping in 64 KiB steps aligned in the target (the hurray"
         " buffers sit at 64 modulo 4096, the safetensors data at 8 + header length: a"
         " copy_file_range between offsets that differ within a page ran at half cp's speed);"
         " copy_file_range where the offsets agree.",

@@ -94,7 +94,7 @@ typedef struct HurrayConvertOptions {
  * Tensors stream one at a time: memory does not grow with the file (a raw
  * range of a source file is copied with copy_file_range where it sits at
  * the same offset within a page as in the target and the kernel allows,
- * else written from the source mapping in page-aligned 256 KiB steps whose
+ * else written from the source mapping in page-aligned 64 KiB steps whose
  * pages are let go as it goes). Fails
  * with HURRAY_ERR_UNSUPPORTED, before writing anything, when a tensor
  * needs a change of form the target cannot take as it is (a quantized

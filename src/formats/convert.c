@@ -990,11 +990,13 @@ static const uint8_t *entry_data(const Entry *e, uint32_t index) {
 }
 
 /* The target-side size of one write(2) of mapped source bytes, ending on a
- * multiple of itself in the target. Measured (docs/impl/convert.md, 1 GiB,
- * ext4, 6.18): 64-256 KiB writes run at the speed of cp + sync; 2 MiB and
- * larger ones fill huge page-cache folios, whose first write is several
- * times slower on a VM with free page reporting. */
-#define WRITE_STEP ((uint64_t)256 << 10)
+ * multiple of itself in the target: the size of the pipe through which
+ * copy_file_range and cp move pages. Measured (bench/results/io-speed.md,
+ * 1 GiB, ext4, Linux 6.18, a VM): 64 KiB writes run at the speed of cp +
+ * sync; 256 KiB ones too, except right after another 1 GiB file was written
+ * (3-5 s instead of 0.8); 2 MiB and larger ones fill huge page-cache folios,
+ * whose first write is several times slower on this VM. */
+#define WRITE_STEP ((uint64_t)64 << 10)
 /* Mapped source pages are let go after this many bytes (flat RSS). */
 #define DROP_STEP ((uint64_t)8 << 20)
 
