@@ -91,8 +91,11 @@ typedef struct HurrayConvertOptions {
   {HURRAY_CONVERT_OPTIONS_VERSION, HURRAY_FORMAT_UNKNOWN, HURRAY_FORMAT_UNKNOWN, true, false}
 
 /* Converts `src` into `dst` (`options` may be NULL for the defaults).
- * Tensors stream one at a time: memory does not grow with the file (raw
- * ranges are copied with copy_file_range where the kernel allows). Fails
+ * Tensors stream one at a time: memory does not grow with the file (a raw
+ * range of a source file is copied with copy_file_range where it sits at
+ * the same offset within a page as in the target and the kernel allows,
+ * else written from the source mapping in page-aligned 64 KiB steps whose
+ * pages are let go as it goes). Fails
  * with HURRAY_ERR_UNSUPPORTED, before writing anything, when a tensor
  * needs a change of form the target cannot take as it is (a quantized
  * tensor into safetensors, a GGUF type other than F32, F16, BF16, F64,

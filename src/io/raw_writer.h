@@ -13,6 +13,11 @@
 #include "hurray/io.h"
 
 HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, HurrayError *error);
+/* The same with every call on the target going through `sys` (src/io/sys.h),
+ * which must outlive the writer: the fault-injection tests' seam. */
+struct HurraySys;
+HurrayStatus hurray__raw_writer_open_sys(const char *path, const struct HurraySys *sys,
+                                         HurrayWriter **out, HurrayError *error);
 HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,
                                       HurrayError *error);
 HurrayStatus hurray__raw_writer_pad(HurrayWriter *w, uint64_t alignment, HurrayError *error);

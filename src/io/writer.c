@@ -841,12 +841,18 @@ void hurray_writer_abort(HurrayWriter *w) {
  * hurray files: no hurray header, index or trailer. */
 
 HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, HurrayError *error) {
-  if (path == NULL || out == NULL || path[0] == '\0') {
+  return hurray__raw_writer_open_sys(path, &hurray__sys_default, out, error);
+}
+
+HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys,
+                                         HurrayWriter **out, HurrayError *error) {
+  if (path == NULL || sys == NULL || out == NULL || path[0] == '\0') {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
   *out = NULL;
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
+  w->sys = sys;
   w->target = strdup(path);
   HurrayStatus status = w->target == NULL
                             ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
