@@ -182,7 +182,7 @@ static void test_data_goes_through_write(void **state) {
    * copy_file_range, which bypasses write). */
   assert_true(fake.writes >= 20);
   assert_true(fake.rename_at != SIZE_MAX);
-  size_t len;
+  size_t len = 0;
   uint8_t *got = read_file(target, &len);
   assert_true(len == reference_len && memcmp(got, reference, len) == 0);
   /* Byte-identical to the safetensors file it came from. */
@@ -208,7 +208,7 @@ static void test_every_fault(void **state) {
       write_file(target, old, sizeof old);
       memset(&err, 0, sizeof err);
       HurrayStatus s = run(i, (Fault)f, &err);
-      size_t len;
+      size_t len = 0;
       uint8_t *got = read_file(target, &len);
       bool must_fail = i < rename_at && (ops[i] == 'w' || ops[i] == 's') &&
                        (f == F_ENOSPC || f == F_EIO || f == F_ZERO);

@@ -38,6 +38,7 @@
  * the *len bytes so text can be read as a string; NULL when the file cannot
  * be opened. A read that fails half-way fails the test. */
 static inline uint8_t *read_file(const char *path, size_t *len) {
+  *len = 0;
   FILE *f = fopen(path, "rb");
   if (f == NULL) return NULL;
   assert_int_equal(fseek(f, 0, SEEK_END), 0);
