@@ -325,7 +325,7 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     want_copy = PyObject_IsTrue(copy);
     if (want_copy < 0) return NULL;
   }
-  DLDataType dl;
+  DLDataType dl = {0};
   if (!exportable(d, stream, dl_device, &dl)) return NULL;
   uint32_t rank = hurray_descriptor_rank(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
