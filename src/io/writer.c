@@ -401,18 +401,11 @@ static void tensor_record_free(TensorRecord *t) {
   free(t->buffers);
 }
 
-HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
-                                        const HurrayDescriptor *d, const HurrayBufferList *buffers,
-                                        HurrayError *error) {
-  if (w == NULL || d == NULL || buffers == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "writer, descriptor and buffers are required");
-  }
-  if (w->failed) {
-    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
-  }
-  HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
-  size_t name_len = strlen(name);
+/* Whether tensor `name` can join the file: room for it, a name not yet
+ * used, host memory, READY buffers, and buffers that match its descriptor. */
+static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_len,
+                                 const HurrayDescriptor *d, const HurrayBufferList *buffers,
+                                 HurrayError *error) {
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
@@ -437,7 +430,22 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
                           name, i);
     }
   }
-  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
+  return hurray_validate_buffer_placement(d, buffers, error);
+}
+
+HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
+                                        const HurrayDescriptor *d, const HurrayBufferList *buffers,
+                                        HurrayError *error) {
+  if (w == NULL || d == NULL || buffers == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "writer, descriptor and buffers are required");
+  }
+  if (w->failed) {
+    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
+  }
+  HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
+  size_t name_len = strlen(name);
+  HURRAY_RETURN_NOT_OK(check_tensor(w, name, name_len, d, buffers, error));
 
   TensorRecord t = {0};
   HurrayDescriptor *stored = NULL;
