@@ -117,6 +117,7 @@ static void capsule_destructor(PyObject *capsule) {
 
 /* ---- the export ---------------------------------------------------------- */
 
+/* long: a table of cases, one hurray dtype to its DLPack (code, bits) each. */
 static bool dl_dtype(HurrayDType dtype, DLDataType *out) {
   uint8_t code, bits;
   switch (dtype) {

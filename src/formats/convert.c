@@ -1081,6 +1081,7 @@ static void put_le(HurrayStr *o, uint64_t v, unsigned n) {
   hurray__str_add(o, b, n);
 }
 
+/* long: the GGUF file front to back: tensor order, header, pairs, infos, then data. */
 static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
   /* Tensor order: gguf.__tensors__ where it names them, then as added. */
   const HurrayMeta *names = hurray__meta_find(&t->metadata, "gguf.__tensors__");

@@ -288,6 +288,7 @@ static HurrayStatus array_json(Cur *c, unsigned depth, HurrayStr *out, HurrayStr
                                : HURRAY_OK;
 }
 
+/* long: a key, then its value by GGUF type (array, string, scalar), as the file has them. */
 static HurrayStatus read_kv(Cur *c, HurrayGGUFFile *f, HurrayStr *types, uint64_t index) {
   const uint8_t *key = NULL;
   uint64_t key_len = 0, t = 0;
@@ -825,6 +826,7 @@ static const char *guess_type(const HurrayMeta *m) {
   }
 }
 
+/* long: orders the pairs, then writes them: three scratch arrays, freed in one place. */
 HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
                                     uint64_t *count_out, uint64_t *alignment_out,
                                     HurrayError *error) {
