@@ -301,13 +301,7 @@ class _SafetensorsTarget(_DenseTarget):
             return dtype
 
     def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
-        origin = origin or f"tensor {name!r}"
-        if name in self._tensors:
-            raise ConversionError(
-                f"{origin} and {self._origin[name]} would both be written as "
-                f"{self.format} tensor {name!r}; one would be lost"
-            )
-        self._origin[name] = origin
+        self._claim(name, origin)
         array = _contiguous(array)
         self._tensors[name] = from_numpy(array)
         return array.nbytes

@@ -123,13 +123,7 @@ class _TorchishTarget(_DenseTarget):
         self._pointers: set = set()
 
     def put(self, name: str, tensor, origin: Optional[str] = None) -> int:
-        origin = origin or f"tensor {name!r}"
-        if name in self._tensors:
-            raise ConversionError(
-                f"{origin} and {self._origin[name]} would both be written as "
-                f"{self.format} tensor {name!r}; one would be lost"
-            )
-        self._origin[name] = origin
+        self._claim(name, origin)
         tensor = tensor.contiguous()
         ptr = tensor.data_ptr()
         if tensor.numel() and ptr in self._pointers:
