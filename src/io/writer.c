@@ -263,12 +263,10 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
   return HURRAY_OK;
 }
 
-HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
-                                     HurrayError *error) {
-  if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
-  }
-  *out = NULL;
+/* A writer on `path`'s temporary file (target, folder and base name set,
+ * temporary open), through `sys`; nothing is left behind on failure. */
+static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                HurrayError *error) {
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
   w->sys = sys;
@@ -281,6 +279,18 @@ HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, Hur
     hurray_writer_abort(w);
     return status;
   }
+  *out = w;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                     HurrayError *error) {
+  if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(open_target(path, sys, &w, error));
   return finish_open(w, out, error);
 }
 
@@ -853,19 +863,7 @@ HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, Hurra
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
   *out = NULL;
-  HurrayWriter *w = NULL;
-  HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
-  w->target = strdup(path);
-  HurrayStatus status = w->target == NULL
-                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
-                            : split_target(w, error);
-  if (status == HURRAY_OK) status = open_temp(w, error);
-  if (status != HURRAY_OK) {
-    hurray_writer_abort(w);
-    return status;
-  }
-  *out = w;
-  return HURRAY_OK;
+  return open_target(path, &hurray__sys_default, out, error);
 }
 
 HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,
