@@ -50,7 +50,7 @@ static void run(const HurrayDescriptor *d, const HurrayBufferList *list, uint8_t
   uint64_t give = short_out ? need - item : need;
   uint8_t *out = malloc(give ? (size_t)give : 1);
   if (out == NULL) abort();
-  HurrayStatus s = hurray_dequantize(d, list, out_dtype, out, give, 1, NULL);
+  HurrayStatus s = hurray_dequantize(d, list, out_dtype, 1, out, give, NULL);
   if (short_out && s == HURRAY_OK) abort();
   free(out);
 }

@@ -68,7 +68,7 @@ static void materialise(const HurrayDescriptor *d, const HurrayBufferList *list)
   if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) {
     float *out = malloc(numel ? (size_t)numel * sizeof *out : 1);
     CHECK(out != NULL);
-    (void)hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, out, numel * sizeof *out, 1, NULL);
+    (void)hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, out, numel * sizeof *out, NULL);
     free(out);
   }
 }

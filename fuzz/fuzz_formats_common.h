@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         hurray_descriptor_numel(d, &numel, NULL) == HURRAY_OK && numel <= (1u << 16)) {
       float *out = malloc(numel ? (size_t)numel * sizeof *out : 1);
       CHECK(out != NULL);
-      CHECK(hurray_dequantize(d, l, HURRAY_DTYPE_FLOAT32, out, numel * sizeof *out, 1, &e) ==
+      CHECK(hurray_dequantize(d, l, HURRAY_DTYPE_FLOAT32, 1, out, numel * sizeof *out, &e) ==
             HURRAY_OK);
       free(out);
     }
@@ -147,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(rw == HURRAY_OK || rw == HURRAY_ERR_UNSUPPORTED);
     if (rw == HURRAY_OK) {
       HurraySource *s2 = NULL;
-      HurrayStatus st = hurray_source_open(a, FUZZ_FORMAT, true, &s2, &e);
+      HurrayStatus st = hurray_source_open(a, FUZZ_FORMAT, NULL, &s2, &e);
       if (st != HURRAY_OK) fprintf(stderr, "re-read: %s\n", e.message);
       CHECK(st == HURRAY_OK);
       CHECK(hurray_source_tensor_count(s2) == hurray_source_tensor_count(s));

@@ -19,12 +19,13 @@ def main() -> None:
     # The C program has no network code: ls, info and verify of a URL run
     # in the package's Python (hurray/_remote_cli.py), with this interpreter.
     args = sys.argv[1:]
-    if (
-        len(args) >= 2
-        and args[0] in ("ls", "info", "verify")
-        and any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:])
-    ):
+    url = len(args) >= 2 and any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:])
+    if url and args[0] in ("ls", "info", "verify"):
         os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
+    if url and args[0] in ("cat", "convert"):
+        # The C program would say "No such file or directory" of a URL.
+        print(f"hurray {args[0]}: URLs are read by ls, info and verify only", file=sys.stderr)
+        sys.exit(2)
     spec = find_spec("hurray")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:

@@ -170,10 +170,9 @@ HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                uint64_t out_size, HurrayError *error);
 /* The same with explicit output limits (NULL: the defaults). */
 HURRAY_API HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d,
-                                                    const HurrayBufferList *list, void *out,
-                                                    uint64_t out_size,
-                                                    const HurrayOutputLimits *limits,
-                                                    HurrayError *error);
+                                                    const HurrayBufferList *list,
+                                                    const HurrayOutputLimits *limits, void *out,
+                                                    uint64_t out_size, HurrayError *error);
 
 /* Computes min, max, NaN count and zero count of the tensor's values in one
  * pass and stores them in `d` (replacing any statistics there). Dense (any

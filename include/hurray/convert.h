@@ -106,12 +106,25 @@ HURRAY_API HurrayStatus hurray_convert_file(const char *src, const char *dst,
 
 typedef struct HurraySource HurraySource;
 
+/* Tuning of hurray_source_open: start from HURRAY_SOURCE_OPTIONS_INIT, then
+ * change what you need; any other `version` is refused.
+ *   verify_checksums  hurray files: hurray_source_get_tensor checks each
+ *                     tensor's buffers against their checksums (default
+ *                     true); ignored for safetensors and GGUF. */
+typedef struct HurraySourceOptions {
+  uint32_t version; /* HURRAY_SOURCE_OPTIONS_VERSION */
+  bool verify_checksums;
+} HurraySourceOptions;
+
+#define HURRAY_SOURCE_OPTIONS_VERSION 1u
+#define HURRAY_SOURCE_OPTIONS_INIT {HURRAY_SOURCE_OPTIONS_VERSION, true}
+
 /* Opens `path` as `format` (UNKNOWN: from the name, then the bytes) and
  * checks its whole header: every count, length and offset against the file
- * size, with overflow checks, before trusting it. For a hurray file,
- * `verify_checksums` makes hurray_source_get_tensor check each tensor. */
+ * size, with overflow checks, before trusting it. `options` NULL means
+ * HURRAY_SOURCE_OPTIONS_INIT; an unknown version is INVALID_ARGUMENT. */
 HURRAY_API HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
-                                           bool verify_checksums, HurraySource **out,
+                                           const HurraySourceOptions *options, HurraySource **out,
                                            HurrayError *error);
 /* Opens in-memory bytes (`data`, `size`) of a safetensors or GGUF file;
  * they must outlive the source and every buffer it hands out. */

@@ -117,21 +117,21 @@ HURRAY_API HurrayStatus hurray_quantize(const void *src, uint64_t src_size, Hurr
 /* Writes the real values of the quantized tensor (d, list) to `out` as
  * numel row-major elements of `out_dtype` (FLOAT32, FLOAT16 or BFLOAT16;
  * the float16/bfloat16 results are the float32 results rounded to nearest
- * even). `out_size` is the byte size of `out`. Validates placement first, so
+ * even), on up to `threads` threads (0 or 1: the calling thread only).
+ * `out_size` is the byte size of `out`. Validates placement first, so
  * any descriptor and buffers are safe. Handles dense layouts (strided too)
  * of every kind, and paged layouts with per-tensor affine. Sparse layouts,
  * composites and tensors that are not quantized give UNSUPPORTED. */
 HURRAY_API HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                          HurrayDType out_dtype, void *out, uint64_t out_size,
-                                          uint32_t threads, HurrayError *error);
+                                          HurrayDType out_dtype, uint32_t threads, void *out,
+                                          uint64_t out_size, HurrayError *error);
 /* The same with explicit output limits (hurray/buffer.h; NULL: the
  * defaults, which hurray_dequantize applies): an output beyond them is
  * HURRAY_ERR_LIMIT before anything is written or allocated. */
 HURRAY_API HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d,
                                                const HurrayBufferList *list, HurrayDType out_dtype,
-                                               void *out, uint64_t out_size, uint32_t threads,
-                                               const HurrayOutputLimits *limits,
-                                               HurrayError *error);
+                                               uint32_t threads, const HurrayOutputLimits *limits,
+                                               void *out, uint64_t out_size, HurrayError *error);
 
 /* The instruction-set level the kernels run at in this process: "scalar",
  * "sse4.1", "avx2", "avx512" or "neon" (a static string). Chosen once, on

@@ -116,8 +116,10 @@ static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   self->source = NULL;
   HurrayError e = {0};
   HurrayStatus s;
+  HurraySourceOptions options = HURRAY_SOURCE_OPTIONS_INIT;
+  options.verify_checksums = verify != 0;
   Py_BEGIN_ALLOW_THREADS s = hurray_source_open(PyBytes_AS_STRING(path_obj), HURRAY_FORMAT_UNKNOWN,
-                                                verify != 0, &self->source, &e);
+                                                &options, &self->source, &e);
   Py_END_ALLOW_THREADS Py_DECREF(path_obj);
   if (s != HURRAY_OK) {
     raise_status(s, &e);

@@ -81,7 +81,27 @@ void hy_release_pybuffer(void *data, void *ctx) {
   }
   PyMem_RawFree(view);
 }
+/* _escape_text(utf8_bytes, flags): hurray_escape_text for the Python side of the
+ * CLI (`hurray ls URL`), so names from an untrusted remote file are shown
+ * exactly as the C command shows them, with no second copy of the rules. */
+static PyObject *mod_escape_text(PyObject *self, PyObject *args) {
+  (void)self;
+  const char *text;
+  Py_ssize_t len;
+  unsigned int flags;
+  if (!PyArg_ParseTuple(args, "y#I", &text, &len, &flags)) return NULL;
+  size_t need = hurray_escape_text(text, (size_t)len, flags, NULL, 0);
+  if (need >= PY_SSIZE_T_MAX) return PyErr_NoMemory();
+  char *out = PyMem_Malloc(need + 1);
+  if (out == NULL) return PyErr_NoMemory();
+  hurray_escape_text(text, (size_t)len, flags, out, need + 1);
+  PyObject *result = PyUnicode_DecodeUTF8(out, (Py_ssize_t)need, "surrogateescape");
+  PyMem_Free(out);
+  return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_escape_text", mod_escape_text, METH_VARARGS, "_escape_text(text, flags): shown safely"},
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},

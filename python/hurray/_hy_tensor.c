@@ -245,8 +245,8 @@ static PyObject *tensor_to_dense(PyObject *op, PyObject *arg) {
       /* The Python wrapper checked the output-size limit (_check_output_size)
        * before allocating `out`; the size of `out` is the caller's. */
       static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-  s = hurray_tensor_to_dense_with(self->descriptor, self->buffers, out.buf, (uint64_t)out.len,
-                                  &unlimited, &e);
+  s = hurray_tensor_to_dense_with(self->descriptor, self->buffers, &unlimited, out.buf,
+                                  (uint64_t)out.len, &e);
   Py_END_ALLOW_THREADS PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
   Py_RETURN_NONE;
@@ -270,8 +270,8 @@ static PyObject *tensor_dequantize(PyObject *op, PyObject *args) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS static const HurrayOutputLimits unlimited =
       HURRAY_OUTPUT_UNLIMITED; /* checked before */
-  s = hurray_dequantize_with(self->descriptor, self->buffers, out_dtype, out.buf,
-                             (uint64_t)out.len, threads, &unlimited, &e);
+  s = hurray_dequantize_with(self->descriptor, self->buffers, out_dtype, threads, &unlimited,
+                             out.buf, (uint64_t)out.len, &e);
   Py_END_ALLOW_THREADS PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
   Py_RETURN_NONE;

@@ -82,6 +82,18 @@ class RemoteTimeoutError(RemoteError, TimeoutError):
     """The server did not answer in time, after every retry."""
 
 
+# Public as hurray.RemoteError and so on: a traceback names them so.
+for _cls in (
+    RemoteError,
+    RemoteProtocolError,
+    RemoteChangedError,
+    RemoteNotFoundError,
+    RemoteTimeoutError,
+):
+    _cls.__module__ = "hurray"
+del _cls
+
+
 class _PlanOnly(Exception):
     """Raised by a source in planning mode: the ranges a read needs were
     recorded, nothing was fetched."""
@@ -97,6 +109,12 @@ class _Transient(Exception):
 
 def is_url(path) -> bool:
     return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", path) is not None
+
+
+def shown_url(url: str) -> str:
+    """The URL for messages: a password in it (https://user:secret@host/...)
+    is not repeated into logs and error reports."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
 
 
 def _retrying(fn: Callable, retries: int):
@@ -134,15 +152,34 @@ class HttpBackend:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
             raise RemoteError(
-                f"reading {url} needs urllib3: pip install 'hurray[remote]'"
+                f"{shown_url(url)}: reading it needs urllib3: pip install 'hurray[remote]'"
             ) from None
         self._urllib3 = urllib3
         self.url = url
+        self.shown = shown_url(url)
         self.retries = int(retries)
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
+        # retries=False alone would hand back a 3xx instead of following it.
+        self._redirects = urllib3.Retry(
+            total=None,
+            connect=0,
+            read=0,
+            status=0,
+            other=0,
+            redirect=10,
+            raise_on_status=False,
+            respect_retry_after_header=False,
+        )
         self._headers = dict(headers or {})
+        auth = urllib3.util.parse_url(url).auth
+        if auth and not any(k.lower() == "authorization" for k in self._headers):
+            # https://user:password@host/...: Basic authentication, as curl
+            # and requests do (urllib3 itself ignores the URL's user part).
+            from urllib.parse import unquote
+
+            self._headers.update(urllib3.util.make_headers(basic_auth=unquote(auth)))
         self.size: Optional[int] = None
         self._etag: Optional[str] = None
         self._last_modified: Optional[str] = None
@@ -169,7 +206,7 @@ class HttpBackend:
                 and modified != self._last_modified
             ):
                 raise RemoteChangedError(
-                    f"{self.url} changed while it was read (ETag {self._etag} -> {etag}, "
+                    f"{self.shown} changed while it was read (ETag {self._etag} -> {etag}, "
                     f"Last-Modified {self._last_modified} -> {modified})"
                 )
 
@@ -179,7 +216,7 @@ class HttpBackend:
                 self.size = total
             elif total != self.size:
                 raise RemoteChangedError(
-                    f"{self.url} changed while it was read (size {self.size} -> {total})"
+                    f"{self.shown} changed while it was read (size {self.size} -> {total})"
                 )
 
     def request(self, range_header: str, want: Optional[Tuple[int, int]], sink: Callable) -> None:
@@ -203,28 +240,46 @@ class HttpBackend:
                     preload_content=False,
                     decode_content=False,
                     timeout=self._timeout,
-                    redirect=True,
+                    # Redirects followed (a hub's or CDN's 302 to the bytes;
+                    # Authorization is dropped on a move to another host),
+                    # nothing else retried here: _retrying does that.
+                    retries=self._redirects,
                 )
+            except urllib3.exceptions.MaxRetryError as e:
+                reason = e.reason
+                if isinstance(reason, urllib3.exceptions.TimeoutError):
+                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {reason}")) from None
+                if isinstance(reason, urllib3.exceptions.ResponseError):  # too many redirects
+                    raise RemoteError(f"{self.shown}: {reason}") from None
+                raise _Transient(RemoteError(f"{self.shown}: {reason}")) from None
             except urllib3.exceptions.TimeoutError as e:
-                raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+                raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
             except urllib3.exceptions.HTTPError as e:
-                raise _Transient(RemoteError(f"{self.url}: {e}")) from None
+                raise _Transient(RemoteError(f"{self.shown}: {e}")) from None
             done = False
             try:
                 with self._lock:
                     self.requests += 1
-                start, end, total = self._answered_range(response, range_header, want)
+                answered = self._answered_range(response, range_header, want)
+                if answered is None:
+                    # A suffix of an empty file (RFC 9110 15.5.17): no
+                    # bytes, and the reader says what a local one does.
+                    self._check_size(0)
+                    sink(response, 0, 0, 0)
+                    done = True
+                    return
+                start, end, total = answered
                 self._check_size(total)
                 self._check_validators(response)
                 try:
                     sink(response, start, end, total)
                 except urllib3.exceptions.TimeoutError as e:
-                    raise _Transient(RemoteTimeoutError(f"{self.url}: {e}")) from None
+                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
                 except (urllib3.exceptions.HTTPError, OSError) as e:
                     if isinstance(e, RemoteError):
                         raise
                     raise _Transient(
-                        RemoteProtocolError(f"{self.url}: the body ended early or broke: {e}")
+                        RemoteProtocolError(f"{self.shown}: the body ended early or broke: {e}")
                     ) from None
                 done = True
             finally:
@@ -236,31 +291,36 @@ class HttpBackend:
 
         _retrying(attempt, self.retries)
 
-    def _answered_range(self, response, range_header: str, want) -> Tuple[int, int, int]:
-        """(start, end, total) of a 206 answer to `range_header`; the error
-        each other answer stands for (_Transient where a retry may help)."""
+    def _answered_range(self, response, range_header: str, want) -> Optional[Tuple[int, int, int]]:
+        """(start, end, total) of a 206 answer to `range_header`, None for
+        the 416 a suffix of an empty file gets; the error each other answer
+        stands for (_Transient where a retry may help)."""
         status = response.status
         if status == 412:
             raise RemoteChangedError(
-                f"{self.url} changed while it was read (412 Precondition Failed)"
+                f"{self.shown} changed while it was read (412 Precondition Failed)"
             )
         if status == 429 or status >= 500:
-            raise _Transient(RemoteError(f"{self.url}: HTTP {status}"))
+            raise _Transient(RemoteError(f"{self.shown}: HTTP {status}"))
         if status in (404, 410):
-            raise RemoteNotFoundError(f"{self.url}: HTTP {status}")
+            raise RemoteNotFoundError(f"{self.shown}: HTTP {status}")
         if status == 200:
             raise RemoteProtocolError(
-                f"{self.url}: the server ignored the Range header (200, not 206); "
+                f"{self.shown}: the server ignored the Range header (200, not 206); "
                 "hurray reads remote files only with range requests"
             )
         if status == 416:
-            raise RemoteProtocolError(f"{self.url}: range not satisfiable ({range_header})")
+            if want is None and re.match(
+                r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", "")
+            ):
+                return None
+            raise RemoteProtocolError(f"{self.shown}: range not satisfiable ({range_header})")
         if status != 206:
-            raise RemoteError(f"{self.url}: HTTP {status}")
+            raise RemoteError(f"{self.shown}: HTTP {status}")
         match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
         if match is None or match.group(3) == "*":
             raise RemoteProtocolError(
-                f"{self.url}: bad Content-Range {response.headers.get('Content-Range')!r}"
+                f"{self.shown}: bad Content-Range {response.headers.get('Content-Range')!r}"
                 f" for {range_header}"
             )
         start, end, total = (
@@ -270,13 +330,13 @@ class HttpBackend:
         )
         if end <= start or end > total or (want is not None and (start, end) != want):
             raise RemoteProtocolError(
-                f"{self.url}: asked for {range_header}, got Content-Range "
+                f"{self.shown}: asked for {range_header}, got Content-Range "
                 f"{response.headers.get('Content-Range')!r}"
             )
         length = response.headers.get("Content-Length")
         if length is not None and (not length.isdigit() or int(length) != end - start):
             raise RemoteProtocolError(
-                f"{self.url}: Content-Length {length} disagrees with Content-Range "
+                f"{self.shown}: Content-Length {length} disagrees with Content-Range "
                 f"{response.headers.get('Content-Range')!r}"
             )
         return start, end, total
@@ -288,7 +348,7 @@ class HttpBackend:
             if not n:
                 raise _Transient(
                     RemoteProtocolError(
-                        f"{self.url}: the body ended after {got} of {len(view)} bytes"
+                        f"{self.shown}: the body ended after {got} of {len(view)} bytes"
                     )
                 )
             got += n
@@ -305,7 +365,7 @@ class HttpBackend:
         def sink(response, start, end, total):
             if end != total or (end - start != min(n, total)):
                 raise RemoteProtocolError(
-                    f"{self.url}: asked for the last {n} bytes, got [{start}, {end}) of {total}"
+                    f"{self.shown}: asked for the last {n} bytes, got [{start}, {end}) of {total}"
                 )
             buf = bytearray(end - start)
             self._read_exactly(response, memoryview(buf))
@@ -340,11 +400,21 @@ class FsspecBackend:
             import fsspec
         except ImportError:
             raise RemoteError(
-                f"reading {url} needs fsspec (and the back end of its scheme): "
+                f"{shown_url(url)}: reading it needs fsspec (and the back end of its scheme): "
                 "pip install 'hurray[fsspec]'"
             ) from None
         self.url = url
-        self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self.shown = shown_url(url)
+        try:
+            self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        except ImportError as e:
+            # The scheme's back end (s3fs, gcsfs, ...) is missing: fsspec's
+            # message names it ("Install s3fs to access S3").
+            raise RemoteError(
+                f"{shown_url(url)}: reading it needs fsspec's back end for its scheme: {e}"
+            ) from None
+        except ValueError as e:  # "Protocol not known: foo"
+            raise RemoteError(f"{shown_url(url)}: {e}") from None
         self.size: Optional[int] = None
         self.requests = 0
         self._lock = threading.Lock()
@@ -352,23 +422,25 @@ class FsspecBackend:
     def _cat(self, start: int, end: int) -> bytes:
         try:
             data = self.fs.cat_file(self.path, start=start, end=end)
-        except FileNotFoundError as e:
-            raise RemoteNotFoundError(f"{self.url}: {e}") from None
-        except OSError as e:
-            raise RemoteError(f"{self.url}: {e}") from None
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"{self.shown}: no such file") from None
+        except Exception as e:  # noqa: BLE001 - back ends raise their own types
+            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
         with self._lock:
             self.requests += 1
         if len(data) != end - start:
             raise RemoteProtocolError(
-                f"{self.url}: asked for {end - start} bytes at {start}, got {len(data)}"
+                f"{self.shown}: asked for {end - start} bytes at {start}, got {len(data)}"
             )
         return data
 
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
         try:
             size = int(self.fs.size(self.path))
-        except FileNotFoundError as e:
-            raise RemoteNotFoundError(f"{self.url}: {e}") from None
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"{self.shown}: no such file") from None
+        except Exception as e:  # noqa: BLE001 - back ends raise their own types
+            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)

@@ -9,22 +9,44 @@ import sys
 from typing import List
 
 COMMANDS = ("ls", "info", "verify")
-_USAGE = "usage: hurray ls|info|verify URL"
+_USAGE = "usage: hurray ls URL | info [--json] URL [NAME] | verify URL"
+
+# hurray_escape_text's flags (include/hurray/common.h).
+_ESCAPE_BACKSLASH = 1
+_ESCAPE_JSON = 2
+
+
+def _escaped(text: str, flags: int = _ESCAPE_BACKSLASH) -> str:
+    """Names and values from the (untrusted) file, escaped by the C rules
+    the C command uses: no terminal control sequence reaches the screen."""
+    from ._hurray import _escape_text
+
+    return _escape_text(text.encode("utf-8", "surrogateescape"), flags)
 
 
 def _quant_name(d) -> str:
     """The C command's names (tools/cli_common.c)."""
-    q = d.quantization
+    q = d.to_dict().get("quantization")
     if q is None:
         return "-"
-    kind = d.to_dict()["quantization"]["kind"]
+    kind = q["kind"]
     if kind == "mx":
-        return "mx" + str(d.to_dict()["quantization"].get("element", "")).replace("_", "-")
+        return "mx" + str(q.get("element", "")).replace("_", "-")
+    if kind == "block_coded":
+        return str(q.get("format", "block-coded"))
     return kind.replace("_", "-")
 
 
 def _layout_name(d) -> str:
-    return type(d.layout).__name__.lower()
+    name = type(d.layout).__name__.lower()
+    if name == "sparse":
+        return "sparse-" + d.layout.format
+    return name
+
+
+def _g(x: float) -> str:
+    """C's %g."""
+    return "%g" % x
 
 
 def _ls(f, out) -> None:
@@ -37,54 +59,135 @@ def _ls(f, out) -> None:
         d = f.descriptor(name)
         shape = "[" + ", ".join(str(n) for n in d.shape) + "]"
         size = sum(b.byte_size for b in d.buffers)
-        print(
-            f"{name:<40} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
-            f"{_quant_name(d):<20} {size:>12}",
-            file=out,
+        line = (
+            f"{_escaped(name):<40} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
+            f"{_quant_name(d):<20} {size:>12}"
         )
+        s = d.statistics
+        if s is not None:
+            parts = []
+            if s.min is not None:
+                parts.append(f"min={_g(s.min)}")
+            if s.max is not None:
+                parts.append(f"max={_g(s.max)}")
+            if s.nan_count is not None:
+                parts.append(f"nan={s.nan_count}")
+            if s.zero_count is not None:
+                parts.append(f"zeros={s.zero_count}")
+            if parts:
+                line += "  " + " ".join(parts)
+        print(line, file=out)
 
 
-def _info(f, url, out) -> None:
-    print(f"file: {url}", file=out)
-    print(f"tensors: {len(f)}", file=out)
+def _metadata_text(value, json: bool) -> str:
+    """tools/cli_info.c's print_metadata_value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if json and (value != value or value - value != 0):
+            return '"%g"' % value
+        return "%.17g" % value
+    if isinstance(value, (bytes, bytearray)):
+        if json:
+            return '{"bytes_hex": "' + bytes(value).hex() + '"}'
+        return f"<{len(value)} bytes> " + bytes(value).hex()
+    if json:
+        return '"' + _escaped(str(value), _ESCAPE_JSON | _ESCAPE_BACKSLASH) + '"'
+    return _escaped(str(value))
+
+
+def _json_text(text: str) -> str:
+    return "\n".join(_escaped(line, _ESCAPE_JSON) for line in text.rstrip("\n").split("\n"))
+
+
+def _info(f, url, out, only=None, json=False) -> None:
+    names = [n for n in f.keys() if only is None or n == only]
     metadata = f.metadata
+    if json:
+        out.write('{\n"metadata": {')
+        for i, (key, value) in enumerate(metadata.items()):
+            key_text = _escaped(key, _ESCAPE_JSON | _ESCAPE_BACKSLASH)
+            out.write(("," if i else "") + f'\n  "{key_text}": ' + _metadata_text(value, True))
+        out.write(("\n" if metadata else "") + '},\n"tensors": {')
+        for i, name in enumerate(names):
+            name_text = _escaped(name, _ESCAPE_JSON | _ESCAPE_BACKSLASH)
+            out.write(("," if i else "") + f'\n"{name_text}": ')
+            out.write(_json_text(f.descriptor(name).to_json()))
+        out.write("\n}\n}\n")
+        return
+    print(f"file: {_escaped(url)}", file=out)
+    print(f"tensors: {len(f)}", file=out)
     print(f"metadata: {len(metadata)} entries", file=out)
     for key, value in metadata.items():
-        print(
-            f"  {key} = {value!r}" if not isinstance(value, str) else f"  {key} = {value}", file=out
-        )
-    for name in f.keys():
+        print(f"  {_escaped(key)} = {_metadata_text(value, False)}", file=out)
+    for name in names:
         d = f.descriptor(name)
         shape = "[" + ", ".join(str(n) for n in d.shape) + "]"
         size = sum(b.byte_size for b in d.buffers)
         print(
-            f"\ntensor {name}: {d.dtype} {shape}, {_layout_name(d)}, quantization "
+            f"\ntensor {_escaped(name)}: {d.dtype} {shape}, {_layout_name(d)}, quantization "
             f"{_quant_name(d)}, {size} bytes in {len(d.buffers)} buffers",
             file=out,
         )
-        print(d.to_json(), file=out)
+        print(_json_text(d.to_json()), file=out)
+
+
+def _one_line(exc: BaseException, url: str) -> str:
+    text = " ".join((str(exc).strip() or type(exc).__name__).split())
+    # The remote errors name the URL already, and C's exceptions start with
+    # their status name, which the C command leaves out: the line reads as
+    # the C command's would, "hurray: WHERE: what went wrong".
+    if text.startswith(url + ": "):
+        text = text[len(url) + 2 :]
+    status = getattr(exc, "status_name", None)
+    if isinstance(status, str) and text.startswith(status + ": "):
+        text = text[len(status) + 2 :]
+    return _escaped(text, 0)
 
 
 def main(argv: List[str]) -> int:
-    if len(argv) != 2 or argv[0] not in COMMANDS:
+    command, args = (argv[0], list(argv[1:])) if argv else ("", [])
+    as_json = command == "info" and "--json" in args
+    if as_json:
+        args.remove("--json")
+    if command not in COMMANDS or not args or len(args) > (2 if command == "info" else 1):
         print(_USAGE, file=sys.stderr)
         return 2
-    command, url = argv
+    url, only = args[0], (args[1] if len(args) > 1 else None)
     from . import open as hurray_open
     from ._hurray import HurrayError
+    from ._remote import shown_url
+
+    shown = shown_url(url)
 
     try:
         with hurray_open(url) as f:
+            if only is not None and only not in f.keys():
+                print(
+                    f'hurray: {_escaped(shown)}: no tensor "{_escaped(only, 0)}" in the file',
+                    file=sys.stderr,
+                )
+                return 1
             if command == "ls":
                 _ls(f, sys.stdout)
             elif command == "info":
-                _info(f, url, sys.stdout)
+                _info(f, shown, sys.stdout, only, as_json)
             else:
                 f.verify()
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
-                print(f"{url}: OK, {len(f)} tensors, {buffers} buffers verified")
+                print(f"{_escaped(shown)}: OK, {len(f)} tensors, {buffers} buffers verified")
     except (HurrayError, OSError) as exc:
-        text = " ".join((str(exc).strip() or type(exc).__name__).split())
-        print(f"hurray {command}: {url}: {text}", file=sys.stderr)
+        print(f"hurray: {_escaped(shown)}: {_one_line(exc, shown)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hurray: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - an fsspec back end's own error type, or a bug
+        print(
+            f"hurray: {_escaped(shown)}: {type(exc).__name__}: {_one_line(exc, shown)}",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -234,12 +234,12 @@ static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what
 
 HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     void *out, uint64_t out_size, HurrayError *error) {
-  return hurray_tensor_to_dense_with(d, list, out, out_size, NULL, error);
+  return hurray_tensor_to_dense_with(d, list, NULL, out, out_size, error);
 }
 
 HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                         void *out, uint64_t out_size,
-                                         const HurrayOutputLimits *limits, HurrayError *error) {
+                                         const HurrayOutputLimits *limits, void *out,
+                                         uint64_t out_size, HurrayError *error) {
   if (d == NULL || list == NULL || (out == NULL && out_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor, list and out required");
   }

@@ -278,12 +278,19 @@ static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool verify_checksums,
-                                HurraySource **out, HurrayError *error) {
+HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
+                                const HurraySourceOptions *options, HurraySource **out,
+                                HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (path == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
-  *out = NULL;
+  static const HurraySourceOptions defaults = HURRAY_SOURCE_OPTIONS_INIT;
+  if (options == NULL) options = &defaults;
+  if (options->version != HURRAY_SOURCE_OPTIONS_VERSION) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source options: unknown version %u",
+                        options->version);
+  }
   if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_from_path(path);
   if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_sniff(path);
   if (format == HURRAY_FORMAT_UNKNOWN) {
@@ -296,7 +303,7 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format, bool veri
   HurraySource *s = calloc(1, sizeof *s);
   if (s == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   s->format = format;
-  s->verify = verify_checksums;
+  s->verify = options->verify_checksums;
   HurrayStatus st;
   if (format == HURRAY_FORMAT_HURRAY) {
     st = open_hurray(s, path, error);
@@ -1210,6 +1217,7 @@ static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
   }
 }
 
+/* long: the conversion in order: check the source, refuse early, open, copy, then publish. */
 HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                  const HurrayConvertOptions *options, HurrayError *error) {
   HurrayConvertOptions defaults = HURRAY_CONVERT_OPTIONS_INIT;
@@ -1233,8 +1241,10 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
                         "%s is the source itself; write to another file", dst);
   }
   HurraySource *s = NULL;
+  HurraySourceOptions source_options = HURRAY_SOURCE_OPTIONS_INIT;
+  source_options.verify_checksums = options->verify_checksums;
   HURRAY_RETURN_NOT_OK(
-      hurray_source_open(src, options->source_format, options->verify_checksums, &s, error));
+      hurray_source_open(src, options->source_format, &source_options, &s, error));
   size_t n = hurray_source_tensor_count(s);
   HurrayStatus st = HURRAY_OK;
   /* A hurray source is checked whole, before the target exists: every

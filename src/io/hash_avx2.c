@@ -15,6 +15,9 @@
 #    define XXH_INLINE_ALL
 #  endif
 #  define XXH_VECTOR 2 /* XXH_AVX2 */
+/* GCC's pragma defines __AVX2__, which is what makes xxhash.h include the
+ * intrinsics; clang's attribute does not, so include them here. */
+#  include <immintrin.h>
 #  include <xxhash.h>
 #  if defined(__clang__)
 #    pragma clang attribute pop

@@ -335,9 +335,9 @@ static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index)
 }
 
 HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
-                               HurrayDType out_dtype, void *out, uint64_t out_size,
-                               uint32_t threads, HurrayError *error) {
-  return hurray_dequantize_with(d, list, out_dtype, out, out_size, threads, NULL, error);
+                               HurrayDType out_dtype, uint32_t threads, void *out,
+                               uint64_t out_size, HurrayError *error) {
+  return hurray_dequantize_with(d, list, out_dtype, threads, NULL, out, out_size, error);
 }
 
 /* Arguments, kind, layout and output size; `need` is the output's bytes. */
@@ -396,7 +396,7 @@ static HurrayStatus locate_codes(Job *j, const HurrayDescriptor *d, const Hurray
   if (*dense == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the codes");
   /* The codes are never larger than the output just checked. */
   static const HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-  HURRAY_RETURN_NOT_OK(hurray_tensor_to_dense_with(d, list, *dense, bytes, &unlimited, error));
+  HURRAY_RETURN_NOT_OK(hurray_tensor_to_dense_with(d, list, &unlimited, *dense, bytes, error));
   j->codes = *dense;
   return HURRAY_OK;
 }
@@ -531,13 +531,32 @@ static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayB
   return HURRAY_OK;
 }
 
+/* `out` at an address its element type cannot be stored at (a caller's
+ * byte buffer): decode into aligned memory, then copy the bytes over. */
+static HurrayStatus dequantize_staged(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                      HurrayDType out_dtype, uint32_t threads,
+                                      const HurrayOutputLimits *limits, void *out, uint64_t need,
+                                      HurrayError *error) {
+  void *staged = hurray__quant_alloc(need);
+  if (staged == NULL)
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory to stage the output");
+  HurrayStatus st = hurray_dequantize_with(d, list, out_dtype, threads, limits, staged, need,
+                                           error);
+  if (st == HURRAY_OK) memcpy(out, staged, (size_t)need);
+  hurray__quant_free(staged, NULL);
+  return st;
+}
+
 HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBufferList *list,
-                                    HurrayDType out_dtype, void *out, uint64_t out_size,
-                                    uint32_t threads, const HurrayOutputLimits *limits,
+                                    HurrayDType out_dtype, uint32_t threads,
+                                    const HurrayOutputLimits *limits, void *out, uint64_t out_size,
                                     HurrayError *error) {
   uint64_t numel = 0, need = 0;
   HURRAY_RETURN_NOT_OK(
       check_request(d, list, out_dtype, out, out_size, limits, &numel, &need, error));
+  unsigned out_item = out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+  if (need > 0 && (uintptr_t)out % out_item != 0)
+    return dequantize_staged(d, list, out_dtype, threads, limits, out, need, error);
   HurrayQuantKind kind = hurray_descriptor_quant_kind(d);
   if (kind == HURRAY_QUANT_BLOCK_CODED) {
     return hurray__block_coded_dequantize(d, list, out_dtype, out, numel, threads, error);

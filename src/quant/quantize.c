@@ -630,22 +630,28 @@ static HurrayStatus describe(const Job *j, uint32_t rank, const uint64_t *shape,
 
 /* ------------------------------------------------------------------ entry */
 
+/* The source may sit at any byte address (a caller's buffer, a slice of a
+ * file): elements are read through memcpy, never as a misaligned pointer. */
 typedef struct Widen {
-  const uint16_t *src;
+  const uint8_t *src;
   float *dst;
   uint64_t n;
   unsigned parts;
-  bool bf16;
+  HurrayDType dtype;
 } Widen;
 
 static void widen_part(void *ctx, unsigned part) {
   Widen *w = ctx;
   uint64_t a = w->n / w->parts * part,
            b = part + 1 == w->parts ? w->n : w->n / w->parts * (part + 1);
-  if (w->bf16) {
-    for (uint64_t k = a; k < b; k++) w->dst[k] = hurray__bf16_to_f32(w->src[k]);
-  } else {
-    for (uint64_t k = a; k < b; k++) w->dst[k] = hurray__f16_to_f32(w->src[k]);
+  if (w->dtype == HURRAY_DTYPE_FLOAT32) {
+    memcpy(w->dst + a, w->src + 4 * a, (size_t)(b - a) * 4);
+    return;
+  }
+  for (uint64_t k = a; k < b; k++) {
+    uint16_t h;
+    memcpy(&h, w->src + 2 * k, 2);
+    w->dst[k] = w->dtype == HURRAY_DTYPE_BFLOAT16 ? hurray__bf16_to_f32(h) : hurray__f16_to_f32(h);
   }
 }
 
@@ -736,7 +742,9 @@ static HurrayStatus allocate_outputs(Job *j, uint64_t numel, Outputs *o, HurrayE
 static HurrayStatus widen_input(Job *j, const void *src, HurrayDType src_dtype, uint64_t numel,
                                 uint64_t input_bytes, unsigned parts, float **widened,
                                 HurrayError *error) {
-  if (src_dtype == HURRAY_DTYPE_FLOAT32 || numel == 0) {
+  /* float32 is read in place when it is aligned as float; anything else is
+   * staged into aligned float32 first. */
+  if (numel == 0 || (src_dtype == HURRAY_DTYPE_FLOAT32 && (uintptr_t)src % _Alignof(float) == 0)) {
     j->x = src;
     return HURRAY_OK;
   }
@@ -744,7 +752,7 @@ static HurrayStatus widen_input(Job *j, const void *src, HurrayDType src_dtype, 
   if (*widened == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory to widen the input to float32");
   }
-  Widen w = {src, *widened, numel, parts, src_dtype == HURRAY_DTYPE_BFLOAT16};
+  Widen w = {src, *widened, numel, parts, src_dtype};
   hurray__parallel_run(parts, widen_part, &w);
   j->x = *widened;
   return HURRAY_OK;

@@ -309,11 +309,11 @@ static void *quant_thread(void *arg) {
       assert_memory_equal(hurray_buffer_data(a), hurray_buffer_data(b), hurray_buffer_size(a));
     }
     assert_ok(
-        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, y, n * sizeof *y, q->threads, error));
+        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, q->threads, y, n * sizeof *y, error));
     assert_memory_equal(y, q->ref_y, n * sizeof *y);
     /* The shared reference, read-only, from every thread at once. */
     assert_ok(hurray_validate_buffer_placement(q->ref_d, q->ref_list, error));
-    assert_ok(hurray_dequantize(q->ref_d, q->ref_list, HURRAY_DTYPE_FLOAT32, y, n * sizeof *y, 1,
+    assert_ok(hurray_dequantize(q->ref_d, q->ref_list, HURRAY_DTYPE_FLOAT32, 1, y, n * sizeof *y,
                                 error));
     assert_memory_equal(y, q->ref_y, n * sizeof *y);
     hurray_buffer_list_destroy(list);
@@ -339,7 +339,7 @@ static void test_quantize_on_many_threads(void **state) {
     assert_ok(
         hurray_quantize(x, n * sizeof *x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &list, error));
     assert_ok(
-        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, ref_y, n * sizeof *ref_y, 1, error));
+        hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, ref_y, n * sizeof *ref_y, error));
     QuantJob jobs[THREADS];
     pthread_t ids[THREADS];
     for (unsigned i = 0; i < THREADS; i++) {

@@ -205,7 +205,7 @@ static void test_safetensors_every_dtype(void **state) {
     char path[512];
     in_dir(path, sizeof path, "one.safetensors");
     HurraySource *s = NULL;
-    assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, true, &s, &e), HURRAY_OK);
+    assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, NULL, &s, &e), HURRAY_OK);
     HurrayDescriptor *d = NULL;
     HurrayBufferList *l = NULL;
     assert_int_equal(hurray_source_get_tensor(s, 0, &d, &l, &e), HURRAY_OK);
@@ -427,7 +427,7 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
   char path[512];
   in_dir(path, sizeof path, "m.gguf");
   HurraySource *s = NULL;
-  assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, true, &s, &e), HURRAY_OK);
+  assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, NULL, &s, &e), HURRAY_OK);
   assert_int_equal(hurray_source_tensor_count(s), 4);
   assert_string_equal(hurray_source_tensor_type(s, 1), "Q4_0");
   HurrayDescriptor *d = NULL;
@@ -626,6 +626,63 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(hurray_convert_file(path, path, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
 }
 
+/* hurray_source_open's options follow the options-struct convention: NULL
+ * is the defaults, a zeroed struct (version 0) and an unknown version are
+ * refused before the file is touched, and out is NULL after a failure. */
+static void test_source_options_are_versioned(void **state) {
+  (void)state;
+  float x[64];
+  for (int i = 0; i < 64; i++) x[i] = (float)i - 30.0f;
+  uint64_t shape[2] = {2, 32};
+  HurrayQuantizeOptions q = HURRAY_QUANTIZE_OPTIONS_INIT;
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *written = NULL;
+  assert_int_equal(
+      hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &q, &d, &written, &e),
+      HURRAY_OK);
+  char path[512];
+  in_dir(path, sizeof path, "opts.hurray");
+  HurrayWriter *w = NULL;
+  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_write_tensor(w, "x", d, written, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_OK);
+  hurray_descriptor_destroy(d);
+  const HurrayBuffer *codes = hurray_buffer_list_get(written, 0);
+
+  HurraySource *s = (HurraySource *)&e; /* not NULL: failure must clear it */
+  HurraySourceOptions zeroed;
+  memset(&zeroed, 0, sizeof zeroed);
+  assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, &zeroed, &s, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(s);
+  HurraySourceOptions future = HURRAY_SOURCE_OPTIONS_INIT;
+  future.version = HURRAY_SOURCE_OPTIONS_VERSION + 1;
+  assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, &future, &s, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(s);
+
+  HurraySourceOptions o = HURRAY_SOURCE_OPTIONS_INIT;
+  assert_true(o.verify_checksums);
+  o.verify_checksums = false;
+  const HurraySourceOptions *choices[2] = {NULL, &o};
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, choices[k], &s, &e),
+                     HURRAY_OK);
+    assert_int_equal(hurray_source_format(s), HURRAY_FORMAT_HURRAY);
+    HurrayBufferList *l = NULL;
+    assert_int_equal(hurray_source_get_tensor(s, 0, &d, &l, &e), HURRAY_OK);
+    assert_int_equal(hurray_buffer_size(hurray_buffer_list_get(l, 0)), hurray_buffer_size(codes));
+    assert_memory_equal(hurray_buffer_data(hurray_buffer_list_get(l, 0)),
+                        hurray_buffer_data(codes), hurray_buffer_size(codes));
+    hurray_descriptor_destroy(d);
+    hurray_buffer_list_destroy(l);
+    hurray_source_close(s);
+    s = NULL;
+  }
+  hurray_buffer_list_destroy(written);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_safetensors_round_trip_is_byte_identical),
@@ -635,6 +692,7 @@ int main(void) {
       cmocka_unit_test(test_gguf_round_trip_is_byte_identical),
       cmocka_unit_test(test_gguf_lies_are_refused),
       cmocka_unit_test(test_targets_refuse_what_they_cannot_hold),
+      cmocka_unit_test(test_source_options_are_versioned),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

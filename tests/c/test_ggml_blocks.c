@@ -49,9 +49,9 @@ static float *decode(HurrayBlockFormat format, const uint8_t *blocks, uint32_t n
   Coded c = coded(format, blocks, nblocks);
   size_t n = (size_t)elements * nblocks;
   float *y = malloc(n * sizeof *y);
-  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT32, y, n * sizeof *y, 1, error));
+  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT32, 1, y, n * sizeof *y, error));
   float *z = malloc(n * sizeof *z);
-  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT32, z, n * sizeof *z, 4, error));
+  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT32, 4, z, n * sizeof *z, error));
   assert_memory_equal(y, z, n * sizeof *y);
   free(z);
   coded_free(c);
@@ -196,10 +196,10 @@ static void test_half_outputs(void **state) {
   put16(b + 64, 0x4000);
   Coded c = coded(HURRAY_BLOCK_GGML_TQ2_0, b, 1);
   uint16_t h[256];
-  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT16, h, sizeof h, 1, error));
+  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_FLOAT16, 1, h, sizeof h, error));
   assert_int_equal(h[0], 0xC000);  /* -2 */
   assert_int_equal(h[96], 0x4400); /* 4 */
-  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_BFLOAT16, h, sizeof h, 1, error));
+  assert_ok(hurray_dequantize(c.d, c.list, HURRAY_DTYPE_BFLOAT16, 1, h, sizeof h, error));
   assert_int_equal(h[0], 0xC000);
   assert_int_equal(h[96], 0x4080);
   coded_free(c);

@@ -134,7 +134,7 @@ static HurrayDescriptor *make_dense(HurrayDType dtype, uint32_t rank, const uint
 static void dequantize_into(const HurrayDescriptor *d, const HurrayBufferList *list, float *out,
                             uint64_t n) {
   HurrayError e = {0};
-  HurrayStatus s = hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, out, n * sizeof *out, 1, &e);
+  HurrayStatus s = hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, out, n * sizeof *out, &e);
   if (s != HURRAY_OK) fail_msg("dequantize: %s: %s", hurray_status_name(s), e.message);
 }
 
@@ -455,21 +455,21 @@ static void test_to_dense_refuses_amplification(void **state) {
   /* Refused before the output is even looked at. */
   assert_int_equal(hurray_tensor_to_dense(d, list, NULL, 0, &e), HURRAY_ERR_LIMIT);
   assert_non_null(strstr(e.message, "268435456 bytes"));
-  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, NULL, NULL), HURRAY_ERR_LIMIT);
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, NULL, 0, NULL), HURRAY_ERR_LIMIT);
   assert_int_equal(hurray_check_output_size(d, 256u << 20, NULL, NULL), HURRAY_ERR_LIMIT);
   /* Opting out, or an absolute limit large enough, gets past the check
    * (to the size of `out`, here too small). */
   HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
-  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &unlimited, NULL),
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, &unlimited, NULL, 0, NULL),
                    HURRAY_ERR_BUFFER_SIZE);
   HurrayOutputLimits absolute = {HURRAY_OUTPUT_LIMITS_VERSION, 0, 0, 256u << 20};
-  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &absolute, NULL),
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, &absolute, NULL, 0, NULL),
                    HURRAY_ERR_BUFFER_SIZE);
   absolute.max_output_bytes = (256u << 20) - 1;
-  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &absolute, NULL),
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, &absolute, NULL, 0, NULL),
                    HURRAY_ERR_LIMIT);
   HurrayOutputLimits bad = {99, 0, 0, 0};
-  assert_int_equal(hurray_tensor_to_dense_with(d, list, NULL, 0, &bad, NULL),
+  assert_int_equal(hurray_tensor_to_dense_with(d, list, &bad, NULL, 0, NULL),
                    HURRAY_ERR_INVALID_ARGUMENT);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
@@ -482,13 +482,13 @@ static void test_dequantize_refuses_amplification(void **state) {
   assert_ok(hurray_descriptor_validate(d, NULL));
   const int8_t code = 3;
   HurrayBufferList *list = make_list(1, (const void *[]){&code}, (size_t[]){1});
-  assert_int_equal(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, NULL),
+  assert_int_equal(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, NULL, 0, NULL),
                    HURRAY_ERR_LIMIT);
-  assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT16, NULL, 0, 1, NULL, NULL),
+  assert_int_equal(hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT16, 1, NULL, NULL, 0, NULL),
                    HURRAY_ERR_LIMIT);
   HurrayOutputLimits unlimited = HURRAY_OUTPUT_UNLIMITED;
   assert_int_equal(
-      hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, &unlimited, NULL),
+      hurray_dequantize_with(d, list, HURRAY_DTYPE_FLOAT32, 1, &unlimited, NULL, 0, NULL),
       HURRAY_ERR_INVALID_ARGUMENT); /* out too small, past the limit check */
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);

@@ -44,7 +44,7 @@ static HurrayQuantizeOptions options(HurrayQuantScheme s) {
 
 static void dequantize_f32(const Quantized *q, float *out, uint64_t n) {
   assert_ok(
-      hurray_dequantize(q->d, q->list, HURRAY_DTYPE_FLOAT32, out, n * sizeof(float), 1, error));
+      hurray_dequantize(q->d, q->list, HURRAY_DTYPE_FLOAT32, 1, out, n * sizeof(float), error));
 }
 
 static uint16_t read_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
@@ -455,8 +455,8 @@ static void test_threads_give_identical_bytes(void **state) {
       assert_int_equal(hurray_buffer_size(ba), hurray_buffer_size(bb));
       assert_memory_equal(hurray_buffer_data(ba), hurray_buffer_data(bb), hurray_buffer_size(ba));
     }
-    assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT32, y1, n * 4, 1, error));
-    assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT32, y4, n * 4, 4, error));
+    assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT32, 1, y1, n * 4, error));
+    assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT32, 4, y4, n * 4, error));
     assert_memory_equal(y1, y4, n * 4);
     quantized_free(a);
     quantized_free(b);
@@ -504,7 +504,7 @@ static void test_half_and_bfloat16_inputs_match_float32(void **state) {
   float y[N];
   uint16_t yh[N];
   dequantize_f32(&a, y, N);
-  assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT16, yh, sizeof yh, 1, error));
+  assert_ok(hurray_dequantize(a.d, a.list, HURRAY_DTYPE_FLOAT16, 1, yh, sizeof yh, error));
   for (int i = 0; i < N; i++) assert_int_equal(yh[i], to_half_by_hand(y[i]));
   quantized_free(a);
   quantized_free(qh);
@@ -517,7 +517,7 @@ static void test_empty_and_rank0(void **state) {
   for (int s = HURRAY_SCHEME_AFFINE; s <= HURRAY_SCHEME_MXINT8; s++) {
     HurrayQuantizeOptions o = options((HurrayQuantScheme)s);
     Quantized q = quantize_f32(NULL, 2, shape, &o);
-    assert_ok(hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, NULL, 0, 1, error));
+    assert_ok(hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, 1, NULL, 0, error));
     quantized_free(q);
   }
   float x = -2.5f, y = 0;
@@ -543,9 +543,9 @@ static void test_dequantize_refusals(void **state) {
   Quantized q = quantize_f32(x, 1, shape, &o);
   float y[32];
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, y, sizeof y - 4, 1, error));
+                hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y - 4, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
-                hurray_dequantize(q.d, q.list, HURRAY_DTYPE_INT8, y, sizeof y, 1, error));
+                hurray_dequantize(q.d, q.list, HURRAY_DTYPE_INT8, 1, y, sizeof y, error));
   /* a scale buffer one byte short is caught by placement validation */
   HurrayDescriptor *d2 = NULL;
   assert_ok(hurray_descriptor_clone(q.d, &d2, error));
@@ -557,7 +557,7 @@ static void test_dequantize_refusals(void **state) {
   assert_ok(hurray_buffer_list_push(list, codes, error));
   assert_ok(hurray_buffer_list_push(list, scales, error));
   HurrayError e = {0};
-  assert_int_not_equal(hurray_dequantize(d2, list, HURRAY_DTYPE_FLOAT32, y, sizeof y, 1, &e),
+  assert_int_not_equal(hurray_dequantize(d2, list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y, &e),
                        HURRAY_OK);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d2);
@@ -573,7 +573,7 @@ static void test_dequantize_refusals(void **state) {
   assert_ok(hurray_buffer_create(x, 128, NULL, NULL, &data, error));
   assert_ok(hurray_buffer_list_push(list, data, error));
   assert_status(HURRAY_ERR_UNSUPPORTED,
-                hurray_dequantize(plain, list, HURRAY_DTYPE_FLOAT32, y, sizeof y, 1, error));
+                hurray_dequantize(plain, list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(plain);
 }
@@ -596,7 +596,7 @@ static void test_dequantize_strided_codes(void **state) {
   assert_ok(hurray_buffer_create(codes, 6, NULL, NULL, &b, error));
   assert_ok(hurray_buffer_list_push(list, b, error));
   float y[6];
-  assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, y, sizeof y, 1, error));
+  assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y, error));
   const float expected[6] = {0.0f, 1.5f, 0.5f, 2.0f, 1.0f, 2.5f};
   for (int i = 0; i < 6; i++) assert_true(y[i] == expected[i]);
   hurray_buffer_list_destroy(list);

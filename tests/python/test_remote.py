@@ -366,3 +366,234 @@ def test_cli_on_a_url(files, server, command):
         timeout=120,
     )
     assert bad.returncode == 1 and "404" in bad.stderr
+
+
+def _launcher():
+    launcher = os.path.join(SCRIPTS, "hurray")
+    if not os.path.exists(launcher):
+        pytest.skip("no pip-installed hurray command")
+    return launcher
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory):
+    """Every column `ls` and `info` format differently: a sparse layout,
+    statistics, block-coded and MX quantization, bool/bytes/float metadata,
+    and names and values with terminal control sequences (an untrusted
+    remote file must not drive the terminal)."""
+    path = tmp_path_factory.mktemp("varied") / "varied.hurray"
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    coded = hurray.Tensor(
+        hurray.Descriptor(
+            "uint8",
+            (1, 256),
+            quantization=hurray.BlockCoded(format="ggml_q4_k", axis=1, block_size=256),
+            buffers=[hurray.Buffer("data", 144)],
+        ),
+        [np.zeros(144, np.uint8)],
+    )
+    sparse = hurray.SparseTensor.from_arrays(
+        "coo", (4, 4), np.ones(2, np.float32), coords=[np.array([0, 1]), np.array([1, 2])]
+    )
+    hurray.save(
+        path,
+        {
+            "dense": w,
+            "mx": hurray.quantize(w, "mxfp4"),
+            "q4k": coded,
+            "sp": sparse,
+            "evil\x1b[31m\\\u202e": np.zeros(2, np.float32),
+        },
+        metadata={"s": "v\x1b[2J", "b": True, "by": b"\x00\x01", "f": 0.1, "n": float("nan")},
+        statistics=True,
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "args", [["ls", "URL"], ["info", "URL"], ["info", "--json", "URL"], ["info", "URL", "sp"]]
+)
+def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
+    """`hurray ls|info URL` printed Python's own renderings: "sparse" for
+    sparse-coo, "block-coded" for ggml_q4_k, no statistics, True and
+    b'\\x00\\x01' for metadata, a blank line after every descriptor, no
+    `info --json` or `info URL NAME` at all, and names unescaped, so a
+    hostile file's escape sequences reached the terminal."""
+    launcher = _launcher()
+    with RangeServer({"/v.hurray": varied.read_bytes()}) as s:
+        url = s.url("/v.hurray")
+        remote = subprocess.run(
+            [launcher, *(url if a == "URL" else a for a in args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert remote.returncode == 0, remote.stderr
+    out = remote.stdout
+    assert "\x1b" not in out and "\u202e" not in out
+    if args == ["ls", "URL"]:
+        assert "sparse-coo" in out and "ggml_q4_k" in out and "mxfp4-e2m1" in out
+        assert "min=" in out and "zeros=" in out
+        assert "evil\\x1b[31m\\\\\\u{202e}" in out
+    elif args == ["info", "URL"]:
+        assert (
+            "b = true" in out and "by = <2 bytes> 0001" in out and "f = 0.10000000000000001" in out
+        )
+        assert "\n\n\n" not in out and "}\n\n\n" not in out and "}\n\ntensor" in out
+    elif args == ["info", "--json", "URL"]:
+        import json
+
+        doc = json.loads(out)
+        assert doc["metadata"]["by"] == {"bytes_hex": "0001"} and doc["metadata"]["n"] == "nan"
+        assert doc["tensors"]["sp"]["layout"]["kind"] == "sparse"
+    else:
+        assert "tensor sp:" in out and "tensor dense" not in out
+    local_cmd = [launcher, *(str(varied) if a == "URL" else a for a in args)]
+    local = subprocess.run(local_cmd, capture_output=True, text=True, timeout=120)
+    if local.returncode == 0:  # the C program (absent in the ASan tree)
+        assert out.replace(url, str(varied)) == local.stdout
+
+
+def test_cli_url_errors_are_one_clear_line(files, server):
+    """A failure names the URL once, as the C command does for a path (it was
+    "hurray ls: URL: URL: HTTP 404" and "hurray ls: URL: HURRAY_ERR_...: ..."),
+    and `cat`/`convert` of a URL say that only ls, info and verify read URLs
+    (the C program said "No such file or directory")."""
+    launcher = _launcher()
+    url = server.url("/absent.hurray")
+    p = subprocess.run([launcher, "ls", url], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip() == f"hurray: {url}: HTTP 404"
+    # As the C command words a local file's fault: no status name, one URL.
+    cut = server.url("/cut.hurray")
+    server.files["/cut.hurray"] = files["small_bytes"][:-10]
+    p = subprocess.run([launcher, "verify", cut], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip() == (
+        f"hurray: {cut}: no trailer at the end: the file is truncated or was never finished"
+    )
+    p = subprocess.run(
+        [launcher, "info", server.url("/small.hurray"), "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1 and "no tensor" in p.stderr and "Traceback" not in p.stderr
+    for command in (["cat", server.url("/small.hurray"), "a"], ["convert", url, "x.npz"]):
+        p = subprocess.run([launcher, *command], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2
+        assert p.stderr.strip() == f"hurray {command[0]}: URLs are read by ls, info and verify only"
+
+
+def test_fsspec_missing_back_end_or_file_is_a_remote_error(files):
+    """s3:// without s3fs raised fsspec's ImportError (and `hurray ls s3://...`
+    printed a traceback); a missing memory:// file said only its path."""
+    pytest.importorskip("fsspec")
+    import importlib.util
+
+    for scheme, module in (("s3", "s3fs"), ("gs", "gcsfs")):
+        if importlib.util.find_spec(module) is not None:
+            continue
+        with pytest.raises(hurray.RemoteError, match=module):
+            hurray.open(f"{scheme}://bucket/model.hurray")
+        p = subprocess.run(
+            [sys.executable, "-m", "hurray", "ls", f"{scheme}://bucket/model.hurray"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and module in p.stderr
+        assert p.stderr.count(f"{scheme}://bucket/model.hurray") == 1, p.stderr
+    with pytest.raises(hurray.RemoteError, match="Protocol not known"):
+        hurray.open("nosuchscheme://x/y.hurray")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        hurray.open("memory:///remote-test/absent.hurray")
+
+
+def test_empty_remote_file_reads_as_an_empty_local_file(server):
+    """A suffix request of an empty file is answered 416 with
+    `Content-Range: bytes */0`; that was "range not satisfiable
+    (bytes=-262144)", now it is what an empty local file gives."""
+    server.files["/empty.hurray"] = b""
+    with pytest.raises(hurray.HurrayError, match="file of 0 bytes is shorter"):
+        hurray.open(server.url("/empty.hurray"))
+
+
+def test_remote_errors_are_named_as_exported():
+    """A traceback said hurray._remote.RemoteProtocolError, a private module;
+    the classes are hurray.RemoteError and so on, and pickle by that name."""
+    import pickle
+
+    for name in (
+        "RemoteError",
+        "RemoteProtocolError",
+        "RemoteChangedError",
+        "RemoteNotFoundError",
+        "RemoteTimeoutError",
+    ):
+        cls = getattr(hurray, name)
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"hurray.{name}"
+        assert type(pickle.loads(pickle.dumps(cls("x")))) is cls
+
+
+def test_url_credentials_authenticate_and_stay_out_of_messages(files, server):
+    """https://user:password@host/...: urllib3 ignored the user part, so the
+    server answered 401, and every message repeated the password."""
+    import base64
+
+    class AuthServer(RangeServer):
+        def _handle(self, h, head=False):
+            token = base64.b64encode(b"me:s3cret pw").decode()
+            if h.headers.get("Authorization") != "Basic " + token:
+                with self.lock:
+                    self.log.append((h.path, h.headers.get("Range"), 0))
+                    index = len(self.log) - 1
+                return self._send(h, index, 401, {}, b"", head)
+            return super()._handle(h, head)
+
+    with AuthServer({"/s.hurray": files["small_bytes"]}) as s:
+        url = s.url("/s.hurray").replace("http://", "http://me:s3cret%20pw@")
+        with hurray.open(url) as f:
+            assert f.keys() == ["a"]
+        bad = url.replace("s3cret", "wrong")
+        with pytest.raises(hurray.RemoteError) as info:
+            hurray.open(bad)
+        assert "401" in str(info.value) and "wrong" not in str(info.value)
+        assert "me:***@127.0.0.1" in str(info.value)
+        p = subprocess.run(
+            [sys.executable, "-m", "hurray", "ls", bad], capture_output=True, text=True, timeout=120
+        )
+        assert p.returncode == 1 and "wrong" not in p.stderr and "401" in p.stderr, p.stderr
+
+
+def test_redirects_are_followed(files, server):
+    """A hub or CDN answers 302 with the bytes elsewhere; the pool was made
+    with retries=False, which hands the 302 back instead of following it
+    ("HTTP 302")."""
+    import http.server
+    import threading
+
+    target = server.url("/small.hurray")
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/small.hurray"
+        with hurray.open(url) as f:
+            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
