@@ -31,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int dummy_event;
 
+/* long: a fuzz target, read top to bottom: the buffers the input asks for, then placement. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t flags = 0;
   Stream rest;

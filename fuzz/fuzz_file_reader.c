@@ -31,6 +31,7 @@
 
 #include "hurray/hurray.h"
 #include "fuzz_check.h"
+#include "fuzz_memfd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -232,22 +233,7 @@ static void exercise(const char *path, const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  /* One memfd for the whole run, rewritten for each input: every mapping
-   * of the previous input is gone by then. */
-  static int fd = -1;
-  static char path[64];
-  if (fd < 0) {
-    fd = memfd_create("hurray-fuzz", MFD_CLOEXEC);
-    if (fd < 0) {
-      perror("memfd_create");
-      abort();
-    }
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  }
-  if (ftruncate(fd, 0) != 0 || (size > 0 && pwrite(fd, data, size, 0) != (ssize_t)size)) {
-    perror("memfd write");
-    abort();
-  }
+  const char *path = fuzz_memfd_input("hurray-fuzz", data, size);
   input_size = size;
   exercise(path, data, size);
   return 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The checks of `make lint`, changing nothing: ruff check, ruff format
 # --check and clang-format --dry-run --Werror over every tracked Python and
-# C file. scripts/format.sh fixes what it can. Prints "lint: N passed, N
+# C file, and scripts/long_functions.py (no function over 80 lines without a
+# "long:" reason). scripts/format.sh fixes what it can. Prints "lint: N passed, N
 # failed" for make test's count.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,6 @@ clang_format_check() {
   [ "${PIPESTATUS[1]}" -eq 0 ]
 }
 run clang_format_check
+run .venv/bin/python scripts/long_functions.py
 echo "lint: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -83,6 +83,7 @@ def _threads(text: str) -> int:
     return value
 
 
+# long: the CLI's argument table, one subcommand after another, kept in one place.
 def _parser() -> argparse.ArgumentParser:
     from ._quant import QUANT_SCHEMES
 

@@ -117,6 +117,7 @@ static void capsule_destructor(PyObject *capsule) {
 
 /* ---- the export ---------------------------------------------------------- */
 
+/* long: a table of cases, one hurray dtype to its DLPack (code, bits) each. */
 static bool dl_dtype(HurrayDType dtype, DLDataType *out) {
   uint8_t code, bits;
   switch (dtype) {
@@ -232,6 +233,83 @@ PyObject *hurray_py_dlpack_device(const HurrayDescriptor *d) {
                        (int)hurray_descriptor_device_id(d));
 }
 
+/* Whether `d` can leave through DLPack as asked (host memory, no stream,
+ * the device it is on, dense, not quantized, a byte-sized dtype); its
+ * DLPack dtype into *dl. False with BufferError or ValueError set
+ * (buffer_error returns NULL, so `buffer_error(...) != NULL` is false). */
+static bool exportable(const HurrayDescriptor *d, PyObject *stream, PyObject *dl_device,
+                       DLDataType *dl) {
+  HurrayMemoryClass memory = hurray_descriptor_memory_class(d);
+  if (memory != HURRAY_MEMORY_HOST && memory != HURRAY_MEMORY_HOST_PINNED) {
+    return buffer_error("DLPack export reads host memory; this tensor lives on device type %d",
+                        (int)hurray_descriptor_device_type(d)) != NULL;
+  }
+  if (stream != Py_None) {
+    PyErr_SetString(PyExc_ValueError, "stream must be None for a CPU tensor");
+    return false;
+  }
+  if (dl_device != Py_None) {
+    int type = 0, id = 0;
+    if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id)) return false;
+    if (type != hurray_descriptor_device_type(d) || id != hurray_descriptor_device_id(d)) {
+      return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type, id,
+                          (int)hurray_descriptor_device_type(d),
+                          (int)hurray_descriptor_device_id(d)) != NULL;
+    }
+  }
+  HurrayDType dtype = hurray_descriptor_dtype(d);
+  const char *dtype_name = hurray_dtype_name(dtype);
+  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) {
+    return buffer_error(
+               "this %s tensor is quantized: DLPack carries values, not codes; use "
+               "t.dequantize(dtype) for the real values or t.codes() for the raw codes",
+               dtype_name) != NULL;
+  }
+  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE) {
+    return buffer_error("DLPack carries dense tensors; this one is not (use t.to_dense())") !=
+           NULL;
+  }
+  if (!dl_dtype(dtype, dl)) {
+    return buffer_error(
+               "%s is a packed sub-byte dtype, which hurray does not export through "
+               "DLPack; use t.codes() (one element per byte) or t.dequantize()",
+               dtype_name) != NULL;
+  }
+  return true;
+}
+
+/* The capsule holding `t`: a versioned one (with its read-only and copied
+ * flags) when the consumer takes DLPack 1.x, else a legacy one, which cannot
+ * say read-only and so is refused for read-only memory. Frees `h` on
+ * failure. */
+static PyObject *wrap(Holder *h, DLTensor t, long major, bool writable, bool copied) {
+  PyObject *capsule;
+  if (major >= 1) {
+    h->m.versioned.version.major = EXPORT_MAJOR;
+    h->m.versioned.version.minor = EXPORT_MINOR;
+    h->m.versioned.manager_ctx = h;
+    h->m.versioned.deleter = delete_versioned;
+    h->m.versioned.flags = (writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY) |
+                           (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+    h->m.versioned.dl_tensor = t;
+    capsule = PyCapsule_New(&h->m.versioned, "dltensor_versioned", capsule_destructor);
+  } else {
+    if (!writable) {
+      holder_free(h);
+      return buffer_error(
+          "this tensor's memory is read-only, which a DLPack 0.x capsule "
+          "cannot say; the consumer must ask for max_version >= (1, 0), or "
+          "pass copy=True");
+    }
+    h->m.legacy.manager_ctx = h;
+    h->m.legacy.deleter = delete_legacy;
+    h->m.legacy.dl_tensor = t;
+    capsule = PyCapsule_New(&h->m.legacy, "dltensor", capsule_destructor);
+  }
+  if (capsule == NULL) holder_free(h);
+  return capsule;
+}
+
 PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                            const HurrayBufferList *buffers, bool writable, PyObject *args,
                            PyObject *kwargs) {
@@ -248,42 +326,8 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     want_copy = PyObject_IsTrue(copy);
     if (want_copy < 0) return NULL;
   }
-  HurrayMemoryClass memory = hurray_descriptor_memory_class(d);
-  if (memory != HURRAY_MEMORY_HOST && memory != HURRAY_MEMORY_HOST_PINNED) {
-    return buffer_error("DLPack export reads host memory; this tensor lives on device type %d",
-                        (int)hurray_descriptor_device_type(d));
-  }
-  if (stream != Py_None) {
-    PyErr_SetString(PyExc_ValueError, "stream must be None for a CPU tensor");
-    return NULL;
-  }
-  if (dl_device != Py_None) {
-    int type = 0, id = 0;
-    if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id)) return NULL;
-    if (type != hurray_descriptor_device_type(d) || id != hurray_descriptor_device_id(d)) {
-      return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type, id,
-                          (int)hurray_descriptor_device_type(d),
-                          (int)hurray_descriptor_device_id(d));
-    }
-  }
-  HurrayDType dtype = hurray_descriptor_dtype(d);
-  const char *dtype_name = hurray_dtype_name(dtype);
-  if (hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE) {
-    return buffer_error(
-        "this %s tensor is quantized: DLPack carries values, not codes; use "
-        "t.dequantize(dtype) for the real values or t.codes() for the raw codes",
-        dtype_name);
-  }
-  if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE) {
-    return buffer_error("DLPack carries dense tensors; this one is not (use t.to_dense())");
-  }
-  DLDataType dl;
-  if (!dl_dtype(dtype, &dl)) {
-    return buffer_error(
-        "%s is a packed sub-byte dtype, which hurray does not export through "
-        "DLPack; use t.codes() (one element per byte) or t.dequantize()",
-        dtype_name);
-  }
+  DLDataType dl = {0};
+  if (!exportable(d, stream, dl_device, &dl)) return NULL;
   uint32_t rank = hurray_descriptor_rank(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
   const int64_t *strides = hurray_descriptor_strides(d);
@@ -335,29 +379,5 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                 dims,
                 steps,
                 0};
-  PyObject *capsule;
-  if (major >= 1) {
-    h->m.versioned.version.major = EXPORT_MAJOR;
-    h->m.versioned.version.minor = EXPORT_MINOR;
-    h->m.versioned.manager_ctx = h;
-    h->m.versioned.deleter = delete_versioned;
-    h->m.versioned.flags = (writable ? 0 : DLPACK_FLAG_BITMASK_READ_ONLY) |
-                           (want_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
-    h->m.versioned.dl_tensor = t;
-    capsule = PyCapsule_New(&h->m.versioned, "dltensor_versioned", capsule_destructor);
-  } else {
-    if (!writable) {
-      holder_free(h);
-      return buffer_error(
-          "this tensor's memory is read-only, which a DLPack 0.x capsule "
-          "cannot say; the consumer must ask for max_version >= (1, 0), or "
-          "pass copy=True");
-    }
-    h->m.legacy.manager_ctx = h;
-    h->m.legacy.deleter = delete_legacy;
-    h->m.legacy.dl_tensor = t;
-    capsule = PyCapsule_New(&h->m.legacy, "dltensor", capsule_destructor);
-  }
-  if (capsule == NULL) holder_free(h);
-  return capsule;
+  return wrap(h, t, major, writable, want_copy);
 }

@@ -39,6 +39,28 @@ _NUMPY = {
 BITS = dict(_hurray.DTYPE_BITS)
 
 DTYPES = tuple(BITS)
+
+# The dtypes numpy has a type of its own for: torch.from_numpy takes them,
+# and a converter keeps them (the others are ml_dtypes types).
+NUMPY_NATIVE = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+# The dtypes torch has a dtype of the same name for (some only in newer
+# torch releases: hurray.torch looks each up).
+TORCH_NATIVE = NUMPY_NATIVE + ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
 
 

@@ -260,57 +260,15 @@ class HttpBackend:
             try:
                 with self._lock:
                     self.requests += 1
-                status = response.status
-                if status == 412:
-                    raise RemoteChangedError(
-                        f"{self.shown} changed while it was read (412 Precondition Failed)"
-                    )
-                if status == 429 or status >= 500:
-                    raise _Transient(RemoteError(f"{self.shown}: HTTP {status}"))
-                if status in (404, 410):
-                    raise RemoteNotFoundError(f"{self.shown}: HTTP {status}")
-                if status == 200:
-                    raise RemoteProtocolError(
-                        f"{self.shown}: the server ignored the Range header (200, not 206); "
-                        "hurray reads remote files only with range requests"
-                    )
-                if status == 416:
-                    if want is None and re.match(
-                        r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", "")
-                    ):
-                        # A suffix of an empty file (RFC 9110 15.5.17): no
-                        # bytes, and the reader says what a local one does.
-                        self._check_size(0)
-                        sink(response, 0, 0, 0)
-                        done = True
-                        return
-                    raise RemoteProtocolError(
-                        f"{self.shown}: range not satisfiable ({range_header})"
-                    )
-                if status != 206:
-                    raise RemoteError(f"{self.shown}: HTTP {status}")
-                match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
-                if match is None or match.group(3) == "*":
-                    raise RemoteProtocolError(
-                        f"{self.shown}: bad Content-Range {response.headers.get('Content-Range')!r}"
-                        f" for {range_header}"
-                    )
-                start, end, total = (
-                    int(match.group(1)),
-                    int(match.group(2)) + 1,
-                    int(match.group(3)),
-                )
-                if end <= start or end > total or (want is not None and (start, end) != want):
-                    raise RemoteProtocolError(
-                        f"{self.shown}: asked for {range_header}, got Content-Range "
-                        f"{response.headers.get('Content-Range')!r}"
-                    )
-                length = response.headers.get("Content-Length")
-                if length is not None and (not length.isdigit() or int(length) != end - start):
-                    raise RemoteProtocolError(
-                        f"{self.shown}: Content-Length {length} disagrees with Content-Range "
-                        f"{response.headers.get('Content-Range')!r}"
-                    )
+                answered = self._answered_range(response, range_header, want)
+                if answered is None:
+                    # A suffix of an empty file (RFC 9110 15.5.17): no
+                    # bytes, and the reader says what a local one does.
+                    self._check_size(0)
+                    sink(response, 0, 0, 0)
+                    done = True
+                    return
+                start, end, total = answered
                 self._check_size(total)
                 self._check_validators(response)
                 try:
@@ -332,6 +290,56 @@ class HttpBackend:
                 response.release_conn()
 
         _retrying(attempt, self.retries)
+
+    def _answered_range(self, response, range_header: str, want) -> Optional[Tuple[int, int, int]]:
+        """(start, end, total) of a 206 answer to `range_header`, None for
+        the 416 a suffix of an empty file gets; the error each other answer
+        stands for (_Transient where a retry may help)."""
+        status = response.status
+        if status == 412:
+            raise RemoteChangedError(
+                f"{self.shown} changed while it was read (412 Precondition Failed)"
+            )
+        if status == 429 or status >= 500:
+            raise _Transient(RemoteError(f"{self.shown}: HTTP {status}"))
+        if status in (404, 410):
+            raise RemoteNotFoundError(f"{self.shown}: HTTP {status}")
+        if status == 200:
+            raise RemoteProtocolError(
+                f"{self.shown}: the server ignored the Range header (200, not 206); "
+                "hurray reads remote files only with range requests"
+            )
+        if status == 416:
+            if want is None and re.match(
+                r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", "")
+            ):
+                return None
+            raise RemoteProtocolError(f"{self.shown}: range not satisfiable ({range_header})")
+        if status != 206:
+            raise RemoteError(f"{self.shown}: HTTP {status}")
+        match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+        if match is None or match.group(3) == "*":
+            raise RemoteProtocolError(
+                f"{self.shown}: bad Content-Range {response.headers.get('Content-Range')!r}"
+                f" for {range_header}"
+            )
+        start, end, total = (
+            int(match.group(1)),
+            int(match.group(2)) + 1,
+            int(match.group(3)),
+        )
+        if end <= start or end > total or (want is not None and (start, end) != want):
+            raise RemoteProtocolError(
+                f"{self.shown}: asked for {range_header}, got Content-Range "
+                f"{response.headers.get('Content-Range')!r}"
+            )
+        length = response.headers.get("Content-Length")
+        if length is not None and (not length.isdigit() or int(length) != end - start):
+            raise RemoteProtocolError(
+                f"{self.shown}: Content-Length {length} disagrees with Content-Range "
+                f"{response.headers.get('Content-Range')!r}"
+            )
+        return start, end, total
 
     def _read_exactly(self, response, view: memoryview) -> None:
         got = 0

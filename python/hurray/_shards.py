@@ -109,6 +109,7 @@ def _listing(pieces: Sequence[_Piece]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+# long: one check after another over the pieces (agreement, layout, tiling), each with its status.
 def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
     """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
     first = pieces[0]

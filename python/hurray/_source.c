@@ -53,6 +53,19 @@ static bool release_views(PyObject **views, size_t n) {
   return ok;
 }
 
+/* After the source's call (`ok` if it succeeded): releases the views, and
+ * keeps the source's own exception over any the release raises. */
+static bool release_after_call(bool ok, PyObject **views, size_t n) {
+  PyObject *ht = NULL, *hv = NULL, *htb = NULL;
+  if (!ok) PyErr_Fetch(&ht, &hv, &htb);
+  if (!release_views(views, n)) ok = false;
+  if (ht != NULL) {
+    PyErr_Clear();
+    PyErr_Restore(ht, hv, htb); /* the source's own exception wins */
+  }
+  return ok;
+}
+
 static HurrayStatus source_read(void *ctx, uint64_t offset, uint64_t length, void *dst,
                                 HurrayError *error) {
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -62,13 +75,7 @@ static HurrayStatus source_read(void *ctx, uint64_t offset, uint64_t length, voi
                                   : NULL;
   bool ok = result != NULL;
   Py_XDECREF(result);
-  PyObject *ht = NULL, *hv = NULL, *htb = NULL;
-  if (!ok) PyErr_Fetch(&ht, &hv, &htb);
-  if (!release_views(&view, 1)) ok = false;
-  if (ht != NULL) {
-    PyErr_Clear();
-    PyErr_Restore(ht, hv, htb); /* the source's own exception wins */
-  }
+  ok = release_after_call(ok, &view, 1);
   HurrayStatus status = ok ? HURRAY_OK : fail_from_python(error);
   PyGILState_Release(gil);
   return status;
@@ -92,14 +99,8 @@ static HurrayStatus source_read_batch(void *ctx, const HurrayByteRange *ranges, 
   ok = result != NULL;
   Py_XDECREF(result);
   Py_XDECREF(list); /* drops the tuples' references; `views` keeps its own */
-  PyObject *ht = NULL, *hv = NULL, *htb = NULL;
-  if (!ok) PyErr_Fetch(&ht, &hv, &htb);
-  if (views != NULL && !release_views(views, count)) ok = false;
+  ok = views != NULL ? release_after_call(ok, views, count) : ok;
   PyMem_Free(views);
-  if (ht != NULL) {
-    PyErr_Clear();
-    PyErr_Restore(ht, hv, htb); /* the source's own exception wins */
-  }
   HurrayStatus status = ok ? HURRAY_OK : fail_from_python(error);
   PyGILState_Release(gil);
   return status;

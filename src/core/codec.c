@@ -265,6 +265,7 @@ static void encode_quant(Writer *w, const HurrayQuant *q) {
   w->failed = true;
 }
 
+/* long: the records in tag order, one short block each; decode_node reads the same order. */
 static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
   size_t at = record_begin(w, TAG_DTYPE);
   put_u16(w, (uint16_t)d->dtype);
@@ -524,6 +525,7 @@ static HurrayStatus decode_compressed(Reader *r, uint16_t tag, HurrayLayout *l,
   return HURRAY_OK;
 }
 
+/* long: one member record field by field, each bound checked before any allocation. */
 static HurrayStatus decode_members(Reader *r, HurrayDescriptor *d, uint32_t depth,
                                    HurrayError *error) {
   const uint8_t *at;
@@ -780,6 +782,7 @@ static HurrayStatus decode_buffer_table(Reader *r, size_t len, HurrayDescriptor 
   return HURRAY_OK;
 }
 
+/* long: one case per root record tag, each a few fixed reads, in the spec's order. */
 static HurrayStatus decode_root_record(Reader *r, uint16_t tag, size_t len, HurrayDescriptor *d,
                                        HurrayError *error) {
   switch (tag) {
@@ -903,6 +906,7 @@ static bool tag_known(uint16_t tag) {
   return ((tag_is_layout(tag) || tag_is_quant(tag)) && (tag & 1)) || tag_is_root_only(tag);
 }
 
+/* long: the record loop: framing and tag order, one branch per tag group, required records. */
 static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint32_t depth,
                                 HurrayError *error) {
   int last_tag = -1;

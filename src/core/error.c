@@ -4,29 +4,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static void set_error(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
+                      va_list args) __attribute__((format(printf, 4, 0)));
+
+static void set_error(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
+                      va_list args) {
+  if (error == NULL) return;
+  /* vsnprintf truncates an over-long message and always NUL-terminates. */
+  vsnprintf(error->message, sizeof error->message, fmt, args);
+  error->code = code;
+  error->os_errno = (int32_t)os_errno;
+}
+
 HurrayStatus hurray__fail(HurrayError *error, HurrayStatus code, const char *fmt, ...) {
-  if (error != NULL) {
-    va_list args;
-    va_start(args, fmt);
-    /* vsnprintf truncates an over-long message and always NUL-terminates. */
-    vsnprintf(error->message, sizeof error->message, fmt, args);
-    va_end(args);
-    error->code = code;
-    error->os_errno = 0;
-  }
+  va_list args;
+  va_start(args, fmt);
+  set_error(error, code, 0, fmt, args);
+  va_end(args);
   return code;
 }
 
 HurrayStatus hurray__fail_os(HurrayError *error, HurrayStatus code, int os_errno, const char *fmt,
                              ...) {
-  if (error != NULL) {
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(error->message, sizeof error->message, fmt, args);
-    va_end(args);
-    error->code = code;
-    error->os_errno = (int32_t)os_errno;
-  }
+  va_list args;
+  va_start(args, fmt);
+  set_error(error, code, os_errno, fmt, args);
+  va_end(args);
   return code;
 }
 

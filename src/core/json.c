@@ -220,6 +220,7 @@ static void emit_quant(Text *t, const HurrayQuant *q) {
   emit(t, "}");
 }
 
+/* long: the node's JSON fields in output order, one short block each, read top to bottom. */
 static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) {
   emit(t, "{");
   indent(t, level + 1);

@@ -352,13 +352,145 @@ static HurrayStatus check_scales(Walk *w, const char *path, const HurrayDescript
                     bytes, HURRAY_ERR_QUANT_SCALE_COUNT, description);
 }
 
+/* Per-tensor, per-channel and block affine: integer or narrow-float codes,
+ * then the scales (and zero points) their kind implies. */
+static HurrayStatus check_affine(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  const char *dtype_name = hurray_dtype_name(d->dtype);
+  uint64_t count = 0;
+  if (!dtype_is_integer(d->dtype) && !dtype_is_narrow_float(d->dtype)) {
+    return FAIL(HURRAY_ERR_QUANT_DTYPE,
+                "%sdtype: %s codes cannot carry affine quantization (integer or fp8/6/4 "
+                "needed)",
+                path, dtype_name);
+  }
+  if (q->kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
+    /* Decoders use the scale as binary32 (spec quantization §5): a
+     * float64 that is finite but rounds to Inf (1e39) or to 0 (1e-50)
+     * would decode every element as Inf, NaN or 0. */
+    float used = (float)q->scale;
+    if (!isfinite(q->scale) || q->scale == 0.0 || !isfinite(used) || used == 0.0f) {
+      return FAIL(HURRAY_ERR_QUANT_SCALE,
+                  "%squantization.scale: %g is not a finite non-zero number as float32 "
+                  "(the scale decoders use)",
+                  path, q->scale);
+    }
+    return check_zero_point(w, path, d, 1);
+  }
+  if (q->axis >= d->rank) {
+    return FAIL(HURRAY_ERR_QUANT_AXIS, "%squantization.axis: %u is not below the rank %u", path,
+                q->axis, d->rank);
+  }
+  if (q->kind == HURRAY_QUANT_BLOCK_AFFINE && q->block_size == 0) {
+    return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
+                path);
+  }
+  if (!dtype_is_scale(q->scale_dtype)) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                "%squantization.scale_dtype: %s is not float16, bfloat16, float32 or float64",
+                path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
+  }
+  if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
+    count = d->shape[q->axis];
+    HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per index along the axis"));
+  } else {
+    HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, q->block_size, &count));
+    HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per block along the axis"));
+  }
+  return check_zero_point(w, path, d, count);
+}
+
+static HurrayStatus check_nf4(Walk *w, const char *path, const HurrayDescriptor *d,
+                              uint64_t numel) {
+  const HurrayQuant *q = &d->quant;
+  const char *dtype_name = hurray_dtype_name(d->dtype);
+  if (d->dtype != HURRAY_DTYPE_UINT4) {
+    return FAIL(HURRAY_ERR_QUANT_DTYPE, "%sdtype: NF4 codes are uint4, not %s", path, dtype_name);
+  }
+  if (q->block_size == 0) {
+    return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
+                path);
+  }
+  if (!dtype_is_scale(q->scale_dtype)) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                "%squantization.absmax_dtype: %s is not float16, bfloat16, float32 or float64",
+                path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
+  }
+  return check_scales(w, path, d, hurray__ceil_div_u64(numel, q->block_size),
+                      "one absmax per block of the flattened tensor");
+}
+
+/* ggml-style blocks: uint8 block bytes along the last axis, scales inside. */
+static HurrayStatus check_block_coded(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  const char *dtype_name = hurray_dtype_name(d->dtype);
+  uint32_t elements = 0;
+  const char *format = NULL;
+  if (!hurray_block_format_info((uint32_t)q->block_format, &elements, NULL, &format)) {
+    return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d", path,
+                (int)q->block_format);
+  }
+  if (d->dtype != HURRAY_DTYPE_UINT8) {
+    return FAIL(HURRAY_ERR_QUANT_DTYPE,
+                "%sdtype: block-coded tensors are stored as uint8 block bytes, not %s", path,
+                dtype_name);
+  }
+  if (d->rank == 0 || q->axis != d->rank - 1) {
+    return FAIL(HURRAY_ERR_QUANT_AXIS,
+                "%squantization.axis: %u; %s blocks run along the last axis of a tensor of "
+                "rank 1 or more (rank %u)",
+                path, q->axis, format, d->rank);
+  }
+  if (q->block_size != elements || d->shape[q->axis] % elements != 0) {
+    return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
+                "%sshape[%u]: %llu is not a whole number of %s blocks of %u elements", path,
+                q->axis, (unsigned long long)d->shape[q->axis], format, elements);
+  }
+  if (q->scale_buffer != HURRAY_NO_BUFFER || q->zero_point_buffer != HURRAY_NO_BUFFER) {
+    return FAIL(HURRAY_ERR_QUANT_LAYOUT,
+                "%squantization: block-coded blocks carry their own scales; no scale or "
+                "zero-point buffer",
+                path);
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus check_mx(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  const char *dtype_name = hurray_dtype_name(d->dtype);
+  uint64_t count = 0;
+  if (!hurray__mx_element_known(q->mx_element)) {
+    return FAIL(HURRAY_ERR_QUANT_MX_ELEMENT, "%squantization.element: unknown MX element %d", path,
+                (int)q->mx_element);
+  }
+  if (d->dtype != hurray__mx_element_dtype(q->mx_element)) {
+    return FAIL(HURRAY_ERR_QUANT_DTYPE, "%sdtype: MX %s elements are stored as %s, not %s", path,
+                hurray__mx_element_name(q->mx_element),
+                hurray_dtype_name(hurray__mx_element_dtype(q->mx_element)), dtype_name);
+  }
+  if (q->block_size != HURRAY_MX_BLOCK_SIZE) {
+    return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
+                "%squantization.block_size: MX blocks are %u, not %llu", path,
+                HURRAY_MX_BLOCK_SIZE, (unsigned long long)q->block_size);
+  }
+  if (q->axis >= d->rank) {
+    return FAIL(HURRAY_ERR_QUANT_AXIS, "%squantization.axis: %u is not below the rank %u", path,
+                q->axis, d->rank);
+  }
+  if (q->scale_dtype != HURRAY_DTYPE_FLOAT8_E8M0FNU) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                "%squantization.scale_dtype: MX scales are float8_e8m0fnu", path);
+  }
+  HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, HURRAY_MX_BLOCK_SIZE, &count));
+  return check_scales(w, path, d, count, "one per 32 elements along the axis");
+}
+
 static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescriptor *d,
                                 uint64_t numel) {
   const HurrayQuant *q = &d->quant;
   if (q->kind == HURRAY_QUANT_NONE) {
     return HURRAY_OK;
   }
-  const char *dtype_name = hurray_dtype_name(d->dtype);
   bool buffered = q->kind != HURRAY_QUANT_PER_TENSOR_AFFINE;
   if (d->layout.kind == HURRAY_LAYOUT_COMPOSITE ||
       (buffered && d->layout.kind != HURRAY_LAYOUT_DENSE)) {
@@ -369,126 +501,14 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
                 : d->layout.kind == HURRAY_LAYOUT_SPARSE  ? "sparse"
                                                           : "paged");
   }
-  uint64_t count = 0;
   switch (q->kind) {
     case HURRAY_QUANT_NONE: return HURRAY_OK;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
-    case HURRAY_QUANT_BLOCK_AFFINE:
-      if (!dtype_is_integer(d->dtype) && !dtype_is_narrow_float(d->dtype)) {
-        return FAIL(HURRAY_ERR_QUANT_DTYPE,
-                    "%sdtype: %s codes cannot carry affine quantization (integer or fp8/6/4 "
-                    "needed)",
-                    path, dtype_name);
-      }
-      if (q->kind == HURRAY_QUANT_PER_TENSOR_AFFINE) {
-        /* Decoders use the scale as binary32 (spec quantization §5): a
-         * float64 that is finite but rounds to Inf (1e39) or to 0 (1e-50)
-         * would decode every element as Inf, NaN or 0. */
-        float used = (float)q->scale;
-        if (!isfinite(q->scale) || q->scale == 0.0 || !isfinite(used) || used == 0.0f) {
-          return FAIL(HURRAY_ERR_QUANT_SCALE,
-                      "%squantization.scale: %g is not a finite non-zero number as float32 "
-                      "(the scale decoders use)",
-                      path, q->scale);
-        }
-        return check_zero_point(w, path, d, 1);
-      }
-      if (q->axis >= d->rank) {
-        return FAIL(HURRAY_ERR_QUANT_AXIS, "%squantization.axis: %u is not below the rank %u",
-                    path, q->axis, d->rank);
-      }
-      if (q->kind == HURRAY_QUANT_BLOCK_AFFINE && q->block_size == 0) {
-        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
-                    path);
-      }
-      if (!dtype_is_scale(q->scale_dtype)) {
-        return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
-                    "%squantization.scale_dtype: %s is not float16, bfloat16, float32 or float64",
-                    path,
-                    hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
-      }
-      if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
-        count = d->shape[q->axis];
-        HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per index along the axis"));
-      } else {
-        HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, q->block_size, &count));
-        HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per block along the axis"));
-      }
-      return check_zero_point(w, path, d, count);
-    case HURRAY_QUANT_NF4:
-      if (d->dtype != HURRAY_DTYPE_UINT4) {
-        return FAIL(HURRAY_ERR_QUANT_DTYPE, "%sdtype: NF4 codes are uint4, not %s", path,
-                    dtype_name);
-      }
-      if (q->block_size == 0) {
-        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
-                    path);
-      }
-      if (!dtype_is_scale(q->scale_dtype)) {
-        return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
-                    "%squantization.absmax_dtype: %s is not float16, bfloat16, float32 or float64",
-                    path,
-                    hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
-      }
-      return check_scales(w, path, d, hurray__ceil_div_u64(numel, q->block_size),
-                          "one absmax per block of the flattened tensor");
-    case HURRAY_QUANT_BLOCK_CODED: {
-      uint32_t elements = 0;
-      const char *format = NULL;
-      if (!hurray_block_format_info((uint32_t)q->block_format, &elements, NULL, &format)) {
-        return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d", path,
-                    (int)q->block_format);
-      }
-      if (d->dtype != HURRAY_DTYPE_UINT8) {
-        return FAIL(HURRAY_ERR_QUANT_DTYPE,
-                    "%sdtype: block-coded tensors are stored as uint8 block bytes, not %s", path,
-                    dtype_name);
-      }
-      if (d->rank == 0 || q->axis != d->rank - 1) {
-        return FAIL(HURRAY_ERR_QUANT_AXIS,
-                    "%squantization.axis: %u; %s blocks run along the last axis of a tensor of "
-                    "rank 1 or more (rank %u)",
-                    path, q->axis, format, d->rank);
-      }
-      if (q->block_size != elements || d->shape[q->axis] % elements != 0) {
-        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
-                    "%sshape[%u]: %llu is not a whole number of %s blocks of %u elements", path,
-                    q->axis, (unsigned long long)d->shape[q->axis], format, elements);
-      }
-      if (q->scale_buffer != HURRAY_NO_BUFFER || q->zero_point_buffer != HURRAY_NO_BUFFER) {
-        return FAIL(HURRAY_ERR_QUANT_LAYOUT,
-                    "%squantization: block-coded blocks carry their own scales; no scale or "
-                    "zero-point buffer",
-                    path);
-      }
-      return HURRAY_OK;
-    }
-    case HURRAY_QUANT_MX:
-      if (!hurray__mx_element_known(q->mx_element)) {
-        return FAIL(HURRAY_ERR_QUANT_MX_ELEMENT, "%squantization.element: unknown MX element %d",
-                    path, (int)q->mx_element);
-      }
-      if (d->dtype != hurray__mx_element_dtype(q->mx_element)) {
-        return FAIL(HURRAY_ERR_QUANT_DTYPE, "%sdtype: MX %s elements are stored as %s, not %s",
-                    path, hurray__mx_element_name(q->mx_element),
-                    hurray_dtype_name(hurray__mx_element_dtype(q->mx_element)), dtype_name);
-      }
-      if (q->block_size != HURRAY_MX_BLOCK_SIZE) {
-        return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE,
-                    "%squantization.block_size: MX blocks are %u, not %llu", path,
-                    HURRAY_MX_BLOCK_SIZE, (unsigned long long)q->block_size);
-      }
-      if (q->axis >= d->rank) {
-        return FAIL(HURRAY_ERR_QUANT_AXIS, "%squantization.axis: %u is not below the rank %u",
-                    path, q->axis, d->rank);
-      }
-      if (q->scale_dtype != HURRAY_DTYPE_FLOAT8_E8M0FNU) {
-        return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
-                    "%squantization.scale_dtype: MX scales are float8_e8m0fnu", path);
-      }
-      HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, HURRAY_MX_BLOCK_SIZE, &count));
-      return check_scales(w, path, d, count, "one per 32 elements along the axis");
+    case HURRAY_QUANT_BLOCK_AFFINE: return check_affine(w, path, d);
+    case HURRAY_QUANT_NF4: return check_nf4(w, path, d, numel);
+    case HURRAY_QUANT_BLOCK_CODED: return check_block_coded(w, path, d);
+    case HURRAY_QUANT_MX: return check_mx(w, path, d);
   }
   return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization: unknown kind %d", path, (int)q->kind);
 }

@@ -1128,6 +1128,7 @@ static void put_le(HurrayStr *o, uint64_t v, unsigned n) {
   hurray__str_add(o, b, n);
 }
 
+/* long: the GGUF file front to back: tensor order, header, pairs, infos, then data. */
 static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
   /* Tensor order: gguf.__tensors__ where it names them, then as added. */
   const HurrayMeta *names = hurray__meta_find(&t->metadata, "gguf.__tensors__");
@@ -1262,6 +1263,7 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
   return hurray__convert_file_sys(src, dst, options, NULL, error);
 }
 
+/* long: the conversion in order: check the source, refuse early, open, copy, then publish. */
 HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
                                       const HurrayConvertOptions *options, const HurraySys *sys,
                                       HurrayError *error) {

@@ -288,6 +288,7 @@ static HurrayStatus array_json(Cur *c, unsigned depth, HurrayStr *out, HurrayStr
                                : HURRAY_OK;
 }
 
+/* long: a key, then its value by GGUF type (array, string, scalar), as the file has them. */
 static HurrayStatus read_kv(Cur *c, HurrayGGUFFile *f, HurrayStr *types, uint64_t index) {
   const uint8_t *key = NULL;
   uint64_t key_len = 0, t = 0;
@@ -390,17 +391,17 @@ static int by_name(const void *a, const void *b) {
                 ((const HurrayGGUFTensor *const *)b)[0]->name);
 }
 
-HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFile *out,
-                                HurrayError *error) {
-  memset(out, 0, sizeof *out);
-  out->alignment = HURRAY_GGUF_DEFAULT_ALIGNMENT;
-  Cur c = {data, 0, size, error};
-  uint64_t magic = 0, version = 0, n_tensors = 0, n_kv = 0;
-  HURRAY_RETURN_NOT_OK(rd(&c, &magic, 4, "the header"));
+/* The fixed header: magic, version and the two counts, each count checked
+ * against what the rest of the file could hold. */
+static HurrayStatus read_header(Cur *c, HurrayGGUFFile *out, uint64_t *n_tensors, uint64_t *n_kv) {
+  HurrayError *error = c->error;
+  uint64_t size = c->size;
+  uint64_t magic = 0, version = 0;
+  HURRAY_RETURN_NOT_OK(rd(c, &magic, 4, "the header"));
   if (magic != 0x46554747u) { /* "GGUF" */
     return hurray__fail(error, HURRAY_ERR_BAD_MAGIC, "not a GGUF file (no GGUF magic)");
   }
-  HURRAY_RETURN_NOT_OK(rd(&c, &version, 4, "the header"));
+  HURRAY_RETURN_NOT_OK(rd(c, &version, 4, "the header"));
   if (version != 2 && version != 3) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "GGUF version %llu%s; hurray reads little-endian versions 2 and 3",
@@ -408,125 +409,130 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
                         (version & 0xFFFF) == 0 ? " (a big-endian file?)" : "");
   }
   out->version = (uint32_t)version;
-  HURRAY_RETURN_NOT_OK(rd(&c, &n_tensors, 8, "the header"));
-  HURRAY_RETURN_NOT_OK(rd(&c, &n_kv, 8, "the header"));
+  HURRAY_RETURN_NOT_OK(rd(c, n_tensors, 8, "the header"));
+  HURRAY_RETURN_NOT_OK(rd(c, n_kv, 8, "the header"));
   /* A pair takes at least 13 bytes (key length, type, one byte), a tensor
    * info at least 24: a count the rest of the file cannot hold is a lie. */
-  if (n_kv > HURRAY_GGUF_MAX_KV || n_kv > (size - c.at) / 13) {
-    return hurray__fail(error, n_kv > HURRAY_GGUF_MAX_KV ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
+  if (*n_kv > HURRAY_GGUF_MAX_KV || *n_kv > (size - c->at) / 13) {
+    return hurray__fail(error,
+                        *n_kv > HURRAY_GGUF_MAX_KV ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
                         "GGUF header claims %llu key-value pairs (at most %u, and the file "
                         "holds %llu bytes)",
-                        (unsigned long long)n_kv, HURRAY_GGUF_MAX_KV, (unsigned long long)size);
+                        (unsigned long long)*n_kv, HURRAY_GGUF_MAX_KV, (unsigned long long)size);
   }
-  if (n_tensors > HURRAY_GGUF_MAX_TENSORS || n_tensors > (size - c.at) / 24) {
+  if (*n_tensors > HURRAY_GGUF_MAX_TENSORS || *n_tensors > (size - c->at) / 24) {
     return hurray__fail(
-        error, n_tensors > HURRAY_GGUF_MAX_TENSORS ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
+        error, *n_tensors > HURRAY_GGUF_MAX_TENSORS ? HURRAY_ERR_LIMIT : HURRAY_ERR_TRUNCATED,
         "GGUF header claims %llu tensors (at most %u, and the file holds %llu "
         "bytes)",
-        (unsigned long long)n_tensors, HURRAY_GGUF_MAX_TENSORS, (unsigned long long)size);
+        (unsigned long long)*n_tensors, HURRAY_GGUF_MAX_TENSORS, (unsigned long long)size);
   }
+  return HURRAY_OK;
+}
+
+/* The key-value pairs, and the JSON object of their types kept as
+ * "gguf.__types__". */
+static HurrayStatus read_pairs(Cur *c, HurrayGGUFFile *out, uint64_t n_kv) {
   HurrayStr types = {0};
   hurray__str_addc(&types, '{');
   HurrayStatus s = HURRAY_OK;
-  for (uint64_t i = 0; s == HURRAY_OK && i < n_kv; i++) s = read_kv(&c, out, &types, i);
+  for (uint64_t i = 0; s == HURRAY_OK && i < n_kv; i++) s = read_kv(c, out, &types, i);
   hurray__str_addc(&types, '}');
-  if (s == HURRAY_OK && types.oom) s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  if (s == HURRAY_OK && types.oom) {
+    s = hurray__fail(c->error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   if (s == HURRAY_OK) {
     s = hurray__meta_set(&out->metadata, "gguf.__types__", HURRAY_METADATA_STRING, types.p,
-                         types.len, error);
+                         types.len, c->error);
   }
   hurray__str_free(&types);
-  if (s != HURRAY_OK) goto fail;
+  return s;
+}
 
-  out->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *out->tensors);
-  if (out->tensors == NULL) {
-    s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    goto fail;
+/* Tensor info `i` into the next slot of out->tensors; out->count counts it
+ * as soon as it owns a name, so that hurray__gguf_free frees it. */
+static HurrayStatus read_tensor_info(Cur *c, HurrayGGUFFile *out, uint64_t i) {
+  HurrayError *error = c->error;
+  HurrayGGUFTensor *t = &out->tensors[out->count];
+  const uint8_t *name = NULL;
+  uint64_t name_len = 0, n_dims = 0, type = 0;
+  HURRAY_RETURN_NOT_OK(rd_str(c, &name, &name_len, "a tensor name"));
+  if (name_len == 0 || name_len > HURRAY_MAX_TENSOR_NAME_BYTES ||
+      !hurray__utf8_valid((const char *)name, (size_t)name_len) ||
+      memchr(name, 0, (size_t)name_len) != NULL) {
+    return hurray__fail(error, HURRAY_ERR_MALFORMED,
+                        "GGUF tensor %llu: name empty, longer than %u bytes, or not UTF-8",
+                        (unsigned long long)i, HURRAY_MAX_TENSOR_NAME_BYTES);
   }
-  for (uint64_t i = 0; i < n_tensors; i++) {
-    HurrayGGUFTensor *t = &out->tensors[i];
-    const uint8_t *name = NULL;
-    uint64_t name_len = 0, n_dims = 0, type = 0;
-    if ((s = rd_str(&c, &name, &name_len, "a tensor name")) != HURRAY_OK) goto fail;
-    if (name_len == 0 || name_len > HURRAY_MAX_TENSOR_NAME_BYTES ||
-        !hurray__utf8_valid((const char *)name, (size_t)name_len) ||
-        memchr(name, 0, (size_t)name_len) != NULL) {
-      s = hurray__fail(error, HURRAY_ERR_MALFORMED,
-                       "GGUF tensor %llu: name empty, longer than %u bytes, or not UTF-8",
-                       (unsigned long long)i, HURRAY_MAX_TENSOR_NAME_BYTES);
-      goto fail;
-    }
-    t->name = strndup((const char *)name, (size_t)name_len);
-    if (t->name == NULL) {
-      s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-      goto fail;
-    }
-    out->count++;
-    if ((s = rd(&c, &n_dims, 4, "a tensor info")) != HURRAY_OK) goto fail;
-    if (n_dims > HURRAY_GGUF_MAX_DIMS) {
-      s = hurray__fail(error, HURRAY_ERR_LIMIT,
-                       "GGUF tensor %.200s has %llu dimensions (at most %u)", t->name,
-                       (unsigned long long)n_dims, HURRAY_GGUF_MAX_DIMS);
-      goto fail;
-    }
-    t->n_dims = (uint32_t)n_dims;
-    uint64_t numel = 1;
-    for (uint32_t d = 0; d < t->n_dims; d++) {
-      if ((s = rd(&c, &t->dims[d], 8, "a tensor info")) != HURRAY_OK) goto fail;
-      if (t->dims[d] > (uint64_t)INT64_MAX || !hurray__mul_u64(numel, t->dims[d], &numel) ||
-          numel > (uint64_t)INT64_MAX) {
-        s = hurray__fail(error, HURRAY_ERR_OVERFLOW, "GGUF tensor %.200s: its dims overflow",
-                         t->name);
-        goto fail;
-      }
-    }
-    if ((s = rd(&c, &type, 4, "a tensor info")) != HURRAY_OK) goto fail;
-    if ((s = rd(&c, &t->offset, 8, "a tensor info")) != HURRAY_OK) goto fail;
-    if (type >= GG_TYPE_COUNT || gg_types[type].name == NULL) {
-      s = hurray__fail(error, HURRAY_ERR_MALFORMED, "GGUF tensor %.200s has unknown type %llu",
-                       t->name, (unsigned long long)type);
-      goto fail;
-    }
-    t->type = (uint32_t)type;
-    const GGType *gt = &gg_types[type];
-    uint64_t d0 = t->n_dims ? t->dims[0] : 1;
-    if (d0 % gt->block != 0) {
-      s = hurray__fail(error, HURRAY_ERR_MALFORMED,
-                       "GGUF tensor %.200s (%s): first dim %llu is not a multiple of its block "
-                       "size %u",
-                       t->name, gt->name, (unsigned long long)d0, gt->block);
-      goto fail;
-    }
-    if (!hurray__mul_u64(numel / gt->block, gt->size, &t->nbytes)) {
-      s = hurray__fail(error, HURRAY_ERR_OVERFLOW, "GGUF tensor %.200s: byte size overflows",
-                       t->name);
-      goto fail;
+  t->name = strndup((const char *)name, (size_t)name_len);
+  if (t->name == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  out->count++;
+  HURRAY_RETURN_NOT_OK(rd(c, &n_dims, 4, "a tensor info"));
+  if (n_dims > HURRAY_GGUF_MAX_DIMS) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "GGUF tensor %.200s has %llu dimensions (at most %u)", t->name,
+                        (unsigned long long)n_dims, HURRAY_GGUF_MAX_DIMS);
+  }
+  t->n_dims = (uint32_t)n_dims;
+  uint64_t numel = 1;
+  for (uint32_t d = 0; d < t->n_dims; d++) {
+    HURRAY_RETURN_NOT_OK(rd(c, &t->dims[d], 8, "a tensor info"));
+    if (t->dims[d] > (uint64_t)INT64_MAX || !hurray__mul_u64(numel, t->dims[d], &numel) ||
+        numel > (uint64_t)INT64_MAX) {
+      return hurray__fail(error, HURRAY_ERR_OVERFLOW, "GGUF tensor %.200s: its dims overflow",
+                          t->name);
     }
   }
-  /* Unique names: sort pointers. */
-  if (out->count > 1) {
-    const HurrayGGUFTensor **order = malloc(out->count * sizeof *order);
-    if (order == NULL) {
-      s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-      goto fail;
-    }
-    for (size_t i = 0; i < out->count; i++) order[i] = &out->tensors[i];
-    qsort(order, out->count, sizeof *order, by_name);
-    for (size_t i = 1; i < out->count; i++) {
-      if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
-        s = hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "GGUF tensor %.200s appears twice",
-                         order[i]->name);
-        break;
-      }
-    }
-    free(order);
-    if (s != HURRAY_OK) goto fail;
+  HURRAY_RETURN_NOT_OK(rd(c, &type, 4, "a tensor info"));
+  HURRAY_RETURN_NOT_OK(rd(c, &t->offset, 8, "a tensor info"));
+  if (type >= GG_TYPE_COUNT || gg_types[type].name == NULL) {
+    return hurray__fail(error, HURRAY_ERR_MALFORMED, "GGUF tensor %.200s has unknown type %llu",
+                        t->name, (unsigned long long)type);
   }
+  t->type = (uint32_t)type;
+  const GGType *gt = &gg_types[type];
+  uint64_t d0 = t->n_dims ? t->dims[0] : 1;
+  if (d0 % gt->block != 0) {
+    return hurray__fail(error, HURRAY_ERR_MALFORMED,
+                        "GGUF tensor %.200s (%s): first dim %llu is not a multiple of its "
+                        "block size %u",
+                        t->name, gt->name, (unsigned long long)d0, gt->block);
+  }
+  if (!hurray__mul_u64(numel / gt->block, gt->size, &t->nbytes)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "GGUF tensor %.200s: byte size overflows",
+                        t->name);
+  }
+  return HURRAY_OK;
+}
+
+/* Unique names: sort pointers. */
+static HurrayStatus check_unique_names(const HurrayGGUFFile *out, HurrayError *error) {
+  if (out->count < 2) return HURRAY_OK;
+  const HurrayGGUFTensor **order = malloc(out->count * sizeof *order);
+  if (order == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  for (size_t i = 0; i < out->count; i++) order[i] = &out->tensors[i];
+  qsort(order, out->count, sizeof *order, by_name);
+  HurrayStatus s = HURRAY_OK;
+  for (size_t i = 1; i < out->count; i++) {
+    if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
+      s = hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "GGUF tensor %.200s appears twice",
+                       order[i]->name);
+      break;
+    }
+  }
+  free(order);
+  return s;
+}
+
+/* The data section starts at the first aligned offset after the infos
+ * (`infos_end`); each tensor must sit where the one before it, aligned,
+ * ends, and all must end inside the file. */
+static HurrayStatus place_data(HurrayGGUFFile *out, uint64_t infos_end, uint64_t size,
+                               HurrayError *error) {
   uint64_t a = out->alignment;
-  uint64_t start = hurray__ceil_div_u64(c.at, a) * a;
+  uint64_t start = hurray__ceil_div_u64(infos_end, a) * a;
   if (start > size) {
-    s = hurray__fail(error, HURRAY_ERR_TRUNCATED, "GGUF file ends before its data section");
-    goto fail;
+    return hurray__fail(error, HURRAY_ERR_TRUNCATED, "GGUF file ends before its data section");
   }
   out->data_start = start;
   uint64_t at = 0;
@@ -536,44 +542,65 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
       /* Usually the tensor before holds a byte count its type and dims do
        * not give: name it, and the size its type implies. */
       const HurrayGGUFTensor *prev = i ? &out->tensors[i - 1] : NULL;
-      s = hurray__fail(error, HURRAY_ERR_RANGE,
-                       "GGUF tensor %.200s at data offset %llu, where the layout puts it at "
-                       "%llu%s%.200s%s%s%s%llu%s",
-                       t->name, (unsigned long long)t->offset, (unsigned long long)at,
-                       prev ? ": the tensor before it, " : "", prev ? prev->name : "",
-                       prev ? ", is " : "", prev ? gg_types[prev->type].name : "",
-                       prev ? " and its dims make it " : "",
-                       prev ? (unsigned long long)prev->nbytes : 0ull,
-                       prev ? " bytes; its data does not have that size" : "");
-      goto fail;
+      return hurray__fail(error, HURRAY_ERR_RANGE,
+                          "GGUF tensor %.200s at data offset %llu, where the layout puts it at "
+                          "%llu%s%.200s%s%s%s%llu%s",
+                          t->name, (unsigned long long)t->offset, (unsigned long long)at,
+                          prev ? ": the tensor before it, " : "", prev ? prev->name : "",
+                          prev ? ", is " : "", prev ? gg_types[prev->type].name : "",
+                          prev ? " and its dims make it " : "",
+                          prev ? (unsigned long long)prev->nbytes : 0ull,
+                          prev ? " bytes; its data does not have that size" : "");
     }
     uint64_t end;
     if (!hurray__add_u64(at, t->nbytes, &end) || end > size - start) {
-      s = hurray__fail(error, HURRAY_ERR_TRUNCATED,
-                       "GGUF tensor %.200s (%s: its dims make it %llu bytes, at data offset "
-                       "%llu) reaches past the end of the file",
-                       t->name, gg_types[t->type].name, (unsigned long long)t->nbytes,
-                       (unsigned long long)at);
-      goto fail;
+      return hurray__fail(error, HURRAY_ERR_TRUNCATED,
+                          "GGUF tensor %.200s (%s: its dims make it %llu bytes, at data offset "
+                          "%llu) reaches past the end of the file",
+                          t->name, gg_types[t->type].name, (unsigned long long)t->nbytes,
+                          (unsigned long long)at);
     }
     at = end % a ? end + (a - end % a) : end; /* end <= size: no overflow */
   }
-  {
-    HurrayStr names = {0};
-    hurray__str_addc(&names, '[');
-    for (size_t i = 0; i < out->count; i++) {
-      if (i) hurray__str_add(&names, ", ", 2);
-      hurray__str_json_string(&names, (const uint8_t *)out->tensors[i].name,
-                              strlen(out->tensors[i].name));
-    }
-    hurray__str_addc(&names, ']');
-    s = names.oom ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
-                  : hurray__meta_set(&out->metadata, "gguf.__tensors__", HURRAY_METADATA_STRING,
-                                     names.p, names.len, error);
-    hurray__str_free(&names);
-    if (s != HURRAY_OK) goto fail;
-  }
   return HURRAY_OK;
+}
+
+/* The tensor names in file order, as the JSON array "gguf.__tensors__". */
+static HurrayStatus record_names(HurrayGGUFFile *out, HurrayError *error) {
+  HurrayStr names = {0};
+  hurray__str_addc(&names, '[');
+  for (size_t i = 0; i < out->count; i++) {
+    if (i) hurray__str_add(&names, ", ", 2);
+    hurray__str_json_string(&names, (const uint8_t *)out->tensors[i].name,
+                            strlen(out->tensors[i].name));
+  }
+  hurray__str_addc(&names, ']');
+  HurrayStatus s = names.oom ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                             : hurray__meta_set(&out->metadata, "gguf.__tensors__",
+                                                HURRAY_METADATA_STRING, names.p, names.len, error);
+  hurray__str_free(&names);
+  return s;
+}
+
+HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFile *out,
+                                HurrayError *error) {
+  memset(out, 0, sizeof *out);
+  out->alignment = HURRAY_GGUF_DEFAULT_ALIGNMENT;
+  Cur c = {data, 0, size, error};
+  uint64_t n_tensors = 0, n_kv = 0;
+  HURRAY_RETURN_NOT_OK(read_header(&c, out, &n_tensors, &n_kv));
+  HurrayStatus s = read_pairs(&c, out, n_kv);
+  if (s != HURRAY_OK) goto fail;
+  out->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *out->tensors);
+  if (out->tensors == NULL) {
+    s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  for (uint64_t i = 0; s == HURRAY_OK && i < n_tensors; i++) s = read_tensor_info(&c, out, i);
+  if (s == HURRAY_OK) s = check_unique_names(out, error);
+  if (s == HURRAY_OK) s = place_data(out, c.at, size, error);
+  if (s == HURRAY_OK) s = record_names(out, error);
+  if (s == HURRAY_OK) return HURRAY_OK;
 fail:
   hurray__gguf_free(out);
   return s;
@@ -799,6 +826,7 @@ static const char *guess_type(const HurrayMeta *m) {
   }
 }
 
+/* long: orders the pairs, then writes them: three scratch arrays, freed in one place. */
 HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
                                     uint64_t *count_out, uint64_t *alignment_out,
                                     HurrayError *error) {

@@ -211,6 +211,40 @@ static HurrayStatus take_name(Cursor *c, char **arena, uint32_t limit, const cha
   return HURRAY_OK;
 }
 
+/* No two buffers of the index (`total_buffers` in all) may share a byte. */
+static HurrayStatus check_no_overlap(const HurrayReader *r, size_t total_buffers,
+                                     HurrayError *error) {
+  /* The range table is bounded by the index size (24 index bytes per
+   * buffer). */
+  Range *ranges = malloc((total_buffers ? total_buffers : 1) * sizeof *ranges);
+  if (ranges == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  size_t n = 0;
+  for (size_t i = 0; i < r->tensor_count; i++) {
+    const TensorEntry *t = &r->tensors[i];
+    for (uint32_t k = 0; k < t->buffer_count; k++) {
+      uint64_t length = buffer_field(t, k, 1);
+      if (length > 0) {
+        ranges[n].start = buffer_field(t, k, 0);
+        ranges[n].end = ranges[n].start + length;
+        ranges[n].tensor = i;
+        n++;
+      }
+    }
+  }
+  qsort(ranges, n, sizeof *ranges, compare_ranges);
+  HurrayStatus status = HURRAY_OK;
+  for (size_t i = 1; i < n; i++) {
+    if (ranges[i].start < ranges[i - 1].end) {
+      status = CORRUPT(HURRAY_ERR_OVERLAP, "index: buffers of \"%s\" and \"%s\" overlap at %llu",
+                       r->tensors[ranges[i - 1].tensor].name, r->tensors[ranges[i].tensor].name,
+                       (unsigned long long)ranges[i].start);
+      break;
+    }
+  }
+  free(ranges);
+  return status;
+}
+
 static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, HurrayError *error) {
   size_t total_buffers = 0;
   for (size_t i = 0; i < r->tensor_count; i++) {
@@ -270,35 +304,7 @@ static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, Hurr
     }
     total_buffers += t->buffer_count;
   }
-  /* No two buffers may share a byte. The range table is bounded by the
-   * index size (24 index bytes per buffer). */
-  Range *ranges = malloc((total_buffers ? total_buffers : 1) * sizeof *ranges);
-  if (ranges == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-  size_t n = 0;
-  for (size_t i = 0; i < r->tensor_count; i++) {
-    const TensorEntry *t = &r->tensors[i];
-    for (uint32_t k = 0; k < t->buffer_count; k++) {
-      uint64_t length = buffer_field(t, k, 1);
-      if (length > 0) {
-        ranges[n].start = buffer_field(t, k, 0);
-        ranges[n].end = ranges[n].start + length;
-        ranges[n].tensor = i;
-        n++;
-      }
-    }
-  }
-  qsort(ranges, n, sizeof *ranges, compare_ranges);
-  HurrayStatus status = HURRAY_OK;
-  for (size_t i = 1; i < n; i++) {
-    if (ranges[i].start < ranges[i - 1].end) {
-      status = CORRUPT(HURRAY_ERR_OVERLAP, "index: buffers of \"%s\" and \"%s\" overlap at %llu",
-                       r->tensors[ranges[i - 1].tensor].name, r->tensors[ranges[i].tensor].name,
-                       (unsigned long long)ranges[i].start);
-      break;
-    }
-  }
-  free(ranges);
-  return status;
+  return check_no_overlap(r, total_buffers, error);
 }
 
 static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, HurrayError *error) {

@@ -263,12 +263,10 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
   return HURRAY_OK;
 }
 
-HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
-                                     HurrayError *error) {
-  if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
-  }
-  *out = NULL;
+/* A writer on `path`'s temporary file (target, folder and base name set,
+ * temporary open), through `sys`; nothing is left behind on failure. */
+static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                HurrayError *error) {
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
   w->sys = sys;
@@ -281,6 +279,18 @@ HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, Hur
     hurray_writer_abort(w);
     return status;
   }
+  *out = w;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
+                                     HurrayError *error) {
+  if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+  }
+  *out = NULL;
+  HurrayWriter *w = NULL;
+  HURRAY_RETURN_NOT_OK(open_target(path, sys, &w, error));
   return finish_open(w, out, error);
 }
 
@@ -401,18 +411,11 @@ static void tensor_record_free(TensorRecord *t) {
   free(t->buffers);
 }
 
-HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
-                                        const HurrayDescriptor *d, const HurrayBufferList *buffers,
-                                        HurrayError *error) {
-  if (w == NULL || d == NULL || buffers == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "writer, descriptor and buffers are required");
-  }
-  if (w->failed) {
-    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
-  }
-  HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
-  size_t name_len = strlen(name);
+/* Whether tensor `name` can join the file: room for it, a name not yet
+ * used, host memory, READY buffers, and buffers that match its descriptor. */
+static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_len,
+                                 const HurrayDescriptor *d, const HurrayBufferList *buffers,
+                                 HurrayError *error) {
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
@@ -437,7 +440,22 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
                           name, i);
     }
   }
-  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
+  return hurray_validate_buffer_placement(d, buffers, error);
+}
+
+HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
+                                        const HurrayDescriptor *d, const HurrayBufferList *buffers,
+                                        HurrayError *error) {
+  if (w == NULL || d == NULL || buffers == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "writer, descriptor and buffers are required");
+  }
+  if (w->failed) {
+    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
+  }
+  HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
+  size_t name_len = strlen(name);
+  HURRAY_RETURN_NOT_OK(check_tensor(w, name, name_len, d, buffers, error));
 
   TensorRecord t = {0};
   HurrayDescriptor *stored = NULL;
@@ -850,20 +868,7 @@ HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
   *out = NULL;
-  HurrayWriter *w = NULL;
-  HURRAY_RETURN_NOT_OK(writer_new(SINK_PATH, &w, error));
-  w->sys = sys;
-  w->target = strdup(path);
-  HurrayStatus status = w->target == NULL
-                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
-                            : split_target(w, error);
-  if (status == HURRAY_OK) status = open_temp(w, error);
-  if (status != HURRAY_OK) {
-    hurray_writer_abort(w);
-    return status;
-  }
-  *out = w;
-  return HURRAY_OK;
+  return open_target(path, sys, out, error);
 }
 
 HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,

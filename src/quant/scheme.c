@@ -93,6 +93,46 @@ static HurrayStatus bad_option(HurrayError *error, const char *scheme, const cha
   return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "%s: %s", scheme, what);
 }
 
+/* The affine schemes' code range, symmetry, zero point and scale dtype. */
+static HurrayStatus resolve_affine(const HurrayQuantizeOptions *o, const char *name,
+                                   HurrayResolvedScheme *r, HurrayError *error) {
+  switch (o->code_dtype) {
+    case HURRAY_DTYPE_INT8:
+      r->qmin = -128;
+      r->qmax = 127;
+      break;
+    case HURRAY_DTYPE_UINT8:
+      r->qmin = 0;
+      r->qmax = 255;
+      break;
+    case HURRAY_DTYPE_INT4:
+      r->qmin = -8;
+      r->qmax = 7;
+      break;
+    case HURRAY_DTYPE_UINT4:
+      r->qmin = 0;
+      r->qmax = 15;
+      break;
+    default: return bad_option(error, name, "codes must be int8, uint8, int4 or uint4");
+  }
+  bool is_signed = r->qmin < 0;
+  r->symmetric = o->symmetric < 0 ? is_signed : o->symmetric != 0;
+  r->levels = (r->qmax - r->qmin) / 2; /* 127 or 7 */
+  r->zp_symmetric = is_signed ? 0 : r->levels + 1;
+  if (o->scheme == HURRAY_SCHEME_AFFINE) {
+    if (o->scale_dtype != HURRAY_DTYPE_FLOAT64 && o->scale_dtype != HURRAY_DTYPE_FLOAT32) {
+      return bad_option(error, name, "the per-tensor scale is stored inline (float32 value)");
+    }
+    r->scale_dtype = HURRAY_DTYPE_FLOAT32;
+  } else if (o->scale_dtype != HURRAY_DTYPE_FLOAT32 && o->scale_dtype != HURRAY_DTYPE_FLOAT16 &&
+             o->scale_dtype != HURRAY_DTYPE_BFLOAT16) {
+    return bad_option(error, name, "scales must be float32, float16 or bfloat16");
+  }
+  if (o->scheme == HURRAY_SCHEME_BLOCK_AFFINE) r->block = o->block_size;
+  if (o->scheme == HURRAY_SCHEME_PER_CHANNEL) r->block = 0;
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t rank,
                                     HurrayResolvedScheme *r, HurrayError *error) {
   *r = (HurrayResolvedScheme){0};
@@ -157,40 +197,7 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
   }
 
   if (is_affine(o->scheme)) {
-    switch (o->code_dtype) {
-      case HURRAY_DTYPE_INT8:
-        r->qmin = -128;
-        r->qmax = 127;
-        break;
-      case HURRAY_DTYPE_UINT8:
-        r->qmin = 0;
-        r->qmax = 255;
-        break;
-      case HURRAY_DTYPE_INT4:
-        r->qmin = -8;
-        r->qmax = 7;
-        break;
-      case HURRAY_DTYPE_UINT4:
-        r->qmin = 0;
-        r->qmax = 15;
-        break;
-      default: return bad_option(error, name, "codes must be int8, uint8, int4 or uint4");
-    }
-    bool is_signed = r->qmin < 0;
-    r->symmetric = o->symmetric < 0 ? is_signed : o->symmetric != 0;
-    r->levels = (r->qmax - r->qmin) / 2; /* 127 or 7 */
-    r->zp_symmetric = is_signed ? 0 : r->levels + 1;
-    if (o->scheme == HURRAY_SCHEME_AFFINE) {
-      if (o->scale_dtype != HURRAY_DTYPE_FLOAT64 && o->scale_dtype != HURRAY_DTYPE_FLOAT32) {
-        return bad_option(error, name, "the per-tensor scale is stored inline (float32 value)");
-      }
-      r->scale_dtype = HURRAY_DTYPE_FLOAT32;
-    } else if (o->scale_dtype != HURRAY_DTYPE_FLOAT32 && o->scale_dtype != HURRAY_DTYPE_FLOAT16 &&
-               o->scale_dtype != HURRAY_DTYPE_BFLOAT16) {
-      return bad_option(error, name, "scales must be float32, float16 or bfloat16");
-    }
-    if (o->scheme == HURRAY_SCHEME_BLOCK_AFFINE) r->block = o->block_size;
-    if (o->scheme == HURRAY_SCHEME_PER_CHANNEL) r->block = 0;
+    HURRAY_RETURN_NOT_OK(resolve_affine(o, name, r, error));
   } else if (ggml) {
     r->qmin = o->scheme == HURRAY_SCHEME_Q8_0 ? -128 : 0;
     r->qmax = o->scheme == HURRAY_SCHEME_Q8_0 ? 127 : 15;

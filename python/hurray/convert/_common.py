@@ -8,6 +8,7 @@ import stat
 
 import numpy as np
 
+from .. import _dtypes
 from .._descriptor import Dense, Descriptor
 from .._tensor import Tensor, from_numpy
 
@@ -105,19 +106,4 @@ def _regular_file(path: str, what: str = "") -> None:
         raise ConversionError(f"{what}{path} is not a regular file")
 
 
-_NUMPY_NATIVE = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-)
+_NUMPY_NATIVE = _dtypes.NUMPY_NATIVE

@@ -40,22 +40,25 @@ from ._source import _Source
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
 
+# File name ending -> format, for sources and targets alike (no ending is
+# the end of another, so the order does not matter).
+_KINDS = (
+    (".hurray", "hurray"),
+    (".safetensors", "safetensors"),
+    (".gguf", "gguf"),
+    (".npz", "npz"),
+    (".npy", "npy"),
+    (".pt", "torch"),
+    (".pth", "torch"),
+    (".bin", "torch"),
+)
+
 
 def _source_kind(path: str) -> str:
     low = path.lower()
     if os.path.isdir(path):
         return "dir"
-    for suffix, kind in (
-        (".safetensors.index.json", "safetensors-index"),
-        (".safetensors", "safetensors"),
-        (".gguf", "gguf"),
-        (".npz", "npz"),
-        (".npy", "npy"),
-        (".pt", "torch"),
-        (".pth", "torch"),
-        (".bin", "torch"),
-        (".hurray", "hurray"),
-    ):
+    for suffix, kind in ((".safetensors.index.json", "safetensors-index"),) + _KINDS:
         if low.endswith(suffix):
             return kind
     raise ConversionError(
@@ -101,16 +104,7 @@ def _open_source(path: str, verify: bool = True) -> _Source:
 
 def _target_kind(path: str) -> str:
     low = path.lower()
-    for suffix, kind in (
-        (".hurray", "hurray"),
-        (".safetensors", "safetensors"),
-        (".gguf", "gguf"),
-        (".npz", "npz"),
-        (".npy", "npy"),
-        (".pt", "torch"),
-        (".pth", "torch"),
-        (".bin", "torch"),
-    ):
+    for suffix, kind in _KINDS:
         if low.endswith(suffix):
             return kind
     raise UsageError(

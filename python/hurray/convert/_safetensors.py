@@ -45,6 +45,51 @@ class _SafetensorsSource(_Source):
         weight_map: Optional[Mapping[str, str]] = None,
         index_metadata: Any = None,
     ):
+        meta = self._open_shards(files, weight_map)
+        # --keep-scales exports: reassemble <name>, <name>.scales, <name>.zero_points
+        self._quant: Dict[str, Descriptor] = {}
+        self._src_dtypes: Dict[str, str] = {}
+        self._meta: Dict[str, Any] = {}
+        for k, v in meta.items():
+            if k.startswith("hurray.") and k.endswith(".quantization"):
+                name = k[len("hurray.") : -len(".quantization")]
+                try:
+                    self._quant[name] = Descriptor.from_dict(json.loads(v))
+                except (ValueError, KeyError, TypeError, HurrayError) as exc:
+                    raise ConversionError(
+                        f"metadata {k!r} is not a valid hurray descriptor: {_first_line(exc)}"
+                    ) from None
+            elif k.startswith("hurray.") and k.endswith(".dtype"):
+                self._src_dtypes[k[len("hurray.") : -len(".dtype")]] = v
+            else:
+                self._meta["safetensors." + k] = v
+        if self._src_dtypes:
+            self._meta[SOURCE_DTYPES_KEY] = json.dumps(self._src_dtypes)
+        if index_metadata is not None:
+            self._meta[SAFETENSORS_INDEX_KEY] = json.dumps(index_metadata)
+        hidden: Dict[str, str] = {}  # part -> the quantized tensor it belongs to
+        for name, d in self._quant.items():
+            for b in d.buffers:
+                part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
+                if part not in self._where:
+                    raise ConversionError(
+                        f"tensor {name!r} is described as quantized in the "
+                        f"metadata, but {part!r} is missing"
+                    )
+                if part != name:
+                    if part in self._quant or part in hidden:
+                        other = hidden.get(part, part)
+                        raise ConversionError(
+                            f"safetensors tensor {part!r} is claimed both by quantized tensor "
+                            f"{name!r} and by {other!r} (hurray.*.quantization metadata)"
+                        )
+                    hidden[part] = name
+        self._names = sorted(k for k in self._where if k not in hidden)
+
+    def _open_shards(self, files, weight_map) -> Dict[str, str]:
+        """Open each shard into self._sources and map each tensor to its
+        (shard, index) in self._where; the shards' merged metadata, without
+        its "safetensors." prefix."""
         from .. import _formats
 
         self._sources = []
@@ -90,45 +135,7 @@ class _SafetensorsSource(_Source):
                     f"the index maps {missing[0]!r} to {weight_map[missing[0]]}, which does not "
                     f"hold it ({len(missing)} tensors missing)"
                 )
-        # --keep-scales exports: reassemble <name>, <name>.scales, <name>.zero_points
-        self._quant: Dict[str, Descriptor] = {}
-        self._src_dtypes: Dict[str, str] = {}
-        self._meta: Dict[str, Any] = {}
-        for k, v in meta.items():
-            if k.startswith("hurray.") and k.endswith(".quantization"):
-                name = k[len("hurray.") : -len(".quantization")]
-                try:
-                    self._quant[name] = Descriptor.from_dict(json.loads(v))
-                except (ValueError, KeyError, TypeError, HurrayError) as exc:
-                    raise ConversionError(
-                        f"metadata {k!r} is not a valid hurray descriptor: {_first_line(exc)}"
-                    ) from None
-            elif k.startswith("hurray.") and k.endswith(".dtype"):
-                self._src_dtypes[k[len("hurray.") : -len(".dtype")]] = v
-            else:
-                self._meta["safetensors." + k] = v
-        if self._src_dtypes:
-            self._meta[SOURCE_DTYPES_KEY] = json.dumps(self._src_dtypes)
-        if index_metadata is not None:
-            self._meta[SAFETENSORS_INDEX_KEY] = json.dumps(index_metadata)
-        hidden: Dict[str, str] = {}  # part -> the quantized tensor it belongs to
-        for name, d in self._quant.items():
-            for b in d.buffers:
-                part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
-                if part not in self._where:
-                    raise ConversionError(
-                        f"tensor {name!r} is described as quantized in the "
-                        f"metadata, but {part!r} is missing"
-                    )
-                if part != name:
-                    if part in self._quant or part in hidden:
-                        other = hidden.get(part, part)
-                        raise ConversionError(
-                            f"safetensors tensor {part!r} is claimed both by quantized tensor "
-                            f"{name!r} and by {other!r} (hurray.*.quantization metadata)"
-                        )
-                    hidden[part] = name
-        self._names = sorted(k for k in self._where if k not in hidden)
+        return meta
 
     def names(self):
         return list(self._names)
@@ -294,13 +301,7 @@ class _SafetensorsTarget(_DenseTarget):
             return dtype
 
     def put(self, name: str, array: np.ndarray, origin: Optional[str] = None) -> int:
-        origin = origin or f"tensor {name!r}"
-        if name in self._tensors:
-            raise ConversionError(
-                f"{origin} and {self._origin[name]} would both be written as "
-                f"{self.format} tensor {name!r}; one would be lost"
-            )
-        self._origin[name] = origin
+        self._claim(name, origin)
         array = _contiguous(array)
         self._tensors[name] = from_numpy(array)
         return array.nbytes

@@ -139,6 +139,18 @@ class _DenseTarget(_FileTarget):
     unknown); dtypes the format lacks are widened exactly."""
 
     native: Tuple[str, ...] = ()
+    _origin: Dict[str, str]  # written name -> what it holds, for errors; set by subclasses
+
+    def _claim(self, name: str, origin: Optional[str]) -> None:
+        """Written name `name` for `origin` ("tensor <name>" unless said);
+        ConversionError where an earlier tensor has it: one would be lost."""
+        origin = origin or f"tensor {name!r}"
+        if name in self._origin:
+            raise ConversionError(
+                f"{origin} and {self._origin[name]} would both be written as "
+                f"{self.format} tensor {name!r}; one would be lost"
+            )
+        self._origin[name] = origin
 
     def dense_array(self, name: str, t: Tensor, source_dtype: Optional[str]):
         d = t.descriptor

@@ -110,26 +110,7 @@ def _to_torch_array(array: np.ndarray):
     return to_torch(from_numpy(_contiguous(array)))
 
 
-_TORCH_NATIVE = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e8m0fnu",
-)
+_TORCH_NATIVE = _dtypes.TORCH_NATIVE
 
 
 class _TorchishTarget(_DenseTarget):
@@ -142,13 +123,7 @@ class _TorchishTarget(_DenseTarget):
         self._pointers: set = set()
 
     def put(self, name: str, tensor, origin: Optional[str] = None) -> int:
-        origin = origin or f"tensor {name!r}"
-        if name in self._tensors:
-            raise ConversionError(
-                f"{origin} and {self._origin[name]} would both be written as "
-                f"{self.format} tensor {name!r}; one would be lost"
-            )
-        self._origin[name] = origin
+        self._claim(name, origin)
         tensor = tensor.contiguous()
         ptr = tensor.data_ptr()
         if tensor.numel() and ptr in self._pointers:

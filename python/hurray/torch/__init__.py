@@ -64,26 +64,7 @@ __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 
 
 def _torch_dtypes() -> Dict[str, "torch.dtype"]:
-    names = [
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "bfloat16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-        "float8_e4m3fn",
-        "float8_e5m2",
-        "float8_e8m0fnu",
-    ]
+    names = _dtypes.TORCH_NATIVE
     # uint16/32/64 and the float8 types arrived in different torch releases.
     return {n: getattr(torch, n) for n in names if isinstance(getattr(torch, n, None), torch.dtype)}
 
@@ -103,24 +84,7 @@ _CODES_TO_QUANT = {code: q for q, (code, _) in _QUANT_CODES.items()}
 
 # hurray dtypes whose numpy type torch.from_numpy takes; the others
 # (bfloat16, float8: ml_dtypes types) travel as same-sized integers.
-_NUMPY_NATIVE = frozenset(
-    {
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    }
-)
+_NUMPY_NATIVE = frozenset(_dtypes.NUMPY_NATIVE)
 
 _NOT_WRITABLE = "The given NumPy array is not writable"
 
