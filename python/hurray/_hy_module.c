@@ -4,6 +4,8 @@
  */
 #include "_hurray.h"
 
+#include "../../src/quant/elements.h"
+
 ModuleState *hy_state_of_type(PyTypeObject *type) {
   PyObject *module = PyType_GetModuleByDef(type, &hy_module_def);
   return module == NULL ? NULL : PyModule_GetState(module);
@@ -166,6 +168,19 @@ static PyObject *enum_dict(HyEnumName names) {
   return d;
 }
 
+/* NF4_CODE: the NF4 code book the kernels decode with, index 0..15. */
+static int add_nf4_code(PyObject *module) {
+  PyObject *code = PyTuple_New(16);
+  for (Py_ssize_t i = 0; code != NULL && i < 16; i++) {
+    PyObject *v = PyFloat_FromDouble(HURRAY__NF4_VALUES[i]);
+    if (v == NULL) Py_CLEAR(code);
+    else PyTuple_SET_ITEM(code, i, v);
+  }
+  int rc = code != NULL ? PyModule_AddObjectRef(module, "NF4_CODE", code) : -1;
+  Py_XDECREF(code);
+  return rc;
+}
+
 /* BLOCK_FORMATS {name: (elements, bytes)} of every block-coded format. */
 static int add_block_formats(PyObject *module) {
   PyObject *formats = PyDict_New();
@@ -210,6 +225,7 @@ static int add_tables(PyObject *module, ModuleState *st) {
     Py_XDECREF(c);
   }
   if (rc == 0) rc = add_block_formats(module);
+  if (rc == 0) rc = add_nf4_code(module);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "ENUMS", enums);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "DTYPE_BITS", bits);
   if (rc == 0) rc = PyModule_AddObjectRef(module, "STATUS", status);

@@ -22,28 +22,8 @@ from ._descriptor import (
     Sparse,
 )
 
-# bitsandbytes' NF4 code book (float32), index 0..15.
-NF4_CODE = np.array(
-    [
-        -1.0,
-        -0.6961928009986877,
-        -0.5250730514526367,
-        -0.39491748809814453,
-        -0.28444138169288635,
-        -0.18477343022823334,
-        -0.09105003625154495,
-        0.0,
-        0.07958029955625534,
-        0.16093020141124725,
-        0.24611230194568634,
-        0.33791524171829224,
-        0.44070982933044434,
-        0.5626170039176941,
-        0.7229568362236023,
-        1.0,
-    ],
-    dtype=np.float32,
-)
+# bitsandbytes' NF4 code book (float32), index 0..15: the C kernels' table.
+NF4_CODE = np.array(_hurray.NF4_CODE, dtype=np.float32)
 
 
 # ml_dtypes floats numpy reports with kind "V".
