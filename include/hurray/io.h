@@ -85,6 +85,40 @@ HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *
                                                    const HurrayBufferList *buffers,
                                                    HurrayError *error);
 
+/* One plain dense tensor of a batch (hurray_writer_write_dense_batch):
+ * row-major elements of `dtype` in `shape`, `byte_size` bytes at `data`.
+ * Everything is borrowed for the call only. */
+typedef struct HurrayDenseTensor {
+  const char *name;       /* NUL-terminated UTF-8, 1 to HURRAY_MAX_TENSOR_NAME_BYTES bytes */
+  HurrayDType dtype;      /* any dtype; sub-byte dtypes packed as docs/spec/layouts.md says */
+  uint32_t rank;          /* 0 (a scalar) to HURRAY_MAX_RANK */
+  const uint64_t *shape;  /* `rank` sizes; may be NULL when rank is 0 */
+  const void *data;       /* any address (no alignment asked); may be NULL when byte_size is 0 */
+  uint64_t byte_size;     /* exactly the dense size dtype and shape give */
+} HurrayDenseTensor;
+
+/* Appends `count` plain dense tensors, in order, in one call: the
+ * descriptor of each (dense layout, one DATA buffer with its dtype's
+ * natural alignment, CPU:0 host memory, READY) is built here from dtype and
+ * shape, so the file holds what write_tensor would have written for the
+ * same descriptor and one buffer, byte for byte. Per tensor it costs no
+ * allocation beyond its index entry, and small buffers leave in large
+ * writes: the way to save many small tensors.
+ *
+ * Tensors are checked (name, dtype, rank, byte_size against dtype and
+ * shape, a name not yet in the file or earlier in the batch) one at a
+ * time, just before each is written. On failure *written (when not NULL)
+ * is the number of tensors appended before the failing one, which is
+ * named in the error; those stay in the file. A failed check leaves the
+ * writer usable, like write_tensor's; a failed write ends it (only
+ * finish, which then refuses, or abort remain). Neither `tensors` nor
+ * anything it points to is kept. Statistics (hurray_writer_set_statistics)
+ * are computed as write_tensor computes them. Since library 0.1. */
+HURRAY_API HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w,
+                                                        const HurrayDenseTensor *tensors,
+                                                        size_t count, size_t *written,
+                                                        HurrayError *error);
+
 /* When on, write_tensor computes min, max, NaN count and zero count of
  * each tensor it can (hurray_compute_statistics) in one pass over the data
  * and stores them in the written descriptor; tensors it cannot keep the
