@@ -16,22 +16,43 @@ from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
 
 
-def _plain_or_tensor(value: Any):
-    """A C-contiguous numpy array of a byte-sized dtype travels to the writer
-    as (dtype, shape, array): C builds its descriptor, which saves the
-    per-tensor Python work that dominates files of many small tensors."""
-    if (
-        type(value) is np.ndarray
-        and value.flags.c_contiguous
-        and value.dtype.byteorder != ">"
-        and (value.size == 0 or value.ctypes.data % natural_alignment(value.itemsize) == 0)
-    ):
+# numpy dtype -> hurray dtype name for the arrays save() hands to C as they
+# are (None: the dtype goes through a Tensor). Filled on first sight of each
+# dtype: a dict lookup is the whole per-array Python cost of the fast path.
+_PLAIN_DTYPES: dict = {}
+
+
+def _plain_dtype(dtype) -> Optional[str]:
+    try:
+        return _PLAIN_DTYPES[dtype]
+    except KeyError:
+        pass
+    name = None
+    if dtype.byteorder != ">":
         try:
-            name = _dtypes.from_numpy(value.dtype)
+            name = _dtypes.from_numpy(dtype)
         except ValueError:
             name = None
-        if name is not None and not _dtypes.is_packed(name):
-            return (name, value.shape, value.reshape(-1).view(np.uint8) if value.size else b"")
+        if name is not None and _dtypes.is_packed(name):
+            name = None
+    _PLAIN_DTYPES[dtype] = name
+    return name
+
+
+def _plain_or_tensor(value: Any):
+    """A numpy array of a byte-sized, little-endian dtype travels to the
+    writer as (dtype name, array): C takes its shape and bytes from the
+    buffer protocol and builds its descriptor, and every such array of a
+    save goes out in one C call (hurray_writer_write_dense_batch), which
+    saves the per-tensor Python work that dominates files of many small
+    tensors. The address does not matter: the file records the dtype's
+    natural alignment, never where the data sat."""
+    if type(value) is np.ndarray:
+        name = _plain_dtype(value.dtype)
+        if name is not None:
+            if not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            return (name, value)
     return as_tensor(value)
 
 
