@@ -199,9 +199,18 @@ HURRAY_API HurrayStatus hurray_reader_open(const char *path, const HurrayReaderO
 /* Closes the reader. Buffers obtained from it stay valid. NULL is a no-op. */
 HURRAY_API void hurray_reader_close(HurrayReader *r);
 
-/* Tensors, in the index's order (bytewise ascending names). */
+/* Tensors, in the index's order (bytewise ascending names). Open keeps
+ * the index where it is (the mapping, or one copy in PREAD mode) and 4
+ * bytes a tensor of its own; entries are decoded from it when asked for.
+ * tensor_name makes NUL-terminated copies of every name on its first call
+ * (thread-safe; NULL past the count or when memory runs out); tensor_name_view
+ * gives the name in place, *len bytes of UTF-8 without a NUL, and copies
+ * nothing: what a binding that builds its own strings should use. Both are
+ * borrowed until the reader is closed. */
 HURRAY_API size_t hurray_reader_tensor_count(const HurrayReader *r);
 HURRAY_API const char *hurray_reader_tensor_name(const HurrayReader *r, size_t index);
+HURRAY_API const char *hurray_reader_tensor_name_view(const HurrayReader *r, size_t index,
+                                                      size_t *len);
 /* Binary search; HURRAY_ERR_NOT_FOUND if absent. */
 HURRAY_API HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name,
                                            size_t *index_out, HurrayError *error);
