@@ -223,6 +223,19 @@ HURRAY_API HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *na
                                                  HurrayBufferList **buffers_out,
                                                  HurrayError *error);
 
+/* The dtype (of the stored elements: the codes' if quantized) and the
+ * logical shape of tensor `index` (0 to tensor_count - 1; hurray_reader_find
+ * gives a name's), into caller memory: read in place from the index, with
+ * no allocation and no full decode, so listing a million tensors stays
+ * cheap. Only the form of the descriptor's dtype and shape records is
+ * checked here; the rest of the descriptor is validated when it or its
+ * tensor is read (get_descriptor, get_tensor), which may still refuse it
+ * (docs/security.md). HURRAY_ERR_NOT_FOUND past the count. */
+HURRAY_API HurrayStatus hurray_reader_tensor_shape(const HurrayReader *r, size_t index,
+                                                   HurrayDType *dtype, uint32_t *rank,
+                                                   uint64_t shape[HURRAY_MAX_RANK],
+                                                   HurrayError *error);
+
 /* Only the descriptor (caller-owned), validated; touches no data. */
 HURRAY_API HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
                                                      HurrayDescriptor **descriptor_out,

@@ -237,11 +237,11 @@ class File:
     def shape(self, name: str) -> tuple:
         """The logical shape of `name`, read from the index alone (no
         Descriptor object is built: cheap enough to call per tensor)."""
-        return self._file._shape(name)[1]
+        return self._file.shape(name)
 
     def dtype(self, name: str) -> str:
         """The dtype name of `name` (the codes' dtype if quantized)."""
-        return self._file._shape(name)[0]
+        return self._file.dtype(name)
 
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
@@ -339,4 +339,9 @@ def load(
     (numpy writeable=False, the DLPack read-only flag), and numpy refuses
     writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
     with open(path, mmap=mmap, verify=verify, readonly=readonly, **remote) as f:
+        if type(f) is File:  # every tensor in one C call; a RemoteFile fetches in parallel
+            tensors, special = f._file._get_all()
+            for name in special:
+                tensors[name] = specialise(tensors[name])
+            return tensors
         return f.get_tensors(f.keys())

@@ -832,6 +832,30 @@ HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
   return entry_descriptor(&t, descriptor_out, error);
 }
 
+HurrayStatus hurray_reader_tensor_shape(const HurrayReader *r, size_t index, HurrayDType *dtype,
+                                        uint32_t *rank, uint64_t shape[HURRAY_MAX_RANK],
+                                        HurrayError *error) {
+  if (r == NULL || dtype == NULL || rank == NULL || shape == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and outputs are required");
+  }
+  if (index >= r->tensor_count) {
+    return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor %zu: the file holds %zu", index,
+                        r->tensor_count);
+  }
+  TensorEntry t = entry_at(r, index);
+  if (hurray__descriptor_peek_shape(t.descriptor, t.descriptor_len, dtype, rank, shape)) {
+    return HURRAY_OK;
+  }
+  /* Not the usual form: the full decoder reads it, or says what is wrong. */
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(&t, &d, error));
+  *dtype = d->dtype;
+  *rank = d->rank;
+  memcpy(shape, d->shape, d->rank * sizeof *shape);
+  hurray_descriptor_destroy(d);
+  return HURRAY_OK;
+}
+
 /* A handle for `length` bytes at file `offset`: a view of the mapping, or
  * a fresh aligned allocation filled with pread. */
 static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t length,
