@@ -100,6 +100,17 @@ bench-torch: python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors
 	$(VENV)/python bench/bench_torch.py
 
+# Per-tensor overhead (issue 19): workload (b), 20,000 small tensors, saved,
+# opened with every shape and loaded by hurray and safetensors.numpy in the
+# same run, with the ratios against the goals, and py-spy profiles of the
+# hurray workloads into bench/results/profiles/$(PROFILE) (bench/profile_many.py).
+PROFILE ?= latest
+.PHONY: bench-profile
+bench-profile: build python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors py-spy
+	$(VENV)/python bench/profile_many.py --profile bench/results/profiles/$(PROFILE) \
+	  --json bench/results/profiles/$(PROFILE)/figures.json
+
 # Verify at memory speed (issue 19): File.verify() against the memory-read
 # rate, in pairs of processes, into bench/results/verify.{md,json}.
 .PHONY: bench-verify
