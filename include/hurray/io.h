@@ -89,12 +89,12 @@ HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *
  * row-major elements of `dtype` in `shape`, `byte_size` bytes at `data`.
  * Everything is borrowed for the call only. */
 typedef struct HurrayDenseTensor {
-  const char *name;       /* NUL-terminated UTF-8, 1 to HURRAY_MAX_TENSOR_NAME_BYTES bytes */
-  HurrayDType dtype;      /* any dtype; sub-byte dtypes packed as docs/spec/layouts.md says */
-  uint32_t rank;          /* 0 (a scalar) to HURRAY_MAX_RANK */
-  const uint64_t *shape;  /* `rank` sizes; may be NULL when rank is 0 */
-  const void *data;       /* any address (no alignment asked); may be NULL when byte_size is 0 */
-  uint64_t byte_size;     /* exactly the dense size dtype and shape give */
+  const char *name;      /* NUL-terminated UTF-8, 1 to HURRAY_MAX_TENSOR_NAME_BYTES bytes */
+  HurrayDType dtype;     /* any dtype; sub-byte dtypes packed as docs/spec/layouts.md says */
+  uint32_t rank;         /* 0 (a scalar) to HURRAY_MAX_RANK */
+  const uint64_t *shape; /* `rank` sizes; may be NULL when rank is 0 */
+  const void *data;      /* any address (no alignment asked); may be NULL when byte_size is 0 */
+  uint64_t byte_size;    /* exactly the dense size dtype and shape give */
 } HurrayDenseTensor;
 
 /* Appends `count` plain dense tensors, in order, in one call: the

@@ -13,8 +13,7 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray, _remote
 from ._descriptor import Descriptor
 from ._sparse import SparseTensor
-from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
-
+from ._tensor import Tensor, from_hurray, from_numpy, specialise
 
 # numpy dtype -> hurray dtype name for the arrays save() hands to C as they
 # are (None: the dtype goes through a Tensor). Filled on first sight of each

@@ -297,8 +297,7 @@ static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, HurrayError *error
                        t->name);
       }
       if (order > 0) {
-        return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" is out of order", n,
-                       t->name);
+        return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" is out of order", n, t->name);
       }
     }
     previous = t->name;
@@ -767,7 +766,8 @@ HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name, size_t 
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     const uint8_t *entry = r->index + r->entries[mid];
-    int order = compare_names((const char *)entry + 2, (size_t)hurray__get_le(entry, 2), name, len);
+    int order = compare_names((const char *)entry + 2, (size_t)hurray__get_le(entry, 2), name,
+                              len);
     if (order == 0) {
       if (index_out != NULL) *index_out = mid;
       return HURRAY_OK;
@@ -804,12 +804,14 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
       status = hurray__fail(error, HURRAY_ERR_BUFFER_ALIGNMENT,
                             "tensor \"%.*s\" buffer %u: stored at %llu, not a multiple of its "
                             "alignment %u",
-                            (int)t->name_len, t->name, i, (unsigned long long)buffer_field(t, i, 0), alignment);
+                            (int)t->name_len, t->name, i,
+                            (unsigned long long)buffer_field(t, i, 0), alignment);
     } else if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
       status = hurray__fail(error, HURRAY_ERR_MALFORMED,
                             "tensor \"%.*s\" buffer %u: %llu bytes stored, descriptor declares "
                             "%llu",
-                            (int)t->name_len, t->name, i, (unsigned long long)buffer_field(t, i, 1),
+                            (int)t->name_len, t->name, i,
+                            (unsigned long long)buffer_field(t, i, 1),
                             (unsigned long long)d->buffers[i].byte_size);
     }
   }
@@ -1371,8 +1373,8 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
   } else {
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0),
-                                          buffer_field(&refs[k].t, refs[k].buffer, 1), &jobs[k].sum,
-                                          error));
+                                          buffer_field(&refs[k].t, refs[k].buffer, 1),
+                                          &jobs[k].sum, error));
     }
   }
   for (size_t k = 0; k < n; k++) {

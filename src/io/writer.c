@@ -121,13 +121,13 @@ struct HurrayWriter {
   size_t tensor_count;
   size_t tensor_capacity;
   NameSet tensor_names;
-  Bytes strings;                  /* names and encoded descriptors */
-  BufferRecord *buffer_records;   /* every tensor's, in write order */
+  Bytes strings;                /* names and encoded descriptors */
+  BufferRecord *buffer_records; /* every tensor's, in write order */
   size_t buffer_record_count;
   size_t buffer_record_capacity;
-  bool raw;                       /* a raw writer: its caller sizes its own writes */
-  uint8_t *stage;                 /* fd and path sinks: STAGE_BYTES, made on first use */
-  size_t staged;                  /* bytes in `stage`, already counted in `position` */
+  bool raw;       /* a raw writer: its caller sizes its own writes */
+  uint8_t *stage; /* fd and path sinks: STAGE_BYTES, made on first use */
+  size_t staged;  /* bytes in `stage`, already counted in `position` */
 
   MetadataRecord *metadata;
   size_t metadata_count;
@@ -570,8 +570,8 @@ static HurrayStatus append_tensor(HurrayWriter *w, const char *name, size_t name
   for (uint32_t i = 0; status == HURRAY_OK && i < stored->buffer_count; i++) {
     uint32_t alignment = stored->buffers[i].alignment;
     uint64_t length = stored->buffers[i].byte_size;
-    const void *bytes =
-        buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, i)) : data;
+    const void *bytes = buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, i))
+                                        : data;
     status = pad_to(w, alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT,
                     error);
     if (status != HURRAY_OK) break;
@@ -676,8 +676,7 @@ static void dense_statistics(HurrayDescriptor *d, const HurrayDenseTensor *t) {
 }
 
 HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w, const HurrayDenseTensor *tensors,
-                                             size_t count, size_t *written,
-                                             HurrayError *error) {
+                                             size_t count, size_t *written, HurrayError *error) {
   if (written != NULL) *written = 0;
   if (w == NULL || (tensors == NULL && count > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and tensors are required");

@@ -243,8 +243,8 @@ static void test_batch_statistics(void **state) {
   HurrayBufferList *list = NULL;
   HurrayBuffer *buf = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, shape, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 16, 4, HURRAY_SYNC_READY, NULL,
-                                         error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 16, 4, HURRAY_SYNC_READY, NULL, error));
   assert_ok(hurray_buffer_list_create(&list, error));
   assert_ok(hurray_buffer_create((void *)values, 16, NULL, NULL, &buf, error));
   assert_ok(hurray_buffer_list_push(list, buf, error));
@@ -270,8 +270,8 @@ static void test_many_tensors(void **state) {
   for (size_t i = 0; i < N; i++) {
     snprintf(names[i], sizeof names[i], "t.%05zu", i);
     shapes[i] = 16 + (i * 7919) % 1009;
-    t[i] = (HurrayDenseTensor){names[i], HURRAY_DTYPE_FLOAT32, 1, &shapes[i],
-                               pool + (i % 8), shapes[i] * 4};
+    t[i] = (HurrayDenseTensor){names[i],   HURRAY_DTYPE_FLOAT32, 1,
+                               &shapes[i], pool + (i % 8),       shapes[i] * 4};
   }
   HurrayWriter *w = NULL;
   assert_ok(hurray_writer_open(path, &w, error));

@@ -58,7 +58,9 @@ def test_every_dtype_round_trips_through_the_batch(tmp_path, name):
             assert f.dtype(key) == name
     # The batch writes exactly what the Tensor path writes.
     reference = tmp_path / "b.hurray"
-    hurray.save(reference, {k: hurray.from_numpy(np.array(v, order="C")) for k, v in arrays.items()})
+    hurray.save(
+        reference, {k: hurray.from_numpy(np.array(v, order="C")) for k, v in arrays.items()}
+    )
     assert path.read_bytes() == reference.read_bytes()
 
 
@@ -83,7 +85,9 @@ def test_batches_interleave_with_tensors_in_order(tmp_path):
         arrays[f"p.{i:05d}"] = np.full((i % 7,), i, dtype=np.int32)
         if i % 2500 == 0:
             arrays[f"t.{i:05d}"] = hurray.from_numpy(np.arange(i % 5 + 1, dtype=np.float32))
-            arrays[f"s.{i:05d}"] = scipy_sparse.random(4, 5, density=0.5, format="csr", random_state=i)
+            arrays[f"s.{i:05d}"] = scipy_sparse.random(
+                4, 5, density=0.5, format="csr", random_state=i
+            )
     path = tmp_path / "a.hurray"
     hurray.save(path, arrays)
     got = hurray.load(path)
