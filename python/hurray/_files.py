@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import numbers
 import os
@@ -339,7 +340,16 @@ def load(
     writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
     with open(path, mmap=mmap, verify=verify, readonly=readonly, **remote) as f:
         if type(f) is File:  # every tensor in one C call; a RemoteFile fetches in parallel
-            tensors, special = f._file._get_all()
+            # Tensors make no reference cycles, and a million of them would
+            # otherwise set off collections that scan them all again and
+            # again (a third of a million-tensor load).
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                tensors, special = f._file._get_all()
+            finally:
+                if collecting:
+                    gc.enable()
             for name in special:
                 tensors[name] = specialise(tensors[name])
             return tensors
