@@ -5,6 +5,7 @@
  * many tensors read back through every reader accessor.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <string.h>
 
 #include "scratch_dir.h"
@@ -263,7 +264,7 @@ static void test_many_tensors(void **state) {
   char path[300];
   in_dir(path, sizeof path, "many.hurray");
   HurrayDenseTensor *t = calloc(N, sizeof *t);
-  char(*names)[16] = calloc(N, sizeof *names);
+  char(*names)[32] = calloc(N, sizeof *names);
   uint64_t *shapes = calloc(N, sizeof *shapes);
   uint8_t *pool = patterned(4096 * 4 + 8, 3);
   assert_true(t && names && shapes && pool);
@@ -285,6 +286,11 @@ static void test_many_tensors(void **state) {
     assert_ok(hurray_reader_open(path, &options, &r, error));
     assert_int_equal(hurray_reader_tensor_count(r), N);
     for (size_t i = 0; i < N; i++) {
+      HurrayDType dtype;
+      uint32_t rank = 0;
+      uint64_t shape[HURRAY_MAX_RANK];
+      assert_ok(hurray_reader_tensor_shape(r, i, &dtype, &rank, shape, error));
+      assert_true(dtype == HURRAY_DTYPE_FLOAT32 && rank == 1 && shape[0] == shapes[i]);
       assert_string_equal(hurray_reader_tensor_name(r, i), names[i]);
       size_t index = 0;
       assert_ok(hurray_reader_find(r, names[i], &index, error));
@@ -309,6 +315,83 @@ static void test_many_tensors(void **state) {
   free(pool);
 }
 
+/* The first hurray_reader_tensor_name call makes the NUL-terminated copies;
+ * threads racing to it all get the same, complete names (run under TSan by
+ * `make test-tsan` through the concurrency suite's flags, and ASan here). */
+typedef struct NameJob {
+  HurrayReader *r;
+  size_t count;
+  const char *first;
+  bool ok;
+} NameJob;
+
+static void *read_names(void *arg) {
+  NameJob *job = arg;
+  job->ok = true;
+  for (size_t i = job->count; i-- > 0;) {
+    char want[32];
+    snprintf(want, sizeof want, "n.%04zu", i);
+    const char *got = hurray_reader_tensor_name(job->r, i);
+    size_t len = 0;
+    const char *view = hurray_reader_tensor_name_view(job->r, i, &len);
+    if (got == NULL || strcmp(got, want) != 0 || len != strlen(want) ||
+        memcmp(view, want, len) != 0) {
+      job->ok = false;
+    }
+    if (i == 0) job->first = got;
+  }
+  return NULL;
+}
+
+static void test_names_made_once_across_threads(void **state) {
+  (void)state;
+  enum { N = 3000, THREADS = 4 };
+  char path[300];
+  in_dir(path, sizeof path, "names.hurray");
+  HurrayDenseTensor *t = calloc(N, sizeof *t);
+  char(*names)[32] = calloc(N, sizeof *names);
+  assert_true(t && names);
+  for (size_t i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "n.%04zu", i);
+    t[i] = (HurrayDenseTensor){names[i], HURRAY_DTYPE_UINT8, 0, NULL, "x", 1};
+  }
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_dense_batch(w, t, N, NULL, error));
+  assert_ok(hurray_writer_finish(w, error));
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  size_t len = 99;
+  assert_null(hurray_reader_tensor_name_view(r, N, &len));
+  assert_int_equal(len, 0);
+  assert_null(hurray_reader_tensor_name(r, N));
+  pthread_t threads[THREADS];
+  NameJob jobs[THREADS];
+  for (int k = 0; k < THREADS; k++) {
+    jobs[k] = (NameJob){r, N, NULL, false};
+    assert_int_equal(pthread_create(&threads[k], NULL, read_names, &jobs[k]), 0);
+  }
+  for (int k = 0; k < THREADS; k++) {
+    assert_int_equal(pthread_join(threads[k], NULL), 0);
+    assert_true(jobs[k].ok);
+    assert_ptr_equal(jobs[k].first, jobs[0].first); /* one copy for all */
+  }
+  /* Shape and dtype in place, for every tensor, and past the end. */
+  HurrayDType dtype;
+  uint32_t rank = 9;
+  uint64_t shape[HURRAY_MAX_RANK];
+  assert_ok(hurray_reader_tensor_shape(r, N - 1, &dtype, &rank, shape, error));
+  assert_int_equal(dtype, HURRAY_DTYPE_UINT8);
+  assert_int_equal(rank, 0);
+  assert_status(HURRAY_ERR_NOT_FOUND,
+                hurray_reader_tensor_shape(r, N, &dtype, &rank, shape, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_reader_tensor_shape(r, 0, NULL, &rank, shape, error));
+  hurray_reader_close(r);
+  free(t);
+  free(names);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batch_matches_write_tensor),
@@ -316,6 +399,7 @@ int main(void) {
       cmocka_unit_test(test_batch_write_failure),
       cmocka_unit_test(test_batch_statistics),
       cmocka_unit_test(test_many_tensors),
+      cmocka_unit_test(test_names_made_once_across_threads),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
