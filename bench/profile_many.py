@@ -155,8 +155,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", metavar="DIR")
-    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--json", metavar="PATH", help="also writes PATH with .md for .json")
+    ap.add_argument("--render", metavar="JSON", help="only print the table of a saved run")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            print(render(json.load(f)))
+        return
     load0 = open("/proc/loadavg").read().strip()
     print("loadavg start:", load0, flush=True)
     with tempfile.TemporaryDirectory(dir=os.path.join(bench.ROOT, "build")) as tmp:
@@ -175,37 +180,62 @@ def main():
     for c in CONTENDERS:
         out[c] = {k: med(v) for k, v in res[c].items()}
     h, s = out["hurray"], out["safetensors.numpy"]
-    ratios = {
+    out["reps"] = args.reps
+    out["ratios"] = {
         "save_vs_safetensors": s["save"]["median"] / h["save"]["median"],
         "save_vs_plain_write": out["plain_write_s"]["median"] / h["save"]["median"],
         "open_vs_safe_open": s["open"]["median"] / h["open"]["median"],
         "load_vs_safetensors": s["load"]["median"] / h["load"]["median"],
     }
-    out["ratios"] = ratios
-    goals = {
-        "save_vs_safetensors": 1.2,
-        "save_vs_plain_write": 0.9,
-        "open_vs_safe_open": 3.0,
-        "load_vs_safetensors": 2.0,
-    }
-    print(f"| figure (median of {args.reps}, min-max) | hurray | safetensors.numpy |")
-    print("|---|---|---|")
-    for kind in ("save", "open", "load"):
-        print(
-            f"| {kind} s | {h[kind]['median']:.4f} ({h[kind]['min']:.4f}-{h[kind]['max']:.4f}) "
-            f"| {s[kind]['median']:.4f} ({s[kind]['min']:.4f}-{s[kind]['max']:.4f}) |"
-        )
-    pw = out["plain_write_s"]
-    print(f"| plain write s (limit) | {pw['median']:.4f} ({pw['min']:.4f}-{pw['max']:.4f}) | |")
-    print()
-    print("| ratio | measured | goal | |")
-    print("|---|---|---|---|")
-    for k, v in ratios.items():
-        print(f"| {k} | {v:.2f}x | >= {goals[k]}x | {'met' if v >= goals[k] else 'not met'} |")
-    print("loadavg end:", load1)
+    md = render(out)
+    print(md)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
+        with open(os.path.splitext(args.json)[0] + ".md", "w") as f:
+            f.write(md)
+
+
+GOALS = {
+    "save_vs_safetensors": 1.2,
+    "save_vs_plain_write": 0.9,
+    "open_vs_safe_open": 3.0,
+    "load_vs_safetensors": 2.0,
+}
+
+
+def render(out):
+    """The figures and the ratios against the goals of issue 19, markdown."""
+    h, s = out["hurray"], out["safetensors.numpy"]
+    reps = out.get("reps", h["save"]["n"])
+    lines = [
+        "Workload (b): 20,000 float32 tensors of 64-4096 elements, warm page cache.",
+        f"Load average at start: {out['loadavg_start']}; at end: {out['loadavg_end']}.",
+        "",
+        f"| seconds (median of {reps} fresh processes, min-max) | hurray | safetensors.numpy |",
+        "|---|---|---|",
+    ]
+    for kind, label in (
+        ("save", "save (fsync)"),
+        ("open", "open + every shape"),
+        ("load", "load all + read"),
+    ):
+        lines.append(
+            f"| {label} | {h[kind]['median']:.4f} ({h[kind]['min']:.4f}-{h[kind]['max']:.4f}) "
+            f"| {s[kind]['median']:.4f} ({s[kind]['min']:.4f}-{s[kind]['max']:.4f}) |"
+        )
+    pw = out["plain_write_s"]
+    lines += [
+        f"| plain write + fsync (limit) | {pw['median']:.4f} ({pw['min']:.4f}-{pw['max']:.4f}) | |",
+        "",
+        "| ratio | measured | goal | |",
+        "|---|---|---|---|",
+    ]
+    for k, v in out["ratios"].items():
+        lines.append(
+            f"| {k} | {v:.2f}x | >= {GOALS[k]}x | {'met' if v >= GOALS[k] else 'not met'} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
