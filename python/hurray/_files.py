@@ -144,7 +144,15 @@ def save(
     Metadata values may be str, int, float, bool or bytes. With
     statistics=True, min, max, NaN count and zero count are computed in one
     C pass per tensor (where its kind allows) and stored in its descriptor."""
-    items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    # Two tuples a tensor and no cycle among them: with a million tensors,
+    # collections scanning them again and again cost more than building them.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    finally:
+        if collecting:
+            gc.enable()
     if metadata is not None:
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
     if isinstance(target, (str, bytes, os.PathLike)):

@@ -97,7 +97,12 @@ typedef enum SinkKind { SINK_PATH, SINK_FD, SINK_CALLBACK } SinkKind;
  * tensors nor 2^16 metadata keys make the writer quadratic. */
 typedef struct NameSet {
   size_t *slots;
-  size_t slot_count; /* a power of two, at least twice the records */
+  /* The low 32 bits of the hash of each occupied slot's name: a probe
+   * compares these before it reads a record and its name (two cache misses
+   * each, which at a million tensors were a quarter of a save), and growing
+   * places entries again without hashing a single name. */
+  uint32_t *tags;
+  size_t slot_count; /* a power of two, at least twice the records, at most 2^22 */
 } NameSet;
 
 struct HurrayWriter {
@@ -417,40 +422,52 @@ static void record_name(const HurrayWriter *w, bool keys, size_t i, const char *
 }
 
 /* Makes room for one more of `count` records. */
-static HurrayStatus name_set_reserve(const HurrayWriter *w, NameSet *set, bool keys,
-                                     size_t count) {
+static HurrayStatus name_set_reserve(NameSet *set, size_t count) {
   if (set->slot_count != 0 && (count + 1) * 2 <= set->slot_count) return HURRAY_OK;
   size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
   size_t *slots = calloc(slot_count, sizeof *slots);
-  if (slots == NULL) {
+  uint32_t *tags = calloc(slot_count, sizeof *tags);
+  if (slots == NULL || tags == NULL) {
+    free(slots);
+    free(tags);
     return HURRAY_ERR_NO_MEMORY;
   }
-  for (size_t i = 0; i < count; i++) {
-    const char *name;
-    size_t len;
-    record_name(w, keys, i, &name, &len);
-    size_t h = name_hash(name, len) & (slot_count - 1);
+  /* Positions come from the tag: the mask never reaches past bit 31. */
+  for (size_t k = 0; k < set->slot_count; k++) {
+    if (set->slots[k] == 0) continue;
+    size_t h = set->tags[k] & (slot_count - 1);
     while (slots[h] != 0) h = (h + 1) & (slot_count - 1);
-    slots[h] = i + 1;
+    slots[h] = set->slots[k];
+    tags[h] = set->tags[k];
   }
   free(set->slots);
+  free(set->tags);
   set->slots = slots;
+  set->tags = tags;
   set->slot_count = slot_count;
   return HURRAY_OK;
 }
 
-/* Returns the slot where `name` is or would go; the set must not be empty. */
+/* Returns the slot where `name` is or would go; the set must not be empty.
+ * An empty slot returned gets `name`'s tag already, so that the caller
+ * only stores the record's index + 1 in it (or leaves it empty). */
 static size_t *name_slot(const HurrayWriter *w, const NameSet *set, bool keys, const char *name,
                          size_t len) {
   size_t mask = set->slot_count - 1;
-  size_t h = name_hash(name, len) & mask;
+  uint32_t tag = (uint32_t)name_hash(name, len);
+  size_t h = tag & mask;
   for (;;) {
     size_t v = set->slots[h];
-    if (v == 0) return &set->slots[h];
-    const char *other;
-    size_t other_len;
-    record_name(w, keys, v - 1, &other, &other_len);
-    if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
+    if (v == 0) {
+      set->tags[h] = tag;
+      return &set->slots[h];
+    }
+    if (set->tags[h] == tag) {
+      const char *other;
+      size_t other_len;
+      record_name(w, keys, v - 1, &other, &other_len);
+      if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
+    }
     h = (h + 1) & mask;
   }
 }
@@ -492,7 +509,7 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
   }
-  if (name_set_reserve(w, &w->tensor_names, false, w->tensor_count) != HURRAY_OK) {
+  if (name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   size_t *slot = name_slot(w, &w->tensor_names, false, name, name_len);
@@ -651,7 +668,7 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
   }
-  if (name_set_reserve(w, &w->tensor_names, false, w->tensor_count) != HURRAY_OK) {
+  if (name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   if (*name_slot(w, &w->tensor_names, false, t->name, *name_len) != 0) {
@@ -732,7 +749,7 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
                         HURRAY_MAX_INDEX_BYTES);
   }
   size_t key_len = strlen(key);
-  if (name_set_reserve(w, &w->metadata_keys, true, w->metadata_count) != HURRAY_OK) {
+  if (name_set_reserve(&w->metadata_keys, w->metadata_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   size_t *slot = name_slot(w, &w->metadata_keys, true, key, key_len);
@@ -1017,7 +1034,9 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->stage);
   free(w->metadata);
   free(w->tensor_names.slots);
+  free(w->tensor_names.tags);
   free(w->metadata_keys.slots);
+  free(w->metadata_keys.tags);
   free(w->target);
   free(w->dir);
   free(w->base);
