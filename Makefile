@@ -248,9 +248,9 @@ test-tsan: deps
 	@[ -d build-tsan ] || $(MESON) setup build-tsan -Db_sanitize=thread -Db_lundef=false \
 	  -Dbuildtype=debug -Dpython=disabled
 	@$(MESON) configure build-tsan -Dwerror=$(WERROR)
-	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant
+	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant tests/c/test_many
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant
+	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant many
 
 # The Python tests once more against the ASan+UBSan build of the extension
 # (build-asan), with libasan preloaded into the plain interpreter and leak

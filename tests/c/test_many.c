@@ -316,8 +316,8 @@ static void test_many_tensors(void **state) {
 }
 
 /* The first hurray_reader_tensor_name call makes the NUL-terminated copies;
- * threads racing to it all get the same, complete names (run under TSan by
- * `make test-tsan` through the concurrency suite's flags, and ASan here). */
+ * threads racing to it all get the same, complete names (`make test-tsan`
+ * runs this suite under TSan, `make test-asan` under ASan). */
 typedef struct NameJob {
   HurrayReader *r;
   size_t count;
