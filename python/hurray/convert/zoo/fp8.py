@@ -15,7 +15,7 @@ compressed-tensors float-quantized: `<p>.weight` F8_E4M3 [N, K] and
 
 hurray: the FP8 codes are the data buffer, the scale tensor the scale
 buffer, unchanged. Channel -> per_channel axis 0; group -> block_affine
-axis 1; tensor -> block_affine axis 0 with one block; block -> block_affine
+axis 1; tensor -> block_affine with one 2-D block; block -> block_affine
 axis 0 block bn with the second blocked axis 1 block bk (ADR-0024).
 Value = f32(code) * f32(scale), one rounding (docs/spec/quantization.md §5.1).
 `<p>.input_scale` and every other tensor pass through unchanged.
@@ -137,7 +137,8 @@ def build(
     if deepseek and block is not None:
         q = _block(block, n, k, sname, sshape, sdtype, strict=True)
     elif _parts.numel(sshape) == 1 and len(sshape) <= 2:
-        q = BlockAffine(axis=0, block_size=max(n, 1), scale_buffer=1, scale_dtype=sdtype)
+        # one block covering both axes: the scale stays a buffer of its own
+        q = _block((max(n, 1), max(k, 1)), n, k, sname, (1, 1), sdtype, strict=True)
     elif sshape in ((n, 1), (n,)) and not deepseek:
         q = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=sdtype)
     elif not deepseek and len(sshape) == 2 and sshape[0] == n:
