@@ -1,0 +1,171 @@
+"""NVFP4 checkpoints as NVIDIA ModelOpt saves them (weight uint8 [N, K/2],
+weight_scale F8_E4M3 [N, K/16], weight_scale_2 f32 scalar, input_scale)
+and as compressed-tensors saves them ("nvfp4-pack-quantized":
+weight_packed, weight_scale, weight_global_scale). Neither package
+installs here on CPU, so the checkpoints are written byte for byte from
+their definitions, and dequantization is checked bit for bit against numpy
+copies of each package's dequantize: ModelOpt forms f32(scale) *
+weight_scale_2 first, compressed-tensors f32(scale) / weight_global_scale
+first, then one multiplication by the FP4 value."""
+
+import numpy as np
+import pytest
+
+import hurray
+from hurray.convert.zoo import nvfp4
+
+import zoo_float_refs as R
+
+MODELOPT = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "quantization_config": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "kv_cache_quant_algo": None,
+        "exclude_modules": ["lm_head"],
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+    },
+}
+
+CT = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "symmetric": True,
+                    "dynamic": False,
+                },
+                "input_activations": {
+                    "num_bits": 4,
+                    "type": "float",
+                    "strategy": "tensor_group",
+                    "group_size": 16,
+                    "symmetric": True,
+                    "dynamic": "local",
+                },
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+}
+
+SHAPES = [(64, 256), (48, 32), (3, 16)]
+
+
+def _fp8_scales(rng, shape):
+    # positive finite E4M3 bytes, the full exponent range (0x01..0x7E)
+    return rng.integers(1, 0x7F, size=shape, dtype=np.uint8)
+
+
+def _checkpoint(folder, rng, flavour, shards=1):
+    tensors, refs = {}, {}
+    for i, (n, k) in enumerate(SHAPES):
+        p = f"model.layers.{i}.self_attn.o_proj"
+        packed = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
+        scale = _fp8_scales(rng, (n, k // 16))
+        glob = np.float32(rng.random() * 3e-3 + 1e-4)
+        if flavour == "modelopt":
+            tensors[p + ".weight"] = R.torch_tensor(packed, "U8")
+            tensors[p + ".weight_scale"] = R.torch_tensor(scale, "F8_E4M3")
+            tensors[p + ".weight_scale_2"] = R.torch_tensor(np.array(glob), "F32")
+            tensors[p + ".input_scale"] = R.torch_tensor(np.array(np.float32(0.25)), "F32")
+            refs[p + ".weight"] = R.ref_nvfp4_modelopt(packed, scale, glob)
+        else:
+            glob = np.float32(1.0 / glob)  # compressed-tensors divides by it
+            tensors[p + ".weight_packed"] = R.torch_tensor(packed, "U8")
+            tensors[p + ".weight_scale"] = R.torch_tensor(scale, "F8_E4M3")
+            tensors[p + ".weight_global_scale"] = R.torch_tensor(np.array([glob]), "F32")
+            tensors[p + ".input_global_scale"] = R.torch_tensor(np.array([np.float32(9.0)]), "F32")
+            refs[p + ".weight"] = R.ref_nvfp4_ct(packed, scale, glob)
+    tensors["lm_head.weight"] = R.torch_tensor(rng.standard_normal((8, 32)).astype(np.float32), "BF16")
+    R.write_folder(folder, tensors, MODELOPT if flavour == "modelopt" else CT, shards=shards)
+    return refs
+
+
+def test_order_of_scaling_matters():
+    # the two orders differ on these data, so the bit-exact checks below
+    # do tell "scale first" from "value times scale, then times global"
+    rng = np.random.default_rng(11)
+    packed = rng.integers(0, 256, size=(64, 128), dtype=np.uint8)
+    scale = _fp8_scales(rng, (64, 16))
+    glob = np.float32(0.0013)
+    first = R.ref_nvfp4_modelopt(packed, scale, glob)
+    vals = R.unpack_fp4_low_first(packed)
+    later = (vals * np.repeat(R.FP8_E4M3[scale], 16, axis=1)) * glob
+    assert not R.bits_equal(first, later)
+
+
+@pytest.mark.parametrize("flavour", ["modelopt", "compressed-tensors"])
+def test_dequantize_bit_exact(tmp_path, flavour):
+    refs = _checkpoint(tmp_path / "m", np.random.default_rng(1), flavour)
+    built = R.build_all(tmp_path / "m", nvfp4)
+    assert sorted(built) == sorted(refs)
+    for name, t in built.items():
+        d = t.descriptor
+        assert d.dtype == "float4_e2m1fn" and isinstance(d.quantization, hurray.BlockAffine)
+        assert R.bits_equal(t.dequantize(), refs[name]), name
+        assert R.bits_equal(t.dequantize(threads=4), refs[name]), name
+
+
+@pytest.mark.parametrize("flavour,shards", [("modelopt", 1), ("compressed-tensors", 2)])
+def test_convert_round_trip(tmp_path, flavour, shards):
+    refs = _checkpoint(tmp_path / "m", np.random.default_rng(2), flavour, shards)
+    out = R.round_trip(tmp_path / "m", str(tmp_path), refs)
+    with hurray.open(out) as f:
+        names = list(f.keys())
+        assert not any(n.endswith(("weight_scale", "weight_scale_2", "weight_packed")) for n in names)
+        for name, ref in refs.items():
+            assert R.bits_equal(f[name].dequantize(), ref)
+
+
+def _one_line_error(folder, out, *needles):
+    r = R.run_convert(folder, out, expect_ok=False)
+    assert r.returncode != 0, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_malformed_scale_shape(tmp_path):
+    rng = np.random.default_rng(3)
+    tensors = {
+        "l.weight": R.torch_tensor(rng.integers(0, 256, (8, 16), dtype=np.uint8), "U8"),
+        "l.weight_scale": R.torch_tensor(_fp8_scales(rng, (8, 3)), "F8_E4M3"),
+        "l.weight_scale_2": R.torch_tensor(np.array(np.float32(1.0)), "F32"),
+    }
+    R.write_folder(tmp_path / "m", tensors, MODELOPT)
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight_scale'", "shape")
+
+
+def test_missing_global_scale_partner(tmp_path):
+    rng = np.random.default_rng(4)
+    tensors = {
+        "l.weight_packed": R.torch_tensor(rng.integers(0, 256, (8, 16), dtype=np.uint8), "U8"),
+        "l.weight_global_scale": R.torch_tensor(np.array([np.float32(1.0)]), "F32"),
+    }
+    R.write_folder(tmp_path / "m", tensors, CT)
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight_scale'", "missing")
+
+
+def test_missing_config_key(tmp_path):
+    _checkpoint(tmp_path / "m", np.random.default_rng(5), "compressed-tensors")
+    import json, os
+
+    cfg = os.path.join(tmp_path / "m", "config.json")
+    c = json.load(open(cfg))
+    c["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = "sixteen"
+    json.dump(c, open(cfg, "w"))
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "group_size")
