@@ -87,10 +87,12 @@ bench: build python
 	$(MAKE) bench-verify
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
-# gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
+# gguf, numpy references and memcpy, into bench/results/quant.{md,json}; the
+# safetensors zoo's float families against their references, zoo_float.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
 	$(VENV)/python bench/bench_gguf_types.py
+	$(VENV)/python bench/bench_zoo_float.py
 
 # Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
 # torch.load(mmap=True) and the sequential-read limit, cold and warm, into
