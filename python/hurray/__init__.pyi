@@ -147,12 +147,12 @@ class LimitError(HurrayError):
     """HURRAY_ERR_LIMIT, HURRAY_ERR_OVERFLOW."""
 
 class ValidationError(HurrayError):
-    """Descriptor validation codes 20-52."""
+    """Descriptor validation codes 20-54."""
 
 class PlacementError(HurrayError):
-    """Buffer placement codes 60-69: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
+    """Buffer placement codes 60-70: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
     DEVICE_MISMATCH, SYNC_MODE_MISMATCH, PAGE_TABLE_ENTRY, SPARSE_INDEX_BOUNDS,
-    SPARSE_INDPTR, SPARSE_ORDER."""
+    SPARSE_INDPTR, SPARSE_ORDER, QUANT_GROUP_INDEX."""
 
 class NotFoundError(HurrayError, KeyError):
     """HURRAY_ERR_NOT_FOUND: no tensor, member or metadata key of that name

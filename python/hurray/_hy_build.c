@@ -409,7 +409,7 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
       PyObject *role = is_spec(b) ? item(b, "role") : NULL;
       PyObject *sync = is_spec(b) ? item(b, "sync_mode") : NULL;
       int r = role == NULL ? -1
-                           : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
+                           : enum_value(role, hy_role_name, 1, HURRAY_ROLE_SUPER_SCALES, "role");
       int m = sync == NULL ? HURRAY_SYNC_READY
                            : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
