@@ -163,6 +163,9 @@ class Family:
     optional: Tuple[str, ...] = ()
     check_config: Optional[Callable[[Dict[str, Any]], None]] = None
     output_name: str = "weight"
+    # More anchors of the same checkpoint convention, grouped in the same
+    # folder (gpt-oss: experts' gate_up_proj_blocks and down_proj_blocks).
+    also: Tuple["Family", ...] = ()
 
 
 FAMILIES: List[Family] = []
@@ -306,7 +309,8 @@ class _ZooSource(_Source):
         hidden: Dict[str, str] = {}
         names = inner.names()
         present = set(names)
-        if family is not None:
+        self._family_of: Dict[str, Family] = {}  # name -> the (also-)family of its group
+        for family in (family,) + family.also if family is not None else ():
             suffix = "." + family.anchor
             for n in names:
                 if not n.endswith(suffix):
@@ -336,6 +340,7 @@ class _ZooSource(_Source):
                         )
                     hidden[full] = out
                 self._groups[out] = (prefix, members)
+                self._family_of[out] = family
         self._names = sorted([n for n in names if n not in hidden] + list(self._groups))
         self._built: Dict[str, Dict[str, Any]] = {}
         self._live: List[Dict[str, Any]] = []  # the dicts metadata() handed out
@@ -348,8 +353,9 @@ class _ZooSource(_Source):
             return self.inner.info(name)
         _, members = self._groups[name]
         infos = [self.inner.info(full) for full in members.values()]
-        anchor = self.inner.info(members[self.family.anchor])
-        label = f"{self.family.name} ({anchor[0]} {'x'.join(map(str, anchor[1]))})"
+        family = self._family_of[name]
+        anchor = self.inner.info(members[family.anchor])
+        label = f"{family.name} ({anchor[0]} {'x'.join(map(str, anchor[1]))})"
         return label, tuple(anchor[1]), sum(i[2] for i in infos)
 
     def get(self, name):
@@ -357,14 +363,15 @@ class _ZooSource(_Source):
             return self.inner.get(name)
         prefix, members = self._groups[name]
         tensors = {m: self.inner.get(full) for m, full in members.items()}
-        group = Group(prefix, name, tensors, self.qc, self.family)
+        family = self._family_of[name]
+        group = Group(prefix, name, tensors, self.qc, family)
         try:
-            built = self.family.build(group)
+            built = family.build(group)
             t, record = _assemble(group, built)
         except ConversionError:
             raise
         except (HurrayError, ValueError, TypeError) as exc:
-            raise ZooError(f"{self.family.name}: tensor {name!r}: {_first_line(exc)}") from None
+            raise ZooError(f"{family.name}: tensor {name!r}: {_first_line(exc)}") from None
         if self._record:
             self._built[name] = record
             # The driver asks for the metadata before it converts the
@@ -636,4 +643,8 @@ def wrap_source(
 from . import gptq  # noqa: E402,F401
 from . import awq  # noqa: E402,F401
 from . import compressed_tensors  # noqa: E402,F401
+from . import fp8  # noqa: E402,F401  (DeepSeek block, compressed-tensors float-quantized)
+from . import bnb  # noqa: E402,F401  (bitsandbytes NF4 / FP4)
+from . import nvfp4  # noqa: E402,F401  (ModelOpt, compressed-tensors)
+from . import mxfp4  # noqa: E402,F401  (gpt-oss)
 # isort: on

@@ -1,160 +1,139 @@
 """bitsandbytes 4-bit (NF4 and FP4), with or without double quantization,
 as transformers saves it (quantization_config quant_method "bitsandbytes",
-load_in_4bit). For a linear `<p>`:
+load_in_4bit). For a linear `<p>` (Params4bit's state dict, from
+QuantState.as_dict(packed=True)):
 
-  <p>.weight                 uint8 [ceil(numel/2), 1]: codes, two a byte,
-                             the FIRST element in the HIGH nibble
-  <p>.weight.absmax          float32 [blocks], or uint8 [blocks] when nested
-  <p>.weight.quant_map       float32 [16]: the code book (NF4 or FP4)
-  <p>.weight.nested_absmax   float32 [ceil(blocks / nested_blocksize)]   (nested)
-  <p>.weight.nested_quant_map float32 [256]: the 8-bit dynamic map       (nested)
+  <p>.weight                  uint8 [ceil(numel/2), 1]: the codes, two a
+                              byte, the FIRST element in the HIGH nibble
+  <p>.weight.absmax           float32 [blocks], or uint8 [blocks] when nested
+  <p>.weight.quant_map        float32 [16]: the code book (NF4 or FP4)
+  <p>.weight.nested_absmax    float32 [ceil(blocks / nested_blocksize)]  (nested)
+  <p>.weight.nested_quant_map float32 [256]: the 8-bit dynamic map      (nested)
   <p>.weight.quant_state.bitsandbytes__nf4 (or __fp4)
-                             uint8: a JSON object with quant_type, blocksize,
-                             dtype, shape and, nested, nested_blocksize,
-                             nested_dtype, nested_offset
+                              uint8: a JSON object with quant_type,
+                              blocksize, dtype, shape and, nested,
+                              nested_blocksize, nested_dtype, nested_offset
 
-bitsandbytes.functional.dequantize_4bit forms each block's absmax first,
-nested_quant_map[absmax[b]] * nested_absmax[b // nested_blocksize] + offset
-(float32, dequantize_blockwise then `absmax += offset`), then
-quant_map[code] * absmax[block].
+bitsandbytes.functional.dequantize_4bit forms each block's absmax first:
+nested_quant_map[absmax[b]] * nested_absmax[b // nested_blocksize], then
+`absmax += offset` (float32); then quant_map[code] * absmax[i // blocksize]
+over the flat row-major elements.
 
-hurray: the NF4 kind over the flat row-major [out, in] element order, block
-= blocksize, codes packed with word_bits 8 and lane order {1, 0} (high
-nibble first), code book = quant_map; nested: absmax uint8 with scale code
-book = nested_quant_map, super scales = nested_absmax, super_block_size =
-nested_blocksize, multiply, scale_offset = nested_offset (ADR-0024). Every
-tensor above but the quant_state is one buffer, byte for byte; the
-quant_state JSON is kept verbatim by the conversion's metadata.
+hurray: the NF4 kind (flat row-major order), block = blocksize, codes
+packed in 8-bit words with lane order [1, 0] (high nibble first), code
+book = quant_map; nested: absmax uint8 with scale code book =
+nested_quant_map, super scales = nested_absmax (super_block_size =
+nested_blocksize, multiply) and scale_offset = nested_offset
+(docs/spec/quantization.md §5.6, §7.5). The quant_state JSON is no buffer:
+the conversion keeps its bytes in the metadata and restores them.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Dict, Iterable, Mapping
+from typing import Any, Dict
 
 from ..._descriptor import Nf4
-from .._common import ConversionError
-from . import _parts
-from ._parts import Part
+from . import Built, Family, Group, packing, register
 
-NAME = "bitsandbytes"
-_STATE = ".quant_state.bitsandbytes__"
+_STATES = ("weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4")
+_NESTED = ("weight.nested_absmax", "weight.nested_quant_map")
 _DTYPES = ("float32", "float16", "bfloat16")
 
 
-def matches(qconfig: Mapping[str, Any]) -> bool:
-    return qconfig.get("quant_method") == "bitsandbytes" and bool(
-        qconfig.get("load_in_4bit") or qconfig.get("_load_in_4bit")
-    )
+def _state(group: Group) -> tuple:
+    have = [s for s in _STATES if s in group.tensors]
+    if len(have) != 1:
+        raise group.error(
+            "weight",
+            "has no quant_state.bitsandbytes__nf4 (or __fp4) beside it"
+            if not have
+            else "has both an nf4 and an fp4 quant_state",
+        )
+    member = have[0]
+    group.expect(member, ("uint8",))
+    try:
+        state = json.loads(bytes(group.array(member)).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise group.error(member, f"does not hold a JSON object: {exc}") from None
+    if not isinstance(state, dict):
+        raise group.error(member, "does not hold a JSON object")
+    return member, state
 
 
-def plan(names: Iterable[str], qconfig: Mapping[str, Any]) -> Dict[str, Dict[str, str]]:
-    have = set(names)
-    out: Dict[str, Dict[str, str]] = {}
-    for name in have:
-        at = name.find(_STATE)
-        if at <= 0 or name[at + len(_STATE) :] not in ("nf4", "fp4"):
-            continue
-        weight = name[:at]
-        if weight in out:
-            raise ConversionError(f"tensor {weight!r}: two quant_state tensors, one is {name!r}")
-        roles = {
-            "codes": weight,
-            "absmax": weight + ".absmax",
-            "quant_map": weight + ".quant_map",
-            "state": name,
-        }
-        if weight + ".nested_absmax" in have or weight + ".nested_quant_map" in have:
-            roles["nested_absmax"] = weight + ".nested_absmax"
-            roles["nested_quant_map"] = weight + ".nested_quant_map"
-        for role, part in roles.items():
-            if part not in have:
-                raise ConversionError(f"tensor {part!r}: missing; {name!r} is there")
-        out[weight] = roles
-    return out
-
-
-def _state(sname: str, state: Dict[str, Any], key: str) -> Any:
+def _key(group: Group, member: str, state: Dict[str, Any], key: str, kinds) -> Any:
     if key not in state:
-        raise ConversionError(f"tensor {sname!r}: quant_state has no {key!r}")
-    return state[key]
+        raise group.error(member, f"has no {key!r} key")
+    v = state[key]
+    if isinstance(v, bool) or not isinstance(v, kinds):
+        raise group.error(member, f"has {key!r} {v!r}")
+    return v
 
 
-def build(
-    weight: str, parts: Mapping[str, Part], names: Mapping[str, str], qconfig: Mapping[str, Any]
-):
-    sname = names["state"]
-    state = _parts.json_part(sname, _parts.need(parts, "state", names, weight))
-    kind = _state(sname, state, "quant_type")
-    if kind not in ("nf4", "fp4") or not sname.endswith("__" + kind):
-        raise ConversionError(f"tensor {sname!r}: quant_type {kind!r} does not match its name")
-    block = _state(sname, state, "blocksize")
-    if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
-        raise ConversionError(f"tensor {sname!r}: blocksize {block!r} is not a positive integer")
-    shape = _state(sname, state, "shape")
-    if (
-        not isinstance(shape, list)
-        or not shape
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+def _shaped(group: Group, member: str, dtypes, shape, what: str) -> None:
+    group.expect(member, dtypes)
+    if tuple(group.shape(member)) != tuple(shape):
+        raise group.error(
+            member, f"has shape {list(group.shape(member))}, expected {list(shape)} ({what})"
+        )
+
+
+def _build(group: Group) -> Built:
+    member, state = _state(group)
+    kind = _key(group, member, state, "quant_type", str)
+    if not member.endswith("__" + kind):
+        raise group.error(member, f"says quant_type {kind!r}")
+    block = _key(group, member, state, "blocksize", int)
+    shape = _key(group, member, state, "shape", list)
+    if block <= 0 or not shape or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
     ):
-        raise ConversionError(f"tensor {sname!r}: shape {shape!r} is not a list of sizes")
-    dtype = str(_state(sname, state, "dtype")).replace("torch.", "")
+        raise group.error(member, f"has blocksize {block!r} and shape {shape!r}")
+    dtype = str(_key(group, member, state, "dtype", str)).replace("torch.", "")
     if dtype not in _DTYPES:
-        raise ConversionError(f"tensor {sname!r}: dtype {dtype!r} is not a 16/32-bit float")
+        raise group.error(member, f"has dtype {dtype!r}, not a 16- or 32-bit float")
     n = math.prod(shape)
-    blocks = _parts.ceil_div(n, block)
-
-    codes = _parts.need(parts, "codes", names, weight)
-    _parts.check_dtype(weight, codes, ("uint8",))
-    if _parts.numel(_parts.shape_of(codes)) != _parts.ceil_div(n, 2):
-        raise ConversionError(
-            f"tensor {weight!r}: {_parts.numel(_parts.shape_of(codes))} bytes, "
-            f"expected {_parts.ceil_div(n, 2)} for {n} 4-bit codes (quant_state shape {shape})"
+    blocks = -(-n // block)
+    group.expect("weight", ("uint8",))
+    if math.prod(group.shape("weight")) != -(-n // 2):
+        raise group.error(
+            "weight",
+            f"has {math.prod(group.shape('weight'))} bytes, expected {-(-n // 2)} for the "
+            f"{n} 4-bit codes of shape {shape}",
         )
-    qmap = _parts.need(parts, "quant_map", names, weight)
-    _parts.check_dtype(names["quant_map"], qmap, ("float32",))
-    _parts.check_shape(names["quant_map"], qmap, (16,), "the 4-bit code book")
-    absmax = _parts.need(parts, "absmax", names, weight)
-    nested = "nested_absmax" in names
-    if nested != ("nested_blocksize" in state):
-        raise ConversionError(
-            f"tensor {sname!r}: nested_blocksize "
-            f"{'missing' if nested else 'given'}, nested tensors {'given' if nested else 'missing'}"
-        )
-    buffers = [("data", codes), ("scales", absmax), ("codebook", qmap)]
+    _shaped(group, "weight.quant_map", ("float32",), (16,), "the 4-bit code book")
+    nested = "nested_blocksize" in state
+    for m in _NESTED:
+        if (m in group.tensors) != nested:
+            raise group.error(
+                m if not nested else member,
+                "is there without nested_blocksize in the quant_state"
+                if not nested
+                else f"has nested_blocksize, but {group.source_name(m)!r} is missing",
+            )
+    parts = [("data", "weight"), ("scales", "weight.absmax"), ("codebook", "weight.quant_map")]
     fields: Dict[str, Any] = dict(
-        block_size=block,
-        absmax_buffer=1,
-        codebook_buffer=2,
-        code_packing={"word_bits": 8, "axis": 0, "order": (1, 0)},
+        block_size=block, absmax_buffer=1, codebook_buffer=2, code_packing=packing(8, 0, (1, 0))
     )
     if not nested:
-        _parts.check_dtype(names["absmax"], absmax, ("float32",))
-        _parts.check_shape(names["absmax"], absmax, (blocks,), f"one per {block} elements")
+        _shaped(group, "weight.absmax", ("float32",), (blocks,), f"one per {block} elements")
         fields["absmax_dtype"] = "float32"
     else:
-        nblock = _state(sname, state, "nested_blocksize")
-        if isinstance(nblock, bool) or not isinstance(nblock, int) or nblock <= 0:
-            raise ConversionError(
-                f"tensor {sname!r}: nested_blocksize {nblock!r} is not a positive integer"
-            )
-        offset = _state(sname, state, "nested_offset")
-        if isinstance(offset, bool) or not isinstance(offset, (int, float)):
-            raise ConversionError(f"tensor {sname!r}: nested_offset {offset!r} is not a number")
-        _parts.check_dtype(names["absmax"], absmax, ("uint8",))
-        _parts.check_shape(names["absmax"], absmax, (blocks,), f"one per {block} elements")
-        nabs = _parts.need(parts, "nested_absmax", names, weight)
-        nmap = _parts.need(parts, "nested_quant_map", names, weight)
-        _parts.check_dtype(names["nested_absmax"], nabs, ("float32",))
-        _parts.check_shape(
-            names["nested_absmax"],
-            nabs,
-            (_parts.ceil_div(blocks, nblock),),
+        nblock = _key(group, member, state, "nested_blocksize", int)
+        offset = _key(group, member, state, "nested_offset", (int, float))
+        if nblock <= 0:
+            raise group.error(member, f"has nested_blocksize {nblock}")
+        _shaped(group, "weight.absmax", ("uint8",), (blocks,), f"one code per {block} elements")
+        _shaped(
+            group,
+            "weight.nested_absmax",
+            ("float32",),
+            (-(-blocks // nblock),),
             f"one per {nblock} absmax codes",
         )
-        _parts.check_dtype(names["nested_quant_map"], nmap, ("float32",))
-        _parts.check_shape(names["nested_quant_map"], nmap, (256,), "the 8-bit absmax code book")
-        buffers += [("super_scales", nabs), ("codebook", nmap)]
+        _shaped(group, "weight.nested_quant_map", ("float32",), (256,), "the absmax code book")
+        parts += [("super_scales", "weight.nested_absmax"), ("codebook", "weight.nested_quant_map")]
         fields.update(
             absmax_dtype="uint8",
             super_scale_buffer=3,
@@ -164,4 +143,17 @@ def build(
             scale_offset=float(offset),
             scale_codebook_buffer=4,
         )
-    return _parts.tensor(weight, "uint4", shape, Nf4(**fields), buffers)
+    return Built("uint4", tuple(shape), Nf4(**fields), parts)
+
+
+register(
+    Family(
+        name="bitsandbytes",
+        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "bitsandbytes"
+        and bool(qc.get("load_in_4bit") or qc.get("_load_in_4bit")),
+        anchor="weight.absmax",
+        members=("weight", "weight.absmax", "weight.quant_map"),
+        optional=_NESTED + _STATES,
+        build=_build,
+    )
+)

@@ -1,142 +1,134 @@
 """NVFP4: FP4 E2M1 codes, an FP8 E4M3 scale per 16 along K, and an f32
 per-tensor scale, as NVIDIA ModelOpt and compressed-tensors save it.
 
-ModelOpt (config.json quantization_config quant_method "modelopt" with
-quant_algo "NVFP4", or hf_quant_config.json's quantization.quant_algo):
-`<p>.weight` uint8 [N, K/2], `<p>.weight_scale` F8_E4M3 [N, K/16],
-`<p>.weight_scale_2` F32 [] (or [1]). ModelOpt's NVFP4QTensor.dequantize
-forms the block scale first, f32(weight_scale) * weight_scale_2 (one
-rounding), then multiplies the FP4 value by it.
+ModelOpt (config.json quantization_config quant_method "modelopt",
+quant_algo "NVFP4"): `<p>.weight` uint8 [N, K/2], `<p>.weight_scale`
+F8_E4M3 [N, K/16], `<p>.weight_scale_2` F32 [] (or [1]), `<p>.input_scale`.
+NVFP4QTensor.dequantize forms the block scale first,
+f32(weight_scale) * weight_scale_2 (one rounding), then multiplies the FP4
+value by it.
 
 compressed-tensors "nvfp4-pack-quantized": `<p>.weight_packed` uint8
 [N, K/2], `<p>.weight_scale` F8_E4M3 [N, K/G], `<p>.weight_global_scale`
-F32 [1]. Its dequantize forms f32(weight_scale) / weight_global_scale first
-(the global scale DIVIDES), then multiplies the FP4 value by it.
+F32 [1], `<p>.input_global_scale`. Its dequantize forms
+f32(weight_scale) / weight_global_scale first (the global scale DIVIDES),
+then multiplies the FP4 value by it.
 
 Both pack two codes a byte, the LOW nibble first (ModelOpt:
-q[..., 1::2] << 4 | q[..., 0::2]; compressed-tensors pack_fp4_to_uint8),
+q[..., 1::2] << 4 | q[..., 0::2]; compressed-tensors' pack_fp4_to_uint8),
 which is hurray's packed float4_e2m1fn stream as it is.
 
 hurray: block_affine, dtype float4_e2m1fn, axis 1, block 16 (G), scales
 float8_e4m3fn, super scale float32 over the whole tensor (super_block_size
-0), op multiply (ModelOpt) or divide (compressed-tensors) (ADR-0024). The
-input scales pass through unchanged.
+0), op multiply (ModelOpt) or divide (compressed-tensors)
+(docs/spec/quantization.md §5.6, §7.5). Input scales pass through.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping
+from typing import Any
 
 from ..._descriptor import BlockAffine
-from .._common import ConversionError
-from . import _parts
-from ._parts import Part
-
-NAME = "nvfp4"
+from . import Built, Family, Group, ZooError, register
 
 
-def _is_ct(qconfig: Mapping[str, Any]) -> bool:
-    return qconfig.get("quant_method") == "compressed-tensors"
-
-
-def _ct_format(qconfig: Mapping[str, Any]) -> Any:
-    fmt = qconfig.get("format")
-    if fmt is None:
-        groups = qconfig.get("config_groups") or {}
-        fmts = {g.get("format") for g in groups.values() if isinstance(g, Mapping)}
-        fmt = fmts.pop() if len(fmts) == 1 else None
-    return fmt
-
-
-def matches(qconfig: Mapping[str, Any]) -> bool:
-    method = qconfig.get("quant_method")
-    if method == "compressed-tensors":
-        return _ct_format(qconfig) == "nvfp4-pack-quantized"
-    if method == "modelopt":
-        return str(qconfig.get("quant_algo", "")).upper() == "NVFP4"
-    return False
-
-
-def group_size(qconfig: Mapping[str, Any]) -> int:
-    if _is_ct(qconfig):
-        sizes = set()
-        for key, g in (qconfig.get("config_groups") or {}).items():
-            w = g.get("weights") if isinstance(g, Mapping) else None
-            if isinstance(w, Mapping) and w.get("group_size") is not None:
-                sizes.add(
-                    _parts.positive_int(
-                        w["group_size"], f"config_groups.{key}.weights.group_size"
-                    )
-                )
-        if len(sizes) > 1:
-            raise ConversionError(
-                "config.json quantization_config.config_groups: NVFP4 groups of different "
-                f"sizes {sorted(sizes)} are not supported"
-            )
-        return sizes.pop() if sizes else 16
-    return _parts.positive_int(qconfig.get("group_size", 16), "group_size")
-
-
-def plan(names: Iterable[str], qconfig: Mapping[str, Any]) -> Dict[str, Dict[str, str]]:
-    have = set(names)
-    ct = _is_ct(qconfig)
-    marker = ".weight_global_scale" if ct else ".weight_scale_2"
-    out: Dict[str, Dict[str, str]] = {}
-    for name in have:
-        prefix = _parts.strip(name, marker)
-        if prefix is None:
-            continue
-        weight = prefix + ".weight"
-        codes = prefix + (".weight_packed" if ct else ".weight")
-        roles = {"codes": codes, "scale": prefix + ".weight_scale", "global": name}
-        for role in ("codes", "scale"):
-            if roles[role] not in have:
-                raise ConversionError(
-                    f"tensor {roles[role]!r}: missing; {name!r} is there"
-                )
-        if ct and weight in have:
-            raise ConversionError(
-                f"tensor {weight!r} is in the checkpoint beside {codes!r}; "
-                "the NVFP4 weight would take its name"
-            )
-        out[weight] = roles
+def _ct_formats(qc):
+    out = [qc["format"]] if qc.get("format") else []
+    groups = qc.get("config_groups")
+    if isinstance(groups, dict):
+        out += [g["format"] for g in groups.values() if isinstance(g, dict) and g.get("format")]
     return out
 
 
-def build(
-    weight: str, parts: Mapping[str, Part], names: Mapping[str, str], qconfig: Mapping[str, Any]
-):
-    codes = _parts.need(parts, "codes", names, weight)
-    scale = _parts.need(parts, "scale", names, weight)
-    glob = _parts.need(parts, "global", names, weight)
-    cname, sname, gname = names["codes"], names["scale"], names["global"]
-    _parts.check_dtype(cname, codes, ("uint8",))
-    n, half = _parts.check_rank(cname, codes, (2,))
-    k = 2 * half
-    g = group_size(qconfig)
-    _parts.check_dtype(sname, scale, ("float8_e4m3fn",))
-    _parts.check_shape(
-        sname, scale, (n, _parts.ceil_div(k, g)), f"one scale per {g} of {cname!r}'s {k} columns"
-    )
-    _parts.check_dtype(gname, glob, ("float32",))
-    if _parts.numel(_parts.shape_of(glob)) != 1 or len(_parts.shape_of(glob)) > 1:
-        raise ConversionError(
-            f"tensor {gname!r}: shape {list(_parts.shape_of(glob))}, expected [] or [1]"
+def _positive(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ZooError(f"config.json: quantization_config{where} is {value!r}, not a positive integer")
+    return value
+
+
+def _group_size(qc) -> int:
+    if str(qc.get("quant_method", "")).lower() != "compressed-tensors":
+        return _positive(qc.get("group_size", 16), "['group_size']")
+    sizes = set()
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ZooError("config.json: quantization_config has no 'config_groups' object")
+    for name, g in groups.items():
+        w = g.get("weights") if isinstance(g, dict) else None
+        if not isinstance(w, dict):
+            raise ZooError(
+                f"config.json: quantization_config['config_groups'][{name!r}] has no 'weights' object"
+            )
+        if "group_size" not in w:
+            raise ZooError(
+                f"config.json: quantization_config['config_groups'][{name!r}]['weights'] "
+                "has no 'group_size' key"
+            )
+        sizes.add(_positive(w["group_size"], f"['config_groups'][{name!r}]['weights']['group_size']"))
+    if len(sizes) != 1:
+        raise ZooError(
+            f"config.json: quantization_config['config_groups'] mixes NVFP4 group sizes {sorted(sizes)}"
         )
-    q = BlockAffine(
-        axis=1,
-        block_size=g,
-        scale_buffer=1,
-        scale_dtype="float8_e4m3fn",
-        super_scale_buffer=2,
-        super_scale_dtype="float32",
-        super_block_size=0,
-        super_op="divide" if _is_ct(qconfig) else "multiply",
+    return sizes.pop()
+
+
+def _build_for(codes: str, glob: str, op: str):
+    def build(group: Group) -> Built:
+        g = _group_size(group.config)
+        group.expect(codes, ("uint8",), 2)
+        n, half = group.shape(codes)
+        k = 2 * half
+        group.expect("weight_scale", ("float8_e4m3fn",))
+        want = (n, -(-k // g))
+        if tuple(group.shape("weight_scale")) != want:
+            raise group.error(
+                "weight_scale",
+                f"has shape {list(group.shape('weight_scale'))}, expected {list(want)} "
+                f"(one per {g} of the {k} columns of {group.source_name(codes)!r})",
+            )
+        group.expect(glob, ("float32",))
+        gshape = tuple(group.shape(glob))
+        if gshape not in ((), (1,)):
+            raise group.error(glob, f"has shape {list(gshape)}, expected [] or [1]")
+        q = BlockAffine(
+            axis=1,
+            block_size=g,
+            scale_buffer=1,
+            scale_dtype="float8_e4m3fn",
+            super_scale_buffer=2,
+            super_scale_dtype="float32",
+            super_block_size=0,
+            super_op=op,
+        )
+        parts = [("data", codes), ("scales", "weight_scale"), ("super_scales", glob)]
+        return Built("float4_e2m1fn", (n, k), q, parts)
+
+    return build
+
+
+def _check(qc) -> None:
+    _group_size(qc)
+
+
+register(
+    Family(
+        name="nvfp4-modelopt",
+        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "modelopt"
+        and str(qc.get("quant_algo", "")).upper() == "NVFP4",
+        anchor="weight_scale_2",
+        members=("weight", "weight_scale", "weight_scale_2"),
+        build=_build_for("weight", "weight_scale_2", "multiply"),
+        check_config=_check,
     )
-    return _parts.tensor(
-        weight,
-        "float4_e2m1fn",
-        (n, k),
-        q,
-        [("data", codes), ("scales", scale), ("super_scales", glob)],
+)
+register(
+    Family(
+        name="nvfp4-compressed-tensors",
+        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "compressed-tensors"
+        and "nvfp4-pack-quantized" in _ct_formats(qc),
+        anchor="weight_global_scale",
+        members=("weight_packed", "weight_scale", "weight_global_scale"),
+        build=_build_for("weight_packed", "weight_global_scale", "divide"),
+        check_config=_check,
     )
+)
