@@ -201,7 +201,7 @@ def test_missing_config_key(tmp_path):
     c = json.load(open(cfg))
     del c["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"]
     json.dump(c, open(cfg, "w"))
-    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "weight_scale")
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "config.json", "'group_size'")
 
 
 def test_wrong_weight_dtype(tmp_path):

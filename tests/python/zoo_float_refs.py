@@ -245,23 +245,22 @@ def ref_bnb_4bit(packed, absmax, quant_map, block, shape, nested=None) -> np.nda
     return vals.astype(np.float32).reshape(shape)
 
 
-def build_all(folder, family):
-    """The family's tensors for a folder, through its own plan/build (no
-    plumbing): {hurray name: Tensor}."""
+def build_all(folder, family=None):
+    """The grouped tensors of a model folder, through the converter's zoo
+    source (hurray.convert.zoo): {hurray name: Tensor} for every tensor a
+    family built. `family` is the module expected to have built them."""
     from hurray.convert._safetensors import _SafetensorsSource
+    from hurray.convert.zoo import open_folder
 
-    with open(os.path.join(folder, "config.json")) as f:
-        qconfig = json.load(f)["quantization_config"]
+    folder = str(folder)
     files = sorted(
         os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".safetensors")
     )
-    src = _SafetensorsSource(files)
+    src = open_folder(folder, _SafetensorsSource(files), False)
     try:
-        plan = family.plan(src.names(), qconfig)
         out = {}
-        for weight, names in plan.items():
-            parts = {role: src.get(n) for role, n in names.items()}
-            out[weight] = family.build(weight, parts, names, qconfig)
+        for name in getattr(src, "_groups", {}):
+            out[name] = src.get(name)
         return out
     finally:
         src.close()

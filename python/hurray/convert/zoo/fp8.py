@@ -87,10 +87,15 @@ def _check_ct(qc) -> None:
             raise ZooError(
                 f"config.json: quantization_config{where}: asymmetric FP8 weights are not supported"
             )
-        if w.get("strategy") == "group":
-            _positive(w.get("group_size"), where + "['group_size']")
-        if w.get("strategy") == "block":
-            _pair(w.get("block_structure"), where + "['block_structure']")
+        for strategy, key in (("group", "group_size"), ("block", "block_structure")):
+            if w.get("strategy") != strategy:
+                continue
+            if w.get(key) is None:
+                raise ZooError(
+                    f"config.json: quantization_config{where} has no {key!r} key "
+                    f"(strategy {strategy!r})"
+                )
+            (_positive if strategy == "group" else _pair)(w[key], where + f"[{key!r}]")
 
 
 def _check_deepseek(qc) -> None:
