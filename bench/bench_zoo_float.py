@@ -92,7 +92,11 @@ def _nvfp4(rng, n, k, ct):
         "scale": "w.weight_scale",
         "global": "w.weight_global_scale" if ct else "w.weight_scale_2",
     }
-    parts = {"codes": _u8(packed), "scale": _typed(scale, "float8_e4m3fn"), "global": from_numpy(glob)}
+    parts = {
+        "codes": _u8(packed),
+        "scale": _typed(scale, "float8_e4m3fn"),
+        "global": from_numpy(glob),
+    }
     if ct:
         q = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}
         ref = lambda: R.ref_nvfp4_ct(packed, scale, glob[0])  # noqa: E731
@@ -124,8 +128,8 @@ def case_mxfp4(rng, n, k):
 
 
 def _bnb(rng, n, k, quant_type):
-    import torch
     import bitsandbytes.functional as F
+    import torch
 
     torch.manual_seed(int(rng.integers(1 << 30)))
     w = torch.randn(n, k)
@@ -210,7 +214,9 @@ def main():
         )
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "zoo_float.json"), "w") as f:
-        json.dump({"mib": mib, "reps": reps, "hurray": hurray.__version__, "rows": rows}, f, indent=2)
+        json.dump(
+            {"mib": mib, "reps": reps, "hurray": hurray.__version__, "rows": rows}, f, indent=2
+        )
     lines = [
         "# Safetensors zoo, floating-point families: dequantize throughput",
         "",

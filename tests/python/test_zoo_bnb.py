@@ -11,11 +11,10 @@ import os
 
 import numpy as np
 import pytest
+import zoo_float_refs as R
 
 import hurray
 from hurray.convert.zoo import bnb
-
-import zoo_float_refs as R
 
 torch = pytest.importorskip("torch")
 F = pytest.importorskip("bitsandbytes.functional")
@@ -86,9 +85,7 @@ def test_reference_matches_bitsandbytes():
         st.state2.blocksize,
         np.float32(st.offset.item()),
     )
-    mine = R.ref_bnb_4bit(
-        q.numpy(), st.absmax.numpy(), st.code.numpy(), 64, (40, 64), nested
-    )
+    mine = R.ref_bnb_4bit(q.numpy(), st.absmax.numpy(), st.code.numpy(), 64, (40, 64), nested)
     assert R.bits_equal(mine, F.dequantize_4bit(q, st).numpy())
 
 

@@ -9,11 +9,10 @@ installs here on CPU), then converted back byte for byte."""
 
 import numpy as np
 import pytest
+import zoo_float_refs as R
 
 import hurray
 from hurray.convert.zoo import fp8
-
-import zoo_float_refs as R
 
 DEEPSEEK = {
     "architectures": ["DeepseekV3ForCausalLM"],
@@ -102,7 +101,9 @@ def _ct(folder, rng, strategy, n=96, k=256, scale_dtype="F32", **extra):
     tensors[p + ".weight"] = R.torch_tensor(codes, "F8_E4M3")
     tensors[p + ".weight_scale"] = t
     tensors[p + ".input_scale"] = R.torch_tensor(np.array([0.5], np.float32), "F32")
-    tensors["lm_head.weight"] = R.torch_tensor(rng.standard_normal((8, k)).astype(np.float32), "BF16")
+    tensors["lm_head.weight"] = R.torch_tensor(
+        rng.standard_normal((8, k)).astype(np.float32), "BF16"
+    )
     refs[p + ".weight"] = R.ref_fp8_scaled(codes, full(scale_f32))
     R.write_folder(folder, tensors, _ct_config(strategy, **extra))
     return refs
@@ -170,7 +171,9 @@ def test_malformed_scale_shape(tmp_path):
         "l.weight_scale_inv": R.torch_tensor(np.ones((2, 2), np.float32), "F32"),
     }
     R.write_folder(tmp_path / "m", tensors, DEEPSEEK)
-    with pytest.raises(Exception, match=r"'l\.weight_scale_inv'.*shape \[2, 2\], expected \[3, 2\]"):
+    with pytest.raises(
+        Exception, match=r"'l\.weight_scale_inv'.*shape \[2, 2\], expected \[3, 2\]"
+    ):
         R.build_all(tmp_path / "m", fp8)
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "l.weight_scale_inv")
 
@@ -178,7 +181,8 @@ def test_malformed_scale_shape(tmp_path):
 def test_malformed_ct_scale_shape(tmp_path):
     _ct(tmp_path / "m", np.random.default_rng(6), "group", group_size=128)
     # rewrite the config to claim group 64: [96, 2] no longer fits
-    import json, os
+    import json
+    import os
 
     cfg = os.path.join(tmp_path / "m", "config.json")
     c = json.load(open(cfg))
@@ -195,7 +199,8 @@ def test_missing_weight(tmp_path):
 
 def test_missing_config_key(tmp_path):
     _ct(tmp_path / "m", np.random.default_rng(7), "group", group_size=128)
-    import json, os
+    import json
+    import os
 
     cfg = os.path.join(tmp_path / "m", "config.json")
     c = json.load(open(cfg))

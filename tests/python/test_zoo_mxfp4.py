@@ -9,11 +9,10 @@ import os
 
 import numpy as np
 import pytest
+import zoo_float_refs as R
 
 import hurray
 from hurray.convert.zoo import mxfp4
-
-import zoo_float_refs as R
 
 CONFIG = {
     "architectures": ["GptOssForCausalLM"],

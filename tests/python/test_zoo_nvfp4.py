@@ -10,11 +10,10 @@ first, then one multiplication by the FP4 value."""
 
 import numpy as np
 import pytest
+import zoo_float_refs as R
 
 import hurray
 from hurray.convert.zoo import nvfp4
-
-import zoo_float_refs as R
 
 MODELOPT = {
     "architectures": ["LlamaForCausalLM"],
@@ -89,7 +88,9 @@ def _checkpoint(folder, rng, flavour, shards=1):
             tensors[p + ".weight_global_scale"] = R.torch_tensor(np.array([glob]), "F32")
             tensors[p + ".input_global_scale"] = R.torch_tensor(np.array([np.float32(9.0)]), "F32")
             refs[p + ".weight"] = R.ref_nvfp4_ct(packed, scale, glob)
-    tensors["lm_head.weight"] = R.torch_tensor(rng.standard_normal((8, 32)).astype(np.float32), "BF16")
+    tensors["lm_head.weight"] = R.torch_tensor(
+        rng.standard_normal((8, 32)).astype(np.float32), "BF16"
+    )
     R.write_folder(folder, tensors, MODELOPT if flavour == "modelopt" else CT, shards=shards)
     return refs
 
@@ -125,7 +126,9 @@ def test_convert_round_trip(tmp_path, flavour, shards):
     out = R.round_trip(tmp_path / "m", str(tmp_path), refs)
     with hurray.open(out) as f:
         names = list(f.keys())
-        assert not any(n.endswith(("weight_scale", "weight_scale_2", "weight_packed")) for n in names)
+        assert not any(
+            n.endswith(("weight_scale", "weight_scale_2", "weight_packed")) for n in names
+        )
         for name, ref in refs.items():
             assert R.bits_equal(f[name].dequantize(), ref)
 
@@ -162,7 +165,8 @@ def test_missing_global_scale_partner(tmp_path):
 
 def test_missing_config_key(tmp_path):
     _checkpoint(tmp_path / "m", np.random.default_rng(5), "compressed-tensors")
-    import json, os
+    import json
+    import os
 
     cfg = os.path.join(tmp_path / "m", "config.json")
     c = json.load(open(cfg))

@@ -88,7 +88,9 @@ def write_folder(folder, tensors: dict, config: dict, shards: int = 1, extra: di
     os.makedirs(folder, exist_ok=True)
     names = sorted(tensors)
     if shards == 1:
-        save_file({n: tensors[n].contiguous() for n in names}, os.path.join(folder, "model.safetensors"))
+        save_file(
+            {n: tensors[n].contiguous() for n in names}, os.path.join(folder, "model.safetensors")
+        )
     else:
         weight_map = {}
         for s in range(shards):
@@ -164,9 +166,10 @@ def round_trip(src_folder, work, expect_weights: dict):
     back_dir = os.path.join(work, "back")
     run_convert(out, back_dir + os.sep)
     assert_same_tensors(original, read_folder(back_dir))
-    with open(os.path.join(src_folder, "config.json"), "rb") as f1, open(
-        os.path.join(back_dir, "config.json"), "rb"
-    ) as f2:
+    with (
+        open(os.path.join(src_folder, "config.json"), "rb") as f1,
+        open(os.path.join(back_dir, "config.json"), "rb") as f2,
+    ):
         assert f1.read() == f2.read()
     deq = os.path.join(work, "deq.safetensors")
     run_convert(out, deq, "--dequantize")

@@ -86,8 +86,10 @@ def _build(group: Group) -> Built:
         raise group.error(member, f"says quant_type {kind!r}")
     block = _key(group, member, state, "blocksize", int)
     shape = _key(group, member, state, "shape", list)
-    if block <= 0 or not shape or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+    if (
+        block <= 0
+        or not shape
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
     ):
         raise group.error(member, f"has blocksize {block!r} and shape {shape!r}")
     dtype = str(_key(group, member, state, "dtype", str)).replace("torch.", "")
@@ -149,8 +151,10 @@ def _build(group: Group) -> Built:
 register(
     Family(
         name="bitsandbytes",
-        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "bitsandbytes"
-        and bool(qc.get("load_in_4bit") or qc.get("_load_in_4bit")),
+        detect=lambda qc: (
+            str(qc.get("quant_method", "")).lower() == "bitsandbytes"
+            and bool(qc.get("load_in_4bit") or qc.get("_load_in_4bit"))
+        ),
         anchor="weight.absmax",
         members=("weight", "weight.absmax", "weight.quant_map"),
         optional=_NESTED + _STATES,

@@ -39,7 +39,9 @@ def _ceil(a: int, b: int) -> int:
 
 def _positive(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ZooError(f"config.json: quantization_config{where} is {value!r}, not a positive integer")
+        raise ZooError(
+            f"config.json: quantization_config{where} is {value!r}, not a positive integer"
+        )
     return value
 
 
@@ -189,7 +191,12 @@ def _build_ct(group: Group) -> Built:
     else:
         for w in weights:
             g = w.get("group_size")
-            if w.get("strategy") == "group" and isinstance(g, int) and g > 0 and shape == (n, _ceil(k, g)):
+            if (
+                w.get("strategy") == "group"
+                and isinstance(g, int)
+                and g > 0
+                and shape == (n, _ceil(k, g))
+            ):
                 q = BlockAffine(
                     axis=1, block_size=g, scale_buffer=1, scale_dtype=group.dtype("weight_scale")
                 )
@@ -221,8 +228,10 @@ register(
 register(
     Family(
         name="compressed-tensors-fp8",
-        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "compressed-tensors"
-        and "float-quantized" in _ct_formats(qc),
+        detect=lambda qc: (
+            str(qc.get("quant_method", "")).lower() == "compressed-tensors"
+            and "float-quantized" in _ct_formats(qc)
+        ),
         anchor="weight_scale",
         members=("weight", "weight_scale"),
         build=_build_ct,

@@ -42,7 +42,9 @@ def _ct_formats(qc):
 
 def _positive(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ZooError(f"config.json: quantization_config{where} is {value!r}, not a positive integer")
+        raise ZooError(
+            f"config.json: quantization_config{where} is {value!r}, not a positive integer"
+        )
     return value
 
 
@@ -64,7 +66,9 @@ def _group_size(qc) -> int:
                 f"config.json: quantization_config['config_groups'][{name!r}]['weights'] "
                 "has no 'group_size' key"
             )
-        sizes.add(_positive(w["group_size"], f"['config_groups'][{name!r}]['weights']['group_size']"))
+        sizes.add(
+            _positive(w["group_size"], f"['config_groups'][{name!r}]['weights']['group_size']")
+        )
     if len(sizes) != 1:
         raise ZooError(
             f"config.json: quantization_config['config_groups'] mixes NVFP4 group sizes {sorted(sizes)}"
@@ -113,8 +117,10 @@ def _check(qc) -> None:
 register(
     Family(
         name="nvfp4-modelopt",
-        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "modelopt"
-        and str(qc.get("quant_algo", "")).upper() == "NVFP4",
+        detect=lambda qc: (
+            str(qc.get("quant_method", "")).lower() == "modelopt"
+            and str(qc.get("quant_algo", "")).upper() == "NVFP4"
+        ),
         anchor="weight_scale_2",
         members=("weight", "weight_scale", "weight_scale_2"),
         build=_build_for("weight", "weight_scale_2", "multiply"),
@@ -124,8 +130,10 @@ register(
 register(
     Family(
         name="nvfp4-compressed-tensors",
-        detect=lambda qc: str(qc.get("quant_method", "")).lower() == "compressed-tensors"
-        and "nvfp4-pack-quantized" in _ct_formats(qc),
+        detect=lambda qc: (
+            str(qc.get("quant_method", "")).lower() == "compressed-tensors"
+            and "nvfp4-pack-quantized" in _ct_formats(qc)
+        ),
         anchor="weight_global_scale",
         members=("weight_packed", "weight_scale", "weight_global_scale"),
         build=_build_for("weight_packed", "weight_global_scale", "divide"),
