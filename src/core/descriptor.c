@@ -1005,6 +1005,13 @@ uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype) {
   return p->word_bits / bits;
 }
 
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes) {
+  for (uint32_t j = 0; j < lanes; j++) {
+    if (p->order[j] != j) return false;
+  }
+  return true;
+}
+
 static uint32_t get_packing(const HurrayQuantPacking *p, HurrayDType dtype, uint32_t *word_bits,
                             uint32_t *axis, const uint8_t **order) {
   if (word_bits != NULL) *word_bits = p->word_bits;

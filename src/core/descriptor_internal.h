@@ -152,6 +152,8 @@ HurrayDType hurray__mx_element_dtype(HurrayMxElement element);
 /* Codes per word of a packing over elements of `dtype`; 0 when not packed
  * or when the element bits do not divide the word. */
 uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype);
+/* True when lane j holds element j for every one of `lanes` lanes. */
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes);
 
 /* True when any packed or two-level field (ADR-0024) differs from its
  * default; such a tensor takes the generic kernel (src/quant/packed.c). */

@@ -176,10 +176,14 @@ static void emit_layout(Text *t, const HurrayDescriptor *d, int level) {
 static void emit_packing(Text *t, const char *name, const HurrayQuantPacking *p,
                          HurrayDType dtype) {
   if (p->word_bits == 0) return;
-  emit(t, ", \"%s\": {\"word_bits\": %u, \"axis\": %u, \"order\": [", name, p->word_bits, p->axis);
+  emit(t, ", \"%s\": {\"word_bits\": %u, \"axis\": %u", name, p->word_bits, p->axis);
   uint32_t lanes = hurray__packing_lanes(p, dtype);
-  for (uint32_t j = 0; j < lanes; j++) emit(t, "%s%u", j ? ", " : "", p->order[j]);
-  emit(t, "]}");
+  if (!hurray__packing_is_identity(p, lanes)) {
+    emit(t, ", \"order\": [");
+    for (uint32_t j = 0; j < lanes; j++) emit(t, "%s%u", j ? ", " : "", p->order[j]);
+    emit(t, "]");
+  }
+  emit(t, "}");
 }
 
 /* The packed and two-level fields (ADR-0024), each only when not default. */

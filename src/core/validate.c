@@ -609,6 +609,11 @@ static HurrayStatus check_packed(Walk *w, const HurrayDescriptor *d, const char 
   if (!kind_takes_packed(q->kind) || !hurray__quant_has_packed(q)) {
     return HURRAY_OK;
   }
+  if (d->has_strides) {
+    return FAIL(HURRAY_ERR_STRIDES,
+                "%sstrides: tensors with packed or two-level quantization fields are row-major",
+                path);
+  }
   HURRAY_RETURN_NOT_OK(check_packed_codes(w, path, d));
   uint64_t shape[HURRAY_MAX_RANK], scales = 1;
   uint32_t rank;
