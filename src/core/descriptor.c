@@ -950,6 +950,49 @@ HurrayStatus hurray_descriptor_set_quant_super_scales(HurrayDescriptor *d, uint3
   return HURRAY_OK;
 }
 
+bool hurray__quant_has_storage_fields(const HurrayQuant *q) {
+  return q->has_storage_axes || q->code_packing.word_bits != 0 ||
+         q->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
+}
+
+bool hurray__quant_has_scale_fields(const HurrayQuant *q) {
+  return q->block_size2 != 0 || q->axis2 != 0 || q->group_index_buffer != HURRAY_NO_BUFFER ||
+         q->codebook_buffer != HURRAY_NO_BUFFER || q->scale_codebook_buffer != HURRAY_NO_BUFFER ||
+         q->super_scale_buffer != HURRAY_NO_BUFFER || q->scale_offset != 0.0;
+}
+
+bool hurray__quant_has_packed(const HurrayQuant *q) {
+  return hurray__quant_has_storage_fields(q) || hurray__quant_has_scale_fields(q);
+}
+
+void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint32_t *rank_out) {
+  const HurrayQuant *q = &d->quant;
+  if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
+    shape[0] = d->shape[q->axis];
+    *rank_out = 1;
+    return;
+  }
+  if (q->kind == HURRAY_QUANT_NF4) {
+    uint64_t numel = 1;
+    for (uint32_t i = 0; i < d->rank; i++) numel *= d->shape[i];
+    shape[0] = hurray__ceil_div_u64(numel, q->block_size);
+    *rank_out = 1;
+    return;
+  }
+  uint64_t logical[HURRAY_MAX_RANK];
+  for (uint32_t i = 0; i < d->rank; i++) {
+    logical[i] = d->shape[i];
+    if (i == q->axis) logical[i] = hurray__ceil_div_u64(d->shape[i], q->block_size);
+    if (q->block_size2 != 0 && i == q->axis2) {
+      logical[i] = hurray__ceil_div_u64(d->shape[i], q->block_size2);
+    }
+  }
+  for (uint32_t k = 0; k < d->rank; k++) {
+    shape[k] = logical[q->has_storage_axes ? q->storage_axes[k] : k];
+  }
+  *rank_out = d->rank;
+}
+
 const uint8_t *hurray_descriptor_quant_storage_axes(const HurrayDescriptor *d) {
   return d->quant.has_storage_axes ? d->quant.storage_axes : NULL;
 }
@@ -960,6 +1003,13 @@ uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype) {
     return 0;
   }
   return p->word_bits / bits;
+}
+
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes) {
+  for (uint32_t j = 0; j < lanes; j++) {
+    if (p->order[j] != j) return false;
+  }
+  return true;
 }
 
 static uint32_t get_packing(const HurrayQuantPacking *p, HurrayDType dtype, uint32_t *word_bits,

@@ -152,6 +152,22 @@ HurrayDType hurray__mx_element_dtype(HurrayMxElement element);
 /* Codes per word of a packing over elements of `dtype`; 0 when not packed
  * or when the element bits do not divide the word. */
 uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype);
+/* True when lane j holds element j for every one of `lanes` lanes. */
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes);
+
+/* True when any packed or two-level field (ADR-0024) differs from its
+ * default; such a tensor takes the generic kernel (src/quant/packed.c). */
+bool hurray__quant_has_packed(const HurrayQuant *q);
+/* True when a QUANT_STORAGE / QUANT_SCALES record is needed. */
+bool hurray__quant_has_storage_fields(const HurrayQuant *q);
+bool hurray__quant_has_scale_fields(const HurrayQuant *q);
+
+/* The scale tensor's shape in storage order (docs/spec/quantization.md
+ * §5.6): per-channel [shape[axis]], NF4 [ceil(numel / block)], block
+ * affine the data shape with the blocked axes ceil-divided, permuted by
+ * storage_axes. Needs the axes and block sizes in range (validated) and
+ * numel to fit; *rank_out gets the rank. */
+void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint32_t *rank_out);
 
 /* Appends a member without the member-shape check (decoder use). Takes
  * ownership of `name` and `member` on success only. */
