@@ -35,7 +35,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-import hurray  # noqa: E402
 from zoo_reference import (  # noqa: E402
     AWQ_ORDER,
     awq_dequantize,
@@ -44,6 +43,8 @@ from zoo_reference import (  # noqa: E402
     pack_along,
     write_model,
 )
+
+import hurray  # noqa: E402
 
 MiB = 1 << 20
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import hurray
 from zoo_reference import (
     AWQ_ORDER,
     assert_ok,
@@ -22,6 +20,8 @@ from zoo_reference import (
     round_trip,
     write_model,
 )
+
+import hurray
 
 
 def _config(group_size=32, **extra):

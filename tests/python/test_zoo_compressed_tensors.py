@@ -12,8 +12,6 @@ import zlib
 
 import numpy as np
 import pytest
-
-import hurray
 from zoo_reference import (
     assert_ok,
     assert_one_line_failure,
@@ -24,6 +22,8 @@ from zoo_reference import (
     round_trip,
     write_model,
 )
+
+import hurray
 
 
 def _weights(bits, strategy, symmetric, group_size=None, actorder=None):

@@ -10,8 +10,6 @@ import json
 
 import numpy as np
 import pytest
-
-import hurray
 from zoo_reference import (
     assert_ok,
     assert_one_line_failure,
@@ -22,6 +20,8 @@ from zoo_reference import (
     round_trip,
     write_model,
 )
+
+import hurray
 
 
 def _config(bits=4, group_size=16, desc_act=False, fmt=None):
