@@ -208,15 +208,14 @@ def config_value(qc: Dict[str, Any], key: str, family: str, types=None, default=
     return value
 
 
-def packing(word_bits: int, axis: int, order: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-    """A code_packing / zero_point_packing value for the quantization
-    records (docs/spec/quantization.md §5.6): lanes of `word_bits`-bit
-    little-endian words along storage axis `axis`, lane j holding element
-    order[j] of its group (identity when None)."""
-    out: Dict[str, Any] = {"word_bits": int(word_bits), "axis": int(axis)}
-    if order is not None:
-        out["order"] = [int(x) for x in order]
-    return out
+def packing(word_bits: int, axis: int, order: Optional[Sequence[int]] = None):
+    """A code_packing / zero_point_packing record (hurray.Packing,
+    docs/spec/quantization.md §5.6): lanes of `word_bits`-bit little-endian
+    words along storage axis `axis`, lane j holding element order[j] of its
+    group (identity when None)."""
+    from ..._descriptor import Packing
+
+    return Packing(int(word_bits), int(axis), tuple(int(x) for x in order) if order else None)
 
 
 def check_group_index(group: Group, member: str, groups: int) -> None:
