@@ -42,8 +42,11 @@ def _config(quant_type, nested):
     }
 
 
-# (out, in): several blocks, a partial nested block, an odd element count
-SHAPES = [(96, 256), (40, 64), (7, 9)]
+# (out, in): several blocks, a partial nested block, a partial 4-bit block.
+# in_features is a multiple of every block size tested, or odd: bitsandbytes'
+# native CPU kernel indexes blocks per row (row * ceil(in / block) + col /
+# block), which is its flat definition only then (test_native_cpu_kernel_rows).
+SHAPES = [(96, 256), (40, 128), (6, 9)]
 
 
 def _checkpoint(folder, quant_type="nf4", nested=True, blocksize=64, shards=1, seed=0):
@@ -112,6 +115,28 @@ def test_convert_round_trip(tmp_path, quant_type, nested, blocksize):
             assert R.bits_equal(f[name].dequantize(), ref)
 
 
+def test_native_cpu_kernel_rows(tmp_path):
+    # in_features 64 < blocksize 128: bitsandbytes' quantizer and its
+    # generic dequantizer (the CUDA definition) use flat blocks, its native
+    # CPU kernel a block per row; hurray follows the flat definition.
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+    from bitsandbytes.backends.utils import _get_4bit_code
+
+    torch.manual_seed(5)
+    w = torch.randn(40, 64)
+    q, st = F.quantize_4bit(w, blocksize=128, compress_statistics=False, quant_type="fp4")
+    generic = _dequantize_4bit_compute(
+        q.reshape(-1), st.absmax, _get_4bit_code("fp4", q.device), 128, (40, 64), torch.float32
+    ).numpy()
+    mine = R.ref_bnb_4bit(q.numpy(), st.absmax.numpy(), st.code.numpy(), 128, (40, 64))
+    assert R.bits_equal(mine, generic)
+    assert not R.bits_equal(F.dequantize_4bit(q, st).numpy(), generic)
+    tensors = {"l.weight": q}
+    tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    R.write_folder(tmp_path / "m", tensors, _config("fp4", False))
+    assert R.bits_equal(R.build_all(tmp_path / "m")["l.weight"].dequantize(), generic)
+
+
 def _one_line_error(folder, out, *needles):
     r = R.run_convert(folder, out, expect_ok=False)
     assert r.returncode != 0, r.stdout
@@ -165,3 +190,12 @@ def test_truncated_codes(tmp_path):
     name = "model.layers.0.mlp.down_proj.weight"
     _edit(tmp_path / "m", name, lambda t: t[:-3].clone())
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", name)
+
+
+def test_odd_element_count_refused(tmp_path):
+    torch.manual_seed(6)
+    q, st = F.quantize_4bit(torch.randn(7, 9), blocksize=64, quant_type="nf4")
+    tensors = {"l.weight": q}
+    tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    R.write_folder(tmp_path / "m", tensors, _config("nf4", True))
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight'", "odd number")

@@ -160,7 +160,7 @@ def test_missing_global_scale_partner(tmp_path):
         "l.weight_global_scale": R.torch_tensor(np.array([np.float32(1.0)]), "F32"),
     }
     R.write_folder(tmp_path / "m", tensors, CT)
-    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight_scale'", "missing")
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight_scale'")
 
 
 def test_missing_config_key(tmp_path):

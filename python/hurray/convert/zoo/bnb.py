@@ -104,6 +104,12 @@ def _build(group: Group) -> Built:
             f"has {math.prod(group.shape('weight'))} bytes, expected {-(-n // 2)} for the "
             f"{n} 4-bit codes of shape {shape}",
         )
+    if n % 2:
+        # bitsandbytes pads the last byte's low nibble; hurray's packed words
+        # must fill the packed axis (docs/spec/quantization.md §5.6)
+        raise group.error(
+            "weight", f"holds an odd number of 4-bit codes ({n}, shape {shape}); not supported"
+        )
     _shaped(group, "weight.quant_map", ("float32",), (16,), "the 4-bit code book")
     nested = "nested_blocksize" in state
     for m in _NESTED:
