@@ -38,7 +38,7 @@ import zoo_float_refs as R  # noqa: E402
 
 import hurray  # noqa: E402
 from hurray._tensor import from_numpy  # noqa: E402
-from hurray.convert.zoo import bnb, fp8, mxfp4, nvfp4  # noqa: E402
+from hurray.convert import zoo  # noqa: E402
 
 MiB = 1 << 20
 
@@ -63,23 +63,38 @@ def _typed(a, dtype):
     return from_numpy(np.ascontiguousarray(a).view(getattr(ml_dtypes, dtype)))
 
 
+def _build(family_name, members, qc, anchor_family=None):
+    """The tensor `hurray convert` makes of one group: the registered
+    family's build, then the converter's own assembly."""
+    fam = next(f for f in zoo.FAMILIES if f.name == family_name)
+    for f in (fam,) + fam.also:
+        if anchor_family is None or f.anchor == anchor_family:
+            fam = f
+            break
+    group = zoo.Group("w", f"w.{fam.output_name}", members, qc, fam)
+    return zoo._assemble(group, fam.build(group))[0]
+
+
 def case_fp8_block(rng, n, k):
     codes = R.random_fp8(rng, (n, k))
     scale = (rng.random((-(-n // 128), -(-k // 128))) * 1e-2).astype(np.float32)
-    names = {"weight": "w.weight", "scale": "w.weight_scale_inv"}
-    parts = {"weight": _typed(codes, "float8_e4m3fn"), "scale": from_numpy(scale)}
-    q = {"quant_method": "fp8", "weight_block_size": [128, 128]}
-    t = fp8.build("w.weight", parts, names, q)
+    members = {"weight": _typed(codes, "float8_e4m3fn"), "weight_scale_inv": from_numpy(scale)}
+    t = _build("fp8", members, {"quant_method": "fp8", "weight_block_size": [128, 128]})
     return t, lambda: R.ref_fp8_block(codes, scale, 128, 128), "numpy (DeepSeek weight_dequant)"
 
 
 def case_fp8_channel(rng, n, k):
     codes = R.random_fp8(rng, (n, k))
     scale = (rng.random((n, 1)) * 1e-2).astype(np.float32)
-    names = {"weight": "w.weight", "scale": "w.weight_scale"}
-    parts = {"weight": _typed(codes, "float8_e4m3fn"), "scale": from_numpy(scale)}
-    q = {"quant_method": "compressed-tensors", "format": "float-quantized"}
-    t = fp8.build("w.weight", parts, names, q)
+    members = {"weight": _typed(codes, "float8_e4m3fn"), "weight_scale": from_numpy(scale)}
+    qc = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "g": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}
+        },
+    }
+    t = _build("compressed-tensors-fp8", members, qc)
     return t, lambda: R.ref_fp8_scaled(codes, scale), "numpy (compressed-tensors dequantize)"
 
 
@@ -87,23 +102,22 @@ def _nvfp4(rng, n, k, ct):
     packed = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
     scale = rng.integers(1, 0x7F, size=(n, k // 16), dtype=np.uint8)
     glob = np.array([np.float32(0.002)])
-    names = {
-        "codes": "w.weight_packed" if ct else "w.weight",
-        "scale": "w.weight_scale",
-        "global": "w.weight_global_scale" if ct else "w.weight_scale_2",
-    }
-    parts = {
-        "codes": _u8(packed),
-        "scale": _typed(scale, "float8_e4m3fn"),
-        "global": from_numpy(glob),
+    members = {
+        "weight_packed" if ct else "weight": _u8(packed),
+        "weight_scale": _typed(scale, "float8_e4m3fn"),
+        "weight_global_scale" if ct else "weight_scale_2": from_numpy(glob),
     }
     if ct:
-        q = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}
-        ref = lambda: R.ref_nvfp4_ct(packed, scale, glob[0])  # noqa: E731
-    else:
-        q = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
-        ref = lambda: R.ref_nvfp4_modelopt(packed, scale, glob[0])  # noqa: E731
-    return nvfp4.build("w.weight", parts, names, q), ref
+        qc = {
+            "quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized",
+            "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}},
+        }
+        t = _build("nvfp4-compressed-tensors", members, qc)
+        return t, lambda: R.ref_nvfp4_ct(packed, scale, glob[0])
+    qc = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    t = _build("nvfp4-modelopt", members, qc)
+    return t, lambda: R.ref_nvfp4_modelopt(packed, scale, glob[0])
 
 
 def case_nvfp4_modelopt(rng, n, k):
@@ -121,9 +135,8 @@ def case_mxfp4(rng, n, k):
     n //= e
     blocks = rng.integers(0, 256, size=(e, n, k // 32, 16), dtype=np.uint8)
     scales = rng.integers(100, 140, size=(e, n, k // 32), dtype=np.uint8)
-    names = {"blocks": "e.gate_up_proj_blocks", "scales": "e.gate_up_proj_scales"}
-    parts = {"blocks": _u8(blocks), "scales": _u8(scales)}
-    t = mxfp4.build("e.gate_up_proj", parts, names, {"quant_method": "mxfp4"})
+    members = {"gate_up_proj_blocks": _u8(blocks), "gate_up_proj_scales": _u8(scales)}
+    t = _build("mxfp4", members, {"quant_method": "mxfp4"}, "gate_up_proj_blocks")
     return t, lambda: R.ref_mxfp4(blocks, scales), "numpy (transformers convert_moe_packed_tensors)"
 
 
@@ -134,25 +147,10 @@ def _bnb(rng, n, k, quant_type):
     torch.manual_seed(int(rng.integers(1 << 30)))
     w = torch.randn(n, k)
     qt, st = F.quantize_4bit(w, blocksize=64, compress_statistics=True, quant_type=quant_type)
-    d = st.as_dict(packed=True)
-    key = "quant_state.bitsandbytes__" + quant_type
-    names = {
-        "codes": "w.weight",
-        "absmax": "w.weight.absmax",
-        "quant_map": "w.weight.quant_map",
-        "nested_absmax": "w.weight.nested_absmax",
-        "nested_quant_map": "w.weight.nested_quant_map",
-        "state": "w.weight." + key,
-    }
-    parts = {
-        "codes": _u8(qt.numpy()),
-        "absmax": _u8(d["absmax"].numpy()),
-        "quant_map": from_numpy(d["quant_map"].numpy()),
-        "nested_absmax": from_numpy(d["nested_absmax"].numpy()),
-        "nested_quant_map": from_numpy(d["nested_quant_map"].numpy()),
-        "state": _u8(d[key].numpy()),
-    }
-    t = bnb.build("w.weight", parts, names, {"quant_method": "bitsandbytes", "load_in_4bit": True})
+    members = {"weight": _u8(qt.numpy())}
+    for key, v in st.as_dict(packed=True).items():
+        members["weight." + key] = from_numpy(np.ascontiguousarray(v.numpy()))
+    t = _build("bitsandbytes", members, {"quant_method": "bitsandbytes", "load_in_4bit": True})
     return t, lambda: F.dequantize_4bit(qt, st).numpy(), "bitsandbytes dequantize_4bit (CPU)"
 
 
@@ -221,6 +219,7 @@ def main():
         "# Safetensors zoo, floating-point families: dequantize throughput",
         "",
         f"float32 GB/s of output, best of {reps}; {mib:g} MiB per tensor; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; "
         "`python bench/bench_zoo_float.py`.",
         "",
         "| format | shape | hurray 1 thread | hurray all threads | reference | reference GB/s "
