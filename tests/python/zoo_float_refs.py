@@ -98,8 +98,11 @@ def write_folder(folder, tensors: dict, config: dict, shards: int = 1, extra: di
             fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
             save_file({n: tensors[n].contiguous() for n in part}, os.path.join(folder, fname))
             weight_map.update({n: fname for n in part})
+        total = sum(tensors[n].numel() * tensors[n].element_size() for n in names)
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+            # as transformers' save_pretrained writes it
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     for fname, text in (extra or {}).items():
@@ -151,7 +154,9 @@ def assert_same_tensors(a: dict, b: dict):
 
 def round_trip(src_folder, work, expect_weights: dict):
     """Folder -> hurray -> file and folder, both compared tensor by tensor
-    (dtype, shape and bytes) with the source, config.json byte for byte;
+    (dtype, shape and bytes) with the source, and the folder file for file,
+    byte for byte (shards, index, config.json); a one-file source comes
+    back as the same file;
     --dequantize writes float32 [out, in] weights equal to `expect_weights`.
     Returns the hurray path."""
     import hurray
@@ -163,14 +168,19 @@ def round_trip(src_folder, work, expect_weights: dict):
     back_file = os.path.join(work, "back.safetensors")
     run_convert(out, back_file)
     assert_same_tensors(original, read_safetensors(back_file))
+    single = os.path.join(src_folder, "model.safetensors")
+    if os.path.exists(single):
+        with open(single, "rb") as f1, open(back_file, "rb") as f2:
+            assert f1.read() == f2.read()
     back_dir = os.path.join(work, "back")
     run_convert(out, back_dir + os.sep)
     assert_same_tensors(original, read_folder(back_dir))
-    with (
-        open(os.path.join(src_folder, "config.json"), "rb") as f1,
-        open(os.path.join(back_dir, "config.json"), "rb") as f2,
-    ):
-        assert f1.read() == f2.read()
+    # the folder comes back file for file: shards, index and config.json
+    assert sorted(os.listdir(src_folder)) == sorted(os.listdir(back_dir))
+    for fname in os.listdir(src_folder):
+        with open(os.path.join(src_folder, fname), "rb") as f1:
+            with open(os.path.join(back_dir, fname), "rb") as f2:
+                assert f1.read() == f2.read(), fname
     deq = os.path.join(work, "deq.safetensors")
     run_convert(out, deq, "--dequantize")
     from safetensors.numpy import load_file
