@@ -150,7 +150,7 @@ def test_qweight_disagreeing_with_scales(tmp_path):
     p = "model.layers.0.self_attn.o_proj"
 
     def mutate(t, qc):
-        t[f"{p}.qweight"] = t[f"{p}.qweight"][:48].copy()  # 48 rows, scales say 64
+        t[f"{p}.qweight"] = t[f"{p}.qweight"][:16].copy()  # one group of 32, scales have 2
 
     assert_one_line_failure(_bad(tmp_path, mutate), [f"{p}.qweight", "scales"])
 
