@@ -121,7 +121,9 @@ def test_awq_against_compressed_tensors(tmp_path):
     src = write_model(tmp_path / "m", tensors, _config())
     assert_ok(convert(src, tmp_path / "a.hurray", "-q"))
     conv = AutoAWQConverter(bits=4, group_size=32, zero_point=True)
-    args = QuantizationArgs(num_bits=4, type="int", symmetric=False, strategy="group", group_size=32)
+    args = QuantizationArgs(
+        num_bits=4, type="int", symmetric=False, strategy="group", group_size=32
+    )
     with hurray.open(str(tmp_path / "a.hurray")) as f:
         for p in LAYERS:
             q, scale, zero = conv._convert_gemm_module(
