@@ -111,7 +111,8 @@ def _scheme(group: Group) -> Dict[str, Any]:
     groups = qc["config_groups"]
     by_class = None
     for name, g in groups.items():
-        for t in g.get("targets") or ():
+        targets = g.get("targets") or ()
+        for t in [targets] if isinstance(targets, str) else targets:
             t = str(t)
             if t.startswith("re:"):
                 try:
