@@ -785,6 +785,7 @@ def convert(
     block_size: int | None = None,
     output: Literal["table", "json"] = "table",
     verify: bool = True,
+    dequantize: bool = False,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 

@@ -106,32 +106,36 @@ def test_awq_sharded(tmp_path):
 
 
 def test_awq_against_compressed_tensors(tmp_path):
-    """compressed-tensors' AutoAWQ converter turns the layer into its own
-    int4 form, and its dequantize (in float16) must equal ours rounded to
-    float16 (the float32 product is exact, so one rounding either way)."""
+    """compressed-tensors' AutoAWQ converter turns each layer into its own
+    signed int4 form, and its dequantize (float16 arithmetic) must equal ours
+    rounded to float16: the float32 product is exact, so one rounding either
+    way."""
     pytest.importorskip("compressed_tensors")
     import torch
     from compressed_tensors.entrypoints.convert.converters.autoawq import AutoAWQConverter
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
 
     rng = np.random.default_rng(6)
     tensors, ref = _model(rng)
     src = write_model(tmp_path / "m", tensors, _config())
     assert_ok(convert(src, tmp_path / "a.hurray", "-q"))
     conv = AutoAWQConverter(bits=4, group_size=32, zero_point=True)
+    args = QuantizationArgs(
+        num_bits=4, type="int", symmetric=False, strategy="group", group_size=32
+    )
     with hurray.open(str(tmp_path / "a.hurray")) as f:
         for p in LAYERS:
-            iw, iz = conv.unpack_awq(
+            q, scale, zero = conv._convert_gemm_module(
                 torch.from_numpy(tensors[f"{p}.qweight"]),
+                torch.from_numpy(tensors[f"{p}.scales"]),
                 torch.from_numpy(tensors[f"{p}.qzeros"]),
-                4,
             )
-            iw, iz = conv.reverse_awq_order(iw, iz, 4)
-            w = (iw & 15).T.to(torch.float16)
-            z = (iz & 15).T.to(torch.float16)
-            s = torch.from_numpy(tensors[f"{p}.scales"]).T
-            theirs = ((w - z.repeat_interleave(32, dim=1)) * s.repeat_interleave(32, dim=1)).numpy()
+            theirs = dequantize(q, scale, zero, args).numpy()
+            assert theirs.dtype == np.float16 and theirs.shape == ref[f"{p}.weight"].shape
             ours = f[f"{p}.weight"].dequantize(np.float16)
             np.testing.assert_array_equal(ours.view(np.uint16), theirs.view(np.uint16))
+            np.testing.assert_array_equal(ref[f"{p}.weight"].astype(np.float16), theirs)
 
 
 def _bad(tmp_path, mutate):
@@ -150,7 +154,7 @@ def test_qweight_disagreeing_with_scales(tmp_path):
     p = "model.layers.0.self_attn.o_proj"
 
     def mutate(t, qc):
-        t[f"{p}.qweight"] = t[f"{p}.qweight"][:48].copy()  # 48 rows, scales say 64
+        t[f"{p}.qweight"] = t[f"{p}.qweight"][:16].copy()  # one group of 32, scales have 2
 
     assert_one_line_failure(_bad(tmp_path, mutate), [f"{p}.qweight", "scales"])
 

@@ -258,3 +258,40 @@ def test_named_directory_target_still_refused(tmp_path):
     src = write_model(tmp_path / "m", {"w": np.ones(2, np.float32)}, None)
     (tmp_path / "d.hurray").mkdir()
     assert_one_line_failure(convert(src, tmp_path / "d.hurray"), ["is a directory"])
+
+
+def _zoo_hurray(tmp_path, mutate):
+    """A zoo .hurray file (the test family) whose zoo.tensors record is
+    changed by `mutate`, written with hurray.save."""
+    t = _tensors(np.random.default_rng(5))
+    src = write_model(tmp_path / "m", t, QC)
+    hurray.convert(str(src), str(tmp_path / "a.hurray"), quiet=True)
+    with hurray.open(str(tmp_path / "a.hurray")) as f:
+        ts = {k: f[k] for k in f.keys()}
+        meta = dict(f.metadata)
+        records = json.loads(meta["zoo.tensors"])
+        mutate(records["a.weight"]["members"])
+        meta["zoo.tensors"] = json.dumps(records)
+        hurray.save(str(tmp_path / "b.hurray"), ts, meta)
+    return tmp_path / "b.hurray"
+
+
+@pytest.mark.parametrize(
+    "mutate,words",
+    [
+        (lambda ms: ms[0].update(dtype="nonsense"), ["zoo.tensors", "'nonsense'"]),
+        (lambda ms: ms[0].update(dtype="uint4"), ["zoo.tensors", "whole-byte"]),
+        (lambda ms: ms[0].update(shape=[2**62, 2**62]), ["'a.codes'", "needs"]),
+        (lambda ms: ms[0].update(shape=[-1]), ["zoo.tensors", "shape"]),
+        (lambda ms: ms[1].update(buffer=9), ["'a.scale'", "buffer 9"]),
+        (lambda ms: ms[2].update(bytes="zz"), ["zoo.tensors"]),
+        (lambda ms: ms[1].update(name="a.bias"), ["'a.bias'", "one would be lost"]),
+        (lambda ms: ms.append(7), ["zoo.tensors"]),
+    ],
+    ids=["dtype", "sub-byte", "huge-shape", "negative", "buffer", "hex", "collision", "not-object"],
+)
+def test_hostile_zoo_record_is_one_line(tmp_path, mutate, words):
+    src = _zoo_hurray(tmp_path, mutate)
+    before = listing(tmp_path)
+    assert_one_line_failure(convert(src, tmp_path / "out.safetensors"), words)
+    assert listing(tmp_path) == before

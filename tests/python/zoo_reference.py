@@ -328,14 +328,15 @@ def round_trip(tmp_path, src_folder, name: str, expect: Dict[str, np.ndarray], r
             open(os.path.join(back, "model.safetensors.index.json")) as b,
         ):
             assert json.load(a)["weight_map"] == json.load(b)["weight_map"]
+    # the rest in-process (the CLI is the same code; a subprocess costs seconds)
     # one file, the same tensors
     single = tmp_path / f"{name}-back.safetensors"
-    assert_ok(convert(out, single, "-q"))
+    hurray.convert(str(out), str(single), quiet=True)
     one = read_safetensors(single)
     assert all(one[k] == src[k] for k in src)
     # --dequantize: float32 weights, config.json without quantization_config
     deq = tmp_path / f"{name}-deq"
-    assert_ok(convert(out, f"{deq}/", "--dequantize", "-q"))
+    hurray.convert(str(out), f"{deq}/", quiet=True, dequantize=True)
     dense = read_folder(deq)
     for tname, want in reference.items():
         assert dense[tname][0] == "F32"
@@ -344,7 +345,7 @@ def round_trip(tmp_path, src_folder, name: str, expect: Dict[str, np.ndarray], r
         assert "quantization_config" not in json.loads(fh.read())
     # straight from the folder too
     deq2 = tmp_path / f"{name}-deq.safetensors"
-    assert_ok(convert(src_folder, deq2, "--dequantize", "-q"))
+    hurray.convert(str(src_folder), str(deq2), quiet=True, dequantize=True)
     dense2 = read_safetensors(deq2)
     for tname, want in reference.items():
         np.testing.assert_array_equal(array_of(dense2[tname]), want)

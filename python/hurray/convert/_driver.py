@@ -114,7 +114,7 @@ def _target_kind(path: str) -> str:
         return "safetensors-dir"  # a model folder: shards + config.json (_folder.py)
     raise UsageError(
         f"cannot tell the format to write from {path!r}; targets end with "
-        f"{', '.join(TARGET_SUFFIXES)}"
+        f"{', '.join(TARGET_SUFFIXES)}, or are a folder (DIR/)"
     )
 
 

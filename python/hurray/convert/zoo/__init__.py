@@ -489,16 +489,35 @@ def _records(meta: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
         records = json.loads(raw)
         if not isinstance(records, dict):
             raise TypeError("not an object")
-        for name, rec in records.items():
+        for rec in records.values():
             for m in rec["members"]:
-                str(m["name"]), str(m["dtype"]), [int(x) for x in m["shape"]]
-                if "buffer" not in m and not isinstance(m.get("bytes"), str):
-                    raise TypeError(f"member {m['name']!r} has neither a buffer nor bytes")
+                _check_member(m)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ConversionError(
             f"metadata {ZOO_TENSORS_KEY!r} is not a valid zoo record: {_first_line(exc)}"
         ) from None
     return records
+
+
+def _check_member(m: Dict[str, Any]) -> None:
+    """A member record read from a file: a string name, a whole-byte dtype
+    hurray knows, a shape of non-negative ints, and a buffer index or hex
+    bytes (TypeError / ValueError otherwise)."""
+    if not isinstance(m["name"], str) or not m["name"]:
+        raise TypeError(f"member name {m['name']!r} is not a string")
+    dtype = m["dtype"]
+    if not isinstance(dtype, str) or dtype not in _dtypes.BITS or _dtypes.BITS[dtype] % 8:
+        raise TypeError(f"member {m['name']!r}: dtype {dtype!r} is not a whole-byte hurray dtype")
+    shape = m["shape"]
+    if not isinstance(shape, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
+    ):
+        raise TypeError(f"member {m['name']!r}: shape {shape!r} is not a list of sizes")
+    if "buffer" in m:
+        if not isinstance(m["buffer"], int) or isinstance(m["buffer"], bool):
+            raise TypeError(f"member {m['name']!r}: buffer {m['buffer']!r} is not an index")
+    else:
+        bytes.fromhex(m["bytes"])  # TypeError / ValueError unless hex text
 
 
 class _RestoreSource(_Source):
@@ -532,7 +551,10 @@ class _RestoreSource(_Source):
     def _spec(self, m) -> Tuple[np.dtype, Tuple[int, ...], int]:
         dtype = _dtypes.to_numpy(m["dtype"])
         shape = tuple(int(x) for x in m["shape"])
-        return dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = dtype.itemsize
+        for x in shape:  # Python ints: a hostile shape cannot wrap
+            nbytes *= x
+        return dtype, shape, nbytes
 
     def info(self, name):
         if name not in self._member:

@@ -111,7 +111,8 @@ def _scheme(group: Group) -> Dict[str, Any]:
     groups = qc["config_groups"]
     by_class = None
     for name, g in groups.items():
-        for t in g.get("targets") or ():
+        targets = g.get("targets") or ()
+        for t in [targets] if isinstance(targets, str) else targets:
             t = str(t)
             if t.startswith("re:"):
                 try:
@@ -153,15 +154,16 @@ def _checked(group: Group, name: str) -> Dict[str, Any]:
     }
 
 
-def _build(group: Group) -> Built:
-    s = _scheme(group)
+def _shapes(group: Group, s: Dict[str, Any]):
+    """(N, K, the scales' shape, the group size), the members' shapes
+    checked against weight_shape and one another."""
     bits, strategy = s["bits"], s["strategy"]
     lanes = 32 // bits
     group.expect("weight_packed", ("int32",), 2)
     group.expect("weight_scale", _FLOATS)
     group.expect("weight_shape", ("int64", "int32"), 1)
     ws = [int(x) for x in group.array("weight_shape").reshape(-1)]
-    if len(ws) != 2 or min(ws) < 0:
+    if len(ws) != 2 or min(ws) < 1:
         raise group.error("weight_shape", f"is {ws}, expected [out_features, in_features]")
     n, k = ws
     packed = group.shape("weight_packed")
@@ -172,7 +174,7 @@ def _build(group: Group) -> Built:
             f"at {bits} bits"
             + (f" (in_features must be a multiple of {lanes})" if k % lanes else ""),
         )
-    scale_shape = group.shape("weight_scale")
+    gs = k
     if strategy == "group":
         gs = s["group_size"]
         if not isinstance(gs, int) or isinstance(gs, bool) or gs < 1:
@@ -183,21 +185,24 @@ def _build(group: Group) -> Built:
             raise group.error(
                 "weight_packed", f"in_features {k} is not a multiple of group_size {gs}"
             )
-        want = (n, k // gs)
-    elif strategy == "channel":
-        want = (n, 1)
-    else:
-        want = (1,)
-    if tuple(scale_shape) not in (
-        want,
-        (n,) if strategy == "channel" else want,
-        () if strategy == "tensor" else want,
-    ):
+    want = {"group": (n, k // gs), "channel": (n, 1), "tensor": (1,)}[strategy]
+    # also accepted: channel scales [N], a tensor scale of rank 0
+    alike = {"group": want, "channel": (n,), "tensor": ()}[strategy]
+    scale_shape = group.shape("weight_scale")
+    if scale_shape not in (want, alike):
         raise group.error(
             "weight_packed",
             f"has shape {list(packed)} (weight {n}x{k}, {strategy} scales), but "
-            f"{group.source_name('weight_scale')!r} has shape {list(scale_shape)}, expected {list(want)}",
+            f"{group.source_name('weight_scale')!r} has shape {list(scale_shape)}, "
+            f"expected {list(want)}",
         )
+    return n, k, want, gs
+
+
+def _build(group: Group) -> Built:
+    s = _scheme(group)
+    bits, strategy = s["bits"], s["strategy"]
+    n, k, want, gs = _shapes(group, s)
     parts = [("data", "weight_packed"), ("scales", "weight_scale")]
     zp: Dict[str, Any] = {}
     if "weight_zero_point" in group.tensors:
@@ -206,7 +211,8 @@ def _build(group: Group) -> Built:
     elif not s["symmetric"]:
         raise group.error(
             "weight_packed",
-            f"is asymmetric in config.json, but {group.source_name('weight_zero_point')!r} is missing",
+            f"is asymmetric in config.json, but {group.source_name('weight_zero_point')!r} "
+            "is missing",
         )
     else:
         zp = {"zero_point": 1 << (bits - 1)}
@@ -228,11 +234,11 @@ def _build(group: Group) -> Built:
         **zp,
     )
     if strategy == "group":
-        q = BlockAffine(axis=1, block_size=want[1] and k // want[1], **common)
+        q = BlockAffine(axis=1, block_size=gs, **common)
     elif strategy == "channel":
         q = PerChannelAffine(axis=0, **common)
-    else:
-        q = BlockAffine(axis=1, block_size=max(k, 1), axis2=0, block_size2=max(n, 1), **common)
+    else:  # one block over both axes: one scale
+        q = BlockAffine(axis=1, block_size=k, axis2=0, block_size2=n, **common)
     return Built(_DTYPE[bits], (n, k), q, parts)
 
 
