@@ -343,12 +343,12 @@ const GoldenVector golden_vectors[] = {
     {"quant_mxint8", quant_mxint8},
     {"quant_block_coded_q4_k", quant_block_coded_q4_k},
     {"quant_block_coded_iq2_xxs", quant_block_coded_iq2_xxs},
+    {"optional_fields", optional_fields},
     {"quant_gptq", quant_gptq},
     {"quant_awq", quant_awq},
     {"quant_fp8_block", quant_fp8_block},
     {"quant_bnb_double", quant_bnb_double},
     {"quant_nvfp4", quant_nvfp4},
-    {"optional_fields", optional_fields},
 };
 
 const size_t golden_vector_count = sizeof golden_vectors / sizeof golden_vectors[0];
@@ -365,6 +365,14 @@ void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffe
     uint32_t table = hurray_descriptor_paged_table_buffer(d);
     memset(buffers[table], 0, hurray_descriptor_buffer_size(d, table));
     return;
+  }
+  uint32_t gidx = hurray_descriptor_quant_group_index_buffer(d);
+  if (gidx != HURRAY_NO_BUFFER) {
+    /* group of position p: p / block_size, so that dequantize succeeds */
+    uint64_t block = hurray_descriptor_quant_block_size(d);
+    uint64_t n = shape[hurray_descriptor_quant_axis(d)];
+    for (uint64_t p = 0; p < n; p++)
+      golden_vector_put_index(buffers[gidx], HURRAY_DTYPE_INT32, p, p / block);
   }
   if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_SPARSE) return;
   uint64_t nnz = hurray_descriptor_sparse_nnz(d);
