@@ -852,3 +852,19 @@ def test_spec_worked_examples():
     bufs[2][:] = np.array([2.0], np.float32).tobytes()
     out = hurray.Tensor(d, [bytes(b) for b in bufs]).dequantize()
     assert out[0, 0] == 6.0
+
+
+def test_element_wise_views_refuse_stored_layouts():
+    """codes(), scales() and zero_points() give logical arrays: a tensor whose
+    parts are stored packed, permuted or in two levels refuses them."""
+    d, bufs = _vector("quant_gptq")
+    t = hurray.Tensor(d, [bytes(b) for b in bufs])
+    for what in (t.codes, t.scales, t.zero_points):
+        with pytest.raises(hurray.UnsupportedError, match="ADR-0024"):
+            what()
+    # 2-D blocks only: the codes are plain, the scales are not per-axis
+    d, bufs = _vector("quant_fp8_block")
+    t = hurray.Tensor(d, [bytes(b) for b in bufs])
+    assert t.codes().shape == (200, 300)
+    with pytest.raises(hurray.UnsupportedError, match="block_size2"):
+        t.scales()
