@@ -199,3 +199,22 @@ def test_odd_element_count_refused(tmp_path):
     tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
     R.write_folder(tmp_path / "m", tensors, _config("nf4", True))
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight'", "odd number")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_weights(tmp_path, dtype):
+    # the usual checkpoint: bf16/fp16 weights, quant_state dtype the same;
+    # dequantize_4bit returns that dtype, hurray's float32 rounded once to it
+    import ml_dtypes
+
+    torch.manual_seed(7)
+    tdt = getattr(torch, dtype)
+    q, st = F.quantize_4bit(torch.randn(96, 256).to(tdt), blocksize=64, quant_type="nf4")
+    ref = F.dequantize_4bit(q, st)
+    assert ref.dtype == tdt
+    tensors = {"l.weight": q}
+    tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    R.write_folder(tmp_path / "m", tensors, _config("nf4", True))
+    t = R.build_all(tmp_path / "m")["l.weight"]
+    out = t.dequantize(dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16)
+    assert np.array_equal(out.view(np.int16), ref.view(torch.int16).numpy())
