@@ -218,3 +218,34 @@ def test_half_precision_weights(tmp_path, dtype):
     t = R.build_all(tmp_path / "m")["l.weight"]
     out = t.dequantize(dtype=ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16)
     assert np.array_equal(out.view(np.int16), ref.view(torch.int16).numpy())
+
+
+@pytest.mark.parametrize(
+    "patch,needle",
+    [
+        ({"nested_blocksize": 2**70}, "nested_blocksize"),
+        ({"nested_blocksize": -3}, "nested_blocksize"),
+        ({"nested_offset": float("nan")}, "scale_offset"),
+        ({"nested_offset": 1e300}, "scale_offset"),
+        ({"nested_offset": "x"}, "nested_offset"),
+        ({"blocksize": 2**64}, "blocksize"),
+        ({"blocksize": True}, "blocksize"),
+        ({"shape": [2**62, 2**62]}, "shape"),
+        ({"shape": "8x64"}, "shape"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"quant_type": "fp4"}, "quant_type"),
+    ],
+)
+def test_hostile_quant_state(tmp_path, patch, needle):
+    torch.manual_seed(8)
+    q, st = F.quantize_4bit(
+        torch.randn(8, 64), blocksize=64, quant_type="nf4", compress_statistics=True
+    )
+    tensors = {"l.weight": q}
+    tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    key = "l.weight.quant_state.bitsandbytes__nf4"
+    state = json.loads(bytes(tensors[key].numpy()).decode())
+    state.update(patch)
+    tensors[key] = torch.tensor(list(json.dumps(state).encode()), dtype=torch.uint8)
+    R.write_folder(tmp_path / "m", tensors, _config("nf4", True))
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight", needle)

@@ -369,7 +369,7 @@ class _ZooSource(_Source):
             t, record = _assemble(group, built)
         except ConversionError:
             raise
-        except (HurrayError, ValueError, TypeError) as exc:
+        except (HurrayError, ValueError, TypeError, OverflowError) as exc:
             raise ZooError(f"{family.name}: tensor {name!r}: {_first_line(exc)}") from None
         if self._record:
             self._built[name] = record

@@ -40,6 +40,7 @@ from . import Built, Family, Group, packing, register
 _STATES = ("weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4")
 _NESTED = ("weight.nested_absmax", "weight.nested_quant_map")
 _DTYPES = ("float32", "float16", "bfloat16")
+_LIMIT = 1 << 62  # sizes at or past this are no tensor's
 
 
 def _state(group: Group) -> tuple:
@@ -87,9 +88,11 @@ def _build(group: Group) -> Built:
     block = _key(group, member, state, "blocksize", int)
     shape = _key(group, member, state, "shape", list)
     if (
-        block <= 0
+        not 0 < block < _LIMIT
         or not shape
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+        or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < _LIMIT for s in shape
+        )
     ):
         raise group.error(member, f"has blocksize {block!r} and shape {shape!r}")
     dtype = str(_key(group, member, state, "dtype", str)).replace("torch.", "")
@@ -130,7 +133,7 @@ def _build(group: Group) -> Built:
     else:
         nblock = _key(group, member, state, "nested_blocksize", int)
         offset = _key(group, member, state, "nested_offset", (int, float))
-        if nblock <= 0:
+        if not 0 < nblock < _LIMIT:
             raise group.error(member, f"has nested_blocksize {nblock}")
         _shaped(group, "weight.absmax", ("uint8",), (blocks,), f"one code per {block} elements")
         _shaped(

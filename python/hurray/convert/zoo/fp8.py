@@ -38,7 +38,7 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _positive(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 62:
         raise ZooError(
             f"config.json: quantization_config{where} is {value!r}, not a positive integer"
         )
