@@ -7,6 +7,8 @@ numpy reference of each definition (DeepSeek's weight_dequant and
 compressed-tensors' dequantize: f32(fp8) * f32(scale); neither package
 installs here on CPU), then converted back byte for byte."""
 
+import json
+
 import numpy as np
 import pytest
 import zoo_float_refs as R
@@ -216,3 +218,18 @@ def test_wrong_weight_dtype(tmp_path):
     }
     R.write_folder(tmp_path / "m", tensors, DEEPSEEK)
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight'", "dtype")
+
+
+@pytest.mark.parametrize(
+    "block", [[2**70, 128], [0, 128], [128], "128x128", [True, 128], [128.0, 128]]
+)
+def test_hostile_block_size(tmp_path, block):
+    rng = np.random.default_rng(9)
+    tensors = {
+        "l.weight": R.torch_tensor(R.random_fp8(rng, (4, 4)), "F8_E4M3"),
+        "l.weight_scale_inv": R.torch_tensor(np.ones((1, 1), np.float32), "F32"),
+    }
+    config = json.loads(json.dumps(DEEPSEEK))
+    config["quantization_config"]["weight_block_size"] = block
+    R.write_folder(tmp_path / "m", tensors, config)
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "config.json", "weight_block_size")
