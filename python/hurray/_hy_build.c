@@ -320,7 +320,9 @@ static int get_small_list(PyObject *v, const char *key, uint32_t *out, Py_ssize_
     rc = -1;
   }
   for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
-    unsigned long x = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
+    PyObject *index = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+    unsigned long x = index != NULL ? PyLong_AsUnsignedLong(index) : 0;
+    Py_XDECREF(index);
     if (PyErr_Occurred()) {
       rc = -1;
     } else if (x > 255) {
