@@ -360,3 +360,45 @@ def test_several_families_separator_and_self_named_members(tmp_path):
     finally:
         for fam in fams:
             zoo.FAMILIES.remove(fam)
+
+
+def test_also_families(tmp_path):
+    """Family.also: more anchors of one convention under one name."""
+
+    def build_for(m):
+        def build(g):
+            n, k = g.shape(m + "_codes")
+            q = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=g.dtype(m + "_scale"))
+            return zoo.Built("int8", (n, k), q, [("data", m + "_codes"), ("scales", m + "_scale")])
+
+        return build
+
+    def fam(m, also=()):
+        return zoo.Family(
+            "test-also",
+            lambda qc: qc.get("quant_method") == "test-also",
+            m + "_codes",
+            (m + "_codes", m + "_scale"),
+            build_for(m),
+            output_name=m,
+            also=also,
+        )
+
+    top = zoo.register(fam("up", also=(fam("down"),)))
+    try:
+        rng = np.random.default_rng(14)
+        t = {
+            "x.up_codes": rng.integers(-9, 9, (4, 8)).astype(np.int8),
+            "x.up_scale": rng.random(4).astype(np.float32),
+            "x.down_codes": rng.integers(-9, 9, (8, 4)).astype(np.int8),
+            "x.down_scale": rng.random(8).astype(np.float32),
+        }
+        src = write_model(tmp_path / "m", t, {"quant_method": "test-also"})
+        hurray.convert(str(src), str(tmp_path / "x.hurray"), quiet=True)
+        with hurray.open(str(tmp_path / "x.hurray")) as f:
+            assert sorted(f.keys()) == ["x.down", "x.up"]
+            assert f.metadata["zoo.family"] == "test-also"
+        hurray.convert(str(tmp_path / "x.hurray"), f"{tmp_path / 'b'}/", quiet=True)
+        assert read_folder(tmp_path / "b") == read_folder(src)
+    finally:
+        zoo.FAMILIES.remove(top)

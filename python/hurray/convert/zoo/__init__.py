@@ -54,6 +54,9 @@ this file:
                                            #   -> bool, whether this family reads
                                            #   that layer (compressed-tensors: its
                                            #   config group's format)
+        also=(),                           # more Family records of the same
+                                           #   convention (other anchors), offered
+                                           #   right after it; not registered
     )
 
 Each tensor ending in <separator><anchor> is offered to the detected
@@ -178,6 +181,10 @@ class Family:
     output_name: str = "weight"
     separator: str = "."
     accepts: Optional[Callable[[str, Dict[str, Any]], bool]] = None
+    # More anchors of the same convention, grouped with it (not registered
+    # themselves; they may share its name): gpt-oss's gate_up_proj_blocks
+    # and down_proj_blocks.
+    also: Tuple["Family", ...] = ()
 
 
 FAMILIES: List[Family] = []
@@ -319,8 +326,9 @@ class _ZooSource(_Source):
         hidden: Dict[str, str] = {}
         names_in = inner.names()
         present = set(names_in)
+        offered = [f for family in families for f in (family,) + tuple(family.also)]
         for n in names_in:
-            for family in families:
+            for family in offered:
                 suffix = family.separator + family.anchor
                 if not n.endswith(suffix):
                     continue
