@@ -376,21 +376,26 @@ class _ZooSource(_Source):
         infos = [self.inner.info(full) for full in members.values()]
         anchor = self.inner.info(members[family.anchor])
         label = f"{family.name} ({anchor[0]} {'x'.join(map(str, anchor[1]))})"
-        return label, tuple(anchor[1]), sum(i[2] for i in infos)
+        # The logical shape is the family's to say: build once (views, no
+        # copies kept), which also checks the layer before anything is written.
+        shape = tuple(self._build(name)[0].shape)
+        return label, shape, sum(i[2] for i in infos)
 
-    def get(self, name):
-        if name not in self._groups:
-            return self.inner.get(name)
+    def _build(self, name: str) -> Tuple[Tensor, Dict[str, Any]]:
         family, prefix, members = self._groups[name]
         tensors = {m: self.inner.get(full) for m, full in members.items()}
         group = Group(prefix, name, tensors, self.qc, family)
         try:
-            built = family.build(group)
-            t, record = _assemble(group, built)
+            return _assemble(group, family.build(group))
         except ConversionError:
             raise
         except (HurrayError, ValueError, TypeError) as exc:
             raise ZooError(f"{family.name}: tensor {name!r}: {_first_line(exc)}") from None
+
+    def get(self, name):
+        if name not in self._groups:
+            return self.inner.get(name)
+        t, record = self._build(name)
         if self._record:
             self._built[name] = record
             # The driver asks for the metadata before it converts the
