@@ -331,6 +331,35 @@ def test_other_formats_pass_through(tmp_path):
         assert sorted(f.keys()) == ["l.weight", "l.weight_scale"]
 
 
+def test_other_formats_in_the_same_config_pass_through(tmp_path):
+    """A config group stored in another format (nvfp4-pack-quantized, also
+    weight_packed tensors) is not this family's: those layers are kept as
+    stored, the pack-quantized ones grouped."""
+    rng = np.random.default_rng(13)
+    members, _, want = _layer(rng, 16, 32, 4, "group", True, 16)
+    tensors = {f"a.{m}": v for m, v in members.items()}
+    tensors["b.weight_packed"] = rng.integers(0, 2**31, (16, 4)).astype(np.int32)
+    tensors["b.weight_scale"] = np.ones((16, 2), np.float16)
+    qc = _config({"group_0": (["re:^a$"], _weights(4, "group", True, 16))})
+    qc["config_groups"]["group_1"] = {
+        "targets": ["re:^b$"],
+        "weights": {
+            "num_bits": 4,
+            "type": "float",
+            "strategy": "tensor_group",
+            "symmetric": True,
+            "group_size": 16,
+        },
+        "format": "nvfp4-pack-quantized",
+    }
+    qc["format"] = "mixed-precision"
+    src = write_model(tmp_path / "m", tensors, qc)
+    assert_ok(convert(src, tmp_path / "x.hurray", "-q"))
+    with hurray.open(str(tmp_path / "x.hurray")) as f:
+        assert sorted(f.keys()) == ["a.weight", "b.weight_packed", "b.weight_scale"]
+        np.testing.assert_array_equal(f["a.weight"].dequantize(), want)
+
+
 def test_corrupt_zoo_metadata_is_one_line(tmp_path):
     """A hurray file whose zoo record is damaged fails with one line on the
     way back, the target untouched."""

@@ -166,8 +166,8 @@ def test_build_errors_name_the_tensor(tmp_path):
 def test_registry():
     with pytest.raises(ValueError, match="registered twice"):
         zoo.register(zoo.Family("test-int8", lambda qc: False, "x", ("x",), _build))
-    assert zoo.detect({"quant_method": "test-int8"}).name == "test-int8"
-    assert zoo.detect({"quant_method": "nobody"}) is None
+    assert [f.name for f in zoo.detect({"quant_method": "test-int8"})] == ["test-int8"]
+    assert zoo.detect({"quant_method": "nobody"}) == []
     assert [f.name for f in zoo.FAMILIES][:3] == ["gptq", "awq", "compressed-tensors"]
 
 
@@ -295,3 +295,110 @@ def test_hostile_zoo_record_is_one_line(tmp_path, mutate, words):
     before = listing(tmp_path)
     assert_one_line_failure(convert(src, tmp_path / "out.safetensors"), words)
     assert listing(tmp_path) == before
+
+
+def test_several_families_separator_and_self_named_members(tmp_path):
+    """Two families on one folder: one joins members with "_" and names the
+    hurray tensor after the prefix itself (gpt-oss style), the other has a
+    member named like its output (bitsandbytes style) and accepts only some
+    layers; the layers it declines pass through."""
+
+    def build_sep(g):
+        n, k = g.shape("blocks")
+        q = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=g.dtype("scales"))
+        return zoo.Built("int8", (n, k), q, [("data", "blocks"), ("scales", "scales")])
+
+    def build_self(g):
+        n, k = g.shape("weight")
+        q = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=g.dtype("weight.absmax"))
+        return zoo.Built("int8", (n, k), q, [("data", "weight"), ("scales", "weight.absmax")])
+
+    fams = [
+        zoo.register(
+            zoo.Family(
+                "test-sep",
+                lambda qc: qc.get("quant_method") == "test-multi",
+                "blocks",
+                ("blocks", "scales"),
+                build_sep,
+                output_name="",
+                separator="_",
+            )
+        ),
+        zoo.register(
+            zoo.Family(
+                "test-self",
+                lambda qc: qc.get("quant_method") == "test-multi",
+                "weight.absmax",
+                ("weight", "weight.absmax"),
+                build_self,
+                accepts=lambda prefix, qc: prefix.startswith("s"),
+            )
+        ),
+    ]
+    try:
+        rng = np.random.default_rng(12)
+        t = {
+            "e.up_proj_blocks": rng.integers(-9, 9, (4, 8)).astype(np.int8),
+            "e.up_proj_scales": rng.random(4).astype(np.float32),
+            "s.weight": rng.integers(-9, 9, (3, 8)).astype(np.int8),
+            "s.weight.absmax": rng.random(3).astype(np.float32),
+            "t.weight": rng.integers(-9, 9, (2, 8)).astype(np.int8),
+            "t.weight.absmax": rng.random(2).astype(np.float32),
+        }
+        src = write_model(tmp_path / "m", t, {"quant_method": "test-multi"})
+        hurray.convert(str(src), str(tmp_path / "x.hurray"), quiet=True)
+        with hurray.open(str(tmp_path / "x.hurray")) as f:
+            assert sorted(f.keys()) == ["e.up_proj", "s.weight", "t.weight", "t.weight.absmax"]
+            assert f.metadata["zoo.family"] == "test-sep,test-self"
+            np.testing.assert_array_equal(
+                f["s.weight"].dequantize(), t["s.weight"] * t["s.weight.absmax"][:, None]
+            )
+            assert f["t.weight"].descriptor.quantization is None
+        hurray.convert(str(tmp_path / "x.hurray"), f"{tmp_path / 'b'}/", quiet=True)
+        assert read_folder(tmp_path / "b") == read_folder(src)
+    finally:
+        for fam in fams:
+            zoo.FAMILIES.remove(fam)
+
+
+def test_also_families(tmp_path):
+    """Family.also: more anchors of one convention under one name."""
+
+    def build_for(m):
+        def build(g):
+            n, k = g.shape(m + "_codes")
+            q = PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=g.dtype(m + "_scale"))
+            return zoo.Built("int8", (n, k), q, [("data", m + "_codes"), ("scales", m + "_scale")])
+
+        return build
+
+    def fam(m, also=()):
+        return zoo.Family(
+            "test-also",
+            lambda qc: qc.get("quant_method") == "test-also",
+            m + "_codes",
+            (m + "_codes", m + "_scale"),
+            build_for(m),
+            output_name=m,
+            also=also,
+        )
+
+    top = zoo.register(fam("up", also=(fam("down"),)))
+    try:
+        rng = np.random.default_rng(14)
+        t = {
+            "x.up_codes": rng.integers(-9, 9, (4, 8)).astype(np.int8),
+            "x.up_scale": rng.random(4).astype(np.float32),
+            "x.down_codes": rng.integers(-9, 9, (8, 4)).astype(np.int8),
+            "x.down_scale": rng.random(8).astype(np.float32),
+        }
+        src = write_model(tmp_path / "m", t, {"quant_method": "test-also"})
+        hurray.convert(str(src), str(tmp_path / "x.hurray"), quiet=True)
+        with hurray.open(str(tmp_path / "x.hurray")) as f:
+            assert sorted(f.keys()) == ["x.down", "x.up"]
+            assert f.metadata["zoo.family"] == "test-also"
+        hurray.convert(str(tmp_path / "x.hurray"), f"{tmp_path / 'b'}/", quiet=True)
+        assert read_folder(tmp_path / "b") == read_folder(src)
+    finally:
+        zoo.FAMILIES.remove(top)

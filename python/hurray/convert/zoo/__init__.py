@@ -35,8 +35,9 @@ this file:
 
     Family(
         name="gptq",                       # stored in the metadata; unique
-        detect=lambda qc: ...,             # quantization_config (dict) -> bool;
-                                           #   the first family saying True wins
+        detect=lambda qc: ...,             # quantization_config (dict) -> bool:
+                                           #   whether this family reads (part of)
+                                           #   the folder; several may say yes
         anchor="qweight",                  # the member whose presence marks a
                                            #   quantized weight <prefix>.<anchor>
         members=("qweight", "qzeros", "scales"),   # required suffixes
@@ -46,7 +47,22 @@ this file:
                                            #   None, raising ZooError on a bad one
                                            #   (called once, before any tensor)
         output_name="weight",              # the hurray tensor is <prefix>.<output_name>
+                                           #   ("": <prefix> itself)
+        separator=".",                     # members are <prefix><separator><member>
+                                           #   (gpt-oss: "_", gate_up_proj_blocks)
+        accepts=None,                      # optional: (prefix, quantization_config)
+                                           #   -> bool, whether this family reads
+                                           #   that layer (compressed-tensors: its
+                                           #   config group's format)
+        also=(),                           # more Family records of the same
+                                           #   convention (other anchors), offered
+                                           #   right after it; not registered
     )
+
+Each tensor ending in <separator><anchor> is offered to the detected
+families in registry order; the first whose anchor matches and that
+accepts the layer groups it. A member may be named like the output
+(bitsandbytes: the packed `weight` is a member of `<prefix>.weight`).
 
 `build(group)` gets a `Group`: `prefix`, `name` (the hurray tensor's name),
 `tensors` ({member suffix: hurray Tensor, dense, as read from the source}),
@@ -88,7 +104,7 @@ from .._common import ConversionError, _first_line, _regular_file
 from .._source import _Source
 
 # Metadata keys the zoo owns (docs/impl/convert.md, "Metadata").
-ZOO_FAMILY_KEY = "zoo.family"  # str: the family name ("gptq"), or "" for none
+ZOO_FAMILY_KEY = "zoo.family"  # str: the detected families' names, comma-separated ("" for none)
 ZOO_CONFIG_KEY = "zoo.config.json"  # str: config.json's text, verbatim
 ZOO_TENSORS_KEY = "zoo.tensors"  # JSON {hurray tensor: {"family", "members": [...]}}
 ZOO_WEIGHT_MAP_KEY = "zoo.weight_map"  # JSON {source tensor: shard file name}
@@ -115,7 +131,7 @@ class Group:
     family: "Family"
 
     def source_name(self, member: str) -> str:
-        return f"{self.prefix}.{member}"
+        return self.prefix + self.family.separator + member
 
     def error(self, member: Optional[str], message: str) -> ZooError:
         what = self.source_name(member) if member else self.name
@@ -163,8 +179,11 @@ class Family:
     optional: Tuple[str, ...] = ()
     check_config: Optional[Callable[[Dict[str, Any]], None]] = None
     output_name: str = "weight"
-    # More anchors of the same checkpoint convention, grouped in the same
-    # folder (gpt-oss: experts' gate_up_proj_blocks and down_proj_blocks).
+    separator: str = "."
+    accepts: Optional[Callable[[str, Dict[str, Any]], bool]] = None
+    # More anchors of the same convention, grouped with it (not registered
+    # themselves; they may share its name): gpt-oss's gate_up_proj_blocks
+    # and down_proj_blocks.
     also: Tuple["Family", ...] = ()
 
 
@@ -179,12 +198,10 @@ def register(family: Family) -> Family:
     return family
 
 
-def detect(qc: Dict[str, Any]) -> Optional[Family]:
-    """The family of a quantization_config, or None if none knows it."""
-    for family in FAMILIES:
-        if family.detect(qc):
-            return family
-    return None
+def detect(qc: Dict[str, Any]) -> List[Family]:
+    """The families that read (part of) a quantization_config, in registry
+    order; empty when none does."""
+    return [family for family in FAMILIES if family.detect(qc)]
 
 
 _MISSING = object()
@@ -296,53 +313,58 @@ class _ZooSource(_Source):
     """A safetensors folder source with its quantized weights grouped."""
 
     def __init__(
-        self, inner: _Source, family: Optional[Family], qc, meta: Dict[str, str], record: bool
+        self, inner: _Source, families: List[Family], qc, meta: Dict[str, str], record: bool
     ):
         self.inner = inner
         self._record = record
-        self.format = inner.format + (f" ({family.name})" if family else "")
-        self.family = family
+        names = ", ".join(f.name for f in families)
+        self.format = inner.format + (f" ({names})" if families else "")
         self.qc = qc
         self._meta = meta
-        self._groups: Dict[str, Tuple[str, Dict[str, str]]] = {}  # name -> (prefix, members)
+        # hurray tensor -> (family, prefix, {member suffix: source name})
+        self._groups: Dict[str, Tuple[Family, str, Dict[str, str]]] = {}
         hidden: Dict[str, str] = {}
-        names = inner.names()
-        present = set(names)
-        self._family_of: Dict[str, Family] = {}  # name -> the (also-)family of its group
-        for family in (family,) + family.also if family is not None else ():
-            suffix = "." + family.anchor
-            for n in names:
+        names_in = inner.names()
+        present = set(names_in)
+        offered = [f for family in families for f in (family,) + tuple(family.also)]
+        for n in names_in:
+            for family in offered:
+                suffix = family.separator + family.anchor
                 if not n.endswith(suffix):
                     continue
                 prefix = n[: -len(suffix)]
-                out = f"{prefix}.{family.output_name}"
-                members = {}
-                for m in family.members + family.optional:
-                    full = f"{prefix}.{m}"
-                    if full in present:
-                        members[m] = full
-                    elif m in family.members:
-                        raise ZooError(
-                            f"{family.name}: tensor {n!r} has no {full!r} beside it "
-                            f"(a {family.name} weight needs {', '.join(family.members)})"
-                        )
-                if out in present and out not in members.values():
-                    raise ZooError(
-                        f"{family.name}: the source holds both {out!r} and {n!r}; "
-                        f"{n!r} would be converted into {out!r}"
-                    )
-                for full in members.values():
-                    if full in hidden:
-                        raise ZooError(
-                            f"{family.name}: tensor {full!r} belongs to both "
-                            f"{hidden[full]!r} and {out!r}"
-                        )
-                    hidden[full] = out
-                self._groups[out] = (prefix, members)
-                self._family_of[out] = family
-        self._names = sorted([n for n in names if n not in hidden] + list(self._groups))
+                if family.accepts is not None and not family.accepts(prefix, qc):
+                    continue
+                self._group(family, n, prefix, present, hidden)
+                break
+        self._names = sorted([n for n in names_in if n not in hidden] + list(self._groups))
         self._built: Dict[str, Dict[str, Any]] = {}
         self._live: List[Dict[str, Any]] = []  # the dicts metadata() handed out
+
+    def _group(self, family: Family, n: str, prefix: str, present, hidden) -> None:
+        out = prefix + (f".{family.output_name}" if family.output_name else "")
+        members = {}
+        for m in family.members + family.optional:
+            full = prefix + family.separator + m
+            if full in present:
+                members[m] = full
+            elif m in family.members:
+                raise ZooError(
+                    f"{family.name}: tensor {n!r} has no {full!r} beside it "
+                    f"(a {family.name} weight needs {', '.join(family.members)})"
+                )
+        if out in present and out not in members.values():
+            raise ZooError(
+                f"{family.name}: the source holds both {out!r} and {n!r}; "
+                f"{n!r} would be converted into {out!r}"
+            )
+        for full in members.values():
+            if full in hidden:
+                raise ZooError(
+                    f"{family.name}: tensor {full!r} belongs to both {hidden[full]!r} and {out!r}"
+                )
+            hidden[full] = out
+        self._groups[out] = (family, prefix, members)
 
     def names(self):
         return list(self._names)
@@ -350,27 +372,30 @@ class _ZooSource(_Source):
     def info(self, name):
         if name not in self._groups:
             return self.inner.info(name)
-        _, members = self._groups[name]
+        family, _, members = self._groups[name]
         infos = [self.inner.info(full) for full in members.values()]
-        family = self._family_of[name]
         anchor = self.inner.info(members[family.anchor])
         label = f"{family.name} ({anchor[0]} {'x'.join(map(str, anchor[1]))})"
-        return label, tuple(anchor[1]), sum(i[2] for i in infos)
+        # The logical shape is the family's to say: build once (views, no
+        # copies kept), which also checks the layer before anything is written.
+        shape = tuple(self._build(name)[0].shape)
+        return label, shape, sum(i[2] for i in infos)
 
-    def get(self, name):
-        if name not in self._groups:
-            return self.inner.get(name)
-        prefix, members = self._groups[name]
+    def _build(self, name: str) -> Tuple[Tensor, Dict[str, Any]]:
+        family, prefix, members = self._groups[name]
         tensors = {m: self.inner.get(full) for m, full in members.items()}
-        family = self._family_of[name]
         group = Group(prefix, name, tensors, self.qc, family)
         try:
-            built = family.build(group)
-            t, record = _assemble(group, built)
+            return _assemble(group, family.build(group))
         except ConversionError:
             raise
         except (HurrayError, ValueError, TypeError, OverflowError) as exc:
             raise ZooError(f"{family.name}: tensor {name!r}: {_first_line(exc)}") from None
+
+    def get(self, name):
+        if name not in self._groups:
+            return self.inner.get(name)
+        t, record = self._build(name)
         if self._record:
             self._built[name] = record
             # The driver asks for the metadata before it converts the
@@ -451,22 +476,23 @@ def open_folder(src: str, source: _Source, dequantize: bool) -> _Source:
     text, config = got
     weight_map, index = _weight_map(folder or ".", src, source)
     qc = config.get("quantization_config")
-    family = None
+    families: List[Family] = []
     if qc is not None:
         if not isinstance(qc, dict):
             raise ZooError("config.json: quantization_config is not a JSON object")
         config_value(qc, "quant_method", "quantization_config", str)
-        family = detect(qc)
-        if family is not None and family.check_config is not None:
-            family.check_config(qc)
+        families = detect(qc)
+        for family in families:
+            if family.check_config is not None:
+                family.check_config(qc)
     meta = {
-        ZOO_FAMILY_KEY: family.name if family else "",
-        ZOO_CONFIG_KEY: _dequantized_config(text, config) if dequantize and family else text,
+        ZOO_FAMILY_KEY: ",".join(f.name for f in families),
+        ZOO_CONFIG_KEY: _dequantized_config(text, config) if dequantize and families else text,
         ZOO_WEIGHT_MAP_KEY: json.dumps(weight_map, separators=(",", ":")),
     }
     if index is not None:
         meta[ZOO_INDEX_KEY] = index
-    return _ZooSource(source, family, qc, meta, record=not dequantize)
+    return _ZooSource(source, families, qc, meta, record=not dequantize)
 
 
 def _dequantized_config(text: str, config: Dict[str, Any]) -> str:

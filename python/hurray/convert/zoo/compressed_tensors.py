@@ -30,7 +30,7 @@ axis 1, packed zero points along axis 0.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..._descriptor import BlockAffine, PerChannelAffine
 from . import Built, Family, Group, ZooError, check_group_index, config_value, packing, register
@@ -103,36 +103,53 @@ def _check_config(qc) -> None:
                 )
 
 
-def _scheme(group: Group) -> Dict[str, Any]:
-    """The weights arguments of the config group that targets this layer:
-    a regex ("re:...") or module-name target first, then a class-name
-    target ("Linear"), which every linear layer matches."""
-    qc = group.config
-    groups = qc["config_groups"]
+def _group_of(prefix: str, qc) -> Optional[str]:
+    """The config group that targets a layer: a regex ("re:...") or
+    module-name target first, then a class-name target ("Linear"), which
+    every linear layer matches, then the only group; None if none does."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict):
+        return None
     by_class = None
     for name, g in groups.items():
-        targets = g.get("targets") or ()
+        targets = (g.get("targets") if isinstance(g, dict) else None) or ()
         for t in [targets] if isinstance(targets, str) else targets:
             t = str(t)
             if t.startswith("re:"):
                 try:
-                    if re.match(t[3:], group.prefix):
-                        return _checked(group, name)
+                    if re.match(t[3:], prefix):
+                        return name
                 except re.error:
                     raise ZooError(
                         f"config.json: config_groups[{name!r}] target {t!r} is not a regex"
                     ) from None
-            elif t == group.prefix or group.prefix.endswith("." + t):
-                return _checked(group, name)
+            elif t == prefix or prefix.endswith("." + t):
+                return name
             elif by_class is None and "." not in t:
                 by_class = name
     if by_class is None and len(groups) == 1:
         by_class = next(iter(groups))
-    if by_class is None:
+    return by_class
+
+
+def _accepts(prefix: str, qc) -> bool:
+    """Layers whose config group is stored pack-quantized (another family
+    may read the others: float-quantized, nvfp4-pack-quantized)."""
+    name = _group_of(prefix, qc)
+    if name is None:
+        return True  # _scheme says why in one line
+    g = qc["config_groups"][name]
+    fmt = (g.get("format") if isinstance(g, dict) else None) or qc.get("format")
+    return fmt == "pack-quantized"
+
+
+def _scheme(group: Group) -> Dict[str, Any]:
+    name = _group_of(group.prefix, group.config)
+    if name is None:
         raise group.error(
             "weight_packed", "no config_groups entry of config.json targets this layer"
         )
-    return _checked(group, by_class)
+    return _checked(group, name)
 
 
 def _checked(group: Group, name: str) -> Dict[str, Any]:
@@ -281,5 +298,6 @@ register(
         optional=("weight_zero_point", "weight_g_idx"),
         build=_build,
         check_config=_check_config,
+        accepts=_accepts,
     )
 )

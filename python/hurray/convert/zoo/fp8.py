@@ -77,6 +77,23 @@ def _ct_weights(qc) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
+def _layer_group(prefix: str, qc) -> Optional[Dict[str, Any]]:
+    """The config group that targets a layer (compressed-tensors' own
+    matching, shared with the pack-quantized family), or None."""
+    from .compressed_tensors import _group_of
+
+    name = _group_of(prefix, qc)
+    g = qc["config_groups"].get(name) if name is not None else None
+    return g if isinstance(g, dict) else None
+
+
+def layer_format(prefix: str, qc) -> Optional[str]:
+    """The compressed-tensors format a layer is stored in: its config
+    group's, else the top-level one."""
+    g = _layer_group(prefix, qc)
+    return (g.get("format") if g is not None else None) or qc.get("format")
+
+
 def _check_ct(qc) -> None:
     for name, w in _ct_weights(qc):
         where = f"['config_groups'][{name!r}]['weights']"
@@ -182,7 +199,11 @@ def _build_ct(group: Group) -> Built:
     n, k = _codes(group)
     group.expect("weight_scale", _SCALES)
     shape = tuple(group.shape("weight_scale"))
-    weights = [w for _, w in _ct_weights(group.config)]
+    layer = _layer_group(group.prefix, group.config)
+    if layer is not None and isinstance(layer.get("weights"), dict):
+        weights = [layer["weights"]]
+    else:
+        weights = [w for _, w in _ct_weights(group.config)]
     q: Optional[Any] = None
     if _numel(shape) == 1 and len(shape) <= 2:
         q = _one_scale(group, "weight_scale", n, k)
@@ -236,5 +257,6 @@ register(
         members=("weight", "weight_scale"),
         build=_build_ct,
         check_config=_check_ct,
+        accepts=lambda prefix, qc: layer_format(prefix, qc) == "float-quantized",
     )
 )

@@ -21,41 +21,33 @@ from __future__ import annotations
 from ..._descriptor import Mxfp
 from . import Built, Family, Group, register
 
-_PROJS = ("gate_up_proj", "down_proj")
+
+def _build(group: Group) -> Built:
+    group.expect("blocks", ("uint8",))
+    group.expect("scales", ("uint8", "float8_e8m0fnu"))
+    bshape = tuple(group.shape("blocks"))
+    if len(bshape) < 3 or bshape[-1] != 16:
+        raise group.error("blocks", f"has shape {list(bshape)}, expected [..., rows, K/32, 16]")
+    if tuple(group.shape("scales")) != bshape[:-1]:
+        raise group.error(
+            "scales",
+            f"has shape {list(group.shape('scales'))}, expected {list(bshape[:-1])} "
+            f"(one per 16 bytes of {group.source_name('blocks')!r})",
+        )
+    shape = bshape[:-2] + (bshape[-2] * 32,)
+    q = Mxfp(element="fp4_e2m1", axis=len(shape) - 1, scale_buffer=1, block_size=32)
+    return Built("float4_e2m1fn", shape, q, [("data", "blocks"), ("scales", "scales")])
 
 
-def _build_for(proj: str):
-    blocks, scales = proj + "_blocks", proj + "_scales"
-
-    def build(group: Group) -> Built:
-        group.expect(blocks, ("uint8",))
-        group.expect(scales, ("uint8", "float8_e8m0fnu"))
-        bshape = tuple(group.shape(blocks))
-        if len(bshape) < 3 or bshape[-1] != 16:
-            raise group.error(blocks, f"has shape {list(bshape)}, expected [..., rows, K/32, 16]")
-        if tuple(group.shape(scales)) != bshape[:-1]:
-            raise group.error(
-                scales,
-                f"has shape {list(group.shape(scales))}, expected {list(bshape[:-1])} "
-                f"(one per 16 bytes of {group.source_name(blocks)!r})",
-            )
-        shape = bshape[:-2] + (bshape[-2] * 32,)
-        q = Mxfp(element="fp4_e2m1", axis=len(shape) - 1, scale_buffer=1, block_size=32)
-        return Built("float4_e2m1fn", shape, q, [("data", blocks), ("scales", scales)])
-
-    return build
-
-
-def _family(proj: str, also=()) -> Family:
-    return Family(
+# <p>_blocks and <p>_scales become <p> (gate_up_proj, down_proj)
+register(
+    Family(
         name="mxfp4",
         detect=lambda qc: str(qc.get("quant_method", "")).lower() == "mxfp4",
-        anchor=proj + "_blocks",
-        members=(proj + "_blocks", proj + "_scales"),
-        build=_build_for(proj),
-        output_name=proj,
-        also=also,
+        anchor="blocks",
+        members=("blocks", "scales"),
+        build=_build,
+        output_name="",
+        separator="_",
     )
-
-
-register(_family(_PROJS[0], also=tuple(_family(p) for p in _PROJS[1:])))
+)

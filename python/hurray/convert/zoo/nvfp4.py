@@ -30,6 +30,7 @@ from typing import Any
 
 from ..._descriptor import BlockAffine
 from . import Built, Family, Group, ZooError, register
+from . import fp8 as _fp8
 
 
 def _ct_formats(qc):
@@ -48,14 +49,34 @@ def _positive(value: Any, where: str) -> int:
     return value
 
 
-def _group_size(qc) -> int:
+def _group_size(qc, prefix=None) -> int:
+    """The NVFP4 group: ModelOpt's group_size (16 by default); for
+    compressed-tensors the layer's config group's (every NVFP4 group's
+    when `prefix` is None, which must agree)."""
     if str(qc.get("quant_method", "")).lower() != "compressed-tensors":
         return _positive(qc.get("group_size", 16), "['group_size']")
+    if prefix is not None:
+        from .compressed_tensors import _group_of
+
+        name = _group_of(prefix, qc)
+        g = qc["config_groups"].get(name) if name is not None else None
+        w = g.get("weights") if isinstance(g, dict) else None
+        if isinstance(w, dict):
+            if "group_size" not in w:
+                raise ZooError(
+                    f"config.json: quantization_config['config_groups'][{name!r}]['weights'] "
+                    "has no 'group_size' key"
+                )
+            return _positive(
+                w["group_size"], f"['config_groups'][{name!r}]['weights']['group_size']"
+            )
     sizes = set()
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise ZooError("config.json: quantization_config has no 'config_groups' object")
     for name, g in groups.items():
+        if isinstance(g, dict) and (g.get("format") or qc.get("format")) != "nvfp4-pack-quantized":
+            continue
         w = g.get("weights") if isinstance(g, dict) else None
         if not isinstance(w, dict):
             raise ZooError(
@@ -69,16 +90,12 @@ def _group_size(qc) -> int:
         sizes.add(
             _positive(w["group_size"], f"['config_groups'][{name!r}]['weights']['group_size']")
         )
-    if len(sizes) != 1:
-        raise ZooError(
-            f"config.json: quantization_config['config_groups'] mixes NVFP4 group sizes {sorted(sizes)}"
-        )
-    return sizes.pop()
+    return min(sizes) if sizes else 16  # each layer uses its own group's
 
 
 def _build_for(codes: str, glob: str, op: str):
     def build(group: Group) -> Built:
-        g = _group_size(group.config)
+        g = _group_size(group.config, group.prefix)
         group.expect(codes, ("uint8",), 2)
         n, half = group.shape(codes)
         k = 2 * half
@@ -138,5 +155,6 @@ register(
         members=("weight_packed", "weight_scale", "weight_global_scale"),
         build=_build_for("weight_packed", "weight_global_scale", "divide"),
         check_config=_check,
+        accepts=lambda prefix, qc: _fp8.layer_format(prefix, qc) == "nvfp4-pack-quantized",
     )
 )
