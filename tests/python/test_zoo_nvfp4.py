@@ -8,6 +8,8 @@ copies of each package's dequantize: ModelOpt forms f32(scale) *
 weight_scale_2 first, compressed-tensors f32(scale) / weight_global_scale
 first, then one multiplication by the FP4 value."""
 
+import json
+
 import numpy as np
 import pytest
 import zoo_float_refs as R
@@ -173,3 +175,41 @@ def test_missing_config_key(tmp_path):
     c["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = "sixteen"
     json.dump(c, open(cfg, "w"))
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "group_size")
+
+
+def test_mixed_compressed_tensors_formats(tmp_path):
+    # llm-compressor's mixed precision: each config group has its format;
+    # the FP8 family reads the float-quantized layers, NVFP4 the others
+    rng = np.random.default_rng(12)
+    config = json.loads(json.dumps(CT))
+    qc = config["quantization_config"]
+    qc["format"] = "mixed-precision"
+    qc["config_groups"]["group_0"]["format"] = "nvfp4-pack-quantized"
+    qc["config_groups"]["group_0"]["targets"] = ["re:.*o_proj$"]
+    qc["config_groups"]["group_1"] = {
+        "format": "float-quantized",
+        "targets": ["re:.*q_proj$"],
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True},
+    }
+    packed = rng.integers(0, 256, size=(32, 32), dtype=np.uint8)
+    scale = _fp8_scales(rng, (32, 4))
+    glob = np.float32(300.0)
+    codes = R.random_fp8(rng, (16, 64))
+    ch = (rng.random((16, 1)) * 1e-2).astype(np.float32)
+    tensors = {
+        "m.o_proj.weight_packed": R.torch_tensor(packed, "U8"),
+        "m.o_proj.weight_scale": R.torch_tensor(scale, "F8_E4M3"),
+        "m.o_proj.weight_global_scale": R.torch_tensor(np.array([glob]), "F32"),
+        "m.q_proj.weight": R.torch_tensor(codes, "F8_E4M3"),
+        "m.q_proj.weight_scale": R.torch_tensor(ch, "F32"),
+    }
+    R.write_folder(tmp_path / "m", tensors, config)
+    refs = {
+        "m.o_proj.weight": R.ref_nvfp4_ct(packed, scale, glob),
+        "m.q_proj.weight": R.ref_fp8_scaled(codes, np.broadcast_to(ch, (16, 64))),
+    }
+    built = R.build_all(tmp_path / "m")
+    assert sorted(built) == sorted(refs)
+    for name, t in built.items():
+        assert R.bits_equal(t.dequantize(), refs[name]), name
+    R.round_trip(tmp_path / "m", str(tmp_path), refs)

@@ -95,7 +95,12 @@ def layer_format(prefix: str, qc) -> Optional[str]:
 
 
 def _check_ct(qc) -> None:
+    groups = qc["config_groups"] if isinstance(qc.get("config_groups"), dict) else {}
     for name, w in _ct_weights(qc):
+        g = groups.get(name)
+        fmt = (g.get("format") if isinstance(g, dict) else None) or qc.get("format")
+        if fmt not in (None, "float-quantized"):
+            continue  # another format's group (mixed precision)
         where = f"['config_groups'][{name!r}]['weights']"
         if w.get("type", "float") != "float" or w.get("num_bits", 8) != 8:
             raise ZooError(
