@@ -566,10 +566,12 @@ static HurrayStatus check_packed_buffers(Walk *w, const char *path, const Hurray
           HURRAY_ERR_QUANT_FIELD, "%squantization.group_index_dtype: %s is not int32", path,
           hurray_dtype_name(q->group_index_dtype) ? hurray_dtype_name(q->group_index_dtype) : "?");
     }
-    HURRAY_RETURN_NOT_OK(use_buffer(w, path, "quantization.group_index_buffer",
-                                    q->group_index_buffer, HURRAY_ROLE_GROUP_INDEX,
-                                    4 * d->shape[q->axis], HURRAY_ERR_QUANT_FIELD,
-                                    "one int32 group per position along the axis"));
+    uint64_t bytes;
+    HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.group_index_buffer",
+                                       HURRAY_DTYPE_INT32, d->shape[q->axis], &bytes));
+    HURRAY_RETURN_NOT_OK(use_buffer(
+        w, path, "quantization.group_index_buffer", q->group_index_buffer, HURRAY_ROLE_GROUP_INDEX,
+        bytes, HURRAY_ERR_QUANT_FIELD, "one int32 group per position along the axis"));
   }
   if (q->codebook_buffer != HURRAY_NO_BUFFER) {
     HURRAY_RETURN_NOT_OK(use_buffer(w, path, "quantization.codebook_buffer", q->codebook_buffer,

@@ -4,11 +4,12 @@
  * points packed in words with a lane order, zero-point offsets, 2-D
  * blocks, group indices, codebooks, scale codebooks and super scales.
  *
- * The per-dimension work is done once: for every logical dimension k and
- * position i along it, tables hold what position i adds to the word (or
- * element) index of the code and to the flat index of its scale. An element
- * is then a sum over its dimensions, and along the last dimension one table
- * lookup each. Scales are formed once (codebook, super scale, offset) and
+ * Each logical dimension gets a code stride (in words along the packed
+ * dimension) and a scale stride, and a rule for its group (itself, a block,
+ * or the group index, which is checked once before anything is written).
+ * A row's bases come from its multi-index; along the last dimension each
+ * element adds its own steps. Memory beyond the scales is O(1), whatever
+ * the shape. Scales are formed once (codebook, super scale, offset) and
  * zero points unpacked once, so the loop is: fetch code, one exact integer
  * difference or one table value, one multiplication.
  *
@@ -26,14 +27,20 @@
 #include "elements.h"
 #include "plan.h"
 
+/* How a logical dimension picks its scale group. */
+enum { GROUP_SELF = 0, GROUP_BLOCK = 1, GROUP_INDEX = 2 };
+
 typedef struct PackedJob {
   uint32_t rank; /* of the logical view (NF4: 1) */
   uint64_t shape[HURRAY_MAX_RANK];
-  uint64_t *cidx[HURRAY_MAX_RANK]; /* word (or element) index added by position i of dim k */
-  uint64_t *sidx[HURRAY_MAX_RANK]; /* scale index added by position i of dim k */
-  uint8_t *lane;                   /* lane of position i along the packed dim */
-  uint32_t packed_dim;             /* logical dim the lanes run along; rank when unpacked */
+  uint64_t cstride[HURRAY_MAX_RANK]; /* words (or elements) per step of logical dim k */
+  uint64_t sstride[HURRAY_MAX_RANK]; /* scales per group step of logical dim k */
+  uint8_t group[HURRAY_MAX_RANK];    /* GROUP_* of dim k */
+  uint64_t block[HURRAY_MAX_RANK];   /* its block size when GROUP_BLOCK */
+  const uint8_t *gidx;               /* int32 group of each position, for GROUP_INDEX */
+  uint32_t packed_dim;               /* logical dim the lanes run along; rank when unpacked */
   uint32_t lanes;
+  uint8_t lane_of[32]; /* lane holding element e of a group */
   unsigned word_bytes; /* 0: ADR-0012 elements */
   unsigned bits;
   bool is_signed;
@@ -136,13 +143,15 @@ static void storage_strides(uint32_t rank, const uint64_t *logical, const uint8_
   }
 }
 
-/* long: one table per dimension for codes and scales, the group index checked on the way. */
-static HurrayStatus build_tables(PackedJob *j, const HurrayDescriptor *d,
-                                 const HurrayBufferList *list, HurrayError *error) {
+/* The strides of codes and scales per logical dimension, how each picks
+ * its group, and the group index checked once (so the element loop cannot
+ * meet an entry out of range). */
+static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
+                              const HurrayBufferList *list, HurrayError *error) {
   const HurrayQuant *q = &d->quant;
   bool nf4 = q->kind == HURRAY_QUANT_NF4;
+  bool block = q->kind == HURRAY_QUANT_BLOCK_AFFINE;
   const uint8_t *axes = q->has_storage_axes && !nf4 ? q->storage_axes : NULL;
-  /* codes */
   uint32_t packed_axis = HURRAY_MAX_RANK;
   j->lanes = 1;
   j->packed_dim = j->rank;
@@ -151,67 +160,56 @@ static HurrayStatus build_tables(PackedJob *j, const HurrayDescriptor *d,
     j->lanes = hurray__packing_lanes(&q->code_packing, d->dtype);
     j->word_bytes = q->code_packing.word_bits / 8u;
     j->packed_dim = axes ? axes[packed_axis] : packed_axis;
+    for (uint32_t l = 0; l < j->lanes; l++) j->lane_of[q->code_packing.order[l]] = (uint8_t)l;
   }
-  uint64_t cstride[HURRAY_MAX_RANK], sstride[HURRAY_MAX_RANK] = {0};
-  storage_strides(j->rank, j->shape, axes, packed_axis, j->lanes, cstride);
-  /* scales: the scale array's logical shape, then its storage strides */
+  storage_strides(j->rank, j->shape, axes, packed_axis, j->lanes, j->cstride);
   uint64_t slog[HURRAY_MAX_RANK];
   for (uint32_t k = 0; k < j->rank; k++) {
     slog[k] = j->shape[k];
-    if (q->kind == HURRAY_QUANT_BLOCK_AFFINE && k == q->axis) {
-      slog[k] = hurray__ceil_div_u64(j->shape[k], q->block_size);
+    if (nf4 || (block && k == q->axis)) {
+      j->group[k] = GROUP_BLOCK;
+      j->block[k] = q->block_size;
+    } else if (block && q->block_size2 != 0 && k == q->axis2) {
+      j->group[k] = GROUP_BLOCK;
+      j->block[k] = q->block_size2;
     }
-    if (nf4) slog[k] = hurray__ceil_div_u64(j->shape[k], q->block_size);
-    if (q->block_size2 != 0 && k == q->axis2) {
-      slog[k] = hurray__ceil_div_u64(j->shape[k], q->block_size2);
-    }
+    if (j->group[k] == GROUP_BLOCK) slog[k] = hurray__ceil_div_u64(j->shape[k], j->block[k]);
   }
   if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
-    sstride[q->axis] = 1; /* one scale per index along the axis, nothing else */
+    j->sstride[q->axis] = 1; /* one scale per index along the axis, nothing else */
   } else {
-    storage_strides(j->rank, slog, axes, HURRAY_MAX_RANK, 1, sstride);
+    storage_strides(j->rank, slog, axes, HURRAY_MAX_RANK, 1, j->sstride);
   }
-  const uint8_t *gidx = q->group_index_buffer != HURRAY_NO_BUFFER
-                            ? buffer_bytes(list, q->group_index_buffer)
-                            : NULL;
-  for (uint32_t k = 0; k < j->rank; k++) {
-    uint64_t n = j->shape[k];
-    j->cidx[k] = malloc((n ? n : 1) * sizeof(uint64_t));
-    j->sidx[k] = malloc((n ? n : 1) * sizeof(uint64_t));
-    if (j->cidx[k] == NULL || j->sidx[k] == NULL) {
-      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for the index tables");
+  if (q->group_index_buffer == HURRAY_NO_BUFFER) return HURRAY_OK;
+  j->gidx = buffer_bytes(list, q->group_index_buffer);
+  j->group[q->axis] = GROUP_INDEX;
+  for (uint64_t i = 0; i < j->shape[q->axis]; i++) {
+    int32_t v = (int32_t)(uint32_t)load_le(j->gidx + 4 * i, 4);
+    if (v < 0 || (uint64_t)v >= slog[q->axis]) {
+      return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
+                          "quantization.group_index_buffer: entry %llu is %d, outside the %llu "
+                          "groups [0, %llu)",
+                          (unsigned long long)i, (int)v, (unsigned long long)slog[q->axis],
+                          (unsigned long long)slog[q->axis]);
     }
-    for (uint64_t i = 0; i < n; i++) {
-      j->cidx[k][i] = (k == j->packed_dim ? i / j->lanes : i) * cstride[k];
-      uint64_t g = i;
-      bool blocked = nf4 || (q->kind == HURRAY_QUANT_BLOCK_AFFINE && k == q->axis);
-      if (blocked && gidx != NULL) {
-        int32_t v = (int32_t)(uint32_t)load_le(gidx + 4 * i, 4);
-        if (v < 0 || (uint64_t)v >= slog[k]) {
-          return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
-                              "quantization.group_index_buffer: entry %llu is %d, outside the "
-                              "%llu groups [0, %llu)",
-                              (unsigned long long)i, (int)v, (unsigned long long)slog[k],
-                              (unsigned long long)slog[k]);
-        }
-        g = (uint64_t)v;
-      } else if (blocked) {
-        g = i / q->block_size;
-      } else if (q->block_size2 != 0 && k == q->axis2) {
-        g = i / q->block_size2;
-      }
-      j->sidx[k][i] = g * sstride[k];
-    }
-  }
-  if (j->packed_dim < j->rank) {
-    uint8_t inverse[32];
-    for (uint32_t l = 0; l < j->lanes; l++) inverse[q->code_packing.order[l]] = (uint8_t)l;
-    uint64_t n = j->shape[j->packed_dim];
-    j->lane = malloc(n ? n : 1);
-    if (j->lane == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
-    for (uint64_t i = 0; i < n; i++) j->lane[i] = inverse[i % j->lanes];
   }
   return HURRAY_OK;
+}
+
+/* What position i of logical dim k adds to the code's word (or element)
+ * index and to the scale index. */
+static inline uint64_t code_step(const PackedJob *j, uint32_t k, uint64_t i) {
+  return (k == j->packed_dim ? i / j->lanes : i) * j->cstride[k];
+}
+
+static inline uint64_t scale_step(const PackedJob *j, uint32_t k, uint64_t i) {
+  uint64_t g = i;
+  if (j->group[k] == GROUP_BLOCK) {
+    g = i / j->block[k];
+  } else if (j->group[k] == GROUP_INDEX) {
+    g = (uint32_t)load_le(j->gidx + 4 * i, 4); /* checked in range by plan_dims */
+  }
+  return g * j->sstride[k];
 }
 
 /* Zero point of the scale at flat storage index `s`, from a buffer that
@@ -318,7 +316,58 @@ static void store(const PackedJob *j, uint64_t at, float v) {
   }
 }
 
-/* long: the element loop: row bases from the tables, then the last dimension. */
+/* Where a row starts: its code and scale bases and, when the lanes run
+ * along another dimension, its lane. */
+typedef struct RowBase {
+  uint64_t c, s;
+  unsigned lane;
+} RowBase;
+
+/* Elements [t0, t1) of a row. Along the last dimension the steps advance
+ * by counters, not divisions. */
+static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  uint32_t last = j->rank - 1;
+  const uint64_t mask = ((uint64_t)1 << j->bits) - 1; /* bits <= 32 (validated) */
+  const bool packed_last = j->packed_dim == last;
+  const uint64_t cstep = j->cstride[last], sstep = j->sstride[last], block = j->block[last];
+  const uint8_t grp = j->group[last];
+  const uint64_t len = j->shape[last];
+  uint64_t c = b.c + code_step(j, last, t0), sb = b.s + scale_step(j, last, t0);
+  uint64_t in_block = grp == GROUP_BLOCK ? t0 % block : 0;
+  unsigned in_word = packed_last ? (unsigned)(t0 % j->lanes) : 0;
+  for (uint64_t t = t0; t < t1; t++) {
+    uint64_t s = grp == GROUP_INDEX ? b.s + scale_step(j, last, t) : sb, code;
+    if (j->word_bytes) {
+      unsigned lane = packed_last ? j->lane_of[in_word] : b.lane;
+      code = (load_le(j->codes + c * j->word_bytes, j->word_bytes) >> (lane * j->bits)) & mask;
+    } else {
+      code = load_element(j->codes, c, j->bits);
+    }
+    float v;
+    if (j->use_table) {
+      v = j->table[code] * j->scale[s];
+    } else {
+      int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
+      v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
+    }
+    store(j, r * len + t, v);
+    if (!packed_last || ++in_word == j->lanes) {
+      in_word = 0;
+      c += cstep;
+    }
+    if (grp == GROUP_SELF || (grp == GROUP_BLOCK && ++in_block == block)) {
+      in_block = 0;
+      sb += sstep;
+    }
+  }
+}
+
+/* Rows and columns in tiles: codes stored transposed (GPTQ, AWQ) put a
+ * row's neighbours in the next row's cache lines, so a tile of rows reuses
+ * each line it loads. */
+#define TILE_ROWS 16u
+#define TILE_COLS 256u
+
 static void decode_rows(void *ctx, unsigned part) {
   PackedJob *j = ctx;
   uint64_t r0 = j->rows / j->parts * part;
@@ -330,36 +379,25 @@ static void decode_rows(void *ctx, unsigned part) {
     idx[k] = rest % j->shape[k];
     rest /= j->shape[k];
   }
-  const uint64_t mask = j->bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << j->bits) - 1;
-  for (uint64_t r = r0; r < r1; r++) {
-    uint64_t cbase = 0, sbase = 0;
-    unsigned lane_row = 0;
-    for (uint32_t k = 0; k < last; k++) {
-      cbase += j->cidx[k][idx[k]];
-      sbase += j->sidx[k][idx[k]];
-    }
-    if (j->packed_dim < last) lane_row = j->lane[idx[j->packed_dim]];
-    const uint64_t *clast = j->cidx[last], *slast = j->sidx[last];
-    for (uint64_t t = 0; t < len; t++) {
-      uint64_t c = cbase + clast[t], s = sbase + slast[t], code;
-      if (j->word_bytes) {
-        unsigned lane = j->packed_dim == last ? j->lane[t] : lane_row;
-        code = (load_le(j->codes + c * j->word_bytes, j->word_bytes) >> (lane * j->bits)) & mask;
-      } else {
-        code = load_element(j->codes, c, j->bits);
+  RowBase base[TILE_ROWS];
+  for (uint64_t r = r0; r < r1; r += TILE_ROWS) {
+    unsigned n = r1 - r < TILE_ROWS ? (unsigned)(r1 - r) : TILE_ROWS;
+    for (unsigned i = 0; i < n; i++) {
+      RowBase *b = &base[i];
+      b->c = b->s = 0;
+      for (uint32_t k = 0; k < last; k++) {
+        b->c += code_step(j, k, idx[k]);
+        b->s += scale_step(j, k, idx[k]);
       }
-      float v;
-      if (j->use_table) {
-        v = j->table[code] * j->scale[s];
-      } else {
-        int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
-        v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
+      b->lane = j->packed_dim < last ? j->lane_of[idx[j->packed_dim] % j->lanes] : 0;
+      for (uint32_t k = last; k-- > 0;) {
+        if (++idx[k] < j->shape[k]) break;
+        idx[k] = 0;
       }
-      store(j, r * len + t, v);
     }
-    for (uint32_t k = last; k-- > 0;) {
-      if (++idx[k] < j->shape[k]) break;
-      idx[k] = 0;
+    for (uint64_t t = 0; t < len; t += TILE_COLS) {
+      uint64_t t1 = len - t < TILE_COLS ? len : t + TILE_COLS;
+      for (unsigned i = 0; i < n; i++) decode_run(j, r + i, base[i], t, t1);
     }
   }
 }
@@ -387,7 +425,7 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   j->out = out;
   j->rows = numel / j->shape[j->rank - 1];
   fill_table(j, d, list);
-  HurrayStatus st = build_tables(j, d, list, error);
+  HurrayStatus st = plan_dims(j, d, list, error);
   if (st == HURRAY_OK) st = form_scales(j, d, list, error);
   if (st == HURRAY_OK) {
     uint64_t bytes = numel * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u);
@@ -395,11 +433,6 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
     if (j->rows < j->parts) j->parts = (unsigned)j->rows;
     hurray__parallel_run(j->parts, decode_rows, j);
   }
-  for (uint32_t k = 0; k < j->rank; k++) {
-    free(j->cidx[k]);
-    free(j->sidx[k]);
-  }
-  free(j->lane);
   free(j->scale);
   free(j->zero);
   free(j);
