@@ -402,3 +402,20 @@ def test_also_families(tmp_path):
         assert read_folder(tmp_path / "b") == read_folder(src)
     finally:
         zoo.FAMILIES.remove(top)
+
+
+def test_folder_to_other_formats_copies_the_members(tmp_path):
+    """A quantized folder straight into safetensors (file or folder) is
+    copied, not dequantized: the same tensors, and config.json beside a
+    folder; --dequantize groups and dequantizes."""
+    t = _tensors(np.random.default_rng(15))
+    src = write_model(tmp_path / "m", t, QC, shards=2)
+    hurray.convert(str(src), str(tmp_path / "one.safetensors"), quiet=True)
+    one = read_safetensors(tmp_path / "one.safetensors")
+    assert {k: v for k, v in one.items() if k != "__metadata__"} == read_folder(src)
+    hurray.convert(str(src), f"{tmp_path / 'copy'}/", quiet=True)
+    assert read_folder(tmp_path / "copy") == read_folder(src)
+    assert (tmp_path / "copy" / "config.json").read_text() == (src / "config.json").read_text()
+    hurray.convert(str(src), str(tmp_path / "deq.safetensors"), quiet=True, dequantize=True)
+    deq = read_safetensors(tmp_path / "deq.safetensors")
+    assert "a.weight" in deq and "a.codes" not in deq

@@ -465,10 +465,12 @@ def _assemble(group: Group, built: Built) -> Tuple[Tensor, Dict[str, Any]]:
     return t, {"family": group.family.name, "members": members}
 
 
-def open_folder(src: str, source: _Source, dequantize: bool) -> _Source:
+def open_folder(src: str, source: _Source, dequantize: bool, group: bool = True) -> _Source:
     """`source` (a safetensors folder or index at `src`) with its quantized
     weights grouped when a config.json beside it has a quantization_config
-    a family knows; `source` itself when there is no config.json."""
+    a family knows (and `group`: the target keeps quantized tensors, or
+    --dequantize asks for the values); `source` itself when there is no
+    config.json."""
     folder = src if os.path.isdir(src) else os.path.dirname(src)
     got = read_config(folder or ".")
     if got is None:
@@ -492,6 +494,8 @@ def open_folder(src: str, source: _Source, dequantize: bool) -> _Source:
     }
     if index is not None:
         meta[ZOO_INDEX_KEY] = index
+    if not group:  # the members go to the target as they are, config.json beside them
+        families = []
     return _ZooSource(source, families, qc, meta, record=not dequantize)
 
 
@@ -671,9 +675,10 @@ def wrap_source(
 ) -> _Source:
     """The driver's one hook: a folder source gets its zoo tensors grouped;
     a hurray source with zoo tensors gives their members back (any target
-    but hurray, unless --dequantize)."""
+    but hurray, unless --dequantize). A folder into another format is
+    grouped only for --dequantize: otherwise its tensors are copied."""
     if src_kind in ("dir", "safetensors-index"):
-        return open_folder(src, source, dequantize)
+        return open_folder(src, source, dequantize, group=dst_kind == "hurray" or dequantize)
     if src_kind == "hurray":
         meta = source.metadata()
         if ZOO_TENSORS_KEY not in meta:
