@@ -63,15 +63,12 @@ def _typed(a, dtype):
     return from_numpy(np.ascontiguousarray(a).view(getattr(ml_dtypes, dtype)))
 
 
-def _build(family_name, members, qc, anchor_family=None):
+def _build(family_name, members, qc):
     """The tensor `hurray convert` makes of one group: the registered
     family's build, then the converter's own assembly."""
     fam = next(f for f in zoo.FAMILIES if f.name == family_name)
-    for f in (fam,) + fam.also:
-        if anchor_family is None or f.anchor == anchor_family:
-            fam = f
-            break
-    group = zoo.Group("w", f"w.{fam.output_name}", members, qc, fam)
+    name = "w" + (f".{fam.output_name}" if fam.output_name else "")
+    group = zoo.Group("w", name, members, qc, fam)
     return zoo._assemble(group, fam.build(group))[0]
 
 
@@ -135,8 +132,8 @@ def case_mxfp4(rng, n, k):
     n //= e
     blocks = rng.integers(0, 256, size=(e, n, k // 32, 16), dtype=np.uint8)
     scales = rng.integers(100, 140, size=(e, n, k // 32), dtype=np.uint8)
-    members = {"gate_up_proj_blocks": _u8(blocks), "gate_up_proj_scales": _u8(scales)}
-    t = _build("mxfp4", members, {"quant_method": "mxfp4"}, "gate_up_proj_blocks")
+    members = {"blocks": _u8(blocks), "scales": _u8(scales)}
+    t = _build("mxfp4", members, {"quant_method": "mxfp4"})
     return t, lambda: R.ref_mxfp4(blocks, scales), "numpy (transformers convert_moe_packed_tensors)"
 
 
