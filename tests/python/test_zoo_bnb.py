@@ -249,3 +249,16 @@ def test_hostile_quant_state(tmp_path, patch, needle):
     tensors[key] = torch.tensor(list(json.dumps(state).encode()), dtype=torch.uint8)
     R.write_folder(tmp_path / "m", tensors, _config("nf4", True))
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "'l.weight", needle)
+
+
+def test_oversized_quant_state(tmp_path):
+    torch.manual_seed(9)
+    q, st = F.quantize_4bit(torch.randn(8, 64), blocksize=64, quant_type="nf4")
+    tensors = {"l.weight": q}
+    tensors.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    key = "l.weight.quant_state.bitsandbytes__nf4"
+    state = json.loads(bytes(tensors[key].numpy()).decode())
+    state["padding"] = "x" * 100_000
+    tensors[key] = torch.tensor(list(json.dumps(state).encode()), dtype=torch.uint8)
+    R.write_folder(tmp_path / "m", tensors, _config("nf4", False))
+    _one_line_error(tmp_path / "m", tmp_path / "o.hurray", key, "bytes")

@@ -35,7 +35,7 @@ import math
 from typing import Any, Dict
 
 from ..._descriptor import Nf4
-from . import Built, Family, Group, packing, register
+from . import INLINE_LIMIT, Built, Family, Group, packing, register
 
 _STATES = ("weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4")
 _NESTED = ("weight.nested_absmax", "weight.nested_quant_map")
@@ -54,6 +54,9 @@ def _state(group: Group) -> tuple:
         )
     member = have[0]
     group.expect(member, ("uint8",))
+    size = math.prod(group.shape(member))
+    if size > INLINE_LIMIT:  # kept in the metadata, and parsed whole: a few hundred bytes
+        raise group.error(member, f"is {size} bytes; a quant_state is at most {INLINE_LIMIT}")
     try:
         state = json.loads(bytes(group.array(member)).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
