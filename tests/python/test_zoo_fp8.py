@@ -233,3 +233,34 @@ def test_hostile_block_size(tmp_path, block):
     config["quantization_config"]["weight_block_size"] = block
     R.write_folder(tmp_path / "m", tensors, config)
     _one_line_error(tmp_path / "m", tmp_path / "o.hurray", "config.json", "weight_block_size")
+
+
+MODELOPT_FP8 = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "quantization_config": {
+        "quant_method": "modelopt",
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None},
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+    },
+}
+
+
+def test_modelopt_fp8_per_tensor(tmp_path):
+    # ModelOpt FP8: weight F8_E4M3 and a scalar f32 weight_scale (multiplies)
+    rng = np.random.default_rng(13)
+    tensors, refs = {}, {}
+    for i, (n, k) in enumerate(SHAPES):
+        p = f"model.layers.{i}.mlp.gate_proj"
+        codes = R.random_fp8(rng, (n, k))
+        scale = np.float32(rng.random() * 1e-2 + 1e-4)
+        tensors[p + ".weight"] = R.torch_tensor(codes, "F8_E4M3")
+        tensors[p + ".weight_scale"] = R.torch_tensor(np.array(scale), "F32")
+        tensors[p + ".input_scale"] = R.torch_tensor(np.array(np.float32(0.1)), "F32")
+        refs[p + ".weight"] = R.FP8_E4M3[codes] * scale
+    R.write_folder(tmp_path / "m", tensors, MODELOPT_FP8)
+    built = R.build_all(tmp_path / "m")
+    assert sorted(built) == sorted(refs)
+    for name, t in built.items():
+        assert R.bits_equal(t.dequantize(), refs[name]), name
+    R.round_trip(tmp_path / "m", str(tmp_path), refs)

@@ -110,6 +110,27 @@ def test_order_of_scaling_matters():
     assert not R.bits_equal(first, later)
 
 
+def test_modelopt_nested_quantization_config(tmp_path):
+    # quant_algo inside a "quantization" object, as hf_quant_config.json has it
+    refs = _checkpoint(tmp_path / "m", np.random.default_rng(14), "modelopt")
+    import os
+
+    cfg = os.path.join(tmp_path / "m", "config.json")
+    c = json.load(open(cfg))
+    qc = c["quantization_config"]
+    c["quantization_config"] = {
+        "quant_method": "modelopt",
+        "producer": qc["producer"],
+        "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]},
+    }
+    with open(cfg, "w") as f:
+        json.dump(c, f, indent=2)
+    built = R.build_all(tmp_path / "m")
+    assert sorted(built) == sorted(refs)
+    for name, t in built.items():
+        assert R.bits_equal(t.dequantize(), refs[name]), name
+
+
 @pytest.mark.parametrize("flavour", ["modelopt", "compressed-tensors"])
 def test_dequantize_bit_exact(tmp_path, flavour):
     refs = _checkpoint(tmp_path / "m", np.random.default_rng(1), flavour)

@@ -8,6 +8,10 @@ blocks may be partial. Despite its name the scale multiplies:
 w[i, j] = f32(fp8[i, j]) * scale_inv[i // bn, j // bk] (DeepSeek's
 weight_dequant). Without weight_block_size one scale covers the tensor.
 
+ModelOpt FP8 (quant_method "modelopt", quant_algo "FP8"): `<p>.weight`
+F8_E4M3 [N, K] and `<p>.weight_scale` F32 [] (per tensor); value =
+f32(fp8) * weight_scale.
+
 compressed-tensors float-quantized: `<p>.weight` F8_E4M3 [N, K] and
 `<p>.weight_scale`, whose shape says the strategy: one element (tensor),
 [N, 1] or [N] (channel), [N, ceil(K/G)] (group, G from the config), or
@@ -263,5 +267,36 @@ register(
         build=_build_ct,
         check_config=_check_ct,
         accepts=lambda prefix, qc: layer_format(prefix, qc) == "float-quantized",
+    )
+)
+
+
+def _build_modelopt(group: Group) -> Built:
+    n, k = _codes(group)
+    group.expect("weight_scale", _SCALES)
+    shape = group.shape("weight_scale")
+    if _numel(shape) != 1 or len(shape) > 2:
+        raise group.error(
+            "weight_scale", f"has shape {list(shape)}; ModelOpt FP8 has one scale per tensor"
+        )
+    return _built(group, "weight_scale", n, k, _one_scale(group, "weight_scale", n, k))
+
+
+def _modelopt_fp8(qc) -> bool:
+    from .nvfp4 import modelopt_args
+
+    return (
+        str(qc.get("quant_method", "")).lower() == "modelopt"
+        and str(modelopt_args(qc).get("quant_algo", "")).upper() == "FP8"
+    )
+
+
+register(
+    Family(
+        name="fp8-modelopt",
+        detect=_modelopt_fp8,
+        anchor="weight_scale",
+        members=("weight", "weight_scale"),
+        build=_build_modelopt,
     )
 )

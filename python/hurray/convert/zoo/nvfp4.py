@@ -49,12 +49,19 @@ def _positive(value: Any, where: str) -> int:
     return value
 
 
+def modelopt_args(qc) -> dict:
+    """ModelOpt's quantization arguments: config.json's quantization_config
+    itself, or its "quantization" object (hf_quant_config.json's shape)."""
+    inner = qc.get("quantization")
+    return inner if isinstance(inner, dict) else qc
+
+
 def _group_size(qc, prefix=None) -> int:
     """The NVFP4 group: ModelOpt's group_size (16 by default); for
     compressed-tensors the layer's config group's (every NVFP4 group's
     when `prefix` is None, which must agree)."""
     if str(qc.get("quant_method", "")).lower() != "compressed-tensors":
-        return _positive(qc.get("group_size", 16), "['group_size']")
+        return _positive(modelopt_args(qc).get("group_size", 16), "['group_size']")
     if prefix is not None:
         from .compressed_tensors import _group_of
 
@@ -136,7 +143,7 @@ register(
         name="nvfp4-modelopt",
         detect=lambda qc: (
             str(qc.get("quant_method", "")).lower() == "modelopt"
-            and str(qc.get("quant_algo", "")).upper() == "NVFP4"
+            and str(modelopt_args(qc).get("quant_algo", "")).upper() == "NVFP4"
         ),
         anchor="weight_scale_2",
         members=("weight", "weight_scale", "weight_scale_2"),
