@@ -868,3 +868,24 @@ def test_element_wise_views_refuse_stored_layouts():
     assert t.codes().shape == (200, 300)
     with pytest.raises(hurray.UnsupportedError, match="block_size2"):
         t.scales()
+
+
+def test_gguf_export_does_not_mistake_a_packed_block_affine_for_q8_0(tmp_path):
+    """int8 codes, block 32 along the last axis, float16 scales and an inline
+    zero point of 0 are GGUF Q8_0, unless a packed or two-level field changes
+    the values: then no GGUF type holds the tensor."""
+    codes = np.arange(128, dtype=np.int8).reshape(2, 64)
+    scales = np.ones(4, np.float16)
+    q = BlockAffine(1, 32, 1, "float16", zero_point_offset=1)
+    d = Descriptor(
+        "int8", (2, 64), quantization=q, buffers=[Buffer("data", 128), Buffer("scales", 8)]
+    )
+    hurray.save(tmp_path / "a.hurray", {"w": hurray.Tensor(d, [codes.tobytes(), scales.tobytes()])})
+    with pytest.raises(hurray.ConversionError, match="no exact GGUF type"):
+        hurray.convert(tmp_path / "a.hurray", tmp_path / "a.gguf", quiet=True)
+    # the same without the offset is Q8_0
+    d0 = d.replace(quantization=BlockAffine(1, 32, 1, "float16"))
+    hurray.save(
+        tmp_path / "b.hurray", {"w": hurray.Tensor(d0, [codes.tobytes(), scales.tobytes()])}
+    )
+    hurray.convert(tmp_path / "b.hurray", tmp_path / "b.gguf", quiet=True)
