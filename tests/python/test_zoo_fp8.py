@@ -1,11 +1,13 @@
 """FP8 checkpoints: DeepSeek-V3/R1 block scales (quant_method "fp8",
 weight_block_size [128, 128], `weight_scale_inv` multiplies, partial edge
-blocks) and compressed-tensors "float-quantized" (tensor, channel, group
-and block strategies). Written with safetensors' own writer, byte for byte
-as those tools save them; dequantization checked bit for bit against a
-numpy reference of each definition (DeepSeek's weight_dequant and
-compressed-tensors' dequantize: f32(fp8) * f32(scale); neither package
-installs here on CPU), then converted back byte for byte."""
+blocks), compressed-tensors "float-quantized" (tensor, channel, group
+and block strategies) and ModelOpt FP8 (per tensor). Written with
+safetensors' own writer, byte for byte as those tools save them, and with
+compressed-tensors' own compressor (test_compressed_tensors_package, whose
+decompress() is then the reference); otherwise dequantization is checked
+bit for bit against a numpy reference of each definition (DeepSeek's
+weight_dequant: f32(fp8) * scale_inv; DeepSeek's code does not install
+here), then converted back byte for byte."""
 
 import json
 
@@ -264,3 +266,44 @@ def test_modelopt_fp8_per_tensor(tmp_path):
     for name, t in built.items():
         assert R.bits_equal(t.dequantize(), refs[name]), name
     R.round_trip(tmp_path / "m", str(tmp_path), refs)
+
+
+@pytest.mark.parametrize(
+    "strategy,extra,shape",
+    [
+        ("tensor", {}, (96, 256)),
+        ("channel", {}, (96, 256)),
+        ("group", {"group_size": 128}, (96, 256)),
+        ("block", {"block_structure": [128, 128]}, (300, 200)),
+    ],
+)
+def test_compressed_tensors_package(tmp_path, strategy, extra, shape):
+    # compressed-tensors' own FloatQuantizationCompressor writes the weights
+    # and its decompress() is the reference (float32 scales)
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    args = QuantizationArgs(num_bits=8, type="float", strategy=strategy, symmetric=True, **extra)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    n, k = shape
+    sshape = {
+        "tensor": (1,),
+        "channel": (n, 1),
+        "group": (n, -(-k // 128)),
+        "block": (-(-n // 128), -(-k // 128)),
+    }[strategy]
+    torch.manual_seed(10)
+    w = torch.randn(n, k)
+    scale = torch.rand(*sshape) * 1e-2 + 1e-3
+    sd = FloatQuantizationCompressor.compress({"weight": w, "weight_scale": scale}, scheme)
+    ref = FloatQuantizationCompressor.decompress(dict(sd), scheme)["weight"].numpy()
+    assert ref.dtype == np.float32
+    p = "model.layers.0.mlp.down_proj"
+    tensors = {p + ".weight": sd["weight"], p + ".weight_scale": sd["weight_scale"]}
+    config = _ct_config(strategy, **extra)
+    R.write_folder(tmp_path / "m", tensors, config)
+    t = R.build_all(tmp_path / "m")[p + ".weight"]
+    assert R.bits_equal(t.dequantize(), ref)
+    R.round_trip(tmp_path / "m", str(tmp_path), {p + ".weight": ref})

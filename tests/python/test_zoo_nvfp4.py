@@ -1,10 +1,12 @@
 """NVFP4 checkpoints as NVIDIA ModelOpt saves them (weight uint8 [N, K/2],
 weight_scale F8_E4M3 [N, K/16], weight_scale_2 f32 scalar, input_scale)
 and as compressed-tensors saves them ("nvfp4-pack-quantized":
-weight_packed, weight_scale, weight_global_scale). Neither package
-installs here on CPU, so the checkpoints are written byte for byte from
-their definitions, and dequantization is checked bit for bit against numpy
-copies of each package's dequantize: ModelOpt forms f32(scale) *
+weight_packed, weight_scale, weight_global_scale). compressed-tensors
+installs here: test_compressed_tensors_package uses its compressor as the
+writer and its dequantize as the reference. ModelOpt does not, so its
+checkpoints are written byte for byte from the definition, and
+dequantization is checked bit for bit against numpy copies of each
+package's dequantize: ModelOpt forms f32(scale) *
 weight_scale_2 first, compressed-tensors f32(scale) / weight_global_scale
 first, then one multiplication by the FP4 value."""
 
@@ -234,3 +236,49 @@ def test_mixed_compressed_tensors_formats(tmp_path):
     for name, t in built.items():
         assert R.bits_equal(t.dequantize(), refs[name]), name
     R.round_trip(tmp_path / "m", str(tmp_path), refs)
+
+
+def test_compressed_tensors_package(tmp_path):
+    # compressed-tensors' own NVFP4PackedCompressor writes the weights; its
+    # unpack_fp4_from_uint8 and dequantize (in float32) are the reference
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+
+    args = QuantizationArgs(
+        num_bits=4, type="float", strategy="tensor_group", group_size=16, symmetric=True
+    )
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    torch.manual_seed(11)
+    n, k = 64, 256
+    w = torch.randn(n, k)
+    g = torch.tensor([448.0 * 6.0]) / w.abs().max()
+    scale = w.reshape(n, k // 16, 16).abs().amax(-1) / 6.0 * g
+    sd = NVFP4PackedCompressor.compress(
+        {"weight": w, "weight_scale": scale, "weight_global_scale": g}, scheme
+    )
+    packed = sd["weight_packed"]
+    ref = dequantize(
+        x_q=unpack_fp4_from_uint8(packed, n, k, dtype=torch.float32),
+        scale=sd["weight_scale"].to(torch.float32),
+        args=args,
+        global_scale=sd["weight_global_scale"],
+        dtype=torch.float32,
+    ).numpy()
+    assert ref.dtype == np.float32
+    # and the independent numpy reading agrees with the package
+    mine = R.ref_nvfp4_ct(
+        packed.numpy(),
+        sd["weight_scale"].view(torch.uint8).numpy(),
+        sd["weight_global_scale"].numpy()[0],
+    )
+    assert R.bits_equal(mine, ref)
+    p = "model.layers.0.self_attn.o_proj"
+    tensors = {p + "." + key: v for key, v in sd.items()}
+    R.write_folder(tmp_path / "m", tensors, CT)
+    t = R.build_all(tmp_path / "m")[p + ".weight"]
+    assert R.bits_equal(t.dequantize(), ref)
+    R.round_trip(tmp_path / "m", str(tmp_path), {p + ".weight": ref})
