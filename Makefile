@@ -87,10 +87,13 @@ bench: build python
 	$(MAKE) bench-verify
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
-# gguf, numpy references and memcpy, into bench/results/quant.{md,json}.
+# gguf, numpy references and memcpy, into bench/results/quant.{md,json}; the
+# safetensors zoo's float families against their references, zoo_float.{md,json}.
 bench-quant: python
 	$(VENV)/python bench/bench_quant.py
 	$(VENV)/python bench/bench_gguf_types.py
+	$(VENV)/python bench/bench_zoo_int4.py
+	$(VENV)/python bench/bench_zoo_float.py
 
 # Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
 # torch.load(mmap=True) and the sequential-read limit, cold and warm, into
@@ -151,10 +154,15 @@ test-vectors:
 # is the CPU build: pip takes it from this machine kind's local wheel).
 PY_TEST_DEPS := 'meson-python>=0.18' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
                 gguf bitsandbytes safetensors tqdm urllib3 fsspec
+# The quantization zoo's reference packages (optional: their tests skip without them).
+PY_ZOO_DEPS := compressed-tensors
 
 python: deps
 	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm, urllib3, fsspec" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
+	@$(VENV)/python -c "import compressed_tensors" 2>/dev/null \
+	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_ZOO_DEPS) \
+	  || echo "make python: $(PY_ZOO_DEPS) not installed; the zoo tests that use it skip"
 	$(VENV)/pip install -q --disable-pip-version-check --no-build-isolation .
 
 test-python: python build

@@ -122,6 +122,8 @@ typedef enum HurrayStatus {
   HURRAY_ERR_SHARD_RANK = 50,         /* shard rank differs from the tensor rank */
   HURRAY_ERR_SHARD_BOUNDS = 51,       /* offset + local extent beyond the global shape */
   HURRAY_ERR_EXTENSION = 52,          /* extension name empty or not UTF-8 */
+  HURRAY_ERR_QUANT_PACKING = 53,      /* storage axes or word packing not a valid layout */
+  HURRAY_ERR_QUANT_FIELD = 54,        /* packed/two-level field the kind or others refuse */
 
   /* buffer placement */
   HURRAY_ERR_BUFFER_COUNT = 60,     /* list length != descriptor buffer count */
@@ -134,6 +136,7 @@ typedef enum HurrayStatus {
   HURRAY_ERR_SPARSE_INDEX_BOUNDS = 67, /* a sparse index outside the shape */
   HURRAY_ERR_SPARSE_INDPTR = 68,       /* index pointers not 0..nnz non-decreasing */
   HURRAY_ERR_SPARSE_ORDER = 69,        /* canonical COO not sorted and unique */
+  HURRAY_ERR_QUANT_GROUP_INDEX = 70,   /* a group index entry outside [0, groups) */
 
   /* files (hurray/io.h) */
   HURRAY_ERR_IO = 80,             /* the operating system refused a read, write, sync or rename */

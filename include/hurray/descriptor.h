@@ -123,8 +123,17 @@ typedef enum HurrayBufferRole {
   HURRAY_ROLE_INDICES = 5, /* sparse coordinates / column or row indices */
   HURRAY_ROLE_INDPTR = 6,  /* sparse compressed pointers */
   HURRAY_ROLE_PAGE_POOL = 7,
-  HURRAY_ROLE_PAGE_TABLE = 8
+  HURRAY_ROLE_PAGE_TABLE = 8,
+  HURRAY_ROLE_GROUP_INDEX = 9,  /* quantization group of each position (GPTQ g_idx) */
+  HURRAY_ROLE_CODEBOOK = 10,    /* float32 value table of codes or of scale codes */
+  HURRAY_ROLE_SUPER_SCALES = 11 /* scales of the scales (two-level scales) */
 } HurrayBufferRole;
+
+/* How super scales combine with the scales they cover. */
+typedef enum HurraySuperScaleOp {
+  HURRAY_SUPER_MULTIPLY = 1, /* scale * super */
+  HURRAY_SUPER_DIVIDE = 2    /* scale / super */
+} HurraySuperScaleOp;
 
 /* Who waits on what before touching a buffer (docs/spec/buffer-protocol.md). */
 typedef enum HurraySyncMode {
@@ -372,6 +381,94 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_mx(HurrayDescriptor *d,
 HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d,
                                                                 HurrayBlockFormat format,
                                                                 uint32_t axis, HurrayError *error);
+
+/* ---- packed and two-level quantization (ADR-0024, quantization.md §5.6)
+ *
+ * Fields of per-channel affine, block affine and NF4 quantization (some of
+ * one kind only, see docs/spec/descriptor-encoding.md). Every set_quant_*
+ * call above resets them to their defaults, so these setters come after it;
+ * on any other kind they fail with HURRAY_ERR_STATE. The setters check
+ * their arguments in isolation; hurray_descriptor_validate the whole. */
+
+/* The codes, scales and zero points are stored with their dims permuted:
+ * storage dim k is logical dim axes[k] (`rank` entries, each < rank, a
+ * permutation). NULL clears it (storage order = logical order). */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_storage_axes(HurrayDescriptor *d,
+                                                                 const uint32_t *axes,
+                                                                 HurrayError *error);
+/* The data buffer holds the codes in little-endian words of `word_bits`
+ * (8, 16 or 32; 0 clears the packing), lanes = word_bits / bits(dtype)
+ * codes per word, consecutive along storage axis `axis`: lane j (bits
+ * [j*bits, (j+1)*bits)) holds element order[j] of its group. `order` has
+ * `lanes` entries, a permutation of 0..lanes-1; NULL is the identity. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_code_packing(HurrayDescriptor *d,
+                                                                 uint32_t word_bits, uint32_t axis,
+                                                                 const uint8_t *order,
+                                                                 HurrayError *error);
+/* The same for the zero-point buffer, with lanes = word_bits /
+ * bits(zero_point_dtype): set the zero-point buffer first. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
+                                                                       uint32_t word_bits,
+                                                                       uint32_t axis,
+                                                                       const uint8_t *order,
+                                                                       HurrayError *error);
+/* Added to every zero point, inline or stored (GPTQ v1 stores zero - 1). */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_zero_point_offset(HurrayDescriptor *d,
+                                                                      int64_t offset,
+                                                                      HurrayError *error);
+/* Block affine: a second blocked axis, for 2-D block scales (FP8 128x128).
+ * block_size2 0 clears it. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_block2(HurrayDescriptor *d, uint32_t axis2,
+                                                           uint64_t block_size2,
+                                                           HurrayError *error);
+/* Block affine: buffer (role GROUP_INDEX, dtype int32, shape[axis] entries)
+ * naming the scale group of each position along `axis` (GPTQ g_idx),
+ * instead of position / block_size. HURRAY_NO_BUFFER clears it. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_group_index(HurrayDescriptor *d,
+                                                                uint32_t buffer, HurrayDType dtype,
+                                                                HurrayError *error);
+/* Buffer (role CODEBOOK, float32, 2^bits(dtype) entries) giving the value
+ * of each code: value = codebook[code] * scale, no zero point. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_codebook(HurrayDescriptor *d, uint32_t buffer,
+                                                             HurrayError *error);
+/* Buffer (role CODEBOOK, float32, 256 entries) giving the value of each
+ * uint8 scale code (bitsandbytes double quantization). */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_scale_codebook(HurrayDescriptor *d,
+                                                                   uint32_t buffer,
+                                                                   HurrayError *error);
+/* Two-level scales: buffer (role SUPER_SCALES, float32/float16/bfloat16)
+ * with one super scale per `super_block_size` scales in flat storage
+ * order (0: one for the whole tensor), combined by `op`; then
+ * `scale_offset` is added to every scale (0: none). buffer
+ * HURRAY_NO_BUFFER clears the super scales (dtype, size and op ignored)
+ * but still sets scale_offset. */
+HURRAY_API HurrayStatus hurray_descriptor_set_quant_super_scales(
+    HurrayDescriptor *d, uint32_t buffer, HurrayDType dtype, uint64_t super_block_size,
+    HurraySuperScaleOp op, double scale_offset, HurrayError *error);
+
+/* Borrowed array of `rank` storage axes; NULL when storage order is logical. */
+HURRAY_API const uint8_t *hurray_descriptor_quant_storage_axes(const HurrayDescriptor *d);
+/* Returns the lane count (0 when not packed); each out pointer may be NULL.
+ * *order is borrowed, `lanes` entries. */
+HURRAY_API uint32_t hurray_descriptor_quant_code_packing(const HurrayDescriptor *d,
+                                                         uint32_t *word_bits, uint32_t *axis,
+                                                         const uint8_t **order);
+HURRAY_API uint32_t hurray_descriptor_quant_zero_point_packing(const HurrayDescriptor *d,
+                                                               uint32_t *word_bits, uint32_t *axis,
+                                                               const uint8_t **order);
+HURRAY_API int64_t hurray_descriptor_quant_zero_point_offset(const HurrayDescriptor *d);
+HURRAY_API uint32_t hurray_descriptor_quant_axis2(const HurrayDescriptor *d);
+HURRAY_API uint64_t hurray_descriptor_quant_block_size2(const HurrayDescriptor *d);
+HURRAY_API uint32_t hurray_descriptor_quant_group_index_buffer(const HurrayDescriptor *d);
+HURRAY_API HurrayDType hurray_descriptor_quant_group_index_dtype(const HurrayDescriptor *d);
+HURRAY_API uint32_t hurray_descriptor_quant_codebook_buffer(const HurrayDescriptor *d);
+HURRAY_API uint32_t hurray_descriptor_quant_scale_codebook_buffer(const HurrayDescriptor *d);
+HURRAY_API uint32_t hurray_descriptor_quant_super_scale_buffer(const HurrayDescriptor *d);
+HURRAY_API HurrayDType hurray_descriptor_quant_super_scale_dtype(const HurrayDescriptor *d);
+HURRAY_API uint64_t hurray_descriptor_quant_super_block_size(const HurrayDescriptor *d);
+/* 0 when there are no super scales. */
+HURRAY_API HurraySuperScaleOp hurray_descriptor_quant_super_op(const HurrayDescriptor *d);
+HURRAY_API double hurray_descriptor_quant_scale_offset(const HurrayDescriptor *d);
 
 HURRAY_API HurrayQuantKind hurray_descriptor_quant_kind(const HurrayDescriptor *d);
 /* The block format of a block-coded tensor; 0 otherwise. */

@@ -29,6 +29,7 @@ else:
 __all__ = [
     "BlockAffine",
     "BlockCoded",
+    "Packing",
     "Buffer",
     "C_ABI_VERSION",
     "ChecksumError",
@@ -147,12 +148,12 @@ class LimitError(HurrayError):
     """HURRAY_ERR_LIMIT, HURRAY_ERR_OVERFLOW."""
 
 class ValidationError(HurrayError):
-    """Descriptor validation codes 20-52."""
+    """Descriptor validation codes 20-54."""
 
 class PlacementError(HurrayError):
-    """Buffer placement codes 60-69: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
+    """Buffer placement codes 60-70: BUFFER_COUNT, BUFFER_SIZE, BUFFER_ALIGNMENT,
     DEVICE_MISMATCH, SYNC_MODE_MISMATCH, PAGE_TABLE_ENTRY, SPARSE_INDEX_BOUNDS,
-    SPARSE_INDPTR, SPARSE_ORDER."""
+    SPARSE_INDPTR, SPARSE_ORDER, QUANT_GROUP_INDEX."""
 
 class NotFoundError(HurrayError, KeyError):
     """HURRAY_ERR_NOT_FOUND: no tensor, member or metadata key of that name
@@ -257,6 +258,17 @@ class PerChannelAffine:
     zero_point_buffer: int | None = None
     zero_point_dtype: str | None = None
     zero_point: int = 0
+    storage_axes: tuple[int, ...] | None = None
+    code_packing: Packing | None = None
+    zero_point_packing: Packing | None = None
+    zero_point_offset: int = 0
+    codebook_buffer: int | None = None
+    scale_codebook_buffer: int | None = None
+    super_scale_buffer: int | None = None
+    super_scale_dtype: str | None = None
+    super_block_size: int = 0
+    super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
+    scale_offset: float = 0.0
 
 @dataclass(frozen=True)
 class BlockAffine:
@@ -267,12 +279,46 @@ class BlockAffine:
     zero_point_buffer: int | None = None
     zero_point_dtype: str | None = None
     zero_point: int = 0
+    storage_axes: tuple[int, ...] | None = None
+    code_packing: Packing | None = None
+    zero_point_packing: Packing | None = None
+    zero_point_offset: int = 0
+    axis2: int = 0
+    block_size2: int = 0
+    group_index_buffer: int | None = None
+    group_index_dtype: str | None = None
+    codebook_buffer: int | None = None
+    scale_codebook_buffer: int | None = None
+    super_scale_buffer: int | None = None
+    super_scale_dtype: str | None = None
+    super_block_size: int = 0
+    super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
+    scale_offset: float = 0.0
 
 @dataclass(frozen=True)
 class Nf4:
     block_size: int
     absmax_buffer: int
     absmax_dtype: str = "float32"
+    code_packing: Packing | None = None
+    codebook_buffer: int | None = None
+    scale_codebook_buffer: int | None = None
+    super_scale_buffer: int | None = None
+    super_scale_dtype: str | None = None
+    super_block_size: int = 0
+    super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
+    scale_offset: float = 0.0
+
+@dataclass(frozen=True)
+class Packing:
+    """Codes or zero points in little-endian words of `word_bits` (8, 16 or
+    32): word_bits / bits lanes per word, consecutive along storage axis
+    `axis`; lane j holds element order[j] of its group (None: identity).
+    docs/spec/quantization.md §5.6."""
+
+    word_bits: int
+    axis: int = 0
+    order: tuple[int, ...] | None = None
 
 @dataclass(frozen=True)
 class Mxfp:
@@ -743,6 +789,7 @@ def convert(
     block_size: int | None = None,
     output: Literal["table", "json"] = "table",
     verify: bool = True,
+    dequantize: bool = False,
 ) -> Any:
     """Converts a checkpoint between safetensors, GGUF, .npz/.npy, torch and hurray."""
 

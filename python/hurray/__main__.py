@@ -25,10 +25,14 @@ sources: .safetensors, *.safetensors.index.json (or a folder holding one:
          a sharded checkpoint), .gguf (F32, F16, BF16, F64, I8-I64, Q8_0 and
          Q4_0, all lossless; other GGUF types are refused), .npz, .npy,
          .pt/.pth/.bin (torch state dicts, loaded with weights_only=True),
-         .hurray
+         .hurray; a model folder with config.json whose quantization_config
+         is GPTQ, AWQ (GEMM) or compressed-tensors pack-quantized: each
+         quantized linear becomes one tensor <prefix>.weight
 targets: .hurray, .safetensors, .gguf (dense F32/F16/BF16/F64/I8-I64, and
          Q8_0/Q4_0 for tensors that are exactly those), .npz, .npy (one
-         tensor), .pt/.pth/.bin (torch state dict)
+         tensor), .pt/.pth/.bin (torch state dict), a folder (DIR/ or an
+         existing folder: model.safetensors or the source's shards, and
+         config.json)
 """
 
 _EPILOG = """\
@@ -50,6 +54,9 @@ exports of quantized tensors:
   dtype before quantization (float32 if unknown); with --keep-scales a
   .safetensors file gets <name> (codes), <name>.scales and <name>.zero_points,
   and the descriptor in __metadata__ as hurray.<name>.quantization.
+  A .hurray file made from a quantized model folder gives the folder's own
+  tensors back, byte for byte (and config.json into a folder target);
+  --dequantize writes float32 weights instead.
 
 examples:
   hurray convert model.safetensors model.hurray
@@ -57,6 +64,7 @@ examples:
   hurray convert ckpt/ model.hurray --quantize nf4 --quantize-exclude '*.mlp.*'
   hurray convert model.gguf model.hurray && hurray convert model.hurray back.gguf
   hurray convert model.hurray model.safetensors --keep-scales
+  hurray convert Llama-GPTQ/ llama.hurray && hurray convert llama.hurray back/
 
 exit status: 0 on success, 1 if the conversion fails, 2 on a usage error.
 See docs/impl/convert.md.
@@ -160,6 +168,12 @@ def _parser() -> argparse.ArgumentParser:
         "(+ zero points) instead of dequantized values",
     )
     s.add_argument(
+        "--dequantize",
+        action="store_true",
+        help="write quantized tensors as float values (a quantized model folder "
+        "converted back gives its own tensors without it)",
+    )
+    s.add_argument(
         "--no-verify",
         dest="verify",
         action="store_false",
@@ -213,6 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             block_size=args.block_size,
             output="json" if args.json else "table",
             verify=args.verify,
+            dequantize=args.dequantize,
         )
     except UsageError as exc:
         print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)

@@ -30,6 +30,7 @@ BlockCoded = _hurray.BlockCoded
 Statistics = _hurray.Statistics
 Shard = _hurray.Shard
 Extension = _hurray.Extension
+Packing = _hurray.Packing
 
 
 def _as_dataclass(cls) -> None:
@@ -64,6 +65,7 @@ for _record in (
     Statistics,
     Shard,
     Extension,
+    Packing,
 ):
     _as_dataclass(_record)
 
@@ -203,6 +205,17 @@ def _float(v) -> float:
     return float(v)  # also "nan", "inf", "-inf"
 
 
+def _json_value(v):
+    """A JSON field value as a record field: lists become tuples, and the
+    {word_bits, axis, order} objects of code_packing and zero_point_packing
+    become Packing records."""
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, dict) and "word_bits" in v:
+        return Packing(**{k: tuple(x) if isinstance(x, list) else x for k, x in v.items()})
+    return v
+
+
 def _part_from(d: dict):
     """A layout or quantization record from its JSON form."""
     cls = _BY_KIND.get(d["kind"])
@@ -212,7 +225,7 @@ def _part_from(d: dict):
         return Composite(
             tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"])) for m in d["members"])
         )
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
+    fields = {k: _json_value(v) for k, v in d.items() if k != "kind"}
     if cls is PerTensorAffine:
         fields["scale"] = _float(fields["scale"])
     return cls(**fields)

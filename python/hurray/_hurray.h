@@ -51,9 +51,10 @@ enum {
   HY_STATISTICS,
   HY_SHARD,
   HY_EXTENSION,
+  HY_PACKING,
   HY_RECORD_COUNT
 };
-#define HY_RECORD_MAX_FIELDS 10
+#define HY_RECORD_MAX_FIELDS 24
 
 typedef struct HyField {
   const char *name;
@@ -126,6 +127,7 @@ PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayErro
 /* Names of enum values, as libhurray spells them ("?" when unknown). */
 typedef const char *(*HyEnumName)(int value);
 const char *hy_role_name(int v);
+const char *hy_super_op_name(int v);
 const char *hy_sync_name(int v);
 const char *hy_memory_name(int v);
 const char *hy_mx_name(int v);

@@ -306,6 +306,154 @@ static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint
   return 0;
 }
 
+/* ---------------------------- packed and two-level fields (ADR-0024) */
+
+/* Small unsigned integers (axes, lane orders) from a sequence. */
+static int get_small_list(PyObject *v, const char *key, uint32_t *out, Py_ssize_t max,
+                          Py_ssize_t *n_out) {
+  PyObject *seq = PySequence_Fast(v, key);
+  if (seq == NULL) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int rc = 0;
+  if (n > max) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd entries exceed the limit of %zd", key, n, max);
+    rc = -1;
+  }
+  for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+    PyObject *index = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
+    unsigned long x = index != NULL ? PyLong_AsUnsignedLong(index) : 0;
+    Py_XDECREF(index);
+    if (PyErr_Occurred()) {
+      rc = -1;
+    } else if (x > 255) {
+      PyErr_Format(PyExc_ValueError, "%s[%zd]: %lu is out of range", key, i, x);
+      rc = -1;
+    }
+    out[i] = (uint32_t)x;
+  }
+  Py_DECREF(seq);
+  *n_out = n;
+  return rc;
+}
+
+/* A packing from a Packing record or a mapping with its keys. */
+static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool zero_points,
+                         HurrayStatus *status, HurrayError *e) {
+  PyObject *p = item(q, key);
+  if (p == NULL) return 0;
+  PyObject *word_bits, *axis, *order;
+  if (PyDict_Check(p)) {
+    word_bits = PyDict_GetItemString(p, "word_bits");
+    axis = PyDict_GetItemString(p, "axis");
+    order = PyDict_GetItemString(p, "order");
+  } else if (is_record(p) && item(p, "word_bits") != NULL) {
+    word_bits = item(p, "word_bits");
+    axis = item(p, "axis");
+    order = item(p, "order");
+  } else {
+    PyErr_Format(PyExc_TypeError, "%s: a Packing (word_bits, axis, order), not %R", key, p);
+    return -1;
+  }
+  if (need(word_bits, "word_bits") < 0) return -1;
+  unsigned long wb = PyLong_AsUnsignedLong(word_bits);
+  unsigned long ax = axis != NULL && axis != Py_None ? PyLong_AsUnsignedLong(axis) : 0;
+  if (PyErr_Occurred()) return -1;
+  uint32_t raw[32];
+  uint8_t lanes[32];
+  Py_ssize_t n = 0;
+  if (order != NULL && order != Py_None && get_small_list(order, "order", raw, 32, &n) < 0) {
+    return -1;
+  }
+  uint32_t bits = hurray_dtype_bits(zero_points ? hurray_descriptor_quant_zero_point_dtype(d)
+                                                : hurray_descriptor_dtype(d));
+  if (n != 0 && (bits == 0 || wb % bits != 0 || (unsigned long)n != wb / bits)) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s.order: %zd entries; %lu-bit words of %u-bit elements "
+                 "have %lu lanes",
+                 key, n, wb, bits, bits ? wb / bits : 0ul);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) lanes[i] = (uint8_t)raw[i];
+  uint32_t w32 = wb > 255 ? 255 : (uint32_t)wb, a32 = ax > 255 ? 255 : (uint32_t)ax;
+  *status = zero_points
+                ? hurray_descriptor_set_quant_zero_point_packing(d, w32, a32, n ? lanes : NULL, e)
+                : hurray_descriptor_set_quant_code_packing(d, w32, a32, n ? lanes : NULL, e);
+  return 0;
+}
+
+static int build_storage_axes(HurrayDescriptor *d, PyObject *q, HurrayStatus *status,
+                              HurrayError *e) {
+  PyObject *v = item(q, "storage_axes");
+  if (v == NULL) return 0;
+  uint32_t axes[HURRAY_MAX_RANK];
+  Py_ssize_t n = 0;
+  if (get_small_list(v, "storage_axes", axes, HURRAY_MAX_RANK, &n) < 0) return -1;
+  if ((uint32_t)n != hurray_descriptor_rank(d)) {
+    PyErr_Format(PyExc_ValueError, "storage_axes: %zd entries for rank %u", n,
+                 hurray_descriptor_rank(d));
+    return -1;
+  }
+  *status = hurray_descriptor_set_quant_storage_axes(d, axes, e);
+  return 0;
+}
+
+/* long: one setter per field group, in the order the C API wants, each only when given. */
+static int build_packed(HurrayDescriptor *d, PyObject *q, HurrayStatus *status, HurrayError *e) {
+  HurrayStatus s = HURRAY_OK;
+  int64_t zp_offset;
+  uint64_t axis2, block2, super_block;
+  uint32_t gidx, codebook, scale_codebook, super_buffer;
+  HurrayDType gidx_dtype, super_dtype;
+  if (build_storage_axes(d, q, &s, e) < 0) return -1;
+  if (s == HURRAY_OK && build_packing(d, q, "code_packing", false, &s, e) < 0) return -1;
+  if (s == HURRAY_OK && build_packing(d, q, "zero_point_packing", true, &s, e) < 0) return -1;
+  if (get_i64(q, "zero_point_offset", 0, &zp_offset) < 0 || get_u64(q, "axis2", 0, &axis2) < 0 ||
+      get_u64(q, "block_size2", 0, &block2) < 0 || get_index(q, "group_index_buffer", &gidx) < 0 ||
+      get_dtype(q, "group_index_dtype", true, &gidx_dtype) < 0 ||
+      get_index(q, "codebook_buffer", &codebook) < 0 ||
+      get_index(q, "scale_codebook_buffer", &scale_codebook) < 0 ||
+      get_index(q, "super_scale_buffer", &super_buffer) < 0 ||
+      get_dtype(q, "super_scale_dtype", true, &super_dtype) < 0 ||
+      get_u64(q, "super_block_size", 0, &super_block) < 0) {
+    return -1;
+  }
+  PyObject *op_name = item(q, "super_op"), *offset_value = item(q, "scale_offset");
+  int op = 0;
+  if (op_name != NULL) {
+    op = enum_value(op_name, hy_super_op_name, HURRAY_SUPER_MULTIPLY, HURRAY_SUPER_DIVIDE,
+                    "super_op");
+    if (op < 0) return -1;
+  }
+  double offset = offset_value != NULL ? PyFloat_AsDouble(offset_value) : 0.0;
+  if (PyErr_Occurred()) return -1;
+  if (axis2 > UINT32_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "axis2 out of range");
+    return -1;
+  }
+  if (super_buffer != HURRAY_NO_BUFFER && op == 0) op = HURRAY_SUPER_MULTIPLY;
+  if (s == HURRAY_OK && zp_offset != 0) {
+    s = hurray_descriptor_set_quant_zero_point_offset(d, zp_offset, e);
+  }
+  if (s == HURRAY_OK && (axis2 != 0 || block2 != 0)) {
+    s = hurray_descriptor_set_quant_block2(d, (uint32_t)axis2, block2, e);
+  }
+  if (s == HURRAY_OK && gidx != HURRAY_NO_BUFFER) {
+    s = hurray_descriptor_set_quant_group_index(d, gidx, gidx_dtype, e);
+  }
+  if (s == HURRAY_OK && codebook != HURRAY_NO_BUFFER) {
+    s = hurray_descriptor_set_quant_codebook(d, codebook, e);
+  }
+  if (s == HURRAY_OK && scale_codebook != HURRAY_NO_BUFFER) {
+    s = hurray_descriptor_set_quant_scale_codebook(d, scale_codebook, e);
+  }
+  if (s == HURRAY_OK && (super_buffer != HURRAY_NO_BUFFER || offset != 0.0)) {
+    s = hurray_descriptor_set_quant_super_scales(d, super_buffer, super_dtype, super_block,
+                                                 (HurraySuperScaleOp)op, offset, e);
+  }
+  *status = s;
+  return 0;
+}
+
 static int build_block_coded(ModuleState *st, HurrayDescriptor *d, PyObject *q, uint32_t axis,
                              uint64_t block, HurrayStatus *status, HurrayError *e) {
   PyObject *format = item(q, "format");
@@ -389,6 +537,11 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
     PyErr_Format(PyExc_TypeError, "not a quantization: %R", q);
     return -1;
   }
+  bool packed_kind = k[0] == 'p' || strcmp(k, "block_affine") == 0 || strcmp(k, "nf4") == 0;
+  if (s == HURRAY_OK && packed_kind && strcmp(k, "per_tensor_affine") != 0 &&
+      build_packed(d, q, &s, e) < 0) {
+    return -1;
+  }
   if (s != HURRAY_OK) {
     hy_raise_status(st, s, e);
     return -1;
@@ -409,7 +562,7 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
       PyObject *role = is_spec(b) ? item(b, "role") : NULL;
       PyObject *sync = is_spec(b) ? item(b, "sync_mode") : NULL;
       int r = role == NULL ? -1
-                           : enum_value(role, hy_role_name, 1, HURRAY_ROLE_PAGE_TABLE, "role");
+                           : enum_value(role, hy_role_name, 1, HURRAY_ROLE_SUPER_SCALES, "role");
       int m = sync == NULL ? HURRAY_SYNC_READY
                            : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||

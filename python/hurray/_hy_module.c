@@ -129,6 +129,9 @@ static int add_type(PyObject *module, PyType_Spec *spec, PyObject *base, PyTypeO
 /* ------------------------------------------- tables Python reads, not keeps */
 
 const char *hy_role_name(int v) { return hurray__role_name((HurrayBufferRole)v); }
+const char *hy_super_op_name(int v) {
+  return v == HURRAY_SUPER_MULTIPLY ? "multiply" : v == HURRAY_SUPER_DIVIDE ? "divide" : "?";
+}
 const char *hy_sync_name(int v) { return hurray__sync_mode_name((HurraySyncMode)v); }
 const char *hy_memory_name(int v) { return hurray__memory_class_name((HurrayMemoryClass)v); }
 const char *hy_mx_name(int v) { return hurray__mx_element_name((HurrayMxElement)v); }

@@ -86,25 +86,90 @@ static PyObject *py_layout(ModuleState *st, PyTypeObject *cls, const HurrayDescr
   return PyErr_Format(PyExc_SystemError, "layout kind %d has no Python form", (int)l->kind);
 }
 
-static PyObject *py_quant(ModuleState *st, const HurrayQuant *q) {
+static PyObject *py_small(const uint8_t *v, uint32_t n) {
+  PyObject *t = PyTuple_New(n);
+  for (uint32_t i = 0; t != NULL && i < n; i++) {
+    PyObject *x = PyLong_FromUnsignedLong(v[i]);
+    if (x == NULL) Py_CLEAR(t);
+    else PyTuple_SET_ITEM(t, i, x);
+  }
+  return t;
+}
+
+/* A Packing record (order None for the identity), or None when not packed. */
+static PyObject *py_packing(ModuleState *st, const HurrayQuantPacking *p, HurrayDType dtype) {
+  if (p->word_bits == 0) return Py_NewRef(Py_None);
+  uint32_t lanes = hurray__packing_lanes(p, dtype);
+  return MAKE(
+      st, HY_PACKING, PyLong_FromUnsignedLong(p->word_bits), PyLong_FromUnsignedLong(p->axis),
+      hurray__packing_is_identity(p, lanes) ? Py_NewRef(Py_None) : py_small(p->order, lanes));
+}
+
+static PyObject *py_super_op(uint8_t op) {
+  return op == HURRAY_SUPER_MULTIPLY ? PyUnicode_FromString("multiply")
+         : op == HURRAY_SUPER_DIVIDE ? PyUnicode_FromString("divide")
+                                     : Py_NewRef(Py_None);
+}
+
+/* The packed and two-level fields (ADR-0024) of the three kinds that take
+ * them, in their record order: what `v` gets, from index 0. */
+static int py_storage_fields(ModuleState *st, const HurrayDescriptor *d, PyObject **v) {
+  const HurrayQuant *q = &d->quant;
+  v[0] = q->has_storage_axes ? py_small(q->storage_axes, d->rank) : Py_NewRef(Py_None);
+  v[1] = py_packing(st, &q->code_packing, d->dtype);
+  v[2] = py_packing(st, &q->zero_point_packing, q->zero_point_dtype);
+  v[3] = PyLong_FromLongLong(q->zero_point_offset);
+  return 4;
+}
+
+static int py_two_level_fields(const HurrayQuant *q, PyObject **v) {
+  v[0] = py_index(q->codebook_buffer);
+  v[1] = py_index(q->scale_codebook_buffer);
+  v[2] = py_index(q->super_scale_buffer);
+  v[3] = py_dtype(q->super_scale_dtype);
+  v[4] = PyLong_FromUnsignedLongLong(q->super_block_size);
+  v[5] = py_super_op(q->super_op);
+  v[6] = PyFloat_FromDouble(q->scale_offset);
+  return 7;
+}
+
+/* long: one record per kind; the three packed-capable kinds fill their extra fields in order. */
+static PyObject *py_quant(ModuleState *st, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  PyObject *v[HY_RECORD_MAX_FIELDS] = {0};
+  int n = 0;
   switch (q->kind) {
     case HURRAY_QUANT_NONE: Py_RETURN_NONE;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
       return MAKE(st, HY_PER_TENSOR_AFFINE, PyFloat_FromDouble(q->scale),
                   PyLong_FromLongLong(q->zero_point));
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
-      return MAKE(st, HY_PER_CHANNEL_AFFINE, PyLong_FromUnsignedLong(q->axis),
-                  py_index(q->scale_buffer), py_dtype(q->scale_dtype),
-                  py_index(q->zero_point_buffer), py_dtype(q->zero_point_dtype),
-                  PyLong_FromLongLong(q->zero_point));
-    case HURRAY_QUANT_BLOCK_AFFINE:
-      return MAKE(st, HY_BLOCK_AFFINE, PyLong_FromUnsignedLong(q->axis),
-                  PyLong_FromUnsignedLongLong(q->block_size), py_index(q->scale_buffer),
-                  py_dtype(q->scale_dtype), py_index(q->zero_point_buffer),
-                  py_dtype(q->zero_point_dtype), PyLong_FromLongLong(q->zero_point));
+    case HURRAY_QUANT_BLOCK_AFFINE: {
+      bool block = q->kind == HURRAY_QUANT_BLOCK_AFFINE;
+      v[n++] = PyLong_FromUnsignedLong(q->axis);
+      if (block) v[n++] = PyLong_FromUnsignedLongLong(q->block_size);
+      v[n++] = py_index(q->scale_buffer);
+      v[n++] = py_dtype(q->scale_dtype);
+      v[n++] = py_index(q->zero_point_buffer);
+      v[n++] = py_dtype(q->zero_point_dtype);
+      v[n++] = PyLong_FromLongLong(q->zero_point);
+      n += py_storage_fields(st, d, v + n);
+      if (block) {
+        v[n++] = PyLong_FromUnsignedLong(q->axis2);
+        v[n++] = PyLong_FromUnsignedLongLong(q->block_size2);
+        v[n++] = py_index(q->group_index_buffer);
+        v[n++] = py_dtype(q->group_index_dtype);
+      }
+      n += py_two_level_fields(q, v + n);
+      return make(st, block ? HY_BLOCK_AFFINE : HY_PER_CHANNEL_AFFINE, n, v);
+    }
     case HURRAY_QUANT_NF4:
-      return MAKE(st, HY_NF4, PyLong_FromUnsignedLongLong(q->block_size),
-                  py_index(q->scale_buffer), py_dtype(q->scale_dtype));
+      v[n++] = PyLong_FromUnsignedLongLong(q->block_size);
+      v[n++] = py_index(q->scale_buffer);
+      v[n++] = py_dtype(q->scale_dtype);
+      v[n++] = py_packing(st, &q->code_packing, d->dtype);
+      n += py_two_level_fields(q, v + n);
+      return make(st, HY_NF4, n, v);
     case HURRAY_QUANT_MX:
       return MAKE(st, HY_MXFP, PyUnicode_FromString(hurray__mx_element_name(q->mx_element)),
                   PyLong_FromUnsignedLong(q->axis), py_index(q->scale_buffer),
@@ -194,7 +259,7 @@ PyObject *hy_descriptor_from_c(ModuleState *st, PyTypeObject *cls, const HurrayD
   }
   f[HY_D_BYTE_OFFSET] = PyLong_FromUnsignedLongLong(d->byte_offset);
   f[HY_D_LAYOUT] = py_layout(st, cls, d);
-  f[HY_D_QUANTIZATION] = py_quant(st, &d->quant);
+  f[HY_D_QUANTIZATION] = py_quant(st, d);
   py_root_parts(st, d, f);
   for (int i = 0; i < HY_D_COUNT; i++) {
     if (f[i] == NULL) goto fail;

@@ -89,6 +89,36 @@ class _DefaultOutputLimit:
 DEFAULT_OUTPUT_LIMIT = _DefaultOutputLimit()
 
 
+# The packed and two-level fields (ADR-0024) with their defaults.
+_PACKED_DEFAULTS = {
+    "storage_axes": None,
+    "code_packing": None,
+    "zero_point_packing": None,
+    "zero_point_offset": 0,
+    "axis2": 0,
+    "block_size2": 0,
+    "group_index_buffer": None,
+    "codebook_buffer": None,
+    "scale_codebook_buffer": None,
+    "super_scale_buffer": None,
+    "scale_offset": 0,
+}
+
+
+def _refuse_packed(q, what: str, fields=tuple(_PACKED_DEFAULTS)) -> None:
+    """codes(), scales() and zero_points() give logical, row-major arrays; a
+    quantization with packed or two-level fields stores other arrays (words,
+    permuted axes, scale codes, super scales), so they refuse it rather than
+    give the stored bytes a wrong shape."""
+    used = [k for k in fields if getattr(q, k, _PACKED_DEFAULTS[k]) != _PACKED_DEFAULTS[k]]
+    if used:
+        raise unsupported(
+            f"{what}: this quantization stores its parts packed or in two levels "
+            f"({', '.join(used)}; ADR-0024): dequantize() gives the values, and the "
+            "buffers hold the stored parts as they are"
+        )
+
+
 class Tensor(_hurray._Tensor):
     """One descriptor plus N buffers, each kept alive by its own owner.
 
@@ -149,6 +179,10 @@ class Tensor(_hurray._Tensor):
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
             raise unsupported(f"numpy() needs a dense tensor, this one is {kind}; use to_dense()")
+        if qkind != 0:
+            _refuse_packed(
+                self.descriptor.quantization, "codes()", ("storage_axes", "code_packing")
+            )
         raw = np.frombuffer(self._buffer(data_buffer), dtype=np.uint8)
         if qkind == _QUANT_BLOCK_CODED:
             elements, size = BLOCK_FORMATS[self.descriptor.quantization.format]
@@ -285,6 +319,7 @@ class Tensor(_hurray._Tensor):
             raise unsupported("the tensor is not quantized")
         if isinstance(q, PerTensorAffine):
             return np.array(q.scale, dtype=np.float64)
+        _refuse_packed(q, "scales()")
         index, dtype, shape = self._scale_source()
         return self._param(index, dtype, math.prod(shape)).reshape(shape)
 
@@ -296,6 +331,7 @@ class Tensor(_hurray._Tensor):
             raise unsupported("the tensor is not quantized")
         if isinstance(q, PerTensorAffine):
             return np.array(q.zero_point, dtype=np.int64)
+        _refuse_packed(q, "zero_points()")
         _, _, shape = self._scale_source()
         if isinstance(q, (Nf4, Mxfp)):
             return np.zeros(shape, dtype=np.int64)

@@ -34,6 +34,8 @@ enum {
   TAG_QUANT_NF4 = 0x0037,
   TAG_QUANT_MX = 0x0039,
   TAG_QUANT_BLOCK_CODED = 0x003B,
+  TAG_QUANT_STORAGE = 0x003D,
+  TAG_QUANT_SCALES = 0x003F,
   TAG_BUFFER_TABLE = 0x0041,
   TAG_DEVICE = 0x0043,
   TAG_SHARD = 0x0045,
@@ -265,6 +267,53 @@ static void encode_quant(Writer *w, const HurrayQuant *q) {
   w->failed = true;
 }
 
+/* QUANT_STORAGE and QUANT_SCALES (ADR-0024): fixed layouts, written only
+ * when a field differs from its default. */
+static void encode_packing(Writer *w, const HurrayQuantPacking *p) {
+  put_u8(w, p->word_bits);
+  put_u8(w, p->axis);
+}
+
+static void encode_quant_extra(Writer *w, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  if (q->kind != HURRAY_QUANT_PER_CHANNEL_AFFINE && q->kind != HURRAY_QUANT_BLOCK_AFFINE &&
+      q->kind != HURRAY_QUANT_NF4) {
+    return;
+  }
+  size_t at;
+  if (hurray__quant_has_storage_fields(q)) {
+    at = record_begin(w, TAG_QUANT_STORAGE);
+    put_u8(w, q->has_storage_axes ? 1 : 0);
+    encode_packing(w, &q->code_packing);
+    encode_packing(w, &q->zero_point_packing);
+    put_u8(w, 0);
+    put_u16(w, 0);
+    put_i64(w, q->zero_point_offset);
+    put_bytes(w, q->code_packing.order, 32);
+    put_bytes(w, q->zero_point_packing.order, 32);
+    if (q->has_storage_axes) put_bytes(w, q->storage_axes, d->rank);
+    record_end(w, at);
+  }
+  if (hurray__quant_has_scale_fields(q)) {
+    at = record_begin(w, TAG_QUANT_SCALES);
+    put_u32(w, q->axis2);
+    put_u32(w, q->group_index_buffer);
+    put_u64(w, q->block_size2);
+    put_u16(w, (uint16_t)q->group_index_dtype);
+    put_u16(w, (uint16_t)q->super_scale_dtype);
+    put_u8(w, q->super_op);
+    put_u8(w, 0);
+    put_u16(w, 0);
+    put_u32(w, q->codebook_buffer);
+    put_u32(w, q->scale_codebook_buffer);
+    put_u32(w, q->super_scale_buffer);
+    put_u32(w, 0);
+    put_u64(w, q->super_block_size);
+    put_f64(w, q->scale_offset);
+    record_end(w, at);
+  }
+}
+
 /* long: the records in tag order, one short block each; decode_node reads the same order. */
 static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
   size_t at = record_begin(w, TAG_DTYPE);
@@ -291,6 +340,7 @@ static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
   }
   encode_layout(w, d);
   encode_quant(w, &d->quant);
+  encode_quant_extra(w, d);
   if (!root) {
     return;
   }
@@ -742,6 +792,141 @@ static HurrayStatus decode_quant(Reader *r, uint16_t tag, size_t len, HurrayQuan
   return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: not a quantization", tag);
 }
 
+#define QUANT_STORAGE_FIXED 80u
+#define QUANT_SCALES_LENGTH 56u
+
+/* A packing's word size, axis and order (32 bytes at `order`): the lanes
+ * follow from the element dtype and must divide the word; the order is a
+ * permutation of the lanes, zero past them. */
+static HurrayStatus decode_packing(uint16_t tag, uint8_t word_bits, uint8_t axis,
+                                   const uint8_t *order, HurrayDType dtype, const char *field,
+                                   HurrayQuantPacking *p, HurrayError *error) {
+  uint32_t bits = hurray_dtype_bits(dtype), lanes = 0;
+  if (word_bits != 0) {
+    if ((word_bits != 8 && word_bits != 16 && word_bits != 32) || bits == 0 || bits >= word_bits ||
+        word_bits % bits != 0) {
+      return FAIL(HURRAY_ERR_MALFORMED,
+                  "record 0x%04x: %s.word_bits %u does not hold whole lanes of %u-bit elements",
+                  tag, field, word_bits, bits);
+    }
+    lanes = word_bits / bits;
+  } else if (axis != 0) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: %s.axis is set without word_bits", tag,
+                field);
+  }
+  if (axis >= HURRAY_MAX_RANK) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: %s.axis %u is too large", tag, field, axis);
+  }
+  uint32_t seen = 0;
+  for (uint32_t j = 0; j < 32; j++) {
+    bool ok = j < lanes ? order[j] < lanes && !(seen & (1u << order[j])) : order[j] == 0;
+    if (!ok) {
+      return FAIL(HURRAY_ERR_MALFORMED,
+                  "record 0x%04x: %s.order is not a permutation of the %u lanes, zero-padded", tag,
+                  field, lanes);
+    }
+    if (j < lanes) seen |= 1u << order[j];
+  }
+  p->word_bits = word_bits;
+  p->axis = axis;
+  memcpy(p->order, order, 32);
+  return HURRAY_OK;
+}
+
+static bool quant_takes_extra(const HurrayQuant *q) {
+  return q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE || q->kind == HURRAY_QUANT_BLOCK_AFFINE ||
+         q->kind == HURRAY_QUANT_NF4;
+}
+
+static HurrayStatus decode_quant_storage(Reader *r, uint16_t tag, size_t len, HurrayDescriptor *d,
+                                         HurrayError *error) {
+  HurrayQuant *q = &d->quant;
+  const uint8_t *p;
+  if (len < QUANT_STORAGE_FIXED || !take(r, QUANT_STORAGE_FIXED, &p)) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: payload of %zu bytes, expected at least %u",
+                tag, len, QUANT_STORAGE_FIXED);
+  }
+  uint8_t flags = p[0];
+  if (flags > 1 || p[5] != 0 || p[6] != 0 || p[7] != 0) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: reserved flag bits or bytes are not zero",
+                tag);
+  }
+  size_t want = QUANT_STORAGE_FIXED + (flags ? d->rank : 0);
+  HURRAY_RETURN_NOT_OK(expect_length(tag, len, want, error));
+  HURRAY_RETURN_NOT_OK(
+      decode_packing(tag, p[1], p[2], p + 16, d->dtype, "code_packing", &q->code_packing, error));
+  if (p[3] != 0 && q->zero_point_buffer == HURRAY_NO_BUFFER) {
+    return FAIL(HURRAY_ERR_MALFORMED,
+                "record 0x%04x: zero_point_packing without a zero-point buffer", tag);
+  }
+  HURRAY_RETURN_NOT_OK(decode_packing(tag, p[3], p[4], p + 48, q->zero_point_dtype,
+                                      "zero_point_packing", &q->zero_point_packing, error));
+  q->zero_point_offset = (int64_t)get_le(p + 8, 8);
+  q->has_storage_axes = flags != 0;
+  if (flags) {
+    const uint8_t *axes = NULL;
+    if (!take(r, d->rank, &axes)) {
+      return FAIL(HURRAY_ERR_TRUNCATED, "record 0x%04x: storage_axes cut short", tag);
+    }
+    uint32_t seen = 0;
+    for (uint32_t k = 0; k < d->rank; k++) {
+      if (axes[k] >= d->rank || (seen & (1u << axes[k]))) {
+        return FAIL(HURRAY_ERR_MALFORMED,
+                    "record 0x%04x: storage_axes is not a permutation of the %u axes", tag,
+                    d->rank);
+      }
+      seen |= 1u << axes[k];
+      q->storage_axes[k] = axes[k];
+    }
+  }
+  if (!hurray__quant_has_storage_fields(q)) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: every field at its default (omit it)", tag);
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus decode_quant_scales(Reader *r, uint16_t tag, size_t len, HurrayQuant *q,
+                                        HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(expect_length(tag, len, QUANT_SCALES_LENGTH, error));
+  q->axis2 = (uint32_t)rd(r, 4);
+  q->group_index_buffer = (uint32_t)rd(r, 4);
+  q->block_size2 = rd(r, 8);
+  HURRAY_RETURN_NOT_OK(dtype_from_wire(rd(r, 2), true, "quantization.group_index_dtype",
+                                       &q->group_index_dtype, error));
+  HURRAY_RETURN_NOT_OK(dtype_from_wire(rd(r, 2), true, "quantization.super_scale_dtype",
+                                       &q->super_scale_dtype, error));
+  uint64_t op = rd(r, 1);
+  if (op > HURRAY_SUPER_DIVIDE) {
+    return FAIL(HURRAY_ERR_UNSUPPORTED, "quantization.super_op: unknown operation %llu",
+                (unsigned long long)op);
+  }
+  q->super_op = (uint8_t)op;
+  HURRAY_RETURN_NOT_OK(expect_zero(tag, rd(r, 1), "reserved", error));
+  HURRAY_RETURN_NOT_OK(expect_zero(tag, rd(r, 2), "reserved", error));
+  q->codebook_buffer = (uint32_t)rd(r, 4);
+  q->scale_codebook_buffer = (uint32_t)rd(r, 4);
+  q->super_scale_buffer = (uint32_t)rd(r, 4);
+  HURRAY_RETURN_NOT_OK(expect_zero(tag, rd(r, 4), "reserved", error));
+  q->super_block_size = rd(r, 8);
+  uint64_t bits = rd(r, 8);
+  memcpy(&q->scale_offset, &bits, sizeof bits);
+  bool super = q->super_scale_buffer != HURRAY_NO_BUFFER;
+  if ((q->block_size2 == 0 && q->axis2 != 0) ||
+      (q->group_index_buffer == HURRAY_NO_BUFFER) !=
+          (q->group_index_dtype == HURRAY_DTYPE_INVALID) ||
+      super != (q->super_scale_dtype != HURRAY_DTYPE_INVALID) || super != (q->super_op != 0) ||
+      (!super && q->super_block_size != 0) || bits == 0x8000000000000000ull) {
+    return FAIL(HURRAY_ERR_MALFORMED,
+                "record 0x%04x: fields set without the field they belong to (axis2 without "
+                "block_size2, a dtype or op without its buffer) or a scale_offset of -0",
+                tag);
+  }
+  if (!hurray__quant_has_scale_fields(q)) {
+    return FAIL(HURRAY_ERR_MALFORMED, "record 0x%04x: every field at its default (omit it)", tag);
+  }
+  return HURRAY_OK;
+}
+
 static HurrayStatus decode_buffer_table(Reader *r, size_t len, HurrayDescriptor *d,
                                         HurrayError *error) {
   if (len < 4) {
@@ -901,7 +1086,9 @@ static bool tag_known(uint16_t tag) {
     case TAG_DTYPE:
     case TAG_SHAPE:
     case TAG_STRIDES:
-    case TAG_BYTE_OFFSET: return true;
+    case TAG_BYTE_OFFSET:
+    case TAG_QUANT_STORAGE:
+    case TAG_QUANT_SCALES: return true;
   }
   return ((tag_is_layout(tag) || tag_is_quant(tag)) && (tag & 1)) || tag_is_root_only(tag);
 }
@@ -968,6 +1155,13 @@ static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint3
       }
       seen_layout = true;
       status = decode_layout(&p, tag, len, d, depth, error);
+    } else if (tag == TAG_QUANT_STORAGE || tag == TAG_QUANT_SCALES) {
+      if (!quant_takes_extra(&d->quant)) {
+        return FAIL(HURRAY_ERR_MALFORMED,
+                    "record 0x%04x: only after a per-channel, block affine or nf4 record", tag);
+      }
+      status = tag == TAG_QUANT_STORAGE ? decode_quant_storage(&p, tag, len, d, error)
+                                        : decode_quant_scales(&p, tag, len, &d->quant, error);
     } else if (tag_is_quant(tag)) {
       if (seen_quant) {
         return FAIL(HURRAY_ERR_MALFORMED, "quantization: more than one quantization record");

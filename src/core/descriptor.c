@@ -13,7 +13,7 @@
 /* ----------------------------------------------------------- enum helpers */
 
 bool hurray__role_known(uint32_t role) {
-  return role >= HURRAY_ROLE_DATA && role <= HURRAY_ROLE_PAGE_TABLE;
+  return role >= HURRAY_ROLE_DATA && role <= HURRAY_ROLE_SUPER_SCALES;
 }
 
 bool hurray__sync_mode_known(uint32_t mode) { return mode <= HURRAY_SYNC_EVENT; }
@@ -27,8 +27,9 @@ bool hurray__mx_element_known(uint32_t element) {
 }
 
 const char *hurray__role_name(HurrayBufferRole role) {
-  static const char *const names[] = {"?",       "data",   "scales",    "zero_points", "values",
-                                      "indices", "indptr", "page_pool", "page_table"};
+  static const char *const names[] = {"?",          "data",        "scales",   "zero_points",
+                                      "values",     "indices",     "indptr",   "page_pool",
+                                      "page_table", "group_index", "codebook", "super_scales"};
   return hurray__role_known(role) ? names[role] : "?";
 }
 
@@ -137,6 +138,10 @@ static void quant_reset(HurrayQuant *quant) {
   quant->kind = HURRAY_QUANT_NONE;
   quant->scale_buffer = HURRAY_NO_BUFFER;
   quant->zero_point_buffer = HURRAY_NO_BUFFER;
+  quant->group_index_buffer = HURRAY_NO_BUFFER;
+  quant->codebook_buffer = HURRAY_NO_BUFFER;
+  quant->scale_codebook_buffer = HURRAY_NO_BUFFER;
+  quant->super_scale_buffer = HURRAY_NO_BUFFER;
 }
 
 HurrayDescriptor *hurray__descriptor_new(void) {
@@ -761,6 +766,7 @@ HurrayStatus hurray_descriptor_set_quant_zero_point(HurrayDescriptor *d, int64_t
   d->quant.zero_point = zero_point;
   d->quant.zero_point_buffer = HURRAY_NO_BUFFER;
   d->quant.zero_point_dtype = HURRAY_DTYPE_INVALID;
+  memset(&d->quant.zero_point_packing, 0, sizeof d->quant.zero_point_packing);
   return HURRAY_OK;
 }
 
@@ -797,6 +803,265 @@ HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor *d, Hurray
   set_scaled(d, HURRAY_QUANT_BLOCK_CODED, axis, elements, HURRAY_NO_BUFFER, HURRAY_DTYPE_INVALID);
   d->quant.block_format = format;
   return HURRAY_OK;
+}
+
+/* ------------------------------------ packed and two-level (ADR-0024) */
+
+static HurrayStatus require_packed_kind(const HurrayDescriptor *d, const char *field,
+                                        HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_descriptor(d, error));
+  HurrayQuantKind k = d->quant.kind;
+  if (k != HURRAY_QUANT_PER_CHANNEL_AFFINE && k != HURRAY_QUANT_BLOCK_AFFINE &&
+      k != HURRAY_QUANT_NF4) {
+    return hurray__fail(error, HURRAY_ERR_STATE,
+                        "quantization.%s: needs per-channel affine, block affine or nf4 "
+                        "quantization, not %s",
+                        field, hurray__quant_kind_name(k));
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_storage_axes(HurrayDescriptor *d, const uint32_t *axes,
+                                                      HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "storage_axes", error));
+  if (axes == NULL) {
+    d->quant.has_storage_axes = false;
+    memset(d->quant.storage_axes, 0, sizeof d->quant.storage_axes);
+    return HURRAY_OK;
+  }
+  for (uint32_t k = 0; k < d->rank; k++) {
+    if (axes[k] >= d->rank) {
+      return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
+                          "quantization.storage_axes[%u]: %u is not below the rank %u", k, axes[k],
+                          d->rank);
+    }
+  }
+  memset(d->quant.storage_axes, 0, sizeof d->quant.storage_axes);
+  for (uint32_t k = 0; k < d->rank; k++) {
+    d->quant.storage_axes[k] = (uint8_t)axes[k];
+  }
+  d->quant.has_storage_axes = true;
+  return HURRAY_OK;
+}
+
+static HurrayStatus set_packing(HurrayQuantPacking *p, HurrayDType dtype, uint32_t word_bits,
+                                uint32_t axis, const uint8_t *order, const char *field,
+                                HurrayError *error) {
+  if (word_bits == 0) {
+    memset(p, 0, sizeof *p);
+    return HURRAY_OK;
+  }
+  uint32_t bits = hurray_dtype_bits(dtype);
+  if ((word_bits != 8 && word_bits != 16 && word_bits != 32) || bits == 0 || bits >= word_bits ||
+      word_bits % bits != 0) {
+    return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
+                        "quantization.%s.word_bits: %u-bit words cannot hold %s elements as "
+                        "lanes (8, 16 or 32 bits, a multiple of the element bits)",
+                        field, word_bits, hurray_dtype_name(dtype));
+  }
+  if (axis >= HURRAY_MAX_RANK) {
+    return hurray__fail(error, HURRAY_ERR_QUANT_PACKING, "quantization.%s.axis: %u is too large",
+                        field, axis);
+  }
+  uint32_t lanes = word_bits / bits;
+  memset(p, 0, sizeof *p);
+  p->word_bits = (uint8_t)word_bits;
+  p->axis = (uint8_t)axis;
+  for (uint32_t j = 0; j < lanes; j++) {
+    p->order[j] = order != NULL ? order[j] : (uint8_t)j;
+  }
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_code_packing(HurrayDescriptor *d, uint32_t word_bits,
+                                                      uint32_t axis, const uint8_t *order,
+                                                      HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "code_packing", error));
+  return set_packing(&d->quant.code_packing, d->dtype, word_bits, axis, order, "code_packing",
+                     error);
+}
+
+HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
+                                                            uint32_t word_bits, uint32_t axis,
+                                                            const uint8_t *order,
+                                                            HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "zero_point_packing", error));
+  if (word_bits != 0 && d->quant.zero_point_buffer == HURRAY_NO_BUFFER) {
+    return hurray__fail(error, HURRAY_ERR_STATE,
+                        "quantization.zero_point_packing: set the zero-point buffer first");
+  }
+  return set_packing(&d->quant.zero_point_packing, d->quant.zero_point_dtype, word_bits, axis,
+                     order, "zero_point_packing", error);
+}
+
+HurrayStatus hurray_descriptor_set_quant_zero_point_offset(HurrayDescriptor *d, int64_t offset,
+                                                           HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "zero_point_offset", error));
+  d->quant.zero_point_offset = offset;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_block2(HurrayDescriptor *d, uint32_t axis2,
+                                                uint64_t block_size2, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "block_size2", error));
+  d->quant.axis2 = block_size2 != 0 ? axis2 : 0;
+  d->quant.block_size2 = block_size2;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_group_index(HurrayDescriptor *d, uint32_t buffer,
+                                                     HurrayDType dtype, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "group_index_buffer", error));
+  d->quant.group_index_buffer = buffer;
+  d->quant.group_index_dtype = buffer != HURRAY_NO_BUFFER ? dtype : HURRAY_DTYPE_INVALID;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_codebook(HurrayDescriptor *d, uint32_t buffer,
+                                                  HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "codebook_buffer", error));
+  d->quant.codebook_buffer = buffer;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_scale_codebook(HurrayDescriptor *d, uint32_t buffer,
+                                                        HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "scale_codebook_buffer", error));
+  d->quant.scale_codebook_buffer = buffer;
+  return HURRAY_OK;
+}
+
+HurrayStatus hurray_descriptor_set_quant_super_scales(HurrayDescriptor *d, uint32_t buffer,
+                                                      HurrayDType dtype, uint64_t super_block_size,
+                                                      HurraySuperScaleOp op, double scale_offset,
+                                                      HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(require_packed_kind(d, "super_scale_buffer", error));
+  if (buffer != HURRAY_NO_BUFFER && op != HURRAY_SUPER_MULTIPLY && op != HURRAY_SUPER_DIVIDE) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "quantization.super_op: unknown operation %d", (int)op);
+  }
+  bool on = buffer != HURRAY_NO_BUFFER;
+  d->quant.super_scale_buffer = buffer;
+  d->quant.super_scale_dtype = on ? dtype : HURRAY_DTYPE_INVALID;
+  d->quant.super_block_size = on ? super_block_size : 0;
+  d->quant.super_op = on ? (uint8_t)op : 0;
+  /* -0.0 is stored as +0.0 so that "no offset" has one encoding. */
+  d->quant.scale_offset = scale_offset == 0.0 ? 0.0 : scale_offset;
+  return HURRAY_OK;
+}
+
+bool hurray__quant_has_storage_fields(const HurrayQuant *q) {
+  return q->has_storage_axes || q->code_packing.word_bits != 0 ||
+         q->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
+}
+
+bool hurray__quant_has_scale_fields(const HurrayQuant *q) {
+  return q->block_size2 != 0 || q->axis2 != 0 || q->group_index_buffer != HURRAY_NO_BUFFER ||
+         q->codebook_buffer != HURRAY_NO_BUFFER || q->scale_codebook_buffer != HURRAY_NO_BUFFER ||
+         q->super_scale_buffer != HURRAY_NO_BUFFER || q->scale_offset != 0.0;
+}
+
+bool hurray__quant_has_packed(const HurrayQuant *q) {
+  return hurray__quant_has_storage_fields(q) || hurray__quant_has_scale_fields(q);
+}
+
+void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint32_t *rank_out) {
+  const HurrayQuant *q = &d->quant;
+  if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
+    shape[0] = d->shape[q->axis];
+    *rank_out = 1;
+    return;
+  }
+  if (q->kind == HURRAY_QUANT_NF4) {
+    uint64_t numel = 1;
+    for (uint32_t i = 0; i < d->rank; i++) numel *= d->shape[i];
+    shape[0] = hurray__ceil_div_u64(numel, q->block_size);
+    *rank_out = 1;
+    return;
+  }
+  uint64_t logical[HURRAY_MAX_RANK];
+  for (uint32_t i = 0; i < d->rank; i++) {
+    logical[i] = d->shape[i];
+    if (i == q->axis) logical[i] = hurray__ceil_div_u64(d->shape[i], q->block_size);
+    if (q->block_size2 != 0 && i == q->axis2) {
+      logical[i] = hurray__ceil_div_u64(d->shape[i], q->block_size2);
+    }
+  }
+  for (uint32_t k = 0; k < d->rank; k++) {
+    shape[k] = logical[q->has_storage_axes ? q->storage_axes[k] : k];
+  }
+  *rank_out = d->rank;
+}
+
+const uint8_t *hurray_descriptor_quant_storage_axes(const HurrayDescriptor *d) {
+  return d->quant.has_storage_axes ? d->quant.storage_axes : NULL;
+}
+
+uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype) {
+  uint32_t bits = hurray_dtype_bits(dtype);
+  if (p->word_bits == 0 || bits == 0 || p->word_bits % bits != 0) {
+    return 0;
+  }
+  return p->word_bits / bits;
+}
+
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes) {
+  for (uint32_t j = 0; j < lanes; j++) {
+    if (p->order[j] != j) return false;
+  }
+  return true;
+}
+
+static uint32_t get_packing(const HurrayQuantPacking *p, HurrayDType dtype, uint32_t *word_bits,
+                            uint32_t *axis, const uint8_t **order) {
+  if (word_bits != NULL) *word_bits = p->word_bits;
+  if (axis != NULL) *axis = p->axis;
+  if (order != NULL) *order = p->order;
+  return hurray__packing_lanes(p, dtype);
+}
+
+uint32_t hurray_descriptor_quant_code_packing(const HurrayDescriptor *d, uint32_t *word_bits,
+                                              uint32_t *axis, const uint8_t **order) {
+  return get_packing(&d->quant.code_packing, d->dtype, word_bits, axis, order);
+}
+uint32_t hurray_descriptor_quant_zero_point_packing(const HurrayDescriptor *d, uint32_t *word_bits,
+                                                    uint32_t *axis, const uint8_t **order) {
+  return get_packing(&d->quant.zero_point_packing, d->quant.zero_point_dtype, word_bits, axis,
+                     order);
+}
+int64_t hurray_descriptor_quant_zero_point_offset(const HurrayDescriptor *d) {
+  return d->quant.zero_point_offset;
+}
+uint32_t hurray_descriptor_quant_axis2(const HurrayDescriptor *d) { return d->quant.axis2; }
+uint64_t hurray_descriptor_quant_block_size2(const HurrayDescriptor *d) {
+  return d->quant.block_size2;
+}
+uint32_t hurray_descriptor_quant_group_index_buffer(const HurrayDescriptor *d) {
+  return d->quant.group_index_buffer;
+}
+HurrayDType hurray_descriptor_quant_group_index_dtype(const HurrayDescriptor *d) {
+  return d->quant.group_index_dtype;
+}
+uint32_t hurray_descriptor_quant_codebook_buffer(const HurrayDescriptor *d) {
+  return d->quant.codebook_buffer;
+}
+uint32_t hurray_descriptor_quant_scale_codebook_buffer(const HurrayDescriptor *d) {
+  return d->quant.scale_codebook_buffer;
+}
+uint32_t hurray_descriptor_quant_super_scale_buffer(const HurrayDescriptor *d) {
+  return d->quant.super_scale_buffer;
+}
+HurrayDType hurray_descriptor_quant_super_scale_dtype(const HurrayDescriptor *d) {
+  return d->quant.super_scale_dtype;
+}
+uint64_t hurray_descriptor_quant_super_block_size(const HurrayDescriptor *d) {
+  return d->quant.super_block_size;
+}
+HurraySuperScaleOp hurray_descriptor_quant_super_op(const HurrayDescriptor *d) {
+  return (HurraySuperScaleOp)d->quant.super_op;
+}
+double hurray_descriptor_quant_scale_offset(const HurrayDescriptor *d) {
+  return d->quant.scale_offset;
 }
 
 HurrayBlockFormat hurray_descriptor_quant_block_format(const HurrayDescriptor *d) {

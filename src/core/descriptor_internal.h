@@ -52,6 +52,14 @@ typedef struct HurrayLayout {
   uint32_t member_capacity;
 } HurrayLayout;
 
+/* Codes or zero points packed in little-endian words (ADR-0024). */
+typedef struct HurrayQuantPacking {
+  uint8_t word_bits; /* 0: not packed (ADR-0012 sub-byte packing); else 8, 16 or 32 */
+  uint8_t axis;      /* storage axis along which the lanes of one word run */
+  uint8_t order[32]; /* lane j holds element order[j] of its group of word_bits / bits
+                        elements; entries past the lane count are 0 */
+} HurrayQuantPacking;
+
 typedef struct HurrayQuant {
   HurrayQuantKind kind;
   uint32_t axis;
@@ -64,6 +72,25 @@ typedef struct HurrayQuant {
   HurrayDType zero_point_dtype;
   HurrayMxElement mx_element;
   HurrayBlockFormat block_format; /* block-coded only */
+
+  /* Packed and two-level fields (ADR-0024); per-channel, block affine and
+   * NF4 only. Every set_quant_* call resets them to these defaults. */
+  bool has_storage_axes;
+  uint8_t storage_axes[HURRAY_MAX_RANK]; /* storage dim k is logical dim storage_axes[k] */
+  HurrayQuantPacking code_packing;
+  HurrayQuantPacking zero_point_packing;
+  int64_t zero_point_offset;
+  uint32_t axis2;              /* block affine: second blocked axis ... */
+  uint64_t block_size2;        /* ... and its block; 0: none */
+  uint32_t group_index_buffer; /* block affine: NO_BUFFER or role GROUP_INDEX */
+  HurrayDType group_index_dtype;
+  uint32_t codebook_buffer;       /* NO_BUFFER or role CODEBOOK, float32[2^bits] */
+  uint32_t scale_codebook_buffer; /* NO_BUFFER or role CODEBOOK, float32[256] */
+  uint32_t super_scale_buffer;    /* NO_BUFFER or role SUPER_SCALES */
+  HurrayDType super_scale_dtype;
+  uint64_t super_block_size; /* scales per super scale; 0: one for the tensor */
+  uint8_t super_op;          /* HurraySuperScaleOp; 0 without super scales */
+  double scale_offset;       /* added to every formed scale */
 } HurrayQuant;
 
 struct HurrayDescriptor {
@@ -121,6 +148,26 @@ const char *hurray__sparse_format_name(HurraySparseFormat format);
 const char *hurray__quant_kind_name(HurrayQuantKind kind);
 /* Storage dtype an MX element type requires. */
 HurrayDType hurray__mx_element_dtype(HurrayMxElement element);
+
+/* Codes per word of a packing over elements of `dtype`; 0 when not packed
+ * or when the element bits do not divide the word. */
+uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype);
+/* True when lane j holds element j for every one of `lanes` lanes. */
+bool hurray__packing_is_identity(const HurrayQuantPacking *p, uint32_t lanes);
+
+/* True when any packed or two-level field (ADR-0024) differs from its
+ * default; such a tensor takes the generic kernel (src/quant/packed.c). */
+bool hurray__quant_has_packed(const HurrayQuant *q);
+/* True when a QUANT_STORAGE / QUANT_SCALES record is needed. */
+bool hurray__quant_has_storage_fields(const HurrayQuant *q);
+bool hurray__quant_has_scale_fields(const HurrayQuant *q);
+
+/* The scale tensor's shape in storage order (docs/spec/quantization.md
+ * §5.6): per-channel [shape[axis]], NF4 [ceil(numel / block)], block
+ * affine the data shape with the blocked axes ceil-divided, permuted by
+ * storage_axes. Needs the axes and block sizes in range (validated) and
+ * numel to fit; *rank_out gets the rank. */
+void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint32_t *rank_out);
 
 /* Appends a member without the member-shape check (decoder use). Takes
  * ownership of `name` and `member` on success only. */

@@ -173,7 +173,71 @@ static void emit_layout(Text *t, const HurrayDescriptor *d, int level) {
   emit(t, "}");
 }
 
-static void emit_quant(Text *t, const HurrayQuant *q) {
+static void emit_packing(Text *t, const char *name, const HurrayQuantPacking *p,
+                         HurrayDType dtype) {
+  if (p->word_bits == 0) return;
+  emit(t, ", \"%s\": {\"word_bits\": %u, \"axis\": %u", name, p->word_bits, p->axis);
+  uint32_t lanes = hurray__packing_lanes(p, dtype);
+  if (!hurray__packing_is_identity(p, lanes)) {
+    emit(t, ", \"order\": [");
+    for (uint32_t j = 0; j < lanes; j++) emit(t, "%s%u", j ? ", " : "", p->order[j]);
+    emit(t, "]");
+  }
+  emit(t, "}");
+}
+
+/* The packed and two-level fields (ADR-0024), each only when not default. */
+static void emit_quant_extra(Text *t, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  if (q->has_storage_axes) {
+    emit(t, ", \"storage_axes\": [");
+    for (uint32_t k = 0; k < d->rank; k++) emit(t, "%s%u", k ? ", " : "", q->storage_axes[k]);
+    emit(t, "]");
+  }
+  emit_packing(t, "code_packing", &q->code_packing, d->dtype);
+  emit_packing(t, "zero_point_packing", &q->zero_point_packing, q->zero_point_dtype);
+  if (q->zero_point_offset != 0) {
+    emit(t, ", \"zero_point_offset\": %lld", (long long)q->zero_point_offset);
+  }
+  if (q->block_size2 != 0 || q->axis2 != 0) {
+    emit(t, ", \"axis2\": %u, \"block_size2\": %llu", q->axis2,
+         (unsigned long long)q->block_size2);
+  }
+  if (q->group_index_buffer != HURRAY_NO_BUFFER) {
+    emit(t, ", \"group_index_buffer\": ");
+    emit_buffer_index(t, q->group_index_buffer);
+    emit(t, ", \"group_index_dtype\": ");
+    emit_dtype(t, q->group_index_dtype);
+  }
+  if (q->codebook_buffer != HURRAY_NO_BUFFER) {
+    emit(t, ", \"codebook_buffer\": ");
+    emit_buffer_index(t, q->codebook_buffer);
+  }
+  if (q->scale_codebook_buffer != HURRAY_NO_BUFFER) {
+    emit(t, ", \"scale_codebook_buffer\": ");
+    emit_buffer_index(t, q->scale_codebook_buffer);
+  }
+  if (q->super_scale_buffer != HURRAY_NO_BUFFER) {
+    emit(t, ", \"super_scale_buffer\": ");
+    emit_buffer_index(t, q->super_scale_buffer);
+    emit(t, ", \"super_scale_dtype\": ");
+    emit_dtype(t, q->super_scale_dtype);
+    if (q->super_block_size != 0) {
+      emit(t, ", \"super_block_size\": %llu", (unsigned long long)q->super_block_size);
+    }
+    emit(t, ", \"super_op\": \"%s\"",
+         q->super_op == HURRAY_SUPER_MULTIPLY ? "multiply"
+         : q->super_op == HURRAY_SUPER_DIVIDE ? "divide"
+                                              : "?");
+  }
+  if (q->scale_offset != 0.0) {
+    emit(t, ", \"scale_offset\": ");
+    emit_double(t, q->scale_offset);
+  }
+}
+
+static void emit_quant(Text *t, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
   emit(t, "{\"kind\": \"%s\"", hurray__quant_kind_name(q->kind));
   switch (q->kind) {
     case HURRAY_QUANT_NONE: break;
@@ -217,6 +281,7 @@ static void emit_quant(Text *t, const HurrayQuant *q) {
       break;
     }
   }
+  emit_quant_extra(t, d);
   emit(t, "}");
 }
 
@@ -252,7 +317,7 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
     emit(t, ",");
     indent(t, level + 1);
     emit(t, "\"quantization\": ");
-    emit_quant(t, &d->quant);
+    emit_quant(t, d);
   }
   if (root) {
     emit(t, ",");

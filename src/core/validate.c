@@ -62,6 +62,31 @@ static bool dtype_is_scale(HurrayDType t) {
          t == HURRAY_DTYPE_FLOAT64;
 }
 
+/* Scale dtypes of per-channel, block affine and NF4: the wide floats, the
+ * fp8 scales of NVFP4-like formats (ADR-0024), and uint8 scale codes that
+ * a scale codebook maps (bitsandbytes double quantization). */
+static HurrayStatus check_scale_dtype(Walk *w, const char *path, const char *field,
+                                      const HurrayQuant *q) {
+  HurrayDType t = q->scale_dtype;
+  const char *name = hurray_dtype_name(t) ? hurray_dtype_name(t) : "?";
+  if (q->scale_codebook_buffer != HURRAY_NO_BUFFER) {
+    if (t != HURRAY_DTYPE_UINT8) {
+      return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                  "%squantization.%s: %s; scales mapped by a scale codebook are uint8 codes", path,
+                  field, name);
+    }
+    return HURRAY_OK;
+  }
+  if (!dtype_is_scale(t) && t != HURRAY_DTYPE_FLOAT8_E4M3FN && t != HURRAY_DTYPE_FLOAT8_E5M2 &&
+      t != HURRAY_DTYPE_FLOAT8_E8M0FNU) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                "%squantization.%s: %s is not float16, bfloat16, float32, float64, "
+                "float8_e4m3fn, float8_e5m2 or float8_e8m0fnu",
+                path, field, name);
+  }
+  return HURRAY_OK;
+}
+
 static bool dtype_is_index(HurrayDType t) {
   return t == HURRAY_DTYPE_INT32 || t == HURRAY_DTYPE_INT64;
 }
@@ -297,6 +322,308 @@ static HurrayStatus blocked_count(Walk *w, const char *path, const HurrayDescrip
   return HURRAY_OK;
 }
 
+/* ------------------------- packed and two-level fields (ADR-0024) */
+
+static bool kind_takes_packed(HurrayQuantKind k) {
+  return k == HURRAY_QUANT_PER_CHANNEL_AFFINE || k == HURRAY_QUANT_BLOCK_AFFINE ||
+         k == HURRAY_QUANT_NF4;
+}
+
+/* A packing over an array of `shape` (storage order) of `dtype` elements:
+ * word size, lanes, axis, lanes dividing the axis, the lane order a
+ * permutation; *bytes gets the words' byte size. */
+static HurrayStatus check_packing(Walk *w, const char *path, const char *field,
+                                  const HurrayQuantPacking *p, HurrayDType dtype,
+                                  const uint64_t *shape, uint32_t rank, uint64_t *bytes) {
+  uint32_t lanes = hurray__packing_lanes(p, dtype);
+  if (p->word_bits == 0) {
+    bool clean = p->axis == 0;
+    for (uint32_t j = 0; j < 32; j++) clean = clean && p->order[j] == 0;
+    return clean ? HURRAY_OK
+                 : FAIL(HURRAY_ERR_QUANT_PACKING,
+                        "%squantization.%s: axis and order must be 0 when word_bits is 0", path,
+                        field);
+  }
+  if ((p->word_bits != 8 && p->word_bits != 16 && p->word_bits != 32) || lanes < 2) {
+    return FAIL(HURRAY_ERR_QUANT_PACKING,
+                "%squantization.%s.word_bits: %u-bit words cannot hold several %s lanes (8, 16 "
+                "or 32 bits, a multiple of the element bits)",
+                path, field, p->word_bits,
+                hurray_dtype_name(dtype) ? hurray_dtype_name(dtype) : "?");
+  }
+  if (p->axis >= rank) {
+    return FAIL(HURRAY_ERR_QUANT_PACKING, "%squantization.%s.axis: %u is not below the rank %u",
+                path, field, p->axis, rank);
+  }
+  if (shape[p->axis] % lanes != 0) {
+    return FAIL(HURRAY_ERR_QUANT_PACKING,
+                "%squantization.%s: %u lanes per word do not divide the packed axis %u of "
+                "length %llu",
+                path, field, lanes, p->axis, (unsigned long long)shape[p->axis]);
+  }
+  uint32_t seen = 0;
+  for (uint32_t j = 0; j < 32; j++) {
+    bool ok = j < lanes ? p->order[j] < lanes && !(seen & (1u << p->order[j])) : p->order[j] == 0;
+    if (!ok) {
+      return FAIL(HURRAY_ERR_QUANT_PACKING,
+                  "%squantization.%s.order: not a permutation of 0..%u (entry %u is %u)", path,
+                  field, lanes - 1, j, p->order[j]);
+    }
+    if (j < lanes) seen |= 1u << p->order[j];
+  }
+  uint64_t count = 1;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (!hurray__mul_u64(count, shape[i], &count)) {
+      return FAIL(HURRAY_ERR_OVERFLOW, "%squantization.%s: element count overflows", path, field);
+    }
+  }
+  if (!hurray__mul_u64(count / lanes, p->word_bits / 8u, bytes)) {
+    return FAIL(HURRAY_ERR_OVERFLOW, "%squantization.%s: word bytes overflow", path, field);
+  }
+  return HURRAY_OK;
+}
+
+/* Storage axes and code packing, and the bytes the codes then need from
+ * the start of the data buffer. */
+static HurrayStatus packed_extent(Walk *w, const char *path, const HurrayDescriptor *d,
+                                  uint64_t numel, uint64_t *out) {
+  const HurrayQuant *q = &d->quant;
+  if (d->has_strides) {
+    return FAIL(HURRAY_ERR_STRIDES,
+                "%sstrides: codes with storage axes or packed words are row-major, without "
+                "strides",
+                path);
+  }
+  uint32_t seen = 0;
+  for (uint32_t k = 0; k < HURRAY_MAX_RANK && q->has_storage_axes; k++) {
+    uint32_t a = q->storage_axes[k];
+    bool ok = k < d->rank ? a < d->rank && !(seen & (1u << a)) : a == 0;
+    if (!ok) {
+      return FAIL(HURRAY_ERR_QUANT_PACKING,
+                  "%squantization.storage_axes: not a permutation of the %u axes (entry %u is %u)",
+                  path, d->rank, k, a);
+    }
+    if (k < d->rank) seen |= 1u << a;
+  }
+  uint64_t bytes;
+  if (q->code_packing.word_bits == 0) {
+    HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "shape", d->dtype, numel, &bytes));
+  } else {
+    uint64_t storage[HURRAY_MAX_RANK];
+    uint32_t rank = d->rank;
+    for (uint32_t k = 0; k < rank; k++) {
+      storage[k] = d->shape[q->has_storage_axes ? q->storage_axes[k] : k];
+    }
+    if (q->kind == HURRAY_QUANT_NF4) {
+      storage[0] = numel; /* NF4 codes are the flat sequence */
+      rank = 1;
+    }
+    HURRAY_RETURN_NOT_OK(
+        check_packing(w, path, "code_packing", &q->code_packing, d->dtype, storage, rank, &bytes));
+  }
+  if (!hurray__add_u64(bytes, d->byte_offset, out)) {
+    return FAIL(HURRAY_ERR_OVERFLOW, "%sbyte_offset: offset plus extent overflows 64 bits", path);
+  }
+  return HURRAY_OK;
+}
+
+/* Block affine's second blocked axis. */
+static HurrayStatus check_block2(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  if (q->block_size2 == 0) {
+    return q->axis2 == 0 ? HURRAY_OK
+                         : FAIL(HURRAY_ERR_QUANT_FIELD,
+                                "%squantization.axis2: %u without a block_size2", path, q->axis2);
+  }
+  if (q->axis2 >= d->rank || q->axis2 == q->axis) {
+    return FAIL(HURRAY_ERR_QUANT_AXIS,
+                "%squantization.axis2: %u must be below the rank %u and differ from axis %u", path,
+                q->axis2, d->rank, q->axis);
+  }
+  return HURRAY_OK;
+}
+
+/* Number of scales of a block-affine tensor (blocked axes ceil-divided). */
+static HurrayStatus scale_count(Walk *w, const char *path, const HurrayDescriptor *d,
+                                uint64_t *out) {
+  uint64_t shape[HURRAY_MAX_RANK];
+  uint32_t rank;
+  hurray__quant_scale_shape(d, shape, &rank);
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (!hurray__mul_u64(n, shape[i], &n)) {
+      return FAIL(HURRAY_ERR_OVERFLOW, "%squantization: scale count overflows", path);
+    }
+  }
+  *out = n;
+  return HURRAY_OK;
+}
+
+static HurrayStatus zero_point_packed_bytes(Walk *w, const char *path, const HurrayDescriptor *d,
+                                            uint64_t *bytes) {
+  uint64_t shape[HURRAY_MAX_RANK];
+  uint32_t rank;
+  hurray__quant_scale_shape(d, shape, &rank);
+  return check_packing(w, path, "zero_point_packing", &d->quant.zero_point_packing,
+                       d->quant.zero_point_dtype, shape, rank, bytes);
+}
+
+/* Fields a kind does not take, and the defaults every absent one keeps. */
+static HurrayStatus check_packed_kinds(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  const char *kind = hurray__quant_kind_name(q->kind);
+  const char *bad = NULL;
+  if (!kind_takes_packed(q->kind)) {
+    bad = hurray__quant_has_packed(q) ? "packed or two-level fields" : NULL;
+  } else if (q->kind == HURRAY_QUANT_NF4) {
+    bad = q->has_storage_axes                         ? "storage_axes"
+          : q->zero_point_offset != 0                 ? "zero_point_offset"
+          : q->group_index_buffer != HURRAY_NO_BUFFER ? "group_index_buffer"
+          : q->block_size2 != 0                       ? "block_size2"
+                                                      : NULL;
+  } else if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
+    bad = q->group_index_buffer != HURRAY_NO_BUFFER ? "group_index_buffer"
+          : q->block_size2 != 0                     ? "block_size2"
+                                                    : NULL;
+  }
+  if (bad != NULL) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD, "%squantization: %s quantization takes no %s", path, kind,
+                bad);
+  }
+  if (q->zero_point_packing.word_bits != 0 && q->zero_point_buffer == HURRAY_NO_BUFFER) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD,
+                "%squantization.zero_point_packing: there is no zero-point buffer to pack", path);
+  }
+  if ((q->group_index_buffer == HURRAY_NO_BUFFER) !=
+      (q->group_index_dtype == HURRAY_DTYPE_INVALID)) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD,
+                "%squantization.group_index_dtype: set exactly when there is a group index "
+                "buffer",
+                path);
+  }
+  if (q->super_scale_buffer == HURRAY_NO_BUFFER &&
+      (q->super_scale_dtype != HURRAY_DTYPE_INVALID || q->super_op != 0 ||
+       q->super_block_size != 0)) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD,
+                "%squantization.super_scale_buffer: super-scale dtype, op or block size without "
+                "a super-scale buffer",
+                path);
+  }
+  return HURRAY_OK;
+}
+
+/* Code dtype, zero points and offsets once any field is in use: the kernel
+ * forms code - (zero + offset) exactly in 64 bits. */
+static HurrayStatus check_packed_codes(Walk *w, const char *path, const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  bool float_codes = dtype_is_narrow_float(d->dtype);
+  if (hurray_dtype_bits(d->dtype) > 32) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD,
+                "%sdtype: %s codes take no packed or two-level fields (32 bits at most)", path,
+                hurray_dtype_name(d->dtype));
+  }
+  if (q->zero_point_buffer != HURRAY_NO_BUFFER && hurray_dtype_bits(q->zero_point_dtype) > 32) {
+    return FAIL(HURRAY_ERR_QUANT_ZERO_POINT_DTYPE,
+                "%squantization.zero_point_dtype: %s; with packed or two-level fields zero "
+                "points have 32 bits at most",
+                path, hurray_dtype_name(q->zero_point_dtype));
+  }
+  int64_t limit = (int64_t)1 << 32;
+  if (q->zero_point_offset > limit || q->zero_point_offset < -limit ||
+      (float_codes && q->zero_point_offset != 0)) {
+    return FAIL(HURRAY_ERR_QUANT_ZERO_POINT,
+                "%squantization.zero_point_offset: %lld is outside [-2^32, 2^32] or set for "
+                "%s codes",
+                path, (long long)q->zero_point_offset, hurray_dtype_name(d->dtype));
+  }
+  if (q->codebook_buffer != HURRAY_NO_BUFFER) {
+    if (d->dtype != HURRAY_DTYPE_UINT4 && d->dtype != HURRAY_DTYPE_UINT8) {
+      return FAIL(HURRAY_ERR_QUANT_FIELD,
+                  "%squantization.codebook_buffer: codebook codes are uint4 or uint8, not %s",
+                  path, hurray_dtype_name(d->dtype));
+    }
+    if (q->zero_point_buffer != HURRAY_NO_BUFFER || q->zero_point != 0 ||
+        q->zero_point_offset != 0) {
+      return FAIL(HURRAY_ERR_QUANT_FIELD,
+                  "%squantization.codebook_buffer: codebook codes take no zero point", path);
+    }
+  }
+  float used = (float)q->scale_offset;
+  if (!isfinite(q->scale_offset) || !isfinite(used)) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE, "%squantization.scale_offset: %g is not finite as float32",
+                path, q->scale_offset);
+  }
+  return HURRAY_OK;
+}
+
+/* The buffers of the two-level fields, each of an exact size. */
+static HurrayStatus check_packed_buffers(Walk *w, const char *path, const HurrayDescriptor *d,
+                                         uint64_t scales) {
+  const HurrayQuant *q = &d->quant;
+  if (q->group_index_buffer != HURRAY_NO_BUFFER) {
+    if (q->group_index_dtype != HURRAY_DTYPE_INT32) {
+      return FAIL(
+          HURRAY_ERR_QUANT_FIELD, "%squantization.group_index_dtype: %s is not int32", path,
+          hurray_dtype_name(q->group_index_dtype) ? hurray_dtype_name(q->group_index_dtype) : "?");
+    }
+    uint64_t bytes;
+    HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.group_index_buffer",
+                                       HURRAY_DTYPE_INT32, d->shape[q->axis], &bytes));
+    HURRAY_RETURN_NOT_OK(use_buffer(
+        w, path, "quantization.group_index_buffer", q->group_index_buffer, HURRAY_ROLE_GROUP_INDEX,
+        bytes, HURRAY_ERR_QUANT_FIELD, "one int32 group per position along the axis"));
+  }
+  if (q->codebook_buffer != HURRAY_NO_BUFFER) {
+    HURRAY_RETURN_NOT_OK(use_buffer(w, path, "quantization.codebook_buffer", q->codebook_buffer,
+                                    HURRAY_ROLE_CODEBOOK, 4ull << hurray_dtype_bits(d->dtype),
+                                    HURRAY_ERR_QUANT_FIELD, "one float32 per code"));
+  }
+  if (q->scale_codebook_buffer != HURRAY_NO_BUFFER) {
+    HURRAY_RETURN_NOT_OK(use_buffer(w, path, "quantization.scale_codebook_buffer",
+                                    q->scale_codebook_buffer, HURRAY_ROLE_CODEBOOK, 4 * 256,
+                                    HURRAY_ERR_QUANT_FIELD, "256 float32 scale values"));
+  }
+  if (q->super_scale_buffer == HURRAY_NO_BUFFER) {
+    return HURRAY_OK;
+  }
+  HurrayDType t = q->super_scale_dtype;
+  if (t != HURRAY_DTYPE_FLOAT32 && t != HURRAY_DTYPE_FLOAT16 && t != HURRAY_DTYPE_BFLOAT16) {
+    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
+                "%squantization.super_scale_dtype: %s is not float32, float16 or bfloat16", path,
+                hurray_dtype_name(t) ? hurray_dtype_name(t) : "?");
+  }
+  if (q->super_op != HURRAY_SUPER_MULTIPLY && q->super_op != HURRAY_SUPER_DIVIDE) {
+    return FAIL(HURRAY_ERR_QUANT_FIELD, "%squantization.super_op: unknown operation %u", path,
+                q->super_op);
+  }
+  uint64_t count = q->super_block_size ? hurray__ceil_div_u64(scales, q->super_block_size) : 1;
+  uint64_t bytes;
+  HURRAY_RETURN_NOT_OK(
+      storage_bytes(w, path, "quantization.super_scale_buffer", t, count, &bytes));
+  return use_buffer(w, path, "quantization.super_scale_buffer", q->super_scale_buffer,
+                    HURRAY_ROLE_SUPER_SCALES, bytes, HURRAY_ERR_QUANT_SCALE_COUNT,
+                    "one super scale per super block of scales");
+}
+
+static HurrayStatus check_packed(Walk *w, const HurrayDescriptor *d, const char *path) {
+  const HurrayQuant *q = &d->quant;
+  HURRAY_RETURN_NOT_OK(check_packed_kinds(w, path, d));
+  if (!kind_takes_packed(q->kind) || !hurray__quant_has_packed(q)) {
+    return HURRAY_OK;
+  }
+  if (d->has_strides) {
+    return FAIL(HURRAY_ERR_STRIDES,
+                "%sstrides: tensors with packed or two-level quantization fields are row-major",
+                path);
+  }
+  HURRAY_RETURN_NOT_OK(check_packed_codes(w, path, d));
+  uint64_t shape[HURRAY_MAX_RANK], scales = 1;
+  uint32_t rank;
+  hurray__quant_scale_shape(d, shape, &rank);
+  for (uint32_t i = 0; i < rank; i++) scales *= shape[i]; /* checked by check_scales */
+  return check_packed_buffers(w, path, d, scales);
+}
+
 static HurrayStatus check_zero_point(Walk *w, const char *path, const HurrayDescriptor *d,
                                      uint64_t count) {
   const HurrayQuant *q = &d->quant;
@@ -314,8 +641,12 @@ static HurrayStatus check_zero_point(Walk *w, const char *path, const HurrayDesc
           hurray_dtype_name(q->zero_point_dtype) ? hurray_dtype_name(q->zero_point_dtype) : "?");
     }
     uint64_t bytes;
-    HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.zero_point_buffer",
-                                       q->zero_point_dtype, count, &bytes));
+    if (q->zero_point_packing.word_bits != 0) {
+      HURRAY_RETURN_NOT_OK(zero_point_packed_bytes(w, path, d, &bytes));
+    } else {
+      HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.zero_point_buffer",
+                                         q->zero_point_dtype, count, &bytes));
+    }
     return use_buffer(w, path, "quantization.zero_point_buffer", q->zero_point_buffer,
                       HURRAY_ROLE_ZERO_POINTS, bytes, HURRAY_ERR_QUANT_ZERO_POINT_COUNT,
                       "one zero point per scale");
@@ -385,16 +716,13 @@ static HurrayStatus check_affine(Walk *w, const char *path, const HurrayDescript
     return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
                 path);
   }
-  if (!dtype_is_scale(q->scale_dtype)) {
-    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
-                "%squantization.scale_dtype: %s is not float16, bfloat16, float32 or float64",
-                path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
-  }
+  HURRAY_RETURN_NOT_OK(check_scale_dtype(w, path, "scale_dtype", q));
   if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
     count = d->shape[q->axis];
     HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per index along the axis"));
   } else {
-    HURRAY_RETURN_NOT_OK(blocked_count(w, path, d, q->axis, q->block_size, &count));
+    HURRAY_RETURN_NOT_OK(check_block2(w, path, d));
+    HURRAY_RETURN_NOT_OK(scale_count(w, path, d, &count));
     HURRAY_RETURN_NOT_OK(check_scales(w, path, d, count, "one per block along the axis"));
   }
   return check_zero_point(w, path, d, count);
@@ -411,11 +739,7 @@ static HurrayStatus check_nf4(Walk *w, const char *path, const HurrayDescriptor 
     return FAIL(HURRAY_ERR_QUANT_BLOCK_SIZE, "%squantization.block_size: must be at least 1",
                 path);
   }
-  if (!dtype_is_scale(q->scale_dtype)) {
-    return FAIL(HURRAY_ERR_QUANT_SCALE_DTYPE,
-                "%squantization.absmax_dtype: %s is not float16, bfloat16, float32 or float64",
-                path, hurray_dtype_name(q->scale_dtype) ? hurray_dtype_name(q->scale_dtype) : "?");
-  }
+  HURRAY_RETURN_NOT_OK(check_scale_dtype(w, path, "absmax_dtype", q));
   return check_scales(w, path, d, hurray__ceil_div_u64(numel, q->block_size),
                       "one absmax per block of the flattened tensor");
 }
@@ -501,16 +825,19 @@ static HurrayStatus check_quant(Walk *w, const char *path, const HurrayDescripto
                 : d->layout.kind == HURRAY_LAYOUT_SPARSE  ? "sparse"
                                                           : "paged");
   }
+  HurrayStatus st;
   switch (q->kind) {
     case HURRAY_QUANT_NONE: return HURRAY_OK;
     case HURRAY_QUANT_PER_TENSOR_AFFINE:
     case HURRAY_QUANT_PER_CHANNEL_AFFINE:
-    case HURRAY_QUANT_BLOCK_AFFINE: return check_affine(w, path, d);
-    case HURRAY_QUANT_NF4: return check_nf4(w, path, d, numel);
-    case HURRAY_QUANT_BLOCK_CODED: return check_block_coded(w, path, d);
-    case HURRAY_QUANT_MX: return check_mx(w, path, d);
+    case HURRAY_QUANT_BLOCK_AFFINE: st = check_affine(w, path, d); break;
+    case HURRAY_QUANT_NF4: st = check_nf4(w, path, d, numel); break;
+    case HURRAY_QUANT_BLOCK_CODED: st = check_block_coded(w, path, d); break;
+    case HURRAY_QUANT_MX: st = check_mx(w, path, d); break;
+    default:
+      return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization: unknown kind %d", path, (int)q->kind);
   }
-  return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization: unknown kind %d", path, (int)q->kind);
+  return st != HURRAY_OK ? st : check_packed(w, d, path);
 }
 
 static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *path,
@@ -612,6 +939,8 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
       uint64_t bytes = 0;
       if (d->quant.kind == HURRAY_QUANT_BLOCK_CODED) {
         HURRAY_RETURN_NOT_OK(block_coded_extent(w, path, d, numel, &bytes));
+      } else if (kind_takes_packed(d->quant.kind) && hurray__quant_has_storage_fields(&d->quant)) {
+        HURRAY_RETURN_NOT_OK(packed_extent(w, path, d, numel, &bytes));
       } else {
         HURRAY_RETURN_NOT_OK(dense_extent(w, path, d, numel, &bytes));
       }
@@ -815,6 +1144,9 @@ HurrayStatus hurray_descriptor_quant_scale_count(const HurrayDescriptor *d, uint
       *out = 0; /* the scales live inside the blocks */
       return HURRAY_OK;
     case HURRAY_QUANT_BLOCK_AFFINE:
+      if (q->axis >= d->rank || q->block_size == 0) break;
+      if (q->block_size2 != 0 && (q->axis2 >= d->rank || q->axis2 == q->axis)) break;
+      return scale_count(w, "", d, out);
     case HURRAY_QUANT_MX:
       if (q->axis >= d->rank || q->block_size == 0) break;
       return blocked_count(w, "", d, q->axis, q->block_size, out);

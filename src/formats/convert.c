@@ -801,7 +801,7 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
       hurray_descriptor_quant_block_size(d) == 32 &&
       hurray_descriptor_quant_scale_dtype(d) == HURRAY_DTYPE_FLOAT16 &&
       hurray_descriptor_quant_zero_point_buffer(d) == HURRAY_NO_BUFFER &&
-      shape[rank - 1] % 32 == 0) {
+      !hurray__quant_has_packed(&d->quant) && shape[rank - 1] % 32 == 0) {
     int64_t zp = hurray_descriptor_quant_zero_point(d);
     if (dtype == HURRAY_DTYPE_INT8 && zp == 0) {
       *gtype = HURRAY_GGUF_TYPE_Q8_0;

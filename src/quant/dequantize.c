@@ -25,6 +25,7 @@
 #include "elements.h"
 #include "ggml_blocks.h"
 #include "hurray/quant.h"
+#include "packed.h"
 #include "plan.h"
 #include "simd.h"
 
@@ -560,6 +561,9 @@ HurrayStatus hurray_dequantize_with(const HurrayDescriptor *d, const HurrayBuffe
   HurrayQuantKind kind = hurray_descriptor_quant_kind(d);
   if (kind == HURRAY_QUANT_BLOCK_CODED) {
     return hurray__block_coded_dequantize(d, list, out_dtype, out, numel, threads, error);
+  }
+  if (hurray__packed_applies(d)) {
+    return hurray__packed_dequantize(d, list, out_dtype, out, numel, threads, error);
   }
   Job *j = calloc(1, sizeof *j);
   if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");

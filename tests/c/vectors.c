@@ -224,6 +224,84 @@ static HurrayDescriptor *quant_block_coded_iq2_xxs(void) {
   return d;
 }
 
+/* Packed and two-level quantization (ADR-0024), one per family it serves. */
+static HurrayDescriptor *quant_gptq(void) {
+  /* GPTQ v1: logical [N=16, K=64], codes stored [K, N] packed 8 per int32
+   * along K, zero points uint4 [K/16, N] packed along N, stored zero - 1,
+   * g_idx. */
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT4, 2, (uint64_t[]){16, 64});
+  add(d, HURRAY_ROLE_DATA, 64 / 8 * 16 * 4);
+  add(d, HURRAY_ROLE_SCALES, 4 * 16 * 2);
+  add(d, HURRAY_ROLE_ZERO_POINTS, 4 * 16 / 8 * 4);
+  add(d, HURRAY_ROLE_GROUP_INDEX, 64 * 4);
+  OK(hurray_descriptor_set_quant_block_affine(d, 1, 16, 1, HURRAY_DTYPE_FLOAT16, NULL));
+  OK(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_UINT4, NULL));
+  OK(hurray_descriptor_set_quant_storage_axes(d, (uint32_t[]){1, 0}, NULL));
+  OK(hurray_descriptor_set_quant_code_packing(d, 32, 0, NULL, NULL));
+  OK(hurray_descriptor_set_quant_zero_point_packing(d, 32, 1, NULL, NULL));
+  OK(hurray_descriptor_set_quant_zero_point_offset(d, 1, NULL));
+  OK(hurray_descriptor_set_quant_group_index(d, 3, HURRAY_DTYPE_INT32, NULL));
+  return d;
+}
+
+static HurrayDescriptor *quant_awq(void) {
+  /* AWQ GEMM: logical [N=16, K=32], codes stored [K, N] packed along N in
+   * the lane order 0,2,4,6,1,3,5,7, zero points likewise. */
+  static const uint8_t order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT4, 2, (uint64_t[]){16, 32});
+  add(d, HURRAY_ROLE_DATA, 32 * 16 / 8 * 4);
+  add(d, HURRAY_ROLE_SCALES, 2 * 16 * 2);
+  add(d, HURRAY_ROLE_ZERO_POINTS, 2 * 16 / 8 * 4);
+  OK(hurray_descriptor_set_quant_block_affine(d, 1, 16, 1, HURRAY_DTYPE_FLOAT16, NULL));
+  OK(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_UINT4, NULL));
+  OK(hurray_descriptor_set_quant_storage_axes(d, (uint32_t[]){1, 0}, NULL));
+  OK(hurray_descriptor_set_quant_code_packing(d, 32, 1, order, NULL));
+  OK(hurray_descriptor_set_quant_zero_point_packing(d, 32, 1, order, NULL));
+  return d;
+}
+
+static HurrayDescriptor *quant_fp8_block(void) {
+  /* DeepSeek FP8: 128x128 blocks over [200, 300], partial edge blocks. */
+  HurrayDescriptor *d = make(HURRAY_DTYPE_FLOAT8_E4M3FN, 2, (uint64_t[]){200, 300});
+  add(d, HURRAY_ROLE_DATA, 200 * 300);
+  add(d, HURRAY_ROLE_SCALES, 2 * 3 * 4);
+  OK(hurray_descriptor_set_quant_block_affine(d, 0, 128, 1, HURRAY_DTYPE_FLOAT32, NULL));
+  OK(hurray_descriptor_set_quant_block2(d, 1, 128, NULL));
+  return d;
+}
+
+static HurrayDescriptor *quant_bnb_double(void) {
+  /* bitsandbytes NF4 with double quantization: bytes high nibble first,
+   * quant_map, uint8 absmax codes through nested_quant_map, times
+   * nested_absmax per 256 blocks, plus nested offset. */
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT4, 2, (uint64_t[]){64, 64});
+  add(d, HURRAY_ROLE_DATA, 64 * 64 / 2);
+  add(d, HURRAY_ROLE_SCALES, 64);
+  add(d, HURRAY_ROLE_CODEBOOK, 16 * 4);
+  add(d, HURRAY_ROLE_CODEBOOK, 256 * 4);
+  add(d, HURRAY_ROLE_SUPER_SCALES, 4);
+  OK(hurray_descriptor_set_quant_nf4(d, 64, 1, HURRAY_DTYPE_UINT8, NULL));
+  OK(hurray_descriptor_set_quant_code_packing(d, 8, 0, (const uint8_t[]){1, 0}, NULL));
+  OK(hurray_descriptor_set_quant_codebook(d, 2, NULL));
+  OK(hurray_descriptor_set_quant_scale_codebook(d, 3, NULL));
+  OK(hurray_descriptor_set_quant_super_scales(d, 4, HURRAY_DTYPE_FLOAT32, 256,
+                                              HURRAY_SUPER_MULTIPLY, 0.03125, NULL));
+  return d;
+}
+
+static HurrayDescriptor *quant_nvfp4(void) {
+  /* NVFP4 as compressed-tensors stores it: FP4 codes, E4M3 scales per 16,
+   * one float32 global scale that divides. */
+  HurrayDescriptor *d = make(HURRAY_DTYPE_FLOAT4_E2M1FN, 2, (uint64_t[]){32, 64});
+  add(d, HURRAY_ROLE_DATA, 32 * 64 / 2);
+  add(d, HURRAY_ROLE_SCALES, 32 * 4);
+  add(d, HURRAY_ROLE_SUPER_SCALES, 4);
+  OK(hurray_descriptor_set_quant_block_affine(d, 1, 16, 1, HURRAY_DTYPE_FLOAT8_E4M3FN, NULL));
+  OK(hurray_descriptor_set_quant_super_scales(d, 2, HURRAY_DTYPE_FLOAT32, 0, HURRAY_SUPER_DIVIDE,
+                                              0.0, NULL));
+  return d;
+}
+
 static HurrayDescriptor *optional_fields(void) {
   /* Statistics, shard, extension type and a non-default device together. */
   HurrayDescriptor *d = make(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){2, 4});
@@ -266,6 +344,11 @@ const GoldenVector golden_vectors[] = {
     {"quant_block_coded_q4_k", quant_block_coded_q4_k},
     {"quant_block_coded_iq2_xxs", quant_block_coded_iq2_xxs},
     {"optional_fields", optional_fields},
+    {"quant_gptq", quant_gptq},
+    {"quant_awq", quant_awq},
+    {"quant_fp8_block", quant_fp8_block},
+    {"quant_bnb_double", quant_bnb_double},
+    {"quant_nvfp4", quant_nvfp4},
 };
 
 const size_t golden_vector_count = sizeof golden_vectors / sizeof golden_vectors[0];
@@ -282,6 +365,14 @@ void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffe
     uint32_t table = hurray_descriptor_paged_table_buffer(d);
     memset(buffers[table], 0, hurray_descriptor_buffer_size(d, table));
     return;
+  }
+  uint32_t gidx = hurray_descriptor_quant_group_index_buffer(d);
+  if (gidx != HURRAY_NO_BUFFER) {
+    /* group of position p: p / block_size, so that dequantize succeeds */
+    uint64_t block = hurray_descriptor_quant_block_size(d);
+    uint64_t n = shape[hurray_descriptor_quant_axis(d)];
+    for (uint64_t p = 0; p < n; p++)
+      golden_vector_put_index(buffers[gidx], HURRAY_DTYPE_INT32, p, p / block);
   }
   if (hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_SPARSE) return;
   uint64_t nnz = hurray_descriptor_sparse_nnz(d);

@@ -23,7 +23,8 @@ HurrayDescriptor *golden_vector_build(const char *name);
 /* Gives the index buffers of a (top-level) sparse or paged descriptor valid
  * contents: page table entries 0, index pointers spreading nnz evenly over
  * the rows, in-range indices unique within a row, and canonical COO
- * coordinates (the first nnz positions in row-major order). `buffers[i]`
+ * coordinates (the first nnz positions in row-major order), and group
+ * indices of block-affine quantization p / block_size. `buffers[i]`
  * is the memory of buffer i. Other buffers are left alone. */
 void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffers);
 

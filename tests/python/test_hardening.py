@@ -618,7 +618,12 @@ def test_status_to_exception_table_matches_the_docs_and_stubs():
 
     tree, doc, re = _stub_and_doc_codes()
     table = _c_error_table(re)
-    assert table["PlacementError"][-3:] == ["SPARSE_INDEX_BOUNDS", "SPARSE_INDPTR", "SPARSE_ORDER"]
+    assert table["PlacementError"][-4:] == [
+        "SPARSE_INDEX_BOUNDS",
+        "SPARSE_INDPTR",
+        "SPARSE_ORDER",
+        "QUANT_GROUP_INDEX",
+    ]
     rows = {}
     for line in doc.splitlines():
         m = re.match(r"\| `(\w+)` \| [^|]+ \| (.*) \|$", line)
@@ -637,7 +642,7 @@ def test_status_to_exception_table_matches_the_docs_and_stubs():
     ranges = {
         cls: re.search(r"(\d+)-(\d+)", stubs[cls]) for cls in ("ValidationError", "PlacementError")
     }
-    assert ranges["PlacementError"].group(2) == "69"
+    assert ranges["PlacementError"].group(2) == "70"
     assert ranges["PlacementError"].group(2) in rows["PlacementError"].replace("–", "-")
 
 

@@ -62,6 +62,8 @@ T_BLOCK = 0x0035
 T_NF4 = 0x0037
 T_MX = 0x0039
 T_BLOCK_CODED = 0x003B
+T_QUANT_STORAGE = 0x003D  # packed and two-level fields (ADR-0024)
+T_QUANT_SCALES = 0x003F
 T_BUFFERS = 0x0041
 T_DEVICE = 0x0043
 T_SHARD = 0x0045
@@ -72,7 +74,8 @@ LAYOUT_TAGS = frozenset((T_DENSE, T_COO, T_CSR, T_CSC, T_BSR, T_PAGED, T_COMPOSI
 QUANT_TAGS = frozenset((T_PER_TENSOR, T_PER_CHANNEL, T_BLOCK, T_NF4, T_MX, T_BLOCK_CODED))
 ROOT_ONLY_TAGS = frozenset((T_BUFFERS, T_DEVICE, T_SHARD, T_STATISTICS, T_EXTENSION))
 NODE_TAGS = frozenset((T_DTYPE, T_SHAPE, T_STRIDES, T_BYTE_OFFSET))
-KNOWN_TAGS = NODE_TAGS | LAYOUT_TAGS | QUANT_TAGS | ROOT_ONLY_TAGS
+EXTRA_QUANT_TAGS = frozenset((T_QUANT_STORAGE, T_QUANT_SCALES))
+KNOWN_TAGS = NODE_TAGS | LAYOUT_TAGS | QUANT_TAGS | ROOT_ONLY_TAGS | EXTRA_QUANT_TAGS
 
 # Wire code -> name. Dtype code 0 means "no dtype" where a dtype is optional.
 DTYPES = {
@@ -91,7 +94,15 @@ DTYPES = {
     )
 }
 ROLES = {1: "data", 2: "scales", 3: "zero_points", 4: "values", 5: "indices",
-         6: "indptr", 7: "page_pool", 8: "page_table"}
+         6: "indptr", 7: "page_pool", 8: "page_table", 9: "group_index", 10: "codebook",
+         11: "super_scales"}
+# Element bits per dtype name (the lanes of a packed word).
+DTYPE_BITS = {"bool": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8,
+              "uint16": 16, "uint32": 32, "uint64": 64, "float16": 16, "bfloat16": 16,
+              "float32": 32, "float64": 64, "complex64": 64, "complex128": 128,
+              "float8_e4m3fn": 8, "float8_e5m2": 8, "float8_e8m0fnu": 8, "float6_e3m2fn": 6,
+              "float6_e2m3fn": 6, "float4_e2m1fn": 4, "int4": 4, "uint4": 4}
+SUPER_OPS = {1: "multiply", 2: "divide"}
 SYNC_MODES = {0: "ready", 1: "stream", 2: "event"}
 MEMORY_CLASSES = {1: "host", 2: "host_pinned", 3: "device", 4: "managed"}
 MX_ELEMENTS = {1: "fp8_e4m3", 2: "fp8_e5m2", 3: "fp6_e3m2", 4: "fp6_e2m3",
@@ -395,6 +406,156 @@ def check_zero_point_pair(quant, where):
         raise Malformed("%s: inline zero_point must be 0 with a zero-point buffer" % where)
 
 
+# --------------------------------------- packed and two-level fields (ADR-0024)
+#
+# QUANT_STORAGE: u8 flags (bit 0: storage axes follow), u8 code word_bits,
+# u8 code axis, u8 zero-point word_bits, u8 zero-point axis, 3 reserved,
+# i64 zero_point_offset, 32 bytes code lane order, 32 bytes zero-point lane
+# order (each: the lanes' entries, then zeros), then `rank` bytes of storage
+# axes when flag bit 0 is set.
+# QUANT_SCALES: fixed fields below.
+QUANT_SCALES = [("axis2", U32), ("group_index_buffer", BUF), ("block_size2", U64),
+                ("group_index_dtype", DTYPE_OR_NONE), ("super_scale_dtype", DTYPE_OR_NONE),
+                ("super_op", U8), PAD8, PAD16, ("codebook_buffer", BUF),
+                ("scale_codebook_buffer", BUF), ("super_scale_buffer", BUF), PAD32,
+                ("super_block_size", U64), ("scale_offset", F64)]
+STORAGE_KEYS = ("storage_axes", "code_packing", "zero_point_packing", "zero_point_offset")
+SCALES_KEYS = ("axis2", "block_size2", "group_index_buffer", "group_index_dtype",
+               "codebook_buffer", "scale_codebook_buffer", "super_scale_buffer",
+               "super_scale_dtype", "super_block_size", "super_op", "scale_offset")
+SCALES_DEFAULTS = {"axis2": 0, "block_size2": 0, "group_index_buffer": None,
+                   "group_index_dtype": None, "codebook_buffer": None,
+                   "scale_codebook_buffer": None, "super_scale_buffer": None,
+                   "super_scale_dtype": None, "super_block_size": 0, "super_op": None,
+                   "scale_offset": 0.0}
+EXTRA_KINDS = ("per_channel_affine", "block_affine", "nf4")
+
+
+def lanes_of(word_bits, dtype, where):
+    bits = DTYPE_BITS.get(dtype, 0)
+    if word_bits not in (8, 16, 32) or bits == 0 or bits >= word_bits or word_bits % bits:
+        raise Malformed("%s: %r-bit words do not hold whole lanes of %s" % (where, word_bits,
+                                                                             dtype))
+    return word_bits // bits
+
+
+def decode_packing(word_bits, axis, order, dtype, where):
+    if word_bits == 0:
+        if axis or any(order):
+            raise Malformed("%s: axis or order set without word_bits" % where)
+        return None
+    lanes = lanes_of(word_bits, dtype, where)
+    if axis >= MAX_RANK:
+        raise Malformed("%s.axis: %d is too large" % (where, axis))
+    if sorted(order[:lanes]) != list(range(lanes)) or any(order[lanes:]):
+        raise Malformed("%s.order: not a permutation of the lanes, zero-padded" % where)
+    out = {"word_bits": word_bits, "axis": axis}
+    if list(order[:lanes]) != list(range(lanes)):
+        out["order"] = list(order[:lanes])
+    return out
+
+
+def decode_quant_storage(payload, node, quant):
+    where = "quantization"
+    if len(payload) < 80:
+        raise Malformed("%s: QUANT_STORAGE payload of %d bytes" % (where, len(payload)))
+    flags = payload[0]
+    if flags > 1 or any(payload[5:8]):
+        raise Malformed("%s: reserved flag bits or bytes are not zero" % where)
+    rank = len(node.get("shape", ()))
+    if len(payload) != 80 + (rank if flags else 0):
+        raise Malformed("%s: QUANT_STORAGE payload of %d bytes" % (where, len(payload)))
+    code = decode_packing(payload[1], payload[2], payload[16:48], node.get("dtype"),
+                          where + ".code_packing")
+    if payload[3] and quant.get("zero_point_buffer") is None:
+        raise Malformed("%s: zero_point_packing without a zero-point buffer" % where)
+    zero = decode_packing(payload[3], payload[4], payload[48:80], quant.get("zero_point_dtype"),
+                          where + ".zero_point_packing")
+    offset = struct.unpack_from("<q", payload, 8)[0]
+    if flags:
+        axes = list(payload[80:])
+        if sorted(axes) != list(range(rank)):
+            raise Malformed("%s.storage_axes: not a permutation" % where)
+        quant["storage_axes"] = axes
+    if code is not None:
+        quant["code_packing"] = code
+    if zero is not None:
+        quant["zero_point_packing"] = zero
+    if offset:
+        quant["zero_point_offset"] = offset
+    if not flags and code is None and zero is None and not offset:
+        raise Malformed("%s: QUANT_STORAGE with every field at its default" % where)
+
+
+def decode_quant_scales(payload, quant):
+    where = "quantization"
+    raw = load_fields(QUANT_SCALES, payload, where)
+    op = raw["super_op"]
+    if op > 2:
+        raise Unsupported("%s.super_op: unknown operation %d" % (where, op))
+    sup = raw["super_scale_buffer"] is not None
+    if ((raw["block_size2"] == 0 and raw["axis2"] != 0)
+            or (raw["group_index_buffer"] is None) != (raw["group_index_dtype"] is None)
+            or sup != (raw["super_scale_dtype"] is not None) or sup != (op != 0)
+            or (not sup and raw["super_block_size"] != 0)
+            or payload[48:56] == struct.pack("<d", -0.0)):
+        raise Malformed("%s: QUANT_SCALES fields set without the field they belong to" % where)
+    raw["super_op"] = SUPER_OPS.get(op)
+    changed = {k: v for k, v in raw.items() if v != SCALES_DEFAULTS[k] or
+               (k == "axis2" and raw["block_size2"])}
+    if not changed:
+        raise Malformed("%s: QUANT_SCALES with every field at its default" % where)
+    if "super_scale_buffer" not in changed:
+        changed.pop("super_block_size", None)
+    quant.update(changed)
+
+
+def encode_packing(value, dtype, where):
+    if value is None:
+        return 0, 0, bytes(32)
+    expect_keys(value, ["word_bits", "axis"], where, optional=["order"])
+    word_bits, axis = value["word_bits"], value["axis"]
+    if not _is_int(word_bits) or not _is_int(axis) or not 0 <= axis < MAX_RANK:
+        raise EncodeError("%s: bad word_bits or axis" % where)
+    try:
+        lanes = lanes_of(word_bits, dtype, where)
+    except Malformed as exc:
+        raise EncodeError(str(exc))
+    order = value.get("order", list(range(lanes)))
+    if sorted(order) != list(range(lanes)) or order == list(range(lanes)) and "order" in value:
+        raise EncodeError("%s.order: not a non-identity permutation of %d lanes" % (where, lanes))
+    return word_bits, axis, bytes(order) + bytes(32 - lanes)
+
+
+def encode_quant_extra(quant, node):
+    """The QUANT_STORAGE and QUANT_SCALES records of `quant` (b"" when unused)."""
+    out = b""
+    if any(k in quant for k in STORAGE_KEYS):
+        where = "quantization"
+        cw, ca, co = encode_packing(quant.get("code_packing"), node["dtype"],
+                                    where + ".code_packing")
+        zw, za, zo = encode_packing(quant.get("zero_point_packing"),
+                                    quant.get("zero_point_dtype"), where + ".zero_point_packing")
+        axes = quant.get("storage_axes")
+        if axes is not None and sorted(axes) != list(range(len(node["shape"]))):
+            raise EncodeError("%s.storage_axes: not a permutation" % where)
+        offset = quant.get("zero_point_offset", 0)
+        if "zero_point_offset" in quant and offset == 0:
+            raise EncodeError("%s.zero_point_offset: 0 is written by omission" % where)
+        out += record(T_QUANT_STORAGE, bytes([1 if axes is not None else 0, cw, ca, zw, za])
+                      + bytes(3) + I64.dump(offset, where + ".zero_point_offset") + co + zo
+                      + (bytes(axes) if axes is not None else b""))
+    if any(k in quant for k in SCALES_KEYS):
+        body = dict(SCALES_DEFAULTS)
+        body.update({k: quant[k] for k in SCALES_KEYS if k in quant})
+        codes = {name: code for code, name in SUPER_OPS.items()}
+        if body["super_op"] is not None and body["super_op"] not in codes:
+            raise EncodeError("quantization.super_op: unknown %r" % body["super_op"])
+        body["super_op"] = codes.get(body["super_op"], 0)
+        out += record(T_QUANT_SCALES, dump_fields(QUANT_SCALES, body, "quantization"))
+    return out
+
+
 # ------------------------------------------------------------------ decoder
 
 class Cursor:
@@ -612,6 +773,14 @@ def decode_node(data, root, depth, where):
             if quant is not None:
                 raise Malformed("%s: more than one quantization record" % where)
             quant = decode_quant(tag, payload)
+        elif tag in EXTRA_QUANT_TAGS:
+            if quant is None or quant["kind"] not in EXTRA_KINDS:
+                raise Malformed("%s: record 0x%04x needs a per-channel, block affine or nf4 "
+                                "record before it" % (where, tag))
+            if tag == T_QUANT_STORAGE:
+                decode_quant_storage(payload, node, quant)
+            else:
+                decode_quant_scales(payload, quant)
         elif tag == T_BUFFERS:
             node["buffers"] = decode_buffers(payload)
         elif tag == T_DEVICE:
@@ -712,12 +881,15 @@ def encode_layout(layout, rank, depth):
     raise EncodeError("layout: unknown kind %r" % layout)
 
 
-def encode_quant(quant):
+def encode_quant(quant, node):
     tag = tag_for(QUANTS, quant, "quantization")
     if tag is None:
         raise EncodeError("quantization: unknown kind %r (omit the key for none)" % quant)
     fixed, fields = QUANTS[tag]
-    body = {k: v for k, v in quant.items() if k not in fixed}
+    extra_keys = STORAGE_KEYS + SCALES_KEYS
+    body = {k: v for k, v in quant.items() if k not in fixed and k not in extra_keys}
+    if quant["kind"] not in EXTRA_KINDS and any(k in quant for k in extra_keys):
+        raise EncodeError("quantization: %s takes no packed or two-level fields" % quant["kind"])
     if tag == T_BLOCK_CODED:
         size = body.pop("block_size", None)
         if size != BLOCK_ELEMENTS.get(body.get("format")):
@@ -728,7 +900,7 @@ def encode_quant(quant):
             check_zero_point_pair(body, "quantization")
         except Malformed as exc:
             raise EncodeError(str(exc))
-    return record(tag, payload)
+    return record(tag, payload) + encode_quant_extra(quant, node)
 
 
 def encode_statistics(stats):
@@ -775,7 +947,7 @@ def encode_node(node, root, depth, where):
         out.append(record(T_BYTE_OFFSET, U64.dump(node["byte_offset"], "byte_offset")))
     out.append(encode_layout(node["layout"], len(shape), depth))
     if "quantization" in node:
-        out.append(encode_quant(node["quantization"]))
+        out.append(encode_quant(node["quantization"], node))
     if root:
         buffers = node["buffers"]
         if not isinstance(buffers, list) or len(buffers) > MAX_BUFFERS:
@@ -894,7 +1066,7 @@ def mutations(data):
             yield "dtype code 0", patched(data, at, struct.pack("<H", 0)), Unsupported
         if tag == T_BUFFERS and length >= 20:
             entry = at + 4
-            yield "buffer role 9", patched(data, entry, b"\x09"), Unsupported
+            yield "buffer role 12", patched(data, entry, b"\x0c"), Unsupported
             yield "buffer sync mode 3", patched(data, entry + 1, b"\x03"), Unsupported
             yield "buffer reserved byte", patched(data, entry + 2, b"\x01"), Malformed
         if tag in LAYOUT_TAGS:
@@ -905,6 +1077,14 @@ def mutations(data):
                    + data[end:], Malformed)
         if tag == T_MX:
             yield "MX element 7", patched(data, at, b"\x07"), Unsupported
+        if tag == T_QUANT_STORAGE:
+            yield "storage reserved byte", patched(data, at + 5, b"\x01"), Malformed
+            yield "storage flag bit 1", patched(data, at, bytes([data[at] | 2])), Malformed
+            yield "storage one byte short", patched(data, at - 4, struct.pack(
+                "<I", length - 1))[:at + length - 1] + data[at + length:], Malformed
+        if tag == T_QUANT_SCALES:
+            yield "super_op 3", patched(data, at + 20, b"\x03"), Unsupported
+            yield "scales reserved byte", patched(data, at + 21, b"\x01"), Malformed
         if tag == T_BLOCK_CODED:
             yield "block format 9", patched(data, at, b"\x09"), Unsupported
             yield "block-coded reserved", patched(data, at + 2, b"\x01"), Malformed

@@ -12,10 +12,12 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import _dtypes
 from .._descriptor import BlockAffine, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
 from .._quant import quantize as _quantize
+from .._tensor import from_numpy as _from_numpy
 from ._common import (
     FLOAT_DTYPES,
     GGUF_TENSORS_KEY,
@@ -39,6 +41,7 @@ from ._safetensors import _open_index, _SafetensorsSource, _SafetensorsTarget
 from ._source import _Source
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
+from .zoo import wrap_source as _zoo_source
 
 # File name ending -> format, for sources and targets alike (no ending is
 # the end of another, so the order does not matter).
@@ -107,9 +110,11 @@ def _target_kind(path: str) -> str:
     for suffix, kind in _KINDS:
         if low.endswith(suffix):
             return kind
+    if path.endswith("/") or os.path.isdir(path):
+        return "safetensors-dir"  # a model folder: shards + config.json (_folder.py)
     raise UsageError(
         f"cannot tell the format to write from {path!r}; targets end with "
-        f"{', '.join(TARGET_SUFFIXES)}"
+        f"{', '.join(TARGET_SUFFIXES)}, or are a folder (DIR/)"
     )
 
 
@@ -123,6 +128,15 @@ _TARGETS = {
 }
 
 
+def _folder_target(path, options):
+    from ._folder import _SafetensorsFolderTarget
+
+    return _SafetensorsFolderTarget(path, options)
+
+
+_TARGETS["safetensors-dir"] = _folder_target
+
+
 @dataclass
 class _Options:
     scheme: Optional[str]
@@ -132,6 +146,7 @@ class _Options:
     stats: bool
     threads: int
     block_size: Optional[int]
+    dequantize: bool = False
 
 
 def _progress(total_bytes: int, count: int, quiet: bool):
@@ -182,6 +197,7 @@ def convert(
     block_size: Optional[int] = None,
     output: str = "table",
     verify: bool = True,
+    dequantize: bool = False,
 ) -> ConversionReport:
     """Converts the checkpoint `src` into `dst`; the formats follow the file
     names (docs/impl/convert.md). Returns the ConversionReport, and prints
@@ -197,6 +213,7 @@ def convert(
     threads: for the quantization kernels. block_size: for block_affine
     and nf4. verify: a .hurray source's tensors are checked against their
     checksums before they are converted (verify=False skips that).
+    dequantize: quantized tensors are written as float values, whatever the target.
     Raises ConversionError (UsageError for options that do not fit
     together). The target is replaced only when everything succeeded; on
     any error, KeyboardInterrupt included, it is left as it was."""
@@ -209,12 +226,14 @@ def convert(
         bool(stats),
         int(threads),
         block_size,
+        bool(dequantize),
     )
     _check_options(opts, output)
     dst_kind = _check_paths(src, dst, opts)
     source = _open_source(src, verify=bool(verify))
     target = None
     try:
+        source = _zoo_source(src, source, _source_kind(src), dst_kind, opts.dequantize)
         names = _selected_names(src, source, _patterns(include), _patterns(exclude))
         infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
         target = _TARGETS[dst_kind](dst, opts)
@@ -250,6 +269,8 @@ def _check_options(opts: _Options, output: str) -> None:
         raise UsageError(f"output must be 'table' or 'json', not {output!r}")
     if opts.threads < 0:
         raise UsageError("threads must be >= 0")
+    if opts.dequantize and opts.scheme is not None:
+        raise UsageError("--dequantize and --quantize do not go together")
     if opts.scheme is None:
         if opts.block_size is not None or opts.quantize_include or opts.quantize_exclude:
             raise UsageError(
@@ -269,14 +290,14 @@ def _check_options(opts: _Options, output: str) -> None:
 def _check_paths(src: str, dst: str, opts: _Options) -> str:
     """The target's kind, once the paths and the options agree."""
     dst_kind = _target_kind(dst)
-    if opts.keep_scales and dst_kind != "safetensors":
+    if opts.keep_scales and dst_kind not in ("safetensors", "safetensors-dir"):
         raise UsageError(
             "--keep-scales applies to .safetensors targets (the other formats have "
             "no place for the quantization parameters)"
         )
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise UsageError(f"{dst} is the source itself; write to another file")
-    if os.path.isdir(dst):
+    if os.path.isdir(dst) and dst_kind != "safetensors-dir":
         raise ConversionError(f"{dst} is a directory; name the file to write")
     return dst_kind
 
@@ -377,6 +398,10 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> Te
             notes.append(f"partial block: dim {out.shape[q.axis]} is not a multiple of {block}")
         elif isinstance(q, Nf4) and out.descriptor.numel % block:
             notes.append(f"partial block: {out.descriptor.numel} elements, block {block}")
+    if opts.dequantize and out.descriptor.quantization is not None:
+        ref = _values(t, opts.threads)
+        out = _from_numpy(ref.astype(_dtypes.to_numpy(orig)) if orig in FLOAT_DTYPES else ref)
+        notes.append("dequantized")
     if orig and (out.descriptor.quantization is not None):
         new_dtypes[name] = orig
     try:

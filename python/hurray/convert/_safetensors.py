@@ -376,19 +376,26 @@ class _SafetensorsTarget(_DenseTarget):
         )
         return _Out(f"{describe(d)} ({kept})", total)
 
-    def finish(self, metadata, report):
-        from .. import _formats
+    # Keys a target consumes itself rather than dropping (the folder target: zoo.*).
+    consumed: Tuple[str, ...] = ()
 
+    def header_metadata(self, metadata, report) -> Dict[str, str]:
+        """The __metadata__ every written file gets; the report notes the
+        keys not carried."""
         meta = {}
         dropped = []
         for k, v in metadata.items():
             if k.startswith("safetensors."):
                 meta[k[len("safetensors.") :]] = _as_text(v)
-            elif k not in (
-                SOURCE_DTYPES_KEY,
-                SAFETENSORS_INDEX_KEY,
-                GGUF_TYPES_KEY,
-                GGUF_TENSORS_KEY,
+            elif (
+                k
+                not in (
+                    SOURCE_DTYPES_KEY,
+                    SAFETENSORS_INDEX_KEY,
+                    GGUF_TYPES_KEY,
+                    GGUF_TENSORS_KEY,
+                )
+                + self.consumed
             ):
                 dropped.append(k)
         for k in self._extra_meta:
@@ -404,16 +411,26 @@ class _SafetensorsTarget(_DenseTarget):
             "safetensors keeps only its own __metadata__, the hurray keys safetensors.*",
         )
         report.metadata_keys = len(meta)
+        return meta
+
+    def write_file(self, path: str, names, meta: Dict[str, str]) -> None:
+        """Writes tensors `names` into the file `path` (the C writer replaces
+        it atomically)."""
+        from .. import _formats
+
         try:
-            # The C writer replaces self.tmp atomically; publish() renames it.
             _formats.write(
-                self.tmp,
+                path,
                 "safetensors",
-                [(n, t.__hurray__()) for n, t in self._tensors.items()],
+                [(n, self._tensors[n].__hurray__()) for n in names],
                 {"safetensors." + k: v for k, v in meta.items()},
             )
         except (HurrayError, OSError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
+
+    def finish(self, metadata, report):
+        # publish() renames self.tmp over the target.
+        self.write_file(self.tmp, list(self._tensors), self.header_metadata(metadata, report))
 
 
 def _as_text(v) -> str:

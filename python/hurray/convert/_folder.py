@@ -1,0 +1,176 @@
+"""A safetensors model folder as a target (`hurray convert x.hurray out/`):
+the shards a zoo source was read from (or one model.safetensors), the index
+beside them when the source had one, and config.json.
+
+Every file is written under a temporary name first; publish() renames them
+into place only after all of them were written, so a failure leaves the
+folder as it was. A folder that does not exist yet is made under a
+temporary name and renamed as a whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from typing import Dict, List, Optional, Tuple
+
+from .._files import fsync_dir as _fsync_dir
+from ._common import ConversionError, _first_line
+from ._safetensors import _SafetensorsTarget
+from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
+
+DEFAULT_FILE = "model.safetensors"
+
+
+def _plain_name(name: str, suffix: str, key: str) -> str:
+    """A file name read from the metadata, refused unless it is a plain
+    name in the folder ending with `suffix`."""
+    if (
+        not isinstance(name, str)
+        or not name.endswith(suffix)
+        or name.startswith(".")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+    ):
+        raise ConversionError(
+            f"metadata {key!r} names file {name!r}, which is not a plain *{suffix} name; "
+            "refusing to write it"
+        )
+    return name
+
+
+class _SafetensorsFolderTarget(_SafetensorsTarget):
+    format = "safetensors (folder)"
+    consumed = ZOO_KEYS
+
+    def __init__(self, path, options):
+        super().__init__(path.rstrip("/") or "/", options)
+        self._new_dir: Optional[str] = None  # the temporary folder, if the target is new
+        self._written: List[Tuple[str, str]] = []  # (temporary path, final name)
+
+    def start(self) -> None:
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if os.path.isdir(self.path):
+            return
+        if os.path.lexists(self.path):
+            raise ConversionError(f"{self.path} exists and is not a folder")
+        base = os.path.basename(self.path)
+        tmp = os.path.join(parent, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(tmp)
+        except OSError as exc:
+            raise ConversionError(
+                f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}"
+            ) from None
+        self._new_dir = tmp
+
+    def _tmp_path(self, name: str) -> str:
+        if self._new_dir is not None:
+            return os.path.join(self._new_dir, name)
+        return os.path.join(self.path, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+    def _shards(self, metadata) -> Tuple[Dict[str, List[str]], Optional[str], Dict[str, str]]:
+        """{shard file: tensor names}, the index file name or None, and the
+        weight map written into it."""
+        try:
+            recorded = json.loads(metadata.get(ZOO_WEIGHT_MAP_KEY) or "{}")
+            records = json.loads(metadata.get(ZOO_TENSORS_KEY) or "{}")
+            if not isinstance(recorded, dict) or not isinstance(records, dict):
+                raise TypeError("not an object")
+        except (ValueError, TypeError) as exc:
+            raise ConversionError(
+                f"metadata {ZOO_WEIGHT_MAP_KEY!r} is not valid: {_first_line(exc)}"
+            ) from None
+        index = metadata.get(ZOO_INDEX_KEY)
+        if index is not None:
+            index = _plain_name(index, ".safetensors.index.json", ZOO_INDEX_KEY)
+        first = {}  # a grouped tensor written as itself (dequantized): its first member's shard
+        for name, rec in records.items():
+            for m in rec.get("members", ()) if isinstance(rec, dict) else ():
+                if isinstance(m, dict) and m.get("name") in recorded:
+                    first.setdefault(name, recorded[m["name"]])
+        default = min(recorded.values()) if recorded else DEFAULT_FILE
+        shards: Dict[str, List[str]] = {}
+        weight_map = {}
+        for name in self._tensors:
+            shard = recorded.get(name) or first.get(name) or default
+            shard = _plain_name(shard, ".safetensors", ZOO_WEIGHT_MAP_KEY)
+            shards.setdefault(shard, []).append(name)
+            weight_map[name] = shard
+        if index is None and len(shards) > 1:
+            index = DEFAULT_FILE + ".index.json"
+        return shards, index, weight_map
+
+    def finish(self, metadata, report):
+        meta = self.header_metadata(metadata, report)
+        shards, index, weight_map = self._shards(metadata)
+        for shard, names in sorted(shards.items()):
+            tmp = self._tmp_path(shard)
+            self._written.append((tmp, shard))
+            self.write_file(tmp, names, meta)
+        texts = {}
+        if index is not None:
+            index_meta = {}
+            raw = metadata.get("safetensors_index.metadata")
+            if raw:
+                try:
+                    index_meta = json.loads(raw)
+                except ValueError:
+                    index_meta = {}
+            if isinstance(index_meta, dict) and "total_size" in index_meta:
+                index_meta["total_size"] = sum(
+                    sum(len(b) for b in self._tensors[n].buffers) for n in self._tensors
+                )
+            texts[index] = (
+                json.dumps(
+                    {"metadata": index_meta, "weight_map": dict(sorted(weight_map.items()))},
+                    indent=2,
+                )
+                + "\n"
+            )
+        config = metadata.get(ZOO_CONFIG_KEY)
+        if isinstance(config, str):
+            texts["config.json"] = config
+        for name, text in texts.items():
+            tmp = self._tmp_path(name)
+            self._written.append((tmp, name))
+            try:
+                with open(tmp, "w", encoding="utf-8", newline="") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise ConversionError(
+                    f"writing {os.path.join(self.path, name)}: {exc.strerror or _first_line(exc)}"
+                ) from None
+
+    def publish(self) -> None:
+        for tmp, _ in self._written:
+            fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if self._new_dir is not None:
+            os.rename(self._new_dir, self.path)
+            self._new_dir = None
+        else:
+            for tmp, name in self._written:
+                os.replace(tmp, os.path.join(self.path, name))
+        self.published = True
+        _fsync_dir(self.path)
+        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    def abort(self) -> None:
+        if self.published:
+            return
+        if self._new_dir is not None:
+            shutil.rmtree(self._new_dir, ignore_errors=True)
+            return
+        for tmp, _ in self._written:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

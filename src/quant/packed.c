@@ -1,0 +1,440 @@
+/*
+ * The generic dequantization kernel for the packed and two-level fields of
+ * ADR-0024 (docs/spec/quantization.md §5.6): storage axes, codes and zero
+ * points packed in words with a lane order, zero-point offsets, 2-D
+ * blocks, group indices, codebooks, scale codebooks and super scales.
+ *
+ * Each logical dimension gets a code stride (in words along the packed
+ * dimension) and a scale stride, and a rule for its group (itself, a block,
+ * or the group index, which is checked once before anything is written).
+ * A row's bases come from its multi-index; along the last dimension each
+ * element adds its own steps. Memory beyond the scales is O(1), whatever
+ * the shape. Scales are formed once (codebook, super scale, offset) and
+ * zero points unpacked once, so the loop is: fetch code, one exact integer
+ * difference or one table value, one multiplication.
+ *
+ * Tensors without any of these fields never come here: the SIMD kernels of
+ * dequantize.c keep them.
+ */
+#include "packed.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/checked.h"
+#include "../core/descriptor_internal.h"
+#include "../core/error.h"
+#include "elements.h"
+#include "plan.h"
+
+/* How a logical dimension picks its scale group. */
+enum { GROUP_SELF = 0, GROUP_BLOCK = 1, GROUP_INDEX = 2 };
+
+typedef struct PackedJob {
+  uint32_t rank; /* of the logical view (NF4: 1) */
+  uint64_t shape[HURRAY_MAX_RANK];
+  uint64_t cstride[HURRAY_MAX_RANK]; /* words (or elements) per step of logical dim k */
+  uint64_t sstride[HURRAY_MAX_RANK]; /* scales per group step of logical dim k */
+  uint8_t group[HURRAY_MAX_RANK];    /* GROUP_* of dim k */
+  uint64_t block[HURRAY_MAX_RANK];   /* its block size when GROUP_BLOCK */
+  const uint8_t *gidx;               /* int32 group of each position, for GROUP_INDEX */
+  uint32_t packed_dim;               /* logical dim the lanes run along; rank when unpacked */
+  uint32_t lanes;
+  uint8_t lane_of[32]; /* lane holding element e of a group */
+  unsigned word_bytes; /* 0: ADR-0012 elements */
+  unsigned bits;
+  bool is_signed;
+  bool use_table; /* value = table[code] * scale, else (code - zp) * scale */
+  float table[256];
+  const uint8_t *codes;
+  float *scale;  /* formed, per flat scale index */
+  int64_t *zero; /* zero + offset per flat scale index; NULL when 0 */
+  uint64_t rows; /* numel / shape[rank - 1] */
+  HurrayDType out_dtype;
+  void *out;
+  unsigned parts;
+} PackedJob;
+
+static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index) {
+  return hurray_buffer_data(hurray_buffer_list_get(list, index));
+}
+
+bool hurray__packed_applies(const HurrayDescriptor *d) {
+  const HurrayQuant *q = &d->quant;
+  if (q->kind != HURRAY_QUANT_PER_CHANNEL_AFFINE && q->kind != HURRAY_QUANT_BLOCK_AFFINE &&
+      q->kind != HURRAY_QUANT_NF4) {
+    return false;
+  }
+  HurrayDType t = q->scale_dtype;
+  return hurray__quant_has_packed(q) || t == HURRAY_DTYPE_FLOAT8_E4M3FN ||
+         t == HURRAY_DTYPE_FLOAT8_E5M2 || t == HURRAY_DTYPE_FLOAT8_E8M0FNU;
+}
+
+/* Little-endian unsigned integer of `bytes` bytes. */
+static uint64_t load_le(const uint8_t *p, unsigned bytes) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* Element `i` of `bits` bits of an ADR-0012 array (bits below 8 packed
+ * low-first in a bit stream, wider ones little-endian bytes). */
+static uint64_t load_element(const uint8_t *p, uint64_t i, unsigned bits) {
+  if (bits >= 8) return load_le(p + i * (bits / 8), bits / 8);
+  uint64_t bit = i * bits;
+  unsigned v = p[bit >> 3];
+  if ((bit & 7u) + bits > 8u) v |= (unsigned)p[(bit >> 3) + 1] << 8;
+  return (v >> (bit & 7u)) & ((1u << bits) - 1u);
+}
+
+static int64_t sign_extend(uint64_t v, unsigned bits) {
+  uint64_t sign = (uint64_t)1 << (bits - 1);
+  return (int64_t)((v ^ sign) - sign);
+}
+
+/* Exact integer to binary32, rounded once to nearest even (the 64-bit
+ * conversion of some targets rounds through binary64 first). */
+static float i64_to_f32(int64_t v) {
+  uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  float f;
+  if (m < ((uint64_t)1 << 24)) {
+    f = (float)m;
+  } else {
+    unsigned shift = 40u - (unsigned)__builtin_clzll(m); /* keeps 24 bits */
+    uint64_t q = m >> shift, rest = m & (((uint64_t)1 << shift) - 1);
+    uint64_t half = (uint64_t)1 << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u))) q++;
+    f = ldexpf((float)q, (int)shift);
+  }
+  return v < 0 ? -f : f;
+}
+
+/* A scale or super scale as binary32. */
+static float read_scale(HurrayDType t, const uint8_t *p, uint64_t i) {
+  switch (t) {
+    case HURRAY_DTYPE_FLOAT32: return hurray__f32_from_bits((uint32_t)load_le(p + 4 * i, 4));
+    case HURRAY_DTYPE_FLOAT64: {
+      uint64_t bits = load_le(p + 8 * i, 8);
+      double v;
+      memcpy(&v, &bits, sizeof v);
+      return (float)v;
+    }
+    case HURRAY_DTYPE_FLOAT16: return hurray__f16_to_f32((uint16_t)load_le(p + 2 * i, 2));
+    case HURRAY_DTYPE_BFLOAT16: return hurray__bf16_to_f32((uint16_t)load_le(p + 2 * i, 2));
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU: return hurray__e8m0_to_f32(p[i]);
+    default: {
+      const HurrayMinifloat *mf = hurray__minifloat_of(t);
+      return mf ? hurray__minifloat_decode(mf, p[i]) : NAN;
+    }
+  }
+}
+
+/* The storage-order shape of an array of `rank` logical dims, and the
+ * row-major strides of that storage (in elements, or in words along a
+ * packed storage axis of `lanes`). stride_of[k] is the stride of logical
+ * dim k. */
+static void storage_strides(uint32_t rank, const uint64_t *logical, const uint8_t *axes,
+                            uint32_t packed_axis, uint32_t lanes, uint64_t *stride_of) {
+  uint64_t stride = 1;
+  for (uint32_t m = rank; m-- > 0;) {
+    uint32_t k = axes ? axes[m] : m;
+    stride_of[k] = stride;
+    stride *= m == packed_axis ? logical[k] / lanes : logical[k];
+  }
+}
+
+/* The strides of codes and scales per logical dimension, how each picks
+ * its group, and the group index checked once (so the element loop cannot
+ * meet an entry out of range). */
+static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
+                              const HurrayBufferList *list, HurrayError *error) {
+  const HurrayQuant *q = &d->quant;
+  bool nf4 = q->kind == HURRAY_QUANT_NF4;
+  bool block = q->kind == HURRAY_QUANT_BLOCK_AFFINE;
+  const uint8_t *axes = q->has_storage_axes && !nf4 ? q->storage_axes : NULL;
+  uint32_t packed_axis = HURRAY_MAX_RANK;
+  j->lanes = 1;
+  j->packed_dim = j->rank;
+  if (q->code_packing.word_bits != 0) {
+    packed_axis = q->code_packing.axis;
+    j->lanes = hurray__packing_lanes(&q->code_packing, d->dtype);
+    j->word_bytes = q->code_packing.word_bits / 8u;
+    j->packed_dim = axes ? axes[packed_axis] : packed_axis;
+    for (uint32_t l = 0; l < j->lanes; l++) j->lane_of[q->code_packing.order[l]] = (uint8_t)l;
+  }
+  storage_strides(j->rank, j->shape, axes, packed_axis, j->lanes, j->cstride);
+  uint64_t slog[HURRAY_MAX_RANK];
+  for (uint32_t k = 0; k < j->rank; k++) {
+    slog[k] = j->shape[k];
+    if (nf4 || (block && k == q->axis)) {
+      j->group[k] = GROUP_BLOCK;
+      j->block[k] = q->block_size;
+    } else if (block && q->block_size2 != 0 && k == q->axis2) {
+      j->group[k] = GROUP_BLOCK;
+      j->block[k] = q->block_size2;
+    }
+    if (j->group[k] == GROUP_BLOCK) slog[k] = hurray__ceil_div_u64(j->shape[k], j->block[k]);
+  }
+  if (q->kind == HURRAY_QUANT_PER_CHANNEL_AFFINE) {
+    j->sstride[q->axis] = 1; /* one scale per index along the axis, nothing else */
+  } else {
+    storage_strides(j->rank, slog, axes, HURRAY_MAX_RANK, 1, j->sstride);
+  }
+  if (q->group_index_buffer == HURRAY_NO_BUFFER) return HURRAY_OK;
+  j->gidx = buffer_bytes(list, q->group_index_buffer);
+  j->group[q->axis] = GROUP_INDEX;
+  for (uint64_t i = 0; i < j->shape[q->axis]; i++) {
+    int32_t v = (int32_t)(uint32_t)load_le(j->gidx + 4 * i, 4);
+    if (v < 0 || (uint64_t)v >= slog[q->axis]) {
+      return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
+                          "quantization.group_index_buffer: entry %llu is %d, outside the %llu "
+                          "groups [0, %llu)",
+                          (unsigned long long)i, (int)v, (unsigned long long)slog[q->axis],
+                          (unsigned long long)slog[q->axis]);
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* What position i of logical dim k adds to the code's word (or element)
+ * index and to the scale index. */
+static inline uint64_t code_step(const PackedJob *j, uint32_t k, uint64_t i) {
+  return (k == j->packed_dim ? i / j->lanes : i) * j->cstride[k];
+}
+
+static inline uint64_t scale_step(const PackedJob *j, uint32_t k, uint64_t i) {
+  uint64_t g = i;
+  if (j->group[k] == GROUP_BLOCK) {
+    g = i / j->block[k];
+  } else if (j->group[k] == GROUP_INDEX) {
+    g = (uint32_t)load_le(j->gidx + 4 * i, 4); /* checked in range by plan_dims */
+  }
+  return g * j->sstride[k];
+}
+
+/* Zero point of the scale at flat storage index `s`, from a buffer that
+ * may be packed along an axis of the scale array (storage order). */
+static int64_t zero_at(const HurrayQuant *q, const uint8_t *zps, const uint64_t *sshape,
+                       uint32_t srank, uint64_t s) {
+  const HurrayQuantPacking *p = &q->zero_point_packing;
+  HurrayDType t = q->zero_point_dtype;
+  uint32_t bits = hurray_dtype_bits(t);
+  bool is_signed = t == HURRAY_DTYPE_INT4 || t == HURRAY_DTYPE_INT8 || t == HURRAY_DTYPE_INT16 ||
+                   t == HURRAY_DTYPE_INT32;
+  uint64_t v;
+  if (p->word_bits == 0) {
+    v = load_element(zps, s, bits);
+  } else {
+    uint32_t lanes = hurray__packing_lanes(p, t);
+    uint64_t word = 0, stride = 1, rest = s, along = 0;
+    for (uint32_t m = srank; m-- > 0;) {
+      uint64_t pos = rest % sshape[m];
+      rest /= sshape[m];
+      if (m == p->axis) {
+        along = pos;
+        pos /= lanes;
+      }
+      word += pos * stride;
+      stride *= m == p->axis ? sshape[m] / lanes : sshape[m];
+    }
+    uint32_t lane = 0;
+    while (p->order[lane] != along % lanes) lane++;
+    v = (load_le(zps + word * (p->word_bits / 8u), p->word_bits / 8u) >> (lane * bits)) &
+        (((uint64_t)1 << bits) - 1);
+  }
+  return is_signed ? sign_extend(v, bits) : (int64_t)v;
+}
+
+/* long: the scale array formed once (codebook, super scale, offset) and the zero points. */
+static HurrayStatus form_scales(PackedJob *j, const HurrayDescriptor *d,
+                                const HurrayBufferList *list, HurrayError *error) {
+  const HurrayQuant *q = &d->quant;
+  uint64_t sshape[HURRAY_MAX_RANK], n = 1;
+  uint32_t srank;
+  hurray__quant_scale_shape(d, sshape, &srank);
+  for (uint32_t m = 0; m < srank; m++) n *= sshape[m]; /* validated: fits */
+  if (n > SIZE_MAX / sizeof(int64_t)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
+  }
+  j->scale = malloc((n ? n : 1) * sizeof(float));
+  if (j->scale == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for scales");
+  const uint8_t *scales = buffer_bytes(list, q->scale_buffer);
+  const uint8_t *cb = q->scale_codebook_buffer != HURRAY_NO_BUFFER
+                          ? buffer_bytes(list, q->scale_codebook_buffer)
+                          : NULL;
+  const uint8_t *sup = q->super_scale_buffer != HURRAY_NO_BUFFER
+                           ? buffer_bytes(list, q->super_scale_buffer)
+                           : NULL;
+  float offset = (float)q->scale_offset;
+  for (uint64_t s = 0; s < n; s++) {
+    float v = cb ? read_scale(HURRAY_DTYPE_FLOAT32, cb, scales[s])
+                 : read_scale(q->scale_dtype, scales, s);
+    if (sup != NULL) {
+      float u = read_scale(q->super_scale_dtype, sup,
+                           q->super_block_size ? s / q->super_block_size : 0);
+      v = q->super_op == HURRAY_SUPER_DIVIDE ? v / u : v * u;
+    }
+    if (q->scale_offset != 0.0) v = v + offset;
+    j->scale[s] = v;
+  }
+  if (j->use_table) return HURRAY_OK;
+  bool buffered = q->zero_point_buffer != HURRAY_NO_BUFFER;
+  if (!buffered && q->zero_point == 0 && q->zero_point_offset == 0) return HURRAY_OK;
+  j->zero = malloc((n ? n : 1) * sizeof(int64_t));
+  if (j->zero == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
+  const uint8_t *zps = buffered ? buffer_bytes(list, q->zero_point_buffer) : NULL;
+  for (uint64_t s = 0; s < n; s++) {
+    int64_t z = buffered ? zero_at(q, zps, sshape, srank, s) : q->zero_point;
+    j->zero[s] = z + q->zero_point_offset; /* both within 2^32: exact */
+  }
+  return HURRAY_OK;
+}
+
+static void fill_table(PackedJob *j, const HurrayDescriptor *d, const HurrayBufferList *list) {
+  const HurrayQuant *q = &d->quant;
+  const HurrayMinifloat *mf = hurray__minifloat_of(d->dtype);
+  const uint8_t *cb = q->codebook_buffer != HURRAY_NO_BUFFER
+                          ? buffer_bytes(list, q->codebook_buffer)
+                          : NULL;
+  j->use_table = cb != NULL || mf != NULL || q->kind == HURRAY_QUANT_NF4;
+  if (!j->use_table) return;
+  unsigned count = j->bits <= 8 ? 1u << j->bits : 0;
+  for (unsigned c = 0; c < count; c++) {
+    j->table[c] = cb   ? read_scale(HURRAY_DTYPE_FLOAT32, cb, c)
+                  : mf ? hurray__minifloat_decode(mf, c)
+                       : HURRAY__NF4_VALUES[c & 15u];
+  }
+}
+
+static void store(const PackedJob *j, uint64_t at, float v) {
+  if (j->out_dtype == HURRAY_DTYPE_FLOAT32) {
+    ((float *)j->out)[at] = v;
+  } else if (j->out_dtype == HURRAY_DTYPE_FLOAT16) {
+    ((uint16_t *)j->out)[at] = hurray__f32_to_f16(v);
+  } else {
+    ((uint16_t *)j->out)[at] = hurray__f32_to_bf16(v);
+  }
+}
+
+/* Where a row starts: its code and scale bases and, when the lanes run
+ * along another dimension, its lane. */
+typedef struct RowBase {
+  uint64_t c, s;
+  unsigned lane;
+} RowBase;
+
+/* Elements [t0, t1) of a row. Along the last dimension the steps advance
+ * by counters, not divisions. */
+static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  uint32_t last = j->rank - 1;
+  const uint64_t mask = ((uint64_t)1 << j->bits) - 1; /* bits <= 32 (validated) */
+  const bool packed_last = j->packed_dim == last;
+  const uint64_t cstep = j->cstride[last], sstep = j->sstride[last], block = j->block[last];
+  const uint8_t grp = j->group[last];
+  const uint64_t len = j->shape[last];
+  uint64_t c = b.c + code_step(j, last, t0), sb = b.s + scale_step(j, last, t0);
+  uint64_t in_block = grp == GROUP_BLOCK ? t0 % block : 0;
+  unsigned in_word = packed_last ? (unsigned)(t0 % j->lanes) : 0;
+  for (uint64_t t = t0; t < t1; t++) {
+    uint64_t s = grp == GROUP_INDEX ? b.s + scale_step(j, last, t) : sb, code;
+    if (j->word_bytes) {
+      unsigned lane = packed_last ? j->lane_of[in_word] : b.lane;
+      code = (load_le(j->codes + c * j->word_bytes, j->word_bytes) >> (lane * j->bits)) & mask;
+    } else {
+      code = load_element(j->codes, c, j->bits);
+    }
+    float v;
+    if (j->use_table) {
+      v = j->table[code] * j->scale[s];
+    } else {
+      int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
+      v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
+    }
+    store(j, r * len + t, v);
+    if (!packed_last || ++in_word == j->lanes) {
+      in_word = 0;
+      c += cstep;
+    }
+    if (grp == GROUP_SELF || (grp == GROUP_BLOCK && ++in_block == block)) {
+      in_block = 0;
+      sb += sstep;
+    }
+  }
+}
+
+/* Rows and columns in tiles: codes stored transposed (GPTQ, AWQ) put a
+ * row's neighbours in the next row's cache lines, so a tile of rows reuses
+ * each line it loads. */
+#define TILE_ROWS 16u
+#define TILE_COLS 256u
+
+static void decode_rows(void *ctx, unsigned part) {
+  PackedJob *j = ctx;
+  uint64_t r0 = j->rows / j->parts * part;
+  uint64_t r1 = part + 1 == j->parts ? j->rows : j->rows / j->parts * (part + 1);
+  uint32_t last = j->rank - 1;
+  uint64_t len = j->shape[last], idx[HURRAY_MAX_RANK] = {0};
+  uint64_t rest = r0;
+  for (uint32_t k = last; k-- > 0;) { /* multi-index of row r0 */
+    idx[k] = rest % j->shape[k];
+    rest /= j->shape[k];
+  }
+  RowBase base[TILE_ROWS];
+  for (uint64_t r = r0; r < r1; r += TILE_ROWS) {
+    unsigned n = r1 - r < TILE_ROWS ? (unsigned)(r1 - r) : TILE_ROWS;
+    for (unsigned i = 0; i < n; i++) {
+      RowBase *b = &base[i];
+      b->c = b->s = 0;
+      for (uint32_t k = 0; k < last; k++) {
+        b->c += code_step(j, k, idx[k]);
+        b->s += scale_step(j, k, idx[k]);
+      }
+      b->lane = j->packed_dim < last ? j->lane_of[idx[j->packed_dim] % j->lanes] : 0;
+      for (uint32_t k = last; k-- > 0;) {
+        if (++idx[k] < j->shape[k]) break;
+        idx[k] = 0;
+      }
+    }
+    for (uint64_t t = 0; t < len; t += TILE_COLS) {
+      uint64_t t1 = len - t < TILE_COLS ? len : t + TILE_COLS;
+      for (unsigned i = 0; i < n; i++) decode_run(j, r + i, base[i], t, t1);
+    }
+  }
+}
+
+HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                       HurrayDType out_dtype, void *out, uint64_t numel,
+                                       uint32_t threads, HurrayError *error) {
+  if (numel == 0) return HURRAY_OK;
+  PackedJob *j = calloc(1, sizeof *j);
+  if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
+  const HurrayQuant *q = &d->quant;
+  if (q->kind == HURRAY_QUANT_NF4) {
+    j->rank = 1;
+    j->shape[0] = numel;
+  } else {
+    j->rank = d->rank;
+    memcpy(j->shape, d->shape, d->rank * sizeof d->shape[0]);
+  }
+  HurrayDType t = d->dtype;
+  j->bits = hurray_dtype_bits(t);
+  j->is_signed = t == HURRAY_DTYPE_INT4 || t == HURRAY_DTYPE_INT8 || t == HURRAY_DTYPE_INT16 ||
+                 t == HURRAY_DTYPE_INT32;
+  j->codes = buffer_bytes(list, d->layout.data_buffer) + d->byte_offset;
+  j->out_dtype = out_dtype;
+  j->out = out;
+  j->rows = numel / j->shape[j->rank - 1];
+  fill_table(j, d, list);
+  HurrayStatus st = plan_dims(j, d, list, error);
+  if (st == HURRAY_OK) st = form_scales(j, d, list, error);
+  if (st == HURRAY_OK) {
+    uint64_t bytes = numel * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u);
+    j->parts = hurray__quant_threads(threads, bytes);
+    if (j->rows < j->parts) j->parts = (unsigned)j->rows;
+    hurray__parallel_run(j->parts, decode_rows, j);
+  }
+  free(j->scale);
+  free(j->zero);
+  free(j);
+  return st;
+}
