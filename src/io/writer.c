@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -71,6 +72,7 @@ struct HurrayWriter {
   bool unnamed_temp;        /* SINK_PATH with O_TMPFILE */
   uint64_t position;        /* bytes written so far */
   uint64_t written_back;    /* SINK_PATH: writeback started for [0, written_back) */
+  bool drop_source;         /* buffers are views of read-only file mappings */
   bool failed;              /* a write failed: only abort remains */
   bool statistics;          /* compute statistics for each tensor written */
   HurrayCancelFn cancel_fn; /* asked between pieces of output; NULL: never */
@@ -145,8 +147,8 @@ static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
  * started every HURRAY_WRITEBACK_STEP bytes, so that the disk writes while
  * the rest is still being produced instead of all of it waiting for the
  * final fsync, as `cp` followed by `sync` waits. Measured (1 GiB,
- * bench/results/convert-speed.md): with it the conversion took 0.5-0.9x
- * the time of cp + sync, without it 0.7-1.1x. Only the path sink: an fd
+ * bench/results/io-speed.md, section 5): with it the conversion took 0.8-0.9x
+ * the time of cp + sync, without it 1.1x. Only the path sink: an fd
  * or a callback belongs to the caller, who decides when it is synced. */
 static void start_writeback(HurrayWriter *w) {
   if (w->kind != SINK_PATH || w->sys->start_writeback == NULL ||
@@ -185,6 +187,17 @@ static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayEr
   return HURRAY_OK;
 }
 
+/* Lets go of the whole pages of [p, p + len), a view of a read-only file
+ * mapping, from this process (they stay in the page cache): a converted
+ * tensor then never holds more than HURRAY_DROP_STEP of resident memory. */
+static void drop_mapped_pages(const void *p, uint64_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
+  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Writes one buffer and computes its checksum. Into a file, in pieces that
  * end on multiples of HURRAY_WRITE_STEP of the file, each hashed just
  * before it is written: one pass over the source instead of a hash pass
@@ -198,7 +211,7 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
   }
   HurrayHashStream hs;
   hurray__hash_stream_reset(&hs);
-  const uint8_t *p = data;
+  const uint8_t *p = data, *kept = data;
   while (len > 0) {
     uint64_t n = HURRAY_WRITE_STEP - w->position % HURRAY_WRITE_STEP;
     if (n > len) n = len;
@@ -206,9 +219,17 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
     HURRAY_RETURN_NOT_OK(emit(w, p, (size_t)n, error));
     p += n;
     len -= n;
+    if (w->drop_source && (uint64_t)(p - kept) >= HURRAY_DROP_STEP) {
+      drop_mapped_pages(kept, (uint64_t)(p - kept));
+      kept = p;
+    }
   }
   *sum = hurray__hash_stream_digest(&hs);
   return HURRAY_OK;
+}
+
+void hurray__writer_drop_source_pages(HurrayWriter *w, bool on) {
+  if (w != NULL) w->drop_source = on;
 }
 
 static HurrayStatus pad_to(HurrayWriter *w, uint64_t alignment, HurrayError *error) {

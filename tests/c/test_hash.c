@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -524,6 +526,69 @@ static void test_convert_checks_kernel_copies(void **state) {
   assert_text(dst, "old target");
 }
 
+/* The resident set of a conversion stays near the 8 MiB step in both
+ * directions, not one tensor: a 64 MiB tensor through safetensors ->
+ * hurray -> safetensors, in a child whose peak is compared with its size
+ * before the conversion. */
+static long resident_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void test_convert_resident_set_flat(void **state) {
+  (void)state;
+  char src[300], mid[300], back[300];
+  file_path(src, sizeof src, "flat.safetensors");
+  file_path(mid, sizeof mid, "flat.hurray");
+  file_path(back, sizeof back, "flat-back.safetensors");
+  const size_t bytes = 64u << 20;
+  char header[128];
+  int n = snprintf(header, sizeof header,
+                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+                   bytes, bytes);
+  while (n % 8 != 0) header[n++] = ' ';
+  FILE *f = fopen(src, "wb");
+  assert_non_null(f);
+  uint8_t len8[8];
+  for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)n >> (8 * k));
+  assert_int_equal(fwrite(len8, 1, 8, f), 8);
+  assert_int_equal(fwrite(header, 1, (size_t)n, f), (size_t)n);
+  uint8_t *data = random_bytes(1u << 20, 9);
+  for (size_t i = 0; i < bytes; i += 1u << 20) assert_int_equal(fwrite(data, 1, 1u << 20, f), 1u << 20);
+  free(data);
+  fclose(f);
+  for (int direction = 0; direction < 2; direction++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      long before = resident_kib();
+      HurrayError e = {0};
+      HurrayStatus st = direction == 0 ? hurray_convert_file(src, mid, NULL, &e)
+                                       : hurray_convert_file(mid, back, NULL, &e);
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      if (st != HURRAY_OK) _exit(2);
+      /* 64 MiB would mean the whole tensor stayed resident. */
+      _exit(before >= 0 && ru.ru_maxrss - before < (32 << 10) ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  size_t la, lb;
+  uint8_t *a = slurp(src, &la), *b = slurp(back, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(a, b, la);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths_agree_with_reference),
@@ -535,6 +600,7 @@ int main(void) {
       cmocka_unit_test(test_writeback_started_and_only_advice),
       cmocka_unit_test(test_convert_checks_while_copying),
       cmocka_unit_test(test_convert_checks_kernel_copies),
+      cmocka_unit_test(test_convert_resident_set_flat),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
