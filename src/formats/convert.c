@@ -1003,7 +1003,6 @@ static const uint8_t *entry_data(const Entry *e, uint32_t index) {
   return hurray_buffer_data(hurray_buffer_list_get(e->buffers, index));
 }
 
-
 /* The checked data buffer's digest against its stored checksum, with the
  * reader's message (hurray_reader_verify's). */
 static HurrayStatus check_digest(const Entry *e, uint64_t sum, HurrayError *error) {
@@ -1372,7 +1371,8 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   if (st == HURRAY_OK) st = hurray_target_open(dst, tf, &t, error);
   /* GGUF sources hand out fresh memory for Q8_0/Q4_0 codes: not for them. */
   if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
-  if (st == HURRAY_OK && t->writer != NULL) hurray__writer_drop_source_pages(t->writer, t->drop_pages);
+  if (st == HURRAY_OK && t->writer != NULL)
+    hurray__writer_drop_source_pages(t->writer, t->drop_pages);
   if (st == HURRAY_OK) t->sys = sys;
   if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
   for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {

@@ -1418,8 +1418,7 @@ bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t 
   *length = buffer_field(t, buffer, 1);
   *checksum = buffer_field(t, buffer, 2);
   /* The index was checked against the file when the reader opened it. */
-  *data = r->mapping != NULL && offset <= r->mapping->len &&
-                  *length <= r->mapping->len - offset
+  *data = r->mapping != NULL && offset <= r->mapping->len && *length <= r->mapping->len - offset
               ? r->mapping->base + offset
               : NULL;
   return true;

@@ -548,8 +548,8 @@ static void test_convert_resident_set_flat(void **state) {
   const size_t bytes = 64u << 20;
   char header[128];
   int n = snprintf(header, sizeof header,
-                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
-                   bytes, bytes);
+                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", bytes,
+                   bytes);
   while (n % 8 != 0) header[n++] = ' ';
   FILE *f = fopen(src, "wb");
   assert_non_null(f);
@@ -558,7 +558,8 @@ static void test_convert_resident_set_flat(void **state) {
   assert_int_equal(fwrite(len8, 1, 8, f), 8);
   assert_int_equal(fwrite(header, 1, (size_t)n, f), (size_t)n);
   uint8_t *data = random_bytes(1u << 20, 9);
-  for (size_t i = 0; i < bytes; i += 1u << 20) assert_int_equal(fwrite(data, 1, 1u << 20, f), 1u << 20);
+  for (size_t i = 0; i < bytes; i += 1u << 20)
+    assert_int_equal(fwrite(data, 1, 1u << 20, f), 1u << 20);
   free(data);
   fclose(f);
   for (int direction = 0; direction < 2; direction++) {
