@@ -23,6 +23,8 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "../io/format.h"
+#include "../io/hash.h"
 #include "../io/reader_origin.h"
 #include "../io/sys.h"
 #include "convert_sys.h"
@@ -644,6 +646,11 @@ typedef struct Entry {
   long order;
   int src_fd; /* >= 0: the data buffer is these bytes of a file */
   uint64_t src_off;
+  /* The data buffer is checked against its stored checksum as it is
+   * copied (a hurray source, verified): check_len bytes from its start. */
+  bool check;
+  uint32_t check_buffer;
+  uint64_t check_len, check_sum;
 } Entry;
 
 struct HurrayTarget {
@@ -996,16 +1003,16 @@ static const uint8_t *entry_data(const Entry *e, uint32_t index) {
   return hurray_buffer_data(hurray_buffer_list_get(e->buffers, index));
 }
 
-/* The target-side size of one write(2) of mapped source bytes, ending on a
- * multiple of itself in the target: the size of the pipe through which
- * copy_file_range and cp move pages. Measured (bench/results/io-speed.md,
- * 1 GiB, ext4, Linux 6.18, a VM): 64 KiB writes run at the speed of cp +
- * sync; 256 KiB ones too, except right after another 1 GiB file was written
- * (3-5 s instead of 0.8); 2 MiB and larger ones fill huge page-cache folios,
- * whose first write is several times slower on this VM. */
-#define WRITE_STEP ((uint64_t)64 << 10)
-/* Mapped source pages are let go after this many bytes (flat RSS). */
-#define DROP_STEP ((uint64_t)8 << 20)
+/* The checked data buffer's digest against its stored checksum, with the
+ * reader's message (hurray_reader_verify's). */
+static HurrayStatus check_digest(const Entry *e, uint64_t sum, HurrayError *error) {
+  if (sum == e->check_sum) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                      "tensor \"%.200s\" buffer %u: checksum mismatch (stored %016llx, data "
+                      "%016llx)",
+                      e->name, e->check_buffer, (unsigned long long)e->check_sum,
+                      (unsigned long long)sum);
+}
 
 /* An entry's data bytes. File to file in the kernel (copy_file_range) when
  * they are a range of a source file that sits at the same place within a
@@ -1015,28 +1022,47 @@ static const uint8_t *entry_data(const Entry *e, uint32_t index) {
  * the kernel's page-by-page copy straddles two source pages for every target
  * page and ran at half the speed of cp; writing from the source mapping in
  * page-aligned target steps instead runs at cp's. `drop`: the bytes are a
- * view of a read-only file mapping whose pages may be dropped. */
+ * view of a read-only file mapping whose pages may be dropped.
+ *
+ * A checked entry (e->check) is hashed piece by piece just before each
+ * piece is written, while it is in the CPU's cache: one pass over the
+ * source instead of a verification pass and then a copy pass. A mismatch
+ * fails the write; the temporary file is then discarded and the target
+ * keeps its old bytes, as when the whole source was checked first. */
 static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, HurrayError *error) {
   const uint8_t *p = entry_data(e, hurray_descriptor_data_buffer(e->d));
   uint64_t pos = hurray__raw_writer_position(w);
   long page = sysconf(_SC_PAGESIZE);
+  HurrayHashStream hs;
   if (e->src_fd >= 0 && (p == NULL || (page > 0 && (pos - e->src_off) % (uint64_t)page == 0))) {
+    if (e->check) {
+      /* The kernel's copy never passes through this process: hash first. */
+      HURRAY_RETURN_NOT_OK(check_digest(e, hurray__checksum(p, (size_t)e->check_len), error));
+      if (drop) drop_pages(p, e->check_len);
+    }
     return hurray__raw_writer_copy(w, e->src_fd, e->src_off, e->nbytes, error);
   }
+  if (e->check) hurray__hash_stream_reset(&hs);
   uint64_t left = e->nbytes, kept = 0;
   HurrayStatus s = HURRAY_OK;
   while (s == HURRAY_OK && left > 0) {
-    uint64_t n = WRITE_STEP - pos % WRITE_STEP;
+    uint64_t n = HURRAY_WRITE_STEP - pos % HURRAY_WRITE_STEP;
     if (n > left) n = left;
+    if (e->check) hurray__hash_stream_update(&hs, p, (size_t)n);
     s = hurray__raw_writer_write(w, p, (size_t)n, error);
     p += n;
     pos += n;
     left -= n;
     kept += n;
-    if (drop && kept >= DROP_STEP) {
+    if (drop && kept >= HURRAY_DROP_STEP) {
       drop_pages(p - kept, kept);
       kept = 0;
     }
+  }
+  if (s == HURRAY_OK && e->check) {
+    /* A stored buffer may be longer than the bytes the target holds. */
+    hurray__hash_stream_update(&hs, p, (size_t)(e->check_len - e->nbytes));
+    s = check_digest(e, hurray__hash_stream_digest(&hs), error);
   }
   return s;
 }
@@ -1258,6 +1284,29 @@ static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
   }
 }
 
+/* Arranges the check of tensor i of a verified hurray source, just added
+ * to a foreign target as `e`: its one data buffer, read from the source's
+ * mapping, is checked as write_data copies it; any other tensor (several
+ * buffers, codes re-laid out into GGUF blocks, a reader without a mapping)
+ * is checked now, whole, before anything of it is written. */
+static HurrayStatus check_source_tensor(const HurraySource *s, size_t i, Entry *e,
+                                        HurrayError *error) {
+  const uint8_t *data = NULL;
+  uint64_t len = 0, sum = 0;
+  uint32_t b = hurray_descriptor_data_buffer(e->d);
+  if (hurray_descriptor_buffer_count(e->d) == 1 && e->gtype != HURRAY_GGUF_TYPE_Q8_0 &&
+      e->gtype != HURRAY_GGUF_TYPE_Q4_0 &&
+      hurray__reader_buffer_record(s->reader, i, b, &data, &len, &sum) && data != NULL &&
+      data == entry_data(e, b) && len >= e->nbytes) {
+    e->check = true;
+    e->check_buffer = b;
+    e->check_len = len;
+    e->check_sum = sum;
+    return HURRAY_OK;
+  }
+  return hurray_reader_verify(s->reader, hurray_reader_tensor_name(s->reader, i), error);
+}
+
 HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                  const HurrayConvertOptions *options, HurrayError *error) {
   return hurray__convert_file_sys(src, dst, options, NULL, error);
@@ -1294,12 +1343,18 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
       hurray_source_open(src, options->source_format, &source_options, &s, error));
   size_t n = hurray_source_tensor_count(s);
   HurrayStatus st = HURRAY_OK;
-  /* A hurray source is checked whole, before the target exists: every
-   * buffer on the hashing threads at once (one tensor at a time would
-   * leave all but one idle), pages let go as it goes, and each buffer is
-   * hashed once, not again per tensor. */
+  /* A hurray source going to a hurray file is checked whole, before the
+   * target exists: pages let go as it goes, and each buffer is hashed
+   * once, not again per tensor. Going to safetensors or GGUF, each data
+   * buffer is checked while it is copied (write_data), and the others
+   * when their tensor is added (check_source_tensor). */
+  bool check_on_copy = false;
   if (s->format == HURRAY_FORMAT_HURRAY && s->verify) {
-    st = hurray__reader_verify_flat(s->reader, error);
+    if (tf == HURRAY_FORMAT_HURRAY) {
+      st = hurray__reader_verify_flat(s->reader, error);
+    } else {
+      check_on_copy = true;
+    }
     s->verified = st == HURRAY_OK;
   }
   /* Everything the target would refuse is refused before it is opened. */
@@ -1316,6 +1371,8 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   if (st == HURRAY_OK) st = hurray_target_open(dst, tf, &t, error);
   /* GGUF sources hand out fresh memory for Q8_0/Q4_0 codes: not for them. */
   if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
+  if (st == HURRAY_OK && t->writer != NULL)
+    hurray__writer_drop_source_pages(t->writer, t->drop_pages);
   if (st == HURRAY_OK) t->sys = sys;
   if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
   for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {
@@ -1337,6 +1394,9 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
     if (st == HURRAY_OK && tf != HURRAY_FORMAT_HURRAY) source_origin(s, d, list, &fd, &off);
     if (st == HURRAY_OK) {
       st = add_tensor(t, hurray_source_tensor_name(s, i), d, list, fd, off, error);
+    }
+    if (st == HURRAY_OK && check_on_copy) {
+      st = check_source_tensor(s, i, &t->entries[t->count - 1], error);
     }
   }
   if (st == HURRAY_OK) {

@@ -21,6 +21,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #  define HURRAY_HAVE_AVX2_PATH 1
 uint64_t hurray__xxh3_avx2(const void *data, size_t len);
+void hurray__xxh3_avx2_update(XXH3_state_t *state, const void *data, size_t len);
+uint64_t hurray__xxh3_avx2_digest(const XXH3_state_t *state);
 #endif
 
 /* Below this many bytes a thread costs more than it saves (starting one is
@@ -62,6 +64,32 @@ uint64_t hurray__checksum(const void *data, size_t len) {
   if (len >= 4096 && use_avx2()) return hurray__xxh3_avx2(data, len);
 #endif
   return XXH3_64bits(data, len);
+}
+
+void hurray__hash_stream_reset(HurrayHashStream *s) {
+  (void)XXH3_64bits_reset(&s->state); /* fails only for a NULL state */
+#ifdef HURRAY_HAVE_AVX2_PATH
+  s->avx2 = use_avx2();
+#else
+  s->avx2 = false;
+#endif
+}
+
+void hurray__hash_stream_update(HurrayHashStream *s, const void *data, size_t len) {
+#ifdef HURRAY_HAVE_AVX2_PATH
+  if (s->avx2) {
+    hurray__xxh3_avx2_update(&s->state, data, len);
+    return;
+  }
+#endif
+  (void)XXH3_64bits_update(&s->state, data, len); /* fails only for NULL input */
+}
+
+uint64_t hurray__hash_stream_digest(const HurrayHashStream *s) {
+#ifdef HURRAY_HAVE_AVX2_PATH
+  if (s->avx2) return hurray__xxh3_avx2_digest(&s->state);
+#endif
+  return XXH3_64bits_digest(&s->state);
 }
 
 unsigned hurray__hash_threads(void) {

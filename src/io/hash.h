@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <xxhash.h>
 
 /* One buffer to hash; `sum` is written by hurray__hash_many. */
 typedef struct HurrayHashJob {
@@ -46,5 +47,20 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 
 /* The same with `threads` threads (1..64) instead of the knob's. */
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
+
+/* One buffer's checksum fed in pieces, so that a writer can hash each
+ * piece just before it writes it (the piece is then still in the CPU's
+ * cache) instead of reading the whole buffer once more. The digest equals
+ * hurray__checksum of the concatenated pieces, whatever the pieces' sizes
+ * (xxh3's streaming form is defined to give the one-shot result), on the
+ * same vector path as hurray__checksum. */
+typedef struct HurrayHashStream {
+  XXH3_state_t state;
+  bool avx2;
+} HurrayHashStream;
+
+void hurray__hash_stream_reset(HurrayHashStream *s);
+void hurray__hash_stream_update(HurrayHashStream *s, const void *data, size_t len);
+uint64_t hurray__hash_stream_digest(const HurrayHashStream *s);
 
 #endif

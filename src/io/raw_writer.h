@@ -7,10 +7,31 @@
 #ifndef HURRAY_SRC_IO_RAW_WRITER_H
 #define HURRAY_SRC_IO_RAW_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "hurray/io.h"
+
+/* The size of one write(2) of a large buffer into a file, ending on a
+ * multiple of itself in the file: the size of the pipe through which
+ * copy_file_range and cp move pages. Measured (bench/results/io-speed.md,
+ * sections 4 and 5; 1 GiB, ext4, Linux 6.18, a VM): 64 KiB writes run at
+ * the speed of cp + sync; 256 KiB ones too, except right after another
+ * 1 GiB file was written (3-5 s instead of 0.8); 2 MiB and larger ones fill
+ * huge page-cache folios, whose first write is several times slower on
+ * this VM (a whole 64 MiB tensor in one write: 1.8-3.5x cp + sync). */
+#define HURRAY_WRITE_STEP ((uint64_t)64 << 10)
+/* A file written to be published (fsynced, then renamed) has its writeback
+ * started every this many bytes (writer.c, start_writeback). */
+#define HURRAY_WRITEBACK_STEP ((uint64_t)8 << 20)
+/* Pages of a read-only source mapping are let go after this many bytes of
+ * it were written (flat resident set). */
+#define HURRAY_DROP_STEP ((uint64_t)8 << 20)
+
+/* The buffers `w` will be given are views of read-only file mappings
+ * (the converter's sources): their pages may be let go once written. */
+void hurray__writer_drop_source_pages(HurrayWriter *w, bool on);
 
 HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, HurrayError *error);
 /* The same with every call on the target going through `sys` (src/io/sys.h),

@@ -1540,3 +1540,19 @@ bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len
   *offset = (uint64_t)(q - base);
   return true;
 }
+
+bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
+                                  const uint8_t **data, uint64_t *length, uint64_t *checksum) {
+  if (r == NULL || index >= r->tensor_count || buffer >= r->tensors[index].buffer_count) {
+    return false;
+  }
+  const TensorEntry *t = &r->tensors[index];
+  uint64_t offset = buffer_field(t, buffer, 0);
+  *length = buffer_field(t, buffer, 1);
+  *checksum = buffer_field(t, buffer, 2);
+  /* The index was checked against the file when the reader opened it. */
+  *data = r->mapping != NULL && offset <= r->mapping->len && *length <= r->mapping->len - offset
+              ? r->mapping->base + offset
+              : NULL;
+  return true;
+}

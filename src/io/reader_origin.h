@@ -22,5 +22,11 @@ bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len
  * round of 64 MiB): for the converter, which checks a whole source up
  * front. */
 HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error);
+/* The index record of buffer `buffer` of tensor `index`: its length and
+ * stored checksum, and where its bytes lie in the reader's mapping (NULL
+ * when the reader does not map its file). False when either index is out
+ * of range. For the converter, which checks a buffer while it copies it. */
+bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
+                                  const uint8_t **data, uint64_t *length, uint64_t *checksum);
 
 #endif

@@ -61,6 +61,18 @@ static int sys_close(void *ctx, int fd) {
   return close(fd);
 }
 
+static int sys_start_writeback(void *ctx, int fd, off_t offset, off_t len) {
+  (void)ctx;
+#ifdef SYNC_FILE_RANGE_WRITE
+  return sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE);
+#else
+  (void)fd;
+  (void)offset;
+  (void)len;
+  return 0;
+#endif
+}
+
 const HurraySys hurray__sys_default = {
     .ctx = NULL,
     .access = sys_access,
@@ -73,4 +85,5 @@ const HurraySys hurray__sys_default = {
     .rename = sys_rename,
     .unlink = sys_unlink,
     .close = sys_close,
+    .start_writeback = sys_start_writeback,
 };

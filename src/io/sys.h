@@ -45,6 +45,13 @@ typedef struct HurraySys {
   int (*rename)(void *ctx, const char *old_path, const char *new_path);
   int (*unlink)(void *ctx, const char *path);
   int (*close)(void *ctx, int fd);
+  /* sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE): starts the
+   * writeback of bytes already written, without waiting for it. Advice
+   * only: its result is ignored, and fsync still decides whether the file
+   * reached the disk (without the WAIT flags it consumes no writeback
+   * error, so fsync still sees any). NULL: never called (tables written
+   * before it existed). */
+  int (*start_writeback)(void *ctx, int fd, off_t offset, off_t len);
 } HurraySys;
 
 /* The real system calls. */

@@ -4,25 +4,35 @@
  * class and unaligned starts; hurray__hash_many gives the same sums with 1
  * and many threads; a file written with 1 and with 4 hashing threads is
  * the same bytes; and a damaged buffer is found, with the same message,
- * whatever thread count hashes it and in every read mode.
+ * whatever thread count hashes it and in every read mode. The streaming
+ * form (HurrayHashStream) gives the one-shot sum for any cut into pieces;
+ * a published file gets its writeback started as it is written, and a
+ * failure of that advice changes nothing; the converter checks each buffer
+ * of a hurray source while it copies it, on both of its copy paths.
  *
  * Links the library's objects (hidden symbols reachable), like test_faults.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "../../src/io/format.h"
 #include "../../src/io/hash.h"
 #include "../../src/io/reader_origin.h"
+#include "../../src/io/sys.h"
 #include "scratch_dir.h"
 #include "test_util.h"
 
 #define TENSORS 12
+/* 1.5f in little-endian binary32. */
+static const uint8_t value_bytes_1_5[4] = {0x00, 0x00, 0xc0, 0x3f};
 #define TENSOR_BYTES ((3u << 20) / 2) /* above the threading threshold */
 
 static int setup(void **state) {
@@ -95,6 +105,41 @@ static void test_paths_agree_with_reference(void **state) {
     }
   }
   unsetenv("HURRAY_HASH_SIMD");
+  free(data);
+}
+
+/* Any cut of a buffer into pieces, fed to the stream, gives the one-shot
+ * sum, on both vector paths and from unaligned starts. */
+static void test_stream_matches_checksum(void **state) {
+  (void)state;
+  const size_t total = (3u << 20) + 77;
+  uint8_t *data = random_bytes(total + 8, 3);
+  static const size_t pieces[] = {1, 7, 64, 239, 4096, 65536, 65537, (1u << 20) + 3};
+  static const size_t lengths[] = {0, 1, 240, 4097, 65536, (1u << 20) + 1, (3u << 20) + 77};
+  const char *paths[] = {"sse2", NULL};
+  for (size_t p = 0; p < 2; p++) {
+    if (paths[p] != NULL) setenv("HURRAY_HASH_SIMD", paths[p], 1);
+    else unsetenv("HURRAY_HASH_SIMD");
+    hurray__hash_reset_dispatch();
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
+      for (size_t k = 0; k < sizeof pieces / sizeof *pieces; k++) {
+        if (pieces[k] < 64 && lengths[l] > (1u << 20)) continue; /* slow, adds nothing */
+        const uint8_t *at = data + k % 5;
+        HurrayHashStream hs;
+        hurray__hash_stream_reset(&hs);
+        for (size_t done = 0; done < lengths[l];) {
+          /* Uneven pieces: every third one is one byte shorter. */
+          size_t n = pieces[k] - (pieces[k] > 1 && done % 3 == 1 ? 1 : 0);
+          if (n > lengths[l] - done) n = lengths[l] - done;
+          hurray__hash_stream_update(&hs, at + done, n);
+          done += n;
+        }
+        assert_true(hurray__hash_stream_digest(&hs) == XXH3_64bits(at, lengths[l]));
+      }
+    }
+  }
+  unsetenv("HURRAY_HASH_SIMD");
+  hurray__hash_reset_dispatch();
   free(data);
 }
 
@@ -314,6 +359,237 @@ static void test_convert_checks_source_up_front(void **state) {
   unsetenv("HURRAY_HASH_THREADS");
 }
 
+/* ------------------------------------------------ writeback and copies */
+
+typedef struct WritebackLog {
+  size_t calls;
+  uint64_t next; /* where the next range must start */
+  int fd;
+} WritebackLog;
+
+static WritebackLog writeback_log;
+
+/* Records the ranges and fails, as advice may: the write must not care. */
+static int failing_writeback(void *ctx, int fd, off_t offset, off_t len) {
+  WritebackLog *log = ctx;
+  assert_true(log->calls == 0 || fd == log->fd);
+  log->fd = fd;
+  assert_true((uint64_t)offset == log->next);
+  assert_true(len > 0);
+  log->next = (uint64_t)offset + (uint64_t)len;
+  log->calls++;
+  errno = EIO;
+  return -1;
+}
+
+/* A path writer starts the writeback of what it wrote every 8 MiB, in
+ * contiguous ranges from the start of the file; a failure of that advice
+ * neither fails the write nor changes a byte (fsync decides). */
+static void test_writeback_started_and_only_advice(void **state) {
+  (void)state;
+  char with[300], plain[300];
+  file_path(with, sizeof with, "writeback.hurray");
+  file_path(plain, sizeof plain, "plain.hurray");
+  HurraySys sys = hurray__sys_default;
+  memset(&writeback_log, 0, sizeof writeback_log);
+  sys.ctx = &writeback_log;
+  sys.start_writeback = failing_writeback;
+  const char *paths[] = {with, plain};
+  for (size_t k = 0; k < 2; k++) {
+    HurrayWriter *w = NULL;
+    assert_ok(k == 0 ? hurray__writer_open_sys(paths[k], &sys, &w, error)
+                     : hurray_writer_open(paths[k], &w, error));
+    for (uint32_t t = 0; t < 3; t++) {
+      uint64_t bytes = (7u << 20) + 4099u * t; /* pieces that straddle the 8 MiB steps */
+      HurrayDescriptor *d = NULL;
+      assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, &bytes, &d, error));
+      assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY,
+                                             NULL, error));
+      uint8_t *data = random_bytes(bytes, 40 + t);
+      HurrayBuffer *b = NULL;
+      HurrayBufferList *list = NULL;
+      assert_ok(hurray_buffer_create(data, bytes, free_release, NULL, &b, error));
+      assert_ok(hurray_buffer_list_create(&list, error));
+      assert_ok(hurray_buffer_list_push(list, b, error));
+      char name[8];
+      snprintf(name, sizeof name, "w%u", t);
+      assert_ok(hurray_writer_write_tensor(w, name, d, list, error));
+      hurray_buffer_list_destroy(list);
+      hurray_descriptor_destroy(d);
+    }
+    assert_ok(hurray_writer_finish(w, error));
+  }
+  /* 21 MiB of data: at least two 8 MiB ranges were handed to the advice. */
+  assert_true(writeback_log.calls >= 2);
+  assert_true(writeback_log.next >= (16u << 20));
+  size_t la, lb;
+  uint8_t *a = slurp(with, &la), *b = slurp(plain, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(a, b, la);
+  free(a);
+  free(b);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(with, NULL, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void assert_text(const char *path, const char *text) {
+  size_t len;
+  uint8_t *kept = slurp(path, &len);
+  assert_int_equal(len, strlen(text));
+  assert_memory_equal(kept, text, len);
+  free(kept);
+}
+
+/* hurray -> safetensors checks each data buffer while it copies it: a
+ * damaged first byte, last byte or middle of any tensor fails with the
+ * tensor named and the old target kept, with no temporary file left. */
+static void test_convert_checks_while_copying(void **state) {
+  (void)state;
+  char clean[300], bad[300], dst[300], cmd[700];
+  file_path(clean, sizeof clean, "copy-clean.hurray");
+  file_path(bad, sizeof bad, "copy-bad.hurray");
+  file_path(dst, sizeof dst, "copy-out.safetensors");
+  write_sample_file(clean, 2);
+  static const struct {
+    const char *name;
+    uint64_t at;
+  } damage[] = {{"t00", 0}, {"t04", TENSOR_BYTES / 2}, {"t11", TENSOR_BYTES - 1}};
+  for (size_t k = 0; k < sizeof damage / sizeof *damage; k++) {
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", clean, bad);
+    assert_int_equal(system(cmd), 0);
+    flip_byte(bad, data_offset(bad, damage[k].name) + damage[k].at);
+    write_text(dst, "old target");
+    HurrayError e = {0};
+    assert_int_equal(hurray_convert_file(bad, dst, NULL, &e), HURRAY_ERR_CHECKSUM);
+    char want[64];
+    snprintf(want, sizeof want, "tensor \"%s\" buffer 0: checksum mismatch", damage[k].name);
+    assert_non_null(strstr(e.message, want));
+    assert_text(dst, "old target");
+    snprintf(cmd, sizeof cmd, "test $(ls -a '%s' | grep -c tmp) -eq 0", dir);
+    assert_int_equal(system(cmd), 0);
+  }
+  assert_ok(hurray_convert_file(clean, dst, NULL, error));
+}
+
+/* The kernel-copy path: a buffer whose place in the source and in the
+ * target agree within a page is copied by copy_file_range, and hashed from
+ * the mapping first. One float32 named "a" sits at 64 in the hurray file;
+ * its safetensors header is 56 bytes, so its data sits at 8 + 56 = 64. */
+static void test_convert_checks_kernel_copies(void **state) {
+  (void)state;
+  char src[300], bad[300], dst[300], cmd[700];
+  file_path(src, sizeof src, "congruent.hurray");
+  file_path(bad, sizeof bad, "congruent-bad.hurray");
+  file_path(dst, sizeof dst, "congruent.safetensors");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(src, &w, error));
+  uint64_t shape[1] = {1};
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, shape, &d, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 64, HURRAY_SYNC_READY, NULL, error));
+  float *value = aligned_alloc(64, 64);
+  *value = 1.5f;
+  HurrayBuffer *b = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_create(value, 4, free_release, NULL, &b, error));
+  assert_ok(hurray_buffer_list_create(&list, error));
+  assert_ok(hurray_buffer_list_push(list, b, error));
+  assert_ok(hurray_writer_write_tensor(w, "a", d, list, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  assert_ok(hurray_writer_finish(w, error));
+  assert_int_equal(data_offset(src, "a") % 4096, 64);
+  assert_ok(hurray_convert_file(src, dst, NULL, error));
+  size_t len;
+  uint8_t *out = slurp(dst, &len);
+  assert_int_equal(len, 8 + 56 + 4);
+  assert_int_equal(out[0], 56);
+  assert_memory_equal(out + 64, value_bytes_1_5, 4);
+  free(out);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, bad);
+  assert_int_equal(system(cmd), 0);
+  flip_byte(bad, data_offset(bad, "a") + 3);
+  write_text(dst, "old target");
+  HurrayError e = {0};
+  assert_int_equal(hurray_convert_file(bad, dst, NULL, &e), HURRAY_ERR_CHECKSUM);
+  assert_non_null(strstr(e.message, "tensor \"a\" buffer 0: checksum mismatch"));
+  assert_text(dst, "old target");
+}
+
+/* The resident set of a conversion stays near the 8 MiB step in both
+ * directions, not one tensor: a 64 MiB tensor through safetensors ->
+ * hurray -> safetensors, in a child whose peak is compared with its size
+ * before the conversion. */
+static long resident_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f == NULL) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void test_convert_resident_set_flat(void **state) {
+  (void)state;
+  char src[300], mid[300], back[300];
+  file_path(src, sizeof src, "flat.safetensors");
+  file_path(mid, sizeof mid, "flat.hurray");
+  file_path(back, sizeof back, "flat-back.safetensors");
+  const size_t bytes = 64u << 20;
+  char header[128];
+  int n = snprintf(header, sizeof header,
+                   "{\"w\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}", bytes,
+                   bytes);
+  while (n % 8 != 0) header[n++] = ' ';
+  FILE *f = fopen(src, "wb");
+  assert_non_null(f);
+  uint8_t len8[8];
+  for (int k = 0; k < 8; k++) len8[k] = (uint8_t)((uint64_t)n >> (8 * k));
+  assert_int_equal(fwrite(len8, 1, 8, f), 8);
+  assert_int_equal(fwrite(header, 1, (size_t)n, f), (size_t)n);
+  uint8_t *data = random_bytes(1u << 20, 9);
+  for (size_t i = 0; i < bytes; i += 1u << 20)
+    assert_int_equal(fwrite(data, 1, 1u << 20, f), 1u << 20);
+  free(data);
+  fclose(f);
+  for (int direction = 0; direction < 2; direction++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      long before = resident_kib();
+      HurrayError e = {0};
+      HurrayStatus st = direction == 0 ? hurray_convert_file(src, mid, NULL, &e)
+                                       : hurray_convert_file(mid, back, NULL, &e);
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      if (st != HURRAY_OK) _exit(2);
+      /* 64 MiB would mean the whole tensor stayed resident. */
+      _exit(before >= 0 && ru.ru_maxrss - before < (32 << 10) ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+  }
+  size_t la, lb;
+  uint8_t *a = slurp(src, &la), *b = slurp(back, &lb);
+  assert_int_equal(la, lb);
+  assert_memory_equal(a, b, la);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths_agree_with_reference),
@@ -321,6 +597,11 @@ int main(void) {
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
       cmocka_unit_test(test_convert_checks_source_up_front),
+      cmocka_unit_test(test_stream_matches_checksum),
+      cmocka_unit_test(test_writeback_started_and_only_advice),
+      cmocka_unit_test(test_convert_checks_while_copying),
+      cmocka_unit_test(test_convert_checks_kernel_copies),
+      cmocka_unit_test(test_convert_resident_set_flat),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

@@ -59,6 +59,7 @@ CASES = [
     ("block_affine", {"dtype": "int8", "axis": 0, "block_size": 5, "scale_dtype": "float16"}),
     ("block_affine", {"dtype": "int4", "scale_dtype": "bfloat16", "symmetric": False}),
     ("q8_0", {}), ("q4_0", {}), ("nf4", {}), ("nf4", {"block_size": 37}),
+    ("nf4", {"block_size": 255}), ("block_affine", {"dtype": "uint4", "block_size": 129}),
     ("mxfp8_e4m3", {}), ("mxfp8_e5m2", {}), ("mxfp6_e3m2", {}), ("mxfp6_e2m3", {}),
     ("mxfp4", {}), ("mxint8", {}), ("mxfp6_e2m3", {"axis": 0}), ("mxfp4", {"axis": 0}),
 ]
