@@ -47,7 +47,9 @@ typedef struct PackedJob {
   bool use_table; /* value = table[code] * scale, else (code - zp) * scale */
   float table[256];
   const uint8_t *codes;
-  float *scale;  /* formed, per flat scale index */
+  float *scale; /* formed, per flat scale index */
+  uint64_t nscales;
+  float *values; /* codes of 4 bits or fewer: the 16 values of each scale, or NULL */
   int64_t *zero; /* zero + offset per flat scale index; NULL when 0 */
   uint64_t rows; /* numel / shape[rank - 1] */
   HurrayDType out_dtype;
@@ -256,6 +258,7 @@ static HurrayStatus form_scales(PackedJob *j, const HurrayDescriptor *d,
   if (n > SIZE_MAX / sizeof(int64_t)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
   }
+  j->nscales = n;
   j->scale = malloc((n ? n : 1) * sizeof(float));
   if (j->scale == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for scales");
   const uint8_t *scales = buffer_bytes(list, q->scale_buffer);
@@ -306,13 +309,26 @@ static void fill_table(PackedJob *j, const HurrayDescriptor *d, const HurrayBuff
   }
 }
 
-static void store(const PackedJob *j, uint64_t at, float v) {
-  if (j->out_dtype == HURRAY_DTYPE_FLOAT32) {
-    ((float *)j->out)[at] = v;
-  } else if (j->out_dtype == HURRAY_DTYPE_FLOAT16) {
-    ((uint16_t *)j->out)[at] = hurray__f32_to_f16(v);
-  } else {
-    ((uint16_t *)j->out)[at] = hurray__f32_to_bf16(v);
+/* For codes of 4 bits or fewer, every (scale, code) value once, so that an
+ * element is one lookup: the same operations on the same operands as the
+ * element loop, so the same bits. Only when the table is no larger than
+ * the output. */
+static void form_values(PackedJob *j, uint64_t numel) {
+  if (j->bits > 4 || j->nscales > numel / 16) return;
+  j->values = malloc(j->nscales * 16 * sizeof(float));
+  if (j->values == NULL) return; /* the element loop computes them instead */
+  unsigned count = 1u << j->bits;
+  for (uint64_t s = 0; s < j->nscales; s++) {
+    for (unsigned c = 0; c < count; c++) {
+      float v;
+      if (j->use_table) {
+        v = j->table[c] * j->scale[s];
+      } else {
+        int64_t ci = j->is_signed ? sign_extend(c, j->bits) : (int64_t)c;
+        v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
+      }
+      j->values[s * 16 + c] = v;
+    }
   }
 }
 
@@ -323,35 +339,44 @@ typedef struct RowBase {
   unsigned lane;
 } RowBase;
 
-/* Elements [t0, t1) of a row. Along the last dimension the steps advance
- * by counters, not divisions. */
-static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
-  uint32_t last = j->rank - 1;
-  const uint64_t mask = ((uint64_t)1 << j->bits) - 1; /* bits <= 32 (validated) */
-  const bool packed_last = j->packed_dim == last;
+/* Elements [t0, t1) of a row (at most TILE_COLS) into `buf`. Along the
+ * last dimension the steps advance by counters, not divisions; the job's
+ * fields are read into locals once, since stores through `out` could
+ * otherwise alias them. */
+static void decode_run(const PackedJob *j, RowBase b, uint64_t t0, uint64_t t1, float *buf) {
+  const uint32_t last = j->rank - 1;
+  const unsigned bits = j->bits, word_bytes = j->word_bytes, lanes = j->lanes;
+  const uint64_t mask = ((uint64_t)1 << bits) - 1; /* bits <= 32 (validated) */
+  const bool packed_last = j->packed_dim == last, use_table = j->use_table;
+  const bool is_signed = j->is_signed;
   const uint64_t cstep = j->cstride[last], sstep = j->sstride[last], block = j->block[last];
   const uint8_t grp = j->group[last];
-  const uint64_t len = j->shape[last];
+  const uint8_t *codes = j->codes;
+  const float *scale = j->scale, *table = j->table;
+  const int64_t *zero = j->zero;
+  const float *values = j->values;
   uint64_t c = b.c + code_step(j, last, t0), sb = b.s + scale_step(j, last, t0);
   uint64_t in_block = grp == GROUP_BLOCK ? t0 % block : 0;
-  unsigned in_word = packed_last ? (unsigned)(t0 % j->lanes) : 0;
+  unsigned in_word = packed_last ? (unsigned)(t0 % lanes) : 0;
   for (uint64_t t = t0; t < t1; t++) {
     uint64_t s = grp == GROUP_INDEX ? b.s + scale_step(j, last, t) : sb, code;
-    if (j->word_bytes) {
+    if (word_bytes) {
       unsigned lane = packed_last ? j->lane_of[in_word] : b.lane;
-      code = (load_le(j->codes + c * j->word_bytes, j->word_bytes) >> (lane * j->bits)) & mask;
+      code = (load_le(codes + c * word_bytes, word_bytes) >> (lane * bits)) & mask;
     } else {
-      code = load_element(j->codes, c, j->bits);
+      code = load_element(codes, c, bits);
     }
     float v;
-    if (j->use_table) {
-      v = j->table[code] * j->scale[s];
+    if (values != NULL) {
+      v = values[s * 16 + code];
+    } else if (use_table) {
+      v = table[code] * scale[s];
     } else {
-      int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
-      v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
+      int64_t ci = is_signed ? sign_extend(code, bits) : (int64_t)code;
+      v = i64_to_f32(ci - (zero ? zero[s] : 0)) * scale[s];
     }
-    store(j, r * len + t, v);
-    if (!packed_last || ++in_word == j->lanes) {
+    buf[t - t0] = v;
+    if (!packed_last || ++in_word == lanes) {
       in_word = 0;
       c += cstep;
     }
@@ -359,6 +384,18 @@ static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, u
       in_block = 0;
       sb += sstep;
     }
+  }
+}
+
+/* `n` values at element `at` of the output, in its dtype. */
+static void store_run(const PackedJob *j, uint64_t at, const float *buf, uint64_t n) {
+  if (j->out_dtype == HURRAY_DTYPE_FLOAT32) {
+    memcpy((float *)j->out + at, buf, n * sizeof(float));
+  } else {
+    uint16_t *out = (uint16_t *)j->out + at;
+    bool f16 = j->out_dtype == HURRAY_DTYPE_FLOAT16;
+    for (uint64_t k = 0; k < n; k++)
+      out[k] = f16 ? hurray__f32_to_f16(buf[k]) : hurray__f32_to_bf16(buf[k]);
   }
 }
 
@@ -380,6 +417,7 @@ static void decode_rows(void *ctx, unsigned part) {
     rest /= j->shape[k];
   }
   RowBase base[TILE_ROWS];
+  float buf[TILE_COLS];
   for (uint64_t r = r0; r < r1; r += TILE_ROWS) {
     unsigned n = r1 - r < TILE_ROWS ? (unsigned)(r1 - r) : TILE_ROWS;
     for (unsigned i = 0; i < n; i++) {
@@ -397,7 +435,10 @@ static void decode_rows(void *ctx, unsigned part) {
     }
     for (uint64_t t = 0; t < len; t += TILE_COLS) {
       uint64_t t1 = len - t < TILE_COLS ? len : t + TILE_COLS;
-      for (unsigned i = 0; i < n; i++) decode_run(j, r + i, base[i], t, t1);
+      for (unsigned i = 0; i < n; i++) {
+        decode_run(j, base[i], t, t1, buf);
+        store_run(j, (r + i) * len + t, buf, t1 - t);
+      }
     }
   }
 }
@@ -428,6 +469,7 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   HurrayStatus st = plan_dims(j, d, list, error);
   if (st == HURRAY_OK) st = form_scales(j, d, list, error);
   if (st == HURRAY_OK) {
+    form_values(j, numel);
     uint64_t bytes = numel * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u);
     j->parts = hurray__quant_threads(threads, bytes);
     if (j->rows < j->parts) j->parts = (unsigned)j->rows;
@@ -435,6 +477,7 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   }
   free(j->scale);
   free(j->zero);
+  free(j->values);
   free(j);
   return st;
 }
