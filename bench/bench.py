@@ -864,7 +864,8 @@ def run_quant(tmp, scale, reps, log):
 
 
 def main():
-    scale = float(os.environ.get("BENCH_SCALE", "1.0"))
+    # 0.5: the whole `make bench` within 15 minutes (bench/README.md, bench-run.json)
+    scale = float(os.environ.get("BENCH_SCALE", "0.5"))
     reps = int(os.environ.get("BENCH_REPS", "3"))
     # A folder of its own under BENCH_DIR (removed at the end; BENCH_DIR is left alone).
     tmp = os.path.join(
@@ -1179,6 +1180,16 @@ def verify_table(res):
     return L
 
 
+def issue19_goals():
+    """Issue 19's goals as a table (bench/goals19.py), from latest.json just
+    written and the other parts' last results (goals.md is redone at the end
+    of `make bench`, once every part has run)."""
+    import goals19
+
+    outdir = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(HERE, "results")))
+    return ["## Issue 19 goals\n", *goals19.render(outdir).splitlines()[2:], ""]
+
+
 def render_md(res):
     cfg = res["config"]
     L = []
@@ -1280,6 +1291,7 @@ def render_md(res):
     L.append("## Goals\n")
     L.extend(goals(res))
     L.append("")
+    L.extend(issue19_goals())
     L.append("## Notes\n")
     L.append(
         "- Every save time includes an fsync of the result: hurray.save does its own (temp "

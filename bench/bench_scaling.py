@@ -263,11 +263,15 @@ METRICS = (
 
 
 def main():
-    counts = [int(c) for c in os.environ.get("SCALE_COUNTS", "1000,10000,100000,1000000").split(",")]
+    counts = [
+        int(c) for c in os.environ.get("SCALE_COUNTS", "1000,10000,100000,1000000").split(",")
+    ]
     reps = int(os.environ.get("SCALE_REPS", "3"))
     reps_max = int(os.environ.get("SCALE_REPS_MAX", str(reps)))
     elems = int(os.environ.get("SCALE_ELEMS", "4"))
-    tmp = os.path.abspath(os.environ.get("SCALE_DIR", os.path.join(ROOT, "build", "bench-scaling-tmp")))
+    tmp = os.path.abspath(
+        os.environ.get("SCALE_DIR", os.path.join(ROOT, "build", "bench-scaling-tmp"))
+    )
     outdir = os.path.abspath(os.environ.get("SCALE_OUT", os.path.join(HERE, "results")))
     os.makedirs(tmp, exist_ok=True)
     os.makedirs(outdir, exist_ok=True)
@@ -329,7 +333,10 @@ def main():
     res["config"]["loadavg_end"] = list(os.getloadavg())
     res["config"]["runtime_s"] = time.time() - started
     res["fits"] = {
-        c: {k: linearity(counts, [med(res["points"][str(n)][c], k) for n in counts]) for k, _ in METRICS}
+        c: {
+            k: linearity(counts, [med(res["points"][str(n)][c], k) for n in counts])
+            for k, _ in METRICS
+        }
         for c in CONTENDERS
     }
     with open(os.path.join(outdir, "scaling.json"), "w") as f:
