@@ -87,7 +87,7 @@ bench: build python
 	$(BENCH_TIMED) step c-writer -- sh -c 'build/bench/write_peak_rss $${BENCH_DIR:-build} $${BENCH_C_MIB:-1024} 64 > bench/results/c_write_peak_rss.txt'
 	cat bench/results/c_write_peak_rss.txt
 	$(BENCH_TIMED) step bench.py -- $(VENV)/python bench/bench.py
-	$(BENCH_TIMED) step bench-torch -- $(MAKE) bench-torch
+	$(BENCH_TIMED) step bench-torch -- $(MAKE) bench-torch BENCH_TORCH_MIB=$${BENCH_TORCH_MIB:-512}
 	$(BENCH_TIMED) step bench-verify -- $(MAKE) bench-verify
 	$(BENCH_TIMED) step bench-scaling -- $(MAKE) bench-scaling
 	$(BENCH_TIMED) finish

@@ -866,6 +866,12 @@ def run_quant(tmp, scale, reps, log):
 def main():
     # 0.5: the whole `make bench` within 15 minutes (bench/README.md, bench-run.json)
     scale = float(os.environ.get("BENCH_SCALE", "0.5"))
+    # numpy.savez and torch.save (no goal depends on them) cost a third of the
+    # run in imports and slow saves: BENCH_CONTENDERS=all brings them back.
+    picked = os.environ.get("BENCH_CONTENDERS", "hurray,safetensors.numpy,safetensors.torch")
+    contenders = (
+        CONTENDERS if picked == "all" else [c for c in CONTENDERS if c in picked.split(",")]
+    )
     reps = int(os.environ.get("BENCH_REPS", "3"))
     # A folder of its own under BENCH_DIR (removed at the end; BENCH_DIR is left alone).
     tmp = os.path.join(
@@ -879,6 +885,7 @@ def main():
         "config": {
             "scale": scale,
             "reps": reps,
+            "contenders": contenders,
             "dir": tmp,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -946,7 +953,7 @@ def main():
         log(wl, "limits", {k: round(v["median"], 4) for k, v in wres["limits"].items()})
         rng = np.random.default_rng(99)
         picks = [spec[int(rng.integers(len(spec)))][0] for _ in range(reps)]
-        for c in CONTENDERS:
+        for c in contenders:
             path = os.path.join(tmp, wl + EXT[c])
             saves, loads, rands = [], [], []
             for r in range(reps):

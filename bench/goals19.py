@@ -147,7 +147,7 @@ def rows_bench(d):
     if scaling:
         out.extend(rows_scaling(scaling))
     run = _load(d, "bench-run.json")
-    if run:
+    if run and "total_s" in run:  # absent while make bench is still running
         total = run["total_s"]
         steps = ", ".join(f"{k} {v:.0f} s" for k, v in run["steps"].items())
         out.append(
