@@ -77,7 +77,9 @@ demo: example python
 # the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
 # the machine's limits) into bench/results/latest.{md,json,png}; see bench/README.md.
 # BENCH_SCALE / BENCH_REPS / BENCH_DIR tune it.
-# Every step is timed into bench/results/bench-run.json (bench/timed.py), and
+# Every step is timed into bench/results/bench-run.json (bench/timed.py); the
+# parts run as scripts, not sub-makes, which would reinstall the package each
+# time (~25 s apiece);
 # bench/goals19.py ends with issue 19's goals, met or not, in goals.md.
 BENCH_TIMED := $(VENV)/python bench/timed.py
 bench: build python
@@ -87,9 +89,9 @@ bench: build python
 	$(BENCH_TIMED) step c-writer -- sh -c 'build/bench/write_peak_rss $${BENCH_DIR:-build} $${BENCH_C_MIB:-1024} 64 > bench/results/c_write_peak_rss.txt'
 	cat bench/results/c_write_peak_rss.txt
 	$(BENCH_TIMED) step bench.py -- $(VENV)/python bench/bench.py
-	$(BENCH_TIMED) step bench-torch -- $(MAKE) bench-torch BENCH_TORCH_MIB=$${BENCH_TORCH_MIB:-512}
-	$(BENCH_TIMED) step bench-verify -- $(MAKE) bench-verify
-	$(BENCH_TIMED) step bench-scaling -- $(MAKE) bench-scaling
+	BENCH_TORCH_MIB=$${BENCH_TORCH_MIB:-512} $(BENCH_TIMED) step bench-torch -- $(VENV)/python bench/bench_torch.py
+	BENCH_REPS=$${BENCH_REPS:-3} $(BENCH_TIMED) step bench-verify -- $(VENV)/python bench/bench_verify.py
+	$(BENCH_TIMED) step bench-scaling -- $(VENV)/python bench/bench_scaling.py
 	$(BENCH_TIMED) finish
 	$(VENV)/python bench/goals19.py
 

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import struct
@@ -57,6 +58,13 @@ def status_kib(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_s():
+    """This process's CPU seconds (user + system): unlike wall time, hardly
+    moved by other jobs on a shared machine."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def reset_peak():
@@ -110,11 +118,12 @@ def w_save(contender, path, n, elems):
 
     reset_peak()
     rss0 = status_kib("VmRSS")
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     save()
     s = time.perf_counter() - t0
     return {
         "save_s": s,
+        "save_cpu_s": cpu_s() - c0,
         "save_growth_mib": (status_kib("VmHWM") - rss0) / 1024,
         "save_peak_rss_mib": status_kib("VmHWM") / 1024,
         "file_bytes": os.path.getsize(path),
@@ -142,7 +151,7 @@ def w_open(contender, path):
 
     rss0 = status_kib("VmRSS")
     reset_peak()
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     f = opener()
     t1 = time.perf_counter()
     open_growth = (status_kib("VmHWM") - rss0) / 1024
@@ -151,6 +160,7 @@ def w_open(contender, path):
     return {
         "open_call_s": t1 - t0,
         "open_s": t2 - t0,
+        "open_cpu_s": cpu_s() - c0,
         "open_rss_mib": open_growth,
         "open_all_growth_mib": (status_kib("VmHWM") - rss0) / 1024,
         "open_peak_rss_mib": status_kib("VmHWM") / 1024,
@@ -178,7 +188,7 @@ def w_load(contender, path):
 
     rss0 = status_kib("VmRSS")
     reset_peak()
-    t0 = time.perf_counter()
+    c0, t0 = cpu_s(), time.perf_counter()
     d = load()
     touched = 0
     for a in d.values():
@@ -186,6 +196,7 @@ def w_load(contender, path):
     s = time.perf_counter() - t0
     return {
         "load_s": s,
+        "load_cpu_s": cpu_s() - c0,
         "load_growth_mib": (status_kib("VmHWM") - rss0) / 1024,
         "load_peak_rss_mib": status_kib("VmHWM") / 1024,
         "touched_bytes": touched,
@@ -245,6 +256,9 @@ def linearity(counts, values):
     return {"per_tensor": float(b), "intercept": float(a), "ratios": ratios, "loglog_last": slope}
 
 
+TIME_CPU = ("save_cpu_s", "open_cpu_s", "load_cpu_s")
+
+
 def is_linear(fit):
     """Linear at the top of the range: growing 10x in count costs at most
     ~12.6x (log-log slope <= 1.1), so the per-tensor cost does not climb."""
@@ -255,6 +269,9 @@ METRICS = (
     ("save_s", "save s"),
     ("open_s", "open (names + shapes) s"),
     ("load_s", "load-all s"),
+    ("save_cpu_s", "save CPU s"),
+    ("open_cpu_s", "open CPU s"),
+    ("load_cpu_s", "load-all CPU s"),
     ("save_peak_rss_mib", "save peak RSS MiB"),
     ("save_growth_mib", "save peak RSS growth MiB"),
     ("load_growth_mib", "load-all peak RSS growth MiB"),
@@ -427,17 +444,20 @@ def render_md(res):
             )
     L.append("\n## Goals (issue 19)\n")
     fits = res["fits"]["hurray"]
-    lin_t = all(is_linear(fits[k]) for k in ("save_s", "open_s", "load_s"))
+    # Judged on CPU time: wall time on the shared 2-core machine moves with
+    # other jobs by more than the 10% the judgement allows (both are shown).
+    lin_t = all(is_linear(fits[k]) for k in TIME_CPU)
     lin_m = all(is_linear(fits[k]) for k in ("save_growth_mib", "load_growth_mib"))
     rows = open_rss_goal(res)
     top = str(max(counts))
     h = res["points"][top]["hurray"]
     L.append("| goal | figure | verdict |")
     L.append("|---|---|---|")
-    slopes = ", ".join(f"{fits[k]['loglog_last']:.2f}" for k in ("save_s", "open_s", "load_s"))
+    slopes = ", ".join(f"{fits[k]['loglog_last']:.2f}" for k in TIME_CPU)
+    wall = ", ".join(f"{fits[k]['loglog_last']:.2f}" for k in ("save_s", "open_s", "load_s"))
     L.append(
-        f"| {max(counts):,} tiny tensors: time linear in the count (save, open, load-all) | "
-        f"log-log slopes {slopes}; "
+        f"| {max(counts):,} tiny tensors: time linear in the count (save, open, load-all; "
+        f"CPU seconds) | log-log slopes of CPU time {slopes} (of wall time {wall}); "
         f"at {max(counts):,}: save {med(h, 'save_s'):.2f} s, open {med(h, 'open_s'):.2f} s, load-all "
         f"{med(h, 'load_s'):.2f} s | {'**met**' if lin_t else '**not met**'} |"
     )

@@ -110,7 +110,7 @@ def rows_bench(d):
         w = latest["workloads"]["many"]
         c = w["contenders"]
         h = c["hurray"]
-        st = min(_med(c[k]["save_s"]) for k in ("safetensors.numpy", "safetensors.torch"))
+        st = min(_med(c[k]["save_s"]) for k in ("safetensors.numpy", "safetensors.torch") if k in c)
         hs = _med(h["save_s"])
         lim = _med(w["limits"]["plain_write_s"])
         out.append(
@@ -132,7 +132,7 @@ def rows_bench(d):
                 _mark(so / ho >= 3),
             )
         )
-        sl = min(_med(c[k]["load_s"]) for k in ("safetensors.numpy", "safetensors.torch"))
+        sl = min(_med(c[k]["load_s"]) for k in ("safetensors.numpy", "safetensors.torch") if k in c)
         hl = _med(h["load_s"])
         out.append(
             (
@@ -192,7 +192,7 @@ def rows_scaling(s):
     counts = s["config"]["counts"]
     fits = s["fits"]["hurray"]
     top = s["points"][str(max(counts))]["hurray"]
-    keys = ("save_s", "open_s", "load_s", "save_growth_mib", "load_growth_mib")
+    keys = ("save_cpu_s", "open_cpu_s", "load_cpu_s", "save_growth_mib", "load_growth_mib")
     slopes = ", ".join(
         f"{k} {fits[k]['loglog_last']:.2f}" for k in keys if fits.get(k) and fits[k]["loglog_last"]
     )
@@ -202,7 +202,7 @@ def rows_scaling(s):
     return [
         (
             f"{max(counts):,} tensors: time and memory linear in the count",
-            f"log-log slopes between the two largest counts: {slopes}; at {max(counts):,}: save "
+            f"log-log slopes between the two largest counts (time as CPU seconds): {slopes}; at {max(counts):,}: save "
             f"{_med(top['save_s']):.2f} s, open {_med(top['open_s']):.2f} s, load-all "
             f"{_med(top['load_s']):.2f} s, save peak RSS {_med(top['save_peak_rss_mib']):.0f} MiB",
             f"scaling.json, load {_la(s['config'])}",
