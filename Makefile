@@ -118,6 +118,17 @@ bench-torch: python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors
 	$(VENV)/python bench/bench_torch.py
 
+# Per-tensor overhead (issue 19): workload (b), 20,000 small tensors, saved,
+# opened with every shape and loaded by hurray and safetensors.numpy in the
+# same run, with the ratios against the goals, and py-spy profiles of the
+# hurray workloads into bench/results/profiles/$(PROFILE) (bench/profile_many.py).
+PROFILE ?= latest
+.PHONY: bench-profile
+bench-profile: build python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors py-spy
+	$(VENV)/python bench/profile_many.py --profile bench/results/profiles/$(PROFILE) \
+	  --json bench/results/profiles/$(PROFILE)/figures.json
+
 # Verify at memory speed (issue 19): File.verify() against the memory-read
 # rate, in pairs of processes, into bench/results/verify.{md,json}.
 .PHONY: bench-verify
@@ -255,9 +266,9 @@ test-tsan: deps
 	@[ -d build-tsan ] || $(MESON) setup build-tsan -Db_sanitize=thread -Db_lundef=false \
 	  -Dbuildtype=debug -Dpython=disabled
 	@$(MESON) configure build-tsan -Dwerror=$(WERROR)
-	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant
+	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant tests/c/test_many
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant
+	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant many
 
 # The Python tests once more against the ASan+UBSan build of the extension
 # (build-asan), with libasan preloaded into the plain interpreter and leak

@@ -85,6 +85,40 @@ HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *
                                                    const HurrayBufferList *buffers,
                                                    HurrayError *error);
 
+/* One plain dense tensor of a batch (hurray_writer_write_dense_batch):
+ * row-major elements of `dtype` in `shape`, `byte_size` bytes at `data`.
+ * Everything is borrowed for the call only. */
+typedef struct HurrayDenseTensor {
+  const char *name;      /* NUL-terminated UTF-8, 1 to HURRAY_MAX_TENSOR_NAME_BYTES bytes */
+  HurrayDType dtype;     /* any dtype; sub-byte dtypes packed as docs/spec/layouts.md says */
+  uint32_t rank;         /* 0 (a scalar) to HURRAY_MAX_RANK */
+  const uint64_t *shape; /* `rank` sizes; may be NULL when rank is 0 */
+  const void *data;      /* any address (no alignment asked); may be NULL when byte_size is 0 */
+  uint64_t byte_size;    /* exactly the dense size dtype and shape give */
+} HurrayDenseTensor;
+
+/* Appends `count` plain dense tensors, in order, in one call: the
+ * descriptor of each (dense layout, one DATA buffer with its dtype's
+ * natural alignment, CPU:0 host memory, READY) is built here from dtype and
+ * shape, so the file holds what write_tensor would have written for the
+ * same descriptor and one buffer, byte for byte. Per tensor it costs no
+ * allocation beyond its index entry, and small buffers leave in large
+ * writes: the way to save many small tensors.
+ *
+ * Tensors are checked (name, dtype, rank, byte_size against dtype and
+ * shape, a name not yet in the file or earlier in the batch) one at a
+ * time, just before each is written. On failure *written (when not NULL)
+ * is the number of tensors appended before the failing one, which is
+ * named in the error; those stay in the file. A failed check leaves the
+ * writer usable, like write_tensor's; a failed write ends it (only
+ * finish, which then refuses, or abort remain). Neither `tensors` nor
+ * anything it points to is kept. Statistics (hurray_writer_set_statistics)
+ * are computed as write_tensor computes them. Since library 0.1. */
+HURRAY_API HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w,
+                                                        const HurrayDenseTensor *tensors,
+                                                        size_t count, size_t *written,
+                                                        HurrayError *error);
+
 /* When on, write_tensor computes min, max, NaN count and zero count of
  * each tensor it can (hurray_compute_statistics) in one pass over the data
  * and stores them in the written descriptor; tensors it cannot keep the
@@ -165,9 +199,18 @@ HURRAY_API HurrayStatus hurray_reader_open(const char *path, const HurrayReaderO
 /* Closes the reader. Buffers obtained from it stay valid. NULL is a no-op. */
 HURRAY_API void hurray_reader_close(HurrayReader *r);
 
-/* Tensors, in the index's order (bytewise ascending names). */
+/* Tensors, in the index's order (bytewise ascending names). Open keeps
+ * the index where it is (the mapping, or one copy in PREAD mode) and 4
+ * bytes a tensor of its own; entries are decoded from it when asked for.
+ * tensor_name makes NUL-terminated copies of every name on its first call
+ * (thread-safe; NULL past the count or when memory runs out); tensor_name_view
+ * gives the name in place, *len bytes of UTF-8 without a NUL, and copies
+ * nothing: what a binding that builds its own strings should use. Both are
+ * borrowed until the reader is closed. */
 HURRAY_API size_t hurray_reader_tensor_count(const HurrayReader *r);
 HURRAY_API const char *hurray_reader_tensor_name(const HurrayReader *r, size_t index);
+HURRAY_API const char *hurray_reader_tensor_name_view(const HurrayReader *r, size_t index,
+                                                      size_t *len);
 /* Binary search; HURRAY_ERR_NOT_FOUND if absent. */
 HURRAY_API HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name,
                                            size_t *index_out, HurrayError *error);
@@ -179,6 +222,19 @@ HURRAY_API HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *na
                                                  HurrayDescriptor **descriptor_out,
                                                  HurrayBufferList **buffers_out,
                                                  HurrayError *error);
+
+/* The dtype (of the stored elements: the codes' if quantized) and the
+ * logical shape of tensor `index` (0 to tensor_count - 1; hurray_reader_find
+ * gives a name's), into caller memory: read in place from the index, with
+ * no allocation and no full decode, so listing a million tensors stays
+ * cheap. Only the form of the descriptor's dtype and shape records is
+ * checked here; the rest of the descriptor is validated when it or its
+ * tensor is read (get_descriptor, get_tensor), which may still refuse it
+ * (docs/security.md). HURRAY_ERR_NOT_FOUND past the count. */
+HURRAY_API HurrayStatus hurray_reader_tensor_shape(const HurrayReader *r, size_t index,
+                                                   HurrayDType *dtype, uint32_t *rank,
+                                                   uint64_t shape[HURRAY_MAX_RANK],
+                                                   HurrayError *error);
 
 /* Only the descriptor (caller-owned), validated; touches no data. */
 HURRAY_API HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,

@@ -432,6 +432,10 @@ class Tensor:
     def __array__(
         self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
     ) -> npt.NDArray[Any]: ...
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """The elements of a dense, unquantized, row-major host tensor of a
+        numpy-native dtype (bool, integers, float16/32/64, complex64/128),
+        zero-copy; BufferError for any other tensor."""
     def __dlpack__(
         self,
         stream: None = None,

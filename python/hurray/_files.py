@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import numbers
 import os
@@ -13,25 +14,45 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray, _remote
 from ._descriptor import Descriptor
 from ._sparse import SparseTensor
-from ._tensor import Tensor, from_hurray, from_numpy, natural_alignment, specialise
+from ._tensor import Tensor, from_hurray, from_numpy, specialise
+
+# numpy dtype -> hurray dtype name for the arrays save() hands to C as they
+# are (None: the dtype goes through a Tensor). Filled on first sight of each
+# dtype: a dict lookup is the whole per-array Python cost of the fast path.
+_PLAIN_DTYPES: dict = {}
+
+
+def _plain_dtype(dtype) -> Optional[str]:
+    try:
+        return _PLAIN_DTYPES[dtype]
+    except KeyError:
+        pass
+    name = None
+    if dtype.byteorder != ">":
+        try:
+            name = _dtypes.from_numpy(dtype)
+        except ValueError:
+            name = None
+        if name is not None and _dtypes.is_packed(name):
+            name = None
+    _PLAIN_DTYPES[dtype] = name
+    return name
 
 
 def _plain_or_tensor(value: Any):
-    """A C-contiguous numpy array of a byte-sized dtype travels to the writer
-    as (dtype, shape, array): C builds its descriptor, which saves the
-    per-tensor Python work that dominates files of many small tensors."""
-    if (
-        type(value) is np.ndarray
-        and value.flags.c_contiguous
-        and value.dtype.byteorder != ">"
-        and (value.size == 0 or value.ctypes.data % natural_alignment(value.itemsize) == 0)
-    ):
-        try:
-            name = _dtypes.from_numpy(value.dtype)
-        except ValueError:
-            name = None
-        if name is not None and not _dtypes.is_packed(name):
-            return (name, value.shape, value.reshape(-1).view(np.uint8) if value.size else b"")
+    """A numpy array of a byte-sized, little-endian dtype travels to the
+    writer as (dtype name, array): C takes its shape and bytes from the
+    buffer protocol and builds its descriptor, and every such array of a
+    save goes out in one C call (hurray_writer_write_dense_batch), which
+    saves the per-tensor Python work that dominates files of many small
+    tensors. The address does not matter: the file records the dtype's
+    natural alignment, never where the data sat."""
+    if type(value) is np.ndarray:
+        name = _plain_dtype(value.dtype)
+        if name is not None:
+            if not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value)
+            return (name, value)
     return as_tensor(value)
 
 
@@ -123,7 +144,15 @@ def save(
     Metadata values may be str, int, float, bool or bytes. With
     statistics=True, min, max, NaN count and zero count are computed in one
     C pass per tensor (where its kind allows) and stored in its descriptor."""
-    items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    # Two tuples a tensor and no cycle among them: with a million tensors,
+    # collections scanning them again and again cost more than building them.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+    finally:
+        if collecting:
+            gc.enable()
     if metadata is not None:
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
     if isinstance(target, (str, bytes, os.PathLike)):
@@ -216,11 +245,11 @@ class File:
     def shape(self, name: str) -> tuple:
         """The logical shape of `name`, read from the index alone (no
         Descriptor object is built: cheap enough to call per tensor)."""
-        return self._file._shape(name)[1]
+        return self._file.shape(name)
 
     def dtype(self, name: str) -> str:
         """The dtype name of `name` (the codes' dtype if quantized)."""
-        return self._file._shape(name)[0]
+        return self._file.dtype(name)
 
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
@@ -318,4 +347,18 @@ def load(
     (numpy writeable=False, the DLPack read-only flag), and numpy refuses
     writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
     with open(path, mmap=mmap, verify=verify, readonly=readonly, **remote) as f:
+        if type(f) is File:  # every tensor in one C call; a RemoteFile fetches in parallel
+            # Tensors make no reference cycles, and a million of them would
+            # otherwise set off collections that scan them all again and
+            # again (a third of a million-tensor load).
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                tensors, special = f._file._get_all()
+            finally:
+                if collecting:
+                    gc.enable()
+            for name in special:
+                tensors[name] = specialise(tensors[name])
+            return tensors
         return f.get_tensors(f.keys())

@@ -189,6 +189,9 @@ TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type);
 int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list,
                     bool writable);
 int hy_tensor_ready(TensorObject *self);
+/* The buffer protocol of Tensor (_hy_many.c): a plain dense tensor's elements. */
+int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags);
+void hy_tensor_releasebuffer(PyObject *op, Py_buffer *view);
 PyObject *mod_quantize(PyObject *module, PyObject *args);
 /* A shape sequence into shape[HURRAY_MAX_RANK]; -1 with an exception. */
 int hy_shape(PyObject *obj, uint64_t *shape, Py_ssize_t *rank_out);

@@ -123,7 +123,10 @@ static PyObject *file_keys(PyObject *op, PyObject *unused) {
   size_t n = hurray_reader_tensor_count(self->reader);
   PyObject *out = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; out != NULL && i < n; i++) {
-    PyObject *name = PyUnicode_FromString(hurray_reader_tensor_name(self->reader, i));
+    /* In place from the index, whose names open checked as UTF-8. */
+    size_t len = 0;
+    const char *s = hurray_reader_tensor_name_view(self->reader, i, &len);
+    PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "strict");
     if (name == NULL) Py_CLEAR(out);
     else PyList_SET_ITEM(out, (Py_ssize_t)i, name);
   }
@@ -211,6 +214,84 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   return (PyObject *)t;
 }
 
+/* Wraps tensor k's parts (taken: destroyed on failure) into a Tensor and
+ * files it under its name in `out`; a non-dense one's name also goes to
+ * `special`. -1 with an exception. */
+static int file_hand_out(FileObject *self, ModuleState *st, size_t k, HurrayDescriptor *d,
+                         HurrayBufferList *list, PyObject *out, PyObject *special) {
+  TensorObject *t = hy_tensor_alloc(st, NULL);
+  if (t == NULL) {
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    return -1;
+  }
+  if (hy_tensor_adopt(t, d, list, !self->readonly) < 0) {
+    Py_DECREF(t);
+    return -1;
+  }
+  t->protected_memory = self->readonly && !self->pread;
+  size_t len = 0;
+  const char *name = hurray_reader_tensor_name_view(self->reader, k, &len);
+  PyObject *key = PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "strict");
+  int rc = key != NULL ? PyDict_SetItem(out, key, (PyObject *)t) : -1;
+  if (rc == 0 && hurray_descriptor_layout_kind(t->descriptor) != HURRAY_LAYOUT_DENSE) {
+    rc = PyList_Append(special, key);
+  }
+  Py_XDECREF(key);
+  Py_DECREF(t);
+  return rc;
+}
+
+/* _get_all() -> ({name: Tensor}, [names of non-dense tensors]): every
+ * tensor, in index order, read in chunks with the GIL released and the
+ * lock held once; what load() of a whole file costs per tensor is one
+ * get_tensor in C and one Tensor. */
+static PyObject *file_get_all(PyObject *op, PyObject *unused) {
+  (void)unused;
+  enum { CHUNK = 512 };
+  FileObject *self = (FileObject *)op;
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  PyObject *out = PyDict_New(), *special = PyList_New(0);
+  if (out == NULL || special == NULL || file_acquire(self) < 0) {
+    Py_XDECREF(out);
+    Py_XDECREF(special);
+    return NULL;
+  }
+  HurrayReader *r = self->reader;
+  size_t n = hurray_reader_tensor_count(r);
+  HurrayDescriptor *ds[CHUNK];
+  HurrayBufferList *ls[CHUNK];
+  HurrayError e = {0};
+  HurrayStatus s = HURRAY_OK;
+  int rc = 0;
+  for (size_t start = 0; rc == 0 && s == HURRAY_OK && start < n; start += CHUNK) {
+    size_t m = n - start < CHUNK ? n - start : CHUNK, got = 0;
+    Py_BEGIN_ALLOW_THREADS for (; got < m; got++) {
+      const char *name = hurray_reader_tensor_name(r, start + got);
+      s = name != NULL ? hurray_reader_get_tensor(r, name, &ds[got], &ls[got], &e)
+                       : HURRAY_ERR_NO_MEMORY;
+      if (s != HURRAY_OK) break;
+    }
+    Py_END_ALLOW_THREADS for (size_t k = 0; k < got; k++) {
+      if (rc == 0) {
+        rc = file_hand_out(self, st, start + k, ds[k], ls[k], out, special);
+      } else {
+        hurray_buffer_list_destroy(ls[k]);
+        hurray_descriptor_destroy(ds[k]);
+      }
+    }
+  }
+  PyThread_release_lock(self->lock);
+  if (rc != 0 || s != HURRAY_OK) {
+    Py_DECREF(out);
+    Py_DECREF(special);
+    if (rc != 0) return NULL;
+    if (s == HURRAY_ERR_NO_MEMORY && e.message[0] == '\0') return PyErr_NoMemory();
+    return hy_raise_status(st, s, &e);
+  }
+  return Py_BuildValue("(NN)", out, special);
+}
+
 static PyObject *file_get(PyObject *op, PyObject *args) { return file_read(op, args, false); }
 static PyObject *file_get_rows(PyObject *op, PyObject *args) { return file_read(op, args, true); }
 
@@ -240,13 +321,28 @@ static PyObject *file_descriptor(PyObject *op, PyObject *args) {
   return out;
 }
 
-/* _shape(name) -> (dtype name, shape tuple): what listing a file needs,
- * without building a Python Descriptor. */
-static PyObject *file_shape(PyObject *op, PyObject *args) {
-  HurrayDescriptor *d = file_lookup(op, args, "s:shape");
-  if (d == NULL) return NULL;
-  uint32_t rank = hurray_descriptor_rank(d);
-  const uint64_t *shape = hurray_descriptor_shape(d);
+/* The dtype and shape of tensor `name`, read in place from the index
+ * (hurray_reader_tensor_shape: no descriptor is decoded or allocated).
+ * -1 with an exception. */
+static int file_peek_shape(PyObject *op, PyObject *name_obj, HurrayDType *dtype, uint32_t *rank,
+                           uint64_t *shape) {
+  FileObject *self = (FileObject *)op;
+  const char *name = hy_utf8(name_obj, "tensor name");
+  if (name == NULL) return -1;
+  if (file_acquire(self) < 0) return -1;
+  HurrayError e = {0};
+  size_t index = 0;
+  HurrayStatus s = hurray_reader_find(self->reader, name, &index, &e);
+  if (s == HURRAY_OK) s = hurray_reader_tensor_shape(self->reader, index, dtype, rank, shape, &e);
+  PyThread_release_lock(self->lock);
+  if (s != HURRAY_OK) {
+    hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *shape_tuple(uint32_t rank, const uint64_t *shape) {
   PyObject *dims = PyTuple_New(rank);
   for (uint32_t i = 0; dims != NULL && i < rank; i++) {
     PyObject *v = PyLong_FromUnsignedLongLong(shape[i]);
@@ -256,10 +352,35 @@ static PyObject *file_shape(PyObject *op, PyObject *args) {
     }
     PyTuple_SET_ITEM(dims, i, v);
   }
-  PyObject *out = dims ? Py_BuildValue("(sN)", hurray_dtype_name(hurray_descriptor_dtype(d)), dims)
-                       : NULL;
-  hurray_descriptor_destroy(d);
-  return out;
+  return dims;
+}
+
+/* _shape(name) -> (dtype name, shape tuple): what listing a file needs. */
+static PyObject *file_shape(PyObject *op, PyObject *name) {
+  HurrayDType dtype;
+  uint32_t rank;
+  uint64_t shape[HURRAY_MAX_RANK];
+  if (file_peek_shape(op, name, &dtype, &rank, shape) < 0) return NULL;
+  PyObject *dims = shape_tuple(rank, shape);
+  return dims ? Py_BuildValue("(sN)", hurray_dtype_name(dtype), dims) : NULL;
+}
+
+/* shape(name) -> shape tuple; File.shape is this method. */
+static PyObject *file_shape_only(PyObject *op, PyObject *name) {
+  HurrayDType dtype;
+  uint32_t rank;
+  uint64_t shape[HURRAY_MAX_RANK];
+  if (file_peek_shape(op, name, &dtype, &rank, shape) < 0) return NULL;
+  return shape_tuple(rank, shape);
+}
+
+/* dtype(name) -> dtype name; File.dtype is this method. */
+static PyObject *file_dtype_only(PyObject *op, PyObject *name) {
+  HurrayDType dtype;
+  uint32_t rank;
+  uint64_t shape[HURRAY_MAX_RANK];
+  if (file_peek_shape(op, name, &dtype, &rank, shape) < 0) return NULL;
+  return PyUnicode_FromString(hurray_dtype_name(dtype));
 }
 
 /* read_buffer(name, index, out): pread into a caller's writable buffer. */
@@ -337,9 +458,13 @@ static PyMethodDef file_methods[] = {
     {"keys", file_keys, METH_NOARGS, "tensor names, sorted"},
     {"_metadata", file_metadata, METH_NOARGS, "file metadata as a dict"},
     {"_get", file_get, METH_VARARGS, "read one tensor"},
+    {"_get_all", file_get_all, METH_NOARGS,
+     "read every tensor: ({name: Tensor}, non-dense names)"},
     {"_get_rows", file_get_rows, METH_VARARGS, "read rows along dimension 0"},
     {"_descriptor", file_descriptor, METH_VARARGS, "encoded descriptor of one tensor"},
-    {"_shape", file_shape, METH_VARARGS, "(dtype name, shape) of one tensor"},
+    {"_shape", file_shape, METH_O, "(dtype name, shape) of one tensor"},
+    {"shape", file_shape_only, METH_O, "shape of one tensor, from the index"},
+    {"dtype", file_dtype_only, METH_O, "dtype name of one tensor, from the index"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
     {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},

@@ -35,56 +35,6 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
   return HURRAY_ERR_INVALID_ARGUMENT;
 }
 
-/* Writes a plain dense array given as (dtype name, shape, buffer) without a
- * Tensor object: the per-tensor cost that dominates files of many small
- * tensors. Returns -1 with a Python exception, else the writer's status. */
-static int write_plain(HurrayWriter *w, const char *name, PyObject *spec, bool release_gil,
-                       HurrayStatus *status, HurrayError *e) {
-  const char *dtype_name;
-  PyObject *shape_obj, *data;
-  if (!PyArg_ParseTuple(spec, "sOO", &dtype_name, &shape_obj, &data)) return -1;
-  HurrayDType dtype = hurray_dtype_from_name(dtype_name);
-  uint64_t shape[HURRAY_MAX_RANK];
-  Py_ssize_t rank = 0;
-  if (hy_shape(shape_obj, shape, &rank) < 0) return -1;
-  Py_buffer view;
-  if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-  /* The element's natural alignment, never the address's: files must not
-   * depend on where the data sat (the Python layer copies misaligned data). */
-  uint32_t bits = hurray_dtype_bits(dtype);
-  uint32_t alignment = bits >= 8 ? (bits / 8) & -(bits / 8) : 1;
-  if (alignment > 64) alignment = 64;
-  HurrayDescriptor *d = NULL;
-  HurrayBufferList *list = NULL;
-  HurrayBuffer *b = NULL;
-  HurrayStatus s = hurray_descriptor_create(dtype, (uint32_t)rank, shape, &d, e);
-  if (s == HURRAY_OK) {
-    s = hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, (uint64_t)view.len, alignment,
-                                     HURRAY_SYNC_READY, NULL, e);
-  }
-  if (s == HURRAY_OK) s = hurray_buffer_list_create(&list, e);
-  if (s == HURRAY_OK) s = hurray_buffer_create(view.buf, (uint64_t)view.len, NULL, NULL, &b, e);
-  if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, alignment, e);
-  if (s == HURRAY_OK) {
-    s = hurray_buffer_list_push(list, b, e);
-    b = NULL;
-  }
-  if (s == HURRAY_OK) {
-    if (release_gil) {
-      Py_BEGIN_ALLOW_THREADS s = hurray_writer_write_tensor(w, name, d, list, e);
-      Py_END_ALLOW_THREADS
-    } else {
-      s = hurray_writer_write_tensor(w, name, d, list, e);
-    }
-  }
-  hurray_buffer_destroy(b);
-  hurray_buffer_list_destroy(list); /* borrowed memory: no release callback */
-  hurray_descriptor_destroy(d);
-  PyBuffer_Release(&view);
-  *status = s;
-  return 0;
-}
-
 /* Where save() writes: a path (atomic; *path set, the caller's), an int
  * file descriptor, or a stream with write(). -1 with an exception, else 0
  * with *status the opening's outcome. */
@@ -119,30 +69,117 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
   return 0;
 }
 
-/* Writes each (name, Tensor) or (name, (dtype, shape, buffer)) pair; stops
+/* Plain arrays, (dtype name, array) pairs, go to the writer in batches of
+ * up to BATCH_MAX (hurray_writer_write_dense_batch): their buffers and
+ * shapes are taken with the GIL, then written in one call without it. The
+ * bound keeps the batch's own memory (about 400 bytes a tensor) small
+ * whatever the count. */
+#define BATCH_MAX 8192
+
+typedef struct Batch {
+  HurrayDenseTensor tensors[BATCH_MAX];
+  Py_buffer views[BATCH_MAX];
+  uint64_t shapes[BATCH_MAX][HURRAY_MAX_RANK];
+  size_t count;
+} Batch;
+
+static void batch_release(Batch *b) {
+  for (size_t i = 0; i < b->count; i++) PyBuffer_Release(&b->views[i]);
+  b->count = 0;
+}
+
+/* Writes what the batch holds and empties it. */
+static void batch_flush(HurrayWriter *w, Batch *b, bool release_gil, HurrayStatus *status,
+                        HurrayError *e) {
+  if (b->count == 0) return;
+  HurrayStatus s;
+  if (release_gil) {
+    Py_BEGIN_ALLOW_THREADS /* the views keep every array's memory alive */
+        s = hurray_writer_write_dense_batch(w, b->tensors, b->count, NULL, e);
+    Py_END_ALLOW_THREADS
+  } else {
+    s = hurray_writer_write_dense_batch(w, b->tensors, b->count, NULL, e);
+  }
+  batch_release(b);
+  *status = s;
+}
+
+/* Adds (dtype name, array) as tensor `name`: -1 with an exception. The
+ * buffer is asked for without a format (numpy exports ml_dtypes arrays only
+ * so), C-contiguous: shape and item size come with it. */
+static int batch_add(Batch *b, const char *name, PyObject *spec) {
+  PyObject *dtype_obj, *array;
+  if (PyTuple_GET_SIZE(spec) != 2) {
+    PyErr_SetString(PyExc_TypeError, "a plain array is given as (dtype name, array)");
+    return -1;
+  }
+  dtype_obj = PyTuple_GET_ITEM(spec, 0);
+  array = PyTuple_GET_ITEM(spec, 1);
+  const char *dtype_name = hy_utf8(dtype_obj, "dtype name");
+  if (dtype_name == NULL) return -1;
+  HurrayDType dtype = hurray_dtype_from_name(dtype_name);
+  uint32_t bits = hurray_dtype_bits(dtype);
+  Py_buffer *view = &b->views[b->count];
+  if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+  if (bits < 8 || view->itemsize * 8 != (Py_ssize_t)bits || view->ndim > (int)HURRAY_MAX_RANK ||
+      view->ndim < 0) {
+    PyErr_Format(PyExc_TypeError,
+                 "tensor \"%s\": dtype %s does not match a buffer of %zd-byte items in %d "
+                 "dimensions (at most %u)",
+                 name, dtype_name, view->itemsize, view->ndim, HURRAY_MAX_RANK);
+    PyBuffer_Release(view);
+    return -1;
+  }
+  HurrayDenseTensor *t = &b->tensors[b->count];
+  uint64_t *shape = b->shapes[b->count];
+  for (int k = 0; k < view->ndim; k++) {
+    /* A 0-d export may leave shape NULL; ndim 0 never reads it. */
+    shape[k] = (uint64_t)view->shape[k];
+  }
+  t->name = name; /* the str lives in the items sequence until the save ends */
+  t->dtype = dtype;
+  t->rank = (uint32_t)view->ndim;
+  t->shape = shape;
+  t->data = view->buf;
+  t->byte_size = (uint64_t)view->len;
+  b->count++;
+  return 0;
+}
+
+/* Writes each (name, Tensor) or (name, (dtype name, array)) pair; stops
  * at the first failure (a Python exception, or *status not OK). */
 static void write_items(ModuleState *st, HurrayWriter *w, PyObject *seq, bool release_gil,
                         HurrayStatus *status, HurrayError *e) {
+  Batch *batch = PyMem_Malloc(sizeof *batch);
+  if (batch == NULL) {
+    PyErr_NoMemory();
+    return;
+  }
+  batch->count = 0;
   for (Py_ssize_t i = 0;
        *status == HURRAY_OK && !PyErr_Occurred() && i < PySequence_Fast_GET_SIZE(seq); i++) {
     PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
     PyObject *name_obj, *tensor;
     if (!PyTuple_Check(pair) || !PyArg_ParseTuple(pair, "UO", &name_obj, &tensor)) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "expected (name, Tensor) pairs");
-      return;
+      break;
     }
     const char *name = hy_utf8(name_obj, "tensor name");
-    if (name == NULL) return;
-    if (PyTuple_Check(tensor)) { /* (dtype, shape, buffer): a plain dense array */
-      if (write_plain(w, name, tensor, release_gil, status, e) < 0) return;
+    if (name == NULL) break;
+    if (PyTuple_Check(tensor)) { /* (dtype name, array): a plain dense array */
+      if (batch_add(batch, name, tensor) < 0) break;
+      if (batch->count == BATCH_MAX) batch_flush(w, batch, release_gil, status, e);
       continue;
     }
+    /* Tensors go in the order given: the batch so far goes first. */
+    batch_flush(w, batch, release_gil, status, e);
+    if (*status != HURRAY_OK) break;
     if (!PyObject_TypeCheck(tensor, st->tensor_type)) {
       PyErr_Format(PyExc_TypeError, "%R is not a hurray Tensor", tensor);
-      return;
+      break;
     }
     TensorObject *t = (TensorObject *)tensor;
-    if (hy_tensor_ready(t) < 0) return;
+    if (hy_tensor_ready(t) < 0) break;
     HurrayStatus s;
     if (release_gil) {
       Py_BEGIN_ALLOW_THREADS /* `seq` holds the tensor, so its memory stays */
@@ -153,6 +190,9 @@ static void write_items(ModuleState *st, HurrayWriter *w, PyObject *seq, bool re
     }
     *status = s;
   }
+  if (*status == HURRAY_OK && !PyErr_Occurred()) batch_flush(w, batch, release_gil, status, e);
+  batch_release(batch);
+  PyMem_Free(batch);
 }
 
 static void write_metadata(HurrayWriter *w, PyObject *metadata, HurrayStatus *status,

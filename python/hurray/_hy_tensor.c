@@ -512,6 +512,8 @@ static PyType_Slot tensor_slots[] = {
     {Py_tp_getset, tensor_getset},
     {Py_tp_methods, tensor_methods},
     {Py_tp_members, tensor_members},
+    {Py_bf_getbuffer, hy_tensor_getbuffer},
+    {Py_bf_releasebuffer, hy_tensor_releasebuffer},
     {Py_tp_doc, "A descriptor plus N buffers, each with its own owner."},
     {0, NULL},
 };

@@ -1026,3 +1026,42 @@ HurrayStatus hurray_descriptor_decode(const uint8_t *bytes, size_t len, HurrayDe
   *out = d;
   return HURRAY_OK;
 }
+
+/* ========================================================= shape peek */
+
+bool hurray__descriptor_peek_shape(const uint8_t *bytes, size_t len, HurrayDType *dtype,
+                                   uint32_t *rank, uint64_t shape[HURRAY_MAX_RANK]) {
+  if (bytes == NULL || len < 6 || len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES ||
+      memcmp(bytes, MAGIC, 4) != 0 || get_le(bytes + 4, 2) != ENCODING_VERSION) {
+    return false;
+  }
+  const uint8_t *p = bytes + 6;
+  size_t left = len - 6;
+  int last_tag = -1;
+  bool have_dtype = false;
+  /* Tags are strictly increasing and the two wanted come first among the
+   * known ones: only unknown optional records may precede them. */
+  while (left >= 6) {
+    uint16_t tag = (uint16_t)get_le(p, 2);
+    uint64_t n = get_le(p + 2, 4);
+    if (n > left - 6 || (int)tag <= last_tag) return false;
+    last_tag = tag;
+    const uint8_t *payload = p + 6;
+    if (tag == TAG_DTYPE) {
+      uint64_t code = n == 2 ? get_le(payload, 2) : 0;
+      if (code == 0 || code >= HURRAY_DTYPE_COUNT) return false;
+      *dtype = (HurrayDType)code;
+      have_dtype = true;
+    } else if (tag == TAG_SHAPE) {
+      if (!have_dtype || n % 8 != 0 || n / 8 > HURRAY_MAX_RANK) return false;
+      *rank = (uint32_t)(n / 8);
+      for (uint32_t i = 0; i < *rank; i++) shape[i] = get_le(payload + 8 * i, 8);
+      return true;
+    } else if (tag_known(tag) || (tag & 1)) {
+      return false;
+    }
+    p += 6 + n;
+    left -= 6 + (size_t)n;
+  }
+  return false;
+}

@@ -127,6 +127,14 @@ HurrayDType hurray__mx_element_dtype(HurrayMxElement element);
 HurrayStatus hurray__descriptor_push_member(HurrayDescriptor *d, char *name,
                                             HurrayDescriptor *member);
 
+/* The dtype and shape records of an encoded descriptor, read in place with
+ * every bound checked; false when they are not the first known records, are
+ * malformed, or the header is wrong (the full decoder then says why). Checks
+ * only the form of these two records: hurray_descriptor_decode and
+ * hurray_descriptor_validate judge the rest. */
+bool hurray__descriptor_peek_shape(const uint8_t *bytes, size_t len, HurrayDType *dtype,
+                                   uint32_t *rank, uint64_t shape[HURRAY_MAX_RANK]);
+
 /* Checks `len` bytes are valid UTF-8 without NUL. */
 bool hurray__utf8_valid(const char *s, size_t len);
 

@@ -50,6 +50,9 @@ static void release_owned(void *data, void *ctx) {
   free(data);
 }
 
+/* A tensor's index entry, decoded on demand from the index (entry_at):
+ * every pointer is into the index, which open has checked whole. The name
+ * is not NUL-terminated (print it with "%.*s"). */
 typedef struct TensorEntry {
   const char *name;
   size_t name_len;
@@ -78,12 +81,36 @@ struct HurrayReader {
   const uint8_t *index;
   uint64_t index_offset;
   uint64_t index_length;
-  TensorEntry *tensors;
+  /* Where each tensor's entry starts in the index (an index is at most
+   * HURRAY_MAX_INDEX_BYTES): 4 bytes a tensor is all that open keeps per
+   * tensor; names, descriptors and buffer records stay in the index, in the
+   * mapping or in index_copy. */
+  uint32_t *entries;
   size_t tensor_count;
   MetadataEntry *metadata;
   size_t metadata_count;
-  char *arena; /* NUL-terminated names, keys and string values */
+  char *arena; /* NUL-terminated metadata keys and string values */
+  /* NUL-terminated copies of the tensor names, made on the first
+   * hurray_reader_tensor_name call (under names_lock): name i at
+   * names + name_at[i]. The bindings read names in place instead. */
+  pthread_mutex_t names_lock;
+  _Atomic(char *) names;
+  uint32_t *name_at;
 };
+
+static TensorEntry entry_at(const HurrayReader *r, size_t i) {
+  const uint8_t *p = r->index + r->entries[i];
+  TensorEntry t;
+  t.name_len = (size_t)hurray__get_le(p, 2);
+  t.name = (const char *)p + 2;
+  p += 2 + t.name_len;
+  t.descriptor_len = (size_t)hurray__get_le(p, 4);
+  t.descriptor = p + 4;
+  p += 4 + t.descriptor_len;
+  t.buffer_count = (uint32_t)hurray__get_le(p, 4);
+  t.buffers = p + 4;
+  return t;
+}
 
 static bool is_mapped(const HurrayReader *r) {
   return r->mode == HURRAY_READ_MMAP || r->mode == HURRAY_READ_MMAP_PRIVATE;
@@ -184,7 +211,8 @@ static int compare_ranges(const void *pa, const void *pb) {
 
 #define CORRUPT(code, ...) hurray__fail(error, code, __VA_ARGS__)
 
-/* Reads a u16-length-prefixed UTF-8 name into the arena. */
+/* Reads a u16-length-prefixed UTF-8 name: copied NUL-terminated into the
+ * arena, or with a NULL arena left in place. */
 static HurrayStatus take_name(Cursor *c, char **arena, uint32_t limit, const char *what,
                               size_t index, const char **name_out, size_t *len_out,
                               HurrayError *error) {
@@ -203,10 +231,14 @@ static HurrayStatus take_name(Cursor *c, char **arena, uint32_t limit, const cha
   if (!hurray__utf8_valid((const char *)at, len)) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "index: %s %zu is not UTF-8", what, index);
   }
+  *len_out = len;
+  if (arena == NULL) {
+    *name_out = (const char *)at;
+    return HURRAY_OK;
+  }
   memcpy(*arena, at, len);
   (*arena)[len] = '\0';
   *name_out = *arena;
-  *len_out = len;
   *arena += len + 1;
   return HURRAY_OK;
 }
@@ -220,7 +252,7 @@ static HurrayStatus check_no_overlap(const HurrayReader *r, size_t total_buffers
   if (ranges == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
   size_t n = 0;
   for (size_t i = 0; i < r->tensor_count; i++) {
-    const TensorEntry *t = &r->tensors[i];
+    const TensorEntry entry = entry_at(r, i), *t = &entry;
     for (uint32_t k = 0; k < t->buffer_count; k++) {
       uint64_t length = buffer_field(t, k, 1);
       if (length > 0) {
@@ -235,9 +267,10 @@ static HurrayStatus check_no_overlap(const HurrayReader *r, size_t total_buffers
   HurrayStatus status = HURRAY_OK;
   for (size_t i = 1; i < n; i++) {
     if (ranges[i].start < ranges[i - 1].end) {
-      status = CORRUPT(HURRAY_ERR_OVERLAP, "index: buffers of \"%s\" and \"%s\" overlap at %llu",
-                       r->tensors[ranges[i - 1].tensor].name, r->tensors[ranges[i].tensor].name,
-                       (unsigned long long)ranges[i].start);
+      TensorEntry a = entry_at(r, ranges[i - 1].tensor), b = entry_at(r, ranges[i].tensor);
+      status = CORRUPT(HURRAY_ERR_OVERLAP,
+                       "index: buffers of \"%.*s\" and \"%.*s\" overlap at %llu", (int)a.name_len,
+                       a.name, (int)b.name_len, b.name, (unsigned long long)ranges[i].start);
       break;
     }
   }
@@ -245,44 +278,52 @@ static HurrayStatus check_no_overlap(const HurrayReader *r, size_t total_buffers
   return status;
 }
 
-static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, HurrayError *error) {
+/* Checks every tensor entry in one pass over the index, keeping only where
+ * each starts. Names are compared in place with the previous one. */
+static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, HurrayError *error) {
   size_t total_buffers = 0;
+  const char *previous = NULL;
+  size_t previous_len = 0;
   for (size_t i = 0; i < r->tensor_count; i++) {
-    TensorEntry *t = &r->tensors[i];
-    HURRAY_RETURN_NOT_OK(take_name(c, arena, HURRAY_MAX_TENSOR_NAME_BYTES, "tensor name", i,
+    TensorEntry entry, *t = &entry;
+    r->entries[i] = (uint32_t)(c->p - r->index);
+    HURRAY_RETURN_NOT_OK(take_name(c, NULL, HURRAY_MAX_TENSOR_NAME_BYTES, "tensor name", i,
                                    &t->name, &t->name_len, error));
+    int n = (int)t->name_len;
     if (i > 0) {
-      int order = compare_names(r->tensors[i - 1].name, r->tensors[i - 1].name_len, t->name,
-                                t->name_len);
+      int order = compare_names(previous, previous_len, t->name, t->name_len);
       if (order == 0) {
-        return CORRUPT(HURRAY_ERR_DUPLICATE_NAME, "index: tensor \"%s\" appears twice", t->name);
+        return CORRUPT(HURRAY_ERR_DUPLICATE_NAME, "index: tensor \"%.*s\" appears twice", n,
+                       t->name);
       }
       if (order > 0) {
-        return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" is out of order", t->name);
+        return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" is out of order", n, t->name);
       }
     }
+    previous = t->name;
+    previous_len = t->name_len;
     const uint8_t *at;
     if (!cursor_take(c, 4, &at)) {
-      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" is cut short", t->name);
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" is cut short", n, t->name);
     }
     uint64_t descriptor_len = hurray__get_le(at, 4);
     if (descriptor_len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES) {
-      return CORRUPT(HURRAY_ERR_LIMIT, "index: tensor \"%s\" descriptor of %llu bytes exceeds %u",
-                     t->name, (unsigned long long)descriptor_len,
-                     HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES);
+      return CORRUPT(HURRAY_ERR_LIMIT,
+                     "index: tensor \"%.*s\" descriptor of %llu bytes exceeds %u", n, t->name,
+                     (unsigned long long)descriptor_len, HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES);
     }
     if (!cursor_take(c, (size_t)descriptor_len, &t->descriptor) || !cursor_take(c, 4, &at)) {
-      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" descriptor is cut short",
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" descriptor is cut short", n,
                      t->name);
     }
     t->descriptor_len = (size_t)descriptor_len;
     uint64_t buffer_count = hurray__get_le(at, 4);
     if (buffer_count > HURRAY_MAX_BUFFERS) {
-      return CORRUPT(HURRAY_ERR_LIMIT, "index: tensor \"%s\" claims %llu buffers", t->name,
+      return CORRUPT(HURRAY_ERR_LIMIT, "index: tensor \"%.*s\" claims %llu buffers", n, t->name,
                      (unsigned long long)buffer_count);
     }
     if (!cursor_take(c, 24 * (size_t)buffer_count, &t->buffers)) {
-      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%s\" buffer list is cut short",
+      return CORRUPT(HURRAY_ERR_MALFORMED, "index: tensor \"%.*s\" buffer list is cut short", n,
                      t->name);
     }
     t->buffer_count = (uint32_t)buffer_count;
@@ -290,15 +331,15 @@ static HurrayStatus parse_tensors(HurrayReader *r, Cursor *c, char **arena, Hurr
       uint64_t offset = buffer_field(t, k, 0), length = buffer_field(t, k, 1), end;
       if (offset % HURRAY_FILE_ALIGNMENT != 0) {
         return CORRUPT(HURRAY_ERR_BUFFER_ALIGNMENT,
-                       "index: tensor \"%s\" buffer %u starts at %llu, not a multiple of 64",
+                       "index: tensor \"%.*s\" buffer %u starts at %llu, not a multiple of 64", n,
                        t->name, k, (unsigned long long)offset);
       }
       if (offset < HURRAY_FILE_HEADER_BYTES || !hurray__add_u64(offset, length, &end) ||
           end > r->index_offset) {
         return CORRUPT(HURRAY_ERR_RANGE,
-                       "index: tensor \"%s\" buffer %u [%llu, +%llu) lies outside the data "
+                       "index: tensor \"%.*s\" buffer %u [%llu, +%llu) lies outside the data "
                        "region [64, %llu)",
-                       t->name, k, (unsigned long long)offset, (unsigned long long)length,
+                       n, t->name, k, (unsigned long long)offset, (unsigned long long)length,
                        (unsigned long long)r->index_offset);
       }
     }
@@ -474,20 +515,33 @@ static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, Hurra
   if (hurray__checksum(r->index, (size_t)r->index_length) != stored_checksum) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "index checksum mismatch");
   }
-  r->tensors = calloc(r->tensor_count ? r->tensor_count : 1, sizeof *r->tensors);
+  r->entries = malloc((r->tensor_count ? r->tensor_count : 1) * sizeof *r->entries);
   r->metadata = calloc(r->metadata_count ? r->metadata_count : 1, sizeof *r->metadata);
-  r->arena = malloc((size_t)r->index_length + r->tensor_count + 2 * r->metadata_count + 1);
-  if (r->tensors == NULL || r->metadata == NULL || r->arena == NULL) {
+  if (r->entries == NULL || r->metadata == NULL) {
     return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   Cursor c = {r->index, (size_t)r->index_length};
+  HURRAY_RETURN_NOT_OK(parse_tensors(r, &c, error));
+  /* Keys and string values are copied NUL-terminated: the rest of the
+   * index (the metadata entries) bounds their size. */
+  r->arena = malloc(c.left + 2 * r->metadata_count + 1);
+  if (r->arena == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
   char *arena = r->arena;
-  HURRAY_RETURN_NOT_OK(parse_tensors(r, &c, &arena, error));
   HURRAY_RETURN_NOT_OK(parse_metadata(r, &c, &arena, error));
   if (c.left != 0) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "index: %zu bytes after the last entry", c.left);
   }
   return HURRAY_OK;
+}
+
+static HurrayReader *reader_new(void) {
+  HurrayReader *r = calloc(1, sizeof *r);
+  if (r != NULL && pthread_mutex_init(&r->names_lock, NULL) != 0) {
+    free(r);
+    return NULL;
+  }
+  if (r != NULL) atomic_init(&r->names, NULL);
+  return r;
 }
 
 /* Header, trailer, then the index: every structural rule of the spec. */
@@ -516,7 +570,7 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
                         "options: unknown version %u or mode %d", options->version,
                         (int)options->mode);
   }
-  HurrayReader *r = calloc(1, sizeof *r);
+  HurrayReader *r = reader_new();
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   r->mode = options->mode;
   /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
@@ -589,7 +643,7 @@ HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
     status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
                           options->version);
   }
-  HurrayReader *r = status == HURRAY_OK ? calloc(1, sizeof *r) : NULL;
+  HurrayReader *r = status == HURRAY_OK ? reader_new() : NULL;
   if (status == HURRAY_OK && r == NULL) {
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
@@ -640,9 +694,12 @@ void hurray_reader_close(HurrayReader *r) {
   if (r->fd >= 0) close(r->fd);
   if (r->has_source && r->source.release != NULL) r->source.release(r->source.ctx);
   free(r->index_copy);
-  free(r->tensors);
+  free(r->entries);
   free(r->metadata);
   free(r->arena);
+  free(atomic_load(&r->names));
+  free(r->name_at);
+  pthread_mutex_destroy(&r->names_lock);
   free(r);
 }
 
@@ -650,8 +707,54 @@ void hurray_reader_close(HurrayReader *r) {
 
 size_t hurray_reader_tensor_count(const HurrayReader *r) { return r->tensor_count; }
 
+/* The NUL-terminated copies of every name, made once. The reader is const
+ * to its callers; the copies are a cache behind it. */
+static const char *tensor_names(const HurrayReader *r) {
+  char *names = atomic_load_explicit(&r->names, memory_order_acquire);
+  if (names != NULL) return names;
+  HurrayReader *w = (HurrayReader *)r;
+  pthread_mutex_lock(&w->names_lock);
+  names = atomic_load_explicit(&r->names, memory_order_acquire);
+  if (names == NULL) {
+    /* Each name is at most its entry's bytes, plus its NUL. */
+    size_t bytes = (size_t)r->index_length + r->tensor_count + 1;
+    uint32_t *at = malloc((r->tensor_count ? r->tensor_count : 1) * sizeof *at);
+    names = malloc(bytes);
+    if (at == NULL || names == NULL) {
+      free(at);
+      free(names);
+      names = NULL;
+    } else {
+      size_t used = 0;
+      for (size_t i = 0; i < r->tensor_count; i++) {
+        TensorEntry t = entry_at(r, i);
+        at[i] = (uint32_t)used;
+        memcpy(names + used, t.name, t.name_len);
+        names[used + t.name_len] = '\0';
+        used += t.name_len + 1;
+      }
+      w->name_at = at;
+      atomic_store_explicit(&w->names, names, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&w->names_lock);
+  return names;
+}
+
 const char *hurray_reader_tensor_name(const HurrayReader *r, size_t index) {
-  return index < r->tensor_count ? r->tensors[index].name : NULL;
+  if (r == NULL || index >= r->tensor_count) return NULL;
+  const char *names = tensor_names(r);
+  return names != NULL ? names + r->name_at[index] : NULL; /* NULL: out of memory */
+}
+
+const char *hurray_reader_tensor_name_view(const HurrayReader *r, size_t index, size_t *len) {
+  if (r == NULL || index >= r->tensor_count) {
+    if (len != NULL) *len = 0;
+    return NULL;
+  }
+  TensorEntry t = entry_at(r, index);
+  if (len != NULL) *len = t.name_len;
+  return t.name;
 }
 
 HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name, size_t *index_out,
@@ -662,7 +765,9 @@ HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name, size_t 
   size_t len = strlen(name), lo = 0, hi = r->tensor_count;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    int order = compare_names(r->tensors[mid].name, r->tensors[mid].name_len, name, len);
+    const uint8_t *entry = r->index + r->entries[mid];
+    int order = compare_names((const char *)entry + 2, (size_t)hurray__get_le(entry, 2), name,
+                              len);
     if (order == 0) {
       if (index_out != NULL) *index_out = mid;
       return HURRAY_OK;
@@ -673,11 +778,11 @@ HurrayStatus hurray_reader_find(const HurrayReader *r, const char *name, size_t 
   return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor \"%s\" in the file", name);
 }
 
-static HurrayStatus entry_for(HurrayReader *r, const char *name, const TensorEntry **out,
+static HurrayStatus entry_for(HurrayReader *r, const char *name, TensorEntry *out,
                               HurrayError *error) {
   size_t index;
   HURRAY_RETURN_NOT_OK(hurray_reader_find(r, name, &index, error));
-  *out = &r->tensors[index];
+  *out = entry_at(r, index);
   return HURRAY_OK;
 }
 
@@ -690,20 +795,23 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
   if (status == HURRAY_OK) status = hurray_descriptor_validate(d, error);
   if (status == HURRAY_OK && d->buffer_count != t->buffer_count) {
     status = hurray__fail(error, HURRAY_ERR_MALFORMED,
-                          "tensor \"%s\": index lists %u buffers, its descriptor %u", t->name,
-                          t->buffer_count, d->buffer_count);
+                          "tensor \"%.*s\": index lists %u buffers, its descriptor %u",
+                          (int)t->name_len, t->name, t->buffer_count, d->buffer_count);
   }
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
     uint32_t alignment = d->buffers[i].alignment;
     if (buffer_field(t, i, 0) % (alignment > HURRAY_FILE_ALIGNMENT ? alignment : 1) != 0) {
       status = hurray__fail(error, HURRAY_ERR_BUFFER_ALIGNMENT,
-                            "tensor \"%s\" buffer %u: stored at %llu, not a multiple of its "
+                            "tensor \"%.*s\" buffer %u: stored at %llu, not a multiple of its "
                             "alignment %u",
-                            t->name, i, (unsigned long long)buffer_field(t, i, 0), alignment);
+                            (int)t->name_len, t->name, i,
+                            (unsigned long long)buffer_field(t, i, 0), alignment);
     } else if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
       status = hurray__fail(error, HURRAY_ERR_MALFORMED,
-                            "tensor \"%s\" buffer %u: %llu bytes stored, descriptor declares %llu",
-                            t->name, i, (unsigned long long)buffer_field(t, i, 1),
+                            "tensor \"%.*s\" buffer %u: %llu bytes stored, descriptor declares "
+                            "%llu",
+                            (int)t->name_len, t->name, i,
+                            (unsigned long long)buffer_field(t, i, 1),
                             (unsigned long long)d->buffers[i].byte_size);
     }
   }
@@ -721,9 +829,33 @@ HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor_out is required");
   }
   *descriptor_out = NULL;
-  const TensorEntry *t;
+  TensorEntry t;
   HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
-  return entry_descriptor(t, descriptor_out, error);
+  return entry_descriptor(&t, descriptor_out, error);
+}
+
+HurrayStatus hurray_reader_tensor_shape(const HurrayReader *r, size_t index, HurrayDType *dtype,
+                                        uint32_t *rank, uint64_t shape[HURRAY_MAX_RANK],
+                                        HurrayError *error) {
+  if (r == NULL || dtype == NULL || rank == NULL || shape == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and outputs are required");
+  }
+  if (index >= r->tensor_count) {
+    return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor %zu: the file holds %zu", index,
+                        r->tensor_count);
+  }
+  TensorEntry t = entry_at(r, index);
+  if (hurray__descriptor_peek_shape(t.descriptor, t.descriptor_len, dtype, rank, shape)) {
+    return HURRAY_OK;
+  }
+  /* Not the usual form: the full decoder reads it, or says what is wrong. */
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(&t, &d, error));
+  *dtype = d->dtype;
+  *rank = d->rank;
+  memcpy(shape, d->shape, d->rank * sizeof *shape);
+  hurray_descriptor_destroy(d);
+  return HURRAY_OK;
 }
 
 /* A handle for `length` bytes at file `offset`: a view of the mapping, or
@@ -774,27 +906,27 @@ static HurrayStatus hand_out(HurrayStatus status, HurrayDescriptor *d, HurrayBuf
  * decodes its validated descriptor (owned by the caller of this helper). */
 static HurrayStatus begin_read(HurrayReader *r, const char *name,
                                HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
-                               const TensorEntry **t, HurrayDescriptor **d, HurrayError *error) {
+                               TensorEntry *t, HurrayDescriptor **d, HurrayError *error) {
   if (descriptor_out == NULL || buffers_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
   }
   *descriptor_out = NULL;
   *buffers_out = NULL;
   HURRAY_RETURN_NOT_OK(entry_for(r, name, t, error));
-  return entry_descriptor(*t, d, error);
+  return entry_descriptor(t, d, error);
 }
 
 typedef struct VerifyRef {
-  const TensorEntry *t;
+  TensorEntry t;
   uint32_t buffer;
 } VerifyRef;
 
 static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
   return hurray__fail(error, HURRAY_ERR_CHECKSUM,
-                      "tensor \"%s\" buffer %u: checksum mismatch (stored %016llx, data "
+                      "tensor \"%.*s\" buffer %u: checksum mismatch (stored %016llx, data "
                       "%016llx)",
-                      ref->t->name, ref->buffer,
-                      (unsigned long long)buffer_field(ref->t, ref->buffer, 2),
+                      (int)ref->t.name_len, ref->t.name, ref->buffer,
+                      (unsigned long long)buffer_field(&ref->t, ref->buffer, 2),
                       (unsigned long long)sum);
 }
 
@@ -865,7 +997,7 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
     const HurrayBuffer *b = hurray_buffer_list_get(list, i);
     uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
     if (sum != buffer_field(t, i, 2)) {
-      VerifyRef ref = {t, i};
+      VerifyRef ref = {*t, i};
       return mismatch(&ref, sum, error);
     }
   }
@@ -875,9 +1007,9 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
 HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
                                       HurrayDescriptor **descriptor_out,
                                       HurrayBufferList **buffers_out, HurrayError *error) {
-  const TensorEntry *t = NULL;
+  TensorEntry entry, *t = &entry;
   HurrayDescriptor *d = NULL;
-  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK && r->has_source) {
@@ -898,8 +1030,8 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
   if (r == NULL || dst == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and dst are required");
   }
-  const TensorEntry *t;
-  HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
+  TensorEntry entry, *t = &entry;
+  HURRAY_RETURN_NOT_OK(entry_for(r, name, t, error));
   if (buffer_index >= t->buffer_count) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor \"%s\" has %u buffers", name,
                         t->buffer_count);
@@ -916,9 +1048,9 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
                                     uint64_t row_count, HurrayDescriptor **descriptor_out,
                                     HurrayBufferList **buffers_out, HurrayError *error) {
-  const TensorEntry *t = NULL;
+  TensorEntry entry, *t = &entry;
   HurrayDescriptor *d = NULL;
-  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &t, &d, error));
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
   HurrayStatus status = HURRAY_OK;
   uint64_t numel = 0, row_bits = 0, end = 0;
   if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->has_strides || d->rank == 0 ||
@@ -1162,11 +1294,11 @@ static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs, cons
   size_t m = 0;
   uint64_t at = 0;
   for (size_t i = 0; status == HURRAY_OK && i < n; i++) {
-    uint64_t length = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 1);
+    uint64_t length = buffer_field(&refs[which[i]].t, refs[which[i]].buffer, 1);
     jobs[which[i]].data = scratch + at;
     jobs[which[i]].len = (size_t)length;
     if (length > 0) {
-      ranges[m].offset = buffer_field(refs[which[i]].t, refs[which[i]].buffer, 0);
+      ranges[m].offset = buffer_field(&refs[which[i]].t, refs[which[i]].buffer, 0);
       ranges[m].length = length;
       ranges[m].dst = scratch + at;
       m++;
@@ -1198,8 +1330,8 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
   size_t pending = 0;
   uint64_t total = 0;
   for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
-    uint64_t offset = buffer_field(refs[k].t, refs[k].buffer, 0);
-    uint64_t length = buffer_field(refs[k].t, refs[k].buffer, 1);
+    uint64_t offset = buffer_field(&refs[k].t, refs[k].buffer, 0);
+    uint64_t length = buffer_field(&refs[k].t, refs[k].buffer, 1);
     if (length > SOURCE_VERIFY_CHUNK) {
       status = checksum_range(r, offset, length, &jobs[k].sum, error);
       continue;
@@ -1227,8 +1359,8 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
                                  HurrayError *error) {
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
-      jobs[k].data = view + buffer_field(refs[k].t, refs[k].buffer, 0);
-      jobs[k].len = (size_t)buffer_field(refs[k].t, refs[k].buffer, 1);
+      jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0);
+      jobs[k].len = (size_t)buffer_field(&refs[k].t, refs[k].buffer, 1);
     }
     hurray__hash_many_on(jobs, n, threads);
     /* The pages stay in the page cache; the process lets go of them, so
@@ -1240,13 +1372,13 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));
   } else {
     for (size_t k = 0; k < n; k++) {
-      HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(refs[k].t, refs[k].buffer, 0),
-                                          buffer_field(refs[k].t, refs[k].buffer, 1), &jobs[k].sum,
-                                          error));
+      HURRAY_RETURN_NOT_OK(checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0),
+                                          buffer_field(&refs[k].t, refs[k].buffer, 1),
+                                          &jobs[k].sum, error));
     }
   }
   for (size_t k = 0; k < n; k++) {
-    if (jobs[k].sum != buffer_field(refs[k].t, refs[k].buffer, 2)) {
+    if (jobs[k].sum != buffer_field(&refs[k].t, refs[k].buffer, 2)) {
       return mismatch(&refs[k], jobs[k].sum, error);
     }
   }
@@ -1256,8 +1388,8 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
 /* Verifies entries[0..count) in rounds. `drop_pages` lets go of each
  * round's pages of the reader's own mapping too (the converter); pages of a
  * temporary view are always let go. */
-static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, size_t count,
-                                   bool drop_pages, unsigned threads, HurrayError *error) {
+static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, bool drop_pages,
+                                   unsigned threads, HurrayError *error) {
   HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
   bool temporary = false;
@@ -1272,10 +1404,11 @@ static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, 
   size_t n = 0;
   uint64_t bytes = 0;
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
-    for (uint32_t b = 0; status == HURRAY_OK && b < entries[i].buffer_count; b++) {
-      refs[n].t = &entries[i];
+    const TensorEntry entry = entry_at(r, first + i);
+    for (uint32_t b = 0; status == HURRAY_OK && b < entry.buffer_count; b++) {
+      refs[n].t = entry;
       refs[n].buffer = b;
-      bytes += buffer_field(&entries[i], b, 1);
+      bytes += buffer_field(&entry, b, 1);
       if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
         status = verify_round(r, view, drop, threads, jobs, refs, n, error);
         n = 0;
@@ -1295,11 +1428,11 @@ static HurrayStatus verify_entries(HurrayReader *r, const TensorEntry *entries, 
 HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError *error) {
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
   if (name != NULL) {
-    const TensorEntry *t;
-    HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
-    return verify_entries(r, t, 1, false, hurray__hash_threads(), error);
+    size_t index;
+    HURRAY_RETURN_NOT_OK(hurray_reader_find(r, name, &index, error));
+    return verify_entries(r, index, 1, false, hurray__hash_threads(), error);
   }
-  return verify_entries(r, r->tensors, r->tensor_count, false, hurray__hash_threads(), error);
+  return verify_entries(r, 0, r->tensor_count, false, hurray__hash_threads(), error);
 }
 
 HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error) {
@@ -1307,7 +1440,7 @@ HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error) {
    * keeps the CPUs busy, and on the 2-CPU machine of
    * bench/results/io-speed.md two hashing threads made hurray -> safetensors
    * slower (median 1.19 s against 0.96 s). */
-  return verify_entries(r, r->tensors, r->tensor_count, true, 1, error);
+  return verify_entries(r, 0, r->tensor_count, true, 1, error);
 }
 
 /* -------------------------------------------------------------- metadata */

@@ -1,0 +1,348 @@
+"""Files of many small tensors (issue 19): save() hands plain arrays to C in
+batches (hurray_writer_write_dense_batch), open reads names, shapes and
+dtypes in place from the index, load() reads every tensor in one C call, and
+a plain dense Tensor exports its elements through the buffer protocol."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hurray
+from hurray import _dtypes
+
+# Every dtype save() hands to C as it is: byte-sized, with a numpy type.
+PLAIN = [name for name in hurray.DTYPES if not _dtypes.is_packed(name)]
+
+
+def _sample(name, shape, seed=0):
+    dtype = _dtypes.to_numpy(name)
+    rng = np.random.default_rng(seed)
+    count = int(np.prod(shape))
+    raw = rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8)
+    if dtype == np.bool_:
+        raw = raw & 1
+    return raw.view(dtype).reshape(shape)  # NaN payloads included: compared as bytes
+
+
+def _same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_every_dtype_round_trips_through_the_batch(tmp_path, name):
+    arrays = {
+        "matrix": _sample(name, (3, 5), 1),
+        "scalar": _sample(name, (), 2),
+        "empty": _sample(name, (0, 4), 3),
+        "strided": _sample(name, (6, 8), 4)[::2, 1::3],  # not contiguous: copied first
+        "column": np.asfortranarray(_sample(name, (4, 3), 5)),
+    }
+    path = tmp_path / "a.hurray"
+    hurray.save(path, arrays)
+    loaded = hurray.load(path)
+    with hurray.open(path) as f:
+        for key, value in arrays.items():
+            assert _same(loaded[key], value), key
+            assert f.shape(key) == value.shape
+            assert f.dtype(key) == name
+    # The batch writes exactly what the Tensor path writes.
+    reference = tmp_path / "b.hurray"
+    hurray.save(
+        reference, {k: hurray.from_numpy(np.array(v, order="C")) for k, v in arrays.items()}
+    )
+    assert path.read_bytes() == reference.read_bytes()
+
+
+def test_unaligned_and_big_endian_inputs(tmp_path):
+    raw = np.arange(17, dtype=np.uint8).tobytes()
+    unaligned = np.frombuffer(raw, dtype=np.int32, count=4, offset=1)
+    assert unaligned.ctypes.data % 4 != 0
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"u": unaligned})
+    assert _same(hurray.load(path)["u"], unaligned.copy())
+    # Big-endian arrays take the Tensor path, which refuses them as before.
+    with pytest.raises(ValueError, match="no hurray equivalent"):
+        hurray.save(path, {"big": np.arange(5, dtype=">f8")})
+
+
+def test_batches_interleave_with_tensors_in_order(tmp_path):
+    """More than one batch (8192 a call), Tensors and sparse tensors between
+    plain arrays: everything lands, under its own name."""
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    arrays = {}
+    for i in range(9000):
+        arrays[f"p.{i:05d}"] = np.full((i % 7,), i, dtype=np.int32)
+        if i % 2500 == 0:
+            arrays[f"t.{i:05d}"] = hurray.from_numpy(np.arange(i % 5 + 1, dtype=np.float32))
+            arrays[f"s.{i:05d}"] = scipy_sparse.random(
+                4, 5, density=0.5, format="csr", random_state=i
+            )
+    path = tmp_path / "a.hurray"
+    hurray.save(path, arrays)
+    got = hurray.load(path)
+    assert sorted(got) == sorted(arrays)
+    for i in range(0, 9000, 97):
+        assert _same(got[f"p.{i:05d}"], arrays[f"p.{i:05d}"])
+    assert type(got["s.02500"]).__name__ == "SparseTensor"
+    assert np.allclose(got["s.02500"].to_scipy().toarray(), arrays["s.02500"].toarray())
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"": np.zeros(2)}, hurray.InvalidArgumentError),
+        ({"a\0b": np.zeros(2)}, ValueError),
+        ({"\udc80": np.zeros(2)}, UnicodeEncodeError),
+        ({3: np.zeros(2)}, TypeError),
+        ({"x" * 5000: np.zeros(2)}, hurray.LimitError),
+        ({"deep": np.zeros((1,) * 33)}, (hurray.HurrayError, TypeError, ValueError)),
+    ],
+)
+def test_bad_input_fails_cleanly_and_leaves_the_target(tmp_path, bad, error):
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"old": np.arange(3)})
+    before = path.read_bytes()
+    tensors = {f"ok.{i}": np.arange(i) for i in range(100)}
+    tensors.update(bad)
+    tensors.update({f"z.{i}": np.arange(i) for i in range(100)})
+    with pytest.raises(error):
+        hurray.save(path, tensors)
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.hurray"]
+
+
+def test_twenty_thousand_tensors_keys_shapes_dtypes(tmp_path):
+    rng = np.random.default_rng(11)
+    arrays = {}
+    for i in range(20000):
+        n = int(rng.integers(0, 40))
+        dtype = (np.float32, np.int16, ml_dtypes.bfloat16, np.uint8)[i % 4]
+        arrays[f"t.{i:05d}"] = np.arange(n, dtype=np.float32).astype(dtype).reshape(n, 1)[:, :]
+    path = tmp_path / "many.hurray"
+    hurray.save(path, arrays)
+    with hurray.open(path) as f:
+        keys = f.keys()
+        assert keys == sorted(arrays)
+        assert len(f) == 20000 and "t.00007" in f and "nope" not in f
+        for name in keys:
+            assert f.shape(name) == arrays[name].shape
+            assert f.dtype(name) == _dtypes.from_numpy(arrays[name].dtype)
+        with pytest.raises(hurray.NotFoundError):
+            f.shape("nope")
+        with pytest.raises(TypeError):
+            f.dtype(7)
+    for mmap in (True, False):
+        got = hurray.load(path, mmap=mmap)
+        assert list(got) == keys
+        for name in keys[::101]:
+            assert _same(got[name], arrays[name])
+
+
+def test_tensor_buffer_protocol(tmp_path):
+    arrays = {
+        "f": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "c": np.arange(3, dtype=np.complex128),
+        "b": np.array([True, False, True]),
+        "s": np.array(7, dtype=np.int64),
+        "bf": np.arange(4, dtype=np.float32).astype(ml_dtypes.bfloat16),
+    }
+    path = tmp_path / "a.hurray"
+    hurray.save(path, arrays)
+    for readonly in (False, True):
+        got = hurray.load(path, readonly=readonly)
+        for name, value in arrays.items():
+            a = np.asarray(got[name])
+            assert _same(a, value)
+            assert a.flags.writeable is (not readonly)
+        m = memoryview(got["f"])
+        assert m.format == "f" and m.shape == (3, 4) and m.readonly is readonly
+        assert bytes(m) == arrays["f"].tobytes()
+        with pytest.raises(BufferError):
+            memoryview(got["bf"])  # no PEP 3118 format: numpy goes through __array__
+        if readonly:
+            with pytest.raises(ValueError):
+                np.asarray(got["f"])[0, 0] = 1
+        del m
+    # A quantized tensor is no buffer: numpy's refusal explains.
+    q = hurray.quantize(np.ones((4, 32), np.float32), "q8_0")
+    with pytest.raises(BufferError):
+        memoryview(q)
+    with pytest.raises(hurray.UnsupportedError):
+        np.asarray(q)
+    # The export keeps the tensor (and its mapping) alive.
+    t = hurray.load(path)["f"]
+    a = np.asarray(t)
+    del t
+    import gc
+
+    gc.collect()
+    assert a.sum() == 66
+
+
+# ------------------------------------------------- corrupted index, lazily
+
+
+def _xxh3(data: bytes) -> int:
+    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
+def _index_range(blob: bytes):
+    index_offset, index_length = struct.unpack_from("<QQ", blob, len(blob) - 64)
+    return index_offset, index_length
+
+
+def _reseal(blob: bytearray) -> None:
+    """Recomputes the index and trailer checksums, so that only what the
+    index says is wrong, not its checksum."""
+    offset, length = _index_range(blob)
+    t = len(blob) - 64
+    struct.pack_into("<Q", blob, t + 16, _xxh3(bytes(blob[offset : offset + length])))
+    struct.pack_into("<Q", blob, t + 48, _xxh3(bytes(blob[t : t + 48])))
+
+
+def _descriptor_at(blob: bytes, name: str):
+    """(start, length) of `name`'s encoded descriptor inside the file."""
+    offset, length = _index_range(blob)
+    p = offset
+    while p < offset + length:
+        n = struct.unpack_from("<H", blob, p)[0]
+        entry = blob[p + 2 : p + 2 + n].decode()
+        d = struct.unpack_from("<I", blob, p + 2 + n)[0]
+        start = p + 6 + n
+        if entry == name:
+            return start, d
+        buffers = struct.unpack_from("<I", blob, start + d)[0]
+        p = start + d + 4 + 24 * buffers
+    raise KeyError(name)
+
+
+@pytest.fixture
+def small_file(tmp_path):
+    path = tmp_path / "c.hurray"
+    hurray.save(path, {f"t.{i}": np.arange(i + 1, dtype=np.float32) for i in range(50)})
+    return path
+
+
+def test_bad_dtype_in_the_index_is_an_error_where_asked(small_file, tmp_path):
+    blob = bytearray(small_file.read_bytes())
+    start, _ = _descriptor_at(blob, "t.7")
+    # The dtype record comes first: tag 0x0011, length 2, then the code.
+    assert struct.unpack_from("<HI", blob, start + 6) == (0x11, 2)
+    struct.pack_into("<H", blob, start + 12, 200)
+    _reseal(blob)
+    bad = tmp_path / "bad.hurray"
+    bad.write_bytes(bytes(blob))
+    with hurray.open(bad) as f:  # open checks structure only: fine
+        assert len(f.keys()) == 50
+        assert f.shape("t.8") == (9,)
+        with pytest.raises(hurray.UnsupportedError, match="dtype"):
+            f.shape("t.7")
+        with pytest.raises(hurray.UnsupportedError):
+            f.dtype("t.7")
+        with pytest.raises(hurray.UnsupportedError):
+            f["t.7"]
+    with pytest.raises(hurray.UnsupportedError):
+        hurray.load(bad)
+
+
+def test_lying_shape_is_refused_when_the_tensor_is_read(small_file, tmp_path):
+    blob = bytearray(small_file.read_bytes())
+    start, _ = _descriptor_at(blob, "t.3")
+    assert struct.unpack_from("<HI", blob, start + 14) == (0x13, 8)
+    struct.pack_into("<Q", blob, start + 20, 1 << 40)
+    _reseal(blob)
+    bad = tmp_path / "bad.hurray"
+    bad.write_bytes(bytes(blob))
+    with hurray.open(bad) as f:
+        # shape() reads the record as it stands (docs/security.md) ...
+        assert f.shape("t.3") == (1 << 40,)
+        # ... and reading the tensor validates the whole descriptor.
+        with pytest.raises(hurray.HurrayError):
+            f["t.3"]
+        with pytest.raises(hurray.HurrayError):
+            f.descriptor("t.3")
+    with pytest.raises(hurray.HurrayError):
+        hurray.load(bad)
+
+
+def test_unresealed_index_damage_fails_at_open(small_file, tmp_path):
+    blob = bytearray(small_file.read_bytes())
+    start, _ = _descriptor_at(blob, "t.3")
+    blob[start + 20] ^= 0xFF
+    bad = tmp_path / "bad.hurray"
+    bad.write_bytes(bytes(blob))
+    with pytest.raises(hurray.ChecksumError):
+        hurray.open(bad)
+
+
+def test_random_index_damage_never_crashes(tmp_path):
+    """Every byte of the index flipped in turn (checksums resealed), in a
+    child process: open, keys, shape, dtype and load either work or raise a
+    HurrayError (or OSError); nothing crashes or hangs. Dense, scalar,
+    quantized and sparse entries, so shape() takes both of its paths."""
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    small_file = tmp_path / "src.hurray"
+    hurray.save(
+        small_file,
+        {
+            "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+            "b": np.int8(3) * np.ones((), np.int8),
+            "q": hurray.quantize(np.ones((2, 32), np.float32), "q8_0"),
+            "s": scipy_sparse.random(3, 4, density=0.5, format="csr", random_state=1),
+        },
+    )
+    script = textwrap.dedent(
+        f"""
+        import ctypes, ctypes.util, struct, sys
+        import hurray
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_many import _index_range, _reseal
+        src = open({str(small_file)!r}, "rb").read()
+        offset, length = _index_range(src)
+        path = {str(tmp_path / "fuzz.hurray")!r}
+        outcomes = {{"ok": 0, "error": 0}}
+        for i in range(offset, offset + length):
+            for flip in (0x01, 0x80, 0xFF):
+                blob = bytearray(src)
+                blob[i] ^= flip
+                _reseal(blob)
+                open(path, "wb").write(blob)
+                try:
+                    with hurray.open(path) as f:
+                        for name in f.keys():
+                            for call in (f.shape, f.dtype):
+                                try:
+                                    call(name)
+                                except hurray.HurrayError:
+                                    pass
+                    d = hurray.load(path)
+                    for t in d.values():
+                        try:
+                            t.numpy().sum()
+                        except hurray.HurrayError:
+                            pass
+                    outcomes["ok"] += 1
+                except (hurray.HurrayError, OSError):
+                    outcomes["error"] += 1
+        print(outcomes)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'error'" in done.stdout
