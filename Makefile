@@ -77,14 +77,31 @@ demo: example python
 # the Python comparison (hurray vs safetensors / numpy.savez / torch.save, with
 # the machine's limits) into bench/results/latest.{md,json,png}; see bench/README.md.
 # BENCH_SCALE / BENCH_REPS / BENCH_DIR tune it.
+# Every step is timed into bench/results/bench-run.json (bench/timed.py); the
+# parts run as scripts, not sub-makes, which would reinstall the package each
+# time (~25 s apiece);
+# bench/goals19.py ends with issue 19's goals, met or not, in goals.md.
+BENCH_TIMED := $(VENV)/python bench/timed.py
 bench: build python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors matplotlib
 	@mkdir -p bench/results
-	build/bench/write_peak_rss $${BENCH_DIR:-build} 2048 64 > bench/results/c_write_peak_rss.txt
+	$(BENCH_TIMED) start
+	$(BENCH_TIMED) step c-writer -- sh -c 'build/bench/write_peak_rss $${BENCH_DIR:-build} $${BENCH_C_MIB:-1024} 64 > bench/results/c_write_peak_rss.txt'
 	cat bench/results/c_write_peak_rss.txt
-	$(VENV)/python bench/bench.py
-	$(MAKE) bench-torch
-	$(MAKE) bench-verify
+	$(BENCH_TIMED) step bench.py -- $(VENV)/python bench/bench.py
+	BENCH_TORCH_MIB=$${BENCH_TORCH_MIB:-512} $(BENCH_TIMED) step bench-torch -- $(VENV)/python bench/bench_torch.py
+	BENCH_REPS=$${BENCH_REPS:-3} $(BENCH_TIMED) step bench-verify -- $(VENV)/python bench/bench_verify.py
+	$(BENCH_TIMED) step bench-scaling -- $(VENV)/python bench/bench_scaling.py
+	$(BENCH_TIMED) finish
+	$(VENV)/python bench/goals19.py
+
+# Save, cold open and load-all of 1k, 10k, 100k and 1M tiny tensors, hurray vs
+# safetensors, with peak RSS and the index size, into
+# bench/results/scaling.{md,json,png} (bench/bench_scaling.py).
+.PHONY: bench-scaling
+bench-scaling: python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors matplotlib
+	$(VENV)/python bench/bench_scaling.py
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}; the
@@ -94,6 +111,7 @@ bench-quant: python
 	$(VENV)/python bench/bench_gguf_types.py
 	$(VENV)/python bench/bench_zoo_int4.py
 	$(VENV)/python bench/bench_zoo_float.py
+	$(VENV)/python bench/goals19.py
 
 # Loading into torch: hurray.torch.load_file vs safetensors.torch.load_file,
 # torch.load(mmap=True) and the sequential-read limit, cold and warm, into

@@ -49,6 +49,8 @@ EXT = {
 
 # Workload (c): quantized. hurray quantizes in C (hurray.quantize, QTHREADS threads);
 # GGUF is written and read with the `gguf` package (its quantizer is numpy, 1 thread).
+# Front ends of safetensors; "the faster safetensors" is the faster of those measured.
+SAFETENSORS = ("safetensors.numpy", "safetensors.torch")
 QCONTENDERS = ["hurray nf4", "hurray q4_0", "gguf q4_0"]
 QEXT = {"hurray nf4": ".nf4.hurray", "hurray q4_0": ".q4_0.hurray", "gguf q4_0": ".gguf"}
 QSCHEME = {"hurray nf4": "nf4", "hurray q4_0": "q4_0"}
@@ -864,7 +866,15 @@ def run_quant(tmp, scale, reps, log):
 
 
 def main():
-    scale = float(os.environ.get("BENCH_SCALE", "1.0"))
+    # 0.5: the whole `make bench` within 15 minutes (bench/README.md, bench-run.json)
+    scale = float(os.environ.get("BENCH_SCALE", "0.5"))
+    # numpy.savez, torch.save and safetensors.torch cost 60% of the run in torch
+    # imports and slow saves, and safetensors.torch was never the faster
+    # safetensors front end: BENCH_CONTENDERS=all brings them back.
+    picked = os.environ.get("BENCH_CONTENDERS", "hurray,safetensors.numpy")
+    contenders = (
+        CONTENDERS if picked == "all" else [c for c in CONTENDERS if c in picked.split(",")]
+    )
     reps = int(os.environ.get("BENCH_REPS", "3"))
     # A folder of its own under BENCH_DIR (removed at the end; BENCH_DIR is left alone).
     tmp = os.path.join(
@@ -878,6 +888,7 @@ def main():
         "config": {
             "scale": scale,
             "reps": reps,
+            "contenders": contenders,
             "dir": tmp,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -945,7 +956,7 @@ def main():
         log(wl, "limits", {k: round(v["median"], 4) for k, v in wres["limits"].items()})
         rng = np.random.default_rng(99)
         picks = [spec[int(rng.integers(len(spec)))][0] for _ in range(reps)]
-        for c in CONTENDERS:
+        for c in contenders:
             path = os.path.join(tmp, wl + EXT[c])
             saves, loads, rands = [], [], []
             for r in range(reps):
@@ -1023,9 +1034,7 @@ def goals(res):
 
     for wl_name, w in (("(a) large", a), ("(b) many", b)):
         h = w["contenders"]["hurray"]
-        st = min(
-            med(w["contenders"][c]["save_s"]) for c in ("safetensors.numpy", "safetensors.torch")
-        )
+        st = min(med(w["contenders"][c]["save_s"]) for c in SAFETENSORS if c in w["contenders"])
         ratio_limit = med(w["limits"]["plain_write_s"]) / med(h["save_s"])
         ratio_st = st / med(h["save_s"])
         out.append(
@@ -1179,6 +1188,16 @@ def verify_table(res):
     return L
 
 
+def issue19_goals():
+    """Issue 19's goals as a table (bench/goals19.py), from latest.json just
+    written and the other parts' last results (goals.md is redone at the end
+    of `make bench`, once every part has run)."""
+    import goals19
+
+    outdir = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(HERE, "results")))
+    return ["## Issue 19 goals\n", *goals19.render(outdir).splitlines()[2:], ""]
+
+
 def render_md(res):
     cfg = res["config"]
     L = []
@@ -1232,13 +1251,9 @@ def render_md(res):
             f"(1 byte / 4096) {fmt(lim['mmap_page_touch_s'])} s; mmap read of every byte "
             f"(same uint64 sum as load-all) {fmt(lim['mmap_full_touch_s'])} s.\n"
         )
-        sts = min(
-            med(w["contenders"][c]["save_s"]) for c in ("safetensors.numpy", "safetensors.torch")
-        )
+        sts = min(med(w["contenders"][c]["save_s"]) for c in SAFETENSORS if c in w["contenders"])
         sto = med(w["contenders"]["safetensors.numpy"]["open_s"])
-        stl = min(
-            med(w["contenders"][c]["load_s"]) for c in ("safetensors.numpy", "safetensors.torch")
-        )
+        stl = min(med(w["contenders"][c]["load_s"]) for c in SAFETENSORS if c in w["contenders"])
         L.append(
             "| contender | save s | save MiB/s | save / plain-write limit | save speedup vs best "
             "safetensors | save peak RSS growth MiB | open ms | open speedup vs safe_open | "
@@ -1280,6 +1295,7 @@ def render_md(res):
     L.append("## Goals\n")
     L.extend(goals(res))
     L.append("")
+    L.extend(issue19_goals())
     L.append("## Notes\n")
     L.append(
         "- Every save time includes an fsync of the result: hurray.save does its own (temp "
@@ -1300,6 +1316,11 @@ def render_md(res):
         "object is built), safe_open keys() + get_slice(n).get_shape(), GGUFReader(path) + "
         'each tensor\'s name and shape. "open names-only" is a second, warm open in the '
         "same process that lists the names only (shows what the per-name shape lookup costs)."
+    )
+    L.append(
+        f"- Contenders of (a) and (b): {', '.join(cfg.get('contenders', CONTENDERS))} "
+        "(BENCH_CONTENDERS; `all` adds the others, left out of `make bench` to fit its "
+        "15 minutes). The notes below cover every contender."
     )
     L.append(
         "- numpy.savez is used for both workloads (one .npz, uncompressed); its open reads "

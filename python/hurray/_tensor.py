@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _dtypes, _hooks, _hurray
+from . import _dtypes, _hooks, _hurray, _outbuf
 from ._descriptor import (
     BLOCK_FORMATS,
     BlockCoded,
@@ -288,7 +288,7 @@ class Tensor(_hurray._Tensor):
         except ValueError:
             name = None
         kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
-        out = np.empty(d.shape, dtype=kernel_dtype)
+        out = _outbuf.empty(d.shape, kernel_dtype, threads)  # plain pages: see _outbuf
         self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype), threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
 

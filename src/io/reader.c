@@ -1543,10 +1543,9 @@ bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len
 
 bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
                                   const uint8_t **data, uint64_t *length, uint64_t *checksum) {
-  if (r == NULL || index >= r->tensor_count || buffer >= r->tensors[index].buffer_count) {
-    return false;
-  }
-  const TensorEntry *t = &r->tensors[index];
+  if (r == NULL || index >= r->tensor_count) return false;
+  const TensorEntry entry = entry_at(r, index), *t = &entry;
+  if (buffer >= t->buffer_count) return false;
   uint64_t offset = buffer_field(t, buffer, 0);
   *length = buffer_field(t, buffer, 1);
   *checksum = buffer_field(t, buffer, 2);
