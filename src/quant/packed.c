@@ -53,6 +53,10 @@ typedef struct PackedJob {
   HurrayDType out_dtype;
   void *out;
   unsigned parts;
+  bool split_cols; /* fewer rows than parts (NF4's one flat row): parts split columns */
+  bool fast;       /* the specialised runs below, unless HURRAY_PACKED_GENERIC=1 */
+  bool small_diff; /* every code - zero is below 2^24 in magnitude: int32 and (float) exact */
+  uint8_t shift_of[32]; /* lane_of[e] * bits */
 } PackedJob;
 
 static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index) {
@@ -362,18 +366,183 @@ static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, u
   }
 }
 
+/* The specialised runs. They compute exactly what decode_run computes, in
+ * the same binary32 operations, but in two passes over a tile held on the
+ * stack (O(1) memory): the codes of the run, fetched a whole word at a time
+ * along the lanes, and then their values, one scale (and zero point) looked
+ * up per run of elements sharing it rather than per element. Which loop
+ * runs is chosen from the descriptor's shape of storage, not per element:
+ * words along the row (compressed-tensors, bitsandbytes, GPTQ's columns of
+ * words), one lane per row (AWQ), bytes (FP8) and nibbles (NVFP4). */
+#define TILE_COLS 256u
+
+static inline uint64_t load_word(const uint8_t *p, unsigned bytes) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (bytes == 4) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  if (bytes == 1) return p[0];
+#endif
+  return load_le(p, bytes);
+}
+
+/* Words along the row, `lanes` codes each; `bytes` constant at the call so
+ * the load folds. */
+static inline void fetch_lanes(const PackedJob *j, uint64_t c, unsigned e, uint64_t cstep,
+                               unsigned bytes, uint32_t mask, uint32_t n, uint32_t *codes) {
+  const unsigned lanes = j->lanes;
+  uint32_t i = 0;
+  while (i < n) {
+    uint64_t w = load_word(j->codes + c * bytes, bytes);
+    for (; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> j->shift_of[e]) & mask;
+    e = 0;
+    c += cstep;
+  }
+}
+
+static void fetch_codes(const PackedJob *j, RowBase b, uint64_t t0, uint32_t n, uint32_t *codes) {
+  const uint32_t last = j->rank - 1;
+  const uint64_t cstep = j->cstride[last];
+  const unsigned bits = j->bits;
+  const uint32_t mask = bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u;
+  if (j->word_bytes && j->packed_dim == last) {
+    uint64_t c = b.c + t0 / j->lanes * cstep;
+    unsigned e = (unsigned)(t0 % j->lanes);
+    if (j->word_bytes == 4) {
+      fetch_lanes(j, c, e, cstep, 4, mask, n, codes);
+    } else if (j->word_bytes == 1) {
+      fetch_lanes(j, c, e, cstep, 1, mask, n, codes);
+    } else {
+      fetch_lanes(j, c, e, cstep, j->word_bytes, mask, n, codes);
+    }
+  } else if (j->word_bytes) {
+    const unsigned sh = b.lane * bits, bytes = j->word_bytes;
+    const uint8_t *p = j->codes + (b.c + t0 * cstep) * bytes;
+    if (bytes == 4) {
+      for (uint32_t i = 0; i < n; i++) codes[i] = (uint32_t)(load_word(p + i * cstep * 4, 4) >> sh) & mask;
+    } else {
+      for (uint32_t i = 0; i < n; i++) {
+        codes[i] = (uint32_t)(load_word(p + i * cstep * bytes, bytes) >> sh) & mask;
+      }
+    }
+  } else if (bits == 8) {
+    const uint8_t *p = j->codes + b.c + t0 * cstep;
+    if (cstep == 1) {
+      for (uint32_t i = 0; i < n; i++) codes[i] = p[i];
+    } else {
+      for (uint32_t i = 0; i < n; i++) codes[i] = p[i * cstep];
+    }
+  } else if (bits == 4 && cstep == 1) {
+    uint64_t c = b.c + t0;
+    uint32_t i = 0;
+    if ((c & 1u) && n) codes[i++] = j->codes[c++ >> 1] >> 4;
+    const uint8_t *p = j->codes + (c >> 1);
+    for (; i + 1 < n; i += 2, p++) {
+      codes[i] = *p & 15u;
+      codes[i + 1] = *p >> 4;
+    }
+    if (i < n) codes[i] = *p & 15u;
+  } else {
+    uint64_t c = b.c + t0 * cstep;
+    for (uint32_t i = 0; i < n; i++, c += cstep) codes[i] = (uint32_t)load_element(j->codes, c, bits);
+  }
+}
+
+/* Values of n codes sharing scale `sc` and zero point `z` (integer codes). */
+static inline void values_int(const PackedJob *j, const uint32_t *codes, uint32_t n, float sc,
+                              int64_t z, float *dst) {
+  const unsigned bits = j->bits;
+  if (j->small_diff) {
+    const int32_t z32 = (int32_t)z;
+    if (j->is_signed) {
+      const uint32_t sign = 1u << (bits - 1);
+      for (uint32_t i = 0; i < n; i++) {
+        int32_t ci = (int32_t)(codes[i] ^ sign) - (int32_t)sign;
+        dst[i] = (float)(ci - z32) * sc;
+      }
+    } else {
+      for (uint32_t i = 0; i < n; i++) dst[i] = (float)((int32_t)codes[i] - z32) * sc;
+    }
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t ci = j->is_signed ? sign_extend(codes[i], bits) : (int64_t)codes[i];
+    dst[i] = i64_to_f32(ci - z) * sc;
+  }
+}
+
+static inline void values_run(const PackedJob *j, const uint32_t *codes, uint32_t n, uint64_t s,
+                              float *dst) {
+  const float sc = j->scale[s];
+  if (j->use_table) {
+    for (uint32_t i = 0; i < n; i++) dst[i] = j->table[codes[i]] * sc;
+  } else {
+    values_int(j, codes, n, sc, j->zero ? j->zero[s] : 0, dst);
+  }
+}
+
+static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  uint32_t codes[TILE_COLS];
+  float tmp[TILE_COLS];
+  const uint32_t last = j->rank - 1, n = (uint32_t)(t1 - t0);
+  const uint64_t len = j->shape[last], sstep = j->sstride[last];
+  float *dst = j->out_dtype == HURRAY_DTYPE_FLOAT32 ? (float *)j->out + r * len + t0 : tmp;
+  fetch_codes(j, b, t0, n, codes);
+  uint32_t i = 0;
+  switch (j->group[last]) {
+    case GROUP_BLOCK: {
+      const uint64_t block = j->block[last];
+      while (i < n) {
+        uint64_t t = t0 + i, in = block - t % block;
+        uint32_t k = in < n - i ? (uint32_t)in : n - i;
+        values_run(j, codes + i, k, b.s + t / block * sstep, dst + i);
+        i += k;
+      }
+      break;
+    }
+    case GROUP_INDEX: /* one lookup per run of equal entries (sorted g_idx: whole groups) */
+      while (i < n) {
+        uint32_t g = (uint32_t)load_le(j->gidx + 4 * (t0 + i), 4), k = 1;
+        while (i + k < n && (uint32_t)load_le(j->gidx + 4 * (t0 + i + k), 4) == g) k++;
+        values_run(j, codes + i, k, b.s + g * sstep, dst + i);
+        i += k;
+      }
+      break;
+    default:
+      if (sstep == 0) {
+        values_run(j, codes, n, b.s, dst);
+      } else {
+        for (; i < n; i++) values_run(j, codes + i, 1, b.s + (t0 + i) * sstep, dst + i);
+      }
+      break;
+  }
+  if (dst == tmp) {
+    for (i = 0; i < n; i++) store(j, r * len + t0 + i, tmp[i]);
+  }
+}
+
 /* Rows and columns in tiles: codes stored transposed (GPTQ, AWQ) put a
  * row's neighbours in the next row's cache lines, so a tile of rows reuses
  * each line it loads. */
 #define TILE_ROWS 16u
-#define TILE_COLS 256u
 
+/* Part `part` covers rows [r0, r1) and, when the parts split columns
+ * (fewer rows than parts), columns [c0, c1) of each; either way every
+ * element is computed by itself, so the result is the same for any count. */
 static void decode_rows(void *ctx, unsigned part) {
   PackedJob *j = ctx;
-  uint64_t r0 = j->rows / j->parts * part;
-  uint64_t r1 = part + 1 == j->parts ? j->rows : j->rows / j->parts * (part + 1);
   uint32_t last = j->rank - 1;
   uint64_t len = j->shape[last], idx[HURRAY_MAX_RANK] = {0};
+  uint64_t r0 = 0, r1 = j->rows, c0 = 0, c1 = len;
+  if (j->split_cols) {
+    c0 = len / j->parts * part;
+    c1 = part + 1 == j->parts ? len : len / j->parts * (part + 1);
+  } else {
+    r0 = j->rows / j->parts * part;
+    r1 = part + 1 == j->parts ? j->rows : j->rows / j->parts * (part + 1);
+  }
   uint64_t rest = r0;
   for (uint32_t k = last; k-- > 0;) { /* multi-index of row r0 */
     idx[k] = rest % j->shape[k];
@@ -395,9 +564,34 @@ static void decode_rows(void *ctx, unsigned part) {
         idx[k] = 0;
       }
     }
-    for (uint64_t t = 0; t < len; t += TILE_COLS) {
-      uint64_t t1 = len - t < TILE_COLS ? len : t + TILE_COLS;
-      for (unsigned i = 0; i < n; i++) decode_run(j, r + i, base[i], t, t1);
+    for (uint64_t t = c0; t < c1; t += TILE_COLS) {
+      uint64_t t1 = c1 - t < TILE_COLS ? c1 : t + TILE_COLS;
+      for (unsigned i = 0; i < n; i++) {
+        if (j->fast) {
+          fast_run(j, r + i, base[i], t, t1);
+        } else {
+          decode_run(j, r + i, base[i], t, t1);
+        }
+      }
+    }
+  }
+}
+
+/* Whether the specialised runs apply, once per call. HURRAY_PACKED_GENERIC=1
+ * keeps the generic loop (the tests compare the two byte for byte). */
+static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
+  const char *v = getenv("HURRAY_PACKED_GENERIC");
+  j->fast = !(v != NULL && v[0] == '1') && (!j->use_table || j->bits <= 8);
+  for (uint32_t e = 0; e < j->lanes && e < 32; e++) j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
+  /* |code| < 2^16 and |zero + offset| < 2^23 keep the difference below 2^24. */
+  j->small_diff = j->bits <= 16;
+  if (j->small_diff && j->zero != NULL) {
+    uint64_t sshape[HURRAY_MAX_RANK], n = 1;
+    uint32_t srank;
+    hurray__quant_scale_shape(d, sshape, &srank);
+    for (uint32_t m = 0; m < srank; m++) n *= sshape[m];
+    for (uint64_t s = 0; s < n && j->small_diff; s++) {
+      j->small_diff = j->zero[s] > -((int64_t)1 << 23) && j->zero[s] < ((int64_t)1 << 23);
     }
   }
 }
@@ -427,10 +621,15 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   fill_table(j, d, list);
   HurrayStatus st = plan_dims(j, d, list, error);
   if (st == HURRAY_OK) st = form_scales(j, d, list, error);
+  if (st == HURRAY_OK) choose_path(j, d);
   if (st == HURRAY_OK) {
     uint64_t bytes = numel * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u);
     j->parts = hurray__quant_threads(threads, bytes);
-    if (j->rows < j->parts) j->parts = (unsigned)j->rows;
+    uint64_t len = j->shape[j->rank - 1];
+    if (j->rows < j->parts) {
+      j->split_cols = true;
+      if (len < j->parts) j->parts = (unsigned)len;
+    }
     hurray__parallel_run(j->parts, decode_rows, j);
   }
   free(j->scale);
