@@ -483,6 +483,19 @@ static inline void values_run(const PackedJob *j, const uint32_t *codes, uint32_
   }
 }
 
+/* One element with its own scale index (per-element groups). */
+static inline float value_at(const PackedJob *j, uint32_t code, uint64_t s) {
+  if (j->use_table) return j->table[code] * j->scale[s];
+  int64_t z = j->zero ? j->zero[s] : 0;
+  if (j->small_diff) {
+    const uint32_t sign = j->is_signed ? 1u << (j->bits - 1) : 0u;
+    int32_t ci = (int32_t)(code ^ sign) - (int32_t)sign;
+    return (float)(ci - (int32_t)z) * j->scale[s];
+  }
+  int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
+  return i64_to_f32(ci - z) * j->scale[s];
+}
+
 static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
   uint32_t codes[TILE_COLS];
   float tmp[TILE_COLS];
@@ -502,19 +515,17 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
       }
       break;
     }
-    case GROUP_INDEX: /* one lookup per run of equal entries (sorted g_idx: whole groups) */
-      while (i < n) {
-        uint32_t g = (uint32_t)load_le(j->gidx + 4 * (t0 + i), 4), k = 1;
-        while (i + k < n && (uint32_t)load_le(j->gidx + 4 * (t0 + i + k), 4) == g) k++;
-        values_run(j, codes + i, k, b.s + g * sstep, dst + i);
-        i += k;
+    case GROUP_INDEX: /* act-order g_idx jumps every element: one lookup each, inline */
+      for (; i < n; i++) {
+        uint64_t sidx = b.s + (uint64_t)(uint32_t)load_le(j->gidx + 4 * (t0 + i), 4) * sstep;
+        dst[i] = value_at(j, codes[i], sidx);
       }
       break;
     default:
       if (sstep == 0) {
         values_run(j, codes, n, b.s, dst);
       } else {
-        for (; i < n; i++) values_run(j, codes + i, 1, b.s + (t0 + i) * sstep, dst + i);
+        for (; i < n; i++) dst[i] = value_at(j, codes[i], b.s + (t0 + i) * sstep);
       }
       break;
   }
