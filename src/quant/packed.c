@@ -389,15 +389,35 @@ static inline uint64_t load_word(const uint8_t *p, unsigned bytes) {
 }
 
 /* Words along the row, `lanes` codes each; `bytes` constant at the call so
- * the load folds. */
+ * the load folds. The shifts are copied to the stack: the job's bytes could
+ * alias the code stores, and the compiler would reload them each time. */
 static inline void fetch_lanes(const PackedJob *j, uint64_t c, unsigned e, uint64_t cstep,
                                unsigned bytes, uint32_t mask, uint32_t n, uint32_t *codes) {
   const unsigned lanes = j->lanes;
+  const uint8_t *src = j->codes;
+  uint8_t sh[32];
+  memcpy(sh, j->shift_of, sizeof sh);
   uint32_t i = 0;
+  if (e != 0) { /* the rest of a word the run starts inside */
+    uint64_t w = load_word(src + c * bytes, bytes);
+    for (; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> sh[e]) & mask;
+    c += cstep;
+  }
+  if (lanes == 8) {
+    for (; i + 8 <= n; i += 8, c += cstep) {
+      uint64_t w = load_word(src + c * bytes, bytes);
+      for (unsigned k = 0; k < 8; k++) codes[i + k] = (uint32_t)(w >> sh[k]) & mask;
+    }
+  } else if (lanes == 2) {
+    for (; i + 2 <= n; i += 2, c += cstep) {
+      uint64_t w = load_word(src + c * bytes, bytes);
+      codes[i] = (uint32_t)(w >> sh[0]) & mask;
+      codes[i + 1] = (uint32_t)(w >> sh[1]) & mask;
+    }
+  }
   while (i < n) {
-    uint64_t w = load_word(j->codes + c * bytes, bytes);
-    for (; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> j->shift_of[e]) & mask;
-    e = 0;
+    uint64_t w = load_word(src + c * bytes, bytes);
+    for (e = 0; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> sh[e]) & mask;
     c += cstep;
   }
 }
@@ -473,10 +493,14 @@ static inline void values_int(const PackedJob *j, const uint32_t *codes, uint32_
   }
 }
 
-static inline void values_run(const PackedJob *j, const uint32_t *codes, uint32_t n, uint64_t s,
-                              float *dst) {
+/* `lut`: the code table's first 16 entries on the caller's stack, which the
+ * output stores cannot alias (the job's table could be reloaded each time). */
+static inline void values_run(const PackedJob *j, const float *lut, const uint32_t *codes,
+                              uint32_t n, uint64_t s, float *dst) {
   const float sc = j->scale[s];
-  if (j->use_table) {
+  if (j->use_table && j->bits <= 4) {
+    for (uint32_t i = 0; i < n; i++) dst[i] = lut[codes[i]] * sc;
+  } else if (j->use_table) {
     for (uint32_t i = 0; i < n; i++) dst[i] = j->table[codes[i]] * sc;
   } else {
     values_int(j, codes, n, sc, j->zero ? j->zero[s] : 0, dst);
@@ -503,6 +527,8 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
   const uint64_t len = j->shape[last], sstep = j->sstride[last];
   float *dst = j->out_dtype == HURRAY_DTYPE_FLOAT32 ? (float *)j->out + r * len + t0 : tmp;
   fetch_codes(j, b, t0, n, codes);
+  float lut[16];
+  memcpy(lut, j->table, sizeof lut);
   uint32_t i = 0;
   switch (j->group[last]) {
     case GROUP_BLOCK: {
@@ -510,7 +536,7 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
       while (i < n) {
         uint64_t t = t0 + i, in = block - t % block;
         uint32_t k = in < n - i ? (uint32_t)in : n - i;
-        values_run(j, codes + i, k, b.s + t / block * sstep, dst + i);
+        values_run(j, lut, codes + i, k, b.s + t / block * sstep, dst + i);
         i += k;
       }
       break;
@@ -523,7 +549,7 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
       break;
     default:
       if (sstep == 0) {
-        values_run(j, codes, n, b.s, dst);
+        values_run(j, lut, codes, n, b.s, dst);
       } else {
         for (; i < n; i++) dst[i] = value_at(j, codes[i], b.s + (t0 + i) * sstep);
       }
