@@ -13,6 +13,10 @@
  * zero points unpacked once, so the loop is: fetch code, one exact integer
  * difference or one table value, one multiplication.
  *
+ * That generic loop is the reference; the specialised runs further down
+ * (chosen once per call, HURRAY_PACKED_GENERIC=1 keeps the generic loop)
+ * compute the same bytes a word and a scale group at a time.
+ *
  * Tensors without any of these fields never come here: the SIMD kernels of
  * dequantize.c keep them.
  */
@@ -53,9 +57,9 @@ typedef struct PackedJob {
   HurrayDType out_dtype;
   void *out;
   unsigned parts;
-  bool split_cols; /* fewer rows than parts (NF4's one flat row): parts split columns */
-  bool fast;       /* the specialised runs below, unless HURRAY_PACKED_GENERIC=1 */
-  bool small_diff; /* every code - zero is below 2^24 in magnitude: int32 and (float) exact */
+  bool split_cols;      /* fewer rows than parts (NF4's one flat row): parts split columns */
+  bool fast;            /* the specialised runs below, unless HURRAY_PACKED_GENERIC=1 */
+  bool small_diff;      /* every code - zero is below 2^24 in magnitude: int32 and (float) exact */
   uint8_t shift_of[32]; /* lane_of[e] * bits */
 } PackedJob;
 
@@ -441,7 +445,8 @@ static void fetch_codes(const PackedJob *j, RowBase b, uint64_t t0, uint32_t n, 
     const unsigned sh = b.lane * bits, bytes = j->word_bytes;
     const uint8_t *p = j->codes + (b.c + t0 * cstep) * bytes;
     if (bytes == 4) {
-      for (uint32_t i = 0; i < n; i++) codes[i] = (uint32_t)(load_word(p + i * cstep * 4, 4) >> sh) & mask;
+      for (uint32_t i = 0; i < n; i++)
+        codes[i] = (uint32_t)(load_word(p + i * cstep * 4, 4) >> sh) & mask;
     } else {
       for (uint32_t i = 0; i < n; i++) {
         codes[i] = (uint32_t)(load_word(p + i * cstep * bytes, bytes) >> sh) & mask;
@@ -466,7 +471,8 @@ static void fetch_codes(const PackedJob *j, RowBase b, uint64_t t0, uint32_t n, 
     if (i < n) codes[i] = *p & 15u;
   } else {
     uint64_t c = b.c + t0 * cstep;
-    for (uint32_t i = 0; i < n; i++, c += cstep) codes[i] = (uint32_t)load_element(j->codes, c, bits);
+    for (uint32_t i = 0; i < n; i++, c += cstep)
+      codes[i] = (uint32_t)load_element(j->codes, c, bits);
   }
 }
 
@@ -619,7 +625,8 @@ static void decode_rows(void *ctx, unsigned part) {
 static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
   const char *v = getenv("HURRAY_PACKED_GENERIC");
   j->fast = !(v != NULL && v[0] == '1') && (!j->use_table || j->bits <= 8);
-  for (uint32_t e = 0; e < j->lanes && e < 32; e++) j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
+  for (uint32_t e = 0; e < j->lanes && e < 32; e++)
+    j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
   /* |code| < 2^16 and |zero + offset| < 2^23 keep the difference below 2^24. */
   j->small_diff = j->bits <= 16;
   if (j->small_diff && j->zero != NULL) {

@@ -54,8 +54,17 @@ def test_gptq(shape, gidx, monkeypatch):
     rng = np.random.default_rng(shape[0] + len(gidx or ""))
     n, k = shape
     t, bufs = affine_case(
-        rng, "uint4", (n, k), 1, 64, (1, 0), Packing(32, 0), "uint4", Packing(32, 1),
-        zp_offset=1, gidx=gidx is not None,
+        rng,
+        "uint4",
+        (n, k),
+        1,
+        64,
+        (1, 0),
+        Packing(32, 0),
+        "uint4",
+        Packing(32, 1),
+        zp_offset=1,
+        gidx=gidx is not None,
     )
     if gidx == "sorted":  # desc_act false: runs of equal entries
         q = t.descriptor.quantization
@@ -74,7 +83,14 @@ def test_awq_random_lane_orders(shape, monkeypatch):
     for _ in range(2):
         order = tuple(int(x) for x in rng.permutation(8))
         t, bufs = affine_case(
-            rng, "uint4", shape, 1, 128, (1, 0), Packing(32, 1, order), "uint4",
+            rng,
+            "uint4",
+            shape,
+            1,
+            128,
+            (1, 0),
+            Packing(32, 1, order),
+            "uint4",
             Packing(32, 1, order),
         )
         same_bytes(t, monkeypatch)
@@ -114,8 +130,16 @@ def test_signed_codes_storage_permutations(dtype, word, monkeypatch):
         shape[storage[a]] = lanes * int(rng.integers(1, 40))
         order = tuple(int(x) for x in rng.permutation(lanes))
         t, bufs = affine_case(
-            rng, dtype, tuple(shape), 2, int(rng.integers(1, 70)), storage,
-            Packing(word, a, order), "int8", None, zp_offset=int(rng.integers(-3, 4)),
+            rng,
+            dtype,
+            tuple(shape),
+            2,
+            int(rng.integers(1, 70)),
+            storage,
+            Packing(word, a, order),
+            "int8",
+            None,
+            zp_offset=int(rng.integers(-3, 4)),
             gidx=bool(trial % 2),
         )
         check(t, bufs)
@@ -157,9 +181,17 @@ def test_bnb_double_quant_one_flat_row(shape, block, monkeypatch):
         rng.uniform(0.1, 3, -(-nblocks // 256)).astype(np.float32).tobytes(),
     ]
     q = Nf4(
-        block, 1, "uint8", code_packing=Packing(8, 0, (1, 0)), codebook_buffer=2,
-        scale_codebook_buffer=3, super_scale_buffer=4, super_scale_dtype="float32",
-        super_block_size=256, super_op="multiply", scale_offset=0.0132,
+        block,
+        1,
+        "uint8",
+        code_packing=Packing(8, 0, (1, 0)),
+        codebook_buffer=2,
+        scale_codebook_buffer=3,
+        super_scale_buffer=4,
+        super_scale_dtype="float32",
+        super_block_size=256,
+        super_op="multiply",
+        scale_offset=0.0132,
     )
     roles = ["data", "scales", "codebook", "codebook", "super_scales"]
     if numel & 1:
@@ -172,9 +204,7 @@ def test_bnb_double_quant_one_flat_row(shape, block, monkeypatch):
 def test_nvfp4_odd_nibble_rows(shape, op, monkeypatch):
     rng = np.random.default_rng(shape[1])
     codes = rng.integers(0, 16, shape)
-    scales = rng.uniform(0.1, 400, (shape[0], -(-shape[1] // 16))).astype(
-        ml_dtypes.float8_e4m3fn
-    )
+    scales = rng.uniform(0.1, 400, (shape[0], -(-shape[1] // 16))).astype(ml_dtypes.float8_e4m3fn)
     bufs = [pack_plain(codes, 4), scales.tobytes(), np.float32([1234.5]).tobytes()]
     q = BlockAffine(
         1, 16, 1, "float8_e4m3fn", super_scale_buffer=2, super_scale_dtype="float32", super_op=op
