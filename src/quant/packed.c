@@ -13,6 +13,10 @@
  * zero points unpacked once, so the loop is: fetch code, one exact integer
  * difference or one table value, one multiplication.
  *
+ * That generic loop is the reference; the specialised runs further down
+ * (chosen once per call, HURRAY_PACKED_GENERIC=1 keeps the generic loop)
+ * compute the same bytes a word and a scale group at a time.
+ *
  * Tensors without any of these fields never come here: the SIMD kernels of
  * dequantize.c keep them.
  */
@@ -47,14 +51,16 @@ typedef struct PackedJob {
   bool use_table; /* value = table[code] * scale, else (code - zp) * scale */
   float table[256];
   const uint8_t *codes;
-  float *scale; /* formed, per flat scale index */
-  uint64_t nscales;
-  float *values; /* codes of 4 bits or fewer: the 16 values of each scale, or NULL */
+  float *scale;  /* formed, per flat scale index */
   int64_t *zero; /* zero + offset per flat scale index; NULL when 0 */
   uint64_t rows; /* numel / shape[rank - 1] */
   HurrayDType out_dtype;
   void *out;
   unsigned parts;
+  bool split_cols;      /* fewer rows than parts (NF4's one flat row): parts split columns */
+  bool fast;            /* the specialised runs below, unless HURRAY_PACKED_GENERIC=1 */
+  bool small_diff;      /* every code - zero is below 2^24 in magnitude: int32 and (float) exact */
+  uint8_t shift_of[32]; /* lane_of[e] * bits */
 } PackedJob;
 
 static const uint8_t *buffer_bytes(const HurrayBufferList *list, uint32_t index) {
@@ -258,7 +264,6 @@ static HurrayStatus form_scales(PackedJob *j, const HurrayDescriptor *d,
   if (n > SIZE_MAX / sizeof(int64_t)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
   }
-  j->nscales = n;
   j->scale = malloc((n ? n : 1) * sizeof(float));
   if (j->scale == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for scales");
   const uint8_t *scales = buffer_bytes(list, q->scale_buffer);
@@ -309,26 +314,13 @@ static void fill_table(PackedJob *j, const HurrayDescriptor *d, const HurrayBuff
   }
 }
 
-/* For codes of 4 bits or fewer, every (scale, code) value once, so that an
- * element is one lookup: the same operations on the same operands as the
- * element loop, so the same bits. Only when the table is no larger than
- * the output. */
-static void form_values(PackedJob *j, uint64_t numel) {
-  if (j->bits > 4 || j->nscales > numel / 16) return;
-  j->values = malloc(j->nscales * 16 * sizeof(float));
-  if (j->values == NULL) return; /* the element loop computes them instead */
-  unsigned count = 1u << j->bits;
-  for (uint64_t s = 0; s < j->nscales; s++) {
-    for (unsigned c = 0; c < count; c++) {
-      float v;
-      if (j->use_table) {
-        v = j->table[c] * j->scale[s];
-      } else {
-        int64_t ci = j->is_signed ? sign_extend(c, j->bits) : (int64_t)c;
-        v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
-      }
-      j->values[s * 16 + c] = v;
-    }
+static void store(const PackedJob *j, uint64_t at, float v) {
+  if (j->out_dtype == HURRAY_DTYPE_FLOAT32) {
+    ((float *)j->out)[at] = v;
+  } else if (j->out_dtype == HURRAY_DTYPE_FLOAT16) {
+    ((uint16_t *)j->out)[at] = hurray__f32_to_f16(v);
+  } else {
+    ((uint16_t *)j->out)[at] = hurray__f32_to_bf16(v);
   }
 }
 
@@ -339,44 +331,35 @@ typedef struct RowBase {
   unsigned lane;
 } RowBase;
 
-/* Elements [t0, t1) of a row (at most TILE_COLS) into `buf`. Along the
- * last dimension the steps advance by counters, not divisions; the job's
- * fields are read into locals once, since stores through `out` could
- * otherwise alias them. */
-static void decode_run(const PackedJob *j, RowBase b, uint64_t t0, uint64_t t1, float *buf) {
-  const uint32_t last = j->rank - 1;
-  const unsigned bits = j->bits, word_bytes = j->word_bytes, lanes = j->lanes;
-  const uint64_t mask = ((uint64_t)1 << bits) - 1; /* bits <= 32 (validated) */
-  const bool packed_last = j->packed_dim == last, use_table = j->use_table;
-  const bool is_signed = j->is_signed;
+/* Elements [t0, t1) of a row. Along the last dimension the steps advance
+ * by counters, not divisions. */
+static void decode_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  uint32_t last = j->rank - 1;
+  const uint64_t mask = ((uint64_t)1 << j->bits) - 1; /* bits <= 32 (validated) */
+  const bool packed_last = j->packed_dim == last;
   const uint64_t cstep = j->cstride[last], sstep = j->sstride[last], block = j->block[last];
   const uint8_t grp = j->group[last];
-  const uint8_t *codes = j->codes;
-  const float *scale = j->scale, *table = j->table;
-  const int64_t *zero = j->zero;
-  const float *values = j->values;
+  const uint64_t len = j->shape[last];
   uint64_t c = b.c + code_step(j, last, t0), sb = b.s + scale_step(j, last, t0);
   uint64_t in_block = grp == GROUP_BLOCK ? t0 % block : 0;
-  unsigned in_word = packed_last ? (unsigned)(t0 % lanes) : 0;
+  unsigned in_word = packed_last ? (unsigned)(t0 % j->lanes) : 0;
   for (uint64_t t = t0; t < t1; t++) {
     uint64_t s = grp == GROUP_INDEX ? b.s + scale_step(j, last, t) : sb, code;
-    if (word_bytes) {
+    if (j->word_bytes) {
       unsigned lane = packed_last ? j->lane_of[in_word] : b.lane;
-      code = (load_le(codes + c * word_bytes, word_bytes) >> (lane * bits)) & mask;
+      code = (load_le(j->codes + c * j->word_bytes, j->word_bytes) >> (lane * j->bits)) & mask;
     } else {
-      code = load_element(codes, c, bits);
+      code = load_element(j->codes, c, j->bits);
     }
     float v;
-    if (values != NULL) {
-      v = values[s * 16 + code];
-    } else if (use_table) {
-      v = table[code] * scale[s];
+    if (j->use_table) {
+      v = j->table[code] * j->scale[s];
     } else {
-      int64_t ci = is_signed ? sign_extend(code, bits) : (int64_t)code;
-      v = i64_to_f32(ci - (zero ? zero[s] : 0)) * scale[s];
+      int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
+      v = i64_to_f32(ci - (j->zero ? j->zero[s] : 0)) * j->scale[s];
     }
-    buf[t - t0] = v;
-    if (!packed_last || ++in_word == lanes) {
+    store(j, r * len + t, v);
+    if (!packed_last || ++in_word == j->lanes) {
       in_word = 0;
       c += cstep;
     }
@@ -387,15 +370,199 @@ static void decode_run(const PackedJob *j, RowBase b, uint64_t t0, uint64_t t1, 
   }
 }
 
-/* `n` values at element `at` of the output, in its dtype. */
-static void store_run(const PackedJob *j, uint64_t at, const float *buf, uint64_t n) {
-  if (j->out_dtype == HURRAY_DTYPE_FLOAT32) {
-    memcpy((float *)j->out + at, buf, n * sizeof(float));
+/* The specialised runs. They compute exactly what decode_run computes, in
+ * the same binary32 operations, but in two passes over a tile held on the
+ * stack (O(1) memory): the codes of the run, fetched a whole word at a time
+ * along the lanes, and then their values, one scale (and zero point) looked
+ * up per run of elements sharing it rather than per element. Which loop
+ * runs is chosen from the descriptor's shape of storage, not per element:
+ * words along the row (compressed-tensors, bitsandbytes, GPTQ's columns of
+ * words), one lane per row (AWQ), bytes (FP8) and nibbles (NVFP4). */
+#define TILE_COLS 256u
+
+static inline uint64_t load_word(const uint8_t *p, unsigned bytes) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (bytes == 4) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  if (bytes == 1) return p[0];
+#endif
+  return load_le(p, bytes);
+}
+
+/* Words along the row, `lanes` codes each; `bytes` constant at the call so
+ * the load folds. The shifts are copied to the stack: the job's bytes could
+ * alias the code stores, and the compiler would reload them each time. */
+static inline void fetch_lanes(const PackedJob *j, uint64_t c, unsigned e, uint64_t cstep,
+                               unsigned bytes, uint32_t mask, uint32_t n, uint32_t *codes) {
+  const unsigned lanes = j->lanes;
+  const uint8_t *src = j->codes;
+  uint8_t sh[32];
+  memcpy(sh, j->shift_of, sizeof sh);
+  uint32_t i = 0;
+  if (e != 0) { /* the rest of a word the run starts inside */
+    uint64_t w = load_word(src + c * bytes, bytes);
+    for (; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> sh[e]) & mask;
+    c += cstep;
+  }
+  if (lanes == 8) {
+    for (; i + 8 <= n; i += 8, c += cstep) {
+      uint64_t w = load_word(src + c * bytes, bytes);
+      for (unsigned k = 0; k < 8; k++) codes[i + k] = (uint32_t)(w >> sh[k]) & mask;
+    }
+  } else if (lanes == 2) {
+    for (; i + 2 <= n; i += 2, c += cstep) {
+      uint64_t w = load_word(src + c * bytes, bytes);
+      codes[i] = (uint32_t)(w >> sh[0]) & mask;
+      codes[i + 1] = (uint32_t)(w >> sh[1]) & mask;
+    }
+  }
+  while (i < n) {
+    uint64_t w = load_word(src + c * bytes, bytes);
+    for (e = 0; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> sh[e]) & mask;
+    c += cstep;
+  }
+}
+
+static void fetch_codes(const PackedJob *j, RowBase b, uint64_t t0, uint32_t n, uint32_t *codes) {
+  const uint32_t last = j->rank - 1;
+  const uint64_t cstep = j->cstride[last];
+  const unsigned bits = j->bits;
+  const uint32_t mask = bits >= 32 ? 0xFFFFFFFFu : (1u << bits) - 1u;
+  if (j->word_bytes && j->packed_dim == last) {
+    uint64_t c = b.c + t0 / j->lanes * cstep;
+    unsigned e = (unsigned)(t0 % j->lanes);
+    if (j->word_bytes == 4) {
+      fetch_lanes(j, c, e, cstep, 4, mask, n, codes);
+    } else if (j->word_bytes == 1) {
+      fetch_lanes(j, c, e, cstep, 1, mask, n, codes);
+    } else {
+      fetch_lanes(j, c, e, cstep, j->word_bytes, mask, n, codes);
+    }
+  } else if (j->word_bytes) {
+    const unsigned sh = b.lane * bits, bytes = j->word_bytes;
+    const uint8_t *p = j->codes + (b.c + t0 * cstep) * bytes;
+    if (bytes == 4) {
+      for (uint32_t i = 0; i < n; i++)
+        codes[i] = (uint32_t)(load_word(p + i * cstep * 4, 4) >> sh) & mask;
+    } else {
+      for (uint32_t i = 0; i < n; i++) {
+        codes[i] = (uint32_t)(load_word(p + i * cstep * bytes, bytes) >> sh) & mask;
+      }
+    }
+  } else if (bits == 8) {
+    const uint8_t *p = j->codes + b.c + t0 * cstep;
+    if (cstep == 1) {
+      for (uint32_t i = 0; i < n; i++) codes[i] = p[i];
+    } else {
+      for (uint32_t i = 0; i < n; i++) codes[i] = p[i * cstep];
+    }
+  } else if (bits == 4 && cstep == 1) {
+    uint64_t c = b.c + t0;
+    uint32_t i = 0;
+    if ((c & 1u) && n) codes[i++] = j->codes[c++ >> 1] >> 4;
+    const uint8_t *p = j->codes + (c >> 1);
+    for (; i + 1 < n; i += 2, p++) {
+      codes[i] = *p & 15u;
+      codes[i + 1] = *p >> 4;
+    }
+    if (i < n) codes[i] = *p & 15u;
   } else {
-    uint16_t *out = (uint16_t *)j->out + at;
-    bool f16 = j->out_dtype == HURRAY_DTYPE_FLOAT16;
-    for (uint64_t k = 0; k < n; k++)
-      out[k] = f16 ? hurray__f32_to_f16(buf[k]) : hurray__f32_to_bf16(buf[k]);
+    uint64_t c = b.c + t0 * cstep;
+    for (uint32_t i = 0; i < n; i++, c += cstep)
+      codes[i] = (uint32_t)load_element(j->codes, c, bits);
+  }
+}
+
+/* Values of n codes sharing scale `sc` and zero point `z` (integer codes). */
+static inline void values_int(const PackedJob *j, const uint32_t *codes, uint32_t n, float sc,
+                              int64_t z, float *dst) {
+  const unsigned bits = j->bits;
+  if (j->small_diff) {
+    const int32_t z32 = (int32_t)z;
+    if (j->is_signed) {
+      const uint32_t sign = 1u << (bits - 1);
+      for (uint32_t i = 0; i < n; i++) {
+        int32_t ci = (int32_t)(codes[i] ^ sign) - (int32_t)sign;
+        dst[i] = (float)(ci - z32) * sc;
+      }
+    } else {
+      for (uint32_t i = 0; i < n; i++) dst[i] = (float)((int32_t)codes[i] - z32) * sc;
+    }
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    int64_t ci = j->is_signed ? sign_extend(codes[i], bits) : (int64_t)codes[i];
+    dst[i] = i64_to_f32(ci - z) * sc;
+  }
+}
+
+/* `lut`: the code table's first 16 entries on the caller's stack, which the
+ * output stores cannot alias (the job's table could be reloaded each time). */
+static inline void values_run(const PackedJob *j, const float *lut, const uint32_t *codes,
+                              uint32_t n, uint64_t s, float *dst) {
+  const float sc = j->scale[s];
+  if (j->use_table && j->bits <= 4) {
+    for (uint32_t i = 0; i < n; i++) dst[i] = lut[codes[i]] * sc;
+  } else if (j->use_table) {
+    for (uint32_t i = 0; i < n; i++) dst[i] = j->table[codes[i]] * sc;
+  } else {
+    values_int(j, codes, n, sc, j->zero ? j->zero[s] : 0, dst);
+  }
+}
+
+/* One element with its own scale index (per-element groups). */
+static inline float value_at(const PackedJob *j, uint32_t code, uint64_t s) {
+  if (j->use_table) return j->table[code] * j->scale[s];
+  int64_t z = j->zero ? j->zero[s] : 0;
+  if (j->small_diff) {
+    const uint32_t sign = j->is_signed ? 1u << (j->bits - 1) : 0u;
+    int32_t ci = (int32_t)(code ^ sign) - (int32_t)sign;
+    return (float)(ci - (int32_t)z) * j->scale[s];
+  }
+  int64_t ci = j->is_signed ? sign_extend(code, j->bits) : (int64_t)code;
+  return i64_to_f32(ci - z) * j->scale[s];
+}
+
+static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  uint32_t codes[TILE_COLS];
+  float tmp[TILE_COLS];
+  const uint32_t last = j->rank - 1, n = (uint32_t)(t1 - t0);
+  const uint64_t len = j->shape[last], sstep = j->sstride[last];
+  float *dst = j->out_dtype == HURRAY_DTYPE_FLOAT32 ? (float *)j->out + r * len + t0 : tmp;
+  fetch_codes(j, b, t0, n, codes);
+  float lut[16];
+  memcpy(lut, j->table, sizeof lut);
+  uint32_t i = 0;
+  switch (j->group[last]) {
+    case GROUP_BLOCK: {
+      const uint64_t block = j->block[last];
+      while (i < n) {
+        uint64_t t = t0 + i, in = block - t % block;
+        uint32_t k = in < n - i ? (uint32_t)in : n - i;
+        values_run(j, lut, codes + i, k, b.s + t / block * sstep, dst + i);
+        i += k;
+      }
+      break;
+    }
+    case GROUP_INDEX: /* act-order g_idx jumps every element: one lookup each, inline */
+      for (; i < n; i++) {
+        uint64_t sidx = b.s + (uint64_t)(uint32_t)load_le(j->gidx + 4 * (t0 + i), 4) * sstep;
+        dst[i] = value_at(j, codes[i], sidx);
+      }
+      break;
+    default:
+      if (sstep == 0) {
+        values_run(j, lut, codes, n, b.s, dst);
+      } else {
+        for (; i < n; i++) dst[i] = value_at(j, codes[i], b.s + (t0 + i) * sstep);
+      }
+      break;
+  }
+  if (dst == tmp) {
+    for (i = 0; i < n; i++) store(j, r * len + t0 + i, tmp[i]);
   }
 }
 
@@ -403,21 +570,28 @@ static void store_run(const PackedJob *j, uint64_t at, const float *buf, uint64_
  * row's neighbours in the next row's cache lines, so a tile of rows reuses
  * each line it loads. */
 #define TILE_ROWS 16u
-#define TILE_COLS 256u
 
+/* Part `part` covers rows [r0, r1) and, when the parts split columns
+ * (fewer rows than parts), columns [c0, c1) of each; either way every
+ * element is computed by itself, so the result is the same for any count. */
 static void decode_rows(void *ctx, unsigned part) {
   PackedJob *j = ctx;
-  uint64_t r0 = j->rows / j->parts * part;
-  uint64_t r1 = part + 1 == j->parts ? j->rows : j->rows / j->parts * (part + 1);
   uint32_t last = j->rank - 1;
   uint64_t len = j->shape[last], idx[HURRAY_MAX_RANK] = {0};
+  uint64_t r0 = 0, r1 = j->rows, c0 = 0, c1 = len;
+  if (j->split_cols) {
+    c0 = len / j->parts * part;
+    c1 = part + 1 == j->parts ? len : len / j->parts * (part + 1);
+  } else {
+    r0 = j->rows / j->parts * part;
+    r1 = part + 1 == j->parts ? j->rows : j->rows / j->parts * (part + 1);
+  }
   uint64_t rest = r0;
   for (uint32_t k = last; k-- > 0;) { /* multi-index of row r0 */
     idx[k] = rest % j->shape[k];
     rest /= j->shape[k];
   }
   RowBase base[TILE_ROWS];
-  float buf[TILE_COLS];
   for (uint64_t r = r0; r < r1; r += TILE_ROWS) {
     unsigned n = r1 - r < TILE_ROWS ? (unsigned)(r1 - r) : TILE_ROWS;
     for (unsigned i = 0; i < n; i++) {
@@ -433,12 +607,35 @@ static void decode_rows(void *ctx, unsigned part) {
         idx[k] = 0;
       }
     }
-    for (uint64_t t = 0; t < len; t += TILE_COLS) {
-      uint64_t t1 = len - t < TILE_COLS ? len : t + TILE_COLS;
+    for (uint64_t t = c0; t < c1; t += TILE_COLS) {
+      uint64_t t1 = c1 - t < TILE_COLS ? c1 : t + TILE_COLS;
       for (unsigned i = 0; i < n; i++) {
-        decode_run(j, base[i], t, t1, buf);
-        store_run(j, (r + i) * len + t, buf, t1 - t);
+        if (j->fast) {
+          fast_run(j, r + i, base[i], t, t1);
+        } else {
+          decode_run(j, r + i, base[i], t, t1);
+        }
       }
+    }
+  }
+}
+
+/* Whether the specialised runs apply, once per call. HURRAY_PACKED_GENERIC=1
+ * keeps the generic loop (the tests compare the two byte for byte). */
+static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
+  const char *v = getenv("HURRAY_PACKED_GENERIC");
+  j->fast = !(v != NULL && v[0] == '1') && (!j->use_table || j->bits <= 8);
+  for (uint32_t e = 0; e < j->lanes && e < 32; e++)
+    j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
+  /* |code| < 2^16 and |zero + offset| < 2^23 keep the difference below 2^24. */
+  j->small_diff = j->bits <= 16;
+  if (j->small_diff && j->zero != NULL) {
+    uint64_t sshape[HURRAY_MAX_RANK], n = 1;
+    uint32_t srank;
+    hurray__quant_scale_shape(d, sshape, &srank);
+    for (uint32_t m = 0; m < srank; m++) n *= sshape[m];
+    for (uint64_t s = 0; s < n && j->small_diff; s++) {
+      j->small_diff = j->zero[s] > -((int64_t)1 << 23) && j->zero[s] < ((int64_t)1 << 23);
     }
   }
 }
@@ -468,16 +665,19 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   fill_table(j, d, list);
   HurrayStatus st = plan_dims(j, d, list, error);
   if (st == HURRAY_OK) st = form_scales(j, d, list, error);
+  if (st == HURRAY_OK) choose_path(j, d);
   if (st == HURRAY_OK) {
-    form_values(j, numel);
     uint64_t bytes = numel * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4u : 2u);
     j->parts = hurray__quant_threads(threads, bytes);
-    if (j->rows < j->parts) j->parts = (unsigned)j->rows;
+    uint64_t len = j->shape[j->rank - 1];
+    if (j->rows < j->parts) {
+      j->split_cols = true;
+      if (len < j->parts) j->parts = (unsigned)len;
+    }
     hurray__parallel_run(j->parts, decode_rows, j);
   }
   free(j->scale);
   free(j->zero);
-  free(j->values);
   free(j);
   return st;
 }

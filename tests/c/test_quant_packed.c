@@ -4,7 +4,10 @@
  * every validation rule, required buffer sizes, and the generic kernel
  * against values computed by hand from docs/spec/quantization.md §5.6.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -545,6 +548,73 @@ static void test_kernel_double_quant_and_super_divide(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* The specialised runs of the kernel against its generic loop
+ * (HURRAY_PACKED_GENERIC=1), byte for byte: a GPTQ layout with a partial
+ * last group, a scrambled g_idx and a random lane order, large enough
+ * (8.5 MB of float32) to be split over two threads; then the small kernel
+ * tests above again through the generic loop. */
+static uint32_t lcg(uint64_t *x) {
+  *x = *x * 6364136223846793005u + 1442695040888963407u;
+  return (uint32_t)(*x >> 33);
+}
+
+static void test_kernel_fast_matches_generic(void **state) {
+  enum { N = 520, K = 4104, G = 128, NG = (K + G - 1) / G };
+  static const uint8_t order[8] = {3, 0, 7, 5, 1, 6, 2, 4};
+  uint64_t x = 42;
+  uint32_t *words = calloc((size_t)K / 8 * N, 4), *zeros = calloc((size_t)NG * N / 8, 4);
+  float *scales = malloc((size_t)NG * N * 4);
+  int32_t *gidx = malloc(K * 4);
+  float *want = malloc((size_t)N * K * 4), *got = malloc((size_t)N * K * 4);
+  assert_true(words && zeros && scales && gidx && want && got);
+  for (size_t i = 0; i < (size_t)K / 8 * N; i++) words[i] = lcg(&x) ^ (lcg(&x) << 16);
+  for (size_t i = 0; i < (size_t)NG * N / 8; i++) zeros[i] = lcg(&x) ^ (lcg(&x) << 16);
+  for (size_t i = 0; i < (size_t)NG * N; i++) scales[i] = (float)(lcg(&x) % 1000) / 256.0f - 2.0f;
+  for (int k = 0; k < K; k++) gidx[k] = (int32_t)(lcg(&x) % NG);
+  HurrayDescriptor *d = make(HURRAY_DTYPE_UINT4, 2, (uint64_t[]){N, K});
+  add(d, HURRAY_ROLE_DATA, (uint64_t)K / 8 * N * 4);
+  add(d, HURRAY_ROLE_SCALES, (uint64_t)NG * N * 4);
+  add(d, HURRAY_ROLE_ZERO_POINTS, (uint64_t)NG * N / 8 * 4);
+  add(d, HURRAY_ROLE_GROUP_INDEX, K * 4);
+  assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, G, 1, HURRAY_DTYPE_FLOAT32, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_UINT4, error));
+  assert_ok(hurray_descriptor_set_quant_storage_axes(d, (uint32_t[]){1, 0}, error));
+  assert_ok(hurray_descriptor_set_quant_code_packing(d, 32, 0, order, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_packing(d, 32, 1, NULL, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_offset(d, 1, error));
+  assert_ok(hurray_descriptor_set_quant_group_index(d, 3, HURRAY_DTYPE_INT32, error));
+  void *data[] = {words, scales, zeros, gidx};
+  uint64_t sizes[] = {(uint64_t)K / 8 * N * 4, (uint64_t)NG * N * 4, (uint64_t)NG * N / 8 * 4,
+                      K * 4};
+  HurrayBufferList *list = list_of(data, sizes, 4);
+  uint64_t bytes = (uint64_t)N * K * 4;
+  for (int pass = 0; pass < 2; pass++) { /* scrambled g_idx, then sorted */
+    setenv("HURRAY_PACKED_GENERIC", "1", 1);
+    assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, want, bytes, error));
+    unsetenv("HURRAY_PACKED_GENERIC");
+    for (uint32_t threads = 1; threads <= 3; threads++) {
+      memset(got, 0, bytes);
+      assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, threads, got, bytes, error));
+      assert_memory_equal(got, want, bytes);
+    }
+    for (int k = 0; k < K; k++) gidx[k] = k / G;
+  }
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  free(words);
+  free(zeros);
+  free(scales);
+  free(gidx);
+  free(want);
+  free(got);
+  setenv("HURRAY_PACKED_GENERIC", "1", 1);
+  test_kernel_gptq(state);
+  test_kernel_awq_order_and_signed(state);
+  test_kernel_fp8_two_d_blocks(state);
+  test_kernel_double_quant_and_super_divide(state);
+  unsetenv("HURRAY_PACKED_GENERIC");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_setters_and_getters),
@@ -557,6 +627,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_awq_order_and_signed),
       cmocka_unit_test(test_kernel_fp8_two_d_blocks),
       cmocka_unit_test(test_kernel_double_quant_and_super_divide),
+      cmocka_unit_test(test_kernel_fast_matches_generic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
