@@ -14,7 +14,7 @@ from hurray import _outbuf
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_large_dequantize_matches_out_and_owns_its_mapping(threads):
-    x = np.random.default_rng(3).standard_normal((1024, 2048), dtype=np.float32)  # 8 MiB
+    x = np.random.default_rng(3).standard_normal((4096, 2560), dtype=np.float32)  # 40 MiB
     q = hurray.quantize(x, "affine", dtype="int8")
     y = q.dequantize(threads=threads)
     ref = np.empty_like(x)
@@ -36,7 +36,9 @@ def test_small_and_empty_outputs_are_plain_arrays():
     assert a.shape == (3, 4) and a.dtype == np.float16 and a.flags.owndata
     z = _outbuf.empty((0, 7), np.float32)
     assert z.shape == (0, 7)
-    big = _outbuf.empty((2, 1 << 20), np.float32, threads=2)
-    assert big.shape == (2, 1 << 20) and big.flags.writeable
+    mid = _outbuf.empty((2, 1 << 20), np.float32)  # 8 MiB: the heap, reused across calls
+    assert mid.flags.owndata
+    big = _outbuf.empty((10, 1 << 20), np.float32, threads=2)  # 40 MiB: a mapping
+    assert big.shape == (10, 1 << 20) and big.flags.writeable and not big.flags.owndata
     big[...] = 2.0
-    assert float(big.sum()) == 4.0 * (1 << 20)
+    assert float(big.sum()) == 20.0 * (1 << 20)
