@@ -17,8 +17,7 @@ typedef struct FileObject {
 /* Finds `name` (under the lock). Callers mostly walk keys() in order, so
  * the entry after the last one found is compared first: one memcmp instead
  * of a binary search per name. A miss falls back to the search. */
-static HurrayStatus file_find(FileObject *self, const char *name, size_t *index,
-                              HurrayError *e) {
+static HurrayStatus file_find(FileObject *self, const char *name, size_t *index, HurrayError *e) {
   size_t len = 0, want = strlen(name);
   const char *at = hurray_reader_tensor_name_view(self->reader, self->next, &len);
   HurrayStatus s = HURRAY_OK;

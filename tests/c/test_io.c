@@ -699,7 +699,7 @@ static void test_crafted_faults(void **state) {
        * the first, and the first onto a later one. */
       {2, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP},
       {0, 0, record_field(&f, 2, 0), HURRAY_ERR_OVERLAP},
-      {0, 0, 0, HURRAY_ERR_RANGE},                             /* inside the header */
+      {0, 0, 0, HURRAY_ERR_RANGE}, /* inside the header */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     memcpy(g.data, f.data, f.len);
