@@ -206,6 +206,10 @@ class File:
     ):
         _refuse_special_file(os.fspath(path))
         self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
+        # Per-tensor lookups go straight to C: the Python frame of the
+        # methods below cost as much as the lookup itself (issue 19).
+        self.shape = self._file.shape
+        self.dtype = self._file.dtype
         self.path = os.fspath(path)
         self.readonly = bool(readonly)
 

@@ -695,7 +695,11 @@ static void test_crafted_faults(void **state) {
       {0, 0, (index_offset + 63) / 64 * 64, HURRAY_ERR_RANGE}, /* past the data region */
       {0, 1, UINT64_MAX - 8, HURRAY_ERR_RANGE},                /* length overflowing */
       {1, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP},      /* two buffers, one place */
-      {0, 0, 0, HURRAY_ERR_RANGE},                             /* inside the header */
+      /* Out of file order (the reader sorts only then): a later buffer onto
+       * the first, and the first onto a later one. */
+      {2, 0, record_field(&f, 0, 0), HURRAY_ERR_OVERLAP},
+      {0, 0, record_field(&f, 2, 0), HURRAY_ERR_OVERLAP},
+      {0, 0, 0, HURRAY_ERR_RANGE}, /* inside the header */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     memcpy(g.data, f.data, f.len);

@@ -346,3 +346,37 @@ def test_random_index_damage_never_crashes(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "'error'" in done.stdout
+
+
+def test_shape_and_dtype_in_any_order_after_any_lookup(tmp_path):
+    """shape()/dtype() try the entry after the last one found before a
+    binary search: every order, repeats, misses and a reopen agree with the
+    descriptors, and a closed file still refuses."""
+    rng = np.random.default_rng(7)
+    arrays = {
+        f"t{i:03d}": np.zeros(tuple(int(d) for d in rng.integers(1, 4, size=i % 4)), np.float32)
+        for i in range(200)
+    }
+    arrays["t050"] = np.zeros((2, 3), np.int8)
+    path = tmp_path / "order.hurray"
+    hurray.save(path, arrays)
+    names = sorted(arrays)
+    orders = [names, names[::-1], list(rng.permutation(names)), [names[0]] * 3 + names[:5]]
+    with hurray.open(path) as f:
+        for order in orders:
+            for n in order:
+                assert f.shape(n) == arrays[n].shape
+                assert f.dtype(n) == str(arrays[n].dtype)
+        assert f.shape("t049") == arrays["t049"].shape
+        for miss in ("t0495", "t050x", "", "zzz", "a"):  # next to a hit, and far away
+            with pytest.raises(hurray.NotFoundError):
+                f.shape(miss)
+            assert f.shape("t051") == arrays["t051"].shape  # after a miss
+        with pytest.raises(ValueError):
+            f.shape("t0\x0050")
+        with pytest.raises(TypeError):
+            f.shape(50)
+    with pytest.raises(ValueError):
+        f.shape("t000")
+    with pytest.raises(ValueError):
+        f.dtype("t000")
