@@ -18,6 +18,7 @@
 #include "elements.h"
 #include "ggml_blocks.h"
 #include "plan.h"
+#include "simd.h"
 
 #define QK_K 256
 
@@ -400,9 +401,9 @@ static void iq4_xs(const uint8_t *b, float *y) {
 
 /* ------------------------------------------------------------- driver */
 
-typedef void (*BlockFn)(const uint8_t *block, float *out);
+typedef HurrayGgmlBlockFn BlockFn;
 
-static BlockFn block_fn(HurrayBlockFormat f) {
+static BlockFn scalar_block_fn(HurrayBlockFormat f) {
   switch (f) {
     case HURRAY_BLOCK_GGML_Q4_1: return q4_1;
     case HURRAY_BLOCK_GGML_Q5_0: return q5_0;
@@ -428,6 +429,17 @@ static BlockFn block_fn(HurrayBlockFormat f) {
     case HURRAY_BLOCK_GGML_NVFP4: return nvfp4;
   }
   return NULL;
+}
+
+/* The process's SIMD level (HURRAY_SIMD caps it) picks the AVX2 decoder
+ * where there is one. */
+static BlockFn block_fn(HurrayBlockFormat f) {
+  HurraySimdLevel level = hurray__quant_kernels()->level;
+  if (level == HURRAY_SIMD_AVX2 || level == HURRAY_SIMD_AVX512) {
+    BlockFn fast = hurray__ggml_block_fn_avx2(f);
+    if (fast != NULL) return fast;
+  }
+  return scalar_block_fn(f);
 }
 
 void hurray__ggml_decode(HurrayBlockFormat format, const uint8_t *blocks, uint64_t nblocks,

@@ -22,6 +22,14 @@ extern const int8_t hurray__ggml_iq1s_grid[2048][8];
 /* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
 extern const float hurray__ggml_sign8[256][8];
 
+/* Decodes one block of `elements` floats. */
+typedef void (*HurrayGgmlBlockFn)(const uint8_t *block, float *out);
+
+/* The AVX2 decoder of `format` (ggml_blocks_x86.c), same bytes as the
+ * scalar one; NULL when there is none or the build is not x86. The caller
+ * checks that the CPU runs AVX2. */
+HurrayGgmlBlockFn hurray__ggml_block_fn_avx2(HurrayBlockFormat format);
+
 /* Decodes `nblocks` consecutive blocks of `format` into nblocks * elements
  * floats. `format` must be known (hurray_block_format_info). */
 void hurray__ggml_decode(HurrayBlockFormat format, const uint8_t *blocks, uint64_t nblocks,

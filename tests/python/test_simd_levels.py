@@ -3,7 +3,8 @@
 scalar level gives: codes, scales and zero points of hurray.quantize, and
 hurray dequantize into float32, float16 and bfloat16, for every scheme,
 with partial last blocks, rows whose starts are odd nibbles or split 6-bit
-groups, inputs and outputs offset by 1..63 bytes, and 1 and 4 threads.
+groups, inputs and outputs offset by 1..63 bytes, and 1 and 4 threads; and
+the GGUF block formats that have their own AVX2 decoders.
 
 Each level runs in its own subprocess (the level is chosen once per
 process), which also keeps a crash from taking pytest down.
@@ -96,6 +97,25 @@ for ci, (scheme, kw) in enumerate(CASES):
                 t.dequantize(dt, threads=threads, out=o)
                 parts.append(o)
             out[key] = digest(*parts)
+# GGUF block-coded formats with their own AVX2 decoders (ggml_blocks_x86.c):
+# random block bytes with finite float16 scales at the formats' offsets,
+# one row and several rows, 1 and 4 threads, every output dtype.
+CODED = {"q5_0": (32, 22, [0]), "q5_1": (32, 24, [0, 2]), "q2_k": (256, 84, [80, 82]),
+         "tq1_0": (256, 54, [52]), "tq2_0": (256, 66, [64])}
+for fmt, (elements, nbytes, scale_at) in CODED.items():
+    for rows, cols in ((1, elements), (3, 4 * elements), (600, 16 * elements)):
+        blocks = rng.integers(0, 256, (rows * cols // elements, nbytes), dtype=np.uint8)
+        for at in scale_at:
+            s = (rng.standard_normal(len(blocks)) * 0.05).astype(np.float16)
+            blocks[:, at:at + 2] = s.view(np.uint8).reshape(-1, 2)
+        d = hurray.Descriptor("uint8", (rows, cols),
+                              quantization=hurray.BlockCoded("ggml_" + fmt, 1),
+                              buffers=[hurray.Buffer("data", blocks.nbytes, 1)])
+        t = hurray.Tensor(d, [blocks.reshape(-1)])
+        for threads in (1, 4):
+            parts = [t.dequantize(dt, threads=threads)
+                     for dt in (np.float32, np.float16, ml_dtypes.bfloat16)]
+            out[f"{fmt} ({rows}, {cols}) threads {threads}"] = digest(*parts)
 json.dump(out, sys.stdout)
 '''
 
