@@ -58,8 +58,7 @@ T2 static inline __m256i fifth_bits(uint32_t qh) {
  * qs, 16-31 the high ones, each with its fifth bit. */
 T2 static inline __m256i q5_codes(const uint8_t *qs, uint32_t qh) {
   __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
-  __m256i nib =
-      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+  __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
   return _mm256_or_si256(nib, fifth_bits(qh));
 }
 
