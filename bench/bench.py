@@ -1498,15 +1498,10 @@ def quant_interpretation(w):
     return out
 
 
-def _png_quant(ax, w):
-    metrics = [
-        ("quantize_s", "quantize"),
-        ("write_s", "write"),
-        ("open_s", "open"),
-        ("load_s", "load-all"),
-        ("dequantize_s", "dequantize-all"),
-        ("random_deq_s", "random → f32"),
-    ]
+def _png_bars(ax, w, metrics, write_at, mmap_at):
+    """Median bars with min-max whiskers per contender, and the machine's
+    limits as dashed lines over the bars at `write_at` (the write limit)
+    and `mmap_at` (the two mmap limits)."""
     names = list(w["contenders"])
     width = 0.8 / len(names)
     x = np.arange(len(metrics))
@@ -1517,33 +1512,30 @@ def _png_quant(ax, w):
         hi = np.array([r[k]["max"] for k, _ in metrics]) - m
         ax.bar(x + i * width - 0.4 + width / 2, m, width, yerr=[lo, hi], label=c, capsize=2)
     lim = w["limits"]
-    ax.hlines(
-        lim["plain_write_s"]["median"],
-        0.55,
-        1.45,
-        colors="k",
-        linestyles="--",
-        label="plain write + fsync limit",
-    )
-    ax.hlines(
-        lim["mmap_page_touch_s"]["median"],
-        2.55,
-        3.45,
-        colors="r",
-        linestyles="--",
-        label="mmap page-touch limit",
-    )
-    ax.hlines(
-        lim["mmap_full_touch_s"]["median"],
-        2.55,
-        3.45,
-        colors="m",
-        linestyles=":",
-        label="mmap full-read limit",
-    )
-    ax.set_xticks(x, [n for _, n in metrics], fontsize=8)
+    for key, at, color, style, label in (
+        ("plain_write_s", write_at, "k", "--", "plain write + fsync limit"),
+        ("mmap_page_touch_s", mmap_at, "r", "--", "mmap page-touch limit"),
+        ("mmap_full_touch_s", mmap_at, "m", ":", "mmap full-read limit"),
+    ):
+        ax.hlines(
+            lim[key]["median"], at - 0.45, at + 0.45, colors=color, linestyles=style, label=label
+        )
     ax.set_yscale("log")
     ax.set_ylabel("seconds (median, min–max bars; log)")
+    return x
+
+
+def _png_quant(ax, w):
+    metrics = [
+        ("quantize_s", "quantize"),
+        ("write_s", "write"),
+        ("open_s", "open"),
+        ("load_s", "load-all"),
+        ("dequantize_s", "dequantize-all"),
+        ("random_deq_s", "random → f32"),
+    ]
+    x = _png_bars(ax, w, metrics, write_at=1, mmap_at=3)
+    ax.set_xticks(x, [n for _, n in metrics], fontsize=8)
     ax.set_title(
         f"quant (c): {w['tensors']} tensors, {w['bytes'] / MiB:.0f} MiB float32 → NF4 / Q4_0"
     )
@@ -1568,43 +1560,8 @@ def render_png(res, path):
         if wl == "quant":
             _png_quant(ax, w)
             continue
-        names = list(w["contenders"])
-        width = 0.8 / len(names)
-        x = np.arange(len(metrics))
-        for i, c in enumerate(names):
-            r = w["contenders"][c]
-            m = np.array([r[k]["median"] for k, _ in metrics])
-            lo = m - np.array([r[k]["min"] for k, _ in metrics])
-            hi = np.array([r[k]["max"] for k, _ in metrics]) - m
-            ax.bar(x + i * width - 0.4 + width / 2, m, width, yerr=[lo, hi], label=c, capsize=2)
-        lim = w["limits"]
-        ax.hlines(
-            lim["plain_write_s"]["median"],
-            -0.45,
-            0.45,
-            colors="k",
-            linestyles="--",
-            label="plain write + fsync limit",
-        )
-        ax.hlines(
-            lim["mmap_page_touch_s"]["median"],
-            1.55,
-            2.45,
-            colors="r",
-            linestyles="--",
-            label="mmap page-touch limit",
-        )
-        ax.hlines(
-            lim["mmap_full_touch_s"]["median"],
-            1.55,
-            2.45,
-            colors="m",
-            linestyles=":",
-            label="mmap full-read limit",
-        )
+        x = _png_bars(ax, w, metrics, write_at=0, mmap_at=2)
         ax.set_xticks(x, [n for _, n in metrics])
-        ax.set_yscale("log")
-        ax.set_ylabel("seconds (median, min–max bars; log)")
         ax.set_title(f"{wl}: {w['tensors']} tensors, {w['bytes'] / MiB:.0f} MiB")
         ax.legend(fontsize=7)
     cache = "cold" if res["config"]["cold_cache"] else "warm"
