@@ -425,6 +425,14 @@ static void fill_table(Job *j, HurrayQuantKind kind, HurrayMxElement element) {
     t->unit = UNITS[u];
   }
   if (t->map == HURRAY_MAP_TABLE) t->unit = 1.0f;
+  static const HurrayCodeMap FP8[2] = {HURRAY_MAP_E4M3, HURRAY_MAP_E5M2};
+  for (unsigned f = 0; f < 2 && t->map == HURRAY_MAP_TABLE; f++) {
+    bool same = true;
+    for (unsigned c = 0; c < 256 && same; c++) {
+      same = hurray__f32_bits(t->tab[c]) == hurray__fp8_bits(FP8[f], c);
+    }
+    if (same) t->map = FP8[f];
+  }
 }
 
 static HurrayStatus plan_walk(Job *j, const HurrayDescriptor *d, HurrayQuantKind kind,

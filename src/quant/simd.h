@@ -32,7 +32,11 @@ typedef enum HurraySimdLevel {
 typedef enum HurrayCodeMap {
   HURRAY_MAP_TABLE = 0, /* tab[code] */
   HURRAY_MAP_INT8 = 1,  /* (float)(int8_t)code * unit, which equals tab[code] */
-  HURRAY_MAP_UINT8 = 2  /* (float)code * unit, which equals tab[code] */
+  HURRAY_MAP_UINT8 = 2, /* (float)code * unit, which equals tab[code] */
+  /* OCP FP8 codes whose tab[code] equals hurray__fp8_bits: the vector levels
+   * build the float32 bit pattern in registers instead of gathering */
+  HURRAY_MAP_E4M3 = 3,
+  HURRAY_MAP_E5M2 = 4
 } HurrayCodeMap;
 
 typedef struct HurrayDecodeTable {
@@ -52,6 +56,25 @@ static inline void hurray__decode_table_planes(HurrayDecodeTable *t) {
     memcpy(&u, &t->tab[c], sizeof u);
     for (unsigned b = 0; b < 4; b++) t->planes[b][c] = (uint8_t)(u >> (8 * b));
   }
+}
+
+/* The float32 bits of an FP8 code (map HURRAY_MAP_E4M3 or _E5M2) as the
+ * vector kernels compute them: a normal code's exponent and mantissa move
+ * into place and the bias difference (127 - 7, 127 - 15) is added; a
+ * subnormal is its mantissa as an integer times 2^-9 / 2^-16 (exact, and
+ * no float32 subnormal is ever an operand, so DAZ cannot change it); NaN is
+ * the default quiet NaN with the code's sign. The table check in
+ * dequantize.c only picks the map when every code matches. */
+static inline uint32_t hurray__fp8_bits(HurrayCodeMap map, unsigned code) {
+  uint32_t sign = (uint32_t)(code & 0x80u) << 24, mag = code & 0x7fu;
+  if (map == HURRAY_MAP_E4M3) {
+    if (mag == 0x7fu) return sign | 0x7fc00000u;
+    if (mag < 8u) return sign | hurray__f32_bits((float)mag * 0x1p-9f);
+    return sign | ((mag << 20) + (120u << 23));
+  }
+  if (mag >= 0x7cu) return sign | (mag == 0x7cu ? 0x7f800000u : 0x7fc00000u);
+  if (mag < 4u) return sign | hurray__f32_bits((float)mag * 0x1p-16f);
+  return sign | ((mag << 21) + (112u << 23));
 }
 
 /* Decodes codes [at, at + n) (element indices into the packed `codes`) into

@@ -51,7 +51,7 @@ static inline void run_n(const HurrayDecodeTable *t, const uint8_t *codes, uint6
       store4n(od, out, k + 8, apply_n(vreinterpretq_f32_u16(hi4.val[0]), Z, S));
       store4n(od, out, k + 12, apply_n(vreinterpretq_f32_u16(hi4.val[1]), Z, S));
     }
-  } else if (t->bits == 8 && t->map != HURRAY_MAP_TABLE) {
+  } else if (t->bits == 8 && (t->map == HURRAY_MAP_INT8 || t->map == HURRAY_MAP_UINT8)) {
     const float32x4_t U = vdupq_n_f32(t->unit);
     for (; k + 8 <= end; k += 8) {
       uint8x8_t b = vld1_u8(codes + at + k);

@@ -8,8 +8,9 @@
  * pshufb on the table's four byte planes (SSE4.1); 6-bit codes are cut out
  * of their 3-byte groups with a byte shuffle and per-lane shifts, then
  * index a 64-entry table with two vpermt2ps and a blend (AVX-512) or a
- * gather (AVX2); 8-bit integer codes widen and convert, other 8-bit tables
- * (FP8, E8M0) gather. Every path computes (value - zp) * scale with one
+ * gather (AVX2); 8-bit integer codes widen and convert, FP8 codes become
+ * float32 bit patterns by shifts, adds and blends (hurray__fp8_bits), other
+ * 8-bit tables (E8M0, arbitrary) gather. Every path computes (value - zp) * scale with one
  * subtraction and one multiplication, as the scalar code does, and narrows
  * to float16 (vcvtps2ph, round to nearest even) or bfloat16 (integer
  * rounding, NaN quieted) exactly as elements.h does.
@@ -84,6 +85,47 @@ T512 static inline uint64_t lut_run512(const uint8_t *codes, uint64_t at, uint64
                         _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(c), L));
   }
   return k;
+}
+
+/* 16 FP8 codes as float32, bit for bit hurray__fp8_bits (simd.h): the
+ * normal pattern by shift and add, subnormals converted as integers and
+ * scaled, then NaN / infinity and the sign. */
+T512 static inline __m512 fp8_512(__m128i b, bool e5) {
+  const __m512i c = _mm512_cvtepu8_epi32(b);
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+  const __m512i sign = _mm512_slli_epi32(_mm512_srli_epi32(c, 7), 31);
+  __m512 v;
+  if (!e5) {
+    __m512i norm = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-9f));
+    v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(8)),
+                             _mm512_castsi512_ps(norm), sub);
+    v = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), v,
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+  } else {
+    __m512i norm = _mm512_add_epi32(_mm512_slli_epi32(mag, 21), _mm512_set1_epi32(112 << 23));
+    __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(mag), _mm512_set1_ps(0x1p-16f));
+    v = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(4)),
+                             _mm512_castsi512_ps(norm), sub);
+    __m512i special = _mm512_mask_blend_epi32(
+        _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7c)), _mm512_set1_epi32(0x7f800000),
+        _mm512_set1_epi32(0x7fc00000));
+    v = _mm512_mask_blend_ps(_mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7b)), v,
+                             _mm512_castsi512_ps(special));
+  }
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+/* One group of FP8 codes: no alignment head, nothing but the decode. */
+T512 static inline void fp8_run512(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                                   uint64_t k, uint64_t end, float s, float z, HurrayDType od,
+                                   void *out, bool e5) {
+  const __m512 S = _mm512_set1_ps(s), Z = _mm512_set1_ps(z);
+  for (; k + 16 <= end; k += 16) {
+    __m128i b = _mm_loadu_si128((const __m128i *)(codes + at + k));
+    store16(od, out, k, apply512(fp8_512(b, e5), Z, S));
+  }
+  hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
 }
 
 T512 static inline void run512(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
@@ -170,6 +212,8 @@ T512 static inline __m512 vals16(const HurrayDecodeTable *t, const uint8_t *code
     return _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), lo, hi);
   }
   __m128i b = _mm_loadu_si128((const __m128i *)(codes + i));
+  if (t->map == HURRAY_MAP_E4M3 || t->map == HURRAY_MAP_E5M2)
+    return fp8_512(b, t->map == HURRAY_MAP_E5M2);
   const __m512 U = _mm512_set1_ps(t->unit);
   if (t->map == HURRAY_MAP_INT8)
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), U);
@@ -194,10 +238,28 @@ T512 static void decode_each512(const HurrayDecodeTable *t, const uint8_t *codes
   hurray__decode_each_scalar(t, codes, at, k, n, scale, zp, od, out);
 }
 
+/* Its own function, not inlined, so that the other kinds' loops compile as
+ * they did without it: GCC may emit either operand order for a vector
+ * multiplication, and the order decides which NaN a product of two NaNs
+ * keeps, which test_simd.c holds GCC builds to. */
+__attribute__((noinline)) T512 static void decode_fp8_512(
+    const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at, uint64_t n, uint64_t block,
+    uint64_t head, const float *scale, const float *zp, HurrayDType out_dtype, void *out) {
+  if (t->map == HURRAY_MAP_E5M2) {
+    HURRAY_DECODE_GROUPS(fp8_run512, true);
+  } else {
+    HURRAY_DECODE_GROUPS(fp8_run512, false);
+  }
+}
+
 T512 static void decode512(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
                            uint64_t n, uint64_t block, uint64_t head, const float *scale,
                            const float *zp, HurrayDType out_dtype, void *out) {
   __m512 T[4];
+  if (t->bits == 8 && (t->map == HURRAY_MAP_E4M3 || t->map == HURRAY_MAP_E5M2)) {
+    decode_fp8_512(t, codes, at, n, block, head, scale, zp, out_dtype, out);
+    return;
+  }
   for (int i = 0; i < 4; i++) T[i] = _mm512_loadu_ps(t->tab + 16 * i);
   HURRAY_DECODE_GROUPS(run512, T);
 }
@@ -286,6 +348,48 @@ T2 static inline __m256 nib_lookup256(__m128i c8, const __m256 *T) {
   __m256i i = _mm256_cvtepu8_epi32(c8);
   __m256 lo = _mm256_permutevar8x32_ps(T[0], i), hi = _mm256_permutevar8x32_ps(T[1], i);
   return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+}
+
+/* fp8_512 on 8 codes (the low 8 bytes of b). blendv looks at the sign bit
+ * only: mag - 8 (- 4) is negative exactly for the subnormals. */
+T2 static inline __m256 fp8_256(__m128i b, bool e5) {
+  const __m256i c = _mm256_cvtepu8_epi32(b);
+  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(c, 7), 31);
+  __m256 v;
+  if (!e5) {
+    __m256i norm = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-9f));
+    v = _mm256_blendv_ps(_mm256_castsi256_ps(norm), sub,
+                         _mm256_castsi256_ps(_mm256_sub_epi32(mag, _mm256_set1_epi32(8))));
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)),
+                         _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f))));
+  } else {
+    __m256i norm = _mm256_add_epi32(_mm256_slli_epi32(mag, 21), _mm256_set1_epi32(112 << 23));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(0x1p-16f));
+    v = _mm256_blendv_ps(_mm256_castsi256_ps(norm), sub,
+                         _mm256_castsi256_ps(_mm256_sub_epi32(mag, _mm256_set1_epi32(4))));
+    /* 0x7c infinity, above it NaN */
+    __m256i special = _mm256_or_si256(
+        _mm256_set1_epi32(0x7f800000),
+        _mm256_and_si256(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7c)),
+                         _mm256_set1_epi32(0x00400000)));
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(special),
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7b))));
+  }
+  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+/* fp8_run512 for AVX2. */
+T2 static inline void fp8_run256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                                 uint64_t k, uint64_t end, float s, float z, HurrayDType od,
+                                 void *out, bool e5) {
+  const __m256 S = _mm256_set1_ps(s), Z = _mm256_set1_ps(z);
+  for (; k + 8 <= end; k += 8) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(codes + at + k));
+    store8(od, out, k, apply256(fp8_256(b, e5), Z, S));
+  }
+  hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
 }
 
 T2 static inline __m128i load12(const uint8_t *p) {
@@ -419,6 +523,8 @@ T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, 
     return _mm256_i32gather_ps(t->tab, idx, 4);
   }
   __m128i b = _mm_loadl_epi64((const __m128i *)(codes + i));
+  if (t->map == HURRAY_MAP_E4M3 || t->map == HURRAY_MAP_E5M2)
+    return fp8_256(b, t->map == HURRAY_MAP_E5M2);
   const __m256 U = _mm256_set1_ps(t->unit);
   if (t->map == HURRAY_MAP_INT8)
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), U);
@@ -442,9 +548,29 @@ T2 static void decode_each256(const HurrayDecodeTable *t, const uint8_t *codes, 
   hurray__decode_each_scalar(t, codes, at, k, n, scale, zp, od, out);
 }
 
+/* Its own function, not inlined, so that the other kinds' loops compile as
+ * they did without it: GCC may emit either operand order for a vector
+ * multiplication, and the order decides which NaN a product of two NaNs
+ * keeps, which test_simd.c holds GCC builds to. */
+__attribute__((noinline)) T2 static void decode_fp8_256(const HurrayDecodeTable *t,
+                                                        const uint8_t *codes, uint64_t at,
+                                                        uint64_t n, uint64_t block, uint64_t head,
+                                                        const float *scale, const float *zp,
+                                                        HurrayDType out_dtype, void *out) {
+  if (t->map == HURRAY_MAP_E5M2) {
+    HURRAY_DECODE_GROUPS(fp8_run256, true);
+  } else {
+    HURRAY_DECODE_GROUPS(fp8_run256, false);
+  }
+}
+
 T2 static void decode256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at, uint64_t n,
                          uint64_t block, uint64_t head, const float *scale, const float *zp,
                          HurrayDType out_dtype, void *out) {
+  if (t->bits == 8 && (t->map == HURRAY_MAP_E4M3 || t->map == HURRAY_MAP_E5M2)) {
+    decode_fp8_256(t, codes, at, n, block, head, scale, zp, out_dtype, out);
+    return;
+  }
   __m256 T[2] = {_mm256_loadu_ps(t->tab), _mm256_loadu_ps(t->tab + 8)};
   HURRAY_DECODE_GROUPS(run256, T);
 }
@@ -532,6 +658,33 @@ T41 static inline __m128 apply128(__m128 v, __m128 z, __m128 s) {
   return _mm_mul_ps(_mm_sub_ps(v, z), s);
 }
 
+/* fp8_256 on 4 codes (the low 4 bytes of b). */
+T41 static inline __m128 fp8_128(__m128i b, bool e5) {
+  const __m128i c = _mm_cvtepu8_epi32(b);
+  const __m128i mag = _mm_and_si128(c, _mm_set1_epi32(0x7f));
+  const __m128i sign = _mm_slli_epi32(_mm_srli_epi32(c, 7), 31);
+  __m128 v;
+  if (!e5) {
+    __m128i norm = _mm_add_epi32(_mm_slli_epi32(mag, 20), _mm_set1_epi32(120 << 23));
+    __m128 sub = _mm_mul_ps(_mm_cvtepi32_ps(mag), _mm_set1_ps(0x1p-9f));
+    v = _mm_blendv_ps(_mm_castsi128_ps(norm), sub,
+                      _mm_castsi128_ps(_mm_sub_epi32(mag, _mm_set1_epi32(8))));
+    v = _mm_blendv_ps(v, _mm_castsi128_ps(_mm_set1_epi32(0x7fc00000)),
+                      _mm_castsi128_ps(_mm_cmpeq_epi32(mag, _mm_set1_epi32(0x7f))));
+  } else {
+    __m128i norm = _mm_add_epi32(_mm_slli_epi32(mag, 21), _mm_set1_epi32(112 << 23));
+    __m128 sub = _mm_mul_ps(_mm_cvtepi32_ps(mag), _mm_set1_ps(0x1p-16f));
+    v = _mm_blendv_ps(_mm_castsi128_ps(norm), sub,
+                      _mm_castsi128_ps(_mm_sub_epi32(mag, _mm_set1_epi32(4))));
+    __m128i special = _mm_or_si128(
+        _mm_set1_epi32(0x7f800000),
+        _mm_and_si128(_mm_cmpgt_epi32(mag, _mm_set1_epi32(0x7c)), _mm_set1_epi32(0x00400000)));
+    v = _mm_blendv_ps(v, _mm_castsi128_ps(special),
+                      _mm_castsi128_ps(_mm_cmpgt_epi32(mag, _mm_set1_epi32(0x7b))));
+  }
+  return _mm_or_ps(v, _mm_castsi128_ps(sign));
+}
+
 T41 static inline void run128(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
                               uint64_t k, uint64_t end, float s, float z, HurrayDType od,
                               void *out, const __m128i *P) {
@@ -554,7 +707,7 @@ T41 static inline void run128(const HurrayDecodeTable *t, const uint8_t *codes, 
       store4(od, out, k + 8, apply128(_mm_castsi128_ps(_mm_unpacklo_epi16(h01, h23)), Z, S));
       store4(od, out, k + 12, apply128(_mm_castsi128_ps(_mm_unpackhi_epi16(h01, h23)), Z, S));
     }
-  } else if (t->bits == 8 && t->map != HURRAY_MAP_TABLE) {
+  } else if (t->bits == 8 && (t->map == HURRAY_MAP_INT8 || t->map == HURRAY_MAP_UINT8)) {
     const __m128 U = _mm_set1_ps(t->unit);
     const bool sign = t->map == HURRAY_MAP_INT8;
     for (; k + 4 <= end; k += 4) {
@@ -563,6 +716,13 @@ T41 static inline void run128(const HurrayDecodeTable *t, const uint8_t *codes, 
       __m128i b = _mm_cvtsi32_si128(w);
       __m128i i = sign ? _mm_cvtepi8_epi32(b) : _mm_cvtepu8_epi32(b);
       store4(od, out, k, apply128(_mm_mul_ps(_mm_cvtepi32_ps(i), U), Z, S));
+    }
+  } else if (t->bits == 8 && (t->map == HURRAY_MAP_E4M3 || t->map == HURRAY_MAP_E5M2)) {
+    const bool e5 = t->map == HURRAY_MAP_E5M2;
+    for (; k + 4 <= end; k += 4) {
+      int32_t w;
+      memcpy(&w, codes + at + k, 4);
+      store4(od, out, k, apply128(fp8_128(_mm_cvtsi32_si128(w), e5), Z, S));
     }
   }
   hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);

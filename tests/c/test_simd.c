@@ -136,6 +136,14 @@ static void one_decode_case(unsigned iter) {
   assert_non_null(t);
   unsigned bits = BITS[below(3)];
   random_table(t, bits);
+  if (bits == 8 && iter % 3 == 1) {
+    /* an FP8 table in place of a random one, chosen without drawing from
+     * the generator so that the other iterations' cases stay as they were */
+    t->map = iter % 2 ? HURRAY_MAP_E4M3 : HURRAY_MAP_E5M2;
+    const HurrayMinifloat *mf = iter % 2 ? &HURRAY__E4M3 : &HURRAY__E5M2;
+    for (unsigned c = 0; c < 256; c++) t->tab[c] = hurray__minifloat_decode(mf, c);
+    t->unit = 1.0f;
+  }
   uint64_t at = below(4) ? below(200) : 0;
   uint64_t n = below(5) ? below(700) : below(40);
   static const uint64_t BLOCKS[6] = {0, 32, 64, 16, 1, 0};
@@ -258,6 +266,80 @@ static void test_narrowing_every_exponent(void **state) {
       }
     }
   }
+  free(t);
+}
+
+/* The FP8 maps: the table dequantize builds (elements.h) is what the
+ * vector levels compute, every code; and every code under every E8M0
+ * scale (0xFF NaN, 0 and 1 giving float32 subnormals, 254 overflowing to
+ * infinity), zero points 0 and -0, all output dtypes, blocks of 32 with a
+ * partial first and last block, starts at any byte. */
+static void test_fp8_every_code_every_scale(void **state) {
+  (void)state;
+  static const HurrayDType OUT[3] = {HURRAY_DTYPE_FLOAT32, HURRAY_DTYPE_FLOAT16,
+                                     HURRAY_DTYPE_BFLOAT16};
+  HurrayDecodeTable *t = malloc(sizeof *t);
+  assert_non_null(t);
+  enum { N = 256 * 3 + 40 };
+  uint8_t *codes = malloc(N + 64);
+  float *scale = malloc(64 * sizeof(float)), *zp = malloc(64 * sizeof(float));
+  uint8_t *want = malloc(N * 4 + 64), *got = malloc(N * 4 + 64);
+  assert_non_null(codes);
+  assert_non_null(scale);
+  assert_non_null(zp);
+  assert_non_null(want);
+  assert_non_null(got);
+  /* every code in every 256 consecutive elements, at every position mod 32 */
+  for (unsigned i = 0; i < N + 64; i++) codes[i] = (uint8_t)(i * 97u + i / 256u);
+  for (unsigned f = 0; f < 2; f++) {
+    const HurrayMinifloat *mf = f ? &HURRAY__E5M2 : &HURRAY__E4M3;
+    t->bits = 8;
+    t->unit = 1.0f;
+    t->map = f ? HURRAY_MAP_E5M2 : HURRAY_MAP_E4M3;
+    for (unsigned c = 0; c < 256; c++) {
+      t->tab[c] = hurray__minifloat_decode(mf, c);
+      assert_int_equal(hurray__f32_bits(t->tab[c]), hurray__fp8_bits(t->map, c));
+    }
+    hurray__decode_table_planes(t);
+    for (unsigned e = 0; e < 256; e++) {
+      for (unsigned g = 0; g < 64; g++) {
+        scale[g] = hurray__e8m0_to_f32((uint8_t)e);
+        zp[g] = (g % 7 == 3) ? -0.0f : 0.0f;
+      }
+      HurrayDType od = OUT[e % 3];
+      unsigned item = od == HURRAY_DTYPE_FLOAT32 ? 4 : 2;
+      uint64_t at = e % 41, n = N - e % 29, head = e % 32;
+      uint64_t cap = n * item;
+      hurray__quant_kernels_scalar()->decode(t, codes, at, n, 32, head, scale, zp, od, want);
+      for (unsigned l = 0; l < nlevels; l++) {
+        memset(got, 0xa5, cap + 64);
+        levels[l]->decode(t, codes, at, n, 32, head, scale, zp, od, got);
+        if (!same_output(want, got, cap, od) || got[cap] != 0xa5) {
+          uint64_t i = 0;
+          while (i < cap && want[i] == got[i]) i++;
+          fail_msg("%s scale 0x%02x level %s out %s at %llu head %llu: element %llu differs",
+                   f ? "e5m2" : "e4m3", e, levels[l]->name, hurray_dtype_name(od),
+                   (unsigned long long)at, (unsigned long long)head,
+                   (unsigned long long)(i / item));
+        }
+      }
+      /* a group per element, as decode_each sees it */
+      hurray__quant_kernels_scalar()->decode_each(t, codes, at, 64, scale, zp, od, want);
+      for (unsigned l = 0; l < nlevels; l++) {
+        memset(got, 0xa5, 64 * item + 64);
+        levels[l]->decode_each(t, codes, at, 64, scale, zp, od, got);
+        if (!same_output(want, got, 64 * item, od)) {
+          fail_msg("%s scale 0x%02x level %s decode_each out %s differs", f ? "e5m2" : "e4m3", e,
+                   levels[l]->name, hurray_dtype_name(od));
+        }
+      }
+    }
+  }
+  free(codes);
+  free(scale);
+  free(zp);
+  free(want);
+  free(got);
   free(t);
 }
 
@@ -396,6 +478,7 @@ int main(void) {
       cmocka_unit_test(test_level_name),
       cmocka_unit_test(test_decode_matches_scalar),
       cmocka_unit_test(test_narrowing_every_exponent),
+      cmocka_unit_test(test_fp8_every_code_every_scale),
       cmocka_unit_test(test_encode_affine_matches_scalar),
       cmocka_unit_test(test_encode_matches_scalar),
       cmocka_unit_test(test_range_matches_scalar),
