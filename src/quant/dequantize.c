@@ -231,9 +231,18 @@ typedef struct Job {
   const uint8_t *codes;
   HurrayDecodeTable dt;
   const HurrayQuantKernels *kernels;
-  float *scale; /* per group */
-  float *zp;    /* per group */
-  Wide *zpw;    /* per group, on the exact path only (NULL otherwise) */
+  float *scale; /* per group (NULL when `staged`) */
+  float *zp;    /* per group (NULL when `staged`) */
+  /* The block walk reads scales and zero points a few hundred groups at a
+   * time into the stack instead (read_groups): a tensor's worth of floats
+   * would be written and read back once more per call, 8 bytes a block. */
+  bool staged;
+  const uint8_t *scale_src;
+  HurrayDType scale_dtype;
+  const uint8_t *zp_src; /* NULL: every group's zero point is zp_const */
+  HurrayDType zp_dtype;
+  float zp_const;
+  Wide *zpw; /* per group, on the exact path only (NULL otherwise) */
   HurrayDType out_dtype;
   void *out;
   unsigned out_item;
@@ -287,21 +296,61 @@ static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned 
   if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + at);
 }
 
+/* Groups [g, g + n) of a buffer of dtype `t` as floats (read_float, with
+ * the dtype's switch outside the loop for the usual scale dtypes). */
+static void read_floats(HurrayDType t, const uint8_t *p, uint64_t g, uint64_t n, float *out) {
+  switch (t) {
+    case HURRAY_DTYPE_FLOAT8_E8M0FNU:
+      for (uint64_t i = 0; i < n; i++) out[i] = hurray__e8m0_to_f32(p[g + i]);
+      return;
+    case HURRAY_DTYPE_FLOAT32: memcpy(out, p + 4 * g, (size_t)n * 4); return;
+    default:
+      for (uint64_t i = 0; i < n; i++) out[i] = read_float(t, p, g + i);
+      return;
+  }
+}
+
+#define GROUP_STAGE 256u
+
 /* Blocks along a contiguous axis tile the flat range, so a part is one run
- * of elements: hand the kernel a row at a time, and it walks the blocks
- * inside it without a division per 32-element block. */
+ * of elements: hand the kernel a row at a time (at most GROUP_STAGE groups
+ * when staged), and it walks the blocks inside it without a division per
+ * 32-element block. */
 static void decode_blocks(Job *j, uint64_t s0, uint64_t s1) {
   const HurrayQuantPlan *p = &j->plan;
   uint64_t f = hurray__quant_segment(p, s0).start;
   HurraySegment last = hurray__quant_segment(p, s1 - 1);
   uint64_t end = last.start + last.len;
   uint64_t o = f / p->along, a = f % p->along;
+  float sc[GROUP_STAGE], zz[GROUP_STAGE];
+  /* elements in GROUP_STAGE whole blocks, or "no limit" if that overflows */
+  uint64_t span = p->block <= UINT64_MAX / GROUP_STAGE ? p->block * GROUP_STAGE : UINT64_MAX;
   while (f < end) {
     uint64_t n = p->along - a < end - f ? p->along - a : end - f;
-    uint64_t g = o * p->nblocks + a / p->block;
-    j->kernels->decode(&j->dt, j->codes, f, n, p->block, a % p->block, j->scale + g, j->zp + g,
-                       j->out_dtype, out_at(j, f));
-    f += n;
+    uint64_t g = o * p->nblocks + a / p->block, head = a % p->block;
+    if (!j->staged) {
+      j->kernels->decode(&j->dt, j->codes, f, n, p->block, head, j->scale + g, j->zp + g,
+                         j->out_dtype, out_at(j, f));
+      f += n;
+    } else {
+      while (n > 0) {
+        /* up to the end of the GROUP_STAGE-th block from here */
+        uint64_t m = span - head < n ? span - head : n;
+        uint64_t ng = (head + m - 1) / p->block + 1;
+        read_floats(j->scale_dtype, j->scale_src, g, ng, sc);
+        if (j->zp_src) {
+          read_floats(j->zp_dtype, j->zp_src, g, ng, zz);
+        } else {
+          for (uint64_t i = 0; i < ng; i++) zz[i] = j->zp_const;
+        }
+        j->kernels->decode(&j->dt, j->codes, f, m, p->block, head, sc, zz, j->out_dtype,
+                           out_at(j, f));
+        f += m;
+        n -= m;
+        g += ng;
+        head = 0;
+      }
+    }
     a = 0;
     o++;
   }
@@ -522,13 +571,28 @@ static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayB
   if (groups > SIZE_MAX / sizeof(Wide)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
   }
+  bool affine = is_affine(kind), exact = needs_exact(j, d, list, kind);
+  if (j->plan.walk == HURRAY_WALK_BLOCKS && j->code_bits <= 8 &&
+      kind != HURRAY_QUANT_PER_TENSOR_AFFINE && !exact) {
+    /* the same values load_scales would store, read where they are used */
+    j->staged = true;
+    j->scale_src = buffer_bytes(list, hurray_descriptor_quant_scale_buffer(d));
+    j->scale_dtype = hurray_descriptor_quant_scale_dtype(d);
+    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+    if (affine && zb != HURRAY_NO_BUFFER) {
+      j->zp_src = buffer_bytes(list, zb);
+      j->zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+    }
+    j->zp_const = affine ? (float)hurray_descriptor_quant_zero_point(d) : 0.0f;
+    return HURRAY_OK;
+  }
   j->scale = malloc(groups * sizeof(float));
   j->zp = malloc(groups * sizeof(float));
   if (j->scale == NULL || j->zp == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu scales",
                         (unsigned long long)groups);
   }
-  if (needs_exact(j, d, list, kind)) {
+  if (exact) {
     j->zpw = malloc(groups * sizeof *j->zpw);
     if (j->zpw == NULL) {
       return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory for %llu zero points",

@@ -1153,6 +1153,34 @@ def test_mx_error_is_within_half_the_element_spacing(x, scheme, axis):
     np.testing.assert_array_equal(t.scales().view(np.uint8), want["scales"])
 
 
+@pytest.mark.parametrize(
+    "scheme,kw",
+    [
+        ("mxfp8_e4m3", {}),
+        ("mxfp8_e5m2", {}),
+        ("mxfp4", {}),
+        ("q4_0", {}),
+        ("block_affine", dict(dtype="uint8", symmetric=False, scale_dtype="float16")),
+        ("block_affine", dict(dtype="int8", scale_dtype="bfloat16", block_size=5)),
+    ],
+)
+def test_rows_longer_than_the_scale_stage(scheme, kw):
+    """Dequantize reads a contiguous axis's scales and zero points a few
+    hundred blocks at a time (dequantize.c, GROUP_STAGE = 256): rows of more
+    than 2 stages plus a partial block, on 1 and 3 threads, equal the
+    reference, and equal the same blocks quantized down axis 0 (which reads
+    every scale up front)."""
+    block = kw.get("block_size", 32)
+    x = mx_data((3, 2 * 256 * block + block + 3), seed=11)
+    t = hurray.quantize(x, scheme, **kw)
+    check(t, x, scheme, **kw)
+    y = t.dequantize(threads=3)
+    np.testing.assert_array_equal(t.dequantize().view(np.uint32), y.view(np.uint32))
+    if scheme != "q4_0":  # GGUF blocks run along the last axis only
+        t0 = hurray.quantize(np.ascontiguousarray(x.T), scheme, axis=0, **kw)
+        np.testing.assert_array_equal(t0.dequantize().T.view(np.uint32), y.view(np.uint32))
+
+
 def test_dequantize_into_out_reuses_the_array():
     x = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32)
     t = hurray.quantize(x, "nf4")
