@@ -207,6 +207,78 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
 }
 
+/* cached_fraction asks the kernel once (cachestat, Linux 6.5) and falls
+ * back to sampling mincore (HURRAY_CACHESTAT=0 forces that path): both give
+ * the same share, here exact (mincore samples every page of a data region
+ * under 1024 pages), for the whole file cached, half of it dropped and all
+ * of it dropped. */
+static void test_cached_fraction_cachestat_and_mincore(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "cached.hurray");
+  const uint64_t bytes = 2u << 20; /* 512 pages of 4 KiB */
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  uint8_t *mem = aligned_alloc(64, (size_t)bytes);
+  assert_non_null(mem);
+  memset(mem, 0x5A, (size_t)bytes);
+  HurrayBuffer *b = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_create(mem, bytes, free_release, NULL, &b, error));
+  assert_ok(hurray_buffer_list_create(&list, error));
+  assert_ok(hurray_buffer_list_push(list, b, error));
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+    options.mode = modes[m];
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, &options, &r, error));
+    double syscall_way = -1, mincore_way = -1;
+    /* Everything cached: the file was just written, then read whole. */
+    assert_ok(hurray_reader_verify(r, NULL, error));
+    assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
+    assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
+    assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
+    assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
+    assert_true(syscall_way > 0.99 && mincore_way > 0.99);
+    /* Every page from 1 MiB on dropped (a file system that keeps them,
+     * such as tmpfs, leaves nothing to compare). */
+    assert_int_equal(fdatasync(fd), 0);
+    assert_int_equal(posix_fadvise(fd, 1 << 20, 0, POSIX_FADV_DONTNEED), 0);
+    assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
+    assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
+    assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
+    assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
+    assert_true(syscall_way == mincore_way);
+    if (syscall_way < 0.99) {
+      /* The data region is 1 MiB cached out of a little over 2 MiB. */
+      assert_true(syscall_way > 0.45 && syscall_way < 0.51);
+      assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+      assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
+      assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
+      assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
+      assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
+      assert_true(syscall_way == mincore_way);
+      assert_true(syscall_way < 0.01);
+    }
+    hurray_reader_close(r);
+  }
+  close(fd);
+}
+
 /* A small file with three tensors and one metadata entry of each type. */
 static void write_small(const char *path) {
   HurrayWriter *w = NULL;
@@ -819,6 +891,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_pread),
       cmocka_unit_test(test_round_trip_mmap_private),
       cmocka_unit_test(test_private_mapping_is_copy_on_write),
+      cmocka_unit_test(test_cached_fraction_cachestat_and_mincore),
       cmocka_unit_test(test_metadata_and_lookup),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_fd_and_callback_sinks),
