@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,16 +208,8 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
 }
 
-/* cached_fraction asks the kernel once (cachestat, Linux 6.5) and falls
- * back to sampling mincore (HURRAY_CACHESTAT=0 forces that path): both give
- * the same share, here exact (mincore samples every page of a data region
- * under 1024 pages), for the whole file cached, half of it dropped and all
- * of it dropped. */
-static void test_cached_fraction_cachestat_and_mincore(void **state) {
-  (void)state;
-  char path[300];
-  in_dir(path, sizeof path, "cached.hurray");
-  const uint64_t bytes = 2u << 20; /* 512 pages of 4 KiB */
+/* Writes one uint8 tensor of `bytes` bytes to `path`. */
+static void write_bytes_tensor(const char *path, uint64_t bytes) {
   HurrayDescriptor *d = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
   assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
@@ -235,48 +228,69 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
   assert_ok(hurray_writer_finish(w, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
+}
 
-  int fd = open(path, O_RDONLY);
-  assert_true(fd >= 0);
-  struct stat st;
-  assert_int_equal(fstat(fd, &st), 0);
-  HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-    options.mode = modes[m];
-    HurrayReader *r = NULL;
-    assert_ok(hurray_reader_open(path, &options, &r, error));
-    double syscall_way = -1, mincore_way = -1;
-    /* Everything cached: the file was just written, then read whole. */
-    assert_ok(hurray_reader_verify(r, NULL, error));
-    assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
-    assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
-    assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
-    assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
-    assert_true(syscall_way > 0.99 && mincore_way > 0.99);
-    /* Every page from 1 MiB on dropped (a file system that keeps them,
-     * such as tmpfs, leaves nothing to compare). */
-    assert_int_equal(fdatasync(fd), 0);
-    assert_int_equal(posix_fadvise(fd, 1 << 20, 0, POSIX_FADV_DONTNEED), 0);
-    assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
-    assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
-    assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
-    assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
-    assert_true(syscall_way == mincore_way);
-    if (syscall_way < 0.99) {
-      /* The data region is 1 MiB cached out of a little over 2 MiB. */
-      assert_true(syscall_way > 0.45 && syscall_way < 0.51);
-      assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-      assert_ok(hurray_reader_cached_fraction(r, &syscall_way, error));
-      assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
-      assert_ok(hurray_reader_cached_fraction(r, &mincore_way, error));
-      assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
-      assert_true(syscall_way == mincore_way);
-      assert_true(syscall_way < 0.01);
+/* cached_fraction the cachestat way and the mincore way (the fallback,
+ * forced by HURRAY_CACHESTAT=0). */
+static void both_fractions(HurrayReader *r, double *syscall_way, double *mincore_way) {
+  assert_ok(hurray_reader_cached_fraction(r, syscall_way, error));
+  assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
+  assert_ok(hurray_reader_cached_fraction(r, mincore_way, error));
+  assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
+}
+
+/* cached_fraction asks cachestat (Linux 6.5; one call over a small file,
+ * 64 evenly spread windows over a larger one) and falls back to sampling
+ * mincore: both agree with the file whole in the page cache, with its
+ * second half dropped and with all of it dropped. Exactly for 2 MiB (where
+ * both ask about every page), within the sampling for 16 MiB. */
+static void test_cached_fraction_cachestat_and_mincore(void **state) {
+  (void)state;
+  const uint64_t sizes[] = {2u << 20, 16u << 20};
+  for (size_t s = 0; s < 2; s++) {
+    char path[300];
+    in_dir(path, sizeof path, s == 0 ? "cached-2m.hurray" : "cached-16m.hurray");
+    write_bytes_tensor(path, sizes[s]);
+    double tolerance = s == 0 ? 0.0 : 0.02;
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+      HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+      options.mode = modes[m];
+      HurrayReader *r = NULL;
+      assert_ok(hurray_reader_open(path, &options, &r, error));
+      double syscall_way = -1, mincore_way = -1;
+      /* Other processes may drop the whole page cache at any time (cold
+       * benchmarks): each state is set up again, up to 5 times, until the
+       * two calls saw the same state. */
+      bool whole = false, half = false;
+      for (int attempt = 0; attempt < 5 && !whole; attempt++) {
+        assert_ok(hurray_reader_verify(r, NULL, error)); /* reads every page */
+        both_fractions(r, &syscall_way, &mincore_way);
+        whole = syscall_way > 0.99 && mincore_way > 0.99;
+      }
+      assert_true(whole);
+      /* The data region's second half dropped (pages a reader keeps mapped,
+       * and every page on a file system such as tmpfs, stay). */
+      for (int attempt = 0; attempt < 5 && !half; attempt++) {
+        assert_ok(hurray_reader_verify(r, NULL, error));
+        assert_int_equal(fdatasync(fd), 0);
+        assert_int_equal(posix_fadvise(fd, (off_t)sizes[s] / 2, 0, POSIX_FADV_DONTNEED), 0);
+        both_fractions(r, &syscall_way, &mincore_way);
+        half = fabs(syscall_way - mincore_way) <= tolerance &&
+               (syscall_way > 0.99 || (syscall_way > 0.45 && syscall_way < 0.55));
+      }
+      assert_true(half);
+      if (syscall_way < 0.99) {
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        both_fractions(r, &syscall_way, &mincore_way);
+        assert_true(syscall_way < 0.01 && mincore_way < 0.01);
+      }
+      hurray_reader_close(r);
     }
-    hurray_reader_close(r);
+    close(fd);
   }
-  close(fd);
 }
 
 /* A small file with three tensors and one metadata entry of each type. */
