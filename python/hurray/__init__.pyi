@@ -611,7 +611,7 @@ class File:
     def populate(self, threads: int = 1) -> None:
         """Faults in every page of the tensor data now (MADV_POPULATE_READ)."""
     def cached_fraction(self) -> float:
-        """Share of the tensor data in the page cache (mincore)."""
+        """Share of the tensor data in the page cache (cachestat, else mincore)."""
     def verify(self, name: str | None = None) -> None:
         """Checks checksums of one tensor or the whole file (ChecksumError)."""
     def get_tensors(self, names: Iterable[str]) -> dict[str, Tensor]:

@@ -277,7 +277,7 @@ class File:
 
     def cached_fraction(self) -> float:
         """The share (0 to 1) of the file's tensor data in the page cache now
-        (mincore; reads nothing)."""
+        (cachestat, else mincore; reads nothing)."""
         return self._file._cached_fraction()
 
     def verify(self, name: Optional[str] = None) -> None:

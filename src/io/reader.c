@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -1195,6 +1196,61 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   return HURRAY_OK;
 }
 
+/* cachestat(2), Linux 6.5: the same number on every architecture with the
+ * generic syscall table; older C libraries do not name it. */
+#if !defined(SYS_cachestat) && \
+    (defined(__x86_64__) || defined(__aarch64__) || (defined(__riscv) && __riscv_xlen == 64))
+#  define SYS_cachestat 451
+#endif
+
+/* cachestat walks every page-cache entry of its range: for 1 GiB cached
+ * by read() (mostly 2 MiB folios) one call took 150 us, for 1 GiB in
+ * 4 KiB folios 9-40 ms (measured here). So beyond CACHESTAT_WINDOWS *
+ * CACHESTAT_WINDOW_PAGES pages the share comes from that many windows
+ * spread evenly, one call each: 25 us with nothing cached, 30 us after
+ * read(), 90 us in 4 KiB folios, where sampling 1024 pages with mincore
+ * took 1.2 ms whatever the state. */
+#define CACHESTAT_WINDOWS 64
+#define CACHESTAT_WINDOW_PAGES 16
+
+/* The share of the `pages` pages of size `page` from the start of `fd` in
+ * the page cache, from cachestat(2). False where there is no answer (a
+ * kernel before 6.5: ENOSYS; a seccomp filter that does not know the call:
+ * EPERM), and with HURRAY_CACHESTAT=0 in the environment (tests compare the
+ * two ways). */
+static bool cachestat_share(int fd, size_t pages, size_t page, double *share) {
+#ifdef SYS_cachestat
+  const char *knob = getenv("HURRAY_CACHESTAT");
+  if (knob != NULL && strcmp(knob, "0") == 0) return false;
+  bool whole = pages <= (size_t)CACHESTAT_WINDOWS * CACHESTAT_WINDOW_PAGES;
+  unsigned windows = whole ? 1 : CACHESTAT_WINDOWS;
+  uint64_t cached = 0, asked = 0;
+  for (unsigned i = 0; i < windows; i++) {
+    /* Window i starts at page i * pages / windows: the last one ends by
+     * the region's end since pages >= windows * window pages. */
+    uint64_t first = whole ? 0 : (uint64_t)i * pages / windows;
+    uint64_t count = whole ? pages : CACHESTAT_WINDOW_PAGES;
+    struct {
+      uint64_t off, len;
+    } range = {first * page, count * page};
+    struct {
+      uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+    } stat;
+    if (syscall(SYS_cachestat, (unsigned)fd, &range, &stat, 0u) != 0) return false;
+    cached += stat.nr_cache < count ? stat.nr_cache : count;
+    asked += count;
+  }
+  *share = (double)cached / (double)asked;
+  return true;
+#else
+  (void)fd;
+  (void)pages;
+  (void)page;
+  (void)share;
+  return false;
+#endif
+}
+
 HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayError *error) {
   if (r == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");
@@ -1209,6 +1265,7 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
     *out = 1.0;
     return HURRAY_OK;
   }
+  if (cachestat_share(r->fd, pages, page, out)) return HURRAY_OK;
   /* A PREAD reader has no mapping: a temporary one, never touched. */
   void *base = is_mapped(r) ? r->mapping->base : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
   if (base == MAP_FAILED) {

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,91 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   /* Unknown modes are still refused. */
   options.mode = (HurrayReadMode)3;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
+}
+
+/* Writes one uint8 tensor of `bytes` bytes to `path`. */
+static void write_bytes_tensor(const char *path, uint64_t bytes) {
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  uint8_t *mem = aligned_alloc(64, (size_t)bytes);
+  assert_non_null(mem);
+  memset(mem, 0x5A, (size_t)bytes);
+  HurrayBuffer *b = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_create(mem, bytes, free_release, NULL, &b, error));
+  assert_ok(hurray_buffer_list_create(&list, error));
+  assert_ok(hurray_buffer_list_push(list, b, error));
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* cached_fraction the cachestat way and the mincore way (the fallback,
+ * forced by HURRAY_CACHESTAT=0). */
+static void both_fractions(HurrayReader *r, double *syscall_way, double *mincore_way) {
+  assert_ok(hurray_reader_cached_fraction(r, syscall_way, error));
+  assert_int_equal(setenv("HURRAY_CACHESTAT", "0", 1), 0);
+  assert_ok(hurray_reader_cached_fraction(r, mincore_way, error));
+  assert_int_equal(unsetenv("HURRAY_CACHESTAT"), 0);
+}
+
+/* cached_fraction asks cachestat (Linux 6.5; one call over a small file,
+ * 64 evenly spread windows over a larger one) and falls back to sampling
+ * mincore: both agree with the file whole in the page cache, with its
+ * second half dropped and with all of it dropped. Exactly for 2 MiB (where
+ * both ask about every page), within the sampling for 16 MiB. */
+static void test_cached_fraction_cachestat_and_mincore(void **state) {
+  (void)state;
+  const uint64_t sizes[] = {2u << 20, 16u << 20};
+  for (size_t s = 0; s < 2; s++) {
+    char path[300];
+    in_dir(path, sizeof path, s == 0 ? "cached-2m.hurray" : "cached-16m.hurray");
+    write_bytes_tensor(path, sizes[s]);
+    double tolerance = s == 0 ? 0.0 : 0.02;
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+      HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+      options.mode = modes[m];
+      HurrayReader *r = NULL;
+      assert_ok(hurray_reader_open(path, &options, &r, error));
+      double syscall_way = -1, mincore_way = -1;
+      /* Other processes may drop the whole page cache at any time (cold
+       * benchmarks): each state is set up again, up to 5 times, until the
+       * two calls saw the same state. */
+      bool whole = false, half = false;
+      for (int attempt = 0; attempt < 5 && !whole; attempt++) {
+        assert_ok(hurray_reader_verify(r, NULL, error)); /* reads every page */
+        both_fractions(r, &syscall_way, &mincore_way);
+        whole = syscall_way > 0.99 && mincore_way > 0.99;
+      }
+      assert_true(whole);
+      /* The data region's second half dropped (pages a reader keeps mapped,
+       * and every page on a file system such as tmpfs, stay). */
+      for (int attempt = 0; attempt < 5 && !half; attempt++) {
+        assert_ok(hurray_reader_verify(r, NULL, error));
+        assert_int_equal(fdatasync(fd), 0);
+        assert_int_equal(posix_fadvise(fd, (off_t)sizes[s] / 2, 0, POSIX_FADV_DONTNEED), 0);
+        both_fractions(r, &syscall_way, &mincore_way);
+        half = fabs(syscall_way - mincore_way) <= tolerance &&
+               (syscall_way > 0.99 || (syscall_way > 0.45 && syscall_way < 0.55));
+      }
+      assert_true(half);
+      if (syscall_way < 0.99) {
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        both_fractions(r, &syscall_way, &mincore_way);
+        assert_true(syscall_way < 0.01 && mincore_way < 0.01);
+      }
+      hurray_reader_close(r);
+    }
+    close(fd);
+  }
 }
 
 /* A small file with three tensors and one metadata entry of each type. */
@@ -819,6 +905,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_pread),
       cmocka_unit_test(test_round_trip_mmap_private),
       cmocka_unit_test(test_private_mapping_is_copy_on_write),
+      cmocka_unit_test(test_cached_fraction_cachestat_and_mincore),
       cmocka_unit_test(test_metadata_and_lookup),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_fd_and_callback_sinks),
