@@ -770,7 +770,7 @@ def as_tensor(value: object) -> Tensor:
     """Tensor, anything with __hurray__, torch tensors, scipy.sparse
     matrices, and whatever numpy.asarray accepts."""
 
-class ConversionError(Exception):
+class ConversionError(HurrayError):
     """A conversion that cannot be done (docs/impl/convert.md)."""
 
 def convert(

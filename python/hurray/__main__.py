@@ -22,14 +22,16 @@ Convert a checkpoint between formats, optionally quantizing on the way.
 The formats follow the file names.
 
 sources: .safetensors, *.safetensors.index.json (or a folder holding one:
-         a sharded checkpoint), .gguf (F32, F16, BF16, F64, I8-I64, Q8_0 and
-         Q4_0, all lossless; other GGUF types are refused), .npz, .npy,
+         a sharded checkpoint), .gguf (every type but Q8_1 and Q1_0, all
+         lossless; the K-quants, IQ, TQ and the rest kept as their blocks),
+         .npz, .npy,
          .pt/.pth/.bin (torch state dicts, loaded with weights_only=True),
          .hurray; a model folder with config.json whose quantization_config
          is GPTQ, AWQ (GEMM) or compressed-tensors pack-quantized: each
          quantized linear becomes one tensor <prefix>.weight
-targets: .hurray, .safetensors, .gguf (dense F32/F16/BF16/F64/I8-I64, and
-         Q8_0/Q4_0 for tensors that are exactly those), .npz, .npy (one
+targets: .hurray, .safetensors, .gguf (dense F32/F16/BF16/F64/I8-I64,
+         Q8_0/Q4_0 for tensors that are exactly those, and GGUF blocks kept
+         from a .gguf source written back unchanged), .npz, .npy (one
          tensor), .pt/.pth/.bin (torch state dict), a folder (DIR/ or an
          existing folder: model.safetensors or the source's shards, and
          config.json)

@@ -68,7 +68,10 @@ def to_numpy(name: str) -> np.dtype:
     try:
         return _NUMPY[name]
     except KeyError:
-        raise ValueError(f"unknown hurray dtype {name!r}") from None
+        # InvalidArgumentError: a ValueError, and a HurrayError like the rest.
+        raise _hurray._error(
+            "HURRAY_ERR_INVALID_ARGUMENT", f"unknown hurray dtype {name!r}"
+        ) from None
 
 
 def from_numpy(dtype) -> str:
@@ -76,7 +79,9 @@ def from_numpy(dtype) -> str:
     try:
         return _BY_NUMPY[dtype.newbyteorder("=") if dtype.byteorder == "<" else dtype]
     except KeyError:
-        raise ValueError(f"numpy dtype {dtype} has no hurray equivalent") from None
+        raise _hurray._error(
+            "HURRAY_ERR_INVALID_ARGUMENT", f"numpy dtype {dtype} has no hurray equivalent"
+        ) from None
 
 
 def storage_bytes(name: str, count: int) -> int:

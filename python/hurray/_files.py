@@ -121,6 +121,9 @@ def _metadata_value(key: Any, value: Any) -> Any:
             f"metadata {key!r}: values are str, int, float, bool or bytes, "
             f"not {type(value).__name__}"
         )
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        # C would say only "int too big to convert", naming no key.
+        raise OverflowError(f"metadata {key!r}: {value} does not fit a 64-bit signed integer")
     if isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, numbers.Number):  # Decimal, Fraction, complex: not stored exactly
@@ -146,6 +149,10 @@ def save(
     C pass per tensor (where its kind allows) and stored in its descriptor."""
     # Two tuples a tensor and no cycle among them: with a million tensors,
     # collections scanning them again and again cost more than building them.
+    if not callable(getattr(tensors, "items", None)):  # duck-typed, as items() is all we use
+        raise TypeError(
+            f"tensors must be a mapping of names to tensors, not {type(tensors).__name__}"
+        )
     collecting = gc.isenabled()
     gc.disable()
     try:

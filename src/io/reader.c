@@ -1468,6 +1468,17 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
  * temporary view are always let go. */
 static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, bool drop_pages,
                                    unsigned threads, HurrayError *error) {
+  /* Hashing a mapping of a file shrunk in place since open touches pages
+   * past its end: SIGBUS, which kills the process that asked whether the
+   * file is sound. Catch the shrink that happened before this call. */
+  struct stat st;
+  if (is_mapped(r) && r->fd >= 0 && fstat(r->fd, &st) == 0 &&
+      (uint64_t)st.st_size < r->file_size) {
+    return hurray__fail(error, HURRAY_ERR_TRUNCATED,
+                        "the file is %llu bytes now, %llu when it was opened: it was truncated or "
+                        "rewritten in place since; open it again",
+                        (unsigned long long)st.st_size, (unsigned long long)r->file_size);
+  }
   HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
   bool temporary = false;

@@ -8,7 +8,7 @@ import stat
 
 import numpy as np
 
-from .. import _dtypes
+from .. import _dtypes, _hurray
 from .._descriptor import Dense, Descriptor
 from .._tensor import Tensor, from_numpy
 
@@ -42,13 +42,21 @@ GGUF_TENSORS_KEY = "gguf.__tensors__"  # JSON [tensor names], in file order
 SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
 
 
-class ConversionError(Exception):
+class ConversionError(_hurray.HurrayError):
     """A conversion that cannot be done; the message is one line and says
     what is not supported and why."""
+
+    # A HurrayError, so that one `except hurray.HurrayError` covers convert();
+    # C raises nothing here, so the status is the nearest one for "cannot".
+    status = _hurray.STATUS["HURRAY_ERR_UNSUPPORTED"]
+    status_name = "HURRAY_ERR_UNSUPPORTED"
 
 
 class UsageError(ConversionError):
     """Options that do not fit together (the CLI exits with status 2)."""
+
+    status = _hurray.STATUS["HURRAY_ERR_INVALID_ARGUMENT"]
+    status_name = "HURRAY_ERR_INVALID_ARGUMENT"
 
 
 def _shape_str(shape) -> str:

@@ -74,6 +74,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from .. import _hurray
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
@@ -116,8 +117,13 @@ except ImportError:  # pragma: no cover - older torch
     _DCP_VERSION = "1.0.0"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(_hurray.HurrayError, RuntimeError):
     """A checkpoint directory that cannot be written or read as asked."""
+
+    # A HurrayError (one `except hurray.HurrayError` covers every hurray
+    # failure) and still the RuntimeError it always was.
+    status = _hurray.STATUS["HURRAY_ERR_INVALID_ARGUMENT"]
+    status_name = "HURRAY_ERR_INVALID_ARGUMENT"
 
 
 class IncompleteCheckpointError(CheckpointError):

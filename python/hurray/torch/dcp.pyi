@@ -9,6 +9,8 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from hurray import HurrayError
+
 __all__ = [
     "HurrayStorageWriter",
     "HurrayStorageReader",
@@ -26,7 +28,7 @@ FORMAT_VERSION: int
 METADATA_FILE: str
 BYTES_EXTENSION: str
 
-class CheckpointError(RuntimeError):
+class CheckpointError(HurrayError, RuntimeError):
     """A checkpoint directory that cannot be written or read as asked."""
 
 class IncompleteCheckpointError(CheckpointError):

@@ -1,0 +1,77 @@
+"""Every exception hurray raises on purpose is a hurray.HurrayError, so one
+`except hurray.HurrayError` covers the package (file-system failures are
+also OSErrors). These classes were once plain Exception / RuntimeError."""
+
+import numpy as np
+import pytest
+
+import hurray
+
+
+def test_conversion_error_is_a_hurray_error(tmp_path):
+    from hurray.convert import ConversionError, UsageError
+
+    assert issubclass(ConversionError, hurray.HurrayError)
+    assert issubclass(UsageError, hurray.HurrayError)
+    assert hurray.ConversionError is ConversionError
+    with pytest.raises(hurray.HurrayError) as info:
+        hurray.convert(
+            str(tmp_path / "missing.safetensors"), str(tmp_path / "x.hurray"), quiet=True
+        )
+    assert isinstance(info.value, ConversionError)
+    assert info.value.status_name == "HURRAY_ERR_UNSUPPORTED"
+    assert info.value.status == hurray._hurray.STATUS["HURRAY_ERR_UNSUPPORTED"]
+
+
+def test_usage_error_is_a_hurray_error(tmp_path):
+    src = tmp_path / "a.npz"
+    np.savez(src, w=np.ones((4, 64), np.float32))
+    with pytest.raises(hurray.HurrayError) as info:
+        hurray.convert(str(src), str(tmp_path / "b.hurray"), quantize="nope", quiet=True)
+    assert type(info.value).__name__ == "UsageError"
+    assert info.value.status_name == "HURRAY_ERR_INVALID_ARGUMENT"
+
+
+def test_checkpoint_error_is_a_hurray_error():
+    pytest.importorskip("torch")
+    from hurray.torch.dcp import CheckpointError, CheckpointPathError, IncompleteCheckpointError
+
+    for cls in (CheckpointError, IncompleteCheckpointError, CheckpointPathError):
+        assert issubclass(cls, hurray.HurrayError)
+        assert issubclass(cls, RuntimeError)  # what it was before: still caught as one
+    assert issubclass(CheckpointPathError, ValueError)
+    assert CheckpointError("x").status_name == "HURRAY_ERR_INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("value", [np.array([object()]), np.array(["x"]), None])
+def test_a_dtype_without_equivalent_is_an_invalid_argument(tmp_path, value):
+    target = tmp_path / "t.hurray"
+    with pytest.raises(hurray.InvalidArgumentError, match="no hurray equivalent") as info:
+        hurray.save(target, {"a": value})
+    assert isinstance(info.value, ValueError)  # what it was before
+    assert not target.exists()
+
+
+def test_save_of_a_list_says_what_it_wants(tmp_path):
+    with pytest.raises(TypeError, match="mapping of names to tensors, not list"):
+        hurray.save(tmp_path / "t.hurray", [np.ones(3)])
+
+
+def test_metadata_int_out_of_range_names_its_key(tmp_path):
+    target = tmp_path / "t.hurray"
+    for bad in (2**63, -(2**63) - 1, 2**70):
+        with pytest.raises(OverflowError, match="metadata 'step'"):
+            hurray.save(target, {"a": np.ones(1)}, metadata={"step": bad})
+    hurray.save(target, {"a": np.ones(1)}, metadata={"lo": -(2**63), "hi": 2**63 - 1})
+    assert hurray.open(target).metadata == {"lo": -(2**63), "hi": 2**63 - 1}
+
+
+def test_convert_help_does_not_say_other_gguf_types_are_refused():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", "--help"], capture_output=True, text=True
+    ).stdout
+    assert "other GGUF types are refused" not in out
+    assert "Q8_1" in out

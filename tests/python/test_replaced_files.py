@@ -1,0 +1,40 @@
+"""A file shrunk in place (by `cp`, a truncating writer, ...) under an open
+hurray.File: asking File.verify() whether it is sound must answer with an
+error, not die of SIGBUS. Each case runs in a subprocess, as a crash would
+otherwise take pytest with it."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import hurray
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys, hurray
+    path, mode = sys.argv[1], sys.argv[2]
+    f = hurray.open(path, **({"readonly": True} if mode == "readonly" else {}))
+    os.truncate(path, 100)
+    try:
+        f.verify()
+    except hurray.FormatError as exc:
+        print("refused", exc.status_name, exc)
+    else:
+        print("passed")
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["private", "readonly"])
+def test_verify_of_a_file_truncated_since_open_is_an_error(tmp_path, mode):
+    path = tmp_path / "m.hurray"
+    hurray.save(path, {"w": np.arange(1 << 16, dtype=np.float32)})
+    r = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), mode], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("refused HURRAY_ERR_TRUNCATED"), r.stdout
+    assert "truncated or rewritten in place" in r.stdout
