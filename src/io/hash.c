@@ -110,12 +110,36 @@ typedef struct Pool {
   atomic_size_t next;
 } Pool;
 
+/* A thread claims neighbouring small buffers together, up to this many
+ * bytes: one claim per buffer made the threads fight over `next` on files
+ * of many small tensors (20,000 buffers of 8 KiB hash in 0.3 us each, about
+ * what a contended atomic costs), and verify reached a quarter of the
+ * memory-read rate there. A buffer this large or larger is a claim of its
+ * own, so that large buffers still spread over the threads. */
+#define HURRAY_HASH_CLAIM_BYTES (256u << 10)
+
+/* The end of the claim that starts at job i (i < n). */
+static size_t claim_end(const Pool *p, size_t i) {
+  if (p->jobs[i].len >= HURRAY_HASH_CLAIM_BYTES) return i + 1;
+  size_t bytes = 0, end = i;
+  while (end < p->n && bytes < HURRAY_HASH_CLAIM_BYTES &&
+         p->jobs[end].len < HURRAY_HASH_CLAIM_BYTES) {
+    bytes += p->jobs[end].len;
+    end++;
+  }
+  return end;
+}
+
 static void *pool_worker(void *arg) {
   Pool *p = arg;
+  size_t i = atomic_load_explicit(&p->next, memory_order_relaxed);
   for (;;) {
-    size_t i = atomic_fetch_add(&p->next, 1);
     if (i >= p->n) return NULL;
-    p->jobs[i].sum = hurray__checksum(p->jobs[i].data, p->jobs[i].len);
+    size_t end = claim_end(p, i);
+    /* On failure i is reloaded with the claim another thread made. */
+    if (!atomic_compare_exchange_weak(&p->next, &i, end)) continue;
+    for (; i < end; i++) p->jobs[i].sum = hurray__checksum(p->jobs[i].data, p->jobs[i].len);
+    i = atomic_load_explicit(&p->next, memory_order_relaxed);
   }
 }
 

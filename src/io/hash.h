@@ -40,7 +40,8 @@ void hurray__hash_reset_dispatch(void);
 unsigned hurray__hash_threads(void);
 
 /* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
- * included). Jobs are taken in order by whichever thread is free; each
+ * included). Jobs are taken in order by whichever thread is free (small
+ * neighbours together, up to 256 KiB a claim); each
  * job's sum is the same whatever thread hashes it. If a thread cannot be
  * started its share runs here. Small totals run on this thread only. */
 void hurray__hash_many(HurrayHashJob *jobs, size_t n);

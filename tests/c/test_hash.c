@@ -172,6 +172,41 @@ static void test_hash_many_same_with_any_thread_count(void **state) {
   free(data);
 }
 
+/* Small buffers are claimed in runs of up to 256 KiB: runs that end on a
+ * large buffer, on the last job, or mid-way through many tiny ones (and
+ * empty jobs) still give every job its own sum, exactly once. */
+static void test_hash_many_small_jobs_claimed_in_runs(void **state) {
+  (void)state;
+  enum { JOBS = 3001 };
+  uint8_t *data = random_bytes(8u << 20, 3);
+  HurrayHashJob *jobs = malloc(JOBS * sizeof *jobs);
+  uint64_t *want = malloc(JOBS * sizeof *want);
+  assert_non_null(jobs);
+  assert_non_null(want);
+  size_t at = 0;
+  for (size_t i = 0; i < JOBS; i++) {
+    size_t len = i % 500 == 7 ? (256u << 10) + i : i % 11 == 0 ? 0 : (i * 2654435761u) % 9000;
+    if (i % 700 == 3) len = (256u << 10) - 1; /* just under a claim of its own */
+    jobs[i].data = data + at % (4u << 20) + i % 7;
+    jobs[i].len = len;
+    want[i] = XXH3_64bits(jobs[i].data, len);
+    at += len;
+  }
+  static const unsigned counts[] = {1, 2, 3, 8};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+    for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
+    hurray__hash_many_on(jobs, JOBS, counts[c]);
+    for (size_t i = 0; i < JOBS; i++) assert_true(jobs[i].sum == want[i]);
+    /* A prefix: the last claim stops at n, not at the array's end. */
+    for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
+    hurray__hash_many_on(jobs, 1234, counts[c]);
+    for (size_t i = 0; i < JOBS; i++) assert_true(jobs[i].sum == (i < 1234 ? want[i] : 0));
+  }
+  free(want);
+  free(jobs);
+  free(data);
+}
+
 static void file_path(char *out, size_t size, const char *name) {
   snprintf(out, size, "%s/%s", dir, name);
 }
@@ -594,6 +629,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths_agree_with_reference),
       cmocka_unit_test(test_hash_many_same_with_any_thread_count),
+      cmocka_unit_test(test_hash_many_small_jobs_claimed_in_runs),
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
       cmocka_unit_test(test_convert_checks_source_up_front),
