@@ -3,6 +3,8 @@
  */
 #include "_hurray.h"
 
+#include "../../src/io/reader_origin.h"
+
 /* -------------------------------------------------------------------- File */
 
 typedef struct FileObject {
@@ -287,9 +289,7 @@ static PyObject *file_get_all(PyObject *op, PyObject *unused) {
   for (size_t start = 0; rc == 0 && s == HURRAY_OK && start < n; start += CHUNK) {
     size_t m = n - start < CHUNK ? n - start : CHUNK, got = 0;
     Py_BEGIN_ALLOW_THREADS for (; got < m; got++) {
-      const char *name = hurray_reader_tensor_name(r, start + got);
-      s = name != NULL ? hurray_reader_get_tensor(r, name, &ds[got], &ls[got], &e)
-                       : HURRAY_ERR_NO_MEMORY;
+      s = hurray__reader_get_tensor_at(r, start + got, &ds[got], &ls[got], &e);
       if (s != HURRAY_OK) break;
     }
     Py_END_ALLOW_THREADS for (size_t k = 0; k < got; k++) {

@@ -1025,12 +1025,11 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
-                                      HurrayDescriptor **descriptor_out,
-                                      HurrayBufferList **buffers_out, HurrayError *error) {
-  TensorEntry entry, *t = &entry;
-  HurrayDescriptor *d = NULL;
-  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
+/* get_tensor once the entry is found and its descriptor `d` decoded
+ * (owned here from now on). */
+static HurrayStatus get_entry(HurrayReader *r, const TensorEntry *t, HurrayDescriptor *d,
+                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                              HurrayError *error) {
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK && r->has_source) {
@@ -1044,6 +1043,33 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
     if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
   }
   return hand_out(status, d, list, descriptor_out, buffers_out, error);
+}
+
+HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
+                                      HurrayDescriptor **descriptor_out,
+                                      HurrayBufferList **buffers_out, HurrayError *error) {
+  TensorEntry entry;
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &entry, &d, error));
+  return get_entry(r, &entry, d, descriptor_out, buffers_out, error);
+}
+
+HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
+                                          HurrayDescriptor **descriptor_out,
+                                          HurrayBufferList **buffers_out, HurrayError *error) {
+  if (r == NULL || descriptor_out == NULL || buffers_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and outputs are required");
+  }
+  *descriptor_out = NULL;
+  *buffers_out = NULL;
+  if (index >= r->tensor_count) {
+    return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor %zu: the file holds %zu", index,
+                        r->tensor_count);
+  }
+  TensorEntry entry = entry_at(r, index);
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(&entry, &d, error));
+  return get_entry(r, &entry, d, descriptor_out, buffers_out, error);
 }
 
 HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32_t buffer_index,
