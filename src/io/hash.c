@@ -108,6 +108,8 @@ typedef struct Pool {
   HurrayHashJob *jobs;
   size_t n;
   atomic_size_t next;
+  HurrayHashDone done;
+  void *ctx;
 } Pool;
 
 /* A thread claims neighbouring small buffers together, up to this many
@@ -138,7 +140,10 @@ static void *pool_worker(void *arg) {
     size_t end = claim_end(p, i);
     /* On failure i is reloaded with the claim another thread made. */
     if (!atomic_compare_exchange_weak(&p->next, &i, end)) continue;
-    for (; i < end; i++) p->jobs[i].sum = hurray__checksum(p->jobs[i].data, p->jobs[i].len);
+    for (size_t k = i; k < end; k++) {
+      p->jobs[k].sum = hurray__checksum(p->jobs[k].data, p->jobs[k].len);
+    }
+    if (p->done != NULL) p->done(p->ctx, p->jobs + i, end - i);
     i = atomic_load_explicit(&p->next, memory_order_relaxed);
   }
 }
@@ -148,13 +153,18 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
 }
 
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
+  hurray__hash_many_then(jobs, n, threads, NULL, NULL);
+}
+
+void hurray__hash_many_then(HurrayHashJob *jobs, size_t n, unsigned threads, HurrayHashDone done,
+                            void *ctx) {
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += jobs[i].len;
   if (threads == 0) threads = 1;
   if (threads > 64) threads = 64;
   if (threads > n) threads = (unsigned)(n > 0 ? n : 1);
   if (total < HURRAY_HASH_THREAD_MIN_BYTES) threads = 1;
-  Pool pool = {jobs, n, 0};
+  Pool pool = {jobs, n, 0, done, ctx};
   pthread_t ids[64];
   bool started[64] = {false};
   for (unsigned t = 1; t < threads; t++) {

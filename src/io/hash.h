@@ -49,6 +49,15 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 /* The same with `threads` threads (1..64) instead of the knob's. */
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
 
+/* Called by the thread that hashed them, right after, with each claim:
+ * jobs[0..count) are consecutive jobs, their sums set. */
+typedef void (*HurrayHashDone)(void *ctx, const HurrayHashJob *jobs, size_t count);
+
+/* hurray__hash_many_on, then `done` (if not NULL) for every claim, on the
+ * hashing threads: work that follows each buffer runs in parallel too. */
+void hurray__hash_many_then(HurrayHashJob *jobs, size_t n, unsigned threads, HurrayHashDone done,
+                            void *ctx);
+
 /* One buffer's checksum fed in pieces, so that a writer can hash each
  * piece just before it writes it (the piece is then still in the CPU's
  * cache) instead of reading the whole buffer once more. The digest equals

@@ -1340,6 +1340,34 @@ static void drop_view_pages(const void *p, size_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* A claim of the hashing pool (hash.h) let go of: its buffers mostly lie
+ * end to end (a writer lays them out in index order), and then one madvise
+ * covers them all instead of one per buffer (20,000 of them for a file of
+ * small tensors held verify to a quarter of the memory-read rate). A
+ * claim scattered over the file is let go of buffer by buffer. A page at a
+ * claim's edge that a neighbouring claim also uses is kept (only whole
+ * pages inside are dropped); had it been dropped, the other thread would
+ * only fault it in again from the page cache. Mapping the span up front
+ * (MADV_POPULATE_READ) was slower than the hashing threads' own faults,
+ * which run in parallel. */
+static void drop_claim_pages(void *ctx, const HurrayHashJob *jobs, size_t count) {
+  (void)ctx;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  size_t bytes = 0;
+  for (size_t k = 0; k < count; k++) {
+    if (jobs[k].len == 0) continue;
+    uintptr_t at = (uintptr_t)jobs[k].data;
+    if (at < lo) lo = at;
+    if (at + jobs[k].len > hi) hi = at + jobs[k].len;
+    bytes += jobs[k].len;
+  }
+  if (hi > lo && hi - lo <= 2 * (uintptr_t)bytes + ((uintptr_t)1 << 20)) {
+    drop_view_pages((const void *)lo, hi - lo);
+  } else {
+    for (size_t k = 0; k < count; k++) drop_view_pages(jobs[k].data, jobs[k].len);
+  }
+}
+
 /* Through a source with read_batch: the buffers of up to 64 MiB at a time
  * read with one batch into one scratch allocation (a transport merges
  * neighbours into few requests), then hashed. Larger buffers are hashed
@@ -1426,32 +1454,11 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
       jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0);
       jobs[k].len = (size_t)buffer_field(&refs[k].t, refs[k].buffer, 1);
     }
-    /* The round's buffers mostly lie end to end (a writer lays them out in
-     * index order): then one madvise lets go of the whole span, instead of
-     * one per buffer (20,000 of them for a file of small tensors held
-     * verify to a quarter of the memory-read rate). A round scattered over
-     * the file is let go of buffer by buffer. Mapping the span up front
-     * (MADV_POPULATE_READ) was slower than the hashing threads' own faults,
-     * which run in parallel (1.1-2x over 7 runs on a loaded machine). */
-    uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
-    for (size_t k = 0; drop && k < n; k++) {
-      uint64_t at = buffer_field(&refs[k].t, refs[k].buffer, 0);
-      uint64_t len = buffer_field(&refs[k].t, refs[k].buffer, 1);
-      if (len == 0) continue;
-      if (at < lo) lo = at;
-      if (at + len > hi) hi = at + len; /* open checked at + len <= index_offset */
-      bytes += len;
-    }
-    bool span = drop && hi > lo && hi - lo <= 2 * bytes + ((uint64_t)1 << 20);
-    hurray__hash_many_on(jobs, n, threads);
     /* The pages stay in the page cache; the process lets go of them, so
      * that verifying a file larger than memory keeps the resident set to
-     * one round. */
-    if (span) {
-      drop_view_pages(view + lo, (size_t)(hi - lo));
-    } else {
-      for (size_t k = 0; drop && k < n; k++) drop_view_pages(jobs[k].data, jobs[k].len);
-    }
+     * one round. Each hashing thread lets go of what it just hashed, so
+     * that the unmapping runs in parallel too. */
+    hurray__hash_many_then(jobs, n, threads, drop ? drop_claim_pages : NULL, NULL);
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,24 @@ static void test_hash_many_same_with_any_thread_count(void **state) {
   free(data);
 }
 
+/* hurray__hash_many_then's callback: counts how often each job is
+ * reported, and checks its sum is already there. */
+typedef struct DoneCount {
+  const HurrayHashJob *base;
+  const uint64_t *want;
+  atomic_uint *seen;
+  atomic_uint bad;
+} DoneCount;
+
+static void count_done(void *ctx, const HurrayHashJob *jobs, size_t count) {
+  DoneCount *c = ctx;
+  for (size_t k = 0; k < count; k++) {
+    size_t i = (size_t)(jobs + k - c->base);
+    atomic_fetch_add(&c->seen[i], 1);
+    if (jobs[k].sum != c->want[i]) atomic_fetch_add(&c->bad, 1);
+  }
+}
+
 /* Small buffers are claimed in runs of up to 256 KiB: runs that end on a
  * large buffer, on the last job, or mid-way through many tiny ones (and
  * empty jobs) still give every job its own sum, exactly once. */
@@ -201,6 +220,14 @@ static void test_hash_many_small_jobs_claimed_in_runs(void **state) {
     for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
     hurray__hash_many_on(jobs, 1234, counts[c]);
     for (size_t i = 0; i < JOBS; i++) assert_true(jobs[i].sum == (i < 1234 ? want[i] : 0));
+    /* Every claim is reported once, by the thread that hashed it. */
+    atomic_uint *seen = calloc(JOBS, sizeof *seen);
+    assert_non_null(seen);
+    DoneCount done = {jobs, want, seen, 0};
+    hurray__hash_many_then(jobs, JOBS, counts[c], count_done, &done);
+    for (size_t i = 0; i < JOBS; i++) assert_int_equal(atomic_load(&seen[i]), 1);
+    assert_int_equal(atomic_load(&done.bad), 0);
+    free(seen);
   }
   free(want);
   free(jobs);
