@@ -270,13 +270,6 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
 HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads,
                                                HurrayError *error);
 
-/* Asks the kernel to start reading the file's tensor data into the page
- * cache now, asynchronously (posix_fadvise POSIX_FADV_WILLNEED), at most
- * the first eighth of physical memory of it; for a loader about to touch
- * every tensor. Advice only: HURRAY_OK unless `r` is NULL. Nothing for a
- * reader over a byte source. */
-HURRAY_API HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error);
-
 /* The fraction (0 to 1) of the file's tensor data now in the page cache,
  * from mincore over up to 1024 pages spread evenly (exact for smaller
  * files; no page is touched or read). Loaders use it to

@@ -1221,23 +1221,6 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error) {
-  if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
-  if (r->has_source || r->fd < 0) return HURRAY_OK; /* no page cache behind a source */
-  /* At most an eighth of the memory: on a file larger than that, pages read
-   * ahead this early would be evicted before the loader reaches them. */
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : (uint64_t)1 << 30;
-  uint64_t len = r->index_offset < cap ? r->index_offset : cap;
-  /* One asynchronous request for the whole range: the disk is then kept
-   * busy with deep queues, instead of a fault at a time each reading one
-   * readahead window (cold load-all of 20,000 small tensors). Advice only:
-   * failure changes nothing. On a cached file it costs a page-cache lookup
-   * per page and no I/O. */
-  (void)posix_fadvise(r->fd, 0, (off_t)len, POSIX_FADV_WILLNEED);
-  return HURRAY_OK;
-}
-
 HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayError *error) {
   if (r == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and out are required");

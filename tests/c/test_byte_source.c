@@ -123,7 +123,6 @@ static void test_memory_source_reads_like_the_file(void **state) {
   assert_ok(hurray_reader_cached_fraction(mem, &cached, error));
   assert_true(cached == 0.0);
   assert_ok(hurray_reader_populate(mem, 2, error));
-  assert_ok(hurray_reader_read_ahead(mem, error)); /* no page cache: nothing to do */
   HurrayDescriptor *d = NULL;
   HurrayBufferList *rows = NULL;
   assert_ok(hurray_reader_get_rows(mem, "dense_float32", 1, 1, &d, &rows, error));

@@ -169,9 +169,6 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   assert_true(cached > 0.99); /* populated */
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 0, error));
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_populate(r, 65, error));
-  /* Read-ahead is advice: it changes no byte and never fails on a reader. */
-  assert_ok(hurray_reader_read_ahead(r, error));
-  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_read_ahead(NULL, error));
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   assert_ok(hurray_reader_get_tensor(r, "a.scales", &d, &list, error));
@@ -202,7 +199,6 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   options.mode = HURRAY_READ_PREAD;
   assert_ok(hurray_reader_open(path, &options, &r, error));
   assert_ok(hurray_reader_populate(r, 1, error));
-  assert_ok(hurray_reader_read_ahead(r, error));
   assert_ok(hurray_reader_verify(r, NULL, error));
   assert_ok(hurray_reader_cached_fraction(r, &cached, error));
   assert_true(cached >= 0.0 && cached <= 1.0);
