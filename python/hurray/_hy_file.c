@@ -16,7 +16,7 @@ typedef struct FileObject {
   size_t next;   /* the index after the last name found (under the GIL): see file_find */
 } FileObject;
 
-/* Finds `name` (under the lock). Callers mostly walk keys() in order, so
+/* Finds `name` (under the GIL). Callers mostly walk keys() in order, so
  * the entry after the last one found is compared first: one memcmp instead
  * of a binary search per name. A miss falls back to the search. */
 static HurrayStatus file_find(FileObject *self, const char *name, size_t *index, HurrayError *e) {
@@ -353,8 +353,9 @@ static int file_peek_shape(PyObject *op, PyObject *name_obj, HurrayDType *dtype,
   if (name == NULL) return -1;
   /* No lock: this holds the GIL throughout, and close frees the reader
    * with the GIL held too, so the reader cannot go away under it; what it
-   * reads (the index) no thread writes. Taking and dropping the lock was a
-   * quarter of what a shape costs (issue 19). */
+   * reads (the index) no thread writes. Without the lock round trip, and
+   * with untracked tuples, 20,000 shapes took 3.0 ms instead of 3.9 (best
+   * of 15, CPU time; issue 19). */
   if (self->reader == NULL) {
     PyErr_SetString(PyExc_ValueError, self->lock == NULL
                                           ? "File is not open"

@@ -114,10 +114,10 @@ typedef struct Pool {
 
 /* A thread claims neighbouring small buffers together, up to this many
  * bytes: one claim per buffer made the threads fight over `next` on files
- * of many small tensors (20,000 buffers of 8 KiB hash in 0.3 us each, about
- * what a contended atomic costs), and verify reached a quarter of the
- * memory-read rate there. A buffer this large or larger is a claim of its
- * own, so that large buffers still spread over the threads. */
+ * of many small tensors (an 8 KiB buffer hashes in a few hundred
+ * nanoseconds, not much more than a contended atomic moves between cores),
+ * and verify reached a quarter of the memory-read rate there. A buffer this large or larger is a
+ * claim of its own, so that large buffers still spread over the threads. */
 #define HURRAY_HASH_CLAIM_BYTES (256u << 10)
 
 /* The end of the claim that starts at job i (i < n). */
