@@ -768,13 +768,15 @@ def worker(argv):
 COLD = None
 
 
-def run_worker(*args):
+def run_worker(*args, python=None, env=None):
+    """One worker in a fresh process, the cache dropped first; `python` and
+    `env` (bench_many's BENCH_BEFORE) run it against another hurray."""
     global COLD
     dropped = drop_caches()
     if COLD is None:
         COLD = dropped
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [python or sys.executable, os.path.abspath(__file__), "--worker", *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr}")
     return json.loads(p.stdout.strip().splitlines()[-1])

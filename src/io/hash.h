@@ -40,13 +40,23 @@ void hurray__hash_reset_dispatch(void);
 unsigned hurray__hash_threads(void);
 
 /* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
- * included). Jobs are taken in order by whichever thread is free; each
+ * included). Jobs are taken in order by whichever thread is free (small
+ * neighbours together, up to 256 KiB a claim); each
  * job's sum is the same whatever thread hashes it. If a thread cannot be
  * started its share runs here. Small totals run on this thread only. */
 void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 
 /* The same with `threads` threads (1..64) instead of the knob's. */
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
+
+/* Called by the thread that hashed them, right after, with each claim:
+ * jobs[0..count) are consecutive jobs, their sums set. */
+typedef void (*HurrayHashDone)(void *ctx, const HurrayHashJob *jobs, size_t count);
+
+/* hurray__hash_many_on, then `done` (if not NULL) for every claim, on the
+ * hashing threads: work that follows each buffer runs in parallel too. */
+void hurray__hash_many_then(HurrayHashJob *jobs, size_t n, unsigned threads, HurrayHashDone done,
+                            void *ctx);
 
 /* One buffer's checksum fed in pieces, so that a writer can hash each
  * piece just before it writes it (the piece is then still in the CPU's

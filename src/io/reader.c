@@ -1026,12 +1026,11 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
   return HURRAY_OK;
 }
 
-HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
-                                      HurrayDescriptor **descriptor_out,
-                                      HurrayBufferList **buffers_out, HurrayError *error) {
-  TensorEntry entry, *t = &entry;
-  HurrayDescriptor *d = NULL;
-  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
+/* get_tensor once the entry is found and its descriptor `d` decoded
+ * (owned here from now on). */
+static HurrayStatus get_entry(HurrayReader *r, const TensorEntry *t, HurrayDescriptor *d,
+                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
+                              HurrayError *error) {
   HurrayBufferList *list = NULL;
   HurrayStatus status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK && r->has_source) {
@@ -1045,6 +1044,33 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
     if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
   }
   return hand_out(status, d, list, descriptor_out, buffers_out, error);
+}
+
+HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
+                                      HurrayDescriptor **descriptor_out,
+                                      HurrayBufferList **buffers_out, HurrayError *error) {
+  TensorEntry entry;
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, &entry, &d, error));
+  return get_entry(r, &entry, d, descriptor_out, buffers_out, error);
+}
+
+HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
+                                          HurrayDescriptor **descriptor_out,
+                                          HurrayBufferList **buffers_out, HurrayError *error) {
+  if (r == NULL || descriptor_out == NULL || buffers_out == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and outputs are required");
+  }
+  *descriptor_out = NULL;
+  *buffers_out = NULL;
+  if (index >= r->tensor_count) {
+    return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor %zu: the file holds %zu", index,
+                        r->tensor_count);
+  }
+  TensorEntry entry = entry_at(r, index);
+  HurrayDescriptor *d = NULL;
+  HURRAY_RETURN_NOT_OK(entry_descriptor(&entry, &d, error));
+  return get_entry(r, &entry, d, descriptor_out, buffers_out, error);
 }
 
 HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32_t buffer_index,
@@ -1354,6 +1380,34 @@ static void drop_view_pages(const void *p, size_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* A claim of the hashing pool (hash.h) let go of: its buffers mostly lie
+ * end to end (a writer lays them out in index order), and then one madvise
+ * covers them all instead of one per buffer (20,000 of them for a file of
+ * small tensors held verify to a quarter of the memory-read rate). A
+ * claim scattered over the file is let go of buffer by buffer. A page at a
+ * claim's edge that a neighbouring claim also uses is kept (only whole
+ * pages inside are dropped); had it been dropped, the other thread would
+ * only fault it in again from the page cache. Mapping the span up front
+ * (MADV_POPULATE_READ) was slower than the hashing threads' own faults,
+ * which run in parallel. */
+static void drop_claim_pages(void *ctx, const HurrayHashJob *jobs, size_t count) {
+  (void)ctx;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  size_t bytes = 0;
+  for (size_t k = 0; k < count; k++) {
+    if (jobs[k].len == 0) continue;
+    uintptr_t at = (uintptr_t)jobs[k].data;
+    if (at < lo) lo = at;
+    if (at + jobs[k].len > hi) hi = at + jobs[k].len;
+    bytes += jobs[k].len;
+  }
+  if (hi > lo && hi - lo <= 2 * (uintptr_t)bytes + ((uintptr_t)1 << 20)) {
+    drop_view_pages((const void *)lo, hi - lo);
+  } else {
+    for (size_t k = 0; k < count; k++) drop_view_pages(jobs[k].data, jobs[k].len);
+  }
+}
+
 /* Through a source with read_batch: the buffers of up to 64 MiB at a time
  * read with one batch into one scratch allocation (a transport merges
  * neighbours into few requests), then hashed. Larger buffers are hashed
@@ -1440,11 +1494,11 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
       jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0);
       jobs[k].len = (size_t)buffer_field(&refs[k].t, refs[k].buffer, 1);
     }
-    hurray__hash_many_on(jobs, n, threads);
     /* The pages stay in the page cache; the process lets go of them, so
      * that verifying a file larger than memory keeps the resident set to
-     * one round. */
-    for (size_t k = 0; drop && k < n; k++) drop_view_pages(jobs[k].data, jobs[k].len);
+     * one round. Each hashing thread lets go of what it just hashed, so
+     * that the unmapping runs in parallel too. */
+    hurray__hash_many_then(jobs, n, threads, drop ? drop_claim_pages : NULL, NULL);
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));

@@ -1,7 +1,8 @@
 /*
  * Where a buffer of an MMAP-mode reader lies in its file, so the converter
  * (src/formats/convert.c) can copy the bytes file to file in the kernel
- * (copy_file_range). Internal: not exported.
+ * (copy_file_range), and what the Python bindings' load() needs. Internal:
+ * not exported.
  */
 #ifndef HURRAY_SRC_IO_READER_ORIGIN_H
 #define HURRAY_SRC_IO_READER_ORIGIN_H
@@ -28,5 +29,11 @@ HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error);
  * of range. For the converter, which checks a buffer while it copies it. */
 bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
                                   const uint8_t **data, uint64_t *length, uint64_t *checksum);
+/* hurray_reader_get_tensor of tensor `index` (index order): for a loader
+ * that takes every tensor in turn, with no name search and no
+ * NUL-terminated copy of the names (hurray_reader_tensor_name). */
+HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
+                                          HurrayDescriptor **descriptor_out,
+                                          HurrayBufferList **buffers_out, HurrayError *error);
 
 #endif

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,67 @@ static void test_hash_many_same_with_any_thread_count(void **state) {
   setenv("HURRAY_HASH_THREADS", "lots", 1);
   assert_true(hurray__hash_threads() >= 1);
   unsetenv("HURRAY_HASH_THREADS");
+  free(data);
+}
+
+/* hurray__hash_many_then's callback: counts how often each job is
+ * reported, and checks its sum is already there. */
+typedef struct DoneCount {
+  const HurrayHashJob *base;
+  const uint64_t *want;
+  atomic_uint *seen;
+  atomic_uint bad;
+} DoneCount;
+
+static void count_done(void *ctx, const HurrayHashJob *jobs, size_t count) {
+  DoneCount *c = ctx;
+  for (size_t k = 0; k < count; k++) {
+    size_t i = (size_t)(jobs + k - c->base);
+    atomic_fetch_add(&c->seen[i], 1);
+    if (jobs[k].sum != c->want[i]) atomic_fetch_add(&c->bad, 1);
+  }
+}
+
+/* Small buffers are claimed in runs of up to 256 KiB: runs that end on a
+ * large buffer, on the last job, or mid-way through many tiny ones (and
+ * empty jobs) still give every job its own sum, exactly once. */
+static void test_hash_many_small_jobs_claimed_in_runs(void **state) {
+  (void)state;
+  enum { JOBS = 3001 };
+  uint8_t *data = random_bytes(8u << 20, 3);
+  HurrayHashJob *jobs = malloc(JOBS * sizeof *jobs);
+  uint64_t *want = malloc(JOBS * sizeof *want);
+  assert_non_null(jobs);
+  assert_non_null(want);
+  size_t at = 0;
+  for (size_t i = 0; i < JOBS; i++) {
+    size_t len = i % 500 == 7 ? (256u << 10) + i : i % 11 == 0 ? 0 : (i * 2654435761u) % 9000;
+    if (i % 700 == 3) len = (256u << 10) - 1; /* just under a claim of its own */
+    jobs[i].data = data + at % (4u << 20) + i % 7;
+    jobs[i].len = len;
+    want[i] = XXH3_64bits(jobs[i].data, len);
+    at += len;
+  }
+  static const unsigned counts[] = {1, 2, 3, 8};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+    for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
+    hurray__hash_many_on(jobs, JOBS, counts[c]);
+    for (size_t i = 0; i < JOBS; i++) assert_true(jobs[i].sum == want[i]);
+    /* A prefix: the last claim stops at n, not at the array's end. */
+    for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
+    hurray__hash_many_on(jobs, 1234, counts[c]);
+    for (size_t i = 0; i < JOBS; i++) assert_true(jobs[i].sum == (i < 1234 ? want[i] : 0));
+    /* Every claim is reported once, by the thread that hashed it. */
+    atomic_uint *seen = calloc(JOBS, sizeof *seen);
+    assert_non_null(seen);
+    DoneCount done = {jobs, want, seen, 0};
+    hurray__hash_many_then(jobs, JOBS, counts[c], count_done, &done);
+    for (size_t i = 0; i < JOBS; i++) assert_int_equal(atomic_load(&seen[i]), 1);
+    assert_int_equal(atomic_load(&done.bad), 0);
+    free(seen);
+  }
+  free(want);
+  free(jobs);
   free(data);
 }
 
@@ -594,6 +656,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paths_agree_with_reference),
       cmocka_unit_test(test_hash_many_same_with_any_thread_count),
+      cmocka_unit_test(test_hash_many_small_jobs_claimed_in_runs),
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
       cmocka_unit_test(test_convert_checks_source_up_front),

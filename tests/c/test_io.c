@@ -200,6 +200,7 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   options.mode = HURRAY_READ_PREAD;
   assert_ok(hurray_reader_open(path, &options, &r, error));
   assert_ok(hurray_reader_populate(r, 1, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
   assert_ok(hurray_reader_cached_fraction(r, &cached, error));
   assert_true(cached >= 0.0 && cached <= 1.0);
   hurray_reader_close(r);

@@ -380,3 +380,44 @@ def test_shape_and_dtype_in_any_order_after_any_lookup(tmp_path):
         f.shape("t000")
     with pytest.raises(ValueError):
         f.dtype("t000")
+
+
+def test_shape_tuples_are_untracked_and_shape_races_close(tmp_path):
+    """shape() takes no lock (it holds the GIL, and close frees the reader
+    under the GIL too): its tuples are left out of the garbage collector,
+    and threads listing shapes while another closes the file see shapes or
+    ValueError, never a freed reader. In a subprocess: a bug would crash."""
+    import gc
+
+    arrays = {f"t{i:04d}": np.zeros((i % 5 + 1, 2), np.float32) for i in range(2000)}
+    path = tmp_path / "race.hurray"
+    hurray.save(path, arrays)
+    with hurray.open(path) as f:
+        shape = f.shape("t0003")
+        assert shape == (4, 2) and not gc.is_tracked(shape)
+    code = f"""
+import threading, hurray
+for _ in range(20):
+    f = hurray.open({str(path)!r})
+    names = f.keys()
+    bad = []
+    def walk():
+        try:
+            for _ in range(50):
+                for n in names:
+                    if f.shape(n) != (int(n[1:]) % 5 + 1, 2):
+                        bad.append(n)
+        except ValueError:
+            pass
+    threads = [threading.Thread(target=walk) for _ in range(3)]
+    for t in threads:
+        t.start()
+    loaded = hurray.load({str(path)!r})
+    f.close()
+    for t in threads:
+        t.join()
+    assert not bad and len(loaded) == 2000, bad[:3]
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
