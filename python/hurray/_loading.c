@@ -11,29 +11,28 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifndef MADV_POPULATE_WRITE
-#  define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
+#include "../../src/quant/plan.h"
+#include "_guard.h"
 
 PyObject *hurray_py_prefault(PyObject *module, PyObject *args) {
   (void)module;
   Py_buffer view;
   int hugepage = 0;
-  if (!PyArg_ParseTuple(args, "w*p:_prefault", &view, &hugepage)) return NULL;
-  long page_size = sysconf(_SC_PAGESIZE);
-  uintptr_t page = page_size > 0 ? (uintptr_t)page_size : 4096;
+  unsigned int threads = 1;
+  if (!PyArg_ParseTuple(args, "w*p|O&:_prefault", &view, &hugepage, hy_conv_threads, &threads)) {
+    return NULL;
+  }
   uintptr_t start = (uintptr_t)view.buf, end = start + (uintptr_t)view.len;
-  /* Whole pages inside the buffer only: advice must not reach memory the
-   * buffer does not own (its neighbours in the allocator). */
-  uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
   Py_BEGIN_ALLOW_THREADS if (hugepage) {
+    /* 2 MiB-aligned interior only: advice must not reach memory the buffer
+     * does not own (its neighbours in the allocator). */
     uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t hfirst = (start + huge - 1) / huge * huge, hlast = end / huge * huge;
 #ifdef MADV_HUGEPAGE
     if (hlast > hfirst) (void)madvise((void *)hfirst, hlast - hfirst, MADV_HUGEPAGE);
 #endif
   }
-  if (last > first) (void)madvise((void *)first, last - first, MADV_POPULATE_WRITE);
+  hurray__prefault_write(view.buf, (uint64_t)view.len, threads);
   Py_END_ALLOW_THREADS PyBuffer_Release(&view);
   Py_RETURN_NONE;
 }

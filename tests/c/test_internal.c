@@ -1,14 +1,19 @@
 /*
  * Internal helpers the Python bindings call instead of re-implementing them:
- * sub-byte packing (src/core/packing.c) and composite member extraction
- * (src/core/member.c). Linked against the library's objects (hidden symbols).
+ * sub-byte packing (src/core/packing.c), composite member extraction
+ * (src/core/member.c) and the pre-faulting of fresh outputs
+ * (src/quant/plan.c). Linked against the library's objects (hidden symbols).
  */
+#define _GNU_SOURCE /* mincore, MAP_ANONYMOUS */
 #include "test_util.h"
 
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../../src/core/member.h"
 #include "../../src/core/packing.h"
+#include "../../src/quant/plan.h"
 
 static void test_pack_unpack_round_trip(void **state) {
   (void)state;
@@ -92,12 +97,63 @@ static void test_member_extract_renumbers(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* Pages of [p, p + len) (page-aligned) that are resident. */
+static size_t resident_pages(uint8_t *p, size_t len, size_t page) {
+  unsigned char vec[64];
+  size_t n = len / page, count = 0;
+  assert_true(n <= sizeof vec);
+  assert_int_equal(mincore(p, len, vec), 0);
+  for (size_t i = 0; i < n; i++) count += vec[i] & 1;
+  return count;
+}
+
+/* hurray__prefault_write is advice: content stays, pages only inside the
+ * range (whole ones) are touched, and every thread count gives the same
+ * memory; where the kernel has MADV_POPULATE_WRITE the pages are present
+ * afterwards. A 16 MiB range makes 2 and 3 threads really split it. */
+static void test_prefault_write(void **state) {
+  (void)state;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), big = (size_t)16 << 20;
+  uint8_t *m = mmap(NULL, big + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                    0);
+  assert_true(m != MAP_FAILED);
+  for (uint32_t threads = 0; threads <= 3; threads++) {
+    m[page + 5] = 7;
+    m[page + big - 1] = 9;
+    hurray__prefault_write(m + page + 3, big - 3, threads); /* unaligned both ends */
+    assert_int_equal(m[page + 5], 7);
+    assert_int_equal(m[page + big - 1], 9);
+    assert_int_equal(m[page + 4096 * 7], 0);
+  }
+  hurray__prefault_write(m, 0, 2);
+  hurray__prefault_write(m + 1, page - 2, 2); /* no whole page inside */
+  assert_int_equal(munmap(m, big + 2 * page), 0);
+
+  /* Residency, on 16 fresh pages: the first and last are partly outside
+   * the range and must stay untouched. */
+  uint8_t *f = mmap(NULL, 16 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(f != MAP_FAILED);
+  assert_int_equal(resident_pages(f, 16 * page, page), 0);
+  hurray__prefault_write(f + 1, 16 * page - 2, 2);
+  size_t got = resident_pages(f, 16 * page, page);
+#ifdef __linux__
+  if (madvise(f + page, page, 23 /* MADV_POPULATE_WRITE */) == 0) {
+    assert_int_equal(got, 14);
+    assert_int_equal(resident_pages(f, page, page), 0);
+    assert_int_equal(resident_pages(f + 15 * page, page, page), 0);
+  }
+#endif
+  assert_true(got <= 14);
+  assert_int_equal(munmap(f, 16 * page), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_unpack_round_trip),
       cmocka_unit_test(test_pack_layout_is_lsb_first),
       cmocka_unit_test(test_unpack_never_reads_past_the_input),
       cmocka_unit_test(test_member_extract_renumbers),
+      cmocka_unit_test(test_prefault_write),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@ private anonymous mapping rather than numpy's huge-page heap; the array must
 behave like any other."""
 
 import gc
+import mmap
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -42,3 +44,55 @@ def test_small_and_empty_outputs_are_plain_arrays():
     assert big.shape == (10, 1 << 20) and big.flags.writeable and not big.flags.owndata
     big[...] = 2.0
     assert float(big.sum()) == 20.0 * (1 << 20)
+
+
+def _resident_pages(a: np.ndarray) -> int:
+    """Resident pages of a page-aligned array's memory (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = -(-a.nbytes // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * pages)()
+    rc = libc.mincore(ctypes.c_void_p(a.ctypes.data), ctypes.c_size_t(a.nbytes), vec)
+    assert rc == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
+
+
+def _has_populate_write() -> bool:
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    m = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    a = np.frombuffer(m, np.uint8)
+    ok = libc.madvise(ctypes.c_void_p(a.ctypes.data), ctypes.c_size_t(mmap.PAGESIZE), 23) == 0
+    del a
+    m.close()
+    return ok
+
+
+@pytest.mark.skipif(not _has_populate_write(), reason="needs MADV_POPULATE_WRITE (Linux 5.14)")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_outputs_are_populated_on_every_thread_count(threads):
+    # Issue 19: with more than one thread the pages were left to fault one
+    # trap at a time inside the kernel, and 2 threads ran slower than 1.
+    big = _outbuf.empty((10, 1 << 20), np.float32, threads=threads)  # 40 MiB: a mapping
+    assert _resident_pages(big) * mmap.PAGESIZE == big.nbytes
+
+
+def test_prefault_keeps_content_and_checks_threads():
+    from hurray import _hurray
+
+    a = np.arange(3 << 20, dtype=np.uint8)  # 3 MiB, heap memory with neighbours
+    ref = a.copy()
+    for threads in (0, 1, 2, 5):
+        _hurray._prefault(a[1:-1], False, threads)  # unaligned both ends
+    assert np.array_equal(a, ref)
+    _hurray._prefault(a[:0], False, 2)
+    with pytest.raises((ValueError, OverflowError)):
+        _hurray._prefault(a, False, -1)
+    with pytest.raises(OverflowError):
+        _hurray._prefault(a, False, 1 << 20)
+    with pytest.raises(TypeError):
+        _hurray._prefault(bytes(10), False, 1)  # read-only

@@ -547,7 +547,7 @@ def _dequantize_dense_all(
 
     def run(job):
         t, raw = job
-        _hurray._prefault(raw, False)
+        _hurray._prefault(raw, False, inner)
         t._dequantize(raw, _DEQUANTIZE_TO[dtype], inner)
 
     if len(jobs) <= 1 or threads <= 1:
@@ -572,10 +572,11 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
     out = torch.empty(tuple(d.shape), dtype=dtype)
     if out.numel():
         raw = out.view(-1).view(torch.uint8).numpy()
-        # Fresh memory: one populate call instead of a fault per 4 KiB page,
-        # which cost about as much as the kernel itself. Huge pages measured
-        # slower (compaction on first touch): ADR-0021.
-        _hurray._prefault(raw, False)
+        # Fresh memory: one populate call per thread instead of a fault per
+        # 4 KiB page, which cost more than the kernel itself, and faults
+        # taken by the kernel's threads did not scale (issue 19). Huge pages
+        # measured slower (compaction on first touch): ADR-0021.
+        _hurray._prefault(raw, False, threads)
         t._dequantize(raw, _DEQUANTIZE_TO[dtype], threads)
     return out
 
