@@ -68,6 +68,17 @@ def _checkpoint(folder, quant_type="nf4", nested=True, blocksize=64, shards=1, s
     return refs
 
 
+def _equal_to_bnb(mine, ref):
+    # Bit for bit, except the sign of a zero: bitsandbytes' FP4 kernels
+    # (CUDA, and the native CPU kernel in 0.50.2) give -0.0 for code 0b1000,
+    # while the checkpoint's own quant_map, which hurray dequantizes with,
+    # stores +0.0 there (and bitsandbytes' generic dequantizer agrees with it).
+    mine = np.ascontiguousarray(mine, np.float32)
+    ref = np.ascontiguousarray(ref, np.float32)
+    zero = (mine == 0) & (ref == 0)
+    return R.bits_equal(np.where(zero, 0.0, mine), np.where(zero, 0.0, ref))
+
+
 CASES = [
     ("nf4", True, 64),
     ("nf4", False, 64),
@@ -100,19 +111,19 @@ def test_dequantize_bit_exact(tmp_path, quant_type, nested, blocksize):
     for name, t in built.items():
         assert isinstance(t.descriptor.quantization, hurray.Nf4)
         assert t.descriptor.shape == refs[name].shape
-        assert R.bits_equal(t.dequantize(), refs[name]), name
-        assert R.bits_equal(t.dequantize(threads=4), refs[name]), name
+        assert _equal_to_bnb(t.dequantize(), refs[name]), name
+        assert _equal_to_bnb(t.dequantize(threads=4), refs[name]), name
 
 
 @pytest.mark.parametrize("quant_type,nested,blocksize", CASES[:3])
 def test_convert_round_trip(tmp_path, quant_type, nested, blocksize):
     refs = _checkpoint(tmp_path / "m", quant_type, nested, blocksize, shards=2)
-    out = R.round_trip(tmp_path / "m", str(tmp_path), refs)
+    out = R.round_trip(tmp_path / "m", str(tmp_path), refs, equal=_equal_to_bnb)
     with hurray.open(out) as f:
         names = list(f.keys())
         assert not any(".absmax" in n or "quant_state" in n for n in names)
         for name, ref in refs.items():
-            assert R.bits_equal(f[name].dequantize(), ref)
+            assert _equal_to_bnb(f[name].dequantize(), ref)
 
 
 def test_native_cpu_kernel_rows(tmp_path):
