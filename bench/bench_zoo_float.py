@@ -183,7 +183,10 @@ def main():
         t, ref, ref_name = make(rng, n, k)
         expect = ref()
         got = t.dequantize(threads=threads)
-        exact = R.bits_equal(got, expect)
+        # bitsandbytes' FP4 kernels give -0.0 where the stored quant_map has
+        # +0.0 (tests/python/test_zoo_bnb.py): the sign of a zero is not judged
+        same = R.bits_equal_but_zero_sign if label.startswith("bnb fp4") else R.bits_equal
+        exact = same(got, expect)
         nbytes = got.size * 4
         del got, expect
         s1, _ = _best(lambda: t.dequantize(threads=1), reps)

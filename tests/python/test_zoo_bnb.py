@@ -68,16 +68,11 @@ def _checkpoint(folder, quant_type="nf4", nested=True, blocksize=64, shards=1, s
     return refs
 
 
-def _equal_to_bnb(mine, ref):
-    # Bit for bit, except the sign of a zero: bitsandbytes' FP4 kernels
-    # (CUDA, and the native CPU kernel in 0.50.2) give -0.0 for code 0b1000,
-    # while the checkpoint's own quant_map, which hurray dequantizes with,
-    # stores +0.0 there (and bitsandbytes' generic dequantizer agrees with it).
-    mine = np.ascontiguousarray(mine, np.float32)
-    ref = np.ascontiguousarray(ref, np.float32)
-    zero = (mine == 0) & (ref == 0)
-    return R.bits_equal(np.where(zero, 0.0, mine), np.where(zero, 0.0, ref))
-
+# Bit for bit, except the sign of a zero: bitsandbytes' FP4 kernels (CUDA,
+# and the native CPU kernel in 0.50.2) give -0.0 for code 0b1000, while the
+# checkpoint's own quant_map, which hurray dequantizes with, stores +0.0
+# there (and bitsandbytes' generic dequantizer agrees with it).
+_equal_to_bnb = R.bits_equal_but_zero_sign
 
 CASES = [
     ("nf4", True, 64),

@@ -55,6 +55,14 @@ def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
+def bits_equal_but_zero_sign(a: np.ndarray, b: np.ndarray) -> bool:
+    """bits_equal after turning -0.0 into +0.0 (adding +0.0 does exactly
+    that): for references that disagree with the stored code book only on
+    the sign of a zero (bitsandbytes' FP4 kernels, test_zoo_bnb.py)."""
+    zero = np.float32(0)
+    return bits_equal(np.asarray(a, np.float32) + zero, np.asarray(b, np.float32) + zero)
+
+
 # --- checkpoint folders -----------------------------------------------------
 
 
