@@ -118,6 +118,10 @@ def compare_as_is(source: Path, asis: Path) -> tuple[dict, dict]:
     }
     call = {name: [] for name in loaders}
     with_sum = {name: [] for name in loaders}
+    # One thread for the sums, as in bench/bench_torch.py: on a shared
+    # machine a second one mostly spins.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     for _ in range(ROUNDS):
         for name, load in loaders.items():
             start = time.perf_counter()
@@ -128,6 +132,7 @@ def compare_as_is(source: Path, asis: Path) -> tuple[dict, dict]:
             start = time.perf_counter()
             read_every_byte(load())
             with_sum[name].append(time.perf_counter() - start)
+    torch.set_num_threads(threads)
     return {k: min(v) for k, v in call.items()}, {k: min(v) for k, v in with_sum.items()}
 
 
