@@ -65,7 +65,7 @@ from ._remote import (
     RemoteTimeoutError,
 )
 from ._remote_file import RemoteFile
-from ._safe_open import safe_open
+from ._safe_open import SafeOpen, SafeSlice, safe_open  # noqa: F401 - the stubs name them
 from ._shards import load_sharded, save_sharded, shard
 from ._sparse import SparseTensor
 from ._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_dlpack, from_hurray, from_numpy

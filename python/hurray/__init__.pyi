@@ -33,6 +33,7 @@ __all__ = [
     "Buffer",
     "C_ABI_VERSION",
     "ChecksumError",
+    "ConversionError",
     "Composite",
     "DEFAULT_OUTPUT_LIMIT",
     "DTYPES",
@@ -56,6 +57,7 @@ __all__ = [
     "PerChannelAffine",
     "PerTensorAffine",
     "PlacementError",
+    "QUANT_SCHEMES",
     "RemoteChangedError",
     "RemoteError",
     "RemoteFile",
@@ -70,12 +72,14 @@ __all__ = [
     "UnsupportedError",
     "ValidationError",
     "as_tensor",
+    "convert",
     "from_dlpack",
     "from_hurray",
     "from_numpy",
     "load",
     "load_sharded",
     "open",
+    "quantize",
     "safe_open",
     "save",
     "save_sharded",
@@ -510,6 +514,12 @@ class Tensor:
         otherwise). max_output_bytes as for to_dense."""
     def scales(self) -> npt.NDArray[Any]:
         """Quantization scales, shaped like the scale tensor."""
+    def with_statistics(self) -> Tensor:
+        """The same buffers, with min, max, NaN count and zero count computed
+        in one C pass and stored in the descriptor."""
+    def member(self, name: str) -> Tensor:
+        """Member `name` of a composite tensor, its buffers zero-copy views of
+        the parent's; UnsupportedError for other layouts."""
     def zero_points(self) -> npt.NDArray[np.int64]:
         """Zero points as int64, shaped like scales()."""
     def to_dense(
@@ -706,6 +716,8 @@ def save(
     target: _StrPath | bytes | os.PathLike[bytes] | int | _Writable,
     tensors: Mapping[str, object],
     metadata: Mapping[str, _MetadataInput] | None = None,
+    *,
+    statistics: bool = False,
 ) -> None:
     """Writes every buffer of every tensor. target is a path (written
     atomically: temp file, fsync, rename), an int file descriptor, or a

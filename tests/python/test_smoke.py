@@ -36,3 +36,96 @@ def test_stubs_cover_the_public_api():
     missing = sorted(set(hurray.__all__) - stubbed)
     assert not missing, f"public names without stubs: {missing}"
     ast.parse((package / "torch" / "__init__.pyi").read_text())
+
+
+def _stub_vs_runtime(stub_path, module):
+    """Differences between a .pyi and the module it describes, by hand:
+    __all__, top-level names, function parameters, public class members."""
+    import ast
+    import inspect
+
+    tree = ast.parse(stub_path.read_text())
+    problems = []
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def stubbed_members(cls):
+        out = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+        out |= {
+            n.target.id
+            for n in cls.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+        for base in cls.bases:  # members a stub class inherits from another stub class
+            if isinstance(base, ast.Name) and base.id in classes:
+                out |= stubbed_members(classes[base.id])
+        return out
+
+    def params(fn):
+        a = fn.args
+        return [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__":
+            stub_all = set(ast.literal_eval(node.value))
+            if stub_all != set(module.__all__):
+                problems.append(
+                    f"__all__: stub lacks {sorted(set(module.__all__) - stub_all)}, "
+                    f"has extra {sorted(stub_all - set(module.__all__))}"
+                )
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            runtime = getattr(module, node.name, None)
+            if runtime is None:
+                problems.append(f"{node.name}: in the stub, not at runtime")
+            elif isinstance(node, ast.FunctionDef):
+                try:
+                    names = list(inspect.signature(runtime).parameters)
+                except (TypeError, ValueError):
+                    continue
+                if any(
+                    p.kind is p.VAR_KEYWORD for p in inspect.signature(runtime).parameters.values()
+                ):
+                    continue
+                if names != params(node):
+                    problems.append(f"{node.name}{tuple(names)}: stub has {tuple(params(node))}")
+            else:
+                stubbed = stubbed_members(node)
+                own = {
+                    k
+                    for c in runtime.__mro__
+                    if c.__module__.startswith("hurray")
+                    for k in vars(c)
+                    if not k.startswith("_")
+                }
+                missing = sorted(own - stubbed)
+                if missing and stubbed:  # dataclass-like records list fields, not methods
+                    problems.append(f"{node.name}: runtime members without stubs: {missing}")
+                init = next((n for n in node.body if getattr(n, "name", "") == "__init__"), None)
+                if init is not None and "__init__" in vars(runtime):
+                    got = list(inspect.signature(runtime.__init__).parameters)
+                    if got != params(init):
+                        problems.append(
+                            f"{node.name}.__init__{tuple(got)}: stub has {params(init)}"
+                        )
+    return problems
+
+
+def test_stubs_match_the_runtime():
+    """What mypy.stubtest would say about names and parameters, without
+    needing mypy: a stub that lags the code misleads every type checker."""
+    from pathlib import Path
+
+    package = Path(hurray.__file__).parent
+    assert _stub_vs_runtime(package / "__init__.pyi", hurray) == []
+
+
+def test_torch_stubs_match_the_runtime():
+    import pytest
+
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    import hurray.torch.dcp as dcp
+
+    package = Path(hurray.__file__).parent
+    assert _stub_vs_runtime(package / "torch" / "dcp.pyi", dcp) == []
+    assert _stub_vs_runtime(package / "torch" / "__init__.pyi", hurray.torch) == []

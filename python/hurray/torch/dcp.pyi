@@ -21,12 +21,14 @@ __all__ = [
     "BYTES_EXTENSION",
     "FORMAT",
     "FORMAT_VERSION",
+    "JSON_EXTENSION",
 ]
 
 FORMAT: str
 FORMAT_VERSION: int
 METADATA_FILE: str
 BYTES_EXTENSION: str
+JSON_EXTENSION: str
 
 class CheckpointError(HurrayError, RuntimeError):
     """A checkpoint directory that cannot be written or read as asked."""
@@ -47,7 +49,13 @@ class HurrayStorageWriter(StorageWriter):
     save_id: str
     rank: int | None
     is_coordinator: bool
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = True) -> None: ...
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = True,
+        allow_opaque_bytes: bool = False,
+    ) -> None: ...
     @property
     def checkpoint_id(self) -> str: ...
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None: ...
@@ -70,7 +78,12 @@ class HurrayStorageReader(StorageReader):
     load_id: str
     storage_data: dict[MetadataIndex, Any]
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, mmap: bool = True
+        self,
+        path: str | os.PathLike[str],
+        *,
+        verify: bool = False,
+        mmap: bool = True,
+        allow_opaque_bytes: bool = False,
     ) -> None: ...
     @property
     def checkpoint_id(self) -> str: ...
