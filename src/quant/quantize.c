@@ -11,15 +11,13 @@
  * result never depends on the thread count. Sub-byte codes go through a
  * small staging buffer and are packed on flush.
  */
-#define _GNU_SOURCE /* MADV_POPULATE_WRITE */
+#define _GNU_SOURCE /* MADV_POPULATE_WRITE (prefault.h) */
+#include "prefault.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#  include <sys/mman.h>
-#  include <unistd.h>
-#endif
 
 #include "../core/checked.h"
 #include "../core/error.h"
@@ -85,73 +83,20 @@ typedef struct Sink {
   unsigned bits;
   uint64_t base; /* flat index of stage[0] */
   uint32_t fill;
-  uintptr_t pf_next, pf_end; /* code pages not yet populated (prefault) */
+  HurrayPrefault pf; /* the part's code pages not yet populated */
   uint8_t stage[STAGE];
 } Sink;
-
-/* ------------------------------------------------------------- prefault */
-
-/* The codes go to memory fresh from the allocator: for large outputs a new
- * mapping, whose first write to each 4 KiB page traps into the kernel. In a
- * VM a trap costs microseconds, so for an 8-bit per-tensor quantize the
- * faults took about as long as the encoding itself. Each thread instead
- * populates the pages of its own part a chunk at a time with
- * MADV_POPULATE_WRITE (Linux 5.14) just before it encodes into them: one
- * system call per chunk, the threads' faults run in parallel, and the
- * freshly zeroed chunk is still in cache when the codes land in it. Only
- * pages wholly inside the part are populated (a neighbour's edge page
- * faults as before); populating never changes a byte, so the result is
- * the same with or without it. Where the call is missing or refused the
- * part carries on with ordinary faults. */
-#define PREFAULT_CHUNK ((uintptr_t)64 << 10)
-#define PREFAULT_MIN ((uintptr_t)256 << 10) /* below: likely reused heap memory */
-#ifndef MADV_POPULATE_WRITE
-#  define MADV_POPULATE_WRITE 23
-#endif
 
 /* Byte offset of the code of flat element i (codes packed from bit 0). */
 static inline uint64_t code_byte(unsigned bits, uint64_t i) {
   return i / 8 * bits + i % 8 * bits / 8;
 }
 
-/* Arms the prefault for the codes of flat elements [first, last). */
+/* Arms the prefault (prefault.h) for the codes of flat elements
+ * [first, last). */
 static void prefault_init(Sink *k, uint64_t first, uint64_t last) {
-  k->pf_next = k->pf_end = 0;
-#if defined(__linux__)
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || last <= first) return;
-  uintptr_t pg = (uintptr_t)page;
-  uintptr_t a = (uintptr_t)(k->out + code_byte(k->bits, first));
-  uintptr_t b = (uintptr_t)(k->out + code_byte(k->bits, last));
-  a = (a + pg - 1) & ~(pg - 1);
-  b &= ~(pg - 1);
-  if (b > a && b - a >= PREFAULT_MIN) {
-    k->pf_next = a;
-    k->pf_end = b;
-  }
-#else
-  (void)first;
-  (void)last;
-#endif
-}
-
-/* Populates the part's pages up to the code of flat element `upto`. */
-static inline void prefault_to(Sink *k, uint64_t upto) {
-#if defined(__linux__)
-  uintptr_t want = (uintptr_t)(k->out + code_byte(k->bits, upto));
-  while (k->pf_next < k->pf_end && k->pf_next < want) {
-    uintptr_t len = k->pf_end - k->pf_next < PREFAULT_CHUNK ? k->pf_end - k->pf_next
-                                                            : PREFAULT_CHUNK;
-    if (madvise((void *)k->pf_next, (size_t)len, MADV_POPULATE_WRITE) != 0) {
-      k->pf_end = k->pf_next; /* not supported here: ordinary faults */
-      return;
-    }
-    k->pf_next += len;
-  }
-#else
-  (void)k;
-  (void)upto;
-#endif
+  hurray__prefault_init(&k->pf, k->out + code_byte(k->bits, first),
+                        k->out + code_byte(k->bits, last));
 }
 
 static void pack(unsigned bits, const uint8_t *c, uint32_t n, uint8_t *out, uint64_t base) {
@@ -195,7 +140,7 @@ static void sink_flush(Sink *k) {
  * `p` (advancing with the element when step is 1). */
 static void emit(const HurrayResolvedScheme *s, Sink *k, const float *x, uint64_t start,
                  uint64_t len, Params p, unsigned step) {
-  prefault_to(k, start + len);
+  hurray__prefault_to(&k->pf, k->out + code_byte(k->bits, start + len));
   if (k->bits == 8) {
     encode_run(s, x + start, len, p, step, k->out + start);
     return;
