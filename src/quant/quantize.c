@@ -11,6 +11,9 @@
  * result never depends on the thread count. Sub-byte codes go through a
  * small staging buffer and are packed on flush.
  */
+#define _GNU_SOURCE /* MADV_POPULATE_WRITE (prefault.h) */
+#include "prefault.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -80,8 +83,21 @@ typedef struct Sink {
   unsigned bits;
   uint64_t base; /* flat index of stage[0] */
   uint32_t fill;
+  HurrayPrefault pf; /* the part's code pages not yet populated */
   uint8_t stage[STAGE];
 } Sink;
+
+/* Byte offset of the code of flat element i (codes packed from bit 0). */
+static inline uint64_t code_byte(unsigned bits, uint64_t i) {
+  return i / 8 * bits + i % 8 * bits / 8;
+}
+
+/* Arms the prefault (prefault.h) for the codes of flat elements
+ * [first, last). */
+static void prefault_init(Sink *k, uint64_t first, uint64_t last) {
+  hurray__prefault_init(&k->pf, k->out + code_byte(k->bits, first),
+                        k->out + code_byte(k->bits, last));
+}
 
 static void pack(unsigned bits, const uint8_t *c, uint32_t n, uint8_t *out, uint64_t base) {
   if (bits == 4) {
@@ -124,6 +140,7 @@ static void sink_flush(Sink *k) {
  * `p` (advancing with the element when step is 1). */
 static void emit(const HurrayResolvedScheme *s, Sink *k, const float *x, uint64_t start,
                  uint64_t len, Params p, unsigned step) {
+  hurray__prefault_to(&k->pf, k->out + code_byte(k->bits, start + len));
   if (k->bits == 8) {
     encode_run(s, x + start, len, p, step, k->out + start);
     return;
@@ -359,6 +376,11 @@ static uint64_t unit_start(const Job *j, uint64_t u) {
   return hurray__quant_segment(p, u).start;
 }
 
+/* The flat index one past the last element of `part`. */
+static uint64_t part_end(const Job *j, unsigned part) {
+  return part + 1 < j->parts ? unit_start(j, j->bounds[part + 1]) : j->plan.numel;
+}
+
 static void block_part(void *ctx, unsigned part) {
   Job *j = ctx;
   const HurrayResolvedScheme *s = &j->s;
@@ -381,6 +403,7 @@ static void block_part(void *ctx, unsigned part) {
   sink->bits = s->code_bits;
   sink->base = unit_start(j, u0);
   sink->fill = 0;
+  prefault_init(sink, sink->base, part_end(j, part));
   bool finite = needs_finite(s);
   bool extreme = s->encoder == HURRAY_ENC_Q4_0;
   Params prm = {mul, zp, nan};
@@ -471,6 +494,7 @@ static void encode_part(void *ctx, unsigned part) {
   sink->bits = j->s.code_bits;
   sink->base = unit_start(j, u0);
   sink->fill = 0;
+  prefault_init(sink, sink->base, part_end(j, part));
   for (uint64_t u = u0; u < u1; u++) {
     HurraySegment seg = hurray__quant_segment(p, u);
     Params at = {j->params.mul + seg.g0, j->params.zp + seg.g0, NULL};

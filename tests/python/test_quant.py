@@ -1001,6 +1001,20 @@ def test_threads_give_identical_bytes(scheme):
         )
 
 
+@pytest.mark.parametrize(
+    "scheme,kw",
+    [("affine", {}), ("affine", dict(dtype="uint4")), ("block_affine", {}), ("mxfp6_e3m2", {})],
+)
+def test_large_codes_match_the_reference_at_every_thread_count(scheme, kw):
+    """Codes of a few MiB land in pages each thread populates just ahead of
+    its writes (quantize.c, prefault): every thread count gives the
+    reference's bytes, also on the pages at the parts' edges, with odd sizes
+    so no edge falls on a page boundary."""
+    x = varied((1031, 3001), 23)  # 12 MiB of float32: three parts
+    for threads in (1, 2, 3):
+        check(hurray.quantize(x, scheme, threads=threads, **kw), x, scheme, **kw)
+
+
 # ------------------------------------------------------- files
 
 VARIANTS = [(s, {}) for s in SCHEMES] + [
