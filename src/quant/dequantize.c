@@ -234,6 +234,14 @@ typedef struct Job {
   float *scale; /* per group */
   float *zp;    /* per group */
   Wide *zpw;    /* per group, on the exact path only (NULL otherwise) */
+  /* Blocks along a contiguous axis (MX among them) read their scales and
+   * zero points a row piece at a time into the stack instead: `scale` and
+   * `zp` stay NULL, and a tensor of millions of groups costs no allocation
+   * and no page faults per call. */
+  bool lazy;
+  const uint8_t *scale_src, *zp_src; /* zp_src NULL: every zero point is zp_const */
+  HurrayDType scale_dtype, zp_dtype;
+  float zp_const;
   HurrayDType out_dtype;
   void *out;
   unsigned out_item;
@@ -287,6 +295,43 @@ static void decode_piece(Job *j, uint64_t at, uint64_t n, uint64_t g0, unsigned 
   if (!f32) narrow(j->out_dtype, fstage, n, (uint16_t *)j->out + at);
 }
 
+/* dst[i] = read_float(t, p, g + i) for i < n, with the loop chosen once. */
+static void read_floats(HurrayDType t, const uint8_t *p, uint64_t g, uint64_t n, float *dst) {
+  if (t == HURRAY_DTYPE_FLOAT8_E8M0FNU) {
+    for (uint64_t i = 0; i < n; i++) dst[i] = hurray__e8m0_to_f32(p[g + i]);
+  } else if (t == HURRAY_DTYPE_FLOAT32) {
+    memcpy(dst, p + 4 * g, (size_t)n * 4);
+  } else {
+    for (uint64_t i = 0; i < n; i++) dst[i] = read_float(t, p, g + i);
+  }
+}
+
+#define LAZY_GROUPS 256u
+
+/* The kernel on flat elements [f, f + n) of one row, `a` the first one's
+ * position along the axis and g its group, with the scales and zero points
+ * read LAZY_GROUPS groups at a time. */
+static void decode_row_lazy(Job *j, uint64_t f, uint64_t n, uint64_t a, uint64_t g) {
+  const uint64_t block = j->plan.block;
+  float scale[LAZY_GROUPS], zp[LAZY_GROUPS];
+  for (uint64_t done = 0; done < n;) {
+    uint64_t head = (a + done) % block;
+    uint64_t room = block <= UINT64_MAX / LAZY_GROUPS ? LAZY_GROUPS * block - head : n;
+    uint64_t m = n - done < room ? n - done : room;
+    uint64_t groups = (head + m - 1) / block + 1; /* at most LAZY_GROUPS */
+    read_floats(j->scale_dtype, j->scale_src, g, groups, scale);
+    if (j->zp_src != NULL) {
+      read_floats(j->zp_dtype, j->zp_src, g, groups, zp);
+    } else {
+      for (uint64_t i = 0; i < groups; i++) zp[i] = j->zp_const;
+    }
+    j->kernels->decode(&j->dt, j->codes, f + done, m, block, head, scale, zp, j->out_dtype,
+                       out_at(j, f + done));
+    done += m;
+    g += groups; /* a piece that is not the last ends where its last group does */
+  }
+}
+
 /* Blocks along a contiguous axis tile the flat range, so a part is one run
  * of elements: hand the kernel a row at a time, and it walks the blocks
  * inside it without a division per 32-element block. */
@@ -299,8 +344,12 @@ static void decode_blocks(Job *j, uint64_t s0, uint64_t s1) {
   while (f < end) {
     uint64_t n = p->along - a < end - f ? p->along - a : end - f;
     uint64_t g = o * p->nblocks + a / p->block;
-    j->kernels->decode(&j->dt, j->codes, f, n, p->block, a % p->block, j->scale + g, j->zp + g,
-                       j->out_dtype, out_at(j, f));
+    if (j->lazy) {
+      decode_row_lazy(j, f, n, a, g);
+    } else {
+      j->kernels->decode(&j->dt, j->codes, f, n, p->block, a % p->block, j->scale + g, j->zp + g,
+                         j->out_dtype, out_at(j, f));
+    }
     f += n;
     a = 0;
     o++;
@@ -510,6 +559,20 @@ static void load_scales(Job *j, const HurrayDescriptor *d, const HurrayBufferLis
  * exact path). */
 static HurrayStatus load_groups(Job *j, const HurrayDescriptor *d, const HurrayBufferList *list,
                                 HurrayQuantKind kind, HurrayError *error) {
+  if (j->plan.walk == HURRAY_WALK_BLOCKS && j->code_bits <= 8 && !needs_exact(j, d, list, kind)) {
+    /* as load_scales reads them, a row piece at a time (decode_row_lazy) */
+    bool affine = is_affine(kind);
+    uint32_t zb = hurray_descriptor_quant_zero_point_buffer(d);
+    j->lazy = true;
+    j->scale_src = buffer_bytes(list, hurray_descriptor_quant_scale_buffer(d));
+    j->scale_dtype = hurray_descriptor_quant_scale_dtype(d);
+    if (affine && zb != HURRAY_NO_BUFFER) {
+      j->zp_src = buffer_bytes(list, zb);
+      j->zp_dtype = hurray_descriptor_quant_zero_point_dtype(d);
+    }
+    j->zp_const = affine ? (float)hurray_descriptor_quant_zero_point(d) : 0.0f;
+    return HURRAY_OK;
+  }
   uint64_t groups = j->plan.groups ? j->plan.groups : 1;
   if (groups > SIZE_MAX / sizeof(Wide)) {
     return hurray__fail(error, HURRAY_ERR_OVERFLOW, "too many scales");
