@@ -45,17 +45,26 @@ typedef struct HurrayDecodeTable {
                       * three bytes, least significant bits first) or 8 */
   HurrayCodeMap map; /* 8-bit codes only */
   float unit;        /* 1 or 1/64 (MX INT8), a power of two */
-  /* byte b of tab[c] for c < 16, for byte-shuffle lookups
-   * (hurray__decode_table_planes fills it) */
-  uint8_t planes[4][16];
+  /* byte b of tab[c] for c < 64, for byte-shuffle lookups of 4- and 6-bit
+   * codes (hurray__decode_table_planes fills it) */
+  uint8_t planes[4][64];
+  /* For c < 32, tab[c] has zero low 16 bits and tab[c + 32] is tab[c] with
+   * the sign bit flipped, as in both FP6 formats (3 mantissa bits at most,
+   * sign in code bit 5): a 6-bit lookup then needs planes 2 and 3 of codes
+   * 0..31 and the sign from the code. */
+  bool fp6_shape;
 } HurrayDecodeTable;
 
 static inline void hurray__decode_table_planes(HurrayDecodeTable *t) {
-  for (unsigned c = 0; c < 16; c++) {
-    uint32_t u;
+  bool shape = true;
+  for (unsigned c = 0; c < 64; c++) {
+    uint32_t u, v;
     memcpy(&u, &t->tab[c], sizeof u);
+    memcpy(&v, &t->tab[c ^ 32u], sizeof v);
+    shape = shape && (u & 0xffffu) == 0 && (u ^ v) == 0x80000000u;
     for (unsigned b = 0; b < 4; b++) t->planes[b][c] = (uint8_t)(u >> (8 * b));
   }
+  t->fp6_shape = shape;
 }
 
 /* The float32 bits of an FP8 code (map HURRAY_MAP_E4M3 or _E5M2) as the

@@ -7,10 +7,12 @@
  * vpermps (AVX-512: one register; AVX2: two and a blend on bit 3) or with
  * pshufb on the table's four byte planes (SSE4.1); 6-bit codes are cut out
  * of their 3-byte groups with a byte shuffle and per-lane shifts, then
- * index a 64-entry table with two vpermt2ps and a blend (AVX-512) or a
- * gather (AVX2); 8-bit integer codes widen and convert, FP8 codes become
- * float32 bit patterns by shifts, adds and blends (hurray__fp8_bits), other
- * 8-bit tables (E8M0, arbitrary) gather. Every path computes (value - zp) * scale with one
+ * index a 64-entry table with two vpermt2ps and a blend (AVX-512), or
+ * (AVX2, 32 codes a step) pshufb on the table's byte planes with blends on
+ * the top two code bits, a gather only for the last few codes of a group;
+ * 8-bit integer codes widen and convert, FP8 codes become float32 bit
+ * patterns by shifts, adds and blends (hurray__fp8_bits), other 8-bit tables
+ * (E8M0, arbitrary) gather. Every path computes (value - zp) * scale with one
  * subtraction and one multiplication, as the scalar code does, and narrows
  * to float16 (vcvtps2ph, round to nearest even) or bfloat16 (integer
  * rounding, NaN quieted) exactly as elements.h does.
@@ -398,6 +400,81 @@ T2 static inline __m128i load12(const uint8_t *p) {
   return _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)p), w, 2);
 }
 
+/* 6-bit codes without gathers, which are slow on AMD cores: the 64-entry
+ * table as four byte planes, each plane as four 16-entry pshufb tables
+ * between which blends on code bits 4 and 5 choose; the planes then
+ * interleave back into floats. Same table entries as the scalar lookup, so
+ * the same bytes. An FP6 table (t->fp6_shape) needs two planes of two
+ * tables and the sign bit from the code. */
+typedef struct Fp6Lut {
+  __m256i p[4][4]; /* [byte plane][codes 16j .. 16j + 15], in both lanes */
+} Fp6Lut;
+
+T2 static inline void fp6_lut(const HurrayDecodeTable *t, Fp6Lut *L) {
+  for (int b = 0; b < 4; b++) {
+    for (int j = 0; j < 4; j++) {
+      L->p[b][j] = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128((const __m128i *)(t->planes[b] + 16 * j)));
+    }
+  }
+}
+
+/* The 32 codes in the 24 bytes at p, one a byte. Byte 4q + r holds code
+ * 4 G[q] + r, G = {0, 2, 4, 6, 1, 3, 5, 7}: the in-lane unpacks of
+ * fp6_vals32 then put element 8m + i at float i of vector m. */
+T2 static inline __m256i fp6_codes32(const uint8_t *p) {
+  /* reads the 24 bytes and no more: lane 1 from byte 8 */
+  __m256i raw = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+      _mm_loadu_si128((const __m128i *)(p + 8)), 1);
+  /* dword g: the 3 bytes of codes 4g .. 4g + 3 (group 4 starts at lane 1's byte 4) */
+  const __m256i spread = _mm256_setr_epi8(0, 1, 2, -128, 3, 4, 5, -128, 6, 7, 8, -128, 9, 10, 11,
+                                          -128, 4, 5, 6, -128, 7, 8, 9, -128, 10, 11, 12, -128, 13,
+                                          14, 15, -128);
+  __m256i d = _mm256_shuffle_epi8(raw, spread);
+  /* the third and fourth codes (bits 12..23) to the high half, then the
+   * second code of each half (bits 6..11) to the half's high byte */
+  __m256i w = _mm256_blend_epi16(d, _mm256_slli_epi32(d, 4), 0xaa);
+  __m256i c = _mm256_or_si256(
+      _mm256_and_si256(w, _mm256_set1_epi16(0x3f)),
+      _mm256_and_si256(_mm256_slli_epi16(w, 2), _mm256_set1_epi16(0x3f00)));
+  return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+}
+
+/* Byte plane P of each code: bit 7 of b4 / b5 is code bit 4 / 5. */
+T2 static inline __m256i fp6_plane(const __m256i *P, __m256i c, __m256i b4, __m256i b5) {
+  __m256i x = _mm256_blendv_epi8(_mm256_shuffle_epi8(P[0], c), _mm256_shuffle_epi8(P[1], c), b4);
+  __m256i y = _mm256_blendv_epi8(_mm256_shuffle_epi8(P[2], c), _mm256_shuffle_epi8(P[3], c), b4);
+  return _mm256_blendv_epi8(x, y, b5);
+}
+
+/* v[m]: the values of elements 8m .. 8m + 7 of the 32 codes at p. `fp6`
+ * is t->fp6_shape, a constant at each call so the loops specialise. */
+T2 static inline void fp6_vals32(const Fp6Lut *L, bool fp6, const uint8_t *p, __m256 *v) {
+  __m256i c = fp6_codes32(p);
+  /* codes are below 64, so the 16-bit shifts move no bit across bytes */
+  __m256i b4 = _mm256_slli_epi16(c, 3), b5 = _mm256_slli_epi16(c, 2);
+  __m256i x2, x3, lo01 = _mm256_setzero_si256(), hi01 = lo01;
+  if (fp6) {
+    x2 = _mm256_blendv_epi8(_mm256_shuffle_epi8(L->p[2][0], c), _mm256_shuffle_epi8(L->p[2][1], c),
+                            b4);
+    x3 = _mm256_blendv_epi8(_mm256_shuffle_epi8(L->p[3][0], c), _mm256_shuffle_epi8(L->p[3][1], c),
+                            b4);
+    x3 = _mm256_xor_si256(x3, _mm256_and_si256(b5, _mm256_set1_epi8(-128)));
+  } else {
+    x2 = fp6_plane(L->p[2], c, b4, b5);
+    x3 = fp6_plane(L->p[3], c, b4, b5);
+    __m256i x0 = fp6_plane(L->p[0], c, b4, b5), x1 = fp6_plane(L->p[1], c, b4, b5);
+    lo01 = _mm256_unpacklo_epi8(x0, x1);
+    hi01 = _mm256_unpackhi_epi8(x0, x1);
+  }
+  __m256i lo23 = _mm256_unpacklo_epi8(x2, x3), hi23 = _mm256_unpackhi_epi8(x2, x3);
+  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo01, lo23));
+  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo01, lo23));
+  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(hi01, hi23));
+  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(hi01, hi23));
+}
+
 /* lut_run512 for AVX2: the group's 16 narrowed values (store8, as for any
  * element) split into a plane of low and one of high bytes, each looked up
  * with pshufb, then interleaved back into 16-bit values. */
@@ -495,6 +572,71 @@ T2 static inline void run256(const HurrayDecodeTable *t, const uint8_t *codes, u
   hurray__decode_scalar_run(t, codes, at, k, end, s, z, od, out);
 }
 
+/* run256 for 6-bit codes: 32 a step through the byte planes, the rest of
+ * the group (fewer than 32) by run256. */
+T2 static inline void run6_256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                               uint64_t k, uint64_t end, float s, float z, HurrayDType od,
+                               void *out, const __m256 *T, const Fp6Lut *L, bool fp6) {
+  uint64_t head = k;
+  while (head < end && (at + head) % 4) head++;
+  hurray__decode_scalar_run(t, codes, at, k, head, s, z, od, out);
+  const __m256 S = _mm256_set1_ps(s), Z = _mm256_set1_ps(z);
+  for (k = head; k + 32 <= end; k += 32) {
+    __m256 v[4];
+    fp6_vals32(L, fp6, codes + (at + k) / 4 * 3, v);
+    for (int m = 0; m < 4; m++) store8(od, out, k + 8 * (uint64_t)m, apply256(v[m], Z, S));
+  }
+  run256(t, codes, at, k, end, s, z, od, out, T);
+}
+
+/* Whole groups of a multiple of 32 elements from a multiple of 4 (the MX
+ * layout): no heads or tails to look for. `fp6` and `od` are constants at
+ * each call. Returns the elements done. */
+T2 static inline uint64_t fp6_groups256(const Fp6Lut *L, bool fp6, const uint8_t *codes,
+                                        uint64_t at, uint64_t n, uint64_t block,
+                                        const float *scale, const float *zp, HurrayDType od,
+                                        void *out) {
+  uint64_t k = 0;
+  for (uint64_t g = 0; n - k >= block; g++) {
+    const __m256 S = _mm256_set1_ps(scale[g]), Z = _mm256_set1_ps(zp[g]);
+    for (uint64_t end = k + block; k < end; k += 32) {
+      __m256 v[4];
+      fp6_vals32(L, fp6, codes + (at + k) / 4 * 3, v);
+      for (int m = 0; m < 4; m++) store8(od, out, k + 8 * (uint64_t)m, apply256(v[m], Z, S));
+    }
+  }
+  return k;
+}
+
+T2 static void decode6_256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
+                           uint64_t n, uint64_t block, uint64_t head, const float *scale,
+                           const float *zp, HurrayDType out_dtype, void *out, const __m256 *T) {
+  Fp6Lut L;
+  fp6_lut(t, &L);
+  const bool fp6 = t->fp6_shape;
+  if (block != 0 && block % 32 == 0 && head == 0 && at % 4 == 0) {
+    uint64_t done;
+    if (out_dtype == HURRAY_DTYPE_FLOAT32) { /* store8 specialised for float32 in this copy */
+      done = fp6 ? fp6_groups256(&L, true, codes, at, n, block, scale, zp, out_dtype, out)
+                 : fp6_groups256(&L, false, codes, at, n, block, scale, zp, out_dtype, out);
+    } else {
+      done = fp6 ? fp6_groups256(&L, true, codes, at, n, block, scale, zp, out_dtype, out)
+                 : fp6_groups256(&L, false, codes, at, n, block, scale, zp, out_dtype, out);
+    }
+    uint64_t g = done / block;
+    at += done;
+    n -= done;
+    scale += g;
+    zp += g;
+    out = (uint8_t *)out + done * (out_dtype == HURRAY_DTYPE_FLOAT32 ? 4 : 2);
+  }
+  if (fp6) {
+    HURRAY_DECODE_GROUPS(run6_256, T, &L, true);
+  } else {
+    HURRAY_DECODE_GROUPS(run6_256, T, &L, false);
+  }
+}
+
 /* The values of the 8 codes from element i (alignment as for vals16). */
 T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t i,
                               const __m256 *T) {
@@ -533,6 +675,22 @@ T2 static inline __m256 vals8(const HurrayDecodeTable *t, const uint8_t *codes, 
   return _mm256_i32gather_ps(t->tab, _mm256_cvtepu8_epi32(b), 4);
 }
 
+/* decode_each256's 6-bit loop: elements [k, n) from a multiple of 4
+ * (at + k), 32 a step; returns where it stopped. */
+T2 static inline uint64_t fp6_each256(const Fp6Lut *L, bool fp6, const uint8_t *codes, uint64_t at,
+                                      uint64_t k, uint64_t n, const float *scale, const float *zp,
+                                      HurrayDType od, void *out) {
+  for (; k + 32 <= n; k += 32) {
+    __m256 v[4];
+    fp6_vals32(L, fp6, codes + (at + k) / 4 * 3, v);
+    for (int m = 0; m < 4; m++) {
+      uint64_t e = k + 8 * (uint64_t)m;
+      store8(od, out, e, apply256(v[m], _mm256_loadu_ps(zp + e), _mm256_loadu_ps(scale + e)));
+    }
+  }
+  return k;
+}
+
 T2 static void decode_each256(const HurrayDecodeTable *t, const uint8_t *codes, uint64_t at,
                               uint64_t n, const float *scale, const float *zp, HurrayDType od,
                               void *out) {
@@ -541,6 +699,15 @@ T2 static void decode_each256(const HurrayDecodeTable *t, const uint8_t *codes, 
   uint64_t k = 0;
   while (k < n && (at + k) % align) k++;
   hurray__decode_each_scalar(t, codes, at, 0, k, scale, zp, od, out);
+  if (t->bits == 6) {
+    Fp6Lut L6;
+    fp6_lut(t, &L6);
+    if (t->fp6_shape) {
+      k = fp6_each256(&L6, true, codes, at, k, n, scale, zp, od, out);
+    } else {
+      k = fp6_each256(&L6, false, codes, at, k, n, scale, zp, od, out);
+    }
+  }
   for (; k + 8 <= n; k += 8) {
     __m256 v = vals8(t, codes, at + k, T);
     store8(od, out, k, apply256(v, _mm256_loadu_ps(zp + k), _mm256_loadu_ps(scale + k)));
@@ -572,6 +739,10 @@ T2 static void decode256(const HurrayDecodeTable *t, const uint8_t *codes, uint6
     return;
   }
   __m256 T[2] = {_mm256_loadu_ps(t->tab), _mm256_loadu_ps(t->tab + 8)};
+  if (t->bits == 6) {
+    decode6_256(t, codes, at, n, block, head, scale, zp, out_dtype, out, T);
+    return;
+  }
   HURRAY_DECODE_GROUPS(run256, T);
 }
 

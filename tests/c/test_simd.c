@@ -1,8 +1,10 @@
 /*
  * Every SIMD level's kernels (src/quant/simd.h) against the scalar ones,
  * byte for byte, on random tables (NaN payloads, infinities, subnormals,
- * -0), random codes of 4, 6 and 8 bits, random scales and zero points, all
- * three output dtypes, partial groups, starts at any element (odd nibbles,
+ * -0) and FP6-shaped tables (zero low halves, sign in code bit 5: their
+ * own AVX2 lookup), random codes of 4, 6 and 8 bits, random scales and
+ * zero points, all three output dtypes, whole groups from aligned starts
+ * (their own loops), partial groups, starts at any element (odd nibbles,
  * 6-bit positions not a multiple of 4), codes pointers offset by 1..63
  * bytes and outputs offset by 0..63 elements. Codes sit at the very end of
  * their allocation, so under ASan an over-read fails the test; canaries
@@ -106,6 +108,24 @@ static void random_table(HurrayDecodeTable *t, unsigned bits) {
   t->map = HURRAY_MAP_TABLE;
   t->unit = 1.0f;
   unsigned pick = bits == 8 ? (unsigned)below(4) : 0;
+  if (bits == 6 && below(2)) {
+    /* the FP6 shape (fp6_shape): zero low halves, tab[c + 32] = -tab[c];
+     * either the real E3M2 or E2M3 values or random high halves (NaN,
+     * infinities, subnormals included) */
+    unsigned kind = (unsigned)below(4);
+    for (unsigned c = 0; c < 256; c++) {
+      if (kind < 2) {
+        t->tab[c] = hurray__minifloat_decode(kind ? &HURRAY__E2M3 : &HURRAY__E3M2, c & 63u);
+      } else if (c % 64 < 32) {
+        t->tab[c] = hurray__f32_from_bits((uint32_t)next() << 16);
+      } else {
+        t->tab[c] = hurray__f32_from_bits(hurray__f32_bits(t->tab[c - 32]) ^ 0x80000000u);
+      }
+    }
+    hurray__decode_table_planes(t);
+    assert_true(t->fp6_shape);
+    return;
+  }
   for (unsigned c = 0; c < 256; c++) {
     if (pick == 1) {
       t->map = HURRAY_MAP_INT8;
@@ -148,7 +168,8 @@ static void one_decode_case(unsigned iter) {
   uint64_t n = below(5) ? below(700) : below(40);
   static const uint64_t BLOCKS[6] = {0, 32, 64, 16, 1, 0};
   uint64_t block = below(3) ? BLOCKS[below(6)] : 1 + below(100);
-  uint64_t head = block ? below(block) : 0;
+  /* head 0 often: whole groups from an aligned start take their own loop */
+  uint64_t head = block && below(3) ? below(block) : 0;
   uint64_t groups = block ? (head + n) / block + 1 : 1;
   HurrayDType od = OUT[below(3)];
   unsigned item = od == HURRAY_DTYPE_FLOAT32 ? 4 : 2;

@@ -1015,6 +1015,32 @@ def test_large_codes_match_the_reference_at_every_thread_count(scheme, kw):
         check(hurray.quantize(x, scheme, threads=threads, **kw), x, scheme, **kw)
 
 
+@pytest.mark.parametrize(
+    "scheme,kw,shape",
+    [
+        ("mxfp6_e3m2", {}, (3, 9000)),  # 282 blocks a row
+        ("mxfp8_e4m3", {}, (2, 8224)),
+        ("block_affine", dict(dtype="uint8", symmetric=False, block_size=5), (2, 3001)),
+        ("block_affine", dict(dtype="int8", block_size=3, scale_dtype="bfloat16"), (3, 2000)),
+    ],
+)
+def test_rows_of_many_blocks_match_reference(scheme, kw, shape):
+    """Rows of more blocks than dequantize reads scales and zero points for
+    at a time (256 groups, a piece on the stack): each piece gets its own."""
+    x = mx_data(shape, seed=shape[1]) if scheme in ref.MX else varied(shape, seed=shape[1])
+    check(hurray.quantize(x, scheme, **kw), x, scheme, **kw)
+
+
+def test_rows_of_many_blocks_split_between_threads():
+    """Above the 8 MiB at which a second thread starts, parts begin mid-row,
+    in the middle of a piece of 256 groups: the same bytes as one thread."""
+    x = varied((3, 800_000), seed=3)
+    t = hurray.quantize(x, "block_affine", dtype="int8", symmetric=False, block_size=5)
+    one = t.dequantize(threads=1)
+    assert_same_floats(t.dequantize(threads=4), one)
+    assert_same_floats(t.dequantize(threads=3), one)
+
+
 # ------------------------------------------------------- files
 
 VARIANTS = [(s, {}) for s in SCHEMES] + [
