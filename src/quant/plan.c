@@ -1,11 +1,12 @@
 /* The walk over a tensor shared by both kernel directions, plus the
  * plumbing they share: threads, aligned buffers and fresh output memory. */
-#define _GNU_SOURCE /* madvise */
+#define _GNU_SOURCE /* MADV_POPULATE_WRITE (prefault.h) */
+#include "prefault.h"
+
 #include "plan.h"
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../core/checked.h"
@@ -112,11 +113,6 @@ void hurray__quant_free(void *data, void *ctx) {
   free(data);
 }
 
-#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
-#  define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
-#endif
-
-#ifdef MADV_POPULATE_WRITE
 typedef struct Prefault {
   uintptr_t first, pages, page; /* whole pages only */
   unsigned parts;
@@ -126,28 +122,18 @@ static void prefault_part(void *ctx, unsigned part) {
   const Prefault *f = ctx;
   uintptr_t p0 = f->pages / f->parts * part;
   uintptr_t p1 = part + 1 == f->parts ? f->pages : f->pages / f->parts * (part + 1);
-  if (p1 > p0)
-    (void)madvise((void *)(f->first + p0 * f->page), (p1 - p0) * f->page, MADV_POPULATE_WRITE);
+  hurray__prefault_range((void *)(f->first + p0 * f->page), (void *)(f->first + p1 * f->page));
 }
-#endif
 
 void hurray__prefault_write(void *out, uint64_t bytes, uint32_t threads) {
-#ifndef MADV_POPULATE_WRITE
-  (void)out;
-  (void)bytes;
-  (void)threads;
-#else
+  uintptr_t a, b;
+  if (bytes > UINTPTR_MAX - (uintptr_t)out ||
+      !hurray__whole_pages(out, (uint8_t *)out + bytes, &a, &b)) {
+    return;
+  }
   long size = sysconf(_SC_PAGESIZE);
   uintptr_t page = size > 0 ? (uintptr_t)size : 4096u;
-  uintptr_t start = (uintptr_t)out;
-  if (bytes > UINTPTR_MAX - start) return;
-  /* Whole pages inside the buffer only: a neighbour (heap memory, a shared
-   * or read-only mapping) must not be faulted or dirtied on its behalf. */
-  uintptr_t first = (start + page - 1) / page * page,
-            last = (start + (uintptr_t)bytes) / page * page;
-  if (last <= first) return;
-  Prefault f = {first, (last - first) / page, page, hurray__quant_threads(threads, bytes)};
+  Prefault f = {a, (b - a) / page, page, hurray__quant_threads(threads, bytes)};
   if (f.parts > f.pages) f.parts = (unsigned)f.pages;
   hurray__parallel_run(f.parts, prefault_part, &f);
-#endif
 }

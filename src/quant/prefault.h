@@ -20,6 +20,7 @@
 #ifndef HURRAY_SRC_QUANT_PREFAULT_H
 #define HURRAY_SRC_QUANT_PREFAULT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,24 +40,53 @@ typedef struct HurrayPrefault {
   uintptr_t next, end; /* pages not yet populated */
 } HurrayPrefault;
 
-/* Arms `pf` for the output bytes [first, last) (either may be unaligned). */
-static inline void hurray__prefault_init(HurrayPrefault *pf, const void *first, const void *last) {
-  pf->next = pf->end = 0;
+/* The whole pages inside [first, last) (either may be unaligned), as
+ * [*a, *b): false when there are none, or off Linux. Only these are ever
+ * populated: a neighbour's edge page (heap memory, a shared or read-only
+ * mapping) must not be faulted or dirtied on its behalf. */
+static inline bool hurray__whole_pages(const void *first, const void *last, uintptr_t *a,
+                                       uintptr_t *b) {
 #if defined(__linux__)
   long page = sysconf(_SC_PAGESIZE);
-  uintptr_t a = (uintptr_t)first, b = (uintptr_t)last;
-  if (page <= 0 || b <= a) return;
-  uintptr_t pg = (uintptr_t)page;
-  a = (a + pg - 1) & ~(pg - 1);
-  b &= ~(pg - 1);
-  if (b > a && b - a >= HURRAY_PREFAULT_MIN) {
-    pf->next = a;
-    pf->end = b;
+  uintptr_t pg = page > 0 ? (uintptr_t)page : 4096u;
+  uintptr_t lo = (uintptr_t)first, hi = (uintptr_t)last;
+  if (hi <= lo || lo > UINTPTR_MAX - (pg - 1)) return false;
+  *a = (lo + pg - 1) & ~(pg - 1);
+  *b = hi & ~(pg - 1);
+  return *b > *a;
+#else
+  (void)first;
+  (void)last;
+  (void)a;
+  (void)b;
+  return false;
+#endif
+}
+
+/* Populates the whole pages inside [first, last) with one call: for a part
+ * of an output that one thread is about to write all of. */
+static inline void hurray__prefault_range(const void *first, const void *last) {
+  uintptr_t a, b;
+#if defined(__linux__)
+  if (hurray__whole_pages(first, last, &a, &b)) {
+    (void)madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE);
   }
 #else
   (void)first;
   (void)last;
+  (void)a;
+  (void)b;
 #endif
+}
+
+/* Arms `pf` for the output bytes [first, last) (either may be unaligned). */
+static inline void hurray__prefault_init(HurrayPrefault *pf, const void *first, const void *last) {
+  pf->next = pf->end = 0;
+  uintptr_t a, b;
+  if (hurray__whole_pages(first, last, &a, &b) && b - a >= HURRAY_PREFAULT_MIN) {
+    pf->next = a;
+    pf->end = b;
+  }
 }
 
 /* Populates the armed pages below `upto` (a chunk at a time). */
