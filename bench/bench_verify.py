@@ -176,7 +176,10 @@ def main():
         "",
         "One buffer is one xxh3 stream and so one thread: it can reach the one-thread "
         "read rate, not the multi-threaded one, until the format has checksums per chunk "
-        "(issue 20). See bench/results/io-speed.md.",
+        "of a buffer (a format change, which needs an ADR first). A just-written file's "
+        "pages sit in the writer's 64 KiB folios, mapped by one page fault each: 16 times "
+        "the faults of 2 MiB folios, the difference between the two states. See "
+        "bench/results/io-speed.md.",
         "",
     ]
     os.makedirs(out_dir, exist_ok=True)
