@@ -845,3 +845,22 @@ def test_cli_help():
 def test_exported_from_the_package():
     assert hurray.convert is convert
     assert _driver.ConversionError is hurray.ConversionError
+
+
+def test_quantize_that_picks_nothing_says_why(out):
+    # A stranger's first try: a matrix named "w" and --quantize nf4. The
+    # default rule takes names ending in "weight", so nothing is quantized;
+    # the report used to end with a silent "0 quantized".
+    np.save(out / "w.npy", rnd((64, 256), 41))
+    report = convert(out / "w.npy", out / "w.hurray", quantize="nf4", quiet=True)
+    assert not report.rows[0].quantized
+    (note,) = [n for n in report.notes if "picked no tensor" in n]
+    assert "--quantize nf4" in note and "--quantize-include" in note
+    assert "note: --quantize nf4 picked no tensor" in report.format()
+    picked = convert(
+        out / "w.npy", out / "w2.hurray", quantize="nf4", quantize_include=["w"], quiet=True
+    )
+    assert picked.rows[0].quantized
+    assert not any("picked no tensor" in n for n in picked.notes)
+    plain = convert(out / "w.npy", out / "w3.hurray", quiet=True)
+    assert not any("picked no tensor" in n for n in plain.notes)

@@ -246,6 +246,7 @@ def convert(
         new_dtypes = _convert_all(names, infos, source, target, opts, report, metadata, quiet)
         _finish_metadata(metadata, names, new_dtypes)
         _note_partial(report)
+        _note_nothing_quantized(report, quantize)
         target.finish(metadata, report)
         target.publish()  # the last step: nothing after it can fail the conversion
     except BaseException as exc:
@@ -361,6 +362,19 @@ def _note_partial(report: ConversionReport) -> None:
             f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
             "partial last block (see their notes)"
         )
+
+
+def _note_nothing_quantized(report: ConversionReport, scheme) -> None:
+    """--quantize that picks nothing is almost always a surprise (a tensor
+    not named like a weight): say why, once, instead of a silent 0."""
+    if scheme is None or not report.rows or any(r.quantized for r in report.rows):
+        return
+    report.notes.append(
+        f"--quantize {scheme} picked no tensor: by default it takes unquantized "
+        'floating-point tensors of rank 2 whose name ends with "weight" and is not an '
+        'embedding, norm or head (hurray convert --help, "what --quantize picks"); '
+        "--quantize-include PATTERN adds tensors by name"
+    )
 
 
 def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
