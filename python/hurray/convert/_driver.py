@@ -245,8 +245,7 @@ def convert(
         metadata = source.metadata()
         new_dtypes = _convert_all(names, infos, source, target, opts, report, metadata, quiet)
         _finish_metadata(metadata, names, new_dtypes)
-        _note_partial(report)
-        _note_nothing_quantized(report, quantize)
+        _closing_notes(report, quantize)
         target.finish(metadata, report)
         target.publish()  # the last step: nothing after it can fail the conversion
     except BaseException as exc:
@@ -362,6 +361,11 @@ def _note_partial(report: ConversionReport) -> None:
             f"{len(partial)} tensor{'s' if len(partial) != 1 else ''} with a "
             "partial last block (see their notes)"
         )
+
+
+def _closing_notes(report: ConversionReport, scheme) -> None:
+    _note_partial(report)
+    _note_nothing_quantized(report, scheme)
 
 
 def _note_nothing_quantized(report: ConversionReport, scheme) -> None:
