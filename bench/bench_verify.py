@@ -33,10 +33,14 @@ import statistics
 import subprocess
 import sys
 import time
+from itertools import product
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 GOAL = 0.9
+
+sys.path.insert(0, HERE)
+from bench_torch import warm_cache  # noqa: E402
 
 
 def write_files(folder):
@@ -77,16 +81,9 @@ def worker(path):
 
 
 def read_back(path):
-    """The file's pages dropped, then read once with read()."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    with open(path, "rb") as f:
-        while f.read(16 << 20):
-            pass
+    """The file's pages dropped, then read once with read() (bench_torch's
+    warm state)."""
+    warm_cache(path)
     return path
 
 
@@ -118,9 +115,7 @@ def main():
     load_start = os.getloadavg()
     paths = write_files(folder)
     res = {}
-    for (file, path), (state, prepare) in [
-        (fp, st) for fp in paths.items() for st in STATES.items()
-    ]:
+    for (file, path), (state, prepare) in product(paths.items(), STATES.items()):
         name = f"{file}, {state}"
         pairs = []
         for _ in range(reps):

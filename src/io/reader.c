@@ -1395,11 +1395,15 @@ static void drop_view_pages(const void *p, size_t len) {
  * that a neighbouring buffer also uses is kept (only whole pages inside
  * are dropped). Mapping the span up front (MADV_POPULATE_READ) was slower
  * than the hashing threads' own faults, which run in parallel. */
+static bool job_in(const HurrayHashJob *job, size_t min, size_t max) {
+  return job->len > 0 && job->len >= min && job->len < max;
+}
+
 static void drop_jobs_pages(const HurrayHashJob *jobs, size_t count, size_t min, size_t max) {
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   size_t bytes = 0;
   for (size_t k = 0; k < count; k++) {
-    if (jobs[k].len == 0 || jobs[k].len < min || jobs[k].len >= max) continue;
+    if (!job_in(&jobs[k], min, max)) continue;
     uintptr_t at = (uintptr_t)jobs[k].data;
     if (at < lo) lo = at;
     if (at + jobs[k].len > hi) hi = at + jobs[k].len;
@@ -1411,7 +1415,7 @@ static void drop_jobs_pages(const HurrayHashJob *jobs, size_t count, size_t min,
     return;
   }
   for (size_t k = 0; k < count; k++) {
-    if (jobs[k].len >= min && jobs[k].len < max) drop_view_pages(jobs[k].data, jobs[k].len);
+    if (job_in(&jobs[k], min, max)) drop_view_pages(jobs[k].data, jobs[k].len);
   }
 }
 

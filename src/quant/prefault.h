@@ -66,16 +66,14 @@ static inline bool hurray__whole_pages(const void *first, const void *last, uint
 /* Populates the whole pages inside [first, last) with one call: for a part
  * of an output that one thread is about to write all of. */
 static inline void hurray__prefault_range(const void *first, const void *last) {
-  uintptr_t a, b;
 #if defined(__linux__)
+  uintptr_t a, b;
   if (hurray__whole_pages(first, last, &a, &b)) {
     (void)madvise((void *)a, (size_t)(b - a), MADV_POPULATE_WRITE);
   }
 #else
   (void)first;
   (void)last;
-  (void)a;
-  (void)b;
 #endif
 }
 
