@@ -682,7 +682,11 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
     }
     Py_DECREF(seq);
     if (PyErr_Occurred()) goto fail;
-    hurray_descriptor_set_strides(d, (const int64_t *)raw, &e);
+    s = hurray_descriptor_set_strides(d, (const int64_t *)raw, &e);
+    if (s != HURRAY_OK) {
+      hy_raise_status(st, s, &e);
+      goto fail;
+    }
   }
   if (get_u64(spec, "byte_offset", 0, &offset) < 0) goto fail;
   hurray_descriptor_set_byte_offset(d, offset);

@@ -220,8 +220,8 @@ static int py_root_parts(ModuleState *st, const HurrayDescriptor *d, PyObject **
                                   py_stat_count(d, HURRAY_STAT_NAN_COUNT, d->stat_nan_count),
                                   py_stat_count(d, HURRAY_STAT_ZERO_COUNT, d->stat_zero_count));
   f[HY_D_SHARD] = !d->has_shard ? Py_NewRef(Py_None)
-                                : MAKE(st, HY_SHARD, py_u64s(d->shard_global, d->shard_rank),
-                                       py_u64s(d->shard_offsets, d->shard_rank));
+                                : MAKE(st, HY_SHARD, py_u64s(d->shard->global, d->shard_rank),
+                                       py_u64s(d->shard->offsets, d->shard_rank));
   f[HY_D_EXTENSION] = d->extension_name == NULL
                           ? Py_NewRef(Py_None)
                           : MAKE(st, HY_EXTENSION, PyUnicode_FromString(d->extension_name),

@@ -371,10 +371,10 @@ static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
     at = record_begin(w, TAG_SHARD);
     put_u32(w, d->shard_rank);
     for (uint32_t i = 0; i < d->shard_rank; i++) {
-      put_u64(w, d->shard_global[i]);
+      put_u64(w, d->shard->global[i]);
     }
     for (uint32_t i = 0; i < d->shard_rank; i++) {
-      put_u64(w, d->shard_offsets[i]);
+      put_u64(w, d->shard->offsets[i]);
     }
     record_end(w, at);
   }
@@ -995,10 +995,10 @@ static HurrayStatus decode_root_record(Reader *r, uint16_t tag, size_t len, Hurr
                     (unsigned long long)rank, HURRAY_MAX_RANK);
       }
       HURRAY_RETURN_NOT_OK(expect_length(tag, len, 4 + 16 * (size_t)rank, error));
-      d->has_shard = true;
+      if (!hurray__descriptor_add_shard(d)) return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
       d->shard_rank = (uint32_t)rank;
-      for (uint32_t i = 0; i < rank; i++) d->shard_global[i] = rd(r, 8);
-      for (uint32_t i = 0; i < rank; i++) d->shard_offsets[i] = rd(r, 8);
+      for (uint32_t i = 0; i < rank; i++) d->shard->global[i] = rd(r, 8);
+      for (uint32_t i = 0; i < rank; i++) d->shard->offsets[i] = rd(r, 8);
       return HURRAY_OK;
     }
     case TAG_STATISTICS: {
@@ -1140,11 +1140,12 @@ static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint3
       seen_shape = true;
     } else if (tag == TAG_STRIDES) {
       uint32_t rank = 0;
-      status = decode_shape_like(&p, len, &rank, d->strides, "strides", error);
+      status = hurray__descriptor_add_strides(d)
+                   ? decode_shape_like(&p, len, &rank, d->strides, "strides", error)
+                   : FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
       if (status == HURRAY_OK && rank != d->rank) {
         status = FAIL(HURRAY_ERR_MALFORMED, "strides: %u entries for rank %u", rank, d->rank);
       }
-      d->has_strides = true;
     } else if (tag == TAG_BYTE_OFFSET) {
       HURRAY_RETURN_NOT_OK(expect_length(tag, len, 8, error));
       d->byte_offset = rd(&p, 8);

@@ -194,6 +194,8 @@ void hurray_descriptor_destroy(HurrayDescriptor *d) {
     return;
   }
   layout_reset(&d->layout);
+  free(d->strides);
+  free(d->shard);
   free(d->buffers);
   free(d->extension_name);
   free(d->extension_metadata);
@@ -227,6 +229,8 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   *d = *src;
   /* Detach every owned pointer before copying, so a failure midway can be
    * unwound with hurray_descriptor_destroy. */
+  d->strides = NULL;
+  d->shard = NULL;
   d->buffers = NULL;
   d->buffer_capacity = 0;
   d->extension_name = NULL;
@@ -235,6 +239,14 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   d->layout.member_count = 0;
   d->layout.member_capacity = 0;
 
+  if (src->has_strides) {
+    if ((d->strides = malloc(HURRAY_MAX_RANK * sizeof *d->strides)) == NULL) goto no_memory;
+    memcpy(d->strides, src->strides, HURRAY_MAX_RANK * sizeof *d->strides);
+  }
+  if (src->has_shard) {
+    if ((d->shard = malloc(sizeof *d->shard)) == NULL) goto no_memory;
+    *d->shard = *src->shard;
+  }
   if (src->buffer_count > 0) {
     d->buffers = malloc(src->buffer_count * sizeof *d->buffers);
     if (d->buffers == NULL) {
@@ -303,12 +315,29 @@ HurrayStatus hurray_descriptor_set_strides(HurrayDescriptor *d, const int64_t *s
   }
   if (strides == NULL) {
     d->has_strides = false;
-    memset(d->strides, 0, sizeof d->strides);
+    free(d->strides);
+    d->strides = NULL;
     return HURRAY_OK;
   }
-  d->has_strides = true;
+  if (!hurray__descriptor_add_strides(d)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   memcpy(d->strides, strides, d->rank * sizeof *strides);
   return HURRAY_OK;
+}
+
+bool hurray__descriptor_add_strides(HurrayDescriptor *d) {
+  if (d->strides == NULL && (d->strides = calloc(HURRAY_MAX_RANK, sizeof *d->strides)) == NULL) {
+    return false;
+  }
+  d->has_strides = true;
+  return true;
+}
+
+bool hurray__descriptor_add_shard(HurrayDescriptor *d) {
+  if (d->shard == NULL && (d->shard = calloc(1, sizeof *d->shard)) == NULL) return false;
+  d->has_shard = true;
+  return true;
 }
 
 void hurray_descriptor_set_byte_offset(HurrayDescriptor *d, uint64_t byte_offset) {
@@ -1156,13 +1185,14 @@ HurrayStatus hurray_descriptor_set_shard(HurrayDescriptor *d, uint32_t rank,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "shard: global_shape and offsets must not be NULL");
   }
-  d->has_shard = true;
+  if (!hurray__descriptor_add_shard(d)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   d->shard_rank = rank;
-  memset(d->shard_global, 0, sizeof d->shard_global);
-  memset(d->shard_offsets, 0, sizeof d->shard_offsets);
+  *d->shard = (HurrayShardFields){{0}, {0}};
   if (rank > 0) {
-    memcpy(d->shard_global, global_shape, rank * sizeof *global_shape);
-    memcpy(d->shard_offsets, offsets, rank * sizeof *offsets);
+    memcpy(d->shard->global, global_shape, rank * sizeof *global_shape);
+    memcpy(d->shard->offsets, offsets, rank * sizeof *offsets);
   }
   return HURRAY_OK;
 }
@@ -1171,16 +1201,16 @@ void hurray_descriptor_clear_shard(HurrayDescriptor *d) {
   if (d == NULL) return;
   d->has_shard = false;
   d->shard_rank = 0;
-  memset(d->shard_global, 0, sizeof d->shard_global);
-  memset(d->shard_offsets, 0, sizeof d->shard_offsets);
+  free(d->shard);
+  d->shard = NULL;
 }
 bool hurray_descriptor_has_shard(const HurrayDescriptor *d) { return d->has_shard; }
 uint32_t hurray_descriptor_shard_rank(const HurrayDescriptor *d) { return d->shard_rank; }
 const uint64_t *hurray_descriptor_shard_global_shape(const HurrayDescriptor *d) {
-  return d->has_shard ? d->shard_global : NULL;
+  return d->has_shard ? d->shard->global : NULL;
 }
 const uint64_t *hurray_descriptor_shard_offsets(const HurrayDescriptor *d) {
-  return d->has_shard ? d->shard_offsets : NULL;
+  return d->has_shard ? d->shard->offsets : NULL;
 }
 
 /* --------------------------------------------------------- extension type */

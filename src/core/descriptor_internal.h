@@ -93,12 +93,20 @@ typedef struct HurrayQuant {
   double scale_offset;       /* added to every formed scale */
 } HurrayQuant;
 
+/* A shard's placement. Like strides it is allocated only when present:
+ * few tensors have either, and in line the two cost 768 bytes in every
+ * descriptor, half of what a million loaded tensors held each (issue 19). */
+typedef struct HurrayShardFields {
+  uint64_t global[HURRAY_MAX_RANK];
+  uint64_t offsets[HURRAY_MAX_RANK];
+} HurrayShardFields;
+
 struct HurrayDescriptor {
   HurrayDType dtype;
   uint32_t rank;
   uint64_t shape[HURRAY_MAX_RANK];
   bool has_strides;
-  int64_t strides[HURRAY_MAX_RANK];
+  int64_t *strides; /* HURRAY_MAX_RANK entries, owned, when has_strides; else NULL */
   uint64_t byte_offset;
 
   HurrayLayout layout;
@@ -120,8 +128,7 @@ struct HurrayDescriptor {
 
   bool has_shard;
   uint32_t shard_rank;
-  uint64_t shard_global[HURRAY_MAX_RANK];
-  uint64_t shard_offsets[HURRAY_MAX_RANK];
+  HurrayShardFields *shard; /* owned when has_shard; else NULL */
 
   char *extension_name;
   uint8_t *extension_metadata;
@@ -130,6 +137,11 @@ struct HurrayDescriptor {
 
 /* Allocates a descriptor with every field at its default. */
 HurrayDescriptor *hurray__descriptor_new(void);
+
+/* Make d->strides / d->shard present (zeroed when new) and set has_strides /
+ * has_shard; false when out of memory, with `d` unchanged. */
+bool hurray__descriptor_add_strides(HurrayDescriptor *d);
+bool hurray__descriptor_add_shard(HurrayDescriptor *d);
 
 /* True when the root-only parts (buffer table, device, statistics, shard,
  * extension) are at their defaults, as a composite member's must be. */

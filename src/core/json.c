@@ -366,9 +366,9 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
       emit(t, ",");
       indent(t, level + 1);
       emit(t, "\"shard\": {\"global_shape\": ");
-      emit_u64_array(t, d->shard_global, d->shard_rank);
+      emit_u64_array(t, d->shard->global, d->shard_rank);
       emit(t, ", \"offsets\": ");
-      emit_u64_array(t, d->shard_offsets, d->shard_rank);
+      emit_u64_array(t, d->shard->offsets, d->shard_rank);
       emit(t, "}");
     }
     if (d->extension_name != NULL) {

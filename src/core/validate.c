@@ -1038,11 +1038,11 @@ static HurrayStatus check_root_extras(Walk *w, const HurrayDescriptor *d) {
     }
     for (uint32_t i = 0; i < d->rank; i++) {
       uint64_t end;
-      if (!hurray__add_u64(d->shard_offsets[i], d->shape[i], &end) || end > d->shard_global[i]) {
+      if (!hurray__add_u64(d->shard->offsets[i], d->shape[i], &end) || end > d->shard->global[i]) {
         return FAIL(HURRAY_ERR_SHARD_BOUNDS,
                     "shard.offsets[%u]: %llu + local %llu exceeds global %llu", i,
-                    (unsigned long long)d->shard_offsets[i], (unsigned long long)d->shape[i],
-                    (unsigned long long)d->shard_global[i]);
+                    (unsigned long long)d->shard->offsets[i], (unsigned long long)d->shape[i],
+                    (unsigned long long)d->shard->global[i]);
       }
     }
   }

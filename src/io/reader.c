@@ -1136,7 +1136,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   d->buffers[data].byte_size = length;
   d->buffers[data].alignment = alignment;
   hurray_descriptor_clear_statistics(d);
-  if (d->has_shard) d->shard_offsets[0] += row_start;
+  if (d->has_shard) d->shard->offsets[0] += row_start;
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
   status = hurray_buffer_list_create(&list, error);

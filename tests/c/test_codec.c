@@ -349,6 +349,38 @@ static void test_single_byte_corruptions(void **state) {
   }
 }
 
+/* Strides and a shard live outside the descriptor's own block (allocated
+ * only when set): a clone must own copies of them, and clearing or
+ * replacing them must leave no stale values behind. */
+static void test_strides_and_shard_are_owned(void **state) {
+  (void)state;
+  HurrayDescriptor *d = NULL, *copy = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){4, 3}, &d, error));
+  assert_null(hurray_descriptor_strides(d));
+  assert_null(hurray_descriptor_shard_offsets(d));
+  assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){1, 4}, error));
+  assert_ok(hurray_descriptor_set_shard(d, 2, (uint64_t[]){8, 3}, (uint64_t[]){4, 0}, error));
+  assert_ok(hurray_descriptor_set_shard(d, 1, (uint64_t[]){9}, (uint64_t[]){5}, error));
+  assert_ok(hurray_descriptor_clone(d, &copy, error));
+  assert_ok(hurray_descriptor_set_strides(d, NULL, error));
+  hurray_descriptor_clear_shard(d);
+  assert_null(hurray_descriptor_strides(d));
+  assert_false(hurray_descriptor_has_shard(d));
+  assert_null(hurray_descriptor_shard_global_shape(d));
+  const int64_t *strides = hurray_descriptor_strides(copy);
+  assert_non_null(strides);
+  assert_int_equal(strides[0], 1);
+  assert_int_equal(strides[1], 4);
+  assert_int_equal(hurray_descriptor_shard_rank(copy), 1);
+  assert_int_equal(hurray_descriptor_shard_global_shape(copy)[0], 9);
+  assert_int_equal(hurray_descriptor_shard_offsets(copy)[0], 5);
+  assert_ok(hurray_descriptor_set_strides(d, (int64_t[]){3, 1}, error));
+  assert_int_equal(hurray_descriptor_strides(d)[0], 3);
+  assert_false(hurray_descriptor_equal(d, copy));
+  hurray_descriptor_destroy(copy);
+  hurray_descriptor_destroy(d);
+}
+
 int main(int argc, char **argv) {
   vectors_dir = argc > 1 ? argv[1] : "tests/vectors";
   const struct CMUnitTest tests[] = {
@@ -356,6 +388,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_golden_decode),
       cmocka_unit_test(test_round_trip_vectors),
       cmocka_unit_test(test_round_trip_every_dtype_and_option),
+      cmocka_unit_test(test_strides_and_shard_are_owned),
       cmocka_unit_test(test_encoding_is_deterministic),
       cmocka_unit_test(test_unknown_fields),
       cmocka_unit_test(test_decode_limits),
