@@ -10,6 +10,10 @@ interleaved round by round so a change of load hits them alike.
 
 Not a test and not part of `make bench`: a probe for choosing the policy in
 python/hurray/_outbuf.py. Prints a table with the median and best of each.
+PROBE_PREWARM_GIB=G makes each worker touch and unmap G GiB right before its
+clock, so that its fresh pages come from memory the host already backs (on a
+VM with free-page reporting, memory freed more than a few seconds ago is
+handed back to the host and costs a host fault again).
 """
 
 from __future__ import annotations
@@ -51,7 +55,22 @@ def _faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def _prewarm():
+    gib = float(os.environ.get("PROBE_PREWARM_GIB", "0"))
+    if gib:
+        import mmap
+
+        import numpy as np
+
+        from hurray import _hurray
+
+        m = mmap.mmap(-1, int(gib * (1 << 30)), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        _hurray._prefault(np.frombuffer(m, np.uint8), False, 2)
+        m.close()
+
+
 def _run(fn, nbytes):
+    _prewarm()
     f0, c0, t0 = _faults(), time.process_time(), time.perf_counter()
     y = fn()
     s = time.perf_counter() - t0
@@ -131,6 +150,15 @@ def worker(d, policy, threads):
         t._dequantize(raw, "float32", threads)
         return raw.view(np.float32).reshape(shape)
 
+    def thp_populate():  # a mapping advised MADV_HUGEPAGE, populated per thread
+        import mmap
+
+        m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(m, np.uint8)
+        _hurray._prefault(raw, True, threads)
+        t._dequantize(raw, "float32", threads)
+        return raw.view(np.float32).reshape(shape)
+
     def np_empty():  # numpy's own allocation (huge-page advice at this size)
         out = np.empty(shape, np.float32)
         t._dequantize(out.reshape(-1).view(np.uint8), "float32", threads)
@@ -161,6 +189,7 @@ def worker(d, policy, threads):
         "map_populate": lambda: mapped(True),
         "par_populate": par_populate,
         "np_empty": np_empty,
+        "thp_populate": thp_populate,
         "torch_empty": torch_empty,
     }
     if policy == "reused":
