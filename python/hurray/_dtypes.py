@@ -3,12 +3,18 @@ Sizes and packing come from the C library."""
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 from . import _hurray
 
-# hurray dtype name -> numpy dtype of one *unpacked* element.
+# hurray dtype name -> numpy dtype of one *unpacked* element: numpy's own
+# types here, the narrow floats and int4 (ml_dtypes types) added by
+# _load_narrow the first time one is asked for. Importing ml_dtypes
+# registers its ufunc loops and casts with numpy, 0.85 s of the 1.05 s that
+# `import hurray` took (every CLI command paid it), for dtypes most calls
+# never meet.
 _NUMPY = {
     "bool": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -20,20 +26,35 @@ _NUMPY = {
     "uint32": np.dtype(np.uint32),
     "uint64": np.dtype(np.uint64),
     "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "float32": np.dtype(np.float32),
     "float64": np.dtype(np.float64),
     "complex64": np.dtype(np.complex64),
     "complex128": np.dtype(np.complex128),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
-    "float6_e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
-    "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
-    "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
-    "int4": np.dtype(ml_dtypes.int4),
-    "uint4": np.dtype(ml_dtypes.uint4),
 }
+ML_DTYPES = (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+    "float6_e3m2fn",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+    "int4",
+    "uint4",
+)
+_BY_NUMPY = {v: k for k, v in _NUMPY.items()}
+
+
+def _load_narrow() -> None:
+    if ML_DTYPES[-1] in _NUMPY:
+        return
+    import ml_dtypes
+
+    for name in ML_DTYPES:
+        dtype = np.dtype(getattr(ml_dtypes, name))
+        _BY_NUMPY[dtype] = name
+        _NUMPY[name] = dtype  # last: its presence says the table is whole
+
 
 # Bits per element, and so which dtypes are packed: the C library's table.
 BITS = dict(_hurray.DTYPE_BITS)
@@ -65,23 +86,37 @@ _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
 
 
 def to_numpy(name: str) -> np.dtype:
-    try:
-        return _NUMPY[name]
-    except KeyError:
+    found = _NUMPY.get(name)
+    if found is None and name in ML_DTYPES:
+        _load_narrow()
+        found = _NUMPY[name]
+    if found is None:
         # InvalidArgumentError: a ValueError, and a HurrayError like the rest.
-        raise _hurray._error(
-            "HURRAY_ERR_INVALID_ARGUMENT", f"unknown hurray dtype {name!r}"
-        ) from None
+        raise _hurray._error("HURRAY_ERR_INVALID_ARGUMENT", f"unknown hurray dtype {name!r}")
+    return found
+
+
+def as_numpy(dtype) -> np.dtype:
+    """np.dtype(dtype), where hurray's own names (the ml_dtypes ones too,
+    which numpy knows only once ml_dtypes is imported) are understood."""
+    if isinstance(dtype, str) and dtype in ML_DTYPES:
+        return to_numpy(dtype)
+    return np.dtype(dtype)
 
 
 def from_numpy(dtype) -> str:
-    dtype = np.dtype(dtype)
-    try:
-        return _BY_NUMPY[dtype.newbyteorder("=") if dtype.byteorder == "<" else dtype]
-    except KeyError:
+    dtype = as_numpy(dtype)
+    key = dtype.newbyteorder("=") if dtype.byteorder == "<" else dtype
+    name = _BY_NUMPY.get(key)
+    # A dtype of ml_dtypes exists only once something imported it.
+    if name is None and "ml_dtypes" in sys.modules:
+        _load_narrow()
+        name = _BY_NUMPY.get(key)
+    if name is None:
         raise _hurray._error(
             "HURRAY_ERR_INVALID_ARGUMENT", f"numpy dtype {dtype} has no hurray equivalent"
-        ) from None
+        )
+    return name
 
 
 def storage_bytes(name: str, count: int) -> int:

@@ -18,7 +18,7 @@ import mmap
 
 import numpy as np
 
-from . import _hurray
+from . import _dtypes, _hurray
 
 # Below glibc's largest mmap threshold (32 MiB on 64-bit) np.empty's memory
 # comes from the heap once an allocation of that size has been freed, so a
@@ -38,7 +38,7 @@ def empty(shape, dtype, threads: int = 1) -> np.ndarray:
     the kernel that will write it splits its work): populating costs about
     two thirds of the CPU of a trap per 4 KiB page, and the kernel's own
     threads faulting in parallel made 2 threads slower than 1 (issue 19)."""
-    dtype = np.dtype(dtype)
+    dtype = _dtypes.as_numpy(dtype)
     nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
     if nbytes < _MMAP_MIN or not hasattr(mmap, "MAP_PRIVATE"):
         return np.empty(shape, dtype)

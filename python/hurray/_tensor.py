@@ -30,6 +30,14 @@ NF4_CODE = np.array(_hurray.NF4_CODE, dtype=np.float32)
 _FLOAT_EXTRA = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 
 
+def _dtype_name(dtype) -> str | None:
+    """hurray's name for a numpy dtype, None where it has none."""
+    try:
+        return _dtypes.from_numpy(dtype)
+    except ValueError:
+        return None
+
+
 def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
     return unsupported(
         f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
@@ -41,7 +49,7 @@ def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
 _LAYOUT_DENSE = _hurray.ENUMS["layout"]["dense"]  # HurrayLayoutKind, from C
 _QUANT_BLOCK_CODED = _hurray.ENUMS["quantization"]["block_coded"]
 
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), _dtypes.to_numpy("bfloat16"))
+_KERNEL_DTYPES = ("float32", "float16", "bfloat16")  # what dequantize writes
 
 
 def unsupported(message: str) -> "_hurray.UnsupportedError":
@@ -250,7 +258,7 @@ class Tensor(_hurray._Tensor):
         before anything is allocated)."""
         d = self.descriptor
         q = d.quantization
-        dtype = np.dtype(dtype)
+        dtype = _dtypes.as_numpy(dtype)
         if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
             raise TypeError(
                 f"dequantize gives real values: {dtype} is not a floating-point "
@@ -264,7 +272,7 @@ class Tensor(_hurray._Tensor):
                 or tuple(out.shape) != tuple(d.shape)
             ):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
-            if out.dtype not in _KERNEL_DTYPES:
+            if _dtype_name(out.dtype) not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
         else:
             self._check_output(d.numel * dtype.itemsize, max_output_bytes)
@@ -283,11 +291,7 @@ class Tensor(_hurray._Tensor):
         if out is not None:
             self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype), threads)
             return out
-        try:
-            name = _dtypes.from_numpy(dtype)
-        except ValueError:
-            name = None
-        kernel_dtype = dtype if name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
+        kernel_dtype = dtype if _dtype_name(dtype) in _KERNEL_DTYPES else np.dtype(np.float32)
         out = _outbuf.empty(d.shape, kernel_dtype, threads)  # plain pages: see _outbuf
         self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype), threads)
         return out if kernel_dtype == dtype else out.astype(dtype)
