@@ -26,13 +26,8 @@ SOURCE_SUFFIXES = (
 TARGET_SUFFIXES = (".hurray", ".safetensors", ".gguf", ".npz", ".npy", ".pt", ".pth", ".bin")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_ANY_FLOAT = FLOAT_DTYPES + (
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e8m0fnu",
-    "float6_e3m2fn",
-    "float6_e2m3fn",
-    "float4_e2m1fn",
+_ANY_FLOAT = FLOAT_DTYPES + tuple(
+    n for n in _dtypes.ML_DTYPES if n.startswith("float") and n not in FLOAT_DTYPES
 )
 
 # Hurray metadata keys the converter owns.
