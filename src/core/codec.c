@@ -676,6 +676,7 @@ static HurrayStatus decode_layout(Reader *r, uint16_t tag, size_t len, HurrayDes
                     "dimension (rank %u)",
                     len, d->rank);
       }
+      if (!hurray__layout_add_coo(l)) return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
       l->kind = HURRAY_LAYOUT_SPARSE;
       l->format = HURRAY_SPARSE_COO;
       HURRAY_RETURN_NOT_OK(

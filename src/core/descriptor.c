@@ -124,13 +124,20 @@ static void layout_reset(HurrayLayout *layout) {
     hurray_descriptor_destroy(layout->members[i].descriptor);
   }
   free(layout->members);
+  free(layout->coo_index_buffers);
   memset(layout, 0, sizeof *layout);
   layout->indptr_buffer = HURRAY_NO_BUFFER;
   layout->indices_buffer = HURRAY_NO_BUFFER;
   layout->table_buffer = HURRAY_NO_BUFFER;
-  for (uint32_t i = 0; i < HURRAY_MAX_RANK; i++) {
-    layout->coo_index_buffers[i] = HURRAY_NO_BUFFER;
+}
+
+bool hurray__layout_add_coo(HurrayLayout *l) {
+  if (l->coo_index_buffers == NULL &&
+      (l->coo_index_buffers = malloc(HURRAY_MAX_RANK * sizeof *l->coo_index_buffers)) == NULL) {
+    return false;
   }
+  for (uint32_t i = 0; i < HURRAY_MAX_RANK; i++) l->coo_index_buffers[i] = HURRAY_NO_BUFFER;
+  return true;
 }
 
 static void quant_reset(HurrayQuant *quant) {
@@ -238,7 +245,13 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   d->layout.members = NULL;
   d->layout.member_count = 0;
   d->layout.member_capacity = 0;
+  d->layout.coo_index_buffers = NULL;
 
+  if (src->layout.coo_index_buffers != NULL) {
+    if (!hurray__layout_add_coo(&d->layout)) goto no_memory;
+    memcpy(d->layout.coo_index_buffers, src->layout.coo_index_buffers,
+           HURRAY_MAX_RANK * sizeof *d->layout.coo_index_buffers);
+  }
   if (src->has_strides) {
     if ((d->strides = malloc(HURRAY_MAX_RANK * sizeof *d->strides)) == NULL) goto no_memory;
     memcpy(d->strides, src->strides, HURRAY_MAX_RANK * sizeof *d->strides);
@@ -491,6 +504,9 @@ HurrayStatus hurray_descriptor_set_layout_coo(HurrayDescriptor *d, HurrayDType i
                         "layout.index_buffers must hold one index per dimension");
   }
   layout_reset(&d->layout);
+  if (!hurray__layout_add_coo(&d->layout)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   d->layout.kind = HURRAY_LAYOUT_SPARSE;
   d->layout.format = HURRAY_SPARSE_COO;
   d->layout.index_dtype = index_dtype;

@@ -37,7 +37,8 @@ typedef struct HurrayLayout {
   uint64_t nnz;
   uint32_t indptr_buffer;
   uint32_t indices_buffer;
-  uint32_t coo_index_buffers[HURRAY_MAX_RANK];
+  uint32_t *coo_index_buffers; /* HURRAY_MAX_RANK entries, owned, when format is COO; else NULL
+                                  (like strides: 128 bytes few descriptors use) */
   bool canonical;
   uint64_t block_rows;
   uint64_t block_cols;
@@ -141,6 +142,8 @@ HurrayDescriptor *hurray__descriptor_new(void);
 /* Make d->strides / d->shard present (zeroed when new) and set has_strides /
  * has_shard; false when out of memory, with `d` unchanged. */
 bool hurray__descriptor_add_strides(HurrayDescriptor *d);
+/* The same for a COO layout's index buffers (every entry HURRAY_NO_BUFFER). */
+bool hurray__layout_add_coo(HurrayLayout *l);
 bool hurray__descriptor_add_shard(HurrayDescriptor *d);
 
 /* True when the root-only parts (buffer table, device, statistics, shard,

@@ -349,10 +349,10 @@ static void test_single_byte_corruptions(void **state) {
   }
 }
 
-/* Strides and a shard live outside the descriptor's own block (allocated
- * only when set): a clone must own copies of them, and clearing or
- * replacing them must leave no stale values behind. */
-static void test_strides_and_shard_are_owned(void **state) {
+/* Strides, a shard and a COO layout's index buffers live outside the
+ * descriptor's own block (allocated only when set): a clone must own copies
+ * of them, and clearing or replacing them must leave no stale values. */
+static void test_optional_parts_are_owned(void **state) {
   (void)state;
   HurrayDescriptor *d = NULL, *copy = NULL;
   assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, (uint64_t[]){4, 3}, &d, error));
@@ -378,6 +378,18 @@ static void test_strides_and_shard_are_owned(void **state) {
   assert_int_equal(hurray_descriptor_strides(d)[0], 3);
   assert_false(hurray_descriptor_equal(d, copy));
   hurray_descriptor_destroy(copy);
+
+  assert_ok(hurray_descriptor_set_layout_coo(d, HURRAY_DTYPE_INT64, 5, 0, (uint32_t[]){1, 2}, true,
+                                             error));
+  assert_ok(hurray_descriptor_clone(d, &copy, error));
+  assert_ok(hurray_descriptor_set_layout_dense(d, 0, error));
+  assert_int_equal(hurray_descriptor_sparse_coo_index_buffer(d, 1), HURRAY_NO_BUFFER);
+  assert_int_equal(hurray_descriptor_sparse_coo_index_buffer(copy, 0), 1);
+  assert_int_equal(hurray_descriptor_sparse_coo_index_buffer(copy, 1), 2);
+  assert_ok(hurray_descriptor_set_layout_coo(copy, HURRAY_DTYPE_INT64, 5, 0, (uint32_t[]){3, 4},
+                                             false, error));
+  assert_int_equal(hurray_descriptor_sparse_coo_index_buffer(copy, 0), 3);
+  hurray_descriptor_destroy(copy);
   hurray_descriptor_destroy(d);
 }
 
@@ -388,7 +400,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_golden_decode),
       cmocka_unit_test(test_round_trip_vectors),
       cmocka_unit_test(test_round_trip_every_dtype_and_option),
-      cmocka_unit_test(test_strides_and_shard_are_owned),
+      cmocka_unit_test(test_optional_parts_are_owned),
       cmocka_unit_test(test_encoding_is_deterministic),
       cmocka_unit_test(test_unknown_fields),
       cmocka_unit_test(test_decode_limits),
