@@ -102,6 +102,7 @@ bench: build python
 bench-scaling: python
 	$(VENV)/pip install -q --disable-pip-version-check safetensors matplotlib
 	$(VENV)/python bench/bench_scaling.py
+	$(VENV)/python bench/goals19.py
 
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}; the
