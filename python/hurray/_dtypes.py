@@ -119,6 +119,14 @@ def from_numpy(dtype) -> str:
     return name
 
 
+def name_of(dtype) -> str | None:
+    """from_numpy's name for a dtype, or None where hurray has none."""
+    try:
+        return from_numpy(dtype)
+    except ValueError:
+        return None
+
+
 def storage_bytes(name: str, count: int) -> int:
     return (count * BITS[name] + 7) // 8
 

@@ -29,10 +29,7 @@ def _plain_dtype(dtype) -> Optional[str]:
         pass
     name = None
     if dtype.byteorder != ">":
-        try:
-            name = _dtypes.from_numpy(dtype)
-        except ValueError:
-            name = None
+        name = _dtypes.name_of(dtype)
         if name is not None and _dtypes.is_packed(name):
             name = None
     _PLAIN_DTYPES[dtype] = name

@@ -219,9 +219,9 @@ static int py_root_parts(ModuleState *st, const HurrayDescriptor *d, PyObject **
                                   py_stat_float(d, HURRAY_STAT_MAX, d->stat_max),
                                   py_stat_count(d, HURRAY_STAT_NAN_COUNT, d->stat_nan_count),
                                   py_stat_count(d, HURRAY_STAT_ZERO_COUNT, d->stat_zero_count));
-  f[HY_D_SHARD] = !d->has_shard ? Py_NewRef(Py_None)
-                                : MAKE(st, HY_SHARD, py_u64s(d->shard->global, d->shard_rank),
-                                       py_u64s(d->shard->offsets, d->shard_rank));
+  f[HY_D_SHARD] = d->shard == NULL ? Py_NewRef(Py_None)
+                                   : MAKE(st, HY_SHARD, py_u64s(d->shard->global, d->shard_rank),
+                                          py_u64s(d->shard->offsets, d->shard_rank));
   f[HY_D_EXTENSION] = d->extension_name == NULL
                           ? Py_NewRef(Py_None)
                           : MAKE(st, HY_EXTENSION, PyUnicode_FromString(d->extension_name),
@@ -247,7 +247,7 @@ PyObject *hy_descriptor_from_c(ModuleState *st, PyTypeObject *cls, const HurrayD
   f[HY_D_DTYPE] = PyUnicode_FromString(hurray_dtype_name(d->dtype) ? hurray_dtype_name(d->dtype)
                                                                    : "None");
   f[HY_D_SHAPE] = py_u64s(d->shape, d->rank);
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     f[HY_D_STRIDES] = PyTuple_New(d->rank);
     for (uint32_t i = 0; f[HY_D_STRIDES] != NULL && i < d->rank; i++) {
       PyObject *x = PyLong_FromLongLong(d->strides[i]);

@@ -24,10 +24,7 @@ def _as_float_array(array: Any) -> np.ndarray:
         # bfloat16 arrives as ml_dtypes.bfloat16
         array = _hooks.torch("from_torch")(array.detach()).numpy()
     a = np.asarray(array)
-    try:
-        name = _dtypes.from_numpy(a.dtype)
-    except ValueError:
-        name = None
+    name = _dtypes.name_of(a.dtype)
     if name not in _READ_AS_IS:
         a = a.astype(np.float32)
     elif a.dtype.byteorder == ">":

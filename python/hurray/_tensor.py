@@ -30,14 +30,6 @@ NF4_CODE = np.array(_hurray.NF4_CODE, dtype=np.float32)
 _FLOAT_EXTRA = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 
 
-def _dtype_name(dtype) -> str | None:
-    """hurray's name for a numpy dtype, None where it has none."""
-    try:
-        return _dtypes.from_numpy(dtype)
-    except ValueError:
-        return None
-
-
 def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
     return unsupported(
         f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
@@ -272,7 +264,7 @@ class Tensor(_hurray._Tensor):
                 or tuple(out.shape) != tuple(d.shape)
             ):
                 raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
-            if _dtype_name(out.dtype) not in _KERNEL_DTYPES:
+            if _dtypes.name_of(out.dtype) not in _KERNEL_DTYPES:
                 raise ValueError("out must be float32, float16 or bfloat16")
         else:
             self._check_output(d.numel * dtype.itemsize, max_output_bytes)
@@ -291,10 +283,12 @@ class Tensor(_hurray._Tensor):
         if out is not None:
             self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(out.dtype), threads)
             return out
-        kernel_dtype = dtype if _dtype_name(dtype) in _KERNEL_DTYPES else np.dtype(np.float32)
-        out = _outbuf.empty(d.shape, kernel_dtype, threads)  # plain pages: see _outbuf
-        self._dequantize(out.reshape(-1).view(np.uint8), _dtypes.from_numpy(kernel_dtype), threads)
-        return out if kernel_dtype == dtype else out.astype(dtype)
+        kernel = _dtypes.name_of(dtype)
+        if kernel not in _KERNEL_DTYPES:
+            kernel = "float32"
+        out = _outbuf.empty(d.shape, _dtypes.to_numpy(kernel), threads)  # plain pages: see _outbuf
+        self._dequantize(out.reshape(-1).view(np.uint8), kernel, threads)
+        return out if out.dtype == dtype else out.astype(dtype)
 
     def _scale_source(self):
         d = self.descriptor

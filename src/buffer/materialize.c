@@ -261,7 +261,7 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
   switch (d->layout.kind) {
     case HURRAY_LAYOUT_DENSE: {
       const uint8_t *base = data_of(list, d->layout.data_buffer) + d->byte_offset;
-      if (d->has_strides && numel > 0) {
+      if (d->strides != NULL && numel > 0) {
         strided_to_dense(d, base, out, item, numel);
       } else if (bytes > 0) {
         memcpy(out, base, bytes);
@@ -483,7 +483,7 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
     }
     HURRAY_RETURN_NOT_OK(sparse_statistics(d, list, values, stored, numel, &s, error));
   } else {
-    if (d->has_strides && numel > 0) {
+    if (d->strides != NULL && numel > 0) {
       /* A strided view is read through a row-major copy of its elements. */
       size_t item = hurray_dtype_bits(d->dtype) / 8;
       copy = malloc((size_t)numel * item);

@@ -326,7 +326,7 @@ static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
   }
   record_end(w, at);
 
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     at = record_begin(w, TAG_STRIDES);
     for (uint32_t i = 0; i < d->rank; i++) {
       put_i64(w, d->strides[i]);
@@ -367,7 +367,7 @@ static void encode_node(Writer *w, const HurrayDescriptor *d, bool root) {
     put_u16(w, 0);
     record_end(w, at);
   }
-  if (d->has_shard) {
+  if (d->shard != NULL) {
     at = record_begin(w, TAG_SHARD);
     put_u32(w, d->shard_rank);
     for (uint32_t i = 0; i < d->shard_rank; i++) {

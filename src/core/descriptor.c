@@ -247,18 +247,21 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   d->layout.member_capacity = 0;
   d->layout.coo_index_buffers = NULL;
 
-  if (src->layout.coo_index_buffers != NULL) {
-    if (!hurray__layout_add_coo(&d->layout)) goto no_memory;
-    memcpy(d->layout.coo_index_buffers, src->layout.coo_index_buffers,
-           HURRAY_MAX_RANK * sizeof *d->layout.coo_index_buffers);
+  /* The parts allocated only when present (descriptor_internal.h). */
+  const HurrayLayout *l = &src->layout;
+  if (l->coo_index_buffers != NULL &&
+      (d->layout.coo_index_buffers = (uint32_t *)dup_bytes(
+           l->coo_index_buffers, HURRAY_MAX_RANK * sizeof *l->coo_index_buffers, false)) == NULL) {
+    goto no_memory;
   }
-  if (src->has_strides) {
-    if ((d->strides = malloc(HURRAY_MAX_RANK * sizeof *d->strides)) == NULL) goto no_memory;
-    memcpy(d->strides, src->strides, HURRAY_MAX_RANK * sizeof *d->strides);
+  if (src->strides != NULL &&
+      (d->strides = (int64_t *)dup_bytes(src->strides, HURRAY_MAX_RANK * sizeof *src->strides,
+                                         false)) == NULL) {
+    goto no_memory;
   }
-  if (src->has_shard) {
-    if ((d->shard = malloc(sizeof *d->shard)) == NULL) goto no_memory;
-    *d->shard = *src->shard;
+  if (src->shard != NULL &&
+      (d->shard = (HurrayShardFields *)dup_bytes(src->shard, sizeof *src->shard, false)) == NULL) {
+    goto no_memory;
   }
   if (src->buffer_count > 0) {
     d->buffers = malloc(src->buffer_count * sizeof *d->buffers);
@@ -315,7 +318,7 @@ bool hurray_descriptor_equal(const HurrayDescriptor *a, const HurrayDescriptor *
 
 bool hurray__descriptor_is_member_shaped(const HurrayDescriptor *d) {
   return d->buffer_count == 0 && d->device_type == HURRAY_DEVICE_CPU && d->device_id == 0 &&
-         d->memory_class == HURRAY_MEMORY_HOST && d->stat_flags == 0 && !d->has_shard &&
+         d->memory_class == HURRAY_MEMORY_HOST && d->stat_flags == 0 && d->shard == NULL &&
          d->extension_name == NULL;
 }
 
@@ -327,7 +330,6 @@ HurrayStatus hurray_descriptor_set_strides(HurrayDescriptor *d, const int64_t *s
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
   }
   if (strides == NULL) {
-    d->has_strides = false;
     free(d->strides);
     d->strides = NULL;
     return HURRAY_OK;
@@ -343,13 +345,11 @@ bool hurray__descriptor_add_strides(HurrayDescriptor *d) {
   if (d->strides == NULL && (d->strides = calloc(HURRAY_MAX_RANK, sizeof *d->strides)) == NULL) {
     return false;
   }
-  d->has_strides = true;
   return true;
 }
 
 bool hurray__descriptor_add_shard(HurrayDescriptor *d) {
   if (d->shard == NULL && (d->shard = calloc(1, sizeof *d->shard)) == NULL) return false;
-  d->has_shard = true;
   return true;
 }
 
@@ -365,7 +365,7 @@ const uint64_t *hurray_descriptor_shape(const HurrayDescriptor *d) {
   return d->rank > 0 ? d->shape : NULL;
 }
 const int64_t *hurray_descriptor_strides(const HurrayDescriptor *d) {
-  return d->has_strides && d->rank > 0 ? d->strides : NULL;
+  return d->strides != NULL && d->rank > 0 ? d->strides : NULL;
 }
 uint64_t hurray_descriptor_byte_offset(const HurrayDescriptor *d) { return d->byte_offset; }
 
@@ -1215,18 +1215,17 @@ HurrayStatus hurray_descriptor_set_shard(HurrayDescriptor *d, uint32_t rank,
 
 void hurray_descriptor_clear_shard(HurrayDescriptor *d) {
   if (d == NULL) return;
-  d->has_shard = false;
   d->shard_rank = 0;
   free(d->shard);
   d->shard = NULL;
 }
-bool hurray_descriptor_has_shard(const HurrayDescriptor *d) { return d->has_shard; }
+bool hurray_descriptor_has_shard(const HurrayDescriptor *d) { return d->shard != NULL; }
 uint32_t hurray_descriptor_shard_rank(const HurrayDescriptor *d) { return d->shard_rank; }
 const uint64_t *hurray_descriptor_shard_global_shape(const HurrayDescriptor *d) {
-  return d->has_shard ? d->shard->global : NULL;
+  return d->shard != NULL ? d->shard->global : NULL;
 }
 const uint64_t *hurray_descriptor_shard_offsets(const HurrayDescriptor *d) {
-  return d->has_shard ? d->shard->offsets : NULL;
+  return d->shard != NULL ? d->shard->offsets : NULL;
 }
 
 /* --------------------------------------------------------- extension type */

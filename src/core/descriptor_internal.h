@@ -106,8 +106,7 @@ struct HurrayDescriptor {
   HurrayDType dtype;
   uint32_t rank;
   uint64_t shape[HURRAY_MAX_RANK];
-  bool has_strides;
-  int64_t *strides; /* HURRAY_MAX_RANK entries, owned, when has_strides; else NULL */
+  int64_t *strides; /* HURRAY_MAX_RANK entries, owned; NULL: row-major */
   uint64_t byte_offset;
 
   HurrayLayout layout;
@@ -127,9 +126,8 @@ struct HurrayDescriptor {
   uint64_t stat_nan_count;
   uint64_t stat_zero_count;
 
-  bool has_shard;
   uint32_t shard_rank;
-  HurrayShardFields *shard; /* owned when has_shard; else NULL */
+  HurrayShardFields *shard; /* owned; NULL: no shard */
 
   char *extension_name;
   uint8_t *extension_metadata;
@@ -139,8 +137,8 @@ struct HurrayDescriptor {
 /* Allocates a descriptor with every field at its default. */
 HurrayDescriptor *hurray__descriptor_new(void);
 
-/* Make d->strides / d->shard present (zeroed when new) and set has_strides /
- * has_shard; false when out of memory, with `d` unchanged. */
+/* Make d->strides / d->shard present (zeroed when new); false when out of
+ * memory, with `d` unchanged. */
 bool hurray__descriptor_add_strides(HurrayDescriptor *d);
 /* The same for a COO layout's index buffers (every entry HURRAY_NO_BUFFER). */
 bool hurray__layout_add_coo(HurrayLayout *l);

@@ -295,7 +295,7 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
   indent(t, level + 1);
   emit(t, "\"shape\": ");
   emit_u64_array(t, d->shape, d->rank);
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     emit(t, ",");
     indent(t, level + 1);
     emit(t, "\"strides\": [");
@@ -362,7 +362,7 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
       }
       emit(t, "}");
     }
-    if (d->has_shard) {
+    if (d->shard != NULL) {
       emit(t, ",");
       indent(t, level + 1);
       emit(t, "\"shard\": {\"global_shape\": ");

@@ -148,7 +148,7 @@ static HurrayStatus use_buffer(Walk *w, const char *path, const char *field, uin
 static HurrayStatus dense_extent(Walk *w, const char *path, const HurrayDescriptor *d,
                                  uint64_t numel, uint64_t *out) {
   uint64_t bytes;
-  if (!d->has_strides) {
+  if (d->strides == NULL) {
     HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "shape", d->dtype, numel, &bytes));
   } else if (numel == 0) {
     bytes = 0;
@@ -388,7 +388,7 @@ static HurrayStatus check_packing(Walk *w, const char *path, const char *field,
 static HurrayStatus packed_extent(Walk *w, const char *path, const HurrayDescriptor *d,
                                   uint64_t numel, uint64_t *out) {
   const HurrayQuant *q = &d->quant;
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     return FAIL(HURRAY_ERR_STRIDES,
                 "%sstrides: codes with storage axes or packed words are row-major, without "
                 "strides",
@@ -611,7 +611,7 @@ static HurrayStatus check_packed(Walk *w, const HurrayDescriptor *d, const char 
   if (!kind_takes_packed(q->kind) || !hurray__quant_has_packed(q)) {
     return HURRAY_OK;
   }
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     return FAIL(HURRAY_ERR_STRIDES,
                 "%sstrides: tensors with packed or two-level quantization fields are row-major",
                 path);
@@ -898,7 +898,7 @@ static HurrayStatus block_coded_extent(Walk *w, const char *path, const HurrayDe
     return FAIL(HURRAY_ERR_UNSUPPORTED, "%squantization.format: unknown block format %d", path,
                 (int)q->block_format);
   }
-  if (d->has_strides) {
+  if (d->strides != NULL) {
     return FAIL(HURRAY_ERR_STRIDES,
                 "%sstrides: block-coded tensors are row-major, without strides", path);
   }
@@ -925,7 +925,7 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
                   i);
     }
   }
-  if (d->has_strides &&
+  if (d->strides != NULL &&
       (d->layout.kind != HURRAY_LAYOUT_DENSE || hurray_dtype_bits(d->dtype) % 8 != 0)) {
     return FAIL(HURRAY_ERR_STRIDES,
                 "%sstrides: only dense layouts of byte-sized dtypes take strides", path);
@@ -1030,7 +1030,7 @@ static HurrayStatus check_root_extras(Walk *w, const HurrayDescriptor *d) {
     return FAIL(HURRAY_ERR_STATISTICS, "statistics.min: %g is greater than max %g", d->stat_min,
                 d->stat_max);
   }
-  if (d->has_shard) {
+  if (d->shard != NULL) {
     if (d->shard_rank != d->rank) {
       return FAIL(HURRAY_ERR_SHARD_RANK,
                   "shard.global_shape: rank %u differs from the tensor rank %u", d->shard_rank,

@@ -1101,7 +1101,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
   HurrayStatus status = HURRAY_OK;
   uint64_t numel = 0, row_bits = 0, end = 0;
-  if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->has_strides || d->rank == 0 ||
+  if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->strides != NULL || d->rank == 0 ||
       (d->quant.kind != HURRAY_QUANT_NONE && d->quant.kind != HURRAY_QUANT_PER_TENSOR_AFFINE)) {
     status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                           "tensor \"%s\": row reads need a dense, row-major tensor of rank >= 1 "
@@ -1136,7 +1136,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   d->buffers[data].byte_size = length;
   d->buffers[data].alignment = alignment;
   hurray_descriptor_clear_statistics(d);
-  if (d->has_shard) d->shard->offsets[0] += row_start;
+  if (d->shard != NULL) d->shard->offsets[0] += row_start;
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
   status = hurray_buffer_list_create(&list, error);
