@@ -383,6 +383,16 @@ static bool mutate_model(Model *m, uint64_t *rng) {
         uint8_t key[2] = {(uint8_t)('a' + mut_rand(rng) % 26),
                           (uint8_t)('a' + mut_rand(rng) % 26)};
         uint8_t value[8] = {0};
+        if (mut_rand(rng) % 4 == 0) {
+          /* A chunk-checksum table (format 1.1): the reserved key, type 6,
+           * a chunk size of 64 KiB and room for a few sums. */
+          static const char chunk_key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+          uint8_t table[8 + 8 * 4] = {0};
+          table[2] = 1; /* 1 << 16 */
+          e->type = 6;
+          return blob_set(&e->key, (const uint8_t *)chunk_key, sizeof chunk_key - 1) &&
+                 blob_set(&e->value, table, 8 + 8 * (mut_rand(rng) % 5));
+        }
         e->type = (uint8_t)(1 + mut_rand(rng) % 6);
         return blob_set(&e->key, key, 1 + mut_rand(rng) % 2) &&
                blob_set(&e->value, value, e->type == 4 ? 1 : 8);

@@ -15,13 +15,16 @@
  *   and fuzz_cli            all of them plus metadata of every type, and the
  *                           smallest valid file (no tensors); fuzz_cli also
  *                           gets a file of control-character names and a
- *                           rank-32 tensor (write_cli_seeds).
+ *                           rank-32 tensor (write_cli_seeds); both get a
+ *                           file with a chunk-checksum table
+ *                           (write_chunk_seed).
  * Output is deterministic; the files are committed (seed-* names), so
  * rerun this only when the vectors or the encoding change.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "../src/core/checked.h"
 #include "hurray/hurray.h"
@@ -263,6 +266,69 @@ static void write_cli_seeds(void) {
   hurray_descriptor_destroy(d);
 }
 
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+/* A file with a chunk-checksum table (format 1.1) small enough for a
+ * corpus: the writer's chunks are 4 MiB, so this one is made by hand with
+ * the smallest chunk a reader takes (64 KiB): one tensor of 64 KiB and a
+ * byte, written without a table, then the table appended to its index as
+ * its only metadata entry, and the trailer made anew. */
+static void write_chunk_seed(void) {
+  enum { CHUNK = 1 << 16, SIZE = CHUNK + 1 };
+  static uint8_t data[SIZE];
+  for (size_t i = 0; i < SIZE; i++) data[i] = (uint8_t)(i * 131 + 7);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/fuzz_file_reader/seed-chunks.tmp", out_dir);
+  HurrayWriter *w = NULL;
+  HurrayError e = {0};
+  uint64_t shape[1] = {SIZE};
+  HurrayDenseTensor t = {"w", HURRAY_DTYPE_UINT8, 1, shape, data, SIZE};
+  if (hurray_writer_open(path, &w, &e) != HURRAY_OK ||
+      hurray_writer_write_dense_batch(w, &t, 1, NULL, &e) != HURRAY_OK ||
+      hurray_writer_finish(w, &e) != HURRAY_OK) {
+    die("chunk seed", &e);
+  }
+  FILE *f = fopen(path, "rb");
+  static uint8_t file[SIZE + 4096];
+  size_t len = f != NULL ? fread(file, 1, sizeof file, f) : 0;
+  if (f == NULL || len == sizeof file || len < 128) die("chunk seed: read back", NULL);
+  fclose(f);
+  remove(path);
+  static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+  uint8_t entry[2 + sizeof key - 1 + 1 + 4 + 24];
+  uint8_t *p = entry;
+  put_le(p, sizeof key - 1, 2);
+  memcpy(p + 2, key, sizeof key - 1);
+  p += 2 + sizeof key - 1;
+  p[0] = 6;
+  put_le(p + 1, 24, 4);
+  put_le(p + 5, CHUNK, 8);
+  put_le(p + 13, XXH3_64bits(data, CHUNK), 8);
+  put_le(p + 21, XXH3_64bits(data + CHUNK, SIZE - CHUNK), 8);
+  uint8_t trailer[64];
+  memcpy(trailer, file + len - 64, 64);
+  uint64_t index_offset = get_le(trailer, 8), index_length = get_le(trailer + 8, 8);
+  static uint8_t out[sizeof file + sizeof entry];
+  memcpy(out, file, len - 64);
+  memcpy(out + len - 64, entry, sizeof entry);
+  index_length += sizeof entry;
+  put_le(trailer + 8, index_length, 8);
+  put_le(trailer + 16, XXH3_64bits(out + index_offset, (size_t)index_length), 8);
+  put_le(trailer + 32, 1, 8); /* metadata_count */
+  put_le(trailer + 48, XXH3_64bits(trailer, 48), 8);
+  memcpy(out + len - 64 + sizeof entry, trailer, 64);
+  write_bytes("fuzz_file_reader", "chunks", out, len + sizeof entry);
+  write_bytes("fuzz_cli", "chunks", out, len + sizeof entry);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUTPUT_DIR (e.g. fuzz/corpus)\n", argv[0]);
@@ -290,6 +356,7 @@ int main(int argc, char **argv) {
   write_file_seed("empty", seeds, 0, false);
   write_file_seed("metadata_only", seeds, 0, true);
   write_cli_seeds();
+  write_chunk_seed();
 
   for (size_t i = 0; i < seed_count; i++) {
     hurray_buffer_list_destroy(seeds[i].list);

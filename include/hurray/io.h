@@ -36,7 +36,17 @@ extern "C" {
 /* File format version written by this library; readers accept any minor
  * version of the same major (docs/spec/file-format.md, "Compatibility"). */
 #define HURRAY_FILE_FORMAT_MAJOR 1
-#define HURRAY_FILE_FORMAT_MINOR 0
+#define HURRAY_FILE_FORMAT_MINOR 1
+
+/* Chunk checksums (format 1.1; docs/spec/file-format.md section 7.1,
+ * ADR-0025): a buffer longer than HURRAY_CHUNK_BYTES gets, besides its own
+ * xxh3-64, one per HURRAY_CHUNK_BYTES of it, kept in the index in a
+ * metadata entry of this key. They let hurray_reader_verify hash one large
+ * buffer on every thread; readers of format 1.0 ignore them. The key is
+ * reserved: the writer refuses it as a metadata key, and the reader does
+ * not list the entry as metadata. */
+#define HURRAY_CHUNK_CHECKSUMS_KEY "hurray.chunk_checksums"
+#define HURRAY_CHUNK_BYTES ((uint64_t)4 << 20)
 
 /* Hard limits a reader enforces before trusting any count or length. */
 #define HURRAY_MAX_TENSOR_NAME_BYTES 4096u
@@ -126,7 +136,8 @@ HURRAY_API HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w,
 HURRAY_API HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled,
                                                      HurrayError *error);
 
-/* File-level metadata; keys are UTF-8. Setting a key again replaces it. */
+/* File-level metadata; keys are UTF-8. Setting a key again replaces it.
+ * HURRAY_CHUNK_CHECKSUMS_KEY is reserved (HURRAY_ERR_INVALID_ARGUMENT). */
 HURRAY_API HurrayStatus hurray_writer_set_metadata_string(HurrayWriter *w, const char *key,
                                                           const char *value, HurrayError *error);
 HURRAY_API HurrayStatus hurray_writer_set_metadata_int(HurrayWriter *w, const char *key,

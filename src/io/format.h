@@ -19,6 +19,14 @@
 static const uint8_t hurray__file_magic[8] = {0x89, 'H', 'R', 'Y', '\r', '\n', 0x1A, '\n'};
 static const uint8_t hurray__trailer_magic[8] = {'H', 'R', 'Y', 'E', 'N', 'D', 0x1A, '\n'};
 
+/* The metadata type of the chunk-checksum table (format 1.1, spec 7.1):
+ * u64 chunk size, then the xxh3-64 of each chunk of every buffer longer
+ * than it, in index order. Not a HurrayMetadataType: the reader keeps the
+ * entry to itself. Chunk sizes a reader accepts: 2^16 to 2^40. */
+#define HURRAY_METADATA_CHUNK_CHECKSUMS 6
+#define HURRAY_CHUNK_LOG2_MIN 16
+#define HURRAY_CHUNK_LOG2_MAX 40
+
 /* Trailer field offsets. */
 enum {
   TRAILER_INDEX_OFFSET = 0,

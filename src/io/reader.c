@@ -91,6 +91,11 @@ struct HurrayReader {
   MetadataEntry *metadata;
   size_t metadata_count;
   char *arena; /* NUL-terminated metadata keys and string values */
+  /* The chunk-checksum table (format 1.1, spec 7.1), NULL when the file
+   * has none: chunk_count sums of chunk_size bytes, in the index. */
+  const uint8_t *chunk_sums;
+  uint64_t chunk_size;
+  uint64_t chunk_count;
   /* NUL-terminated copies of the tensor names, made on the first
    * hurray_reader_tensor_name call (under names_lock): name i at
    * names + name_at[i]. The bindings read names in place instead. */
@@ -402,6 +407,66 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
   return HURRAY_OK;
 }
 
+/* The chunks of a buffer of `len` bytes that the table holds sums for:
+ * none when it fits in one chunk (its own checksum covers it). */
+static uint64_t chunks_of(uint64_t len, uint64_t chunk_size) {
+  return len > chunk_size ? (len - 1) / chunk_size + 1 : 0;
+}
+
+/* The number of chunk sums of entries [0, count), in index order. */
+static uint64_t chunks_before(const HurrayReader *r, size_t count) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; i++) {
+    const TensorEntry t = entry_at(r, i);
+    for (uint32_t b = 0; b < t.buffer_count; b++) {
+      total += chunks_of(buffer_field(&t, b, 1), r->chunk_size);
+    }
+  }
+  return total;
+}
+
+/* Takes the chunk-checksum table (type 6) out of the metadata list, where
+ * it is the file's own, not the user's, and checks it against the buffer
+ * records (spec 7.1, check 14): its size must be exactly one sum for each
+ * chunk of each buffer longer than a chunk. */
+static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
+  static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+  for (size_t i = 0; i < r->metadata_count; i++) {
+    const MetadataEntry *m = &r->metadata[i];
+    if ((int)m->type != HURRAY_METADATA_CHUNK_CHECKSUMS) continue;
+    if (m->key_len != sizeof key - 1 || memcmp(m->key, key, sizeof key - 1) != 0) {
+      return CORRUPT(HURRAY_ERR_MALFORMED,
+                     "index: metadata \"%s\" has type 6, which only \"%s\" may have", m->key, key);
+    }
+    uint64_t size = m->value_len >= 8 ? hurray__get_le(m->value, 8) : 0;
+    bool power = size != 0 && (size & (size - 1)) == 0;
+    if (!power || size < ((uint64_t)1 << HURRAY_CHUNK_LOG2_MIN) ||
+        size > ((uint64_t)1 << HURRAY_CHUNK_LOG2_MAX) || (m->value_len - 8) % 8 != 0) {
+      return CORRUPT(HURRAY_ERR_MALFORMED,
+                     "index: the chunk checksums' chunk size %llu is not a power of two from "
+                     "2^%d to 2^%d, or their %zu bytes are not 8 + 8 per chunk",
+                     (unsigned long long)size, HURRAY_CHUNK_LOG2_MIN, HURRAY_CHUNK_LOG2_MAX,
+                     m->value_len);
+    }
+    r->chunk_size = size;
+    r->chunk_count = (m->value_len - 8) / 8;
+    r->chunk_sums = m->value + 8;
+    uint64_t expected = chunks_before(r, r->tensor_count);
+    if (expected != r->chunk_count) {
+      return CORRUPT(HURRAY_ERR_MALFORMED,
+                     "index: %llu chunk checksums of %llu bytes, but the buffers have %llu "
+                     "chunks",
+                     (unsigned long long)r->chunk_count, (unsigned long long)size,
+                     (unsigned long long)expected);
+    }
+    memmove(&r->metadata[i], &r->metadata[i + 1],
+            (r->metadata_count - i - 1) * sizeof *r->metadata);
+    r->metadata_count--;
+    return HURRAY_OK;
+  }
+  return HURRAY_OK;
+}
+
 /* The fixed header: magic, a major version this library reads, reserved
  * bytes zero. Its minor version goes to *minor for the trailer check. */
 static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *minor,
@@ -553,7 +618,7 @@ static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, Hurra
   if (c.left != 0) {
     return CORRUPT(HURRAY_ERR_MALFORMED, "index: %zu bytes after the last entry", c.left);
   }
-  return HURRAY_OK;
+  return take_chunk_table(r, error);
 }
 
 static HurrayReader *reader_new(void) {
@@ -938,18 +1003,37 @@ static HurrayStatus begin_read(HurrayReader *r, const char *name,
   return entry_descriptor(t, d, error);
 }
 
+/* What one checksum covers: a whole buffer (`chunk` NULL), or one chunk of
+ * it, [start, start + length) of the buffer, whose sum is at `chunk` in
+ * the chunk-checksum table. */
 typedef struct VerifyRef {
   TensorEntry t;
   uint32_t buffer;
+  uint64_t start;
+  uint64_t length;
+  const uint8_t *chunk;
 } VerifyRef;
 
+static uint64_t ref_expected(const VerifyRef *ref) {
+  return ref->chunk != NULL ? hurray__get_le(ref->chunk, 8)
+                            : buffer_field(&ref->t, ref->buffer, 2);
+}
+
 static HurrayStatus mismatch(const VerifyRef *ref, uint64_t sum, HurrayError *error) {
+  if (ref->chunk != NULL) {
+    return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                        "tensor \"%.*s\" buffer %u: checksum mismatch in bytes [%llu, %llu) "
+                        "(stored %016llx, data %016llx)",
+                        (int)ref->t.name_len, ref->t.name, ref->buffer,
+                        (unsigned long long)ref->start,
+                        (unsigned long long)(ref->start + ref->length),
+                        (unsigned long long)ref_expected(ref), (unsigned long long)sum);
+  }
   return hurray__fail(error, HURRAY_ERR_CHECKSUM,
                       "tensor \"%.*s\" buffer %u: checksum mismatch (stored %016llx, data "
                       "%016llx)",
                       (int)ref->t.name_len, ref->t.name, ref->buffer,
-                      (unsigned long long)buffer_field(&ref->t, ref->buffer, 2),
-                      (unsigned long long)sum);
+                      (unsigned long long)ref_expected(ref), (unsigned long long)sum);
 }
 
 static int compare_source_ranges(const void *pa, const void *pb) {
@@ -1019,7 +1103,7 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
     const HurrayBuffer *b = hurray_buffer_list_get(list, i);
     uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
     if (sum != buffer_field(t, i, 2)) {
-      VerifyRef ref = {*t, i};
+      VerifyRef ref = {*t, i, 0, buffer_field(t, i, 1), NULL};
       return mismatch(&ref, sum, error);
     }
   }
@@ -1509,8 +1593,8 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
                                  HurrayError *error) {
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
-      jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0);
-      jobs[k].len = (size_t)buffer_field(&refs[k].t, refs[k].buffer, 1);
+      jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
+      jobs[k].len = (size_t)refs[k].length;
     }
     /* The pages stay in the page cache; the process lets go of them, so
      * that verifying a file larger than memory keeps the resident set to
@@ -1531,9 +1615,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, bool drop
     }
   }
   for (size_t k = 0; k < n; k++) {
-    if (jobs[k].sum != buffer_field(&refs[k].t, refs[k].buffer, 2)) {
-      return mismatch(&refs[k], jobs[k].sum, error);
-    }
+    if (jobs[k].sum != ref_expected(&refs[k])) return mismatch(&refs[k], jobs[k].sum, error);
   }
   return HURRAY_OK;
 }
@@ -1565,18 +1647,35 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
     view = file_view(r, &temporary);
   }
   bool drop = temporary || (drop_pages && r->mode == HURRAY_READ_MMAP);
+  /* Through a mapping, a buffer with chunk checksums is hashed chunk by
+   * chunk, on every thread; pread and a source hash whole buffers. */
+  bool by_chunk = view != NULL && r->chunk_sums != NULL;
+  const uint8_t *chunk = by_chunk ? r->chunk_sums + 8 * chunks_before(r, first) : NULL;
   size_t n = 0;
   uint64_t bytes = 0;
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
     const TensorEntry entry = entry_at(r, first + i);
     for (uint32_t b = 0; status == HURRAY_OK && b < entry.buffer_count; b++) {
-      refs[n].t = entry;
-      refs[n].buffer = b;
-      bytes += buffer_field(&entry, b, 1);
-      if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
-        status = verify_round(r, view, drop, threads, jobs, refs, n, error);
-        n = 0;
-        bytes = 0;
+      uint64_t length = buffer_field(&entry, b, 1);
+      uint64_t pieces = by_chunk ? chunks_of(length, r->chunk_size) : 0;
+      uint64_t step = pieces > 0 ? r->chunk_size : length;
+      for (uint64_t k = 0; status == HURRAY_OK && k < (pieces > 0 ? pieces : 1); k++) {
+        refs[n].t = entry;
+        refs[n].buffer = b;
+        refs[n].start = k * step;
+        refs[n].length = pieces > 0 && length - k * step < step ? length - k * step : step;
+        refs[n].chunk = pieces > 0 ? chunk : NULL;
+        if (pieces > 0) chunk += 8;
+        /* Only what waits for the round's end to be let go of counts
+         * toward the round's size: large pieces are let go of by the
+         * thread that hashed them, and every round ends with threads
+         * idle while the last pieces are hashed. */
+        if (refs[n].length < VERIFY_DROP_ON_THREAD_BYTES) bytes += refs[n].length;
+        if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
+          status = verify_round(r, view, drop, threads, jobs, refs, n, error);
+          n = 0;
+          bytes = 0;
+        }
       }
     }
   }

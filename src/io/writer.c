@@ -143,6 +143,12 @@ struct HurrayWriter {
   size_t metadata_count;
   size_t metadata_capacity;
   NameSet metadata_keys;
+
+  /* The chunk checksums (io.h, HURRAY_CHUNK_BYTES) of every buffer longer
+   * than a chunk, in write order: finish puts them in index order. */
+  uint64_t *chunk_sums;
+  size_t chunk_count;
+  size_t chunk_capacity;
 };
 
 /* ------------------------------------------------------------ raw output */
@@ -284,27 +290,87 @@ static void drop_mapped_pages(const void *p, uint64_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-/* Writes one buffer and computes its checksum. Into a file, in pieces that
- * end on multiples of HURRAY_WRITE_STEP of the file, each hashed just
- * before it is written: one pass over the source instead of a hash pass
- * and then a copy pass, and writes of the size that copies fastest
- * (raw_writer.h). A callback gets the buffer in one call, as before. */
+/* The number of chunk checksums a buffer of `len` bytes has: none when it
+ * fits in one chunk (its own checksum is that chunk's). */
+static uint64_t chunks_of(uint64_t len) {
+  return len > HURRAY_CHUNK_BYTES ? (len + HURRAY_CHUNK_BYTES - 1) / HURRAY_CHUNK_BYTES : 0;
+}
+
+/* Room for `more` chunk checksums, made before a tensor's bytes go out:
+ * refused, the tensor is refused with the writer still usable, and no
+ * write is ever followed by an allocation failure. The table must fit the
+ * index (at most HURRAY_MAX_INDEX_BYTES / 8 sums) and the metadata limit. */
+static HurrayStatus reserve_chunks(HurrayWriter *w, uint64_t more, HurrayError *error) {
+  if (more == 0) return HURRAY_OK;
+  if (w->chunk_count == 0 && w->metadata_count >= HURRAY_MAX_METADATA_ENTRIES) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "a buffer of over %llu bytes needs a metadata entry for its chunk "
+                        "checksums, and the file already has the %u entries it may hold",
+                        (unsigned long long)HURRAY_CHUNK_BYTES, HURRAY_MAX_METADATA_ENTRIES);
+  }
+  uint64_t limit = HURRAY_MAX_INDEX_BYTES / 8;
+  if (more > limit - w->chunk_count) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "the file's chunk checksums (one per %llu bytes of data) would not fit "
+                        "the %u-byte index",
+                        (unsigned long long)HURRAY_CHUNK_BYTES, HURRAY_MAX_INDEX_BYTES);
+  }
+  if (w->chunk_capacity - w->chunk_count >= more) return HURRAY_OK;
+  size_t capacity = w->chunk_capacity ? w->chunk_capacity : 256;
+  while (capacity - w->chunk_count < more) capacity *= 2;
+  uint64_t *grown = realloc(w->chunk_sums, capacity * sizeof *grown);
+  if (grown == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  w->chunk_sums = grown;
+  w->chunk_capacity = capacity;
+  return HURRAY_OK;
+}
+
+/* Feeds [p, p + n) of a buffer to the hash of its chunks: `at` is where p
+ * lies in the buffer; each chunk's sum is appended as the chunk ends. */
+static void hash_chunks(HurrayWriter *w, HurrayHashStream *chunk, uint64_t at, const uint8_t *p,
+                        uint64_t n, uint64_t len) {
+  while (n > 0) {
+    uint64_t in = at % HURRAY_CHUNK_BYTES;
+    uint64_t take = HURRAY_CHUNK_BYTES - in;
+    if (take > n) take = n;
+    if (in == 0) hurray__hash_stream_reset(chunk);
+    hurray__hash_stream_update(chunk, p, (size_t)take);
+    at += take;
+    p += take;
+    n -= take;
+    if (at % HURRAY_CHUNK_BYTES == 0 || at == len) {
+      w->chunk_sums[w->chunk_count++] = hurray__hash_stream_digest(chunk);
+    }
+  }
+}
+
+/* Writes one buffer and computes its checksum (and its chunks' checksums,
+ * for a buffer longer than a chunk). Into a file, in pieces that end on
+ * multiples of HURRAY_WRITE_STEP of the file, each hashed just before it
+ * is written: one pass over the source instead of a hash pass and then a
+ * copy pass, and writes of the size that copies fastest (raw_writer.h). A
+ * callback gets the buffer in one call, as before. */
 static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len, uint64_t *sum,
                                 HurrayError *error) {
+  bool chunked = chunks_of(len) > 0;
+  HurrayHashStream chunk;
   if (w->kind == SINK_CALLBACK || len <= HURRAY_WRITE_STEP) {
     *sum = hurray__checksum(data, (size_t)len);
+    if (chunked) hash_chunks(w, &chunk, 0, data, len, len);
     return emit(w, data, (size_t)len, error);
   }
   HurrayHashStream hs;
   hurray__hash_stream_reset(&hs);
   const uint8_t *p = data, *kept = data;
-  while (len > 0) {
+  uint64_t at = 0;
+  while (at < len) {
     uint64_t n = HURRAY_WRITE_STEP - w->position % HURRAY_WRITE_STEP;
-    if (n > len) n = len;
+    if (n > len - at) n = len - at;
     hurray__hash_stream_update(&hs, p, (size_t)n);
+    if (chunked) hash_chunks(w, &chunk, at, p, n, len);
     HURRAY_RETURN_NOT_OK(emit(w, p, (size_t)n, error));
     p += n;
-    len -= n;
+    at += n;
     if (w->drop_source && (uint64_t)(p - kept) >= HURRAY_DROP_STEP) {
       drop_mapped_pages(kept, (uint64_t)(p - kept));
       kept = p;
@@ -634,6 +700,7 @@ static HurrayStatus append_tensor(HurrayWriter *w, const char *name, size_t name
   HurrayStatus status = reserve_records(w, stored->buffer_count, error);
   TensorRecord t = {0};
   size_t strings_len = w->strings.len;
+  size_t chunk_count = w->chunk_count;
   t.name_at = w->strings.len;
   t.name_len = name_len;
   bytes_put(&w->strings, name, name_len);
@@ -645,6 +712,11 @@ static HurrayStatus append_tensor(HurrayWriter *w, const char *name, size_t name
     w->strings.failed = false; /* nothing was appended: the arena is as it was */
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
+  uint64_t chunks = 0;
+  for (uint32_t i = 0; i < stored->buffer_count; i++) {
+    chunks += chunks_of(stored->buffers[i].byte_size);
+  }
+  if (status == HURRAY_OK) status = reserve_chunks(w, chunks, error);
   t.buffers_at = w->buffer_record_count;
   t.buffer_count = stored->buffer_count;
   /* Stream the buffers: no copy, each piece hashed and then written. The
@@ -668,6 +740,7 @@ static HurrayStatus append_tensor(HurrayWriter *w, const char *name, size_t name
   }
   if (status != HURRAY_OK) {
     w->strings.len = strings_len;
+    w->chunk_count = chunk_count;
     return status;
   }
   w->buffer_record_count += t.buffer_count;
@@ -811,6 +884,10 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and value are required");
   }
   HURRAY_RETURN_NOT_OK(check_name(key, "metadata key", HURRAY_MAX_METADATA_KEY_BYTES, error));
+  if (strcmp(key, HURRAY_CHUNK_CHECKSUMS_KEY) == 0) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "metadata key \"%s\" is reserved for the file's chunk checksums", key);
+  }
   if (len > HURRAY_MAX_INDEX_BYTES) {
     return hurray__fail(error, HURRAY_ERR_LIMIT,
                         "metadata \"%s\": a %zu-byte value cannot fit the %u-byte index", key, len,
@@ -821,9 +898,13 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   size_t *slot = name_slot(w, &w->metadata_keys, true, key, key_len);
-  if (*slot == 0 && w->metadata_count >= HURRAY_MAX_METADATA_ENTRIES) {
-    return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u metadata entries",
-                        HURRAY_MAX_METADATA_ENTRIES);
+  /* The chunk-checksum table, once due, takes one of the entries. */
+  size_t room = HURRAY_MAX_METADATA_ENTRIES - (w->chunk_count > 0 ? 1 : 0);
+  if (*slot == 0 && w->metadata_count >= room) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "a file holds at most %u metadata entries (%zu besides its chunk "
+                        "checksums)",
+                        HURRAY_MAX_METADATA_ENTRIES, room);
   }
   uint8_t *copy = malloc(len ? len : 1);
   if (copy == NULL) {
@@ -924,6 +1005,39 @@ static int compare_metadata(const void *pa, const void *pb) {
   return compare_names(a->key, a->key_len, b->key, b->key_len);
 }
 
+static void put_metadata(Bytes *index, const char *key, size_t key_len, uint8_t type,
+                         const uint8_t *value, size_t value_len) {
+  bytes_le(index, key_len, 2);
+  bytes_put(index, key, key_len);
+  bytes_le(index, type, 1);
+  bytes_le(index, value_len, 4);
+  bytes_put(index, value, value_len);
+}
+
+/* The chunk-checksum table's value (spec 7.1): the chunk size, then the
+ * sums of every chunked buffer in index order (tensors sorted, buffers in
+ * record order), from w->chunk_sums, which holds them in write order. */
+static bool chunk_table(const HurrayWriter *w, Bytes *value) {
+  size_t *first = malloc(w->buffer_record_count * sizeof *first);
+  if (first == NULL) return false;
+  size_t at = 0;
+  for (size_t i = 0; i < w->buffer_record_count; i++) {
+    first[i] = at;
+    at += (size_t)chunks_of(w->buffer_records[i].length);
+  }
+  bytes_le(value, HURRAY_CHUNK_BYTES, 8);
+  for (size_t i = 0; i < w->tensor_count; i++) {
+    const TensorRecord *t = &w->tensors[i];
+    for (uint32_t k = 0; k < t->buffer_count; k++) {
+      size_t b = t->buffers_at + k;
+      uint64_t n = chunks_of(w->buffer_records[b].length);
+      for (uint64_t c = 0; c < n; c++) bytes_le(value, w->chunk_sums[first[b] + c], 8);
+    }
+  }
+  free(first);
+  return !value->failed;
+}
+
 static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error) {
   /* Sorted names let readers binary-search without building a table. */
   if (w->tensor_count > 1) {
@@ -931,6 +1045,11 @@ static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error)
   }
   if (w->metadata_count > 1) {
     qsort(w->metadata, w->metadata_count, sizeof *w->metadata, compare_metadata);
+  }
+  Bytes chunks = {0};
+  if (w->chunk_count > 0 && !chunk_table(w, &chunks)) {
+    free(chunks.data);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory building the index");
   }
   Bytes index = {0};
   for (size_t i = 0; i < w->tensor_count; i++) {
@@ -947,14 +1066,23 @@ static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error)
       bytes_le(&index, buffers[k].checksum, 8);
     }
   }
-  for (size_t i = 0; i < w->metadata_count; i++) {
-    const MetadataRecord *m = &w->metadata[i];
-    bytes_le(&index, m->key_len, 2);
-    bytes_put(&index, m->key, m->key_len);
-    bytes_le(&index, (uint64_t)m->type, 1);
-    bytes_le(&index, m->value_len, 4);
-    bytes_put(&index, m->value, m->value_len);
+  /* The chunk table goes in at its key's place among the sorted keys. */
+  static const char chunk_key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+  size_t chunk_key_len = sizeof chunk_key - 1;
+  bool table_due = chunks.len > 0;
+  for (size_t i = 0; i <= w->metadata_count; i++) {
+    const MetadataRecord *m = i < w->metadata_count ? &w->metadata[i] : NULL;
+    if (table_due &&
+        (m == NULL || compare_names(chunk_key, chunk_key_len, m->key, m->key_len) < 0)) {
+      put_metadata(&index, chunk_key, chunk_key_len, HURRAY_METADATA_CHUNK_CHECKSUMS, chunks.data,
+                   chunks.len);
+      table_due = false;
+    }
+    if (m != NULL)
+      put_metadata(&index, m->key, m->key_len, (uint8_t)m->type, m->value, m->value_len);
   }
+  size_t metadata_count = w->metadata_count + (chunks.len > 0 ? 1 : 0);
+  free(chunks.data);
   if (index.failed) {
     free(index.data);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory building the index");
@@ -975,7 +1103,7 @@ static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error)
     hurray__put_le(trailer + TRAILER_INDEX_LENGTH, index.len, 8);
     hurray__put_le(trailer + TRAILER_INDEX_CHECKSUM, hurray__checksum(index.data, index.len), 8);
     hurray__put_le(trailer + TRAILER_TENSOR_COUNT, w->tensor_count, 8);
-    hurray__put_le(trailer + TRAILER_METADATA_COUNT, w->metadata_count, 8);
+    hurray__put_le(trailer + TRAILER_METADATA_COUNT, metadata_count, 8);
     hurray__put_le(trailer + TRAILER_MAJOR, HURRAY_FILE_FORMAT_MAJOR, 2);
     hurray__put_le(trailer + TRAILER_MINOR, HURRAY_FILE_FORMAT_MINOR, 2);
     hurray__put_le(trailer + TRAILER_CHECKSUM, hurray__checksum(trailer, TRAILER_CHECKSUM), 8);
@@ -1101,6 +1229,7 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->buffer_records);
   free(w->stage);
   free(w->metadata);
+  free(w->chunk_sums);
   free(w->tensor_names.slots);
   free(w->tensor_names.tags);
   free(w->metadata_keys.slots);

@@ -907,6 +907,209 @@ static void test_newer_minor_version_reads(void **state) {
   free(f.data);
 }
 
+/* ----------------------------------------------- chunk checksums (1.1) */
+
+/* Buffers around the chunk size, written in an order other than the
+ * index's: "b" has two chunks and five bytes (3 sums), "a" one chunk and
+ * a byte (2 sums), "c" exactly one chunk and "d" 100 bytes (no sums). */
+#define CHUNK HURRAY_CHUNK_BYTES
+static const char *const chunk_names[] = {"b", "a", "c", "d"};
+static const uint64_t chunk_sizes[] = {2 * CHUNK + 5, CHUNK + 1, CHUNK, 100};
+
+static uint8_t *chunk_data(int i) {
+  uint8_t *p = malloc((size_t)chunk_sizes[i]);
+  for (uint64_t k = 0; k < chunk_sizes[i]; k++) p[k] = pattern(7, (uint32_t)i, k);
+  return p;
+}
+
+static HurrayStatus append_to_file(void *ctx, const void *data, size_t len) {
+  return fwrite(data, 1, len, ctx) == len ? HURRAY_OK : HURRAY_ERR_IO;
+}
+
+/* Writes the chunk test file to `path`, through the path sink or, with
+ * `callback`, through a write callback (which gets each buffer whole). */
+static void write_chunked(const char *path, bool callback) {
+  HurrayWriter *w = NULL;
+  FILE *fp = NULL;
+  if (callback) {
+    fp = fopen(path, "wb");
+    assert_ok(hurray_writer_open_callback(append_to_file, fp, &w, error));
+  } else {
+    assert_ok(hurray_writer_open(path, &w, error));
+  }
+  assert_ok(hurray_writer_set_metadata_string(w, "zz", "after the table", error));
+  assert_ok(hurray_writer_set_metadata_int(w, "a", 1, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                hurray_writer_set_metadata_int(w, HURRAY_CHUNK_CHECKSUMS_KEY, 1, error));
+  for (int i = 0; i < 4; i++) {
+    uint8_t *data = chunk_data(i);
+    HurrayDenseTensor t = {chunk_names[i], HURRAY_DTYPE_UINT8, 1, &chunk_sizes[i],
+                           data,           chunk_sizes[i]};
+    assert_ok(hurray_writer_write_dense_batch(w, &t, 1, NULL, error));
+    free(data);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  if (fp != NULL) fclose(fp);
+}
+
+/* The table's value in a file image: u64 chunk size, then the sums. */
+static uint8_t *chunk_table(File *f, uint64_t *value_len) {
+  static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+  uint8_t *hit = memmem(f->data, f->len, key, sizeof key - 1);
+  assert_non_null(hit);
+  assert_int_equal(hit[sizeof key - 1], 6);
+  *value_len = le(hit + sizeof key, 4);
+  return hit + sizeof key + 4;
+}
+
+static void verify_with_threads(const char *path, HurrayReadMode mode, const char *threads,
+                                const char *name, HurrayStatus expected, const char *message) {
+  setenv("HURRAY_HASH_THREADS", threads, 1);
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = mode;
+  HurrayReader *r = NULL;
+  HurrayError err = {0};
+  assert_ok(hurray_reader_open(path, &options, &r, &err));
+  assert_int_equal(hurray_reader_verify(r, name, &err), expected);
+  if (message != NULL && strstr(err.message, message) == NULL) {
+    fail_msg("verify said \"%s\", not \"%s\"", err.message, message);
+  }
+  hurray_reader_close(r);
+  unsetenv("HURRAY_HASH_THREADS");
+}
+
+/* Every buffer longer than a chunk gets one xxh3 per chunk, in index
+ * order, besides its whole checksum (what a 1.0 reader checks); the file
+ * says minor 1; the table is not user metadata; both sinks write the same
+ * bytes. */
+static void test_chunk_checksums_written(void **state) {
+  (void)state;
+  char path[300], via_callback[300];
+  in_dir(path, sizeof path, "chunks.hurray");
+  in_dir(via_callback, sizeof via_callback, "chunks-callback.hurray");
+  write_chunked(path, false);
+  write_chunked(via_callback, true);
+  File f = load(path), g = load(via_callback);
+  assert_int_equal(f.len, g.len);
+  assert_memory_equal(f.data, g.data, f.len);
+  assert_int_equal(le(f.data + 10, 2), 1);
+  assert_int_equal(le(f.data + f.len - 64 + 42, 2), 1);
+  assert_int_equal(le(f.data + f.len - 64 + 32, 8), 3); /* "a", the table, "zz" */
+  uint64_t value_len = 0;
+  const uint8_t *table = chunk_table(&f, &value_len);
+  assert_int_equal(value_len, 8 + 8 * 5);
+  assert_int_equal(le(table, 8), CHUNK);
+  const uint8_t *sum = table + 8;
+  for (int i = 1; i >= 0; i--) { /* index order: "a", then "b" */
+    uint8_t *data = chunk_data(i);
+    for (uint64_t at = 0; at < chunk_sizes[i]; at += CHUNK, sum += 8) {
+      uint64_t n = chunk_sizes[i] - at < CHUNK ? chunk_sizes[i] - at : CHUNK;
+      assert_int_equal(le(sum, 8), XXH3_64bits(data + at, (size_t)n));
+    }
+    free(data);
+  }
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_int_equal(hurray_reader_metadata_count(r), 2);
+  assert_string_equal(hurray_reader_metadata_key(r, 0), "a");
+  assert_string_equal(hurray_reader_metadata_key(r, 1), "zz");
+  const uint8_t *raw = NULL;
+  size_t raw_len = 0;
+  assert_status(HURRAY_ERR_NOT_FOUND, hurray_reader_metadata_bytes(r, HURRAY_CHUNK_CHECKSUMS_KEY,
+                                                                   &raw, &raw_len, error));
+  hurray_reader_close(r);
+  for (HurrayReadMode mode = HURRAY_READ_MMAP; mode <= HURRAY_READ_MMAP_PRIVATE; mode++) {
+    verify_with_threads(path, mode, "1", NULL, HURRAY_OK, NULL);
+    verify_with_threads(path, mode, "2", NULL, HURRAY_OK, NULL);
+  }
+  free(f.data);
+  free(g.data);
+}
+
+/* Damage inside one chunk is named by its byte range through a mapping
+ * (chunk sums) and caught by the whole checksum through pread; verifying
+ * another tensor alone still finds its own sums (the table's order). */
+static void test_chunk_checksums_catch_damage(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "chunks-damage.hurray");
+  in_dir(bad, sizeof bad, "chunks-damage-bad.hurray");
+  write_chunked(path, false);
+  File f = load(path);
+  /* "b" is the second buffer in index order. */
+  uint8_t *at = f.data + record_field(&f, 1, 0) + CHUNK;
+  at[7] ^= 0x10;
+  store(bad, f.data, f.len);
+  for (const char *threads = "1"; threads != NULL; threads = threads[0] == '1' ? "2" : NULL) {
+    verify_with_threads(bad, HURRAY_READ_MMAP, threads, NULL, HURRAY_ERR_CHECKSUM,
+                        "tensor \"b\" buffer 0: checksum mismatch in bytes [4194304, 8388608)");
+    verify_with_threads(bad, HURRAY_READ_MMAP_PRIVATE, threads, "b", HURRAY_ERR_CHECKSUM,
+                        "bytes [4194304, 8388608)");
+    verify_with_threads(bad, HURRAY_READ_MMAP, threads, "a", HURRAY_OK, NULL);
+    verify_with_threads(bad, HURRAY_READ_MMAP, threads, "c", HURRAY_OK, NULL);
+  }
+  verify_with_threads(bad, HURRAY_READ_PREAD, "2", NULL, HURRAY_ERR_CHECKSUM,
+                      "tensor \"b\" buffer 0: checksum mismatch (stored");
+  at[7] ^= 0x10;
+
+  /* A stored chunk sum changed (and the index resealed): the chunk no
+   * longer matches it; the whole checksums, which pread checks, still do. */
+  uint64_t value_len = 0;
+  uint8_t *table = chunk_table(&f, &value_len);
+  table[8 + 8 * 4] ^= 1; /* the last sum: "b"'s 5-byte tail */
+  reseal(&f);
+  store(bad, f.data, f.len);
+  verify_with_threads(bad, HURRAY_READ_MMAP, "2", NULL, HURRAY_ERR_CHECKSUM,
+                      "bytes [8388608, 8388613)");
+  verify_with_threads(bad, HURRAY_READ_PREAD, "2", NULL, HURRAY_OK, NULL);
+  free(f.data);
+}
+
+/* The table is checked at open like the rest of the index (spec 7.1). */
+static void test_chunk_table_checked_at_open(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "chunks-open.hurray");
+  in_dir(bad, sizeof bad, "chunks-open-bad.hurray");
+  write_chunked(path, false);
+  File f = load(path);
+  uint64_t value_len = 0;
+  uint8_t *table = chunk_table(&f, &value_len);
+  HurrayReader *r = NULL;
+  /* Chunk sizes: twice as large (then "a" has no sums: 5 sums too many),
+   * not a power of two, below 2^16, above 2^40. */
+  const uint64_t sizes[] = {2 * CHUNK, 3 * CHUNK, (uint64_t)1 << 15, (uint64_t)1 << 41};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    put(table, sizes[i], 8);
+    reseal(&f);
+    store(bad, f.data, f.len);
+    assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
+  }
+  put(table, CHUNK, 8);
+  /* Type 6 under another key (still in order). */
+  static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
+  uint8_t *k = table - 5 - (sizeof key - 1);
+  k[sizeof key - 2] = 'z';
+  reseal(&f);
+  store(bad, f.data, f.len);
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
+  k[sizeof key - 2] = 's';
+  /* The reserved key with type 5 is ordinary user metadata (a 1.0 file may
+   * hold it): listed, and verify checks the whole checksums. */
+  table[-5] = HURRAY_METADATA_BYTES;
+  reseal(&f);
+  store(bad, f.data, f.len);
+  assert_ok(hurray_reader_open(bad, NULL, &r, error));
+  assert_int_equal(hurray_reader_metadata_count(r), 3);
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+  table[-5] = 6;
+  reseal(&f);
+  store(bad, f.data, f.len);
+  assert_int_equal(open_and_use(bad), HURRAY_OK);
+  free(f.data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_mmap),
@@ -924,6 +1127,9 @@ int main(void) {
       cmocka_unit_test(test_data_bit_flips_caught_by_verify),
       cmocka_unit_test(test_crafted_faults),
       cmocka_unit_test(test_newer_minor_version_reads),
+      cmocka_unit_test(test_chunk_checksums_written),
+      cmocka_unit_test(test_chunk_checksums_catch_damage),
+      cmocka_unit_test(test_chunk_table_checked_at_open),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

@@ -515,6 +515,13 @@ static void test_writer_names_and_metadata(void **state) {
          (double)(clock() - start) / CLOCKS_PER_SEC);
   assert_status(HURRAY_ERR_LIMIT, hurray_writer_set_metadata_int(w, "one.more", 0, error));
   assert_ok(hurray_writer_set_metadata_string(w, "key.7", "replaced", error));
+  /* A buffer longer than a chunk needs an entry for its chunk checksums:
+   * none is left, so the tensor is refused and the writer stays usable. */
+  uint64_t big_size = HURRAY_CHUNK_BYTES + 1;
+  uint8_t *big = calloc(1, (size_t)big_size);
+  HurrayDenseTensor t = {"big", HURRAY_DTYPE_UINT8, 1, &big_size, big, big_size};
+  assert_status(HURRAY_ERR_LIMIT, hurray_writer_write_dense_batch(w, &t, 1, NULL, error));
+  free(big);
   assert_ok(hurray_writer_finish(w, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
