@@ -376,6 +376,40 @@ def test_verify_checks_every_buffer_of_a_multi_buffer_tensor(fast_dir):
         hurray.open(path).verify("q")
 
 
+@pytest.mark.parametrize("mmap", MODES)
+def test_verify_names_the_damaged_chunk_of_a_long_buffer(fast_dir, mmap, monkeypatch):
+    """A buffer longer than 4 MiB carries one checksum per 4 MiB chunk (format
+    1.1); through a mapping verify checks those, on every thread, and names
+    the chunk; pread checks the whole buffer. The table is not metadata."""
+    monkeypatch.setenv("HURRAY_HASH_THREADS", "2")
+    chunk = 4 << 20
+    big = np.random.default_rng(25).integers(0, 256, 2 * chunk + 77, dtype=np.uint8)
+    path = fast_dir / "chunks.hurray"
+    hurray.save(path, {"big": big, "small": np.arange(5)}, metadata={"k": 1})
+    raw = bytearray(path.read_bytes())
+    assert raw[10:12] == b"\x01\x00"  # minor version 1
+    with hurray.open(path, mmap=mmap) as f:
+        assert f.metadata == {"k": 1}
+        f.verify()
+    at = raw.find(big[chunk : chunk + 64].tobytes())
+    raw[at + 100] ^= 0x01  # inside the second chunk
+    path.write_bytes(bytes(raw))
+    with hurray.open(path, mmap=mmap) as f:
+        f.verify("small")
+        with pytest.raises(hurray.ChecksumError) as info:
+            f.verify()
+    where = f"in bytes [{chunk}, {2 * chunk})" if mmap else "checksum mismatch (stored"
+    assert where in str(info.value)
+
+
+def test_chunk_checksum_key_is_reserved(fast_dir):
+    with pytest.raises(hurray.InvalidArgumentError, match="reserved"):
+        hurray.save(
+            fast_dir / "r.hurray", {"a": np.arange(3)}, metadata={"hurray.chunk_checksums": 1}
+        )
+    assert not (fast_dir / "r.hurray").exists()
+
+
 # ---------------------------------------------------------------- metadata
 
 
