@@ -6,7 +6,7 @@
  *                                       DIR (sorted), with each piece's shard
  *   hurray info [--json] FILE [NAME]    metadata and full descriptors
  *   hurray verify FILE                  check every checksum
- *   hurray cat [--npy] [--buffer N] FILE NAME
+ *   hurray cat [--npy] [--buffer N] [--force] FILE NAME
  *                                       raw bytes of one buffer, or .npy
  *   hurray convert SRC DST [options]    to and from safetensors, GGUF, .npz,
  *                                       torch; runs the Python package
@@ -41,9 +41,10 @@ static const char usage_text[] =
     "  info [--json] FILE [NAME]     print file metadata and full descriptors\n"
     "                                (all tensors, or only NAME)\n"
     "  verify FILE                   check the checksum of every buffer\n"
-    "  cat [--npy] [--buffer N] FILE NAME\n"
+    "  cat [--npy] [--buffer N] [--force] FILE NAME\n"
     "                                write buffer N (default 0) of NAME to stdout;\n"
-    "                                --npy writes a dense tensor as a .npy file\n"
+    "                                --npy writes a dense tensor as a .npy file;\n"
+    "                                refused on a terminal unless --force\n"
     "  convert SRC DST [options]     convert safetensors, GGUF, .npz/.npy and torch\n"
     "                                checkpoints to and from hurray, optionally\n"
     "                                quantizing; 'hurray convert --help' for more\n"
@@ -180,7 +181,7 @@ int main(int argc, char **argv) {
     return EXIT_SUCCESS;
   }
   if (strcmp(command, "convert") == 0) return run_convert(argc, argv);
-  bool json = false, npy = false;
+  bool json = false, npy = false, force = false;
   long buffer_index = 0;
   const char *positional[3] = {NULL, NULL, NULL};
   int npos = 0;
@@ -192,6 +193,8 @@ int main(int argc, char **argv) {
       json = true;
     } else if (strcmp(argv[i], "--npy") == 0 && strcmp(command, "cat") == 0) {
       npy = true;
+    } else if (strcmp(argv[i], "--force") == 0 && strcmp(command, "cat") == 0) {
+      force = true;
     } else if (strcmp(argv[i], "--buffer") == 0 && strcmp(command, "cat") == 0) {
       char *end = NULL;
       if (i + 1 >= argc || (buffer_index = strtol(argv[i + 1], &end, 10), *end != '\0')) {
@@ -217,6 +220,14 @@ int main(int argc, char **argv) {
   }
   if (strcmp(command, "cat") == 0) {
     if (npos != 2) return usage_error("cat takes FILE NAME%s", "");
+    /* Raw tensor bytes on a terminal are noise at best, and control
+     * sequences that change the terminal at worst (zstd refuses too). */
+    if (!force && isatty(fileno(stdout))) {
+      return usage_error(
+          "cat writes binary data and stdout is a terminal; redirect it (hurray "
+          "cat FILE NAME > out.bin) or pass --force%s",
+          "");
+    }
     return hurray_cli_cat(stdout, stderr, positional[0], positional[1], buffer_index, npy);
   }
   return usage_error("unknown command '%s'", command);

@@ -427,7 +427,7 @@ static uint64_t chunks_before(const HurrayReader *r, size_t count) {
 
 /* Takes the chunk-checksum table (type 6) out of the metadata list, where
  * it is the file's own, not the user's, and checks it against the buffer
- * records (spec 7.1, check 14): its size must be exactly one sum for each
+ * records (spec 7.1, check 34): its size must be exactly one sum for each
  * chunk of each buffer longer than a chunk. */
 static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
   static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;

@@ -134,6 +134,21 @@ class CliTest(unittest.TestCase):
         self.assertEqual(run("cat", self.path, "graph.adjacency", "--buffer", "3").returncode, 1)
         self.assertEqual(run("cat", self.path, "nope").returncode, 1)
 
+    def test_cat_refuses_a_terminal_unless_forced(self):
+        import pty
+
+        args = ("cat", self.path, "layers.0.proj.weight", "--buffer", "1")
+        for extra, code in (((), 2), (("--force",), 0)):
+            main, tty = pty.openpty()
+            try:
+                p = subprocess.run([HURRAY, *args, *extra], stdout=tty, stderr=subprocess.PIPE)
+            finally:
+                os.close(tty)
+                os.close(main)
+            self.assertEqual(p.returncode, code, p.stderr)
+            if code:
+                self.assertIn(b"stdout is a terminal", p.stderr)
+
 
 SEEDS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
