@@ -290,6 +290,23 @@ static void drop_mapped_pages(const void *p, uint64_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* Makes room for `more` elements of `size` bytes after the first `count`
+ * of the array `data` (`*capacity` elements), doubling from `first`.
+ * Returns the array, moved or not, or NULL when memory runs out; `data`
+ * is then untouched and still the caller's. */
+static void *reserve_array(void *data, size_t *capacity, size_t count, size_t more, size_t size,
+                           size_t first) {
+  if (data != NULL && *capacity - count >= more) return data;
+  size_t grown_capacity = *capacity ? *capacity : first;
+  while (grown_capacity - count < more) {
+    if (grown_capacity > SIZE_MAX / 2 / size) return NULL;
+    grown_capacity *= 2;
+  }
+  void *grown = realloc(data, grown_capacity * size);
+  if (grown != NULL) *capacity = grown_capacity;
+  return grown;
+}
+
 /* The number of chunk checksums a buffer of `len` bytes has: none when it
  * fits in one chunk (its own checksum is that chunk's). */
 static uint64_t chunks_of(uint64_t len) {
@@ -315,13 +332,10 @@ static HurrayStatus reserve_chunks(HurrayWriter *w, uint64_t more, HurrayError *
                         "the %u-byte index",
                         (unsigned long long)HURRAY_CHUNK_BYTES, HURRAY_MAX_INDEX_BYTES);
   }
-  if (w->chunk_capacity - w->chunk_count >= more) return HURRAY_OK;
-  size_t capacity = w->chunk_capacity ? w->chunk_capacity : 256;
-  while (capacity - w->chunk_count < more) capacity *= 2;
-  uint64_t *grown = realloc(w->chunk_sums, capacity * sizeof *grown);
-  if (grown == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  w->chunk_sums = grown;
-  w->chunk_capacity = capacity;
+  uint64_t *sums = reserve_array(w->chunk_sums, &w->chunk_capacity, w->chunk_count, (size_t)more,
+                                 sizeof *sums, 256);
+  if (sums == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  w->chunk_sums = sums;
   return HURRAY_OK;
 }
 
@@ -669,21 +683,14 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
 
 /* Room for one more tensor record and `buffer_count` more buffer records. */
 static HurrayStatus reserve_records(HurrayWriter *w, uint32_t buffer_count, HurrayError *error) {
-  if (w->tensor_count == w->tensor_capacity) {
-    size_t capacity = w->tensor_capacity ? w->tensor_capacity * 2 : 16;
-    TensorRecord *grown = realloc(w->tensors, capacity * sizeof *grown);
-    if (grown == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    w->tensors = grown;
-    w->tensor_capacity = capacity;
-  }
-  if (w->buffer_record_capacity - w->buffer_record_count < buffer_count) {
-    size_t capacity = w->buffer_record_capacity ? w->buffer_record_capacity : 16;
-    while (capacity - w->buffer_record_count < buffer_count) capacity *= 2;
-    BufferRecord *grown = realloc(w->buffer_records, capacity * sizeof *grown);
-    if (grown == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    w->buffer_records = grown;
-    w->buffer_record_capacity = capacity;
-  }
+  TensorRecord *tensors = reserve_array(w->tensors, &w->tensor_capacity, w->tensor_count, 1,
+                                        sizeof *tensors, 16);
+  if (tensors == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  w->tensors = tensors;
+  BufferRecord *records = reserve_array(w->buffer_records, &w->buffer_record_capacity,
+                                        w->buffer_record_count, buffer_count, sizeof *records, 16);
+  if (records == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  w->buffer_records = records;
   return HURRAY_OK;
 }
 
