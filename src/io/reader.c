@@ -96,6 +96,11 @@ struct HurrayReader {
   const uint8_t *chunk_sums;
   uint64_t chunk_size;
   uint64_t chunk_count;
+  /* The sums of tensors [0, k * CHUNK_MARK_STRIDE) at chunk_marks[k]: where
+   * a tensor's sums start is found with at most CHUNK_MARK_STRIDE - 1
+   * entries walked, so that verifying every tensor one by one (the
+   * converter does) stays linear in the tensor count. */
+  uint64_t *chunk_marks;
   /* NUL-terminated copies of the tensor names, made on the first
    * hurray_reader_tensor_name call (under names_lock): name i at
    * names + name_at[i]. The bindings read names in place instead. */
@@ -413,15 +418,22 @@ static uint64_t chunks_of(uint64_t len, uint64_t chunk_size) {
   return len > chunk_size ? (len - 1) / chunk_size + 1 : 0;
 }
 
+#define CHUNK_MARK_STRIDE 64
+
+static uint64_t entry_chunks(const HurrayReader *r, size_t i) {
+  const TensorEntry t = entry_at(r, i);
+  uint64_t total = 0;
+  for (uint32_t b = 0; b < t.buffer_count; b++) {
+    total += chunks_of(buffer_field(&t, b, 1), r->chunk_size);
+  }
+  return total;
+}
+
 /* The number of chunk sums of entries [0, count), in index order. */
 static uint64_t chunks_before(const HurrayReader *r, size_t count) {
-  uint64_t total = 0;
-  for (size_t i = 0; i < count; i++) {
-    const TensorEntry t = entry_at(r, i);
-    for (uint32_t b = 0; b < t.buffer_count; b++) {
-      total += chunks_of(buffer_field(&t, b, 1), r->chunk_size);
-    }
-  }
+  size_t from = count / CHUNK_MARK_STRIDE * CHUNK_MARK_STRIDE;
+  uint64_t total = r->chunk_marks[count / CHUNK_MARK_STRIDE];
+  for (size_t i = from; i < count; i++) total += entry_chunks(r, i);
   return total;
 }
 
@@ -451,7 +463,16 @@ static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
     r->chunk_size = size;
     r->chunk_count = (m->value_len - 8) / 8;
     r->chunk_sums = m->value + 8;
-    uint64_t expected = chunks_before(r, r->tensor_count);
+    r->chunk_marks = malloc((r->tensor_count / CHUNK_MARK_STRIDE + 1) * sizeof *r->chunk_marks);
+    if (r->chunk_marks == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+    uint64_t expected = 0;
+    for (size_t t = 0; t < r->tensor_count; t++) {
+      if (t % CHUNK_MARK_STRIDE == 0) r->chunk_marks[t / CHUNK_MARK_STRIDE] = expected;
+      expected += entry_chunks(r, t);
+    }
+    if (r->tensor_count % CHUNK_MARK_STRIDE == 0) {
+      r->chunk_marks[r->tensor_count / CHUNK_MARK_STRIDE] = expected;
+    }
     if (expected != r->chunk_count) {
       return CORRUPT(HURRAY_ERR_MALFORMED,
                      "index: %llu chunk checksums of %llu bytes, but the buffers have %llu "
@@ -783,6 +804,7 @@ void hurray_reader_close(HurrayReader *r) {
   free(r->index_copy);
   free(r->entries);
   free(r->metadata);
+  free(r->chunk_marks);
   free(r->arena);
   free(atomic_load(&r->names));
   free(r->name_at);

@@ -1065,6 +1065,38 @@ static void test_chunk_checksums_catch_damage(void **state) {
   free(f.data);
 }
 
+/* Where a tensor's sums start is found past many tensors without a long
+ * buffer (the reader keeps a mark every 64 tensors): "a", 150 small
+ * tensors, then "u", each of "a" and "u" one chunk and a byte. */
+static void test_chunk_sums_found_past_many_tensors(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "chunks-many.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  uint64_t big = CHUNK + 1, small = 100;
+  uint8_t *data = calloc(1, (size_t)big);
+  char name[16];
+  for (int i = -1; i <= 150; i++) {
+    snprintf(name, sizeof name, i < 0 ? "a" : i == 150 ? "u" : "t%03d", i);
+    bool long_one = i < 0 || i == 150;
+    HurrayDenseTensor t = {name, HURRAY_DTYPE_UINT8,    1, long_one ? &big : &small,
+                           data, long_one ? big : small};
+    data[0] = (uint8_t)i;
+    assert_ok(hurray_writer_write_dense_batch(w, &t, 1, NULL, error));
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  File f = load(path);
+  f.data[record_field(&f, 151, 0) + CHUNK] ^= 1; /* "u": its one-byte last chunk */
+  store(path, f.data, f.len);
+  verify_with_threads(path, HURRAY_READ_MMAP, "2", "u", HURRAY_ERR_CHECKSUM,
+                      "tensor \"u\" buffer 0: checksum mismatch in bytes [4194304, 4194305)");
+  verify_with_threads(path, HURRAY_READ_MMAP, "2", "a", HURRAY_OK, NULL);
+  verify_with_threads(path, HURRAY_READ_MMAP, "1", "t149", HURRAY_OK, NULL);
+  free(f.data);
+  free(data);
+}
+
 /* The table is checked at open like the rest of the index (spec 7.1). */
 static void test_chunk_table_checked_at_open(void **state) {
   (void)state;
@@ -1130,6 +1162,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_checksums_written),
       cmocka_unit_test(test_chunk_checksums_catch_damage),
       cmocka_unit_test(test_chunk_table_checked_at_open),
+      cmocka_unit_test(test_chunk_sums_found_past_many_tensors),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
