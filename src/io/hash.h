@@ -2,8 +2,9 @@
  * Checksums (xxh3-64, seed 0, ADR-0014) at memory speed: the widest vector
  * unit the CPU has, chosen once at run time, and many buffers hashed on a
  * pool of threads. The result never depends on either: xxh3 is defined
- * bit for bit, and every buffer is hashed whole by one thread (the format
- * has one checksum per buffer, so a buffer cannot be split).
+ * bit for bit, and every job is hashed whole by one thread: a buffer, or
+ * one chunk of a long buffer when the file has chunk checksums (format
+ * 1.1, ADR-0025; xxh3 of a whole buffer cannot be split).
  *
  * Knobs (for tests and benchmarks):
  *   HURRAY_HASH_THREADS=N  threads for hurray__hash_many, 1..64
