@@ -1,10 +1,19 @@
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import tempfile
 
 import pytest
+
+# Several tests send SIGINT to a child Python and expect KeyboardInterrupt.
+# A pytest started with SIGINT ignored (in the background by a shell without
+# job control: `sh -c 'make test &'`, `nohup ... &`) would hand "ignored" on
+# to every child, since it survives exec; a handler of our own is reset to
+# the default in the child instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Tests import the installed package (make python), never the source tree,
 # so that the C extension is the one built by `pip install .`.
