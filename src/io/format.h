@@ -27,6 +27,13 @@ static const uint8_t hurray__trailer_magic[8] = {'H', 'R', 'Y', 'E', 'N', 'D', 0
 #define HURRAY_CHUNK_LOG2_MIN 16
 #define HURRAY_CHUNK_LOG2_MAX 40
 
+/* How many chunk checksums a buffer of `len` bytes has with chunks of
+ * `chunk_size` bytes: none when it fits in one chunk (its own checksum
+ * covers it as one), else one per chunk, the last possibly shorter. */
+static inline uint64_t hurray__chunks_of(uint64_t len, uint64_t chunk_size) {
+  return len > chunk_size ? (len - 1) / chunk_size + 1 : 0;
+}
+
 /* Trailer field offsets. */
 enum {
   TRAILER_INDEX_OFFSET = 0,

@@ -92,10 +92,9 @@ struct HurrayReader {
   size_t metadata_count;
   char *arena; /* NUL-terminated metadata keys and string values */
   /* The chunk-checksum table (format 1.1, spec 7.1), NULL when the file
-   * has none: chunk_count sums of chunk_size bytes, in the index. */
+   * has none: the sums of chunks of chunk_size bytes, in the index. */
   const uint8_t *chunk_sums;
   uint64_t chunk_size;
-  uint64_t chunk_count;
   /* The sums of tensors [0, k * CHUNK_MARK_STRIDE) at chunk_marks[k]: where
    * a tensor's sums start is found with at most CHUNK_MARK_STRIDE - 1
    * entries walked, so that verifying every tensor one by one (the
@@ -412,19 +411,13 @@ static HurrayStatus parse_metadata(HurrayReader *r, Cursor *c, char **arena, Hur
   return HURRAY_OK;
 }
 
-/* The chunks of a buffer of `len` bytes that the table holds sums for:
- * none when it fits in one chunk (its own checksum covers it). */
-static uint64_t chunks_of(uint64_t len, uint64_t chunk_size) {
-  return len > chunk_size ? (len - 1) / chunk_size + 1 : 0;
-}
-
 #define CHUNK_MARK_STRIDE 64
 
 static uint64_t entry_chunks(const HurrayReader *r, size_t i) {
   const TensorEntry t = entry_at(r, i);
   uint64_t total = 0;
   for (uint32_t b = 0; b < t.buffer_count; b++) {
-    total += chunks_of(buffer_field(&t, b, 1), r->chunk_size);
+    total += hurray__chunks_of(buffer_field(&t, b, 1), r->chunk_size);
   }
   return total;
 }
@@ -461,7 +454,7 @@ static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
                      m->value_len);
     }
     r->chunk_size = size;
-    r->chunk_count = (m->value_len - 8) / 8;
+    uint64_t stored = (m->value_len - 8) / 8;
     r->chunk_sums = m->value + 8;
     r->chunk_marks = malloc((r->tensor_count / CHUNK_MARK_STRIDE + 1) * sizeof *r->chunk_marks);
     if (r->chunk_marks == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
@@ -473,11 +466,11 @@ static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
     if (r->tensor_count % CHUNK_MARK_STRIDE == 0) {
       r->chunk_marks[r->tensor_count / CHUNK_MARK_STRIDE] = expected;
     }
-    if (expected != r->chunk_count) {
+    if (expected != stored) {
       return CORRUPT(HURRAY_ERR_MALFORMED,
                      "index: %llu chunk checksums of %llu bytes, but the buffers have %llu "
                      "chunks",
-                     (unsigned long long)r->chunk_count, (unsigned long long)size,
+                     (unsigned long long)stored, (unsigned long long)size,
                      (unsigned long long)expected);
     }
     memmove(&r->metadata[i], &r->metadata[i + 1],
@@ -1679,7 +1672,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
     const TensorEntry entry = entry_at(r, first + i);
     for (uint32_t b = 0; status == HURRAY_OK && b < entry.buffer_count; b++) {
       uint64_t length = buffer_field(&entry, b, 1);
-      uint64_t pieces = by_chunk ? chunks_of(length, r->chunk_size) : 0;
+      uint64_t pieces = by_chunk ? hurray__chunks_of(length, r->chunk_size) : 0;
       uint64_t step = pieces > 0 ? r->chunk_size : length;
       for (uint64_t k = 0; status == HURRAY_OK && k < (pieces > 0 ? pieces : 1); k++) {
         refs[n].t = entry;

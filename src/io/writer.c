@@ -307,11 +307,8 @@ static void *reserve_array(void *data, size_t *capacity, size_t count, size_t mo
   return grown;
 }
 
-/* The number of chunk checksums a buffer of `len` bytes has: none when it
- * fits in one chunk (its own checksum is that chunk's). */
-static uint64_t chunks_of(uint64_t len) {
-  return len > HURRAY_CHUNK_BYTES ? (len + HURRAY_CHUNK_BYTES - 1) / HURRAY_CHUNK_BYTES : 0;
-}
+/* The chunk checksums this writer gives a buffer of `len` bytes. */
+static uint64_t chunks_of(uint64_t len) { return hurray__chunks_of(len, HURRAY_CHUNK_BYTES); }
 
 /* Room for `more` chunk checksums, made before a tensor's bytes go out:
  * refused, the tensor is refused with the writer still usable, and no
