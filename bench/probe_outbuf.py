@@ -8,7 +8,8 @@ interleaved round by round so a change of load hits them alike.
 
     .venv/bin/python bench/probe_outbuf.py [--mib 256] [--rounds 5] [policy ...]
 
-Not a test and not part of `make bench`: a probe for choosing the policy in
+Policies current_small, current_huge and current_probe are t.dequantize
+with HURRAY_FRESH_PAGES set so. Not a test and not part of `make bench`: a probe for choosing the policy in
 python/hurray/_outbuf.py. Prints a table with the median and best of each.
 PROBE_PREWARM_GIB=G makes each worker touch and unmap G GiB right before its
 clock, so that its fresh pages come from memory the host already backs (on a
@@ -118,6 +119,10 @@ def worker(d, policy, threads):
     nbytes = 4 * int(np.prod(shape))
     hurray.quantize(np.ones((2, 64), np.float32), "nf4").dequantize(threads=threads)  # warm
 
+    for choice in ("small", "huge", "probe"):  # t.dequantize with HURRAY_FRESH_PAGES=choice
+        if policy == "current_" + choice:
+            os.environ["HURRAY_FRESH_PAGES"] = choice
+            policy = "current"
     if policy == "after_q":  # as bench_quant.py's w_hurray: quantize first
         t = hurray.quantize(np.load(os.path.join(d, "x.npy")), "nf4", threads=threads)
         policy = "current"
@@ -153,6 +158,7 @@ def worker(d, policy, threads):
     def thp_populate():  # a mapping advised MADV_HUGEPAGE, populated per thread
         import mmap
 
+        os.environ["HURRAY_FRESH_PAGES"] = "huge"
         m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         raw = np.frombuffer(m, np.uint8)
         _hurray._prefault(raw, True, threads)

@@ -8,13 +8,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* _prefault(buffer, hugepage[, threads]): makes the pages of a writable
+/* _prefault(buffer, own_mapping[, threads]): makes the pages of a writable
  * buffer present now, with one MADV_POPULATE_WRITE per thread
- * (hurray__prefault_write: `threads` as the kernel that will write it gets),
- * after asking for transparent huge pages over its 2 MiB-aligned interior
- * when `hugepage` is true: a fresh output then costs no fault per 4 KiB
- * page. Advice only: kernels without these madvise calls leave the buffer
- * as it was. */
+ * (hurray__prefault_write: `threads` as the kernel that will write it gets).
+ * When `own_mapping` is true the buffer is a whole private anonymous
+ * mapping of the caller's, and the size of its pages is chosen as
+ * HURRAY_FRESH_PAGES says (measured by default: src/quant/fresh_pages.h);
+ * otherwise the memory keeps whatever pages it gets. Advice only: kernels
+ * without these madvise calls leave the buffer as it was. */
 PyObject *hurray_py_prefault(PyObject *module, PyObject *args);
 
 #endif

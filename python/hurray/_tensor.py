@@ -286,7 +286,7 @@ class Tensor(_hurray._Tensor):
         kernel = _dtypes.name_of(dtype)
         if kernel not in _KERNEL_DTYPES:
             kernel = "float32"
-        out = _outbuf.empty(d.shape, _dtypes.to_numpy(kernel), threads)  # plain pages: see _outbuf
+        out = _outbuf.empty(d.shape, _dtypes.to_numpy(kernel), threads)  # see _outbuf
         self._dequantize(out.reshape(-1).view(np.uint8), kernel, threads)
         return out if out.dtype == dtype else out.astype(dtype)
 

@@ -1,13 +1,9 @@
 /* The walk over a tensor shared by both kernel directions, plus the
- * plumbing they share: threads, aligned buffers and fresh output memory. */
-#define _GNU_SOURCE /* MADV_POPULATE_WRITE (prefault.h) */
-#include "prefault.h"
-
+ * plumbing they share: threads and aligned buffers. */
 #include "plan.h"
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "../core/checked.h"
 #include "../core/error.h"
@@ -111,29 +107,4 @@ void *hurray__quant_alloc(uint64_t bytes) {
 void hurray__quant_free(void *data, void *ctx) {
   (void)ctx;
   free(data);
-}
-
-typedef struct Prefault {
-  uintptr_t first, pages, page; /* whole pages only */
-  unsigned parts;
-} Prefault;
-
-static void prefault_part(void *ctx, unsigned part) {
-  const Prefault *f = ctx;
-  uintptr_t p0 = f->pages / f->parts * part;
-  uintptr_t p1 = part + 1 == f->parts ? f->pages : f->pages / f->parts * (part + 1);
-  hurray__prefault_range((void *)(f->first + p0 * f->page), (void *)(f->first + p1 * f->page));
-}
-
-void hurray__prefault_write(void *out, uint64_t bytes, uint32_t threads) {
-  uintptr_t a, b;
-  if (bytes > UINTPTR_MAX - (uintptr_t)out ||
-      !hurray__whole_pages(out, (uint8_t *)out + bytes, &a, &b)) {
-    return;
-  }
-  long size = sysconf(_SC_PAGESIZE);
-  uintptr_t page = size > 0 ? (uintptr_t)size : 4096u;
-  Prefault f = {a, (b - a) / page, page, hurray__quant_threads(threads, bytes)};
-  if (f.parts > f.pages) f.parts = (unsigned)f.pages;
-  hurray__parallel_run(f.parts, prefault_part, &f);
 }

@@ -106,15 +106,4 @@ unsigned hurray__quant_threads(uint32_t threads, uint64_t bytes);
 void *hurray__quant_alloc(uint64_t bytes);
 void hurray__quant_free(void *data, void *ctx);
 
-/* Makes the whole pages inside [out, out + bytes) present and writable now,
- * for a fresh output that a kernel is about to write: one
- * MADV_POPULATE_WRITE per part on up to `threads` threads (split as
- * hurray__quant_threads would), where the kernel's own writes would take a
- * trap per 4 KiB page (issue 19: 0.13 against 0.20 CPU seconds per 256 MiB
- * on the development VM, and faults that did not scale to 2 threads). Advice
- * only: the content is unchanged, and where the system lacks the advice
- * (Linux before 5.14, other systems) nothing happens and the writes fault
- * as before. */
-void hurray__prefault_write(void *out, uint64_t bytes, uint32_t threads);
-
 #endif

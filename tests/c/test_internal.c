@@ -2,7 +2,7 @@
  * Internal helpers the Python bindings call instead of re-implementing them:
  * sub-byte packing (src/core/packing.c), composite member extraction
  * (src/core/member.c) and the pre-faulting of fresh outputs
- * (src/quant/plan.c). Linked against the library's objects (hidden symbols).
+ * (src/quant/fresh_pages.c). Linked against the library's objects (hidden symbols).
  */
 #define _GNU_SOURCE /* mincore, MAP_ANONYMOUS */
 #include "test_util.h"
@@ -13,7 +13,7 @@
 
 #include "../../src/core/member.h"
 #include "../../src/core/packing.h"
-#include "../../src/quant/plan.h"
+#include "../../src/quant/fresh_pages.h"
 
 static void test_pack_unpack_round_trip(void **state) {
   (void)state;
@@ -120,13 +120,13 @@ static void test_prefault_write(void **state) {
   for (uint32_t threads = 0; threads <= 3; threads++) {
     m[page + 5] = 7;
     m[page + big - 1] = 9;
-    hurray__prefault_write(m + page + 3, big - 3, threads); /* unaligned both ends */
+    hurray__prefault_write(m + page + 3, big - 3, threads, HURRAY_PAGES_AS_IS); /* unaligned both ends */
     assert_int_equal(m[page + 5], 7);
     assert_int_equal(m[page + big - 1], 9);
     assert_int_equal(m[page + 4096 * 7], 0);
   }
-  hurray__prefault_write(m, 0, 2);
-  hurray__prefault_write(m + 1, page - 2, 2); /* no whole page inside */
+  hurray__prefault_write(m, 0, 2, HURRAY_PAGES_AS_IS);
+  hurray__prefault_write(m + 1, page - 2, 2, HURRAY_PAGES_AS_IS); /* no whole page inside */
   assert_int_equal(munmap(m, big + 2 * page), 0);
 
   /* Residency, on 16 fresh pages: the first and last are partly outside
@@ -134,7 +134,7 @@ static void test_prefault_write(void **state) {
   uint8_t *f = mmap(NULL, 16 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   assert_true(f != MAP_FAILED);
   assert_int_equal(resident_pages(f, 16 * page, page), 0);
-  hurray__prefault_write(f + 1, 16 * page - 2, 2);
+  hurray__prefault_write(f + 1, 16 * page - 2, 2, HURRAY_PAGES_AS_IS);
   size_t got = resident_pages(f, 16 * page, page);
 #ifdef __linux__
   if (madvise(f + page, page, 23 /* MADV_POPULATE_WRITE */) == 0) {
@@ -147,6 +147,60 @@ static void test_prefault_write(void **state) {
   assert_int_equal(munmap(f, 16 * page), 0);
 }
 
+/* Every page-size choice on a mapping the caller owns: content stays and
+ * every whole page of the range is present, on 1 to 3 threads, for a range
+ * with unaligned ends around whole 2 MiB steps (the probe's) and for one
+ * shorter than two steps (populated as it is). */
+static void test_prefault_write_page_choices(void **state) {
+  (void)state;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (size_t)24 << 20;
+  const HurrayPageChoice choices[] = {HURRAY_PAGES_SMALL, HURRAY_PAGES_HUGE, HURRAY_PAGES_PROBE};
+  for (size_t c = 0; c < sizeof choices / sizeof choices[0]; c++) {
+    for (uint32_t threads = 1; threads <= 3; threads++) {
+      for (size_t want = (size_t)3 << 20; want <= len; want += len - ((size_t)3 << 20)) {
+        uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(m != MAP_FAILED);
+        m[page + 77] = 5;
+        hurray__prefault_write(m + 3 * page, want - 5 * page, threads, choices[c]);
+        assert_int_equal(m[page + 77], 5);
+        assert_int_equal(m[3 * page], 0);
+        assert_int_equal(m[want - 2 * page - 1], 0);
+#ifdef __linux__
+        if (madvise(m, page, 23 /* MADV_POPULATE_WRITE */) == 0) {
+          size_t n = (want - 5 * page) / page, present = 0;
+          unsigned char *vec = malloc(n);
+          assert_non_null(vec);
+          assert_int_equal(mincore(m + 3 * page, n * page, vec), 0);
+          for (size_t i = 0; i < n; i++) present += vec[i] & 1;
+          free(vec);
+          assert_int_equal(present, n);
+        }
+#endif
+        assert_int_equal(munmap(m, len), 0);
+      }
+    }
+  }
+}
+
+/* HURRAY_FRESH_PAGES names the choice; anything else is the probe. */
+static void test_fresh_pages_choice_from_environment(void **state) {
+  (void)state;
+  const struct {
+    const char *value;
+    HurrayPageChoice want;
+  } cases[] = {{"small", HURRAY_PAGES_SMALL}, {"huge", HURRAY_PAGES_HUGE},
+               {"probe", HURRAY_PAGES_PROBE}, {"", HURRAY_PAGES_PROBE},
+               {"Huge", HURRAY_PAGES_PROBE},  {NULL, HURRAY_PAGES_PROBE}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].value != NULL) {
+      assert_int_equal(setenv("HURRAY_FRESH_PAGES", cases[i].value, 1), 0);
+    } else {
+      assert_int_equal(unsetenv("HURRAY_FRESH_PAGES"), 0);
+    }
+    assert_int_equal(hurray__fresh_pages_choice(), cases[i].want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_unpack_round_trip),
@@ -154,6 +208,8 @@ int main(void) {
       cmocka_unit_test(test_unpack_never_reads_past_the_input),
       cmocka_unit_test(test_member_extract_renumbers),
       cmocka_unit_test(test_prefault_write),
+      cmocka_unit_test(test_prefault_write_page_choices),
+      cmocka_unit_test(test_fresh_pages_choice_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,3 +96,39 @@ def test_prefault_keeps_content_and_checks_threads():
         _hurray._prefault(a, False, 1 << 20)
     with pytest.raises(TypeError):
         _hurray._prefault(bytes(10), False, 1)  # read-only
+
+
+def _anon_huge_kib(a: np.ndarray) -> int:
+    """AnonHugePages (KiB) of the mapping that holds a's memory, from smaps."""
+    at = a.ctypes.data
+    found = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                found = lo <= at < hi
+            elif found and head == "AnonHugePages:":
+                return int(line.split()[1])
+    raise AssertionError("mapping not found in smaps")
+
+
+@pytest.mark.skipif(not _has_populate_write(), reason="needs MADV_POPULATE_WRITE (Linux 5.14)")
+@pytest.mark.parametrize("choice", ["small", "huge", "probe", "unknown"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fresh_page_choice_keeps_results_and_small_means_no_huge_pages(
+    monkeypatch, choice, threads
+):
+    # The page size of a fresh output is chosen per call (HURRAY_FRESH_PAGES,
+    # default: measured); whatever it is, the array is whole, present and
+    # equal to a dequantize into a reused out=.
+    monkeypatch.setenv("HURRAY_FRESH_PAGES", choice)
+    x = np.random.default_rng(5).standard_normal((4096, 2560), dtype=np.float32)  # 40 MiB
+    q = hurray.quantize(x, "block_affine", dtype="int8")
+    y = q.dequantize(threads=threads)
+    ref = np.empty_like(x)
+    q.dequantize(out=ref)
+    assert np.array_equal(y.view(np.uint32), ref.view(np.uint32))
+    assert _resident_pages(y) * mmap.PAGESIZE == y.nbytes
+    if choice == "small":
+        assert _anon_huge_kib(y) == 0
