@@ -80,7 +80,11 @@ def rows_bench(d):
         for name, pairs in verify.get("pairs", {}).items():
             ratios = [p["ratio"] for p in pairs]
             m = statistics.median(ratios)
-            parts.append(f"{name} {m:.2f}x ({min(ratios):.2f}–{max(ratios):.2f}, n={len(ratios)})")
+            inplace = [p["inplace_ratio"] for p in pairs if "inplace_ratio" in p]
+            extra = f", {statistics.median(inplace):.2f}x the file read in place" if inplace else ""
+            parts.append(
+                f"{name} {m:.2f}x ({min(ratios):.2f}–{max(ratios):.2f}, n={len(ratios)}{extra})"
+            )
             oks.append(m >= 0.9)
         la = "/".join(f"{x:.1f}" for x in verify.get("load", [[0, 0, 0]])[0])
         out.append(
