@@ -43,44 +43,64 @@ static double seconds(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* [h0, h1) is whole 2 MiB steps, at least two. The first step is populated
- * in small pages and timed; huge steps follow while none takes longer.
- * The first slow one ends them: the rest gets small pages. One step of the
- * wrong size is what the measurement costs (about 1 ms on the development
- * VM); a run of huge steps can turn slow midway, when the memory freed
- * moments before runs out. */
+/* The whole 2 MiB steps inside [a, b), as [*h0, *h1); false when there are
+ * fewer than `min` of them. */
+static bool huge_steps(uintptr_t a, uintptr_t b, uintptr_t min, uintptr_t *h0, uintptr_t *h1) {
+  *h0 = (a + HUGE_STEP - 1) & ~(HUGE_STEP - 1);
+  *h1 = b & ~(HUGE_STEP - 1);
+  return *h1 > *h0 && *h1 - *h0 >= min * HUGE_STEP;
+}
+
+static void populate_steps(uintptr_t a, uintptr_t b) {
+  for (; a < b; a += HUGE_STEP) populate(a, a + HUGE_STEP < b ? a + HUGE_STEP : b);
+}
+
+/* A part's advice, given on the calling thread before any part is
+ * populated: a madvise hint takes the process's mmap lock for writing, so
+ * a thread that gave one waited for the other threads' populate calls,
+ * which hold it for reading (2 threads ran at 1.2 CPUs instead of 1.9). */
+static void advise_part(uintptr_t a, uintptr_t b, HurrayPageChoice choice) {
+  uintptr_t h0, h1;
+  if (choice == HURRAY_PAGES_PROBE && huge_steps(a, b, 2, &h0, &h1)) {
+    advise(h0, h0 + HUGE_STEP, false);
+    advise(h0 + HUGE_STEP, h1, true);
+  } else if (choice != HURRAY_PAGES_AS_IS && choice != HURRAY_PAGES_PROBE &&
+             huge_steps(a, b, 1, &h0, &h1)) {
+    advise(h0, h1, choice == HURRAY_PAGES_HUGE);
+  }
+}
+
+/* [h0, h1), advised by advise_part, is whole 2 MiB steps, at least two.
+ * The first step (small pages) is timed; huge steps follow while none
+ * takes longer. The first slow one ends them: the rest gets small pages,
+ * populated a step at a time so that another thread's advice waits for
+ * one step at most. One step of the wrong size is what the measurement
+ * costs (about 1.5 ms on the development VM); a run of huge steps can turn
+ * slow midway, when the memory freed moments before runs out. */
 static void populate_probed(uintptr_t h0, uintptr_t h1) {
-  advise(h0, h0 + HUGE_STEP, false);
   double t = seconds();
   populate(h0, h0 + HUGE_STEP);
   double small = seconds() - t;
-  uintptr_t at = h0 + HUGE_STEP;
-  advise(at, h1, true);
-  while (at < h1) {
+  for (uintptr_t at = h0 + HUGE_STEP; at < h1;) {
     t = seconds();
     populate(at, at + HUGE_STEP);
     at += HUGE_STEP;
     if (seconds() - t > small) {
       advise(at, h1, false);
-      break;
+      populate_steps(at, h1);
+      return;
     }
   }
-  populate(at, h1);
 }
 
 static void populate_part(uintptr_t a, uintptr_t b, HurrayPageChoice choice) {
-  uintptr_t h0 = (a + HUGE_STEP - 1) & ~(HUGE_STEP - 1), h1 = b & ~(HUGE_STEP - 1);
-  if (choice == HURRAY_PAGES_AS_IS || h1 <= h0 || (choice == HURRAY_PAGES_PROBE && h1 - h0 < 2 * HUGE_STEP)) {
+  uintptr_t h0, h1;
+  if (choice != HURRAY_PAGES_PROBE || !huge_steps(a, b, 2, &h0, &h1)) {
     populate(a, b);
     return;
   }
   populate(a, h0);
-  if (choice == HURRAY_PAGES_PROBE) {
-    populate_probed(h0, h1);
-  } else {
-    advise(h0, h1, choice == HURRAY_PAGES_HUGE);
-    populate(h0, h1);
-  }
+  populate_probed(h0, h1);
   populate(h1, b);
 }
 
@@ -117,6 +137,9 @@ void hurray__prefault_write(void *out, uint64_t bytes, uint32_t threads, HurrayP
   uintptr_t units = (b - a) / f.unit;
   if (units == 0) units = 1;
   if (f.parts > units) f.parts = (unsigned)units;
+  for (unsigned part = 0; part < f.parts; part++) {
+    advise_part(part_start(&f, part), part_start(&f, part + 1), choice);
+  }
   hurray__parallel_run(f.parts, prefault_part, &f);
 }
 
