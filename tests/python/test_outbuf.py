@@ -132,3 +132,23 @@ def test_fresh_page_choice_keeps_results_and_small_means_no_huge_pages(
     assert _resident_pages(y) * mmap.PAGESIZE == y.nbytes
     if choice == "small":
         assert _anon_huge_kib(y) == 0
+
+
+@pytest.mark.parametrize("choice", ["small", "huge", "probe"])
+def test_large_code_buffers_are_the_same_whatever_their_pages(monkeypatch, choice):
+    # Code buffers of 32 MiB and more are populated whole, in pages of the
+    # chosen (or measured) size, before the encoders run; smaller ones a
+    # chunk ahead of them. Blocks are independent, so the codes of the whole
+    # equal those of its two halves, each below the size.
+    monkeypatch.setenv("HURRAY_FRESH_PAGES", choice)
+    x = np.random.default_rng(11).standard_normal((2048, 17 << 10), dtype=np.float32)  # 34 Mi
+    half = x.shape[0] // 2
+    parts = [
+        hurray.quantize(x[s], "block_affine", dtype="int8")
+        for s in (slice(0, half), slice(half, None))
+    ]
+    for threads in (1, 2):
+        whole = hurray.quantize(x, "block_affine", dtype="int8", threads=threads)
+        assert whole.codes().nbytes >= 32 << 20
+        assert np.array_equal(whole.codes(), np.concatenate([p.codes() for p in parts]))
+        assert np.array_equal(whole.scales(), np.concatenate([p.scales() for p in parts]))
