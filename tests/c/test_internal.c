@@ -120,7 +120,8 @@ static void test_prefault_write(void **state) {
   for (uint32_t threads = 0; threads <= 3; threads++) {
     m[page + 5] = 7;
     m[page + big - 1] = 9;
-    hurray__prefault_write(m + page + 3, big - 3, threads, HURRAY_PAGES_AS_IS); /* unaligned both ends */
+    hurray__prefault_write(m + page + 3, big - 3, threads,
+                           HURRAY_PAGES_AS_IS); /* unaligned both ends */
     assert_int_equal(m[page + 5], 7);
     assert_int_equal(m[page + big - 1], 9);
     assert_int_equal(m[page + 4096 * 7], 0);
