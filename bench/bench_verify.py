@@ -45,6 +45,8 @@ GOAL = 0.9
 sys.path.insert(0, HERE)
 from bench_torch import warm_cache  # noqa: E402
 
+from bench import mem_read_rate  # noqa: E402
+
 
 def write_files(folder):
     import numpy as np
@@ -110,15 +112,6 @@ def written_afresh(path):
 STATES = {"read back": read_back, "just written": written_afresh}
 
 
-def mem_read(threads, path=None):
-    """The memory-read rate, or with `path` the rate at which the file's
-    cached pages can be read in place (mapped afresh, faults included)."""
-    exe = os.path.join(ROOT, "build", "bench", "mem_read_rate")
-    args = [exe, "--file", path, str(threads)] if path else [exe, "1024", str(threads)]
-    out = subprocess.run(args, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
 def main():
     reps = int(os.environ.get("BENCH_REPS", "5"))
     folder = os.path.join(
@@ -134,8 +127,8 @@ def main():
         pairs = []
         for _ in range(reps):
             target = prepare(path)
-            m = mem_read(threads)
-            inplace = mem_read(threads, target)
+            m = mem_read_rate(threads)
+            inplace = mem_read_rate(threads, target)
             done = subprocess.run(
                 [sys.executable, __file__, "--worker", target],
                 capture_output=True,

@@ -5,6 +5,7 @@
 #include "_hurray.h"
 
 #include "../../src/quant/elements.h"
+#include "../../src/quant/fresh_pages.h"
 
 ModuleState *hy_state_of_type(PyTypeObject *type) {
   PyObject *module = PyType_GetModuleByDef(type, &hy_module_def);
@@ -246,7 +247,8 @@ static int module_exec(PyObject *module) {
       add_type(module, &hy_descriptor_spec, NULL, &st->descriptor_type) < 0 ||
       add_type(module, &hy_tensor_spec, NULL, &st->tensor_type) < 0 ||
       add_type(module, &hy_view_spec, NULL, &st->view_type) < 0 ||
-      add_type(module, &hy_file_spec, NULL, &st->file_type) < 0) {
+      add_type(module, &hy_file_spec, NULL, &st->file_type) < 0 ||
+      PyModule_AddIntConstant(module, "FRESH_MAPPING_MIN", (long)HURRAY_FRESH_MAPPING_MIN) < 0) {
     return -1;
   }
   st->error_base = PyErr_NewExceptionWithDoc(

@@ -20,14 +20,12 @@ import numpy as np
 
 from . import _dtypes, _hurray
 
-# Below glibc's largest mmap threshold (32 MiB on 64-bit) np.empty's memory
-# comes from the heap once an allocation of that size has been freed, so a
-# loop that dequantizes one layer after another reuses it without a single
-# fault, where a fresh mapping would fault every page every time (GGUF types
-# at 16 MiB: 8 GB/s from the heap, 2 GB/s from fresh mappings,
-# bench/results/gguf_types.md). Above it glibc maps anew for every
-# allocation anyway, and then a mapping of our own whose page size is measured.
-_MMAP_MIN = 32 << 20
+# From _hurray.FRESH_MAPPING_MIN (32 MiB, src/quant/fresh_pages.h) an output
+# is a mapping of our own; below it np.empty's memory comes from the heap
+# once an allocation of that size has been freed, so a loop that dequantizes
+# one layer after another reuses it without a single fault, where a fresh
+# mapping would fault every page every time (GGUF types at 16 MiB: 8 GB/s
+# from the heap, 2 GB/s from fresh mappings, bench/results/gguf_types.md).
 
 
 def empty(shape, dtype, threads: int = 1) -> np.ndarray:
@@ -40,7 +38,7 @@ def empty(shape, dtype, threads: int = 1) -> np.ndarray:
     parallel made 2 threads slower than 1 (issue 19)."""
     dtype = _dtypes.as_numpy(dtype)
     nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-    if nbytes < _MMAP_MIN or not hasattr(mmap, "MAP_PRIVATE"):
+    if nbytes < _hurray.FRESH_MAPPING_MIN or not hasattr(mmap, "MAP_PRIVATE"):
         return np.empty(shape, dtype)
     m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     out = np.frombuffer(m, dtype)

@@ -61,13 +61,13 @@ static void populate_steps(uintptr_t a, uintptr_t b) {
  * which hold it for reading (2 threads ran at 1.2 CPUs instead of 1.9). */
 static void advise_part(uintptr_t a, uintptr_t b, HurrayPageChoice choice) {
   uintptr_t h0, h1;
-  if (choice == HURRAY_PAGES_PROBE && huge_steps(a, b, 2, &h0, &h1)) {
+  bool probe = choice == HURRAY_PAGES_PROBE;
+  if (choice == HURRAY_PAGES_AS_IS || !huge_steps(a, b, probe ? 2 : 1, &h0, &h1)) return;
+  if (probe) { /* the timed first step: small pages */
     advise(h0, h0 + HUGE_STEP, false);
-    advise(h0 + HUGE_STEP, h1, true);
-  } else if (choice != HURRAY_PAGES_AS_IS && choice != HURRAY_PAGES_PROBE &&
-             huge_steps(a, b, 1, &h0, &h1)) {
-    advise(h0, h1, choice == HURRAY_PAGES_HUGE);
+    h0 += HUGE_STEP;
   }
+  advise(h0, h1, choice != HURRAY_PAGES_SMALL);
 }
 
 /* [h0, h1), advised by advise_part, is whole 2 MiB steps, at least two.

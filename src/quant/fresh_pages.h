@@ -16,6 +16,13 @@
 
 #include <stdint.h>
 
+/* From this size on a fresh output is a mapping of its own, whose pages
+ * are populated whole and whose 2 MiB-aligned interior only it uses:
+ * glibc maps every allocation this large anew (its largest mmap
+ * threshold, on 64-bit). Below it freed heap memory is reused without a
+ * fault, so a loop of outputs is cheaper left to the heap. */
+#define HURRAY_FRESH_MAPPING_MIN ((uint64_t)32 << 20)
+
 typedef enum HurrayPageChoice {
   HURRAY_PAGES_AS_IS, /* no advice: memory the caller does not own whole */
   HURRAY_PAGES_SMALL, /* 4 KiB pages (MADV_NOHUGEPAGE) */

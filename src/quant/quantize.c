@@ -30,12 +30,6 @@
 #include "simd.h"
 
 #define STAGE 4096u /* codes staged before packing; a multiple of 4 */
-/* Code buffers from this size on are populated whole before the encoders
- * run, in pages whose size is measured (fresh_pages.h): glibc maps every
- * allocation of 32 MiB or more anew, so its 2 MiB-aligned interior is
- * ours alone to advise. Smaller ones are populated a chunk ahead of the
- * encoder (prefault.h), often from reused heap memory. */
-#define FRESH_CODES_MIN ((uint64_t)32 << 20)
 
 /* Per-group parameters the encoders read. */
 typedef struct Params {
@@ -848,7 +842,9 @@ HurrayStatus hurray_quantize(const void *src, uint64_t src_size, HurrayDType src
   if (st == HURRAY_OK) {
     st = widen_input(j, src, src_dtype, numel, input_bytes, parts, &widened, error);
   }
-  if (st == HURRAY_OK && o.code_bytes >= FRESH_CODES_MIN) {
+  /* Large code buffers are populated whole, in measured page sizes
+   * (fresh_pages.h); smaller ones a chunk ahead of the encoder (prefault.h). */
+  if (st == HURRAY_OK && o.code_bytes >= HURRAY_FRESH_MAPPING_MIN) {
     hurray__prefault_write(o.codes, o.code_bytes, parts, hurray__fresh_pages_choice());
   }
   if (st == HURRAY_OK) {
