@@ -1046,8 +1046,7 @@ static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, Hurra
   uint64_t left = e->nbytes, kept = 0;
   HurrayStatus s = HURRAY_OK;
   while (s == HURRAY_OK && left > 0) {
-    uint64_t n = HURRAY_WRITE_STEP - pos % HURRAY_WRITE_STEP;
-    if (n > left) n = left;
+    uint64_t n = hurray__raw_writer_piece(w, left);
     if (e->check) hurray__hash_stream_update(&hs, p, (size_t)n);
     s = hurray__raw_writer_write(w, p, (size_t)n, error);
     p += n;

@@ -12,20 +12,8 @@
 #include <stdint.h>
 
 #include "hurray/io.h"
+#include "write_pieces.h"
 
-/* The size of one write(2) of a large buffer into a file, ending on a
- * multiple of itself in the file: the size of the pipe through which
- * copy_file_range and cp move pages. Measured (bench/results/io-speed.md,
- * sections 4 and 5; 1 GiB, ext4, Linux 6.18, a VM): 64 KiB writes run at
- * the speed of cp + sync; 256 KiB ones too, except right after another
- * 1 GiB file was written (3-5 s instead of 0.8); 2 MiB and larger ones fill
- * huge page-cache folios, whose first write is several times slower on
- * this VM (a whole 64 MiB tensor in one write: 1.8-3.5x cp + sync).
- * The price: a just-written file sits in 64 KiB folios, which a mapping
- * reads at 0.65x memory speed against 0.95x for 2 MiB ones. Measured again
- * in section 6: 2 MiB steps save as fast on a quiet guest, but 1.3x slower
- * once it has reported its free memory to the host. */
-#define HURRAY_WRITE_STEP ((uint64_t)64 << 10)
 /* A file written to be published (fsynced, then renamed) has its writeback
  * started every this many bytes (writer.c, start_writeback). */
 #define HURRAY_WRITEBACK_STEP ((uint64_t)8 << 20)
@@ -45,6 +33,9 @@ HurrayStatus hurray__raw_writer_open_sys(const char *path, const struct HurraySy
                                          HurrayWriter **out, HurrayError *error);
 HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,
                                       HurrayError *error);
+/* The length of the next write of a large buffer with `left` bytes to go,
+ * from the writer's current position (write_pieces.h). */
+uint64_t hurray__raw_writer_piece(HurrayWriter *w, uint64_t left);
 HurrayStatus hurray__raw_writer_pad(HurrayWriter *w, uint64_t alignment, HurrayError *error);
 uint64_t hurray__raw_writer_position(const HurrayWriter *w);
 HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offset, uint64_t len,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -135,9 +136,11 @@ struct HurrayWriter {
   BufferRecord *buffer_records; /* every tensor's, in write order */
   size_t buffer_record_count;
   size_t buffer_record_capacity;
-  bool raw;       /* a raw writer: its caller sizes its own writes */
-  uint8_t *stage; /* fd and path sinks: STAGE_BYTES, made on first use */
-  size_t staged;  /* bytes in `stage`, already counted in `position` */
+  bool raw;                 /* a raw writer: its caller sizes its own writes */
+  HurrayWritePieces pieces; /* the size of a large buffer's writes */
+  uint64_t write_ns;        /* time spent in write calls, for `pieces` */
+  uint8_t *stage;           /* fd and path sinks: STAGE_BYTES, made on first use */
+  size_t staged;            /* bytes in `stage`, already counted in `position` */
 
   MetadataRecord *metadata;
   size_t metadata_count;
@@ -163,6 +166,12 @@ static HurrayStatus write_failed(const HurrayWriter *w, int os_errno, const char
   return hurray__fail_os(error, HURRAY_ERR_IO, os_errno, "write to fd %d failed: %s", w->fd, why);
 }
 
+static uint64_t clock_ns(void) {
+  struct timespec t;
+  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* Writes all `len` bytes: a short write is continued, EINTR retried; a
  * write that makes no progress is an error rather than an endless loop. */
 static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
@@ -170,7 +179,9 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
   const uint8_t *p = data;
   while (len > 0) {
     size_t chunk = len > (1u << 30) ? (1u << 30) : len;
+    uint64_t t0 = clock_ns();
     ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
+    w->write_ns += clock_ns() - t0;
     if (n < 0) {
       if (errno == EINTR) continue;
       int saved = errno;
@@ -356,11 +367,11 @@ static void hash_chunks(HurrayWriter *w, HurrayHashStream *chunk, uint64_t at, c
 }
 
 /* Writes one buffer and computes its checksum (and its chunks' checksums,
- * for a buffer longer than a chunk). Into a file, in pieces that end on
- * multiples of HURRAY_WRITE_STEP of the file, each hashed just before it
- * is written: one pass over the source instead of a hash pass and then a
- * copy pass, and writes of the size that copies fastest (raw_writer.h). A
- * callback gets the buffer in one call, as before. */
+ * for a buffer longer than a chunk). Into a file, in pieces of 64 KiB or
+ * 2 MiB (write_pieces.h), each hashed just before it is written: one pass
+ * over the source instead of a hash pass and then a copy pass. Anything
+ * staged goes out before each piece is handed out, so that a piece's time
+ * is its own. A callback gets the buffer in one call, as before. */
 static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len, uint64_t *sum,
                                 HurrayError *error) {
   bool chunked = chunks_of(len) > 0;
@@ -375,8 +386,8 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
   const uint8_t *p = data, *kept = data;
   uint64_t at = 0;
   while (at < len) {
-    uint64_t n = HURRAY_WRITE_STEP - w->position % HURRAY_WRITE_STEP;
-    if (n > len - at) n = len - at;
+    HURRAY_RETURN_NOT_OK(flush_stage(w, error));
+    uint64_t n = hurray__write_piece(&w->pieces, w->position, len - at, w->write_ns);
     hurray__hash_stream_update(&hs, p, (size_t)n);
     if (chunked) hash_chunks(w, &chunk, at, p, n, len);
     HURRAY_RETURN_NOT_OK(emit(w, p, (size_t)n, error));
@@ -416,6 +427,7 @@ static HurrayStatus writer_new(SinkKind kind, HurrayWriter **out, HurrayError *e
   w->kind = kind;
   w->sys = &hurray__sys_default;
   w->fd = -1;
+  hurray__write_pieces_init(&w->pieces, hurray__write_folios_choice());
   *out = w;
   return HURRAY_OK;
 }
@@ -1268,6 +1280,10 @@ HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys,
 HurrayStatus hurray__raw_writer_write(HurrayWriter *w, const void *data, size_t len,
                                       HurrayError *error) {
   return emit(w, data, len, error);
+}
+
+uint64_t hurray__raw_writer_piece(HurrayWriter *w, uint64_t left) {
+  return hurray__write_piece(&w->pieces, w->position, left, w->write_ns);
 }
 
 HurrayStatus hurray__raw_writer_pad(HurrayWriter *w, uint64_t alignment, HurrayError *error) {

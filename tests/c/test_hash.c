@@ -28,6 +28,7 @@
 #include "../../src/io/hash.h"
 #include "../../src/io/reader_origin.h"
 #include "../../src/io/sys.h"
+#include "../../src/io/write_pieces.h"
 #include "scratch_dir.h"
 #include "test_util.h"
 
@@ -496,6 +497,80 @@ static void test_writeback_started_and_only_advice(void **state) {
   hurray_reader_close(r);
 }
 
+/* The writes a path writer makes, their sizes and file offsets. */
+typedef struct WriteLog {
+  uint64_t offset; /* where the next write lands */
+  unsigned huge;   /* writes of 2 MiB */
+  unsigned misaligned_huge;
+  size_t largest_other;
+} WriteLog;
+
+static ssize_t logging_write(void *ctx, int fd, const void *data, size_t len) {
+  WriteLog *log = ctx;
+  ssize_t n = hurray__sys_default.write(NULL, fd, data, len);
+  if (n > 0) {
+    if ((uint64_t)n == HURRAY_HUGE_WRITE_STEP) {
+      log->huge++;
+      if (log->offset % HURRAY_HUGE_WRITE_STEP != 0) log->misaligned_huge++;
+    } else if ((size_t)n > log->largest_other) {
+      log->largest_other = (size_t)n;
+    }
+    log->offset += (uint64_t)n;
+  }
+  return n;
+}
+
+/* HURRAY_WRITE_FOLIOS sizes a large buffer's writes: small, 64 KiB pieces
+ * only (the stage's gathered small writes aside); huge, one write per
+ * whole 2 MiB region of the file; the probe, one or the other per file.
+ * The bytes are the same. */
+static void test_write_sizes_follow_the_folio_choice(void **state) {
+  (void)state;
+  const char *choices[] = {"small", "huge", "probe"};
+  WriteLog logs[3];
+  uint8_t *files[3];
+  size_t lens[3];
+  uint64_t bytes = (17u << 20) + 77; /* from just past the header: 7 whole 2 MiB regions */
+  uint8_t *data = random_bytes(bytes, 77);
+  for (size_t k = 0; k < 3; k++) {
+    char path[300];
+    file_path(path, sizeof path, choices[k]);
+    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", choices[k], 1), 0);
+    HurraySys sys = hurray__sys_default;
+    memset(&logs[k], 0, sizeof logs[k]);
+    sys.ctx = &logs[k];
+    sys.write = logging_write;
+    HurrayWriter *w = NULL;
+    assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
+    HurrayDescriptor *d = NULL;
+    assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, &bytes, &d, error));
+    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
+                                           error));
+    HurrayBuffer *b = NULL;
+    HurrayBufferList *list = NULL;
+    assert_ok(hurray_buffer_create(data, bytes, NULL, NULL, &b, error));
+    assert_ok(hurray_buffer_list_create(&list, error));
+    assert_ok(hurray_buffer_list_push(list, b, error));
+    assert_ok(hurray_writer_write_tensor(w, "big", d, list, error));
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    assert_ok(hurray_writer_finish(w, error));
+    assert_int_equal(logs[k].misaligned_huge, 0);
+    files[k] = slurp(path, &lens[k]);
+  }
+  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  assert_int_equal(logs[0].huge, 0);
+  assert_true(logs[0].largest_other <= (1u << 20));
+  assert_int_equal(logs[1].huge, 7);
+  assert_true(logs[2].huge <= 6); /* the first whole region is the probe's */
+  for (size_t k = 1; k < 3; k++) {
+    assert_int_equal(lens[k], lens[0]);
+    assert_memory_equal(files[k], files[0], lens[0]);
+  }
+  for (size_t k = 0; k < 3; k++) free(files[k]);
+  free(data);
+}
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -662,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_convert_checks_source_up_front),
       cmocka_unit_test(test_stream_matches_checksum),
       cmocka_unit_test(test_writeback_started_and_only_advice),
+      cmocka_unit_test(test_write_sizes_follow_the_folio_choice),
       cmocka_unit_test(test_convert_checks_while_copying),
       cmocka_unit_test(test_convert_checks_kernel_copies),
       cmocka_unit_test(test_convert_resident_set_flat),

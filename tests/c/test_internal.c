@@ -1,8 +1,10 @@
 /*
  * Internal helpers the Python bindings call instead of re-implementing them:
  * sub-byte packing (src/core/packing.c), composite member extraction
- * (src/core/member.c) and the pre-faulting of fresh outputs
- * (src/quant/fresh_pages.c). Linked against the library's objects (hidden symbols).
+ * (src/core/member.c), the pre-faulting of fresh outputs
+ * (src/quant/fresh_pages.c) and the size of a large buffer's writes
+ * (src/io/write_pieces.c). Linked against the library's objects (hidden
+ * symbols).
  */
 #define _GNU_SOURCE /* mincore, MAP_ANONYMOUS */
 #include "test_util.h"
@@ -13,6 +15,7 @@
 
 #include "../../src/core/member.h"
 #include "../../src/core/packing.h"
+#include "../../src/io/write_pieces.h"
 #include "../../src/quant/fresh_pages.h"
 
 static void test_pack_unpack_round_trip(void **state) {
@@ -202,6 +205,166 @@ static void test_fresh_pages_choice_from_environment(void **state) {
   }
 }
 
+/* ------------------------------------------------------- write pieces */
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+
+/* What writing one buffer of `len` bytes at file offset `start` looks like:
+ * each piece costs `small_ns_per_kib` per KiB when it is a small write and
+ * `huge_ns_per_kib` when it is a 2 MiB one, on a clock that runs on from
+ * `*clock`. Returns the number of pieces; their lengths in `pieces`. */
+typedef struct Written {
+  uint64_t pieces[512]; /* the first 512 */
+  size_t count;
+  size_t huge;              /* pieces of 2 MiB */
+  uint64_t huge_region[64]; /* the first 64 of them, by region (offset / 2 MiB) */
+} Written;
+
+static void write_buffer(HurrayWritePieces *p, uint64_t start, uint64_t len, uint64_t small_cost,
+                         uint64_t huge_cost, uint64_t *clock, Written *out) {
+  memset(out, 0, sizeof *out);
+  uint64_t at = start, left = len;
+  while (left > 0) {
+    uint64_t n = hurray__write_piece(p, at, left, *clock);
+    assert_true(n > 0 && n <= left);
+    /* Every piece ends on a 64 KiB boundary of the file or at the end of
+     * the buffer, and a 2 MiB piece fills one aligned region. */
+    assert_true((at + n) % HURRAY_WRITE_STEP == 0 || n == left);
+    assert_true(n <= HURRAY_WRITE_STEP || (n == HURRAY_HUGE_WRITE_STEP && at % n == 0));
+    *clock += (n == HURRAY_HUGE_WRITE_STEP ? huge_cost : small_cost) * (n / KIB);
+    if (out->count < sizeof out->pieces / sizeof out->pieces[0]) out->pieces[out->count] = n;
+    out->count++;
+    if (n == HURRAY_HUGE_WRITE_STEP) {
+      if (out->huge < 64) out->huge_region[out->huge] = at / HURRAY_HUGE_WRITE_STEP;
+      out->huge++;
+    }
+    at += n;
+    left -= n;
+  }
+}
+
+/* Cheap huge writes: the first whole region is probed in small writes,
+ * every later whole region goes out in one write, the head and the tail in
+ * small ones. */
+static void test_write_pieces_probe_keeps_cheap_huge_writes(void **state) {
+  (void)state;
+  HurrayWritePieces p;
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  uint64_t clock = 0;
+  Written w;
+  /* 64 bytes in: the head runs to 2 MiB, regions [2, 4) probed, [4, 12)
+   * huge, the tail 12 MiB + 64 .. 12 MiB + 64 + 100 KiB small. */
+  write_buffer(&p, 64, 12 * MIB + 100 * KIB, 10, 10, &clock, &w);
+  assert_int_equal(w.pieces[0], 64 * KIB - 64);
+  assert_int_equal(w.huge, 4);
+  for (size_t k = 0; k < w.count; k++) {
+    if (w.pieces[k] == HURRAY_HUGE_WRITE_STEP) {
+      assert_int_equal(w.pieces[k - 1], HURRAY_WRITE_STEP); /* the probe's last piece */
+      for (size_t j = 0; j < 4; j++) assert_int_equal(w.pieces[k + j], HURRAY_HUGE_WRITE_STEP);
+      break;
+    }
+  }
+  /* The next buffer needs no probe: its first whole region is one write. */
+  write_buffer(&p, 12 * MIB + 164 * KIB, 6 * MIB, 10, 10, &clock, &w);
+  assert_int_equal(w.huge, 2); /* [14, 16) and [16, 18) */
+}
+
+/* A huge write markedly slower than the probe's small ones sends the
+ * writer back to small writes for 1, then 2, 4 ... regions before each new
+ * probe; one within the margin does not. */
+static void test_write_pieces_probe_backs_off_when_slower(void **state) {
+  (void)state;
+  HurrayWritePieces p;
+  uint64_t clock = 0;
+  Written w;
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  write_buffer(&p, 0, 16 * MIB, 10, 12, &clock, &w); /* 1.2x: within the margin */
+  assert_int_equal(w.huge, 7);
+
+  /* 3x, regions of 2 MiB: 0 probed, 1 huge (slow), 2 small, 3 probed, 4
+   * huge, 5-6 small, 7 probed, 8 huge, 9-12 small, 13 probed, 14 huge,
+   * 15 small (and 7 more regions of waiting to go). */
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  write_buffer(&p, 0, 32 * MIB, 10, 30, &clock, &w);
+  assert_int_equal(w.huge, 4);
+  const uint64_t slow[] = {1, 4, 8, 14};
+  for (size_t k = 0; k < 4; k++) assert_int_equal(w.huge_region[k], slow[k]);
+  assert_int_equal(w.count, 4 + 32 * 12);
+
+  /* The slow spell has passed: after the wait, a probe, then huge writes
+   * again (regions 16-22 small, 23 probed, 24-31 huge). */
+  write_buffer(&p, 32 * MIB, 32 * MIB, 10, 10, &clock, &w);
+  assert_int_equal(w.huge, 8);
+  assert_int_equal(w.huge_region[0], 24);
+
+  /* A spell that lasts costs one slow write per at most 64 regions of
+   * waiting, a probe and the write itself. */
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  write_buffer(&p, 0, 1024 * MIB, 10, 30, &clock, &w);
+  assert_true(w.huge >= 10 && w.huge <= 16);
+  for (size_t k = 1; k < w.huge && k < 64; k++) {
+    assert_true(w.huge_region[k] - w.huge_region[k - 1] <= 64 + 2);
+  }
+}
+
+/* small: never a huge write; huge: from the first whole region, no probe. */
+static void test_write_pieces_forced_choices(void **state) {
+  (void)state;
+  HurrayWritePieces p;
+  uint64_t clock = 0;
+  Written w;
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_SMALL);
+  write_buffer(&p, 0, 8 * MIB, 10, 1, &clock, &w);
+  assert_int_equal(w.huge, 0);
+  assert_int_equal(w.count, 128);
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_HUGE);
+  write_buffer(&p, 0, 8 * MIB, 1, 100, &clock, &w);
+  assert_int_equal(w.huge, 4);
+  assert_int_equal(w.count, 4);
+  /* A region that is not whole within the buffer is never one write. */
+  write_buffer(&p, 8 * MIB, 2 * MIB - 1, 1, 1, &clock, &w);
+  assert_int_equal(w.huge, 0);
+}
+
+/* A probe region whose end is not timed (another write moved the file on
+ * before the next piece was asked for) decides nothing: the probe starts
+ * again at the next whole region. */
+static void test_write_pieces_untimed_probe_starts_again(void **state) {
+  (void)state;
+  HurrayWritePieces p;
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  uint64_t clock = 0, at = 0;
+  for (int k = 0; k < 31; k++) at += hurray__write_piece(&p, at, 8 * MIB - at, clock += 640);
+  /* 64 KiB short of the region's end the buffer moves on 4 KiB further
+   * than its pieces (padding written between them, say). */
+  at += 4 * KIB;
+  Written w;
+  write_buffer(&p, at, 10 * MIB - 64 * KIB, 10, 10, &clock, &w);
+  /* It ends 4 KiB past 12 MiB - 64 KiB: [2, 4) probed again, then [4, 6),
+   * [6, 8) and [8, 10) in one write each. */
+  assert_int_equal(w.huge, 3);
+}
+
+/* HURRAY_WRITE_FOLIOS names the choice; anything else is the probe. */
+static void test_write_folios_choice_from_environment(void **state) {
+  (void)state;
+  const struct {
+    const char *value;
+    HurrayWriteFolios want;
+  } cases[] = {{"small", HURRAY_WRITE_FOLIOS_SMALL}, {"huge", HURRAY_WRITE_FOLIOS_HUGE},
+               {"probe", HURRAY_WRITE_FOLIOS_PROBE}, {"", HURRAY_WRITE_FOLIOS_PROBE},
+               {"SMALL", HURRAY_WRITE_FOLIOS_PROBE}, {NULL, HURRAY_WRITE_FOLIOS_PROBE}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].value != NULL) {
+      assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", cases[i].value, 1), 0);
+    } else {
+      assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+    }
+    assert_int_equal(hurray__write_folios_choice(), cases[i].want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pack_unpack_round_trip),
@@ -211,6 +374,11 @@ int main(void) {
       cmocka_unit_test(test_prefault_write),
       cmocka_unit_test(test_prefault_write_page_choices),
       cmocka_unit_test(test_fresh_pages_choice_from_environment),
+      cmocka_unit_test(test_write_pieces_probe_keeps_cheap_huge_writes),
+      cmocka_unit_test(test_write_pieces_probe_backs_off_when_slower),
+      cmocka_unit_test(test_write_pieces_forced_choices),
+      cmocka_unit_test(test_write_pieces_untimed_probe_starts_again),
+      cmocka_unit_test(test_write_folios_choice_from_environment),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -149,6 +149,31 @@ def test_save_replaces_the_file_atomically(fast_dir):
     assert hurray.open(path).keys() == ["b"]
 
 
+def test_write_sizes_never_change_the_bytes(fast_dir, monkeypatch):
+    """HURRAY_WRITE_FOLIOS only sizes the writes of large buffers (64 KiB,
+    or 2 MiB per whole aligned region, probed by default): the files, hurray
+    and converted alike, are the same bytes under every choice."""
+    rng = np.random.default_rng(5)
+    arrays = {
+        "a_head": rng.integers(0, 255, 77, dtype=np.uint8),  # the big one starts unaligned
+        "b_big": rng.integers(0, 255, (9 << 20) + 77, dtype=np.uint8),
+        "c_more": rng.standard_normal(3 << 18).astype(np.float32),  # 3 MiB
+    }
+    made = {}
+    for choice in ("small", "huge", "probe"):
+        monkeypatch.setenv("HURRAY_WRITE_FOLIOS", choice)
+        path = fast_dir / f"{choice}.hurray"
+        hurray.save(path, arrays)
+        back = fast_dir / f"{choice}.safetensors"
+        hurray.convert(path, back)
+        with hurray.open(path) as f:
+            f.verify()
+        made[choice] = (path.read_bytes(), back.read_bytes())
+    assert made["small"] == made["huge"] == made["probe"]
+    with hurray.open(fast_dir / "probe.hurray") as f:
+        assert np.array_equal(np.asarray(f["b_big"]), arrays["b_big"])
+
+
 def test_save_to_a_stream_and_to_a_file_descriptor(fast_dir):
     t, _ = build("quant_nf4")
     stream = io.BytesIO()
