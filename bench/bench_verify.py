@@ -20,8 +20,9 @@ since the cost of mapping a warm file depends on how its pages came into
 the cache: "read back" (the pages dropped, then read once with read(): the
 kernel's read-ahead folios, 2 MiB on the development VM, as for a file
 read from disk) and "just written" (the file saved afresh by hurray.save
-in another process: the writer's 64 KiB writes leave 64 KiB folios, each
-mapped by its own page fault).
+in another process: its 2 MiB writes leave 2 MiB folios where the writer
+found them cheap, its 64 KiB writes 64 KiB folios elsewhere, each mapped by
+its own page fault; ADR-0026).
 
 Environment: BENCH_REPS (default 5 pairs), BENCH_DIR (build), BENCH_OUT
 (bench/results), HURRAY_HASH_THREADS (default: CPUs, at most 8).
@@ -191,9 +192,11 @@ def main():
         "",
         "One buffer is checked by its 256 chunk checksums of 4 MiB (file format 1.1, "
         "ADR-0025), so all threads hash it; with only its whole-buffer xxh3 (format 1.0) one "
-        "thread did, at 0.60x. A just-written file's pages sit in the writer's 64 KiB folios, "
-        "mapped by one page fault each: 16 times the faults of 2 MiB folios, the difference "
-        'between the two states. "The file read in place" is what any program gets from those '
+        "thread did, at 0.60x. A just-written file's pages sit in the folios its writes made: "
+        "2 MiB ones where the writer measured 2 MiB writes as cheap, 64 KiB ones elsewhere "
+        "(ADR-0026), each mapped by one page fault, so 64 KiB folios take 32 times the faults: "
+        'the difference between the two states. "The file read in place" is what any program '
+        "gets from those "
         "pages: build/bench/mem_read_rate --file maps the file afresh (as verify does) and reads "
         "every word on the same threads, page faults included, best of 5 passes, in the same "
         "pair. See bench/results/io-speed.md.",
