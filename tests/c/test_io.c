@@ -251,10 +251,10 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
   for (size_t s = 0; s < 2; s++) {
     char path[300];
     in_dir(path, sizeof path, s == 0 ? "cached-2m.hurray" : "cached-16m.hurray");
-    /* Written in 64 KiB folios: dropping half the file cannot drop a 2 MiB
-     * folio that one page still mapped elsewhere pins (valgrind keeps such
-     * pages), which left 10 of 16 MiB cached when the writer chose 2 MiB
-     * writes (ADR-0026). */
+    /* Written in 64 KiB folios. A 2 MiB folio stays cached whole while any
+     * of its pages is mapped, and valgrind keeps some mapped: when the
+     * writer chose 2 MiB writes (ADR-0026), dropping the second half left
+     * 10 of 16 MiB cached. */
     assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "small", 1), 0);
     write_bytes_tensor(path, sizes[s]);
     assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
