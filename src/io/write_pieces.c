@@ -54,11 +54,21 @@ static void account(HurrayWritePieces *p, uint64_t at, uint64_t len, uint64_t ns
       p->small_ns = p->probe_ns;
       p->state = HUGE;
     }
-  } else if (p->state == HUGE && len == HURRAY_HUGE_WRITE_STEP && SLOWER(ns, p->small_ns)) {
+  } else if (len == HURRAY_HUGE_WRITE_STEP) {
+    hurray__write_pieces_region_took(p, ns);
+  }
+}
+
+void hurray__write_pieces_region_took(HurrayWritePieces *p, uint64_t ns) {
+  if (p->state == HUGE && SLOWER(ns, p->small_ns)) {
     p->state = WAITING;
     p->wait = p->backoff;
     if (p->backoff < MAX_WAIT_REGIONS) p->backoff *= 2;
   }
+}
+
+bool hurray__write_pieces_region_huge(const HurrayWritePieces *p) {
+  return p->state != SMALL && (p->choice == HURRAY_WRITE_FOLIOS_HUGE || p->state == HUGE);
 }
 
 static uint64_t choose(HurrayWritePieces *p, uint64_t position, uint64_t left) {

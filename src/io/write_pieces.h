@@ -15,13 +15,16 @@
  * timed, then each later region in one write, for as long as one of those
  * is not markedly slower. After one that is, 64 KiB writes for 1, 2, 4 ...
  * up to 64 regions, then a new probe. Only the size of the writes changes,
- * never the bytes (ADR-0026).
+ * never the bytes (ADR-0026). The writer gathers a region that buffers
+ * share and writes it whole while whole regions go out in one write
+ * (hurray__write_pieces_region_huge); the raw writer does not.
  *
  * Internal: the writer (writer.c) and the converter's raw writer use it.
  */
 #ifndef HURRAY_SRC_IO_WRITE_PIECES_H
 #define HURRAY_SRC_IO_WRITE_PIECES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The small write: the size of the pipe through which copy_file_range and
@@ -66,5 +69,17 @@ void hurray__write_pieces_init(HurrayWritePieces *p, HurrayWriteFolios choice);
  * exactly that piece since. */
 uint64_t hurray__write_piece(HurrayWritePieces *p, uint64_t position, uint64_t left,
                              uint64_t write_clock);
+
+/* Whether a whole 2 MiB region would go out in one write now: the choice
+ * is huge, or the probe found huge writes cheap and none since was slower.
+ * The writer then gathers a region that several buffers share (the tail of
+ * one, what follows it, the head of the next) and writes it whole, so that
+ * it too fills one 2 MiB folio. Asking changes nothing. */
+bool hurray__write_pieces_region_huge(const HurrayWritePieces *p);
+
+/* Such a gathered region went out in one write of `ns` nanoseconds: it
+ * counts as a huge write, and one markedly slower than the probe's small
+ * writes sends the writer back to small ones as hurray__write_piece does. */
+void hurray__write_pieces_region_took(HurrayWritePieces *p, uint64_t ns);
 
 #endif

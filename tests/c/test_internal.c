@@ -327,6 +327,35 @@ static void test_write_pieces_forced_choices(void **state) {
   assert_int_equal(w.huge, 0);
 }
 
+/* Gathered regions (the writer's shared 2 MiB regions): asked for only
+ * while whole regions go out in one write, and one markedly slower than
+ * the probe sends the writer back to small writes like any huge write. */
+static void test_write_pieces_gathered_regions(void **state) {
+  (void)state;
+  HurrayWritePieces p;
+  uint64_t clock = 0;
+  Written w;
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_SMALL);
+  assert_false(hurray__write_pieces_region_huge(&p));
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_HUGE);
+  assert_true(hurray__write_pieces_region_huge(&p));
+  hurray__write_pieces_region_took(&p, 1000000); /* forced: never backs off */
+  assert_true(hurray__write_pieces_region_huge(&p));
+
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  assert_false(hurray__write_pieces_region_huge(&p)); /* not probed yet */
+  write_buffer(&p, 0, 8 * MIB, 10, 10, &clock, &w);
+  assert_true(hurray__write_pieces_region_huge(&p));
+  hurray__write_pieces_region_took(&p, 12 * 2048); /* 1.2x the probe: kept */
+  assert_true(hurray__write_pieces_region_huge(&p));
+  hurray__write_pieces_region_took(&p, 30 * 2048); /* 3x: back to small */
+  assert_false(hurray__write_pieces_region_huge(&p));
+  /* One region of small writes, then a probe, then huge again. */
+  write_buffer(&p, 8 * MIB, 8 * MIB, 10, 10, &clock, &w);
+  assert_int_equal(w.huge, 2);
+  assert_true(hurray__write_pieces_region_huge(&p));
+}
+
 /* A probe region whose end is not timed (another write moved the file on
  * before the next piece was asked for) decides nothing: the probe starts
  * again at the next whole region. */
@@ -377,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_write_pieces_probe_keeps_cheap_huge_writes),
       cmocka_unit_test(test_write_pieces_probe_backs_off_when_slower),
       cmocka_unit_test(test_write_pieces_forced_choices),
+      cmocka_unit_test(test_write_pieces_gathered_regions),
       cmocka_unit_test(test_write_pieces_untimed_probe_starts_again),
       cmocka_unit_test(test_write_folios_choice_from_environment),
   };
