@@ -11,6 +11,7 @@ enum {
   HUGE,          /* whole regions in one write */
   WAITING,       /* small writes for `wait` more regions, then a probe */
   SMALL,         /* small writes only (HURRAY_WRITE_FOLIOS=small) */
+  GATHERING,     /* a gathered region is the probe, not yet written */
 };
 
 /* A huge write more than this much slower than the probe's small writes
@@ -39,6 +40,16 @@ void hurray__write_pieces_init(HurrayWritePieces *p, HurrayWriteFolios choice) {
   p->backoff = 1;
 }
 
+/* A 2 MiB write took `ns`: one markedly slower than the probe ends the
+ * huge writes for a while. */
+static void huge_took(HurrayWritePieces *p, uint64_t ns) {
+  if (p->state == HUGE && SLOWER(ns, p->small_ns)) {
+    p->state = WAITING;
+    p->wait = p->backoff;
+    if (p->backoff < MAX_WAIT_REGIONS) p->backoff *= 2;
+  }
+}
+
 /* The piece handed out last took `ns` in write calls. A probe counts
  * only if it timed every byte of its region: a piece of it that was not
  * timed, or a gap, sends it back to wait for the next whole region. */
@@ -55,20 +66,32 @@ static void account(HurrayWritePieces *p, uint64_t at, uint64_t len, uint64_t ns
       p->state = HUGE;
     }
   } else if (len == HURRAY_HUGE_WRITE_STEP) {
-    hurray__write_pieces_region_took(p, ns);
+    huge_took(p, ns);
   }
 }
 
-void hurray__write_pieces_region_took(HurrayWritePieces *p, uint64_t ns) {
-  if (p->state == HUGE && SLOWER(ns, p->small_ns)) {
-    p->state = WAITING;
-    p->wait = p->backoff;
-    if (p->backoff < MAX_WAIT_REGIONS) p->backoff *= 2;
+HurrayGather hurray__write_pieces_gather(HurrayWritePieces *p) {
+  if (p->state == SMALL) return HURRAY_GATHER_NO;
+  if (p->choice == HURRAY_WRITE_FOLIOS_HUGE || p->state == HUGE) return HURRAY_GATHER_WHOLE;
+  if (p->state == WAITING) {
+    if (p->wait > 0) {
+      p->wait--;
+      return HURRAY_GATHER_NO;
+    }
+    p->state = PROBE_PENDING;
   }
+  if (p->state != PROBE_PENDING) return HURRAY_GATHER_NO;
+  p->state = GATHERING;
+  return HURRAY_GATHER_PROBE;
 }
 
-bool hurray__write_pieces_region_huge(const HurrayWritePieces *p) {
-  return p->state != SMALL && (p->choice == HURRAY_WRITE_FOLIOS_HUGE || p->state == HUGE);
+void hurray__write_pieces_gathered(HurrayWritePieces *p, HurrayGather kind, bool whole,
+                                   uint64_t ns) {
+  if (kind == HURRAY_GATHER_WHOLE && whole) huge_took(p, ns);
+  if (kind == HURRAY_GATHER_PROBE && p->state == GATHERING) {
+    p->state = whole ? HUGE : PROBE_PENDING;
+    if (whole) p->small_ns = ns;
+  }
 }
 
 static uint64_t choose(HurrayWritePieces *p, uint64_t position, uint64_t left) {

@@ -15,9 +15,9 @@
  * timed, then each later region in one write, for as long as one of those
  * is not markedly slower. After one that is, 64 KiB writes for 1, 2, 4 ...
  * up to 64 regions, then a new probe. Only the size of the writes changes,
- * never the bytes (ADR-0026). The writer gathers a region that buffers
- * share and writes it whole while whole regions go out in one write
- * (hurray__write_pieces_region_huge); the raw writer does not.
+ * never the bytes (ADR-0026). The writer also gathers a region that buffers
+ * share and writes it by the same rule (hurray__write_pieces_gather); the
+ * raw writer does not.
  *
  * Internal: the writer (writer.c) and the converter's raw writer use it.
  */
@@ -70,16 +70,28 @@ void hurray__write_pieces_init(HurrayWritePieces *p, HurrayWriteFolios choice);
 uint64_t hurray__write_piece(HurrayWritePieces *p, uint64_t position, uint64_t left,
                              uint64_t write_clock);
 
-/* Whether a whole 2 MiB region would go out in one write now: the choice
- * is huge, or the probe found huge writes cheap and none since was slower.
- * The writer then gathers a region that several buffers share (the tail of
- * one, what follows it, the head of the next) and writes it whole, so that
- * it too fills one 2 MiB folio. Asking changes nothing. */
-bool hurray__write_pieces_region_huge(const HurrayWritePieces *p);
+/* What the writer does with a 2 MiB region that buffers share: where a
+ * buffer's tail begins a region, the tail, what follows it and the head of
+ * the next buffer can be gathered in the writer's stage. */
+typedef enum HurrayGather {
+  HURRAY_GATHER_NO,    /* not gathered: the tail goes out in 64 KiB pieces */
+  HURRAY_GATHER_WHOLE, /* gathered, then one 2 MiB write */
+  HURRAY_GATHER_PROBE, /* gathered, then 64 KiB writes, timed as the probe */
+} HurrayGather;
 
-/* Such a gathered region went out in one write of `ns` nanoseconds: it
- * counts as a huge write, and one markedly slower than the probe's small
- * writes sends the writer back to small ones as hurray__write_piece does. */
-void hurray__write_pieces_region_took(HurrayWritePieces *p, uint64_t ns);
+/* The decision for the region a tail begins, asked once per such region.
+ * A region not gathered counts as one region of small writes in a wait; a
+ * probe is then due, and it can be made on a gathered region as well as
+ * inside one buffer, so that files of buffers under 4 MiB (which seldom
+ * hold a whole region followed by more of the same buffer) are probed too. */
+HurrayGather hurray__write_pieces_gather(HurrayWritePieces *p);
+
+/* The gathered region went out: `whole` when the region was complete (a
+ * region cut short by the end of the file is not), in `ns` nanoseconds of
+ * write calls. A whole probe region sets the probe's time; a 2 MiB write
+ * markedly slower than it sends the writer back to small writes, as
+ * hurray__write_piece does. */
+void hurray__write_pieces_gathered(HurrayWritePieces *p, HurrayGather kind, bool whole,
+                                   uint64_t ns);
 
 #endif

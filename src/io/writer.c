@@ -144,9 +144,9 @@ struct HurrayWriter {
   uint64_t write_ns;        /* time spent in write calls, for `pieces` */
   uint8_t *stage;           /* fd and path sinks: STAGE_BYTES, made on first use */
   size_t staged;            /* bytes in `stage`, already counted in `position` */
-  /* The stage began at a 2 MiB boundary of the file and gathers that
-   * region, which goes out in one write once whole (emit_hashed). */
-  bool stage_region;
+  /* Not NO: the stage began at a 2 MiB boundary of the file and gathers
+   * that region, which goes out once whole (gather_tail). */
+  HurrayGather stage_region;
 
   MetadataRecord *metadata;
   size_t metadata_count;
@@ -245,19 +245,25 @@ static void start_writeback(HurrayWriter *w) {
 /* Writes out what is staged. A failure ends the writer (only abort, or a
  * finish that refuses, remain). */
 static HurrayStatus flush_stage(HurrayWriter *w, HurrayError *error) {
-  bool region = w->stage_region && w->staged == STAGE_CAPACITY;
-  w->stage_region = false;
-  if (w->staged == 0) return HURRAY_OK;
+  HurrayGather region = w->stage_region;
   size_t n = w->staged;
+  bool whole = n == STAGE_CAPACITY;
+  w->stage_region = HURRAY_GATHER_NO;
   w->staged = 0;
+  /* A probe region goes out as a probe inside one buffer does. */
+  size_t step = region == HURRAY_GATHER_PROBE && whole ? (size_t)HURRAY_WRITE_STEP : n;
   uint64_t before = w->write_ns;
-  HurrayStatus status = fd_write_all(w, w->stage, n, error);
-  if (status != HURRAY_OK) {
-    w->failed = true;
-    return status;
+  for (size_t at = 0; at < n; at += step) {
+    HurrayStatus status = fd_write_all(w, w->stage + at, n - at < step ? n - at : step, error);
+    if (status != HURRAY_OK) {
+      w->failed = true;
+      return status;
+    }
   }
-  if (region) hurray__write_pieces_region_took(&w->pieces, w->write_ns - before);
-  start_writeback(w);
+  if (region != HURRAY_GATHER_NO) {
+    hurray__write_pieces_gathered(&w->pieces, region, whole, w->write_ns - before);
+  }
+  if (n > 0) start_writeback(w);
   return HURRAY_OK;
 }
 
@@ -271,8 +277,9 @@ static bool stage_ready(HurrayWriter *w) {
 static HurrayStatus stage_copy(HurrayWriter *w, const uint8_t *data, size_t len,
                                HurrayError *error) {
   while (len > 0) {
-    size_t room = (w->stage_region ? STAGE_CAPACITY : STAGE_BYTES) - w->staged;
-    if (!w->stage_region && room < len && w->staged > 0) {
+    bool gathering = w->stage_region != HURRAY_GATHER_NO;
+    size_t room = (gathering ? STAGE_CAPACITY : STAGE_BYTES) - w->staged;
+    if (!gathering && room < len && w->staged > 0) {
       HURRAY_RETURN_NOT_OK(flush_stage(w, error));
       continue;
     }
@@ -282,7 +289,7 @@ static HurrayStatus stage_copy(HurrayWriter *w, const uint8_t *data, size_t len,
     w->position += take;
     data += take;
     len -= take;
-    if (w->stage_region && w->staged == STAGE_CAPACITY) {
+    if (gathering && w->staged == STAGE_CAPACITY) {
       HURRAY_RETURN_NOT_OK(flush_stage(w, error));
     }
   }
@@ -301,7 +308,7 @@ static bool stage_put(HurrayWriter *w, const void *data, size_t len, HurrayStatu
 
 static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayError *error) {
   const uint8_t *p = data;
-  if (len > 0 && w->stage_region) {
+  if (len > 0 && w->stage_region != HURRAY_GATHER_NO) {
     /* The bytes up to the end of the region being gathered join it. */
     size_t take = STAGE_CAPACITY - w->staged;
     if (take > len) take = len;
@@ -412,16 +419,18 @@ static void hash_chunks(HurrayWriter *w, HurrayHashStream *chunk, uint64_t at, c
 }
 
 /* Whether the rest of a large buffer, `left` bytes at the writer's
- * position, is a tail that begins a 2 MiB region while whole regions go
- * out in one write: it is then gathered in the stage with what follows it
- * (padding, small tensors, the head of the next buffer), and the region
- * goes out whole. Written in 64 KiB pieces instead, every region that two
- * buffers share sat in small folios, half of a file of 4 MiB buffers,
- * read at 0.75x the speed of a file in 2 MiB folios (io-speed.md,
- * section 7). */
-static bool begins_shared_region(HurrayWriter *w, uint64_t left) {
-  return !w->raw && w->position % HURRAY_HUGE_WRITE_STEP == 0 && left < HURRAY_HUGE_WRITE_STEP &&
-         hurray__write_pieces_region_huge(&w->pieces) && stage_ready(w);
+ * position, is a tail that begins a 2 MiB region to gather in the stage
+ * with what follows it (padding, small tensors, the head of the next
+ * buffer), so that the region goes out in one write, or as the probe
+ * (write_pieces.h). Written in 64 KiB pieces, every region that two
+ * buffers share sat in small folios: half of a file of 4 MiB buffers, read
+ * at 0.75x the speed of a file in 2 MiB folios (io-speed.md, section 7). */
+static HurrayGather gather_tail(HurrayWriter *w, uint64_t left) {
+  if (w->raw || w->position % HURRAY_HUGE_WRITE_STEP != 0 || left >= HURRAY_HUGE_WRITE_STEP ||
+      !stage_ready(w)) {
+    return HURRAY_GATHER_NO;
+  }
+  return hurray__write_pieces_gather(&w->pieces);
 }
 
 /* Writes one buffer and computes its checksum (and its chunks' checksums,
@@ -429,7 +438,7 @@ static bool begins_shared_region(HurrayWriter *w, uint64_t left) {
  * 2 MiB (write_pieces.h), each hashed just before it is written: one pass
  * over the source instead of a hash pass and then a copy pass. Anything
  * staged goes out before each piece is handed out, so that a piece's time
- * is its own, except a region being gathered (begins_shared_region), which
+ * is its own, except a region being gathered (gather_tail), which
  * the buffer's first bytes complete. A callback gets the buffer in one
  * call, as before. */
 static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len, uint64_t *sum,
@@ -447,14 +456,15 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
   uint64_t at = 0;
   while (at < len) {
     uint64_t n;
-    if (w->stage_region) {
+    if (w->stage_region != HURRAY_GATHER_NO) {
       n = STAGE_CAPACITY - w->staged;
       if (n > len - at) n = len - at;
     } else {
       HURRAY_RETURN_NOT_OK(flush_stage(w, error));
       n = hurray__write_piece(&w->pieces, w->position, len - at, w->write_ns);
-      if (begins_shared_region(w, len - at)) {
-        w->stage_region = true;
+      HurrayGather gather = gather_tail(w, len - at);
+      if (gather != HURRAY_GATHER_NO) {
+        w->stage_region = gather;
         n = len - at;
       }
     }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -640,6 +641,83 @@ static void test_shared_regions_written_whole(void **state) {
   for (size_t i = 0; i < count; i++) free(data[i]);
 }
 
+/* A write that costs what the test says: 64 KiB writes `small_us`, 2 MiB
+ * writes `huge_us`, on top of the real write. */
+typedef struct CostedWrites {
+  WriteLog log;
+  long small_us, huge_us;
+} CostedWrites;
+
+static ssize_t costed_write(void *ctx, int fd, const void *data, size_t len) {
+  CostedWrites *c = ctx;
+  long us = len == HURRAY_WRITE_STEP        ? c->small_us
+            : len == HURRAY_HUGE_WRITE_STEP ? c->huge_us
+                                            : 0;
+  if (us > 0) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+  }
+  return logging_write(&c->log, fd, data, len);
+}
+
+/* Buffers under 2 MiB never hold a whole region with more of the buffer
+ * after it, where a probe inside one buffer is made, so the probe is made
+ * on a gathered region: with 2 MiB writes cheaper, every later region goes
+ * out in one write; with them far dearer, few do. */
+static void test_probe_on_gathered_regions(void **state) {
+  (void)state;
+  enum { COUNT = 40 };
+  uint64_t sizes[COUNT];
+  uint8_t *data[COUNT];
+  for (size_t i = 0; i < COUNT; i++) {
+    sizes[i] = (300u << 10) + (uint64_t)(i * 37 % COUNT) * (40u << 10) + i;
+    data[i] = random_bytes(sizes[i], 200 + i);
+  }
+  const struct {
+    const char *name;
+    long small_us, huge_us;
+  } cases[] = {{"small", 0, 0}, {"cheap-huge", 500, 0}, {"dear-huge", 0, 50000}};
+  CostedWrites costs[3];
+  uint8_t *files[3];
+  size_t lens[3];
+  for (size_t k = 0; k < 3; k++) {
+    char path[300];
+    file_path(path, sizeof path, cases[k].name);
+    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", k == 0 ? "small" : "probe", 1), 0);
+    HurraySys sys = hurray__sys_default;
+    memset(&costs[k], 0, sizeof costs[k]);
+    costs[k].small_us = cases[k].small_us;
+    costs[k].huge_us = cases[k].huge_us;
+    sys.ctx = &costs[k];
+    sys.write = costed_write;
+    HurrayWriter *w = NULL;
+    assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
+    for (size_t i = 0; i < COUNT; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "t%zu", i);
+      write_u8_tensor(w, name, data[i], sizes[i]);
+    }
+    assert_ok(hurray_writer_finish(w, error));
+    assert_int_equal(costs[k].log.misaligned_huge, 0);
+    files[k] = slurp(path, &lens[k]);
+  }
+  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  size_t regions = lens[0] / HURRAY_HUGE_WRITE_STEP;
+  assert_true(regions >= 20);
+  assert_int_equal(costs[0].log.huge, 0);
+  /* Region 0 is staged and written in pieces, region 1 is the probe. */
+  assert_int_equal(costs[1].log.huge, regions - 2);
+  /* Each slow write waits 1, 2, 4, ... regions, and a probe follows. */
+  assert_true(costs[2].log.huge >= 1 && costs[2].log.huge <= 6);
+  for (size_t k = 1; k < 3; k++) {
+    assert_int_equal(lens[k], lens[0]);
+    assert_memory_equal(files[k], files[0], lens[0]);
+  }
+  for (size_t k = 0; k < 3; k++) free(files[k]);
+  for (size_t i = 0; i < COUNT; i++) free(data[i]);
+}
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -808,6 +886,7 @@ int main(void) {
       cmocka_unit_test(test_writeback_started_and_only_advice),
       cmocka_unit_test(test_write_sizes_follow_the_folio_choice),
       cmocka_unit_test(test_shared_regions_written_whole),
+      cmocka_unit_test(test_probe_on_gathered_regions),
       cmocka_unit_test(test_convert_checks_while_copying),
       cmocka_unit_test(test_convert_checks_kernel_copies),
       cmocka_unit_test(test_convert_resident_set_flat),

@@ -327,33 +327,45 @@ static void test_write_pieces_forced_choices(void **state) {
   assert_int_equal(w.huge, 0);
 }
 
-/* Gathered regions (the writer's shared 2 MiB regions): asked for only
- * while whole regions go out in one write, and one markedly slower than
- * the probe sends the writer back to small writes like any huge write. */
+/* Gathered regions (the writer's shared 2 MiB regions): gathered whole
+ * while huge writes are kept; the probe made on one when it is due; a
+ * gathered 2 MiB write markedly slower than the probe sends the writer
+ * back to small writes, and regions not gathered count down the wait. */
 static void test_write_pieces_gathered_regions(void **state) {
   (void)state;
   HurrayWritePieces p;
   uint64_t clock = 0;
   Written w;
   hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_SMALL);
-  assert_false(hurray__write_pieces_region_huge(&p));
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_NO);
   hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_HUGE);
-  assert_true(hurray__write_pieces_region_huge(&p));
-  hurray__write_pieces_region_took(&p, 1000000); /* forced: never backs off */
-  assert_true(hurray__write_pieces_region_huge(&p));
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_WHOLE);
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_WHOLE, true, 1000000000); /* forced: kept */
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_WHOLE);
 
+  /* Probed on a gathered region: 20,480 ns of small writes. */
   hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
-  assert_false(hurray__write_pieces_region_huge(&p)); /* not probed yet */
-  write_buffer(&p, 0, 8 * MIB, 10, 10, &clock, &w);
-  assert_true(hurray__write_pieces_region_huge(&p));
-  hurray__write_pieces_region_took(&p, 12 * 2048); /* 1.2x the probe: kept */
-  assert_true(hurray__write_pieces_region_huge(&p));
-  hurray__write_pieces_region_took(&p, 30 * 2048); /* 3x: back to small */
-  assert_false(hurray__write_pieces_region_huge(&p));
-  /* One region of small writes, then a probe, then huge again. */
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_PROBE);
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_PROBE, true, 10 * 2048);
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_WHOLE);
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_WHOLE, true, 12 * 2048); /* 1.2x: kept */
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_WHOLE);
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_WHOLE, true, 30 * 2048); /* 3x */
+  /* One region of small writes (this one, not gathered), then a probe. */
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_NO);
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_PROBE);
+  /* Cut short by the end of the file: no probe; the next one is due. */
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_PROBE, false, 1);
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_PROBE);
+  hurray__write_pieces_gathered(&p, HURRAY_GATHER_PROBE, true, 10 * 2048);
+  /* The probe holds for the regions inside buffers too. */
   write_buffer(&p, 8 * MIB, 8 * MIB, 10, 10, &clock, &w);
-  assert_int_equal(w.huge, 2);
-  assert_true(hurray__write_pieces_region_huge(&p));
+  assert_int_equal(w.huge, 4);
+
+  /* A probe inside a buffer holds for gathered regions. */
+  hurray__write_pieces_init(&p, HURRAY_WRITE_FOLIOS_PROBE);
+  write_buffer(&p, 0, 8 * MIB, 10, 10, &clock, &w);
+  assert_int_equal(hurray__write_pieces_gather(&p), HURRAY_GATHER_WHOLE);
 }
 
 /* A probe region whose end is not timed (another write moved the file on
