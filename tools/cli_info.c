@@ -125,17 +125,31 @@ int hurray_cli_verify(FILE *out, FILE *err, const char *path) {
   if (r == NULL) return EXIT_FAILURE;
   size_t buffers = 0;
   int status = EXIT_SUCCESS;
+  /* One call over the whole file hashes on every thread; one call per
+   * tensor hashed each small tensor on one thread, and asked the CPU count
+   * each time (20,000 tensors of 8 KiB: 180 ms against 20 ms). Only a
+   * file that fails is checked tensor by tensor, to name every bad one. */
+  bool whole_ok = hurray_reader_verify(r, NULL, &error) == HURRAY_OK;
+  HurrayError whole_error = error;
+  bool reported = false;
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
     const char *name = hurray_reader_tensor_name(r, i);
     HurrayDescriptor *d = NULL;
-    if (hurray_reader_verify(r, name, &error) != HURRAY_OK ||
+    if ((!whole_ok && hurray_reader_verify(r, name, &error) != HURRAY_OK) ||
         hurray_reader_get_descriptor(r, name, &d, &error) != HURRAY_OK) {
       hurray_cli_fail_at(err, path, error.message);
       status = EXIT_FAILURE;
+      reported = true;
       continue;
     }
     buffers += hurray_descriptor_buffer_count(d);
     hurray_descriptor_destroy(d);
+  }
+  if (!whole_ok && !reported) {
+    /* The file changed between the two passes, or failed as a whole only
+     * (truncated since it was opened). */
+    hurray_cli_fail_at(err, path, whole_error.message);
+    status = EXIT_FAILURE;
   }
   if (status == EXIT_SUCCESS) {
     hurray_cli_puts_escaped(out, path);

@@ -113,6 +113,28 @@ class CliTest(unittest.TestCase):
             self.assertIn(b"truncated", out.stderr)
         self.assertEqual(run("ls", os.path.join(self.tmp.name, "missing")).returncode, 1)
 
+    def test_verify_names_every_corrupt_tensor(self):
+        # verify checks the whole file in one pass and, only when that
+        # fails, tensor by tensor: every bad tensor is still named.
+        names = [line.split()[0] for line in run("ls", self.path).stdout.decode().splitlines()[1:]]
+        data = bytearray(open(self.path, "rb").read())
+        bad_names = names[:2]
+        for name in bad_names:
+            raw = run("cat", self.path, name).stdout
+            at = data.find(raw)
+            self.assertGreater(at, 0, name)
+            data[at + len(raw) // 2] ^= 0x40
+        bad = os.path.join(self.tmp.name, "two-bad.hurray")
+        open(bad, "wb").write(data)
+        out = run("verify", bad)
+        self.assertEqual(out.returncode, 1)
+        self.assertEqual(out.stdout, b"")
+        lines = out.stderr.decode().splitlines()
+        self.assertEqual(len(lines), 2, lines)
+        for name, line in zip(bad_names, lines):
+            self.assertIn(f'tensor "{name}"', line)
+            self.assertIn("checksum mismatch", line)
+
     def test_cat_raw_and_npy(self):
         raw = run("cat", self.path, "layers.0.proj.weight", "--buffer", "1")
         self.assertEqual(raw.returncode, 0, raw.stderr)
