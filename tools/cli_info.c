@@ -131,7 +131,6 @@ int hurray_cli_verify(FILE *out, FILE *err, const char *path) {
    * file that fails is checked tensor by tensor, to name every bad one. */
   bool whole_ok = hurray_reader_verify(r, NULL, &error) == HURRAY_OK;
   HurrayError whole_error = error;
-  bool reported = false;
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
     const char *name = hurray_reader_tensor_name(r, i);
     HurrayDescriptor *d = NULL;
@@ -139,13 +138,12 @@ int hurray_cli_verify(FILE *out, FILE *err, const char *path) {
         hurray_reader_get_descriptor(r, name, &d, &error) != HURRAY_OK) {
       hurray_cli_fail_at(err, path, error.message);
       status = EXIT_FAILURE;
-      reported = true;
       continue;
     }
     buffers += hurray_descriptor_buffer_count(d);
     hurray_descriptor_destroy(d);
   }
-  if (!whole_ok && !reported) {
+  if (!whole_ok && status == EXIT_SUCCESS) {
     /* The file changed between the two passes, or failed as a whole only
      * (truncated since it was opened). */
     hurray_cli_fail_at(err, path, whole_error.message);
