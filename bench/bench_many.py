@@ -36,7 +36,14 @@ sys.path.insert(0, HERE)
 
 import bench  # noqa: E402
 
-KEYS = ("open_s", "open_names_warm_s", "load_s", "verify_gbps", "verify_x_mem_read")
+KEYS = (
+    "open_s",
+    "open_names_warm_s",
+    "load_s",
+    "verify_gbps",
+    "verify_x_mem_read",
+    "verify_each_s",
+)
 
 
 def before_runner(folder):
@@ -126,6 +133,10 @@ def main():
             f"{h['verify_x_mem_read']['median']:.2f}x the memory-read rate of its round "
             f"({hash_threads} threads, {bench.fmt(res['mem_read_gbps'], 'gbps')} GB/s)"
         )
+        if "verify_each_s" in h:
+            print(
+                f"{c:13s} verify tensor by tensor {bench.fmt(h['verify_each_s'], 'us')} µs a tensor"
+            )
     if "hurray.before" in contenders:
         h, b = res["contenders"]["hurray"], res["contenders"]["hurray.before"]
         print(

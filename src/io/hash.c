@@ -93,13 +93,16 @@ uint64_t hurray__hash_stream_digest(const HurrayHashStream *s) {
 }
 
 unsigned hurray__hash_threads(void) {
+  return hurray__hash_threads_of(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+unsigned hurray__hash_threads_of(long cpus) {
   const char *knob = getenv("HURRAY_HASH_THREADS");
   if (knob != NULL && knob[0] != '\0') {
     char *end = NULL;
     unsigned long n = strtoul(knob, &end, 10);
     if (end != NULL && *end == '\0' && n >= 1) return n > 64 ? 64u : (unsigned)n;
   }
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 1) return 1;
   return cpus > 8 ? 8u : (unsigned)cpus;
 }

@@ -40,6 +40,12 @@ void hurray__hash_reset_dispatch(void);
 /* The number of threads hurray__hash_many uses (HURRAY_HASH_THREADS). */
 unsigned hurray__hash_threads(void);
 
+/* The same for a machine of `online_cpus` CPUs (sysconf's answer, read
+ * once by the caller: it is a read of /sys each time, about 20 us, which a
+ * loop verifying one small tensor per call would pay every call). The
+ * knob is still read here, at each call. */
+unsigned hurray__hash_threads_of(long online_cpus);
+
 /* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
  * included). Jobs are taken in order by whichever thread is free (small
  * neighbours together, up to 256 KiB a claim); each

@@ -175,6 +175,15 @@ static void test_hash_many_same_with_any_thread_count(void **state) {
   setenv("HURRAY_HASH_THREADS", "lots", 1);
   assert_true(hurray__hash_threads() >= 1);
   unsetenv("HURRAY_HASH_THREADS");
+  /* The default from a CPU count read once by the caller (a reader, at
+   * open): every CPU up to 8, one when the count is unknown (-1), and the
+   * knob, read at each call, still wins. */
+  assert_int_equal(hurray__hash_threads_of(3), 3);
+  assert_int_equal(hurray__hash_threads_of(96), 8);
+  assert_int_equal(hurray__hash_threads_of(-1), 1);
+  set_threads(5);
+  assert_int_equal(hurray__hash_threads_of(2), 5);
+  unsetenv("HURRAY_HASH_THREADS");
   free(data);
 }
 

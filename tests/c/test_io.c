@@ -1071,6 +1071,46 @@ static void test_chunk_checksums_catch_damage(void **state) {
   free(f.data);
 }
 
+/* A private reader verifies a small tensor by pread, not through a
+ * mapped view: damage is still found and named, in every mode and for any
+ * thread count, and the caller's writes into its private mapping are still
+ * not what is checked (the file is). "d" is 100 bytes, "c" a whole chunk
+ * (through the view). */
+static void test_private_verify_of_a_small_tensor(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "small-verify.hurray");
+  in_dir(bad, sizeof bad, "small-verify-bad.hurray");
+  write_chunked(path, false);
+
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = HURRAY_READ_MMAP_PRIVATE;
+  HurrayReader *r = NULL;
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_get_tensor(r, "d", &d, &list, error));
+  memset(hurray_buffer_data(hurray_buffer_list_get(list, 0)), 0x5A, 100);
+  assert_ok(hurray_reader_verify(r, "d", error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  hurray_reader_close(r);
+
+  File f = load(path);
+  f.data[record_field(&f, 3, 0) + 99] ^= 0x01; /* "d", the fourth buffer in index order */
+  store(bad, f.data, f.len);
+  for (const char *threads = "1"; threads != NULL; threads = threads[0] == '1' ? "2" : NULL) {
+    for (HurrayReadMode mode = HURRAY_READ_MMAP; mode <= HURRAY_READ_MMAP_PRIVATE; mode++) {
+      verify_with_threads(bad, mode, threads, "d", HURRAY_ERR_CHECKSUM,
+                          "tensor \"d\" buffer 0: checksum mismatch (stored");
+      verify_with_threads(bad, mode, threads, "c", HURRAY_OK, NULL);
+      verify_with_threads(bad, mode, threads, NULL, HURRAY_ERR_CHECKSUM, "tensor \"d\"");
+    }
+  }
+  free(f.data);
+}
+
 /* Where a tensor's sums start is found past many tensors without a long
  * buffer (the reader keeps a mark every 64 tensors): "a", 150 small
  * tensors, then "u", each of "a" and "u" one chunk and a byte. */
@@ -1169,6 +1209,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_checksums_catch_damage),
       cmocka_unit_test(test_chunk_table_checked_at_open),
       cmocka_unit_test(test_chunk_sums_found_past_many_tensors),
+      cmocka_unit_test(test_private_verify_of_a_small_tensor),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
