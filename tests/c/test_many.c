@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../src/io/format.h"
 #include "scratch_dir.h"
 #include "test_util.h"
 
@@ -365,12 +366,13 @@ static void test_index_streamed_at_finish(void **state) {
     if (hurray_writer_finish(w, &e) != HURRAY_OK) _exit(2);
     getrusage(RUSAGE_SELF, &after);
     FILE *f = fopen(path, "rb");
-    uint8_t trailer[64];
-    if (f == NULL || fseek(f, -64, SEEK_END) != 0 || fread(trailer, 1, 64, f) != 64) _exit(2);
+    uint8_t trailer[HURRAY_FILE_TRAILER_BYTES];
+    if (f == NULL || fseek(f, -(long)sizeof trailer, SEEK_END) != 0 ||
+        fread(trailer, 1, sizeof trailer, f) != sizeof trailer) {
+      _exit(2);
+    }
     fclose(f);
-    long index_kib = (long)((trailer[8] | (uint64_t)trailer[9] << 8 | (uint64_t)trailer[10] << 16 |
-                             (uint64_t)trailer[11] << 24) >>
-                            10);
+    long index_kib = (long)(hurray__get_le(trailer + TRAILER_INDEX_LENGTH, 8) >> 10);
     long grew = after.ru_maxrss - before.ru_maxrss;
     printf("index %ld KiB, peak grew %ld KiB during finish\n", index_kib, grew);
     fflush(stdout);
