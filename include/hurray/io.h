@@ -258,6 +258,31 @@ HURRAY_API HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *n
                                                   uint32_t buffer_index, void *dst,
                                                   uint64_t dst_size, HurrayError *error);
 
+/* One piece of a stored buffer to read: bytes [offset, offset + length) of
+ * buffer `buffer` of tensor number `tensor` (0 to tensor_count - 1, as
+ * hurray_reader_tensor_name; hurray_reader_find gives a name's) into caller
+ * memory `dst`, which must hold `length` bytes. */
+typedef struct HurrayReadSpan {
+  size_t tensor;
+  uint32_t buffer;
+  uint64_t offset;
+  uint64_t length;
+  void *dst;
+} HurrayReadSpan;
+
+/* Reads `count` spans with pread, on `threads` threads (1 to 64; the bytes
+ * are split evenly, so one large span is read by several threads): the
+ * loader's way of filling a staging buffer, e.g. pinned memory that a GPU
+ * copies from, at the page cache's speed rather than one thread's. Every
+ * span is checked against its buffer before anything is read; a reader
+ * over a byte source (hurray_reader_open_byte_source) reads on the calling thread
+ * only. On failure the bytes of `dst` are unspecified and the error is the
+ * one of the first failing span in the order given. The reader must not be
+ * closed during the call; other calls on it may run concurrently. */
+HURRAY_API HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayReadSpan *spans,
+                                                 size_t count, unsigned threads,
+                                                 HurrayError *error);
+
 /* Rows [row_start, row_start + row_count) along dimension 0 of a dense,
  * row-major tensor (unquantized or per-tensor affine), touching only those
  * bytes. The returned descriptor has shape[0] = row_count, no statistics,

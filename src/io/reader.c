@@ -1196,6 +1196,109 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
   return read_at(r, dst, length, buffer_field(t, buffer_index, 0), error);
 }
 
+/* ------------------------------------------------------------ read spans */
+
+/* The bytes of a span list, split evenly: thread `part` reads bytes
+ * [from, to) of the spans laid end to end. */
+typedef struct SpanPart {
+  HurrayReader *r;
+  const HurrayReadSpan *spans;
+  size_t count;
+  uint64_t from, to;
+  size_t failed; /* index of the span that failed, or count */
+  HurrayStatus status;
+  HurrayError error;
+} SpanPart;
+
+static void *read_span_part(void *arg) {
+  SpanPart *p = arg;
+  uint64_t at = 0; /* where span k starts in the concatenation */
+  p->failed = p->count;
+  p->status = HURRAY_OK;
+  for (size_t k = 0; k < p->count && at < p->to; k++) {
+    const HurrayReadSpan *s = &p->spans[k];
+    uint64_t lo = p->from > at ? p->from - at : 0;
+    uint64_t hi = p->to - at < s->length ? p->to - at : s->length;
+    at += s->length;
+    if (lo >= hi) continue;
+    TensorEntry t = entry_at(p->r, s->tensor);
+    p->status = read_at(p->r, (uint8_t *)s->dst + lo, hi - lo,
+                        buffer_field(&t, s->buffer, 0) + s->offset + lo, &p->error);
+    if (p->status != HURRAY_OK) {
+      p->failed = k;
+      break;
+    }
+  }
+  return NULL;
+}
+
+HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayReadSpan *spans, size_t count,
+                                      unsigned threads, HurrayError *error) {
+  if (r == NULL || (spans == NULL && count > 0) || threads == 0 || threads > 64) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "read_spans needs a reader, the spans and 1 to 64 threads");
+  }
+  uint64_t total = 0;
+  for (size_t k = 0; k < count; k++) {
+    const HurrayReadSpan *s = &spans[k];
+    if (s->tensor >= r->tensor_count) {
+      return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "span %zu: no tensor number %zu (%zu)", k,
+                          s->tensor, r->tensor_count);
+    }
+    TensorEntry t = entry_at(r, s->tensor);
+    if (s->buffer >= t.buffer_count) {
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "span %zu: tensor \"%.*s\" has %u buffers, not buffer %u", k,
+                          (int)t.name_len, t.name, t.buffer_count, s->buffer);
+    }
+    uint64_t end, length = buffer_field(&t, s->buffer, 1);
+    if (!hurray__add_u64(s->offset, s->length, &end) || end > length) {
+      return hurray__fail(error, HURRAY_ERR_RANGE,
+                          "span %zu: bytes [%llu, +%llu) beyond tensor \"%.*s\" buffer %u of %llu "
+                          "bytes",
+                          k, (unsigned long long)s->offset, (unsigned long long)s->length,
+                          (int)t.name_len, t.name, s->buffer, (unsigned long long)length);
+    }
+    if (s->dst == NULL && s->length > 0) {
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "span %zu: dst is NULL", k);
+    }
+    if (!hurray__add_u64(total, s->length, &total)) {
+      return hurray__fail(error, HURRAY_ERR_RANGE, "spans of more than 2^64 bytes");
+    }
+  }
+  /* A source is untrusted code that was never promised concurrent calls. */
+  if (r->has_source) threads = 1;
+  /* Parts under 1 MiB cost more in thread starts than they gain. */
+  uint64_t most = total / (1u << 20) + 1;
+  if (threads > most) threads = (unsigned)most;
+  SpanPart parts[64];
+  pthread_t ids[64];
+  bool joined[64] = {false};
+  uint64_t per = (total + threads - 1) / threads;
+  for (unsigned i = 0; i < threads; i++) {
+    uint64_t from = per * i, to = per * (i + 1);
+    parts[i] = (SpanPart){
+        r,     spans,     count, from < total ? from : total, to < total ? to : total,
+        count, HURRAY_OK, {0}};
+  }
+  /* Part 0 runs on this thread; a thread that cannot start runs inline. */
+  for (unsigned i = 1; i < threads; i++) {
+    joined[i] = pthread_create(&ids[i], NULL, read_span_part, &parts[i]) == 0;
+    if (!joined[i]) read_span_part(&parts[i]);
+  }
+  read_span_part(&parts[0]);
+  for (unsigned i = 1; i < threads; i++) {
+    if (joined[i]) pthread_join(ids[i], NULL);
+  }
+  unsigned first = 0;
+  for (unsigned i = 1; i < threads; i++) {
+    if (parts[i].failed < parts[first].failed) first = i;
+  }
+  if (parts[first].status == HURRAY_OK) return HURRAY_OK;
+  if (error != NULL) *error = parts[first].error;
+  return parts[first].status;
+}
+
 HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t row_start,
                                     uint64_t row_count, HurrayDescriptor **descriptor_out,
                                     HurrayBufferList **buffers_out, HurrayError *error) {

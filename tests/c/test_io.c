@@ -231,6 +231,121 @@ static void write_bytes_tensor(const char *path, uint64_t bytes) {
   hurray_descriptor_destroy(d);
 }
 
+/* read_spans: pieces of buffers land where asked, whatever the thread
+ * count, through a file or a byte source; bad spans are refused before any
+ * read, and a file cut short after open is an error, not short data. */
+static void read_spans_expect(HurrayReader *r, const uint8_t *a, const uint8_t *b,
+                              unsigned threads) {
+  enum { A = 3 << 20 };
+  uint8_t *big = malloc(A);
+  uint8_t small[300];
+  assert_non_null(big);
+  memset(big, 0, A);
+  size_t ia = 0, ib = 0;
+  assert_ok(hurray_reader_find(r, "a", &ia, error));
+  assert_ok(hurray_reader_find(r, "b", &ib, error));
+  HurrayReadSpan spans[] = {
+      {ia, 0, 5, A - 10, big},         /* one span split across the threads */
+      {ib, 0, 0, 0, NULL},             /* empty: nothing to write */
+      {ib, 0, 100, 300, small},        /* the middle of a small buffer */
+      {ia, 0, A - 5, 5, big + A - 10}, /* the end of the large one */
+  };
+  assert_ok(hurray_reader_read_spans(r, spans, 4, threads, error));
+  assert_memory_equal(big, a + 5, A - 10);
+  assert_memory_equal(big + A - 10, a + A - 5, 5);
+  assert_memory_equal(small, b + 100, 300);
+  free(big);
+}
+
+static void test_read_spans(void **state) {
+  (void)state;
+  enum { A = 3 << 20 };
+  char path[300];
+  in_dir(path, sizeof path, "spans.hurray");
+  HurrayDescriptor *da = NULL, *db = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){A}, &da, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(da, HURRAY_ROLE_DATA, A, 64, HURRAY_SYNC_READY, NULL, error));
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT16, 1, (uint64_t[]){300}, &db, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(db, HURRAY_ROLE_DATA, 600, 64, HURRAY_SYNC_READY, NULL, error));
+  HurrayBufferList *la = patterned_buffers(da, 3), *lb = patterned_buffers(db, 4);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "a", da, la, error));
+  assert_ok(hurray_writer_write_tensor(w, "b", db, lb, error));
+  assert_ok(hurray_writer_finish(w, error));
+  const uint8_t *a = hurray_buffer_data(hurray_buffer_list_get(la, 0));
+  const uint8_t *b = hurray_buffer_data(hurray_buffer_list_get(lb, 0));
+
+  for (int mode = 0; mode < 3; mode++) {
+    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+    options.mode = (HurrayReadMode)mode;
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, &options, &r, error));
+    for (unsigned threads = 1; threads <= 7; threads += 2) read_spans_expect(r, a, b, threads);
+    hurray_reader_close(r);
+  }
+
+  /* Through a byte source: the same bytes, on the calling thread. */
+  size_t size = 0;
+  uint8_t *whole = read_file(path, &size);
+  assert_non_null(whole);
+  HurrayByteSource source;
+  assert_ok(hurray_byte_source_memory(whole, size, &source, error));
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open_byte_source(&source, NULL, &r, error));
+  read_spans_expect(r, a, b, 4);
+  hurray_reader_close(r);
+  free(whole);
+
+  /* Refused before anything is read: the destination stays as it was. */
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  uint8_t dst[16];
+  memset(dst, 0xEE, sizeof dst);
+  HurrayReadSpan good = {1, 0, 0, 16, dst};
+  HurrayReadSpan bad[] = {
+      {2, 0, 0, 1, dst},          /* no third tensor */
+      {1, 1, 0, 1, dst},          /* no second buffer */
+      {1, 0, 590, 11, dst},       /* past the buffer's 600 bytes */
+      {1, 0, UINT64_MAX, 2, dst}, /* offset + length wraps */
+      {1, 0, 0, 1, NULL},         /* nowhere to write */
+  };
+  HurrayStatus want[] = {HURRAY_ERR_NOT_FOUND, HURRAY_ERR_INVALID_ARGUMENT, HURRAY_ERR_RANGE,
+                         HURRAY_ERR_RANGE, HURRAY_ERR_INVALID_ARGUMENT};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    HurrayReadSpan two[2] = {good, bad[k]};
+    HurrayError e = {0};
+    assert_int_equal(hurray_reader_read_spans(r, two, 2, 2, &e), want[k]);
+    assert_int_equal(e.code, want[k]);
+    assert_non_null(strstr(e.message, "span 1"));
+    for (size_t i = 0; i < sizeof dst; i++) assert_int_equal(dst[i], 0xEE);
+  }
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_read_spans(r, &good, 1, 0, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_read_spans(r, &good, 1, 65, error));
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_read_spans(NULL, &good, 1, 1, error));
+  assert_ok(hurray_reader_read_spans(r, NULL, 0, 1, error));
+  hurray_reader_close(r);
+
+  /* Cut short after open: the read fails, on every thread count. */
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = HURRAY_READ_PREAD;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_int_equal(truncate(path, A / 2), 0);
+  uint8_t *big = malloc(A);
+  assert_non_null(big);
+  HurrayReadSpan all = {0, 0, 0, A, big};
+  for (unsigned threads = 1; threads <= 3; threads++) {
+    assert_status(HURRAY_ERR_TRUNCATED, hurray_reader_read_spans(r, &all, 1, threads, error));
+  }
+  free(big);
+  hurray_reader_close(r);
+  hurray_buffer_list_destroy(la);
+  hurray_buffer_list_destroy(lb);
+  hurray_descriptor_destroy(da);
+  hurray_descriptor_destroy(db);
+}
+
 /* cached_fraction the cachestat way and the mincore way (the fallback,
  * forced by HURRAY_CACHESTAT=0). */
 static void both_fractions(HurrayReader *r, double *syscall_way, double *mincore_way) {
@@ -1210,6 +1325,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_table_checked_at_open),
       cmocka_unit_test(test_chunk_sums_found_past_many_tensors),
       cmocka_unit_test(test_private_verify_of_a_small_tensor),
+      cmocka_unit_test(test_read_spans),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
