@@ -441,6 +441,83 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* _read_spans(out, spans, threads): each span (name, buffer, offset, length,
+ * out_offset) copies bytes [offset, offset + length) of that stored buffer
+ * to out[out_offset:out_offset + length], on `threads` threads with the GIL
+ * released (hurray_reader_read_spans). The GPU loader fills its pinned
+ * staging buffers with it. */
+static PyObject *file_read_spans(PyObject *op, PyObject *args) {
+  FileObject *self = (FileObject *)op;
+  Py_buffer out;
+  PyObject *list;
+  unsigned int threads;
+  if (!PyArg_ParseTuple(args, "w*OO&:_read_spans", &out, &list, hy_conv_threads, &threads)) {
+    return NULL;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  PyObject *seq = PySequence_Fast(list, "spans must be a sequence of tuples");
+  HurrayReadSpan *spans = NULL;
+  if (seq == NULL) goto fail;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  spans = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *spans);
+  if (spans == NULL) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  if (file_acquire(self) < 0) goto fail;
+  for (Py_ssize_t k = 0; k < n; k++) {
+    const char *name;
+    uint32_t buffer;
+    uint64_t offset, length, at;
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+    if (!PyTuple_Check(item) ||
+        !PyArg_ParseTuple(item, "sO&O&O&O&:span", &name, hy_conv_u32, &buffer, hy_conv_u64,
+                          &offset, hy_conv_u64, &length, hy_conv_u64, &at)) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a span is a tuple (name, buffer, offset, length, out_offset)");
+      }
+      goto fail_locked;
+    }
+    if (at > (uint64_t)out.len || length > (uint64_t)out.len - at) {
+      PyErr_Format(PyExc_ValueError, "span %zd: out[%llu:+%llu] is beyond its %zd bytes", k,
+                   (unsigned long long)at, (unsigned long long)length, out.len);
+      goto fail_locked;
+    }
+    HurrayError e = {0};
+    HurrayStatus s = hurray_reader_find(self->reader, name, &spans[k].tensor, &e);
+    if (s != HURRAY_OK) {
+      PyThread_release_lock(self->lock);
+      hy_raise_status(st, s, &e);
+      goto fail;
+    }
+    spans[k].buffer = buffer;
+    spans[k].offset = offset;
+    spans[k].length = length;
+    spans[k].dst = (uint8_t *)out.buf + at;
+  }
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_read_spans(self->reader, spans, (size_t)n,
+                                                      threads == 0   ? 1u
+                                                      : threads > 64 ? 64u
+                                                                     : threads,
+                                                      &e);
+  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  PyMem_Free(spans);
+  Py_DECREF(seq);
+  PyBuffer_Release(&out);
+  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  Py_RETURN_NONE;
+fail_locked:
+  PyThread_release_lock(self->lock);
+fail:
+  PyMem_Free(spans);
+  Py_XDECREF(seq);
+  PyBuffer_Release(&out);
+  return NULL;
+}
+
 static PyObject *file_verify(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name = NULL;
@@ -503,6 +580,7 @@ static PyMethodDef file_methods[] = {
     {"dtype", file_dtype_only, METH_O, "dtype name of one tensor, from the index"},
     {"verify", file_verify, METH_VARARGS, "check checksums of one tensor or all"},
     {"_read_buffer", file_read_buffer, METH_VARARGS, "pread one buffer into caller memory"},
+    {"_read_spans", file_read_spans, METH_VARARGS, "pread pieces of buffers, several threads"},
     {"_populate", file_populate, METH_O, "pre-fault the mapping with n threads"},
     {"_cached_fraction", file_cached_fraction, METH_NOARGS, "share of data in the page cache"},
     {"close", file_close, METH_NOARGS, "close; tensors already read stay valid"},

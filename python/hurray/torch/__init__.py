@@ -59,6 +59,7 @@ from .._files import save as _save
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
 from .._tensor import Tensor, from_hurray, specialise, stored_buffer
+from . import _staged
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
 
@@ -581,45 +582,6 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
     return out
 
 
-def _to_cuda(
-    tensors: Dict[str, "torch.Tensor"], device: "torch.device", chunk: int = 64 << 20
-) -> Dict[str, "torch.Tensor"]:
-    """CPU tensors (views of the mapping) to `device` through two pinned
-    staging buffers: while one is copied to the GPU asynchronously, the CPU
-    fills the other, so disk, memcpy and PCIe overlap. Tensors larger than a
-    staging buffer, and sparse ones, go through .to(device). Not exercised
-    by the test suite (no GPU on the test machines)."""
-    staging = [torch.empty(chunk, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-    done = [None, None]
-    stream = torch.cuda.Stream(device)
-    out = {}
-    k = 0
-    with torch.cuda.stream(stream):
-        for name, t in tensors.items():
-            nbytes = t.numel() * t.element_size()
-            if (
-                t.layout != torch.strided
-                or not t.is_contiguous()
-                or nbytes > chunk
-                or t.is_quantized
-                or nbytes == 0
-            ):
-                out[name] = t.to(device)
-                continue
-            if done[k] is not None:
-                done[k].synchronize()  # the GPU has finished reading this buffer
-            staged = staging[k][:nbytes]
-            staged.copy_(t.reshape(-1).view(torch.uint8))
-            dst = torch.empty(t.shape, dtype=t.dtype, device=device)
-            dst.view(-1).view(torch.uint8).copy_(staged, non_blocking=True)
-            done[k] = torch.cuda.Event()
-            done[k].record(stream)
-            out[name] = dst
-            k ^= 1
-    stream.synchronize()
-    return out
-
-
 def load_file(
     filename: Union[str, os.PathLike],
     device: Union[str, int, "torch.device"] = "cpu",
@@ -646,19 +608,41 @@ def load_file(
     schemes raise UnsupportedError. Sparse tensors become torch sparse
     tensors (see to_torch).
 
-    device="cuda[:i]" (or an int, as in safetensors) copies through pinned
-    staging buffers."""
+    device="cuda[:i]" (or an int, as in safetensors): the tensors' bytes
+    are read from the file by several threads straight into pinned staging
+    buffers, which the GPU copies from while the next ones fill; no CPU
+    tensor is made of them, whatever `mmap` says. Tensors computed on load
+    (dequantize=, sub-byte dtypes) are staged from memory. Other devices:
+    each CPU tensor's .to(device)."""
     if dequantize is not None and dequantize not in _DEQUANTIZE_TO:
         raise TypeError(
             f"dequantize must be torch.float32, torch.bfloat16 or torch.float16, "
             f"not {dequantize!r} (quantized codes dequantize to real values)"
         )
     target = _device(device)
+    sink = _staged.CudaSink(target) if target.type == "cuda" else None
+    return _load(filename, target, mmap, dequantize, sink)
+
+
+def _load(
+    filename: Union[str, os.PathLike],
+    target: "torch.device",
+    mmap: bool,
+    dequantize: Optional["torch.dtype"],
+    sink: Optional[_staged.CudaSink],
+    **stage_options: Any,
+) -> Dict[str, "torch.Tensor"]:
+    """load_file's work; with a `sink`, through its staging buffers
+    (the tests pass a CPU one, with `stage_options` for _staged.stage)."""
+    staged = sink is not None
     threads = _threads()
     out = {}
+    from_file = set()  # names whose CPU tensor is a view of the file's bytes
     pending = []  # dense quantized tensors, dequantized together below
-    with _File(filename, mmap=mmap) as f:
-        if mmap and f.cached_fraction() < _COLD:
+    # To a GPU the bytes are read into staging buffers: the mapping only
+    # gives the views' dtype and shape, and is never touched.
+    with _File(filename, mmap=mmap or staged) as f:
+        if mmap and not staged and f.cached_fraction() < _COLD:
             # Cold: concurrent populate calls keep several reads in flight;
             # warm pages are cheaper to fault in on first touch.
             f.populate(_COLD_THREADS)
@@ -668,6 +652,7 @@ def load_file(
             if layout == _LAYOUT_DENSE and quant == _QUANT_NONE and strides is None:
                 try:
                     out[name] = torch.from_dlpack(t)  # zero-copy, from C
+                    from_file.add(name)
                     continue
                 except BufferError:
                     pass  # sub-byte dtypes: to_torch says what to do
@@ -681,8 +666,9 @@ def load_file(
             else:
                 out[name] = to_torch(t)
         _dequantize_dense_all(pending, dequantize, threads, out)
+        if staged:
+            items = [(name, name if name in from_file else None, t) for name, t in out.items()]
+            return _staged.stage(f._file, items, sink, **stage_options)
     if target.type == "cpu":
         return out
-    if target.type == "cuda":
-        return _to_cuda(out, target)
     return {name: t.to(target) for name, t in out.items()}

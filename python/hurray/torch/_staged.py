@@ -1,0 +1,192 @@
+"""Loading onto a GPU through pinned staging buffers.
+
+Pageable memory reaches a GPU at a fraction of the bus's rate (the driver
+copies it through small pinned buffers of its own, one at a time), so the
+loader stages the bytes itself: worker threads pread the file straight into
+one of `depth` pinned buffers (hurray_reader_read_spans, GIL released) while
+the GPU copies from the others asynchronously. A tensor larger than a
+staging buffer is split across several; small ones share one. Tensors that
+are not bytes of the file (dequantized on load, converted by to_torch) are
+copied into the staging buffers from memory instead. The measurements
+behind the defaults are in docs/adr/ADR-0027-gpu-staging.md.
+
+The device side is a small interface (CudaSink) so that the tests, which
+run without a GPU, drive the same planner with CPU tensors (CpuSink).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+# 32 MiB buffers, three of them: the GPU copies one while threads fill the
+# next, and the third absorbs jitter. Pinned memory is slow to allocate the
+# first time (torch caches it afterwards), so more or larger buffers cost a
+# one-off load more than they gain (ADR-0027).
+STAGING_BYTES = 32 << 20
+STAGING_DEPTH = 3
+
+
+def read_threads() -> int:
+    """Threads that fill a staging buffer: reading from the page cache is a
+    memory copy, which one core does at a fraction of the memory's rate."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(16, cpus))
+
+
+class CudaSink:
+    """Staging buffers in pinned memory and asynchronous copies on the
+    current stream of `device`."""
+
+    def __init__(self, device: "torch.device") -> None:
+        self.device = device
+
+    def empty(self, shape: Sequence[int], dtype: "torch.dtype") -> "torch.Tensor":
+        return torch.empty(tuple(shape), dtype=dtype, device=self.device)
+
+    def staging(self, nbytes: int) -> "torch.Tensor":
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def copy(self, dst: "torch.Tensor", src: "torch.Tensor") -> None:
+        dst.copy_(src, non_blocking=True)
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def wait(self, mark: Any) -> None:
+        mark.synchronize()
+
+    def finish(self) -> None:
+        torch.cuda.current_stream(self.device).synchronize()
+
+
+class CpuSink(CudaSink):
+    """The same steps with CPU tensors and synchronous copies: the tests'
+    stand-in for a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__(torch.device("cpu"))
+
+    def staging(self, nbytes: int) -> "torch.Tensor":
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    def copy(self, dst: "torch.Tensor", src: "torch.Tensor") -> None:
+        dst.copy_(src)
+
+    def mark(self) -> Any:
+        return None
+
+    def wait(self, mark: Any) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _bytes_of(t: "torch.Tensor") -> "torch.Tensor":
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _stageable(t: "torch.Tensor") -> bool:
+    return (
+        t.layout == torch.strided
+        and not t.is_quantized
+        and t.is_contiguous()
+        and t.device.type == "cpu"
+    )
+
+
+class _Stager:
+    def __init__(self, file: Any, sink: CudaSink, chunk: int, depth: int, threads: int) -> None:
+        self.file = file
+        self.sink = sink
+        self.chunk = chunk
+        self.buffers: List[Optional["torch.Tensor"]] = [None] * depth
+        self.arrays: List[Any] = [None] * depth
+        self.marks: List[Any] = [None] * depth
+        self.slot = 0
+        self.used = 0
+        self.threads = threads
+        # The pieces bound for the current buffer.
+        self.spans: List[Tuple[str, int, int, int, int]] = []
+        self.memory: List[Tuple["torch.Tensor", int]] = []  # (source bytes, at)
+        self.copies: List[Tuple["torch.Tensor", int, int]] = []  # (destination bytes, at, length)
+
+    def _buffer(self) -> "torch.Tensor":
+        k = self.slot
+        if self.buffers[k] is None:
+            self.buffers[k] = self.sink.staging(self.chunk)
+            self.arrays[k] = self.buffers[k].numpy()
+        return self.buffers[k]
+
+    def add(self, dst: "torch.Tensor", name: Optional[str], src: Optional["torch.Tensor"]) -> None:
+        """Queues dst's bytes: from the file's tensor `name`, else from `src`."""
+        out = _bytes_of(dst)
+        source = None if src is None else _bytes_of(src)
+        total, done = out.numel(), 0
+        while done < total:
+            take = min(total - done, self.chunk - self.used)
+            if name is not None:
+                self.spans.append((name, 0, done, take, self.used))
+            else:
+                self.memory.append((source[done : done + take], self.used))
+            self.copies.append((out[done : done + take], self.used, take))
+            self.used += take
+            done += take
+            if self.used == self.chunk:
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.copies:
+            return
+        k = self.slot
+        if self.marks[k] is not None:
+            self.sink.wait(self.marks[k])  # the device has read this buffer
+        buf = self._buffer()
+        if self.spans:
+            self.file._read_spans(self.arrays[k], self.spans, self.threads)
+        for src, at in self.memory:
+            buf[at : at + src.numel()].copy_(src)
+        for dst, at, length in self.copies:
+            self.sink.copy(dst, buf[at : at + length])
+        self.marks[k] = self.sink.mark()
+        self.slot = (k + 1) % len(self.buffers)
+        self.used = 0
+        self.spans, self.memory, self.copies = [], [], []
+
+
+def stage(
+    file: Any,
+    items: Sequence[Tuple[str, Optional[str], "torch.Tensor"]],
+    sink: CudaSink,
+    *,
+    chunk: int = STAGING_BYTES,
+    depth: int = STAGING_DEPTH,
+    threads: Optional[int] = None,
+) -> Dict[str, "torch.Tensor"]:
+    """Each item (key, name in `file` or None, CPU tensor) becomes a tensor
+    on the sink's device under `key`. With a name, the CPU tensor is a view
+    of that tensor's stored bytes (only its dtype and shape are used: the
+    bytes are read from the file); without, its values are copied."""
+    if chunk < 1 or depth < 1:
+        raise ValueError("chunk and depth must be positive")
+    stager = _Stager(file, sink, chunk, depth, threads or read_threads())
+    out: Dict[str, "torch.Tensor"] = {}
+    for key, name, t in items:
+        if not _stageable(t):
+            out[key] = t.to(sink.device)
+            continue
+        dst = sink.empty(t.shape, t.dtype)
+        out[key] = dst
+        if t.numel():
+            stager.add(dst, name, None if name is not None else t)
+    stager.flush()
+    sink.finish()
+    return out
