@@ -252,7 +252,6 @@ def worker(spec):
     elif what == "check":
         import safetensors.torch
 
-
         a = _loader("hurray")(spec["path"], device=DEV)
         b = safetensors.torch.load_file(spec["peer"], device=DEV)
         out["same"] = set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
