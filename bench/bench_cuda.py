@@ -197,7 +197,7 @@ def worker(spec):
             spans.append((name, 0, 0, t.numel() * t.element_size(), at))
             at += t.numel() * t.element_size()
         _warm(spec["path"])
-        for threads in (1, 8, _staged.read_threads()):
+        for threads in sorted({1, 8, _staged.read_threads(), 24, 32}):
             out[f"fill_threads{threads}_s"] = [
                 _clock(lambda: f._read_spans(src.numpy(), spans, threads))[0] for _ in range(3)
             ]
