@@ -25,6 +25,7 @@ which initialises CUDA before its clock starts:
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -105,8 +106,10 @@ def _loader(kind):
 def _register_experiments(spec):
     """Other ways to pinned memory, measured for ADR-0027 and not used by
     the loader: registering ordinary memory (anonymous, huge pages) instead
-    of allocating pinned memory, and registering the file's page cache
-    itself, split over threads, so that the GPU reads it with no copy."""
+    of allocating pinned memory ("anon"), and registering the file's page
+    cache itself, split over threads, so that the GPU reads it with no copy
+    ("file"). One kind per process: a refused registration leaves a CUDA
+    error behind that the next call would report."""
     import mmap
     import threading
 
@@ -117,60 +120,65 @@ def _register_experiments(spec):
     out = {}
 
     def ok(rc):
-        return rc == 0 or getattr(rc, "value", None) == 0 or str(rc).endswith("success")
+        good = rc == 0 or getattr(rc, "value", None) == 0 or str(rc).endswith("success")
+        if not good:
+            cudart.cudaGetLastError()
+        return good
 
-    n = 32 * MiB
-    m = mmap.mmap(-1, n, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        m.madvise(mmap.MADV_HUGEPAGE)
-    except (AttributeError, OSError):
-        pass
-    a = np.frombuffer(m, dtype=np.uint8)
-    a[:] = 1
-    t0 = time.perf_counter()
-    rc = cudart.cudaHostRegister(a.ctypes.data, n, 0)
-    out["register_anon_32MiB_s"] = time.perf_counter() - t0 if ok(rc) else f"failed: {rc}"
-    if ok(rc):
-        cudart.cudaHostUnregister(a.ctypes.data)
+    if spec["mode"] == "anon":
+        n = 64 * MiB
+        m = mmap.mmap(-1, n, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except (AttributeError, OSError):
+            pass
+        a = np.frombuffer(m, dtype=np.uint8)
+        t0 = time.perf_counter()
+        a[:] = 1
+        out["touch_anon_64MiB_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rc = cudart.cudaHostRegister(a.ctypes.data, n, 0)
+        out["register_anon_64MiB_s"] = time.perf_counter() - t0 if ok(rc) else f"failed: {rc}"
+        t0 = time.perf_counter()
+        torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        out["pin_memory_64MiB_s"] = time.perf_counter() - t0
+        return out
+    threads = spec["threads"]
     size = spec["bytes"] // (2 * MiB) * (2 * MiB)
     _warm(spec["path"])
+    flags = mmap.MAP_PRIVATE if spec.get("private") else mmap.MAP_SHARED
     with open(spec["path"], "rb") as f:
-        fm = mmap.mmap(f.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ)
+        fm = mmap.mmap(f.fileno(), size, flags, mmap.PROT_READ)
     view = np.frombuffer(fm, dtype=np.uint8)
     base = view.ctypes.data
     dst = torch.empty(size, dtype=torch.uint8, device="cuda")
-    for threads in (1, 4, 8):
-        per = size // threads // (2 * MiB) * (2 * MiB)
-        parts = [
-            (base + i * per, per if i < threads - 1 else size - per * (threads - 1))
-            for i in range(threads)
-        ]
-        rcs = [None] * threads
+    per = size // threads // (2 * MiB) * (2 * MiB)
+    parts = [
+        (base + i * per, per if i < threads - 1 else size - per * (threads - 1))
+        for i in range(threads)
+    ]
+    rcs = [None] * threads
 
-        def reg(i):
-            rcs[i] = cudart.cudaHostRegister(parts[i][0], parts[i][1], 8)  # read-only
+    def reg(i):
+        rcs[i] = cudart.cudaHostRegister(parts[i][0], parts[i][1], 8)  # read-only
 
-        ths = [threading.Thread(target=reg, args=(i,)) for i in range(threads)]
-        t0 = time.perf_counter()
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        took = time.perf_counter() - t0
-        if not all(ok(r) for r in rcs):
-            out[f"register_file_threads{threads}"] = f"failed: {rcs}"
-            cudart.cudaGetLastError()
-            break
-        src = torch.from_numpy(view)
-        copy = [_clock(lambda: dst.copy_(src, non_blocking=True))[0] for _ in range(3)]
-        t0 = time.perf_counter()
-        for p, _ in parts:
-            cudart.cudaHostUnregister(p)
-        out[f"register_file_threads{threads}"] = {
-            "register_s": took, "copy_s": copy, "unregister_s": time.perf_counter() - t0
-        }  # fmt: skip
-    out["register_file_bytes"] = size
-    del view
+    ths = [threading.Thread(target=reg, args=(i,)) for i in range(threads)]
+    t0 = time.perf_counter()
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    out["register_s"] = time.perf_counter() - t0
+    if not all(ok(r) for r in rcs):
+        out["failed"] = str(rcs)
+        return out
+    src = torch.from_numpy(view)
+    out["copy_s"] = [_clock(lambda: dst.copy_(src, non_blocking=True))[0] for _ in range(3)]
+    t0 = time.perf_counter()
+    for p, _ in parts:
+        cudart.cudaHostUnregister(p)
+    out["unregister_s"] = time.perf_counter() - t0
+    out["bytes"] = size
     return out
 
 
@@ -234,9 +242,9 @@ def worker(spec):
         _warm(spec["path"])
         sink = _sink()
         rows = []
-        for chunk_mib in (8, 32, 64):
-            for depth in (2, 3, 4):
-                for threads in (4, 8, _staged.read_threads()):
+        for chunk_mib in (32, 64, 128):
+            for depth in (2, 3):
+                for threads in sorted({8, 12, _staged.read_threads()}):
                     opts = dict(chunk=chunk_mib * MiB, depth=depth, threads=threads)
                     ts = [
                         _clock(lambda: _load(spec["path"], sink.device, True, None, sink, **opts))[
@@ -356,6 +364,7 @@ def main():
         "gpu": "none (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cpus": len(os.sched_getaffinity(0)),
+        "numa_nodes": len(glob.glob("/sys/devices/system/node/node[0-9]*")),
     }
     try:
         import safetensors
@@ -380,7 +389,7 @@ def main():
     res["warm"] = {
         k: [
             run_worker({"what": "load", "loader": k, "path": paths[k], "calls": 5})
-            for _ in range(P)
+            for _ in range(P + 2)
         ]
         for k in ("hurray", "safetensors")
     }
@@ -398,12 +407,16 @@ def main():
     )
     res["sweep"] = run_worker({"what": "sweep", "path": paths["hurray"]})
     if not args.dry_run:
-        try:
-            res["register"] = run_worker(
-                {"what": "register", "path": paths["hurray"], "bytes": nbytes}
-            )
-        except Exception as e:  # noqa: BLE001 - an experiment; the rest stands without it
-            res["register"] = {"error": str(e)[-1500:]}
+        res["register"] = {}
+        kinds = [("anon", {"mode": "anon"})]
+        kinds += [(f"file_threads{t}", {"mode": "file", "threads": t}) for t in (1, 4, 16)]
+        kinds += [("file_private_threads4", {"mode": "file", "threads": 4, "private": True})]
+        for label, spec in kinds:
+            spec.update(what="register", path=paths["hurray"], bytes=nbytes)
+            try:
+                res["register"][label] = run_worker(spec)
+            except Exception as e:  # noqa: BLE001 - an experiment; the rest stands without it
+                res["register"][label] = {"error": str(e)[-400:]}
     res["dequantize"] = [
         run_worker(
             {
@@ -441,7 +454,7 @@ def report(res):
         "# Loading 1 GiB onto a GPU (bench/bench_cuda.py)",
         "",
         f"{res['gpu']}, torch {res['torch']}, safetensors {res['safetensors']}, "
-        f"{res['cpus']} CPUs ({res['cpu']}); load average {res['loadavg_start'][0]:.2f} at the "
+        f"{res['cpus']} CPUs ({res['cpu']}), {res.get('numa_nodes', '?')} NUMA node(s); load average {res['loadavg_start'][0]:.2f} at the "
         f"start, {res['loadavg_end'][0]:.2f} at the end; {res['wall_s']:.0f} s in all.",
         f"The file: {res['tensors']} bfloat16 tensors shaped like Llama-7B layers, "
         f"{n / MiB:.0f} MiB of tensor data. Medians over fresh processes (range, n); "
