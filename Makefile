@@ -104,6 +104,16 @@ bench-scaling: python
 	$(VENV)/python bench/bench_scaling.py
 	$(VENV)/python bench/goals19.py
 
+# Loading 1 GiB onto a GPU: hurray's pinned staging against the host-to-device
+# limit and safetensors, into bench/results/cuda.{md,json} (bench/bench_cuda.py).
+# Needs a CUDA GPU and torch with CUDA; without one it says so and measures
+# nothing. `bench/bench_cuda.py --dry-run` checks the script on a CPU.
+.PHONY: bench-cuda
+bench-cuda: python
+	$(VENV)/pip install -q --disable-pip-version-check safetensors
+	$(VENV)/python bench/bench_cuda.py
+	$(VENV)/python bench/goals19.py
+
 # Quantize/dequantize throughput of every scheme against torch, bitsandbytes,
 # gguf, numpy references and memcpy, into bench/results/quant.{md,json}; the
 # safetensors zoo's float families against their references, zoo_float.{md,json}.

@@ -103,85 +103,6 @@ def _loader(kind):
     return safetensors.torch.load_file
 
 
-def _register_experiments(spec):
-    """Other ways to pinned memory, measured for ADR-0027 and not used by
-    the loader: registering ordinary memory (anonymous, huge pages) instead
-    of allocating pinned memory ("anon"), and registering the file's page
-    cache itself, split over threads, so that the GPU reads it with no copy
-    ("file"). One kind per process: a refused registration leaves a CUDA
-    error behind that the next call would report."""
-    import mmap
-    import threading
-
-    import numpy as np
-    import torch
-
-    cudart = torch.cuda.cudart()
-    out = {}
-
-    def ok(rc):
-        good = rc == 0 or getattr(rc, "value", None) == 0 or str(rc).endswith("success")
-        if not good:
-            cudart.cudaGetLastError()
-        return good
-
-    if spec["mode"] == "anon":
-        n = 64 * MiB
-        m = mmap.mmap(-1, n, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        try:
-            m.madvise(mmap.MADV_HUGEPAGE)
-        except (AttributeError, OSError):
-            pass
-        a = np.frombuffer(m, dtype=np.uint8)
-        t0 = time.perf_counter()
-        a[:] = 1
-        out["touch_anon_64MiB_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        rc = cudart.cudaHostRegister(a.ctypes.data, n, 0)
-        out["register_anon_64MiB_s"] = time.perf_counter() - t0 if ok(rc) else f"failed: {rc}"
-        t0 = time.perf_counter()
-        torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        out["pin_memory_64MiB_s"] = time.perf_counter() - t0
-        return out
-    threads = spec["threads"]
-    size = spec["bytes"] // (2 * MiB) * (2 * MiB)
-    _warm(spec["path"])
-    flags = mmap.MAP_PRIVATE if spec.get("private") else mmap.MAP_SHARED
-    with open(spec["path"], "rb") as f:
-        fm = mmap.mmap(f.fileno(), size, flags, mmap.PROT_READ)
-    view = np.frombuffer(fm, dtype=np.uint8)
-    base = view.ctypes.data
-    dst = torch.empty(size, dtype=torch.uint8, device="cuda")
-    per = size // threads // (2 * MiB) * (2 * MiB)
-    parts = [
-        (base + i * per, per if i < threads - 1 else size - per * (threads - 1))
-        for i in range(threads)
-    ]
-    rcs = [None] * threads
-
-    def reg(i):
-        rcs[i] = cudart.cudaHostRegister(parts[i][0], parts[i][1], 8)  # read-only
-
-    ths = [threading.Thread(target=reg, args=(i,)) for i in range(threads)]
-    t0 = time.perf_counter()
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    out["register_s"] = time.perf_counter() - t0
-    if not all(ok(r) for r in rcs):
-        out["failed"] = str(rcs)
-        return out
-    src = torch.from_numpy(view)
-    out["copy_s"] = [_clock(lambda: dst.copy_(src, non_blocking=True))[0] for _ in range(3)]
-    t0 = time.perf_counter()
-    for p, _ in parts:
-        cudart.cudaHostUnregister(p)
-    out["unregister_s"] = time.perf_counter() - t0
-    out["bytes"] = size
-    return out
-
-
 def worker(spec):
     import torch
 
@@ -255,8 +176,6 @@ def worker(spec):
                     rows.append({"chunk_mib": chunk_mib, "depth": depth, "threads": threads,
                                  "s": ts})  # fmt: skip
         out["rows"] = rows
-    elif what == "register":
-        out.update(_register_experiments(spec))
     elif what == "check":
         import safetensors.torch
 
@@ -319,12 +238,18 @@ def make_files(scratch, mib):
     return paths, nbytes, len(tensors)
 
 
+# A worker that outlives this is reported, not waited for: a device lease
+# is short, and a hung CUDA call must not eat it.
+WORKER_TIMEOUT_S = 120
+
+
 def run_worker(spec):
+    print(f"bench_cuda: {spec['what']} {spec.get('loader', '')}", file=sys.stderr, flush=True)
     done = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=WORKER_TIMEOUT_S,
     )
     if done.returncode != 0:
         raise RuntimeError(f"worker {spec} failed:\n{done.stderr[-3000:]}")
@@ -347,7 +272,23 @@ def main():
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--procs", type=int, default=3)
     ap.add_argument("--dry-run", action="store_true", help="CPU stand-ins: checks the script only")
+    ap.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="JSON",
+        help="write cuda.md again from saved runs (the first is the main one); measure nothing",
+    )
     args = ap.parse_args()
+    if args.from_json:
+        runs = []
+        for path in args.from_json:
+            with open(path) as f:
+                runs.append(json.load(f))
+        text = "\n".join(report(r) for r in runs)
+        with open(os.path.join(args.out, "cuda.md"), "w") as f:
+            f.write(text)
+        print(text)
+        return 0
     if args.dry_run:
         os.environ["BENCH_CUDA_DRY"] = "1"
     if args.worker:
@@ -406,17 +347,6 @@ def main():
         else None
     )
     res["sweep"] = run_worker({"what": "sweep", "path": paths["hurray"]})
-    if not args.dry_run:
-        res["register"] = {}
-        kinds = [("anon", {"mode": "anon"})]
-        kinds += [(f"file_threads{t}", {"mode": "file", "threads": t}) for t in (1, 4, 16)]
-        kinds += [("file_private_threads4", {"mode": "file", "threads": 4, "private": True})]
-        for label, spec in kinds:
-            spec.update(what="register", path=paths["hurray"], bytes=nbytes)
-            try:
-                res["register"][label] = run_worker(spec)
-            except Exception as e:  # noqa: BLE001 - an experiment; the rest stands without it
-                res["register"][label] = {"error": str(e)[-400:]}
     res["dequantize"] = [
         run_worker(
             {
@@ -451,14 +381,15 @@ def report(res):
     h2d = [med(w["h2d_s"]) for w in res["limit"]]
     limit = gbs(n, med(h2d))
     lines = [
-        "# Loading 1 GiB onto a GPU (bench/bench_cuda.py)",
+        f"# Loading 1 GiB onto a GPU (bench/bench_cuda.py){': ' + res['label'] if 'label' in res else ''}",
         "",
         f"{res['gpu']}, torch {res['torch']}, safetensors {res['safetensors']}, "
         f"{res['cpus']} CPUs ({res['cpu']}), {res.get('numa_nodes', '?')} NUMA node(s); load average {res['loadavg_start'][0]:.2f} at the "
         f"start, {res['loadavg_end'][0]:.2f} at the end; {res['wall_s']:.0f} s in all.",
         f"The file: {res['tensors']} bfloat16 tensors shaped like Llama-7B layers, "
         f"{n / MiB:.0f} MiB of tensor data. Medians over fresh processes (range, n); "
-        "CUDA is initialised before each clock starts.",
+        "CUDA is initialised before each clock starts."
+        + (f" Measured at commit {res['commit']}." if "commit" in res else ""),
         "",
         "| figure | ms | GB/s | of the limit |",
         "|---|---:|---:|---:|",
@@ -522,11 +453,12 @@ def report(res):
             f"| {r['chunk_mib']} | {r['depth']} | {r['threads']} | {med(r['s']) * 1e3:.1f} | "
             f"{gbs(n, med(r['s'])) / limit:.2f} |"
         )
-    reg = res.get("register")
-    if reg:
-        lines += ["", "## Other ways to pinned memory (measured, not used)", "", "```",
-                  json.dumps(reg, indent=1)[:4000], "```"]  # fmt: skip
-    res["goal"] = {"limit_GBs": limit, "first": hf, "later": hl, "safetensors": [sf, sl]}
+    fill = max(
+        (gbs(res["limit"][0]["fill_bytes"], med(xs)) / limit for xs in fills.values()), default=None
+    )
+    res["goal"] = {
+        "limit_GBs": limit, "first": hf, "later": hl, "safetensors": [sf, sl], "fill": fill
+    }  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -21,13 +21,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-# Two 64 MiB buffers: the GPU copies one while the threads fill the other.
-# On an H200 host (16 CPUs) this was the fastest of 8-64 MiB, 2-4 buffers
-# and 4-16 threads, at the rate of the fill itself: more buffers only cost
-# pinned memory, which is slow to allocate the first time (torch caches it
-# afterwards). See ADR-0027.
-STAGING_BYTES = 64 << 20
-STAGING_DEPTH = 2
+# Three 32 MiB buffers: the GPU copies one while the threads fill the next.
+# On an H200 host (16 CPUs, bench/results/cuda.md) later calls took 35.5 ms
+# a GiB (34.5-38.5 over three processes) with these, and 63.4 ms (31.2-68.9)
+# with two 64 MiB buffers, although those won the sweeps inside one process
+# (29.7 ms); and the first call of a process, which allocates the pinned
+# memory (torch caches it afterwards), took 86 ms against 140. ADR-0027.
+STAGING_BYTES = 32 << 20
+STAGING_DEPTH = 3
 
 
 def read_threads() -> int:
