@@ -148,6 +148,18 @@ static void tensor(HurrayReader *rm, HurrayReader *rp, const char *name, size_t 
     CHECK(dst != NULL);
     s = hurray_reader_read_buffer(rm, name, k, dst, cap, NULL);
     CHECK(s == HURRAY_OK || s == HURRAY_ERR_BUFFER_SIZE);
+    /* The same buffer as spans: its first byte agrees, a span past any
+     * end is refused, an empty one reads nothing. */
+    size_t ti = 0;
+    CHECK(hurray_reader_find(rm, name, &ti, NULL) == HURRAY_OK);
+    uint8_t first = 0;
+    HurrayReadSpan spans[2] = {{ti, k, 0, 0, NULL}, {ti, k, 0, 1, &first}};
+    HurrayStatus spanned = hurray_reader_read_spans(rm, spans, 2, 2, NULL);
+    CHECK(spanned == HURRAY_OK || spanned == HURRAY_ERR_RANGE || spanned == HURRAY_ERR_TRUNCATED ||
+          spanned == HURRAY_ERR_IO);
+    if (spanned == HURRAY_OK && s == HURRAY_OK) CHECK(first == dst[0]);
+    spans[1].offset = UINT64_MAX;
+    CHECK(hurray_reader_read_spans(rm, spans, 2, 2, NULL) == HURRAY_ERR_RANGE);
     free(dst);
   }
   HurrayStatus verified = hurray_reader_verify(rm, name, NULL);

@@ -1196,6 +1196,23 @@ HurrayStatus hurray_reader_read_buffer(HurrayReader *r, const char *name, uint32
   return read_at(r, dst, length, buffer_field(t, buffer_index, 0), error);
 }
 
+/* Runs fn on each of n jobs (job i at base + i * size, n <= 64): job 0 on
+ * this thread, the others on threads of their own; a job whose thread
+ * cannot start runs inline. */
+static void run_jobs(void *(*fn)(void *), void *base, size_t size, unsigned n) {
+  pthread_t ids[64];
+  bool joined[64] = {false};
+  for (unsigned i = 1; i < n; i++) {
+    void *job = (char *)base + (size_t)i * size;
+    joined[i] = pthread_create(&ids[i], NULL, fn, job) == 0;
+    if (!joined[i]) fn(job);
+  }
+  fn(base);
+  for (unsigned i = 1; i < n; i++) {
+    if (joined[i]) pthread_join(ids[i], NULL);
+  }
+}
+
 /* ------------------------------------------------------------ read spans */
 
 /* The bytes of a span list, split evenly: thread `part` reads bytes
@@ -1272,8 +1289,6 @@ HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayReadSpan *spa
   uint64_t most = total / (1u << 20) + 1;
   if (threads > most) threads = (unsigned)most;
   SpanPart parts[64];
-  pthread_t ids[64];
-  bool joined[64] = {false};
   uint64_t per = (total + threads - 1) / threads;
   for (unsigned i = 0; i < threads; i++) {
     uint64_t from = per * i, to = per * (i + 1);
@@ -1281,15 +1296,7 @@ HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayReadSpan *spa
         r,     spans,     count, from < total ? from : total, to < total ? to : total,
         count, HURRAY_OK, {0}};
   }
-  /* Part 0 runs on this thread; a thread that cannot start runs inline. */
-  for (unsigned i = 1; i < threads; i++) {
-    joined[i] = pthread_create(&ids[i], NULL, read_span_part, &parts[i]) == 0;
-    if (!joined[i]) read_span_part(&parts[i]);
-  }
-  read_span_part(&parts[0]);
-  for (unsigned i = 1; i < threads; i++) {
-    if (joined[i]) pthread_join(ids[i], NULL);
-  }
+  run_jobs(read_span_part, parts, sizeof parts[0], threads);
   unsigned first = 0;
   for (unsigned i = 1; i < threads; i++) {
     if (parts[i].failed < parts[first].failed) first = i;
@@ -1397,8 +1404,6 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   size_t pages = (len + page - 1) / page;
   if (threads > pages) threads = pages > 0 ? (unsigned)pages : 1;
   PopulateJob jobs[64];
-  pthread_t ids[64];
-  bool joined[64] = {false};
   size_t per = (pages + threads - 1) / threads * page;
   for (unsigned i = 0; i < threads; i++) {
     size_t from = per * i;
@@ -1406,15 +1411,7 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
     jobs[i].len = from >= len ? 0 : (len - from < per ? len - from : per);
     jobs[i].err = 0;
   }
-  /* Job 0 runs on this thread; a thread that cannot start runs inline. */
-  for (unsigned i = 1; i < threads; i++) {
-    joined[i] = pthread_create(&ids[i], NULL, populate_range, &jobs[i]) == 0;
-    if (!joined[i]) populate_range(&jobs[i]);
-  }
-  populate_range(&jobs[0]);
-  for (unsigned i = 1; i < threads; i++) {
-    if (joined[i]) pthread_join(ids[i], NULL);
-  }
+  run_jobs(populate_range, jobs, sizeof jobs[0], threads);
   /* Back to normal read-ahead for whatever touches the mapping later. */
   (void)madvise(base, len, MADV_NORMAL);
   for (unsigned i = 0; i < threads; i++) {
