@@ -102,7 +102,7 @@ static void check_tensor(const HurrayDescriptor *d, const HurrayBufferList *list
 }
 
 /* Everything a thread does with a reader of generation g, `rounds` times:
- * whole tensors, rows, pread of buffers, verify, metadata, dense copies of
+ * whole tensors, rows, pread of buffers and spans, verify, metadata, dense copies of
  * the sparse tensor. Reads always leave the caller owning what it got. */
 static void read_everything(HurrayReader *r, uint32_t g, unsigned seed) {
   for (unsigned round = 0; round < rounds; round++) {
@@ -113,6 +113,13 @@ static void read_everything(HurrayReader *r, uint32_t g, unsigned seed) {
     HurrayBufferList *list = NULL;
     assert_ok(hurray_reader_get_tensor(r, name, &d, &list, error));
     check_tensor(d, list, g, t, 0);
+    /* The first row again, read by two threads of read_spans. */
+    size_t index = 0;
+    float row0[COLS];
+    assert_ok(hurray_reader_find(r, name, &index, error));
+    HurrayReadSpan span = {index, 0, 0, sizeof row0, row0};
+    assert_ok(hurray_reader_read_spans(r, &span, 1, 2, error));
+    assert_memory_equal(row0, hurray_buffer_data(hurray_buffer_list_get(list, 0)), sizeof row0);
     hurray_buffer_list_destroy(list);
     hurray_descriptor_destroy(d);
 
