@@ -54,4 +54,6 @@ def load_file(
     """Like safetensors.torch.load_file: zero-copy views of a private,
     copy-on-write mapping by default (writable; the file never changes);
     mmap=False reads into memory of its own. dequantize=torch.float32,
-    bfloat16 or float16 turns quantized tensors into that dtype on load."""
+    bfloat16 or float16 turns quantized tensors into that dtype on load.
+    device="cuda" reads the file on several threads into pinned staging
+    buffers that the GPU copies from."""
