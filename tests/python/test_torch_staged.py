@@ -113,6 +113,15 @@ def test_read_spans_checks_what_python_passes(mixed):
         f._read_spans(out, [], 1)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")
+def test_cuda_load_without_a_gpu_says_so(mixed):
+    path, _ = mixed
+    with pytest.raises(hurray.UnsupportedError, match="no CUDA device"):
+        load_file(path, device="cuda")
+    with pytest.raises(hurray.UnsupportedError, match="no CUDA device"):
+        load_file(path, device=0)  # an int is a CUDA index, as in safetensors
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
 def test_cuda_load_equals_the_cpu_load(mixed):
     path, qpath = mixed

@@ -620,6 +620,11 @@ def load_file(
             f"not {dequantize!r} (quantized codes dequantize to real values)"
         )
     target = _device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(
+            f"load_file(device={device!r}): torch sees no CUDA device here "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
+        )
     sink = _staged.CudaSink(target) if target.type == "cuda" else None
     return _load(filename, target, mmap, dequantize, sink)
 
