@@ -487,9 +487,8 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
     HurrayError e = {0};
     HurrayStatus s = hurray_reader_find(self->reader, name, &spans[k].tensor, &e);
     if (s != HURRAY_OK) {
-      PyThread_release_lock(self->lock);
       hy_raise_status(st, s, &e);
-      goto fail;
+      goto fail_locked;
     }
     spans[k].buffer = buffer;
     spans[k].offset = offset;

@@ -1292,9 +1292,11 @@ HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayReadSpan *spa
   uint64_t per = (total + threads - 1) / threads;
   for (unsigned i = 0; i < threads; i++) {
     uint64_t from = per * i, to = per * (i + 1);
-    parts[i] = (SpanPart){
-        r,     spans,     count, from < total ? from : total, to < total ? to : total,
-        count, HURRAY_OK, {0}};
+    parts[i] = (SpanPart){.r = r,
+                          .spans = spans,
+                          .count = count,
+                          .from = from < total ? from : total,
+                          .to = to < total ? to : total};
   }
   run_jobs(read_span_part, parts, sizeof parts[0], threads);
   unsigned first = 0;
