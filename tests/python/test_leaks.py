@@ -173,6 +173,50 @@ def test_file_object_and_loaded_tensors_are_freed(fast_dir):
     assert [r() for r in refs] == [None, None]
 
 
+def test_plain_tensors_stay_out_of_the_collector_until_they_can_close_a_cycle(fast_dir):
+    """A loaded or constructed Tensor holds no Python object the collector
+    could follow (only its type), so it is untracked, and a million loaded
+    ones are not walked by every later collection. Once it caches a
+    descriptor it is tracked again, and a cycle through that cache is still
+    collected. A subclass that adds a __dict__ or slots stays tracked."""
+    import weakref
+
+    path = fast_dir / "gc.hurray"
+    hurray.save(path, {"a": np.zeros(4, np.float32), "b": np.ones((2, 3))})
+    loaded = hurray.load(path)
+    made = hurray.Tensor(loaded["a"].descriptor.encode(), [np.zeros(4, np.float32)])
+    with hurray.open(path) as f:
+        one = f["b"]
+    assert not any(gc.is_tracked(t) for t in (loaded["b"], made, one))
+
+    assert loaded["a"].descriptor.shape == (4,)  # caches the Python Descriptor
+    assert gc.is_tracked(loaded["a"])
+
+    t = loaded.pop("b")
+    cycle = [t]
+    t._descriptor_cache = cycle  # the one attribute that can point back
+    assert gc.is_tracked(t)
+    gone = weakref.ref(t)
+    del t, cycle
+    gc.collect()
+    assert gone() is None
+
+    class WithDict(hurray.Tensor):
+        pass
+
+    class WithSlot(hurray.Tensor):
+        __slots__ = ("x",)
+
+    for cls in (WithDict, WithSlot):
+        s = cls(made._encoded, [np.zeros(4, np.float32)])
+        assert gc.is_tracked(s), cls
+        s.x = s
+        gone = weakref.ref(s)
+        del s
+        gc.collect()
+        assert gone() is None, cls
+
+
 # ------------------------------------------------------ memory stability
 
 
