@@ -15,7 +15,8 @@
 static void tensor_untrack_if_plain(ModuleState *st, TensorObject *self) {
   PyTypeObject *type = Py_TYPE(self);
   if (self->descriptor_cache == NULL && type->tp_dictoffset == 0 && type->tp_itemsize == 0 &&
-      type->tp_basicsize == st->tensor_type->tp_basicsize && PyObject_GC_IsTracked((PyObject *)self)) {
+      type->tp_basicsize == st->tensor_type->tp_basicsize &&
+      PyObject_GC_IsTracked((PyObject *)self)) {
     PyObject_GC_UnTrack(self);
   }
 }

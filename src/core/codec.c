@@ -1137,7 +1137,10 @@ static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint3
       status = dtype_from_wire(rd(&p, 2), false, "dtype", &d->dtype, error);
       seen_dtype = true;
     } else if (tag == TAG_SHAPE) {
-      status = decode_shape_like(&p, len, &d->rank, d->shape, "shape", error);
+      status = hurray__descriptor_reserve_rank(
+                   d, len / 8 < HURRAY_MAX_RANK ? (uint32_t)(len / 8) : HURRAY_MAX_RANK)
+                   ? decode_shape_like(&p, len, &d->rank, d->shape, "shape", error)
+                   : FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
       seen_shape = true;
     } else if (tag == TAG_STRIDES) {
       uint32_t rank = 0;

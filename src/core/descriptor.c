@@ -156,6 +156,7 @@ HurrayDescriptor *hurray__descriptor_new(void) {
   if (d == NULL) {
     return NULL;
   }
+  d->shape = d->shape_inline;
   layout_reset(&d->layout);
   d->layout.kind = HURRAY_LAYOUT_DENSE;
   d->layout.data_buffer = 0;
@@ -187,6 +188,10 @@ HurrayStatus hurray_descriptor_create(HurrayDType dtype, uint32_t rank, const ui
   if (d == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
+  if (!hurray__descriptor_reserve_rank(d, rank)) {
+    hurray_descriptor_destroy(d);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   d->dtype = dtype;
   d->rank = rank;
   if (rank > 0) {
@@ -201,6 +206,7 @@ void hurray_descriptor_destroy(HurrayDescriptor *d) {
     return;
   }
   layout_reset(&d->layout);
+  if (d->shape != d->shape_inline) free(d->shape);
   free(d->strides);
   free(d->shard);
   free(d->buffers);
@@ -223,6 +229,31 @@ static char *dup_bytes(const void *src, size_t len, bool nul_terminate) {
   return copy;
 }
 
+/* Copies into d, a detached copy of src, the parts allocated only when
+ * present (descriptor_internal.h); false when out of memory, with d still
+ * safe to destroy. */
+static bool clone_optional_parts(HurrayDescriptor *d, const HurrayDescriptor *src) {
+  const HurrayLayout *l = &src->layout;
+  if (src->shape != src->shape_inline) {
+    uint64_t *shape = (uint64_t *)dup_bytes(src->shape, HURRAY_MAX_RANK * sizeof *src->shape,
+                                            false);
+    if (shape == NULL) return false;
+    d->shape = shape;
+  }
+  if (l->coo_index_buffers != NULL &&
+      (d->layout.coo_index_buffers = (uint32_t *)dup_bytes(
+           l->coo_index_buffers, HURRAY_MAX_RANK * sizeof *l->coo_index_buffers, false)) == NULL) {
+    return false;
+  }
+  if (src->strides != NULL &&
+      (d->strides = (int64_t *)dup_bytes(src->strides, HURRAY_MAX_RANK * sizeof *src->strides,
+                                         false)) == NULL) {
+    return false;
+  }
+  return src->shard == NULL || (d->shard = (HurrayShardFields *)dup_bytes(
+                                    src->shard, sizeof *src->shard, false)) != NULL;
+}
+
 HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescriptor **out,
                                      HurrayError *error) {
   if (src == NULL || out == NULL) {
@@ -236,6 +267,7 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   *d = *src;
   /* Detach every owned pointer before copying, so a failure midway can be
    * unwound with hurray_descriptor_destroy. */
+  d->shape = d->shape_inline;
   d->strides = NULL;
   d->shard = NULL;
   d->buffers = NULL;
@@ -247,20 +279,7 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   d->layout.member_capacity = 0;
   d->layout.coo_index_buffers = NULL;
 
-  /* The parts allocated only when present (descriptor_internal.h). */
-  const HurrayLayout *l = &src->layout;
-  if (l->coo_index_buffers != NULL &&
-      (d->layout.coo_index_buffers = (uint32_t *)dup_bytes(
-           l->coo_index_buffers, HURRAY_MAX_RANK * sizeof *l->coo_index_buffers, false)) == NULL) {
-    goto no_memory;
-  }
-  if (src->strides != NULL &&
-      (d->strides = (int64_t *)dup_bytes(src->strides, HURRAY_MAX_RANK * sizeof *src->strides,
-                                         false)) == NULL) {
-    goto no_memory;
-  }
-  if (src->shard != NULL &&
-      (d->shard = (HurrayShardFields *)dup_bytes(src->shard, sizeof *src->shard, false)) == NULL) {
+  if (!clone_optional_parts(d, src)) {
     goto no_memory;
   }
   if (src->buffer_count > 0) {
@@ -339,6 +358,15 @@ HurrayStatus hurray_descriptor_set_strides(HurrayDescriptor *d, const int64_t *s
   }
   memcpy(d->strides, strides, d->rank * sizeof *strides);
   return HURRAY_OK;
+}
+
+bool hurray__descriptor_reserve_rank(HurrayDescriptor *d, uint32_t rank) {
+  if (rank <= HURRAY__SHAPE_INLINE || d->shape != d->shape_inline) return true;
+  uint64_t *shape = calloc(HURRAY_MAX_RANK, sizeof *shape);
+  if (shape == NULL) return false;
+  memcpy(shape, d->shape_inline, sizeof d->shape_inline);
+  d->shape = shape;
+  return true;
 }
 
 bool hurray__descriptor_add_strides(HurrayDescriptor *d) {

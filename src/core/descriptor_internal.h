@@ -102,10 +102,18 @@ typedef struct HurrayShardFields {
   uint64_t offsets[HURRAY_MAX_RANK];
 } HurrayShardFields;
 
+/* Dimensions a descriptor holds in itself; a larger rank moves the shape to
+ * memory of its own. Nearly every tensor has rank 4 or less, and the other
+ * 26 entries in line were a fifth of every loaded tensor's memory (issue 19). */
+#define HURRAY__SHAPE_INLINE 6u
+
 struct HurrayDescriptor {
   HurrayDType dtype;
   uint32_t rank;
-  uint64_t shape[HURRAY_MAX_RANK];
+  /* shape_inline, or HURRAY_MAX_RANK entries owned when the rank was ever
+   * above HURRAY__SHAPE_INLINE; always has room for `rank` entries. */
+  uint64_t *shape;
+  uint64_t shape_inline[HURRAY__SHAPE_INLINE];
   int64_t *strides; /* HURRAY_MAX_RANK entries, owned; NULL: row-major */
   uint64_t byte_offset;
 
@@ -137,6 +145,9 @@ struct HurrayDescriptor {
 /* Allocates a descriptor with every field at its default. */
 HurrayDescriptor *hurray__descriptor_new(void);
 
+/* Room for a shape of `rank` (at most HURRAY_MAX_RANK) entries, keeping
+ * those present; false when out of memory, with `d` unchanged. */
+bool hurray__descriptor_reserve_rank(HurrayDescriptor *d, uint32_t rank);
 /* Make d->strides / d->shard present (zeroed when new); false when out of
  * memory, with `d` unchanged. */
 bool hurray__descriptor_add_strides(HurrayDescriptor *d);

@@ -892,6 +892,9 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
                         "are required",
                         i, t->name, HURRAY_MAX_RANK);
   }
+  if (!hurray__descriptor_reserve_rank(d, t->rank)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
   d->dtype = t->dtype;
   d->rank = t->rank;
   for (uint32_t k = 0; k < t->rank; k++) d->shape[k] = t->shape[k];
