@@ -7,6 +7,7 @@
 #include "hurray/buffer.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
@@ -25,10 +26,16 @@ struct HurrayBuffer {
   void *release_ctx;
 };
 
+/* Most tensors have one to three buffers: their handles live in the list
+ * itself, and a longer list moves them to memory of its own. A million
+ * loaded tensors then cost one allocation less each (issue 19). */
+#define LIST_INLINE 3
+
 struct HurrayBufferList {
-  HurrayBuffer **items;
+  HurrayBuffer **items; /* inline_items, or `capacity` entries owned */
   size_t len;
   size_t capacity;
+  HurrayBuffer *inline_items[LIST_INLINE];
 };
 
 static void release_data(void *data, HurrayReleaseFn release, void *release_ctx) {
@@ -142,6 +149,8 @@ HurrayStatus hurray_buffer_list_create(HurrayBufferList **out, HurrayError *erro
   if (*out == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
+  (*out)->items = (*out)->inline_items;
+  (*out)->capacity = LIST_INLINE;
   return HURRAY_OK;
 }
 
@@ -158,12 +167,14 @@ HurrayStatus hurray_buffer_list_push(HurrayBufferList *list, HurrayBuffer *buffe
     goto fail;
   }
   if (list->len == list->capacity) {
-    size_t capacity = list->capacity ? list->capacity * 2 : 4;
-    HurrayBuffer **grown = realloc(list->items, capacity * sizeof *grown);
+    size_t capacity = list->capacity * 2;
+    bool inline_items = list->items == list->inline_items;
+    HurrayBuffer **grown = realloc(inline_items ? NULL : list->items, capacity * sizeof *grown);
     if (grown == NULL) {
       status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
       goto fail;
     }
+    if (inline_items) memcpy(grown, list->inline_items, sizeof list->inline_items);
     list->items = grown;
     list->capacity = capacity;
   }
@@ -194,6 +205,6 @@ void hurray_buffer_list_destroy(HurrayBufferList *list) {
   for (size_t i = 0; i < list->len; i++) {
     hurray_buffer_destroy(list->items[i]);
   }
-  free(list->items);
+  if (list->items != list->inline_items) free(list->items);
   free(list);
 }

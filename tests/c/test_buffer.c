@@ -56,33 +56,41 @@ static void test_destroy_releases_once(void **state) {
   hurray_buffer_destroy(unowned);
 }
 
+/* Lengths around the list's own room (3 handles) and past two of its
+ * growths: each handle comes back by index, and each is released once. */
 static void test_list_releases_each_once(void **state) {
   (void)state;
-  Counter c[3] = {{0}};
-  HurrayBufferList *list = NULL;
-  assert_ok(hurray_buffer_list_create(&list, error));
-  for (int i = 0; i < 3; i++) {
-    void *mem = malloc(16);
-    HurrayBuffer *b = NULL;
-    assert_ok(hurray_buffer_create(mem, 16, free_release, &c[i], &b, error));
-    assert_ok(hurray_buffer_list_push(list, b, error));
+  enum { MOST = 13 };
+  static const size_t lengths[] = {0, 1, 3, 4, 7, MOST};
+  for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+    size_t n = lengths[k];
+    Counter c[MOST] = {{0}};
+    void *mem[MOST];
+    HurrayBufferList *list = NULL;
+    assert_ok(hurray_buffer_list_create(&list, error));
+    for (size_t i = 0; i < n; i++) {
+      mem[i] = malloc(16);
+      HurrayBuffer *b = NULL;
+      assert_ok(hurray_buffer_create(mem[i], 16, free_release, &c[i], &b, error));
+      assert_ok(hurray_buffer_list_push(list, b, error));
+    }
+    assert_int_equal(hurray_buffer_list_len(list), n);
+    /* get borrows: looking at every element releases nothing. */
+    for (size_t i = 0; i < n; i++) {
+      assert_ptr_equal(hurray_buffer_data(hurray_buffer_list_get(list, i)), mem[i]);
+      assert_ptr_equal(hurray_buffer_list_get_mutable(list, i), hurray_buffer_list_get(list, i));
+    }
+    assert_null(hurray_buffer_list_get(list, n));
+    assert_null(hurray_buffer_list_get_mutable(list, n));
+    for (size_t i = 0; i < n; i++) {
+      assert_int_equal(c[i].releases, 0);
+    }
+    hurray_buffer_list_destroy(list);
+    for (size_t i = 0; i < n; i++) {
+      assert_int_equal(c[i].releases, 1);
+    }
   }
-  assert_int_equal(hurray_buffer_list_len(list), 3);
-  /* get borrows: looking at every element releases nothing. */
-  for (size_t i = 0; i < 3; i++) {
-    assert_non_null(hurray_buffer_list_get(list, i));
-    assert_ptr_equal(hurray_buffer_list_get_mutable(list, i), hurray_buffer_list_get(list, i));
-  }
-  assert_null(hurray_buffer_list_get(list, 3));
-  assert_null(hurray_buffer_list_get_mutable(list, 3));
   assert_null(hurray_buffer_list_get_mutable(NULL, 0));
-  for (int i = 0; i < 3; i++) {
-    assert_int_equal(c[i].releases, 0);
-  }
-  hurray_buffer_list_destroy(list);
-  for (int i = 0; i < 3; i++) {
-    assert_int_equal(c[i].releases, 1);
-  }
   hurray_buffer_list_destroy(NULL); /* no-op */
   assert_int_equal(hurray_buffer_list_len(NULL), 0);
 }
