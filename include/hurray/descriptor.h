@@ -388,7 +388,10 @@ HURRAY_API HurrayStatus hurray_descriptor_set_quant_block_coded(HurrayDescriptor
  * one kind only, see docs/spec/descriptor-encoding.md). Every set_quant_*
  * call above resets them to their defaults, so these setters come after it;
  * on any other kind they fail with HURRAY_ERR_STATE. The setters check
- * their arguments in isolation; hurray_descriptor_validate the whole. */
+ * their arguments in isolation; hurray_descriptor_validate the whole. The
+ * storage-axes and packing setters allocate the first time one of them
+ * sets a value, and can fail with HURRAY_ERR_NO_MEMORY, leaving d as it
+ * was. */
 
 /* The codes, scales and zero points are stored with their dims permuted:
  * storage dim k is logical dim axes[k] (`rank` entries, each < rank, a

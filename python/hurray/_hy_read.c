@@ -115,9 +115,10 @@ static PyObject *py_super_op(uint8_t op) {
  * them, in their record order: what `v` gets, from index 0. */
 static int py_storage_fields(ModuleState *st, const HurrayDescriptor *d, PyObject **v) {
   const HurrayQuant *q = &d->quant;
-  v[0] = q->has_storage_axes ? py_small(q->storage_axes, d->rank) : Py_NewRef(Py_None);
-  v[1] = py_packing(st, &q->code_packing, d->dtype);
-  v[2] = py_packing(st, &q->zero_point_packing, q->zero_point_dtype);
+  v[0] = hurray__qs(q)->has_storage_axes ? py_small(hurray__qs(q)->storage_axes, d->rank)
+                                         : Py_NewRef(Py_None);
+  v[1] = py_packing(st, &hurray__qs(q)->code_packing, d->dtype);
+  v[2] = py_packing(st, &hurray__qs(q)->zero_point_packing, q->zero_point_dtype);
   v[3] = PyLong_FromLongLong(q->zero_point_offset);
   return 4;
 }
@@ -167,7 +168,7 @@ static PyObject *py_quant(ModuleState *st, const HurrayDescriptor *d) {
       v[n++] = PyLong_FromUnsignedLongLong(q->block_size);
       v[n++] = py_index(q->scale_buffer);
       v[n++] = py_dtype(q->scale_dtype);
-      v[n++] = py_packing(st, &q->code_packing, d->dtype);
+      v[n++] = py_packing(st, &hurray__qs(q)->code_packing, d->dtype);
       n += py_two_level_fields(q, v + n);
       return make(st, HY_NF4, n, v);
     case HURRAY_QUANT_MX:

@@ -283,15 +283,15 @@ static void encode_quant_extra(Writer *w, const HurrayDescriptor *d) {
   size_t at;
   if (hurray__quant_has_storage_fields(q)) {
     at = record_begin(w, TAG_QUANT_STORAGE);
-    put_u8(w, q->has_storage_axes ? 1 : 0);
-    encode_packing(w, &q->code_packing);
-    encode_packing(w, &q->zero_point_packing);
+    put_u8(w, hurray__qs(q)->has_storage_axes ? 1 : 0);
+    encode_packing(w, &hurray__qs(q)->code_packing);
+    encode_packing(w, &hurray__qs(q)->zero_point_packing);
     put_u8(w, 0);
     put_u16(w, 0);
     put_i64(w, q->zero_point_offset);
-    put_bytes(w, q->code_packing.order, 32);
-    put_bytes(w, q->zero_point_packing.order, 32);
-    if (q->has_storage_axes) put_bytes(w, q->storage_axes, d->rank);
+    put_bytes(w, hurray__qs(q)->code_packing.order, 32);
+    put_bytes(w, hurray__qs(q)->zero_point_packing.order, 32);
+    if (hurray__qs(q)->has_storage_axes) put_bytes(w, hurray__qs(q)->storage_axes, d->rank);
     record_end(w, at);
   }
   if (hurray__quant_has_scale_fields(q)) {
@@ -854,16 +854,18 @@ static HurrayStatus decode_quant_storage(Reader *r, uint16_t tag, size_t len, Hu
   }
   size_t want = QUANT_STORAGE_FIXED + (flags ? d->rank : 0);
   HURRAY_RETURN_NOT_OK(expect_length(tag, len, want, error));
+  HurrayQuantStorage *qs = hurray__quant_storage_own(q);
+  if (qs == NULL) return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
   HURRAY_RETURN_NOT_OK(
-      decode_packing(tag, p[1], p[2], p + 16, d->dtype, "code_packing", &q->code_packing, error));
+      decode_packing(tag, p[1], p[2], p + 16, d->dtype, "code_packing", &qs->code_packing, error));
   if (p[3] != 0 && q->zero_point_buffer == HURRAY_NO_BUFFER) {
     return FAIL(HURRAY_ERR_MALFORMED,
                 "record 0x%04x: zero_point_packing without a zero-point buffer", tag);
   }
   HURRAY_RETURN_NOT_OK(decode_packing(tag, p[3], p[4], p + 48, q->zero_point_dtype,
-                                      "zero_point_packing", &q->zero_point_packing, error));
+                                      "zero_point_packing", &qs->zero_point_packing, error));
   q->zero_point_offset = (int64_t)get_le(p + 8, 8);
-  q->has_storage_axes = flags != 0;
+  qs->has_storage_axes = flags != 0;
   if (flags) {
     const uint8_t *axes = NULL;
     if (!take(r, d->rank, &axes)) {
@@ -877,7 +879,7 @@ static HurrayStatus decode_quant_storage(Reader *r, uint16_t tag, size_t len, Hu
                     d->rank);
       }
       seen |= 1u << axes[k];
-      q->storage_axes[k] = axes[k];
+      qs->storage_axes[k] = axes[k];
     }
   }
   if (!hurray__quant_has_storage_fields(q)) {

@@ -140,7 +140,15 @@ bool hurray__layout_add_coo(HurrayLayout *l) {
   return true;
 }
 
+const HurrayQuantStorage hurray__quant_storage_none = {0};
+
+HurrayQuantStorage *hurray__quant_storage_own(HurrayQuant *q) {
+  if (q->storage == NULL) q->storage = calloc(1, sizeof *q->storage);
+  return q->storage;
+}
+
 static void quant_reset(HurrayQuant *quant) {
+  free(quant->storage);
   memset(quant, 0, sizeof *quant);
   quant->kind = HURRAY_QUANT_NONE;
   quant->scale_buffer = HURRAY_NO_BUFFER;
@@ -206,6 +214,7 @@ void hurray_descriptor_destroy(HurrayDescriptor *d) {
     return;
   }
   layout_reset(&d->layout);
+  free(d->quant.storage);
   if (d->shape != d->shape_inline) free(d->shape);
   free(d->strides);
   free(d->shard);
@@ -250,6 +259,11 @@ static bool clone_optional_parts(HurrayDescriptor *d, const HurrayDescriptor *sr
                                          false)) == NULL) {
     return false;
   }
+  if (src->quant.storage != NULL &&
+      (d->quant.storage = (HurrayQuantStorage *)dup_bytes(
+           src->quant.storage, sizeof *src->quant.storage, false)) == NULL) {
+    return false;
+  }
   return src->shard == NULL || (d->shard = (HurrayShardFields *)dup_bytes(
                                     src->shard, sizeof *src->shard, false)) != NULL;
 }
@@ -268,6 +282,7 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   /* Detach every owned pointer before copying, so a failure midway can be
    * unwound with hurray_descriptor_destroy. */
   d->shape = d->shape_inline;
+  d->quant.storage = NULL;
   d->strides = NULL;
   d->shard = NULL;
   d->buffers = NULL;
@@ -839,7 +854,9 @@ HurrayStatus hurray_descriptor_set_quant_zero_point(HurrayDescriptor *d, int64_t
   d->quant.zero_point = zero_point;
   d->quant.zero_point_buffer = HURRAY_NO_BUFFER;
   d->quant.zero_point_dtype = HURRAY_DTYPE_INVALID;
-  memset(&d->quant.zero_point_packing, 0, sizeof d->quant.zero_point_packing);
+  if (d->quant.storage != NULL) {
+    memset(&d->quant.storage->zero_point_packing, 0, sizeof d->quant.storage->zero_point_packing);
+  }
   return HURRAY_OK;
 }
 
@@ -898,8 +915,10 @@ HurrayStatus hurray_descriptor_set_quant_storage_axes(HurrayDescriptor *d, const
                                                       HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_packed_kind(d, "storage_axes", error));
   if (axes == NULL) {
-    d->quant.has_storage_axes = false;
-    memset(d->quant.storage_axes, 0, sizeof d->quant.storage_axes);
+    if (d->quant.storage != NULL) {
+      d->quant.storage->has_storage_axes = false;
+      memset(d->quant.storage->storage_axes, 0, sizeof d->quant.storage->storage_axes);
+    }
     return HURRAY_OK;
   }
   for (uint32_t k = 0; k < d->rank; k++) {
@@ -909,11 +928,13 @@ HurrayStatus hurray_descriptor_set_quant_storage_axes(HurrayDescriptor *d, const
                           d->rank);
     }
   }
-  memset(d->quant.storage_axes, 0, sizeof d->quant.storage_axes);
+  HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
+  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  memset(qs->storage_axes, 0, sizeof qs->storage_axes);
   for (uint32_t k = 0; k < d->rank; k++) {
-    d->quant.storage_axes[k] = (uint8_t)axes[k];
+    qs->storage_axes[k] = (uint8_t)axes[k];
   }
-  d->quant.has_storage_axes = true;
+  qs->has_storage_axes = true;
   return HURRAY_OK;
 }
 
@@ -950,8 +971,10 @@ HurrayStatus hurray_descriptor_set_quant_code_packing(HurrayDescriptor *d, uint3
                                                       uint32_t axis, const uint8_t *order,
                                                       HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_packed_kind(d, "code_packing", error));
-  return set_packing(&d->quant.code_packing, d->dtype, word_bits, axis, order, "code_packing",
-                     error);
+  if (word_bits == 0 && d->quant.storage == NULL) return HURRAY_OK; /* already unpacked */
+  HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
+  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  return set_packing(&qs->code_packing, d->dtype, word_bits, axis, order, "code_packing", error);
 }
 
 HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
@@ -963,8 +986,11 @@ HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
     return hurray__fail(error, HURRAY_ERR_STATE,
                         "quantization.zero_point_packing: set the zero-point buffer first");
   }
-  return set_packing(&d->quant.zero_point_packing, d->quant.zero_point_dtype, word_bits, axis,
-                     order, "zero_point_packing", error);
+  if (word_bits == 0 && d->quant.storage == NULL) return HURRAY_OK; /* already unpacked */
+  HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
+  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  return set_packing(&qs->zero_point_packing, d->quant.zero_point_dtype, word_bits, axis, order,
+                     "zero_point_packing", error);
 }
 
 HurrayStatus hurray_descriptor_set_quant_zero_point_offset(HurrayDescriptor *d, int64_t offset,
@@ -1024,8 +1050,8 @@ HurrayStatus hurray_descriptor_set_quant_super_scales(HurrayDescriptor *d, uint3
 }
 
 bool hurray__quant_has_storage_fields(const HurrayQuant *q) {
-  return q->has_storage_axes || q->code_packing.word_bits != 0 ||
-         q->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
+  return hurray__qs(q)->has_storage_axes || hurray__qs(q)->code_packing.word_bits != 0 ||
+         hurray__qs(q)->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
 }
 
 bool hurray__quant_has_scale_fields(const HurrayQuant *q) {
@@ -1061,13 +1087,13 @@ void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint3
     }
   }
   for (uint32_t k = 0; k < d->rank; k++) {
-    shape[k] = logical[q->has_storage_axes ? q->storage_axes[k] : k];
+    shape[k] = logical[hurray__qs(q)->has_storage_axes ? hurray__qs(q)->storage_axes[k] : k];
   }
   *rank_out = d->rank;
 }
 
 const uint8_t *hurray_descriptor_quant_storage_axes(const HurrayDescriptor *d) {
-  return d->quant.has_storage_axes ? d->quant.storage_axes : NULL;
+  return hurray__qs(&d->quant)->has_storage_axes ? hurray__qs(&d->quant)->storage_axes : NULL;
 }
 
 uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype) {
@@ -1095,12 +1121,12 @@ static uint32_t get_packing(const HurrayQuantPacking *p, HurrayDType dtype, uint
 
 uint32_t hurray_descriptor_quant_code_packing(const HurrayDescriptor *d, uint32_t *word_bits,
                                               uint32_t *axis, const uint8_t **order) {
-  return get_packing(&d->quant.code_packing, d->dtype, word_bits, axis, order);
+  return get_packing(&hurray__qs(&d->quant)->code_packing, d->dtype, word_bits, axis, order);
 }
 uint32_t hurray_descriptor_quant_zero_point_packing(const HurrayDescriptor *d, uint32_t *word_bits,
                                                     uint32_t *axis, const uint8_t **order) {
-  return get_packing(&d->quant.zero_point_packing, d->quant.zero_point_dtype, word_bits, axis,
-                     order);
+  return get_packing(&hurray__qs(&d->quant)->zero_point_packing, d->quant.zero_point_dtype,
+                     word_bits, axis, order);
 }
 int64_t hurray_descriptor_quant_zero_point_offset(const HurrayDescriptor *d) {
   return d->quant.zero_point_offset;

@@ -61,6 +61,16 @@ typedef struct HurrayQuantPacking {
                         elements; entries past the lane count are 0 */
 } HurrayQuantPacking;
 
+/* How codes and zero points are laid out in storage. Like strides it is
+ * allocated only when a descriptor has it (few do): in line it was 104
+ * bytes of every descriptor (issue 19). */
+typedef struct HurrayQuantStorage {
+  bool has_storage_axes;
+  uint8_t storage_axes[HURRAY_MAX_RANK]; /* storage dim k is logical dim storage_axes[k] */
+  HurrayQuantPacking code_packing;
+  HurrayQuantPacking zero_point_packing;
+} HurrayQuantStorage;
+
 typedef struct HurrayQuant {
   HurrayQuantKind kind;
   uint32_t axis;
@@ -76,10 +86,7 @@ typedef struct HurrayQuant {
 
   /* Packed and two-level fields (ADR-0024); per-channel, block affine and
    * NF4 only. Every set_quant_* call resets them to these defaults. */
-  bool has_storage_axes;
-  uint8_t storage_axes[HURRAY_MAX_RANK]; /* storage dim k is logical dim storage_axes[k] */
-  HurrayQuantPacking code_packing;
-  HurrayQuantPacking zero_point_packing;
+  HurrayQuantStorage *storage; /* owned; NULL: the defaults (read through hurray__qs) */
   int64_t zero_point_offset;
   uint32_t axis2;              /* block affine: second blocked axis ... */
   uint64_t block_size2;        /* ... and its block; 0: none */
@@ -144,6 +151,16 @@ struct HurrayDescriptor {
 
 /* Allocates a descriptor with every field at its default. */
 HurrayDescriptor *hurray__descriptor_new(void);
+
+/* A quantization's storage fields, the defaults (no storage axes, nothing
+ * packed) when it has none; borrowed from q. */
+extern const HurrayQuantStorage hurray__quant_storage_none;
+static inline const HurrayQuantStorage *hurray__qs(const HurrayQuant *q) {
+  return q->storage != NULL ? q->storage : &hurray__quant_storage_none;
+}
+/* q's storage fields to write, allocated at their defaults when absent;
+ * NULL when out of memory, with q unchanged. */
+HurrayQuantStorage *hurray__quant_storage_own(HurrayQuant *q);
 
 /* Room for a shape of `rank` (at most HURRAY_MAX_RANK) entries, keeping
  * those present; false when out of memory, with `d` unchanged. */

@@ -394,9 +394,10 @@ static HurrayStatus packed_extent(Walk *w, const char *path, const HurrayDescrip
                 "strides",
                 path);
   }
+  const HurrayQuantStorage *qs = hurray__qs(q);
   uint32_t seen = 0;
-  for (uint32_t k = 0; k < HURRAY_MAX_RANK && q->has_storage_axes; k++) {
-    uint32_t a = q->storage_axes[k];
+  for (uint32_t k = 0; k < HURRAY_MAX_RANK && qs->has_storage_axes; k++) {
+    uint32_t a = qs->storage_axes[k];
     bool ok = k < d->rank ? a < d->rank && !(seen & (1u << a)) : a == 0;
     if (!ok) {
       return FAIL(HURRAY_ERR_QUANT_PACKING,
@@ -406,20 +407,20 @@ static HurrayStatus packed_extent(Walk *w, const char *path, const HurrayDescrip
     if (k < d->rank) seen |= 1u << a;
   }
   uint64_t bytes;
-  if (q->code_packing.word_bits == 0) {
+  if (qs->code_packing.word_bits == 0) {
     HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "shape", d->dtype, numel, &bytes));
   } else {
     uint64_t storage[HURRAY_MAX_RANK];
     uint32_t rank = d->rank;
     for (uint32_t k = 0; k < rank; k++) {
-      storage[k] = d->shape[q->has_storage_axes ? q->storage_axes[k] : k];
+      storage[k] = d->shape[qs->has_storage_axes ? qs->storage_axes[k] : k];
     }
     if (q->kind == HURRAY_QUANT_NF4) {
       storage[0] = numel; /* NF4 codes are the flat sequence */
       rank = 1;
     }
-    HURRAY_RETURN_NOT_OK(
-        check_packing(w, path, "code_packing", &q->code_packing, d->dtype, storage, rank, &bytes));
+    HURRAY_RETURN_NOT_OK(check_packing(w, path, "code_packing", &qs->code_packing, d->dtype,
+                                       storage, rank, &bytes));
   }
   if (!hurray__add_u64(bytes, d->byte_offset, out)) {
     return FAIL(HURRAY_ERR_OVERFLOW, "%sbyte_offset: offset plus extent overflows 64 bits", path);
@@ -464,7 +465,7 @@ static HurrayStatus zero_point_packed_bytes(Walk *w, const char *path, const Hur
   uint64_t shape[HURRAY_MAX_RANK];
   uint32_t rank;
   hurray__quant_scale_shape(d, shape, &rank);
-  return check_packing(w, path, "zero_point_packing", &d->quant.zero_point_packing,
+  return check_packing(w, path, "zero_point_packing", &hurray__qs(&d->quant)->zero_point_packing,
                        d->quant.zero_point_dtype, shape, rank, bytes);
 }
 
@@ -476,7 +477,7 @@ static HurrayStatus check_packed_kinds(Walk *w, const char *path, const HurrayDe
   if (!kind_takes_packed(q->kind)) {
     bad = hurray__quant_has_packed(q) ? "packed or two-level fields" : NULL;
   } else if (q->kind == HURRAY_QUANT_NF4) {
-    bad = q->has_storage_axes                         ? "storage_axes"
+    bad = hurray__qs(q)->has_storage_axes             ? "storage_axes"
           : q->zero_point_offset != 0                 ? "zero_point_offset"
           : q->group_index_buffer != HURRAY_NO_BUFFER ? "group_index_buffer"
           : q->block_size2 != 0                       ? "block_size2"
@@ -490,7 +491,8 @@ static HurrayStatus check_packed_kinds(Walk *w, const char *path, const HurrayDe
     return FAIL(HURRAY_ERR_QUANT_FIELD, "%squantization: %s quantization takes no %s", path, kind,
                 bad);
   }
-  if (q->zero_point_packing.word_bits != 0 && q->zero_point_buffer == HURRAY_NO_BUFFER) {
+  if (hurray__qs(q)->zero_point_packing.word_bits != 0 &&
+      q->zero_point_buffer == HURRAY_NO_BUFFER) {
     return FAIL(HURRAY_ERR_QUANT_FIELD,
                 "%squantization.zero_point_packing: there is no zero-point buffer to pack", path);
   }
@@ -641,7 +643,7 @@ static HurrayStatus check_zero_point(Walk *w, const char *path, const HurrayDesc
           hurray_dtype_name(q->zero_point_dtype) ? hurray_dtype_name(q->zero_point_dtype) : "?");
     }
     uint64_t bytes;
-    if (q->zero_point_packing.word_bits != 0) {
+    if (hurray__qs(q)->zero_point_packing.word_bits != 0) {
       HURRAY_RETURN_NOT_OK(zero_point_packed_bytes(w, path, d, &bytes));
     } else {
       HURRAY_RETURN_NOT_OK(storage_bytes(w, path, "quantization.zero_point_buffer",

@@ -157,18 +157,19 @@ static void storage_strides(uint32_t rank, const uint64_t *logical, const uint8_
 static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
                               const HurrayBufferList *list, HurrayError *error) {
   const HurrayQuant *q = &d->quant;
+  const HurrayQuantStorage *qs = hurray__qs(q);
   bool nf4 = q->kind == HURRAY_QUANT_NF4;
   bool block = q->kind == HURRAY_QUANT_BLOCK_AFFINE;
-  const uint8_t *axes = q->has_storage_axes && !nf4 ? q->storage_axes : NULL;
+  const uint8_t *axes = qs->has_storage_axes && !nf4 ? qs->storage_axes : NULL;
   uint32_t packed_axis = HURRAY_MAX_RANK;
   j->lanes = 1;
   j->packed_dim = j->rank;
-  if (q->code_packing.word_bits != 0) {
-    packed_axis = q->code_packing.axis;
-    j->lanes = hurray__packing_lanes(&q->code_packing, d->dtype);
-    j->word_bytes = q->code_packing.word_bits / 8u;
+  if (qs->code_packing.word_bits != 0) {
+    packed_axis = qs->code_packing.axis;
+    j->lanes = hurray__packing_lanes(&qs->code_packing, d->dtype);
+    j->word_bytes = qs->code_packing.word_bits / 8u;
     j->packed_dim = axes ? axes[packed_axis] : packed_axis;
-    for (uint32_t l = 0; l < j->lanes; l++) j->lane_of[q->code_packing.order[l]] = (uint8_t)l;
+    for (uint32_t l = 0; l < j->lanes; l++) j->lane_of[qs->code_packing.order[l]] = (uint8_t)l;
   }
   storage_strides(j->rank, j->shape, axes, packed_axis, j->lanes, j->cstride);
   uint64_t slog[HURRAY_MAX_RANK];
@@ -224,7 +225,7 @@ static inline uint64_t scale_step(const PackedJob *j, uint32_t k, uint64_t i) {
  * may be packed along an axis of the scale array (storage order). */
 static int64_t zero_at(const HurrayQuant *q, const uint8_t *zps, const uint64_t *sshape,
                        uint32_t srank, uint64_t s) {
-  const HurrayQuantPacking *p = &q->zero_point_packing;
+  const HurrayQuantPacking *p = &hurray__qs(q)->zero_point_packing;
   HurrayDType t = q->zero_point_dtype;
   uint32_t bits = hurray_dtype_bits(t);
   bool is_signed = t == HURRAY_DTYPE_INT4 || t == HURRAY_DTYPE_INT8 || t == HURRAY_DTYPE_INT16 ||

@@ -34,7 +34,7 @@ static uint32_t add(HurrayDescriptor *d, HurrayBufferRole role, uint64_t size) {
 /* GPTQ-like: logical [N=2, K=16], codes stored [K, N] packed 8 per u32
  * along K, zero points uint4 [2, 2] packed along N (one u32 per row, 2 of 8
  * lanes used would not divide: so N=8 here), offset 1, g_idx. */
-static HurrayDescriptor *gptq(void) {
+static HurrayDescriptor *gptq_with(bool storage_fields) {
   HurrayDescriptor *d = make(HURRAY_DTYPE_UINT4, 2, (uint64_t[]){8, 16});
   add(d, HURRAY_ROLE_DATA, 16 / 8 * 8 * 4);
   add(d, HURRAY_ROLE_SCALES, 2 * 8 * 4);
@@ -42,13 +42,17 @@ static HurrayDescriptor *gptq(void) {
   add(d, HURRAY_ROLE_GROUP_INDEX, 16 * 4);
   assert_ok(hurray_descriptor_set_quant_block_affine(d, 1, 8, 1, HURRAY_DTYPE_FLOAT32, error));
   assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_UINT4, error));
-  assert_ok(hurray_descriptor_set_quant_storage_axes(d, (uint32_t[]){1, 0}, error));
-  assert_ok(hurray_descriptor_set_quant_code_packing(d, 32, 0, NULL, error));
-  assert_ok(hurray_descriptor_set_quant_zero_point_packing(d, 32, 1, NULL, error));
-  assert_ok(hurray_descriptor_set_quant_zero_point_offset(d, 1, error));
+  if (storage_fields) {
+    assert_ok(hurray_descriptor_set_quant_storage_axes(d, (uint32_t[]){1, 0}, error));
+    assert_ok(hurray_descriptor_set_quant_code_packing(d, 32, 0, NULL, error));
+    assert_ok(hurray_descriptor_set_quant_zero_point_packing(d, 32, 1, NULL, error));
+    assert_ok(hurray_descriptor_set_quant_zero_point_offset(d, 1, error));
+  }
   assert_ok(hurray_descriptor_set_quant_group_index(d, 3, HURRAY_DTYPE_INT32, error));
   return d;
 }
+
+static HurrayDescriptor *gptq(void) { return gptq_with(true); }
 
 /* ------------------------------------------------------- setters, getters */
 
@@ -101,6 +105,48 @@ static void test_setters_and_getters(void **state) {
   assert_status(HURRAY_ERR_STATE, hurray_descriptor_set_quant_zero_point_offset(d, 1, error));
   assert_ok(hurray_descriptor_set_quant_mx(d, HURRAY_MX_FP4_E2M1, 1, 1, error));
   assert_status(HURRAY_ERR_STATE, hurray_descriptor_set_quant_codebook(d, 1, error));
+  hurray_descriptor_destroy(d);
+}
+
+/* Storage axes and packing live outside the descriptor's own block,
+ * allocated only when set: a clone owns a copy, resetting the quantization
+ * frees them (ASan sees a leak or a double free), and clearing them
+ * leaves no stale value. */
+static void test_storage_fields_are_owned(void **state) {
+  (void)state;
+  HurrayDescriptor *d = gptq(), *copy = NULL;
+  assert_ok(hurray_descriptor_clone(d, &copy, error));
+  hurray_descriptor_set_quant_none(d);
+  assert_null(hurray_descriptor_quant_storage_axes(d));
+  uint32_t word_bits = 99, axis = 99;
+  const uint8_t *order = NULL;
+  assert_int_equal(hurray_descriptor_quant_code_packing(d, &word_bits, &axis, &order), 0);
+  assert_int_equal(word_bits, 0);
+  const uint8_t *axes = hurray_descriptor_quant_storage_axes(copy);
+  assert_non_null(axes);
+  assert_int_equal(axes[0], 1);
+  assert_int_equal(axes[1], 0);
+  assert_int_equal(hurray_descriptor_quant_code_packing(copy, &word_bits, &axis, &order), 8);
+  assert_int_equal(word_bits, 32);
+  assert_ok(hurray_descriptor_set_quant_storage_axes(copy, NULL, error));
+  assert_null(hurray_descriptor_quant_storage_axes(copy));
+  assert_ok(hurray_descriptor_set_quant_code_packing(copy, 0, 0, NULL, error));
+  assert_int_equal(hurray_descriptor_quant_code_packing(copy, &word_bits, &axis, &order), 0);
+  assert_ok(hurray_descriptor_set_quant_zero_point_packing(copy, 0, 0, NULL, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_offset(copy, 0, error));
+  /* Every storage field back at its default: the descriptor encodes as
+   * one that never had them. */
+  HurrayDescriptor *never = gptq_with(false);
+  uint8_t *a = NULL, *b = NULL;
+  size_t alen = 0, blen = 0;
+  assert_ok(hurray_descriptor_encode(copy, &a, &alen, error));
+  assert_ok(hurray_descriptor_encode(never, &b, &blen, error));
+  assert_int_equal(alen, blen);
+  assert_memory_equal(a, b, alen);
+  hurray_free(a);
+  hurray_free(b);
+  hurray_descriptor_destroy(never);
+  hurray_descriptor_destroy(copy);
   hurray_descriptor_destroy(d);
 }
 
@@ -618,6 +664,7 @@ static void test_kernel_fast_matches_generic(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_setters_and_getters),
+      cmocka_unit_test(test_storage_fields_are_owned),
       cmocka_unit_test(test_codec_round_trip),
       cmocka_unit_test(test_codec_strict),
       cmocka_unit_test(test_codec_record_placement),
