@@ -115,10 +115,10 @@ static PyObject *py_super_op(uint8_t op) {
  * them, in their record order: what `v` gets, from index 0. */
 static int py_storage_fields(ModuleState *st, const HurrayDescriptor *d, PyObject **v) {
   const HurrayQuant *q = &d->quant;
-  v[0] = hurray__qs(q)->has_storage_axes ? py_small(hurray__qs(q)->storage_axes, d->rank)
-                                         : Py_NewRef(Py_None);
-  v[1] = py_packing(st, &hurray__qs(q)->code_packing, d->dtype);
-  v[2] = py_packing(st, &hurray__qs(q)->zero_point_packing, q->zero_point_dtype);
+  const HurrayQuantStorage *qs = hurray__qs(q);
+  v[0] = qs->has_storage_axes ? py_small(qs->storage_axes, d->rank) : Py_NewRef(Py_None);
+  v[1] = py_packing(st, &qs->code_packing, d->dtype);
+  v[2] = py_packing(st, &qs->zero_point_packing, q->zero_point_dtype);
   v[3] = PyLong_FromLongLong(q->zero_point_offset);
   return 4;
 }

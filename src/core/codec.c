@@ -282,16 +282,17 @@ static void encode_quant_extra(Writer *w, const HurrayDescriptor *d) {
   }
   size_t at;
   if (hurray__quant_has_storage_fields(q)) {
+    const HurrayQuantStorage *qs = hurray__qs(q);
     at = record_begin(w, TAG_QUANT_STORAGE);
-    put_u8(w, hurray__qs(q)->has_storage_axes ? 1 : 0);
-    encode_packing(w, &hurray__qs(q)->code_packing);
-    encode_packing(w, &hurray__qs(q)->zero_point_packing);
+    put_u8(w, qs->has_storage_axes ? 1 : 0);
+    encode_packing(w, &qs->code_packing);
+    encode_packing(w, &qs->zero_point_packing);
     put_u8(w, 0);
     put_u16(w, 0);
     put_i64(w, q->zero_point_offset);
-    put_bytes(w, hurray__qs(q)->code_packing.order, 32);
-    put_bytes(w, hurray__qs(q)->zero_point_packing.order, 32);
-    if (hurray__qs(q)->has_storage_axes) put_bytes(w, hurray__qs(q)->storage_axes, d->rank);
+    put_bytes(w, qs->code_packing.order, 32);
+    put_bytes(w, qs->zero_point_packing.order, 32);
+    if (qs->has_storage_axes) put_bytes(w, qs->storage_axes, d->rank);
     record_end(w, at);
   }
   if (hurray__quant_has_scale_fields(q)) {

@@ -967,14 +967,25 @@ static HurrayStatus set_packing(HurrayQuantPacking *p, HurrayDType dtype, uint32
   return HURRAY_OK;
 }
 
+/* set_packing on q's code or zero-point packing; clearing a packing that
+ * was never set allocates nothing. */
+static HurrayStatus set_stored_packing(HurrayQuant *q, bool zero_points, HurrayDType dtype,
+                                       uint32_t word_bits, uint32_t axis, const uint8_t *order,
+                                       HurrayError *error) {
+  if (word_bits == 0 && q->storage == NULL) return HURRAY_OK;
+  HurrayQuantStorage *qs = hurray__quant_storage_own(q);
+  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  return zero_points ? set_packing(&qs->zero_point_packing, dtype, word_bits, axis, order,
+                                   "zero_point_packing", error)
+                     : set_packing(&qs->code_packing, dtype, word_bits, axis, order,
+                                   "code_packing", error);
+}
+
 HurrayStatus hurray_descriptor_set_quant_code_packing(HurrayDescriptor *d, uint32_t word_bits,
                                                       uint32_t axis, const uint8_t *order,
                                                       HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_packed_kind(d, "code_packing", error));
-  if (word_bits == 0 && d->quant.storage == NULL) return HURRAY_OK; /* already unpacked */
-  HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
-  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  return set_packing(&qs->code_packing, d->dtype, word_bits, axis, order, "code_packing", error);
+  return set_stored_packing(&d->quant, false, d->dtype, word_bits, axis, order, error);
 }
 
 HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
@@ -986,11 +997,8 @@ HurrayStatus hurray_descriptor_set_quant_zero_point_packing(HurrayDescriptor *d,
     return hurray__fail(error, HURRAY_ERR_STATE,
                         "quantization.zero_point_packing: set the zero-point buffer first");
   }
-  if (word_bits == 0 && d->quant.storage == NULL) return HURRAY_OK; /* already unpacked */
-  HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
-  if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  return set_packing(&qs->zero_point_packing, d->quant.zero_point_dtype, word_bits, axis, order,
-                     "zero_point_packing", error);
+  return set_stored_packing(&d->quant, true, d->quant.zero_point_dtype, word_bits, axis, order,
+                            error);
 }
 
 HurrayStatus hurray_descriptor_set_quant_zero_point_offset(HurrayDescriptor *d, int64_t offset,
@@ -1050,8 +1058,9 @@ HurrayStatus hurray_descriptor_set_quant_super_scales(HurrayDescriptor *d, uint3
 }
 
 bool hurray__quant_has_storage_fields(const HurrayQuant *q) {
-  return hurray__qs(q)->has_storage_axes || hurray__qs(q)->code_packing.word_bits != 0 ||
-         hurray__qs(q)->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
+  const HurrayQuantStorage *qs = hurray__qs(q);
+  return qs->has_storage_axes || qs->code_packing.word_bits != 0 ||
+         qs->zero_point_packing.word_bits != 0 || q->zero_point_offset != 0;
 }
 
 bool hurray__quant_has_scale_fields(const HurrayQuant *q) {
@@ -1086,14 +1095,16 @@ void hurray__quant_scale_shape(const HurrayDescriptor *d, uint64_t *shape, uint3
       logical[i] = hurray__ceil_div_u64(d->shape[i], q->block_size2);
     }
   }
+  const uint8_t *axes = hurray_descriptor_quant_storage_axes(d);
   for (uint32_t k = 0; k < d->rank; k++) {
-    shape[k] = logical[hurray__qs(q)->has_storage_axes ? hurray__qs(q)->storage_axes[k] : k];
+    shape[k] = logical[axes != NULL ? axes[k] : k];
   }
   *rank_out = d->rank;
 }
 
 const uint8_t *hurray_descriptor_quant_storage_axes(const HurrayDescriptor *d) {
-  return hurray__qs(&d->quant)->has_storage_axes ? hurray__qs(&d->quant)->storage_axes : NULL;
+  const HurrayQuantStorage *qs = hurray__qs(&d->quant);
+  return qs->has_storage_axes ? qs->storage_axes : NULL;
 }
 
 uint32_t hurray__packing_lanes(const HurrayQuantPacking *p, HurrayDType dtype) {

@@ -189,14 +189,14 @@ static void emit_packing(Text *t, const char *name, const HurrayQuantPacking *p,
 /* The packed and two-level fields (ADR-0024), each only when not default. */
 static void emit_quant_extra(Text *t, const HurrayDescriptor *d) {
   const HurrayQuant *q = &d->quant;
-  if (hurray__qs(q)->has_storage_axes) {
+  const HurrayQuantStorage *qs = hurray__qs(q);
+  if (qs->has_storage_axes) {
     emit(t, ", \"storage_axes\": [");
-    for (uint32_t k = 0; k < d->rank; k++)
-      emit(t, "%s%u", k ? ", " : "", hurray__qs(q)->storage_axes[k]);
+    for (uint32_t k = 0; k < d->rank; k++) emit(t, "%s%u", k ? ", " : "", qs->storage_axes[k]);
     emit(t, "]");
   }
-  emit_packing(t, "code_packing", &hurray__qs(q)->code_packing, d->dtype);
-  emit_packing(t, "zero_point_packing", &hurray__qs(q)->zero_point_packing, q->zero_point_dtype);
+  emit_packing(t, "code_packing", &qs->code_packing, d->dtype);
+  emit_packing(t, "zero_point_packing", &qs->zero_point_packing, q->zero_point_dtype);
   if (q->zero_point_offset != 0) {
     emit(t, ", \"zero_point_offset\": %lld", (long long)q->zero_point_offset);
   }

@@ -111,7 +111,6 @@ class _Stager:
         self.sink = sink
         self.chunk = chunk
         self.buffers: List[Optional["torch.Tensor"]] = [None] * depth
-        self.arrays: List[Any] = [None] * depth
         self.marks: List[Any] = [None] * depth
         self.slot = 0
         self.used = 0
@@ -119,13 +118,12 @@ class _Stager:
         # The pieces bound for the current buffer.
         self.spans: List[Tuple[str, int, int, int, int]] = []
         self.memory: List[Tuple["torch.Tensor", int]] = []  # (source bytes, at)
-        self.copies: List[Tuple["torch.Tensor", int, int]] = []  # (destination bytes, at, length)
+        self.copies: List[Tuple["torch.Tensor", int]] = []  # (destination bytes, at)
 
     def _buffer(self) -> "torch.Tensor":
         k = self.slot
         if self.buffers[k] is None:
             self.buffers[k] = self.sink.staging(self.chunk)
-            self.arrays[k] = self.buffers[k].numpy()
         return self.buffers[k]
 
     def add(self, dst: "torch.Tensor", name: Optional[str], src: Optional["torch.Tensor"]) -> None:
@@ -139,7 +137,7 @@ class _Stager:
                 self.spans.append((name, 0, done, take, self.used))
             else:
                 self.memory.append((source[done : done + take], self.used))
-            self.copies.append((out[done : done + take], self.used, take))
+            self.copies.append((out[done : done + take], self.used))
             self.used += take
             done += take
             if self.used == self.chunk:
@@ -153,11 +151,11 @@ class _Stager:
             self.sink.wait(self.marks[k])  # the device has read this buffer
         buf = self._buffer()
         if self.spans:
-            self.file._read_spans(self.arrays[k], self.spans, self.threads)
+            self.file._read_spans(buf.numpy(), self.spans, self.threads)
         for src, at in self.memory:
             buf[at : at + src.numel()].copy_(src)
-        for dst, at, length in self.copies:
-            self.sink.copy(dst, buf[at : at + length])
+        for dst, at in self.copies:
+            self.sink.copy(dst, buf[at : at + dst.numel()])
         self.marks[k] = self.sink.mark()
         self.slot = (k + 1) % len(self.buffers)
         self.used = 0
