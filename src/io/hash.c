@@ -111,22 +111,40 @@ typedef struct Pool {
   HurrayHashJob *jobs;
   size_t n;
   atomic_size_t next;
-  HurrayHashDone done;
-  void *ctx;
+  const HurrayHashHooks *hooks;
+  unsigned threads;
 } Pool;
 
 /* A thread claims neighbouring small buffers together, up to this many
  * bytes: one claim per buffer made the threads fight over `next` on files
  * of many small tensors (an 8 KiB buffer hashes in a few hundred
  * nanoseconds, not much more than a contended atomic moves between cores),
- * and verify reached a quarter of the memory-read rate there. A buffer this large or larger is a
- * claim of its own, so that large buffers still spread over the threads. */
+ * and verify reached a quarter of the memory-read rate there. A buffer this
+ * large or larger goes into a claim of large buffers only. */
 #define HURRAY_HASH_CLAIM_BYTES (256u << 10)
+
+/* Large buffers are claimed several at a time, as many as an even share of
+ * what is left (1 / (2 x threads) of the jobs left, so that claims shrink
+ * as the work runs out and the threads end together) and at most this many
+ * bytes. Verify lets go of each claim's pages with one madvise, which
+ * interrupts the CPU of every other hashing thread to flush its TLB: one
+ * claim per 4 MiB buffer or chunk made 1 GiB verify at 0.88-0.94x of a
+ * plain read of the same mapping on the 2-CPU VM, claims of up to 64 MiB
+ * at 1.00x (bench/results/verify.md). */
+#define HURRAY_HASH_LARGE_CLAIM_BYTES ((size_t)64 << 20)
 
 /* The end of the claim that starts at job i (i < n). */
 static size_t claim_end(const Pool *p, size_t i) {
-  if (p->jobs[i].len >= HURRAY_HASH_CLAIM_BYTES) return i + 1;
   size_t bytes = 0, end = i;
+  if (p->jobs[i].len >= HURRAY_HASH_CLAIM_BYTES) {
+    size_t share = (p->n - i) / (2 * (size_t)p->threads);
+    do {
+      bytes += p->jobs[end].len;
+      end++;
+    } while (end < p->n && end - i < share && p->jobs[end].len >= HURRAY_HASH_CLAIM_BYTES &&
+             bytes + p->jobs[end].len <= HURRAY_HASH_LARGE_CLAIM_BYTES);
+    return end;
+  }
   while (end < p->n && bytes < HURRAY_HASH_CLAIM_BYTES &&
          p->jobs[end].len < HURRAY_HASH_CLAIM_BYTES) {
     bytes += p->jobs[end].len;
@@ -146,7 +164,7 @@ static void *pool_worker(void *arg) {
     for (size_t k = i; k < end; k++) {
       p->jobs[k].sum = hurray__checksum(p->jobs[k].data, p->jobs[k].len);
     }
-    if (p->done != NULL) p->done(p->ctx, p->jobs + i, end - i);
+    if (p->hooks->done != NULL) p->hooks->done(p->hooks->ctx, p->jobs + i, end - i);
     i = atomic_load_explicit(&p->next, memory_order_relaxed);
   }
 }
@@ -156,23 +174,25 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
 }
 
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
-  hurray__hash_many_then(jobs, n, threads, NULL, NULL);
+  static const HurrayHashHooks none = {NULL, NULL, NULL};
+  hurray__hash_many_with(jobs, n, threads, &none);
 }
 
-void hurray__hash_many_then(HurrayHashJob *jobs, size_t n, unsigned threads, HurrayHashDone done,
-                            void *ctx) {
+void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
+                            const HurrayHashHooks *hooks) {
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += jobs[i].len;
   if (threads == 0) threads = 1;
   if (threads > 64) threads = 64;
   if (threads > n) threads = (unsigned)(n > 0 ? n : 1);
   if (total < HURRAY_HASH_THREAD_MIN_BYTES) threads = 1;
-  Pool pool = {jobs, n, 0, done, ctx};
+  Pool pool = {jobs, n, 0, hooks, threads};
   pthread_t ids[64];
   bool started[64] = {false};
   for (unsigned t = 1; t < threads; t++) {
     started[t] = pthread_create(&ids[t], NULL, pool_worker, &pool) == 0;
   }
+  if (hooks->meanwhile != NULL) hooks->meanwhile(hooks->ctx);
   pool_worker(&pool);
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);

@@ -48,7 +48,8 @@ unsigned hurray__hash_threads_of(long online_cpus);
 
 /* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
  * included). Jobs are taken in order by whichever thread is free (small
- * neighbours together, up to 256 KiB a claim); each
+ * neighbours together, up to 256 KiB a claim; large ones several at a
+ * time, up to 64 MiB and a fair share of what is left); each
  * job's sum is the same whatever thread hashes it. If a thread cannot be
  * started its share runs here. Small totals run on this thread only. */
 void hurray__hash_many(HurrayHashJob *jobs, size_t n);
@@ -56,15 +57,23 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n);
 /* The same with `threads` threads (1..64) instead of the knob's. */
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
 
-/* Called by the thread that hashed them, right after, with each claim:
- * jobs[0..count) are consecutive jobs, their sums set. */
+/* What runs beside the hashing of hurray__hash_many_with. Either function
+ * may be NULL; both get `ctx`, and may run at the same time on different
+ * threads.
+ *   done       each claim, right after it is hashed, on the thread that
+ *              hashed it: jobs[0..count) are consecutive jobs, their sums
+ *              set. Work that follows each buffer runs in parallel too.
+ *   meanwhile  once, on the calling thread, after the other threads have
+ *              started and before this one joins the hashing. */
 typedef void (*HurrayHashDone)(void *ctx, const HurrayHashJob *jobs, size_t count);
-
-/* hurray__hash_many_on, then `done` (if not NULL) for every claim, on the
- * hashing threads: work that follows each buffer runs in parallel too. */
-void hurray__hash_many_then(HurrayHashJob *jobs, size_t n, unsigned threads, HurrayHashDone done,
-                            void *ctx);
-
+typedef struct HurrayHashHooks {
+  HurrayHashDone done;
+  void (*meanwhile)(void *ctx);
+  void *ctx;
+} HurrayHashHooks;
+/* hurray__hash_many_on with `hooks` (required; borrowed for the call). */
+void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
+                            const HurrayHashHooks *hooks);
 /* One buffer's checksum fed in pieces, so that a writer can hash each
  * piece just before it writes it (the piece is then still in the CPU's
  * cache) instead of reading the whole buffer once more. The digest equals
