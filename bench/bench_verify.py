@@ -10,9 +10,13 @@ Each pair is fresh processes, back to back: build/bench/mem_read_rate
 the file's cached pages in place (--file: mapped afresh each pass, faults
 included), and a verify of the
 file (best of 3 calls; every call maps the file afresh, so each pays for its
-page-table work). Files: 1 GiB in 256 buffers of 4 MiB ("many buffers"), and
+page-table work). Files: 1 GiB in 256 buffers of 4 MiB ("many buffers"),
 1 GiB in one buffer ("one buffer": 256 chunk checksums of 4 MiB, format
-1.1, hashed on every thread). The ratio
+1.1, hashed on every thread), and 1 GiB in 16,384 buffers of 64 KiB written
+as layers.0.weight, layers.1.weight, ... ("small buffers, names out of
+write order": the index is sorted by name, so "layers.10" comes between
+"layers.1" and "layers.2" and verify visits the file out of order, as in
+most checkpoints). The ratio
 is taken per pair, then the median over pairs.
 
 Each file is verified in two page-cache states, set up before every pair,
@@ -59,6 +63,7 @@ def write_files(folder):
     paths = {
         "many buffers": os.path.join(folder, "verify-many.hurray"),
         "one buffer": os.path.join(folder, "verify-one.hurray"),
+        "small buffers, names out of write order": os.path.join(folder, "verify-small.hurray"),
     }
     for p in paths.values():  # a 1.0 writer's file: no chunk checksums, so write it again
         if os.path.exists(p) and _minor_version(p) < 1:
@@ -70,6 +75,12 @@ def write_files(folder):
         )
     if not os.path.exists(paths["one buffer"]):
         hurray.save(paths["one buffer"], {"w": rng.integers(0, 255, size=1 << 30, dtype=np.uint8)})
+    small = paths["small buffers, names out of write order"]
+    if not os.path.exists(small):
+        block = rng.integers(0, 255, size=1 << 30, dtype=np.uint8)
+        hurray.save(
+            small, {f"layers.{i}.weight": block[i << 16 : (i + 1) << 16] for i in range(1 << 14)}
+        )
     return paths
 
 
@@ -105,7 +116,12 @@ def written_afresh(path):
     """A copy of the file saved by hurray.save in another process: its pages
     are in the cache as the writer left them."""
     copy = path + ".just-written.hurray"
-    code = "import hurray, sys; hurray.save(sys.argv[2], hurray.load(sys.argv[1]))"
+    # Saved in the order the names' numbers give, as the original was written.
+    code = (
+        "import hurray, re, sys; d = hurray.load(sys.argv[1]); "
+        "key = lambda k: [int(x) if x.isdigit() else x for x in re.split(r'(\\d+)', k)]; "
+        "hurray.save(sys.argv[2], {k: d[k] for k in sorted(d, key=key)})"
+    )
     subprocess.run([sys.executable, "-c", code, path, copy], check=True)
     return copy
 
@@ -190,6 +206,10 @@ def main():
         )
     lines += [
         "",
+        "Small buffers: 16,384 of 64 KiB written as layers.0.weight, layers.1.weight, ...; the "
+        "index is sorted by name, so verify visits them out of file order, as in most "
+        "checkpoints, and lets go of each round's pages in one call per stretch of the file "
+        "it covers. "
         "One buffer is checked by its 256 chunk checksums of 4 MiB (file format 1.1, "
         "ADR-0025), so all threads hash it; with only its whole-buffer xxh3 (format 1.0) one "
         "thread did, at 0.60x. A just-written file's pages sit in the folios its writes made: "
