@@ -62,7 +62,7 @@ uint64_t hurray__checksum(const void *data, size_t len) {
 #ifdef HURRAY_HAVE_AVX2_PATH
   /* Up to XXH3_MIDSIZE_MAX bytes xxh3 runs no vector code, so both paths
    * are the same code. Above it the AVX2 path is faster from the first
-   * stripe on: a 2 KiB buffer hashed in about 50 ns against 400 with SSE2
+   * stripe on: a 2 KiB buffer hashed in 47 ns against 294 with SSE2
    * (GCC -O2), which for files of many small tensors (a quarter of them
    * under 4 KiB) was an eighth of verify's time. */
   if (len > XXH3_MIDSIZE_MAX && use_avx2()) return hurray__xxh3_avx2(data, len);
@@ -127,21 +127,23 @@ typedef struct Pool {
  * large or larger goes into a claim of large buffers only. */
 #define HURRAY_HASH_CLAIM_BYTES (256u << 10)
 
-/* Large buffers are claimed several at a time, as many as an even share of
- * what is left (1 / (2 x threads) of the jobs left, so that claims shrink
- * as the work runs out and the threads end together) and at most this many
- * bytes. Verify lets go of each claim's pages with one madvise, which
- * interrupts the CPU of every other hashing thread to flush its TLB: one
- * claim per 4 MiB buffer or chunk made 1 GiB verify at 0.88-0.94x of a
- * plain read of the same mapping on the 2-CPU VM, claims of up to 64 MiB
- * at 1.00x (bench/results/verify.md). */
+/* Large buffers are claimed several at a time: half an even share of the
+ * jobs left (1 / (2 x threads) of them, so that claims shrink as the work
+ * runs out and the threads end together; all of them on one thread), and at
+ * most this many bytes unless one buffer is larger. Verify lets go of each
+ * claim's pieces of 4 MiB and more with one madvise, which interrupts the
+ * CPU of every other hashing thread to flush its TLB: one claim per 4 MiB
+ * buffer or chunk made 1 GiB verify at 0.88-0.94x of a plain read of the
+ * same mapping on the 2-CPU VM, claims of up to 64 MiB at 0.97-1.00x
+ * (interleaved pairs against build/bench/mem_read_rate --file). */
 #define HURRAY_HASH_LARGE_CLAIM_BYTES ((size_t)64 << 20)
 
 /* The end of the claim that starts at job i (i < n). */
 static size_t claim_end(const Pool *p, size_t i) {
   size_t bytes = 0, end = i;
   if (p->jobs[i].len >= HURRAY_HASH_CLAIM_BYTES) {
-    size_t share = (p->n - i) / (2 * (size_t)p->threads);
+    size_t left = p->n - i;
+    size_t share = p->threads == 1 ? left : left / (2 * (size_t)p->threads);
     do {
       bytes += p->jobs[end].len;
       end++;

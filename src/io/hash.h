@@ -49,7 +49,8 @@ unsigned hurray__hash_threads_of(long online_cpus);
 /* Hashes jobs[0..n) with up to hurray__hash_threads() threads (this one
  * included). Jobs are taken in order by whichever thread is free (small
  * neighbours together, up to 256 KiB a claim; large ones several at a
- * time, up to 64 MiB and a fair share of what is left); each
+ * time, a shrinking share of what is left, up to 64 MiB unless one buffer
+ * is larger); each
  * job's sum is the same whatever thread hashes it. If a thread cannot be
  * started its share runs here. Small totals run on this thread only. */
 void hurray__hash_many(HurrayHashJob *jobs, size_t n);
