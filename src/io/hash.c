@@ -62,9 +62,9 @@ uint64_t hurray__checksum(const void *data, size_t len) {
 #ifdef HURRAY_HAVE_AVX2_PATH
   /* Up to XXH3_MIDSIZE_MAX bytes xxh3 runs no vector code, so both paths
    * are the same code. Above it the AVX2 path is faster from the first
-   * stripe on: a 2 KiB buffer hashed in 47 ns against 294 with SSE2
-   * (GCC -O2), which for files of many small tensors (a quarter of them
-   * under 4 KiB) was an eighth of verify's time. */
+   * stripe on: 512 B to 2 KiB hash at 18-39 GB/s against 12-19 with SSE2
+   * (this library's build, one core), and for files of many small tensors
+   * (a quarter of them under 4 KiB) that took verify from 10.2 to 11.1 GB/s. */
   if (len > XXH3_MIDSIZE_MAX && use_avx2()) return hurray__xxh3_avx2(data, len);
 #endif
   return XXH3_64bits(data, len);
