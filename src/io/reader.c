@@ -1686,29 +1686,30 @@ static bool job_in(const HurrayHashJob *job, size_t min, size_t max) {
   return job->len > 0 && job->len >= min && job->len < max;
 }
 
-/* Adds the jobs of jobs[0..count) whose length is in [min, max); with no
- * memory for them, lets go of their pages now, one call each. */
-static void view_drops_add(ViewDrops *d, const HurrayHashJob *jobs, size_t count, size_t min,
-                           size_t max) {
-  size_t more = 0;
-  for (size_t k = 0; k < count; k++) more += job_in(&jobs[k], min, max);
-  if (d->count + more > d->cap) {
-    size_t cap = d->count + more > 2 * d->cap ? d->count + more : 2 * d->cap;
+static ViewSpan job_span(const HurrayHashJob *job) {
+  ViewSpan span = {(uintptr_t)job->data, (uintptr_t)job->data + job->len};
+  return span;
+}
+
+/* Adds the round's pieces under VERIFY_DROP_ON_THREAD_BYTES (the larger
+ * ones were let go of by their hashing threads); with no memory for them,
+ * lets go of their pages now, one call each. */
+static void view_drops_add(ViewDrops *d, const HurrayHashJob *jobs, size_t count) {
+  if (d->count + count > d->cap) {
+    size_t cap = d->count + count > 2 * d->cap ? d->count + count : 2 * d->cap;
     ViewSpan *grown = realloc(d->spans, cap * sizeof *grown);
-    if (grown == NULL) {
-      for (size_t k = 0; k < count; k++) {
-        if (job_in(&jobs[k], min, max)) drop_view_pages(jobs[k].data, jobs[k].len);
-      }
-      return;
+    if (grown != NULL) {
+      d->spans = grown;
+      d->cap = cap;
     }
-    d->spans = grown;
-    d->cap = cap;
   }
   for (size_t k = 0; k < count; k++) {
-    if (!job_in(&jobs[k], min, max)) continue;
-    d->spans[d->count].lo = (uintptr_t)jobs[k].data;
-    d->spans[d->count].hi = (uintptr_t)jobs[k].data + jobs[k].len;
-    d->count++;
+    if (!job_in(&jobs[k], 0, VERIFY_DROP_ON_THREAD_BYTES)) continue;
+    if (d->count < d->cap) {
+      d->spans[d->count++] = job_span(&jobs[k]);
+    } else {
+      drop_view_pages(jobs[k].data, jobs[k].len);
+    }
   }
 }
 
@@ -1739,9 +1740,7 @@ static void drop_large_pieces(void *ctx, const HurrayHashJob *jobs, size_t count
       drop_spans(spans, n);
       n = 0;
     }
-    spans[n].lo = (uintptr_t)jobs[k].data;
-    spans[n].hi = (uintptr_t)jobs[k].data + jobs[k].len;
-    n++;
+    spans[n++] = job_span(&jobs[k]);
   }
   drop_spans(spans, n);
 }
@@ -1844,7 +1843,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
       hooks.meanwhile = view_drops_run;
     }
     hurray__hash_many_with(jobs, n, threads, &hooks);
-    if (drops != NULL) view_drops_add(drops, jobs, n, 0, VERIFY_DROP_ON_THREAD_BYTES);
+    if (drops != NULL) view_drops_add(drops, jobs, n);
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));
