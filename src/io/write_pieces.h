@@ -16,8 +16,8 @@
  * is not markedly slower. After one that is, 64 KiB writes for 1, 2, 4 ...
  * up to 64 regions, then a new probe. Only the size of the writes changes,
  * never the bytes (ADR-0026). The writer also gathers a region that buffers
- * share and writes it by the same rule (hurray__write_pieces_gather); the
- * raw writer does not.
+ * share, or that its stage of small writes begins, and writes it by the
+ * same rule (hurray__write_pieces_gather); the raw writer does not.
  *
  * Internal: the writer (writer.c) and the converter's raw writer use it.
  */
@@ -71,15 +71,17 @@ uint64_t hurray__write_piece(HurrayWritePieces *p, uint64_t position, uint64_t l
                              uint64_t write_clock);
 
 /* What the writer does with a 2 MiB region that buffers share: where a
- * buffer's tail begins a region, the tail, what follows it and the head of
- * the next buffer can be gathered in the writer's stage. */
+ * buffer's tail, or a stage of small writes, begins a region, it, what
+ * follows it and the head of the next buffer can be gathered in the
+ * writer's stage. */
 typedef enum HurrayGather {
   HURRAY_GATHER_NO,    /* not gathered: the tail goes out in 64 KiB pieces */
   HURRAY_GATHER_WHOLE, /* gathered, then one 2 MiB write */
   HURRAY_GATHER_PROBE, /* gathered, then 64 KiB writes, timed as the probe */
 } HurrayGather;
 
-/* The decision for the region a tail begins, asked once per such region.
+/* The decision for the region a tail or a stage begins, asked once per
+ * such region.
  * A region not gathered counts as one region of small writes in a wait; a
  * probe is then due, and it can be made on a gathered region as well as
  * inside one buffer, so that files of buffers under 4 MiB (which seldom
