@@ -151,6 +151,7 @@ struct HurrayWriter {
   /* Not NO: the stage began at a 2 MiB boundary of the file and gathers
    * that region, which goes out once whole (stage_copy, gather_tail). */
   HurrayGather stage_region;
+  uint64_t region_asked; /* 1 + the index of the 2 MiB region last asked about; 0: none */
 
   MetadataRecord *metadata;
   size_t metadata_count;
@@ -243,9 +244,6 @@ static void start_writeback(HurrayWriter *w) {
   w->written_back = w->position;
 }
 
-/* With a cancel hook, output goes in pieces of HURRAY_WRITER_CANCEL_INTERVAL
- * bytes with a check before each, so one large buffer cannot keep a
- * cancelled write running for long. */
 /* Writes out what is staged. A failure ends the writer (only abort, or a
  * finish that refuses, remain). */
 static HurrayStatus flush_stage(HurrayWriter *w, HurrayError *error) {
@@ -285,9 +283,23 @@ static bool stage_ready(HurrayWriter *w) {
   return w->stage != NULL || (w->stage = malloc(STAGE_CAPACITY)) != NULL;
 }
 
+/* Asks the write-size rule about the 2 MiB region beginning at the
+ * writer's position, once per region: a tail under 64 KiB that a large
+ * buffer's path was told not to gather is staged next, and the stage would
+ * ask again at the same place. A second ask would use up a second region of
+ * a wait (the waits after a slow huge write were halved), so it gets the
+ * answer the first one did. */
+static HurrayGather ask_region(HurrayWriter *w) {
+  uint64_t region = w->position / HURRAY_HUGE_WRITE_STEP + 1;
+  if (w->region_asked == region) return HURRAY_GATHER_NO;
+  w->region_asked = region;
+  return hurray__write_pieces_gather(&w->pieces);
+}
+
 /* Copies [data, data + len) into the stage, which is made.
  *
- * The stage goes out at boundaries of the file, never between them.
+ * A stage fills up to a boundary of the file and goes out there, unless a
+ * direct write, a large buffer's piece or the finish needs it out first.
  * Staging that begins at a 2 MiB region's first byte asks whether to
  * gather the region (hurray__write_pieces_gather): gathered, the stage goes
  * out when the region is whole, in one 2 MiB write or as the probe.
@@ -302,7 +314,7 @@ static HurrayStatus stage_copy(HurrayWriter *w, const uint8_t *data, size_t len,
   while (len > 0) {
     if (w->stage_region == HURRAY_GATHER_NO && w->staged == 0 &&
         w->position % HURRAY_HUGE_WRITE_STEP == 0) {
-      w->stage_region = hurray__write_pieces_gather(&w->pieces);
+      w->stage_region = ask_region(w);
     }
     size_t boundary = w->stage_region != HURRAY_GATHER_NO ? STAGE_CAPACITY : STAGE_BYTES;
     size_t room = boundary - (size_t)(w->position % boundary);
@@ -345,6 +357,9 @@ static HurrayStatus emit_upto(HurrayWriter *w, const void *data, size_t len, siz
   HurrayStatus staged = HURRAY_OK;
   if (len == 0 || stage_put(w, p, len, stage_most, &staged, error)) return staged;
   HURRAY_RETURN_NOT_OK(flush_stage(w, error));
+  /* With a cancel hook, output goes in pieces of
+   * HURRAY_WRITER_CANCEL_INTERVAL bytes with a check before each, so one
+   * large buffer cannot keep a cancelled write running for long. */
   while (len > 0) {
     HURRAY_RETURN_NOT_OK(check_cancel(w, error));
     size_t piece = w->cancel_fn != NULL && len > HURRAY_WRITER_CANCEL_INTERVAL
@@ -459,7 +474,7 @@ static HurrayGather gather_tail(HurrayWriter *w, uint64_t left) {
       !stage_ready(w)) {
     return HURRAY_GATHER_NO;
   }
-  return hurray__write_pieces_gather(&w->pieces);
+  return ask_region(w);
 }
 
 /* Writes one buffer and computes its checksum (and its chunks' checksums,

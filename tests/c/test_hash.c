@@ -1016,6 +1016,46 @@ static void test_probe_on_gathered_regions(void **state) {
   for (size_t i = 0; i < COUNT; i++) free(data[i]);
 }
 
+/* Each 2 MiB region is asked about once, however it begins: buffers of
+ * exactly 2 MiB each end a few bytes (the header's length) past a region
+ * boundary, so every region begins with a tail under 64 KiB, which the
+ * large buffer's path asked about and then the stage asked about again.
+ * With 2 MiB writes dear, the waits after each slow one are then 1, 2, 4
+ * regions as designed: region 0 is the probe, and huge writes go to
+ * regions 1, 4, 8 and 14 of the 24 whole ones. Asked twice, each wait was
+ * halved and a probe came early. */
+static void test_each_region_asked_once(void **state) {
+  (void)state;
+  enum { COUNT = 24 };
+  uint64_t bytes = HURRAY_HUGE_WRITE_STEP;
+  uint8_t *data = random_bytes(bytes, 400);
+  char path[300];
+  file_path(path, sizeof path, "asked-once");
+  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "probe", 1), 0);
+  HurraySys sys = hurray__sys_default;
+  CostedWrites costs;
+  memset(&costs, 0, sizeof costs);
+  costs.huge_us = 50000;
+  sys.ctx = &costs;
+  sys.write = costed_write;
+  HurrayWriter *w = NULL;
+  assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
+  for (size_t i = 0; i < COUNT; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%02zu", i);
+    write_u8_tensor(w, name, data, bytes);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  assert_int_equal(costs.log.misaligned_huge, 0);
+  assert_int_equal(costs.log.huge, 4);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+  free(data);
+}
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -1188,6 +1228,7 @@ int main(void) {
       cmocka_unit_test(test_shared_regions_written_whole),
       cmocka_unit_test(test_small_tensors_written_by_regions),
       cmocka_unit_test(test_probe_on_gathered_regions),
+      cmocka_unit_test(test_each_region_asked_once),
       cmocka_unit_test(test_convert_checks_while_copying),
       cmocka_unit_test(test_convert_checks_kernel_copies),
       cmocka_unit_test(test_convert_resident_set_flat),
