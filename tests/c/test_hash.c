@@ -837,6 +837,37 @@ static void test_write_sizes_follow_the_folio_choice(void **state) {
   free(data);
 }
 
+/* Writes tensors prefix<i>suffix of sizes[i] bytes from data[i] under
+ * HURRAY_WRITE_FOLIOS=choice to a file named after the choice, logging the
+ * writes in *log; checks that no 2 MiB write is misaligned and that the
+ * file verifies, and returns its bytes (*len of them, the caller frees). */
+static uint8_t *write_logged(const char *choice, const char *prefix, const char *suffix,
+                             uint8_t *const *data, const uint64_t *sizes, size_t count,
+                             WriteLog *log, size_t *len) {
+  char path[300];
+  file_path(path, sizeof path, choice);
+  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", choice, 1), 0);
+  HurraySys sys = hurray__sys_default;
+  memset(log, 0, sizeof *log);
+  sys.ctx = log;
+  sys.write = logging_write;
+  HurrayWriter *w = NULL;
+  assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
+  for (size_t i = 0; i < count; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s%zu%s", prefix, i, suffix);
+    write_u8_tensor(w, name, data[i], sizes[i]);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  assert_int_equal(log->misaligned_huge, 0);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+  return slurp(path, len);
+}
+
 /* Where buffers share a 2 MiB region (the tail of one, padding and small
  * tensors, the head of the next), huge writes gather the region and write
  * it whole: every region from the first large buffer's first boundary to
@@ -855,29 +886,8 @@ static void test_shared_regions_written_whole(void **state) {
   uint8_t *files[2];
   size_t lens[2];
   for (size_t k = 0; k < 2; k++) {
-    char path[300];
-    file_path(path, sizeof path, choices[k]);
-    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", choices[k], 1), 0);
-    HurraySys sys = hurray__sys_default;
-    memset(&logs[k], 0, sizeof logs[k]);
-    sys.ctx = &logs[k];
-    sys.write = logging_write;
-    HurrayWriter *w = NULL;
-    assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
-    for (size_t i = 0; i < count; i++) {
-      char name[16];
-      snprintf(name, sizeof name, "t%zu", i);
-      write_u8_tensor(w, name, data[i], sizes[i]);
-    }
-    assert_ok(hurray_writer_finish(w, error));
-    assert_int_equal(logs[k].misaligned_huge, 0);
-    files[k] = slurp(path, &lens[k]);
-    HurrayReader *r = NULL;
-    assert_ok(hurray_reader_open(path, NULL, &r, error));
-    assert_ok(hurray_reader_verify(r, NULL, error));
-    hurray_reader_close(r);
+    files[k] = write_logged(choices[k], "t", "", data, sizes, count, &logs[k], &lens[k]);
   }
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
   assert_int_equal(logs[0].huge, 0);
   /* From the header on, every whole region goes out in one write. */
   assert_int_equal(logs[1].huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
@@ -898,38 +908,22 @@ static void test_small_tensors_written_by_regions(void **state) {
   (void)state;
   enum { COUNT = 200 };
   uint8_t *data = random_bytes(65536, 300);
+  uint8_t *each[COUNT];
+  uint64_t sizes[COUNT];
+  for (size_t i = 0; i < COUNT; i++) {
+    each[i] = data;
+    sizes[i] = i % 5 == 4 ? 1000 + i : 65536;
+  }
   const char *choices[] = {"small", "huge"};
   WriteLog logs[2];
   uint8_t *files[2];
   size_t lens[2];
   for (size_t k = 0; k < 2; k++) {
-    char path[300];
-    file_path(path, sizeof path, choices[k]);
-    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", choices[k], 1), 0);
-    HurraySys sys = hurray__sys_default;
-    memset(&logs[k], 0, sizeof logs[k]);
-    sys.ctx = &logs[k];
-    sys.write = logging_write;
-    HurrayWriter *w = NULL;
-    assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
-    for (size_t i = 0; i < COUNT; i++) {
-      char name[24];
-      snprintf(name, sizeof name, "layers.%zu.weight", i);
-      write_u8_tensor(w, name, data, i % 5 == 4 ? 1000 + i : 65536);
-    }
-    assert_ok(hurray_writer_finish(w, error));
-    files[k] = slurp(path, &lens[k]);
-    HurrayReader *r = NULL;
-    assert_ok(hurray_reader_open(path, NULL, &r, error));
-    assert_ok(hurray_reader_verify(r, NULL, error));
-    hurray_reader_close(r);
+    files[k] = write_logged(choices[k], "layers.", ".weight", each, sizes, COUNT, &logs[k],
+                            &lens[k]);
   }
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
   assert_true(lens[0] >= 5 * HURRAY_HUGE_WRITE_STEP);
-  for (size_t k = 0; k < 2; k++) {
-    assert_int_equal(logs[k].unaligned_starts, 0);
-    assert_int_equal(logs[k].misaligned_huge, 0);
-  }
+  for (size_t k = 0; k < 2; k++) assert_int_equal(logs[k].unaligned_starts, 0);
   assert_int_equal(logs[0].huge, 0);
   assert_true(logs[0].largest_other <= HURRAY_WRITE_STEP);
   assert_int_equal(logs[1].huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
