@@ -1926,13 +1926,14 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
   if (status == HURRAY_OK && n > 0) {
     status = verify_round(r, view, drops, threads, jobs, refs, n, error);
   }
-  if (drops != NULL) view_drops_run(drops);
   /* A fault of a later round maps a whole 2 MiB folio again, pages that
    * earlier rounds had let go of included, and a drop of part of it splits
    * the mapping and keeps the rest: a file of small tensors in 2 MiB folios
    * verified out of file order ended with megabytes of it still mapped.
-   * The reader's own mapping is therefore let go of whole once at the end
-   * (a temporary view is unmapped). */
+   * The reader's own mapping is therefore let go of whole once at the end,
+   * the last round's pages with it; a temporary view lets go of the last
+   * round's, then is unmapped. */
+  if (drops != NULL && temporary) view_drops_run(drops);
   if (drops != NULL && !temporary) drop_view_pages(view, (size_t)r->index_offset);
   free(pending.spans);
   if (temporary) munmap((void *)view, (size_t)r->index_offset);

@@ -842,30 +842,51 @@ static void test_write_sizes_follow_the_folio_choice(void **state) {
   free(data);
 }
 
+/* A write that costs what the test says: 64 KiB writes `small_us`, 2 MiB
+ * writes `huge_us`, on top of the real write. */
+typedef struct CostedWrites {
+  WriteLog log;
+  long small_us, huge_us;
+} CostedWrites;
+
+static ssize_t costed_write(void *ctx, int fd, const void *data, size_t len) {
+  CostedWrites *c = ctx;
+  long us = len == HURRAY_WRITE_STEP        ? c->small_us
+            : len == HURRAY_HUGE_WRITE_STEP ? c->huge_us
+                                            : 0;
+  if (us > 0) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+  }
+  return logging_write(&c->log, fd, data, len);
+}
+
 /* Writes tensors prefix<i>suffix of sizes[i] bytes from data[i] under
- * HURRAY_WRITE_FOLIOS=choice to a file named after the choice, logging the
- * writes in *log; checks that no 2 MiB write is misaligned and that the
- * file verifies, and returns its bytes (*len of them, the caller frees). */
-static uint8_t *write_logged(const char *choice, const char *prefix, const char *suffix,
-                             uint8_t *const *data, const uint64_t *sizes, size_t count,
-                             WriteLog *log, size_t *len) {
+ * HURRAY_WRITE_FOLIOS=choice to the file `name`, through costed_write
+ * with c's costs (0: none), logging the writes in c->log; checks that no
+ * 2 MiB write is misaligned and that the file verifies, and returns its
+ * bytes (*len of them, the caller frees). */
+static uint8_t *write_logged(const char *name, const char *choice, const char *prefix,
+                             const char *suffix, uint8_t *const *data, const uint64_t *sizes,
+                             size_t count, CostedWrites *c, size_t *len) {
   char path[300];
-  file_path(path, sizeof path, choice);
+  file_path(path, sizeof path, name);
   assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", choice, 1), 0);
   HurraySys sys = hurray__sys_default;
-  memset(log, 0, sizeof *log);
-  sys.ctx = log;
-  sys.write = logging_write;
+  memset(&c->log, 0, sizeof c->log);
+  sys.ctx = c;
+  sys.write = costed_write;
   HurrayWriter *w = NULL;
   assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
   for (size_t i = 0; i < count; i++) {
-    char name[64];
-    snprintf(name, sizeof name, "%s%zu%s", prefix, i, suffix);
-    write_u8_tensor(w, name, data[i], sizes[i]);
+    char tensor[64];
+    snprintf(tensor, sizeof tensor, "%s%zu%s", prefix, i, suffix);
+    write_u8_tensor(w, tensor, data[i], sizes[i]);
   }
   assert_ok(hurray_writer_finish(w, error));
   assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
-  assert_int_equal(log->misaligned_huge, 0);
+  assert_int_equal(c->log.misaligned_huge, 0);
   HurrayReader *r = NULL;
   assert_ok(hurray_reader_open(path, NULL, &r, error));
   assert_ok(hurray_reader_verify(r, NULL, error));
@@ -887,15 +908,16 @@ static void test_shared_regions_written_whole(void **state) {
   size_t count = sizeof sizes / sizeof sizes[0];
   uint8_t *data[sizeof sizes / sizeof sizes[0]];
   for (size_t i = 0; i < count; i++) data[i] = random_bytes(sizes[i], 100 + i);
-  WriteLog logs[2];
+  CostedWrites logs[2] = {0};
   uint8_t *files[2];
   size_t lens[2];
   for (size_t k = 0; k < 2; k++) {
-    files[k] = write_logged(choices[k], "t", "", data, sizes, count, &logs[k], &lens[k]);
+    files[k] = write_logged(choices[k], choices[k], "t", "", data, sizes, count, &logs[k],
+                            &lens[k]);
   }
-  assert_int_equal(logs[0].huge, 0);
+  assert_int_equal(logs[0].log.huge, 0);
   /* From the header on, every whole region goes out in one write. */
-  assert_int_equal(logs[1].huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
+  assert_int_equal(logs[1].log.huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
   assert_int_equal(lens[1], lens[0]);
   assert_memory_equal(files[1], files[0], lens[0]);
   for (size_t k = 0; k < 2; k++) free(files[k]);
@@ -920,42 +942,22 @@ static void test_small_tensors_written_by_regions(void **state) {
     sizes[i] = i % 5 == 4 ? 1000 + i : 65536;
   }
   const char *choices[] = {"small", "huge"};
-  WriteLog logs[2];
+  CostedWrites logs[2] = {0};
   uint8_t *files[2];
   size_t lens[2];
   for (size_t k = 0; k < 2; k++) {
-    files[k] = write_logged(choices[k], "layers.", ".weight", each, sizes, COUNT, &logs[k],
-                            &lens[k]);
+    files[k] = write_logged(choices[k], choices[k], "layers.", ".weight", each, sizes, COUNT,
+                            &logs[k], &lens[k]);
   }
   assert_true(lens[0] >= 5 * HURRAY_HUGE_WRITE_STEP);
-  for (size_t k = 0; k < 2; k++) assert_int_equal(logs[k].unaligned_starts, 0);
-  assert_int_equal(logs[0].huge, 0);
-  assert_true(logs[0].largest_other <= HURRAY_WRITE_STEP);
-  assert_int_equal(logs[1].huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
+  for (size_t k = 0; k < 2; k++) assert_int_equal(logs[k].log.unaligned_starts, 0);
+  assert_int_equal(logs[0].log.huge, 0);
+  assert_true(logs[0].log.largest_other <= HURRAY_WRITE_STEP);
+  assert_int_equal(logs[1].log.huge, lens[1] / HURRAY_HUGE_WRITE_STEP);
   assert_int_equal(lens[1], lens[0]);
   assert_memory_equal(files[1], files[0], lens[0]);
   for (size_t k = 0; k < 2; k++) free(files[k]);
   free(data);
-}
-
-/* A write that costs what the test says: 64 KiB writes `small_us`, 2 MiB
- * writes `huge_us`, on top of the real write. */
-typedef struct CostedWrites {
-  WriteLog log;
-  long small_us, huge_us;
-} CostedWrites;
-
-static ssize_t costed_write(void *ctx, int fd, const void *data, size_t len) {
-  CostedWrites *c = ctx;
-  long us = len == HURRAY_WRITE_STEP        ? c->small_us
-            : len == HURRAY_HUGE_WRITE_STEP ? c->huge_us
-                                            : 0;
-  if (us > 0) {
-    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
-    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
-    }
-  }
-  return logging_write(&c->log, fd, data, len);
 }
 
 /* Buffers under 2 MiB never hold a whole region with more of the buffer
@@ -975,31 +977,15 @@ static void test_probe_on_gathered_regions(void **state) {
     const char *name;
     long small_us, huge_us;
   } cases[] = {{"small", 0, 0}, {"cheap-huge", 500, 0}, {"dear-huge", 0, 50000}};
-  CostedWrites costs[3];
+  CostedWrites costs[3] = {0};
   uint8_t *files[3];
   size_t lens[3];
   for (size_t k = 0; k < 3; k++) {
-    char path[300];
-    file_path(path, sizeof path, cases[k].name);
-    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", k == 0 ? "small" : "probe", 1), 0);
-    HurraySys sys = hurray__sys_default;
-    memset(&costs[k], 0, sizeof costs[k]);
     costs[k].small_us = cases[k].small_us;
     costs[k].huge_us = cases[k].huge_us;
-    sys.ctx = &costs[k];
-    sys.write = costed_write;
-    HurrayWriter *w = NULL;
-    assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
-    for (size_t i = 0; i < COUNT; i++) {
-      char name[16];
-      snprintf(name, sizeof name, "t%zu", i);
-      write_u8_tensor(w, name, data[i], sizes[i]);
-    }
-    assert_ok(hurray_writer_finish(w, error));
-    assert_int_equal(costs[k].log.misaligned_huge, 0);
-    files[k] = slurp(path, &lens[k]);
+    files[k] = write_logged(cases[k].name, k == 0 ? "small" : "probe", "t", "", data, sizes, COUNT,
+                            &costs[k], &lens[k]);
   }
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
   size_t regions = lens[0] / HURRAY_HUGE_WRITE_STEP;
   assert_true(regions >= 20);
   assert_int_equal(costs[0].log.huge, 0);
@@ -1026,32 +1012,18 @@ static void test_probe_on_gathered_regions(void **state) {
 static void test_each_region_asked_once(void **state) {
   (void)state;
   enum { COUNT = 24 };
-  uint64_t bytes = HURRAY_HUGE_WRITE_STEP;
-  uint8_t *data = random_bytes(bytes, 400);
-  char path[300];
-  file_path(path, sizeof path, "asked-once");
-  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "probe", 1), 0);
-  HurraySys sys = hurray__sys_default;
-  CostedWrites costs;
-  memset(&costs, 0, sizeof costs);
-  costs.huge_us = 50000;
-  sys.ctx = &costs;
-  sys.write = costed_write;
-  HurrayWriter *w = NULL;
-  assert_ok(hurray__writer_open_sys(path, &sys, &w, error));
+  uint64_t sizes[COUNT];
+  uint8_t *each[COUNT];
+  uint8_t *data = random_bytes(HURRAY_HUGE_WRITE_STEP, 400);
   for (size_t i = 0; i < COUNT; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "t%02zu", i);
-    write_u8_tensor(w, name, data, bytes);
+    sizes[i] = HURRAY_HUGE_WRITE_STEP;
+    each[i] = data;
   }
-  assert_ok(hurray_writer_finish(w, error));
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
-  assert_int_equal(costs.log.misaligned_huge, 0);
+  CostedWrites costs = {0};
+  costs.huge_us = 50000;
+  size_t len;
+  free(write_logged("asked-once", "probe", "t", "", each, sizes, COUNT, &costs, &len));
   assert_int_equal(costs.log.huge, 4);
-  HurrayReader *r = NULL;
-  assert_ok(hurray_reader_open(path, NULL, &r, error));
-  assert_ok(hurray_reader_verify(r, NULL, error));
-  hurray_reader_close(r);
   free(data);
 }
 
