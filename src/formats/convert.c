@@ -25,6 +25,7 @@
 #include "../core/error.h"
 #include "../io/format.h"
 #include "../io/hash.h"
+#include "../io/mapped_pages.h"
 #include "../io/reader_origin.h"
 #include "../io/sys.h"
 #include "convert_sys.h"
@@ -113,22 +114,10 @@ static void release_free(void *data, void *ctx) {
   free(data);
 }
 
-/* Drops the pages of [p, p + len) that a file mapping holds from this
- * process (they stay in the page cache, and a later read maps them again),
- * so that converting a file keeps the resident set flat. Only for views of
- * read-only file mappings: on anonymous memory it would zero the data. */
-static void drop_pages(const void *p, uint64_t len) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || len == 0) return;
-  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
-  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 static void drop_list_pages(const HurrayBufferList *l) {
   for (size_t i = 0; i < hurray_buffer_list_len(l); i++) {
     const HurrayBuffer *b = hurray_buffer_list_get(l, i);
-    drop_pages(hurray_buffer_data(b), hurray_buffer_size(b));
+    hurray__drop_mapped_pages(hurray_buffer_data(b), hurray_buffer_size(b));
   }
 }
 
@@ -1038,7 +1027,7 @@ static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, Hurra
     if (e->check) {
       /* The kernel's copy never passes through this process: hash first. */
       HURRAY_RETURN_NOT_OK(check_digest(e, hurray__checksum(p, (size_t)e->check_len), error));
-      if (drop) drop_pages(p, e->check_len);
+      if (drop) hurray__drop_mapped_pages(p, e->check_len);
     }
     return hurray__raw_writer_copy(w, e->src_fd, e->src_off, e->nbytes, error);
   }
@@ -1054,7 +1043,7 @@ static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, Hurra
     left -= n;
     kept += n;
     if (drop && kept >= HURRAY_DROP_STEP) {
-      drop_pages(p - kept, kept);
+      hurray__drop_mapped_pages(p - kept, kept);
       kept = 0;
     }
   }

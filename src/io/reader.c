@@ -24,6 +24,7 @@
 #include "format.h"
 #include "hash.h"
 #include "hurray/byte_source.h"
+#include "mapped_pages.h"
 #include "reader_origin.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
@@ -1614,16 +1615,6 @@ static bool verify_is_small(const HurrayReader *r, size_t first, size_t count) {
 #define VERIFY_BATCH 4096
 #define VERIFY_ROUND_BYTES_PER_THREAD (64u << 20)
 
-/* Drops the whole pages of [p, p + len) of a shared file mapping from the
- * process (MADV_DONTNEED: a later read maps them again from the cache). */
-static void drop_view_pages(const void *p, size_t len) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || len == 0) return;
-  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
-  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Buffers of at least this many bytes are let go of by the thread that
  * hashed them, so that unmapping a large buffer runs in parallel with the
  * hashing of the others; smaller ones are let go of a round at a time.
@@ -1667,7 +1658,7 @@ static void drop_spans(ViewSpan *spans, size_t count) {
       if (spans[k].hi > run.hi) run.hi = spans[k].hi;
       continue;
     }
-    drop_view_pages((const void *)run.lo, run.hi - run.lo);
+    hurray__drop_mapped_pages((const void *)run.lo, run.hi - run.lo);
     if (k < count) run = spans[k];
   }
 }
@@ -1708,7 +1699,7 @@ static void view_drops_add(ViewDrops *d, const HurrayHashJob *jobs, size_t count
     if (d->count < d->cap) {
       d->spans[d->count++] = job_span(&jobs[k]);
     } else {
-      drop_view_pages(jobs[k].data, jobs[k].len);
+      hurray__drop_mapped_pages(jobs[k].data, jobs[k].len);
     }
   }
 }
@@ -1934,7 +1925,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
    * the last round's pages with it; a temporary view lets go of the last
    * round's, then is unmapped. */
   if (drops != NULL && temporary) view_drops_run(drops);
-  if (drops != NULL && !temporary) drop_view_pages(view, (size_t)r->index_offset);
+  if (drops != NULL && !temporary) hurray__drop_mapped_pages(view, (size_t)r->index_offset);
   free(pending.spans);
   if (temporary) munmap((void *)view, (size_t)r->index_offset);
   free(jobs);

@@ -24,6 +24,7 @@
 #include "../core/error.h"
 #include "format.h"
 #include "hash.h"
+#include "mapped_pages.h"
 #include "raw_writer.h"
 #include "sys.h"
 
@@ -386,17 +387,6 @@ static HurrayStatus emit(HurrayWriter *w, const void *data, size_t len, HurrayEr
   return emit_upto(w, data, len, STAGE_DIRECT - 1, error);
 }
 
-/* Lets go of the whole pages of [p, p + len), a view of a read-only file
- * mapping, from this process (they stay in the page cache): a converted
- * tensor then never holds more than HURRAY_DROP_STEP of resident memory. */
-static void drop_mapped_pages(const void *p, uint64_t len) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0) return;
-  uintptr_t a = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-  uintptr_t b = ((uintptr_t)p + (uintptr_t)len) / (uintptr_t)page * (uintptr_t)page;
-  if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Makes room for `more` elements of `size` bytes after the first `count`
  * of the array `data` (`*capacity` elements), doubling from `first`.
  * Returns the array, moved or not, or NULL when memory runs out; `data`
@@ -521,7 +511,7 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
     p += n;
     at += n;
     if (w->drop_source && (uint64_t)(p - kept) >= HURRAY_DROP_STEP) {
-      drop_mapped_pages(kept, (uint64_t)(p - kept));
+      hurray__drop_mapped_pages(kept, (uint64_t)(p - kept));
       kept = p;
     }
   }
