@@ -73,11 +73,19 @@ typedef HurrayStatus (*HurrayWriteFn)(void *ctx, const void *data, size_t len);
 /* Writes to `path` atomically: the bytes go to an unnamed (or hidden
  * temporary) file in the same folder, and hurray_writer_finish fsyncs it
  * and renames it over `path`. Until then `path` is untouched, whatever
- * happens to the process. */
+ * happens to the process. A regular file replaced keeps its permission
+ * bits; a symbolic link is itself replaced (what it pointed to is left
+ * alone); a folder, FIFO, socket or device node is refused here with
+ * HURRAY_ERR_IO (os_errno EISDIR or ENXIO), since renaming over it would
+ * destroy it. */
 HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
                                            HurrayError *error);
 /* Writes sequentially to an open descriptor (a file, a pipe, a socket);
- * never seeks, never closes it. Not atomic: the caller owns the outcome. */
+ * never seeks, never closes it. Not atomic: the caller owns the outcome.
+ * Where `fd` is a regular file, a buffer that lies in this process's
+ * mapping of that file (as mapped when the writer opens) is refused with
+ * HURRAY_ERR_INVALID_ARGUMENT before it is read: writing would change the
+ * bytes being read, and after a truncation reading them faults. */
 HURRAY_API HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error);
 /* Writes sequentially through `write_fn(ctx, ...)`, e.g. onto a FILE*. */
 HURRAY_API HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx,

@@ -728,7 +728,11 @@ def save(
     metadata values are str (no NUL), int, float, bool, bytes, or numpy
     bool/integer/floating scalars (stored as bool, int, float; TypeError for
     what has no exact value). Ctrl-C aborts: the target is untouched and
-    KeyboardInterrupt propagates."""
+    KeyboardInterrupt propagates. A path naming a folder, FIFO, socket or
+    device is refused (HurrayIOError); a replaced file keeps its permission
+    bits; a symbolic link is itself replaced. To a descriptor or stream of
+    a file, a tensor mapped from that same file is refused
+    (InvalidArgumentError): save it to the path instead."""
 
 # ------------------------------------------------------------ sharded tensors
 

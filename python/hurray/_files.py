@@ -143,7 +143,11 @@ def save(
     binary stream with write() (written sequentially, never seeked).
     Metadata values may be str, int, float, bool or bytes. With
     statistics=True, min, max, NaN count and zero count are computed in one
-    C pass per tensor (where its kind allows) and stored in its descriptor."""
+    C pass per tensor (where its kind allows) and stored in its descriptor.
+    A path naming a folder, FIFO, socket or device is refused; a replaced
+    file keeps its permission bits; a symbolic link is itself replaced. To
+    a descriptor or stream of a file, a tensor mapped from that same file
+    is refused: save it to the path instead."""
     # Two tuples a tensor and no cycle among them: with a million tensors,
     # collections scanning them again and again cost more than building them.
     if not callable(getattr(tensors, "items", None)):  # duck-typed, as items() is all we use

@@ -10,6 +10,11 @@
 typedef struct FileObject {
   PyObject_HEAD HurrayReader *reader;
   PyThread_type_lock lock; /* serialises use of the reader against close */
+  /* The thread holding `lock`, or 0; read and written under the GIL. Python
+   * code that runs while the lock is held (a byte source's read, an
+   * argument's __index__) may call back into this File on the same thread,
+   * which must raise instead of waiting for itself. */
+  unsigned long owner;
   PyObject *path;
   bool pread;
   bool readonly; /* buffers handed out are flagged read-only */
@@ -101,12 +106,26 @@ static int file_traverse(PyObject *op, visitproc visit, void *arg) {
   return 0;
 }
 
+/* Raises if this thread already holds the lock: the caller is Python code
+ * run from inside one of this File's own calls. */
+static int file_refuse_reentry(FileObject *self) {
+  if (self->owner != 0 && self->owner == PyThread_get_thread_ident()) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the hurray File is in use by this thread: Python code run from inside "
+                    "one of its calls (a byte source's read, an argument's conversion) "
+                    "cannot use it again");
+    return -1;
+  }
+  return 0;
+}
+
 /* Takes the lock with the GIL released; fails if the file is closed. */
 static int file_acquire(FileObject *self) {
   if (self->lock == NULL) {
     PyErr_SetString(PyExc_ValueError, "File is not open");
     return -1;
   }
+  if (file_refuse_reentry(self) < 0) return -1;
   if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
     Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
     Py_END_ALLOW_THREADS
@@ -116,13 +135,21 @@ static int file_acquire(FileObject *self) {
     PyErr_SetString(PyExc_ValueError, "I/O operation on a closed hurray file");
     return -1;
   }
+  self->owner = PyThread_get_thread_ident();
   return 0;
+}
+
+/* Under the GIL, as file_acquire. */
+static void file_release(FileObject *self) {
+  self->owner = 0;
+  PyThread_release_lock(self->lock);
 }
 
 static PyObject *file_close(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = (FileObject *)op;
   if (self->lock == NULL) Py_RETURN_NONE;
+  if (file_refuse_reentry(self) < 0) return NULL;
   Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
   Py_END_ALLOW_THREADS hurray_reader_close(self->reader); /* tensors already taken stay valid */
   self->reader = NULL;
@@ -149,7 +176,7 @@ static PyObject *file_keys(PyObject *op, PyObject *unused) {
     if (name == NULL) Py_CLEAR(out);
     else PyList_SET_ITEM(out, (Py_ssize_t)i, name);
   }
-  PyThread_release_lock(self->lock);
+  file_release(self);
   return out;
 }
 
@@ -193,7 +220,7 @@ static PyObject *file_metadata(PyObject *op, PyObject *unused) {
     if (value == NULL || PyDict_SetItemString(out, key, value) < 0) Py_CLEAR(out);
     Py_XDECREF(value);
   }
-  PyThread_release_lock(self->lock);
+  file_release(self);
   return out;
 }
 
@@ -216,7 +243,7 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   Py_BEGIN_ALLOW_THREADS s = rows ? hurray_reader_get_rows(self->reader, name, start, count, &d,
                                                            &list, &e)
                                   : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   TensorObject *t = hy_tensor_alloc(st, NULL);
   if (t == NULL) {
@@ -303,7 +330,7 @@ static PyObject *file_get_all(PyObject *op, PyObject *unused) {
       }
     }
   }
-  PyThread_release_lock(self->lock);
+  file_release(self);
   if (rc != 0 || s != HURRAY_OK) {
     Py_DECREF(out);
     Py_DECREF(special);
@@ -327,7 +354,7 @@ static HurrayDescriptor *file_lookup(PyObject *op, PyObject *args, const char *f
   HurrayError e = {0};
   HurrayDescriptor *d = NULL;
   HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
-  PyThread_release_lock(self->lock);
+  file_release(self);
   if (s != HURRAY_OK) {
     hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
     return NULL;
@@ -435,7 +462,7 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_read_buffer(self->reader, name, index, out.buf,
                                                        (uint64_t)out.len, &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
@@ -502,14 +529,14 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
                                                       : threads > 64 ? 64u
                                                                      : threads,
                                                       &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   PyMem_Free(spans);
   Py_DECREF(seq);
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
 fail_locked:
-  PyThread_release_lock(self->lock);
+  file_release(self);
 fail:
   PyMem_Free(spans);
   Py_XDECREF(seq);
@@ -526,7 +553,7 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_verify(self->reader, name, &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
 }
@@ -542,7 +569,7 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader,
                                                     threads > 64 ? 65u : (unsigned)threads, &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;
 }
@@ -557,7 +584,7 @@ static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
   double fraction = 0;
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
-  Py_END_ALLOW_THREADS PyThread_release_lock(self->lock);
+  Py_END_ALLOW_THREADS file_release(self);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   return PyFloat_FromDouble(fraction);
 }

@@ -66,17 +66,29 @@ int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
     PyErr_NoMemory();
     return -1;
   }
-  /* Validation proved shape, dtype and byte_offset fit the buffer, so none
-   * of these products overflows. */
+  /* Validation proved that shape, dtype and byte_offset fit the buffer, so
+   * the element count does not overflow; but a tensor with no elements may
+   * have a dimension, or a stride past a zero dimension, that Py_ssize_t
+   * cannot hold. */
   Py_ssize_t numel = 1;
+  bool fits = true, empty_shape = false;
   for (uint32_t i = 0; i < rank; i++) {
+    fits = fits && shape[i] <= (uint64_t)PY_SSIZE_T_MAX;
+    empty_shape = empty_shape || shape[i] == 0;
     dims[i] = (Py_ssize_t)shape[i];
-    numel *= dims[i];
   }
+  for (uint32_t i = 0; fits && !empty_shape && i < rank; i++) numel *= dims[i];
+  if (empty_shape) numel = 0;
   Py_ssize_t stride = itemsize;
-  for (uint32_t i = rank; i-- > 0;) {
+  for (uint32_t i = rank; fits && i-- > 0;) {
     dims[rank + i] = stride;
-    stride *= dims[i];
+    fits = !__builtin_mul_overflow(stride, dims[i], &stride);
+  }
+  if (!fits) {
+    PyMem_Free(dims);
+    PyErr_SetString(PyExc_BufferError,
+                    "a dimension or stride of the tensor does not fit in Py_ssize_t");
+    return -1;
   }
   static char empty;
   uint8_t *base = hurray_buffer_data(b);

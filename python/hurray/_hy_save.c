@@ -3,6 +3,8 @@
  */
 #include "_hurray.h"
 
+#include "../../src/io/raw_writer.h"
+
 /* -------------------------------------------------------------------- save */
 
 static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
@@ -38,6 +40,23 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
 /* Where save() writes: a path (atomic; *path set, the caller's), an int
  * file descriptor, or a stream with write(). -1 with an exception, else 0
  * with *status the opening's outcome. */
+/* A stream with a fileno() (an open file) ends in that file: the writer
+ * refuses buffers that lie in a mapping of it, such as tensors loaded from
+ * the file that open(path, "wb") just truncated. A stream without one
+ * (io.BytesIO) has nothing to guard. */
+static HurrayStatus guard_stream_file(PyObject *stream, HurrayWriter *w, HurrayError *e) {
+  PyObject *fileno = PyObject_CallMethod(stream, "fileno", NULL);
+  if (fileno == NULL) {
+    PyErr_Clear();
+    return HURRAY_OK;
+  }
+  long fd = PyLong_Check(fileno) ? PyLong_AsLong(fileno) : -1;
+  Py_DECREF(fileno);
+  PyErr_Clear();
+  if (fd < 0 || fd > INT_MAX) return HURRAY_OK;
+  return hurray__writer_guard_sink_file(w, (int)fd, e);
+}
+
 static int open_writer(PyObject *target, PyObject **path, bool *release_gil, HurrayWriter **w,
                        HurrayStatus *status, HurrayError *e) {
   bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
@@ -64,6 +83,7 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
     }
   } else {
     s = hurray_writer_open_callback(hy_stream_write, target, w, e);
+    if (s == HURRAY_OK) s = guard_stream_file(target, *w, e);
   }
   *status = s;
   return 0;

@@ -45,6 +45,27 @@ int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *l
   return 0;
 }
 
+/* A buffer's bytes are its exporter's elements in C (row-major) order, the
+ * order memoryview.tobytes() gives. A Fortran-ordered or strided array is
+ * refused rather than taken in its memory order, which would store its
+ * values transposed; the caller decides whether a copy is wanted. */
+static int get_c_contiguous(PyObject *obj, Py_ssize_t index, Py_buffer *view) {
+  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) == 0) return 0;
+  if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError)) {
+    return -1;
+  }
+  PyErr_Clear();
+  Py_buffer probe;
+  if (PyObject_GetBuffer(obj, &probe, PyBUF_FULL_RO) < 0) return -1;
+  PyBuffer_Release(&probe);
+  PyErr_Format(PyExc_ValueError,
+               "buffer %zd is not C-contiguous (a Fortran-ordered or strided array?): a "
+               "buffer's bytes are taken in row-major order without a copy; pass "
+               "numpy.ascontiguousarray(x) to copy it",
+               index);
+  return -1;
+}
+
 /* Tensor(descriptor_bytes, buffers): each buffer-protocol object becomes one
  * HurrayBuffer that holds its own Py_buffer, released on its own. */
 static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -78,7 +99,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
       PyErr_NoMemory();
       break;
     }
-    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), view, PyBUF_ANY_CONTIGUOUS) < 0) {
+    if (get_c_contiguous(PySequence_Fast_GET_ITEM(seq, i), i, view) < 0) {
       PyMem_RawFree(view);
       break;
     }

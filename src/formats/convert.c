@@ -25,7 +25,7 @@
 #include "../core/error.h"
 #include "../io/format.h"
 #include "../io/hash.h"
-#include "../io/mapped_pages.h"
+#include "../io/file_mappings.h"
 #include "../io/reader_origin.h"
 #include "../io/sys.h"
 #include "convert_sys.h"

@@ -24,8 +24,9 @@
 #include "format.h"
 #include "hash.h"
 #include "hurray/byte_source.h"
-#include "mapped_pages.h"
+#include "file_mappings.h"
 #include "reader_origin.h"
+#include "sys.h"
 
 /* A read-only mapping of the whole file, shared by the reader and every
  * buffer handed out; unmapped when the last of them lets go. */
@@ -701,13 +702,7 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
                              strerror(saved));
   } else if (!S_ISREG(st.st_mode)) {
     status = hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
-                             "%s is not a regular file (%s)", path,
-                             S_ISDIR(st.st_mode)    ? "a directory"
-                             : S_ISFIFO(st.st_mode) ? "a FIFO"
-                             : S_ISSOCK(st.st_mode) ? "a socket"
-                             : S_ISCHR(st.st_mode)  ? "a character device"
-                             : S_ISBLK(st.st_mode)  ? "a block device"
-                                                    : "not a file");
+                             "%s is not a regular file (%s)", path, hurray__file_kind(st.st_mode));
   } else if ((flags = fcntl(r->fd, F_GETFL)) == -1 ||
              fcntl(r->fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
     int saved = errno;

@@ -73,6 +73,11 @@ static int sys_start_writeback(void *ctx, int fd, off_t offset, off_t len) {
 #endif
 }
 
+static int sys_lstat(void *ctx, const char *path, struct stat *st) {
+  (void)ctx;
+  return lstat(path, st);
+}
+
 const HurraySys hurray__sys_default = {
     .ctx = NULL,
     .access = sys_access,
@@ -86,4 +91,5 @@ const HurraySys hurray__sys_default = {
     .unlink = sys_unlink,
     .close = sys_close,
     .start_writeback = sys_start_writeback,
+    .lstat = sys_lstat,
 };

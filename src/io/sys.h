@@ -25,6 +25,7 @@
 #define HURRAY_SRC_IO_SYS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "hurray/io.h"
@@ -52,7 +53,24 @@ typedef struct HurraySys {
    * error, so fsync still sees any). NULL: never called (tables written
    * before it existed). */
   int (*start_writeback)(void *ctx, int fd, off_t offset, off_t len);
+  /* lstat(2) of the target before the temporary file is made: what it is
+   * decides whether it can be replaced, and a regular file's mode is kept.
+   * A failure reads as "no such file" (creating the temporary file reports
+   * a real problem). NULL: never called (tables written before it). */
+  int (*lstat)(void *ctx, const char *path, struct stat *st);
 } HurraySys;
+
+/* What a file of mode `mode` is, in words ("a FIFO", "a directory"), for
+ * the messages that refuse one that is not a regular file. */
+static inline const char *hurray__file_kind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISLNK(mode)  ? "a symbolic link"
+                          : "not a file";
+}
 
 /* The real system calls. */
 extern const HurraySys hurray__sys_default;

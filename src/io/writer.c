@@ -24,7 +24,7 @@
 #include "../core/error.h"
 #include "format.h"
 #include "hash.h"
-#include "mapped_pages.h"
+#include "file_mappings.h"
 #include "raw_writer.h"
 #include "sys.h"
 
@@ -123,14 +123,19 @@ struct HurrayWriter {
   int fd;
   HurrayWriteFn write_fn;
   void *write_ctx;
-  char *target;             /* SINK_PATH: the final path */
-  char *dir;                /* SINK_PATH: the target's folder, where the temp file lives */
-  char *base;               /* SINK_PATH: the target's last component */
-  char *temp_path;          /* SINK_PATH: the temp file's name while it has one */
-  bool unnamed_temp;        /* SINK_PATH with O_TMPFILE */
-  uint64_t position;        /* bytes written so far */
-  uint64_t written_back;    /* SINK_PATH: writeback started for [0, written_back) */
-  bool drop_source;         /* buffers are views of read-only file mappings */
+  char *target;          /* SINK_PATH: the final path */
+  char *dir;             /* SINK_PATH: the target's folder, where the temp file lives */
+  char *base;            /* SINK_PATH: the target's last component */
+  char *temp_path;       /* SINK_PATH: the temp file's name while it has one */
+  bool unnamed_temp;     /* SINK_PATH with O_TMPFILE */
+  uint64_t position;     /* bytes written so far */
+  uint64_t written_back; /* SINK_PATH: writeback started for [0, written_back) */
+  bool drop_source;      /* buffers are views of read-only file mappings */
+  /* Where this process maps the file an fd or callback sink writes into
+   * (file_mappings.h): a buffer there is refused before it is read. */
+  HurrayFileMappings sink_mappings;
+  bool keep_mode;           /* SINK_PATH: the target is a regular file whose mode... */
+  mode_t target_mode;       /* ...the new file takes (permission bits only) */
   bool failed;              /* a write failed: only abort remains */
   bool statistics;          /* compute statistics for each tensor written */
   HurrayCancelFn cancel_fn; /* asked between pieces of output; NULL: never */
@@ -519,6 +524,11 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
   return HURRAY_OK;
 }
 
+HurrayStatus hurray__writer_guard_sink_file(HurrayWriter *w, int fd, HurrayError *error) {
+  hurray__file_mappings_free(&w->sink_mappings);
+  return hurray__file_mappings_of_fd(fd, &w->sink_mappings, error);
+}
+
 void hurray__writer_drop_source_pages(HurrayWriter *w, bool on) {
   if (w != NULL) w->drop_source = on;
 }
@@ -581,6 +591,7 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   }
   if (w->fd >= 0) {
     w->unnamed_temp = true;
+    if (w->keep_mode) (void)sys->fchmod(sys->ctx, w->fd, w->target_mode);
     return HURRAY_OK;
   }
 #endif
@@ -598,9 +609,10 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
     return hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot create a temporary file in %s: %s",
                            w->dir, strerror(saved));
   }
-  /* mkostemp makes the file 0600; give it the mode an O_TMPFILE file gets
-   * (best effort: a file only its owner can read is still a good file). */
-  (void)sys->fchmod(sys->ctx, w->fd, 0644);
+  /* mkostemp makes the file 0600; give it the target's mode, or the one an
+   * O_TMPFILE file gets (best effort: a file only its owner can read is
+   * still a good file). */
+  (void)sys->fchmod(sys->ctx, w->fd, w->keep_mode ? w->target_mode : 0644);
   return HURRAY_OK;
 }
 
@@ -621,6 +633,30 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
   return HURRAY_OK;
 }
 
+/* Decides from what the target is now whether it can be replaced. A
+ * regular file is, and the new file takes its permission bits (not its
+ * owner). A symbolic link is replaced by the new file, as rename does:
+ * the file it pointed to is left alone. A directory, FIFO, socket or
+ * device is refused before anything is written: a pipe or a device cannot
+ * be replaced atomically, and renaming a regular file over one would
+ * destroy it (as root, even /dev/null). */
+static HurrayStatus inspect_target(HurrayWriter *w, HurrayError *error) {
+  const HurraySys *sys = w->sys;
+  struct stat st;
+  if (sys->lstat == NULL || sys->lstat(sys->ctx, w->target, &st) != 0) return HURRAY_OK;
+  if (S_ISREG(st.st_mode)) {
+    w->keep_mode = true;
+    w->target_mode = st.st_mode & 0777;
+    return HURRAY_OK;
+  }
+  if (S_ISLNK(st.st_mode)) return HURRAY_OK;
+  return hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
+                         "%s is not a regular file (%s): a file is written by renaming a "
+                         "finished one over the target; to write into a pipe or a device, open "
+                         "it and write to its descriptor",
+                         w->target, hurray__file_kind(st.st_mode));
+}
+
 /* A writer on `path`'s temporary file (target, folder and base name set,
  * temporary open), through `sys`; nothing is left behind on failure. */
 static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWriter **out,
@@ -632,6 +668,7 @@ static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWr
   HurrayStatus status = w->target == NULL
                             ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
                             : split_target(w, error);
+  if (status == HURRAY_OK) status = inspect_target(w, error);
   if (status == HURRAY_OK) status = open_temp(w, error);
   if (status != HURRAY_OK) {
     hurray_writer_abort(w);
@@ -664,6 +701,11 @@ HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *erro
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_FD, &w, error));
   w->fd = fd;
+  HurrayStatus status = hurray__file_mappings_of_fd(fd, &w->sink_mappings, error);
+  if (status != HURRAY_OK) {
+    hurray_writer_abort(w);
+    return status;
+  }
   return finish_open(w, out, error);
 }
 
@@ -777,6 +819,19 @@ static HurrayStatus check_name(const char *name, const char *what, uint32_t limi
 
 /* Whether tensor `name` can join the file: room for it, a name not yet
  * used, host memory, READY buffers, and buffers that match its descriptor. */
+/* Refuses a buffer that lies in a mapping of the file being written,
+ * before anything reads it. */
+static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, uint32_t buffer,
+                                      const void *data, uint64_t len, HurrayError *error) {
+  if (!hurray__file_mappings_overlap(&w->sink_mappings, data, len)) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                      "tensor \"%s\": buffer %u lies in a mapping of the file being written; "
+                      "writing would change the bytes it reads (or, once the file was "
+                      "truncated, fault on them): write to a path instead, which makes a new "
+                      "file and renames it over the old one",
+                      name, buffer);
+}
+
 static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_len,
                                  const HurrayDescriptor *d, const HurrayBufferList *buffers,
                                  HurrayError *error) {
@@ -804,7 +859,13 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
                           name, i);
     }
   }
-  return hurray_validate_buffer_placement(d, buffers, error);
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
+  for (uint32_t i = 0; i < d->buffer_count; i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(buffers, i);
+    HURRAY_RETURN_NOT_OK(
+        check_not_in_sink(w, name, i, hurray_buffer_data(b), d->buffers[i].byte_size, error));
+  }
+  return HURRAY_OK;
 }
 
 /* Room for one more tensor record and `buffer_count` more buffer records. */
@@ -941,6 +1002,7 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
   /* The descriptor's own rules: byte_size is exactly what dtype and shape
    * need, and every product fits. */
   HURRAY_RETURN_NOT_OK(hurray_descriptor_validate(d, error));
+  HURRAY_RETURN_NOT_OK(check_not_in_sink(w, t->name, 0, t->data, t->byte_size, error));
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
@@ -1413,6 +1475,7 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->dir);
   free(w->base);
   free(w->temp_path);
+  hurray__file_mappings_free(&w->sink_mappings);
   free(w);
 }
 

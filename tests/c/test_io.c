@@ -5,12 +5,15 @@
  * structural faults). The SIGKILL test lives in test_crash.c.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -589,6 +592,161 @@ static void test_fd_and_callback_sinks(void **state) {
   assert_memory_equal(file, sink.data, sink.len);
   free(file);
   free(sink.data);
+}
+
+/* Counts the entries of the scratch folder whose names contain `part`. */
+static int entries_named(const char *part) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "exit $(ls -A '%s' | grep -c -- '%s')", dir, part);
+  int status = system(cmd);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A target that is not a regular file or a symbolic link is refused before
+ * anything is written: renaming a file over a FIFO or a device node would
+ * destroy it (as root, even /dev/null). */
+static void test_targets_that_cannot_be_replaced(void **state) {
+  (void)state;
+  char fifo[300], folder[300], device[300];
+  in_dir(fifo, sizeof fifo, "target-fifo");
+  in_dir(folder, sizeof folder, "target-folder");
+  in_dir(device, sizeof device, "target-device");
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  assert_int_equal(mkdir(folder, 0755), 0);
+  /* A character device like /dev/null (1, 3), where mknod is allowed. */
+  bool have_device = mknod(device, S_IFCHR | 0644, makedev(1, 3)) == 0;
+  const char *targets[] = {fifo, folder, device};
+  int errnos[] = {ENXIO, EISDIR, ENXIO};
+  mode_t kinds[] = {S_IFIFO, S_IFDIR, S_IFCHR};
+  for (int i = 0; i < 3; i++) {
+    if (i == 2 && !have_device) continue;
+    HurrayWriter *w = NULL;
+    HurrayError e = {0};
+    assert_int_equal(hurray_writer_open(targets[i], &w, &e), HURRAY_ERR_IO);
+    assert_null(w);
+    assert_int_equal(e.os_errno, errnos[i]);
+    assert_non_null(strstr(e.message, "not a regular file"));
+    struct stat st;
+    assert_int_equal(lstat(targets[i], &st), 0);
+    assert_int_equal(st.st_mode & S_IFMT, kinds[i]);
+  }
+  assert_int_equal(entries_named("hurray-tmp"), 0);
+  unlink(fifo);
+  rmdir(folder);
+  if (have_device) unlink(device);
+}
+
+/* Replacing a regular file keeps its permission bits; replacing a symbolic
+ * link replaces the link, as rename does, and leaves what it pointed to. */
+static void test_replaced_target_keeps_its_mode_and_links_are_replaced(void **state) {
+  (void)state;
+  char path[300], link_path[300], pointed[300];
+  in_dir(path, sizeof path, "private.hurray");
+  in_dir(link_path, sizeof link_path, "link.hurray");
+  in_dir(pointed, sizeof pointed, "pointed.hurray");
+  HurrayDescriptor *d = golden_vector_build("dense_float32");
+  HurrayBufferList *list = patterned_buffers(d, 3);
+  const mode_t modes[] = {0600, 0640, 0755};
+  for (int i = 0; i < 3; i++) {
+    FILE *f = fopen(path, "w");
+    fputs("old", f);
+    fclose(f);
+    assert_int_equal(chmod(path, modes[i]), 0);
+    HurrayWriter *w = NULL;
+    assert_ok(hurray_writer_open(path, &w, error));
+    assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+    assert_ok(hurray_writer_finish(w, error));
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, modes[i]);
+  }
+  FILE *f = fopen(pointed, "w");
+  fputs("old content", f);
+  fclose(f);
+  assert_int_equal(symlink("pointed.hurray", link_path), 0);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(link_path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  struct stat st;
+  assert_int_equal(lstat(link_path, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  char buf[32] = {0};
+  f = fopen(pointed, "r");
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "old content");
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(link_path, NULL, &r, error));
+  hurray_reader_close(r);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* An fd sink refuses, before reading it, a buffer that lies in a mapping
+ * of the very file it writes into: the writer's output would change the
+ * bytes it reads (a private mapping shows the file's new bytes on every
+ * page not yet copied). Other buffers still go out. */
+static void test_fd_sink_refuses_a_mapping_of_its_own_file(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "own-mapping.hurray");
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, (uint64_t[]){1 << 16}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4 << 16, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  HurrayBufferList *list = patterned_buffers(d, 9);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "a", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  const HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP};
+  for (int m = 0; m < 2; m++) {
+    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+    options.mode = modes[m];
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, &options, &r, error));
+    HurrayDescriptor *got = NULL;
+    HurrayBufferList *mapped = NULL;
+    assert_ok(hurray_reader_get_tensor(r, "a", &got, &mapped, error));
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_ok(hurray_writer_open_fd(fd, &w, error));
+    HurrayError e = {0};
+    assert_int_equal(hurray_writer_write_tensor(w, "a", got, mapped, &e),
+                     HURRAY_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "lies in a mapping of the file being written"));
+    const HurrayBuffer *b = hurray_buffer_list_get(mapped, 0);
+    HurrayDenseTensor t = {"b",
+                           HURRAY_DTYPE_FLOAT32,
+                           1,
+                           (uint64_t[]){1 << 16},
+                           hurray_buffer_data(b),
+                           hurray_buffer_size(b)};
+    assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                  hurray_writer_write_dense_batch(w, &t, 1, NULL, error));
+    /* Memory elsewhere is written as ever. */
+    assert_ok(hurray_writer_write_tensor(w, "c", d, list, error));
+    hurray_writer_abort(w);
+    close(fd);
+    assert_ok(hurray_reader_verify(r, "a", error));
+    hurray_buffer_list_destroy(mapped);
+    hurray_descriptor_destroy(got);
+    hurray_reader_close(r);
+  }
+  /* A file nobody maps is written through its descriptor as before. */
+  int fd = open(path, O_WRONLY | O_TRUNC);
+  assert_true(fd >= 0);
+  assert_ok(hurray_writer_open_fd(fd, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "a", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  close(fd);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  assert_ok(hurray_reader_verify(r, "a", error));
+  hurray_reader_close(r);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
 }
 
 /* pread mode into caller memory, and rows along dimension 0. */
@@ -1313,6 +1471,9 @@ int main(void) {
       cmocka_unit_test(test_metadata_and_lookup),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_fd_and_callback_sinks),
+      cmocka_unit_test(test_targets_that_cannot_be_replaced),
+      cmocka_unit_test(test_replaced_target_keeps_its_mode_and_links_are_replaced),
+      cmocka_unit_test(test_fd_sink_refuses_a_mapping_of_its_own_file),
       cmocka_unit_test(test_partial_reads),
       cmocka_unit_test(test_mapping_outlives_reader),
       cmocka_unit_test(test_every_truncation),

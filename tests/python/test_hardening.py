@@ -808,3 +808,174 @@ def test_tensor_reinit_from_inside_its_own_init_is_refused():
     with pytest.raises(RuntimeError):
         hurray._hurray._Tensor.__init__(fresh, t._encoded, buffers())
     np.testing.assert_array_equal(fresh.numpy(), np.arange(4, dtype=np.float32))
+
+
+# ------------------------------------------------------------ 12. save targets
+
+
+def test_save_refuses_targets_it_cannot_replace(tmp_path):
+    """Renaming the finished file over a FIFO, a device node or a folder
+    would destroy it (as root even /dev/null): refused before writing."""
+    import errno
+    import stat
+
+    fifo = tmp_path / "pipe.hurray"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.hurray"
+    folder.mkdir()
+    targets = [(fifo, errno.ENXIO, stat.S_ISFIFO), (folder, errno.EISDIR, stat.S_ISDIR)]
+    device = tmp_path / "null.hurray"
+    try:
+        os.mknod(device, 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+        targets.append((device, errno.ENXIO, stat.S_ISCHR))
+    except OSError:
+        pass  # not root
+    for target, code, kind in targets:
+        with pytest.raises(hurray.HurrayIOError) as caught:
+            hurray.save(target, {"a": np.zeros(3)})
+        assert isinstance(caught.value, OSError) and caught.value.errno == code
+        assert "not a regular file" in str(caught.value)
+        assert kind(os.lstat(target).st_mode), target
+    assert not [p for p in os.listdir(tmp_path) if "hurray-tmp" in p]
+
+
+def test_save_over_a_file_keeps_its_mode_and_replaces_a_link(tmp_path):
+    target = tmp_path / "private.hurray"
+    hurray.save(target, {"a": np.zeros(3)})
+    os.chmod(target, 0o600)
+    hurray.save(target, {"a": np.ones(3)})
+    assert os.stat(target).st_mode & 0o777 == 0o600
+    pointed = tmp_path / "pointed.hurray"
+    hurray.save(pointed, {"a": np.zeros(3)})
+    link = tmp_path / "link.hurray"
+    os.symlink("pointed.hurray", link)
+    hurray.save(link, {"a": np.ones(3)})
+    assert not os.path.islink(link)
+    assert (hurray.load(link)["a"].numpy() == 1).all()
+    assert (hurray.load(pointed)["a"].numpy() == 0).all()
+
+
+@pytest.mark.parametrize("how", ["stream truncated", "descriptor in place"])
+def test_save_into_the_file_its_tensors_are_mapped_from_is_refused(tmp_path, how):
+    """Saving loaded tensors back through open(path, "wb") read them from a
+    mapping of the file just truncated (SIGBUS); through a descriptor of it
+    the writer's output changed the bytes it was reading (a corrupt file
+    and no error). Both are refused before anything is read."""
+    path = tmp_path / "m.hurray"
+    opener = (
+        "f = open(p, 'wb'); target = f"
+        if how == "stream truncated"
+        else "f = os.open(p, os.O_WRONLY); target = f"
+    )
+    result = run_python(
+        f"""
+        import os, numpy as np, hurray
+        p = {str(path)!r}
+        a = np.arange(1 << 20, dtype=np.float32)
+        hurray.save(p, {{"b": np.ones(10, np.float32), "a": a}})
+        t = hurray.load(p)
+        {opener}
+        try:
+            hurray.save(target, {{"a": t["a"], "b": t["b"]}})
+        except hurray.InvalidArgumentError as e:
+            assert "lies in a mapping of the file being written" in str(e), e
+            print("refused")
+        if isinstance(f, int):
+            os.close(f)
+            hurray.open(p).verify()
+            assert np.array_equal(hurray.load(p)["a"].numpy(), a)
+        else:
+            f.close()
+    """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused" in result.stdout
+
+
+def test_save_to_a_stream_of_another_file_still_works(tmp_path):
+    src, dst = tmp_path / "src.hurray", tmp_path / "dst.hurray"
+    hurray.save(src, {"a": np.arange(1000, dtype=np.float32)})
+    t = hurray.load(src)
+    with open(dst, "wb") as f:
+        hurray.save(f, t)
+    assert np.array_equal(hurray.load(dst)["a"].numpy(), np.arange(1000, dtype=np.float32))
+
+
+# ------------------------------------------------------------ 13. buffers, reentry
+
+
+def test_tensor_buffers_are_taken_only_in_row_major_order():
+    """A Fortran-ordered array was taken in its memory order, so the saved
+    values came out transposed."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    d = hurray.Descriptor("float32", (3, 4), buffers=[hurray.Buffer("data", 48, 4)])
+    for bad in (np.asfortranarray(a), np.arange(24, dtype=np.float32)[::2]):
+        with pytest.raises(ValueError, match="not C-contiguous"):
+            hurray.Tensor(d, [bad])
+    with pytest.raises(TypeError):
+        hurray.Tensor(d, [object()])
+    t = hurray.Tensor(d, [a])
+    assert np.array_equal(t.numpy(), a)
+
+
+def test_a_file_used_from_inside_its_own_call_raises_instead_of_hanging(tmp_path):
+    path = tmp_path / "r.hurray"
+    hurray.save(path, {"a": np.ones(100, np.float32)})
+    result = run_python(
+        f"""
+        import hurray
+        f = hurray.open({str(path)!r})
+        class Index:
+            def __index__(self):
+                f.keys()
+                return 0
+        try:
+            f._file._read_spans(bytearray(400), [("a", 0, Index(), 16, 0)], 1)
+        except RuntimeError as e:
+            assert "in use by this thread" in str(e), e
+            print("raised")
+        assert list(f.keys()) == ["a"]  # the lock was let go
+        f.close()
+    """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "raised" in result.stdout
+
+
+def test_a_byte_source_that_calls_back_into_its_file_raises(tmp_path):
+    pytest.importorskip("fsspec")
+    path = tmp_path / "m.hurray"
+    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
+    result = run_python(
+        f"""
+        import fsspec, hurray
+        from fsspec.implementations.memory import MemoryFileSystem
+        fsspec.filesystem("memory").pipe("/reentry.hurray", open({str(path)!r}, "rb").read())
+        opened = []
+        original = MemoryFileSystem.cat_file
+        def cat_file(self, path, start=None, end=None, **kw):
+            if opened:
+                opened[0].keys()
+            return original(self, path, start=start, end=end, **kw)
+        MemoryFileSystem.cat_file = cat_file
+        f = hurray.open("memory://reentry.hurray")
+        opened.append(f)
+        try:
+            f["a"]
+        except hurray.HurrayError as e:
+            assert "in use by this thread" in str(e), e
+            print("raised")
+    """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "raised" in result.stdout
+
+
+def test_buffer_export_refuses_dimensions_past_ssize_t():
+    d = hurray.Descriptor("float32", (0, 2**63), buffers=[hurray.Buffer("data", 0, 4)])
+    t = hurray.Tensor(d, [b""])
+    with pytest.raises(BufferError, match="Py_ssize_t"):
+        memoryview(t)

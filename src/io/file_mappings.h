@@ -1,0 +1,46 @@
+/*
+ * This process's mappings of files: letting go of the pages it has read,
+ * and finding where it maps a given file.
+ */
+#ifndef HURRAY_SRC_IO_FILE_MAPPINGS_H
+#define HURRAY_SRC_IO_FILE_MAPPINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hurray/common.h"
+
+/* Drops the whole pages inside [p, p + len) from this process with
+ * MADV_DONTNEED; a partial page at either end is kept. The pages stay in
+ * the page cache, and a later read maps them again.
+ *
+ * Only for read-only (or shared, unmodified) file mappings: on anonymous
+ * or private written memory it would zero the data. Advice only: a refusal
+ * is ignored, since nothing read depends on it. */
+void hurray__drop_mapped_pages(const void *p, uint64_t len);
+
+/* The address ranges at which this process maps one file. A writer keeps
+ * those of the file it writes into, so that it can refuse a buffer that
+ * lies in one: writing would change the very bytes it reads (a private
+ * mapping shows the file's new bytes on every page not yet copied), and
+ * after a truncation reading them faults (SIGBUS). */
+typedef struct HurrayFileMappings {
+  uintptr_t (*ranges)[2]; /* [start, end) pairs; owned, NULL when count is 0 */
+  size_t count;
+} HurrayFileMappings;
+
+/* Fills `out` (zeroed first) with the mappings of the file `fd` refers to,
+ * read from /proc/self/maps at this moment; none for a descriptor that is
+ * not a regular file, or where /proc cannot be read. Only memory can fail:
+ * HURRAY_ERR_NO_MEMORY, with `out` empty. Free with
+ * hurray__file_mappings_free. */
+HurrayStatus hurray__file_mappings_of_fd(int fd, HurrayFileMappings *out, HurrayError *error);
+
+/* True when [p, p + len) overlaps one of the ranges. */
+bool hurray__file_mappings_overlap(const HurrayFileMappings *m, const void *p, uint64_t len);
+
+/* Frees what hurray__file_mappings_of_fd filled and empties `m`. */
+void hurray__file_mappings_free(HurrayFileMappings *m);
+
+#endif
