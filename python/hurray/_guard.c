@@ -97,18 +97,16 @@ static size_t write_once(PyObject *target, const char *data, size_t len) {
     return 0;
   }
   long long n = PyLong_AsLongLong(result);
-  Py_DECREF(result);
-  if (n == -1 && PyErr_Occurred()) PyErr_Clear();
-  if (n == 0) {
+  bool fits = !(n == -1 && PyErr_Occurred());
+  if (!fits) PyErr_Clear(); /* past long long: reported below as it was */
+  if (fits && n == 0) {
     PyErr_Format(PyExc_OSError, "the stream's write() accepted 0 of %zu bytes", len);
-    return 0;
+  } else if (!fits || n < 0 || (unsigned long long)n > len) {
+    PyErr_Format(PyExc_OSError, "the stream's write() returned %R for a chunk of %zu bytes",
+                 result, len);
   }
-  if (n < 0 || (unsigned long long)n > len) {
-    PyErr_Format(PyExc_OSError, "the stream's write() returned %lld for a chunk of %zu bytes", n,
-                 len);
-    return 0;
-  }
-  return (size_t)n;
+  Py_DECREF(result);
+  return PyErr_Occurred() ? 0 : (size_t)n;
 }
 
 HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len) {

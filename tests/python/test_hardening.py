@@ -155,15 +155,25 @@ def test_stream_partial_writes_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "result, error",
-    [(0, OSError), (-1, OSError), (10**9, OSError), ("x", TypeError), (1.5, TypeError)],
+    [
+        (0, OSError),
+        (-1, OSError),
+        (10**9, OSError),
+        (2**70, OSError),
+        ("x", TypeError),
+        (1.5, TypeError),
+    ],
 )
 def test_stream_write_with_a_bad_return_fails(result, error):
     class Bad:
         def write(self, chunk):
             return result
 
-    with pytest.raises(error):
+    with pytest.raises(error) as caught:
         hurray.save(Bad(), {"x": np.arange(10)})
+    if isinstance(result, int) and result != 0:
+        # What write() returned, not what a conversion made of it.
+        assert f"returned {result} for a chunk" in str(caught.value)
 
 
 def test_stream_write_returning_none_means_all_written():
