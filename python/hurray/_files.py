@@ -146,7 +146,7 @@ def save(
     C pass per tensor (where its kind allows) and stored in its descriptor.
     A path naming a folder, FIFO, socket or device is refused; a replaced
     file keeps its permission bits; a symbolic link is itself replaced. To
-    a descriptor or stream of a file, a tensor mapped from that same file
+    a descriptor or plain file object, a tensor mapped from that same file
     is refused: save it to the path instead."""
     # Two tuples a tensor and no cycle among them: with a million tensors,
     # collections scanning them again and again cost more than building them.

@@ -30,6 +30,7 @@
 
 #include "hurray/hurray.h"
 
+#include "_guard.h"
 #include "_shared.h"
 #include "../../src/formats/formats_internal.h"
 
@@ -356,7 +357,7 @@ static PyObject *mod_write(PyObject *module, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "format 'safetensors', 'gguf' or 'hurray', metadata a dict");
     return NULL;
   }
-  PyObject *seq = PySequence_Fast(tensors, "tensors must be a sequence of (name, capsule)");
+  PyObject *seq = hy_sequence_copy(tensors, "tensors must be a sequence of (name, capsule)");
   if (seq == NULL) {
     Py_DECREF(path_obj);
     return NULL;

@@ -7,6 +7,11 @@
 
 #include "pythread.h"
 
+PyObject *hy_sequence_copy(PyObject *obj, const char *message) {
+  if (PyList_Check(obj)) return PyList_AsTuple(obj);
+  return PySequence_Fast(obj, message); /* a tuple as it is, anything else a new list */
+}
+
 static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out) {
   if (!PyLong_Check(obj)) {
     PyObject *index = PyNumber_Index(obj); /* numpy integers, IntEnum... */

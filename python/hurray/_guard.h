@@ -2,7 +2,7 @@
  * _guard: the checks every value crossing from Python into libhurray goes
  * through (range-checked integers, exact UTF-8 strings), the stream sink of
  * save(), and the cancel hook that lets Ctrl-C stop a save running with the
- * GIL released. Compiled into the _hurray extension.
+ * GIL released. Compiled into both extensions (_hurray and _formats).
  */
 #ifndef HURRAY_PY_GUARD_H
 #define HURRAY_PY_GUARD_H
@@ -20,6 +20,12 @@
 int hy_conv_u32(PyObject *obj, void *out);     /* uint32_t */
 int hy_conv_u64(PyObject *obj, void *out);     /* uint64_t */
 int hy_conv_threads(PyObject *obj, void *out); /* unsigned int, 0..65535 */
+
+/* PySequence_Fast, except that a list (whose items Python code run while
+ * they are converted, an __index__ or a __buffer__, could remove under the
+ * caller's loop) comes back as a tuple copy. New reference; the
+ * PySequence_Fast_GET_SIZE/GET_ITEM macros read it. */
+PyObject *hy_sequence_copy(PyObject *obj, const char *message);
 
 /* A uint64_t that must fit `max`: -1 with OverflowError naming `what`. */
 int hy_check_max(uint64_t value, uint64_t max, const char *what);

@@ -128,7 +128,7 @@ static int get_u64_list(PyObject *dict, const char *key, uint64_t *out, Py_ssize
                         Py_ssize_t *n_out) {
   PyObject *v = item(dict, key);
   if (need(v, key) < 0) return -1;
-  PyObject *seq = PySequence_Fast(v, key);
+  PyObject *seq = hy_sequence_copy(v, key);
   if (seq == NULL) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   if (n > max) {
@@ -222,7 +222,7 @@ static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layou
   *s = hurray_descriptor_set_layout_composite(d, e);
   PyObject *members = item(layout, "members");
   if (*s != HURRAY_OK || members == NULL) return 0;
-  PyObject *seq = PySequence_Fast(members, "members must be a sequence");
+  PyObject *seq = hy_sequence_copy(members, "members must be a sequence");
   if (seq == NULL) return -1;
   for (Py_ssize_t i = 0; *s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
     PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
@@ -311,7 +311,7 @@ static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint
 /* Small unsigned integers (axes, lane orders) from a sequence. */
 static int get_small_list(PyObject *v, const char *key, uint32_t *out, Py_ssize_t max,
                           Py_ssize_t *n_out) {
-  PyObject *seq = PySequence_Fast(v, key);
+  PyObject *seq = hy_sequence_copy(v, key);
   if (seq == NULL) return -1;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   int rc = 0;
@@ -554,7 +554,7 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
   HurrayStatus s = HURRAY_OK;
   PyObject *buffers = item(spec, "buffers");
   if (buffers != NULL) {
-    PyObject *seq = PySequence_Fast(buffers, "buffers must be a sequence");
+    PyObject *seq = hy_sequence_copy(buffers, "buffers must be a sequence");
     if (seq == NULL) return -1;
     for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
       PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
@@ -669,7 +669,7 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
   if (strides != NULL) {
     uint64_t raw[HURRAY_MAX_RANK];
     Py_ssize_t n = 0;
-    PyObject *seq = PySequence_Fast(strides, "strides must be a sequence");
+    PyObject *seq = hy_sequence_copy(strides, "strides must be a sequence");
     if (seq == NULL) goto fail;
     n = PySequence_Fast_GET_SIZE(seq);
     if (n != rank) {

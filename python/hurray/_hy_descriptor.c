@@ -81,7 +81,7 @@ PyObject *mod_descriptor_required_bytes(PyObject *module, PyObject *encoded) {
 }
 
 PyObject *hy_int_tuple(PyObject *seq) {
-  PyObject *fast = PySequence_Fast(seq, "expected a sequence of integers");
+  PyObject *fast = hy_sequence_copy(seq, "expected a sequence of integers");
   if (fast == NULL) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject *t = PyTuple_New(n);

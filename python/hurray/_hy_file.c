@@ -151,9 +151,13 @@ static PyObject *file_close(PyObject *op, PyObject *unused) {
   if (self->lock == NULL) Py_RETURN_NONE;
   if (file_refuse_reentry(self) < 0) return NULL;
   Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-  Py_END_ALLOW_THREADS hurray_reader_close(self->reader); /* tensors already taken stay valid */
+  Py_END_ALLOW_THREADS HurrayReader *reader = self->reader;
   self->reader = NULL;
   PyThread_release_lock(self->lock);
+  /* Closed outside the lock: letting go of a byte source runs Python code
+   * (its __del__), which may use this File again; it then finds it closed.
+   * Tensors already taken stay valid. */
+  hurray_reader_close(reader);
   Py_RETURN_NONE;
 }
 
@@ -473,6 +477,38 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
  * to out[out_offset:out_offset + length], on `threads` threads with the GIL
  * released (hurray_reader_read_spans). The GPU loader fills its pinned
  * staging buffers with it. */
+/* Span k of `seq` (name, buffer, offset, length, out_offset) into spans[k]
+ * and names[k] (borrowed from `seq`), every offset checked against `out`;
+ * -1 with an exception. Runs Python code (__index__), so before the lock. */
+static int parse_spans(PyObject *seq, const Py_buffer *out, HurrayReadSpan *spans,
+                       const char **names) {
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  for (Py_ssize_t k = 0; k < n; k++) {
+    uint32_t buffer;
+    uint64_t offset, length, at;
+    PyObject *item = PyTuple_GET_ITEM(seq, k); /* `names[k]` lives as long as `seq` */
+    if (!PyTuple_Check(item) ||
+        !PyArg_ParseTuple(item, "sO&O&O&O&:span", &names[k], hy_conv_u32, &buffer, hy_conv_u64,
+                          &offset, hy_conv_u64, &length, hy_conv_u64, &at)) {
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a span is a tuple (name, buffer, offset, length, out_offset)");
+      }
+      return -1;
+    }
+    if (at > (uint64_t)out->len || length > (uint64_t)out->len - at) {
+      PyErr_Format(PyExc_ValueError, "span %zd: out[%llu:+%llu] is beyond its %zd bytes", k,
+                   (unsigned long long)at, (unsigned long long)length, out->len);
+      return -1;
+    }
+    spans[k].buffer = buffer;
+    spans[k].offset = offset;
+    spans[k].length = length;
+    spans[k].dst = (uint8_t *)out->buf + at;
+  }
+  return 0;
+}
+
 static PyObject *file_read_spans(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   Py_buffer out;
@@ -482,45 +518,34 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
     return NULL;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
-  PyObject *seq = PySequence_Fast(list, "spans must be a sequence of tuples");
+  /* A tuple of its own, so that Python code run by the conversions below
+   * (an item's __index__) cannot shrink it under the loop; every span is
+   * parsed before the lock is taken, so none runs while it is held. */
+  PyObject *seq = PySequence_Check(list) ? PySequence_Tuple(list) : NULL;
   HurrayReadSpan *spans = NULL;
-  if (seq == NULL) goto fail;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  const char **names = NULL;
+  if (seq == NULL) {
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_SetString(PyExc_TypeError, "spans must be a sequence of tuples");
+    }
+    goto fail;
+  }
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
   spans = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *spans);
-  if (spans == NULL) {
+  names = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *names);
+  if (spans == NULL || names == NULL) {
     PyErr_NoMemory();
     goto fail;
   }
+  if (parse_spans(seq, &out, spans, names) < 0) goto fail;
   if (file_acquire(self) < 0) goto fail;
   for (Py_ssize_t k = 0; k < n; k++) {
-    const char *name;
-    uint32_t buffer;
-    uint64_t offset, length, at;
-    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
-    if (!PyTuple_Check(item) ||
-        !PyArg_ParseTuple(item, "sO&O&O&O&:span", &name, hy_conv_u32, &buffer, hy_conv_u64,
-                          &offset, hy_conv_u64, &length, hy_conv_u64, &at)) {
-      if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_TypeError,
-                        "a span is a tuple (name, buffer, offset, length, out_offset)");
-      }
-      goto fail_locked;
-    }
-    if (at > (uint64_t)out.len || length > (uint64_t)out.len - at) {
-      PyErr_Format(PyExc_ValueError, "span %zd: out[%llu:+%llu] is beyond its %zd bytes", k,
-                   (unsigned long long)at, (unsigned long long)length, out.len);
-      goto fail_locked;
-    }
     HurrayError e = {0};
-    HurrayStatus s = hurray_reader_find(self->reader, name, &spans[k].tensor, &e);
+    HurrayStatus s = hurray_reader_find(self->reader, names[k], &spans[k].tensor, &e);
     if (s != HURRAY_OK) {
       hy_raise_status(st, s, &e);
       goto fail_locked;
     }
-    spans[k].buffer = buffer;
-    spans[k].offset = offset;
-    spans[k].length = length;
-    spans[k].dst = (uint8_t *)out.buf + at;
   }
   HurrayError e = {0};
   HurrayStatus s;
@@ -531,6 +556,7 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
                                                       &e);
   Py_END_ALLOW_THREADS file_release(self);
   PyMem_Free(spans);
+  PyMem_Free(names);
   Py_DECREF(seq);
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
@@ -539,6 +565,7 @@ fail_locked:
   file_release(self);
 fail:
   PyMem_Free(spans);
+  PyMem_Free(names);
   Py_XDECREF(seq);
   PyBuffer_Release(&out);
   return NULL;

@@ -3,8 +3,6 @@
  */
 #include "_hurray.h"
 
-#include "../../src/io/raw_writer.h"
-
 /* -------------------------------------------------------------------- save */
 
 static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
@@ -40,23 +38,6 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
 /* Where save() writes: a path (atomic; *path set, the caller's), an int
  * file descriptor, or a stream with write(). -1 with an exception, else 0
  * with *status the opening's outcome. */
-/* A stream with a fileno() (an open file) ends in that file: the writer
- * refuses buffers that lie in a mapping of it, such as tensors loaded from
- * the file that open(path, "wb") just truncated. A stream without one
- * (io.BytesIO) has nothing to guard. */
-static HurrayStatus guard_stream_file(PyObject *stream, HurrayWriter *w, HurrayError *e) {
-  PyObject *fileno = PyObject_CallMethod(stream, "fileno", NULL);
-  if (fileno == NULL) {
-    PyErr_Clear();
-    return HURRAY_OK;
-  }
-  long fd = PyLong_Check(fileno) ? PyLong_AsLong(fileno) : -1;
-  Py_DECREF(fileno);
-  PyErr_Clear();
-  if (fd < 0 || fd > INT_MAX) return HURRAY_OK;
-  return hurray__writer_guard_sink_file(w, (int)fd, e);
-}
-
 static int open_writer(PyObject *target, PyObject **path, bool *release_gil, HurrayWriter **w,
                        HurrayStatus *status, HurrayError *e) {
   bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
@@ -75,15 +56,14 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
     Py_END_ALLOW_THREADS
   } else if (to_fd) {
     long fd = PyLong_AsLong(target);
-    s = (fd == -1 && PyErr_Occurred()) || fd < 0 || fd > INT_MAX
-            ? HURRAY_ERR_INVALID_ARGUMENT
-            : hurray_writer_open_fd((int)fd, w, e);
-    if (s != HURRAY_OK && !PyErr_Occurred()) {
-      PyErr_SetString(PyExc_ValueError, "not a valid file descriptor");
+    if ((fd == -1 && PyErr_Occurred()) || fd < 0 || fd > INT_MAX) {
+      s = HURRAY_ERR_INVALID_ARGUMENT;
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "not a valid file descriptor");
+    } else {
+      s = hurray_writer_open_fd((int)fd, w, e); /* a failure is raised from `e` by the caller */
     }
   } else {
     s = hurray_writer_open_callback(hy_stream_write, target, w, e);
-    if (s == HURRAY_OK) s = guard_stream_file(target, *w, e);
   }
   *status = s;
   return 0;
@@ -244,7 +224,7 @@ PyObject *mod_save(PyObject *module, PyObject *args) {
   HurrayWriter *w = NULL;
   HurrayStatus s;
   bool release_gil;
-  PyObject *seq = PySequence_Fast(items, "tensors must be a sequence of (name, Tensor)");
+  PyObject *seq = hy_sequence_copy(items, "tensors must be a sequence of (name, Tensor)");
   if (seq == NULL) return NULL;
   if (open_writer(target, &path, &release_gil, &w, &s, &e) < 0) {
     Py_DECREF(seq);

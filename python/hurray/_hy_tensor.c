@@ -83,7 +83,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (st == NULL) return -1;
   HurrayDescriptor *d = hy_decode_descriptor(st, encoded);
   if (d == NULL) return -1;
-  PyObject *seq = PySequence_Fast(objects, "buffers must be a sequence");
+  PyObject *seq = hy_sequence_copy(objects, "buffers must be a sequence");
   if (seq == NULL) {
     hurray_descriptor_destroy(d);
     return -1;
@@ -438,7 +438,7 @@ static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptio
 }
 
 int hy_shape(PyObject *obj, uint64_t *shape, Py_ssize_t *rank_out) {
-  PyObject *seq = PySequence_Fast(obj, "shape must be a sequence");
+  PyObject *seq = hy_sequence_copy(obj, "shape must be a sequence");
   if (seq == NULL) return -1;
   Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
   if (rank > (Py_ssize_t)HURRAY_MAX_RANK) {

@@ -122,8 +122,9 @@ def _refuse_packed(q, what: str, fields=tuple(_PACKED_DEFAULTS)) -> None:
 class Tensor(_hurray._Tensor):
     """One descriptor plus N buffers, each kept alive by its own owner.
 
-    Tensor(descriptor, buffers) takes any objects with the buffer protocol,
-    without copying; the placement of the buffers is validated."""
+    Tensor(descriptor, buffers) takes C-contiguous objects with the buffer
+    protocol (their bytes in row-major order), without copying; the
+    placement of the buffers is validated."""
 
     __slots__ = ()
 

@@ -4,11 +4,13 @@
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "../core/error.h"
@@ -21,17 +23,29 @@ void hurray__drop_mapped_pages(const void *p, uint64_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-/* Whether the mapping [start, end) is of the file `want`. The line's inode
- * number has already matched; its device number is not compared, since on
- * some file systems (btrfs subvolumes, overlays) it is not the one fstat
- * gives. /proc/self/map_files/ names the mapped file itself, so stat of it
- * gives the device and inode fstat would. */
-static bool maps_file(uintptr_t start, uintptr_t end, const struct stat *want) {
+/* The file a descriptor names, for comparing with the paths the maps
+ * list: its /proc/self/fd link, or "" when that cannot be read. */
+static void fd_path(int fd, char *out, size_t size) {
+  char link[64];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, out, size - 1);
+  out[n > 0 ? (size_t)n : 0] = '\0';
+}
+
+/* Whether the mapping [start, end), listed with device major:minor and
+ * `path`, is of the file `want` (whose inode number it already has).
+ * /proc/self/map_files/ names the mapped file itself, so stat of it gives
+ * what fstat gave; only a privileged process may follow those links. Else
+ * the listed device decides, and where it differs from fstat's (btrfs
+ * subvolumes, some overlays list another device number) the path. */
+static bool maps_file(uintptr_t start, uintptr_t end, unsigned major_, unsigned minor_,
+                      const char *path, const struct stat *want, const char *want_path) {
   char link[96];
   struct stat st;
   snprintf(link, sizeof link, "/proc/self/map_files/%" PRIxPTR "-%" PRIxPTR, start, end);
-  if (stat(link, &st) != 0) return true; /* unknown: the inode matched, so guard it */
-  return st.st_dev == want->st_dev && st.st_ino == want->st_ino;
+  if (stat(link, &st) == 0) return st.st_dev == want->st_dev && st.st_ino == want->st_ino;
+  if (makedev(major_, minor_) == want->st_dev) return true;
+  return want_path[0] != '\0' && strcmp(path, want_path) == 0;
 }
 
 static bool add_range(HurrayFileMappings *m, size_t *capacity, uintptr_t start, uintptr_t end) {
@@ -56,19 +70,32 @@ HurrayStatus hurray__file_mappings_of_fd(int fd, HurrayFileMappings *out, Hurray
   if (maps == NULL) return HURRAY_OK;
   size_t capacity = 0;
   bool ok = true;
-  char line[512];
-  while (ok && fgets(line, sizeof line, maps) != NULL) {
+  char want_path[PATH_MAX];
+  fd_path(fd, want_path, sizeof want_path);
+  /* A line is the address range, permissions, offset, device, inode and
+   * path; longer than this only with a path the kernel would not list
+   * whole either, and then its path never matches. */
+  static const size_t line_size = PATH_MAX + 128;
+  char *line = malloc(line_size);
+  if (line == NULL) ok = false;
+  while (ok && fgets(line, (int)line_size, maps) != NULL) {
     bool whole = strchr(line, '\n') != NULL;
     uintmax_t start, end, inode;
-    /* start-end perms offset dev inode [path] */
-    if (sscanf(line, "%jx-%jx %*s %*x %*x:%*x %ju", &start, &end, &inode) == 3 &&
-        inode == (uintmax_t)want.st_ino && inode != 0 &&
-        maps_file((uintptr_t)start, (uintptr_t)end, &want)) {
-      ok = add_range(out, &capacity, (uintptr_t)start, (uintptr_t)end);
+    unsigned major_, minor_;
+    int path_at = 0;
+    if (sscanf(line, "%jx-%jx %*s %*x %x:%x %ju %n", &start, &end, &major_, &minor_, &inode,
+               &path_at) == 5 &&
+        inode == (uintmax_t)want.st_ino && inode != 0) {
+      char *path = line + path_at;
+      path[strcspn(path, "\n")] = '\0';
+      if (maps_file((uintptr_t)start, (uintptr_t)end, major_, minor_, path, &want, want_path)) {
+        ok = add_range(out, &capacity, (uintptr_t)start, (uintptr_t)end);
+      }
     }
-    /* The rest of a line longer than the buffer (a long path) is skipped. */
-    while (!whole && fgets(line, sizeof line, maps) != NULL) whole = strchr(line, '\n') != NULL;
+    /* The rest of an overlong line is skipped. */
+    while (!whole && fgets(line, (int)line_size, maps) != NULL) whole = strchr(line, '\n') != NULL;
   }
+  free(line);
   fclose(maps);
   if (!ok) {
     hurray__file_mappings_free(out);

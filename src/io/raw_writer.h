@@ -25,12 +25,6 @@
  * (the converter's sources): their pages may be let go once written. */
 void hurray__writer_drop_source_pages(HurrayWriter *w, bool on);
 
-/* A callback sink of `w` ends in the file `fd` refers to (a Python stream
- * with a fileno()): as for hurray_writer_open_fd, a buffer that lies in a
- * mapping of that file (as it is mapped now) is refused. Only memory can
- * fail. */
-HurrayStatus hurray__writer_guard_sink_file(HurrayWriter *w, int fd, HurrayError *error);
-
 HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, HurrayError *error);
 /* The same with every call on the target going through `sys` (src/io/sys.h),
  * which must outlive the writer: the fault-injection tests' seam. */

@@ -73,9 +73,9 @@ static int sys_start_writeback(void *ctx, int fd, off_t offset, off_t len) {
 #endif
 }
 
-static int sys_lstat(void *ctx, const char *path, struct stat *st) {
+static int sys_stat(void *ctx, const char *path, struct stat *st, bool follow) {
   (void)ctx;
-  return lstat(path, st);
+  return follow ? stat(path, st) : lstat(path, st);
 }
 
 const HurraySys hurray__sys_default = {
@@ -91,5 +91,5 @@ const HurraySys hurray__sys_default = {
     .unlink = sys_unlink,
     .close = sys_close,
     .start_writeback = sys_start_writeback,
-    .lstat = sys_lstat,
+    .stat = sys_stat,
 };

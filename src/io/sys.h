@@ -24,6 +24,7 @@
 #ifndef HURRAY_SRC_IO_SYS_H
 #define HURRAY_SRC_IO_SYS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -53,11 +54,12 @@ typedef struct HurraySys {
    * error, so fsync still sees any). NULL: never called (tables written
    * before it existed). */
   int (*start_writeback)(void *ctx, int fd, off_t offset, off_t len);
-  /* lstat(2) of the target before the temporary file is made: what it is
-   * decides whether it can be replaced, and a regular file's mode is kept.
-   * A failure reads as "no such file" (creating the temporary file reports
-   * a real problem). NULL: never called (tables written before it). */
-  int (*lstat)(void *ctx, const char *path, struct stat *st);
+  /* lstat(2), or stat(2) when `follow`, of the target before the
+   * temporary file is made: what it is decides whether it can be replaced,
+   * and a regular file's mode is kept. A failure reads as "no such file"
+   * (creating the temporary file reports a real problem). NULL: never
+   * called (tables written before it). */
+  int (*stat)(void *ctx, const char *path, struct stat *st, bool follow);
 } HurraySys;
 
 /* What a file of mode `mode` is, in words ("a FIFO", "a directory"), for

@@ -131,7 +131,7 @@ struct HurrayWriter {
   uint64_t position;     /* bytes written so far */
   uint64_t written_back; /* SINK_PATH: writeback started for [0, written_back) */
   bool drop_source;      /* buffers are views of read-only file mappings */
-  /* Where this process maps the file an fd or callback sink writes into
+  /* Where this process maps the file an fd sink writes into
    * (file_mappings.h): a buffer there is refused before it is read. */
   HurrayFileMappings sink_mappings;
   bool keep_mode;           /* SINK_PATH: the target is a regular file whose mode... */
@@ -524,11 +524,6 @@ static HurrayStatus emit_hashed(HurrayWriter *w, const void *data, uint64_t len,
   return HURRAY_OK;
 }
 
-HurrayStatus hurray__writer_guard_sink_file(HurrayWriter *w, int fd, HurrayError *error) {
-  hurray__file_mappings_free(&w->sink_mappings);
-  return hurray__file_mappings_of_fd(fd, &w->sink_mappings, error);
-}
-
 void hurray__writer_drop_source_pages(HurrayWriter *w, bool on) {
   if (w != NULL) w->drop_source = on;
 }
@@ -577,6 +572,25 @@ static HurrayStatus finish_open(HurrayWriter *w, HurrayWriter **out, HurrayError
   return HURRAY_OK;
 }
 
+/* The process's file mode creation mask, which open(2) applies and fchmod
+ * does not. Read from /proc (Linux 4.7), since umask(2) can only be read by
+ * setting it, which would race with other threads; 022 where unknown. */
+static mode_t process_umask(void) {
+  mode_t mask = 022;
+  FILE *f = fopen("/proc/self/status", "re");
+  if (f == NULL) return mask;
+  char line[128];
+  unsigned value;
+  while (fgets(line, sizeof line, f) != NULL) {
+    if (sscanf(line, "Umask: %o", &value) == 1) {
+      mask = (mode_t)(value & 0777);
+      break;
+    }
+  }
+  fclose(f);
+  return mask;
+}
+
 /* Opens the temporary file in the target's folder. An O_TMPFILE file has no
  * name at all until finish links it, so a crash leaves nothing behind. */
 static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
@@ -612,7 +626,7 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   /* mkostemp makes the file 0600; give it the target's mode, or the one an
    * O_TMPFILE file gets (best effort: a file only its owner can read is
    * still a good file). */
-  (void)sys->fchmod(sys->ctx, w->fd, w->keep_mode ? w->target_mode : 0644);
+  (void)sys->fchmod(sys->ctx, w->fd, w->keep_mode ? w->target_mode : 0644 & ~process_umask());
   return HURRAY_OK;
 }
 
@@ -635,21 +649,24 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
 
 /* Decides from what the target is now whether it can be replaced. A
  * regular file is, and the new file takes its permission bits (not its
- * owner). A symbolic link is replaced by the new file, as rename does:
- * the file it pointed to is left alone. A directory, FIFO, socket or
- * device is refused before anything is written: a pipe or a device cannot
- * be replaced atomically, and renaming a regular file over one would
- * destroy it (as root, even /dev/null). */
+ * owner). A symbolic link is replaced by the new file, as rename does: the
+ * file it points to is left alone, and gives the new file its permission
+ * bits. A folder, FIFO, socket or device is refused before anything is
+ * written, and so is a link to one: a pipe or a device cannot be replaced
+ * atomically, and renaming a file over one (or over /dev/stdout, a link)
+ * would destroy it, as root even /dev/null. */
 static HurrayStatus inspect_target(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   struct stat st;
-  if (sys->lstat == NULL || sys->lstat(sys->ctx, w->target, &st) != 0) return HURRAY_OK;
+  if (sys->stat == NULL || sys->stat(sys->ctx, w->target, &st, false) != 0) return HURRAY_OK;
+  if (S_ISLNK(st.st_mode) && sys->stat(sys->ctx, w->target, &st, true) != 0) {
+    return HURRAY_OK; /* a link to nothing (yet) */
+  }
   if (S_ISREG(st.st_mode)) {
     w->keep_mode = true;
     w->target_mode = st.st_mode & 0777;
     return HURRAY_OK;
   }
-  if (S_ISLNK(st.st_mode)) return HURRAY_OK;
   return hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
                          "%s is not a regular file (%s): a file is written by renaming a "
                          "finished one over the target; to write into a pipe or a device, open "
@@ -817,8 +834,6 @@ static HurrayStatus check_name(const char *name, const char *what, uint32_t limi
   return HURRAY_OK;
 }
 
-/* Whether tensor `name` can join the file: room for it, a name not yet
- * used, host memory, READY buffers, and buffers that match its descriptor. */
 /* Refuses a buffer that lies in a mapping of the file being written,
  * before anything reads it. */
 static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, uint32_t buffer,
@@ -832,6 +847,9 @@ static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, u
                       name, buffer);
 }
 
+/* Whether tensor `name` can join the file: room for it, a name not yet
+ * used, host memory, READY buffers, buffers that match its descriptor and
+ * none that lies in the file being written. */
 static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_len,
                                  const HurrayDescriptor *d, const HurrayBufferList *buffers,
                                  HurrayError *error) {

@@ -50,11 +50,13 @@ typedef enum Op {
   OP_RENAME,
   OP_UNLINK,
   OP_CLOSE,
+  OP_STAT,
   OP_COUNT
 } Op;
 
-static const char *const op_names[OP_COUNT] = {"access", "open",   "mkostemp", "fchmod", "write",
-                                               "fsync",  "linkat", "rename",   "unlink", "close"};
+static const char *const op_names[OP_COUNT] = {"access", "open",  "mkostemp", "fchmod",
+                                               "write",  "fsync", "linkat",   "rename",
+                                               "unlink", "close", "stat"};
 
 typedef enum Fault {
   FAULT_NONE,
@@ -212,6 +214,13 @@ static int fake_close(void *ctx, int fd) {
   return rc;
 }
 
+static int fake_stat(void *ctx, const char *path, struct stat *st, bool follow) {
+  (void)ctx;
+  Fault f = next_call(OP_STAT, 0);
+  if (f != FAULT_NONE) return fail_with(f);
+  return follow ? stat(path, st) : lstat(path, st);
+}
+
 static const HurraySys fake_sys = {
     .ctx = &fake,
     .access = fake_access,
@@ -224,6 +233,7 @@ static const HurraySys fake_sys = {
     .rename = fake_rename,
     .unlink = fake_unlink,
     .close = fake_close,
+    .stat = fake_stat,
 };
 
 static void fake_reset(bool force_fallback, size_t fault_at, Fault fault, bool cleanup_fails) {
@@ -449,6 +459,10 @@ static size_t faults_for(const Fake *trace, size_t i, bool fallback, Fault *out)
       out[n++] = FAULT_EACCES;
       break;
     case OP_CLOSE: out[n++] = FAULT_EIO; break;
+    case OP_STAT:
+      out[n++] = FAULT_EIO;
+      out[n++] = FAULT_EACCES;
+      break;
     default: break;
   }
   return n;
@@ -462,6 +476,7 @@ static bool absorbed(const Fake *trace, size_t i, Fault f) {
     case OP_ACCESS:
     case OP_FCHMOD: return true; /* fallback path / a 0600 file */
     case OP_OPEN: return true;   /* the O_TMPFILE open: the writer falls back to mkostemp */
+    case OP_STAT: return true;   /* read as "no such file": only the old mode is not kept */
     default: return false;
   }
 }
@@ -477,8 +492,10 @@ typedef struct Totals {
 static Totals totals;
 
 /* Runs the dry run for a mode and returns its trace. */
-static Fake dry_run(bool fallback) {
-  prepare_target(true);
+/* The calls depend on whether the target exists (a regular file's mode is
+ * given to the new one), so each state has its own trace. */
+static Fake dry_run(bool fallback, bool exists) {
+  prepare_target(exists);
   fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
   HurrayError err = {0};
   HurrayStatus status = write_target(&fake_sys, &err);
@@ -489,8 +506,8 @@ static Fake dry_run(bool fallback) {
   assert_int_equal(remove_leftovers(), 0);
   size_t by_kind[OP_COUNT] = {0};
   for (size_t i = 0; i < fake.calls; i++) by_kind[fake.trace[i]]++;
-  printf("dry run (%s): %zu system calls:", fallback ? "mkostemp fallback" : "O_TMPFILE",
-         fake.calls);
+  printf("dry run (%s, target %s): %zu system calls:",
+         fallback ? "mkostemp fallback" : "O_TMPFILE", exists ? "present" : "absent", fake.calls);
   for (int k = 0; k < OP_COUNT; k++) {
     if (by_kind[k]) printf(" %s %zu", op_names[k], by_kind[k]);
   }
@@ -549,8 +566,8 @@ static void run_one(const Fake *trace, bool fallback, bool exists, size_t i, Fau
 
 static void sweep(bool fallback, bool cleanup_fails) {
   size_t before = totals.points;
-  Fake trace = dry_run(fallback);
   for (int exists = 0; exists <= 1; exists++) {
+    Fake trace = dry_run(fallback, exists != 0);
     for (size_t i = 0; i < trace.calls; i++) {
       Fault faults[8];
       size_t n = faults_for(&trace, i, fallback, faults);
@@ -603,6 +620,35 @@ static void test_every_fault_with_failing_cleanup(void **state) {
       totals.leftovers - leftovers_before);
 }
 
+/* A new file's mode is 0644 less the umask whichever way the temporary
+ * file is made (open(2) applies the umask to an O_TMPFILE file; the
+ * mkostemp fallback applies it itself), and a replaced file's mode is kept
+ * either way. */
+static void test_new_and_replaced_file_modes(void **state) {
+  (void)state;
+  const mode_t masks[] = {077, 027, 022};
+  mode_t saved = umask(022);
+  for (int fallback = 0; fallback < 2; fallback++) {
+    for (int m = 0; m < 3; m++) {
+      umask(masks[m]);
+      prepare_target(false);
+      fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
+      HurrayError err = {0};
+      assert_int_equal(write_target(&fake_sys, &err), HURRAY_OK);
+      struct stat st;
+      assert_int_equal(stat(target, &st), 0);
+      assert_int_equal(st.st_mode & 0777, 0644 & ~masks[m]);
+      assert_int_equal(chmod(target, 0604), 0);
+      fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
+      assert_int_equal(write_target(&fake_sys, &err), HURRAY_OK);
+      assert_int_equal(stat(target, &st), 0);
+      assert_int_equal(st.st_mode & 0777, 0604);
+    }
+  }
+  umask(saved);
+  assert_int_equal(remove_leftovers(), 0);
+}
+
 static void test_summary(void **state) {
   (void)state;
   printf(
@@ -623,6 +669,7 @@ int main(void) {
       cmocka_unit_test(test_every_fault_o_tmpfile),
       cmocka_unit_test(test_every_fault_fallback),
       cmocka_unit_test(test_every_fault_with_failing_cleanup),
+      cmocka_unit_test(test_new_and_replaced_file_modes),
       cmocka_unit_test(test_summary),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -607,19 +608,22 @@ static int entries_named(const char *part) {
  * destroy it (as root, even /dev/null). */
 static void test_targets_that_cannot_be_replaced(void **state) {
   (void)state;
-  char fifo[300], folder[300], device[300];
+  char fifo[300], folder[300], device[300], link_path[300];
   in_dir(fifo, sizeof fifo, "target-fifo");
+  in_dir(link_path, sizeof link_path, "target-link-to-fifo");
   in_dir(folder, sizeof folder, "target-folder");
   in_dir(device, sizeof device, "target-device");
   assert_int_equal(mkfifo(fifo, 0644), 0);
   assert_int_equal(mkdir(folder, 0755), 0);
   /* A character device like /dev/null (1, 3), where mknod is allowed. */
   bool have_device = mknod(device, S_IFCHR | 0644, makedev(1, 3)) == 0;
-  const char *targets[] = {fifo, folder, device};
-  int errnos[] = {ENXIO, EISDIR, ENXIO};
-  mode_t kinds[] = {S_IFIFO, S_IFDIR, S_IFCHR};
-  for (int i = 0; i < 3; i++) {
-    if (i == 2 && !have_device) continue;
+  /* /dev/stdout is a link to such a file. */
+  assert_int_equal(symlink("target-fifo", link_path), 0);
+  const char *targets[] = {fifo, folder, link_path, device};
+  int errnos[] = {ENXIO, EISDIR, ENXIO, ENXIO};
+  mode_t kinds[] = {S_IFIFO, S_IFDIR, S_IFLNK, S_IFCHR};
+  for (int i = 0; i < 4; i++) {
+    if (i == 3 && !have_device) continue;
     HurrayWriter *w = NULL;
     HurrayError e = {0};
     assert_int_equal(hurray_writer_open(targets[i], &w, &e), HURRAY_ERR_IO);
@@ -632,6 +636,7 @@ static void test_targets_that_cannot_be_replaced(void **state) {
   }
   assert_int_equal(entries_named("hurray-tmp"), 0);
   unlink(fifo);
+  unlink(link_path);
   rmdir(folder);
   if (have_device) unlink(device);
 }
@@ -663,6 +668,7 @@ static void test_replaced_target_keeps_its_mode_and_links_are_replaced(void **st
   FILE *f = fopen(pointed, "w");
   fputs("old content", f);
   fclose(f);
+  assert_int_equal(chmod(pointed, 0640), 0);
   assert_int_equal(symlink("pointed.hurray", link_path), 0);
   HurrayWriter *w = NULL;
   assert_ok(hurray_writer_open(link_path, &w, error));
@@ -671,6 +677,7 @@ static void test_replaced_target_keeps_its_mode_and_links_are_replaced(void **st
   struct stat st;
   assert_int_equal(lstat(link_path, &st), 0);
   assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_mode & 0777, 0640); /* the mode of what it pointed to */
   char buf[32] = {0};
   f = fopen(pointed, "r");
   assert_non_null(fgets(buf, sizeof buf, f));
@@ -725,8 +732,6 @@ static void test_fd_sink_refuses_a_mapping_of_its_own_file(void **state) {
                            hurray_buffer_size(b)};
     assert_status(HURRAY_ERR_INVALID_ARGUMENT,
                   hurray_writer_write_dense_batch(w, &t, 1, NULL, error));
-    /* Memory elsewhere is written as ever. */
-    assert_ok(hurray_writer_write_tensor(w, "c", d, list, error));
     hurray_writer_abort(w);
     close(fd);
     assert_ok(hurray_reader_verify(r, "a", error));
@@ -734,7 +739,8 @@ static void test_fd_sink_refuses_a_mapping_of_its_own_file(void **state) {
     hurray_descriptor_destroy(got);
     hurray_reader_close(r);
   }
-  /* A file nobody maps is written through its descriptor as before. */
+  /* Memory elsewhere is written as ever, and a file nobody maps through
+   * its descriptor as before. */
   int fd = open(path, O_WRONLY | O_TRUNC);
   assert_true(fd >= 0);
   assert_ok(hurray_writer_open_fd(fd, &w, error));
@@ -747,6 +753,65 @@ static void test_fd_sink_refuses_a_mapping_of_its_own_file(void **state) {
   hurray_reader_close(r);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
+}
+
+/* The same refusal in a process without privilege, which cannot follow
+ * /proc/self/map_files/ links: the device and inode the maps list decide.
+ * Run by root as a child that becomes nobody; anyone else runs the test
+ * above unprivileged already. */
+static void test_fd_sink_guard_without_privilege(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    (void)prctl(PR_SET_DUMPABLE, 1); /* /proc/self readable again after setuid */
+    char folder[] = "/tmp/hurray-test-nobody-XXXXXX";
+    if (mkdtemp(folder) == NULL) _exit(3);
+    char path[64];
+    snprintf(path, sizeof path, "%s/x.hurray", folder);
+    HurrayDescriptor *d = golden_vector_build("dense_float32");
+    HurrayBufferList *list = patterned_buffers(d, 4);
+    HurrayWriter *w = NULL;
+    int code = 0;
+    if (hurray_writer_open(path, &w, NULL) != HURRAY_OK ||
+        hurray_writer_write_tensor(w, "a", d, list, NULL) != HURRAY_OK ||
+        hurray_writer_finish(w, NULL) != HURRAY_OK) {
+      code = 4;
+    }
+    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+    options.mode = HURRAY_READ_MMAP_PRIVATE;
+    HurrayReader *r = NULL;
+    HurrayDescriptor *got = NULL;
+    HurrayBufferList *mapped = NULL;
+    if (code == 0 && (hurray_reader_open(path, &options, &r, NULL) != HURRAY_OK ||
+                      hurray_reader_get_tensor(r, "a", &got, &mapped, NULL) != HURRAY_OK)) {
+      code = 5;
+    }
+    int fd = code == 0 ? open(path, O_WRONLY) : -1;
+    if (code == 0 && (fd < 0 || hurray_writer_open_fd(fd, &w, NULL) != HURRAY_OK)) code = 6;
+    if (code == 0) {
+      HurrayStatus s = hurray_writer_write_tensor(w, "a", got, mapped, NULL);
+      if (s != HURRAY_ERR_INVALID_ARGUMENT) code = 7;
+      /* Its own memory is not refused. */
+      if (hurray_writer_write_tensor(w, "b", d, list, NULL) != HURRAY_OK) code = 8;
+      hurray_writer_abort(w);
+    }
+    if (fd >= 0) close(fd);
+    hurray_buffer_list_destroy(mapped);
+    hurray_descriptor_destroy(got);
+    hurray_reader_close(r);
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    unlink(path);
+    rmdir(folder);
+    _exit(code);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* pread mode into caller memory, and rows along dimension 0. */
@@ -1474,6 +1539,7 @@ int main(void) {
       cmocka_unit_test(test_targets_that_cannot_be_replaced),
       cmocka_unit_test(test_replaced_target_keeps_its_mode_and_links_are_replaced),
       cmocka_unit_test(test_fd_sink_refuses_a_mapping_of_its_own_file),
+      cmocka_unit_test(test_fd_sink_guard_without_privilege),
       cmocka_unit_test(test_partial_reads),
       cmocka_unit_test(test_mapping_outlives_reader),
       cmocka_unit_test(test_every_truncation),
