@@ -212,6 +212,9 @@ extern PyType_Spec hy_file_spec;
 PyObject *mod_unpack(PyObject *module, PyObject *args);
 PyObject *mod_pack(PyObject *module, PyObject *args);
 PyObject *mod_member(PyObject *module, PyObject *args);
+/* _check_output_bytes(stored, output): the output-size rule for an output
+ * gathered from several tensors (load_sharded); LimitError beyond it. */
+PyObject *mod_check_output_bytes(PyObject *module, PyObject *args);
 
 /* ---- save (_hy_save.c) */
 PyObject *mod_save(PyObject *module, PyObject *args);

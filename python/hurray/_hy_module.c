@@ -114,6 +114,8 @@ static PyMethodDef module_methods[] = {
     {"_unpack", mod_unpack, METH_VARARGS, "_unpack(dtype, packed, count): sub-byte codes"},
     {"_pack", mod_pack, METH_VARARGS, "_pack(dtype, codes): sub-byte codes packed"},
     {"_member", mod_member, METH_VARARGS, "_member(tensor, name): member descriptor, buffers"},
+    {"_check_output_bytes", mod_check_output_bytes, METH_VARARGS,
+     "_check_output_bytes(stored, output): LimitError past the default output limits"},
     {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
     {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
     {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},

@@ -4,6 +4,8 @@
  */
 #include "_hurray.h"
 
+#include "../../src/buffer/output_limits.h"
+
 /* A Tensor's only references the collector can see are its type and its
  * descriptor cache (its buffers' owners are held through C callbacks the
  * collector never visits). Without a cache, and of a type that adds no
@@ -367,6 +369,18 @@ static PyObject *tensor_check_output_size(PyObject *op, PyObject *args) {
   HurrayError e = {0};
   HurrayStatus s = hurray_check_output_size(self->descriptor, nbytes, &limits, &e);
   if (s != HURRAY_OK) return hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+  Py_RETURN_NONE;
+}
+
+PyObject *mod_check_output_bytes(PyObject *module, PyObject *args) {
+  uint64_t stored, output;
+  if (!PyArg_ParseTuple(args, "O&O&:_check_output_bytes", hy_conv_u64, &stored, hy_conv_u64,
+                        &output)) {
+    return NULL;
+  }
+  HurrayError e = {0};
+  HurrayStatus s = hurray__check_output_bytes(stored, output, NULL, &e);
+  if (s != HURRAY_OK) return hy_raise_status(PyModule_GetState(module), s, &e);
   Py_RETURN_NONE;
 }
 

@@ -265,6 +265,16 @@ def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
     return f[piece.name].codes()[tuple(local)]
 
 
+def _check_assembled_size(pieces: List[_Piece], region: Box, dtype: str) -> None:
+    """LimitError if the result takes more than the output limit allows for
+    the bytes the pieces store: strides let a piece of a few bytes describe
+    gigabytes (a stride of 0 repeats one element), which to_dense() refuses
+    too."""
+    stored = sum(b.byte_size for p in pieces for b in p.descriptor.buffers)
+    written = _volume(region) * _dtypes.to_numpy(dtype).itemsize
+    _hurray._check_output_bytes(stored, min(written, 2**64 - 1))
+
+
 def load_sharded(
     paths_or_dir, name: Optional[str] = None, *, index=None, mmap: bool = True
 ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
@@ -323,6 +333,7 @@ def load_sharded(
     for n, ps in pieces.items():
         global_shape, dtype = checked[n]
         region, dropped_axes[n] = _region(index, global_shape)
+        _check_assembled_size(ps, region, dtype)
         results[n] = np.empty(tuple(h - l for l, h in zip(*region)), _dtypes.to_numpy(dtype))
         for p in ps:
             cut = _intersect(p.box, region) if _volume(region) else None

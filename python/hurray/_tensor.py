@@ -191,6 +191,9 @@ class Tensor(_hurray._Tensor):
             count = math.prod(shape[:-1]) * row
             return raw[byte_offset : byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
         numel = math.prod(shape)
+        if numel == 0 and max(shape, default=0) >= 2**63 // 64:
+            # No elements, but a dimension numpy cannot index ("array is too big").
+            raise unsupported(f"numpy cannot hold an array of shape {tuple(shape)}")
         if _dtypes.is_packed(dtype_name):
             size = _dtypes.storage_bytes(dtype_name, numel)
             return _dtypes.unpack(dtype_name, raw[byte_offset : byte_offset + size], numel).reshape(

@@ -5,11 +5,11 @@
 #include "../core/checked.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
+#include "output_limits.h"
 
-HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output_bytes,
-                                      const HurrayOutputLimits *limits, HurrayError *error) {
+HurrayStatus hurray__check_output_bytes(uint64_t stored_bytes, uint64_t output_bytes,
+                                        const HurrayOutputLimits *limits, HurrayError *error) {
   static const HurrayOutputLimits defaults = HURRAY_OUTPUT_LIMITS_INIT;
-  if (d == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d must not be NULL");
   if (limits == NULL) limits = &defaults;
   if (limits->version != HURRAY_OUTPUT_LIMITS_VERSION) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "output limits: unknown version %u",
@@ -23,22 +23,29 @@ HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output
   if (limits->max_expansion == 0 || output_bytes <= limits->expansion_floor_bytes) {
     return HURRAY_OK;
   }
-  uint64_t stored = 0, allowed;
-  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
-    if (!hurray__add_u64(stored, hurray_descriptor_buffer_size(d, i), &stored)) {
-      stored = UINT64_MAX;
-      break;
-    }
-  }
-  if (!hurray__mul_u64(stored, limits->max_expansion, &allowed)) allowed = UINT64_MAX;
+  uint64_t allowed;
+  if (!hurray__mul_u64(stored_bytes, limits->max_expansion, &allowed)) allowed = UINT64_MAX;
   if (output_bytes > allowed) {
     return hurray__fail(error, HURRAY_ERR_LIMIT,
                         "the output would take %llu bytes, more than %u times the %llu bytes "
                         "the tensor stores (and more than %llu): an expansion this large needs "
                         "an explicit output limit",
                         (unsigned long long)output_bytes, limits->max_expansion,
-                        (unsigned long long)stored,
+                        (unsigned long long)stored_bytes,
                         (unsigned long long)limits->expansion_floor_bytes);
   }
   return HURRAY_OK;
+}
+
+HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output_bytes,
+                                      const HurrayOutputLimits *limits, HurrayError *error) {
+  if (d == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "d must not be NULL");
+  uint64_t stored = 0;
+  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
+    if (!hurray__add_u64(stored, hurray_descriptor_buffer_size(d, i), &stored)) {
+      stored = UINT64_MAX;
+      break;
+    }
+  }
+  return hurray__check_output_bytes(stored, output_bytes, limits, error);
 }

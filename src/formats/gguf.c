@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -541,16 +542,19 @@ static HurrayStatus place_data(HurrayGGUFFile *out, uint64_t infos_end, uint64_t
     if (t->offset != at) {
       /* Usually the tensor before holds a byte count its type and dims do
        * not give: name it, and the size its type implies. */
-      const HurrayGGUFTensor *prev = i ? &out->tensors[i - 1] : NULL;
+      if (i == 0) {
+        return hurray__fail(error, HURRAY_ERR_RANGE,
+                            "GGUF tensor %.200s at data offset %llu, where the layout puts the "
+                            "first tensor at 0",
+                            t->name, (unsigned long long)t->offset);
+      }
+      const HurrayGGUFTensor *prev = &out->tensors[i - 1];
       return hurray__fail(error, HURRAY_ERR_RANGE,
                           "GGUF tensor %.200s at data offset %llu, where the layout puts it at "
-                          "%llu%s%.200s%s%s%s%llu%s",
+                          "%llu: the tensor before it, %.200s, is %s and its dims make it %llu "
+                          "bytes; its data does not have that size",
                           t->name, (unsigned long long)t->offset, (unsigned long long)at,
-                          prev ? ": the tensor before it, " : "", prev ? prev->name : "",
-                          prev ? ", is " : "", prev ? gg_types[prev->type].name : "",
-                          prev ? " and its dims make it " : "",
-                          prev ? (unsigned long long)prev->nbytes : 0ull,
-                          prev ? " bytes; its data does not have that size" : "");
+                          prev->name, gg_types[prev->type].name, (unsigned long long)prev->nbytes);
     }
     uint64_t end;
     if (!hurray__add_u64(at, t->nbytes, &end) || end > size - start) {
@@ -742,13 +746,16 @@ static HurrayStatus enc_json(Enc *e, HurrayStr *o, const char *type, const Hurra
     return HURRAY_OK;
   }
   if (j->kind == HJ_STR) { /* a big UINT64 kept as digits */
-    char *endp;
-    if (j->len == 0 || j->len > 20 || j->str[0] == '-') return enc_fail(e, "not an integer");
-    char buf[24];
-    memcpy(buf, j->str, j->len);
-    buf[j->len] = 0;
-    unsigned long long v = strtoull(buf, &endp, 10);
-    if (*endp != 0) return enc_fail(e, "not an integer");
+    /* Decimal digits only: strtoull alone would take a sign or leading
+     * blanks, and saturate past 2^64 - 1 instead of failing. */
+    if (j->len == 0 || j->len > 20) return enc_fail(e, "not an integer");
+    unsigned long long v = 0;
+    for (size_t i = 0; i < j->len; i++) {
+      unsigned d = (unsigned char)j->str[i] - (unsigned)'0';
+      if (d > 9) return enc_fail(e, "not an integer");
+      if (v > (ULLONG_MAX - d) / 10) return enc_fail(e, "an integer past 2^64 - 1");
+      v = v * 10 + d;
+    }
     return enc_int(e, o, t, false, v);
   }
   if (j->kind == HJ_BOOL) return enc_int(e, o, t, false, j->b);

@@ -374,6 +374,41 @@ def test_gguf_import_is_block_affine_with_separate_scales(files, out):
     assert meta["gguf.test.not_utf8"] == b"\xff\xfeab"  # not UTF-8: kept as bytes
 
 
+@pytest.mark.parametrize(
+    "digits, expected",
+    [
+        ("18446744073709551615", 2**64 - 1),
+        ("18446744073709551616", None),  # 2**64 was written as 2**64 - 1
+        ("99999999999999999999", None),
+        ("+5", None),
+        (" 12", None),
+        ("", None),
+    ],
+)
+def test_gguf_uint64_metadata_kept_as_digits_is_exact_or_refused(out, digits, expected):
+    """hurray keeps a GGUF UINT64 past 2**63 - 1 as decimal digits; writing
+    it back must give that value, or refuse what is not one."""
+    src, dst = out / "u64.hurray", out / "u64.gguf"
+    hurray.save(
+        src,
+        {"w": np.zeros(32, np.float32)},
+        metadata={
+            "gguf.k": digits,
+            "gguf.a": json.dumps([digits]),
+            "gguf.__types__": '{"k": "UINT64", "a": "ARRAY:UINT64"}',
+        },
+    )
+    if expected is None:
+        with pytest.raises(ConversionError, match="integer"):
+            convert(src, dst, quiet=True)
+        assert not dst.exists()
+        return
+    convert(src, dst, quiet=True)
+    r = gguf.GGUFReader(dst)
+    assert int(r.fields["k"].parts[-1][0]) == expected
+    assert [int(r.fields["a"].parts[i][0]) for i in r.fields["a"].data] == [expected]
+
+
 @pytest.mark.parametrize("kind", ["Q8_1", "Q1_0"])
 def test_gguf_unsupported_types_are_refused_by_name(files, out, kind):
     with pytest.raises(ConversionError) as info:

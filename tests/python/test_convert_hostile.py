@@ -693,3 +693,109 @@ def test_unwritable_folder_is_one_error_even_as_root(tmp_path, monkeypatch):
         ):
             convert(src, tmp_path / target, quiet=True)
     assert listing(tmp_path) == ["x.npz"]
+
+
+# ------------------------------------------------- files that describe more than they hold
+
+
+def _broadcast_hurray(path, n, shard=False):
+    """A dense float32 tensor of n elements, all of them one stored element
+    (stride 0): a file of a few hundred bytes."""
+    from hurray._descriptor import Buffer, Shard
+
+    extra = {"shard": Shard((n,), (0,))} if shard else {}
+    d = hurray.Descriptor("float32", (n,), strides=(0,), buffers=[Buffer("data", 4, 4)], **extra)
+    hurray.save(path, {"w": hurray.Tensor(d, [np.full(1, 2.5, np.float32).view(np.uint8)])})
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz", ".gguf", ".pt"])
+def test_a_broadcast_tensor_is_not_written_out_past_the_output_limit(tmp_path, suffix):
+    """A 250-byte file with a stride-0 tensor of 2**28 elements made convert
+    write 1 GiB (2**33: allocate 32 GiB); to_dense() already refused it."""
+    src = tmp_path / "b.hurray"
+    _broadcast_hurray(src, 2**28)
+    assert os.path.getsize(src) < 1000
+    with pytest.raises(ConversionError, match="HURRAY_ERR_LIMIT"):
+        convert(src, tmp_path / f"out{suffix}", quiet=True)
+    assert not (tmp_path / f"out{suffix}").exists()
+    # within the limit it is written out as ever
+    _broadcast_hurray(src, 1000)
+    convert(src, tmp_path / f"small{suffix}", quiet=True)
+
+
+def test_load_sharded_holds_a_broadcast_piece_to_the_output_limit(tmp_path):
+    _broadcast_hurray(tmp_path / "s.hurray", 2**28, shard=True)
+    with pytest.raises(hurray.LimitError):
+        hurray.load_sharded([tmp_path / "s.hurray"], "w")
+    _broadcast_hurray(tmp_path / "s.hurray", 1000, shard=True)
+    assert (hurray.load_sharded([tmp_path / "s.hurray"], "w") == 2.5).all()
+
+
+def test_an_expanded_torch_tensor_is_not_made_contiguous_past_the_output_limit(tmp_path):
+    src = tmp_path / "e.pt"
+    torch.save({"w": torch.ones(1).expand(2**27)}, src)
+    assert os.path.getsize(src) < 4000
+    with pytest.raises(ConversionError, match="HURRAY_ERR_LIMIT"):
+        convert(src, tmp_path / "e.hurray", quiet=True)
+    torch.save({"w": torch.ones(1).expand(1000)}, src)
+    convert(src, tmp_path / "e.hurray", quiet=True)
+    assert (hurray.load(tmp_path / "e.hurray")["w"].numpy() == 1).all()
+
+
+def test_an_npz_member_whose_header_claims_more_than_it_holds_is_refused(tmp_path):
+    """numpy allocates what the header says before it reads: 236 bytes
+    claimed 4 TiB (a bare MemoryError, not a ConversionError)."""
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.float32))
+    header["shape"] = (2**40,)
+    with open(tmp_path / "h.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(np.zeros(32, np.float32).tobytes())
+    member = (tmp_path / "h.npy").read_bytes()
+    with zipfile.ZipFile(tmp_path / "h.npz", "w") as z:
+        z.writestr("a.npy", member)
+    with pytest.raises(ConversionError, match="header says"):
+        convert(tmp_path / "h.npz", tmp_path / "h.hurray", quiet=True)
+
+
+def test_messages_about_misplaced_or_mis_shaped_data_say_what_is_wrong(tmp_path):
+    import struct
+
+    from safetensors.numpy import save_file
+
+    def s(x):
+        return struct.pack("<Q", len(x)) + x
+
+    # a GGUF whose first tensor is not at data offset 0 ("puts it at 00")
+    body = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + s(b"a") + struct.pack("<I", 1)
+    body += struct.pack("<Q", 8) + struct.pack("<I", 0) + struct.pack("<Q", 32)
+    (tmp_path / "off.gguf").write_bytes(body + b"\0" * ((-len(body)) % 32) + b"\0" * 64)
+    with pytest.raises(ConversionError, match="puts the first tensor at 0"):
+        convert(tmp_path / "off.gguf", tmp_path / "off.hurray", quiet=True)
+    # GPTQ with 36 outputs, which 4-bit zero points packed 8 to an int32
+    # cannot hold ("has shape [4, 4], expected [4, 4]")
+    d = tmp_path / "gptq36"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 16}})
+    )
+    save_file(
+        {
+            "l.qweight": np.zeros((8, 36), np.int32),
+            "l.qzeros": np.zeros((4, 4), np.int32),
+            "l.scales": np.ones((4, 36), np.float16),
+        },
+        str(d / "model.safetensors"),
+    )
+    with pytest.raises(ConversionError, match="not a multiple of 8"):
+        convert(d, tmp_path / "gptq36.hurray", quiet=True)
+
+
+def test_an_empty_tensor_with_a_dimension_numpy_cannot_index_is_a_hurray_error(tmp_path):
+    import struct
+
+    h = json.dumps({"a": {"dtype": "F32", "shape": [0, 2**63 - 1], "data_offsets": [0, 0]}})
+    src = tmp_path / "zh.safetensors"
+    src.write_bytes(struct.pack("<Q", len(h)) + h.encode())
+    convert(src, tmp_path / "zh.hurray", quiet=True)
+    with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
+        hurray.open(tmp_path / "zh.hurray")["a"].numpy()

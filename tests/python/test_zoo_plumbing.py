@@ -231,8 +231,10 @@ def _hurray_with(tmp_path, meta_update):
         ({"zoo.weight_map": json.dumps({"w": "/tmp/abs.safetensors"})}, ["zoo.weight_map"]),
         ({"zoo.index": "../x.safetensors.index.json"}, ["zoo.index"]),
         ({"zoo.weight_map": "[1]"}, ["zoo.weight_map"]),
+        # an int among the names: min() of them raised a bare TypeError
+        ({"zoo.weight_map": json.dumps({"w": "a.safetensors", "x": 1})}, ["zoo.weight_map"]),
     ],
-    ids=["dotdot", "absolute", "index", "not-object"],
+    ids=["dotdot", "absolute", "index", "not-object", "not-a-string"],
 )
 def test_folder_target_refuses_hostile_names(tmp_path, meta, words):
     src = _hurray_with(tmp_path, meta)

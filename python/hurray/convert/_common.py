@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _dtypes, _hurray
 from .._descriptor import Dense, Descriptor
-from .._tensor import Tensor, from_numpy
+from .._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_numpy
 
 SOURCE_SUFFIXES = (
     ".safetensors",
@@ -79,6 +79,15 @@ def _contiguous(array) -> np.ndarray:
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
+def _check_dense_written_size(t: Tensor) -> None:
+    """LimitError if writing a dense tensor out row-major takes more than
+    the output limit allows for the bytes it stores: strides (a stride of
+    0 repeats one stored element) let a file of a few hundred bytes
+    describe gigabytes, which to_dense() refuses too."""
+    d = t.descriptor
+    t._check_output(_dtypes.storage_bytes(d.dtype, d.numel), DEFAULT_OUTPUT_LIMIT)
+
+
 def _values(t: Tensor, threads: int) -> np.ndarray:
     """The real values of a tensor: dequantized (float32) if quantized,
     densified if sparse or paged, a zero-copy view if dense."""
@@ -86,6 +95,7 @@ def _values(t: Tensor, threads: int) -> np.ndarray:
     if d.quantization is not None:
         return t.dequantize(np.float32, threads=threads)
     if isinstance(d.layout, Dense):
+        _check_dense_written_size(t)
         return t.numpy()
     return t.to_dense()
 

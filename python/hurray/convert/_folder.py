@@ -79,6 +79,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             records = json.loads(metadata.get(ZOO_TENSORS_KEY) or "{}")
             if not isinstance(recorded, dict) or not isinstance(records, dict):
                 raise TypeError("not an object")
+            if not all(isinstance(v, str) for v in recorded.values()):
+                raise TypeError("a file name that is not a string")
         except (ValueError, TypeError) as exc:
             raise ConversionError(
                 f"metadata {ZOO_WEIGHT_MAP_KEY!r} is not valid: {_first_line(exc)}"

@@ -16,6 +16,7 @@ from ._common import (
     SOURCE_DTYPES_KEY,
     ConversionError,
     UsageError,
+    _check_dense_written_size,
     _contiguous,
     _first_line,
     _shape_str,
@@ -145,7 +146,9 @@ class _GgufTarget(_FileTarget):
             return _Out(kind, nbytes)
         note = ""
         dense = isinstance(d.layout, Dense)
-        if not dense:
+        if dense:
+            _check_dense_written_size(t)  # before anything is planned
+        else:
             note = f"{describe(d).split(' ')[-1].strip('()')} densified"
         kind, nbytes = self._form(name, Descriptor(d.dtype, d.shape))
 

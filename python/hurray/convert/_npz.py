@@ -47,19 +47,25 @@ class _NpzSource(_Source):
     def names(self):
         return list(self._names)
 
-    def info(self, name):
+    def _header(self, name):
+        """(shape, fortran_order, dtype) from the member's .npy header, or
+        None where it cannot be read (_array then says what is wrong)."""
         member = self._members.get(name)
-        header = None
-        if member is not None and member.endswith(".npy"):
-            try:
-                with self._zip.open(member) as fp:
-                    version = np.lib.format.read_magic(fp)
-                    if version == (1, 0):
-                        header = np.lib.format.read_array_header_1_0(fp)
-                    elif version == (2, 0):
-                        header = np.lib.format.read_array_header_2_0(fp)
-            except _NPZ_ERRORS:
-                header = None  # _array below says what is wrong
+        if member is None or not member.endswith(".npy"):
+            return None
+        try:
+            with self._zip.open(member) as fp:
+                version = np.lib.format.read_magic(fp)
+                if version == (1, 0):
+                    return np.lib.format.read_array_header_1_0(fp)
+                if version == (2, 0):
+                    return np.lib.format.read_array_header_2_0(fp)
+        except _NPZ_ERRORS:
+            pass
+        return None
+
+    def info(self, name):
+        header = self._header(name)
         if header is None:
             a = self._array(name)
             shape, dtype = a.shape, a.dtype
@@ -73,10 +79,23 @@ class _NpzSource(_Source):
         return str(dtype), tuple(shape), math.prod(shape) * dtype.itemsize
 
     def _array(self, name):
+        header = self._header(name)
+        if header is not None and not header[2].hasobject:
+            # numpy allocates what the header says before reading: a member
+            # of a few bytes that claims terabytes is refused first.
+            need = math.prod(header[0]) * header[2].itemsize
+            held = self._zip.getinfo(self._members[name]).file_size
+            if need > held:
+                raise ConversionError(
+                    f"{self.path}: array {name!r}: its header says {need} bytes, "
+                    f"the member holds {held}"
+                )
         try:
             a = self._npz[name]
         except _NPZ_ERRORS as exc:  # object arrays, damaged or truncated members
             raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
+        except MemoryError:
+            raise ConversionError(f"{self.path}: array {name!r}: out of memory") from None
         if not isinstance(a, np.ndarray):  # numpy hands out other members as bytes
             raise ConversionError(
                 f"{self.path}: member {self._members.get(name, name)!r} is not a .npy array"

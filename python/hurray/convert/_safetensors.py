@@ -22,6 +22,7 @@ from ._common import (
     SOURCE_DTYPES_KEY,
     ConversionError,
     _aligned,
+    _check_dense_written_size,
     _contiguous,
     _first_line,
     _regular_file,
@@ -328,6 +329,7 @@ class _SafetensorsTarget(_DenseTarget):
         in the metadata as hurray.<name>.quantization."""
         d = t.descriptor
         q = d.quantization
+        _check_dense_written_size(t)
         codes = _contiguous(t.codes())
         if _dtypes.is_packed(d.dtype):
             codes = codes.view(np.uint8)  # one code per byte, its bits in the low bits

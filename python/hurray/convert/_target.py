@@ -15,7 +15,13 @@ from .. import _dtypes
 from .._descriptor import Composite, Dense
 from .._files import fsync_dir as _fsync_dir
 from .._tensor import Tensor
-from ._common import _ANY_FLOAT, FLOAT_DTYPES, ConversionError, _first_line
+from ._common import (
+    _ANY_FLOAT,
+    FLOAT_DTYPES,
+    ConversionError,
+    _check_dense_written_size,
+    _first_line,
+)
 from ._report import ConversionReport
 from .layouts import describe
 
@@ -172,6 +178,7 @@ class _DenseTarget(_FileTarget):
             array = t.to_dense()
             note = f"{describe(d).split(' ')[-1].strip('()')} densified"
         else:
+            _check_dense_written_size(t)
             array = t.codes()
         wide = _widen(d.dtype, self.native)
         if wide is None:

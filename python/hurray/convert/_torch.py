@@ -96,10 +96,21 @@ class _TorchSource(_Source):
         return (str(t.dtype).replace("torch.", ""), tuple(t.shape), t.numel() * t.element_size())
 
     def get(self, name):
+        import torch
+
+        from .. import _hurray
         from ..torch import from_torch
 
+        t = self._tensors[name]
         try:
-            return from_torch(self._tensors[name])
+            # A checkpoint of a few bytes can hold an expand()ed tensor of
+            # gigabytes (strides of 0 over a one-element storage), which
+            # from_torch makes contiguous: held to the output limit for
+            # the bytes its storage holds, as to_dense() is.
+            if t.layout == torch.strided and not t.is_contiguous():
+                stored = t.untyped_storage().nbytes()
+                _hurray._check_output_bytes(stored, t.numel() * t.element_size())
+            return from_torch(t)
         except HurrayError as exc:
             raise ConversionError(f"tensor {name!r}: {_first_line(exc)}") from None
 

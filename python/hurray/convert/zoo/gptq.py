@@ -68,7 +68,13 @@ def packed_int4_shapes(group: Group, bits: int, group_size: int, along_k: bool):
             f"has shape {list(qw)}, which is {k} inputs x {n} outputs with {groups} groups of "
             f"{g}, but {group.source_name('scales')!r} has shape {list(group.shape('scales'))}",
         )
-    if n % lanes or group.shape("qzeros") != (groups, n // lanes):
+    if n % lanes:
+        raise group.error(
+            "scales",
+            f"has {n} outputs, which {bits}-bit zero points packed {lanes} to an int32 "
+            f"cannot hold (not a multiple of {lanes})",
+        )
+    if group.shape("qzeros") != (groups, n // lanes):
         raise group.error(
             "qzeros",
             f"has shape {list(group.shape('qzeros'))}, expected {[groups, n // lanes]} "
