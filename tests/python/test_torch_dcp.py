@@ -474,6 +474,69 @@ def test_objects_without_json_form_need_opt_in(tmp_path):
     assert back["fine"] == {"a": (1, None, float("inf"))}
 
 
+def _edit_chunks(path, fqn, edit):
+    meta = os.path.join(path, hdcp.METADATA_FILE)
+    with hurray.open(meta) as f:
+        md = dict(f.metadata)
+    doc = json.loads(md["hurray.dcp.metadata"])
+    edit(doc["state_dict"][fqn]["chunks"])
+    md["hurray.dcp.metadata"] = json.dumps(doc)
+    hurray.save(meta, {}, md)
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda c: c[1].__setitem__("offsets", [1, 0]), "overlap"),
+        (lambda c: c.pop(), "do not cover"),
+        (lambda c: c.clear(), "do not cover"),
+        (lambda c: c[0].__setitem__("offsets", [-2, 0]), "not inside"),
+        (lambda c: c[0].__setitem__("sizes", [2]), "rank"),
+    ],
+    ids=["overlap", "gap", "none", "negative", "rank"],
+)
+def test_chunks_that_do_not_tile_the_tensor_are_refused(tmp_path, edit, words):
+    """Edited chunk offsets or sizes loaded shifted or partial values, and a
+    gap left the target's old values, all without an error."""
+    w = torch.arange(20.0).reshape(5, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(
+            {"w": w},
+            storage_writer=HurrayStorageWriter(tmp_path),
+            planner=_TwoChunkPlanner(),
+            no_dist=True,
+        )
+    _edit_chunks(tmp_path, "w", edit)
+    with pytest.raises(CheckpointError, match=words):
+        HurrayStorageReader(tmp_path).read_metadata()
+    with pytest.raises(BaseException, match=words):
+        _load_local(tmp_path, {"w": torch.full((5, 4), -1.0)})
+
+
+def test_malformed_json_items_are_checkpoint_errors(tmp_path):
+    _save_local(tmp_path, {"w": torch.arange(8.0), "step": 3})
+    rank = os.path.join(tmp_path, "rank-00000.hurray")
+    with hurray.open(rank) as f:
+        md = dict(f.metadata)
+        w = np.array(f["w"].numpy())
+    for payload in [
+        b'{"dict":[[[1,2],3]]}',
+        b'{"tuple":5}',
+        b'{"float":[1]}',
+        b"[" * 5000 + b"]" * 5000,
+    ]:
+        t = hurray.from_numpy(np.frombuffer(payload, np.uint8).copy())
+        ext = hurray.Extension(hdcp.JSON_EXTENSION)
+        hurray.save(
+            rank,
+            {"w": w, "step": hurray.Tensor(t.descriptor.replace(extension=ext), list(t.buffers))},
+            md,
+        )
+        with pytest.raises(BaseException, match="malformed JSON item"):
+            _load_local(tmp_path, {"w": torch.zeros(8), "step": 0})
+
+
 class _TwoChunkPlanner(DefaultSavePlanner):
     """Saves tensor "w" as two chunks of one rank (rows 0:2 and 2:5)."""
 

@@ -366,6 +366,33 @@ def _encode_metadata(metadata: Metadata, save_id: str, world_size: int, files: L
     }
 
 
+def _check_tiling(fqn: str, shape, chunks) -> None:
+    """The chunks of a tensor lie inside it, do not overlap and cover it:
+    otherwise a load would leave part of the target as it was, or put values
+    in the wrong place, without an error."""
+    boxes = []
+    for c in chunks:
+        lo, n = tuple(c.offsets), tuple(c.sizes)
+        if len(lo) != len(shape) or len(n) != len(shape):
+            raise CheckpointError(
+                f"{fqn!r}: a chunk at {list(lo)} of {list(n)} does not have the tensor's rank "
+                f"{len(shape)}"
+            )
+        if any(o < 0 or k < 0 or o + k > s for o, k, s in zip(lo, n, shape)):
+            raise CheckpointError(
+                f"{fqn!r}: a chunk at {list(lo)} of {list(n)} is not inside the shape {list(shape)}"
+            )
+        boxes.append((lo, n))
+    for i, (a_lo, a_n) in enumerate(boxes):
+        for b_lo, b_n in boxes[:i]:
+            if all(max(x, y) < min(x + k, y + m) for x, k, y, m in zip(a_lo, a_n, b_lo, b_n)):
+                raise CheckpointError(
+                    f"{fqn!r}: the chunks at {list(a_lo)} and {list(b_lo)} overlap"
+                )
+    if sum(math.prod(n) for _, n in boxes) != math.prod(shape):
+        raise CheckpointError(f"{fqn!r}: the chunks do not cover the shape {list(shape)}")
+
+
 def _decode_metadata(doc: dict) -> Metadata:
     state_dict_metadata: Dict[str, Any] = {}
     storage_data: Dict[MetadataIndex, _Location] = {}
@@ -391,8 +418,10 @@ def _decode_metadata(doc: dict) -> Metadata:
             offsets = torch.Size(c["offsets"])
             chunks.append(ChunkStorageMetadata(offsets=offsets, sizes=torch.Size(c["sizes"])))
             storage_data[MetadataIndex(fqn, offsets)] = _Location(c["file"], c["name"])
+        shape = torch.Size(e["shape"])
+        _check_tiling(fqn, shape, chunks)
         state_dict_metadata[fqn] = TensorStorageMetadata(
-            properties=properties, size=torch.Size(e["shape"]), chunks=chunks
+            properties=properties, size=shape, chunks=chunks
         )
     sm = doc.get("storage_meta")
     storage_meta = (
@@ -840,7 +869,7 @@ class HurrayStorageReader(StorageReader):
             return io.BytesIO(payload)
         try:
             value = _decode_value(json.loads(payload.decode("utf-8")))
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as e:
             raise CheckpointError(f"{f.path}[{loc.name!r}]: malformed JSON item: {e}") from None
         out = io.BytesIO()
         torch.save(value, out)  # what DCP's load_bytes reads back with torch.load
