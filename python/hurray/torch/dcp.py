@@ -383,8 +383,16 @@ def _check_tiling(fqn: str, shape, chunks) -> None:
                 f"{fqn!r}: a chunk at {list(lo)} of {list(n)} is not inside the shape {list(shape)}"
             )
         boxes.append((lo, n))
-    for i, (a_lo, a_n) in enumerate(boxes):
-        for b_lo, b_n in boxes[:i]:
+    # Overlap: a sweep along the axis whose offsets vary most, so that
+    # chunks cut along one axis (one per rank) meet their neighbours only.
+    solid = [b for b in boxes if math.prod(b[1]) > 0]
+    axis = max(range(len(shape)), key=lambda k: len({lo[k] for lo, _ in solid}), default=None)
+    if axis is not None:
+        solid.sort(key=lambda b: b[0][axis])
+    for i, (a_lo, a_n) in enumerate(solid):
+        for b_lo, b_n in solid[i + 1 :]:
+            if axis is not None and b_lo[axis] >= a_lo[axis] + a_n[axis]:
+                break
             if all(max(x, y) < min(x + k, y + m) for x, k, y, m in zip(a_lo, a_n, b_lo, b_n)):
                 raise CheckpointError(
                     f"{fqn!r}: the chunks at {list(a_lo)} and {list(b_lo)} overlap"
