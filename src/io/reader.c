@@ -484,6 +484,27 @@ static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
   return HURRAY_OK;
 }
 
+/* What a file that is not a hurray file seems to be, from its first 8
+ * bytes (and the 9th), as a hint for the message: the formats hurray
+ * converts from are the likely mix-ups. "" when nothing is recognised. */
+static const char *other_format_hint(HurrayReader *r, const uint8_t first[8]) {
+  static const char gguf[] = ": it looks like a GGUF file; `hurray convert` reads it";
+  static const char st[] = ": it looks like a safetensors file; `hurray convert` reads it";
+  static const char zip[] =
+      ": it looks like a zip archive (.npz, or a torch checkpoint); `hurray convert` reads it";
+  if (memcmp(first, "GGUF", 4) == 0) return gguf;
+  if (memcmp(first, "PK\x03\x04", 4) == 0) return zip;
+  /* safetensors: a little-endian header length, then the JSON header. */
+  uint64_t len = hurray__get_le(first, 8);
+  uint8_t brace = 0;
+  HurrayError ignored = {0};
+  if (len >= 2 && r->file_size >= 9 && len <= r->file_size - 8 &&
+      read_at(r, &brace, 1, 8, &ignored) == HURRAY_OK && brace == '{') {
+    return st;
+  }
+  return "";
+}
+
 /* The fixed header: magic, a major version this library reads, reserved
  * bytes zero. Its minor version goes to *minor for the trailer check. */
 static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *minor,
@@ -492,7 +513,8 @@ static HurrayStatus read_header(HurrayReader *r, uint64_t *major, uint64_t *mino
   if (r->file_size >= 8) {
     HURRAY_RETURN_NOT_OK(read_at(r, header, 8, 0, error));
     if (memcmp(header, hurray__file_magic, 8) != 0) {
-      return CORRUPT(HURRAY_ERR_BAD_MAGIC, "not a hurray file (bad magic)");
+      return CORRUPT(HURRAY_ERR_BAD_MAGIC, "not a hurray file (bad magic)%s",
+                     other_format_hint(r, header));
     }
   }
   if (r->file_size < HURRAY_FILE_HEADER_BYTES + HURRAY_FILE_TRAILER_BYTES) {

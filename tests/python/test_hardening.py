@@ -1067,3 +1067,28 @@ def test_a_byte_source_that_uses_its_file_when_released_does_not_hang(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "done" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "head, words",
+    [
+        (b"GGUF\x03\x00\x00\x00" + bytes(64), "GGUF file"),
+        (b"PK\x03\x04" + bytes(64), "zip archive"),
+        ((20).to_bytes(8, "little") + b'{"a": 1}' + b" " * 12 + bytes(40), "safetensors file"),
+        (b"\x00" * 72, None),
+    ],
+    ids=["gguf", "zip", "safetensors", "zeros"],
+)
+def test_opening_another_format_says_which_it_looks_like(tmp_path, head, words):
+    """A new user opens model.safetensors with hurray.open (or hurray ls):
+    "bad magic" alone does not say that hurray convert reads it."""
+    path = tmp_path / "model.bin"
+    path.write_bytes(head)
+    with pytest.raises(hurray.FormatError) as caught:
+        hurray.open(path)
+    message = str(caught.value)
+    assert "not a hurray file (bad magic)" in message
+    if words is None:
+        assert "looks like" not in message
+    else:
+        assert words in message and "hurray convert" in message
