@@ -110,6 +110,24 @@ def _listing(pieces: Sequence[_Piece]) -> str:
 
 
 # long: one check after another over the pieces (agreement, layout, tiling), each with its status.
+def overlapping_pair(boxes: Sequence[Box]) -> Optional[Tuple[int, int]]:
+    """The indices of two boxes that overlap, or None. A sweep along the
+    axis whose offsets vary most, so that boxes cut along one axis (one per
+    rank or file) are compared with their neighbours only."""
+    order = list(range(len(boxes)))
+    rank = len(boxes[0][0]) if boxes else 0
+    if rank:
+        axis = max(range(rank), key=lambda k: len({b[0][k] for b in boxes}))
+        order.sort(key=lambda i: boxes[i][0][axis])
+    for n, i in enumerate(order):
+        for j in order[n + 1 :]:
+            if rank and boxes[j][0][axis] >= boxes[i][1][axis]:
+                break
+            if _intersect(boxes[i], boxes[j]) is not None:
+                return i, j
+    return None
+
+
 def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
     """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
     first = pieces[0]
@@ -152,29 +170,20 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
             )
 
     solid = [p for p in pieces if _volume(p.box) > 0]
-    # Overlap: sweep along the axis whose offsets vary most, so that pieces
-    # cut along one axis are compared with their neighbours only.
-    rank = len(global_shape)
-    if rank:
-        axis = max(range(rank), key=lambda k: len({p.box[0][k] for p in solid}))
-        solid.sort(key=lambda p: p.box[0][axis])
-    for i, a in enumerate(solid):
-        for b in solid[i + 1 :]:
-            if rank and b.box[0][axis] >= a.box[1][axis]:
-                break
-            cut = _intersect(a.box, b.box)
-            if cut is not None:
-                raise _error(
-                    "HURRAY_ERR_SHARD_BOUNDS",
-                    f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
-                    f"{_fmt_box(cut)}",
-                )
+    pair = overlapping_pair([p.box for p in solid])
+    if pair is not None:
+        a, b = solid[pair[0]], solid[pair[1]]
+        raise _error(
+            "HURRAY_ERR_SHARD_BOUNDS",
+            f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
+            f"{_fmt_box(_intersect(a.box, b.box))}",
+        )
     # Gap: disjoint pieces inside the global box tile it iff their volumes
     # add up to it (validation already kept every piece inside).
     covered = sum(_volume(p.box) for p in solid)
     total = math.prod(global_shape)
     if covered != total:
-        missing: List[Box] = [((0,) * rank, tuple(global_shape))]
+        missing: List[Box] = [((0,) * len(global_shape), tuple(global_shape))]
         for p in solid:
             missing = [r for m in missing for r in _subtract(m, p.box)]
             if len(missing) > _MAX_GAP_BOXES:

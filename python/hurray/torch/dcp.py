@@ -78,7 +78,7 @@ from .. import _hurray
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
-from .._shards import shard
+from .._shards import _volume, overlapping_pair, shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
 
@@ -382,22 +382,12 @@ def _check_tiling(fqn: str, shape, chunks) -> None:
             raise CheckpointError(
                 f"{fqn!r}: a chunk at {list(lo)} of {list(n)} is not inside the shape {list(shape)}"
             )
-        boxes.append((lo, n))
-    # Overlap: a sweep along the axis whose offsets vary most, so that
-    # chunks cut along one axis (one per rank) meet their neighbours only.
-    solid = [b for b in boxes if math.prod(b[1]) > 0]
-    axis = max(range(len(shape)), key=lambda k: len({lo[k] for lo, _ in solid}), default=None)
-    if axis is not None:
-        solid.sort(key=lambda b: b[0][axis])
-    for i, (a_lo, a_n) in enumerate(solid):
-        for b_lo, b_n in solid[i + 1 :]:
-            if axis is not None and b_lo[axis] >= a_lo[axis] + a_n[axis]:
-                break
-            if all(max(x, y) < min(x + k, y + m) for x, k, y, m in zip(a_lo, a_n, b_lo, b_n)):
-                raise CheckpointError(
-                    f"{fqn!r}: the chunks at {list(a_lo)} and {list(b_lo)} overlap"
-                )
-    if sum(math.prod(n) for _, n in boxes) != math.prod(shape):
+        boxes.append((lo, tuple(o + k for o, k in zip(lo, n))))
+    pair = overlapping_pair(boxes)  # an empty chunk overlaps nothing
+    if pair is not None:
+        a, b = boxes[pair[0]][0], boxes[pair[1]][0]
+        raise CheckpointError(f"{fqn!r}: the chunks at {list(a)} and {list(b)} overlap")
+    if sum(_volume(b) for b in boxes) != math.prod(shape):
         raise CheckpointError(f"{fqn!r}: the chunks do not cover the shape {list(shape)}")
 
 
