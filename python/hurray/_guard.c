@@ -37,6 +37,15 @@ static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out
   return 1;
 }
 
+int hy_field_u64(PyObject *obj, uint64_t max, const char *what, uint64_t *out) {
+  if (!PyLong_Check(obj) && !PyIndex_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an integer, not %.100s", what,
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  return conv_max(obj, max, what, out) ? 0 : -1;
+}
+
 int hy_conv_u32(PyObject *obj, void *out) {
   uint64_t v;
   if (!conv_max(obj, UINT32_MAX, "value", &v)) return 0;

@@ -21,6 +21,10 @@ int hy_conv_u32(PyObject *obj, void *out);     /* uint32_t */
 int hy_conv_u64(PyObject *obj, void *out);     /* uint64_t */
 int hy_conv_threads(PyObject *obj, void *out); /* unsigned int, 0..65535 */
 
+/* The same check for a named field (a descriptor field, "shape[1]"): 0, or
+ * -1 with OverflowError or TypeError naming `what`. */
+int hy_field_u64(PyObject *obj, uint64_t max, const char *what, uint64_t *out);
+
 /* PySequence_Fast, except that a list (whose items Python code run while
  * they are converted, an __index__ or a __buffer__, could remove under the
  * caller's loop) comes back as a tuple copy. New reference; the

@@ -161,7 +161,8 @@ extern PyType_Spec hy_descriptor_spec;
 /* A hurray.Descriptor decoded from `encoded` (bytes-like). */
 PyObject *hy_descriptor_object(ModuleState *st, PyObject *encoded);
 PyObject *mod_set_descriptor_class(PyObject *module, PyObject *cls);
-/* tuple(int(x) for x in seq), a new reference. */
+/* tuple(operator.index(x) for x in seq), a new reference: a float or a str
+ * is a TypeError, never truncated or parsed. */
 PyObject *hy_int_tuple(PyObject *seq);
 PyObject *hy_encode_descriptor(ModuleState *st, const HurrayDescriptor *d);
 HurrayDescriptor *hy_decode_descriptor(ModuleState *st, PyObject *obj); /* caller-owned */

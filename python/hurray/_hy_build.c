@@ -73,14 +73,26 @@ static int need(PyObject *v, const char *key) {
   return v == NULL ? -1 : 0;
 }
 
-static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t *out) {
+/* "Paged.page_size": what an error about a field of `spec` calls it. */
+static void field_name(PyObject *spec, const char *key, char *buf, size_t size) {
+  const char *type = Py_TYPE(spec)->tp_name, *dot = strrchr(type, '.');
+  snprintf(buf, size, "%.60s.%.60s", dot != NULL ? dot + 1 : type, key);
+}
+
+static int get_uint(PyObject *dict, const char *key, uint64_t fallback, uint64_t max,
+                    uint64_t *out) {
   PyObject *v = item(dict, key);
   if (v == NULL || v == Py_None) {
     *out = fallback;
     return 0;
   }
-  *out = PyLong_AsUnsignedLongLong(v);
-  return PyErr_Occurred() ? -1 : 0;
+  char what[128];
+  field_name(dict, key, what, sizeof what);
+  return hy_field_u64(v, max, what, out);
+}
+
+static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t *out) {
+  return get_uint(dict, key, fallback, UINT64_MAX, out);
 }
 
 static int get_i64(PyObject *dict, const char *key, int64_t fallback, int64_t *out) {
@@ -90,17 +102,19 @@ static int get_i64(PyObject *dict, const char *key, int64_t fallback, int64_t *o
     return 0;
   }
   *out = PyLong_AsLongLong(v);
+  if (*out == -1 && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+    char what[128];
+    field_name(dict, key, what, sizeof what);
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (%lld..%lld)", what, v,
+                 (long long)INT64_MIN, (long long)INT64_MAX);
+  }
   return PyErr_Occurred() ? -1 : 0;
 }
 
 /* Buffer indices: None or absent means "no buffer". */
 static int get_index(PyObject *dict, const char *key, uint32_t *out) {
   uint64_t v;
-  if (get_u64(dict, key, HURRAY_NO_BUFFER, &v) < 0) return -1;
-  if (v > UINT32_MAX) {
-    PyErr_Format(PyExc_OverflowError, "%s out of range", key);
-    return -1;
-  }
+  if (get_uint(dict, key, HURRAY_NO_BUFFER, UINT32_MAX, &v) < 0) return -1;
   *out = (uint32_t)v;
   return 0;
 }
@@ -136,9 +150,11 @@ static int get_u64_list(PyObject *dict, const char *key, uint64_t *out, Py_ssize
     PyErr_Format(PyExc_ValueError, "%s: %zd entries exceed the limit of %zd", key, n, max);
     return -1;
   }
+  char what[128], entry[160];
+  field_name(dict, key, what, sizeof what);
   for (Py_ssize_t i = 0; i < n; i++) {
-    out[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
-    if (PyErr_Occurred()) {
+    snprintf(entry, sizeof entry, "%s[%zd]", what, i);
+    if (hy_field_u64(PySequence_Fast_GET_ITEM(seq, i), UINT64_MAX, entry, &out[i]) < 0) {
       Py_DECREF(seq);
       return -1;
     }
@@ -205,11 +221,11 @@ static int build_paged(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, H
   uint64_t axis, page_size, num_pages;
   HurrayDType table_dtype;
   uint32_t a, b;
-  if (get_u64(layout, "axis", 0, &axis) < 0 || get_u64(layout, "page_size", 0, &page_size) < 0 ||
+  if (get_uint(layout, "axis", 0, UINT32_MAX, &axis) < 0 ||
+      get_u64(layout, "page_size", 0, &page_size) < 0 ||
       get_u64(layout, "num_pages", 0, &num_pages) < 0 ||
       get_dtype(layout, "table_dtype", false, &table_dtype) < 0 ||
-      get_index(layout, "pool_buffer", &a) < 0 || get_index(layout, "table_buffer", &b) < 0 ||
-      hy_check_max(axis, UINT32_MAX, "axis") < 0) {
+      get_index(layout, "pool_buffer", &a) < 0 || get_index(layout, "table_buffer", &b) < 0) {
     return -1;
   }
   *s = hurray_descriptor_set_layout_paged(d, (uint32_t)axis, page_size, num_pages, table_dtype, a,
@@ -320,15 +336,10 @@ static int get_small_list(PyObject *v, const char *key, uint32_t *out, Py_ssize_
     rc = -1;
   }
   for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
-    PyObject *index = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));
-    unsigned long x = index != NULL ? PyLong_AsUnsignedLong(index) : 0;
-    Py_XDECREF(index);
-    if (PyErr_Occurred()) {
-      rc = -1;
-    } else if (x > 255) {
-      PyErr_Format(PyExc_ValueError, "%s[%zd]: %lu is out of range", key, i, x);
-      rc = -1;
-    }
+    char what[96];
+    uint64_t x = 0;
+    snprintf(what, sizeof what, "%.60s[%zd]", key, i);
+    rc = hy_field_u64(PySequence_Fast_GET_ITEM(seq, i), 255, what, &x);
     out[i] = (uint32_t)x;
   }
   Py_DECREF(seq);
@@ -354,10 +365,13 @@ static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool
     PyErr_Format(PyExc_TypeError, "%s: a Packing (word_bits, axis, order), not %R", key, p);
     return -1;
   }
-  if (need(word_bits, "word_bits") < 0) return -1;
-  unsigned long wb = PyLong_AsUnsignedLong(word_bits);
-  unsigned long ax = axis != NULL && axis != Py_None ? PyLong_AsUnsignedLong(axis) : 0;
-  if (PyErr_Occurred()) return -1;
+  uint64_t wb = 0, ax = 0;
+  if (need(word_bits, "word_bits") < 0 ||
+      hy_field_u64(word_bits, UINT64_MAX, "Packing.word_bits", &wb) < 0 ||
+      (axis != NULL && axis != Py_None &&
+       hy_field_u64(axis, UINT64_MAX, "Packing.axis", &ax) < 0)) {
+    return -1;
+  }
   uint32_t raw[32];
   uint8_t lanes[32];
   Py_ssize_t n = 0;
@@ -366,11 +380,11 @@ static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool
   }
   uint32_t bits = hurray_dtype_bits(zero_points ? hurray_descriptor_quant_zero_point_dtype(d)
                                                 : hurray_descriptor_dtype(d));
-  if (n != 0 && (bits == 0 || wb % bits != 0 || (unsigned long)n != wb / bits)) {
+  if (n != 0 && (bits == 0 || wb % bits != 0 || (uint64_t)n != wb / bits)) {
     PyErr_Format(PyExc_ValueError,
-                 "%s.order: %zd entries; %lu-bit words of %u-bit elements "
-                 "have %lu lanes",
-                 key, n, wb, bits, bits ? wb / bits : 0ul);
+                 "%s.order: %zd entries; %llu-bit words of %u-bit elements "
+                 "have %llu lanes",
+                 key, n, (unsigned long long)wb, bits, (unsigned long long)(bits ? wb / bits : 0));
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; i++) lanes[i] = (uint8_t)raw[i];
@@ -493,12 +507,8 @@ static int build_quant(ModuleState *st, HurrayDescriptor *d, PyObject *q, Hurray
   uint32_t scale_buffer;
   HurrayDType scale_dtype;
   HurrayStatus s = HURRAY_OK;
-  if (get_u64(q, "axis", 0, &axis) < 0 || get_u64(q, "block_size", 0, &block) < 0 ||
+  if (get_uint(q, "axis", 0, UINT32_MAX, &axis) < 0 || get_u64(q, "block_size", 0, &block) < 0 ||
       get_i64(q, "zero_point", 0, &zero_point) < 0) {
-    return -1;
-  }
-  if (axis > UINT32_MAX) {
-    PyErr_SetString(PyExc_OverflowError, "axis out of range");
     return -1;
   }
   if (strcmp(k, "per_tensor_affine") == 0) {
@@ -604,13 +614,15 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
   PyObject *stats = item(spec, "statistics");
   if (s == HURRAY_OK && stats != NULL) {
     PyObject *v;
+    uint64_t count;
     if ((v = item(stats, "min")) != NULL) hurray_descriptor_set_stat_min(d, PyFloat_AsDouble(v));
-    if ((v = item(stats, "max")) != NULL) hurray_descriptor_set_stat_max(d, PyFloat_AsDouble(v));
-    if ((v = item(stats, "nan_count")) != NULL)
-      hurray_descriptor_set_stat_nan_count(d, PyLong_AsUnsignedLongLong(v));
-    if ((v = item(stats, "zero_count")) != NULL)
-      hurray_descriptor_set_stat_zero_count(d, PyLong_AsUnsignedLongLong(v));
+    if (!PyErr_Occurred() && (v = item(stats, "max")) != NULL)
+      hurray_descriptor_set_stat_max(d, PyFloat_AsDouble(v));
     if (PyErr_Occurred()) return -1;
+    if (get_uint(stats, "nan_count", UINT64_MAX, UINT64_MAX, &count) < 0) return -1;
+    if (item(stats, "nan_count") != NULL) hurray_descriptor_set_stat_nan_count(d, count);
+    if (get_uint(stats, "zero_count", UINT64_MAX, UINT64_MAX, &count) < 0) return -1;
+    if (item(stats, "zero_count") != NULL) hurray_descriptor_set_stat_zero_count(d, count);
   }
   PyObject *shard = item(spec, "shard");
   if (s == HURRAY_OK && shard != NULL) {
@@ -677,8 +689,12 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
       PyErr_Format(PyExc_ValueError, "strides need %zd entries", rank);
       goto fail;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-      raw[i] = (uint64_t)PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    for (Py_ssize_t i = 0; i < n && !PyErr_Occurred(); i++) {
+      PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
+      raw[i] = (uint64_t)PyLong_AsLongLong(v);
+      if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Format(PyExc_OverflowError, "Descriptor.strides[%zd] %R is out of range", i, v);
+      }
     }
     Py_DECREF(seq);
     if (PyErr_Occurred()) goto fail;

@@ -86,7 +86,7 @@ PyObject *hy_int_tuple(PyObject *seq) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject *t = PyTuple_New(n);
   for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
-    PyObject *x = PyNumber_Long(PySequence_Fast_GET_ITEM(fast, i));
+    PyObject *x = PyNumber_Index(PySequence_Fast_GET_ITEM(fast, i));
     if (x == NULL) Py_CLEAR(t);
     else PyTuple_SET_ITEM(t, i, x);
   }
@@ -139,7 +139,7 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                         ? Py_NewRef(Py_None)
                         : hy_int_tuple(in[HY_D_STRIDES]);
   f[HY_D_BYTE_OFFSET] = in[HY_D_BYTE_OFFSET] == NULL ? PyLong_FromLong(0)
-                                                     : PyNumber_Long(in[HY_D_BYTE_OFFSET]);
+                                                     : PyNumber_Index(in[HY_D_BYTE_OFFSET]);
   PyObject *none[HY_RECORD_MAX_FIELDS] = {0};
   f[HY_D_LAYOUT] = in[HY_D_LAYOUT] != NULL ? Py_NewRef(in[HY_D_LAYOUT])
                                            : hy_record_new(st, HY_DENSE, none);

@@ -418,6 +418,54 @@ def test_descriptor_integers_never_wrap():
         )
 
 
+def test_descriptor_integers_are_integers():
+    # Shape, strides and byte_offset went through int(): a float was cut
+    # short and a string parsed, so (2.9,) became (2,) without a word.
+    for kwargs in (
+        {"shape": (2.9,)},
+        {"shape": ("4",)},
+        {"shape": (4,), "strides": (4.7,)},
+        {"shape": (4,), "byte_offset": 1.5},
+    ):
+        with pytest.raises(TypeError):
+            hurray.Descriptor("float32", **kwargs)
+    assert hurray.Descriptor("float32", (np.int64(3),)).shape == (3,)
+    with pytest.raises(TypeError, match=r"Paged\.page_size must be an integer"):
+        hurray.Descriptor("float32", (8, 4), layout=hurray.Paged(0, 4.0, 2))
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: hurray.Descriptor("float32", (4, -1)), r"Descriptor\.shape\[1\] -1"),
+        (lambda: hurray.Descriptor("float32", (4,), strides=(2**70,)), r"Descriptor\.strides\[0\]"),
+        (
+            lambda: hurray.Descriptor("float32", (8, 4), layout=hurray.Paged(-1, 4, 2)),
+            r"Paged\.axis -1 is out of range \(0\.\.4294967295\)",
+        ),
+        (
+            lambda: hurray.Descriptor("float32", (8, 4), layout=hurray.Paged(0, 4, -2)),
+            r"Paged\.num_pages -2",
+        ),
+        (
+            lambda: hurray.Descriptor("float32", (4,), statistics=hurray.Statistics(nan_count=-1)),
+            r"Statistics\.nan_count -1",
+        ),
+        (
+            lambda: hurray.Descriptor(
+                "int8", (4, 8), quantization=hurray.PerChannelAffine(-1, 1), buffers=[]
+            ),
+            r"PerChannelAffine\.axis -1",
+        ),
+    ],
+)
+def test_an_integer_out_of_range_names_its_field(make, field):
+    # "can't convert negative int to unsigned" said neither which field nor
+    # what range it has.
+    with pytest.raises(OverflowError, match=field):
+        make()
+
+
 # ------------------------------------------------------ 9. copy, pickle
 
 
