@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "hurray/hurray.h"
@@ -72,6 +73,13 @@ static int usage_error(const char *fmt, const char *arg) {
  * format, an option only the Python converter has, or a tensor that needs
  * a change of form, e.g. dequantizing into safetensors): the caller then
  * hands over to Python. Nothing is written in that case. */
+/* A folder is a model folder (a source) or a folder target whatever its
+ * name says: "m.safetensors/" is Python's to read. */
+static bool is_folder(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   bool quiet = false, stats = false, verify = true;
@@ -84,7 +92,7 @@ static int try_native_convert(int argc, char **argv) {
     else if (dst == NULL) dst = argv[i];
     else return -1;
   }
-  if (src == NULL || dst == NULL) return -1;
+  if (src == NULL || dst == NULL || is_folder(src) || is_folder(dst)) return -1;
   HurrayFormat sf = hurray_format_from_path(src), tf = hurray_format_from_path(dst);
   if (sf == HURRAY_FORMAT_UNKNOWN || tf == HURRAY_FORMAT_UNKNOWN) return -1;
   HurrayConvertOptions options = HURRAY_CONVERT_OPTIONS_INIT;

@@ -49,6 +49,16 @@ def unsupported(message: str) -> "_hurray.UnsupportedError":
     return _hurray._error("HURRAY_ERR_UNSUPPORTED", message)
 
 
+def _empty_array(shape, dtype) -> np.ndarray:
+    """An array with no elements, or UnsupportedError where a dimension is
+    one numpy cannot hold (a file may describe [0, 2**63]: no bytes, but
+    past numpy's index type)."""
+    try:
+        return np.empty(tuple(shape), dtype)
+    except ValueError:
+        raise unsupported(f"numpy cannot hold an array of shape {tuple(shape)}") from None
+
+
 def natural_alignment(itemsize: int) -> int:
     """The alignment a buffer of `itemsize`-byte elements declares: the
     largest power of two dividing the element size (1 for packed sub-byte
@@ -191,9 +201,10 @@ class Tensor(_hurray._Tensor):
             count = math.prod(shape[:-1]) * row
             return raw[byte_offset : byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
         numel = math.prod(shape)
-        if numel == 0 and max(shape, default=0) >= 2**63 // 64:
-            # No elements, but a dimension numpy cannot index ("array is too big").
-            raise unsupported(f"numpy cannot hold an array of shape {tuple(shape)}")
+        if numel == 0:  # refuses what numpy cannot index
+            if _dtypes.is_packed(dtype_name):
+                return _empty_array(shape, _dtypes.unpack(dtype_name, raw[:0], 0).dtype)
+            return _empty_array(shape, _dtypes.to_numpy(dtype_name))
         if _dtypes.is_packed(dtype_name):
             size = _dtypes.storage_bytes(dtype_name, numel)
             return _dtypes.unpack(dtype_name, raw[byte_offset : byte_offset + size], numel).reshape(
@@ -290,7 +301,10 @@ class Tensor(_hurray._Tensor):
         kernel = _dtypes.name_of(dtype)
         if kernel not in _KERNEL_DTYPES:
             kernel = "float32"
-        out = _outbuf.empty(d.shape, _dtypes.to_numpy(kernel), threads)  # see _outbuf
+        if d.numel == 0:
+            out = _empty_array(d.shape, _dtypes.to_numpy(kernel))
+        else:
+            out = _outbuf.empty(d.shape, _dtypes.to_numpy(kernel), threads)  # see _outbuf
         self._dequantize(out.reshape(-1).view(np.uint8), kernel, threads)
         return out if out.dtype == dtype else out.astype(dtype)
 
@@ -371,7 +385,7 @@ class Tensor(_hurray._Tensor):
             packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
             self._to_dense(packed)
             return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)
-        out = np.empty(d.shape, dtype=_dtypes.to_numpy(d.dtype))
+        out = _empty_array(d.shape, _dtypes.to_numpy(d.dtype))
         self._to_dense(out.reshape(-1).view(np.uint8) if out.size else out)
         return out
 

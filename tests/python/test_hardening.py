@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -1050,6 +1051,25 @@ def test_buffer_export_refuses_dimensions_past_ssize_t():
     t = hurray.Tensor(d, [b""])
     with pytest.raises(BufferError, match="Py_ssize_t"):
         memoryview(t)
+
+
+def test_empty_tensors_with_dimensions_numpy_cannot_hold():
+    # No elements, but a dimension past numpy's index type: to_dense() and
+    # dequantize() leaked numpy's ValueError ("Maximum allowed dimension
+    # exceeded"), and dequantize() warned of an overflow in np.prod first.
+    # A GPTQ folder whose qweight is [2**60, 0] converts to such a tensor.
+    dense = hurray.Tensor(
+        hurray.Descriptor("float32", (0, 2**62, 4), buffers=[hurray.Buffer("data", 0, 4)]),
+        [b""],
+    )
+    q = hurray.quantize(np.zeros((0, 64), np.float32), "q8_0")
+    huge = hurray.Tensor(q.descriptor.replace(shape=(0, 2**63)), list(q.buffers))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in (dense.to_dense, dense.dequantize, dense.numpy, huge.dequantize, huge.to_dense):
+            with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
+                call()
+    assert q.dequantize().shape == (0, 64)
 
 
 def test_lists_emptied_while_their_items_are_converted_do_not_crash(tmp_path):

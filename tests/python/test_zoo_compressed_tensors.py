@@ -295,6 +295,30 @@ def test_packed_disagreeing_with_shape(tmp_path):
     assert_one_line_failure(_bad(tmp_path, mutate), [f"{P}.weight_packed", "weight_shape"])
 
 
+@pytest.mark.parametrize(
+    ("case", "n", "k", "member", "what"),
+    [
+        ("int4-channel-sym", 8, 12, "weight_packed", "in_features 12"),
+        ("int4-channel-asym", 12, 16, "weight_zero_point", "out_features 12"),
+    ],
+)
+def test_partly_filled_last_word(tmp_path, case, n, k, member, what):
+    # compressed-tensors packs a dimension that is not a multiple of 8 into
+    # a partly filled last word; the message said "has shape [8, 2],
+    # expected [8, 2]" without the reason.
+    bits, strategy, symmetric, group_size, extra = CASES[case]
+    rng = np.random.default_rng(3)
+    # drawn at whole words, then cut to n rows: what the library writes
+    members, _, _ = _layer(rng, n + (-n % 8), k + (-k % 8), bits, strategy, symmetric, **extra)
+    members["weight_packed"] = members["weight_packed"][:n].copy()
+    members["weight_scale"] = members["weight_scale"][:n].copy()
+    members["weight_shape"] = np.array([n, k], np.int64)
+    qc = _config({"group_0": (["Linear"], _weights(bits, strategy, symmetric))})
+    src = write_model(tmp_path / "m", {f"{P}.{m}": a for m, a in members.items()}, qc)
+    r = convert(src, tmp_path / "out.hurray")
+    assert_one_line_failure(r, [f"{P}.{member}", what, "partly filled", "multiple of 8"])
+
+
 def test_g_idx_out_of_range(tmp_path):
     def mutate(t, qc):
         t[f"{P}.weight_g_idx"] = t[f"{P}.weight_g_idx"].copy()
@@ -314,6 +338,27 @@ def test_missing_config_key(tmp_path):
     assert_one_line_failure(r, ["config.json", "'num_bits'"])
     r = _bad(tmp_path / "2", lambda t, qc: qc.pop("config_groups"))
     assert_one_line_failure(r, ["config.json", "'config_groups'"])
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        5,
+        True,
+        3.5,
+        {"a": 1},
+        ["Linear", 7],
+        ["re:a{4294967296}"],
+        ["re:" + "(" * 2000 + ")" * 2000],
+    ],
+)
+def test_targets_not_a_list_of_names(tmp_path, targets):
+    # 5 reached `for t in targets` outside the build's error mapping: the CLI
+    # said "internal error: TypeError: 'int' object is not iterable".
+    def mutate(t, qc):
+        qc["config_groups"]["group_0"]["targets"] = targets
+
+    assert_one_line_failure(_bad(tmp_path, mutate), ["config.json", "target"])
 
 
 def test_other_formats_pass_through(tmp_path):

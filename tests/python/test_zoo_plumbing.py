@@ -20,6 +20,7 @@ from zoo_reference import (
     read_folder,
     read_safetensors,
     write_model,
+    write_safetensors,
 )
 
 import hurray
@@ -131,6 +132,112 @@ def test_dequantize(tmp_path):
         )
 
 
+def test_the_record_is_written_once(tmp_path, monkeypatch):
+    # The record of grouped tensors was serialised again after each one:
+    # quadratic in the layer count (4,000 GPTQ layers took 50 s, 1,000 took
+    # 3.4). Counting the serialisations keeps the test free of timing.
+    rng = np.random.default_rng(9)
+    t = {}
+    for i in range(40):
+        t[f"l{i}.codes"] = rng.integers(-128, 128, (2, 8)).astype(np.int8)
+        t[f"l{i}.scale"] = rng.random(2).astype(np.float32)
+    src = write_model(tmp_path / "m", t, QC)
+    dumped = []
+    real = zoo.json.dumps
+
+    def counting(obj, *args, **kwargs):
+        text = real(obj, *args, **kwargs)
+        if isinstance(obj, dict) and "l0.weight" in obj:
+            dumped.append(len(obj))
+        return text
+
+    monkeypatch.setattr(zoo.json, "dumps", counting)
+    hurray.convert(str(src), str(tmp_path / "x.hurray"), quiet=True)
+    assert dumped == [40]
+    with hurray.open(str(tmp_path / "x.hurray")) as f:
+        assert len(json.loads(f.metadata["zoo.tensors"])) == 40
+
+
+@pytest.mark.parametrize("via_hurray", [False, True])
+def test_requantized_tensors_lose_their_record(tmp_path, via_hurray):
+    # A grouped tensor requantized on the way kept its record, so converting
+    # back wrote the new codes and scales under the old members' names and
+    # dtypes (the byte counts agree here): garbage that loaded quietly.
+    t = _tensors(np.random.default_rng(5))
+    src = write_model(tmp_path / "m", t, QC)
+    opts = {"quantize": "per_channel", "quantize_include": ["a.weight"], "quiet": True}
+    if via_hurray:
+        hurray.convert(str(src), str(tmp_path / "plain.hurray"), quiet=True)
+        report = hurray.convert(str(tmp_path / "plain.hurray"), str(tmp_path / "x.hurray"), **opts)
+    else:
+        report = hurray.convert(str(src), str(tmp_path / "x.hurray"), **opts)
+    assert "a.weight" in [r.name for r in report.rows if r.quantized]
+    assert any("a.weight" in n and "plain tensor" in n for n in report.notes), report.notes
+    with hurray.open(str(tmp_path / "x.hurray")) as f:
+        records = json.loads(f.metadata["zoo.tensors"])
+        config = json.loads(f.metadata["zoo.config.json"])
+    assert sorted(records) == ["b.weight"]  # stored as it was read
+    assert config["quantization_config"] == QC
+    hurray.convert(str(tmp_path / "x.hurray"), str(tmp_path / "back") + "/", quiet=True)
+    back = read_folder(tmp_path / "back")
+    assert "a.codes" not in back and "a.scale" not in back and back["a.weight"][0] == "F32"
+    assert back["b.codes"] == read_folder(src)["b.codes"]
+
+
+def test_config_loses_quantization_when_no_record_is_left(tmp_path):
+    t = _tensors(np.random.default_rng(7))
+    src = write_model(tmp_path / "m", t, QC)
+    report = hurray.convert(
+        str(src),
+        str(tmp_path / "x.hurray"),
+        quantize="per_channel",
+        quantize_include=["*.weight"],
+        quiet=True,
+    )
+    assert any("loses its quantization_config" in n for n in report.notes), report.notes
+    with hurray.open(str(tmp_path / "x.hurray")) as f:
+        assert "zoo.tensors" not in f.metadata
+        config = json.loads(f.metadata["zoo.config.json"])
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+
+
+@pytest.mark.parametrize("name", ["m.safetensors.index.json", "m.safetensors", "m.npz"])
+@pytest.mark.parametrize("shards", [1, 2])
+def test_folders_named_like_files(tmp_path, name, shards):
+    # A folder is a model folder whatever its name: "m.safetensors.index.json"
+    # was opened as the index inside itself (ENOENT), and the C command took
+    # "m.safetensors" for a file ("is not a regular file").
+    t = _tensors(np.random.default_rng(8))
+    src = write_model(tmp_path / name, t, QC, shards=shards)
+    out = tmp_path / "x.hurray"
+    for arg in (str(src), str(src) + "/"):
+        hurray.convert(arg, str(out), quiet=True)  # the test family is this process's
+        with hurray.open(str(out)) as f:
+            assert sorted(f.keys()) == ["a.bias", "a.weight", "b.weight", "emb.weight"]
+        assert_ok(convert(arg, out, "-q"))  # the C command hands the folder to Python
+        with hurray.open(str(out)) as f:
+            assert sorted(f.keys()) == sorted(t)
+
+
+def test_dequantize_says_when_it_cannot_read_the_format(tmp_path):
+    # bitsandbytes 8-bit (int8 weight + SCB) is no family's: --dequantize
+    # copied its int8 codes and kept quantization_config, reporting only
+    # "0 quantized".
+    qc = {"quant_method": "bitsandbytes", "load_in_8bit": True}
+    t = {
+        "l.weight": np.ones((4, 8), np.int8),
+        "l.SCB": np.ones(4, np.float32),
+    }
+    src = write_model(tmp_path / "m", t, qc)
+    report = hurray.convert(str(src), str(tmp_path / "d") + "/", dequantize=True, quiet=True)
+    assert any("'bitsandbytes'" in n and "copied as stored" in n for n in report.notes), (
+        report.notes
+    )
+    assert read_folder(tmp_path / "d") == read_folder(src)
+    plain = hurray.convert(str(src), str(tmp_path / "x.hurray"), quiet=True)
+    assert not any("does not read" in n for n in plain.notes)
+
+
 def test_include_exclude_apply_to_grouped_names(tmp_path):
     t = _tensors(np.random.default_rng(3))
     src = write_model(tmp_path / "m", t, QC)
@@ -210,6 +317,39 @@ def test_bad_config_is_one_line(tmp_path, config, words):
     assert listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("existing", [False, True])
+def test_shards_in_subfolders_come_back(tmp_path, existing):
+    # The reader takes an index naming "sub/part.safetensors"; the folder
+    # target refused to write it back ("not a plain *.safetensors name").
+    src = tmp_path / "m"
+    write_model(src, {"w": np.ones(2, np.float32)}, None)
+    os.unlink(src / "model.safetensors")
+    os.makedirs(src / "sub" / "deeper")
+    parts = {"a": "sub/deeper/a.safetensors", "b": "b.safetensors", "c": "sub/c.safetensors"}
+    for i, (name, shard) in enumerate(parts.items()):
+        write_safetensors(src / shard, {name: np.full(3, i, np.float32)}, {"format": "pt"})
+    (src / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 36}, "weight_map": parts})
+    )
+    assert_ok(convert(src, tmp_path / "x.hurray", "-q"))
+    back = tmp_path / "back"
+    if existing:
+        os.mkdir(back)
+        (back / "keep.txt").write_text("mine")
+    assert_ok(convert(tmp_path / "x.hurray", f"{back}/", "-q"))
+    assert read_folder(back) == read_folder(src)
+    for shard in parts.values():
+        assert (back / shard).is_file()
+    assert sorted(os.listdir(back / "sub")) == ["c.safetensors", "deeper"]
+    # A failed write into an existing folder leaves no subfolder behind.
+    other = tmp_path / "other"
+    os.mkdir(other)
+    os.mkdir(other / "b.safetensors")  # the last shard written cannot be replaced
+    r = convert(tmp_path / "x.hurray", f"{other}/")
+    assert r.returncode == 1, r.stderr
+    assert os.listdir(other) == ["b.safetensors"] and not os.listdir(other / "b.safetensors")
+
+
 def _hurray_with(tmp_path, meta_update):
     src = write_model(tmp_path / "m", {"w": np.ones(2, np.float32)}, None)
     assert_ok(convert(src, tmp_path / "a.hurray", "-q"))
@@ -229,12 +369,26 @@ def _hurray_with(tmp_path, meta_update):
             ["zoo.weight_map", "../escape"],
         ),
         ({"zoo.weight_map": json.dumps({"w": "/tmp/abs.safetensors"})}, ["zoo.weight_map"]),
+        ({"zoo.weight_map": json.dumps({"w": "a/../../x.safetensors"})}, ["zoo.weight_map"]),
+        ({"zoo.weight_map": json.dumps({"w": "a//x.safetensors"})}, ["zoo.weight_map"]),
+        ({"zoo.weight_map": json.dumps({"w": "a/.x/y.safetensors"})}, ["zoo.weight_map"]),
         ({"zoo.index": "../x.safetensors.index.json"}, ["zoo.index"]),
+        ({"zoo.index": "sub/x.safetensors.index.json"}, ["zoo.index"]),
         ({"zoo.weight_map": "[1]"}, ["zoo.weight_map"]),
         # an int among the names: min() of them raised a bare TypeError
         ({"zoo.weight_map": json.dumps({"w": "a.safetensors", "x": 1})}, ["zoo.weight_map"]),
     ],
-    ids=["dotdot", "absolute", "index", "not-object", "not-a-string"],
+    ids=[
+        "dotdot",
+        "absolute",
+        "dotdot-inside",
+        "empty-part",
+        "hidden-part",
+        "index",
+        "index-in-subfolder",
+        "not-object",
+        "not-a-string",
+    ],
 )
 def test_folder_target_refuses_hostile_names(tmp_path, meta, words):
     src = _hurray_with(tmp_path, meta)

@@ -41,6 +41,7 @@ from ._safetensors import _open_index, _SafetensorsSource, _SafetensorsTarget
 from ._source import _Source
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
+from .zoo import drop_changed_records as _zoo_drop_changed
 from .zoo import wrap_source as _zoo_source
 
 # File name ending -> format, for sources and targets alike (no ending is
@@ -244,7 +245,7 @@ def convert(
             report.notes.append("--stats applies to .hurray targets; ignored")
         metadata = source.metadata()
         new_dtypes = _convert_all(names, infos, source, target, opts, report, metadata, quiet)
-        _finish_metadata(metadata, names, new_dtypes)
+        _finish_metadata(source, metadata, names, new_dtypes, report)
         _closing_notes(report, quantize)
         target.finish(metadata, report)
         target.publish()  # the last step: nothing after it can fail the conversion
@@ -342,7 +343,16 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
     return new_dtypes
 
 
-def _finish_metadata(metadata: Dict, names: List[str], new_dtypes: Dict[str, str]) -> None:
+def _finish_metadata(
+    source: _Source,
+    metadata: Dict,
+    names: List[str],
+    new_dtypes: Dict[str, str],
+    report: ConversionReport,
+) -> None:
+    source.complete_metadata(metadata)
+    _keep_zoo_records_of_copies(metadata, report)
+    report.notes.extend(source.notes())
     if new_dtypes:
         metadata[SOURCE_DTYPES_KEY] = json.dumps(new_dtypes)
     else:
@@ -352,6 +362,27 @@ def _finish_metadata(metadata: Dict, names: List[str], new_dtypes: Dict[str, str
         metadata[GGUF_TENSORS_KEY] = json.dumps(
             [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept]
         )
+
+
+def _keep_zoo_records_of_copies(metadata: Dict, report: ConversionReport) -> None:
+    dropped, config_dropped = _zoo_drop_changed(metadata, {r.name for r in report.rows if r.exact})
+    rows = {r.name for r in report.rows}
+    changed = [n for n in dropped if n in rows]  # the others were not selected
+    if not changed:
+        return
+    shown = ", ".join(changed[:3]) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
+    one = len(changed) == 1
+    report.notes.append(
+        f"{len(changed)} tensor{'' if one else 's'} read in the source's quantized format "
+        f"{'was' if one else 'were'} changed ({shown}) and will convert back as "
+        f"{'a plain tensor' if one else 'plain tensors'}, not as the members "
+        f"{'it was' if one else 'they were'} read from"
+        + (
+            "; config.json loses its quantization_config"
+            if config_dropped
+            else "; config.json's quantization_config still names the changed tensors"
+        )
+    )
 
 
 def _note_partial(report: ConversionReport) -> None:

@@ -23,14 +23,15 @@ from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_W
 DEFAULT_FILE = "model.safetensors"
 
 
-def _plain_name(name: str, suffix: str, key: str) -> str:
+def _plain_name(name: str, suffix: str, key: str, subfolders: bool = False) -> str:
     """A file name read from the metadata, refused unless it is a plain
-    name in the folder ending with `suffix`."""
+    name ending with `suffix`, in the folder or (with `subfolders`) in
+    folders below it named as plainly: no "..", ".", hidden or empty part."""
+    parts = name.split("/") if isinstance(name, str) and subfolders else [name]
     if (
         not isinstance(name, str)
         or not name.endswith(suffix)
-        or name.startswith(".")
-        or "/" in name
+        or any(not isinstance(p, str) or not p or p.startswith(".") or "/" in p for p in parts)
         or "\\" in name
         or "\0" in name
     ):
@@ -49,6 +50,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         super().__init__(path.rstrip("/") or "/", options)
         self._new_dir: Optional[str] = None  # the temporary folder, if the target is new
         self._written: List[Tuple[str, str]] = []  # (temporary path, final name)
+        self._made: List[str] = []  # subfolders made in an existing target, to undo
 
     def start(self) -> None:
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -67,9 +69,23 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         self._new_dir = tmp
 
     def _tmp_path(self, name: str) -> str:
+        sub, base = os.path.split(name)  # a shard may sit in a subfolder (sub/a.safetensors)
+        root = self._new_dir if self._new_dir is not None else self.path
+        folder = root
+        for part in sub.split("/") if sub else ():
+            folder = os.path.join(folder, part)
+            if not os.path.isdir(folder):
+                try:
+                    os.mkdir(folder)
+                except OSError as exc:
+                    raise ConversionError(
+                        f"cannot make the folder {folder}: {exc.strerror or _first_line(exc)}"
+                    ) from None
+                if self._new_dir is None:
+                    self._made.append(folder)
         if self._new_dir is not None:
-            return os.path.join(self._new_dir, name)
-        return os.path.join(self.path, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+            return os.path.join(folder, base)
+        return os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
     def _shards(self, metadata) -> Tuple[Dict[str, List[str]], Optional[str], Dict[str, str]]:
         """{shard file: tensor names}, the index file name or None, and the
@@ -98,7 +114,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         weight_map = {}
         for name in self._tensors:
             shard = recorded.get(name) or first.get(name) or default
-            shard = _plain_name(shard, ".safetensors", ZOO_WEIGHT_MAP_KEY)
+            shard = _plain_name(shard, ".safetensors", ZOO_WEIGHT_MAP_KEY, subfolders=True)
             shards.setdefault(shard, []).append(name)
             weight_map[name] = shard
         if index is None and len(shards) > 1:
@@ -162,6 +178,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             for tmp, name in self._written:
                 os.replace(tmp, os.path.join(self.path, name))
         self.published = True
+        for folder in sorted({os.path.dirname(name) for _, name in self._written} - {""}):
+            _fsync_dir(os.path.join(self.path, folder))
         _fsync_dir(self.path)
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
 
@@ -174,5 +192,10 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         for tmp, _ in self._written:
             try:
                 os.unlink(tmp)
+            except OSError:
+                pass
+        for folder in reversed(self._made):
+            try:
+                os.rmdir(folder)
             except OSError:
                 pass

@@ -23,6 +23,14 @@ class _Source:
     def metadata(self) -> Dict[str, Any]:
         return {}
 
+    def notes(self) -> List[str]:
+        """What the report should say about the source as a whole."""
+        return []
+
+    def complete_metadata(self, metadata: Dict[str, Any]) -> None:
+        """Adds to `metadata` (what metadata() returned) what only the
+        conversion of the tensors told; called once, after the last get()."""
+
     def refused(self) -> Dict[str, str]:
         """Entries that are not tensors: name -> why they cannot be converted."""
         return {}

@@ -292,7 +292,7 @@ def read_config(folder: str) -> Optional[Tuple[str, Dict[str, Any]]]:
 
 def _weight_map(folder: str, src: str, source: _Source) -> Tuple[Dict[str, str], Optional[str]]:
     """(source tensor -> shard file name, the index file name or None)."""
-    if src.lower().endswith(".safetensors.index.json") or not os.path.isdir(src):
+    if not os.path.isdir(src):  # the index itself (a folder may be named like one)
         index = os.path.basename(src)
     else:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors.index.json"))
@@ -339,7 +339,7 @@ class _ZooSource(_Source):
                 break
         self._names = sorted([n for n in names_in if n not in hidden] + list(self._groups))
         self._built: Dict[str, Dict[str, Any]] = {}
-        self._live: List[Dict[str, Any]] = []  # the dicts metadata() handed out
+        self.note = ""  # what the report says of the folder as a whole
 
     def _group(self, family: Family, n: str, prefix: str, present, hidden) -> None:
         out = prefix + (f".{family.output_name}" if family.output_name else "")
@@ -398,23 +398,26 @@ class _ZooSource(_Source):
         t, record = self._build(name)
         if self._record:
             self._built[name] = record
-            # The driver asks for the metadata before it converts the
-            # tensors: the dicts handed out get the record as it grows.
-            text = json.dumps(self._built, separators=(",", ":"), sort_keys=True)
-            for meta in self._live:
-                meta[ZOO_TENSORS_KEY] = text
         return t
 
     def metadata(self):
         meta = dict(self.inner.metadata())
         meta.update(self._meta)
-        if self._built:
-            meta[ZOO_TENSORS_KEY] = json.dumps(self._built, separators=(",", ":"), sort_keys=True)
-        self._live.append(meta)
         return meta
+
+    def complete_metadata(self, metadata):
+        # Once, at the end: serialising the record after each tensor made a
+        # conversion quadratic in the number of quantized layers.
+        if self._built:
+            metadata[ZOO_TENSORS_KEY] = json.dumps(
+                self._built, separators=(",", ":"), sort_keys=True
+            )
 
     def refused(self):
         return self.inner.refused()
+
+    def notes(self):
+        return [self.note] if self.note else []
 
     def close(self):
         self.inner.close()
@@ -496,7 +499,14 @@ def open_folder(src: str, source: _Source, dequantize: bool, group: bool = True)
         meta[ZOO_INDEX_KEY] = index
     if not group:  # the members go to the target as they are, config.json beside them
         families = []
-    return _ZooSource(source, families, qc, meta, record=not dequantize)
+    zoo_source = _ZooSource(source, families, qc, meta, record=not dequantize)
+    if dequantize and qc is not None and not families:
+        zoo_source.note = (
+            f"--dequantize: config.json's quantization_config (quant_method "
+            f"{qc.get('quant_method')!r}) is a format hurray does not read: its tensors "
+            "were copied as stored, and config.json kept as it was"
+        )
+    return zoo_source
 
 
 def _dequantized_config(text: str, config: Dict[str, Any]) -> str:
@@ -505,6 +515,40 @@ def _dequantized_config(text: str, config: Dict[str, Any]) -> str:
         return text
     out = {k: v for k, v in config.items() if k != "quantization_config"}
     return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
+
+
+def drop_changed_records(meta: Dict[str, Any], exact: set) -> Tuple[List[str], bool]:
+    """Keeps the zoo record of only the tensors in `exact` (stored as they
+    were read). A record says which source members a tensor's buffers are;
+    a tensor requantized on the way has other buffers, and with its old
+    record converted back into the old members' names and dtypes: garbage
+    that loaded without error. Returns the tensors whose record went, and
+    whether config.json lost its quantization_config (no record left, so
+    it described no tensor any more)."""
+    text = meta.get(ZOO_TENSORS_KEY)
+    try:
+        records = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        records = None  # a hostile record is refused where it is read
+    if not isinstance(records, dict):
+        return [], False
+    changed = sorted(n for n in records if n not in exact)
+    if not changed:
+        return [], False
+    kept = {n: rec for n, rec in records.items() if n in exact}
+    if kept:
+        meta[ZOO_TENSORS_KEY] = json.dumps(kept, separators=(",", ":"), sort_keys=True)
+        return changed, False
+    del meta[ZOO_TENSORS_KEY]
+    config = meta.get(ZOO_CONFIG_KEY)
+    try:
+        parsed = json.loads(config) if isinstance(config, str) else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and "quantization_config" in parsed:
+        meta[ZOO_CONFIG_KEY] = _dequantized_config(config, parsed)
+        return changed, True
+    return changed, False
 
 
 # ---------------------------------------------------------------------------

@@ -113,13 +113,19 @@ def _group_of(prefix: str, qc) -> Optional[str]:
     by_class = None
     for name, g in groups.items():
         targets = (g.get("targets") if isinstance(g, dict) else None) or ()
-        for t in [targets] if isinstance(targets, str) else targets:
-            t = str(t)
+        if isinstance(targets, str):
+            targets = [targets]
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise ZooError(
+                f"config.json: quantization_config config_groups[{name!r}]['targets'] "
+                f"is {targets!r}, not a list of names"
+            )
+        for t in targets:
             if t.startswith("re:"):
                 try:
                     if re.match(t[3:], prefix):
                         return name
-                except re.error:
+                except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
                     raise ZooError(
                         f"config.json: config_groups[{name!r}] target {t!r} is not a regex"
                     ) from None
@@ -184,12 +190,13 @@ def _shapes(group: Group, s: Dict[str, Any]):
         raise group.error("weight_shape", f"is {ws}, expected [out_features, in_features]")
     n, k = ws
     packed = group.shape("weight_packed")
-    if k % lanes or packed != (n, k // lanes):
+    if k % lanes:
+        raise group.error("weight_packed", _partial_word("in_features", k, bits))
+    if packed != (n, k // lanes):
         raise group.error(
             "weight_packed",
-            f"has shape {list(packed)}, expected {[n, -(-k // lanes)]} for weight_shape {ws} "
-            f"at {bits} bits"
-            + (f" (in_features must be a multiple of {lanes})" if k % lanes else ""),
+            f"has shape {list(packed)}, expected {[n, k // lanes]} for weight_shape {ws} "
+            f"at {bits} bits",
         )
     gs = k
     if strategy == "group":
@@ -259,13 +266,23 @@ def _build(group: Group) -> Built:
     return Built(_DTYPE[bits], (n, k), q, parts)
 
 
+def _partial_word(what: str, count: int, bits: int) -> str:
+    lanes = 32 // bits
+    return (
+        f"packs {lanes} values to an int32 word, and {what} {count} leaves the last word "
+        f"partly filled; hurray reads packed values only when {what} is a multiple of {lanes}"
+    )
+
+
 def _zero_points(group: Group, bits: int, strategy: str, scale_shape, n: int) -> Dict[str, Any]:
     """The zero-point fields for weight_zero_point as stored."""
     lanes = 32 // bits
     dtype, shape = group.dtype("weight_zero_point"), group.shape("weight_zero_point")
     if dtype == "int32" and strategy != "tensor":
-        want = (-(-n // lanes), scale_shape[1])
-        if n % lanes or shape != want:
+        if n % lanes:
+            raise group.error("weight_zero_point", _partial_word("out_features", n, bits))
+        want = (n // lanes, scale_shape[1])
+        if shape != want:
             raise group.error(
                 "weight_zero_point",
                 f"has shape {list(shape)}, expected {list(want)} (packed along the outputs)",
