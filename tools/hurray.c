@@ -68,18 +68,19 @@ static int usage_error(const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* hurray, safetensors and GGUF convert natively (hurray_convert_file):
- * no Python. Returns -1 when the conversion is not one of those (another
- * format, an option only the Python converter has, or a tensor that needs
- * a change of form, e.g. dequantizing into safetensors): the caller then
- * hands over to Python. Nothing is written in that case. */
-/* A folder is a model folder (a source) or a folder target whatever its
- * name says: "m.safetensors/" is Python's to read. */
+/* An existing folder is never a file to the native converter, whatever its
+ * name says: "m.safetensors/" is a model folder for Python to read, or a
+ * folder target for Python to refuse or write into. */
 static bool is_folder(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* hurray, safetensors and GGUF convert natively (hurray_convert_file):
+ * no Python. Returns -1 when the conversion is not one of those (another
+ * format, an option only the Python converter has, or a tensor that needs
+ * a change of form, e.g. dequantizing into safetensors): the caller then
+ * hands over to Python. Nothing is written in that case. */
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   bool quiet = false, stats = false, verify = true;

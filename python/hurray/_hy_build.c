@@ -375,7 +375,8 @@ static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool
   uint32_t raw[32];
   uint8_t lanes[32];
   Py_ssize_t n = 0;
-  if (order != NULL && order != Py_None && get_small_list(order, "order", raw, 32, &n) < 0) {
+  if (order != NULL && order != Py_None &&
+      get_small_list(order, "Packing.order", raw, 32, &n) < 0) {
     return -1;
   }
   uint32_t bits = hurray_dtype_bits(zero_points ? hurray_descriptor_quant_zero_point_dtype(d)
@@ -693,7 +694,9 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
       PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
       raw[i] = (uint64_t)PyLong_AsLongLong(v);
       if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Format(PyExc_OverflowError, "Descriptor.strides[%zd] %R is out of range", i, v);
+        PyErr_Format(PyExc_OverflowError,
+                     "Descriptor.strides[%zd] %R is out of range (%lld..%lld)", i, v,
+                     (long long)INT64_MIN, (long long)INT64_MAX);
       }
     }
     Py_DECREF(seq);

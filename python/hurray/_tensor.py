@@ -201,10 +201,14 @@ class Tensor(_hurray._Tensor):
             count = math.prod(shape[:-1]) * row
             return raw[byte_offset : byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
         numel = math.prod(shape)
-        if numel == 0:  # refuses what numpy cannot index
-            if _dtypes.is_packed(dtype_name):
-                return _empty_array(shape, _dtypes.unpack(dtype_name, raw[:0], 0).dtype)
-            return _empty_array(shape, _dtypes.to_numpy(dtype_name))
+        if numel == 0:  # refuses what numpy cannot index; the view below is kept
+            packed = _dtypes.is_packed(dtype_name)
+            _empty_array(
+                shape,
+                _dtypes.unpack(dtype_name, raw[:0], 0).dtype
+                if packed
+                else _dtypes.to_numpy(dtype_name),
+            )
         if _dtypes.is_packed(dtype_name):
             size = _dtypes.storage_bytes(dtype_name, numel)
             return _dtypes.unpack(dtype_name, raw[byte_offset : byte_offset + size], numel).reshape(

@@ -1072,6 +1072,14 @@ def test_empty_tensors_with_dimensions_numpy_cannot_hold():
     assert q.dequantize().shape == (0, 64)
 
 
+def test_an_empty_tensor_is_still_a_view(tmp_path):
+    # The check for dimensions numpy cannot index must not swap the view of
+    # an empty tensor for a fresh, writable array.
+    hurray.save(tmp_path / "e.hurray", {"e": np.zeros((0, 4), np.float32)})
+    e = hurray.load(tmp_path / "e.hurray", readonly=True)["e"]
+    assert e.numpy().shape == (0, 4) and not e.numpy().flags.writeable
+
+
 def test_lists_emptied_while_their_items_are_converted_do_not_crash(tmp_path):
     """PySequence_Fast hands back a list itself: an item's __index__ that
     emptied it made C read past its end."""

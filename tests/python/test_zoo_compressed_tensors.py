@@ -361,6 +361,22 @@ def test_targets_not_a_list_of_names(tmp_path, targets):
     assert_one_line_failure(_bad(tmp_path, mutate), ["config.json", "target"])
 
 
+@pytest.mark.parametrize("targets", [[], None, "missing"])
+def test_a_group_without_targets_is_the_only_group(tmp_path, targets):
+    bits, strategy, symmetric, group_size, extra = CASES["int4-group-asym"]
+    tensors, dtypes, ref, qc = _model(
+        np.random.default_rng(1), bits, strategy, symmetric, group_size, extra
+    )
+    if targets == "missing":
+        del qc["config_groups"]["group_0"]["targets"]
+    else:
+        qc["config_groups"]["group_0"]["targets"] = targets
+    src = write_model(tmp_path / "m", tensors, qc, dtypes=dtypes)
+    assert_ok(convert(src, tmp_path / "x.hurray", "-q"))
+    with hurray.open(str(tmp_path / "x.hurray")) as f:
+        np.testing.assert_array_equal(f[f"{P}.weight"].dequantize(), ref[f"{P}.weight"])
+
+
 def test_other_formats_pass_through(tmp_path):
     """A format this family does not read (int-quantized: plain int8
     tensors) is converted as it is stored."""

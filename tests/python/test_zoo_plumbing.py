@@ -184,21 +184,30 @@ def test_requantized_tensors_lose_their_record(tmp_path, via_hurray):
     assert back["b.codes"] == read_folder(src)["b.codes"]
 
 
-def test_config_loses_quantization_when_no_record_is_left(tmp_path):
+def test_config_is_kept_when_no_record_is_left(tmp_path):
+    # config.json may describe layers no family reads (they pass through as
+    # stored), so it keeps its quantization_config; the note says so, and
+    # says nothing of it when there is none.
     t = _tensors(np.random.default_rng(7))
     src = write_model(tmp_path / "m", t, QC)
-    report = hurray.convert(
-        str(src),
-        str(tmp_path / "x.hurray"),
-        quantize="per_channel",
-        quantize_include=["*.weight"],
-        quiet=True,
-    )
-    assert any("loses its quantization_config" in n for n in report.notes), report.notes
+    opts = {"quantize": "per_channel", "quantize_include": ["*.weight"], "quiet": True}
+    report = hurray.convert(str(src), str(tmp_path / "x.hurray"), **opts)
+    assert any("still describes them" in n for n in report.notes), report.notes
     with hurray.open(str(tmp_path / "x.hurray")) as f:
         assert "zoo.tensors" not in f.metadata
-        config = json.loads(f.metadata["zoo.config.json"])
-    assert "quantization_config" not in config and config["model_type"] == "llama"
+        assert json.loads(f.metadata["zoo.config.json"])["quantization_config"] == QC
+        ts = {k: f[k] for k in f.keys()}
+        meta = dict(f.metadata)
+    config = json.loads(meta["zoo.config.json"])
+    del config["quantization_config"]
+    meta["zoo.config.json"] = json.dumps(config)
+    hurray.convert(str(src), str(tmp_path / "plain.hurray"), quiet=True)
+    with hurray.open(str(tmp_path / "plain.hurray")) as f:
+        meta["zoo.tensors"] = f.metadata["zoo.tensors"]
+    hurray.save(str(tmp_path / "y.hurray"), ts, meta)
+    report = hurray.convert(str(tmp_path / "y.hurray"), str(tmp_path / "z.hurray"), **opts)
+    notes = [n for n in report.notes if "a.weight" in n]
+    assert notes and "quantization_config" not in notes[0], report.notes
 
 
 @pytest.mark.parametrize("name", ["m.safetensors.index.json", "m.safetensors", "m.npz"])
@@ -395,6 +404,55 @@ def test_folder_target_refuses_hostile_names(tmp_path, meta, words):
     before = listing(tmp_path)
     assert_one_line_failure(convert(src, f"{tmp_path / 'out'}/"), words)
     assert listing(tmp_path) == before  # no folder, no temporary left behind
+
+
+def _two_tensor_hurray(tmp_path, weight_map):
+    src = write_model(
+        tmp_path / "m", {"w": np.ones(2, np.float32), "v": np.zeros(3, np.int8)}, None
+    )
+    assert_ok(convert(src, tmp_path / "a.hurray", "-q"))
+    with hurray.open(str(tmp_path / "a.hurray")) as f:
+        ts = {k: f[k] for k in f.keys()}
+        meta = dict(f.metadata, **{"zoo.weight_map": json.dumps(weight_map)})
+        hurray.save(str(tmp_path / "b.hurray"), ts, meta)
+    return tmp_path / "b.hurray"
+
+
+@pytest.mark.parametrize(
+    "weight_map,words",
+    [
+        # a file that is also the folder of another: found only once the
+        # first was published, leaving an existing target half replaced
+        ({"w": "x.safetensors", "v": "x.safetensors/b.safetensors"}, ["inside 'x.safetensors'"]),
+        ({"w": "a.safetensors", "v": "config.json/b.safetensors"}, ["inside 'config.json'"]),
+        # 3,000 levels: mkdir failed at PATH_MAX and the clean-up recursed
+        ({"w": "a/" * 3000 + "x.safetensors", "v": "b.safetensors"}, ["not a plain"]),
+        ({"w": "a/" * 9 + "x.safetensors", "v": "b.safetensors"}, ["not a plain"]),
+    ],
+    ids=["file-and-folder", "config-as-folder", "deep", "nine-levels"],
+)
+@pytest.mark.parametrize("existing", [False, True])
+def test_subfolder_names_refused_before_writing(tmp_path, weight_map, words, existing):
+    src = _two_tensor_hurray(tmp_path, weight_map)
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+        (out / "a.safetensors").write_text("mine")
+    before = listing(tmp_path), listing(out) if existing else None
+    assert_one_line_failure(convert(src, f"{out}/"), words)
+    assert (listing(tmp_path), listing(out) if existing else None) == before
+    if existing:
+        assert (out / "a.safetensors").read_text() == "mine"
+
+
+def test_subfolder_link_in_an_existing_target_is_not_followed(tmp_path):
+    src = _two_tensor_hurray(tmp_path, {"w": "sub/a.safetensors", "v": "b.safetensors"})
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, out / "sub")
+    assert_one_line_failure(convert(src, f"{out}/"), ["symbolic link"])
+    assert listing(elsewhere) == [] and listing(out) == ["sub"]
 
 
 def test_existing_folder_untouched_on_failure(tmp_path):

@@ -365,7 +365,9 @@ def _finish_metadata(
 
 
 def _keep_zoo_records_of_copies(metadata: Dict, report: ConversionReport) -> None:
-    dropped, config_dropped = _zoo_drop_changed(metadata, {r.name for r in report.rows if r.exact})
+    dropped, quantized_config = _zoo_drop_changed(
+        metadata, {r.name for r in report.rows if r.exact}
+    )
     rows = {r.name for r in report.rows}
     changed = [n for n in dropped if n in rows]  # the others were not selected
     if not changed:
@@ -378,9 +380,10 @@ def _keep_zoo_records_of_copies(metadata: Dict, report: ConversionReport) -> Non
         f"{'a plain tensor' if one else 'plain tensors'}, not as the members "
         f"{'it was' if one else 'they were'} read from"
         + (
-            "; config.json loses its quantization_config"
-            if config_dropped
-            else "; config.json's quantization_config still names the changed tensors"
+            "; config.json's quantization_config, kept, still describes "
+            f"{'it' if one else 'them'} as stored before"
+            if quantized_config
+            else ""
         )
     )
 

@@ -21,12 +21,15 @@ from ._safetensors import _SafetensorsTarget
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
 
 DEFAULT_FILE = "model.safetensors"
+MAX_SUBFOLDERS = 8  # below the target: the deepest layout seen is one or two
+MAX_NAME_BYTES = 1024
 
 
 def _plain_name(name: str, suffix: str, key: str, subfolders: bool = False) -> str:
     """A file name read from the metadata, refused unless it is a plain
-    name ending with `suffix`, in the folder or (with `subfolders`) in
-    folders below it named as plainly: no "..", ".", hidden or empty part."""
+    name ending with `suffix`, in the folder or (with `subfolders`) in at
+    most MAX_SUBFOLDERS folders below it named as plainly: no "..", ".",
+    hidden or empty part."""
     parts = name.split("/") if isinstance(name, str) and subfolders else [name]
     if (
         not isinstance(name, str)
@@ -34,6 +37,8 @@ def _plain_name(name: str, suffix: str, key: str, subfolders: bool = False) -> s
         or any(not isinstance(p, str) or not p or p.startswith(".") or "/" in p for p in parts)
         or "\\" in name
         or "\0" in name
+        or len(parts) > MAX_SUBFOLDERS + 1
+        or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES
     ):
         raise ConversionError(
             f"metadata {key!r} names file {name!r}, which is not a plain *{suffix} name; "
@@ -74,6 +79,10 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         folder = root
         for part in sub.split("/") if sub else ():
             folder = os.path.join(folder, part)
+            if os.path.islink(folder):  # would write outside the target
+                raise ConversionError(
+                    f"{folder} is a symbolic link; refusing to write a shard through it"
+                )
             if not os.path.isdir(folder):
                 try:
                     os.mkdir(folder)
@@ -121,9 +130,33 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             index = DEFAULT_FILE + ".index.json"
         return shards, index, weight_map
 
+    def _check_names(self, names: List[str]) -> None:
+        """Refuses, before anything is written, the names that could fail
+        only once some files are in place: one that is the folder of
+        another ("config.json" and "config.json/b.safetensors"), and, in an
+        existing target, one whose place holds a folder."""
+        files = set(names)
+        for name in names:
+            parent = os.path.dirname(name)
+            while parent:
+                if parent in files:
+                    raise ConversionError(
+                        f"metadata {ZOO_WEIGHT_MAP_KEY!r} names {name!r} inside {parent!r}, "
+                        "which is also a file it writes; refusing to write either"
+                    )
+                parent = os.path.dirname(parent)
+            path = os.path.join(self.path, name)
+            if self._new_dir is None and os.path.isdir(path) and not os.path.islink(path):
+                raise ConversionError(f"{path} is a folder; refusing to replace it")
+
     def finish(self, metadata, report):
         meta = self.header_metadata(metadata, report)
         shards, index, weight_map = self._shards(metadata)
+        self._check_names(
+            list(shards)
+            + ([index] if index is not None else [])
+            + (["config.json"] if isinstance(metadata.get(ZOO_CONFIG_KEY), str) else [])
+        )
         for shard, names in sorted(shards.items()):
             tmp = self._tmp_path(shard)
             self._written.append((tmp, shard))
@@ -178,7 +211,13 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             for tmp, name in self._written:
                 os.replace(tmp, os.path.join(self.path, name))
         self.published = True
-        for folder in sorted({os.path.dirname(name) for _, name in self._written} - {""}):
+        folders = set()
+        for _, name in self._written:
+            name = os.path.dirname(name)
+            while name:  # and the folders made above it
+                folders.add(name)
+                name = os.path.dirname(name)
+        for folder in sorted(folders, reverse=True):
             _fsync_dir(os.path.join(self.path, folder))
         _fsync_dir(self.path)
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))

@@ -504,7 +504,7 @@ def open_folder(src: str, source: _Source, dequantize: bool, group: bool = True)
         zoo_source.note = (
             f"--dequantize: config.json's quantization_config (quant_method "
             f"{qc.get('quant_method')!r}) is a format hurray does not read: its tensors "
-            "were copied as stored, and config.json kept as it was"
+            "were copied as stored, still quantized"
         )
     return zoo_source
 
@@ -523,8 +523,9 @@ def drop_changed_records(meta: Dict[str, Any], exact: set) -> Tuple[List[str], b
     a tensor requantized on the way has other buffers, and with its old
     record converted back into the old members' names and dtypes: garbage
     that loaded without error. Returns the tensors whose record went, and
-    whether config.json lost its quantization_config (no record left, so
-    it described no tensor any more)."""
+    whether config.json still has a quantization_config. That is kept: it
+    may also describe layers no family reads, which pass through as stored,
+    and only the user knows whether any are left."""
     text = meta.get(ZOO_TENSORS_KEY)
     try:
         records = json.loads(text) if isinstance(text, str) else None
@@ -533,22 +534,18 @@ def drop_changed_records(meta: Dict[str, Any], exact: set) -> Tuple[List[str], b
     if not isinstance(records, dict):
         return [], False
     changed = sorted(n for n in records if n not in exact)
-    if not changed:
-        return [], False
-    kept = {n: rec for n, rec in records.items() if n in exact}
-    if kept:
-        meta[ZOO_TENSORS_KEY] = json.dumps(kept, separators=(",", ":"), sort_keys=True)
-        return changed, False
-    del meta[ZOO_TENSORS_KEY]
+    if changed:
+        kept = {n: rec for n, rec in records.items() if n in exact}
+        if kept:
+            meta[ZOO_TENSORS_KEY] = json.dumps(kept, separators=(",", ":"), sort_keys=True)
+        else:
+            del meta[ZOO_TENSORS_KEY]
     config = meta.get(ZOO_CONFIG_KEY)
     try:
         parsed = json.loads(config) if isinstance(config, str) else None
     except ValueError:
         parsed = None
-    if isinstance(parsed, dict) and "quantization_config" in parsed:
-        meta[ZOO_CONFIG_KEY] = _dequantized_config(config, parsed)
-        return changed, True
-    return changed, False
+    return changed, isinstance(parsed, dict) and "quantization_config" in parsed
 
 
 # ---------------------------------------------------------------------------

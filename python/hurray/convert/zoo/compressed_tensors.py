@@ -112,8 +112,12 @@ def _group_of(prefix: str, qc) -> Optional[str]:
         return None
     by_class = None
     for name, g in groups.items():
-        targets = (g.get("targets") if isinstance(g, dict) else None) or ()
-        if isinstance(targets, str):
+        if not isinstance(g, dict):
+            continue
+        targets = g.get("targets")
+        if targets is None:
+            targets = []  # no targets: the layer may still be the only group's
+        elif isinstance(targets, str):
             targets = [targets]
         if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
             raise ZooError(
