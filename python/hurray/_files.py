@@ -154,6 +154,15 @@ def save(
         raise TypeError(
             f"tensors must be a mapping of names to tensors, not {type(tensors).__name__}"
         )
+    if isinstance(target, (str, bytes, os.PathLike)):
+        target = os.fspath(target)
+    else:
+        fd = _file_fd(target)
+        if fd is not None:
+            target.flush()  # Python's buffer first, then ours, in order
+            target = fd
+    if isinstance(target, int):
+        _hurray._check_not_mapped_from(target, list(_copied_spans(tensors)))
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -163,14 +172,30 @@ def save(
             gc.enable()
     if metadata is not None:
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
-    if isinstance(target, (str, bytes, os.PathLike)):
-        target = os.fspath(target)
-    else:
-        fd = _file_fd(target)
-        if fd is not None:
-            target.flush()  # Python's buffer first, then ours, in order
-            target = fd
     _hurray.save(target, items, metadata, statistics)
+
+
+def _copied_spans(tensors: Mapping[str, Any]):
+    """(name, address, length) of the memory of each value that is copied
+    in Python before the writer sees it (a non-contiguous or byte-swapped
+    array, any torch tensor: its whole storage), which the writer therefore
+    cannot check before it is read."""
+    for name, value in tensors.items():
+        if not isinstance(name, str):
+            continue  # refused with its reason when the items are built
+        if isinstance(value, np.ndarray):
+            if value.size and not (value.flags.c_contiguous and _plain_dtype(value.dtype)):
+                low = high = value.__array_interface__["data"][0]
+                for n, stride in zip(value.shape, value.strides):
+                    if stride < 0:
+                        low += stride * (n - 1)
+                    else:
+                        high += stride * (n - 1)
+                yield (name, low, high + value.itemsize - low)
+        elif type(value).__module__.startswith("torch") and getattr(value, "is_cpu", False):
+            if value.numel() and str(value.layout) == "torch.strided":  # no torch import
+                storage = value.untyped_storage()
+                yield (name, storage.data_ptr(), storage.nbytes())
 
 
 def fsync_dir(folder: str) -> None:

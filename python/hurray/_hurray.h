@@ -216,6 +216,7 @@ PyObject *mod_member(PyObject *module, PyObject *args);
 /* _check_output_bytes(stored, output): the output-size rule for an output
  * gathered from several tensors (load_sharded); LimitError beyond it. */
 PyObject *mod_check_output_bytes(PyObject *module, PyObject *args);
+PyObject *mod_check_not_mapped_from(PyObject *module, PyObject *args);
 
 /* ---- save (_hy_save.c) */
 PyObject *mod_save(PyObject *module, PyObject *args);

@@ -3,6 +3,8 @@
  */
 #include "_hurray.h"
 
+#include "../../src/io/file_mappings.h"
+
 /* -------------------------------------------------------------------- save */
 
 static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
@@ -258,5 +260,37 @@ PyObject *mod_save(PyObject *module, PyObject *args) {
   if (!PyErr_Occurred() && s != HURRAY_OK) hy_raise_status_file(st, s, &e, filename);
   Py_XDECREF(filename);
   if (PyErr_Occurred()) return NULL; /* the stream's own exception, or the status */
+  Py_RETURN_NONE;
+}
+
+/* _check_not_mapped_from(fd, [(name, address, length), ...]): what a
+ * descriptor writer checks of each buffer, for the values save() copies
+ * in Python first (non-contiguous arrays and tensors), before the copy
+ * reads them: into a file that open(path, "wb") truncated, that read
+ * faults (SIGBUS). */
+PyObject *mod_check_not_mapped_from(PyObject *module, PyObject *args) {
+  int fd;
+  PyObject *spans;
+  if (!PyArg_ParseTuple(args, "iO:_check_not_mapped_from", &fd, &spans)) return NULL;
+  PyObject *seq = hy_sequence_copy(spans, "spans must be a sequence");
+  if (seq == NULL) return NULL;
+  HurrayError e = {0};
+  HurrayFileMappings m = {0};
+  HurrayStatus s = hurray__file_mappings_of_fd(fd, &m, &e);
+  for (Py_ssize_t i = 0; s == HURRAY_OK && m.count > 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+    PyObject *name;
+    uint64_t address, length;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO&O&:span", &name, hy_conv_u64,
+                          &address, hy_conv_u64, &length)) {
+      break;
+    }
+    const char *n = hy_utf8(name, "tensor name");
+    if (n == NULL) break;
+    s = hurray__refuse_mapped(&m, n, 0, (const void *)(uintptr_t)address, length, &e);
+  }
+  hurray__file_mappings_free(&m);
+  Py_DECREF(seq);
+  if (PyErr_Occurred()) return NULL;
+  if (s != HURRAY_OK) return hy_raise_status(PyModule_GetState(module), s, &e);
   Py_RETURN_NONE;
 }

@@ -114,6 +114,17 @@ bool hurray__file_mappings_overlap(const HurrayFileMappings *m, const void *p, u
   return false;
 }
 
+HurrayStatus hurray__refuse_mapped(const HurrayFileMappings *m, const char *name, uint32_t buffer,
+                                   const void *p, uint64_t len, HurrayError *error) {
+  if (!hurray__file_mappings_overlap(m, p, len)) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                      "tensor \"%s\": buffer %u lies in a mapping of the file being written; "
+                      "writing would change the bytes it reads (or, once the file was "
+                      "truncated, fault on them): write to a path instead, which makes a new "
+                      "file and renames it over the old one",
+                      name, buffer);
+}
+
 void hurray__file_mappings_free(HurrayFileMappings *m) {
   free(m->ranges);
   m->ranges = NULL;

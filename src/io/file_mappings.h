@@ -40,6 +40,12 @@ HurrayStatus hurray__file_mappings_of_fd(int fd, HurrayFileMappings *out, Hurray
 /* True when [p, p + len) overlaps one of the ranges. */
 bool hurray__file_mappings_overlap(const HurrayFileMappings *m, const void *p, uint64_t len);
 
+/* HURRAY_OK, or HURRAY_ERR_INVALID_ARGUMENT saying that buffer `buffer` of
+ * tensor `name` lies in a mapping of the file being written, when
+ * [p, p + len) overlaps one of the ranges. */
+HurrayStatus hurray__refuse_mapped(const HurrayFileMappings *m, const char *name, uint32_t buffer,
+                                   const void *p, uint64_t len, HurrayError *error);
+
 /* Frees what hurray__file_mappings_of_fd filled and empties `m`. */
 void hurray__file_mappings_free(HurrayFileMappings *m);
 

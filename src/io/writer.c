@@ -838,13 +838,7 @@ static HurrayStatus check_name(const char *name, const char *what, uint32_t limi
  * before anything reads it. */
 static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, uint32_t buffer,
                                       const void *data, uint64_t len, HurrayError *error) {
-  if (!hurray__file_mappings_overlap(&w->sink_mappings, data, len)) return HURRAY_OK;
-  return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                      "tensor \"%s\": buffer %u lies in a mapping of the file being written; "
-                      "writing would change the bytes it reads (or, once the file was "
-                      "truncated, fault on them): write to a path instead, which makes a new "
-                      "file and renames it over the old one",
-                      name, buffer);
+  return hurray__refuse_mapped(&w->sink_mappings, name, buffer, data, len, error);
 }
 
 /* Whether tensor `name` can join the file: room for it, a name not yet

@@ -958,6 +958,42 @@ def test_save_into_the_file_its_tensors_are_mapped_from_is_refused(tmp_path, how
     assert "refused" in result.stdout
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        'hurray.load(p)["a"].numpy().reshape(512, 512).T',
+        'hurray.load(p)["a"].numpy()[::-2]',
+        'hurray.load(p)["a"].numpy().view(">f4")',
+        'ht.load_file(p)["a"].reshape(512, 512).t()',
+        'ht.load_file(p)["c"].conj()',
+    ],
+    ids=["transposed", "negative-step", "byteswapped", "torch-transposed", "torch-conj"],
+)
+def test_save_into_its_own_file_refuses_values_copied_in_python(tmp_path, value):
+    """A value save() makes contiguous (or resolves) in Python was read by
+    that copy before the writer's check: from a file open(p, "wb") had just
+    truncated, SIGBUS."""
+    path = tmp_path / "m.hurray"
+    result = run_python(
+        f"""
+        import numpy as np, hurray, hurray.torch as ht
+        p = {str(path)!r}
+        hurray.save(p, {{"a": np.arange(1 << 18, dtype=np.float32), "c": np.ones(8, np.complex64)}})
+        v = {value}
+        with open(p, "wb") as f:
+            try:
+                hurray.save(f, {{"v": v}})
+                print("saved")
+            except hurray.InvalidArgumentError as e:
+                assert "lies in a mapping of the file being written" in str(e), e
+                print("refused")
+    """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "refused"
+
+
 def test_save_to_a_stream_of_another_file_still_works(tmp_path):
     src, dst = tmp_path / "src.hurray", tmp_path / "dst.hurray"
     hurray.save(src, {"a": np.arange(1000, dtype=np.float32)})

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hurray
+import hurray.torch
 from hurray.torch import load_file, save_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +185,47 @@ def test_readonly_load_refuses_writes(model):
     for line in ("numpy refused", "dlpack refused", "legacy refused", "torch copy writable"):
         assert line in done.stdout
     verify_with_cli(model)
+
+
+def test_read_only_memory_is_copied_into_torch(tmp_path):
+    """Only readonly=True loads were copied: a read-only np.memmap, bytes,
+    and the sparse tensors of a readonly=True load came out as writable
+    torch views, and the first write died of SIGSEGV (or changed a bytes
+    object). Each runs in a subprocess, as it crashed."""
+    code = """
+        import sys, numpy as np, scipy.sparse as sp, torch, hurray
+        from hurray.torch import to_torch
+        path = sys.argv[1]
+        np.zeros(1024, np.float32).tofile(path + ".bin")
+        m = np.memmap(path + ".bin", dtype=np.float32, mode="r")
+        t = to_torch(hurray.from_numpy(m)); t.add_(1)
+        assert float(m[0]) == 0.0 and float(t[0]) == 1.0
+        raw = bytes(8)
+        d = hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8)])
+        t = to_torch(hurray.Tensor(d, [raw])); t.add_(1)
+        assert raw == bytes(8)
+        mat = sp.random(8, 8, density=0.3, format="csr", dtype=np.float32, random_state=0)
+        hurray.save(path, {"s": hurray.SparseTensor.from_scipy(mat), "w": np.ones(3, np.float32)})
+        f = hurray.load(path, readonly=True)
+        s = to_torch(f["s"]); s.values().mul_(2); s.crow_indices().add_(0)
+        print("ok")
+    """
+    done = run_python(code, str(tmp_path / "r.hurray"))
+    assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_dimensions_past_int64_are_a_hurray_error():
+    # DLPack's BufferError ("dimension too large for DLPack") leaked out.
+    d = hurray.Descriptor("float32", (0, 2**63), buffers=[hurray.Buffer("data", 0, 4)])
+    with pytest.raises(hurray.UnsupportedError, match="torch cannot hold"):
+        hurray.torch.to_torch(hurray.Tensor(d, [b""]))
+
+
+def test_writable_loads_stay_zero_copy(tmp_path):
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.ones((4, 4), np.float32)})
+    t = hurray.load(path)["w"]
+    assert hurray.torch.to_torch(t).data_ptr() == t.numpy().ctypes.data
 
 
 # ------------------------------------------------------------- dequantize

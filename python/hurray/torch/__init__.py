@@ -21,8 +21,10 @@ to_torch(t)
     may be written, and a write copies the page it touches into this
     process's memory, never into the file. A ``readonly=True`` load maps
     the file read-only; torch has no read-only tensors (and torch.from_dlpack
-    ignores DLPack's read-only flag), so to_torch gives a copy of such a
-    tensor instead of a view that would crash on a write.
+    ignores DLPack's read-only flag), so to_torch gives a copy of any tensor
+    with a read-only buffer (such a load, a read-only numpy array or
+    np.memmap, bytes), dense or sparse, instead of a view that would crash
+    on a write or change immutable memory.
 
 save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu", *,
 mmap=True, dequantize=None)
@@ -415,8 +417,12 @@ def to_torch(t: Tensor) -> "torch.Tensor":
     if d.device.type != 1:
         raise UnsupportedError(f"to_torch reads CPU tensors; this one is on {d.device}")
     layout = d.layout
+    # torch has no read-only tensors: a view of read-only memory would crash
+    # (or change a bytes object) on the first write, so it is copied.
+    read_only = t._protected or any(memoryview(b).readonly for b in t.buffers)
     if isinstance(layout, Sparse):
-        return _to_sparse(t, d)
+        out = _to_sparse(t, d)
+        return out.clone() if read_only else out
     if isinstance(layout, Paged):
         raise UnsupportedError(
             "torch has no paged tensors; torch.from_numpy(t.to_dense()) gathers the pages "
@@ -436,13 +442,15 @@ def to_torch(t: Tensor) -> "torch.Tensor":
             )
         return _to_quantized(t, d)
     _torch_dtype(d.dtype)
+    if any(n >= 2**63 for n in d.shape):  # no elements, but past torch's int64 sizes
+        raise UnsupportedError(f"torch cannot hold a tensor of shape {tuple(d.shape)}")
     if d.strides is None or all(s >= 0 for s in d.strides):
         # DLPack straight from C: no numpy round trip, bfloat16 and float8
-        # included. torch ignores the read-only flag: a read-only mapping
-        # (hurray.load(readonly=True)) is copied rather than crash on a write.
+        # included; torch ignores its read-only flag.
         out = torch.from_dlpack(t)
-        return out.clone() if t._protected else out
-    return _array_to_torch(t.numpy(), d.dtype)
+    else:
+        out = _array_to_torch(t.numpy(), d.dtype)
+    return out.clone() if read_only else out
 
 
 # ---------------------------------------------------------------- files
