@@ -326,6 +326,50 @@ static int on_end_array(void *ctx) {
   return 1;
 }
 
+/* The value of the 4 hex digits at p, or -1. */
+static long hex4(const unsigned char *p) {
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    int c = p[i], d = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/* Whether a string of the JSON text holds a \u escape of a surrogate not
+ * in a high-low pair. yajl decodes one into '?', so a name would come out
+ * renamed; serde (safetensors) refuses the header. */
+static bool has_lone_surrogate_escape(const unsigned char *s, size_t n) {
+  bool in_string = false;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '"') {
+      in_string = !in_string;
+    } else if (in_string && s[i] == '\\' && i + 1 < n) {
+      i++; /* the escaped character */
+      if (s[i] != 'u' || n - i < 5) continue;
+      long v = hex4(s + i + 1);
+      i += 4;
+      if (v >= 0xDC00 && v <= 0xDFFF) return true;
+      if (v < 0xD800 || v > 0xDBFF) continue;
+      long low = n - i > 6 && s[i + 1] == '\\' && s[i + 2] == 'u' ? hex4(s + i + 3) : -1;
+      if (low < 0xDC00 || low > 0xDFFF) return true;
+      i += 6;
+    }
+  }
+  return false;
+}
+
+static HurrayStatus check_escapes(const uint8_t *json, size_t n, HurrayError *error) {
+  if (!has_lone_surrogate_escape(json, n)) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_MALFORMED,
+                      "safetensors header: a \\u escape holds a surrogate outside a high-low "
+                      "pair, which is not text");
+}
+
 static const yajl_callbacks st_callbacks = {on_null,    on_bool,        NULL,         NULL,
                                             on_number,  on_string,      on_start_map, on_key,
                                             on_end_map, on_start_array, on_end_array};
@@ -400,6 +444,7 @@ HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *
     return hurray__fail(error, HURRAY_ERR_MALFORMED,
                         "safetensors header does not start with '{': not a safetensors file");
   }
+  HURRAY_RETURN_NOT_OK(check_escapes(data + 8, (size_t)n, error));
   StParse p = {.f = out, .error = error, .status = HURRAY_OK, .state = P_START};
   yajl_handle h = yajl_alloc(&st_callbacks, NULL, &p);
   if (h == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");

@@ -260,6 +260,17 @@ static void test_safetensors_lies_are_refused(void **state) {
       /* a negative offset */
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[-1,0]}}", 1,
        HURRAY_ERR_MALFORMED},
+      /* unpaired surrogate escapes: yajl decoded them into '?', renaming
+       * "a\ud83d" to "a?" (serde refuses the header) */
+      {"{\"a\\ud83d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       HURRAY_ERR_MALFORMED},
+      {"{\"a\\ud83dx\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       HURRAY_ERR_MALFORMED},
+      {"{\"a\\ud83d\\u0041\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       HURRAY_ERR_MALFORMED},
+      {"{\"__metadata__\":{\"k\":\"v\\udc00\"},"
+       "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+       1, HURRAY_ERR_MALFORMED},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     Bytes f = make_safetensors(cases[k].header, data, cases[k].data_len);
@@ -267,6 +278,28 @@ static void test_safetensors_lies_are_refused(void **state) {
     assert_refused("bad.safetensors", "target.hurray", cases[k].want);
     free(f.p);
   }
+}
+
+/* A pair, and an escaped backslash followed by "ud83d", are text. */
+static void test_safetensors_escapes_that_are_text(void **state) {
+  (void)state;
+  uint8_t data[2] = {0};
+  const char *header =
+      "{\"a\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+      "\"b\\\\ud83d\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}";
+  Bytes f = make_safetensors(header, data, 2);
+  write_named("text.safetensors", &f);
+  free(f.p);
+  HurrayError e = {0};
+  assert_int_equal(convert("text.safetensors", "text.hurray", &e), HURRAY_OK);
+  HurrayReader *r = NULL;
+  size_t index;
+  char path[512];
+  in_dir(path, sizeof path, "text.hurray");
+  assert_int_equal(hurray_reader_open(path, NULL, &r, &e), HURRAY_OK);
+  assert_int_equal(hurray_reader_find(r, "a\xf0\x9f\x98\x80", &index, &e), HURRAY_OK);
+  assert_int_equal(hurray_reader_find(r, "b\\ud83d", &index, &e), HURRAY_OK);
+  hurray_reader_close(r);
 }
 
 static void test_safetensors_header_limits_and_truncation(void **state) {
@@ -688,6 +721,7 @@ int main(void) {
       cmocka_unit_test(test_safetensors_round_trip_is_byte_identical),
       cmocka_unit_test(test_safetensors_every_dtype),
       cmocka_unit_test(test_safetensors_lies_are_refused),
+      cmocka_unit_test(test_safetensors_escapes_that_are_text),
       cmocka_unit_test(test_safetensors_header_limits_and_truncation),
       cmocka_unit_test(test_gguf_round_trip_is_byte_identical),
       cmocka_unit_test(test_gguf_lies_are_refused),
