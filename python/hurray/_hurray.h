@@ -174,8 +174,11 @@ PyObject *mod_descriptor_required_bytes(PyObject *module, PyObject *encoded);
 typedef struct TensorObject {
   PyObject_HEAD HurrayDescriptor *descriptor;
   HurrayBufferList *buffers;
-  bool *writable;        /* per buffer */
-  bool protected_memory; /* buffers are a PROT_READ mapping: a write would crash */
+  bool *writable; /* per buffer */
+  /* a write would crash or change what must not change: a PROT_READ mapping,
+   * or an exporter's read-only buffer. Not set for capsules, which cannot
+   * say, so that a handoff stays zero-copy. */
+  bool protected_memory;
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
 } TensorObject;

@@ -130,6 +130,11 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   self->descriptor = d;
   self->buffers = list;
   self->writable = writable;
+  /* An exporter that says read-only (a read-only np.memmap, bytes) may back
+   * its memory with a PROT_READ mapping, or count on it not changing. */
+  for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
+    if (!writable[i]) self->protected_memory = true;
+  }
   tensor_untrack_if_plain(st, self);
   return 0;
 }
@@ -533,7 +538,7 @@ PyObject *mod_set_tensor_class(PyObject *module, PyObject *cls) {
 static PyGetSetDef tensor_getset[] = {
     {"_encoded", tensor_encoded, NULL, "the encoded descriptor", NULL},
     {"buffer_count", tensor_buffer_count, NULL, "number of buffers", NULL},
-    {"_protected", tensor_protected, NULL, "memory is a read-only mapping", NULL},
+    {"_protected", tensor_protected, NULL, "memory that must not be written through a view", NULL},
     {"_descriptor_cache", tensor_cache_get, tensor_cache_set, "decoded descriptor, once", NULL},
     {NULL},
 };

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -725,6 +726,9 @@ static HurrayStatus enc_json(Enc *e, HurrayStr *o, const char *type, const Hurra
     const char *colon = strchr(sub, ':');
     int st = gv_from_name(sub, colon ? (size_t)(colon - sub) : strlen(sub));
     if (st < 0 || (st == GV_ARRAY) != (colon != NULL)) return enc_fail(e, "unknown array type");
+    if (st == GV_ARRAY && j->len == 0) { /* the inner type travels in the items only */
+      return enc_fail(e, "an empty array of arrays, whose inner type GGUF cannot keep");
+    }
     put(o, (uint64_t)st, 4);
     put(o, j->len, 8);
     for (size_t i = 0; i < j->len; i++) HURRAY_RETURN_NOT_OK(enc_json(e, o, sub, &j->items[i]));
@@ -794,7 +798,9 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
           memcpy(buf, m->bytes, m->len);
           buf[m->len] = 0;
           double d = strtod(buf, &endp);
-          if (*endp != 0) return enc_fail(e, "not a number");
+          if (endp != buf + m->len || isspace((unsigned char)buf[0])) { /* "1.5\0x", " 1" */
+            return enc_fail(e, "not a number");
+          }
           return enc_float(o, t, d);
         }
         return enc_json(e, o, type, &j);
@@ -911,6 +917,11 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   for (size_t i = 0; i < k; i++) {
     const char *name = order[i]->key + 5;
     if (strcmp(name, "general.architecture") == 0 && !arch_recorded) continue;
+    if (name[0] == '\0') { /* GGUF readers, ours too, refuse an empty key */
+      s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                       "metadata key gguf. names an empty GGUF key");
+      goto done;
+    }
     Enc e = {error, name};
     put_str(out, name, strlen(name));
     s = enc_value(&e, out, kinds[i], order[i]);

@@ -320,6 +320,29 @@ def test_gguf_key_named_like_the_converters_own_is_refused(tmp_path):
         convert(tmp_path / "m.gguf", tmp_path / "out.hurray", quiet=True)
 
 
+@pytest.mark.parametrize(
+    "meta,words",
+    [
+        ({"gguf.": "x"}, "empty GGUF key"),
+        (
+            {"gguf.a": "[]", "gguf.__types__": '{"a": "ARRAY:ARRAY:INT32"}'},
+            "empty array of arrays",
+        ),
+        ({"gguf.a": b"1.5\0junk", "gguf.__types__": '{"a": "FLOAT32"}'}, "not a number"),
+        ({"gguf.a": " 1.5", "gguf.__types__": '{"a": "FLOAT32"}'}, "not a number"),
+    ],
+    ids=["empty-key", "empty-array-of-arrays", "nul-in-float", "blank-in-float"],
+)
+def test_gguf_target_refuses_what_no_reader_takes_back(tmp_path, meta, words):
+    # The writer wrote an empty key and an empty array of arrays, which
+    # GGUF readers (hurray's too) refuse, and wrote b"1.5\0junk" as 1.5.
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"t": np.ones(4, np.float32)}, meta)
+    with pytest.raises(ConversionError, match=words):
+        convert(src, tmp_path / "out.gguf", quiet=True)
+    assert not (tmp_path / "out.gguf").exists()
+
+
 # ------------------------------------------------------------------ 4. signals
 
 # The child converts SRC to DST through `python -m hurray convert`, with one

@@ -22,9 +22,11 @@ to_torch(t)
     process's memory, never into the file. A ``readonly=True`` load maps
     the file read-only; torch has no read-only tensors (and torch.from_dlpack
     ignores DLPack's read-only flag), so to_torch gives a copy of any tensor
-    with a read-only buffer (such a load, a read-only numpy array or
-    np.memmap, bytes), dense or sparse, instead of a view that would crash
-    on a write or change immutable memory.
+    with a read-only buffer (such a load, a tensor made from a read-only
+    numpy array, np.memmap or bytes), dense or sparse, instead of a view that
+    would crash on a write or change immutable memory. A tensor taken from a
+    ``__hurray__`` capsule stays a view: the capsule cannot say whether its
+    memory is writable, and a handoff is meant not to copy.
 
 save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu", *,
 mmap=True, dequantize=None)
@@ -419,7 +421,7 @@ def to_torch(t: Tensor) -> "torch.Tensor":
     layout = d.layout
     # torch has no read-only tensors: a view of read-only memory would crash
     # (or change a bytes object) on the first write, so it is copied.
-    read_only = t._protected or any(memoryview(b).readonly for b in t.buffers)
+    read_only = t._protected
     if isinstance(layout, Sparse):
         out = _to_sparse(t, d)
         return out.clone() if read_only else out
