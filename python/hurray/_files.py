@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import io
 import numbers
+import operator
 import os
 import stat
 from typing import Any, Iterator, Mapping, Optional
@@ -297,7 +298,11 @@ class File:
         """Buffer `index` of `name` read with pread into `out` (any writable
         buffer at least that large), or into a new bytearray."""
         if out is None:
-            out = bytearray(self.descriptor(name).buffers[index].byte_size)
+            buffers = self.descriptor(name).buffers
+            i = operator.index(index)
+            if not 0 <= i < len(buffers):  # buffers[-1] would read the last one's size
+                raise IndexError(f"tensor {name!r} has {len(buffers)} buffers, not a buffer {i}")
+            out = bytearray(buffers[i].byte_size)
         self._file._read_buffer(name, index, out)
         return out
 

@@ -376,6 +376,12 @@ def test_integer_arguments_never_wrap(tmp_path):
             f.read_buffer("q", 2**32 + 1, bytearray(64))
         with pytest.raises(OverflowError):
             f.read_buffer("q", -1, bytearray(64))
+        # Without `out`, buffers[5] said "tuple index out of range" and
+        # buffers[-1] sized the new bytearray by the last buffer.
+        for index in (5, -1):
+            with pytest.raises(IndexError, match="has 2 buffers, not a buffer"):
+                f.read_buffer("q", index)
+        assert len(f.read_buffer("q", np.int64(1))) == f.descriptor("q").buffers[1].byte_size
         with pytest.raises(OverflowError):
             f.get_slice("n", 2**64, 2**64 + 1)
         with pytest.raises(OverflowError):
