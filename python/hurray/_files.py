@@ -8,7 +8,7 @@ import numbers
 import operator
 import os
 import stat
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -155,6 +155,8 @@ def save(
         raise TypeError(
             f"tensors must be a mapping of names to tensors, not {type(tensors).__name__}"
         )
+    pairs = list(tensors.items())  # once: a lazy mapping builds each value once
+    stream = target  # a file object given inline lives, and its descriptor stays open, to the end
     if isinstance(target, (str, bytes, os.PathLike)):
         target = os.fspath(target)
     else:
@@ -162,41 +164,77 @@ def save(
         if fd is not None:
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
-    if isinstance(target, int):
-        _hurray._check_not_mapped_from(target, list(_copied_spans(tensors)))
+    if isinstance(target, int) and _is_regular_file(target):
+        _hurray._check_not_mapped_from(target, list(_copied_spans(pairs)))
     collecting = gc.isenabled()
     gc.disable()
     try:
-        items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in tensors.items()]
+        items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in pairs]
     finally:
         if collecting:
             gc.enable()
     if metadata is not None:
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
     _hurray.save(target, items, metadata, statistics)
+    del stream
 
 
-def _copied_spans(tensors: Mapping[str, Any]):
-    """(name, address, length) of the memory of each value that is copied
-    in Python before the writer sees it (a non-contiguous or byte-swapped
-    array, any torch tensor: its whole storage), which the writer therefore
-    cannot check before it is read."""
-    for name, value in tensors.items():
+def _is_regular_file(fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except (OSError, OverflowError):
+        return False  # the writer says what is wrong with it
+
+
+def _array_span(a: np.ndarray) -> Tuple[int, int]:
+    """(address, length) of the memory an array's elements lie in."""
+    low = high = a.__array_interface__["data"][0]
+    for n, stride in zip(a.shape, a.strides):
+        if stride < 0:
+            low += stride * (n - 1)
+        else:
+            high += stride * (n - 1)
+    return low, high + a.itemsize - low
+
+
+def _copied_spans(pairs):
+    """(name, address, length) of the memory of each value that is read in
+    Python before the writer sees it, so the writer cannot check it first:
+    a non-contiguous or byte-swapped array, a torch tensor (its whole
+    storage; a sparse one's parts), a scipy.sparse matrix's arrays. A list
+    of arrays is not looked into."""
+    for name, value in pairs:
         if not isinstance(name, str):
             continue  # refused with its reason when the items are built
         if isinstance(value, np.ndarray):
             if value.size and not (value.flags.c_contiguous and _plain_dtype(value.dtype)):
-                low = high = value.__array_interface__["data"][0]
-                for n, stride in zip(value.shape, value.strides):
-                    if stride < 0:
-                        low += stride * (n - 1)
-                    else:
-                        high += stride * (n - 1)
-                yield (name, low, high + value.itemsize - low)
-        elif type(value).__module__.startswith("torch") and getattr(value, "is_cpu", False):
-            if value.numel() and str(value.layout) == "torch.strided":  # no torch import
-                storage = value.untyped_storage()
-                yield (name, storage.data_ptr(), storage.nbytes())
+                yield (name, *_array_span(value))
+            continue
+        module = type(value).__module__
+        if module.startswith("scipy.sparse"):
+            for part in ("data", "indices", "indptr", "row", "col"):
+                a = getattr(value, part, None)
+                if isinstance(a, np.ndarray) and a.size:
+                    yield (name, *_array_span(a))
+        elif module.startswith("torch") and getattr(value, "is_cpu", False):
+            for part in _torch_parts(value):
+                if part.numel():
+                    storage = part.untyped_storage()
+                    yield (name, storage.data_ptr(), storage.nbytes())
+
+
+def _torch_parts(t) -> list:
+    """The strided tensors a torch tensor's values live in (no torch import)."""
+    layout = str(t.layout)
+    if layout == "torch.strided":
+        return [t]
+    if layout == "torch.sparse_coo":
+        return [t._indices(), t._values()]
+    if layout in ("torch.sparse_csr", "torch.sparse_bsr"):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if layout in ("torch.sparse_csc", "torch.sparse_bsc"):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return []
 
 
 def fsync_dir(folder: str) -> None:

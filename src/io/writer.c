@@ -871,13 +871,13 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
                           name, i);
     }
   }
-  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
-  for (uint32_t i = 0; i < d->buffer_count; i++) {
+  /* Before validation, which reads a sparse tensor's indices. */
+  for (size_t i = 0; i < hurray_buffer_list_len(buffers); i++) {
     const HurrayBuffer *b = hurray_buffer_list_get(buffers, i);
-    HURRAY_RETURN_NOT_OK(
-        check_not_in_sink(w, name, i, hurray_buffer_data(b), d->buffers[i].byte_size, error));
+    HURRAY_RETURN_NOT_OK(check_not_in_sink(w, name, (uint32_t)i, hurray_buffer_data(b),
+                                           hurray_buffer_size(b), error));
   }
-  return HURRAY_OK;
+  return hurray_validate_buffer_placement(d, buffers, error);
 }
 
 /* Room for one more tensor record and `buffer_count` more buffer records. */

@@ -1000,6 +1000,67 @@ def test_save_into_its_own_file_refuses_values_copied_in_python(tmp_path, value)
     assert result.stdout.strip() == "refused"
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        'hurray.load(p)["s"]',
+        'hurray.load(p)["s"].to_scipy()',
+        'hurray.load(p)["s"].to_scipy().T',
+        'ht.to_torch(hurray.load(p)["s"])',
+        "torch.sparse_coo_tensor(torch.tensor([[1, 0, 1]]), ht.to_torch(hurray.load(p)['a'])[:3], (4,))",
+    ],
+    ids=["hurray-sparse", "scipy", "scipy-transposed", "torch-csr", "torch-coo-uncoalesced"],
+)
+def test_save_into_its_own_file_refuses_sparse_values(tmp_path, value):
+    """A sparse tensor's indices were read (validated, coalesced, converted)
+    before any check: from a file open(p, "wb") had truncated, SIGBUS."""
+    path = tmp_path / "m.hurray"
+    result = run_python(
+        f"""
+        import numpy as np, scipy.sparse as sp, torch, hurray, hurray.torch as ht
+        p = {str(path)!r}
+        m = sp.random(64, 64, density=0.2, format="csr", dtype=np.float32, random_state=0)
+        hurray.save(p, {{"s": m, "a": np.arange(1 << 18, dtype=np.float32)}})
+        v = {value}
+        with open(p, "wb") as f:
+            try:
+                hurray.save(f, {{"v": v}})
+                print("saved")
+            except hurray.InvalidArgumentError as e:
+                assert "lies in a mapping of the file being written" in str(e), e
+                print("refused")
+    """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "refused"
+
+
+def test_save_to_a_file_object_given_inline(tmp_path):
+    # hurray.save(open(p, "wb"), ...) dropped the only reference to the file
+    # object, which closed it: "write to fd 3 failed: Bad file descriptor",
+    # or, had another file taken descriptor 3 meanwhile, a save into that
+    # file reported as a success.
+    path = tmp_path / "inline.hurray"
+    hurray.save(open(path, "wb"), {"a": np.arange(10, dtype=np.float32)})  # noqa: SIM115
+    assert np.array_equal(hurray.load(path)["a"].numpy(), np.arange(10, dtype=np.float32))
+
+
+def test_a_lazy_mapping_is_read_once(tmp_path):
+    class Lazy(dict):
+        calls = 0
+
+        def items(self):
+            for k in self.keys():
+                Lazy.calls += 1
+                yield k, np.full(4, len(k), np.float32)
+
+    with open(tmp_path / "l.hurray", "wb") as f:
+        hurray.save(f, Lazy(a=1, bb=2))
+    assert Lazy.calls == 2
+    assert hurray.load(tmp_path / "l.hurray")["bb"].numpy()[0] == 2
+
+
 def test_save_to_a_stream_of_another_file_still_works(tmp_path):
     src, dst = tmp_path / "src.hurray", tmp_path / "dst.hurray"
     hurray.save(src, {"a": np.arange(1000, dtype=np.float32)})
