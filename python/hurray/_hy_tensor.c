@@ -68,6 +68,20 @@ static int get_c_contiguous(PyObject *obj, Py_ssize_t index, Py_buffer *view) {
   return -1;
 }
 
+/* Whether a write through buffer `obj` must be refused: its exporter says
+ * read-only (a read-only np.memmap, bytes: a PROT_READ mapping, or memory
+ * that must not change), except for a view of another hurray tensor's
+ * buffer, which is as protected as that tensor (a capsule's buffers read
+ * as read-only only because the capsule cannot say). */
+static bool protects(ModuleState *st, PyObject *obj, const Py_buffer *view) {
+  PyObject *base = PyMemoryView_Check(obj) ? PyMemoryView_GET_BASE(obj) : obj;
+  if (base != NULL && Py_TYPE(base) == st->view_type) {
+    PyObject *parent = ((ViewObject *)base)->tensor;
+    return parent != NULL && ((TensorObject *)parent)->protected_memory;
+  }
+  return view->readonly;
+}
+
 /* Tensor(descriptor_bytes, buffers): each buffer-protocol object becomes one
  * HurrayBuffer that holds its own Py_buffer, released on its own. */
 static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -95,6 +109,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayStatus s = hurray_buffer_list_create(&list, &e);
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   bool *writable = PyMem_Calloc(n ? (size_t)n : 1, sizeof(bool));
+  bool protected_memory = false;
   for (Py_ssize_t i = 0; s == HURRAY_OK && writable != NULL && i < n; i++) {
     Py_buffer *view = PyMem_RawMalloc(sizeof *view);
     if (view == NULL) {
@@ -106,6 +121,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
       break;
     }
     writable[i] = !view->readonly;
+    if (protects(st, PySequence_Fast_GET_ITEM(seq, i), view)) protected_memory = true;
     HurrayBuffer *b = NULL;
     s = hurray_buffer_create(view->buf, (uint64_t)view->len, hy_release_pybuffer, view, &b, &e);
     if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
@@ -130,11 +146,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   self->descriptor = d;
   self->buffers = list;
   self->writable = writable;
-  /* An exporter that says read-only (a read-only np.memmap, bytes) may back
-   * its memory with a PROT_READ mapping, or count on it not changing. */
-  for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
-    if (!writable[i]) self->protected_memory = true;
-  }
+  self->protected_memory = protected_memory;
   tensor_untrack_if_plain(st, self);
   return 0;
 }

@@ -221,6 +221,20 @@ def test_dimensions_past_int64_are_a_hurray_error():
         hurray.torch.to_torch(hurray.Tensor(d, [b""]))
 
 
+def test_views_of_hurray_buffers_keep_their_tensors_protection(tmp_path):
+    # A capsule's buffers read as read-only only because the capsule cannot
+    # say; a tensor re-made from them (member(), shard(), ...) stays a view.
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"w": np.ones((4, 4), np.float32)})
+    t = hurray.load(path)["w"]
+    handed = hurray.from_hurray(t)
+    again = hurray.Tensor(handed.descriptor, list(handed.buffers))
+    assert not handed._protected and not again._protected
+    assert hurray.torch.to_torch(again).data_ptr() == t.numpy().ctypes.data
+    ro = hurray.load(path, readonly=True)["w"]
+    assert hurray.Tensor(ro.descriptor, list(ro.buffers))._protected
+
+
 def test_writable_loads_stay_zero_copy(tmp_path):
     path = tmp_path / "w.hurray"
     hurray.save(path, {"w": np.ones((4, 4), np.float32)})
