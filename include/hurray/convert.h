@@ -99,8 +99,10 @@ typedef struct HurrayConvertOptions {
  * with HURRAY_ERR_UNSUPPORTED, before writing anything, when a tensor
  * needs a change of form the target cannot take as it is (a quantized
  * tensor into safetensors, a GGUF type other than F32, F16, BF16, F64,
- * I8-I64, Q8_0 and Q4_0, a non-dense layout): the message names the tensor
- * and the reason. On any failure `dst` is untouched. */
+ * I8-I64, Q8_0 and Q4_0, a non-dense layout; a safetensors file holding a
+ * quantized tensor in the parts `hurray convert --keep-scales` writes, going
+ * to a hurray file, which only the Python converter rebuilds): the message
+ * names the tensor and the reason. On any failure `dst` is untouched. */
 HURRAY_API HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                             const HurrayConvertOptions *options,
                                             HurrayError *error);

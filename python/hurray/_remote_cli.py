@@ -5,6 +5,7 @@ the C command's layout. Exit status: 0 success, 1 failure, 2 usage."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List
 
@@ -178,6 +179,12 @@ def main(argv: List[str]) -> int:
                 f.verify()
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
                 print(f"{_escaped(shown)}: OK, {len(f)} tensors, {buffers} buffers verified")
+            sys.stdout.flush()  # a closed pipe shows here, inside the try
+    except BrokenPipeError:
+        # The reader went away (| head): quietly, as SIGPIPE ends the C
+        # command; stdout goes to /dev/null so that the exit flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (HurrayError, OSError) as exc:
         print(f"hurray: {_escaped(shown)}: {_one_line(exc, shown)}", file=sys.stderr)
         return 1

@@ -185,7 +185,8 @@ class Tensor(_hurray._Tensor):
         integer codes if the tensor is quantized (dequantize() gives the
         values), else the values, as numpy() does. A block-coded tensor's
         codes are its block bytes, shaped (*shape[:-1], bytes per row), as
-        gguf-py's byte shape."""
+        gguf-py's byte shape. Sub-byte codes (int4, uint4, fp4, fp6) are
+        unpacked to one per byte, which is a copy."""
         dtype_name, shape, strides, byte_offset, data_buffer, layout, qkind = self._view_info()
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
@@ -254,7 +255,8 @@ class Tensor(_hurray._Tensor):
 
         float32, float16 and bfloat16 come straight from the C kernels (with
         the GIL released; `threads` > 1 lets large tensors use more threads);
-        other dtypes are the float32 result converted. Dense and paged
+        other floating-point dtypes (float64, the float8 kinds) are the
+        float32 result converted; an integer dtype is a TypeError. Dense and paged
         tensors of every quantization kind, and sparse tensors with
         per-tensor affine codes. An unquantized tensor gives its values.
 

@@ -1295,6 +1295,31 @@ static HurrayStatus check_source_tensor(const HurraySource *s, size_t i, Entry *
   return hurray_reader_verify(s->reader, hurray_reader_tensor_name(s->reader, i), error);
 }
 
+/* A safetensors file that --keep-scales wrote holds a quantized tensor as
+ * parts, named by a hurray.<name>.quantization key of its metadata. Only
+ * the Python converter puts them back together; copied into a hurray file
+ * as they are, they would pass for plain tensors. */
+static HurrayStatus refuse_kept_scales(HurraySource *s, HurrayFormat tf, HurrayError *error) {
+  if (s->format != HURRAY_FORMAT_SAFETENSORS || tf != HURRAY_FORMAT_HURRAY) return HURRAY_OK;
+  static const char prefix[] = "safetensors.hurray.", suffix[] = ".quantization";
+  for (size_t i = 0; i < hurray_source_metadata_count(s); i++) {
+    const char *key;
+    HurrayMetadataType type;
+    const void *value;
+    size_t len;
+    HURRAY_RETURN_NOT_OK(hurray_source_metadata(s, i, &key, &type, &value, &len, error));
+    size_t n = strlen(key), p = sizeof prefix - 1, x = sizeof suffix - 1;
+    if (n > p + x && strncmp(key, prefix, p) == 0 && strcmp(key + n - x, suffix) == 0) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "safetensors tensor %.*s is stored in parts (hurray convert "
+                          "--keep-scales); the Python converter (hurray convert, "
+                          "hurray.convert) puts it back together",
+                          (int)(n - p - x > 200 ? 200 : n - p - x), key + p);
+    }
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_convert_file(const char *src, const char *dst,
                                  const HurrayConvertOptions *options, HurrayError *error) {
   return hurray__convert_file_sys(src, dst, options, NULL, error);
@@ -1330,14 +1355,14 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   HURRAY_RETURN_NOT_OK(
       hurray_source_open(src, options->source_format, &source_options, &s, error));
   size_t n = hurray_source_tensor_count(s);
-  HurrayStatus st = HURRAY_OK;
+  HurrayStatus st = refuse_kept_scales(s, tf, error);
   /* A hurray source going to a hurray file is checked whole, before the
    * target exists: pages let go as it goes, and each buffer is hashed
    * once, not again per tensor. Going to safetensors or GGUF, each data
    * buffer is checked while it is copied (write_data), and the others
    * when their tensor is added (check_source_tensor). */
   bool check_on_copy = false;
-  if (s->format == HURRAY_FORMAT_HURRAY && s->verify) {
+  if (st == HURRAY_OK && s->format == HURRAY_FORMAT_HURRAY && s->verify) {
     if (tf == HURRAY_FORMAT_HURRAY) {
       st = hurray__reader_verify_flat(s->reader, error);
     } else {

@@ -714,6 +714,38 @@ def test_keep_scales_round_trip(out, case):
         assert [bytes(b) for b in w.buffers] == [bytes(b) for b in t.buffers]
 
 
+def test_keep_scales_back_through_the_c_command(out):
+    # The C command converts safetensors to hurray itself, and took the
+    # parts for plain tensors: "hurray convert k.safetensors back.hurray"
+    # gave a uint8 w and a w.scales. The native converter now refuses such
+    # a file, and the command hands it to Python, which rebuilds w.
+    from zoo_reference import cli
+
+    exe = cli()
+    if exe is None:
+        pytest.skip("the C hurray command is not built")
+    t = hurray.quantize(rnd((6, 64), 32), "q4_0")
+    hurray.save(out / "q.hurray", {"w": t})
+    convert(out / "q.hurray", out / "k.safetensors", keep_scales=True, quiet=True)
+
+    def run(dst, **env):
+        return subprocess.run(
+            [exe, "convert", "-q", str(out / "k.safetensors"), str(out / dst)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, HURRAY_PYTHON=sys.executable, **env),
+        )
+
+    done = run("back.hurray")
+    assert done.returncode == 0, done.stderr
+    with hurray.open(out / "back.hurray") as f:
+        assert sorted(f.keys()) == ["w"] and f["w"].descriptor == t.descriptor
+    native = run("native.hurray", HURRAY_CONVERT_NATIVE_ONLY="1")
+    assert native.returncode == 1 and "w is stored in parts" in native.stderr, native.stderr
+    assert not (out / "native.hurray").exists()
+
+
 # ------------------------------------------------------------------ the report
 
 

@@ -343,6 +343,18 @@ def test_gguf_target_refuses_what_no_reader_takes_back(tmp_path, meta, words):
     assert not (tmp_path / "out.gguf").exists()
 
 
+def test_a_torch_target_without_torch_is_a_clear_error(tmp_path, monkeypatch):
+    # It said "internal error: ModuleNotFoundError: No module named 'torch'
+    # (please report it)"; reading a .pt without torch already said what
+    # was missing.
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"t": np.ones(4, np.float32)})
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch: ImportError
+    with pytest.raises(ConversionError, match="needs the 'torch' package"):
+        convert(src, tmp_path / "m.pt", quiet=True)
+    assert sorted(os.listdir(tmp_path)) == ["m.hurray"]
+
+
 # ------------------------------------------------------------------ 4. signals
 
 # The child converts SRC to DST through `python -m hurray convert`, with one

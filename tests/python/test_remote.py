@@ -455,6 +455,23 @@ def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
         assert out.replace(url, str(varied)) == local.stdout
 
 
+def test_cli_on_a_url_into_a_closed_pipe_is_quiet(tmp_path):
+    # `hurray ls URL | head -2` printed "[Errno 32] Broken pipe" on stderr;
+    # the C command, ended by SIGPIPE, prints nothing there.
+    path = tmp_path / "many.hurray"
+    hurray.save(path, {f"t{i}": np.ones(2, np.float32) for i in range(3000)})
+    with RangeServer({"/m.hurray": path.read_bytes()}) as s:
+        p = subprocess.Popen(
+            [_launcher(), "ls", s.url("/m.hurray")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert p.stdout.readline().startswith(b"NAME")
+        p.stdout.close()
+        _, err = p.communicate(timeout=120)
+    assert err == b"" and p.returncode in (141, -13), (p.returncode, err)
+
+
 def test_cli_url_errors_are_one_clear_line(files, server):
     """A failure names the URL once, as the C command does for a path (it was
     "hurray ls: URL: URL: HTTP 404" and "hurray ls: URL: HURRAY_ERR_...: ..."),

@@ -128,6 +128,10 @@ class _TorchishTarget(_DenseTarget):
     """Targets holding torch tensors until one call writes them all."""
 
     def __init__(self, path, options):
+        try:
+            import torch  # noqa: F401
+        except ImportError:  # refused before the target exists, not mid-way
+            raise ConversionError(f"writing {path} needs the 'torch' package") from None
         super().__init__(path, options)
         self._tensors: Dict[str, Any] = {}
         self._origin: Dict[str, str] = {}  # written name -> what it holds, for errors
