@@ -247,7 +247,10 @@ class HttpBackend:
                 )
             except urllib3.exceptions.MaxRetryError as e:
                 reason = e.reason
-                if isinstance(reason, urllib3.exceptions.TimeoutError):
+                # urllib3 makes a refused connection and a failed name lookup
+                # kinds of ConnectTimeoutError; neither is a timeout.
+                refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
+                if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
                     raise _Transient(RemoteTimeoutError(f"{self.shown}: {reason}")) from None
                 if isinstance(reason, urllib3.exceptions.ResponseError):  # too many redirects
                     raise RemoteError(f"{self.shown}: {reason}") from None
@@ -571,8 +574,23 @@ class RangeSource:
             for run in runs:
                 one(run)
             return
-        for future in [self.pool().submit(one, run) for run in runs]:
-            future.result()
+        futures = [self.pool().submit(one, run) for run in runs]
+        # Every run writes into memory the C reader frees once this returns
+        # or raises: a run still fetching after another failed wrote a
+        # server's late bytes into freed memory. Runs not started are
+        # dropped; the others are waited for (each read is under the
+        # timeout), and the first failure raised after.
+        failure: Optional[BaseException] = None
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
+                if failure is None:  # (a run cancelled here raises CancelledError later)
+                    failure = exc
+                    for other in futures:
+                        other.cancel()
+        if failure is not None:
+            raise failure
 
     def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
         """The (offset, length) ranges `read()` (one tensor read) would

@@ -10,7 +10,7 @@ import http.server
 import re
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -21,7 +21,10 @@ class RangeServer:
     one byte off), "ignore_range" (200 with the whole file), "change" (the
     file changes after the first request), "slow" (answers after
     `slow_seconds`), "flaky" (the first `flaky_count` requests get 503),
-    "huge" (claims the file is 1 TiB larger, its tail at the claimed end)."""
+    "huge" (claims the file is 1 TiB larger, its tail at the claimed end).
+    on_range(start, end), when set, sees every range request after the
+    file is found: it may sleep, and a status it returns (404, 503) is
+    sent instead of the bytes."""
 
     def __init__(self, files: Dict[str, bytes], latency: float = 0.0):
         self.files = dict(files)
@@ -29,6 +32,7 @@ class RangeServer:
         self.fault: Optional[str] = None
         self.slow_seconds = 2.0
         self.flaky_count = 2
+        self.on_range: Optional[Callable[[int, int], Optional[int]]] = None
         self.log: List[Tuple[str, Optional[str], int]] = []  # (path, Range, body bytes)
         self.lock = threading.Lock()
         server = self
@@ -123,6 +127,9 @@ class RangeServer:
         if start >= size or end <= start:
             headers["Content-Range"] = f"bytes */{size}"
             return self._send(h, index, 416, headers, b"", head)
+        status = self.on_range(start, end) if self.on_range is not None else None
+        if status is not None:
+            return self._send(h, index, status, {}, b"refused", head)
         body = data[start:end]
         shown = (start + 1, end) if fault == "wrong_range" else (start, end)
         claimed = size

@@ -472,6 +472,67 @@ def test_cli_on_a_url_into_a_closed_pipe_is_quiet(tmp_path):
     assert err == b"" and p.returncode in (141, -13), (p.returncode, err)
 
 
+def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
+    """verify() reads a and c (20 MiB apart) as one batch, in two parallel
+    runs, into one buffer C frees when the read fails. When a's run failed,
+    the error went up at once while c's run was still fetching: c's late
+    bytes were written into freed memory (heap corruption, abort). Now the
+    error waits until c's run is done. In a subprocess, as it crashed."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time, numpy as np, hurray
+        sys.path.insert(0, {HERE!r})
+        from range_server import RangeServer
+        p = {str(tmp_path / "gap.hurray")!r}
+        hurray.save(p, {{"a": np.full(1 << 18, 1.0, np.float32),
+                         "b_mid": np.zeros(5 << 20, np.float32),
+                         "c": np.full(1 << 18, 3.0, np.float32)}})
+        data = open(p, "rb").read()
+        a = data.find(np.full(16, 1.0, np.float32).tobytes())
+        c = data.find(np.full(16, 3.0, np.float32).tobytes())
+        done = {{}}
+
+        def on_range(start, end):
+            if start <= a < end:
+                return 404
+            if start <= c < end:
+                time.sleep(1.0)
+                done["c"] = time.monotonic()
+            return None
+
+        with RangeServer({{"/gap.hurray": data}}) as s:
+            f = hurray.open(s.url("/gap.hurray"))
+            s.on_range = on_range
+            try:
+                f.verify()
+                print("verified")
+            except hurray.RemoteError:
+                raised = time.monotonic()
+                print("c served before the error" if done.get("c", raised) < raised else "early")
+            f.close()
+            junk = [np.zeros(2 << 20, np.uint8) for _ in range(8)]
+            time.sleep(1.5)
+            print("clean" if not any(j.any() for j in junk) else "overwritten")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["c", "served", "before", "the", "error", "clean"], done.stdout
+
+
+def test_a_refused_connection_is_not_a_timeout():
+    # urllib3 makes a refused connection a kind of ConnectTimeoutError, and
+    # it was reported (and retried) as RemoteTimeoutError.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(hurray.RemoteError, match="Failed to establish") as caught:
+        hurray.open(f"http://127.0.0.1:{port}/x.hurray", retries=0)
+    assert not isinstance(caught.value, TimeoutError)
+
+
 def test_cli_url_errors_are_one_clear_line(files, server):
     """A failure names the URL once, as the C command does for a path (it was
     "hurray ls: URL: URL: HTTP 404" and "hurray ls: URL: HURRAY_ERR_...: ..."),
