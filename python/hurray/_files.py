@@ -165,7 +165,7 @@ def save(
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
     if isinstance(target, int) and _is_regular_file(target):
-        _hurray._check_not_mapped_from(target, list(_copied_spans(pairs)))
+        _hurray._check_not_mapped_from(target, lambda: list(_copied_spans(pairs)))
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -117,8 +117,8 @@ static PyMethodDef module_methods[] = {
     {"_check_output_bytes", mod_check_output_bytes, METH_VARARGS,
      "_check_output_bytes(stored, output): LimitError past the default output limits"},
     {"_check_not_mapped_from", mod_check_not_mapped_from, METH_VARARGS,
-     "_check_not_mapped_from(fd, [(name, address, length)]): InvalidArgumentError for a span "
-     "in a mapping of fd's file"},
+     "_check_not_mapped_from(fd, spans): InvalidArgumentError for a span of spans() "
+     "[(name, address, length)] in a mapping of fd's file"},
     {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
     {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
     {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},

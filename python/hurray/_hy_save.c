@@ -263,21 +263,32 @@ PyObject *mod_save(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* _check_not_mapped_from(fd, [(name, address, length), ...]): what a
- * descriptor writer checks of each buffer, for the values save() copies
- * in Python first (non-contiguous arrays and tensors), before the copy
- * reads them: into a file that open(path, "wb") truncated, that read
- * faults (SIGBUS). */
+/* _check_not_mapped_from(fd, spans): what a descriptor writer checks of
+ * each buffer, for the values save() copies in Python first (non-contiguous
+ * arrays and tensors), before the copy reads them: into a file that
+ * open(path, "wb") truncated, that read faults (SIGBUS). `spans` is a
+ * callable returning [(name, address, length), ...], called only when the
+ * file is mapped at all: rarely, so a save of many tensors costs nothing. */
 PyObject *mod_check_not_mapped_from(PyObject *module, PyObject *args) {
   int fd;
-  PyObject *spans;
-  if (!PyArg_ParseTuple(args, "iO:_check_not_mapped_from", &fd, &spans)) return NULL;
-  PyObject *seq = hy_sequence_copy(spans, "spans must be a sequence");
-  if (seq == NULL) return NULL;
+  PyObject *make_spans;
+  if (!PyArg_ParseTuple(args, "iO:_check_not_mapped_from", &fd, &make_spans)) return NULL;
   HurrayError e = {0};
   HurrayFileMappings m = {0};
   HurrayStatus s = hurray__file_mappings_of_fd(fd, &m, &e);
-  for (Py_ssize_t i = 0; s == HURRAY_OK && m.count > 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+  if (s != HURRAY_OK || m.count == 0) {
+    hurray__file_mappings_free(&m);
+    if (s != HURRAY_OK) return hy_raise_status(PyModule_GetState(module), s, &e);
+    Py_RETURN_NONE;
+  }
+  PyObject *spans = PyObject_CallNoArgs(make_spans);
+  PyObject *seq = spans != NULL ? hy_sequence_copy(spans, "spans must be a sequence") : NULL;
+  Py_XDECREF(spans);
+  if (seq == NULL) {
+    hurray__file_mappings_free(&m);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
     PyObject *name;
     uint64_t address, length;
     if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO&O&:span", &name, hy_conv_u64,
