@@ -217,24 +217,8 @@ def _copied_spans(pairs):
                 if isinstance(a, np.ndarray) and a.size:
                     yield (name, *_array_span(a))
         elif module.startswith("torch") and getattr(value, "is_cpu", False):
-            for part in _torch_parts(value):
-                if part.numel():
-                    storage = part.untyped_storage()
-                    yield (name, storage.data_ptr(), storage.nbytes())
-
-
-def _torch_parts(t) -> list:
-    """The strided tensors a torch tensor's values live in (no torch import)."""
-    layout = str(t.layout)
-    if layout == "torch.strided":
-        return [t]
-    if layout == "torch.sparse_coo":
-        return [t._indices(), t._values()]
-    if layout in ("torch.sparse_csr", "torch.sparse_bsr"):
-        return [t.crow_indices(), t.col_indices(), t.values()]
-    if layout in ("torch.sparse_csc", "torch.sparse_bsc"):
-        return [t.ccol_indices(), t.row_indices(), t.values()]
-    return []
+            for span in _hooks.torch("storage_spans")(value):
+                yield (name, *span)
 
 
 def fsync_dir(folder: str) -> None:

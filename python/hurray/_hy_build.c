@@ -95,20 +95,25 @@ static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t 
   return get_uint(dict, key, fallback, UINT64_MAX, out);
 }
 
+/* A signed field value: 0, or -1 with OverflowError naming `what`. */
+static int field_i64(PyObject *v, const char *what, int64_t *out) {
+  *out = PyLong_AsLongLong(v);
+  if (*out == -1 && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (%lld..%lld)", what, v,
+                 (long long)INT64_MIN, (long long)INT64_MAX);
+  }
+  return PyErr_Occurred() ? -1 : 0;
+}
+
 static int get_i64(PyObject *dict, const char *key, int64_t fallback, int64_t *out) {
   PyObject *v = item(dict, key);
   if (v == NULL) {
     *out = fallback;
     return 0;
   }
-  *out = PyLong_AsLongLong(v);
-  if (*out == -1 && PyErr_ExceptionMatches(PyExc_OverflowError)) {
-    char what[128];
-    field_name(dict, key, what, sizeof what);
-    PyErr_Format(PyExc_OverflowError, "%s %R is out of range (%lld..%lld)", what, v,
-                 (long long)INT64_MIN, (long long)INT64_MAX);
-  }
-  return PyErr_Occurred() ? -1 : 0;
+  char what[128];
+  field_name(dict, key, what, sizeof what);
+  return field_i64(v, what, out);
 }
 
 /* Buffer indices: None or absent means "no buffer". */
@@ -691,13 +696,9 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
       goto fail;
     }
     for (Py_ssize_t i = 0; i < n && !PyErr_Occurred(); i++) {
-      PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
-      raw[i] = (uint64_t)PyLong_AsLongLong(v);
-      if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-        PyErr_Format(PyExc_OverflowError,
-                     "Descriptor.strides[%zd] %R is out of range (%lld..%lld)", i, v,
-                     (long long)INT64_MIN, (long long)INT64_MAX);
-      }
+      char what[64];
+      snprintf(what, sizeof what, "Descriptor.strides[%zd]", i);
+      (void)field_i64(PySequence_Fast_GET_ITEM(seq, i), what, (int64_t *)&raw[i]);
     }
     Py_DECREF(seq);
     if (PyErr_Occurred()) goto fail;

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -116,6 +116,24 @@ def _plain(tensor: "torch.Tensor") -> "torch.Tensor":
     if t.is_neg():
         t = t.resolve_neg()
     return t.contiguous()
+
+
+def storage_spans(t: "torch.Tensor") -> List[Tuple[int, int]]:
+    """(address, length) of each storage a CPU tensor's values live in: its
+    own, or a sparse tensor's index and value tensors' (what from_torch
+    reads, for save()'s check against the file being written)."""
+    if t.layout == torch.strided:
+        parts = [t]
+    elif t.layout == torch.sparse_coo:
+        parts = [t._indices(), t._values()]
+    elif t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        parts = [t.crow_indices(), t.col_indices(), t.values()]
+    elif t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        parts = [t.ccol_indices(), t.row_indices(), t.values()]
+    else:
+        parts = []
+    storages = [p.untyped_storage() for p in parts if p.numel()]
+    return [(s.data_ptr(), s.nbytes()) for s in storages]
 
 
 def _raw(t: "torch.Tensor") -> np.ndarray:
