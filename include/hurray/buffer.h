@@ -180,8 +180,11 @@ HURRAY_API HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d,
  * and float64 in host memory with READY buffers; for sparse tensors they
  * describe the logical elements:
  * entries naming one position are summed and unstored elements are zeros. Other kinds give
- * HURRAY_ERR_UNSUPPORTED and leave `d` unchanged. Statistics are advisory:
- * nothing in the library trusts them. */
+ * HURRAY_ERR_UNSUPPORTED and leave `d` unchanged. A strided view counts
+ * every logical element, a repeated (zero-stride) one as often as it
+ * appears; one with more than the default output limits allow (see above)
+ * gives HURRAY_ERR_LIMIT. Statistics are advisory: nothing in the library
+ * trusts them. */
 HURRAY_API HurrayStatus hurray_compute_statistics(HurrayDescriptor *d,
                                                   const HurrayBufferList *list,
                                                   HurrayError *error);

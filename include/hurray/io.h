@@ -67,7 +67,9 @@ typedef enum HurrayMetadataType {
 
 typedef struct HurrayWriter HurrayWriter;
 
-/* Signature of a caller-supplied sink: write all `len` bytes or fail. */
+/* Signature of a caller-supplied sink: write all `len` bytes and return
+ * HURRAY_OK, or fail with a status of common.h (one it does not define
+ * reaches the caller as HURRAY_ERR_IO). */
 typedef HurrayStatus (*HurrayWriteFn)(void *ctx, const void *data, size_t len);
 
 /* Writes to `path` atomically: the bytes go to an unnamed (or hidden
@@ -85,7 +87,10 @@ HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
  * Where `fd` is a regular file, a buffer that lies in this process's
  * mapping of that file (as mapped when the writer opens) is refused with
  * HURRAY_ERR_INVALID_ARGUMENT before it is read: writing would change the
- * bytes being read, and after a truncation reading them faults. */
+ * bytes being read, and after a truncation reading them faults. A pipe or
+ * socket whose reader has gone raises SIGPIPE, as any write(2) does: the
+ * library leaves signal dispositions to the program, so one that writes to
+ * pipes ignores SIGPIPE and gets HURRAY_ERR_IO (os_errno EPIPE) instead. */
 HURRAY_API HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error);
 /* Writes sequentially through `write_fn(ctx, ...)`, e.g. onto a FILE*. */
 HURRAY_API HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx,

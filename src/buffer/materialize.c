@@ -3,6 +3,7 @@
  * logical tensor as a dense row-major array) and hurray_compute_statistics.
  * Both run after placement validation, so every index read here is in range.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,18 +159,24 @@ static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *li
   }
 }
 
+/* The element offset (in items) of row-major position `index` of a strided
+ * dense view, and `index` advanced to the next position. */
+static int64_t strided_next(const HurrayDescriptor *d, uint64_t *index) {
+  int64_t offset = 0;
+  for (uint32_t i = 0; i < d->rank; i++) offset += (int64_t)index[i] * d->strides[i];
+  for (uint32_t i = d->rank; i-- > 0;) {
+    if (++index[i] < d->shape[i]) break;
+    index[i] = 0;
+  }
+  return offset;
+}
+
 /* A strided dense view copied element by element into row-major order. */
 static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uint8_t *out,
                              size_t item, uint64_t numel) {
   uint64_t index[HURRAY_MAX_RANK] = {0};
   for (uint64_t n = 0; n < numel; n++) {
-    int64_t offset = 0;
-    for (uint32_t i = 0; i < d->rank; i++) offset += (int64_t)index[i] * d->strides[i];
-    memcpy(out + n * item, base + offset * (int64_t)item, item);
-    for (uint32_t i = d->rank; i-- > 0;) {
-      if (++index[i] < d->shape[i]) break;
-      index[i] = 0;
-    }
+    memcpy(out + n * item, base + strided_next(d, index) * (int64_t)item, item);
   }
 }
 
@@ -475,7 +482,6 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
   HURRAY_RETURN_NOT_OK(hurray_descriptor_numel(d, &numel, error));
   const uint8_t *values = data_of(list, d->layout.data_buffer) + d->byte_offset;
   Stats s = {0};
-  uint8_t *copy = NULL;
   if (sparse) {
     uint64_t stored = d->layout.nnz;
     if (d->layout.format == HURRAY_SPARSE_BSR) {
@@ -483,20 +489,28 @@ HurrayStatus hurray_compute_statistics(HurrayDescriptor *d, const HurrayBufferLi
     }
     HURRAY_RETURN_NOT_OK(sparse_statistics(d, list, values, stored, numel, &s, error));
   } else {
-    if (d->strides != NULL && numel > 0) {
-      /* A strided view is read through a row-major copy of its elements. */
-      size_t item = hurray_dtype_bits(d->dtype) / 8;
-      copy = malloc((size_t)numel * item);
-      if (copy == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-      strided_to_dense(d, values, copy, item, numel);
-      values = copy;
+    /* A strided view has as many logical elements as its shape says,
+     * however few it stores (a zero stride repeats one): the default
+     * output limits bound the walk, as they bound to_dense. */
+    size_t item = hurray_dtype_bits(d->dtype) / 8;
+    uint64_t bytes;
+    if (d->strides != NULL && (!hurray__mul_u64(numel, item, &bytes) ||
+                               hurray_check_output_size(d, bytes, NULL, error) != HURRAY_OK)) {
+      return hurray__fail(error, HURRAY_ERR_LIMIT,
+                          "statistics of a strided view of %" PRIu64
+                          " elements: more than the default output limits allow",
+                          numel);
     }
+    uint64_t index[HURRAY_MAX_RANK] = {0};
     for (uint64_t i = 0; i < numel; i++) {
       double v;
-      value_at(d->dtype, values, i, &v);
+      if (d->strides != NULL) {
+        value_at(d->dtype, values + strided_next(d, index) * (int64_t)item, 0, &v);
+      } else {
+        value_at(d->dtype, values, i, &v);
+      }
       observe(&s, v);
     }
-    free(copy);
   }
   hurray_descriptor_clear_statistics(d);
   hurray_descriptor_set_stat_nan_count(d, s.nan_count);

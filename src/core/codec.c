@@ -424,12 +424,12 @@ static HurrayStatus check_encodable(const HurrayDescriptor *d, uint32_t depth, u
 
 HurrayStatus hurray_descriptor_encode(const HurrayDescriptor *d, uint8_t **out, size_t *out_len,
                                       HurrayError *error) {
+  if (out != NULL) *out = NULL;
+  if (out_len != NULL) *out_len = 0;
   if (d == NULL || out == NULL || out_len == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "descriptor, out and out_len must not be NULL");
   }
-  *out = NULL;
-  *out_len = 0;
   /* Bounded depth keeps the recursive encoder (and every decoder) safe. */
   uint32_t nodes = 1;
   HURRAY_RETURN_NOT_OK(check_encodable(d, 0, &nodes, error));

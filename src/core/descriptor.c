@@ -177,10 +177,10 @@ HurrayDescriptor *hurray__descriptor_new(void) {
 
 HurrayStatus hurray_descriptor_create(HurrayDType dtype, uint32_t rank, const uint64_t *shape,
                                       HurrayDescriptor **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "out must not be NULL");
   }
-  *out = NULL;
   if (hurray_dtype_name(dtype) == NULL) {
     return hurray__fail(error, HURRAY_ERR_DTYPE, "dtype: unknown code %d", (int)dtype);
   }
@@ -270,10 +270,10 @@ static bool clone_optional_parts(HurrayDescriptor *d, const HurrayDescriptor *sr
 
 HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescriptor **out,
                                      HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (src == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "src and out must not be NULL");
   }
-  *out = NULL;
   HurrayDescriptor *d = malloc(sizeof *d);
   if (d == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");

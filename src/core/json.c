@@ -389,10 +389,10 @@ static void emit_node(Text *t, const HurrayDescriptor *d, int level, bool root) 
 }
 
 HurrayStatus hurray_descriptor_to_json(const HurrayDescriptor *d, char **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (d == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and out are required");
   }
-  *out = NULL;
   Text t = {0};
   emit_node(&t, d, 0, true);
   emit(&t, "\n");

@@ -51,8 +51,9 @@ HurrayFormat hurray_format_from_path(const char *path) {
 
 HurrayFormat hurray_format_sniff(const char *path) {
   if (path == NULL) return HURRAY_FORMAT_UNKNOWN;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return HURRAY_FORMAT_UNKNOWN;
+  int fd;
+  struct stat sb;
+  if (hurray__open_regular(path, &fd, &sb, NULL) != HURRAY_OK) return HURRAY_FORMAT_UNKNOWN;
   uint8_t b[9] = {0};
   ssize_t n = pread(fd, b, sizeof b, 0);
   close(fd);
@@ -61,6 +62,17 @@ HurrayFormat hurray_format_sniff(const char *path) {
   if (n >= 4 && memcmp(b, "GGUF", 4) == 0) return HURRAY_FORMAT_GGUF;
   if (n == 9 && b[8] == '{') return HURRAY_FORMAT_SAFETENSORS;
   return HURRAY_FORMAT_UNKNOWN;
+}
+
+/* Whether `format` is one of the HurrayFormat values (a caller's enum may
+ * hold any int). */
+static bool known_format(HurrayFormat format) {
+  return format >= HURRAY_FORMAT_UNKNOWN && format <= HURRAY_FORMAT_GGUF;
+}
+
+static HurrayStatus bad_format(HurrayError *error, const char *role, HurrayFormat format) {
+  return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "%s format: unknown value %d", role,
+                      (int)format);
 }
 
 const char *hurray_format_name(HurrayFormat format) {
@@ -195,12 +207,12 @@ static HurrayStatus parse_foreign(HurraySource *s, HurrayError *error) {
 
 HurrayStatus hurray_source_open_memory(const void *data, uint64_t size, HurrayFormat format,
                                        HurraySource **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (out == NULL || (data == NULL && size != 0) ||
       (format != HURRAY_FORMAT_SAFETENSORS && format != HURRAY_FORMAT_GGUF)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "data, out and a safetensors or GGUF format are required");
   }
-  *out = NULL;
   HurraySource *s = calloc(1, sizeof *s);
   Mapping *m = calloc(1, sizeof *m);
   if (s == NULL || m == NULL) {
@@ -284,12 +296,14 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source options: unknown version %u",
                         options->version);
   }
+  if (!known_format(format)) return bad_format(error, "source", format);
   if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_from_path(path);
   if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_sniff(path);
   if (format == HURRAY_FORMAT_UNKNOWN) {
-    if (access(path, R_OK) != 0) {
-      return hurray__fail(error, HURRAY_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    }
+    int fd;
+    struct stat sb;
+    HURRAY_RETURN_NOT_OK(hurray__open_regular(path, &fd, &sb, error));
+    close(fd);
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "cannot tell the format of %s (not .hurray, .safetensors or .gguf)", path);
   }
@@ -301,15 +315,10 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
   if (format == HURRAY_FORMAT_HURRAY) {
     st = open_hurray(s, path, error);
   } else {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd;
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-      st = hurray__fail(error, HURRAY_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-      if (fd >= 0) close(fd);
-    } else if (!S_ISREG(sb.st_mode)) {
-      close(fd);
-      st = hurray__fail(error, HURRAY_ERR_IO, "%s is not a regular file", path);
-    } else {
+    st = hurray__open_regular(path, &fd, &sb, error);
+    if (st == HURRAY_OK) {
       Mapping *m = calloc(1, sizeof *m);
       void *base = sb.st_size > 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
                                   : NULL;
@@ -509,12 +518,12 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
 
 HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
                                           HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (s == NULL || out == NULL || i >= hurray_source_tensor_count(s)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "source, out and an index in range "
                         "are required");
   }
-  *out = NULL;
   if (s->format == HURRAY_FORMAT_HURRAY) return hurray_descriptor_of(s, i, out, error);
   return foreign_descriptor(s, i, 1, out, error);
 }
@@ -527,20 +536,21 @@ static HurrayStatus push_or_destroy(HurrayBufferList *list, HurrayBuffer *b, Hur
 
 HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescriptor **d_out,
                                       HurrayBufferList **b_out, HurrayError *error) {
+  if (d_out != NULL) *d_out = NULL;
+  if (b_out != NULL) *b_out = NULL;
   if (s == NULL || d_out == NULL || b_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "source and outputs are required");
   }
-  *d_out = NULL;
-  *b_out = NULL;
   if (i >= hurray_source_tensor_count(s)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "tensor index %zu out of range", i);
   }
   if (s->format == HURRAY_FORMAT_HURRAY) {
+    /* The reader quotes names as they are; this API's messages escape them. */
     const char *name = hurray_reader_tensor_name(s->reader, i);
     if (s->verify && !s->verified) {
-      HURRAY_RETURN_NOT_OK(hurray_reader_verify(s->reader, name, error));
+      HURRAY_RETURN_NOT_OK(one_line(hurray_reader_verify(s->reader, name, error), error));
     }
-    return hurray_reader_get_tensor(s->reader, name, d_out, b_out, error);
+    return one_line(hurray_reader_get_tensor(s->reader, name, d_out, b_out, error), error);
   }
   const uint8_t *p;
   uint64_t nbytes;
@@ -672,10 +682,11 @@ void hurray_target_abort(HurrayTarget *t) {
 
 HurrayStatus hurray_target_open(const char *path, HurrayFormat format, HurrayTarget **out,
                                 HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (path == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
-  *out = NULL;
+  if (!known_format(format)) return bad_format(error, "target", format);
   if (format == HURRAY_FORMAT_UNKNOWN) format = hurray_format_from_path(path);
   if (format == HURRAY_FORMAT_UNKNOWN) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
@@ -1335,6 +1346,12 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "src, dst and options of version %u are required",
                         HURRAY_CONVERT_OPTIONS_VERSION);
+  }
+  if (!known_format(options->target_format)) {
+    return bad_format(error, "target", options->target_format);
+  }
+  if (!known_format(options->source_format)) {
+    return bad_format(error, "source", options->source_format);
   }
   HurrayFormat tf = options->target_format != HURRAY_FORMAT_UNKNOWN ? options->target_format
                                                                     : hurray_format_from_path(dst);

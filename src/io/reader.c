@@ -166,7 +166,7 @@ static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t
                               status == HURRAY_ERR_CANCELLED
                           ? status
                           : HURRAY_ERR_IO;
-  if (error->code != status || error->message[0] == '\0') {
+  if (error->message[0] == '\0') {
     return hurray__fail(error, code, "source: read of %llu bytes at %llu failed",
                         (unsigned long long)length, (unsigned long long)offset);
   }
@@ -685,55 +685,33 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
 
 HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
                                 HurrayReader **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (path == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
-  *out = NULL;
   HurrayReaderOptions defaults = HURRAY_READER_OPTIONS_INIT;
   if (options == NULL) {
     options = &defaults;
-  } else if (options->version != HURRAY_READER_OPTIONS_VERSION ||
-             (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD &&
-              options->mode != HURRAY_READ_MMAP_PRIVATE)) {
+  } else if (options->version != HURRAY_READER_OPTIONS_VERSION) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "options: unknown version %u or mode %d", options->version,
+                        "reader options: unknown version %u (this library has %u)",
+                        options->version, HURRAY_READER_OPTIONS_VERSION);
+  } else if (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD &&
+             options->mode != HURRAY_READ_MMAP_PRIVATE) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader options: unknown mode %d",
                         (int)options->mode);
   }
   HurrayReader *r = reader_new();
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   r->mode = options->mode;
-  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-   * writer forever (and a device open may block too). Only a regular file
-   * is read; it is then switched back to blocking, which for regular files
-   * changes nothing but keeps the descriptor ordinary. */
-  r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (r->fd < 0) {
-    int saved = errno;
-    HurrayStatus status = hurray__fail_os(error,
-                                          saved == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO,
-                                          saved, "cannot open %s: %s", path, strerror(saved));
+  struct stat st;
+  HurrayStatus status = hurray__open_regular(path, &r->fd, &st, error);
+  if (status != HURRAY_OK) {
     free(r);
     return status;
   }
-  struct stat st;
-  HurrayStatus status = HURRAY_OK;
-  int flags;
-  if (fstat(r->fd, &st) != 0) {
-    int saved = errno;
-    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot stat %s: %s", path,
-                             strerror(saved));
-  } else if (!S_ISREG(st.st_mode)) {
-    status = hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st.st_mode) ? EISDIR : ENXIO,
-                             "%s is not a regular file (%s)", path, hurray__file_kind(st.st_mode));
-  } else if ((flags = fcntl(r->fd, F_GETFL)) == -1 ||
-             fcntl(r->fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
-    int saved = errno;
-    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot use %s: %s", path,
-                             strerror(saved));
-  } else {
-    r->file_size = (uint64_t)st.st_size;
-    status = read_structure(r, error);
-  }
+  r->file_size = (uint64_t)st.st_size;
+  status = read_structure(r, error);
   if (status == HURRAY_OK && options->verify_on_open) {
     status = hurray_reader_verify(r, NULL, error);
   }
@@ -949,10 +927,10 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
 
 HurrayStatus hurray_reader_get_descriptor(HurrayReader *r, const char *name,
                                           HurrayDescriptor **descriptor_out, HurrayError *error) {
+  if (descriptor_out != NULL) *descriptor_out = NULL;
   if (descriptor_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor_out is required");
   }
-  *descriptor_out = NULL;
   TensorEntry t;
   HURRAY_RETURN_NOT_OK(entry_for(r, name, &t, error));
   return entry_descriptor(&t, descriptor_out, error);
@@ -1031,11 +1009,11 @@ static HurrayStatus hand_out(HurrayStatus status, HurrayDescriptor *d, HurrayBuf
 static HurrayStatus begin_read(HurrayReader *r, const char *name,
                                HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
                                TensorEntry *t, HurrayDescriptor **d, HurrayError *error) {
+  if (descriptor_out != NULL) *descriptor_out = NULL;
+  if (buffers_out != NULL) *buffers_out = NULL;
   if (descriptor_out == NULL || buffers_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "outputs are required");
   }
-  *descriptor_out = NULL;
-  *buffers_out = NULL;
   HURRAY_RETURN_NOT_OK(entry_for(r, name, t, error));
   return entry_descriptor(t, d, error);
 }
@@ -1179,11 +1157,11 @@ HurrayStatus hurray_reader_get_tensor(HurrayReader *r, const char *name,
 HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
                                           HurrayDescriptor **descriptor_out,
                                           HurrayBufferList **buffers_out, HurrayError *error) {
+  if (descriptor_out != NULL) *descriptor_out = NULL;
+  if (buffers_out != NULL) *buffers_out = NULL;
   if (r == NULL || descriptor_out == NULL || buffers_out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and outputs are required");
   }
-  *descriptor_out = NULL;
-  *buffers_out = NULL;
   if (index >= r->tensor_count) {
     return hurray__fail(error, HURRAY_ERR_NOT_FOUND, "no tensor %zu: the file holds %zu", index,
                         r->tensor_count);
@@ -1981,11 +1959,12 @@ HurrayMetadataType hurray_reader_metadata_type(const HurrayReader *r, size_t ind
   return index < r->metadata_count ? r->metadata[index].type : (HurrayMetadataType)0;
 }
 
+/* `destination` is the getter's output, only checked for NULL here. */
 static HurrayStatus metadata_lookup(const HurrayReader *r, const char *key,
-                                    HurrayMetadataType type, const MetadataEntry **out,
-                                    HurrayError *error) {
-  if (r == NULL || key == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader and key are required");
+                                    HurrayMetadataType type, const void *destination,
+                                    const MetadataEntry **out, HurrayError *error) {
+  if (r == NULL || key == NULL || destination == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader, key and out are required");
   }
   size_t len = strlen(key), lo = 0, hi = r->metadata_count;
   while (lo < hi) {
@@ -2010,8 +1989,9 @@ static HurrayStatus metadata_lookup(const HurrayReader *r, const char *key,
 
 HurrayStatus hurray_reader_metadata_string(const HurrayReader *r, const char *key,
                                            const char **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   const MetadataEntry *m;
-  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_STRING, &m, error));
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_STRING, out, &m, error));
   *out = (const char *)m->value;
   return HURRAY_OK;
 }
@@ -2019,7 +1999,7 @@ HurrayStatus hurray_reader_metadata_string(const HurrayReader *r, const char *ke
 HurrayStatus hurray_reader_metadata_int(const HurrayReader *r, const char *key, int64_t *out,
                                         HurrayError *error) {
   const MetadataEntry *m;
-  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_INT, &m, error));
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_INT, out, &m, error));
   *out = (int64_t)hurray__get_le(m->value, 8);
   return HURRAY_OK;
 }
@@ -2027,7 +2007,7 @@ HurrayStatus hurray_reader_metadata_int(const HurrayReader *r, const char *key, 
 HurrayStatus hurray_reader_metadata_float(const HurrayReader *r, const char *key, double *out,
                                           HurrayError *error) {
   const MetadataEntry *m;
-  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_FLOAT, &m, error));
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_FLOAT, out, &m, error));
   uint64_t bits = hurray__get_le(m->value, 8);
   memcpy(out, &bits, 8);
   return HURRAY_OK;
@@ -2036,7 +2016,7 @@ HurrayStatus hurray_reader_metadata_float(const HurrayReader *r, const char *key
 HurrayStatus hurray_reader_metadata_bool(const HurrayReader *r, const char *key, bool *out,
                                          HurrayError *error) {
   const MetadataEntry *m;
-  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BOOL, &m, error));
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BOOL, out, &m, error));
   *out = m->value[0] != 0;
   return HURRAY_OK;
 }
@@ -2044,8 +2024,9 @@ HurrayStatus hurray_reader_metadata_bool(const HurrayReader *r, const char *key,
 HurrayStatus hurray_reader_metadata_bytes(const HurrayReader *r, const char *key,
                                           const uint8_t **out, size_t *len_out,
                                           HurrayError *error) {
+  if (out != NULL) *out = NULL;
   const MetadataEntry *m;
-  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BYTES, &m, error));
+  HURRAY_RETURN_NOT_OK(metadata_lookup(r, key, HURRAY_METADATA_BYTES, out, &m, error));
   *out = m->value;
   if (len_out != NULL) *len_out = m->value_len;
   return HURRAY_OK;

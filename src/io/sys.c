@@ -4,9 +4,13 @@
 #define _GNU_SOURCE /* mkostemp */
 #include "sys.h"
 
+#include "../core/error.h"
+
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h> /* rename */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,3 +97,33 @@ const HurraySys hurray__sys_default = {
     .start_writeback = sys_start_writeback,
     .stat = sys_stat,
 };
+
+HurrayStatus hurray__open_regular(const char *path, int *fd, struct stat *st, HurrayError *error) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (*fd < 0) {
+    int saved = errno;
+    return hurray__fail_os(error, saved == ENOENT ? HURRAY_ERR_NOT_FOUND : HURRAY_ERR_IO, saved,
+                           "cannot open %s: %s", path, strerror(saved));
+  }
+  HurrayStatus status = HURRAY_OK;
+  int flags;
+  if (fstat(*fd, st) != 0) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot stat %s: %s", path,
+                             strerror(saved));
+  } else if (!S_ISREG(st->st_mode)) {
+    status = hurray__fail_os(error, HURRAY_ERR_IO, S_ISDIR(st->st_mode) ? EISDIR : ENXIO,
+                             "%s is not a regular file (%s)", path,
+                             hurray__file_kind(st->st_mode));
+  } else if ((flags = fcntl(*fd, F_GETFL)) == -1 ||
+             fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+    int saved = errno;
+    status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot use %s: %s", path,
+                             strerror(saved));
+  }
+  if (status != HURRAY_OK) {
+    close(*fd);
+    *fd = -1;
+  }
+  return status;
+}

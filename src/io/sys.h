@@ -77,6 +77,16 @@ static inline const char *hurray__file_kind(mode_t mode) {
 /* The real system calls. */
 extern const HurraySys hurray__sys_default;
 
+/* Opens `path` for reading when it is a regular file, filling `st`, and
+ * returns the descriptor (the caller closes it). Anything else is refused
+ * without blocking: a FIFO is opened with O_NONBLOCK, which would otherwise
+ * wait for a writer forever, and the descriptor is switched back to
+ * blocking only once it is known to be a file. Stores the descriptor in
+ * `*fd` (the caller closes it), or -1 on failure: NOT_FOUND (ENOENT) for a
+ * missing path, IO with os_errno EISDIR for a directory and ENXIO for a
+ * FIFO, socket or device. */
+HurrayStatus hurray__open_regular(const char *path, int *fd, struct stat *st, HurrayError *error);
+
 /* hurray_writer_open with every system call going through `sys`, which
  * must outlive the writer. hurray_writer_open is this with
  * &hurray__sys_default. Internal: not exported from the shared library. */

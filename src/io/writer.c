@@ -376,7 +376,14 @@ static HurrayStatus emit_upto(HurrayWriter *w, const void *data, size_t len, siz
     if (status != HURRAY_OK) {
       w->failed = true;
       if (w->kind == SINK_CALLBACK) {
-        hurray__fail(error, status, "write callback failed with %s", hurray_status_name(status));
+        /* A code this library does not define reads as a failed write. */
+        const char *name = hurray_status_name(status);
+        if (strcmp(name, "HURRAY_ERR_UNKNOWN") == 0) {
+          hurray__fail(error, HURRAY_ERR_IO, "write callback failed with unknown status %d",
+                       (int)status);
+          return HURRAY_ERR_IO;
+        }
+        hurray__fail(error, status, "write callback failed with %s", name);
       }
       return status;
     }
@@ -697,10 +704,11 @@ static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWr
 
 HurrayStatus hurray__writer_open_sys(const char *path, const HurraySys *sys, HurrayWriter **out,
                                      HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (path == NULL || out == NULL || path[0] == '\0' || sys == NULL) {
-    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "a non-empty path and out are required");
   }
-  *out = NULL;
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(open_target(path, sys, &w, error));
   return finish_open(w, out, error);
@@ -711,10 +719,10 @@ HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out, HurrayErro
 }
 
 HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (fd < 0 || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "a valid fd and out are required");
   }
-  *out = NULL;
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_FD, &w, error));
   w->fd = fd;
@@ -728,10 +736,10 @@ HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *erro
 
 HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx, HurrayWriter **out,
                                          HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (write_fn == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "write_fn and out are required");
   }
-  *out = NULL;
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_CALLBACK, &w, error));
   w->write_fn = write_fn;
@@ -991,9 +999,26 @@ static uint32_t element_alignment(HurrayDType dtype) {
 
 /* Tensor i of a batch as a dense descriptor in `d` (reused: its single
  * buffer entry is rewritten), checked as write_tensor checks its input. */
+/* A batch's failure says which of its tensors failed: `status`, with the
+ * message prefixed by the tensor's number (and its name, once checked). */
+static HurrayStatus batch_failure(HurrayStatus status, size_t i, const char *name,
+                                  HurrayError *error) {
+  if (status != HURRAY_OK && error != NULL) {
+    char message[sizeof error->message];
+    snprintf(message, sizeof message, "%s", error->message);
+    if (name != NULL) {
+      hurray__fail_os(error, status, error->os_errno, "tensor %zu (\"%s\"): %s", i, name, message);
+    } else {
+      hurray__fail_os(error, status, error->os_errno, "tensor %zu: %s", i, message);
+    }
+  }
+  return status;
+}
+
 static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size_t i,
                                HurrayDescriptor *d, size_t *name_len, HurrayError *error) {
-  HURRAY_RETURN_NOT_OK(check_name(t->name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
+  HURRAY_RETURN_NOT_OK(batch_failure(
+      check_name(t->name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error), i, NULL, error));
   *name_len = strlen(t->name);
   if (t->rank > HURRAY_MAX_RANK || (t->rank > 0 && t->shape == NULL) ||
       (t->data == NULL && t->byte_size > 0) || hurray_dtype_bits(t->dtype) == 0) {
@@ -1013,7 +1038,7 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
   d->stat_flags = 0;
   /* The descriptor's own rules: byte_size is exactly what dtype and shape
    * need, and every product fits. */
-  HURRAY_RETURN_NOT_OK(hurray_descriptor_validate(d, error));
+  HURRAY_RETURN_NOT_OK(batch_failure(hurray_descriptor_validate(d, error), i, t->name, error));
   HURRAY_RETURN_NOT_OK(check_not_in_sink(w, t->name, 0, t->data, t->byte_size, error));
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
@@ -1502,10 +1527,10 @@ HurrayStatus hurray__raw_writer_open(const char *path, HurrayWriter **out, Hurra
 
 HurrayStatus hurray__raw_writer_open_sys(const char *path, const HurraySys *sys,
                                          HurrayWriter **out, HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (path == NULL || sys == NULL || out == NULL || path[0] == '\0') {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "path and out are required");
   }
-  *out = NULL;
   HURRAY_RETURN_NOT_OK(open_target(path, sys, out, error));
   (*out)->raw = true;
   return HURRAY_OK;

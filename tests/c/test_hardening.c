@@ -10,6 +10,14 @@
  *   - a per-tensor scale is validated as the f32 it is used as;
  *   - header and trailer versions are compared as the spec says;
  *   - to_dense / dequantize refuse outputs beyond their size limit.
+ * And of a later attack on the C API (session 41):
+ *   - the converter opens sources as the reader does (FIFOs without
+ *     blocking, errno recorded) and refuses formats the enum does not name;
+ *   - outputs are NULL after any failure, argument checks included;
+ *   - statistics of broadcast views are bounded, not a wrapped copy;
+ *   - messages name a batch's failing tensor, keep a byte source's words,
+ *     escape names from a hurray source, and a write callback's unknown
+ *     code is IO.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,6 +70,28 @@ static void expect_refused_without_blocking(const char *path, int expected_errno
         _exit(1);
       }
     }
+    /* The converter opens its sources the same way, in every format. */
+    if (hurray_format_sniff(path) != HURRAY_FORMAT_UNKNOWN) _exit(2);
+    for (int f = HURRAY_FORMAT_UNKNOWN; f <= HURRAY_FORMAT_GGUF; f++) {
+      HurraySource *src = (HurraySource *)&src;
+      HurrayError e = {0};
+      HurrayStatus s = hurray_source_open(path, (HurrayFormat)f, NULL, &src, &e);
+      if (s != HURRAY_ERR_IO || e.os_errno != expected_errno || src != NULL) {
+        fprintf(stderr, "source %s as %s: status %s, os_errno %d, message %s\n", path,
+                hurray_format_name((HurrayFormat)f), hurray_status_name(s), (int)e.os_errno,
+                e.message);
+        _exit(3);
+      }
+    }
+    char target[512];
+    snprintf(target, sizeof target, "%s/from-special.safetensors", dir);
+    HurrayConvertOptions o = HURRAY_CONVERT_OPTIONS_INIT;
+    o.source_format = HURRAY_FORMAT_SAFETENSORS;
+    HurrayError e = {0};
+    if (hurray_convert_file(path, target, &o, &e) != HURRAY_ERR_IO || access(target, F_OK) == 0) {
+      fprintf(stderr, "convert %s: %s\n", path, e.message);
+      _exit(4);
+    }
     _exit(0);
   }
   int wstatus = 0;
@@ -85,6 +115,201 @@ static void test_reader_refuses_directory_and_device(void **state) {
   (void)state;
   expect_refused_without_blocking(dir, EISDIR);
   expect_refused_without_blocking("/dev/null", ENXIO);
+}
+
+static void test_converter_records_errno(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s/missing.safetensors", dir);
+  for (int f = HURRAY_FORMAT_UNKNOWN; f <= HURRAY_FORMAT_GGUF; f++) {
+    HurraySource *src = NULL;
+    HurrayError e = {0};
+    assert_int_equal(hurray_source_open(path, (HurrayFormat)f, NULL, &src, &e),
+                     HURRAY_ERR_NOT_FOUND);
+    assert_int_equal(e.os_errno, ENOENT);
+  }
+}
+
+/* An enum from a caller may hold any int: one HurrayFormat does not name is
+ * refused, not read as GGUF. */
+static void test_converter_refuses_unknown_formats(void **state) {
+  (void)state;
+  char target[512], source[512];
+  snprintf(target, sizeof target, "%s/f9.bin", dir);
+  snprintf(source, sizeof source, "%s/f9.safetensors", dir);
+  write_file(source, "\x02\0\0\0\0\0\0\0{}", 10);
+  HurrayError e = {0};
+  HurrayTarget *t = (HurrayTarget *)&t;
+  assert_int_equal(hurray_target_open(target, (HurrayFormat)9, &t, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(t);
+  assert_non_null(strstr(e.message, "unknown value 9"));
+  HurraySource *src = (HurraySource *)&src;
+  assert_int_equal(hurray_source_open(source, (HurrayFormat)-1, NULL, &src, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(src);
+  for (int side = 0; side < 2; side++) {
+    HurrayConvertOptions o = HURRAY_CONVERT_OPTIONS_INIT;
+    if (side) o.target_format = (HurrayFormat)9;
+    else o.source_format = (HurrayFormat)9;
+    assert_int_equal(hurray_convert_file(source, target, &o, &e), HURRAY_ERR_INVALID_ARGUMENT);
+    assert_int_equal(access(target, F_OK), -1);
+  }
+  unlink(source);
+}
+
+/* Every output pointer is NULL after a failure, argument checks included,
+ * so that a caller may free whatever it holds. */
+static void test_outputs_cleared_when_arguments_refused(void **state) {
+  (void)state;
+  HurrayError e = {0};
+  HurrayWriter *w = (HurrayWriter *)&w;
+  assert_int_equal(hurray_writer_open(NULL, &w, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(w);
+  w = (HurrayWriter *)&w;
+  assert_int_equal(hurray_writer_open("", &w, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(w);
+  assert_non_null(strstr(e.message, "non-empty path"));
+  w = (HurrayWriter *)&w;
+  assert_int_equal(hurray_writer_open_fd(-1, &w, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(w);
+  w = (HurrayWriter *)&w;
+  assert_int_equal(hurray_writer_open_callback(NULL, NULL, &w, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(w);
+  HurrayDescriptor *d = (HurrayDescriptor *)&d;
+  assert_int_equal(hurray_descriptor_clone(NULL, &d, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(d);
+  uint8_t *bytes = (uint8_t *)&bytes;
+  size_t len = 7;
+  assert_int_equal(hurray_descriptor_encode(NULL, &bytes, &len, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(bytes);
+  assert_int_equal(len, 0);
+  char *json = (char *)&json;
+  assert_int_equal(hurray_descriptor_to_json(NULL, &json, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(json);
+  HurrayTarget *t = (HurrayTarget *)&t;
+  assert_int_equal(hurray_target_open(NULL, HURRAY_FORMAT_GGUF, &t, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(t);
+  HurraySource *src = (HurraySource *)&src;
+  assert_int_equal(hurray_source_open_memory("", 0, HURRAY_FORMAT_HURRAY, &src, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(src);
+
+  char path[512];
+  snprintf(path, sizeof path, "%s/meta.hurray", dir);
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  assert_ok(hurray_writer_set_metadata_int(w, "n", 1, NULL));
+  assert_ok(hurray_writer_finish(w, NULL));
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, NULL));
+  const char *text = (const char *)&text;
+  assert_int_equal(hurray_reader_metadata_string(r, "n", &text, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_null(text);
+  const uint8_t *raw = (const uint8_t *)&raw;
+  assert_int_equal(hurray_reader_metadata_bytes(r, "absent", &raw, NULL, &e),
+                   HURRAY_ERR_NOT_FOUND);
+  assert_null(raw);
+  assert_int_equal(hurray_reader_metadata_int(r, "n", NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  hurray_reader_close(r);
+  unlink(path);
+}
+
+/* A batch's failure names the tensor it stopped at. */
+static void test_batch_errors_name_the_tensor(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s/batch.hurray", dir);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  const float x = 1.0f;
+  const uint64_t shape[2] = {(uint64_t)1 << 62, 8};
+  HurrayDenseTensor tensors[3] = {{"fine", HURRAY_DTYPE_FLOAT32, 0, NULL, &x, 4},
+                                  {"big", HURRAY_DTYPE_FLOAT32, 2, shape, &x, 4},
+                                  {"", HURRAY_DTYPE_FLOAT32, 0, NULL, &x, 4}};
+  HurrayError e = {0};
+  size_t written = 9;
+  assert_int_equal(hurray_writer_write_dense_batch(w, tensors, 2, &written, &e),
+                   HURRAY_ERR_OVERFLOW);
+  assert_int_equal(written, 1);
+  assert_non_null(strstr(e.message, "tensor 1 (\"big\"): "));
+  hurray_writer_abort(w);
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  assert_int_equal(hurray_writer_write_dense_batch(w, tensors + 2, 1, &written, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.message, "tensor 0: "));
+  hurray_writer_abort(w);
+}
+
+static HurrayStatus write_with_invented_status(void *ctx, const void *data, size_t len) {
+  (void)ctx, (void)data, (void)len;
+  return (HurrayStatus)12345;
+}
+
+/* A write callback's code that common.h does not define reaches the caller
+ * as HURRAY_ERR_IO. */
+static void test_write_callback_unknown_status_is_io(void **state) {
+  (void)state;
+  HurrayWriter *w = NULL;
+  HurrayError e = {0};
+  HurrayStatus s = hurray_writer_open_callback(write_with_invented_status, NULL, &w, &e);
+  if (s == HURRAY_OK) s = hurray_writer_finish(w, &e);
+  else assert_null(w);
+  assert_int_equal(s, HURRAY_ERR_IO);
+  assert_int_equal(e.code, HURRAY_ERR_IO);
+  assert_non_null(strstr(e.message, "unknown status 12345"));
+}
+
+static HurrayStatus read_failing_with_message_only(void *ctx, uint64_t offset, uint64_t length,
+                                                   void *dst, HurrayError *error) {
+  (void)ctx, (void)offset, (void)length, (void)dst;
+  snprintf(error->message, sizeof error->message, "the cable is unplugged");
+  return HURRAY_ERR_IO;
+}
+
+/* A byte source need only write a message: its words reach the caller. */
+static void test_byte_source_message_kept(void **state) {
+  (void)state;
+  HurrayByteSource source = HURRAY_BYTE_SOURCE_INIT;
+  source.size = 4096;
+  source.read = read_failing_with_message_only;
+  HurrayReader *r = (HurrayReader *)&r;
+  HurrayError e = {0};
+  assert_int_equal(hurray_reader_open_byte_source(&source, NULL, &r, &e), HURRAY_ERR_IO);
+  assert_null(r);
+  assert_non_null(strstr(e.message, "the cable is unplugged"));
+}
+
+/* hurray_source_get_tensor's messages are one line with names escaped, for
+ * a hurray source as for the others. */
+static void test_source_messages_escape_names(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof path, "%s/escape.hurray", dir);
+  const float x = 1.0f;
+  HurrayDenseTensor t = {"w\x1b[31mRED\nsecond line", HURRAY_DTYPE_FLOAT32, 0, NULL, &x, 4};
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  assert_ok(hurray_writer_write_dense_batch(w, &t, 1, NULL, NULL));
+  assert_ok(hurray_writer_finish(w, NULL));
+  size_t len = 0;
+  uint8_t *bytes = read_file(path, &len);
+  const uint8_t one[4] = {0, 0, 0x80, 0x3f};
+  uint8_t *at = memmem(bytes, len, one, 4);
+  assert_non_null(at);
+  at[0] = 1; /* the data, so the checksum no longer matches */
+  write_file(path, bytes, len);
+  free(bytes);
+  HurraySource *src = NULL;
+  assert_ok(hurray_source_open(path, HURRAY_FORMAT_HURRAY, NULL, &src, NULL));
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  HurrayError e = {0};
+  assert_int_equal(hurray_source_get_tensor(src, 0, &d, &list, &e), HURRAY_ERR_CHECKSUM);
+  assert_null(strchr(e.message, '\n'));
+  assert_null(strchr(e.message, '\x1b'));
+  hurray_source_close(src);
+  unlink(path);
 }
 
 static void test_reader_records_errno(void **state) {
@@ -265,6 +490,55 @@ static void test_affine_wide_zero_point_is_exact(void **state) {
   dequantize_into(d, list, out, 2);
   assert_true(out[0] == 16777218.0f); /* 2^24 + 2, exact */
   assert_true(out[1] == 16777216.0f); /* 2^24, exact */
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* ------------------------------------ statistics of broadcast (strided) views */
+
+/* A zero stride repeats one stored element over a whole dimension: the
+ * statistics count every logical element, and a view whose logical size
+ * the default output limits refuse is refused (it once wrapped the size of
+ * a row-major copy and wrote past it). */
+static void test_statistics_of_broadcast_views(void **state) {
+  (void)state;
+  const float values[4] = {0.0f, -2.0f, NAN, 5.0f};
+  const int64_t strides[2] = {0, 1};
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, (const uint64_t[]){3, 4}, &d, NULL));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, sizeof values, 4, HURRAY_SYNC_READY,
+                                         NULL, NULL));
+  assert_ok(hurray_descriptor_set_strides(d, strides, NULL));
+  HurrayBufferList *list = make_list(1, (const void *[]){values}, (size_t[]){sizeof values});
+  assert_ok(hurray_compute_statistics(d, list, NULL));
+  double lo, hi;
+  uint64_t nan_count, zero_count;
+  assert_true(hurray_descriptor_stat_min(d, &lo) && lo == -2.0);
+  assert_true(hurray_descriptor_stat_max(d, &hi) && hi == 5.0);
+  assert_true(hurray_descriptor_stat_nan_count(d, &nan_count) && nan_count == 3);
+  assert_true(hurray_descriptor_stat_zero_count(d, &zero_count) && zero_count == 3);
+  hurray_descriptor_destroy(d);
+
+  /* 2^31 x 2^31 float32 elements from 4 stored bytes: 2^64 bytes. */
+  const uint64_t huge[2] = {(uint64_t)1 << 31, (uint64_t)1 << 31};
+  const int64_t zero[2] = {0, 0};
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 2, huge, &d, NULL));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 4, HURRAY_SYNC_READY, NULL, NULL));
+  assert_ok(hurray_descriptor_set_strides(d, zero, NULL));
+  HurrayError e = {0};
+  assert_int_equal(hurray_compute_statistics(d, list, &e), HURRAY_ERR_LIMIT);
+  assert_false(hurray_descriptor_stat_min(d, &lo));
+
+  /* The writer's statistics option keeps such a tensor as it came. */
+  char path[512];
+  snprintf(path, sizeof path, "%s/broadcast.hurray", dir);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, NULL));
+  assert_ok(hurray_writer_set_statistics(w, true, NULL));
+  assert_ok(hurray_writer_write_tensor(w, "b", d, list, NULL));
+  assert_ok(hurray_writer_finish(w, NULL));
+  unlink(path);
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
 }
@@ -516,6 +790,14 @@ int main(void) {
       cmocka_unit_test(test_reader_refuses_fifo_without_blocking),
       cmocka_unit_test(test_reader_refuses_directory_and_device),
       cmocka_unit_test(test_reader_records_errno),
+      cmocka_unit_test(test_converter_records_errno),
+      cmocka_unit_test(test_converter_refuses_unknown_formats),
+      cmocka_unit_test(test_outputs_cleared_when_arguments_refused),
+      cmocka_unit_test(test_statistics_of_broadcast_views),
+      cmocka_unit_test(test_batch_errors_name_the_tensor),
+      cmocka_unit_test(test_write_callback_unknown_status_is_io),
+      cmocka_unit_test(test_byte_source_message_kept),
+      cmocka_unit_test(test_source_messages_escape_names),
       cmocka_unit_test(test_affine_int32_difference_is_exact),
       cmocka_unit_test(test_affine_64bit_difference_is_exact),
       cmocka_unit_test(test_affine_wide_zero_point_is_exact),
