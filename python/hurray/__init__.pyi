@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol, TypeVar, overload, type_check_only
+from typing import Any, Final, Literal, Protocol, TypeVar, final, overload, type_check_only
 
 import numpy as np
 import numpy.typing as npt
@@ -190,6 +190,7 @@ class RemoteTimeoutError(RemoteError, TimeoutError):
 
 # ------------------------------------------------------- descriptor parts
 
+@final
 @dataclass(frozen=True)
 class Buffer:
     """One entry of the buffer table.
@@ -202,6 +203,7 @@ class Buffer:
     alignment: int = 1
     sync_mode: str = "ready"
 
+@final
 @dataclass(frozen=True)
 class Device:
     """DLPack device type (1 = CPU, 2 = CUDA, ...), device id, and memory
@@ -211,10 +213,12 @@ class Device:
     id: int = 0
     memory_class: str = "host"
 
+@final
 @dataclass(frozen=True)
 class Dense:
     data_buffer: int = 0
 
+@final
 @dataclass(frozen=True)
 class Sparse:
     """format "coo" uses index_buffers (one per dimension) and canonical;
@@ -231,6 +235,7 @@ class Sparse:
     block_shape: tuple[int, int] | None = None
     canonical: bool = False
 
+@final
 @dataclass(frozen=True)
 class Paged:
     axis: int
@@ -240,20 +245,24 @@ class Paged:
     pool_buffer: int = 0
     table_buffer: int = 1
 
+@final
 @dataclass(frozen=True)
 class Member:
     name: str
     descriptor: Descriptor
 
+@final
 @dataclass(frozen=True)
 class Composite:
     members: tuple[Member, ...] = ()
 
+@final
 @dataclass(frozen=True)
 class PerTensorAffine:
     scale: float
     zero_point: int = 0
 
+@final
 @dataclass(frozen=True)
 class PerChannelAffine:
     axis: int
@@ -272,8 +281,9 @@ class PerChannelAffine:
     super_scale_dtype: str | None = None
     super_block_size: int = 0
     super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
-    scale_offset: float = 0.0
+    scale_offset: float = 0
 
+@final
 @dataclass(frozen=True)
 class BlockAffine:
     axis: int
@@ -297,8 +307,9 @@ class BlockAffine:
     super_scale_dtype: str | None = None
     super_block_size: int = 0
     super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
-    scale_offset: float = 0.0
+    scale_offset: float = 0
 
+@final
 @dataclass(frozen=True)
 class Nf4:
     block_size: int
@@ -311,8 +322,9 @@ class Nf4:
     super_scale_dtype: str | None = None
     super_block_size: int = 0
     super_op: str | None = None  # "multiply" or "divide"; multiply when a buffer is given
-    scale_offset: float = 0.0
+    scale_offset: float = 0
 
+@final
 @dataclass(frozen=True)
 class Packing:
     """Codes or zero points in little-endian words of `word_bits` (8, 16 or
@@ -324,6 +336,7 @@ class Packing:
     axis: int = 0
     order: tuple[int, ...] | None = None
 
+@final
 @dataclass(frozen=True)
 class Mxfp:
     """OCP MX: element is "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3",
@@ -334,6 +347,7 @@ class Mxfp:
     scale_buffer: int
     block_size: int = 32
 
+@final
 @dataclass(frozen=True)
 class BlockCoded:
     """Blocks of a named format ("ggml_q4_k", ...) carrying their own
@@ -343,6 +357,7 @@ class BlockCoded:
     axis: int
     block_size: int | None = None
 
+@final
 @dataclass(frozen=True)
 class Statistics:
     min: float | None = None
@@ -350,11 +365,13 @@ class Statistics:
     nan_count: int | None = None
     zero_count: int | None = None
 
+@final
 @dataclass(frozen=True)
 class Shard:
     global_shape: tuple[int, ...]
     offsets: tuple[int, ...]
 
+@final
 @dataclass(frozen=True)
 class Extension:
     name: str
@@ -482,10 +499,11 @@ class Tensor:
     def __array__(
         self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
     ) -> npt.NDArray[Any]: ...
-    def __buffer__(self, flags: int, /) -> memoryview:
-        """The elements of a dense, unquantized, row-major host tensor of a
-        numpy-native dtype (bool, integers, float16/32/64, complex64/128),
-        zero-copy; BufferError for any other tensor."""
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview:
+            """The elements of a dense, unquantized, row-major host tensor of a
+            numpy-native dtype (bool, integers, float16/32/64, complex64/128),
+            zero-copy; BufferError for any other tensor."""
     def __dlpack__(
         self,
         stream: None = None,
@@ -692,6 +710,7 @@ class SafeSlice:
     """safetensors' slice object: shape and dtype, and [...] (ints, slices
     with any step, '...') reading only the rows it needs."""
 
+    def __init__(self, owner: SafeOpen, name: str) -> None: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
     def get_shape(self) -> list[int]: ...
@@ -700,6 +719,9 @@ class SafeSlice:
     def __getitem__(self, key: object) -> Any: ...
 
 class SafeOpen:
+    def __init__(
+        self, filename: str | os.PathLike[str], framework: str = "pt", device: Any = "cpu"
+    ) -> None: ...
     def keys(self) -> list[str]: ...
     def metadata(self) -> dict[str, _MetadataValue] | None: ...
     def get_tensor(self, name: str) -> Any:

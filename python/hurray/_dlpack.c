@@ -250,6 +250,11 @@ static bool exportable(const HurrayDescriptor *d, PyObject *stream, PyObject *dl
   }
   if (dl_device != Py_None) {
     int type = 0, id = 0;
+    if (!PyTuple_Check(dl_device)) {
+      PyErr_Format(PyExc_TypeError, "dl_device must be a (device_type, device_id) tuple, not %s",
+                   Py_TYPE(dl_device)->tp_name);
+      return false;
+    }
     if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id)) return false;
     if (type != hurray_descriptor_device_type(d) || id != hurray_descriptor_device_id(d)) {
       return buffer_error("cannot export to device (%d, %d): the tensor is on (%d, %d)", type, id,

@@ -8,6 +8,7 @@ import numbers
 import operator
 import os
 import stat
+import sys
 from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
@@ -164,8 +165,7 @@ def save(
         if fd is not None:
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
-    if isinstance(target, int) and _is_regular_file(target):
-        _hurray._check_not_mapped_from(target, lambda: list(_copied_spans(pairs)))
+    refuse_mapped_sources(target, pairs)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -174,9 +174,23 @@ def save(
         if collecting:
             gc.enable()
     if metadata is not None:
+        if not callable(getattr(metadata, "items", None)):
+            raise TypeError(f"metadata must be a mapping, not {type(metadata).__name__}")
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
     _hurray.save(target, items, metadata, statistics)
     del stream
+
+
+def refuse_mapped_sources(target, pairs) -> None:
+    """Refuses (InvalidArgumentError), before any of them is read, values of
+    `pairs` whose memory is mapped from the regular file that `target` (a
+    descriptor or a plain file object) writes: the copy Python makes of a
+    strided or sparse value would read pages that the write truncates
+    (SIGBUS). Paths and other streams pass: nothing truncates what is read."""
+    if not isinstance(target, int):
+        target = _file_fd(target) if not isinstance(target, (str, bytes, os.PathLike)) else None
+    if isinstance(target, int) and _is_regular_file(target):
+        _hurray._check_not_mapped_from(target, lambda: list(_copied_spans(pairs)))
 
 
 def _is_regular_file(fd: int) -> bool:
@@ -195,6 +209,13 @@ def _array_span(a: np.ndarray) -> Tuple[int, int]:
         else:
             high += stride * (n - 1)
     return low, high + a.itemsize - low
+
+
+def _is_torch_tensor(value, module: str) -> bool:
+    if module.startswith("torch"):
+        return True
+    torch = sys.modules.get("torch")  # a subclass defined elsewhere; never imported here
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _copied_spans(pairs):
@@ -216,7 +237,7 @@ def _copied_spans(pairs):
                 a = getattr(value, part, None)
                 if isinstance(a, np.ndarray) and a.size:
                     yield (name, *_array_span(a))
-        elif module.startswith("torch") and getattr(value, "is_cpu", False):
+        elif _is_torch_tensor(value, module) and getattr(value, "is_cpu", False):
             for span in _hooks.torch("storage_spans")(value):
                 yield (name, *span)
 

@@ -3,6 +3,8 @@
  */
 #include "_hurray.h"
 
+#include <unistd.h>
+
 #include "../../src/io/reader_origin.h"
 
 /* -------------------------------------------------------------------- File */
@@ -15,6 +17,7 @@ typedef struct FileObject {
    * argument's __index__) may call back into this File on the same thread,
    * which must raise instead of waiting for itself. */
   unsigned long owner;
+  pid_t pid; /* the process `lock` was made in: see file_lock */
   PyObject *path;
   bool pread;
   bool readonly; /* buffers handed out are flagged read-only */
@@ -54,6 +57,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     return -1;
   }
   self->lock = PyThread_allocate_lock();
+  self->pid = getpid();
   if (self->lock == NULL) {
     Py_DECREF(path);
     PyErr_NoMemory();
@@ -119,17 +123,36 @@ static int file_refuse_reentry(FileObject *self) {
   return 0;
 }
 
-/* Takes the lock with the GIL released; fails if the file is closed. */
+/* Takes the lock, waiting with the GIL released. A process forked while
+ * another thread held it inherits it held, by a thread that does not exist
+ * in the child: the child, finding it taken, starts a lock of its own (the
+ * inherited one is left alone; releasing or freeing it is undefined). Only
+ * a lock that is taken pays for the getpid(). */
+static int file_lock(FileObject *self) {
+  if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return 0;
+  if (self->pid != getpid()) {
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    if (fresh == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    self->lock = fresh;
+    self->pid = getpid();
+    self->owner = 0;
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    return 0;
+  }
+  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
+  Py_END_ALLOW_THREADS return 0;
+}
+
+/* Takes the lock; fails if the file is closed. */
 static int file_acquire(FileObject *self) {
   if (self->lock == NULL) {
     PyErr_SetString(PyExc_ValueError, "File is not open");
     return -1;
   }
-  if (file_refuse_reentry(self) < 0) return -1;
-  if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-    Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-  }
+  if (file_refuse_reentry(self) < 0 || file_lock(self) < 0) return -1;
   if (self->reader == NULL) {
     PyThread_release_lock(self->lock);
     PyErr_SetString(PyExc_ValueError, "I/O operation on a closed hurray file");
@@ -149,9 +172,8 @@ static PyObject *file_close(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = (FileObject *)op;
   if (self->lock == NULL) Py_RETURN_NONE;
-  if (file_refuse_reentry(self) < 0) return NULL;
-  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-  Py_END_ALLOW_THREADS HurrayReader *reader = self->reader;
+  if (file_refuse_reentry(self) < 0 || file_lock(self) < 0) return NULL;
+  HurrayReader *reader = self->reader;
   self->reader = NULL;
   PyThread_release_lock(self->lock);
   /* Closed outside the lock: letting go of a byte source runs Python code
@@ -620,7 +642,17 @@ static PyGetSetDef file_getset[] = {
     {NULL},
 };
 
+/* Refused at every protocol: copyreg's protocols 0 and 1 would otherwise
+ * make a _File with no reader. */
+static PyObject *file_reduce_ex(PyObject *op, PyObject *protocol) {
+  (void)op, (void)protocol;
+  PyErr_SetString(PyExc_TypeError,
+                  "a hurray file's reader cannot be copied or pickled; open the path again");
+  return NULL;
+}
+
 static PyMethodDef file_methods[] = {
+    {"__reduce_ex__", file_reduce_ex, METH_O, "refused: see python-bindings.md"},
     {"keys", file_keys, METH_NOARGS, "tensor names, sorted"},
     {"_metadata", file_metadata, METH_NOARGS, "file metadata as a dict"},
     {"_get", file_get, METH_VARARGS, "read one tensor"},

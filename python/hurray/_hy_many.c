@@ -36,6 +36,17 @@ static const char *plain_format(HurrayDType dtype) {
  * the tensor's memory is (Tensor.numpy() says the same). Anything else is a
  * BufferError: numpy then falls back to __array__, which explains. The
  * export holds the tensor, and the tensor its buffers. */
+/* Whether row-major memory of shape `dims` is also column-major: when at
+ * most one dimension has more than one element, or there are none. */
+static bool also_column_major(const Py_ssize_t *dims, uint32_t rank) {
+  uint32_t long_dims = 0;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (dims[i] == 0) return true;
+    long_dims += dims[i] > 1;
+  }
+  return long_dims <= 1;
+}
+
 int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   TensorObject *t = (TensorObject *)op;
   view->obj = NULL;
@@ -90,6 +101,11 @@ int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
                     "a dimension or stride of the tensor does not fit in Py_ssize_t");
     return -1;
   }
+  if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !also_column_major(dims, rank)) {
+    PyMem_Free(dims);
+    PyErr_SetString(PyExc_BufferError, "the tensor is row-major, not Fortran contiguous");
+    return -1;
+  }
   static char empty;
   uint8_t *base = hurray_buffer_data(b);
   view->buf = base != NULL ? base + hurray_descriptor_byte_offset(d) : (void *)&empty;
@@ -98,8 +114,11 @@ int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   view->readonly = readonly;
   view->itemsize = itemsize;
   view->format = (flags & PyBUF_FORMAT) == PyBUF_FORMAT ? (char *)format : NULL;
-  view->ndim = (int)rank;
-  view->shape = (flags & PyBUF_ND) == PyBUF_ND ? dims : NULL;
+  /* Without PyBUF_ND the consumer reads `len` bytes as one dimension and
+   * has no shape to read: ndim must say 1, as PyBuffer_FillInfo does. */
+  bool nd = (flags & PyBUF_ND) == PyBUF_ND;
+  view->ndim = nd ? (int)rank : 1;
+  view->shape = nd ? dims : NULL;
   view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? dims + rank : NULL;
   view->suboffsets = NULL;
   view->internal = dims;

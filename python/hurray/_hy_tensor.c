@@ -13,11 +13,24 @@
  * untracked, as CPython leaves tuples and dicts of atoms: a million loaded
  * tensors are then not walked by every later collection (issue 19; a third
  * of the time spent touching them after a load). Setting the cache tracks
- * it again. */
+ * it again. Only the package's own classes qualify: an instance refers to
+ * its class, and a class made at run time may hold the instance (a class
+ * attribute), a cycle the collector must see. */
+static bool package_type(ModuleState *st, PyTypeObject *type) {
+  if (type == st->tensor_type || (PyObject *)type == st->tensor_class) return true;
+  PyObject *module = PyDict_GetItemString(type->tp_dict, "__module__"); /* borrowed */
+  const char *name = module != NULL && PyUnicode_Check(module) ? PyUnicode_AsUTF8(module) : NULL;
+  if (name == NULL) {
+    PyErr_Clear();
+    return false;
+  }
+  return strcmp(name, "hurray") == 0 || strncmp(name, "hurray.", 7) == 0;
+}
+
 static void tensor_untrack_if_plain(ModuleState *st, TensorObject *self) {
   PyTypeObject *type = Py_TYPE(self);
   if (self->descriptor_cache == NULL && type->tp_dictoffset == 0 && type->tp_itemsize == 0 &&
-      type->tp_basicsize == st->tensor_type->tp_basicsize &&
+      type->tp_basicsize == st->tensor_type->tp_basicsize && package_type(st, type) &&
       PyObject_GC_IsTracked((PyObject *)self)) {
     PyObject_GC_UnTrack(self);
   }
@@ -228,10 +241,11 @@ static PyObject *tensor_buffer(PyObject *op, PyObject *arg) {
     return NULL;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
-  ViewObject *view = PyObject_New(ViewObject, st->view_type);
+  ViewObject *view = PyObject_GC_New(ViewObject, st->view_type);
   if (view == NULL) return NULL;
   view->tensor = Py_NewRef(op);
   view->index = i;
+  PyObject_GC_Track(view);
   PyObject *mv = PyMemoryView_FromObject((PyObject *)view);
   Py_DECREF(view);
   return mv;
@@ -260,10 +274,20 @@ static int view_getbuffer(PyObject *op, Py_buffer *out, int flags) {
                            (Py_ssize_t)hurray_buffer_size(b), !t->writable[v->index], flags);
 }
 
+/* Visited, so that a cycle through a view (a subclass instance that keeps
+ * its own tensor.buffers) is found; never cleared: the memory a live
+ * memoryview reads belongs to the tensor. */
+static int view_traverse(PyObject *op, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(((ViewObject *)op)->tensor);
+  return 0;
+}
+
 static void view_dealloc(PyObject *op) {
   PyTypeObject *tp = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
   Py_XDECREF(((ViewObject *)op)->tensor);
-  PyObject_Free(op);
+  PyObject_GC_Del(op);
   Py_DECREF(tp);
 }
 
@@ -555,7 +579,18 @@ static PyGetSetDef tensor_getset[] = {
     {NULL},
 };
 
+/* Refused at every protocol: copyreg's protocols 0 and 1 would otherwise
+ * make an empty tensor of the class. */
+static PyObject *tensor_reduce_ex(PyObject *op, PyObject *protocol) {
+  (void)protocol;
+  return PyErr_Format(PyExc_TypeError,
+                      "a hurray %s owns buffers that have no meaning in another process and "
+                      "cannot be copied or pickled; save it with hurray.save",
+                      Py_TYPE(op)->tp_name);
+}
+
 static PyMethodDef tensor_methods[] = {
+    {"__reduce_ex__", tensor_reduce_ex, METH_O, "refused: see python-bindings.md"},
     {"_buffer", tensor_buffer, METH_O, "zero-copy memoryview of buffer i"},
     {"_buffer_address", tensor_buffer_address, METH_O, "address of buffer i"},
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
@@ -599,8 +634,9 @@ PyType_Spec hy_tensor_spec = {"hurray._hurray._Tensor", sizeof(TensorObject), 0,
 static PyType_Slot view_slots[] = {
     {Py_bf_getbuffer, view_getbuffer},
     {Py_tp_dealloc, view_dealloc},
+    {Py_tp_traverse, view_traverse},
     {0, NULL},
 };
 
 PyType_Spec hy_view_spec = {"hurray._hurray._BufferView", sizeof(ViewObject), 0,
-                            Py_TPFLAGS_DEFAULT, view_slots};
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, view_slots};

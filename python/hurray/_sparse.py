@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import List, Tuple
 
 import numpy as np
 
@@ -11,12 +12,48 @@ from ._descriptor import Descriptor, Sparse
 from ._tensor import Tensor, stored_buffer, unsupported
 
 
-def _index_dtype(arrays) -> str:
-    return "int64" if any(np.asarray(a).dtype == np.int64 for a in arrays) else "int32"
+def _index_arrays(arrays, what: str) -> Tuple[str, List[np.ndarray]]:
+    """The stored index dtype (int64 when any array is, or has values int32
+    cannot hold; else int32) and the arrays in it. Integer arrays only, and
+    no value changes on the way: a cast that wrapped 2**32 + 1 to 1 would
+    put an entry where the caller did not."""
+    arrays = [np.asarray(a) for a in arrays]
+    for a in arrays:
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"sparse {what} must be integers, not {a.dtype}")
+    wide = any(
+        a.dtype == np.int64
+        or (a.size and a.dtype.itemsize * 8 >= 32 and a.dtype != np.int32 and a.max() > 2**31 - 1)
+        for a in arrays
+    )
+    index_dtype = "int64" if wide else "int32"
+    target = np.dtype(index_dtype)
+    out = []
+    for a in arrays:
+        if a.dtype != target and a.size and a.max() > np.iinfo(target).max:
+            raise ValueError(f"sparse {what}: {int(a.max())} does not fit {index_dtype}")
+        out.append(np.ascontiguousarray(a.astype(target, copy=False)))
+    return index_dtype, out
 
 
-def _contiguous(a, dtype=None) -> np.ndarray:
-    return np.ascontiguousarray(a if dtype is None else np.asarray(a).astype(dtype, copy=False))
+def _contiguous(a) -> np.ndarray:
+    return np.ascontiguousarray(a)
+
+
+def _stored_count(values: np.ndarray, block: tuple, indices: list, what: str) -> int:
+    """nnz: the entries the index arrays name, each of which `values` must
+    hold exactly (one element, or one block of shape `block` for BSR)."""
+    nnz = int(indices[0].size) if indices else 0
+    shapes = {tuple(a.shape) for a in indices}
+    if any(a.ndim != 1 for a in indices) or len(shapes) > 1:
+        raise ValueError(
+            f"sparse {what} must be 1-D arrays of one length, not shapes {sorted(shapes)}"
+        )
+    if tuple(values.shape) != (nnz,) + block:
+        raise ValueError(
+            f"sparse values have shape {tuple(values.shape)}; {nnz} entries need {(nnz,) + block}"
+        )
+    return nnz
 
 
 def _buffer(role: str, array: np.ndarray) -> tuple:
@@ -52,27 +89,26 @@ class SparseTensor(Tensor):
         values = _contiguous(values)
         value_dtype = _dtypes.from_numpy(values.dtype)
         if format == "coo":
-            coords = [np.asarray(c) for c in coords]
-            index_dtype = _index_dtype(coords)
-            parts = [_buffer("values", values)] + [
-                _buffer("indices", _contiguous(c, index_dtype)) for c in coords
-            ]
+            index_dtype, coords = _index_arrays(coords, "coords")
+            nnz = _stored_count(values, (), coords, "coords")
+            parts = [_buffer("values", values)] + [_buffer("indices", c) for c in coords]
             layout = Sparse(
                 "coo",
                 index_dtype,
-                int(values.shape[0]) if values.ndim else 0,
+                nnz,
                 values_buffer=0,
                 index_buffers=tuple(range(1, 1 + len(coords))),
                 canonical=bool(canonical),
             )
         elif format in ("csr", "csc", "bsr"):
-            index_dtype = _index_dtype([indptr, indices])
+            index_dtype, (indptr, indices) = _index_arrays([indptr, indices], "indptr and indices")
+            block = tuple(int(b) for b in block_shape) if format == "bsr" else ()
+            nnz = _stored_count(values, block, [indices], "indices")
             parts = [
                 _buffer("values", values),
-                _buffer("indptr", _contiguous(indptr, index_dtype)),
-                _buffer("indices", _contiguous(indices, index_dtype)),
+                _buffer("indptr", indptr),
+                _buffer("indices", indices),
             ]
-            nnz = int(np.asarray(indices).size)
             layout = Sparse(
                 format,
                 index_dtype,
@@ -80,7 +116,7 @@ class SparseTensor(Tensor):
                 values_buffer=0,
                 indptr_buffer=1,
                 indices_buffer=2,
-                block_shape=tuple(int(b) for b in block_shape) if format == "bsr" else None,
+                block_shape=block if format == "bsr" else None,
             )
         else:
             raise ValueError(f"unknown sparse format {format!r}")
@@ -122,7 +158,8 @@ class SparseTensor(Tensor):
                 "coo",
                 matrix.shape,
                 matrix.data,
-                coords=[matrix.row, matrix.col],
+                # scipy's coo_array may have any rank: coords, where it has them.
+                coords=list(getattr(matrix, "coords", (matrix.row, matrix.col))),
                 canonical=bool(getattr(matrix, "has_canonical_format", False)),
             )
         if fmt in ("csr", "csc"):

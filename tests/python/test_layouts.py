@@ -984,3 +984,74 @@ def test_member_renumbering_of_sparse_and_nested_members():
     assert [c._buffer_address(i) for i in range(2)] == [t._buffer_address(i) for i in (3, 4)]
     np.testing.assert_array_equal(c.member("x").numpy(), rows)
     np.testing.assert_array_equal(c.member("y").numpy(), values)
+
+
+# ----------------------------------------- from_arrays: indices as given
+
+
+def test_from_arrays_refuses_indices_a_cast_would_change():
+    """Indices were cast to int32 with astype: 2**32 + 1 wrapped to 1 and
+    floats were truncated, so entries landed where the caller did not put
+    them."""
+    with pytest.raises(TypeError, match="must be integers, not float64"):
+        hurray.SparseTensor.from_arrays("coo", (3,), np.ones(2), coords=[np.array([0.5, 2.7])])
+    with pytest.raises(ValueError, match="does not fit int64"):
+        hurray.SparseTensor.from_arrays(
+            "coo", (3,), np.ones(1), coords=[np.array([2**63], np.uint64)]
+        )
+    # A uint64 index past int32 is kept exactly, and refused as out of range.
+    with pytest.raises(hurray.HurrayError, match="4294967297"):
+        hurray.SparseTensor.from_arrays(
+            "csr",
+            (2, 3),
+            np.ones(1, np.float32),
+            indptr=np.array([0, 1, 1], np.uint64),
+            indices=np.array([2**32 + 1], np.uint64),
+        ).to_dense()
+    # Unsigned indices that fit are stored as the signed type they fit.
+    t = hurray.SparseTensor.from_arrays(
+        "coo", (2, 3), np.array([5.0]), coords=[np.array([1], np.uint32), np.array([2], np.uint8)]
+    )
+    assert t.descriptor.layout.index_dtype == "int32"
+    assert t.to_dense().tolist() == [[0, 0, 0], [0, 0, 5]]
+
+
+def test_from_arrays_refuses_values_that_do_not_match_the_indices():
+    """nnz was taken from len(values): a second coordinate with one value
+    was dropped, and 2-D values were read as if flattened."""
+    with pytest.raises(ValueError, match=r"shape \(1,\); 2 entries need \(2,\)"):
+        hurray.SparseTensor.from_arrays(
+            "coo", (3, 3), np.ones(1), coords=[np.array([0, 1]), np.array([0, 1])]
+        )
+    with pytest.raises(ValueError, match=r"2 entries need \(2,\)"):
+        hurray.SparseTensor.from_arrays(
+            "coo", (3, 3), np.ones((2, 1)), coords=[np.array([0, 1]), np.array([0, 1])]
+        )
+    with pytest.raises(ValueError, match="one length"):
+        hurray.SparseTensor.from_arrays(
+            "coo", (3, 3), np.ones(2), coords=[np.array([0, 1]), np.array([0])]
+        )
+    with pytest.raises(ValueError, match=r"1 entries need \(1, 2, 2\)"):
+        hurray.SparseTensor.from_arrays(
+            "bsr",
+            (4, 4),
+            np.ones((1, 2, 1)),
+            indptr=np.array([0, 1, 1]),
+            indices=np.array([0]),
+            block_shape=(2, 2),
+        )
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4, 5)])
+def test_from_scipy_reads_coo_arrays_of_any_rank(shape):
+    """scipy's coo_array has coords of any rank; only row and col were read."""
+    if not hasattr(sp, "coo_array"):
+        pytest.skip("scipy without coo_array")
+    dense = np.zeros(shape)
+    dense.flat[[1, 5, -1]] = [1.5, -2.0, 3.0]
+    try:
+        matrix = sp.coo_array(dense)
+    except (ValueError, TypeError):
+        pytest.skip("this scipy's coo_array is 2-D only")
+    t = hurray.SparseTensor.from_scipy(matrix)
+    assert np.array_equal(t.to_dense(), dense)

@@ -1,6 +1,7 @@
 """hurray.torch: torch.Tensor <-> hurray.Tensor, and safetensors-shaped files."""
 
 import gc
+import io
 import math
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
@@ -582,3 +584,103 @@ def test_save_file_checks_its_arguments(tmp_path):
     with pytest.raises(hurray.UnsupportedError):
         save_file({"x": torch.zeros(3, dtype=torch.complex32)}, tmp_path / "x.hurray")
     assert not (tmp_path / "x.hurray").exists()
+
+
+# ------------------------------------- session 41: torch edge cases
+
+
+def test_sparse_rows_in_any_order_load_into_torch(tmp_path):
+    """CSR/BSR whose indices are unsorted or repeated within a row are valid
+    files (layouts.md §3); to_torch raised torch's RuntimeError because torch
+    needs sorted, distinct indices. They are sorted and summed now."""
+    csr = torch.sparse_csr_tensor(
+        torch.tensor([0, 3, 3, 4]),
+        torch.tensor([2, 0, 2, 1]),
+        torch.tensor([1.0, 2.0, 4.0, 8.0]),
+        (3, 3),
+        check_invariants=False,
+    )
+    dense = torch.tensor([[2.0, 0.0, 5.0], [0.0, 0.0, 0.0], [0.0, 8.0, 0.0]])
+    hurray.torch.save_file({"m": csr}, tmp_path / "m.hurray")
+    back = hurray.torch.load_file(tmp_path / "m.hurray")["m"]
+    assert back.layout == torch.sparse_csr and torch.equal(back.to_dense(), dense)
+    assert back.col_indices().tolist() == [0, 2, 1]
+    # int8 repeats wrap as hurray's to_dense and numpy wrap them
+    t = hurray.SparseTensor.from_arrays(
+        "csr",
+        (1, 2),
+        np.array([100, 100], np.int8),
+        indptr=np.array([0, 2]),
+        indices=np.array([1, 1]),
+    )
+    assert t.to_torch().to_dense().tolist() == [[0, -56]] == t.to_dense().tolist()
+    # scipy's own BSR from a dense matrix has unsorted block columns
+    m = sp.bsr_matrix(np.arange(16.0).reshape(4, 4) % 3, blocksize=(2, 1))
+    back = hurray.SparseTensor.from_scipy(m).to_torch()
+    assert np.array_equal(back.to_dense().numpy(), m.toarray())
+    f16 = hurray.SparseTensor.from_arrays(
+        "csr",
+        (1, 2),
+        np.ones(2, np.float16),
+        indptr=np.array([0, 2]),
+        indices=np.array([1, 1]),
+    )
+    with pytest.raises(hurray.UnsupportedError, match="no sum"):
+        f16.to_torch()
+
+
+def test_from_torch_takes_a_size_one_dimension_with_any_stride():
+    """torch.tensor([1+2j]).imag is contiguous with stride 2: viewing its
+    bytes raised torch's RuntimeError."""
+    for t in (torch.tensor([1 + 2j]).imag, torch.arange(10.0).as_strided((1,), (5,), 3)):
+        back = hurray.torch.to_torch(hurray.torch.from_torch(t))
+        assert torch.equal(back, t.contiguous())
+
+
+def test_nested_tensors_are_unsupported():
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(hurray.UnsupportedError, match="nested"):
+        hurray.torch.from_torch(nested)
+    with pytest.raises(hurray.UnsupportedError, match="nested"):
+        hurray.torch.save_file({"n": nested}, "/nonexistent/never-written.hurray")
+
+
+def test_save_file_to_the_open_file_a_view_is_mapped_from_is_refused(tmp_path):
+    """from_torch copied a transposed view out of the mapping after open(p,
+    "wb") had truncated the file: SIGBUS. The check now runs first."""
+    p = tmp_path / "w.hurray"
+    hurray.torch.save_file({"w": torch.arange(12.0).reshape(3, 4)}, p)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
+import hurray, hurray.torch, torch
+w = hurray.torch.load_file({str(p)!r})["w"]
+for view in (w.t(), w[:, ::2], w.conj()):
+    with open({str(p)!r}, "r+b") as f:
+        try:
+            hurray.torch.save_file({{"w": view}}, f)
+        except hurray.InvalidArgumentError as e:
+            assert "mapping of the file being written" in str(e), e
+        else:
+            raise SystemExit("saved")
+print("ok")
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_load_file_device_and_save_file_metadata_arguments():
+    with pytest.raises(TypeError, match="device must be"):
+        hurray.torch._device(None)
+    with pytest.raises(ValueError, match="device 'gpu'"):
+        hurray.torch._device("gpu")
+    with pytest.raises(ValueError, match="device -1"):
+        hurray.torch._device(-1)
+    with pytest.raises(TypeError, match="metadata must be a mapping"):
+        hurray.torch.save_file({"a": torch.ones(1)}, io.BytesIO(), metadata=[("k", "v")])

@@ -596,3 +596,38 @@ def test_several_chunks_of_one_tensor_on_one_rank(tmp_path):
 def test_module_constants():
     assert hdcp.METADATA_FILE == ".metadata.hurray"
     assert (hdcp.JSON_EXTENSION, hdcp.BYTES_EXTENSION) == ("torch.dcp.json", "torch.dcp.bytes")
+
+
+class _NotJSON:
+    pass
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"odd": _NotJSON()}, "no exact JSON form"),
+        ({"q": torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.qint8)}, "quantized"),
+        ({"s": torch.eye(3).to_sparse()}, "sparse_coo"),
+        ({"f": torch.zeros(2, dtype=torch.float8_e4m3fnuz)}, "no hurray equivalent"),
+        ({"": torch.ones(2)}, "tensor name"),
+    ],
+)
+def test_a_refused_save_leaves_the_earlier_checkpoint(tmp_path, bad, words):
+    """These used to be found only after the earlier save was deleted (or,
+    for sparse tensors, never: the checkpoint saved and could not be read)."""
+    _save_local(tmp_path, {"w": torch.full((2, 3), 7.0), "x": torch.arange(4)})
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(BaseException, match=words):
+        _save_local(tmp_path, {"w": torch.zeros(2, 3), **bad})
+    assert sorted(os.listdir(tmp_path)) == before  # no staged file left either
+    out = {"w": torch.zeros(2, 3), "x": torch.zeros(4, dtype=torch.int64)}
+    _load_local(tmp_path, out)
+    assert torch.equal(out["w"], torch.full((2, 3), 7.0))
+    assert torch.equal(out["x"], torch.arange(4))
+
+
+def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):
+    hurray.save(os.path.join(tmp_path, "rank-00000-1.hurray"), {"w": np.zeros(2)})
+    hurray.save(os.path.join(tmp_path, "rank-00004.hurray"), {"w": np.zeros(2)})
+    _save_local(tmp_path, {"w": torch.ones(3)})
+    assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "rank-00000.hurray"]

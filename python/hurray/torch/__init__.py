@@ -59,6 +59,7 @@ from .._descriptor import (
     Sparse,
 )
 from .._files import File as _File
+from .._files import refuse_mapped_sources as _refuse_mapped_sources
 from .._files import save as _save
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
@@ -142,7 +143,11 @@ def _raw(t: "torch.Tensor") -> np.ndarray:
     array keeps that storage alive."""
     if t.numel() == 0:
         return np.zeros(0, np.uint8)
-    return t.reshape(-1).view(torch.uint8).numpy()
+    # A contiguous tensor may still carry any stride on a dimension of size
+    # 1 (torch.tensor([1j]).imag has stride 2), which view() refuses: the
+    # same memory, seen as one flat row.
+    flat = t.as_strided((t.numel(),), (1,), t.storage_offset())
+    return flat.view(torch.uint8).numpy()
 
 
 def _part(role: str, t: "torch.Tensor") -> tuple:
@@ -296,6 +301,7 @@ def from_torch(tensor: "torch.Tensor") -> Tensor:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"from_torch takes a torch.Tensor, not {type(tensor).__name__}")
     _check_cpu(tensor)
+    _check_not_nested(tensor)
     layout = tensor.layout
     if tensor.is_quantized:
         if layout != torch.strided:
@@ -389,6 +395,38 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
     return torch._make_per_channel_quantized_tensor(codes, scales, zero_points, int(q.axis))
 
 
+def _sorted_rows(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, dtype: str):
+    """CSR/CSC/BSR parts with each row's (column's, block row's) indices
+    strictly increasing, as torch requires. The format allows any order and
+    repeats (layouts.md §3); those are sorted, and repeats summed in the
+    element type in storage order, as hurray_tensor_to_dense sums them.
+    The parts themselves when they already are (no copy)."""
+    nnz = indices.size
+    indptr64 = indptr.astype(np.int64, copy=False)
+    row_start = np.zeros(max(nnz - 1, 0), bool)  # entry k + 1 starts a row
+    starts = indptr64[1:-1]
+    row_start[starts[(starts > 0) & (starts < nnz)] - 1] = True
+    if nnz < 2 or np.all((np.diff(indices.astype(np.int64)) > 0) | row_start):
+        return indptr, indices, values
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr64))
+    order = np.lexsort((indices, rows))  # stable: repeats keep storage order
+    rows, indices, values = rows[order], indices[order], values[order]
+    first = np.ones(nnz, bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (indices[1:] != indices[:-1])
+    if not first.all():
+        if values.dtype.kind not in "iufc" or values.dtype == np.float16:
+            raise UnsupportedError(
+                f"a position is stored twice and {dtype} values have no sum here; "
+                "coalesce duplicates first"
+            )
+        summed = values[first].copy()
+        np.add.at(summed, np.cumsum(first)[~first] - 1, values[~first])
+        values, indices, rows = summed, indices[first], rows[first]
+    counts = np.bincount(rows, minlength=indptr.size - 1)
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(indptr.dtype)
+    return indptr, indices, values
+
+
 def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     s = d.layout
     if d.quantization is not None:
@@ -398,9 +436,9 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     # Values start at the descriptor's byte_offset; index buffers at byte 0.
     raw = _param(t, s.values_buffer, d.dtype, s.nnz * block, d.byte_offset)
     values = raw.reshape((s.nnz,) + tuple(s.block_shape)) if s.format == "bsr" else raw
-    values = _array_to_torch(values, d.dtype)
     size = tuple(d.shape)
     if s.format == "coo":
+        values = _array_to_torch(values, d.dtype)
         coords = [_param(t, i, s.index_dtype, s.nnz) for i in s.index_buffers]
         indices = torch.from_numpy(np.stack(coords).astype(np.int64, copy=False))
         return torch.sparse_coo_tensor(
@@ -409,8 +447,15 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     major = d.shape[1] if s.format == "csc" else d.shape[0]
     if s.format == "bsr":
         major //= s.block_shape[0]
-    indptr = _array_to_torch(_param(t, s.indptr_buffer, s.index_dtype, major + 1), s.index_dtype)
-    indices = _array_to_torch(_param(t, s.indices_buffer, s.index_dtype, s.nnz), s.index_dtype)
+    indptr, indices, values = _sorted_rows(
+        _param(t, s.indptr_buffer, s.index_dtype, major + 1),
+        _param(t, s.indices_buffer, s.index_dtype, s.nnz),
+        values,
+        d.dtype,
+    )
+    indptr = _array_to_torch(indptr, s.index_dtype)
+    indices = _array_to_torch(indices, s.index_dtype)
+    values = _array_to_torch(values, d.dtype)
     ctor = {
         "csr": torch.sparse_csr_tensor,
         "csc": torch.sparse_csc_tensor,
@@ -476,6 +521,14 @@ def to_torch(t: Tensor) -> "torch.Tensor":
 # ---------------------------------------------------------------- files
 
 
+def _check_not_nested(tensor: "torch.Tensor") -> None:
+    # A nested tensor reports the strided layout but has no sizes to read.
+    if tensor.is_nested:
+        raise UnsupportedError(
+            "nested tensors are not supported; save their components (t.unbind()) instead"
+        )
+
+
 def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
     """safetensors' rule: tensors that share memory (tied weights, views of
     one another) are refused, since a file stores each tensor apart and
@@ -521,16 +574,25 @@ def save_file(
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name!r} is a {type(tensor).__name__}, not a torch.Tensor")
+        _check_not_nested(tensor)
     _check_shared(tensors)
+    # Before from_torch copies a strided view out of a mapping that writing
+    # `filename` (an open file) would truncate.
+    _refuse_mapped_sources(filename, list(tensors.items()))
     for name, tensor in tensors.items():
         converted[name] = from_torch(tensor)
     _save(filename, converted, metadata)
 
 
 def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
-    if isinstance(device, int):  # safetensors: an int is a CUDA index
-        return torch.device("cuda", device)
-    return torch.device(device)
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"device must be a str, an int or a torch.device, not {device!r}")
+    try:
+        if isinstance(device, int):  # safetensors: an int is a CUDA index
+            return torch.device("cuda", device)
+        return torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"device {device!r}: {e}") from None
 
 
 _DEQUANTIZE_TO = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}

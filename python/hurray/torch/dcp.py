@@ -481,11 +481,13 @@ class HurrayStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as hurray files into the directory `path`.
 
     Every rank writes rank-{rank:05d}.hurray (atomically: a temporary file,
-    fsync, rename) holding each chunk it saves, marked with its shard. The
-    coordinator first removes the .metadata.hurray and the rank files of
-    any earlier save in `path` (or refuses, with overwrite=False), so a
-    directory is never left looking complete while holding a partial save;
-    finish() writes .metadata.hurray last, atomically.
+    fsync, rename) holding each chunk it saves, marked with its shard. Once
+    a rank has written its files under hidden names, it removes the
+    .metadata.hurray and the rank files an earlier save left in `path`
+    (with overwrite=False the coordinator refuses such a directory), so a
+    save refused for what it holds leaves the earlier checkpoint intact and
+    a directory is never left looking complete while holding a partial
+    save; finish() writes .metadata.hurray last, atomically.
 
     Non-tensor items (DCP's BytesStorageMetadata: optimizer hyperparameters,
     step counters, ...) are stored as JSON ("torch.dcp.json" tensors). One
@@ -535,18 +537,12 @@ class HurrayStorageWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        # Runs on the coordinator before any rank writes: invalidate what an
-        # earlier save left here, metadata first.
+        # The coordinator, before any rank writes. An earlier save is removed
+        # by write_data, once each rank knows that it can store its items.
         meta = os.path.join(self.path, METADATA_FILE)
         stale = [n for n in os.listdir(self.path) if _RANK_FILE.fullmatch(n)]
-        if os.path.exists(meta) or stale:
-            if not self.overwrite:
-                raise CheckpointError(f"{self.path} already holds a checkpoint and overwrite=False")
-            if os.path.exists(meta):
-                os.unlink(meta)
-                _fsync_dir(self.path)
-            for n in stale:
-                os.unlink(os.path.join(self.path, n))
+        if (os.path.exists(meta) or stale) and not self.overwrite:
+            raise CheckpointError(f"{self.path} already holds a checkpoint and overwrite=False")
         return [
             dataclasses.replace(p, storage_data=_Assignment(i, len(plans), self.save_id))
             for i, p in enumerate(plans)
@@ -595,6 +591,14 @@ class HurrayStorageWriter(StorageWriter):
             else:
                 data = planner.resolve_data(item)
                 tensor = data.detach()
+                if tensor.layout != torch.strided or tensor.is_quantized:
+                    # The metadata and the reader describe plain dense chunks.
+                    what = "quantized" if tensor.is_quantized else str(tensor.layout)
+                    raise CheckpointError(
+                        f"{fqn!r}: a {what} tensor; DCP checkpoints hold dense tensors (save "
+                        "t.to_dense() or t.dequantize())"
+                    )
+                _hurray_dtype(tensor.dtype)
                 if tensor.device.type != "cpu":
                     tensor = tensor.cpu()
                 td = item.tensor_data
@@ -615,11 +619,55 @@ class HurrayStorageWriter(StorageWriter):
             _K_RANK: a.rank,
             _K_WORLD: a.world_size,
         }
-        for k, tensors in enumerate(files):
-            save(os.path.join(self.path, _rank_file(a.rank, k)), tensors, metadata)
+        self._write_files(a, files, metadata)
         fut: Future[List[WriteResult]] = Future()
         fut.set_result(results)
         return fut
+
+    def _write_files(self, a: _Assignment, files: List[Dict[str, Tensor]], metadata: dict) -> None:
+        """This rank's files, written under hidden names first: whatever the
+        writer refuses (a name, a full disk) then fails before an earlier
+        save is touched."""
+        staged: List[str] = []
+        try:
+            for k, tensors in enumerate(files):
+                staged.append(os.path.join(self.path, f".{_rank_file(a.rank, k)}.{a.save_id}"))
+                save(staged[-1], tensors, metadata)
+        except BaseException:
+            for path in staged:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
+        self._remove_earlier_save(a, len(files))
+        for k, path in enumerate(staged):
+            os.replace(path, os.path.join(self.path, _rank_file(a.rank, k)))
+        _fsync_dir(self.path)
+
+    def _remove_earlier_save(self, a: _Assignment, written: int) -> None:
+        """What an earlier save left, removed once this rank's items are
+        known to be storable and before its first write: the metadata first,
+        so the directory never looks complete while it holds a mix; then this
+        rank's own rank files beyond those it writes now, and, on the
+        coordinator, those of ranks this save does not have. A rank never
+        removes a file another rank of this save may have written."""
+        try:
+            os.unlink(os.path.join(self.path, METADATA_FILE))
+            _fsync_dir(self.path)
+        except FileNotFoundError:
+            pass
+        mine = {_rank_file(a.rank, k) for k in range(written)}
+        for n in os.listdir(self.path):
+            m = _RANK_FILE.fullmatch(n)
+            if m is None or n in mine:
+                continue
+            rank = int(n[len("rank-") :].split("-")[0].split(".")[0])
+            if rank == a.rank or (self.is_coordinator and rank >= a.world_size):
+                try:
+                    os.unlink(os.path.join(self.path, n))
+                except FileNotFoundError:
+                    pass
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         metadata.version = _DCP_VERSION

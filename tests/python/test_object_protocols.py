@@ -1,0 +1,160 @@
+"""Python's object protocols on hurray's types, as an attacker uses them: the
+buffer protocol with every request flag, pickling at every protocol, the
+collector's view of cycles, and a fork while another thread holds a File.
+Each test failed on the code before its fix; what may crash runs in a
+subprocess."""
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import numpy as np
+import pytest
+
+import hurray
+
+
+def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# ------------------------------------------------------------ buffer protocol
+
+
+def test_simple_buffer_request_of_a_matrix_is_one_dimension():
+    """PyBUF_SIMPLE has no shape; ndim said 2 and a consumer that read shape
+    dereferenced NULL (a segfault from the standard library's _testbuffer)."""
+    r = run_python(
+        """
+        import numpy as np, hurray, hashlib
+        from _testbuffer import ndarray, PyBUF_SIMPLE
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        t = hurray.from_numpy(a)
+        nd = ndarray(t, getbuf=PyBUF_SIMPLE)
+        assert nd.ndim == 1 and nd.nbytes == 48, (nd.ndim, nd.nbytes)
+        assert hashlib.sha256(t).hexdigest() == hashlib.sha256(a).hexdigest()
+        print("ok")
+        """
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_fortran_contiguous_request_of_a_matrix_is_refused():
+    """Row-major memory was handed out as column-major: a Fortran-order
+    consumer read the matrix transposed."""
+    from _testbuffer import PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, ndarray
+
+    t = hurray.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    with pytest.raises(BufferError, match="Fortran"):
+        ndarray(t, getbuf=PyBUF_F_CONTIGUOUS | PyBUF_FORMAT)
+    # Where the orders agree (one long dimension), it is granted.
+    row = hurray.from_numpy(np.arange(6, dtype=np.int32).reshape(1, 6))
+    assert ndarray(row, getbuf=PyBUF_F_CONTIGUOUS | PyBUF_FORMAT).tolist() == [list(range(6))]
+
+
+# ------------------------------------------------------------------ pickling
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_tensors_and_readers_refuse_every_pickle_protocol(tmp_path, protocol):
+    """Protocols 0 and 1 went through copyreg and made empty objects that
+    failed on first use ("Tensor is not initialised")."""
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.ones(3)})
+    t = hurray.from_numpy(np.ones(3))
+    sparse = hurray.SparseTensor.from_arrays("coo", (3,), np.ones(1), coords=[np.array([1])])
+    with hurray.open(path) as f:
+        for value in (t, sparse, f["a"], f._file):
+            with pytest.raises(TypeError, match="cannot be copied or pickled"):
+                pickle.dumps(value, protocol)
+
+
+# ------------------------------------------------------------ the collector
+
+
+def test_a_cycle_through_a_buffer_view_is_collected():
+    """A subclass instance keeping its own tensor.buffers made a cycle
+    through the buffer view the collector could not see."""
+
+    class Keeper(hurray.Tensor):
+        pass
+
+    refs = []
+    for _ in range(20):
+        t = Keeper.__new__(Keeper)
+        t.__init__(hurray.from_numpy(np.ones(4)).descriptor, [np.ones(4).view(np.uint8)])
+        t.views = t.buffers
+        refs.append(weakref.ref(t))
+        del t
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+
+
+def test_a_class_made_at_run_time_holding_its_instance_is_collected():
+    """A tensor of a __slots__ = () subclass was left untracked, though its
+    class, made at run time, could hold it: the class and instance leaked."""
+    refs = []
+    for _ in range(20):
+        cls = type("Dynamic", (hurray.Tensor,), {"__slots__": ()})
+        cls.instance = cls(hurray.from_numpy(np.ones(4)).descriptor, [np.ones(4).view(np.uint8)])
+        refs.append(weakref.ref(cls))
+        del cls
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+
+
+# ---------------------------------------------------------------------- fork
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_thread_holds_the_file_can_use_it(tmp_path):
+    """The File's lock was inherited held by a thread that does not exist in
+    the child, which then waited for it forever."""
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {f"t{i}": np.full(1 << 16, i, np.float32) for i in range(8)})
+    r = run_python(
+        f"""
+        import os, threading, hurray, faulthandler
+        f = hurray.open({str(path)!r})
+        stop = False
+        def busy():
+            while not stop:
+                f.verify()
+        th = threading.Thread(target=busy)
+        th.start()
+        codes = []
+        for _ in range(10):
+            pid = os.fork()
+            if pid == 0:
+                faulthandler.dump_traceback_later(20, exit=True)
+                ok = len(f.keys()) == 8 and f["t3"].numpy()[0] == 3
+                os._exit(0 if ok else 3)
+            codes.append(os.waitpid(pid, 0)[1])
+        stop = True
+        th.join()
+        print(codes)
+        """,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == str([0] * 10), r.stdout + r.stderr[-2000:]
+
+
+# --------------------------------------------------------------------- DLPack
+
+
+@pytest.mark.parametrize("device", ["cpu", [1, 0], 1])
+def test_dlpack_device_that_is_not_a_tuple_is_a_type_error(device):
+    """It was SystemError: PyArg_ParseTuple was given a non-tuple."""
+    t = hurray.from_numpy(np.ones(3))
+    with pytest.raises(TypeError, match="dl_device must be a"):
+        t.__dlpack__(dl_device=device)
