@@ -303,8 +303,12 @@ class File:
         try:
             self._file._descriptor(name)
             return True
-        except (_hurray.NotFoundError, TypeError, ValueError):  # ValueError: a NUL
+        except (_hurray.NotFoundError, TypeError):
             return False
+        except ValueError:
+            if self._file.closed:  # as every other use of a closed file
+                raise
+            return False  # a NUL in the name
 
     @property
     def metadata(self) -> dict:
@@ -335,6 +339,9 @@ class File:
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
         only those bytes."""
+        start, stop = operator.index(start), operator.index(stop)
+        if start < 0 or stop < 0:
+            raise IndexError(f"rows count from 0, not [{start}, {stop})")
         return self._file._get_rows(name, start, max(stop - start, 0))
 
     def read_buffer(self, name: str, index: int, out=None):

@@ -709,3 +709,26 @@ def test_empty_scipy_matrix_saves(fast_dir):
     hurray.save(fast_dir / "empty.hurray", matrices)
     loaded = hurray.load(fast_dir / "empty.hurray")
     assert all(t.to_scipy().nnz == 0 for t in loaded.values())
+
+
+def test_membership_in_a_closed_file_raises(tmp_path):
+    """'a' in f returned False once f was closed, as if the tensor were not
+    there; every other use of a closed file raises."""
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.ones(2)})
+    f = hurray.open(path)
+    assert "a" in f and "b" not in f and "a\0" not in f
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        "a" in f
+
+
+def test_get_slice_takes_row_numbers_from_zero(tmp_path):
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.arange(10.0)})
+    with hurray.open(path) as f:
+        assert f.get_slice("a", np.int64(2), 4).numpy().tolist() == [2.0, 3.0]
+        with pytest.raises(IndexError, match="count from 0"):
+            f.get_slice("a", -1, 10)  # was OverflowError
+        with pytest.raises(TypeError):
+            f.get_slice("a", None, 2)  # was "unsupported operand type(s) for -"
