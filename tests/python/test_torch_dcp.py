@@ -629,5 +629,8 @@ def test_a_refused_save_leaves_the_earlier_checkpoint(tmp_path, bad, words):
 def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):
     hurray.save(os.path.join(tmp_path, "rank-00000-1.hurray"), {"w": np.zeros(2)})
     hurray.save(os.path.join(tmp_path, "rank-00004.hurray"), {"w": np.zeros(2)})
+    # and what a save that died between writing and renaming left
+    hurray.save(os.path.join(tmp_path, ".rank-00000.hurray." + "ab" * 16), {"w": np.zeros(2)})
+    (tmp_path / "notes.txt").write_text("kept")
     _save_local(tmp_path, {"w": torch.ones(3)})
-    assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "rank-00000.hurray"]
+    assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "notes.txt", "rank-00000.hurray"]

@@ -110,6 +110,7 @@ _K_WORLD = "hurray.dcp.world_size"
 _K_METADATA = "hurray.dcp.metadata"
 
 _RANK_FILE = re.compile(r"rank-\d{5,}(-\d+)?\.hurray")
+_STAGED_FILE = re.compile(r"\.(rank-\d{5,}(?:-\d+)?\.hurray)\.([0-9a-f]{32})")
 
 try:  # the version string DCP's own FileSystemWriter stamps on its metadata
     from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION as _DCP_VERSION
@@ -659,10 +660,16 @@ class HurrayStorageWriter(StorageWriter):
             pass
         mine = {_rank_file(a.rank, k) for k in range(written)}
         for n in os.listdir(self.path):
-            m = _RANK_FILE.fullmatch(n)
-            if m is None or n in mine:
+            staged = _STAGED_FILE.fullmatch(n)  # a save that died before its rename left it
+            if staged is not None:
+                if staged.group(2) == a.save_id:
+                    continue
+                rank_file = staged.group(1)
+            elif _RANK_FILE.fullmatch(n) is not None and n not in mine:
+                rank_file = n
+            else:
                 continue
-            rank = int(n[len("rank-") :].split("-")[0].split(".")[0])
+            rank = int(rank_file[len("rank-") :].split("-")[0].split(".")[0])
             if rank == a.rank or (self.is_coordinator and rank >= a.world_size):
                 try:
                     os.unlink(os.path.join(self.path, n))
