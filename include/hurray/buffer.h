@@ -164,7 +164,8 @@ HURRAY_API HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint
  * HURRAY_ERR_UNSUPPORTED, as
  * do tensors in device memory or with a buffer that is not READY.
  * Validates placement first, then refuses (HURRAY_ERR_LIMIT) an output the
- * default limits do not allow (see above). */
+ * default limits do not allow (see above), and (INVALID_ARGUMENT) an `out`
+ * that overlaps any buffer of `list`. */
 HURRAY_API HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d,
                                                const HurrayBufferList *list, void *out,
                                                uint64_t out_size, HurrayError *error);

@@ -464,18 +464,21 @@ static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptio
     return -1;
   }
   if (axis_obj != Py_None) {
-    long axis = PyLong_AsLong(axis_obj);
+    PyObject *index = PyNumber_Index(axis_obj);
+    if (index == NULL) return -1;
+    int overflow = 0;
+    long long axis = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
     if (axis == -1 && PyErr_Occurred()) return -1;
-    if (axis < INT32_MIN || axis > INT32_MAX) {
-      PyErr_SetString(PyExc_OverflowError, "axis out of range");
+    if (overflow != 0 || axis < INT32_MIN || axis > INT32_MAX) {
+      PyErr_Format(PyExc_OverflowError, "axis %R is out of range (%d..%d)", axis_obj, INT32_MIN,
+                   INT32_MAX);
       return -1;
     }
     o->axis = (int32_t)axis;
   }
-  if (block_obj != Py_None) {
-    unsigned long long block = PyLong_AsUnsignedLongLong(block_obj);
-    if (block == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    o->block_size = block;
+  if (block_obj != Py_None && hy_field_u64(block_obj, UINT64_MAX, "block_size", &o->block_size)) {
+    return -1;
   }
   if (code_name != NULL &&
       (o->code_dtype = hurray_dtype_from_name(code_name)) == HURRAY_DTYPE_INVALID) {

@@ -60,8 +60,8 @@ def quantize(
     the kernel may use on large inputs; the bytes are the same either way.
     The GIL is released while the kernel runs. See docs/spec/quantization.md.
     """
-    if threads < 0:
-        raise ValueError("threads must be >= 0")
+    if symmetric is not None and not isinstance(symmetric, (bool, np.bool_)):
+        raise TypeError(f"symmetric must be True, False or None, not {symmetric!r}")
     if not isinstance(scheme, str):
         raise TypeError("scheme must be a string, one of hurray.QUANT_SCHEMES")
     a = _as_float_array(array)
@@ -77,5 +77,5 @@ def quantize(
         _dtype_name(dtype),
         _dtype_name(scale_dtype),
         sym,
-        int(threads),
+        threads,  # range-checked in C, as dequantize's: a float is a TypeError
     )

@@ -129,6 +129,21 @@ def _refuse_packed(q, what: str, fields=tuple(_PACKED_DEFAULTS)) -> None:
         )
 
 
+def _check_out(out, shape) -> None:
+    """dequantize's out: one message for each thing it is not."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(
+            f"out must be a numpy array, not {type(out).__name__} (np.asarray(x) views a torch "
+            "tensor or a buffer without copying)"
+        )
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}; the tensor's is {tuple(shape)}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be a writable C-contiguous array")
+    if _dtypes.name_of(out.dtype) not in _KERNEL_DTYPES or not out.dtype.isnative:
+        raise ValueError(f"out must be native float32, float16 or bfloat16, not {out.dtype}")
+
+
 class Tensor(_hurray._Tensor):
     """One descriptor plus N buffers, each kept alive by its own owner.
 
@@ -278,15 +293,7 @@ class Tensor(_hurray._Tensor):
                 "dtype (codes() gives the raw integer codes)"
             )
         if out is not None:  # checked first: every path below honours it
-            if (
-                not isinstance(out, np.ndarray)
-                or not out.flags.c_contiguous
-                or not out.flags.writeable
-                or tuple(out.shape) != tuple(d.shape)
-            ):
-                raise ValueError(f"out must be a writable C-contiguous array of shape {d.shape}")
-            if _dtypes.name_of(out.dtype) not in _KERNEL_DTYPES:
-                raise ValueError("out must be float32, float16 or bfloat16")
+            _check_out(out, d.shape)
         else:
             self._check_output(d.numel * dtype.itemsize, max_output_bytes)
         if q is None or isinstance(d.layout, Sparse):

@@ -1,6 +1,7 @@
 /*
- * Output-size limits of the materialising functions (hurray/buffer.h):
- * how large a tensor's logical form may be, compared with what it stores.
+ * What the materialising functions (hurray/buffer.h, hurray/quant.h) ask
+ * of an output: a size within limits (how large a tensor's logical form may
+ * be, compared with what it stores), and memory apart from the tensor's.
  */
 #include "../core/checked.h"
 #include "../core/error.h"
@@ -48,4 +49,23 @@ HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint64_t output
     }
   }
   return hurray__check_output_bytes(stored, output_bytes, limits, error);
+}
+
+HurrayStatus hurray__check_output_apart(const HurrayBufferList *list, const void *out,
+                                        uint64_t out_bytes, HurrayError *error) {
+  uintptr_t lo = (uintptr_t)out;
+  if (out_bytes == 0 || out_bytes > UINTPTR_MAX - lo) return HURRAY_OK;
+  for (size_t i = 0; i < hurray_buffer_list_len(list); i++) {
+    const HurrayBuffer *b = hurray_buffer_list_get(list, i);
+    uintptr_t start = (uintptr_t)hurray_buffer_data(b);
+    uint64_t size = hurray_buffer_size(b);
+    if (start == 0 || size == 0 || size > UINTPTR_MAX - start) continue;
+    if (lo < start + size && start < lo + out_bytes) {
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "out overlaps buffer %zu of the tensor: writing the output would "
+                          "change what is still to be read; use separate memory",
+                          i);
+    }
+  }
+  return HURRAY_OK;
 }

@@ -14,6 +14,7 @@
 #include "../core/packing.h"
 #include "hurray/buffer.h"
 #include "index_read.h"
+#include "output_limits.h"
 
 static const uint8_t *data_of(const HurrayBufferList *list, uint32_t buffer) {
   return hurray_buffer_data(hurray_buffer_list_get(list, buffer));
@@ -263,6 +264,7 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
                         "out holds %llu bytes, the dense tensor needs %llu",
                         (unsigned long long)out_size, (unsigned long long)bytes);
   }
+  HURRAY_RETURN_NOT_OK(hurray__check_output_apart(list, out, bytes, error));
   uint32_t bits = hurray_dtype_bits(d->dtype);
   size_t item = bits / 8;
   switch (d->layout.kind) {

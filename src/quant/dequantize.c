@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../buffer/output_limits.h"
 #include "../core/checked.h"
 #include "../core/error.h"
 #include "elements.h"
@@ -425,7 +426,7 @@ static HurrayStatus check_request(const HurrayDescriptor *d, const HurrayBufferL
                         "out holds %llu bytes; the tensor needs %llu",
                         (unsigned long long)out_size, (unsigned long long)*need);
   }
-  return HURRAY_OK;
+  return hurray__check_output_apart(list, out, *need, error);
 }
 
 /* Codes: straight from the buffer when dense and contiguous, otherwise

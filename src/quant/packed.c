@@ -41,8 +41,8 @@ typedef struct PackedJob {
   uint64_t sstride[HURRAY_MAX_RANK]; /* scales per group step of logical dim k */
   uint8_t group[HURRAY_MAX_RANK];    /* GROUP_* of dim k */
   uint64_t block[HURRAY_MAX_RANK];   /* its block size when GROUP_BLOCK */
-  const uint8_t *gidx;               /* int32 group of each position, for GROUP_INDEX */
-  uint32_t packed_dim;               /* logical dim the lanes run along; rank when unpacked */
+  uint32_t *gidx;      /* group of each position, for GROUP_INDEX: a checked private copy */
+  uint32_t packed_dim; /* logical dim the lanes run along; rank when unpacked */
   uint32_t lanes;
   uint8_t lane_of[32]; /* lane holding element e of a group */
   unsigned word_bytes; /* 0: ADR-0012 elements */
@@ -190,10 +190,16 @@ static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
     storage_strides(j->rank, slog, axes, HURRAY_MAX_RANK, 1, j->sstride);
   }
   if (q->group_index_buffer == HURRAY_NO_BUFFER) return HURRAY_OK;
-  j->gidx = buffer_bytes(list, q->group_index_buffer);
+  /* Copied, then checked: the caller's buffer may change under the
+   * kernels (another thread), and an entry read again unchecked would
+   * index the scales anywhere. */
+  const uint8_t *entries = buffer_bytes(list, q->group_index_buffer);
+  j->gidx = malloc(j->shape[q->axis] ? (size_t)j->shape[q->axis] * sizeof *j->gidx : 1);
+  if (j->gidx == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   j->group[q->axis] = GROUP_INDEX;
   for (uint64_t i = 0; i < j->shape[q->axis]; i++) {
-    int32_t v = (int32_t)(uint32_t)load_le(j->gidx + 4 * i, 4);
+    j->gidx[i] = (uint32_t)load_le(entries + 4 * i, 4);
+    int32_t v = (int32_t)j->gidx[i];
     if (v < 0 || (uint64_t)v >= slog[q->axis]) {
       return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
                           "quantization.group_index_buffer: entry %llu is %d, outside the %llu "
@@ -216,7 +222,7 @@ static inline uint64_t scale_step(const PackedJob *j, uint32_t k, uint64_t i) {
   if (j->group[k] == GROUP_BLOCK) {
     g = i / j->block[k];
   } else if (j->group[k] == GROUP_INDEX) {
-    g = (uint32_t)load_le(j->gidx + 4 * i, 4); /* checked in range by plan_dims */
+    g = j->gidx[i]; /* checked in range by plan_dims */
   }
   return g * j->sstride[k];
 }
@@ -550,7 +556,7 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
     }
     case GROUP_INDEX: /* act-order g_idx jumps every element: one lookup each, inline */
       for (; i < n; i++) {
-        uint64_t sidx = b.s + (uint64_t)(uint32_t)load_le(j->gidx + 4 * (t0 + i), 4) * sstep;
+        uint64_t sidx = b.s + (uint64_t)j->gidx[t0 + i] * sstep;
         dst[i] = value_at(j, codes[i], sidx);
       }
       break;
@@ -679,6 +685,7 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   }
   free(j->scale);
   free(j->zero);
+  free(j->gidx);
   free(j);
   return st;
 }

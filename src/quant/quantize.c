@@ -507,6 +507,17 @@ static void encode_part(void *ctx, unsigned part) {
 
 /* Splits [0, units) into parts whose first element sits at a flat index
  * divisible by 4, so packed codes of two parts never share a byte. */
+/* Whether a part may start at unit `u` without sharing a byte with the part
+ * before it: packed codes (down to 2 bits: 4 a byte) and 4-bit zero points
+ * (2 a byte; unit u's first group is u, or u x inner by rows) are written
+ * by read-modify-write, which two threads must not do to one byte. */
+static bool part_may_start(const Job *j, uint64_t u) {
+  if (unit_start(j, u) % 4 != 0) return false;
+  if (j->zps == NULL || hurray_dtype_bits(j->s.code_dtype) >= 8) return true;
+  uint64_t group = j->plan.walk == HURRAY_WALK_ROWS_BLOCK ? u * j->plan.inner : u;
+  return group % 2 == 0;
+}
+
 static void split(Job *j, unsigned parts) {
   uint64_t units = unit_count(j);
   j->parts = parts;
@@ -514,7 +525,7 @@ static void split(Job *j, unsigned parts) {
   for (unsigned i = 1; i < parts; i++) {
     uint64_t b = units / parts * i;
     uint64_t limit = b + 64 < units ? b + 64 : units;
-    while (b < limit && unit_start(j, b) % 4 != 0) b++;
+    while (b < limit && !part_may_start(j, b)) b++;
     if (b < j->bounds[i - 1] || b == limit) b = j->bounds[i - 1];
     j->bounds[i] = b;
   }

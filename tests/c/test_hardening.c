@@ -543,6 +543,42 @@ static void test_statistics_of_broadcast_views(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* ------------------------------------------------ outputs over the inputs */
+
+/* An output that overlaps a buffer of the tensor is refused before anything
+ * is written: the kernels read while they write (a group index read again
+ * after the output overwrote it indexed the scales anywhere). */
+static void test_outputs_over_the_inputs_are_refused(void **state) {
+  (void)state;
+  float room[16] = {0};
+  int8_t *codes = (int8_t *)room; /* 4 codes in the first float of room */
+  for (int i = 0; i < 4; i++) codes[i] = (int8_t)(i + 1);
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 1, (const uint64_t[]){4}, &d, NULL));
+  assert_ok(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 4, 1, HURRAY_SYNC_READY, NULL, NULL));
+  HurrayBufferList *list = NULL;
+  HurrayBuffer *b = NULL;
+  assert_ok(hurray_buffer_list_create(&list, NULL));
+  assert_ok(hurray_buffer_create(codes, 4, NULL, NULL, &b, NULL)); /* over room, not a copy */
+  assert_ok(hurray_buffer_list_push(list, b, NULL));
+  HurrayError e = {0};
+  assert_int_equal(hurray_tensor_to_dense(d, list, room, 4, &e), HURRAY_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(e.message, "overlaps buffer 0"));
+  int8_t apart[4];
+  assert_ok(hurray_tensor_to_dense(d, list, apart, 4, NULL));
+  assert_int_equal(apart[3], 4);
+  assert_ok(hurray_descriptor_set_quant_per_tensor_affine(d, 0.5, 0, NULL));
+  assert_int_equal(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, room, sizeof room, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(codes[3], 4); /* nothing written */
+  float values[4];
+  assert_ok(hurray_dequantize(d, list, HURRAY_DTYPE_FLOAT32, 1, values, sizeof values, NULL));
+  assert_true(values[3] == 2.0f);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
 /* ------------------------------- sparse statistics with duplicate entries */
 
 /* A non-canonical COO vector of 4 elements storing `nnz` values, all at
@@ -794,6 +830,7 @@ int main(void) {
       cmocka_unit_test(test_converter_refuses_unknown_formats),
       cmocka_unit_test(test_outputs_cleared_when_arguments_refused),
       cmocka_unit_test(test_statistics_of_broadcast_views),
+      cmocka_unit_test(test_outputs_over_the_inputs_are_refused),
       cmocka_unit_test(test_batch_errors_name_the_tensor),
       cmocka_unit_test(test_write_callback_unknown_status_is_io),
       cmocka_unit_test(test_byte_source_message_kept),

@@ -11,6 +11,10 @@ bit for bit against the peers and the numpy references of quant_reference.py
     denormals, extreme magnitudes, partial blocks, rank 0, empty, narrow float
     inputs, threads), hypothesis error bounds and file round trips."""
 
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -1236,3 +1240,101 @@ def test_dequantize_into_out_reuses_the_array():
         t.dequantize(out=np.empty(x.shape, np.float64))
     with pytest.raises(ValueError):
         t.dequantize(out=np.empty((64, 8), np.float32).T)
+
+
+# --------------------------- session 41: out= apart, threads, arguments
+
+
+_GROUP_INDEX_ALIAS = """
+import numpy as np, hurray
+from _hurray_samples import aligned
+rows, cols, block = 64, 32, 8
+codes = aligned(np.ones(rows * cols, np.int8))
+scales = aligned(np.ones(rows * cols // block, np.float32))
+backing = aligned(np.zeros(rows * cols, np.float32))
+gidx = backing[: cols * 4]
+gidx.view(np.int32)[:] = np.arange(cols) // block
+q = hurray.BlockAffine(axis=1, block_size=block, scale_buffer=1, scale_dtype="float32",
+                       group_index_buffer=2, group_index_dtype="int32")
+d = hurray.Descriptor("int8", (rows, cols), quantization=q, buffers=[
+    hurray.Buffer("data", rows * cols, 64), hurray.Buffer("scales", scales.size, 64),
+    hurray.Buffer("group_index", cols * 4, 64)])
+t = hurray.Tensor(d, [codes, scales, gidx])
+assert (t.dequantize() == 1).all()
+try:
+    t.dequantize(out=backing.view(np.float32).reshape(rows, cols))
+except hurray.InvalidArgumentError as e:
+    assert "overlaps buffer 2" in str(e), e
+    assert (gidx.view(np.int32) == np.arange(cols) // block).all()
+    print("refused")
+"""
+
+
+def test_dequantize_out_over_the_group_index_is_refused():
+    """The group index was checked, then read again per element while the
+    output overwrote it: float bits became group numbers and the scales
+    were read anywhere (a segfault from Python)."""
+    r = subprocess.run(
+        [sys.executable, "-c", _GROUP_INDEX_ALIAS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "refused", r.stderr[-2000:]
+
+
+def test_dequantize_out_over_the_scales_is_refused():
+    """It wrote garbage and corrupted the tensor's own scales."""
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    q = hurray.quantize(w, "q8_0")
+    codes = aligned(np.frombuffer(bytes(q.buffers[0]), np.uint8))
+    backing = aligned(np.zeros(1024, np.uint8))
+    scales = backing[:16]
+    scales[:] = np.frombuffer(bytes(q.buffers[1]), np.uint8)
+    t = hurray.Tensor(q.descriptor, [codes, scales])
+    want = t.dequantize()
+    with pytest.raises(hurray.InvalidArgumentError, match="overlaps buffer 1"):
+        t.dequantize(out=backing.view(np.float32).reshape(4, 64))
+    assert np.array_equal(t.dequantize(), want)
+
+
+@pytest.mark.parametrize("code", ["uint4", "int4"])
+def test_block_affine_4bit_zero_points_do_not_depend_on_threads(code):
+    """A part could start at an odd block, and two threads then wrote one
+    zero-point byte: the high nibble was lost."""
+    x = np.random.default_rng(7).standard_normal((1, 3_000_032)).astype(np.float32)
+    ref = hurray.quantize(x, "block_affine", dtype=code, symmetric=False, threads=1)
+    for threads in (2, 3):
+        for _ in range(2):
+            t = hurray.quantize(x, "block_affine", dtype=code, symmetric=False, threads=threads)
+            assert [bytes(b) for b in t.buffers] == [bytes(b) for b in ref.buffers]
+
+
+def test_quantize_integer_options_are_range_checked():
+    x = np.ones((4, 64), np.float32)
+    a = hurray.quantize(x, "block_affine", block_size=np.int64(32))
+    assert bytes(a.buffers[0]) == bytes(
+        hurray.quantize(x, "block_affine", block_size=32).buffers[0]
+    )
+    with pytest.raises(OverflowError, match="block_size"):
+        hurray.quantize(x, "block_affine", block_size=-1)
+    with pytest.raises(OverflowError, match="block_size"):
+        hurray.quantize(x, "block_affine", block_size=2**64)
+    with pytest.raises(OverflowError, match=r"axis .* out of range \(-2147483648\.\.2147483647\)"):
+        hurray.quantize(x, "per_channel", axis=2**40)
+    for threads in (1.9, None, "2"):
+        with pytest.raises(TypeError):
+            hurray.quantize(x, "q8_0", threads=threads)
+    with pytest.raises(TypeError, match="symmetric must be"):
+        hurray.quantize(x, "per_tensor", symmetric="no")
+
+
+def test_dequantize_out_messages_say_what_is_wrong():
+    t = hurray.quantize(np.ones((4, 64), np.float32), "q8_0")
+    with pytest.raises(TypeError, match="numpy array, not memoryview"):
+        t.dequantize(out=memoryview(bytearray(1024)).cast("f", (4, 64)))
+    with pytest.raises(ValueError, match="not >f4"):
+        t.dequantize(out=np.zeros((4, 64), ">f4"))
+    with pytest.raises(ValueError, match=r"shape \(4, 63\)"):
+        t.dequantize(out=np.zeros((4, 63), np.float32))
