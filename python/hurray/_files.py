@@ -24,6 +24,10 @@ from ._tensor import Tensor, from_hurray, from_numpy, specialise
 _PLAIN_DTYPES: dict = {}
 
 
+if hasattr(os, "register_at_fork"):  # a child re-makes File locks a vanished thread held
+    os.register_at_fork(after_in_child=_hurray._after_fork_in_child)
+
+
 def _plain_dtype(dtype) -> Optional[str]:
     try:
         return _PLAIN_DTYPES[dtype]

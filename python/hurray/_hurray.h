@@ -211,6 +211,8 @@ PyObject *tensor_dlpack_device(PyObject *op, PyObject *unused);
 
 /* ---- files (_hy_file.c) */
 extern PyType_Spec hy_file_spec;
+/* _after_fork_in_child(): registered with os.register_at_fork by _files.py. */
+PyObject *hy_after_fork_in_child(PyObject *module, PyObject *unused);
 
 /* ---- kernels from the C library (_hy_kernels.c) */
 PyObject *mod_unpack(PyObject *module, PyObject *args);

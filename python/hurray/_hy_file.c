@@ -3,11 +3,21 @@
  */
 #include "_hurray.h"
 
-#include <unistd.h>
-
 #include "../../src/io/reader_origin.h"
 
 /* -------------------------------------------------------------------- File */
+
+/* Counts the forks this process descends from: bumped in a child by
+ * hy_after_fork_in_child, which _files.py registers with
+ * os.register_at_fork. Process-wide, as a fork is; written only in a
+ * just-forked child, before any other thread exists there. */
+static unsigned long fork_generation;
+
+PyObject *hy_after_fork_in_child(PyObject *module, PyObject *unused) {
+  (void)module, (void)unused;
+  fork_generation++;
+  Py_RETURN_NONE;
+}
 
 typedef struct FileObject {
   PyObject_HEAD HurrayReader *reader;
@@ -17,7 +27,7 @@ typedef struct FileObject {
    * argument's __index__) may call back into this File on the same thread,
    * which must raise instead of waiting for itself. */
   unsigned long owner;
-  pid_t pid; /* the process `lock` was made in: see file_lock */
+  unsigned long generation; /* fork_generation when this process last took `lock` */
   PyObject *path;
   bool pread;
   bool readonly; /* buffers handed out are flagged read-only */
@@ -57,7 +67,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     return -1;
   }
   self->lock = PyThread_allocate_lock();
-  self->pid = getpid();
+  self->generation = fork_generation;
   if (self->lock == NULL) {
     Py_DECREF(path);
     PyErr_NoMemory();
@@ -125,19 +135,23 @@ static int file_refuse_reentry(FileObject *self) {
 
 /* Takes the lock, waiting with the GIL released. A process forked while
  * another thread held it inherits it held, by a thread that does not exist
- * in the child: the child, finding it taken, starts a lock of its own (the
- * inherited one is left alone; releasing or freeing it is undefined). Only
- * a lock that is taken pays for the getpid(). */
+ * in the child: the child, finding it taken by an earlier generation,
+ * starts a lock of its own (the inherited one is left alone; releasing or
+ * freeing it is undefined). A lock free at the fork becomes this
+ * generation's when it is first taken. */
 static int file_lock(FileObject *self) {
-  if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return 0;
-  if (self->pid != getpid()) {
+  if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+    self->generation = fork_generation;
+    return 0;
+  }
+  if (self->generation != fork_generation) {
     PyThread_type_lock fresh = PyThread_allocate_lock();
     if (fresh == NULL) {
       PyErr_NoMemory();
       return -1;
     }
     self->lock = fresh;
-    self->pid = getpid();
+    self->generation = fork_generation;
     self->owner = 0;
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
     return 0;
@@ -642,17 +656,19 @@ static PyGetSetDef file_getset[] = {
     {NULL},
 };
 
-/* Refused at every protocol: copyreg's protocols 0 and 1 would otherwise
+/* object.__reduce_ex__ calls an overridden __reduce__ at every protocol
+ * (so a subclass may override this one); copyreg's protocols 0 and 1
+ * would otherwise
  * make a _File with no reader. */
-static PyObject *file_reduce_ex(PyObject *op, PyObject *protocol) {
-  (void)op, (void)protocol;
+static PyObject *file_reduce(PyObject *op, PyObject *unused) {
+  (void)op, (void)unused;
   PyErr_SetString(PyExc_TypeError,
                   "a hurray file's reader cannot be copied or pickled; open the path again");
   return NULL;
 }
 
 static PyMethodDef file_methods[] = {
-    {"__reduce_ex__", file_reduce_ex, METH_O, "refused: see python-bindings.md"},
+    {"__reduce__", file_reduce, METH_NOARGS, "refused: see python-bindings.md"},
     {"keys", file_keys, METH_NOARGS, "tensor names, sorted"},
     {"_metadata", file_metadata, METH_NOARGS, "file metadata as a dict"},
     {"_get", file_get, METH_VARARGS, "read one tensor"},

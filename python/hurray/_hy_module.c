@@ -104,6 +104,8 @@ static PyObject *mod_escape_text(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"_after_fork_in_child", hy_after_fork_in_child, METH_NOARGS,
+     "for os.register_at_fork: Files re-make locks a vanished thread held"},
     {"_escape_text", mod_escape_text, METH_VARARGS, "_escape_text(text, flags): shown safely"},
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,

@@ -582,10 +582,12 @@ static PyGetSetDef tensor_getset[] = {
     {NULL},
 };
 
-/* Refused at every protocol: copyreg's protocols 0 and 1 would otherwise
+/* object.__reduce_ex__ calls an overridden __reduce__ at every protocol
+ * (so a subclass may override this one); copyreg's protocols 0 and 1
+ * would otherwise
  * make an empty tensor of the class. */
-static PyObject *tensor_reduce_ex(PyObject *op, PyObject *protocol) {
-  (void)protocol;
+static PyObject *tensor_reduce(PyObject *op, PyObject *unused) {
+  (void)unused;
   return PyErr_Format(PyExc_TypeError,
                       "a hurray %s owns buffers that have no meaning in another process and "
                       "cannot be copied or pickled; save it with hurray.save",
@@ -593,7 +595,7 @@ static PyObject *tensor_reduce_ex(PyObject *op, PyObject *protocol) {
 }
 
 static PyMethodDef tensor_methods[] = {
-    {"__reduce_ex__", tensor_reduce_ex, METH_O, "refused: see python-bindings.md"},
+    {"__reduce__", tensor_reduce, METH_NOARGS, "refused: see python-bindings.md"},
     {"_buffer", tensor_buffer, METH_O, "zero-copy memoryview of buffer i"},
     {"_buffer_address", tensor_buffer_address, METH_O, "address of buffer i"},
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},

@@ -17,7 +17,9 @@ def _index_arrays(arrays, what: str) -> Tuple[str, List[np.ndarray]]:
     cannot hold; else int32) and the arrays in it. Integer arrays only, and
     no value changes on the way: a cast that wrapped 2**32 + 1 to 1 would
     put an entry where the caller did not."""
+    # An empty list is float64 to numpy: empty holds no value to change.
     arrays = [np.asarray(a) for a in arrays]
+    arrays = [a.astype(np.int32) if a.size == 0 and a.dtype.kind == "f" else a for a in arrays]
     for a in arrays:
         if a.dtype.kind not in "iu":
             raise TypeError(f"sparse {what} must be integers, not {a.dtype}")
@@ -83,9 +85,12 @@ class SparseTensor(Tensor):
         canonical=False,
     ) -> "SparseTensor":
         """format "coo" takes coords (one index array per dimension); "csr",
-        "csc" and "bsr" take indptr and indices; "bsr" values have shape
-        (nnz_blocks, block_rows, block_cols). Arrays are used without copying
-        when they are contiguous and of int32/int64 indices."""
+        "csc" and "bsr" take indptr and indices; values have one entry per
+        index (shape (nnz,)), and "bsr" values one block each (shape
+        (nnz_blocks, block_rows, block_cols), or those blocks flat). Indices
+        must be integers, kept exactly: int64 when any array is or holds a
+        value int32 cannot, else int32. Arrays are used without copying when
+        they are contiguous and of int32/int64 indices."""
         values = _contiguous(values)
         value_dtype = _dtypes.from_numpy(values.dtype)
         if format == "coo":
@@ -103,6 +108,8 @@ class SparseTensor(Tensor):
         elif format in ("csr", "csc", "bsr"):
             index_dtype, (indptr, indices) = _index_arrays([indptr, indices], "indptr and indices")
             block = tuple(int(b) for b in block_shape) if format == "bsr" else ()
+            if block and values.ndim == 1 and values.size == indices.size * math.prod(block):
+                values = values.reshape((indices.size,) + block)  # blocks given flat
             nnz = _stored_count(values, block, [indices], "indices")
             parts = [
                 _buffer("values", values),

@@ -1055,3 +1055,24 @@ def test_from_scipy_reads_coo_arrays_of_any_rank(shape):
         pytest.skip("this scipy's coo_array is 2-D only")
     t = hurray.SparseTensor.from_scipy(matrix)
     assert np.array_equal(t.to_dense(), dense)
+
+
+def test_from_arrays_still_takes_empty_lists_and_flat_blocks():
+    """Kept from before the index checks: an empty list is float64 to numpy,
+    and BSR blocks were accepted flat."""
+    t = hurray.SparseTensor.from_arrays("coo", (3, 3), [], coords=[[], []])
+    assert t.to_dense().tolist() == [[0.0] * 3] * 3
+    t = hurray.SparseTensor.from_arrays("csr", (2, 2), [], indptr=[0, 0, 0], indices=[])
+    assert t.to_dense().shape == (2, 2)
+    flat = hurray.SparseTensor.from_arrays(
+        "bsr",
+        (4, 4),
+        np.arange(8.0),
+        indptr=np.array([0, 1, 2]),
+        indices=np.array([1, 0]),
+        block_shape=(2, 2),
+    )
+    want = sp.bsr_matrix(
+        (np.arange(8.0).reshape(2, 2, 2), [1, 0], [0, 1, 2]), shape=(4, 4)
+    ).toarray()
+    assert np.array_equal(flat.to_dense(), want)

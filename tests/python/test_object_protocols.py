@@ -158,3 +158,48 @@ def test_dlpack_device_that_is_not_a_tuple_is_a_type_error(device):
     t = hurray.from_numpy(np.ones(3))
     with pytest.raises(TypeError, match="dl_device must be a"):
         t.__dlpack__(dl_device=device)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threads_of_a_child_forked_from_an_idle_file_take_turns(tmp_path):
+    """A child's second thread, finding the lock taken by its first, took the
+    fork for an inherited lock and made a new one: the two then ran inside
+    the File together, and close() could free the reader under a read. (B
+    can only finish first if it did not wait; under load it may start late
+    and prove nothing, never the reverse.)"""
+    path = tmp_path / "big.hurray"
+    hurray.save(path, {"big": np.ones(16 << 20, np.float32)})
+    r = run_python(
+        f"""
+        import os, threading, time, hurray
+        f = hurray.File({str(path)!r}, mmap=False)
+        out = bytearray(64 << 20)
+        def race():
+            done = {{}}
+            def a():
+                f.read_buffer("big", 0, out)
+                done["a"] = time.perf_counter()
+            def b():
+                time.sleep(0.002)
+                f.keys()
+                done["b"] = time.perf_counter()
+            ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+            ta.start(); tb.start(); ta.join(); tb.join()
+            return done["b"] >= done["a"]
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if all(race() for _ in range(5)) else 3)
+        print(os.waitpid(pid, 0)[1])
+        """
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stdout + r.stderr[-2000:]
+
+
+def test_a_subclass_may_define_how_it_pickles():
+    class Saved(hurray.Tensor):
+        def __reduce__(self):
+            return (hurray.from_numpy, (self.numpy().copy(),))
+
+    t = Saved(hurray.from_numpy(np.arange(3.0)).descriptor, [np.arange(3.0).view(np.uint8)])
+    back = pickle.loads(pickle.dumps(t, 2))
+    assert back.numpy().tolist() == [0.0, 1.0, 2.0]

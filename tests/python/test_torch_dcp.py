@@ -34,6 +34,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 import torch._dynamo  # noqa: E402,F401,F811 - imported once here, inherited by forked ranks
 import torch.distributed.checkpoint as dcp  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner  # noqa: E402
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex  # noqa: E402
 from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType  # noqa: E402
@@ -634,3 +635,27 @@ def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):
     (tmp_path / "notes.txt").write_text("kept")
     _save_local(tmp_path, {"w": torch.ones(3)})
     assert sorted(os.listdir(tmp_path)) == [".metadata.hurray", "notes.txt", "rank-00000.hurray"]
+
+
+def _refused_on_one_rank(rank, world_size, path):
+    dcp.save({"w": torch.full((4,), 7.0)}, storage_writer=HurrayStorageWriter(path))
+    dist.barrier()
+    state = {"w": torch.zeros(4)}
+    if rank == 1:
+        state["s"] = torch.eye(2).to_sparse()
+    try:
+        dcp.save(state, storage_writer=HurrayStorageWriter(path))
+    except CheckpointException as e:  # every rank fails, rank 0 naming rank 1
+        assert 1 in e.failures, e
+    else:
+        raise AssertionError("saved")
+
+
+def test_a_tensor_one_rank_cannot_store_fails_every_rank_while_planning(tmp_path):
+    """Only the refusing rank used to fail, in write_data, after the other
+    rank had removed the earlier save's metadata and replaced its file."""
+    path = str(tmp_path / "ckpt")
+    run_group(2, _refused_on_one_rank, path)
+    out = {"w": torch.zeros(4)}
+    _load_local(path, out)
+    assert torch.equal(out["w"], torch.full((4,), 7.0))

@@ -400,15 +400,9 @@ def _sorted_rows(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, dt
     strictly increasing, as torch requires. The format allows any order and
     repeats (layouts.md §3); those are sorted, and repeats summed in the
     element type in storage order, as hurray_tensor_to_dense sums them.
-    The parts themselves when they already are (no copy)."""
+    A copy: only parts torch refused come here."""
     nnz = indices.size
-    indptr64 = indptr.astype(np.int64, copy=False)
-    row_start = np.zeros(max(nnz - 1, 0), bool)  # entry k + 1 starts a row
-    starts = indptr64[1:-1]
-    row_start[starts[(starts > 0) & (starts < nnz)] - 1] = True
-    if nnz < 2 or np.all((np.diff(indices.astype(np.int64)) > 0) | row_start):
-        return indptr, indices, values
-    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr64))
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr.astype(np.int64)))
     order = np.lexsort((indices, rows))  # stable: repeats keep storage order
     rows, indices, values = rows[order], indices[order], values[order]
     first = np.ones(nnz, bool)
@@ -447,21 +441,31 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     major = d.shape[1] if s.format == "csc" else d.shape[0]
     if s.format == "bsr":
         major //= s.block_shape[0]
-    indptr, indices, values = _sorted_rows(
-        _param(t, s.indptr_buffer, s.index_dtype, major + 1),
-        _param(t, s.indices_buffer, s.index_dtype, s.nnz),
-        values,
-        d.dtype,
-    )
-    indptr = _array_to_torch(indptr, s.index_dtype)
-    indices = _array_to_torch(indices, s.index_dtype)
-    values = _array_to_torch(values, d.dtype)
+    indptr = _param(t, s.indptr_buffer, s.index_dtype, major + 1)
+    indices = _param(t, s.indices_buffer, s.index_dtype, s.nnz)
     ctor = {
         "csr": torch.sparse_csr_tensor,
         "csc": torch.sparse_csc_tensor,
         "bsr": torch.sparse_bsr_tensor,
     }[s.format]
-    return ctor(indptr, indices, values, size, check_invariants=True)
+
+    def build(indptr, indices, values):
+        return ctor(
+            _array_to_torch(indptr, s.index_dtype),
+            _array_to_torch(indices, s.index_dtype),
+            _array_to_torch(values, d.dtype),
+            size,
+            check_invariants=True,
+        )
+
+    try:
+        return build(indptr, indices, values)  # torch checks the order itself, in C
+    except RuntimeError:
+        pass
+    try:
+        return build(*_sorted_rows(indptr, indices, values, d.dtype))
+    except RuntimeError as e:
+        raise UnsupportedError(f"torch refuses this {s.format} tensor: {e}") from None
 
 
 def to_torch(t: Tensor) -> "torch.Tensor":

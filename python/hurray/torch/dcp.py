@@ -478,6 +478,27 @@ def _json_item(planner: SavePlanner, item) -> Optional[str]:
         return None
 
 
+_QUANTIZED_DTYPES = tuple(
+    getattr(torch, n)
+    for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    if hasattr(torch, n)
+)
+
+
+def _check_storable(fqn: str, t) -> None:
+    """`t` (a tensor or DCP's TensorProperties) can be a chunk of the
+    checkpoint: dense, of a dtype hurray has. The metadata and the reader
+    describe plain dense chunks."""
+    quantized = getattr(t, "is_quantized", False) or t.dtype in _QUANTIZED_DTYPES
+    layout = getattr(t, "layout", torch.strided)
+    if quantized or layout != torch.strided:
+        raise CheckpointError(
+            f"{fqn!r}: a {'quantized' if quantized else layout} tensor; DCP checkpoints hold "
+            "dense tensors (save t.to_dense() or t.dequantize())"
+        )
+    _hurray_dtype(t.dtype)
+
+
 class HurrayStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as hurray files into the directory `path`.
 
@@ -534,6 +555,12 @@ class HurrayStorageWriter(StorageWriter):
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        # What the plan tells of each tensor is checked on every rank before
+        # the global plan: such a refusal fails the save on all ranks before
+        # any of them removes an earlier save.
+        for item in plan.items:
+            if item.type != WriteItemType.BYTE_IO and item.tensor_data is not None:
+                _check_storable(item.index.fqn, item.tensor_data.properties)
         os.makedirs(self.path, exist_ok=True)
         return plan
 
@@ -592,14 +619,7 @@ class HurrayStorageWriter(StorageWriter):
             else:
                 data = planner.resolve_data(item)
                 tensor = data.detach()
-                if tensor.layout != torch.strided or tensor.is_quantized:
-                    # The metadata and the reader describe plain dense chunks.
-                    what = "quantized" if tensor.is_quantized else str(tensor.layout)
-                    raise CheckpointError(
-                        f"{fqn!r}: a {what} tensor; DCP checkpoints hold dense tensors (save "
-                        "t.to_dense() or t.dequantize())"
-                    )
-                _hurray_dtype(tensor.dtype)
+                _check_storable(fqn, tensor)  # a planner may resolve what it did not plan
                 if tensor.device.type != "cpu":
                     tensor = tensor.cpu()
                 td = item.tensor_data
