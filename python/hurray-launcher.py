@@ -11,6 +11,7 @@ already set wins. It imports nothing of the package, to start quickly.
 
 import os
 import re
+import signal
 import sys
 from importlib.util import find_spec
 
@@ -19,7 +20,9 @@ def main() -> None:
     # The C program has no network code: ls, info and verify of a URL run
     # in the package's Python (hurray/_remote_cli.py), with this interpreter.
     args = sys.argv[1:]
-    url = len(args) >= 2 and any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in args[1:])
+    # convert's options take values, so any of its arguments may be SRC or DST
+    files = args[1:] if args[:1] == ["convert"] else _files(args[1:])
+    url = any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in files)
     if url and args[0] in ("ls", "info", "verify"):
         os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
     if url and args[0] in ("cat", "convert"):
@@ -39,7 +42,28 @@ def main() -> None:
         )
     if not os.environ.get("HURRAY_PYTHON"):
         os.environ["HURRAY_PYTHON"] = sys.executable
+    # Python ignores SIGPIPE, and exec keeps that: the C program would then
+    # write on into a closed pipe (| head) instead of ending as it should.
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.execv(program, ["hurray", *sys.argv[1:]])
+
+
+def _files(args):
+    """The FILE among ls, info, verify and cat's arguments: the first that
+    is not an option. A NAME after it that looks like a URL is a NAME."""
+    found = []
+    options, value = True, False
+    for a in args:
+        if value:  # cat's --buffer N
+            value = False
+        elif options and a == "--":
+            options = False
+        elif options and a.startswith("-") and a != "-":
+            value = a == "--buffer"
+        else:
+            found.append(a)
+    return found[:1]
 
 
 if __name__ == "__main__":

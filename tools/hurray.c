@@ -57,6 +57,8 @@ static const char usage_text[] =
     "options:\n"
     "  -h, --help                    show this help and exit\n"
     "  --version                     show the library version and exit\n"
+    "  --                            what follows is a FILE or NAME, even if it\n"
+    "                                starts with -\n"
     "\n"
     "exit status: 0 on success, 1 if the file is invalid or an operation fails,\n"
     "2 on a usage error.\n";
@@ -173,6 +175,18 @@ static int run_convert(int argc, char **argv) {
   return EXIT_FAILURE;
 }
 
+/* `code`, unless what went to stdout did not all arrive (a full disk, a
+ * closed descriptor): then a failure, said on stderr. */
+static int stdout_checked(int code) {
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "hurray: writing to stdout failed: %s\n",
+            errno != 0 ? strerror(errno) : "write error");
+    return code == EXIT_SUCCESS ? EXIT_FAILURE : code;
+  }
+  return code;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -189,13 +203,18 @@ int main(int argc, char **argv) {
            hurray_abi_version(), HURRAY_FILE_FORMAT_MAJOR, HURRAY_FILE_FORMAT_MINOR);
     return EXIT_SUCCESS;
   }
-  if (strcmp(command, "convert") == 0) return run_convert(argc, argv);
-  bool json = false, npy = false, force = false;
+  if (strcmp(command, "convert") == 0) return stdout_checked(run_convert(argc, argv));
+  bool json = false, npy = false, force = false, options = true;
   long buffer_index = 0;
   const char *positional[3] = {NULL, NULL, NULL};
   int npos = 0;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    if (!options || argv[i][0] != '-' || argv[i][1] == '\0') {
+      if (npos == 3) return usage_error("too many arguments starting at '%s'", argv[i]);
+      positional[npos++] = argv[i];
+    } else if (strcmp(argv[i], "--") == 0) {
+      options = false; /* what follows is a FILE or NAME, even "-x" */
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       fputs(usage_text, stdout);
       return EXIT_SUCCESS;
     } else if (strcmp(argv[i], "--json") == 0 && strcmp(command, "info") == 0) {
@@ -206,26 +225,25 @@ int main(int argc, char **argv) {
       force = true;
     } else if (strcmp(argv[i], "--buffer") == 0 && strcmp(command, "cat") == 0) {
       char *end = NULL;
-      if (i + 1 >= argc || (buffer_index = strtol(argv[i + 1], &end, 10), *end != '\0')) {
+      errno = 0;
+      if (i + 1 >= argc || argv[i + 1][0] < '0' || argv[i + 1][0] > '9' ||
+          (buffer_index = strtol(argv[i + 1], &end, 10), *end != '\0') || errno == ERANGE) {
         return usage_error("--buffer needs a number%s", "");
       }
       i++;
-    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      return usage_error("unknown option '%s'", argv[i]);
-    } else if (npos < 3) {
-      positional[npos++] = argv[i];
     } else {
-      return usage_error("too many arguments starting at '%s'", argv[i]);
+      return usage_error("unknown option '%s' (put -- before a FILE or NAME that starts with -)",
+                         argv[i]);
     }
   }
   if (strcmp(command, "ls") == 0 || strcmp(command, "verify") == 0) {
     if (npos != 1) return usage_error("%s takes exactly one FILE", command);
-    return command[0] == 'l' ? hurray_cli_ls(stdout, stderr, positional[0])
-                             : hurray_cli_verify(stdout, stderr, positional[0]);
+    return stdout_checked(command[0] == 'l' ? hurray_cli_ls(stdout, stderr, positional[0])
+                                            : hurray_cli_verify(stdout, stderr, positional[0]));
   }
   if (strcmp(command, "info") == 0) {
     if (npos < 1 || npos > 2) return usage_error("info takes FILE [NAME]%s", "");
-    return hurray_cli_info(stdout, stderr, positional[0], positional[1], json);
+    return stdout_checked(hurray_cli_info(stdout, stderr, positional[0], positional[1], json));
   }
   if (strcmp(command, "cat") == 0) {
     if (npos != 2) return usage_error("cat takes FILE NAME%s", "");

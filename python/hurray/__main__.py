@@ -78,8 +78,8 @@ def _positive(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    if not 1 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 2**64 - 1: {value}")
     return value
 
 
@@ -88,8 +88,8 @@ def _threads(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0: {value}")
+    if not 0 <= value <= 65535:  # the C kernels' limit
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535: {value}")
     return value
 
 
@@ -234,6 +234,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The report's reader went away (| head) after the target was written:
+        # quietly, as SIGPIPE ends the C command; stdout goes to /dev/null so
+        # that the exit flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (ConversionError, OSError) as exc:
         print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
@@ -255,8 +261,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
+    # Messages quote paths and names from files: escaped as the C command
+    # escapes them (idempotent: an escaped name passes unchanged).
+    from ._shown import shown
+
     text = str(exc).strip() or type(exc).__name__
-    return " ".join(text.split("\n")[0].split())
+    return " ".join(shown(text, 0).split())
 
 
 if __name__ == "__main__":

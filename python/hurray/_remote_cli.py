@@ -9,20 +9,11 @@ import os
 import sys
 from typing import List
 
+from ._shown import ESCAPE_BACKSLASH, ESCAPE_JSON
+from ._shown import shown as _escaped
+
 COMMANDS = ("ls", "info", "verify")
 _USAGE = "usage: hurray ls URL | info [--json] URL [NAME] | verify URL"
-
-# hurray_escape_text's flags (include/hurray/common.h).
-_ESCAPE_BACKSLASH = 1
-_ESCAPE_JSON = 2
-
-
-def _escaped(text: str, flags: int = _ESCAPE_BACKSLASH) -> str:
-    """Names and values from the (untrusted) file, escaped by the C rules
-    the C command uses: no terminal control sequence reaches the screen."""
-    from ._hurray import _escape_text
-
-    return _escape_text(text.encode("utf-8", "surrogateescape"), flags)
 
 
 def _quant_name(d) -> str:
@@ -95,12 +86,12 @@ def _metadata_text(value, json: bool) -> str:
             return '{"bytes_hex": "' + bytes(value).hex() + '"}'
         return f"<{len(value)} bytes> " + bytes(value).hex()
     if json:
-        return '"' + _escaped(str(value), _ESCAPE_JSON | _ESCAPE_BACKSLASH) + '"'
+        return '"' + _escaped(str(value), ESCAPE_JSON | ESCAPE_BACKSLASH) + '"'
     return _escaped(str(value))
 
 
 def _json_text(text: str) -> str:
-    return "\n".join(_escaped(line, _ESCAPE_JSON) for line in text.rstrip("\n").split("\n"))
+    return "\n".join(_escaped(line, ESCAPE_JSON) for line in text.rstrip("\n").split("\n"))
 
 
 def _info(f, url, out, only=None, json=False) -> None:
@@ -109,11 +100,11 @@ def _info(f, url, out, only=None, json=False) -> None:
     if json:
         out.write('{\n"metadata": {')
         for i, (key, value) in enumerate(metadata.items()):
-            key_text = _escaped(key, _ESCAPE_JSON | _ESCAPE_BACKSLASH)
+            key_text = _escaped(key, ESCAPE_JSON | ESCAPE_BACKSLASH)
             out.write(("," if i else "") + f'\n  "{key_text}": ' + _metadata_text(value, True))
         out.write(("\n" if metadata else "") + '},\n"tensors": {')
         for i, name in enumerate(names):
-            name_text = _escaped(name, _ESCAPE_JSON | _ESCAPE_BACKSLASH)
+            name_text = _escaped(name, ESCAPE_JSON | ESCAPE_BACKSLASH)
             out.write(("," if i else "") + f'\n"{name_text}": ')
             out.write(_json_text(f.descriptor(name).to_json()))
         out.write("\n}\n}\n")
@@ -153,9 +144,18 @@ def main(argv: List[str]) -> int:
     as_json = command == "info" and "--json" in args
     if as_json:
         args.remove("--json")
+    if args and args[0] == "--":
+        args.pop(0)
+    elif any(a.startswith("-") and len(a) > 1 for a in args):
+        bad = next(a for a in args if a.startswith("-") and len(a) > 1)
+        print(f"hurray: unknown option '{_escaped(bad, 0)}'\n{_USAGE}", file=sys.stderr)
+        return 2
     if command not in COMMANDS or not args or len(args) > (2 if command == "info" else 1):
         print(_USAGE, file=sys.stderr)
         return 2
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        print("hurray: writing to stdout failed: it is closed", file=sys.stderr)
+        return 1
     url, only = args[0], (args[1] if len(args) > 1 else None)
     from . import open as hurray_open
     from ._hurray import HurrayError

@@ -171,13 +171,34 @@ class CliTest(unittest.TestCase):
             if code:
                 self.assertIn(b"stdout is a terminal", p.stderr)
 
+    def test_output_that_does_not_arrive_is_a_failure(self):
+        """ls, info and verify exited 0 with stdout on a full disk or closed."""
+        for args in (("ls", self.path), ("info", self.path), ("verify", self.path)):
+            with open("/dev/full", "wb") as full:
+                out = subprocess.run([HURRAY, *args], stdout=full, stderr=subprocess.PIPE)
+            self.assertEqual(out.returncode, 1, args)
+            self.assertIn(b"writing to stdout failed", out.stderr)
+            closed = subprocess.run(
+                [HURRAY, *args],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(),
+                preexec_fn=lambda: os.close(1),
+            )
+            self.assertEqual(closed.returncode, 1, args)
 
-SEEDS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "fuzz",
-    "corpus",
-    "fuzz_cli",
-)
+    def test_double_dash_ends_options(self):
+        names = [line.split()[0] for line in run("ls", self.path).stdout.decode().splitlines()[1:]]
+        out = run("info", "--", self.path, names[0])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        out = run("info", self.path, "-x")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn(b"put -- before", out.stderr)
+        out = run("info", self.path, "--", "-x")
+        self.assertEqual(out.returncode, 1)  # a NAME now: not in the file
+        for bad in ("", " 1", "99999999999999999999999"):
+            out = run("cat", "--buffer", bad, self.path, names[0])
+            self.assertEqual(out.returncode, 2, bad)
 
 
 def run_limited(*args, timeout=20):
@@ -191,6 +212,14 @@ def run_limited(*args, timeout=20):
 def controls(data):
     """The control bytes a terminal would act on, other than newline."""
     return sorted({b for b in data if (b < 0x20 and b != 0x0A) or b == 0x7F})
+
+
+SEEDS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "fuzz",
+    "corpus",
+    "fuzz_cli",
+)
 
 
 class CliHardeningTest(unittest.TestCase):

@@ -16,6 +16,7 @@ Every case that can hang or crash runs in a subprocess."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -834,3 +835,88 @@ def test_an_empty_tensor_with_a_dimension_numpy_cannot_index_is_a_hurray_error(t
     convert(src, tmp_path / "zh.hurray", quiet=True)
     with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
         hurray.open(tmp_path / "zh.hurray")["a"].numpy()
+
+
+# --------------------------------------- session 41: the command as attacked
+
+
+def test_report_escapes_names_keys_and_paths(tmp_path):
+    """The report printed names and metadata keys as they were: escape
+    sequences reached the terminal."""
+    src = tmp_path / "h.hurray"
+    hurray.save(
+        src,
+        {"esc\x1b[31mRED": np.ones(1, np.uint8), "nl\nname": np.ones(1, np.uint8)},
+        {"\x1b[31mA\nkey": "v"},
+    )
+    r = run_cli(src, tmp_path / "h.npz")
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout + r.stderr
+    assert "esc\\x1b[31mRED" in r.stdout and "nl\\nname" in r.stdout
+    assert "\\x1b[31mA\\nkey" in r.stdout  # the note on the key not carried
+
+
+@pytest.mark.parametrize("content", [b"", b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4',"])
+def test_empty_or_cut_npy_is_a_one_line_failure(tmp_path, content):
+    for name in ("e.npy", "e.npz"):
+        (tmp_path / name).write_bytes(content)
+        assert_one_line_failure(
+            run_cli(tmp_path / name, tmp_path / "x.hurray"), contains="cannot read"
+        )
+
+
+def test_pt_target_takes_empty_tensors_of_several_dtypes(tmp_path):
+    """torch.save saw numpy's shared empty allocation as one storage of two
+    dtypes and refused the whole file."""
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "e.hurray"
+    hurray.save(
+        src, {"a": np.zeros(0, np.float32), "b": np.zeros((0, 3), np.int64), "c": np.ones(1, bool)}
+    )
+    r = run_cli(src, tmp_path / "e.pt", "-q")
+    assert r.returncode == 0, r.stderr
+    back = torch.load(tmp_path / "e.pt", weights_only=True)
+    assert back["b"].shape == (0, 3) and back["b"].dtype == torch.int64 and back["c"].item()
+
+
+def test_a_target_that_is_not_a_file_is_refused(tmp_path):
+    """An .npz or .pt target that was a FIFO was replaced by a file."""
+    fifo = tmp_path / "f.npz"
+    os.mkfifo(fifo)
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"a": np.ones(2)})
+    assert_one_line_failure(run_cli(src, fifo), contains="not a regular file")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_report_write_failures_after_the_target_is_written(tmp_path):
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {f"t{i}": np.ones(4) for i in range(200)})
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [sys.executable, "-m", "hurray", "convert", str(src), str(tmp_path / "a.npz")],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert r.returncode == 1 and "was written, but printing its report failed" in r.stderr
+    assert (tmp_path / "a.npz").exists()
+    # A reader that goes away (| head) ends it quietly, as SIGPIPE would.
+    p = subprocess.Popen(
+        [sys.executable, "-m", "hurray", "convert", str(src), str(tmp_path / "b.npz")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.read(10)
+    p.stdout.close()
+    assert p.wait(timeout=120) == 141
+    assert p.stderr.read() == b""
+
+
+@pytest.mark.parametrize("flag, value", [("--threads", "100000"), ("--block-size", "9" * 30)])
+def test_numbers_out_of_range_are_usage_errors(tmp_path, flag, value):
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"a": np.ones(2, np.float32)})
+    r = run_cli(src, tmp_path / "b.hurray", flag, value)
+    assert r.returncode == 2 and "internal error" not in r.stderr, r.stderr

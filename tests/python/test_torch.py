@@ -3,6 +3,7 @@
 import gc
 import io
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -676,6 +677,10 @@ print("ok")
 
 
 def test_load_file_device_and_save_file_metadata_arguments():
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        # torch.device raises a C++ exception, which does not unwind when
+        # libstdc++ cannot intercept __cxa_throw (make test-python-asan).
+        pytest.skip("torch's C++ exceptions abort under the preloaded ASan runtime")
     with pytest.raises(TypeError, match="device must be"):
         hurray.torch._device(None)
     with pytest.raises(ValueError, match="device 'gpu'"):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import stat
+import tokenize
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -35,6 +38,20 @@ SOURCE_DTYPES_KEY = "convert.source_dtypes"  # JSON {tensor: float dtype before 
 GGUF_TYPES_KEY = "gguf.__types__"  # JSON {kv key: GGUF value type}, in file order
 GGUF_TENSORS_KEY = "gguf.__tensors__"  # JSON [tensor names], in file order
 SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
+
+# What numpy raises reading a broken .npy (alone or in an .npz): its header
+# is parsed as Python text (tokenize, ast), so a cut one is a TokenError or
+# SyntaxError, an empty file an EOFError.
+NUMPY_FILE_ERRORS = (
+    ValueError,
+    OSError,
+    EOFError,
+    SyntaxError,
+    tokenize.TokenError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+)
 
 
 class ConversionError(_hurray.HurrayError):

@@ -17,6 +17,7 @@ from .._descriptor import BlockAffine, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
 from .._quant import quantize as _quantize
+from .._shown import shown
 from .._tensor import from_numpy as _from_numpy
 from ._common import (
     FLOAT_DTYPES,
@@ -260,8 +261,21 @@ def convert(
     finally:
         source.close()
     if not quiet:
-        print(report.to_json() if output == "json" else report.format())
+        _print_report(report, output)
     return report
+
+
+def _print_report(report: ConversionReport, output: str) -> None:
+    """After the target was published: a failure to print says so."""
+    try:
+        print(report.to_json() if output == "json" else report.format())
+        sys.stdout.flush()  # a failed write shows here, not at exit
+    except BrokenPipeError:
+        raise  # the reader went away (| head): the CLI ends quietly
+    except OSError as e:
+        raise OSError(
+            e.errno, f"{report.target} was written, but printing its report failed: {e.strerror}"
+        ) from None
 
 
 def _check_options(opts: _Options, output: str) -> None:
@@ -333,7 +347,7 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             for name in names:
-                bar.set_postfix_str(name[-40:], refresh=False)
+                bar.set_postfix_str(shown(name)[-40:], refresh=False)
                 report.rows.append(
                     _convert_one(name, infos[name], source, target, opts, src_dtypes, new_dtypes)
                 )

@@ -8,6 +8,7 @@ import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
+    NUMPY_FILE_ERRORS,
     SOURCE_DTYPES_KEY,
     ConversionError,
     _contiguous,
@@ -25,7 +26,7 @@ class _NpySource(_Source):
         self.path = path
         try:
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except NUMPY_FILE_ERRORS as exc:  # a cut or empty file too (EOFError, TokenError)
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
         base = os.path.basename(path)
         self._name = base[:-4] if base.endswith(".npy") else base

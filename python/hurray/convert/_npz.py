@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import zipfile
-import zlib
 from typing import Dict, Optional
 
 import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
+    NUMPY_FILE_ERRORS,
     SOURCE_DTYPES_KEY,
     ConversionError,
     _contiguous,
@@ -30,7 +30,7 @@ class _NpzSource(_Source):
         try:
             self._npz = np.load(path, allow_pickle=False)
             self._zip = zipfile.ZipFile(path)
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        except NUMPY_FILE_ERRORS as exc:
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
         self._members: Dict[str, str] = {}
         for member in self._zip.namelist():
@@ -60,7 +60,7 @@ class _NpzSource(_Source):
                     return np.lib.format.read_array_header_1_0(fp)
                 if version == (2, 0):
                     return np.lib.format.read_array_header_2_0(fp)
-        except _NPZ_ERRORS:
+        except NUMPY_FILE_ERRORS:
             pass
         return None
 
@@ -92,7 +92,7 @@ class _NpzSource(_Source):
                 )
         try:
             a = self._npz[name]
-        except _NPZ_ERRORS as exc:  # object arrays, damaged or truncated members
+        except NUMPY_FILE_ERRORS as exc:  # object arrays, damaged or truncated members
             raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
         except MemoryError:
             raise ConversionError(f"{self.path}: array {name!r}: out of memory") from None
@@ -108,9 +108,6 @@ class _NpzSource(_Source):
     def close(self):
         self._npz.close()
         self._zip.close()
-
-
-_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError)
 
 
 class _NpzTarget(_DenseTarget):

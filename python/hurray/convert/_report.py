@@ -10,6 +10,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .._shown import shown
 from ._common import ConversionError, _shape_str
 
 
@@ -154,7 +155,7 @@ class ConversionReport:
         for r in self.rows:
             lines.append(
                 (
-                    r.name,
+                    shown(r.name),
                     r.source_dtype,
                     r.output,
                     _shape_str(r.shape),
@@ -164,7 +165,7 @@ class ConversionReport:
                     _err(r.max_abs_error),
                     _err(r.rmse),
                     _cos(r.cosine),
-                    r.note,
+                    shown(r.note, 0),
                 )
             )
         t = self.totals
@@ -198,10 +199,10 @@ class ConversionReport:
         out.append(render(tuple("-" * w for w in widths)))
         out.append(render(lines[-1]))
         out.append(
-            f"{self.source_format} -> {self.target_format}: {self.target}"
+            f"{self.source_format} -> {self.target_format}: {shown(self.target, 0)}"
             f" ({self.metadata_keys} metadata keys)"
         )
-        out += [f"note: {n}" for n in self.notes]
+        out += [f"note: {shown(n, 0)}" for n in self.notes]
         return "\n".join(out)
 
 

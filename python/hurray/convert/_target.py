@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
@@ -104,6 +105,17 @@ def _new_tmp(path: str) -> str:
         return tmp
 
 
+def _check_replaceable(path: str) -> None:
+    """Refuses a target that is (or links to) a folder, FIFO, socket or
+    device, as the C writer does: the rename would destroy it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # nothing there (making the temporary file says what is wrong)
+    if not stat.S_ISREG(mode):
+        raise ConversionError(f"{path} is not a regular file; a conversion replaces only a file")
+
+
 class _FileTarget(_Target):
     """Every target is written into a temporary file in the target's folder
     (start), made durable and renamed over the destination only after
@@ -118,6 +130,7 @@ class _FileTarget(_Target):
         self.published = False
 
     def start(self) -> None:
+        _check_replaceable(self.path)
         self.tmp = _new_tmp(self.path)
 
     def publish(self) -> None:

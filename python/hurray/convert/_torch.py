@@ -141,7 +141,11 @@ class _TorchishTarget(_DenseTarget):
         self._claim(name, origin)
         tensor = tensor.contiguous()
         ptr = tensor.data_ptr()
-        if tensor.numel() and ptr in self._pointers:
+        if tensor.numel() == 0:
+            # Empty views of numpy's shared empty allocation look to torch.save
+            # like one storage seen as several dtypes: each its own, of no bytes.
+            tensor = tensor.new_empty(tensor.shape)
+        elif ptr in self._pointers:
             tensor = tensor.clone()  # tied weights: each tensor its own memory
         self._pointers.add(tensor.data_ptr())
         self._tensors[name] = tensor

@@ -1,0 +1,15 @@
+"""Text from a file (names, metadata keys and values), made safe to print:
+the C library's hurray_escape_text rules, which the C command uses too, so
+no terminal control sequence, newline or invalid UTF-8 reaches a screen."""
+
+# hurray_escape_text's flags (include/hurray/common.h).
+ESCAPE_BACKSLASH = 1
+ESCAPE_JSON = 2
+
+
+def shown(text: str, flags: int = ESCAPE_BACKSLASH) -> str:
+    """`text` escaped; with flags 0 a backslash stays as it is, so escaping
+    again changes nothing (for messages that may quote escaped names)."""
+    from ._hurray import _escape_text
+
+    return _escape_text(str(text).encode("utf-8", "surrogateescape"), flags)
