@@ -23,7 +23,7 @@ WERROR ?= false
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert clean
+.PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert bench-complexity clean
 .PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
 .PHONY: lint format test-fast
@@ -165,6 +165,10 @@ bench-convert: build
 .PHONY: bench-remote
 bench-remote: python
 	$(VENV)/python bench/bench_remote.py
+
+# Hostile-but-valid inputs at n and 4n: the slope of each case's time.
+bench-complexity: python
+	$(VENV)/python bench/bench_complexity.py
 
 test-c: build
 	$(COUNT) $@ -- $(MESON) test -C build --print-errorlogs

@@ -12,6 +12,7 @@ it, fetching only the pieces that region touches.
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -109,25 +110,61 @@ def _listing(pieces: Sequence[_Piece]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-# long: one check after another over the pieces (agreement, layout, tiling), each with its status.
 def overlapping_pair(boxes: Sequence[Box]) -> Optional[Tuple[int, int]]:
-    """The indices of two boxes that overlap, or None. A sweep along the
-    axis whose offsets vary most, so that boxes cut along one axis (one per
-    rank or file) are compared with their neighbours only."""
-    order = list(range(len(boxes)))
-    rank = len(boxes[0][0]) if boxes else 0
-    if rank:
-        axis = max(range(rank), key=lambda k: len({b[0][k] for b in boxes}))
-        order.sort(key=lambda i: boxes[i][0][axis])
+    """The indices of two boxes that overlap, or None; an empty box overlaps
+    nothing. Linear in the boxes for the layouts shards have: each box is
+    marked in the grid their offsets cut the shape into, and the first cell
+    marked twice names the pair. Only when that grid has far more cells than
+    there are boxes (irregular cuts) does a sweep compare neighbours."""
+    live = [i for i, (lo, hi) in enumerate(boxes) if all(h > o for o, h in zip(lo, hi))]
+    if len(live) < 2:
+        return None
+    rank = len(boxes[live[0]][0])
+    cuts = [
+        sorted({c for i in live for c in (boxes[i][0][k], boxes[i][1][k])}) for k in range(rank)
+    ]
+    if math.prod(len(c) - 1 for c in cuts) <= 4 * len(live) + 1024:
+        return _overlap_in_grid(boxes, live, cuts)
+    return _overlap_by_sweep(boxes, live)
+
+
+def _overlap_in_grid(boxes, live, cuts) -> Optional[Tuple[int, int]]:
+    # Every cell is marked at most once before the first overlap is found,
+    # so the work is bounded by the grid's size.
+    position = [{c: n for n, c in enumerate(cut)} for cut in cuts]
+    owner: Dict[tuple, int] = {}
+    for i in live:
+        lo, hi = boxes[i]
+        spans = [range(position[k][lo[k]], position[k][hi[k]]) for k in range(len(cuts))]
+        for cell in itertools.product(*spans):
+            j = owner.setdefault(cell, i)
+            if j != i:
+                return j, i
+    return None
+
+
+def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
+    """A sweep along the axis where the boxes lie thinnest (the least
+    extent per unit of its span: how many boxes cover a point there), so
+    that each box is compared with the few that share its stretch."""
+    rank = len(boxes[live[0]][0])
+
+    def depth(k: int) -> float:
+        span = max(boxes[i][1][k] for i in live) - min(boxes[i][0][k] for i in live)
+        return sum(boxes[i][1][k] - boxes[i][0][k] for i in live) / span
+
+    axis = min(range(rank), key=depth)
+    order = sorted(live, key=lambda i: boxes[i][0][axis])
     for n, i in enumerate(order):
         for j in order[n + 1 :]:
-            if rank and boxes[j][0][axis] >= boxes[i][1][axis]:
+            if boxes[j][0][axis] >= boxes[i][1][axis]:
                 break
             if _intersect(boxes[i], boxes[j]) is not None:
                 return i, j
     return None
 
 
+# long: one check after another over the pieces (agreement, layout, tiling), each with its status.
 def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
     """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
     first = pieces[0]

@@ -19,11 +19,16 @@
 
 /* ------------------------------------------------------------ metadata */
 
+static void meta_key_of(const void *ctx, size_t i, const char **name, size_t *len) {
+  const HurrayMetaList *l = ctx;
+  *name = l->items[i].key;
+  *len = strlen(l->items[i].key);
+}
+
 const HurrayMeta *hurray__meta_find(const HurrayMetaList *l, const char *key) {
-  for (size_t i = 0; i < l->count; i++) {
-    if (strcmp(l->items[i].key, key) == 0) return &l->items[i];
-  }
-  return NULL;
+  if (l->count == 0) return NULL;
+  size_t at = *hurray__name_set_slot(&l->keys, meta_key_of, l, key, strlen(key));
+  return at != 0 ? &l->items[at - 1] : NULL;
 }
 
 static void meta_clear(HurrayMeta *m) {
@@ -65,13 +70,17 @@ HurrayStatus hurray__meta_set(HurrayMetaList *l, const char *key, HurrayMetadata
       return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "metadata %s: bad type or value",
                           key);
   }
-  for (size_t i = 0; i < l->count; i++) {
-    if (strcmp(l->items[i].key, key) == 0) {
-      meta_clear(&l->items[i]);
-      fresh.key = l->items[i].key;
-      l->items[i] = fresh;
-      return HURRAY_OK;
-    }
+  if (hurray__name_set_reserve(&l->keys, l->count) != HURRAY_OK) {
+    meta_clear(&fresh);
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  size_t *slot = hurray__name_set_slot(&l->keys, meta_key_of, l, key, strlen(key));
+  if (*slot != 0) {
+    HurrayMeta *old = &l->items[*slot - 1];
+    meta_clear(old);
+    fresh.key = old->key;
+    *old = fresh;
+    return HURRAY_OK;
   }
   if (l->count == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 16;
@@ -89,6 +98,7 @@ HurrayStatus hurray__meta_set(HurrayMetaList *l, const char *key, HurrayMetadata
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   l->items[l->count++] = fresh;
+  *slot = l->count; /* the slot is still this key's: nothing moved since */
   return HURRAY_OK;
 }
 
@@ -98,6 +108,7 @@ void hurray__meta_free(HurrayMetaList *l) {
     meta_clear(&l->items[i]);
   }
   free(l->items);
+  hurray__name_set_free(&l->keys);
   memset(l, 0, sizeof *l);
 }
 

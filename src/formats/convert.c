@@ -658,11 +658,25 @@ struct HurrayTarget {
   HurrayWriter *writer; /* hurray: open from the start */
   Entry *entries;
   size_t count, cap;
+  HurrayNameSet names; /* of entries: each name found in O(1) */
   HurrayMetaList metadata;
   bool statistics;
   bool drop_pages;      /* the buffers are views of read-only file mappings */
   const HurraySys *sys; /* a foreign target's system calls; NULL: the real ones */
 };
+
+static void entry_name_of(const void *ctx, size_t i, const char **name, size_t *len) {
+  const HurrayTarget *t = ctx;
+  *name = t->entries[i].name;
+  *len = strlen(*name);
+}
+
+/* The slot of `name` among the target's entries (hurray__name_set_slot);
+ * NULL when the set cannot grow. */
+static size_t *entry_slot(HurrayTarget *t, const char *name) {
+  if (hurray__name_set_reserve(&t->names, t->count) != HURRAY_OK) return NULL;
+  return hurray__name_set_slot(&t->names, entry_name_of, t, name, strlen(name));
+}
 
 static void entry_free(Entry *e) {
   free(e->name);
@@ -675,6 +689,7 @@ void hurray_target_abort(HurrayTarget *t) {
   hurray_writer_abort(t->writer);
   for (size_t i = 0; i < t->count; i++) entry_free(&t->entries[i]);
   free(t->entries);
+  hurray__name_set_free(&t->names);
   hurray__meta_free(&t->metadata);
   free(t->path);
   free(t);
@@ -907,12 +922,14 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
   s = target_accepts(t->format, name, d, &e.gtype, error);
   if (s == HURRAY_OK) s = hurray_validate_buffer_placement(d, buffers, error);
   if (s != HURRAY_OK) goto fail;
-  for (size_t i = 0; i < t->count; i++) {
-    if (strcmp(t->entries[i].name, name) == 0) {
-      s = hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "tensor '%.200s' was already added",
-                       name);
-      goto fail;
-    }
+  size_t *slot = entry_slot(t, name);
+  if (slot == NULL) {
+    s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    goto fail;
+  }
+  if (*slot != 0) {
+    s = hurray__fail(error, HURRAY_ERR_DUPLICATE_NAME, "tensor '%.200s' was already added", name);
+    goto fail;
   }
   s = stored_bytes(t->format, name, d, e.gtype, &e.nbytes, error);
   if (s != HURRAY_OK) goto fail;
@@ -933,6 +950,7 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
   }
   e.order = (long)t->count;
   t->entries[t->count++] = e;
+  *slot = t->count; /* still the name's slot: the set did not change since */
   return HURRAY_OK;
 fail:
   entry_free(&e);
@@ -1160,17 +1178,16 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
   HurrayJ list = {0};
   if (names != NULL && names->type == HURRAY_METADATA_STRING &&
       hurray__j_parse(names->bytes, names->len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR) {
-    /* Quadratic in the tensor count, which GGUF files keep in the thousands. */
+    /* Each listed name found through the entries' name set: linear in the
+     * list and the tensors, however long a file makes the list. */
     for (size_t i = 0; i < t->count; i++) t->entries[i].order += (long)list.len;
-    for (size_t idx = 0; idx < list.len; idx++) {
+    for (size_t idx = 0; idx < list.len && t->count > 0; idx++) {
       const HurrayJ *v = &list.items[idx];
       if (v->kind != HJ_STR) continue;
-      for (size_t i = 0; i < t->count; i++) {
-        if (t->entries[i].order >= (long)list.len &&
-            strcmp(t->entries[i].name, (const char *)v->str) == 0) {
-          t->entries[i].order = (long)idx;
-          break;
-        }
+      size_t at = *hurray__name_set_slot(&t->names, entry_name_of, t, (const char *)v->str,
+                                         strlen((const char *)v->str));
+      if (at != 0 && t->entries[at - 1].order >= (long)list.len) {
+        t->entries[at - 1].order = (long)idx;
       }
     }
   }

@@ -5,6 +5,7 @@
 #ifndef HURRAY_SRC_FORMATS_INTERNAL_H
 #define HURRAY_SRC_FORMATS_INTERNAL_H
 
+#include "../core/name_set.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,6 +30,7 @@ typedef struct HurrayMeta {
 typedef struct HurrayMetaList {
   HurrayMeta *items;
   size_t count, cap;
+  HurrayNameSet keys; /* finds a key in O(1): files may hold 2^16 of them */
 } HurrayMetaList;
 
 /* Appends (or replaces) `key`. `value` as in hurray_source_metadata. */

@@ -22,6 +22,7 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "../core/name_set.h"
 #include "format.h"
 #include "hash.h"
 #include "file_mappings.h"
@@ -104,19 +105,6 @@ typedef struct MetadataRecord {
 
 typedef enum SinkKind { SINK_PATH, SINK_FD, SINK_CALLBACK } SinkKind;
 
-/* Open-addressing set of record indices + 1, keyed by name hash: tensor
- * names and metadata keys are each found in O(1), so neither a million
- * tensors nor 2^16 metadata keys make the writer quadratic. */
-typedef struct NameSet {
-  size_t *slots;
-  /* The low 32 bits of the hash of each occupied slot's name: a probe
-   * compares these before it reads a record and its name (two cache misses
-   * each, which at a million tensors were a quarter of a save), and growing
-   * places entries again without hashing a single name. */
-  uint32_t *tags;
-  size_t slot_count; /* a power of two, at least twice the records, at most 2^22 */
-} NameSet;
-
 struct HurrayWriter {
   SinkKind kind;
   const HurraySys *sys; /* every system call goes through it */
@@ -144,7 +132,7 @@ struct HurrayWriter {
   TensorRecord *tensors;
   size_t tensor_count;
   size_t tensor_capacity;
-  NameSet tensor_names;
+  HurrayNameSet tensor_names;   /* tensor names and metadata keys each found in O(1) */
   Bytes strings;                /* names and encoded descriptors */
   BufferRecord *buffer_records; /* every tensor's, in write order */
   size_t buffer_record_count;
@@ -162,7 +150,7 @@ struct HurrayWriter {
   MetadataRecord *metadata;
   size_t metadata_count;
   size_t metadata_capacity;
-  NameSet metadata_keys;
+  HurrayNameSet metadata_keys;
 
   /* The chunk checksums (io.h, HURRAY_CHUNK_BYTES) of every buffer longer
    * than a chunk, in write order: finish puts them in index order. */
@@ -749,69 +737,25 @@ HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void *ctx, Hurr
 
 /* ------------------------------------------------------------- name set */
 
-static size_t name_hash(const char *name, size_t len) { return (size_t)XXH3_64bits(name, len); }
-
-/* Name of record `i`: a tensor's, or with `keys` a metadata key. */
-static void record_name(const HurrayWriter *w, bool keys, size_t i, const char **name,
-                        size_t *len) {
-  if (keys) {
-    *name = w->metadata[i].key;
-    *len = w->metadata[i].key_len;
-  } else {
-    *name = (const char *)w->strings.data + w->tensors[i].name_at;
-    *len = w->tensors[i].name_len;
-  }
+/* Name of tensor record `i` (HurrayNameOf over the writer). */
+static void tensor_name_of(const void *ctx, size_t i, const char **name, size_t *len) {
+  const HurrayWriter *w = ctx;
+  *name = (const char *)w->strings.data + w->tensors[i].name_at;
+  *len = w->tensors[i].name_len;
 }
 
-/* Makes room for one more of `count` records. */
-static HurrayStatus name_set_reserve(NameSet *set, size_t count) {
-  if (set->slot_count != 0 && (count + 1) * 2 <= set->slot_count) return HURRAY_OK;
-  size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
-  size_t *slots = calloc(slot_count, sizeof *slots);
-  uint32_t *tags = calloc(slot_count, sizeof *tags);
-  if (slots == NULL || tags == NULL) {
-    free(slots);
-    free(tags);
-    return HURRAY_ERR_NO_MEMORY;
-  }
-  /* Positions come from the tag: the mask never reaches past bit 31. */
-  for (size_t k = 0; k < set->slot_count; k++) {
-    if (set->slots[k] == 0) continue;
-    size_t h = set->tags[k] & (slot_count - 1);
-    while (slots[h] != 0) h = (h + 1) & (slot_count - 1);
-    slots[h] = set->slots[k];
-    tags[h] = set->tags[k];
-  }
-  free(set->slots);
-  free(set->tags);
-  set->slots = slots;
-  set->tags = tags;
-  set->slot_count = slot_count;
-  return HURRAY_OK;
+/* Key of metadata record `i`. */
+static void metadata_key_of(const void *ctx, size_t i, const char **name, size_t *len) {
+  const HurrayWriter *w = ctx;
+  *name = w->metadata[i].key;
+  *len = w->metadata[i].key_len;
 }
 
-/* Returns the slot where `name` is or would go; the set must not be empty.
- * An empty slot returned gets `name`'s tag already, so that the caller
- * only stores the record's index + 1 in it (or leaves it empty). */
-static size_t *name_slot(const HurrayWriter *w, const NameSet *set, bool keys, const char *name,
-                         size_t len) {
-  size_t mask = set->slot_count - 1;
-  uint32_t tag = (uint32_t)name_hash(name, len);
-  size_t h = tag & mask;
-  for (;;) {
-    size_t v = set->slots[h];
-    if (v == 0) {
-      set->tags[h] = tag;
-      return &set->slots[h];
-    }
-    if (set->tags[h] == tag) {
-      const char *other;
-      size_t other_len;
-      record_name(w, keys, v - 1, &other, &other_len);
-      if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
-    }
-    h = (h + 1) & mask;
-  }
+/* The slot of `name` among the tensor names, or with `keys` the metadata
+ * keys (hurray__name_set_slot). */
+static size_t *name_slot(const HurrayWriter *w, const HurrayNameSet *set, bool keys,
+                         const char *name, size_t len) {
+  return hurray__name_set_slot(set, keys ? metadata_key_of : tensor_name_of, w, name, len);
 }
 
 /* ---------------------------------------------------------------- tensors */
@@ -859,7 +803,7 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
   }
-  if (name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
+  if (hurray__name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   size_t *slot = name_slot(w, &w->tensor_names, false, name, name_len);
@@ -1044,7 +988,7 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);
   }
-  if (name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
+  if (hurray__name_set_reserve(&w->tensor_names, w->tensor_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   if (*name_slot(w, &w->tensor_names, false, t->name, *name_len) != 0) {
@@ -1129,7 +1073,7 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
                         HURRAY_MAX_INDEX_BYTES);
   }
   size_t key_len = strlen(key);
-  if (name_set_reserve(&w->metadata_keys, w->metadata_count) != HURRAY_OK) {
+  if (hurray__name_set_reserve(&w->metadata_keys, w->metadata_count) != HURRAY_OK) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   size_t *slot = name_slot(w, &w->metadata_keys, true, key, key_len);
@@ -1504,10 +1448,8 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->stage);
   free(w->metadata);
   free(w->chunk_sums);
-  free(w->tensor_names.slots);
-  free(w->tensor_names.tags);
-  free(w->metadata_keys.slots);
-  free(w->metadata_keys.tags);
+  hurray__name_set_free(&w->tensor_names);
+  hurray__name_set_free(&w->metadata_keys);
   free(w->target);
   free(w->dir);
   free(w->base);

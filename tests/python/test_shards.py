@@ -1,5 +1,6 @@
 """Sharded tensors: shard(), save_sharded() and load_sharded()."""
 
+import itertools
 import os
 import tempfile
 
@@ -448,3 +449,43 @@ def test_any_split_reads_back(rows, cols, parts, reparts, axis, reaxis, data):
         np.testing.assert_array_equal(
             hurray.load_sharded(os.path.join(tmp, "b"), "w", index=region), w[region]
         )
+
+
+def _brute_overlap(boxes):
+    def meet(a, b):
+        return all(max(a[0][k], b[0][k]) < min(a[1][k], b[1][k]) for k in range(len(a[0])))
+
+    live = [i for i, (lo, hi) in enumerate(boxes) if all(h > o for o, h in zip(lo, hi))]
+    return any(meet(boxes[i], boxes[j]) for n, i in enumerate(live) for j in live[n + 1 :])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_overlapping_pair_agrees_with_comparing_every_pair(seed):
+    """overlapping_pair became a grid count with a sweep for irregular cuts
+    (empty chunks and high-rank tilings made the old sweep quadratic); both
+    paths must find an overlap exactly when one exists."""
+    from hurray._shards import overlapping_pair
+
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(1, 4))
+    boxes = []
+    for _ in range(int(rng.integers(2, 30))):
+        lo = tuple(int(v) for v in rng.integers(0, 6 if seed % 2 else 60, rank))
+        hi = tuple(o + int(v) for o, v in zip(lo, rng.integers(0, 4, rank)))
+        boxes.append((lo, hi))
+    pair = overlapping_pair(boxes)
+    assert (pair is not None) == _brute_overlap(boxes)
+    if pair is not None:
+        i, j = pair
+        assert i != j and _brute_overlap([boxes[i], boxes[j]])
+
+
+def test_a_high_rank_tiling_of_many_pieces_has_no_overlap():
+    from hurray._shards import overlapping_pair
+
+    boxes = [
+        (tuple(bits), tuple(b + 1 for b in bits)) for bits in itertools.product((0, 1), repeat=12)
+    ]
+    assert overlapping_pair(boxes) is None
+    assert overlapping_pair(boxes + [boxes[77]]) is not None
+    assert overlapping_pair(boxes + [((0,) * 12, (0,) * 12)] * 5000) is None  # empty: no overlap

@@ -30,7 +30,7 @@ axis 1, packed zero points along axis 0.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..._descriptor import BlockAffine, PerChannelAffine
 from . import Built, Family, Group, ZooError, check_group_index, config_value, packing, register
@@ -103,6 +103,59 @@ def _check_config(qc) -> None:
                 )
 
 
+class _Targets:
+    """config_groups' targets, read once per config: plain names in a dict
+    (name -> first group), so that matching a layer costs its name's
+    suffixes, not every target of every group; regexes in group order."""
+
+    def __init__(self, groups: dict):
+        self.names: List[str] = []
+        self.plain: Dict[str, int] = {}
+        self.regexes: List[Tuple[int, str, str]] = []  # (group, target, pattern)
+        self.by_class: Optional[int] = None
+        for name, g in groups.items():
+            if not isinstance(g, dict):
+                continue
+            targets = g.get("targets")
+            if targets is None:
+                targets = []  # no targets: the layer may still be the only group's
+            elif isinstance(targets, str):
+                targets = [targets]
+            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                raise ZooError(
+                    f"config.json: quantization_config config_groups[{name!r}]['targets'] "
+                    f"is {targets!r}, not a list of names"
+                )
+            k = len(self.names)
+            self.names.append(name)
+            for t in targets:
+                if t.startswith("re:"):
+                    self.regexes.append((k, t, t[3:]))
+                else:
+                    self.plain.setdefault(t, k)
+                    if self.by_class is None and "." not in t:
+                        self.by_class = k
+
+    def group_of(self, prefix: str) -> Optional[int]:
+        parts = prefix.split(".")
+        hits = [self.plain.get(".".join(parts[i:]), len(self.names)) for i in range(len(parts))]
+        best = min(hits, default=len(self.names))
+        for k, t, pattern in self.regexes:
+            if k >= best:
+                break
+            try:
+                if re.match(pattern, prefix):
+                    return k
+            except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
+                raise ZooError(
+                    f"config.json: config_groups[{self.names[k]!r}] target {t!r} is not a regex"
+                ) from None
+        return best if best < len(self.names) else None
+
+
+_TARGETS_OF: List[Tuple[object, "_Targets"]] = []  # the last config read, and its index
+
+
 def _group_of(prefix: str, qc) -> Optional[str]:
     """The config group that targets a layer: a regex ("re:...") or
     module-name target first, then a class-name target ("Linear"), which
@@ -110,36 +163,15 @@ def _group_of(prefix: str, qc) -> Optional[str]:
     groups = qc.get("config_groups")
     if not isinstance(groups, dict):
         return None
-    by_class = None
-    for name, g in groups.items():
-        if not isinstance(g, dict):
-            continue
-        targets = g.get("targets")
-        if targets is None:
-            targets = []  # no targets: the layer may still be the only group's
-        elif isinstance(targets, str):
-            targets = [targets]
-        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-            raise ZooError(
-                f"config.json: quantization_config config_groups[{name!r}]['targets'] "
-                f"is {targets!r}, not a list of names"
-            )
-        for t in targets:
-            if t.startswith("re:"):
-                try:
-                    if re.match(t[3:], prefix):
-                        return name
-                except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
-                    raise ZooError(
-                        f"config.json: config_groups[{name!r}] target {t!r} is not a regex"
-                    ) from None
-            elif t == prefix or prefix.endswith("." + t):
-                return name
-            elif by_class is None and "." not in t:
-                by_class = name
-    if by_class is None and len(groups) == 1:
-        by_class = next(iter(groups))
-    return by_class
+    if not _TARGETS_OF or _TARGETS_OF[0][0] is not groups:
+        _TARGETS_OF[:] = [(groups, _Targets(groups))]
+    index = _TARGETS_OF[0][1]
+    k = index.group_of(prefix)
+    if k is not None:
+        return index.names[k]
+    if index.by_class is not None:
+        return index.names[index.by_class]
+    return next(iter(groups)) if len(groups) == 1 else None
 
 
 def _accepts(prefix: str, qc) -> bool:

@@ -1,0 +1,62 @@
+/*
+ * The name set of name_set.h. Names are hashed with XXH3, as the file's
+ * checksums are.
+ */
+#include "name_set.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+HurrayStatus hurray__name_set_reserve(HurrayNameSet *set, size_t count) {
+  if (set->slot_count != 0 && (count + 1) * 2 <= set->slot_count) return HURRAY_OK;
+  size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
+  size_t *slots = calloc(slot_count, sizeof *slots);
+  uint32_t *tags = calloc(slot_count, sizeof *tags);
+  if (slots == NULL || tags == NULL) {
+    free(slots);
+    free(tags);
+    return HURRAY_ERR_NO_MEMORY;
+  }
+  /* Positions come from the tag: the mask never reaches past bit 31. */
+  for (size_t k = 0; k < set->slot_count; k++) {
+    if (set->slots[k] == 0) continue;
+    size_t h = set->tags[k] & (slot_count - 1);
+    while (slots[h] != 0) h = (h + 1) & (slot_count - 1);
+    slots[h] = set->slots[k];
+    tags[h] = set->tags[k];
+  }
+  free(set->slots);
+  free(set->tags);
+  set->slots = slots;
+  set->tags = tags;
+  set->slot_count = slot_count;
+  return HURRAY_OK;
+}
+
+size_t *hurray__name_set_slot(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+                              const char *name, size_t len) {
+  size_t mask = set->slot_count - 1;
+  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
+  size_t h = tag & mask;
+  for (;;) {
+    size_t v = set->slots[h];
+    if (v == 0) {
+      set->tags[h] = tag;
+      return &set->slots[h];
+    }
+    if (set->tags[h] == tag) {
+      const char *other;
+      size_t other_len;
+      name_of(ctx, v - 1, &other, &other_len);
+      if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
+    }
+    h = (h + 1) & mask;
+  }
+}
+
+void hurray__name_set_free(HurrayNameSet *set) {
+  free(set->slots);
+  free(set->tags);
+  memset(set, 0, sizeof *set);
+}
