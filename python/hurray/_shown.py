@@ -12,4 +12,9 @@ def shown(text: str, flags: int = ESCAPE_BACKSLASH) -> str:
     again changes nothing (for messages that may quote escaped names)."""
     from ._hurray import _escape_text
 
-    return _escape_text(str(text).encode("utf-8", "surrogateescape"), flags)
+    text = str(text)
+    try:  # bytes that were not UTF-8, decoded with surrogateescape, as they were
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # any other lone surrogate (a torch key may hold one)
+        raw = text.encode("utf-8", "surrogatepass")
+    return _escape_text(raw, flags)

@@ -34,25 +34,37 @@ HurrayStatus hurray__name_set_reserve(HurrayNameSet *set, size_t count) {
   return HURRAY_OK;
 }
 
-size_t *hurray__name_set_slot(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
-                              const char *name, size_t len) {
+/* The position of `name`'s slot, or of the empty slot where it would go. */
+static size_t probe(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+                    const char *name, size_t len, uint32_t tag) {
   size_t mask = set->slot_count - 1;
-  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
   size_t h = tag & mask;
   for (;;) {
     size_t v = set->slots[h];
-    if (v == 0) {
-      set->tags[h] = tag;
-      return &set->slots[h];
-    }
+    if (v == 0) return h;
     if (set->tags[h] == tag) {
       const char *other;
       size_t other_len;
       name_of(ctx, v - 1, &other, &other_len);
-      if (other_len == len && memcmp(other, name, len) == 0) return &set->slots[h];
+      if (other_len == len && memcmp(other, name, len) == 0) return h;
     }
     h = (h + 1) & mask;
   }
+}
+
+size_t *hurray__name_set_slot(HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+                              const char *name, size_t len) {
+  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
+  size_t h = probe(set, name_of, ctx, name, len, tag);
+  if (set->slots[h] == 0) set->tags[h] = tag;
+  return &set->slots[h];
+}
+
+size_t hurray__name_set_find(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+                             const char *name, size_t len) {
+  if (set->slot_count == 0) return 0;
+  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
+  return set->slots[probe(set, name_of, ctx, name, len, tag)];
 }
 
 void hurray__name_set_free(HurrayNameSet *set) {

@@ -20,7 +20,7 @@ typedef struct HurrayNameSet {
    * each, which at a million tensors were a quarter of a save), and growing
    * places entries again without hashing a single name. */
   uint32_t *tags;
-  size_t slot_count; /* a power of two, at least twice the records, at most 2^22 */
+  size_t slot_count; /* a power of two, at least twice the records (0: none yet) */
 } HurrayNameSet;
 
 /* Record `index`'s name (`*len` bytes, not NUL-terminated) from `ctx`. */
@@ -33,8 +33,13 @@ HurrayStatus hurray__name_set_reserve(HurrayNameSet *set, size_t count);
 /* The slot where `name` is (holding its record index + 1) or would go (0,
  * its tag set already: the caller stores index + 1 there, or leaves it).
  * The set must have been reserved. */
-size_t *hurray__name_set_slot(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+size_t *hurray__name_set_slot(HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
                               const char *name, size_t len);
+
+/* `name`'s record index + 1, or 0: a lookup that writes nothing, so
+ * several threads may look up at once. */
+size_t hurray__name_set_find(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
+                             const char *name, size_t len);
 
 void hurray__name_set_free(HurrayNameSet *set);
 

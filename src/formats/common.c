@@ -26,8 +26,7 @@ static void meta_key_of(const void *ctx, size_t i, const char **name, size_t *le
 }
 
 const HurrayMeta *hurray__meta_find(const HurrayMetaList *l, const char *key) {
-  if (l->count == 0) return NULL;
-  size_t at = *hurray__name_set_slot(&l->keys, meta_key_of, l, key, strlen(key));
+  size_t at = hurray__name_set_find(&l->keys, meta_key_of, l, key, strlen(key));
   return at != 0 ? &l->items[at - 1] : NULL;
 }
 

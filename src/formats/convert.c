@@ -1181,11 +1181,11 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
     /* Each listed name found through the entries' name set: linear in the
      * list and the tensors, however long a file makes the list. */
     for (size_t i = 0; i < t->count; i++) t->entries[i].order += (long)list.len;
-    for (size_t idx = 0; idx < list.len && t->count > 0; idx++) {
+    for (size_t idx = 0; idx < list.len; idx++) {
       const HurrayJ *v = &list.items[idx];
       if (v->kind != HJ_STR) continue;
-      size_t at = *hurray__name_set_slot(&t->names, entry_name_of, t, (const char *)v->str,
-                                         strlen((const char *)v->str));
+      size_t at = hurray__name_set_find(&t->names, entry_name_of, t, (const char *)v->str,
+                                        strlen((const char *)v->str));
       if (at != 0 && t->entries[at - 1].order >= (long)list.len) {
         t->entries[at - 1].order = (long)idx;
       }

@@ -920,3 +920,17 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path, flag, value):
     hurray.save(src, {"a": np.ones(2, np.float32)})
     r = run_cli(src, tmp_path / "b.hurray", flag, value)
     assert r.returncode == 2 and "internal error" not in r.stderr, r.stderr
+
+
+def test_a_name_with_a_lone_surrogate_converts_and_is_shown(tmp_path):
+    """The escaping added to the report and progress bar raised
+    UnicodeEncodeError on a torch key holding a lone surrogate, so the
+    conversion failed before writing."""
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "s.pt"
+    torch.save({"w\ud800x": torch.ones(2)}, src)
+    r = run_cli(src, tmp_path / "t.pt")
+    assert r.returncode == 0, r.stderr
+    assert "w\\xed\\xa0\\x80x" in r.stdout
+    # A .hurray file holds UTF-8 names only: a one-line refusal, not an internal error.
+    assert_one_line_failure(run_cli(src, tmp_path / "s.hurray"), contains="surrogates not allowed")

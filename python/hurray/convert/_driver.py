@@ -255,7 +255,9 @@ def convert(
             target.abort()
         if isinstance(exc, ConversionError):
             raise
-        if isinstance(exc, (HurrayError, OSError)):
+        if isinstance(exc, (HurrayError, OSError, UnicodeEncodeError)):
+            # UnicodeEncodeError: a name a source allows (a torch key with a
+            # lone surrogate) that a hurray file's UTF-8 cannot hold.
             raise ConversionError(_first_line(exc)) from exc
         raise
     finally:

@@ -163,9 +163,11 @@ def _group_of(prefix: str, qc) -> Optional[str]:
     groups = qc.get("config_groups")
     if not isinstance(groups, dict):
         return None
-    if not _TARGETS_OF or _TARGETS_OF[0][0] is not groups:
-        _TARGETS_OF[:] = [(groups, _Targets(groups))]
-    index = _TARGETS_OF[0][1]
+    cached = _TARGETS_OF[0] if _TARGETS_OF else None  # read once: another thread may replace it
+    if cached is None or cached[0] is not groups:
+        cached = (groups, _Targets(groups))
+        _TARGETS_OF[:] = [cached]
+    index = cached[1]
     k = index.group_of(prefix)
     if k is not None:
         return index.names[k]
