@@ -753,8 +753,8 @@ static void metadata_key_of(const void *ctx, size_t i, const char **name, size_t
 
 /* The slot of `name` among the tensor names, or with `keys` the metadata
  * keys (hurray__name_set_slot). */
-static size_t *name_slot(const HurrayWriter *w, HurrayNameSet *set, bool keys,
-                         const char *name, size_t len) {
+static size_t *name_slot(const HurrayWriter *w, HurrayNameSet *set, bool keys, const char *name,
+                         size_t len) {
   return hurray__name_set_slot(set, keys ? metadata_key_of : tensor_name_of, w, name, len);
 }
 

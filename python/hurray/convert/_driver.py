@@ -183,6 +183,11 @@ def _progress(total_bytes: int, count: int, quiet: bool):
     )
 
 
+# What a conversion's failure is reported as: UnicodeEncodeError is a name a
+# source allows (a torch key with a lone surrogate) that UTF-8 cannot hold.
+_FAILURES = (HurrayError, OSError, UnicodeEncodeError)
+
+
 def convert(
     src,
     dst,
@@ -253,11 +258,7 @@ def convert(
     except BaseException as exc:
         if target is not None:
             target.abort()
-        if isinstance(exc, ConversionError):
-            raise
-        if isinstance(exc, (HurrayError, OSError, UnicodeEncodeError)):
-            # UnicodeEncodeError: a name a source allows (a torch key with a
-            # lone surrogate) that a hurray file's UTF-8 cannot hold.
+        if isinstance(exc, _FAILURES) and not isinstance(exc, ConversionError):
             raise ConversionError(_first_line(exc)) from exc
         raise
     finally:
