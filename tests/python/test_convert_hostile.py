@@ -891,7 +891,9 @@ def test_a_target_that_is_not_a_file_is_refused(tmp_path):
 
 def test_report_write_failures_after_the_target_is_written(tmp_path):
     src = tmp_path / "a.hurray"
-    hurray.save(src, {f"t{i}": np.ones(4) for i in range(200)})
+    # A report larger than a pipe's buffer (64 KiB): the write that fails
+    # cannot have finished before the reader goes away.
+    hurray.save(src, {f"t{i}": np.ones(4) for i in range(2000)})
     with open("/dev/full", "w") as full:
         r = subprocess.run(
             [sys.executable, "-m", "hurray", "convert", str(src), str(tmp_path / "a.npz")],
