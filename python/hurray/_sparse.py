@@ -23,23 +23,22 @@ def _index_arrays(arrays, what: str) -> Tuple[str, List[np.ndarray]]:
     for a in arrays:
         if a.dtype.kind not in "iu":
             raise TypeError(f"sparse {what} must be integers, not {a.dtype}")
-    wide = any(
-        a.dtype == np.int64
-        or (a.size and a.dtype.itemsize * 8 >= 32 and a.dtype != np.int32 and a.max() > 2**31 - 1)
+    # The largest value of each unsigned 32- or 64-bit array, the only ones
+    # that may not fit (read once; int32 and int64 arrays, the zero-copy
+    # cases, are not read at all).
+    largest = [
+        int(a.max()) if a.size and a.dtype.kind == "u" and a.dtype.itemsize >= 4 else 0
         for a in arrays
-    )
+    ]
+    wide = any(a.dtype == np.int64 or m > 2**31 - 1 for a, m in zip(arrays, largest))
     index_dtype = "int64" if wide else "int32"
     target = np.dtype(index_dtype)
     out = []
-    for a in arrays:
-        if a.dtype != target and a.size and a.max() > np.iinfo(target).max:
-            raise ValueError(f"sparse {what}: {int(a.max())} does not fit {index_dtype}")
+    for a, m in zip(arrays, largest):
+        if m > np.iinfo(target).max:
+            raise ValueError(f"sparse {what}: {m} does not fit {index_dtype}")
         out.append(np.ascontiguousarray(a.astype(target, copy=False)))
     return index_dtype, out
-
-
-def _contiguous(a) -> np.ndarray:
-    return np.ascontiguousarray(a)
 
 
 def _stored_count(values: np.ndarray, block: tuple, indices: list, what: str) -> int:
@@ -91,7 +90,7 @@ class SparseTensor(Tensor):
         must be integers, kept exactly: int64 when any array is or holds a
         value int32 cannot, else int32. Arrays are used without copying when
         they are contiguous and of int32/int64 indices."""
-        values = _contiguous(values)
+        values = np.ascontiguousarray(values)
         value_dtype = _dtypes.from_numpy(values.dtype)
         if format == "coo":
             index_dtype, coords = _index_arrays(coords, "coords")

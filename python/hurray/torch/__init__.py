@@ -465,7 +465,9 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
         "bsr": torch.sparse_bsr_tensor,
     }[s.format]
 
-    def build(indptr, indices, values):
+    if not _rows_sorted(indptr, indices):
+        indptr, indices, values = _sorted_rows(indptr, indices, values, d.dtype)
+    try:
         return ctor(
             _array_to_torch(indptr, s.index_dtype),
             _array_to_torch(indices, s.index_dtype),
@@ -473,11 +475,6 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
             size,
             check_invariants=True,
         )
-
-    if not _rows_sorted(indptr, indices):
-        indptr, indices, values = _sorted_rows(indptr, indices, values, d.dtype)
-    try:
-        return build(indptr, indices, values)
     except RuntimeError as e:
         raise UnsupportedError(f"torch refuses this {s.format} tensor: {e}") from None
 
