@@ -52,6 +52,10 @@ DEFAULT_RETRIES = 3
 BACKOFF_SECONDS = 0.05
 #: Seconds to connect, and to wait for each read of the body.
 DEFAULT_TIMEOUT = (10.0, 60.0)
+#: A body that arrives slower than this many bytes a second, over any
+#: stretch as long as the read timeout, is a timeout: the read timeout alone
+#: lets a server that sends a byte a second hold a request for days.
+MIN_BODY_RATE = 1024
 
 
 class RemoteError(_hurray.HurrayIOError):
@@ -129,6 +133,41 @@ def _retrying(fn: Callable, retries: int):
 
 # ------------------------------------------------------------------ HTTP
 
+
+class _Metered:
+    """A response body whose readinto fails with a retried timeout when,
+    over `window` seconds, fewer than MIN_BODY_RATE bytes a second came."""
+
+    def __init__(self, response, window: Optional[float], shown: str):
+        self._response = response
+        self._window = window
+        self._shown = shown
+        self._since = time.monotonic()
+        self._got = 0
+
+    def readinto(self, view) -> int:
+        if self._window is None:
+            return self._response.readinto(view)
+        # read1: readinto waits for the whole view, so a trickle would
+        # never be seen between calls.
+        data = self._response.read1(len(view))
+        n = len(data)
+        view[:n] = data
+        self._got += n
+        now = time.monotonic()
+        elapsed = now - self._since
+        if elapsed >= self._window:
+            if self._got < MIN_BODY_RATE * elapsed:
+                raise _Transient(
+                    RemoteTimeoutError(
+                        f"{self._shown}: the body came at {self._got / elapsed:.0f} bytes/s "
+                        f"for {elapsed:.1f} s, under the {MIN_BODY_RATE} bytes/s floor"
+                    )
+                )
+            self._since, self._got = now, 0
+        return n
+
+
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
@@ -160,6 +199,7 @@ class HttpBackend:
         self.retries = int(retries)
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
+        self._rate_window = float(read) if read is not None else None
         self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
         # retries=False alone would hand back a 3xx instead of following it.
         self._redirects = urllib3.Retry(
@@ -275,7 +315,7 @@ class HttpBackend:
                 self._check_size(total)
                 self._check_validators(response)
                 try:
-                    sink(response, start, end, total)
+                    sink(_Metered(response, self._rate_window, self.shown), start, end, total)
                 except urllib3.exceptions.TimeoutError as e:
                     raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
                 except (urllib3.exceptions.HTTPError, OSError) as e:

@@ -21,7 +21,8 @@ class RangeServer:
     one byte off), "ignore_range" (200 with the whole file), "change" (the
     file changes after the first request), "slow" (answers after
     `slow_seconds`), "flaky" (the first `flaky_count` requests get 503),
-    "huge" (claims the file is 1 TiB larger, its tail at the claimed end).
+    "huge" (claims the file is 1 TiB larger, its tail at the claimed end),
+    "drip" (sends the body a byte every `drip_seconds`).
     on_range(start, end), when set, sees every range request after the
     file is found: it may sleep, and a status it returns (404, 503) is
     sent instead of the bytes."""
@@ -31,6 +32,7 @@ class RangeServer:
         self.latency = latency
         self.fault: Optional[str] = None
         self.slow_seconds = 2.0
+        self.drip_seconds = 0.05
         self.flaky_count = 2
         self.on_range: Optional[Callable[[int, int], Optional[int]]] = None
         self.log: List[Tuple[str, Optional[str], int]] = []  # (path, Range, body bytes)
@@ -157,8 +159,14 @@ class RangeServer:
             path, rng, _ = self.log[index]
             self.log[index] = (path, rng, len(sent))
         try:
-            h.wfile.write(sent)
-            h.wfile.flush()
+            if self.fault == "drip" and status == 206:
+                for i in range(len(sent)):
+                    h.wfile.write(sent[i : i + 1])
+                    h.wfile.flush()
+                    time.sleep(self.drip_seconds)
+            else:
+                h.wfile.write(sent)
+                h.wfile.flush()
         except OSError:
             pass
         if short:

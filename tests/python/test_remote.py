@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -263,6 +264,21 @@ def test_lying_servers(files, server):
         hurray.RemoteTimeoutError,
     ):
         assert issubclass(cls, OSError) and issubclass(cls, hurray.HurrayError)
+
+
+def test_a_body_that_drips_is_a_timeout(files, server):
+    """Each byte comes well within the read timeout, so only the floor on
+    the body's rate ends the request: before it, the 256 KiB suffix at 20
+    bytes a second took three and a half hours."""
+    server.fault = "drip"
+    server.drip_seconds = 0.05
+    started = time.monotonic()
+    with pytest.raises(hurray.RemoteTimeoutError, match="bytes/s floor") as info:
+        hurray.open(server.url("/big.hurray"), retries=1, timeout=0.5)
+    assert isinstance(info.value, TimeoutError)
+    assert time.monotonic() - started < 10
+    suffixes = [r for _, r, _ in server.log if r.startswith("bytes=-")]
+    assert len(suffixes) == 2, server.log  # a timeout is retried
 
 
 def test_server_claiming_a_huge_file(files, server):
