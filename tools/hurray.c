@@ -5,7 +5,7 @@
  *   hurray ls DIR                       the same for every *.hurray file in
  *                                       DIR (sorted), with each piece's shard
  *   hurray info [--json] FILE [NAME]    metadata and full descriptors
- *   hurray verify FILE                  check every checksum
+ *   hurray verify FILE                  check every checksum, and every tensor reads
  *   hurray cat [--npy] [--buffer N] [--force] FILE NAME
  *                                       raw bytes of one buffer, or .npy
  *   hurray convert SRC DST [options]    to and from safetensors, GGUF, .npz,
@@ -41,7 +41,7 @@ static const char usage_text[] =
     "                                sharded or DCP checkpoint), with each shard\n"
     "  info [--json] FILE [NAME]     print file metadata and full descriptors\n"
     "                                (all tensors, or only NAME)\n"
-    "  verify FILE                   check the checksum of every buffer\n"
+    "  verify FILE                   check every checksum and that every tensor reads\n"
     "  cat [--npy] [--buffer N] [--force] FILE NAME\n"
     "                                write buffer N (default 0) of NAME to stdout;\n"
     "                                --npy writes a dense tensor as a .npy file;\n"

@@ -327,8 +327,13 @@ HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads
 HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out,
                                                       HurrayError *error);
 
-/* Checks the checksum of every buffer of tensor `name`, or of the whole
- * file when `name` is NULL. HURRAY_ERR_CHECKSUM names the first mismatch.
+/* Checks tensor `name`, or every tensor when `name` is NULL, as a read of
+ * it would, and its checksums: every checksum first (HURRAY_ERR_CHECKSUM
+ * names the first mismatch), then each tensor's descriptor and buffer
+ * placement (file-format.md 10.3; the read's own status, the message naming
+ * the tensor). So a file that verifies can be read whole. A buffer longer
+ * than a chunk is checked against its chunk checksums in every mode (a
+ * mapping hashes them on every thread), others against their own.
  * With HURRAY_READ_MMAP_PRIVATE it reads the file (pread), not the mapping,
  * so pages written by the caller do not count: it checks the file. */
 HURRAY_API HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name,

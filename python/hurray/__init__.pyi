@@ -641,7 +641,9 @@ class File:
     def cached_fraction(self) -> float:
         """Share of the tensor data in the page cache (cachestat, else mincore)."""
     def verify(self, name: str | None = None) -> None:
-        """Checks checksums of one tensor or the whole file (ChecksumError)."""
+        """Checks one tensor or the whole file: every checksum
+        (ChecksumError), then every step a read takes (descriptor and
+        placement errors as the read raises them)."""
     def get_tensors(self, names: Iterable[str]) -> dict[str, Tensor]:
         """{name: tensor}; a RemoteFile fetches neighbours together, in
         parallel pieces."""

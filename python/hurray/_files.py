@@ -373,8 +373,10 @@ class File:
         return self._file._cached_fraction()
 
     def verify(self, name: Optional[str] = None) -> None:
-        """Checks checksums (one tensor, or the whole file); ChecksumError names
-        the first mismatch."""
+        """Checks one tensor, or the whole file: every checksum (ChecksumError
+        names the first mismatch), then every step a read of each tensor
+        takes (its descriptor and buffer placement), so that a file that
+        verifies can be read whole."""
         self._file.verify(name)
 
     def get_tensors(self, names) -> dict:

@@ -5,8 +5,6 @@ a plain dense Tensor exports its elements through the buffer protocol."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import struct
 import subprocess
@@ -16,6 +14,8 @@ import textwrap
 import ml_dtypes
 import numpy as np
 import pytest
+from _file_edits import descriptor_at as _descriptor_at
+from _file_edits import reseal as _reseal
 
 import hurray
 from hurray import _dtypes
@@ -193,43 +193,6 @@ def test_tensor_buffer_protocol(tmp_path):
 # ------------------------------------------------- corrupted index, lazily
 
 
-def _xxh3(data: bytes) -> int:
-    lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
-    lib.XXH3_64bits.restype = ctypes.c_uint64
-    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    return lib.XXH3_64bits(data, len(data))
-
-
-def _index_range(blob: bytes):
-    index_offset, index_length = struct.unpack_from("<QQ", blob, len(blob) - 64)
-    return index_offset, index_length
-
-
-def _reseal(blob: bytearray) -> None:
-    """Recomputes the index and trailer checksums, so that only what the
-    index says is wrong, not its checksum."""
-    offset, length = _index_range(blob)
-    t = len(blob) - 64
-    struct.pack_into("<Q", blob, t + 16, _xxh3(bytes(blob[offset : offset + length])))
-    struct.pack_into("<Q", blob, t + 48, _xxh3(bytes(blob[t : t + 48])))
-
-
-def _descriptor_at(blob: bytes, name: str):
-    """(start, length) of `name`'s encoded descriptor inside the file."""
-    offset, length = _index_range(blob)
-    p = offset
-    while p < offset + length:
-        n = struct.unpack_from("<H", blob, p)[0]
-        entry = blob[p + 2 : p + 2 + n].decode()
-        d = struct.unpack_from("<I", blob, p + 2 + n)[0]
-        start = p + 6 + n
-        if entry == name:
-            return start, d
-        buffers = struct.unpack_from("<I", blob, start + d)[0]
-        p = start + d + 4 + 24 * buffers
-    raise KeyError(name)
-
-
 @pytest.fixture
 def small_file(tmp_path):
     path = tmp_path / "c.hurray"
@@ -310,7 +273,7 @@ def test_random_index_damage_never_crashes(tmp_path):
         import ctypes, ctypes.util, struct, sys
         import hurray
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_many import _index_range, _reseal
+        from _file_edits import index_range as _index_range, reseal as _reseal
         src = open({str(small_file)!r}, "rb").read()
         offset, length = _index_range(src)
         path = {str(tmp_path / "fuzz.hurray")!r}

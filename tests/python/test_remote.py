@@ -490,11 +490,13 @@ def test_cli_on_a_url_into_a_closed_pipe_is_quiet(tmp_path):
 
 
 def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
-    """verify() reads a and c (20 MiB apart) as one batch, in two parallel
-    runs, into one buffer C frees when the read fails. When a's run failed,
-    the error went up at once while c's run was still fetching: c's late
-    bytes were written into freed memory (heap corruption, abort). Now the
-    error waits until c's run is done. In a subprocess, as it crashed."""
+    """verify() reads a and c with the first 60 MiB of z_mid's chunks as
+    one batch (a and c come first in index order), in two parallel runs:
+    a with those chunks, and c, 8 MiB further on. C frees the batch's
+    buffer when the read fails. When a's run failed, the error went up at
+    once while c's run was still fetching: c's late bytes were written into
+    freed memory (heap corruption, abort). Now the error waits until c's
+    run is done. In a subprocess, as it crashed."""
     code = textwrap.dedent(
         f"""
         import sys, time, numpy as np, hurray
@@ -502,7 +504,7 @@ def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
         from range_server import RangeServer
         p = {str(tmp_path / "gap.hurray")!r}
         hurray.save(p, {{"a": np.full(1 << 18, 1.0, np.float32),
-                         "b_mid": np.zeros(5 << 20, np.float32),
+                         "z_mid": np.zeros(17 << 20, np.float32),
                          "c": np.full(1 << 18, 3.0, np.float32)}})
         data = open(p, "rb").read()
         a = data.find(np.full(16, 1.0, np.float32).tobytes())
