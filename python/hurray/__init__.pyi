@@ -754,9 +754,10 @@ def save(
     what has no exact value). Ctrl-C aborts: the target is untouched and
     KeyboardInterrupt propagates. A path naming a folder, FIFO, socket or
     device is refused (HurrayIOError); a replaced file keeps its permission
-    bits; a symbolic link is itself replaced. To a descriptor or plain file
-    object, a tensor mapped from that same file is refused
-    (InvalidArgumentError): save it to the path instead."""
+    bits; a symbolic link is itself replaced. To a descriptor or a stream
+    with a fileno() (a subclass or compressor too), a tensor mapped from
+    that same file is refused (InvalidArgumentError): save it to the path
+    instead. A non-blocking raw stream raises BlockingIOError."""
 
 # ------------------------------------------------------------ sharded tensors
 

@@ -152,8 +152,9 @@ def save(
     C pass per tensor (where its kind allows) and stored in its descriptor.
     A path naming a folder, FIFO, socket or device is refused; a replaced
     file keeps its permission bits; a symbolic link is itself replaced. To
-    a descriptor or plain file object, a tensor mapped from that same file
-    is refused: save it to the path instead."""
+    a descriptor or a stream with a fileno() (a subclass or compressor
+    too), a tensor mapped from that same file is refused: save it to the
+    path instead. A non-blocking raw stream raises BlockingIOError."""
     # Two tuples a tensor and no cycle among them: with a million tensors,
     # collections scanning them again and again cost more than building them.
     if not callable(getattr(tensors, "items", None)):  # duck-typed, as items() is all we use
@@ -181,8 +182,28 @@ def save(
         if not callable(getattr(metadata, "items", None)):
             raise TypeError(f"metadata must be a mapping, not {type(metadata).__name__}")
         metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
+    if not isinstance(target, (str, int)):
+        _refuse_streamed_from_its_file(target, items)
     _hurray.save(target, items, metadata, statistics)
     del stream
+
+
+def _refuse_streamed_from_its_file(stream, items) -> None:
+    """Through write(), the C writer cannot see where the bytes go: a
+    tensor mapped from the file that a subclass of FileIO, or a compressor
+    over it, truncated at open is refused here (its bytes are gone: SIGBUS)."""
+    fd = _any_fileno(stream)
+    if fd is not None and _is_regular_file(fd):
+        _hurray._check_not_mapped_from(fd, lambda: list(_item_spans(items)))
+
+
+def _item_spans(items):
+    for name, value in items:
+        buffers = (value[1],) if isinstance(value, tuple) else value.buffers
+        for b in buffers:
+            a = np.frombuffer(b, np.uint8) if not isinstance(b, np.ndarray) else b
+            if a.size:
+                yield (name, *_array_span(a))
 
 
 def refuse_mapped_sources(target, pairs) -> None:
@@ -190,11 +211,21 @@ def refuse_mapped_sources(target, pairs) -> None:
     `pairs` whose memory is mapped from the regular file that `target` (a
     descriptor or a plain file object) writes: the copy Python makes of a
     strided or sparse value would read pages that the write truncates
-    (SIGBUS). Paths and other streams pass: nothing truncates what is read."""
+    (SIGBUS). Any stream with a fileno() counts, a subclass or a compressor
+    too: opening its file truncated it whatever writes to it. Paths and
+    streams without a file pass: nothing truncates what is read."""
     if not isinstance(target, int):
-        target = _file_fd(target) if not isinstance(target, (str, bytes, os.PathLike)) else None
+        target = _any_fileno(target) if not isinstance(target, (str, bytes, os.PathLike)) else None
     if isinstance(target, int) and _is_regular_file(target):
         _hurray._check_not_mapped_from(target, lambda: list(_copied_spans(pairs)))
+
+
+def _any_fileno(target) -> Optional[int]:
+    try:
+        fd = target.fileno()
+    except Exception:  # noqa: BLE001 - no usable descriptor: nothing to check
+        return None
+    return fd if isinstance(fd, int) and not isinstance(fd, bool) else None
 
 
 def _is_regular_file(fd: int) -> bool:

@@ -93,6 +93,18 @@ const char *hy_utf8(PyObject *obj, const char *what) {
 
 #define STREAM_CHUNK ((size_t)1 << 20)
 
+/* 1 if `target` is an io.RawIOBase, 0 if not, -1 with an exception. */
+static int stream_is_raw(PyObject *target) {
+  PyObject *io = PyImport_ImportModule("io");
+  if (io == NULL) return -1;
+  PyObject *raw_class = PyObject_GetAttrString(io, "RawIOBase");
+  Py_DECREF(io);
+  if (raw_class == NULL) return -1;
+  int raw = PyObject_IsInstance(target, raw_class);
+  Py_DECREF(raw_class);
+  return raw;
+}
+
 /* One write() call; how many bytes it took, or 0 with an exception. */
 static size_t write_once(PyObject *target, const char *data, size_t len) {
   PyObject *chunk = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
@@ -102,6 +114,17 @@ static size_t write_once(PyObject *target, const char *data, size_t len) {
   if (result == NULL) return 0;
   if (result == Py_None) {
     Py_DECREF(result);
+    /* A raw stream (io.RawIOBase) returns None when it is non-blocking and
+     * took nothing; other writers return None for "all of it". */
+    int raw = stream_is_raw(target);
+    if (raw < 0) return 0;
+    if (raw) {
+      PyErr_Format(PyExc_BlockingIOError,
+                   "the stream's write() returned None: it is non-blocking and took none of "
+                   "%zu bytes; save to a blocking stream",
+                   len);
+      return 0;
+    }
     return len;
   }
   if (!PyLong_Check(result) || PyBool_Check(result)) {
