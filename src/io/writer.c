@@ -586,6 +586,20 @@ static mode_t process_umask(void) {
   return mask;
 }
 
+/* How much of the target's name a temporary name repeats: at most
+ * TEMP_STEM_BYTES, cut at a UTF-8 character boundary. The rest of the
+ * temporary name adds about 30 bytes, and a target named near the 255-byte
+ * limit failed to be linked after the whole file had been written. */
+#define TEMP_STEM_BYTES 100
+
+static int temp_stem(const char *base) {
+  size_t n = strlen(base);
+  if (n <= TEMP_STEM_BYTES) return (int)n;
+  n = TEMP_STEM_BYTES;
+  while (n > 0 && ((unsigned char)base[n] & 0xC0) == 0x80) n--;
+  return (int)n;
+}
+
 /* Opens the temporary file in the target's folder. An O_TMPFILE file has no
  * name at all until finish links it, so a crash leaves nothing behind. */
 static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
@@ -609,7 +623,7 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   if (w->temp_path == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
-  snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-XXXXXX", w->dir, w->base);
+  snprintf(w->temp_path, len, "%s/.%.*s.hurray-tmp-XXXXXX", w->dir, temp_stem(w->base), w->base);
   w->fd = sys->mkostemp(sys->ctx, w->temp_path, O_CLOEXEC);
   if (w->fd < 0) {
     int saved = errno;
@@ -1369,8 +1383,8 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
     }
     /* Hidden, and named apart from the target, like the mkostemp fallback. */
     for (int attempt = 0;; attempt++) {
-      snprintf(w->temp_path, len, "%s/.%s.hurray-tmp-%d-%d", w->dir, w->base, (int)getpid(),
-               attempt);
+      snprintf(w->temp_path, len, "%s/.%.*s.hurray-tmp-%d-%d", w->dir, temp_stem(w->base), w->base,
+               (int)getpid(), attempt);
       if (sys->linkat(sys->ctx, AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) ==
           0) {
         break;

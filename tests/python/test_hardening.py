@@ -920,6 +920,19 @@ def test_save_refuses_targets_it_cannot_replace(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if "hurray-tmp" in p]
 
 
+def test_a_target_named_near_the_name_limit_is_saved(tmp_path):
+    """The temporary name repeated the whole target name and added 30 bytes:
+    a legal 255-byte name failed with ENAMETOOLONG once the file was
+    written. It now repeats at most 100 bytes, never half a character."""
+    for stem in ("m" * 248, "é" * 124):
+        target = tmp_path / (stem + ".hurray")
+        assert len(os.fsencode(target.name)) >= 255 - 1
+        hurray.save(target, {"a": np.arange(3)})
+        assert hurray.load(target)["a"].numpy().tolist() == [0, 1, 2]
+        target.unlink()
+    assert os.listdir(tmp_path) == []
+
+
 def test_save_over_a_file_keeps_its_mode_and_replaces_a_link(tmp_path):
     target = tmp_path / "private.hurray"
     hurray.save(target, {"a": np.zeros(3)})
