@@ -807,6 +807,35 @@ static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, u
   return hurray__refuse_mapped(&w->sink_mappings, name, buffer, data, len, error);
 }
 
+/* Whether a bool tensor's elements are stored as 0 or 1, as the format
+ * requires (descriptor-encoding.md 4.1): a byte of 2 reads as true to one
+ * reader and as false to another, and C++ code that reads it as bool (torch)
+ * has undefined behaviour. `data` is buffer 0 when `buffers` is NULL. */
+static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *root,
+                                     const HurrayDescriptor *node, const HurrayBufferList *buffers,
+                                     const void *data, HurrayError *error) {
+  if (node->layout.kind == HURRAY_LAYOUT_COMPOSITE) {
+    for (uint32_t i = 0; i < node->layout.member_count; i++) {
+      HURRAY_RETURN_NOT_OK(
+          check_bool_bytes(name, root, node->layout.members[i].descriptor, buffers, data, error));
+    }
+    return HURRAY_OK;
+  }
+  if (node->dtype != HURRAY_DTYPE_BOOL || node->quant.kind != HURRAY_QUANT_NONE) return HURRAY_OK;
+  uint32_t b = node->layout.data_buffer;
+  const uint8_t *p = buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, b))
+                                     : data;
+  uint64_t n = root->buffers[b].byte_size;
+  uint8_t any = 0;
+  for (uint64_t k = 0; k < n; k++) any |= p[k];
+  if ((any & 0xFE) == 0) return HURRAY_OK;
+  uint64_t at = 0;
+  while (p[at] <= 1) at++;
+  return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                      "tensor \"%s\": bool byte %llu is %u; bool elements are stored as 0 or 1",
+                      name, (unsigned long long)at, p[at]);
+}
+
 /* Whether tensor `name` can join the file: room for it, a name not yet
  * used, host memory, READY buffers, buffers that match its descriptor and
  * none that lies in the file being written. */
@@ -843,7 +872,8 @@ static HurrayStatus check_tensor(HurrayWriter *w, const char *name, size_t name_
     HURRAY_RETURN_NOT_OK(check_not_in_sink(w, name, (uint32_t)i, hurray_buffer_data(b),
                                            hurray_buffer_size(b), error));
   }
-  return hurray_validate_buffer_placement(d, buffers, error);
+  HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, buffers, error));
+  return check_bool_bytes(name, d, d, buffers, NULL, error);
 }
 
 /* Room for one more tensor record and `buffer_count` more buffer records. */
@@ -998,6 +1028,7 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
    * need, and every product fits. */
   HURRAY_RETURN_NOT_OK(batch_failure(hurray_descriptor_validate(d, error), i, t->name, error));
   HURRAY_RETURN_NOT_OK(check_not_in_sink(w, t->name, 0, t->data, t->byte_size, error));
+  HURRAY_RETURN_NOT_OK(check_bool_bytes(t->name, d, d, NULL, t->data, error));
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {
     return hurray__fail(error, HURRAY_ERR_LIMIT, "a file holds at most %u tensors",
                         HURRAY_MAX_TENSORS);

@@ -96,6 +96,9 @@ static void test_batch_matches_write_tensor(void **state) {
       uint64_t bytes = (count * bits + 7) / 8;
       snprintf(names[n], sizeof names[n], "%s.%d", hurray_dtype_name(dtype), form);
       uint8_t *raw = patterned(bytes + 1, (uint32_t)n);
+      if (dtype == HURRAY_DTYPE_BOOL) {
+        for (uint64_t k = 0; k <= bytes; k++) raw[k] &= 1; /* writers store 0 or 1 */
+      }
       data[n] = raw;
       t[n] = (HurrayDenseTensor){names[n], dtype, rank, shape, raw + 1, bytes};
       n++;

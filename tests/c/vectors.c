@@ -361,6 +361,12 @@ void golden_vector_put_index(uint8_t *base, HurrayDType dtype, uint64_t i, uint6
 void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffers) {
   HurrayDType index_dtype = hurray_descriptor_index_dtype(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
+  if (hurray_descriptor_dtype(d) == HURRAY_DTYPE_BOOL &&
+      hurray_descriptor_quant_kind(d) == HURRAY_QUANT_NONE &&
+      hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_COMPOSITE) {
+    uint32_t data = hurray_descriptor_data_buffer(d);
+    for (uint64_t k = 0; k < hurray_descriptor_buffer_size(d, data); k++) buffers[data][k] &= 1;
+  }
   if (hurray_descriptor_layout_kind(d) == HURRAY_LAYOUT_PAGED) {
     uint32_t table = hurray_descriptor_paged_table_buffer(d);
     memset(buffers[table], 0, hurray_descriptor_buffer_size(d, table));

@@ -24,7 +24,8 @@ HurrayDescriptor *golden_vector_build(const char *name);
  * contents: page table entries 0, index pointers spreading nnz evenly over
  * the rows, in-range indices unique within a row, and canonical COO
  * coordinates (the first nnz positions in row-major order), and group
- * indices of block-affine quantization p / block_size. `buffers[i]`
+ * indices of block-affine quantization p / block_size; bool elements 0 or
+ * 1 (writers refuse other bytes). `buffers[i]`
  * is the memory of buffer i. Other buffers are left alone. */
 void golden_vector_fill_indices(const HurrayDescriptor *d, uint8_t *const *buffers);
 

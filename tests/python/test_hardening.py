@@ -920,6 +920,26 @@ def test_save_refuses_targets_it_cannot_replace(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if "hurray-tmp" in p]
 
 
+def test_bool_bytes_other_than_0_or_1_are_refused(tmp_path):
+    """The format stores bool elements as 0 or 1 (descriptor-encoding.md
+    4.1); save wrote a 2 or 255 unchanged, which torch reads as a bool with
+    undefined behaviour. Both C paths refuse it: arrays in one batch, and
+    tensors one by one; the target stays as it was."""
+    target = tmp_path / "b.hurray"
+    hurray.save(target, {"x": np.zeros(1)})
+    before = target.read_bytes()
+    odd = np.frombuffer(bytes([1, 0, 2, 255]), dtype=bool)
+    values = hurray.Tensor(
+        hurray.Descriptor("bool", (4,), buffers=[hurray.Buffer("data", 4)]),
+        [np.frombuffer(odd, np.uint8)],
+    )
+    for value in (odd, values):
+        with pytest.raises(hurray.InvalidArgumentError, match=r'"b": bool byte 2 is 2'):
+            hurray.save(target, {"a": np.ones(3, bool), "b": value})
+    assert target.read_bytes() == before
+    hurray.save(target, {"b": np.array([True, False])})
+
+
 def test_a_target_named_near_the_name_limit_is_saved(tmp_path):
     """The temporary name repeated the whole target name and added 30 bytes:
     a legal 255-byte name failed with ENAMETOOLONG once the file was

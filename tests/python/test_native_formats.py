@@ -192,6 +192,10 @@ BAD = {
         b'"b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}}',
         bytes(12),
     ),
+    # The format stores bool elements as 0 or 1; the writer refuses a 2.
+    "bool-byte-2.safetensors": _st(
+        b'{"a":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}}', bytes([1, 2, 0])
+    ),
     "header-100mb.safetensors": struct.pack("<Q", 100_000_001) + b"{}",
     "header-claims-100mb.safetensors": struct.pack("<Q", 100_000_000) + b"{}",
     "absurd-counts.gguf": b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 1 << 40) + bytes(32),
