@@ -7,8 +7,8 @@ usage: test_cli.py HURRAY_BINARY CHECKPOINT_EXAMPLE_BINARY
 import ast
 import json
 import os
-import struct
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
