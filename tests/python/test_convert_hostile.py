@@ -936,3 +936,42 @@ def test_a_name_with_a_lone_surrogate_converts_and_is_shown(tmp_path):
     assert "w\\xed\\xa0\\x80x" in r.stdout
     # A .hurray file holds UTF-8 names only: a one-line refusal, not an internal error.
     assert_one_line_failure(run_cli(src, tmp_path / "s.hurray"), contains="surrogates not allowed")
+
+
+# ------------------------------------------------------------------ .npz names ending in .npy
+
+
+def test_npz_array_named_like_another_member_reads_its_own_member(tmp_path):
+    """Members a.npy (array 'a') and a.npy.npy (array 'a.npy'): np.load
+    looks 'a.npy' up as a member first, so both arrays got a's values."""
+    src = tmp_path / "alias.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("a.npy", _npy_bytes(np.array([1.0, 2.0, 3.0], np.float32)))
+        z.writestr("a.npy.npy", _npy_bytes(np.array([9.0, 9.0], np.float64)))
+    convert(src, tmp_path / "out.hurray", quiet=True)
+    back = hurray.load(tmp_path / "out.hurray")
+    assert back["a"].numpy().tolist() == [1.0, 2.0, 3.0]
+    assert back["a.npy"].numpy().dtype == np.float64
+    assert back["a.npy"].numpy().tolist() == [9.0, 9.0]
+
+
+def test_npz_member_without_npy_ending_is_still_read(tmp_path):
+    src = tmp_path / "bare.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("w", _npy_bytes(np.arange(4, dtype=np.int16)))
+    convert(src, tmp_path / "out.hurray", quiet=True)
+    assert hurray.load(tmp_path / "out.hurray")["w"].numpy().tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("order", [("a", "a.npy"), ("a.npy", "a")])
+def test_npz_target_refuses_names_that_read_back_as_one(tmp_path, order):
+    """Tensor 'a' is member a.npy, which np.load also returns for tensor
+    'a.npy' (member a.npy.npy): the round trip swapped values silently."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {n: np.full(2 + i, i, np.float32) for i, n in enumerate(order)})
+    dst = tmp_path / "out.npz"
+    with pytest.raises(
+        ConversionError, match="tensors 'a' and 'a.npy' cannot both go into an .npz"
+    ):
+        convert(src, dst, quiet=True)
+    assert listing(tmp_path) == ["src.hurray"]
