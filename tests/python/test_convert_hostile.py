@@ -975,3 +975,20 @@ def test_npz_target_refuses_names_that_read_back_as_one(tmp_path, order):
     ):
         convert(src, dst, quiet=True)
     assert listing(tmp_path) == ["src.hurray"]
+
+
+def test_names_holding_nul_are_refused_where_the_target_cannot_hold_them(tmp_path):
+    """zipfile cuts member names at NUL: 'w\\0first' and 'w\\0second' both
+    became member 'w', one lost with a mere warning; hurray.save's
+    ValueError was an internal error. A .pt target keeps such names."""
+    src = tmp_path / "nul.pt"
+    torch.save({"w\0first": torch.ones(2), "w\0second": torch.zeros(3)}, src)
+    r = run_cli(src, tmp_path / "out.npz")
+    assert_one_line_failure(r, contains="holds a NUL character")
+    assert "out.npz" in r.stderr
+    r = run_cli(src, tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="NUL character")
+    assert "out.hurray" in r.stderr
+    assert listing(tmp_path) == ["nul.pt"]
+    convert(src, tmp_path / "out.pt", quiet=True)
+    assert set(torch.load(tmp_path / "out.pt", weights_only=True)) == {"w\0first", "w\0second"}

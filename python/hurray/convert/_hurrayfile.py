@@ -64,7 +64,7 @@ class _HurrayTarget(_FileTarget):
         report.metadata_keys = len(metadata)
         try:  # hurray.save replaces self.tmp atomically; publish() renames it
             _files.save(self.tmp, self._tensors, metadata, statistics=self.options.stats)
-        except (HurrayError, TypeError, OverflowError) as exc:
+        except (HurrayError, TypeError, OverflowError, ValueError) as exc:  # ValueError: NUL
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         except OSError as exc:
             raise ConversionError(

@@ -134,7 +134,14 @@ class _NpzTarget(_DenseTarget):
     def _check_name(self, name: str) -> None:
         """Refuses a name the archive cannot give back: tensor "a" is member
         "a.npy", which readers (np.load, this converter's) take for tensor
-        "a.npy" as well, so "a" and "a.npy" would come back as one."""
+        "a.npy" as well, so "a" and "a.npy" would come back as one; and a
+        name holding NUL, which zipfile cuts there ("w\\0a" and "w\\0b"
+        would both be member "w", one lost with a mere warning)."""
+        if "\0" in name:
+            raise ConversionError(
+                f"{self.path}: tensor {name!r} holds a NUL character, which .npz member "
+                "names cannot hold (a .pt target keeps such names)"
+            )
         other = name[:-4] if name.endswith(".npy") else name + ".npy"
         if other in self._names:
             first, second = sorted((name, other), key=len)
