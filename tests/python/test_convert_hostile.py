@@ -992,3 +992,13 @@ def test_names_holding_nul_are_refused_where_the_target_cannot_hold_them(tmp_pat
     assert listing(tmp_path) == ["nul.pt"]
     convert(src, tmp_path / "out.pt", quiet=True)
     assert set(torch.load(tmp_path / "out.pt", weights_only=True)) == {"w\0first", "w\0second"}
+
+
+def test_an_npz_archive_named_npy_is_a_one_line_failure(tmp_path):
+    """np.load returns an NpzFile for a zip, whatever the name: it reached
+    the converter as an array ('internal error: AttributeError')."""
+    np.savez(tmp_path / "arch.npz", a=np.arange(4.0))
+    os.rename(tmp_path / "arch.npz", tmp_path / "arch.npy")
+    r = run_cli(tmp_path / "arch.npy", tmp_path / "x.hurray")
+    assert_one_line_failure(r, contains="is an .npz archive, not a .npy array")
+    assert listing(tmp_path) == ["arch.npy"]

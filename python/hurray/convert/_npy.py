@@ -28,6 +28,13 @@ class _NpySource(_Source):
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
         except NUMPY_FILE_ERRORS as exc:  # a cut or empty file too (EOFError, TokenError)
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        if not isinstance(self._array, np.ndarray):  # np.load opens an .npz whatever its name
+            if hasattr(self._array, "close"):
+                self._array.close()
+            raise ConversionError(
+                f"cannot read {path}: it is an .npz archive, not a .npy array "
+                "(name it *.npz to convert its arrays)"
+            )
         base = os.path.basename(path)
         self._name = base[:-4] if base.endswith(".npy") else base
 
