@@ -1002,3 +1002,64 @@ def test_an_npz_archive_named_npy_is_a_one_line_failure(tmp_path):
     r = run_cli(tmp_path / "arch.npy", tmp_path / "x.hurray")
     assert_one_line_failure(r, contains="is an .npz archive, not a .npy array")
     assert listing(tmp_path) == ["arch.npy"]
+
+
+# ------------------------------------------------------------------ JSON metadata the converter owns
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "key, value, target, match",
+    [
+        ("convert.source_dtypes", _DEEP, "x.npz", "'convert.source_dtypes' is not valid JSON"),
+        ("convert.source_dtypes", "[1]", "x.npz", "'convert.source_dtypes' is not a JSON object"),
+        ("convert.source_dtypes", '"float16"', "x.npz", "is not a JSON object"),
+        ("convert.source_dtypes", '{"w": 5}', "x.npz", "gives tensor 'w' the dtype 5"),
+        ("zoo.tensors", _DEEP, "x.safetensors", "'zoo.tensors' is not valid JSON"),
+        ("zoo.tensors", '{"w": []}', "x.safetensors", "tensor 'w': not an object with a list"),
+        ("zoo.tensors", '{"w": {"members": [5]}}', "x.npz", "tensor 'w': member 5 is not"),
+        ("zoo.tensors", _DEEP, "x.hurray", None),  # kept as it is: the record is not read
+        ("zoo.weight_map", _DEEP, "outdir/", "'zoo.weight_map' is not valid JSON"),
+        ("zoo.weight_map", '{"w": 5}', "outdir/", "gives tensor 'w' the file 5"),
+        ("gguf.__tensors__", _DEEP, "x.gguf", "'gguf.__tensors__' is not valid JSON"),
+        ("gguf.__tensors__", "[[1]]", "x.gguf", "is not a JSON array of tensor names"),
+        # not the converter's to judge: dropped from the index written
+        ("safetensors_index.metadata", _DEEP, "outdir/", None),
+    ],
+)
+def test_owned_metadata_that_is_not_the_json_it_should_be_is_one_error(
+    tmp_path, key, value, target, match
+):
+    """Nested past the recursion limit, or of another type: RecursionError
+    and AttributeError came out as internal errors."""
+    src = tmp_path / "m.hurray"
+    meta = {key: value}
+    if key == "safetensors_index.metadata":  # read only when an index is written
+        meta["zoo.index"] = "model.safetensors.index.json"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, meta)
+    dst = f"{tmp_path}/{target}"
+    # --include: a .hurray or .safetensors target would take the native C path
+    r = run_cli(src, dst, "-q", "--include", "w")
+    if match is None:
+        assert r.returncode == 0, r.stderr
+        return
+    assert_one_line_failure(r, contains=match)
+    assert (str(src) if target != "outdir/" else dst.rstrip("/")) in r.stderr
+    assert listing(tmp_path) == ["m.hurray"]
+
+
+@pytest.mark.parametrize(
+    "value, match", [(_DEEP, "is not valid JSON: nested too deeply"), ("[1]", "not a JSON object")]
+)
+def test_a_safetensors_quantization_key_that_is_not_a_json_object_is_one_error(
+    tmp_path, value, match
+):
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "q.safetensors"
+    save_file({"w": np.ones(4, np.float32)}, str(src), metadata={"hurray.w.quantization": value})
+    with pytest.raises(ConversionError, match=match) as info:
+        convert(src, tmp_path / "q.npz", quiet=True)
+    assert str(info.value).startswith(f"{src}: metadata 'hurray.w.quantization' (tensor 'w')")
+    assert listing(tmp_path) == ["q.safetensors"]

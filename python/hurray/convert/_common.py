@@ -3,11 +3,13 @@ metadata keys, and small helpers on tensors and paths."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tokenize
 import zipfile
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -124,6 +126,27 @@ def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
         return from_numpy(a)
     except ValueError as exc:
         raise ConversionError(f"array {name!r} of dtype {a.dtype}: {_first_line(exc)}") from None
+
+
+_JSON_KINDS = {dict: "object", list: "array", str: "string"}
+
+
+def owned_json(text: Any, what: str, kind: type) -> Any:
+    """The value of the JSON text `text` of a metadata key the converter
+    owns, which `what` names in errors ("SRC: metadata 'zoo.tensors'");
+    ConversionError unless it is JSON of type `kind` (dict, list or str).
+    The text comes from a file, so it can be anything: not JSON, nested
+    past Python's recursion limit (which json.loads meets as RecursionError),
+    or another type that the caller's .get() or iteration would trip on."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConversionError(f"{what} is not valid JSON: nested too deeply") from None
+    except (TypeError, ValueError) as exc:
+        raise ConversionError(f"{what} is not valid JSON: {_first_line(exc)}") from None
+    if not isinstance(value, kind):
+        raise ConversionError(f"{what} is not a JSON {_JSON_KINDS[kind]}")
+    return value
 
 
 def _regular_file(path: str, what: str = "") -> None:

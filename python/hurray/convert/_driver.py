@@ -31,6 +31,7 @@ from ._common import (
     _regular_file,
     _shape_str,
     _values,
+    owned_json,
 )
 from ._gguf import _GgufSource, _GgufTarget
 from ._hurrayfile import _HurraySource, _HurrayTarget
@@ -340,10 +341,7 @@ def _selected_names(src: str, source: _Source, include, exclude) -> List[str]:
 def _convert_all(names, infos, source, target, opts, report, metadata, quiet) -> Dict[str, str]:
     """Converts every selected tensor into report rows; returns the float
     dtypes the quantized ones had before quantization."""
-    try:
-        src_dtypes = json.loads(metadata.get(SOURCE_DTYPES_KEY, "{}"))
-    except ValueError:
-        src_dtypes = {}
+    src_dtypes = _source_dtypes(metadata, report.source)
     new_dtypes: Dict[str, str] = {}
     bar = _progress(sum(i[2] for i in infos.values()), len(names), quiet)
     try:
@@ -358,6 +356,20 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
     finally:
         bar.close()
     return new_dtypes
+
+
+def _source_dtypes(metadata: Dict, src: str) -> Dict[str, str]:
+    """{tensor: the float dtype it had before quantization}, as the source
+    recorded it (SOURCE_DTYPES_KEY)."""
+    text = metadata.get(SOURCE_DTYPES_KEY)
+    if text is None:
+        return {}
+    what = f"{src}: metadata {SOURCE_DTYPES_KEY!r}"
+    dtypes = owned_json(text, what, dict)
+    for name, dtype in dtypes.items():
+        if not isinstance(dtype, str):
+            raise ConversionError(f"{what} gives tensor {name!r} the dtype {dtype!r}, not a name")
+    return dtypes
 
 
 def _finish_metadata(
@@ -375,10 +387,12 @@ def _finish_metadata(
     else:
         metadata.pop(SOURCE_DTYPES_KEY, None)
     if GGUF_TENSORS_KEY in metadata:  # keep the file order of what is kept
+        what = f"{report.source}: metadata {GGUF_TENSORS_KEY!r}"
+        order = owned_json(metadata[GGUF_TENSORS_KEY], what, list)
+        if not all(isinstance(n, str) for n in order):
+            raise ConversionError(f"{what} is not a JSON array of tensor names")
         kept = set(names)
-        metadata[GGUF_TENSORS_KEY] = json.dumps(
-            [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept]
-        )
+        metadata[GGUF_TENSORS_KEY] = json.dumps([n for n in order if n in kept])
 
 
 def _keep_zoo_records_of_copies(metadata: Dict, report: ConversionReport) -> None:

@@ -16,7 +16,7 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 from .._files import fsync_dir as _fsync_dir
-from ._common import ConversionError, _first_line
+from ._common import ConversionError, _first_line, owned_json
 from ._safetensors import _SafetensorsTarget
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
 
@@ -99,24 +99,26 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
     def _shards(self, metadata) -> Tuple[Dict[str, List[str]], Optional[str], Dict[str, str]]:
         """{shard file: tensor names}, the index file name or None, and the
         weight map written into it."""
-        try:
-            recorded = json.loads(metadata.get(ZOO_WEIGHT_MAP_KEY) or "{}")
-            records = json.loads(metadata.get(ZOO_TENSORS_KEY) or "{}")
-            if not isinstance(recorded, dict) or not isinstance(records, dict):
-                raise TypeError("not an object")
-            if not all(isinstance(v, str) for v in recorded.values()):
-                raise TypeError("a file name that is not a string")
-        except (ValueError, TypeError) as exc:
-            raise ConversionError(
-                f"metadata {ZOO_WEIGHT_MAP_KEY!r} is not valid: {_first_line(exc)}"
-            ) from None
+        what = f"writing {self.path}: metadata"
+        text = metadata.get(ZOO_WEIGHT_MAP_KEY) or "{}"
+        recorded = owned_json(text, f"{what} {ZOO_WEIGHT_MAP_KEY!r}", dict)
+        records = owned_json(
+            metadata.get(ZOO_TENSORS_KEY) or "{}", f"{what} {ZOO_TENSORS_KEY!r}", dict
+        )
+        for name, shard in recorded.items():
+            if not isinstance(shard, str):
+                raise ConversionError(
+                    f"{what} {ZOO_WEIGHT_MAP_KEY!r} gives tensor {name!r} the file {shard!r}, "
+                    "not a file name"
+                )
         index = metadata.get(ZOO_INDEX_KEY)
         if index is not None:
             index = _plain_name(index, ".safetensors.index.json", ZOO_INDEX_KEY)
         first = {}  # a grouped tensor written as itself (dequantized): its first member's shard
         for name, rec in records.items():
-            for m in rec.get("members", ()) if isinstance(rec, dict) else ():
-                if isinstance(m, dict) and m.get("name") in recorded:
+            members = rec.get("members") if isinstance(rec, dict) else None
+            for m in members if isinstance(members, list) else ():
+                if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"] in recorded:
                     first.setdefault(name, recorded[m["name"]])
         default = min(recorded.values()) if recorded else DEFAULT_FILE
         shards: Dict[str, List[str]] = {}
@@ -167,8 +169,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             raw = metadata.get("safetensors_index.metadata")
             if raw:
                 try:
-                    index_meta = json.loads(raw)
-                except ValueError:
+                    index_meta = owned_json(raw, "the index metadata", dict)
+                except ConversionError:  # not the converter's to judge: dropped
                     index_meta = {}
             if isinstance(index_meta, dict) and "total_size" in index_meta:
                 index_meta["total_size"] = sum(

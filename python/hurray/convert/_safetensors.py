@@ -27,6 +27,7 @@ from ._common import (
     _first_line,
     _regular_file,
     _stored_bytes,
+    owned_json,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -54,11 +55,14 @@ class _SafetensorsSource(_Source):
         for k, v in meta.items():
             if k.startswith("hurray.") and k.endswith(".quantization"):
                 name = k[len("hurray.") : -len(".quantization")]
+                what = f"{self._meta_file[k]}: metadata {k!r} (tensor {name!r})"
                 try:
-                    self._quant[name] = Descriptor.from_dict(json.loads(v))
-                except (ValueError, KeyError, TypeError, HurrayError) as exc:
+                    self._quant[name] = Descriptor.from_dict(owned_json(v, what, dict))
+                except ConversionError:
+                    raise
+                except (ValueError, KeyError, TypeError, HurrayError, RecursionError) as exc:
                     raise ConversionError(
-                        f"metadata {k!r} is not a valid hurray descriptor: {_first_line(exc)}"
+                        f"{what} is not a valid hurray descriptor: {_first_line(exc)}"
                     ) from None
             elif k.startswith("hurray.") and k.endswith(".dtype"):
                 self._src_dtypes[k[len("hurray.") : -len(".dtype")]] = v
@@ -95,6 +99,7 @@ class _SafetensorsSource(_Source):
 
         self._sources = []
         self._where: Dict[str, Tuple[Any, int]] = {}
+        self._meta_file: Dict[str, str] = {}  # metadata key -> the shard it was read from
         meta: Dict[str, str] = {}
         holder: Dict[str, str] = {}  # tensor -> the shard that holds it
         for path in files:
@@ -113,6 +118,7 @@ class _SafetensorsSource(_Source):
             for k, v in h.metadata().items():
                 if k.startswith("safetensors."):
                     meta.setdefault(k[len("safetensors.") :], v)
+                    self._meta_file.setdefault(k[len("safetensors.") :], path)
             for i, key in enumerate(h.names()):
                 # Silent loss otherwise: one of two copies, or a tensor the
                 # index forgot, would be dropped without a word.
