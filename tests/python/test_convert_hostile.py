@@ -1063,3 +1063,34 @@ def test_a_safetensors_quantization_key_that_is_not_a_json_object_is_one_error(
         convert(src, tmp_path / "q.npz", quiet=True)
     assert str(info.value).startswith(f"{src}: metadata 'hurray.w.quantization' (tensor 'w')")
     assert listing(tmp_path) == ["q.safetensors"]
+
+
+# ------------------------------------------------------------------ the replaced file's mode
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".npy", ".hurray", ".safetensors"])
+def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix):
+    """The temporary file got 0666 less the umask, so a chmod 600 target
+    came back 644: readable by everyone."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    dst = tmp_path / f"t{suffix}"
+    dst.write_text("secret")
+    os.chmod(dst, 0o600)
+    convert(src, dst, quiet=True)
+    assert stat.S_IMODE(os.stat(dst).st_mode) == 0o600
+    assert listing(tmp_path) == ["src.hurray", f"t{suffix}"]
+
+
+def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_path):
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, {"zoo.config.json": "{}"})
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, mode in (("model.safetensors", 0o600), ("config.json", 0o640)):
+        (out / name).write_text("old")
+        os.chmod(out / name, mode)
+    convert(src, f"{out}/", quiet=True)
+    assert stat.S_IMODE(os.stat(out / "model.safetensors").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(out / "config.json").st_mode) == 0o640
+    assert (out / "config.json").read_text() == "{}"

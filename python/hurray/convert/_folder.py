@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from .._files import fsync_dir as _fsync_dir
 from ._common import ConversionError, _first_line, owned_json
 from ._safetensors import _SafetensorsTarget
+from ._target import keep_mode
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
 
 DEFAULT_FILE = "model.safetensors"
@@ -211,6 +212,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             self._new_dir = None
         else:
             for tmp, name in self._written:
+                keep_mode(tmp, os.path.join(self.path, name))
                 os.replace(tmp, os.path.join(self.path, name))
         self.published = True
         folders = set()

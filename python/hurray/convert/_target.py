@@ -82,9 +82,35 @@ class _Target:
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def _keep_mode(fd: int, path: str) -> None:
+    """Gives the file open as `fd` the permission bits of the regular file
+    `path` it will replace, as the C writer does (ADR-0015 addendum): a
+    chmod 600 checkpoint must not come back readable by everyone. Best
+    effort: a file only its owner can read is still a good file."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            os.fchmod(fd, st.st_mode & 0o777)
+    except OSError:
+        pass
+
+
+def keep_mode(tmp: str, path: str) -> None:
+    """_keep_mode for a file known by name."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY | _O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _keep_mode(fd, path)
+    finally:
+        os.close(fd)
+
+
 def _new_tmp(path: str) -> str:
-    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
-    file in the folder of `path`, and returns its name."""
+    """Creates (O_EXCL, mode 0666 less the umask, or the mode of the file
+    `path` it will replace) a new hidden temporary file in the folder of
+    `path`, and returns its name."""
     folder, base = os.path.split(os.path.abspath(path))
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
@@ -101,6 +127,7 @@ def _new_tmp(path: str) -> str:
             raise ConversionError(
                 f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
             ) from None
+        _keep_mode(fd, path)
         os.close(fd)
         return tmp
 
