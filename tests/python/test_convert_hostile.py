@@ -1094,3 +1094,61 @@ def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_
     assert stat.S_IMODE(os.stat(out / "model.safetensors").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(out / "config.json").st_mode) == 0o640
     assert (out / "config.json").read_text() == "{}"
+
+
+# ------------------------------------------------------------------ the temporary file
+
+
+def test_a_failing_close_of_the_new_temporary_file_leaves_nothing(tmp_path, monkeypatch):
+    """The file was made but self.tmp not yet set, so abort() left it
+    behind, and the message was a bare '[Errno 28] No space left on device'."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    out = tmp_path / "out"
+    out.mkdir()
+    real_close = os.close
+    failed = []
+
+    def close(fd):
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = ""
+        real_close(fd)
+        if where.startswith(str(out)) and not failed:
+            failed.append(where)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "close", close)
+    with pytest.raises(ConversionError) as info:
+        convert(src, out / "t.pt", quiet=True)
+    monkeypatch.undo()
+    assert failed, "the fault was not reached"
+    assert str(info.value) == f"cannot write into the folder {out}: No space left on device"
+    assert listing(out) == []
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".hurray", ".safetensors", "/"])
+def test_a_target_name_of_255_bytes_is_written(tmp_path, suffix):
+    """The temporary name added some 30 bytes to the target's: a legal name
+    of 240-255 bytes failed with 'File name too long'."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    stem = "é" * ((255 - len(suffix.rstrip("/"))) // 2) + "m" * ((255 - len(suffix)) % 2)
+    dst = f"{tmp_path}/{stem}{suffix}"
+    assert len(os.fsencode(os.path.basename(dst.rstrip("/")))) >= 254
+    convert(src, dst, quiet=True)
+    assert listing(tmp_path) == sorted(["src.hurray", os.path.basename(dst.rstrip("/"))])
+    if suffix == "/":  # again, into the folder that is there now
+        convert(src, dst, quiet=True)
+        assert listing(dst) == ["model.safetensors"]
+
+
+def test_temporary_names_are_cut_between_characters():
+    import sys
+
+    short_name = sys.modules["hurray.convert._target"].short_name
+    name = "a" + "é" * 200
+    cut = short_name(name)
+    assert name.startswith(cut) and len(os.fsencode(cut)) == 99  # not 100: é is 2 bytes
+    assert short_name("plain") == "plain"

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 from .._files import fsync_dir as _fsync_dir
 from ._common import ConversionError, _first_line, owned_json
 from ._safetensors import _SafetensorsTarget
-from ._target import keep_mode
+from ._target import keep_mode, short_name
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
 
 DEFAULT_FILE = "model.safetensors"
@@ -64,7 +64,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             return
         if os.path.lexists(self.path):
             raise ConversionError(f"{self.path} exists and is not a folder")
-        base = os.path.basename(self.path)
+        base = short_name(os.path.basename(self.path))
         tmp = os.path.join(parent, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             os.mkdir(tmp)
@@ -95,7 +95,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                     self._made.append(folder)
         if self._new_dir is not None:
             return os.path.join(folder, base)
-        return os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        return os.path.join(folder, f".{short_name(base)}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
     def _shards(self, metadata) -> Tuple[Dict[str, List[str]], Optional[str], Dict[str, str]]:
         """{shard file: tensor names}, the index file name or None, and the

@@ -107,6 +107,33 @@ def keep_mode(tmp: str, path: str) -> None:
         os.close(fd)
 
 
+TMP_STEM_BYTES = 100
+
+
+def short_name(name: str, limit: int = TMP_STEM_BYTES) -> str:
+    """`name` cut to at most `limit` bytes of its file-system encoding,
+    between two characters. A temporary name adds some 30 bytes to the
+    target's, and a target's name may itself be NAME_MAX (255) bytes long:
+    the temporary file must not be the one name that is too long."""
+    kept, size = [], 0
+    for ch in name:
+        try:
+            size += len(os.fsencode(ch))
+        except UnicodeError:  # a lone surrogate: no file name holds it anyway
+            size += 4
+        if size > limit:
+            break
+        kept.append(ch)
+    return "".join(kept)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _new_tmp(path: str) -> str:
     """Creates (O_EXCL, mode 0666 less the umask, or the mode of the file
     `path` it will replace) a new hidden temporary file in the folder of
@@ -117,6 +144,7 @@ def _new_tmp(path: str) -> str:
         if base.endswith(s):
             stem, suffix = base[: -len(s)], s
             break
+    stem = short_name(stem)
     while True:
         tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
         try:
@@ -128,7 +156,14 @@ def _new_tmp(path: str) -> str:
                 f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
             ) from None
         _keep_mode(fd, path)
-        os.close(fd)
+        try:
+            os.close(fd)  # Linux releases the descriptor even when close fails
+        except OSError as exc:
+            # self.tmp is not set yet, so abort() cannot remove it
+            _unlink_quietly(tmp)
+            raise ConversionError(
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
+            ) from None
         return tmp
 
 
@@ -173,10 +208,7 @@ class _FileTarget(_Target):
 
     def abort(self) -> None:
         if self.tmp is not None and not self.published:
-            try:
-                os.unlink(self.tmp)
-            except OSError:
-                pass
+            _unlink_quietly(self.tmp)
 
 
 class _DenseTarget(_FileTarget):
