@@ -1152,3 +1152,89 @@ def test_temporary_names_are_cut_between_characters():
     cut = short_name(name)
     assert name.startswith(cut) and len(os.fsencode(cut)) == 99  # not 100: é is 2 bytes
     assert short_name("plain") == "plain"
+
+
+# ------------------------------------------------------------------ file-system failures are OSError
+
+
+def _fs_case(tmp_path, case):
+    np.save(tmp_path / "a.npy", np.ones(3, np.float32))
+    hurray.save(tmp_path / "a.hurray", {"w": np.ones(3, np.float32)})
+    (tmp_path / "file").write_text("x")
+    return {
+        "missing .npy": (tmp_path / "missing.npy", tmp_path / "x.hurray", FileNotFoundError),
+        "missing .hurray": (tmp_path / "missing.hurray", tmp_path / "x.npz", FileNotFoundError),
+        "no target folder": (tmp_path / "a.npy", tmp_path / "no" / "x.npz", FileNotFoundError),
+        "folder is a file": (tmp_path / "a.hurray", tmp_path / "file" / "x.pt", NotADirectoryError),
+        "target is a folder": (tmp_path / "a.hurray", tmp_path / "d.npy", IsADirectoryError),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing .npy",
+        "missing .hurray",
+        "no target folder",
+        "folder is a file",
+        "target is a folder",
+    ],
+)
+def test_file_system_failures_are_oserrors_and_conversion_errors(tmp_path, case):
+    """They were plain ConversionErrors: `except FileNotFoundError` (or
+    OSError) missed a missing source, unlike hurray.open's."""
+    (tmp_path / "d.npy").mkdir()
+    src, dst, builtin = _fs_case(tmp_path, case)
+    with pytest.raises(hurray.ConversionIOError) as info:
+        convert(src, f"{dst}", quiet=True)
+    e = info.value
+    assert isinstance(e, builtin) and isinstance(e, hurray.ConversionError)
+    assert isinstance(e, hurray.HurrayError) and type(e) is type(info.value)
+    assert (
+        e.errno
+        == {
+            FileNotFoundError: 2,
+            NotADirectoryError: 20,
+            IsADirectoryError: 21,
+        }[builtin]
+    )
+    assert e.strerror == os.strerror(e.errno) and e.filename
+    assert "Errno" not in str(e) and len(str(e).splitlines()) == 1
+    r = run_cli(src, dst)
+    assert_one_line_failure(r, contains=str(e).split(":")[0])
+    assert "d.npy" in listing(tmp_path)  # nothing else written, no temporary file
+    assert not any(n.startswith(".") for n in listing(tmp_path))
+
+
+def test_conversion_io_error_classes_are_made_once_and_exported(tmp_path):
+    from hurray.convert import ConversionIOError
+
+    assert ConversionIOError is hurray.ConversionIOError
+    assert issubclass(ConversionIOError, OSError)
+    assert issubclass(ConversionIOError, hurray.ConversionError)
+    classes = set()
+    for _ in range(2):
+        with pytest.raises(FileNotFoundError) as info:
+            convert(tmp_path / "missing.npz", tmp_path / "x.hurray", quiet=True)
+        classes.add(type(info.value))
+    assert len(classes) == 1
+    assert str(info.value) == f"{tmp_path / 'missing.npz'}: no such file or directory"
+
+
+def test_a_full_disk_is_an_oserror_naming_the_target(tmp_path, monkeypatch):
+    """ENOSPC from a writer came out as a plain ConversionError:
+    '[Errno 28] No space left on device', with no path."""
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"w": np.ones(3, np.float32)})
+
+    def full(fp, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np.lib.format, "write_array", full)
+    for dst in (tmp_path / "x.npy", tmp_path / "x.npz"):
+        with pytest.raises(OSError) as info:
+            convert(src, dst, quiet=True)
+        assert isinstance(info.value, hurray.ConversionIOError) and info.value.errno == 28
+        assert str(info.value) == f"writing {dst}: No space left on device"
+        assert info.value.filename == str(dst)
+    assert listing(tmp_path) == ["a.hurray"]

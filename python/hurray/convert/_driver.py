@@ -3,6 +3,7 @@ pick the tensors, quantize what the rules say, measure, write, publish."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -31,6 +32,8 @@ from ._common import (
     _regular_file,
     _shape_str,
     _values,
+    io_error,
+    os_failure,
     owned_json,
 )
 from ._gguf import _GgufSource, _GgufTarget
@@ -74,14 +77,29 @@ def _source_kind(path: str) -> str:
     )
 
 
+def _check_readable(path: str, kind: str) -> List[str]:
+    """Refuses a source that is missing or cannot be read (a folder's
+    listing, a file opened once for reading) with a ConversionIOError;
+    the folder's entries, or []."""
+    if not os.path.exists(path):
+        raise io_error(f"{path}: no such file or directory", errno.ENOENT, path)
+    try:
+        if kind == "dir":
+            return sorted(os.listdir(path))
+        _regular_file(path)  # before the open: a FIFO would block it
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+    except OSError as exc:
+        if isinstance(exc, ConversionError):
+            raise
+        raise os_failure(exc, f"cannot read {path}: {exc.strerror}", path) from None
+    return []
+
+
 def _open_source(path: str, verify: bool = True) -> _Source:
     kind = _source_kind(path)
-    if not os.path.exists(path):
-        raise ConversionError(f"{path}: no such file or directory")
-    if kind != "dir":
-        _regular_file(path)
+    entries = _check_readable(path, kind)
     if kind == "dir":
-        indexes = sorted(n for n in os.listdir(path) if n.endswith(".safetensors.index.json"))
+        indexes = [n for n in entries if n.endswith(".safetensors.index.json")]
         if len(indexes) == 1:
             return _open_index(os.path.join(path, indexes[0]))
         if len(indexes) > 1:
@@ -89,7 +107,7 @@ def _open_source(path: str, verify: bool = True) -> _Source:
                 f"{path} holds {len(indexes)} *.safetensors.index.json files; "
                 "name the one to convert"
             )
-        files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        files = [n for n in entries if n.endswith(".safetensors")]
         if len(files) == 1:
             _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
@@ -223,7 +241,8 @@ def convert(
     checksums before they are converted (verify=False skips that).
     dequantize: quantized tensors are written as float values, whatever the target.
     Raises ConversionError (UsageError for options that do not fit
-    together). The target is replaced only when everything succeeded; on
+    together; ConversionIOError, also an OSError, for a failure of the
+    file system). The target is replaced only when everything succeeded; on
     any error, KeyboardInterrupt included, it is left as it was."""
     src, dst = os.fspath(src), os.fspath(dst)
     opts = _Options(
@@ -259,9 +278,11 @@ def convert(
     except BaseException as exc:
         if target is not None:
             target.abort()
-        if isinstance(exc, _FAILURES) and not isinstance(exc, ConversionError):
-            raise ConversionError(_first_line(exc)) from exc
-        raise
+        if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES):
+            raise
+        if isinstance(exc, OSError):  # hurray.HurrayIOError too: file-system failures stay OSError
+            raise os_failure(exc, _first_line(exc)) from exc
+        raise ConversionError(_first_line(exc)) from exc
     finally:
         source.close()
     if not quiet:
@@ -317,7 +338,7 @@ def _check_paths(src: str, dst: str, opts: _Options) -> str:
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise UsageError(f"{dst} is the source itself; write to another file")
     if os.path.isdir(dst) and dst_kind != "safetensors-dir":
-        raise ConversionError(f"{dst} is a directory; name the file to write")
+        raise io_error(f"{dst} is a directory; name the file to write", errno.EISDIR, dst)
     return dst_kind
 
 

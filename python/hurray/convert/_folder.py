@@ -16,7 +16,7 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 from .._files import fsync_dir as _fsync_dir
-from ._common import ConversionError, _first_line, owned_json
+from ._common import ConversionError, _first_line, os_failure, owned_json
 from ._safetensors import _SafetensorsTarget
 from ._target import keep_mode, short_name
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
@@ -69,8 +69,10 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         try:
             os.mkdir(tmp)
         except OSError as exc:
-            raise ConversionError(
-                f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}"
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}",
+                parent,
             ) from None
         self._new_dir = tmp
 
@@ -88,8 +90,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 try:
                     os.mkdir(folder)
                 except OSError as exc:
-                    raise ConversionError(
-                        f"cannot make the folder {folder}: {exc.strerror or _first_line(exc)}"
+                    raise os_failure(
+                        exc, f"cannot make the folder {folder}: {exc.strerror or _first_line(exc)}"
                     ) from None
                 if self._new_dir is None:
                     self._made.append(folder)
@@ -196,8 +198,9 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                     f.flush()
                     os.fsync(f.fileno())
             except OSError as exc:
-                raise ConversionError(
-                    f"writing {os.path.join(self.path, name)}: {exc.strerror or _first_line(exc)}"
+                where = os.path.join(self.path, name)
+                raise os_failure(
+                    exc, f"writing {where}: {exc.strerror or _first_line(exc)}"
                 ) from None
 
     def publish(self) -> None:

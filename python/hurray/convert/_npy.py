@@ -14,6 +14,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    os_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -73,5 +74,8 @@ class _NpyTarget(_DenseTarget):
         )
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")
-        with open(self.tmp, "wb") as fp:
-            np.lib.format.write_array(fp, self._array, allow_pickle=False)
+        try:
+            with open(self.tmp, "wb") as fp:
+                np.lib.format.write_array(fp, self._array, allow_pickle=False)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None

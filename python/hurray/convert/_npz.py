@@ -18,6 +18,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    os_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -156,15 +157,21 @@ class _NpzTarget(_DenseTarget):
         self._check_name(name)
         array, changed, note = self.dense_array(name, t, source_dtype)
         array = _contiguous(array)
-        with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
-            np.lib.format.write_array(fp, array, allow_pickle=False)
+        try:
+            with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
+                np.lib.format.write_array(fp, array, allow_pickle=False)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
         return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
 
     def finish(self, metadata, report):
         _note_dropped(
             report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npz holds arrays only"
         )
-        self._zip.close()
+        try:
+            self._zip.close()  # writes the central directory
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
 
     def abort(self):
         try:

@@ -27,6 +27,7 @@ from ._common import (
     _first_line,
     _regular_file,
     _stored_bytes,
+    os_failure,
     owned_json,
 )
 from ._source import _Source
@@ -105,7 +106,11 @@ class _SafetensorsSource(_Source):
         for path in files:
             try:
                 h = _formats.Source(path)
-            except (HurrayError, OSError) as exc:
+            except OSError as exc:  # hurray.HurrayIOError too
+                raise os_failure(
+                    exc, f"cannot read safetensors file {path}: {_first_line(exc)}"
+                ) from None
+            except HurrayError as exc:
                 raise ConversionError(
                     f"cannot read safetensors file {path}: {_first_line(exc)}"
                 ) from None
@@ -433,7 +438,9 @@ class _SafetensorsTarget(_DenseTarget):
                 [(n, self._tensors[n].__hurray__()) for n in names],
                 {"safetensors." + k: v for k, v in meta.items()},
             )
-        except (HurrayError, OSError, ValueError, TypeError) as exc:
+        except OSError as exc:  # hurray.HurrayIOError too: a full disk
+            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+        except (HurrayError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
 
     def finish(self, metadata, report):

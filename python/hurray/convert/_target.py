@@ -22,6 +22,7 @@ from ._common import (
     ConversionError,
     _check_dense_written_size,
     _first_line,
+    os_failure,
 )
 from ._report import ConversionReport
 from .layouts import describe
@@ -152,8 +153,10 @@ def _new_tmp(path: str) -> str:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise ConversionError(
-                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
+                folder,
             ) from None
         _keep_mode(fd, path)
         try:
@@ -161,8 +164,10 @@ def _new_tmp(path: str) -> str:
         except OSError as exc:
             # self.tmp is not set yet, so abort() cannot remove it
             _unlink_quietly(tmp)
-            raise ConversionError(
-                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
+                folder,
             ) from None
         return tmp
 
@@ -197,12 +202,15 @@ class _FileTarget(_Target):
 
     def publish(self) -> None:
         assert self.tmp is not None
-        fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.tmp, self.path)
+            fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
         self.published = True
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
 
