@@ -69,7 +69,7 @@ from ._safe_open import SafeOpen, SafeSlice, safe_open  # noqa: F401 - the stubs
 from ._shards import load_sharded, save_sharded, shard
 from ._sparse import SparseTensor
 from ._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_dlpack, from_hurray, from_numpy
-from .convert import ConversionError, convert
+from .convert import ConversionError, ConversionIOError, convert
 
 _hurray._set_tensor_class(Tensor)
 _hooks.provide("torch", lambda: importlib.import_module(".torch", __name__).__getattribute__)
@@ -84,6 +84,7 @@ __all__ = [
     "ChecksumError",
     "Composite",
     "ConversionError",
+    "ConversionIOError",
     "DEFAULT_OUTPUT_LIMIT",
     "DTYPES",
     "Dense",

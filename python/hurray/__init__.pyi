@@ -34,6 +34,7 @@ __all__ = [
     "C_ABI_VERSION",
     "ChecksumError",
     "ConversionError",
+    "ConversionIOError",
     "Composite",
     "DEFAULT_OUTPUT_LIMIT",
     "DTYPES",
@@ -813,6 +814,16 @@ def as_tensor(value: object) -> Tensor:
 
 class ConversionError(HurrayError):
     """A conversion that cannot be done (docs/impl/convert.md)."""
+
+class ConversionIOError(ConversionError, OSError):
+    """A conversion that failed on the file system: a missing or unreadable
+    source, a target folder that is missing or cannot be written, a full
+    disk. Carries errno, strerror and filename, and is also the builtin
+    OSError subclass its errno maps to (a missing source is a
+    ConversionIOError and a FileNotFoundError); str() is the one-line
+    message."""
+
+    message: str | None
 
 def convert(
     src: str | os.PathLike[str],

@@ -936,3 +936,305 @@ def test_a_name_with_a_lone_surrogate_converts_and_is_shown(tmp_path):
     assert "w\\xed\\xa0\\x80x" in r.stdout
     # A .hurray file holds UTF-8 names only: a one-line refusal, not an internal error.
     assert_one_line_failure(run_cli(src, tmp_path / "s.hurray"), contains="surrogates not allowed")
+
+
+# ------------------------------------------------------------------ .npz names ending in .npy
+
+
+def test_npz_array_named_like_another_member_reads_its_own_member(tmp_path):
+    """Members a.npy (array 'a') and a.npy.npy (array 'a.npy'): np.load
+    looks 'a.npy' up as a member first, so both arrays got a's values."""
+    src = tmp_path / "alias.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("a.npy", _npy_bytes(np.array([1.0, 2.0, 3.0], np.float32)))
+        z.writestr("a.npy.npy", _npy_bytes(np.array([9.0, 9.0], np.float64)))
+    convert(src, tmp_path / "out.hurray", quiet=True)
+    back = hurray.load(tmp_path / "out.hurray")
+    assert back["a"].numpy().tolist() == [1.0, 2.0, 3.0]
+    assert back["a.npy"].numpy().dtype == np.float64
+    assert back["a.npy"].numpy().tolist() == [9.0, 9.0]
+
+
+def test_npz_member_without_npy_ending_is_still_read(tmp_path):
+    src = tmp_path / "bare.npz"
+    with zipfile.ZipFile(src, "w") as z:
+        z.writestr("w", _npy_bytes(np.arange(4, dtype=np.int16)))
+    convert(src, tmp_path / "out.hurray", quiet=True)
+    assert hurray.load(tmp_path / "out.hurray")["w"].numpy().tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("order", [("a", "a.npy"), ("a.npy", "a")])
+def test_npz_target_refuses_names_that_read_back_as_one(tmp_path, order):
+    """Tensor 'a' is member a.npy, which np.load also returns for tensor
+    'a.npy' (member a.npy.npy): the round trip swapped values silently."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {n: np.full(2 + i, i, np.float32) for i, n in enumerate(order)})
+    dst = tmp_path / "out.npz"
+    with pytest.raises(
+        ConversionError, match="tensors 'a' and 'a.npy' cannot both go into an .npz"
+    ):
+        convert(src, dst, quiet=True)
+    assert listing(tmp_path) == ["src.hurray"]
+
+
+def test_names_holding_nul_are_refused_where_the_target_cannot_hold_them(tmp_path):
+    """zipfile cuts member names at NUL: 'w\\0first' and 'w\\0second' both
+    became member 'w', one lost with a mere warning; hurray.save's
+    ValueError was an internal error. A .pt target keeps such names."""
+    src = tmp_path / "nul.pt"
+    torch.save({"w\0first": torch.ones(2), "w\0second": torch.zeros(3)}, src)
+    r = run_cli(src, tmp_path / "out.npz")
+    assert_one_line_failure(r, contains="holds a NUL character")
+    assert "out.npz" in r.stderr
+    r = run_cli(src, tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="NUL character")
+    assert "out.hurray" in r.stderr
+    assert listing(tmp_path) == ["nul.pt"]
+    convert(src, tmp_path / "out.pt", quiet=True)
+    assert set(torch.load(tmp_path / "out.pt", weights_only=True)) == {"w\0first", "w\0second"}
+
+
+def test_an_npz_archive_named_npy_is_a_one_line_failure(tmp_path):
+    """np.load returns an NpzFile for a zip, whatever the name: it reached
+    the converter as an array ('internal error: AttributeError')."""
+    np.savez(tmp_path / "arch.npz", a=np.arange(4.0))
+    os.rename(tmp_path / "arch.npz", tmp_path / "arch.npy")
+    r = run_cli(tmp_path / "arch.npy", tmp_path / "x.hurray")
+    assert_one_line_failure(r, contains="is an .npz archive, not a .npy array")
+    assert listing(tmp_path) == ["arch.npy"]
+
+
+# ------------------------------------------------------------------ JSON metadata the converter owns
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "key, value, target, match",
+    [
+        ("convert.source_dtypes", _DEEP, "x.npz", "'convert.source_dtypes' is not valid JSON"),
+        ("convert.source_dtypes", "[1]", "x.npz", "'convert.source_dtypes' is not a JSON object"),
+        ("convert.source_dtypes", '"float16"', "x.npz", "is not a JSON object"),
+        ("convert.source_dtypes", '{"w": 5}', "x.npz", "gives tensor 'w' the dtype 5"),
+        ("zoo.tensors", _DEEP, "x.safetensors", "'zoo.tensors' is not valid JSON"),
+        ("zoo.tensors", '{"w": []}', "x.safetensors", "tensor 'w': not an object with a list"),
+        ("zoo.tensors", '{"w": {"members": [5]}}', "x.npz", "tensor 'w': member 5 is not"),
+        ("zoo.tensors", _DEEP, "x.hurray", None),  # kept as it is: the record is not read
+        ("zoo.weight_map", _DEEP, "outdir/", "'zoo.weight_map' is not valid JSON"),
+        ("zoo.weight_map", '{"w": 5}', "outdir/", "gives tensor 'w' the file 5"),
+        ("gguf.__tensors__", _DEEP, "x.gguf", "'gguf.__tensors__' is not valid JSON"),
+        ("gguf.__tensors__", "[[1]]", "x.gguf", "is not a JSON array of tensor names"),
+        # not the converter's to judge: dropped from the index written
+        ("safetensors_index.metadata", _DEEP, "outdir/", None),
+    ],
+)
+def test_owned_metadata_that_is_not_the_json_it_should_be_is_one_error(
+    tmp_path, key, value, target, match
+):
+    """Nested past the recursion limit, or of another type: RecursionError
+    and AttributeError came out as internal errors."""
+    src = tmp_path / "m.hurray"
+    meta = {key: value}
+    if key == "safetensors_index.metadata":  # read only when an index is written
+        meta["zoo.index"] = "model.safetensors.index.json"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, meta)
+    dst = f"{tmp_path}/{target}"
+    # --include: a .hurray or .safetensors target would take the native C path
+    r = run_cli(src, dst, "-q", "--include", "w")
+    if match is None:
+        assert r.returncode == 0, r.stderr
+        return
+    assert_one_line_failure(r, contains=match)
+    assert (str(src) if target != "outdir/" else dst.rstrip("/")) in r.stderr
+    assert listing(tmp_path) == ["m.hurray"]
+
+
+@pytest.mark.parametrize(
+    "value, match", [(_DEEP, "is not valid JSON: nested too deeply"), ("[1]", "not a JSON object")]
+)
+def test_a_safetensors_quantization_key_that_is_not_a_json_object_is_one_error(
+    tmp_path, value, match
+):
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "q.safetensors"
+    save_file({"w": np.ones(4, np.float32)}, str(src), metadata={"hurray.w.quantization": value})
+    with pytest.raises(ConversionError, match=match) as info:
+        convert(src, tmp_path / "q.npz", quiet=True)
+    assert str(info.value).startswith(f"{src}: metadata 'hurray.w.quantization' (tensor 'w')")
+    assert listing(tmp_path) == ["q.safetensors"]
+
+
+# ------------------------------------------------------------------ the replaced file's mode
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".npy", ".hurray", ".safetensors"])
+def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix):
+    """The temporary file got 0666 less the umask, so a chmod 600 target
+    came back 644: readable by everyone."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    dst = tmp_path / f"t{suffix}"
+    dst.write_text("secret")
+    os.chmod(dst, 0o600)
+    convert(src, dst, quiet=True)
+    assert stat.S_IMODE(os.stat(dst).st_mode) == 0o600
+    assert listing(tmp_path) == ["src.hurray", f"t{suffix}"]
+
+
+def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_path):
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, {"zoo.config.json": "{}"})
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, mode in (("model.safetensors", 0o600), ("config.json", 0o640)):
+        (out / name).write_text("old")
+        os.chmod(out / name, mode)
+    convert(src, f"{out}/", quiet=True)
+    assert stat.S_IMODE(os.stat(out / "model.safetensors").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(out / "config.json").st_mode) == 0o640
+    assert (out / "config.json").read_text() == "{}"
+
+
+# ------------------------------------------------------------------ the temporary file
+
+
+def test_a_failing_close_of_the_new_temporary_file_leaves_nothing(tmp_path, monkeypatch):
+    """The file was made but self.tmp not yet set, so abort() left it
+    behind, and the message was a bare '[Errno 28] No space left on device'."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    out = tmp_path / "out"
+    out.mkdir()
+    real_close = os.close
+    failed = []
+
+    def close(fd):
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = ""
+        real_close(fd)
+        if where.startswith(str(out)) and not failed:
+            failed.append(where)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "close", close)
+    with pytest.raises(ConversionError) as info:
+        convert(src, out / "t.pt", quiet=True)
+    monkeypatch.undo()
+    assert failed, "the fault was not reached"
+    assert str(info.value) == f"cannot write into the folder {out}: No space left on device"
+    assert listing(out) == []
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".hurray", ".safetensors", "/"])
+def test_a_target_name_of_255_bytes_is_written(tmp_path, suffix):
+    """The temporary name added some 30 bytes to the target's: a legal name
+    of 240-255 bytes failed with 'File name too long'."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    stem = "é" * ((255 - len(suffix.rstrip("/"))) // 2) + "m" * ((255 - len(suffix)) % 2)
+    dst = f"{tmp_path}/{stem}{suffix}"
+    assert len(os.fsencode(os.path.basename(dst.rstrip("/")))) >= 254
+    convert(src, dst, quiet=True)
+    assert listing(tmp_path) == sorted(["src.hurray", os.path.basename(dst.rstrip("/"))])
+    if suffix == "/":  # again, into the folder that is there now
+        convert(src, dst, quiet=True)
+        assert listing(dst) == ["model.safetensors"]
+
+
+def test_temporary_names_are_cut_between_characters():
+    import sys
+
+    short_name = sys.modules["hurray.convert._target"].short_name
+    name = "a" + "é" * 200
+    cut = short_name(name)
+    assert name.startswith(cut) and len(os.fsencode(cut)) == 99  # not 100: é is 2 bytes
+    assert short_name("plain") == "plain"
+
+
+# ------------------------------------------------------------------ file-system failures are OSError
+
+
+def _fs_case(tmp_path, case):
+    np.save(tmp_path / "a.npy", np.ones(3, np.float32))
+    hurray.save(tmp_path / "a.hurray", {"w": np.ones(3, np.float32)})
+    (tmp_path / "file").write_text("x")
+    return {
+        "missing .npy": (tmp_path / "missing.npy", tmp_path / "x.hurray", FileNotFoundError),
+        "missing .hurray": (tmp_path / "missing.hurray", tmp_path / "x.npz", FileNotFoundError),
+        "no target folder": (tmp_path / "a.npy", tmp_path / "no" / "x.npz", FileNotFoundError),
+        "folder is a file": (tmp_path / "a.hurray", tmp_path / "file" / "x.pt", NotADirectoryError),
+        "target is a folder": (tmp_path / "a.hurray", tmp_path / "d.npy", IsADirectoryError),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing .npy",
+        "missing .hurray",
+        "no target folder",
+        "folder is a file",
+        "target is a folder",
+    ],
+)
+def test_file_system_failures_are_oserrors_and_conversion_errors(tmp_path, case):
+    """They were plain ConversionErrors: `except FileNotFoundError` (or
+    OSError) missed a missing source, unlike hurray.open's."""
+    (tmp_path / "d.npy").mkdir()
+    src, dst, builtin = _fs_case(tmp_path, case)
+    with pytest.raises(hurray.ConversionIOError) as info:
+        convert(src, f"{dst}", quiet=True)
+    e = info.value
+    assert isinstance(e, builtin) and isinstance(e, hurray.ConversionError)
+    assert isinstance(e, hurray.HurrayError) and type(e) is type(info.value)
+    assert (
+        e.errno
+        == {
+            FileNotFoundError: 2,
+            NotADirectoryError: 20,
+            IsADirectoryError: 21,
+        }[builtin]
+    )
+    assert e.strerror == os.strerror(e.errno) and e.filename
+    assert "Errno" not in str(e) and len(str(e).splitlines()) == 1
+    r = run_cli(src, dst)
+    assert_one_line_failure(r, contains=str(e).split(":")[0])
+    assert "d.npy" in listing(tmp_path)  # nothing else written, no temporary file
+    assert not any(n.startswith(".") for n in listing(tmp_path))
+
+
+def test_conversion_io_error_classes_are_made_once_and_exported(tmp_path):
+    from hurray.convert import ConversionIOError
+
+    assert ConversionIOError is hurray.ConversionIOError
+    assert issubclass(ConversionIOError, OSError)
+    assert issubclass(ConversionIOError, hurray.ConversionError)
+    classes = set()
+    for _ in range(2):
+        with pytest.raises(FileNotFoundError) as info:
+            convert(tmp_path / "missing.npz", tmp_path / "x.hurray", quiet=True)
+        classes.add(type(info.value))
+    assert len(classes) == 1
+    assert str(info.value) == f"{tmp_path / 'missing.npz'}: no such file or directory"
+
+
+def test_a_full_disk_is_an_oserror_naming_the_target(tmp_path, monkeypatch):
+    """ENOSPC from a writer came out as a plain ConversionError:
+    '[Errno 28] No space left on device', with no path."""
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"w": np.ones(3, np.float32)})
+
+    def full(fp, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np.lib.format, "write_array", full)
+    for dst in (tmp_path / "x.npy", tmp_path / "x.npz"):
+        with pytest.raises(OSError) as info:
+            convert(src, dst, quiet=True)
+        assert isinstance(info.value, hurray.ConversionIOError) and info.value.errno == 28
+        assert str(info.value) == f"writing {dst}: No space left on device"
+        assert info.value.filename == str(dst)
+    assert listing(tmp_path) == ["a.hurray"]

@@ -26,7 +26,13 @@ importing this package); import from the package with
 `from hurray.convert import ...`, not `import hurray.convert.x as y`.
 """
 
-from ._common import SOURCE_SUFFIXES, TARGET_SUFFIXES, ConversionError, UsageError  # noqa: F401
+from ._common import (  # noqa: F401
+    SOURCE_SUFFIXES,
+    TARGET_SUFFIXES,
+    ConversionError,
+    ConversionIOError,
+    UsageError,
+)
 from ._driver import convert
 from ._report import ConversionReport, ReportTotals, TensorReport
 from ._rules import default_quantize_rule
@@ -35,6 +41,7 @@ from .layouts import describe  # noqa: F401
 __all__ = [
     "convert",
     "ConversionError",
+    "ConversionIOError",
     "ConversionReport",
     "TensorReport",
     "ReportTotals",

@@ -3,11 +3,14 @@ metadata keys, and small helpers on tensors and paths."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import stat
 import tokenize
 import zipfile
 import zlib
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -62,6 +65,59 @@ class ConversionError(_hurray.HurrayError):
     # C raises nothing here, so the status is the nearest one for "cannot".
     status = _hurray.STATUS["HURRAY_ERR_UNSUPPORTED"]
     status_name = "HURRAY_ERR_UNSUPPORTED"
+
+
+class ConversionIOError(ConversionError, OSError):
+    """A conversion that failed on the file system (a missing source, a
+    folder that cannot be written, a full disk). Also an OSError with errno,
+    strerror and filename, and the builtin OSError subclass its errno maps
+    to (a missing source is a ConversionIOError and a FileNotFoundError), as
+    hurray.HurrayIOError is; str() is the one-line message."""
+
+    status = _hurray.STATUS["HURRAY_ERR_IO"]
+    status_name = "HURRAY_ERR_IO"
+    message: Optional[str] = None
+
+    def __str__(self) -> str:
+        return self.message if self.message is not None else OSError.__str__(self)
+
+
+# builtin OSError subclass -> its ConversionIOError twin, made once each, as
+# the C extension makes HurrayIOError's (os_class in _guard.c)
+_IO_CLASSES: Dict[type, type] = {}
+
+
+def _io_class(errno_: Optional[int]) -> type:
+    builtin = type(OSError(errno_, "")) if errno_ else OSError
+    if builtin is OSError:
+        return ConversionIOError
+    cls = _IO_CLASSES.get(builtin)
+    if cls is None:
+        doc = "A ConversionIOError that is also the builtin OSError subclass its errno maps to."
+        cls = type(f"Conversion{builtin.__name__}", (ConversionIOError, builtin), {"__doc__": doc})
+        cls.__module__ = "hurray"
+        _IO_CLASSES[builtin] = cls
+    return cls
+
+
+def io_error(message: str, errno_: Optional[int], filename: Optional[str] = None):
+    """The ConversionIOError (of the class errno_ maps to) saying `message`."""
+    cls = _io_class(errno_)
+    if errno_:
+        exc = (
+            cls(errno_, os.strerror(errno_), filename)
+            if filename
+            else cls(errno_, os.strerror(errno_))
+        )
+    else:
+        exc = cls(message)
+    exc.message = message
+    return exc
+
+
+def os_failure(exc: OSError, message: str, filename: Optional[str] = None):
+    """io_error for the OSError (or hurray.HurrayIOError) `exc`."""
+    return io_error(message, exc.errno, filename or exc.filename)
 
 
 class UsageError(ConversionError):
@@ -126,12 +182,35 @@ def _from_numpy_checked(a: np.ndarray, name: str) -> Tensor:
         raise ConversionError(f"array {name!r} of dtype {a.dtype}: {_first_line(exc)}") from None
 
 
+_JSON_KINDS = {dict: "object", list: "array", str: "string"}
+
+
+def owned_json(text: Any, what: str, kind: type) -> Any:
+    """The value of the JSON text `text` of a metadata key the converter
+    owns, which `what` names in errors ("SRC: metadata 'zoo.tensors'");
+    ConversionError unless it is JSON of type `kind` (dict, list or str).
+    The text comes from a file, so it can be anything: not JSON, nested
+    past Python's recursion limit (which json.loads meets as RecursionError),
+    or another type that the caller's .get() or iteration would trip on."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConversionError(f"{what} is not valid JSON: nested too deeply") from None
+    except (TypeError, ValueError) as exc:
+        raise ConversionError(f"{what} is not valid JSON: {_first_line(exc)}") from None
+    if not isinstance(value, kind):
+        raise ConversionError(f"{what} is not a JSON {_JSON_KINDS[kind]}")
+    return value
+
+
 def _regular_file(path: str, what: str = "") -> None:
     """Refuses what is not a regular file (a FIFO would block the read forever)."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise ConversionError(f"{what}{path}: {exc.strerror or _first_line(exc)}") from None
+        raise os_failure(exc, f"{what}{path}: {exc.strerror or _first_line(exc)}", path) from None
+    if stat.S_ISDIR(mode):
+        raise io_error(f"{what}{path} is not a regular file", errno.EISDIR, path)
     if not stat.S_ISREG(mode):
         raise ConversionError(f"{what}{path} is not a regular file")
 

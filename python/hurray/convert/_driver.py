@@ -3,6 +3,7 @@ pick the tensors, quantize what the rules say, measure, write, publish."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -31,6 +32,9 @@ from ._common import (
     _regular_file,
     _shape_str,
     _values,
+    io_error,
+    os_failure,
+    owned_json,
 )
 from ._gguf import _GgufSource, _GgufTarget
 from ._hurrayfile import _HurraySource, _HurrayTarget
@@ -73,14 +77,29 @@ def _source_kind(path: str) -> str:
     )
 
 
+def _check_readable(path: str, kind: str) -> List[str]:
+    """Refuses a source that is missing or cannot be read (a folder's
+    listing, a file opened once for reading) with a ConversionIOError;
+    the folder's entries, or []."""
+    if not os.path.exists(path):
+        raise io_error(f"{path}: no such file or directory", errno.ENOENT, path)
+    try:
+        if kind == "dir":
+            return sorted(os.listdir(path))
+        _regular_file(path)  # before the open: a FIFO would block it
+        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+    except OSError as exc:
+        if isinstance(exc, ConversionError):
+            raise
+        raise os_failure(exc, f"cannot read {path}: {exc.strerror}", path) from None
+    return []
+
+
 def _open_source(path: str, verify: bool = True) -> _Source:
     kind = _source_kind(path)
-    if not os.path.exists(path):
-        raise ConversionError(f"{path}: no such file or directory")
-    if kind != "dir":
-        _regular_file(path)
+    entries = _check_readable(path, kind)
     if kind == "dir":
-        indexes = sorted(n for n in os.listdir(path) if n.endswith(".safetensors.index.json"))
+        indexes = [n for n in entries if n.endswith(".safetensors.index.json")]
         if len(indexes) == 1:
             return _open_index(os.path.join(path, indexes[0]))
         if len(indexes) > 1:
@@ -88,7 +107,7 @@ def _open_source(path: str, verify: bool = True) -> _Source:
                 f"{path} holds {len(indexes)} *.safetensors.index.json files; "
                 "name the one to convert"
             )
-        files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        files = [n for n in entries if n.endswith(".safetensors")]
         if len(files) == 1:
             _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
@@ -222,7 +241,8 @@ def convert(
     checksums before they are converted (verify=False skips that).
     dequantize: quantized tensors are written as float values, whatever the target.
     Raises ConversionError (UsageError for options that do not fit
-    together). The target is replaced only when everything succeeded; on
+    together; ConversionIOError, also an OSError, for a failure of the
+    file system). The target is replaced only when everything succeeded; on
     any error, KeyboardInterrupt included, it is left as it was."""
     src, dst = os.fspath(src), os.fspath(dst)
     opts = _Options(
@@ -258,9 +278,11 @@ def convert(
     except BaseException as exc:
         if target is not None:
             target.abort()
-        if isinstance(exc, _FAILURES) and not isinstance(exc, ConversionError):
-            raise ConversionError(_first_line(exc)) from exc
-        raise
+        if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES):
+            raise
+        if isinstance(exc, OSError):  # hurray.HurrayIOError too: file-system failures stay OSError
+            raise os_failure(exc, _first_line(exc)) from exc
+        raise ConversionError(_first_line(exc)) from exc
     finally:
         source.close()
     if not quiet:
@@ -316,7 +338,7 @@ def _check_paths(src: str, dst: str, opts: _Options) -> str:
     if os.path.exists(dst) and os.path.exists(src) and os.path.samefile(src, dst):
         raise UsageError(f"{dst} is the source itself; write to another file")
     if os.path.isdir(dst) and dst_kind != "safetensors-dir":
-        raise ConversionError(f"{dst} is a directory; name the file to write")
+        raise io_error(f"{dst} is a directory; name the file to write", errno.EISDIR, dst)
     return dst_kind
 
 
@@ -340,10 +362,7 @@ def _selected_names(src: str, source: _Source, include, exclude) -> List[str]:
 def _convert_all(names, infos, source, target, opts, report, metadata, quiet) -> Dict[str, str]:
     """Converts every selected tensor into report rows; returns the float
     dtypes the quantized ones had before quantization."""
-    try:
-        src_dtypes = json.loads(metadata.get(SOURCE_DTYPES_KEY, "{}"))
-    except ValueError:
-        src_dtypes = {}
+    src_dtypes = _source_dtypes(metadata, report.source)
     new_dtypes: Dict[str, str] = {}
     bar = _progress(sum(i[2] for i in infos.values()), len(names), quiet)
     try:
@@ -358,6 +377,20 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
     finally:
         bar.close()
     return new_dtypes
+
+
+def _source_dtypes(metadata: Dict, src: str) -> Dict[str, str]:
+    """{tensor: the float dtype it had before quantization}, as the source
+    recorded it (SOURCE_DTYPES_KEY)."""
+    text = metadata.get(SOURCE_DTYPES_KEY)
+    if text is None:
+        return {}
+    what = f"{src}: metadata {SOURCE_DTYPES_KEY!r}"
+    dtypes = owned_json(text, what, dict)
+    for name, dtype in dtypes.items():
+        if not isinstance(dtype, str):
+            raise ConversionError(f"{what} gives tensor {name!r} the dtype {dtype!r}, not a name")
+    return dtypes
 
 
 def _finish_metadata(
@@ -375,10 +408,12 @@ def _finish_metadata(
     else:
         metadata.pop(SOURCE_DTYPES_KEY, None)
     if GGUF_TENSORS_KEY in metadata:  # keep the file order of what is kept
+        what = f"{report.source}: metadata {GGUF_TENSORS_KEY!r}"
+        order = owned_json(metadata[GGUF_TENSORS_KEY], what, list)
+        if not all(isinstance(n, str) for n in order):
+            raise ConversionError(f"{what} is not a JSON array of tensor names")
         kept = set(names)
-        metadata[GGUF_TENSORS_KEY] = json.dumps(
-            [n for n in json.loads(metadata[GGUF_TENSORS_KEY]) if n in kept]
-        )
+        metadata[GGUF_TENSORS_KEY] = json.dumps([n for n in order if n in kept])
 
 
 def _keep_zoo_records_of_copies(metadata: Dict, report: ConversionReport) -> None:

@@ -16,8 +16,9 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 from .._files import fsync_dir as _fsync_dir
-from ._common import ConversionError, _first_line
+from ._common import ConversionError, _first_line, os_failure, owned_json
 from ._safetensors import _SafetensorsTarget
+from ._target import keep_mode, short_name
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
 
 DEFAULT_FILE = "model.safetensors"
@@ -63,13 +64,15 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             return
         if os.path.lexists(self.path):
             raise ConversionError(f"{self.path} exists and is not a folder")
-        base = os.path.basename(self.path)
+        base = short_name(os.path.basename(self.path))
         tmp = os.path.join(parent, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             os.mkdir(tmp)
         except OSError as exc:
-            raise ConversionError(
-                f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}"
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}",
+                parent,
             ) from None
         self._new_dir = tmp
 
@@ -87,36 +90,38 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 try:
                     os.mkdir(folder)
                 except OSError as exc:
-                    raise ConversionError(
-                        f"cannot make the folder {folder}: {exc.strerror or _first_line(exc)}"
+                    raise os_failure(
+                        exc, f"cannot make the folder {folder}: {exc.strerror or _first_line(exc)}"
                     ) from None
                 if self._new_dir is None:
                     self._made.append(folder)
         if self._new_dir is not None:
             return os.path.join(folder, base)
-        return os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        return os.path.join(folder, f".{short_name(base)}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
     def _shards(self, metadata) -> Tuple[Dict[str, List[str]], Optional[str], Dict[str, str]]:
         """{shard file: tensor names}, the index file name or None, and the
         weight map written into it."""
-        try:
-            recorded = json.loads(metadata.get(ZOO_WEIGHT_MAP_KEY) or "{}")
-            records = json.loads(metadata.get(ZOO_TENSORS_KEY) or "{}")
-            if not isinstance(recorded, dict) or not isinstance(records, dict):
-                raise TypeError("not an object")
-            if not all(isinstance(v, str) for v in recorded.values()):
-                raise TypeError("a file name that is not a string")
-        except (ValueError, TypeError) as exc:
-            raise ConversionError(
-                f"metadata {ZOO_WEIGHT_MAP_KEY!r} is not valid: {_first_line(exc)}"
-            ) from None
+        what = f"writing {self.path}: metadata"
+        text = metadata.get(ZOO_WEIGHT_MAP_KEY) or "{}"
+        recorded = owned_json(text, f"{what} {ZOO_WEIGHT_MAP_KEY!r}", dict)
+        records = owned_json(
+            metadata.get(ZOO_TENSORS_KEY) or "{}", f"{what} {ZOO_TENSORS_KEY!r}", dict
+        )
+        for name, shard in recorded.items():
+            if not isinstance(shard, str):
+                raise ConversionError(
+                    f"{what} {ZOO_WEIGHT_MAP_KEY!r} gives tensor {name!r} the file {shard!r}, "
+                    "not a file name"
+                )
         index = metadata.get(ZOO_INDEX_KEY)
         if index is not None:
             index = _plain_name(index, ".safetensors.index.json", ZOO_INDEX_KEY)
         first = {}  # a grouped tensor written as itself (dequantized): its first member's shard
         for name, rec in records.items():
-            for m in rec.get("members", ()) if isinstance(rec, dict) else ():
-                if isinstance(m, dict) and m.get("name") in recorded:
+            members = rec.get("members") if isinstance(rec, dict) else None
+            for m in members if isinstance(members, list) else ():
+                if isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"] in recorded:
                     first.setdefault(name, recorded[m["name"]])
         default = min(recorded.values()) if recorded else DEFAULT_FILE
         shards: Dict[str, List[str]] = {}
@@ -167,8 +172,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             raw = metadata.get("safetensors_index.metadata")
             if raw:
                 try:
-                    index_meta = json.loads(raw)
-                except ValueError:
+                    index_meta = owned_json(raw, "the index metadata", dict)
+                except ConversionError:  # not the converter's to judge: dropped
                     index_meta = {}
             if isinstance(index_meta, dict) and "total_size" in index_meta:
                 index_meta["total_size"] = sum(
@@ -193,8 +198,9 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                     f.flush()
                     os.fsync(f.fileno())
             except OSError as exc:
-                raise ConversionError(
-                    f"writing {os.path.join(self.path, name)}: {exc.strerror or _first_line(exc)}"
+                where = os.path.join(self.path, name)
+                raise os_failure(
+                    exc, f"writing {where}: {exc.strerror or _first_line(exc)}"
                 ) from None
 
     def publish(self) -> None:
@@ -209,6 +215,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             self._new_dir = None
         else:
             for tmp, name in self._written:
+                keep_mode(tmp, os.path.join(self.path, name))
                 os.replace(tmp, os.path.join(self.path, name))
         self.published = True
         folders = set()

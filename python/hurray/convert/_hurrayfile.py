@@ -7,7 +7,7 @@ from typing import Dict
 from .. import _files
 from .._hurray import HurrayError
 from .._tensor import Tensor
-from ._common import ConversionError, _first_line, _stored_bytes
+from ._common import ConversionError, _first_line, _stored_bytes, os_failure
 from ._source import _Source
 from ._target import _FileTarget, _Out
 from .layouts import describe
@@ -21,7 +21,9 @@ class _HurraySource(_Source):
         self._verify = verify
         try:
             self._file = _files.open(path)
-        except (HurrayError, OSError) as exc:
+        except OSError as exc:  # hurray.HurrayIOError too
+            raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}") from None
+        except HurrayError as exc:
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
 
     def names(self):
@@ -64,9 +66,7 @@ class _HurrayTarget(_FileTarget):
         report.metadata_keys = len(metadata)
         try:  # hurray.save replaces self.tmp atomically; publish() renames it
             _files.save(self.tmp, self._tensors, metadata, statistics=self.options.stats)
-        except (HurrayError, TypeError, OverflowError) as exc:
+        except OSError as exc:  # hurray.HurrayIOError too: a full disk
+            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+        except (HurrayError, TypeError, OverflowError, ValueError) as exc:  # ValueError: NUL
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
-        except OSError as exc:
-            raise ConversionError(
-                f"writing {self.path}: {exc.strerror or _first_line(exc)}"
-            ) from None

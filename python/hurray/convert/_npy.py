@@ -14,6 +14,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    os_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -28,6 +29,13 @@ class _NpySource(_Source):
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
         except NUMPY_FILE_ERRORS as exc:  # a cut or empty file too (EOFError, TokenError)
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+        if not isinstance(self._array, np.ndarray):  # np.load opens an .npz whatever its name
+            if hasattr(self._array, "close"):
+                self._array.close()
+            raise ConversionError(
+                f"cannot read {path}: it is an .npz archive, not a .npy array "
+                "(name it *.npz to convert its arrays)"
+            )
         base = os.path.basename(path)
         self._name = base[:-4] if base.endswith(".npy") else base
 
@@ -66,5 +74,8 @@ class _NpyTarget(_DenseTarget):
         )
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")
-        with open(self.tmp, "wb") as fp:
-            np.lib.format.write_array(fp, self._array, allow_pickle=False)
+        try:
+            with open(self.tmp, "wb") as fp:
+                np.lib.format.write_array(fp, self._array, allow_pickle=False)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None

@@ -1,11 +1,12 @@
-"""numpy .npz archives: read with numpy (no pickles), written as np.savez
-writes them, one member as each tensor arrives."""
+"""numpy .npz archives: each array read from its own member with numpy's
+.npy reader (no pickles), written as np.savez writes them, one member as
+each tensor arrives."""
 
 from __future__ import annotations
 
 import math
 import zipfile
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    os_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -28,7 +30,6 @@ class _NpzSource(_Source):
     def __init__(self, path: str):
         self.path = path
         try:
-            self._npz = np.load(path, allow_pickle=False)
             self._zip = zipfile.ZipFile(path)
         except NUMPY_FILE_ERRORS as exc:
             raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
@@ -37,12 +38,13 @@ class _NpzSource(_Source):
             # numpy names member "a.npy" and member "a" both "a"
             name = member[:-4] if member.endswith(".npy") else member
             if name in self._members:
+                self._zip.close()
                 raise ConversionError(
                     f"{path}: members {self._members[name]!r} and {member!r} "
                     f"both read as array {name!r}"
                 )
             self._members[name] = member
-        self._names = list(self._npz.files)
+        self._names = list(self._members)
 
     def names(self):
         return list(self._names)
@@ -51,7 +53,7 @@ class _NpzSource(_Source):
         """(shape, fortran_order, dtype) from the member's .npy header, or
         None where it cannot be read (_array then says what is wrong)."""
         member = self._members.get(name)
-        if member is None or not member.endswith(".npy"):
+        if member is None:
             return None
         try:
             with self._zip.open(member) as fp:
@@ -91,22 +93,26 @@ class _NpzSource(_Source):
                     f"the member holds {held}"
                 )
         try:
-            a = self._npz[name]
+            return self._read_member(self._members[name])
         except NUMPY_FILE_ERRORS as exc:  # object arrays, damaged or truncated members
             raise ConversionError(f"{self.path}: array {name!r}: {_first_line(exc)}") from None
         except MemoryError:
             raise ConversionError(f"{self.path}: array {name!r}: out of memory") from None
-        if not isinstance(a, np.ndarray):  # numpy hands out other members as bytes
-            raise ConversionError(
-                f"{self.path}: member {self._members.get(name, name)!r} is not a .npy array"
-            )
-        return a
+
+    def _read_member(self, member: str) -> np.ndarray:
+        """The array in `member` itself: np.load looks a name up as a member
+        first, so its array "a.npy" would be member "a.npy" (array "a"),
+        not "a.npy.npy", and the size check above would guard another one."""
+        with self._zip.open(member) as fp:
+            if fp.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+                raise ConversionError(f"{self.path}: member {member!r} is not a .npy array")
+            fp.seek(0)
+            return np.lib.format.read_array(fp, allow_pickle=False)
 
     def get(self, name):
         return _from_numpy_checked(self._array(name), name)
 
     def close(self):
-        self._npz.close()
         self._zip.close()
 
 
@@ -120,23 +126,52 @@ class _NpzTarget(_DenseTarget):
     def __init__(self, path, options):
         super().__init__(path, options)
         self._zip: Optional[zipfile.ZipFile] = None
+        self._names: Set[str] = set()
 
     def start(self):
         super().start()
         self._zip = zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True)
 
+    def _check_name(self, name: str) -> None:
+        """Refuses a name the archive cannot give back: tensor "a" is member
+        "a.npy", which readers (np.load, this converter's) take for tensor
+        "a.npy" as well, so "a" and "a.npy" would come back as one; and a
+        name holding NUL, which zipfile cuts there ("w\\0a" and "w\\0b"
+        would both be member "w", one lost with a mere warning)."""
+        if "\0" in name:
+            raise ConversionError(
+                f"{self.path}: tensor {name!r} holds a NUL character, which .npz member "
+                "names cannot hold (a .pt target keeps such names)"
+            )
+        other = name[:-4] if name.endswith(".npy") else name + ".npy"
+        if other in self._names:
+            first, second = sorted((name, other), key=len)
+            raise ConversionError(
+                f"{self.path}: tensors {first!r} and {second!r} cannot both go into an .npz: "
+                f"tensor {first!r} is written as member {second!r}, which numpy also hands out as "
+                f"tensor {second!r}; one would be lost (write another format)"
+            )
+        self._names.add(name)
+
     def add(self, name, t, source_dtype):
+        self._check_name(name)
         array, changed, note = self.dense_array(name, t, source_dtype)
         array = _contiguous(array)
-        with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
-            np.lib.format.write_array(fp, array, allow_pickle=False)
+        try:
+            with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
+                np.lib.format.write_array(fp, array, allow_pickle=False)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
         return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
 
     def finish(self, metadata, report):
         _note_dropped(
             report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npz holds arrays only"
         )
-        self._zip.close()
+        try:
+            self._zip.close()  # writes the central directory
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
 
     def abort(self):
         try:

@@ -27,6 +27,8 @@ from ._common import (
     _first_line,
     _regular_file,
     _stored_bytes,
+    os_failure,
+    owned_json,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -54,11 +56,14 @@ class _SafetensorsSource(_Source):
         for k, v in meta.items():
             if k.startswith("hurray.") and k.endswith(".quantization"):
                 name = k[len("hurray.") : -len(".quantization")]
+                what = f"{self._meta_file[k]}: metadata {k!r} (tensor {name!r})"
                 try:
-                    self._quant[name] = Descriptor.from_dict(json.loads(v))
-                except (ValueError, KeyError, TypeError, HurrayError) as exc:
+                    self._quant[name] = Descriptor.from_dict(owned_json(v, what, dict))
+                except ConversionError:
+                    raise
+                except (ValueError, KeyError, TypeError, HurrayError, RecursionError) as exc:
                     raise ConversionError(
-                        f"metadata {k!r} is not a valid hurray descriptor: {_first_line(exc)}"
+                        f"{what} is not a valid hurray descriptor: {_first_line(exc)}"
                     ) from None
             elif k.startswith("hurray.") and k.endswith(".dtype"):
                 self._src_dtypes[k[len("hurray.") : -len(".dtype")]] = v
@@ -95,12 +100,17 @@ class _SafetensorsSource(_Source):
 
         self._sources = []
         self._where: Dict[str, Tuple[Any, int]] = {}
+        self._meta_file: Dict[str, str] = {}  # metadata key -> the shard it was read from
         meta: Dict[str, str] = {}
         holder: Dict[str, str] = {}  # tensor -> the shard that holds it
         for path in files:
             try:
                 h = _formats.Source(path)
-            except (HurrayError, OSError) as exc:
+            except OSError as exc:  # hurray.HurrayIOError too
+                raise os_failure(
+                    exc, f"cannot read safetensors file {path}: {_first_line(exc)}"
+                ) from None
+            except HurrayError as exc:
                 raise ConversionError(
                     f"cannot read safetensors file {path}: {_first_line(exc)}"
                 ) from None
@@ -113,6 +123,7 @@ class _SafetensorsSource(_Source):
             for k, v in h.metadata().items():
                 if k.startswith("safetensors."):
                     meta.setdefault(k[len("safetensors.") :], v)
+                    self._meta_file.setdefault(k[len("safetensors.") :], path)
             for i, key in enumerate(h.names()):
                 # Silent loss otherwise: one of two copies, or a tensor the
                 # index forgot, would be dropped without a word.
@@ -427,7 +438,9 @@ class _SafetensorsTarget(_DenseTarget):
                 [(n, self._tensors[n].__hurray__()) for n in names],
                 {"safetensors." + k: v for k, v in meta.items()},
             )
-        except (HurrayError, OSError, ValueError, TypeError) as exc:
+        except OSError as exc:  # hurray.HurrayIOError too: a full disk
+            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+        except (HurrayError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
 
     def finish(self, metadata, report):

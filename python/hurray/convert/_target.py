@@ -22,6 +22,7 @@ from ._common import (
     ConversionError,
     _check_dense_written_size,
     _first_line,
+    os_failure,
 )
 from ._report import ConversionReport
 from .layouts import describe
@@ -82,15 +83,69 @@ class _Target:
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def _keep_mode(fd: int, path: str) -> None:
+    """Gives the file open as `fd` the permission bits of the regular file
+    `path` it will replace, as the C writer does (ADR-0015 addendum): a
+    chmod 600 checkpoint must not come back readable by everyone. Best
+    effort: a file only its owner can read is still a good file."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            os.fchmod(fd, st.st_mode & 0o777)
+    except OSError:
+        pass
+
+
+def keep_mode(tmp: str, path: str) -> None:
+    """_keep_mode for a file known by name."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY | _O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _keep_mode(fd, path)
+    finally:
+        os.close(fd)
+
+
+TMP_STEM_BYTES = 100
+
+
+def short_name(name: str, limit: int = TMP_STEM_BYTES) -> str:
+    """`name` cut to at most `limit` bytes of its file-system encoding,
+    between two characters. A temporary name adds some 30 bytes to the
+    target's, and a target's name may itself be NAME_MAX (255) bytes long:
+    the temporary file must not be the one name that is too long."""
+    kept, size = [], 0
+    for ch in name:
+        try:
+            size += len(os.fsencode(ch))
+        except UnicodeError:  # a lone surrogate: no file name holds it anyway
+            size += 4
+        if size > limit:
+            break
+        kept.append(ch)
+    return "".join(kept)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _new_tmp(path: str) -> str:
-    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
-    file in the folder of `path`, and returns its name."""
+    """Creates (O_EXCL, mode 0666 less the umask, or the mode of the file
+    `path` it will replace) a new hidden temporary file in the folder of
+    `path`, and returns its name."""
     folder, base = os.path.split(os.path.abspath(path))
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
         if base.endswith(s):
             stem, suffix = base[: -len(s)], s
             break
+    stem = short_name(stem)
     while True:
         tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
         try:
@@ -98,10 +153,22 @@ def _new_tmp(path: str) -> str:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise ConversionError(
-                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}"
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
+                folder,
             ) from None
-        os.close(fd)
+        _keep_mode(fd, path)
+        try:
+            os.close(fd)  # Linux releases the descriptor even when close fails
+        except OSError as exc:
+            # self.tmp is not set yet, so abort() cannot remove it
+            _unlink_quietly(tmp)
+            raise os_failure(
+                exc,
+                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
+                folder,
+            ) from None
         return tmp
 
 
@@ -135,21 +202,21 @@ class _FileTarget(_Target):
 
     def publish(self) -> None:
         assert self.tmp is not None
-        fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.tmp, self.path)
+            fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
         self.published = True
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
 
     def abort(self) -> None:
         if self.tmp is not None and not self.published:
-            try:
-                os.unlink(self.tmp)
-            except OSError:
-                pass
+            _unlink_quietly(self.tmp)
 
 
 class _DenseTarget(_FileTarget):

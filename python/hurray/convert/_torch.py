@@ -11,7 +11,7 @@ from .. import _dtypes
 from .._descriptor import Dense
 from .._hurray import HurrayError
 from .._tensor import from_numpy
-from ._common import SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line
+from ._common import SOURCE_DTYPES_KEY, ConversionError, _contiguous, _first_line, os_failure
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
@@ -33,7 +33,7 @@ class _TorchSource(_Source):
                     raise
                 obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
         except OSError as exc:
-            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+            raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}", path) from None
         except Exception as exc:  # UnpicklingError and friends
             text = str(exc)
             detail = next(
@@ -186,5 +186,7 @@ class _TorchTarget(_TorchishTarget):
         )
         try:
             torch.save(self._tensors, self.tmp)
+        except OSError as exc:
+            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
         except Exception as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None

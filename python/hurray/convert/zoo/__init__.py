@@ -100,7 +100,7 @@ from ... import _dtypes
 from ..._descriptor import Buffer, Descriptor
 from ..._hurray import HurrayError
 from ..._tensor import Tensor, from_numpy, natural_alignment
-from .._common import ConversionError, _first_line, _regular_file
+from .._common import ConversionError, _first_line, _regular_file, owned_json
 from .._source import _Source
 
 # Metadata keys the zoo owns (docs/impl/convert.md, "Metadata").
@@ -526,10 +526,9 @@ def drop_changed_records(meta: Dict[str, Any], exact: set) -> Tuple[List[str], b
     whether config.json still has a quantization_config. That is kept: it
     may also describe layers no family reads, which pass through as stored,
     and only the user knows whether any are left."""
-    text = meta.get(ZOO_TENSORS_KEY)
     try:
-        records = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+        records = owned_json(meta.get(ZOO_TENSORS_KEY), ZOO_TENSORS_KEY, dict)
+    except ConversionError:
         records = None  # a hostile record is refused where it is read
     if not isinstance(records, dict):
         return [], False
@@ -540,33 +539,35 @@ def drop_changed_records(meta: Dict[str, Any], exact: set) -> Tuple[List[str], b
             meta[ZOO_TENSORS_KEY] = json.dumps(kept, separators=(",", ":"), sort_keys=True)
         else:
             del meta[ZOO_TENSORS_KEY]
-    config = meta.get(ZOO_CONFIG_KEY)
     try:
-        parsed = json.loads(config) if isinstance(config, str) else None
-    except ValueError:
-        parsed = None
-    return changed, isinstance(parsed, dict) and "quantization_config" in parsed
+        parsed = owned_json(meta.get(ZOO_CONFIG_KEY), ZOO_CONFIG_KEY, dict)
+    except ConversionError:
+        parsed = None  # no config.json, or one that is not an object: none to keep
+    return changed, parsed is not None and "quantization_config" in parsed
 
 
 # ---------------------------------------------------------------------------
 # The way back: a hurray file's zoo tensors as their source members
 
 
-def _records(meta: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+def _records(meta: Dict[str, Any], src: str) -> Dict[str, Dict[str, Any]]:
     raw = meta.get(ZOO_TENSORS_KEY)
     if raw is None:
         return {}
-    try:
-        records = json.loads(raw)
-        if not isinstance(records, dict):
-            raise TypeError("not an object")
-        for rec in records.values():
+    what = f"{src}: metadata {ZOO_TENSORS_KEY!r}"
+    records = owned_json(raw, what, dict)
+    for name, rec in records.items():
+        try:
+            if not isinstance(rec, dict) or not isinstance(rec.get("members"), list):
+                raise TypeError("not an object with a list of members")
             for m in rec["members"]:
+                if not isinstance(m, dict):
+                    raise TypeError(f"member {m!r} is not an object")
                 _check_member(m)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ConversionError(
-            f"metadata {ZOO_TENSORS_KEY!r} is not a valid zoo record: {_first_line(exc)}"
-        ) from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConversionError(
+                f"{what} is not a valid zoo record: tensor {name!r}: {_first_line(exc)}"
+            ) from None
     return records
 
 
@@ -695,13 +696,12 @@ class _DequantizedMeta(_Source):
         meta = dict(self.inner.metadata())
         meta.pop(ZOO_TENSORS_KEY, None)
         text = meta.get(ZOO_CONFIG_KEY)
-        if isinstance(text, str):
-            try:
-                config = json.loads(text)
-            except ValueError:
-                config = None
-            if isinstance(config, dict):
-                meta[ZOO_CONFIG_KEY] = _dequantized_config(text, config)
+        try:
+            config = owned_json(text, ZOO_CONFIG_KEY, dict)
+        except ConversionError:
+            config = None  # passed on as it is
+        if config is not None:
+            meta[ZOO_CONFIG_KEY] = _dequantized_config(text, config)
         return meta
 
     def refused(self):
@@ -727,7 +727,7 @@ def wrap_source(
         if dequantize:
             return _DequantizedMeta(source)
         if dst_kind != "hurray":
-            return _RestoreSource(source, _records(meta))
+            return _RestoreSource(source, _records(meta, src))
     return source
 
 
