@@ -18,9 +18,14 @@ def test_conversion_error_is_a_hurray_error(tmp_path):
         hurray.convert(
             str(tmp_path / "missing.safetensors"), str(tmp_path / "x.hurray"), quiet=True
         )
+    # A missing source is a file-system failure: an OSError too.
     assert isinstance(info.value, ConversionError)
-    assert info.value.status_name == "HURRAY_ERR_UNSUPPORTED"
-    assert info.value.status == hurray._hurray.STATUS["HURRAY_ERR_UNSUPPORTED"]
+    assert isinstance(info.value, hurray.ConversionIOError)
+    assert isinstance(info.value, FileNotFoundError)
+    assert info.value.status_name == "HURRAY_ERR_IO"
+    assert info.value.status == hurray._hurray.STATUS["HURRAY_ERR_IO"]
+    assert ConversionError.status_name == "HURRAY_ERR_UNSUPPORTED"
+    assert ConversionError.status == hurray._hurray.STATUS["HURRAY_ERR_UNSUPPORTED"]
 
 
 def test_usage_error_is_a_hurray_error(tmp_path):
