@@ -804,7 +804,9 @@ def save_sharded(
 ) -> list[str]:
     """Cuts every tensor into `parts` pieces along `axis` (numpy.array_split)
     and writes piece k of each, with its shard, to
-    directory/part-{k:05d}-of-{parts:05d}.hurray. Returns the paths."""
+    directory/part-{k:05d}-of-{parts:05d}.hurray, each marked with the
+    call's random id (metadata hurray.save_sharded.save; load_sharded
+    refuses a tensor whose pieces carry two). Returns the paths."""
 
 # --------------------------------------------------------------- conversions
 

@@ -582,13 +582,13 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
       int m = sync == NULL ? HURRAY_SYNC_READY
                            : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
-          get_u64(b, "alignment", 1, &alignment) < 0) {
+          get_u64(b, "alignment", 1, &alignment) < 0 ||
+          hy_check_max(alignment, UINT32_MAX, "alignment") < 0) {
         Py_DECREF(seq);
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a buffer needs a role");
         return -1;
       }
-      s = hurray_descriptor_add_buffer(d, (HurrayBufferRole)r, size,
-                                       alignment > UINT32_MAX ? 3 : (uint32_t)alignment,
+      s = hurray_descriptor_add_buffer(d, (HurrayBufferRole)r, size, (uint32_t)alignment,
                                        (HurraySyncMode)m, NULL, e);
     }
     Py_DECREF(seq);

@@ -255,7 +255,8 @@ static int module_exec(PyObject *module) {
       add_type(module, &hy_tensor_spec, NULL, &st->tensor_type) < 0 ||
       add_type(module, &hy_view_spec, NULL, &st->view_type) < 0 ||
       add_type(module, &hy_file_spec, NULL, &st->file_type) < 0 ||
-      PyModule_AddIntConstant(module, "FRESH_MAPPING_MIN", (long)HURRAY_FRESH_MAPPING_MIN) < 0) {
+      PyModule_AddIntConstant(module, "FRESH_MAPPING_MIN", (long)HURRAY_FRESH_MAPPING_MIN) < 0 ||
+      PyModule_AddStringConstant(module, "CHUNK_CHECKSUMS_KEY", HURRAY_CHUNK_CHECKSUMS_KEY) < 0) {
     return -1;
   }
   st->error_base = PyErr_NewExceptionWithDoc(

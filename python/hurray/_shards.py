@@ -15,6 +15,7 @@ import glob
 import itertools
 import math
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -93,12 +94,19 @@ def _fmt_box(box: Box) -> str:
 # -------------------------------------------------------------------- pieces
 
 
+#: The metadata key save_sharded marks each part with: one random id per
+#: call, so that load_sharded tells the parts of one save from a mix of two
+#: (a save that failed part way leaves the earlier parts behind it).
+SAVE_KEY = "hurray.save_sharded.save"
+
+
 @dataclass
 class _Piece:
     path: str
     name: str
     descriptor: Descriptor
     box: Box
+    save: Optional[str] = None
 
     def label(self) -> str:
         return f"{os.path.basename(self.path)}[{self.name!r}] {_fmt_box(self.box)}"
@@ -165,8 +173,25 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
 
 
 # long: one check after another over the pieces (agreement, layout, tiling), each with its status.
+def _check_one_save(name: str, pieces: List[_Piece]) -> None:
+    """ValidationError if the pieces of `name` come from different
+    save_sharded calls: a mix looks like a checkpoint, tiles like one, and
+    holds two. Pieces saved otherwise carry no id and are not checked."""
+    saves = {p.save for p in pieces}
+    if len(saves) > 1:
+        first = pieces[0]
+        other = next(p for p in pieces if p.save != first.save)
+        raise _error(
+            "HURRAY_ERR_SHARD_BOUNDS",
+            f"tensor {name!r}: {os.path.basename(first.path)} and "
+            f"{os.path.basename(other.path)} come from different saves ({first.save} and "
+            f"{other.save}): a save_sharded stopped part way, or parts of two were mixed",
+        )
+
+
 def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
     """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
+    _check_one_save(name, pieces)
     first = pieces[0]
     global_shape = first.descriptor.shard.global_shape
     dtype = first.descriptor.dtype
@@ -345,10 +370,10 @@ def load_sharded(
     paths = _paths(paths_or_dir)
     pieces: Dict[str, List[_Piece]] = {}
     unsharded: Dict[str, str] = {}
-    # Pass 1: descriptors only, one file open at a time (a checkpoint may
-    # have more parts than the process may hold open).
+    # Pass 1: descriptors only, one file open at a time (parts may outnumber fds).
     for path in paths:
         with File(path, mmap=mmap) as f:
+            save_id = f.metadata.get(SAVE_KEY)
             for n in [name] if name is not None else f.keys():
                 try:
                     d = f.descriptor(n)
@@ -358,7 +383,7 @@ def load_sharded(
                     unsharded.setdefault(n, path)
                     continue
                 box = (d.shard.offsets, tuple(o + s for o, s in zip(d.shard.offsets, d.shape)))
-                pieces.setdefault(n, []).append(_Piece(path, n, d, box))
+                pieces.setdefault(n, []).append(_Piece(path, n, d, box, save_id))
     if name is not None and name not in pieces:
         where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
         raise _error(
@@ -422,7 +447,10 @@ def save_sharded(
     value that is itself a piece is cut further, its pieces keeping its
     global shape. Existing files in `directory` are left alone: write a
     different part count into a fresh directory, since load_sharded reads
-    every *.hurray file of a directory."""
+    every *.hurray file of a directory. Each part records one random id per
+    call (metadata hurray.save_sharded.save): load_sharded refuses the pieces
+    of a tensor that come from two calls, as a save that failed part way
+    leaves them."""
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
         raise ValueError(f"parts must be a positive integer, got {parts!r}")
     parts = int(parts)
@@ -457,6 +485,7 @@ def save_sharded(
             pieces.append(Tensor(pd, list(p.buffers)))
         split[str(name)] = pieces
     os.makedirs(directory, exist_ok=True)
+    metadata = {**(metadata or {}), SAVE_KEY: secrets.token_hex(8)}
     paths = []
     for k in range(parts):
         path = os.path.join(directory, f"part-{k:05d}-of-{parts:05d}.hurray")

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../buffer/output_limits.h"
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
@@ -243,6 +244,10 @@ static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *
     const char *key = hurray_reader_metadata_key(s->reader, i);
     HurrayMetadataType t = hurray_reader_metadata_type(s->reader, i);
     HurrayStatus st;
+    /* A 1.0 writer could store this key as ordinary metadata; 1.1 reserves
+     * it for the chunk table, and no writer may store it again
+     * (file-format.md 7.1): the copy goes without it. */
+    if (strcmp(key, HURRAY_CHUNK_CHECKSUMS_KEY) == 0) continue;
     switch (t) {
       case HURRAY_METADATA_STRING: {
         const char *v;
@@ -1207,7 +1212,7 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
   put_le(&head, n_kv, 8);
   hurray__str_add(&head, kv.p, kv.len);
   hurray__str_free(&kv);
-  uint64_t at = 0;
+  uint64_t at = 0, stored = 0;
   for (size_t i = 0; i < t->count; i++) {
     const Entry *e = &t->entries[i];
     uint32_t rank = hurray_descriptor_rank(e->d);
@@ -1219,10 +1224,24 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
     put_le(&head, e->gtype, 4);
     put_le(&head, at, 8);
     at += hurray__ceil_div_u64(e->nbytes, align) * align;
+    stored += e->nbytes;
   }
   if (head.oom) {
     hurray__str_free(&head);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  /* general.alignment comes from the source's metadata: 2^30 made a 677-byte
+   * file into 4 GiB of padding. The padding is held to the output limit
+   * that materialising a tensor has. */
+  s = hurray__check_output_bytes(stored, hurray__ceil_div_u64(head.len, align) * align + at, NULL,
+                                 error);
+  if (s != HURRAY_OK) {
+    hurray__str_free(&head);
+    return hurray__fail(error, s,
+                        "GGUF target: general.alignment %llu pads %llu bytes of tensor data to "
+                        "%llu, more than the output limit (64 times the data, or 64 MiB)",
+                        (unsigned long long)align, (unsigned long long)stored,
+                        (unsigned long long)at);
   }
   s = hurray__raw_writer_write(w, head.p, head.len, error);
   hurray__str_free(&head);

@@ -270,16 +270,17 @@ static int on_key(void *ctx, const unsigned char *key, size_t len) {
   }
   size_t limit = p->state == P_ROOT ? HURRAY_MAX_TENSOR_NAME_BYTES
                                     : HURRAY_MAX_METADATA_KEY_BYTES - 16;
-  if (len > 0 && len <= limit && !hurray__utf8_valid((const char *)key, len)) {
-    return st_fail(p, HURRAY_ERR_MALFORMED,
-                   "safetensors header: a name or key that is not valid "
-                   "UTF-8%s",
-                   "");
-  }
+  /* NUL first: the UTF-8 check refuses it too, with the wrong reason. */
   if (len == 0 || len > limit || memchr(key, 0, len) != NULL) {
     return st_fail(p, HURRAY_ERR_LIMIT,
                    "safetensors header: a name or key that is empty, holds a NUL, or is longer "
                    "than hurray allows%s",
+                   "");
+  }
+  if (!hurray__utf8_valid((const char *)key, len)) {
+    return st_fail(p, HURRAY_ERR_MALFORMED,
+                   "safetensors header: a name or key that is not valid "
+                   "UTF-8%s",
                    "");
   }
   free(p->key);

@@ -1242,3 +1242,75 @@ def test_a_full_disk_is_an_oserror_naming_the_target(tmp_path, monkeypatch):
         assert str(info.value) == f"writing {dst}: No space left on device"
         assert info.value.filename == str(dst)
     assert listing(tmp_path) == ["a.hurray"]
+
+
+def test_a_huge_gguf_alignment_is_held_to_the_output_limit(tmp_path):
+    """general.alignment comes from the source's metadata: 2^30 made a
+    677-byte .hurray into a 3 GiB .gguf of padding. Now the padded data is
+    held to the output limit (64 times the data, or 64 MiB); 4096 passes."""
+    from hurray.convert import ConversionError, convert
+
+    for alignment, ok in ((1 << 30, False), (4096, True)):
+        src, dst = tmp_path / f"a{alignment}.hurray", tmp_path / f"a{alignment}.gguf"
+        hurray.save(
+            src,
+            {f"t{i}": np.ones(8, np.float32) for i in range(3)},
+            {
+                "gguf.general.alignment": alignment,
+                "gguf.__types__": json.dumps({"general.alignment": "UINT32"}),
+            },
+        )
+        if ok:
+            convert(src, dst, quiet=True)
+            assert dst.stat().st_size < 64 << 10
+            continue
+        with pytest.raises(ConversionError, match="general.alignment 1073741824"):
+            convert(src, dst, quiet=True)
+        assert not dst.exists()
+
+
+def test_messages_say_what_is_wrong(tmp_path):
+    """A safetensors name holding NUL was called "not valid UTF-8"; an
+    alignment past 32 bits was reported as "alignment 3" (the value C was
+    handed to make it fail)."""
+    from hurray.convert import ConversionError, convert
+
+    header = b'{"a\\u0000b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    header += b" " * (-len(header) % 8)
+    src = tmp_path / "nul.safetensors"
+    src.write_bytes(len(header).to_bytes(8, "little") + header + b"\x01")
+    with pytest.raises(ConversionError, match="holds a NUL"):
+        convert(src, tmp_path / "nul.hurray", quiet=True)
+    with pytest.raises(OverflowError, match="alignment 1099511627776"):
+        hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 1 << 40)])
+
+
+def test_a_1_0_file_holding_the_chunk_table_key_as_metadata_converts(tmp_path):
+    """A 1.0 writer could store "hurray.chunk_checksums" as ordinary
+    metadata (file-format.md 7.1); no writer may store it again, and
+    converting such a file failed on it ("reserved"). The copy now goes
+    without it, through Python and through the C command alike."""
+    from _file_edits import reseal
+
+    src = tmp_path / "old.hurray"
+    hurray.save(src, {"a": np.arange(3.0)}, {"hurray.chunk_checksumX": "kept by 1.0", "k": 1})
+    blob = bytearray(src.read_bytes())
+    at = blob.rindex(b"hurray.chunk_checksumX")
+    blob[at : at + 22] = b"hurray.chunk_checksums"
+    reseal(blob)
+    src.write_bytes(bytes(blob))
+    with hurray.open(src) as f:
+        assert f.metadata["hurray.chunk_checksums"] == "kept by 1.0"
+    hurray.convert(src, tmp_path / "py.hurray", quiet=True)
+    command = os.path.join(os.path.dirname(sys.executable), "hurray")
+    r = subprocess.run(
+        [command, "convert", "-q", str(src), str(tmp_path / "c.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    for out in ("py.hurray", "c.hurray"):
+        with hurray.open(tmp_path / out) as f:
+            assert f.metadata == {"k": 1}
+            assert f["a"].numpy().tolist() == [0.0, 1.0, 2.0]

@@ -489,3 +489,20 @@ def test_a_high_rank_tiling_of_many_pieces_has_no_overlap():
     assert overlapping_pair(boxes) is None
     assert overlapping_pair(boxes + [boxes[77]]) is not None
     assert overlapping_pair(boxes + [((0,) * 12, (0,) * 12)] * 5000) is None  # empty: no overlap
+
+
+def test_parts_of_two_saves_are_not_assembled(tmp_path):
+    """A save_sharded that failed after its first part left the new part 0
+    beside the old parts 1 and 2: load_sharded returned a mix of the two
+    saves, without an error. Each call now marks its parts with one id."""
+    hurray.save_sharded(tmp_path, {"w": np.full(6, 1.0)}, parts=3)
+    first = hurray.save_sharded(tmp_path / "second", {"w": np.full(6, 2.0)}, parts=3)
+    os.replace(first[0], tmp_path / os.path.basename(first[0]))  # the one part published
+    with pytest.raises(hurray.ValidationError, match="different saves") as info:
+        hurray.load_sharded(tmp_path, "w")
+    _status(info, "HURRAY_ERR_SHARD_BOUNDS")
+    # The id travels as metadata beside the caller's, which stays as given.
+    paths = hurray.save_sharded(tmp_path / "third", {"w": np.arange(6.0)}, 2, metadata={"k": 1})
+    with hurray.open(paths[0]) as f:
+        assert f.metadata["k"] == 1 and len(f.metadata["hurray.save_sharded.save"]) == 16
+    assert hurray.load_sharded(tmp_path / "third", "w").tolist() == list(range(6))

@@ -14,6 +14,7 @@ must come back bit for bit. The reference values are written by the saving
 rank 0 with torch.save (a test artefact, not part of the checkpoint).
 """
 
+import errno
 import json
 import os
 import shutil
@@ -625,6 +626,20 @@ def test_a_refused_save_leaves_the_earlier_checkpoint(tmp_path, bad, words):
     _load_local(tmp_path, out)
     assert torch.equal(out["w"], torch.full((2, 3), 7.0))
     assert torch.equal(out["x"], torch.arange(4))
+
+
+def test_a_failed_rename_leaves_no_staged_file(tmp_path, monkeypatch):
+    """The staged rank file was removed only when writing it failed; a
+    failure while removing the earlier save or renaming left it behind."""
+    _save_local(tmp_path, {"w": torch.ones(3)})
+
+    def refuse(src, dst):
+        raise OSError(errno.EIO, "injected", dst)
+
+    monkeypatch.setattr(hdcp.os, "replace", refuse)
+    with pytest.raises(BaseException, match="injected"):
+        _save_local(tmp_path, {"w": torch.zeros(3)})
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".rank-")]
 
 
 def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):

@@ -278,16 +278,24 @@ def convert(
     except BaseException as exc:
         if target is not None:
             target.abort()
-        if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES):
+        mapped = _as_conversion_error(exc)
+        if mapped is None:
             raise
-        if isinstance(exc, OSError):  # hurray.HurrayIOError too: file-system failures stay OSError
-            raise os_failure(exc, _first_line(exc)) from exc
-        raise ConversionError(_first_line(exc)) from exc
+        raise mapped from exc
     finally:
         source.close()
     if not quiet:
         _print_report(report, output)
     return report
+
+
+def _as_conversion_error(exc: BaseException) -> Optional[ConversionError]:
+    """What convert() raises for `exc`: None to raise it as it is."""
+    if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES):
+        return None
+    if isinstance(exc, OSError):  # hurray.HurrayIOError too: file-system failures stay OSError
+        return os_failure(exc, _first_line(exc))
+    return ConversionError(_first_line(exc))
 
 
 def _print_report(report: ConversionReport, output: str) -> None:

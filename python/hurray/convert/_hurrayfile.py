@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .. import _files
+from .. import _files, _hurray
 from .._hurray import HurrayError
 from .._tensor import Tensor
 from ._common import ConversionError, _first_line, _stored_bytes, os_failure
@@ -45,7 +45,10 @@ class _HurraySource(_Source):
         return self._file[name]
 
     def metadata(self):
-        return dict(self._file.metadata)
+        # A 1.0 writer could store this key as ordinary metadata; 1.1
+        # reserves it for the chunk table, and no writer may store it again.
+        reserved = _hurray.CHUNK_CHECKSUMS_KEY
+        return {k: v for k, v in self._file.metadata.items() if k != reserved}
 
     def close(self):
         self._file.close()

@@ -650,20 +650,24 @@ class HurrayStorageWriter(StorageWriter):
         writer refuses (a name, a full disk) then fails before an earlier
         save is touched."""
         staged: List[str] = []
+        renamed = 0
         try:
             for k, tensors in enumerate(files):
                 staged.append(os.path.join(self.path, f".{_rank_file(a.rank, k)}.{a.save_id}"))
                 save(staged[-1], tensors, metadata)
+            self._remove_earlier_save(a, len(files))
+            for k, path in enumerate(staged):
+                os.replace(path, os.path.join(self.path, _rank_file(a.rank, k)))
+                renamed = k + 1
         except BaseException:
-            for path in staged:
+            # Staged files not yet in place go too: a failed removal or
+            # rename left them behind for the next save to find.
+            for path in staged[renamed:]:
                 try:
                     os.unlink(path)
                 except OSError:
                     pass
             raise
-        self._remove_earlier_save(a, len(files))
-        for k, path in enumerate(staged):
-            os.replace(path, os.path.join(self.path, _rank_file(a.rank, k)))
         _fsync_dir(self.path)
 
     def _remove_earlier_save(self, a: _Assignment, written: int) -> None:
