@@ -176,11 +176,11 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
 def _check_one_save(name: str, pieces: List[_Piece]) -> None:
     """ValidationError if the pieces of `name` come from different
     save_sharded calls: a mix looks like a checkpoint, tiles like one, and
-    holds two. Pieces saved otherwise carry no id and are not checked."""
-    saves = {p.save for p in pieces}
-    if len(saves) > 1:
-        first = pieces[0]
-        other = next(p for p in pieces if p.save != first.save)
+    holds two. Pieces saved otherwise carry no id and go with any."""
+    marked = [p for p in pieces if p.save is not None]
+    if len({p.save for p in marked}) > 1:
+        first = marked[0]
+        other = next(p for p in marked if p.save != first.save)
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",
             f"tensor {name!r}: {os.path.basename(first.path)} and "
