@@ -19,6 +19,26 @@ def _dtype_name(dtype: Any) -> Optional[str]:
     return _dtypes.from_numpy(dtype)
 
 
+def _as_float32(a: np.ndarray) -> np.ndarray:
+    """float32 values of `a`, or an error where the cast would change them
+    past rounding: a complex array loses its imaginary parts, and a finite
+    float64 beyond float32's range becomes an infinity (which the kernels
+    then refuse as if the input held one, or encode as a NaN block)."""
+    if np.iscomplexobj(a):
+        raise TypeError(f"quantize takes real input, not {a.dtype}")
+    with np.errstate(over="raise"):
+        try:
+            return a.astype(np.float32)
+        except FloatingPointError:
+            pass
+    big = np.flatnonzero(np.isfinite(a) & (np.abs(a) > np.finfo(np.float32).max))[0]
+    raise _hurray._error(
+        "HURRAY_ERR_NOT_FINITE",
+        f"element {big} ({float(a.flat[big])!r}) is finite but beyond float32's range, which "
+        "quantization reads its input as",
+    )
+
+
 def _as_float_array(array: Any) -> np.ndarray:
     if type(array).__module__.startswith("torch"):
         # bfloat16 arrives as ml_dtypes.bfloat16
@@ -26,7 +46,7 @@ def _as_float_array(array: Any) -> np.ndarray:
     a = np.asarray(array)
     name = _dtypes.name_of(a.dtype)
     if name not in _READ_AS_IS:
-        a = a.astype(np.float32)
+        a = _as_float32(a)
     elif a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("="))
     # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
@@ -47,7 +67,8 @@ def quantize(
     """Quantizes a float array (numpy, ml_dtypes, torch on CPU, or anything
     numpy.asarray takes) into a hurray.Tensor holding codes, scales and zero
     points in separate buffers. float32, float16 and bfloat16 are read as
-    they are; other dtypes are converted to float32 first.
+    they are; other dtypes are converted to float32 first (a finite value
+    beyond float32's range is refused, complex input is a TypeError).
 
     scheme: one of QUANT_SCHEMES. axis: the channel axis (per_channel,
     default 0) or the blocking axis (block_affine and MX, default -1).

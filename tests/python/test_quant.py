@@ -1338,3 +1338,18 @@ def test_dequantize_out_messages_say_what_is_wrong():
         t.dequantize(out=np.zeros((4, 64), ">f4"))
     with pytest.raises(ValueError, match=r"shape \(4, 63\)"):
         t.dequantize(out=np.zeros((4, 63), np.float32))
+
+
+def test_input_the_float32_cast_would_change_is_refused():
+    """quantize reads other dtypes as float32: a finite float64 of 1e300
+    became an infinity (q8_0 then said "NaN or infinite", MX wrote a NaN
+    block and reported success), and a complex array lost its imaginary
+    parts with only a warning."""
+    x = np.ones(32)
+    x[1] = -1e300
+    for scheme in ("q8_0", "mxfp4"):
+        with pytest.raises(hurray.InvalidArgumentError, match=r"element 1 \(-1e\+300\) is finite"):
+            hurray.quantize(x, scheme)
+    with pytest.raises(TypeError, match="real input"):
+        hurray.quantize(np.ones(32, np.complex64), "q8_0")
+    np.testing.assert_allclose(hurray.quantize(np.ones(32), "q8_0").dequantize(), 1, rtol=1e-3)
