@@ -264,6 +264,25 @@ static PyObject *file_metadata(PyObject *op, PyObject *unused) {
   return out;
 }
 
+/* _metadata_unknown(): the keys whose type this library does not know (a
+ * newer minor version's), which _metadata hands out as bytes. */
+static PyObject *file_metadata_unknown(PyObject *op, PyObject *unused) {
+  (void)unused;
+  FileObject *self = (FileObject *)op;
+  if (file_acquire(self) < 0) return NULL;
+  HurrayReader *r = self->reader;
+  PyObject *out = PyList_New(0);
+  for (size_t i = 0; out != NULL && i < hurray_reader_metadata_count(r); i++) {
+    HurrayMetadataType type = hurray_reader_metadata_type(r, i);
+    if (type >= HURRAY_METADATA_STRING && type <= HURRAY_METADATA_BYTES) continue;
+    PyObject *key = PyUnicode_FromString(hurray_reader_metadata_key(r, i));
+    if (key == NULL || PyList_Append(out, key) < 0) Py_CLEAR(out);
+    Py_XDECREF(key);
+  }
+  file_release(self);
+  return out;
+}
+
 /* get(name) / get_rows(name, start, count): tensors that outlive the file. */
 static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
   FileObject *self = (FileObject *)op;
@@ -671,6 +690,8 @@ static PyMethodDef file_methods[] = {
     {"__reduce__", file_reduce, METH_NOARGS, "refused: see python-bindings.md"},
     {"keys", file_keys, METH_NOARGS, "tensor names, sorted"},
     {"_metadata", file_metadata, METH_NOARGS, "file metadata as a dict"},
+    {"_metadata_unknown", file_metadata_unknown, METH_NOARGS,
+     "keys of metadata types this library does not know"},
     {"_get", file_get, METH_VARARGS, "read one tensor"},
     {"_get_all", file_get_all, METH_NOARGS,
      "read every tensor: ({name: Tensor}, non-dense names)"},

@@ -1314,3 +1314,32 @@ def test_a_1_0_file_holding_the_chunk_table_key_as_metadata_converts(tmp_path):
         with hurray.open(tmp_path / out) as f:
             assert f.metadata == {"k": 1}
             assert f["a"].numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_metadata_of_an_unknown_type_is_left_out_of_a_conversion(tmp_path):
+    """A newer minor version's metadata type (7 here) was copied as bytes
+    (type 5), which changes its meaning (file-format.md 11)."""
+    from _file_edits import reseal
+
+    src = tmp_path / "new.hurray"
+    hurray.save(src, {"a": np.arange(3.0)}, {"future": b"\x01\x02", "k": 1})
+    blob = bytearray(src.read_bytes())
+    at = blob.rindex(b"future") + len(b"future")
+    assert blob[at] == 5  # the type byte after the key
+    blob[at] = 7
+    reseal(blob)
+    src.write_bytes(bytes(blob))
+    with hurray.open(src) as f:
+        assert f.metadata["future"] == b"\x01\x02"
+    hurray.convert(src, tmp_path / "py.hurray", quiet=True)
+    command = os.path.join(os.path.dirname(sys.executable), "hurray")
+    r = subprocess.run(
+        [command, "convert", "-q", str(src), str(tmp_path / "c.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    for out in ("py.hurray", "c.hurray"):
+        with hurray.open(tmp_path / out) as f:
+            assert f.metadata == {"k": 1}

@@ -47,8 +47,10 @@ class _HurraySource(_Source):
     def metadata(self):
         # A 1.0 writer could store this key as ordinary metadata; 1.1
         # reserves it for the chunk table, and no writer may store it again.
-        reserved = _hurray.CHUNK_CHECKSUMS_KEY
-        return {k: v for k, v in self._file.metadata.items() if k != reserved}
+        # Nor can it store a type of a newer minor version (File.metadata
+        # hands those out as bytes) as what it is.
+        left_out = {_hurray.CHUNK_CHECKSUMS_KEY, *self._file._file._metadata_unknown()}
+        return {k: v for k, v in self._file.metadata.items() if k not in left_out}
 
     def close(self):
         self._file.close()
