@@ -172,7 +172,6 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
     return None
 
 
-# long: one check after another over the pieces (agreement, layout, tiling), each with its status.
 def _check_one_save(name: str, pieces: List[_Piece]) -> None:
     """ValidationError if the pieces of `name` come from different
     save_sharded calls: a mix looks like a checkpoint, tiles like one, and
@@ -189,6 +188,7 @@ def _check_one_save(name: str, pieces: List[_Piece]) -> None:
         )
 
 
+# long: one check after another over the pieces (agreement, layout, tiling), each with its status.
 def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str]:
     """Agreement, layout and exact tiling; returns (global_shape, dtype)."""
     _check_one_save(name, pieces)
