@@ -806,7 +806,8 @@ def save_sharded(
     and writes piece k of each, with its shard, to
     directory/part-{k:05d}-of-{parts:05d}.hurray, each marked with the
     call's random id (metadata hurray.save_sharded.save; load_sharded
-    refuses a tensor whose pieces carry two). Returns the paths."""
+    refuses a tensor whose pieces in one folder carry two). Returns the
+    paths."""
 
 # --------------------------------------------------------------- conversions
 

@@ -173,19 +173,25 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
 
 
 def _check_one_save(name: str, pieces: List[_Piece]) -> None:
-    """ValidationError if the pieces of `name` come from different
-    save_sharded calls: a mix looks like a checkpoint, tiles like one, and
-    holds two. Pieces saved otherwise carry no id and go with any."""
-    marked = [p for p in pieces if p.save is not None]
-    if len({p.save for p in marked}) > 1:
-        first = marked[0]
-        other = next(p for p in marked if p.save != first.save)
-        raise _error(
-            "HURRAY_ERR_SHARD_BOUNDS",
-            f"tensor {name!r}: {os.path.basename(first.path)} and "
-            f"{os.path.basename(other.path)} come from different saves ({first.save} and "
-            f"{other.save}): a save_sharded stopped part way, or parts of two were mixed",
-        )
+    """ValidationError if pieces of `name` in one folder come from different
+    save_sharded calls: what a save that stopped part way leaves (its new
+    parts beside the old ones) tiles like a checkpoint and holds two. A
+    second call into the same folder with the same part count replaces every
+    part, so only a failure leaves two ids there; calls into separate
+    folders (one per rank, each cutting its own piece further) do not meet.
+    Pieces saved otherwise carry no id and go with any."""
+    first_in: Dict[str, _Piece] = {}
+    for p in pieces:
+        if p.save is None:
+            continue
+        first = first_in.setdefault(os.path.dirname(os.path.abspath(p.path)), p)
+        if p.save != first.save:
+            raise _error(
+                "HURRAY_ERR_SHARD_BOUNDS",
+                f"tensor {name!r}: {first.path} and {p.path} come from different saves "
+                f"({first.save} and {p.save}): a save_sharded stopped part way, or parts of "
+                "two were mixed",
+            )
 
 
 # long: one check after another over the pieces (agreement, layout, tiling), each with its status.
@@ -448,9 +454,9 @@ def save_sharded(
     global shape. Existing files in `directory` are left alone: write a
     different part count into a fresh directory, since load_sharded reads
     every *.hurray file of a directory. Each part records one random id per
-    call (metadata hurray.save_sharded.save): load_sharded refuses the pieces
-    of a tensor that come from two calls, as a save that failed part way
-    leaves them."""
+    call (metadata hurray.save_sharded.save): load_sharded refuses pieces of
+    a tensor in one folder that come from two calls, as a save that failed
+    part way leaves them."""
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
         raise ValueError(f"parts must be a positive integer, got {parts!r}")
     parts = int(parts)

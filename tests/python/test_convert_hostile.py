@@ -13,6 +13,9 @@
 
 Every case that can hang or crash runs in a subprocess."""
 
+import builtins
+import errno
+import io
 import json
 import os
 import signal
@@ -1084,6 +1087,41 @@ def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix):
     convert(src, dst, quiet=True)
     assert stat.S_IMODE(os.stat(dst).st_mode) == 0o600
     assert listing(tmp_path) == ["src.hurray", f"t{suffix}"]
+
+
+def test_a_read_only_target_is_replaced_by_a_user_who_cannot_write_it(tmp_path, monkeypatch):
+    """A replaced file's mode went onto the temporary file when it was
+    made, and the .npz, .npy and .pt writers open that file again by name:
+    for anyone but root, converting over a 0444 target failed with EACCES.
+    The mode is now applied when the file is published. The tests may run
+    as root, who writes any file: opening a file without a write bit for
+    writing is refused here as it is for everyone else."""
+    real_open, real_os_open = builtins.open, os.open
+
+    def refused(path, writing):
+        if writing and isinstance(path, (str, bytes, os.PathLike)) and os.path.exists(path):
+            if not os.stat(path).st_mode & 0o222:
+                raise PermissionError(errno.EACCES, "Permission denied (as a user)", path)
+
+    def user_open(file, mode="r", *args, **kwargs):
+        refused(file, any(c in mode for c in "wa+"))
+        return real_open(file, mode, *args, **kwargs)
+
+    def user_os_open(path, flags, *args, **kwargs):
+        refused(path, flags & (os.O_WRONLY | os.O_RDWR))
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", user_open)
+    monkeypatch.setattr(io, "open", user_open)
+    monkeypatch.setattr(os, "open", user_os_open)
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    for suffix in (".npz", ".npy", ".pt", ".hurray", ".safetensors"):
+        dst = tmp_path / f"t{suffix}"
+        convert(src, dst, quiet=True)
+        os.chmod(dst, 0o444)
+        convert(src, dst, quiet=True)
+        assert stat.S_IMODE(os.stat(dst).st_mode) == 0o444, suffix
 
 
 def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_path):

@@ -136,9 +136,10 @@ def _unlink_quietly(path: str) -> None:
 
 
 def _new_tmp(path: str) -> str:
-    """Creates (O_EXCL, mode 0666 less the umask, or the mode of the file
-    `path` it will replace) a new hidden temporary file in the folder of
-    `path`, and returns its name."""
+    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
+    file in the folder of `path`, and returns its name. It gets the mode of
+    the file it replaces only when published: the writers open it again by
+    name, which a read-only mode would refuse."""
     folder, base = os.path.split(os.path.abspath(path))
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
@@ -158,7 +159,6 @@ def _new_tmp(path: str) -> str:
                 f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
                 folder,
             ) from None
-        _keep_mode(fd, path)
         try:
             os.close(fd)  # Linux releases the descriptor even when close fails
         except OSError as exc:
@@ -205,6 +205,7 @@ class _FileTarget(_Target):
         try:
             fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
             try:
+                _keep_mode(fd, self.path)
                 os.fsync(fd)
             finally:
                 os.close(fd)
