@@ -1930,21 +1930,32 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
   return status;
 }
 
-/* Whether placement validation reads the contents of a buffer of `node`
- * (index bounds of a sparse layout, entries of a page table). */
-static bool contents_checked(const HurrayDescriptor *node) {
+/* Marks in `read` the buffers whose contents placement validation reads
+ * for `node`: a sparse layout's index pointers and indices, a page table. */
+static void mark_read_buffers(const HurrayDescriptor *node, bool *read) {
   const HurrayLayout *l = &node->layout;
-  if (l->kind == HURRAY_LAYOUT_SPARSE || l->kind == HURRAY_LAYOUT_PAGED) return true;
-  if (l->kind != HURRAY_LAYOUT_COMPOSITE) return false;
-  for (uint32_t i = 0; i < l->member_count; i++) {
-    if (contents_checked(l->members[i].descriptor)) return true;
+  switch (l->kind) {
+    case HURRAY_LAYOUT_COMPOSITE:
+      for (uint32_t i = 0; i < l->member_count; i++) {
+        mark_read_buffers(l->members[i].descriptor, read);
+      }
+      break;
+    case HURRAY_LAYOUT_PAGED: read[l->table_buffer] = true; break;
+    case HURRAY_LAYOUT_SPARSE:
+      if (l->format == HURRAY_SPARSE_COO) {
+        for (uint32_t dim = 0; dim < node->rank; dim++) read[l->coo_index_buffers[dim]] = true;
+      } else {
+        read[l->indptr_buffer] = true;
+        read[l->indices_buffer] = true;
+      }
+      break;
+    case HURRAY_LAYOUT_DENSE: break;
   }
-  return false;
 }
 
 /* Stands in for the bytes of a buffer whose contents placement validation
- * does not read (contents_checked is false): only its address is looked at,
- * which has every alignment a table may ask for. */
+ * does not read (mark_read_buffers): only its address is looked at, which
+ * has every alignment a table may ask for. */
 static _Alignas(HURRAY_MAX_ALIGNMENT) const uint8_t unread_bytes[1];
 
 static void release_nothing(void *data, void *ctx) {
@@ -1952,32 +1963,41 @@ static void release_nothing(void *data, void *ctx) {
   (void)ctx;
 }
 
+/* The buffers of entry `t` for placement validation: views of the mapping
+ * when there is one; else the buffers it reads, read, and stand-ins for the
+ * rest (a sparse tensor's values or a page pool may be gigabytes, and
+ * through a URL each read is a download). */
+static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
+                                      const HurrayDescriptor *d, HurrayBufferList *list,
+                                      HurrayError *error) {
+  bool *read = calloc(t->buffer_count ? t->buffer_count : 1, sizeof *read);
+  if (read == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  mark_read_buffers(d, read);
+  HurrayStatus status = HURRAY_OK;
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    HurrayBuffer *b = NULL;
+    if (is_mapped(r) || read[i]) {
+      status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1),
+                           d->buffers[i].alignment, &b, error);
+    } else {
+      status = hurray_buffer_create((void *)unread_bytes, buffer_field(t, i, 1), release_nothing,
+                                    NULL, &b, error);
+    }
+    if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+  }
+  free(read);
+  return status;
+}
+
 /* Steps 2-5 of reading entry `t` (file-format.md 10.3), without handing
- * anything out: through the mapping when there is one; else the bytes are
- * read only for a layout whose contents placement checks. */
+ * anything out. */
 static HurrayStatus check_entry(HurrayReader *r, const TensorEntry *t, HurrayError *error) {
   HurrayDescriptor *d = NULL;
-  HurrayDescriptor *got_d = NULL;
   HurrayBufferList *list = NULL;
   HurrayStatus status = entry_descriptor(t, &d, error);
-  if (status == HURRAY_OK && !is_mapped(r) && contents_checked(d)) {
-    status = get_entry(r, t, d, &got_d, &list, error); /* owns d from here */
-    d = got_d;
-  } else if (status == HURRAY_OK) {
-    status = hurray_buffer_list_create(&list, error);
-    for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
-      HurrayBuffer *b = NULL;
-      if (is_mapped(r)) {
-        status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1),
-                             d->buffers[i].alignment, &b, error);
-      } else {
-        status = hurray_buffer_create((void *)unread_bytes, buffer_field(t, i, 1), release_nothing,
-                                      NULL, &b, error);
-      }
-      if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
-    }
-    if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
-  }
+  if (status == HURRAY_OK) status = hurray_buffer_list_create(&list, error);
+  if (status == HURRAY_OK) status = placement_buffers(r, t, d, list, error);
+  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
   if (status != HURRAY_OK && error != NULL && strstr(error->message, "tensor \"") == NULL) {
     /* Placement's messages name a buffer, not its tensor. */
     char said[sizeof error->message];

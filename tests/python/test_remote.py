@@ -177,6 +177,22 @@ def test_verify_reads_each_byte_once(files, server):
     assert server.bytes_sent <= size
 
 
+def test_verify_of_a_sparse_tensor_reads_its_values_once(tmp_path):
+    """verify checks placement after the checksums; for a sparse tensor
+    that reads its indices, and it used to fetch the whole tensor again,
+    values included (a second download of what may be gigabytes)."""
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    m = scipy_sparse.random(64, 4096, density=0.5, format="csr", random_state=3)
+    path = tmp_path / "sparse.hurray"
+    hurray.save(path, {"m": m.astype(np.float64)})
+    data = path.read_bytes()
+    with RangeServer({"/s.hurray": data}) as s:
+        with hurray.open(s.url("/s.hurray")) as f:
+            f.verify()
+        values = m.nnz * 8
+        assert s.bytes_sent < len(data) + values // 2, (s.bytes_sent, len(data))
+
+
 def test_large_index_needs_a_third_request(tmp_path):
     tensors = {f"t{i:05d}": np.full(4, i, np.int32) for i in range(300)}
     path = tmp_path / "many.hurray"
