@@ -27,8 +27,10 @@ sources: .safetensors, *.safetensors.index.json (or a folder holding one:
          .npz, .npy,
          .pt/.pth/.bin (torch state dicts, loaded with weights_only=True),
          .hurray; a model folder with config.json whose quantization_config
-         is GPTQ, AWQ (GEMM) or compressed-tensors pack-quantized: each
-         quantized linear becomes one tensor <prefix>.weight
+         is GPTQ, AWQ (GEMM), compressed-tensors (pack-quantized, FP8,
+         NVFP4), FP8 (DeepSeek, ModelOpt), NVFP4 (ModelOpt), bitsandbytes
+         4-bit or MXFP4 (gpt-oss): each quantized linear becomes one tensor
+         <prefix>.weight
 targets: .hurray, .safetensors, .gguf (dense F32/F16/BF16/F64/I8-I64,
          Q8_0/Q4_0 for tensors that are exactly those, and GGUF blocks kept
          from a .gguf source written back unchanged), .npz, .npy (one

@@ -200,7 +200,7 @@ class ConversionReport:
         out.append(render(lines[-1]))
         out.append(
             f"{self.source_format} -> {self.target_format}: {shown(self.target, 0)}"
-            f" ({self.metadata_keys} metadata keys)"
+            f" ({self.metadata_keys} metadata key{'' if self.metadata_keys == 1 else 's'})"
         )
         out += [f"note: {shown(n, 0)}" for n in self.notes]
         return "\n".join(out)
