@@ -131,6 +131,18 @@ def _retrying(fn: Callable, retries: int):
             time.sleep(BACKOFF_SECONDS * (2**attempt) * (1 + random.random() / 2))
 
 
+def _wait_all(futures, failure: Optional[BaseException]) -> Optional[BaseException]:
+    """Waits until every future is done, whatever interrupts the wait (the
+    first interruption is kept as the failure, unless there is one)."""
+    while True:
+        try:
+            concurrent.futures.wait(futures)
+            return failure
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller, after the wait
+            if failure is None:
+                failure = exc
+
+
 # ------------------------------------------------------------------ HTTP
 
 
@@ -614,21 +626,31 @@ class RangeSource:
             for run in runs:
                 one(run)
             return
-        futures = [self.pool().submit(one, run) for run in runs]
         # Every run writes into memory the C reader frees once this returns
         # or raises: a run still fetching after another failed wrote a
         # server's late bytes into freed memory. Runs not started are
-        # dropped; the others are waited for (each read is under the
-        # timeout), and the first failure raised after.
+        # dropped; every started one is waited for (each read is under the
+        # timeout and the rate floor), through Ctrl-C too, which used to
+        # end the wait for the run it interrupted; the first failure is
+        # raised after.
+        futures: List[concurrent.futures.Future] = []
         failure: Optional[BaseException] = None
+        try:
+            for run in runs:
+                futures.append(self.pool().submit(one, run))
+        except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
+            failure = exc
         for future in futures:
+            if failure is not None:
+                break
             try:
                 future.result()
             except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
-                if failure is None:  # (a run cancelled here raises CancelledError later)
-                    failure = exc
-                    for other in futures:
-                        other.cancel()
+                failure = exc
+        if failure is not None:
+            for future in futures:
+                future.cancel()
+        failure = _wait_all(futures, failure)
         if failure is not None:
             raise failure
 

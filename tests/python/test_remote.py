@@ -555,6 +555,54 @@ def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
     assert done.stdout.split() == ["c", "served", "before", "the", "error", "clean"], done.stdout
 
 
+def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
+    """As test_a_failed_batch_waits_for_its_other_runs, with Ctrl-C instead
+    of a failed run: the KeyboardInterrupt that ended the wait for c's run
+    went up at once, C freed the batch's buffer, and c's late bytes were
+    written into freed memory (heap-use-after-free under ASan). Now the
+    interrupt waits until every started run is done."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal, sys, threading, time, numpy as np, hurray
+        sys.path.insert(0, {HERE!r})
+        from range_server import RangeServer
+        p = {str(tmp_path / "gap.hurray")!r}
+        hurray.save(p, {{"a": np.full(1 << 18, 1.0, np.float32),
+                         "z_mid": np.zeros(17 << 20, np.float32),
+                         "c": np.full(1 << 18, 3.0, np.float32)}})
+        data = open(p, "rb").read()
+        c = data.find(np.full(16, 3.0, np.float32).tobytes())
+        done = {{}}
+
+        def on_range(start, end):
+            if start <= c < end:
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+                time.sleep(1.5)
+                done["c"] = time.monotonic()
+            return None
+
+        with RangeServer({{"/gap.hurray": data}}) as s:
+            f = hurray.open(s.url("/gap.hurray"))
+            s.on_range = on_range
+            try:
+                f.verify()
+                print("verified")
+            except KeyboardInterrupt:
+                raised = time.monotonic()
+                print("c served before the interrupt" if done.get("c", raised) < raised else "early")
+            f.close()
+            junk = [np.zeros(2 << 20, np.uint8) for _ in range(8)]
+            time.sleep(1.5)
+            print("clean" if not any(j.any() for j in junk) else "overwritten")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["c", "served", "before", "the", "interrupt", "clean"], (
+        done.stdout
+    )
+
+
 def test_a_refused_connection_is_not_a_timeout():
     # urllib3 makes a refused connection a kind of ConnectTimeoutError, and
     # it was reported (and retried) as RemoteTimeoutError.
