@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import re
+import socket
 import threading
 import time
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
@@ -52,6 +53,13 @@ DEFAULT_RETRIES = 3
 BACKOFF_SECONDS = 0.05
 #: Seconds to connect, and to wait for each read of the body.
 DEFAULT_TIMEOUT = (10.0, 60.0)
+#: Redirects followed for one request (a hub's or CDN's 302 to the bytes).
+MAX_REDIRECTS = 10
+#: The status line and headers of an answer (1xx answers before it
+#: included) must arrive within this many read timeouts: each read is
+#: bounded by the timeout, but a server may send them a byte at a time, or
+#: "100 Continue" forever, which http.client skips without end.
+HEADER_DEADLINE_READS = 2
 #: A body that arrives slower than this many bytes a second, over any
 #: stretch as long as the read timeout, is a timeout: the read timeout alone
 #: lets a server that sends a byte a second hold a request for days.
@@ -116,9 +124,15 @@ def is_url(path) -> bool:
 
 
 def shown_url(url: str) -> str:
-    """The URL for messages: a password in it (https://user:secret@host/...)
-    is not repeated into logs and error reports."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    """The URL for messages: a password in it (https://user:secret@host/...,
+    the user part reaching to the authority's last "@"), or a user part
+    alone, which is sent as a token, is not repeated into logs and error
+    reports: user:***@host, ***@host."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)@", url)
+    if m is None:
+        return url
+    user, colon, _ = m.group(2).partition(":")
+    return m.group(1) + (f"{user}:***" if colon else "***") + url[m.end() - 1 :]
 
 
 def _retrying(fn: Callable, retries: int):
@@ -144,6 +158,45 @@ def _wait_all(futures, failure: Optional[BaseException]) -> Optional[BaseExcepti
 
 
 # ------------------------------------------------------------------ HTTP
+
+
+def _bounded_pools(urllib3, read_timeout) -> dict:
+    """urllib3 pool classes whose connections shut their socket down when
+    an answer's status line and headers take longer than
+    HEADER_DEADLINE_READS read timeouts (the reader then fails as on a
+    broken connection, and the attempt is retried)."""
+    deadline = None if read_timeout is None else HEADER_DEADLINE_READS * float(read_timeout)
+
+    def bounded(base):
+        class Bounded(base):
+            def getresponse(self, *args, **kwargs):
+                sock = self.sock
+                if deadline is None or sock is None:
+                    return super().getresponse(*args, **kwargs)
+                timer = threading.Timer(deadline, _shut_down, (sock,))
+                timer.daemon = True
+                timer.start()
+                try:
+                    return super().getresponse(*args, **kwargs)
+                finally:
+                    timer.cancel()
+
+        return Bounded
+
+    class HTTPPool(urllib3.HTTPConnectionPool):
+        ConnectionCls = bounded(urllib3.connection.HTTPConnection)
+
+    class HTTPSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = bounded(urllib3.connection.HTTPSConnection)
+
+    return {"http": HTTPPool, "https": HTTPSPool}
+
+
+def _shut_down(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class _Metered:
@@ -209,23 +262,30 @@ class HttpBackend:
         self.url = url
         self.shown = shown_url(url)
         self.retries = int(retries)
+        if self.retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries!r}")
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._rate_window = float(read) if read is not None else None
         self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
-        # retries=False alone would hand back a 3xx instead of following it.
-        self._redirects = urllib3.Retry(
+        self._pool.pool_classes_by_scheme = _bounded_pools(urllib3, read)
+        self._no_retries = urllib3.Retry(
             total=None,
             connect=0,
             read=0,
             status=0,
             other=0,
-            redirect=10,
+            redirect=0,
+            raise_on_redirect=False,
             raise_on_status=False,
             respect_retry_after_header=False,
         )
         self._headers = dict(headers or {})
-        auth = urllib3.util.parse_url(url).auth
+        try:
+            auth = urllib3.util.parse_url(url).auth
+        except ValueError:  # LocationParseError
+            # its message repeats the URL, password included
+            raise RemoteError(f"{self.shown}: not a URL that can be parsed") from None
         if auth and not any(k.lower() == "authorization" for k in self._headers):
             # https://user:password@host/...: Basic authentication, as curl
             # and requests do (urllib3 itself ignores the URL's user part).
@@ -237,6 +297,56 @@ class HttpBackend:
         self._last_modified: Optional[str] = None
         self._lock = threading.Lock()
         self.requests = 0  # answered requests, for tests and benchmarks
+
+    def _follow(self, headers: dict):
+        """The GET's answer, redirects followed here rather than by urllib3,
+        which reads a redirect's whole body before it moves on (a body that
+        never ends held the request forever): a redirect's body is dropped
+        unread with its connection. Up to MAX_REDIRECTS, to http(s) URLs
+        only; Authorization, Proxy-Authorization and Cookie are dropped on a
+        move to another scheme, host or port."""
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._pool.request(
+                "GET",
+                url,
+                headers=headers,
+                preload_content=False,
+                decode_content=False,
+                timeout=self._timeout,
+                # Nothing retried here (_retrying does that); errors come
+                # wrapped in MaxRetryError, as request() expects.
+                retries=self._no_retries,
+                redirect=False,
+            )
+            location = response.get_redirect_location()
+            if not location:
+                return response
+            # Unread: close() drops the connection with whatever body follows.
+            response.close()
+            response.release_conn()
+            url, headers = self._redirected(url, location, headers)
+        raise RemoteError(f"{self.shown}: more than {MAX_REDIRECTS} redirects")
+
+    def _redirected(self, url: str, location: str, headers: dict) -> Tuple[str, dict]:
+        from urllib.parse import urljoin
+
+        parse_url = self._urllib3.util.parse_url
+        try:
+            target = urljoin(url, location)
+            old, new = parse_url(url), parse_url(target)
+        except ValueError as e:  # urllib3's LocationParseError is one
+            raise RemoteError(
+                f"{self.shown}: redirected to a malformed URL {shown_url(location)!r}: {e}"
+            ) from None
+        if (new.scheme or "").lower() not in ("http", "https"):
+            raise RemoteError(
+                f"{self.shown}: redirected to {shown_url(target)!r}; only http(s) is followed"
+            )
+        if (old.scheme, old.host, old.port) != (new.scheme, new.host, new.port):
+            dropped = {"authorization", "proxy-authorization", "cookie"}
+            headers = {k: v for k, v in headers.items() if k.lower() not in dropped}
+        return target, headers
 
     def _conditions(self) -> dict:
         if self._etag is not None and not self._etag.startswith("W/"):
@@ -263,6 +373,8 @@ class HttpBackend:
                 )
 
     def _check_size(self, total: int) -> None:
+        if total >= 1 << 64:
+            raise RemoteProtocolError(f"{self.shown}: the server claims a size of {total} bytes")
         with self._lock:
             if self.size is None:
                 self.size = total
@@ -285,18 +397,7 @@ class HttpBackend:
             # the offsets meaningless.
             headers["Accept-Encoding"] = "identity"
             try:
-                response = self._pool.request(
-                    "GET",
-                    self.url,
-                    headers=headers,
-                    preload_content=False,
-                    decode_content=False,
-                    timeout=self._timeout,
-                    # Redirects followed (a hub's or CDN's 302 to the bytes;
-                    # Authorization is dropped on a move to another host),
-                    # nothing else retried here: _retrying does that.
-                    retries=self._redirects,
-                )
+                response = self._follow(headers)
             except urllib3.exceptions.MaxRetryError as e:
                 reason = e.reason
                 # urllib3 makes a refused connection and a failed name lookup
@@ -389,7 +490,9 @@ class HttpBackend:
                 f"{response.headers.get('Content-Range')!r}"
             )
         length = response.headers.get("Content-Length")
-        if length is not None and (not length.isdigit() or int(length) != end - start):
+        if length is not None and (
+            re.fullmatch(r"[0-9]+", length) is None or int(length) != end - start
+        ):
             raise RemoteProtocolError(
                 f"{self.shown}: Content-Length {length} disagrees with Content-Range "
                 f"{response.headers.get('Content-Range')!r}"

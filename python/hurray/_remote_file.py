@@ -13,6 +13,7 @@ from ._remote import (
     make_source,
     open_file,
     prefetched_get,
+    shown_url,
 )
 from ._tensor import specialise
 
@@ -73,4 +74,4 @@ class RemoteFile(File):
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self)} tensors"
-        return f"<hurray.RemoteFile {self.path!r} ({state})>"
+        return f"<hurray.RemoteFile {shown_url(self.path)!r} ({state})>"

@@ -727,6 +727,45 @@ def test_url_credentials_authenticate_and_stay_out_of_messages(files, server):
             [sys.executable, "-m", "hurray", "ls", bad], capture_output=True, text=True, timeout=120
         )
         assert p.returncode == 1 and "wrong" not in p.stderr and "401" in p.stderr, p.stderr
+        with hurray.open(url) as f:
+            assert "s3cret" not in repr(f) and "me:***@" in repr(f)
+
+
+def test_shown_urls_hide_every_credential():
+    """A password holding "@" was shown after its "@", and a user part
+    alone (a token, sent as Basic authentication) was shown whole."""
+    from hurray._remote import shown_url
+
+    assert shown_url("http://u:p@ss@h/x") == "http://u:***@h/x"
+    assert shown_url("https://TOKEN@host/m.hurray") == "https://***@host/m.hurray"
+    assert shown_url("https://host/a@b") == "https://host/a@b"
+    assert shown_url("http://h/x") == "http://h/x"
+
+
+@pytest.mark.parametrize(
+    "content_length, total, error",
+    [("\u00b2", 8, "Content-Length"), ("8", 1 << 64, "claims a size")],
+)
+def test_odd_numbers_from_a_server_are_protocol_errors(content_length, total, error):
+    """A superscript digit passed str.isdigit() and then broke int(); a size
+    past 64 bits reached C as an OverflowError without the URL."""
+
+    def answer(conn):
+        head = (
+            "HTTP/1.1 206 Partial Content\r\n"
+            f"Content-Range: bytes {total - 8}-{total - 1}/{total}\r\n"
+            f"Content-Length: {content_length}\r\nConnection: close\r\n\r\n"
+        )
+        conn.sendall(head.encode("latin-1") + bytes(8))
+
+    raw = _RawServer(answer)
+    try:
+        with pytest.raises(hurray.RemoteProtocolError, match=error):
+            hurray.open(raw.url, retries=0)
+        with pytest.raises(ValueError, match="retries"):
+            hurray.open(raw.url, retries=-1)
+    finally:
+        raw.close()
 
 
 def test_redirects_are_followed(files, server):
@@ -758,6 +797,107 @@ def test_redirects_are_followed(files, server):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _RawServer:
+    """A TCP server that answers each connection with `answer(conn)`, on
+    its own thread, after reading the request's head."""
+
+    def __init__(self, answer):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.connections = 0
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/f.hurray"
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    return
+                self.connections += 1
+                threading.Thread(target=self._one, args=(conn, answer), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+
+    @staticmethod
+    def _one(conn, answer):
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            try:
+                answer(conn)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_redirect_body_that_never_ends_is_not_read(files, server):
+    """urllib3 read a redirect's whole body before following it: a 302 with
+    a body that never ends held open() forever. Redirects are now followed
+    here, their bodies dropped unread."""
+    target = server.url("/small.hurray").encode()
+
+    def answer(conn):
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: " + target + b"\r\n")
+        conn.sendall(b"Content-Length: 1125899906842624\r\n\r\n")
+        while True:
+            conn.sendall(bytes(1 << 16))
+
+    raw = _RawServer(answer)
+    try:
+        started = time.monotonic()
+        with hurray.open(raw.url, timeout=(2, 2), retries=0) as f:
+            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
+        assert time.monotonic() - started < 10
+    finally:
+        raw.close()
+
+
+def test_answers_that_never_finish_their_headers_are_cut(files):
+    """http.client skips "100 Continue" answers without end, and each one
+    arrives within the read timeout: open() never returned. The status
+    line and headers now have a deadline of two read timeouts."""
+
+    def answer(conn):
+        while True:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    raw = _RawServer(answer)
+    try:
+        started = time.monotonic()
+        with pytest.raises(hurray.RemoteError):
+            hurray.open(raw.url, timeout=(1, 1), retries=0)
+        assert time.monotonic() - started < 10
+    finally:
+        raw.close()
+
+
+def test_a_redirect_to_another_scheme_is_refused_once():
+    """A redirect to file:///etc/passwd failed as a transient error and was
+    tried four times; only http(s) redirects are followed."""
+
+    def answer(conn):
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n")
+        conn.sendall(b"Content-Length: 0\r\n\r\n")
+
+    raw = _RawServer(answer)
+    try:
+        with pytest.raises(hurray.RemoteError, match="only http"):
+            hurray.open(raw.url, retries=3)
+        assert raw.connections <= 2  # the suffix and the header, not retried
+    finally:
+        raw.close()
 
 
 def test_launcher_reads_only_file_as_a_url_and_restores_sigpipe(tmp_path):
