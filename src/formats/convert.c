@@ -1239,8 +1239,7 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
   /* general.alignment comes from the source's metadata: 2^30 made a 677-byte
    * file into 4 GiB of padding. The padding is held to the output limit
    * that materialising a tensor has. */
-  s = hurray__check_output_bytes(stored, hurray__ceil_div_u64(head.len, align) * align + at, NULL,
-                                 error);
+  s = hurray__check_output_bytes(stored, at + align, NULL, error); /* + the header's padding */
   if (s != HURRAY_OK) {
     hurray__str_free(&head);
     return hurray__fail(error, s,

@@ -822,6 +822,13 @@ static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *r
     return HURRAY_OK;
   }
   if (node->dtype != HURRAY_DTYPE_BOOL || node->quant.kind != HURRAY_QUANT_NONE) return HURRAY_OK;
+  /* Only where every byte of the buffer is an element: a strided view,
+   * bytes before a byte offset and a page pool's unused pages may hold
+   * anything. */
+  bool whole = node->layout.kind == HURRAY_LAYOUT_SPARSE ||
+               (node->layout.kind == HURRAY_LAYOUT_DENSE && node->strides == NULL &&
+                node->byte_offset == 0);
+  if (!whole) return HURRAY_OK;
   uint32_t b = node->layout.data_buffer;
   const uint8_t *p = buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, b))
                                      : data;
