@@ -1323,6 +1323,21 @@ def test_messages_say_what_is_wrong(tmp_path):
         hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 1 << 40)])
 
 
+def _converted_by_python_and_c(src, folder):
+    """`src` converted to .hurray by hurray.convert and by the pip-installed
+    command (the C converter); the two targets' paths."""
+    hurray.convert(src, folder / "py.hurray", quiet=True)
+    command = os.path.join(os.path.dirname(sys.executable), "hurray")
+    r = subprocess.run(
+        [command, "convert", "-q", str(src), str(folder / "c.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return folder / "py.hurray", folder / "c.hurray"
+
+
 def test_a_1_0_file_holding_the_chunk_table_key_as_metadata_converts(tmp_path):
     """A 1.0 writer could store "hurray.chunk_checksums" as ordinary
     metadata (file-format.md 7.1); no writer may store it again, and
@@ -1339,17 +1354,8 @@ def test_a_1_0_file_holding_the_chunk_table_key_as_metadata_converts(tmp_path):
     src.write_bytes(bytes(blob))
     with hurray.open(src) as f:
         assert f.metadata["hurray.chunk_checksums"] == "kept by 1.0"
-    hurray.convert(src, tmp_path / "py.hurray", quiet=True)
-    command = os.path.join(os.path.dirname(sys.executable), "hurray")
-    r = subprocess.run(
-        [command, "convert", "-q", str(src), str(tmp_path / "c.hurray")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
-    for out in ("py.hurray", "c.hurray"):
-        with hurray.open(tmp_path / out) as f:
+    for out in _converted_by_python_and_c(src, tmp_path):
+        with hurray.open(out) as f:
             assert f.metadata == {"k": 1}
             assert f["a"].numpy().tolist() == [0.0, 1.0, 2.0]
 
@@ -1369,15 +1375,6 @@ def test_metadata_of_an_unknown_type_is_left_out_of_a_conversion(tmp_path):
     src.write_bytes(bytes(blob))
     with hurray.open(src) as f:
         assert f.metadata["future"] == b"\x01\x02"
-    hurray.convert(src, tmp_path / "py.hurray", quiet=True)
-    command = os.path.join(os.path.dirname(sys.executable), "hurray")
-    r = subprocess.run(
-        [command, "convert", "-q", str(src), str(tmp_path / "c.hurray")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
-    for out in ("py.hurray", "c.hurray"):
-        with hurray.open(tmp_path / out) as f:
+    for out in _converted_by_python_and_c(src, tmp_path):
+        with hurray.open(out) as f:
             assert f.metadata == {"k": 1}

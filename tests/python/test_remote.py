@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import List
 
 import numpy as np
 import pytest
@@ -505,62 +506,14 @@ def test_cli_on_a_url_into_a_closed_pipe_is_quiet(tmp_path):
     assert err == b"" and p.returncode in (141, -13), (p.returncode, err)
 
 
-def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
-    """verify() reads a and c with the first 60 MiB of z_mid's chunks as
-    one batch (a and c come first in index order), in two parallel runs:
-    a with those chunks, and c, 8 MiB further on. C frees the batch's
-    buffer when the read fails. When a's run failed, the error went up at
-    once while c's run was still fetching: c's late bytes were written into
-    freed memory (heap corruption, abort). Now the error waits until c's
-    run is done. In a subprocess, as it crashed."""
-    code = textwrap.dedent(
-        f"""
-        import sys, time, numpy as np, hurray
-        sys.path.insert(0, {HERE!r})
-        from range_server import RangeServer
-        p = {str(tmp_path / "gap.hurray")!r}
-        hurray.save(p, {{"a": np.full(1 << 18, 1.0, np.float32),
-                         "z_mid": np.zeros(17 << 20, np.float32),
-                         "c": np.full(1 << 18, 3.0, np.float32)}})
-        data = open(p, "rb").read()
-        a = data.find(np.full(16, 1.0, np.float32).tobytes())
-        c = data.find(np.full(16, 3.0, np.float32).tobytes())
-        done = {{}}
-
-        def on_range(start, end):
-            if start <= a < end:
-                return 404
-            if start <= c < end:
-                time.sleep(1.0)
-                done["c"] = time.monotonic()
-            return None
-
-        with RangeServer({{"/gap.hurray": data}}) as s:
-            f = hurray.open(s.url("/gap.hurray"))
-            s.on_range = on_range
-            try:
-                f.verify()
-                print("verified")
-            except hurray.RemoteError:
-                raised = time.monotonic()
-                print("c served before the error" if done.get("c", raised) < raised else "early")
-            f.close()
-            junk = [np.zeros(2 << 20, np.uint8) for _ in range(8)]
-            time.sleep(1.5)
-            print("clean" if not any(j.any() for j in junk) else "overwritten")
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["c", "served", "before", "the", "error", "clean"], done.stdout
-
-
-def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
-    """As test_a_failed_batch_waits_for_its_other_runs, with Ctrl-C instead
-    of a failed run: the KeyboardInterrupt that ended the wait for c's run
-    went up at once, C freed the batch's buffer, and c's late bytes were
-    written into freed memory (heap-use-after-free under ASan). Now the
-    interrupt waits until every started run is done."""
+def _batch_cut_short(tmp_path, on_range: str, caught: str, said: str) -> List[str]:
+    """Runs verify() of a file whose a and c are read in one batch of two
+    parallel runs (a with the first 60 MiB of z_mid's chunks, c 8 MiB
+    further on), with `on_range(start, end)` (source text; a and c are the
+    offsets of their data) as the server's hook; what the subprocess says:
+    whether c's run ended before `caught` was raised, and whether memory
+    allocated after the reader freed the batch stayed clean. In a
+    subprocess, as it crashed."""
     code = textwrap.dedent(
         f"""
         import os, signal, sys, threading, time, numpy as np, hurray
@@ -571,25 +524,23 @@ def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
                          "z_mid": np.zeros(17 << 20, np.float32),
                          "c": np.full(1 << 18, 3.0, np.float32)}})
         data = open(p, "rb").read()
+        a = data.find(np.full(16, 1.0, np.float32).tobytes())
         c = data.find(np.full(16, 3.0, np.float32).tobytes())
         done = {{}}
-
-        def on_range(start, end):
-            if start <= c < end:
-                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-                time.sleep(1.5)
-                done["c"] = time.monotonic()
-            return None
-
+        """
+    )
+    code += textwrap.dedent(on_range)
+    code += textwrap.dedent(
+        f"""
         with RangeServer({{"/gap.hurray": data}}) as s:
             f = hurray.open(s.url("/gap.hurray"))
             s.on_range = on_range
             try:
                 f.verify()
                 print("verified")
-            except KeyboardInterrupt:
+            except {caught}:
                 raised = time.monotonic()
-                print("c served before the interrupt" if done.get("c", raised) < raised else "early")
+                print("c served before the {said}" if done.get("c", raised) < raised else "early")
             f.close()
             junk = [np.zeros(2 << 20, np.uint8) for _ in range(8)]
             time.sleep(1.5)
@@ -598,9 +549,42 @@ def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["c", "served", "before", "the", "interrupt", "clean"], (
-        done.stdout
-    )
+    return done.stdout.split()
+
+
+def test_a_failed_batch_waits_for_its_other_runs(tmp_path):
+    """When a's run failed, the error went up at once while c's run was
+    still fetching: c's late bytes were written into the batch's buffer,
+    which C had freed (heap corruption, abort). Now the error waits until
+    c's run is done."""
+    on_range = """
+        def on_range(start, end):
+            if start <= a < end:
+                return 404
+            if start <= c < end:
+                time.sleep(1.0)
+                done["c"] = time.monotonic()
+            return None
+    """
+    said = _batch_cut_short(tmp_path, on_range, "hurray.RemoteError", "error")
+    assert said == ["c", "served", "before", "the", "error", "clean"], said
+
+
+def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
+    """As above, with Ctrl-C instead of a failed run: the KeyboardInterrupt
+    that ended the wait for c's run went up at once (SIGSEGV, a
+    heap-use-after-free under ASan). Now the interrupt waits until every
+    started run is done."""
+    on_range = """
+        def on_range(start, end):
+            if start <= c < end:
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+                time.sleep(1.5)
+                done["c"] = time.monotonic()
+            return None
+    """
+    said = _batch_cut_short(tmp_path, on_range, "KeyboardInterrupt", "interrupt")
+    assert said == ["c", "served", "before", "the", "interrupt", "clean"], said
 
 
 def test_a_refused_connection_is_not_a_timeout():
