@@ -1334,6 +1334,8 @@ def _converted_by_python_and_c(src, folder):
         text=True,
         timeout=60,
     )
+    if r.returncode == 127 or "has no hurray package" in r.stderr:
+        pytest.skip("the pip-installed command has no C program here (the ASan run)")
     assert r.returncode == 0, r.stderr
     return folder / "py.hurray", folder / "c.hurray"
 
