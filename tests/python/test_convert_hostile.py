@@ -1076,9 +1076,20 @@ def test_a_safetensors_quantization_key_that_is_not_a_json_object_is_one_error(
 
 
 @pytest.mark.parametrize("suffix", [".npz", ".pt", ".npy", ".hurray", ".safetensors"])
-def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix):
+def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix, monkeypatch):
     """The temporary file got 0666 less the umask, so a chmod 600 target
-    came back 644: readable by everyone."""
+    came back 644: readable by everyone; and while it was written, its new
+    bytes were readable by everyone too."""
+    from hurray.convert._target import _FileTarget
+
+    modes = []
+    publish = _FileTarget.publish
+
+    def watched(self):
+        modes.append(stat.S_IMODE(os.stat(self.tmp).st_mode))
+        publish(self)
+
+    monkeypatch.setattr(_FileTarget, "publish", watched)
     src = tmp_path / "src.hurray"
     hurray.save(src, {"w": np.ones(4, np.float32)})
     dst = tmp_path / f"t{suffix}"
@@ -1086,6 +1097,7 @@ def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix):
     os.chmod(dst, 0o600)
     convert(src, dst, quiet=True)
     assert stat.S_IMODE(os.stat(dst).st_mode) == 0o600
+    assert modes and all(m & 0o077 == 0 for m in modes), [oct(m) for m in modes]
     assert listing(tmp_path) == ["src.hurray", f"t{suffix}"]
 
 

@@ -96,6 +96,19 @@ def _keep_mode(fd: int, path: str) -> None:
         pass
 
 
+def _private_until_published(fd: int, path: str) -> None:
+    """While it is written, the temporary file that will replace the regular
+    file `path` gives no one more than `path` gives (a chmod 600 checkpoint's
+    new bytes were readable by everyone until the rename), and its owner
+    may write it (the writers open it again by name)."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            os.fchmod(fd, (st.st_mode & 0o777) | 0o600)
+    except OSError:
+        pass
+
+
 def keep_mode(tmp: str, path: str) -> None:
     """_keep_mode for a file known by name."""
     try:
@@ -138,8 +151,8 @@ def _unlink_quietly(path: str) -> None:
 def _new_tmp(path: str) -> str:
     """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
     file in the folder of `path`, and returns its name. It gets the mode of
-    the file it replaces only when published: the writers open it again by
-    name, which a read-only mode would refuse."""
+    the file it replaces only when published (the writers open it again by
+    name, which a read-only mode would refuse); until then, no wider one."""
     folder, base = os.path.split(os.path.abspath(path))
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
@@ -159,6 +172,7 @@ def _new_tmp(path: str) -> str:
                 f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
                 folder,
             ) from None
+        _private_until_published(fd, path)
         try:
             os.close(fd)  # Linux releases the descriptor even when close fails
         except OSError as exc:
