@@ -822,24 +822,29 @@ static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *r
     return HURRAY_OK;
   }
   if (node->dtype != HURRAY_DTYPE_BOOL || node->quant.kind != HURRAY_QUANT_NONE) return HURRAY_OK;
-  /* Only where every byte of the buffer is an element: a strided view,
-   * bytes before a byte offset and a page pool's unused pages may hold
-   * anything. */
-  bool whole = node->layout.kind == HURRAY_LAYOUT_SPARSE ||
-               (node->layout.kind == HURRAY_LAYOUT_DENSE && node->strides == NULL &&
-                node->byte_offset == 0);
-  if (!whole) return HURRAY_OK;
+  /* The elements only, where they lie in one run: a row-major dense
+   * tensor's numel bytes, a sparse tensor's stored values, from the byte
+   * offset. Bytes around them, those a strided view skips and a page
+   * pool's unused pages may hold anything. */
+  uint64_t n = 0;
+  if (node->layout.kind == HURRAY_LAYOUT_SPARSE) {
+    const HurrayLayout *l = &node->layout;
+    n = l->nnz * (l->format == HURRAY_SPARSE_BSR ? l->block_rows * l->block_cols : 1);
+  } else if (node->layout.kind != HURRAY_LAYOUT_DENSE || node->strides != NULL ||
+             hurray_descriptor_numel(node, &n, NULL) != HURRAY_OK) {
+    return HURRAY_OK;
+  }
   uint32_t b = node->layout.data_buffer;
   const uint8_t *p = buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, b))
                                      : data;
-  uint64_t n = root->buffers[b].byte_size;
+  p += node->byte_offset; /* validation: offset + elements lie in the buffer */
   uint8_t any = 0;
   for (uint64_t k = 0; k < n; k++) any |= p[k];
   if ((any & 0xFE) == 0) return HURRAY_OK;
   uint64_t at = 0;
   while (p[at] <= 1) at++;
   return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                      "tensor \"%s\": bool byte %llu is %u; bool elements are stored as 0 or 1",
+                      "tensor \"%s\": bool element %llu is %u; bool elements are stored as 0 or 1",
                       name, (unsigned long long)at, p[at]);
 }
 

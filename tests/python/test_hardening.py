@@ -934,17 +934,32 @@ def test_bool_bytes_other_than_0_or_1_are_refused(tmp_path):
         [np.frombuffer(odd, np.uint8)],
     )
     for value in (odd, values):
-        with pytest.raises(hurray.InvalidArgumentError, match=r'"b": bool byte 2 is 2'):
+        with pytest.raises(hurray.InvalidArgumentError, match=r'"b": bool element 2 is 2'):
             hurray.save(target, {"a": np.ones(3, bool), "b": value})
     assert target.read_bytes() == before
     hurray.save(target, {"b": np.array([True, False])})
-    # Bytes that are not elements (a strided view skips them) may be anything.
-    every_other = hurray.Tensor(
-        hurray.Descriptor("bool", (2,), strides=(2,), buffers=[hurray.Buffer("data", 4)]),
-        [np.frombuffer(bytes([1, 7, 0, 7]), np.uint8)],
-    )
-    hurray.save(target, {"b": every_other})
-    assert hurray.load(target)["b"].numpy().tolist() == [True, False]
+    # Bytes that are not elements may be anything: those a strided view
+    # skips, those before a byte offset, those past the elements.
+    raw = [np.frombuffer(bytes([7, 1, 7, 0, 7]), np.uint8)]
+    kinds = {
+        "strided": hurray.Descriptor(
+            "bool", (2,), strides=(2,), byte_offset=1, buffers=[hurray.Buffer("data", 5)]
+        ),
+        "offset": hurray.Descriptor(
+            "bool", (1,), byte_offset=1, buffers=[hurray.Buffer("data", 5)]
+        ),
+        "sparse": hurray.Descriptor(
+            "bool",
+            (4,),
+            byte_offset=1,
+            layout=hurray.Sparse("coo", "int64", 1, values_buffer=0, index_buffers=(1,)),
+            buffers=[hurray.Buffer("values", 5), hurray.Buffer("indices", 8)],
+        ),
+    }
+    for kind, d in kinds.items():
+        parts = raw + [np.zeros(1, np.int64)] if kind == "sparse" else raw
+        hurray.save(target, {"b": hurray.Tensor(d, parts)})
+        assert hurray.load(target)["b"] is not None, kind
 
 
 def test_a_target_named_near_the_name_limit_is_saved(tmp_path):
