@@ -55,6 +55,9 @@ BACKOFF_SECONDS = 0.05
 DEFAULT_TIMEOUT = (10.0, 60.0)
 #: Redirects followed for one request (a hub's or CDN's 302 to the bytes).
 MAX_REDIRECTS = 10
+#: A redirect's body up to this long is read and dropped, keeping its
+#: connection for the next request; a longer one is not read.
+REDIRECT_BODY_READ = 64 << 10
 #: The status line and headers of an answer (1xx answers before it
 #: included) must arrive within this many read timeouts: each read is
 #: bounded by the timeout, but a server may send them a byte at a time, or
@@ -147,14 +150,20 @@ def _retrying(fn: Callable, retries: int):
 
 def _wait_all(futures, failure: Optional[BaseException]) -> Optional[BaseException]:
     """Waits until every future is done, whatever interrupts the wait (the
-    first interruption is kept as the failure, unless there is one)."""
-    while True:
-        try:
-            concurrent.futures.wait(futures)
-            return failure
-        except BaseException as exc:  # noqa: BLE001 - raised by the caller, after the wait
-            if failure is None:
-                failure = exc
+    first interruption is kept as the failure, unless there is one). One
+    future at a time: concurrent.futures.wait, interrupted while it takes
+    the futures' locks, can leave them held (and the workers stuck)."""
+    for future in futures:
+        while True:
+            try:
+                future.exception()
+                break
+            except concurrent.futures.CancelledError:
+                break
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller, after the wait
+                if failure is None:
+                    failure = exc
+    return failure
 
 
 # ------------------------------------------------------------------ HTTP
@@ -173,14 +182,33 @@ def _bounded_pools(urllib3, read_timeout) -> dict:
                 sock = self.sock
                 if deadline is None or sock is None:
                     return super().getresponse(*args, **kwargs)
-                timer = threading.Timer(deadline, _shut_down, (sock,))
+                lock, state = threading.Lock(), {"done": False, "fired": False}
+
+                def fire():
+                    with lock:  # never after getresponse returned
+                        if state["done"]:
+                            return
+                        state["fired"] = True
+                    _shut_down(sock)
+
+                timer = threading.Timer(deadline, fire)
                 timer.daemon = True
                 timer.start()
                 try:
                     return super().getresponse(*args, **kwargs)
+                except Exception:
+                    if state["fired"]:
+                        raise urllib3.exceptions.ReadTimeoutError(
+                            None, None, f"no status line and headers within {deadline:g} s"
+                        ) from None
+                    raise
                 finally:
+                    with lock:
+                        state["done"] = True
                     timer.cancel()
 
+        # messages name the connection class ("HTTPConnection(host=...)")
+        Bounded.__name__, Bounded.__qualname__ = base.__name__, base.__qualname__
         return Bounded
 
     class HTTPPool(urllib3.HTTPConnectionPool):
@@ -201,16 +229,20 @@ def _shut_down(sock) -> None:
 
 class _Metered:
     """A response body whose readinto fails with a retried timeout when,
-    over `window` seconds, fewer than MIN_BODY_RATE bytes a second came."""
+    over `window` seconds, fewer than MIN_BODY_RATE bytes a second came, and
+    with RemoteError (not retried) once `abort` is set."""
 
-    def __init__(self, response, window: Optional[float], shown: str):
+    def __init__(self, response, window: Optional[float], shown: str, abort: threading.Event):
         self._response = response
         self._window = window
         self._shown = shown
+        self._abort = abort
         self._since = time.monotonic()
         self._got = 0
 
     def readinto(self, view) -> int:
+        if self._abort.is_set():
+            raise RemoteError(f"{self._shown}: the read was abandoned (interrupted)")
         if self._window is None:
             return self._response.readinto(view)
         # read1: readinto waits for the whole view, so a trickle would
@@ -296,7 +328,20 @@ class HttpBackend:
         self._etag: Optional[str] = None
         self._last_modified: Optional[str] = None
         self._lock = threading.Lock()
+        self._abort = threading.Event()
         self.requests = 0  # answered requests, for tests and benchmarks
+
+    def _metered(self, response) -> _Metered:
+        return _Metered(response, self._rate_window, self.shown, self._abort)
+
+    def abandon_reads(self, abandon: bool) -> None:
+        """Makes every body read of this backend fail at its next read
+        (True) until called with False: an interrupted batch ends its other
+        runs within a read timeout instead of waiting them out."""
+        if abandon:
+            self._abort.set()
+        else:
+            self._abort.clear()
 
     def _follow(self, headers: dict):
         """The GET's answer, redirects followed here rather than by urllib3,
@@ -322,11 +367,24 @@ class HttpBackend:
             location = response.get_redirect_location()
             if not location:
                 return response
-            # Unread: close() drops the connection with whatever body follows.
-            response.close()
-            response.release_conn()
+            self._drop_body(response)
             url, headers = self._redirected(url, location, headers)
         raise RemoteError(f"{self.shown}: more than {MAX_REDIRECTS} redirects")
+
+    def _drop_body(self, response) -> None:
+        """Reads a redirect's short body (under the rate floor), so that its
+        connection serves the next request, or drops the connection with a
+        long or unannounced one unread."""
+        length = response.headers.get("Content-Length") or ""
+        if re.fullmatch(r"[0-9]+", length) and int(length) <= REDIRECT_BODY_READ:
+            try:
+                self._read_exactly(self._metered(response), memoryview(bytearray(int(length))))
+                response.release_conn()
+                return
+            except Exception:  # noqa: BLE001 - the connection is dropped instead
+                pass
+        response.close()
+        response.release_conn()
 
     def _redirected(self, url: str, location: str, headers: dict) -> Tuple[str, dict]:
         from urllib.parse import urljoin
@@ -335,10 +393,10 @@ class HttpBackend:
         try:
             target = urljoin(url, location)
             old, new = parse_url(url), parse_url(target)
-        except ValueError as e:  # urllib3's LocationParseError is one
-            raise RemoteError(
-                f"{self.shown}: redirected to a malformed URL {shown_url(location)!r}: {e}"
-            ) from None
+        except ValueError:  # urllib3's LocationParseError is one
+            # neither Location nor the parser's message is shown: either may
+            # hold a password ("//user:secret@host")
+            raise RemoteError(f"{self.shown}: redirected to a malformed URL") from None
         if (new.scheme or "").lower() not in ("http", "https"):
             raise RemoteError(
                 f"{self.shown}: redirected to {shown_url(target)!r}; only http(s) is followed"
@@ -405,8 +463,6 @@ class HttpBackend:
                 refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
                 if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
                     raise _Transient(RemoteTimeoutError(f"{self.shown}: {reason}")) from None
-                if isinstance(reason, urllib3.exceptions.ResponseError):  # too many redirects
-                    raise RemoteError(f"{self.shown}: {reason}") from None
                 raise _Transient(RemoteError(f"{self.shown}: {reason}")) from None
             except urllib3.exceptions.TimeoutError as e:
                 raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
@@ -428,7 +484,7 @@ class HttpBackend:
                 self._check_size(total)
                 self._check_validators(response)
                 try:
-                    sink(_Metered(response, self._rate_window, self.shown), start, end, total)
+                    sink(self._metered(response), start, end, total)
                 except urllib3.exceptions.TimeoutError as e:
                     raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
                 except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -750,12 +806,18 @@ class RangeSource:
                 future.result()
             except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
                 failure = exc
-        if failure is not None:
-            for future in futures:
-                future.cancel()
-        failure = _wait_all(futures, failure)
-        if failure is not None:
-            raise failure
+        if failure is None:
+            return
+        for future in futures:
+            future.cancel()
+        # The runs still going end at their next read, not after the rest
+        # of their bytes (Ctrl-C used to wait out a slow server).
+        abandon = getattr(self.backend, "abandon_reads", lambda on: None)
+        abandon(True)
+        try:
+            raise _wait_all(futures, failure)
+        finally:
+            abandon(False)
 
     def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
         """The (offset, length) ranges `read()` (one tensor read) would

@@ -184,7 +184,7 @@ def _check_one_save(name: str, pieces: List[_Piece]) -> None:
     for p in pieces:
         if p.save is None:
             continue
-        first = first_in.setdefault(os.path.dirname(os.path.abspath(p.path)), p)
+        first = first_in.setdefault(os.path.dirname(os.path.realpath(p.path)), p)
         if p.save != first.save:
             raise _error(
                 "HURRAY_ERR_SHARD_BOUNDS",

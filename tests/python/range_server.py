@@ -22,7 +22,7 @@ class RangeServer:
     file changes after the first request), "slow" (answers after
     `slow_seconds`), "flaky" (the first `flaky_count` requests get 503),
     "huge" (claims the file is 1 TiB larger, its tail at the claimed end),
-    "drip" (sends the body a byte every `drip_seconds`).
+    "drip" (sends the body `drip_bytes` (1) at a time, every `drip_seconds`).
     on_range(start, end), when set, sees every range request after the
     file is found: it may sleep, and a status it returns (404, 503) is
     sent instead of the bytes."""
@@ -33,6 +33,7 @@ class RangeServer:
         self.fault: Optional[str] = None
         self.slow_seconds = 2.0
         self.drip_seconds = 0.05
+        self.drip_bytes = 1
         self.flaky_count = 2
         self.on_range: Optional[Callable[[int, int], Optional[int]]] = None
         self.log: List[Tuple[str, Optional[str], int]] = []  # (path, Range, body bytes)
@@ -160,8 +161,8 @@ class RangeServer:
             self.log[index] = (path, rng, len(sent))
         try:
             if self.fault == "drip" and status == 206:
-                for i in range(len(sent)):
-                    h.wfile.write(sent[i : i + 1])
+                for i in range(0, len(sent), self.drip_bytes):
+                    h.wfile.write(sent[i : i + self.drip_bytes])
                     h.wfile.flush()
                     time.sleep(self.drip_seconds)
             else:

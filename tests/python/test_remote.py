@@ -587,6 +587,39 @@ def test_ctrl_c_waits_for_the_runs_it_interrupted(tmp_path):
     assert said == ["c", "served", "before", "the", "interrupt", "clean"], said
 
 
+def test_ctrl_c_ends_runs_that_are_slow_but_not_stalled(tmp_path):
+    """The runs Ctrl-C interrupts are waited for (above), and a run that
+    stays just above the rate floor would be waited for until its last
+    byte: hours for a large tensor, with every further Ctrl-C ignored. An
+    interrupted batch now abandons its runs at their next read."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal, sys, threading, time, numpy as np, hurray
+        sys.path.insert(0, {HERE!r})
+        from range_server import RangeServer
+        p = {str(tmp_path / "gap.hurray")!r}
+        hurray.save(p, {{"a": np.full(1 << 18, 1.0, np.float32),
+                         "z_mid": np.zeros(17 << 20, np.float32),
+                         "c": np.full(1 << 18, 3.0, np.float32)}})
+        with RangeServer({{"/gap.hurray": open(p, "rb").read()}}) as s:
+            f = hurray.open(s.url("/gap.hurray"), timeout=(2, 2))
+            s.fault, s.drip_bytes, s.drip_seconds = "drip", 4096, 0.5  # 8 KiB/s
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            started = time.monotonic()
+            try:
+                f.verify()
+            except KeyboardInterrupt:
+                print("interrupted after %.0f s" % (time.monotonic() - started))
+            s.fault = None
+            f.close()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert words[:2] == ["interrupted", "after"] and int(words[2]) < 10, done.stdout
+
+
 def test_a_refused_connection_is_not_a_timeout():
     # urllib3 makes a refused connection a kind of ConnectTimeoutError, and
     # it was reported (and retried) as RemoteTimeoutError.
@@ -860,7 +893,7 @@ def test_answers_that_never_finish_their_headers_are_cut(files):
     raw = _RawServer(answer)
     try:
         started = time.monotonic()
-        with pytest.raises(hurray.RemoteError):
+        with pytest.raises(hurray.RemoteTimeoutError, match="status line and headers"):
             hurray.open(raw.url, timeout=(1, 1), retries=0)
         assert time.monotonic() - started < 10
     finally:
@@ -882,6 +915,47 @@ def test_a_redirect_to_another_scheme_is_refused_once():
         assert raw.connections <= 2  # the suffix and the header, not retried
     finally:
         raw.close()
+
+
+def test_a_redirect_with_a_short_body_keeps_its_connection(files, server):
+    """Redirects followed by hurray closed every redirect's connection, so
+    each request through a hub's 302 paid a new connection; a short body is
+    now read and dropped, and the connection serves the next request."""
+    import http.server
+    import threading
+
+    target = server.url("/big.hurray")
+    connections = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def handle(self):
+            connections.append(1)
+            super().handle()
+
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "5")
+            self.end_headers()
+            self.wfile.write(b"moved")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/big.hurray"
+        with hurray.open(url, threads=1) as f:
+            names = f.keys()[:4]
+            for name in names:
+                f[name]
+        assert len(connections) <= 2, len(connections)  # open fetches two ranges at once
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_launcher_reads_only_file_as_a_url_and_restores_sigpipe(tmp_path):
