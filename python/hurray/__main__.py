@@ -236,7 +236,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"hurray convert: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if isinstance(exc, ConversionError):  # a failure of the conversion, errno EPIPE
+            print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
+            return EXIT_FAILURE
         # The report's reader went away (| head) after the target was written:
         # quietly, as SIGPIPE ends the C command; stdout goes to /dev/null so
         # that the exit flush is quiet.

@@ -1374,6 +1374,29 @@ def test_a_1_0_file_holding_the_chunk_table_key_as_metadata_converts(tmp_path):
             assert f["a"].numpy().tolist() == [0.0, 1.0, 2.0]
 
 
+def test_a_conversion_failing_with_epipe_says_so():
+    """A ConversionIOError of errno EPIPE is also a BrokenPipeError, which
+    the command takes for its report's reader going away: it exited 141
+    without a word."""
+    code = textwrap.dedent(
+        """
+        import errno, sys
+        import hurray.__main__ as cli
+        conv = sys.modules["hurray.convert"]
+        from hurray.convert._common import io_error
+
+        def failing(*args, **kwargs):
+            raise io_error("writing x.npz: Broken pipe", errno.EPIPE, "x.npz")
+
+        conv.convert = failing
+        sys.exit(cli.main(["convert", "a.hurray", "x.npz"]))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr == "hurray convert: writing x.npz: Broken pipe\n"
+
+
 def test_metadata_of_an_unknown_type_is_left_out_of_a_conversion(tmp_path):
     """A newer minor version's metadata type (7 here) was copied as bytes
     (type 5), which changes its meaning (file-format.md 11)."""
