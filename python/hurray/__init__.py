@@ -136,3 +136,23 @@ __all__ = [
     "save_sharded",
     "shard",
 ]
+
+
+def __getattr__(name: str):
+    """The OSError classes of one errno (HurrayFileNotFoundError,
+    ConversionPermissionError, ...) are made when first raised, as a
+    HurrayIOError or ConversionIOError that is also the builtin class the
+    errno maps to. Pickle finds a class by its module and name: here, in a
+    process that has not made it yet."""
+    import builtins
+    import errno
+
+    from .convert._common import _io_class
+
+    for prefix, make in (("Hurray", _hurray._os_error_class), ("Conversion", _io_class)):
+        builtin = getattr(builtins, name[len(prefix) :], None) if name.startswith(prefix) else None
+        if isinstance(builtin, type) and issubclass(builtin, OSError) and builtin is not OSError:
+            for code in sorted(errno.errorcode):
+                if type(OSError(code, "")) is builtin:
+                    return make(code)
+    raise AttributeError(f"module 'hurray' has no attribute {name!r}")

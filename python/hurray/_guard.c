@@ -227,18 +227,22 @@ static PyObject *os_class(PyObject *io_class, int err) {
   return cls;
 }
 
+PyObject *hy_os_class(PyObject *io_class, int err) { return os_class(io_class, err); }
+
 PyObject *hy_raise_os(PyObject *io_class, HurrayStatus status, const HurrayError *error,
                       PyObject *filename) {
   PyObject *cls = os_class(io_class, error->os_errno);
   if (cls == NULL) return NULL;
-  PyObject *exc = filename != NULL
-                      ? PyObject_CallFunction(cls, "isO", error->os_errno, "", filename)
-                      : PyObject_CallFunction(cls, "is", error->os_errno, "");
+  /* The message is an argument, not set afterwards: args is what pickle
+   * hands the class to make the exception again. */
   PyObject *message = PyUnicode_FromFormat("%s: %s", hurray_status_name(status), error->message);
+  PyObject *exc = message == NULL ? NULL
+                  : filename != NULL
+                      ? PyObject_CallFunction(cls, "iOO", error->os_errno, message, filename)
+                      : PyObject_CallFunction(cls, "iO", error->os_errno, message);
   PyObject *code = PyLong_FromLong((long)status);
   PyObject *name = PyUnicode_FromString(hurray_status_name(status));
   if (exc != NULL && message != NULL && code != NULL && name != NULL &&
-      PyObject_SetAttrString(exc, "strerror", message) == 0 &&
       PyObject_SetAttrString(exc, "status", code) == 0 &&
       PyObject_SetAttrString(exc, "status_name", name) == 0) {
     PyErr_SetObject(cls, exc);

@@ -63,4 +63,8 @@ bool hy_cancel_requested(void *ctx);
 PyObject *hy_raise_os(PyObject *io_class, HurrayStatus status, const HurrayError *error,
                       PyObject *filename);
 
+/* The class hy_raise_os raises for errno `err` (made once, cached on
+ * io_class). New reference, or NULL with an exception. */
+PyObject *hy_os_class(PyObject *io_class, int err);
+
 #endif

@@ -30,6 +30,20 @@ PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const Hurra
                         filename);
 }
 
+/* _os_error_class(errno) -> the HurrayIOError subclass raised for it (also
+ * the builtin OSError subclass errno maps to), so that pickle finds a class
+ * made at run time by name (hurray.__getattr__). */
+static PyObject *mod_os_error_class(PyObject *module, PyObject *arg) {
+  long err = PyLong_AsLong(arg);
+  if (err == -1 && PyErr_Occurred()) return NULL;
+  if (err <= 0 || err > INT_MAX) return PyErr_Format(PyExc_ValueError, "no errno %ld", err);
+  PyObject *io_class = PyObject_GetAttrString(module, "HurrayIOError");
+  if (io_class == NULL) return NULL;
+  PyObject *cls = hy_os_class(io_class, (int)err);
+  Py_DECREF(io_class);
+  return cls;
+}
+
 /* _error(status, message) -> the exception C would raise for `status` (its
  * code or its name), for the few errors Python code detects itself. */
 static PyObject *mod_error(PyObject *module, PyObject *args) {
@@ -122,6 +136,8 @@ static PyMethodDef module_methods[] = {
      "_check_not_mapped_from(fd, spans): InvalidArgumentError for a span of spans() "
      "[(name, address, length)] in a mapping of fd's file"},
     {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
+    {"_os_error_class", mod_os_error_class, METH_O,
+     "_os_error_class(errno): the HurrayIOError subclass raised for it"},
     {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},
     {"_prefault", hurray_py_prefault, METH_VARARGS, "make a writable buffer's pages present"},
     {NULL},

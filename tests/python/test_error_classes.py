@@ -2,6 +2,9 @@
 `except hurray.HurrayError` covers the package (file-system failures are
 also OSErrors). These classes were once plain Exception / RuntimeError."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -80,3 +83,36 @@ def test_convert_help_does_not_say_other_gguf_types_are_refused():
     ).stdout
     assert "other GGUF types are refused" not in out
     assert "Q8_1" in out
+
+
+def test_file_system_errors_survive_pickling_into_a_fresh_process(tmp_path):
+    """The OSError classes of one errno are made when first raised, so
+    pickle could not find them by name ("attribute lookup
+    HurrayFileNotFoundError on hurray failed"): an error raised in a
+    ProcessPoolExecutor worker never reached the parent. And the C-raised
+    one lost its message, which was set after its arguments."""
+    import pickle
+
+    caught = []
+    with pytest.raises(hurray.HurrayError) as opened:
+        hurray.open(tmp_path / "missing.hurray")
+    caught.append(opened.value)
+    with pytest.raises(hurray.ConversionError) as converted:
+        hurray.convert(tmp_path / "missing.safetensors", tmp_path / "x.hurray", quiet=True)
+    caught.append(converted.value)
+    code = (
+        "import pickle, sys\n"
+        "e = pickle.loads(sys.stdin.buffer.read())\n"
+        "print(type(e).__name__, isinstance(e, FileNotFoundError), e.errno, str(e))\n"
+    )
+    for exc in caught:
+        r = subprocess.run(
+            [sys.executable, "-c", code], input=pickle.dumps(exc), capture_output=True, timeout=60
+        )
+        assert r.returncode == 0, r.stderr.decode()[-2000:]
+        want = f"{type(exc).__name__} True 2 {exc}"
+        assert r.stdout.decode().strip() == want
+    assert issubclass(hurray.HurrayPermissionError, PermissionError)
+    assert issubclass(hurray.ConversionIsADirectoryError, hurray.ConversionIOError)
+    with pytest.raises(AttributeError):
+        hurray.HurrayNotAnError
