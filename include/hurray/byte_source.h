@@ -65,8 +65,10 @@ typedef HurrayStatus (*HurrayByteSourceReadBatchFn)(void *ctx, const HurrayByteR
 typedef void (*HurrayByteSourceReleaseFn)(void *ctx);
 
 /* The source's bytes are untrusted transport: the reader checks every whole
- * buffer it reads for get_tensor against its stored checksum (XXH3-64) and
- * fails with HURRAY_ERR_CHECKSUM on a mismatch. Row reads
+ * buffer it reads for get_tensor against its stored checksum (XXH3-64; a
+ * buffer longer than a chunk against its chunk checksums, as
+ * hurray_reader_verify does) and fails with HURRAY_ERR_CHECKSUM on a
+ * mismatch. Row reads
  * (hurray_reader_get_rows) and read_buffer are not checked: checksums cover
  * whole buffers only. */
 #define HURRAY_BYTE_SOURCE_VERIFY_READS 1u

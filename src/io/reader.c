@@ -63,6 +63,7 @@ typedef struct TensorEntry {
   size_t descriptor_len;
   const uint8_t *buffers; /* buffer_count records of (offset, length, checksum) */
   uint32_t buffer_count;
+  size_t index; /* in index order (entry_at's; not set by parse_tensors) */
 } TensorEntry;
 
 typedef struct MetadataEntry {
@@ -114,6 +115,7 @@ struct HurrayReader {
 static TensorEntry entry_at(const HurrayReader *r, size_t i) {
   const uint8_t *p = r->index + r->entries[i];
   TensorEntry t;
+  t.index = i;
   t.name_len = (size_t)hurray__get_le(p, 2);
   t.name = (const char *)p + 2;
   p += 2 + t.name_len;
@@ -1114,12 +1116,22 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
   if (status != HURRAY_OK || (r->source.flags & HURRAY_BYTE_SOURCE_VERIFY_READS) == 0) {
     return status;
   }
+  /* A buffer longer than a chunk against its chunk checksums, as verify
+   * checks it in every mode, so that a read and verify agree. */
+  const uint8_t *chunk = r->chunk_sums != NULL ? r->chunk_sums + 8 * chunks_before(r, t->index)
+                                               : NULL;
   for (uint32_t i = 0; i < t->buffer_count; i++) {
-    const HurrayBuffer *b = hurray_buffer_list_get(list, i);
-    uint64_t sum = hurray__checksum(hurray_buffer_data(b), (size_t)buffer_field(t, i, 1));
-    if (sum != buffer_field(t, i, 2)) {
-      VerifyRef ref = {*t, i, 0, buffer_field(t, i, 1), NULL};
-      return mismatch(&ref, sum, error);
+    const uint8_t *data = hurray_buffer_data(hurray_buffer_list_get(list, i));
+    uint64_t length = buffer_field(t, i, 1);
+    uint64_t pieces = chunk != NULL ? hurray__chunks_of(length, r->chunk_size) : 0;
+    for (uint64_t k = 0; k < (pieces > 0 ? pieces : 1); k++) {
+      uint64_t start = pieces > 0 ? k * r->chunk_size : 0;
+      uint64_t span = pieces > 0 && length - start > r->chunk_size ? r->chunk_size
+                                                                   : length - start;
+      VerifyRef ref = {*t, i, start, span, pieces > 0 ? chunk : NULL};
+      if (pieces > 0) chunk += 8;
+      uint64_t sum = hurray__checksum(data + start, (size_t)span);
+      if (sum != ref_expected(&ref)) return mismatch(&ref, sum, error);
     }
   }
   return HURRAY_OK;

@@ -194,6 +194,29 @@ def test_verify_of_a_sparse_tensor_reads_its_values_once(tmp_path):
         assert s.bytes_sent < len(data) + values // 2, (s.bytes_sent, len(data))
 
 
+def test_a_read_checks_chunks_as_verify_does(tmp_path):
+    """Verify checks a buffer longer than a chunk against its chunk
+    checksums in every mode; a URL read with verify_reads checked its whole
+    checksum, so a file whose chunk table was damaged verified as bad and
+    read as good (and the other way round)."""
+    from _file_edits import reseal
+
+    path = tmp_path / "chunked.hurray"
+    big = np.arange(9 << 20, dtype=np.uint8)  # three 4 MiB chunks
+    hurray.save(path, {"big": big})
+    blob = bytearray(path.read_bytes())
+    table = blob.rindex(b"hurray.chunk_checksums") + len(b"hurray.chunk_checksums")
+    assert blob[table] == 6  # the type; then u32 value_len, u64 chunk_size, the sums
+    blob[table + 1 + 4 + 8 + 8] ^= 1  # the second chunk's sum
+    reseal(blob)
+    with RangeServer({"/c.hurray": bytes(blob)}) as s:
+        with hurray.open(s.url("/c.hurray")) as f:
+            with pytest.raises(hurray.ChecksumError, match=r"in bytes \[4194304, 8388608\)"):
+                f.verify()
+            with pytest.raises(hurray.ChecksumError, match=r"in bytes \[4194304, 8388608\)"):
+                f["big"]
+
+
 def test_large_index_needs_a_third_request(tmp_path):
     tensors = {f"t{i:05d}": np.full(4, i, np.int32) for i in range(300)}
     path = tmp_path / "many.hurray"
