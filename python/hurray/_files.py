@@ -192,8 +192,8 @@ def _refuse_streamed_from_its_file(stream, items) -> None:
     """Through write(), the C writer cannot see where the bytes go: a
     tensor mapped from the file that a subclass of FileIO, or a compressor
     over it, truncated at open is refused here (its bytes are gone: SIGBUS)."""
-    fd = _any_fileno(stream)
-    if fd is not None and _is_regular_file(fd):
+    fd = _written_file(stream)
+    if fd is not None:
         _hurray._check_not_mapped_from(fd, lambda: list(_item_spans(items)))
 
 
@@ -214,18 +214,26 @@ def refuse_mapped_sources(target, pairs) -> None:
     (SIGBUS). Any stream with a fileno() counts, a subclass or a compressor
     too: opening its file truncated it whatever writes to it. Paths and
     streams without a file pass: nothing truncates what is read."""
-    if not isinstance(target, int):
-        target = _any_fileno(target) if not isinstance(target, (str, bytes, os.PathLike)) else None
-    if isinstance(target, int) and _is_regular_file(target):
-        _hurray._check_not_mapped_from(target, lambda: list(_copied_spans(pairs)))
+    fd = _written_file(target)
+    if fd is not None:
+        _hurray._check_not_mapped_from(fd, lambda: list(_copied_spans(pairs)))
 
 
-def _any_fileno(target) -> Optional[int]:
-    try:
-        fd = target.fileno()
-    except Exception:  # noqa: BLE001 - no usable descriptor: nothing to check
+def _written_file(target) -> Optional[int]:
+    """The descriptor of the regular file `target` (a descriptor, or any
+    stream with a fileno()) writes into, else None (a path, a pipe, a
+    stream without a file)."""
+    if isinstance(target, (str, bytes, os.PathLike)):
         return None
-    return fd if isinstance(fd, int) and not isinstance(fd, bool) else None
+    fd = target
+    if not isinstance(fd, int):
+        try:
+            fd = target.fileno()
+        except Exception:  # noqa: BLE001 - no usable descriptor: nothing to check
+            return None
+    if not isinstance(fd, int) or isinstance(fd, bool):
+        return None
+    return fd if _is_regular_file(fd) else None
 
 
 def _is_regular_file(fd: int) -> bool:
