@@ -567,6 +567,11 @@ static HurrayStatus finish_open(HurrayWriter *w, HurrayWriter **out, HurrayError
   return HURRAY_OK;
 }
 
+/* A new file's mode before the umask: what open(2) in cp, numpy.save,
+ * torch.save and safetensors gives, so a umask of 002 (a group's shared
+ * model folder) yields a file the group can replace, as theirs do. */
+#define NEW_FILE_MODE 0666
+
 /* The process's file mode creation mask, which open(2) applies and fchmod
  * does not. Read from /proc (Linux 4.7), since umask(2) can only be read by
  * setting it, which would race with other threads; 022 where unknown. */
@@ -610,7 +615,7 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
    * open (a file system without it, an old kernel) falls back too; a real
    * problem with the folder shows up again in mkostemp. */
   if (sys->access(sys->ctx, "/proc/self/fd", X_OK) == 0) {
-    w->fd = sys->open(sys->ctx, w->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    w->fd = sys->open(sys->ctx, w->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, NEW_FILE_MODE);
   }
   if (w->fd >= 0) {
     w->unnamed_temp = true;
@@ -635,7 +640,8 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   /* mkostemp makes the file 0600; give it the target's mode, or the one an
    * O_TMPFILE file gets (best effort: a file only its owner can read is
    * still a good file). */
-  (void)sys->fchmod(sys->ctx, w->fd, w->keep_mode ? w->target_mode : 0644 & ~process_umask());
+  (void)sys->fchmod(sys->ctx, w->fd,
+                    w->keep_mode ? w->target_mode : NEW_FILE_MODE & ~process_umask());
   return HURRAY_OK;
 }
 

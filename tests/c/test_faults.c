@@ -620,16 +620,16 @@ static void test_every_fault_with_failing_cleanup(void **state) {
       totals.leftovers - leftovers_before);
 }
 
-/* A new file's mode is 0644 less the umask whichever way the temporary
+/* A new file's mode is 0666 less the umask whichever way the temporary
  * file is made (open(2) applies the umask to an O_TMPFILE file; the
  * mkostemp fallback applies it itself), and a replaced file's mode is kept
  * either way. */
 static void test_new_and_replaced_file_modes(void **state) {
   (void)state;
-  const mode_t masks[] = {077, 027, 022};
+  const mode_t masks[] = {077, 027, 022, 002};
   mode_t saved = umask(022);
   for (int fallback = 0; fallback < 2; fallback++) {
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 4; m++) {
       umask(masks[m]);
       prepare_target(false);
       fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
@@ -637,7 +637,7 @@ static void test_new_and_replaced_file_modes(void **state) {
       assert_int_equal(write_target(&fake_sys, &err), HURRAY_OK);
       struct stat st;
       assert_int_equal(stat(target, &st), 0);
-      assert_int_equal(st.st_mode & 0777, 0644 & ~masks[m]);
+      assert_int_equal(st.st_mode & 0777, 0666 & ~masks[m]);
       assert_int_equal(chmod(target, 0604), 0);
       fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
       assert_int_equal(write_target(&fake_sys, &err), HURRAY_OK);

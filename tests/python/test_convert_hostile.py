@@ -1101,6 +1101,35 @@ def test_a_replaced_target_keeps_its_permission_bits(tmp_path, suffix, monkeypat
     assert listing(tmp_path) == ["src.hurray", f"t{suffix}"]
 
 
+def test_new_files_get_0666_less_the_umask_in_every_format(tmp_path):
+    """hurray.save and a .hurray target gave 0644 less the umask while the
+    other targets (and cp, numpy.save, torch.save) gave 0666 less it: under
+    a group's 002 umask the group could not replace a .hurray file. The
+    umask is the process's, so this runs in a child."""
+    script = textwrap.dedent(
+        """
+        import os, stat, sys
+        import numpy as np
+        import hurray
+        from hurray.convert import convert
+        os.umask(0o002)
+        out = sys.argv[1]
+        src = os.path.join(out, "saved.hurray")
+        hurray.save(src, {"w": np.ones(4, np.float32)})
+        for suffix in (".hurray", ".safetensors", ".npz", ".pt", ".gguf"):
+            convert(src, os.path.join(out, "t" + suffix), quiet=True)
+        for name in sorted(os.listdir(out)):
+            print(name, oct(stat.S_IMODE(os.stat(os.path.join(out, name)).st_mode)))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    modes = dict(line.split() for line in done.stdout.splitlines())
+    assert len(modes) == 6 and set(modes.values()) == {"0o664"}, modes
+
+
 def test_a_read_only_target_is_replaced_by_a_user_who_cannot_write_it(tmp_path, monkeypatch):
     """A replaced file's mode went onto the temporary file when it was
     made, and the .npz, .npy and .pt writers open that file again by name:
