@@ -60,7 +60,9 @@ class _NpzSource(_Source):
                 version = np.lib.format.read_magic(fp)
                 if version == (1, 0):
                     return np.lib.format.read_array_header_1_0(fp)
-                if version == (2, 0):
+                if version in ((2, 0), (3, 0)):
+                    # 3.0 is 2.0 with a UTF-8 header; outside a structured
+                    # dtype's field names it is ASCII, read alike as Latin-1.
                     return np.lib.format.read_array_header_2_0(fp)
         except NUMPY_FILE_ERRORS:
             pass
