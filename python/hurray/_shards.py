@@ -118,12 +118,44 @@ def _listing(pieces: Sequence[_Piece]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+class _TooIrregular(Exception):
+    """The sweep gave up: the boxes lie so that it would compare most pairs."""
+
+
+#: Pairs of boxes the sweep compares before it gives up (about a second).
+_SWEEP_PAIRS = 1_000_000
+
+#: Above this rank a box's 2**rank corners cost more than they save.
+_CORNER_RANK = 10
+
+
+def tiles_exactly(boxes: Sequence[Box], shape: Sequence[int]) -> Optional[bool]:
+    """Whether non-empty boxes inside `shape` cover each of its elements
+    exactly once, in time linear in the boxes (None above _CORNER_RANK).
+    Each box's corners are counted; the boxes' indicator functions add up to
+    the whole box's modulo 2 exactly when every point is a corner of an even
+    number of boxes, outer corners excepted (the mixed difference of an
+    indicator is +-1 at its box's corners, and is invertible modulo 2). A
+    sum that is odd everywhere in the shape and adds up to its volume is
+    one everywhere."""
+    rank = len(shape)
+    if rank > _CORNER_RANK:
+        return None
+    if sum(_volume(b) for b in boxes) != math.prod(shape):
+        return False
+    odd: set = set()
+    for lo, hi in boxes:
+        odd.symmetric_difference_update(itertools.product(*zip(lo, hi)))
+    return odd == set(itertools.product(*zip((0,) * rank, shape)))
+
+
 def overlapping_pair(boxes: Sequence[Box]) -> Optional[Tuple[int, int]]:
     """The indices of two boxes that overlap, or None; an empty box overlaps
     nothing. Linear in the boxes for the layouts shards have: each box is
     marked in the grid their offsets cut the shape into, and the first cell
     marked twice names the pair. Only when that grid has far more cells than
-    there are boxes (irregular cuts) does a sweep compare neighbours."""
+    there are boxes (irregular cuts) does a sweep compare neighbours; it
+    raises _TooIrregular after _SWEEP_PAIRS comparisons."""
     live = [i for i, (lo, hi) in enumerate(boxes) if all(h > o for o, h in zip(lo, hi))]
     if len(live) < 2:
         return None
@@ -163,10 +195,14 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
 
     axis = min(range(rank), key=depth)
     order = sorted(live, key=lambda i: boxes[i][0][axis])
+    budget = _SWEEP_PAIRS
     for n, i in enumerate(order):
         for j in order[n + 1 :]:
             if boxes[j][0][axis] >= boxes[i][1][axis]:
                 break
+            budget -= 1
+            if budget < 0:
+                raise _TooIrregular
             if _intersect(boxes[i], boxes[j]) is not None:
                 return i, j
     return None
@@ -238,7 +274,18 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
             )
 
     solid = [p for p in pieces if _volume(p.box) > 0]
-    pair = overlapping_pair([p.box for p in solid])
+    if tiles_exactly([p.box for p in solid], global_shape):
+        return tuple(global_shape), dtype
+    # What is wrong, for the message.
+    try:
+        pair = overlapping_pair([p.box for p in solid])
+    except _TooIrregular:
+        raise _error(
+            "HURRAY_ERR_SHARD_BOUNDS",
+            f"tensor {name!r}: the {len(solid)} pieces do not cover the global shape "
+            f"{tuple(global_shape)} exactly once (they overlap or leave a gap, cut too "
+            f"irregularly to say where); pieces found: {_listing(pieces)}",
+        ) from None
     if pair is not None:
         a, b = solid[pair[0]], solid[pair[1]]
         raise _error(

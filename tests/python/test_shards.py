@@ -491,6 +491,84 @@ def test_a_high_rank_tiling_of_many_pieces_has_no_overlap():
     assert overlapping_pair(boxes + [((0,) * 12, (0,) * 12)] * 5000) is None  # empty: no overlap
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_tiles_exactly_agrees_with_counting_every_element(seed):
+    """The corner count that accepts a tiling in linear time says yes
+    exactly when each element of the shape is covered once."""
+    from hurray._shards import tiles_exactly
+
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(1, 4))
+    shape = tuple(int(v) for v in rng.integers(1, 5, rank))
+    # Cut the shape into a grid, merge some neighbours, then maybe break it.
+    cuts = [sorted({0, d, *(int(c) for c in rng.integers(0, d + 1, 2))}) for d in shape]
+    boxes = [
+        (tuple(c[i] for c, i in zip(cuts, cell)), tuple(c[i + 1] for c, i in zip(cuts, cell)))
+        for cell in itertools.product(*(range(len(c) - 1) for c in cuts))
+    ]
+    for _ in range(int(rng.integers(0, 3))):
+        lo = tuple(int(rng.integers(0, d)) for d in shape)
+        hi = tuple(int(rng.integers(o + 1, d + 1)) for o, d in zip(lo, shape))
+        boxes[int(rng.integers(len(boxes)))] = (lo, hi)
+    if seed % 3 == 0:
+        boxes.pop()
+    count = np.zeros(shape, np.int64)
+    for lo, hi in boxes:
+        count[tuple(slice(o, h) for o, h in zip(lo, hi))] += 1
+    assert tiles_exactly(boxes, shape) == bool((count == 1).all())
+
+
+def _strips(half):
+    """Rows across the left half and columns down the right: a tiling whose
+    boxes every axis sees deep, so a sweep compares most pairs."""
+    left = [((i, 0), (i + 1, half)) for i in range(half)]
+    return left + [((0, half + j), (half, half + j + 1)) for j in range(half)]
+
+
+def test_an_irregular_tiling_is_accepted_without_comparing_pairs(tmp_path, monkeypatch):
+    """Pieces cut one way on the left and the other on the right made the
+    overlap sweep compare most pairs: 8,000 pieces took 16 s, and a crafted
+    folder of tens of thousands hung load_sharded. A tiling is now
+    recognised by its corners; pairs are compared only to say what is wrong,
+    and only so many."""
+    from hurray import _shards
+
+    half = 40
+    w = _matrix(half, 2 * half)
+    for n, (lo, hi) in enumerate(_strips(half)):
+        piece = w[lo[0] : hi[0], lo[1] : hi[1]]
+        hurray.save(tmp_path / f"p{n:03d}.hurray", {"w": hurray.shard(piece, w.shape, lo)})
+    compared = []
+    intersect = _shards._intersect
+    monkeypatch.setattr(_shards, "_intersect", lambda a, b: compared.append(1) or intersect(a, b))
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    assert len(compared) <= 2 * half  # placing each piece; no pair compared
+
+    boxes = _strips(2000)
+    assert _shards.tiles_exactly(boxes, (2000, 4000))
+    boxes[-1] = ((0, 3998), (2000, 4000))  # overlaps its neighbour
+    assert not _shards.tiles_exactly(boxes, (2000, 4000))
+    del compared[:]
+    with pytest.raises(_shards._TooIrregular):
+        _shards.overlapping_pair(boxes)
+    assert len(compared) == _shards._SWEEP_PAIRS
+
+
+def test_pieces_cut_too_irregularly_to_place_the_fault_are_still_refused(tmp_path, monkeypatch):
+    from hurray import _shards
+
+    monkeypatch.setattr(_shards, "_SWEEP_PAIRS", 10)
+    half = 40  # a grid of 40 x 41 cells: too many for 80 pieces, so the sweep
+    w = _matrix(half, 2 * half)
+    boxes = _strips(half)
+    boxes[-1] = ((0, 2 * half - 2), (half, 2 * half))
+    for n, (lo, hi) in enumerate(boxes):
+        piece = w[lo[0] : hi[0], lo[1] : hi[1]]
+        hurray.save(tmp_path / f"p{n:03d}.hurray", {"w": hurray.shard(piece, w.shape, lo)})
+    with pytest.raises(hurray.ValidationError, match="cut too irregularly to say where"):
+        hurray.load_sharded(tmp_path, "w")
+
+
 def test_parts_of_two_saves_are_not_assembled(tmp_path):
     """A save_sharded that failed after its first part left the new part 0
     beside the old parts 1 and 2: load_sharded returned a mix of the two
