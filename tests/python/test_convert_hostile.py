@@ -18,6 +18,7 @@ import errno
 import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -1074,6 +1075,87 @@ def test_a_safetensors_quantization_key_that_is_not_a_json_object_is_one_error(
         convert(src, tmp_path / "q.npz", quiet=True)
     assert str(info.value).startswith(f"{src}: metadata 'hurray.w.quantization' (tensor 'w')")
     assert listing(tmp_path) == ["q.safetensors"]
+
+
+# ------------------------------------------------------------------ --keep-scales read back
+
+
+def _keep_scales_export(tmp_path, t):
+    import safetensors
+    import safetensors.numpy as stn
+
+    src, out = tmp_path / "q.hurray", tmp_path / "q.safetensors"
+    hurray.save(src, {"w": t})
+    convert(src, out, keep_scales=True, quiet=True)
+    with safetensors.safe_open(out, "np") as f:
+        return stn.load_file(out), f.metadata()
+
+
+_X = np.random.default_rng(0).normal(size=(4, 64)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "scheme, kw, part, edit, message",
+    [
+        ("q4_0", {}, "w", lambda a: a.__setitem__((0, 0), 0x1F), "element 0 is 0x1f"),
+        ("nf4", {}, "w", lambda a: a.__setitem__((0, 3), 0xFF), "element 3 is 0xff"),
+        ("mxfp4", {}, "w", lambda a: a.__setitem__((1, 0), 0x10), "element 64 is 0x10"),
+        (
+            "per_channel",
+            {"dtype": "int4"},
+            "w",
+            lambda a: a.__setitem__((0, 0), 0xF8),
+            "element 0 is 0xf8",
+        ),
+        (
+            "block_affine",
+            {"dtype": "uint4"},
+            "w.zero_points",
+            lambda a: a.__setitem__((0, 0), 200),
+            "element 0 is 0xc8",
+        ),
+    ],
+)
+def test_keep_scales_codes_with_high_bits_set_are_refused(
+    tmp_path, scheme, kw, part, edit, message
+):
+    """A sub-byte code is kept one a byte, in its low bits; on the way back
+    the byte was packed as it was, its high bits dropped: 0x1F read as code
+    15 and a zero point of 200 as 8, with no error."""
+    import safetensors.numpy as stn
+
+    parts, meta = _keep_scales_export(tmp_path, hurray.quantize(_X, scheme, **kw))
+    edit(parts[part])
+    stn.save_file(parts, tmp_path / "bad.safetensors", metadata=meta)
+    with pytest.raises(ConversionError, match=f"'{part}': {message}"):
+        convert(tmp_path / "bad.safetensors", tmp_path / "bad.hurray", quiet=True)
+    assert not (tmp_path / "bad.hurray").exists()
+
+
+def test_keep_scales_parts_of_another_dtype_or_shape_are_refused(tmp_path):
+    """Only byte counts were compared: Q8_0 codes given as int16 [4, 32] and
+    float16 [4, 2] scales as float32 [2, 2] came back as zeros and -512."""
+    import safetensors.numpy as stn
+
+    parts, meta = _keep_scales_export(tmp_path, hurray.quantize(_X, "q8_0"))
+    cases = {
+        "w": (
+            parts["w"].view(np.int16),
+            "'w' is int16 [4, 32]; the descriptor in the metadata makes it int8 [4, 64]",
+        ),
+        "w.scales": (
+            parts["w.scales"].view(np.float32).reshape(2, 2),
+            "'w.scales' is float32 [2, 2]; the descriptor in the metadata makes it float16 [4, 2]",
+        ),
+    }
+    for name, (array, message) in cases.items():
+        stn.save_file({**parts, name: array}, tmp_path / "bad.safetensors", metadata=meta)
+        with pytest.raises(ConversionError, match=re.escape(message)):
+            convert(tmp_path / "bad.safetensors", tmp_path / "bad.hurray", quiet=True)
+    stn.save_file(parts, tmp_path / "good.safetensors", metadata=meta)
+    convert(tmp_path / "good.safetensors", tmp_path / "good.hurray", quiet=True)
+    got = hurray.load(tmp_path / "good.hurray")["w"]
+    np.testing.assert_array_equal(got.dequantize(), hurray.quantize(_X, "q8_0").dequantize())
 
 
 # ------------------------------------------------------------------ the replaced file's mode

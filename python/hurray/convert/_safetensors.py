@@ -177,16 +177,18 @@ class _SafetensorsSource(_Source):
     def _get_quantized(self, name):
         d = self._quant[name]
         q = d.quantization
-        buffers = []
-        for i, b in enumerate(d.buffers):
+        buffers, parts = [], {}
+        for b in d.buffers:
             part = name + _KEEP_SCALES_PARTS.get(b.role, "." + b.role)
-            raw = np.frombuffer(self._tensor(part).buffers[0], np.uint8)
+            parts[b.role] = part_tensor = self._tensor(part)
+            raw = np.frombuffer(part_tensor.buffers[0], np.uint8)
             dtype = None
             if b.role == "data":
                 dtype = d.dtype
             elif b.role == "zero_points" and q is not None:
                 dtype = getattr(q, "zero_point_dtype", None)
             if dtype is not None and _dtypes.is_packed(dtype):
+                _check_low_bits(part, raw, dtype)
                 raw = _dtypes.pack(dtype, raw)
             if raw.size != b.byte_size:
                 raise ConversionError(
@@ -196,7 +198,18 @@ class _SafetensorsSource(_Source):
             buf = _aligned(raw.size, max(b.alignment, 64))
             buf[:] = raw
             buffers.append(buf)
-        return Tensor(d, buffers)
+        t = Tensor(d, buffers)
+        for role, (dtype, shape) in _part_forms(t).items():
+            got = parts.get(role)
+            if got is None:
+                continue
+            if (got.dtype, tuple(got.shape)) != (dtype, shape):
+                part = name + _KEEP_SCALES_PARTS[role]
+                raise ConversionError(
+                    f"{part!r} is {got.dtype} {list(got.shape)}; the descriptor in the "
+                    f"metadata makes it {dtype} {list(shape)}"
+                )
+        return t
 
     def metadata(self):
         return dict(self._meta)
@@ -204,6 +217,35 @@ class _SafetensorsSource(_Source):
     def close(self):
         for h in self._sources:
             h.close()
+
+
+def _check_low_bits(part: str, raw: np.ndarray, dtype: str) -> None:
+    """--keep-scales stores a sub-byte code one a byte, in its low bits: a
+    byte with others set is not a code (packing would drop them and read
+    0x1F as 15)."""
+    bad = np.flatnonzero(raw >> _dtypes.BITS[dtype])
+    if bad.size:
+        i = int(bad[0])
+        raise ConversionError(
+            f"{part!r}: element {i} is {int(raw[i]):#04x}, but a code of dtype {dtype} is the "
+            f"low {_dtypes.BITS[dtype]} bits of its byte, the others zero"
+        )
+
+
+def _part_forms(t: Tensor) -> Dict[str, Tuple[str, Tuple[int, ...]]]:
+    """role -> (dtype, shape) of the safetensors tensor --keep-scales
+    writes for that buffer of `t` (see _add_keep_scales)."""
+    d, q = t.descriptor, t.descriptor.quantization
+    forms = {"data": ("uint8" if _dtypes.is_packed(d.dtype) else d.dtype, tuple(d.shape))}
+    if not isinstance(q, PerTensorAffine):
+        scales = t.scales()
+        dtype = _dtypes.from_numpy(scales.dtype)
+        forms["scales"] = ("uint8" if dtype == "float8_e8m0fnu" else dtype, scales.shape)
+    zp_dtype = getattr(q, "zero_point_dtype", None)
+    if getattr(q, "zero_point_buffer", None) is not None:
+        shape = t.zero_points().shape
+        forms["zero_points"] = ("uint8" if _dtypes.is_packed(zp_dtype) else zp_dtype, shape)
+    return forms
 
 
 def _unique_keys(pairs):
