@@ -13,9 +13,14 @@
  * just-forked child, before any other thread exists there. */
 static unsigned long fork_generation;
 
+/* The thread that made the latest fork: the only thread of the parent that
+ * lives on in this child. */
+static unsigned long fork_thread;
+
 PyObject *hy_after_fork_in_child(PyObject *module, PyObject *unused) {
   (void)module, (void)unused;
   fork_generation++;
+  fork_thread = PyThread_get_thread_ident();
   Py_RETURN_NONE;
 }
 
@@ -121,9 +126,14 @@ static int file_traverse(PyObject *op, visitproc visit, void *arg) {
 }
 
 /* Raises if this thread already holds the lock: the caller is Python code
- * run from inside one of this File's own calls. */
+ * run from inside one of this File's own calls. An owner from before a fork
+ * is this thread only if this thread made the fork; any other owner did not
+ * cross into the child, and a new thread there may be given its ident
+ * (glibc reuses the vanished thread's stack), which is not a re-entry. */
 static int file_refuse_reentry(FileObject *self) {
-  if (self->owner != 0 && self->owner == PyThread_get_thread_ident()) {
+  unsigned long me = PyThread_get_thread_ident();
+  bool stale = self->generation != fork_generation && me != fork_thread;
+  if (self->owner != 0 && self->owner == me && !stale) {
     PyErr_SetString(PyExc_RuntimeError,
                     "the hurray File is in use by this thread: Python code run from inside "
                     "one of its calls (a byte source's read, an argument's conversion) "

@@ -149,6 +149,106 @@ def test_a_child_forked_while_a_thread_holds_the_file_can_use_it(tmp_path):
     assert r.stdout.strip() == str([0] * 10), r.stdout + r.stderr[-2000:]
 
 
+def _blocked_in_a_call(path, then: str) -> str:
+    """A script whose File reads through fsspec's memory file system,
+    calling on_call() (which `then` defines) inside each of its reads."""
+    head = f"""
+        import os, threading, fsspec, hurray
+        from fsspec.implementations.memory import MemoryFileSystem
+        fsspec.filesystem("memory").pipe("/f.hurray", open({str(path)!r}, "rb").read())
+        f = hurray.open("memory://f.hurray")
+        inside, leave = threading.Event(), threading.Event()
+        original = MemoryFileSystem.cat_file
+        def cat_file(self, path, start=None, end=None, **kw):
+            on_call()
+            return original(self, path, start=start, end=end, **kw)
+        MemoryFileSystem.cat_file = cat_file
+        """
+    return textwrap.dedent(head) + textwrap.dedent(then)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_thread_given_the_ident_of_the_forked_away_holder_can_use_the_file(tmp_path):
+    """A thread of the parent was inside a File call at the fork. In the
+    child a new thread may get that thread's ident (glibc reuses its stack),
+    and every call it made was refused as a re-entry, for good."""
+    pytest.importorskip("fsspec")
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
+    r = run_python(
+        _blocked_in_a_call(
+            path,
+            """
+            def on_call():
+                if threading.current_thread() is not threading.main_thread():
+                    inside.set()
+                    leave.wait()
+            holder = threading.Thread(target=lambda: f["a"])
+            holder.start()
+            inside.wait()
+            pid = os.fork()
+            if pid == 0:
+                out = []
+                def use():
+                    try:
+                        out.append((threading.get_ident(), f.keys()))
+                    except RuntimeError as e:
+                        out.append((threading.get_ident(), str(e)))
+                for _ in range(8):
+                    t = threading.Thread(target=use)
+                    t.start()
+                    t.join()
+                same = [r for i, r in out if i == holder.ident]
+                print("reused" if same else "not reused", same[:1], flush=True)
+                os._exit(0 if all(r == ["a"] for i, r in out) else 3)
+            status = os.waitpid(pid, 0)[1]
+            leave.set()
+            holder.join()
+            print("child", status)
+            """,
+        ),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines()[-1] == "child 0", r.stdout
+    if "not reused" in r.stdout:
+        pytest.skip("no thread of the child was given the holder's ident")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_from_inside_a_call_still_refuses_to_reenter_it(tmp_path):
+    """The thread that forks from inside a File call is still inside it in
+    the child: a call from there must raise, or closing the File would free
+    the reader under the call it returns to."""
+    pytest.importorskip("fsspec")
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
+    r = run_python(
+        _blocked_in_a_call(
+            path,
+            """
+            def on_call():
+                if not inside.is_set():
+                    return
+                inside.clear()
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        f.close()
+                        os._exit(3)
+                    except RuntimeError as e:
+                        os._exit(0 if "in use by this thread" in str(e) else 4)
+                print("child", os.waitpid(pid, 0)[1], flush=True)
+            inside.set()
+            assert f["a"].numpy()[5] == 5
+            """,
+        ),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "child 0" in r.stdout.splitlines(), r.stdout
+
+
 # --------------------------------------------------------------------- DLPack
 
 
