@@ -1862,11 +1862,10 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
 /* Verifies entries[0..count) in rounds. `drop_pages` lets go of each
  * round's pages of the reader's own mapping too (the converter); pages of a
  * temporary view are always let go. */
-static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, bool drop_pages,
-                                   unsigned threads, HurrayError *error) {
-  /* Hashing a mapping of a file shrunk in place since open touches pages
-   * past its end: SIGBUS, which kills the process that asked whether the
-   * file is sound. Catch the shrink that happened before this call. */
+/* Reading a mapping of a file shrunk in place since open touches pages past
+ * its end: SIGBUS, which kills the process that asked whether the file is
+ * sound. Catches the shrink that happened before this call. */
+static HurrayStatus check_not_shrunk(const HurrayReader *r, HurrayError *error) {
   struct stat st;
   if (is_mapped(r) && r->fd >= 0 && fstat(r->fd, &st) == 0 &&
       (uint64_t)st.st_size < r->file_size) {
@@ -1875,6 +1874,12 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
                         "rewritten in place since; open it again",
                         (unsigned long long)st.st_size, (unsigned long long)r->file_size);
   }
+  return HURRAY_OK;
+}
+
+static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, bool drop_pages,
+                                   unsigned threads, HurrayError *error) {
+  HURRAY_RETURN_NOT_OK(check_not_shrunk(r, error));
   HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
   bool temporary = false;
@@ -2038,6 +2043,8 @@ HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
   if (name != NULL) {
     size_t index;
+    /* The index lies at the file's end, the first part a shrink cuts. */
+    HURRAY_RETURN_NOT_OK(check_not_shrunk(r, error));
     HURRAY_RETURN_NOT_OK(hurray_reader_find(r, name, &index, error));
     return verify_readable(r, index, 1, error);
   }

@@ -15,11 +15,11 @@ import hurray
 _CHILD = textwrap.dedent(
     """
     import os, sys, hurray
-    path, mode = sys.argv[1], sys.argv[2]
+    path, mode, name = sys.argv[1], sys.argv[2], sys.argv[3] or None
     f = hurray.open(path, **({"readonly": True} if mode == "readonly" else {}))
     os.truncate(path, 100)
     try:
-        f.verify()
+        f.verify(name)
     except hurray.FormatError as exc:
         print("refused", exc.status_name, exc)
     else:
@@ -28,12 +28,18 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("name", ["", "w"])
 @pytest.mark.parametrize("mode", ["private", "readonly"])
-def test_verify_of_a_file_truncated_since_open_is_an_error(tmp_path, mode):
+def test_verify_of_a_file_truncated_since_open_is_an_error(tmp_path, mode, name):
+    """verify(name) looked the name up in the index, at the end the shrink
+    cut off, before it checked the size: SIGBUS."""
     path = tmp_path / "m.hurray"
     hurray.save(path, {"w": np.arange(1 << 16, dtype=np.float32)})
     r = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path), mode], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _CHILD, str(path), mode, name],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.startswith("refused HURRAY_ERR_TRUNCATED"), r.stdout
