@@ -92,53 +92,103 @@ static HurrayStatus place(const HurrayDescriptor *d, uint8_t *seen, uint8_t *out
                       hurray_dtype_name(d->dtype));
 }
 
+/* Validation read the index buffers once, but they are the caller's memory
+ * and may change under a walk (another thread writing them while the GIL is
+ * released): every entry is checked again where it is used, since one read
+ * unchecked would place or copy anywhere. */
+static HurrayStatus changed_under(uint32_t buffer, uint64_t entry, int64_t value,
+                                  HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_SPARSE_INDEX_BOUNDS,
+                      "buffers[%u]: entry %llu is %lld now, out of range: the index buffers "
+                      "changed after they were checked (another thread wrote them)",
+                      buffer, (unsigned long long)entry, (long long)value);
+}
+
+/* Calls visit(ctx, k, at) for each stored element in storage order: k its
+ * index among the stored values (a block's elements expanded), at its
+ * row-major position. */
+typedef HurrayStatus (*SparseVisit)(void *ctx, uint64_t k, uint64_t at, HurrayError *error);
+
+static HurrayStatus walk_coo(const HurrayDescriptor *d, const HurrayBufferList *list,
+                             SparseVisit visit, void *ctx, HurrayError *error) {
+  const HurrayLayout *l = &d->layout;
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  int64_t coords[HURRAY_MAX_RANK];
+  for (uint64_t k = 0; k < l->nnz; k++) {
+    for (uint32_t dim = 0; dim < d->rank; dim++) {
+      uint32_t buffer = l->coo_index_buffers[dim];
+      coords[dim] = hurray__index_at(data_of(list, buffer), wide, k);
+      if (coords[dim] < 0 || (uint64_t)coords[dim] >= d->shape[dim]) {
+        return changed_under(buffer, k, coords[dim], error);
+      }
+    }
+    HURRAY_RETURN_NOT_OK(visit(ctx, k, linear(d->shape, d->rank, coords), error));
+  }
+  return HURRAY_OK;
+}
+
+static HurrayStatus walk_sparse(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                SparseVisit visit, void *ctx, HurrayError *error) {
+  const HurrayLayout *l = &d->layout;
+  if (l->format == HURRAY_SPARSE_COO) return walk_coo(d, list, visit, ctx, error);
+  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
+  bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
+  uint64_t br = bsr ? l->block_rows : 1, bc = bsr ? l->block_cols : 1;
+  uint64_t major = (csc ? d->shape[1] : d->shape[0]) / br;
+  uint64_t minors = (csc ? d->shape[0] : d->shape[1]) / bc;
+  const uint8_t *indptr = data_of(list, l->indptr_buffer);
+  const uint8_t *indices = data_of(list, l->indices_buffer);
+  for (uint64_t m = 0; m < major; m++) {
+    int64_t start = hurray__index_at(indptr, wide, m), end = hurray__index_at(indptr, wide, m + 1);
+    if (start < 0) return changed_under(l->indptr_buffer, m, start, error);
+    if (end > (int64_t)l->nnz) return changed_under(l->indptr_buffer, m + 1, end, error);
+    for (int64_t k = start; k < end; k++) {
+      int64_t minor = hurray__index_at(indices, wide, (uint64_t)k);
+      if (minor < 0 || (uint64_t)minor >= minors) {
+        return changed_under(l->indices_buffer, (uint64_t)k, minor, error);
+      }
+      for (uint64_t i = 0; i < br; i++) {
+        for (uint64_t j = 0; j < bc; j++) {
+          uint64_t row = csc ? (uint64_t)minor : m * br + i;
+          uint64_t col = csc ? m : (uint64_t)minor * bc + j;
+          HURRAY_RETURN_NOT_OK(
+              visit(ctx, (uint64_t)k * br * bc + i * bc + j, row * d->shape[1] + col, error));
+        }
+      }
+    }
+  }
+  return HURRAY_OK;
+}
+
+typedef struct Placing {
+  const HurrayDescriptor *d;
+  uint8_t *seen, *out;
+  const uint8_t *values;
+  size_t item;
+} Placing;
+
+static HurrayStatus place_one(void *ctx, uint64_t k, uint64_t at, HurrayError *error) {
+  const Placing *p = ctx;
+  return place(p->d, p->seen, p->out, at, p->values + k * p->item, p->item, error);
+}
+
 /* `values`: the stored values, `item` bytes each (the values buffer past
  * byte_offset, or those values unpacked one a byte). */
 static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                     const uint8_t *values, uint8_t *out, size_t item,
                                     uint64_t numel, HurrayError *error) {
-  const HurrayLayout *l = &d->layout;
-  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
   uint8_t *seen = calloc(numel / 8 + 1, 1);
   if (seen == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  HurrayStatus status = HURRAY_OK;
   memset(out, 0, numel * item);
-  if (l->format == HURRAY_SPARSE_COO) {
-    int64_t coords[HURRAY_MAX_RANK];
-    for (uint64_t k = 0; status == HURRAY_OK && k < l->nnz; k++) {
-      for (uint32_t dim = 0; dim < d->rank; dim++) {
-        coords[dim] = hurray__index_at(data_of(list, l->coo_index_buffers[dim]), wide, k);
-      }
-      status = place(d, seen, out, linear(d->shape, d->rank, coords), values + k * item, item,
-                     error);
-    }
-  } else {
-    bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
-    uint64_t br = bsr ? l->block_rows : 1, bc = bsr ? l->block_cols : 1;
-    uint64_t major = (csc ? d->shape[1] : d->shape[0]) / br;
-    const uint8_t *indptr = data_of(list, l->indptr_buffer);
-    const uint8_t *indices = data_of(list, l->indices_buffer);
-    for (uint64_t m = 0; status == HURRAY_OK && m < major; m++) {
-      int64_t end = hurray__index_at(indptr, wide, m + 1);
-      for (int64_t k = hurray__index_at(indptr, wide, m); status == HURRAY_OK && k < end; k++) {
-        uint64_t minor = (uint64_t)hurray__index_at(indices, wide, (uint64_t)k);
-        for (uint64_t i = 0; i < br && status == HURRAY_OK; i++) {
-          for (uint64_t j = 0; j < bc; j++) {
-            uint64_t row = csc ? minor : m * br + i, col = csc ? m : minor * bc + j;
-            status = place(d, seen, out, row * d->shape[1] + col,
-                           values + ((uint64_t)k * br * bc + i * bc + j) * item, item, error);
-            if (status != HURRAY_OK) break;
-          }
-        }
-      }
-    }
-  }
+  Placing p = {d, seen, out, values, item};
+  HurrayStatus status = walk_sparse(d, list, place_one, &p, error);
   free(seen);
   return status;
 }
 
-static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
-                           const uint8_t *pool, uint8_t *out, size_t item) {
+static HurrayStatus paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
+                                   const uint8_t *pool, uint8_t *out, size_t item,
+                                   HurrayError *error) {
   const HurrayLayout *l = &d->layout;
   bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
   uint64_t outer = 1, inner = 1;
@@ -152,12 +202,16 @@ static void paged_to_dense(const HurrayDescriptor *d, const HurrayBufferList *li
   const uint8_t *table = data_of(list, l->table_buffer);
   for (uint64_t o = 0; o < outer; o++) {
     for (uint64_t b = 0; b < blocks; b++) {
-      uint64_t page = (uint64_t)hurray__index_at(table, wide, o * blocks + b);
+      int64_t page = hurray__index_at(table, wide, o * blocks + b);
+      if (page < 0 || (uint64_t)page >= l->num_pages) {
+        return changed_under(l->table_buffer, o * blocks + b, page, error);
+      }
       uint64_t rows = b + 1 < blocks ? l->page_size : length - b * l->page_size;
-      memcpy(out + (o * length + b * l->page_size) * inner * item, pool + page * page_bytes,
-             rows * inner * item);
+      memcpy(out + (o * length + b * l->page_size) * inner * item,
+             pool + (uint64_t)page * page_bytes, rows * inner * item);
     }
   }
+  return HURRAY_OK;
 }
 
 /* The element offset (in items) of row-major position `index` of a strided
@@ -207,7 +261,7 @@ static HurrayStatus subbyte_to_dense(const HurrayDescriptor *d, const HurrayBuff
     if (l->kind == HURRAY_LAYOUT_SPARSE) {
       status = sparse_to_dense(d, list, codes, dense, 1, numel, error);
     } else if (numel > 0) {
-      paged_to_dense(d, list, codes, dense, 1);
+      status = paged_to_dense(d, list, codes, dense, 1, error);
     }
     if (status == HURRAY_OK) hurray__pack_bits(bits, dense, numel, out);
   }
@@ -283,11 +337,9 @@ HurrayStatus hurray_tensor_to_dense_with(const HurrayDescriptor *d, const Hurray
       if (d->layout.kind == HURRAY_LAYOUT_PAGED) {
         /* An empty tensor has nothing to gather; the loop would still walk
          * the dimensions before the paged axis, which may be huge. */
-        if (numel > 0) {
-          paged_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
-                         item);
-        }
-        return HURRAY_OK;
+        if (numel == 0) return HURRAY_OK;
+        return paged_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
+                              item, error);
       }
       return sparse_to_dense(d, list, data_of(list, d->layout.data_buffer) + d->byte_offset, out,
                              item, numel, error);
@@ -363,39 +415,10 @@ static void observe(Stats *s, double v) {
   if (s->seen == 1 || v > s->max) s->max = v;
 }
 
-/* Linear row-major position of every stored element (block elements
- * expanded), in storage order. */
-static void sparse_positions(const HurrayDescriptor *d, const HurrayBufferList *list,
-                             uint64_t *positions) {
-  const HurrayLayout *l = &d->layout;
-  bool wide = l->index_dtype == HURRAY_DTYPE_INT64;
-  if (l->format == HURRAY_SPARSE_COO) {
-    int64_t coords[HURRAY_MAX_RANK];
-    for (uint64_t k = 0; k < l->nnz; k++) {
-      for (uint32_t dim = 0; dim < d->rank; dim++) {
-        coords[dim] = hurray__index_at(data_of(list, l->coo_index_buffers[dim]), wide, k);
-      }
-      positions[k] = linear(d->shape, d->rank, coords);
-    }
-    return;
-  }
-  bool csc = l->format == HURRAY_SPARSE_CSC, bsr = l->format == HURRAY_SPARSE_BSR;
-  uint64_t br = bsr ? l->block_rows : 1, bc = bsr ? l->block_cols : 1;
-  uint64_t major = (csc ? d->shape[1] : d->shape[0]) / br;
-  const uint8_t *indptr = data_of(list, l->indptr_buffer);
-  const uint8_t *indices = data_of(list, l->indices_buffer);
-  for (uint64_t m = 0; m < major; m++) {
-    int64_t end = hurray__index_at(indptr, wide, m + 1);
-    for (int64_t k = hurray__index_at(indptr, wide, m); k < end; k++) {
-      uint64_t minor = (uint64_t)hurray__index_at(indices, wide, (uint64_t)k);
-      for (uint64_t i = 0; i < br; i++) {
-        for (uint64_t j = 0; j < bc; j++) {
-          uint64_t row = csc ? minor : m * br + i, col = csc ? m : minor * bc + j;
-          positions[(uint64_t)k * br * bc + i * bc + j] = row * d->shape[1] + col;
-        }
-      }
-    }
-  }
+static HurrayStatus note_position(void *ctx, uint64_t k, uint64_t at, HurrayError *error) {
+  (void)error;
+  ((uint64_t *)ctx)[k] = at;
+  return HURRAY_OK;
 }
 
 typedef struct Entry {
@@ -425,7 +448,12 @@ static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBuf
     free(positions);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
-  sparse_positions(d, list, positions);
+  HurrayStatus status = walk_sparse(d, list, note_position, positions, error);
+  if (status != HURRAY_OK) {
+    free(entries);
+    free(positions);
+    return status;
+  }
   for (uint64_t k = 0; k < stored; k++) {
     entries[k].position = positions[k];
     entries[k].k = k;

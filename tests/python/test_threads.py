@@ -134,3 +134,78 @@ def test_file_closed_while_tensors_are_used_on_threads(sample):
         return True
 
     assert all(run_threads(work))
+
+
+_INDEX_FLIPPER = """
+import sys, threading, time
+import numpy as np, hurray
+from hurray import Buffer, Descriptor, Paged, Tensor
+
+kind = sys.argv[1]
+if kind == "paged":
+    pages, page_size, cols = 4096, 4, 64
+    pool = np.ones((pages * page_size, cols), np.float32)
+    index = np.arange(pages, dtype=np.int64)
+    t = Tensor(
+        Descriptor("float32", [pages * page_size, cols], layout=Paged(0, page_size, pages, "int64"),
+                   buffers=[Buffer("page_pool", pool.nbytes), Buffer("page_table", index.nbytes)]),
+        [pool, index],
+    )
+    bad = 1 << 40
+else:
+    n = 2048
+    nnz = n * 64
+    if kind == "csr":
+        t = hurray.SparseTensor.from_arrays(
+            "csr", (n, n), np.ones(nnz, np.float32),
+            indptr=np.arange(0, nnz + 1, 64, dtype=np.int32),
+            indices=np.tile(np.arange(64, dtype=np.int32), n),
+        )
+        index = t.parts()["indices"]
+    else:
+        rows = np.repeat(np.arange(n, dtype=np.int64), 64)
+        cols = np.tile(np.arange(64, dtype=np.int64), n)
+        t = hurray.SparseTensor.from_arrays("coo", (n, n), np.ones(nnz, np.float32),
+                                            coords=np.stack([rows, cols]))
+        index = t.parts()["coords"][1]
+    bad = 1 << 30
+calls = [t.to_dense] if kind == "paged" else [t.to_dense, t.with_statistics]
+stop = False
+
+def flip():
+    while not stop:
+        index[-1] = bad
+        index[-1] = 0
+
+threading.Thread(target=flip, daemon=True).start()
+refused, until = 0, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < until:
+    for call in calls:
+        try:
+            call()
+        except hurray.PlacementError:
+            refused += 1
+stop = True
+print("refused", refused)
+"""
+
+
+@pytest.mark.parametrize("kind", ["csr", "coo", "paged"])
+def test_index_buffers_written_by_another_thread_during_a_read_are_caught(kind):
+    """Placement checks the index buffers (the caller's memory, writable)
+    and the walk then read them again unchecked, with the GIL released:
+    another thread flipping one entry out of range made to_dense() write or
+    copy far outside its buffers (SIGSEGV within about a second). Each
+    entry is now checked where it is used, too. Timing decides which check
+    sees the bad value, so this runs for a while, in a child."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", _INDEX_FLIPPER, kind, "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("refused"), r.stdout
