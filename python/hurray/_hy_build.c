@@ -481,7 +481,9 @@ static int build_block_coded(ModuleState *st, HurrayDescriptor *d, PyObject *q, 
                          ? hy_utf8(format, "quantization.format")
                          : NULL;
   if (name == NULL) {
-    if (!PyErr_Occurred()) need(format, "format");
+    if (!PyErr_Occurred() && need(format, "format") == 0) {
+      PyErr_Format(PyExc_TypeError, "quantization.format must be a str, not %R", format);
+    }
     return -1;
   }
   uint32_t f = hurray_block_format_from_name(name), elements = 0;

@@ -982,3 +982,25 @@ def test_to_dict_is_the_json_rendering_and_from_dict_inverts_it(vector):
     d = Descriptor.decode(raw)
     assert d.to_dict() == json.loads(d.to_json())
     assert Descriptor.from_dict(d.to_dict()).encode() == raw
+
+
+@pytest.mark.parametrize("fmt", [1, b"ggml_q4_k", int])
+def test_a_block_format_that_is_not_a_str_is_a_type_error(fmt):
+    """It was SystemError ("returned NULL without setting an exception"):
+    the builder refused the field without saying why."""
+    with pytest.raises(TypeError, match="quantization.format must be a str"):
+        Descriptor(
+            "uint8",
+            (3, 512),
+            quantization=BlockCoded(fmt, 1),
+            buffers=[Buffer("data", 3 * 2 * 144, 64)],
+        )
+    spec = Descriptor(
+        "uint8",
+        (3, 512),
+        quantization=BlockCoded("ggml_q4_k", 1),
+        buffers=[Buffer("data", 3 * 2 * 144, 64)],
+    ).to_dict()
+    spec["quantization"]["format"] = fmt
+    with pytest.raises(TypeError, match="quantization.format must be a str"):
+        Descriptor.from_dict(spec)
