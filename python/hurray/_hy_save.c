@@ -43,7 +43,7 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
 static int open_writer(PyObject *target, PyObject **path, bool *release_gil, HurrayWriter **w,
                        HurrayStatus *status, HurrayError *e) {
   bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
-  bool to_fd = !to_path && PyLong_Check(target);
+  bool to_fd = !to_path && PyLong_Check(target) && !PyBool_Check(target);
   if (to_path && !PyUnicode_FSConverter(target, path)) return -1;
   if (!to_path && !to_fd && !PyObject_HasAttrString(target, "write")) {
     PyErr_SetString(PyExc_TypeError,

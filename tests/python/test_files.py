@@ -803,3 +803,18 @@ def test_verify_fails_where_reading_the_tensor_fails(fast_dir, mode):
                 timeout=60,
             )
             assert cli.returncode == 1 and 'tensor "w"' in cli.stderr, (name, cli)
+
+
+@pytest.mark.parametrize("target", [True, False])
+def test_save_to_a_bool_is_a_type_error_not_a_file_descriptor(target):
+    """bool is an int: save(True, ...) wrote the file to stdout (fd 1), and
+    save(False, ...) to fd 0. A child runs it, its stdout a pipe."""
+    code = (
+        "import hurray, numpy as np\n"
+        f"try:\n    hurray.save({target!r}, {{'a': np.ones(2)}})\n"
+        "except TypeError as e:\n    print('TypeError', e)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+    assert r.stdout == b"TypeError save() needs a path, a file descriptor or a writable stream\n"
