@@ -130,3 +130,20 @@ def test_cuda_load_equals_the_cpu_load(mixed):
     assert_same({k: v.cpu() for k, v in got.items()}, load_file(path))
     got = load_file(qpath, device="cuda", dequantize=torch.bfloat16)
     assert_same({k: v.cpu() for k, v in got.items()}, load_file(qpath, dequantize=torch.bfloat16))
+
+
+def test_a_tensor_that_starts_inside_its_buffer(tmp_path):
+    """The staging spans read each tensor from byte 0 of its buffer: a
+    tensor with a byte offset reached the GPU shifted, with no error."""
+    raw = np.arange(20, dtype=np.float32).view(np.uint8)
+    offset = hurray.Tensor(
+        hurray.Descriptor("float32", (4, 4), byte_offset=16, buffers=[hurray.Buffer("data", 80)]),
+        [raw],
+    )
+    path = tmp_path / "offset.hurray"
+    hurray.save(path, {"offset": offset, "plain": np.arange(6, dtype=np.float32)})
+    want = load_file(path)
+    np.testing.assert_array_equal(want["offset"].numpy().ravel(), np.arange(4, 20))
+    for chunk in (1 << 20, 12):
+        got = _load(path, torch.device("cpu"), True, None, _staged.CpuSink(), chunk=chunk)
+        assert_same(got, want)

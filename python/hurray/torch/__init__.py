@@ -747,7 +747,9 @@ def _load(
     staged = sink is not None
     threads = _threads()
     out = {}
-    from_file = set()  # names whose CPU tensor is a view of the file's bytes
+    # name -> (name, data buffer, byte offset): the stored bytes its CPU
+    # tensor is a view of.
+    from_file: Dict[str, Tuple[str, int, int]] = {}
     pending = []  # dense quantized tensors, dequantized together below
     # To a GPU the bytes are read into staging buffers: the mapping only
     # gives the views' dtype and shape, and is never touched.
@@ -762,7 +764,8 @@ def _load(
             if layout == _LAYOUT_DENSE and quant == _QUANT_NONE and strides is None:
                 try:
                     out[name] = torch.from_dlpack(t)  # zero-copy, from C
-                    from_file.add(name)
+                    d = t.descriptor
+                    from_file[name] = (name, d.layout.data_buffer, d.byte_offset)
                     continue
                 except BufferError:
                     pass  # sub-byte dtypes: to_torch says what to do
@@ -777,7 +780,7 @@ def _load(
                 out[name] = to_torch(t)
         _dequantize_dense_all(pending, dequantize, threads, out)
         if staged:
-            items = [(name, name if name in from_file else None, t) for name, t in out.items()]
+            items = [(name, from_file.get(name), t) for name, t in out.items()]
             return _staged.stage(f._file, items, sink, **stage_options)
     if target.type == "cpu":
         return out

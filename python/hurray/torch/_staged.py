@@ -30,6 +30,10 @@ import torch
 STAGING_BYTES = 32 << 20
 STAGING_DEPTH = 3
 
+#: Where a tensor's bytes are stored: (its name in the file, the index of its
+#: data buffer, the byte offset of its first element in that buffer).
+Stored = Tuple[str, int, int]
+
 
 def read_threads() -> int:
     """Threads that fill a staging buffer: reading from the page cache is a
@@ -126,15 +130,18 @@ class _Stager:
             self.buffers[k] = self.sink.staging(self.chunk)
         return self.buffers[k]
 
-    def add(self, dst: "torch.Tensor", name: Optional[str], src: Optional["torch.Tensor"]) -> None:
-        """Queues dst's bytes: from the file's tensor `name`, else from `src`."""
+    def add(
+        self, dst: "torch.Tensor", stored: Optional[Stored], src: Optional["torch.Tensor"]
+    ) -> None:
+        """Queues dst's bytes: from the file's `stored` bytes, else from `src`."""
         out = _bytes_of(dst)
         source = None if src is None else _bytes_of(src)
         total, done = out.numel(), 0
         while done < total:
             take = min(total - done, self.chunk - self.used)
-            if name is not None:
-                self.spans.append((name, 0, done, take, self.used))
+            if stored is not None:
+                name, buffer, offset = stored
+                self.spans.append((name, buffer, offset + done, take, self.used))
             else:
                 self.memory.append((source[done : done + take], self.used))
             self.copies.append((out[done : done + take], self.used))
@@ -164,29 +171,31 @@ class _Stager:
 
 def stage(
     file: Any,
-    items: Sequence[Tuple[str, Optional[str], "torch.Tensor"]],
+    items: Sequence[Tuple[str, Optional[Stored], "torch.Tensor"]],
     sink: CudaSink,
     *,
     chunk: int = STAGING_BYTES,
     depth: int = STAGING_DEPTH,
     threads: Optional[int] = None,
 ) -> Dict[str, "torch.Tensor"]:
-    """Each item (key, name in `file` or None, CPU tensor) becomes a tensor
-    on the sink's device under `key`. With a name, the CPU tensor is a view
-    of that tensor's stored bytes (only its dtype and shape are used: the
-    bytes are read from the file); without, its values are copied."""
+    """Each item (key, stored or None, CPU tensor) becomes a tensor on the
+    sink's device under `key`. With `stored` (a tensor's name in `file`, the
+    index of its data buffer and the byte offset of its first element), the
+    CPU tensor is a row-major view of those bytes, of which only the dtype
+    and shape are used: the bytes are read from the file. Without, its
+    values are copied."""
     if chunk < 1 or depth < 1:
         raise ValueError("chunk and depth must be positive")
     stager = _Stager(file, sink, chunk, depth, threads or read_threads())
     out: Dict[str, "torch.Tensor"] = {}
-    for key, name, t in items:
+    for key, stored, t in items:
         if not _stageable(t):
             out[key] = t.to(sink.device)
             continue
         dst = sink.empty(t.shape, t.dtype)
         out[key] = dst
         if t.numel():
-            stager.add(dst, name, None if name is not None else t)
+            stager.add(dst, stored, None if stored is not None else t)
     stager.flush()
     sink.finish()
     return out
