@@ -151,11 +151,26 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   }
   bool ok = true;
   for (int i = 0; i < HY_D_COUNT; i++) ok = ok && f[i] != NULL;
+  /* Converting the fields ran Python code (__index__, __str__, a
+   * sequence's __iter__), which may have initialised this descriptor
+   * meanwhile: the first call to finish keeps it, its fields and encoding
+   * together. */
+  if (ok && self->encoded != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "Descriptor is already initialised; use replace()");
+    ok = false;
+  }
+  if (!ok) {
+    for (int i = 0; i < HY_D_COUNT; i++) Py_XDECREF(f[i]);
+    return -1;
+  }
   for (int i = 0; i < HY_D_COUNT; i++) Py_XSETREF(self->f[i], f[i]);
-  if (!ok) return -1;
   HurrayDescriptor *d = hy_build_descriptor(st, op, true);
   if (d == NULL) return -1;
   PyObject *encoded = hy_encode_descriptor(st, d);
+  if (encoded != NULL && self->encoded != NULL) { /* and so may building it */
+    PyErr_SetString(PyExc_RuntimeError, "Descriptor is already initialised; use replace()");
+    Py_CLEAR(encoded);
+  }
   if (encoded == NULL) {
     hurray_descriptor_destroy(d);
     return -1;

@@ -1004,3 +1004,30 @@ def test_a_block_format_that_is_not_a_str_is_a_type_error(fmt):
     spec["quantization"]["format"] = fmt
     with pytest.raises(TypeError, match="quantization.format must be a str"):
         Descriptor.from_dict(spec)
+
+
+@pytest.mark.parametrize("where", ["shape", "byte_size"])
+def test_a_descriptor_initialised_again_from_inside_its_init_keeps_one_state(where):
+    """An __index__ that ran __init__ on the same descriptor left it with
+    the inner call's fields and the outer call's encoding (which save and
+    Tensor use): float32 (16,) bytes under an int8 (2,) face. The first call
+    to finish keeps it; the other raises."""
+    target = Descriptor.__new__(Descriptor)
+    inner = Descriptor("int8", (2,), buffers=[Buffer("data", 2, 1)])
+
+    class Reenter:
+        fired = False
+
+        def __index__(self):
+            if not Reenter.fired:
+                Reenter.fired = True
+                Descriptor.__init__(target, "int8", (2,), buffers=[Buffer("data", 2, 1)])
+            return 16 if where == "shape" else 64
+
+    shape = (Reenter(),) if where == "shape" else (16,)
+    size = Reenter() if where == "byte_size" else 64
+    with pytest.raises(RuntimeError, match="already initialised"):
+        Descriptor.__init__(target, "float32", shape, buffers=[Buffer("data", size, 4)])
+    assert target == inner
+    assert Descriptor.decode(target.encode()) == inner
+    assert (target.dtype, target.shape) == ("int8", (2,))
