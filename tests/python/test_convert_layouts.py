@@ -54,6 +54,30 @@ def test_layout_registry_names_and_gguf_types():
     assert layouts.describe(hurray.Descriptor("float16", (2,))) == "float16"
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("scale_offset", 0.5),
+        ("zero_point_offset", 1),
+        ("storage_axes", (1, 0)),
+        ("code_packing", hurray.Packing(32, 1)),
+        ("axis2", 0),
+    ],
+)
+def test_a_q4_0_like_tensor_with_other_fields_set_is_not_labelled_q4_0(field, value):
+    """The label looked at block size, axis, scale dtype and zero point
+    only: a compressed-tensors int4 group-32 layer (packed codes, a group
+    index) was "q4_0", so --quantize q4_0 kept it as it was and the GGUF
+    writer, which checks every field, refused it."""
+    q = hurray.quantize(rnd((4, 64)), "q4_0").descriptor.quantization
+    names = ["axis", "block_size", "scale_buffer", *q._field_defaults]
+    changed = {**{k: getattr(q, k) for k in names}, field: value}
+    if field == "axis2":
+        changed.update(block_size2=2)
+    d = hurray.Descriptor("uint4", (4, 64), quantization=hurray.BlockAffine(**changed))
+    assert layouts.describe(d) == "block_affine(uint4, 32)"
+
+
 def test_a_registered_layout_is_recognised_first_in_order():
     d = hurray.quantize(rnd((2, 64)), "block_affine", block_size=16).descriptor
     extra = layouts.Layout("b16", lambda d: "b16" if d.quantization.block_size == 16 else None)

@@ -13,17 +13,19 @@ from . import Layout, register
 def _ggml_block(dtype: str, zero_point: int, name: str) -> Callable[[Descriptor], Optional[str]]:
     def label(d: Descriptor) -> Optional[str]:
         q = d.quantization
-        if (
-            isinstance(q, BlockAffine)
-            and q.block_size == 32
-            and q.axis == len(d.shape) - 1
-            and q.scale_dtype == "float16"
-            and q.zero_point_buffer is None
-            and d.dtype == dtype
-            and q.zero_point == zero_point
-        ):
-            return name
-        return None
+        if not isinstance(q, BlockAffine) or d.dtype != dtype:
+            return None
+        # Every other field at its default: packed codes, a group index, a
+        # second blocked axis, ... (GPTQ's, compressed-tensors') are not
+        # GGUF's block layout, whatever their block size and scales.
+        plain = BlockAffine(
+            axis=len(d.shape) - 1,
+            block_size=32,
+            scale_buffer=q.scale_buffer,
+            scale_dtype="float16",
+            zero_point=zero_point,
+        )
+        return name if q == plain else None
 
     return label
 
