@@ -426,6 +426,34 @@ def test_gguf_unsupported_types_are_refused_by_name(files, out, kind):
     assert hurray.load(out / "y.hurray").keys() == {"output_norm.weight"}
 
 
+def test_a_vocabulary_only_gguf_converts_to_its_metadata(out):
+    """llama.cpp ships GGUF files of a tokenizer and no tensors. The C
+    converter took them; the Python one refused ("holds no tensors"), so
+    any option that hands over to Python (--include, a .npz target) did."""
+    src = out / "vocab.gguf"
+    w = gguf.GGUFWriter(src, "llama")
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for suffix in (".hurray", ".safetensors", ".npz", ".pt", ".gguf"):
+        convert(src, out / f"v{suffix}", quiet=True)
+    with hurray.open(out / "v.hurray") as f:
+        assert len(f) == 0 and f.metadata["gguf.tokenizer.ggml.model"] == "gpt2"
+    back = gguf.GGUFReader(out / "v.gguf")
+    assert len(back.tensors) == 0
+    assert [
+        bytes(back.fields["tokenizer.ggml.tokens"].parts[i])
+        for i in back.fields["tokenizer.ggml.tokens"].data
+    ] == [b"a", b"b", b"c"]
+    with pytest.raises(ConversionError, match="a .npy file holds exactly one"):
+        convert(src, out / "v.npy", quiet=True)
+    with pytest.raises(ConversionError, match="no tensor of .* is selected"):
+        convert(src, out / "w.hurray", include=["blk.*"], quiet=True)
+
+
 @pytest.mark.parametrize("scheme", ["q8_0", "q4_0"])
 def test_hurray_quantized_tensors_export_as_real_gguf_types(files, out, scheme):
     x = rnd((4, 128), 20)
