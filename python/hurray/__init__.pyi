@@ -807,7 +807,8 @@ def save_sharded(
     directory/part-{k:05d}-of-{parts:05d}.hurray, each marked with the
     call's random id (metadata hurray.save_sharded.save; load_sharded
     refuses a tensor whose pieces in one folder carry two). Returns the
-    paths."""
+    paths. `parts` is an int from 1 to 99999 and `axis` an int (TypeError,
+    ValueError); tensor names are str (TypeError)."""
 
 # --------------------------------------------------------------- conversions
 

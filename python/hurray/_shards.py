@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import Dense, Descriptor, Shard
-from ._files import File, as_tensor, save
+from ._files import File, _tensor_name, as_tensor, save
 from ._tensor import Tensor, specialise
 
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
@@ -49,9 +49,9 @@ def shard(value: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> Te
     HURRAY_ERR_SHARD_RANK when the ranks differ and HURRAY_ERR_SHARD_BOUNDS
     when the block reaches past the global shape."""
     t = as_tensor(value)
-    descriptor = t.descriptor.replace(
-        shard=Shard(tuple(int(g) for g in global_shape), tuple(int(o) for o in offsets))
-    )
+    # Integers as they are (Shard checks them): int() truncated 8.9 to 8
+    # and parsed "8".
+    descriptor = t.descriptor.replace(shard=Shard(tuple(global_shape), tuple(offsets)))
     return specialise(Tensor(descriptor, list(t.buffers)))
 
 
@@ -98,6 +98,9 @@ def _fmt_box(box: Box) -> str:
 #: call, so that load_sharded tells the parts of one save from a mix of two
 #: (a save that failed part way leaves the earlier parts behind it).
 SAVE_KEY = "hurray.save_sharded.save"
+
+#: The most parts save_sharded writes: their names hold five digits.
+MAX_PARTS = 99999
 
 
 @dataclass
@@ -504,12 +507,17 @@ def save_sharded(
     call (metadata hurray.save_sharded.save): load_sharded refuses pieces of
     a tensor in one folder that come from two calls, as a save that failed
     part way leaves them."""
-    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
-        raise ValueError(f"parts must be a positive integer, got {parts!r}")
+    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)):
+        raise TypeError(f"parts must be an int, not {type(parts).__name__}")
+    if not 1 <= parts <= MAX_PARTS:
+        raise ValueError(f"parts must be from 1 to {MAX_PARTS}, got {parts!r}")
     parts = int(parts)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, not {type(axis).__name__}")
     directory = os.fspath(directory)
     split: Dict[str, List[Tensor]] = {}
     for name, value in tensors.items():
+        _tensor_name(name)
         t = as_tensor(value)
         d = t.descriptor
         if not isinstance(d.layout, Dense) or d.quantization is not None:
@@ -536,7 +544,7 @@ def save_sharded(
                 shard=Shard(tuple(global_shape), tuple(offsets)), extension=d.extension
             )
             pieces.append(Tensor(pd, list(p.buffers)))
-        split[str(name)] = pieces
+        split[name] = pieces
     os.makedirs(directory, exist_ok=True)
     metadata = {**(metadata or {}), SAVE_KEY: secrets.token_hex(8)}
     paths = []

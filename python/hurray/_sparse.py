@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import List, Tuple
 
 import numpy as np
@@ -106,7 +107,7 @@ class SparseTensor(Tensor):
             )
         elif format in ("csr", "csc", "bsr"):
             index_dtype, (indptr, indices) = _index_arrays([indptr, indices], "indptr and indices")
-            block = tuple(int(b) for b in block_shape) if format == "bsr" else ()
+            block = tuple(operator.index(b) for b in block_shape) if format == "bsr" else ()
             if block and values.ndim == 1 and values.size == indices.size * math.prod(block):
                 values = values.reshape((indices.size,) + block)  # blocks given flat
             nnz = _stored_count(values, block, [indices], "indices")

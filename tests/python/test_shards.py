@@ -597,3 +597,52 @@ def test_pieces_cut_further_by_separate_calls_are_assembled(tmp_path):
         hurray.save_sharded(tmp_path / f"rank{r}", {"w": local}, 2)
     paths = sorted(str(p) for p in tmp_path.glob("rank*/*.hurray"))
     assert hurray.load_sharded(paths, "w").tolist() == w.tolist()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"parts": 2**63}, ValueError, "parts must be from 1 to 99999"),
+        ({"parts": 0}, ValueError, "parts must be from 1 to 99999"),
+        ({"parts": True}, TypeError, "parts must be an int"),
+        ({"parts": 2, "axis": 1.5}, TypeError, "axis must be an int"),
+        ({"parts": 2, "axis": True}, TypeError, "axis must be an int"),
+    ],
+)
+def test_save_sharded_refuses_odd_part_counts_and_axes(tmp_path, kwargs, error, message):
+    """parts=2**63 was a bare MemoryError from numpy; axis=1.5 and True were
+    taken as 1."""
+    with pytest.raises(error, match=message):
+        hurray.save_sharded(tmp_path, {"w": _matrix()}, **kwargs)
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_sharded_takes_str_names_as_save_does(tmp_path):
+    """Names went through str(): {b'w': ..., 7: ...} wrote tensors "b'w'"
+    and "7", where save() refuses them."""
+    with pytest.raises(TypeError, match="tensor names must be str, not bytes"):
+        hurray.save_sharded(tmp_path, {b"w": _matrix(), 7: _matrix()}, parts=2)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "shape, offsets", [((8.9, 5), (0, 0)), (("8", "5"), (0, 0)), ((8, 5), (0.5, 0))]
+)
+def test_shard_takes_integers_as_they_are(shape, offsets):
+    """int() truncated 8.9 to 8 and 0.5 to 0, and parsed "8"."""
+    with pytest.raises(TypeError, match="must be an integer"):
+        hurray.shard(_matrix(), shape, offsets)
+    piece = hurray.shard(_matrix(), (np.int64(8), 5), (np.int32(0), 0))
+    assert piece.descriptor.shard.global_shape == (8, 5)
+
+
+def test_bsr_block_shape_takes_integers_as_they_are():
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        hurray.SparseTensor.from_arrays(
+            "bsr",
+            (4, 4),
+            np.ones((1, 2, 2)),
+            indptr=np.array([0, 1, 1]),
+            indices=np.array([0]),
+            block_shape=(2.5, 2),
+        )
