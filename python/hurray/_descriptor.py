@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 from . import _hurray
 
@@ -147,20 +147,29 @@ _FIELDS = (
 _hurray._set_descriptor_class(Descriptor)
 
 
+def _mapping(v: Any, what: str) -> Mapping:
+    """`v` where an object belongs; TypeError naming the field otherwise
+    (its .get or ** failed with an AttributeError or a bare TypeError)."""
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{what} must be a dict, not {type(v).__name__}")
+    return v
+
+
 def _fields_from_dict(d: dict) -> tuple:
+    d = _mapping(d, "a descriptor")
     q = d.get("quantization")
-    stats = d.get("statistics")
-    ext = d.get("extension")
+    stats = None if d.get("statistics") is None else _mapping(d["statistics"], "statistics")
+    ext = None if d.get("extension") is None else _mapping(d["extension"], "extension")
     return (
         d["dtype"],
         d["shape"],
         dict(
             strides=d.get("strides"),
             byte_offset=d.get("byte_offset", 0),
-            layout=_part_from(d["layout"]),
-            quantization=_part_from(q) if q else None,
-            buffers=[Buffer(**b) for b in d.get("buffers", [])],
-            device=Device(**d["device"]) if "device" in d else Device(),
+            layout=_part_from(_mapping(d["layout"], "layout")),
+            quantization=_part_from(_mapping(q, "quantization")) if q else None,
+            buffers=[Buffer(**_mapping(b, "a buffer")) for b in d.get("buffers", [])],
+            device=Device(**_mapping(d["device"], "device")) if "device" in d else Device(),
             statistics=None
             if stats is None
             else Statistics(
@@ -171,7 +180,9 @@ def _fields_from_dict(d: dict) -> tuple:
             ),
             shard=None
             if "shard" not in d
-            else Shard(tuple(d["shard"]["global_shape"]), tuple(d["shard"]["offsets"])),
+            else Shard(
+                tuple(_mapping(d["shard"], "shard")["global_shape"]), tuple(d["shard"]["offsets"])
+            ),
             extension=None
             if ext is None
             else Extension(
@@ -222,8 +233,9 @@ def _part_from(d: dict):
     if cls is None:
         raise ValueError(f"unknown layout or quantization kind {d['kind']!r}")
     if cls is Composite:
+        members = [_mapping(m, "a member") for m in d["members"]]
         return Composite(
-            tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"])) for m in d["members"])
+            tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"])) for m in members)
         )
     fields = {k: _json_value(v) for k, v in d.items() if k != "kind"}
     if cls is PerTensorAffine:

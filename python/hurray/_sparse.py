@@ -141,6 +141,11 @@ class SparseTensor(Tensor):
         """The stored arrays, zero-copy: values plus coords or indptr/indices."""
         d = self.descriptor
         s = d.layout
+        if not isinstance(s, Sparse):  # made with SparseTensor(...) or _from_capsule
+            raise TypeError(
+                f"this SparseTensor's layout is {type(s).__name__}, not Sparse: it has no "
+                "sparse parts (hurray.as_tensor gives each layout its own class)"
+            )
         block = math.prod(s.block_shape) if s.format == "bsr" else 1
         values = self._array(s.values_buffer, d.dtype, s.nnz * block, d.byte_offset)
         if s.format == "bsr":
@@ -159,7 +164,9 @@ class SparseTensor(Tensor):
     # --- scipy ---
     @classmethod
     def from_scipy(cls, matrix) -> "SparseTensor":
-        fmt = matrix.format
+        fmt = getattr(matrix, "format", None)
+        if not isinstance(fmt, str) or not callable(getattr(matrix, "tocsr", None)):
+            raise TypeError(f"from_scipy takes a scipy.sparse array, not {type(matrix).__name__}")
         if fmt == "coo":
             return cls.from_arrays(
                 "coo",

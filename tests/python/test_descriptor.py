@@ -1031,3 +1031,51 @@ def test_a_descriptor_initialised_again_from_inside_its_init_keeps_one_state(whe
     assert target == inner
     assert Descriptor.decode(target.encode()) == inner
     assert (target.dtype, target.shape) == ("int8", (2,))
+
+
+_GOOD = {"dtype": "float32", "shape": [2], "layout": {"kind": "dense", "data_buffer": 0}}
+
+
+@pytest.mark.parametrize(
+    "spec, what",
+    [
+        (None, "a descriptor"),
+        (5, "a descriptor"),
+        ({**_GOOD, "statistics": "x"}, "statistics"),
+        ({**_GOOD, "layout": 3}, "layout"),
+        ({**_GOOD, "quantization": [1]}, "quantization"),
+        ({**_GOOD, "buffers": [5]}, "a buffer"),
+        ({**_GOOD, "device": "cpu"}, "device"),
+        ({**_GOOD, "shard": "x"}, "shard"),
+        ({**_GOOD, "extension": 1}, "extension"),
+        ({**_GOOD, "layout": {"kind": "composite", "members": [5]}}, "a member"),
+        (
+            {**_GOOD, "layout": {"kind": "composite", "members": [{"name": "a", "descriptor": 5}]}},
+            "a descriptor",
+        ),
+    ],
+)
+def test_from_dict_of_a_wrong_type_is_a_type_error_naming_the_field(spec, what):
+    """These were AttributeError ('NoneType' object has no attribute 'get')
+    or a TypeError about ** arguments."""
+    with pytest.raises(TypeError, match=f"^{what} must be a dict, not "):
+        Descriptor.from_dict(spec)
+
+
+@pytest.mark.parametrize("value", [5, np.ones(3)])
+def test_from_scipy_of_something_else_is_a_type_error(value):
+    with pytest.raises(TypeError, match="from_scipy takes a scipy.sparse array"):
+        hurray.SparseTensor.from_scipy(value)
+
+
+def test_a_sparse_tensor_class_over_a_dense_layout_says_so():
+    """SparseTensor(...) and SparseTensor._from_capsule take any layout;
+    parts() and to_scipy() then failed with AttributeError ('Dense' object
+    has no attribute 'format')."""
+    t = hurray.from_numpy(np.ones(3))
+    for s in (
+        hurray.SparseTensor(t.descriptor, list(t.buffers)),
+        hurray.SparseTensor._from_capsule(t.__hurray__()),
+    ):
+        with pytest.raises(TypeError, match="layout is Dense, not Sparse"):
+            s.parts()
