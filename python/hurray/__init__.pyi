@@ -544,7 +544,8 @@ class Tensor:
     def to_dense(
         self, *, max_output_bytes: int | _DefaultOutputLimit | None = ...
     ) -> npt.NDArray[Any]:
-        """The logical tensor as a new dense array. LimitError, before any
+        """The logical tensor as a new dense array (its codes, one an element,
+        if it is quantized: dequantize() gives the values). LimitError, before any
         allocation, for an output beyond max_output_bytes: by default
         (DEFAULT_OUTPUT_LIMIT) max(64 MiB, 64 x stored bytes), an int is an
         absolute limit in bytes, None is no limit."""

@@ -394,7 +394,9 @@ class Tensor(_hurray._Tensor):
             raise unsupported("a composite tensor has no single dense form; use member(name)")
         if _dtypes.is_packed(d.dtype):
             if isinstance(layout, Dense):
-                return self.numpy()
+                # numpy() refuses codes; codes() gives them unpacked, as the
+                # byte-sized codes below come.
+                return self.codes() if d.quantization is not None else self.numpy()
             packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
             self._to_dense(packed)
             return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)

@@ -1079,3 +1079,13 @@ def test_a_sparse_tensor_class_over_a_dense_layout_says_so():
     ):
         with pytest.raises(TypeError, match="layout is Dense, not Sparse"):
             s.parts()
+
+
+@pytest.mark.parametrize("scheme", ["nf4", "q4_0", "mxfp4", "q8_0", "mxfp6_e3m2"])
+def test_to_dense_of_a_quantized_dense_tensor_gives_its_codes(scheme):
+    """Byte-sized codes came back as codes, 4- and 6-bit ones raised an
+    UnsupportedError pointing to numpy(), which refuses quantized tensors."""
+    t = hurray.quantize(np.linspace(-1, 1, 4 * 64, dtype=np.float32).reshape(4, 64), scheme)
+    dense = t.to_dense()
+    assert dense.shape == (4, 64)
+    np.testing.assert_array_equal(dense.view(np.uint8), t.codes().view(np.uint8))
