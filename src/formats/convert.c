@@ -800,10 +800,13 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
     }
     return HURRAY_OK;
   }
-  if (rank == 0 || rank > HURRAY_GGUF_MAX_DIMS) {
+  /* A rank-0 GGUF tensor (n_dims 0) is one element, as GGUF readers,
+   * llama.cpp's and this library's, take it; a block type needs an axis. */
+  if (rank > HURRAY_GGUF_MAX_DIMS || (rank == 0 && q != HURRAY_QUANT_NONE)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "tensor '%.200s' has rank %u; GGUF tensors have 1 to 4 dimensions", name,
-                        rank);
+                        "tensor '%.200s' has rank %u; GGUF tensors have at most 4 dimensions, "
+                        "and a quantized one at least 1",
+                        name, rank);
   }
   if (!plain_dense(d)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,

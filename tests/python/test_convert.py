@@ -468,6 +468,23 @@ def test_hurray_quantized_tensors_export_as_real_gguf_types(files, out, scheme):
     assert data == gq.quantize(x, getattr(GQ, scheme.upper())).tobytes()
 
 
+def test_a_rank_0_tensor_goes_to_gguf_and_back(out):
+    """GGUF's n_dims 0 was read as a rank-0 tensor but not written: such a
+    file did not survive GGUF -> hurray -> GGUF."""
+    src = out / "s.hurray"
+    hurray.save(src, {"s": np.array(3.5, np.float32), "v": np.arange(3, dtype=np.int32)})
+    convert(src, out / "s.gguf", quiet=True)
+    r = gguf.GGUFReader(out / "s.gguf")
+    got = {t.name: (list(t.shape), t.data.tolist()) for t in r.tensors}
+    assert got == {"s": ([], 3.5), "v": ([3], [0, 1, 2])}
+    convert(out / "s.gguf", out / "back.hurray", quiet=True)
+    back = hurray.load(out / "back.hurray")
+    assert back["s"].shape == () and float(back["s"].numpy()) == 3.5
+    run = run_cli(out / "back.hurray", out / "again.gguf")
+    assert run.returncode == 0, run.stderr
+    assert (out / "again.gguf").read_bytes() == (out / "s.gguf").read_bytes()
+
+
 def test_quantize_on_the_way_to_gguf(files, out):
     g = out / "q.gguf"
     no_gguf_form = ["bytes", "mask", "scalar", "empty"]  # uint8, bool, rank 0, 0 elements

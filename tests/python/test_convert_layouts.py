@@ -29,8 +29,14 @@ def test_target_form_is_the_c_writers_decision():
     # The same message form and attributes as every other hurray error.
     assert str(info.value).startswith("HURRAY_ERR_UNSUPPORTED: tensor 'w'")
     assert info.value.status_name == "HURRAY_ERR_UNSUPPORTED"
-    with pytest.raises(hurray.UnsupportedError, match="rank 0"):
-        _formats.target_form("gguf", "s", hurray.Descriptor("float32", ()).encode())
+    # A rank-0 tensor is GGUF's n_dims 0 (GGUF -> hurray -> GGUF kept it
+    # only one way); a rank-5 one has no GGUF form.
+    assert _formats.target_form("gguf", "s", hurray.Descriptor("float32", ()).encode()) == (
+        "F32",
+        4,
+    )
+    with pytest.raises(hurray.UnsupportedError, match="rank 5; GGUF tensors have at most 4"):
+        _formats.target_form("gguf", "s", hurray.Descriptor("float32", (1,) * 5).encode())
 
 
 def test_formats_errors_are_the_hurray_classes(tmp_path):
