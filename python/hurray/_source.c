@@ -2,8 +2,13 @@
  * Python objects as byte sources: see _source.h. Each callback runs on the
  * thread of the reader call that needs the bytes (with the GIL released by
  * the binding), takes the GIL, calls the object and lets the GIL go again.
- * The memoryview handed to Python is released before the callback returns,
- * so Python keeps no way to reach the reader's memory afterwards.
+ * The memoryview handed to Python is released before the callback returns;
+ * a source that kept an export of it (a numpy array over it) fails the read.
+ * A slice of it is no export and outlives the release, pointing into memory
+ * the reader frees: the sources are this package's own (_remote.py), which
+ * copy into the view and keep nothing, and this private interface takes no
+ * others. Handing out a copy instead would cost a second buffer the size of
+ * every read.
  */
 #include "_source.h"
 
