@@ -321,6 +321,107 @@ def test_per_channel_from_hurray_with_float32_scales_and_inline_zero_point():
     np.testing.assert_allclose(q.dequantize().numpy(), t.dequantize())
 
 
+def _per_channel(q, dtype="int8", extra=()):
+    codes = np.arange(1, 13, dtype=np.int8).reshape(3, 4)
+    scales = np.array([0.5, 0.25, 2.0], dtype=np.float32)
+    buffers = [hurray.Buffer("data", 12, 1), hurray.Buffer("scales", 12, 4)]
+    arrays = [codes.view(np.uint8).reshape(-1), scales.view(np.uint8)]
+    if q.zero_point_buffer is not None:
+        buffers.append(hurray.Buffer("zero_points", 3, 1))
+        arrays.append(np.array([1, 2, 3], np.int8).view(np.uint8))
+    for role, array in extra:
+        buffers.append(hurray.Buffer(role, array.nbytes, array.itemsize))
+        arrays.append(array.view(np.uint8))
+    return hurray.Tensor(hurray.Descriptor(dtype, (3, 4), quantization=q, buffers=buffers), arrays)
+
+
+_PC = hurray.PerChannelAffine
+
+
+@pytest.mark.parametrize(
+    "t, field",
+    [
+        (
+            _per_channel(_PC(0, 1, "float32", zero_point=2, zero_point_offset=5)),
+            "zero_point_offset",
+        ),
+        (
+            _per_channel(
+                _PC(
+                    0,
+                    1,
+                    "float32",
+                    zero_point_buffer=2,
+                    zero_point_dtype="int8",
+                    zero_point_offset=5,
+                )
+            ),
+            "zero_point_offset",
+        ),
+        (_per_channel(_PC(0, 1, "float32", scale_offset=1.5)), "scale_offset"),
+        (
+            _per_channel(
+                _PC(
+                    0,
+                    1,
+                    "float32",
+                    super_scale_buffer=2,
+                    super_scale_dtype="float32",
+                    super_op="multiply",
+                ),
+                extra=[("super_scales", np.array([10.0], np.float32))],
+            ),
+            "super_scale_buffer",
+        ),
+        (
+            _per_channel(
+                _PC(0, 1, "float32", codebook_buffer=2),
+                "uint8",
+                [("codebook", -np.arange(256, dtype=np.float32))],
+            ),
+            "codebook_buffer",
+        ),
+    ],
+)
+def test_per_channel_fields_torch_has_no_place_for_are_refused(t, field, tmp_path):
+    """to_torch and load_file read the scales, zero points and axis and
+    dropped every other field: an offset, super scales or a code book came
+    back as a torch tensor of other values, with no error."""
+    want = t.dequantize()
+    with pytest.raises(hurray.UnsupportedError, match=f"torch's per-channel .* no .*{field}"):
+        to_torch(t)
+    path = tmp_path / "pc.hurray"
+    hurray.save(path, {"w": t})
+    with pytest.raises(hurray.UnsupportedError, match=field):
+        load_file(path)
+    got = load_file(path, dequantize=torch.float32)["w"]
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("zero_point", [1000, -1])
+def test_a_zero_point_outside_the_code_range_is_refused_for_torch(zero_point):
+    """int32 zero points beside uint8 codes: torch took them and then failed
+    every operation on the tensor ("zero_point 1000 is above upper bound")."""
+    q = _PC(0, 1, "float32", zero_point_buffer=2, zero_point_dtype="int32")
+    d = hurray.Descriptor(
+        "uint8",
+        (3, 4),
+        quantization=q,
+        buffers=[
+            hurray.Buffer("data", 12, 1),
+            hurray.Buffer("scales", 12, 4),
+            hurray.Buffer("zero_points", 12, 4),
+        ],
+    )
+    zero_points = np.array([0, zero_point, 0], np.int32)
+    t = hurray.Tensor(
+        d, [np.arange(12, dtype=np.uint8), np.ones(3, np.float32), zero_points.view(np.uint8)]
+    )
+    assert t.dequantize()[1, 0] == 4 - zero_point  # hurray computes with any
+    with pytest.raises(hurray.UnsupportedError, match=f"zero point {zero_point} lies outside"):
+        to_torch(t)
+
+
 # ------------------------------------------------------------------ sparse
 
 

@@ -381,18 +381,54 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
         raise UnsupportedError(
             f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()"
         )
+    if isinstance(q, PerChannelAffine):
+        # What torch's per-channel tensor holds; any other field (an offset,
+        # a code book, super scales, packed zero points: ADR-0024) changes
+        # the values, and reading past it would hand them out wrong.
+        plain = PerChannelAffine(
+            axis=q.axis,
+            scale_buffer=q.scale_buffer,
+            scale_dtype=q.scale_dtype,
+            zero_point_buffer=q.zero_point_buffer,
+            zero_point_dtype=q.zero_point_dtype,
+            zero_point=q.zero_point,
+        )
+        if q != plain:
+            extra = sorted(k for k in q._field_defaults if getattr(q, k) != getattr(plain, k))
+            raise UnsupportedError(
+                f"torch's per-channel quantized tensors have no {', '.join(extra)}; use "
+                "t.dequantize(), or load_file(..., dequantize=torch.float32)"
+            )
     codes = _array_to_torch(t.codes(), d.dtype).contiguous()
+    if isinstance(q, PerTensorAffine):
+        zero_points = np.array([q.zero_point], np.int64)
+    elif q.zero_point_buffer is None:
+        zero_points = np.full(d.shape[q.axis], q.zero_point, np.int64)
+    else:
+        zero_points = _param(t, q.zero_point_buffer, q.zero_point_dtype, d.shape[q.axis])
+        zero_points = zero_points.astype(np.int64)
+    _check_torch_zero_points(zero_points, d.dtype)
     if isinstance(q, PerTensorAffine):
         return torch._make_per_tensor_quantized_tensor(codes, float(q.scale), int(q.zero_point))
     count = d.shape[q.axis]
     scales = torch.from_numpy(_param(t, q.scale_buffer, q.scale_dtype, count).astype(np.float64))
-    if q.zero_point_buffer is None:
-        zero_points = torch.full((count,), int(q.zero_point), dtype=torch.int64)
-    else:
-        zero_points = torch.from_numpy(
-            _param(t, q.zero_point_buffer, q.zero_point_dtype, count).astype(np.int64)
+    return torch._make_per_channel_quantized_tensor(
+        codes, scales, torch.from_numpy(zero_points), int(q.axis)
+    )
+
+
+def _check_torch_zero_points(zero_points: np.ndarray, code_dtype: str) -> None:
+    """torch takes a quantized tensor whose zero point lies outside its code
+    range, then fails every operation on it ("zero_point ... is above upper
+    bound"); hurray computes with any."""
+    info = np.iinfo(_dtypes.to_numpy(code_dtype))
+    bad = np.flatnonzero((zero_points < info.min) | (zero_points > info.max))
+    if bad.size:
+        raise UnsupportedError(
+            f"zero point {int(zero_points[bad[0]])} lies outside the {code_dtype} codes' range "
+            f"[{info.min}, {info.max}], which torch's quantized tensors require; use "
+            "t.dequantize(), or load_file(..., dequantize=torch.float32)"
         )
-    return torch._make_per_channel_quantized_tensor(codes, scales, zero_points, int(q.axis))
 
 
 def _rows_sorted(indptr: np.ndarray, indices: np.ndarray) -> bool:
