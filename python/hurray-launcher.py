@@ -24,7 +24,9 @@ def main() -> None:
     files = args[1:] if args[:1] == ["convert"] else _files(args[1:])
     url = any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in files)
     if url and args[0] in ("ls", "info", "verify"):
-        os.execv(sys.executable, [sys.executable, "-m", "hurray", *args])
+        # -P: not the current directory first on sys.path, where a hurray/ or
+        # numpy.py would run in place of the installed package.
+        os.execv(sys.executable, [sys.executable, "-P", "-m", "hurray", *args])
     if url and args[0] in ("cat", "convert"):
         # The C program would say "No such file or directory" of a URL.
         print(f"hurray {args[0]}: URLs are read by ls, info and verify only", file=sys.stderr)

@@ -432,6 +432,26 @@ def _launcher():
     return launcher
 
 
+@pytest.mark.parametrize("planted", ["hurray/__init__.py", "numpy.py"])
+def test_cli_on_a_url_runs_no_code_from_the_current_directory(files, server, tmp_path, planted):
+    """The launcher ran `python -m hurray`, which puts the current directory
+    first on sys.path: `hurray ls URL` in a folder holding a hurray/ or a
+    numpy.py ran that code in place of the installed package."""
+    launcher = _launcher()
+    target = tmp_path / planted
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("import sys\nprint('PLANTED CODE RAN')\nsys.exit(99)\n")
+    p = subprocess.run(
+        [launcher, "ls", server.url("/big.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert "PLANTED" not in p.stdout + p.stderr and p.returncode == 0, (p.returncode, p.stderr)
+    assert "layer00.weight" in p.stdout
+
+
 @pytest.fixture(scope="module")
 def varied(tmp_path_factory):
     """Every column `ls` and `info` format differently: a sparse layout,
