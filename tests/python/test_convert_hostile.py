@@ -31,6 +31,7 @@ import pytest
 
 import hurray
 from hurray.convert import ConversionError, convert
+from hurray.convert._common import UsageError
 
 torch = pytest.importorskip("torch")
 safetensors = pytest.importorskip("safetensors")
@@ -1530,3 +1531,31 @@ def test_metadata_of_an_unknown_type_is_left_out_of_a_conversion(tmp_path):
     for out in _converted_by_python_and_c(src, tmp_path):
         with hurray.open(out) as f:
             assert f.metadata == {"k": 1}
+
+
+def _two_shards(folder):
+    import safetensors.numpy as stn
+
+    folder.mkdir()
+    stn.save_file({"a": np.arange(8, dtype=np.float32)}, folder / "m-00001-of-00002.safetensors")
+    stn.save_file({"b": np.arange(4, dtype=np.float32)}, folder / "m-00002-of-00002.safetensors")
+    weight_map = {"a": "m-00001-of-00002.safetensors", "b": "m-00002-of-00002.safetensors"}
+    (folder / "m.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return folder / "m.safetensors.index.json"
+
+
+def test_a_target_that_is_one_of_the_sources_shards_is_refused(tmp_path):
+    """Only the index itself was compared with the target: converting a
+    sharded checkpoint onto its first shard replaced it, and the checkpoint
+    no longer read ("tensor 'b' is in two shards"). Converting into the
+    shards' own folder wrote among them."""
+    index = _two_shards(tmp_path / "shs")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "shs").iterdir()}
+    shard = tmp_path / "shs" / "m-00001-of-00002.safetensors"
+    with pytest.raises(UsageError, match="is one of the source's files"):
+        convert(index, shard, quiet=True)
+    with pytest.raises(UsageError, match="is the folder the source's files are in"):
+        convert(index, str(tmp_path / "shs") + "/", quiet=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "shs").iterdir()} == before
+    convert(index, tmp_path / "whole.hurray", quiet=True)
+    assert hurray.load(tmp_path / "whole.hurray")["b"].numpy().tolist() == [0, 1, 2, 3]

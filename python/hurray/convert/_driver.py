@@ -261,6 +261,7 @@ def convert(
     target = None
     try:
         source = _zoo_source(src, source, _source_kind(src), dst_kind, opts.dequantize)
+        _check_not_a_source_file(source, dst, dst_kind)
         names = _selected_names(src, source, _patterns(include), _patterns(exclude))
         infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
         target = _TARGETS[dst_kind](dst, opts)
@@ -333,6 +334,22 @@ def _check_options(opts: _Options, output: str) -> None:
         _quantize(np.zeros((1, 64), np.float32), opts.scheme, block_size=opts.block_size)
     except (HurrayError, ValueError) as exc:
         raise UsageError(f"--quantize {opts.scheme}: {_first_line(exc)}") from None
+
+
+def _check_not_a_source_file(source: _Source, dst: str, dst_kind: str) -> None:
+    """UsageError if the target would replace a file the source reads (a
+    shard of a sharded checkpoint), or is a folder the source's files are in
+    (its config.json and shards would be written among them)."""
+    if not os.path.exists(dst):
+        return
+    for path in source.files():
+        if os.path.exists(path) and os.path.samefile(path, dst):
+            raise UsageError(f"{dst} is one of the source's files; write to another file")
+        folder = os.path.dirname(os.path.abspath(path))
+        if dst_kind == "safetensors-dir" and os.path.samefile(folder, dst):
+            raise UsageError(
+                f"{dst} is the folder the source's files are in; write to another folder"
+            )
 
 
 def _check_paths(src: str, dst: str, opts: _Options) -> str:

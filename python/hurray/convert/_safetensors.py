@@ -48,6 +48,7 @@ class _SafetensorsSource(_Source):
         weight_map: Optional[Mapping[str, str]] = None,
         index_metadata: Any = None,
     ):
+        self._files = list(files)
         meta = self._open_shards(files, weight_map)
         # --keep-scales exports: reassemble <name>, <name>.scales, <name>.zero_points
         self._quant: Dict[str, Descriptor] = {}
@@ -151,6 +152,9 @@ class _SafetensorsSource(_Source):
 
     def names(self):
         return list(self._names)
+
+    def files(self):
+        return list(self._files)
 
     def info(self, name):
         if name in self._quant:

@@ -31,6 +31,11 @@ class _Source:
         """Adds to `metadata` (what metadata() returned) what only the
         conversion of the tensors told; called once, after the last get()."""
 
+    def files(self) -> List[str]:
+        """The files read besides the source path itself (a sharded
+        checkpoint's shards): a target must not replace one."""
+        return []
+
     def refused(self) -> Dict[str, str]:
         """Entries that are not tensors: name -> why they cannot be converted."""
         return {}

@@ -419,6 +419,9 @@ class _ZooSource(_Source):
     def notes(self):
         return [self.note] if self.note else []
 
+    def files(self):
+        return self.inner.files()
+
     def close(self):
         self.inner.close()
 
