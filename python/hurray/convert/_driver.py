@@ -260,8 +260,7 @@ def convert(
     source = _open_source(src, verify=bool(verify))
     target = None
     try:
-        source = _zoo_source(src, source, _source_kind(src), dst_kind, opts.dequantize)
-        _check_not_a_source_file(source, dst, dst_kind)
+        source = _checked_source(src, source, dst, dst_kind, opts)
         names = _selected_names(src, source, _patterns(include), _patterns(exclude))
         infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
         target = _TARGETS[dst_kind](dst, opts)
@@ -334,6 +333,14 @@ def _check_options(opts: _Options, output: str) -> None:
         _quantize(np.zeros((1, 64), np.float32), opts.scheme, block_size=opts.block_size)
     except (HurrayError, ValueError) as exc:
         raise UsageError(f"--quantize {opts.scheme}: {_first_line(exc)}") from None
+
+
+def _checked_source(src: str, source: _Source, dst: str, dst_kind: str, opts) -> _Source:
+    """The source as converted (a model folder's families put together),
+    once the target is known not to replace any file of it."""
+    source = _zoo_source(src, source, _source_kind(src), dst_kind, opts.dequantize)
+    _check_not_a_source_file(source, dst, dst_kind)
+    return source
 
 
 def _check_not_a_source_file(source: _Source, dst: str, dst_kind: str) -> None:
