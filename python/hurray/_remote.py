@@ -650,11 +650,17 @@ class FsspecBackend:
 
     def fetch_suffix(self, n: int) -> Tuple[int, bytes]:
         try:
-            size = int(self.fs.size(self.path))
+            info = self.fs.info(self.path)
+            size = int(info["size"] or 0)
         except FileNotFoundError:
             raise RemoteNotFoundError(f"{self.shown}: no such file") from None
         except Exception as e:  # noqa: BLE001 - back ends raise their own types
             raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
+        kind = info.get("type", "file")
+        if kind != "file":
+            # A FIFO (file://) would block its open forever, as the C
+            # reader's check of a local path says.
+            raise RemoteError(f"{self.shown}: is not a regular file (its type is {kind!r})")
         self.size = size
         start = max(0, size - n)
         return start, self._cat(start, size)

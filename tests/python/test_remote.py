@@ -707,6 +707,24 @@ def test_cli_url_errors_are_one_clear_line(files, server):
         assert p.stderr.strip() == f"hurray {command[0]}: URLs are read by ls, info and verify only"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
+def test_a_file_url_of_a_fifo_or_a_folder_is_refused_at_once(tmp_path):
+    """fsspec opened a FIFO named by a file:// URL, which blocks until a
+    writer comes: `hurray ls file:///.../fifo.hurray` hung for good, where
+    the C command refuses the local path at once. A folder raised a bare
+    IsADirectoryError."""
+    pytest.importorskip("fsspec")
+    os.mkfifo(tmp_path / "fifo.hurray")
+    for path in (tmp_path / "fifo.hurray", tmp_path):
+        p = subprocess.run(
+            [sys.executable, "-m", "hurray", "ls", f"file://{path}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 1 and "is not a regular file" in p.stderr, p.stderr
+
+
 def test_fsspec_missing_back_end_or_file_is_a_remote_error(files):
     """s3:// without s3fs raised fsspec's ImportError (and `hurray ls s3://...`
     printed a traceback); a missing memory:// file said only its path."""
