@@ -13,6 +13,7 @@ numbers, --quiet, --keep-scales, the CLI's exit codes, and torch files
 loaded with weights_only=True (a pickled object is refused)."""
 
 import json
+import math
 import os
 import struct
 import subprocess
@@ -834,6 +835,23 @@ def test_report_numbers(files, out):
     assert d["tensors"][0]["name"] == "x" and d["totals"]["quantized"] == 1
     text = report.format()
     assert "x" in text and "nf4" in text and "total: 1 tensors, 1 quantized" in text
+
+
+def test_a_nan_error_stays_nan_in_the_row_and_the_total(out):
+    """The report kept the larger error with `not (x <= max)`: once the
+    maximum was NaN, the next finite value replaced it. A NaN in the first
+    2**18 elements of a tensor, or in the first of three tensors, showed as
+    a finite max abs beside a NaN rmse."""
+    big = np.linspace(-1, 1, 512 * 1024, dtype=np.float32).reshape(512, 1024)
+    big[0, 0] = np.nan
+    np.savez(out / "n.npz", big=big, a=np.full((32, 64), np.nan, np.float32), b=rnd((32, 64), 3))
+    report = convert(
+        out / "n.npz", out / "n.hurray", quantize="mxfp4", quantize_include=["*"], quiet=True
+    )
+    rows = {r.name: r for r in report.rows}
+    assert math.isnan(rows["big"].max_abs_error) and math.isnan(rows["a"].max_abs_error)
+    assert not math.isnan(rows["b"].max_abs_error)
+    assert math.isnan(report.totals.max_abs_error)
 
 
 def test_printed_report_and_quiet(files, out, capsys):

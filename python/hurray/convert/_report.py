@@ -106,8 +106,8 @@ class ConversionReport:
         for r in self.rows:
             c, s, d, a, b = r._sums
             n, sq, dot, na, nb = n + c, sq + s, dot + d, na + a, nb + b
-            if r.max_abs_error is not None and not (r.max_abs_error <= max_abs):
-                max_abs = r.max_abs_error
+            if r.max_abs_error is not None:
+                max_abs = _max_keeping_nan(max_abs, r.max_abs_error)
         rmse = math.sqrt(sq / n) if n else 0.0
         cosine = _cosine(dot, na, nb) if n else 1.0
         return ReportTotals(
@@ -243,6 +243,14 @@ def _cos(v) -> str:
     return "-" if v is None else f"{v:.6f}"
 
 
+def _max_keeping_nan(a: float, b: float) -> float:
+    """The larger, NaN once either is: an error that was NaN somewhere stays
+    NaN in every total (a later finite maximum replaced it)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return max(a, b)
+
+
 def _cosine(dot: float, na: float, nb: float) -> float:
     if na == 0 and nb == 0:
         return 1.0
@@ -309,8 +317,7 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
         parts = [_chunk_sums(a, b, s, local) for s in starts]
     max_abs, sq, dot, na, nb = 0.0, 0.0, 0.0, 0.0, 0.0
     for top, s2, d2, a2, b2 in parts:
-        if not (top <= max_abs):
-            max_abs = top
+        max_abs = _max_keeping_nan(max_abs, top)
         sq, dot, na, nb = sq + s2, dot + d2, na + a2, nb + b2
     n = a.size
     rmse = math.sqrt(sq / n) if n else 0.0
