@@ -898,6 +898,28 @@ def test_a_target_that_is_not_a_file_is_refused(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
+def test_a_closed_stdout_is_a_report_failure_not_an_internal_error(tmp_path):
+    """Python starts with sys.stdout None when fd 1 is closed (>&-): the
+    report's flush raised AttributeError, "internal error ... (please
+    report it)". -q prints nothing and succeeds."""
+    src = tmp_path / "a.npz"
+    np.savez(src, a=np.ones(3))
+    for quiet, code in (([], 1), (["-q"], 0)):
+        r = subprocess.run(
+            [sys.executable, "-m", "hurray", "convert", str(src), str(tmp_path / "a.hurray")]
+            + quiet,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(1),
+        )
+        assert r.returncode == code, r.stderr
+        assert "internal error" not in r.stderr
+        if code:
+            assert "printing its report failed: standard output is closed" in r.stderr
+        assert (tmp_path / "a.hurray").exists()
+
+
 @pytest.mark.skipif(
     not os.path.exists("/dev/full") or not stat.S_ISCHR(os.stat("/dev/full").st_mode),
     reason="/dev/full is not the full device here (opening it would make a file)",

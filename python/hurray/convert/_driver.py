@@ -300,6 +300,12 @@ def _as_conversion_error(exc: BaseException) -> Optional[ConversionError]:
 
 def _print_report(report: ConversionReport, output: str) -> None:
     """After the target was published: a failure to print says so."""
+    if sys.stdout is None:  # started with stdout closed (>&-): print would drop it
+        raise OSError(
+            errno.EBADF,
+            f"{report.target} was written, but printing its report failed: standard output "
+            "is closed",
+        )
     try:
         print(report.to_json() if output == "json" else report.format())
         sys.stdout.flush()  # a failed write shows here, not at exit
