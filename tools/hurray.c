@@ -78,6 +78,11 @@ static bool is_folder(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static bool same_file(const char *a, const char *b) {
+  struct stat x, y;
+  return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* hurray, safetensors and GGUF convert natively (hurray_convert_file):
  * no Python. Returns -1 when the conversion is not one of those (another
  * format, an option only the Python converter has, or a tensor that needs
@@ -95,7 +100,11 @@ static int try_native_convert(int argc, char **argv) {
     else if (dst == NULL) dst = argv[i];
     else return -1;
   }
-  if (src == NULL || dst == NULL || is_folder(src) || is_folder(dst)) return -1;
+  /* A target that is the source is a usage error, which Python reports
+   * (exit status 2) as it does every other. */
+  if (src == NULL || dst == NULL || is_folder(src) || is_folder(dst) || same_file(src, dst)) {
+    return -1;
+  }
   HurrayFormat sf = hurray_format_from_path(src), tf = hurray_format_from_path(dst);
   if (sf == HURRAY_FORMAT_UNKNOWN || tf == HURRAY_FORMAT_UNKNOWN) return -1;
   HurrayConvertOptions options = HURRAY_CONVERT_OPTIONS_INIT;

@@ -939,9 +939,36 @@ def test_usage_errors_in_the_library(files, out):
         convert(files["npz"], out / "x.hurray", quantize="q8_0", block_size=64, quiet=True)
     with pytest.raises(UsageError, match="source itself"):
         convert(files["npz"], files["npz"], quiet=True)
-    with pytest.raises(ConversionError, match="cannot tell the format"):
+    with pytest.raises(UsageError, match="cannot tell the format"):
         convert(out / "x.onnx", out / "x.hurray", quiet=True)
     assert os.listdir(out) == []
+
+
+def test_usage_errors_exit_2_on_every_path(files, out):
+    """The same mistake gave 1 or 2: a target that is the source was 1 on
+    the C path and 2 on Python's, a source format that cannot be told 1 and
+    a target format 2."""
+    from zoo_reference import cli
+
+    exe = cli()
+    hurray.save(out / "a.hurray", {"w": np.ones(4, np.float32)})
+    cases = [
+        [out / "a.hurray", out / "a.hurray"],
+        [out / "a.hurray", out / "a.hurray", "--json"],
+        [out / "x.onnx", out / "x.hurray"],
+        [out / "a.hurray", out / "x.onnx"],
+    ]
+    for args in cases:
+        for command in [[sys.executable, "-m", "hurray"]] + ([[exe]] if exe else []):
+            r = subprocess.run(
+                command + ["convert", *map(str, args)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=dict(os.environ, HURRAY_PYTHON=sys.executable),
+            )
+            assert r.returncode == 2, (command, args, r.stderr)
+            assert r.stderr.startswith("hurray convert: error: "), r.stderr
 
 
 def test_cli_help():

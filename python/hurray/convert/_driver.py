@@ -70,7 +70,7 @@ def _source_kind(path: str) -> str:
     for suffix, kind in ((".safetensors.index.json", "safetensors-index"),) + _KINDS:
         if low.endswith(suffix):
             return kind
-    raise ConversionError(
+    raise UsageError(
         f"cannot tell the format of {path!r} from its name; sources end with "
         f"{', '.join(SOURCE_SUFFIXES)} (or are a folder holding a "
         "*.safetensors.index.json)"
