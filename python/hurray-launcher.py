@@ -20,8 +20,7 @@ def main() -> None:
     # The C program has no network code: ls, info and verify of a URL run
     # in the package's Python (hurray/_remote_cli.py), with this interpreter.
     args = sys.argv[1:]
-    # convert's options take values, so any of its arguments may be SRC or DST
-    files = args[1:] if args[:1] == ["convert"] else _files(args[1:])
+    files = _convert_files(args[1:]) if args[:1] == ["convert"] else _files(args[1:])
     url = any(re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", a) for a in files)
     if url and args[0] in ("ls", "info", "verify"):
         # -P: not the current directory first on sys.path, where a hurray/ or
@@ -49,6 +48,36 @@ def main() -> None:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.execv(program, ["hurray", *sys.argv[1:]])
+
+
+# convert's options that take a value (hurray/__main__.py): a pattern such
+# as --exclude 'http://*' is no URL to refuse.
+_CONVERT_VALUES = (
+    "--quantize",
+    "--quantize-include",
+    "--quantize-exclude",
+    "--include",
+    "--exclude",
+    "--block-size",
+    "--threads",
+)
+
+
+def _convert_files(args):
+    """convert's SRC and DST: its arguments that are neither options nor
+    an option's value."""
+    found = []
+    options, value = True, False
+    for a in args:
+        if value:
+            value = False
+        elif options and a == "--":
+            options = False
+        elif options and a.startswith("-") and a != "-":
+            value = a in _CONVERT_VALUES
+        else:
+            found.append(a)
+    return found
 
 
 def _files(args):

@@ -1040,3 +1040,27 @@ def test_launcher_reads_only_file_as_a_url_and_restores_sigpipe(tmp_path):
     p.stdout.read(10)
     p.stdout.close()
     assert p.wait(timeout=60) == -signal.SIGPIPE, p.stderr.read()
+
+
+def test_launcher_takes_a_url_pattern_as_a_convert_option_value(tmp_path):
+    """Every convert argument was checked for a URL: --exclude 'http://*'
+    (a tensor name pattern) was refused with "URLs are read by ls, info and
+    verify only"."""
+    launcher = _launcher()
+    src = tmp_path / "a.npz"
+    np.savez(src, **{"http://x": np.ones(2), "w": np.ones(3)})
+    p = subprocess.run(
+        [launcher, "convert", str(src), str(tmp_path / "o.hurray"), "-q", "--exclude", "http://*"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert hurray.load(tmp_path / "o.hurray").keys() == {"w"}
+    p = subprocess.run(
+        [launcher, "convert", "--include", "w", "http://host/a.hurray", str(tmp_path / "b.hurray")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2 and "URLs are read by ls, info and verify only" in p.stderr
