@@ -56,8 +56,6 @@ void hurray_cli_json_string(FILE *out, const char *s, size_t len);
 /* Opens `path` with default options; on failure prints "hurray: PATH:
  * MESSAGE" to err and returns NULL. */
 HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error);
-/* Prints "hurray: STATUS: MESSAGE" (escaped) and returns EXIT_FAILURE. */
-int hurray_cli_fail(FILE *err, const HurrayError *error);
 /* Prints "hurray: WHAT: MESSAGE" (both escaped) and returns EXIT_FAILURE. */
 int hurray_cli_fail_at(FILE *err, const char *what, const char *message);
 

@@ -39,7 +39,7 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
   HurrayBufferList *list = NULL;
   int status = EXIT_SUCCESS;
   if (hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
-    status = hurray_cli_fail(err, &error);
+    status = hurray_cli_fail_at(err, path, error.message);
   } else if (buffer_index < 0 || (size_t)buffer_index >= hurray_buffer_list_len(list)) {
     fputs("hurray: ", err);
     hurray_cli_puts_escaped(err, name);
@@ -66,7 +66,7 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
         status = EXIT_FAILURE;
       } else if (hurray_cli_npy_header(d, descr, hurray_dtype_bits(hurray_descriptor_dtype(d)) / 8,
                                        &header, &header_len, &error) != HURRAY_OK) {
-        status = hurray_cli_fail(err, &error);
+        status = hurray_cli_fail_at(err, path, error.message);
       } else if (hurray_descriptor_numel(d, &numel, &error) != HURRAY_OK ||
                  hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &bytes) !=
                      HURRAY_OK) {

@@ -72,10 +72,6 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   return EXIT_FAILURE;
 }
 
-int hurray_cli_fail(FILE *err, const HurrayError *error) {
-  return hurray_cli_fail_at(err, hurray_status_name(error->code), error->message);
-}
-
 HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error) {
   HurrayReader *r = NULL;
   if (hurray_reader_open(path, NULL, &r, error) != HURRAY_OK) {

@@ -52,7 +52,7 @@ int hurray_cli_info(FILE *out, FILE *err, const char *path, const char *only, bo
   if (r == NULL) return EXIT_FAILURE;
   if (only != NULL && hurray_reader_find(r, only, NULL, &error) != HURRAY_OK) {
     hurray_reader_close(r);
-    return hurray_cli_fail(err, &error);
+    return hurray_cli_fail_at(err, path, error.message);
   }
   int status = EXIT_SUCCESS;
   size_t n = hurray_reader_tensor_count(r), m = hurray_reader_metadata_count(r);

@@ -488,6 +488,29 @@ def varied(tmp_path_factory):
     return path
 
 
+@pytest.mark.parametrize("command", [["info"], ["cat"]])
+def test_a_missing_name_is_reported_as_the_url_path_reports_it(varied, command):
+    """The C command named the status constant where every other message
+    names the file: "hurray: HURRAY_ERR_NOT_FOUND: no tensor ...", and the
+    URL path "hurray: URL: no tensor ..."."""
+    launcher = _launcher()
+    local = subprocess.run(
+        [launcher, *command, str(varied), "nope"], capture_output=True, text=True, timeout=120
+    )
+    if local.returncode == 127 or "has no hurray package" in local.stderr:
+        pytest.skip("the C program is absent in this tree")
+    assert local.returncode == 1
+    assert local.stderr == f'hurray: {varied}: no tensor "nope" in the file\n'
+    if command == ["info"]:
+        with RangeServer({"/v.hurray": varied.read_bytes()}) as s:
+            url = s.url("/v.hurray")
+            remote = subprocess.run(
+                [launcher, "info", url, "nope"], capture_output=True, text=True, timeout=120
+            )
+        assert remote.returncode == 1
+        assert remote.stderr == f'hurray: {url}: no tensor "nope" in the file\n'
+
+
 @pytest.mark.parametrize(
     "args", [["ls", "URL"], ["info", "URL"], ["info", "--json", "URL"], ["info", "URL", "sp"]]
 )
