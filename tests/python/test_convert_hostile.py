@@ -1581,3 +1581,14 @@ def test_a_target_that_is_one_of_the_sources_shards_is_refused(tmp_path):
     assert {p.name: p.read_bytes() for p in (tmp_path / "shs").iterdir()} == before
     convert(index, tmp_path / "whole.hurray", quiet=True)
     assert hurray.load(tmp_path / "whole.hurray")["b"].numpy().tolist() == [0, 1, 2, 3]
+
+
+def test_torch_load_warnings_do_not_break_the_one_line_error(tmp_path):
+    """torch.load warned over two lines of stderr (a pickle protocol it was
+    not made for) beside the one-line error, even with -q."""
+    src = tmp_path / "p4.pt"
+    torch.save({"w": torch.ones(2, 2)}, src, pickle_protocol=4)
+    r = run_cli(src, tmp_path / "p4.hurray", "-q")
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("hurray convert: ") and "Warning" not in r.stderr

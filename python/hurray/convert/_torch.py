@@ -3,6 +3,7 @@ written with torch.save. The only formats that need torch."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -16,6 +17,20 @@ from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
 
+def _load(torch, path: str):
+    """torch.load, weights only, mapped where the format allows. Its
+    warnings (a pickle protocol it was not made for) are not printed: what
+    it cannot load comes as one error line, and the rest loads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+
+
 class _TorchSource(_Source):
     format = "torch"
 
@@ -26,12 +41,7 @@ class _TorchSource(_Source):
             raise ConversionError("reading torch checkpoints needs the 'torch' package") from None
         self._torch = torch
         try:
-            try:
-                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as exc:
-                if "mmap" not in str(exc) and "zipfile" not in str(exc):
-                    raise
-                obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy format
+            obj = _load(torch, path)
         except OSError as exc:
             raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}", path) from None
         except Exception as exc:  # UnpicklingError and friends
