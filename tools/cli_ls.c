@@ -65,10 +65,20 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file) {
     /* Statistics are advisory: shown as stored, never relied on. */
     double lo, hi;
     uint64_t nans, zeros;
-    if (hurray_descriptor_stat_min(d, &lo)) fprintf(out, "  min=%g", lo);
-    if (hurray_descriptor_stat_max(d, &hi)) fprintf(out, " max=%g", hi);
-    if (hurray_descriptor_stat_nan_count(d, &nans)) fprintf(out, " nan=%" PRIu64, nans);
-    if (hurray_descriptor_stat_zero_count(d, &zeros)) fprintf(out, " zeros=%" PRIu64, zeros);
+    const char *gap = "  "; /* before the first statistic, then one space */
+    if (hurray_descriptor_stat_min(d, &lo)) {
+      fprintf(out, "%smin=%g", gap, lo);
+      gap = " ";
+    }
+    if (hurray_descriptor_stat_max(d, &hi)) {
+      fprintf(out, "%smax=%g", gap, hi);
+      gap = " ";
+    }
+    if (hurray_descriptor_stat_nan_count(d, &nans)) {
+      fprintf(out, "%snan=%" PRIu64, gap, nans);
+      gap = " ";
+    }
+    if (hurray_descriptor_stat_zero_count(d, &zeros)) fprintf(out, "%szeros=%" PRIu64, gap, zeros);
     if (file != NULL && hurray_descriptor_has_shard(d)) {
       uint32_t rank = hurray_descriptor_shard_rank(d);
       fprintf(out, "  shard=");

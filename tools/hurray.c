@@ -196,23 +196,40 @@ static int stdout_checked(int code) {
   return code;
 }
 
+/* help, -h/--help and --version: their exit status, or -1 for a command. */
+static int run_top_level(int argc, char **argv) {
+  const char *command = argv[1];
+  if (strcmp(command, "help") == 0 && argc > 2 && strcmp(argv[2], "convert") == 0) {
+    static char convert_word[] = "convert", help_word[] = "--help";
+    char *convert_help[] = {argv[0], convert_word, help_word, NULL};
+    return stdout_checked(run_convert(3, convert_help));
+  }
+  if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0 ||
+      strcmp(command, "help") == 0) {
+    fputs(usage_text, stdout);
+    return stdout_checked(EXIT_SUCCESS);
+  }
+  if (strcmp(command, "--version") == 0) {
+    printf("hurray %s (C ABI %u, file format %d.%d)\n", hurray_version_string(),
+           hurray_abi_version(), HURRAY_FILE_FORMAT_MAJOR, HURRAY_FILE_FORMAT_MINOR);
+    return stdout_checked(EXIT_SUCCESS);
+  }
+  return -1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
     return EXIT_USAGE;
   }
   const char *command = argv[1];
-  if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0 ||
-      strcmp(command, "help") == 0) {
-    fputs(usage_text, stdout);
-    return EXIT_SUCCESS;
-  }
-  if (strcmp(command, "--version") == 0) {
-    printf("hurray %s (C ABI %u, file format %d.%d)\n", hurray_version_string(),
-           hurray_abi_version(), HURRAY_FILE_FORMAT_MAJOR, HURRAY_FILE_FORMAT_MINOR);
-    return EXIT_SUCCESS;
-  }
+  int top = run_top_level(argc, argv);
+  if (top >= 0) return top;
   if (strcmp(command, "convert") == 0) return stdout_checked(run_convert(argc, argv));
+  if (strcmp(command, "ls") != 0 && strcmp(command, "info") != 0 &&
+      strcmp(command, "verify") != 0 && strcmp(command, "cat") != 0) {
+    return usage_error("unknown command '%s'", command);
+  }
   bool json = false, npy = false, force = false, options = true;
   long buffer_index = 0;
   const char *positional[3] = {NULL, NULL, NULL};
@@ -225,7 +242,7 @@ int main(int argc, char **argv) {
       options = false; /* what follows is a FILE or NAME, even "-x" */
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       fputs(usage_text, stdout);
-      return EXIT_SUCCESS;
+      return stdout_checked(EXIT_SUCCESS);
     } else if (strcmp(argv[i], "--json") == 0 && strcmp(command, "info") == 0) {
       json = true;
     } else if (strcmp(argv[i], "--npy") == 0 && strcmp(command, "cat") == 0) {
@@ -266,5 +283,5 @@ int main(int argc, char **argv) {
     }
     return hurray_cli_cat(stdout, stderr, positional[0], positional[1], buffer_index, npy);
   }
-  return usage_error("unknown command '%s'", command);
+  return usage_error("unknown command '%s'", command); /* not reached: checked above */
 }

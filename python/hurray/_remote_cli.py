@@ -5,6 +5,7 @@ the C command's layout. Exit status: 0 success, 1 failure, 2 usage."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import List
@@ -36,9 +37,16 @@ def _layout_name(d) -> str:
     return name
 
 
-def _g(x: float) -> str:
-    """C's %g."""
-    return "%g" % x
+def _g(x: float, form: str = "%g") -> str:
+    """C's printf of a double: glibc writes a NaN's sign ("-nan")."""
+    if x != x:
+        return "-nan" if math.copysign(1.0, x) < 0 else "nan"
+    return form % x
+
+
+def _ljust(text: str, width: int) -> str:
+    """printf's %-*s: padded by bytes of UTF-8, not by characters."""
+    return text + " " * max(0, width - len(text.encode("utf-8", "surrogateescape")))
 
 
 def _ls(f, out) -> None:
@@ -52,7 +60,7 @@ def _ls(f, out) -> None:
         shape = "[" + ", ".join(str(n) for n in d.shape) + "]"
         size = sum(b.byte_size for b in d.buffers)
         line = (
-            f"{_escaped(name):<40} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
+            f"{_ljust(_escaped(name), 40)} {d.dtype:<14} {shape:<20} {_layout_name(d):<12} "
             f"{_quant_name(d):<20} {size:>12}"
         )
         s = d.statistics
@@ -79,8 +87,8 @@ def _metadata_text(value, json: bool) -> str:
         return str(value)
     if isinstance(value, float):
         if json and (value != value or value - value != 0):
-            return '"%g"' % value
-        return "%.17g" % value
+            return '"' + _g(value) + '"'
+        return _g(value, "%.17g")
     if isinstance(value, (bytes, bytearray)):
         if json:
             return '{"bytes_hex": "' + bytes(value).hex() + '"}'
@@ -139,20 +147,58 @@ def _one_line(exc: BaseException, url: str) -> str:
     return _escaped(text, 0)
 
 
+def _usage_error(message: str) -> int:
+    """tools/hurray.c's usage_error."""
+    print(
+        f"hurray: {_escaped(message, 0)}\nTry 'hurray --help' for more information.",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _help() -> int:
+    """The C program's own help, where the package has it (one text)."""
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "hurray")
+    if os.access(program, os.X_OK):
+        sys.stdout.flush()
+        os.execv(program, ["hurray", "--help"])
+    print(_USAGE)
+    return 0
+
+
+def _parse(command: str, args: List[str]):
+    """(--json given, the FILE and NAME) as tools/hurray.c's main reads them:
+    options anywhere before "--", which makes the rest FILE or NAME; or the
+    exit status, once a usage error or the help is printed."""
+    as_json, options, positional = False, True, []
+    for a in args:
+        if not options or not a.startswith("-") or a == "-":
+            positional.append(a)
+        elif a == "--":
+            options = False
+        elif a in ("-h", "--help"):
+            return _help()
+        elif a == "--json" and command == "info":
+            as_json = True
+        else:
+            return _usage_error(
+                f"unknown option '{a}' (put -- before a FILE or NAME that starts with -)"
+            )
+    if command not in COMMANDS:
+        return _usage_error(f"unknown command '{command}'")
+    if command != "info" and len(positional) != 1:
+        return _usage_error(f"{command} takes exactly one FILE")
+    if command == "info" and not 1 <= len(positional) <= 2:
+        return _usage_error("info takes FILE [NAME]")
+    return as_json, positional
+
+
 def main(argv: List[str]) -> int:
     command, args = (argv[0], list(argv[1:])) if argv else ("", [])
-    as_json = command == "info" and "--json" in args
-    if as_json:
-        args.remove("--json")
-    if args and args[0] == "--":
-        args.pop(0)
-    elif any(a.startswith("-") and len(a) > 1 for a in args):
-        bad = next(a for a in args if a.startswith("-") and len(a) > 1)
-        print(f"hurray: unknown option '{_escaped(bad, 0)}'\n{_USAGE}", file=sys.stderr)
-        return 2
-    if command not in COMMANDS or not args or len(args) > (2 if command == "info" else 1):
-        print(_USAGE, file=sys.stderr)
-        return 2
+    parsed = _parse(command, args)
+    if isinstance(parsed, int):
+        return parsed
+    as_json, args = parsed
     if sys.stdout is None:  # started with stdout closed (>&-)
         print("hurray: writing to stdout failed: it is closed", file=sys.stderr)
         return 1

@@ -47,11 +47,19 @@ class CliTest(unittest.TestCase):
             ("cat", self.path),
             ("cat", "--buffer", "x", self.path, "n"),
             ("info", self.path, "a", "b"),
+            ("frob", "--help"),  # it printed the help and exited 0
         ]:
             out = run(*args)
             self.assertEqual(out.returncode, 2, args)
             self.assertEqual(out.stdout, b"", args)
             self.assertIn(b"hurray", out.stderr)
+        # Help and version check their write as every command does.
+        if os.path.exists("/dev/full") and stat.S_ISCHR(os.stat("/dev/full").st_mode):
+            for flag in ("--help", "--version"):
+                with open("/dev/full", "w") as full:
+                    failed = subprocess.run([HURRAY, flag], stdout=full, stderr=subprocess.PIPE)
+                self.assertEqual(failed.returncode, 1, flag)
+                self.assertIn(b"writing to stdout failed", failed.stderr)
         version = run("--version")
         self.assertEqual(version.returncode, 0)
         self.assertRegex(version.stdout.decode(), r"hurray \d+\.\d+\.\d+ \(C ABI 3")

@@ -971,6 +971,23 @@ def test_usage_errors_exit_2_on_every_path(files, out):
             assert r.stderr.startswith("hurray convert: error: "), r.stderr
 
 
+def test_help_convert_is_converts_help():
+    """`hurray help convert` printed the top-level usage."""
+    from zoo_reference import cli
+
+    exe = cli()
+    if exe is None:
+        pytest.skip("the C hurray command is not built")
+    r = subprocess.run(
+        [exe, "help", "convert"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, HURRAY_PYTHON=sys.executable),
+    )
+    assert r.returncode == 0 and r.stdout.startswith("usage: hurray convert"), r.stderr
+
+
 def test_cli_help():
     r = subprocess.run(
         [sys.executable, "-m", "hurray", "convert", "--help"],

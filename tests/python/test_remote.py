@@ -488,6 +488,60 @@ def varied(tmp_path_factory):
     return path
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ls", "--help", "FILE"],
+        ["info", "--json", "--json", "FILE"],
+        ["info", "FILE", "--", "-dash"],
+        ["info", "--", "FILE", "--json"],
+        ["info", "FILE", "-x"],
+        ["ls", "FILE"],
+        ["info", "--json", "FILE"],
+    ],
+)
+def test_the_url_path_reads_arguments_and_prints_as_the_c_command(tmp_path, args):
+    """Options were read differently (--help, a repeated --json and "--"
+    were usage errors, "--" only worked first), names were padded by
+    characters where C pads by bytes, a negative NaN printed as "nan" where
+    C prints "-nan", and C's ls put two spaces only before min=."""
+    launcher = _launcher()
+    path = tmp_path / "p.hurray"
+    hurray.save(
+        path,
+        {
+            "-dash": np.ones(3, np.float32),
+            "--json": np.ones(2, np.float32),
+            "naïve ünïcode": np.ones(2, np.float32),
+            "empty": np.zeros((0, 3), np.float32),
+        },
+        metadata={"n": -float("nan")},
+        statistics=True,
+    )
+    local = subprocess.run(
+        [launcher, *(str(path) if a == "FILE" else a for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if local.returncode == 127 or "has no hurray package" in local.stderr:
+        pytest.skip("the C program is absent in this tree")
+    with RangeServer({"/p.hurray": path.read_bytes()}) as s:
+        url = s.url("/p.hurray")
+        remote = subprocess.run(
+            [launcher, *(url if a == "FILE" else a for a in args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert (remote.returncode, remote.stderr) == (local.returncode, local.stderr)
+    assert remote.stdout.replace(url, "FILE") == local.stdout.replace(str(path), "FILE")
+    if args == ["ls", "FILE"]:
+        assert "0  nan=0 zeros=0\n" in local.stdout
+    if args == ["info", "--json", "FILE"]:
+        assert '"n": "-nan"' in local.stdout
+
+
 @pytest.mark.parametrize("command", [["info"], ["cat"]])
 def test_a_missing_name_is_reported_as_the_url_path_reports_it(varied, command):
     """The C command named the status constant where every other message
