@@ -50,7 +50,8 @@ typedef enum HurrayQuantScheme {
  * need; hurray_quantize refuses any other `version`.
  *   axis        per_channel default 0; block_affine and MX default -1 (last);
  *               negative values count from the end. Ignored by affine and nf4.
- *   block_size  block_affine default 32, nf4 64; q8_0, q4_0 and MX only 32.
+ *   block_size  block_affine default 32, nf4 64; q8_0, q4_0 and MX only 32;
+ *               affine and per_channel have none (0; another value is refused).
  *   code_dtype  affine kinds: INT8 (default), UINT8, INT4 or UINT4; fixed
  *               for the others.
  *   scale_dtype per_channel and block_affine: FLOAT32 (default), FLOAT16 or

@@ -175,6 +175,10 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
   if ((ggml || is_mx(o->scheme)) && o->block_size != 32) {
     return bad_option(error, name, "the block size is fixed at 32");
   }
+  if ((o->scheme == HURRAY_SCHEME_AFFINE || o->scheme == HURRAY_SCHEME_PER_CHANNEL) &&
+      o->block_size != 0) {
+    return bad_option(error, name, "it has no blocks, so no block size");
+  }
   if (ggml && r->axis != rank - 1) {
     return bad_option(error, name, "blocks run along the last axis (GGUF rows)");
   }

@@ -303,6 +303,9 @@ def test_asymmetric_zero_points_live_in_a_buffer_of_the_codes_dtype():
         ("mxfp8_e4m3", dict(block_size=16)),
         ("mxint8", dict(block_size=64)),
         ("mxfp4", dict(block_size=31)),
+        # no blocks at all: block_size was ignored without a word
+        ("affine", dict(block_size=32)),
+        ("per_channel", dict(block_size=64)),
     ],
 )
 def test_fixed_options_are_refused(scheme, kw):
