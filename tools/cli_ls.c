@@ -21,7 +21,7 @@ static void print_u64s(FILE *out, const uint64_t *v, uint32_t n) {
  * (the name in the directory) starts each row and each piece's shard and
  * extension type end it; a file without tensors (such as a DCP checkpoint's
  * .metadata.hurray) gets one row saying so. */
-static int ls_rows(FILE *out, FILE *err, const char *path, const char *file) {
+static int ls_rows(FILE *out, FILE *err, const char *path, const char *file, int file_width) {
   HurrayError error = {0};
   HurrayReader *r = hurray_cli_open(err, path, &error);
   if (r == NULL) return EXIT_FAILURE;
@@ -36,7 +36,7 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file) {
             "QUANTIZATION", "BYTES", "STATISTICS");
   }
   if (file != NULL && hurray_reader_tensor_count(r) == 0) {
-    fprintf(out, "%-24s (no tensors, %zu metadata entries)\n", file_text,
+    fprintf(out, "%-*s (no tensors, %zu metadata entries)\n", file_width, file_text,
             hurray_reader_metadata_count(r));
   }
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
@@ -56,7 +56,7 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file) {
       status = hurray_cli_fail_at(err, path, "out of memory");
       break;
     }
-    if (file != NULL) fprintf(out, "%-24s ", file_text);
+    if (file != NULL) fprintf(out, "%-*s ", file_width, file_text);
     fprintf(out, "%-40s %-14s %-20s %-12s %-20s %12" PRIu64, name_text,
             hurray_dtype_name(hurray_descriptor_dtype(d)), shape, hurray_cli_layout_name(d),
             hurray_cli_quant_name(d), hurray_cli_stored_bytes(d));
@@ -130,7 +130,17 @@ static int ls_dir(FILE *out, FILE *err, const char *dir) {
   }
   if (status == EXIT_SUCCESS) {
     qsort(names, count, sizeof *names, compare_names);
-    fprintf(out, "%-24s %-40s %-14s %-20s %-12s %-20s %12s  %s\n", "FILE", "NAME", "DTYPE",
+    /* Wide enough for every name: save_sharded's part-00000-of-00004.hurray
+     * is 26 bytes, which pushed each of its rows out of line. */
+    int width = 24;
+    for (size_t i = 0; i < count; i++) {
+      char *text = hurray_cli_escaped(names[i]);
+      if (text != NULL && strlen(text) > (size_t)width && strlen(text) < 4096) {
+        width = (int)strlen(text);
+      }
+      free(text);
+    }
+    fprintf(out, "%-*s %-40s %-14s %-20s %-12s %-20s %12s  %s\n", width, "FILE", "NAME", "DTYPE",
             "SHAPE", "LAYOUT", "QUANTIZATION", "BYTES",
             "STATISTICS / SHARD (offsets/global shape) / EXTENSION");
     for (size_t i = 0; i < count; i++) {
@@ -152,7 +162,7 @@ static int ls_dir(FILE *out, FILE *err, const char *dir) {
       } else if (!S_ISREG(st.st_mode)) {
         hurray_cli_fail_at(err, path, "not a regular file, skipped");
         status = EXIT_FAILURE;
-      } else if (ls_rows(out, err, path, names[i]) != EXIT_SUCCESS) {
+      } else if (ls_rows(out, err, path, names[i], width) != EXIT_SUCCESS) {
         status = EXIT_FAILURE;
       }
       free(path);
@@ -166,5 +176,5 @@ static int ls_dir(FILE *out, FILE *err, const char *dir) {
 int hurray_cli_ls(FILE *out, FILE *err, const char *path) {
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return ls_dir(out, err, path);
-  return ls_rows(out, err, path, NULL);
+  return ls_rows(out, err, path, NULL, 0);
 }

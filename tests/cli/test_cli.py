@@ -349,6 +349,16 @@ class CliDirectoryTest(unittest.TestCase):
             self.assertEqual(out.returncode, 1)
             self.assertIn(b"no *.hurray files", out.stderr)
 
+    def test_ls_directory_columns_fit_long_file_names(self):
+        # The FILE column was 24 wide: save_sharded's 26-byte names pushed
+        # every row out of line with the header.
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("part-00000-of-00002.hurray", "a-much-longer-shard-name-00001.hurray"):
+                subprocess.run([CHECKPOINT, os.path.join(d, name)], check=True, capture_output=True)
+            lines = run("ls", d).stdout.decode().splitlines()
+            at = lines[0].index("NAME")
+            self.assertTrue(all(line[at - 1] == " " and line[at] != " " for line in lines), lines)
+
 
 def safetensors_bytes(tensors):
     """A safetensors file of {name: (dtype, shape, raw bytes)}, by hand."""
