@@ -147,8 +147,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_threads,
         default=os.cpu_count() or 1,
-        help="threads for the quantization kernels (default: all CPUs; the "
-        "bytes are the same for any count)",
+        help="threads for the quantization kernels (default: all CPUs; 0 or 1: "
+        "one; the bytes are the same for any count)",
     )
     s = c.add_argument_group("selection and output")
     s.add_argument(
