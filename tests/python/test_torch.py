@@ -790,3 +790,21 @@ def test_load_file_device_and_save_file_metadata_arguments():
         hurray.torch._device(-1)
     with pytest.raises(TypeError, match="metadata must be a mapping"):
         hurray.torch.save_file({"a": torch.ones(1)}, io.BytesIO(), metadata=[("k", "v")])
+
+
+def test_tensors_without_memory_of_their_own_are_refused(tmp_path):
+    """A functional tensor's .numpy() hands out memory that is not its data:
+    from_torch saved garbage ([1.5e16, 3e-41, 0]) without a word, and
+    save_file failed with torch's RuntimeError. A fake tensor was a bare
+    RuntimeError too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    functional = torch._to_functional_tensor(torch.arange(3.0))
+    with FakeTensorMode():
+        fake = torch.ones(3)
+    for t in (functional, fake):
+        with pytest.raises(hurray.UnsupportedError, match="memory of their own"):
+            from_torch(t)
+        with pytest.raises(hurray.UnsupportedError, match="memory of their own"):
+            save_file({"t": t}, tmp_path / "t.hurray")
+    assert not (tmp_path / "t.hurray").exists()

@@ -147,7 +147,14 @@ def _raw(t: "torch.Tensor") -> np.ndarray:
     # 1 (torch.tensor([1j]).imag has stride 2), which view() refuses: the
     # same memory, seen as one flat row.
     flat = t.as_strided((t.numel(),), (1,), t.storage_offset())
-    return flat.view(torch.uint8).numpy()
+    try:
+        return flat.view(torch.uint8).numpy()
+    except RuntimeError as exc:  # a subclass without plain memory (FakeTensor)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UnsupportedError(
+            f"from_torch takes tensors with memory of their own; this "
+            f"{type(t).__name__} gives none ({first})"
+        ) from None
 
 
 def _part(role: str, t: "torch.Tensor") -> tuple:
@@ -163,6 +170,22 @@ def _check_cpu(tensor: "torch.Tensor") -> None:
             f"from_torch takes CPU tensors; this one is on {tensor.device} "
             "(move it with .cpu() first)"
         )
+
+
+def _check_has_memory(tensor: "torch.Tensor") -> None:
+    """A functional, fake or wrapper tensor has no storage of its own:
+    .numpy() of one hands out memory that is not its data (torch's flaw),
+    which would be saved without a word. torch refuses its data pointer."""
+    try:
+        with warnings.catch_warnings():  # a FakeTensor's "deprecated" one
+            warnings.simplefilter("ignore")
+            tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UnsupportedError(
+            f"from_torch takes tensors with memory of their own; this "
+            f"{type(tensor).__name__} has none to read ({first})"
+        ) from None
 
 
 def _from_dense(tensor: "torch.Tensor") -> Tensor:
@@ -303,6 +326,8 @@ def from_torch(tensor: "torch.Tensor") -> Tensor:
     _check_cpu(tensor)
     _check_not_nested(tensor)
     layout = tensor.layout
+    if layout == torch.strided:
+        _check_has_memory(tensor)
     if tensor.is_quantized:
         if layout != torch.strided:
             raise UnsupportedError(f"quantized tensors of layout {layout} are not supported")
@@ -588,6 +613,7 @@ def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
     for name, t in tensors.items():
         if t.layout != torch.strided or t.numel() == 0 or t.device.type == "meta":
             continue
+        _check_has_memory(t)
         storage = t.untyped_storage()
         start = t.data_ptr()
         last = (
