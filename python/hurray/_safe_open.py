@@ -18,7 +18,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _dtypes, _hooks
+from . import _dtypes, _hooks, _hurray
 from ._descriptor import Dense
 from ._files import File
 from ._tensor import specialise
@@ -69,6 +69,23 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
     return parts, flips
 
 
+def _check_torch_sliceable(t: Any, name: str) -> None:
+    """torch indexes neither sparse tensors by slices nor per-channel
+    quantized ones ("Setting strides is possible only on uniformly quantized
+    tensor"): say so, rather than hand on torch's NotImplementedError."""
+    if str(t.layout) != "torch.strided":
+        kind = f"a {str(t.layout).replace('torch.', '')} tensor"
+    elif t.is_quantized and "per_channel" in str(t.qscheme()):
+        kind = "a per-channel quantized tensor"
+    else:
+        return
+    raise _hurray._error(
+        "HURRAY_ERR_UNSUPPORTED",
+        f"get_slice({name!r}): torch cannot slice {kind}; read it whole with "
+        "get_tensor, or with framework='np'",
+    )
+
+
 class SafeSlice:
     """A tensor not read yet: shape and dtype, and [...] that reads only the
     rows along the first axis the index needs (where the layout allows)."""
@@ -117,6 +134,8 @@ class SafeSlice:
         else:
             t = owner._file[self._name]
         base = owner._convert(t)
+        if owner._framework == "pt":
+            _check_torch_sliceable(base, self._name)
         out = base[tuple(parts)]
         if flips:
             out = owner._flip(out, flips)
@@ -131,13 +150,15 @@ class SafeOpen:
             self._framework = _FRAMEWORKS[str(framework)]
         except KeyError:
             raise ValueError(f"framework must be 'pt' or 'np', not {framework!r}") from None
+        if device is None:  # safetensors' default
+            device = "cpu"
         if self._framework == "np" and str(device) != "cpu":
             raise ValueError("framework='np' reads to the CPU only")
         self._device = device
         if self._framework == "pt":
             import torch  # noqa: F401  (the torch interop needs it)
 
-            self._torch_device = _hooks.torch("_device")(device)
+            self._torch_device = _hooks.torch("_available_device")(device, "safe_open")
         self._file = File(filename)
 
     # --- safetensors' methods ---

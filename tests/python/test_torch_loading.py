@@ -495,3 +495,35 @@ def test_cold_load_populates_and_matches(model):
     if cold >= 0.5:
         pytest.skip(f"the page cache kept {cold:.0%} of the file (tmpfs?): cold path not taken")
     verify_with_cli(model)
+
+
+def test_safe_open_device_none_is_the_cpu_and_cuda_without_cuda_is_refused(tmp_path):
+    """device=None is safetensors' default (the CPU); it was a TypeError.
+    device="cuda" without CUDA failed at the first get_tensor with torch's
+    AssertionError ("Torch not compiled with CUDA enabled")."""
+    path = tmp_path / "d.hurray"
+    hurray.save(path, {"w": np.arange(4, dtype=np.float32)})
+    with hurray.safe_open(path, framework="pt", device=None) as f:
+        assert f.get_tensor("w").device.type == "cpu"
+    if torch.cuda.is_available():
+        return
+    for device in ("cuda", "cuda:0", 0):
+        with pytest.raises(hurray.UnsupportedError, match="torch sees no CUDA device"):
+            hurray.safe_open(path, framework="pt", device=device)
+
+
+def test_safe_open_slices_of_what_torch_cannot_slice_are_refused(tmp_path):
+    """get_slice(...)[...] of a sparse or per-channel quantized tensor raised
+    torch's NotImplementedError or RuntimeError ("Sparse CSR tensors do not
+    have strides"); get_tensor reads them whole."""
+    path = tmp_path / "s.hurray"
+    csr = torch.eye(4).to_sparse_csr()
+    per_channel = torch.quantize_per_channel(
+        torch.rand(3, 4), torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0, 1, 2]), 0, torch.quint8
+    )
+    hurray.torch.save_file({"csr": csr, "pc": per_channel}, path)
+    with hurray.safe_open(path, framework="pt") as f:
+        for name, kind in (("csr", "sparse_csr tensor"), ("pc", "per-channel quantized tensor")):
+            with pytest.raises(hurray.UnsupportedError, match=f"torch cannot slice a {kind}"):
+                f.get_slice(name)[0:2]
+            assert tuple(f.get_tensor(name).shape) == ((3, 4) if name == "pc" else (4, 4))

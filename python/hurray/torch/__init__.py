@@ -672,6 +672,18 @@ def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
         raise ValueError(f"device {device!r}: {e}") from None
 
 
+def _available_device(device: Union[str, int, "torch.device"], what: str) -> "torch.device":
+    """_device, refused up front (UnsupportedError) where torch has no CUDA:
+    torch's own .to() raises AssertionError ("not compiled with CUDA")."""
+    target = _device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(
+            f"{what}(device={device!r}): torch sees no CUDA device here "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
+        )
+    return target
+
+
 _DEQUANTIZE_TO = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _QUANT_NONE = 0  # HurrayQuantKind: no quantization
 _QUANT_PER_TENSOR = _hurray.ENUMS["quantization"]["per_tensor_affine"]
@@ -786,12 +798,7 @@ def load_file(
             f"dequantize must be torch.float32, torch.bfloat16 or torch.float16, "
             f"not {dequantize!r} (quantized codes dequantize to real values)"
         )
-    target = _device(device)
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError(
-            f"load_file(device={device!r}): torch sees no CUDA device here "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
-        )
+    target = _available_device(device, "load_file")
     sink = _staged.CudaSink(target) if target.type == "cuda" else None
     return _load(filename, target, mmap, dequantize, sink)
 
