@@ -149,9 +149,12 @@ def test_a_child_forked_while_a_thread_holds_the_file_can_use_it(tmp_path):
     assert r.stdout.strip() == str([0] * 10), r.stdout + r.stderr[-2000:]
 
 
-def _blocked_in_a_call(path, then: str) -> str:
+def _blocked_in_a_call(tmp_path, then: str) -> str:
     """A script whose File reads through fsspec's memory file system,
     calling on_call() (which `then` defines) inside each of its reads."""
+    pytest.importorskip("fsspec")
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
     head = f"""
         import os, threading, fsspec, hurray
         from fsspec.implementations.memory import MemoryFileSystem
@@ -172,12 +175,9 @@ def test_a_child_thread_given_the_ident_of_the_forked_away_holder_can_use_the_fi
     """A thread of the parent was inside a File call at the fork. In the
     child a new thread may get that thread's ident (glibc reuses its stack),
     and every call it made was refused as a re-entry, for good."""
-    pytest.importorskip("fsspec")
-    path = tmp_path / "a.hurray"
-    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
     r = run_python(
         _blocked_in_a_call(
-            path,
+            tmp_path,
             """
             def on_call():
                 if threading.current_thread() is not threading.main_thread():
@@ -220,12 +220,9 @@ def test_a_child_forked_from_inside_a_call_still_refuses_to_reenter_it(tmp_path)
     """The thread that forks from inside a File call is still inside it in
     the child: a call from there must raise, or closing the File would free
     the reader under the call it returns to."""
-    pytest.importorskip("fsspec")
-    path = tmp_path / "a.hurray"
-    hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
     r = run_python(
         _blocked_in_a_call(
-            path,
+            tmp_path,
             """
             def on_call():
                 if not inside.is_set():
