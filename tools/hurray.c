@@ -120,6 +120,10 @@ static int try_native_convert(int argc, char **argv) {
     if (nl != NULL) *nl = '\0';
     fputs("hurray convert: ", stderr);
     hurray_cli_puts_message(stderr, error.message); /* names from the file */
+    if (status == HURRAY_ERR_CHECKSUM) {
+      /* as the Python converter says it */
+      fputs("; the file is damaged (--no-verify converts it anyway)", stderr);
+    }
     fputc('\n', stderr);
     return EXIT_FAILURE;
   }

@@ -155,6 +155,26 @@ def test_damaged_hurray_source_is_refused_unless_no_verify(tmp_path):
     convert(src, tmp_path / "b.hurray", include=["b"], quiet=True)
 
 
+def test_the_c_path_also_says_no_verify_converts_a_damaged_file(tmp_path):
+    """The native converter (hurray -> safetensors) said "checksum
+    mismatch" and nothing of --no-verify, which the Python path names."""
+    from zoo_reference import cli
+
+    exe = cli()
+    if exe is None:
+        pytest.skip("the C hurray command is not built")
+    src = _damaged_hurray(tmp_path)
+    r = subprocess.run(
+        [exe, "convert", str(src), str(tmp_path / "out.safetensors")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1 and "checksum mismatch" in r.stderr
+    assert "--no-verify converts it anyway" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
 # ------------------------------------------------------------------ 3. collisions
 
 
