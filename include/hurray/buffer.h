@@ -161,8 +161,10 @@ HURRAY_API HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint
  * into zeros; a position stored twice sums, as in scipy) and paged (pages
  * gathered) layouts. Composites, and duplicates of dtypes without a C sum
  * (float16, bfloat16, narrow floats, sub-byte, bool) give
- * HURRAY_ERR_UNSUPPORTED, as
- * do tensors in device memory or with a buffer that is not READY.
+ * HURRAY_ERR_UNSUPPORTED, as do block-coded tensors, codes stored in
+ * another order or packed into words (storage axes, code packing:
+ * dequantize those), and tensors in device memory or with a buffer that is
+ * not READY. hurray_compute_statistics refuses the same.
  * Validates placement first, then refuses (HURRAY_ERR_LIMIT) an output the
  * default limits do not allow (see above), and (INVALID_ARGUMENT) an `out`
  * that overlaps any buffer of `list`. */

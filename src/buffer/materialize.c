@@ -281,6 +281,15 @@ static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "%s: a block-coded tensor has no per-element codes; dequantize it", what);
   }
+  const HurrayQuantStorage *qs = hurray__qs(&d->quant);
+  if (qs->has_storage_axes || qs->code_packing.word_bits != 0) {
+    /* Codes stored transposed or several to a word (GPTQ, AWQ): copied as
+     * stored they would come out in another order, with OK. */
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "%s: the codes are stored in another order or packed into words "
+                        "(storage axes, code packing); dequantize it",
+                        what);
+  }
   if (d->memory_class == HURRAY_MEMORY_DEVICE) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
   }

@@ -491,6 +491,17 @@ static void test_kernel_gptq(void **state) {
       assert_true(out[n * 16 + k] == want);
     }
   }
+  /* to_dense copied the words as stored, with OK: codes in another order */
+  uint8_t dense[8 * 16 / 2];
+  assert_status(HURRAY_ERR_UNSUPPORTED,
+                hurray_tensor_to_dense(d, list, dense, sizeof dense, error));
+  HurrayError e0 = {0};
+  hurray_tensor_to_dense(d, list, dense, sizeof dense, &e0);
+  assert_non_null(strstr(e0.message, "storage axes, code packing"));
+  HurrayDescriptor *copy = NULL;
+  assert_ok(hurray_descriptor_clone(d, &copy, error));
+  assert_status(HURRAY_ERR_UNSUPPORTED, hurray_compute_statistics(copy, list, error));
+  hurray_descriptor_destroy(copy);
   /* a group index out of range names the entry and writes nothing */
   gidx[5] = 2;
   memset(out, 0x7F, sizeof out);

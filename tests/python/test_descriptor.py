@@ -1089,3 +1089,17 @@ def test_to_dense_of_a_quantized_dense_tensor_gives_its_codes(scheme):
     dense = t.to_dense()
     assert dense.shape == (4, 64)
     np.testing.assert_array_equal(dense.view(np.uint8), t.codes().view(np.uint8))
+
+
+def test_to_dense_of_codes_stored_transposed_is_refused():
+    """to_dense copied codes stored with storage_axes (1, 0) as they lay,
+    transposed, and said OK; dequantize reads them right."""
+    codes = np.array([0, 10, 1, 11, 2, 12], np.int8)  # stored [3][2]: logical [2][3]
+    q = hurray.PerChannelAffine(0, 1, "float32", storage_axes=(1, 0))
+    d = Descriptor(
+        "int8", (2, 3), quantization=q, buffers=[Buffer("data", 6, 1), Buffer("scales", 8, 4)]
+    )
+    t = hurray.Tensor(d, [codes.view(np.uint8), np.ones(2, np.float32)])
+    np.testing.assert_array_equal(t.dequantize(), [[0, 1, 2], [10, 11, 12]])
+    with pytest.raises(hurray.UnsupportedError, match="storage axes, code packing"):
+        t.to_dense()
