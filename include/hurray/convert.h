@@ -192,15 +192,21 @@ HURRAY_API HurrayStatus hurray_target_set_statistics(HurrayTarget *target, bool 
  * both until finish (their headers come first), so the buffers' memory
  * must stay valid until then. safetensors takes dense, row-major,
  * unquantized tensors of a dtype it has; GGUF takes dense float32,
- * float16, bfloat16, float64, int8-int64 tensors of rank 1 to 4, and
+ * float16, bfloat16, float64, int8-int64 tensors of rank 0 to 4, and
  * block_affine tensors that are exactly Q8_0 or Q4_0. Anything else is
- * HURRAY_ERR_UNSUPPORTED, the target still usable. */
+ * HURRAY_ERR_UNSUPPORTED, the target still usable. A name their readers
+ * would refuse (empty, not UTF-8, longer than HURRAY_MAX_TENSOR_NAME_BYTES,
+ * or __metadata__ for safetensors) is HURRAY_ERR_INVALID_ARGUMENT. */
 HURRAY_API HurrayStatus hurray_target_add_tensor(HurrayTarget *target, const char *name,
                                                  HurrayDescriptor *descriptor,
                                                  HurrayBufferList *buffers, HurrayError *error);
-/* File-level metadata in hurray form; `value` as for hurray_source_metadata.
- * Keys the target's format cannot carry are ignored (counted in
- * hurray_target_dropped_metadata). Setting a key again replaces it. */
+/* File-level metadata in hurray form; `value` as for hurray_source_metadata
+ * (NULL with `len` 0 for an empty string or bytes; an unknown type is
+ * HURRAY_ERR_INVALID_ARGUMENT). Keys the target's format cannot carry are
+ * ignored (counted in hurray_target_dropped_metadata). Setting a key again
+ * replaces it. A carried key that names a key the format's readers refuse
+ * ("safetensors." or "gguf." alone, not UTF-8, too long) fails finish with
+ * HURRAY_ERR_INVALID_ARGUMENT, `path` untouched. */
 HURRAY_API HurrayStatus hurray_target_set_metadata(HurrayTarget *target, const char *key,
                                                    HurrayMetadataType type, const void *value,
                                                    size_t len, HurrayError *error);

@@ -36,6 +36,11 @@ static void meta_clear(HurrayMeta *m) {
   m->len = 0;
 }
 
+bool hurray__foreign_name_ok(const char *name, size_t limit) {
+  size_t len = strlen(name);
+  return len > 0 && len <= limit && hurray__utf8_valid(name, len);
+}
+
 HurrayStatus hurray__meta_set(HurrayMetaList *l, const char *key, HurrayMetadataType type,
                               const void *value, size_t len, HurrayError *error) {
   if (key == NULL || (value == NULL && len != 0)) {

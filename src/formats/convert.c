@@ -912,6 +912,22 @@ static HurrayStatus set_meta_on_writer(HurrayWriter *w, const HurrayMeta *m, Hur
   }
 }
 
+/* A tensor name the format's readers, this library's too, take back; the
+ * hurray writer checks its own. */
+static HurrayStatus check_foreign_name(HurrayFormat format, const char *name, HurrayError *error) {
+  if (!hurray__foreign_name_ok(name, HURRAY_MAX_TENSOR_NAME_BYTES)) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "tensor name '%.200s': %s files take names of 1 to %u bytes of UTF-8",
+                        name, hurray_format_name(format), HURRAY_MAX_TENSOR_NAME_BYTES);
+  }
+  if (format == HURRAY_FORMAT_SAFETENSORS && strcmp(name, "__metadata__") == 0) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "a safetensors tensor cannot be named __metadata__: the header keeps the "
+                        "file's metadata under that key");
+  }
+  return HURRAY_OK;
+}
+
 static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescriptor *d,
                                HurrayBufferList *buffers, int src_fd, uint64_t src_off,
                                HurrayError *error) {
@@ -933,7 +949,8 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
     entry_free(&e);
     return s;
   }
-  s = target_accepts(t->format, name, d, &e.gtype, error);
+  s = check_foreign_name(t->format, name, error);
+  if (s == HURRAY_OK) s = target_accepts(t->format, name, d, &e.gtype, error);
   if (s == HURRAY_OK) s = hurray_validate_buffer_placement(d, buffers, error);
   if (s != HURRAY_OK) goto fail;
   size_t *slot = entry_slot(t, name);
@@ -997,25 +1014,18 @@ HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, Hurray
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target and key are required");
   }
   if (t->format == HURRAY_FORMAT_HURRAY) {
-    HurrayMeta m = {.key = (char *)key, .type = type, .len = len};
-    switch (type) {
-      case HURRAY_METADATA_INT: memcpy(&m.i, value, sizeof m.i); break;
-      case HURRAY_METADATA_FLOAT: memcpy(&m.f, value, sizeof m.f); break;
-      case HURRAY_METADATA_BOOL: m.b = *(const bool *)value; break;
-      default: m.bytes = (uint8_t *)value; break;
+    /* Through a list as the other targets keep it: the same checks of the
+     * type and the value (an unknown type was stored as bytes), and a
+     * string with its NUL, which the writer wants. */
+    HurrayMetaList tmp = {0};
+    HurrayStatus s = hurray__meta_set(&tmp, key, type, value, len, error);
+    if (s == HURRAY_OK && type == HURRAY_METADATA_STRING && len > 0 &&
+        memchr(tmp.items[0].bytes, 0, len) != NULL) {
+      s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "metadata %.200s holds a NUL", key);
     }
-    if (type == HURRAY_METADATA_STRING && memchr(value, 0, len) != NULL) {
-      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "metadata %.200s holds a NUL", key);
-    }
-    if (type == HURRAY_METADATA_STRING) {
-      /* The writer wants a NUL-terminated string. */
-      HurrayMetaList tmp = {0};
-      HurrayStatus s = hurray__meta_set(&tmp, key, type, value, len, error);
-      if (s == HURRAY_OK) s = set_meta_on_writer(t->writer, &tmp.items[0], error);
-      hurray__meta_free(&tmp);
-      return s;
-    }
-    return set_meta_on_writer(t->writer, &m, error);
+    if (s == HURRAY_OK) s = set_meta_on_writer(t->writer, &tmp.items[0], error);
+    hurray__meta_free(&tmp);
+    return s;
   }
   return hurray__meta_set(&t->metadata, key, type, value, len, error);
 }
@@ -1119,6 +1129,14 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
   for (size_t i = 0; i < t->metadata.count; i++) {
     const HurrayMeta *m = &t->metadata.items[i];
     if (strncmp(m->key, "safetensors.", 12) != 0) continue;
+    if (!hurray__foreign_name_ok(m->key + 12, HURRAY_MAX_METADATA_KEY_BYTES - 16)) {
+      hurray__str_free(&h);
+      return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                          "metadata key %.200s names a safetensors key that is empty, not UTF-8 "
+                          "or longer than %u bytes, which safetensors readers (this library's "
+                          "too) refuse",
+                          m->key, HURRAY_MAX_METADATA_KEY_BYTES - 16);
+    }
     char text[64];
     const char *v = text;
     size_t len;

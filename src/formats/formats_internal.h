@@ -39,6 +39,11 @@ HurrayStatus hurray__meta_set(HurrayMetaList *l, const char *key, HurrayMetadata
 const HurrayMeta *hurray__meta_find(const HurrayMetaList *l, const char *key);
 void hurray__meta_free(HurrayMetaList *l);
 
+/* Whether a name or key is one this library's readers of safetensors and
+ * GGUF take back: not empty, valid UTF-8, at most `limit` bytes. A target
+ * must not publish a file its own reader refuses. */
+bool hurray__foreign_name_ok(const char *name, size_t limit);
+
 /* ------------------------------------------------------- growing string */
 
 typedef struct HurrayStr {

@@ -917,9 +917,11 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   for (size_t i = 0; i < k; i++) {
     const char *name = order[i]->key + 5;
     if (strcmp(name, "general.architecture") == 0 && !arch_recorded) continue;
-    if (name[0] == '\0') { /* GGUF readers, ours too, refuse an empty key */
+    if (!hurray__foreign_name_ok(name, HURRAY_MAX_METADATA_KEY_BYTES - 8)) {
       s = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                       "metadata key gguf. names an empty GGUF key");
+                       "metadata key %.200s names a GGUF key that is empty, not UTF-8 or longer "
+                       "than %u bytes, which GGUF readers (this library's too) refuse",
+                       order[i]->key, HURRAY_MAX_METADATA_KEY_BYTES - 8);
       goto done;
     }
     Enc e = {error, name};

@@ -1042,9 +1042,19 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
   d->buffers[0].alignment = element_alignment(t->dtype);
   d->buffers[0].byte_size = t->byte_size;
   d->stat_flags = 0;
-  /* The descriptor's own rules: byte_size is exactly what dtype and shape
-   * need, and every product fits. */
+  /* The descriptor's own rules: byte_size at least what dtype and shape
+   * need, and every product fits; then exactly that (the header's promise:
+   * more would write bytes no element owns into the file). */
   HURRAY_RETURN_NOT_OK(batch_failure(hurray_descriptor_validate(d, error), i, t->name, error));
+  uint64_t numel = 1, need = 0;
+  for (uint32_t k = 0; k < t->rank; k++) numel *= t->shape[k]; /* validated: no overflow */
+  (void)hurray_dtype_storage_bytes(t->dtype, numel, &need);
+  if (t->byte_size != need) {
+    return batch_failure(hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                                      "byte_size %llu is not the %llu bytes of the dense tensor",
+                                      (unsigned long long)t->byte_size, (unsigned long long)need),
+                         i, t->name, error);
+  }
   HURRAY_RETURN_NOT_OK(check_not_in_sink(w, t->name, 0, t->data, t->byte_size, error));
   HURRAY_RETURN_NOT_OK(check_bool_bytes(t->name, d, d, NULL, t->data, error));
   if (w->tensor_count >= HURRAY_MAX_TENSORS) {

@@ -660,6 +660,71 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(hurray_convert_file(path, path, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
 }
 
+/* One float32 [2] tensor named `name` into a new target of `format`. */
+static HurrayStatus add_named(HurrayTarget *t, const char *name, HurrayError *e) {
+  static const float v[2] = {1, 2};
+  uint64_t shape[1] = {2};
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *l = NULL;
+  HurrayBuffer *b = NULL;
+  assert_int_equal(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 1, shape, &d, e), HURRAY_OK);
+  assert_int_equal(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 8, 4, HURRAY_SYNC_READY, NULL, e),
+      HURRAY_OK);
+  assert_int_equal(hurray_buffer_list_create(&l, e), HURRAY_OK);
+  assert_int_equal(hurray_buffer_create((void *)v, 8, NULL, NULL, &b, e), HURRAY_OK);
+  assert_int_equal(hurray_buffer_list_push(l, b, e), HURRAY_OK);
+  return hurray_target_add_tensor(t, name, d, l, e); /* takes d and l */
+}
+
+/* The safetensors and GGUF targets published files their own readers then
+ * refused: names that are empty, not UTF-8 or too long, a safetensors
+ * tensor named __metadata__, a metadata key that names an empty key. A
+ * hurray target stored an unknown metadata type as bytes, and passed a
+ * NULL value of length 0 to memchr. */
+static void test_targets_publish_only_what_their_readers_take(void **state) {
+  (void)state;
+  char path[512], *long_name = malloc(HURRAY_MAX_TENSOR_NAME_BYTES + 2);
+  assert_non_null(long_name);
+  memset(long_name, 'n', HURRAY_MAX_TENSOR_NAME_BYTES + 1);
+  long_name[HURRAY_MAX_TENSOR_NAME_BYTES + 1] = '\0';
+  const HurrayFormat formats[] = {HURRAY_FORMAT_SAFETENSORS, HURRAY_FORMAT_GGUF};
+  const char *files[] = {"names.safetensors", "names.gguf"};
+  for (int f = 0; f < 2; f++) {
+    in_dir(path, sizeof path, files[f]);
+    HurrayTarget *t = NULL;
+    HurrayError e = {0};
+    assert_int_equal(hurray_target_open(path, formats[f], &t, &e), HURRAY_OK);
+    const char *bad[] = {"", "\xff\xfe", "\xed\xa0\x80", long_name};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      assert_int_equal(add_named(t, bad[i], &e), HURRAY_ERR_INVALID_ARGUMENT);
+    }
+    assert_int_equal(add_named(t, "__metadata__", &e),
+                     f == 0 ? HURRAY_ERR_INVALID_ARGUMENT : HURRAY_OK);
+    assert_int_equal(add_named(t, "ok", &e), HURRAY_OK);
+    const char *key = f == 0 ? "safetensors." : "gguf.";
+    assert_int_equal(hurray_target_set_metadata(t, key, HURRAY_METADATA_STRING, "v", 1, &e),
+                     HURRAY_OK);
+    assert_int_equal(hurray_target_finish(t, &e), HURRAY_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, "empty"));
+    struct stat st;
+    assert_int_not_equal(stat(path, &st), 0); /* nothing published */
+  }
+  free(long_name);
+  in_dir(path, sizeof path, "meta.hurray");
+  HurrayTarget *t = NULL;
+  HurrayError e = {0};
+  assert_int_equal(hurray_target_open(path, HURRAY_FORMAT_HURRAY, &t, &e), HURRAY_OK);
+  const char nine = 9;
+  assert_int_equal(hurray_target_set_metadata(t, "k", (HurrayMetadataType)9, &nine, 1, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hurray_target_set_metadata(t, "k", (HurrayMetadataType)0, &nine, 1, &e),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+  assert_int_equal(hurray_target_set_metadata(t, "empty", HURRAY_METADATA_STRING, NULL, 0, &e),
+                   HURRAY_OK);
+  assert_int_equal(hurray_target_finish(t, &e), HURRAY_OK);
+}
+
 /* hurray_source_open's options follow the options-struct convention: NULL
  * is the defaults, a zeroed struct (version 0) and an unknown version are
  * refused before the file is touched, and out is NULL after a failure. */
@@ -727,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_gguf_round_trip_is_byte_identical),
       cmocka_unit_test(test_gguf_lies_are_refused),
       cmocka_unit_test(test_targets_refuse_what_they_cannot_hold),
+      cmocka_unit_test(test_targets_publish_only_what_their_readers_take),
       cmocka_unit_test(test_source_options_are_versioned),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);

@@ -164,6 +164,9 @@ static void test_batch_refusals(void **state) {
   } bad[] = {
       {{"c", HURRAY_DTYPE_FLOAT32, 1, shape5, values, 16}, HURRAY_ERR_BUFFER_TOO_SMALL},
       {{"c", HURRAY_DTYPE_FLOAT32, 1, shape4, values, 15}, HURRAY_ERR_BUFFER_TOO_SMALL},
+      /* more than the elements: written into the file, it was OK */
+      {{"c", HURRAY_DTYPE_FLOAT32, 1, shape4, values, 17}, HURRAY_ERR_INVALID_ARGUMENT},
+      {{"c", HURRAY_DTYPE_INT4, 1, shape5, values, 4}, HURRAY_ERR_INVALID_ARGUMENT},
       {{"c", (HurrayDType)250, 1, shape4, values, 16}, HURRAY_ERR_INVALID_ARGUMENT},
       {{"c", HURRAY_DTYPE_FLOAT32, 1, NULL, values, 16}, HURRAY_ERR_INVALID_ARGUMENT},
       {{"c", HURRAY_DTYPE_FLOAT32, 1, shape4, NULL, 16}, HURRAY_ERR_INVALID_ARGUMENT},

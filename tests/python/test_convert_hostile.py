@@ -349,7 +349,7 @@ def test_gguf_key_named_like_the_converters_own_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "meta,words",
     [
-        ({"gguf.": "x"}, "empty GGUF key"),
+        ({"gguf.": "x"}, "names a GGUF key that is empty"),
         (
             {"gguf.a": "[]", "gguf.__types__": '{"a": "ARRAY:ARRAY:INT32"}'},
             "empty array of arrays",
@@ -701,7 +701,9 @@ def test_malformed_sources_give_one_line(tmp_path, case):
     src, words = _case(case, tmp_path)
     before = listing(tmp_path)
     r = run_cli(src, tmp_path / "out.hurray", timeout=60)
-    assert_one_line_failure(r, contains=words)
+    # A name whose format cannot be told is a usage error, as a target's is.
+    status = 2 if case == "unknown source extension" else 1
+    assert_one_line_failure(r, status=status, contains=words)
     assert listing(tmp_path) == before
 
 
