@@ -333,17 +333,6 @@ def test_missing_zero_point(tmp_path):
     assert_one_line_failure(r, [f"{P}.weight_zero_point", "missing"])
 
 
-def test_a_zero_point_of_a_symmetric_layer_is_refused(tmp_path):
-    """It was used, where compressed-tensors' decompress ignores it: the
-    values differed from the reference's with no word."""
-
-    def mutate(t, qc):
-        qc["config_groups"]["group_0"]["weights"]["symmetric"] = True
-
-    r = _bad(tmp_path, mutate)
-    assert_one_line_failure(r, [".weight_zero_point': is present", "symmetric"])
-
-
 def test_missing_config_key(tmp_path):
     r = _bad(tmp_path, lambda t, qc: qc["config_groups"]["group_0"]["weights"].pop("num_bits"))
     assert_one_line_failure(r, ["config.json", "'num_bits'"])

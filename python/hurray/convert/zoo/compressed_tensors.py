@@ -268,13 +268,6 @@ def _build(group: Group) -> Built:
     parts = [("data", "weight_packed"), ("scales", "weight_scale")]
     zp: Dict[str, Any] = {}
     if "weight_zero_point" in group.tensors:
-        if s["symmetric"]:
-            # compressed-tensors' decompress ignores it then; using it would
-            # give other values than the library the file was made for.
-            raise group.error(
-                "weight_zero_point",
-                "is present, but config.json says the layer is symmetric (no zero point)",
-            )
         zp = _zero_points(group, bits, strategy, want, n)
         parts.append(("zero_points", "weight_zero_point"))
     elif not s["symmetric"]:
