@@ -263,6 +263,38 @@ def test_ct_package_writer(tmp_path, bits, strategy, symmetric, group_size):
     round_trip(tmp_path, src, "ctpkg", tensors, ref)
 
 
+def test_a_zero_point_beside_a_symmetric_config_is_used_as_compressed_tensors_does(tmp_path):
+    """Files from before compressed-tensors stopped saving them carry a
+    weight_zero_point on symmetric layers, and its decompress subtracts
+    what is there; so does hurray (a session refused such layers, on the
+    false belief that the library ignores them)."""
+    pytest.importorskip("compressed_tensors")
+    import torch
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    sym = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy="group", group_size=16)
+    scheme = QuantizationScheme(targets=["Linear"], weights=sym)
+    torch.manual_seed(1)
+    n, k = LAYERS[next(iter(LAYERS))]
+    w = torch.randn(n, k, dtype=torch.float16)
+    scale = (w.float().reshape(n, k // 16, 16).abs().amax(-1) / 7).to(torch.float16)
+    zp = torch.randint(-3, 4, scale.shape, dtype=torch.int8)
+    out = PackedQuantizationCompressor.compress({"weight": w, "weight_scale": scale}, scheme)
+    out["weight_zero_point"] = zp  # as older writers kept it: int8, one a group
+    theirs = PackedQuantizationCompressor.decompress(out, scheme)["weight"]
+    prefix = next(iter(LAYERS))
+    qc = _config({"group_0": (["Linear"], sym.model_dump())})
+    src = tmp_path / "m"
+    write_model(src, {f"{prefix}.{m}": v.numpy() for m, v in out.items()}, qc)
+    assert_ok(convert(src, tmp_path / "ct.hurray", "-q"))
+    with hurray.open(str(tmp_path / "ct.hurray")) as f:
+        ours = f[f"{prefix}.weight"].dequantize(np.float32)
+    np.testing.assert_array_equal(
+        ours.astype(np.float16).view(np.uint16), theirs.to(torch.float16).numpy().view(np.uint16)
+    )
+
+
 # --- malformed input ---------------------------------------------------------
 
 
