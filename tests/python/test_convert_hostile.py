@@ -1598,9 +1598,19 @@ def test_a_target_that_is_one_of_the_sources_shards_is_refused(tmp_path):
     shard = tmp_path / "shs" / "m-00001-of-00002.safetensors"
     with pytest.raises(UsageError, match="is one of the source's files"):
         convert(index, shard, quiet=True)
-    with pytest.raises(UsageError, match="is the folder the source's files are in"):
+    with pytest.raises(UsageError, match="is a folder the source's files are in"):
         convert(index, str(tmp_path / "shs") + "/", quiet=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "shs").iterdir()} == before
+    # Shards in a subfolder of the target folder: its shards would be
+    # written over them (the index names "sub/...").
+    import safetensors.numpy as stn
+
+    (tmp_path / "A" / "sub").mkdir(parents=True)
+    stn.save_file({"a": np.ones(2, np.float32)}, tmp_path / "A" / "sub" / "a.safetensors")
+    weight_map = {"a": "sub/a.safetensors"}
+    (tmp_path / "A" / "m.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(UsageError, match="is a folder the source's files are in"):
+        convert(tmp_path / "A" / "m.safetensors.index.json", str(tmp_path) + "/", quiet=True)
     convert(index, tmp_path / "whole.hurray", quiet=True)
     assert hurray.load(tmp_path / "whole.hurray")["b"].numpy().tolist() == [0, 1, 2, 3]
 

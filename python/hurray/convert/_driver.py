@@ -345,23 +345,26 @@ def _checked_source(src: str, source: _Source, dst: str, dst_kind: str, opts) ->
     """The source as converted (a model folder's families put together),
     once the target is known not to replace any file of it."""
     source = _zoo_source(src, source, _source_kind(src), dst_kind, opts.dequantize)
-    _check_not_a_source_file(source, dst, dst_kind)
+    _check_not_a_source_file(src, source, dst, dst_kind)
     return source
 
 
-def _check_not_a_source_file(source: _Source, dst: str, dst_kind: str) -> None:
+def _check_not_a_source_file(src: str, source: _Source, dst: str, dst_kind: str) -> None:
     """UsageError if the target would replace a file the source reads (a
-    shard of a sharded checkpoint), or is a folder the source's files are in
-    (its config.json and shards would be written among them)."""
-    if not os.path.exists(dst):
+    shard of a sharded checkpoint), or is a folder holding any of them,
+    however deep (the index may name sub/a.safetensors, and a folder target
+    writes its shards, index and config.json there)."""
+    files = source.files()
+    if not files or not os.path.exists(dst):
         return
-    for path in source.files():
+    real_dst = os.path.realpath(dst)
+    for path in [src, *files]:
         if os.path.exists(path) and os.path.samefile(path, dst):
             raise UsageError(f"{dst} is one of the source's files; write to another file")
-        folder = os.path.dirname(os.path.abspath(path))
-        if dst_kind == "safetensors-dir" and os.path.samefile(folder, dst):
+        real = os.path.realpath(path)
+        if dst_kind == "safetensors-dir" and os.path.commonpath([real, real_dst]) == real_dst:
             raise UsageError(
-                f"{dst} is the folder the source's files are in; write to another folder"
+                f"{dst} is a folder the source's files are in; write to another folder"
             )
 
 
