@@ -140,10 +140,15 @@ def tiles_exactly(boxes: Sequence[Box], shape: Sequence[int]) -> Optional[bool]:
     number of boxes, outer corners excepted (the mixed difference of an
     indicator is +-1 at its box's corners, and is invertible modulo 2). A
     sum that is odd everywhere in the shape and adds up to its volume is
-    one everywhere."""
-    rank = len(shape)
-    if rank > _CORNER_RANK:
+    one everywhere. Axes every box spans whole are left out first: they
+    change neither answer (a rank-12 checkpoint cut along two axes counts
+    the corners of a rank-2 one)."""
+    cut = [k for k in range(len(shape)) if any(lo[k] or hi[k] != shape[k] for lo, hi in boxes)]
+    if len(cut) > _CORNER_RANK:
         return None
+    shape = [shape[k] for k in cut]
+    boxes = [(tuple(lo[k] for k in cut), tuple(hi[k] for k in cut)) for lo, hi in boxes]
+    rank = len(shape)
     if sum(_volume(b) for b in boxes) != math.prod(shape):
         return False
     odd: set = set()
@@ -152,13 +157,15 @@ def tiles_exactly(boxes: Sequence[Box], shape: Sequence[int]) -> Optional[bool]:
     return odd == set(itertools.product(*zip((0,) * rank, shape)))
 
 
-def overlapping_pair(boxes: Sequence[Box]) -> Optional[Tuple[int, int]]:
+def overlapping_pair(
+    boxes: Sequence[Box], budget: Optional[int] = _SWEEP_PAIRS
+) -> Optional[Tuple[int, int]]:
     """The indices of two boxes that overlap, or None; an empty box overlaps
     nothing. Linear in the boxes for the layouts shards have: each box is
     marked in the grid their offsets cut the shape into, and the first cell
     marked twice names the pair. Only when that grid has far more cells than
     there are boxes (irregular cuts) does a sweep compare neighbours; it
-    raises _TooIrregular after _SWEEP_PAIRS comparisons."""
+    raises _TooIrregular after `budget` comparisons (None: no limit)."""
     live = [i for i, (lo, hi) in enumerate(boxes) if all(h > o for o, h in zip(lo, hi))]
     if len(live) < 2:
         return None
@@ -168,7 +175,7 @@ def overlapping_pair(boxes: Sequence[Box]) -> Optional[Tuple[int, int]]:
     ]
     if math.prod(len(c) - 1 for c in cuts) <= 4 * len(live) + 1024:
         return _overlap_in_grid(boxes, live, cuts)
-    return _overlap_by_sweep(boxes, live)
+    return _overlap_by_sweep(boxes, live, budget)
 
 
 def _overlap_in_grid(boxes, live, cuts) -> Optional[Tuple[int, int]]:
@@ -186,7 +193,7 @@ def _overlap_in_grid(boxes, live, cuts) -> Optional[Tuple[int, int]]:
     return None
 
 
-def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
+def _overlap_by_sweep(boxes, live, budget: Optional[int]) -> Optional[Tuple[int, int]]:
     """A sweep along the axis where the boxes lie thinnest (the least
     extent per unit of its span: how many boxes cover a point there), so
     that each box is compared with the few that share its stretch."""
@@ -198,14 +205,14 @@ def _overlap_by_sweep(boxes, live) -> Optional[Tuple[int, int]]:
 
     axis = min(range(rank), key=depth)
     order = sorted(live, key=lambda i: boxes[i][0][axis])
-    budget = _SWEEP_PAIRS
     for n, i in enumerate(order):
         for j in order[n + 1 :]:
             if boxes[j][0][axis] >= boxes[i][1][axis]:
                 break
-            budget -= 1
-            if budget < 0:
-                raise _TooIrregular
+            if budget is not None:
+                budget -= 1
+                if budget < 0:
+                    raise _TooIrregular
             if _intersect(boxes[i], boxes[j]) is not None:
                 return i, j
     return None
@@ -277,11 +284,15 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
             )
 
     solid = [p for p in pieces if _volume(p.box) > 0]
-    if tiles_exactly([p.box for p in solid], global_shape):
+    tiling = tiles_exactly([p.box for p in solid], global_shape)
+    if tiling:
         return tuple(global_shape), dtype
-    # What is wrong, for the message.
+    # What is wrong, for the message; or, past the corner count's rank,
+    # whether anything is, at whatever cost.
     try:
-        pair = overlapping_pair([p.box for p in solid])
+        pair = overlapping_pair(
+            [p.box for p in solid], budget=None if tiling is None else _SWEEP_PAIRS
+        )
     except _TooIrregular:
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",

@@ -554,6 +554,22 @@ def test_an_irregular_tiling_is_accepted_without_comparing_pairs(tmp_path, monke
     assert len(compared) == _shards._SWEEP_PAIRS
 
 
+def test_a_high_rank_tiling_cut_on_few_axes_is_recognised_by_its_corners():
+    """Above rank 10 the corner count gave up, and the bounded sweep then
+    refused a correct rank-12 checkpoint cut irregularly on two axes. Axes
+    every piece spans whole are left out of the count."""
+    from hurray import _shards
+
+    pad = (0,) * 10, (1,) * 10
+    boxes = [(lo + pad[0], hi + pad[1]) for lo, hi in _strips(2000)]
+    assert _shards.tiles_exactly(boxes, (2000, 4000) + (1,) * 10)
+    cut_everywhere = [
+        (tuple(b), tuple(x + 1 for x in b)) for b in itertools.product((0, 1), repeat=11)
+    ]
+    assert _shards.tiles_exactly(cut_everywhere, (2,) * 11) is None
+    assert _shards.overlapping_pair(cut_everywhere, budget=None) is None
+
+
 def test_pieces_cut_too_irregularly_to_place_the_fault_are_still_refused(tmp_path, monkeypatch):
     from hurray import _shards
 
