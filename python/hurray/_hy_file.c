@@ -13,15 +13,28 @@
  * just-forked child, before any other thread exists there. */
 static unsigned long fork_generation;
 
-/* The thread that made the latest fork: the only thread of the parent that
- * lives on in this child. */
-static unsigned long fork_thread;
+/* The thread that made fork g, at [g % FORK_HISTORY]: the only thread of
+ * the parent that lives on in that child. */
+#define FORK_HISTORY 64
+static unsigned long fork_threads[FORK_HISTORY];
 
 PyObject *hy_after_fork_in_child(PyObject *module, PyObject *unused) {
   (void)module, (void)unused;
   fork_generation++;
-  fork_thread = PyThread_get_thread_ident();
+  fork_threads[fork_generation % FORK_HISTORY] = PyThread_get_thread_ident();
   Py_RETURN_NONE;
+}
+
+/* Whether `owner`, which took a File's lock in `generation`, is still
+ * inside that call in this process: only if it made every fork since. Any
+ * other owner did not cross into the child, and a new thread there may be
+ * given its ident (glibc reuses the vanished thread's stack). */
+static bool still_inside(unsigned long owner, unsigned long generation) {
+  if (fork_generation - generation >= FORK_HISTORY) return false;
+  for (unsigned long g = generation + 1; g <= fork_generation; g++) {
+    if (fork_threads[g % FORK_HISTORY] != owner) return false;
+  }
+  return true;
 }
 
 typedef struct FileObject {
@@ -126,14 +139,10 @@ static int file_traverse(PyObject *op, visitproc visit, void *arg) {
 }
 
 /* Raises if this thread already holds the lock: the caller is Python code
- * run from inside one of this File's own calls. An owner from before a fork
- * is this thread only if this thread made the fork; any other owner did not
- * cross into the child, and a new thread there may be given its ident
- * (glibc reuses the vanished thread's stack), which is not a re-entry. */
+ * run from inside one of this File's own calls. */
 static int file_refuse_reentry(FileObject *self) {
   unsigned long me = PyThread_get_thread_ident();
-  bool stale = self->generation != fork_generation && me != fork_thread;
-  if (self->owner != 0 && self->owner == me && !stale) {
+  if (self->owner != 0 && self->owner == me && still_inside(me, self->generation)) {
     PyErr_SetString(PyExc_RuntimeError,
                     "the hurray File is in use by this thread: Python code run from inside "
                     "one of its calls (a byte source's read, an argument's conversion) "

@@ -216,6 +216,56 @@ def test_a_child_thread_given_the_ident_of_the_forked_away_holder_can_use_the_fi
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_grandchild_forked_by_a_thread_with_the_holders_ident_can_use_the_file(tmp_path):
+    """Past one fork, the thread that made the latest fork was taken for the
+    owner whenever it had the owner's ident: a child's thread given the
+    vanished holder's ident that forked again lost the File in the
+    grandchild, where it is the only thread."""
+    r = run_python(
+        _blocked_in_a_call(
+            tmp_path,
+            """
+            def on_call():
+                if threading.current_thread() is not threading.main_thread():
+                    inside.set()
+                    leave.wait()
+            holder = threading.Thread(target=lambda: f["a"])
+            holder.start()
+            inside.wait()
+            pid = os.fork()
+            if pid == 0:
+                out = []
+                def fork_again():
+                    if threading.get_ident() != holder.ident:
+                        return
+                    grandchild = os.fork()
+                    if grandchild == 0:
+                        try:
+                            os._exit(0 if f.keys() == ["a"] else 3)
+                        except RuntimeError:
+                            os._exit(4)
+                    out.append(os.waitpid(grandchild, 0)[1])
+                for _ in range(8):
+                    t = threading.Thread(target=fork_again)
+                    t.start()
+                    t.join()
+                print("statuses", out, flush=True)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            leave.set()
+            holder.join()
+            """,
+        ),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    statuses = r.stdout.split("statuses", 1)[1].strip()
+    if statuses == "[]":
+        pytest.skip("no thread of the child was given the holder's ident")
+    assert set(statuses.strip("[]").split(", ")) == {"0"}, r.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_from_inside_a_call_still_refuses_to_reenter_it(tmp_path):
     """The thread that forks from inside a File call is still inside it in
     the child: a call from there must raise, or closing the File would free
