@@ -138,8 +138,10 @@ static HurrayStatus walk_sparse(const HurrayDescriptor *d, const HurrayBufferLis
   uint64_t minors = (csc ? d->shape[0] : d->shape[1]) / bc;
   const uint8_t *indptr = data_of(list, l->indptr_buffer);
   const uint8_t *indices = data_of(list, l->indices_buffer);
+  uint64_t visited = 0; /* stored entries walked: nnz, unless indptr changed */
   for (uint64_t m = 0; m < major; m++) {
     int64_t start = hurray__index_at(indptr, wide, m), end = hurray__index_at(indptr, wide, m + 1);
+    if (end > start) visited += (uint64_t)(end - start);
     if (start < 0) return changed_under(l->indptr_buffer, m, start, error);
     if (end > (int64_t)l->nnz) return changed_under(l->indptr_buffer, m + 1, end, error);
     for (int64_t k = start; k < end; k++) {
@@ -156,6 +158,12 @@ static HurrayStatus walk_sparse(const HurrayDescriptor *d, const HurrayBufferLis
         }
       }
     }
+  }
+  if (visited != l->nnz) { /* ranges skipped or walked twice: some entry left unset */
+    return hurray__fail(error, HURRAY_ERR_SPARSE_INDPTR,
+                        "buffers[%u]: the index pointers changed after they were checked "
+                        "(another thread wrote them)",
+                        l->indptr_buffer);
   }
   return HURRAY_OK;
 }
@@ -451,7 +459,8 @@ static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBuf
                                       const uint8_t *values, uint64_t stored, uint64_t numel,
                                       Stats *s, HurrayError *error) {
   Entry *entries = malloc((stored ? stored : 1) * sizeof *entries);
-  uint64_t *positions = malloc((stored ? stored : 1) * sizeof *positions);
+  /* zeroed: a walk that fails part way leaves nothing indeterminate */
+  uint64_t *positions = calloc(stored ? stored : 1, sizeof *positions);
   if (entries == NULL || positions == NULL) {
     free(entries);
     free(positions);
