@@ -51,7 +51,8 @@ def main() -> None:
 
 
 # convert's options that take a value (hurray/__main__.py): a pattern such
-# as --exclude 'http://*' is no URL to refuse.
+# as --exclude 'http://*' is no URL to refuse. The others, so that a prefix
+# argparse takes for one option (--excl) is told apart as argparse does.
 _CONVERT_VALUES = (
     "--quantize",
     "--quantize-include",
@@ -61,6 +62,16 @@ _CONVERT_VALUES = (
     "--block-size",
     "--threads",
 )
+_CONVERT_FLAGS = ("--keep-scales", "--dequantize", "--no-verify", "--stats", "--json", "--quiet")
+
+
+def _takes_value(option):
+    """Whether argparse reads the next argument as this option's value: a
+    whole name, or a prefix of exactly one, that takes one (not --x=v)."""
+    if "=" in option:
+        return False
+    names = [n for n in _CONVERT_VALUES + _CONVERT_FLAGS if n.startswith(option)]
+    return option in _CONVERT_VALUES or (len(names) == 1 and names[0] in _CONVERT_VALUES)
 
 
 def _convert_files(args):
@@ -74,7 +85,7 @@ def _convert_files(args):
         elif options and a == "--":
             options = False
         elif options and a.startswith("-") and a != "-":
-            value = a in _CONVERT_VALUES
+            value = _takes_value(a)
         else:
             found.append(a)
     return found

@@ -1134,6 +1134,14 @@ def test_launcher_takes_a_url_pattern_as_a_convert_option_value(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert hurray.load(tmp_path / "o.hurray").keys() == {"w"}
+    # argparse takes a unique prefix for the option, and so does the launcher
+    p = subprocess.run(
+        [launcher, "convert", str(src), str(tmp_path / "p.hurray"), "-q", "--excl", "http://*"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
     p = subprocess.run(
         [launcher, "convert", "--include", "w", "http://host/a.hurray", str(tmp_path / "b.hurray")],
         capture_output=True,
