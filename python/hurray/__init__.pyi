@@ -545,7 +545,8 @@ class Tensor:
         self, *, max_output_bytes: int | _DefaultOutputLimit | None = ...
     ) -> npt.NDArray[Any]:
         """The logical tensor as a new dense array (its codes, one an element,
-        if it is quantized: dequantize() gives the values). LimitError, before any
+        if it is quantized: dequantize() gives the values; codes stored in
+        another order or packed into words are an UnsupportedError). LimitError, before any
         allocation, for an output beyond max_output_bytes: by default
         (DEFAULT_OUTPUT_LIMIT) max(64 MiB, 64 x stored bytes), an int is an
         absolute limit in bytes, None is no limit."""

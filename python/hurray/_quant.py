@@ -73,9 +73,10 @@ def quantize(
     scheme: one of QUANT_SCHEMES. axis: the channel axis (per_channel,
     default 0) or the blocking axis (block_affine and MX, default -1).
     block_size: block_affine (default 32) and nf4 (default 64); fixed at 32
-    for q8_0, q4_0 and MX; affine and per_channel take none. dtype: the codes of the affine kinds (int8 by
-    default, uint8, int4, uint4). scale_dtype: per_channel and block_affine
-    scales (float32 by default, float16, bfloat16). symmetric: zero point at
+    for q8_0, q4_0 and MX; affine and per_channel take none. dtype: the
+    codes of the affine kinds (int8 by default, uint8, int4, uint4).
+    scale_dtype: per_channel and block_affine scales (float32 by default,
+    float16, bfloat16). symmetric: zero point at
     the middle of the code range (default for signed codes) or a min/max
     range with zero points (default for unsigned). threads: how many threads
     the kernel may use on large inputs; the bytes are the same either way.

@@ -1,5 +1,5 @@
 """`hurray ls|info|verify URL`: the C command has no network code, so the
-launcher (python/hurray-launcher.py) runs `python -m hurray ls URL` with
+launcher (python/hurray-launcher.py) runs `python -P -m hurray ls URL` with
 the interpreter that installed the package, and this module answers with
 the C command's layout. Exit status: 0 success, 1 failure, 2 usage."""
 

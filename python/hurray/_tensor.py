@@ -395,8 +395,12 @@ class Tensor(_hurray._Tensor):
         if _dtypes.is_packed(d.dtype):
             if isinstance(layout, Dense):
                 # numpy() refuses codes; codes() gives them unpacked, as the
-                # byte-sized codes below come.
-                return self.codes() if d.quantization is not None else self.numpy()
+                # byte-sized codes below come (C refuses those stored in
+                # another order or packed into words, and so does this).
+                if d.quantization is None:
+                    return self.numpy()
+                _refuse_packed(d.quantization, "to_dense()", ("storage_axes", "code_packing"))
+                return self.codes()
             packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
             self._to_dense(packed)
             return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)
