@@ -170,9 +170,13 @@ def _parse(command: str, args: List[str]):
     """(--json given, the FILE and NAME) as tools/hurray.c's main reads them:
     options anywhere before "--", which makes the rest FILE or NAME; or the
     exit status, once a usage error or the help is printed."""
+    if command not in COMMANDS:
+        return _usage_error(f"unknown command '{command}'")
     as_json, options, positional = False, True, []
     for a in args:
         if not options or not a.startswith("-") or a == "-":
+            if len(positional) == 3:
+                return _usage_error(f"too many arguments starting at '{a}'")
             positional.append(a)
         elif a == "--":
             options = False
@@ -184,8 +188,6 @@ def _parse(command: str, args: List[str]):
             return _usage_error(
                 f"unknown option '{a}' (put -- before a FILE or NAME that starts with -)"
             )
-    if command not in COMMANDS:
-        return _usage_error(f"unknown command '{command}'")
     if command != "info" and len(positional) != 1:
         return _usage_error(f"{command} takes exactly one FILE")
     if command == "info" and not 1 <= len(positional) <= 2:

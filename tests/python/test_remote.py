@@ -496,6 +496,8 @@ def varied(tmp_path_factory):
         ["info", "FILE", "--", "-dash"],
         ["info", "--", "FILE", "--json"],
         ["info", "FILE", "-x"],
+        ["ls", "FILE", "a", "b"],
+        ["info", "FILE", "a", "b", "c"],
         ["ls", "FILE"],
         ["info", "--json", "FILE"],
     ],
