@@ -1134,6 +1134,8 @@ def test_launcher_takes_a_url_pattern_as_a_convert_option_value(tmp_path):
         text=True,
         timeout=120,
     )
+    if p.returncode == 127 or "has no hurray package" in p.stderr:
+        pytest.skip("the C program is absent in this tree")
     assert p.returncode == 0, p.stderr
     assert hurray.load(tmp_path / "o.hurray").keys() == {"w"}
     # argparse takes a unique prefix for the option, and so does the launcher
