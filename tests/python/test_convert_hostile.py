@@ -1609,8 +1609,14 @@ def test_a_target_that_is_one_of_the_sources_shards_is_refused(tmp_path):
     stn.save_file({"a": np.ones(2, np.float32)}, tmp_path / "A" / "sub" / "a.safetensors")
     weight_map = {"a": "sub/a.safetensors"}
     (tmp_path / "A" / "m.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    with pytest.raises(UsageError, match="is a folder the source's files are in"):
-        convert(tmp_path / "A" / "m.safetensors.index.json", str(tmp_path) + "/", quiet=True)
+    nested = tmp_path / "A" / "m.safetensors.index.json"
+    for folder in ("A", "A/sub"):
+        with pytest.raises(UsageError, match="is a folder the source's files are in"):
+            convert(nested, str(tmp_path / folder) + "/", quiet=True)
+    assert sorted(os.listdir(tmp_path / "A")) == ["m.safetensors.index.json", "sub"]
+    # a folder further up overwrites nothing: converting into it is fine
+    convert(nested, str(tmp_path) + "/", quiet=True)
+    assert (tmp_path / "A" / "sub" / "a.safetensors").exists()
     convert(index, tmp_path / "whole.hurray", quiet=True)
     assert hurray.load(tmp_path / "whole.hurray")["b"].numpy().tolist() == [0, 1, 2, 3]
 

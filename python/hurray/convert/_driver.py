@@ -351,21 +351,24 @@ def _checked_source(src: str, source: _Source, dst: str, dst_kind: str, opts) ->
 
 def _check_not_a_source_file(src: str, source: _Source, dst: str, dst_kind: str) -> None:
     """UsageError if the target would replace a file the source reads (a
-    shard of a sharded checkpoint), or is a folder holding any of them,
-    however deep (the index may name sub/a.safetensors, and a folder target
-    writes its shards, index and config.json there)."""
+    shard of a sharded checkpoint), or is the folder of the index or of a
+    shard: a folder target writes its config.json, index and shards (named
+    as the source's index names them, sub/a.safetensors too) there. A
+    folder further up overwrites nothing."""
     files = source.files()
     if not files or not os.path.exists(dst):
         return
-    real_dst = os.path.realpath(dst)
     for path in [src, *files]:
         if os.path.exists(path) and os.path.samefile(path, dst):
             raise UsageError(f"{dst} is one of the source's files; write to another file")
-        real = os.path.realpath(path)
-        if dst_kind == "safetensors-dir" and os.path.commonpath([real, real_dst]) == real_dst:
-            raise UsageError(
-                f"{dst} is a folder the source's files are in; write to another folder"
-            )
+    if dst_kind != "safetensors-dir":
+        return
+    real_dst = os.path.realpath(dst)
+    folders = {os.path.dirname(os.path.realpath(p)) for p in [src, *files]}
+    if os.path.isdir(src):
+        folders.add(os.path.realpath(src))
+    if real_dst in folders:
+        raise UsageError(f"{dst} is a folder the source's files are in; write to another folder")
 
 
 def _check_paths(src: str, dst: str, opts: _Options) -> str:
