@@ -29,8 +29,10 @@ PyObject *hy_after_fork_in_child(PyObject *module, PyObject *unused) {
  * inside that call in this process: only if it made every fork since. Any
  * other owner did not cross into the child, and a new thread there may be
  * given its ident (glibc reuses the vanished thread's stack). */
-static bool still_inside(unsigned long owner, unsigned long generation) {
-  if (fork_generation - generation >= FORK_HISTORY) return false;
+static bool still_inside(unsigned long owner, unsigned long generation, bool past_history) {
+  /* Past the history the answer is `past_history`: what is safe for the
+   * caller (refusing a call; not waiting for a lock no one may release). */
+  if (fork_generation - generation >= FORK_HISTORY) return past_history;
   for (unsigned long g = generation + 1; g <= fork_generation; g++) {
     if (fork_threads[g % FORK_HISTORY] != owner) return false;
   }
@@ -142,7 +144,7 @@ static int file_traverse(PyObject *op, visitproc visit, void *arg) {
  * run from inside one of this File's own calls. */
 static int file_refuse_reentry(FileObject *self) {
   unsigned long me = PyThread_get_thread_ident();
-  if (self->owner != 0 && self->owner == me && still_inside(me, self->generation)) {
+  if (self->owner != 0 && self->owner == me && still_inside(me, self->generation, true)) {
     PyErr_SetString(PyExc_RuntimeError,
                     "the hurray File is in use by this thread: Python code run from inside "
                     "one of its calls (a byte source's read, an argument's conversion) "
@@ -156,14 +158,17 @@ static int file_refuse_reentry(FileObject *self) {
  * another thread held it inherits it held, by a thread that does not exist
  * in the child: the child, finding it taken by an earlier generation,
  * starts a lock of its own (the inherited one is left alone; releasing or
- * freeing it is undefined). A lock free at the fork becomes this
+ * freeing it is undefined). But when the thread that forked held it, that
+ * thread is still inside its call here and will release it: others wait
+ * for it, as in the parent. A lock free at the fork becomes this
  * generation's when it is first taken. */
 static int file_lock(FileObject *self) {
   if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
     self->generation = fork_generation;
     return 0;
   }
-  if (self->generation != fork_generation) {
+  if (self->generation != fork_generation &&
+      !(self->owner != 0 && still_inside(self->owner, self->generation, false))) {
     PyThread_type_lock fresh = PyThread_allocate_lock();
     if (fresh == NULL) {
       PyErr_NoMemory();

@@ -266,6 +266,44 @@ def test_a_grandchild_forked_by_a_thread_with_the_holders_ident_can_use_the_file
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_in_a_child_forked_from_inside_a_call_other_threads_wait_for_it(tmp_path):
+    """The thread that forked from inside a call is still in it in the
+    child; another thread there found the lock of an earlier generation
+    and made a fresh one, and so used the reader beside the call."""
+    r = run_python(
+        _blocked_in_a_call(
+            tmp_path,
+            """
+            import time
+            order, others = [], []
+            def on_call():
+                if not inside.is_set():
+                    return
+                inside.clear()
+                pid = os.fork()
+                if pid == 0:
+                    other = threading.Thread(target=lambda: (f.keys(), order.append("other")))
+                    other.start()
+                    others.append(other)
+                    time.sleep(0.3)  # still inside the call
+                    order.append("call ends")
+                    return
+                os.waitpid(pid, 0)
+            inside.set()
+            f["a"]
+            if order:  # the child, out of the call
+                others[0].join(10)
+                print(order, flush=True)
+                os._exit(0)
+            """,
+        ),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "['call ends', 'other']" in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_from_inside_a_call_still_refuses_to_reenter_it(tmp_path):
     """The thread that forks from inside a File call is still inside it in
     the child: a call from there must raise, or closing the File would free
