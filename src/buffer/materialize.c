@@ -138,12 +138,15 @@ static HurrayStatus walk_sparse(const HurrayDescriptor *d, const HurrayBufferLis
   uint64_t minors = (csc ? d->shape[0] : d->shape[1]) / bc;
   const uint8_t *indptr = data_of(list, l->indptr_buffer);
   const uint8_t *indices = data_of(list, l->indices_buffer);
-  uint64_t visited = 0; /* stored entries walked: nnz, unless indptr changed */
+  /* Each pointer is read once: the walk covers [0, nnz) in order, or fails,
+   * so no stored entry is skipped or placed twice. */
+  int64_t start = hurray__index_at(indptr, wide, 0);
+  if (start != 0) return changed_under(l->indptr_buffer, 0, start, error);
   for (uint64_t m = 0; m < major; m++) {
-    int64_t start = hurray__index_at(indptr, wide, m), end = hurray__index_at(indptr, wide, m + 1);
-    if (end > start) visited += (uint64_t)(end - start);
-    if (start < 0) return changed_under(l->indptr_buffer, m, start, error);
-    if (end > (int64_t)l->nnz) return changed_under(l->indptr_buffer, m + 1, end, error);
+    int64_t end = hurray__index_at(indptr, wide, m + 1);
+    if (end < start || end > (int64_t)l->nnz) {
+      return changed_under(l->indptr_buffer, m + 1, end, error);
+    }
     for (int64_t k = start; k < end; k++) {
       int64_t minor = hurray__index_at(indices, wide, (uint64_t)k);
       if (minor < 0 || (uint64_t)minor >= minors) {
@@ -158,13 +161,9 @@ static HurrayStatus walk_sparse(const HurrayDescriptor *d, const HurrayBufferLis
         }
       }
     }
+    start = end;
   }
-  if (visited != l->nnz) { /* ranges skipped or walked twice: some entry left unset */
-    return hurray__fail(error, HURRAY_ERR_SPARSE_INDPTR,
-                        "buffers[%u]: the index pointers changed after they were checked "
-                        "(another thread wrote them)",
-                        l->indptr_buffer);
-  }
+  if (start != (int64_t)l->nnz) return changed_under(l->indptr_buffer, major, start, error);
   return HURRAY_OK;
 }
 
