@@ -288,12 +288,19 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
     if tiling:
         return tuple(global_shape), dtype
     # What is wrong, for the message; or, past the corner count's rank,
-    # whether anything is, at whatever cost.
+    # whether anything is, with a larger (still finite) budget.
     try:
         pair = overlapping_pair(
-            [p.box for p in solid], budget=None if tiling is None else _SWEEP_PAIRS
+            [p.box for p in solid], budget=_SWEEP_PAIRS * (100 if tiling is None else 1)
         )
     except _TooIrregular:
+        if tiling is None:
+            raise _error(
+                "HURRAY_ERR_SHARD_BOUNDS",
+                f"tensor {name!r}: its {len(solid)} pieces are cut on more than "
+                f"{_CORNER_RANK} axes too irregularly to check that they tile the global "
+                f"shape {tuple(global_shape)}; pieces found: {_listing(pieces)}",
+            ) from None
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",
             f"tensor {name!r}: the {len(solid)} pieces do not cover the global shape "
