@@ -74,9 +74,9 @@ def _takes_value(option):
     return option in _CONVERT_VALUES or (len(names) == 1 and names[0] in _CONVERT_VALUES)
 
 
-def _convert_files(args):
-    """convert's SRC and DST: its arguments that are neither options nor
-    an option's value."""
+def _positionals(args, takes_value):
+    """The arguments that are neither options nor an option's value, read
+    as the C program and argparse read them ("--" ends the options)."""
     found = []
     options, value = True, False
     for a in args:
@@ -85,27 +85,22 @@ def _convert_files(args):
         elif options and a == "--":
             options = False
         elif options and a.startswith("-") and a != "-":
-            value = _takes_value(a)
+            value = takes_value(a)
         else:
             found.append(a)
     return found
 
 
+def _convert_files(args):
+    """convert's SRC and DST."""
+    return _positionals(args, _takes_value)
+
+
 def _files(args):
     """The FILE among ls, info, verify and cat's arguments: the first that
-    is not an option. A NAME after it that looks like a URL is a NAME."""
-    found = []
-    options, value = True, False
-    for a in args:
-        if value:  # cat's --buffer N
-            value = False
-        elif options and a == "--":
-            options = False
-        elif options and a.startswith("-") and a != "-":
-            value = a == "--buffer"
-        else:
-            found.append(a)
-    return found[:1]
+    is not an option (cat's --buffer takes a value). A NAME after it that
+    looks like a URL is a NAME."""
+    return _positionals(args, lambda a: a == "--buffer")[:1]
 
 
 if __name__ == "__main__":

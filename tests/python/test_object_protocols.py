@@ -149,9 +149,9 @@ def test_a_child_forked_while_a_thread_holds_the_file_can_use_it(tmp_path):
     assert r.stdout.strip() == str([0] * 10), r.stdout + r.stderr[-2000:]
 
 
-def _blocked_in_a_call(tmp_path, then: str) -> str:
+def _blocked_in_a_call(tmp_path, *then: str) -> str:
     """A script whose File reads through fsspec's memory file system,
-    calling on_call() (which `then` defines) inside each of its reads."""
+    calling on_call() (which a part of `then` defines) inside each of its reads."""
     pytest.importorskip("fsspec")
     path = tmp_path / "a.hurray"
     hurray.save(path, {"a": np.arange(1 << 16, dtype=np.float32)})
@@ -167,7 +167,19 @@ def _blocked_in_a_call(tmp_path, then: str) -> str:
             return original(self, path, start=start, end=end, **kw)
         MemoryFileSystem.cat_file = cat_file
         """
-    return textwrap.dedent(head) + textwrap.dedent(then)
+    return "".join(textwrap.dedent(part) for part in (head, *then))
+
+
+# A thread of the script inside a File call, held there until `leave` is set.
+_HOLDER_INSIDE = """
+def on_call():
+    if threading.current_thread() is not threading.main_thread():
+        inside.set()
+        leave.wait()
+holder = threading.Thread(target=lambda: f["a"])
+holder.start()
+inside.wait()
+"""
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -178,14 +190,8 @@ def test_a_child_thread_given_the_ident_of_the_forked_away_holder_can_use_the_fi
     r = run_python(
         _blocked_in_a_call(
             tmp_path,
+            _HOLDER_INSIDE,
             """
-            def on_call():
-                if threading.current_thread() is not threading.main_thread():
-                    inside.set()
-                    leave.wait()
-            holder = threading.Thread(target=lambda: f["a"])
-            holder.start()
-            inside.wait()
             pid = os.fork()
             if pid == 0:
                 out = []
@@ -224,14 +230,8 @@ def test_a_grandchild_forked_by_a_thread_with_the_holders_ident_can_use_the_file
     r = run_python(
         _blocked_in_a_call(
             tmp_path,
+            _HOLDER_INSIDE,
             """
-            def on_call():
-                if threading.current_thread() is not threading.main_thread():
-                    inside.set()
-                    leave.wait()
-            holder = threading.Thread(target=lambda: f["a"])
-            holder.start()
-            inside.wait()
             pid = os.fork()
             if pid == 0:
                 out = []

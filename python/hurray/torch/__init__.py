@@ -150,11 +150,7 @@ def _raw(t: "torch.Tensor") -> np.ndarray:
     try:
         return flat.view(torch.uint8).numpy()
     except RuntimeError as exc:  # a subclass without plain memory (FakeTensor)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UnsupportedError(
-            f"from_torch takes tensors with memory of their own; this "
-            f"{type(t).__name__} gives none ({first})"
-        ) from None
+        raise _no_memory(t, exc) from None
 
 
 def _part(role: str, t: "torch.Tensor") -> tuple:
@@ -181,11 +177,16 @@ def _check_has_memory(tensor: "torch.Tensor") -> None:
             warnings.simplefilter("ignore")
             tensor.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UnsupportedError(
-            f"from_torch takes tensors with memory of their own; this "
-            f"{type(tensor).__name__} has none to read ({first})"
-        ) from None
+        raise _no_memory(tensor, exc) from None
+
+
+def _no_memory(tensor: "torch.Tensor", exc: BaseException) -> UnsupportedError:
+    """What from_torch says of a tensor torch gives no plain memory for."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return UnsupportedError(
+        f"from_torch takes tensors with memory of their own; this "
+        f"{type(tensor).__name__} has none to read ({first})"
+    )
 
 
 def _from_dense(tensor: "torch.Tensor") -> Tensor:
