@@ -83,6 +83,49 @@ static bool same_file(const char *a, const char *b) {
   return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+static int compare_strings(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The note the Python converter prints for source metadata the target's
+ * format cannot hold: the count and the first three keys in sorted order.
+ * Read from the source itself, as hurray_convert_file reads it. */
+static void note_dropped_metadata(const char *src, HurrayFormat tf) {
+  if (tf == HURRAY_FORMAT_HURRAY) return; /* keeps every key */
+  HurraySourceOptions options = HURRAY_SOURCE_OPTIONS_INIT;
+  options.verify_checksums = false; /* the conversion checked them */
+  HurraySource *s = NULL;
+  HurrayError error = {0};
+  if (hurray_source_open(src, HURRAY_FORMAT_UNKNOWN, &options, &s, &error) != HURRAY_OK) return;
+  size_t count = hurray_source_metadata_count(s), n = 0;
+  const char **dropped = calloc(count > 0 ? count : 1, sizeof *dropped);
+  for (size_t i = 0; dropped != NULL && i < count; i++) {
+    const char *key;
+    HurrayMetadataType type;
+    const void *value;
+    size_t len;
+    if (hurray_source_metadata(s, i, &key, &type, &value, &len, &error) == HURRAY_OK &&
+        !hurray_format_keeps_metadata(tf, key)) {
+      dropped[n++] = key;
+    }
+  }
+  if (n > 0) {
+    qsort(dropped, n, sizeof *dropped, compare_strings);
+    printf("note: %zu metadata key%s not carried (%s): ", n, n == 1 ? "" : "s",
+           tf == HURRAY_FORMAT_SAFETENSORS
+               ? "safetensors keeps only its own __metadata__, the hurray keys safetensors.*"
+               : "GGUF carries only its own key-value pairs, the hurray keys gguf.*");
+    for (size_t i = 0; i < n && i < 3; i++) {
+      if (i > 0) fputs(", ", stdout);
+      hurray_cli_puts_escaped(stdout, dropped[i]);
+    }
+    if (n > 3) printf(" (+%zu more)", n - 3);
+    putchar('\n');
+  }
+  free(dropped);
+  hurray_source_close(s);
+}
+
 /* hurray, safetensors and GGUF convert natively (hurray_convert_file):
  * no Python. Returns -1 when the conversion is not one of those (another
  * format, an option only the Python converter has, or a tensor that needs
@@ -131,6 +174,7 @@ static int try_native_convert(int argc, char **argv) {
     printf("%s -> %s: ", hurray_format_name(sf), hurray_format_name(tf));
     hurray_cli_puts_escaped(stdout, dst);
     printf(" (native)\n");
+    note_dropped_metadata(src, tf);
     if (stats && tf != HURRAY_FORMAT_HURRAY) {
       printf("note: --stats applies to .hurray targets; ignored\n"); /* as Python says it */
     }

@@ -75,6 +75,14 @@ HURRAY_API HurrayFormat hurray_format_from_path(const char *path);
 HURRAY_API HurrayFormat hurray_format_sniff(const char *path);
 /* "hurray", "safetensors", "gguf" or "unknown"; static. */
 HURRAY_API const char *hurray_format_name(HurrayFormat format);
+/* Whether a file of `format` written by a HurrayTarget or
+ * hurray_convert_file keeps the hurray metadata key `key` (see the naming
+ * above: a hurray file keeps every key, safetensors the "safetensors.*"
+ * keys, GGUF the "gguf.*" keys, and each reads the converter's own
+ * bookkeeping keys). false for an unknown format or a NULL key. A caller
+ * of hurray_convert_file uses it to name the keys the conversion leaves
+ * behind, which hurray_target_dropped_metadata counts. */
+HURRAY_API bool hurray_format_keeps_metadata(HurrayFormat format, const char *key);
 
 /* ------------------------------------------------------------ one call */
 

@@ -1030,12 +1030,16 @@ HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, Hurray
   return hurray__meta_set(&t->metadata, key, type, value, len, error);
 }
 
+bool hurray_format_keeps_metadata(HurrayFormat format, const char *key) {
+  return key != NULL && known_format(format) && format != HURRAY_FORMAT_UNKNOWN &&
+         (carried(format, key) || bookkeeping(key));
+}
+
 size_t hurray_target_dropped_metadata(const HurrayTarget *t) {
   if (t == NULL || t->format == HURRAY_FORMAT_HURRAY) return 0;
   size_t n = 0;
   for (size_t i = 0; i < t->metadata.count; i++) {
-    const char *k = t->metadata.items[i].key;
-    if (!carried(t->format, k) && !bookkeeping(k)) n++;
+    if (!hurray_format_keeps_metadata(t->format, t->metadata.items[i].key)) n++;
   }
   return n;
 }

@@ -782,6 +782,39 @@ static void test_source_options_are_versioned(void **state) {
   hurray_buffer_list_destroy(written);
 }
 
+/* The rule the CLI names dropped keys by is the one targets count them by. */
+static void test_kept_metadata_matches_the_dropped_count(void **state) {
+  (void)state;
+  static const char *keys[] = {"author", "safetensors.format", "gguf.general.name",
+                               "gguf.__types__", "convert.source_dtypes"};
+  static const HurrayFormat formats[] = {HURRAY_FORMAT_HURRAY, HURRAY_FORMAT_SAFETENSORS,
+                                         HURRAY_FORMAT_GGUF};
+  static const bool kept[3][5] = {{true, true, true, true, true},
+                                  {false, true, false, true, true},
+                                  {false, false, true, true, true}};
+  HurrayError e = {0};
+  for (int f = 0; f < 3; f++) {
+    char path[512];
+    in_dir(path, sizeof path, formats[f] == HURRAY_FORMAT_HURRAY ? "kept.hurray" : "kept.gguf");
+    HurrayTarget *t = NULL;
+    assert_int_equal(hurray_target_open(path, formats[f], &t, &e), HURRAY_OK);
+    size_t dropped = 0;
+    for (int k = 0; k < 5; k++) {
+      assert_int_equal(hurray_format_keeps_metadata(formats[f], keys[k]), kept[f][k]);
+      if (formats[f] != HURRAY_FORMAT_HURRAY) {
+        assert_int_equal(
+            hurray_target_set_metadata(t, keys[k], HURRAY_METADATA_STRING, "v", 1, &e), HURRAY_OK);
+        dropped += !kept[f][k];
+      }
+    }
+    assert_int_equal(hurray_target_dropped_metadata(t), dropped);
+    hurray_target_abort(t);
+  }
+  assert_false(hurray_format_keeps_metadata(HURRAY_FORMAT_UNKNOWN, "author"));
+  assert_false(hurray_format_keeps_metadata((HurrayFormat)99, "author"));
+  assert_false(hurray_format_keeps_metadata(HURRAY_FORMAT_HURRAY, NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_safetensors_round_trip_is_byte_identical),
@@ -794,6 +827,7 @@ int main(void) {
       cmocka_unit_test(test_targets_refuse_what_they_cannot_hold),
       cmocka_unit_test(test_targets_publish_only_what_their_readers_take),
       cmocka_unit_test(test_source_options_are_versioned),
+      cmocka_unit_test(test_kept_metadata_matches_the_dropped_count),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }

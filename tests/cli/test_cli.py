@@ -360,9 +360,9 @@ class CliDirectoryTest(unittest.TestCase):
             self.assertTrue(all(line[at - 1] == " " and line[at] != " " for line in lines), lines)
 
 
-def safetensors_bytes(tensors):
+def safetensors_bytes(tensors, metadata=None):
     """A safetensors file of {name: (dtype, shape, raw bytes)}, by hand."""
-    header, data = {}, b""
+    header, data = ({"__metadata__": metadata} if metadata else {}), b""
     for name, (dtype, shape, raw) in tensors.items():
         header[name] = {
             "dtype": dtype,
@@ -437,6 +437,31 @@ class NativeConvertTest(unittest.TestCase):
             out = self.convert(st, os.path.join(d, "x.npz"))
             self.assertEqual(out.returncode, 1)
             self.assertIn(b"/nonexistent/python3", out.stderr)
+
+    def test_metadata_left_behind_is_named(self):
+        """The native path dropped metadata the target cannot hold and said
+        nothing; the Python converter names the keys."""
+        with tempfile.TemporaryDirectory() as d:
+            st = os.path.join(d, "a.safetensors")
+            meta = {f"k{i}": "v" for i in range(4)}
+            meta["\x1b[31mred"] = "v"
+            with open(st, "wb") as f:
+                f.write(safetensors_bytes({"w": ("F32", (2,), bytes(8))}, meta))
+            out = self.convert(st, os.path.join(d, "a.gguf"))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn(b"(native)\nnote: 5 metadata keys not carried (GGUF", out.stdout)
+            self.assertIn(
+                b": safetensors.\\x1b[31mred, safetensors.k0, safetensors.k1 (+2 more)\n",
+                out.stdout,
+            )
+            self.assertNotIn(b"\x1b", out.stdout)
+            # Going to safetensors or hurray, every key is kept: no note.
+            for target in ("b.safetensors", "b.hurray"):
+                out = self.convert(st, os.path.join(d, target))
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertNotIn(b"note:", out.stdout)
+            out = self.convert("-q", st, os.path.join(d, "c.gguf"))
+            self.assertEqual((out.returncode, out.stdout), (0, b""), out.stderr)
 
 
 # Run by pytest (no arguments): the binaries of the meson build tree.
