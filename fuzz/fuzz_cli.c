@@ -96,7 +96,7 @@ static void cat_npy(const char *path, HurrayReader *r, const char *name) {
   Capture out, err;
   capture_open(&out);
   capture_open(&err);
-  int rc = hurray_cli_cat(out.f, err.f, path, name, 0, true);
+  int rc = hurray_cli_cat(out.f, err.f, path, name, 0, true, false);
   capture_close(&out);
   capture_close(&err);
   CHECK(rc == EXIT_SUCCESS || rc == EXIT_FAILURE);
@@ -148,7 +148,7 @@ static void exercise(const char *path) {
       Capture out, err;
       capture_open(&out);
       capture_open(&err);
-      int rc = hurray_cli_cat(out.f, err.f, path, name, 0, false);
+      int rc = hurray_cli_cat(out.f, err.f, path, name, 0, false, true);
       capture_close(&out);
       capture_close(&err);
       CHECK(rc == EXIT_SUCCESS || rc == EXIT_FAILURE);

@@ -23,8 +23,9 @@
 int hurray_cli_ls(FILE *out, FILE *err, const char *path);
 int hurray_cli_info(FILE *out, FILE *err, const char *path, const char *only, bool json);
 int hurray_cli_verify(FILE *out, FILE *err, const char *path);
+/* Writes nothing unless NAME's checksums match, when `verify`. */
 int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, long buffer_index,
-                   bool npy);
+                   bool npy, bool verify);
 
 /* ------------------------------------------------- shared by the commands */
 

@@ -1,5 +1,5 @@
 /*
- * hurray cat [--npy] [--buffer N] FILE NAME (tools/cli.h).
+ * hurray cat [--npy] [--buffer N] [--no-verify] FILE NAME (tools/cli.h).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -31,14 +31,25 @@ static const char *npy_descr(HurrayDType t) {
 }
 
 int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, long buffer_index,
-                   bool npy) {
+                   bool npy, bool verify) {
   HurrayError error = {0};
   HurrayReader *r = hurray_cli_open(err, path, &error);
   if (r == NULL) return EXIT_FAILURE;
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   int status = EXIT_SUCCESS;
-  if (hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
+  /* Bytes on stdout are used as they come: a damaged tensor's bytes would
+   * pass for data. verify and convert check; so does cat, one tensor. */
+  HurrayStatus checked = verify ? hurray_reader_verify(r, name, &error) : HURRAY_OK;
+  if (checked == HURRAY_ERR_CHECKSUM) {
+    fputs("hurray: ", err);
+    hurray_cli_puts_escaped(err, path);
+    fputs(": ", err);
+    hurray_cli_puts_message(err, error.message);
+    fputs("; the file is damaged (--no-verify writes the bytes anyway)\n", err);
+    status = EXIT_FAILURE;
+  } else if (checked != HURRAY_OK ||
+             hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
     status = hurray_cli_fail_at(err, path, error.message);
   } else if (buffer_index < 0 || (size_t)buffer_index >= hurray_buffer_list_len(list)) {
     fputs("hurray: ", err);

@@ -6,7 +6,7 @@
  *                                       DIR (sorted), with each piece's shard
  *   hurray info [--json] FILE [NAME]    metadata and full descriptors
  *   hurray verify FILE                  check every checksum, and every tensor reads
- *   hurray cat [--npy] [--buffer N] [--force] FILE NAME
+ *   hurray cat [--npy] [--buffer N] [--no-verify] [--force] FILE NAME
  *                                       raw bytes of one buffer, or .npy
  *   hurray convert SRC DST [options]    to and from safetensors, GGUF, .npz,
  *                                       torch; runs the Python package
@@ -42,8 +42,10 @@ static const char usage_text[] =
     "  info [--json] FILE [NAME]     print file metadata and full descriptors\n"
     "                                (all tensors, or only NAME)\n"
     "  verify FILE                   check every checksum and that every tensor reads\n"
-    "  cat [--npy] [--buffer N] [--force] FILE NAME\n"
-    "                                write buffer N (default 0) of NAME to stdout;\n"
+    "  cat [--npy] [--buffer N] [--no-verify] [--force] FILE NAME\n"
+    "                                write buffer N (default 0) of NAME to stdout,\n"
+    "                                once NAME's checksums match (--no-verify\n"
+    "                                writes a damaged tensor's bytes anyway);\n"
     "                                --npy writes a dense tensor as a .npy file;\n"
     "                                refused on a terminal unless --force\n"
     "  convert SRC DST [options]     convert safetensors, GGUF, .npz/.npy and torch\n"
@@ -278,7 +280,7 @@ int main(int argc, char **argv) {
       strcmp(command, "verify") != 0 && strcmp(command, "cat") != 0) {
     return usage_error("unknown command '%s'", command);
   }
-  bool json = false, npy = false, force = false, options = true;
+  bool json = false, npy = false, force = false, verify = true, options = true;
   long buffer_index = 0;
   const char *positional[3] = {NULL, NULL, NULL};
   int npos = 0;
@@ -297,6 +299,8 @@ int main(int argc, char **argv) {
       npy = true;
     } else if (strcmp(argv[i], "--force") == 0 && strcmp(command, "cat") == 0) {
       force = true;
+    } else if (strcmp(argv[i], "--no-verify") == 0 && strcmp(command, "cat") == 0) {
+      verify = false;
     } else if (strcmp(argv[i], "--buffer") == 0 && strcmp(command, "cat") == 0) {
       char *end = NULL;
       errno = 0;
@@ -329,7 +333,7 @@ int main(int argc, char **argv) {
           "cat FILE NAME > out.bin) or pass --force%s",
           "");
     }
-    return hurray_cli_cat(stdout, stderr, positional[0], positional[1], buffer_index, npy);
+    return hurray_cli_cat(stdout, stderr, positional[0], positional[1], buffer_index, npy, verify);
   }
   return usage_error("unknown command '%s'", command); /* not reached: checked above */
 }

@@ -168,6 +168,28 @@ class CliTest(unittest.TestCase):
         self.assertEqual(run("cat", self.path, "graph.adjacency", "--buffer", "3").returncode, 1)
         self.assertEqual(run("cat", self.path, "nope").returncode, 1)
 
+    def test_cat_checks_the_tensor_it_writes(self):
+        """cat wrote a damaged tensor's bytes and exited 0."""
+        name = "embed.weight"
+        good = run("cat", self.path, name).stdout
+        data = bytearray(open(self.path, "rb").read())
+        at = data.find(good)
+        self.assertGreater(at, 0)
+        data[at + 5] ^= 0x10
+        bad = os.path.join(self.tmp.name, "cat-bad.hurray")
+        open(bad, "wb").write(data)
+        for extra in ((), ("--npy",)):
+            out = run("cat", *extra, bad, name)
+            self.assertEqual((out.returncode, out.stdout), (1, b""), extra)
+            self.assertIn(b"checksum mismatch", out.stderr)
+            self.assertIn(b"--no-verify writes the bytes anyway", out.stderr)
+        out = run("cat", "--no-verify", bad, name)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout, bytes(data[at : at + len(good)]))
+        # Another tensor of the damaged file is whole: cat writes it.
+        out = run("cat", bad, "layers.0.proj.weight", "--buffer", "1")
+        self.assertEqual(out.returncode, 0, out.stderr)
+
     def test_cat_refuses_a_terminal_unless_forced(self):
         import pty
 
