@@ -28,8 +28,12 @@ static void print_metadata_value(FILE *out, const HurrayReader *r, size_t i, boo
       return;
     case HURRAY_METADATA_FLOAT:
       if (hurray_reader_metadata_float(r, key, &f, NULL) != HURRAY_OK) break;
-      if (json && (f != f || f - f != 0)) fprintf(out, "\"%g\"", f);
-      else fprintf(out, "%.17g", f);
+      /* Typed, as bytes are: a bare "nan" would read as the string "nan". */
+      if (json && (f != f || f - f != 0)) {
+        fprintf(out, "{\"float\": \"%s\"}", f != f ? "nan" : f > 0 ? "inf" : "-inf");
+      } else {
+        fprintf(out, "%.17g", f);
+      }
       return;
     case HURRAY_METADATA_BOOL:
       if (hurray_reader_metadata_bool(r, key, &b, NULL) != HURRAY_OK) break;

@@ -87,7 +87,7 @@ def _metadata_text(value, json: bool) -> str:
         return str(value)
     if isinstance(value, float):
         if json and (value != value or value - value != 0):
-            return '"' + _g(value) + '"'
+            return '{"float": "' + ("nan" if value != value else _g(value)) + '"}'
         return _g(value, "%.17g")
     if isinstance(value, (bytes, bytearray)):
         if json:

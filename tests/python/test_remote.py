@@ -482,7 +482,15 @@ def varied(tmp_path_factory):
             "sp": sparse,
             "evil\x1b[31m\\\u202e": np.zeros(2, np.float32),
         },
-        metadata={"s": "v\x1b[2J", "b": True, "by": b"\x00\x01", "f": 0.1, "n": float("nan")},
+        metadata={
+            "s": "v\x1b[2J",
+            "b": True,
+            "by": b"\x00\x01",
+            "f": 0.1,
+            "n": float("nan"),
+            "ni": -float("inf"),
+            "ns": "nan",
+        },
         statistics=True,
     )
     return path
@@ -541,7 +549,7 @@ def test_the_url_path_reads_arguments_and_prints_as_the_c_command(tmp_path, args
     if args == ["ls", "FILE"]:
         assert "0  nan=0 zeros=0\n" in local.stdout
     if args == ["info", "--json", "FILE"]:
-        assert '"n": "-nan"' in local.stdout
+        assert '"n": {"float": "nan"}' in local.stdout  # no sign: the spec's three words
 
 
 @pytest.mark.parametrize("command", [["info"], ["cat"]])
@@ -601,7 +609,10 @@ def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
         import json
 
         doc = json.loads(out)
-        assert doc["metadata"]["by"] == {"bytes_hex": "0001"} and doc["metadata"]["n"] == "nan"
+        meta = doc["metadata"]
+        assert meta["by"] == {"bytes_hex": "0001"} and meta["n"] == {"float": "nan"}
+        # A float NaN and the string "nan" read apart (they were both "nan").
+        assert meta["ni"] == {"float": "-inf"} and meta["ns"] == "nan"
         assert doc["tensors"]["sp"]["layout"]["kind"] == "sparse"
     else:
         assert "tensor sp:" in out and "tensor dense" not in out
