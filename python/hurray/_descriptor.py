@@ -76,6 +76,10 @@ Quantization = Union[PerTensorAffine, PerChannelAffine, BlockAffine, Nf4, Mxfp, 
 BLOCK_FORMATS = _hurray.BLOCK_FORMATS
 
 
+def _int_keeping_negative_zero(text: str):
+    return -0.0 if text == "-0" else int(text)
+
+
 class Descriptor(_hurray._Descriptor):
     """What a tensor's bytes mean: dtype, shape, layout, quantization, buffer
     table, device, and optional statistics, shard and extension type.
@@ -103,8 +107,9 @@ class Descriptor(_hurray._Descriptor):
     # --- dict form: exactly the JSON rendering (docs/spec/descriptor-json.md) ---
     def to_dict(self) -> dict:
         """json.loads(self.to_json()): C renders it, so the two always agree;
-        from_dict inverts it."""
-        return json.loads(self.to_json())
+        from_dict inverts it. A float field of -0.0 is written "-0", which
+        json reads as the int 0: it stays -0.0 (no integer field is "-0")."""
+        return json.loads(self.to_json(), parse_int=_int_keeping_negative_zero)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Descriptor":

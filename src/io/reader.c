@@ -583,8 +583,10 @@ static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor
   /* The smallest entries are 11 and 8 bytes: counts the index cannot hold
    * are refused before anything is sized by them. */
   if (tensor_count * 11 + metadata_count * 8 > r->index_length) {
-    return CORRUPT(HURRAY_ERR_MALFORMED, "index of %llu bytes cannot hold %llu tensors",
-                   (unsigned long long)r->index_length, (unsigned long long)tensor_count);
+    return CORRUPT(HURRAY_ERR_MALFORMED,
+                   "index of %llu bytes cannot hold %llu tensors and %llu metadata entries",
+                   (unsigned long long)r->index_length, (unsigned long long)tensor_count,
+                   (unsigned long long)metadata_count);
   }
   r->tensor_count = (size_t)tensor_count;
   r->metadata_count = (size_t)metadata_count;

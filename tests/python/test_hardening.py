@@ -1348,3 +1348,38 @@ def test_opening_another_format_says_which_it_looks_like(tmp_path, head, words):
         assert "looks like" not in message
     else:
         assert words in message and "hurray convert" in message
+
+
+# --------------------------------------- session 44: the spec as a contract
+
+
+def test_count_check_names_the_metadata_count(tmp_path):
+    """A metadata count the index cannot hold was reported as "index of N
+    bytes cannot hold 0 tensors", naming the count that was fine."""
+    import struct
+
+    from _file_edits import reseal
+
+    path = tmp_path / "m.hurray"
+    hurray.save(path, {}, {"k": "v"})
+    blob = bytearray(path.read_bytes())
+    struct.pack_into("<Q", blob, len(blob) - 64 + 32, 1000)
+    reseal(blob)
+    path.write_bytes(bytes(blob))
+    with pytest.raises(hurray.FormatError, match="0 tensors and 1000 metadata entries"):
+        hurray.open(path)
+
+
+def test_dict_round_trip_keeps_a_negative_zero_statistic():
+    """to_dict() turned a -0.0 minimum into the integer 0 (json.loads reads
+    "-0" as an int), so from_dict(to_dict(d)) was another descriptor."""
+    d = hurray.Descriptor(
+        "float32",
+        (2,),
+        buffers=[hurray.Buffer("data", 8, 4)],
+        statistics=hurray.Statistics(min=-0.0, max=0.0),
+    )
+    again = hurray.Descriptor.from_dict(d.to_dict())
+    assert again == d
+    assert np.copysign(1.0, again.statistics.min) == -1.0
+    assert np.copysign(1.0, again.statistics.max) == 1.0
