@@ -198,9 +198,10 @@ def _bounded_pools(urllib3, read_timeout) -> dict:
                     return super().getresponse(*args, **kwargs)
                 except Exception:
                     if state["fired"]:
-                        raise urllib3.exceptions.ReadTimeoutError(
-                            None, None, f"no status line and headers within {deadline:g} s"
-                        ) from None
+                        text = f"no status line and headers within {deadline:g} s"
+                        late = urllib3.exceptions.ReadTimeoutError(None, None, text)
+                        late.args = (text,)  # its own str() starts with the pool: "None: "
+                        raise late from None
                     raise
                 finally:
                     with lock:
@@ -379,6 +380,10 @@ class HttpBackend:
         if re.fullmatch(r"[0-9]+", length) and int(length) <= REDIRECT_BODY_READ:
             try:
                 self._read_exactly(self._metered(response), memoryview(bytearray(int(length))))
+                # Reading nothing more ends the response (http.client closes
+                # it only on a read that finds no bytes left): a connection
+                # given back with it open fails its next request.
+                response.read()
                 response.release_conn()
                 return
             except Exception:  # noqa: BLE001 - the connection is dropped instead
@@ -674,6 +679,32 @@ class FsspecBackend:
 # ---------------------------------------------------------------- source
 
 
+def _pieces(runs, piece: int) -> List[List[Tuple[int, memoryview]]]:
+    """The runs (each a sorted list of (offset, view) targets, one request)
+    cut where they cross `piece` bytes, views split at the cut: a long
+    buffer is fetched in requests of at most `piece` bytes, on several
+    threads, straight into its memory."""
+    out: List[List[Tuple[int, memoryview]]] = []
+    for run in runs:
+        if run[-1][0] + len(run[-1][1]) - run[0][0] <= piece:
+            out.append(run)
+            continue
+        current: List[Tuple[int, memoryview]] = []
+        limit = run[0][0] + piece
+        for offset, view in run:
+            while len(view) > 0:
+                if offset >= limit:
+                    if current:
+                        out.append(current)
+                    current, limit = [], offset + piece
+                take = min(len(view), limit - offset)
+                current.append((offset, view[:take]))
+                offset, view = offset + take, view[take:]
+        if current:
+            out.append(current)
+    return out
+
+
 class RangeSource:
     """The object the C reader reads through (_source.h): `size`,
     `readinto(offset, view)` and `read_batch([(offset, view), ...])`.
@@ -686,7 +717,11 @@ class RangeSource:
         self.backend = backend
         self.threads = max(1, int(threads))
         self._local = threading.local()
+        # Replaced, never changed in place, under _blocks_lock: readers
+        # take the list once and need no lock; writers on several threads
+        # (prefetch and forget of concurrent get_tensors) lose no update.
         self._blocks: List[Tuple[int, bytes]] = []
+        self._blocks_lock = threading.Lock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._open(max(128, int(suffix_bytes)))
 
@@ -713,7 +748,7 @@ class RangeSource:
             if thread is not None:
                 thread.join()
         self.size = self.backend.size
-        self._blocks.append((start, data))
+        self._keep([(start, data)])
         if start > 0:
             if thread is None:
                 get_header()
@@ -722,7 +757,11 @@ class RangeSource:
                 if self.size < 64:
                     return
                 raise header["error"]
-            self._blocks.append((0, header["data"]))
+            self._keep([(0, header["data"])])
+
+    def _keep(self, blocks) -> None:
+        with self._blocks_lock:
+            self._blocks = self._blocks + list(blocks)
 
     def take_error(self) -> Optional[BaseException]:
         error = getattr(self._local, "error", None)
@@ -753,13 +792,12 @@ class RangeSource:
     def readinto(self, offset: int, view: memoryview) -> None:
         try:
             todo = self._uncached(offset, view)
-            for o, v in todo:
-                self.backend.fetch(o, o + len(v), [(o, v)])
+            self._fetch_runs([[piece] for piece in todo])
             if todo and offset + len(view) == self.size - 64:
                 # The index (it ends at the trailer; bounded by the
                 # reader's 256 MiB limit): readers opened for other
                 # threads find it here.
-                self._blocks.append((offset, bytes(view)))
+                self._keep([(offset, bytes(view))])
         except BaseException as e:
             self._local.error = e
             raise
@@ -787,6 +825,7 @@ class RangeSource:
         def one(run):
             self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
 
+        runs = _pieces(runs, PREFETCH_PIECE)
         if len(runs) <= 1:
             for run in runs:
                 one(run)
@@ -855,12 +894,13 @@ class RangeSource:
             blocks = [one(pieces[0])]
         else:
             blocks = list(self.pool().map(one, pieces))
-        self._blocks = self._blocks + blocks
+        self._keep(blocks)
         return blocks
 
     def forget(self, blocks) -> None:
         ids = {id(b) for b in blocks}
-        self._blocks = [b for b in self._blocks if id(b) not in ids]
+        with self._blocks_lock:
+            self._blocks = [b for b in self._blocks if id(b) not in ids]
 
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -870,6 +910,8 @@ class RangeSource:
         return self._pool
 
     def close(self) -> None:
+        with self._blocks_lock:
+            self._blocks = []
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
@@ -940,14 +982,21 @@ def prefetched_get(file, source: RangeSource, names: Iterable[str], window: int 
     the ranges each tensor needs are found first (no request), merged where
     tensors lie next to each other, fetched in pieces on the source's
     threads, a window of at most `window` bytes at a time, and the tensors
-    then read from those bytes."""
+    then read from those bytes. A tensor larger than the window is read on
+    its own, straight into its memory (in pieces, on the threads too), so
+    that it is never held twice."""
     window = PREFETCH_WINDOW if window is None else window
     plans = []
+    out = {}
     for name in names:
         ranges = source.plan(lambda: file._get(name))
-        plans.append((min((o for o, _ in ranges), default=-1), name, ranges))
+        if sum(n for _, n in ranges) > window:
+            out[name] = None  # read below, in the caller's order
+        else:
+            plans.append((min((o for o, _ in ranges), default=-1), name, ranges))
+    for name in out:
+        out[name] = file._get(name)
     plans.sort(key=lambda p: p[0])
-    out = {}
     i = 0
     while i < len(plans):
         group, spans, size = [], [], 0
@@ -967,4 +1016,4 @@ def prefetched_get(file, source: RangeSource, names: Iterable[str], window: int 
                 out[name] = file._get(name)
         finally:
             source.forget(blocks)
-    return out
+    return {name: out[name] for name in names}  # the caller's order

@@ -36,6 +36,8 @@ class RangeServer:
         self.drip_bytes = 1
         self.flaky_count = 2
         self.on_range: Optional[Callable[[int, int], Optional[int]]] = None
+        # path -> Location: a 302 with an empty body, the connection kept
+        self.redirects: Dict[str, str] = {}
         self.log: List[Tuple[str, Optional[str], int]] = []  # (path, Range, body bytes)
         self.lock = threading.Lock()
         server = self
@@ -96,6 +98,8 @@ class RangeServer:
         with self.lock:
             index = len(self.log)
             self.log.append((h.path, h.headers.get("Range"), 0))
+        if h.path in self.redirects:
+            return self._send(h, index, 302, {"Location": self.redirects[h.path]}, b"", head)
         data = self.files.get(h.path)
         fault = self.fault
         if fault == "change" and index >= 1 and data is not None:
