@@ -126,16 +126,49 @@ def is_url(path) -> bool:
     return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", path) is not None
 
 
-def shown_url(url: str) -> str:
-    """The URL for messages: a password in it (https://user:secret@host/...,
-    the user part reaching to the authority's last "@"), or a user part
-    alone, which is sent as a token, is not repeated into logs and error
-    reports: user:***@host, ***@host."""
+def _user_part(url: str):
+    """The match of the URL's scheme and user part (group 2), or None. The
+    user part reaches to the authority's last "@"; a URL that breaks RFC
+    3986 with a raw "/", "?" or "#" in its password still has one: up to
+    the URL's last "@", when that stretch holds the ":" of user:password
+    (an "@" in a path, as in hf://repo@revision, holds none)."""
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)@", url)
+    if m is None:
+        m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)@", url, re.DOTALL)
+        if m is not None and ":" not in m.group(2):
+            m = None
+    return m
+
+
+def shown_url(url: str) -> str:
+    """The URL for messages: a password in it (https://user:secret@host/...),
+    or a user part alone, which is sent as a token, is not repeated into
+    logs and error reports: user:***@host, ***@host."""
+    m = _user_part(url)
     if m is None:
         return url
     user, colon, _ = m.group(2).partition(":")
     return m.group(1) + (f"{user}:***" if colon else "***") + url[m.end() - 1 :]
+
+
+def scrubbed(text: str, url: str) -> str:
+    """A message from elsewhere (a back end, urllib3) with the URL's user
+    part masked wherever it repeats it, as written or percent-decoded: the
+    whole user:password, or a token of at least 6 characters (a shorter
+    one would mask unrelated text)."""
+    from urllib.parse import unquote
+
+    m = _user_part(url)
+    if m is None:
+        return text
+    user, colon, secret = m.group(2).partition(":")
+    if colon:
+        for form in {m.group(2), unquote(m.group(2))}:
+            text = text.replace(form, f"{user}:***")
+    for form in {secret if colon else user, unquote(secret if colon else user)}:
+        if len(form) >= 6:
+            text = text.replace(form, "***")
+    return text
 
 
 def _retrying(fn: Callable, retries: int):
@@ -266,7 +299,8 @@ class _Metered:
         return n
 
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+# The unit is case-insensitive (RFC 9110 14.1).
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 
 
 class HttpBackend:
@@ -315,10 +349,13 @@ class HttpBackend:
         )
         self._headers = dict(headers or {})
         try:
-            auth = urllib3.util.parse_url(url).auth
+            auth, parsed = urllib3.util.parse_url(url).auth, True
         except ValueError:  # LocationParseError
-            # its message repeats the URL, password included
-            raise RemoteError(f"{self.shown}: not a URL that can be parsed") from None
+            auth, parsed = None, False
+        if not parsed:
+            # Raised outside the handler: the LocationParseError repeats the
+            # URL, password included, and would ride along as __context__.
+            raise RemoteError(f"{self.shown}: not a URL that can be parsed")
         if auth and not any(k.lower() == "authorization" for k in self._headers):
             # https://user:password@host/...: Basic authentication, as curl
             # and requests do (urllib3 itself ignores the URL's user part).
@@ -467,12 +504,20 @@ class HttpBackend:
                 # kinds of ConnectTimeoutError; neither is a timeout.
                 refused = isinstance(reason, urllib3.exceptions.NewConnectionError)
                 if isinstance(reason, urllib3.exceptions.TimeoutError) and not refused:
-                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {reason}")) from None
-                raise _Transient(RemoteError(f"{self.shown}: {reason}")) from None
+                    raise _Transient(
+                        RemoteTimeoutError(f"{self.shown}: {scrubbed(str(reason), self.url)}")
+                    ) from None
+                raise _Transient(
+                    RemoteError(f"{self.shown}: {scrubbed(str(reason), self.url)}")
+                ) from None
             except urllib3.exceptions.TimeoutError as e:
-                raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
+                raise _Transient(
+                    RemoteTimeoutError(f"{self.shown}: {scrubbed(str(e), self.url)}")
+                ) from None
             except urllib3.exceptions.HTTPError as e:
-                raise _Transient(RemoteError(f"{self.shown}: {e}")) from None
+                raise _Transient(
+                    RemoteError(f"{self.shown}: {scrubbed(str(e), self.url)}")
+                ) from None
             done = False
             try:
                 with self._lock:
@@ -491,12 +536,17 @@ class HttpBackend:
                 try:
                     sink(self._metered(response), start, end, total)
                 except urllib3.exceptions.TimeoutError as e:
-                    raise _Transient(RemoteTimeoutError(f"{self.shown}: {e}")) from None
+                    raise _Transient(
+                        RemoteTimeoutError(f"{self.shown}: {scrubbed(str(e), self.url)}")
+                    ) from None
                 except (urllib3.exceptions.HTTPError, OSError) as e:
                     if isinstance(e, RemoteError):
                         raise
                     raise _Transient(
-                        RemoteProtocolError(f"{self.shown}: the body ended early or broke: {e}")
+                        RemoteProtocolError(
+                            f"{self.shown}: the body ended early or broke: "
+                            + scrubbed(str(e), self.url)
+                        )
                     ) from None
                 done = True
             finally:
@@ -528,7 +578,7 @@ class HttpBackend:
             )
         if status == 416:
             if want is None and re.match(
-                r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", "")
+                r"^\s*bytes\s+\*/0\s*$", response.headers.get("Content-Range", ""), re.IGNORECASE
             ):
                 return None
             raise RemoteProtocolError(f"{self.shown}: range not satisfiable ({range_header})")
@@ -551,6 +601,10 @@ class HttpBackend:
                 f"{response.headers.get('Content-Range')!r}"
             )
         length = response.headers.get("Content-Length")
+        if length is not None and len(set(length.replace(" ", "").split(","))) == 1:
+            # the same value repeated ("10, 10" once urllib3 joins them) is
+            # one value (RFC 9110 8.6); different ones stay an error
+            length = length.replace(" ", "").split(",")[0]
         if length is not None and (
             re.fullmatch(r"[0-9]+", length) is None or int(length) != end - start
         ):
@@ -630,10 +684,15 @@ class FsspecBackend:
             # The scheme's back end (s3fs, gcsfs, ...) is missing: fsspec's
             # message names it ("Install s3fs to access S3").
             raise RemoteError(
-                f"{shown_url(url)}: reading it needs fsspec's back end for its scheme: {e}"
+                f"{self.shown}: reading it needs fsspec's back end for its scheme: "
+                + scrubbed(str(e), url)
             ) from None
-        except ValueError as e:  # "Protocol not known: foo"
-            raise RemoteError(f"{shown_url(url)}: {e}") from None
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"{self.shown}: no such file") from None
+        except Exception as e:  # noqa: BLE001 - "Protocol not known: foo"; a back end that connects
+            raise RemoteError(
+                f"{self.shown}: {type(e).__name__}: {scrubbed(str(e), url)}"
+            ) from None
         self.size: Optional[int] = None
         self.requests = 0
         self._lock = threading.Lock()
@@ -644,7 +703,9 @@ class FsspecBackend:
         except FileNotFoundError:
             raise RemoteNotFoundError(f"{self.shown}: no such file") from None
         except Exception as e:  # noqa: BLE001 - back ends raise their own types
-            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
+            raise RemoteError(
+                f"{self.shown}: {type(e).__name__}: {scrubbed(str(e), self.url)}"
+            ) from None
         with self._lock:
             self.requests += 1
         if len(data) != end - start:
@@ -660,7 +721,9 @@ class FsspecBackend:
         except FileNotFoundError:
             raise RemoteNotFoundError(f"{self.shown}: no such file") from None
         except Exception as e:  # noqa: BLE001 - back ends raise their own types
-            raise RemoteError(f"{self.shown}: {type(e).__name__}: {e}") from None
+            raise RemoteError(
+                f"{self.shown}: {type(e).__name__}: {scrubbed(str(e), self.url)}"
+            ) from None
         kind = info.get("type", "file")
         if kind != "file":
             # A FIFO (file://) would block its open forever, as the C

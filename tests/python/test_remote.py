@@ -1250,3 +1250,72 @@ def test_concurrent_get_tensors_keep_no_blocks(files, server):
     assert f._source._blocks == base
     f.close()
     assert f._source._blocks == []
+
+
+def test_a_back_end_failing_as_it_starts_is_a_remote_error_without_the_password():
+    """A back end that fails while fsspec builds it (an FTP server that
+    refuses the connection) raised its bare ConnectionRefusedError, naming
+    no URL; back ends' messages, which quote the URL, printed its password."""
+    fsspec = pytest.importorskip("fsspec")
+    from fsspec.spec import AbstractFileSystem
+
+    class Refusing(AbstractFileSystem):
+        protocol = "hurraytestrefuse"
+
+        def __init__(self, *args, **kwargs):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    class Quoting(AbstractFileSystem):
+        protocol = "hurraytestquote"
+
+        def info(self, path, **kwargs):
+            raise RuntimeError(f"cannot stat 'hurraytestquote://alice:s3cret-pw@{path}'")
+
+    fsspec.register_implementation("hurraytestrefuse", Refusing, clobber=True)
+    fsspec.register_implementation("hurraytestquote", Quoting, clobber=True)
+    with pytest.raises(hurray.RemoteError, match="ConnectionRefusedError") as e:
+        hurray.open("hurraytestrefuse://alice:s3cret-pw@host/m.hurray")
+    assert "alice:***@host" in str(e.value) and "s3cret" not in str(e.value)
+    with pytest.raises(hurray.RemoteError, match="RuntimeError") as e:
+        hurray.open("hurraytestquote://alice:s3cret-pw@host/m.hurray")
+    assert "s3cret" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("cut", ["/", "?", "#"])
+def test_a_raw_password_that_breaks_the_url_is_still_masked(cut):
+    """A password with a raw "/", "?" or "#" (the URL breaks RFC 3986, as
+    a pasted one does) was printed in "not a URL that can be parsed"."""
+    url = f"http://alice:pa{cut}ss-word@127.0.0.1:1/m.hurray"
+    with pytest.raises(hurray.RemoteError) as e:
+        hurray.open(url, retries=0)
+    assert "ss-word" not in str(e.value) and "alice:***@127.0.0.1" in str(e.value), str(e.value)
+    assert e.value.__context__ is None  # urllib3's error quotes it too
+    # An "@" in a path is no password: hf://repo@revision stays as written.
+    assert hurray._remote.shown_url("hf://org/repo@main/m.hurray") == "hf://org/repo@main/m.hurray"
+
+
+@pytest.mark.parametrize(
+    "unit, lengths, ok",
+    [("Bytes", ["8"], True), ("bytes", ["8", "8"], True), ("bytes", ["8", "9"], False)],
+)
+def test_header_forms_the_rfc_allows(unit, lengths, ok):
+    """A Content-Range unit written "Bytes" (units are case-insensitive) and
+    a Content-Length repeated with the same value were refused, the second
+    as "Content-Length 8, 8 disagrees"."""
+    blob = bytearray(8)
+
+    def answer(conn):
+        head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: {unit} 0-7/8\r\n"
+        head += "".join(f"Content-Length: {n}\r\n" for n in lengths)
+        conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + bytes(blob))
+
+    raw = _RawServer(answer)
+    try:
+        if ok:  # the 8 bytes arrive; an 8-byte file is then too short to open
+            with pytest.raises(hurray.FormatError):
+                hurray.open(raw.url, retries=0)
+        else:  # http.client refuses different values itself
+            with pytest.raises(hurray.RemoteError, match="Content-Length"):
+                hurray.open(raw.url, retries=0)
+    finally:
+        raw.close()
