@@ -27,7 +27,15 @@ NF4_CODE = np.array(_hurray.NF4_CODE, dtype=np.float32)
 
 
 # ml_dtypes floats numpy reports with kind "V".
-_FLOAT_EXTRA = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+_FLOAT_EXTRA = (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+    "float6_e3m2fn",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+)
 
 
 def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
@@ -270,8 +278,10 @@ class Tensor(_hurray._Tensor):
 
         float32, float16 and bfloat16 come straight from the C kernels (with
         the GIL released; `threads` > 1 lets large tensors use more threads);
-        other floating-point dtypes (float64, the float8 kinds) are the
-        float32 result converted; an integer dtype is a TypeError. Dense and paged
+        other floating-point dtypes (float64, the float8, float6 and float4
+        kinds, complex ones) are the float32 result converted; an integer
+        dtype is a TypeError, and so is a real dtype (or `out`) for an
+        unquantized complex tensor, whose imaginary parts it would drop. Dense and paged
         tensors of every quantization kind, and sparse tensors with
         per-tensor affine codes. An unquantized tensor gives its values.
 
@@ -296,6 +306,13 @@ class Tensor(_hurray._Tensor):
             _check_out(out, d.shape)
         else:
             self._check_output(d.numel * dtype.itemsize, max_output_bytes)
+        if q is None and np.dtype(_dtypes.to_numpy(d.dtype)).kind == "c":
+            target = out.dtype if out is not None else dtype
+            if target.kind != "c":
+                raise TypeError(
+                    f"dequantize: the tensor is {d.dtype}; {target} would drop the "
+                    "imaginary parts (ask for a complex dtype)"
+                )
         if q is None or isinstance(d.layout, Sparse):
             if q is None:
                 values = self.to_dense(

@@ -72,6 +72,8 @@ static float read_float(HurrayDType t, const uint8_t *p, uint64_t i) {
       return hurray__bf16_to_f32(h);
     }
     case HURRAY_DTYPE_FLOAT8_E8M0FNU: return hurray__e8m0_to_f32(p[i]);
+    case HURRAY_DTYPE_FLOAT8_E4M3FN:
+    case HURRAY_DTYPE_FLOAT8_E5M2: return hurray__minifloat_decode(hurray__minifloat_of(t), p[i]);
     case HURRAY_DTYPE_INT8: return (float)(int8_t)p[i];
     case HURRAY_DTYPE_UINT8:
     case HURRAY_DTYPE_BOOL: return (float)p[i];

@@ -73,9 +73,11 @@ bool hurray__packed_applies(const HurrayDescriptor *d) {
       q->kind != HURRAY_QUANT_NF4) {
     return false;
   }
-  HurrayDType t = q->scale_dtype;
-  return hurray__quant_has_packed(q) || t == HURRAY_DTYPE_FLOAT8_E4M3FN ||
-         t == HURRAY_DTYPE_FLOAT8_E5M2 || t == HURRAY_DTYPE_FLOAT8_E8M0FNU;
+  /* Float8 scales alone are the general decoder's: it reads them as it
+   * reads any scale, and it also takes strides and codes or zero points
+   * of 64 bits, which this decoder (codes held in 32 bits, storage
+   * row-major) cannot. */
+  return hurray__quant_has_packed(q);
 }
 
 /* Little-endian unsigned integer of `bytes` bytes. */

@@ -179,6 +179,9 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
       o->block_size != 0) {
     return bad_option(error, name, "it has no blocks, so no block size");
   }
+  if (!is_affine(o->scheme) && o->symmetric != -1) {
+    return bad_option(error, name, "its zero point is fixed by the scheme, so no symmetric choice");
+  }
   if (ggml && r->axis != rank - 1) {
     return bad_option(error, name, "blocks run along the last axis (GGUF rows)");
   }

@@ -306,6 +306,11 @@ def test_asymmetric_zero_points_live_in_a_buffer_of_the_codes_dtype():
         # no blocks at all: block_size was ignored without a word
         ("affine", dict(block_size=32)),
         ("per_channel", dict(block_size=64)),
+        # a fixed zero point: symmetric was accepted and ignored
+        ("q8_0", dict(symmetric=False)),
+        ("q4_0", dict(symmetric=True)),
+        ("nf4", dict(symmetric=False)),
+        ("mxfp4", dict(symmetric=True)),
     ],
 )
 def test_fixed_options_are_refused(scheme, kw):
@@ -1356,3 +1361,26 @@ def test_input_the_float32_cast_would_change_is_refused():
     with pytest.raises(TypeError, match="real input"):
         hurray.quantize(np.ones(32, np.complex64), "q8_0")
     np.testing.assert_allclose(hurray.quantize(np.ones(32), "q8_0").dequantize(), 1, rtol=1e-3)
+
+
+def test_dequantize_keeps_the_imaginary_parts_or_refuses():
+    """dequantize() of an unquantized complex tensor into float32 (a new
+    array or out=) dropped the imaginary parts, with only numpy's
+    ComplexWarning; quantize refuses complex input for that reason."""
+    t = hurray.from_numpy(np.array([1 + 2j, 3 - 4j], np.complex64))
+    with pytest.raises(TypeError, match="imaginary"):
+        t.dequantize()
+    with pytest.raises(TypeError, match="imaginary"):
+        t.dequantize(out=np.zeros(2, np.float32))
+    np.testing.assert_array_equal(t.dequantize(np.complex128), [1 + 2j, 3 - 4j])
+
+
+def test_dequantize_to_the_narrow_float_kinds():
+    """float4/float6 targets were refused as "not a floating-point dtype"."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q = hurray.quantize(np.linspace(-1, 1, 64).astype(np.float32), "q8_0")
+    for name in ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"):
+        dtype = np.dtype(getattr(ml_dtypes, name))
+        got = q.dequantize(dtype)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, q.dequantize().astype(dtype))

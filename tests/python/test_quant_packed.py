@@ -889,3 +889,71 @@ def test_gguf_export_does_not_mistake_a_packed_block_affine_for_q8_0(tmp_path):
         tmp_path / "b.hurray", {"w": hurray.Tensor(d0, [codes.tobytes(), scales.tobytes()])}
     )
     hurray.convert(tmp_path / "b.hurray", tmp_path / "b.gguf", quiet=True)
+
+
+# ------------------------------- session 44: float8 scales on the general path
+
+_FLOAT8_SCALES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+
+
+def _scales(dtype_name, values):
+    import ml_dtypes
+
+    return np.array(values, getattr(ml_dtypes, dtype_name))
+
+
+@pytest.mark.parametrize("scale_dtype", _FLOAT8_SCALES)
+def test_float8_scales_with_64_bit_codes_and_zero_points(scale_dtype):
+    """Float8 scales sent per-channel and block affine tensors to the packed
+    decoder, which holds codes and zero points in 32 bits: int64/uint64
+    ones came out cut to their low bits (and int8 - INT64_MIN overflowed
+    int64 in C), with no error."""
+    cases = [
+        ("uint64", [2**40 + 5, 2**64 - 1], None, None),
+        ("int64", [-(2**40), 2**62 + 1], None, None),
+        ("int8", [1, -1], "uint64", [2**64 - 1, 2**40]),
+        ("int8", [127, 0], "int64", [-(2**63), 2**63 - 1]),
+    ]
+    for code_dtype, codes, zp_dtype, zps in cases:
+        c = np.array(codes, code_dtype)
+        s = _scales(scale_dtype, [1.0] * c.size)
+        buffers = [hurray.Buffer("data", c.nbytes), hurray.Buffer("scales", s.nbytes)]
+        arrays = [c, s]
+        fields = {"zero_point": 0}
+        if zp_dtype is not None:
+            z = np.array(zps, zp_dtype)
+            arrays.append(z)
+            buffers.append(hurray.Buffer("zero_points", z.nbytes))
+            fields = {"zero_point_buffer": 2, "zero_point_dtype": zp_dtype}
+        q = hurray.PerChannelAffine(axis=0, scale_buffer=1, scale_dtype=scale_dtype, **fields)
+        d = hurray.Descriptor(code_dtype, (c.size,), quantization=q, buffers=buffers)
+        want = np.array(
+            [float(int(ci) - int(zi)) for ci, zi in zip(codes, zps or [0] * len(codes))],
+            np.float32,
+        )
+        np.testing.assert_array_equal(hurray.Tensor(d, arrays).dequantize(), want)
+
+
+@pytest.mark.parametrize("scale_dtype", _FLOAT8_SCALES)
+@pytest.mark.parametrize("kind", ["per_channel", "block"])
+def test_float8_scales_honour_strides(scale_dtype, kind):
+    """The packed decoder built row-major strides from the shape: a strided
+    tensor with float8 scales was read as if it were row-major."""
+    codes = np.arange(24, dtype=np.int8) - 12
+    values = [1.0, 2.0, 4.0, 0.5]
+    s = _scales(scale_dtype, values)
+    if kind == "per_channel":
+        q = hurray.PerChannelAffine(axis=1, scale_buffer=1, scale_dtype=scale_dtype)
+        scale_of = np.array(values, np.float32)[None, :]
+    else:  # blocks of 6 along axis 0: one per column
+        q = hurray.BlockAffine(axis=0, block_size=6, scale_buffer=1, scale_dtype=scale_dtype)
+        scale_of = np.array(values, np.float32)[None, :]
+    d = hurray.Descriptor(
+        "int8",
+        (6, 4),
+        strides=(1, 6),  # the transpose of a row-major (4, 6)
+        quantization=q,
+        buffers=[hurray.Buffer("data", 24), hurray.Buffer("scales", s.nbytes)],
+    )
+    want = codes.reshape(4, 6).T.astype(np.float32) * scale_of
+    np.testing.assert_array_equal(hurray.Tensor(d, [codes, s]).dequantize(), want)
