@@ -133,6 +133,33 @@ static HurrayStatus resolve_affine(const HurrayQuantizeOptions *o, const char *n
   return HURRAY_OK;
 }
 
+/* Options a scheme fixes, set to anything else: refused, never ignored. */
+static HurrayStatus check_fixed_options(const HurrayQuantizeOptions *o,
+                                        const HurrayQuantizeOptions *def, const char *name,
+                                        HurrayError *error) {
+  bool ggml = o->scheme == HURRAY_SCHEME_Q8_0 || o->scheme == HURRAY_SCHEME_Q4_0;
+  if (ggml || is_mx(o->scheme) || o->scheme == HURRAY_SCHEME_NF4) {
+    if (o->code_dtype != def->code_dtype) {
+      return bad_option(error, name, "the code dtype is fixed by the scheme");
+    }
+    if (o->scale_dtype != def->scale_dtype) {
+      return bad_option(error, name, "the scale dtype is fixed by the scheme");
+    }
+  }
+  if ((ggml || is_mx(o->scheme)) && o->block_size != 32) {
+    return bad_option(error, name, "the block size is fixed at 32");
+  }
+  if ((o->scheme == HURRAY_SCHEME_AFFINE || o->scheme == HURRAY_SCHEME_PER_CHANNEL) &&
+      o->block_size != 0) {
+    return bad_option(error, name, "it has no blocks, so no block size");
+  }
+  if (!is_affine(o->scheme) && o->symmetric != -1) {
+    return bad_option(error, name,
+                      "its zero point is fixed by the scheme, so no symmetric choice");
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t rank,
                                     HurrayResolvedScheme *r, HurrayError *error) {
   *r = (HurrayResolvedScheme){0};
@@ -164,24 +191,7 @@ HurrayStatus hurray__resolve_scheme(const HurrayQuantizeOptions *o, uint32_t ran
   }
 
   bool ggml = o->scheme == HURRAY_SCHEME_Q8_0 || o->scheme == HURRAY_SCHEME_Q4_0;
-  if (ggml || is_mx(o->scheme) || o->scheme == HURRAY_SCHEME_NF4) {
-    if (o->code_dtype != def.code_dtype) {
-      return bad_option(error, name, "the code dtype is fixed by the scheme");
-    }
-    if (o->scale_dtype != def.scale_dtype) {
-      return bad_option(error, name, "the scale dtype is fixed by the scheme");
-    }
-  }
-  if ((ggml || is_mx(o->scheme)) && o->block_size != 32) {
-    return bad_option(error, name, "the block size is fixed at 32");
-  }
-  if ((o->scheme == HURRAY_SCHEME_AFFINE || o->scheme == HURRAY_SCHEME_PER_CHANNEL) &&
-      o->block_size != 0) {
-    return bad_option(error, name, "it has no blocks, so no block size");
-  }
-  if (!is_affine(o->scheme) && o->symmetric != -1) {
-    return bad_option(error, name, "its zero point is fixed by the scheme, so no symmetric choice");
-  }
+  HURRAY_RETURN_NOT_OK(check_fixed_options(o, &def, name, error));
   if (ggml && r->axis != rank - 1) {
     return bad_option(error, name, "blocks run along the last axis (GGUF rows)");
   }
