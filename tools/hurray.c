@@ -19,6 +19,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <signal.h>
 #include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -268,6 +269,11 @@ static int run_top_level(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* Past a file-size limit a write fails with EFBIG, which every command
+   * reports (and the writer cleans up after), rather than killing the
+   * process mid-write with no word and its temporary file left behind.
+   * Python, which convert may exec, ignores it too. */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     fputs(usage_text, stderr);
     return EXIT_USAGE;

@@ -297,7 +297,10 @@ def fsync_dir(folder: str) -> None:
     except OSError:
         pass
     finally:
-        os.close(fd)
+        try:
+            os.close(fd)  # a failure here is past the rename: nothing to report
+        except OSError:
+            pass
 
 
 def _refuse_special_file(path) -> None:

@@ -460,6 +460,30 @@ class NativeConvertTest(unittest.TestCase):
             self.assertEqual(out.returncode, 1)
             self.assertIn(b"/nonexistent/python3", out.stderr)
 
+    def test_a_file_size_limit_is_a_failure_not_a_kill(self):
+        """Past RLIMIT_FSIZE the native convert was killed by SIGXFSZ: exit
+        153, no message, and (without O_TMPFILE) its temporary file left."""
+        import resource
+
+        with tempfile.TemporaryDirectory() as d:
+            st = os.path.join(d, "a.safetensors")
+            with open(st, "wb") as f:
+                f.write(safetensors_bytes({"w": ("F32", (256, 1024), bytes(1 << 20))}))
+            before = sorted(os.listdir(d))
+            for target in ("b.hurray", "b.gguf", "b.safetensors"):
+
+                def limit():
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+
+                out = subprocess.run(
+                    [HURRAY, "convert", st, os.path.join(d, target)],
+                    capture_output=True,
+                    preexec_fn=limit,
+                )
+                self.assertEqual(out.returncode, 1, (target, out.returncode, out.stderr))
+                self.assertIn(b"hurray convert: ", out.stderr)
+                self.assertEqual(sorted(os.listdir(d)), before, target)
+
     def test_metadata_left_behind_is_named(self):
         """The native path dropped metadata the target cannot hold and said
         nothing; the Python converter names the keys."""

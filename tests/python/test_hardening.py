@@ -1383,3 +1383,28 @@ def test_dict_round_trip_keeps_a_negative_zero_statistic():
     assert again == d
     assert np.copysign(1.0, again.statistics.min) == -1.0
     assert np.copysign(1.0, again.statistics.max) == 1.0
+
+
+def test_a_folder_sync_that_fails_to_close_fails_nothing(tmp_path, monkeypatch):
+    """fsync_dir closed the folder outside its try: a failed close (EIO)
+    failed a conversion, and a DCP write, whose target was already
+    published."""
+    import errno
+    import stat as stat_module
+
+    from hurray import _files
+
+    real_close = os.close
+
+    def close(fd):
+        is_dir = stat_module.S_ISDIR(os.fstat(fd).st_mode)
+        real_close(fd)
+        if is_dir:
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "close", close)
+    _files.fsync_dir(str(tmp_path))  # raised OSError(EIO)
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"x": np.arange(3, dtype=np.float32)})
+    hurray.convert(str(src), str(tmp_path / "a.npz"), quiet=True)
+    assert np.load(tmp_path / "a.npz")["x"].tolist() == [0, 1, 2]
