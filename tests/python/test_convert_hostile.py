@@ -1630,3 +1630,43 @@ def test_torch_load_warnings_do_not_break_the_one_line_error(tmp_path):
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("hurray convert: ") and "Warning" not in r.stderr
+
+
+# --------------------------------------- session 44: writing under failure
+
+
+def test_a_full_disk_is_an_os_error_for_every_target(tmp_path):
+    """A write that failed (a size limit here, a full disk alike) was a
+    ConversionIOError for safetensors, hurray and npz targets, but a plain
+    ConversionError without errno for gguf (a HurrayIOError downgraded) and
+    for .pt (torch reports "unexpected pos ..." and drops the errno)."""
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        f"""
+        import errno, os, resource
+        import numpy as np
+        import hurray
+        from hurray.convert import ConversionIOError
+        d = {str(tmp_path)!r}
+        src = os.path.join(d, "m.hurray")
+        hurray.save(src, {{"w": np.ones((512, 1024), np.float32)}})
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.RLIM_INFINITY))
+        for ext in ("safetensors", "hurray", "gguf", "npz", "pt"):
+            dst = os.path.join(d, "out." + ext)
+            with open(dst, "wb") as f:
+                f.write(b"OLD")
+            try:
+                hurray.convert(src, dst, quiet=True)
+                raise SystemExit(ext + ": no error")
+            except ConversionIOError as e:
+                assert isinstance(e, OSError) and e.errno == errno.EFBIG, (ext, e.errno)
+                assert e.filename == dst, (ext, e.filename)
+            with open(dst, "rb") as f:
+                assert f.read() == b"OLD", ext
+        assert sorted(os.listdir(d)) == ["m.hurray"] + sorted(
+            "out." + e for e in ("gguf", "hurray", "npz", "pt", "safetensors")
+        ), os.listdir(d)
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr

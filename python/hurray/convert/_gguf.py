@@ -20,6 +20,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _shape_str,
+    os_failure,
 )
 from ._source import _Source
 from ._target import _FileTarget, _note_dropped, _Out
@@ -174,7 +175,9 @@ class _GgufTarget(_FileTarget):
         try:
             tensors = [(name, produce().__hurray__()) for name, produce in self._plan]
             _formats.write(self.tmp, "gguf", tensors, meta)  # publish() renames it
-        except (HurrayError, OSError, ValueError, TypeError) as exc:
+        except OSError as exc:  # hurray.HurrayIOError too: a full disk
+            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+        except (HurrayError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         kv = [k for k in meta if k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY)]
         report.metadata_keys = len(kv) + (0 if "gguf.general.architecture" in meta else 1)

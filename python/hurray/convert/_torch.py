@@ -31,6 +31,25 @@ def _load(torch, path: str):
             return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
 
 
+class _WriteErrors:
+    """The file torch.save writes through, keeping the OSError of a failed
+    write (a full disk, a size limit), which torch reports without it."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by the caller's with
+        self.error = None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 class _TorchSource(_Source):
     format = "torch"
 
@@ -194,9 +213,16 @@ class _TorchTarget(_TorchishTarget):
             [k for k in metadata if k != SOURCE_DTYPES_KEY],
             "a torch state dict holds tensors only",
         )
+        sink = _WriteErrors(self.tmp)
         try:
-            torch.save(self._tensors, self.tmp)
-        except OSError as exc:
-            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+            with sink.file:
+                torch.save(self._tensors, sink)
         except Exception as exc:
+            # torch turns a failed write into "unexpected pos ..." (a
+            # RuntimeError without errno): the sink kept the OSError.
+            failure = sink.error if sink.error is not None else exc
+            if isinstance(failure, OSError):
+                raise os_failure(
+                    failure, f"writing {self.path}: {_first_line(failure)}", self.path
+                ) from None
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
