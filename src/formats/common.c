@@ -447,11 +447,54 @@ static const yajl_callbacks j_callbacks = {j_null,   j_bool,        NULL,       
                                            j_number, j_string,      j_start_map, j_key,
                                            j_close,  j_start_array, j_close};
 
+/* Four hex digits at p (n bytes left) into *u. */
+static bool hex4(const uint8_t *p, size_t n, unsigned *u) {
+  if (n < 4) return false;
+  *u = 0;
+  for (int k = 0; k < 4; k++) {
+    unsigned c = p[k], lower = c | 0x20u;
+    unsigned d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (lower >= 'a' && lower <= 'f') d = lower - 'a' + 10;
+    else return false;
+    *u = *u * 16 + d;
+  }
+  return true;
+}
+
+/* A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one: yajl
+ * decodes it to "?", so it is found in the text (a lone low one reaches
+ * j_decode as its three-byte form). */
+static bool has_lone_high_surrogate(const uint8_t *t, size_t len) {
+  bool in_string = false;
+  for (size_t i = 0; i < len; i++) {
+    if (!in_string || t[i] == '"') {
+      if (t[i] == '"') in_string = !in_string;
+      continue;
+    }
+    if (t[i] != '\\' || i + 1 >= len) continue;
+    unsigned u, v;
+    if (t[i + 1] == 'u' && hex4(t + i + 2, len - (i + 2), &u) && u >= 0xD800 && u <= 0xDBFF) {
+      bool paired = i + 7 < len && t[i + 6] == '\\' && t[i + 7] == 'u' &&
+                    hex4(t + i + 8, len - (i + 8), &v) && v >= 0xDC00 && v <= 0xDFFF;
+      if (!paired) return true;
+      i += 11; /* both escapes */
+      continue;
+    }
+    i++; /* the escaped character */
+  }
+  return false;
+}
+
 HurrayStatus hurray__j_parse(const uint8_t *text, size_t len, HurrayJ *out, HurrayError *error) {
   memset(out, 0, sizeof *out);
   if (!hurray__utf8_valid((const char *)text, len)) {
     return hurray__fail(error, HURRAY_ERR_MALFORMED,
                         "metadata value is not valid JSON: not UTF-8, or holds a NUL");
+  }
+  if (has_lone_high_surrogate(text, len)) {
+    return hurray__fail(error, HURRAY_ERR_MALFORMED,
+                        "metadata value is not valid JSON: unpaired surrogate");
   }
   uint8_t *copy = malloc(len + 1), *kinds = malloc(len + 1);
   JB b = {.error = error, .status = HURRAY_OK, .kinds = kinds};

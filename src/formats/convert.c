@@ -808,6 +808,15 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
                         "and a quantized one at least 1",
                         name, rank);
   }
+  const uint64_t *dims = hurray_descriptor_shape(d);
+  for (uint32_t i = 0; i < rank; i++) {
+    if (dims[i] > (uint64_t)INT64_MAX) { /* ggml's ne is int64: its readers refuse it */
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor '%.200s' has a dimension of %llu; GGUF dimensions are below "
+                          "2^63",
+                          name, (unsigned long long)dims[i]);
+    }
+  }
   if (!plain_dense(d)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "tensor '%.200s' is %s; GGUF holds it only densified (the Python "
@@ -1008,10 +1017,27 @@ static bool bookkeeping(const char *key) {
          strcmp(key, "gguf.__tensors__") == 0;
 }
 
+/* gguf.__tensors__ is read (by a GGUF target, and by the Python converter
+ * for every target): a JSON array of names, as the Python converter checks. */
+static HurrayStatus check_tensor_order(HurrayMetadataType type, const void *value, size_t len,
+                                       HurrayError *error) {
+  HurrayJ list = {0};
+  bool ok = type == HURRAY_METADATA_STRING &&
+            hurray__j_parse(value, len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR;
+  for (size_t i = 0; ok && i < list.len; i++) ok = list.items[i].kind == HJ_STR;
+  hurray__j_free(&list);
+  return ok ? HURRAY_OK
+            : hurray__fail(error, HURRAY_ERR_MALFORMED,
+                           "metadata 'gguf.__tensors__' is not a JSON array of tensor names");
+}
+
 HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, HurrayMetadataType type,
                                         const void *value, size_t len, HurrayError *error) {
   if (t == NULL || key == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target and key are required");
+  }
+  if (strcmp(key, "gguf.__tensors__") == 0) {
+    HURRAY_RETURN_NOT_OK(check_tensor_order(type, value, len, error));
   }
   if (t->format == HURRAY_FORMAT_HURRAY) {
     /* Through a list as the other targets keep it: the same checks of the

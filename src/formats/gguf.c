@@ -479,10 +479,14 @@ static HurrayStatus read_tensor_info(Cur *c, HurrayGGUFFile *out, uint64_t i) {
   uint64_t numel = 1;
   for (uint32_t d = 0; d < t->n_dims; d++) {
     HURRAY_RETURN_NOT_OK(rd(c, &t->dims[d], 8, "a tensor info"));
-    if (t->dims[d] > (uint64_t)INT64_MAX || !hurray__mul_u64(numel, t->dims[d], &numel) ||
-        numel > (uint64_t)INT64_MAX) {
-      return hurray__fail(error, HURRAY_ERR_OVERFLOW, "GGUF tensor %.200s: its dims overflow",
-                          t->name);
+    if (t->dims[d] > (uint64_t)INT64_MAX) { /* ggml's ne is int64 */
+      return hurray__fail(error, HURRAY_ERR_OVERFLOW,
+                          "GGUF tensor %.200s: dimension %u is %llu, past 2^63 - 1", t->name, d,
+                          (unsigned long long)t->dims[d]);
+    }
+    if (!hurray__mul_u64(numel, t->dims[d], &numel) || numel > (uint64_t)INT64_MAX) {
+      return hurray__fail(error, HURRAY_ERR_OVERFLOW,
+                          "GGUF tensor %.200s: its element count is past 2^63 - 1", t->name);
     }
   }
   HURRAY_RETURN_NOT_OK(rd(c, &type, 4, "a tensor info"));
@@ -704,9 +708,11 @@ static HurrayStatus enc_int(Enc *e, HurrayStr *o, int t, bool neg, uint64_t mag)
   return HURRAY_OK;
 }
 
-static HurrayStatus enc_float(HurrayStr *o, int t, double v) {
+static HurrayStatus enc_float(Enc *e, HurrayStr *o, int t, double v) {
   if (t == GV_FLOAT32) {
     float f = (float)v;
+    /* A finite value past FLOAT32's range would be written as an infinity. */
+    if (isinf(f) && !isinf(v)) return enc_fail(e, "a value past FLOAT32's range");
     uint32_t b;
     memcpy(&b, &f, 4);
     put(o, b, 4);
@@ -743,7 +749,7 @@ static HurrayStatus enc_json(Enc *e, HurrayStr *o, const char *type, const Hurra
   }
   if (t == GV_FLOAT32 || t == GV_FLOAT64) {
     if (j->kind != HJ_NUM) return enc_fail(e, "a float item that is not a number");
-    return enc_float(o, t, j->num);
+    return enc_float(e, o, t, j->num);
   }
   if (t == GV_BOOL && j->kind == HJ_BOOL) {
     put(o, j->b, 1);
@@ -773,6 +779,11 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
     if (m->type != HURRAY_METADATA_STRING && m->type != HURRAY_METADATA_BYTES) {
       return enc_fail(e, "an array is kept as JSON text");
     }
+    unsigned depth = 0;
+    for (const char *p = type; strncmp(p, "ARRAY:", 6) == 0; p += 6) depth++;
+    if (depth > HURRAY_GGUF_MAX_ARRAY_DEPTH) { /* the readers' limit, this one's too */
+      return enc_fail(e, "arrays nested deeper than 4, which GGUF readers refuse");
+    }
     HurrayJ j;
     HURRAY_RETURN_NOT_OK(hurray__j_parse(m->bytes, m->len, &j, e->error));
     put(o, GV_ARRAY, 4);
@@ -801,13 +812,13 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
           if (endp != buf + m->len || isspace((unsigned char)buf[0])) { /* "1.5\0x", " 1" */
             return enc_fail(e, "not a number");
           }
-          return enc_float(o, t, d);
+          return enc_float(e, o, t, d);
         }
         return enc_json(e, o, type, &j);
       }
     case HURRAY_METADATA_INT:
       if (t == GV_STRING) return enc_fail(e, "a STRING with an int value");
-      if (t == GV_FLOAT32 || t == GV_FLOAT64) return enc_float(o, t, (double)m->i);
+      if (t == GV_FLOAT32 || t == GV_FLOAT64) return enc_float(e, o, t, (double)m->i);
       return enc_int(e, o, t, m->i < 0, m->i < 0 ? (uint64_t)(-(m->i + 1)) + 1 : (uint64_t)m->i);
     case HURRAY_METADATA_FLOAT:
       if (t != GV_FLOAT32 && t != GV_FLOAT64) {
@@ -815,7 +826,7 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
         int64_t i = (int64_t)m->f;
         return enc_int(e, o, t, i < 0, i < 0 ? (uint64_t)(-(i + 1)) + 1 : (uint64_t)i);
       }
-      return enc_float(o, t, m->f);
+      return enc_float(e, o, t, m->f);
     case HURRAY_METADATA_BOOL:
       if (t == GV_STRING || t == GV_FLOAT32 || t == GV_FLOAT64) {
         return enc_fail(e, "a bool for a non-integer type");
@@ -834,7 +845,8 @@ static const char *guess_type(const HurrayMeta *m) {
       if (m->i >= 0 && m->i < (1ll << 32)) return "UINT32";
       if (m->i >= INT32_MIN && m->i <= INT32_MAX) return "INT32";
       return "INT64";
-    case HURRAY_METADATA_FLOAT: return "FLOAT32";
+    case HURRAY_METADATA_FLOAT: /* FLOAT64 for what FLOAT32 would make infinite */
+      return isinf((float)m->f) && !isinf(m->f) ? "FLOAT64" : "FLOAT32";
     default: return "STRING";
   }
 }
@@ -901,17 +913,19 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   bool arch_missing = hurray__meta_find(meta, "gguf.general.architecture") == NULL;
   uint64_t pairs = 0;
   if (arch_missing || !arch_recorded) {
-    /* general.architecture first, as GGUF writers put it. */
+    /* general.architecture first, as GGUF writers put it: "hurray" when
+     * there is none, else its value as it is (typed as any unrecorded key:
+     * one that is no string is kept, not replaced). */
     const HurrayMeta *arch = hurray__meta_find(meta, "gguf.general.architecture");
-    const char *value = "hurray";
-    size_t len = 6;
-    if (arch != NULL && arch->type == HURRAY_METADATA_STRING && arch->len > 0) {
-      value = (const char *)arch->bytes;
-      len = arch->len;
-    }
     put_str(out, "general.architecture", 20);
-    put(out, GV_STRING, 4);
-    put_str(out, value, len);
+    if (arch == NULL) {
+      put(out, GV_STRING, 4);
+      put_str(out, "hurray", 6);
+    } else {
+      Enc e = {error, "general.architecture"};
+      s = enc_value(&e, out, guess_type(arch), arch);
+      if (s != HURRAY_OK) goto done;
+    }
     pairs++;
   }
   for (size_t i = 0; i < k; i++) {

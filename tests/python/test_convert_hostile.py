@@ -1670,3 +1670,138 @@ def test_a_full_disk_is_an_os_error_for_every_target(tmp_path):
     )
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# --------------------------------------- session 44: metadata the targets mangled
+
+
+def _both_paths(src, dst):
+    """(C command result or None, Python API exception or None)."""
+    from zoo_reference import cli
+
+    exe = cli()
+    native = None
+    if exe is not None:
+        native = subprocess.run(
+            [exe, "convert", "-q", str(src), str(dst)], capture_output=True, text=True, timeout=120
+        )
+        if native.returncode == 0:
+            os.remove(dst)
+    try:
+        convert(src, dst, quiet=True)
+        error = None
+    except ConversionError as e:
+        error = e
+    return native, error
+
+
+def _save_with_gguf_meta(path, meta, types=None):
+    if types is not None:
+        meta = dict(meta, **{"gguf.__types__": json.dumps(types)})
+    hurray.save(path, {"x": np.arange(4, dtype=np.float32)}, meta)
+
+
+@pytest.mark.parametrize(
+    "value,types,why",
+    [
+        # yajl makes a lone high surrogate "?": it was written so
+        ('["\\ud800"]', {"k": "ARRAY:STRING"}, "unpaired surrogate"),
+        ('["a\\udbffb"]', {"k": "ARRAY:STRING"}, "unpaired surrogate"),
+        # written as inf
+        (1e39, {"k": "FLOAT32"}, "FLOAT32's range"),
+        ("[1e39]", {"k": "ARRAY:FLOAT32"}, "FLOAT32's range"),
+        # one level past what the readers (this library's too) take
+        ("[[[[[1]]]]]", {"k": "ARRAY:ARRAY:ARRAY:ARRAY:ARRAY:INT32"}, "nested deeper than 4"),
+    ],
+)
+def test_gguf_metadata_the_writer_changed_is_refused(tmp_path, value, types, why):
+    src, dst = tmp_path / "m.hurray", tmp_path / "o.gguf"
+    _save_with_gguf_meta(src, {"gguf.k": value}, types)
+    native, error = _both_paths(src, dst)
+    if native is not None:
+        assert native.returncode == 1 and why in native.stderr, native.stderr
+    assert error is not None and why in str(error), error
+    assert not dst.exists()
+
+
+def test_gguf_metadata_at_the_limits_is_kept(tmp_path):
+    """What the refusals above must not refuse: four levels of arrays, a
+    paired surrogate, FLOAT32's largest value and infinities, and an
+    untyped float past FLOAT32 (FLOAT64, where it was made inf)."""
+    gguf = pytest.importorskip("gguf")
+    src, dst = tmp_path / "m.hurray", tmp_path / "o.gguf"
+    meta = {
+        "gguf.deep": "[[[[1]]]]",
+        "gguf.pair": '["\\ud83d\\ude00"]',
+        "gguf.max": 3.4028234663852886e38,
+        "gguf.inf": float("-inf"),
+        "gguf.big": 1e39,
+    }
+    types = {
+        "deep": "ARRAY:ARRAY:ARRAY:ARRAY:INT32",
+        "pair": "ARRAY:STRING",
+        "max": "FLOAT32",
+        "inf": "FLOAT32",
+    }
+    _save_with_gguf_meta(src, meta, types)
+    convert(src, dst, quiet=True)
+    fields = gguf.GGUFReader(dst).fields
+    assert fields["pair"].contents() == ["\U0001f600"]
+    assert fields["max"].contents() == np.float32(3.4028234663852886e38)
+    assert fields["inf"].contents() == -np.inf
+    assert fields["big"].types == [gguf.GGUFValueType.FLOAT64]
+    assert fields["big"].contents() == 1e39
+    back = tmp_path / "back.hurray"
+    convert(dst, back, quiet=True)  # the reader takes what the writer wrote
+    assert json.loads(hurray.open(back).metadata["gguf.deep"]) == [[[[1]]]]
+
+
+def test_a_malformed_tensor_order_is_refused_on_both_paths(tmp_path):
+    """gguf.__tensors__ of another shape was refused by the Python API and
+    taken (ignored) by the C command, for every target."""
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"x": np.ones(2, np.float32)}, {"gguf.__tensors__": '{"x": 1}'})
+    for target in ("o.gguf", "o.safetensors", "o.hurray"):
+        native, error = _both_paths(src, tmp_path / target)
+        if native is not None:
+            assert native.returncode == 1, (target, native.stderr)
+            assert "not a JSON array of tensor names" in native.stderr
+        assert error is not None and "not a JSON array" in str(error), (target, error)
+
+
+def test_non_utf8_safetensors_metadata_is_refused_on_both_paths(tmp_path):
+    """The Python API wrote b"\\xff\\xfeA" as "\\ufffd\\ufffdA"; the C
+    command refused it."""
+    src, dst = tmp_path / "m.hurray", tmp_path / "o.safetensors"
+    hurray.save(src, {"x": np.ones(2, np.float32)}, {"safetensors.k": b"\xff\xfeA"})
+    native, error = _both_paths(src, dst)
+    if native is not None:
+        assert native.returncode == 1 and "not UTF-8" in native.stderr
+    assert error is not None and "not UTF-8" in str(error)
+    assert not dst.exists()
+
+
+def test_a_gguf_dimension_past_int64_is_refused(tmp_path):
+    """An empty tensor of shape [0, 2^64 - 1] (valid in safetensors and
+    hurray) was written to GGUF, whose readers (gguf-py, this library's)
+    then refused the file ("its dims overflow", for no element at all)."""
+    src, dst = tmp_path / "a.safetensors", tmp_path / "o.gguf"
+    header = json.dumps({"a": {"dtype": "F32", "shape": [0, 2**64 - 1], "data_offsets": [0, 0]}})
+    header += " " * (-len(header) % 8)
+    src.write_bytes(len(header).to_bytes(8, "little") + header.encode())
+    native, error = _both_paths(src, dst)
+    if native is not None:
+        assert native.returncode == 1 and "below 2^63" in native.stderr, native.stderr
+    assert error is not None and "2^63" in str(error), error
+    assert not dst.exists()
+
+
+def test_a_gguf_architecture_that_is_no_string_is_kept(tmp_path):
+    """gguf.general.architecture = 5 (no recorded type) was written as the
+    string "hurray": the value was lost without a word."""
+    gguf = pytest.importorskip("gguf")
+    src, dst = tmp_path / "m.hurray", tmp_path / "o.gguf"
+    _save_with_gguf_meta(src, {"gguf.general.architecture": 5})
+    convert(src, dst, quiet=True)
+    field = gguf.GGUFReader(dst).fields["general.architecture"]
+    assert field.contents() == 5 and field.types == [gguf.GGUFValueType.UINT32]

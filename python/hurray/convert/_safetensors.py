@@ -445,7 +445,7 @@ class _SafetensorsTarget(_DenseTarget):
         dropped = []
         for k, v in metadata.items():
             if k.startswith("safetensors."):
-                meta[k[len("safetensors.") :]] = _as_text(v)
+                meta[k[len("safetensors.") :]] = _as_text(k, v)
             elif (
                 k
                 not in (
@@ -494,10 +494,16 @@ class _SafetensorsTarget(_DenseTarget):
         self.write_file(self.tmp, list(self._tensors), self.header_metadata(metadata, report))
 
 
-def _as_text(v) -> str:
-    """safetensors metadata values are strings."""
+def _as_text(key: str, v) -> str:
+    """safetensors metadata values are strings: bytes that are UTF-8 are
+    one, others are refused (as the C writer refuses them), not changed."""
     if isinstance(v, str):
         return v
     if isinstance(v, (bytes, bytearray)):
-        return bytes(v).decode("utf-8", "replace")
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConversionError(
+                f"metadata {key} is not UTF-8, as safetensors __metadata__ needs"
+            ) from None
     return json.dumps(v)
