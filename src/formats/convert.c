@@ -778,6 +778,31 @@ static const char *describe_kind(const HurrayDescriptor *d) {
   return "a strided view";
 }
 
+/* A rank-0 GGUF tensor (n_dims 0) is one element, as GGUF readers,
+ * llama.cpp's and this library's, take it; a block type needs an axis.
+ * ggml's dimensions are int64: its readers refuse 2^63 and more. */
+static HurrayStatus gguf_shape_accepted(const char *name, const HurrayDescriptor *d,
+                                        HurrayError *error) {
+  uint32_t rank = hurray_descriptor_rank(d);
+  if (rank > HURRAY_GGUF_MAX_DIMS ||
+      (rank == 0 && hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' has rank %u; GGUF tensors have at most 4 dimensions, "
+                        "and a quantized one at least 1",
+                        name, rank);
+  }
+  const uint64_t *dims = hurray_descriptor_shape(d);
+  for (uint32_t i = 0; i < rank; i++) {
+    if (dims[i] > (uint64_t)INT64_MAX) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "tensor '%.200s' has a dimension of %llu; GGUF dimensions are below "
+                          "2^63",
+                          name, (unsigned long long)dims[i]);
+    }
+  }
+  return HURRAY_OK;
+}
+
 /* Whether a target of `format` takes `d` as it is; the GGUF type into *gtype. */
 static HurrayStatus target_accepts(HurrayFormat format, const char *name,
                                    const HurrayDescriptor *d, uint32_t *gtype,
@@ -800,23 +825,7 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
     }
     return HURRAY_OK;
   }
-  /* A rank-0 GGUF tensor (n_dims 0) is one element, as GGUF readers,
-   * llama.cpp's and this library's, take it; a block type needs an axis. */
-  if (rank > HURRAY_GGUF_MAX_DIMS || (rank == 0 && q != HURRAY_QUANT_NONE)) {
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "tensor '%.200s' has rank %u; GGUF tensors have at most 4 dimensions, "
-                        "and a quantized one at least 1",
-                        name, rank);
-  }
-  const uint64_t *dims = hurray_descriptor_shape(d);
-  for (uint32_t i = 0; i < rank; i++) {
-    if (dims[i] > (uint64_t)INT64_MAX) { /* ggml's ne is int64: its readers refuse it */
-      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                          "tensor '%.200s' has a dimension of %llu; GGUF dimensions are below "
-                          "2^63",
-                          name, (unsigned long long)dims[i]);
-    }
-  }
+  HURRAY_RETURN_NOT_OK(gguf_shape_accepted(name, d, error));
   if (!plain_dense(d)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                         "tensor '%.200s' is %s; GGUF holds it only densified (the Python "
