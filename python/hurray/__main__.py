@@ -193,6 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "-q", "--quiet", action="store_true", help="print nothing: no progress bar, no report"
     )
+    parser.convert_parser = c
     return parser
 
 
@@ -209,7 +210,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return remote_main(argv)
     parser = _parser()
-    args = parser.parse_args(argv)  # exits 2 on a usage error, 0 for --help
+    # exits 2 on a usage error, 0 for --help; an unknown option is reported
+    # by convert's own parser ("usage: hurray convert ..."), not the top one
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.convert_parser.error("unrecognized arguments: " + " ".join(extra))
     from .convert import ConversionError, UsageError, convert
 
     for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):

@@ -112,6 +112,11 @@ def _metadata_value(key: Any, value: Any) -> Any:
         if isinstance(value, np.bool_):
             return bool(value)
         if isinstance(value, np.integer):
+            if not -(2**63) <= int(value) < 2**63:  # np.uint64 past int64
+                raise TypeError(
+                    f"metadata {key!r}: {type(value).__name__} {value} has no int64 value "
+                    "(metadata integers are int64)"
+                )
             return int(value)
         if isinstance(value, np.floating):
             out = float(value)
@@ -457,7 +462,7 @@ def open(
 ) -> File:
     """A lazy reader (see File and load for mmap and readonly). A URL
     (https://, http://, or any fsspec URL such as s3:// or memory://) is
-    read with range requests: see hurray._remote.RemoteFile for `remote`
+    read with range requests: see hurray.RemoteFile for the `remote`
     options (verify_reads, threads, timeout, retries, suffix_bytes,
     headers, storage_options)."""
     if _remote.is_url(path):

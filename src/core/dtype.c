@@ -68,13 +68,15 @@ HurrayStatus hurray_dtype_storage_bytes(HurrayDType dtype, uint64_t count, uint6
   if (bits == 0) {
     return HURRAY_ERR_DTYPE;
   }
+  /* Into a local first: *out is unchanged on failure. Sub-byte counts go by
+   * whole groups of 8 elements, so that only a byte count past 2^64 - 1
+   * overflows, not the bit count on the way (2^63 int4 are 2^62 bytes). */
+  uint64_t bytes;
   if (bits % 8 == 0) {
-    return hurray__mul_u64(count, bits / 8, out) ? HURRAY_OK : HURRAY_ERR_OVERFLOW;
+    if (!hurray__mul_u64(count, bits / 8, &bytes)) return HURRAY_ERR_OVERFLOW;
+  } else {
+    bytes = count / 8 * bits + hurray__ceil_div_u64(count % 8 * bits, 8);
   }
-  uint64_t total_bits;
-  if (!hurray__mul_u64(count, bits, &total_bits)) {
-    return HURRAY_ERR_OVERFLOW;
-  }
-  *out = hurray__ceil_div_u64(total_bits, 8);
+  *out = bytes;
   return HURRAY_OK;
 }

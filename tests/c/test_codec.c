@@ -393,9 +393,33 @@ static void test_optional_parts_are_owned(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* *out was written on OVERFLOW (0, or a wrapped product), and sub-byte
+ * counts overflowed on their bit count: 2^63 int4 need 2^62 bytes. */
+static void test_storage_bytes_at_the_limits(void **state) {
+  (void)state;
+  uint64_t out = 77;
+  assert_int_equal(hurray_dtype_storage_bytes(HURRAY_DTYPE_FLOAT64, 1ull << 61, &out),
+                   HURRAY_ERR_OVERFLOW);
+  assert_int_equal(hurray_dtype_storage_bytes(HURRAY_DTYPE_FLOAT32, UINT64_MAX, &out),
+                   HURRAY_ERR_OVERFLOW);
+  assert_int_equal(hurray_dtype_storage_bytes((HurrayDType)9999, 1, &out), HURRAY_ERR_DTYPE);
+  assert_int_equal(out, 77);
+  assert_ok(hurray_dtype_storage_bytes(HURRAY_DTYPE_INT4, 1ull << 63, &out));
+  assert_int_equal(out, 1ull << 62);
+  assert_ok(hurray_dtype_storage_bytes(HURRAY_DTYPE_UINT4, UINT64_MAX, &out));
+  assert_int_equal(out, 1ull << 63);
+  assert_ok(hurray_dtype_storage_bytes(HURRAY_DTYPE_FLOAT6_E3M2FN, 5, &out));
+  assert_int_equal(out, 4); /* 30 bits */
+  assert_ok(hurray_dtype_storage_bytes(HURRAY_DTYPE_FLOAT6_E2M3FN, UINT64_MAX, &out));
+  assert_int_equal(out, 0xC000000000000000ull); /* ceil(6 (2^64 - 1) / 8) */
+  assert_ok(hurray_dtype_storage_bytes(HURRAY_DTYPE_FLOAT64, (1ull << 61) - 1, &out));
+  assert_int_equal(out, UINT64_MAX - 7);
+}
+
 int main(int argc, char **argv) {
   vectors_dir = argc > 1 ? argv[1] : "tests/vectors";
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_storage_bytes_at_the_limits),
       cmocka_unit_test(test_golden_encode),
       cmocka_unit_test(test_golden_decode),
       cmocka_unit_test(test_round_trip_vectors),

@@ -1805,3 +1805,12 @@ def test_a_gguf_architecture_that_is_no_string_is_kept(tmp_path):
     convert(src, dst, quiet=True)
     field = gguf.GGUFReader(dst).fields["general.architecture"]
     assert field.contents() == 5 and field.types == [gguf.GGUFValueType.UINT32]
+
+
+def test_an_unknown_option_names_the_convert_command(tmp_path):
+    """`hurray convert --bogus A B` printed the top parser's usage
+    ("usage: hurray [-h] COMMAND ...", "hurray: error:")."""
+    r = run_cli("--bogus", tmp_path / "a.npz", tmp_path / "b.hurray")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("usage: hurray convert"), r.stderr
+    assert "hurray convert: error: unrecognized arguments: --bogus" in r.stderr

@@ -1408,3 +1408,15 @@ def test_a_folder_sync_that_fails_to_close_fails_nothing(tmp_path, monkeypatch):
     hurray.save(src, {"x": np.arange(3, dtype=np.float32)})
     hurray.convert(str(src), str(tmp_path / "a.npz"), quiet=True)
     assert np.load(tmp_path / "a.npz")["x"].tolist() == [0, 1, 2]
+
+
+def test_numpy_unsigned_metadata_past_int64_is_a_type_error_naming_the_key(tmp_path):
+    """np.uint64(2**63) raised OverflowError "int too big to convert" from C,
+    naming no key, where the docs promise a TypeError."""
+    for value in (np.uint64(2**63), np.uint64(2**64 - 1)):
+        with pytest.raises(TypeError, match="'big'"):
+            hurray.save(tmp_path / "m.hurray", {}, {"big": value})
+    with pytest.raises(OverflowError, match="'big'"):
+        hurray.save(tmp_path / "m.hurray", {}, {"big": 2**63})
+    hurray.save(tmp_path / "m.hurray", {}, {"big": np.uint64(2**63 - 1)})
+    assert hurray.open(tmp_path / "m.hurray").metadata["big"] == 2**63 - 1
