@@ -1814,3 +1814,48 @@ def test_an_unknown_option_names_the_convert_command(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("usage: hurray convert"), r.stderr
     assert "hurray convert: error: unrecognized arguments: --bogus" in r.stderr
+
+
+@pytest.mark.parametrize("fault", [OSError(5, "Input/output error"), KeyboardInterrupt()])
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_a_folder_target_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, fault, at):
+    """A folder target was published one rename at a time: a failure or a
+    Ctrl-C after the first left a new shard beside the old shards, index
+    and config (convert.md: DST is never partly written)."""
+    src = tmp_path / "src.hurray"
+    hurray.save(
+        src,
+        {"a": np.full(64, 1.0, np.float32), "b": np.full(64, 2.0, np.float32)},
+        {
+            "zoo.config.json": '{"new": true}',
+            "zoo.weight_map": json.dumps({"a": "m-1.safetensors", "b": "m-2.safetensors"}),
+            "zoo.index": "m.safetensors.index.json",
+        },
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {"m-1.safetensors": b"old 1", "config.json": b'{"old": true}', "keep.txt": b"x"}
+    for name, data in old.items():
+        (out / name).write_bytes(data)
+    real_replace = os.replace
+    calls = []
+
+    def replace(a, b, **kw):
+        if os.path.dirname(os.path.abspath(b)) == str(out) and str(a).endswith(".tmp"):
+            calls.append(b)
+            if len(calls) == at:
+                raise fault
+        return real_replace(a, b, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises((ConversionError, KeyboardInterrupt)):
+        convert(src, f"{out}/", quiet=True)
+    monkeypatch.undo()
+    assert len(calls) == at, calls
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == old
+    convert(src, f"{out}/", quiet=True)  # and with no fault, all of it is new
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "config.json", "keep.txt", "m-1.safetensors", "m-2.safetensors", "m.safetensors.index.json"
+    ], names
+    assert (out / "config.json").read_text() == '{"new": true}'

@@ -3,8 +3,9 @@ the shards a zoo source was read from (or one model.safetensors), the index
 beside them when the source had one, and config.json.
 
 Every file is written under a temporary name first; publish() renames them
-into place only after all of them were written, so a failure leaves the
-folder as it was. A folder that does not exist yet is made under a
+into place only after all of them were written, and puts the old ones back
+when a rename fails or is interrupted (_replace_all), so a failure leaves
+the folder as it was. A folder that does not exist yet is made under a
 temporary name and renamed as a whole."""
 
 from __future__ import annotations
@@ -210,13 +211,12 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        backups: List[str] = []
         if self._new_dir is not None:
             os.rename(self._new_dir, self.path)
             self._new_dir = None
         else:
-            for tmp, name in self._written:
-                keep_mode(tmp, os.path.join(self.path, name))
-                os.replace(tmp, os.path.join(self.path, name))
+            backups = self._replace_all()
         self.published = True
         folders = set()
         for _, name in self._written:
@@ -228,6 +228,47 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             _fsync_dir(os.path.join(self.path, folder))
         _fsync_dir(self.path)
         _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        for backup in backups:
+            try:
+                os.unlink(backup)
+            except OSError:
+                pass
+
+    def _replace_all(self) -> List[str]:
+        """Puts every written file in place in an existing folder, as one
+        step: each file it replaces is kept (a hard link) until all are in,
+        and a failure or an interrupt on the way puts the old ones back and
+        removes the new ones, so the folder is never a mix of old and new
+        shards. Returns the kept files, for the caller to remove once the
+        renames are durable; a SIGKILL leaves them, hidden, as it leaves
+        temporary files."""
+        done: List[Tuple[str, Optional[str]]] = []  # (target, its backup or None)
+        try:
+            for tmp, name in self._written:
+                target = os.path.join(self.path, name)
+                backup = None
+                if os.path.lexists(target):
+                    backup = tmp + ".old"
+                    os.link(target, backup, follow_symlinks=False)
+                done.append((target, backup))
+                keep_mode(tmp, target)
+                os.replace(tmp, target)
+        except BaseException:
+            for target, backup in reversed(done):
+                try:
+                    if backup is not None:
+                        # A no-op while both still name the old file (rename
+                        # of two links to one file does nothing): then the
+                        # link is dropped below.
+                        os.replace(backup, target)
+                        if os.path.lexists(backup):
+                            os.unlink(backup)
+                    elif os.path.lexists(target):
+                        os.unlink(target)
+                except OSError:
+                    pass
+            raise
+        return [backup for _, backup in done if backup is not None]
 
     def abort(self) -> None:
         if self.published:
