@@ -1856,6 +1856,10 @@ def test_a_folder_target_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, 
     convert(src, f"{out}/", quiet=True)  # and with no fault, all of it is new
     names = sorted(p.name for p in out.iterdir())
     assert names == [
-        "config.json", "keep.txt", "m-1.safetensors", "m-2.safetensors", "m.safetensors.index.json"
+        "config.json",
+        "keep.txt",
+        "m-1.safetensors",
+        "m-2.safetensors",
+        "m.safetensors.index.json",
     ], names
     assert (out / "config.json").read_text() == '{"new": true}'
