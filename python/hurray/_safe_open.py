@@ -103,8 +103,17 @@ class SafeSlice:
         return self._shape
 
     def get_dtype(self) -> str:
-        """The hurray dtype name ("float32", "bfloat16", ...)."""
-        return self._owner._file.dtype(self._name)
+        """safetensors' name of the dtype ("F32", "BF16", "F8_E4M3"), as
+        safetensors' own get_dtype() returns it; the hurray name ("int4",
+        "uint4") for a tensor safetensors could not hold as it is (a
+        quantized or non-dense one, or a dtype safetensors lacks)."""
+        from . import _formats
+
+        descriptor = self._owner._file.descriptor(self._name)
+        try:
+            return _formats.target_form("safetensors", "", descriptor.encode())[0]
+        except _hurray.HurrayError:
+            return descriptor.dtype
 
     def __len__(self) -> int:
         if not self._shape:

@@ -409,7 +409,7 @@ def test_safe_open_api(model):
         assert f.metadata() == {"format": "pt"}
         assert f.get_tensor("w16").dtype == torch.bfloat16
         sl = f.get_slice("w32")
-        assert sl.get_shape() == [64, 257] and sl.get_dtype() == "float32"
+        assert sl.get_shape() == [64, 257] and sl.get_dtype() == "F32"  # safetensors' name
         assert torch.equal(sl[2:5, ::3], f.get_tensor("w32")[2:5, ::3])
     with hurray.safe_open(model, framework="np") as f:
         assert f.get_tensor("ids")[5] == 5
@@ -527,3 +527,27 @@ def test_safe_open_slices_of_what_torch_cannot_slice_are_refused(tmp_path):
             with pytest.raises(hurray.UnsupportedError, match=f"torch cannot slice a {kind}"):
                 f.get_slice(name)[0:2]
             assert tuple(f.get_tensor(name).shape) == ((3, 4) if name == "pc" else (4, 4))
+
+
+def test_safe_open_dtype_names_are_safetensors_names(tmp_path):
+    """get_slice(n).get_dtype() gave hurray's "float32" where safetensors'
+    gives "F32": a script that switched its import and compared dtypes
+    broke. A tensor safetensors cannot hold keeps hurray's name."""
+    import ml_dtypes
+    import safetensors.numpy
+
+    arrays = {
+        "a": np.ones(3, np.float32),
+        "b": np.ones(4, ml_dtypes.bfloat16),
+        "f8": np.ones(2, ml_dtypes.float8_e4m3fn),
+        "i": np.ones(2, np.int64),
+    }
+    hurray.save(
+        tmp_path / "m.hurray", {**arrays, "q": hurray.quantize(np.ones(64, np.float32), "q8_0")}
+    )
+    safetensors.numpy.save_file(arrays, str(tmp_path / "m.safetensors"))
+    with safetensors.safe_open(str(tmp_path / "m.safetensors"), "np") as theirs:
+        with hurray.safe_open(tmp_path / "m.hurray", framework="np") as ours:
+            for name in arrays:
+                assert ours.get_slice(name).get_dtype() == theirs.get_slice(name).get_dtype()
+            assert ours.get_slice("q").get_dtype() == "int8"  # codes: no safetensors form
