@@ -46,8 +46,14 @@ void hurray_cli_puts_message(FILE *out, const char *message);
 /* The same as hurray_cli_put_escaped for a NUL-terminated string; NULL prints as "(null)". */
 void hurray_cli_puts_escaped(FILE *out, const char *s);
 /* The escaped form of a NUL-terminated string in a malloc'd string, for
- * printf widths; NULL when out of memory. */
+ * padding to a width; NULL when out of memory. */
 char *hurray_cli_escaped(const char *s);
+/* The columns an escaped (so valid UTF-8) string takes: its code points,
+ * one column each (a wide CJK character takes two on most terminals). */
+size_t hurray_cli_columns(const char *escaped);
+/* An escaped string, then spaces up to `width` columns: printf's %-*s pads
+ * by bytes, which put rows with non-ASCII names out of line. */
+void hurray_cli_put_padded(FILE *out, const char *escaped, int width);
 
 /* A JSON string literal of s[0, len): quotes and backslashes escaped, the
  * code points hurray_cli_put_escaped escapes as \uNNNN, a byte that is not

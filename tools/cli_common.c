@@ -57,6 +57,21 @@ char *hurray_cli_escaped(const char *s) {
   return text;
 }
 
+size_t hurray_cli_columns(const char *escaped) {
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)escaped; *p; p++) {
+    n += (*p & 0xC0u) != 0x80u; /* every byte but a continuation byte */
+  }
+  return n;
+}
+
+void hurray_cli_put_padded(FILE *out, const char *escaped, int width) {
+  fputs(escaped, out);
+  for (size_t n = hurray_cli_columns(escaped); n < (size_t)(width > 0 ? width : 0); n++) {
+    fputc(' ', out);
+  }
+}
+
 void hurray_cli_json_string(FILE *out, const char *s, size_t len) {
   fputc('"', out);
   put_text(out, s, len, HURRAY_ESCAPE_JSON | HURRAY_ESCAPE_BACKSLASH);

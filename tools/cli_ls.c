@@ -36,8 +36,8 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file, int
             "QUANTIZATION", "BYTES", "STATISTICS");
   }
   if (file != NULL && hurray_reader_tensor_count(r) == 0) {
-    fprintf(out, "%-*s (no tensors, %zu metadata entries)\n", file_width, file_text,
-            hurray_reader_metadata_count(r));
+    hurray_cli_put_padded(out, file_text, file_width);
+    fprintf(out, " (no tensors, %zu metadata entries)\n", hurray_reader_metadata_count(r));
   }
   for (size_t i = 0; i < hurray_reader_tensor_count(r); i++) {
     const char *name = hurray_reader_tensor_name(r, i);
@@ -56,8 +56,12 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file, int
       status = hurray_cli_fail_at(err, path, "out of memory");
       break;
     }
-    if (file != NULL) fprintf(out, "%-*s ", file_width, file_text);
-    fprintf(out, "%-40s %-14s %-20s %-12s %-20s %12" PRIu64, name_text,
+    if (file != NULL) {
+      hurray_cli_put_padded(out, file_text, file_width);
+      fputc(' ', out);
+    }
+    hurray_cli_put_padded(out, name_text, 40);
+    fprintf(out, " %-14s %-20s %-12s %-20s %12" PRIu64,
             hurray_dtype_name(hurray_descriptor_dtype(d)), shape, hurray_cli_layout_name(d),
             hurray_cli_quant_name(d), hurray_cli_stored_bytes(d));
     free(shape);
@@ -135,9 +139,8 @@ static int ls_dir(FILE *out, FILE *err, const char *dir) {
     int width = 24;
     for (size_t i = 0; i < count; i++) {
       char *text = hurray_cli_escaped(names[i]);
-      if (text != NULL && strlen(text) > (size_t)width && strlen(text) < 4096) {
-        width = (int)strlen(text);
-      }
+      size_t columns = text != NULL ? hurray_cli_columns(text) : 0;
+      if (columns > (size_t)width && columns < 4096) width = (int)columns;
       free(text);
     }
     fprintf(out, "%-*s %-40s %-14s %-20s %-12s %-20s %12s  %s\n", width, "FILE", "NAME", "DTYPE",

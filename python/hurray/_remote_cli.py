@@ -45,8 +45,8 @@ def _g(x: float, form: str = "%g") -> str:
 
 
 def _ljust(text: str, width: int) -> str:
-    """printf's %-*s: padded by bytes of UTF-8, not by characters."""
-    return text + " " * max(0, width - len(text.encode("utf-8", "surrogateescape")))
+    """hurray_cli_put_padded: an escaped name padded by code points."""
+    return text + " " * max(0, width - len(text))
 
 
 def _ls(f, out) -> None:

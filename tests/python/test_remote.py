@@ -1319,3 +1319,25 @@ def test_header_forms_the_rfc_allows(unit, lengths, ok):
                 hurray.open(raw.url, retries=0)
     finally:
         raw.close()
+
+
+def test_ls_columns_line_up_with_non_ascii_names(tmp_path):
+    """ls padded names by bytes (printf's %-40s), so a row with "naïve" or
+    "☃" had its DTYPE column one or two places left of the others; the URL
+    path copied that."""
+    launcher = _launcher()
+    path = tmp_path / "u.hurray"
+    names = ["naïve ünïcode", "plain", "☃", "日本"]
+    hurray.save(path, {n: np.ones(2, np.float32) for n in names})
+    local = subprocess.run([launcher, "ls", str(path)], capture_output=True, text=True, timeout=120)
+    if local.returncode == 127 or "has no hurray package" in local.stderr:
+        pytest.skip("the C program is absent in this tree")
+    assert local.returncode == 0, local.stderr
+    lines = local.stdout.splitlines()
+    at = lines[0].index("DTYPE")
+    assert all(line[at:].startswith("float32") for line in lines[1:]), lines
+    with RangeServer({"/u.hurray": path.read_bytes()}) as s:
+        remote = subprocess.run(
+            [launcher, "ls", s.url("/u.hurray")], capture_output=True, text=True, timeout=120
+        )
+    assert remote.stdout == local.stdout
