@@ -17,6 +17,26 @@ static void print_u64s(FILE *out, const uint64_t *v, uint32_t n) {
   fputc(']', out);
 }
 
+/* Statistics are advisory: shown as stored, never relied on. */
+static void print_statistics(FILE *out, const HurrayDescriptor *d) {
+  double lo, hi;
+  uint64_t nans, zeros;
+  const char *gap = "  "; /* before the first statistic, then one space */
+  if (hurray_descriptor_stat_min(d, &lo)) {
+    fprintf(out, "%smin=%g", gap, lo);
+    gap = " ";
+  }
+  if (hurray_descriptor_stat_max(d, &hi)) {
+    fprintf(out, "%smax=%g", gap, hi);
+    gap = " ";
+  }
+  if (hurray_descriptor_stat_nan_count(d, &nans)) {
+    fprintf(out, "%snan=%" PRIu64, gap, nans);
+    gap = " ";
+  }
+  if (hurray_descriptor_stat_zero_count(d, &zeros)) fprintf(out, "%szeros=%" PRIu64, gap, zeros);
+}
+
 /* One row per tensor of the file at `path`. In a directory listing `file`
  * (the name in the directory) starts each row and each piece's shard and
  * extension type end it; a file without tensors (such as a DCP checkpoint's
@@ -66,23 +86,7 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file, int
             hurray_cli_quant_name(d), hurray_cli_stored_bytes(d));
     free(shape);
     free(name_text);
-    /* Statistics are advisory: shown as stored, never relied on. */
-    double lo, hi;
-    uint64_t nans, zeros;
-    const char *gap = "  "; /* before the first statistic, then one space */
-    if (hurray_descriptor_stat_min(d, &lo)) {
-      fprintf(out, "%smin=%g", gap, lo);
-      gap = " ";
-    }
-    if (hurray_descriptor_stat_max(d, &hi)) {
-      fprintf(out, "%smax=%g", gap, hi);
-      gap = " ";
-    }
-    if (hurray_descriptor_stat_nan_count(d, &nans)) {
-      fprintf(out, "%snan=%" PRIu64, gap, nans);
-      gap = " ";
-    }
-    if (hurray_descriptor_stat_zero_count(d, &zeros)) fprintf(out, "%szeros=%" PRIu64, gap, zeros);
+    print_statistics(out, d);
     if (file != NULL && hurray_descriptor_has_shard(d)) {
       uint32_t rank = hurray_descriptor_shard_rank(d);
       fprintf(out, "  shard=");
