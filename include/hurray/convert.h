@@ -107,7 +107,9 @@ typedef struct HurrayConvertOptions {
  * with HURRAY_ERR_UNSUPPORTED, before writing anything, when a tensor
  * needs a change of form the target cannot take as it is (a quantized
  * tensor into safetensors, a GGUF type other than F32, F16, BF16, F64,
- * I8-I64, Q8_0 and Q4_0, a non-dense layout; a safetensors file holding a
+ * I8-I64, Q8_0 and Q4_0, a non-dense layout, a piece of a sharded tensor or
+ * a tensor of an extension type going to safetensors or GGUF, which would
+ * reach it as a plain tensor; a safetensors file holding a
  * quantized tensor in the parts `hurray convert --keep-scales` writes, going
  * to a hurray file, which only the Python converter rebuilds): the message
  * names the tensor and the reason. On any failure `dst` is untouched. */

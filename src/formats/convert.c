@@ -1437,6 +1437,27 @@ HurrayStatus hurray_convert_file(const char *src, const char *dst,
   return hurray__convert_file_sys(src, dst, options, NULL, error);
 }
 
+/* A piece of a sharded tensor, or a tensor of an extension type, would
+ * reach safetensors or GGUF as a plain tensor, saying nothing of what it
+ * was: hurray_convert_file leaves it to the Python converter, whose report
+ * says so (a HurrayTarget of a caller's own takes it as it is). */
+static HurrayStatus nothing_left_behind(HurrayFormat tf, const char *name,
+                                        const HurrayDescriptor *d, HurrayError *error) {
+  if (tf == HURRAY_FORMAT_HURRAY) return HURRAY_OK;
+  if (hurray_descriptor_has_shard(d)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' is a piece of a sharded tensor, which %s would hold as "
+                        "a whole tensor",
+                        name, hurray_format_name(tf));
+  }
+  if (hurray_descriptor_extension_name(d) != NULL) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                        "tensor '%.200s' has an extension type, which %s cannot keep", name,
+                        hurray_format_name(tf));
+  }
+  return HURRAY_OK;
+}
+
 /* long: the conversion in order: check the source, refuse early, open, copy, then publish. */
 HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
                                       const HurrayConvertOptions *options, const HurraySys *sys,
@@ -1496,6 +1517,7 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
     uint32_t gtype = 0;
     if (st == HURRAY_OK)
       st = target_accepts(tf, hurray_source_tensor_name(s, i), d, &gtype, error);
+    if (st == HURRAY_OK) st = nothing_left_behind(tf, hurray_source_tensor_name(s, i), d, error);
     hurray_descriptor_destroy(d);
   }
   HurrayTarget *t = NULL;

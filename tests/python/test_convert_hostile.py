@@ -1863,3 +1863,68 @@ def test_a_folder_target_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, 
         "m.safetensors.index.json",
     ], names
     assert (out / "config.json").read_text() == '{"new": true}'
+
+
+# --------------------------------------- session 44: sharded folders as sources
+
+
+def test_a_save_sharded_folder_converts_whole(tmp_path):
+    """`hurray convert DIR out.safetensors` of a folder written by
+    save_sharded was refused (it wanted a safetensors index); the tensors
+    are assembled, checked, and the parts are protected as targets."""
+    st = pytest.importorskip("safetensors.numpy")
+    a = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    b = np.arange(5, dtype=np.int64)
+    folder = tmp_path / "parts"
+    parts = hurray.save_sharded(folder, {"a": a, "b": b}, parts=3, metadata={"k": "v"})
+    for target in ("o.safetensors", "o.hurray", "o.npz"):
+        report = convert(folder, tmp_path / target, quiet=True)
+        assert {r.name for r in report.rows} == {"a", "b"}
+    got = st.load_file(str(tmp_path / "o.safetensors"))
+    np.testing.assert_array_equal(got["a"], a)
+    np.testing.assert_array_equal(got["b"], b)
+    with hurray.open(tmp_path / "o.hurray") as f:
+        assert f.metadata == {"k": "v"}  # the save's id is the folder's, not the file's
+        assert f.descriptor("a").shard is None
+    r = run_cli(folder, parts[0])
+    assert r.returncode == 2 and "one of the source's files" in r.stderr
+    # A damaged part is found, as a damaged file is.
+    blob = bytearray(open(parts[1], "rb").read())
+    at = blob.find(a[4:7].tobytes())
+    blob[at] ^= 1
+    open(parts[1], "wb").write(bytes(blob))
+    with pytest.raises(ConversionError, match="fails verification"):
+        convert(folder, tmp_path / "x.safetensors", quiet=True)
+    convert(folder, tmp_path / "x.safetensors", quiet=True, verify=False)
+
+
+def test_pieces_and_extension_types_are_noted_not_hidden(tmp_path):
+    """A piece of a sharded tensor (one rank's file) or a tensor of an
+    extension type went to safetensors as a plain tensor, on the native
+    path and the Python one, with nothing said."""
+    from zoo_reference import cli
+
+    src = tmp_path / "rank.hurray"
+    piece = hurray.shard(np.ones((2, 4), np.float32), (6, 4), (2, 0))
+    ext = hurray.from_numpy(np.frombuffer(b"5", np.uint8))
+    ext = hurray.Tensor(
+        ext.descriptor.replace(extension=hurray.Extension("torch.dcp.json")), list(ext.buffers)
+    )
+    hurray.save(src, {"w": piece, "step": ext})
+    report = convert(src, tmp_path / "o.safetensors", quiet=True)
+    notes = {r.name: r.note for r in report.rows}
+    assert "a piece of a sharded tensor (6x4 at [2, 0])" in notes["w"]
+    assert "extension 'torch.dcp.json' not kept" in notes["step"]
+    exe = cli()
+    if exe is not None:
+        env = dict(os.environ, HURRAY_CONVERT_NATIVE_ONLY="1")
+        r = subprocess.run(
+            [exe, "convert", str(src), str(tmp_path / "n.safetensors")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert r.returncode == 1 and "extension type" in r.stderr, r.stderr  # sorted first
+    report = convert(src, tmp_path / "o.hurray", quiet=True)  # a hurray file keeps both
+    assert all(not r.note for r in report.rows)

@@ -43,6 +43,7 @@ from ._npz import _NpzSource, _NpzTarget
 from ._report import ConversionReport, TensorReport, _measure
 from ._rules import _patterns, _selected, _wants_quantization
 from ._safetensors import _open_index, _SafetensorsSource, _SafetensorsTarget
+from ._sharded import _ShardedSource
 from ._source import _Source
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
@@ -111,9 +112,11 @@ def _open_source(path: str, verify: bool = True) -> _Source:
         if len(files) == 1:
             _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
+        if not files and any(n.endswith(".hurray") for n in entries):
+            return _ShardedSource(path, verify)  # save_sharded's parts, a DCP folder
         raise ConversionError(
             f"{path} is a folder without a *.safetensors.index.json "
-            f"(and {len(files)} .safetensors files); name a file"
+            f"(and {len(files)} .safetensors files, no .hurray files); name a file"
         )
     if kind == "safetensors-index":
         return _open_index(path)
@@ -512,6 +515,23 @@ def _note_nothing_quantized(report: ConversionReport, scheme) -> None:
     )
 
 
+def _left_behind(d, target) -> List[str]:
+    """What of a tensor's descriptor a foreign target does not keep, which
+    the report must say: that it is a piece of a larger tensor, and its
+    extension type (its bytes are written as their storage dtype)."""
+    if target.format == "hurray":
+        return []
+    notes = []
+    if d.shard is not None:
+        notes.append(
+            f"a piece of a sharded tensor ({_shape_str(d.shard.global_shape)} at "
+            f"{list(d.shard.offsets)}), written as the piece; convert its folder to assemble it"
+        )
+    if d.extension is not None:
+        notes.append(f"extension {d.extension.name!r} not kept: written as its {d.dtype} storage")
+    return notes
+
+
 def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
     label, shape, nbytes_in = info
     try:
@@ -553,6 +573,7 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> Te
         notes.append("dequantized")
     if orig and (out.descriptor.quantization is not None):
         new_dtypes[name] = orig
+    notes.extend(_left_behind(out.descriptor, target))
     try:
         result = target.add(name, out, orig)
     except ConversionError:
