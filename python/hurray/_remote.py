@@ -128,15 +128,18 @@ def is_url(path) -> bool:
 
 def _user_part(url: str):
     """The match of the URL's scheme and user part (group 2), or None. The
-    user part reaches to the authority's last "@"; a URL that breaks RFC
-    3986 with a raw "/", "?" or "#" in its password still has one: up to
-    the URL's last "@", when that stretch holds the ":" of user:password
-    (an "@" in a path, as in hf://repo@revision, holds none)."""
+    user part reaches to the authority's last "@". A URL that breaks RFC
+    3986 with a raw "/", "?" or "#" in its password still has one, up to
+    the URL's last "@", when what comes before that character is user:pass
+    (a colon, and after it something that is not a port's digits): an "@"
+    in a path or query (hf://repo@revision, host:8443/a@b, ?t=12:00&u=me@x)
+    is no password."""
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)@", url)
     if m is None:
-        m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)@", url, re.DOTALL)
-        if m is not None and ":" not in m.group(2):
-            m = None
+        head = re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://([^/?#@]*)[/?#]", url)
+        password = head.group(1).partition(":")[2] if head is not None else ""
+        if ":" in (head.group(1) if head else "") and not password.isdigit():
+            m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)@", url, re.DOTALL)
     return m
 
 

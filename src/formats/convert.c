@@ -791,13 +791,18 @@ static HurrayStatus gguf_shape_accepted(const char *name, const HurrayDescriptor
                         "and a quantized one at least 1",
                         name, rank);
   }
+  /* As GGUF readers check them (this library's too): each dimension, and
+   * the running product in ggml's order (innermost first), below 2^63,
+   * which an empty tensor's other dimensions can exceed. */
   const uint64_t *dims = hurray_descriptor_shape(d);
-  for (uint32_t i = 0; i < rank; i++) {
-    if (dims[i] > (uint64_t)INT64_MAX) {
+  uint64_t product = 1;
+  for (uint32_t i = rank; i-- > 0;) {
+    if (dims[i] > (uint64_t)INT64_MAX || !hurray__mul_u64(product, dims[i], &product) ||
+        product > (uint64_t)INT64_MAX) {
       return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                          "tensor '%.200s' has a dimension of %llu; GGUF dimensions are below "
-                          "2^63",
-                          name, (unsigned long long)dims[i]);
+                          "tensor '%.200s' has dimensions whose product, in GGUF's order, "
+                          "passes 2^63 - 1, which GGUF readers refuse",
+                          name);
     }
   }
   return HURRAY_OK;
@@ -1031,8 +1036,8 @@ static bool bookkeeping(const char *key) {
 static HurrayStatus check_tensor_order(HurrayMetadataType type, const void *value, size_t len,
                                        HurrayError *error) {
   HurrayJ list = {0};
-  bool ok = type == HURRAY_METADATA_STRING &&
-            hurray__j_parse(value, len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR;
+  bool text = type == HURRAY_METADATA_STRING || type == HURRAY_METADATA_BYTES; /* as json.loads */
+  bool ok = text && hurray__j_parse(value, len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR;
   for (size_t i = 0; ok && i < list.len; i++) ok = list.items[i].kind == HJ_STR;
   hurray__j_free(&list);
   return ok ? HURRAY_OK
@@ -1247,7 +1252,8 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
   /* Tensor order: gguf.__tensors__ where it names them, then as added. */
   const HurrayMeta *names = hurray__meta_find(&t->metadata, "gguf.__tensors__");
   HurrayJ list = {0};
-  if (names != NULL && names->type == HURRAY_METADATA_STRING &&
+  if (names != NULL &&
+      (names->type == HURRAY_METADATA_STRING || names->type == HURRAY_METADATA_BYTES) &&
       hurray__j_parse(names->bytes, names->len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR) {
     /* Each listed name found through the entries' name set: linear in the
      * list and the tensors, however long a file makes the list. */

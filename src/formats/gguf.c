@@ -708,11 +708,17 @@ static HurrayStatus enc_int(Enc *e, HurrayStr *o, int t, bool neg, uint64_t mag)
   return HURRAY_OK;
 }
 
+/* A finite double that binary32 rounds to an infinity (from 2^128 - 2^103
+ * up) or to zero (from 2^-150 down): compared, not converted, as that
+ * conversion is undefined in C outside float's range. */
+static bool f32_overflows(double v) { return isfinite(v) && fabs(v) >= 0x1.ffffffp+127; }
+static bool f32_vanishes(double v) { return v != 0 && fabs(v) <= 0x1p-150; }
+
 static HurrayStatus enc_float(Enc *e, HurrayStr *o, int t, double v) {
   if (t == GV_FLOAT32) {
+    if (f32_overflows(v)) return enc_fail(e, "a value past FLOAT32's range");
+    if (f32_vanishes(v)) return enc_fail(e, "a value too small for FLOAT32, which would be 0");
     float f = (float)v;
-    /* A finite value past FLOAT32's range would be written as an infinity. */
-    if (isinf(f) && !isinf(v)) return enc_fail(e, "a value past FLOAT32's range");
     uint32_t b;
     memcpy(&b, &f, 4);
     put(o, b, 4);
@@ -845,8 +851,8 @@ static const char *guess_type(const HurrayMeta *m) {
       if (m->i >= 0 && m->i < (1ll << 32)) return "UINT32";
       if (m->i >= INT32_MIN && m->i <= INT32_MAX) return "INT32";
       return "INT64";
-    case HURRAY_METADATA_FLOAT: /* FLOAT64 for what FLOAT32 would make infinite */
-      return isinf((float)m->f) && !isinf(m->f) ? "FLOAT64" : "FLOAT32";
+    case HURRAY_METADATA_FLOAT: /* FLOAT64 for what FLOAT32 would make infinite or 0 */
+      return f32_overflows(m->f) || f32_vanishes(m->f) ? "FLOAT64" : "FLOAT32";
     default: return "STRING";
   }
 }

@@ -1710,6 +1710,8 @@ def _save_with_gguf_meta(path, meta, types=None):
         # written as inf
         (1e39, {"k": "FLOAT32"}, "FLOAT32's range"),
         ("[1e39]", {"k": "ARRAY:FLOAT32"}, "FLOAT32's range"),
+        # written as 0
+        (1e-50, {"k": "FLOAT32"}, "too small for FLOAT32"),
         # one level past what the readers (this library's too) take
         ("[[[[[1]]]]]", {"k": "ARRAY:ARRAY:ARRAY:ARRAY:ARRAY:INT32"}, "nested deeper than 4"),
     ],
@@ -1736,12 +1738,15 @@ def test_gguf_metadata_at_the_limits_is_kept(tmp_path):
         "gguf.max": 3.4028234663852886e38,
         "gguf.inf": float("-inf"),
         "gguf.big": 1e39,
+        "gguf.tiny": 1e-50,
+        "gguf.subnormal": 2.0**-149,
     }
     types = {
         "deep": "ARRAY:ARRAY:ARRAY:ARRAY:INT32",
         "pair": "ARRAY:STRING",
         "max": "FLOAT32",
         "inf": "FLOAT32",
+        "subnormal": "FLOAT32",
     }
     _save_with_gguf_meta(src, meta, types)
     convert(src, dst, quiet=True)
@@ -1751,9 +1756,24 @@ def test_gguf_metadata_at_the_limits_is_kept(tmp_path):
     assert fields["inf"].contents() == -np.inf
     assert fields["big"].types == [gguf.GGUFValueType.FLOAT64]
     assert fields["big"].contents() == 1e39
+    assert fields["tiny"].types == [gguf.GGUFValueType.FLOAT64]
+    assert fields["tiny"].contents() == 1e-50
+    assert fields["subnormal"].contents() == np.float32(2.0**-149)
     back = tmp_path / "back.hurray"
     convert(dst, back, quiet=True)  # the reader takes what the writer wrote
     assert json.loads(hurray.open(back).metadata["gguf.deep"]) == [[[[1]]]]
+
+
+def test_a_tensor_order_stored_as_bytes_is_read_on_both_paths(tmp_path):
+    """gguf.__tensors__ as bytes (json.loads takes them) passed the Python
+    converter and was refused by the C one."""
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"x": np.ones(2, np.float32)}, {"gguf.__tensors__": b'["x"]'})
+    for target in ("o.gguf", "o.hurray"):
+        native, error = _both_paths(src, tmp_path / target)
+        if native is not None:
+            assert native.returncode == 0, (target, native.stderr)
+        assert error is None, (target, error)
 
 
 def test_a_malformed_tensor_order_is_refused_on_both_paths(tmp_path):
@@ -1781,17 +1801,20 @@ def test_non_utf8_safetensors_metadata_is_refused_on_both_paths(tmp_path):
     assert not dst.exists()
 
 
-def test_a_gguf_dimension_past_int64_is_refused(tmp_path):
+@pytest.mark.parametrize("shape", [[0, 2**64 - 1], [0, 4, 2**62]])
+def test_a_gguf_dimension_past_int64_is_refused(tmp_path, shape):
     """An empty tensor of shape [0, 2^64 - 1] (valid in safetensors and
     hurray) was written to GGUF, whose readers (gguf-py, this library's)
-    then refused the file ("its dims overflow", for no element at all)."""
+    then refused the file ("its dims overflow", for no element at all);
+    [0, 4, 2^62] too, whose product in ggml's order (2^62 x 4 x 0) passes
+    2^63 on the way."""
     src, dst = tmp_path / "a.safetensors", tmp_path / "o.gguf"
-    header = json.dumps({"a": {"dtype": "F32", "shape": [0, 2**64 - 1], "data_offsets": [0, 0]}})
+    header = json.dumps({"a": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}})
     header += " " * (-len(header) % 8)
     src.write_bytes(len(header).to_bytes(8, "little") + header.encode())
     native, error = _both_paths(src, dst)
     if native is not None:
-        assert native.returncode == 1 and "below 2^63" in native.stderr, native.stderr
+        assert native.returncode == 1 and "2^63 - 1" in native.stderr, native.stderr
     assert error is not None and "2^63" in str(error), error
     assert not dst.exists()
 
@@ -1928,3 +1951,37 @@ def test_pieces_and_extension_types_are_noted_not_hidden(tmp_path):
         assert r.returncode == 1 and "extension type" in r.stderr, r.stderr  # sorted first
     report = convert(src, tmp_path / "o.hurray", quiet=True)  # a hurray file keeps both
     assert all(not r.note for r in report.rows)
+
+
+def test_a_folder_target_where_hard_links_fail(tmp_path, monkeypatch):
+    """The old files were kept as hard links, with no way round a file
+    system without them or protected_hardlinks: a conversion that os.replace
+    alone did fine failed. They are moved aside then, and still put back."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, {"zoo.config.json": '{"new": 1}'})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_bytes(b"old")
+
+    def no_link(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    convert(src, f"{out}/", quiet=True)
+    assert (out / "config.json").read_text() == '{"new": 1}'
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    (out / "config.json").write_bytes(b"old")
+    real_replace = os.replace
+
+    def replace(a, b, **kw):  # the second file's rename fails: the first is put back
+        if str(a).endswith(".tmp") and os.path.basename(b) == "config.json":
+            raise OSError(5, "Input/output error")
+        return real_replace(a, b, **kw)
+
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    other = tmp_path / "other.hurray"
+    hurray.save(other, {"w": np.zeros(4, np.float32)}, {"zoo.config.json": '{"new": 2}'})
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(ConversionError):
+        convert(other, f"{out}/", quiet=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

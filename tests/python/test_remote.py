@@ -1290,8 +1290,14 @@ def test_a_raw_password_that_breaks_the_url_is_still_masked(cut):
         hurray.open(url, retries=0)
     assert "ss-word" not in str(e.value) and "alice:***@127.0.0.1" in str(e.value), str(e.value)
     assert e.value.__context__ is None  # urllib3's error quotes it too
-    # An "@" in a path is no password: hf://repo@revision stays as written.
-    assert hurray._remote.shown_url("hf://org/repo@main/m.hurray") == "hf://org/repo@main/m.hurray"
+    # An "@" in a path or query is no password: such URLs stay as written.
+    for plain in (
+        "hf://org/repo@main/m.hurray",
+        "https://example.com:8443/models/a@main.hurray",
+        "https://host/f.hurray?t=12:00&who=me@x.org",
+        "s3://bucket/run:3/model@v2.hurray",
+    ):
+        assert hurray._remote.shown_url(plain) == plain
 
 
 @pytest.mark.parametrize(

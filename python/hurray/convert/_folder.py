@@ -246,12 +246,18 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         try:
             for tmp, name in self._written:
                 target = os.path.join(self.path, name)
+                keep_mode(tmp, target)
                 backup = None
                 if os.path.lexists(target):
                     backup = tmp + ".old"
-                    os.link(target, backup, follow_symlinks=False)
+                    try:
+                        os.link(target, backup, follow_symlinks=False)
+                    except OSError:
+                        # No hard link here (a file system without them, a
+                        # file protected_hardlinks keeps from this user):
+                        # moved aside instead, absent until the next rename.
+                        os.rename(target, backup)
                 done.append((target, backup))
-                keep_mode(tmp, target)
                 os.replace(tmp, target)
         except BaseException:
             for target, backup in reversed(done):
