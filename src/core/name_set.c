@@ -2,14 +2,32 @@
  * The name set of name_set.h. Names are hashed with XXH3, as the file's
  * checksums are.
  */
+#define _GNU_SOURCE
 #include "name_set.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <xxhash.h>
+
+/* A seed no input can predict: the kernel's, else the set's address and the
+ * clock (still unknown to a file's author). */
+static uint64_t draw_seed(const HurrayNameSet *set) {
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return XXH3_64bits_withSeed(&ts, sizeof ts, (uint64_t)(uintptr_t)set);
+}
+
+static uint32_t tag_of(const HurrayNameSet *set, const char *name, size_t len) {
+  return (uint32_t)XXH3_64bits_withSeed(name, len, set->seed);
+}
 
 HurrayStatus hurray__name_set_reserve(HurrayNameSet *set, size_t count) {
   if (set->slot_count != 0 && (count + 1) * 2 <= set->slot_count) return HURRAY_OK;
+  if (set->slot_count == 0) set->seed = draw_seed(set);
   size_t slot_count = set->slot_count ? set->slot_count * 2 : 64;
   size_t *slots = calloc(slot_count, sizeof *slots);
   uint32_t *tags = calloc(slot_count, sizeof *tags);
@@ -54,7 +72,7 @@ static size_t probe(const HurrayNameSet *set, HurrayNameOf name_of, const void *
 
 size_t *hurray__name_set_slot(HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
                               const char *name, size_t len) {
-  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
+  uint32_t tag = tag_of(set, name, len);
   size_t h = probe(set, name_of, ctx, name, len, tag);
   if (set->slots[h] == 0) set->tags[h] = tag;
   return &set->slots[h];
@@ -63,7 +81,7 @@ size_t *hurray__name_set_slot(HurrayNameSet *set, HurrayNameOf name_of, const vo
 size_t hurray__name_set_find(const HurrayNameSet *set, HurrayNameOf name_of, const void *ctx,
                              const char *name, size_t len) {
   if (set->slot_count == 0) return 0;
-  uint32_t tag = (uint32_t)XXH3_64bits(name, len);
+  uint32_t tag = tag_of(set, name, len);
   return set->slots[probe(set, name_of, ctx, name, len, tag)];
 }
 

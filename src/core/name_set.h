@@ -21,6 +21,10 @@ typedef struct HurrayNameSet {
    * places entries again without hashing a single name. */
   uint32_t *tags;
   size_t slot_count; /* a power of two, at least twice the records (0: none yet) */
+  /* Drawn when the set first grows: names an input chooses so that their
+   * hashes share low bits would otherwise make every probe walk one long
+   * run (a quadratic save or conversion from a few MB of names). */
+  uint64_t seed;
 } HurrayNameSet;
 
 /* Record `index`'s name (`*len` bytes, not NUL-terminated) from `ctx`. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../src/core/member.h"
+#include "../../src/core/name_set.h"
 #include "../../src/core/packing.h"
 #include "../../src/io/write_pieces.h"
 #include "../../src/quant/fresh_pages.h"
@@ -406,8 +407,43 @@ static void test_write_folios_choice_from_environment(void **state) {
   }
 }
 
+static void names_of(const void *ctx, size_t index, const char **name, size_t *len) {
+  *name = ((const char *const *)ctx)[index];
+  *len = strlen(*name);
+}
+
+/* The hash was unseeded: names chosen so that their hashes share low bits
+ * (cheap to find) made every probe walk one run, a quadratic save. Each set
+ * draws its own seed, so no input knows where its names land; lookups
+ * still find every name. */
+static void test_name_sets_are_seeded(void **state) {
+  (void)state;
+  static const char *names[] = {"a", "b", "embed.weight", "lm_head.weight", ""};
+  HurrayNameSet one = {0}, two = {0};
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(hurray__name_set_reserve(&one, i), HURRAY_OK);
+    assert_int_equal(hurray__name_set_reserve(&two, i), HURRAY_OK);
+    size_t *slot = hurray__name_set_slot(&one, names_of, names, names[i], strlen(names[i]));
+    assert_int_equal(*slot, 0);
+    *slot = i + 1;
+    slot = hurray__name_set_slot(&two, names_of, names, names[i], strlen(names[i]));
+    *slot = i + 1;
+  }
+  assert_true(one.seed != two.seed); /* two draws of 64 bits */
+  for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(hurray__name_set_find(&one, names_of, names, names[i], strlen(names[i])),
+                     i + 1);
+    assert_int_equal(hurray__name_set_find(&two, names_of, names, names[i], strlen(names[i])),
+                     i + 1);
+  }
+  assert_int_equal(hurray__name_set_find(&one, names_of, names, "c", 1), 0);
+  hurray__name_set_free(&one);
+  hurray__name_set_free(&two);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_name_sets_are_seeded),
       cmocka_unit_test(test_pack_unpack_round_trip),
       cmocka_unit_test(test_pack_layout_is_lsb_first),
       cmocka_unit_test(test_unpack_never_reads_past_the_input),
