@@ -61,8 +61,15 @@ def _empty_array(shape, dtype) -> np.ndarray:
     """An array with no elements, or UnsupportedError where a dimension is
     one numpy cannot hold (a file may describe [0, 2**63]: no bytes, but
     past numpy's index type)."""
+    return _numpy_shaped(lambda: np.empty(tuple(shape), dtype), shape)
+
+
+def _numpy_shaped(make, shape) -> np.ndarray:
+    """make(), whose ValueError for a shape numpy cannot hold (a dimension
+    past its index type, a stride-0 view of more than 2^63 bytes) is the
+    UnsupportedError every other refusal of such a tensor is."""
     try:
-        return np.empty(tuple(shape), dtype)
+        return make()
     except ValueError:
         raise unsupported(f"numpy cannot hold an array of shape {tuple(shape)}") from None
 
@@ -244,12 +251,15 @@ class Tensor(_hurray._Tensor):
             return flat.reshape(shape)
         # Strides in elements, possibly negative: validation proved every
         # element lies inside the buffer, so numpy may index it directly.
-        return np.ndarray(
-            shape=shape,
-            dtype=dtype,
-            buffer=raw,
-            offset=byte_offset,
-            strides=[s * dtype.itemsize for s in strides],
+        return _numpy_shaped(
+            lambda: np.ndarray(
+                shape=shape,
+                dtype=dtype,
+                buffer=raw,
+                offset=byte_offset,
+                strides=[s * dtype.itemsize for s in strides],
+            ),
+            shape,
         )
 
     def __array__(self, dtype=None, copy=None):
@@ -305,7 +315,15 @@ class Tensor(_hurray._Tensor):
         if out is not None:  # checked first: every path below honours it
             _check_out(out, d.shape)
         else:
-            self._check_output(d.numel * dtype.itemsize, max_output_bytes)
+            # The largest array made on the way: a quantized tensor is
+            # decoded to float32 first (sparse ones always, dense ones for
+            # a dtype the kernels do not write), then converted.
+            working = dtype.itemsize
+            if q is not None and (
+                isinstance(d.layout, Sparse) or _dtypes.name_of(dtype) not in _KERNEL_DTYPES
+            ):
+                working = max(working, 4)
+            self._check_output(d.numel * working, max_output_bytes)
         if q is None and np.dtype(_dtypes.to_numpy(d.dtype)).kind == "c":
             target = out.dtype if out is not None else dtype
             if target.kind != "c":
@@ -420,7 +438,8 @@ class Tensor(_hurray._Tensor):
                 return self.codes()
             packed = np.empty(_dtypes.storage_bytes(d.dtype, d.numel), dtype=np.uint8)
             self._to_dense(packed)
-            return _dtypes.unpack(d.dtype, packed, d.numel).reshape(d.shape)
+            unpacked = _dtypes.unpack(d.dtype, packed, d.numel)
+            return _numpy_shaped(lambda: unpacked.reshape(d.shape), d.shape)
         out = _empty_array(d.shape, _dtypes.to_numpy(d.dtype))
         self._to_dense(out.reshape(-1).view(np.uint8) if out.size else out)
         return out

@@ -79,6 +79,34 @@ def test_dequantize_refuses_amplification():
     assert small.dequantize(out=out, max_output_bytes=0) is out
 
 
+def test_dequantize_counts_the_float32_it_decodes_into():
+    """A narrow target (float8, a sparse tensor's float16) was checked at its
+    own size, but the tensor is decoded to float32 first: 4x (a sparse
+    tensor 5x) the limit in memory."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q = {"kind": "per_tensor_affine", "scale": 0.5, "zero_point": 0}
+    small = stride0("int8", q, shape=(64, 64))
+    f32 = 64 * 64 * 4
+    for dtype in (ml_dtypes.float8_e4m3fn, np.float64):
+        with pytest.raises(hurray.LimitError):
+            small.dequantize(dtype, max_output_bytes=f32 - 1)
+        small.dequantize(dtype, max_output_bytes=max(f32, 64 * 64 * np.dtype(dtype).itemsize))
+    # float16 comes from the kernels directly: its own size is the limit.
+    assert small.dequantize(np.float16, max_output_bytes=64 * 64 * 2)[0, 0] == 0.5
+    values = hurray.quantize(np.ones(64, np.float32), "affine")
+    d = hurray.Descriptor(
+        "int8",
+        (64, 64),
+        layout=hurray.Sparse("coo", "int64", 64, values_buffer=0, index_buffers=(1, 1)),
+        quantization=values.descriptor.quantization,
+        buffers=[hurray.Buffer("values", 64), hurray.Buffer("indices", 64 * 8, 8)],
+    )
+    t = hurray.Tensor(d, [values.codes(), np.arange(64, dtype=np.int64)])
+    with pytest.raises(hurray.LimitError):
+        t.dequantize(np.float16, max_output_bytes=64 * 64 * 2)
+    assert t.dequantize(np.float16, max_output_bytes=f32)[5, 5] == 1.0
+
+
 def test_default_allows_ordinary_tensors_and_small_expansions():
     a = np.arange(1 << 20, dtype=np.float32)
     t = hurray.from_numpy(a)
@@ -107,3 +135,22 @@ def test_bad_limits_are_refused():
             t.to_dense(max_output_bytes=bad)
     assert t.to_dense(max_output_bytes=2**80).shape == (4, 4)
     assert pickle.loads(pickle.dumps(hurray.DEFAULT_OUTPUT_LIMIT)) is hurray.DEFAULT_OUTPUT_LIMIT
+
+
+def test_shapes_numpy_cannot_hold_are_unsupported_errors():
+    """numpy() and codes() of a stride-0 (2^31, 2^31) float32 tensor (2^64
+    bytes as numpy counts them), and to_dense() of an empty int4 paged
+    tensor of shape (2^62, 0, 6), raised numpy's bare ValueError."""
+    t = stride0(shape=(2**31, 2**31))
+    for read in (t.numpy, t.codes, lambda: np.asarray(t)):
+        with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
+            read()
+    d = hurray.Descriptor(
+        "int4",
+        (2**62, 0, 6),
+        layout=hurray.Paged(1, 4, 1, "int32", 0, 1),
+        buffers=[hurray.Buffer("page_pool", 96), hurray.Buffer("page_table", 0)],
+    )
+    paged = hurray.Tensor(d, [bytes(96), np.zeros(0, np.int32)])
+    with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
+        paged.to_dense()
