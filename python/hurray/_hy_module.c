@@ -272,7 +272,10 @@ static int module_exec(PyObject *module) {
       add_type(module, &hy_view_spec, NULL, &st->view_type) < 0 ||
       add_type(module, &hy_file_spec, NULL, &st->file_type) < 0 ||
       PyModule_AddIntConstant(module, "FRESH_MAPPING_MIN", (long)HURRAY_FRESH_MAPPING_MIN) < 0 ||
-      PyModule_AddStringConstant(module, "CHUNK_CHECKSUMS_KEY", HURRAY_CHUNK_CHECKSUMS_KEY) < 0) {
+      PyModule_AddStringConstant(module, "CHUNK_CHECKSUMS_KEY", HURRAY_CHUNK_CHECKSUMS_KEY) < 0 ||
+      PyModule_AddIntConstant(module, "DEFAULT_MAX_EXPANSION", HURRAY_DEFAULT_MAX_EXPANSION) < 0 ||
+      PyModule_AddIntConstant(module, "DEFAULT_EXPANSION_FLOOR_BYTES",
+                              (long)HURRAY_DEFAULT_EXPANSION_FLOOR_BYTES) < 0) {
     return -1;
   }
   st->error_base = PyErr_NewExceptionWithDoc(

@@ -1985,3 +1985,27 @@ def test_a_folder_target_where_hard_links_fail(tmp_path, monkeypatch):
     with pytest.raises(ConversionError):
         convert(other, f"{out}/", quiet=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_expansion_is_bounded_across_the_whole_conversion(tmp_path):
+    """Each tensor was held to the output limit on its own (64 MiB for a
+    tensor storing 4 bytes), so a 1 KB file of N stride-0 tensors became
+    N x 64 MiB, all in memory until the safetensors or GGUF file was
+    written. The excess over 64x is now budgeted once per conversion."""
+    one = np.array([1.0], np.float32)
+    big = hurray.Descriptor(
+        "float32", (4096, 4096), strides=(0, 0), buffers=[hurray.Buffer("data", 4)]
+    )
+    src = tmp_path / "many.hurray"
+    hurray.save(src, {f"t{i}": hurray.Tensor(big, [one]) for i in range(3)})
+    for target in ("o.safetensors", "o.npz", "o.gguf"):
+        with pytest.raises(ConversionError, match="'t1': the tensors up to it write"):
+            convert(src, tmp_path / target, quiet=True)
+        assert not (tmp_path / target).exists()
+    convert(src, tmp_path / "o.hurray", quiet=True)  # kept as it is: nothing expands
+    small = hurray.Descriptor(
+        "float32", (1024, 1024), strides=(0, 0), buffers=[hurray.Buffer("data", 4)]
+    )
+    ok = tmp_path / "few.hurray"
+    hurray.save(ok, {f"t{i}": hurray.Tensor(small, [one]) for i in range(3)})  # 3 x 4 MiB
+    convert(ok, tmp_path / "few.safetensors", quiet=True)

@@ -140,6 +140,34 @@ def _stored_bytes(d: Descriptor) -> int:
     return sum(b.byte_size for b in d.buffers)
 
 
+class _ExpansionBudget:
+    """What one conversion may write beyond the output limit's ratio. Each
+    tensor is held to max(64 MiB, 64 x its stored bytes) when it is
+    densified or dequantized; without a budget across tensors, a file of a
+    thousand bytes holding N stride-0 tensors became N x 64 MiB in memory
+    (safetensors and GGUF targets keep every tensor until the end). The
+    excess of each tensor over 64 x its stored bytes is charged here, and
+    all of them together get the 64 MiB floor once (the C library's
+    HURRAY_DEFAULT_* limits, as to_dense applies them to one tensor)."""
+
+    def __init__(self):
+        self.used = 0
+
+    def charge(self, name: str, d: Descriptor, written_bytes: int) -> None:
+        excess = written_bytes - _hurray.DEFAULT_MAX_EXPANSION * _stored_bytes(d)
+        if excess <= 0 or written_bytes > _hurray.DEFAULT_EXPANSION_FLOOR_BYTES:
+            return  # within the ratio; or past a tensor's own limit, which refuses it
+        self.used += excess
+        if self.used > _hurray.DEFAULT_EXPANSION_FLOOR_BYTES:
+            raise ConversionError(
+                f"tensor {name!r}: the tensors up to it write {self.used} bytes more than "
+                f"{_hurray.DEFAULT_MAX_EXPANSION}x what they store, past the "
+                f"{_hurray.DEFAULT_EXPANSION_FLOOR_BYTES} bytes one conversion allows: the "
+                "source describes far more than it holds (densify such tensors with "
+                "to_dense and an explicit max_output_bytes instead)"
+            )
+
+
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
     raw: np.ndarray = np.empty(nbytes + align, np.uint8)
     off = (-raw.ctypes.data) % align

@@ -28,6 +28,7 @@ from ._common import (
     TARGET_SUFFIXES,
     ConversionError,
     UsageError,
+    _ExpansionBudget,
     _first_line,
     _regular_file,
     _shape_str,
@@ -412,6 +413,7 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
     dtypes the quantized ones had before quantization."""
     src_dtypes = _source_dtypes(metadata, report.source)
     new_dtypes: Dict[str, str] = {}
+    budget = _ExpansionBudget()
     bar = _progress(sum(i[2] for i in infos.values()), len(names), quiet)
     try:
         with warnings.catch_warnings():
@@ -419,7 +421,9 @@ def _convert_all(names, infos, source, target, opts, report, metadata, quiet) ->
             for name in names:
                 bar.set_postfix_str(shown(name)[-40:], refresh=False)
                 report.rows.append(
-                    _convert_one(name, infos[name], source, target, opts, src_dtypes, new_dtypes)
+                    _convert_one(
+                        name, infos[name], source, target, opts, src_dtypes, new_dtypes, budget
+                    )
                 )
                 bar.update(infos[name][2])
     finally:
@@ -532,7 +536,8 @@ def _left_behind(d, target) -> List[str]:
     return notes
 
 
-def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> TensorReport:
+# long: one tensor through quantization, the target and the measurement, in order.
+def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budget) -> TensorReport:
     label, shape, nbytes_in = info
     try:
         t = source.get(name)
@@ -541,6 +546,10 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes) -> Te
     except (HurrayError, ValueError, RuntimeError, OSError) as exc:
         raise ConversionError(f"reading tensor {name!r}: {_first_line(exc)}") from None
     d = t.descriptor
+    if target.format != "hurray" or opts.scheme is not None or opts.dequantize:
+        # written dense (or read dense to quantize): as values if quantized
+        written = d.numel * 4 if d.quantization is not None else None
+        budget.charge(name, d, written or _dtypes.storage_bytes(d.dtype, d.numel))
     row = TensorReport(name, label, "", tuple(shape), int(nbytes_in))
     notes: List[str] = []
     ref = None
