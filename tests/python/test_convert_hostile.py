@@ -1641,6 +1641,10 @@ def test_a_full_disk_is_an_os_error_for_every_target(tmp_path):
     ConversionError without errno for gguf (a HurrayIOError downgraded) and
     for .pt (torch reports "unexpected pos ..." and drops the errno)."""
     pytest.importorskip("torch")
+    # torch reports a failed write by a C++ exception, which an ASan runtime
+    # preloaded before libstdc++ cannot intercept (make test-python-asan).
+    asan = "asan" in os.environ.get("LD_PRELOAD", "")
+    targets = ("safetensors", "hurray", "gguf", "npz") + (() if asan else ("pt",))
     script = textwrap.dedent(
         f"""
         import errno, os, resource
@@ -1651,7 +1655,7 @@ def test_a_full_disk_is_an_os_error_for_every_target(tmp_path):
         src = os.path.join(d, "m.hurray")
         hurray.save(src, {{"w": np.ones((512, 1024), np.float32)}})
         resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.RLIM_INFINITY))
-        for ext in ("safetensors", "hurray", "gguf", "npz", "pt"):
+        for ext in {targets!r}:
             dst = os.path.join(d, "out." + ext)
             with open(dst, "wb") as f:
                 f.write(b"OLD")
@@ -1664,7 +1668,7 @@ def test_a_full_disk_is_an_os_error_for_every_target(tmp_path):
             with open(dst, "rb") as f:
                 assert f.read() == b"OLD", ext
         assert sorted(os.listdir(d)) == ["m.hurray"] + sorted(
-            "out." + e for e in ("gguf", "hurray", "npz", "pt", "safetensors")
+            "out." + e for e in {targets!r}
         ), os.listdir(d)
         """
     )
