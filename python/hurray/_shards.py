@@ -17,14 +17,14 @@ import math
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import Dense, Descriptor, Shard
 from ._files import File, _tensor_name, as_tensor, save
-from ._tensor import Tensor, specialise
+from ._tensor import Tensor, _numpy_shaped, specialise
 
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
 
@@ -98,6 +98,14 @@ def _fmt_box(box: Box) -> str:
 #: call, so that load_sharded tells the parts of one save from a mix of two
 #: (a save that failed part way leaves the earlier parts behind it).
 SAVE_KEY = "hurray.save_sharded.save"
+
+# A torch.distributed.checkpoint folder (hurray/torch/dcp.py, which takes
+# these from here): read without torch by the converter, which must know a
+# finished save from an unfinished one.
+DCP_FORMAT = "hurray.torch.dcp"
+DCP_METADATA_FILE = ".metadata.hurray"
+DCP_FORMAT_KEY = "hurray.dcp.format"
+DCP_SAVE_ID_KEY = "hurray.dcp.save_id"
 
 #: The most parts save_sharded writes: their names hold five digits.
 MAX_PARTS = 99999
@@ -441,13 +449,23 @@ def load_sharded(
     allows. Every file's index is read to check the tiling, one file open at
     a time; then only the files holding needed pieces are opened again to
     fetch them. The result is a new array."""
-    paths = _paths(paths_or_dir)
+    return _load(_paths(paths_or_dir), name, index, lambda path: File(path, mmap=mmap))
+
+
+# long: pass 1 (descriptors, checks) and pass 2 (fetches) of load_sharded, in order.
+def _load(
+    paths: List[str], name: Optional[str], index, open_file: Callable[[str], Any]
+) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+    """load_sharded over `paths`, each opened with open_file(path) (a
+    context manager giving a File), which a caller that reads many tensors
+    from the same parts points at files it keeps open."""
     pieces: Dict[str, List[_Piece]] = {}
     unsharded: Dict[str, str] = {}
     # Pass 1: descriptors only, one file open at a time (parts may outnumber fds).
     for path in paths:
-        with File(path, mmap=mmap) as f:
-            save_id = f.metadata.get(SAVE_KEY)
+        with open_file(path) as f:
+            # save_sharded's id, or a DCP rank file's: pieces of two saves never mix
+            save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
             for n in [name] if name is not None else f.keys():
                 try:
                     d = f.descriptor(n)
@@ -479,7 +497,8 @@ def load_sharded(
         global_shape, dtype = checked[n]
         region, dropped_axes[n] = _region(index, global_shape)
         _check_assembled_size(ps, region, dtype)
-        results[n] = np.empty(tuple(h - l for l, h in zip(*region)), _dtypes.to_numpy(dtype))
+        shape = tuple(h - l for l, h in zip(*region))
+        results[n] = _numpy_shaped(lambda: np.empty(shape, _dtypes.to_numpy(dtype)), shape)
         for p in ps:
             cut = _intersect(p.box, region) if _volume(region) else None
             if cut is not None:
@@ -488,7 +507,7 @@ def load_sharded(
     for path in paths:
         if path not in wanted:
             continue
-        with File(path, mmap=mmap) as f:
+        with open_file(path) as f:
             for p, cut, dst in wanted.pop(path):
                 results[p.name][dst] = _fetch(f, p, cut)
     out = {}

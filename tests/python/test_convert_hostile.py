@@ -2013,3 +2013,50 @@ def test_expansion_is_bounded_across_the_whole_conversion(tmp_path):
     ok = tmp_path / "few.hurray"
     hurray.save(ok, {f"t{i}": hurray.Tensor(small, [one]) for i in range(3)})  # 3 x 4 MiB
     convert(ok, tmp_path / "few.safetensors", quiet=True)
+
+
+@pytest.mark.parametrize("when", ["link returns", "rename returns", "fsync"])
+def test_a_folder_target_interrupted_leaves_no_old_files(tmp_path, monkeypatch, when):
+    """A Ctrl-C as os.link/os.rename returned (before the backup was
+    recorded) left a stray .tmp.old, and with the rename fallback the old
+    file itself was gone; one during the folder fsync after the renames
+    left every replaced file behind as a hidden .tmp.old."""
+    from hurray.convert import _folder
+
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)}, {"zoo.config.json": '{"new": 1}'})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"old model")
+    (out / "config.json").write_bytes(b"old config")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real_link, real_rename = os.link, os.rename
+
+    def link(a, b, **kw):
+        if when == "rename returns":
+            raise PermissionError(1, "Operation not permitted")  # the fallback runs
+        real_link(a, b, **kw)
+        raise KeyboardInterrupt
+
+    def rename(a, b, **kw):
+        real_rename(a, b, **kw)
+        if str(b).endswith(".tmp.old"):
+            raise KeyboardInterrupt
+
+    def fsync_dir(path):
+        raise KeyboardInterrupt
+
+    if when == "fsync":
+        monkeypatch.setattr(_folder, "_fsync_dir", fsync_dir)
+    else:
+        monkeypatch.setattr(os, "link", link)
+        monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, f"{out}/", quiet=True)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    if when == "fsync":  # published whole before the interrupt
+        assert sorted(after) == ["config.json", "model.safetensors"], after
+        assert after["config.json"] == b'{"new": 1}'
+    else:
+        assert after == before

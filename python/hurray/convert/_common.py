@@ -154,7 +154,10 @@ class _ExpansionBudget:
         self.used = 0
 
     def charge(self, name: str, d: Descriptor, written_bytes: int) -> None:
-        excess = written_bytes - _hurray.DEFAULT_MAX_EXPANSION * _stored_bytes(d)
+        self.charge_bytes(name, written_bytes, _stored_bytes(d))
+
+    def charge_bytes(self, name: str, written_bytes: int, stored_bytes: int) -> None:
+        excess = written_bytes - _hurray.DEFAULT_MAX_EXPANSION * stored_bytes
         if excess <= 0 or written_bytes > _hurray.DEFAULT_EXPANSION_FLOOR_BYTES:
             return  # within the ratio; or past a tensor's own limit, which refuses it
         self.used += excess

@@ -110,14 +110,16 @@ def _open_source(path: str, verify: bool = True) -> _Source:
                 "name the one to convert"
             )
         files = [n for n in entries if n.endswith(".safetensors")]
-        if len(files) == 1:
+        parts = [n for n in entries if n.endswith(".hurray") and not n.startswith(".")]
+        if len(files) == 1 and not parts:
             _regular_file(os.path.join(path, files[0]))
             return _SafetensorsSource([os.path.join(path, files[0])])
-        if not files and any(n.endswith(".hurray") for n in entries):
+        if parts and not files:
             return _ShardedSource(path, verify)  # save_sharded's parts, a DCP folder
         raise ConversionError(
-            f"{path} is a folder without a *.safetensors.index.json "
-            f"(and {len(files)} .safetensors files, no .hurray files); name a file"
+            f"{path} is a folder without a *.safetensors.index.json, holding "
+            f"{len(files)} .safetensors and {len(parts)} .hurray files; name a file, or the "
+            "folder of one model (one .safetensors file, or the .hurray parts of one save)"
         )
     if kind == "safetensors-index":
         return _open_index(path)
@@ -539,6 +541,9 @@ def _left_behind(d, target) -> List[str]:
 # long: one tensor through quantization, the target and the measurement, in order.
 def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budget) -> TensorReport:
     label, shape, nbytes_in = info
+    expanded = source.expansion(name)
+    if expanded is not None:  # the source writes it dense itself: charged first
+        budget.charge_bytes(name, *expanded)
     try:
         t = source.get(name)
     except ConversionError:
@@ -546,7 +551,9 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
     except (HurrayError, ValueError, RuntimeError, OSError) as exc:
         raise ConversionError(f"reading tensor {name!r}: {_first_line(exc)}") from None
     d = t.descriptor
-    if target.format != "hurray" or opts.scheme is not None or opts.dequantize:
+    if expanded is None and (
+        target.format != "hurray" or opts.scheme is not None or opts.dequantize
+    ):
         # written dense (or read dense to quantize): as values if quantized
         written = d.numel * 4 if d.quantization is not None else None
         budget.charge(name, d, written or _dtypes.storage_bytes(d.dtype, d.numel))

@@ -218,21 +218,23 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         else:
             backups = self._replace_all()
         self.published = True
-        folders = set()
-        for _, name in self._written:
-            name = os.path.dirname(name)
-            while name:  # and the folders made above it
-                folders.add(name)
+        try:
+            folders = set()
+            for _, name in self._written:
                 name = os.path.dirname(name)
-        for folder in sorted(folders, reverse=True):
-            _fsync_dir(os.path.join(self.path, folder))
-        _fsync_dir(self.path)
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-        for backup in backups:
-            try:
-                os.unlink(backup)
-            except OSError:
-                pass
+                while name:  # and the folders made above it
+                    folders.add(name)
+                    name = os.path.dirname(name)
+            for folder in sorted(folders, reverse=True):
+                _fsync_dir(os.path.join(self.path, folder))
+            _fsync_dir(self.path)
+            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        finally:  # an interrupt here still leaves no old files behind
+            for backup in backups:
+                try:
+                    os.unlink(backup)
+                except OSError:
+                    pass
 
     def _replace_all(self) -> List[str]:
         """Puts every written file in place in an existing folder, as one
@@ -247,9 +249,11 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             for tmp, name in self._written:
                 target = os.path.join(self.path, name)
                 keep_mode(tmp, target)
-                backup = None
-                if os.path.lexists(target):
-                    backup = tmp + ".old"
+                backup = tmp + ".old" if os.path.lexists(target) else None
+                # Recorded before the call: a signal raised as it returns
+                # must still find what it made.
+                done.append((target, backup))
+                if backup is not None:
                     try:
                         os.link(target, backup, follow_symlinks=False)
                     except OSError:
@@ -257,20 +261,19 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                         # file protected_hardlinks keeps from this user):
                         # moved aside instead, absent until the next rename.
                         os.rename(target, backup)
-                done.append((target, backup))
                 os.replace(tmp, target)
         except BaseException:
             for target, backup in reversed(done):
                 try:
-                    if backup is not None:
+                    if backup is not None and os.path.lexists(backup):
                         # A no-op while both still name the old file (rename
                         # of two links to one file does nothing): then the
                         # link is dropped below.
                         os.replace(backup, target)
                         if os.path.lexists(backup):
                             os.unlink(backup)
-                    elif os.path.lexists(target):
-                        os.unlink(target)
+                    elif backup is None and os.path.lexists(target):
+                        os.unlink(target)  # new here: the folder did not have it
                 except OSError:
                     pass
             raise

@@ -5,14 +5,37 @@ shard as it is."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+import collections
+import contextlib
+import math
+import os
+from typing import Dict, List, Optional, Tuple
 
-from .. import _files, _hurray, _shards
+from .. import _dtypes, _files, _hurray, _shards
+from .._descriptor import Descriptor
 from .._hurray import HurrayError
-from .._tensor import from_numpy
+from .._tensor import Tensor, from_numpy
 from ._common import ConversionError, _first_line, _stored_bytes, os_failure
 from ._source import _Source
 from .layouts import describe
+
+#: Parts kept open at once (a folder may hold more parts than there are fds).
+OPEN_PARTS = 64
+
+# The keys a part carries for its save, not for the model: a file made of
+# the assembled tensors is no part of that save.
+_PART_KEYS = (_shards.SAVE_KEY, "hurray.dcp.")
+
+
+class _Piece:
+    """What the scan learned of a sharded tensor."""
+
+    def __init__(self, d: Descriptor):
+        self.dtype = d.dtype
+        self.global_shape = tuple(d.shard.global_shape)
+        self.extension = d.extension
+        self.stored = 0
+        self.files: List[str] = []
 
 
 class _ShardedSource(_Source):
@@ -21,80 +44,154 @@ class _ShardedSource(_Source):
     def __init__(self, folder: str, verify: bool = True):
         self.path = folder
         self._verify = verify
-        self._paths = _shards._paths(folder)
-        # name -> (dtype, global shape, stored bytes, the files holding it)
-        self._sharded: Dict[str, Tuple[str, Tuple[int, ...], int, List[str]]] = {}
+        self._open_files: "collections.OrderedDict[str, _files.File]" = collections.OrderedDict()
+        try:
+            self._paths = _shards._paths(folder)
+        except HurrayError:
+            raise ConversionError(
+                f"{folder}: no regular *.hurray file to read (FIFOs, folders and hidden files "
+                "are not parts)"
+            ) from None
+        self._sharded: Dict[str, _Piece] = {}
         self._whole: Dict[str, str] = {}  # name -> the file holding it
         self._metadata: Dict = {}
-        for path in self._paths:
-            self._scan(path)
+        self._notes: List[str] = []
+        saves: Dict[str, str] = {}  # save id -> a part holding it
+        try:
+            for path in self._paths:
+                self._scan(path, saves)
+            self._check_dcp(saves)
+        except BaseException:
+            self.close()
+            raise
         for name in self._sharded.keys() & self._whole.keys():
             raise ConversionError(
                 f"{folder}: tensor {name!r} is whole in {self._whole[name]} and sharded in "
-                f"{self._sharded[name][3][0]}"
+                f"{self._sharded[name].files[0]}"
             )
 
-    def _open(self, path: str) -> _files.File:
-        try:
-            return _files.open(path)
-        except OSError as exc:  # hurray.HurrayIOError too
-            raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}") from None
-        except HurrayError as exc:
-            raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+    def _file(self, path: str) -> _files.File:
+        """`path` opened once and kept (the least recently used closed past
+        OPEN_PARTS): every tensor reads its parts without parsing their
+        indexes again."""
+        f = self._open_files.pop(path, None)
+        if f is None:
+            try:
+                f = _files.open(path)
+            except OSError as exc:  # hurray.HurrayIOError too
+                raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}") from None
+            except HurrayError as exc:
+                raise ConversionError(f"cannot read {path}: {_first_line(exc)}") from None
+            if len(self._open_files) >= OPEN_PARTS:
+                self._open_files.popitem(last=False)[1].close()
+        self._open_files[path] = f
+        return f
 
-    def _scan(self, path: str) -> None:
-        with self._open(path) as f:
-            if not self._metadata:  # the parts of one save carry the same metadata
-                unknown = set(f._file._metadata_unknown())  # as _HurraySource leaves them
-                self._metadata = {k: v for k, v in f.metadata.items() if k not in unknown}
-            for name in f.keys():
-                d = f.descriptor(name)
-                if d.shard is None:
-                    if name in self._whole:
-                        raise ConversionError(
-                            f"{self.path}: tensor {name!r} is in both {self._whole[name]} "
-                            f"and {path}"
-                        )
-                    self._whole[name] = path
-                    continue
-                dtype, shape, stored, files = self._sharded.get(
-                    name, (d.dtype, tuple(d.shard.global_shape), 0, [])
+    def _scan(self, path: str, saves: Dict[str, str]) -> None:
+        f = self._file(path)
+        unknown = set(f._file._metadata_unknown())  # as _HurraySource leaves them
+        meta = {k: v for k, v in f.metadata.items() if k not in unknown}
+        for key in (_shards.SAVE_KEY, _shards.DCP_SAVE_ID_KEY):
+            if key in meta:
+                saves.setdefault(str(meta[key]), path)
+        self._merge_metadata(path, meta)
+        for name in f.keys():
+            d = f.descriptor(name)
+            if d.shard is None:
+                if name in self._whole:
+                    raise ConversionError(
+                        f"{self.path}: tensor {name!r} is in both {self._whole[name]} and {path}"
+                    )
+                self._whole[name] = path
+                continue
+            piece = self._sharded.setdefault(name, _Piece(d))
+            piece.files.append(path)
+            piece.stored += _stored_bytes(d)
+
+    def _merge_metadata(self, path: str, meta: Dict) -> None:
+        for key, value in meta.items():
+            if key.startswith(_PART_KEYS):
+                continue
+            if key not in self._metadata:
+                self._metadata[key] = value
+            elif self._metadata[key] != value:
+                self._notes.append(
+                    f"metadata {key!r} differs between the parts: the first part's value is kept "
+                    f"({os.path.basename(path)} has another)"
                 )
-                files.append(path)
-                self._sharded[name] = (dtype, shape, stored + _stored_bytes(d), files)
+
+    def _check_dcp(self, saves: Dict[str, str]) -> None:
+        """One save, and for a DCP folder a finished one: an unfinished DCP
+        save (no .metadata.hurray), or a folder mixing two saves' parts,
+        would assemble tensors from two saves."""
+        if len(saves) > 1:
+            (a, pa), (b, pb) = list(saves.items())[:2]
+            raise ConversionError(
+                f"{self.path}: {pa} and {pb} come from different saves ({a} and {b}): a save "
+                "stopped part way, or parts of two were mixed"
+            )
+        meta_path = os.path.join(self.path, _shards.DCP_METADATA_FILE)
+        dcp = os.path.lexists(meta_path) or any(
+            self._file(p).metadata.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
+            for p in self._paths[:1]
+        )
+        if not dcp:
+            return
+        if not os.path.isfile(meta_path):
+            raise ConversionError(
+                f"{self.path}: a torch.distributed.checkpoint save that did not finish (no "
+                f"{_shards.DCP_METADATA_FILE})"
+            )
+        finished = self._file(meta_path).metadata.get(_shards.DCP_SAVE_ID_KEY)
+        for save, part in saves.items():
+            if save != str(finished):
+                raise ConversionError(
+                    f"{self.path}: {part} is not of the save {_shards.DCP_METADATA_FILE} "
+                    "describes: a later save stopped part way"
+                )
 
     def names(self):
         return sorted(self._sharded) + [n for n in self._whole if n not in self._sharded]
 
     def info(self, name):
-        if name in self._sharded:
-            dtype, shape, stored, _ = self._sharded[name]
-            return dtype, shape, stored
-        with self._open(self._whole[name]) as f:
-            d = f.descriptor(name)
+        piece = self._sharded.get(name)
+        if piece is not None:
+            return piece.dtype, piece.global_shape, piece.stored
+        d = self._file(self._whole[name]).descriptor(name)
         return describe(d), d.shape, _stored_bytes(d)
+
+    def expansion(self, name) -> Optional[Tuple[int, int]]:
+        piece = self._sharded.get(name)
+        if piece is None:
+            return None
+        return _dtypes.storage_bytes(piece.dtype, math.prod(piece.global_shape)), piece.stored
 
     def _check(self, path: str, name: str) -> None:
         if not self._verify:
             return
-        with self._open(path) as f:
-            try:
-                f.verify(name)
-            except HurrayError as exc:
-                raise ConversionError(
-                    f"{path}: tensor {name!r} fails verification ({_first_line(exc)}); the "
-                    "file is damaged (--no-verify converts it anyway)"
-                ) from None
+        try:
+            self._file(path).verify(name)
+        except HurrayError as exc:
+            raise ConversionError(
+                f"{path}: tensor {name!r} fails verification ({_first_line(exc)}); the "
+                "file is damaged (--no-verify converts it anyway)"
+            ) from None
 
     def get(self, name):
-        files = self._sharded[name][3] if name in self._sharded else [self._whole[name]]
+        piece = self._sharded.get(name)
+        files = piece.files if piece is not None else [self._whole[name]]
         for path in files:
             self._check(path, name)
         try:
-            if name in self._sharded:
-                return from_numpy(_shards.load_sharded(files, name))
-            with _files.File(self._whole[name], mmap=False) as f:
-                return f[name]
+            if piece is None:
+                return self._file(files[0])[name]
+            array = _shards._load(
+                files, name, None, lambda p: contextlib.nullcontext(self._file(p))
+            )
+            t = from_numpy(array)
+            if piece.extension is not None:  # as the pieces have it
+                t = Tensor(t.descriptor.replace(extension=piece.extension), list(t.buffers))
+            return t
         except OSError as exc:
             raise os_failure(
                 exc, f"cannot read {name!r} from {self.path}: {_first_line(exc)}"
@@ -103,8 +200,14 @@ class _ShardedSource(_Source):
             raise ConversionError(f"{self.path}: tensor {name!r}: {_first_line(exc)}") from None
 
     def metadata(self):
-        left_out = {_hurray.CHUNK_CHECKSUMS_KEY, _shards.SAVE_KEY}
-        return {k: v for k, v in self._metadata.items() if k not in left_out}
+        return {k: v for k, v in self._metadata.items() if k != _hurray.CHUNK_CHECKSUMS_KEY}
+
+    def notes(self):
+        return list(self._notes)
 
     def files(self):
         return list(self._paths)
+
+    def close(self):
+        while self._open_files:
+            self._open_files.popitem()[1].close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._tensor import Tensor
 
@@ -19,6 +19,14 @@ class _Source:
 
     def get(self, name: str) -> Tensor:
         raise NotImplementedError
+
+    def expansion(self, name: str) -> Optional[Tuple[int, int]]:
+        """(bytes, stored bytes) when get() itself writes the tensor out
+        dense from fewer stored bytes (assembling pieces, making a strided
+        view contiguous): the conversion's expansion budget is charged
+        before get() runs. None: nothing of the kind, the tensor get()
+        returns is charged as it is."""
+        return None
 
     def metadata(self) -> Dict[str, Any]:
         return {}

@@ -124,6 +124,14 @@ class _TorchSource(_Source):
         t = self._tensors[name]
         return (str(t.dtype).replace("torch.", ""), tuple(t.shape), t.numel() * t.element_size())
 
+    def expansion(self, name):
+        import torch
+
+        t = self._tensors[name]
+        if t.layout == torch.strided and not t.is_contiguous():  # from_torch copies it
+            return t.numel() * t.element_size(), t.untyped_storage().nbytes()
+        return None
+
     def get(self, name):
         import torch
 

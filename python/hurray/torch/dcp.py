@@ -74,7 +74,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from .. import _hurray
+from .. import _hurray, _shards
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
@@ -95,16 +95,16 @@ __all__ = [
     "FORMAT_VERSION",
 ]
 
-FORMAT = "hurray.torch.dcp"
+FORMAT = _shards.DCP_FORMAT
 FORMAT_VERSION = 1
-METADATA_FILE = ".metadata.hurray"
+METADATA_FILE = _shards.DCP_METADATA_FILE
 JSON_EXTENSION = "torch.dcp.json"
 BYTES_EXTENSION = "torch.dcp.bytes"
 
 # File metadata keys.
-_K_FORMAT = "hurray.dcp.format"
+_K_FORMAT = _shards.DCP_FORMAT_KEY
 _K_VERSION = "hurray.dcp.format_version"
-_K_SAVE_ID = "hurray.dcp.save_id"
+_K_SAVE_ID = _shards.DCP_SAVE_ID_KEY
 _K_RANK = "hurray.dcp.rank"
 _K_WORLD = "hurray.dcp.world_size"
 _K_METADATA = "hurray.dcp.metadata"
