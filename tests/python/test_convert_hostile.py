@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import warnings
 import zipfile
 
 import numpy as np
@@ -2060,3 +2061,73 @@ def test_a_folder_target_interrupted_leaves_no_old_files(tmp_path, monkeypatch, 
         assert after["config.json"] == b'{"new": 1}'
     else:
         assert after == before
+
+
+def test_sharded_folders_hold_the_checks_a_file_holds(tmp_path):
+    """A folder of pieces got past the expansion budget (load_sharded
+    assembled each before it was charged), dropped the pieces' extension
+    type, kept only the first part's metadata without a word, and a folder
+    whose *.hurray entries were no regular files raised NotFoundError."""
+    one = np.array([1.0], np.float32)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for k in range(2):  # two parts, each a 2048-row piece of three stride-0 tensors
+        d = hurray.Descriptor(
+            "float32", (2048, 4096), strides=(0, 0), buffers=[hurray.Buffer("data", 4)]
+        )
+        piece = {
+            f"t{i}": hurray.shard(hurray.Tensor(d, [one]), (4096, 4096), (2048 * k, 0))
+            for i in range(3)
+        }
+        hurray.save(folder / f"p{k}.hurray", piece, {"author": "ab"[k], "license": "mit"})
+    with pytest.raises(ConversionError, match="'t1': the tensors up to it write"):
+        convert(folder, tmp_path / "o.safetensors", quiet=True)
+    ext = hurray.from_numpy(np.arange(4, dtype=np.uint8))
+    ext = hurray.Tensor(
+        ext.descriptor.replace(extension=hurray.Extension("my.type")), list(ext.buffers)
+    )
+    small = tmp_path / "small"
+    small.mkdir()
+    hurray.save(small / "a.hurray", {"e": hurray.shard(ext, (8,), (0,))}, {"author": "a"})
+    hurray.save(small / "b.hurray", {"e": hurray.shard(ext, (8,), (4,))}, {"author": "b", "x": 1})
+    report = convert(small, tmp_path / "s.hurray", quiet=True)
+    with hurray.open(tmp_path / "s.hurray") as f:
+        assert f.descriptor("e").extension.name == "my.type"
+        assert f.metadata == {"author": "a", "x": 1}
+    assert any("'author' differs between the parts" in n for n in report.notes), report.notes
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "x.hurray").mkdir()
+    with pytest.raises(ConversionError, match="no regular"):
+        convert(odd, tmp_path / "x.safetensors", quiet=True)
+
+
+def test_an_unfinished_dcp_save_is_refused(tmp_path):
+    """A DCP folder without .metadata.hurray (a save that did not finish)
+    was converted from whatever rank files it held."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    from hurray.torch.dcp import HurrayStorageWriter
+
+    folder = tmp_path / "ckpt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
+        dcp.save(
+            {"w": torch.arange(12.0).reshape(3, 4)}, storage_writer=HurrayStorageWriter(folder)
+        )
+    report = convert(folder, tmp_path / "o.safetensors", quiet=True)
+    assert [r.name for r in report.rows] == ["w"]
+    (folder / ".metadata.hurray").unlink()
+    with pytest.raises(ConversionError, match="did not finish"):
+        convert(folder, tmp_path / "p.safetensors", quiet=True)
+
+
+def test_an_expanded_torch_tensor_is_charged_before_it_is_copied(tmp_path):
+    """from_torch made each expand()ed tensor contiguous before the budget
+    saw it: a 2 KB .pt of six such tensors became 384 MiB."""
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "e.pt"
+    torch.save({f"t{i}": torch.ones(1).expand(4096, 4096) for i in range(3)}, src)
+    for target in ("o.safetensors", "o.hurray"):
+        with pytest.raises(ConversionError, match="'t1': the tensors up to it write"):
+            convert(src, tmp_path / target, quiet=True)
