@@ -2131,3 +2131,35 @@ def test_an_expanded_torch_tensor_is_charged_before_it_is_copied(tmp_path):
     for target in ("o.safetensors", "o.hurray"):
         with pytest.raises(ConversionError, match="'t1': the tensors up to it write"):
             convert(src, tmp_path / target, quiet=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"exclude": b"secret"}, TypeError),  # was the glob "b'secret'": nothing excluded
+        ({"quantize": "q8_0", "quantize_exclude": [b"*"]}, TypeError),
+        ({"include": 5}, TypeError),
+        ({"threads": 65536}, UsageError),  # was an OverflowError mid-conversion
+        ({"threads": 10**6}, UsageError),  # was taken
+        ({"threads": 1.7}, TypeError),  # was truncated to 1
+        ({"threads": "4"}, TypeError),
+        ({"threads": float("inf")}, TypeError),
+        ({"quantize": "block_affine", "block_size": -1}, UsageError),
+        ({"quantize": "nf4", "block_size": 2**64}, UsageError),
+        ({"quantize": "nf4", "block_size": True}, TypeError),  # was a block size of 1
+    ],
+)
+def test_convert_arguments_are_checked_as_the_cli_checks_them(tmp_path, kwargs, error):
+    src = tmp_path / "s.hurray"
+    hurray.save(src, {"secret": np.ones((4, 64), np.float32)})
+    with pytest.raises(error):
+        convert(src, tmp_path / "o.safetensors", quiet=True, **kwargs)
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_bytes_paths_are_paths(tmp_path):
+    """A bytes path failed with "endswith first arg must be bytes"."""
+    src = tmp_path / "s.hurray"
+    hurray.save(src, {"a": np.ones(4, np.float32)})
+    convert(os.fsencode(src), os.fsencode(tmp_path / "o.npz"), quiet=True)
+    assert np.load(tmp_path / "o.npz")["a"].tolist() == [1, 1, 1, 1]

@@ -250,15 +250,15 @@ def convert(
     together; ConversionIOError, also an OSError, for a failure of the
     file system). The target is replaced only when everything succeeded; on
     any error, KeyboardInterrupt included, it is left as it was."""
-    src, dst = os.fspath(src), os.fspath(dst)
+    src, dst = os.fsdecode(os.fspath(src)), os.fsdecode(os.fspath(dst))
     opts = _Options(
         quantize,
         _patterns(quantize_include),
         _patterns(quantize_exclude),
         bool(keep_scales),
         bool(stats),
-        int(threads),
-        block_size,
+        _int_option("threads", threads, 0, 65535),  # the C kernels' limit, as the CLI's
+        None if block_size is None else _int_option("block_size", block_size, 1, 2**64 - 1),
         bool(dequantize),
     )
     _check_options(opts, output)
@@ -323,12 +323,21 @@ def _print_report(report: ConversionReport, output: str) -> None:
         ) from None
 
 
+def _int_option(name: str, value, lo: int, hi: int) -> int:
+    """An int option as the CLI takes it: a float, a str or a bool is a
+    TypeError (int() would truncate 1.7 and take "4"), a value out of range
+    a UsageError before any work (not an OverflowError mid-conversion)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not lo <= int(value) <= hi:
+        raise UsageError(f"{name} must be from {lo} to {hi}: {value}")
+    return int(value)
+
+
 def _check_options(opts: _Options, output: str) -> None:
     """Refuses options that do not fit together, before any file is opened."""
     if output not in ("table", "json"):
         raise UsageError(f"output must be 'table' or 'json', not {output!r}")
-    if opts.threads < 0:
-        raise UsageError("threads must be >= 0")
     if opts.dequantize and opts.scheme is not None:
         raise UsageError("--dequantize and --quantize do not go together")
     if opts.scheme is None:
@@ -583,7 +592,8 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
             notes.append(f"partial block: dim {out.shape[q.axis]} is not a multiple of {block}")
         elif isinstance(q, Nf4) and out.descriptor.numel % block:
             notes.append(f"partial block: {out.descriptor.numel} elements, block {block}")
-    if opts.dequantize and out.descriptor.quantization is not None:
+    dequantized = opts.dequantize and out.descriptor.quantization is not None
+    if dequantized:
         ref = _values(t, opts.threads)
         out = _from_numpy(ref.astype(_dtypes.to_numpy(orig)) if orig in FLOAT_DTYPES else ref)
         notes.append("dequantized")
@@ -600,7 +610,7 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
     row.bytes_out = int(result.nbytes)
     if result.note:
         notes.append(result.note)
-    if row.quantized or result.values is not None:
+    if row.quantized or dequantized or result.values is not None:  # measured, never assumed
         if ref is None:
             ref = _values(t, opts.threads)
         final = (

@@ -36,11 +36,19 @@ def default_quantize_rule(
 
 
 def _patterns(value) -> Tuple[str, ...]:
+    """A glob or a sequence of them; bytes are refused, not made "b'...'",
+    which matches nothing (an exclusion silently lost)."""
     if value is None:
         return ()
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, str):
         value = (value,)
-    return tuple(str(v) for v in value)
+    if isinstance(value, (bytes, bytearray)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"a glob is a str, or a list of them, not {type(value).__name__}")
+    globs = tuple(value)
+    for g in globs:
+        if not isinstance(g, str):
+            raise TypeError(f"a glob is a str, not {type(g).__name__} ({g!r})")
+    return globs
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
