@@ -1046,7 +1046,9 @@ def test_a_dequantized_row_is_measured(tmp_path):
     the export without the flag measured 0.00098: dequantized rows are
     measured, as the report's docs say."""
     rng = np.random.default_rng(0)
-    hurray.save(tmp_path / "src.hurray", {"w.weight": rng.standard_normal((64, 64)).astype(np.float16)})
+    hurray.save(
+        tmp_path / "src.hurray", {"w.weight": rng.standard_normal((64, 64)).astype(np.float16)}
+    )
     convert(tmp_path / "src.hurray", tmp_path / "q.hurray", quantize="q8_0", quiet=True)
     values = hurray.load(tmp_path / "q.hurray")["w.weight"].dequantize(np.float64)
     for target in ("out.hurray", "out.safetensors"):
