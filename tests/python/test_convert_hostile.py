@@ -2163,3 +2163,19 @@ def test_bytes_paths_are_paths(tmp_path):
     hurray.save(src, {"a": np.ones(4, np.float32)})
     convert(os.fsencode(src), os.fsencode(tmp_path / "o.npz"), quiet=True)
     assert np.load(tmp_path / "o.npz")["a"].tolist() == [1, 1, 1, 1]
+
+
+def test_the_converters_own_keys_are_not_the_users_metadata(tmp_path):
+    """.npz, .pt and .npy targets listed gguf.__types__ and gguf.__tensors__
+    among the metadata keys "not carried"; safetensors did not."""
+    src = tmp_path / "m.hurray"
+    meta = {
+        "gguf.general.architecture": "x",
+        "gguf.__types__": json.dumps({"general.architecture": "STRING"}),
+        "gguf.__tensors__": json.dumps(["a"]),
+        "safetensors_index.metadata": "{}",
+    }
+    hurray.save(src, {"a": np.ones(4, np.float32)}, meta)
+    for target in ("o.safetensors", "o.npz", "o.npy"):
+        notes = convert(src, tmp_path / target, quiet=True).notes
+        assert any(n.startswith("1 metadata key not carried") for n in notes), (target, notes)

@@ -41,6 +41,9 @@ SOURCE_DTYPES_KEY = "convert.source_dtypes"  # JSON {tensor: float dtype before 
 GGUF_TYPES_KEY = "gguf.__types__"  # JSON {kv key: GGUF value type}, in file order
 GGUF_TENSORS_KEY = "gguf.__tensors__"  # JSON [tensor names], in file order
 SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
+# The converter's own keys: used or dropped by a target, never the user's
+# metadata "not carried" (src/formats/convert.c's bookkeeping() for C).
+BOOKKEEPING_KEYS = (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY, GGUF_TENSORS_KEY)
 
 # What numpy raises reading a broken .npy (alone or in an .npz): its header
 # is parsed as Python text (tokenize, ast), so a cut one is a TokenError or

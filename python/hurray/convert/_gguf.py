@@ -11,9 +11,9 @@ from .._descriptor import Composite, Dense, Descriptor
 from .._hurray import HurrayError
 from .._tensor import from_numpy
 from ._common import (
+    BOOKKEEPING_KEYS,
     GGUF_TENSORS_KEY,
     GGUF_TYPES_KEY,
-    SOURCE_DTYPES_KEY,
     ConversionError,
     UsageError,
     _check_dense_written_size,
@@ -167,7 +167,7 @@ class _GgufTarget(_FileTarget):
         for k, v in metadata.items():
             if k.startswith("gguf."):
                 meta[k] = v
-            elif k != SOURCE_DTYPES_KEY:
+            elif k not in BOOKKEEPING_KEYS:
                 dropped.append(k)
         _note_dropped(
             report, dropped, "GGUF carries only its own key-value pairs, the hurray keys gguf.*"

@@ -8,8 +8,8 @@ import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
+    BOOKKEEPING_KEYS,
     NUMPY_FILE_ERRORS,
-    SOURCE_DTYPES_KEY,
     ConversionError,
     _contiguous,
     _first_line,
@@ -70,7 +70,7 @@ class _NpyTarget(_DenseTarget):
 
     def finish(self, metadata, report):
         _note_dropped(
-            report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npy holds one array only"
+            report, [k for k in metadata if k not in BOOKKEEPING_KEYS], ".npy holds one array only"
         )
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")

@@ -12,8 +12,8 @@ import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
+    BOOKKEEPING_KEYS,
     NUMPY_FILE_ERRORS,
-    SOURCE_DTYPES_KEY,
     ConversionError,
     _contiguous,
     _first_line,
@@ -168,7 +168,7 @@ class _NpzTarget(_DenseTarget):
 
     def finish(self, metadata, report):
         _note_dropped(
-            report, [k for k in metadata if k != SOURCE_DTYPES_KEY], ".npz holds arrays only"
+            report, [k for k in metadata if k not in BOOKKEEPING_KEYS], ".npz holds arrays only"
         )
         try:
             self._zip.close()  # writes the central directory

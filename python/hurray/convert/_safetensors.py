@@ -16,8 +16,7 @@ from .._descriptor import Buffer, Dense, Descriptor, PerTensorAffine
 from .._hurray import HurrayError
 from .._tensor import Tensor, from_numpy
 from ._common import (
-    GGUF_TENSORS_KEY,
-    GGUF_TYPES_KEY,
+    BOOKKEEPING_KEYS,
     SAFETENSORS_INDEX_KEY,
     SOURCE_DTYPES_KEY,
     ConversionError,
@@ -446,16 +445,7 @@ class _SafetensorsTarget(_DenseTarget):
         for k, v in metadata.items():
             if k.startswith("safetensors."):
                 meta[k[len("safetensors.") :]] = _as_text(k, v)
-            elif (
-                k
-                not in (
-                    SOURCE_DTYPES_KEY,
-                    SAFETENSORS_INDEX_KEY,
-                    GGUF_TYPES_KEY,
-                    GGUF_TENSORS_KEY,
-                )
-                + self.consumed
-            ):
+            elif k not in BOOKKEEPING_KEYS + self.consumed:
                 dropped.append(k)
         for k in self._extra_meta:
             if k in meta:
