@@ -32,7 +32,12 @@ static void print_metadata_value(FILE *out, const HurrayReader *r, size_t i, boo
       if (json && (f != f || f - f != 0)) {
         fprintf(out, "{\"float\": \"%s\"}", f != f ? "nan" : f > 0 ? "inf" : "-inf");
       } else {
-        fprintf(out, "%.17g", f);
+        /* A float that prints as an integer ("5", "-0") gets a ".0" in
+         * JSON, which would read it as the int metadata 5 (and 0). */
+        char text[40];
+        snprintf(text, sizeof text, "%.17g", f);
+        fputs(text, out);
+        if (json && strpbrk(text, ".e") == NULL) fputs(".0", out);
       }
       return;
     case HURRAY_METADATA_BOOL:

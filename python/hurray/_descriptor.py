@@ -243,6 +243,7 @@ def _part_from(d: dict):
             tuple(Member(m["name"], Descriptor.from_dict(m["descriptor"])) for m in members)
         )
     fields = {k: _json_value(v) for k, v in d.items() if k != "kind"}
-    if cls is PerTensorAffine:
-        fields["scale"] = _float(fields["scale"])
+    for key in ("scale", "scale_offset"):  # the float fields: "nan", "inf" in JSON
+        if key in fields:
+            fields[key] = _float(fields[key])
     return cls(**fields)

@@ -88,7 +88,9 @@ def _metadata_text(value, json: bool) -> str:
     if isinstance(value, float):
         if json and (value != value or value - value != 0):
             return '{"float": "' + ("nan" if value != value else _g(value)) + '"}'
-        return _g(value, "%.17g")
+        text = _g(value, "%.17g")
+        # as C: a float that prints as an integer reads apart from an int
+        return text + ".0" if json and "." not in text and "e" not in text else text
     if isinstance(value, (bytes, bytearray)):
         if json:
             return '{"bytes_hex": "' + bytes(value).hex() + '"}'

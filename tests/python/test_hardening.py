@@ -1420,3 +1420,17 @@ def test_numpy_unsigned_metadata_past_int64_is_a_type_error_naming_the_key(tmp_p
         hurray.save(tmp_path / "m.hurray", {}, {"big": 2**63})
     hurray.save(tmp_path / "m.hurray", {}, {"big": np.uint64(2**63 - 1)})
     assert hurray.open(tmp_path / "m.hurray").metadata["big"] == 2**63 - 1
+
+
+def test_dict_round_trip_of_a_non_finite_scale_offset():
+    """to_dict() writes a non-finite scale_offset as "inf" (descriptor-json.md
+    section 1); from_dict passed the string on: TypeError."""
+    q = hurray.BlockAffine(1, 32, 1, scale_offset=float("inf"))
+    d = hurray.Descriptor(
+        "int8",
+        (4, 64),
+        quantization=q,
+        buffers=[hurray.Buffer("data", 256), hurray.Buffer("scales", 16)],
+    )
+    assert d.to_dict()["quantization"]["scale_offset"] == "inf"
+    assert hurray.Descriptor.from_dict(d.to_dict()) == d

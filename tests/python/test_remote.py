@@ -490,6 +490,8 @@ def varied(tmp_path_factory):
             "n": float("nan"),
             "ni": -float("inf"),
             "ns": "nan",
+            "fi": 5.0,
+            "fz": -0.0,
         },
         statistics=True,
     )
@@ -613,6 +615,9 @@ def test_cli_on_a_url_prints_what_the_c_command_prints(varied, args):
         assert meta["by"] == {"bytes_hex": "0001"} and meta["n"] == {"float": "nan"}
         # A float NaN and the string "nan" read apart (they were both "nan").
         assert meta["ni"] == {"float": "-inf"} and meta["ns"] == "nan"
+        # An integral float reads as a float (it was "5", an int), -0.0 keeps its sign.
+        assert type(meta["fi"]) is float and meta["fi"] == 5.0
+        assert type(meta["fz"]) is float and str(meta["fz"]) == "-0.0"
         assert doc["tensors"]["sp"]["layout"]["kind"] == "sparse"
     else:
         assert "tensor sp:" in out and "tensor dense" not in out
