@@ -825,6 +825,17 @@ static bool quant_is_affine(const HurrayQuant *q) {
          q->kind == HURRAY_QUANT_BLOCK_AFFINE;
 }
 
+/* A buffer of `field` set with no dtype: the encoding requires both or
+ * neither, so the decoder would refuse what this setter took. */
+static HurrayStatus require_buffer_dtype(const char *field, uint32_t buffer, HurrayDType dtype,
+                                         HurrayError *error) {
+  if (buffer != HURRAY_NO_BUFFER && hurray_dtype_name(dtype) == NULL) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "quantization.%s: a buffer needs its dtype (got %d)", field, (int)dtype);
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_descriptor_set_quant_zero_point_buffer(HurrayDescriptor *d,
                                                            uint32_t zero_point_buffer,
                                                            HurrayDType zero_point_dtype,
@@ -837,6 +848,8 @@ HurrayStatus hurray_descriptor_set_quant_zero_point_buffer(HurrayDescriptor *d,
                         "quantization, not %s",
                         hurray__quant_kind_name(d->quant.kind));
   }
+  HURRAY_RETURN_NOT_OK(
+      require_buffer_dtype("zero_point_buffer", zero_point_buffer, zero_point_dtype, error));
   d->quant.zero_point_buffer = zero_point_buffer;
   d->quant.zero_point_dtype = zero_point_dtype;
   d->quant.zero_point = 0;
@@ -921,12 +934,19 @@ HurrayStatus hurray_descriptor_set_quant_storage_axes(HurrayDescriptor *d, const
     }
     return HURRAY_OK;
   }
+  uint32_t seen = 0; /* the rank is at most 32 */
   for (uint32_t k = 0; k < d->rank; k++) {
     if (axes[k] >= d->rank) {
       return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
                           "quantization.storage_axes[%u]: %u is not below the rank %u", k, axes[k],
                           d->rank);
     }
+    if (seen & (1u << axes[k])) { /* as the decoder requires */
+      return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
+                          "quantization.storage_axes: axis %u appears twice (not a permutation)",
+                          axes[k]);
+    }
+    seen |= 1u << axes[k];
   }
   HurrayQuantStorage *qs = hurray__quant_storage_own(&d->quant);
   if (qs == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
@@ -948,16 +968,26 @@ static HurrayStatus set_packing(HurrayQuantPacking *p, HurrayDType dtype, uint32
   uint32_t bits = hurray_dtype_bits(dtype);
   if ((word_bits != 8 && word_bits != 16 && word_bits != 32) || bits == 0 || bits >= word_bits ||
       word_bits % bits != 0) {
+    const char *name = hurray_dtype_name(dtype);
     return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
                         "quantization.%s.word_bits: %u-bit words cannot hold %s elements as "
                         "lanes (8, 16 or 32 bits, a multiple of the element bits)",
-                        field, word_bits, hurray_dtype_name(dtype));
+                        field, word_bits, name != NULL ? name : "dtype-less");
   }
   if (axis >= HURRAY_MAX_RANK) {
     return hurray__fail(error, HURRAY_ERR_QUANT_PACKING, "quantization.%s.axis: %u is too large",
                         field, axis);
   }
   uint32_t lanes = word_bits / bits;
+  uint32_t seen = 0; /* at most 32 lanes (1-bit elements in 32-bit words) */
+  for (uint32_t j = 0; order != NULL && j < lanes; j++) {
+    if (order[j] >= lanes || (seen & (1u << order[j]))) { /* as the decoder requires */
+      return hurray__fail(error, HURRAY_ERR_QUANT_PACKING,
+                          "quantization.%s.order: not a permutation of the %u lanes", field,
+                          lanes);
+    }
+    seen |= 1u << order[j];
+  }
   memset(p, 0, sizeof *p);
   p->word_bits = (uint8_t)word_bits;
   p->axis = (uint8_t)axis;
@@ -1019,6 +1049,7 @@ HurrayStatus hurray_descriptor_set_quant_block2(HurrayDescriptor *d, uint32_t ax
 HurrayStatus hurray_descriptor_set_quant_group_index(HurrayDescriptor *d, uint32_t buffer,
                                                      HurrayDType dtype, HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_packed_kind(d, "group_index_buffer", error));
+  HURRAY_RETURN_NOT_OK(require_buffer_dtype("group_index_buffer", buffer, dtype, error));
   d->quant.group_index_buffer = buffer;
   d->quant.group_index_dtype = buffer != HURRAY_NO_BUFFER ? dtype : HURRAY_DTYPE_INVALID;
   return HURRAY_OK;
@@ -1043,6 +1074,7 @@ HurrayStatus hurray_descriptor_set_quant_super_scales(HurrayDescriptor *d, uint3
                                                       HurraySuperScaleOp op, double scale_offset,
                                                       HurrayError *error) {
   HURRAY_RETURN_NOT_OK(require_packed_kind(d, "super_scale_buffer", error));
+  HURRAY_RETURN_NOT_OK(require_buffer_dtype("super_scale_buffer", buffer, dtype, error));
   if (buffer != HURRAY_NO_BUFFER && op != HURRAY_SUPER_MULTIPLY && op != HURRAY_SUPER_DIVIDE) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "quantization.super_op: unknown operation %d", (int)op);

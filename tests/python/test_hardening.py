@@ -1434,3 +1434,26 @@ def test_dict_round_trip_of_a_non_finite_scale_offset():
     )
     assert d.to_dict()["quantization"]["scale_offset"] == "inf"
     assert hurray.Descriptor.from_dict(d.to_dict()) == d
+
+
+@pytest.mark.parametrize(
+    "quantization",
+    [
+        hurray.BlockAffine(1, 32, 1, super_scale_buffer=2),
+        hurray.BlockAffine(1, 32, 1, group_index_buffer=3),
+        hurray.BlockAffine(1, 32, 1, zero_point_buffer=2),
+        hurray.BlockAffine(1, 32, 1, zero_point_buffer=2, zero_point_packing=hurray.Packing(8, 0)),
+        hurray.BlockAffine(1, 32, 1, storage_axes=(0, 0)),
+        hurray.BlockAffine(1, 32, 1, code_packing=hurray.Packing(32, 0, (0, 0, 1, 2, 3, 4, 5, 6))),
+        hurray.Nf4(64, 1, code_packing=hurray.Packing(8, 0, (1, 1))),
+    ],
+)
+def test_a_descriptor_the_decoder_refuses_is_not_built(quantization):
+    """The builder took a buffer without its dtype and storage axes or lane
+    orders that are no permutation, which the decoder refuses: the object
+    existed, but pickle, copy and Tensor() of it failed with MALFORMED (and
+    one message printed a NULL through %s)."""
+    buffers = [hurray.Buffer(r, 4096) for r in ("data", "scales", "zero_points", "group_index")]
+    with pytest.raises(hurray.HurrayError) as e:
+        hurray.Descriptor("uint4", (64, 128), buffers=buffers, quantization=quantization)
+    assert "(null)" not in str(e.value)

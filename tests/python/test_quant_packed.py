@@ -651,11 +651,15 @@ def test_validation_rules():
         )
         == "QUANT_PACKING"
     )
-    # storage axes not a permutation
-    assert (
-        _validation("uint4", (4, 32), BlockAffine(1, 16, 1, storage_axes=(0, 0)), base)
-        == "QUANT_PACKING"
-    )
+    # storage axes not a permutation: refused when built (the decoder
+    # refuses them, so no descriptor holding them can exist)
+    with pytest.raises(hurray.ValidationError, match="not a permutation"):
+        Descriptor(
+            "uint4",
+            (4, 32),
+            quantization=BlockAffine(1, 16, 1, storage_axes=(0, 0)),
+            buffers=[Buffer(r, n) for n, r in base],
+        )
     # group index on per-channel: refused by the kind
     assert (
         _validation(
