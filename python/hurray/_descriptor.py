@@ -188,14 +188,7 @@ def _fields_from_dict(d: dict) -> tuple:
             else Shard(
                 tuple(_mapping(d["shard"], "shard")["global_shape"]), tuple(d["shard"]["offsets"])
             ),
-            extension=None
-            if ext is None
-            else Extension(
-                ext["name"],
-                bytes.fromhex(ext.get("metadata_hex", ""))
-                if "metadata_hex" in ext
-                else bytes(ext.get("metadata", b"")),
-            ),
+            extension=None if ext is None else Extension(ext["name"], _extension_metadata(ext)),
         ),
     )
 
@@ -215,6 +208,17 @@ _BY_KIND = {
         BlockCoded,
     )
 }
+
+
+def _extension_metadata(ext: dict) -> bytes:
+    """An extension's metadata: "metadata_hex" (to_dict's form) or bytes-like
+    "metadata"; an int is refused, which bytes() would make that many NULs."""
+    if "metadata_hex" in ext:
+        return bytes.fromhex(ext["metadata_hex"])
+    value = ext.get("metadata", b"")
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"extension metadata is bytes, not {type(value).__name__}")
+    return bytes(value)
 
 
 def _float(v) -> float:

@@ -169,9 +169,35 @@ static int get_u64_list(PyObject *dict, const char *key, uint64_t *out, Py_ssize
   return 0;
 }
 
+/* A field the sparse format has no place for (indptr_buffer on COO,
+ * index_buffers on CSR, ...): dropped from the encoding while the record
+ * kept it, so refused. */
+static int refuse_other_formats_fields(PyObject *layout, const char *f) {
+  bool coo = strcmp(f, "coo") == 0, bsr = strcmp(f, "bsr") == 0;
+  const char *misplaced = coo && item(layout, "indptr_buffer") != NULL    ? "indptr_buffer"
+                          : coo && item(layout, "indices_buffer") != NULL ? "indices_buffer"
+                          : !bsr && item(layout, "block_shape") != NULL   ? "block_shape"
+                          : !coo && item(layout, "index_buffers") != NULL ? "index_buffers"
+                                                                          : NULL;
+  PyObject *canonical = item(layout, "canonical");
+  if (misplaced == NULL && !coo && canonical != NULL && canonical != Py_False) {
+    misplaced = "canonical";
+  }
+  if (misplaced != NULL) {
+    PyErr_Format(PyExc_ValueError, "sparse format %s has no %s", f, misplaced);
+    return -1;
+  }
+  if (canonical != NULL && !PyBool_Check(canonical)) {
+    PyErr_Format(PyExc_TypeError, "canonical must be True or False, not %R", canonical);
+    return -1;
+  }
+  return 0;
+}
+
 static int build_sparse(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, HurrayError *e) {
   PyObject *fmt = item(layout, "format");
   const char *f = fmt != NULL && PyUnicode_Check(fmt) ? hy_utf8(fmt, "sparse format") : "";
+  if (f != NULL && refuse_other_formats_fields(layout, f) < 0) return -1;
   HurrayDType index_dtype;
   uint64_t nnz;
   uint32_t data, a, b;
@@ -583,6 +609,11 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
                            : enum_value(role, hy_role_name, 1, HURRAY_ROLE_SUPER_SCALES, "role");
       int m = sync == NULL ? HURRAY_SYNC_READY
                            : enum_value(sync, hy_sync_name, 0, HURRAY_SYNC_EVENT, "sync_mode");
+      if (r >= 0 && m >= 0 && item(b, "byte_size") == NULL) { /* None was taken as 0 */
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_TypeError, "a buffer's byte_size is an int, not None");
+        return -1;
+      }
       if (r < 0 || m < 0 || get_u64(b, "byte_size", 0, &size) < 0 ||
           get_u64(b, "alignment", 1, &alignment) < 0 ||
           hy_check_max(alignment, UINT32_MAX, "alignment") < 0) {
@@ -665,6 +696,45 @@ static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec
   return 0;
 }
 
+/* A composite member has no buffers, statistics, shard, extension or
+ * device of its own (the root's apply; the encoding has no place for
+ * them): given, they were dropped from the encoding while the Descriptor
+ * object still showed them, so refused. */
+static int refuse_member_root_parts(PyObject *spec) {
+  static const char *const parts[] = {"statistics", "shard", "extension"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    if (item(spec, parts[i]) != NULL) {
+      PyErr_Format(PyExc_ValueError,
+                   "a composite member holds no %s of its own (the root descriptor's apply)",
+                   parts[i]);
+      return -1;
+    }
+  }
+  PyObject *buffers = item(spec, "buffers");
+  Py_ssize_t n = buffers != NULL ? PyObject_Length(buffers) : 0;
+  if (n < 0) return -1;
+  if (n > 0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "a composite member holds no buffers of its own (it names the root's)");
+    return -1;
+  }
+  PyObject *device = item(spec, "device");
+  if (device != NULL && is_spec(device)) {
+    int64_t type, id;
+    PyObject *mc = item(device, "memory_class");
+    if (get_i64(device, "type", 1, &type) < 0 || get_i64(device, "id", 0, &id) < 0) return -1;
+    int host = mc == NULL ||
+               (PyUnicode_Check(mc) && PyUnicode_CompareWithASCIIString(mc, "host") == 0);
+    if (type != 1 || id != 0 || !host) {
+      PyErr_SetString(PyExc_ValueError,
+                      "a composite member holds no device of its own (the root descriptor's "
+                      "applies)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
 HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root) {
   if (!is_descriptor(spec)) {
     PyErr_Format(PyExc_TypeError, "not a Descriptor: %R", spec);
@@ -674,6 +744,7 @@ HurrayDescriptor *hy_build_descriptor(ModuleState *st, PyObject *spec, bool root
   HurrayDType dtype;
   uint64_t shape[HURRAY_MAX_RANK];
   Py_ssize_t rank = 0;
+  if (!root && refuse_member_root_parts(spec) < 0) return NULL;
   if (get_dtype(spec, "dtype", false, &dtype) < 0 ||
       get_u64_list(spec, "shape", shape, HURRAY_MAX_RANK, &rank) < 0) {
     return NULL;

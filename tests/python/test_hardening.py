@@ -1457,3 +1457,40 @@ def test_a_descriptor_the_decoder_refuses_is_not_built(quantization):
     with pytest.raises(hurray.HurrayError) as e:
         hurray.Descriptor("uint4", (64, 128), buffers=buffers, quantization=quantization)
     assert "(null)" not in str(e.value)
+
+
+def test_descriptor_fields_the_encoding_would_drop_are_refused():
+    """A composite member's statistics (and shard, extension, buffers,
+    device), a sparse format's fields of another format, a canonical of
+    "false", a buffer's byte_size of None and an extension metadata of 5
+    were dropped or changed in the encoding while the Descriptor object
+    still showed them as given."""
+    member = hurray.Descriptor("float32", (2,), statistics=hurray.Statistics(min=1.0))
+    with pytest.raises(ValueError, match="member holds no statistics"):
+        hurray.Descriptor(
+            "float32",
+            (2,),
+            layout=hurray.Composite((hurray.Member("x", member),)),
+            buffers=[hurray.Buffer("data", 8)],
+        )
+    b = [hurray.Buffer("values", 8), hurray.Buffer("indices", 16)]
+    with pytest.raises(ValueError, match="coo has no indptr_buffer"):
+        hurray.Descriptor(
+            "float32",
+            (2, 2),
+            layout=hurray.Sparse("coo", "int32", 2, 0, indptr_buffer=1, index_buffers=(1, 1)),
+            buffers=b,
+        )
+    with pytest.raises(TypeError, match="canonical"):
+        hurray.Descriptor(
+            "float32",
+            (2, 2),
+            layout=hurray.Sparse("coo", "int32", 2, 0, index_buffers=(1, 1), canonical="false"),
+            buffers=b,
+        )
+    with pytest.raises(TypeError, match="byte_size"):
+        hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", None)])
+    spec = hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8)]).to_dict()
+    spec["extension"] = {"name": "e", "metadata": 5}
+    with pytest.raises(TypeError, match="extension metadata"):
+        hurray.Descriptor.from_dict(spec)
