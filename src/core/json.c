@@ -58,16 +58,36 @@ static void emit(Text *t, const char *fmt, ...) {
   }
 }
 
+/* The length of the UTF-8 sequence at p, or 0 where none starts (a name
+ * that decodes but does not validate may hold any byte: the JSON stays
+ * UTF-8, the byte written as U+FFFD). */
+static size_t utf8_at(const unsigned char *p) {
+  size_t n = *p < 0x80                  ? 1
+             : *p >= 0xC2 && *p <= 0xDF ? 2
+             : *p >= 0xE0 && *p <= 0xEF ? 3
+             : *p >= 0xF0 && *p <= 0xF4 ? 4
+                                        : 0;
+  for (size_t k = 1; k < n; k++) {
+    if (p[k] == 0) return 0; /* the string ends inside the sequence */
+  }
+  return n != 0 && hurray__utf8_valid((const char *)p, n) ? n : 0;
+}
+
 static void emit_string(Text *t, const char *s) {
   emit(t, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = utf8_at(p);
     if (*p == '"' || *p == '\\') {
       emit(t, "\\%c", *p);
     } else if (*p < 0x20) {
       emit(t, "\\u%04x", *p);
+    } else if (n == 0) {
+      emit(t, "\\ufffd");
+      n = 1;
     } else {
-      emit(t, "%c", *p);
+      emit(t, "%.*s", (int)n, (const char *)p);
     }
+    p += n ? n : 1;
   }
   emit(t, "\"");
 }

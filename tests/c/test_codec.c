@@ -393,6 +393,30 @@ static void test_optional_parts_are_owned(void **state) {
   hurray_descriptor_destroy(d);
 }
 
+/* A member name that is not UTF-8 decodes (validation refuses it); its
+ * JSON wrote the raw byte, so the document was not UTF-8. */
+static void test_json_of_a_name_that_is_not_utf8(void **state) {
+  (void)state;
+  size_t len;
+  uint8_t *bytes = read_vector("composite_lora", "bin", &len);
+  size_t at = 0;
+  while (at + 4 <= len && memcmp(bytes + at, "base", 4) != 0) at++;
+  assert_true(at + 4 <= len);
+  bytes[at] = 0xFF;
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_decode(bytes, len, &d, error));
+  HurrayError e = {0};
+  assert_int_equal(hurray_descriptor_validate(d, &e), HURRAY_ERR_COMPOSITE_NAME);
+  char *json = NULL;
+  assert_ok(hurray_descriptor_to_json(d, &json, error));
+  assert_non_null(strstr(json, "\"\\ufffdase\""));
+  assert_null(strchr(json, 0xFF));
+  assert_non_null(strstr(json, "\"lora_a\"")); /* valid names as they are */
+  hurray_free(json);
+  hurray_descriptor_destroy(d);
+  free(bytes);
+}
+
 /* *out was written on OVERFLOW (0, or a wrapped product), and sub-byte
  * counts overflowed on their bit count: 2^63 int4 need 2^62 bytes. */
 static void test_storage_bytes_at_the_limits(void **state) {
@@ -420,6 +444,7 @@ int main(int argc, char **argv) {
   vectors_dir = argc > 1 ? argv[1] : "tests/vectors";
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_storage_bytes_at_the_limits),
+      cmocka_unit_test(test_json_of_a_name_that_is_not_utf8),
       cmocka_unit_test(test_golden_encode),
       cmocka_unit_test(test_golden_decode),
       cmocka_unit_test(test_round_trip_vectors),
