@@ -2179,3 +2179,21 @@ def test_the_converters_own_keys_are_not_the_users_metadata(tmp_path):
     for target in ("o.safetensors", "o.npz", "o.npy"):
         notes = convert(src, tmp_path / target, quiet=True).notes
         assert any(n.startswith("1 metadata key not carried") for n in notes), (target, notes)
+
+
+def test_keep_scales_dequantizes_what_it_cannot_keep(tmp_path):
+    """--keep-scales of a block-coded tensor (GGUF Q4_K: its scales sit in
+    its blocks) failed the whole conversion with a message about codes();
+    as for a tensor that is not dense, the row is dequantized and says why."""
+    blocks = np.zeros(2 * 144, np.uint8)  # two Q4_K blocks of 256: all zeros
+    d = hurray.Descriptor(
+        "uint8",
+        (2, 256),
+        quantization=hurray.BlockCoded("ggml_q4_k", 1),
+        buffers=[hurray.Buffer("data", blocks.nbytes)],
+    )
+    src = tmp_path / "k.hurray"
+    hurray.save(src, {"w.weight": hurray.Tensor(d, [blocks]), "b": np.ones(2, np.float32)})
+    report = convert(src, tmp_path / "o.safetensors", keep_scales=True, quiet=True)
+    row = {r.name: r for r in report.rows}["w.weight"]
+    assert "block-coded (ggml_q4_k" in row.note and "dequantized" in row.note, row.note

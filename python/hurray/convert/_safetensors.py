@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _dtypes
-from .._descriptor import Buffer, Dense, Descriptor, PerTensorAffine
+from .._descriptor import BlockCoded, Buffer, Dense, Descriptor, PerTensorAffine
 from .._hurray import HurrayError
 from .._tensor import Tensor, from_numpy
 from ._common import (
@@ -335,6 +335,23 @@ _SAFETENSORS_NATIVE = (
 )
 
 
+def _keep_scales_refusal(d) -> Optional[str]:
+    """Why --keep-scales cannot write `d` as codes, scales and zero points
+    (the scales of a block-coded tensor sit inside its blocks; packed or
+    two-level fields store other arrays), or None."""
+    from .._tensor import _PACKED_DEFAULTS
+
+    q = d.quantization
+    if not isinstance(d.layout, Dense):
+        return "not dense"
+    if isinstance(q, BlockCoded):
+        return f"block-coded ({q.format}: its scales are inside its blocks)"
+    used = [k for k, v in _PACKED_DEFAULTS.items() if getattr(q, k, v) != v]
+    if used:
+        return f"packed or two-level ({', '.join(used)})"
+    return None
+
+
 class _SafetensorsTarget(_DenseTarget):
     """Written natively (hurray._formats, the C writer, atomically): no
     torch, no safetensors package."""
@@ -372,10 +389,13 @@ class _SafetensorsTarget(_DenseTarget):
     def add(self, name, t, source_dtype):
         d = t.descriptor
         if self.options.keep_scales and d.quantization is not None:
-            if isinstance(d.layout, Dense):
+            why = _keep_scales_refusal(d)
+            if why is None:
                 return self._add_keep_scales(name, t, source_dtype)
             out = self._add_dense(name, t, source_dtype)
-            out.note += "; not dense: dequantized (--keep-scales takes dense tensors)"
+            out.note += (
+                f"; {why}: dequantized (--keep-scales takes dense tensors of one code per element)"
+            )
             return out
         return self._add_dense(name, t, source_dtype)
 
