@@ -197,6 +197,11 @@ static int refuse_other_formats_fields(PyObject *layout, const char *f) {
 static int build_sparse(HurrayDescriptor *d, PyObject *layout, HurrayStatus *s, HurrayError *e) {
   PyObject *fmt = item(layout, "format");
   const char *f = fmt != NULL && PyUnicode_Check(fmt) ? hy_utf8(fmt, "sparse format") : "";
+  if (f != NULL && strcmp(f, "coo") != 0 && strcmp(f, "csr") != 0 && strcmp(f, "csc") != 0 &&
+      strcmp(f, "bsr") != 0) {
+    PyErr_Format(PyExc_ValueError, "unknown sparse format %R", fmt);
+    return -1;
+  }
   if (f != NULL && refuse_other_formats_fields(layout, f) < 0) return -1;
   HurrayDType index_dtype;
   uint64_t nnz;
@@ -344,6 +349,10 @@ static int build_affine(HurrayDescriptor *d, PyObject *q, bool per_channel, uint
                     "give either zero_point_buffer or an inline zero_point, not both");
     return -1;
   }
+  if (zp_buffer == HURRAY_NO_BUFFER && item(q, "zero_point_dtype") != NULL) {
+    PyErr_SetString(PyExc_ValueError, "zero_point_dtype needs a zero_point_buffer");
+    return -1;
+  }
   if (s == HURRAY_OK && zp_buffer != HURRAY_NO_BUFFER) {
     s = hurray_descriptor_set_quant_zero_point_buffer(d, zp_buffer, zp_dtype, e);
   } else if (s == HURRAY_OK && zero_point != 0) {
@@ -410,6 +419,11 @@ static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool
       get_small_list(order, "Packing.order", raw, 32, &n) < 0) {
     return -1;
   }
+  if (wb == 0 && (ax != 0 || n != 0)) {
+    PyErr_Format(PyExc_ValueError, "%s: a Packing of 0-bit words packs nothing: no axis or order",
+                 key);
+    return -1;
+  }
   uint32_t bits = hurray_dtype_bits(zero_points ? hurray_descriptor_quant_zero_point_dtype(d)
                                                 : hurray_descriptor_dtype(d));
   if (n != 0 && (bits == 0 || wb % bits != 0 || (uint64_t)n != wb / bits)) {
@@ -474,6 +488,21 @@ static int build_packed(HurrayDescriptor *d, PyObject *q, HurrayStatus *status, 
   if (PyErr_Occurred()) return -1;
   if (axis2 > UINT32_MAX) {
     PyErr_SetString(PyExc_OverflowError, "axis2 out of range");
+    return -1;
+  }
+  /* Parts of a field given without the field: dropped from the encoding
+   * while the record kept them, so refused. */
+  const char *orphan = gidx == HURRAY_NO_BUFFER && item(q, "group_index_dtype") != NULL
+                           ? "group_index_dtype needs a group_index_buffer"
+                       : super_buffer == HURRAY_NO_BUFFER &&
+                               (item(q, "super_scale_dtype") != NULL || op_name != NULL ||
+                                super_block != 0)
+                           ? "super_scale_dtype, super_op and super_block_size need a "
+                             "super_scale_buffer"
+                       : block2 == 0 && axis2 != 0 ? "axis2 needs a block_size2"
+                                                   : NULL;
+  if (orphan != NULL) {
+    PyErr_SetString(PyExc_ValueError, orphan);
     return -1;
   }
   if (super_buffer != HURRAY_NO_BUFFER && op == 0) op = HURRAY_SUPER_MULTIPLY;

@@ -851,7 +851,12 @@ HurrayStatus hurray_descriptor_set_quant_zero_point_buffer(HurrayDescriptor *d,
   HURRAY_RETURN_NOT_OK(
       require_buffer_dtype("zero_point_buffer", zero_point_buffer, zero_point_dtype, error));
   d->quant.zero_point_buffer = zero_point_buffer;
-  d->quant.zero_point_dtype = zero_point_dtype;
+  /* NO_BUFFER clears the field: no dtype, no packing of it either */
+  d->quant.zero_point_dtype = zero_point_buffer != HURRAY_NO_BUFFER ? zero_point_dtype
+                                                                    : HURRAY_DTYPE_INVALID;
+  if (zero_point_buffer == HURRAY_NO_BUFFER && d->quant.storage != NULL) {
+    memset(&d->quant.storage->zero_point_packing, 0, sizeof d->quant.storage->zero_point_packing);
+  }
   d->quant.zero_point = 0;
   return HURRAY_OK;
 }

@@ -347,6 +347,23 @@ static void test_validation_rules(void **state) {
                 hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_INVALID, error));
   assert_ok(hurray_descriptor_validate(d, error));
   hurray_descriptor_destroy(d);
+  /* NO_BUFFER clears the zero points, their dtype and packing with them:
+   * the dtype was kept, and the decoder refused the encoding */
+  d = block4x32();
+  add(d, HURRAY_ROLE_ZERO_POINTS, 8);
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, 2, HURRAY_DTYPE_UINT4, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_packing(d, 8, 1, NULL, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, HURRAY_NO_BUFFER, HURRAY_DTYPE_INT8,
+                                                          error));
+  assert_int_equal(hurray_descriptor_quant_zero_point_dtype(d), HURRAY_DTYPE_INVALID);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  assert_ok(hurray_descriptor_encode(d, &bytes, &len, error));
+  HurrayDescriptor *back = NULL;
+  assert_ok(hurray_descriptor_decode(bytes, len, &back, error));
+  hurray_descriptor_destroy(back);
+  hurray_free(bytes);
+  hurray_descriptor_destroy(d);
   /* strides with packed fields */
   d = make(HURRAY_DTYPE_UINT8, 2, (uint64_t[]){4, 32});
   add(d, HURRAY_ROLE_DATA, 128);

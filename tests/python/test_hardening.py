@@ -1494,3 +1494,56 @@ def test_descriptor_fields_the_encoding_would_drop_are_refused():
     spec["extension"] = {"name": "e", "metadata": 5}
     with pytest.raises(TypeError, match="extension metadata"):
         hurray.Descriptor.from_dict(spec)
+
+
+@pytest.mark.parametrize(
+    "layout,quantization,error",
+    [
+        (
+            None,
+            hurray.PerChannelAffine(0, 1, "float32", zero_point_dtype="int8"),
+            "zero_point_dtype",
+        ),
+        (None, hurray.BlockAffine(1, 32, 1, group_index_dtype="int32"), "group_index_dtype"),
+        (None, hurray.BlockAffine(1, 32, 1, super_scale_dtype="float32"), "super_scale_buffer"),
+        (None, hurray.BlockAffine(1, 32, 1, super_op="divide"), "super_scale_buffer"),
+        (None, hurray.BlockAffine(1, 32, 1, axis2=1), "axis2"),
+        (None, hurray.BlockAffine(1, 32, 1, code_packing=hurray.Packing(0, 3)), "0-bit"),
+        (hurray.Sparse("csr", "int32", 2, 0, 1, 2, index_buffers=(1, 2)), None, "no index_buffers"),
+        (hurray.Sparse("csr", "int32", 2, 0, 1, 2, canonical=True), None, "no canonical"),
+        (
+            hurray.Sparse("coo", "int32", 2, 0, index_buffers=(1, 1), block_shape=(1, 1)),
+            None,
+            "no block_shape",
+        ),
+        (hurray.Sparse("xyz", "int32", 2, 0, index_buffers=(1, 1)), None, "unknown sparse format"),
+    ],
+)
+def test_fields_without_their_field_are_refused(layout, quantization, error):
+    """Each was dropped from the encoding while the record kept it:
+    decode(encode(d)) gave another descriptor."""
+    buffers = [hurray.Buffer(r, 4096) for r in ("data", "scales", "indices")]
+    kwargs = {"layout": layout} if layout is not None else {"quantization": quantization}
+    dtype = "float32" if layout is not None else "int8"
+    with pytest.raises(ValueError, match=error):
+        hurray.Descriptor(dtype, (64, 64), buffers=buffers, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "member_field",
+    [
+        {"buffers": [hurray.Buffer("data", 8)]},
+        {"device": hurray.Device(2, 0, "device")},
+        {"shard": hurray.Shard((4,), (0,))},
+        {"extension": hurray.Extension("e")},
+    ],
+)
+def test_a_member_keeps_no_root_part(member_field):
+    member = hurray.Descriptor("float32", (2,), **member_field)
+    with pytest.raises(ValueError, match="composite member holds no"):
+        hurray.Descriptor(
+            "float32",
+            (2,),
+            layout=hurray.Composite((hurray.Member("x", member),)),
+            buffers=[hurray.Buffer("data", 8)],
+        )

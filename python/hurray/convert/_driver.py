@@ -261,13 +261,14 @@ def convert(
         None if block_size is None else _int_option("block_size", block_size, 1, 2**64 - 1),
         bool(dequantize),
     )
+    include, exclude = _patterns(include), _patterns(exclude)  # before any file is opened
     _check_options(opts, output)
     dst_kind = _check_paths(src, dst, opts)
     source = _open_source(src, verify=bool(verify))
     target = None
     try:
         source = _checked_source(src, source, dst, dst_kind, opts)
-        names = _selected_names(src, source, _patterns(include), _patterns(exclude))
+        names = _selected_names(src, source, include, exclude)
         infos = {n: source.info(n) for n in names}  # refuses unsupported tensors up front
         target = _TARGETS[dst_kind](dst, opts)
         target.check_scheme(quantize)
