@@ -213,6 +213,7 @@ def _progress(total_bytes: int, count: int, quiet: bool):
 _FAILURES = (HurrayError, OSError, UnicodeEncodeError)
 
 
+# long: the public entry, whose docstring is the API's manual; the work is one call each.
 def convert(
     src,
     dst,
