@@ -31,7 +31,8 @@ _NUMPY = {
     "complex64": np.dtype(np.complex64),
     "complex128": np.dtype(np.complex128),
 }
-ML_DTYPES = (
+# ml_dtypes floats, which numpy reports with kind "V".
+ML_FLOAT_DTYPES = (
     "bfloat16",
     "float8_e4m3fn",
     "float8_e5m2",
@@ -39,9 +40,8 @@ ML_DTYPES = (
     "float6_e3m2fn",
     "float6_e2m3fn",
     "float4_e2m1fn",
-    "int4",
-    "uint4",
 )
+ML_DTYPES = ML_FLOAT_DTYPES + ("int4", "uint4")
 _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
 
 

@@ -26,18 +26,6 @@ from ._descriptor import (
 NF4_CODE = np.array(_hurray.NF4_CODE, dtype=np.float32)
 
 
-# ml_dtypes floats numpy reports with kind "V".
-_FLOAT_EXTRA = (
-    "bfloat16",
-    "float8_e4m3fn",
-    "float8_e5m2",
-    "float8_e8m0fnu",
-    "float6_e3m2fn",
-    "float6_e2m3fn",
-    "float4_e2m1fn",
-)
-
-
 def _quantized_refusal(t: "Tensor", what: str) -> "_hurray.UnsupportedError":
     return unsupported(
         f"{what} on a quantized tensor ({type(t.descriptor.quantization).__name__}, "
@@ -307,7 +295,7 @@ class Tensor(_hurray._Tensor):
         d = self.descriptor
         q = d.quantization
         dtype = _dtypes.as_numpy(dtype)
-        if dtype.kind not in "fc" and dtype.name not in _FLOAT_EXTRA:
+        if dtype.kind not in "fc" and dtype.name not in _dtypes.ML_FLOAT_DTYPES:
             raise TypeError(
                 f"dequantize gives real values: {dtype} is not a floating-point "
                 "dtype (codes() gives the raw integer codes)"

@@ -1459,6 +1459,16 @@ def test_a_descriptor_the_decoder_refuses_is_not_built(quantization):
     assert "(null)" not in str(e.value)
 
 
+def _composite_of(member):
+    """A composite root of one member named "x", over one 8-byte buffer."""
+    return hurray.Descriptor(
+        "float32",
+        (2,),
+        layout=hurray.Composite((hurray.Member("x", member),)),
+        buffers=[hurray.Buffer("data", 8)],
+    )
+
+
 def test_descriptor_fields_the_encoding_would_drop_are_refused():
     """A composite member's statistics (and shard, extension, buffers,
     device), a sparse format's fields of another format, a canonical of
@@ -1467,12 +1477,7 @@ def test_descriptor_fields_the_encoding_would_drop_are_refused():
     still showed them as given."""
     member = hurray.Descriptor("float32", (2,), statistics=hurray.Statistics(min=1.0))
     with pytest.raises(ValueError, match="member holds no statistics"):
-        hurray.Descriptor(
-            "float32",
-            (2,),
-            layout=hurray.Composite((hurray.Member("x", member),)),
-            buffers=[hurray.Buffer("data", 8)],
-        )
+        _composite_of(member)
     b = [hurray.Buffer("values", 8), hurray.Buffer("indices", 16)]
     with pytest.raises(ValueError, match="coo has no indptr_buffer"):
         hurray.Descriptor(
@@ -1541,9 +1546,4 @@ def test_fields_without_their_field_are_refused(layout, quantization, error):
 def test_a_member_keeps_no_root_part(member_field):
     member = hurray.Descriptor("float32", (2,), **member_field)
     with pytest.raises(ValueError, match="composite member holds no"):
-        hurray.Descriptor(
-            "float32",
-            (2,),
-            layout=hurray.Composite((hurray.Member("x", member),)),
-            buffers=[hurray.Buffer("data", 8)],
-        )
+        _composite_of(member)

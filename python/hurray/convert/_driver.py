@@ -565,9 +565,11 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
     if expanded is None and (
         target.format != "hurray" or opts.scheme is not None or opts.dequantize
     ):
-        # written dense (or read dense to quantize): as values if quantized
-        written = d.numel * 4 if d.quantization is not None else None
-        budget.charge(name, d, written or _dtypes.storage_bytes(d.dtype, d.numel))
+        # written dense (or read dense to quantize): float32 values if quantized
+        quantized = d.quantization is not None
+        budget.charge(
+            name, d, d.numel * 4 if quantized else _dtypes.storage_bytes(d.dtype, d.numel)
+        )
     row = TensorReport(name, label, "", tuple(shape), int(nbytes_in))
     notes: List[str] = []
     ref = None

@@ -131,10 +131,8 @@ class _ShardedSource(_Source):
                 "stopped part way, or parts of two were mixed"
             )
         meta_path = os.path.join(self.path, _shards.DCP_METADATA_FILE)
-        dcp = os.path.lexists(meta_path) or any(
-            self._file(p).metadata.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
-            for p in self._paths[:1]
-        )
+        first = self._file(self._paths[0]).metadata  # _paths holds one part at least
+        dcp = os.path.lexists(meta_path) or first.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
         if not dcp:
             return
         if not os.path.isfile(meta_path):
