@@ -84,6 +84,22 @@ HURRAY_API const char *hurray_format_name(HurrayFormat format);
  * behind, which hurray_target_dropped_metadata counts. */
 HURRAY_API bool hurray_format_keeps_metadata(HurrayFormat format, const char *key);
 
+/* The converters' own metadata keys. A target reads them to rebuild its
+ * format's layout; they are not the user's metadata, so no conversion
+ * counts them as dropped:
+ *   - HURRAY_META_GGUF_TYPES: JSON {GGUF key: GGUF value type}, file order;
+ *   - HURRAY_META_GGUF_TENSORS: JSON [tensor names], file order;
+ *   - HURRAY_META_SOURCE_DTYPES: JSON {tensor: float dtype before
+ *     quantization} (the Python converter's --quantize);
+ *   - HURRAY_META_SAFETENSORS_INDEX: JSON, the "metadata" object of a
+ *     sharded checkpoint's model.safetensors.index.json. */
+#define HURRAY_META_GGUF_TYPES "gguf.__types__"
+#define HURRAY_META_GGUF_TENSORS "gguf.__tensors__"
+#define HURRAY_META_SOURCE_DTYPES "convert.source_dtypes"
+#define HURRAY_META_SAFETENSORS_INDEX "safetensors_index.metadata"
+/* Whether `key` is one of the four above; false for NULL. */
+HURRAY_API bool hurray_metadata_is_bookkeeping(const char *key);
+
 /* ------------------------------------------------------------ one call */
 
 typedef struct HurrayConvertOptions {

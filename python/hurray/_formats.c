@@ -424,7 +424,23 @@ static PyObject *mod_target_form(PyObject *module, PyObject *args) {
   return Py_BuildValue("(sK)", type_name, (unsigned long long)nbytes);
 }
 
+/* is_bookkeeping(key) -> bool: whether key is one of the converters' own
+ * metadata keys (hurray_metadata_is_bookkeeping), never reported dropped. */
+static PyObject *mod_is_bookkeeping(PyObject *module, PyObject *arg) {
+  (void)module;
+  const char *key = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+  if (key == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "is_bookkeeping() takes a str");
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+    PyErr_Clear(); /* a lone surrogate is no key of ours */
+    Py_RETURN_FALSE;
+  }
+  return PyBool_FromLong(hurray_metadata_is_bookkeeping(key));
+}
+
 static PyMethodDef module_methods[] = {
+    {"is_bookkeeping", mod_is_bookkeeping, METH_O,
+     "is_bookkeeping(key) -> whether key is one of the converters' own metadata keys"},
     {"target_form", mod_target_form, METH_VARARGS,
      "target_form(format, name, encoded descriptor) -> (type name, stored bytes)"},
     {"write", mod_write, METH_VARARGS,
@@ -437,7 +453,15 @@ static int module_exec(PyObject *module) {
   if (type == NULL) return -1;
   int rc = PyModule_AddObjectRef(module, "Source", type);
   Py_DECREF(type);
-  return rc;
+  if (rc < 0 ||
+      PyModule_AddStringConstant(module, "META_GGUF_TYPES", HURRAY_META_GGUF_TYPES) < 0 ||
+      PyModule_AddStringConstant(module, "META_GGUF_TENSORS", HURRAY_META_GGUF_TENSORS) < 0 ||
+      PyModule_AddStringConstant(module, "META_SOURCE_DTYPES", HURRAY_META_SOURCE_DTYPES) < 0 ||
+      PyModule_AddStringConstant(module, "META_SAFETENSORS_INDEX", HURRAY_META_SAFETENSORS_INDEX) <
+          0) {
+    return -1;
+  }
+  return 0;
 }
 
 static PyModuleDef_Slot module_slots[] = {

@@ -1024,11 +1024,11 @@ static bool carried(HurrayFormat format, const char *key) {
   }
 }
 
-/* Keys a target uses but does not count as dropped (the converter's own). */
-static bool bookkeeping(const char *key) {
-  return strcmp(key, "convert.source_dtypes") == 0 ||
-         strcmp(key, "safetensors_index.metadata") == 0 || strcmp(key, "gguf.__types__") == 0 ||
-         strcmp(key, "gguf.__tensors__") == 0;
+bool hurray_metadata_is_bookkeeping(const char *key) {
+  return key != NULL &&
+         (strcmp(key, HURRAY_META_SOURCE_DTYPES) == 0 ||
+          strcmp(key, HURRAY_META_SAFETENSORS_INDEX) == 0 ||
+          strcmp(key, HURRAY_META_GGUF_TYPES) == 0 || strcmp(key, HURRAY_META_GGUF_TENSORS) == 0);
 }
 
 /* gguf.__tensors__ is read (by a GGUF target, and by the Python converter
@@ -1050,7 +1050,7 @@ HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, Hurray
   if (t == NULL || key == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "target and key are required");
   }
-  if (strcmp(key, "gguf.__tensors__") == 0) {
+  if (strcmp(key, HURRAY_META_GGUF_TENSORS) == 0) {
     HURRAY_RETURN_NOT_OK(check_tensor_order(type, value, len, error));
   }
   if (t->format == HURRAY_FORMAT_HURRAY) {
@@ -1072,7 +1072,7 @@ HurrayStatus hurray_target_set_metadata(HurrayTarget *t, const char *key, Hurray
 
 bool hurray_format_keeps_metadata(HurrayFormat format, const char *key) {
   return key != NULL && known_format(format) && format != HURRAY_FORMAT_UNKNOWN &&
-         (carried(format, key) || bookkeeping(key));
+         (carried(format, key) || hurray_metadata_is_bookkeeping(key));
 }
 
 size_t hurray_target_dropped_metadata(const HurrayTarget *t) {
@@ -1250,7 +1250,7 @@ static void put_le(HurrayStr *o, uint64_t v, unsigned n) {
 /* long: the GGUF file front to back: tensor order, header, pairs, infos, then data. */
 static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *error) {
   /* Tensor order: gguf.__tensors__ where it names them, then as added. */
-  const HurrayMeta *names = hurray__meta_find(&t->metadata, "gguf.__tensors__");
+  const HurrayMeta *names = hurray__meta_find(&t->metadata, HURRAY_META_GGUF_TENSORS);
   HurrayJ list = {0};
   if (names != NULL &&
       (names->type == HURRAY_METADATA_STRING || names->type == HURRAY_METADATA_BYTES) &&

@@ -304,7 +304,7 @@ static HurrayStatus read_kv(Cur *c, HurrayGGUFFile *f, HurrayStr *types, uint64_
   }
   char full[HURRAY_MAX_METADATA_KEY_BYTES + 8];
   snprintf(full, sizeof full, "gguf.%.*s", (int)key_len, (const char *)key);
-  if (strcmp(full, "gguf.__types__") == 0 || strcmp(full, "gguf.__tensors__") == 0) {
+  if (strcmp(full, HURRAY_META_GGUF_TYPES) == 0 || strcmp(full, HURRAY_META_GGUF_TENSORS) == 0) {
     return hurray__fail(c->error, HURRAY_ERR_UNSUPPORTED,
                         "GGUF key '%s' has the name of the converter's own key %s; it would be "
                         "overwritten",
@@ -444,7 +444,7 @@ static HurrayStatus read_pairs(Cur *c, HurrayGGUFFile *out, uint64_t n_kv) {
     s = hurray__fail(c->error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   if (s == HURRAY_OK) {
-    s = hurray__meta_set(&out->metadata, "gguf.__types__", HURRAY_METADATA_STRING, types.p,
+    s = hurray__meta_set(&out->metadata, HURRAY_META_GGUF_TYPES, HURRAY_METADATA_STRING, types.p,
                          types.len, c->error);
   }
   hurray__str_free(&types);
@@ -585,7 +585,7 @@ static HurrayStatus record_names(HurrayGGUFFile *out, HurrayError *error) {
   }
   hurray__str_addc(&names, ']');
   HurrayStatus s = names.oom ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
-                             : hurray__meta_set(&out->metadata, "gguf.__tensors__",
+                             : hurray__meta_set(&out->metadata, HURRAY_META_GGUF_TENSORS,
                                                 HURRAY_METADATA_STRING, names.p, names.len, error);
   hurray__str_free(&names);
   return s;
@@ -865,7 +865,7 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   *alignment_out = HURRAY_GGUF_DEFAULT_ALIGNMENT;
   HurrayJ types = {0};
   bool have_types = false;
-  const HurrayMeta *tm = hurray__meta_find(meta, "gguf.__types__");
+  const HurrayMeta *tm = hurray__meta_find(meta, HURRAY_META_GGUF_TYPES);
   if (tm != NULL) {
     if (tm->type != HURRAY_METADATA_STRING ||
         hurray__j_parse(tm->bytes, tm->len, &types, error) != HURRAY_OK || types.kind != HJ_OBJ) {
@@ -908,8 +908,8 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   }
   for (size_t i = 0; i < n; i++) {
     const HurrayMeta *m = &meta->items[i];
-    if (strncmp(m->key, "gguf.", 5) != 0 || strcmp(m->key, "gguf.__types__") == 0 ||
-        strcmp(m->key, "gguf.__tensors__") == 0) {
+    if (strncmp(m->key, "gguf.", 5) != 0 || strcmp(m->key, HURRAY_META_GGUF_TYPES) == 0 ||
+        strcmp(m->key, HURRAY_META_GGUF_TENSORS) == 0) {
       continue;
     }
     if (used[i]) continue;

@@ -813,6 +813,15 @@ static void test_kept_metadata_matches_the_dropped_count(void **state) {
   assert_false(hurray_format_keeps_metadata(HURRAY_FORMAT_UNKNOWN, "author"));
   assert_false(hurray_format_keeps_metadata((HurrayFormat)99, "author"));
   assert_false(hurray_format_keeps_metadata(HURRAY_FORMAT_HURRAY, NULL));
+  static const char *const own[] = {HURRAY_META_GGUF_TYPES, HURRAY_META_GGUF_TENSORS,
+                                    HURRAY_META_SOURCE_DTYPES, HURRAY_META_SAFETENSORS_INDEX};
+  for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
+    assert_true(hurray_metadata_is_bookkeeping(own[k]));
+    assert_true(hurray_format_keeps_metadata(HURRAY_FORMAT_SAFETENSORS, own[k]));
+  }
+  assert_false(hurray_metadata_is_bookkeeping("gguf.general.name"));
+  assert_false(hurray_metadata_is_bookkeeping("convert.source_dtypes "));
+  assert_false(hurray_metadata_is_bookkeeping(NULL));
 }
 
 int main(void) {

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .. import _dtypes, _hurray
+from .. import _dtypes, _formats, _hurray
 from .._descriptor import Dense, Descriptor
 from .._tensor import DEFAULT_OUTPUT_LIMIT, Tensor, from_numpy
 
@@ -36,14 +36,14 @@ _ANY_FLOAT = FLOAT_DTYPES + tuple(
     n for n in _dtypes.ML_DTYPES if n.startswith("float") and n not in FLOAT_DTYPES
 )
 
-# Hurray metadata keys the converter owns.
-SOURCE_DTYPES_KEY = "convert.source_dtypes"  # JSON {tensor: float dtype before quantization}
-GGUF_TYPES_KEY = "gguf.__types__"  # JSON {kv key: GGUF value type}, in file order
-GGUF_TENSORS_KEY = "gguf.__tensors__"  # JSON [tensor names], in file order
-SAFETENSORS_INDEX_KEY = "safetensors_index.metadata"  # JSON: the index's "metadata" object
-# The converter's own keys: used or dropped by a target, never the user's
-# metadata "not carried" (src/formats/convert.c's bookkeeping() for C).
-BOOKKEEPING_KEYS = (SOURCE_DTYPES_KEY, SAFETENSORS_INDEX_KEY, GGUF_TYPES_KEY, GGUF_TENSORS_KEY)
+# The converter's own metadata keys (include/hurray/convert.h names and
+# describes them): a target uses or drops them, and they are never the
+# user's metadata "not carried" (is_bookkeeping).
+SOURCE_DTYPES_KEY = _formats.META_SOURCE_DTYPES
+GGUF_TYPES_KEY = _formats.META_GGUF_TYPES
+GGUF_TENSORS_KEY = _formats.META_GGUF_TENSORS
+SAFETENSORS_INDEX_KEY = _formats.META_SAFETENSORS_INDEX
+is_bookkeeping = _formats.is_bookkeeping
 
 # What numpy raises reading a broken .npy (alone or in an .npz): its header
 # is parsed as Python text (tokenize, ast), so a cut one is a TokenError or

@@ -11,7 +11,6 @@ from .._descriptor import Composite, Dense, Descriptor
 from .._hurray import HurrayError
 from .._tensor import from_numpy
 from ._common import (
-    BOOKKEEPING_KEYS,
     GGUF_TENSORS_KEY,
     GGUF_TYPES_KEY,
     ConversionError,
@@ -20,6 +19,7 @@ from ._common import (
     _contiguous,
     _first_line,
     _shape_str,
+    is_bookkeeping,
     os_failure,
 )
 from ._source import _Source
@@ -167,7 +167,7 @@ class _GgufTarget(_FileTarget):
         for k, v in metadata.items():
             if k.startswith("gguf."):
                 meta[k] = v
-            elif k not in BOOKKEEPING_KEYS:
+            elif not is_bookkeeping(k):
                 dropped.append(k)
         _note_dropped(
             report, dropped, "GGUF carries only its own key-value pairs, the hurray keys gguf.*"

@@ -8,12 +8,12 @@ import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
-    BOOKKEEPING_KEYS,
     NUMPY_FILE_ERRORS,
     ConversionError,
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    is_bookkeeping,
     os_failure,
 )
 from ._source import _Source
@@ -70,7 +70,7 @@ class _NpyTarget(_DenseTarget):
 
     def finish(self, metadata, report):
         _note_dropped(
-            report, [k for k in metadata if k not in BOOKKEEPING_KEYS], ".npy holds one array only"
+            report, [k for k in metadata if not is_bookkeeping(k)], ".npy holds one array only"
         )
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")

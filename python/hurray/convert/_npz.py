@@ -12,12 +12,12 @@ import numpy as np
 
 from ._common import (
     _NUMPY_NATIVE,
-    BOOKKEEPING_KEYS,
     NUMPY_FILE_ERRORS,
     ConversionError,
     _contiguous,
     _first_line,
     _from_numpy_checked,
+    is_bookkeeping,
     os_failure,
 )
 from ._source import _Source
@@ -168,7 +168,7 @@ class _NpzTarget(_DenseTarget):
 
     def finish(self, metadata, report):
         _note_dropped(
-            report, [k for k in metadata if k not in BOOKKEEPING_KEYS], ".npz holds arrays only"
+            report, [k for k in metadata if not is_bookkeeping(k)], ".npz holds arrays only"
         )
         try:
             self._zip.close()  # writes the central directory

@@ -16,7 +16,6 @@ from .._descriptor import BlockCoded, Buffer, Dense, Descriptor, PerTensorAffine
 from .._hurray import HurrayError
 from .._tensor import Tensor, from_numpy
 from ._common import (
-    BOOKKEEPING_KEYS,
     SAFETENSORS_INDEX_KEY,
     SOURCE_DTYPES_KEY,
     ConversionError,
@@ -26,6 +25,7 @@ from ._common import (
     _first_line,
     _regular_file,
     _stored_bytes,
+    is_bookkeeping,
     os_failure,
     owned_json,
 )
@@ -465,7 +465,7 @@ class _SafetensorsTarget(_DenseTarget):
         for k, v in metadata.items():
             if k.startswith("safetensors."):
                 meta[k[len("safetensors.") :]] = _as_text(k, v)
-            elif k not in BOOKKEEPING_KEYS + self.consumed:
+            elif not is_bookkeeping(k) and k not in self.consumed:
                 dropped.append(k)
         for k in self._extra_meta:
             if k in meta:

@@ -12,7 +12,7 @@ from .. import _dtypes
 from .._descriptor import Dense
 from .._hurray import HurrayError
 from .._tensor import from_numpy
-from ._common import BOOKKEEPING_KEYS, ConversionError, _contiguous, _first_line, os_failure
+from ._common import ConversionError, _contiguous, _first_line, is_bookkeeping, os_failure
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
 
@@ -218,7 +218,7 @@ class _TorchTarget(_TorchishTarget):
 
         _note_dropped(
             report,
-            [k for k in metadata if k not in BOOKKEEPING_KEYS],
+            [k for k in metadata if not is_bookkeeping(k)],
             "a torch state dict holds tensors only",
         )
         sink = _WriteErrors(self.tmp)
