@@ -217,7 +217,11 @@ static PyObject *descriptor_decode(PyObject *cls, PyObject *data) {
     Py_DECREF(bytes);
     return NULL;
   }
-  PyObject *out = hy_descriptor_from_c(st, (PyTypeObject *)cls, d, bytes, d);
+  Py_DECREF(bytes);
+  /* Encoded again rather than kept: the decoder takes non-canonical forms
+   * (unknown even records, records holding defaults), and ==, hash and
+   * encode() compare and give the canonical bytes, as C does. */
+  PyObject *out = hy_descriptor_from_c(st, (PyTypeObject *)cls, d, NULL, d);
   if (out == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
     PyErr_Clear();
     HurrayError e = {0};

@@ -6,6 +6,7 @@ Python; validate() names the broken rule with the C status name."""
 import json
 import math
 import pathlib
+import struct
 
 import numpy as np
 import pytest
@@ -524,6 +525,28 @@ def test_vector_decodes_to_its_json(name):
     assert d.encode() == data
     assert Descriptor.from_dict(json.loads(text)).encode() == data
     d.validate()
+
+
+def _record(tag, payload):
+    return struct.pack("<HI", tag, len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        _record(0x54, b"junk"),  # an unknown optional (even) record: skipped
+        _record(0x43, struct.pack("<iiBBH", 1, 0, 1, 0, 0)),  # DEVICE cpu:0, the default
+        _record(0x50, bytes(8)),  # STATISTICS with no flags
+    ],
+)
+def test_non_canonical_encoding_decodes_to_the_canonical_descriptor(extra):
+    # descriptor-encoding.md: such forms decode to the canonical descriptor,
+    # and encoding it again gives the canonical bytes (C's decode + encode).
+    canonical = (VECTORS / "dense_float32.bin").read_bytes()
+    d = Descriptor.decode(canonical + extra)
+    c = Descriptor.decode(canonical)
+    assert d.encode() == canonical
+    assert d == c and hash(d) == hash(c)
 
 
 # The golden vectors of tests/c/vectors.c, built through the Python API.
