@@ -86,7 +86,9 @@ HURRAY_API size_t hurray_buffer_list_len(const HurrayBufferList *list);
 /* Borrowed handle at `index`, or NULL when out of range. The list keeps
  * ownership: do not destroy it. A const list gives a const handle; the
  * memory it points at (hurray_buffer_data) is the producer's, not part of
- * the handle, and stays writable where the producer made it so. */
+ * the handle. The handle does not say whether it may be written: a
+ * consumer writes only through handles it made itself (a file's buffers may
+ * be a read-only mapping; docs/spec/buffer-protocol.md). */
 HURRAY_API const HurrayBuffer *hurray_buffer_list_get(const HurrayBufferList *list, size_t index);
 /* The same handle, mutable, for setting its alignment, sync or device. */
 HURRAY_API HurrayBuffer *hurray_buffer_list_get_mutable(HurrayBufferList *list, size_t index);

@@ -122,7 +122,9 @@ HURRAY_API HurrayStatus hurray_quantize(const void *src, uint64_t src_size, Hurr
  * `out_size` is the byte size of `out`. Validates placement first, so
  * any descriptor and buffers are safe. Handles dense layouts (strided too)
  * of every kind, and paged layouts with per-tensor affine. Sparse layouts,
- * composites and tensors that are not quantized give UNSUPPORTED. An `out`
+ * composites, tensors that are not quantized, tensors in device memory and
+ * buffers that are not READY (the kernels read on the host, now) give
+ * UNSUPPORTED. An `out`
  * that overlaps any buffer of `list` is INVALID_ARGUMENT: the kernels read
  * codes, scales and group indices while they write. */
 HURRAY_API HurrayStatus hurray_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,

@@ -244,6 +244,15 @@ static bool exportable(const HurrayDescriptor *d, PyObject *stream, PyObject *dl
     return buffer_error("DLPack export reads host memory; this tensor lives on device type %d",
                         (int)hurray_descriptor_device_type(d)) != NULL;
   }
+  for (uint32_t i = 0; i < hurray_descriptor_buffer_count(d); i++) {
+    if (hurray_descriptor_buffer_sync_mode(d, i) != HURRAY_SYNC_READY) {
+      /* DLPack's consumer reads at once on the host: nobody would wait */
+      return buffer_error(
+                 "DLPack export reads READY buffers; buffers[%u] is not (synchronise "
+                 "first)",
+                 (unsigned)i) != NULL;
+    }
+  }
   if (stream != Py_None) {
     PyErr_SetString(PyExc_ValueError, "stream must be None for a CPU tensor");
     return false;

@@ -195,6 +195,10 @@ TensorObject *hy_tensor_alloc(ModuleState *st, PyTypeObject *type);
 int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *list,
                     bool writable);
 int hy_tensor_ready(TensorObject *self);
+/* A fresh handle for buffer i of `owner` (its pointer, size, alignment,
+ * sync mode and device) that keeps `owner` alive until it is released;
+ * *out is the caller's on success. */
+HurrayStatus hy_buffer_share(TensorObject *owner, size_t i, HurrayBuffer **out, HurrayError *e);
 /* The buffer protocol of Tensor (_hy_many.c): a plain dense tensor's elements. */
 int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags);
 void hy_tensor_releasebuffer(PyObject *op, Py_buffer *view);

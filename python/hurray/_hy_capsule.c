@@ -15,7 +15,9 @@ PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
   TensorObject *self = (TensorObject *)op;
   if (hy_tensor_ready(self) < 0) return NULL;
   if (stream != Py_None) {
-    PyErr_SetString(PyExc_ValueError, "stream must be None for CPU tensors (buffers are READY)");
+    PyErr_SetString(PyExc_ValueError,
+                    "stream must be None: a hurray tensor hands its buffers over with the sync "
+                    "mode they hold (READY, or the stream or event its producer gave)");
     return NULL;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
@@ -27,22 +29,9 @@ PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayBufferList *list = NULL;
   s = hurray_buffer_list_create(&list, &e);
   for (size_t i = 0; s == HURRAY_OK && i < hurray_buffer_list_len(self->buffers); i++) {
-    const HurrayBuffer *src = hurray_buffer_list_get(self->buffers, i);
     HurrayBuffer *b = NULL;
-    s = hurray_buffer_create(hurray_buffer_data(src), hurray_buffer_size(src), hy_release_pyobject,
-                             Py_NewRef(op), &b, &e);
-    /* The export carries each buffer's properties, not just its bytes. */
-    if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, hurray_buffer_alignment(src), &e);
-    if (s == HURRAY_OK) {
-      s = hurray_buffer_set_sync(b, hurray_buffer_sync_mode(src), hurray_buffer_sync_handle(src),
-                                 &e);
-    }
-    if (s == HURRAY_OK) {
-      s = hurray_buffer_set_device(b, hurray_buffer_device_type(src), hurray_buffer_device_id(src),
-                                   hurray_buffer_memory_class(src), &e);
-    }
+    s = hy_buffer_share(self, i, &b, &e);
     if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
-    else hurray_buffer_destroy(b);
   }
   if (s != HURRAY_OK) {
     hurray_buffer_list_destroy(list);

@@ -58,10 +58,12 @@ int hy_tensor_getbuffer(PyObject *op, Py_buffer *view, int flags) {
   if (format == NULL || hurray_descriptor_layout_kind(d) != HURRAY_LAYOUT_DENSE ||
       hurray_descriptor_quant_kind(d) != HURRAY_QUANT_NONE ||
       hurray_descriptor_strides(d) != NULL || b == NULL ||
-      hurray_buffer_device_type(b) != HURRAY_DEVICE_CPU) {
+      hurray_buffer_device_type(b) != HURRAY_DEVICE_CPU ||
+      hurray_buffer_memory_class(b) == HURRAY_MEMORY_DEVICE ||
+      hurray_buffer_sync_mode(b) != HURRAY_SYNC_READY) {
     PyErr_SetString(PyExc_BufferError,
-                    "only a dense, unquantized, row-major host tensor of a numpy-native dtype "
-                    "exports a buffer; use numpy(), codes() or to_dense()");
+                    "only a dense, unquantized, row-major host tensor of a numpy-native dtype, "
+                    "its buffer READY, exports a buffer; use numpy(), codes() or to_dense()");
     return -1;
   }
   bool readonly = !t->writable[data];

@@ -60,6 +60,28 @@ int hy_tensor_adopt(TensorObject *self, HurrayDescriptor *d, HurrayBufferList *l
   return 0;
 }
 
+HurrayStatus hy_buffer_share(TensorObject *owner, size_t i, HurrayBuffer **out, HurrayError *e) {
+  *out = NULL;
+  const HurrayBuffer *src = hurray_buffer_list_get(owner->buffers, i);
+  HurrayBuffer *b = NULL;
+  HurrayStatus s = hurray_buffer_create(hurray_buffer_data(src), hurray_buffer_size(src),
+                                        hy_release_pyobject, Py_NewRef(owner), &b, e);
+  if (s == HURRAY_OK) s = hurray_buffer_set_alignment(b, hurray_buffer_alignment(src), e);
+  if (s == HURRAY_OK) {
+    s = hurray_buffer_set_sync(b, hurray_buffer_sync_mode(src), hurray_buffer_sync_handle(src), e);
+  }
+  if (s == HURRAY_OK) {
+    s = hurray_buffer_set_device(b, hurray_buffer_device_type(src), hurray_buffer_device_id(src),
+                                 hurray_buffer_memory_class(src), e);
+  }
+  if (s != HURRAY_OK) {
+    hurray_buffer_destroy(b);
+    return s;
+  }
+  *out = b;
+  return HURRAY_OK;
+}
+
 /* A buffer's bytes are its exporter's elements in C (row-major) order, the
  * order memoryview.tobytes() gives. A Fortran-ordered or strided array is
  * refused rather than taken in its memory order, which would store its
@@ -268,6 +290,19 @@ static int view_getbuffer(PyObject *op, Py_buffer *out, int flags) {
   ViewObject *v = (ViewObject *)op;
   TensorObject *t = (TensorObject *)v->tensor;
   const HurrayBuffer *b = hurray_buffer_list_get(t->buffers, (size_t)v->index);
+  HurraySyncMode mode = hurray_buffer_sync_mode(b);
+  if (hurray_buffer_memory_class(b) == HURRAY_MEMORY_DEVICE || mode != HURRAY_SYNC_READY) {
+    /* numpy, memoryview and bytes would read it now, on the host */
+    HurrayError e = {0};
+    snprintf(e.message, sizeof e.message,
+             "buffers[%zd] is %s: the host cannot read it through the buffer protocol", v->index,
+             mode != HURRAY_SYNC_READY ? "not READY (its producer gave a stream or event to "
+                                         "wait on; synchronise first)"
+                                       : "device memory");
+    hy_raise_status(hy_state_of_type(Py_TYPE(op)), HURRAY_ERR_UNSUPPORTED, &e);
+    out->obj = NULL;
+    return -1;
+  }
   void *data = hurray_buffer_data(b);
   static char empty;
   return PyBuffer_FillInfo(out, op, data != NULL ? data : &empty,
@@ -423,6 +458,59 @@ PyObject *mod_check_output_bytes(PyObject *module, PyObject *args) {
   HurrayStatus s = hurray__check_output_bytes(stored, output, NULL, &e);
   if (s != HURRAY_OK) return hy_raise_status(PyModule_GetState(module), s, &e);
   Py_RETURN_NONE;
+}
+
+/* _derived(encoded, indices): a Tensor of descriptor `encoded` whose buffer
+ * k is this tensor's buffer indices[k], shared with every property its
+ * handle has (a NULL pointer of an empty buffer, alignment, sync mode,
+ * device): member() and with_statistics() give tensors of the parent's
+ * buffers wherever those live, which views through the buffer protocol
+ * (host memory, READY) cannot. */
+static PyObject *tensor_derived(PyObject *op, PyObject *args) {
+  TensorObject *self = (TensorObject *)op;
+  PyObject *encoded, *indices;
+  if (hy_tensor_ready(self) < 0 || !PyArg_ParseTuple(args, "OO:_derived", &encoded, &indices)) {
+    return NULL;
+  }
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  PyObject *seq = hy_sequence_copy(indices, "indices must be a sequence");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  bool *writable = PyMem_Calloc(n ? (size_t)n : 1, sizeof(bool));
+  HurrayError e = {0};
+  HurrayBufferList *list = NULL;
+  HurrayStatus s = writable != NULL ? hurray_buffer_list_create(&list, &e) : HURRAY_ERR_NO_MEMORY;
+  for (Py_ssize_t k = 0; s == HURRAY_OK && k < n; k++) {
+    Py_ssize_t i = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, k));
+    if (i < 0 || (size_t)i >= hurray_buffer_list_len(self->buffers)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "buffer index out of range");
+      break;
+    }
+    writable[k] = self->writable[i];
+    HurrayBuffer *b = NULL;
+    s = hy_buffer_share(self, (size_t)i, &b, &e);
+    if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
+  }
+  Py_DECREF(seq);
+  HurrayDescriptor *d = NULL;
+  if (!PyErr_Occurred() && s == HURRAY_OK) d = hy_decode_descriptor(st, encoded);
+  if (d != NULL) s = hurray_validate_buffer_placement(d, list, &e);
+  TensorObject *t = d != NULL && s == HURRAY_OK ? hy_tensor_alloc(st, NULL) : NULL;
+  if (t == NULL) {
+    if (!PyErr_Occurred()) {
+      if (writable == NULL) PyErr_NoMemory();
+      else hy_raise_status(st, s, &e);
+    }
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    PyMem_Free(writable);
+    return NULL;
+  }
+  t->descriptor = d;
+  t->buffers = list;
+  t->writable = writable;
+  t->protected_memory = self->protected_memory;
+  return (PyObject *)t;
 }
 
 /* _statistics(): the encoded descriptor with freshly computed statistics. */
@@ -601,6 +689,7 @@ static PyMethodDef tensor_methods[] = {
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
     {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
     {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
+    {"_derived", tensor_derived, METH_VARARGS, "a tensor of this one's buffers at indices"},
     {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
     {"_check_output_size", tensor_check_output_size, METH_VARARGS,
      "raise LimitError if an output of nbytes is beyond the limit"},

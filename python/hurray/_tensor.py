@@ -436,7 +436,7 @@ class Tensor(_hurray._Tensor):
         """The same buffers, with min, max, NaN count and zero count computed
         in one C pass and stored in the descriptor (what save(...,
         statistics=True) writes)."""
-        return type(self)(self._statistics(), list(self.buffers))
+        return specialise(self._derived(self._statistics(), range(len(self.buffers))))
 
     def member(self, name: str) -> "Tensor":
         """Member `name` of a composite tensor as a tensor of its own, whose
@@ -445,7 +445,7 @@ class Tensor(_hurray._Tensor):
         if not isinstance(d.layout, Composite):
             raise unsupported("member() needs a composite tensor")
         encoded, used = _hurray._member(self, name)  # renumbered in C
-        return specialise(Tensor(encoded, [self._buffer(i) for i in used]))
+        return specialise(self._derived(encoded, used))
 
 
 def _blocked_shape(shape, axis, block):

@@ -13,6 +13,7 @@
 #include "../core/error.h"
 #include "../core/packing.h"
 #include "hurray/buffer.h"
+#include "host_access.h"
 #include "index_read.h"
 #include "output_limits.h"
 
@@ -297,17 +298,7 @@ static HurrayStatus require_readable(const HurrayDescriptor *d, const char *what
                         "(storage axes, code packing); dequantize it",
                         what);
   }
-  if (d->memory_class == HURRAY_MEMORY_DEVICE) {
-    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
-  }
-  for (uint32_t i = 0; i < d->buffer_count; i++) {
-    if (d->buffers[i].sync_mode != HURRAY_SYNC_READY) {
-      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                          "%s reads READY buffers only; buffers[%u] is %s (synchronise first)",
-                          what, i, hurray__sync_mode_name(d->buffers[i].sync_mode));
-    }
-  }
-  return HURRAY_OK;
+  return hurray__require_host_ready(d, what, error);
 }
 
 HurrayStatus hurray_tensor_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,

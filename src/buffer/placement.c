@@ -8,10 +8,26 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "hurray/buffer.h"
+#include "host_access.h"
 #include "index_read.h"
 
 static bool host_addressable(HurrayMemoryClass memory_class) {
   return memory_class != HURRAY_MEMORY_DEVICE;
+}
+
+HurrayStatus hurray__require_host_ready(const HurrayDescriptor *d, const char *what,
+                                        HurrayError *error) {
+  if (!host_addressable(d->memory_class)) {
+    return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "%s reads host memory only", what);
+  }
+  for (uint32_t i = 0; i < d->buffer_count; i++) {
+    if (d->buffers[i].sync_mode != HURRAY_SYNC_READY) {
+      return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
+                          "%s reads READY buffers only; buffers[%u] is %s (synchronise first)",
+                          what, i, hurray__sync_mode_name(d->buffers[i].sync_mode));
+    }
+  }
+  return HURRAY_OK;
 }
 
 /* Contents are only read when the host may touch them and nobody needs to

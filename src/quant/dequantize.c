@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../buffer/host_access.h"
 #include "../buffer/output_limits.h"
 #include "../core/checked.h"
 #include "../core/error.h"
@@ -408,6 +409,7 @@ static HurrayStatus check_request(const HurrayDescriptor *d, const HurrayBufferL
                         hurray_dtype_name(out_dtype) ? hurray_dtype_name(out_dtype) : "?");
   }
   HURRAY_RETURN_NOT_OK(hurray_validate_buffer_placement(d, list, error));
+  HURRAY_RETURN_NOT_OK(hurray__require_host_ready(d, "dequantize", error));
   HurrayLayoutKind layout = hurray_descriptor_layout_kind(d);
   if (hurray_descriptor_quant_kind(d) == HURRAY_QUANT_NONE) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED, "the tensor is not quantized");

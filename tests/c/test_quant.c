@@ -208,6 +208,48 @@ static void test_bad_options_are_refused(void **state) {
 
 /* ---------------------------------------------------- exact, by hand */
 
+/* The kernel reads its buffers on the host: device memory, or a buffer its
+ * producer says to wait on first, is refused as to_dense refuses it (it read
+ * a device pointer as host memory). */
+static void test_dequantize_reads_host_memory_ready_only(void **state) {
+  (void)state;
+  float x[32] = {1.0f, -2.0f}, y[32];
+  uint64_t shape[1] = {32};
+  /* int8 codes, per-tensor affine, whose one buffer waits on an event */
+  static int8_t codes[32] __attribute__((aligned(64)));
+  int event = 0;
+  Quantized q = {0};
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_INT8, 1, shape, &q.d, error));
+  assert_ok(
+      hurray_descriptor_add_buffer(q.d, HURRAY_ROLE_DATA, 32, 64, HURRAY_SYNC_EVENT, NULL, error));
+  assert_ok(hurray_descriptor_set_layout_dense(q.d, 0, error));
+  assert_ok(hurray_descriptor_set_quant_per_tensor_affine(q.d, 0.5, 0, error));
+  HurrayBuffer *b = NULL;
+  assert_ok(hurray_buffer_create(codes, sizeof codes, NULL, NULL, &b, error));
+  assert_ok(hurray_buffer_set_alignment(b, 64, error));
+  assert_ok(hurray_buffer_set_sync(b, HURRAY_SYNC_EVENT, &event, error));
+  assert_ok(hurray_buffer_list_create(&q.list, error));
+  assert_ok(hurray_buffer_list_push(q.list, b, error));
+  assert_ok(hurray_validate_buffer_placement(q.d, q.list, error));
+  HurrayError e = {0};
+  assert_int_equal(hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y, &e),
+                   HURRAY_ERR_UNSUPPORTED);
+  assert_non_null(strstr(e.message, "READY"));
+  quantized_free(q);
+
+  HurrayQuantizeOptions o = options(HURRAY_SCHEME_Q8_0);
+  q = quantize_f32(x, 1, shape, &o);
+  assert_ok(hurray_descriptor_set_device(q.d, HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_DEVICE, error));
+  for (size_t i = 0; i < hurray_buffer_list_len(q.list); i++) {
+    assert_ok(hurray_buffer_set_device(hurray_buffer_list_get_mutable(q.list, i),
+                                       HURRAY_DEVICE_CUDA, 0, HURRAY_MEMORY_DEVICE, error));
+  }
+  assert_int_equal(hurray_dequantize(q.d, q.list, HURRAY_DTYPE_FLOAT32, 1, y, sizeof y, &e),
+                   HURRAY_ERR_UNSUPPORTED);
+  assert_non_null(strstr(e.message, "host memory"));
+  quantized_free(q);
+}
+
 static void test_q8_0_block_by_hand(void **state) {
   (void)state;
   float x[32] = {0};
@@ -613,6 +655,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_options_init_macro_matches_function),
       cmocka_unit_test(test_unknown_options_version_is_refused),
       cmocka_unit_test(test_source_size_is_checked),
+      cmocka_unit_test(test_dequantize_reads_host_memory_ready_only),
       cmocka_unit_test(test_q8_0_block_by_hand),
       cmocka_unit_test(test_q4_0_block_by_hand),
       cmocka_unit_test(test_nf4_block_by_hand),

@@ -120,6 +120,8 @@ def lib():
         "hurray_buffer_create": (st, [vp, u64, RELEASE_FN, vp, ctypes.POINTER(vp), err]),
         "hurray_buffer_destroy": (None, [vp]),
         "hurray_buffer_set_alignment": (st, [vp, ctypes.c_uint32, err]),
+        "hurray_buffer_set_sync": (st, [vp, st, vp, err]),
+        "hurray_buffer_set_device": (st, [vp, ctypes.c_int32, ctypes.c_int32, st, err]),
         "hurray_buffer_data": (vp, [vp]),
         "hurray_buffer_size": (u64, [vp]),
         "hurray_buffer_alignment": (ctypes.c_uint32, [vp]),
@@ -185,6 +187,8 @@ class Producer:
         destructor: Optional[str] = "hurray",
         alignment: int = 64,
         pointer: str = "list",
+        sync: Optional[tuple] = None,
+        device: Optional[tuple] = None,
     ):
         self.descriptor = bytes(descriptor)
         self.arrays = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
@@ -192,6 +196,8 @@ class Producer:
         self.destructor = destructor
         self.alignment = alignment
         self.pointer = pointer
+        self.sync = sync  # (mode, handle) for every buffer: 1 STREAM, 2 EVENT
+        self.device = device  # (device type, id, memory class) for every buffer
         self.released = collections.Counter()
         self.release_data = collections.defaultdict(list)
         self._release = RELEASE_FN(self._on_release)
@@ -218,6 +224,10 @@ class Producer:
         )
         if self.alignment > 1:
             check(L.hurray_buffer_set_alignment(handle, self.alignment, ctypes.byref(e)), e)
+        if self.sync is not None:
+            check(L.hurray_buffer_set_sync(handle, *self.sync, ctypes.byref(e)), e)
+        if self.device is not None:
+            check(L.hurray_buffer_set_device(handle, *self.device, ctypes.byref(e)), e)
         return handle.value
 
     def make_list(self) -> int:

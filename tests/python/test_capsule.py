@@ -607,3 +607,99 @@ def test_already_consumed_error_carries_status_name():
         hurray.Tensor._from_capsule(capsule)
     assert info.value.status_name == "HURRAY_ERR_STATE"
     assert info.value.status == 9
+
+
+# --------------------------------------------- buffers the host cannot read now
+
+
+def _foreign(array, *, descriptor=None, sync=None, device=None, dev=None, align=16):
+    """A tensor taken from a C producer's capsule whose handles carry the
+    given sync mode or device (the memory itself is a host array, so that a
+    read which should have been refused reads garbage-free bytes instead of
+    crashing the test)."""
+    if descriptor is None:
+        sync_name = {None: "ready", 1: "stream", 2: "event"}[sync[0] if sync else None]
+        descriptor = Descriptor(
+            str(array.dtype),
+            array.shape,
+            buffers=[Buffer("data", array.nbytes, align, sync_mode=sync_name)],
+            device=dev,
+        )
+    producer = hc.Producer(descriptor.encode(), [array], alignment=align, sync=sync, device=device)
+    return hurray.from_hurray(producer), producer
+
+
+@needs_lib
+def test_device_memory_is_never_read_on_the_host():
+    a = hc.aligned_copy(np.arange(4, dtype=np.float32))
+    t, _ = _foreign(a, device=(2, 0, 3), dev=hurray.Device(2, 0, "device"))
+    reads = {
+        "numpy": t.numpy,
+        "asarray": lambda: np.asarray(t),
+        "buffers": lambda: bytes(t.buffers[0]),
+        "to_dense": t.to_dense,
+    }
+    for what, read in reads.items():
+        with pytest.raises(hurray.UnsupportedError, match="device memory|host memory"):
+            read()
+    with pytest.raises(BufferError):
+        memoryview(t)
+
+
+@needs_lib
+@pytest.mark.parametrize("mode", [1, 2])
+def test_buffers_not_ready_are_never_read_on_the_host(mode):
+    # buffer-protocol.md: a consumer waits on the stream or event before any
+    # access; the host cannot, so every host read refuses.
+    a = hc.aligned_copy(np.arange(4, dtype=np.float32))
+    event = ctypes.c_int(0)
+    t, _ = _foreign(a, sync=(mode, ctypes.addressof(event)))
+    for read in (t.numpy, lambda: np.asarray(t), t.codes, t.to_dense, t.with_statistics):
+        with pytest.raises(hurray.UnsupportedError, match="READY"):
+            read()
+    with pytest.raises(BufferError):
+        memoryview(t)
+    with pytest.raises(BufferError, match="READY"):
+        np.from_dlpack(t)
+    q = hurray.quantize(np.linspace(-1, 1, 64, dtype=np.float32), "affine")
+    codes = [hc.aligned_copy(np.frombuffer(b, np.uint8)) for b in q.buffers]
+    producer = hc.Producer(
+        q.descriptor.replace(
+            buffers=[
+                Buffer(b.role, b.byte_size, 16, sync_mode="event") for b in q.descriptor.buffers
+            ]
+        ).encode(),
+        codes,
+        alignment=16,
+        sync=(2, ctypes.addressof(event)),
+    )
+    with pytest.raises(hurray.UnsupportedError, match="READY"):
+        hurray.from_hurray(producer).dequantize()
+
+
+@needs_lib
+def test_member_keeps_the_parents_device_and_sync_mode():
+    a = hc.aligned_copy(np.arange(4, dtype=np.float32))
+    member = Descriptor("float32", (4,), layout=hurray.Dense(0))
+    d = Descriptor(
+        "float32",
+        (4,),
+        layout=hurray.Composite((hurray.Member("a", member),)),
+        buffers=[Buffer("data", 16, 16)],
+        device=hurray.Device(1, 0, "host_pinned"),
+    )
+    t, _ = _foreign(a, descriptor=d, device=(1, 0, 2))
+    m = t.member("a")  # was a PlacementError: the view lost the memory class
+    assert m.descriptor.device == hurray.Device(1, 0, "host_pinned")
+    assert m.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@needs_lib
+def test_with_statistics_of_an_empty_buffer_without_a_pointer():
+    # NULL is the pointer of an empty buffer (the spec allows it); the
+    # derived tensor keeps it instead of a 1-aligned placeholder.
+    empty = np.empty(0, np.float32)
+    d = Descriptor("float32", (0,), buffers=[Buffer("data", 0, 64)])
+    t, _ = _foreign(empty, descriptor=d, align=64)
+    s = t.with_statistics().descriptor.statistics
+    assert (s.nan_count, s.zero_count) == (0, 0)
