@@ -33,6 +33,8 @@ if $test_tools; then
   command -v clang >/dev/null 2>&1 || need_apt+=(clang)
   [ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || need_apt+=(libclang-rt-dev)
   command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
+  # a comma-decimal locale (tests/python/test_locale.py builds de_DE with localedef)
+  [ -f /usr/share/i18n/locales/de_DE ] || need_apt+=(locales)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""

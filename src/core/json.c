@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_locale.h"
 #include "descriptor_internal.h"
 #include "error.h"
 
@@ -99,7 +100,9 @@ static void emit_double(Text *t, double v) {
   } else if (isinf(v)) {
     emit(t, v > 0 ? "\"inf\"" : "\"-inf\"");
   } else {
-    emit(t, "%.17g", v);
+    char buf[40];
+    hurray__format_double(buf, sizeof buf, v);
+    emit(t, "%s", buf);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <yajl/yajl_parse.h>
 
+#include "../core/c_locale.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "formats_internal.h"
@@ -372,7 +373,7 @@ static int j_number(void *ctx, const char *s, size_t len) {
   if (len >= sizeof buf) return jfail(b, "number too long");
   memcpy(buf, s, len);
   buf[len] = 0;
-  v->num = strtod(buf, NULL);
+  v->num = hurray__parse_double(buf, NULL);
   v->negative = buf[0] == '-';
   bool overflow = false;
   size_t i = v->negative;

@@ -22,6 +22,7 @@
 
 #include "../buffer/output_limits.h"
 #include "../core/checked.h"
+#include "../core/c_locale.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "../io/format.h"
@@ -527,6 +528,21 @@ static HurrayStatus foreign_descriptor(const HurraySource *s, size_t i, uint32_t
   return HURRAY_OK;
 }
 
+/* Where tensor i of a safetensors or GGUF source lies in the mapping;
+ * true for GGUF Q8_0/Q4_0 blocks, which get_tensor re-lays out into fresh
+ * 64-byte aligned memory. The pointer alone: no page is touched. */
+static bool foreign_bytes(const HurraySource *s, size_t i, const uint8_t **p, uint64_t *nbytes) {
+  if (s->format == HURRAY_FORMAT_SAFETENSORS) {
+    *p = s->map->base + s->st.data_start + s->st.tensors[i].begin;
+    *nbytes = s->st.tensors[i].end - s->st.tensors[i].begin;
+    return false;
+  }
+  *p = s->map->base + s->gg.data_start + s->gg.tensors[i].offset;
+  *nbytes = s->gg.tensors[i].nbytes;
+  uint32_t gtype = s->gg.tensors[i].type;
+  return gtype == HURRAY_GGUF_TYPE_Q8_0 || gtype == HURRAY_GGUF_TYPE_Q4_0;
+}
+
 HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, HurrayDescriptor **out,
                                           HurrayError *error) {
   if (out != NULL) *out = NULL;
@@ -536,7 +552,10 @@ HurrayStatus hurray_source_get_descriptor(const HurraySource *s, size_t i, Hurra
                         "are required");
   }
   if (s->format == HURRAY_FORMAT_HURRAY) return hurray_descriptor_of(s, i, out, error);
-  return foreign_descriptor(s, i, 1, out, error);
+  const uint8_t *p;
+  uint64_t nbytes;
+  bool blocks = foreign_bytes(s, i, &p, &nbytes);
+  return foreign_descriptor(s, i, blocks ? 64 : alignment_of(p), out, error);
 }
 
 static HurrayStatus push_or_destroy(HurrayBufferList *list, HurrayBuffer *b, HurrayError *error) {
@@ -565,16 +584,7 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
   }
   const uint8_t *p;
   uint64_t nbytes;
-  uint32_t gtype = 0;
-  if (s->format == HURRAY_FORMAT_SAFETENSORS) {
-    p = s->map->base + s->st.data_start + s->st.tensors[i].begin;
-    nbytes = s->st.tensors[i].end - s->st.tensors[i].begin;
-  } else {
-    p = s->map->base + s->gg.data_start + s->gg.tensors[i].offset;
-    nbytes = s->gg.tensors[i].nbytes;
-    gtype = s->gg.tensors[i].type;
-  }
-  bool quant = gtype == HURRAY_GGUF_TYPE_Q8_0 || gtype == HURRAY_GGUF_TYPE_Q4_0;
+  bool quant = foreign_bytes(s, i, &p, &nbytes);
   HurrayDescriptor *d = NULL;
   HURRAY_RETURN_NOT_OK(foreign_descriptor(s, i, quant ? 64 : alignment_of(p), &d, error));
   HurrayBufferList *list = NULL;
@@ -584,6 +594,7 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
     st = view_buffer(s->map, p, nbytes, &b, error);
     if (st == HURRAY_OK) st = push_or_destroy(list, b, error);
   } else if (st == HURRAY_OK) {
+    uint32_t gtype = s->gg.tensors[i].type;
     uint64_t nb = nbytes / (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18);
     uint64_t code_bytes = hurray_descriptor_buffer_size(d, 0), scale_bytes = nb * 2;
     void *codes = NULL, *scales = NULL;
@@ -1188,7 +1199,9 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
       case HURRAY_METADATA_INT:
         len = (size_t)snprintf(text, sizeof text, "%lld", (long long)m->i);
         break;
-      case HURRAY_METADATA_FLOAT: len = (size_t)snprintf(text, sizeof text, "%.17g", m->f); break;
+      case HURRAY_METADATA_FLOAT:
+        len = (size_t)hurray__format_double(text, sizeof text, m->f);
+        break;
       case HURRAY_METADATA_BOOL:
         len = (size_t)snprintf(text, sizeof text, "%s", m->b ? "true" : "false");
         break;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../core/checked.h"
+#include "../core/c_locale.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "formats_internal.h"
@@ -165,7 +166,7 @@ static void emit_double(HurrayStr *s, double v) {
   else if (isinf(v)) hurray__str_addf(s, "%sInfinity", v < 0 ? "-" : "");
   else {
     char buf[40];
-    snprintf(buf, sizeof buf, "%.17g", v);
+    hurray__format_double(buf, sizeof buf, v);
     /* Python writes a float with a point or an exponent; keep it a float. */
     hurray__str_add(s, buf, strlen(buf));
     if (strpbrk(buf, ".eE") == NULL) hurray__str_add(s, ".0", 2);
@@ -814,7 +815,7 @@ static HurrayStatus enc_value(Enc *e, HurrayStr *o, const char *type, const Hurr
           if (m->len == 0 || m->len >= sizeof buf) return enc_fail(e, "not a number");
           memcpy(buf, m->bytes, m->len);
           buf[m->len] = 0;
-          double d = strtod(buf, &endp);
+          double d = hurray__parse_double(buf, &endp);
           if (endp != buf + m->len || isspace((unsigned char)buf[0])) { /* "1.5\0x", " 1" */
             return enc_fail(e, "not a number");
           }

@@ -159,8 +159,11 @@ static HurrayStatus pread_all(int fd, void *dst, uint64_t len, uint64_t offset,
 
 /* Reads through the source, which is untrusted code: its status is
  * normalised, and an error it left without a message gets one. */
+/* What a source's read returned, as the reader reports it. The source
+ * wrote into `mine`, the reader's own struct: the caller's `error` is
+ * written only on failure (never on success, conventions.md). */
 static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t length,
-                                  HurrayError *error) {
+                                  HurrayError *mine, HurrayError *error) {
   if (status == HURRAY_OK) return HURRAY_OK;
   /* A source reports a transport failure; any other code it may invent
    * would claim something about the file it cannot know. */
@@ -168,11 +171,12 @@ static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t
                               status == HURRAY_ERR_CANCELLED
                           ? status
                           : HURRAY_ERR_IO;
-  if (error->message[0] == '\0') {
-    return hurray__fail(error, code, "source: read of %llu bytes at %llu failed",
-                        (unsigned long long)length, (unsigned long long)offset);
+  if (mine->message[0] == '\0') {
+    hurray__fail(mine, code, "source: read of %llu bytes at %llu failed",
+                 (unsigned long long)length, (unsigned long long)offset);
   }
-  error->code = code;
+  mine->code = code;
+  if (error != NULL) *error = *mine;
   return code;
 }
 
@@ -186,11 +190,9 @@ static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t o
                         (unsigned long long)offset);
   }
   if (len == 0) return HURRAY_OK;
-  HurrayError local = {0};
-  HurrayError *e = error != NULL ? error : &local;
-  e->code = HURRAY_OK;
-  e->message[0] = '\0';
-  return source_status(r->source.read(r->source.ctx, offset, len, dst, e), offset, len, e);
+  HurrayError mine = {0};
+  return source_status(r->source.read(r->source.ctx, offset, len, dst, &mine), offset, len, &mine,
+                       error);
 }
 
 /* ------------------------------------------------------------------ index */
@@ -1102,12 +1104,10 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
   if (status == HURRAY_OK && n > 0) {
     qsort(ranges, n, sizeof *ranges, compare_source_ranges);
     if (r->source.read_batch != NULL) {
-      HurrayError local = {0};
-      HurrayError *e = error != NULL ? error : &local;
-      e->code = HURRAY_OK;
-      e->message[0] = '\0';
-      status = source_status(r->source.read_batch(r->source.ctx, ranges, n, e), ranges[0].offset,
-                             ranges[n - 1].offset + ranges[n - 1].length - ranges[0].offset, e);
+      HurrayError mine = {0};
+      status = source_status(
+          r->source.read_batch(r->source.ctx, ranges, n, &mine), ranges[0].offset,
+          ranges[n - 1].offset + ranges[n - 1].length - ranges[0].offset, &mine, error);
     } else {
       for (size_t k = 0; status == HURRAY_OK && k < n; k++) {
         status = read_at(r, ranges[k].dst, ranges[k].length, ranges[k].offset, error);
@@ -1777,10 +1777,9 @@ static HurrayStatus source_batch_hash(HurrayReader *r, HurrayHashJob *jobs, cons
   }
   if (status == HURRAY_OK && m > 0) {
     qsort(ranges, m, sizeof *ranges, compare_source_ranges);
-    error->code = HURRAY_OK;
-    error->message[0] = '\0';
-    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, error), ranges[0].offset,
-                           total, error);
+    HurrayError mine = {0};
+    status = source_status(r->source.read_batch(r->source.ctx, ranges, m, &mine), ranges[0].offset,
+                           total, &mine, error);
   }
   if (status == HURRAY_OK) {
     for (size_t i = 0; i < n; i++) {

@@ -235,6 +235,32 @@ static void test_counting_source(void **state) {
   assert_int_equal(single.releases, 1);
 }
 
+/* conventions.md: a call that succeeds leaves the caller's error struct as
+ * it was. Reads through a source reset it before asking the source. */
+static void test_success_leaves_the_error_struct_alone(void **state) {
+  (void)state;
+  for (int batch = 0; batch < 2; batch++) {
+    Counter c = {0};
+    HurrayByteSource s = counting_source(&c, batch);
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open_byte_source(&s, NULL, &r, error));
+    HurrayError earlier = {0};
+    earlier.code = HURRAY_ERR_NOT_FOUND;
+    snprintf(earlier.message, sizeof earlier.message, "an earlier failure");
+    HurrayError e = earlier;
+    HurrayDescriptor *d = NULL;
+    HurrayBufferList *list = NULL;
+    assert_int_equal(hurray_reader_get_tensor(r, "dense_float32", &d, &list, &e), HURRAY_OK);
+    assert_int_equal(hurray_reader_verify(r, "dense_float32", &e), HURRAY_OK);
+    assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_OK);
+    assert_int_equal(e.code, HURRAY_ERR_NOT_FOUND);
+    assert_string_equal(e.message, earlier.message);
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+    hurray_reader_close(r);
+  }
+}
+
 /* --------------------------------------------------------------- lying */
 
 static void test_lying_sources(void **state) {
@@ -375,6 +401,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_memory_source_reads_like_the_file),
       cmocka_unit_test(test_counting_source),
+      cmocka_unit_test(test_success_leaves_the_error_struct_alone),
       cmocka_unit_test(test_lying_sources),
       cmocka_unit_test(test_bad_arguments_release_once),
       cmocka_unit_test(test_same_checks_as_the_file),

@@ -174,6 +174,22 @@ static void test_safetensors_round_trip_is_byte_identical(void **state) {
   free(f.p);
 }
 
+/* convert.h: get_descriptor gives "only the descriptor of what get_tensor
+ * returns" (it said alignment 1 where the view's pointer had 8 or more). */
+static void assert_descriptors_match(HurraySource *s) {
+  HurrayError e = {0};
+  for (size_t i = 0; i < hurray_source_tensor_count(s); i++) {
+    HurrayDescriptor *alone = NULL, *d = NULL;
+    HurrayBufferList *l = NULL;
+    assert_int_equal(hurray_source_get_descriptor(s, i, &alone, &e), HURRAY_OK);
+    assert_int_equal(hurray_source_get_tensor(s, i, &d, &l, &e), HURRAY_OK);
+    assert_true(hurray_descriptor_equal(alone, d));
+    hurray_descriptor_destroy(alone);
+    hurray_descriptor_destroy(d);
+    hurray_buffer_list_destroy(l);
+  }
+}
+
 static void test_safetensors_every_dtype(void **state) {
   (void)state;
   static const struct {
@@ -207,6 +223,7 @@ static void test_safetensors_every_dtype(void **state) {
     in_dir(path, sizeof path, "one.safetensors");
     HurraySource *s = NULL;
     assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, NULL, &s, &e), HURRAY_OK);
+    assert_descriptors_match(s);
     HurrayDescriptor *d = NULL;
     HurrayBufferList *l = NULL;
     assert_int_equal(hurray_source_get_tensor(s, 0, &d, &l, &e), HURRAY_OK);
@@ -464,6 +481,7 @@ static void test_gguf_round_trip_is_byte_identical(void **state) {
   assert_int_equal(hurray_source_open(path, HURRAY_FORMAT_UNKNOWN, NULL, &s, &e), HURRAY_OK);
   assert_int_equal(hurray_source_tensor_count(s), 4);
   assert_string_equal(hurray_source_tensor_type(s, 1), "Q4_0");
+  assert_descriptors_match(s);
   HurrayDescriptor *d = NULL;
   HurrayBufferList *l = NULL;
   assert_int_equal(hurray_source_get_tensor(s, 1, &d, &l, &e), HURRAY_OK);
