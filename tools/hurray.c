@@ -129,6 +129,44 @@ static void note_dropped_metadata(const char *src, HurrayFormat tf) {
   hurray_source_close(s);
 }
 
+/* The signal that interrupted a native conversion, 0 while none has. The
+ * handler only records it: the conversion's cancel hook sees it, the
+ * writer removes its temporary file and leaves the target untouched, and
+ * the command exits 128 + the signal, as the Python converter does. A
+ * second signal ends the process at once. */
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int signum) {
+  if (interrupted != 0) {
+    signal(signum, SIG_DFL);
+    raise(signum); /* delivered when this handler returns */
+    return;
+  }
+  interrupted = signum;
+}
+
+static bool conversion_cancelled(void *ctx) {
+  (void)ctx;
+  return interrupted != 0;
+}
+
+/* Ctrl-C, SIGTERM and SIGHUP, where they would end the process (one the
+ * caller ignores, nohup's SIGHUP say, stays ignored). exec, which hands a
+ * conversion over to Python, puts caught signals back to the default. */
+static void catch_interrupts(void) {
+  struct sigaction on = {0};
+  on.sa_handler = on_interrupt;
+  on.sa_flags = SA_RESTART;
+  sigemptyset(&on.sa_mask);
+  static const int which[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof which / sizeof which[0]; i++) {
+    struct sigaction old;
+    if (sigaction(which[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
+      sigaction(which[i], &on, NULL);
+    }
+  }
+}
+
 /* hurray, safetensors and GGUF convert natively (hurray_convert_file):
  * no Python. Returns -1 when the conversion is not one of those (another
  * format, an option only the Python converter has, or a tensor that needs
@@ -156,8 +194,15 @@ static int try_native_convert(int argc, char **argv) {
   HurrayConvertOptions options = HURRAY_CONVERT_OPTIONS_INIT;
   options.verify_checksums = verify;
   options.statistics = stats && tf == HURRAY_FORMAT_HURRAY;
+  options.cancel = conversion_cancelled;
+  catch_interrupts();
   HurrayError error = {0};
   HurrayStatus status = hurray_convert_file(src, dst, &options, &error);
+  if (interrupted != 0) {
+    /* cancelled (dst untouched), or it came after the target was written */
+    fputs("hurray convert: interrupted\n", stderr);
+    return 128 + interrupted;
+  }
   if (status == HURRAY_ERR_UNSUPPORTED && getenv("HURRAY_CONVERT_NATIVE_ONLY") == NULL) {
     return -1; /* dst untouched; Python can change the tensors' form */
   }

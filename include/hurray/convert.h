@@ -108,11 +108,23 @@ typedef struct HurrayConvertOptions {
   HurrayFormat target_format; /* UNKNOWN: from the name */
   bool verify_checksums;      /* hurray sources: check every buffer before writing */
   bool statistics;            /* hurray targets: store min/max/NaN/zero counts */
+  /* Version 2: asked between tensors and while the target is written (see
+   * hurray_writer_set_cancel); true stops the conversion with
+   * HURRAY_ERR_CANCELLED and `dst` untouched. A CLI sets a flag from its
+   * SIGINT handler and returns it here. NULL: never cancelled. */
+  HurrayCancelFn cancel;
+  void *cancel_ctx; /* borrowed; passed to `cancel` */
 } HurrayConvertOptions;
 
-#define HURRAY_CONVERT_OPTIONS_VERSION 1
+#define HURRAY_CONVERT_OPTIONS_VERSION 2
 #define HURRAY_CONVERT_OPTIONS_INIT \
-  {HURRAY_CONVERT_OPTIONS_VERSION, HURRAY_FORMAT_UNKNOWN, HURRAY_FORMAT_UNKNOWN, true, false}
+  {HURRAY_CONVERT_OPTIONS_VERSION,  \
+   HURRAY_FORMAT_UNKNOWN,           \
+   HURRAY_FORMAT_UNKNOWN,           \
+   true,                            \
+   false,                           \
+   NULL,                            \
+   NULL}
 
 /* Converts `src` into `dst` (`options` may be NULL for the defaults).
  * Tensors stream one at a time: memory does not grow with the file (a raw

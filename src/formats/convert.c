@@ -683,8 +683,10 @@ struct HurrayTarget {
   HurrayNameSet names; /* of entries: each name found in O(1) */
   HurrayMetaList metadata;
   bool statistics;
-  bool drop_pages;      /* the buffers are views of read-only file mappings */
-  const HurraySys *sys; /* a foreign target's system calls; NULL: the real ones */
+  bool drop_pages;       /* the buffers are views of read-only file mappings */
+  const HurraySys *sys;  /* a foreign target's system calls; NULL: the real ones */
+  HurrayCancelFn cancel; /* hurray_convert_file's, given to the writer; NULL: none */
+  void *cancel_ctx;
 };
 
 static void entry_name_of(const void *ctx, size_t i, const char **name, size_t *len) {
@@ -1370,6 +1372,10 @@ HurrayStatus hurray_target_finish(HurrayTarget *t, HurrayError *error) {
     HurrayWriter *w = NULL;
     s = hurray__raw_writer_open_sys(t->path, t->sys != NULL ? t->sys : &hurray__sys_default, &w,
                                     error);
+    if (s == HURRAY_OK && t->cancel != NULL) {
+      s = hurray_writer_set_cancel(w, t->cancel, t->cancel_ctx, error);
+      if (s != HURRAY_OK) hurray_writer_abort(w);
+    }
     if (s == HURRAY_OK) {
       s = t->format == HURRAY_FORMAT_SAFETENSORS ? finish_safetensors(t, w, error)
                                                  : finish_gguf(t, w, error);
@@ -1483,11 +1489,15 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
                                       HurrayError *error) {
   HurrayConvertOptions defaults = HURRAY_CONVERT_OPTIONS_INIT;
   if (options == NULL) options = &defaults;
-  if (src == NULL || dst == NULL || options->version != HURRAY_CONVERT_OPTIONS_VERSION) {
+  if (src == NULL || dst == NULL || options->version < 1 ||
+      options->version > HURRAY_CONVERT_OPTIONS_VERSION) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "src, dst and options of version %u are required",
+                        "src, dst and options of version 1 to %u are required",
                         HURRAY_CONVERT_OPTIONS_VERSION);
   }
+  /* Version 1 ends before the cancel hook: those fields are not read. */
+  HurrayCancelFn cancel = options->version >= 2 ? options->cancel : NULL;
+  void *cancel_ctx = options->version >= 2 ? options->cancel_ctx : NULL;
   if (!known_format(options->target_format)) {
     return bad_format(error, "target", options->target_format);
   }
@@ -1545,7 +1555,14 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   if (st == HURRAY_OK) t->drop_pages = hurray_source_format(s) != HURRAY_FORMAT_GGUF;
   if (st == HURRAY_OK && t->writer != NULL)
     hurray__writer_drop_source_pages(t->writer, t->drop_pages);
-  if (st == HURRAY_OK) t->sys = sys;
+  if (st == HURRAY_OK) {
+    t->sys = sys;
+    t->cancel = cancel;
+    t->cancel_ctx = cancel_ctx;
+  }
+  if (st == HURRAY_OK && t->writer != NULL && cancel != NULL) {
+    st = hurray_writer_set_cancel(t->writer, cancel, cancel_ctx, error);
+  }
   if (st == HURRAY_OK && options->statistics) st = hurray_target_set_statistics(t, true, error);
   for (size_t i = 0; st == HURRAY_OK && i < hurray_source_metadata_count(s); i++) {
     const char *key;
@@ -1558,6 +1575,11 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   for (size_t i = 0; st == HURRAY_OK && i < n; i++) {
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
+    if (cancel != NULL && cancel(cancel_ctx)) {
+      st = hurray__fail(error, HURRAY_ERR_CANCELLED,
+                        "the conversion was cancelled; %s is untouched", dst);
+      break;
+    }
     st = hurray_source_get_tensor(s, i, &d, &list, error);
     /* Verifying touched every page; a foreign target writes much later. */
     if (st == HURRAY_OK && t->drop_pages) drop_list_pages(list);

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1417,19 +1419,23 @@ static void sync_directory(HurrayWriter *w) {
   (void)sys->close(sys->ctx, dfd);
 }
 
-/* Gives the finished temp file the target's name, atomically. Every step
- * before the rename may fail and leave the target untouched; abort then
- * removes whatever temporary name the file has (temp_path). */
-static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
+/* The asynchronous signals that end a process by default. They are held
+ * back (this thread only) from the moment the finished file gets a name
+ * until it has the target's, a few system calls: a Ctrl-C in between would
+ * leave the hidden name behind. They are delivered right after. */
+static void hold_signals(sigset_t *old) {
+  sigset_t set;
+  sigemptyset(&set);
+  static const int held[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGALRM, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) sigaddset(&set, held[i]);
+  pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+/* Names the finished file (an unnamed temp file is linked under a hidden
+ * name), closes it and renames it over the target; on failure abort
+ * removes the hidden name (temp_path). */
+static HurrayStatus name_and_rename(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
-  if (fsync_retry(sys, w->fd) != 0) {
-    int saved = errno;
-    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
-                           "fsync of the temporary file for %s failed: %s", w->target,
-                           strerror(saved));
-  }
-  /* The last moment a cancel can keep the target untouched. */
-  HURRAY_RETURN_NOT_OK(check_cancel(w, error));
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
      * target: linkat cannot replace an existing file, rename can. */
@@ -1475,6 +1481,27 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
                            "cannot rename the finished file onto %s: %s", w->target,
                            strerror(saved));
   }
+  return HURRAY_OK;
+}
+
+/* Gives the finished temp file the target's name, atomically. Every step
+ * before the rename may fail and leave the target untouched; abort then
+ * removes whatever temporary name the file has (temp_path). */
+static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
+  const HurraySys *sys = w->sys;
+  if (fsync_retry(sys, w->fd) != 0) {
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                           "fsync of the temporary file for %s failed: %s", w->target,
+                           strerror(saved));
+  }
+  /* The last moment a cancel can keep the target untouched. */
+  HURRAY_RETURN_NOT_OK(check_cancel(w, error));
+  sigset_t old_mask;
+  if (w->unnamed_temp) hold_signals(&old_mask);
+  HurrayStatus s = name_and_rename(w, error);
+  if (w->unnamed_temp) pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  HURRAY_RETURN_NOT_OK(s);
   free(w->temp_path);
   w->temp_path = NULL; /* nothing left to clean up */
   sync_directory(w);

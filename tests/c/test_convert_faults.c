@@ -232,10 +232,59 @@ static void test_every_fault(void **state) {
   printf("convert fault points: %zu (%zu calls)\n", points, total);
 }
 
+static struct {
+  size_t calls, cancel_at; /* cancel_at: the call (1-based) that says cancel */
+} hook;
+
+static bool cancel_hook(void *ctx) {
+  (void)ctx;
+  return ++hook.calls == hook.cancel_at;
+}
+
+static HurrayStatus run_cancelled(size_t at, uint32_t version, HurrayError *err) {
+  memset(&fake, 0, sizeof fake);
+  fake.fault_at = SIZE_MAX;
+  fake.rename_at = SIZE_MAX;
+  hook.calls = 0;
+  hook.cancel_at = at;
+  HurrayConvertOptions o = HURRAY_CONVERT_OPTIONS_INIT;
+  o.version = version;
+  o.cancel = cancel_hook;
+  return hurray__convert_file_sys(src_hr, target, &o, &fake_sys, err);
+}
+
+/* The cancel hook (options version 2) is asked between tensors and while
+ * the target is written, up to the last moment before the rename: a yes at
+ * any of those leaves the old target and no temporary file. Version 1
+ * options end before the hook, which is then never called. */
+static void test_cancel_at_every_point(void **state) {
+  (void)state;
+  static const uint8_t old[] = "an old target that a cancelled conversion must keep";
+  HurrayError err = {0};
+  assert_int_equal(run_cancelled(0, HURRAY_CONVERT_OPTIONS_VERSION, &err), HURRAY_OK);
+  size_t asked = hook.calls;
+  assert_true(asked >= 3);
+  for (size_t k = 1; k <= asked; k++) {
+    write_file(target, old, sizeof old);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(run_cancelled(k, HURRAY_CONVERT_OPTIONS_VERSION, &err), HURRAY_ERR_CANCELLED);
+    size_t len = 0;
+    uint8_t *got = read_file(target, &len);
+    assert_true(len == sizeof old && memcmp(got, old, len) == 0);
+    free(got);
+    assert_int_equal(temp_files(), 0);
+  }
+  assert_int_equal(run_cancelled(1, 1, &err), HURRAY_OK);
+  assert_int_equal(hook.calls, 0);
+  assert_int_equal(run_cancelled(1, HURRAY_CONVERT_OPTIONS_VERSION + 1, &err),
+                   HURRAY_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_data_goes_through_write),
       cmocka_unit_test(test_every_fault),
+      cmocka_unit_test(test_cancel_at_every_point),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

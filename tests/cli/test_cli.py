@@ -419,6 +419,56 @@ class NativeConvertTest(unittest.TestCase):
         env = dict(os.environ, PATH="/nonexistent", HURRAY_PYTHON="/nonexistent/python3")
         return subprocess.run([HURRAY, "convert", *args], capture_output=True, env=env)
 
+    def test_a_signal_leaves_the_target_and_no_temporary_file(self):
+        # convert.md: Ctrl-C, SIGTERM and SIGHUP exit 128 + the signal with
+        # "hurray convert: interrupted" and the target as it was, on the C
+        # path too (it died of the signal, and once in a few hundred runs
+        # left the hidden temporary name between link and rename).
+        import signal
+        import time
+
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "big.safetensors"), os.path.join(d, "out.hurray")
+            count = 64 << 20  # 256 MiB of float32: long enough to be interrupted
+            header = json.dumps(
+                {"w": {"dtype": "F32", "shape": [count], "data_offsets": [0, 4 * count]}}
+            ).encode()
+            header += b" " * (-len(header) % 8)
+            with open(src, "wb") as f:
+                f.write(struct.pack("<Q", len(header)) + header)
+                chunk = b"\x01\x02\x03\x04" * (4 << 20)
+                for _ in range(4 * count // len(chunk)):
+                    f.write(chunk)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                with open(dst, "wb") as f:
+                    f.write(b"old")
+                p = subprocess.Popen(
+                    [HURRAY, "convert", src, dst],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=dict(os.environ, PATH="/nonexistent", HURRAY_PYTHON="/nonexistent/py"),
+                )
+                deadline = time.monotonic() + 30
+                while p.poll() is None and time.monotonic() < deadline:
+                    try:
+                        with open(f"/proc/{p.pid}/maps") as maps:
+                            if "big.safetensors" in maps.read():  # converting now
+                                break
+                    except OSError:
+                        break
+                    time.sleep(0.001)
+                p.send_signal(sig)
+                _, err = p.communicate(timeout=120)
+                with open(dst, "rb") as f:
+                    head = f.read(8)
+                if p.returncode == 0:  # it finished first: the whole new file
+                    self.assertEqual(head[:4], b"\x89HRY")
+                else:
+                    self.assertEqual(p.returncode, 128 + sig, err)
+                    self.assertIn(b"hurray convert: interrupted", err)
+                    self.assertEqual(head, b"old")
+                self.assertEqual(sorted(os.listdir(d)), ["big.safetensors", "out.hurray"])
+
     def test_native_formats_convert_without_python(self):
         with tempfile.TemporaryDirectory() as d:
             st = os.path.join(d, "a.safetensors")

@@ -2197,3 +2197,31 @@ def test_keep_scales_dequantizes_what_it_cannot_keep(tmp_path):
     report = convert(src, tmp_path / "o.safetensors", keep_scales=True, quiet=True)
     row = {r.name: r for r in report.rows}["w.weight"]
     assert "block-coded (ggml_q4_k" in row.note and "dequantized" in row.note, row.note
+
+
+@pytest.mark.parametrize("target", ["out.safetensors", "out.npz", "newdir/"])
+def test_interrupt_right_after_the_temporary_is_made_leaves_nothing(tmp_path, monkeypatch, target):
+    # A Ctrl-C that Python delivers just after os.open (or os.mkdir) made
+    # the temporary returned, before its name was stored: abort() did not
+    # know the name, and the hidden file (and its descriptor) stayed.
+    src = tmp_path / "src.npz"
+    np.savez(src, a=np.ones(4, np.float32))
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def interrupting_open(path, flags, *args, **kw):
+        fd = real_open(path, flags, *args, **kw)
+        if flags & os.O_EXCL and ".tmp" in str(path):
+            raise KeyboardInterrupt  # the fd is lost with the frame, as a signal loses it
+        return fd
+
+    def interrupting_mkdir(path, *args, **kw):
+        real_mkdir(path, *args, **kw)
+        if ".tmp" in str(path):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", interrupting_open)
+    monkeypatch.setattr(os, "mkdir", interrupting_mkdir)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, f"{tmp_path}/{target}", quiet=True)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.npz"]

@@ -66,16 +66,18 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         if os.path.lexists(self.path):
             raise ConversionError(f"{self.path} exists and is not a folder")
         base = short_name(os.path.basename(self.path))
-        tmp = os.path.join(parent, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        # Recorded before it exists, so that a Ctrl-C right after mkdir
+        # leaves nothing behind (abort() removes it, quietly if absent).
+        self._new_dir = os.path.join(parent, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
-            os.mkdir(tmp)
+            os.mkdir(self._new_dir)
         except OSError as exc:
+            self._new_dir = None  # not ours to remove
             raise os_failure(
                 exc,
                 f"cannot write into the folder {parent}: {exc.strerror or _first_line(exc)}",
                 parent,
             ) from None
-        self._new_dir = tmp
 
     def _tmp_path(self, name: str) -> str:
         sub, base = os.path.split(name)  # a shard may sit in a subfolder (sub/a.safetensors)

@@ -8,7 +8,7 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -148,11 +148,9 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def _new_tmp(path: str) -> str:
-    """Creates (O_EXCL, mode 0666 less the umask) a new hidden temporary
-    file in the folder of `path`, and returns its name. It gets the mode of
-    the file it replaces only when published (the writers open it again by
-    name, which a read-only mode would refuse); until then, no wider one."""
+def _tmp_names(path: str) -> Iterator[str]:
+    """Names for a new hidden temporary file in the folder of `path`: the
+    process id and a random token, so that no one else's file has one."""
     folder, base = os.path.split(os.path.abspath(path))
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
@@ -161,29 +159,37 @@ def _new_tmp(path: str) -> str:
             break
     stem = short_name(stem)
     while True:
-        tmp = os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise os_failure(
-                exc,
-                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
-                folder,
-            ) from None
+        yield os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
+
+
+def _make_tmp(tmp: str, path: str) -> bool:
+    """Creates `tmp` (O_EXCL, mode 0666 less the umask); False when the name
+    is taken. It gets the mode of the file it replaces only when published
+    (the writers open it again by name, which a read-only mode would
+    refuse); until then, no wider one."""
+    folder = os.path.dirname(tmp)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise os_failure(
+            exc,
+            f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
+            folder,
+        ) from None
+    try:
         _private_until_published(fd, path)
+    finally:
         try:
             os.close(fd)  # Linux releases the descriptor even when close fails
         except OSError as exc:
-            # self.tmp is not set yet, so abort() cannot remove it
-            _unlink_quietly(tmp)
             raise os_failure(
                 exc,
                 f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
                 folder,
             ) from None
-        return tmp
+    return True
 
 
 def _check_replaceable(path: str) -> None:
@@ -212,7 +218,14 @@ class _FileTarget(_Target):
 
     def start(self) -> None:
         _check_replaceable(self.path)
-        self.tmp = _new_tmp(self.path)
+        # The name is recorded before the file exists: a Ctrl-C between
+        # making it and recording it would leave it behind (abort() removes
+        # what it names, quietly when nothing is there).
+        for tmp in _tmp_names(self.path):
+            self.tmp = tmp
+            if _make_tmp(tmp, self.path):
+                return
+            self.tmp = None
 
     def publish(self) -> None:
         assert self.tmp is not None
