@@ -664,6 +664,10 @@ class HttpBackend:
 
         self.request(f"bytes={start}-{end - 1}", (start, end), sink)
 
+    def close(self) -> None:
+        """Closes the pool's connections (a later request opens new ones)."""
+        self._pool.clear()
+
 
 # ---------------------------------------------------------------- fsspec
 
@@ -981,6 +985,9 @@ class RangeSource:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+        close_backend = getattr(self.backend, "close", None)
+        if close_backend is not None:
+            close_backend()  # its sockets, now rather than when collected
 
 
 def make_source(
@@ -1003,6 +1010,19 @@ def make_source(
     return RangeSource(backend, suffix_bytes, threads)
 
 
+def _raise_pending(source: RangeSource) -> None:
+    """Raises the source's own failure, if it has one. The exception is not
+    kept in a local of this frame, which its traceback holds: that cycle
+    (frame, exception, source, its connections) lived until the cyclic
+    collector ran."""
+    pending = source.take_error()
+    if pending is not None:
+        try:
+            raise pending from None
+        finally:
+            del pending
+
+
 class TranslatingFile:
     """Wraps the C _File of a source reader: a HurrayError raised because
     the source failed becomes the source's own exception (RemoteError...)."""
@@ -1022,9 +1042,7 @@ class TranslatingFile:
             try:
                 return attr(*args, **kwargs)
             except _hurray.HurrayError:
-                pending = source.take_error()
-                if pending is not None:
-                    raise pending from None
+                _raise_pending(source)
                 raise
 
         return call
@@ -1036,9 +1054,7 @@ def open_file(url: str, source: RangeSource, verify: bool):
     try:
         raw = _hurray._File(url, False, verify, False, source=source)
     except _hurray.HurrayError:
-        pending = source.take_error()
-        if pending is not None:
-            raise pending from None
+        _raise_pending(source)
         raise
     return TranslatingFile(raw, source)
 
