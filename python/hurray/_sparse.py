@@ -31,7 +31,11 @@ def _index_arrays(arrays, what: str) -> Tuple[str, List[np.ndarray]]:
         int(a.max()) if a.size and a.dtype.kind == "u" and a.dtype.itemsize >= 4 else 0
         for a in arrays
     ]
-    wide = any(a.dtype == np.int64 or m > 2**31 - 1 for a, m in zip(arrays, largest))
+    # Any signed 64-bit array, of either byte order (">i8" == np.int64 is false).
+    wide = any(
+        (a.dtype.kind == "i" and a.dtype.itemsize > 4) or m > 2**31 - 1
+        for a, m in zip(arrays, largest)
+    )
     index_dtype = "int64" if wide else "int32"
     target = np.dtype(index_dtype)
     out = []
@@ -194,13 +198,35 @@ class SparseTensor(Tensor):
     def to_scipy(self):
         import scipy.sparse as sp
 
-        p = self.parts()
+        p = self._checked_index_copy().parts()
         if p["format"] == "coo":
             if len(p["coords"]) != 2:
                 raise unsupported("scipy.sparse holds 2-D COO only")
             return sp.coo_matrix((p["values"], tuple(p["coords"])), shape=p["shape"])
         ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
         return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])
+
+    def _checked_index_copy(self) -> "SparseTensor":
+        """This tensor over private copies of its index buffers, checked by
+        placement validation (every index in bounds, indptr ordered): scipy
+        checks none of them, and a zero-copy index array the caller still
+        holds may have changed since this tensor was made (an index of 5e7
+        in a 3x3 matrix made scipy's toarray() write far outside it)."""
+        s = self.descriptor.layout
+        if not isinstance(s, Sparse):
+            return self  # parts() says what is wrong
+        index = set(s.index_buffers) if s.format == "coo" else {s.indptr_buffer, s.indices_buffer}
+        buffers = []
+        for i, b in enumerate(self.descriptor.buffers):
+            view = self._buffer(i)
+            if i in index:
+                block = np.empty(len(view) + b.alignment, np.uint8)
+                start = (-block.ctypes.data) % b.alignment
+                copy = block[start : start + len(view)]
+                copy[...] = np.frombuffer(view, np.uint8)
+                view = copy
+            buffers.append(view)
+        return SparseTensor(self.descriptor, buffers)  # validates placement
 
     # --- torch ---
     @classmethod

@@ -1076,3 +1076,38 @@ def test_from_arrays_still_takes_empty_lists_and_flat_blocks():
         (np.arange(8.0).reshape(2, 2, 2), [1, 0], [0, 1, 2]), shape=(4, 4)
     ).toarray()
     assert np.array_equal(flat.to_dense(), want)
+
+
+def test_big_endian_int64_indices_are_not_wrapped_to_int32():
+    # ">i8" == np.int64 is false: such arrays were taken as narrow and cast
+    # to int32, wrapping 2**32 + 1 to 1 and placing the entry in column 1.
+    col = np.array([2**32 + 1], ">i8")
+    with pytest.raises(hurray.PlacementError, match="SPARSE_INDEX_BOUNDS"):
+        hurray.SparseTensor.from_arrays(
+            "coo", (1, 4), np.ones(1, np.float32), coords=[np.zeros(1, ">i8"), col]
+        )
+    ok = hurray.SparseTensor.from_arrays(
+        "csr",
+        (2, 4),
+        np.ones(2, np.float32),
+        indptr=np.array([0, 1, 2], ">i8"),
+        indices=np.array([3, 0], ">i8"),
+    )
+    assert ok.to_dense().tolist() == [[0, 0, 0, 1], [1, 0, 0, 0]]
+
+
+def test_to_scipy_checks_indices_changed_after_construction():
+    # from_arrays keeps the caller's arrays (zero-copy); scipy checks no
+    # index, and its toarray() wrote far outside the matrix (SIGSEGV).
+    indices = np.array([0, 1, 2], np.int32)
+    t = hurray.SparseTensor.from_arrays(
+        "csr",
+        (3, 3),
+        np.ones(3, np.float32),
+        indptr=np.array([0, 1, 2, 3], np.int32),
+        indices=indices,
+    )
+    assert t.to_scipy().toarray().tolist() == np.eye(3).tolist()
+    indices[0] = 50_000_000
+    with pytest.raises(hurray.PlacementError, match="SPARSE_INDEX_BOUNDS"):
+        t.to_scipy()
