@@ -359,26 +359,59 @@ def test_hurray_ls_lists_the_directory(saved):
 
 class _KilledInFinish(HurrayStorageWriter):
     def finish(self, metadata, results):
-        os.kill(os.getpid(), signal.SIGKILL)  # the coordinator dies before the metadata
+        os.kill(os.getpid(), signal.SIGKILL)  # the coordinator dies before publishing
 
 
-def _save_then_die(rank, world_size, path):
+class _KilledPublishing(HurrayStorageWriter):
+    def _publish(self, files):
+        os.unlink(os.path.join(self.path, hdcp.METADATA_FILE))  # as _publish begins
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _save_then_die(rank, world_size, path, writer):
     dcp.save({"w": torch.full((4, 4), 1.0)}, storage_writer=HurrayStorageWriter(path))
     dist.barrier()
     # A complete checkpoint is in place; now a second save dies in finish().
-    dcp.save({"w": torch.full((4, 4), 2.0)}, storage_writer=_KilledInFinish(path))
+    dcp.save({"w": torch.full((4, 4), 2.0)}, storage_writer=writer(path))
 
 
-def test_killed_before_finish_is_refused(tmp_path):
+def _load_w(path):
+    state = {"w": torch.zeros(4, 4)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, storage_reader=HurrayStorageReader(path), no_dist=True)
+    return state["w"]
+
+
+def test_killed_before_publishing_keeps_the_earlier_checkpoint(tmp_path):
+    # Every rank's files wait under hidden names until finish() publishes
+    # them: a save that dies before then leaves the earlier one whole.
     path = str(tmp_path / "ckpt")
     os.makedirs(path)
     hurray.save(os.path.join(path, "rank-00003.hurray"), {"w": np.zeros(2)})  # a stale rank
     with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
-        run_group(2, _save_then_die, path)
+        run_group(2, _save_then_die, path, _KilledInFinish)
     names = sorted(os.listdir(path))
-    assert ".metadata.hurray" not in names  # the first save's metadata was removed first
-    assert "rank-00003.hurray" not in names  # and the stale rank file of an older save
-    assert "rank-00000.hurray" in names
+    assert {".metadata.hurray", "rank-00000.hurray", "rank-00001.hurray"} <= set(names)
+    assert "rank-00003.hurray" not in names  # the first save removed the stale rank file
+    assert sum(n.startswith(".rank-") for n in names) == 2  # the dead save's files, hidden
+    assert torch.equal(_load_w(path), torch.full((4, 4), 1.0))
+    assert sorted(hurray.load_sharded(path)) == ["w"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(
+            {"w": torch.full((4, 4), 3.0)}, storage_writer=HurrayStorageWriter(path), no_dist=True
+        )
+    assert sorted(os.listdir(path)) == [".metadata.hurray", "rank-00000.hurray"]
+    assert torch.equal(_load_w(path), torch.full((4, 4), 3.0))
+
+
+def test_killed_while_publishing_is_refused(tmp_path):
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path)
+    with pytest.raises((mp.ProcessExitedException, mp.ProcessRaisedException)):
+        run_group(2, _save_then_die, path, _KilledPublishing)
+    assert ".metadata.hurray" not in os.listdir(path)
     with pytest.raises(
         IncompleteCheckpointError,
         match=r"is incomplete: finish\(\) did not complete "
@@ -386,11 +419,64 @@ def test_killed_before_finish_is_refused(tmp_path):
     ):
         HurrayStorageReader(path).read_metadata()
     with pytest.raises(BaseException, match="finish\\(\\) did not complete"):
+        _load_w(path)
+
+
+def _refused_by_one_rank(rank, world_size, path):
+    dcp.save({"w": torch.full((4, 4), 1.0)}, storage_writer=HurrayStorageWriter(path))
+    dist.barrier()
+    # Replicated: DCP stores it once, on one rank, so only that rank meets
+    # the value JSON cannot hold; the others wrote their files fine.
+    state = {"w": torch.full((4, 4), 2.0), "best": np.float64(0.25)}
+    with pytest.raises(BaseException):  # CheckpointException, on every rank
+        dcp.save(state, storage_writer=HurrayStorageWriter(path))
+
+
+def test_a_save_refused_on_one_rank_keeps_the_earlier_checkpoint(tmp_path):
+    path = str(tmp_path / "ckpt")
+    run_group(2, _refused_by_one_rank, path)
+    assert torch.equal(_load_w(path), torch.full((4, 4), 1.0))
+
+
+def _swap_rank_files(path):
+    a, b = os.path.join(path, "rank-00000.hurray"), os.path.join(path, "rank-00001.hurray")
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+
+
+def _save_sharded_w(rank, world_size, path):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    w = distribute_tensor(torch.arange(24.0).reshape(4, 6), mesh, [Shard(0)])
+    dcp.save({"w": w}, storage_writer=HurrayStorageWriter(path))
+
+
+def test_swapped_rank_files_are_refused(tmp_path):
+    # Each piece's own shard and rank are checked against the metadata: the
+    # save id alone let swapped files load each other's rows.
+    path = str(tmp_path / "ckpt")
+    run_group(2, _save_sharded_w, path)
+    _swap_rank_files(path)
+    state = {"w": torch.zeros(4, 6)}
+    with pytest.raises(BaseException, match="damaged|places it at"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.load(
-                {"w": torch.zeros(4, 4)}, storage_reader=HurrayStorageReader(path), no_dist=True
-            )
+            dcp.load(state, storage_reader=HurrayStorageReader(path), no_dist=True)
+
+
+def test_a_reused_writer_draws_a_new_save_id_per_save(tmp_path):
+    writer = HurrayStorageWriter(tmp_path)
+    ids = []
+    for step in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"w": torch.full((2,), float(step))}, storage_writer=writer, no_dist=True)
+        with hurray.open(os.path.join(tmp_path, "rank-00000.hurray")) as f:
+            ids.append(f.metadata["hurray.dcp.save_id"])
+    assert ids[0] != ids[1]
 
 
 # ------------------------------------------------ in-process (no group)

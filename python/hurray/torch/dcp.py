@@ -207,6 +207,15 @@ def _rank_file(rank: int, k: int) -> str:
     return f"rank-{rank:05d}.hurray" if k == 0 else f"rank-{rank:05d}-{k}.hurray"
 
 
+def _staged_name(rank_file: str, save_id: str) -> str:
+    """The hidden name a rank file has until finish() publishes the save."""
+    return f".{rank_file}.{save_id}"
+
+
+def _rank_of(rank_file: str) -> int:
+    return int(rank_file[len("rank-") :].split("-")[0].split(".")[0])
+
+
 @dataclasses.dataclass(frozen=True)
 class _Assignment:
     """SavePlan.storage_data of one rank, set by the coordinator."""
@@ -502,14 +511,17 @@ def _check_storable(fqn: str, t) -> None:
 class HurrayStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as hurray files into the directory `path`.
 
-    Every rank writes rank-{rank:05d}.hurray (atomically: a temporary file,
-    fsync, rename) holding each chunk it saves, marked with its shard. Once
-    a rank has written its files under hidden names, it removes the
-    .metadata.hurray and the rank files an earlier save left in `path`
-    (with overwrite=False the coordinator refuses such a directory), so a
-    save refused for what it holds leaves the earlier checkpoint intact and
+    Every rank writes its rank-{rank:05d}.hurray (each chunk it saves,
+    marked with its shard) under a hidden name. Only once every rank has
+    (DCP calls finish() on the coordinator after all ranks' write_data
+    succeeded) does the coordinator remove the .metadata.hurray and the rank
+    files an earlier save left in `path` (with overwrite=False it refuses
+    such a directory), rename the new files into place and write
+    .metadata.hurray last, atomically. So a save that any rank refuses, for
+    what it holds or a full disk, leaves the earlier checkpoint intact, and
     a directory is never left looking complete while holding a partial
-    save; finish() writes .metadata.hurray last, atomically.
+    save. Hidden files of a save that failed are removed by the next one.
+    Each save draws a fresh save id, also when one writer is reused.
 
     Non-tensor items (DCP's BytesStorageMetadata: optimizer hyperparameters,
     step counters, ...) are stored as JSON ("torch.dcp.json" tensors). One
@@ -571,6 +583,9 @@ class HurrayStorageWriter(StorageWriter):
         stale = [n for n in os.listdir(self.path) if _RANK_FILE.fullmatch(n)]
         if (os.path.exists(meta) or stale) and not self.overwrite:
             raise CheckpointError(f"{self.path} already holds a checkpoint and overwrite=False")
+        # One id per save, even from a writer DCP does not reset (it resets
+        # only when given a checkpoint_id): two saves' files never share one.
+        self.save_id = uuid.uuid4().hex
         return [
             dataclasses.replace(p, storage_data=_Assignment(i, len(plans), self.save_id))
             for i, p in enumerate(plans)
@@ -586,6 +601,13 @@ class HurrayStorageWriter(StorageWriter):
         results = []
         for item in plan.items:
             fqn = item.index.fqn
+            try:
+                fqn.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CheckpointError(
+                    f"state dict key {fqn!r} is not valid UTF-8 text (a lone surrogate); "
+                    "hurray names tensors in UTF-8"
+                ) from None
             k = 0
             while fqn in files[k]:  # several chunks of one tensor: one file each
                 k += 1
@@ -646,59 +668,57 @@ class HurrayStorageWriter(StorageWriter):
         return fut
 
     def _write_files(self, a: _Assignment, files: List[Dict[str, Tensor]], metadata: dict) -> None:
-        """This rank's files, written under hidden names first: whatever the
-        writer refuses (a name, a full disk) then fails before an earlier
-        save is touched."""
+        """This rank's files, under hidden names (finish() renames them):
+        nothing of an earlier save is touched here."""
         staged: List[str] = []
-        renamed = 0
         try:
             for k, tensors in enumerate(files):
-                staged.append(os.path.join(self.path, f".{_rank_file(a.rank, k)}.{a.save_id}"))
+                staged.append(
+                    os.path.join(self.path, _staged_name(_rank_file(a.rank, k), a.save_id))
+                )
                 save(staged[-1], tensors, metadata)
-            self._remove_earlier_save(a, len(files))
-            for k, path in enumerate(staged):
-                os.replace(path, os.path.join(self.path, _rank_file(a.rank, k)))
-                renamed = k + 1
         except BaseException:
-            # Staged files not yet in place go too: a failed removal or
-            # rename left them behind for the next save to find.
-            for path in staged[renamed:]:
+            for path in staged:
                 try:
                     os.unlink(path)
                 except OSError:
                     pass
             raise
-        _fsync_dir(self.path)
 
-    def _remove_earlier_save(self, a: _Assignment, written: int) -> None:
-        """What an earlier save left, removed once this rank's items are
-        known to be storable and before its first write: the metadata first,
-        so the directory never looks complete while it holds a mix; then this
-        rank's own rank files beyond those it writes now, and, on the
-        coordinator, those of ranks this save does not have. A rank never
-        removes a file another rank of this save may have written."""
+    def _publish(self, files: List[str]) -> None:
+        """Every rank wrote its files: the earlier save goes (its metadata
+        first, so the directory never looks complete while it holds a mix),
+        this save's files take their names, and whatever else an earlier or
+        failed save left (rank files this save does not have, hidden files
+        of other saves) is removed."""
         try:
             os.unlink(os.path.join(self.path, METADATA_FILE))
             _fsync_dir(self.path)
         except FileNotFoundError:
             pass
-        mine = {_rank_file(a.rank, k) for k in range(written)}
+        renamed = 0
+        try:
+            for name in files:
+                os.replace(
+                    os.path.join(self.path, _staged_name(name, self.save_id)),
+                    os.path.join(self.path, name),
+                )
+                renamed += 1
+        except BaseException:
+            for name in files[renamed:]:  # the directory is incomplete now: no litter besides
+                try:
+                    os.unlink(os.path.join(self.path, _staged_name(name, self.save_id)))
+                except OSError:
+                    pass
+            raise
+        keep = set(files)
         for n in os.listdir(self.path):
-            staged = _STAGED_FILE.fullmatch(n)  # a save that died before its rename left it
-            if staged is not None:
-                if staged.group(2) == a.save_id:
-                    continue
-                rank_file = staged.group(1)
-            elif _RANK_FILE.fullmatch(n) is not None and n not in mine:
-                rank_file = n
-            else:
-                continue
-            rank = int(rank_file[len("rank-") :].split("-")[0].split(".")[0])
-            if rank == a.rank or (self.is_coordinator and rank >= a.world_size):
+            if (_RANK_FILE.fullmatch(n) and n not in keep) or _STAGED_FILE.fullmatch(n):
                 try:
                     os.unlink(os.path.join(self.path, n))
                 except FileNotFoundError:
                     pass
+        _fsync_dir(self.path)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         metadata.version = _DCP_VERSION
@@ -711,10 +731,18 @@ class HurrayStorageWriter(StorageWriter):
                 files.add(wr.storage_data.file)
         metadata.storage_data = storage_data
         metadata.storage_meta = self.storage_meta()
-        missing = [f for f in sorted(files) if not os.path.exists(os.path.join(self.path, f))]
+        missing = [
+            f
+            for f in sorted(files)
+            if not os.path.exists(os.path.join(self.path, _staged_name(f, self.save_id)))
+        ]
         if missing:
-            raise CheckpointError(f"rank files missing from {self.path}: {missing}")
+            raise CheckpointError(
+                f"rank files of this save missing from {self.path} (is it on storage every "
+                f"rank shares?): {missing}"
+            )
         doc = _encode_metadata(metadata, self.save_id, len(results), sorted(files))
+        self._publish(sorted(files))
         save(
             os.path.join(self.path, METADATA_FILE),
             {},
@@ -888,6 +916,15 @@ class HurrayStorageReader(StorageReader):
                 f"checkpoint at {self.path} mixes two saves: {name} was written by save "
                 f"{save_id!r}, {METADATA_FILE} by save {self._save_id!r}"
             )
+        rank = f.metadata.get(_K_RANK)
+        if _RANK_FILE.fullmatch(os.path.basename(name)) and rank != _rank_of(
+            os.path.basename(name)
+        ):
+            f.close()
+            raise CheckpointError(
+                f"checkpoint at {self.path} is damaged: {name} holds rank {rank!r}'s items "
+                "(rank files renamed or copied over one another)"
+            )
         return f
 
     def _region(self, f: File, req, loc: _Location) -> Tuple[np.ndarray, str, Tuple[int, int]]:
@@ -909,6 +946,13 @@ class HurrayStorageReader(StorageReader):
             dtype, shape = f._file._shape(name)
             shape = tuple(shape)
         fqn = req.storage_index.fqn
+        stored = f.descriptor(name).shard
+        offsets = tuple(int(o) for o in (req.storage_index.offset or ()))
+        if stored is not None and offsets and tuple(stored.offsets) != offsets:
+            raise CheckpointError(
+                f"{f.path}[{name!r}] is the piece at {list(stored.offsets)}; the checkpoint "
+                f"metadata places it at {list(offsets)}"
+            )
         if fqn in self._dtypes and dtype != self._dtypes[fqn]:
             raise CheckpointError(
                 f"{f.path}[{name!r}] is {dtype}; the checkpoint metadata says {self._dtypes[fqn]}"
@@ -946,7 +990,7 @@ class HurrayStorageReader(StorageReader):
             return io.BytesIO(payload)
         try:
             value = _decode_value(json.loads(payload.decode("utf-8")))
-        except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as e:
+        except (UnicodeDecodeError, ValueError, TypeError, RecursionError, CheckpointError) as e:
             raise CheckpointError(f"{f.path}[{loc.name!r}]: malformed JSON item: {e}") from None
         out = io.BytesIO()
         torch.save(value, out)  # what DCP's load_bytes reads back with torch.load
