@@ -578,7 +578,7 @@ class HurrayStorageWriter(StorageWriter):
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
         # The coordinator, before any rank writes. An earlier save is removed
-        # by write_data, once each rank knows that it can store its items.
+        # by finish(), once every rank has written this one.
         meta = os.path.join(self.path, METADATA_FILE)
         stale = [n for n in os.listdir(self.path) if _RANK_FILE.fullmatch(n)]
         if (os.path.exists(meta) or stale) and not self.overwrite:
