@@ -51,6 +51,12 @@ def _load_narrow() -> None:
     import ml_dtypes
 
     for name in ML_DTYPES:
+        if not hasattr(ml_dtypes, name):  # float8_e8m0fnu, float6_*, float4_*: 0.5.0 on
+            raise ImportError(
+                f"hurray needs ml_dtypes 0.5 or later (it has {name}); this is "
+                f"{getattr(ml_dtypes, '__version__', 'an older one')}: "
+                "pip install -U 'ml_dtypes>=0.5'"
+            )
         dtype = np.dtype(getattr(ml_dtypes, name))
         _BY_NUMPY[dtype] = name
         _NUMPY[name] = dtype  # last: its presence says the table is whole

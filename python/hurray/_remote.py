@@ -328,9 +328,14 @@ class HttpBackend:
             raise RemoteError(
                 f"{shown_url(url)}: reading it needs urllib3: pip install 'hurray[remote]'"
             ) from None
-        self._urllib3 = urllib3
         self.url = url
         self.shown = shown_url(url)
+        if not hasattr(urllib3.response.HTTPResponse, "read1"):  # 2.2.0 on
+            raise RemoteError(
+                f"{self.shown}: reading it needs urllib3 2.2 or later (this is "
+                f"{urllib3.__version__}): pip install -U 'urllib3>=2.2'"
+            )
+        self._urllib3 = urllib3
         self.retries = int(retries)
         if self.retries < 0:
             raise ValueError(f"retries must be 0 or more, not {retries!r}")

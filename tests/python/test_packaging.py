@@ -207,3 +207,65 @@ def test_convert_ignores_a_hurray_folder_in_the_current_directory(npz, tmp_path)
     r = cli("convert", npz, tmp_path / "d.hurray", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "d.hurray").exists()
+
+
+# ---------------------------------------------------- installed artifacts
+
+
+def test_extension_modules_export_only_their_init():
+    # libhurray and yajl are linked in statically; exported from a module,
+    # their symbols bound to (or were taken by) another copy in the process.
+    nm = shutil.which("nm")
+    if nm is None or "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("no nm, or ASan preloaded")
+    folder = Path(hurray.__file__).parent
+    modules = sorted(folder.glob("_*.so"))
+    assert {m.name.split(".")[0] for m in modules} >= {"_hurray", "_formats"}
+    for module in modules:
+        out = subprocess.run(
+            [nm, "-D", "--defined-only", str(module)], capture_output=True, text=True, check=True
+        )
+        names = [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
+        assert names == [f"PyInit_{module.name.split('.')[0]}"], (module.name, names[:10])
+
+
+def test_licences_of_the_compiled_in_code_are_declared():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0 AND BSD-2-Clause AND ISC"
+    assert "LICENSES/*.txt" in project["license-files"]
+    assert "BSD 2-Clause" in (REPO / "LICENSES/xxHash.txt").read_text()
+    assert "ISC" in (REPO / "LICENSES/yajl.txt").read_text()
+
+
+def test_an_ml_dtypes_without_the_narrow_types_is_named(tmp_path):
+    # The floor was 0.4, which lacks float8_e8m0fnu, float6 and float4:
+    # every bfloat16 save then died of an AttributeError.
+    code = f"""
+import sys, types
+import ml_dtypes as real
+old = types.ModuleType("ml_dtypes")
+old.__version__ = "0.4.0"
+for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "int4", "uint4"):
+    setattr(old, name, getattr(real, name))
+sys.modules["ml_dtypes"] = old
+import numpy as np, hurray
+try:
+    hurray.save({str(tmp_path / "a.hurray")!r}, {{"a": np.zeros(2, old.bfloat16)}})
+except ImportError as e:
+    print("ImportError", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "ImportError hurray needs ml_dtypes 0.5 or later" in out.stdout, out.stderr
+    floor = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "ml_dtypes>=0.5" in floor
+
+
+def test_an_urllib3_without_read1_is_named(monkeypatch):
+    urllib3 = pytest.importorskip("urllib3")
+    for cls in urllib3.response.HTTPResponse.__mro__:  # urllib3 2.1 has none
+        if "read1" in cls.__dict__:
+            monkeypatch.delattr(cls, "read1")
+    with pytest.raises(hurray.RemoteError, match="urllib3 2.2 or later"):
+        hurray.open("http://127.0.0.1:9/a.hurray")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert extras["optional-dependencies"]["remote"] == ["urllib3>=2.2"]

@@ -59,10 +59,17 @@ from torch.distributed.checkpoint.metadata import (
     ChunkStorageMetadata,
     Metadata,
     MetadataIndex,
-    StorageMeta,
     TensorProperties,
     TensorStorageMetadata,
 )
+
+try:  # the save id DCP hands its storage, from torch 2.4
+    from torch.distributed.checkpoint.metadata import StorageMeta
+except ImportError:  # pragma: no cover - older torch
+    raise ImportError(
+        f"hurray.torch.dcp needs torch 2.4 or later (DCP's StorageMeta); this is torch "
+        f"{torch.__version__}"
+    ) from None
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
     LoadPlan,
