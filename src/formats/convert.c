@@ -961,6 +961,12 @@ static HurrayStatus check_foreign_name(HurrayFormat format, const char *name, Hu
                         "a safetensors tensor cannot be named __metadata__: the header keeps the "
                         "file's metadata under that key");
   }
+  if (format == HURRAY_FORMAT_GGUF && strlen(name) > HURRAY_GGUF_MAX_NAME_BYTES) {
+    return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
+                        "tensor name '%.200s' is %zu bytes; GGUF readers (llama.cpp's ggml) take "
+                        "at most %u",
+                        name, strlen(name), HURRAY_GGUF_MAX_NAME_BYTES);
+  }
   return HURRAY_OK;
 }
 

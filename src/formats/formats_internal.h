@@ -167,6 +167,10 @@ void hurray__gguf_blocks_to_codes(uint32_t type, const uint8_t *blocks, uint64_t
 void hurray__gguf_codes_to_blocks(uint32_t type, const uint8_t *codes, const uint8_t *scales,
                                   uint64_t nblocks, uint8_t *blocks);
 
+/* The longest tensor name a GGUF target writes: the GGUF spec allows 64
+ * bytes, and ggml (llama.cpp) keeps names in char[GGML_MAX_NAME = 64] with
+ * their NUL, refusing a file with a longer one. Read, any length passes. */
+#define HURRAY_GGUF_MAX_NAME_BYTES 63u
 #define HURRAY_GGUF_TYPE_F32 0u
 #define HURRAY_GGUF_TYPE_F16 1u
 #define HURRAY_GGUF_TYPE_Q4_0 2u

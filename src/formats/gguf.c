@@ -173,11 +173,35 @@ static void emit_double(HurrayStr *s, double v) {
   }
 }
 
+/* A FLOAT32 as a double. A NaN is widened by its bits (sign, payload, the
+ * quiet bit in its place): the conversion instruction would make a
+ * signalling NaN quiet, and the value would not come back as it was. */
 static double f32_of(uint64_t bits) {
   uint32_t b = (uint32_t)bits;
+  if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0) {
+    uint64_t wide = (uint64_t)(b >> 31) << 63 | (uint64_t)0x7FF << 52 |
+                    (uint64_t)(b & 0x007FFFFFu) << 29;
+    double d;
+    memcpy(&d, &wide, 8);
+    return d;
+  }
   float f;
   memcpy(&f, &b, 4);
   return f;
+}
+
+/* The FLOAT32 bits of `v`: a NaN that f32_of widened (nothing in the 29 low
+ * bits its payload cannot hold) narrowed by its bits, the rest rounded. */
+static uint32_t f32_bits(double v) {
+  uint64_t wide;
+  memcpy(&wide, &v, 8);
+  if (isnan(v) && (wide & ((1u << 29) - 1)) == 0) {
+    return (uint32_t)(wide >> 63) << 31 | 0x7F800000u | (uint32_t)(wide >> 29 & 0x007FFFFFu);
+  }
+  float f = (float)v;
+  uint32_t b;
+  memcpy(&b, &f, 4);
+  return b;
 }
 
 static double f64_of(uint64_t bits) {
@@ -719,10 +743,7 @@ static HurrayStatus enc_float(Enc *e, HurrayStr *o, int t, double v) {
   if (t == GV_FLOAT32) {
     if (f32_overflows(v)) return enc_fail(e, "a value past FLOAT32's range");
     if (f32_vanishes(v)) return enc_fail(e, "a value too small for FLOAT32, which would be 0");
-    float f = (float)v;
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    put(o, b, 4);
+    put(o, f32_bits(v), 4);
   } else {
     uint64_t b;
     memcpy(&b, &v, 8);

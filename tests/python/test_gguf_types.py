@@ -595,3 +595,37 @@ def test_ksigns_rule_equals_gguf_py_table():
     table = np.frombuffer(gq.IQ2_XXS.ksigns, np.uint8)
     rule = [i | ((bin(i).count("1") & 1) << 7) for i in range(128)]
     assert table.tolist() == rule
+
+
+@pytest.mark.parametrize("bits", [0x7F800001, 0xFFA00000, 0x7FC12345])
+def test_a_float32_nan_key_keeps_its_bits(tmp_path, bits):
+    # A FLOAT32 NaN went through a float-to-double conversion, which makes a
+    # signalling NaN quiet: 0x7F800001 came back 0x7FC00001, with no note.
+    src = tmp_path / "a.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_float32("x.f", 1.25)
+    w.add_tensor("w", np.zeros(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    raw = bytearray(src.read_bytes())
+    at = raw.find(struct.pack("<f", 1.25))
+    raw[at : at + 4] = struct.pack("<I", bits)
+    src.write_bytes(bytes(raw))
+    hurray.convert(src, tmp_path / "b.hurray", quiet=True)
+    hurray.convert(tmp_path / "b.hurray", tmp_path / "c.gguf", quiet=True)
+    assert (tmp_path / "c.gguf").read_bytes() == src.read_bytes()
+
+
+def test_tensor_names_past_ggml_s_limit_are_refused_for_gguf(tmp_path):
+    # ggml keeps names in char[64] with their NUL and refuses a file with a
+    # longer one; the GGUF target wrote such files without a word.
+    src = tmp_path / "a.hurray"
+    hurray.save(src, {"n" * 63: np.ones(2, np.float32)})
+    hurray.convert(src, tmp_path / "ok.gguf", quiet=True)
+    assert [t.name for t in gguf.GGUFReader(tmp_path / "ok.gguf").tensors] == ["n" * 63]
+    hurray.save(src, {"n" * 64: np.ones(2, np.float32)})
+    with pytest.raises(ConversionError, match="64 bytes; GGUF readers"):
+        hurray.convert(src, tmp_path / "long.gguf", quiet=True)
+    assert not (tmp_path / "long.gguf").exists()
