@@ -22,6 +22,8 @@ import safetensors.torch as st  # noqa: E402
 from gguf import GGMLQuantizationType as GQ  # noqa: E402
 from gguf import GGUFValueType as GV  # noqa: E402
 
+import hurray  # noqa: E402
+
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning:gguf")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -263,3 +265,58 @@ def test_cli_hands_what_needs_python_over(peers, tmp_path):
     assert r.returncode == 0, r.stderr
     got = st.load_file(tmp_path / "q.safetensors")["w"]
     assert got.dtype == torch.float32 and tuple(got.shape) == (4, 64)
+
+
+@pytest.mark.skipif(_cli() is None, reason="the hurray CLI is not built")
+def test_typed_safetensors_metadata_is_the_same_text_on_both_paths(tmp_path):
+    # The Python converter wrote json.dumps text ("0.1", "NaN"), the native
+    # one C's ("0.10000000000000001", "nan"): the same command gave two files.
+    src = tmp_path / "a.hurray"
+    meta = {
+        "safetensors.lr": 0.1,
+        "safetensors.nan": float("nan"),
+        "safetensors.inf": float("-inf"),
+        "safetensors.zero": -0.0,
+        "safetensors.n": -3,
+        "safetensors.flag": True,
+        "safetensors.name": "x",
+    }
+    hurray.save(src, {"w": np.arange(4, dtype=np.float32)}, meta)
+    hurray.convert(src, tmp_path / "py.safetensors", quiet=True)
+    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
+    r = subprocess.run(
+        [_cli(), "convert", str(src), str(tmp_path / "c.safetensors")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "py.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
+
+
+@pytest.mark.skipif(_cli() is None, reason="the hurray CLI is not built")
+def test_a_safetensors_source_keeps_its_order_on_both_paths(tmp_path):
+    # The Python converter sorted the names; the C source keeps the file's
+    # order (ascending data offsets): GGUF targets of one command differed.
+    import json
+
+    header = {}
+    for i, name in enumerate(["b", "c", "a"]):
+        header[name] = {"dtype": "F32", "shape": [2], "data_offsets": [8 * i, 8 * i + 8]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    src = tmp_path / "s.safetensors"
+    src.write_bytes(struct.pack("<Q", len(text)) + text + np.arange(6, dtype="<f4").tobytes())
+    hurray.convert(src, tmp_path / "py.gguf", quiet=True)
+    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
+    r = subprocess.run(
+        [_cli(), "convert", str(src), str(tmp_path / "c.gguf")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert [t.name for t in gguf.GGUFReader(tmp_path / "py.gguf").tensors] == ["b", "c", "a"]
+    assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()

@@ -90,7 +90,9 @@ class _SafetensorsSource(_Source):
                             f"{name!r} and by {other!r} (hurray.*.quantization metadata)"
                         )
                     hidden[part] = name
-        self._names = sorted(k for k in self._where if k not in hidden)
+        # The file's order (ascending data offsets, as the C source gives
+        # them), shard after shard: a native conversion writes this order.
+        self._names = [k for k in self._where if k not in hidden]
 
     def _open_shards(self, files, weight_map) -> Dict[str, str]:
         """Open each shard into self._sources and map each tensor to its
@@ -457,7 +459,7 @@ class _SafetensorsTarget(_DenseTarget):
     # Keys a target consumes itself rather than dropping (the folder target: zoo.*).
     consumed: Tuple[str, ...] = ()
 
-    def header_metadata(self, metadata, report) -> Dict[str, str]:
+    def header_metadata(self, metadata, report) -> Dict[str, Any]:
         """The __metadata__ every written file gets; the report notes the
         keys not carried."""
         meta = {}
@@ -482,7 +484,7 @@ class _SafetensorsTarget(_DenseTarget):
         report.metadata_keys = len(meta)
         return meta
 
-    def write_file(self, path: str, names, meta: Dict[str, str]) -> None:
+    def write_file(self, path: str, names, meta: Dict[str, Any]) -> None:
         """Writes tensors `names` into the file `path` (the C writer replaces
         it atomically)."""
         from .. import _formats
@@ -504,11 +506,11 @@ class _SafetensorsTarget(_DenseTarget):
         self.write_file(self.tmp, list(self._tensors), self.header_metadata(metadata, report))
 
 
-def _as_text(key: str, v) -> str:
+def _as_text(key: str, v):
     """safetensors metadata values are strings: bytes that are UTF-8 are
-    one, others are refused (as the C writer refuses them), not changed."""
-    if isinstance(v, str):
-        return v
+    one, others are refused (as the C writer refuses them), not changed.
+    An int, float or bool goes to the C writer as it is, which writes its
+    text ("%.17g" for a float) exactly as a native conversion does."""
     if isinstance(v, (bytes, bytearray)):
         try:
             return bytes(v).decode("utf-8")
@@ -516,4 +518,4 @@ def _as_text(key: str, v) -> str:
             raise ConversionError(
                 f"metadata {key} is not UTF-8, as safetensors __metadata__ needs"
             ) from None
-    return json.dumps(v)
+    return v
