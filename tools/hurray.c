@@ -90,42 +90,56 @@ static int compare_strings(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The note the Python converter prints for source metadata the target's
- * format cannot hold: the count and the first three keys in sorted order.
- * Read from the source itself, as hurray_convert_file reads it. */
+/* "note: N metadata keys not carried (WHY): a, b, c (+k more)", as the
+ * Python converter prints it: the count and the first three keys in sorted
+ * order. */
+static void print_dropped_note(const char **keys, size_t n, const char *why) {
+  if (n == 0) return;
+  qsort(keys, n, sizeof *keys, compare_strings);
+  printf("note: %zu metadata key%s not carried (%s): ", n, n == 1 ? "" : "s", why);
+  for (size_t i = 0; i < n && i < 3; i++) {
+    if (i > 0) fputs(", ", stdout);
+    hurray_cli_puts_escaped(stdout, keys[i]);
+  }
+  if (n > 3) printf(" (+%zu more)", n - 3);
+  putchar('\n');
+}
+
+/* The notes the Python converter prints for source metadata the target
+ * does not get: keys its format cannot hold, and keys a hurray source
+ * leaves behind (hurray_source_left_metadata_key). Read from the source
+ * itself, as hurray_convert_file reads it. */
 static void note_dropped_metadata(const char *src, HurrayFormat tf) {
-  if (tf == HURRAY_FORMAT_HURRAY) return; /* keeps every key */
   HurraySourceOptions options = HURRAY_SOURCE_OPTIONS_INIT;
   options.verify_checksums = false; /* the conversion checked them */
   HurraySource *s = NULL;
   HurrayError error = {0};
   if (hurray_source_open(src, HURRAY_FORMAT_UNKNOWN, &options, &s, &error) != HURRAY_OK) return;
   size_t count = hurray_source_metadata_count(s), n = 0;
-  const char **dropped = calloc(count > 0 ? count : 1, sizeof *dropped);
-  for (size_t i = 0; dropped != NULL && i < count; i++) {
+  size_t left = hurray_source_left_metadata_count(s);
+  const char **keys = calloc(count + left > 0 ? count + left : 1, sizeof *keys);
+  for (size_t i = 0; keys != NULL && tf != HURRAY_FORMAT_HURRAY && i < count; i++) {
     const char *key;
     HurrayMetadataType type;
     const void *value;
     size_t len;
     if (hurray_source_metadata(s, i, &key, &type, &value, &len, &error) == HURRAY_OK &&
         !hurray_format_keeps_metadata(tf, key)) {
-      dropped[n++] = key;
+      keys[n++] = key;
     }
   }
-  if (n > 0) {
-    qsort(dropped, n, sizeof *dropped, compare_strings);
-    printf("note: %zu metadata key%s not carried (%s): ", n, n == 1 ? "" : "s",
-           tf == HURRAY_FORMAT_SAFETENSORS
-               ? "safetensors keeps only its own __metadata__, the hurray keys safetensors.*"
-               : "GGUF carries only its own key-value pairs, the hurray keys gguf.*");
-    for (size_t i = 0; i < n && i < 3; i++) {
-      if (i > 0) fputs(", ", stdout);
-      hurray_cli_puts_escaped(stdout, dropped[i]);
-    }
-    if (n > 3) printf(" (+%zu more)", n - 3);
-    putchar('\n');
+  if (keys != NULL) {
+    print_dropped_note(keys, n,
+                       tf == HURRAY_FORMAT_SAFETENSORS
+                           ? "safetensors keeps only its own __metadata__, the hurray keys "
+                             "safetensors.*"
+                           : "GGUF carries only its own key-value pairs, the hurray keys gguf.*");
+    for (size_t i = 0; i < left; i++) keys[i] = hurray_source_left_metadata_key(s, i);
+    print_dropped_note(keys, left,
+                       "the reserved chunk-checksum key, or types of a newer file format "
+                       "version, which this version does not write");
   }
-  free(dropped);
+  free(keys);
   hurray_source_close(s);
 }
 

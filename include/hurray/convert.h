@@ -213,6 +213,14 @@ HURRAY_API HurrayStatus hurray_source_metadata(const HurraySource *source, size_
                                                const char **key_out, HurrayMetadataType *type_out,
                                                const void **value_out, size_t *len_out,
                                                HurrayError *error);
+/* The keys of a hurray source's metadata that it does not hand on, in file
+ * order: the reserved chunk-checksum key (docs/spec/file-format.md 7.1) and
+ * entries of a type a newer minor version added (section 11), which no
+ * writer of this version may store again. A converter names them as not
+ * carried. Keys are borrowed until the source is closed; 0 and NULL for
+ * other formats or an index past the end. */
+HURRAY_API size_t hurray_source_left_metadata_count(const HurraySource *source);
+HURRAY_API const char *hurray_source_left_metadata_key(const HurraySource *source, size_t index);
 
 /* ------------------------------------------------------------- targets */
 

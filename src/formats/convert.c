@@ -168,6 +168,8 @@ struct HurraySource {
   bool verified;     /* every checksum already checked (hurray_convert_file) */
   char **type_names; /* hurray: dtype names */
   HurrayMetaList metadata;
+  const char **left; /* hurray: metadata keys not handed on (the reader's) */
+  size_t left_count;
 };
 
 static void source_free(HurraySource *s) {
@@ -177,6 +179,7 @@ static void source_free(HurraySource *s) {
   hurray_reader_close(s->reader);
   mapping_unref(s->map);
   free(s->type_names);
+  free(s->left);
   hurray__meta_free(&s->metadata);
   free(s);
 }
@@ -237,6 +240,22 @@ HurrayStatus hurray_source_open_memory(const void *data, uint64_t size, HurrayFo
   return HURRAY_OK;
 }
 
+/* `key` (the reader's, borrowed) is not handed on; `n` bounds how many. */
+static HurrayStatus leave_behind(HurraySource *s, const char *key, size_t n, HurrayError *error) {
+  if (s->left == NULL) s->left = calloc(n, sizeof *s->left);
+  if (s->left == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  s->left[s->left_count++] = key;
+  return HURRAY_OK;
+}
+
+size_t hurray_source_left_metadata_count(const HurraySource *source) {
+  return source != NULL ? source->left_count : 0;
+}
+
+const char *hurray_source_left_metadata_key(const HurraySource *source, size_t index) {
+  return source != NULL && index < source->left_count ? source->left[index] : NULL;
+}
+
 static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *error) {
   HurrayReaderOptions opts = HURRAY_READER_OPTIONS_INIT;
   HURRAY_RETURN_NOT_OK(hurray_reader_open(path, &opts, &s->reader, error));
@@ -248,7 +267,10 @@ static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *
     /* A 1.0 writer could store this key as ordinary metadata; 1.1 reserves
      * it for the chunk table, and no writer may store it again
      * (file-format.md 7.1): the copy goes without it. */
-    if (strcmp(key, HURRAY_CHUNK_CHECKSUMS_KEY) == 0) continue;
+    if (strcmp(key, HURRAY_CHUNK_CHECKSUMS_KEY) == 0) {
+      HURRAY_RETURN_NOT_OK(leave_behind(s, key, n, error));
+      continue;
+    }
     switch (t) {
       case HURRAY_METADATA_STRING: {
         const char *v;
@@ -287,7 +309,7 @@ static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *
         /* A newer minor version's type: written as bytes it would change
          * meaning, and as itself into a file that claims an older minor
          * version; the copy goes without it (file-format.md 11). */
-        st = HURRAY_OK;
+        st = leave_behind(s, key, n, error);
         break;
     }
     HURRAY_RETURN_NOT_OK(st);

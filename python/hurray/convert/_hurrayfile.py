@@ -9,7 +9,13 @@ from .._hurray import HurrayError
 from .._tensor import Tensor
 from ._common import ConversionError, _first_line, _stored_bytes, os_failure
 from ._source import _Source
-from ._target import _FileTarget, _Out
+from ._target import _FileTarget, _Out, dropped_note
+
+# Why a hurray source leaves keys behind (tools/hurray.c says the same).
+LEFT_BEHIND = (
+    "the reserved chunk-checksum key, or types of a newer file format version, which this "
+    "version does not write"
+)
 from .layouts import describe
 
 
@@ -44,13 +50,21 @@ class _HurraySource(_Source):
                 ) from None
         return self._file[name]
 
-    def metadata(self):
+    def _left_out(self):
         # A 1.0 writer could store this key as ordinary metadata; 1.1
         # reserves it for the chunk table, and no writer may store it again.
         # Nor can it store a type of a newer minor version (File.metadata
         # hands those out as bytes) as what it is.
         left_out = {_hurray.CHUNK_CHECKSUMS_KEY, *self._file._file._metadata_unknown()}
+        return [k for k in self._file.metadata if k in left_out]
+
+    def metadata(self):
+        left_out = set(self._left_out())
         return {k: v for k, v in self._file.metadata.items() if k not in left_out}
+
+    def notes(self):
+        left_out = self._left_out()
+        return [dropped_note(left_out, LEFT_BEHIND)] if left_out else []
 
     def close(self):
         self._file.close()

@@ -302,8 +302,14 @@ class _DenseTarget(_FileTarget):
         return array, False, note
 
 
+def dropped_note(keys: Sequence[str], why: str) -> str:
+    """The report's line for metadata keys a conversion leaves behind (the
+    C command prints the same)."""
+    shown = ", ".join(sorted(keys)[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
+    plural = "s" if len(keys) != 1 else ""
+    return f"{len(keys)} metadata key{plural} not carried ({why}): {shown}"
+
+
 def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
     if keys:
-        shown = ", ".join(sorted(keys)[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
-        plural = "s" if len(keys) != 1 else ""
-        report.notes.append(f"{len(keys)} metadata key{plural} not carried ({why}): {shown}")
+        report.notes.append(dropped_note(keys, why))
