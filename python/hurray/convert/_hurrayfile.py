@@ -10,13 +10,13 @@ from .._tensor import Tensor
 from ._common import ConversionError, _first_line, _stored_bytes, os_failure
 from ._source import _Source
 from ._target import _FileTarget, _Out, dropped_note
+from .layouts import describe
 
 # Why a hurray source leaves keys behind (tools/hurray.c says the same).
 LEFT_BEHIND = (
     "the reserved chunk-checksum key, or types of a newer file format version, which this "
     "version does not write"
 )
-from .layouts import describe
 
 
 class _HurraySource(_Source):
