@@ -162,7 +162,7 @@ HURRAY_API HurrayStatus hurray_check_output_size(const HurrayDescriptor *d, uint
  * packed). Works for dense (any strides), sparse (stored values scattered
  * into zeros; a position stored twice sums, as in scipy) and paged (pages
  * gathered) layouts. Composites, and duplicates of dtypes without a C sum
- * (float16, bfloat16, narrow floats, sub-byte, bool) give
+ * (float16, bfloat16, the narrow floats, bool; int4 and uint4 sum modulo 16) give
  * HURRAY_ERR_UNSUPPORTED, as do block-coded tensors, codes stored in
  * another order or packed into words (storage axes, code packing:
  * dequantize those), and tensors in device memory or with a buffer that is

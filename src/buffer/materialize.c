@@ -37,7 +37,8 @@ static bool claim(uint8_t *seen, uint64_t at) {
 }
 
 /* Duplicates sum, as in scipy and torch; false for dtypes without a plain
- * C sum (float16, bfloat16, the narrow floats, bool). */
+ * C sum (float16, bfloat16, the narrow floats, bool). int4 and uint4 come
+ * here unpacked, one code a byte (subbyte_to_dense). */
 static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
   switch (t) {
 #define SUM(type, dtype)       \
@@ -69,6 +70,10 @@ static bool add_into(HurrayDType t, uint8_t *dst, const uint8_t *src) {
       memcpy(dst, &a, 8);
       return true;
     }
+    case HURRAY_DTYPE_INT4:
+    case HURRAY_DTYPE_UINT4: /* one unpacked code a byte: the sum wraps modulo 16 */
+      *dst = (uint8_t)((*dst + *src) & 0x0Fu);
+      return true;
     case HURRAY_DTYPE_COMPLEX64:
       return add_into(HURRAY_DTYPE_FLOAT32, dst, src) &&
              add_into(HURRAY_DTYPE_FLOAT32, dst + 4, src + 4);
@@ -245,7 +250,8 @@ static void strided_to_dense(const HurrayDescriptor *d, const uint8_t *base, uin
 
 /* Sparse or paged sub-byte elements: the stored ones unpacked one a byte,
  * placed as byte-sized ones are, and the result packed into `out`. A
- * position stored twice is refused (sub-byte values have no sum here). */
+ * position stored twice sums for int4 and uint4 (modulo 16) and is refused
+ * for the narrow floats. */
 static HurrayStatus subbyte_to_dense(const HurrayDescriptor *d, const HurrayBufferList *list,
                                      uint8_t *out, uint64_t numel, HurrayError *error) {
   const HurrayLayout *l = &d->layout;

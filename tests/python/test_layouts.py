@@ -1111,3 +1111,21 @@ def test_to_scipy_checks_indices_changed_after_construction():
     indices[0] = 50_000_000
     with pytest.raises(hurray.PlacementError, match="SPARSE_INDEX_BOUNDS"):
         t.to_scipy()
+
+
+@pytest.mark.parametrize(
+    "dtype, values, want",
+    [("int4", [7, 7, -8], [[0, -2, -8, 0]]), ("uint4", [15, 3, 9], [[0, 2, 9, 0]])],
+)
+def test_int4_duplicates_sum_modulo_16(dtype, values, want):
+    # layouts.md: integer sums wrap modulo 2^bits; int4 and uint4 duplicates
+    # were refused as if they had no sum.
+    import ml_dtypes
+
+    s = hurray.SparseTensor.from_arrays(
+        "coo",
+        (1, 4),
+        np.array(values, getattr(ml_dtypes, dtype)),
+        coords=[np.zeros(3, np.int64), np.array([1, 1, 2])],
+    )
+    assert s.to_dense().astype(np.int8).tolist() == want
