@@ -63,7 +63,7 @@ def as_tensor(value: Any) -> Tensor:
     """Tensor, anything with __hurray__, numpy arrays, scipy.sparse
     matrices and torch tensors."""
     if isinstance(value, Tensor):
-        return value
+        return specialise(value)  # a plain Tensor of a sparse layout: a SparseTensor
     if hasattr(value, "__hurray__"):
         return from_hurray(value)
     module = type(value).__module__

@@ -208,7 +208,10 @@ class Tensor(_hurray._Tensor):
         dtype_name, shape, strides, byte_offset, data_buffer, layout, qkind = self._view_info()
         if layout != _LAYOUT_DENSE:
             kind = type(self.descriptor.layout).__name__.lower()
-            raise unsupported(f"numpy() needs a dense tensor, this one is {kind}; use to_dense()")
+            instead = "member(name)" if kind == "composite" else "to_dense()"
+            raise unsupported(
+                f"numpy() and codes() view dense tensors, this one is {kind}; use {instead}"
+            )
         if qkind != 0:
             _refuse_packed(
                 self.descriptor.quantization, "codes()", ("storage_axes", "code_packing")

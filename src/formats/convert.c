@@ -868,8 +868,8 @@ static HurrayStatus target_accepts(HurrayFormat format, const char *name,
   HURRAY_RETURN_NOT_OK(gguf_shape_accepted(name, d, error));
   if (!plain_dense(d)) {
     return hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                        "tensor '%.200s' is %s; GGUF holds it only densified (the Python "
-                        "converter does that)",
+                        "tensor '%.200s' is %s; GGUF holds it only densified (hurray.convert "
+                        "densifies it when it is not quantized)",
                         name, describe_kind(d));
   }
   if (q == HURRAY_QUANT_NONE) {

@@ -1129,3 +1129,22 @@ def test_int4_duplicates_sum_modulo_16(dtype, values, want):
         coords=[np.zeros(3, np.int64), np.array([1, 1, 2])],
     )
     assert s.to_dense().astype(np.int8).tolist() == want
+
+
+def test_messages_point_at_what_works():
+    s = hurray.SparseTensor.from_arrays("coo", (2, 2), np.array([5], np.int8), coords=[[0], [1]])
+    plain = hurray.Tensor(s.descriptor, list(s.buffers))
+    # "hurray.as_tensor gives each layout its own class": it returned a
+    # plain Tensor unchanged, without parts() or to_scipy()
+    assert isinstance(hurray.as_tensor(plain), hurray.SparseTensor)
+    member = hurray.Descriptor("float32", (2,), layout=hurray.Dense(0))
+    c = hurray.Descriptor(
+        "float32",
+        (1,),
+        layout=hurray.Composite((hurray.Member("a", member),)),
+        buffers=[hurray.Buffer("data", 8)],
+    )
+    with pytest.raises(
+        hurray.UnsupportedError, match="use member"
+    ):  # was to_dense(), which refuses
+        hurray.Tensor(c, [np.zeros(8, np.uint8)]).numpy()

@@ -349,10 +349,12 @@ def from_torch(tensor: "torch.Tensor") -> Tensor:
 
 def _torch_dtype(name: str, what: str = "tensor") -> "torch.dtype":
     if _dtypes.is_packed(name):
-        raise UnsupportedError(
-            f"torch has no {name} dtype; read this {what} with t.dequantize() (real values) "
-            "or t.codes() (one element per byte) instead"
+        read = (
+            "t.to_dense() (a dense numpy array, one element per byte)"
+            if what == "sparse tensor"
+            else "t.dequantize() (real values) or t.codes() (one element per byte)"
         )
+        raise UnsupportedError(f"torch has no {name} dtype; read this {what} with {read} instead")
     try:
         return _TO_TORCH[name]
     except KeyError:
