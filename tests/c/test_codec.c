@@ -256,6 +256,181 @@ static void test_decode_limits(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_decode(NULL, 6, &decoded, error));
 }
 
+/* ------------------------------------------------ hand-built encodings */
+
+/* Encodings the builder cannot produce, made record by record. */
+typedef struct Bytes {
+  uint8_t data[256];
+  size_t len;
+} Bytes;
+
+static void add_le(Bytes *b, uint64_t v, int n) {
+  assert_true(b->len + (size_t)n <= sizeof b->data);
+  for (int i = 0; i < n; i++) b->data[b->len++] = (uint8_t)(v >> (8 * i));
+}
+
+static void add_raw(Bytes *b, const void *p, size_t n) {
+  assert_true(b->len + n <= sizeof b->data);
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+}
+
+/* A record: u16 tag, u32 payload length, payload. */
+static void add_record(Bytes *b, uint16_t tag, const Bytes *payload) {
+  add_le(b, tag, 2);
+  add_le(b, payload->len, 4);
+  add_raw(b, payload->data, payload->len);
+}
+
+static void add_u(Bytes *b, uint16_t tag, uint64_t v, int n) {
+  Bytes p = {0};
+  add_le(&p, v, n);
+  add_record(b, tag, &p);
+}
+
+/* The dtype (float32) and shape ([4]) records every node here starts with. */
+static void add_float32_vector(Bytes *b) {
+  add_u(b, 0x0011, HURRAY_DTYPE_FLOAT32, 2);
+  add_u(b, 0x0013, 4, 8);
+}
+
+/* A buffer table of one entry: `role`, alignment 4, `size` bytes. */
+static void add_table(Bytes *b, HurrayBufferRole role, uint64_t size) {
+  Bytes p = {0};
+  add_le(&p, 1, 4);
+  add_le(&p, role, 1);
+  add_le(&p, HURRAY_SYNC_READY, 1);
+  add_le(&p, 0, 2);
+  add_le(&p, 4, 4);
+  add_le(&p, size, 8);
+  add_record(b, 0x0041, &p);
+}
+
+static Bytes header(void) {
+  Bytes b = {0};
+  add_raw(&b, "HRYD\1\0", 6);
+  return b;
+}
+
+static void assert_decodes(HurrayStatus expect, const Bytes *b) {
+  HurrayDescriptor *d = NULL;
+  assert_status(expect, hurray_descriptor_decode(b->data, b->len, &d, error));
+  if (expect == HURRAY_OK) {
+    assert_non_null(d);
+  } else {
+    assert_null(d);
+  }
+  hurray_descriptor_destroy(d);
+}
+
+/* A dense float32 [4] with a statistics record of `flags` and `count` values. */
+static Bytes with_statistics(uint8_t flags, int count) {
+  Bytes b = header(), p = {0};
+  add_float32_vector(&b);
+  add_u(&b, 0x0021, 0, 4);
+  add_table(&b, HURRAY_ROLE_DATA, 16);
+  add_le(&p, flags, 1);
+  add_le(&p, 0, 7);
+  for (int i = 0; i < count; i++) add_le(&p, 0x3FF0000000000000ull, 8); /* 1.0 */
+  add_record(&b, 0x0050, &p);
+  return b;
+}
+
+/* Statistics flag bits past the four defined ones are a decode error, even
+ * with a value present for each set bit. */
+static void test_statistics_unknown_flag_refused(void **state) {
+  (void)state;
+  Bytes ok = with_statistics(0x01, 1), bad = with_statistics(0x11, 2);
+  assert_decodes(HURRAY_OK, &ok);
+  assert_decodes(HURRAY_ERR_MALFORMED, &bad);
+}
+
+/* A dense float32 [4] whose dtype record is followed by a second one (int32)
+ * when `repeat`. */
+static Bytes with_dtype_records(bool repeat) {
+  Bytes b = header();
+  add_u(&b, 0x0011, HURRAY_DTYPE_FLOAT32, 2);
+  if (repeat) add_u(&b, 0x0011, HURRAY_DTYPE_INT32, 2);
+  add_u(&b, 0x0013, 4, 8);
+  add_u(&b, 0x0021, 0, 4);
+  add_table(&b, HURRAY_ROLE_DATA, 16);
+  return b;
+}
+
+/* Two records with the same tag: tags must strictly increase, so a
+ * repeated record is refused, not read twice (the second overriding). */
+static void test_duplicate_record_refused(void **state) {
+  (void)state;
+  Bytes ok = with_dtype_records(false), bad = with_dtype_records(true);
+  assert_decodes(HURRAY_OK, &ok);
+  assert_decodes(HURRAY_ERR_MALFORMED, &bad);
+}
+
+/* A 1-D COO record of two entries with the flag byte `flags`. */
+static Bytes with_coo_flags(uint8_t flags) {
+  Bytes b = header(), p = {0};
+  add_float32_vector(&b);
+  add_le(&p, HURRAY_DTYPE_INT32, 2); /* index dtype */
+  add_le(&p, flags, 1);
+  add_le(&p, 0, 1);
+  add_le(&p, 0, 4); /* values buffer */
+  add_le(&p, 2, 8); /* nnz */
+  add_le(&p, 1, 4); /* index buffer */
+  add_record(&b, 0x0023, &p);
+  Bytes t = {0};
+  add_le(&t, 2, 4);
+  for (int i = 0; i < 2; i++) {
+    add_le(&t, i == 0 ? HURRAY_ROLE_VALUES : HURRAY_ROLE_INDICES, 1);
+    add_le(&t, 0, 3);
+    add_le(&t, 4, 4);
+    add_le(&t, 8, 8);
+  }
+  add_record(&b, 0x0041, &t);
+  return b;
+}
+
+/* Only bit 0 (canonical) of the COO flags is defined; bit 1 is reserved. */
+static void test_coo_reserved_flag_refused(void **state) {
+  (void)state;
+  Bytes ok = with_coo_flags(1), bad = with_coo_flags(2);
+  assert_decodes(HURRAY_OK, &ok);
+  assert_decodes(HURRAY_ERR_MALFORMED, &bad);
+}
+
+/* A composite float32 [4] of one dense member named `name` (`name_len`
+ * bytes), with `trailing` extra bytes after the member. */
+static Bytes with_member(const char *name, size_t name_len, size_t trailing) {
+  Bytes node = {0}, members = {0}, b = header();
+  add_float32_vector(&node);
+  add_u(&node, 0x0021, 0, 4);
+  add_le(&members, 1, 4);
+  add_le(&members, name_len, 2);
+  add_raw(&members, name, name_len);
+  add_le(&members, node.len, 4);
+  add_raw(&members, node.data, node.len);
+  for (size_t i = 0; i < trailing; i++) add_le(&members, 0xFF, 1);
+  add_float32_vector(&b);
+  add_record(&b, 0x002D, &members);
+  add_table(&b, HURRAY_ROLE_DATA, 16);
+  return b;
+}
+
+/* Bytes after the last member of a composite record are refused. */
+static void test_composite_trailing_bytes_refused(void **state) {
+  (void)state;
+  Bytes ok = with_member("a", 1, 0), bad = with_member("a", 1, 1);
+  assert_decodes(HURRAY_OK, &ok);
+  assert_decodes(HURRAY_ERR_MALFORMED, &bad);
+}
+
+/* A member name holding a NUL would read back cut short: refused. */
+static void test_member_name_with_nul_refused(void **state) {
+  (void)state;
+  Bytes ok = with_member("lora", 4, 0), bad = with_member("lo\0ra", 5, 0);
+  assert_decodes(HURRAY_OK, &ok);
+  assert_decodes(HURRAY_ERR_MALFORMED, &bad);
+}
+
 /* Composite nesting deeper than the limit is refused by decode (LIMIT)
  * as well as by validate (COMPOSITE_DEPTH) and encode. */
 static void test_composite_depth_limit(void **state) {
@@ -453,6 +628,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_encoding_is_deterministic),
       cmocka_unit_test(test_unknown_fields),
       cmocka_unit_test(test_decode_limits),
+      cmocka_unit_test(test_statistics_unknown_flag_refused),
+      cmocka_unit_test(test_duplicate_record_refused),
+      cmocka_unit_test(test_coo_reserved_flag_refused),
+      cmocka_unit_test(test_composite_trailing_bytes_refused),
+      cmocka_unit_test(test_member_name_with_nul_refused),
       cmocka_unit_test(test_composite_depth_limit),
       cmocka_unit_test(test_truncations),
       cmocka_unit_test(test_single_byte_corruptions),

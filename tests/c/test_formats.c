@@ -261,6 +261,9 @@ static void test_safetensors_lies_are_refused(void **state) {
       /* size that disagrees with shape x dtype */
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
        HURRAY_ERR_MALFORMED},
+      /* ... and a span longer than shape x dtype needs (12 bytes for 8) */
+      {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", 12,
+       HURRAY_ERR_MALFORMED},
       /* shape product overflowing 64 bits */
       {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0,
        HURRAY_ERR_OVERFLOW},

@@ -1221,6 +1221,110 @@ static void test_crafted_faults(void **state) {
   free(f.data);
 }
 
+/* The start of the buffer that follows `after` in the file (for_each_buffer). */
+typedef struct NextCtx {
+  uint64_t after, next;
+} NextCtx;
+
+static void find_next_start(uint8_t *record, void *ctx) {
+  NextCtx *c = ctx;
+  uint64_t start = le(record, 8);
+  if (start > c->after && start < c->next) c->next = start;
+}
+
+static uint64_t next_buffer_start(File *f, uint64_t after) {
+  NextCtx c = {after, UINT64_MAX};
+  for_each_buffer(f, find_next_start, &c);
+  assert_true(c.next != UINT64_MAX);
+  return c.next;
+}
+
+/* The first index record: tensor "a.scales"'s only buffer. */
+static uint8_t *first_record(File *f) {
+  uint8_t *p = f->data + le(f->data + f->len - 64, 8);
+  p += 2 + le(p, 2);
+  p += 4 + le(p, 4);
+  return p + 4;
+}
+
+/* A buffer whose length reaches one byte into the next buffer in the file
+ * (another tensor's; the index resealed) is an overlap, however small. */
+static void test_one_byte_overlap_refused(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "overlap.hurray");
+  in_dir(bad, sizeof bad, "overlap-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  uint8_t *record = first_record(&f);
+  uint64_t start = le(record, 8), next = next_buffer_start(&f, start);
+  put(record + 8, next - start + 1, 8);
+  reseal(&f);
+  store(bad, f.data, f.len);
+  HurrayReader *r = NULL;
+  assert_status(HURRAY_ERR_OVERLAP, hurray_reader_open(bad, NULL, &r, error));
+  free(f.data);
+}
+
+/* An index length longer than the descriptor's byte_size, still inside the
+ * padding and with a checksum that matches (the index resealed): refused
+ * on get and by verify. */
+static void test_stored_length_longer_than_descriptor_refused(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "longer.hurray");
+  in_dir(bad, sizeof bad, "longer-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  uint8_t *record = first_record(&f);
+  uint64_t start = le(record, 8), length = le(record + 8, 8) + 1;
+  assert_true(start + length <= next_buffer_start(&f, start));
+  put(record + 8, length, 8);
+  put(record + 16, XXH3_64bits(f.data + start, (size_t)length), 8);
+  reseal(&f);
+  store(bad, f.data, f.len);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(bad, NULL, &r, error));
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *l = NULL;
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_get_tensor(r, "a.scales", &d, &l, error));
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+  free(f.data);
+}
+
+/* A shape record claiming 256 bytes (rank 32) in a descriptor far shorter
+ * (the index resealed): the shape lookup must not read past the descriptor. */
+static void test_shape_record_past_descriptor_refused(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "shape.hurray");
+  in_dir(bad, sizeof bad, "shape-bad.hurray");
+  write_small(path);
+  File f = load(path);
+  uint8_t *p = f.data + le(f.data + f.len - 64, 8);
+  p += 2 + le(p, 2);
+  uint64_t desc_len = le(p, 4);
+  uint8_t *desc = p + 4, *rec = desc + 6;
+  while (le(rec, 2) != 0x0013) {
+    rec += 6 + le(rec + 2, 4);
+    assert_true(rec + 6 <= desc + desc_len);
+  }
+  assert_true(desc_len < 256);
+  put(rec + 2, 256, 4);
+  reseal(&f);
+  store(bad, f.data, f.len);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(bad, NULL, &r, error));
+  HurrayDType dtype;
+  uint32_t rank;
+  uint64_t shape[HURRAY_MAX_RANK];
+  assert_status(HURRAY_ERR_TRUNCATED,
+                hurray_reader_tensor_shape(r, 0, &dtype, &rank, shape, error));
+  hurray_reader_close(r);
+  free(f.data);
+}
+
 /* A newer minor version with an unknown metadata type still reads. */
 static void test_newer_minor_version_reads(void **state) {
   (void)state;
@@ -1548,6 +1652,9 @@ int main(void) {
       cmocka_unit_test(test_every_bit_flip_in_index_trailer_and_header),
       cmocka_unit_test(test_data_bit_flips_caught_by_verify),
       cmocka_unit_test(test_crafted_faults),
+      cmocka_unit_test(test_one_byte_overlap_refused),
+      cmocka_unit_test(test_stored_length_longer_than_descriptor_refused),
+      cmocka_unit_test(test_shape_record_past_descriptor_refused),
       cmocka_unit_test(test_newer_minor_version_reads),
       cmocka_unit_test(test_chunk_checksums_written),
       cmocka_unit_test(test_chunk_checksums_catch_damage),

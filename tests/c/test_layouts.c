@@ -851,7 +851,21 @@ static void test_to_dense_refusals(void **state) {
   const uint8_t *packed = (const uint8_t *)out;
   assert_int_equal(packed[0], 0x01); /* [[1, 0], [0, 2]], LSB-first */
   assert_int_equal(packed[1], 0x20);
-  /* ... and a position stored twice has no sub-byte sum. */
+  /* ... a position stored twice sums modulo 16 (layouts.md: integer sums
+   * wrap), here 1 + 2 at [1][1] ... */
+  put_indices(mem[1], false, (int64_t[]){1, 1}, 2);
+  put_indices(mem[2], false, (int64_t[]){1, 1}, 2);
+  assert_ok(hurray_tensor_to_dense(d, list, out, 2, error));
+  assert_int_equal(packed[0], 0x00);
+  assert_int_equal(packed[1], 0x30);
+  mem[0][0] = 0x9F; /* 15 + 9 wraps to 8 */
+  assert_ok(hurray_tensor_to_dense(d, list, out, 2, error));
+  assert_int_equal(packed[1], 0x80);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+  /* ... and the narrow floats have no sum. */
+  d = coo2(HURRAY_DTYPE_FLOAT4_E2M1FN, HURRAY_DTYPE_INT32, 2, 2, 2, false);
+  list = buffers_for(d, mem, false);
   put_indices(mem[1], false, (int64_t[]){1, 1}, 2);
   put_indices(mem[2], false, (int64_t[]){1, 1}, 2);
   assert_status(HURRAY_ERR_UNSUPPORTED, hurray_tensor_to_dense(d, list, out, 2, error));

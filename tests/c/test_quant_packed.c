@@ -458,6 +458,31 @@ static void test_validation_rules(void **state) {
   expect_invalid(d, HURRAY_ERR_QUANT_PACKING);
 }
 
+/* A zero-point order set for 2 lanes (uint8 in 16-bit words) is 1,0,0,0
+ * once the zero points become uint4 (4 lanes): the setter kept it, so
+ * validate must see it is no longer a permutation. */
+static void test_zero_point_order_stale_after_dtype_change(void **state) {
+  (void)state;
+  HurrayDescriptor *d = make(HURRAY_DTYPE_INT8, 2, (uint64_t[]){4, 8});
+  add(d, HURRAY_ROLE_DATA, 32);
+  uint32_t scales = add(d, HURRAY_ROLE_SCALES, 16), zeros = add(d, HURRAY_ROLE_ZERO_POINTS, 2);
+  assert_ok(
+      hurray_descriptor_set_quant_per_channel_affine(d, 0, scales, HURRAY_DTYPE_FLOAT32, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, zeros, HURRAY_DTYPE_UINT8, error));
+  assert_ok(
+      hurray_descriptor_set_quant_zero_point_packing(d, 16, 0, (const uint8_t[]){1, 0}, error));
+  assert_ok(hurray_descriptor_set_quant_zero_point_buffer(d, zeros, HURRAY_DTYPE_UINT4, error));
+  const uint8_t *order = NULL;
+  assert_int_equal(hurray_descriptor_quant_zero_point_packing(d, NULL, NULL, &order), 4);
+  assert_memory_equal(order, ((const uint8_t[]){1, 0, 0, 0}), 4);
+  assert_status(HURRAY_ERR_QUANT_PACKING, hurray_descriptor_validate(d, error));
+  /* The same descriptor with a permutation of the 4 lanes is valid. */
+  assert_ok(hurray_descriptor_set_quant_zero_point_packing(d, 16, 0, (const uint8_t[]){1, 0, 3, 2},
+                                                           error));
+  assert_ok(hurray_descriptor_validate(d, error));
+  hurray_descriptor_destroy(d);
+}
+
 static void test_required_bytes(void **state) {
   (void)state;
   HurrayDescriptor *d = gptq();
@@ -713,6 +738,7 @@ int main(void) {
       cmocka_unit_test(test_codec_strict),
       cmocka_unit_test(test_codec_record_placement),
       cmocka_unit_test(test_validation_rules),
+      cmocka_unit_test(test_zero_point_order_stale_after_dtype_change),
       cmocka_unit_test(test_required_bytes),
       cmocka_unit_test(test_kernel_gptq),
       cmocka_unit_test(test_kernel_awq_order_and_signed),
