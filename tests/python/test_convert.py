@@ -1057,3 +1057,20 @@ def test_a_dequantized_row_is_measured(tmp_path):
         if target == "out.hurray":
             written = hurray.load(tmp_path / target)["w.weight"].numpy().astype(np.float64)
             assert row.max_abs_error == np.abs(written - values).max() > 0
+
+
+def test_quantizing_a_sparse_tensor_notes_that_it_was_densified(tmp_path):
+    # Other targets note "coo densified"; --quantize into a hurray file
+    # turned a sparse tensor dense with an empty note column.
+    s = hurray.SparseTensor.from_arrays(
+        "coo", (4, 8), np.ones(3, np.float32), coords=[[0, 1, 2], [1, 2, 3]]
+    )
+    hurray.save(tmp_path / "s.hurray", {"w.weight": s})
+    report = hurray.convert(
+        tmp_path / "s.hurray",
+        tmp_path / "q.hurray",
+        quantize="affine",
+        quantize_include=["*"],
+        quiet=True,
+    )
+    assert report.rows[0].note == "coo densified"

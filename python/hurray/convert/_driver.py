@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _dtypes
-from .._descriptor import BlockAffine, Mxfp, Nf4
+from .._descriptor import BlockAffine, Dense, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
 from .._quant import quantize as _quantize
@@ -577,6 +577,8 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
     orig = src_dtypes.get(name)
     if _wants_quantization(name, d, opts, target, notes):
         ref = _values(t, opts.threads)
+        if not isinstance(d.layout, Dense):  # quantized from its dense values
+            notes.append(f"{describe(d).split(' ')[-1].strip('()')} densified")
         if d.quantization is None and d.dtype in FLOAT_DTYPES:
             orig = d.dtype
         elif d.quantization is not None:
