@@ -691,14 +691,10 @@ def _loadavg():
 def _simd_level():
     """The kernels' instruction-set level (hurray_simd_level; HURRAY_SIMD forces it)."""
     try:
-        import ctypes
-
         import hurray._hurray as ext
 
-        lib = ctypes.CDLL(ext.__file__)
-        lib.hurray_simd_level.restype = ctypes.c_char_p
-        return lib.hurray_simd_level().decode()
-    except (ImportError, OSError, AttributeError):
+        return ext._simd_level()
+    except (ImportError, AttributeError):
         return "unknown"
 
 

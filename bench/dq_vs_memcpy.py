@@ -68,13 +68,9 @@ def main(argv):
 
 
 def hurray_level():
-    import ctypes
-
     import hurray._hurray as ext
 
-    lib = ctypes.CDLL(ext.__file__)
-    lib.hurray_simd_level.restype = ctypes.c_char_p
-    return lib.hurray_simd_level().decode()
+    return ext._simd_level()
 
 
 if __name__ == "__main__":

@@ -98,6 +98,15 @@ void hy_release_pybuffer(void *data, void *ctx) {
   }
   PyMem_RawFree(view);
 }
+/* _simd_level(): the kernel level this process chose (hurray_simd_level),
+ * for the tests that force each one through HURRAY_SIMD: the module
+ * exports no C symbol they could call instead. */
+static PyObject *mod_simd_level(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyUnicode_FromString(hurray_simd_level());
+}
+
 /* _escape_text(utf8_bytes, flags): hurray_escape_text for the Python side of the
  * CLI (`hurray ls URL`), so names from an untrusted remote file are shown
  * exactly as the C command shows them, with no second copy of the rules. */
@@ -121,6 +130,7 @@ static PyMethodDef module_methods[] = {
     {"_after_fork_in_child", hy_after_fork_in_child, METH_NOARGS,
      "for os.register_at_fork: Files re-make locks a vanished thread held"},
     {"_escape_text", mod_escape_text, METH_VARARGS, "_escape_text(text, flags): shown safely"},
+    {"_simd_level", mod_simd_level, METH_NOARGS, "_simd_level(): the chosen kernel level"},
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},

@@ -1077,18 +1077,25 @@ def test_save_into_its_own_file_refuses_what_python_reads_first(tmp_path, value)
         a = np.arange(1 << 18, dtype=np.float32)
         hurray.save(p, {{"a": a, "c": np.ones(8, np.complex64), "s": m}})
         v = {value}
+        expected = v.toarray() if hasattr(v, "toarray") else None  # scipy
+        saved = False
         with open(p, "wb") as f:
             try:
                 hurray.save(f, {{"v": v}})
+                saved = True
                 print("saved")
             except hurray.InvalidArgumentError as e:
                 assert "lies in a mapping of the file being written" in str(e), e
                 print("refused")
+        if saved:
+            assert np.array_equal(hurray.load(p)["v"].to_dense(), expected)  # whole, right
     """,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "refused"
+    # to_scipy() hands scipy copies of the index arrays (and scipy copies
+    # the values): nothing of the file is left to refuse, and the save is whole.
+    assert result.stdout.strip() == ("saved" if value.count("to_scipy") else "refused")
 
 
 def test_spans_are_looked_at_only_when_the_file_is_mapped(tmp_path, monkeypatch):
