@@ -212,8 +212,9 @@ static int try_native_convert(int argc, char **argv) {
   catch_interrupts();
   HurrayError error = {0};
   HurrayStatus status = hurray_convert_file(src, dst, &options, &error);
-  if (interrupted != 0) {
-    /* cancelled (dst untouched), or it came after the target was written */
+  if (interrupted != 0 && status != HURRAY_OK) {
+    /* cancelled: dst untouched. A signal after the last moment a cancel
+     * could keep it so is too late: the target is written, and reported. */
     fputs("hurray convert: interrupted\n", stderr);
     return 128 + interrupted;
   }

@@ -460,7 +460,8 @@ PyObject *mod_check_output_bytes(PyObject *module, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* _derived(encoded, indices): a Tensor of descriptor `encoded` whose buffer
+/* _derived(encoded, indices[, cls]): a Tensor (of class `cls`, a Tensor
+ * type, if given) of descriptor `encoded` whose buffer
  * k is this tensor's buffer indices[k], shared with every property its
  * handle has (a NULL pointer of an empty buffer, alignment, sync mode,
  * device): member() and with_statistics() give tensors of the parent's
@@ -469,10 +470,16 @@ PyObject *mod_check_output_bytes(PyObject *module, PyObject *args) {
 static PyObject *tensor_derived(PyObject *op, PyObject *args) {
   TensorObject *self = (TensorObject *)op;
   PyObject *encoded, *indices;
-  if (hy_tensor_ready(self) < 0 || !PyArg_ParseTuple(args, "OO:_derived", &encoded, &indices)) {
+  PyTypeObject *cls = NULL;
+  if (hy_tensor_ready(self) < 0 ||
+      !PyArg_ParseTuple(args, "OO|O!:_derived", &encoded, &indices, &PyType_Type, &cls)) {
     return NULL;
   }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
+  if (cls != NULL && !PyType_IsSubtype(cls, st->tensor_type)) {
+    PyErr_SetString(PyExc_TypeError, "_derived: cls must be a Tensor type");
+    return NULL;
+  }
   PyObject *seq = hy_sequence_copy(indices, "indices must be a sequence");
   if (seq == NULL) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -495,7 +502,7 @@ static PyObject *tensor_derived(PyObject *op, PyObject *args) {
   HurrayDescriptor *d = NULL;
   if (!PyErr_Occurred() && s == HURRAY_OK) d = hy_decode_descriptor(st, encoded);
   if (d != NULL) s = hurray_validate_buffer_placement(d, list, &e);
-  TensorObject *t = d != NULL && s == HURRAY_OK ? hy_tensor_alloc(st, NULL) : NULL;
+  TensorObject *t = d != NULL && s == HURRAY_OK ? hy_tensor_alloc(st, cls) : NULL;
   if (t == NULL) {
     if (!PyErr_Occurred()) {
       if (writable == NULL) PyErr_NoMemory();
@@ -689,7 +696,8 @@ static PyMethodDef tensor_methods[] = {
     {"_to_dense", tensor_to_dense, METH_O, "materialise the logical tensor into out"},
     {"_view_info", tensor_view_info, METH_NOARGS, "dtype, shape, strides, offset, buffer, kinds"},
     {"_statistics", tensor_statistics, METH_NOARGS, "encoded descriptor with statistics"},
-    {"_derived", tensor_derived, METH_VARARGS, "a tensor of this one's buffers at indices"},
+    {"_derived", tensor_derived, METH_VARARGS,
+     "_derived(encoded, indices[, cls]): a tensor of this one's buffers at indices"},
     {"_dequantize", tensor_dequantize, METH_VARARGS, "real values into out (C kernels)"},
     {"_check_output_size", tensor_check_output_size, METH_VARARGS,
      "raise LimitError if an output of nbytes is beyond the limit"},

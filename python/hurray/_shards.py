@@ -52,7 +52,8 @@ def shard(value: Any, global_shape: Sequence[int], offsets: Sequence[int]) -> Te
     # Integers as they are (Shard checks them): int() truncated 8.9 to 8
     # and parsed "8".
     descriptor = t.descriptor.replace(shard=Shard(tuple(global_shape), tuple(offsets)))
-    return specialise(Tensor(descriptor, list(t.buffers)))
+    # The same handles (pinned memory, a stream to wait on), not views of them.
+    return specialise(t._derived(descriptor.encode(), range(t.buffer_count)))
 
 
 # --------------------------------------------------------------- box algebra

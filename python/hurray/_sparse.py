@@ -9,7 +9,7 @@ from typing import List, Tuple
 import numpy as np
 
 from . import _dtypes, _hooks, _hurray
-from ._descriptor import Descriptor, Sparse
+from ._descriptor import Buffer, Descriptor, Sparse
 from ._tensor import Tensor, stored_buffer, unsupported
 
 
@@ -198,7 +198,8 @@ class SparseTensor(Tensor):
     def to_scipy(self):
         import scipy.sparse as sp
 
-        p = self._checked_index_copy().parts()
+        p = self.parts()  # the values, zero-copy (refused in device memory)
+        p.update(self._checked_indices())
         if p["format"] == "coo":
             if len(p["coords"]) != 2:
                 raise unsupported("scipy.sparse holds 2-D COO only")
@@ -206,27 +207,30 @@ class SparseTensor(Tensor):
         ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
         return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])
 
-    def _checked_index_copy(self) -> "SparseTensor":
-        """This tensor over private copies of its index buffers, checked by
-        placement validation (every index in bounds, indptr ordered): scipy
-        checks none of them, and a zero-copy index array the caller still
-        holds may have changed since this tensor was made (an index of 5e7
-        in a 3x3 matrix made scipy's toarray() write far outside it)."""
-        s = self.descriptor.layout
-        if not isinstance(s, Sparse):
-            return self  # parts() says what is wrong
+    def _checked_indices(self) -> dict:
+        """parts()'s index arrays as private copies, checked by placement
+        validation (every index in bounds, indptr ordered): scipy checks none
+        of them, and a zero-copy index array the caller still holds may have
+        changed since this tensor was made (an index of 5e7 in a 3x3 matrix
+        made scipy's toarray() write far outside it). The copies are checked
+        in a host tensor of their own, whose values buffer is zeros
+        (placement reads no value), so pinned or managed memory passes."""
+        d = self.descriptor
+        s = d.layout
         index = set(s.index_buffers) if s.format == "coo" else {s.indptr_buffer, s.indices_buffer}
         buffers = []
-        for i, b in enumerate(self.descriptor.buffers):
-            view = self._buffer(i)
+        for i, b in enumerate(d.buffers):
+            block = np.zeros(b.byte_size + b.alignment, np.uint8)
+            start = (-block.ctypes.data) % b.alignment
+            mine = block[start : start + b.byte_size]
             if i in index:
-                block = np.empty(len(view) + b.alignment, np.uint8)
-                start = (-block.ctypes.data) % b.alignment
-                copy = block[start : start + len(view)]
-                copy[...] = np.frombuffer(view, np.uint8)
-                view = copy
-            buffers.append(view)
-        return SparseTensor(self.descriptor, buffers)  # validates placement
+                mine[...] = np.frombuffer(self._buffer(i), np.uint8)
+            buffers.append(mine)
+        host = d.replace(
+            device=None, buffers=[Buffer(b.role, b.byte_size, b.alignment) for b in d.buffers]
+        )
+        checked = SparseTensor(host, buffers).parts()  # validates placement
+        return {k: v for k, v in checked.items() if k in ("coords", "indptr", "indices")}
 
     # --- torch ---
     @classmethod

@@ -439,7 +439,7 @@ class Tensor(_hurray._Tensor):
         """The same buffers, with min, max, NaN count and zero count computed
         in one C pass and stored in the descriptor (what save(...,
         statistics=True) writes)."""
-        return specialise(self._derived(self._statistics(), range(len(self.buffers))))
+        return specialise(self._derived(self._statistics(), range(self.buffer_count), type(self)))
 
     def member(self, name: str) -> "Tensor":
         """Member `name` of a composite tensor as a tensor of its own, whose

@@ -1560,7 +1560,7 @@ HurrayStatus hurray__convert_file_sys(const char *src, const char *dst,
   bool check_on_copy = false;
   if (st == HURRAY_OK && s->format == HURRAY_FORMAT_HURRAY && s->verify) {
     if (tf == HURRAY_FORMAT_HURRAY) {
-      st = hurray__reader_verify_flat(s->reader, error);
+      st = hurray__reader_verify_flat(s->reader, cancel, cancel_ctx, error);
     } else {
       check_on_copy = true;
     }

@@ -1879,7 +1879,8 @@ static HurrayStatus check_not_shrunk(const HurrayReader *r, HurrayError *error) 
 }
 
 static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, bool drop_pages,
-                                   unsigned threads, HurrayError *error) {
+                                   unsigned threads, HurrayCancelFn cancel, void *ctx,
+                                   HurrayError *error) {
   HURRAY_RETURN_NOT_OK(check_not_shrunk(r, error));
   HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
@@ -1922,7 +1923,9 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
          * idle while the last pieces are hashed. */
         if (refs[n].length < VERIFY_DROP_ON_THREAD_BYTES) bytes += refs[n].length;
         if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
-          status = verify_round(r, view, drops, threads, jobs, refs, n, error);
+          status = cancel != NULL && cancel(ctx)
+                       ? hurray__fail(error, HURRAY_ERR_CANCELLED, "the check was cancelled")
+                       : verify_round(r, view, drops, threads, jobs, refs, n, error);
           n = 0;
           bytes = 0;
         }
@@ -2031,8 +2034,8 @@ static HurrayStatus check_entry(HurrayReader *r, const TensorEntry *t, HurrayErr
  * reading each of them, so that a file verify passes can be read whole. */
 static HurrayStatus verify_readable(HurrayReader *r, size_t first, size_t count,
                                     HurrayError *error) {
-  HURRAY_RETURN_NOT_OK(
-      verify_entries(r, first, count, false, hurray__hash_threads_of(r->online_cpus), error));
+  HURRAY_RETURN_NOT_OK(verify_entries(r, first, count, false,
+                                      hurray__hash_threads_of(r->online_cpus), NULL, NULL, error));
   for (size_t i = first; i < first + count; i++) {
     const TensorEntry t = entry_at(r, i);
     HURRAY_RETURN_NOT_OK(check_entry(r, &t, error));
@@ -2052,12 +2055,13 @@ HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError
   return verify_readable(r, 0, r->tensor_count, error);
 }
 
-HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error) {
+HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayCancelFn cancel, void *ctx,
+                                        HurrayError *error) {
   /* One thread: in the converter the check runs just before a copy that
    * keeps the CPUs busy, and on the 2-CPU machine of
    * bench/results/io-speed.md two hashing threads made hurray -> safetensors
    * slower (median 1.19 s against 0.96 s). */
-  return verify_entries(r, 0, r->tensor_count, true, 1, error);
+  return verify_entries(r, 0, r->tensor_count, true, 1, cancel, ctx, error);
 }
 
 /* -------------------------------------------------------------- metadata */

@@ -21,8 +21,10 @@ bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len
 /* hurray_reader_verify of every tensor on one thread, letting go of the
  * pages of the reader's mapping as it goes (the resident set stays at one
  * round of 64 MiB): for the converter, which checks a whole source up
- * front. */
-HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayError *error);
+ * front. `cancel` (may be NULL) is asked before each round: true stops
+ * with HURRAY_ERR_CANCELLED. */
+HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayCancelFn cancel, void *ctx,
+                                        HurrayError *error);
 /* The index record of buffer `buffer` of tensor `index`: its length and
  * stored checksum, and where its bytes lie in the reader's mapping (NULL
  * when the reader does not map its file). False when either index is out

@@ -1600,9 +1600,12 @@ HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offse
                                      HurrayError *error) {
   HURRAY_RETURN_NOT_OK(flush_stage(w, error)); /* the kernel copy writes to the fd itself */
   bool kernel = true;
+  /* With a cancel hook, the kernel copies in steps it is asked between. */
+  uint64_t most = w->cancel_fn != NULL ? 4 * (uint64_t)HURRAY_WRITER_CANCEL_INTERVAL : 1u << 30;
   while (len > 0) {
-    size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+    size_t chunk = len > most ? (size_t)most : (size_t)len;
     if (kernel) {
+      HURRAY_RETURN_NOT_OK(check_cancel(w, error));
       off64_t in_off = (off64_t)offset;
       ssize_t n = copy_file_range(src_fd, &in_off, w->fd, NULL, chunk, 0);
       if (n > 0) {

@@ -625,7 +625,7 @@ static void test_verify_lets_go_of_pages_in_few_calls(void **state) {
         assert_ok(hurray_reader_verify(r, NULL, error));
         for (size_t k = 0; k < 4096; k++) assert_int_equal(mine[k], 0x5A);
       } else {
-        assert_ok(hurray__reader_verify_flat(r, error));
+        assert_ok(hurray__reader_verify_flat(r, NULL, NULL, error));
         assert_true(mapped_kib(path) < 1024); /* of 84 MiB: the index, at most */
       }
       unsigned calls = atomic_load(&dontneed_calls);

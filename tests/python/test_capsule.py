@@ -703,3 +703,31 @@ def test_with_statistics_of_an_empty_buffer_without_a_pointer():
     t, _ = _foreign(empty, descriptor=d, align=64)
     s = t.with_statistics().descriptor.statistics
     assert (s.nan_count, s.zero_count) == (0, 0)
+
+
+@needs_lib
+def test_to_scipy_of_a_sparse_tensor_on_pinned_memory():
+    # to_scipy() checks copies of the index arrays in a tensor of their own;
+    # rebuilt from buffer views, that tensor said "host memory" where the
+    # descriptor says host_pinned, and PlacementError refused it.
+    import scipy.sparse as sp
+
+    s = hurray.as_tensor(sp.csr_matrix(np.eye(3, dtype=np.float32)))
+    d = s.descriptor.replace(device=hurray.Device(1, 0, "host_pinned"))
+    arrays = [hc.aligned_copy(np.frombuffer(b, np.uint8)) for b in s.buffers]
+    t = hurray.from_hurray(hc.Producer(d.encode(), arrays, device=(1, 0, 2)))
+    assert t.to_scipy().toarray().tolist() == np.eye(3).tolist()
+
+
+@needs_lib
+def test_shard_keeps_the_handles_of_a_pinned_tensor():
+    # shard() rebuilt the tensor from buffer views, which lose the memory
+    # class: a pinned tensor was a PlacementError.
+    a = hc.aligned_copy(np.arange(4, dtype=np.float32))
+    d = Descriptor("float32", (4,), buffers=[Buffer("data", 16, 16)])
+    d = d.replace(device=hurray.Device(1, 0, "host_pinned"))
+    t = hurray.from_hurray(hc.Producer(d.encode(), [a], alignment=16, device=(1, 0, 2)))
+    piece = hurray.shard(t, (8,), (4,))
+    assert piece.descriptor.device == hurray.Device(1, 0, "host_pinned")
+    assert piece.descriptor.shard.offsets == (4,)
+    assert piece.numpy().tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -388,3 +388,13 @@ def test_a_subclass_may_define_how_it_pickles():
     t = Saved(hurray.from_numpy(np.arange(3.0)).descriptor, [np.arange(3.0).view(np.uint8)])
     back = pickle.loads(pickle.dumps(t, 2))
     assert back.numpy().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_with_statistics_keeps_a_subclass():
+    class Mine(hurray.Tensor):
+        pass
+
+    t = hurray.from_numpy(np.arange(4.0))
+    s = Mine(t.descriptor, list(t.buffers)).with_statistics()
+    assert type(s) is Mine
+    assert (s.descriptor.statistics.min, s.descriptor.statistics.max) == (0.0, 3.0)
