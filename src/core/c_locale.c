@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Made once and never freed or changed: no mutable state after the once. */
 static locale_t c_numeric;
@@ -31,6 +32,18 @@ static void leave_c(locale_t previous) {
 int hurray__format_double(char *buf, size_t size, double v) {
   locale_t previous = enter_c();
   int n = snprintf(buf, size, "%.17g", v);
+  leave_c(previous);
+  return n;
+}
+
+int hurray__format_double_shortest(char *buf, size_t size, double v) {
+  locale_t previous = enter_c();
+  int n = 0;
+  for (int digits = 1; digits <= 17; digits++) {
+    n = snprintf(buf, size, "%.*g", digits, v);
+    double back = strtod(buf, NULL);
+    if (n < 0 || (size_t)n >= size || memcmp(&back, &v, sizeof v) == 0 || v != v) break;
+  }
   leave_c(previous);
   return n;
 }

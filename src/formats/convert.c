@@ -1230,7 +1230,7 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
         len = (size_t)snprintf(text, sizeof text, "%lld", (long long)m->i);
         break;
       case HURRAY_METADATA_FLOAT:
-        len = (size_t)hurray__format_double(text, sizeof text, m->f);
+        len = (size_t)hurray__format_double_shortest(text, sizeof text, m->f);
         break;
       case HURRAY_METADATA_BOOL:
         len = (size_t)snprintf(text, sizeof text, "%s", m->b ? "true" : "false");
