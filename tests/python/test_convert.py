@@ -1074,3 +1074,24 @@ def test_quantizing_a_sparse_tensor_notes_that_it_was_densified(tmp_path):
         quiet=True,
     )
     assert report.rows[0].note == "coo densified"
+
+
+def test_dequantize_notes_the_quantized_members_of_a_composite(tmp_path):
+    # --dequantize promises every quantized tensor as floats; a composite's
+    # quantized members stayed quantized with an empty note.
+    q = hurray.quantize(np.linspace(-1, 1, 64, dtype=np.float32), "affine")
+    qd = q.descriptor
+    member = hurray.Descriptor(
+        qd.dtype, qd.shape, layout=hurray.Dense(0), quantization=qd.quantization
+    )
+    c = hurray.Descriptor(
+        qd.dtype,
+        (1,),
+        layout=hurray.Composite((hurray.Member("q", member),)),
+        buffers=list(qd.buffers),
+    )
+    hurray.save(tmp_path / "c.hurray", {"c": hurray.Tensor(c, list(q.buffers))})
+    report = hurray.convert(
+        tmp_path / "c.hurray", tmp_path / "d.hurray", dequantize=True, quiet=True
+    )
+    assert "its quantized members are kept" in report.rows[0].note

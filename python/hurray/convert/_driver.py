@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _dtypes
-from .._descriptor import BlockAffine, Dense, Mxfp, Nf4
+from .._descriptor import BlockAffine, Composite, Dense, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
 from .._quant import quantize as _quantize
@@ -532,6 +532,14 @@ def _note_nothing_quantized(report: ConversionReport, scheme) -> None:
     )
 
 
+def _quantized_members(d) -> bool:
+    """Whether a composite holds a quantized member (at any depth)."""
+    members = d.layout.members if isinstance(d.layout, Composite) else ()
+    return any(
+        m.descriptor.quantization is not None or _quantized_members(m.descriptor) for m in members
+    )
+
+
 def _left_behind(d, target) -> List[str]:
     """What of a tensor's descriptor a foreign target does not keep, which
     the report must say: that it is a piece of a larger tensor, and its
@@ -599,6 +607,8 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
         elif isinstance(q, Nf4) and out.descriptor.numel % block:
             notes.append(f"partial block: {out.descriptor.numel} elements, block {block}")
     dequantized = opts.dequantize and out.descriptor.quantization is not None
+    if opts.dequantize and _quantized_members(out.descriptor):
+        notes.append("composite: its quantized members are kept as they are")
     if dequantized:
         ref = _values(t, opts.threads)
         out = _from_numpy(ref.astype(_dtypes.to_numpy(orig)) if orig in FLOAT_DTYPES else ref)
