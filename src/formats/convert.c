@@ -1016,6 +1016,7 @@ static HurrayStatus add_tensor(HurrayTarget *t, const char *name, HurrayDescript
   s = check_foreign_name(t->format, name, error);
   if (s == HURRAY_OK) s = target_accepts(t->format, name, d, &e.gtype, error);
   if (s == HURRAY_OK) s = hurray_validate_buffer_placement(d, buffers, error);
+  if (s == HURRAY_OK) s = hurray__check_bool_bytes(name, d, buffers, error);
   if (s != HURRAY_OK) goto fail;
   size_t *slot = entry_slot(t, name);
   if (slot == NULL) {

@@ -42,4 +42,11 @@ HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offse
                                      HurrayError *error);
 HurrayStatus hurray__raw_writer_finish(HurrayWriter *w, HurrayError *error);
 
+/* INVALID_ARGUMENT naming the first bool element of tensor `name` that is
+ * neither 0 nor 1 (docs/spec/file-format.md: writers store bools as 0 or
+ * 1): the hurray writer's check, which a foreign target makes too, so that
+ * no conversion publishes what a conversion back refuses. */
+HurrayStatus hurray__check_bool_bytes(const char *name, const HurrayDescriptor *d,
+                                      const HurrayBufferList *buffers, HurrayError *error);
+
 #endif

@@ -819,6 +819,9 @@ static HurrayStatus check_not_in_sink(const HurrayWriter *w, const char *name, u
  * requires (descriptor-encoding.md 4.1): a byte of 2 reads as true to one
  * reader and as false to another, and C++ code that reads it as bool (torch)
  * has undefined behaviour. `data` is buffer 0 when `buffers` is NULL. */
+HurrayStatus hurray__check_bool_bytes(const char *name, const HurrayDescriptor *d,
+                                      const HurrayBufferList *buffers, HurrayError *error);
+
 static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *root,
                                      const HurrayDescriptor *node, const HurrayBufferList *buffers,
                                      const void *data, HurrayError *error) {
@@ -854,6 +857,11 @@ static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *r
   return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                       "tensor \"%s\": bool element %llu is %u; bool elements are stored as 0 or 1",
                       name, (unsigned long long)at, p[at]);
+}
+
+HurrayStatus hurray__check_bool_bytes(const char *name, const HurrayDescriptor *d,
+                                      const HurrayBufferList *buffers, HurrayError *error) {
+  return check_bool_bytes(name, d, d, buffers, NULL, error);
 }
 
 /* Whether tensor `name` can join the file: room for it, a name not yet

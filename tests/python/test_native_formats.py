@@ -320,3 +320,29 @@ def test_a_safetensors_source_keeps_its_order_on_both_paths(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [t.name for t in gguf.GGUFReader(tmp_path / "py.gguf").tensors] == ["b", "c", "a"]
     assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
+
+
+@pytest.mark.skipif(_cli() is None, reason="the hurray CLI is not built")
+def test_bool_bytes_other_than_0_and_1_are_refused_by_every_target(tmp_path):
+    # The hurray writer refused them, the safetensors target copied them:
+    # a file a conversion back to hurray then refused.
+    import json
+
+    header = json.dumps({"b": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}).encode()
+    header += b" " * (-len(header) % 8)
+    src = tmp_path / "b.safetensors"
+    src.write_bytes(struct.pack("<Q", len(header)) + header + bytes([0, 66]))
+    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
+    for target in ("out.safetensors", "out.hurray"):
+        r = subprocess.run(
+            [_cli(), "convert", str(src), str(tmp_path / target)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert r.returncode == 1, (target, r.stdout, r.stderr)
+        assert "bool element 1 is 66" in r.stderr
+        with pytest.raises(hurray.ConversionError, match="bool element 1 is 66"):
+            hurray.convert(src, tmp_path / target, quiet=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.safetensors"]
