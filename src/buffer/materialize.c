@@ -192,7 +192,7 @@ static HurrayStatus sparse_to_dense(const HurrayDescriptor *d, const HurrayBuffe
                                     uint64_t numel, HurrayError *error) {
   uint8_t *seen = calloc(numel / 8 + 1, 1);
   if (seen == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  memset(out, 0, numel * item);
+  if (numel > 0) memset(out, 0, numel * item); /* out may be NULL when empty */
   Placing p = {d, seen, out, values, item};
   HurrayStatus status = walk_sparse(d, list, place_one, &p, error);
   free(seen);

@@ -18,6 +18,7 @@ void hurray__unpack_bits(uint32_t bits, const uint8_t *packed, size_t packed_len
 void hurray__pack_bits(uint32_t bits, const uint8_t *codes, uint64_t count, uint8_t *out) {
   const unsigned mask = (1u << bits) - 1u;
   uint64_t len = (count * bits + 7u) / 8u;
+  if (len == 0) return; /* out may be NULL */
   memset(out, 0, (size_t)len);
   for (uint64_t i = 0; i < count; i++) {
     uint64_t bit = i * bits;

@@ -879,6 +879,16 @@ static void test_to_dense_refusals(void **state) {
   assert_ok(hurray_tensor_to_dense(d, list, NULL, 0, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
+  /* Nor an empty sparse one, byte-sized or sub-byte: nothing is written
+   * through the NULL (memset(NULL, 0, 0) is undefined; UBSan says so). */
+  static const HurrayDType empty_dtypes[] = {HURRAY_DTYPE_FLOAT32, HURRAY_DTYPE_UINT4};
+  for (size_t k = 0; k < 2; k++) {
+    d = coo2(empty_dtypes[k], HURRAY_DTYPE_INT32, 0, 4, 0, false);
+    list = buffers_for(d, mem, false);
+    assert_ok(hurray_tensor_to_dense(d, list, NULL, 0, error));
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
 }
 
 /* ============================================================== statistics */
