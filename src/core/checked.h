@@ -13,6 +13,29 @@ static inline bool hurray__mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
+/* The product of shape[0..rank) into *out: false, with the dimension where
+ * it first overflowed in *at, only when it does not fit 64 bits. A shape
+ * holding a 0 has 0 elements wherever the 0 is (descriptor-encoding.md
+ * 9.2: the product decides), so (2^40, 2^40, 0) fits as (0, 2^40, 2^40). */
+static inline bool hurray__numel_u64(const uint64_t *shape, uint32_t rank, uint64_t *out,
+                                     uint32_t *at) {
+  for (uint32_t i = 0; i < rank; i++) {
+    if (shape[i] == 0) {
+      *out = 0;
+      return true;
+    }
+  }
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; i++) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) {
+      *at = i;
+      return false;
+    }
+  }
+  *out = n;
+  return true;
+}
+
 static inline bool hurray__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
   return !__builtin_add_overflow(a, b, out);
 }

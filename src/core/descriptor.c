@@ -417,14 +417,11 @@ HurrayStatus hurray_descriptor_numel(const HurrayDescriptor *d, uint64_t *out,
   if (d == NULL || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor and out are required");
   }
-  uint64_t n = 1;
-  for (uint32_t i = 0; i < d->rank; i++) {
-    if (!hurray__mul_u64(n, d->shape[i], &n)) {
-      return hurray__fail(error, HURRAY_ERR_OVERFLOW,
-                          "shape: element count overflows 64 bits at dim %u", i);
-    }
+  uint32_t at = 0;
+  if (!hurray__numel_u64(d->shape, d->rank, out, &at)) {
+    return hurray__fail(error, HURRAY_ERR_OVERFLOW,
+                        "shape: element count overflows 64 bits at dim %u", at);
   }
-  *out = n;
   return HURRAY_OK;
 }
 

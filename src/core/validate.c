@@ -920,12 +920,11 @@ static HurrayStatus check_node(Walk *w, const HurrayDescriptor *d, const char *p
   if (d->rank > HURRAY_MAX_RANK) {
     return FAIL(HURRAY_ERR_LIMIT, "%sshape: rank %u exceeds %u", path, d->rank, HURRAY_MAX_RANK);
   }
-  uint64_t numel = 1;
-  for (uint32_t i = 0; i < d->rank; i++) {
-    if (!hurray__mul_u64(numel, d->shape[i], &numel)) {
-      return FAIL(HURRAY_ERR_OVERFLOW, "%sshape: element count overflows 64 bits at dim %u", path,
-                  i);
-    }
+  uint64_t numel;
+  uint32_t at = 0;
+  if (!hurray__numel_u64(d->shape, d->rank, &numel, &at)) {
+    return FAIL(HURRAY_ERR_OVERFLOW, "%sshape: element count overflows 64 bits at dim %u", path,
+                at);
   }
   if (d->strides != NULL &&
       (d->layout.kind != HURRAY_LAYOUT_DENSE || hurray_dtype_bits(d->dtype) % 8 != 0)) {

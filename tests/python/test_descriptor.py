@@ -1126,3 +1126,13 @@ def test_to_dense_of_codes_stored_transposed_is_refused():
     np.testing.assert_array_equal(t.dequantize(), [[0, 1, 2], [10, 11, 12]])
     with pytest.raises(hurray.UnsupportedError, match="storage axes, code packing"):
         t.to_dense()
+
+
+@pytest.mark.parametrize("shape", [(0, 2**40, 2**40), (2**40, 0, 2**40), (2**40, 2**40, 0)])
+def test_a_zero_dimension_anywhere_makes_zero_elements(shape):
+    # descriptor-encoding.md 9.2: the product of the dimensions decides; the
+    # C check multiplied left to right and stopped at the overflow before
+    # the 0, so (2^40, 2^40, 0) was refused and (0, 2^40, 2^40) was not.
+    d = Descriptor("float32", shape, buffers=[Buffer("data", 0)])
+    d.validate()
+    assert d.numel == 0
