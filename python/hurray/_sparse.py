@@ -70,6 +70,12 @@ def _buffer(role: str, array: np.ndarray) -> tuple:
     return stored_buffer(role, raw, array.itemsize)
 
 
+def _scipy_version() -> str:
+    import scipy
+
+    return getattr(scipy, "__version__", "?")
+
+
 class SparseTensor(Tensor):
     """A sparse tensor: values and index buffers in descriptor order."""
 
@@ -202,7 +208,15 @@ class SparseTensor(Tensor):
         p.update(self._checked_indices())
         if p["format"] == "coo":
             if len(p["coords"]) != 2:
-                raise unsupported("scipy.sparse holds 2-D COO only")
+                # scipy 1.13 and later hold COO of any rank as coo_array
+                # (from_scipy takes them); earlier ones 2-D only.
+                try:
+                    return sp.coo_array((p["values"], tuple(p["coords"])), shape=p["shape"])
+                except (ValueError, TypeError, AttributeError):
+                    raise unsupported(
+                        f"this scipy ({_scipy_version()}) holds 2-D COO only; scipy 1.13 and "
+                        f"later hold rank {len(p['coords'])}"
+                    ) from None
             return sp.coo_matrix((p["values"], tuple(p["coords"])), shape=p["shape"])
         ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
         return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])

@@ -1095,3 +1095,18 @@ def test_dequantize_notes_the_quantized_members_of_a_composite(tmp_path):
         tmp_path / "c.hurray", tmp_path / "d.hurray", dequantize=True, quiet=True
     )
     assert "its quantized members are kept" in report.rows[0].note
+
+
+def test_nothing_quantized_with_an_include_pattern_says_so(tmp_path):
+    # The note suggested --quantize-include even when one was given.
+    hurray.save(tmp_path / "a.hurray", {"steps": np.arange(4, dtype=np.int64)})
+    report = hurray.convert(
+        tmp_path / "a.hurray",
+        tmp_path / "b.hurray",
+        quantize="affine",
+        quantize_include=["*"],
+        quiet=True,
+    )
+    (note,) = [n for n in report.notes if "picked no tensor" in n]
+    assert "nor the --quantize-include patterns" in note
+    assert "adds tensors by name" not in note

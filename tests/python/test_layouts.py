@@ -1150,3 +1150,18 @@ def test_messages_point_at_what_works():
         hurray.UnsupportedError, match="use member"
     ):  # was to_dense(), which refuses
         hurray.Tensor(c, [np.zeros(8, np.uint8)]).numpy()
+
+
+def test_to_scipy_of_an_n_d_coo():
+    # from_scipy took N-D coo_arrays, to_scipy refused them back.
+    coords = [np.array([0, 1]), np.array([1, 0]), np.array([2, 2])]
+    t = hurray.SparseTensor.from_arrays("coo", (2, 2, 3), np.ones(2, np.float32), coords=coords)
+    import scipy
+
+    if tuple(int(x) for x in scipy.__version__.split(".")[:2]) < (1, 13):
+        with pytest.raises(hurray.UnsupportedError, match="holds 2-D COO only"):
+            t.to_scipy()
+        return
+    m = t.to_scipy()
+    assert m.shape == (2, 2, 3)
+    assert np.array_equal(m.toarray(), t.to_dense())

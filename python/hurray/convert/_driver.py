@@ -280,7 +280,7 @@ def convert(
         metadata = source.metadata()
         new_dtypes = _convert_all(names, infos, source, target, opts, report, metadata, quiet)
         _finish_metadata(source, metadata, names, new_dtypes, report)
-        _closing_notes(report, quantize)
+        _closing_notes(report, quantize, bool(opts.quantize_include))
         target.finish(metadata, report)
         target.publish()  # the last step: nothing after it can fail the conversion
     except BaseException as exc:
@@ -514,21 +514,29 @@ def _note_partial(report: ConversionReport) -> None:
         )
 
 
-def _closing_notes(report: ConversionReport, scheme) -> None:
+def _closing_notes(report: ConversionReport, scheme, included: bool) -> None:
     _note_partial(report)
-    _note_nothing_quantized(report, scheme)
+    _note_nothing_quantized(report, scheme, included)
 
 
-def _note_nothing_quantized(report: ConversionReport, scheme) -> None:
+def _note_nothing_quantized(report: ConversionReport, scheme, included: bool) -> None:
     """--quantize that picks nothing is almost always a surprise (a tensor
     not named like a weight): say why, once, instead of a silent 0."""
     if scheme is None or not report.rows or any(r.quantized for r in report.rows):
         return
+    rule = (
+        "by default it takes unquantized floating-point tensors of rank 2 whose name ends "
+        'with "weight" and is not an embedding, norm or head (hurray convert --help, "what '
+        '--quantize picks")'
+    )
     report.notes.append(
-        f"--quantize {scheme} picked no tensor: by default it takes unquantized "
-        'floating-point tensors of rank 2 whose name ends with "weight" and is not an '
-        'embedding, norm or head (hurray convert --help, "what --quantize picks"); '
-        "--quantize-include PATTERN adds tensors by name"
+        f"--quantize {scheme} picked no tensor: "
+        + (
+            "neither its default rule nor the --quantize-include patterns found an "
+            "unquantized floating-point tensor it can take"
+            if included
+            else f"{rule}; --quantize-include PATTERN adds tensors by name"
+        )
     )
 
 
