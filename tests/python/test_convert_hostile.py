@@ -1496,20 +1496,24 @@ def test_messages_say_what_is_wrong(tmp_path):
         hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 1 << 40)])
 
 
-def _converted_by_python_and_c(src, folder):
-    """`src` converted to .hurray by hurray.convert and by the pip-installed
-    command (the C converter); the two targets' paths."""
-    hurray.convert(src, folder / "py.hurray", quiet=True)
+def _installed_convert(*args):
+    """The pip-installed command's convert (the C converter); skips where it
+    has no C program (the ASan run), and asserts it succeeded."""
     command = os.path.join(os.path.dirname(sys.executable), "hurray")
     r = subprocess.run(
-        [command, "convert", "-q", str(src), str(folder / "c.hurray")],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [command, "convert", *map(str, args)], capture_output=True, text=True, timeout=60
     )
     if r.returncode == 127 or "has no hurray package" in r.stderr:
         pytest.skip("the pip-installed command has no C program here (the ASan run)")
     assert r.returncode == 0, r.stderr
+    return r
+
+
+def _converted_by_python_and_c(src, folder):
+    """`src` converted to .hurray by hurray.convert and by the pip-installed
+    command (the C converter); the two targets' paths."""
+    hurray.convert(src, folder / "py.hurray", quiet=True)
+    _installed_convert("-q", src, folder / "c.hurray")
     return folder / "py.hurray", folder / "c.hurray"
 
 
@@ -2250,14 +2254,5 @@ def test_keys_a_hurray_source_leaves_behind_are_named_on_both_paths(tmp_path):
     )
     report = hurray.convert(src, tmp_path / "py.hurray", quiet=True)
     assert line in report.notes
-    command = os.path.join(os.path.dirname(sys.executable), "hurray")
-    r = subprocess.run(
-        [command, "convert", str(src), str(tmp_path / "c.hurray")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if r.returncode == 127 or "has no hurray package" in r.stderr:
-        pytest.skip("the pip-installed command has no C program here (the ASan run)")
-    assert r.returncode == 0, r.stderr
+    r = _installed_convert(src, tmp_path / "c.hurray")
     assert "(native)" in r.stdout and f"note: {line}" in r.stdout

@@ -40,6 +40,18 @@ def _cli():
     return None
 
 
+def _native_convert(src, dst):
+    """`hurray convert SRC DST` on the C path only (no Python to hand to)."""
+    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
+    return subprocess.run(
+        [_cli(), "convert", str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
 # Runs Python code with torch, safetensors and gguf made unimportable.
 NO_PEERS = textwrap.dedent("""
     import sys
@@ -283,14 +295,7 @@ def test_typed_safetensors_metadata_is_the_same_text_on_both_paths(tmp_path):
     }
     hurray.save(src, {"w": np.arange(4, dtype=np.float32)}, meta)
     hurray.convert(src, tmp_path / "py.safetensors", quiet=True)
-    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
-    r = subprocess.run(
-        [_cli(), "convert", str(src), str(tmp_path / "c.safetensors")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    r = _native_convert(src, tmp_path / "c.safetensors")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "py.safetensors").read_bytes() == (tmp_path / "c.safetensors").read_bytes()
 
@@ -309,14 +314,7 @@ def test_a_safetensors_source_keeps_its_order_on_both_paths(tmp_path):
     src = tmp_path / "s.safetensors"
     src.write_bytes(struct.pack("<Q", len(text)) + text + np.arange(6, dtype="<f4").tobytes())
     hurray.convert(src, tmp_path / "py.gguf", quiet=True)
-    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
-    r = subprocess.run(
-        [_cli(), "convert", str(src), str(tmp_path / "c.gguf")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    r = _native_convert(src, tmp_path / "c.gguf")
     assert r.returncode == 0, r.stderr
     assert [t.name for t in gguf.GGUFReader(tmp_path / "py.gguf").tensors] == ["b", "c", "a"]
     assert (tmp_path / "py.gguf").read_bytes() == (tmp_path / "c.gguf").read_bytes()
@@ -332,15 +330,8 @@ def test_bool_bytes_other_than_0_and_1_are_refused_by_every_target(tmp_path):
     header += b" " * (-len(header) % 8)
     src = tmp_path / "b.safetensors"
     src.write_bytes(struct.pack("<Q", len(header)) + header + bytes([0, 66]))
-    env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python", HURRAY_CONVERT_NATIVE_ONLY="1")
     for target in ("out.safetensors", "out.hurray"):
-        r = subprocess.run(
-            [_cli(), "convert", str(src), str(tmp_path / target)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
+        r = _native_convert(src, tmp_path / target)
         assert r.returncode == 1, (target, r.stdout, r.stderr)
         assert "bool element 1 is 66" in r.stderr
         with pytest.raises(hurray.ConversionError, match="bool element 1 is 66"):

@@ -168,27 +168,24 @@ def _make_tmp(tmp: str, path: str) -> bool:
     (the writers open it again by name, which a read-only mode would
     refuse); until then, no wider one."""
     folder = os.path.dirname(tmp)
+
+    def failure(exc: OSError) -> Exception:
+        why = exc.strerror or _first_line(exc)
+        return os_failure(exc, f"cannot write into the folder {folder}: {why}", folder)
+
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
     except FileExistsError:
         return False
     except OSError as exc:
-        raise os_failure(
-            exc,
-            f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
-            folder,
-        ) from None
+        raise failure(exc) from None
     try:
         _private_until_published(fd, path)
     finally:
         try:
             os.close(fd)  # Linux releases the descriptor even when close fails
         except OSError as exc:
-            raise os_failure(
-                exc,
-                f"cannot write into the folder {folder}: {exc.strerror or _first_line(exc)}",
-                folder,
-            ) from None
+            raise failure(exc) from None
     return True
 
 
