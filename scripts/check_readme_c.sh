@@ -4,7 +4,8 @@
 # commands from a scratch folder. The prefix the README names is under $HOME,
 # so HOME points into build-readme/ and nothing lands outside the tree.
 # Then checks that app found the installed libhurray through hurray.pc's
-# rpath, and that the installed CLI reads the file app wrote.
+# rpath, and that the installed CLI reads the file app wrote; then links app.c
+# statically with docs/impl/c-ffi.md's line.
 # Run by `make test-install` (part of `make test`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,5 +95,21 @@ if (cd "$scratch/work" && PKG_CONFIG_PATH=$prefix/lib/pkgconfig cc -std=c11 -ped
   ok "app.c compiles with -std=c11 -pedantic -Wall -Wextra -Werror"
 else
   fail "app.c under -std=c11 -pedantic -Wall -Wextra -Werror"
+fi
+# docs/impl/c-ffi.md's static link line, as written: the program needs no
+# libhurray.so, and hurray.pc names each private library once.
+static_line=$(grep -m1 -E '^cc .*libhurray\.a.*# static$' docs/impl/c-ffi.md | sed 's/ *# static$//')
+if [ -n "$static_line" ] && (cd "$scratch/work" && export PKG_CONFIG_PATH=$prefix/lib/pkgconfig &&
+      eval "$static_line -o app-static" && ! ldd app-static | grep -q libhurray &&
+      ./app-static | grep -qx "libhurray $version: layer.0.weight\[2\]\[1\] = 1"); then
+  ok "docs/impl/c-ffi.md's static line links app.c with no libhurray.so at run time"
+else
+  fail "docs/impl/c-ffi.md's static line: '$static_line'"
+fi
+private=$(sed -n 's/^Libs.private: //p' "$prefix/lib/pkgconfig/hurray.pc" | tr ' ' '\n' | grep -v '^$')
+if [ -z "$(printf '%s\n' "$private" | sort | uniq -d)" ]; then
+  ok "hurray.pc's Libs.private names each library once"
+else
+  fail "hurray.pc's Libs.private repeats: $(printf '%s\n' "$private" | sort | uniq -d | tr '\n' ' ')"
 fi
 finish
