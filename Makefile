@@ -2,7 +2,8 @@
 #   make demo       build libhurray, install it into ./stage, build and run the C
 #                   examples and the Python demos
 #   make test       everything, with warnings as errors (WERROR=true): the linters;
-#                   the C suites plain, under ASan+UBSan, valgrind and TSan; bounded
+#                   the C suites plain, under ASan+UBSan, valgrind and TSan, and on
+#                   32-bit x86 (i686, ASan+UBSan); bounded
 #                   fuzzing; the vector cross-check; the Python suite plain and
 #                   against the ASan build; the demo; the installed C library and
 #                   the README's program; the wheel from a fresh venv. Ends with one
@@ -10,7 +11,8 @@
 #   make test-fast  the C and Python suites without the tests marked slow or bench
 #   make lint       ruff and clang-format, checking only (scripts/format.sh fixes)
 # Each installs what it needs first (scripts/bootstrap.sh; make test adds clang,
-# valgrind and the formatters). `make install PREFIX=...` is for C users.
+# valgrind, the i686 cross compiler and the formatters). `make install PREFIX=...`
+# is for C users.
 
 VENV    := $(CURDIR)/.venv/bin
 MESON   := $(VENV)/meson
@@ -25,7 +27,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert bench-complexity clean
 .PHONY: deps-test install test-install test-wheel
-.PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-python-asan
+.PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-32bit test-python-asan
 .PHONY: lint format test-fast
 
 all: build
@@ -204,7 +206,7 @@ test-python: python build
 # Every suite runs, whatever fails (make -k); each records its counts
 # (scripts/test_counts.py), and the last line totals them. A failure makes
 # the exit status non-zero.
-TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-fuzz test-vectors test-python \
+TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-32bit test-fuzz test-vectors test-python \
                test-python-asan demo test-install test-wheel
 COUNT := python3 $(CURDIR)/scripts/test_counts.py run
 test: deps-test
@@ -292,6 +294,17 @@ test-tsan: deps
 	$(MESON) compile -C build-tsan tests/c/test_concurrency tests/c/test_quant tests/c/test_many
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(COUNT) $@ -- $(MESON) test -C build-tsan --print-errorlogs --no-rebuild concurrency quant many
+
+# The C suites (fuzz corpora included) on a 32-bit host, under ASan+UBSan:
+# i686 through Debian's cross compiler (scripts/cross/), run natively. Sizes
+# from files are 64-bit; here a size_t is not, and offsets past 2^32 must be
+# refused, not wrapped (tests/c/test_big_files.c).
+test-32bit: deps-test
+	@[ -d build-i686 ] || $(MESON) setup build-i686 --cross-file scripts/cross/i686-linux-gnu.ini \
+	  -Db_sanitize=address,undefined -Db_lundef=false -Dpython=disabled
+	@$(MESON) configure build-i686 -Dwerror=$(WERROR)
+	$(MESON) compile -C build-i686
+	$(SAN_ENV) $(COUNT) $@ -- $(MESON) test -C build-i686 --print-errorlogs
 
 # The Python tests once more against the ASan+UBSan build of the extension
 # (build-asan), with libasan preloaded into the plain interpreter and leak

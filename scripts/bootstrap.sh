@@ -5,7 +5,9 @@
 #                                 Debian -dev packages meson.build checks for
 #                                 (README, "Building"), cmocka, Python headers
 #   scripts/bootstrap.sh --test   also the debugging tools of make test: clang
-#                                 with libFuzzer (fuzz/), valgrind; and --lint's
+#                                 with libFuzzer (fuzz/), valgrind, the i686
+#                                 cross compiler with the i386 -dev packages
+#                                 (adds dpkg's i386 architecture); and --lint's
 #   scripts/bootstrap.sh --lint   also the formatters make lint runs, pinned,
 #                                 into .venv: ruff and clang-format (from PyPI,
 #                                 so every machine formats alike)
@@ -35,11 +37,21 @@ if $test_tools; then
   command -v valgrind >/dev/null 2>&1 || need_apt+=(valgrind)
   # a comma-decimal locale (tests/python/test_locale.py builds de_DE with localedef)
   [ -f /usr/share/i18n/locales/de_DE ] || need_apt+=(locales)
+  # make test-32bit: the i686 cross compiler and its sanitizer runtimes, and
+  # the build dependencies of the i386 architecture (scripts/cross/)
+  command -v i686-linux-gnu-gcc >/dev/null 2>&1 ||
+    need_apt+=(gcc-i686-linux-gnu libasan8-i386-cross libubsan1-i386-cross)
+  for pkg in libxxhash-dev libcmocka-dev libyajl-dev; do
+    dpkg -s "$pkg:i386" >/dev/null 2>&1 || need_apt+=("$pkg:i386")
+  done
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "bootstrap: apt-get install ${need_apt[*]}"
+  if [[ " ${need_apt[*]}" == *":i386"* ]] && ! dpkg --print-foreign-architectures | grep -qx i386; then
+    $sudo dpkg --add-architecture i386
+  fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

@@ -93,6 +93,13 @@ HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error) {
     hurray_cli_fail_at(err, path, error->message);
     return NULL;
   }
+  /* The first tensor_name call copies every name; NULL then means no
+   * memory for them, and every later call succeeds. */
+  if (hurray_reader_tensor_count(r) > 0 && hurray_reader_tensor_name(r, 0) == NULL) {
+    hurray_cli_fail_at(err, path, "out of memory for the tensor names");
+    hurray_reader_close(r);
+    return NULL;
+  }
   return r;
 }
 

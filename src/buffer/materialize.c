@@ -454,9 +454,10 @@ static int by_position(const void *a, const void *b) {
 static HurrayStatus sparse_statistics(const HurrayDescriptor *d, const HurrayBufferList *list,
                                       const uint8_t *values, uint64_t stored, uint64_t numel,
                                       Stats *s, HurrayError *error) {
-  Entry *entries = malloc((stored ? stored : 1) * sizeof *entries);
+  bool fits = stored < SIZE_MAX / sizeof(Entry); /* false only on a 32-bit host */
+  Entry *entries = fits ? malloc((stored ? (size_t)stored : 1) * sizeof *entries) : NULL;
   /* zeroed: a walk that fails part way leaves nothing indeterminate */
-  uint64_t *positions = calloc(stored ? stored : 1, sizeof *positions);
+  uint64_t *positions = fits ? calloc(stored ? (size_t)stored : 1, sizeof *positions) : NULL;
   if (entries == NULL || positions == NULL) {
     free(entries);
     free(positions);

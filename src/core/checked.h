@@ -6,6 +6,7 @@
 #define HURRAY_SRC_CHECKED_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Each returns false, leaving *out unspecified, when the result overflows. */
@@ -44,6 +45,12 @@ static inline bool hurray__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
 static inline uint64_t hurray__ceil_div_u64(uint64_t a, uint64_t b) {
   return a / b + (a % b != 0);
 }
+
+/* Whether n bytes can be one object of this process: pointer differences
+ * inside an object must fit ptrdiff_t. Sizes from files are 64-bit; on a
+ * 32-bit host a file or buffer past 2 GiB fails here instead of wrapping
+ * when it becomes a size_t. Always true for real sizes on 64-bit hosts. */
+static inline bool hurray__fits_object(uint64_t n) { return n <= (uint64_t)PTRDIFF_MAX; }
 
 static inline bool hurray__is_pow2_u64(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 

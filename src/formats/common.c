@@ -17,6 +17,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "formats_internal.h"
+#include "yajl_guard.h"
 
 /* ------------------------------------------------------------ metadata */
 
@@ -499,26 +500,24 @@ HurrayStatus hurray__j_parse(const uint8_t *text, size_t len, HurrayJ *out, Hurr
   }
   uint8_t *copy = malloc(len + 1), *kinds = malloc(len + 1);
   JB b = {.error = error, .status = HURRAY_OK, .kinds = kinds};
-  yajl_handle h = copy != NULL && kinds != NULL ? yajl_alloc(&j_callbacks, NULL, &b) : NULL;
-  if (h == NULL) {
+  if (copy == NULL || kinds == NULL) {
     free(copy);
     free(kinds);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   if (len) memcpy(copy, text, len);
   mark_numbers(copy, len, kinds, &b.nkinds);
-  yajl_status ys = yajl_parse(h, copy, len);
-  if (ys == yajl_status_ok) ys = yajl_complete_parse(h);
-  HurrayStatus s = b.status;
-  if (ys != yajl_status_ok && s == HURRAY_OK) {
-    unsigned char *why = yajl_get_error(h, 0, copy, len);
-    char line[160];
-    snprintf(line, sizeof line, "%s", why != NULL ? (const char *)why : "parse error");
-    line[strcspn(line, "\n")] = 0;
-    yajl_free_error(h, why);
-    s = hurray__fail(error, HURRAY_ERR_MALFORMED, "metadata value is not valid JSON: %s", line);
+  yajl_status ys = yajl_status_ok;
+  char line[160] = "parse error";
+  HurrayStatus s = hurray__yajl_parse(&j_callbacks, &b, copy, len, &ys, line, sizeof line);
+  if (s != HURRAY_OK) {
+    s = hurray__fail(error, s, "out of memory");
+  } else {
+    s = b.status;
+    if (ys != yajl_status_ok && s == HURRAY_OK) {
+      s = hurray__fail(error, HURRAY_ERR_MALFORMED, "metadata value is not valid JSON: %s", line);
+    }
   }
-  yajl_free(h);
   free(copy);
   free(kinds);
   hurray__j_free(&b.key);

@@ -352,6 +352,12 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
     int fd;
     struct stat sb;
     st = hurray__open_regular(path, &fd, &sb, error);
+    if (st == HURRAY_OK && !hurray__fits_object((uint64_t)sb.st_size)) {
+      st = hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "%s: file of %llu bytes does not fit this process's address space", path,
+                        (unsigned long long)sb.st_size);
+      close(fd);
+    }
     if (st == HURRAY_OK) {
       Mapping *m = calloc(1, sizeof *m);
       void *base = sb.st_size > 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
@@ -410,10 +416,20 @@ const char *hurray_source_tensor_name(const HurraySource *s, size_t i) {
   }
 }
 
+/* Tensor i's name in a hurray source; NO_MEMORY when the reader could not
+ * copy its names (NULL there would mean "every tensor" to verify). */
+static HurrayStatus reader_name(const HurraySource *s, size_t i, const char **name,
+                                HurrayError *error) {
+  *name = hurray_reader_tensor_name(s->reader, i);
+  if (*name != NULL) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for the tensor names");
+}
+
 static HurrayStatus hurray_descriptor_of(const HurraySource *s, size_t i, HurrayDescriptor **d,
                                          HurrayError *error) {
-  return hurray_reader_get_descriptor(s->reader, hurray_reader_tensor_name(s->reader, i), d,
-                                      error);
+  const char *name;
+  HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
+  return hurray_reader_get_descriptor(s->reader, name, d, error);
 }
 
 const char *hurray_source_tensor_type(const HurraySource *s, size_t i) {
@@ -598,7 +614,8 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
   }
   if (s->format == HURRAY_FORMAT_HURRAY) {
     /* The reader quotes names as they are; this API's messages escape them. */
-    const char *name = hurray_reader_tensor_name(s->reader, i);
+    const char *name;
+    HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
     if (s->verify && !s->verified) {
       HURRAY_RETURN_NOT_OK(one_line(hurray_reader_verify(s->reader, name, error), error));
     }
@@ -620,13 +637,21 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
     uint64_t nb = nbytes / (gtype == HURRAY_GGUF_TYPE_Q8_0 ? 34 : 18);
     uint64_t code_bytes = hurray_descriptor_buffer_size(d, 0), scale_bytes = nb * 2;
     void *codes = NULL, *scales = NULL;
-    if (posix_memalign(&codes, 64, code_bytes ? code_bytes : 64) != 0) codes = NULL;
-    if (posix_memalign(&scales, 64, scale_bytes ? scale_bytes : 64) != 0) scales = NULL;
+    bool fits = hurray__fits_object(code_bytes); /* false on a 32-bit host past 2 GiB */
+    if (fits && posix_memalign(&codes, 64, code_bytes ? (size_t)code_bytes : 64) != 0)
+      codes = NULL;
+    if (fits && posix_memalign(&scales, 64, scale_bytes ? (size_t)scale_bytes : 64) != 0) {
+      scales = NULL;
+    }
     if (codes == NULL || scales == NULL) {
       free(codes);
       free(scales);
-      st = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for tensor %.200s",
-                        s->gg.tensors[i].name);
+      st = fits ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for tensor %.200s",
+                               s->gg.tensors[i].name)
+                : hurray__fail(error, HURRAY_ERR_LIMIT,
+                               "tensor %.200s: %llu bytes of codes do not fit this process's "
+                               "address space",
+                               s->gg.tensors[i].name, (unsigned long long)code_bytes);
     } else {
       hurray__gguf_blocks_to_codes(gtype, p, nb, codes, scales);
       HurrayBuffer *b = NULL;
@@ -1079,7 +1104,9 @@ static HurrayStatus check_tensor_order(HurrayMetadataType type, const void *valu
                                        HurrayError *error) {
   HurrayJ list = {0};
   bool text = type == HURRAY_METADATA_STRING || type == HURRAY_METADATA_BYTES; /* as json.loads */
-  bool ok = text && hurray__j_parse(value, len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR;
+  HurrayStatus parsed = text ? hurray__j_parse(value, len, &list, NULL) : HURRAY_ERR_MALFORMED;
+  if (parsed == HURRAY_ERR_NO_MEMORY) return hurray__fail(error, parsed, "out of memory");
+  bool ok = parsed == HURRAY_OK && list.kind == HJ_ARR;
   for (size_t i = 0; ok && i < list.len; i++) ok = list.items[i].kind == HJ_STR;
   hurray__j_free(&list);
   return ok ? HURRAY_OK
@@ -1296,9 +1323,14 @@ static HurrayStatus finish_gguf(HurrayTarget *t, HurrayWriter *w, HurrayError *e
   /* Tensor order: gguf.__tensors__ where it names them, then as added. */
   const HurrayMeta *names = hurray__meta_find(&t->metadata, HURRAY_META_GGUF_TENSORS);
   HurrayJ list = {0};
+  HurrayStatus parsed = HURRAY_ERR_MALFORMED; /* set_metadata checked the text */
   if (names != NULL &&
-      (names->type == HURRAY_METADATA_STRING || names->type == HURRAY_METADATA_BYTES) &&
-      hurray__j_parse(names->bytes, names->len, &list, NULL) == HURRAY_OK && list.kind == HJ_ARR) {
+      (names->type == HURRAY_METADATA_STRING || names->type == HURRAY_METADATA_BYTES)) {
+    parsed = hurray__j_parse(names->bytes, names->len, &list, NULL);
+    /* not "no order": that would lose the order silently */
+    if (parsed == HURRAY_ERR_NO_MEMORY) return hurray__fail(error, parsed, "out of memory");
+  }
+  if (parsed == HURRAY_OK && list.kind == HJ_ARR) {
     /* Each listed name found through the entries' name set: linear in the
      * list and the tensors, however long a file makes the list. */
     for (size_t i = 0; i < t->count; i++) t->entries[i].order += (long)list.len;
@@ -1458,7 +1490,9 @@ static HurrayStatus check_source_tensor(const HurraySource *s, size_t i, Entry *
     e->check_sum = sum;
     return HURRAY_OK;
   }
-  return hurray_reader_verify(s->reader, hurray_reader_tensor_name(s->reader, i), error);
+  const char *name;
+  HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
+  return hurray_reader_verify(s->reader, name, error);
 }
 
 /* A safetensors file that --keep-scales wrote holds a quantized tensor as

@@ -889,8 +889,11 @@ HurrayStatus hurray__gguf_encode_kv(const HurrayMetaList *meta, HurrayStr *out,
   bool have_types = false;
   const HurrayMeta *tm = hurray__meta_find(meta, HURRAY_META_GGUF_TYPES);
   if (tm != NULL) {
-    if (tm->type != HURRAY_METADATA_STRING ||
-        hurray__j_parse(tm->bytes, tm->len, &types, error) != HURRAY_OK || types.kind != HJ_OBJ) {
+    HurrayStatus parsed = tm->type == HURRAY_METADATA_STRING
+                              ? hurray__j_parse(tm->bytes, tm->len, &types, error)
+                              : HURRAY_ERR_MALFORMED;
+    if (parsed == HURRAY_ERR_NO_MEMORY) return parsed;
+    if (parsed != HURRAY_OK || types.kind != HJ_OBJ) {
       hurray__j_free(&types);
       return hurray__fail(error, HURRAY_ERR_MALFORMED,
                           "metadata gguf.__types__ is not a JSON object of type names");

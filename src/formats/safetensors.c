@@ -18,6 +18,7 @@
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
 #include "formats_internal.h"
+#include "yajl_guard.h"
 
 typedef struct STDType {
   const char *name;
@@ -447,21 +448,20 @@ HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *
   }
   HURRAY_RETURN_NOT_OK(check_escapes(data + 8, (size_t)n, error));
   StParse p = {.f = out, .error = error, .status = HURRAY_OK, .state = P_START};
-  yajl_handle h = yajl_alloc(&st_callbacks, NULL, &p);
-  if (h == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   /* safetensors pads the header with spaces, which JSON allows after a value. */
-  yajl_status ys = yajl_parse(h, data + 8, (size_t)n);
-  if (ys == yajl_status_ok) ys = yajl_complete_parse(h);
-  HurrayStatus s = p.status;
-  if (ys != yajl_status_ok && s == HURRAY_OK) {
-    unsigned char *why = yajl_get_error(h, 0, data + 8, (size_t)n);
-    s = hurray__fail(error, HURRAY_ERR_MALFORMED, "safetensors header is not valid UTF-8 JSON: %s",
-                     why != NULL ? (const char *)why : "parse error");
-    char *nl = strchr(error != NULL ? error->message : "", '\n');
-    if (nl != NULL) *nl = 0;
-    yajl_free_error(h, why);
+  yajl_status ys = yajl_status_ok;
+  char why[200] = "parse error";
+  HurrayStatus s = hurray__yajl_parse(&st_callbacks, &p, data + 8, (size_t)n, &ys, why,
+                                      sizeof why);
+  if (s != HURRAY_OK) {
+    s = hurray__fail(error, s, "out of memory for the safetensors header");
+  } else {
+    s = p.status;
+    if (ys != yajl_status_ok && s == HURRAY_OK) {
+      s = hurray__fail(error, HURRAY_ERR_MALFORMED,
+                       "safetensors header is not valid UTF-8 JSON: %s", why);
+    }
   }
-  yajl_free(h);
   free(p.key);
   if (s == HURRAY_OK && p.state != P_END) {
     s = hurray__fail(error, HURRAY_ERR_MALFORMED, "safetensors header is not one JSON object");

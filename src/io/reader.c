@@ -621,6 +621,12 @@ static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
     r->index = r->index_copy;
     return HURRAY_OK;
   }
+  if (!hurray__fits_object(r->file_size)) {
+    return hurray__fail(error, HURRAY_ERR_LIMIT,
+                        "file of %llu bytes does not fit this process's address space; "
+                        "open it with HURRAY_READ_PREAD",
+                        (unsigned long long)r->file_size);
+  }
   r->mapping = malloc(sizeof *r->mapping);
   if (r->mapping == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
   /* Private and writable: writes copy the page (never reach the file, never
@@ -966,6 +972,16 @@ HurrayStatus hurray_reader_tensor_shape(const HurrayReader *r, size_t index, Hur
   return HURRAY_OK;
 }
 
+/* HURRAY_OK when a buffer of `length` bytes (`size` once rounded up to its
+ * alignment) can be one allocation of this process; on a 32-bit host a
+ * file's buffer past 2 GiB cannot. */
+static HurrayStatus addressable(uint64_t size, uint64_t length, HurrayError *error) {
+  if (hurray__fits_object(size)) return HURRAY_OK;
+  return hurray__fail(error, HURRAY_ERR_LIMIT,
+                      "buffer of %llu bytes does not fit this process's address space",
+                      (unsigned long long)length);
+}
+
 /* A handle for `length` bytes at file `offset`: a view of the mapping, or
  * a fresh aligned allocation filled with pread. */
 static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t length,
@@ -976,8 +992,9 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
                                               release_mapped, r->mapping, out, error));
   } else {
     size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
-    size_t size = (size_t)(hurray__ceil_div_u64(length, align) * align); /* length <= file size */
-    void *mem = aligned_alloc(align, size ? size : align);
+    uint64_t size = hurray__ceil_div_u64(length, align) * align; /* length <= file size */
+    HURRAY_RETURN_NOT_OK(addressable(size, length, error));
+    void *mem = aligned_alloc(align, size ? (size_t)size : align);
     if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
     HurrayStatus status = read_at(r, mem, length, offset, error);
     if (status != HURRAY_OK) {
@@ -1079,18 +1096,18 @@ static HurrayStatus source_buffers(HurrayReader *r, const TensorEntry *t,
     /* length <= the data region, checked at open; the source's claimed
      * size bounds it, not memory: see docs/security.md. */
     uint64_t size64 = hurray__ceil_div_u64(length, align) * align;
-    void *mem = size64 <= SIZE_MAX ? aligned_alloc(align, size64 ? (size_t)size64 : align) : NULL;
+    status = addressable(size64, length, error);
+    if (status != HURRAY_OK) break;
+    void *mem = aligned_alloc(align, size64 ? (size_t)size64 : align);
     HurrayBuffer *b = NULL;
     if (mem == NULL) {
       status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for %llu bytes",
                             (unsigned long long)length);
       break;
     }
+    /* On failure create has already released mem. */
     status = hurray_buffer_create(mem, length, release_owned, NULL, &b, error);
-    if (status != HURRAY_OK) {
-      free(mem);
-      break;
-    }
+    if (status != HURRAY_OK) break;
     status = hurray_buffer_set_alignment(b, alignment, error);
     if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
     else hurray_buffer_destroy(b);
@@ -1498,6 +1515,8 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
   }
   *out = 0.0;
   if (r->has_source) return HURRAY_OK; /* no page cache behind a source */
+  /* A PREAD reader of a file that a 32-bit host cannot map: unknown, 0. */
+  if (!hurray__fits_object(r->index_offset)) return HURRAY_OK;
   size_t len = (size_t)r->index_offset;
   long page_size = sysconf(_SC_PAGESIZE);
   size_t page = page_size > 0 ? (size_t)page_size : 4096;

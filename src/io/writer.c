@@ -995,9 +995,11 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   HURRAY_RETURN_NOT_OK(check_tensor(w, name, name_len, d, buffers, error));
   HurrayDescriptor *stored = NULL;
   HurrayStatus status = file_form(d, &stored, error);
+  /* A kind statistics do not cover keeps what it came with; no memory for
+   * them fails the write rather than drop them silently. */
   if (status == HURRAY_OK && w->statistics &&
-      hurray_compute_statistics(stored, buffers, NULL) != HURRAY_OK) {
-    /* Not a kind statistics cover: it keeps what it came with. */
+      hurray_compute_statistics(stored, buffers, NULL) == HURRAY_ERR_NO_MEMORY) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for statistics");
   }
   if (status == HURRAY_OK) status = append_tensor(w, name, name_len, stored, buffers, NULL, error);
   hurray_descriptor_destroy(stored);
@@ -1082,17 +1084,26 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
 }
 
 /* Statistics need the data as a buffer list; only then is one built. */
-static void dense_statistics(HurrayDescriptor *d, const HurrayDenseTensor *t) {
+/* Statistics of every dense dtype they cover; NO_MEMORY when there was no
+ * memory for them (never dropped silently). */
+static HurrayStatus dense_statistics(HurrayDescriptor *d, const HurrayDenseTensor *t,
+                                     HurrayError *error) {
   HurrayBufferList *list = NULL;
   HurrayBuffer *b = NULL;
-  if (hurray_buffer_list_create(&list, NULL) == HURRAY_OK &&
-      hurray_buffer_create((void *)t->data, t->byte_size, NULL, NULL, &b, NULL) == HURRAY_OK &&
-      hurray_buffer_list_push(list, b, NULL) == HURRAY_OK) {
+  HurrayStatus status = hurray_buffer_list_create(&list, NULL);
+  if (status == HURRAY_OK) {
+    status = hurray_buffer_create((void *)t->data, t->byte_size, NULL, NULL, &b, NULL);
+  }
+  if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, NULL);
+  if (status == HURRAY_OK) {
     b = NULL;
-    (void)hurray_compute_statistics(d, list, NULL); /* every dense dtype it can */
+    status = hurray_compute_statistics(d, list, NULL);
   }
   hurray_buffer_destroy(b);
   hurray_buffer_list_destroy(list);
+  return status == HURRAY_ERR_NO_MEMORY
+             ? hurray__fail(error, status, "out of memory for statistics")
+             : HURRAY_OK;
 }
 
 HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w, const HurrayDenseTensor *tensors,
@@ -1114,7 +1125,7 @@ HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w, const HurrayDenseT
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
     size_t name_len = 0;
     status = dense_form(w, &tensors[i], i, d, &name_len, error);
-    if (status == HURRAY_OK && w->statistics) dense_statistics(d, &tensors[i]);
+    if (status == HURRAY_OK && w->statistics) status = dense_statistics(d, &tensors[i], error);
     if (status == HURRAY_OK) {
       status = append_tensor(w, tensors[i].name, name_len, d, NULL, tensors[i].data, error);
     }

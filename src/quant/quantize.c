@@ -382,6 +382,7 @@ static uint64_t part_end(const Job *j, unsigned part) {
   return part + 1 < j->parts ? unit_start(j, j->bounds[part + 1]) : j->plan.numel;
 }
 
+/* long: one part's scratch, its walk over the blocks and the cleanup, kept together. */
 static void block_part(void *ctx, unsigned part) {
   Job *j = ctx;
   const HurrayResolvedScheme *s = &j->s;
@@ -392,10 +393,11 @@ static void block_part(void *ctx, unsigned part) {
   Sink *sink = malloc(sizeof *sink);
   bool rows = p->walk == HURRAY_WALK_ROWS_BLOCK;
   uint64_t width = rows ? p->inner : 1;
-  Range *ranges = malloc(sizeof(Range) * width);
-  float *mul = malloc(sizeof(float) * width);
-  int32_t *zp = malloc(sizeof(int32_t) * width);
-  uint8_t *nan = malloc(width);
+  size_t n = width <= SIZE_MAX / sizeof(Range) ? (size_t)width : 0; /* 0: past a 32-bit host */
+  Range *ranges = n ? malloc(sizeof(Range) * n) : NULL;
+  float *mul = n ? malloc(sizeof(float) * n) : NULL;
+  int32_t *zp = n ? malloc(sizeof(int32_t) * n) : NULL;
+  uint8_t *nan = n ? malloc(n) : NULL;
   if (!sink || !ranges || !mul || !zp || !nan) {
     j->status[part] = HURRAY_ERR_NO_MEMORY;
     goto done;
