@@ -419,6 +419,23 @@ def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
     return f[piece.name].codes()[tuple(local)]
 
 
+def _check_unchanged(f: File, piece: _Piece) -> None:
+    """ValidationError if the file pass 2 reopened is not the one pass 1
+    checked: a save into the folder in between replaced it, and its values
+    would mix with the other parts' (the save id, or the piece, differs)."""
+    save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
+    try:
+        same = save_id == piece.save and f.descriptor(piece.name) == piece.descriptor
+    except _hurray.NotFoundError:
+        same = False
+    if not same:
+        raise _error(
+            "HURRAY_ERR_SHARD_BOUNDS",
+            f"tensor {piece.name!r}: {piece.path} was replaced while load_sharded read the "
+            "parts (another save into the folder); load again once it has finished",
+        )
+
+
 def _check_assembled_size(pieces: List[_Piece], region: Box, dtype: str) -> None:
     """LimitError if the result takes more than the output limit allows for
     the bytes the pieces store: strides let a piece of a few bytes describe
@@ -510,6 +527,7 @@ def _load(
             continue
         with open_file(path) as f:
             for p, cut, dst in wanted.pop(path):
+                _check_unchanged(f, p)
                 results[p.name][dst] = _fetch(f, p, cut)
     out = {}
     for n, result in results.items():

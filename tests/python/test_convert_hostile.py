@@ -1897,6 +1897,30 @@ def test_a_folder_target_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, 
     assert (out / "config.json").read_text() == '{"new": true}'
 
 
+def test_a_new_folder_target_that_appears_meanwhile_is_named(tmp_path, monkeypatch):
+    """Two conversions into one new folder: the second to publish got a raw
+    'Directory not empty' naming its hidden temporary folder. The message
+    now says the target appeared meanwhile; nothing of the loser remains."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"a": np.full(4, 1.0, np.float32)})
+    out = tmp_path / "out"
+    real_rename = os.rename
+
+    def rename(a, b, **kw):
+        if str(b) == str(out):  # the other conversion published first
+            out.mkdir()
+            (out / "theirs.safetensors").write_bytes(b"x")
+        return real_rename(a, b, **kw)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(ConversionError, match="it appeared while the conversion ran") as info:
+        convert(src, f"{out}/", quiet=True)
+    monkeypatch.undo()
+    assert isinstance(info.value, OSError) and ".tmp" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src.hurray"]
+    assert [p.name for p in out.iterdir()] == ["theirs.safetensors"]
+
+
 # --------------------------------------- session 44: sharded folders as sources
 
 

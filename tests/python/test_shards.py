@@ -602,6 +602,32 @@ def test_parts_of_two_saves_are_not_assembled(tmp_path):
     assert hurray.load_sharded(tmp_path / "third", "w").tolist() == list(range(6))
 
 
+@pytest.mark.parametrize("shape", [(6,), (8,)])
+def test_a_save_between_the_two_passes_is_not_mixed_in(tmp_path, monkeypatch, shape):
+    """load_sharded checks the parts' save ids in pass 1, then opens the
+    parts again in pass 2 to fetch values. A save_sharded that replaced the
+    folder in between went unseen: the result mixed two saves' values with
+    no error (or, with a new shape, a numpy ValueError)."""
+    from hurray import _shards
+
+    hurray.save_sharded(tmp_path, {"w": np.full(6, 1.0)}, parts=3)
+    opened = []
+    real_file = _shards.File
+
+    def file_then_resave(path, **kwargs):
+        opened.append(path)
+        if len(opened) == 4:  # pass 2's first open: another process saves meanwhile
+            hurray.save_sharded(tmp_path, {"w": np.full(shape, 2.0)}, parts=3)
+        return real_file(path, **kwargs)
+
+    monkeypatch.setattr(_shards, "File", file_then_resave)
+    with pytest.raises(hurray.ValidationError, match="was replaced while load_sharded") as info:
+        hurray.load_sharded(tmp_path, "w")
+    _status(info, "HURRAY_ERR_SHARD_BOUNDS")
+    monkeypatch.setattr(_shards, "File", real_file)
+    assert hurray.load_sharded(tmp_path, "w").tolist() == [2.0] * shape[0]
+
+
 def test_pieces_cut_further_by_separate_calls_are_assembled(tmp_path):
     """One save_sharded call per rank, each cutting that rank's piece into
     its own folder, gives the pieces of one tensor two ids: they are one

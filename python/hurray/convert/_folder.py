@@ -215,7 +215,15 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 os.close(fd)
         backups: List[str] = []
         if self._new_dir is not None:
-            os.rename(self._new_dir, self.path)
+            try:
+                os.rename(self._new_dir, self.path)
+            except OSError as exc:
+                raise os_failure(
+                    exc,
+                    f"cannot publish {self.path}: it appeared while the conversion ran "
+                    "(another conversion into it?); nothing was changed",
+                    self.path,
+                ) from None
             self._new_dir = None
         else:
             backups = self._replace_all()
