@@ -113,8 +113,9 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   if (s != HURRAY_OK) {
     PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
     Py_DECREF(path);
+    if (name == NULL) return -1; /* MemoryError: no name for the message */
     hy_raise_status_file(st, s, &e, name);
-    Py_XDECREF(name);
+    Py_DECREF(name);
     return -1;
   }
   self->reader = reader;

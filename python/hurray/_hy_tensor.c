@@ -345,8 +345,17 @@ static PyObject *tensor_view_info(PyObject *op, PyObject *unused) {
     return NULL;
   }
   for (uint32_t i = 0; i < rank; i++) {
-    PyTuple_SET_ITEM(shape_t, i, PyLong_FromUnsignedLongLong(shape[i]));
-    if (strides != NULL) PyTuple_SET_ITEM(strides_t, i, PyLong_FromLongLong(strides[i]));
+    PyObject *extent = PyLong_FromUnsignedLongLong(shape[i]);
+    PyObject *step = strides != NULL ? PyLong_FromLongLong(strides[i]) : NULL;
+    if (extent == NULL || (strides != NULL && step == NULL)) { /* no memory: ints past 256 */
+      Py_XDECREF(extent);
+      Py_XDECREF(step);
+      Py_DECREF(shape_t);
+      Py_DECREF(strides_t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(shape_t, i, extent);
+    if (strides != NULL) PyTuple_SET_ITEM(strides_t, i, step);
   }
   return Py_BuildValue("sNNKIii", hurray_dtype_name(hurray_descriptor_dtype(d)), shape_t,
                        strides_t, (unsigned long long)hurray_descriptor_byte_offset(d),
