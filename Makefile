@@ -2,8 +2,8 @@
 #   make demo       build libhurray, install it into ./stage, build and run the C
 #                   examples and the Python demos
 #   make test       everything, with warnings as errors (WERROR=true): the linters;
-#                   the C suites plain, under ASan+UBSan, valgrind and TSan, and on
-#                   32-bit x86 (i686, ASan+UBSan); bounded
+#                   the C suites plain, under ASan+UBSan, valgrind and TSan, on
+#                   32-bit x86 (i686, ASan+UBSan) and on AArch64 (qemu); bounded
 #                   fuzzing; the vector cross-check; the Python suite plain and
 #                   against the ASan build; the demo; the installed C library and
 #                   the README's program; the wheel from a fresh venv. Ends with one
@@ -11,8 +11,8 @@
 #   make test-fast  the C and Python suites without the tests marked slow or bench
 #   make lint       ruff and clang-format, checking only (scripts/format.sh fixes)
 # Each installs what it needs first (scripts/bootstrap.sh; make test adds clang,
-# valgrind, the i686 cross compiler and the formatters). `make install PREFIX=...`
-# is for C users.
+# valgrind, the i686 and aarch64 cross compilers, qemu and the formatters).
+# `make install PREFIX=...` is for C users.
 
 VENV    := $(CURDIR)/.venv/bin
 MESON   := $(VENV)/meson
@@ -27,7 +27,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert bench-complexity clean
 .PHONY: deps-test install test-install test-wheel
-.PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-32bit test-python-asan
+.PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-32bit test-aarch64 test-python-asan
 .PHONY: lint format test-fast
 
 all: build
@@ -206,7 +206,7 @@ test-python: python build
 # Every suite runs, whatever fails (make -k); each records its counts
 # (scripts/test_counts.py), and the last line totals them. A failure makes
 # the exit status non-zero.
-TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-32bit test-fuzz test-vectors test-python \
+TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-32bit test-aarch64 test-fuzz test-vectors test-python \
                test-python-asan demo test-install test-wheel
 COUNT := python3 $(CURDIR)/scripts/test_counts.py run
 test: deps-test
@@ -305,6 +305,18 @@ test-32bit: deps-test
 	@$(MESON) configure build-i686 -Dwerror=$(WERROR)
 	$(MESON) compile -C build-i686
 	$(SAN_ENV) $(COUNT) $@ -- $(MESON) test -C build-i686 --print-errorlogs
+
+# The C suites (fuzz corpora included) on AArch64, run by qemu-user: the NEON
+# kernels against scalar byte for byte (test_simd). Left out: the suites
+# 'exec' (they run a built program by its path, which needs binfmt_misc) and
+# 'madvise' (qemu-user does not emulate what the kernel makes resident).
+test-aarch64: deps-test
+	@[ -d build-aarch64 ] || $(MESON) setup build-aarch64 \
+	  --cross-file scripts/cross/aarch64-linux-gnu.ini -Dpython=disabled
+	@$(MESON) configure build-aarch64 -Dwerror=$(WERROR)
+	$(MESON) compile -C build-aarch64
+	$(COUNT) $@ -- $(MESON) test -C build-aarch64 --print-errorlogs --no-suite exec \
+	  --no-suite madvise --no-suite bench
 
 # The Python tests once more against the ASan+UBSan build of the extension
 # (build-asan), with libasan preloaded into the plain interpreter and leak

@@ -6,8 +6,9 @@
 #                                 (README, "Building"), cmocka, Python headers
 #   scripts/bootstrap.sh --test   also the debugging tools of make test: clang
 #                                 with libFuzzer (fuzz/), valgrind, the i686
-#                                 cross compiler with the i386 -dev packages
-#                                 (adds dpkg's i386 architecture); and --lint's
+#                                 and aarch64 cross compilers with the i386
+#                                 and arm64 -dev packages (adds those dpkg
+#                                 architectures), qemu-user; and --lint's
 #   scripts/bootstrap.sh --lint   also the formatters make lint runs, pinned,
 #                                 into .venv: ruff and clang-format (from PyPI,
 #                                 so every machine formats alike)
@@ -41,17 +42,24 @@ if $test_tools; then
   # the build dependencies of the i386 architecture (scripts/cross/)
   command -v i686-linux-gnu-gcc >/dev/null 2>&1 ||
     need_apt+=(gcc-i686-linux-gnu libasan8-i386-cross libubsan1-i386-cross)
-  for pkg in libxxhash-dev libcmocka-dev libyajl-dev; do
-    dpkg -s "$pkg:i386" >/dev/null 2>&1 || need_apt+=("$pkg:i386")
+  # make test-aarch64: the aarch64 cross compiler and qemu-user
+  command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need_apt+=(gcc-aarch64-linux-gnu)
+  command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
+  for arch in i386 arm64; do
+    for pkg in libxxhash-dev libcmocka-dev libyajl-dev; do
+      dpkg -s "$pkg:$arch" >/dev/null 2>&1 || need_apt+=("$pkg:$arch")
+    done
   done
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "bootstrap: apt-get install ${need_apt[*]}"
-  if [[ " ${need_apt[*]}" == *":i386"* ]] && ! dpkg --print-foreign-architectures | grep -qx i386; then
-    $sudo dpkg --add-architecture i386
-  fi
+  for arch in i386 arm64; do
+    if [[ " ${need_apt[*]}" == *":$arch"* ]] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+      $sudo dpkg --add-architecture "$arch"
+    fi
+  done
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

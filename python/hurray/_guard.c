@@ -199,6 +199,12 @@ static PyObject *os_class(PyObject *io_class, int err) {
   }
   PyObject *cache = PyObject_GetAttrString(io_class, "_os_subclasses");
   if (cache == NULL) {
+    /* Only a missing cache is made anew: a MemoryError here replaced the
+     * cache, and later errors were classes that earlier handlers miss. */
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      Py_DECREF(builtin);
+      return NULL;
+    }
     PyErr_Clear();
     cache = PyDict_New();
     if (cache == NULL || PyObject_SetAttrString(io_class, "_os_subclasses", cache) < 0) {

@@ -298,9 +298,12 @@ static int module_exec(PyObject *module) {
     const HyErrorClass *c = &hy_error_classes[i];
     PyObject *extra = NULL;
     if (c->extra_base != NULL) {
-      extra = PyDict_GetItemString(PyEval_GetBuiltins(), c->extra_base); /* borrowed */
+      PyObject *key = PyUnicode_FromString(c->extra_base);
+      extra = key != NULL ? PyDict_GetItemWithError(PyEval_GetBuiltins(), key)
+                          : NULL; /* borrowed */
+      Py_XDECREF(key);
       if (extra == NULL) {
-        PyErr_Format(PyExc_SystemError, "no builtin %s", c->extra_base);
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_SystemError, "no builtin %s", c->extra_base);
         return -1;
       }
       Py_INCREF(extra);

@@ -381,7 +381,9 @@ int hy_records_add(PyObject *module, ModuleState *st) {
     st->records[r] = (PyTypeObject *)type;
     PyObject *match = PyTuple_New(n);
     for (int i = 0; match != NULL && i < n; i++) {
-      PyTuple_SET_ITEM(match, i, PyUnicode_FromString(def->fields[i].name));
+      PyObject *field = PyUnicode_FromString(def->fields[i].name);
+      if (field == NULL) Py_CLEAR(match); /* never a tuple holding NULL */
+      else PyTuple_SET_ITEM(match, i, field);
     }
     PyObject *kind = def->kind != NULL ? PyUnicode_FromString(def->kind) : Py_NewRef(Py_None);
     PyObject *defaults = PyDict_New(); /* {field: default} of the optional fields */

@@ -45,7 +45,9 @@ static int open_writer(PyObject *target, PyObject **path, bool *release_gil, Hur
   bool to_path = PyUnicode_Check(target) || PyBytes_Check(target);
   bool to_fd = !to_path && PyLong_Check(target) && !PyBool_Check(target);
   if (to_path && !PyUnicode_FSConverter(target, path)) return -1;
-  if (!to_path && !to_fd && !PyObject_HasAttrString(target, "write")) {
+  int writable = to_path || to_fd ? 1 : hy_has_attr(target, "write");
+  if (writable < 0) return -1;
+  if (!writable) {
     PyErr_SetString(PyExc_TypeError,
                     "save() needs a path, a file descriptor or a writable stream");
     return -1;

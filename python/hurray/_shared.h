@@ -53,6 +53,20 @@ extern const size_t hy_error_class_count;
 /* The name of the class covering `status` ("FormatError"), or "HurrayError". */
 const char *hy_error_class_name(HurrayStatus status);
 
+/* 1 if `obj` has attribute `name`, 0 if not, -1 with the exception when
+ * looking failed otherwise (PyObject_HasAttrString would call a
+ * MemoryError "no such attribute"). */
+static inline int hy_has_attr(PyObject *obj, const char *name) {
+  PyObject *value = PyObject_GetAttrString(obj, name);
+  if (value != NULL) {
+    Py_DECREF(value);
+    return 1;
+  }
+  if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+  PyErr_Clear();
+  return 0;
+}
+
 /* A new `cls` instance with "STATUS_NAME: message" and the attributes
  * status and status_name; NULL with an exception if it cannot be made. */
 PyObject *hy_status_exception(PyObject *cls, HurrayStatus status, const char *message);

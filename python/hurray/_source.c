@@ -14,6 +14,8 @@
 
 #include <stdio.h>
 
+#include "_shared.h"
+
 /* The source's exception, as the reader's error message; then cleared (the
  * Python source records its own exceptions for the binding to re-raise). */
 static HurrayStatus fail_from_python(HurrayError *error) {
@@ -123,7 +125,8 @@ HurrayStatus hy_open_source_reader(PyObject *source, bool verify, HurrayReader *
   unsigned long long size = size_obj != NULL ? PyLong_AsUnsignedLongLong(size_obj) : 0;
   Py_XDECREF(size_obj);
   if (PyErr_Occurred()) return fail_from_python(error);
-  int batch = PyObject_HasAttrString(source, "read_batch");
+  int batch = hy_has_attr(source, "read_batch");
+  if (batch < 0) return fail_from_python(error);
   HurrayByteSource s = HURRAY_BYTE_SOURCE_INIT;
   s.flags = verify ? HURRAY_BYTE_SOURCE_VERIFY_READS : 0;
   s.size = size;

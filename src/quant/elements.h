@@ -9,11 +9,20 @@
 #ifndef HURRAY_SRC_QUANT_ELEMENTS_H
 #define HURRAY_SRC_QUANT_ELEMENTS_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "hurray/dtype.h"
+
+/* Every float operation here must round to binary32 (quantization.md 6):
+ * with float arithmetic carried out wider (x87, or s390x under -std=c11),
+ * hurray__rne below does not round at all and codes come out truncated. */
+#if !defined(FLT_EVAL_METHOD) || (FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1)
+#  error \
+      "hurray's kernels need FLT_EVAL_METHOD 0 (float arithmetic in float): on 32-bit x86 build with -msse2 -mfpmath=sse (meson.build does)"
+#endif
 
 static inline uint32_t hurray__f32_bits(float f) {
   uint32_t u;

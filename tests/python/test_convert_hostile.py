@@ -1637,6 +1637,24 @@ def test_torch_load_warnings_do_not_break_the_one_line_error(tmp_path):
     assert r.stderr.startswith("hurray convert: ") and "Warning" not in r.stderr
 
 
+def test_no_memory_while_reading_a_torch_checkpoint_is_a_memory_error(tmp_path, monkeypatch):
+    """A MemoryError inside torch.load was reported as the file's fault:
+    "torch.load(weights_only=True) refused it: MemoryError; hurray loads
+    state dicts of tensors only", a ConversionError, the cause dropped."""
+    from hurray.convert import _torch as convert_torch
+
+    src = tmp_path / "m.pt"
+    torch.save({"w": torch.ones(2)}, src)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(convert_torch, "_load", no_memory)
+    with pytest.raises(MemoryError):
+        convert(src, tmp_path / "m.hurray", quiet=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+
+
 # --------------------------------------- session 44: writing under failure
 
 

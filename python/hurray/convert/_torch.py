@@ -63,6 +63,8 @@ class _TorchSource(_Source):
             obj = _load(torch, path)
         except OSError as exc:
             raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}", path) from None
+        except MemoryError:
+            raise  # the machine's, not the file's
         except Exception as exc:  # UnpicklingError and friends
             text = str(exc)
             detail = next(
