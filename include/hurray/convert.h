@@ -179,13 +179,18 @@ HURRAY_API void hurray_source_close(HurraySource *source);
 
 HURRAY_API HurrayFormat hurray_source_format(const HurraySource *source);
 /* Tensors in the file's order (hurray: bytewise ascending names;
- * safetensors: ascending data offsets; GGUF: tensor info order). */
+ * safetensors: ascending data offsets; GGUF: tensor info order). A name is
+ * borrowed until the source is closed; NULL only for an index past the
+ * count. */
 HURRAY_API size_t hurray_source_tensor_count(const HurraySource *source);
 HURRAY_API const char *hurray_source_tensor_name(const HurraySource *source, size_t index);
 /* The format's own name of the tensor's type: "BF16", "F8_E4M3", "Q4_0";
- * a hurray dtype name for hurray files. */
+ * a hurray dtype name for hurray files ("?" when a hurray file's descriptor
+ * cannot be read, for lack of memory; hurray_source_get_descriptor says
+ * why). */
 HURRAY_API const char *hurray_source_tensor_type(const HurraySource *source, size_t index);
-/* Bytes the tensor takes in the source file. */
+/* Bytes the tensor takes in the source file (0 where tensor_type gives
+ * "?"). */
 HURRAY_API uint64_t hurray_source_tensor_bytes(const HurraySource *source, size_t index);
 /* HURRAY_OK if hurray can represent the tensor exactly; otherwise
  * HURRAY_ERR_UNSUPPORTED with a message naming the tensor and its type. */

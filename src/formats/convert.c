@@ -259,6 +259,12 @@ const char *hurray_source_left_metadata_key(const HurraySource *source, size_t i
 static HurrayStatus open_hurray(HurraySource *s, const char *path, HurrayError *error) {
   HurrayReaderOptions opts = HURRAY_READER_OPTIONS_INIT;
   HURRAY_RETURN_NOT_OK(hurray_reader_open(path, &opts, &s->reader, error));
+  /* The names are copied now, on their first call: hurray_source_tensor_name
+   * then never returns NULL for a tensor that exists. */
+  if (hurray_reader_tensor_count(s->reader) > 0 &&
+      hurray_reader_tensor_name(s->reader, 0) == NULL) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for the tensor names");
+  }
   size_t n = hurray_reader_metadata_count(s->reader);
   for (size_t i = 0; i < n; i++) {
     const char *key = hurray_reader_metadata_key(s->reader, i);

@@ -222,8 +222,8 @@ static void test_byte_source_reader(void **state) {
 }
 
 /* A hurray source names its tensors through the reader's copies of the
- * names; without memory for them it must fail, not verify every tensor or
- * look up a NULL name. */
+ * names; without memory for them it must fail (at open), not name a tensor
+ * NULL, verify every tensor or look up a NULL name. */
 static HurrayStatus read_hurray_source(char *result, HurrayError *e) {
   char path[300];
   in_dir(path, sizeof path, "source.hurray");
@@ -231,11 +231,15 @@ static HurrayStatus read_hurray_source(char *result, HurrayError *e) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   HurrayStatus s = hurray_source_open(path, HURRAY_FORMAT_HURRAY, NULL, &src, e);
+  const char *name = s == HURRAY_OK ? hurray_source_tensor_name(src, 1) : NULL;
   if (s == HURRAY_OK) s = hurray_source_get_descriptor(src, 1, &d, e);
   hurray_descriptor_destroy(d);
   d = NULL;
   if (s == HURRAY_OK) s = hurray_source_get_tensor(src, 1, &d, &list, e);
-  if (s == HURRAY_OK) snprintf(result, 64, "rank %u", hurray_descriptor_rank(d));
+  if (s == HURRAY_OK) {
+    snprintf(result, 64, "%s: rank %u", name != NULL ? name : "(no name)",
+             hurray_descriptor_rank(d));
+  }
   hurray_descriptor_destroy(d);
   hurray_buffer_list_destroy(list);
   hurray_source_close(src);

@@ -10,6 +10,7 @@ temporary name and renamed as a whole."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -218,11 +219,14 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             try:
                 os.rename(self._new_dir, self.path)
             except OSError as exc:
+                appeared = exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
+                why = (
+                    "it appeared while the conversion ran (another conversion into it?)"
+                    if appeared
+                    else exc.strerror or _first_line(exc)
+                )
                 raise os_failure(
-                    exc,
-                    f"cannot publish {self.path}: it appeared while the conversion ran "
-                    "(another conversion into it?); nothing was changed",
-                    self.path,
+                    exc, f"cannot publish {self.path}: {why}; nothing was changed", self.path
                 ) from None
             self._new_dir = None
         else:
