@@ -369,8 +369,9 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
       void *base = sb.st_size > 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
                                   : NULL;
       if (m == NULL || base == MAP_FAILED) {
-        st = hurray__fail(error, m == NULL ? HURRAY_ERR_NO_MEMORY : HURRAY_ERR_IO,
-                          "cannot map %s: %s", path, strerror(errno));
+        st = m == NULL
+                 ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                 : hurray__fail(error, HURRAY_ERR_IO, "cannot map %s: %s", path, strerror(errno));
         if (base != MAP_FAILED && base != NULL) munmap(base, (size_t)sb.st_size);
         free(m);
         close(fd);
