@@ -1302,7 +1302,7 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
     at += e->nbytes;
   }
   hurray__str_addc(&h, '}');
-  while (h.len % 8 != 0) hurray__str_addc(&h, ' ');
+  while (!h.oom && h.len % 8 != 0) hurray__str_addc(&h, ' '); /* no-op once out of memory */
   if (h.oom) {
     hurray__str_free(&h);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
