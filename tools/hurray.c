@@ -114,11 +114,20 @@ static void note_dropped_metadata(const char *src, HurrayFormat tf) {
   options.verify_checksums = false; /* the conversion checked them */
   HurraySource *s = NULL;
   HurrayError error = {0};
-  if (hurray_source_open(src, HURRAY_FORMAT_UNKNOWN, &options, &s, &error) != HURRAY_OK) return;
-  size_t count = hurray_source_metadata_count(s), n = 0;
-  size_t left = hurray_source_left_metadata_count(s);
-  const char **keys = calloc(count + left > 0 ? count + left : 1, sizeof *keys);
-  for (size_t i = 0; keys != NULL && tf != HURRAY_FORMAT_HURRAY && i < count; i++) {
+  const char **keys = NULL;
+  size_t count = 0, n = 0, left = 0;
+  if (hurray_source_open(src, HURRAY_FORMAT_UNKNOWN, &options, &s, &error) == HURRAY_OK) {
+    count = hurray_source_metadata_count(s);
+    left = hurray_source_left_metadata_count(s);
+    keys = calloc(count + left > 0 ? count + left : 1, sizeof *keys);
+  }
+  if (keys == NULL) { /* the target is written; only the list of what it left out is lost */
+    printf("note: could not list the metadata keys left out: %s\n",
+           s == NULL ? error.message : "out of memory");
+    hurray_source_close(s);
+    return;
+  }
+  for (size_t i = 0; tf != HURRAY_FORMAT_HURRAY && i < count; i++) {
     const char *key;
     HurrayMetadataType type;
     const void *value;
@@ -128,17 +137,15 @@ static void note_dropped_metadata(const char *src, HurrayFormat tf) {
       keys[n++] = key;
     }
   }
-  if (keys != NULL) {
-    print_dropped_note(keys, n,
-                       tf == HURRAY_FORMAT_SAFETENSORS
-                           ? "safetensors keeps only its own __metadata__, the hurray keys "
-                             "safetensors.*"
-                           : "GGUF carries only its own key-value pairs, the hurray keys gguf.*");
-    for (size_t i = 0; i < left; i++) keys[i] = hurray_source_left_metadata_key(s, i);
-    print_dropped_note(keys, left,
-                       "the reserved chunk-checksum key, or types of a newer file format "
-                       "version, which this version does not write");
-  }
+  print_dropped_note(keys, n,
+                     tf == HURRAY_FORMAT_SAFETENSORS
+                         ? "safetensors keeps only its own __metadata__, the hurray keys "
+                           "safetensors.*"
+                         : "GGUF carries only its own key-value pairs, the hurray keys gguf.*");
+  for (size_t i = 0; i < left; i++) keys[i] = hurray_source_left_metadata_key(s, i);
+  print_dropped_note(keys, left,
+                     "the reserved chunk-checksum key, or types of a newer file format "
+                     "version, which this version does not write");
   free(keys);
   hurray_source_close(s);
 }
