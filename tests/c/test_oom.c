@@ -137,35 +137,32 @@ static void names_of(HurraySource *src, char *result) {
   }
 }
 
-/* The GGUF target keeps gguf.__tensors__'s order (parsed as JSON by yajl). */
-static HurrayStatus convert_to_gguf(char *result, HurrayError *e) {
+/* ordered.hurray converted to `name`, in `format`; the result is the
+ * target's tensor names in order. */
+static HurrayStatus convert_to(const char *name, HurrayFormat format, char *result,
+                               HurrayError *e) {
   char in[300], out[300];
   in_dir(in, sizeof in, "ordered.hurray");
-  in_dir(out, sizeof out, "ordered.gguf");
+  in_dir(out, sizeof out, name);
   HurrayStatus s = hurray_convert_file(in, out, NULL, e);
   if (s != HURRAY_OK) return s;
   armed = false;
   HurraySource *src = NULL;
-  assert_ok(hurray_source_open(out, HURRAY_FORMAT_GGUF, NULL, &src, error));
+  assert_ok(hurray_source_open(out, format, NULL, &src, error));
   names_of(src, result);
   hurray_source_close(src);
   return HURRAY_OK;
 }
 
+/* The GGUF target keeps gguf.__tensors__'s order (parsed as JSON by yajl). */
+static HurrayStatus convert_to_gguf(char *result, HurrayError *e) {
+  return convert_to("ordered.gguf", HURRAY_FORMAT_GGUF, result, e);
+}
+
 /* The safetensors target pads its header to 8 bytes: out of memory, the
  * padding loop spun forever (an append is a no-op then). */
 static HurrayStatus convert_to_safetensors(char *result, HurrayError *e) {
-  char in[300], out[300];
-  in_dir(in, sizeof in, "ordered.hurray");
-  in_dir(out, sizeof out, "ordered.safetensors");
-  HurrayStatus s = hurray_convert_file(in, out, NULL, e);
-  if (s != HURRAY_OK) return s;
-  armed = false;
-  HurraySource *src = NULL;
-  assert_ok(hurray_source_open(out, HURRAY_FORMAT_SAFETENSORS, NULL, &src, error));
-  names_of(src, result);
-  hurray_source_close(src);
-  return HURRAY_OK;
+  return convert_to("ordered.safetensors", HURRAY_FORMAT_SAFETENSORS, result, e);
 }
 
 static void test_convert_json_metadata(void **state) {
