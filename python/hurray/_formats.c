@@ -171,11 +171,7 @@ static PyObject *source_names(PyObject *op, PyObject *unused) {
   size_t n = hurray_source_tensor_count(self->source);
   PyObject *out = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; out != NULL && i < n; i++) {
-    const char *text = hurray_source_tensor_name(self->source, i);
-    if (text == NULL) { /* never, once opened: the names are copied at open */
-      Py_DECREF(out);
-      return PyErr_NoMemory();
-    }
+    const char *text = hurray_source_tensor_name(self->source, i); /* never NULL here */
     PyObject *name = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "surrogateescape");
     if (name == NULL) Py_CLEAR(out);
     else PyList_SET_ITEM(out, (Py_ssize_t)i, name);

@@ -423,20 +423,11 @@ const char *hurray_source_tensor_name(const HurraySource *s, size_t i) {
   }
 }
 
-/* Tensor i's name in a hurray source; NO_MEMORY when the reader could not
- * copy its names (NULL there would mean "every tensor" to verify). */
-static HurrayStatus reader_name(const HurraySource *s, size_t i, const char **name,
-                                HurrayError *error) {
-  *name = hurray_reader_tensor_name(s->reader, i);
-  if (*name != NULL) return HURRAY_OK;
-  return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for the tensor names");
-}
-
+/* Names of a hurray source: never NULL, open_hurray copied them. */
 static HurrayStatus hurray_descriptor_of(const HurraySource *s, size_t i, HurrayDescriptor **d,
                                          HurrayError *error) {
-  const char *name;
-  HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
-  return hurray_reader_get_descriptor(s->reader, name, d, error);
+  return hurray_reader_get_descriptor(s->reader, hurray_reader_tensor_name(s->reader, i), d,
+                                      error);
 }
 
 const char *hurray_source_tensor_type(const HurraySource *s, size_t i) {
@@ -621,8 +612,7 @@ HurrayStatus hurray_source_get_tensor(HurraySource *s, size_t i, HurrayDescripto
   }
   if (s->format == HURRAY_FORMAT_HURRAY) {
     /* The reader quotes names as they are; this API's messages escape them. */
-    const char *name;
-    HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
+    const char *name = hurray_reader_tensor_name(s->reader, i);
     if (s->verify && !s->verified) {
       HURRAY_RETURN_NOT_OK(one_line(hurray_reader_verify(s->reader, name, error), error));
     }
@@ -1497,9 +1487,7 @@ static HurrayStatus check_source_tensor(const HurraySource *s, size_t i, Entry *
     e->check_sum = sum;
     return HURRAY_OK;
   }
-  const char *name;
-  HURRAY_RETURN_NOT_OK(reader_name(s, i, &name, error));
-  return hurray_reader_verify(s->reader, name, error);
+  return hurray_reader_verify(s->reader, hurray_reader_tensor_name(s->reader, i), error);
 }
 
 /* A safetensors file that --keep-scales wrote holds a quantized tensor as

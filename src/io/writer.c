@@ -980,6 +980,14 @@ static HurrayStatus append_tensor(HurrayWriter *w, const char *name, size_t name
   return HURRAY_OK;
 }
 
+/* What computing a tensor's statistics means for its write: a kind they do
+ * not cover keeps what it came with (OK); no memory for them fails the
+ * write rather than drop them silently. */
+static HurrayStatus statistics_kept(HurrayStatus computed, HurrayError *error) {
+  if (computed != HURRAY_ERR_NO_MEMORY) return HURRAY_OK;
+  return hurray__fail(error, computed, "out of memory for statistics");
+}
+
 HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
                                         const HurrayDescriptor *d, const HurrayBufferList *buffers,
                                         HurrayError *error) {
@@ -995,11 +1003,8 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
   HURRAY_RETURN_NOT_OK(check_tensor(w, name, name_len, d, buffers, error));
   HurrayDescriptor *stored = NULL;
   HurrayStatus status = file_form(d, &stored, error);
-  /* A kind statistics do not cover keeps what it came with; no memory for
-   * them fails the write rather than drop them silently. */
-  if (status == HURRAY_OK && w->statistics &&
-      hurray_compute_statistics(stored, buffers, NULL) == HURRAY_ERR_NO_MEMORY) {
-    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory for statistics");
+  if (status == HURRAY_OK && w->statistics) {
+    status = statistics_kept(hurray_compute_statistics(stored, buffers, NULL), error);
   }
   if (status == HURRAY_OK) status = append_tensor(w, name, name_len, stored, buffers, NULL, error);
   hurray_descriptor_destroy(stored);
@@ -1084,8 +1089,6 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
 }
 
 /* Statistics need the data as a buffer list; only then is one built. */
-/* Statistics of every dense dtype they cover; NO_MEMORY when there was no
- * memory for them (never dropped silently). */
 static HurrayStatus dense_statistics(HurrayDescriptor *d, const HurrayDenseTensor *t,
                                      HurrayError *error) {
   HurrayBufferList *list = NULL;
@@ -1101,9 +1104,7 @@ static HurrayStatus dense_statistics(HurrayDescriptor *d, const HurrayDenseTenso
   }
   hurray_buffer_destroy(b);
   hurray_buffer_list_destroy(list);
-  return status == HURRAY_ERR_NO_MEMORY
-             ? hurray__fail(error, status, "out of memory for statistics")
-             : HURRAY_OK;
+  return statistics_kept(status, error);
 }
 
 HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w, const HurrayDenseTensor *tensors,

@@ -167,10 +167,6 @@ static HurrayStatus convert_to_safetensors(char *result, HurrayError *e) {
 
 static void test_convert_json_metadata(void **state) {
   (void)state;
-  char in[300];
-  in_dir(in, sizeof in, "ordered.hurray");
-  HurrayError err = {0};
-  assert_int_equal(write_file_with(in, false, "[\"b\", \"a\"]", &err), HURRAY_OK);
   sweep("hurray to GGUF, tensor order from JSON", convert_to_gguf);
   sweep("hurray to safetensors", convert_to_safetensors);
 }
@@ -205,8 +201,9 @@ static void test_safetensors_header(void **state) {
 }
 
 /* Buffers read through a byte source are allocated, then handed to
- * hurray_buffer_create, which releases them itself when it fails. */
-static uint8_t file_bytes[4096];
+ * hurray_buffer_create, which releases them itself when it fails. The
+ * bytes of source.hurray, read by setup. */
+static uint8_t *file_bytes;
 static size_t file_len;
 
 static HurrayStatus read_byte_source(char *result, HurrayError *e) {
@@ -229,14 +226,6 @@ static HurrayStatus read_byte_source(char *result, HurrayError *e) {
 
 static void test_byte_source_reader(void **state) {
   (void)state;
-  char path[300];
-  in_dir(path, sizeof path, "source.hurray");
-  HurrayError err = {0};
-  assert_int_equal(write_file_with(path, false, NULL, &err), HURRAY_OK);
-  uint8_t *bytes = read_file(path, &file_len);
-  assert_true(file_len <= sizeof file_bytes);
-  memcpy(file_bytes, bytes, file_len);
-  free(bytes);
   sweep("byte-source reader", read_byte_source);
 }
 
@@ -267,16 +256,30 @@ static HurrayStatus read_hurray_source(char *result, HurrayError *e) {
 
 static void test_hurray_source(void **state) {
   (void)state;
-  char path[300];
-  in_dir(path, sizeof path, "source.hurray");
-  HurrayError err = {0};
-  assert_int_equal(write_file_with(path, false, NULL, &err), HURRAY_OK);
   sweep("hurray source", read_hurray_source);
 }
 
+/* The inputs, written with no allocation failing: source.hurray (its bytes
+ * kept for the byte source) and ordered.hurray, whose metadata the targets
+ * read. */
 static int setup(void **state) {
   (void)state;
-  return scratch_dir_create("oom");
+  char source[300], ordered[300];
+  HurrayError err = {0};
+  if (scratch_dir_create("oom") != 0) return -1;
+  in_dir(source, sizeof source, "source.hurray");
+  in_dir(ordered, sizeof ordered, "ordered.hurray");
+  if (write_file_with(source, false, NULL, &err) != HURRAY_OK ||
+      write_file_with(ordered, false, "[\"b\", \"a\"]", &err) != HURRAY_OK) {
+    return -1;
+  }
+  file_bytes = read_file(source, &file_len);
+  return file_bytes != NULL ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  free(file_bytes);
+  return scratch_dir_remove(state);
 }
 
 int main(void) {
@@ -285,5 +288,5 @@ int main(void) {
       cmocka_unit_test(test_safetensors_header), cmocka_unit_test(test_byte_source_reader),
       cmocka_unit_test(test_hurray_source),
   };
-  return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
+  return cmocka_run_group_tests(tests, setup, teardown);
 }
