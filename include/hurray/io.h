@@ -79,7 +79,9 @@ typedef HurrayStatus (*HurrayWriteFn)(void *ctx, const void *data, size_t len);
  * bits; a symbolic link is itself replaced (what it pointed to is left
  * alone); a folder, FIFO, socket or device node is refused here with
  * HURRAY_ERR_IO (os_errno EISDIR or ENXIO), since renaming over it would
- * destroy it. */
+ * destroy it. The writer holds the folder open (one descriptor) and names
+ * the file relative to it: a folder renamed or moved meanwhile gets the
+ * file under its new name. */
 HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
                                            HurrayError *error);
 /* Writes sequentially to an open descriptor (a file, a pipe, a socket);

@@ -1,14 +1,14 @@
 /*
  * The default HurraySys table: thin wrappers over the real calls.
  */
-#define _GNU_SOURCE /* mkostemp */
+#define _GNU_SOURCE /* sync_file_range */
 #include "sys.h"
 
 #include "../core/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h> /* rename */
+#include <stdio.h> /* renameat */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,14 +19,9 @@ static int sys_access(void *ctx, const char *path, int mode) {
   return access(path, mode);
 }
 
-static int sys_open(void *ctx, const char *path, int flags, mode_t mode) {
+static int sys_openat(void *ctx, int dirfd, const char *path, int flags, mode_t mode) {
   (void)ctx;
-  return open(path, flags, mode);
-}
-
-static int sys_mkostemp(void *ctx, char *path_template, int flags) {
-  (void)ctx;
-  return mkostemp(path_template, flags);
+  return openat(dirfd, path, flags, mode);
 }
 
 static int sys_fchmod(void *ctx, int fd, mode_t mode) {
@@ -50,14 +45,15 @@ static int sys_linkat(void *ctx, int old_dirfd, const char *old_path, int new_di
   return linkat(old_dirfd, old_path, new_dirfd, new_path, flags);
 }
 
-static int sys_rename(void *ctx, const char *old_path, const char *new_path) {
+static int sys_renameat(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
+                        const char *new_path) {
   (void)ctx;
-  return rename(old_path, new_path);
+  return renameat(old_dirfd, old_path, new_dirfd, new_path);
 }
 
-static int sys_unlink(void *ctx, const char *path) {
+static int sys_unlinkat(void *ctx, int dirfd, const char *path) {
   (void)ctx;
-  return unlink(path);
+  return unlinkat(dirfd, path, 0);
 }
 
 static int sys_close(void *ctx, int fd) {
@@ -85,14 +81,13 @@ static int sys_stat(void *ctx, const char *path, struct stat *st, bool follow) {
 const HurraySys hurray__sys_default = {
     .ctx = NULL,
     .access = sys_access,
-    .open = sys_open,
-    .mkostemp = sys_mkostemp,
+    .openat = sys_openat,
     .fchmod = sys_fchmod,
     .write = sys_write,
     .fsync = sys_fsync,
     .linkat = sys_linkat,
-    .rename = sys_rename,
-    .unlink = sys_unlink,
+    .renameat = sys_renameat,
+    .unlinkat = sys_unlinkat,
     .close = sys_close,
     .start_writeback = sys_start_writeback,
     .stat = sys_stat,

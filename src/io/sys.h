@@ -34,18 +34,21 @@
 typedef struct HurraySys {
   void *ctx;
   int (*access)(void *ctx, const char *path, int mode);
-  /* open(2); the writer opens the O_TMPFILE file and, after the rename,
-   * the folder (to fsync it) with it. */
-  int (*open)(void *ctx, const char *path, int flags, mode_t mode);
-  /* mkostemp(3): the named temporary file of the fallback path. */
-  int (*mkostemp)(void *ctx, char *path_template, int flags);
+  /* openat(2). The writer opens the target's folder once (AT_FDCWD) and
+   * makes its temporary file there by descriptor, O_TMPFILE or a new name
+   * with O_CREAT | O_EXCL: every later step names the file relative to the
+   * folder's descriptor, so a folder renamed or moved mid-write still gets
+   * the finished file, and a failure still finds the temporary one. */
+  int (*openat)(void *ctx, int dirfd, const char *path, int flags, mode_t mode);
   int (*fchmod)(void *ctx, int fd, mode_t mode);
   ssize_t (*write)(void *ctx, int fd, const void *data, size_t len);
   int (*fsync)(void *ctx, int fd);
   int (*linkat)(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
                 const char *new_path, int flags);
-  int (*rename)(void *ctx, const char *old_path, const char *new_path);
-  int (*unlink)(void *ctx, const char *path);
+  int (*renameat)(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
+                  const char *new_path);
+  /* unlinkat(2) with flags 0: removes a file, never a folder. */
+  int (*unlinkat)(void *ctx, int dirfd, const char *path);
   int (*close)(void *ctx, int fd);
   /* sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE): starts the
    * writeback of bytes already written, without waiting for it. Advice

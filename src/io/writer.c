@@ -7,7 +7,7 @@
  * tests can fail any one of them; tests/c/test_faults.c does, at every call
  * of a representative write.
  */
-#define _GNU_SOURCE /* O_TMPFILE, linkat, mkostemp */
+#define _GNU_SOURCE /* O_TMPFILE, linkat */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -114,9 +114,10 @@ struct HurrayWriter {
   HurrayWriteFn write_fn;
   void *write_ctx;
   char *target;          /* SINK_PATH: the final path */
-  char *dir;             /* SINK_PATH: the target's folder, where the temp file lives */
+  char *dir;             /* SINK_PATH: the target's folder, for messages */
+  int dir_fd;            /* SINK_PATH: that folder, where the temp file lives */
   char *base;            /* SINK_PATH: the target's last component */
-  char *temp_path;       /* SINK_PATH: the temp file's name while it has one */
+  char *temp_name;       /* SINK_PATH: the temp file's name in dir_fd while it has one */
   bool unnamed_temp;     /* SINK_PATH with O_TMPFILE */
   uint64_t position;     /* bytes written so far */
   uint64_t written_back; /* SINK_PATH: writeback started for [0, written_back) */
@@ -546,6 +547,7 @@ static HurrayStatus writer_new(SinkKind kind, HurrayWriter **out, HurrayError *e
   w->kind = kind;
   w->sys = &hurray__sys_default;
   w->fd = -1;
+  w->dir_fd = -1;
   hurray__write_pieces_init(&w->pieces, hurray__write_folios_choice());
   *out = w;
   return HURRAY_OK;
@@ -607,6 +609,54 @@ static int temp_stem(const char *base) {
   return (int)n;
 }
 
+/* Writes a hidden name for the temporary file into `name` (TEMP_NAME_BYTES):
+ * the target's stem, this process and a random token, so that no one
+ * else's file has it and a name taken by someone else is not guessed. */
+#define TEMP_NAME_BYTES (TEMP_STEM_BYTES + 64)
+
+static void new_temp_name(const HurrayWriter *w, char *name) {
+  uint32_t token = 0;
+  if (getentropy(&token, sizeof token) != 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    token = (uint32_t)now.tv_nsec ^ (uint32_t)(uintptr_t)name;
+  }
+  snprintf(name, TEMP_NAME_BYTES, ".%.*s.hurray-tmp-%d-%08x", temp_stem(w->base), w->base,
+           (int)getpid(), (unsigned)token);
+}
+
+/* Tries new hidden names in the target's folder until `make` (O_EXCL open
+ * or link) succeeds or fails otherwise than EEXIST; records the name in
+ * temp_name. Returns what `make` returned last, with errno. */
+static int make_temp_name(HurrayWriter *w, int (*make)(HurrayWriter *, const char *),
+                          HurrayError *error, HurrayStatus *status) {
+  w->temp_name = malloc(TEMP_NAME_BYTES);
+  if (w->temp_name == NULL) {
+    *status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+    return -1;
+  }
+  *status = HURRAY_OK;
+  for (int attempt = 0;; attempt++) {
+    new_temp_name(w, w->temp_name);
+    int rc = make(w, w->temp_name);
+    if (rc >= 0 || errno != EEXIST || attempt >= 100) {
+      if (rc < 0) {
+        int saved = errno;
+        free(w->temp_name);
+        w->temp_name = NULL;
+        errno = saved;
+      }
+      return rc;
+    }
+  }
+}
+
+static int create_named(HurrayWriter *w, const char *name) {
+  w->fd = w->sys->openat(w->sys->ctx, w->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                         0600);
+  return w->fd;
+}
+
 /* Opens the temporary file in the target's folder. An O_TMPFILE file has no
  * name at all until finish links it, so a crash leaves nothing behind. */
 static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
@@ -615,9 +665,9 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
   /* Publishing an unnamed file goes through /proc/self/fd; without /proc,
    * use a named temporary file from the start. Any failure of the O_TMPFILE
    * open (a file system without it, an old kernel) falls back too; a real
-   * problem with the folder shows up again in mkostemp. */
+   * problem with the folder shows up again in the named file's open. */
   if (sys->access(sys->ctx, "/proc/self/fd", X_OK) == 0) {
-    w->fd = sys->open(sys->ctx, w->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, NEW_FILE_MODE);
+    w->fd = sys->openat(sys->ctx, w->dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, NEW_FILE_MODE);
   }
   if (w->fd >= 0) {
     w->unnamed_temp = true;
@@ -625,23 +675,16 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
     return HURRAY_OK;
   }
 #endif
-  size_t len = strlen(w->dir) + strlen(w->base) + 32;
-  w->temp_path = malloc(len);
-  if (w->temp_path == NULL) {
-    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  }
-  snprintf(w->temp_path, len, "%s/.%.*s.hurray-tmp-XXXXXX", w->dir, temp_stem(w->base), w->base);
-  w->fd = sys->mkostemp(sys->ctx, w->temp_path, O_CLOEXEC);
-  if (w->fd < 0) {
+  HurrayStatus status;
+  if (make_temp_name(w, create_named, error, &status) < 0) {
+    if (status != HURRAY_OK) return status;
     int saved = errno;
-    free(w->temp_path);
-    w->temp_path = NULL;
     return hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot create a temporary file in %s: %s",
                            w->dir, strerror(saved));
   }
-  /* mkostemp makes the file 0600; give it the target's mode, or the one an
-   * O_TMPFILE file gets (best effort: a file only its owner can read is
-   * still a good file). */
+  /* The named file is made 0600, as mkstemp makes one; give it the
+   * target's mode, or the one an O_TMPFILE file gets (best effort: a file
+   * only its owner can read is still a good file). */
   (void)sys->fchmod(sys->ctx, w->fd,
                     w->keep_mode ? w->target_mode : NEW_FILE_MODE & ~process_umask());
   return HURRAY_OK;
@@ -660,6 +703,20 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
   free(base_copy);
   if (w->dir == NULL || w->base == NULL) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  }
+  return HURRAY_OK;
+}
+
+/* Opens the target's folder: the temporary file is made, named, renamed
+ * and removed relative to it, and it is what gets synced after the rename. */
+static HurrayStatus open_folder(HurrayWriter *w, HurrayError *error) {
+  const HurraySys *sys = w->sys;
+  w->dir_fd = sys->openat(sys->ctx, AT_FDCWD, w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  if (w->dir_fd < 0) {
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                           "cannot open the folder %s to write %s: %s", w->dir, w->base,
+                           strerror(saved));
   }
   return HURRAY_OK;
 }
@@ -703,6 +760,7 @@ static HurrayStatus open_target(const char *path, const HurraySys *sys, HurrayWr
                             ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
                             : split_target(w, error);
   if (status == HURRAY_OK) status = inspect_target(w, error);
+  if (status == HURRAY_OK) status = open_folder(w, error);
   if (status == HURRAY_OK) status = open_temp(w, error);
   if (status != HURRAY_OK) {
     hurray_writer_abort(w);
@@ -1431,13 +1489,7 @@ static HurrayStatus write_index_and_trailer(HurrayWriter *w, HurrayError *error)
  * design: the target has already been replaced, so failing here would
  * report an error for a file that is in place and complete (the spec, §12.3
  * step 6). */
-static void sync_directory(HurrayWriter *w) {
-  const HurraySys *sys = w->sys;
-  int dfd = sys->open(sys->ctx, w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-  if (dfd < 0) return;
-  (void)fsync_retry(sys, dfd);
-  (void)sys->close(sys->ctx, dfd);
-}
+static void sync_directory(HurrayWriter *w) { (void)fsync_retry(w->sys, w->dir_fd); }
 
 /* The asynchronous signals that end a process by default. They are held
  * back (this thread only) from the moment the finished file gets a name
@@ -1451,37 +1503,28 @@ static void hold_signals(sigset_t *old) {
   pthread_sigmask(SIG_BLOCK, &set, old);
 }
 
+static int link_unnamed(HurrayWriter *w, const char *name) {
+  char proc_path[64];
+  snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", w->fd);
+  return w->sys->linkat(w->sys->ctx, AT_FDCWD, proc_path, w->dir_fd, name, AT_SYMLINK_FOLLOW);
+}
+
 /* Names the finished file (an unnamed temp file is linked under a hidden
  * name), closes it and renames it over the target; on failure abort
- * removes the hidden name (temp_path). */
+ * removes the hidden name (temp_name). */
 static HurrayStatus name_and_rename(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   if (w->unnamed_temp) {
     /* Link the unnamed file under a hidden name, then rename over the
-     * target: linkat cannot replace an existing file, rename can. */
-    char proc_path[64];
-    snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", w->fd);
-    size_t len = strlen(w->dir) + strlen(w->base) + 64;
-    w->temp_path = malloc(len);
-    if (w->temp_path == NULL) {
-      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    }
-    /* Hidden, and named apart from the target, like the mkostemp fallback. */
-    for (int attempt = 0;; attempt++) {
-      snprintf(w->temp_path, len, "%s/.%.*s.hurray-tmp-%d-%d", w->dir, temp_stem(w->base), w->base,
-               (int)getpid(), attempt);
-      if (sys->linkat(sys->ctx, AT_FDCWD, proc_path, AT_FDCWD, w->temp_path, AT_SYMLINK_FOLLOW) ==
-          0) {
-        break;
-      }
-      if (errno != EEXIST || attempt >= 100) {
-        int saved = errno;
-        free(w->temp_path);
-        w->temp_path = NULL; /* not linked: the file vanishes with its descriptor */
-        return hurray__fail_os(error, HURRAY_ERR_IO, saved,
-                               "cannot link the finished file for %s: %s", w->target,
-                               strerror(saved));
-      }
+     * target: linkat cannot replace an existing file, rename can. Not
+     * linked, the file vanishes with its descriptor. */
+    HurrayStatus status;
+    if (make_temp_name(w, link_unnamed, error, &status) < 0) {
+      if (status != HURRAY_OK) return status;
+      int saved = errno;
+      return hurray__fail_os(error, HURRAY_ERR_IO, saved,
+                             "cannot link the finished file for %s: %s", w->target,
+                             strerror(saved));
     }
   }
   /* Close before the rename, and check it: on some file systems (NFS)
@@ -1495,7 +1538,7 @@ static HurrayStatus name_and_rename(HurrayWriter *w, HurrayError *error) {
                            "close of the temporary file for %s failed: %s", w->target,
                            strerror(saved));
   }
-  if (sys->rename(sys->ctx, w->temp_path, w->target) != 0) {
+  if (sys->renameat(sys->ctx, w->dir_fd, w->temp_name, w->dir_fd, w->base) != 0) {
     int saved = errno;
     return hurray__fail_os(error, HURRAY_ERR_IO, saved,
                            "cannot rename the finished file onto %s: %s", w->target,
@@ -1506,7 +1549,7 @@ static HurrayStatus name_and_rename(HurrayWriter *w, HurrayError *error) {
 
 /* Gives the finished temp file the target's name, atomically. Every step
  * before the rename may fail and leave the target untouched; abort then
- * removes whatever temporary name the file has (temp_path). */
+ * removes whatever temporary name the file has (temp_name). */
 static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   if (fsync_retry(sys, w->fd) != 0) {
@@ -1522,8 +1565,8 @@ static HurrayStatus publish(HurrayWriter *w, HurrayError *error) {
   HurrayStatus s = name_and_rename(w, error);
   if (w->unnamed_temp) pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
   HURRAY_RETURN_NOT_OK(s);
-  free(w->temp_path);
-  w->temp_path = NULL; /* nothing left to clean up */
+  free(w->temp_name);
+  w->temp_name = NULL; /* nothing left to clean up */
   sync_directory(w);
   return HURRAY_OK;
 }
@@ -1556,7 +1599,8 @@ void hurray_writer_abort(HurrayWriter *w) {
     /* Errors are ignored: there is nothing more to undo, and the caller's
      * error already says what went wrong first. */
     if (w->fd >= 0) (void)w->sys->close(w->sys->ctx, w->fd);
-    if (w->temp_path != NULL) (void)w->sys->unlink(w->sys->ctx, w->temp_path);
+    if (w->temp_name != NULL) (void)w->sys->unlinkat(w->sys->ctx, w->dir_fd, w->temp_name);
+    if (w->dir_fd >= 0) (void)w->sys->close(w->sys->ctx, w->dir_fd);
   }
   for (size_t i = 0; i < w->metadata_count; i++) {
     free(w->metadata[i].key);
@@ -1573,7 +1617,7 @@ void hurray_writer_abort(HurrayWriter *w) {
   free(w->target);
   free(w->dir);
   free(w->base);
-  free(w->temp_path);
+  free(w->temp_name);
   hurray__file_mappings_free(&w->sink_mappings);
   free(w);
 }

@@ -7,8 +7,8 @@
  * The file holds 64 float32 tensors "t.00" .. "t.63" of 128 x 1024 (512 KiB
  * each), whose bytes are kill_writer_byte(generation, tensor, k), and the
  * metadata "generation" = GENERATION. With "fallback" the writer is opened
- * on a system-call table whose access() fails, so it uses its named
- * mkostemp temporary file instead of an unnamed O_TMPFILE one.
+ * on a system-call table whose access() fails, so it uses a named
+ * temporary file instead of an unnamed O_TMPFILE one.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -60,15 +60,10 @@ static int f_access(void *c, const char *p, int m) {
   Fault f = next('o');
   return f != F_NONE ? fail_errno(f) : access(p, m);
 }
-static int f_open(void *c, const char *p, int fl, mode_t m) {
+static int f_openat(void *c, int dfd, const char *p, int fl, mode_t m) {
   (void)c;
   Fault f = next('o');
-  return f != F_NONE ? fail_errno(f) : open(p, fl, m);
-}
-static int f_mkostemp(void *c, char *t, int fl) {
-  (void)c;
-  Fault f = next('o');
-  return f != F_NONE ? fail_errno(f) : mkostemp(t, fl);
+  return f != F_NONE ? fail_errno(f) : openat(dfd, p, fl, m);
 }
 static int f_fchmod(void *c, int fd, mode_t m) {
   (void)c;
@@ -95,19 +90,19 @@ static int f_linkat(void *c, int a, const char *b, int d, const char *e, int fl)
   Fault f = next('o');
   return f != F_NONE ? fail_errno(f) : linkat(a, b, d, e, fl);
 }
-static int f_rename(void *c, const char *a, const char *b) {
+static int f_renameat(void *c, int ad, const char *a, int bd, const char *b) {
   (void)c;
   size_t i = fake.calls;
   Fault f = next('r');
   if (f != F_NONE) return fail_errno(f);
-  int rc = rename(a, b);
+  int rc = renameat(ad, a, bd, b);
   if (rc == 0) fake.rename_at = i;
   return rc;
 }
-static int f_unlink(void *c, const char *p) {
+static int f_unlinkat(void *c, int dfd, const char *p) {
   (void)c;
   next('o');
-  return unlink(p);
+  return unlinkat(dfd, p, 0);
 }
 static int f_close(void *c, int fd) {
   (void)c;
@@ -115,8 +110,17 @@ static int f_close(void *c, int fd) {
   return close(fd);
 }
 
-static const HurraySys fake_sys = {NULL,    f_access, f_open,   f_mkostemp, f_fchmod, f_write,
-                                   f_fsync, f_linkat, f_rename, f_unlink,   f_close};
+static const HurraySys fake_sys = {
+    .access = f_access,
+    .openat = f_openat,
+    .fchmod = f_fchmod,
+    .write = f_write,
+    .fsync = f_fsync,
+    .linkat = f_linkat,
+    .renameat = f_renameat,
+    .unlinkat = f_unlinkat,
+    .close = f_close,
+};
 
 static char src_st[300], src_hr[300], target[300];
 static uint8_t *reference;

@@ -8,11 +8,12 @@
  *    records the calls by kind.
  * 2. For every call index i of that trace and every fault that applies to
  *    the call at i, the write runs again with the fault at i, for both ways
- *    of making the temporary file (O_TMPFILE, and the mkostemp fallback) and
+ *    of making the temporary file (O_TMPFILE, and the named fallback) and
  *    for a target that exists and one that does not. Each run checks:
  *      - the status: HURRAY_ERR_IO with a message naming the operation and
  *        the OS error, or HURRAY_OK for the faults the writer absorbs (a
- *        short write, EINTR, EEXIST from linkat, a failed O_TMPFILE open, a
+ *        short write, EINTR, EEXIST from linkat or the named file's open, a
+ *        failed O_TMPFILE open, a
  *        failed fchmod, anything after the rename);
  *      - the target: byte-identical to the old file (or still absent) on
  *        failure, byte-identical to a fault-free write on success;
@@ -21,6 +22,8 @@
  * 3. The same with cleanup failing too: after the fault, every close and
  *    unlink fails as well. The first error must survive; a temporary file
  *    left by the failed unlink is counted, then removed.
+ * 4. The folder renamed mid-write: the file is still published, or still
+ *    removed.
  * The total number of fault points is printed.
  */
 #define _GNU_SOURCE
@@ -41,8 +44,9 @@
 
 typedef enum Op {
   OP_ACCESS,
-  OP_OPEN,
-  OP_MKOSTEMP,
+  OP_OPEN_FOLDER, /* openat(AT_FDCWD, folder, O_DIRECTORY) */
+  OP_TMPFILE,     /* openat(folder, ".", O_TMPFILE) */
+  OP_CREATE,      /* openat(folder, hidden name, O_CREAT | O_EXCL): the fallback */
   OP_FCHMOD,
   OP_WRITE,
   OP_FSYNC,
@@ -54,9 +58,9 @@ typedef enum Op {
   OP_COUNT
 } Op;
 
-static const char *const op_names[OP_COUNT] = {"access", "open",  "mkostemp", "fchmod",
-                                               "write",  "fsync", "linkat",   "rename",
-                                               "unlink", "close", "stat"};
+static const char *const op_names[OP_COUNT] = {
+    "access", "open folder", "open O_TMPFILE", "create",   "fchmod", "write",
+    "fsync",  "linkat",      "renameat",       "unlinkat", "close",  "stat"};
 
 typedef enum Fault {
   FAULT_NONE,
@@ -66,7 +70,7 @@ typedef enum Fault {
   FAULT_ENOENT,
   FAULT_EXDEV,
   FAULT_EINTR,             /* the writer retries: the write succeeds */
-  FAULT_EEXIST,            /* linkat: the writer tries the next name */
+  FAULT_EEXIST,            /* linkat, create: the writer tries the next name */
   FAULT_SHORT,             /* write: half the bytes; the writer continues */
   FAULT_SHORT_THEN_ENOSPC, /* write: half the bytes, then ENOSPC (a disk filling up) */
   FAULT_ZERO,              /* write: returns 0 */
@@ -80,7 +84,7 @@ static const char *const fault_names[FAULT_KIND_COUNT] = {
 enum { MAX_CALLS = 256 };
 
 typedef struct Fake {
-  bool force_fallback; /* access() fails: the writer uses mkostemp */
+  bool force_fallback; /* access() fails: the writer makes a named file */
   size_t fault_at;     /* call index to fail, or SIZE_MAX */
   Fault fault;
   bool cleanup_fails; /* after the fault fired, every close and unlink fails */
@@ -132,18 +136,14 @@ static int fake_access(void *ctx, const char *path, int mode) {
   return access(path, mode);
 }
 
-static int fake_open(void *ctx, const char *path, int flags, mode_t mode) {
+static int fake_openat(void *ctx, int dirfd, const char *path, int flags, mode_t mode) {
   (void)ctx;
-  Fault f = next_call(OP_OPEN, 0);
+  Op op = (flags & O_TMPFILE) == O_TMPFILE ? OP_TMPFILE
+          : (flags & O_CREAT)              ? OP_CREATE
+                                           : OP_OPEN_FOLDER;
+  Fault f = next_call(op, 0);
   if (f != FAULT_NONE) return fail_with(f);
-  return open(path, flags, mode);
-}
-
-static int fake_mkostemp(void *ctx, char *path_template, int flags) {
-  (void)ctx;
-  Fault f = next_call(OP_MKOSTEMP, 0);
-  if (f != FAULT_NONE) return fail_with(f);
-  return mkostemp(path_template, flags);
+  return openat(dirfd, path, flags, mode);
 }
 
 static int fake_fchmod(void *ctx, int fd, mode_t mode) {
@@ -186,22 +186,23 @@ static int fake_linkat(void *ctx, int old_dirfd, const char *old_path, int new_d
   return linkat(old_dirfd, old_path, new_dirfd, new_path, flags);
 }
 
-static int fake_rename(void *ctx, const char *old_path, const char *new_path) {
+static int fake_renameat(void *ctx, int old_dirfd, const char *old_path, int new_dirfd,
+                         const char *new_path) {
   (void)ctx;
   size_t index = fake.calls;
   Fault f = next_call(OP_RENAME, 0);
   if (f != FAULT_NONE) return fail_with(f);
-  int rc = rename(old_path, new_path);
+  int rc = renameat(old_dirfd, old_path, new_dirfd, new_path);
   if (rc == 0) fake.rename_at = index;
   return rc;
 }
 
-static int fake_unlink(void *ctx, const char *path) {
+static int fake_unlinkat(void *ctx, int dirfd, const char *path) {
   (void)ctx;
   Fault f = next_call(OP_UNLINK, 0);
   if (cleanup_failing()) return fail_with(FAULT_EIO);
   if (f != FAULT_NONE) return fail_with(f);
-  return unlink(path);
+  return unlinkat(dirfd, path, 0);
 }
 
 /* A failing close still releases the descriptor, as on Linux. */
@@ -224,14 +225,13 @@ static int fake_stat(void *ctx, const char *path, struct stat *st, bool follow) 
 static const HurraySys fake_sys = {
     .ctx = &fake,
     .access = fake_access,
-    .open = fake_open,
-    .mkostemp = fake_mkostemp,
+    .openat = fake_openat,
     .fchmod = fake_fchmod,
     .write = fake_write,
     .fsync = fake_fsync,
     .linkat = fake_linkat,
-    .rename = fake_rename,
-    .unlink = fake_unlink,
+    .renameat = fake_renameat,
+    .unlinkat = fake_unlinkat,
     .close = fake_close,
     .stat = fake_stat,
 };
@@ -407,7 +407,8 @@ static int open_fd_count(void) {
 /* What an operation's failure message must contain. */
 static const char *op_word(Op op) {
   switch (op) {
-    case OP_MKOSTEMP: return "temporary file";
+    case OP_OPEN_FOLDER: return "folder";
+    case OP_CREATE: return "temporary file";
     case OP_WRITE: return "write";
     case OP_FSYNC: return "fsync";
     case OP_LINKAT: return "link";
@@ -424,13 +425,15 @@ static size_t faults_for(const Fake *trace, size_t i, bool fallback, Fault *out)
     case OP_ACCESS:
       if (!fallback) out[n++] = FAULT_ENOENT;
       break;
-    case OP_OPEN:
+    case OP_OPEN_FOLDER:
+    case OP_TMPFILE:
       out[n++] = FAULT_EIO;
       out[n++] = FAULT_EACCES;
       break;
-    case OP_MKOSTEMP:
+    case OP_CREATE:
       out[n++] = FAULT_ENOSPC;
       out[n++] = FAULT_EACCES;
+      out[n++] = FAULT_EEXIST;
       break;
     case OP_FCHMOD: out[n++] = FAULT_EIO; break;
     case OP_WRITE:
@@ -474,9 +477,9 @@ static bool absorbed(const Fake *trace, size_t i, Fault f) {
   if (f == FAULT_EINTR || f == FAULT_EEXIST || f == FAULT_SHORT) return true;
   switch (trace->trace[i]) {
     case OP_ACCESS:
-    case OP_FCHMOD: return true; /* fallback path / a 0600 file */
-    case OP_OPEN: return true;   /* the O_TMPFILE open: the writer falls back to mkostemp */
-    case OP_STAT: return true;   /* read as "no such file": only the old mode is not kept */
+    case OP_FCHMOD: return true;  /* fallback path / a 0600 file */
+    case OP_TMPFILE: return true; /* the writer falls back to a named file */
+    case OP_STAT: return true;    /* read as "no such file": only the old mode is not kept */
     default: return false;
   }
 }
@@ -506,8 +509,8 @@ static Fake dry_run(bool fallback, bool exists) {
   assert_int_equal(remove_leftovers(), 0);
   size_t by_kind[OP_COUNT] = {0};
   for (size_t i = 0; i < fake.calls; i++) by_kind[fake.trace[i]]++;
-  printf("dry run (%s, target %s): %zu system calls:",
-         fallback ? "mkostemp fallback" : "O_TMPFILE", exists ? "present" : "absent", fake.calls);
+  printf("dry run (%s, target %s): %zu system calls:", fallback ? "named fallback" : "O_TMPFILE",
+         exists ? "present" : "absent", fake.calls);
   for (int k = 0; k < OP_COUNT; k++) {
     if (by_kind[k]) printf(" %s %zu", op_names[k], by_kind[k]);
   }
@@ -577,7 +580,7 @@ static void sweep(bool fallback, bool cleanup_fails) {
       }
     }
   }
-  printf("%s%s: %zu fault points\n", fallback ? "mkostemp fallback" : "O_TMPFILE",
+  printf("%s%s: %zu fault points\n", fallback ? "named fallback" : "O_TMPFILE",
          cleanup_fails ? ", cleanup failing too" : "", totals.points - before);
 }
 
@@ -622,7 +625,7 @@ static void test_every_fault_with_failing_cleanup(void **state) {
 
 /* A new file's mode is 0666 less the umask whichever way the temporary
  * file is made (open(2) applies the umask to an O_TMPFILE file; the
- * mkostemp fallback applies it itself), and a replaced file's mode is kept
+ * named fallback applies it itself), and a replaced file's mode is kept
  * either way. */
 static void test_new_and_replaced_file_modes(void **state) {
   (void)state;
@@ -649,6 +652,69 @@ static void test_new_and_replaced_file_modes(void **state) {
   assert_int_equal(remove_leftovers(), 0);
 }
 
+/* Names in `folder` other than . and ..: one, `only`, or fails. */
+static void assert_folder_holds_only(const char *folder, const char *only, const char *what) {
+  DIR *d = opendir(folder);
+  assert_non_null(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+        strcmp(e->d_name, only) != 0) {
+      fail_msg("%s: %s was left in the folder", what, e->d_name);
+    }
+  }
+  closedir(d);
+}
+
+/* The target's folder is renamed while the file is being written. The
+ * writer holds the folder open, so the finished file is published into it
+ * under its new name, as a file open(2)ed there would be; and when the
+ * rename onto the target fails (a folder took its name), the temporary
+ * file is still found and removed. Either way nothing is left behind. */
+static void test_folder_renamed_mid_write(void **state) {
+  (void)state;
+  char sub[300], moved[300], path[400], moved_target[400];
+  in_dir(sub, sizeof sub, "sub");
+  in_dir(moved, sizeof moved, "moved");
+  snprintf(path, sizeof path, "%s/model.hurray", sub);
+  snprintf(moved_target, sizeof moved_target, "%s/model.hurray", moved);
+  for (int fallback = 0; fallback < 2; fallback++) {
+    for (int blocked = 0; blocked < 2; blocked++) {
+      char what[100];
+      snprintf(what, sizeof what, "%s, %s", fallback ? "named fallback" : "O_TMPFILE",
+               blocked ? "a folder at the target" : "published");
+      assert_int_equal(mkdir(sub, 0700), 0);
+      fake_reset(fallback, SIZE_MAX, FAULT_NONE, false);
+      HurrayWriter *w = NULL;
+      assert_ok(hurray__writer_open_sys(path, &fake_sys, &w, error));
+      assert_ok(run_workload(w, error));
+      assert_int_equal(rename(sub, moved), 0);
+      if (blocked) assert_int_equal(mkdir(moved_target, 0700), 0);
+      HurrayError err = {0};
+      HurrayStatus status = hurray_writer_finish(w, &err);
+      if (blocked) {
+        if (status != HURRAY_ERR_IO || strstr(err.message, "rename") == NULL) {
+          fail_msg("%s: expected a rename failure, got %s: %s", what, hurray_status_name(status),
+                   err.message);
+        }
+        assert_int_equal(rmdir(moved_target), 0);
+      } else {
+        if (status != HURRAY_OK) fail_msg("%s: %s", what, err.message);
+        size_t len = 0;
+        uint8_t *got = read_file(moved_target, &len);
+        assert_non_null(got);
+        if (len != expected_len || memcmp(got, expected_bytes, len) != 0) {
+          fail_msg("%s: the published file differs", what);
+        }
+        free(got);
+      }
+      assert_folder_holds_only(moved, "model.hurray", what);
+      unlink(moved_target);
+      assert_int_equal(rmdir(moved), 0);
+    }
+  }
+}
+
 static void test_summary(void **state) {
   (void)state;
   printf(
@@ -670,6 +736,7 @@ int main(void) {
       cmocka_unit_test(test_every_fault_fallback),
       cmocka_unit_test(test_every_fault_with_failing_cleanup),
       cmocka_unit_test(test_new_and_replaced_file_modes),
+      cmocka_unit_test(test_folder_renamed_mid_write),
       cmocka_unit_test(test_summary),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -535,7 +535,10 @@ def test_every_target_is_fsynced_before_it_is_renamed(tmp_path, hurray_source, m
     monkeypatch.setattr(
         os,
         "replace",
-        lambda a, b: (events.append(("replace", os.path.basename(b))), real_replace(a, b))[1],
+        lambda a, b, **kw: (
+            events.append(("replace", os.path.basename(b))),
+            real_replace(a, b, **kw),
+        )[1],
     )
     for kind in ("hurray", "safetensors", "pt", "gguf", "npz"):
         events.clear()
@@ -1312,6 +1315,45 @@ def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_
 
 
 # ------------------------------------------------------------------ the temporary file
+
+
+@pytest.mark.parametrize("kind", ["npz", "safetensors", "hurray", "gguf", "pt"])
+def test_a_folder_renamed_mid_conversion_keeps_no_temporary_file(tmp_path, kind, monkeypatch):
+    """The temporary file was renamed and removed by path: with its folder
+    renamed meanwhile, the rename failed and so did the removal, leaving
+    the hidden file in the moved folder. The converter holds the folder
+    open, as the C writer does: the file is published there (a writer
+    library that had the file open kept writing it) or the conversion
+    fails (one that opens it by name later finds no folder), and either
+    way nothing else is left."""
+    from hurray.convert import _driver
+
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.arange(6, dtype=np.float32)})
+    out, moved = tmp_path / "out", tmp_path / "moved"
+    out.mkdir()
+    closing_notes = _driver._closing_notes
+
+    def rename_folder_first(*args, **kw):
+        os.rename(out, moved)
+        return closing_notes(*args, **kw)
+
+    monkeypatch.setattr(_driver, "_closing_notes", rename_folder_first)
+    try:
+        convert(src, out / f"t.{kind}", quiet=True)
+        published = True
+    except ConversionError as exc:
+        assert isinstance(exc, OSError), exc
+        published = False
+    monkeypatch.undo()
+    assert not out.exists()
+    assert listing(moved) == ([f"t.{kind}"] if published else [])
+    if published and kind != "pt":
+        back = hurray.convert(moved / f"t.{kind}", tmp_path / "back.hurray", quiet=True)
+        assert back is not None
+        np.testing.assert_array_equal(
+            hurray.load(tmp_path / "back.hurray")["w"], np.arange(6, dtype=np.float32)
+        )
 
 
 def test_a_failing_close_of_the_new_temporary_file_leaves_nothing(tmp_path, monkeypatch):

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import _dtypes
 from .._descriptor import Composite, Dense
-from .._files import fsync_dir as _fsync_dir
 from .._tensor import Tensor
 from ._common import (
     _ANY_FLOAT,
@@ -141,17 +140,10 @@ def short_name(name: str, limit: int = TMP_STEM_BYTES) -> str:
     return "".join(kept)
 
 
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _tmp_names(path: str) -> Iterator[str]:
-    """Names for a new hidden temporary file in the folder of `path`: the
-    process id and a random token, so that no one else's file has one."""
-    folder, base = os.path.split(os.path.abspath(path))
+def _tmp_names(base: str) -> Iterator[str]:
+    """Names for a new hidden temporary file beside the target named
+    `base`: the process id and a random token, so that no one else's file
+    has one."""
     stem, suffix = base, ""
     for s in (".npz", ".safetensors", ".gguf"):
         if base.endswith(s):
@@ -159,33 +151,33 @@ def _tmp_names(path: str) -> Iterator[str]:
             break
     stem = short_name(stem)
     while True:
-        yield os.path.join(folder, f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
+        yield f".{stem}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}"
 
 
-def _make_tmp(tmp: str, path: str) -> bool:
-    """Creates `tmp` (O_EXCL, mode 0666 less the umask); False when the name
-    is taken. It gets the mode of the file it replaces only when published
-    (the writers open it again by name, which a read-only mode would
-    refuse); until then, no wider one."""
-    folder = os.path.dirname(tmp)
+def _folder_failure(exc: OSError, folder: str) -> Exception:
+    why = exc.strerror or _first_line(exc)
+    return os_failure(exc, f"cannot write into the folder {folder}: {why}", folder)
 
-    def failure(exc: OSError) -> Exception:
-        why = exc.strerror or _first_line(exc)
-        return os_failure(exc, f"cannot write into the folder {folder}: {why}", folder)
 
+def _make_tmp(name: str, folder_fd: int, folder: str, path: str) -> bool:
+    """Creates `name` in the folder open as `folder_fd` (O_EXCL, mode 0666
+    less the umask); False when the name is taken. It gets the mode of the
+    file it replaces only when published (the writers open it again by
+    name, which a read-only mode would refuse); until then, no wider one."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+        fd = os.open(name, flags, 0o666, dir_fd=folder_fd)
     except FileExistsError:
         return False
     except OSError as exc:
-        raise failure(exc) from None
+        raise _folder_failure(exc, folder) from None
     try:
         _private_until_published(fd, path)
     finally:
         try:
             os.close(fd)  # Linux releases the descriptor even when close fails
         except OSError as exc:
-            raise failure(exc) from None
+            raise _folder_failure(exc, folder) from None
     return True
 
 
@@ -206,42 +198,72 @@ class _FileTarget(_Target):
     everything succeeded (publish), and removed on any failure or signal
     (abort). The rename is the converter's own last step, so a signal that
     arrives while a writer library runs (which may not check for signals)
-    raises before it, and the target stays untouched."""
+    raises before it, and the target stays untouched.
+
+    The folder is held open from start to the end, and the temporary file
+    is made, renamed and removed relative to it, as the C writer does: a
+    folder renamed or moved mid-conversion still gets the finished file,
+    and a failure still finds the temporary one to remove."""
 
     def __init__(self, path, options):
         super().__init__(path, options)
-        self.tmp: Optional[str] = None
+        self.tmp: Optional[str] = None  # its path, for the writer libraries
+        self._tmp_name: Optional[str] = None  # its name in the folder
+        self._folder_fd: Optional[int] = None
         self.published = False
 
     def start(self) -> None:
         _check_replaceable(self.path)
+        folder, base = os.path.split(os.path.abspath(self.path))
+        try:
+            self._folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+        except OSError as exc:
+            raise _folder_failure(exc, folder) from None
         # The name is recorded before the file exists: a Ctrl-C between
         # making it and recording it would leave it behind (abort() removes
         # what it names, quietly when nothing is there).
-        for tmp in _tmp_names(self.path):
-            self.tmp = tmp
-            if _make_tmp(tmp, self.path):
+        for name in _tmp_names(base):
+            self._tmp_name, self.tmp = name, os.path.join(folder, name)
+            if _make_tmp(name, self._folder_fd, folder, self.path):
                 return
-            self.tmp = None
+            self._tmp_name = self.tmp = None
 
     def publish(self) -> None:
-        assert self.tmp is not None
+        assert self._tmp_name is not None and self._folder_fd is not None
+        folder_fd = self._folder_fd
         try:
-            fd = os.open(self.tmp, os.O_RDONLY | _O_CLOEXEC)
+            fd = os.open(self._tmp_name, os.O_RDONLY | _O_CLOEXEC, dir_fd=folder_fd)
             try:
                 _keep_mode(fd, self.path)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(self.tmp, self.path)
+            base = os.path.basename(os.path.abspath(self.path))
+            os.replace(self._tmp_name, base, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         except OSError as exc:
             raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
         self.published = True
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        try:
+            os.fsync(folder_fd)  # best effort: the target is complete either way
+        except OSError:
+            pass
+        self._close_folder()
 
     def abort(self) -> None:
-        if self.tmp is not None and not self.published:
-            _unlink_quietly(self.tmp)
+        if self._tmp_name is not None and not self.published and self._folder_fd is not None:
+            try:
+                os.unlink(self._tmp_name, dir_fd=self._folder_fd)
+            except OSError:
+                pass
+        self._close_folder()
+
+    def _close_folder(self) -> None:
+        fd, self._folder_fd = self._folder_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class _DenseTarget(_FileTarget):
