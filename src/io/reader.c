@@ -1884,10 +1884,13 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
  * temporary view are always let go. */
 /* Reading a mapping of a file shrunk in place since open touches pages past
  * its end: SIGBUS, which kills the process that asked whether the file is
- * sound. Catches the shrink that happened before this call. */
+ * sound. Catches the shrink that happened before this call. A file read
+ * with pread is checked too: its index was copied at open, so a file cut
+ * short after its last buffer (its trailer gone) read every buffer intact
+ * and passed, though it no longer opens. */
 static HurrayStatus check_not_shrunk(const HurrayReader *r, HurrayError *error) {
   struct stat st;
-  if (is_mapped(r) && r->fd >= 0 && fstat(r->fd, &st) == 0 &&
+  if (r->fd >= 0 && fstat(r->fd, &st) == 0 &&
       (uint64_t)st.st_size < r->file_size) {
     return hurray__fail(error, HURRAY_ERR_TRUNCATED,
                         "the file is %llu bytes now, %llu when it was opened: it was truncated or "
