@@ -100,9 +100,24 @@ static int take_capsule(PyObject *capsule, HurrayDescriptor **d, HurrayBufferLis
 
 /* ----------------------------------------------------------------- Source */
 
+/* A HurraySource is not thread-safe (convert.h), and get() releases the
+ * GIL: `busy` (read and set under the GIL) marks a get in flight, and any
+ * other call meanwhile, from another thread, is refused rather than run
+ * against a source being read, or closed under the reader (a SIGSEGV). */
 typedef struct SourceObject {
   PyObject_HEAD HurraySource *source;
+  bool busy;
 } SourceObject;
+
+static int source_idle(SourceObject *self) {
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the source is in use by another thread; a Source is for one thread at a "
+                    "time");
+    return -1;
+  }
+  return 0;
+}
 
 static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"path", "verify", NULL};
@@ -113,15 +128,23 @@ static int source_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     return -1;
   }
   SourceObject *self = (SourceObject *)op;
+  if (source_idle(self) < 0) {
+    Py_DECREF(path_obj);
+    return -1;
+  }
   hurray_source_close(self->source);
   self->source = NULL;
   HurrayError e = {0};
   HurrayStatus s;
   HurraySourceOptions options = HURRAY_SOURCE_OPTIONS_INIT;
   options.verify_checksums = verify != 0;
+  HurraySource *source = NULL;
+  self->busy = true;
   Py_BEGIN_ALLOW_THREADS s = hurray_source_open(PyBytes_AS_STRING(path_obj), HURRAY_FORMAT_UNKNOWN,
-                                                &options, &self->source, &e);
-  Py_END_ALLOW_THREADS Py_DECREF(path_obj);
+                                                &options, &source, &e);
+  Py_END_ALLOW_THREADS self->busy = false;
+  self->source = source;
+  Py_DECREF(path_obj);
   if (s != HURRAY_OK) {
     raise_status(s, &e);
     return -1;
@@ -138,6 +161,7 @@ static void source_dealloc(PyObject *op) {
 }
 
 static int source_ready(SourceObject *self) {
+  if (source_idle(self) < 0) return -1;
   if (self->source == NULL) {
     PyErr_SetString(PyExc_ValueError, "the source is closed");
     return -1;
@@ -226,8 +250,10 @@ static PyObject *source_get(PyObject *op, PyObject *arg) {
   HurrayDescriptor *d = NULL;
   HurrayBufferList *l = NULL;
   HurrayStatus s;
+  self->busy = true;
   Py_BEGIN_ALLOW_THREADS s = hurray_source_get_tensor(self->source, i, &d, &l, &e);
-  Py_END_ALLOW_THREADS if (s != HURRAY_OK) return raise_status(s, &e);
+  Py_END_ALLOW_THREADS self->busy = false;
+  if (s != HURRAY_OK) return raise_status(s, &e);
   return make_capsule(d, l);
 }
 
@@ -266,6 +292,7 @@ static PyObject *source_metadata(PyObject *op, PyObject *unused) {
 static PyObject *source_close(PyObject *op, PyObject *unused) {
   (void)unused;
   SourceObject *self = (SourceObject *)op;
+  if (source_idle(self) < 0) return NULL;
   hurray_source_close(self->source);
   self->source = NULL;
   Py_RETURN_NONE;
@@ -448,6 +475,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static int module_exec(PyObject *module) {
+  if (hy_refuse_subinterpreter("hurray._formats") < 0) return -1;
   PyObject *type = PyType_FromModuleAndSpec(module, &source_spec, NULL);
   if (type == NULL) return -1;
   int rc = PyModule_AddObjectRef(module, "Source", type);
@@ -464,7 +492,7 @@ static int module_exec(PyObject *module) {
 }
 
 static PyModuleDef_Slot module_slots[] = {
-    {Py_mod_exec, module_exec},
+    HY_SLOT_MAIN_INTERPRETER_ONLY{Py_mod_exec, module_exec},
     {0, NULL},
 };
 

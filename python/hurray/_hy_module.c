@@ -275,6 +275,7 @@ static int add_tables(PyObject *module, ModuleState *st) {
 }
 
 static int module_exec(PyObject *module) {
+  if (hy_refuse_subinterpreter("hurray._hurray") < 0) return -1;
   ModuleState *st = PyModule_GetState(module);
   if (hy_records_add(module, st) < 0 ||
       add_type(module, &hy_descriptor_spec, NULL, &st->descriptor_type) < 0 ||
@@ -380,7 +381,7 @@ static int module_clear(PyObject *module) {
 static void module_free(void *module) { module_clear((PyObject *)module); }
 
 static PyModuleDef_Slot module_slots[] = {
-    {Py_mod_exec, module_exec},
+    HY_SLOT_MAIN_INTERPRETER_ONLY{Py_mod_exec, module_exec},
     {0, NULL},
 };
 

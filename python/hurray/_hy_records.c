@@ -181,6 +181,13 @@ PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values) {
  * tracked, they make the collector's passes over 20,000 descriptors most of
  * the cost of reading them. */
 void hy_maybe_untrack(ModuleState *st, PyObject *op, PyObject *const *values, int n) {
+  /* An instance of a user's subclass may hold more than its values: a
+   * __dict__ or __slots__ that can point back at it. */
+  PyTypeObject *type = Py_TYPE(op);
+  if (type->tp_dictoffset != 0 || (PyObject_TypeCheck(op, st->descriptor_type) &&
+                                   type->tp_basicsize != st->descriptor_type->tp_basicsize)) {
+    return;
+  }
   for (int i = 0; i < n; i++) {
     PyObject *v = values[i];
     if (v == NULL || !PyObject_IS_GC(v)) continue;

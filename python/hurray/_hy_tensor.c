@@ -749,5 +749,8 @@ static PyType_Slot view_slots[] = {
     {0, NULL},
 };
 
-PyType_Spec hy_view_spec = {"hurray._hurray._BufferView", sizeof(ViewObject), 0,
-                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, view_slots};
+/* Made only by the tensor it views: an empty one, from `type(view)()`,
+ * had no tensor to read its buffer from. */
+PyType_Spec hy_view_spec = {
+    "hurray._hurray._BufferView", sizeof(ViewObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, view_slots};

@@ -67,6 +67,30 @@ static inline int hy_has_attr(PyObject *obj, const char *name) {
   return 0;
 }
 
+/* Module exec's first step: -1 with ImportError in any interpreter but the
+ * main one. Buffers are released, byte sources read and cancel callbacks
+ * asked on threads that hold no thread state; they enter Python through
+ * PyGILState_Ensure, which knows only the main interpreter: in a
+ * subinterpreter it waited forever for a GIL it could not take, or ran the
+ * subinterpreter's code under the main one's modules. On 3.12 and later
+ * the module slots say so too (HY_SLOT_MAIN_INTERPRETER_ONLY). */
+static inline int hy_refuse_subinterpreter(const char *module_name) {
+  if (PyInterpreterState_Get() == PyInterpreterState_Main()) return 0;
+  PyErr_Format(PyExc_ImportError,
+               "%s cannot be imported in a subinterpreter: it calls back into Python from "
+               "threads of its own (releasing buffers, reading byte sources), which CPython "
+               "supports only in the main interpreter",
+               module_name);
+  return -1;
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+#  define HY_SLOT_MAIN_INTERPRETER_ONLY \
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#else
+#  define HY_SLOT_MAIN_INTERPRETER_ONLY
+#endif
+
 /* A new `cls` instance with "STATUS_NAME: message" and the attributes
  * status and status_name; NULL with an exception if it cannot be made. */
 PyObject *hy_status_exception(PyObject *cls, HurrayStatus status, const char *message);

@@ -398,3 +398,78 @@ def test_with_statistics_keeps_a_subclass():
     s = Mine(t.descriptor, list(t.buffers)).with_statistics()
     assert type(s) is Mine
     assert (s.descriptor.statistics.min, s.descriptor.statistics.max) == (0.0, 3.0)
+
+
+# ------------------------------------------------------------ lifecycle
+
+
+def test_a_buffer_view_cannot_be_made_without_its_tensor():
+    """type(t.buffers[0].obj)() made an empty view, and reading it
+    (memoryview, numpy, bytes) dereferenced its missing tensor: SIGSEGV."""
+    r = run_python(
+        """
+        import numpy as np, hurray
+        view_type = type(hurray.from_numpy(np.arange(4, dtype=np.float32)).buffers[0].obj)
+        for make in (view_type, lambda: view_type.__new__(view_type)):
+            try:
+                v = make()
+            except TypeError as exc:
+                print("refused:", exc)
+            else:
+                memoryview(v)
+                print("made")
+        """
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("refused:") == 2, r.stdout
+
+
+def test_hurray_refuses_a_subinterpreter_instead_of_hanging():
+    """In a subinterpreter, releasing a Python-owned buffer took the GIL
+    through PyGILState_Ensure, which knows only the main interpreter: the
+    process hung. The import now fails cleanly there."""
+    r = run_python(
+        """
+        import _xxsubinterpreters as interpreters
+        import hurray  # the main interpreter keeps working
+        iid = interpreters.create()
+        try:
+            interpreters.run_string(iid, "import hurray")
+        except interpreters.RunFailedError as exc:
+            print("refused:", exc)
+        else:
+            print("imported")
+        interpreters.destroy(iid)
+        import numpy as np
+        t = hurray.from_numpy(np.arange(4, dtype=np.float32))
+        del t
+        print("main ok")
+        """,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (
+        "refused: <class 'ImportError'>: hurray._hurray cannot be imported in a subinterpreter"
+        in (r.stdout)
+    ), r.stdout
+    assert r.stdout.rstrip().endswith("main ok")
+
+
+def test_a_descriptor_subclass_decoded_stays_collectable():
+    """decode() on a Descriptor subclass left the instance untracked by the
+    collector, like a plain descriptor; a cycle through its __dict__ was
+    never collected."""
+
+    class Mine(hurray.Descriptor):
+        pass
+
+    enc = hurray.Descriptor(
+        dtype="float32", shape=(4,), buffers=[hurray.Buffer(role="data", byte_size=16)]
+    ).encode()
+    d = Mine.decode(enc)
+    assert gc.is_tracked(d)
+    d.__dict__["me"] = {"owner": d}  # what a cached_property stores
+    r = weakref.ref(d)
+    del d
+    gc.collect()
+    assert r() is None

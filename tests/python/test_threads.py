@@ -3,6 +3,8 @@ hurray.File (tensors, row slices, raw buffers, verify) and quantizing and
 dequantizing at the same time. The C calls release the GIL, so the threads
 really overlap; every result must equal the single-threaded one."""
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -209,3 +211,42 @@ def test_index_buffers_written_by_another_thread_during_a_read_are_caught(kind):
     )
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.startswith("refused"), r.stdout
+
+
+def test_a_format_source_refuses_a_call_while_another_thread_reads_it(tmp_path):
+    """hurray._formats.Source.get() reads with the GIL released; close()
+    from another thread freed the source under it (SIGSEGV). A HurraySource
+    is for one thread at a time: the second call is refused."""
+    path = tmp_path / "m.hurray"
+    hurray.save(path, {f"t{i}": np.random.rand(1 << 20).astype(np.float32) for i in range(4)})
+    code = f"""
+import threading, time, hurray, hurray._formats as F
+refused = 0
+for round in range(60):
+    s = F.Source({str(path)!r}, verify=True)
+    started = threading.Event()
+    def getter():
+        started.set()
+        try:
+            for k in range(4):
+                hurray.from_hurray(s.get(k))
+        except ValueError:  # closed between two gets
+            pass
+    th = threading.Thread(target=getter)
+    th.start()
+    started.wait()
+    time.sleep(0.0002 * (round % 10))
+    while True:
+        try:
+            s.close()
+            break
+        except RuntimeError as exc:
+            assert "in use by another thread" in str(exc), exc
+            refused += 1
+            time.sleep(0.001)
+    th.join()
+print("survived", refused > 0)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "survived True", r.stdout
