@@ -1890,8 +1890,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
  * and passed, though it no longer opens. */
 static HurrayStatus check_not_shrunk(const HurrayReader *r, HurrayError *error) {
   struct stat st;
-  if (r->fd >= 0 && fstat(r->fd, &st) == 0 &&
-      (uint64_t)st.st_size < r->file_size) {
+  if (r->fd >= 0 && fstat(r->fd, &st) == 0 && (uint64_t)st.st_size < r->file_size) {
     return hurray__fail(error, HURRAY_ERR_TRUNCATED,
                         "the file is %llu bytes now, %llu when it was opened: it was truncated or "
                         "rewritten in place since; open it again",
