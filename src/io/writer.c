@@ -576,25 +576,6 @@ static HurrayStatus finish_open(HurrayWriter *w, HurrayWriter **out, HurrayError
  * model folder) yields a file the group can replace, as theirs do. */
 #define NEW_FILE_MODE 0666
 
-/* The process's file mode creation mask, which open(2) applies and fchmod
- * does not. Read from /proc (Linux 4.7), since umask(2) can only be read by
- * setting it, which would race with other threads; 022 where unknown. */
-static mode_t process_umask(void) {
-  mode_t mask = 022;
-  FILE *f = fopen("/proc/self/status", "re");
-  if (f == NULL) return mask;
-  char line[128];
-  unsigned value;
-  while (fgets(line, sizeof line, f) != NULL) {
-    if (sscanf(line, "Umask: %o", &value) == 1) {
-      mask = (mode_t)(value & 0777);
-      break;
-    }
-  }
-  fclose(f);
-  return mask;
-}
-
 /* How much of the target's name a temporary name repeats: at most
  * TEMP_STEM_BYTES, cut at a UTF-8 character boundary. The rest of the
  * temporary name adds about 30 bytes, and a target named near the 255-byte
@@ -651,9 +632,13 @@ static int make_temp_name(HurrayWriter *w, int (*make)(HurrayWriter *, const cha
   }
 }
 
+/* A new target's file gets NEW_FILE_MODE less the umask from openat
+ * itself, as the O_TMPFILE file does (the umask cannot be read without
+ * /proc, where this fallback runs). A replaced file's is private until
+ * open_temp gives it the target's bits: it is visible while written. */
 static int create_named(HurrayWriter *w, const char *name) {
   w->fd = w->sys->openat(w->sys->ctx, w->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                         0600);
+                         w->keep_mode ? 0600 : NEW_FILE_MODE);
   return w->fd;
 }
 
@@ -682,11 +667,8 @@ static HurrayStatus open_temp(HurrayWriter *w, HurrayError *error) {
     return hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot create a temporary file in %s: %s",
                            w->dir, strerror(saved));
   }
-  /* The named file is made 0600, as mkstemp makes one; give it the
-   * target's mode, or the one an O_TMPFILE file gets (best effort: a file
-   * only its owner can read is still a good file). */
-  (void)sys->fchmod(sys->ctx, w->fd,
-                    w->keep_mode ? w->target_mode : NEW_FILE_MODE & ~process_umask());
+  /* Best effort: a file only its owner can read is still a good file. */
+  if (w->keep_mode) (void)sys->fchmod(sys->ctx, w->fd, w->target_mode);
   return HURRAY_OK;
 }
 

@@ -1265,6 +1265,57 @@ def test_new_files_get_0666_less_the_umask_in_every_format(tmp_path):
     assert len(modes) == 6 and set(modes.values()) == {"0o664"}, modes
 
 
+def _can_hide_proc() -> bool:
+    try:
+        r = subprocess.run(
+            ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /proc"],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def test_without_proc_new_files_still_get_0666_less_the_umask(tmp_path):
+    """Without /proc (a chroot, a minimal sandbox) the C writer makes a
+    named temporary file, and took the umask for it from /proc/self/status,
+    assuming 022 when that was missing: under umask 077 hurray.save and
+    the native safetensors target made world-readable 0644 files. Runs in
+    a mount namespace with /proc hidden; needs root (unshare -m)."""
+    if not _can_hide_proc():
+        pytest.skip("unshare -m with a tmpfs over /proc is not allowed here")
+    script = (
+        "import os, stat, sys\n"
+        "import numpy as np, hurray\n"
+        "assert not os.path.exists('/proc/self/fd')\n"
+        "out = sys.argv[1]\n"
+        "src = os.path.join(out, 'saved.hurray')\n"
+        "hurray.save(src, {'w': np.ones(4, np.float32)})\n"
+        "hurray.convert(src, os.path.join(out, 't.safetensors'), quiet=True)\n"
+        "for name in sorted(os.listdir(out)):\n"
+        "    print(name, oct(stat.S_IMODE(os.stat(os.path.join(out, name)).st_mode)))\n"
+    )
+    done = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            'mount -t tmpfs none /proc && umask 077 && exec "$0" -c "$1" "$2"',
+            sys.executable,
+            script,
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    modes = dict(line.split() for line in done.stdout.splitlines())
+    assert modes == {"saved.hurray": "0o600", "t.safetensors": "0o600"}, modes
+
+
 def test_a_read_only_target_is_replaced_by_a_user_who_cannot_write_it(tmp_path, monkeypatch):
     """A replaced file's mode went onto the temporary file when it was
     made, and the .npz, .npy and .pt writers open that file again by name:
