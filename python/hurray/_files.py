@@ -308,18 +308,6 @@ def fsync_dir(folder: str) -> None:
             pass
 
 
-def _refuse_special_file(path) -> None:
-    """A FIFO, socket or device would block or stream forever when opened:
-    refuse it from its stat, which never opens it. Anything stat cannot see
-    is left to the C reader, which reports it with its errno."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return
-    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        raise _hurray._error("HURRAY_ERR_IO", f"{os.fsdecode(path)} is not a regular file")
-
-
 class File:
     """A lazy reader: nothing but the index is read until a tensor is asked
     for. Tensors taken from it stay valid after close()."""
@@ -332,7 +320,8 @@ class File:
         verify: bool = False,
         readonly: bool = False,
     ):
-        _refuse_special_file(os.fspath(path))
+        # A FIFO, socket or device is refused by the C reader, which opens
+        # without blocking, with its errno (ENXIO) and the path.
         self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
         # Per-tensor lookups go straight to C: the Python frame of the
         # methods below cost as much as the lookup itself (issue 19).

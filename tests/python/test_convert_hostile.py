@@ -2391,3 +2391,86 @@ def test_keys_a_hurray_source_leaves_behind_are_named_on_both_paths(tmp_path):
     assert line in report.notes
     r = _installed_convert(src, tmp_path / "c.hurray")
     assert "(native)" in r.stdout and f"note: {line}" in r.stdout
+
+
+def test_the_report_escapes_names_an_ascii_stdout_cannot_print(tmp_path):
+    """With PYTHONIOENCODING=ascii (or the C locale without coercion) a
+    tensor name with a non-ASCII letter made printing the report raise
+    UnicodeEncodeError: `hurray convert` said "internal error" and exited 1
+    after the target was written."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"poids_\u00e9": np.zeros(3, np.float32)})
+    code = "import sys, hurray; hurray.convert(sys.argv[1], sys.argv[2])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(src), str(tmp_path / "out.npz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "poids_\\xe9" in done.stdout
+    assert np.load(tmp_path / "out.npz")["poids_\u00e9"].shape == (3,)
+
+
+def test_a_source_that_cannot_be_looked_up_keeps_its_errno(tmp_path):
+    """Every source os.path.exists() could not see was 'no such file or
+    directory' (ENOENT): a symbolic link loop, a name too long."""
+    loop = tmp_path / "loop.npz"
+    os.symlink(loop.name, loop)
+    with pytest.raises(ConversionError) as info:
+        convert(loop, tmp_path / "o.hurray", quiet=True)
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ELOOP, info.value
+    long = tmp_path / ("a" * 300 + ".npz")
+    with pytest.raises(ConversionError) as info:
+        convert(long, tmp_path / "o.hurray", quiet=True)
+    assert info.value.errno == errno.ENAMETOOLONG, info.value
+    with pytest.raises(ConversionError) as info:
+        convert(tmp_path / "missing.npz", tmp_path / "o.hurray", quiet=True)
+    assert info.value.errno == errno.ENOENT and "no such file" in str(info.value)
+
+
+def test_a_failed_npy_write_gives_its_errno(tmp_path):
+    """numpy's tofile into a real file loses the errno of a failed write:
+    a .npy target said 'writing out.npy: None', errno None. The file size
+    limit stands in for a full disk; the child ignores SIGXFSZ."""
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"a": np.arange(1 << 20, dtype=np.float32)})
+    code = textwrap.dedent(
+        """
+        import resource, signal, sys
+        from hurray.convert import convert
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        try:
+            convert(sys.argv[1], sys.argv[2], quiet=True)
+        except OSError as exc:
+            print(exc.errno, exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(src), str(tmp_path / "out.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"{errno.EFBIG} "), done.stdout
+    assert "File too large" in done.stdout
+    assert listing(tmp_path) == ["src.hurray"]
+
+
+def test_sources_with_names_that_are_not_utf8(tmp_path):
+    """A .pt whose file name is not UTF-8 was refused as if its contents
+    were unsafe (torch.load(mmap=True) raised UnicodeEncodeError on the
+    name); a .npy's tensor, named after such a file, failed the write with
+    an error that blamed the target."""
+    torch = pytest.importorskip("torch")
+    pt = os.path.join(tmp_path, os.fsdecode(b"model\xff.pt"))
+    torch.save({"w": torch.arange(4.0)}, pt)
+    convert(pt, tmp_path / "pt.hurray", quiet=True)
+    np.testing.assert_array_equal(hurray.load(tmp_path / "pt.hurray")["w"], np.arange(4.0))
+    npy = os.path.join(tmp_path, os.fsdecode(b"w\xff.npy"))
+    np.save(npy, np.arange(3.0))
+    convert(npy, tmp_path / "npy.hurray", quiet=True)
+    assert list(hurray.load(tmp_path / "npy.hurray")) == ["w\\xff"]

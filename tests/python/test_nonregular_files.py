@@ -9,11 +9,15 @@ import sys
 import pytest
 
 SCRIPT = r"""
-import sys, hurray
+import errno, sys, hurray
 try:
     {call}
 except (hurray.HurrayError, OSError) as e:
     print("refused:", type(e).__name__, e)
+    # The C reader's errno and the path; a check in Python before it gave
+    # neither, against the docs (security.md, "Not a regular file").
+    assert isinstance(e, OSError) and e.errno == errno.ENXIO, (e.errno, e)
+    assert e.filename == sys.argv[1], e.filename
     sys.exit(0)
 print("opened")
 sys.exit(1)
@@ -26,6 +30,7 @@ sys.exit(1)
         "hurray.open(sys.argv[1])",
         "hurray.load(sys.argv[1])",
         "hurray.open(sys.argv[1], mmap=False)",
+        "hurray.safe_open(sys.argv[1], 'np')",
     ],
 )
 def test_fifo_is_refused_without_blocking(tmp_path, call):

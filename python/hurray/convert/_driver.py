@@ -83,8 +83,12 @@ def _check_readable(path: str, kind: str) -> List[str]:
     """Refuses a source that is missing or cannot be read (a folder's
     listing, a file opened once for reading) with a ConversionIOError;
     the folder's entries, or []."""
-    if not os.path.exists(path):
-        raise io_error(f"{path}: no such file or directory", errno.ENOENT, path)
+    try:
+        os.stat(path)  # a loop, a folder that may not be searched: its own errno
+    except FileNotFoundError:
+        raise io_error(f"{path}: no such file or directory", errno.ENOENT, path) from None
+    except OSError as exc:
+        raise os_failure(exc, f"cannot read {path}: {exc.strerror}", path) from None
     try:
         if kind == "dir":
             return sorted(os.listdir(path))
@@ -314,8 +318,14 @@ def _print_report(report: ConversionReport, output: str) -> None:
             f"{report.target} was written, but printing its report failed: standard output "
             "is closed",
         )
+    text = report.to_json() if output == "json" else report.format()
+    # Tensor names may hold what the stream cannot encode (an ASCII locale,
+    # PYTHONIOENCODING=ascii): they are escaped, not an "internal error"
+    # after the target was written.
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    text = text.encode(encoding, "backslashreplace").decode(encoding)
     try:
-        print(report.to_json() if output == "json" else report.format())
+        print(text)
         sys.stdout.flush()  # a failed write shows here, not at exit
     except BrokenPipeError:
         raise  # the reader went away (| head): the CLI ends quietly

@@ -17,7 +17,7 @@ from ._common import (
     os_failure,
 )
 from ._source import _Source
-from ._target import _DenseTarget, _note_dropped, _Out
+from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 
 
 class _NpySource(_Source):
@@ -36,7 +36,10 @@ class _NpySource(_Source):
                 f"cannot read {path}: it is an .npz archive, not a .npy array "
                 "(name it *.npz to convert its arrays)"
             )
-        base = os.path.basename(path)
+        # The tensor is named after the file. A name that is not UTF-8 (its
+        # bytes held as surrogates) cannot name a tensor in any format: its
+        # odd bytes are spelled out instead (b"w\xff.npy" holds "w\\xff").
+        base = os.fsencode(os.path.basename(path)).decode("utf-8", "backslashreplace")
         self._name = base[:-4] if base.endswith(".npy") else base
 
     def names(self):
@@ -75,7 +78,11 @@ class _NpyTarget(_DenseTarget):
         if self._array is None:
             raise ConversionError("no tensor selected; a .npy file holds exactly one")
         try:
-            with open(self.tmp, "wb") as fp:
-                np.lib.format.write_array(fp, self._array, allow_pickle=False)
+            # Through a plain object with write(), not the file: numpy's
+            # tofile for a real file reports a failed write without its
+            # errno ("writing out.npy: None").
+            sink = WriteErrors(self.tmp)
+            with sink.file:
+                np.lib.format.write_array(sink, self._array, allow_pickle=False)
         except OSError as exc:
             raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None

@@ -120,6 +120,26 @@ def keep_mode(tmp: str, path: str) -> None:
         os.close(fd)
 
 
+class WriteErrors:
+    """A file that writer libraries write through, keeping the OSError of a
+    failed write (a full disk, a size limit), which torch.save reports
+    without it and numpy's tofile loses the errno of."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by the caller's with
+        self.error = None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
 TMP_STEM_BYTES = 100
 
 

@@ -3,6 +3,7 @@ written with torch.save. The only formats that need torch."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -14,7 +15,7 @@ from .._hurray import HurrayError
 from .._tensor import from_numpy
 from ._common import ConversionError, _contiguous, _first_line, is_bookkeeping, os_failure
 from ._source import _Source
-from ._target import _DenseTarget, _note_dropped, _Out
+from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 
 
 def _load(torch, path: str):
@@ -24,30 +25,18 @@ def _load(torch, path: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         try:
+            os.fsencode(path).decode("utf-8")
+        except UnicodeDecodeError:
+            # torch's mmap=True takes the name as UTF-8 and raised
+            # UnicodeEncodeError for any other; a file object it reads.
+            with open(path, "rb") as f:
+                return torch.load(f, map_location="cpu", weights_only=True)
+        try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as exc:
             if "mmap" not in str(exc) and "zipfile" not in str(exc):
                 raise
             return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
-
-
-class _WriteErrors:
-    """The file torch.save writes through, keeping the OSError of a failed
-    write (a full disk, a size limit), which torch reports without it."""
-
-    def __init__(self, path: str):
-        self.file = open(path, "wb")  # noqa: SIM115 - closed by the caller's with
-        self.error = None
-
-    def write(self, data) -> int:
-        try:
-            return self.file.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self.file.flush()
 
 
 class _TorchSource(_Source):
@@ -223,7 +212,7 @@ class _TorchTarget(_TorchishTarget):
             [k for k in metadata if not is_bookkeeping(k)],
             "a torch state dict holds tensors only",
         )
-        sink = _WriteErrors(self.tmp)
+        sink = WriteErrors(self.tmp)
         try:
             with sink.file:
                 torch.save(self._tensors, sink)
