@@ -345,6 +345,13 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   uint32_t rank = hurray_descriptor_rank(d);
   const uint64_t *shape = hurray_descriptor_shape(d);
   const int64_t *strides = hurray_descriptor_strides(d);
+  /* DLPack allows negative strides, but torch.from_dlpack aborts the
+   * process on them (a C++ exception it does not catch). Unless the caller
+   * refused a copy (copy=False), such a tensor leaves as a row-major copy,
+   * as the array API lets a producer do when copy is None. */
+  for (uint32_t i = 0; copy == Py_None && strides != NULL && i < rank; i++) {
+    if (strides[i] < 0) want_copy = 1;
+  }
   const HurrayBuffer *b = hurray_buffer_list_get(buffers, hurray_descriptor_data_buffer(d));
   if (b == NULL) return buffer_error("the tensor has no data buffer");
   uint64_t numel = 1;

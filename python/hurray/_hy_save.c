@@ -125,12 +125,18 @@ static int batch_add(Batch *b, const char *name, PyObject *spec) {
   uint32_t bits = hurray_dtype_bits(dtype);
   Py_buffer *view = &b->views[b->count];
   if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
-  if (bits < 8 || view->itemsize * 8 != (Py_ssize_t)bits || view->ndim > (int)HURRAY_MAX_RANK ||
-      view->ndim < 0) {
+  if (view->ndim > (int)HURRAY_MAX_RANK) {
+    /* The message and class the other ways in (from_numpy, Descriptor)
+     * give: it blamed the dtype, as a TypeError. */
+    PyErr_Format(PyExc_ValueError, "tensor \"%s\": shape: %d entries exceed the limit of %u", name,
+                 view->ndim, HURRAY_MAX_RANK);
+    PyBuffer_Release(view);
+    return -1;
+  }
+  if (bits < 8 || view->itemsize * 8 != (Py_ssize_t)bits || view->ndim < 0) {
     PyErr_Format(PyExc_TypeError,
-                 "tensor \"%s\": dtype %s does not match a buffer of %zd-byte items in %d "
-                 "dimensions (at most %u)",
-                 name, dtype_name, view->itemsize, view->ndim, HURRAY_MAX_RANK);
+                 "tensor \"%s\": dtype %s does not match a buffer of %zd-byte items", name,
+                 dtype_name, view->itemsize);
     PyBuffer_Release(view);
     return -1;
   }

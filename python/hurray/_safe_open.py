@@ -205,7 +205,15 @@ class SafeOpen:
     def _flip(self, out, axes):
         if self._framework == "np":
             return np.flip(out, axis=tuple(axes))
-        return out.flip(axes)
+        try:
+            return out.flip(axes)
+        except NotImplementedError:
+            # torch has no flip for some dtypes (float8, uint16/32/64): the
+            # bytes flip the same as a signed integer of their width.
+            import torch
+
+            width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+            return out.view(width[out.element_size()]).flip(axes).view(out.dtype)
 
     def _finish(self, out):
         if self._framework == "np":

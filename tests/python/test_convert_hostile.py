@@ -2474,3 +2474,18 @@ def test_sources_with_names_that_are_not_utf8(tmp_path):
     np.save(npy, np.arange(3.0))
     convert(npy, tmp_path / "npy.hurray", quiet=True)
     assert list(hurray.load(tmp_path / "npy.hurray")) == ["w\\xff"]
+
+
+@pytest.mark.parametrize(
+    "scheme, shape", [("q8_0", (0,)), ("q8_0", (2, 0)), ("nf4", (0,)), ("mxfp4", (0, 32))]
+)
+def test_keep_scales_round_trips_an_empty_quantized_tensor(tmp_path, scheme, shape):
+    """Reading a --keep-scales file back put a 0-byte scales buffer at an
+    unaligned address (numpy's empty slice of an aligned block points at
+    the block's start): 'pointer ... is not aligned to the 64 bytes'."""
+    t = hurray.quantize(np.zeros(shape, np.float32), scheme)
+    src, st, back = tmp_path / "q.hurray", tmp_path / "q.safetensors", tmp_path / "b.hurray"
+    hurray.save(src, {"w": t})
+    convert(src, st, keep_scales=True, quiet=True)
+    convert(st, back, quiet=True)
+    assert hurray.load(back)["w"].descriptor == t.descriptor

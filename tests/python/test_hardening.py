@@ -1554,3 +1554,11 @@ def test_a_member_keeps_no_root_part(member_field):
     member = hurray.Descriptor("float32", (2,), **member_field)
     with pytest.raises(ValueError, match="composite member holds no"):
         _composite_of(member)
+
+
+def test_save_of_an_array_of_too_many_dimensions_names_the_rank():
+    """The fast path for plain arrays said 'dtype float32 does not match a
+    buffer of 4-byte items in 33 dimensions', a TypeError; every other way
+    in says the shape has too many entries, a ValueError."""
+    with pytest.raises(ValueError, match=r'tensor "a": shape: 33 entries exceed the limit of 32'):
+        hurray.save(io.BytesIO(), {"a": np.zeros((1,) * 33, np.float32)})

@@ -551,3 +551,74 @@ def test_safe_open_dtype_names_are_safetensors_names(tmp_path):
             for name in arrays:
                 assert ours.get_slice(name).get_dtype() == theirs.get_slice(name).get_dtype()
             assert ours.get_slice("q").get_dtype() == "int8"  # codes: no safetensors form
+
+
+# ------------------------------------------------------------ negative strides
+
+
+def test_dlpack_of_a_negative_stride_reaches_torch_as_a_copy(tmp_path):
+    """DLPack allows negative strides and the export passed them on:
+    torch.from_dlpack(t) aborted the process (an uncaught c10::Error). With
+    copy=None they now leave as a row-major copy; copy=False still exports
+    the view, for consumers that take one (numpy)."""
+    code = textwrap.dedent(
+        """
+        import sys, numpy as np, torch, hurray
+        d = hurray.Descriptor("float32", (2, 3), strides=(3, -1), byte_offset=8,
+                              buffers=[hurray.Buffer("data", 24, 4)])
+        t = hurray.Tensor(d, [np.arange(6, dtype=np.float32)])
+        print(torch.from_dlpack(t).tolist())
+        v = np.from_dlpack(t, copy=False)
+        print(v.strides, v.tolist())
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    lines = r.stdout.splitlines()
+    assert lines[0] == "[[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]"
+    assert lines[1] == "(12, -4) [[2.0, 1.0, 0.0], [5.0, 4.0, 3.0]]"
+
+
+@pytest.mark.parametrize(
+    "shape, strides, values",
+    [((1, 3), (-3, 1), np.arange(3, dtype=np.float32)), ((2, 0), (-1, 1), np.zeros(0, np.float32))],
+)
+def test_a_negative_stride_on_a_dimension_of_size_0_or_1_loads_into_torch(
+    tmp_path, shape, strides, values
+):
+    """numpy calls such an array contiguous, so np.ascontiguousarray kept
+    it, and torch.from_numpy raised its own ValueError on the stride."""
+    d = hurray.Descriptor(
+        "float32", shape, strides=strides, buffers=[hurray.Buffer("data", values.nbytes, 4)]
+    )
+    t = hurray.Tensor(d, [values])
+    path = tmp_path / "e.hurray"
+    hurray.save(path, {"e": t})
+    want = t.to_dense()
+    for got in (
+        hurray.torch.to_torch(t),
+        load_file(path)["e"],
+        hurray.safe_open(path, "pt").get_tensor("e"),
+    ):
+        assert tuple(got.shape) == shape
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_safe_open_pt_flips_dtypes_torch_cannot_flip(tmp_path):
+    """get_slice(name)[::-1] called torch's flip, which has no kernel for
+    float8 or uint16/32/64: a bare NotImplementedError."""
+    path = tmp_path / "x.hurray"
+    arrays = {
+        "f8": np.array([1, 2, 3], dtype=ml_dtypes.float8_e4m3fn),
+        "u16": np.array([1, 2, 3], dtype=np.uint16),
+        "u64": np.array([[1, 2], [3, 2**63]], dtype=np.uint64),
+    }
+    hurray.save(path, arrays)
+    dtypes = {"f8": torch.float8_e4m3fn, "u16": torch.uint16, "u64": torch.uint64}
+    width = {1: torch.uint8, 2: torch.int16, 8: torch.int64}
+    with hurray.safe_open(path, "pt") as f:
+        for name, a in arrays.items():
+            got = f.get_slice(name)[::-1]
+            assert got.dtype == dtypes[name]
+            raw = got.contiguous().view(width[got.element_size()]).numpy().tobytes()
+            assert raw == np.ascontiguousarray(a[::-1]).tobytes(), name

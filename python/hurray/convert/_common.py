@@ -177,7 +177,9 @@ class _ExpansionBudget:
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
     raw: np.ndarray = np.empty(nbytes + align, np.uint8)
     off = (-raw.ctypes.data) % align
-    return raw[off : off + nbytes]
+    # Not raw[off:off + nbytes]: an empty slice of it points at raw's
+    # start, and a 0-byte buffer of an empty tensor failed its alignment.
+    return np.ndarray((nbytes,), np.uint8, buffer=raw, offset=off)
 
 
 def _contiguous(array) -> np.ndarray:

@@ -373,7 +373,10 @@ def _array_to_torch(array: np.ndarray, name: str) -> "torch.Tensor":
         else array.view({1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize])
     )
     if any(s < 0 for s in src.strides):
-        src = np.ascontiguousarray(src)  # torch has no negative strides: a copy
+        # torch has no negative strides: a copy. Not ascontiguousarray,
+        # which returns an array numpy calls contiguous (a negative stride
+        # on a dimension of size 0 or 1) as it is.
+        src = src.copy(order="C")
     with warnings.catch_warnings():
         # Buffers read from a file or taken from a capsule are flagged
         # read-only; torch cannot mark a tensor read-only and warns. Whoever
