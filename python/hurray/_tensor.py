@@ -253,10 +253,25 @@ class Tensor(_hurray._Tensor):
             shape,
         )
 
+    def _views(self, a: np.ndarray) -> bool:
+        """Whether `a` lies in this tensor's buffers (an empty array counts:
+        it holds nothing a write could lose)."""
+        return a.nbytes == 0 or any(
+            np.may_share_memory(a, np.frombuffer(b, np.uint8)) for b in self.buffers
+        )
+
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
         if dtype is not None:
             out = out.astype(dtype, copy=False)
+        if copy is False and not self._views(out):
+            # numpy 2's protocol: copy=False means a view or ValueError. A
+            # packed sub-byte dtype, data off its natural alignment or a
+            # dtype change is a copy, and writes to it would be lost.
+            raise ValueError(
+                f"this {self.descriptor.dtype} tensor cannot be read as that array without a copy; "
+                "use copy=None or True"
+            )
         return np.array(out, copy=True) if copy else out
 
     # __dlpack__(stream=None, max_version=None, dl_device=None, copy=None) and
@@ -518,12 +533,12 @@ def specialise(t: Tensor) -> Tensor:
 
 
 def from_dlpack(obj: Any) -> Tensor:
-    """A dense tensor from any DLPack producer (numpy, torch, ...), zero-copy."""
-    try:
-        import torch  # noqa: F401
-
-        if type(obj).__module__.startswith("torch"):
-            return _hooks.torch("from_torch")(obj)
-    except ImportError:
-        pass
+    """A dense tensor from any DLPack producer (numpy, torch, ...), zero-copy.
+    A hurray tensor (or another `__hurray__` producer) is taken through its
+    capsule, which keeps every dtype: numpy's DLPack import has no bfloat16
+    or float8, and before numpy 2 no read-only memory and no bool."""
+    if hasattr(obj, "__hurray__"):
+        return from_hurray(obj)
+    if type(obj).__module__.split(".")[0] == "torch":
+        return _hooks.torch("from_torch")(obj)
     return from_numpy(np.from_dlpack(obj))

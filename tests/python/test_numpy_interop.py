@@ -762,3 +762,31 @@ def test_sparse_values_honour_byte_offset():
         ],
     )
     np.testing.assert_array_equal(t.to_dense(), [[1, 0], [2, 3]])
+
+
+def test_asarray_copy_false_is_a_view_or_refused():
+    """numpy 2's __array__(copy=False) means a view or ValueError; a packed
+    int4 tensor gave an unpacked copy, and writes to it were lost."""
+    t = hurray.from_numpy(np.array([1, -2, 3, 0], dtype=ml_dtypes.int4))
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(t, copy=False)
+    assert np.asarray(t).tolist() == [1, -2, 3, 0]
+    f = hurray.from_numpy(np.arange(3, dtype=np.float32))
+    v = np.asarray(f, copy=False)
+    v[0] = 7
+    assert f.numpy().tolist() == [7, 1, 2]
+    assert np.asarray(hurray.from_numpy(np.zeros((0, 3), ml_dtypes.int4)), copy=False).shape == (
+        0,
+        3,
+    )
+
+
+def test_from_dlpack_of_a_hurray_tensor_keeps_every_dtype():
+    """hurray.from_dlpack passed a hurray tensor to numpy's DLPack import,
+    which has no bfloat16 or float8 (RuntimeError); its capsule has all."""
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.bool_):
+        a = np.array([1, 0, 1], dtype=dtype)
+        back = hurray.from_dlpack(hurray.from_numpy(a))
+        assert (
+            back.numpy().tobytes() == a.tobytes() and back.descriptor.dtype == np.dtype(dtype).name
+        )

@@ -622,3 +622,48 @@ def test_safe_open_pt_flips_dtypes_torch_cannot_flip(tmp_path):
             assert got.dtype == dtypes[name]
             raw = got.contiguous().view(width[got.element_size()]).numpy().tobytes()
             assert raw == np.ascontiguousarray(a[::-1]).tobytes(), name
+
+
+# ------------------------------------------------------------ older torch
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        BufferError("a DLPack 0.x capsule cannot say the memory is read-only"),
+        RuntimeError("Unsupported code 10"),
+    ],
+)
+def test_what_an_older_torch_cannot_take_by_dlpack_goes_through_numpy(
+    tmp_path, monkeypatch, refusal
+):
+    """torch before 2.9 asks __dlpack__ without max_version, so read-only
+    memory has no capsule for it (BufferError); before 2.10 it knows no
+    float8 codes (RuntimeError). to_torch and load_file passed those
+    errors on; they now take the numpy route. The older torch is stood in
+    for by a from_dlpack that refuses."""
+    path = tmp_path / "m.hurray"
+    arrays = {
+        "f8": np.array([1, -2, 0.5], dtype=ml_dtypes.float8_e4m3fn),
+        "bf16": np.array([1, -2, 0.5], dtype=ml_dtypes.bfloat16),
+        "i32": np.arange(6, dtype=np.int32).reshape(2, 3),
+    }
+    hurray.save(path, arrays)
+
+    def from_dlpack(obj, *args, **kwargs):
+        raise refusal
+
+    monkeypatch.setattr(torch, "from_dlpack", from_dlpack)
+    loaded = (
+        {k: hurray.torch.to_torch(v) for k, v in hurray.load(path, readonly=True).items()},
+        load_file(path),
+        load_file(path, mmap=False),
+    )
+    for tensors in loaded:
+        for name, a in arrays.items():
+            got = tensors[name]
+            width = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[got.element_size()]
+            raw = got.view(width).numpy().tobytes()
+            assert raw == a.tobytes(), name
+            got.view(width)[0] = 0  # writable, and not the file's memory
+    assert hurray.load(path)["i32"].numpy().tolist() == [[0, 1, 2], [3, 4, 5]]

@@ -592,12 +592,23 @@ def to_torch(t: Tensor) -> "torch.Tensor":
     if any(n >= 2**63 for n in d.shape):  # no elements, but past torch's int64 sizes
         raise UnsupportedError(f"torch cannot hold a tensor of shape {tuple(d.shape)}")
     if d.strides is None or all(s >= 0 for s in d.strides):
-        # DLPack straight from C: no numpy round trip, bfloat16 and float8
-        # included; torch ignores its read-only flag.
-        out = torch.from_dlpack(t)
+        out = _from_dlpack(t, d.dtype)
     else:
         out = _array_to_torch(t.numpy(), d.dtype)
     return out.clone() if read_only else out
+
+
+def _from_dlpack(t: Tensor, name: str) -> "torch.Tensor":
+    """torch.from_dlpack(t): straight from C, no numpy round trip, bfloat16
+    and float8 included (torch ignores the read-only flag). Older torch
+    cannot take every capsule, and then the numpy route is taken: before
+    2.9 it asks without max_version, and an unversioned capsule cannot say
+    that memory is read-only, so none is given (BufferError); before 2.10
+    it knows no float8 codes (RuntimeError: Unsupported code)."""
+    try:
+        return torch.from_dlpack(t)
+    except (BufferError, RuntimeError):
+        return _array_to_torch(t.numpy(), name)
 
 
 # ---------------------------------------------------------------- files
@@ -842,8 +853,8 @@ def _load(
                     d = t.descriptor
                     from_file[name] = (name, d.layout.data_buffer, d.byte_offset)
                     continue
-                except BufferError:
-                    pass  # sub-byte dtypes: to_torch says what to do
+                except (BufferError, RuntimeError):
+                    pass  # sub-byte dtypes, what an older torch cannot take: to_torch
             t = specialise(t)
             if quant != _QUANT_NONE and dequantize is not None:
                 if isinstance(t.descriptor.layout, Dense):
