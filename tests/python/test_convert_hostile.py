@@ -2489,3 +2489,30 @@ def test_keep_scales_round_trips_an_empty_quantized_tensor(tmp_path, scheme, sha
     convert(src, st, keep_scales=True, quiet=True)
     convert(st, back, quiet=True)
     assert hurray.load(back)["w"].descriptor == t.descriptor
+
+
+def test_paths_near_path_max_are_written(tmp_path, monkeypatch):
+    """Temporary files were named by their whole path: a target path of
+    4076 to 4095 bytes, which open() takes, failed with ENAMETOOLONG after
+    the whole file was written; and in a working directory deeper than
+    4075 bytes every conversion to a short relative target failed, its
+    temporary name made absolute. They are named in the folder now."""
+    deep = str(tmp_path)
+    while len(deep) < 4080:
+        deep += "/" + "d" * min(200, 4080 - len(deep) - 1)
+    os.makedirs(deep)
+    target = os.path.join(deep, "m.hurray")
+    assert len(target) == 4089
+    hurray.save(target, {"a": np.arange(3.0)})
+    assert hurray.load(target)["a"].numpy().tolist() == [0.0, 1.0, 2.0]
+    monkeypatch.chdir(deep)
+    hurray.save("src.hurray", {"a": np.arange(3.0)})
+    for name in ("o.npz", "o.safetensors", "o.hurray"):
+        convert("src.hurray", name, quiet=True)
+    assert sorted(os.listdir(".")) == [
+        "m.hurray",
+        "o.hurray",
+        "o.npz",
+        "o.safetensors",
+        "src.hurray",
+    ]

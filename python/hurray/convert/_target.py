@@ -234,7 +234,10 @@ class _FileTarget(_Target):
 
     def start(self) -> None:
         _check_replaceable(self.path)
-        folder, base = os.path.split(os.path.abspath(self.path))
+        # Relative as given: an absolute form may pass PATH_MAX where the
+        # working directory is deep, and the descriptor pins the folder.
+        folder, base = os.path.split(os.fspath(self.path))
+        folder = folder or os.curdir
         try:
             self._folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
         except OSError as exc:
@@ -258,7 +261,7 @@ class _FileTarget(_Target):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            base = os.path.basename(os.path.abspath(self.path))
+            base = os.path.basename(os.fspath(self.path))
             os.replace(self._tmp_name, base, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         except OSError as exc:
             raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
