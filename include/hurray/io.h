@@ -81,7 +81,7 @@ typedef HurrayStatus (*HurrayWriteFn)(void *ctx, const void *data, size_t len);
  * HURRAY_ERR_IO (os_errno EISDIR or ENXIO), since renaming over it would
  * destroy it. The writer holds the folder open (one descriptor) and names
  * the file relative to it: a folder renamed or moved meanwhile gets the
- * file under its new name. */
+ * file under its new name. A path ending in '/' is refused (EISDIR). */
 HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
                                            HurrayError *error);
 /* Writes sequentially to an open descriptor (a file, a pipe, a socket);

@@ -871,5 +871,5 @@ def from_hurray(obj: _SupportsHurray | _Capsule) -> Tensor:
     """Consumes obj.__hurray__() (or a capsule passed directly)."""
 
 def from_dlpack(obj: object) -> Tensor:
-    """A dense tensor from any DLPack producer (numpy, torch, ...); one
-    with __hurray__ (a hurray tensor) through its capsule."""
+    """A dense tensor from any DLPack producer (numpy, torch, ...); a dense
+    hurray tensor through its capsule."""

@@ -534,11 +534,14 @@ def specialise(t: Tensor) -> Tensor:
 
 def from_dlpack(obj: Any) -> Tensor:
     """A dense tensor from any DLPack producer (numpy, torch, ...), zero-copy.
-    A hurray tensor (or another `__hurray__` producer) is taken through its
-    capsule, which keeps every dtype: numpy's DLPack import has no bfloat16
-    or float8, and before numpy 2 no read-only memory and no bool."""
-    if hasattr(obj, "__hurray__"):
-        return from_hurray(obj)
+    A dense hurray tensor is taken through its capsule, which keeps every
+    dtype: numpy's DLPack import has no bfloat16 or float8, and before
+    numpy 2 no read-only memory and no bool."""
+    if isinstance(obj, Tensor):
+        d = obj.descriptor
+        if isinstance(d.layout, Dense) and d.quantization is None:
+            return from_hurray(obj)
+        # DLPack carries values: __dlpack__ says what to use instead.
     if type(obj).__module__.split(".")[0] == "torch":
         return _hooks.torch("from_torch")(obj)
     return from_numpy(np.from_dlpack(obj))

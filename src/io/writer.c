@@ -694,6 +694,14 @@ static HurrayStatus split_target(HurrayWriter *w, HurrayError *error) {
 static HurrayStatus open_folder(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
   w->dir_fd = sys->openat(sys->ctx, AT_FDCWD, w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+#ifdef O_PATH
+  /* A folder its user may write and enter but not list (mode 0300, a drop
+   * box) cannot be opened for reading; O_PATH serves every *at call, and
+   * only the best-effort fsync of the folder is lost. */
+  if (w->dir_fd < 0 && errno == EACCES) {
+    w->dir_fd = sys->openat(sys->ctx, AT_FDCWD, w->dir, O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+  }
+#endif
   if (w->dir_fd < 0) {
     int saved = errno;
     return hurray__fail_os(error, HURRAY_ERR_IO, saved,
@@ -713,6 +721,15 @@ static HurrayStatus open_folder(HurrayWriter *w, HurrayError *error) {
  * would destroy it, as root even /dev/null. */
 static HurrayStatus inspect_target(HurrayWriter *w, HurrayError *error) {
   const HurraySys *sys = w->sys;
+  if (w->target[strlen(w->target) - 1] == '/') {
+    /* basename() drops the slash, and the file would be published under
+     * the name before it, replacing a file there: open(2) refuses such a
+     * path for a new file too. */
+    return hurray__fail_os(error, HURRAY_ERR_IO, EISDIR,
+                           "%s ends in '/', which names a folder; a file is written to a path "
+                           "without one",
+                           w->target);
+  }
   struct stat st;
   if (sys->stat == NULL || sys->stat(sys->ctx, w->target, &st, false) != 0) return HURRAY_OK;
   if (S_ISLNK(st.st_mode) && sys->stat(sys->ctx, w->target, &st, true) != 0) {

@@ -477,9 +477,10 @@ static bool absorbed(const Fake *trace, size_t i, Fault f) {
   if (f == FAULT_EINTR || f == FAULT_EEXIST || f == FAULT_SHORT) return true;
   switch (trace->trace[i]) {
     case OP_ACCESS:
-    case OP_FCHMOD: return true;  /* fallback path / a 0600 file */
-    case OP_TMPFILE: return true; /* the writer falls back to a named file */
-    case OP_STAT: return true;    /* read as "no such file": only the old mode is not kept */
+    case OP_FCHMOD: return true;                   /* fallback path / a 0600 file */
+    case OP_TMPFILE: return true;                  /* the writer falls back to a named file */
+    case OP_OPEN_FOLDER: return f == FAULT_EACCES; /* opened again with O_PATH */
+    case OP_STAT: return true; /* read as "no such file": only the old mode is not kept */
     default: return false;
   }
 }

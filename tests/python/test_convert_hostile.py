@@ -1368,15 +1368,17 @@ def test_a_folder_target_keeps_the_permission_bits_of_the_files_it_replaces(tmp_
 # ------------------------------------------------------------------ the temporary file
 
 
-@pytest.mark.parametrize("kind", ["npz", "safetensors", "hurray", "gguf", "pt"])
-def test_a_folder_renamed_mid_conversion_keeps_no_temporary_file(tmp_path, kind, monkeypatch):
+@pytest.mark.parametrize("change", ["renamed", "replaced", "chdir"])
+@pytest.mark.parametrize("kind", ["npz", "safetensors", "hurray", "gguf", "pt", "npy"])
+def test_a_folder_changed_mid_conversion_gets_the_whole_file(tmp_path, kind, change, monkeypatch):
     """The temporary file was renamed and removed by path: with its folder
-    renamed meanwhile, the rename failed and so did the removal, leaving
-    the hidden file in the moved folder. The converter holds the folder
-    open, as the C writer does: the file is published there (a writer
-    library that had the file open kept writing it) or the conversion
-    fails (one that opens it by name later finds no folder), and either
-    way nothing else is left."""
+    renamed meanwhile, both failed and the hidden file stayed in the moved
+    folder. Holding the folder open, but letting the writer libraries
+    write by path, was worse: with the folder replaced (or the working
+    directory changed, for a relative target) they wrote elsewhere, and an
+    empty placeholder was published as the target. The writers now reach
+    the file through the held folder too: the complete file lands there,
+    and nothing else is left anywhere."""
     from hurray.convert import _driver
 
     src = tmp_path / "src.hurray"
@@ -1385,25 +1387,30 @@ def test_a_folder_renamed_mid_conversion_keeps_no_temporary_file(tmp_path, kind,
     out.mkdir()
     closing_notes = _driver._closing_notes
 
-    def rename_folder_first(*args, **kw):
-        os.rename(out, moved)
+    def change_first(*args, **kw):
+        if change == "chdir":
+            os.chdir(tmp_path)
+        else:
+            os.rename(out, moved)
+            if change == "replaced":
+                out.mkdir()
         return closing_notes(*args, **kw)
 
-    monkeypatch.setattr(_driver, "_closing_notes", rename_folder_first)
-    try:
-        convert(src, out / f"t.{kind}", quiet=True)
-        published = True
-    except ConversionError as exc:
-        assert isinstance(exc, OSError), exc
-        published = False
+    monkeypatch.chdir(out)
+    monkeypatch.setattr(_driver, "_closing_notes", change_first)
+    convert(src, f"t.{kind}" if change == "chdir" else out / f"t.{kind}", quiet=True)
     monkeypatch.undo()
-    assert not out.exists()
-    assert listing(moved) == ([f"t.{kind}"] if published else [])
-    if published and kind != "pt":
-        back = hurray.convert(moved / f"t.{kind}", tmp_path / "back.hurray", quiet=True)
-        assert back is not None
+    held = out if change == "chdir" else moved
+    assert listing(held) == [f"t.{kind}"]
+    if change == "replaced":
+        assert listing(out) == []
+    folders = {"renamed": ["moved"], "replaced": ["moved", "out"], "chdir": ["out"]}[change]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["src.hurray"] + folders)
+    if kind != "pt":
+        convert(held / f"t.{kind}", tmp_path / "back.hurray", quiet=True)
+        back = hurray.load(tmp_path / "back.hurray")
         np.testing.assert_array_equal(
-            hurray.load(tmp_path / "back.hurray")["w"], np.arange(6, dtype=np.float32)
+            next(iter(back.values())).numpy(), np.arange(6, dtype=np.float32)
         )
 
 
@@ -2516,3 +2523,59 @@ def test_paths_near_path_max_are_written(tmp_path, monkeypatch):
         "o.safetensors",
         "src.hurray",
     ]
+
+
+def test_a_source_path_with_a_nul_byte_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="NUL"):
+        convert(f"{tmp_path}/a\0b.npz", tmp_path / "o.hurray", quiet=True)
+
+
+def _dropping_privileges() -> list:
+    """A command prefix under which a folder's permission bits apply: none
+    for a user, setpriv without the capabilities that bypass them for
+    root; None where root cannot drop them."""
+    if os.geteuid() != 0:
+        return []
+    caps = "-dac_override,-dac_read_search"
+    prefix = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    try:
+        ok = subprocess.run(prefix + ["true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return prefix if ok else None
+
+
+def test_a_folder_that_may_be_written_but_not_listed_takes_new_files(tmp_path):
+    """A drop box (mode 0300: write and enter, not list) cannot be opened
+    for reading, and holding the target's folder open refused every save
+    and conversion into it, where open(2) and numpy.save succeed. It is
+    held with O_PATH instead."""
+    prefix = _dropping_privileges()
+    if prefix is None:
+        pytest.skip("root here cannot drop CAP_DAC_OVERRIDE (no setpriv)")
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.arange(4, dtype=np.float32)})
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    os.chmod(drop, 0o300)
+    code = textwrap.dedent(
+        """
+        import os, sys, numpy as np, hurray
+        src, drop = sys.argv[1], sys.argv[2]
+        hurray.save(os.path.join(drop, "s.hurray"), {"a": np.zeros(2)})
+        for name in ("c.hurray", "c.safetensors", "c.npz"):
+            hurray.convert(src, os.path.join(drop, name), quiet=True)
+        print("ok")
+        """
+    )
+    try:
+        done = subprocess.run(
+            prefix + [sys.executable, "-c", code, str(src), str(drop)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.chmod(drop, 0o700)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert listing(drop) == ["c.hurray", "c.npz", "c.safetensors", "s.hurray"]

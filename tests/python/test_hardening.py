@@ -1562,3 +1562,26 @@ def test_save_of_an_array_of_too_many_dimensions_names_the_rank():
     in says the shape has too many entries, a ValueError."""
     with pytest.raises(ValueError, match=r'tensor "a": shape: 33 entries exceed the limit of 32'):
         hurray.save(io.BytesIO(), {"a": np.zeros((1,) * 33, np.float32)})
+
+
+def test_a_save_target_ending_in_a_slash_is_refused(tmp_path):
+    """'f.hurray/' was published as f.hurray: the file there replaced (its
+    chmod 600 lost, since the slash made its stat fail) or a new one made,
+    where open(2) refuses the path."""
+    existing = tmp_path / "f.hurray"
+    existing.write_bytes(b"old")
+    os.chmod(existing, 0o600)
+    for path in (f"{existing}/", f"{tmp_path}/new.hurray/"):
+        with pytest.raises(IsADirectoryError, match="ends in '/'"):
+            hurray.save(path, {"a": np.zeros(2)})
+    assert existing.read_bytes() == b"old" and (existing.stat().st_mode & 0o777) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.hurray"]
+
+
+def test_from_dlpack_refuses_a_quantized_hurray_tensor():
+    """from_dlpack took hurray tensors through their capsule whatever they
+    were, so a quantized one came back quantized from a function that
+    promises a dense tensor of values; DLPack itself says what to use."""
+    q = hurray.quantize(np.ones(32, np.float32), "q8_0")
+    with pytest.raises(BufferError, match="dequantize"):
+        hurray.from_dlpack(q)

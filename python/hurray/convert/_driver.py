@@ -89,6 +89,8 @@ def _check_readable(path: str, kind: str) -> List[str]:
         raise io_error(f"{path}: no such file or directory", errno.ENOENT, path) from None
     except OSError as exc:
         raise os_failure(exc, f"cannot read {path}: {exc.strerror}", path) from None
+    except ValueError:  # a NUL byte, which no path holds
+        raise UsageError(f"{path!r}: a path cannot hold a NUL byte") from None
     try:
         if kind == "dir":
             return sorted(os.listdir(path))

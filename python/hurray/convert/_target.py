@@ -201,6 +201,33 @@ def _make_tmp(name: str, folder_fd: int, folder: str, path: str) -> bool:
     return True
 
 
+def _open_folder(folder: str) -> int:
+    """The folder as a descriptor to make, rename and remove files in. A
+    folder its user may write and enter but not list (mode 0300, a drop
+    box) cannot be opened for reading: O_PATH serves all of that, losing
+    only the best-effort fsync of the folder."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    except PermissionError as exc:
+        if not hasattr(os, "O_PATH"):
+            raise _folder_failure(exc, folder) from None
+    except OSError as exc:
+        raise _folder_failure(exc, folder) from None
+    try:
+        return os.open(folder, os.O_PATH | os.O_DIRECTORY | _O_CLOEXEC)
+    except OSError as exc:
+        raise _folder_failure(exc, folder) from None
+
+
+def _through(folder_fd: int, folder: str, name: str) -> str:
+    """A path to `name` in the folder open as `folder_fd`, for the writer
+    libraries, which take paths: through /proc/self/fd where there is one,
+    so that it reaches that folder whatever happens to its name or to the
+    working directory meanwhile (and stays short near PATH_MAX)."""
+    proc = f"/proc/self/fd/{folder_fd}"
+    return f"{proc}/{name}" if os.path.isdir(proc) else os.path.join(folder, name)
+
+
 def _check_replaceable(path: str) -> None:
     """Refuses a target that is (or links to) a folder, FIFO, socket or
     device, as the C writer does: the rename would destroy it."""
@@ -223,7 +250,8 @@ class _FileTarget(_Target):
     The folder is held open from start to the end, and the temporary file
     is made, renamed and removed relative to it, as the C writer does: a
     folder renamed or moved mid-conversion still gets the finished file,
-    and a failure still finds the temporary one to remove."""
+    and a failure still finds the temporary one to remove. The writer
+    libraries reach the file through the same descriptor (_through)."""
 
     def __init__(self, path, options):
         super().__init__(path, options)
@@ -238,15 +266,12 @@ class _FileTarget(_Target):
         # working directory is deep, and the descriptor pins the folder.
         folder, base = os.path.split(os.fspath(self.path))
         folder = folder or os.curdir
-        try:
-            self._folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
-        except OSError as exc:
-            raise _folder_failure(exc, folder) from None
+        self._folder_fd = _open_folder(folder)
         # The name is recorded before the file exists: a Ctrl-C between
         # making it and recording it would leave it behind (abort() removes
         # what it names, quietly when nothing is there).
         for name in _tmp_names(base):
-            self._tmp_name, self.tmp = name, os.path.join(folder, name)
+            self._tmp_name, self.tmp = name, _through(self._folder_fd, folder, name)
             if _make_tmp(name, self._folder_fd, folder, self.path):
                 return
             self._tmp_name = self.tmp = None
@@ -256,6 +281,17 @@ class _FileTarget(_Target):
         folder_fd = self._folder_fd
         try:
             fd = os.open(self._tmp_name, os.O_RDONLY | _O_CLOEXEC, dir_fd=folder_fd)
+            written = os.stat(self.tmp)
+            here = os.fstat(fd)
+            if (written.st_dev, written.st_ino) != (here.st_dev, here.st_ino):
+                # Without /proc the writers took a path, and the folder or
+                # the working directory changed under it: what they wrote
+                # is not the file in the folder held open.
+                os.close(fd)
+                raise ConversionError(
+                    f"the folder of {self.path} was moved or replaced while the conversion "
+                    "ran; nothing was published"
+                )
             try:
                 _keep_mode(fd, self.path)
                 os.fsync(fd)
@@ -274,10 +310,13 @@ class _FileTarget(_Target):
 
     def abort(self) -> None:
         if self._tmp_name is not None and not self.published and self._folder_fd is not None:
-            try:
-                os.unlink(self._tmp_name, dir_fd=self._folder_fd)
-            except OSError:
-                pass
+            # By name in the folder held open, and by the writers' path,
+            # which leads elsewhere if the folder moved without /proc.
+            for name, fd in ((self._tmp_name, self._folder_fd), (self.tmp, None)):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
         self._close_folder()
 
     def _close_folder(self) -> None:
