@@ -4,10 +4,12 @@
 #   make test       everything, with warnings as errors (WERROR=true): the linters;
 #                   the C suites plain, under ASan+UBSan, valgrind and TSan, on
 #                   32-bit x86 (i686, ASan+UBSan) and on AArch64 (qemu); bounded
-#                   fuzzing; the vector cross-check; the Python suite plain and
-#                   against the ASan build; the demo; the installed C library and
-#                   the README's program; the wheel from a fresh venv. Ends with one
-#                   line counting every suite's tests. What .ci/run runs.
+#                   fuzzing; the vector cross-check; the Python suite plain,
+#                   against the ASan build and at the declared floors of numpy,
+#                   ml_dtypes, scipy, urllib3 and fsspec; the demo; the installed
+#                   C library and the README's program; the wheel from a fresh
+#                   venv. Ends with one line counting every suite's tests. What
+#                   .ci/run runs.
 #   make test-fast  the C and Python suites without the tests marked slow or bench
 #   make lint       ruff and clang-format, checking only (scripts/format.sh fixes)
 # Each installs what it needs first (scripts/bootstrap.sh; make test adds clang,
@@ -28,6 +30,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert bench-complexity clean
 .PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-32bit test-aarch64 test-python-asan
+.PHONY: test-floor
 .PHONY: lint format test-fast
 
 all: build
@@ -207,7 +210,7 @@ test-python: python build
 # (scripts/test_counts.py), and the last line totals them. A failure makes
 # the exit status non-zero.
 TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-32bit test-aarch64 test-fuzz test-vectors test-python \
-               test-python-asan demo test-install test-wheel
+               test-python-asan test-floor demo test-install test-wheel
 COUNT := python3 $(CURDIR)/scripts/test_counts.py run
 test: deps-test
 	@rm -rf build-results
@@ -338,5 +341,15 @@ test-python-asan: test-asan python
 	  --ignore=tests/python/test_zoo_bnb.py \
 	  -k 'not memory_is_flat'
 
+# The Python suite (less slow and bench) in .venv-floor, a venv of its own
+# with numpy, ml_dtypes, scipy, urllib3 and fsspec at the floors pyproject.toml
+# declares and none of the optional peers (torch, safetensors, gguf, ...: what
+# needs one skips), hurray built into it by pip install . (scripts/check_floor.sh).
+# The ctypes tests of the C API run when a build has libhurray (make test's has).
+test-floor: deps
+	$(if $(wildcard build/libhurray.so),HURRAY_LIB=$(CURDIR)/build/libhurray.so) \
+	  $(COUNT) $@ -- scripts/check_floor.sh
+
 clean:
-	rm -rf build build-asan build-fuzz build-tsan stage build-install build-wheel build-readme build-results
+	rm -rf build build-asan build-fuzz build-tsan stage build-install build-wheel build-readme build-results \
+	  build-floor

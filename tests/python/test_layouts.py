@@ -114,8 +114,11 @@ def random_dense(rng, rows, cols, density, empty_rows, dtype=np.float64):
 def with_index_dtype(m, index_dtype):
     """The scipy matrix with its index arrays in `index_dtype`."""
     if m.format == "coo":
-        # (the row/col setters keep scipy's dtype: set both at once)
-        m.coords = tuple(c.astype(index_dtype) for c in m.coords)
+        if hasattr(m, "coords"):
+            # (the row/col setters keep scipy's dtype: set both at once)
+            m.coords = tuple(c.astype(index_dtype) for c in m.coords)
+        else:  # scipy < 1.13: row and col are plain attributes
+            m.row, m.col = m.row.astype(index_dtype), m.col.astype(index_dtype)
     else:
         m.indices = m.indices.astype(index_dtype)
         m.indptr = m.indptr.astype(index_dtype)
@@ -324,13 +327,13 @@ def test_torch_sparse_round_trip(workdir, fmt, index_dtype, seed):
             assert back.is_coalesced()
 
 
-@needs_torch
 def _scipy_holds_n_d_coo() -> bool:
     import scipy
 
     return tuple(int(x) for x in scipy.__version__.split(".")[:2]) >= (1, 13)
 
 
+@needs_torch
 def test_torch_coo_of_rank_3(workdir):
     """hurray COO holds one index buffer per dimension, so torch's n-D COO
     travels too (and to scipy 1.13 and later as a coo_array)."""
@@ -1064,6 +1067,8 @@ def test_from_scipy_reads_coo_arrays_of_any_rank(shape):
         matrix = sp.coo_array(dense)
     except (ValueError, TypeError):
         pytest.skip("this scipy's coo_array is 2-D only")
+    if matrix.shape != dense.shape:  # scipy < 1.13 made a (1, 7) of the (7,)
+        pytest.skip(f"this scipy's coo_array is 2-D only (it made {matrix.shape})")
     t = hurray.SparseTensor.from_scipy(matrix)
     assert np.array_equal(t.to_dense(), dense)
 

@@ -7,7 +7,8 @@ anywhere shows."""
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import hurray
 from hurray import _hurray
