@@ -205,15 +205,17 @@ class SafeOpen:
     def _flip(self, out, axes):
         if self._framework == "np":
             return np.flip(out, axis=tuple(axes))
-        try:
-            return out.flip(axes)
-        except NotImplementedError:
-            # torch has no flip for some dtypes (float8, uint16/32/64): the
-            # bytes flip the same as a signed integer of their width.
-            import torch
+        # torch has no flip for some dtypes (float8, uint16/32/64), and its
+        # refusal is a C++ exception (which aborts a process run under
+        # ASan): elements flip the same as signed integers of their width.
+        import torch
 
-            width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-            return out.view(width[out.element_size()]).flip(axes).view(out.dtype)
+        width = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(
+            out.element_size()
+        )
+        if width is None or out.is_quantized or out.is_complex():
+            return out.flip(axes)
+        return out.view(width).flip(axes).view(out.dtype)
 
     def _finish(self, out):
         if self._framework == "np":
