@@ -2017,28 +2017,35 @@ def test_a_folder_target_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, 
     assert (out / "config.json").read_text() == '{"new": true}'
 
 
-def test_a_new_folder_target_that_appears_meanwhile_is_named(tmp_path, monkeypatch):
+@pytest.mark.parametrize("theirs", [["theirs.safetensors"], []])
+def test_a_new_folder_target_that_appears_meanwhile_is_named(tmp_path, monkeypatch, theirs):
     """Two conversions into one new folder: the second to publish got a raw
     'Directory not empty' naming its hidden temporary folder. The message
-    now says the target appeared meanwhile; nothing of the loser remains."""
+    now says the target appeared meanwhile; nothing of the loser remains.
+    A folder that appeared empty (made by someone about to fill it) was
+    replaced without a word, as rename(2) replaces an empty folder; it is
+    refused the same way (renameat2 with RENAME_NOREPLACE)."""
+    from hurray.convert import _folder
+
     src = tmp_path / "src.hurray"
     hurray.save(src, {"a": np.full(4, 1.0, np.float32)})
     out = tmp_path / "out"
-    real_rename = os.rename
+    real = _folder._rename_noreplace
 
-    def rename(a, b, **kw):
-        if str(b) == str(out):  # the other conversion published first
+    def rename(a, b):
+        if str(b) == str(out):  # the other party got there first
             out.mkdir()
-            (out / "theirs.safetensors").write_bytes(b"x")
-        return real_rename(a, b, **kw)
+            for name in theirs:
+                (out / name).write_bytes(b"x")
+        return real(a, b)
 
-    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(_folder, "_rename_noreplace", rename)
     with pytest.raises(ConversionError, match="it appeared while the conversion ran") as info:
         convert(src, f"{out}/", quiet=True)
     monkeypatch.undo()
     assert isinstance(info.value, OSError) and ".tmp" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src.hurray"]
-    assert [p.name for p in out.iterdir()] == ["theirs.safetensors"]
+    assert [p.name for p in out.iterdir()] == theirs
 
 
 # --------------------------------------- session 44: sharded folders as sources

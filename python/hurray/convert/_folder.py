@@ -10,6 +10,7 @@ temporary name and renamed as a whole."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -22,6 +23,33 @@ from ._common import ConversionError, _first_line, os_failure, owned_json
 from ._safetensors import _SafetensorsTarget
 from ._target import keep_mode, short_name
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _rename_noreplace(src: str, dst: str) -> None:
+    """os.rename that never replaces `dst`: rename(2) replaces an empty
+    folder, so a folder made at a new target while the conversion ran (by
+    someone about to fill it) was silently swapped for ours. Linux's
+    renameat2(RENAME_NOREPLACE) refuses atomically (EEXIST); where libc or
+    the file system lacks it, a look just before the rename narrows the
+    window to microseconds."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        renameat2 = None
+    if renameat2 is not None:
+        names = os.fsencode(src), os.fsencode(dst)
+        if renameat2(_AT_FDCWD, names[0], _AT_FDCWD, names[1], _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), dst)
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+    os.rename(src, dst)
+
 
 DEFAULT_FILE = "model.safetensors"
 MAX_SUBFOLDERS = 8  # below the target: the deepest layout seen is one or two
@@ -217,7 +245,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         backups: List[str] = []
         if self._new_dir is not None:
             try:
-                os.rename(self._new_dir, self.path)
+                _rename_noreplace(self._new_dir, self.path)
             except OSError as exc:
                 appeared = exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
                 why = (
