@@ -281,18 +281,15 @@ class _FileTarget(_Target):
         folder_fd = self._folder_fd
         try:
             fd = os.open(self._tmp_name, os.O_RDONLY | _O_CLOEXEC, dir_fd=folder_fd)
-            written = os.stat(self.tmp)
-            here = os.fstat(fd)
-            if (written.st_dev, written.st_ino) != (here.st_dev, here.st_ino):
-                # Without /proc the writers took a path, and the folder or
-                # the working directory changed under it: what they wrote
-                # is not the file in the folder held open.
-                os.close(fd)
-                raise ConversionError(
-                    f"the folder of {self.path} was moved or replaced while the conversion "
-                    "ran; nothing was published"
-                )
             try:
+                if not os.path.samestat(os.stat(self.tmp), os.fstat(fd)):
+                    # Without /proc the writers took a path, and the folder
+                    # or the working directory changed under it: what they
+                    # wrote is not the file in the folder held open.
+                    raise ConversionError(
+                        f"the folder of {self.path} was moved or replaced while the "
+                        "conversion ran; nothing was published"
+                    )
                 _keep_mode(fd, self.path)
                 os.fsync(fd)
             finally:
