@@ -10,6 +10,7 @@
 #include "hurray/buffer.h"
 #include "host_access.h"
 #include "index_read.h"
+#include "placement.h"
 
 static bool host_addressable(HurrayMemoryClass memory_class) {
   return memory_class != HURRAY_MEMORY_DEVICE;
@@ -166,6 +167,12 @@ HurrayStatus hurray_validate_buffer_placement(const HurrayDescriptor *d,
   /* A valid descriptor guarantees each table byte_size covers its contents,
    * so the handles only need to be compared with the table. */
   HURRAY_RETURN_NOT_OK(hurray_descriptor_validate(d, error));
+  return hurray__validate_placement_of_valid(d, list, error);
+}
+
+HurrayStatus hurray__validate_placement_of_valid(const HurrayDescriptor *d,
+                                                 const HurrayBufferList *list,
+                                                 HurrayError *error) {
   HurrayStatus status = HURRAY_OK;
   size_t len = hurray_buffer_list_len(list);
   if (len != d->buffer_count) {

@@ -1057,49 +1057,68 @@ static HurrayStatus check_root_extras(Walk *w, const HurrayDescriptor *d) {
   return HURRAY_OK;
 }
 
+/* The checks that bound the table's length, before anything is sized by it. */
+static HurrayStatus check_table(const HurrayDescriptor *d, HurrayError *error) {
+  Walk walk = {d, NULL, NULL, error};
+  return check_table_and_device(&walk, d);
+}
+
+/* The rest of validating `d` once check_table passed, filling need[i] (the
+ * bytes the descriptor places in table entry i) and used[i], each of
+ * max(buffer_count, 1) zeroed entries. */
+static HurrayStatus walk_needs(const HurrayDescriptor *d, uint64_t *need, bool *used,
+                               HurrayError *error) {
+  Walk walk = {d, need, used, error};
+  Walk *w = &walk;
+  HURRAY_RETURN_NOT_OK(check_node(w, d, "", 0));
+  for (uint32_t i = 0; i < d->buffer_count; i++) {
+    if (!w->used[i]) {
+      return FAIL(HURRAY_ERR_BUFFER_UNREFERENCED,
+                  "buffers[%u]: nothing in the descriptor refers to this %s buffer", i,
+                  hurray__role_name(d->buffers[i].role));
+    }
+    if (d->buffers[i].byte_size < w->need[i]) {
+      return FAIL(HURRAY_ERR_BUFFER_TOO_SMALL,
+                  "buffers[%u].byte_size: %llu bytes declared, the descriptor places %llu there",
+                  i, (unsigned long long)d->buffers[i].byte_size, (unsigned long long)w->need[i]);
+    }
+  }
+  return check_root_extras(w, d);
+}
+
 HurrayStatus hurray__descriptor_buffer_needs(const HurrayDescriptor *d, uint64_t **needs_out,
                                              HurrayError *error) {
   *needs_out = NULL;
-  Walk walk = {d, NULL, NULL, error};
-  Walk *w = &walk;
-  HURRAY_RETURN_NOT_OK(check_table_and_device(w, d));
+  HURRAY_RETURN_NOT_OK(check_table(d, error));
   size_t n = d->buffer_count ? d->buffer_count : 1;
-  w->need = calloc(n, sizeof *w->need);
-  w->used = calloc(n, sizeof *w->used);
-  HurrayStatus status;
-  if (w->need == NULL || w->used == NULL) {
-    status = FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
-    goto done;
-  }
-  status = check_node(w, d, "", 0);
-  for (uint32_t i = 0; status == HURRAY_OK && i < d->buffer_count; i++) {
-    if (!w->used[i]) {
-      status = FAIL(HURRAY_ERR_BUFFER_UNREFERENCED,
-                    "buffers[%u]: nothing in the descriptor refers to this %s buffer", i,
-                    hurray__role_name(d->buffers[i].role));
-    } else if (d->buffers[i].byte_size < w->need[i]) {
-      status = FAIL(HURRAY_ERR_BUFFER_TOO_SMALL,
-                    "buffers[%u].byte_size: %llu bytes declared, the descriptor places %llu there",
-                    i, (unsigned long long)d->buffers[i].byte_size,
-                    (unsigned long long)w->need[i]);
-    }
-  }
+  uint64_t *need = calloc(n, sizeof *need);
+  bool *used = calloc(n, sizeof *used);
+  HurrayStatus status = need == NULL || used == NULL
+                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                            : walk_needs(d, need, used, error);
+  free(used);
   if (status == HURRAY_OK) {
-    status = check_root_extras(w, d);
-  }
-done:
-  free(w->used);
-  if (status == HURRAY_OK) {
-    *needs_out = w->need;
+    *needs_out = need;
   } else {
-    free(w->need);
+    free(need);
   }
   return status;
 }
 
+/* Table lengths up to this are walked in arrays on the stack: a reader
+ * validates every tensor it opens, and two allocations per tensor were a
+ * tenth of verifying a file of small tensors. */
+#define VALIDATE_STACK_ENTRIES 16
+
 HurrayStatus hurray_descriptor_validate(const HurrayDescriptor *d, HurrayError *error) {
   if (d == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "descriptor must not be NULL");
+  }
+  if (d->buffer_count <= VALIDATE_STACK_ENTRIES) {
+    HURRAY_RETURN_NOT_OK(check_table(d, error));
+    uint64_t need[VALIDATE_STACK_ENTRIES] = {0};
+    bool used[VALIDATE_STACK_ENTRIES] = {false};
+    return walk_needs(d, need, used, error);
   }
   uint64_t *needs;
   HURRAY_RETURN_NOT_OK(hurray__descriptor_buffer_needs(d, &needs, error));

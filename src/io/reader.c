@@ -21,6 +21,7 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "../buffer/placement.h"
 #include "format.h"
 #include "hash.h"
 #include "hurray/byte_source.h"
@@ -1012,11 +1013,12 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
 }
 
 /* The last step of every read: placement is validated before the caller
- * sees anything; on any failure both parts are freed. */
+ * sees anything; on any failure both parts are freed. `d` is valid already
+ * (entry_descriptor, or get_rows for its slice). */
 static HurrayStatus hand_out(HurrayStatus status, HurrayDescriptor *d, HurrayBufferList *list,
                              HurrayDescriptor **descriptor_out, HurrayBufferList **buffers_out,
                              HurrayError *error) {
-  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
+  if (status == HURRAY_OK) status = hurray__validate_placement_of_valid(d, list, error);
   if (status != HURRAY_OK) {
     hurray_buffer_list_destroy(list);
     hurray_descriptor_destroy(d);
@@ -1384,6 +1386,8 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK) status = make_buffer(r, offset, length, alignment, &b, error);
   if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+  /* The slice is a descriptor of its own, which hand_out takes as valid. */
+  if (status == HURRAY_OK) status = hurray_descriptor_validate(d, error);
   return hand_out(status, d, list, descriptor_out, buffers_out, error);
 }
 
@@ -2012,7 +2016,8 @@ static void release_nothing(void *data, void *ctx) {
 static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
                                       const HurrayDescriptor *d, HurrayBufferList *list,
                                       HurrayError *error) {
-  bool *read = calloc(t->buffer_count ? t->buffer_count : 1, sizeof *read);
+  bool on_stack[16] = {false};
+  bool *read = t->buffer_count <= 16 ? on_stack : calloc(t->buffer_count, sizeof *read);
   if (read == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   mark_read_buffers(d, read);
   HurrayStatus status = HURRAY_OK;
@@ -2027,7 +2032,7 @@ static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
     }
     if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
   }
-  free(read);
+  if (read != on_stack) free(read);
   return status;
 }
 
@@ -2039,7 +2044,7 @@ static HurrayStatus check_entry(HurrayReader *r, const TensorEntry *t, HurrayErr
   HurrayStatus status = entry_descriptor(t, &d, error);
   if (status == HURRAY_OK) status = hurray_buffer_list_create(&list, error);
   if (status == HURRAY_OK) status = placement_buffers(r, t, d, list, error);
-  if (status == HURRAY_OK) status = hurray_validate_buffer_placement(d, list, error);
+  if (status == HURRAY_OK) status = hurray__validate_placement_of_valid(d, list, error);
   if (status != HURRAY_OK && error != NULL && strstr(error->message, "tensor \"") == NULL) {
     /* Placement's messages name a buffer, not its tensor. */
     char said[sizeof error->message];
@@ -2051,17 +2056,60 @@ static HurrayStatus check_entry(HurrayReader *r, const TensorEntry *t, HurrayErr
   return status;
 }
 
+/* Entries [first, first + count), checked by one thread up to the first
+ * that fails. */
+typedef struct CheckPart {
+  HurrayReader *r;
+  size_t first, count;
+  HurrayStatus status;
+  HurrayError error;
+} CheckPart;
+
+static void *check_part(void *arg) {
+  CheckPart *p = arg;
+  for (size_t i = p->first; p->status == HURRAY_OK && i < p->first + p->count; i++) {
+    const TensorEntry t = entry_at(p->r, i);
+    p->status = check_entry(p->r, &t, &p->error);
+  }
+  return NULL;
+}
+
+/* Below this many entries a thread of its own costs more than it saves. */
+#define CHECK_ENTRIES_PER_THREAD 1024
+
+/* check_entry on each of entries [first, first + count), on several threads
+ * when the file is mapped (a pread or a byte source would read through one
+ * descriptor or source from several threads at once); the error is the
+ * first failing entry's in file order, as one thread would report it. */
+static HurrayStatus check_entries(HurrayReader *r, size_t first, size_t count, unsigned threads,
+                                  HurrayError *error) {
+  CheckPart parts[64];
+  if (!is_mapped(r)) threads = 1;
+  if (threads > 64) threads = 64;
+  if (threads > count / CHECK_ENTRIES_PER_THREAD)
+    threads = (unsigned)(count / CHECK_ENTRIES_PER_THREAD);
+  if (threads == 0) threads = 1;
+  for (unsigned i = 0; i < threads; i++) {
+    size_t from = first + count * i / threads;
+    parts[i] = (CheckPart){r, from, first + count * (i + 1) / threads - from, HURRAY_OK, {0}};
+  }
+  run_jobs(check_part, parts, sizeof *parts, threads);
+  for (unsigned i = 0; i < threads; i++) {
+    if (parts[i].status != HURRAY_OK) {
+      if (error != NULL) *error = parts[i].error;
+      return parts[i].status;
+    }
+  }
+  return HURRAY_OK;
+}
+
 /* Every checksum of entries [first, first + count), then every step of
  * reading each of them, so that a file verify passes can be read whole. */
 static HurrayStatus verify_readable(HurrayReader *r, size_t first, size_t count,
                                     HurrayError *error) {
-  HURRAY_RETURN_NOT_OK(verify_entries(r, first, count, false,
-                                      hurray__hash_threads_of(r->online_cpus), NULL, NULL, error));
-  for (size_t i = first; i < first + count; i++) {
-    const TensorEntry t = entry_at(r, i);
-    HURRAY_RETURN_NOT_OK(check_entry(r, &t, error));
-  }
-  return HURRAY_OK;
+  unsigned threads = hurray__hash_threads_of(r->online_cpus);
+  HURRAY_RETURN_NOT_OK(verify_entries(r, first, count, false, threads, NULL, NULL, error));
+  return check_entries(r, first, count, threads, error);
 }
 
 HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name, HurrayError *error) {

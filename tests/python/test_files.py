@@ -805,6 +805,46 @@ def test_verify_fails_where_reading_the_tensor_fails(fast_dir, mode):
             assert cli.returncode == 1 and 'tensor "w"' in cli.stderr, (name, cli)
 
 
+@pytest.mark.parametrize("threads", ["1", "2", "4"])
+def test_verify_of_many_tensors_names_the_first_unreadable_one(fast_dir, monkeypatch, threads):
+    """verify checks the descriptors and placement of a file of thousands of
+    tensors on several threads; whichever thread finds a fault, the error
+    names the first unreadable tensor in index order, as one thread would."""
+    from _file_edits import descriptor_at, reseal
+
+    monkeypatch.setenv("HURRAY_HASH_THREADS", threads)
+    path = fast_dir / "many.hurray"
+    names = [f"t{i:05d}" for i in range(4000)]
+    hurray.save(path, {n: np.full((2, 3), i, np.float32) for i, n in enumerate(names)})
+    clean = bytearray(path.read_bytes())
+    d = hurray.open(path).get(names[0]).descriptor
+    streamed = Descriptor(d.dtype, d.shape, buffers=[Buffer("data", 24, 64, "stream")]).encode()
+
+    def broken(*which):
+        blob = bytearray(clean)
+        for n in which:
+            start, length = descriptor_at(blob, n)
+            assert len(streamed) == length
+            blob[start : start + length] = streamed
+        reseal(blob)
+        path.write_bytes(bytes(blob))
+
+    for which, named in (
+        (("t03500", "t01500"), "t01500"),
+        (("t03999",), "t03999"),
+        (("t00000", "t02001"), "t00000"),
+    ):
+        broken(*which)
+        with hurray.open(path) as f:
+            with pytest.raises(hurray.HurrayError) as checked:
+                f.verify()
+        assert checked.value.status_name == "HURRAY_ERR_SYNC_MODE_MISMATCH"
+        assert f'tensor "{named}"' in str(checked.value), which
+    path.write_bytes(bytes(clean))
+    with hurray.open(path) as f:
+        f.verify()
+
+
 @pytest.mark.parametrize("target", [True, False])
 def test_save_to_a_bool_is_a_type_error_not_a_file_descriptor(target):
     """bool is an int: save(True, ...) wrote the file to stdout (fd 1), and
