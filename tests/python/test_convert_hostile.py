@@ -2588,3 +2588,108 @@ def test_a_folder_that_may_be_written_but_not_listed_takes_new_files(tmp_path):
         os.chmod(drop, 0o700)
     assert done.returncode == 0, done.stderr[-2000:]
     assert listing(drop) == ["c.hurray", "c.npz", "c.safetensors", "s.hurray"]
+
+
+@pytest.mark.parametrize("when", ["as the renames end", "twice, the second in the undo"])
+def test_a_folder_target_is_all_old_or_all_new_whenever_ctrl_c_comes(tmp_path, monkeypatch, when):
+    """Real Ctrl-Cs (signal.raise_signal, so Python runs the handler where it
+    would) during the renames into an existing folder: one as the last
+    rename's list of kept files was built left every old file behind as a
+    hidden .tmp.old; a second one during the undo of the first stopped the
+    undo half way, a mix of old and new shards. The step now holds the
+    signals and reports them when it ends."""
+    src = tmp_path / "src.hurray"
+    weight_map = json.dumps({"a": "m-1.safetensors", "b": "m-2.safetensors"})
+    hurray.save(
+        src,
+        {"a": np.full(4, 1.0, np.float32), "b": np.full(4, 2.0, np.float32)},
+        {
+            "zoo.config.json": '{"new": true}',
+            "zoo.weight_map": weight_map,
+            "zoo.index": "m.safetensors.index.json",
+        },
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {
+        "m-1.safetensors": b"old 1",
+        "m-2.safetensors": b"old 2",
+        "m.safetensors.index.json": b"old index",
+        "config.json": b'{"old": true}',
+    }
+    for name, data in old.items():
+        (out / name).write_bytes(data)
+    if when == "as the renames end":
+
+        def tracer(frame, event, arg):
+            back = frame.f_back
+            if event == "call" and back is not None and back.f_code.co_name == "_replace_all":
+                if frame.f_code.co_name == "<listcomp>":
+                    sys.settrace(None)
+                    signal.raise_signal(signal.SIGINT)
+            return None
+
+        sys.settrace(tracer)
+    else:
+        real_replace, calls = os.replace, {"forward": 0, "back": 0}
+
+        def replace(a, b, **kw):
+            real_replace(a, b, **kw)
+            if str(a).endswith(".tmp.old"):
+                calls["back"] += 1
+                if calls["back"] == 1:
+                    signal.raise_signal(signal.SIGINT)
+            elif str(a).endswith(".tmp") and os.path.dirname(os.path.abspath(b)) == str(out):
+                calls["forward"] += 1
+                if calls["forward"] == 2:
+                    signal.raise_signal(signal.SIGINT)
+
+        monkeypatch.setattr(os, "replace", replace)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            convert(src, f"{out}/", quiet=True)
+    finally:
+        sys.settrace(None)
+        monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(after) == sorted(old), after  # no hidden .tmp.old left
+    states = {after[n] == old[n] for n in old}
+    assert states == {False} or states == {True}, after  # all new or all old
+
+
+@pytest.mark.parametrize(
+    "target, module, function",
+    [
+        ("o.hurray", "hurray._files", "save"),
+        ("o.safetensors", "hurray._formats", "write"),
+        ("o.gguf", "hurray._formats", "write"),
+        ("o.npz", "numpy.lib.format", "write_array"),
+        ("o.safetensors", "hurray._files.File", "verify"),
+    ],
+)
+def test_the_callers_own_exception_from_a_signal_handler_is_not_relabelled(
+    tmp_path, monkeypatch, target, module, function
+):
+    """The timeout idiom (SIGALRM whose handler raises TimeoutError) came out
+    of convert() as ConversionIOError "writing DST: deadline passed" (or
+    "writing DST: None"), or as ConversionError "reading tensor ...", so
+    `except TimeoutError` missed it, where hurray.save lets it through. An
+    OSError that no system call made now propagates unchanged."""
+    import importlib
+
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(8, np.float32)})
+    owner_name, _, attr = module.rpartition(".")
+    try:
+        owner = importlib.import_module(module)
+    except ImportError:
+        owner = getattr(importlib.import_module(owner_name), attr)
+
+    def deadline(*args, **kwargs):
+        raise TimeoutError("deadline passed")
+
+    monkeypatch.setattr(owner, function, deadline)
+    with pytest.raises(TimeoutError, match="^deadline passed$"):
+        convert(src, tmp_path / target, quiet=True)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["src.hurray"]

@@ -118,8 +118,21 @@ def io_error(message: str, errno_: Optional[int], filename: Optional[str] = None
     return exc
 
 
-def os_failure(exc: OSError, message: str, filename: Optional[str] = None):
-    """io_error for the OSError (or hurray.HurrayIOError) `exc`."""
+def not_io(exc: BaseException) -> bool:
+    """True for an OSError that no system call made (errno None, and not one
+    of hurray's): the TimeoutError or OSError of the caller's own signal
+    handler (signal.alarm), raised while the conversion ran."""
+    return (
+        isinstance(exc, OSError) and exc.errno is None and not isinstance(exc, _hurray.HurrayError)
+    )
+
+
+def os_failure(exc: OSError, message: str, filename: Optional[str] = None) -> OSError:
+    """io_error for the OSError (or hurray.HurrayIOError) `exc`; `exc` itself
+    when not_io, so that the caller's own exception is raised unchanged
+    instead of being reported as a failure to read SRC or write DST."""
+    if not_io(exc):
+        return exc
     return io_error(message, exc.errno, filename or exc.filename)
 
 

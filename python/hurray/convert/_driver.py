@@ -34,6 +34,7 @@ from ._common import (
     _shape_str,
     _values,
     io_error,
+    not_io,
     os_failure,
     owned_json,
 )
@@ -305,7 +306,7 @@ def convert(
 
 def _as_conversion_error(exc: BaseException) -> Optional[ConversionError]:
     """What convert() raises for `exc`: None to raise it as it is."""
-    if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES):
+    if isinstance(exc, ConversionError) or not isinstance(exc, _FAILURES) or not_io(exc):
         return None
     if isinstance(exc, OSError):  # hurray.HurrayIOError too: file-system failures stay OSError
         return os_failure(exc, _first_line(exc))
@@ -588,6 +589,8 @@ def _convert_one(name, info, source, target, opts, src_dtypes, new_dtypes, budge
     except ConversionError:
         raise
     except (HurrayError, ValueError, RuntimeError, OSError) as exc:
+        if not_io(exc):
+            raise
         raise ConversionError(f"reading tensor {name!r}: {_first_line(exc)}") from None
     d = t.descriptor
     if expanded is None and (

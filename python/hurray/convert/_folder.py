@@ -10,12 +10,15 @@ temporary name and renamed as a whole."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import secrets
 import shutil
+import signal
+import threading
 from typing import Dict, List, Optional, Tuple
 
 from .._files import fsync_dir as _fsync_dir
@@ -54,6 +57,32 @@ def _rename_noreplace(src: str, dst: str) -> None:
 DEFAULT_FILE = "model.safetensors"
 MAX_SUBFOLDERS = 8  # below the target: the deepest layout seen is one or two
 MAX_NAME_BYTES = 1024
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C (and SIGTERM/SIGHUP with a Python handler, as the CLI sets)
+    is recorded while the block runs and raised when it ends: the renames
+    of an existing folder, their undo and the removal of the kept old
+    files are one step that a signal must not cut in two (a second Ctrl-C
+    stopped the undo half way; one as the renames ended left every kept
+    file behind). Python runs handlers on the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: List[int] = []
+    saved = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None and callable(signal.getsignal(signum)):
+            saved[signum] = signal.signal(signum, lambda n, _f: got.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if got:
+            signal.raise_signal(got[0])
 
 
 def _plain_name(name: str, suffix: str, key: str, subfolders: bool = False) -> str:
@@ -242,41 +271,47 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        backups: List[str] = []
-        if self._new_dir is not None:
-            try:
-                _rename_noreplace(self._new_dir, self.path)
-            except OSError as exc:
-                appeared = exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
-                why = (
-                    "it appeared while the conversion ran (another conversion into it?)"
-                    if appeared
-                    else exc.strerror or _first_line(exc)
-                )
-                raise os_failure(
-                    exc, f"cannot publish {self.path}: {why}; nothing was changed", self.path
-                ) from None
-            self._new_dir = None
-        else:
-            backups = self._replace_all()
-        self.published = True
-        try:
-            folders = set()
-            for _, name in self._written:
-                name = os.path.dirname(name)
-                while name:  # and the folders made above it
-                    folders.add(name)
-                    name = os.path.dirname(name)
-            for folder in sorted(folders, reverse=True):
-                _fsync_dir(os.path.join(self.path, folder))
-            _fsync_dir(self.path)
-            _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
-        finally:  # an interrupt here still leaves no old files behind
-            for backup in backups:
+        with _signals_held():  # one step: see _signals_held
+            backups: List[str] = []
+            if self._new_dir is not None:
                 try:
-                    os.unlink(backup)
-                except OSError:
-                    pass
+                    _rename_noreplace(self._new_dir, self.path)
+                except OSError as exc:
+                    appeared = exc.errno in (
+                        errno.ENOTEMPTY,
+                        errno.EEXIST,
+                        errno.ENOTDIR,
+                        errno.EISDIR,
+                    )
+                    why = (
+                        "it appeared while the conversion ran (another conversion into it?)"
+                        if appeared
+                        else exc.strerror or _first_line(exc)
+                    )
+                    raise os_failure(
+                        exc, f"cannot publish {self.path}: {why}; nothing was changed", self.path
+                    ) from None
+                self._new_dir = None
+            else:
+                backups = self._replace_all()
+            self.published = True
+            try:
+                folders = set()
+                for _, name in self._written:
+                    name = os.path.dirname(name)
+                    while name:  # and the folders made above it
+                        folders.add(name)
+                        name = os.path.dirname(name)
+                for folder in sorted(folders, reverse=True):
+                    _fsync_dir(os.path.join(self.path, folder))
+                _fsync_dir(self.path)
+                _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            finally:  # an interrupt here still leaves no old files behind
+                for backup in backups:
+                    try:
+                        os.unlink(backup)
+                    except OSError:
+                        pass
 
     def _replace_all(self) -> List[str]:
         """Puts every written file in place in an existing folder, as one
