@@ -2693,3 +2693,31 @@ def test_the_callers_own_exception_from_a_signal_handler_is_not_relabelled(
         convert(src, tmp_path / target, quiet=True)
     monkeypatch.undo()
     assert os.listdir(tmp_path) == ["src.hurray"]
+
+
+@pytest.mark.parametrize("target", ["out.hurray", "out.safetensors", "out.gguf", "out.npz"])
+def test_a_failed_write_names_the_target_not_the_temporary_file(tmp_path, target):
+    """A write the system refused (here RLIMIT_FSIZE: EFBIG) was reported
+    with the writer's own message, which names the temporary file it was
+    handed: "writing DST: [Errno 27] HURRAY_ERR_IO: write of the temporary
+    file for /proc/self/fd/4/.out.hurray.PID-TOKEN.tmp failed: ...". The
+    line now gives the target and the system's reason."""
+    import resource
+
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"w": np.zeros(1 << 20, np.float32)})  # 4 MiB
+    dst = tmp_path / target
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+
+    r = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", "-q", str(src), str(dst)],
+        preexec_fn=small_files,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1, r
+    assert r.stderr == f"hurray convert: writing {dst}: File too large\n"
+    assert sorted(os.listdir(tmp_path)) == ["m.hurray"]

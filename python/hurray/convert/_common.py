@@ -136,6 +136,14 @@ def os_failure(exc: OSError, message: str, filename: Optional[str] = None) -> OS
     return io_error(message, exc.errno, filename or exc.filename)
 
 
+def write_failure(exc: OSError, path) -> OSError:
+    """os_failure for a failed write of the target `path`, with the system's
+    reason alone: the writer's own message names the temporary file it was
+    given (a /proc/self/fd/N/... path that means nothing to the user)."""
+    reason = os.strerror(exc.errno) if exc.errno else _first_line(exc)
+    return os_failure(exc, f"writing {path}: {reason}", path)
+
+
 class UsageError(ConversionError):
     """Options that do not fit together (the CLI exits with status 2)."""
 

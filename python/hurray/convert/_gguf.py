@@ -20,7 +20,7 @@ from ._common import (
     _first_line,
     _shape_str,
     is_bookkeeping,
-    os_failure,
+    write_failure,
 )
 from ._source import _Source
 from ._target import _FileTarget, _note_dropped, _Out
@@ -176,7 +176,7 @@ class _GgufTarget(_FileTarget):
             tensors = [(name, produce().__hurray__()) for name, produce in self._plan]
             _formats.write(self.tmp, "gguf", tensors, meta)  # publish() renames it
         except OSError as exc:  # hurray.HurrayIOError too: a full disk
-            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+            raise write_failure(exc, self.path) from None
         except (HurrayError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
         kv = [k for k in meta if k not in (GGUF_TYPES_KEY, GGUF_TENSORS_KEY)]

@@ -7,7 +7,7 @@ from typing import Dict
 from .. import _files, _hurray
 from .._hurray import HurrayError
 from .._tensor import Tensor
-from ._common import ConversionError, _first_line, _stored_bytes, os_failure
+from ._common import ConversionError, _first_line, _stored_bytes, os_failure, write_failure
 from ._source import _Source
 from ._target import _FileTarget, _Out, dropped_note
 from .layouts import describe
@@ -86,6 +86,6 @@ class _HurrayTarget(_FileTarget):
         try:  # hurray.save replaces self.tmp atomically; publish() renames it
             _files.save(self.tmp, self._tensors, metadata, statistics=self.options.stats)
         except OSError as exc:  # hurray.HurrayIOError too: a full disk
-            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+            raise write_failure(exc, self.path) from None
         except (HurrayError, TypeError, OverflowError, ValueError) as exc:  # ValueError: NUL
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None

@@ -14,7 +14,7 @@ from ._common import (
     _first_line,
     _from_numpy_checked,
     is_bookkeeping,
-    os_failure,
+    write_failure,
 )
 from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
@@ -85,4 +85,4 @@ class _NpyTarget(_DenseTarget):
             with sink.file:
                 np.lib.format.write_array(sink, self._array, allow_pickle=False)
         except OSError as exc:
-            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
+            raise write_failure(exc, self.path) from None

@@ -18,7 +18,7 @@ from ._common import (
     _first_line,
     _from_numpy_checked,
     is_bookkeeping,
-    os_failure,
+    write_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -163,7 +163,7 @@ class _NpzTarget(_DenseTarget):
             with self._zip.open(name + ".npy", "w", force_zip64=True) as fp:
                 np.lib.format.write_array(fp, array, allow_pickle=False)
         except OSError as exc:
-            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
+            raise write_failure(exc, self.path) from None
         return _Out(str(array.dtype), array.nbytes, (lambda: array) if changed else None, note)
 
     def finish(self, metadata, report):
@@ -173,7 +173,7 @@ class _NpzTarget(_DenseTarget):
         try:
             self._zip.close()  # writes the central directory
         except OSError as exc:
-            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
+            raise write_failure(exc, self.path) from None
 
     def abort(self):
         try:

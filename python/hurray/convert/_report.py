@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .._shown import shown
+from .._threads import map_on_threads
 from ._common import ConversionError, _shape_str
 
 
@@ -306,13 +307,7 @@ def _measure(ref: np.ndarray, out: np.ndarray, threads: int = 1):
     local = threading.local()
     starts = range(0, a.size, _CHUNK)
     if threads > 1 and len(starts) > 2:
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = ThreadPoolExecutor(max_workers=threads)
-        try:
-            parts = list(pool.map(lambda s: _chunk_sums(a, b, s, local), starts))
-        finally:  # on Ctrl-C, the chunks not started yet are dropped, not waited for
-            pool.shutdown(wait=True, cancel_futures=True)
+        parts = map_on_threads(lambda s: _chunk_sums(a, b, s, local), starts, threads)
     else:
         parts = [_chunk_sums(a, b, s, local) for s in starts]
     max_abs, sq, dot, na, nb = 0.0, 0.0, 0.0, 0.0, 0.0

@@ -28,6 +28,7 @@ from ._common import (
     is_bookkeeping,
     os_failure,
     owned_json,
+    write_failure,
 )
 from ._source import _Source
 from ._target import _DenseTarget, _note_dropped, _Out
@@ -497,7 +498,7 @@ class _SafetensorsTarget(_DenseTarget):
                 {"safetensors." + k: v for k, v in meta.items()},
             )
         except OSError as exc:  # hurray.HurrayIOError too: a full disk
-            raise os_failure(exc, f"writing {self.path}: {_first_line(exc)}", self.path) from None
+            raise write_failure(exc, self.path) from None
         except (HurrayError, ValueError, TypeError) as exc:
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None
 

@@ -22,6 +22,7 @@ from ._common import (
     _check_dense_written_size,
     _first_line,
     os_failure,
+    write_failure,
 )
 from ._report import ConversionReport
 from .layouts import describe
@@ -297,7 +298,7 @@ class _FileTarget(_Target):
             base = os.path.basename(os.fspath(self.path))
             os.replace(self._tmp_name, base, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         except OSError as exc:
-            raise os_failure(exc, f"writing {self.path}: {exc.strerror}", self.path) from None
+            raise write_failure(exc, self.path) from None
         self.published = True
         try:
             os.fsync(folder_fd)  # best effort: the target is complete either way

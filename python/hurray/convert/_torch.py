@@ -13,7 +13,14 @@ from .. import _dtypes
 from .._descriptor import Dense
 from .._hurray import HurrayError
 from .._tensor import from_numpy
-from ._common import ConversionError, _contiguous, _first_line, is_bookkeeping, os_failure
+from ._common import (
+    ConversionError,
+    _contiguous,
+    _first_line,
+    is_bookkeeping,
+    os_failure,
+    write_failure,
+)
 from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 
@@ -221,7 +228,5 @@ class _TorchTarget(_TorchishTarget):
             # RuntimeError without errno): the sink kept the OSError.
             failure = sink.error if sink.error is not None else exc
             if isinstance(failure, OSError):
-                raise os_failure(
-                    failure, f"writing {self.path}: {_first_line(failure)}", self.path
-                ) from None
+                raise write_failure(failure, self.path) from None
             raise ConversionError(f"writing {self.path}: {_first_line(exc)}") from None

@@ -64,6 +64,7 @@ from .._files import save as _save
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
 from .._tensor import Tensor, from_hurray, specialise, stored_buffer
+from .._threads import map_on_threads
 from . import _staged
 
 __all__ = ["from_torch", "to_torch", "save_file", "load_file"]
@@ -751,11 +752,7 @@ def _dequantize_dense_all(
         for job in jobs:
             run(job)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
-        for _ in pool.map(run, jobs):
-            pass
+    map_on_threads(run, jobs, threads)
 
 
 def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor":
