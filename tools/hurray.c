@@ -293,11 +293,29 @@ static int run_convert(int argc, char **argv) {
   args[1] = "-c";
   args[2] = (char *)convert_bootstrap;
   for (int i = 1; i < argc; i++) args[i + 2] = argv[i];
+  /* Ctrl-C, SIGTERM and SIGHUP stay pending, blocked, until Python's
+   * converter can report them (hurray/__main__.py unblocks them inside its
+   * try): one that came while Python imported its packages printed a
+   * traceback, or numpy's "check your installation", instead of
+   * "interrupted". A mask survives exec; one caught already is reported. */
+  sigset_t held, before;
+  sigemptyset(&held);
+  sigaddset(&held, SIGINT);
+  sigaddset(&held, SIGTERM);
+  sigaddset(&held, SIGHUP);
+  sigprocmask(SIG_BLOCK, &held, &before);
+  if (interrupted != 0) {
+    free(args);
+    fputs("hurray convert: interrupted\n", stderr);
+    return 128 + interrupted;
+  }
   execvp(python, args);
+  int failed = errno;
+  sigprocmask(SIG_SETMASK, &before, NULL);
   fprintf(stderr,
           "hurray convert: cannot run the Python interpreter '%s' (%s); set HURRAY_PYTHON to "
           "a Python that has the hurray package\n",
-          python, strerror(errno));
+          python, strerror(failed));
   free(args);
   return EXIT_FAILURE;
 }

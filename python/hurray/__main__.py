@@ -203,6 +203,15 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(signum)
 
 
+def _release_held_signals() -> None:
+    # The C program blocks these before it hands a conversion over
+    # (tools/hurray.c), so that one sent while the packages load is raised
+    # here, inside the try that reports it.
+    if hasattr(signal, "pthread_sigmask"):
+        held = {signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)}
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("ls", "info", "verify"):  # URLs, from the launcher
@@ -221,6 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, _terminate)
     try:
+        _release_held_signals()
         convert(
             args.src,
             args.dst,

@@ -2721,3 +2721,32 @@ def test_a_failed_write_names_the_target_not_the_temporary_file(tmp_path, target
     assert r.returncode == 1, r
     assert r.stderr == f"hurray convert: writing {dst}: File too large\n"
     assert sorted(os.listdir(tmp_path)) == ["m.hurray"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_python_has_loaded_is_reported_as_an_interruption(tmp_path, signum):
+    """The C command hands .npz (and other Python-only) conversions to
+    Python; a Ctrl-C while Python imported numpy and the package printed a
+    traceback (or numpy's "check your installation"), and SIGTERM killed it
+    silently. The command now holds the signals until the converter's try
+    can report them. The interpreter here sends itself the signal before it
+    starts, the earliest moment there is."""
+    from zoo_reference import cli
+
+    exe = cli()
+    if exe is None:
+        pytest.skip("the C hurray command is not built")
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nkill -{int(signum)} $$\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    r = subprocess.run(
+        [exe, "convert", "-q", str(src), str(tmp_path / "out.npz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, HURRAY_PYTHON=str(python)),
+    )
+    assert (r.returncode, r.stderr) == (128 + signum, "hurray convert: interrupted\n"), r
+    assert sorted(os.listdir(tmp_path)) == ["m.hurray", "python"]
