@@ -22,6 +22,7 @@ checksums; docs/security.md what a hostile server can and cannot do.
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import random
 import re
 import socket
@@ -120,6 +121,17 @@ class _Transient(Exception):
     def __init__(self, error: BaseException):
         super().__init__(str(error))
         self.error = error
+
+
+def _broken_answer(reason) -> bool:
+    """Whether urllib3 failed on an answer http.client refused as
+    malformed (an HTTPException, not an OSError of the connection): from
+    CPython 3.14 (and its security releases) more than 100 interim 1xx
+    answers, which earlier versions skipped without end."""
+    args = getattr(reason, "args", ())
+    return any(
+        isinstance(a, http.client.HTTPException) and not isinstance(a, OSError) for a in args
+    )
 
 
 def is_url(path) -> bool:
@@ -515,17 +527,15 @@ class HttpBackend:
                     raise _Transient(
                         RemoteTimeoutError(f"{self.shown}: {scrubbed(str(reason), self.url)}")
                     ) from None
-                raise _Transient(
-                    RemoteError(f"{self.shown}: {scrubbed(str(reason), self.url)}")
-                ) from None
+                cls = RemoteProtocolError if _broken_answer(reason) else RemoteError
+                raise _Transient(cls(f"{self.shown}: {scrubbed(str(reason), self.url)}")) from None
             except urllib3.exceptions.TimeoutError as e:
                 raise _Transient(
                     RemoteTimeoutError(f"{self.shown}: {scrubbed(str(e), self.url)}")
                 ) from None
             except urllib3.exceptions.HTTPError as e:
-                raise _Transient(
-                    RemoteError(f"{self.shown}: {scrubbed(str(e), self.url)}")
-                ) from None
+                cls = RemoteProtocolError if _broken_answer(e) else RemoteError
+                raise _Transient(cls(f"{self.shown}: {scrubbed(str(e), self.url)}")) from None
             done = False
             try:
                 with self._lock:

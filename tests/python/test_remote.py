@@ -1055,11 +1055,13 @@ def test_a_redirect_body_that_never_ends_is_not_read(files, server):
 def test_answers_that_never_finish_their_headers_are_cut(files):
     """http.client skips "100 Continue" answers without end, and each one
     arrives within the read timeout: open() never returned. The status
-    line and headers now have a deadline of two read timeouts."""
+    line and headers now have a deadline of two read timeouts. (Sent a few
+    a second: CPython 3.14 refuses a 101st interim answer by itself.)"""
 
     def answer(conn):
         while True:
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            time.sleep(0.1)
 
     raw = _RawServer(answer)
     try:
@@ -1069,6 +1071,26 @@ def test_answers_that_never_finish_their_headers_are_cut(files):
         assert time.monotonic() - started < 10
         # urllib3's own str() put its pool first: "URL: None: no status line..."
         assert str(e.value) == f"{raw.url}: no status line and headers within 2 s"
+    finally:
+        raw.close()
+
+
+def test_a_flood_of_interim_answers_is_refused(files):
+    """100 Continue as fast as the socket takes it: a RemoteTimeoutError at
+    the deadline where http.client skips them without end, a
+    RemoteProtocolError where it refuses the 101st (CPython 3.14), never a
+    bare RemoteError."""
+
+    def answer(conn):
+        while True:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    raw = _RawServer(answer)
+    try:
+        started = time.monotonic()
+        with pytest.raises((hurray.RemoteTimeoutError, hurray.RemoteProtocolError)):
+            hurray.open(raw.url, timeout=(1, 1), retries=0)
+        assert time.monotonic() - started < 10
     finally:
         raw.close()
 
