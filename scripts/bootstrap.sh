@@ -8,7 +8,8 @@
 #                                 with libFuzzer (fuzz/), valgrind, the i686
 #                                 and aarch64 cross compilers with the i386
 #                                 and arm64 -dev packages (adds those dpkg
-#                                 architectures), qemu-user; and --lint's
+#                                 architectures), qemu-user, debootstrap
+#                                 (make test-python-next); and --lint's
 #   scripts/bootstrap.sh --lint   also the formatters make lint runs, pinned,
 #                                 into .venv: ruff and clang-format (from PyPI,
 #                                 so every machine formats alike)
@@ -45,6 +46,8 @@ if $test_tools; then
   # make test-aarch64: the aarch64 cross compiler and qemu-user
   command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need_apt+=(gcc-aarch64-linux-gnu)
   command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
+  # make test-python-next: a chroot of Debian's stable release, its newer Python
+  command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
   for arch in i386 arm64; do
     for pkg in libxxhash-dev libcmocka-dev libyajl-dev; do
       dpkg -s "$pkg:$arch" >/dev/null 2>&1 || need_apt+=("$pkg:$arch")
