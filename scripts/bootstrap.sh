@@ -63,7 +63,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
       $sudo dpkg --add-architecture "$arch"
     fi
   done
-  $sudo apt-get update -qq
+  # A mirror caught mid-sync fails one index ("File has unexpected size"):
+  # tried again, then the install goes ahead with the indexes that did
+  # arrive, and fails by itself if a package it needs is in none of them.
+  for attempt in 1 2 3; do
+    $sudo apt-get update -qq && break
+    [ "$attempt" -lt 3 ] && sleep 20
+    echo "bootstrap: apt-get update incomplete (attempt $attempt of 3)" >&2
+  done
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
