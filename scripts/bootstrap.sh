@@ -43,6 +43,12 @@ if $test_tools; then
   # the build dependencies of the i386 architecture (scripts/cross/)
   command -v i686-linux-gnu-gcc >/dev/null 2>&1 ||
     need_apt+=(gcc-i686-linux-gnu libasan8-i386-cross libubsan1-i386-cross)
+  # and those runtimes where the i386 loader looks (the -cross packages put
+  # them in /usr/i686-linux-gnu/lib, which no ld.so.conf names: every test
+  # exited 127 on a machine without them)
+  for pkg in libasan8:i386 libubsan1:i386; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+  done
   # make test-aarch64: the aarch64 cross compiler and qemu-user
   command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need_apt+=(gcc-aarch64-linux-gnu)
   command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
