@@ -19,7 +19,10 @@
 /* Every float operation here must round to binary32 (quantization.md 6):
  * with float arithmetic carried out wider (x87, or s390x under -std=c11),
  * hurray__rne below does not round at all and codes come out truncated. */
-#if !defined(FLT_EVAL_METHOD) || (FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1)
+/* 16 and 32 (ISO/IEC TS 18661-3, C23: GCC with AVX512-FP16 in GNU mode)
+ * evaluate float in float too; only _Float16 differs. */
+#if !defined(FLT_EVAL_METHOD) || (FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1 && \
+                                  FLT_EVAL_METHOD != 16 && FLT_EVAL_METHOD != 32)
 #  error \
       "hurray's kernels need FLT_EVAL_METHOD 0 (float arithmetic in float): on 32-bit x86 build with -msse2 -mfpmath=sse (meson.build does)"
 #endif
