@@ -30,7 +30,7 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 .PHONY: all deps build demo test test-c test-asan test-vectors test-python python example bench bench-quant bench-dcp bench-convert bench-complexity clean
 .PHONY: deps-test install test-install test-wheel
 .PHONY: fuzz fuzz-build test-fuzz test-valgrind test-tsan test-32bit test-aarch64 test-python-asan
-.PHONY: test-floor test-python-next
+.PHONY: test-floor test-python-next test-configs
 .PHONY: lint format test-fast
 
 all: build
@@ -210,7 +210,7 @@ test-python: python build
 # (scripts/test_counts.py), and the last line totals them. A failure makes
 # the exit status non-zero.
 TEST_SUITES := lint test-c test-asan test-valgrind test-tsan test-32bit test-aarch64 test-fuzz test-vectors test-python \
-               test-python-asan test-floor test-python-next demo test-install test-wheel
+               test-python-asan test-floor test-python-next test-configs demo test-install test-wheel
 COUNT := python3 $(CURDIR)/scripts/test_counts.py run
 test: deps-test
 	@rm -rf build-results
@@ -356,7 +356,14 @@ test-floor: deps
 test-python-next: deps-test
 	$(COUNT) $@ -- scripts/check_python_next.sh
 
+# Builds in configurations no other suite uses, each of which once failed
+# (gcc -Og, AVX512-FP16 GNU C, shared-only with Python, static-only, fuzzing
+# without clang, hurray.pc's paths): scripts/check_build_configs.sh.
+test-configs: deps
+	$(COUNT) $@ -- scripts/check_build_configs.sh
+
 clean:
 	rm -rf --one-file-system build-next
+	rm -rf build-configs
 	rm -rf build build-asan build-fuzz build-tsan stage build-install build-wheel build-readme build-results \
 	  build-floor
