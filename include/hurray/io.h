@@ -333,7 +333,9 @@ HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *o
  * it would, and its checksums: every checksum first (HURRAY_ERR_CHECKSUM
  * names the first mismatch), then each tensor's descriptor and buffer
  * placement (file-format.md 10.3; the read's own status, the message naming
- * the tensor). So a file that verifies can be read whole. A buffer longer
+ * the tensor, the first failing one in index order). So a file that
+ * verifies can be read whole. Through a mapping, a file of thousands of
+ * tensors has those checks spread over the hashing threads too. A buffer longer
  * than a chunk is checked against its chunk checksums in every mode (a
  * mapping hashes them on every thread), others against their own.
  * With HURRAY_READ_MMAP_PRIVATE it reads the file (pread), not the mapping,
