@@ -927,6 +927,9 @@ class RangeSource:
         try:
             for run in runs:
                 futures.append(self.pool().submit(one, run))
+        except RuntimeError:  # "can't start new thread" (RLIMIT_NPROC, pids.max)
+            self._fetch_runs_refused(one, runs, futures)
+            return
         except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
             failure = exc
         for future in futures:
@@ -948,6 +951,24 @@ class RangeSource:
             raise _wait_all(futures, failure)
         finally:
             abandon(False)
+
+    def _fetch_runs_refused(self, one, runs, futures) -> None:
+        """_fetch_runs once the system refused the pool a thread. The run
+        whose submit failed is queued with no future to wait on, and a
+        thread that did start may take it after this returns, writing into
+        memory C has freed: the pool is shut down first (queued runs
+        cancelled, running ones waited for). What did not run, runs here;
+        a run fetched twice writes the same bytes."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for future, run in zip(futures, runs):
+            if future.cancelled():
+                one(run)
+            else:
+                future.result()
+        for run in runs[len(futures) :]:
+            one(run)
 
     def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
         """The (offset, length) ranges `read()` (one tensor read) would
@@ -978,7 +999,13 @@ class RangeSource:
         if len(pieces) == 1:
             blocks = [one(pieces[0])]
         else:
-            blocks = list(self.pool().map(one, pieces))
+            try:
+                blocks = list(self.pool().map(one, pieces))
+            except RuntimeError:  # a refused thread (see _fetch_runs_refused)
+                pool, self._pool = self._pool, None
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                blocks = [one(piece) for piece in pieces]
         self._keep(blocks)
         return blocks
 

@@ -1408,3 +1408,43 @@ def test_close_and_load_leave_no_connection_open(files, server):
         assert _sockets(before) == before
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("threads_that_start", [0, 1])
+def test_a_refused_thread_fetches_the_runs_on_fewer_threads(
+    tmp_path, monkeypatch, threads_that_start
+):
+    """A read of several runs on the pool raised "can't start new thread"
+    where the system refused one (RLIMIT_NPROC, pids.max), and the run
+    whose submit failed stayed queued for a thread that did start, to
+    write into memory C frees once the read returns. The pool is now shut
+    down first and what did not run is fetched on the calling thread."""
+    import threading
+
+    from hurray import _remote
+
+    monkeypatch.setattr(_remote, "PREFETCH_WINDOW", 1 << 20)
+    monkeypatch.setattr(_remote, "PREFETCH_PIECE", 64 << 10)
+    big = np.arange(1 << 20, dtype=np.float32)
+    small = {f"s{i}": np.full(2048, i, np.float32) for i in range(64)}  # prefetched in pieces
+    path = tmp_path / "w.hurray"
+    hurray.save(path, {"big": big, **small})
+    started = []
+    start = threading.Thread.start
+
+    def refuse(self):
+        if not self.name.startswith("hurray-remote") or len(started) < threads_that_start:
+            started.append(self.name)
+            return start(self)
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with RangeServer({"/w.hurray": path.read_bytes()}) as s:
+        with hurray.open(s.url("/w.hurray"), suffix_bytes=128) as f:
+            for _ in range(2):  # and again, with the pool made anew
+                got = f.get_tensors(["big"])
+                np.testing.assert_array_equal(np.asarray(got["big"]), big)
+                got = f.get_tensors(list(small))
+                for name, value in small.items():
+                    np.testing.assert_array_equal(np.asarray(got[name]), value)
+            f.verify()
