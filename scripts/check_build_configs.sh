@@ -29,20 +29,26 @@ check() { # NAME WHY COMMAND...: the command must succeed
 setup() { # DIR OPTIONS...: configures DIR afresh when its options changed
   local dir=$out/$1
   shift
-  [ -f "$dir/build.ninja" ] || "$meson" setup "$dir" -Dwerror=true "$@"
+  local want="-Dwerror=true $*"
+  if [ ! -f "$dir/build.ninja" ] || [ "$(cat "$dir/.check-options" 2>/dev/null)" != "$want" ]; then
+    rm -rf "$dir"
+    "$meson" setup "$dir" -Dwerror=true "$@" && echo "$want" >"$dir/.check-options"
+  fi
 }
 
 # gcc at -Og refused to inline xxhash.h's always_inline loops (a hard
 # error), and GNU C with AVX512-FP16 has FLT_EVAL_METHOD 16, which the
 # kernels' check took for x87 arithmetic. Compiled only: the CPU need not
 # have AVX512-FP16.
-og_fp16() {
+setup_og() {
   local extra=()
   if echo 'int x;' | cc -mavx512fp16 -x c -c -o /dev/null - 2>/dev/null; then
     extra=(-Dc_args=-mavx512fp16)
   fi
-  setup og -Doptimization=g -Dc_std=gnu11 "${extra[@]}" -Dtests=false -Dpython=disabled &&
-    "$ninja" -C "$out/og"
+  setup og -Doptimization=g -Dc_std=gnu11 "${extra[@]}" -Dtests=false -Dpython=disabled
+}
+og_fp16() {
+  setup_og && "$ninja" -C "$out/og"
 }
 check og-fp16 "gcc -Og, GNU C with -mavx512fp16 must build the library" og_fp16
 
@@ -84,7 +90,7 @@ check fuzzing-gcc "-Dfuzzing=true with gcc must stop at setup, saying why" fuzzi
 
 # hurray.pc named yajl by the build machine's absolute path.
 pc_relative() {
-  setup og >/dev/null 2>&1 || return 1
+  setup_og >/dev/null 2>&1 || return 1
   local pc=$out/og/meson-private/hurray.pc
   grep '^Libs.private:' "$pc"
   ! grep '^Libs' "$pc" | grep -q ' /'

@@ -196,22 +196,54 @@ def _retrying(fn: Callable, retries: int):
             time.sleep(BACKOFF_SECONDS * (2**attempt) * (1 + random.random() / 2))
 
 
-def _wait_all(futures, failure: Optional[BaseException]) -> Optional[BaseException]:
-    """Waits until every future is done, whatever interrupts the wait (the
-    first interruption is kept as the failure, unless there is one). One
-    future at a time: concurrent.futures.wait, interrupted while it takes
-    the futures' locks, can leave them held (and the workers stuck)."""
-    for future in futures:
-        while True:
-            try:
-                future.exception()
-                break
-            except concurrent.futures.CancelledError:
-                break
-            except BaseException as exc:  # noqa: BLE001 - raised by the caller, after the wait
-                if failure is None:
-                    failure = exc
-    return failure
+class _RunGuard:
+    """The runs of one _fetch_runs call on the shared pool: which a thread
+    started and which finished, and no start once stopped."""
+
+    def __init__(self, one, runs):
+        self._one, self._runs = one, runs
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._started: List[int] = []
+        self._finished = [threading.Event() for _ in runs]
+        self._done: set = set()
+        self._failure: Optional[BaseException] = None
+
+    def run(self, i: int) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._started.append(i)
+        try:
+            self._one(self._runs[i])
+            self._done.add(i)
+        except BaseException as exc:
+            with self._lock:
+                if self._failure is None:
+                    self._failure = exc
+            raise
+        finally:
+            self._finished[i].set()
+
+    def stop_and_wait(self, failure: Optional[BaseException]) -> Optional[BaseException]:
+        """No run starts from now; returns once every started one has
+        finished, whatever interrupts the wait (the first interruption, or
+        a run's failure, kept as the failure unless there is one)."""
+        with self._lock:
+            self._stopped = True
+            started = list(self._started)
+        for i in started:
+            while True:
+                try:
+                    self._finished[i].wait()
+                    break
+                except BaseException as exc:  # noqa: BLE001 - raised by the caller
+                    if failure is None:
+                        failure = exc
+        return failure if failure is not None else self._failure
+
+    def not_done(self) -> List[int]:
+        return [i for i in range(len(self._runs)) if i not in self._done]
 
 
 # ------------------------------------------------------------------ HTTP
@@ -921,54 +953,45 @@ class RangeSource:
         # dropped; every started one is waited for (each read is under the
         # timeout and the rate floor), through Ctrl-C too, which used to
         # end the wait for the run it interrupted; the first failure is
-        # raised after.
+        # raised after. The guard knows every run a thread started, even
+        # one whose submit raised (queued, with no future to wait on).
+        guard = _RunGuard(one, runs)
         futures: List[concurrent.futures.Future] = []
         failure: Optional[BaseException] = None
+        refused = False
         try:
-            for run in runs:
-                futures.append(self.pool().submit(one, run))
+            for i in range(len(runs)):
+                futures.append(self.pool().submit(guard.run, i))
         except RuntimeError:  # "can't start new thread" (RLIMIT_NPROC, pids.max)
-            self._fetch_runs_refused(one, runs, futures)
-            return
+            refused = True
         except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
             failure = exc
         for future in futures:
-            if failure is not None:
+            if failure is not None or refused:
                 break
             try:
                 future.result()
             except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
                 failure = exc
-        if failure is None:
+        if failure is None and not refused:
             return
         for future in futures:
             future.cancel()
+        if failure is None:  # refused a thread: what no thread ran runs here
+            failure = guard.stop_and_wait(None)
+            if failure is None:
+                for i in guard.not_done():
+                    one(runs[i])
+                return
+            raise failure
         # The runs still going end at their next read, not after the rest
         # of their bytes (Ctrl-C used to wait out a slow server).
         abandon = getattr(self.backend, "abandon_reads", lambda on: None)
         abandon(True)
         try:
-            raise _wait_all(futures, failure)
+            raise guard.stop_and_wait(failure)
         finally:
             abandon(False)
-
-    def _fetch_runs_refused(self, one, runs, futures) -> None:
-        """_fetch_runs once the system refused the pool a thread. The run
-        whose submit failed is queued with no future to wait on, and a
-        thread that did start may take it after this returns, writing into
-        memory C has freed: the pool is shut down first (queued runs
-        cancelled, running ones waited for). What did not run, runs here;
-        a run fetched twice writes the same bytes."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for future, run in zip(futures, runs):
-            if future.cancelled():
-                one(run)
-            else:
-                future.result()
-        for run in runs[len(futures) :]:
-            one(run)
 
     def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
         """The (offset, length) ranges `read()` (one tensor read) would
@@ -1001,10 +1024,9 @@ class RangeSource:
         else:
             try:
                 blocks = list(self.pool().map(one, pieces))
-            except RuntimeError:  # a refused thread (see _fetch_runs_refused)
-                pool, self._pool = self._pool, None
-                if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
+            except RuntimeError:  # a refused thread: here instead (each
+                # piece fills a block of its own, so one still queued or
+                # running elsewhere writes nothing this call hands out)
                 blocks = [one(piece) for piece in pieces]
         self._keep(blocks)
         return blocks

@@ -2750,3 +2750,31 @@ def test_a_signal_before_python_has_loaded_is_reported_as_an_interruption(tmp_pa
     )
     assert (r.returncode, r.stderr) == (128 + signum, "hurray convert: interrupted\n"), r
     assert sorted(os.listdir(tmp_path)) == ["m.hurray", "python"]
+
+
+def test_holding_signals_restores_every_handler_when_interrupted_while_swapping(monkeypatch):
+    """The folder target swapped SIGINT's handler, then SIGTERM's, outside
+    its try: a signal between the two left SIGINT recording forever, so a
+    library caller's later Ctrl-Cs were swallowed."""
+    from hurray.convert import _folder
+
+    real = signal.signal
+    previous_term = real(signal.SIGTERM, lambda n, f: None)
+    try:
+        before = signal.getsignal(signal.SIGINT)
+        swaps = []
+
+        def signal_between_swaps(signum, handler):
+            swaps.append(signum)
+            if len(swaps) == 2:  # as the second swap begins
+                raise KeyboardInterrupt
+            return real(signum, handler)
+
+        monkeypatch.setattr(signal, "signal", signal_between_swaps)
+        with pytest.raises(KeyboardInterrupt):
+            with _folder._signals_held():
+                pass
+        monkeypatch.undo()
+        assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        real(signal.SIGTERM, previous_term)

@@ -72,11 +72,12 @@ def _signals_held():
         return
     got: List[int] = []
     saved = {}
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        if signum is not None and callable(signal.getsignal(signum)):
-            saved[signum] = signal.signal(signum, lambda n, _f: got.append(n))
-    try:
+    try:  # the swaps too: a signal between two of them still restores both
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            signum = getattr(signal, name, None)
+            if signum is not None and callable(signal.getsignal(signum)):
+                saved[signum] = signal.getsignal(signum)
+                signal.signal(signum, lambda n, _f: got.append(n))
         yield
     finally:
         for signum, handler in saved.items():
