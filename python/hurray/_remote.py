@@ -966,24 +966,26 @@ class RangeSource:
             refused = True
         except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
             failure = exc
+        if refused:  # what no thread ran runs here, once the started ones are done
+            for future in futures:
+                future.cancel()
+            failure = guard.stop_and_wait(None)
+            if failure is not None:
+                raise failure
+            for i in guard.not_done():
+                one(runs[i])
+            return
         for future in futures:
-            if failure is not None or refused:
+            if failure is not None:
                 break
             try:
                 future.result()
             except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
                 failure = exc
-        if failure is None and not refused:
+        if failure is None:
             return
         for future in futures:
             future.cancel()
-        if failure is None:  # refused a thread: what no thread ran runs here
-            failure = guard.stop_and_wait(None)
-            if failure is None:
-                for i in guard.not_done():
-                    one(runs[i])
-                return
-            raise failure
         # The runs still going end at their next read, not after the rest
         # of their bytes (Ctrl-C used to wait out a slow server).
         abandon = getattr(self.backend, "abandon_reads", lambda on: None)

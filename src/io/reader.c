@@ -2017,7 +2017,9 @@ static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
                                       const HurrayDescriptor *d, HurrayBufferList *list,
                                       HurrayError *error) {
   bool on_stack[16] = {false};
-  bool *read = t->buffer_count <= 16 ? on_stack : calloc(t->buffer_count, sizeof *read);
+  bool *read = t->buffer_count <= sizeof on_stack / sizeof *on_stack
+                   ? on_stack
+                   : calloc(t->buffer_count, sizeof *read);
   if (read == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   mark_read_buffers(d, read);
   HurrayStatus status = HURRAY_OK;

@@ -15,8 +15,7 @@ from hurray._threads import map_on_threads
 from hurray.convert import convert
 
 
-@pytest.fixture
-def threads_refused(monkeypatch):
+def _refuse_threads(monkeypatch):
     """Every new thread's start fails, as CPython's does under RLIMIT_NPROC."""
 
     def refuse(self):
@@ -25,14 +24,15 @@ def threads_refused(monkeypatch):
     monkeypatch.setattr(threading.Thread, "start", refuse)
 
 
+@pytest.fixture
+def threads_refused(monkeypatch):
+    _refuse_threads(monkeypatch)
+
+
 @pytest.mark.parametrize("refused", [False, True])
 def test_map_on_threads_runs_every_item_once_in_order(monkeypatch, refused):
     if refused:
-        monkeypatch.setattr(
-            threading.Thread,
-            "start",
-            lambda self: (_ for _ in ()).throw(RuntimeError("can't start new thread")),
-        )
+        _refuse_threads(monkeypatch)
     seen = []
     lock = threading.Lock()
 
@@ -85,11 +85,7 @@ def test_torch_load_file_dequantizes_when_no_thread_starts(tmp_path, monkeypatch
     q = tmp_path / "q.hurray"
     convert(src, q, quantize="q8_0", quiet=True)
     expected = ht.load_file(q, dequantize=torch.float32)
-    monkeypatch.setattr(
-        threading.Thread,
-        "start",
-        lambda self: (_ for _ in ()).throw(RuntimeError("can't start new thread")),
-    )
+    _refuse_threads(monkeypatch)
     got = ht.load_file(q, dequantize=torch.float32)
     assert sorted(got) == sorted(expected)
     for name in got:

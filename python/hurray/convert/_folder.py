@@ -75,8 +75,9 @@ def _signals_held():
     try:  # the swaps too: a signal between two of them still restores both
         for name in ("SIGINT", "SIGTERM", "SIGHUP"):
             signum = getattr(signal, name, None)
-            if signum is not None and callable(signal.getsignal(signum)):
-                saved[signum] = signal.getsignal(signum)
+            handler = signal.getsignal(signum) if signum is not None else None
+            if callable(handler):
+                saved[signum] = handler
                 signal.signal(signum, lambda n, _f: got.append(n))
         yield
     finally:
