@@ -12,6 +12,7 @@
 #include "../core/checked.h"
 #include "../core/descriptor_internal.h"
 #include "../core/error.h"
+#include "placement.h"
 
 struct HurrayBuffer {
   void *data;
@@ -44,6 +45,11 @@ static void release_data(void *data, HurrayReleaseFn release, void *release_ctx)
   }
 }
 
+HurrayPlacedBuffer hurray__placed_host(const void *data, uint64_t byte_size) {
+  return (HurrayPlacedBuffer){data, byte_size,          HURRAY_DEVICE_CPU,
+                              0,    HURRAY_MEMORY_HOST, HURRAY_SYNC_READY};
+}
+
 HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size, HurrayReleaseFn release,
                                   void *release_ctx, HurrayBuffer **out, HurrayError *error) {
   if (out == NULL || (data == NULL && byte_size > 0)) {
@@ -61,14 +67,15 @@ HurrayStatus hurray_buffer_create(void *data, uint64_t byte_size, HurrayReleaseF
     release_data(data, release, release_ctx);
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
+  HurrayPlacedBuffer host = hurray__placed_host(data, byte_size);
   b->data = data;
   b->byte_size = byte_size;
   b->alignment = 1;
-  b->sync_mode = HURRAY_SYNC_READY;
+  b->sync_mode = host.sync_mode;
   b->sync_handle = NULL;
-  b->device_type = HURRAY_DEVICE_CPU;
-  b->device_id = 0;
-  b->memory_class = HURRAY_MEMORY_HOST;
+  b->device_type = host.device_type;
+  b->device_id = host.device_id;
+  b->memory_class = host.memory_class;
   b->release = release;
   b->release_ctx = release_ctx;
   *out = b;

@@ -983,6 +983,24 @@ static HurrayStatus addressable(uint64_t size, uint64_t length, HurrayError *err
                       (unsigned long long)length);
 }
 
+/* `length` bytes at file `offset`, read into a fresh allocation aligned to
+ * `alignment` (and at least to the file's); the caller frees *out. */
+static HurrayStatus read_aligned(HurrayReader *r, uint64_t offset, uint64_t length,
+                                 uint32_t alignment, void **out, HurrayError *error) {
+  size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
+  uint64_t size = hurray__ceil_div_u64(length, align) * align; /* length <= file size */
+  HURRAY_RETURN_NOT_OK(addressable(size, length, error));
+  void *mem = aligned_alloc(align, size ? (size_t)size : align);
+  if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  HurrayStatus status = read_at(r, mem, length, offset, error);
+  if (status != HURRAY_OK) {
+    free(mem);
+    return status;
+  }
+  *out = mem;
+  return HURRAY_OK;
+}
+
 /* A handle for `length` bytes at file `offset`: a view of the mapping, or
  * a fresh aligned allocation filled with pread. */
 static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t length,
@@ -992,16 +1010,8 @@ static HurrayStatus make_buffer(HurrayReader *r, uint64_t offset, uint64_t lengt
     HURRAY_RETURN_NOT_OK(hurray_buffer_create((uint8_t *)r->mapping->base + offset, length,
                                               release_mapped, r->mapping, out, error));
   } else {
-    size_t align = alignment > HURRAY_FILE_ALIGNMENT ? alignment : HURRAY_FILE_ALIGNMENT;
-    uint64_t size = hurray__ceil_div_u64(length, align) * align; /* length <= file size */
-    HURRAY_RETURN_NOT_OK(addressable(size, length, error));
-    void *mem = aligned_alloc(align, size ? (size_t)size : align);
-    if (mem == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    HurrayStatus status = read_at(r, mem, length, offset, error);
-    if (status != HURRAY_OK) {
-      free(mem);
-      return status;
-    }
+    void *mem = NULL;
+    HURRAY_RETURN_NOT_OK(read_aligned(r, offset, length, alignment, &mem, error));
     HURRAY_RETURN_NOT_OK(hurray_buffer_create(mem, length, release_owned, NULL, out, error));
   }
   HurrayStatus status = hurray_buffer_set_alignment(*out, alignment, error);
@@ -2004,37 +2014,48 @@ static void mark_read_buffers(const HurrayDescriptor *node, bool *read) {
  * has every alignment a table may ask for. */
 static _Alignas(HURRAY_MAX_ALIGNMENT) const uint8_t unread_bytes[1];
 
-static void release_nothing(void *data, void *ctx) {
-  (void)data;
-  (void)ctx;
-}
-
-/* The buffers of entry `t` for placement validation: views of the mapping
- * when there is one; else the buffers it reads, read, and stand-ins for the
- * rest (a sparse tensor's values or a page pool may be gigabytes, and
- * through a URL each read is a download). */
-static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
-                                      const HurrayDescriptor *d, HurrayBufferList *list,
-                                      HurrayError *error) {
-  bool on_stack[16] = {false};
-  bool *read = t->buffer_count <= sizeof on_stack / sizeof *on_stack
-                   ? on_stack
-                   : calloc(t->buffer_count, sizeof *read);
-  if (read == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  mark_read_buffers(d, read);
+/* Placement validation of entry `t`, whose descriptor `d` is valid, as a
+ * read would run it, without handles: the bytes are where the mapping has
+ * them; else the buffers validation reads are read, and the rest stand in
+ * (a sparse tensor's values or a page pool may be gigabytes, and through a
+ * URL each read is a download). */
+static HurrayStatus check_placement(HurrayReader *r, const TensorEntry *t,
+                                    const HurrayDescriptor *d, HurrayError *error) {
+  enum { ON_STACK = 16 };
+  HurrayPlacedBuffer placed_on_stack[ON_STACK];
+  void *owned_on_stack[ON_STACK];
+  bool read_on_stack[ON_STACK];
+  uint32_t n = t->buffer_count; /* == d->buffer_count (entry_descriptor) */
+  bool small = n <= ON_STACK;
+  HurrayPlacedBuffer *placed = small ? placed_on_stack : malloc(n * sizeof *placed);
+  void **owned = small ? owned_on_stack : calloc(n, sizeof *owned);
+  bool *read = small ? read_on_stack : calloc(n, sizeof *read);
   HurrayStatus status = HURRAY_OK;
-  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
-    HurrayBuffer *b = NULL;
-    if (is_mapped(r) || read[i]) {
-      status = make_buffer(r, buffer_field(t, i, 0), buffer_field(t, i, 1),
-                           d->buffers[i].alignment, &b, error);
-    } else {
-      status = hurray_buffer_create((void *)unread_bytes, buffer_field(t, i, 1), release_nothing,
-                                    NULL, &b, error);
-    }
-    if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, error);
+  if (placed == NULL || owned == NULL || read == NULL) {
+    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
+  } else if (small) {
+    memset(owned, 0, n * sizeof *owned);
+    memset(read, 0, n * sizeof *read);
   }
-  if (read != on_stack) free(read);
+  if (status == HURRAY_OK && !is_mapped(r)) mark_read_buffers(d, read);
+  for (uint32_t i = 0; status == HURRAY_OK && i < n; i++) {
+    uint64_t offset = buffer_field(t, i, 0), length = buffer_field(t, i, 1);
+    const void *data = unread_bytes;
+    if (is_mapped(r)) {
+      data = (const uint8_t *)r->mapping->base + offset;
+    } else if (read[i]) {
+      status = read_aligned(r, offset, length, d->buffers[i].alignment, &owned[i], error);
+      data = owned[i];
+    }
+    placed[i] = hurray__placed_host(data, length);
+  }
+  if (status == HURRAY_OK) status = hurray__validate_placed_of_valid(d, placed, error);
+  for (uint32_t i = 0; owned != NULL && i < n; i++) free(owned[i]);
+  if (!small) {
+    free(placed);
+    free(owned);
+    free(read);
+  }
   return status;
 }
 
@@ -2042,18 +2063,14 @@ static HurrayStatus placement_buffers(HurrayReader *r, const TensorEntry *t,
  * anything out. */
 static HurrayStatus check_entry(HurrayReader *r, const TensorEntry *t, HurrayError *error) {
   HurrayDescriptor *d = NULL;
-  HurrayBufferList *list = NULL;
   HurrayStatus status = entry_descriptor(t, &d, error);
-  if (status == HURRAY_OK) status = hurray_buffer_list_create(&list, error);
-  if (status == HURRAY_OK) status = placement_buffers(r, t, d, list, error);
-  if (status == HURRAY_OK) status = hurray__validate_placement_of_valid(d, list, error);
+  if (status == HURRAY_OK) status = check_placement(r, t, d, error);
   if (status != HURRAY_OK && error != NULL && strstr(error->message, "tensor \"") == NULL) {
     /* Placement's messages name a buffer, not its tensor. */
     char said[sizeof error->message];
     memcpy(said, error->message, sizeof said);
     hurray__fail(error, status, "tensor \"%.*s\": %s", (int)t->name_len, t->name, said);
   }
-  hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
   return status;
 }
