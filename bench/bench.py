@@ -303,6 +303,7 @@ def _open_names(contender, path):
 
 
 def w_load(contender, path, spec):
+    gc.collect()  # the harness's own garbage (spec) is not the contender's to collect
     rss0 = status_kib("VmRSS")
     reset_peak()
     t0 = time.perf_counter()
@@ -363,6 +364,7 @@ def w_load(contender, path, spec):
 
 
 def w_random(contender, path, name):
+    gc.collect()
     t0 = time.perf_counter()
     if contender == "hurray":
         import hurray
@@ -592,6 +594,7 @@ def _qopen(contender, path):
 
 
 def w_qload(contender, path, spec):
+    gc.collect()  # the harness's own garbage (spec) is not the contender's to collect
     rss0 = status_kib("VmRSS")
     reset_peak()
     t0 = time.perf_counter()
@@ -671,6 +674,7 @@ def w_qload(contender, path, spec):
 
 
 def w_qrandom(contender, path, name):
+    gc.collect()
     t0 = time.perf_counter()
     if contender.startswith("hurray"):
         import hurray
