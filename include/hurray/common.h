@@ -146,7 +146,7 @@ typedef enum HurrayStatus {
   HURRAY_ERR_BAD_MAGIC = 84,      /* not a hurray file */
   HURRAY_ERR_RANGE = 85,          /* an offset or length reaches outside its region */
   HURRAY_ERR_OVERLAP = 86,        /* two buffers of a file share bytes */
-  HURRAY_ERR_CANCELLED = 87,      /* the caller's cancel hook stopped a write */
+  HURRAY_ERR_CANCELLED = 87,      /* the caller's cancel hook stopped a write or a read */
 
   /* quantization kernels (hurray/quant.h) */
   HURRAY_ERR_NOT_FINITE = 100 /* NaN or Inf where a scheme needs finite input */

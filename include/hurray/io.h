@@ -206,14 +206,32 @@ typedef enum HurrayReadMode {
   HURRAY_READ_MMAP_PRIVATE = 2
 } HurrayReadMode;
 
+/* Version 2 added `cancel` and `cancel_ctx`; a version 1 struct (without
+ * them) is still accepted and means no cancellation. */
 typedef struct HurrayReaderOptions {
   uint32_t version; /* HURRAY_READER_OPTIONS_VERSION */
   HurrayReadMode mode;
   bool verify_on_open; /* check every buffer's checksum before returning */
+  /* Cancellation, as for a writer (hurray_writer_set_cancel): `cancel(ctx)`
+   * returning true makes the reader call in progress fail with
+   * HURRAY_ERR_CANCELLED, handing nothing out. The reader asks on the
+   * calling thread, never on its hashing threads: in a verify
+   * (verify_on_open included), before each round of hashing a mapping (at
+   * most 4096 buffers or 1 GiB) and every HURRAY_READER_CANCEL_INTERVAL
+   * bytes read through pread; in a read of a buffer longer than that
+   * interval through pread or a byte source, before each interval of it.
+   * Shorter reads are not interrupted, and a mapped read copies nothing to
+   * interrupt. NULL: never cancelled. `cancel_ctx` is borrowed and must
+   * outlive the reader; the hook may be called on every thread that calls
+   * into the reader. */
+  HurrayCancelFn cancel;
+  void *cancel_ctx;
 } HurrayReaderOptions;
 
-#define HURRAY_READER_OPTIONS_VERSION 1
-#define HURRAY_READER_OPTIONS_INIT {HURRAY_READER_OPTIONS_VERSION, HURRAY_READ_MMAP, false}
+#define HURRAY_READER_OPTIONS_VERSION 2
+#define HURRAY_READER_OPTIONS_INIT \
+  {HURRAY_READER_OPTIONS_VERSION, HURRAY_READ_MMAP, false, NULL, NULL}
+#define HURRAY_READER_CANCEL_INTERVAL ((uint64_t)16 << 20)
 
 /* Opens `path` (`options` may be NULL for the defaults). Reads only the
  * trailer and the index: the cost is O(number of tensors), and no tensor

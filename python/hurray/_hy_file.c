@@ -52,6 +52,7 @@ typedef struct FileObject {
   bool pread;
   bool readonly; /* buffers handed out are flagged read-only */
   size_t next;   /* the index after the last name found (under the GIL): see file_find */
+  HyCancel cancel; /* the reader's cancel hook: Ctrl-C stops a long verify or read */
 } FileObject;
 
 /* Finds `name` (under the GIL). Callers mostly walk keys() in order, so
@@ -100,6 +101,13 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                  : readonly ? HURRAY_READ_MMAP
                             : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
+  hy_cancel_init(&self->cancel);
+  if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is opened */
+    Py_DECREF(path);
+    return -1;
+  }
+  options.cancel = hy_cancel_requested;
+  options.cancel_ctx = &self->cancel;
   HurrayError e = {0};
   HurrayReader *reader = NULL;
   HurrayStatus s;

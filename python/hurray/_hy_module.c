@@ -26,6 +26,9 @@ static PyObject *status_class(ModuleState *st, HurrayStatus status) {
  * HurrayIOError: see hy_raise_os. */
 PyObject *hy_raise_status_file(ModuleState *st, HurrayStatus status, const HurrayError *error,
                                PyObject *filename) {
+  /* A cancel hook (hy_cancel_requested) ran a signal handler that raised,
+   * KeyboardInterrupt most often: that exception is what the caller sees. */
+  if (status == HURRAY_ERR_CANCELLED && PyErr_Occurred()) return NULL;
   return hy_raise_class(status_class(st, status), st->errors[HURRAY_ERR_IO], status, error,
                         filename);
 }

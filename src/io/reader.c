@@ -110,7 +110,9 @@ struct HurrayReader {
   pthread_mutex_t names_lock;
   _Atomic(char *) names;
   uint32_t *name_at;
-  long online_cpus; /* sysconf's, read at open: how many threads verify may use */
+  long online_cpus;      /* sysconf's, read at open: how many threads verify may use */
+  HurrayCancelFn cancel; /* HurrayReaderOptions.cancel; NULL: never cancelled */
+  void *cancel_ctx;
 };
 
 static TensorEntry entry_at(const HurrayReader *r, size_t i) {
@@ -182,8 +184,8 @@ static HurrayStatus source_status(HurrayStatus status, uint64_t offset, uint64_t
 }
 
 /* Reads `len` bytes at `offset` of the file: pread, or the source. */
-static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
-                            HurrayError *error) {
+static HurrayStatus read_once(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
+                              HurrayError *error) {
   if (!r->has_source) return pread_all(r->fd, dst, len, offset, error);
   uint64_t end;
   if (!hurray__add_u64(offset, len, &end) || end > r->file_size) {
@@ -194,6 +196,30 @@ static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t o
   HurrayError mine = {0};
   return source_status(r->source.read(r->source.ctx, offset, len, dst, &mine), offset, len, &mine,
                        error);
+}
+
+static HurrayStatus cancelled(HurrayError *error) {
+  return hurray__fail(error, HURRAY_ERR_CANCELLED, "cancelled by the caller's hook");
+}
+
+/* read_once, in pieces of HURRAY_READER_CANCEL_INTERVAL with the cancel
+ * hook asked before each, so that reading gigabytes stops soon after the
+ * caller asks it to. */
+static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
+                            HurrayError *error) {
+  if (r->cancel == NULL || len <= HURRAY_READER_CANCEL_INTERVAL) {
+    return read_once(r, dst, len, offset, error);
+  }
+  uint8_t *p = dst;
+  while (len > 0) {
+    if (r->cancel(r->cancel_ctx)) return cancelled(error);
+    uint64_t n = len < HURRAY_READER_CANCEL_INTERVAL ? len : HURRAY_READER_CANCEL_INTERVAL;
+    HURRAY_RETURN_NOT_OK(read_once(r, p, n, offset, error));
+    p += n;
+    offset += n;
+    len -= n;
+  }
+  return HURRAY_OK;
 }
 
 /* ------------------------------------------------------------------ index */
@@ -696,6 +722,14 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), error);
 }
 
+/* The cancel hook of version 2 options; a version 1 struct has none. */
+static void set_cancel(HurrayReader *r, const HurrayReaderOptions *options) {
+  if (options->version >= 2 && options->cancel != NULL) {
+    r->cancel = options->cancel;
+    r->cancel_ctx = options->cancel_ctx;
+  }
+}
+
 HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *options,
                                 HurrayReader **out, HurrayError *error) {
   if (out != NULL) *out = NULL;
@@ -705,9 +739,9 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   HurrayReaderOptions defaults = HURRAY_READER_OPTIONS_INIT;
   if (options == NULL) {
     options = &defaults;
-  } else if (options->version != HURRAY_READER_OPTIONS_VERSION) {
+  } else if (options->version < 1 || options->version > HURRAY_READER_OPTIONS_VERSION) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "reader options: unknown version %u (this library has %u)",
+                        "reader options: unknown version %u (this library has 1 to %u)",
                         options->version, HURRAY_READER_OPTIONS_VERSION);
   } else if (options->mode != HURRAY_READ_MMAP && options->mode != HURRAY_READ_PREAD &&
              options->mode != HURRAY_READ_MMAP_PRIVATE) {
@@ -717,6 +751,7 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   HurrayReader *r = reader_new();
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   r->mode = options->mode;
+  set_cancel(r, options);
   struct stat st;
   HurrayStatus status = hurray__open_regular(path, &r->fd, &st, error);
   if (status != HURRAY_OK) {
@@ -753,7 +788,8 @@ HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
                           "no out pointer",
                           source->version, HURRAY_BYTE_SOURCE_VERSION, source->flags,
                           source->read != NULL ? "set" : "missing");
-  } else if (options != NULL && options->version != HURRAY_READER_OPTIONS_VERSION) {
+  } else if (options != NULL &&
+             (options->version < 1 || options->version > HURRAY_READER_OPTIONS_VERSION)) {
     status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
                           options->version);
   }
@@ -769,6 +805,7 @@ HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
   r->has_source = true;
   r->source = *source;
   r->mode = HURRAY_READ_PREAD; /* copies: nothing to map */
+  if (options != NULL) set_cancel(r, options);
   r->file_size = source->size;
   status = read_structure(r, error);
   if (status == HURRAY_OK && options != NULL && options->verify_on_open) {
@@ -1580,10 +1617,27 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
 #define PREAD_VERIFY_CHUNK ((uint64_t)1 << 20)
 #define PREAD_VERIFY_SMALL_CHUNK ((uint64_t)64 << 10)
 
+/* Asks a cancel hook once per HURRAY_READER_CANCEL_INTERVAL bytes of a
+ * verify's reads, however small each read is. */
+typedef struct CancelMeter {
+  HurrayCancelFn fn; /* NULL: never cancelled */
+  void *ctx;
+  uint64_t bytes; /* read since the hook was last asked */
+} CancelMeter;
+
+/* Whether to stop before reading `n` more bytes. */
+static bool meter_cancelled(CancelMeter *m, uint64_t n) {
+  if (m == NULL || m->fn == NULL) return false;
+  m->bytes += n;
+  if (m->bytes < HURRAY_READER_CANCEL_INTERVAL) return false;
+  m->bytes = 0;
+  return m->fn(m->ctx);
+}
+
 /* The pread path, for a file that is not mapped, or a verify too small to
  * be worth mapping. */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
-                                   uint64_t *out, HurrayError *error) {
+                                   CancelMeter *meter, uint64_t *out, HurrayError *error) {
   XXH3_state_t *state = XXH3_createState();
   /* 16 MiB at a time through a source, where each read may be a network
    * request; no more than the buffer needs. */
@@ -1598,7 +1652,7 @@ static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t le
     XXH3_64bits_reset(state);
     while (status == HURRAY_OK && length > 0) {
       uint64_t n = length > step ? step : length;
-      status = read_at(r, chunk, n, offset, error);
+      status = meter_cancelled(meter, n) ? cancelled(error) : read_at(r, chunk, n, offset, error);
       XXH3_64bits_update(state, chunk, (size_t)n);
       offset += n;
       length -= n;
@@ -1656,6 +1710,10 @@ static bool verify_is_small(const HurrayReader *r, size_t first, size_t count) {
  * what a round maps in, while keeping every thread busy). */
 #define VERIFY_BATCH 4096
 #define VERIFY_ROUND_BYTES_PER_THREAD (64u << 20)
+/* Large pieces do not count toward that size, but a round ends at this
+ * many bytes of every size, so that a cancel hook, asked between rounds
+ * of a mapped file, is asked at least once per gigabyte hashed. */
+#define VERIFY_ROUND_MAX_BYTES ((uint64_t)1 << 30)
 
 /* Buffers of at least this many bytes are let go of by the thread that
  * hashed them, so that unmapping a large buffer runs in parallel with the
@@ -1835,7 +1893,7 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
     uint64_t offset = buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
     uint64_t length = refs[k].length;
     if (length > SOURCE_VERIFY_CHUNK) {
-      status = checksum_range(r, offset, length, &jobs[k].sum, error);
+      status = checksum_range(r, offset, length, NULL, &jobs[k].sum, error);
       continue;
     }
     if (total + length > SOURCE_BATCH_BYTES) {
@@ -1855,10 +1913,15 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
 
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in index order, so that the error is the same
- * whatever thread found it. */
+ * whatever thread found it. The cancel hook is asked first, and through
+ * pread every HURRAY_READER_CANCEL_INTERVAL bytes. */
 static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
-                                 unsigned threads, HurrayHashJob *jobs, const VerifyRef *refs,
-                                 size_t n, HurrayError *error) {
+                                 unsigned threads, CancelMeter *meter, HurrayHashJob *jobs,
+                                 const VerifyRef *refs, size_t n, HurrayError *error) {
+  if (meter->fn != NULL) {
+    meter->bytes = 0;
+    if (meter->fn(meter->ctx)) return cancelled(error);
+  }
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
       jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
@@ -1884,7 +1947,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(
           checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start,
-                         refs[k].length, &jobs[k].sum, error));
+                         refs[k].length, meter, &jobs[k].sum, error));
     }
   }
   for (size_t k = 0; k < n; k++) {
@@ -1937,8 +2000,9 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
    * gives a file the same verdict. */
   bool by_chunk = r->chunk_sums != NULL;
   const uint8_t *chunk = by_chunk ? r->chunk_sums + 8 * chunks_before(r, first) : NULL;
+  CancelMeter meter = {cancel, ctx, 0}; /* through pread */
   size_t n = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, all_bytes = 0;
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
     const TensorEntry entry = entry_at(r, first + i);
     for (uint32_t b = 0; status == HURRAY_OK && b < entry.buffer_count; b++) {
@@ -1957,18 +2021,18 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
          * thread that hashed them, and every round ends with threads
          * idle while the last pieces are hashed. */
         if (refs[n].length < VERIFY_DROP_ON_THREAD_BYTES) bytes += refs[n].length;
-        if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD) {
-          status = cancel != NULL && cancel(ctx)
-                       ? hurray__fail(error, HURRAY_ERR_CANCELLED, "the check was cancelled")
-                       : verify_round(r, view, drops, threads, jobs, refs, n, error);
+        all_bytes += refs[n].length;
+        if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD ||
+            all_bytes >= VERIFY_ROUND_MAX_BYTES) {
+          status = verify_round(r, view, drops, threads, &meter, jobs, refs, n, error);
           n = 0;
-          bytes = 0;
+          bytes = all_bytes = 0;
         }
       }
     }
   }
   if (status == HURRAY_OK && n > 0) {
-    status = verify_round(r, view, drops, threads, jobs, refs, n, error);
+    status = verify_round(r, view, drops, threads, &meter, jobs, refs, n, error);
   }
   /* A fault of a later round maps a whole 2 MiB folio again, pages that
    * earlier rounds had let go of included, and a drop of part of it splits
@@ -2127,7 +2191,8 @@ static HurrayStatus check_entries(HurrayReader *r, size_t first, size_t count, u
 static HurrayStatus verify_readable(HurrayReader *r, size_t first, size_t count,
                                     HurrayError *error) {
   unsigned threads = hurray__hash_threads_of(r->online_cpus);
-  HURRAY_RETURN_NOT_OK(verify_entries(r, first, count, false, threads, NULL, NULL, error));
+  HURRAY_RETURN_NOT_OK(
+      verify_entries(r, first, count, false, threads, r->cancel, r->cancel_ctx, error));
   return check_entries(r, first, count, threads, error);
 }
 

@@ -3,8 +3,11 @@
  * and the errno in HurrayError.os_errno. A cancelled write stops within one
  * HURRAY_WRITER_CANCEL_INTERVAL, leaves a path target byte-identical with no
  * temporary file beside it, and a cancel that comes after the last byte
- * (before the rename) still keeps the target. File-system failures carry
- * the errno of the call that failed; other failures carry 0.
+ * (before the rename) still keeps the target. The reader's hook
+ * (HurrayReaderOptions.cancel, version 2) stops a long read or verify
+ * within one HURRAY_READER_CANCEL_INTERVAL and hands nothing out.
+ * File-system failures carry the errno of the call that failed; other
+ * failures carry 0.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -174,6 +177,103 @@ static void test_cancel_before_rename(void **state) {
   assert_string_equal(hurray_status_name(HURRAY_ERR_CANCELLED), "HURRAY_ERR_CANCELLED");
 }
 
+/* A file of write_two's tensors at dir/read.hurray. */
+static void write_read_file(char *path, size_t size) {
+  snprintf(path, size, "%s/read.hurray", dir);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(write_two(w, error));
+  assert_ok(hurray_writer_finish(w, error));
+}
+
+static HurrayReaderOptions cancelling(HurrayReadMode mode, Counter *c) {
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = mode;
+  options.cancel = count_and_cancel;
+  options.cancel_ctx = c;
+  return options;
+}
+
+/* Through pread, a buffer of BIG bytes is read in four pieces, each asked
+ * about first; a cancel at the second hands nothing out. */
+static void test_reader_cancel_during_read(void **state) {
+  (void)state;
+  char path[300];
+  write_read_file(path, sizeof path);
+  Counter c = {0};
+  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_int_equal(c.calls, 0); /* open reads the index alone */
+  HurrayDescriptor *d = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_reader_get_tensor(r, "big", &d, &list, error));
+  assert_int_equal(c.calls, 4);
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(list);
+  c = (Counter){.cancel_at = 2};
+  d = (HurrayDescriptor *)&c; /* must come back NULL */
+  list = (HurrayBufferList *)&c;
+  assert_status(HURRAY_ERR_CANCELLED, hurray_reader_get_tensor(r, "big", &d, &list, error));
+  assert_null(d);
+  assert_null(list);
+  assert_int_equal(c.calls, 2);
+  hurray_reader_close(r);
+}
+
+/* verify asks before each round, and through pread every interval too;
+ * verify_on_open too; a mapping's one round is asked about once. */
+static void test_reader_cancel_during_verify(void **state) {
+  (void)state;
+  char path[300];
+  write_read_file(path, sizeof path);
+  Counter c = {0};
+  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  unsigned full = c.calls;
+  assert_true(full >= 1 + BIG / HURRAY_READER_CANCEL_INTERVAL);
+  c = (Counter){.cancel_at = 2};
+  assert_status(HURRAY_ERR_CANCELLED, hurray_reader_verify(r, NULL, error));
+  assert_int_equal(c.calls, 2);
+  hurray_reader_close(r);
+
+  options.verify_on_open = true;
+  c = (Counter){.cancel_at = full};
+  r = (HurrayReader *)&c;
+  assert_status(HURRAY_ERR_CANCELLED, hurray_reader_open(path, &options, &r, error));
+  assert_null(r);
+
+  options = cancelling(HURRAY_READ_MMAP, &c);
+  c = (Counter){0};
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  assert_int_equal(c.calls, 1);
+  c = (Counter){.cancel_at = 1};
+  assert_status(HURRAY_ERR_CANCELLED, hurray_reader_verify(r, NULL, error));
+  hurray_reader_close(r);
+}
+
+/* A version 1 struct has no cancel fields: they are not read. */
+static void test_reader_options_version_1(void **state) {
+  (void)state;
+  char path[300];
+  write_read_file(path, sizeof path);
+  Counter c = {.cancel_at = 1};
+  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
+  options.version = 1;
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  assert_ok(hurray_reader_verify(r, NULL, error));
+  assert_int_equal(c.calls, 0);
+  hurray_reader_close(r);
+  options.version = HURRAY_READER_OPTIONS_VERSION + 1;
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
+  options.version = 0;
+  assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
+}
+
 static void test_os_errno(void **state) {
   (void)state;
   char path[300];
@@ -210,6 +310,9 @@ int main(void) {
       cmocka_unit_test(test_hook_asked_per_interval),
       cmocka_unit_test(test_cancel_mid_buffer_keeps_target),
       cmocka_unit_test(test_cancel_before_rename),
+      cmocka_unit_test(test_reader_cancel_during_read),
+      cmocka_unit_test(test_reader_cancel_during_verify),
+      cmocka_unit_test(test_reader_options_version_1),
       cmocka_unit_test(test_os_errno),
   };
   int rc = cmocka_run_group_tests(tests, setup, scratch_dir_remove);

@@ -873,6 +873,61 @@ def test_ctrl_c_during_a_stream_save_stops_it():
     assert int(result.stdout.split()[-1]) < (64 << 20)
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
+    """verify and reads through pread ran in one C call each, so Ctrl-C
+    waited for the whole file (a minute for tens of gigabytes from disk).
+    The reader's cancel hook now asks every 16 MiB. The last bytes of the
+    tensor are damaged: a verify that ran to the end would raise
+    ChecksumError before the KeyboardInterrupt."""
+    path = tmp_path / "big.hurray"
+    hurray.save(path, {"a": np.ones(64 << 20, np.float32), "z": np.arange(4)})
+    blob = bytearray(path.read_bytes())
+    last = blob.rfind(np.ones(1, np.float32).tobytes())
+    blob[last] ^= 1
+    path.write_bytes(bytes(blob))
+    result = run_python(
+        f"""
+        import os, signal, threading, time
+        import hurray
+
+        def read_bytes():
+            with open("/proc/self/io") as f:
+                return int(f.read().split("rchar: ")[1].split()[0])
+
+        def interrupt_after(start):
+            while read_bytes() - start < (32 << 20):
+                time.sleep(0.0005)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        def interrupted(call):
+            start = read_bytes()
+            watcher = threading.Thread(target=interrupt_after, args=(start,))
+            watcher.start()
+            try:
+                call()
+            except KeyboardInterrupt as e:
+                watcher.join()
+                return e.__context__ is None, (read_bytes() - start) >> 20
+            watcher.join()
+            return "not interrupted"
+
+        path = {str(path)!r}
+        with hurray.open(path, mmap=False) as f:
+            print("verify", *interrupted(f.verify))
+            print("get", *interrupted(lambda: f.get("a")))
+        print("open", *interrupted(lambda: hurray.open(path, mmap=False, verify=True)))
+    """,
+        timeout=300,
+    )
+    lines = result.stdout.split("\n")
+    assert result.returncode == 0 and len(lines) >= 3, (result.stdout, result.stderr[-2000:])
+    for line in lines[:3]:
+        what, alone, mib = line.split()
+        assert alone == "True", line  # no ChecksumError: verify stopped before the damage
+        assert int(mib) < 128, line  # stopped within an interval or two of 32 MiB
+
+
 def test_tensor_reinit_from_inside_its_own_init_is_refused():
     t = hurray.from_numpy(np.arange(4, dtype=np.float32))
     fresh = hurray.Tensor.__new__(hurray.Tensor)
