@@ -50,8 +50,8 @@ typedef struct FileObject {
   unsigned long generation; /* fork_generation when this process last took `lock` */
   PyObject *path;
   bool pread;
-  bool readonly; /* buffers handed out are flagged read-only */
-  size_t next;   /* the index after the last name found (under the GIL): see file_find */
+  bool readonly;   /* buffers handed out are flagged read-only */
+  size_t next;     /* the index after the last name found (under the GIL): see file_find */
   HyCancel cancel; /* the reader's cancel hook: Ctrl-C stops a long verify or read */
 } FileObject;
 
