@@ -191,12 +191,12 @@ test-vectors:
 # The Python package, installed into .venv with its test dependencies (torch
 # is the CPU build: pip takes it from this machine kind's local wheel).
 PY_TEST_DEPS := 'meson-python>=0.18' numpy scipy ml_dtypes pytest hypothesis 'torch==2.13.0' \
-                gguf bitsandbytes safetensors tqdm urllib3 fsspec
+                gguf bitsandbytes safetensors tqdm urllib3 fsspec xxhash
 # The quantization zoo's reference packages (optional: their tests skip without them).
 PY_ZOO_DEPS := compressed-tensors
 
 python: deps
-	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm, urllib3, fsspec" 2>/dev/null \
+	@$(VENV)/python -c "import numpy, scipy, ml_dtypes, pytest, hypothesis, torch, mesonpy, gguf, bitsandbytes, safetensors, tqdm, urllib3, fsspec, xxhash" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_TEST_DEPS)
 	@$(VENV)/python -c "import compressed_tensors" 2>/dev/null \
 	  || $(VENV)/pip install -q --disable-pip-version-check $(PY_ZOO_DEPS) \

@@ -20,7 +20,7 @@ root=$PWD/build-next/$suite
 packages="gcc libc6-dev pkg-config libxxhash-dev libyajl-dev libcmocka-dev ca-certificates
   python$python-dev python$python-venv"
 peers="meson-python meson ninja numpy ml_dtypes scipy safetensors gguf pytest hypothesis
-  urllib3 fsspec"
+  urllib3 fsspec xxhash"
 
 skip() { # a machine that cannot run it: counted as skipped, not failed
   echo "test-python-next: $1; skipped" >&2
