@@ -942,12 +942,8 @@ static HurrayStatus decode_buffer_table(Reader *r, size_t len, HurrayDescriptor 
                 (unsigned long long)count, HURRAY_MAX_BUFFERS);
   }
   HURRAY_RETURN_NOT_OK(expect_length(TAG_BUFFER_TABLE, len, 4 + 16 * (size_t)count, error));
-  if (count > 0) {
-    d->buffers = calloc((size_t)count, sizeof *d->buffers);
-    if (d->buffers == NULL) {
-      return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
-    }
-    d->buffer_capacity = (uint32_t)count;
+  if (count > 0 && !hurray__descriptor_reserve_buffers(d, (uint32_t)count)) {
+    return FAIL(HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   for (uint32_t i = 0; i < count; i++) {
     HurrayBufferEntry *b = &d->buffers[i];

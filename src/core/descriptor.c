@@ -175,6 +175,23 @@ HurrayDescriptor *hurray__descriptor_new(void) {
   return d;
 }
 
+bool hurray__descriptor_reserve_buffers(HurrayDescriptor *d, uint32_t count) {
+  if (count <= d->buffer_capacity) return true;
+  if (d->buffers == NULL && count <= HURRAY__BUFFERS_INLINE) {
+    d->buffers = d->buffers_inline;
+    d->buffer_capacity = HURRAY__BUFFERS_INLINE;
+    return true;
+  }
+  HurrayBufferEntry *grown = malloc((size_t)count * sizeof *grown);
+  if (grown == NULL) return false;
+  if (d->buffer_count > 0) memcpy(grown, d->buffers, d->buffer_count * sizeof *grown);
+  memset(grown + d->buffer_count, 0, (count - d->buffer_count) * sizeof *grown);
+  if (d->buffers != d->buffers_inline) free(d->buffers);
+  d->buffers = grown;
+  d->buffer_capacity = count;
+  return true;
+}
+
 HurrayStatus hurray_descriptor_create(HurrayDType dtype, uint32_t rank, const uint64_t *shape,
                                       HurrayDescriptor **out, HurrayError *error) {
   if (out != NULL) *out = NULL;
@@ -218,7 +235,7 @@ void hurray_descriptor_destroy(HurrayDescriptor *d) {
   if (d->shape != d->shape_inline) free(d->shape);
   free(d->strides);
   free(d->shard);
-  free(d->buffers);
+  if (d->buffers != d->buffers_inline) free(d->buffers);
   free(d->extension_name);
   free(d->extension_metadata);
   free(d);
@@ -286,6 +303,7 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
   d->strides = NULL;
   d->shard = NULL;
   d->buffers = NULL;
+  d->buffer_count = 0;
   d->buffer_capacity = 0;
   d->extension_name = NULL;
   d->extension_metadata = NULL;
@@ -298,12 +316,11 @@ HurrayStatus hurray_descriptor_clone(const HurrayDescriptor *src, HurrayDescript
     goto no_memory;
   }
   if (src->buffer_count > 0) {
-    d->buffers = malloc(src->buffer_count * sizeof *d->buffers);
-    if (d->buffers == NULL) {
+    if (!hurray__descriptor_reserve_buffers(d, src->buffer_count)) {
       goto no_memory;
     }
     memcpy(d->buffers, src->buffers, src->buffer_count * sizeof *d->buffers);
-    d->buffer_capacity = src->buffer_count;
+    d->buffer_count = src->buffer_count;
   }
   if (src->extension_name != NULL) {
     d->extension_name = dup_bytes(src->extension_name, strlen(src->extension_name), true);
@@ -450,14 +467,9 @@ HurrayStatus hurray_descriptor_add_buffer(HurrayDescriptor *d, HurrayBufferRole 
     return hurray__fail(error, HURRAY_ERR_LIMIT, "buffers: more than %u buffers",
                         HURRAY_MAX_BUFFERS);
   }
-  if (d->buffer_count == d->buffer_capacity) {
-    uint32_t capacity = d->buffer_capacity ? d->buffer_capacity * 2 : 4;
-    HurrayBufferEntry *grown = realloc(d->buffers, capacity * sizeof *grown);
-    if (grown == NULL) {
-      return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-    }
-    d->buffers = grown;
-    d->buffer_capacity = capacity;
+  if (d->buffer_count == d->buffer_capacity &&
+      !hurray__descriptor_reserve_buffers(d, d->buffer_capacity ? d->buffer_capacity * 2 : 1)) {
+    return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   }
   HurrayBufferEntry *entry = &d->buffers[d->buffer_count];
   entry->role = role;

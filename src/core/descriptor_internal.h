@@ -114,6 +114,12 @@ typedef struct HurrayShardFields {
  * 26 entries in line were a fifth of every loaded tensor's memory (issue 19). */
 #define HURRAY__SHAPE_INLINE 6u
 
+/* Buffer table entries a descriptor holds in itself: most tensors have one
+ * or two buffers, and decoding each entry's descriptor with one allocation
+ * instead of two made verify of 20,000 small tensors and a load of them
+ * cheaper (issue 19). */
+#define HURRAY__BUFFERS_INLINE 2u
+
 struct HurrayDescriptor {
   HurrayDType dtype;
   uint32_t rank;
@@ -128,9 +134,12 @@ struct HurrayDescriptor {
   HurrayQuant quant;
 
   /* Root-only parts; a composite member keeps them at their defaults. */
+  /* buffers_inline, or `buffer_capacity` entries owned once the table
+   * outgrew it (or was decoded larger); NULL while the table is empty. */
   HurrayBufferEntry *buffers;
   uint32_t buffer_count;
   uint32_t buffer_capacity;
+  HurrayBufferEntry buffers_inline[HURRAY__BUFFERS_INLINE];
   int32_t device_type;
   int32_t device_id;
   HurrayMemoryClass memory_class;
@@ -165,6 +174,10 @@ HurrayQuantStorage *hurray__quant_storage_own(HurrayQuant *q);
 /* Room for a shape of `rank` (at most HURRAY_MAX_RANK) entries, keeping
  * those present; false when out of memory, with `d` unchanged. */
 bool hurray__descriptor_reserve_rank(HurrayDescriptor *d, uint32_t rank);
+/* Room for `count` buffer table entries (buffers_inline while they fit, or
+ * memory of its own, the entries so far kept and the rest zero); false when
+ * memory runs out, with `d` unchanged. */
+bool hurray__descriptor_reserve_buffers(HurrayDescriptor *d, uint32_t count);
 /* Make d->strides / d->shard present (zeroed when new); false when out of
  * memory, with `d` unchanged. */
 bool hurray__descriptor_add_strides(HurrayDescriptor *d);

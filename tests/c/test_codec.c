@@ -102,6 +102,28 @@ static void test_round_trip_vectors(void **state) {
 }
 
 /* Every dtype, each with every optional part switched on one at a time. */
+/* Buffer tables of 0 to 5 entries: the first ones live in the descriptor
+ * itself, later ones move it to memory of its own; every size round-trips
+ * through encode, decode and clone with its entries intact. */
+static void test_buffer_tables_of_every_size(void **state) {
+  (void)state;
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){8}, &d, error));
+  for (uint32_t n = 0; n <= 5; n++) {
+    assert_int_equal(hurray_descriptor_buffer_count(d), n);
+    assert_round_trip(d);
+    uint32_t index = 99;
+    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 8 + n, 64u << (n % 3),
+                                           HURRAY_SYNC_READY, &index, error));
+    assert_int_equal(index, n);
+    for (uint32_t i = 0; i <= n; i++) {
+      assert_int_equal(hurray_descriptor_buffer_size(d, i), 8 + i);
+      assert_int_equal(hurray_descriptor_buffer_alignment(d, i), 64u << (i % 3));
+    }
+  }
+  hurray_descriptor_destroy(d);
+}
+
 static void test_round_trip_every_dtype_and_option(void **state) {
   (void)state;
   for (int t = 1; t < HURRAY_DTYPE_COUNT; t++) {
@@ -623,6 +645,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_golden_encode),
       cmocka_unit_test(test_golden_decode),
       cmocka_unit_test(test_round_trip_vectors),
+      cmocka_unit_test(test_buffer_tables_of_every_size),
       cmocka_unit_test(test_round_trip_every_dtype_and_option),
       cmocka_unit_test(test_optional_parts_are_owned),
       cmocka_unit_test(test_encoding_is_deterministic),
