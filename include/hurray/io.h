@@ -214,16 +214,17 @@ typedef struct HurrayReaderOptions {
   bool verify_on_open; /* check every buffer's checksum before returning */
   /* Cancellation, as for a writer (hurray_writer_set_cancel): `cancel(ctx)`
    * returning true makes the reader call in progress fail with
-   * HURRAY_ERR_CANCELLED, handing nothing out. The reader asks on the
-   * calling thread, never on its hashing threads: in a verify
-   * (verify_on_open included), before each round of hashing a mapping (at
-   * most 4096 buffers or 1 GiB) and every HURRAY_READER_CANCEL_INTERVAL
-   * bytes read through pread; in a read of a buffer longer than that
-   * interval through pread or a byte source, before each interval of it.
-   * Shorter reads are not interrupted, and a mapped read copies nothing to
-   * interrupt. NULL: never cancelled. `cancel_ctx` is borrowed and must
-   * outlive the reader; the hook may be called on every thread that calls
-   * into the reader. */
+   * HURRAY_ERR_CANCELLED, handing nothing out. The reader asks before each
+   * round of a verify (verify_on_open included; a round is at most 4096
+   * buffers or 1 GiB of pieces, and a buffer without chunk checksums is one
+   * piece), and whenever the bytes it has read through pread or a byte
+   * source's `read` since it last asked reach HURRAY_READER_CANCEL_INTERVAL,
+   * counted across calls and threads, before the read that crosses it. A
+   * mapped read copies nothing and is not interrupted, nor is a byte
+   * source's `read_batch` (its transport answers for itself). The hook runs
+   * on the thread that reads: the caller's, or one of the worker threads of
+   * hurray_reader_read_spans; never on a hashing thread. NULL: never
+   * cancelled. `cancel_ctx` is borrowed and must outlive the reader. */
   HurrayCancelFn cancel;
   void *cancel_ctx;
 } HurrayReaderOptions;

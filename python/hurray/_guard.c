@@ -4,6 +4,7 @@
 #include "_guard.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "pythread.h"
 
@@ -160,6 +161,7 @@ HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len) {
 
 void hy_cancel_init(HyCancel *c) {
   c->main_thread = 0;
+  c->quiet_until_ns = 0;
   PyObject *threading = PyImport_ImportModule("threading");
   PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
   PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
@@ -175,12 +177,22 @@ void hy_cancel_init(HyCancel *c) {
   if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
 }
 
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 bool hy_cancel_requested(void *ctx) {
-  const HyCancel *c = ctx;
+  HyCancel *c = ctx; /* only the main thread gets past the next line */
   if (c->main_thread == 0 || PyThread_get_thread_ident() != c->main_thread) return false;
+  int64_t asked = monotonic_ns();
+  if (asked < c->quiet_until_ns) return false;
   PyGILState_STATE gil = PyGILState_Ensure();
-  bool cancel = PyErr_CheckSignals() < 0; /* the exception stays set for the caller */
+  bool waited = monotonic_ns() - asked > 1000000; /* another thread ran Python */
+  bool cancel = PyErr_CheckSignals() < 0;         /* the exception stays set for the caller */
   PyGILState_Release(gil);
+  c->quiet_until_ns = waited ? asked + HY_CANCEL_QUIET_NS : 0;
   return cancel;
 }
 

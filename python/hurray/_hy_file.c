@@ -156,8 +156,8 @@ static int file_refuse_reentry(FileObject *self) {
   if (self->owner != 0 && self->owner == me && still_inside(me, self->generation, true)) {
     PyErr_SetString(PyExc_RuntimeError,
                     "the hurray File is in use by this thread: Python code run from inside "
-                    "one of its calls (a byte source's read, an argument's conversion) "
-                    "cannot use it again");
+                    "one of its calls (a byte source's read, an argument's conversion, a "
+                    "signal handler run during a long read) cannot use it again");
     return -1;
   }
   return 0;

@@ -113,6 +113,7 @@ struct HurrayReader {
   long online_cpus;      /* sysconf's, read at open: how many threads verify may use */
   HurrayCancelFn cancel; /* HurrayReaderOptions.cancel; NULL: never cancelled */
   void *cancel_ctx;
+  _Atomic uint64_t unasked_bytes; /* read since `cancel` was last asked */
 };
 
 static TensorEntry entry_at(const HurrayReader *r, size_t i) {
@@ -202,23 +203,32 @@ static HurrayStatus cancelled(HurrayError *error) {
   return hurray__fail(error, HURRAY_ERR_CANCELLED, "cancelled by the caller's hook");
 }
 
-/* read_once, in pieces of HURRAY_READER_CANCEL_INTERVAL with the cancel
- * hook asked before each, so that reading gigabytes stops soon after the
- * caller asks it to. */
+/* Whether the caller's hook asks to stop before `n` more bytes are read:
+ * asked once the bytes read through pread or a source since it was last
+ * asked (in any call, on any thread) reach HURRAY_READER_CANCEL_INTERVAL,
+ * so that loading thousands of tensors stops as soon as one large read. */
+static bool stop_before_reading(HurrayReader *r, uint64_t n) {
+  if (r->cancel == NULL) return false;
+  uint64_t unasked = atomic_fetch_add_explicit(&r->unasked_bytes, n, memory_order_relaxed) + n;
+  if (unasked < HURRAY_READER_CANCEL_INTERVAL) return false;
+  atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
+  return r->cancel(r->cancel_ctx);
+}
+
+/* read_once in pieces of at most HURRAY_READER_CANCEL_INTERVAL, each
+ * counted by stop_before_reading first. */
 static HurrayStatus read_at(HurrayReader *r, void *dst, uint64_t len, uint64_t offset,
                             HurrayError *error) {
-  if (r->cancel == NULL || len <= HURRAY_READER_CANCEL_INTERVAL) {
-    return read_once(r, dst, len, offset, error);
-  }
+  if (r->cancel == NULL) return read_once(r, dst, len, offset, error);
   uint8_t *p = dst;
-  while (len > 0) {
-    if (r->cancel(r->cancel_ctx)) return cancelled(error);
+  do {
     uint64_t n = len < HURRAY_READER_CANCEL_INTERVAL ? len : HURRAY_READER_CANCEL_INTERVAL;
+    if (stop_before_reading(r, n)) return cancelled(error);
     HURRAY_RETURN_NOT_OK(read_once(r, p, n, offset, error));
     p += n;
     offset += n;
     len -= n;
-  }
+  } while (len > 0);
   return HURRAY_OK;
 }
 
@@ -707,6 +717,7 @@ static HurrayReader *reader_new(void) {
   }
   if (r != NULL) {
     atomic_init(&r->names, NULL);
+    atomic_init(&r->unasked_bytes, 0);
     r->online_cpus = sysconf(_SC_NPROCESSORS_ONLN);
   }
   return r;
@@ -1617,27 +1628,10 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
 #define PREAD_VERIFY_CHUNK ((uint64_t)1 << 20)
 #define PREAD_VERIFY_SMALL_CHUNK ((uint64_t)64 << 10)
 
-/* Asks a cancel hook once per HURRAY_READER_CANCEL_INTERVAL bytes of a
- * verify's reads, however small each read is. */
-typedef struct CancelMeter {
-  HurrayCancelFn fn; /* NULL: never cancelled */
-  void *ctx;
-  uint64_t bytes; /* read since the hook was last asked */
-} CancelMeter;
-
-/* Whether to stop before reading `n` more bytes. */
-static bool meter_cancelled(CancelMeter *m, uint64_t n) {
-  if (m == NULL || m->fn == NULL) return false;
-  m->bytes += n;
-  if (m->bytes < HURRAY_READER_CANCEL_INTERVAL) return false;
-  m->bytes = 0;
-  return m->fn(m->ctx);
-}
-
 /* The pread path, for a file that is not mapped, or a verify too small to
  * be worth mapping. */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
-                                   CancelMeter *meter, uint64_t *out, HurrayError *error) {
+                                   uint64_t *out, HurrayError *error) {
   XXH3_state_t *state = XXH3_createState();
   /* 16 MiB at a time through a source, where each read may be a network
    * request; no more than the buffer needs. */
@@ -1652,7 +1646,7 @@ static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t le
     XXH3_64bits_reset(state);
     while (status == HURRAY_OK && length > 0) {
       uint64_t n = length > step ? step : length;
-      status = meter_cancelled(meter, n) ? cancelled(error) : read_at(r, chunk, n, offset, error);
+      status = read_at(r, chunk, n, offset, error);
       XXH3_64bits_update(state, chunk, (size_t)n);
       offset += n;
       length -= n;
@@ -1893,7 +1887,7 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
     uint64_t offset = buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
     uint64_t length = refs[k].length;
     if (length > SOURCE_VERIFY_CHUNK) {
-      status = checksum_range(r, offset, length, NULL, &jobs[k].sum, error);
+      status = checksum_range(r, offset, length, &jobs[k].sum, error);
       continue;
     }
     if (total + length > SOURCE_BATCH_BYTES) {
@@ -1913,15 +1907,13 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
 
 /* Hashes one round of buffers on the thread pool (or by pread) and
  * reports the first mismatch in index order, so that the error is the same
- * whatever thread found it. The cancel hook is asked first, and through
- * pread every HURRAY_READER_CANCEL_INTERVAL bytes. */
+ * whatever thread found it. `cancel` is asked first (and through pread,
+ * the reader's own hook every HURRAY_READER_CANCEL_INTERVAL bytes). */
 static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
-                                 unsigned threads, CancelMeter *meter, HurrayHashJob *jobs,
-                                 const VerifyRef *refs, size_t n, HurrayError *error) {
-  if (meter->fn != NULL) {
-    meter->bytes = 0;
-    if (meter->fn(meter->ctx)) return cancelled(error);
-  }
+                                 unsigned threads, HurrayCancelFn cancel, void *ctx,
+                                 HurrayHashJob *jobs, const VerifyRef *refs, size_t n,
+                                 HurrayError *error) {
+  if (cancel != NULL && cancel(ctx)) return cancelled(error);
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
       jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
@@ -1947,7 +1939,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(
           checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start,
-                         refs[k].length, meter, &jobs[k].sum, error));
+                         refs[k].length, &jobs[k].sum, error));
     }
   }
   for (size_t k = 0; k < n; k++) {
@@ -2000,7 +1992,6 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
    * gives a file the same verdict. */
   bool by_chunk = r->chunk_sums != NULL;
   const uint8_t *chunk = by_chunk ? r->chunk_sums + 8 * chunks_before(r, first) : NULL;
-  CancelMeter meter = {cancel, ctx, 0}; /* through pread */
   size_t n = 0;
   uint64_t bytes = 0, all_bytes = 0;
   for (size_t i = 0; status == HURRAY_OK && i < count; i++) {
@@ -2024,7 +2015,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
         all_bytes += refs[n].length;
         if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD ||
             all_bytes >= VERIFY_ROUND_MAX_BYTES) {
-          status = verify_round(r, view, drops, threads, &meter, jobs, refs, n, error);
+          status = verify_round(r, view, drops, threads, cancel, ctx, jobs, refs, n, error);
           n = 0;
           bytes = all_bytes = 0;
         }
@@ -2032,7 +2023,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
     }
   }
   if (status == HURRAY_OK && n > 0) {
-    status = verify_round(r, view, drops, threads, &meter, jobs, refs, n, error);
+    status = verify_round(r, view, drops, threads, cancel, ctx, jobs, refs, n, error);
   }
   /* A fault of a later round maps a whole 2 MiB folio again, pages that
    * earlier rounds had let go of included, and a drop of part of it splits

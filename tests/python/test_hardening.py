@@ -876,15 +876,14 @@ def test_ctrl_c_during_a_stream_save_stops_it():
 @pytest.mark.slow
 def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
     """verify and reads through pread ran in one C call each, so Ctrl-C
-    waited for the whole file (a minute for tens of gigabytes from disk).
-    The reader's cancel hook now asks every 16 MiB. The last bytes of the
-    tensor are damaged: a verify that ran to the end would raise
-    ChecksumError before the KeyboardInterrupt."""
+    waited for the whole file (minutes for a large checkpoint on disk). The
+    reader's cancel hook now asks every 16 MiB read, counted across
+    tensors. The last tensor is damaged: a verify that ran to the end would
+    raise ChecksumError before the KeyboardInterrupt."""
     path = tmp_path / "big.hurray"
-    hurray.save(path, {"a": np.ones(64 << 20, np.float32), "z": np.arange(4)})
+    hurray.save(path, {f"t{i:02d}": np.full(2 << 20, i, np.float32) for i in range(56)})
     blob = bytearray(path.read_bytes())
-    last = blob.rfind(np.ones(1, np.float32).tobytes())
-    blob[last] ^= 1
+    blob[blob.rfind(np.full(1, 55, np.float32).tobytes())] ^= 1
     path.write_bytes(bytes(blob))
     result = run_python(
         f"""
@@ -901,31 +900,42 @@ def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
 
         def interrupted(call):
-            start = read_bytes()
-            watcher = threading.Thread(target=interrupt_after, args=(start,))
-            watcher.start()
-            try:
-                call()
-            except KeyboardInterrupt as e:
+            # (stopped inside the call, MiB read); a watcher that ran late
+            # (a loaded machine) gets two more tries
+            for attempt in range(3):
+                start = read_bytes()
+                watcher = threading.Thread(target=interrupt_after, args=(start,))
+                watcher.start()
+                try:
+                    call()
+                except KeyboardInterrupt as e:
+                    inside = e.__context__ is None
+                except hurray.ChecksumError:
+                    inside = False
+                    try:
+                        watcher.join()
+                    except KeyboardInterrupt:
+                        pass
+                read = (read_bytes() - start) >> 20
                 watcher.join()
-                return e.__context__ is None, (read_bytes() - start) >> 20
-            watcher.join()
-            return "not interrupted"
+                if inside and read < 256:
+                    break
+            return inside, read
 
         path = {str(path)!r}
         with hurray.open(path, mmap=False) as f:
             print("verify", *interrupted(f.verify))
-            print("get", *interrupted(lambda: f.get("a")))
         print("open", *interrupted(lambda: hurray.open(path, mmap=False, verify=True)))
+        print("load", *interrupted(lambda: hurray.load(path, mmap=False)))
     """,
         timeout=300,
     )
     lines = result.stdout.split("\n")
     assert result.returncode == 0 and len(lines) >= 3, (result.stdout, result.stderr[-2000:])
     for line in lines[:3]:
-        what, alone, mib = line.split()
-        assert alone == "True", line  # no ChecksumError: verify stopped before the damage
-        assert int(mib) < 128, line  # stopped within an interval or two of 32 MiB
+        what, inside, mib = line.split()
+        assert inside == "True", line  # verify stopped before the damage
+        assert int(mib) < 256, line  # of 448 MiB: within a few intervals of the 32 MiB mark
 
 
 def test_tensor_reinit_from_inside_its_own_init_is_refused():
