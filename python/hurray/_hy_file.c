@@ -53,6 +53,9 @@ typedef struct FileObject {
   bool readonly;   /* buffers handed out are flagged read-only */
   size_t next;     /* the index after the last name found (under the GIL): see file_find */
   HyCancel cancel; /* the reader's cancel hook: Ctrl-C stops a long verify or read */
+  /* fork_generation when `cancel` learnt the main thread: a child forked
+   * from another thread has that thread as its main one. */
+  unsigned long cancel_generation;
 } FileObject;
 
 /* Finds `name` (under the GIL). Callers mostly walk keys() in order, so
@@ -102,6 +105,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                             : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
   hy_cancel_init(&self->cancel);
+  self->cancel_generation = fork_generation;
   if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is opened */
     Py_DECREF(path);
     return -1;
@@ -206,6 +210,15 @@ static int file_acquire(FileObject *self) {
     return -1;
   }
   self->owner = PyThread_get_thread_ident();
+  if (self->cancel_generation != fork_generation) {
+    hy_cancel_init(&self->cancel);
+    if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is read */
+      self->owner = 0;
+      PyThread_release_lock(self->lock);
+      return -1;
+    }
+    self->cancel_generation = fork_generation;
+  }
   return 0;
 }
 

@@ -878,8 +878,9 @@ def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
     """verify and reads through pread ran in one C call each, so Ctrl-C
     waited for the whole file (minutes for a large checkpoint on disk). The
     reader's cancel hook now asks every 16 MiB read, counted across
-    tensors. The last tensor is damaged: a verify that ran to the end would
-    raise ChecksumError before the KeyboardInterrupt."""
+    tensors, also in a child forked from a thread. The last tensor is
+    damaged: a verify that ran to the end would raise ChecksumError before
+    the KeyboardInterrupt."""
     path = tmp_path / "big.hurray"
     hurray.save(path, {f"t{i:02d}": np.full(2 << 20, i, np.float32) for i in range(56)})
     blob = bytearray(path.read_bytes())
@@ -927,12 +928,30 @@ def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
             print("verify", *interrupted(f.verify))
         print("open", *interrupted(lambda: hurray.open(path, mmap=False, verify=True)))
         print("load", *interrupted(lambda: hurray.load(path, mmap=False)))
+
+        # A child forked from another thread has that thread as its main
+        # one: a File it inherited must learn that, or Ctrl-C never stops it.
+        inherited = hurray.open(path, mmap=False)
+        inherited.keys()
+
+        def fork_and_verify():
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    print("forked", *interrupted(inherited.verify), flush=True)
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+
+        forker = threading.Thread(target=fork_and_verify)
+        forker.start()
+        forker.join()
     """,
         timeout=300,
     )
     lines = result.stdout.split("\n")
-    assert result.returncode == 0 and len(lines) >= 3, (result.stdout, result.stderr[-2000:])
-    for line in lines[:3]:
+    assert result.returncode == 0 and len(lines) >= 4, (result.stdout, result.stderr[-2000:])
+    for line in lines[:4]:
         what, inside, mib = line.split()
         assert inside == "True", line  # verify stopped before the damage
         assert int(mib) < 256, line  # of 448 MiB: within a few intervals of the 32 MiB mark
