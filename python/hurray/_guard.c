@@ -161,6 +161,7 @@ HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len) {
 
 void hy_cancel_init(HyCancel *c) {
   c->main_thread = 0;
+  c->may_rest = false;
   c->quiet_until_ns = 0;
   PyObject *threading = PyImport_ImportModule("threading");
   PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
@@ -192,7 +193,7 @@ bool hy_cancel_requested(void *ctx) {
   bool waited = monotonic_ns() - asked > 1000000; /* another thread ran Python */
   bool cancel = PyErr_CheckSignals() < 0;         /* the exception stays set for the caller */
   PyGILState_Release(gil);
-  c->quiet_until_ns = waited ? asked + HY_CANCEL_QUIET_NS : 0;
+  c->quiet_until_ns = waited && c->may_rest ? asked + HY_CANCEL_QUIET_NS : 0;
   return cancel;
 }
 

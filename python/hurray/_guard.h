@@ -48,12 +48,15 @@ HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len);
 /* The cancel hook of a save or a read running with the GIL released: on
  * the main thread it takes the GIL briefly and runs PyErr_CheckSignals (a
  * raised KeyboardInterrupt stays set for the caller); elsewhere it is a
- * no-op, as Python delivers signals on the main thread only. When taking
- * the GIL had to wait for another thread, it stays quiet for
- * HY_CANCEL_QUIET_NS: each wait can last a whole switch interval, and a
- * read of 1 GiB asks 64 times. */
+ * no-op, as Python delivers signals on the main thread only. With
+ * `may_rest` (reads), when taking the GIL had to wait for another thread,
+ * it stays quiet for HY_CANCEL_QUIET_NS: each wait can last a whole switch
+ * interval, and a read of 1 GiB asks 64 times. */
 typedef struct HyCancel {
   unsigned long main_thread;
+  /* Whether the quiet period applies: a read's hook, not a save's, whose
+   * last check before the rename must never be skipped. */
+  bool may_rest;
   int64_t quiet_until_ns; /* CLOCK_MONOTONIC; 0: ask now */
 } HyCancel;
 #define HY_CANCEL_QUIET_NS ((int64_t)250 * 1000 * 1000)

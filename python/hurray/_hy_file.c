@@ -105,6 +105,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                             : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
   hy_cancel_init(&self->cancel);
+  self->cancel.may_rest = true;
   self->cancel_generation = fork_generation;
   if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is opened */
     Py_DECREF(path);
@@ -212,6 +213,7 @@ static int file_acquire(FileObject *self) {
   self->owner = PyThread_get_thread_ident();
   if (self->cancel_generation != fork_generation) {
     hy_cancel_init(&self->cancel);
+    self->cancel.may_rest = true;
     if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is read */
       self->owner = 0;
       PyThread_release_lock(self->lock);

@@ -9,9 +9,11 @@ import io
 import lzma
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 
@@ -847,6 +849,68 @@ def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.hurray"]
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_save_keeps_the_old_file_while_another_thread_is_busy():
+    """The read hook's quiet period (no GIL round trip for 250 ms after one
+    that had to wait) applied to saves too: with a busy thread, the checks
+    of the last 250 ms, the one before the rename included, were skipped,
+    and a Ctrl-C 80 ms before the rename replaced the target anyway. On
+    tmpfs, so that the save ends inside that window."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    folder = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        target = os.path.join(folder, "model.hurray")
+        hurray.save(target, {"old": np.arange(8)})
+        old = open(target, "rb").read()
+        result = run_python(f"""
+            import os, signal, threading, time
+            import numpy as np
+            import hurray
+
+            big = {{"big": np.ones(256 << 20, np.uint8)}}
+            go, stop = threading.Event(), []
+
+            def temporary_size():
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        link = os.readlink(f"/proc/self/fd/{{fd}}")
+                        if link.startswith({folder + "/"!r}) and link != {target!r}:
+                            return os.fstat(int(fd)).st_size
+                    except OSError:
+                        pass
+                return 0
+
+            def busy():
+                # Mostly arithmetic, which lets go of the GIL only at switch
+                # points; Ctrl-C once the new file passes 32 MiB.
+                go.wait()
+                sent, x = False, 0
+                while not stop:
+                    for _ in range(50000):
+                        x += 1
+                    if not sent and temporary_size() > (32 << 20):
+                        sent = True
+                        os.kill(os.getpid(), signal.SIGINT)
+
+            spinner = threading.Thread(target=busy)
+            spinner.start()
+            go.set()
+            try:
+                hurray.save({target!r}, big)
+                print("finished")
+            except KeyboardInterrupt:
+                print("interrupted")
+            stop.append(True)
+            spinner.join()
+        """)
+        assert "interrupted" in result.stdout, (result.stdout, result.stderr[-2000:])
+        assert open(target, "rb").read() == old
+        assert os.listdir(folder) == ["model.hurray"]
+    finally:
+        shutil.rmtree(folder)
+
+
 def test_ctrl_c_during_a_stream_save_stops_it():
     result = run_python("""
         import os, signal
@@ -907,6 +971,7 @@ def test_ctrl_c_stops_a_long_verify_and_read(tmp_path):
                 start = read_bytes()
                 watcher = threading.Thread(target=interrupt_after, args=(start,))
                 watcher.start()
+                inside = False
                 try:
                     call()
                 except KeyboardInterrupt as e:
