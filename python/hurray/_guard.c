@@ -159,9 +159,9 @@ HurrayStatus hy_stream_write(void *ctx, const void *data, size_t len) {
   return HURRAY_OK;
 }
 
-void hy_cancel_init(HyCancel *c) {
+void hy_cancel_init(HyCancel *c, bool may_rest) {
   c->main_thread = 0;
-  c->may_rest = false;
+  c->may_rest = may_rest;
   c->quiet_until_ns = 0;
   PyObject *threading = PyImport_ImportModule("threading");
   PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;

@@ -61,7 +61,7 @@ typedef struct HyCancel {
 } HyCancel;
 #define HY_CANCEL_QUIET_NS ((int64_t)250 * 1000 * 1000)
 /* Call with the GIL held, before the GIL is released. */
-void hy_cancel_init(HyCancel *c);
+void hy_cancel_init(HyCancel *c, bool may_rest);
 bool hy_cancel_requested(void *ctx);
 
 /* Raises the error of a failure with error->os_errno set: an instance of

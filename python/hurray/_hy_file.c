@@ -74,6 +74,16 @@ static HurrayStatus file_find(FileObject *self, const char *name, size_t *index,
   return s;
 }
 
+/* Points the reader's cancel hook at this process's main thread (once at
+ * open, and again in a child forked since). -1 when a pending
+ * KeyboardInterrupt surfaced meanwhile. */
+static int file_learn_main_thread(FileObject *self) {
+  hy_cancel_init(&self->cancel, true);
+  if (PyErr_Occurred()) return -1;
+  self->cancel_generation = fork_generation;
+  return 0;
+}
+
 static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   FileObject *self = (FileObject *)op;
   static char *kwlist[] = {"path", "mmap", "verify", "readonly", "source", NULL};
@@ -104,10 +114,7 @@ static int file_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                  : readonly ? HURRAY_READ_MMAP
                             : HURRAY_READ_MMAP_PRIVATE;
   options.verify_on_open = verify != 0;
-  hy_cancel_init(&self->cancel);
-  self->cancel.may_rest = true;
-  self->cancel_generation = fork_generation;
-  if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is opened */
+  if (file_learn_main_thread(self) < 0) { /* nothing is opened */
     Py_DECREF(path);
     return -1;
   }
@@ -211,15 +218,10 @@ static int file_acquire(FileObject *self) {
     return -1;
   }
   self->owner = PyThread_get_thread_ident();
-  if (self->cancel_generation != fork_generation) {
-    hy_cancel_init(&self->cancel);
-    self->cancel.may_rest = true;
-    if (PyErr_Occurred()) { /* a pending KeyboardInterrupt: nothing is read */
-      self->owner = 0;
-      PyThread_release_lock(self->lock);
-      return -1;
-    }
-    self->cancel_generation = fork_generation;
+  if (self->cancel_generation != fork_generation && file_learn_main_thread(self) < 0) {
+    self->owner = 0; /* nothing is read */
+    PyThread_release_lock(self->lock);
+    return -1;
   }
   return 0;
 }

@@ -242,7 +242,8 @@ PyObject *mod_save(PyObject *module, PyObject *args) {
   }
   HyCancel cancel; /* Ctrl-C while the GIL is released (a stream checks itself) */
   if (s == HURRAY_OK && release_gil) {
-    hy_cancel_init(&cancel); /* may leave a KeyboardInterrupt set: nothing is written then */
+    hy_cancel_init(&cancel,
+                   false); /* may leave a KeyboardInterrupt set: nothing is written then */
     if (!PyErr_Occurred()) s = hurray_writer_set_cancel(w, hy_cancel_requested, &cancel, &e);
   }
   if (s == HURRAY_OK) s = hurray_writer_set_statistics(w, statistics != 0, &e);

@@ -733,6 +733,11 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), error);
 }
 
+/* Versions 1 (without the cancel fields) and 2. */
+static bool options_version_known(const HurrayReaderOptions *options) {
+  return options->version >= 1 && options->version <= HURRAY_READER_OPTIONS_VERSION;
+}
+
 /* The cancel hook of version 2 options; a version 1 struct has none. */
 static void set_cancel(HurrayReader *r, const HurrayReaderOptions *options) {
   if (options->version >= 2 && options->cancel != NULL) {
@@ -750,7 +755,7 @@ HurrayStatus hurray_reader_open(const char *path, const HurrayReaderOptions *opt
   HurrayReaderOptions defaults = HURRAY_READER_OPTIONS_INIT;
   if (options == NULL) {
     options = &defaults;
-  } else if (options->version < 1 || options->version > HURRAY_READER_OPTIONS_VERSION) {
+  } else if (!options_version_known(options)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "reader options: unknown version %u (this library has 1 to %u)",
                         options->version, HURRAY_READER_OPTIONS_VERSION);
@@ -799,8 +804,7 @@ HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
                           "no out pointer",
                           source->version, HURRAY_BYTE_SOURCE_VERSION, source->flags,
                           source->read != NULL ? "set" : "missing");
-  } else if (options != NULL &&
-             (options->version < 1 || options->version > HURRAY_READER_OPTIONS_VERSION)) {
+  } else if (options != NULL && !options_version_known(options)) {
     status = hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "options: unknown version %u",
                           options->version);
   }
@@ -2078,37 +2082,34 @@ static HurrayStatus check_placement(HurrayReader *r, const TensorEntry *t,
                                     const HurrayDescriptor *d, HurrayError *error) {
   enum { ON_STACK = 16 };
   HurrayPlacedBuffer placed_on_stack[ON_STACK];
-  void *owned_on_stack[ON_STACK];
-  bool read_on_stack[ON_STACK];
+  bool read_on_stack[ON_STACK] = {false};
   uint32_t n = t->buffer_count; /* == d->buffer_count (entry_descriptor) */
   bool small = n <= ON_STACK;
   HurrayPlacedBuffer *placed = small ? placed_on_stack : malloc(n * sizeof *placed);
-  void **owned = small ? owned_on_stack : calloc(n, sizeof *owned);
-  bool *read = small ? read_on_stack : calloc(n, sizeof *read);
-  HurrayStatus status = HURRAY_OK;
-  if (placed == NULL || owned == NULL || read == NULL) {
-    status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
-  } else if (small) {
-    memset(owned, 0, n * sizeof *owned);
-    memset(read, 0, n * sizeof *read);
-  }
+  bool *read = small ? read_on_stack : calloc(n, sizeof *read); /* read[i]: owned bytes */
+  HurrayStatus status = placed == NULL || read == NULL
+                            ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                            : HURRAY_OK;
   if (status == HURRAY_OK && !is_mapped(r)) mark_read_buffers(d, read);
-  for (uint32_t i = 0; status == HURRAY_OK && i < n; i++) {
+  uint32_t placed_count = 0;
+  for (; status == HURRAY_OK && placed_count < n; placed_count++) {
+    uint32_t i = placed_count;
     uint64_t offset = buffer_field(t, i, 0), length = buffer_field(t, i, 1);
-    const void *data = unread_bytes;
+    void *data = (void *)unread_bytes;
     if (is_mapped(r)) {
-      data = (const uint8_t *)r->mapping->base + offset;
+      data = (uint8_t *)r->mapping->base + offset;
     } else if (read[i]) {
-      status = read_aligned(r, offset, length, d->buffers[i].alignment, &owned[i], error);
-      data = owned[i];
+      data = NULL;
+      status = read_aligned(r, offset, length, d->buffers[i].alignment, &data, error);
     }
     placed[i] = hurray__placed_host(data, length);
   }
   if (status == HURRAY_OK) status = hurray__validate_placed_of_valid(d, placed, error);
-  for (uint32_t i = 0; owned != NULL && i < n; i++) free(owned[i]);
+  for (uint32_t i = 0; i < placed_count; i++) {
+    if (read[i]) free((void *)placed[i].data);
+  }
   if (!small) {
     free(placed);
-    free(owned);
     free(read);
   }
   return status;

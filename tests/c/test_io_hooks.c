@@ -194,16 +194,22 @@ static HurrayReaderOptions cancelling(HurrayReadMode mode, Counter *c) {
   return options;
 }
 
+/* dir/read.hurray, written afresh, opened in `mode` with `c` as its hook. */
+static HurrayReader *open_counted(char *path, size_t size, HurrayReadMode mode, Counter *c) {
+  write_read_file(path, size);
+  HurrayReaderOptions options = cancelling(mode, c);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  return r;
+}
+
 /* Through pread, the hook is asked before each 16 MiB read: three times
  * for a buffer of BIG bytes; a cancel at the second hands nothing out. */
 static void test_reader_cancel_during_read(void **state) {
   (void)state;
   char path[300];
-  write_read_file(path, sizeof path);
   Counter c = {0};
-  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
-  HurrayReader *r = NULL;
-  assert_ok(hurray_reader_open(path, &options, &r, error));
+  HurrayReader *r = open_counted(path, sizeof path, HURRAY_READ_PREAD, &c);
   assert_int_equal(c.calls, 0); /* open reads the index alone */
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
@@ -226,11 +232,8 @@ static void test_reader_cancel_during_read(void **state) {
 static void test_reader_cancel_during_verify(void **state) {
   (void)state;
   char path[300];
-  write_read_file(path, sizeof path);
   Counter c = {0};
-  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
-  HurrayReader *r = NULL;
-  assert_ok(hurray_reader_open(path, &options, &r, error));
+  HurrayReader *r = open_counted(path, sizeof path, HURRAY_READ_PREAD, &c);
   assert_ok(hurray_reader_verify(r, NULL, error));
   unsigned full = c.calls;
   assert_true(full >= 1 + BIG / HURRAY_READER_CANCEL_INTERVAL);
@@ -239,6 +242,7 @@ static void test_reader_cancel_during_verify(void **state) {
   assert_int_equal(c.calls, 2);
   hurray_reader_close(r);
 
+  HurrayReaderOptions options = cancelling(HURRAY_READ_PREAD, &c);
   options.verify_on_open = true;
   c = (Counter){.cancel_at = full};
   r = (HurrayReader *)&c;

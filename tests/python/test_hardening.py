@@ -804,13 +804,31 @@ def test_fifos_are_refused_without_blocking(tmp_path):
 # ------------------------------------------------------------ 11. Ctrl-C
 
 
+# Source for a run_python script: the size of the temporary file a save to
+# `target` is writing in `folder` (0 while there is none).
+_TEMPORARY_SIZE = """
+import os
+
+def temporary_size(folder, target):
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith(folder + "/") and link != target:
+                return os.fstat(int(fd)).st_size
+        except OSError:
+            pass
+    return 0
+"""
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
     target = tmp_path / "model.hurray"
     hurray.save(target, {"old": np.arange(10)})
     old = target.read_bytes()
     result = run_python(
-        f"""
+        _TEMPORARY_SIZE
+        + textwrap.dedent(f"""
         import os, signal, threading, time
         import numpy as np
         import hurray
@@ -820,17 +838,9 @@ def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
 
         def interrupt_mid_write():
             # Wait for the writer's temporary file to pass 32 MiB, then Ctrl-C.
-            while True:
-                for fd in os.listdir("/proc/self/fd"):
-                    try:
-                        link = os.readlink(f"/proc/self/fd/{{fd}}")
-                        size = os.fstat(int(fd)).st_size
-                    except OSError:
-                        continue
-                    if link.startswith(folder) and link != target and size > (32 << 20):
-                        os.kill(os.getpid(), signal.SIGINT)
-                        return
+            while temporary_size(folder, target) <= (32 << 20):
                 time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt_mid_write, daemon=True).start()
         try:
@@ -839,7 +849,7 @@ def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
             print("interrupted")
             raise
         print("finished")
-    """,
+    """),
         timeout=300,
     )
     assert "interrupted" in result.stdout, (result.stdout, result.stderr[-2000:])
@@ -863,23 +873,15 @@ def test_ctrl_c_during_save_keeps_the_old_file_while_another_thread_is_busy():
         target = os.path.join(folder, "model.hurray")
         hurray.save(target, {"old": np.arange(8)})
         old = open(target, "rb").read()
-        result = run_python(f"""
+        result = run_python(
+            _TEMPORARY_SIZE
+            + textwrap.dedent(f"""
             import os, signal, threading, time
             import numpy as np
             import hurray
 
             big = {{"big": np.ones(256 << 20, np.uint8)}}
             go, stop = threading.Event(), []
-
-            def temporary_size():
-                for fd in os.listdir("/proc/self/fd"):
-                    try:
-                        link = os.readlink(f"/proc/self/fd/{{fd}}")
-                        if link.startswith({folder + "/"!r}) and link != {target!r}:
-                            return os.fstat(int(fd)).st_size
-                    except OSError:
-                        pass
-                return 0
 
             def busy():
                 # Mostly arithmetic, which lets go of the GIL only at switch
@@ -889,7 +891,7 @@ def test_ctrl_c_during_save_keeps_the_old_file_while_another_thread_is_busy():
                 while not stop:
                     for _ in range(50000):
                         x += 1
-                    if not sent and temporary_size() > (32 << 20):
+                    if not sent and temporary_size({folder!r}, {target!r}) > (32 << 20):
                         sent = True
                         os.kill(os.getpid(), signal.SIGINT)
 
@@ -904,6 +906,7 @@ def test_ctrl_c_during_save_keeps_the_old_file_while_another_thread_is_busy():
             stop.append(True)
             spinner.join()
         """)
+        )
         assert "interrupted" in result.stdout, (result.stdout, result.stderr[-2000:])
         assert open(target, "rb").read() == old
         assert os.listdir(folder) == ["model.hurray"]

@@ -118,15 +118,10 @@ def written(tmp_path_factory):
     return _written(tmp_path_factory.mktemp("spec-reader"))
 
 
-def _check(path):
-    summary, reader = check_files.check_file(str(path), want_data=True)
-    return summary, reader
-
-
 def test_the_spec_reader_reads_every_file_the_library_writes(written):
     written, given = written
     for name, path in written.items():
-        summary, reader = _check(path)
+        summary, reader = check_files.check_file(str(path), want_data=True)
         try:
             assert summary["ok"], (name, summary)
             loaded = hurray.load(path)
@@ -349,7 +344,7 @@ def test_damaged_files_get_the_verdict_the_spec_gives(written, tmp_path):
     for case, blob, code in _damaged(written[0]):
         path = tmp_path / f"{hashlib.sha1(case.encode()).hexdigest()[:12]}.hurray"
         path.write_bytes(blob)
-        summary, reader = _check(path)
+        summary, reader = check_files.check_file(str(path), want_data=True)
         reader.close()
         mine = "OK" if summary["ok"] else summary["code"]
         try:
