@@ -91,8 +91,8 @@ typedef struct HurrayByteSource {
  * verify_on_open reads and checks every buffer through the source. Errors
  * are those of hurray_reader_open, plus whatever the source reports, and
  * HURRAY_ERR_INVALID_ARGUMENT for an unknown version or flag or a missing
- * `read`. hurray_reader_populate does nothing on such a reader and
- * hurray_reader_cached_fraction reports 0. */
+ * `read`. hurray_reader_populate and hurray_reader_read_ahead do nothing
+ * on such a reader, and hurray_reader_cached_fraction reports 0. */
 HURRAY_API HurrayStatus hurray_reader_open_byte_source(const HurrayByteSource *source,
                                                        const HurrayReaderOptions *options,
                                                        HurrayReader **out, HurrayError *error);
