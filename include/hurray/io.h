@@ -332,7 +332,8 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
  * that touching the buffers afterwards takes no page faults: read faults
  * only, so a private mapping stays shared with the page cache. `threads`
  * (1 to 64) splits the range for concurrent reads on a cold cache. In PREAD
- * mode it only asks the kernel to read ahead (as hurray_reader_read_ahead).
+ * mode it only asks the kernel to read ahead (as hurray_reader_read_ahead,
+ * without its cap or its check of the cache).
  * HURRAY_ERR_IO if the kernel refuses, e.g. when the file was truncated
  * after open (the pages past the new end would raise SIGBUS if touched);
  * kernels before 5.14 have no MADV_POPULATE_READ and get the advice only.
@@ -344,10 +345,13 @@ HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads
  * cache, and returns without waiting for it (posix_fadvise WILLNEED, one
  * request per 128 KiB, so that the disk works through a deep queue while
  * the caller builds and touches tensors): for a loader about to touch every
- * tensor of a cold file. It reads at most the first eighth of physical
- * memory, and nothing when 95% of the data is cached already. It may block
- * while the device's request queue is full. Advice only: HURRAY_OK unless
- * `r` is NULL; nothing for a reader over a byte source. */
+ * tensor of a cold file. It reads at most the first eighth of the memory
+ * the process may fill (physical memory, or its cgroup's limit if lower),
+ * and nothing when 95% of the data is cached already (estimated as
+ * hurray_reader_cached_fraction does). It may block while the device's
+ * request queue is full. See docs/adr/ADR-0028-load-reads-ahead.md.
+ * Advice only: HURRAY_OK unless `r` is NULL; nothing for a reader over a
+ * byte source. */
 HURRAY_API HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error);
 
 /* The fraction (0 to 1) of the file's tensor data now in the page cache,

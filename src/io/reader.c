@@ -26,6 +26,7 @@
 #include "hash.h"
 #include "hurray/byte_source.h"
 #include "file_mappings.h"
+#include "memory_limit.h"
 #include "reader_origin.h"
 #include "sys.h"
 
@@ -1651,10 +1652,11 @@ HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error) {
       cached >= READ_AHEAD_CACHED_ENOUGH) {
     return HURRAY_OK;
   }
-  /* At most an eighth of the memory: on a larger file, pages read this
+  /* At most an eighth of the memory this process may fill (its cgroup's
+   * limit, if lower than the machine's): on a larger file, pages read this
    * early would be evicted before the loader reaches them. */
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t cap = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : (uint64_t)1 << 30;
+  uint64_t memory = hurray__memory_limit();
+  uint64_t cap = memory != UINT64_MAX ? memory / 8 : (uint64_t)1 << 30;
   read_ahead_range(r->fd, r->index_offset < cap ? r->index_offset : cap);
   return HURRAY_OK;
 }

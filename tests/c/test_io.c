@@ -235,6 +235,19 @@ static void write_bytes_tensor(const char *path, uint64_t bytes) {
   hurray_descriptor_destroy(d);
 }
 
+/* A reader over a memory byte source holding the whole file at `path`;
+ * the caller frees *whole after closing the reader. */
+static HurrayReader *open_memory_source(const char *path, uint8_t **whole) {
+  size_t size = 0;
+  *whole = read_file(path, &size);
+  assert_non_null(*whole);
+  HurrayByteSource source;
+  assert_ok(hurray_byte_source_memory(*whole, size, &source, error));
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open_byte_source(&source, NULL, &r, error));
+  return r;
+}
+
 /* read_spans: pieces of buffers land where asked, whatever the thread
  * count, through a file or a byte source; bad spans are refused before any
  * read, and a file cut short after open is an error, not short data. */
@@ -292,13 +305,8 @@ static void test_read_spans(void **state) {
   }
 
   /* Through a byte source: the same bytes, on the calling thread. */
-  size_t size = 0;
-  uint8_t *whole = read_file(path, &size);
-  assert_non_null(whole);
-  HurrayByteSource source;
-  assert_ok(hurray_byte_source_memory(whole, size, &source, error));
-  HurrayReader *r = NULL;
-  assert_ok(hurray_reader_open_byte_source(&source, NULL, &r, error));
+  uint8_t *whole = NULL;
+  HurrayReader *r = open_memory_source(path, &whole);
   read_spans_expect(r, a, b, 4);
   hurray_reader_close(r);
   free(whole);
@@ -473,13 +481,8 @@ static void test_read_ahead_fills_the_page_cache(void **state) {
   }
   close(fd);
 
-  size_t bytes = 0;
-  uint8_t *whole = read_file(path, &bytes);
-  assert_non_null(whole);
-  HurrayByteSource source;
-  assert_ok(hurray_byte_source_memory(whole, bytes, &source, error));
-  HurrayReader *r = NULL;
-  assert_ok(hurray_reader_open_byte_source(&source, NULL, &r, error));
+  uint8_t *whole = NULL;
+  HurrayReader *r = open_memory_source(path, &whole);
   assert_ok(hurray_reader_read_ahead(r, error));
   hurray_reader_close(r);
   free(whole);
