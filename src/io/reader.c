@@ -1643,22 +1643,57 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
  * takes 0.1 ms before its first touch. */
 #define READ_AHEAD_CACHED_ENOUGH 0.95
 
-HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error) {
-  if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
-  if (r->has_source || r->fd < 0) return HURRAY_OK; /* no page cache behind a source */
+/* Whether the data region is worth reading ahead: it is in a file, and
+ * less than READ_AHEAD_CACHED_ENOUGH of it is cached. */
+static bool worth_reading_ahead(HurrayReader *r) {
+  if (r->has_source || r->fd < 0) return false; /* no page cache behind a source */
   double cached = 0.0;
   HurrayError ignored = {0};
-  if (hurray_reader_cached_fraction(r, &cached, &ignored) == HURRAY_OK &&
-      cached >= READ_AHEAD_CACHED_ENOUGH) {
-    return HURRAY_OK;
-  }
+  return hurray_reader_cached_fraction(r, &cached, &ignored) != HURRAY_OK ||
+         cached < READ_AHEAD_CACHED_ENOUGH;
+}
+
+static void read_ahead_region(const HurrayReader *r) {
   /* At most an eighth of the memory this process may fill (its cgroup's
    * limit, if lower than the machine's): on a larger file, pages read this
    * early would be evicted before the loader reaches them. */
   uint64_t memory = hurray__memory_limit();
   uint64_t cap = memory != UINT64_MAX ? memory / 8 : (uint64_t)1 << 30;
   read_ahead_range(r->fd, r->index_offset < cap ? r->index_offset : cap);
+}
+
+HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error) {
+  if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
+  if (worth_reading_ahead(r)) read_ahead_region(r);
   return HURRAY_OK;
+}
+
+struct HurrayReadAhead {
+  pthread_t thread;
+  const HurrayReader *reader;
+};
+
+static void *read_ahead_thread(void *arg) {
+  read_ahead_region(((HurrayReadAhead *)arg)->reader);
+  return NULL;
+}
+
+HurrayReadAhead *hurray__reader_read_ahead_start(HurrayReader *r) {
+  if (!worth_reading_ahead(r)) return NULL; /* no thread for a cached file */
+  HurrayReadAhead *ahead = malloc(sizeof *ahead);
+  if (ahead != NULL) {
+    ahead->reader = r;
+    if (pthread_create(&ahead->thread, NULL, read_ahead_thread, ahead) == 0) return ahead;
+    free(ahead);
+  }
+  read_ahead_region(r);
+  return NULL;
+}
+
+void hurray__reader_read_ahead_join(HurrayReadAhead *ahead) {
+  if (ahead == NULL) return;
+  (void)pthread_join(ahead->thread, NULL);
+  free(ahead);
 }
 
 /* ---------------------------------------------------------------- verify */

@@ -1,0 +1,157 @@
+/*
+ * The read-ahead's internals: the cgroup memory limit that caps it, from
+ * fake /proc/self/cgroup files and cgroup trees (v1 and v2, limits set
+ * above the group, "max", files missing), and the thread that makes its
+ * requests while a loader builds tensors.
+ */
+#define _GNU_SOURCE /* mkdtemp, posix_fadvise */
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../src/io/memory_limit.h"
+#include "../../src/io/reader_origin.h"
+#include "scratch_dir.h"
+#include "test_util.h"
+
+static char root[300];
+
+/* Writes `text` to ROOT/`relative`, making the folders on the way. */
+static void put(const char *relative, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", root, relative);
+  for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    (void)mkdir(path, 0700);
+    *p = '/';
+  }
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static uint64_t limit_of(const char *list_text) {
+  put("self-cgroup", list_text);
+  char list[512];
+  snprintf(list, sizeof list, "%s/self-cgroup", root);
+  return hurray__cgroup_memory_limit(list, root);
+}
+
+static void test_v2_takes_the_smallest_limit_on_the_path(void **state) {
+  (void)state;
+  put("a/b/c/memory.max", "max\n");
+  put("a/b/memory.max", "3000000\n");
+  put("a/memory.max", "5000000\n");
+  assert_int_equal(limit_of("0::/a/b/c\n"), 3000000);
+  put("a/b/c/memory.max", "2000000\n");
+  assert_int_equal(limit_of("0::/a/b/c\n"), 2000000);
+  /* No limit anywhere: "max" and missing files. */
+  put("x/memory.max", "max\n");
+  assert_int_equal(limit_of("0::/x/y\n"), UINT64_MAX);
+  /* The group at the root of a namespace (path "/"). */
+  put("memory.max", "7000000\n");
+  assert_int_equal(limit_of("0::/\n"), 7000000);
+}
+
+static void test_v1_reads_the_memory_hierarchy_only(void **state) {
+  (void)state;
+  put("memory/p/q/memory.limit_in_bytes", "9223372036854771712\n");
+  put("memory/p/memory.limit_in_bytes", "4000000\n");
+  put("cpu/p/q/memory.limit_in_bytes", "1\n"); /* not the memory hierarchy */
+  assert_int_equal(limit_of("5:cpu,cpuacct:/p/q\n4:memory:/p/q\n1:name=systemd:/\n"), 4000000);
+  assert_int_equal(limit_of("3:cpuset,memory:/p/q\n"), 4000000);
+  assert_int_equal(limit_of("3:cpuset:/p/q\n"), UINT64_MAX);
+}
+
+static void test_unreadable_lists_mean_no_limit(void **state) {
+  (void)state;
+  char missing[512];
+  snprintf(missing, sizeof missing, "%s/no-such-file", root);
+  assert_int_equal(hurray__cgroup_memory_limit(missing, root), UINT64_MAX);
+  assert_int_equal(limit_of("garbage without colons\n\n::\n"), UINT64_MAX);
+  /* This process: at most the machine's memory, and more than nothing. */
+  uint64_t here = hurray__memory_limit();
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  assert_true(here > 0);
+  if (pages > 0 && page > 0) assert_true(here <= (uint64_t)pages * (uint64_t)page);
+}
+
+/* One uint8 tensor of `bytes` bytes, written in 64 KiB folios so that its
+ * pages can be dropped one by one. */
+static void write_tensor(const char *path, uint64_t bytes) {
+  HurrayDescriptor *d = NULL;
+  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
+  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
+                                         error));
+  uint8_t *mem = aligned_alloc(64, (size_t)bytes);
+  assert_non_null(mem);
+  memset(mem, 0x3C, (size_t)bytes);
+  HurrayBuffer *b = NULL;
+  HurrayBufferList *list = NULL;
+  assert_ok(hurray_buffer_create(mem, bytes, free_release, NULL, &b, error));
+  assert_ok(hurray_buffer_list_create(&list, error));
+  assert_ok(hurray_buffer_list_push(list, b, error));
+  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "small", 1), 0);
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
+  assert_ok(hurray_writer_finish(w, error));
+  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  hurray_buffer_list_destroy(list);
+  hurray_descriptor_destroy(d);
+}
+
+/* The thread reads the whole region in: after the join, and before the
+ * reader is closed, the dropped file is cached again. On a cached file no
+ * thread starts. */
+static void test_read_ahead_thread_fills_the_cache(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "thread.hurray");
+  write_tensor(path, 16u << 20);
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(fdatasync(fd), 0);
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, NULL, &r, error));
+  double cached = -1;
+  bool dropped = false, filled = false;
+  for (int attempt = 0; attempt < 5 && !filled; attempt++) {
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+    if (cached > 0.01) continue; /* tmpfs, or pages valgrind keeps mapped */
+    dropped = true;
+    HurrayReadAhead *ahead = hurray__reader_read_ahead_start(r);
+    hurray__reader_read_ahead_join(ahead);
+    for (int wait = 0; wait < 200 && cached < 0.99; wait++) { /* up to 2 s */
+      usleep(10000);
+      assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+    }
+    filled = cached > 0.99;
+  }
+  if (dropped) assert_true(filled);
+  assert_null(hurray__reader_read_ahead_start(r)); /* cached: nothing to do */
+  hurray__reader_read_ahead_join(NULL);
+  hurray_reader_close(r);
+  close(fd);
+}
+
+static int setup(void **state) {
+  (void)state;
+  if (scratch_dir_create("read-ahead") != 0) return -1;
+  snprintf(root, sizeof root, "%s/cgroup", dir);
+  return mkdir(root, 0700);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_v2_takes_the_smallest_limit_on_the_path),
+      cmocka_unit_test(test_v1_reads_the_memory_hierarchy_only),
+      cmocka_unit_test(test_unreadable_lists_mean_no_limit),
+      cmocka_unit_test(test_read_ahead_thread_fills_the_cache),
+  };
+  return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
+}
