@@ -21,6 +21,7 @@
 #include "scratch_dir.h"
 #include "test_util.h"
 #include "vectors.h"
+#include "write_bytes.h"
 
 static int setup(void **state) {
   (void)state;
@@ -213,28 +214,6 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
 }
 
-/* Writes one uint8 tensor of `bytes` bytes to `path`. */
-static void write_bytes_tensor(const char *path, uint64_t bytes) {
-  HurrayDescriptor *d = NULL;
-  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
-  uint8_t *mem = aligned_alloc(64, (size_t)bytes);
-  assert_non_null(mem);
-  memset(mem, 0x5A, (size_t)bytes);
-  HurrayBuffer *b = NULL;
-  HurrayBufferList *list = NULL;
-  assert_ok(hurray_buffer_create(mem, bytes, free_release, NULL, &b, error));
-  assert_ok(hurray_buffer_list_create(&list, error));
-  assert_ok(hurray_buffer_list_push(list, b, error));
-  HurrayWriter *w = NULL;
-  assert_ok(hurray_writer_open(path, &w, error));
-  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
-  assert_ok(hurray_writer_finish(w, error));
-  hurray_buffer_list_destroy(list);
-  hurray_descriptor_destroy(d);
-}
-
 /* A reader over a memory byte source holding the whole file at `path`;
  * the caller frees *whole after closing the reader. */
 static HurrayReader *open_memory_source(const char *path, uint8_t **whole) {
@@ -382,9 +361,7 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
      * of its pages is mapped, and valgrind keeps some mapped: when the
      * writer chose 2 MiB writes (ADR-0026), dropping the second half left
      * 10 of 16 MiB cached. */
-    assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "small", 1), 0);
-    write_bytes_tensor(path, sizes[s]);
-    assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+    write_bytes_tensor(path, sizes[s], true);
     double tolerance = s == 0 ? 0.0 : 0.02;
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
@@ -443,9 +420,7 @@ static void test_read_ahead_fills_the_page_cache(void **state) {
   const uint64_t size = 16u << 20;
   char path[300];
   in_dir(path, sizeof path, "read-ahead.hurray");
-  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "small", 1), 0);
-  write_bytes_tensor(path, size);
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
+  write_bytes_tensor(path, size, true);
   int fd = open(path, O_RDONLY);
   assert_true(fd >= 0);
   assert_int_equal(fdatasync(fd), 0);

@@ -14,6 +14,7 @@
 #include "../../src/io/reader_origin.h"
 #include "scratch_dir.h"
 #include "test_util.h"
+#include "write_bytes.h"
 
 static char root[300];
 
@@ -79,31 +80,6 @@ static void test_unreadable_lists_mean_no_limit(void **state) {
   if (pages > 0 && page > 0) assert_true(here <= (uint64_t)pages * (uint64_t)page);
 }
 
-/* One uint8 tensor of `bytes` bytes, written in 64 KiB folios so that its
- * pages can be dropped one by one. */
-static void write_tensor(const char *path, uint64_t bytes) {
-  HurrayDescriptor *d = NULL;
-  assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){bytes}, &d, error));
-  assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, bytes, 64, HURRAY_SYNC_READY, NULL,
-                                         error));
-  uint8_t *mem = aligned_alloc(64, (size_t)bytes);
-  assert_non_null(mem);
-  memset(mem, 0x3C, (size_t)bytes);
-  HurrayBuffer *b = NULL;
-  HurrayBufferList *list = NULL;
-  assert_ok(hurray_buffer_create(mem, bytes, free_release, NULL, &b, error));
-  assert_ok(hurray_buffer_list_create(&list, error));
-  assert_ok(hurray_buffer_list_push(list, b, error));
-  assert_int_equal(setenv("HURRAY_WRITE_FOLIOS", "small", 1), 0);
-  HurrayWriter *w = NULL;
-  assert_ok(hurray_writer_open(path, &w, error));
-  assert_ok(hurray_writer_write_tensor(w, "x", d, list, error));
-  assert_ok(hurray_writer_finish(w, error));
-  assert_int_equal(unsetenv("HURRAY_WRITE_FOLIOS"), 0);
-  hurray_buffer_list_destroy(list);
-  hurray_descriptor_destroy(d);
-}
-
 /* The thread reads the whole region in: after the join, and before the
  * reader is closed, the dropped file is cached again. On a cached file no
  * thread starts. */
@@ -111,7 +87,7 @@ static void test_read_ahead_thread_fills_the_cache(void **state) {
   (void)state;
   char path[300];
   in_dir(path, sizeof path, "thread.hurray");
-  write_tensor(path, 16u << 20);
+  write_bytes_tensor(path, 16u << 20, true);
   int fd = open(path, O_RDONLY);
   assert_true(fd >= 0);
   assert_int_equal(fdatasync(fd), 0);
