@@ -72,10 +72,10 @@ uint64_t hurray__cgroup_memory_limit(const char *cgroup_list, const char *root) 
     const char *hierarchy = v2 ? "" : "/memory";
     if (strcmp(path, "/") == 0) path = "";
     char dir[PATH_MAX];
-    int top = snprintf(dir, sizeof dir, "%s%s", root, hierarchy);
     int n = snprintf(dir, sizeof dir, "%s%s%s", root, hierarchy, path);
-    if (top < 0 || n < 0 || (size_t)n >= sizeof dir) continue;
-    uint64_t value = smallest_up(dir, (size_t)top, v2 ? "memory.max" : "memory.limit_in_bytes");
+    if (n < 0 || (size_t)n >= sizeof dir) continue;
+    size_t top = strlen(root) + strlen(hierarchy); /* the hierarchy's root */
+    uint64_t value = smallest_up(dir, top, v2 ? "memory.max" : "memory.limit_in_bytes");
     if (value < least) least = value;
   }
   fclose(f);

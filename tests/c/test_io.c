@@ -214,6 +214,15 @@ static void test_private_mapping_is_copy_on_write(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_open(path, &options, &r, error));
 }
 
+/* A reader of `path` in `mode`; the caller closes it. */
+static HurrayReader *open_in_mode(const char *path, HurrayReadMode mode) {
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = mode;
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  return r;
+}
+
 /* A reader over a memory byte source holding the whole file at `path`;
  * the caller frees *whole after closing the reader. */
 static HurrayReader *open_memory_source(const char *path, uint8_t **whole) {
@@ -367,10 +376,7 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
     assert_true(fd >= 0);
     HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-      HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-      options.mode = modes[m];
-      HurrayReader *r = NULL;
-      assert_ok(hurray_reader_open(path, &options, &r, error));
+      HurrayReader *r = open_in_mode(path, modes[m]);
       double syscall_way = -1, mincore_way = -1;
       /* Other processes may drop the whole page cache at any time (cold
        * benchmarks): each state is set up again, up to 5 times, until the
@@ -427,10 +433,7 @@ static void test_read_ahead_fills_the_page_cache(void **state) {
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_reader_read_ahead(NULL, error));
   HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-    options.mode = modes[m];
-    HurrayReader *r = NULL;
-    assert_ok(hurray_reader_open(path, &options, &r, error));
+    HurrayReader *r = open_in_mode(path, modes[m]);
     double cached = -1;
     /* Tries again where another process dropped the cache (cold
      * benchmarks) between the read-ahead and the check. */
@@ -746,10 +749,7 @@ static void test_fd_sink_refuses_a_mapping_of_its_own_file(void **state) {
   assert_ok(hurray_writer_finish(w, error));
   const HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP};
   for (int m = 0; m < 2; m++) {
-    HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-    options.mode = modes[m];
-    HurrayReader *r = NULL;
-    assert_ok(hurray_reader_open(path, &options, &r, error));
+    HurrayReader *r = open_in_mode(path, modes[m]);
     HurrayDescriptor *got = NULL;
     HurrayBufferList *mapped = NULL;
     assert_ok(hurray_reader_get_tensor(r, "a", &got, &mapped, error));
