@@ -1118,6 +1118,74 @@ static void test_data_bit_flips_caught_by_verify(void **state) {
   free(f.data);
 }
 
+/* Where the buffer of `size` bytes all equal to `value` starts in `f`
+ * (data starts are 64-aligned). */
+static size_t find_filled(const File *f, uint8_t value, size_t size) {
+  for (size_t at = 0; at + size <= f->len; at += 64) {
+    size_t k = 0;
+    while (k < size && f->data[at + k] == value) k++;
+    if (k == size) return at;
+  }
+  fail_msg("no buffer filled with %u", value);
+  return 0;
+}
+
+/* Tensors written in the reverse of their names' order, as a checkpoint's
+ * "layers.10" is written after "layers.9" but sorts before "layers.2":
+ * verify hashes a round in file order, and still gives every buffer its
+ * own checksum and names the first bad tensor in index order, in every
+ * mode. */
+static void test_verify_out_of_write_order(void **state) {
+  (void)state;
+  enum { COUNT = 64, SIZE = 64 << 10 };
+  char path[300], bad[300];
+  in_dir(path, sizeof path, "order.hurray");
+  in_dir(bad, sizeof bad, "order-bad.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  for (int i = COUNT - 1; i >= 0; i--) {
+    char name[16];
+    snprintf(name, sizeof name, "t%02d", i);
+    HurrayDescriptor *d = NULL;
+    assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){SIZE}, &d, error));
+    assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, SIZE, 64, HURRAY_SYNC_READY, NULL,
+                                           error));
+    uint8_t *mem = malloc(SIZE);
+    assert_non_null(mem);
+    memset(mem, i + 1, SIZE);
+    HurrayBuffer *b = NULL;
+    HurrayBufferList *list = NULL;
+    assert_ok(hurray_buffer_create(mem, SIZE, free_release, NULL, &b, error));
+    assert_ok(hurray_buffer_list_create(&list, error));
+    assert_ok(hurray_buffer_list_push(list, b, error));
+    assert_ok(hurray_writer_write_tensor(w, name, d, list, error));
+    hurray_buffer_list_destroy(list);
+    hurray_descriptor_destroy(d);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  File f = load(path);
+  /* t05 and t40 damaged: t40 lies before t05 in the file. */
+  size_t t05 = find_filled(&f, 6, SIZE), t40 = find_filled(&f, 41, SIZE);
+  assert_true(t40 < t05);
+  f.data[t05 + SIZE / 2] ^= 0xFF;
+  f.data[t40 + 3] ^= 0x01;
+  store(bad, f.data, f.len);
+  HurrayReadMode modes[] = {HURRAY_READ_MMAP_PRIVATE, HURRAY_READ_MMAP, HURRAY_READ_PREAD};
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    HurrayReader *r = open_in_mode(path, modes[m]);
+    assert_ok(hurray_reader_verify(r, NULL, error));
+    hurray_reader_close(r);
+    r = open_in_mode(bad, modes[m]);
+    HurrayError said = {0};
+    assert_int_equal(hurray_reader_verify(r, NULL, &said), HURRAY_ERR_CHECKSUM);
+    assert_non_null(strstr(said.message, "\"t05\""));
+    assert_status(HURRAY_ERR_CHECKSUM, hurray_reader_verify(r, "t40", error));
+    assert_ok(hurray_reader_verify(r, "t39", error));
+    hurray_reader_close(r);
+  }
+  free(f.data);
+}
+
 typedef struct EditCtx {
   int which;
   int seen;
@@ -1689,6 +1757,7 @@ int main(void) {
       cmocka_unit_test(test_every_truncation),
       cmocka_unit_test(test_every_bit_flip_in_index_trailer_and_header),
       cmocka_unit_test(test_data_bit_flips_caught_by_verify),
+      cmocka_unit_test(test_verify_out_of_write_order),
       cmocka_unit_test(test_crafted_faults),
       cmocka_unit_test(test_one_byte_overlap_refused),
       cmocka_unit_test(test_stored_length_longer_than_descriptor_refused),
