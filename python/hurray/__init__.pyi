@@ -477,7 +477,11 @@ class Tensor:
 
     At run time a subclass of the C type ``hurray._hurray._Tensor``."""
 
-    def __init__(self, descriptor: Descriptor | bytes, buffers: Iterable[_BufferLike]) -> None: ...
+    def __init__(
+        self,
+        descriptor: Descriptor | bytes | bytearray | memoryview,
+        buffers: Iterable[_BufferLike],
+    ) -> None: ...
     @property
     def descriptor(self) -> Descriptor: ...
     @property

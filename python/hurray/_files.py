@@ -401,7 +401,7 @@ class File:
         per thread (MADV_POPULATE_READ), so that reading the tensors later
         takes no page faults; pages stay shared with the page cache. With
         mmap=False it only advises the kernel to read ahead."""
-        self._file._populate(int(threads))
+        self._file._populate(threads)
 
     def cached_fraction(self) -> float:
         """The share (0 to 1) of the file's tensor data in the page cache now
@@ -418,6 +418,10 @@ class File:
     def get_tensors(self, names) -> dict:
         """{name: tensor} for every name; a remote file fetches them in
         parallel (hurray.open of a URL)."""
+        if isinstance(names, (str, bytes)):
+            raise TypeError(
+                f"get_tensors takes an iterable of names, not one {type(names).__name__}"
+            )
         return {name: self[name] for name in names}
 
     def close(self) -> None:
@@ -459,7 +463,10 @@ def open(
 
         return RemoteFile(path, verify=verify, **remote)
     if remote:
-        raise TypeError(f"open() got options for remote files: {sorted(remote)}")
+        raise TypeError(
+            f"open() got unexpected keyword arguments {sorted(remote)} for a local file "
+            "(options beyond mmap, verify and readonly are for URLs: see hurray.RemoteFile)"
+        )
     return File(path, mmap=mmap, verify=verify, readonly=readonly)
 
 

@@ -128,6 +128,12 @@ static size_t write_once(PyObject *target, const char *data, size_t len) {
     }
     return len;
   }
+  if (!PyLong_Check(result) && !PyBool_Check(result) && PyIndex_Check(result)) {
+    PyObject *index = PyNumber_Index(result); /* numpy integers */
+    Py_DECREF(result);
+    if (index == NULL) return 0;
+    result = index;
+  }
   if (!PyLong_Check(result) || PyBool_Check(result)) {
     PyErr_Format(PyExc_TypeError, "the stream's write() returned %.100s, not an int or None",
                  Py_TYPE(result)->tp_name);

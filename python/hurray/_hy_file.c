@@ -698,14 +698,13 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
 /* _populate(threads): pre-fault the whole mapping (hurray_reader_populate). */
 static PyObject *file_populate(PyObject *op, PyObject *arg) {
   FileObject *self = (FileObject *)op;
-  unsigned long threads = PyLong_AsUnsignedLong(arg);
-  if (threads == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+  unsigned threads = 0; /* an int (operator.index), never a float or str */
+  if (!hy_conv_threads(arg, &threads)) return NULL;
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader,
-                                                    threads > 64 ? 65u : (unsigned)threads, &e);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader, threads, &e);
   Py_END_ALLOW_THREADS file_release(self);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
   Py_RETURN_NONE;

@@ -44,6 +44,10 @@ def _as_float_array(array: Any) -> np.ndarray:
         # bfloat16 arrives as ml_dtypes.bfloat16
         array = _hooks.torch("from_torch")(array.detach()).numpy()
     a = np.asarray(array)
+    if a.dtype.kind in "OSU":  # None, str and object arrays: astype would make NaNs of them
+        raise TypeError(
+            f"quantize takes an array of numbers, not {a.dtype} ({type(array).__name__})"
+        )
     name = _dtypes.name_of(a.dtype)
     if name not in _READ_AS_IS:
         a = _as_float32(a)

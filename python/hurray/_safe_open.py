@@ -35,8 +35,8 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
         key = (key,)
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
+    at = next((i for i, k in enumerate(key) if k is Ellipsis), None)
+    if at is not None:
         fill = len(shape) - (len(key) - 1)
         key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1 :]
     if len(key) > len(shape):

@@ -157,7 +157,14 @@ class Tensor(_hurray._Tensor):
     __slots__ = ()
 
     def __init__(self, descriptor: Descriptor | bytes, buffers: Sequence[Any]):
-        encoded = descriptor.encode() if isinstance(descriptor, Descriptor) else bytes(descriptor)
+        if isinstance(descriptor, Descriptor):
+            encoded = descriptor.encode()
+        elif isinstance(descriptor, (bytes, bytearray, memoryview)):
+            encoded = bytes(descriptor)
+        else:  # bytes(5) would be five zero bytes, bytes("x") an encoding error
+            raise TypeError(
+                f"descriptor must be a Descriptor or its encoded bytes, not {type(descriptor).__name__}"
+            )
         super().__init__(encoded, list(buffers))
 
     # --- parts ---

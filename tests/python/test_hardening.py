@@ -193,6 +193,30 @@ def test_stream_write_returning_none_means_all_written():
     assert b"".join(sink.parts) == saved_bytes({"x": np.arange(10)})
 
 
+def test_stream_write_may_return_any_integer():
+    """A write() that returns a numpy integer (an int by __index__) took
+    that many bytes; a bool is not a count."""
+
+    class NumpySink:
+        def __init__(self):
+            self.data = bytearray()
+
+        def write(self, chunk):
+            self.data += bytes(chunk)
+            return np.int64(len(chunk))
+
+    sink = NumpySink()
+    hurray.save(sink, {"x": np.arange(10)})
+    assert bytes(sink.data) == saved_bytes({"x": np.arange(10)})
+
+    class BoolSink:
+        def write(self, chunk):
+            return True
+
+    with pytest.raises(TypeError, match="returned bool"):
+        hurray.save(BoolSink(), {"x": np.arange(10)})
+
+
 def test_save_to_a_non_blocking_raw_stream_fails():
     """A raw stream's write() returns None when it is non-blocking and took
     nothing: save read that as "all taken" and reported success with 95%
@@ -1745,3 +1769,38 @@ def test_from_dlpack_refuses_a_quantized_hurray_tensor():
     q = hurray.quantize(np.ones(32, np.float32), "q8_0")
     with pytest.raises(BufferError, match="dequantize"):
         hurray.from_dlpack(q)
+
+
+def test_arguments_of_the_wrong_kind_get_a_clear_type_error(tmp_path):
+    """Each of these used to pass through something that parsed, truncated
+    or misnamed them: File.populate took int(x) ("4" and 2.9 worked), a
+    str given to get_tensors was read letter by letter, quantize made NaNs
+    of None, Tensor(5, ...) was a descriptor of five zero bytes, an unknown
+    keyword of open() was called a remote option, and safe_open compared
+    an array index with ==."""
+    path = tmp_path / "kinds.hurray"
+    hurray.save(path, {"x": np.ones(3, np.float32), "q": np.zeros(2, np.int8)})
+    with hurray.open(path) as f:
+        for bad in ("4", 2.9, None):
+            with pytest.raises(TypeError):
+                f.populate(bad)
+        with pytest.raises(OverflowError, match="threads -1 is out of range"):
+            f.populate(-1)
+        with pytest.raises(hurray.InvalidArgumentError):
+            f.populate(65)
+        f.populate(np.int32(2))
+        with pytest.raises(TypeError, match="iterable of names"):
+            f.get_tensors("qx")
+        assert sorted(f.get_tensors(("q", "x"))) == ["q", "x"]
+    for bad in (None, np.array([1.0, None], dtype=object), "1.5"):
+        with pytest.raises(TypeError, match="array of numbers"):
+            hurray.quantize(bad, "affine")
+    for bad in ("float32", None, 5):
+        with pytest.raises(TypeError, match="Descriptor or its encoded bytes"):
+            hurray.Tensor(bad, [b"\0" * 8])
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
+        hurray.open(path, bogus=1)
+    with hurray.safe_open(path, framework="np") as f:
+        with pytest.raises(TypeError, match="not ndarray"):
+            f.get_slice("x")[np.array([0, 1])]
+        assert f.get_slice("x")[..., 1:].tolist() == [1.0, 1.0]
