@@ -134,8 +134,11 @@ typedef struct HurrayConvertOptions {
  * pages are let go as it goes). Fails
  * with HURRAY_ERR_UNSUPPORTED, before writing anything, when a tensor
  * needs a change of form the target cannot take as it is (a quantized
- * tensor into safetensors, a GGUF type other than F32, F16, BF16, F64,
- * I8-I64, Q8_0 and Q4_0, a non-dense layout, a piece of a sharded tensor or
+ * tensor into safetensors, a GGUF tensor of type Q8_1 or Q1_0 (every other
+ * type is kept: the dense ones as tensors, Q8_0 and Q4_0 as block_affine,
+ * the rest as block-coded tensors of their own blocks, ADR-0022), a tensor
+ * quantized in a form GGUF has no type for going to GGUF, a non-dense
+ * layout, a piece of a sharded tensor or
  * a tensor of an extension type going to safetensors or GGUF, which would
  * reach it as a plain tensor; a safetensors file holding a
  * quantized tensor in the parts `hurray convert --keep-scales` writes, going
@@ -243,8 +246,9 @@ HURRAY_API HurrayStatus hurray_target_set_statistics(HurrayTarget *target, bool 
  * both until finish (their headers come first), so the buffers' memory
  * must stay valid until then. safetensors takes dense, row-major,
  * unquantized tensors of a dtype it has; GGUF takes dense float32,
- * float16, bfloat16, float64, int8-int64 tensors of rank 0 to 4, and
- * block_affine tensors that are exactly Q8_0 or Q4_0. Anything else is
+ * float16, bfloat16, float64, int8-int64 tensors of rank 0 to 4,
+ * block_affine tensors that are exactly Q8_0 or Q4_0, and block-coded
+ * tensors of a GGUF block format (written back unchanged). Anything else is
  * HURRAY_ERR_UNSUPPORTED, the target still usable. A name their readers
  * would refuse (empty, not UTF-8, longer than HURRAY_MAX_TENSOR_NAME_BYTES,
  * or __metadata__ for safetensors) is HURRAY_ERR_INVALID_ARGUMENT. */

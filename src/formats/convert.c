@@ -1265,8 +1265,8 @@ static HurrayStatus finish_safetensors(HurrayTarget *t, HurrayWriter *w, HurrayE
     if (!hurray__utf8_valid(v, len)) {
       hurray__str_free(&h);
       return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                          "metadata %.200s is not UTF-8, as safetensors __metadata__ needs",
-                          m->key);
+                          "metadata %.200s %s, which safetensors __metadata__ cannot hold", m->key,
+                          memchr(v, '\0', len) != NULL ? "holds a NUL byte" : "is not UTF-8");
     }
     hurray__str_add(&h, any_meta ? "," : "\"__metadata__\":{", any_meta ? 1 : 16);
     any_meta = true;

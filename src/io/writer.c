@@ -790,6 +790,13 @@ HurrayStatus hurray_writer_open_fd(int fd, HurrayWriter **out, HurrayError *erro
   if (fd < 0 || out == NULL) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "a valid fd and out are required");
   }
+  /* The header is only staged here, so a closed or read-only descriptor
+   * would otherwise first fail at finish, after every tensor was written. */
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) {
+    return hurray__fail_os(error, HURRAY_ERR_IO, flags < 0 ? errno : EBADF, "fd %d is %s", fd,
+                           flags < 0 ? "not open" : "open for reading only");
+  }
   HurrayWriter *w = NULL;
   HURRAY_RETURN_NOT_OK(writer_new(SINK_FD, &w, error));
   w->fd = fd;
@@ -1100,12 +1107,21 @@ static HurrayStatus dense_form(HurrayWriter *w, const HurrayDenseTensor *t, size
   HURRAY_RETURN_NOT_OK(batch_failure(
       check_name(t->name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error), i, NULL, error));
   *name_len = strlen(t->name);
-  if (t->rank > HURRAY_MAX_RANK || (t->rank > 0 && t->shape == NULL) ||
-      (t->data == NULL && t->byte_size > 0) || hurray_dtype_bits(t->dtype) == 0) {
+  /* The codes hurray_descriptor_create gives for the same dtype and rank. */
+  if (hurray_dtype_bits(t->dtype) == 0) {
+    return batch_failure(
+        hurray__fail(error, HURRAY_ERR_DTYPE, "dtype: unknown code %d", (int)t->dtype), i, t->name,
+        error);
+  }
+  if (t->rank > HURRAY_MAX_RANK) {
+    return batch_failure(
+        hurray__fail(error, HURRAY_ERR_LIMIT, "shape: rank %u exceeds the limit of %u", t->rank,
+                     HURRAY_MAX_RANK),
+        i, t->name, error);
+  }
+  if ((t->rank > 0 && t->shape == NULL) || (t->data == NULL && t->byte_size > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
-                        "tensor %zu (\"%s\"): a known dtype, rank at most %u, a shape and data "
-                        "are required",
-                        i, t->name, HURRAY_MAX_RANK);
+                        "tensor %zu (\"%s\"): a shape and data are required", i, t->name);
   }
   if (!hurray__descriptor_reserve_rank(d, t->rank)) {
     return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");

@@ -115,6 +115,9 @@ static HurrayStatus resolve_affine(const HurrayQuantizeOptions *o, const char *n
       break;
     default: return bad_option(error, name, "codes must be int8, uint8, int4 or uint4");
   }
+  if (o->symmetric < -1 || o->symmetric > 1) {
+    return bad_option(error, name, "symmetric must be 1, 0 or -1 (the default)");
+  }
   bool is_signed = r->qmin < 0;
   r->symmetric = o->symmetric < 0 ? is_signed : o->symmetric != 0;
   r->levels = (r->qmax - r->qmin) / 2; /* 127 or 7 */

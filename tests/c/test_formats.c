@@ -744,6 +744,20 @@ static void test_targets_publish_only_what_their_readers_take(void **state) {
   assert_int_equal(hurray_target_set_metadata(t, "empty", HURRAY_METADATA_STRING, NULL, 0, &e),
                    HURRAY_OK);
   assert_int_equal(hurray_target_finish(t, &e), HURRAY_OK);
+  /* A string safetensors cannot hold says why: a NUL is valid UTF-8. */
+  const char *values[] = {"a\0b",
+                          "a\xff"
+                          "b"},
+             *why[] = {"NUL byte", "not UTF-8"};
+  for (int i = 0; i < 2; i++) {
+    in_dir(path, sizeof path, "meta.safetensors");
+    assert_int_equal(hurray_target_open(path, HURRAY_FORMAT_SAFETENSORS, &t, &e), HURRAY_OK);
+    assert_int_equal(
+        hurray_target_set_metadata(t, "safetensors.x", HURRAY_METADATA_STRING, values[i], 3, &e),
+        HURRAY_OK);
+    assert_int_equal(hurray_target_finish(t, &e), HURRAY_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.message, why[i]));
+  }
 }
 
 /* hurray_source_open's options follow the options-struct convention: NULL

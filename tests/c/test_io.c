@@ -618,6 +618,19 @@ static void test_fd_and_callback_sinks(void **state) {
   assert_ok(hurray_writer_open_fd(fd, &w, error));
   write_with(w);
   close(fd);
+  /* A descriptor that cannot be written fails at open, not at finish
+   * after every tensor (the header is only staged there): closed, or open
+   * for reading only. */
+  HurrayError e = {0};
+  w = (HurrayWriter *)1;
+  assert_int_equal(hurray_writer_open_fd(fd, &w, &e), HURRAY_ERR_IO);
+  assert_int_equal(e.os_errno, EBADF);
+  assert_null(w);
+  int read_only = open(fd_path, O_RDONLY);
+  assert_true(read_only >= 0);
+  assert_int_equal(hurray_writer_open_fd(read_only, &w, &e), HURRAY_ERR_IO);
+  assert_non_null(strstr(e.message, "reading only"));
+  close(read_only);
   Sink sink = {0};
   assert_ok(hurray_writer_open_callback(sink_write, &sink, &w, error));
   write_with(w);
@@ -1150,7 +1163,7 @@ static void test_verify_out_of_write_order(void **state) {
     assert_ok(hurray_descriptor_create(HURRAY_DTYPE_UINT8, 1, (uint64_t[]){SIZE}, &d, error));
     assert_ok(hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, SIZE, 64, HURRAY_SYNC_READY, NULL,
                                            error));
-    uint8_t *mem = malloc(SIZE);
+    uint8_t *mem = aligned_alloc(64, SIZE);
     assert_non_null(mem);
     memset(mem, i + 1, SIZE);
     HurrayBuffer *b = NULL;

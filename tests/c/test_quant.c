@@ -198,6 +198,13 @@ static void test_bad_options_are_refused(void **state) {
   o = options(HURRAY_SCHEME_AFFINE);
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
                 hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT64, 2, shape, &o, &d, &l, error));
+  /* quant.h allows 1, 0 and -1; 7 was taken as 1 */
+  for (int i = 0; i < 2; i++) {
+    o = options(i == 0 ? HURRAY_SCHEME_AFFINE : HURRAY_SCHEME_BLOCK_AFFINE);
+    o.symmetric = i == 0 ? 7 : -2;
+    assert_status(HURRAY_ERR_INVALID_ARGUMENT,
+                  hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, error));
+  }
   /* rank 0 has no axis */
   o = options(HURRAY_SCHEME_MXINT8);
   assert_status(HURRAY_ERR_INVALID_ARGUMENT,
