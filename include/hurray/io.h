@@ -86,6 +86,8 @@ HURRAY_API HurrayStatus hurray_writer_open(const char *path, HurrayWriter **out,
                                            HurrayError *error);
 /* Writes sequentially to an open descriptor (a file, a pipe, a socket);
  * never seeks, never closes it. Not atomic: the caller owns the outcome.
+ * A closed descriptor, or one open for reading only, is HURRAY_ERR_IO
+ * (os_errno EBADF) here, not at the first write.
  * Where `fd` is a regular file, a buffer that lies in this process's
  * mapping of that file (as mapped when the writer opens) is refused with
  * HURRAY_ERR_INVALID_ARGUMENT before it is read: writing would change the
