@@ -189,6 +189,14 @@ def test_missing_member(tmp_path):
 def test_unsupported_bits(tmp_path):
     r = _bad(tmp_path, lambda t, qc: qc.update(bits=3))
     assert_one_line_failure(r, ["'bits'", "3"])
+    r = _bad(tmp_path / "2", lambda t, qc: qc.update(bits="4"))
+    assert_one_line_failure(r, ["'bits'", "is '4', not an int"])
+
+
+def test_group_size_larger_than_the_layer(tmp_path):
+    """One group of a size past 2**64: the scales disagree, said in words."""
+    r = _bad(tmp_path, lambda t, qc: qc.update(group_size=2**64 + 32))
+    assert_one_line_failure(r, ["with 1 group of 18446744073709551648", "scales"])
 
 
 def test_hurray_copy_keeps_the_convention(tmp_path):

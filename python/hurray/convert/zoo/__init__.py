@@ -218,9 +218,10 @@ def config_value(qc: Dict[str, Any], key: str, family: str, types=None, default=
     if types is not None and (
         not isinstance(value, types) or isinstance(value, bool) and bool not in _tuple(types)
     ):
+        names = " or ".join(t.__name__ for t in _tuple(types))
         raise ZooError(
-            f"config.json: quantization_config[{key!r}] is {value!r}, not a "
-            f"{' or '.join(t.__name__ for t in _tuple(types))} ({family})"
+            f"config.json: quantization_config[{key!r}] is {value!r}, not "
+            f"{'an' if names[0] in 'aeiou' else 'a'} {names} ({family})"
         )
     return value
 

@@ -65,8 +65,9 @@ def packed_int4_shapes(group: Group, bits: int, group_size: int, along_k: bool):
     if group.shape("scales") != (groups, n):
         raise group.error(
             "qweight",
-            f"has shape {list(qw)}, which is {k} inputs x {n} outputs with {groups} groups of "
-            f"{g}, but {group.source_name('scales')!r} has shape {list(group.shape('scales'))}",
+            f"has shape {list(qw)}, which is {k} inputs x {n} outputs with {groups} "
+            f"group{'' if groups == 1 else 's'} of {g}, but {group.source_name('scales')!r} has "
+            f"shape {list(group.shape('scales'))}",
         )
     if n % lanes:
         raise group.error(
