@@ -324,6 +324,18 @@ static PyObject *wrap(Holder *h, DLTensor t, long major, bool writable, bool cop
   return capsule;
 }
 
+/* __dlpack__'s copy argument: 1 for a copy, 0 for none or the producer's
+ * choice (None), -1 with an exception. A string is refused, as numpy does:
+ * "False" would be true. */
+static int copy_wanted(PyObject *copy) {
+  if (copy == Py_None) return 0;
+  if (PyUnicode_Check(copy) || PyBytes_Check(copy)) {
+    PyErr_SetString(PyExc_TypeError, "copy must be True, False or None, not a string");
+    return -1;
+  }
+  return PyObject_IsTrue(copy);
+}
+
 PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                            const HurrayBufferList *buffers, bool writable, PyObject *args,
                            PyObject *kwargs) {
@@ -335,11 +347,8 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   }
   long major = 0;
   if (!parse_version(max_version, &major)) return NULL;
-  int want_copy = 0;
-  if (copy != Py_None) {
-    want_copy = PyObject_IsTrue(copy);
-    if (want_copy < 0) return NULL;
-  }
+  int want_copy = copy_wanted(copy);
+  if (want_copy < 0) return NULL;
   DLDataType dl = {0};
   if (!exportable(d, stream, dl_device, &dl)) return NULL;
   uint32_t rank = hurray_descriptor_rank(d);

@@ -435,6 +435,8 @@ class File:
         raise TypeError("a hurray.File cannot be copied or pickled; open the path again")
 
     def __enter__(self) -> "File":
+        if self.closed:  # as `with` on a closed Python file
+            raise ValueError("I/O operation on a closed hurray file")
         return self
 
     def __exit__(self, *exc) -> None:

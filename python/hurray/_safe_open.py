@@ -187,6 +187,8 @@ class SafeOpen:
         return SafeSlice(self, name)
 
     def __enter__(self) -> "SafeOpen":
+        if self._file.closed:
+            raise ValueError("I/O operation on a closed hurray file")
         return self
 
     def __exit__(self, *exc) -> None:

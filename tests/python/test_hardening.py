@@ -1804,3 +1804,26 @@ def test_arguments_of_the_wrong_kind_get_a_clear_type_error(tmp_path):
         with pytest.raises(TypeError, match="not ndarray"):
             f.get_slice("x")[np.array([0, 1])]
         assert f.get_slice("x")[..., 1:].tolist() == [1.0, 1.0]
+
+
+def test_a_closed_file_cannot_be_entered_and_dlpack_copy_takes_no_string(tmp_path):
+    """`with` on a closed File (or safe_open) handed it back, to fail at the
+    first call inside; __dlpack__(copy="False") copied, the string being
+    true."""
+    path = tmp_path / "closed.hurray"
+    hurray.save(path, {"x": np.ones(3, np.float32)})
+    f = hurray.open(path)
+    f.close()
+    with pytest.raises(ValueError, match="closed hurray file"):
+        with f:
+            pass
+    s = hurray.safe_open(path, framework="np")
+    s.close()
+    with pytest.raises(ValueError, match="closed hurray file"):
+        with s:
+            pass
+    with hurray.open(path) as f:
+        t = f["x"]
+        with pytest.raises(TypeError, match="not a string"):
+            t.__dlpack__(copy="False")
+        assert np.from_dlpack(t).tolist() == [1.0, 1.0, 1.0]
