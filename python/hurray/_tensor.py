@@ -159,12 +159,14 @@ class Tensor(_hurray._Tensor):
     def __init__(self, descriptor: Descriptor | bytes, buffers: Sequence[Any]):
         if isinstance(descriptor, Descriptor):
             encoded = descriptor.encode()
-        elif isinstance(descriptor, (bytes, bytearray, memoryview)):
-            encoded = bytes(descriptor)
-        else:  # bytes(5) would be five zero bytes, bytes("x") an encoding error
-            raise TypeError(
-                f"descriptor must be a Descriptor or its encoded bytes, not {type(descriptor).__name__}"
-            )
+        else:
+            try:  # any bytes-like object; bytes(5) would be five zero bytes
+                encoded = bytes(memoryview(descriptor))
+            except TypeError:
+                raise TypeError(
+                    "descriptor must be a Descriptor or its encoded bytes, "
+                    f"not {type(descriptor).__name__}"
+                ) from None
         super().__init__(encoded, list(buffers))
 
     # --- parts ---

@@ -1994,13 +1994,19 @@ typedef struct JobPlace {
   size_t job;
 } JobPlace;
 
+/* hash_in_file_order's scratch: VERIFY_BATCH of each. */
+typedef struct FileOrder {
+  JobPlace *places;
+  HurrayHashJob *sorted;
+} FileOrder;
+
 static int compare_job_places(const void *pa, const void *pb) {
   const JobPlace *a = pa, *b = pb;
   return (a->at > b->at) - (a->at < b->at);
 }
 
-/* Hashes jobs[0..n) of a view in the order their bytes lie in the file;
- * `places` and `sorted` are scratch for n each. The index lists tensors
+/* Hashes jobs[0..n) of a view in the order their bytes lie in the file,
+ * with `order`'s scratch. The index lists tensors
  * by name, and a writer lays them out in the order it was given them
  * ("layers.10" sorts between "layers.1" and "layers.2"), so a round in
  * index order jumps about the file: every jump starts the hardware
@@ -2009,8 +2015,7 @@ static int compare_job_places(const void *pa, const void *pb) {
  * 19.6-19.9 GB/s, against 19.1-19.4 in index order, 5 of 5 pairs). The
  * sums land in jobs[] as if hashed there. */
 static void hash_in_file_order(HurrayHashJob *jobs, size_t n, unsigned threads,
-                               const HurrayHashHooks *hooks, JobPlace *places,
-                               HurrayHashJob *sorted) {
+                               const HurrayHashHooks *hooks, const FileOrder *order) {
   bool in_order = true;
   for (size_t k = 1; k < n && in_order; k++) {
     in_order = (uintptr_t)jobs[k].data >= (uintptr_t)jobs[k - 1].data;
@@ -2019,6 +2024,8 @@ static void hash_in_file_order(HurrayHashJob *jobs, size_t n, unsigned threads,
     hurray__hash_many_with(jobs, n, threads, hooks);
     return;
   }
+  JobPlace *places = order->places;
+  HurrayHashJob *sorted = order->sorted;
   for (size_t k = 0; k < n; k++) places[k] = (JobPlace){(uintptr_t)jobs[k].data, k};
   qsort(places, n, sizeof *places, compare_job_places);
   for (size_t k = 0; k < n; k++) sorted[k] = jobs[places[k].job];
@@ -2032,8 +2039,8 @@ static void hash_in_file_order(HurrayHashJob *jobs, size_t n, unsigned threads,
  * the reader's own hook every HURRAY_READER_CANCEL_INTERVAL bytes). */
 static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
                                  unsigned threads, HurrayCancelFn cancel, void *ctx,
-                                 HurrayHashJob *jobs, JobPlace *places, const VerifyRef *refs,
-                                 size_t n, HurrayError *error) {
+                                 HurrayHashJob *jobs, const FileOrder *order,
+                                 const VerifyRef *refs, size_t n, HurrayError *error) {
   if (cancel != NULL && cancel(ctx)) return cancelled(error);
   if (view != NULL) {
     for (size_t k = 0; k < n; k++) {
@@ -2051,7 +2058,7 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
       hooks.done = drop_large_pieces;
       hooks.meanwhile = view_drops_run;
     }
-    hash_in_file_order(jobs, n, threads, &hooks, places, jobs + VERIFY_BATCH);
+    hash_in_file_order(jobs, n, threads, &hooks, order);
     if (drops != NULL) view_drops_add(drops, jobs, n);
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
@@ -2093,14 +2100,14 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
                                    unsigned threads, HurrayCancelFn cancel, void *ctx,
                                    HurrayError *error) {
   HURRAY_RETURN_NOT_OK(check_not_shrunk(r, error));
-  /* The second half of jobs is hash_in_file_order's. */
-  HurrayHashJob *jobs = malloc(2 * VERIFY_BATCH * sizeof *jobs);
-  JobPlace *places = malloc(VERIFY_BATCH * sizeof *places);
+  HurrayHashJob *jobs = malloc(VERIFY_BATCH * sizeof *jobs);
+  FileOrder order = {malloc(VERIFY_BATCH * sizeof *order.places),
+                     malloc(VERIFY_BATCH * sizeof *order.sorted)};
   VerifyRef *refs = malloc(VERIFY_BATCH * sizeof *refs);
   bool temporary = false;
   const uint8_t *view = NULL;
   HurrayStatus status = HURRAY_OK;
-  if (jobs == NULL || places == NULL || refs == NULL) {
+  if (jobs == NULL || order.places == NULL || order.sorted == NULL || refs == NULL) {
     status = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   } else {
     bool small = r->mode == HURRAY_READ_MMAP_PRIVATE && verify_is_small(r, first, count);
@@ -2138,7 +2145,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
         all_bytes += refs[n].length;
         if (++n == VERIFY_BATCH || bytes >= (uint64_t)threads * VERIFY_ROUND_BYTES_PER_THREAD ||
             all_bytes >= VERIFY_ROUND_MAX_BYTES) {
-          status = verify_round(r, view, drops, threads, cancel, ctx, jobs, places, refs, n,
+          status = verify_round(r, view, drops, threads, cancel, ctx, jobs, &order, refs, n,
                                 error);
           n = 0;
           bytes = all_bytes = 0;
@@ -2147,7 +2154,7 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
     }
   }
   if (status == HURRAY_OK && n > 0) {
-    status = verify_round(r, view, drops, threads, cancel, ctx, jobs, places, refs, n, error);
+    status = verify_round(r, view, drops, threads, cancel, ctx, jobs, &order, refs, n, error);
   }
   /* A fault of a later round maps a whole 2 MiB folio again, pages that
    * earlier rounds had let go of included, and a drop of part of it splits
@@ -2161,7 +2168,8 @@ static HurrayStatus verify_entries(HurrayReader *r, size_t first, size_t count, 
   free(pending.spans);
   if (temporary) munmap((void *)view, (size_t)r->index_offset);
   free(jobs);
-  free(places);
+  free(order.places);
+  free(order.sorted);
   free(refs);
   return status;
 }
