@@ -209,9 +209,11 @@ static void count_done(void *ctx, const HurrayHashJob *jobs, size_t count) {
   }
 }
 
-/* Small buffers are claimed in runs of up to 256 KiB: runs that end on a
- * large buffer, on the last job, or mid-way through many tiny ones (and
- * empty jobs) still give every job its own sum, exactly once. */
+/* Small buffers are claimed in runs of up to 1 MiB, and hashed from a copy
+ * of the run 64 jobs at a time: runs that end on a large buffer, on the
+ * last job, or mid-way through many tiny ones (and empty jobs), and runs
+ * of more than 64 jobs, still give every job its own sum, exactly once,
+ * in place before the run is reported done. */
 static void test_hash_many_small_jobs_claimed_in_runs(void **state) {
   (void)state;
   enum { JOBS = 3001 };
@@ -222,8 +224,8 @@ static void test_hash_many_small_jobs_claimed_in_runs(void **state) {
   assert_non_null(want);
   size_t at = 0;
   for (size_t i = 0; i < JOBS; i++) {
-    size_t len = i % 500 == 7 ? (256u << 10) + i : i % 11 == 0 ? 0 : (i * 2654435761u) % 9000;
-    if (i % 700 == 3) len = (256u << 10) - 1; /* just under a claim of its own */
+    size_t len = i % 500 == 7 ? (1u << 20) + i : i % 11 == 0 ? 0 : (i * 2654435761u) % 9000;
+    if (i % 700 == 3) len = (1u << 20) - 1; /* just under a claim of its own */
     jobs[i].data = data + at % (4u << 20) + i % 7;
     jobs[i].len = len;
     want[i] = XXH3_64bits(jobs[i].data, len);
