@@ -636,7 +636,7 @@ class File:
         """The descriptor alone; touches no data."""
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
-        only those bytes."""
+        only those bytes; IndexError for a row past the end."""
     @overload
     def read_buffer(self, name: str, index: int, out: None = None) -> bytearray: ...
     @overload

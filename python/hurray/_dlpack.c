@@ -6,6 +6,7 @@
  */
 #include "_dlpack.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -224,8 +225,24 @@ static bool parse_version(PyObject *obj, long *major) {
     PyErr_SetString(PyExc_TypeError, "max_version must be None or a (major, minor) tuple");
     return false;
   }
-  *major = PyLong_AsLong(PyTuple_GET_ITEM(obj, 0));
-  return !(*major == -1 && PyErr_Occurred());
+  long part[2];
+  for (int i = 0; i < 2; i++) {
+    PyObject *index = PyNumber_Index(PyTuple_GET_ITEM(obj, i));
+    if (index == NULL) return false;
+    int overflow = 0;
+    part[i] = PyLong_AsLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (part[i] == -1 && PyErr_Occurred()) return false;
+    /* The newest version a consumer takes: any larger than a long is
+     * as good as the largest. */
+    if (overflow > 0) part[i] = LONG_MAX;
+    if (overflow < 0 || part[i] < 0) {
+      PyErr_Format(PyExc_ValueError, "max_version %R: versions are not negative", obj);
+      return false;
+    }
+  }
+  *major = part[0];
+  return true;
 }
 
 PyObject *hurray_py_dlpack_device(const HurrayDescriptor *d) {

@@ -186,7 +186,13 @@ def save(
     if metadata is not None:
         if not callable(getattr(metadata, "items", None)):
             raise TypeError(f"metadata must be a mapping, not {type(metadata).__name__}")
-        metadata = {k: _metadata_value(k, v) for k, v in metadata.items()}
+        checked = {}
+        for k, v in metadata.items():  # a mapping's items() may repeat a key
+            value = _metadata_value(k, v)
+            if k in checked:  # as a repeated tensor name is
+                raise _hurray.DuplicateNameError(f"metadata key {k!r} given twice")
+            checked[k] = value
+        metadata = checked
     if not isinstance(target, (str, int)):
         _refuse_streamed_from_its_file(target, items)
     _hurray.save(target, items, metadata, statistics)
@@ -378,10 +384,13 @@ class File:
 
     def get_slice(self, name: str, start: int, stop: int) -> Tensor:
         """Rows [start, stop) along dimension 0 of a dense tensor, reading
-        only those bytes."""
+        only those bytes; IndexError for a row past the end."""
         start, stop = operator.index(start), operator.index(stop)
         if start < 0 or stop < 0:
             raise IndexError(f"rows count from 0, not [{start}, {stop})")
+        shape = self._file.shape(name)
+        if shape and max(start, stop) > shape[0]:  # C's RANGE would read as a bad file
+            raise IndexError(f"rows [{start}, {stop}) of {name!r}: it has {shape[0]} rows")
         return self._file._get_rows(name, start, max(stop - start, 0))
 
     def read_buffer(self, name: str, index: int, out=None):

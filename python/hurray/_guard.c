@@ -14,6 +14,11 @@ PyObject *hy_sequence_copy(PyObject *obj, const char *message) {
 }
 
 static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out) {
+  if (!PyLong_Check(obj) && !PyIndex_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "%s must be an integer, not %.100s", what,
+                 Py_TYPE(obj)->tp_name);
+    return 0;
+  }
   if (!PyLong_Check(obj)) {
     PyObject *index = PyNumber_Index(obj); /* numpy integers, IntEnum... */
     if (index == NULL) return 0;
@@ -63,6 +68,10 @@ int hy_conv_u64(PyObject *obj, void *out) {
 
 int hy_conv_threads(PyObject *obj, void *out) {
   uint64_t v;
+  if (PyBool_Check(obj)) { /* threads=True is a slip, not a count of one */
+    PyErr_SetString(PyExc_TypeError, "threads must be an integer, not bool");
+    return 0;
+  }
   if (!conv_max(obj, 65535, "threads", &v)) return 0;
   *(unsigned int *)out = (unsigned int)v;
   return 1;

@@ -110,6 +110,16 @@ static PyObject *mod_simd_level(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(hurray_simd_level());
 }
 
+/* _threads(n): n as the kernels take a `threads` argument, or the error
+ * they would raise, for the Python paths that never reach a kernel (an
+ * unquantized tensor's dequantize) but must refuse what a kernel would. */
+static PyObject *mod_threads(PyObject *self, PyObject *arg) {
+  (void)self;
+  unsigned int threads;
+  if (!hy_conv_threads(arg, &threads)) return NULL;
+  return PyLong_FromUnsignedLong(threads);
+}
+
 /* _escape_text(utf8_bytes, flags): hurray_escape_text for the Python side of the
  * CLI (`hurray ls URL`), so names from an untrusted remote file are shown
  * exactly as the C command shows them, with no second copy of the rules. */
@@ -134,6 +144,7 @@ static PyMethodDef module_methods[] = {
      "for os.register_at_fork: Files re-make locks a vanished thread held"},
     {"_escape_text", mod_escape_text, METH_VARARGS, "_escape_text(text, flags): shown safely"},
     {"_simd_level", mod_simd_level, METH_NOARGS, "_simd_level(): the chosen kernel level"},
+    {"_threads", mod_threads, METH_O, "_threads(n): n checked as a kernel's threads"},
     {"descriptor_validate", mod_descriptor_validate, METH_O, "validate an encoded descriptor"},
     {"descriptor_required_bytes", mod_descriptor_required_bytes, METH_O,
      "bytes each buffer must hold"},

@@ -7,8 +7,10 @@
 
 /* -------------------------------------------------------------------- save */
 
-static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObject *value,
-                                       HurrayError *e) {
+/* Errors name the key and the value's type, never the value: its repr
+ * may be megabytes long, or raise. */
+static HurrayStatus set_metadata_value(HurrayWriter *w, PyObject *key_object, const char *key,
+                                       PyObject *value, HurrayError *e) {
   if (PyBool_Check(value)) {
     return hurray_writer_set_metadata_bool(w, key, value == Py_True, e);
   }
@@ -25,14 +27,21 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, const char *key, PyObjec
     return hurray_writer_set_metadata_string(w, key, s, e);
   }
   Py_buffer view;
-  if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) == 0) {
-    HurrayStatus s = hurray_writer_set_metadata_bytes(w, key, view.buf, (size_t)view.len, e);
-    PyBuffer_Release(&view);
-    return s;
+  if (PyObject_CheckBuffer(value)) {
+    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) == 0) {
+      HurrayStatus s = hurray_writer_set_metadata_bytes(w, key, view.buf, (size_t)view.len, e);
+      PyBuffer_Release(&view);
+      return s;
+    }
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "metadata %R: a bytes-like value must be C-contiguous (this %.100s is not); "
+                 "pass bytes(value)",
+                 key_object, Py_TYPE(value)->tp_name);
+    return HURRAY_ERR_INVALID_ARGUMENT;
   }
-  PyErr_Clear();
   PyErr_Format(PyExc_TypeError,
-               "metadata %R: values are str, int, float, bool or bytes, not %.100s", value,
+               "metadata %R: values are str, int, float, bool or bytes, not %.100s", key_object,
                Py_TYPE(value)->tp_name);
   return HURRAY_ERR_INVALID_ARGUMENT;
 }
@@ -219,7 +228,7 @@ static void write_metadata(HurrayWriter *w, PyObject *metadata, HurrayStatus *st
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "metadata keys must be str");
       return;
     }
-    *status = set_metadata_value(w, k, value, e);
+    *status = set_metadata_value(w, key, k, value, e);
   }
 }
 

@@ -33,6 +33,13 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
     step), one Ellipsis."""
     if not isinstance(key, tuple):
         key = (key,)
+    for k in key:  # before counting them, which a None or a mask would throw off
+        if k is Ellipsis or isinstance(k, slice):
+            continue
+        if isinstance(k, (bool, np.bool_)) or k is None:
+            raise TypeError("safe_open slices take ints, slices and '...' (no None, no masks)")
+        if not isinstance(k, (int, np.integer)):
+            raise TypeError(f"safe_open slices take ints, slices and '...', not {type(k).__name__}")
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     at = next((i for i, k in enumerate(key) if k is Ellipsis), None)
@@ -47,16 +54,12 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
     parts, flips = [], []
     kept = 0
     for axis, (k, n) in enumerate(zip(key, shape)):
-        if isinstance(k, (bool, np.bool_)) or k is None:
-            raise TypeError("safe_open slices take ints, slices and '...' (no None, no masks)")
         if isinstance(k, (int, np.integer)):
             i = int(k)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
             parts.append(i % n)
             continue
-        if not isinstance(k, slice):
-            raise TypeError(f"safe_open slices take ints, slices and '...', not {type(k).__name__}")
         r = range(*k.indices(n))
         if len(r) == 0:
             parts.append(slice(0, 0, 1))

@@ -76,6 +76,15 @@ def _scipy_version() -> str:
     return getattr(scipy, "__version__", "?")
 
 
+# What from_arrays takes besides values, per format.
+_FORMAT_ARGUMENTS = {
+    "coo": ("coords", "canonical"),
+    "csr": ("indptr", "indices"),
+    "csc": ("indptr", "indices"),
+    "bsr": ("indptr", "indices", "block_shape"),
+}
+
+
 class SparseTensor(Tensor):
     """A sparse tensor: values and index buffers in descriptor order."""
 
@@ -101,6 +110,21 @@ class SparseTensor(Tensor):
         must be integers, kept exactly: int64 when any array is or holds a
         value int32 cannot, else int32. Arrays are used without copying when
         they are contiguous and of int32/int64 indices."""
+        given = {
+            "indices": indices is not None,
+            "indptr": indptr is not None,
+            "coords": coords is not None,
+            "block_shape": block_shape is not None,
+            "canonical": bool(canonical),
+        }
+        takes = _FORMAT_ARGUMENTS.get(format)
+        if takes is None:
+            raise ValueError(f"unknown sparse format {format!r}")
+        stray = [name for name, there in given.items() if there and name not in takes]
+        if stray:
+            raise ValueError(f"{format!r} takes {', '.join(takes)}; not {', '.join(stray)}")
+        if format == "bsr" and block_shape is None:
+            raise TypeError("'bsr' needs block_shape, (block_rows, block_cols)")
         values = np.ascontiguousarray(values)
         value_dtype = _dtypes.from_numpy(values.dtype)
         if format == "coo":

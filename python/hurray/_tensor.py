@@ -321,6 +321,7 @@ class Tensor(_hurray._Tensor):
         before anything is allocated)."""
         d = self.descriptor
         q = d.quantization
+        threads = _hurray._threads(threads)  # every path refuses what the kernels would
         dtype = _dtypes.as_numpy(dtype)
         if dtype.kind not in "fc" and dtype.name not in _dtypes.ML_FLOAT_DTYPES:
             raise TypeError(

@@ -359,9 +359,8 @@ def test_get_slice_reads_rows(fast_dir, mmap):
         assert part.descriptor.shard.offsets == (7, 0)  # moved by the row start
         assert part.descriptor.statistics is None
         np.testing.assert_array_equal(part.numpy(), opt.numpy()[1:2])
-        with pytest.raises(hurray.FormatError) as info:
+        with pytest.raises(IndexError, match="it has 10 rows"):  # a bad call, not a bad file
             f.get_slice("a", 8, 12)
-        assert info.value.status_name == "HURRAY_ERR_RANGE"
         with pytest.raises(hurray.NotFoundError):
             f.get_slice("zz", 0, 1)
 

@@ -421,7 +421,7 @@ def test_integer_arguments_never_wrap(tmp_path):
             with pytest.raises(IndexError, match="has 2 buffers, not a buffer"):
                 f.read_buffer("q", index)
         assert len(f.read_buffer("q", np.int64(1))) == f.descriptor("q").buffers[1].byte_size
-        with pytest.raises(OverflowError):
+        with pytest.raises(IndexError, match="it has 4 rows"):  # not wrapped to [0, 1)
             f.get_slice("n", 2**64, 2**64 + 1)
         with pytest.raises(OverflowError):
             f._file._get_rows("n", 0, 2**64)
@@ -1827,3 +1827,113 @@ def test_a_closed_file_cannot_be_entered_and_dlpack_copy_takes_no_string(tmp_pat
         with pytest.raises(TypeError, match="not a string"):
             t.__dlpack__(copy="False")
         assert np.from_dlpack(t).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_metadata_errors_name_the_key_and_repeated_keys_are_refused(tmp_path):
+    """A refused metadata value was named by its repr (25 MB for a long
+    list; the repr's own error for one that raises); a non-contiguous
+    memoryview was "not memoryview"; a key repeated by items() was kept
+    once, silently."""
+    path = tmp_path / "m.hurray"
+    tensors = {"a": np.ones(2, np.float32)}
+
+    class Unprintable:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    for value, match in [
+        (list(range(100_000)), r"^metadata 'lr': values are .* not list$"),
+        ({"x": 1}, r"^metadata 'lr': values are .* not dict$"),
+        (Unprintable(), r"^metadata 'lr': values are .* not Unprintable$"),
+        (memoryview(b"abcd")[::2], r"^metadata 'lr': a bytes-like value must be C-contiguous"),
+    ]:
+        with pytest.raises(TypeError, match=match):
+            hurray.save(path, tensors, {"lr": value})
+    assert not path.exists()
+
+    class Twice:
+        def items(self):
+            return [("k", 1), ("k", 2)]
+
+    with pytest.raises(hurray.DuplicateNameError, match="metadata key 'k' given twice"):
+        hurray.save(path, tensors, Twice())
+    assert not path.exists()
+
+
+def test_rows_past_the_end_are_an_index_error(tmp_path):
+    """File.get_slice past a tensor's last row raised FormatError, the
+    class of a damaged file."""
+    path = tmp_path / "rows.hurray"
+    hurray.save(path, {"a": np.arange(10, dtype=np.float32), "e": np.ones((0, 3), np.float32)})
+    with hurray.open(path) as f:
+        for name, start, stop in [("a", 8, 100), ("a", 100, 200), ("a", 0, 2**63), ("e", 0, 5)]:
+            with pytest.raises(IndexError, match="rows"):
+                f.get_slice(name, start, stop)
+        with pytest.raises(IndexError, match="it has 10 rows"):
+            f.get_slice("a", 0, 2**64)
+        assert np.asarray(f.get_slice("a", 8, 10)).tolist() == [8.0, 9.0]
+        assert np.asarray(f.get_slice("a", 10, 10)).size == 0
+        assert np.asarray(f.get_slice("a", 7, 3)).size == 0  # as a[7:3]
+
+
+def test_dequantize_checks_threads_on_every_path():
+    """threads was checked only where a kernel ran: an unquantized tensor
+    took -1, "2", None and 2**63, and every tensor took True."""
+    dense = hurray.from_numpy(np.ones((8, 64), np.float32))
+    quantized = hurray.quantize(np.ones((8, 64), np.float32), "q8_0")
+    for t in (dense, quantized):
+        for bad, error in [
+            (-1, OverflowError),
+            (2**63, OverflowError),
+            ("2", TypeError),
+            (None, TypeError),
+            (2.0, TypeError),
+            (True, TypeError),
+        ]:
+            with pytest.raises(error, match="threads"):
+                t.dequantize(threads=bad)
+        assert t.dequantize(threads=np.int64(2)).shape == (8, 64)
+
+
+def test_safe_open_refuses_none_and_masks_before_counting_axes(tmp_path):
+    """On a 1-D or 0-d tensor, [None, 0] and [None] said "too many
+    indices" where higher ranks said None is not taken."""
+    path = tmp_path / "s.hurray"
+    hurray.save(path, {"b": np.arange(4, dtype=np.float32), "s": np.float32(3)})
+    with hurray.safe_open(path, framework="np") as f:
+        for name, key in [("b", (None, 0)), ("s", None), ("b", True), ("s", (np.bool_(True),))]:
+            with pytest.raises(TypeError, match="no None, no masks"):
+                f.get_slice(name)[key]
+        with pytest.raises(IndexError, match="too many indices"):
+            f.get_slice("b")[0, 0]
+        assert f.get_slice("b")[1:3].tolist() == [1.0, 2.0]
+
+
+def test_dlpack_max_version_and_sparse_arguments_are_checked():
+    """max_version=(2**70, 0) raised OverflowError naming nothing, and
+    (-1, -1) was taken; from_arrays("bsr") without block_shape raised
+    "'NoneType' object is not iterable", and arguments of another format
+    (coords for CSR, canonical for CSR) were dropped silently."""
+    t = hurray.from_numpy(np.arange(3, dtype=np.float32))
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
+    huge = t.__dlpack__(max_version=(2**70, 0))  # any version will do: the newest
+    assert "dltensor_versioned" in repr(huge)
+    for bad in [(-1, -1), (1, -1), (-(2**70), 0)]:
+        with pytest.raises(ValueError, match="versions are not negative"):
+            t.__dlpack__(max_version=bad)
+    with pytest.raises(TypeError):
+        t.__dlpack__(max_version=(1.5, 0))
+    v = np.ones(2, np.float32)
+    ptr, idx = np.array([0, 1, 2]), np.array([0, 1])
+    with pytest.raises(TypeError, match="'bsr' needs block_shape"):
+        hurray.SparseTensor.from_arrays("bsr", (4, 4), v, indptr=ptr, indices=idx)
+    with pytest.raises(ValueError, match="'csr' takes indptr, indices; not coords"):
+        hurray.SparseTensor.from_arrays("csr", (2, 2), v, indptr=ptr, indices=idx, coords=[[0]])
+    with pytest.raises(ValueError, match="not canonical"):
+        hurray.SparseTensor.from_arrays("csr", (2, 2), v, indptr=ptr, indices=idx, canonical=True)
+    with pytest.raises(ValueError, match="'coo' takes coords, canonical; not indptr"):
+        hurray.SparseTensor.from_arrays("coo", (2, 2), v, coords=[idx, idx], indptr=ptr)
+    with pytest.raises(ValueError, match="unknown sparse format 'dia'"):
+        hurray.SparseTensor.from_arrays("dia", (2, 2), v)
+    ok = hurray.SparseTensor.from_arrays("csr", (2, 2), v, indptr=ptr, indices=idx)
+    assert ok.to_dense().tolist() == [[1.0, 0.0], [0.0, 1.0]]
