@@ -95,11 +95,22 @@ def _threads(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a help or usage text it cannot write is an
+    error: argparse drops the OSError, and `--help >/dev/full` exited 0."""
+
+    def _print_message(self, message, file=None):
+        if message:
+            stream = file if file is not None else sys.stderr
+            stream.write(message)
+            stream.flush()
+
+
 # long: the CLI's argument table, one subcommand after another, kept in one place.
 def _parser() -> argparse.ArgumentParser:
     from ._quant import QUANT_SCHEMES
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hurray",
         description="hurray: tensors as one descriptor plus N buffers. "
         "(ls, info, verify and cat are in the C 'hurray' command.)",
@@ -221,7 +232,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     # exits 2 on a usage error, 0 for --help; an unknown option is reported
     # by convert's own parser ("usage: hurray convert ..."), not the top one
-    args, extra = parser.parse_known_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except OSError as failure:  # the help or usage text (_Parser)
+        if isinstance(failure, BrokenPipeError):  # | head: quietly, as the C command
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
+        print(f"hurray: writing to stdout failed: {failure.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
     if extra:
         parser.convert_parser.error("unrecognized arguments: " + " ".join(extra))
     from .convert import ConversionError, UsageError, convert

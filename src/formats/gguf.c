@@ -478,7 +478,7 @@ static HurrayStatus read_pairs(Cur *c, HurrayGGUFFile *out, uint64_t n_kv) {
 
 /* Tensor info `i` into the next slot of out->tensors; out->count counts it
  * as soon as it owns a name, so that hurray__gguf_free frees it. */
-static HurrayStatus read_tensor_info(Cur *c, HurrayGGUFFile *out, uint64_t i) {
+static HurrayStatus read_tensor_info(Cur *c, HurrayGGUFFile *out, uint64_t i, uint64_t n) {
   HurrayError *error = c->error;
   HurrayGGUFTensor *t = &out->tensors[out->count];
   const uint8_t *name = NULL;
@@ -487,9 +487,14 @@ static HurrayStatus read_tensor_info(Cur *c, HurrayGGUFFile *out, uint64_t i) {
   if (name_len == 0 || name_len > HURRAY_MAX_TENSOR_NAME_BYTES ||
       !hurray__utf8_valid((const char *)name, (size_t)name_len) ||
       memchr(name, 0, (size_t)name_len) != NULL) {
-    return hurray__fail(error, HURRAY_ERR_MALFORMED,
-                        "GGUF tensor %llu: name empty, longer than %u bytes, or not UTF-8",
-                        (unsigned long long)i, HURRAY_MAX_TENSOR_NAME_BYTES);
+    /* Past the first, the likeliest cause is a header that counts more
+     * tensors than its table holds: the "name" is then other bytes. */
+    return hurray__fail(
+        error, HURRAY_ERR_MALFORMED,
+        "GGUF tensor %llu of the %llu the header counts: name empty, longer than "
+        "%u bytes, or not UTF-8%s",
+        (unsigned long long)i, (unsigned long long)n, HURRAY_MAX_TENSOR_NAME_BYTES,
+        i > 0 ? " (a tensor count larger than the table, or a damaged table)" : "");
   }
   t->name = strndup((const char *)name, (size_t)name_len);
   if (t->name == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
@@ -630,7 +635,8 @@ HurrayStatus hurray__gguf_parse(const uint8_t *data, uint64_t size, HurrayGGUFFi
     s = hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
     goto fail;
   }
-  for (uint64_t i = 0; s == HURRAY_OK && i < n_tensors; i++) s = read_tensor_info(&c, out, i);
+  for (uint64_t i = 0; s == HURRAY_OK && i < n_tensors; i++)
+    s = read_tensor_info(&c, out, i, n_tensors);
   if (s == HURRAY_OK) s = check_unique_names(out, error);
   if (s == HURRAY_OK) s = place_data(out, c.at, size, error);
   if (s == HURRAY_OK) s = record_names(out, error);

@@ -422,6 +422,36 @@ static HurrayStatus check_size(const HurraySTTensor *t, HurrayError *error) {
   return HURRAY_OK;
 }
 
+/* The tensors of `out` (sorted by where they begin) tile the data section
+ * from its first byte, none past the `held` bytes the file has; *end is
+ * where the last one ends. */
+static HurrayStatus check_places(const HurraySTFile *out, uint64_t held, uint64_t *end,
+                                 HurrayError *error) {
+  uint64_t at = 0;
+  for (size_t i = 0; i < out->count; i++) {
+    const HurraySTTensor *t = &out->tensors[i];
+    if (t->begin > at && t->end > held) { /* a hole would be the lesser complaint */
+      return hurray__fail(error, HURRAY_ERR_TRUNCATED,
+                          "safetensors header: tensor %.200s lies at bytes [%llu, %llu) of the "
+                          "data, past the %llu bytes the file holds",
+                          t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                          (unsigned long long)held);
+    }
+    if (t->begin != at) {
+      return hurray__fail(error, t->begin < at ? HURRAY_ERR_OVERLAP : HURRAY_ERR_RANGE,
+                          "safetensors header: tensor %.200s starts at byte %llu of the data, "
+                          "where %s",
+                          t->name, (unsigned long long)t->begin,
+                          t->begin < at ? "it overlaps the tensor before it"
+                          : i == 0      ? "no tensor holds the bytes before it"
+                                        : "the tensor before it left a hole");
+    }
+    at = t->end;
+  }
+  *end = at;
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *out,
                               HurrayError *error) {
   memset(out, 0, sizeof *out);
@@ -479,18 +509,7 @@ HurrayStatus hurray__st_parse(const uint8_t *data, uint64_t size, HurraySTFile *
     qsort(out->tensors, out->count, sizeof *out->tensors, by_begin);
   }
   uint64_t at = 0;
-  for (size_t i = 0; s == HURRAY_OK && i < out->count; i++) {
-    const HurraySTTensor *t = &out->tensors[i];
-    if (t->begin != at) {
-      s = hurray__fail(
-          error, t->begin < at ? HURRAY_ERR_OVERLAP : HURRAY_ERR_RANGE,
-          "safetensors header: tensor %.200s starts at byte %llu of the data, where "
-          "%s",
-          t->name, (unsigned long long)t->begin,
-          t->begin < at ? "it overlaps the tensor before it" : "the tensor before it left a hole");
-    }
-    at = t->end;
-  }
+  if (s == HURRAY_OK) s = check_places(out, size - 8 - n, &at, error);
   out->data_start = 8 + n;
   if (s == HURRAY_OK && at != size - out->data_start) {
     s = hurray__fail(error, at > size - out->data_start ? HURRAY_ERR_TRUNCATED : HURRAY_ERR_RANGE,

@@ -534,8 +534,10 @@ static const char *other_format_hint(HurrayReader *r, const uint8_t first[8]) {
   static const char st[] = ": it looks like a safetensors file; `hurray convert` reads it";
   static const char zip[] =
       ": it looks like a zip archive (.npz, or a torch checkpoint); `hurray convert` reads it";
+  static const char npy[] = ": it looks like a numpy .npy file; `hurray convert` reads it";
   if (memcmp(first, "GGUF", 4) == 0) return gguf;
   if (memcmp(first, "PK\x03\x04", 4) == 0) return zip;
+  if (memcmp(first, "\x93NUMPY", 6) == 0) return npy;
   /* safetensors: a little-endian header length, then the JSON header. */
   uint64_t len = hurray__get_le(first, 8);
   uint8_t brace = 0;

@@ -276,9 +276,17 @@ static float finite_inverse(float d) {
   return is_nonfinite(inv) ? 0.0f : inv;
 }
 
+/* Whether a float16 scale is infinite: ggml's Q8_0 and Q4_0 store theirs
+ * unclamped, so a block of finite values with a magnitude of about
+ * 127 x 65504 (Q8_0) or 8 x 65504 (Q4_0) or more would decode to infinities
+ * (ggml writes them so); such input is refused instead. */
+static bool f16_infinite(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
+
 /* The parameters of group g, from its range; writes the stored scale. For
- * MX, nan marks a non-finite block. */
-static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, uint8_t *nan) {
+ * MX, nan marks a non-finite block. False if the scale a finite group needs
+ * is infinite in its stored form (Q8_0 and Q4_0 only: the affine kinds
+ * clamp theirs, §6.2). */
+static bool group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, uint8_t *nan) {
   const HurrayResolvedScheme *s = &j->s;
   if (r.lo > r.hi) r.lo = r.hi = 0.0f; /* a group without elements */
   /* fabsf: a block of -0.0 has amax +0, as in ggml and bitsandbytes */
@@ -307,34 +315,36 @@ static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, u
         j->inline_zp = z;
       }
       if (j->zps) store_zero_point(s->code_dtype, j->zps, g, z);
-      return;
+      return true;
     }
     case HURRAY_ENC_Q8_0: {
       float d = amax / 127.0f;
       *mul = finite_inverse(d);
       *zp = 0;
-      ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
-      return;
+      uint16_t h = hurray__f32_to_f16(d);
+      ((uint16_t *)j->scales)[g] = h;
+      return !f16_infinite(h);
     }
     case HURRAY_ENC_Q4_0: {
       float d = r.extreme / -8.0f;
       *mul = finite_inverse(d);
       *zp = 8;
-      ((uint16_t *)j->scales)[g] = hurray__f32_to_f16(d);
-      return;
+      uint16_t h = hurray__f32_to_f16(d);
+      ((uint16_t *)j->scales)[g] = h;
+      return !f16_infinite(h);
     }
     case HURRAY_ENC_NF4:
       /* bitsandbytes' 1/absmax; below about 2^-128 it overflows, and the
        * block is encoded as zeros (code 7), off by less than 2^-128 */
       *mul = finite_inverse(amax);
       ((float *)j->scales)[g] = amax;
-      return;
+      return true;
     default: { /* MX */
       if (r.nonfinite) {
         *nan = 1;
         *mul = 0.0f;
         ((uint8_t *)j->scales)[g] = 0xff;
-        return;
+        return true;
       }
       int e = (int)((hurray__f32_bits(amax) >> 23) & 0xffu) - 127;
       int shared = e - s->emax;
@@ -342,9 +352,19 @@ static void group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, u
       *nan = 0;
       *mul = hurray__exp2i(-shared);
       ((uint8_t *)j->scales)[g] = (uint8_t)(shared + 127);
-      return;
+      return true;
     }
   }
+}
+
+/* The flat index of the first element of largest magnitude among `count`
+ * elements `stride` apart from `start`: what a refusal of their group names. */
+static uint64_t largest_at(const float *x, uint64_t start, uint64_t count, uint64_t stride) {
+  uint64_t best = start;
+  for (uint64_t k = 1; k < count; k++) {
+    if (fabsf(x[start + k * stride]) > fabsf(x[best])) best = start + k * stride;
+  }
+  return best;
 }
 
 static bool needs_finite(const HurrayResolvedScheme *s) {
@@ -432,7 +452,11 @@ static void block_part(void *ctx, unsigned part) {
         goto done;
       }
       nan[0] = 0;
-      group_params(j, seg.g0, ranges[0], &mul[0], &zp[0], &nan[0]);
+      if (!group_params(j, seg.g0, ranges[0], &mul[0], &zp[0], &nan[0])) {
+        j->status[part] = HURRAY_ERR_NOT_FINITE;
+        j->bad_index[part] = largest_at(j->x, seg.start, seg.len, 1);
+        goto done;
+      }
       emit(s, sink, j->x, seg.start, seg.len, prm, 0);
       continue;
     }
@@ -450,7 +474,11 @@ static void block_part(void *ctx, unsigned part) {
         goto done;
       }
       nan[k] = 0;
-      group_params(j, u * width + k, ranges[k], &mul[k], &zp[k], &nan[k]);
+      if (!group_params(j, u * width + k, ranges[k], &mul[k], &zp[k], &nan[k])) {
+        j->status[part] = HURRAY_ERR_NOT_FINITE;
+        j->bad_index[part] = largest_at(j->x, (o * p->along + a0) * p->inner + k, a1 - a0, width);
+        goto done;
+      }
     }
     for (uint64_t a = a0; a < a1; a++) {
       emit(s, sink, j->x, (o * p->along + a) * p->inner, width, prm, 1);
@@ -535,9 +563,17 @@ static void split(Job *j, unsigned parts) {
 }
 
 static HurrayStatus not_finite(const Job *j, uint64_t at, HurrayError *error) {
+  const char *scheme = hurray_quant_scheme_name(j->s.scheme);
+  if (!is_nonfinite(j->x[at])) { /* group_params: its block's scale overflowed */
+    double most = (j->s.encoder == HURRAY_ENC_Q8_0 ? 127.0 : 8.0) * 65504.0;
+    return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
+                        "element %llu (%g) is too large for %s: its block's float16 scale "
+                        "would be infinite (%s holds magnitudes up to about %.4g)",
+                        (unsigned long long)at, (double)j->x[at], scheme, scheme, most);
+  }
   return hurray__fail(error, HURRAY_ERR_NOT_FINITE,
                       "element %llu is NaN or infinite; %s quantization needs finite input",
-                      (unsigned long long)at, hurray_quant_scheme_name(j->s.scheme));
+                      (unsigned long long)at, scheme);
 }
 
 static HurrayStatus run_global(Job *j, unsigned parts, HurrayError *error) {
@@ -566,7 +602,8 @@ static HurrayStatus run_global(Job *j, unsigned parts, HurrayError *error) {
       return not_finite(j, first_nonfinite(j->x, p->numel), error);
     }
     uint8_t unused = 0;
-    group_params(j, g, j->ranges[g], &j->params.mul[g], &j->params.zp[g], &unused);
+    /* Only the affine kinds take this walk, and they clamp their scales. */
+    (void)group_params(j, g, j->ranges[g], &j->params.mul[g], &j->params.zp[g], &unused);
   }
   hurray__parallel_run(parts, encode_part, j);
   for (unsigned t = 0; t < parts; t++) {

@@ -339,6 +339,31 @@ class CliHardeningTest(unittest.TestCase):
             self.assertEqual(len(out.stdout.decode().splitlines()), 4)
 
 
+class CliOtherFormatsTest(unittest.TestCase):
+    """A file of a format `hurray convert` reads, given to ls, is named as
+    such (a .npy file had no hint)."""
+
+    def test_other_formats_get_a_convert_hint(self):
+        npy_header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }"
+        npy_header += b" " * (-(10 + len(npy_header) + 1) % 64) + b"\n"
+        samples = {
+            "a.npy": (
+                b"\x93NUMPY\x01\x00" + struct.pack("<H", len(npy_header)) + npy_header + bytes(8),
+                b"a numpy .npy file",
+            ),
+            "a.gguf": (b"GGUF\x03\x00\x00\x00" + bytes(16), b"a GGUF file"),
+            "a.npz": (b"PK\x03\x04" + bytes(26), b"a zip archive (.npz, or a torch checkpoint)"),
+        }
+        with tempfile.TemporaryDirectory() as d:
+            for name, (data, said) in samples.items():
+                path = os.path.join(d, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                out = run("ls", path)
+                self.assertEqual(out.returncode, 1, out.stderr)
+                self.assertIn(b"it looks like " + said + b"; `hurray convert` reads it", out.stderr)
+
+
 class CliDirectoryTest(unittest.TestCase):
     """`hurray ls DIR`: every *.hurray file of a directory (a sharded or DCP
     checkpoint), sorted, each row starting with the file's name."""

@@ -415,6 +415,9 @@ DRIVER = textwrap.dedent(r"""
             calls.append(1)
             if len(calls) > 1:  # abort() closing the writer again
                 return fn(*a, **k)
+            # main() unblocked it: blocked again here, or a handler that only
+            # notes it (torch's, _deferred.py) would leave it never pending
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 say("now")
                 while signal.SIGINT not in signal.sigpending():
@@ -439,6 +442,17 @@ DRIVER = textwrap.dedent(r"""
                 time.sleep(120)
             return real(*a, **k)
         _convert._convert_one = one
+    elif phase == "inside":  # torch.save's second write, Python code called from its C++
+        from hurray.convert import _target
+        real_write, calls = _target.WriteErrors.write, []
+        def write(self, data):
+            calls.append(1)
+            done = real_write(self, data)
+            if len(calls) == 2:  # written, not yet said so
+                say("now")
+                time.sleep(0.5)
+            return done
+        _target.WriteErrors.write = write
     elif kind == "hurray":  # the C function itself: "now" comes right before C runs
         _files._hurray.save = (blocked if phase == "blocked" else announced)(_files._hurray.save)
     elif kind in ("safetensors", "gguf"):  # the native writer (hurray._formats, C)
@@ -507,6 +521,74 @@ def test_sigint_while_the_target_is_written_leaves_it_untouched(tmp_path, hurray
 @pytest.mark.parametrize("kind", ["hurray", "npz"])
 def test_sigint_between_tensors_leaves_the_target_untouched(tmp_path, hurray_source, kind):
     _interrupt(tmp_path, hurray_source[0], kind, "loop")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_torch_save_is_an_interrupt(tmp_path, hurray_source, sig):
+    """Raised inside torch.save (in the file's write(), called from torch's
+    C++), the KeyboardInterrupt made torch's writer fail with "unexpected
+    pos ...", and the conversion said that, exit 1."""
+    _interrupt(tmp_path, hurray_source[0], "pt", "inside", sig=sig)
+
+
+def test_signals_deferred_holds_handlers_until_the_block_ends():
+    """Inside, a signal only is noted; its handler runs as the block ends,
+    once, and the handlers are as they were. In another thread (where no
+    handler runs) the block changes nothing."""
+    import threading
+
+    from hurray.convert._deferred import signals_deferred
+
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt(signum)
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the interpreter checks for signals here
+                    pass
+                assert seen == []
+        assert info.value.args == (signal.SIGTERM,) and seen == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is handler
+        with signals_deferred():
+            pass
+        assert seen == [signal.SIGTERM]
+        result = []
+        thread = threading.Thread(target=lambda: result.append(signals_deferred().__enter__()))
+        thread.start()
+        thread.join()
+        assert result == [None] and signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_torch_checkpoint_with_a_short_record_is_refused(tmp_path):
+    """torch.load(mmap=True) checks no record's size: a storage whose
+    record was cut short ran on into the next records, and the conversion
+    wrote those bytes as the tensor's, exit 0."""
+    src, bad = tmp_path / "ok.pt", tmp_path / "short.pt"
+    torch.save(
+        {"a": torch.arange(24.0).reshape(4, 6), "b": torch.ones(3, dtype=torch.bfloat16)}, src
+    )
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            zout.writestr(info, data[:10] if info.filename.endswith("/data/0") else data)
+    r = run_cli(bad, tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="record data/0 holds 10 bytes, and its storage needs 96")
+    assert not (tmp_path / "out.hurray").exists()
+    r = run_cli(src, tmp_path / "out.hurray")
+    assert r.returncode == 0, r.stderr
+    assert (
+        hurray.load(tmp_path / "out.hurray")["a"].numpy().tolist()
+        == np.arange(24.0).reshape(4, 6).tolist()
+    )
 
 
 def test_sigterm_also_removes_the_temporary_file(tmp_path, hurray_source):
@@ -2778,3 +2860,128 @@ def test_holding_signals_restores_every_handler_when_interrupted_while_swapping(
         assert signal.getsignal(signal.SIGINT) is before
     finally:
         real(signal.SIGTERM, previous_term)
+
+
+@pytest.mark.parametrize("scheme", ["q8_0", "q4_0"])
+def test_quantizing_values_past_the_float16_scale_fails(tmp_path, scheme):
+    """A tensor with |x| = 1e7 converted with --quantize q8_0 (or 6e5 with
+    q4_0) was written with infinite block scales, exit 0, and `verify`
+    passed it; only the report's "cosine nan" showed it, and -q hid that."""
+    import safetensors.numpy as stn
+
+    src, dst = tmp_path / "big.safetensors", tmp_path / "big.hurray"
+    w = np.full((2, 32), 1e7, np.float32)
+    w[1] = 6e5
+    stn.save_file({"w.weight": w}, str(src))
+    r = run_cli(src, dst, "--quantize", scheme, "-q")
+    assert_one_line_failure(r, contains=f"element 0 (1e+07) is too large for {scheme}")
+    assert not dst.exists()
+
+
+def _raw_safetensors(path, header: dict, data: bytes) -> None:
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+
+
+def test_safetensors_offsets_past_the_data_say_so(tmp_path):
+    """A lone tensor at [96, 192) of 96 bytes of data was said to start
+    "where the tensor before it left a hole": there is none, and the real
+    fault is that it lies past the end of the file."""
+    src = tmp_path / "past.safetensors"
+    _raw_safetensors(
+        src, {"a": {"dtype": "F32", "shape": [24], "data_offsets": [96, 192]}}, bytes(96)
+    )
+    with pytest.raises(
+        ConversionError, match=r"lies at bytes \[96, 192\) of the data, past the 96"
+    ):
+        convert(src, tmp_path / "out.hurray", quiet=True)
+    _raw_safetensors(src, {"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, bytes(16))
+    with pytest.raises(ConversionError, match="no tensor holds the bytes before it"):
+        convert(src, tmp_path / "out.hurray", quiet=True)
+    assert listing(tmp_path) == ["past.safetensors"]
+
+
+def test_gguf_counting_more_tensors_than_its_table_says_so(tmp_path):
+    """tensor_count 5 with one tensor in the table said only "name empty,
+    longer than 4096 bytes, or not UTF-8"."""
+    src = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(src, "llama")
+    w.add_tensor("t", np.ones(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    raw = bytearray(src.read_bytes())
+    raw[8:16] = (5).to_bytes(8, "little")  # after magic and version
+    src.write_bytes(bytes(raw))
+    with pytest.raises(
+        ConversionError, match="tensor 1 of the 5 the header counts: .*a tensor count larger"
+    ):
+        convert(src, tmp_path / "out.hurray", quiet=True)
+
+
+def _raw_npy(path, header: str, data: bytes = b"") -> None:
+    text = header.encode("latin1")
+    text += b" " * ((-(10 + len(text) + 1)) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data)
+
+
+@pytest.mark.parametrize(
+    "header, data, said",
+    [
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000000000000,), }",
+            bytes(96),
+            "its header says (100000000000000000000,) of float32",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2), }",
+            bytes(96),
+            "bytes, and the file holds 96 after it",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 9223372036854775807, 0), }",
+            b"",
+            "is too large for numpy to map",
+        ),
+        (
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 6), }",
+            bytes(50),
+            "96 bytes, and the file holds 50 after it",
+        ),
+        (
+            "dict(descr='<f4', fortran_order=False, shape=(2,))",
+            bytes(8),
+            "its .npy header is not valid: it is not a dict of Python literals",
+        ),
+    ],
+)
+def test_npy_headers_that_do_not_fit_the_file_are_refused_in_one_line(tmp_path, header, data, said):
+    """These gave an "internal error" (OverflowError: Python int too large
+    to convert to C long), numpy's overflow warnings on stderr before the
+    message, "mmap length is greater than file size", or ast's words with
+    an object's address."""
+    src = tmp_path / "a.npy"
+    _raw_npy(src, header, data)
+    r = run_cli(src, tmp_path / "a.hurray", "-q")
+    assert_one_line_failure(r, contains=said)
+    assert listing(tmp_path) == ["a.npy"]
+
+
+def test_convert_help_that_cannot_be_written_fails():
+    """argparse drops the OSError of writing its help: `hurray convert
+    --help >/dev/full` printed nothing and exited 0."""
+    with open(os.devnull, "w") as null:
+        ok = subprocess.run([sys.executable, "-m", "hurray", "convert", "--help"], stdout=null)
+    assert ok.returncode == 0
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(
+            [sys.executable, "-m", "hurray", "convert", "--help"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert r.returncode == 1
+    assert r.stderr.strip() == "hurray: writing to stdout failed: No space left on device"

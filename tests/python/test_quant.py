@@ -622,6 +622,38 @@ def test_per_channel_int4_matches_reference(dtype, symmetric, axis, scale_dtype)
 # -------------------------------------------------------- q8_0 / q4_0 vs gguf
 
 
+def refused_by_float16_scale(x, scheme):
+    """(x with every block whose float16 scale would be infinite zeroed,
+    the flat index quantize names for the first such block, or None).
+    Blocks run along the last axis, 32 wide. ggml writes such blocks with
+    an infinite scale; hurray refuses them (quantization.md §6.1)."""
+    rows = np.array(x, np.float32).reshape(-1, x.shape[-1])
+    first = None
+    for r in range(rows.shape[0]):
+        for b in range(0, rows.shape[1], 32):
+            block = rows[r, b : b + 32]
+            k = int(np.argmax(np.abs(block)))
+            d = abs(float(block[k])) / (127.0 if scheme == "q8_0" else 8.0)
+            with np.errstate(over="ignore"):
+                if np.isfinite(np.float16(d)):
+                    continue
+            if first is None:
+                first = r * rows.shape[1] + b + k
+            block[:] = 0
+    return rows.reshape(x.shape), first
+
+
+def quantize_or_refused(x, scheme, **kw):
+    """hurray.quantize of x, once it was checked to refuse x's blocks that
+    float16 cannot scale (naming the right element), with them zeroed;
+    (tensor, the input it holds)."""
+    kept, first = refused_by_float16_scale(x, scheme)
+    if first is not None:
+        with pytest.raises(hurray.InvalidArgumentError, match=f"element {first} .* too large"):
+            hurray.quantize(x, scheme, **kw)
+    return hurray.quantize(kept, scheme, **kw), kept
+
+
 def gguf_samples():
     rng = np.random.default_rng(7)
     yield varied((4, 128), 1)
@@ -647,8 +679,7 @@ def gguf_samples():
 @needs_gguf
 @pytest.mark.parametrize("case", range(5))
 def test_q8_0_matches_gguf(case):
-    x = list(gguf_samples())[case]
-    t = hurray.quantize(x, "q8_0")
+    t, x = quantize_or_refused(list(gguf_samples())[case], "q8_0")
     codes, scales = t.codes(), t.scales()
     assert codes.dtype == np.int8 and scales.dtype == np.float16
     want = gguf_quants.quantize(x, GQ.Q8_0)
@@ -663,8 +694,7 @@ def test_q8_0_matches_gguf(case):
 @needs_gguf
 @pytest.mark.parametrize("case", range(5))
 def test_q4_0_matches_gguf(case):
-    x = list(gguf_samples())[case]
-    t = hurray.quantize(x, "q4_0")
+    t, x = quantize_or_refused(list(gguf_samples())[case], "q4_0")
     codes, scales = t.codes(), t.scales()
     assert codes.dtype == np.dtype(ml_dtypes.uint4) and scales.dtype == np.float16
     with np.errstate(invalid="ignore", over="ignore"):
@@ -835,6 +865,27 @@ def test_nan_is_refused_in_narrow_float_inputs(scheme):
         hurray.quantize(x.astype(ml_dtypes.bfloat16), scheme)
 
 
+@pytest.mark.parametrize("scheme, limit", [("q8_0", 127 * 65504.0), ("q4_0", 8 * 65504.0)])
+@pytest.mark.parametrize("threads", [1, 4])
+def test_finite_input_beyond_the_float16_scale_is_refused(scheme, limit, threads):
+    """ggml's Q8_0 and Q4_0 keep an unclamped float16 scale per block: a
+    block of finite values of magnitude past about 127 x 65504 (Q8_0) or
+    8 x 65504 (Q4_0) got an infinite scale and decoded to infinities (and
+    NaN), with no error. It is refused as a NaN is, naming the first
+    element of largest magnitude of the first such block."""
+    x = varied((64, 96), seed=16)
+    x[40, 70] = 1.1 * limit  # block (40, 64..95)
+    x[40, 71] = -1.3 * limit
+    x[50, 3] = np.float32(np.finfo(np.float32).max)  # a later block
+    with pytest.raises(hurray.InvalidArgumentError) as info:
+        hurray.quantize(x, scheme, threads=threads)
+    assert info.value.status_name == "HURRAY_ERR_NOT_FINITE"
+    assert f"element {40 * 96 + 71} " in str(info.value) and "too large" in str(info.value)
+    x[40, 70], x[40, 71], x[50, 3] = 0.98 * limit, -0.98 * limit, 1.0
+    t = hurray.quantize(x, scheme, threads=threads)
+    assert np.isfinite(t.dequantize()).all()
+
+
 def denormal_data(seed):
     rng = np.random.default_rng(seed)
     x = np.zeros((6, 64), np.float32)
@@ -879,7 +930,16 @@ def test_float32_max_magnitude(scheme):
     x[2, :32] = FLT_MAX
     x[2, 32:] = -FLT_MAX
     x[3, 10], x[3, 11] = FLT_MAX, -FLT_MAX
-    t = hurray.quantize(x, scheme)
+    if scheme in ("q8_0", "q4_0") and gguf_quants is not None:
+        # ggml's scale is infinite there; hurray refuses instead
+        with np.errstate(over="ignore", invalid="ignore"):
+            blocks = gguf_quants.quantize(x, GQ.Q8_0 if scheme == "q8_0" else GQ.Q4_0)
+        assert np.isinf(blocks[0, :2].copy().view(np.float16)[0])
+    if scheme in ("q8_0", "q4_0"):
+        t, x = quantize_or_refused(x, scheme)
+        assert not x[0, :32].any() and x[0, 32:].any()  # its first block was refused
+    else:
+        t = hurray.quantize(x, scheme)
     with np.errstate(over="ignore", invalid="ignore"):
         check(t, x, scheme)
     if scheme in ("per_channel", "block_affine", "affine"):
@@ -1224,7 +1284,10 @@ def test_rows_longer_than_the_scale_stage(scheme, kw):
     every scale up front)."""
     block = kw.get("block_size", 32)
     x = mx_data((3, 2 * 256 * block + block + 3), seed=11)
-    t = hurray.quantize(x, scheme, **kw)
+    if scheme == "q4_0":
+        t, x = quantize_or_refused(x, scheme)
+    else:
+        t = hurray.quantize(x, scheme, **kw)
     check(t, x, scheme, **kw)
     y = t.dequantize(threads=3)
     np.testing.assert_array_equal(t.dequantize().view(np.uint32), y.view(np.uint32))

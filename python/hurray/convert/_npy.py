@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 
 import numpy as np
 
@@ -20,11 +22,51 @@ from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 
 
+def _check_npy_size(path: str) -> None:
+    """ConversionError if the header of the .npy at `path` asks for more
+    bytes than the file holds after it. np.load's memory map then failed
+    with numpy's words ("mmap length is greater than file size", an
+    OverflowError for a dimension past int64, overflow warnings for a
+    shape whose product is). Python integers do the sum exactly. A file
+    that is not a .npy is left to np.load to say so."""
+    try:
+        with open(path, "rb") as fp:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version in ((2, 0), (3, 0)):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                return
+            held = os.fstat(fp.fileno()).st_size - fp.tell()
+    except NUMPY_FILE_ERRORS as exc:
+        if isinstance(exc, OSError) or str(exc).startswith("the magic string"):
+            return  # np.load says it in its own words
+        said = _first_line(exc)
+        if said.startswith("malformed node"):  # ast's words, with an object's address
+            said = "it is not a dict of Python literals"
+        raise ConversionError(f"cannot read {path}: its .npy header is not valid: {said}") from None
+    if dtype.hasobject:
+        return  # refused by np.load (allow_pickle=False)
+    need = math.prod(shape) * dtype.itemsize
+    if need > held:
+        raise ConversionError(
+            f"cannot read {path}: its header says {shape} of {dtype}, {need} bytes, and the "
+            f"file holds {held} after it (cut short, or a damaged header)"
+        )
+    if math.prod(n for n in shape if n) * max(dtype.itemsize, 1) > sys.maxsize:
+        # numpy counts the bytes of a mapping in int64, zeros last
+        raise ConversionError(
+            f"cannot read {path}: its header's shape {shape} is too large for numpy to map"
+        )
+
+
 class _NpySource(_Source):
     format = "npy"
 
     def __init__(self, path: str):
         self.path = path
+        _check_npy_size(path)
         try:
             self._array = np.load(path, mmap_mode="r", allow_pickle=False)
         except NUMPY_FILE_ERRORS as exc:  # a cut or empty file too (EOFError, TokenError)

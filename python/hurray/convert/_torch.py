@@ -3,8 +3,11 @@ written with torch.save. The only formats that need torch."""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import warnings
+import zipfile
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -21,8 +24,94 @@ from ._common import (
     os_failure,
     write_failure,
 )
+from ._deferred import signals_deferred
 from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
+
+
+class _Inert:
+    """What _StorageScan builds for every global: it accepts what the
+    pickle does to an object and runs nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Inert()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+class _StorageScan(pickle.Unpickler):
+    """The storages a checkpoint's data.pkl names, as (key, storage type,
+    element count), read without building any object of the file's."""
+
+    def __init__(self, data: bytes):
+        super().__init__(io.BytesIO(data))
+        self.storages: List[Tuple[str, Any, int]] = []
+
+    def find_class(self, module, name):
+        return _Global(module, name)
+
+    def persistent_load(self, pid):
+        if isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage":
+            self.storages.append((str(pid[2]), pid[1], pid[4]))
+        return _Inert()
+
+
+class _Global(_Inert):
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+
+def _check_record_sizes(torch, path: str) -> None:
+    """ConversionError if a storage's record in the zip holds fewer bytes
+    than the storage. torch.load(mmap=True) checks no record's size: the
+    storage then ran on into the records after it, and a checkpoint with a
+    short record converted to other bytes, exit 0 (torch.load without mmap
+    refuses it). A file this cannot scan is left to torch.load."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pickles = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
+            if len(pickles) != 1:
+                return
+            prefix = pickles[0][: -len("data.pkl")] + "data/"
+            sizes = {
+                i.filename[len(prefix) :]: i.file_size
+                for i in z.infolist()
+                if i.filename.startswith(prefix)
+            }
+            scan = _StorageScan(z.read(pickles[0]))
+        scan.load()
+    except Exception:  # noqa: BLE001 - not a zip, or a pickle torch.load will judge
+        return
+    for key, kind, numel in scan.storages:
+        if not isinstance(kind, _Global) or kind.module != "torch":
+            continue
+        # Storage classes only: another name could be one of torch's lazily
+        # imported submodules.
+        cls = getattr(torch, kind.name, None) if kind.name.endswith("Storage") else None
+        dtype = torch.uint8 if cls is torch.UntypedStorage else getattr(cls, "dtype", None)
+        if not isinstance(dtype, torch.dtype) or not isinstance(numel, int) or numel < 0:
+            continue
+        need = numel * dtype.itemsize
+        have = sizes.get(key)
+        if have is None or have < need:
+            held = "is missing" if have is None else f"holds {have} bytes"
+            raise ConversionError(
+                f"{path}: record data/{key} {held}, and its storage needs {need} "
+                "(a damaged checkpoint)"
+            )
 
 
 def _load(torch, path: str):
@@ -38,6 +127,7 @@ def _load(torch, path: str):
             # UnicodeEncodeError for any other; a file object it reads.
             with open(path, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
+        _check_record_sizes(torch, path)
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as exc:
@@ -51,16 +141,18 @@ class _TorchSource(_Source):
 
     def __init__(self, path: str):
         try:
-            import torch
+            with signals_deferred():
+                import torch
         except ImportError:  # pragma: no cover
             raise ConversionError("reading torch checkpoints needs the 'torch' package") from None
         self._torch = torch
         try:
-            obj = _load(torch, path)
+            with signals_deferred():
+                obj = _load(torch, path)
         except OSError as exc:
             raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}", path) from None
-        except MemoryError:
-            raise  # the machine's, not the file's
+        except (MemoryError, ConversionError):
+            raise  # the machine's, or already said
         except Exception as exc:  # UnpicklingError and friends
             text = str(exc)
             detail = next(
@@ -164,7 +256,8 @@ class _TorchishTarget(_DenseTarget):
 
     def __init__(self, path, options):
         try:
-            import torch  # noqa: F401
+            with signals_deferred():
+                import torch  # noqa: F401
         except ImportError:  # refused before the target exists, not mid-way
             raise ConversionError(f"writing {path} needs the 'torch' package") from None
         super().__init__(path, options)
@@ -221,7 +314,7 @@ class _TorchTarget(_TorchishTarget):
         )
         sink = WriteErrors(self.tmp)
         try:
-            with sink.file:
+            with sink.file, signals_deferred():
                 torch.save(self._tensors, sink)
         except Exception as exc:
             # torch turns a failed write into "unexpected pos ..." (a
