@@ -783,6 +783,7 @@ def load_sharded(
     *,
     index: _Index | None = None,
     mmap: bool = True,
+    verify: bool = False,
 ) -> npt.NDArray[Any]: ...
 @overload
 def load_sharded(
@@ -791,6 +792,7 @@ def load_sharded(
     *,
     index: _Index | None = None,
     mmap: bool = True,
+    verify: bool = False,
 ) -> dict[str, npt.NDArray[Any]]:
     """Assembles the pieces (tensors with a shard) named `name` from the
     files, or every *.hurray file of a directory, into a new array of the
@@ -799,7 +801,8 @@ def load_sharded(
     pieces the region touches are fetched. The pieces must agree on global
     shape and dtype and tile it exactly (ValidationError
     HURRAY_ERR_SHARD_BOUNDS otherwise); dense, unquantized pieces only
-    (UnsupportedError)."""
+    (UnsupportedError). A directory must hold one finished save.
+    verify=True checks each fetched piece's checksums first (ChecksumError)."""
 
 def save_sharded(
     directory: _StrPath,

@@ -634,6 +634,15 @@ class HttpBackend:
             raise RemoteProtocolError(f"{self.shown}: range not satisfiable ({range_header})")
         if status != 206:
             raise RemoteError(f"{self.shown}: HTTP {status}")
+        encoding = response.headers.get("Content-Encoding", "identity")
+        if any(e.strip().lower() not in ("", "identity") for e in encoding.split(",")):
+            # Asked for identity: the Content-Range counts encoded bytes, and
+            # read as the file's they would be other bytes (or a checksum
+            # error blaming the file).
+            raise RemoteProtocolError(
+                f"{self.shown}: the server sent the range {encoding.strip()}-encoded, though "
+                "asked for it as it is (Accept-Encoding: identity)"
+            )
         match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
         if match is None or match.group(3) == "*":
             raise RemoteProtocolError(

@@ -119,6 +119,7 @@ class _Piece:
     descriptor: Descriptor
     box: Box
     save: Optional[str] = None
+    file: Optional[Tuple[int, int, int, int]] = None  # _identity before pass 1 opened it
 
     def label(self) -> str:
         return f"{os.path.basename(self.path)}[{self.name!r}] {_fmt_box(self.box)}"
@@ -354,12 +355,20 @@ def _paths(paths_or_dir) -> List[str]:
     if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
         path = os.fsdecode(paths_or_dir)
         if os.path.isdir(path):
-            # Regular files only: a FIFO named *.hurray would block its open.
-            found = sorted(
-                p
-                for p in glob.glob(os.path.join(glob.escape(path), "*.hurray"))
-                if os.path.isfile(p)
-            )
+            found = []
+            for p in sorted(glob.glob(os.path.join(glob.escape(path), "*.hurray"))):
+                if os.path.isfile(p):
+                    found.append(p)
+                elif not os.path.isdir(p):
+                    # Never opened (a FIFO would block the open), and never
+                    # passed over: the part it should be would only show as
+                    # a region no piece covers.
+                    what = (
+                        "a broken symbolic link"
+                        if os.path.islink(p) and not os.path.exists(p)
+                        else "not a regular file"
+                    )
+                    raise _error("HURRAY_ERR_IO", f"{p!r} is {what}; a part cannot be read from it")
             if not found:
                 raise _error("HURRAY_ERR_NOT_FOUND", f"no *.hurray files in {path!r}")
             return found
@@ -419,21 +428,71 @@ def _fetch(f: File, piece: _Piece, cut: Box) -> np.ndarray:
     return f[piece.name].codes()[tuple(local)]
 
 
+def _identity(path: str) -> Optional[Tuple[int, int, int, int]]:
+    """(device, inode, size, mtime in ns) of the file at `path`: a save
+    replaces a file by rename (another inode), a write in place moves its
+    mtime. None where it cannot be had."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _check_unchanged(f: File, piece: _Piece) -> None:
     """ValidationError if the file pass 2 reopened is not the one pass 1
     checked: a save into the folder in between replaced it, and its values
-    would mix with the other parts' (the save id, or the piece, differs)."""
+    would mix with the other parts' (the save id, or the piece, differs, or
+    the file itself: pieces written without a save id, with the same
+    descriptor and other values, looked the same). Pass 1 took the file's
+    identity before it opened the file, and this is called after pass 2
+    opened it: a replacement at any moment between is seen (one just after
+    pass 2 opened it, too, though pass 2 reads the file it opened)."""
     save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
     try:
         same = save_id == piece.save and f.descriptor(piece.name) == piece.descriptor
     except _hurray.NotFoundError:
         same = False
+    if same and piece.file is not None:
+        same = _identity(piece.path) == piece.file
     if not same:
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",
             f"tensor {piece.name!r}: {piece.path} was replaced while load_sharded read the "
             "parts (another save into the folder); load again once it has finished",
         )
+
+
+def check_one_finished_save(
+    folder: str, saves: Mapping[str, str], first_is_dcp: bool, read_metadata: Callable[[str], Any]
+) -> Optional[str]:
+    """Why the parts of `folder` cannot be assembled, or None. `saves` maps
+    each save id its parts carry (save_sharded's or a DCP rank file's) to
+    one part holding it; `first_is_dcp`: the first part says it is a DCP
+    rank file; `read_metadata(path)`: a file's metadata. Two saves' parts,
+    or a torch.distributed.checkpoint save that did not finish (no
+    .metadata.hurray) or is not the one .metadata.hurray describes, would
+    assemble tensors from two saves. (Shared by load_sharded of a folder and
+    the converter, which reads such folders without torch.)"""
+    if len(saves) > 1:
+        (a, pa), (b, pb) = list(saves.items())[:2]
+        return (
+            f"{pa} and {pb} come from different saves ({a} and {b}): a save stopped part "
+            "way, or parts of two were mixed"
+        )
+    meta_path = os.path.join(folder, DCP_METADATA_FILE)
+    if not (os.path.lexists(meta_path) or first_is_dcp):
+        return None
+    if not os.path.isfile(meta_path):
+        return f"a torch.distributed.checkpoint save that did not finish (no {DCP_METADATA_FILE})"
+    finished = read_metadata(meta_path).get(DCP_SAVE_ID_KEY)
+    for save_id, part in saves.items():
+        if save_id != str(finished):
+            return (
+                f"{part} is not of the save {DCP_METADATA_FILE} describes: a later save "
+                "stopped part way"
+            )
+    return None
 
 
 def _check_assembled_size(pieces: List[_Piece], region: Box, dtype: str) -> None:
@@ -447,7 +506,12 @@ def _check_assembled_size(pieces: List[_Piece], region: Box, dtype: str) -> None
 
 
 def load_sharded(
-    paths_or_dir, name: Optional[str] = None, *, index=None, mmap: bool = True
+    paths_or_dir,
+    name: Optional[str] = None,
+    *,
+    index=None,
+    mmap: bool = True,
+    verify: bool = False,
 ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
     """Assembles sharded tensors from the pieces stored in several files.
 
@@ -466,24 +530,55 @@ def load_sharded(
     it are fetched, and of those only the needed rows where the layout
     allows. Every file's index is read to check the tiling, one file open at
     a time; then only the files holding needed pieces are opened again to
-    fetch them. The result is a new array."""
-    return _load(_paths(paths_or_dir), name, index, lambda path: File(path, mmap=mmap))
+    fetch them. The result is a new array.
+
+    A directory must hold one save: parts of two save_sharded calls, or of
+    a torch.distributed.checkpoint save that did not finish or is not the
+    one its .metadata.hurray describes, are refused (ValidationError
+    HURRAY_ERR_SHARD_BOUNDS). A *.hurray entry that is not a regular file
+    (a broken link, a FIFO) is a HurrayIOError, not passed over.
+
+    verify=True checks the checksums of every piece fetched, as
+    File.verify(name) does, before its values are used (ChecksumError); by
+    default, as for load(), they are not checked."""
+    folder = None
+    if isinstance(paths_or_dir, (str, bytes, os.PathLike)) and os.path.isdir(
+        os.fsdecode(paths_or_dir)
+    ):
+        folder = os.fsdecode(paths_or_dir)
+    return _load(
+        _paths(paths_or_dir), name, index, lambda path: File(path, mmap=mmap), folder, verify
+    )
 
 
 # long: pass 1 (descriptors, checks) and pass 2 (fetches) of load_sharded, in order.
 def _load(
-    paths: List[str], name: Optional[str], index, open_file: Callable[[str], Any]
+    paths: List[str],
+    name: Optional[str],
+    index,
+    open_file: Callable[[str], Any],
+    folder: Optional[str] = None,
+    verify: bool = False,
 ) -> Union[np.ndarray, Dict[str, np.ndarray]]:
     """load_sharded over `paths`, each opened with open_file(path) (a
     context manager giving a File), which a caller that reads many tensors
-    from the same parts points at files it keeps open."""
+    from the same parts points at files it keeps open. `folder`: the
+    folder they are every *.hurray file of, which must hold one finished
+    save (check_one_finished_save)."""
     pieces: Dict[str, List[_Piece]] = {}
     unsharded: Dict[str, str] = {}
+    saves: Dict[str, str] = {}
+    first_is_dcp = False
     # Pass 1: descriptors only, one file open at a time (parts may outnumber fds).
-    for path in paths:
+    for k, path in enumerate(paths):
+        identity = _identity(path)
         with open_file(path) as f:
             # save_sharded's id, or a DCP rank file's: pieces of two saves never mix
             save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
+            if save_id is not None:
+                saves.setdefault(str(save_id), path)
+            if k == 0:
+                first_is_dcp = f.metadata.get(DCP_FORMAT_KEY) == DCP_FORMAT
             for n in [name] if name is not None else f.keys():
                 try:
                     d = f.descriptor(n)
@@ -493,7 +588,16 @@ def _load(
                     unsharded.setdefault(n, path)
                     continue
                 box = (d.shard.offsets, tuple(o + s for o, s in zip(d.shard.offsets, d.shape)))
-                pieces.setdefault(n, []).append(_Piece(path, n, d, box, save_id))
+                pieces.setdefault(n, []).append(_Piece(path, n, d, box, save_id, identity))
+    if folder is not None:
+
+        def read_metadata(path: str):
+            with open_file(path) as f:
+                return f.metadata
+
+        why = check_one_finished_save(folder, saves, first_is_dcp, read_metadata)
+        if why is not None:
+            raise _error("HURRAY_ERR_SHARD_BOUNDS", f"{folder}: {why}")
     if name is not None and name not in pieces:
         where = f" (only without a shard, in {unsharded[name]!r})" if name in unsharded else ""
         raise _error(
@@ -526,8 +630,12 @@ def _load(
         if path not in wanted:
             continue
         with open_file(path) as f:
+            checked = set()
             for p, cut, dst in wanted.pop(path):
                 _check_unchanged(f, p)
+                if verify and p.name not in checked:
+                    f.verify(p.name)
+                    checked.add(p.name)
                 results[p.name][dst] = _fetch(f, p, cut)
     out = {}
     for n, result in results.items():

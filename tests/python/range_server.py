@@ -5,6 +5,7 @@ server might (`fault`)."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import http.server
 import re
@@ -22,7 +23,9 @@ class RangeServer:
     file changes after the first request), "slow" (answers after
     `slow_seconds`), "flaky" (the first `flaky_count` requests get 503),
     "huge" (claims the file is 1 TiB larger, its tail at the claimed end),
-    "drip" (sends the body `drip_bytes` (1) at a time, every `drip_seconds`).
+    "drip" (sends the body `drip_bytes` (1) at a time, every `drip_seconds`),
+    "gzip" (a range's bytes gzip-compressed, Content-Encoding: gzip, no
+    Content-Length: the body ends when the connection closes).
     on_range(start, end), when set, sees every range request after the
     file is found: it may sleep, and a status it returns (404, 503) is
     sent instead of the bytes."""
@@ -138,6 +141,9 @@ class RangeServer:
         if status is not None:
             return self._send(h, index, status, {}, b"refused", head)
         body = data[start:end]
+        if fault == "gzip":
+            body = gzip.compress(body)
+            headers["Content-Encoding"] = "gzip"
         shown = (start + 1, end) if fault == "wrong_range" else (start, end)
         claimed = size
         if fault == "huge":  # claims 1 TiB more, the real tail at the claimed end
@@ -151,9 +157,12 @@ class RangeServer:
         h.send_response(status)
         for k, v in headers.items():
             h.send_header(k, v)
-        h.send_header("Content-Length", str(len(body)))
-        if short:
+        unsized = self.fault == "gzip" and status == 206
+        if not unsized:
+            h.send_header("Content-Length", str(len(body)))
+        if short or unsized:
             h.send_header("Connection", "close")
+            h.close_connection = True
         h.end_headers()
         if head:
             return

@@ -269,6 +269,34 @@ def test_fsspec_memory_and_file(files):
 # ------------------------------------------------------------------ faults
 
 
+def test_an_encoded_answer_is_refused(files, server):
+    """A range answered gzip-encoded (asked for as it is) was read as the
+    file's bytes: get_slice and unchecked reads returned other values with
+    no error, and checked ones blamed the file (ChecksumError)."""
+    url = server.url("/big.hurray")
+    kw = dict(retries=0, timeout=5.0)
+    with hurray.open(url, **kw) as f:
+        server.fault = "gzip"
+        try:
+            for read in (
+                lambda: f.get_slice("embed", 0, 2),
+                lambda: f["embed"],
+                lambda: f.verify(),
+            ):
+                with pytest.raises(hurray.RemoteProtocolError, match="gzip-encoded"):
+                    read()
+        finally:
+            server.fault = None
+        np.testing.assert_array_equal(np.asarray(f["embed"]), files["tensors"]["embed"])
+    with hurray.open(url, verify_reads=False, **kw) as f:
+        server.fault = "gzip"
+        try:
+            with pytest.raises(hurray.RemoteProtocolError, match="gzip-encoded"):
+                f["embed"]
+        finally:
+            server.fault = None
+
+
 def test_lying_servers(files, server):
     url = server.url("/big.hurray")
     kw = dict(retries=1, timeout=2.0)

@@ -688,3 +688,90 @@ def test_bsr_block_shape_takes_integers_as_they_are():
             indices=np.array([0]),
             block_shape=(2.5, 2),
         )
+
+
+def test_a_part_replaced_between_the_passes_is_seen_without_a_save_id(tmp_path):
+    """Pieces written by shard() + save() carry no save id: a part replaced
+    between pass 1 and pass 2 by one of the same shape and offsets but other
+    values was read, and load_sharded mixed old and new values, no error."""
+    from hurray import _shards
+    from hurray._files import File
+
+    w = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    a, b = tmp_path / "a.hurray", tmp_path / "b.hurray"
+    hurray.save(a, {"w": hurray.shard(w[:32], (64, 8), (0, 0))})
+    hurray.save(b, {"w": hurray.shard(w[32:], (64, 8), (32, 0))})
+    opened = []
+
+    def open_file(path):
+        opened.append(path)
+        if len(opened) == 3:  # pass 2 begins
+            hurray.save(b, {"w": hurray.shard(-w[32:], (64, 8), (32, 0))})
+        return File(path)
+
+    with pytest.raises(hurray.ValidationError, match="b.hurray was replaced while load_sharded"):
+        _shards._load([str(a), str(b)], "w", None, open_file)
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w")[32:], -w[32:])
+
+
+def test_a_broken_link_among_the_parts_is_named(tmp_path):
+    """A *.hurray entry that is a broken symbolic link was passed over, and
+    the error spoke only of a region no piece covers."""
+    w = np.arange(40, dtype=np.float32).reshape(10, 4)
+    paths = hurray.save_sharded(tmp_path, {"w": w}, parts=2)
+    os.rename(paths[1], str(paths[1]) + ".moved")
+    os.symlink(str(paths[1]) + ".gone", paths[1])
+    with pytest.raises(hurray.HurrayIOError, match="is a broken symbolic link"):
+        hurray.load_sharded(tmp_path, "w")
+    os.unlink(paths[1])
+    os.rename(str(paths[1]) + ".moved", paths[1])
+    os.makedirs(tmp_path / "x.hurray")  # a folder named so is not a part, and no error
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+
+
+def test_verify_checks_the_pieces_fetched(tmp_path):
+    """load_sharded had no way to check checksums: a flipped bit in a part
+    came back as a wrong value. verify=True checks each piece it fetches."""
+    w = np.arange(64, dtype=np.float32).reshape(16, 4)
+    paths = hurray.save_sharded(tmp_path, {"w": w}, parts=2)
+    raw = bytearray(open(paths[1], "rb").read())
+    at = raw.find(w[8:].tobytes()[:16])
+    raw[at + 5] ^= 0x10
+    open(paths[1], "wb").write(bytes(raw))
+    assert not np.array_equal(hurray.load_sharded(tmp_path, "w"), w)  # unchecked, as load()
+    for kw in ({}, {"index": (slice(9, 10),)}, {"mmap": False}):
+        with pytest.raises(hurray.ChecksumError):
+            hurray.load_sharded(tmp_path, "w", verify=True, **kw)
+    np.testing.assert_array_equal(  # the sound part alone
+        hurray.load_sharded(tmp_path, "w", index=(slice(0, 8),), verify=True), w[:8]
+    )
+
+
+def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
+    """load_sharded of a torch.distributed.checkpoint folder ignored its
+    .metadata.hurray: it assembled a rank file of another save, or a save
+    that never finished, which the DCP reader and the converter refuse."""
+    from hurray import _shards
+
+    w = np.arange(32, dtype=np.float32).reshape(8, 4)
+
+    def rank_file(path, rows, save):
+        meta = {_shards.DCP_FORMAT_KEY: _shards.DCP_FORMAT, _shards.DCP_SAVE_ID_KEY: save}
+        hurray.save(path, {"w": hurray.shard(w[rows], (8, 4), (rows.start, 0))}, meta)
+
+    rank_file(tmp_path / "rank-00000.hurray", slice(0, 4), "s1")
+    rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s1")
+    with pytest.raises(hurray.ValidationError, match="did not finish"):
+        hurray.load_sharded(tmp_path, "w")
+    hurray.save(tmp_path / _shards.DCP_METADATA_FILE, {}, {_shards.DCP_SAVE_ID_KEY: "s1"})
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    rank_file(tmp_path / "rank-00000.hurray", slice(0, 4), "s2")  # a later save, stopped
+    with pytest.raises(hurray.ValidationError, match="different saves"):
+        hurray.load_sharded(tmp_path, "w")
+    rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s2")
+    with pytest.raises(hurray.ValidationError, match="not of the save .metadata.hurray describes"):
+        hurray.load_sharded(tmp_path, "w")
+    # Listed files are taken as given: the folder's rules are for folders.
+    np.testing.assert_array_equal(
+        hurray.load_sharded(sorted(str(p) for p in tmp_path.glob("rank-*.hurray")), "w"), w
+    )

@@ -633,3 +633,74 @@ def test_folder_to_other_formats_copies_the_members(tmp_path):
     hurray.convert(str(src), str(tmp_path / "deq.safetensors"), quiet=True, dequantize=True)
     deq = read_safetensors(tmp_path / "deq.safetensors")
     assert "a.weight" in deq and "a.codes" not in deq
+
+
+def _gptq_folder(folder, shards=2):
+    from test_zoo_gptq import _config, _layer
+
+    members, _ = _layer(np.random.default_rng(1), 64, 32)
+    return write_model(folder, {f"m.l0.{m}": a for m, a in members.items()}, _config(), shards)
+
+
+def test_index_names_with_dot_parts_come_back_as_a_folder(tmp_path):
+    """An index listing "./model-00001-of-00002.safetensors" converted to
+    hurray, but the name went into zoo.weight_map as it was, and the folder
+    writer then refused to write it back."""
+    src = _gptq_folder(tmp_path / "m")
+    index = os.path.join(src, "model.safetensors.index.json")
+    with open(index) as f:
+        doc = json.load(f)
+    doc["weight_map"] = {k: "./" + v for k, v in doc["weight_map"].items()}
+    with open(index, "w") as f:
+        json.dump(doc, f)
+    assert_ok(convert(src, tmp_path / "m.hurray", "-q"))
+    assert_ok(convert(tmp_path / "m.hurray", f"{tmp_path}/back/", "-q"))
+    assert sorted(os.listdir(tmp_path / "back")) == sorted(
+        n for n in os.listdir(src) if n.endswith((".safetensors", ".json"))
+    )
+
+
+def test_zoo_refusals_name_the_cause(tmp_path):
+    """A shard that is a symbolic link loop was "missing"; bitsandbytes'
+    load_in_4bit "false" (a string) was true; an FP8 weight [0, 0] with one
+    scale gave a buffer-level C error; MXFP4 members "_blocks"/"_scales"
+    formed a tensor named "" that only the writer refused."""
+    src = _gptq_folder(tmp_path / "loop")
+    shard = os.path.join(src, "model-00002-of-00002.safetensors")
+    os.remove(shard)
+    os.symlink(shard, shard)
+    assert_one_line_failure(
+        convert(src, tmp_path / "loop.hurray", "-q"), "Too many levels of symbolic links"
+    )
+    st = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "float32", "shape": [4, 32]})
+    bnb = {
+        "p.weight": np.zeros((64, 1), np.uint8),
+        "p.weight.absmax": np.ones(2, np.float32),
+        "p.weight.quant_map": np.linspace(-1, 1, 16).astype(np.float32),
+        "p.weight.quant_state.bitsandbytes__nf4": np.frombuffer(st.encode(), np.uint8).copy(),
+    }
+    src = write_model(
+        tmp_path / "bnb", bnb, {"quant_method": "bitsandbytes", "load_in_4bit": "false"}
+    )
+    assert_one_line_failure(
+        convert(src, tmp_path / "bnb.hurray", "-q"), "['load_in_4bit'] is 'false', not a bool"
+    )
+    fp8 = {
+        "m.w.weight": np.zeros((0, 0), np.uint8),
+        "m.w.weight_scale_inv": np.array([0.5], np.float32),
+    }
+    src = write_model(
+        tmp_path / "fp8",
+        fp8,
+        {"quant_method": "fp8", "fmt": "e4m3"},
+        dtypes={"m.w.weight": "F8_E4M3"},
+    )
+    assert_one_line_failure(
+        convert(src, tmp_path / "fp8.hurray", "-q"), "weight [0, 0] is empty and has no block"
+    )
+    mx = {"_blocks": np.zeros((2, 1, 16), np.uint8), "_scales": np.full((2, 1), 127, np.uint8)}
+    src = write_model(tmp_path / "mx", mx, {"quant_method": "mxfp4"})
+    assert_one_line_failure(
+        convert(src, tmp_path / "mx.hurray", "-q"), "tensor '_blocks' has no name before '_blocks'"
+    )
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".hurray")]

@@ -306,11 +306,19 @@ def _open_index(path: str) -> _Source:
     full = {name: _confined(folder, shard, path) for name, shard in weight_map.items()}
     files = sorted(set(full.values()))
     for shard_path in files:
-        if not os.path.exists(shard_path):
+        try:
+            os.stat(shard_path)
+        except FileNotFoundError:
             raise ConversionError(
                 f"{path} names shard {os.path.relpath(shard_path, folder or '.')}"
                 ", which does not exist"
-            )
+            ) from None
+        except OSError as exc:  # a symbolic link loop (ELOOP), a denied folder
+            raise os_failure(
+                exc,
+                f"{path} names shard {os.path.relpath(shard_path, folder or '.')}: {exc.strerror}",
+                shard_path,
+            ) from None
         _regular_file(shard_path, "shard ")
     src = _SafetensorsSource(files, full, index.get("metadata"))
     src.format = "safetensors (sharded)"

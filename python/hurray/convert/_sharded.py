@@ -121,32 +121,15 @@ class _ShardedSource(_Source):
                 )
 
     def _check_dcp(self, saves: Dict[str, str]) -> None:
-        """One save, and for a DCP folder a finished one: an unfinished DCP
-        save (no .metadata.hurray), or a folder mixing two saves' parts,
-        would assemble tensors from two saves."""
-        if len(saves) > 1:
-            (a, pa), (b, pb) = list(saves.items())[:2]
-            raise ConversionError(
-                f"{self.path}: {pa} and {pb} come from different saves ({a} and {b}): a save "
-                "stopped part way, or parts of two were mixed"
-            )
-        meta_path = os.path.join(self.path, _shards.DCP_METADATA_FILE)
         first = self._file(self._paths[0]).metadata  # _paths holds one part at least
-        dcp = os.path.lexists(meta_path) or first.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
-        if not dcp:
-            return
-        if not os.path.isfile(meta_path):
-            raise ConversionError(
-                f"{self.path}: a torch.distributed.checkpoint save that did not finish (no "
-                f"{_shards.DCP_METADATA_FILE})"
-            )
-        finished = self._file(meta_path).metadata.get(_shards.DCP_SAVE_ID_KEY)
-        for save, part in saves.items():
-            if save != str(finished):
-                raise ConversionError(
-                    f"{self.path}: {part} is not of the save {_shards.DCP_METADATA_FILE} "
-                    "describes: a later save stopped part way"
-                )
+        why = _shards.check_one_finished_save(
+            self.path,
+            saves,
+            first.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT,
+            lambda p: self._file(p).metadata,
+        )
+        if why is not None:
+            raise ConversionError(f"{self.path}: {why}")
 
     def names(self):
         return sorted(self._sharded) + [n for n in self._whole if n not in self._sharded]

@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -303,7 +304,9 @@ def _weight_map(folder: str, src: str, source: _Source) -> Tuple[Dict[str, str],
         return {n: files[0] for n in source.names()}, None
     with open(os.path.join(folder, index), encoding="utf-8") as f:  # read before, so valid
         weight_map = json.load(f)["weight_map"]
-    return {str(k): str(v) for k, v in weight_map.items()}, index
+    # As the folder writer will name them ("./a.safetensors" is "a.safetensors":
+    # the reader confined every name to the folder already).
+    return {str(k): posixpath.normpath(str(v)) for k, v in weight_map.items()}, index
 
 
 # ---------------------------------------------------------------------------
@@ -344,6 +347,11 @@ class _ZooSource(_Source):
 
     def _group(self, family: Family, n: str, prefix: str, present, hidden) -> None:
         out = prefix + (f".{family.output_name}" if family.output_name else "")
+        if not out:  # a member named with no prefix ("_blocks"): the writer would refuse ""
+            raise ZooError(
+                f"{family.name}: tensor {n!r} has no name before {family.separator + family.anchor!r}, "
+                "so the tensor it forms would have none"
+            )
         members = {}
         for m in family.members + family.optional:
             full = prefix + family.separator + m

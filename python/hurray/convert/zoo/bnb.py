@@ -35,7 +35,7 @@ import math
 from typing import Any, Dict
 
 from ..._descriptor import Nf4
-from . import INLINE_LIMIT, Built, Family, Group, packing, register
+from . import INLINE_LIMIT, Built, Family, Group, config_value, packing, register
 
 _STATES = ("weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4")
 _NESTED = ("weight.nested_absmax", "weight.nested_quant_map")
@@ -160,12 +160,20 @@ def _build(group: Group) -> Built:
     return Built("uint4", tuple(shape), Nf4(**fields), parts)
 
 
+def _four_bit(qc) -> bool:
+    """load_in_4bit (or transformers' _load_in_4bit), which must be a bool:
+    the string "false" is true to Python."""
+    return any(
+        config_value(qc, key, "bitsandbytes", bool, default=False)
+        for key in ("load_in_4bit", "_load_in_4bit")
+    )
+
+
 register(
     Family(
         name="bitsandbytes",
         detect=lambda qc: (
-            str(qc.get("quant_method", "")).lower() == "bitsandbytes"
-            and bool(qc.get("load_in_4bit") or qc.get("_load_in_4bit"))
+            str(qc.get("quant_method", "")).lower() == "bitsandbytes" and _four_bit(qc)
         ),
         anchor="weight.absmax",
         members=("weight", "weight.absmax", "weight.quant_map"),

@@ -188,6 +188,11 @@ def _build_deepseek(group: Group) -> Built:
         bn, bk = _pair(bs, "['weight_block_size']")
         q = _block(group, "weight_scale_inv", n, k, bn, bk, True)
     elif _numel(shape) == 1 and len(shape) <= 2:
+        if n * k == 0:  # no element, so no block: a scale there scales nothing
+            raise group.error(
+                "weight_scale_inv",
+                f"holds one scale, but weight [{n}, {k}] is empty and has no block to scale",
+            )
         q = _one_scale(group, "weight_scale_inv", n, k)
     else:
         raise group.error(
