@@ -351,7 +351,8 @@ def test_threads_of_a_child_forked_from_an_idle_file_take_turns(tmp_path):
     fork for an inherited lock and made a new one: the two then ran inside
     the File together, and close() could free the reader under a read. (B
     can only finish first if it did not wait; under load it may start late
-    and prove nothing, never the reverse.)"""
+    and prove nothing, never the reverse. It waits for A to have started: a
+    CI machine under load once started A more than 2 ms after B.)"""
     path = tmp_path / "big.hurray"
     hurray.save(path, {"big": np.ones(16 << 20, np.float32)})
     r = run_python(
@@ -361,11 +362,14 @@ def test_threads_of_a_child_forked_from_an_idle_file_take_turns(tmp_path):
         out = bytearray(64 << 20)
         def race():
             done = {{}}
+            started = threading.Event()  # b's head start is counted from a's start
             def a():
+                started.set()
                 f.read_buffer("big", 0, out)
                 done["a"] = time.perf_counter()
             def b():
-                time.sleep(0.002)
+                started.wait()
+                time.sleep(0.005)
                 f.keys()
                 done["b"] = time.perf_counter()
             ta, tb = threading.Thread(target=a), threading.Thread(target=b)
