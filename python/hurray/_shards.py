@@ -464,17 +464,24 @@ def _check_unchanged(f: File, piece: _Piece) -> None:
 
 
 def check_one_finished_save(
-    folder: str, saves: Mapping[str, str], first_is_dcp: bool, read_metadata: Callable[[str], Any]
+    folder: str,
+    saves: Mapping[str, str],
+    first_is_dcp: bool,
+    read_metadata: Callable[[str], Any],
+    one_save: bool = True,
 ) -> Optional[str]:
     """Why the parts of `folder` cannot be assembled, or None. `saves` maps
     each save id its parts carry (save_sharded's or a DCP rank file's) to
     one part holding it; `first_is_dcp`: the first part says it is a DCP
-    rank file; `read_metadata(path)`: a file's metadata. Two saves' parts,
-    or a torch.distributed.checkpoint save that did not finish (no
-    .metadata.hurray) or is not the one .metadata.hurray describes, would
-    assemble tensors from two saves. (Shared by load_sharded of a folder and
-    the converter, which reads such folders without torch.)"""
-    if len(saves) > 1:
+    rank file; `read_metadata(path)`: a file's metadata. A
+    torch.distributed.checkpoint save that did not finish (no
+    .metadata.hurray), or parts not of the save .metadata.hurray describes,
+    would assemble tensors from two saves; with `one_save`, so would any
+    two saves' parts (the converter's rule: load_sharded compares the ids
+    of each tensor's pieces instead, so that one folder may hold two
+    save_sharded calls of different tensors). (Shared by load_sharded of a
+    folder and the converter, which reads such folders without torch.)"""
+    if one_save and len(saves) > 1:
         (a, pa), (b, pb) = list(saves.items())[:2]
         return (
             f"{pa} and {pb} come from different saves ({a} and {b}): a save stopped part "
@@ -532,10 +539,9 @@ def load_sharded(
     a time; then only the files holding needed pieces are opened again to
     fetch them. The result is a new array.
 
-    A directory must hold one save: parts of two save_sharded calls, or of
-    a torch.distributed.checkpoint save that did not finish or is not the
-    one its .metadata.hurray describes, are refused (ValidationError
-    HURRAY_ERR_SHARD_BOUNDS). A *.hurray entry that is not a regular file
+    Of a directory that holds a torch.distributed.checkpoint save, the save
+    must have finished and every rank file be of the save its
+    .metadata.hurray describes (ValidationError HURRAY_ERR_SHARD_BOUNDS). A *.hurray entry that is not a regular file
     (a broken link, a FIFO) is a HurrayIOError, not passed over.
 
     verify=True checks the checksums of every piece fetched, as
@@ -595,7 +601,7 @@ def _load(
             with open_file(path) as f:
                 return f.metadata
 
-        why = check_one_finished_save(folder, saves, first_is_dcp, read_metadata)
+        why = check_one_finished_save(folder, saves, first_is_dcp, read_metadata, one_save=False)
         if why is not None:
             raise _error("HURRAY_ERR_SHARD_BOUNDS", f"{folder}: {why}")
     if name is not None and name not in pieces:

@@ -750,7 +750,8 @@ def test_verify_checks_the_pieces_fetched(tmp_path):
 def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
     """load_sharded of a torch.distributed.checkpoint folder ignored its
     .metadata.hurray: it assembled a rank file of another save, or a save
-    that never finished, which the DCP reader and the converter refuse."""
+    that never finished, which the DCP reader and the converter refuse.
+    (Two save_sharded calls of other tensors may share a folder.)"""
     from hurray import _shards
 
     w = np.arange(32, dtype=np.float32).reshape(8, 4)
@@ -766,7 +767,7 @@ def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
     hurray.save(tmp_path / _shards.DCP_METADATA_FILE, {}, {_shards.DCP_SAVE_ID_KEY: "s1"})
     np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
     rank_file(tmp_path / "rank-00000.hurray", slice(0, 4), "s2")  # a later save, stopped
-    with pytest.raises(hurray.ValidationError, match="different saves"):
+    with pytest.raises(hurray.ValidationError, match="rank-00000.hurray is not of the save"):
         hurray.load_sharded(tmp_path, "w")
     rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s2")
     with pytest.raises(hurray.ValidationError, match="not of the save .metadata.hurray describes"):
@@ -775,3 +776,14 @@ def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
     np.testing.assert_array_equal(
         hurray.load_sharded(sorted(str(p) for p in tmp_path.glob("rank-*.hurray")), "w"), w
     )
+
+
+def test_two_save_sharded_calls_of_other_tensors_share_a_folder(tmp_path):
+    """The folder rule for DCP saves leaves this alone: only the pieces of
+    one tensor must carry one save id."""
+    a, b = np.arange(12.0).reshape(6, 2), np.arange(20.0).reshape(10, 2)
+    hurray.save_sharded(tmp_path, {"a": a}, parts=2)
+    hurray.save_sharded(tmp_path, {"b": b}, parts=3)
+    got = hurray.load_sharded(tmp_path)
+    np.testing.assert_array_equal(got["a"], a)
+    np.testing.assert_array_equal(got["b"], b)
