@@ -235,9 +235,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         args, extra = parser.parse_known_args(argv)
     except OSError as failure:  # the help or usage text (_Parser)
-        if isinstance(failure, BrokenPipeError):  # | head: quietly, as the C command
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 128 + signal.SIGPIPE
+        if isinstance(failure, BrokenPipeError):
+            return _reader_went_away()
         print(f"hurray: writing to stdout failed: {failure.strerror}", file=sys.stderr)
         return EXIT_FAILURE
     if extra:
@@ -273,11 +272,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if isinstance(exc, ConversionError):  # a failure of the conversion, errno EPIPE
             print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
             return EXIT_FAILURE
-        # The report's reader went away (| head) after the target was written:
-        # quietly, as SIGPIPE ends the C command; stdout goes to /dev/null so
-        # that the exit flush is quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return _reader_went_away()  # of the report, after the target was written
     except (ConversionError, OSError) as exc:
         print(f"hurray convert: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
@@ -296,6 +291,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
         return EXIT_FAILURE
     return 0
+
+
+def _reader_went_away() -> int:
+    """stdout's reader went away (| head): quietly, as SIGPIPE ends the C
+    command; stdout goes to /dev/null so that the exit flush is quiet."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def _one_line(exc: BaseException) -> str:

@@ -335,14 +335,20 @@ def test_keep_scales_part_claimed_twice_is_refused(tmp_path):
         convert(tmp_path / "bad.safetensors", tmp_path / "out.hurray", quiet=True)
 
 
-def test_gguf_key_named_like_the_converters_own_is_refused(tmp_path):
-    w = gguf.GGUFWriter(tmp_path / "m.gguf", "llama")
-    w.add_string("__types__", "{}")
+def _one_tensor_gguf(path, strings=None):
+    """A GGUF file of tensor "t" (four float32 ones) and `strings` keys."""
+    w = gguf.GGUFWriter(path, "llama")
+    for key, value in (strings or {}).items():
+        w.add_string(key, value)
     w.add_tensor("t", np.ones(4, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def test_gguf_key_named_like_the_converters_own_is_refused(tmp_path):
+    _one_tensor_gguf(tmp_path / "m.gguf", {"__types__": "{}"})
     with pytest.raises(ConversionError, match="'__types__'"):
         convert(tmp_path / "m.gguf", tmp_path / "out.hurray", quiet=True)
 
@@ -2905,12 +2911,7 @@ def test_gguf_counting_more_tensors_than_its_table_says_so(tmp_path):
     """tensor_count 5 with one tensor in the table said only "name empty,
     longer than 4096 bytes, or not UTF-8"."""
     src = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(src, "llama")
-    w.add_tensor("t", np.ones(4, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _one_tensor_gguf(src)
     raw = bytearray(src.read_bytes())
     raw[8:16] = (5).to_bytes(8, "little")  # after magic and version
     src.write_bytes(bytes(raw))

@@ -60,6 +60,20 @@ NUMPY_FILE_ERRORS = (
 )
 
 
+def read_npy_header(fp):
+    """(shape, fortran_order, dtype) from the .npy header at fp's position,
+    leaving fp after it; None for a format version numpy does not define.
+    Raises what NUMPY_FILE_ERRORS lists for a broken one."""
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fp)
+    if version in ((2, 0), (3, 0)):
+        # 3.0 is 2.0 with a UTF-8 header; outside a structured dtype's
+        # field names it is ASCII, read alike as Latin-1.
+        return np.lib.format.read_array_header_2_0(fp)
+    return None
+
+
 class ConversionError(_hurray.HurrayError):
     """A conversion that cannot be done; the message is one line and says
     what is not supported and why."""

@@ -16,6 +16,7 @@ from ._common import (
     _first_line,
     _from_numpy_checked,
     is_bookkeeping,
+    read_npy_header,
     write_failure,
 )
 from ._source import _Source
@@ -31,13 +32,10 @@ def _check_npy_size(path: str) -> None:
     that is not a .npy is left to np.load to say so."""
     try:
         with open(path, "rb") as fp:
-            version = np.lib.format.read_magic(fp)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-            elif version in ((2, 0), (3, 0)):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-            else:
+            header = read_npy_header(fp)
+            if header is None:
                 return
+            shape, _, dtype = header
             held = os.fstat(fp.fileno()).st_size - fp.tell()
     except NUMPY_FILE_ERRORS as exc:
         if isinstance(exc, OSError) or str(exc).startswith("the magic string"):

@@ -18,6 +18,7 @@ from ._common import (
     _first_line,
     _from_numpy_checked,
     is_bookkeeping,
+    read_npy_header,
     write_failure,
 )
 from ._source import _Source
@@ -57,16 +58,9 @@ class _NpzSource(_Source):
             return None
         try:
             with self._zip.open(member) as fp:
-                version = np.lib.format.read_magic(fp)
-                if version == (1, 0):
-                    return np.lib.format.read_array_header_1_0(fp)
-                if version in ((2, 0), (3, 0)):
-                    # 3.0 is 2.0 with a UTF-8 header; outside a structured
-                    # dtype's field names it is ASCII, read alike as Latin-1.
-                    return np.lib.format.read_array_header_2_0(fp)
+                return read_npy_header(fp)
         except NUMPY_FILE_ERRORS:
-            pass
-        return None
+            return None
 
     def info(self, name):
         header = self._header(name)
