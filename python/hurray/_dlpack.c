@@ -353,6 +353,21 @@ static int copy_wanted(PyObject *copy) {
   return PyObject_IsTrue(copy);
 }
 
+/* steps[]: the strides, or the row-major ones of dims[]; false when the
+ * product of the dimensions (0 counted as 1) does not fit int64. A 0
+ * anywhere makes a valid shape empty, so (2^32, 2^32, 0) is valid, but
+ * torch refuses it after calling the capsule's deleter, which the capsule
+ * then calls again (a double free): such a shape never leaves. */
+static bool fill_steps(const int64_t *dims, uint32_t rank, const int64_t *strides,
+                       int64_t *steps) {
+  int64_t step = 1;
+  for (uint32_t i = rank; i-- > 0;) {
+    steps[i] = strides != NULL ? strides[i] : step;
+    if (__builtin_mul_overflow(step, dims[i] > 0 ? dims[i] : 1, &step)) return false;
+  }
+  return true;
+}
+
 PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                            const HurrayBufferList *buffers, bool writable, PyObject *args,
                            PyObject *kwargs) {
@@ -414,10 +429,9 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     data = data != NULL ? (uint8_t *)data + hurray_descriptor_byte_offset(d) : empty;
     h->owner = Py_NewRef(owner);
   }
-  int64_t step = 1;
-  for (uint32_t i = rank; i-- > 0;) {
-    steps[i] = strides != NULL ? strides[i] : step;
-    step *= dims[i] > 0 ? dims[i] : 1;
+  if (!fill_steps(dims, rank, strides, steps)) {
+    holder_free(h);
+    return buffer_error("the shape's strides are beyond DLPack's int64 sizes");
   }
   DLTensor t = {data,
                 {hurray_descriptor_device_type(d), hurray_descriptor_device_id(d)},

@@ -370,7 +370,7 @@ class HttpBackend:
             import urllib3
         except ImportError:  # pragma: no cover - urllib3 is a dependency
             raise RemoteError(
-                f"{shown_url(url)}: reading it needs urllib3: pip install 'hurray[remote]'"
+                f"{shown_url(url)}: reading it needs urllib3: pip install urllib3 (the package's 'remote' extra)"
             ) from None
         self.url = url
         self.shown = shown_url(url)
@@ -737,7 +737,7 @@ class FsspecBackend:
         except ImportError:
             raise RemoteError(
                 f"{shown_url(url)}: reading it needs fsspec (and the back end of its scheme): "
-                "pip install 'hurray[fsspec]'"
+                "pip install fsspec (the package's 'fsspec' extra)"
             ) from None
         self.url = url
         self.shown = shown_url(url)
@@ -1134,7 +1134,9 @@ def open_file(url: str, source: RangeSource, verify: bool):
     return TranslatingFile(raw, source)
 
 
-def prefetched_get(file, source: RangeSource, names: Iterable[str], window: int = None) -> dict:
+def prefetched_get(
+    file, source: RangeSource, names: Iterable[str], window: int | None = None
+) -> dict:
     """Every tensor of `names` with as few requests as the layout allows:
     the ranges each tensor needs are found first (no request), merged where
     tensors lie next to each other, fetched in pieces on the source's

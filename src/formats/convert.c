@@ -823,8 +823,12 @@ static bool plain_dense(const HurrayDescriptor *d) {
   const uint64_t *shape = hurray_descriptor_shape(d);
   int64_t expect = 1;
   for (uint32_t k = rank; k-- > 0;) {
+    if (shape[k] == 0) return true; /* no element: any strides describe it */
+  }
+  for (uint32_t k = rank; k-- > 0;) {
     if (shape[k] > 1 && strides[k] != expect) return false;
-    expect *= (int64_t)shape[k];
+    /* the data of a valid tensor with elements fits its buffer: no overflow */
+    if (__builtin_mul_overflow(expect, (int64_t)shape[k], &expect)) return false;
   }
   return true;
 }

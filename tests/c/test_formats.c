@@ -681,6 +681,40 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(hurray_convert_file(path, path, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
 }
 
+/* (0, 2^62, 3) with strides (1, 3, 1) is valid and holds no element. The
+ * converter's row-major check multiplied the shape in int64 (3 x 2^62, a
+ * signed overflow that test-asan's UBSan stops at); a tensor without
+ * elements is row-major whatever its strides, so it converts as one. */
+static void test_an_empty_strided_tensor_with_a_huge_shape_converts(void **state) {
+  (void)state;
+  uint64_t shape[3] = {0, (uint64_t)1 << 62, 3};
+  int64_t strides[3] = {1, 3, 1};
+  HurrayError e = {0};
+  HurrayDescriptor *d = NULL;
+  assert_int_equal(hurray_descriptor_create(HURRAY_DTYPE_FLOAT32, 3, shape, &d, &e), HURRAY_OK);
+  assert_int_equal(hurray_descriptor_set_strides(d, strides, &e), HURRAY_OK);
+  assert_int_equal(
+      hurray_descriptor_add_buffer(d, HURRAY_ROLE_DATA, 0, 4, HURRAY_SYNC_READY, NULL, &e),
+      HURRAY_OK);
+  HurrayBufferList *l = NULL;
+  assert_int_equal(hurray_buffer_list_create(&l, &e), HURRAY_OK);
+  HurrayBuffer *b = NULL;
+  assert_int_equal(hurray_buffer_create(NULL, 0, NULL, NULL, &b, &e), HURRAY_OK);
+  assert_int_equal(hurray_buffer_list_push(l, b, &e), HURRAY_OK);
+  char path[512];
+  in_dir(path, sizeof path, "empty_strided.hurray");
+  HurrayWriter *w = NULL;
+  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_write_tensor(w, "x", d, l, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_OK);
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(l);
+  assert_int_equal(convert("empty_strided.hurray", "empty_strided.safetensors", &e), HURRAY_OK);
+  Bytes out = read_named("empty_strided.safetensors");
+  assert_non_null(strstr((const char *)out.p + 8, "\"shape\":[0,4611686018427387904,3]"));
+  free(out.p);
+}
+
 /* One float32 [2] tensor named `name` into a new target of `format`. */
 static HurrayStatus add_named(HurrayTarget *t, const char *name, HurrayError *e) {
   static const float v[2] = {1, 2};
@@ -869,6 +903,7 @@ int main(void) {
       cmocka_unit_test(test_gguf_round_trip_is_byte_identical),
       cmocka_unit_test(test_gguf_lies_are_refused),
       cmocka_unit_test(test_targets_refuse_what_they_cannot_hold),
+      cmocka_unit_test(test_an_empty_strided_tensor_with_a_huge_shape_converts),
       cmocka_unit_test(test_targets_publish_only_what_their_readers_take),
       cmocka_unit_test(test_source_options_are_versioned),
       cmocka_unit_test(test_kept_metadata_matches_the_dropped_count),

@@ -1939,3 +1939,34 @@ def test_dlpack_max_version_and_sparse_arguments_are_checked():
         hurray.SparseTensor.from_arrays("dia", (2, 2), v)
     ok = hurray.SparseTensor.from_arrays("csr", (2, 2), v, indptr=ptr, indices=idx)
     assert ok.to_dense().tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize("shape", [(0, 2**62, 3), (2**32, 2**32, 0)])
+def test_dlpack_refuses_an_empty_shape_whose_strides_overflow_int64(shape):
+    """Both shapes are valid (a 0 anywhere makes 0 elements) but their
+    row-major steps overflow int64 (3 x 2^62; 2^32 x 2^32, the size torch
+    checks). The export computed them with signed overflow; torch then
+    refused the shape after calling the capsule's deleter, which the
+    capsule called again when it was collected: a double free that killed
+    the process."""
+    d = hurray.Descriptor("uint8", shape, buffers=[hurray.Buffer("data", 0)])
+    t = hurray.Tensor(d, [b""])
+    with pytest.raises(BufferError, match="beyond DLPack's int64"):
+        t.__dlpack__(max_version=(1, 0))
+    pytest.importorskip("torch")
+    r = run_python(
+        f"""
+        import hurray, torch, gc
+        d = hurray.Descriptor("uint8", {shape!r}, buffers=[hurray.Buffer("data", 0)])
+        t = hurray.Tensor(d, [b""])
+        try:
+            torch.from_dlpack(t)
+        except (BufferError, RuntimeError) as e:
+            print("refused:", type(e).__name__)
+        del t
+        gc.collect()
+        print("alive")
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "refused: BufferError" in r.stdout and "alive" in r.stdout
