@@ -199,7 +199,7 @@ def test_bnb_double_quant_one_flat_row(shape, block, monkeypatch):
     same_bytes(tensor("uint4", shape, q, bufs, roles), monkeypatch)
 
 
-@pytest.mark.parametrize("shape", [(7, 50), (1031, 2064)])
+@pytest.mark.parametrize("shape", [(7, 50), (7, 51), (3, 33), (1031, 2064), (1031, 2063)])
 @pytest.mark.parametrize("op", ["multiply", "divide"])
 def test_nvfp4_odd_nibble_rows(shape, op, monkeypatch):
     rng = np.random.default_rng(shape[1])
