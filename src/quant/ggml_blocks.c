@@ -28,12 +28,6 @@ static inline uint32_t le32(const uint8_t *p) {
 }
 static inline float h2f(const uint8_t *p) { return hurray__f16_to_f32(le16(p)); }
 
-/* ggml's ksigns_iq2xs: the 7 stored sign bits plus an eighth that makes
- * the count of set bits even. */
-static inline unsigned ksigns(unsigned i) {
-  return i | (unsigned)(__builtin_popcount(i) & 1) << 7;
-}
-
 /* Signs are applied by multiplying with the +-1.0f of hurray__ggml_sign8,
  * loaded from memory: written as a select, the compiler turns x * sign into
  * a conditional negation, which flips the sign of a NaN where the
@@ -285,7 +279,7 @@ static void iq2_xxs(const uint8_t *b, float *y) {
     float db = d * (0.5f + (float)(a1 >> 28)) * 0.25f;
     for (int l = 0; l < 4; l++) {
       const uint8_t *g = hurray__ggml_iq2xxs_grid[(a0 >> (8 * l)) & 255];
-      const float *sg = SIGNS(ksigns((a1 >> (7 * l)) & 127));
+      const float *sg = SIGNS(hurray__ggml_ksigns((a1 >> (7 * l)) & 127));
       for (int j = 0; j < 8; j++) y[32 * i + 8 * l + j] = db * (float)g[j] * sg[j];
     }
   }
@@ -298,7 +292,7 @@ static void iq2_xs(const uint8_t *b, float *y) {
     uint16_t q = le16(b + 2 + 2 * g);
     float db = d * (0.5f + (float)((sc[g >> 2] >> (4 * ((g >> 1) & 1))) & 15)) * 0.25f;
     const uint8_t *row = hurray__ggml_iq2xs_grid[q & 511];
-    const float *sg = SIGNS(ksigns(q >> 9));
+    const float *sg = SIGNS(hurray__ggml_ksigns(q >> 9));
     for (int j = 0; j < 8; j++) y[8 * g + j] = db * (float)row[j] * sg[j];
   }
 }
@@ -322,7 +316,7 @@ static void iq3_xxs(const uint8_t *b, float *y) {
     uint32_t a = le32(b + 66 + 4 * i);
     float db = d * (0.5f + (float)(a >> 28)) * 0.5f;
     for (int l = 0; l < 4; l++) {
-      const float *sg = SIGNS(ksigns((a >> (7 * l)) & 127));
+      const float *sg = SIGNS(hurray__ggml_ksigns((a >> (7 * l)) & 127));
       const uint8_t *g0 = hurray__ggml_iq3xxs_grid[qs[8 * i + 2 * l]];
       const uint8_t *g1 = hurray__ggml_iq3xxs_grid[qs[8 * i + 2 * l + 1]];
       float *o = y + 32 * i + 8 * l;

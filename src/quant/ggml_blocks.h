@@ -22,6 +22,12 @@ extern const int8_t hurray__ggml_iq1s_grid[2048][8];
 /* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
 extern const float hurray__ggml_sign8[256][8];
 
+/* ggml's ksigns_iq2xs: the 7 stored sign bits plus an eighth that makes
+ * the count of set bits even. */
+static inline unsigned hurray__ggml_ksigns(unsigned i) {
+  return i | (unsigned)(__builtin_popcount(i) & 1) << 7;
+}
+
 /* Decodes one block of `elements` floats. */
 typedef void (*HurrayGgmlBlockFn)(const uint8_t *block, float *out);
 

@@ -97,11 +97,15 @@ for ci, (scheme, kw) in enumerate(CASES):
                 t.dequantize(dt, threads=threads, out=o)
                 parts.append(o)
             out[key] = digest(*parts)
-# GGUF block-coded formats with their own AVX2 decoders (ggml_blocks_x86.c):
+# GGUF block-coded formats with their own AVX2 decoders (ggml_blocks_x86.c; IQ1_M's
+# float16 scale is spread over its scale nibbles, so any bytes will do):
 # random block bytes with finite float16 scales at the formats' offsets,
 # one row and several rows, 1 and 4 threads, every output dtype.
 CODED = {"q5_0": (32, 22, [0]), "q5_1": (32, 24, [0, 2]), "q2_k": (256, 84, [80, 82]),
-         "tq1_0": (256, 54, [52]), "tq2_0": (256, 66, [64])}
+         "tq1_0": (256, 54, [52]), "tq2_0": (256, 66, [64]),
+         "iq2_xxs": (256, 66, [0]), "iq2_xs": (256, 74, [0]), "iq2_s": (256, 82, [0]),
+         "iq3_xxs": (256, 98, [0]), "iq3_s": (256, 110, [0]), "iq1_s": (256, 50, [0]),
+         "iq1_m": (256, 56, [])}
 for fmt, (elements, nbytes, scale_at) in CODED.items():
     for rows, cols in ((1, elements), (3, 4 * elements), (600, 16 * elements)):
         blocks = rng.integers(0, 256, (rows * cols // elements, nbytes), dtype=np.uint8)
