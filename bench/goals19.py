@@ -172,6 +172,7 @@ def rows_bench(d):
             )
         )
     out.extend(rows_affine(d))
+    out.extend(rows_every_kind(d))
     scaling = _load(d, "scaling.json")
     if scaling:
         out.extend(rows_scaling(scaling))
@@ -212,6 +213,38 @@ def rows_affine(d):
             f"{_spread(hd)} vs {_spread(t['dq'])} GB/s = {rd:.2f}x ({th} threads)",
             f"quant.json, load {_la(q['config'])}",
             _mark(rq >= 1.0 and rd >= 1.0),
+        )
+    ]
+
+
+def rows_every_kind(d):
+    """The dequantize goal for the kinds of the converters (zoo_float,
+    zoo_int4, gguf_types), which quant.md's Goals table does not cover."""
+    parts, below, n, sources = [], [], 0, []
+    for name, key in (
+        ("zoo_float.json", "format"),
+        ("zoo_int4.json", "case"),
+        ("gguf_types.json", "type"),
+    ):
+        f = _load(d, name)
+        rows = [r for r in (f or {}).get("rows", []) if "out" in r]
+        if not rows:
+            continue
+        sources.append(name)
+        n += len(rows)
+        ratios = [r["out"]["ratio"] for r in rows]
+        parts.append(f"{name.split('.')[0]} {min(ratios):.2f}-{max(ratios):.2f}")
+        below += [f"{r[key]} {r['out']['ratio']:.2f}" for r in rows if not r["out"]["met"]]
+    if not n:
+        return []
+    figure = f"{n} kinds: " + "; ".join(parts)
+    figure += f"; below 0.50: {', '.join(below)}" if below else "; none below 0.50"
+    return [
+        (
+            "dequantize into out=, one thread, >= 0.50x memcpy: the converters' kinds",
+            figure,
+            ", ".join(sources),
+            _mark(not below),
         )
     ]
 

@@ -30,6 +30,7 @@
 #include "../core/error.h"
 #include "elements.h"
 #include "plan.h"
+#include "simd.h"
 
 /* How a logical dimension picks its scale group. */
 enum { GROUP_SELF = 0, GROUP_BLOCK = 1, GROUP_INDEX = 2 };
@@ -62,6 +63,7 @@ typedef struct PackedJob {
   bool small_diff;      /* every code - zero is below 2^24 in magnitude: int32 and (float) exact */
   uint8_t shift_of[32]; /* lane_of[e] * bits */
   uint8_t direct;       /* DIRECT_*: table codes decoded straight from their bytes */
+  bool avx2;            /* the AVX2 loops below (the process's SIMD level, simd.h) */
   float pair[256][2];   /* DIRECT_NIBBLES: the values of a byte's two codes, in order */
 } PackedJob;
 
@@ -464,6 +466,44 @@ static inline uint64_t load_word(const uint8_t *p, unsigned bytes) {
   return load_le(p, bytes);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#  include <immintrin.h>
+#  define PACKED_AVX2 1
+#  define AVX2_FN __attribute__((target("avx2")))
+
+/* The 8 codes of each of n8 32-bit words (4-bit lanes, any order): the
+ * word shifted by each lane's shift at once. The scalar loop's
+ * variable-count shifts cost GPTQ most of its time. */
+AVX2_FN static void fetch_words8_avx2(const uint8_t *src, uint64_t c, uint64_t cstep,
+                                      const uint8_t *sh, uint32_t mask, uint32_t n8,
+                                      uint32_t *codes) {
+  const __m256i shifts = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sh));
+  const __m256i m = _mm256_set1_epi32((int)mask);
+  for (uint32_t i = 0; i < n8; i++, c += cstep) {
+    uint32_t w;
+    memcpy(&w, src + c * 4, 4);
+    __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), shifts);
+    _mm256_storeu_si256((__m256i *)(codes + 8 * i), _mm256_and_si256(v, m));
+  }
+}
+
+/* values_int's small_diff loop, 8 at a time: the same int32 difference,
+ * conversion and multiplication. */
+AVX2_FN static void values_small_avx2(const uint32_t *codes, uint32_t n, uint32_t sign, int32_t z,
+                                      float sc, float *dst) {
+  const __m256i vs = _mm256_set1_epi32((int)sign), vz = _mm256_set1_epi32(z);
+  const __m256 vsc = _mm256_set1_ps(sc);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i c = _mm256_loadu_si256((const __m256i *)(codes + i));
+    c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
+    __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, vz));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(v, vsc));
+  }
+  for (; i < n; i++) dst[i] = (float)((int32_t)(codes[i] ^ sign) - (int32_t)sign - z) * sc;
+}
+#endif
+
 /* Words along the row, `lanes` codes each; `bytes` constant at the call so
  * the load folds. The shifts are copied to the stack: the job's bytes could
  * alias the code stores, and the compiler would reload them each time. */
@@ -479,10 +519,23 @@ static inline void fetch_lanes(const PackedJob *j, uint64_t c, unsigned e, uint6
     for (; e < lanes && i < n; e++) codes[i++] = (uint32_t)(w >> sh[e]) & mask;
     c += cstep;
   }
+#ifdef PACKED_AVX2
+  if (lanes == 8 && bytes == 4 && j->avx2) {
+    uint32_t n8 = (n - i) / 8;
+    fetch_words8_avx2(src, c, cstep, sh, mask, n8, codes + i);
+    i += 8 * n8;
+    c += n8 * cstep;
+  }
+#endif
   if (lanes == 8) {
     for (; i + 8 <= n; i += 8, c += cstep) {
       uint64_t w = load_word(src + c * bytes, bytes);
       for (unsigned k = 0; k < 8; k++) codes[i + k] = (uint32_t)(w >> sh[k]) & mask;
+    }
+  } else if (lanes == 4) {
+    for (; i + 4 <= n; i += 4, c += cstep) {
+      uint64_t w = load_word(src + c * bytes, bytes);
+      for (unsigned k = 0; k < 4; k++) codes[i + k] = (uint32_t)(w >> sh[k]) & mask;
     }
   } else if (lanes == 2) {
     for (; i + 2 <= n; i += 2, c += cstep) {
@@ -554,6 +607,12 @@ static inline void values_int(const PackedJob *j, const uint32_t *codes, uint32_
   const unsigned bits = j->bits;
   if (j->small_diff) {
     const int32_t z32 = (int32_t)z;
+#ifdef PACKED_AVX2
+    if (j->avx2) {
+      values_small_avx2(codes, n, j->is_signed ? 1u << (bits - 1) : 0u, z32, sc, dst);
+      return;
+    }
+#endif
     if (j->is_signed) {
       const uint32_t sign = 1u << (bits - 1);
       for (uint32_t i = 0; i < n; i++) {
@@ -645,20 +704,13 @@ static void direct_run(const PackedJob *j, RowBase b, uint64_t t0, uint32_t n, f
   }
 }
 
-static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
-  uint32_t codes[TILE_COLS];
+/* The values of a row's n codes from t0 on, into the output. */
+static void run_values(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint32_t n,
+                       const uint32_t *codes) {
   float tmp[TILE_COLS];
-  const uint32_t last = j->rank - 1, n = (uint32_t)(t1 - t0);
+  const uint32_t last = j->rank - 1;
   const uint64_t len = j->shape[last], sstep = j->sstride[last];
   float *dst = j->out_dtype == HURRAY_DTYPE_FLOAT32 ? (float *)j->out + r * len + t0 : tmp;
-  if (j->direct != DIRECT_NONE) {
-    direct_run(j, b, t0, n, dst);
-    if (dst == tmp) {
-      for (uint32_t i = 0; i < n; i++) store(j, r * len + t0 + i, tmp[i]);
-    }
-    return;
-  }
-  fetch_codes(j, b, t0, n, codes);
   float lut[16];
   memcpy(lut, j->table, sizeof lut);
   uint32_t i = 0;
@@ -690,6 +742,81 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
   if (dst == tmp) {
     for (i = 0; i < n; i++) store(j, r * len + t0 + i, tmp[i]);
   }
+}
+
+static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uint64_t t1) {
+  const uint32_t n = (uint32_t)(t1 - t0);
+  if (j->direct != DIRECT_NONE) {
+    float tmp[TILE_COLS];
+    const uint64_t len = j->shape[j->rank - 1];
+    float *dst = j->out_dtype == HURRAY_DTYPE_FLOAT32 ? (float *)j->out + r * len + t0 : tmp;
+    direct_run(j, b, t0, n, dst);
+    if (dst == tmp) {
+      for (uint32_t i = 0; i < n; i++) store(j, r * len + t0 + i, tmp[i]);
+    }
+    return;
+  }
+  uint32_t codes[TILE_COLS];
+  fetch_codes(j, b, t0, n, codes);
+  run_values(j, r, b, t0, n, codes);
+}
+
+/* Codes of rows b[0..m) that are lanes of the same words (AWQ: 8 rows to
+ * a word along the output dimension, one word per element), fetched a word
+ * at a time for all of them: row by row, each word was loaded once per
+ * row, a cache line a load, since the words of one row lie a row of words
+ * apart. */
+#define LINE_ROWS 16u
+
+#ifdef PACKED_AVX2
+/* Eight words at a time into a vector, then each row's lane of all eight
+ * with one shift. */
+AVX2_FN static void fetch_lane_rows_avx2(const uint8_t *p, uint64_t step, const unsigned *sh,
+                                         uint32_t m, uint32_t mask, uint32_t n8,
+                                         uint32_t (*codes)[TILE_COLS]) {
+  const __m256i vm = _mm256_set1_epi32((int)mask);
+  for (uint32_t i = 0; i < n8; i++, p += 8 * step) {
+    uint32_t w[8];
+    for (unsigned k = 0; k < 8; k++) memcpy(&w[k], p + k * step, 4);
+    __m256i v = _mm256_loadu_si256((const __m256i *)w);
+    for (uint32_t q = 0; q < m; q++) {
+      __m256i x = _mm256_srl_epi32(v, _mm_cvtsi32_si128((int)sh[q]));
+      _mm256_storeu_si256((__m256i *)&codes[q][8 * i], _mm256_and_si256(x, vm));
+    }
+  }
+}
+#endif
+
+static void fetch_lane_rows(const PackedJob *j, const RowBase *b, uint32_t m, uint64_t t0,
+                            uint32_t n, uint32_t (*codes)[TILE_COLS]) {
+  const uint64_t step = j->cstride[j->rank - 1] * 4;
+  const uint32_t mask = (1u << j->bits) - 1u;
+  unsigned sh[LINE_ROWS];
+  for (uint32_t q = 0; q < m; q++) sh[q] = b[q].lane * j->bits;
+  const uint8_t *p = j->codes + (b[0].c + t0 * j->cstride[j->rank - 1]) * 4;
+  uint32_t i = 0;
+#ifdef PACKED_AVX2
+  if (j->avx2) {
+    fetch_lane_rows_avx2(p, step, sh, m, mask, n / 8, codes);
+    i = n / 8 * 8;
+    p += i * step;
+  }
+#endif
+  for (; i < n; i++, p += step) {
+    uint32_t w = (uint32_t)load_word(p, 4);
+    for (uint32_t q = 0; q < m; q++) codes[q][i] = (w >> sh[q]) & mask;
+  }
+}
+
+/* How many rows from base[0] on (at most `left`) share their words and
+ * decode together through fetch_lane_rows; 1 when none do. */
+static uint32_t line_rows(const PackedJob *j, const RowBase *base, uint32_t left) {
+  if (!j->fast || j->direct != DIRECT_NONE || j->word_bytes != 4 || j->bits > 8) return 1;
+  uint32_t m = 1;
+  if (j->packed_dim < j->rank - 1) {
+    while (m < left && m < LINE_ROWS && base[m].c == base[0].c) m++;
+  }
+  return m;
 }
 
 /* Rows and columns in tiles: codes stored transposed (GPTQ, AWQ) put a
@@ -735,12 +862,19 @@ static void decode_rows(void *ctx, unsigned part) {
     }
     for (uint64_t t = c0; t < c1; t += TILE_COLS) {
       uint64_t t1 = c1 - t < TILE_COLS ? c1 : t + TILE_COLS;
-      for (unsigned i = 0; i < n; i++) {
-        if (j->fast) {
+      for (unsigned i = 0; i < n;) {
+        uint32_t cols = (uint32_t)(t1 - t), m = line_rows(j, base + i, n - i);
+        if (m > 1) {
+          uint32_t codes[LINE_ROWS][TILE_COLS];
+          fetch_lane_rows(j, base + i, m, t, cols, codes);
+          for (uint32_t q = 0; q < m; q++)
+            run_values(j, r + i + q, base[i + q], t, cols, codes[q]);
+        } else if (j->fast) {
           fast_run(j, r + i, base[i], t, t1);
         } else {
           decode_run(j, r + i, base[i], t, t1);
         }
+        i += m;
       }
     }
   }
@@ -777,6 +911,8 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
   for (uint32_t e = 0; e < j->lanes && e < 32; e++)
     j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
   choose_direct(j);
+  j->avx2 = hurray__quant_kernels()->level >= HURRAY_SIMD_AVX2 &&
+            hurray__quant_kernels()->level != HURRAY_SIMD_NEON;
   /* |code| < 2^16 and |zero + offset| < 2^23 keep the difference below 2^24. */
   j->small_diff = j->bits <= 16;
   if (j->small_diff && j->zero != NULL) {
