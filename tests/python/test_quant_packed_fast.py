@@ -14,6 +14,10 @@ NF4's one flat row, by columns.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -211,3 +215,31 @@ def test_nvfp4_odd_nibble_rows(shape, op, monkeypatch):
     )
     t = tensor("float4_e2m1fn", shape, q, bufs, ["data", "scales", "super_scales"])
     same_bytes(t, monkeypatch)
+
+
+def test_the_scalar_level_gives_the_same_bytes():
+    """The specialised runs use AVX2 loops where the process's SIMD level
+    allows (src/quant/simd.h), so the cases above compare those with the
+    generic loop; under HURRAY_SIMD=scalar (chosen once per process, hence
+    the subprocess) the runs' plain C loops meet the same cases."""
+    if os.environ.get("HURRAY_SIMD") == "scalar":
+        pytest.skip("this process is at the scalar level already")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "not scalar_level",
+        ],
+        env=dict(os.environ, HURRAY_SIMD="scalar"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout
