@@ -64,6 +64,8 @@ typedef struct PackedJob {
   uint8_t shift_of[32]; /* lane_of[e] * bits */
   uint8_t direct;       /* DIRECT_*: table codes decoded straight from their bytes */
   bool avx2;            /* the AVX2 loops below (the process's SIMD level, simd.h) */
+  int32_t *goff;        /* group index runs: gidx[t] * sstride[last], or NULL */
+  int32_t *zero32;      /* zero as int32 when small_diff, or NULL */
   float pair[256][2];   /* DIRECT_NIBBLES: the values of a byte's two codes, in order */
 } PackedJob;
 
@@ -487,6 +489,28 @@ AVX2_FN static void fetch_words8_avx2(const uint8_t *src, uint64_t c, uint64_t c
   }
 }
 
+/* An act-order row's values (GPTQ's g_idx): each element's scale and zero
+ * point gathered through its group's offset, 8 at a time, the same int32
+ * difference, conversion and multiplication as value_at. */
+AVX2_FN static void values_gidx_avx2(const uint32_t *codes, uint32_t n, const int32_t *goff,
+                                     const float *sbase, const int32_t *zbase, uint32_t sign,
+                                     float *dst) {
+  const __m256i vs = _mm256_set1_epi32((int)sign);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i off = _mm256_loadu_si256((const __m256i *)(goff + i));
+    __m256 sc = _mm256_i32gather_ps(sbase, off, 4);
+    __m256i z = zbase ? _mm256_i32gather_epi32(zbase, off, 4) : _mm256_setzero_si256();
+    __m256i c = _mm256_loadu_si256((const __m256i *)(codes + i));
+    c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, z)), sc));
+  }
+  for (; i < n; i++) {
+    int32_t ci = (int32_t)(codes[i] ^ sign) - (int32_t)sign;
+    dst[i] = (float)(ci - (zbase ? zbase[goff[i]] : 0)) * sbase[goff[i]];
+  }
+}
+
 /* values_int's small_diff loop, 8 at a time: the same int32 difference,
  * conversion and multiplication. */
 AVX2_FN static void values_small_avx2(const uint32_t *codes, uint32_t n, uint32_t sign, int32_t z,
@@ -726,6 +750,14 @@ static void run_values(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, u
       break;
     }
     case GROUP_INDEX: /* act-order g_idx jumps every element: one lookup each, inline */
+#ifdef PACKED_AVX2
+      if (j->goff != NULL) {
+        values_gidx_avx2(codes, n, j->goff + t0, j->scale + b.s,
+                         j->zero32 ? j->zero32 + b.s : NULL,
+                         j->is_signed ? 1u << (j->bits - 1) : 0u, dst);
+        break;
+      }
+#endif
       for (; i < n; i++) {
         uint64_t sidx = b.s + (uint64_t)j->gidx[t0 + i] * sstep;
         dst[i] = value_at(j, codes[i], sidx);
@@ -903,6 +935,35 @@ static void choose_direct(PackedJob *j) {
   }
 }
 
+/* The offsets and int32 zero points values_gidx_avx2 gathers through,
+ * when the row's groups come from a group index along the last dimension
+ * and every offset fits int32; without memory for them the plain loop
+ * runs. */
+static void choose_gather(PackedJob *j, const HurrayDescriptor *d) {
+  const uint32_t last = j->rank - 1;
+  if (!j->fast || !j->avx2 || j->use_table || !j->small_diff || j->group[last] != GROUP_INDEX) {
+    return;
+  }
+  uint64_t sshape[HURRAY_MAX_RANK], n = 1;
+  uint32_t srank;
+  hurray__quant_scale_shape(d, sshape, &srank);
+  for (uint32_t m = 0; m < srank; m++) n *= sshape[m];
+  if (n > INT32_MAX) return; /* any offset from a row's base is below n */
+  j->goff = malloc(j->shape[last] ? (size_t)j->shape[last] * sizeof *j->goff : 1);
+  if (j->zero != NULL) j->zero32 = malloc((n ? n : 1) * sizeof *j->zero32);
+  if (j->goff == NULL || (j->zero != NULL && j->zero32 == NULL)) {
+    free(j->goff);
+    free(j->zero32);
+    j->goff = NULL;
+    j->zero32 = NULL;
+    return;
+  }
+  for (uint64_t t = 0; t < j->shape[last]; t++) {
+    j->goff[t] = (int32_t)((uint64_t)j->gidx[t] * j->sstride[last]);
+  }
+  for (uint64_t s = 0; j->zero32 != NULL && s < n; s++) j->zero32[s] = (int32_t)j->zero[s];
+}
+
 /* Whether the specialised runs apply, once per call. HURRAY_PACKED_GENERIC=1
  * keeps the generic loop (the tests compare the two byte for byte). */
 static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
@@ -924,6 +985,7 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
       j->small_diff = j->zero[s] > -((int64_t)1 << 23) && j->zero[s] < ((int64_t)1 << 23);
     }
   }
+  choose_gather(j, d);
 }
 
 HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
@@ -965,6 +1027,8 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   free(j->scale);
   free(j->zero);
   free(j->gidx);
+  free(j->goff);
+  free(j->zero32);
   free(j);
   return st;
 }
