@@ -195,8 +195,10 @@ HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
   *len = 0;
   const uint64_t *shape = hurray_descriptor_shape(d);
   uint32_t rank = hurray_descriptor_rank(d);
-  /* numpy's dimensions and byte sizes are npy_intp (int64): a shape it
-   * cannot allocate is one it cannot read either. */
+  /* numpy's dimensions and byte sizes are npy_intp (int64), and it refuses
+   * a shape whose dimensions other than 0 multiply, times the item size,
+   * past that, even an empty one: np.load of (2^32, 2^32, 0) fails, so such
+   * a .npy is not written. */
   uint64_t numel = 1;
   bool empty = false;
   for (uint32_t i = 0; i < rank; i++) {
@@ -204,16 +206,16 @@ HurrayStatus hurray_cli_npy_header(const HurrayDescriptor *d, const char *descr,
       return cli_error(error, HURRAY_ERR_LIMIT,
                        "dimension %u (%" PRIu64 ") is beyond numpy's int64 shapes", i, shape[i]);
     }
-    if (shape[i] == 0) empty = true;
-  }
-  for (uint32_t i = 0; i < rank && !empty; i++) {
-    if (numel > (uint64_t)INT64_MAX / shape[i]) {
+    if (shape[i] == 0) {
+      empty = true;
+    } else if (numel > (uint64_t)INT64_MAX / shape[i]) {
       return cli_error(error, HURRAY_ERR_LIMIT, "%s",
                        "the element count is beyond numpy's int64 sizes");
+    } else {
+      numel *= shape[i];
     }
-    numel *= shape[i];
   }
-  if (!empty && (itemsize == 0 || numel > (uint64_t)INT64_MAX / itemsize)) {
+  if ((!empty && itemsize == 0) || (itemsize != 0 && numel > (uint64_t)INT64_MAX / itemsize)) {
     return cli_error(error, HURRAY_ERR_LIMIT, "%s", "the byte size is beyond numpy's int64 sizes");
   }
   char *dict = NULL;

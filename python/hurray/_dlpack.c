@@ -353,6 +353,39 @@ static int copy_wanted(PyObject *copy) {
   return PyObject_IsTrue(copy);
 }
 
+/* The row-major copy an export hands out in place of a tensor it cannot
+ * export as it is, or NULL with the exception set. Its size is checked
+ * against hurray_tensor_to_dense's output limits before the allocation, so
+ * that a few stored bytes describing terabytes (a broadcast, stride 0) are
+ * a BufferError rather than a MemoryError, or a large allocation refused
+ * only afterwards. */
+static void *dense_copy(const HurrayDescriptor *d, const HurrayBufferList *buffers, uint64_t numel,
+                        unsigned itemsize) {
+  uint64_t bytes;
+  if (__builtin_mul_overflow(numel, (uint64_t)itemsize, &bytes) || bytes > SIZE_MAX) {
+    buffer_error("copy failed: the dense size overflows");
+    return NULL;
+  }
+  HurrayError e = {0};
+  if (hurray_check_output_size(d, bytes, NULL, &e) != HURRAY_OK) {
+    buffer_error("copy failed: %s", e.message);
+    return NULL;
+  }
+  void *copy = malloc(bytes ? (size_t)bytes : 1);
+  if (copy == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS s = hurray_tensor_to_dense(d, buffers, copy, bytes, &e);
+  Py_END_ALLOW_THREADS if (s != HURRAY_OK) {
+    free(copy);
+    buffer_error("copy failed: %s", e.message);
+    return NULL;
+  }
+  return copy;
+}
+
 /* steps[]: the strides, or the row-major ones of dims[]; false when the
  * product of the dimensions (0 counted as 1) does not fit int64. A 0
  * anywhere makes a valid shape empty, so (2^32, 2^32, 0) is valid, but
@@ -396,9 +429,10 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   const HurrayBuffer *b = hurray_buffer_list_get(buffers, hurray_descriptor_data_buffer(d));
   if (b == NULL) return buffer_error("the tensor has no data buffer");
   uint64_t numel = 1;
+  bool numel_fits = true; /* a broadcast (stride 0) may describe more than 2^64 elements */
   for (uint32_t i = 0; i < rank; i++) {
     if (shape[i] > (uint64_t)INT64_MAX) return buffer_error("dimension too large for DLPack");
-    numel *= shape[i]; /* the validated descriptor's data fits its buffer: no overflow */
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) numel_fits = false;
   }
 
   Holder *h = calloc(1, sizeof *h + 2 * (size_t)rank * sizeof(int64_t));
@@ -408,18 +442,10 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   static uint8_t empty[64];
   void *data;
   if (want_copy) {
-    size_t bytes = (size_t)(numel * (dl.bits / 8));
-    h->copy = malloc(bytes ? bytes : 1);
+    h->copy = dense_copy(d, buffers, numel_fits ? numel : UINT64_MAX, dl.bits / 8);
     if (h->copy == NULL) {
       free(h);
-      return PyErr_NoMemory();
-    }
-    HurrayError e = {0};
-    HurrayStatus s;
-    Py_BEGIN_ALLOW_THREADS s = hurray_tensor_to_dense(d, buffers, h->copy, bytes, &e);
-    Py_END_ALLOW_THREADS if (s != HURRAY_OK) {
-      holder_free(h);
-      return buffer_error("copy failed: %s", e.message);
+      return NULL;
     }
     data = h->copy;
     strides = NULL; /* the copy is row-major */

@@ -1970,3 +1970,55 @@ def test_dlpack_refuses_an_empty_shape_whose_strides_overflow_int64(shape):
     )
     assert r.returncode == 0, r.stderr
     assert "refused: BufferError" in r.stdout and "alive" in r.stdout
+
+
+def test_dlpack_copy_of_a_broadcast_is_refused_before_allocating():
+    """An 8-byte tensor broadcast (stride 0) to 2 x 2^40 elements, with a
+    negative stride so that the export copies it: the copy was allocated
+    before to_dense's output limit was checked, so 8 TiB gave a bare
+    MemoryError (and 1 GiB was allocated before being refused)."""
+    d = hurray.Descriptor(
+        "float32", (2, 2**40), strides=(-1, 0), byte_offset=4, buffers=[hurray.Buffer("data", 8)]
+    )
+    t = hurray.Tensor(d, [np.array([1.0, 2.0], np.float32)])
+    for call in (lambda: np.from_dlpack(t), lambda: t.__dlpack__(copy=True)):
+        with pytest.raises(BufferError, match="output would take 8796093022208 bytes"):
+            call()
+    small = hurray.Tensor(
+        hurray.Descriptor(
+            "float32", (2, 3), strides=(-1, 0), byte_offset=4, buffers=[hurray.Buffer("data", 8)]
+        ),
+        [np.array([1.0, 2.0], np.float32)],
+    )
+    assert np.from_dlpack(small).tolist() == [[2.0] * 3, [1.0] * 3]
+
+
+def test_cat_npy_refuses_an_empty_shape_numpy_refuses(tmp_path):
+    """(2**32, 2**32, 0) is valid and empty, but numpy refuses the shape
+    (its dimensions other than 0 multiply past int64: np.load fails);
+    `hurray cat --npy` wrote such a .npy and exited 0, where Tensor.numpy()
+    and converting to .npy refuse."""
+    from zoo_reference import cli
+
+    exe = cli()
+    if exe is None:
+        pytest.skip("no hurray command built or installed")
+    path = tmp_path / "e.hurray"
+
+    def cat_npy(shape):
+        d = hurray.Descriptor("float32", shape, buffers=[hurray.Buffer("data", 0)])
+        hurray.save(path, {"e": hurray.Tensor(d, [b""])})
+        return subprocess.run(
+            [exe, "cat", "--npy", str(path), "e"],
+            capture_output=True,
+            timeout=120,
+        )
+
+    r = cat_npy((2**32, 2**32, 0))
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == b""
+    assert b"beyond numpy's int64 sizes" in r.stderr
+    r = cat_npy((3, 0, 2**20))
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "e.npy").write_bytes(r.stdout)
+    assert np.load(tmp_path / "e.npy").shape == (3, 0, 2**20)
