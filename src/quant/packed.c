@@ -64,6 +64,7 @@ typedef struct PackedJob {
   uint8_t shift_of[32]; /* lane_of[e] * bits */
   uint8_t direct;       /* DIRECT_*: table codes decoded straight from their bytes */
   bool avx2;            /* the AVX2 loops below (the process's SIMD level, simd.h) */
+  bool lane_rows;       /* codes one lane per row (AWQ): lane_tile below */
   int32_t *goff;        /* group index runs: gidx[t] * sstride[last], or NULL */
   int32_t *zero32;      /* zero as int32 when small_diff, or NULL */
   float pair[256][2];   /* DIRECT_NIBBLES: the values of a byte's two codes, in order */
@@ -804,8 +805,8 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
 /* Eight words at a time into a vector, then each row's lane of all eight
  * with one shift. */
 AVX2_FN static void fetch_lane_rows_avx2(const uint8_t *p, uint64_t step, const unsigned *sh,
-                                         uint32_t m, uint32_t mask, uint32_t n8,
-                                         uint32_t (*codes)[TILE_COLS]) {
+                                         uint32_t m, uint32_t mask, uint32_t n8, uint32_t *codes,
+                                         uint32_t stride) {
   const __m256i vm = _mm256_set1_epi32((int)mask);
   for (uint32_t i = 0; i < n8; i++, p += 8 * step) {
     uint32_t w[8];
@@ -813,14 +814,14 @@ AVX2_FN static void fetch_lane_rows_avx2(const uint8_t *p, uint64_t step, const 
     __m256i v = _mm256_loadu_si256((const __m256i *)w);
     for (uint32_t q = 0; q < m; q++) {
       __m256i x = _mm256_srl_epi32(v, _mm_cvtsi32_si128((int)sh[q]));
-      _mm256_storeu_si256((__m256i *)&codes[q][8 * i], _mm256_and_si256(x, vm));
+      _mm256_storeu_si256((__m256i *)(codes + q * stride + 8 * i), _mm256_and_si256(x, vm));
     }
   }
 }
 #endif
 
 static void fetch_lane_rows(const PackedJob *j, const RowBase *b, uint32_t m, uint64_t t0,
-                            uint32_t n, uint32_t (*codes)[TILE_COLS]) {
+                            uint32_t n, uint32_t *codes, uint32_t stride) {
   const uint64_t step = j->cstride[j->rank - 1] * 4;
   const uint32_t mask = (1u << j->bits) - 1u;
   unsigned sh[LINE_ROWS];
@@ -829,26 +830,43 @@ static void fetch_lane_rows(const PackedJob *j, const RowBase *b, uint32_t m, ui
   uint32_t i = 0;
 #ifdef PACKED_AVX2
   if (j->avx2) {
-    fetch_lane_rows_avx2(p, step, sh, m, mask, n / 8, codes);
+    fetch_lane_rows_avx2(p, step, sh, m, mask, n / 8, codes, stride);
     i = n / 8 * 8;
     p += i * step;
   }
 #endif
   for (; i < n; i++, p += step) {
     uint32_t w = (uint32_t)load_word(p, 4);
-    for (uint32_t q = 0; q < m; q++) codes[q][i] = (w >> sh[q]) & mask;
+    for (uint32_t q = 0; q < m; q++) codes[q * stride + i] = (w >> sh[q]) & mask;
   }
 }
 
-/* How many rows from base[0] on (at most `left`) share their words and
- * decode together through fetch_lane_rows; 1 when none do. */
-static uint32_t line_rows(const PackedJob *j, const RowBase *base, uint32_t left) {
-  if (!j->fast || j->direct != DIRECT_NONE || j->word_bytes != 4 || j->bits > 8) return 1;
+/* How many rows from base[0] on (at most `left`) share their words. */
+static uint32_t word_rows(const RowBase *base, uint32_t left) {
   uint32_t m = 1;
-  if (j->packed_dim < j->rank - 1) {
-    while (m < left && m < LINE_ROWS && base[m].c == base[0].c) m++;
-  }
+  while (m < left && m < LINE_ROWS && base[m].c == base[0].c) m++;
   return m;
+}
+
+/* Codes one lane per row (AWQ) decode in tiles of 128 rows by 256
+ * columns. The words of a tile's rows at one column lie side by side (128
+ * rows of 4-bit lanes are 16 words, one cache line) and the words of one
+ * row a row of words apart: in tiles of 16 rows, every line was read once
+ * per 8 rows, and the 256 lines a tile spans fell into a few cache sets and
+ * were evicted in between. Into a reused out= on one thread AWQ went from
+ * 0.32-0.38 of a memcpy to 0.54-0.60 (tiles of 128 x 32 and 64 x 128 were
+ * slower: a short run of a row costs its setup). The tile's codes (128 KiB)
+ * are on the heap, one allocation per part. */
+#define LANE_TILE_ROWS 128u
+
+static void lane_tile(const PackedJob *j, uint64_t r, const RowBase *base, unsigned n, uint64_t t,
+                      uint32_t cols, uint32_t *codes) {
+  for (unsigned i = 0; i < n;) {
+    uint32_t m = word_rows(base + i, n - i);
+    fetch_lane_rows(j, base + i, m, t, cols, codes + i * TILE_COLS, TILE_COLS);
+    i += m;
+  }
+  for (unsigned i = 0; i < n; i++) run_values(j, r + i, base[i], t, cols, codes + i * TILE_COLS);
 }
 
 /* Rows and columns in tiles: codes stored transposed (GPTQ, AWQ) put a
@@ -876,9 +894,14 @@ static void decode_rows(void *ctx, unsigned part) {
     idx[k] = rest % j->shape[k];
     rest /= j->shape[k];
   }
-  RowBase base[TILE_ROWS];
-  for (uint64_t r = r0; r < r1; r += TILE_ROWS) {
-    unsigned n = r1 - r < TILE_ROWS ? (unsigned)(r1 - r) : TILE_ROWS;
+  /* without memory for the lane tile, the rows decode one by one */
+  uint32_t *lane_codes = j->lane_rows
+                             ? malloc((size_t)LANE_TILE_ROWS * TILE_COLS * sizeof *lane_codes)
+                             : NULL;
+  const unsigned tile_rows = lane_codes != NULL ? LANE_TILE_ROWS : TILE_ROWS;
+  RowBase base[LANE_TILE_ROWS];
+  for (uint64_t r = r0; r < r1; r += tile_rows) {
+    unsigned n = r1 - r < tile_rows ? (unsigned)(r1 - r) : tile_rows;
     for (unsigned i = 0; i < n; i++) {
       RowBase *b = &base[i];
       b->c = b->s = 0;
@@ -894,22 +917,20 @@ static void decode_rows(void *ctx, unsigned part) {
     }
     for (uint64_t t = c0; t < c1; t += TILE_COLS) {
       uint64_t t1 = c1 - t < TILE_COLS ? c1 : t + TILE_COLS;
-      for (unsigned i = 0; i < n;) {
-        uint32_t cols = (uint32_t)(t1 - t), m = line_rows(j, base + i, n - i);
-        if (m > 1) {
-          uint32_t codes[LINE_ROWS][TILE_COLS];
-          fetch_lane_rows(j, base + i, m, t, cols, codes);
-          for (uint32_t q = 0; q < m; q++)
-            run_values(j, r + i + q, base[i + q], t, cols, codes[q]);
-        } else if (j->fast) {
+      if (lane_codes != NULL) {
+        lane_tile(j, r, base, n, t, (uint32_t)(t1 - t), lane_codes);
+        continue;
+      }
+      for (unsigned i = 0; i < n; i++) {
+        if (j->fast) {
           fast_run(j, r + i, base[i], t, t1);
         } else {
           decode_run(j, r + i, base[i], t, t1);
         }
-        i += m;
       }
     }
   }
+  free(lane_codes);
 }
 
 /* Whether table codes can be read straight from their bytes: contiguous
@@ -974,6 +995,8 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
   choose_direct(j);
   j->avx2 = hurray__quant_kernels()->level >= HURRAY_SIMD_AVX2 &&
             hurray__quant_kernels()->level != HURRAY_SIMD_NEON;
+  j->lane_rows = j->fast && j->direct == DIRECT_NONE && j->word_bytes == 4 && j->bits <= 8 &&
+                 j->packed_dim < j->rank - 1;
   /* |code| < 2^16 and |zero + offset| < 2^23 keep the difference below 2^24. */
   j->small_diff = j->bits <= 16;
   if (j->small_diff && j->zero != NULL) {
