@@ -220,7 +220,7 @@ def rows_affine(d):
 def rows_every_kind(d):
     """The dequantize goal for the kinds of the converters (zoo_float,
     zoo_int4, gguf_types), which quant.md's Goals table does not cover."""
-    parts, below, n, sources = [], [], 0, []
+    parts, below, n, sources, loads = [], [], 0, [], []
     for name, key in (
         ("zoo_float.json", "format"),
         ("zoo_int4.json", "case"),
@@ -233,6 +233,7 @@ def rows_every_kind(d):
         sources.append(name)
         n += len(rows)
         ratios = [r["out"]["ratio"] for r in rows]
+        loads += [r["out"]["load1"] for r in rows if "load1" in r["out"]]
         parts.append(f"{name.split('.')[0]} {min(ratios):.2f}-{max(ratios):.2f}")
         below += [f"{r[key]} {r['out']['ratio']:.2f}" for r in rows if not r["out"]["met"]]
     if not n:
@@ -243,7 +244,8 @@ def rows_every_kind(d):
         (
             "dequantize into out=, one thread, >= 0.50x memcpy: the converters' kinds",
             figure,
-            ", ".join(sources),
+            ", ".join(sources)
+            + (f", load {min(loads):.1f}-{max(loads):.1f} during the pairs" if loads else ""),
             _mark(not below),
         )
     ]

@@ -9,6 +9,7 @@ kinds bench_quant.py's Goals table does not cover; goals19.py gathers them.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ def _once(fn):
 
 
 def out_vs_memcpy(t, reps: int) -> dict:
-    """{"out_1t_gbps", "memcpy_gbps", "ratio", "met"} for hurray tensor t."""
+    """{"out_1t_gbps", "memcpy_gbps", "ratio", "met", "load1"} for hurray
+    tensor t (load1: the 1-minute load average after the pairs)."""
     out = np.empty(t.dequantize(threads=1).shape, np.float32)
     src = np.ones_like(out)
     dst = np.empty_like(out)
@@ -39,6 +41,7 @@ def out_vs_memcpy(t, reps: int) -> dict:
         "memcpy_gbps": out.nbytes / m / 1e9,
         "ratio": m / d,
         "met": m / d >= GOAL,
+        "load1": os.getloadavg()[0],
     }
 
 
