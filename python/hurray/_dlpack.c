@@ -434,6 +434,12 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
     if (shape[i] > (uint64_t)INT64_MAX) return buffer_error("dimension too large for DLPack");
     if (__builtin_mul_overflow(numel, shape[i], &numel)) numel_fits = false;
   }
+  for (uint32_t i = 0; i < rank; i++) {
+    if (shape[i] == 0) { /* empty, wherever the 0 is */
+      numel = 0;
+      numel_fits = true;
+    }
+  }
 
   Holder *h = calloc(1, sizeof *h + 2 * (size_t)rank * sizeof(int64_t));
   if (h == NULL) return PyErr_NoMemory();

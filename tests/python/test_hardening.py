@@ -1953,6 +1953,8 @@ def test_dlpack_refuses_an_empty_shape_whose_strides_overflow_int64(shape):
     t = hurray.Tensor(d, [b""])
     with pytest.raises(BufferError, match="beyond DLPack's int64"):
         t.__dlpack__(max_version=(1, 0))
+    with pytest.raises(BufferError, match="beyond DLPack's int64"):  # not "2^64 - 1 bytes"
+        t.__dlpack__(max_version=(1, 0), copy=True)
     pytest.importorskip("torch")
     r = run_python(
         f"""
