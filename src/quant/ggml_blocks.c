@@ -365,10 +365,7 @@ static void iq1_s(const uint8_t *b, float *y) {
 static void iq1_m(const uint8_t *b, float *y) {
   const uint8_t *qs = b, *qh = b + 32;
   uint16_t sc[4];
-  for (int k = 0; k < 4; k++) sc[k] = le16(b + 48 + 2 * k);
-  uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
-                              (sc[3] & 0xf000));
-  float d = hurray__f16_to_f32(dbits);
+  float d = hurray__ggml_iq1m_scales(b, sc);
   for (int g = 0; g < 32; g++) {
     int k = g >> 1;
     float dl = d * (float)(2 * ((sc[k >> 2] >> (3 * (k & 3))) & 7) + 1);

@@ -11,6 +11,7 @@
 
 #include "hurray/buffer.h"
 #include "hurray/descriptor.h"
+#include "elements.h"
 
 /* The IQ lattice tables (ggml_grids.c, generated). */
 extern const uint8_t hurray__ggml_iq2xxs_grid[256][8];
@@ -21,6 +22,15 @@ extern const uint8_t hurray__ggml_iq3s_grid[512][4];
 extern const int8_t hurray__ggml_iq1s_grid[2048][8];
 /* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
 extern const float hurray__ggml_sign8[256][8];
+
+/* IQ1_M's four scale words, and its float16 block scale, whose bits are
+ * spread over the words' top nibbles. */
+static inline float hurray__ggml_iq1m_scales(const uint8_t *b, uint16_t sc[4]) {
+  for (int k = 0; k < 4; k++) sc[k] = (uint16_t)(b[48 + 2 * k] | b[49 + 2 * k] << 8);
+  uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                              (sc[3] & 0xf000));
+  return hurray__f16_to_f32(dbits);
+}
 
 /* ggml's ksigns_iq2xs: the 7 stored sign bits plus an eighth that makes
  * the count of set bits even. */

@@ -264,10 +264,7 @@ T2 static void iq1_s_avx2(const uint8_t *b, float *y) {
 T2 static void iq1_m_avx2(const uint8_t *b, float *y) {
   const uint8_t *qs = b, *qh = b + 32;
   uint16_t sc[4];
-  for (int k = 0; k < 4; k++) sc[k] = le16(b + 48 + 2 * k);
-  uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
-                              (sc[3] & 0xf000));
-  float d = hurray__f16_to_f32(dbits);
+  float d = hurray__ggml_iq1m_scales(b, sc);
   const __m256 minus = _mm256_set1_ps(-0.125f), plus = _mm256_set1_ps(0.125f);
   for (int k = 0; k < 16; k++) { /* two groups of 8 share a scale and a qh byte */
     __m256 dl = _mm256_set1_ps(d * (float)(2 * ((sc[k >> 2] >> (3 * (k & 3))) & 7) + 1));

@@ -648,6 +648,20 @@ static void test_gguf_lies_are_refused(void **state) {
   free(kv.p);
 }
 
+/* A hurray file `file` in the test folder holding one tensor; takes d and l. */
+static void write_one_tensor(const char *file, const char *name, HurrayDescriptor *d,
+                             HurrayBufferList *l) {
+  char path[512];
+  HurrayError e = {0};
+  in_dir(path, sizeof path, file);
+  HurrayWriter *w = NULL;
+  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_write_tensor(w, name, d, l, &e), HURRAY_OK);
+  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_OK);
+  hurray_descriptor_destroy(d);
+  hurray_buffer_list_destroy(l);
+}
+
 static void test_targets_refuse_what_they_cannot_hold(void **state) {
   (void)state;
   /* A quantized hurray tensor into safetensors: UNSUPPORTED (the CLI and
@@ -662,14 +676,7 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   HurrayBufferList *l = NULL;
   assert_int_equal(hurray_quantize(x, sizeof x, HURRAY_DTYPE_FLOAT32, 2, shape, &o, &d, &l, &e),
                    HURRAY_OK);
-  char path[512];
-  in_dir(path, sizeof path, "q.hurray");
-  HurrayWriter *w = NULL;
-  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
-  assert_int_equal(hurray_writer_write_tensor(w, "w", d, l, &e), HURRAY_OK);
-  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_OK);
-  hurray_descriptor_destroy(d);
-  hurray_buffer_list_destroy(l);
+  write_one_tensor("q.hurray", "w", d, l);
   assert_refused("q.hurray", "q.safetensors", HURRAY_ERR_UNSUPPORTED);
   /* ... and into GGUF it is Q4_0, exactly. */
   assert_int_equal(convert("q.hurray", "q.gguf", &e), HURRAY_OK);
@@ -677,6 +684,7 @@ static void test_targets_refuse_what_they_cannot_hold(void **state) {
   assert_int_equal(convert("q2.hurray", "q2.gguf", &e), HURRAY_OK);
   assert_same_files("q.gguf", "q2.gguf");
   /* A file converted onto itself. */
+  char path[512];
   in_dir(path, sizeof path, "q.hurray");
   assert_int_equal(hurray_convert_file(path, path, NULL, &e), HURRAY_ERR_INVALID_ARGUMENT);
 }
@@ -701,14 +709,7 @@ static void test_an_empty_strided_tensor_with_a_huge_shape_converts(void **state
   HurrayBuffer *b = NULL;
   assert_int_equal(hurray_buffer_create(NULL, 0, NULL, NULL, &b, &e), HURRAY_OK);
   assert_int_equal(hurray_buffer_list_push(l, b, &e), HURRAY_OK);
-  char path[512];
-  in_dir(path, sizeof path, "empty_strided.hurray");
-  HurrayWriter *w = NULL;
-  assert_int_equal(hurray_writer_open(path, &w, &e), HURRAY_OK);
-  assert_int_equal(hurray_writer_write_tensor(w, "x", d, l, &e), HURRAY_OK);
-  assert_int_equal(hurray_writer_finish(w, &e), HURRAY_OK);
-  hurray_descriptor_destroy(d);
-  hurray_buffer_list_destroy(l);
+  write_one_tensor("empty_strided.hurray", "x", d, l);
   assert_int_equal(convert("empty_strided.hurray", "empty_strided.safetensors", &e), HURRAY_OK);
   Bytes out = read_named("empty_strided.safetensors");
   assert_non_null(strstr((const char *)out.p + 8, "\"shape\":[0,4611686018427387904,3]"));
