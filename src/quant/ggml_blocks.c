@@ -35,9 +35,9 @@ static inline float h2f(const uint8_t *p) { return hurray__f16_to_f32(le16(p)); 
 #define SIGNS(s) hurray__ggml_sign8[(s) & 255u]
 
 /* The doubled E2M1 values (ggml's kvalues_mxfp4) and IQ4_NL's code book. */
-static const float KV_FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-static const float KV_IQ4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                 1,    13,   25,  38,  53,  69,  89,  113};
+const float hurray__ggml_kv_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const float hurray__ggml_kv_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ---------------------------------------------------------- 32-element */
 
@@ -87,42 +87,26 @@ static void q5_1(const uint8_t *b, float *y) {
 static void iq4_nl(const uint8_t *b, float *y) {
   float d = h2f(b);
   for (int l = 0; l < 16; l++) {
-    y[l] = d * KV_IQ4[b[2 + l] & 15];
-    y[l + 16] = d * KV_IQ4[b[2 + l] >> 4];
+    y[l] = d * hurray__ggml_kv_iq4[b[2 + l] & 15];
+    y[l + 16] = d * hurray__ggml_kv_iq4[b[2 + l] >> 4];
   }
-}
-
-/* E8M0 halved (ggml_e8m0_to_fp32_half): 2^(e - 128), with e = 0 and 1 as
- * the binary32 subnormals 2^-128 and 2^-127; 255 is 2^127, not NaN. */
-static inline float e8m0_half(uint8_t e) {
-  uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-  return hurray__f32_from_bits(bits);
 }
 
 static void mxfp4(const uint8_t *b, float *y) {
-  float d = e8m0_half(b[0]);
+  float d = hurray__ggml_e8m0_half(b[0]);
   for (int l = 0; l < 16; l++) {
-    y[l] = d * KV_FP4[b[1 + l] & 15];
-    y[l + 16] = d * KV_FP4[b[1 + l] >> 4];
+    y[l] = d * hurray__ggml_kv_fp4[b[1 + l] & 15];
+    y[l + 16] = d * hurray__ggml_kv_fp4[b[1 + l] >> 4];
   }
-}
-
-/* Unsigned E4M3 (bias 7, the sign bit ignored) halved, as gguf-py's
- * NVFP4.ue4m3_to_fp32: 0x00 and 0x7F are +0. */
-static inline float ue4m3_half(uint8_t x) {
-  if (x == 0 || x == 0x7f) return 0.0f;
-  int e = (x >> 3) & 15, m = x & 7;
-  float raw = e == 0 ? (float)m * 0x1p-9f : (1.0f + (float)m / 8.0f) * ldexpf(1.0f, e - 7);
-  return raw * 0.5f;
 }
 
 static void nvfp4(const uint8_t *b, float *y) {
   for (int k = 0; k < 4; k++) {
-    float d = ue4m3_half(b[k]);
+    float d = hurray__ggml_ue4m3_half(b[k]);
     const uint8_t *q = b + 4 + 8 * k;
     for (int l = 0; l < 8; l++) {
-      y[16 * k + l] = d * KV_FP4[q[l] & 15];
-      y[16 * k + l + 8] = d * KV_FP4[q[l] >> 4];
+      y[16 * k + l] = d * hurray__ggml_kv_fp4[q[l] & 15];
+      y[16 * k + l + 8] = d * hurray__ggml_kv_fp4[q[l] >> 4];
     }
   }
 }
@@ -384,8 +368,8 @@ static void iq4_xs(const uint8_t *b, float *y) {
     int ls = (((sl[i >> 1] >> (4 * (i & 1))) & 15) | ((sh >> (2 * i)) & 3) << 4) - 32;
     float dl = d * (float)ls;
     for (int l = 0; l < 16; l++) {
-      y[32 * i + l] = dl * KV_IQ4[qs[16 * i + l] & 15];
-      y[32 * i + l + 16] = dl * KV_IQ4[qs[16 * i + l] >> 4];
+      y[32 * i + l] = dl * hurray__ggml_kv_iq4[qs[16 * i + l] & 15];
+      y[32 * i + l + 16] = dl * hurray__ggml_kv_iq4[qs[16 * i + l] >> 4];
     }
   }
 }

@@ -23,6 +23,29 @@ extern const int8_t hurray__ggml_iq1s_grid[2048][8];
 /* Sign multipliers: row s holds -1.0f at j where bit j of s is set, else 1.0f. */
 extern const float hurray__ggml_sign8[256][8];
 
+/* The doubled E2M1 values (ggml's kvalues_mxfp4) and IQ4_NL's code book
+ * (ggml_blocks.c). */
+extern const float hurray__ggml_kv_fp4[16];
+extern const float hurray__ggml_kv_iq4[16];
+
+/* E8M0 halved (ggml_e8m0_to_fp32_half): 2^(e - 128), with e = 0 and 1 as
+ * the binary32 subnormals 2^-128 and 2^-127; 255 is 2^127, not NaN. */
+static inline float hurray__ggml_e8m0_half(uint8_t e) {
+  uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  return hurray__f32_from_bits(bits);
+}
+
+/* Unsigned E4M3 (bias 7, the sign bit ignored) halved, as gguf-py's
+ * NVFP4.ue4m3_to_fp32: 0x00 and 0x7F are +0. (1 + m/8) 2^(e-7) / 2 is
+ * built from its bits, exactly the value gguf-py computes: a call of
+ * ldexpf per 16 elements took a third of NVFP4's decode. */
+static inline float hurray__ggml_ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7f) return 0.0f;
+  unsigned e = (x >> 3) & 15u, m = x & 7u;
+  if (e == 0) return (float)m * 0x1p-10f;
+  return hurray__f32_from_bits((e + 119u) << 23 | m << 20);
+}
+
 /* IQ1_M's four scale words, and its float16 block scale, whose bits are
  * spread over the words' top nibbles. */
 static inline float hurray__ggml_iq1m_scales(const uint8_t *b, uint16_t sc[4]) {

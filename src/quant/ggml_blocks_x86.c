@@ -2,7 +2,8 @@
  * AVX2 decoders for the ggml block formats whose scalar loops the compiler
  * cannot vectorize well at the baseline flags (Q5_0/Q5_1: a fifth bit per
  * element from a 32-bit mask; Q2_K and TQ2_0: 2-bit fields; TQ1_0: trits
- * by byte multiplication; the IQ lattices: a table row of 8 per group). Each computes
+ * by byte multiplication; the IQ lattices: a table row of 8 per group;
+ * the 4-bit code books of MXFP4, NVFP4 and IQ4_NL: a table lookup per code). Each computes
  * the scalar decoder's operations in the same order on the same binary32
  * values, so the bytes are identical (tests/python/test_simd_levels.py and
  * test_gguf_types.py check every level against the scalar path and gguf-py).
@@ -149,6 +150,49 @@ T2 static void tq1_0_avx2(const uint8_t *b, float *y) {
   }
 }
 
+/* ------------------------------------------- 4-bit code books (FP4, IQ4) */
+
+/* The 16-entry table at the 8 indices in idx (0..15): two in-register
+ * permutes, one for each half of the table, chosen by bit 3. */
+T2 static inline __m256 lut16(__m256i idx, __m256 lo, __m256 hi) {
+  __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
+  return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* y[0..16) = d * table[low nibbles of q[0..8)] then of the high nibbles,
+ * or y[0..32) from 16 bytes (`sixteen`), as the scalar loops lay them out. */
+T2 static inline void store_nibbles(float *y, const uint8_t *q, int sixteen, __m256 d,
+                                    const float *table) {
+  const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+  const __m128i m4 = _mm_set1_epi8(15);
+  __m128i v = sixteen ? _mm_loadu_si128((const __m128i *)q) : _mm_loadl_epi64((const __m128i *)q);
+  __m128i l = _mm_and_si128(v, m4), h = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+  int half = sixteen ? 16 : 8;
+  _mm256_storeu_ps(y, _mm256_mul_ps(d, lut16(_mm256_cvtepu8_epi32(l), lo, hi)));
+  _mm256_storeu_ps(y + half, _mm256_mul_ps(d, lut16(_mm256_cvtepu8_epi32(h), lo, hi)));
+  if (sixteen) {
+    l = _mm_srli_si128(l, 8);
+    h = _mm_srli_si128(h, 8);
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, lut16(_mm256_cvtepu8_epi32(l), lo, hi)));
+    _mm256_storeu_ps(y + 24, _mm256_mul_ps(d, lut16(_mm256_cvtepu8_epi32(h), lo, hi)));
+  }
+}
+
+T2 static void mxfp4_avx2(const uint8_t *b, float *y) {
+  store_nibbles(y, b + 1, 1, _mm256_set1_ps(hurray__ggml_e8m0_half(b[0])), hurray__ggml_kv_fp4);
+}
+
+T2 static void nvfp4_avx2(const uint8_t *b, float *y) {
+  for (int k = 0; k < 4; k++) {
+    store_nibbles(y + 16 * k, b + 4 + 8 * k, 0, _mm256_set1_ps(hurray__ggml_ue4m3_half(b[k])),
+                  hurray__ggml_kv_fp4);
+  }
+}
+
+T2 static void iq4_nl_avx2(const uint8_t *b, float *y) {
+  store_nibbles(y, b + 2, 1, _mm256_set1_ps(h2f(b)), hurray__ggml_kv_iq4);
+}
+
 /* ------------------------------------------------------------ IQ types */
 
 /* The IQ decoders multiply each grid value by the group's scale and then by
@@ -290,6 +334,9 @@ HurrayGgmlBlockFn hurray__ggml_block_fn_avx2(HurrayBlockFormat format) {
     case HURRAY_BLOCK_GGML_IQ3_S: return iq3_s_avx2;
     case HURRAY_BLOCK_GGML_IQ1_S: return iq1_s_avx2;
     case HURRAY_BLOCK_GGML_IQ1_M: return iq1_m_avx2;
+    case HURRAY_BLOCK_GGML_MXFP4: return mxfp4_avx2;
+    case HURRAY_BLOCK_GGML_NVFP4: return nvfp4_avx2;
+    case HURRAY_BLOCK_GGML_IQ4_NL: return iq4_nl_avx2;
     default: return NULL;
   }
 }

@@ -105,7 +105,8 @@ CODED = {"q5_0": (32, 22, [0]), "q5_1": (32, 24, [0, 2]), "q2_k": (256, 84, [80,
          "tq1_0": (256, 54, [52]), "tq2_0": (256, 66, [64]),
          "iq2_xxs": (256, 66, [0]), "iq2_xs": (256, 74, [0]), "iq2_s": (256, 82, [0]),
          "iq3_xxs": (256, 98, [0]), "iq3_s": (256, 110, [0]), "iq1_s": (256, 50, [0]),
-         "iq1_m": (256, 56, [])}
+         "iq1_m": (256, 56, []), "mxfp4": (32, 17, []), "nvfp4": (64, 36, []),
+         "iq4_nl": (32, 18, [0])}
 for fmt, (elements, nbytes, scale_at) in CODED.items():
     for rows, cols in ((1, elements), (3, 4 * elements), (600, 16 * elements)):
         blocks = rng.integers(0, 256, (rows * cols // elements, nbytes), dtype=np.uint8)
