@@ -430,15 +430,15 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
   if (b == NULL) return buffer_error("the tensor has no data buffer");
   uint64_t numel = 1;
   bool numel_fits = true; /* a broadcast (stride 0) may describe more than 2^64 elements */
+  bool has_zero = false;  /* then 0 elements, wherever the 0 is */
   for (uint32_t i = 0; i < rank; i++) {
     if (shape[i] > (uint64_t)INT64_MAX) return buffer_error("dimension too large for DLPack");
     if (__builtin_mul_overflow(numel, shape[i], &numel)) numel_fits = false;
+    if (shape[i] == 0) has_zero = true;
   }
-  for (uint32_t i = 0; i < rank; i++) {
-    if (shape[i] == 0) { /* empty, wherever the 0 is */
-      numel = 0;
-      numel_fits = true;
-    }
+  if (has_zero) {
+    numel = 0;
+    numel_fits = true;
   }
 
   Holder *h = calloc(1, sizeof *h + 2 * (size_t)rank * sizeof(int64_t));

@@ -65,11 +65,10 @@ typedef struct PackedJob {
   uint8_t direct;       /* DIRECT_*: table codes decoded straight from their bytes */
   bool avx2;            /* the AVX2 loops below (the process's SIMD level, simd.h) */
   bool lane_rows;       /* codes one lane per row (AWQ): lane_tile below */
-  int32_t *goff;        /* group index runs: gidx[t] * sstride[last], or NULL */
   int32_t *gidx16;      /* gidx[t] * TILE_ROWS, for the row tile's own scale tables, or NULL */
   bool fused;           /* fused_words_avx2 applies (choose_path) */
   uint64_t ngroups;     /* groups along the group-indexed dimension */
-  int32_t *zero32;      /* zero as int32 when small_diff, or NULL */
+  uint32_t sign;        /* 1 << (bits - 1) for signed codes, else 0 (choose_path) */
   float pair[256][2];   /* DIRECT_NIBBLES: the values of a byte's two codes, in order */
 } PackedJob;
 
@@ -498,6 +497,14 @@ AVX2_FN static void fetch_words8_avx2(const uint8_t *src, uint64_t c, uint64_t c
   }
 }
 
+/* (float)(code - z) * sc for 8 codes, signed ones (sign = 1 << (bits - 1))
+ * extended first: value_at's int32 difference, conversion and
+ * multiplication. */
+AVX2_FN static inline __m256 values8(__m256i c, __m256i vs, __m256i z, __m256 sc) {
+  c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, z)), sc);
+}
+
 /* An act-order row's values (GPTQ's g_idx): each element's scale and zero
  * point gathered through its group's offset, 8 at a time, the same int32
  * difference, conversion and multiplication as value_at. */
@@ -511,8 +518,7 @@ AVX2_FN static void values_gidx_avx2(const uint32_t *codes, uint32_t n, const in
     __m256 sc = _mm256_i32gather_ps(sbase, off, 4);
     __m256i z = zbase ? _mm256_i32gather_epi32(zbase, off, 4) : _mm256_setzero_si256();
     __m256i c = _mm256_loadu_si256((const __m256i *)(codes + i));
-    c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, z)), sc));
+    _mm256_storeu_ps(dst + i, values8(c, vs, z, sc));
   }
   for (; i < n; i++) {
     int32_t ci = (int32_t)(codes[i] ^ sign) - (int32_t)sign;
@@ -558,8 +564,7 @@ AVX2_FN static void fused_words_avx2(const uint8_t *p, uint64_t wstep, unsigned 
     }
     __m256i words = _mm256_setr_m128i(_mm_set1_epi32((int)w0), _mm_set1_epi32((int)w1));
     __m256i c = _mm256_and_si256(_mm256_srlv_epi32(words, shifts), vm);
-    c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c, z)), sc));
+    _mm256_storeu_ps(dst + i, values8(c, vs, z, sc));
     if (block != 0 && (in_block += 8) == block) {
       in_block = 0;
       s += sstep;
@@ -577,9 +582,7 @@ AVX2_FN static void values_small_avx2(const uint32_t *codes, uint32_t n, uint32_
   uint32_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i c = _mm256_loadu_si256((const __m256i *)(codes + i));
-    c = _mm256_sub_epi32(_mm256_xor_si256(c, vs), vs);
-    __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, vz));
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(v, vsc));
+    _mm256_storeu_ps(dst + i, values8(c, vs, vz, vsc));
   }
   for (; i < n; i++) dst[i] = (float)((int32_t)(codes[i] ^ sign) - (int32_t)sign - z) * sc;
 }
@@ -690,7 +693,7 @@ static inline void values_int(const PackedJob *j, const uint32_t *codes, uint32_
     const int32_t z32 = (int32_t)z;
 #ifdef PACKED_AVX2
     if (j->avx2) {
-      values_small_avx2(codes, n, j->is_signed ? 1u << (bits - 1) : 0u, z32, sc, dst);
+      values_small_avx2(codes, n, j->sign, z32, sc, dst);
       return;
     }
 #endif
@@ -730,7 +733,7 @@ static inline float value_at(const PackedJob *j, uint32_t code, uint64_t s) {
   if (j->use_table) return j->table[code] * j->scale[s];
   int64_t z = j->zero ? j->zero[s] : 0;
   if (j->small_diff) {
-    const uint32_t sign = j->is_signed ? 1u << (j->bits - 1) : 0u;
+    const uint32_t sign = j->sign;
     int32_t ci = (int32_t)(code ^ sign) - (int32_t)sign;
     return (float)(ci - (int32_t)z) * j->scale[s];
   }
@@ -809,14 +812,7 @@ static void run_values(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, u
     case GROUP_INDEX: /* act-order g_idx jumps every element: one lookup each, inline */
 #ifdef PACKED_AVX2
       if (b.gs != NULL) {
-        values_gidx_avx2(codes, n, j->gidx16 + t0, b.gs, b.gz,
-                         j->is_signed ? 1u << (j->bits - 1) : 0u, dst);
-        break;
-      }
-      if (j->goff != NULL) {
-        values_gidx_avx2(codes, n, j->goff + t0, j->scale + b.s,
-                         j->zero32 ? j->zero32 + b.s : NULL,
-                         j->is_signed ? 1u << (j->bits - 1) : 0u, dst);
+        values_gidx_avx2(codes, n, j->gidx16 + t0, b.gs, b.gz, j->sign, dst);
         break;
       }
 #endif
@@ -848,7 +844,7 @@ static void fast_run(const PackedJob *j, uint64_t r, RowBase b, uint64_t t0, uin
     const uint64_t block = j->group[last] == GROUP_BLOCK ? j->block[last] : 0;
     const uint64_t cstep = j->cstride[last], sstep = j->sstride[last];
     fused_words_avx2(j->codes + (b.c + t0 / j->lanes * cstep) * 4, cstep * 4, j->lanes,
-                     j->shift_of, (1u << j->bits) - 1u, j->is_signed ? 1u << (j->bits - 1) : 0u, n,
+                     j->shift_of, (1u << j->bits) - 1u, j->sign, n,
                      (float *)j->out + r * j->shape[last] + t0, j->scale, j->zero,
                      b.s + (block ? t0 / block * sstep : 0), sstep, block, block ? t0 % block : 0,
                      index ? j->gidx16 + t0 : NULL, b.gs, b.gz);
@@ -959,7 +955,7 @@ static void fill_gather_tile(const PackedJob *j, RowBase *base, unsigned n, floa
     for (uint64_t g = 0; g < j->ngroups; g++) {
       uint64_t s = base[q].s + g * sstep; /* a scale of row q: g < the groups */
       ts[g * TILE_ROWS + q] = j->scale[s];
-      if (tz != NULL) tz[g * TILE_ROWS + q] = j->zero32[s];
+      if (tz != NULL) tz[g * TILE_ROWS + q] = (int32_t)j->zero[s]; /* small_diff: fits */
     }
     base[q].gs = ts + q;
     base[q].gz = tz != NULL ? tz + q : NULL;
@@ -995,8 +991,8 @@ static void decode_rows(void *ctx, unsigned part) {
   int32_t *tile_z = NULL;
   if (j->gidx16 != NULL && lane_codes == NULL) {
     tile_s = malloc((size_t)j->ngroups * TILE_ROWS * sizeof *tile_s);
-    if (j->zero32 != NULL) tile_z = malloc((size_t)j->ngroups * TILE_ROWS * sizeof *tile_z);
-    if (tile_s == NULL || (j->zero32 != NULL && tile_z == NULL)) {
+    if (j->zero != NULL) tile_z = malloc((size_t)j->ngroups * TILE_ROWS * sizeof *tile_z);
+    if (tile_s == NULL || (j->zero != NULL && tile_z == NULL)) {
       free(tile_s);
       free(tile_z);
       tile_s = NULL;
@@ -1065,47 +1061,26 @@ static void choose_direct(PackedJob *j) {
   }
 }
 
-/* A row tile's scales and zero points of every group, gathered from
- * (rather than the whole arrays) when there are at most this many groups:
- * a row's groups lie a row of scales apart, in a few cache sets, and its
- * gathers missed the L1 cache where the tile's own tables (16 rows x
- * groups, 8 KiB at 256 groups) stay in it. GPTQ act-order into a reused
- * out= on one thread went from 0.34-0.40 of a memcpy to 0.41-0.45
- * (alternating runs, before the fused loop of fused_words_avx2). */
-#define GATHER_TILE_GROUPS 256u
+/* Act-order (a group index along the row) gathers each element's scale and
+ * zero point from a table of its row tile's groups (fill_gather_tile), up
+ * to this many groups (tables of 256 KiB), else the plain loop runs. Its
+ * rows' groups lie a row of scales apart, in a few cache sets: gathered
+ * from the whole arrays they missed the L1 cache, where the tile's tables
+ * stay in it (GPTQ act-order into a reused out= on one thread went from
+ * 0.34-0.40 of a memcpy to 0.41-0.45 in alternating runs, before the fused
+ * loop of fused_words_avx2). */
+#define GATHER_TILE_GROUPS 4096u
 
-/* The offsets and int32 zero points values_gidx_avx2 gathers through,
- * when the row's groups come from a group index along the last dimension
- * and every offset fits int32; without memory for them the plain loop
- * runs. */
-static void choose_gather(PackedJob *j, const HurrayDescriptor *d) {
+/* gidx16, the group index scaled to the tile tables' rows. */
+static void choose_gather(PackedJob *j) {
   const uint32_t last = j->rank - 1;
-  if (!j->fast || !j->avx2 || j->use_table || !j->small_diff || j->group[last] != GROUP_INDEX) {
+  if (!j->fast || !j->avx2 || j->use_table || !j->small_diff || j->group[last] != GROUP_INDEX ||
+      j->ngroups > GATHER_TILE_GROUPS) {
     return;
   }
-  uint64_t sshape[HURRAY_MAX_RANK], n = 1;
-  uint32_t srank;
-  hurray__quant_scale_shape(d, sshape, &srank);
-  for (uint32_t m = 0; m < srank; m++) n *= sshape[m];
-  if (n > INT32_MAX) return; /* any offset from a row's base is below n */
-  j->goff = malloc(j->shape[last] ? (size_t)j->shape[last] * sizeof *j->goff : 1);
-  if (j->zero != NULL) j->zero32 = malloc((n ? n : 1) * sizeof *j->zero32);
-  if (j->goff == NULL || (j->zero != NULL && j->zero32 == NULL)) {
-    free(j->goff);
-    free(j->zero32);
-    j->goff = NULL;
-    j->zero32 = NULL;
-    return;
-  }
-  for (uint64_t t = 0; t < j->shape[last]; t++) {
-    j->goff[t] = (int32_t)((uint64_t)j->gidx[t] * j->sstride[last]);
-  }
-  for (uint64_t s = 0; j->zero32 != NULL && s < n; s++) j->zero32[s] = (int32_t)j->zero[s];
-  if (j->ngroups <= GATHER_TILE_GROUPS) {
-    j->gidx16 = malloc(j->shape[last] ? (size_t)j->shape[last] * sizeof *j->gidx16 : 1);
-    for (uint64_t t = 0; j->gidx16 != NULL && t < j->shape[last]; t++) {
-      j->gidx16[t] = (int32_t)(j->gidx[t] * TILE_ROWS);
-    }
+  j->gidx16 = malloc(j->shape[last] ? (size_t)j->shape[last] * sizeof *j->gidx16 : 1);
+  for (uint64_t t = 0; j->gidx16 != NULL && t < j->shape[last]; t++) {
+    j->gidx16[t] = (int32_t)(j->gidx[t] * TILE_ROWS);
   }
 }
 
@@ -1117,6 +1092,7 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
   for (uint32_t e = 0; e < j->lanes && e < 32; e++)
     j->shift_of[e] = (uint8_t)(j->lane_of[e] * j->bits);
   choose_direct(j);
+  j->sign = j->is_signed ? 1u << (j->bits - 1) : 0u;
   j->avx2 = hurray__quant_kernels()->level >= HURRAY_SIMD_AVX2 &&
             hurray__quant_kernels()->level != HURRAY_SIMD_NEON;
   j->lane_rows = j->fast && j->direct == DIRECT_NONE && j->word_bytes == 4 && j->bits <= 8 &&
@@ -1132,7 +1108,7 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
       j->small_diff = j->zero[s] > -((int64_t)1 << 23) && j->zero[s] < ((int64_t)1 << 23);
     }
   }
-  choose_gather(j, d);
+  choose_gather(j);
   const uint32_t last = j->rank - 1;
   const uint8_t grp = j->group[last];
   j->fused = j->avx2 && j->fast && j->direct == DIRECT_NONE && !j->use_table && j->small_diff &&
@@ -1181,8 +1157,6 @@ HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBu
   free(j->scale);
   free(j->zero);
   free(j->gidx);
-  free(j->goff);
-  free(j->zero32);
   free(j->gidx16);
   free(j);
   return st;
