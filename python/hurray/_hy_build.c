@@ -387,24 +387,9 @@ static int get_small_list(PyObject *v, const char *key, uint32_t *out, Py_ssize_
   return rc;
 }
 
-/* A packing from a Packing record or a mapping with its keys. */
-static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool zero_points,
-                         HurrayStatus *status, HurrayError *e) {
-  PyObject *p = item(q, key);
-  if (p == NULL) return 0;
-  PyObject *word_bits, *axis, *order;
-  if (PyDict_Check(p)) {
-    word_bits = PyDict_GetItemString(p, "word_bits");
-    axis = PyDict_GetItemString(p, "axis");
-    order = PyDict_GetItemString(p, "order");
-  } else if (is_record(p) && item(p, "word_bits") != NULL) {
-    word_bits = item(p, "word_bits");
-    axis = item(p, "axis");
-    order = item(p, "order");
-  } else {
-    PyErr_Format(PyExc_TypeError, "%s: a Packing (word_bits, axis, order), not %R", key, p);
-    return -1;
-  }
+/* Sets the code or zero-point packing from its three values (borrowed). */
+static int set_packing(HurrayDescriptor *d, const char *key, bool zero_points, PyObject *word_bits,
+                       PyObject *axis, PyObject *order, HurrayStatus *status, HurrayError *e) {
   uint64_t wb = 0, ax = 0;
   if (need(word_bits, "word_bits") < 0 ||
       hy_field_u64(word_bits, UINT64_MAX, "Packing.word_bits", &wb) < 0 ||
@@ -439,6 +424,30 @@ static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool
                 ? hurray_descriptor_set_quant_zero_point_packing(d, w32, a32, n ? lanes : NULL, e)
                 : hurray_descriptor_set_quant_code_packing(d, w32, a32, n ? lanes : NULL, e);
   return 0;
+}
+
+/* A packing from a Packing record or a mapping with its keys. A mapping's
+ * values are held while they are read: reading one may run Python code
+ * (__index__) that empties the mapping. */
+static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool zero_points,
+                         HurrayStatus *status, HurrayError *e) {
+  PyObject *p = item(q, key);
+  if (p == NULL) return 0;
+  if (is_record(p) && item(p, "word_bits") != NULL) { /* records are immutable */
+    return set_packing(d, key, zero_points, item(p, "word_bits"), item(p, "axis"),
+                       item(p, "order"), status, e);
+  }
+  if (!PyDict_Check(p)) {
+    PyErr_Format(PyExc_TypeError, "%s: a Packing (word_bits, axis, order), not %R", key, p);
+    return -1;
+  }
+  PyObject *held = PyDict_Copy(p);
+  if (held == NULL) return -1;
+  int rc = set_packing(d, key, zero_points, PyDict_GetItemString(held, "word_bits"),
+                       PyDict_GetItemString(held, "axis"), PyDict_GetItemString(held, "order"),
+                       status, e);
+  Py_DECREF(held);
+  return rc;
 }
 
 static int build_storage_axes(HurrayDescriptor *d, PyObject *q, HurrayStatus *status,

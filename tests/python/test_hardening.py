@@ -2024,3 +2024,47 @@ def test_cat_npy_refuses_an_empty_shape_numpy_refuses(tmp_path):
     assert r.returncode == 0, r.stderr
     (tmp_path / "e.npy").write_bytes(r.stdout)
     assert np.load(tmp_path / "e.npy").shape == (3, 0, 2**20)
+
+
+def test_a_packing_mapping_emptied_while_read_does_not_crash():
+    """A Packing given as a dict was read through borrowed references; the
+    __index__ of one value could empty the dict and free the others before
+    they were read (a use-after-free: a segfault with a large value). The
+    values are now held while they are read."""
+    result = run_python(
+        """
+        import hurray
+
+        def build(packing, dtype="int4"):
+            q = hurray.BlockAffine(axis=1, block_size=8, scale_buffer=1,
+                                   scale_dtype="float32", code_packing=packing)
+            return hurray.Descriptor(dtype, (8, 8), quantization=q,
+                                     buffers=[hurray.Buffer("data", 32), hurray.Buffer("scales", 32)])
+
+        class Empties:
+            def __init__(self, value):
+                self.value = value
+            def __index__(self):
+                packing.clear()
+                return self.value
+
+        packing = {"word_bits": Empties(32), "axis": 1 << (8 * 400_000), "order": None}
+        try:
+            build(packing)
+        except ValueError as e:
+            print("refused:", type(e).__name__)
+        packing = {"word_bits": 32, "axis": Empties(1), "order": [0] * 100_000}
+        try:
+            build(packing)
+        except ValueError as e:
+            print("refused:", e)
+        packing = {"word_bits": Empties(32), "axis": 1, "order": [7, 6, 5, 4, 3, 2, 1, 0]}
+        d = build(packing)
+        print("built:", hurray.Descriptor.decode(d.encode()).to_dict()["quantization"]["code_packing"])
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("refused:") == 2, result.stdout
+    assert "Packing.order: 100000 entries" in result.stdout
+    assert "built: {'word_bits': 32, 'axis': 1, 'order': [7, 6, 5, 4, 3, 2, 1, 0]}" in result.stdout
