@@ -150,6 +150,35 @@ def test_signed_codes_storage_permutations(dtype, word, monkeypatch):
         same_bytes(t, monkeypatch)
 
 
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+def test_scales_and_packed_zero_points_formed_in_parts(scale_dtype, monkeypatch):
+    """Scales and zero points are formed in parts on the kernel's threads
+    before the decode; 202,000 scales in 3 parts begin inside a row of the
+    scale array, where the zero points' carried index must start. Zero
+    points packed along either storage axis (GPTQ's, compressed-tensors'),
+    half-precision scales of both kinds."""
+    rng = np.random.default_rng(101)
+    shape = (2000, 16 * 101)
+    for storage, codes, zeros in (
+        ((1, 0), Packing(32, 0), Packing(32, 1)),
+        (None, Packing(32, 1), Packing(32, 0)),
+    ):
+        t, bufs = affine_case(
+            rng,
+            "uint4",
+            shape,
+            1,
+            16,
+            storage,
+            codes,
+            "uint4",
+            zeros,
+            zp_offset=1,
+            scale_dtype=scale_dtype,
+        )
+        same_bytes(t, monkeypatch)
+
+
 def test_zero_offset_beyond_the_int32_shortcut(monkeypatch):
     rng = np.random.default_rng(4)
     for off in ((1 << 23) + 5, -(1 << 24) - 3, 1 << 32):
