@@ -422,6 +422,34 @@ def test_killed_while_publishing_is_refused(tmp_path):
         _load_w(path)
 
 
+def test_a_metadata_write_that_fails_keeps_the_earlier_checkpoint(tmp_path, monkeypatch):
+    """finish() removed the earlier metadata and renamed this save's files
+    into place before it wrote the new metadata: a write that failed there
+    (a full disk, a quota, Ctrl-C) left neither save loadable. The metadata
+    is now written under a hidden name first; publishing only renames."""
+    path = str(tmp_path / "ckpt")
+    _save_local(path, {"w": torch.full((4, 4), 1.0)})
+    before = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    real_save = hdcp.save
+
+    def full_disk(target, *args, **kwargs):
+        if hdcp.METADATA_FILE in os.path.basename(target):  # under any name
+            raise OSError(errno.ENOSPC, "No space left on device", target)
+        return real_save(target, *args, **kwargs)
+
+    monkeypatch.setattr(hdcp, "save", full_disk)
+    with pytest.raises(BaseException, match="No space left on device"):
+        _save_local(path, {"w": torch.full((4, 4), 2.0)})
+    after = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    assert {n: after[n] for n in before} == before  # the earlier save, byte for byte
+    assert all(n.startswith(".rank-") for n in set(after) - set(before))  # hidden, for now
+    assert torch.equal(_load_w(path), torch.full((4, 4), 1.0))
+    monkeypatch.setattr(hdcp, "save", real_save)
+    _save_local(path, {"w": torch.full((4, 4), 3.0)})
+    assert sorted(os.listdir(path)) == [".metadata.hurray", "rank-00000.hurray"]
+    assert torch.equal(_load_w(path), torch.full((4, 4), 3.0))
+
+
 def _refused_by_one_rank(rank, world_size, path):
     dcp.save({"w": torch.full((4, 4), 1.0)}, storage_writer=HurrayStorageWriter(path))
     dist.barrier()

@@ -118,6 +118,7 @@ _K_METADATA = "hurray.dcp.metadata"
 
 _RANK_FILE = re.compile(r"rank-\d{5,}(-\d+)?\.hurray")
 _STAGED_FILE = re.compile(r"\.(rank-\d{5,}(?:-\d+)?\.hurray)\.([0-9a-f]{32})")
+_STAGED_METADATA = re.compile(re.escape("." + METADATA_FILE) + r"\.[0-9a-f]{32}")
 
 try:  # the version string DCP's own FileSystemWriter stamps on its metadata
     from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION as _DCP_VERSION
@@ -214,9 +215,10 @@ def _rank_file(rank: int, k: int) -> str:
     return f"rank-{rank:05d}.hurray" if k == 0 else f"rank-{rank:05d}-{k}.hurray"
 
 
-def _staged_name(rank_file: str, save_id: str) -> str:
-    """The hidden name a rank file has until finish() publishes the save."""
-    return f".{rank_file}.{save_id}"
+def _staged_name(name: str, save_id: str) -> str:
+    """The hidden name a rank file or the metadata file has until finish()
+    publishes the save."""
+    return f".{name}.{save_id}"
 
 
 def _rank_of(rank_file: str) -> int:
@@ -693,34 +695,40 @@ class HurrayStorageWriter(StorageWriter):
             raise
 
     def _publish(self, files: List[str]) -> None:
-        """Every rank wrote its files: the earlier save goes (its metadata
-        first, so the directory never looks complete while it holds a mix),
-        this save's files take their names, and whatever else an earlier or
-        failed save left (rank files this save does not have, hidden files
-        of other saves) is removed."""
+        """Every rank wrote its files and the metadata is written under its
+        hidden name: the earlier save goes (its metadata first, so the
+        directory never looks complete while it holds a mix), this save's
+        files take their names, its metadata last, and whatever else an
+        earlier or failed save left (rank files this save does not have,
+        hidden files of other saves) is removed. Only renames and removals
+        from here: nothing that a full disk refuses."""
         try:
             os.unlink(os.path.join(self.path, METADATA_FILE))
             _fsync_dir(self.path)
         except FileNotFoundError:
             pass
+        staged = [_staged_name(name, self.save_id) for name in files]
+        names = list(files) + [METADATA_FILE]
+        staged.append(_staged_name(METADATA_FILE, self.save_id))
         renamed = 0
         try:
-            for name in files:
-                os.replace(
-                    os.path.join(self.path, _staged_name(name, self.save_id)),
-                    os.path.join(self.path, name),
-                )
+            for hidden, name in zip(staged, names):
+                os.replace(os.path.join(self.path, hidden), os.path.join(self.path, name))
                 renamed += 1
         except BaseException:
-            for name in files[renamed:]:  # the directory is incomplete now: no litter besides
+            for hidden in staged[renamed:]:  # the directory is incomplete now: no litter besides
                 try:
-                    os.unlink(os.path.join(self.path, _staged_name(name, self.save_id)))
+                    os.unlink(os.path.join(self.path, hidden))
                 except OSError:
                     pass
             raise
         keep = set(files)
         for n in os.listdir(self.path):
-            if (_RANK_FILE.fullmatch(n) and n not in keep) or _STAGED_FILE.fullmatch(n):
+            if (
+                (_RANK_FILE.fullmatch(n) and n not in keep)
+                or _STAGED_FILE.fullmatch(n)
+                or _STAGED_METADATA.fullmatch(n)
+            ):
                 try:
                     os.unlink(os.path.join(self.path, n))
                 except FileNotFoundError:
@@ -749,9 +757,10 @@ class HurrayStorageWriter(StorageWriter):
                 f"rank shares?): {missing}"
             )
         doc = _encode_metadata(metadata, self.save_id, len(results), sorted(files))
-        self._publish(sorted(files))
+        # Written before anything of the earlier save is touched: a write
+        # that fails (a full disk, a quota, Ctrl-C) leaves that save whole.
         save(
-            os.path.join(self.path, METADATA_FILE),
+            os.path.join(self.path, _staged_name(METADATA_FILE, self.save_id)),
             {},
             {
                 _K_FORMAT: FORMAT,
@@ -761,6 +770,7 @@ class HurrayStorageWriter(StorageWriter):
                 _K_METADATA: json.dumps(doc, separators=(",", ":"), allow_nan=False),
             },
         )
+        self._publish(sorted(files))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
