@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _dtypes, _hurray
 from ._descriptor import Dense, Descriptor, Shard
-from ._files import File, _tensor_name, as_tensor, save
+from ._files import File, _tensor_name, as_tensor, fsync_dir, save
 from ._tensor import Tensor, _numpy_shaped, specialise
 
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
@@ -671,12 +671,16 @@ def save_sharded(
 
     Values are dense, unquantized tensors or anything as_tensor takes; a
     value that is itself a piece is cut further, its pieces keeping its
-    global shape. Existing files in `directory` are left alone: write a
-    different part count into a fresh directory, since load_sharded reads
-    every *.hurray file of a directory. Each part records one random id per
-    call (metadata hurray.save_sharded.save): load_sharded refuses pieces of
-    a tensor in one folder that come from two calls, as a save that failed
-    part way leaves them."""
+    global shape. Existing files in `directory` are left alone but for parts
+    of the same names, which are replaced: write a different part count
+    into a fresh directory, since load_sharded reads every *.hurray file of
+    a directory. The parts are written under hidden names
+    (.part-....hurray.ID) and renamed into place once every one is, so a
+    save that fails (a full disk, Ctrl-C) leaves the directory as it was,
+    and one created for it is removed again. Each part records one random
+    id per call (metadata hurray.save_sharded.save): load_sharded refuses
+    pieces of a tensor in one folder that come from two calls, as a process
+    killed between two renames leaves them."""
     if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)):
         raise TypeError(f"parts must be an int, not {type(parts).__name__}")
     if not 1 <= parts <= MAX_PARTS:
@@ -715,11 +719,33 @@ def save_sharded(
             )
             pieces.append(Tensor(pd, list(p.buffers)))
         split[name] = pieces
+    created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
-    metadata = {**(metadata or {}), SAVE_KEY: secrets.token_hex(8)}
-    paths = []
-    for k in range(parts):
-        path = os.path.join(directory, f"part-{k:05d}-of-{parts:05d}.hurray")
-        save(path, {name: pieces[k] for name, pieces in split.items()}, metadata)
-        paths.append(path)
+    save_id = secrets.token_hex(8)
+    metadata = {**(metadata or {}), SAVE_KEY: save_id}
+    paths = [os.path.join(directory, f"part-{k:05d}-of-{parts:05d}.hurray") for k in range(parts)]
+    # Every part is written under a hidden name first and renamed into place
+    # once all are: a save that fails part way (a full disk, Ctrl-C) leaves
+    # the parts of an earlier save with the same names as they were.
+    staged = [os.path.join(directory, f".{os.path.basename(p)}.{save_id}") for p in paths]
+    renamed = 0
+    try:
+        for k in range(parts):
+            save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
+        for k in range(parts):
+            os.replace(staged[k], paths[k])
+            renamed += 1
+        fsync_dir(directory)
+    except BaseException:
+        for path in staged[renamed:]:  # those not written yet are not there
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if created:
+            try:
+                os.rmdir(directory)  # only while it is still empty
+            except OSError:
+                pass
+        raise
     return paths

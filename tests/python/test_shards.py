@@ -787,3 +787,41 @@ def test_two_save_sharded_calls_of_other_tensors_share_a_folder(tmp_path):
     got = hurray.load_sharded(tmp_path)
     np.testing.assert_array_equal(got["a"], a)
     np.testing.assert_array_equal(got["b"], b)
+
+
+def test_a_save_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """save_sharded wrote each part onto its final name in turn: a full disk
+    at the second part left the first one replaced, and neither save
+    loadable. The parts are now renamed into place only once all are
+    written; a failure removes what was written, and a folder made for the
+    save."""
+    import errno
+
+    import hurray._shards as shards
+
+    folder = tmp_path / "ckpt"
+    old = np.arange(100, dtype=np.float32)
+    hurray.save_sharded(folder, {"a": old}, parts=2)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real_save, calls = shards.save, []
+
+    def full_disk(path, *args, **kwargs):
+        calls.append(os.path.basename(path))
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_save(path, *args, **kwargs)
+
+    monkeypatch.setattr(shards, "save", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        hurray.save_sharded(folder, {"a": np.ones(600, np.float32)}, parts=2)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert np.array_equal(hurray.load_sharded(folder, "a"), old)
+    fresh = tmp_path / "fresh"
+    calls.clear()
+    with pytest.raises(OSError, match="No space left on device"):
+        hurray.save_sharded(fresh, {"a": np.ones(600, np.float32)}, parts=2)
+    assert not fresh.exists()
+    monkeypatch.setattr(shards, "save", real_save)
+    paths = hurray.save_sharded(folder, {"a": np.ones(600, np.float32)}, parts=2)
+    assert sorted(p.name for p in folder.iterdir()) == [os.path.basename(p) for p in paths]
+    assert np.array_equal(hurray.load_sharded(folder, "a"), np.ones(600, np.float32))
