@@ -47,3 +47,39 @@ def test_fifo_is_refused_without_blocking(tmp_path, call):
         pytest.fail(f"{call} blocked on a FIFO")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "not a regular file" in out.stdout
+
+
+def test_convert_refuses_targets_it_cannot_replace_with_an_oserror(tmp_path):
+    """convert() refused a FIFO, a device or a folder as its target, and a
+    file as a folder target, with a plain ConversionError; save() raises
+    an OSError with errno and the path for the same targets, and so does
+    convert() now."""
+    import errno
+
+    import numpy as np
+
+    import hurray
+
+    src = tmp_path / "src.npz"
+    np.savez(src, w=np.ones(4, np.float32))
+    fifo = tmp_path / "pipe.hurray"
+    os.mkfifo(fifo)
+    folder = tmp_path / "dir.safetensors"
+    folder.mkdir()
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"keep")
+    for target, code in (
+        (fifo, errno.ENXIO),
+        (tmp_path / "null.hurray", errno.ENXIO),
+        (folder, errno.EISDIR),
+        (str(plain) + "/", errno.ENOTDIR),
+    ):
+        if target == tmp_path / "null.hurray":
+            os.symlink("/dev/null", target)
+        with pytest.raises(hurray.ConversionIOError) as info:
+            hurray.convert(src, target, quiet=True)
+        assert isinstance(info.value, OSError) and info.value.errno == code, info.value
+        assert info.value.filename == str(target).rstrip("/"), info.value.filename
+        assert str(target).rstrip("/") in str(info.value)
+    assert plain.read_bytes() == b"keep"
+    assert folder.is_dir() and not list(folder.iterdir())

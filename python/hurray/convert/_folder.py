@@ -22,7 +22,7 @@ import threading
 from typing import Dict, List, Optional, Tuple
 
 from .._files import fsync_dir as _fsync_dir
-from ._common import ConversionError, _first_line, os_failure, owned_json
+from ._common import ConversionError, _first_line, io_error, os_failure, owned_json
 from ._safetensors import _SafetensorsTarget
 from ._target import keep_mode, short_name
 from .zoo import ZOO_CONFIG_KEY, ZOO_INDEX_KEY, ZOO_KEYS, ZOO_TENSORS_KEY, ZOO_WEIGHT_MAP_KEY
@@ -124,7 +124,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         if os.path.isdir(self.path):
             return
         if os.path.lexists(self.path):
-            raise ConversionError(f"{self.path} exists and is not a folder")
+            raise io_error(f"{self.path} exists and is not a folder", errno.ENOTDIR, self.path)
         base = short_name(os.path.basename(self.path))
         # Recorded before it exists, so that a Ctrl-C right after mkdir
         # leaves nothing behind (abort() removes it, quietly if absent).

@@ -4,6 +4,7 @@ and the dense targets' common step (dequantize, densify, widen)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -21,6 +22,7 @@ from ._common import (
     ConversionError,
     _check_dense_written_size,
     _first_line,
+    io_error,
     os_failure,
     write_failure,
 )
@@ -236,8 +238,12 @@ def _check_replaceable(path: str) -> None:
         mode = os.stat(path).st_mode
     except OSError:
         return  # nothing there (making the temporary file says what is wrong)
-    if not stat.S_ISREG(mode):
-        raise ConversionError(f"{path} is not a regular file; a conversion replaces only a file")
+    if not stat.S_ISREG(mode):  # an OSError as save() raises it: EISDIR, else ENXIO
+        raise io_error(
+            f"{path} is not a regular file; a conversion replaces only a file",
+            errno.EISDIR if stat.S_ISDIR(mode) else errno.ENXIO,
+            path,
+        )
 
 
 class _FileTarget(_Target):
