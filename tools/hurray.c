@@ -193,6 +193,10 @@ static void catch_interrupts(void) {
  * format, an option only the Python converter has, or a tensor that needs
  * a change of form, e.g. dequantizing into safetensors): the caller then
  * hands over to Python. Nothing is written in that case. */
+/* Whether a failure to write stdout was reported already, in the words
+ * of the command that met it. */
+static bool stdout_failure_said = false;
+
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   bool quiet = false, stats = false, verify = true;
@@ -248,6 +252,18 @@ static int try_native_convert(int argc, char **argv) {
     if (stats && tf != HURRAY_FORMAT_HURRAY) {
       printf("note: --stats applies to .hurray targets; ignored\n"); /* as Python says it */
     }
+  }
+  errno = 0;
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    /* Said here, as the Python converter says it: a bare "writing to
+     * stdout failed" with exit status 1 read as if the target were not
+     * written. */
+    fputs("hurray convert: ", stderr);
+    hurray_cli_puts_escaped(stderr, dst);
+    fprintf(stderr, " was written, but printing its report failed: %s\n",
+            errno != 0 ? strerror(errno) : "write error");
+    stdout_failure_said = true;
+    return EXIT_FAILURE;
   }
   return EXIT_SUCCESS;
 }
@@ -325,8 +341,10 @@ static int run_convert(int argc, char **argv) {
 static int stdout_checked(int code) {
   errno = 0;
   if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "hurray: writing to stdout failed: %s\n",
-            errno != 0 ? strerror(errno) : "write error");
+    if (!stdout_failure_said) {
+      fprintf(stderr, "hurray: writing to stdout failed: %s\n",
+              errno != 0 ? strerror(errno) : "write error");
+    }
     return code == EXIT_SUCCESS ? EXIT_FAILURE : code;
   }
   return code;

@@ -530,6 +530,30 @@ class NativeConvertTest(unittest.TestCase):
             self.assertEqual(out.returncode, 1)
             self.assertIn(b"/nonexistent/python3", out.stderr)
 
+    def test_a_report_that_does_not_arrive_says_the_target_was_written(self):
+        """With stdout on a full disk the native path said only "writing to
+        stdout failed" and exited 1, as if the conversion had failed; the
+        target was written. It now says so, as the Python converter does."""
+        if not stat.S_ISCHR(os.stat("/dev/full").st_mode):
+            self.skipTest("/dev/full is not the full device here")
+        with tempfile.TemporaryDirectory() as d:
+            st = os.path.join(d, "a.safetensors")
+            with open(st, "wb") as f:
+                f.write(safetensors_bytes({"w": ("F32", (2, 2), bytes(16))}))
+            dst = os.path.join(d, "b.hurray")
+            env = dict(os.environ, PATH="/nonexistent", HURRAY_PYTHON="/nonexistent/python3")
+            with open("/dev/full", "wb") as full:
+                out = subprocess.run(
+                    [HURRAY, "convert", st, dst], stdout=full, stderr=subprocess.PIPE, env=env
+                )
+            self.assertEqual(out.returncode, 1)
+            said = out.stderr.decode()
+            self.assertIn(
+                f"hurray convert: {dst} was written, but printing its report failed", said
+            )
+            self.assertNotIn("writing to stdout failed", said)  # said once
+            self.assertEqual(run("verify", dst).returncode, 0)
+
     def test_a_file_size_limit_is_a_failure_not_a_kill(self):
         """Past RLIMIT_FSIZE the native convert was killed by SIGXFSZ: exit
         153, no message, and (without O_TMPFILE) its temporary file left."""
