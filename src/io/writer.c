@@ -731,7 +731,15 @@ static HurrayStatus inspect_target(HurrayWriter *w, HurrayError *error) {
                            w->target);
   }
   struct stat st;
-  if (sys->stat == NULL || sys->stat(sys->ctx, w->target, &st, false) != 0) return HURRAY_OK;
+  if (sys->stat == NULL) return HURRAY_OK;
+  if (sys->stat(sys->ctx, w->target, &st, false) != 0) {
+    /* A name the folder cannot hold is refused now, not by the rename
+     * after the whole file was written (a file of 256 bytes' name on
+     * ext4). Anything else (nothing there yet) is for the writes to say. */
+    if (errno != ENAMETOOLONG) return HURRAY_OK;
+    return hurray__fail_os(error, HURRAY_ERR_IO, ENAMETOOLONG, "cannot write %s: %s", w->target,
+                           strerror(ENAMETOOLONG));
+  }
   if (S_ISLNK(st.st_mode) && sys->stat(sys->ctx, w->target, &st, true) != 0) {
     return HURRAY_OK; /* a link to nothing (yet) */
   }

@@ -2068,3 +2068,24 @@ def test_a_packing_mapping_emptied_while_read_does_not_crash():
     assert result.stdout.count("refused:") == 2, result.stdout
     assert "Packing.order: 100000 entries" in result.stdout
     assert "built: {'word_bits': 32, 'axis': 1, 'order': [7, 6, 5, 4, 3, 2, 1, 0]}" in result.stdout
+
+
+def test_a_name_the_folder_cannot_hold_is_refused_before_writing(tmp_path):
+    """A target name longer than the folder allows (256 bytes on ext4) was
+    found out by the rename, after the whole file had been written. It is
+    now refused when the writer opens, for save() and for the C converter's
+    targets alike."""
+    import errno
+
+    long = tmp_path / ("n" * 300 + ".hurray")
+    with pytest.raises(OSError) as info:
+        hurray.save(long, {"w": np.ones(4, np.float32)})
+    assert info.value.errno == errno.ENAMETOOLONG
+    assert "cannot write" in str(info.value) and "rename" not in str(info.value)
+    src = tmp_path / "src.hurray"
+    hurray.save(src, {"w": np.ones(4, np.float32)})
+    for suffix in (".safetensors", ".gguf", ".hurray"):
+        with pytest.raises(OSError) as info:
+            hurray.convert(src, tmp_path / ("n" * 300 + suffix), quiet=True)
+        assert info.value.errno == errno.ENAMETOOLONG, info.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.hurray"]
