@@ -347,7 +347,22 @@ class _Metered:
 
 
 # The unit is case-insensitive (RFC 9110 14.1).
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+# At most 20 digits (2^64 has 20): int() refuses more than 4300 with a
+# ValueError, which a server's header is not to raise.
+_CONTENT_RANGE = re.compile(
+    r"^\s*bytes\s+([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)\s*$", re.IGNORECASE
+)
+_LENGTH = re.compile(r"[0-9]{1,20}")
+
+
+def _clipped(value) -> str:
+    """A server's header value for a message: its repr, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _header(response, name: str) -> str:
+    return _clipped(response.headers.get(name))
 
 
 class HttpBackend:
@@ -466,7 +481,13 @@ class HttpBackend:
         connection serves the next request, or drops the connection with a
         long or unannounced one unread."""
         length = response.headers.get("Content-Length") or ""
-        if re.fullmatch(r"[0-9]+", length) and int(length) <= REDIRECT_BODY_READ:
+        # A chunked body is read to its last chunk whatever Content-Length
+        # says, and a server may send chunks forever: its connection goes.
+        if (
+            response.headers.get("Transfer-Encoding") is None
+            and _LENGTH.fullmatch(length)
+            and int(length) <= REDIRECT_BODY_READ
+        ):
             try:
                 self._read_exactly(self._metered(response), memoryview(bytearray(int(length))))
                 # Reading nothing more ends the response (http.client closes
@@ -646,7 +667,7 @@ class HttpBackend:
         match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
         if match is None or match.group(3) == "*":
             raise RemoteProtocolError(
-                f"{self.shown}: bad Content-Range {response.headers.get('Content-Range')!r}"
+                f"{self.shown}: bad Content-Range {_header(response, 'Content-Range')}"
                 f" for {range_header}"
             )
         start, end, total = (
@@ -657,19 +678,17 @@ class HttpBackend:
         if end <= start or end > total or (want is not None and (start, end) != want):
             raise RemoteProtocolError(
                 f"{self.shown}: asked for {range_header}, got Content-Range "
-                f"{response.headers.get('Content-Range')!r}"
+                f"{_header(response, 'Content-Range')}"
             )
         length = response.headers.get("Content-Length")
         if length is not None and len(set(length.replace(" ", "").split(","))) == 1:
             # the same value repeated ("10, 10" once urllib3 joins them) is
             # one value (RFC 9110 8.6); different ones stay an error
             length = length.replace(" ", "").split(",")[0]
-        if length is not None and (
-            re.fullmatch(r"[0-9]+", length) is None or int(length) != end - start
-        ):
+        if length is not None and (_LENGTH.fullmatch(length) is None or int(length) != end - start):
             raise RemoteProtocolError(
-                f"{self.shown}: Content-Length {length} disagrees with Content-Range "
-                f"{response.headers.get('Content-Range')!r}"
+                f"{self.shown}: Content-Length {_clipped(length)} disagrees with Content-Range "
+                f"{_header(response, 'Content-Range')}"
             )
         return start, end, total
 

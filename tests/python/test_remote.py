@@ -946,24 +946,37 @@ def test_shown_urls_hide_every_credential():
 
 @pytest.mark.parametrize(
     "content_length, total, error",
-    [("\u00b2", 8, "Content-Length"), ("8", 1 << 64, "claims a size")],
+    [
+        ("\u00b2", 8, "Content-Length"),
+        ("8", 1 << 64, "claims a size"),
+        ("0" * 4999 + "8", 8, "Content-Length"),
+        ("8", "9" * 5000, "bad Content-Range"),
+    ],
+    ids=["superscript", "2^64", "5000-digit length", "5000-digit total"],
 )
 def test_odd_numbers_from_a_server_are_protocol_errors(content_length, total, error):
     """A superscript digit passed str.isdigit() and then broke int(); a size
-    past 64 bits reached C as an OverflowError without the URL."""
+    past 64 bits reached C as an OverflowError without the URL; a number of
+    over 4300 digits made int() raise a ValueError (more than 20 digits are
+    now refused, and the message quotes at most 80 characters of it)."""
 
     def answer(conn):
         head = (
             "HTTP/1.1 206 Partial Content\r\n"
-            f"Content-Range: bytes {total - 8}-{total - 1}/{total}\r\n"
-            f"Content-Length: {content_length}\r\nConnection: close\r\n\r\n"
+            + (
+                f"Content-Range: bytes 0-7/{total}\r\n"
+                if isinstance(total, str)
+                else f"Content-Range: bytes {total - 8}-{total - 1}/{total}\r\n"
+            )
+            + f"Content-Length: {content_length}\r\nConnection: close\r\n\r\n"
         )
         conn.sendall(head.encode("latin-1") + bytes(8))
 
     raw = _RawServer(answer)
     try:
-        with pytest.raises(hurray.RemoteProtocolError, match=error):
+        with pytest.raises(hurray.RemoteProtocolError, match=error) as info:
             hurray.open(raw.url, retries=0)
+        assert len(str(info.value)) < 400
         with pytest.raises(ValueError, match="retries"):
             hurray.open(raw.url, retries=-1)
     finally:
@@ -1069,6 +1082,33 @@ def test_a_redirect_body_that_never_ends_is_not_read(files, server):
         conn.sendall(b"Content-Length: 1125899906842624\r\n\r\n")
         while True:
             conn.sendall(bytes(1 << 16))
+
+    raw = _RawServer(answer)
+    try:
+        started = time.monotonic()
+        with hurray.open(raw.url, timeout=(2, 2), retries=0) as f:
+            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
+        assert time.monotonic() - started < 10
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("pace", ["flood", "trickle"])
+def test_a_chunked_redirect_body_is_not_read(files, server, pace):
+    """A 302 announcing Content-Length 0 and a chunked body was read as a
+    short body, but a chunked body is read to its last chunk: one that
+    never ended held open() forever (and a flood of chunks filled memory).
+    A chunked redirect's connection is dropped unread."""
+    target = server.url("/small.hurray").encode()
+
+    def answer(conn):
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: " + target + b"\r\n")
+        conn.sendall(b"Content-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = bytes(1 << 16) if pace == "flood" else b"x"
+        while True:
+            conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if pace == "trickle":
+                time.sleep(0.5)
 
     raw = _RawServer(answer)
     try:
