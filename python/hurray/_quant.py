@@ -22,8 +22,9 @@ def _dtype_name(dtype: Any) -> Optional[str]:
 def _as_float32(a: np.ndarray) -> np.ndarray:
     """float32 values of `a`, or an error where the cast would change them
     past rounding: a complex array loses its imaginary parts, and a finite
-    float64 beyond float32's range becomes an infinity (which the kernels
-    then refuse as if the input held one, or encode as a NaN block)."""
+    float64 beyond float32's range would become an infinity (refused here as
+    NOT_FINITE for every scheme, even the MX ones that encode an infinity
+    in the input as a NaN block)."""
     if np.iscomplexobj(a):
         raise TypeError(f"quantize takes real input, not {a.dtype}")
     with np.errstate(over="raise"):
