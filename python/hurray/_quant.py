@@ -45,7 +45,10 @@ def _as_float_array(array: Any) -> np.ndarray:
         # bfloat16 arrives as ml_dtypes.bfloat16
         array = _hooks.torch("from_torch")(array.detach()).numpy()
     a = np.asarray(array)
-    if a.dtype.kind in "OSU":  # None, str and object arrays: astype would make NaNs of them
+    # None, str and object arrays (astype would make NaNs of them), dates and
+    # durations (their counts of days or seconds are no values to quantize)
+    # and records (astype would quietly take a one-field record's field)
+    if a.dtype.kind in "OSUMm" or a.dtype.names is not None:
         raise TypeError(
             f"quantize takes an array of numbers, not {a.dtype} ({type(array).__name__})"
         )

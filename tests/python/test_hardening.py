@@ -1794,7 +1794,14 @@ def test_arguments_of_the_wrong_kind_get_a_clear_type_error(tmp_path):
         with pytest.raises(TypeError, match="iterable of names"):
             f.get_tensors("qx")
         assert sorted(f.get_tensors(("q", "x"))) == ["q", "x"]
-    for bad in (None, np.array([1.0, None], dtype=object), "1.5"):
+    for bad in (
+        None,
+        np.array([1.0, None], dtype=object),
+        "1.5",
+        np.array(["2020-01-01"], "datetime64[D]"),  # was quantized as a count of days
+        np.array([3], "timedelta64[s]"),
+        np.zeros(2, dtype=[("a", "<f4")]),  # was quantized as its one field
+    ):
         with pytest.raises(TypeError, match="array of numbers"):
             hurray.quantize(bad, "affine")
     for bad in ("float32", None, 5):
