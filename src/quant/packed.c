@@ -172,6 +172,25 @@ static void storage_strides(uint32_t rank, const uint64_t *logical, const uint8_
 /* The strides of codes and scales per logical dimension, how each picks
  * its group, and the group index checked once (so the element loop cannot
  * meet an entry out of range). */
+/* The `n` int32 entries of a group index, each checked to lie in [0,
+ * groups), into `out` when it is not NULL. */
+static HurrayStatus read_group_index(const uint8_t *entries, uint64_t n, uint64_t groups,
+                                     uint32_t *out, HurrayError *error) {
+  for (uint64_t i = 0; i < n; i++) {
+    uint32_t raw = (uint32_t)load_le(entries + 4 * i, 4);
+    int32_t v = (int32_t)raw;
+    if (v < 0 || (uint64_t)v >= groups) {
+      return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
+                          "quantization.group_index_buffer: entry %llu is %d, outside the %llu "
+                          "groups [0, %llu)",
+                          (unsigned long long)i, (int)v, (unsigned long long)groups,
+                          (unsigned long long)groups);
+    }
+    if (out != NULL) out[i] = raw;
+  }
+  return HURRAY_OK;
+}
+
 static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
                               const HurrayBufferList *list, HurrayError *error) {
   const HurrayQuant *q = &d->quant;
@@ -211,23 +230,12 @@ static HurrayStatus plan_dims(PackedJob *j, const HurrayDescriptor *d,
   /* Copied, then checked: the caller's buffer may change under the
    * kernels (another thread), and an entry read again unchecked would
    * index the scales anywhere. */
-  const uint8_t *entries = buffer_bytes(list, q->group_index_buffer);
   j->gidx = malloc(j->shape[q->axis] ? (size_t)j->shape[q->axis] * sizeof *j->gidx : 1);
   if (j->gidx == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory");
   j->group[q->axis] = GROUP_INDEX;
   j->ngroups = slog[q->axis];
-  for (uint64_t i = 0; i < j->shape[q->axis]; i++) {
-    j->gidx[i] = (uint32_t)load_le(entries + 4 * i, 4);
-    int32_t v = (int32_t)j->gidx[i];
-    if (v < 0 || (uint64_t)v >= slog[q->axis]) {
-      return hurray__fail(error, HURRAY_ERR_QUANT_GROUP_INDEX,
-                          "quantization.group_index_buffer: entry %llu is %d, outside the %llu "
-                          "groups [0, %llu)",
-                          (unsigned long long)i, (int)v, (unsigned long long)slog[q->axis],
-                          (unsigned long long)slog[q->axis]);
-    }
-  }
-  return HURRAY_OK;
+  return read_group_index(buffer_bytes(list, q->group_index_buffer), j->shape[q->axis],
+                          slog[q->axis], j->gidx, error);
 }
 
 /* What position i of logical dim k adds to the code's word (or element)
@@ -1200,7 +1208,17 @@ static void choose_path(PackedJob *j, const HurrayDescriptor *d) {
 HurrayStatus hurray__packed_dequantize(const HurrayDescriptor *d, const HurrayBufferList *list,
                                        HurrayDType out_dtype, void *out, uint64_t numel,
                                        uint32_t threads, HurrayError *error) {
-  if (numel == 0) return HURRAY_OK;
+  if (numel == 0) {
+    /* Nothing to decode, but a group index is still the tensor's: an entry
+     * outside its groups fails here as it would with elements (spec §5.6;
+     * G from the axis alone, which may be the one non-zero dimension). */
+    const HurrayQuant *q = &d->quant;
+    if (q->kind != HURRAY_QUANT_BLOCK_AFFINE || q->group_index_buffer == HURRAY_NO_BUFFER) {
+      return HURRAY_OK;
+    }
+    uint64_t len = d->shape[q->axis], groups = len == 0 ? 0 : (len - 1) / q->block_size + 1;
+    return read_group_index(buffer_bytes(list, q->group_index_buffer), len, groups, NULL, error);
+  }
   PackedJob *j = calloc(1, sizeof *j);
   if (j == NULL) return hurray__fail(error, HURRAY_ERR_NO_MEMORY, "no memory");
   const HurrayQuant *q = &d->quant;

@@ -591,6 +591,32 @@ def test_group_index_out_of_range_is_a_clean_error():
         assert "group_index_buffer" in str(info.value) and "37" in str(info.value)
 
 
+def test_group_index_of_a_tensor_without_elements_is_checked_too():
+    """An empty tensor returned at once, so its group index was never
+    checked: (0, 4) with entries outside its 2 groups decoded as a clean
+    empty array, where (1, 4) failed. Spec §5.6: a decoder fails on any
+    entry outside [0, G)."""
+    q = BlockAffine(1, 2, 1, "float32", group_index_buffer=2, group_index_dtype="int32")
+
+    def empty(entries):
+        d = hurray.Descriptor(
+            "uint4",
+            (0, 4),
+            quantization=q,
+            buffers=[
+                hurray.Buffer("data", 0),
+                hurray.Buffer("scales", 0),
+                hurray.Buffer("group_index", 16),
+            ],
+        )
+        return hurray.Tensor(d, [b"", b"", np.array(entries, "<i4").tobytes()])
+
+    with pytest.raises(hurray.PlacementError, match="entry 1 is -1") as info:
+        empty([0, -1, 1, 1]).dequantize()
+    assert info.value.status_name == "HURRAY_ERR_QUANT_GROUP_INDEX"
+    assert empty([0, 1, 1, 0]).dequantize().shape == (0, 4)
+
+
 # ----------------------------------------------------- records and rules
 
 
