@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import itertools
+import json
 import math
 import os
 import secrets
@@ -107,6 +108,7 @@ DCP_FORMAT = "hurray.torch.dcp"
 DCP_METADATA_FILE = ".metadata.hurray"
 DCP_FORMAT_KEY = "hurray.dcp.format"
 DCP_SAVE_ID_KEY = "hurray.dcp.save_id"
+DCP_METADATA_KEY = "hurray.dcp.metadata"
 
 #: The most parts save_sharded writes: their names hold five digits.
 MAX_PARTS = 99999
@@ -465,22 +467,27 @@ def _check_unchanged(f: File, piece: _Piece) -> None:
 
 def check_one_finished_save(
     folder: str,
-    saves: Mapping[str, str],
-    first_is_dcp: bool,
+    ids: Mapping[str, Optional[str]],
+    dcp: bool,
     read_metadata: Callable[[str], Any],
     one_save: bool = True,
 ) -> Optional[str]:
-    """Why the parts of `folder` cannot be assembled, or None. `saves` maps
-    each save id its parts carry (save_sharded's or a DCP rank file's) to
-    one part holding it; `first_is_dcp`: the first part says it is a DCP
-    rank file; `read_metadata(path)`: a file's metadata. A
-    torch.distributed.checkpoint save that did not finish (no
-    .metadata.hurray), or parts not of the save .metadata.hurray describes,
-    would assemble tensors from two saves; with `one_save`, so would any
-    two saves' parts (the converter's rule: load_sharded compares the ids
-    of each tensor's pieces instead, so that one folder may hold two
-    save_sharded calls of different tensors). (Shared by load_sharded of a
-    folder and the converter, which reads such folders without torch.)"""
+    """Why the parts of `folder` cannot be assembled, or None. `ids` maps
+    each part to the save id it carries (save_sharded's or a DCP rank
+    file's), or None; `dcp`: some part says it is a DCP rank file;
+    `read_metadata(path)`: a file's metadata. A torch.distributed.checkpoint
+    save must have finished (.metadata.hurray), every part must carry the
+    save id it names, and every rank file it lists must be there: else
+    tensors would be assembled from two saves, or go missing without a word.
+    With `one_save`, any two saves' parts are refused too (the converter's
+    rule: load_sharded compares the ids of each tensor's pieces instead, so
+    that one folder may hold two save_sharded calls of different tensors).
+    (Shared by load_sharded of a folder and the converter, which reads such
+    folders without torch.)"""
+    saves: Dict[str, str] = {}
+    for path, save_id in ids.items():
+        if save_id is not None:
+            saves.setdefault(str(save_id), path)
     if one_save and len(saves) > 1:
         (a, pa), (b, pb) = list(saves.items())[:2]
         return (
@@ -488,17 +495,33 @@ def check_one_finished_save(
             "way, or parts of two were mixed"
         )
     meta_path = os.path.join(folder, DCP_METADATA_FILE)
-    if not (os.path.lexists(meta_path) or first_is_dcp):
+    if not (os.path.lexists(meta_path) or dcp):
         return None
     if not os.path.isfile(meta_path):
         return f"a torch.distributed.checkpoint save that did not finish (no {DCP_METADATA_FILE})"
-    finished = read_metadata(meta_path).get(DCP_SAVE_ID_KEY)
-    for save_id, part in saves.items():
-        if save_id != str(finished):
+    meta = read_metadata(meta_path)
+    finished = meta.get(DCP_SAVE_ID_KEY)
+    if not isinstance(finished, str):
+        return f"{DCP_METADATA_FILE} names no save id"
+    for path, save_id in ids.items():
+        if save_id is None or str(save_id) != finished:
             return (
-                f"{part} is not of the save {DCP_METADATA_FILE} describes: a later save "
-                "stopped part way"
+                f"{path} is not of the save {DCP_METADATA_FILE} describes: a later save "
+                "stopped part way, or a file was put beside it"
             )
+    try:
+        listed = json.loads(meta[DCP_METADATA_KEY])["files"]
+        if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+            raise TypeError
+    except (KeyError, TypeError, ValueError):
+        return f"{DCP_METADATA_FILE} holds no list of its rank files"
+    present = {os.path.basename(p) for p in ids}
+    missing = [n for n in listed if n not in present]
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        return f"{DCP_METADATA_FILE} lists rank files that are missing: {shown}"
     return None
 
 
@@ -573,18 +596,16 @@ def _load(
     save (check_one_finished_save)."""
     pieces: Dict[str, List[_Piece]] = {}
     unsharded: Dict[str, str] = {}
-    saves: Dict[str, str] = {}
-    first_is_dcp = False
+    ids: Dict[str, Optional[str]] = {}
+    dcp = False
     # Pass 1: descriptors only, one file open at a time (parts may outnumber fds).
-    for k, path in enumerate(paths):
+    for path in paths:
         identity = _identity(path)
         with open_file(path) as f:
             # save_sharded's id, or a DCP rank file's: pieces of two saves never mix
             save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
-            if save_id is not None:
-                saves.setdefault(str(save_id), path)
-            if k == 0:
-                first_is_dcp = f.metadata.get(DCP_FORMAT_KEY) == DCP_FORMAT
+            ids[path] = None if save_id is None else str(save_id)
+            dcp = dcp or f.metadata.get(DCP_FORMAT_KEY) == DCP_FORMAT
             for n in [name] if name is not None else f.keys():
                 try:
                     d = f.descriptor(n)
@@ -601,7 +622,7 @@ def _load(
             with open_file(path) as f:
                 return f.metadata
 
-        why = check_one_finished_save(folder, saves, first_is_dcp, read_metadata, one_save=False)
+        why = check_one_finished_save(folder, ids, dcp, read_metadata, one_save=False)
         if why is not None:
             raise _error("HURRAY_ERR_SHARD_BOUNDS", f"{folder}: {why}")
     if name is not None and name not in pieces:

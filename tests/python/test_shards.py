@@ -1,6 +1,7 @@
 """Sharded tensors: shard(), save_sharded() and load_sharded()."""
 
 import itertools
+import json
 import os
 import tempfile
 
@@ -764,8 +765,49 @@ def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
     rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s1")
     with pytest.raises(hurray.ValidationError, match="did not finish"):
         hurray.load_sharded(tmp_path, "w")
-    hurray.save(tmp_path / _shards.DCP_METADATA_FILE, {}, {_shards.DCP_SAVE_ID_KEY: "s1"})
+    ranks = ["rank-00000.hurray", "rank-00001.hurray"]
+    hurray.save(
+        tmp_path / _shards.DCP_METADATA_FILE,
+        {},
+        {
+            _shards.DCP_SAVE_ID_KEY: "s1",
+            "hurray.dcp.metadata": json.dumps({"files": ranks + ["rank-00002.hurray"]}),
+        },
+    )
+    with pytest.raises(
+        hurray.ValidationError, match="lists rank files that are missing: rank-00002"
+    ):
+        hurray.load_sharded(tmp_path, "w")  # all it holds are there, yet tensors would be missing
+    hurray.save(
+        tmp_path / _shards.DCP_METADATA_FILE,
+        {},
+        {_shards.DCP_SAVE_ID_KEY: "s1", "hurray.dcp.metadata": json.dumps({"files": ranks})},
+    )
     np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    hurray.save(tmp_path / "notes.hurray", {"n": np.zeros(1)})  # sorts first, carries no id
+    with pytest.raises(hurray.ValidationError, match="notes.hurray is not of the save"):
+        hurray.load_sharded(tmp_path, "w")
+    os.unlink(tmp_path / "notes.hurray")
+    os.unlink(tmp_path / _shards.DCP_METADATA_FILE)
+    hurray.save(tmp_path / "notes.hurray", {"n": np.zeros(1)})  # a save that did not finish
+    with pytest.raises(hurray.ValidationError, match="did not finish"):
+        hurray.load_sharded(tmp_path, "w")  # though the first part is no rank file
+    os.unlink(tmp_path / "notes.hurray")
+    hurray.save(
+        tmp_path / _shards.DCP_METADATA_FILE,
+        {},
+        {_shards.DCP_SAVE_ID_KEY: "s1", "hurray.dcp.metadata": json.dumps({"files": ranks})},
+    )
+    hurray.save(tmp_path / "rank-00001.hurray", {"w": hurray.shard(w[4:], (8, 4), (4, 0))})
+    with pytest.raises(hurray.ValidationError, match="rank-00001.hurray is not of the save"):
+        hurray.load_sharded(tmp_path, "w")  # a rank file without an id
+    rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s1")
+    np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    hurray.convert(tmp_path, tmp_path.parent / "whole.safetensors", quiet=True)
+    os.unlink(tmp_path / "rank-00001.hurray")  # a download cut short: the converter refuses too
+    with pytest.raises(hurray.ConversionError, match="missing: rank-00001.hurray"):
+        hurray.convert(tmp_path, tmp_path.parent / "part.safetensors", quiet=True)
+    assert not (tmp_path.parent / "part.safetensors").exists()
     rank_file(tmp_path / "rank-00000.hurray", slice(0, 4), "s2")  # a later save, stopped
     with pytest.raises(hurray.ValidationError, match="rank-00000.hurray is not of the save"):
         hurray.load_sharded(tmp_path, "w")

@@ -47,20 +47,25 @@ class _ShardedSource(_Source):
         self._open_files: "collections.OrderedDict[str, _files.File]" = collections.OrderedDict()
         try:
             self._paths = _shards._paths(folder)
-        except HurrayError:
+        except _hurray.NotFoundError:
             raise ConversionError(
                 f"{folder}: no regular *.hurray file to read (FIFOs, folders and hidden files "
                 "are not parts)"
             ) from None
+        except HurrayError as exc:  # a *.hurray entry that is no file: named
+            if isinstance(exc, OSError):
+                raise os_failure(exc, f"{folder}: {_first_line(exc)}") from None
+            raise ConversionError(f"{folder}: {_first_line(exc)}") from None
         self._sharded: Dict[str, _Piece] = {}
         self._whole: Dict[str, str] = {}  # name -> the file holding it
         self._metadata: Dict = {}
         self._notes: List[str] = []
-        saves: Dict[str, str] = {}  # save id -> a part holding it
+        ids: Dict[str, Optional[str]] = {}  # part -> the save id it carries
+        dcp = [False]  # some part says it is a DCP rank file
         try:
             for path in self._paths:
-                self._scan(path, saves)
-            self._check_dcp(saves)
+                self._scan(path, ids, dcp)
+            self._check_dcp(ids, dcp[0])
         except BaseException:
             self.close()
             raise
@@ -87,13 +92,13 @@ class _ShardedSource(_Source):
         self._open_files[path] = f
         return f
 
-    def _scan(self, path: str, saves: Dict[str, str]) -> None:
+    def _scan(self, path: str, ids: Dict[str, Optional[str]], dcp: List[bool]) -> None:
         f = self._file(path)
         unknown = set(f._file._metadata_unknown())  # as _HurraySource leaves them
         meta = {k: v for k, v in f.metadata.items() if k not in unknown}
-        for key in (_shards.SAVE_KEY, _shards.DCP_SAVE_ID_KEY):
-            if key in meta:
-                saves.setdefault(str(meta[key]), path)
+        save_id = meta.get(_shards.SAVE_KEY, meta.get(_shards.DCP_SAVE_ID_KEY))
+        ids[path] = None if save_id is None else str(save_id)
+        dcp[0] = dcp[0] or meta.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
         self._merge_metadata(path, meta)
         for name in f.keys():
             d = f.descriptor(name)
@@ -120,14 +125,8 @@ class _ShardedSource(_Source):
                     f"({os.path.basename(path)} has another)"
                 )
 
-    def _check_dcp(self, saves: Dict[str, str]) -> None:
-        first = self._file(self._paths[0]).metadata  # _paths holds one part at least
-        why = _shards.check_one_finished_save(
-            self.path,
-            saves,
-            first.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT,
-            lambda p: self._file(p).metadata,
-        )
+    def _check_dcp(self, ids: Dict[str, Optional[str]], dcp: bool) -> None:
+        why = _shards.check_one_finished_save(self.path, ids, dcp, lambda p: self._file(p).metadata)
         if why is not None:
             raise ConversionError(f"{self.path}: {why}")
 
