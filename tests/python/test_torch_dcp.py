@@ -630,6 +630,60 @@ def test_chunks_that_do_not_tile_the_tensor_are_refused(tmp_path, edit, words):
         _load_local(tmp_path, {"w": torch.full((5, 4), -1.0)})
 
 
+def test_an_irregular_but_exact_tiling_is_read(tmp_path):
+    """130 rows, each cut into bricks shifted by its row number: a valid
+    tiling whose cuts defeat the overlap search, which raised the private
+    _TooIrregular (no CheckpointError, no message). The corner count now
+    decides first, as for load_sharded's pieces."""
+    k, width = 130, 4
+    cols = k * width + k
+    _save_local(tmp_path, {"w": torch.zeros(k, cols)})
+    chunks = []
+    for r in range(k):
+        edges = sorted({0, cols, *(r + 1 + width * c for c in range(k))})
+        chunks += [
+            {"offsets": [r, a], "sizes": [1, b - a], "file": "rank-00000.hurray", "name": "w"}
+            for a, b in zip(edges, edges[1:])
+        ]
+    _edit_chunks(tmp_path, "w", lambda c: c.__setitem__(slice(None), chunks))
+    metadata = HurrayStorageReader(tmp_path).read_metadata()
+    assert len(metadata.state_dict_metadata["w"].chunks) == len(chunks)
+    chunks[-1]["sizes"] = [1, chunks[-1]["sizes"][1] - 1]  # a gap of one element
+    _edit_chunks(tmp_path, "w", lambda c: c.__setitem__(slice(None), chunks))
+    with pytest.raises(CheckpointError, match="do not cover|too irregularly"):
+        HurrayStorageReader(tmp_path).read_metadata()
+
+
+def _edit_doc(path, edit):
+    meta = os.path.join(path, hdcp.METADATA_FILE)
+    with hurray.open(meta) as f:
+        md = dict(f.metadata)
+    doc = json.loads(md["hurray.dcp.metadata"])
+    edit(doc, md)
+    md["hurray.dcp.metadata"] = json.dumps(doc)
+    hurray.save(meta, {}, md)
+
+
+def test_metadata_without_a_save_id_or_with_names_of_the_wrong_type_is_refused(tmp_path):
+    """A chunk's name of 3 failed only in read_data, with a TypeError; a
+    save id missing from both places was a bare KeyError; and a null one in
+    both passed, which turned off the check that refuses a rank file of
+    another save. All are CheckpointErrors naming the file now."""
+    state = {"w": torch.arange(12.0).reshape(3, 4)}
+    cases = {
+        "name": lambda doc, md: doc["state_dict"]["w"]["chunks"][0].__setitem__("name", 3),
+        "missing": lambda doc, md: (doc.pop("save_id"), md.pop(hdcp._K_SAVE_ID)),
+        "null": lambda doc, md: (doc.__setitem__("save_id", None), md.pop(hdcp._K_SAVE_ID)),
+    }
+    for case, edit in cases.items():
+        path = tmp_path / case
+        _save_local(path, dict(state))
+        _edit_doc(path, edit)
+        with pytest.raises(CheckpointError, match="strings, not|no save id") as info:
+            HurrayStorageReader(path).read_metadata()
+        assert hdcp.METADATA_FILE in str(info.value), case
+
+
 def test_malformed_json_items_are_checkpoint_errors(tmp_path):
     _save_local(tmp_path, {"w": torch.arange(8.0), "step": 3})
     rank = os.path.join(tmp_path, "rank-00000.hurray")

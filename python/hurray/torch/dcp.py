@@ -402,12 +402,34 @@ def _check_tiling(fqn: str, shape, chunks) -> None:
                 f"{fqn!r}: a chunk at {list(lo)} of {list(n)} is not inside the shape {list(shape)}"
             )
         boxes.append((lo, tuple(o + k for o, k in zip(lo, n))))
-    pair = overlapping_pair(boxes)  # an empty chunk overlaps nothing
+    # The corner count first, as load_sharded checks pieces: linear in the
+    # chunks however they are cut (a sweep for the overlap gives up on
+    # irregular cuts of a valid tiling); the search only says what is wrong.
+    solid = [b for b in boxes if _volume(b) > 0]
+    tiling = _shards.tiles_exactly(solid, shape)
+    if tiling:
+        return
+    try:
+        pair = overlapping_pair(solid, budget=_shards._SWEEP_PAIRS * (100 if tiling is None else 1))
+    except _shards._TooIrregular:
+        raise CheckpointError(
+            f"{fqn!r}: its {len(solid)} chunks are cut too irregularly to check that they tile "
+            f"the shape {list(shape)}"
+            + ("" if tiling is None else " (they overlap or leave a gap)")
+        ) from None
     if pair is not None:
-        a, b = boxes[pair[0]][0], boxes[pair[1]][0]
+        a, b = solid[pair[0]][0], solid[pair[1]][0]
         raise CheckpointError(f"{fqn!r}: the chunks at {list(a)} and {list(b)} overlap")
     if sum(_volume(b) for b in boxes) != math.prod(shape):
         raise CheckpointError(f"{fqn!r}: the chunks do not cover the shape {list(shape)}")
+
+
+def _location(file: Any, name: Any, kind: str = "tensor") -> "_Location":
+    """Where an item is stored: a file and a tensor name, both str (a number
+    or a list there failed only when read, and not as a CheckpointError)."""
+    if not isinstance(file, str) or not isinstance(name, str):
+        raise TypeError(f"a file and a tensor name are strings, not {file!r} and {name!r}")
+    return _Location(file, name, kind)
 
 
 def _decode_metadata(doc: dict) -> Metadata:
@@ -416,7 +438,7 @@ def _decode_metadata(doc: dict) -> Metadata:
     for fqn, e in doc["state_dict"].items():
         if e["kind"] in ("json", "bytes"):
             state_dict_metadata[fqn] = BytesStorageMetadata()
-            storage_data[MetadataIndex(fqn)] = _Location(e["file"], e["name"], e["kind"])
+            storage_data[MetadataIndex(fqn)] = _location(e["file"], e["name"], e["kind"])
             continue
         if e["kind"] != "tensor":
             raise CheckpointError(f"{fqn!r}: unknown item kind {e['kind']!r}")
@@ -434,7 +456,7 @@ def _decode_metadata(doc: dict) -> Metadata:
         for c in e["chunks"]:
             offsets = torch.Size(c["offsets"])
             chunks.append(ChunkStorageMetadata(offsets=offsets, sizes=torch.Size(c["sizes"])))
-            storage_data[MetadataIndex(fqn, offsets)] = _Location(c["file"], c["name"])
+            storage_data[MetadataIndex(fqn, offsets)] = _location(c["file"], c["name"])
         shape = torch.Size(e["shape"])
         _check_tiling(fqn, shape, chunks)
         state_dict_metadata[fqn] = TensorStorageMetadata(
@@ -827,8 +849,9 @@ def _read_metadata_file(path: str) -> dict:
         raise CheckpointError(
             f"{meta}: malformed checkpoint metadata (no files list or state_dict object)"
         )
-    if doc.get("save_id") != md.get(_K_SAVE_ID):
-        raise CheckpointError(f"{meta}: its save ids disagree")
+    if not isinstance(doc.get("save_id"), str) or doc["save_id"] != md.get(_K_SAVE_ID):
+        # without one, a rank file of any save (or of none) would pass
+        raise CheckpointError(f"{meta}: no save id, or its save ids disagree")
     return doc
 
 
