@@ -740,6 +740,14 @@ def save_sharded(
             )
             pieces.append(Tensor(pd, list(p.buffers)))
         split[name] = pieces
+    return _write_parts(directory, split, parts, metadata)
+
+
+def _write_parts(
+    directory: str, split: Dict[str, List[Tensor]], parts: int, metadata: Optional[Mapping]
+) -> List[str]:
+    """save_sharded's writing: part k of every tensor to its file, every
+    part under a hidden name until all are written."""
     created = not os.path.isdir(directory)
     os.makedirs(directory, exist_ok=True)
     save_id = secrets.token_hex(8)
