@@ -188,15 +188,15 @@ static void catch_interrupts(void) {
   }
 }
 
+/* Whether a failure to write stdout was reported already, in the words
+ * of the command that met it. */
+static bool stdout_failure_said = false;
+
 /* hurray, safetensors and GGUF convert natively (hurray_convert_file):
  * no Python. Returns -1 when the conversion is not one of those (another
  * format, an option only the Python converter has, or a tensor that needs
  * a change of form, e.g. dequantizing into safetensors): the caller then
  * hands over to Python. Nothing is written in that case. */
-/* Whether a failure to write stdout was reported already, in the words
- * of the command that met it. */
-static bool stdout_failure_said = false;
-
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   bool quiet = false, stats = false, verify = true;

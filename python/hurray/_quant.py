@@ -47,8 +47,13 @@ def _as_float_array(array: Any) -> np.ndarray:
     a = np.asarray(array)
     # None, str and object arrays (astype would make NaNs of them), dates and
     # durations (their counts of days or seconds are no values to quantize)
-    # and records (astype would quietly take a one-field record's field)
-    if a.dtype.kind in "OSUMm" or a.dtype.names is not None:
+    # and records (astype would quietly take a one-field record's field) or
+    # raw bytes; ml_dtypes' kinds are "V" too, and have a name
+    if (
+        a.dtype.kind in "OSUMm"
+        or a.dtype.names is not None
+        or (a.dtype.kind == "V" and _dtypes.name_of(a.dtype) is None)  # raw bytes
+    ):
         raise TypeError(
             f"quantize takes an array of numbers, not {a.dtype} ({type(array).__name__})"
         )

@@ -513,7 +513,7 @@ def check_one_finished_save(
         listed = json.loads(meta[DCP_METADATA_KEY])["files"]
         if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
             raise TypeError
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):
         return f"{DCP_METADATA_FILE} holds no list of its rank files"
     present = {os.path.basename(p) for p in ids}
     missing = [n for n in listed if n not in present]
@@ -748,7 +748,11 @@ def _write_parts(
 ) -> List[str]:
     """save_sharded's writing: part k of every tensor to its file, every
     part under a hidden name until all are written."""
-    created = not os.path.isdir(directory)
+    made = []  # the folders makedirs makes, deepest first
+    folder = os.path.abspath(directory)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        made.append(folder)
+        folder = os.path.dirname(folder)
     os.makedirs(directory, exist_ok=True)
     save_id = secrets.token_hex(8)
     metadata = {**(metadata or {}), SAVE_KEY: save_id}
@@ -771,10 +775,10 @@ def _write_parts(
                 os.unlink(path)
             except OSError:
                 pass
-        if created:
+        for folder in made:
             try:
-                os.rmdir(directory)  # only while it is still empty
+                os.rmdir(folder)  # only while it is still empty
             except OSError:
-                pass
+                break
         raise
     return paths

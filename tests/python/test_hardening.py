@@ -1801,6 +1801,7 @@ def test_arguments_of_the_wrong_kind_get_a_clear_type_error(tmp_path):
         np.array(["2020-01-01"], "datetime64[D]"),  # was quantized as a count of days
         np.array([3], "timedelta64[s]"),
         np.zeros(2, dtype=[("a", "<f4")]),  # was quantized as its one field
+        np.zeros(3, "V4"),  # raw bytes: a ValueError from astype
     ):
         with pytest.raises(TypeError, match="array of numbers"):
             hurray.quantize(bad, "affine")
@@ -2096,3 +2097,16 @@ def test_a_name_the_folder_cannot_hold_is_refused_before_writing(tmp_path):
             hurray.convert(src, tmp_path / ("n" * 300 + suffix), quiet=True)
         assert info.value.errno == errno.ENAMETOOLONG, info.value
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.hurray"]
+    # A whole path past PATH_MAX with names a folder holds is written, as
+    # before: the writer works relative to its folder (stat calls the path
+    # too long all the same).
+    deep = tmp_path
+    while len(str(deep)) + 201 < 4000:
+        deep = deep / ("d" * 200)
+        os.mkdir(deep)
+    deep = deep / ("e" * (4000 - len(str(deep)) - 1))  # the folder: 4000 bytes
+    os.mkdir(deep)
+    target = os.path.join(str(deep), "t" * 150 + ".hurray")
+    assert len(target) > 4096
+    hurray.save(target, {"w": np.ones(4, np.float32)})
+    assert sorted(os.listdir(deep)) == ["t" * 150 + ".hurray"]

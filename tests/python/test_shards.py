@@ -803,6 +803,18 @@ def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
         hurray.load_sharded(tmp_path, "w")  # a rank file without an id
     rank_file(tmp_path / "rank-00001.hurray", slice(4, 8), "s1")
     np.testing.assert_array_equal(hurray.load_sharded(tmp_path, "w"), w)
+    hurray.save(
+        tmp_path / _shards.DCP_METADATA_FILE,
+        {},
+        {_shards.DCP_SAVE_ID_KEY: "s1", "hurray.dcp.metadata": "[" * 100_000},
+    )
+    with pytest.raises(hurray.ValidationError, match="holds no list of its rank files"):
+        hurray.load_sharded(tmp_path, "w")  # was a RecursionError
+    hurray.save(
+        tmp_path / _shards.DCP_METADATA_FILE,
+        {},
+        {_shards.DCP_SAVE_ID_KEY: "s1", "hurray.dcp.metadata": json.dumps({"files": ranks})},
+    )
     hurray.convert(tmp_path, tmp_path.parent / "whole.safetensors", quiet=True)
     os.unlink(tmp_path / "rank-00001.hurray")  # a download cut short: the converter refuses too
     with pytest.raises(hurray.ConversionError, match="missing: rank-00001.hurray"):
@@ -861,8 +873,8 @@ def test_a_save_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path, monkey
     fresh = tmp_path / "fresh"
     calls.clear()
     with pytest.raises(OSError, match="No space left on device"):
-        hurray.save_sharded(fresh, {"a": np.ones(600, np.float32)}, parts=2)
-    assert not fresh.exists()
+        hurray.save_sharded(fresh / "a" / "b", {"a": np.ones(600, np.float32)}, parts=2)
+    assert not fresh.exists()  # every folder it made
     monkeypatch.setattr(shards, "save", real_save)
     paths = hurray.save_sharded(folder, {"a": np.ones(600, np.float32)}, parts=2)
     assert sorted(p.name for p in folder.iterdir()) == [os.path.basename(p) for p in paths]

@@ -674,6 +674,8 @@ def test_metadata_without_a_save_id_or_with_names_of_the_wrong_type_is_refused(t
         "name": lambda doc, md: doc["state_dict"]["w"]["chunks"][0].__setitem__("name", 3),
         "missing": lambda doc, md: (doc.pop("save_id"), md.pop(hdcp._K_SAVE_ID)),
         "null": lambda doc, md: (doc.__setitem__("save_id", None), md.pop(hdcp._K_SAVE_ID)),
+        # what the other ranks check their rank files against
+        "storage_meta": lambda doc, md: doc["storage_meta"].__setitem__("save_id", "other"),
     }
     for case, edit in cases.items():
         path = tmp_path / case

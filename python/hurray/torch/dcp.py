@@ -462,16 +462,12 @@ def _decode_metadata(doc: dict) -> Metadata:
         state_dict_metadata[fqn] = TensorStorageMetadata(
             properties=properties, size=shape, chunks=chunks
         )
-    sm = doc.get("storage_meta")
-    storage_meta = (
-        StorageMeta()
-        if sm is None
-        else _new(
-            StorageMeta,
-            checkpoint_id=sm.get("checkpoint_id"),
-            save_id=sm.get("save_id"),
-            modules=list(sm.get("modules") or []),
-        )
+    sm = doc.get("storage_meta") or {}
+    storage_meta = _new(  # the save id the other ranks check their rank files against
+        StorageMeta,
+        checkpoint_id=sm.get("checkpoint_id"),
+        save_id=doc["save_id"],  # checked: the file's and the document's
+        modules=list(sm.get("modules") or []),
     )
     return _new(
         Metadata,
@@ -849,8 +845,14 @@ def _read_metadata_file(path: str) -> dict:
         raise CheckpointError(
             f"{meta}: malformed checkpoint metadata (no files list or state_dict object)"
         )
-    if not isinstance(doc.get("save_id"), str) or doc["save_id"] != md.get(_K_SAVE_ID):
-        # without one, a rank file of any save (or of none) would pass
+    sm = doc.get("storage_meta")
+    if (
+        not isinstance(doc.get("save_id"), str)
+        or doc["save_id"] != md.get(_K_SAVE_ID)
+        or (isinstance(sm, dict) and sm.get("save_id") not in (None, doc["save_id"]))
+    ):
+        # Without one, a rank file of any save (or of none) would pass; the
+        # storage_meta's is what the other ranks check theirs against.
         raise CheckpointError(f"{meta}: no save id, or its save ids disagree")
     return doc
 
