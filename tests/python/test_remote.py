@@ -1071,6 +1071,19 @@ class _RawServer:
         self.sock.close()
 
 
+def _redirect_is_followed_at_once(answer):
+    """`answer` redirects to small.hurray: open() follows it within the
+    timeouts and reads the file."""
+    raw = _RawServer(answer)
+    try:
+        started = time.monotonic()
+        with hurray.open(raw.url, timeout=(2, 2), retries=0) as f:
+            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
+        assert time.monotonic() - started < 10
+    finally:
+        raw.close()
+
+
 def test_a_redirect_body_that_never_ends_is_not_read(files, server):
     """urllib3 read a redirect's whole body before following it: a 302 with
     a body that never ends held open() forever. Redirects are now followed
@@ -1083,14 +1096,7 @@ def test_a_redirect_body_that_never_ends_is_not_read(files, server):
         while True:
             conn.sendall(bytes(1 << 16))
 
-    raw = _RawServer(answer)
-    try:
-        started = time.monotonic()
-        with hurray.open(raw.url, timeout=(2, 2), retries=0) as f:
-            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
-        assert time.monotonic() - started < 10
-    finally:
-        raw.close()
+    _redirect_is_followed_at_once(answer)
 
 
 @pytest.mark.parametrize("pace", ["flood", "trickle"])
@@ -1110,14 +1116,7 @@ def test_a_chunked_redirect_body_is_not_read(files, server, pace):
             if pace == "trickle":
                 time.sleep(0.5)
 
-    raw = _RawServer(answer)
-    try:
-        started = time.monotonic()
-        with hurray.open(raw.url, timeout=(2, 2), retries=0) as f:
-            np.testing.assert_array_equal(np.asarray(f["a"]), np.arange(10, dtype=np.float32))
-        assert time.monotonic() - started < 10
-    finally:
-        raw.close()
+    _redirect_is_followed_at_once(answer)
 
 
 def test_answers_that_never_finish_their_headers_are_cut(files):
