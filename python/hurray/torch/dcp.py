@@ -725,9 +725,8 @@ class HurrayStorageWriter(StorageWriter):
             _fsync_dir(self.path)
         except FileNotFoundError:
             pass
-        staged = [_staged_name(name, self.save_id) for name in files]
         names = list(files) + [METADATA_FILE]
-        staged.append(_staged_name(METADATA_FILE, self.save_id))
+        staged = [_staged_name(name, self.save_id) for name in names]
         renamed = 0
         try:
             for hidden, name in zip(staged, names):
