@@ -426,28 +426,18 @@ static int set_packing(HurrayDescriptor *d, const char *key, bool zero_points, P
   return 0;
 }
 
-/* A packing from a Packing record or a mapping with its keys. A mapping's
- * values are held while they are read: reading one may run Python code
- * (__index__) that empties the mapping. */
+/* A packing from a Packing record: a dict given for one became a record
+ * when its quantization record was made (_hy_records.c). */
 static int build_packing(HurrayDescriptor *d, PyObject *q, const char *key, bool zero_points,
                          HurrayStatus *status, HurrayError *e) {
   PyObject *p = item(q, key);
   if (p == NULL) return 0;
-  if (is_record(p) && item(p, "word_bits") != NULL) { /* records are immutable */
-    return set_packing(d, key, zero_points, item(p, "word_bits"), item(p, "axis"),
-                       item(p, "order"), status, e);
-  }
-  if (!PyDict_Check(p)) {
+  if (!is_record(p) || item(p, "word_bits") == NULL) {
     PyErr_Format(PyExc_TypeError, "%s: a Packing (word_bits, axis, order), not %R", key, p);
     return -1;
   }
-  PyObject *held = PyDict_Copy(p);
-  if (held == NULL) return -1;
-  int rc = set_packing(d, key, zero_points, PyDict_GetItemString(held, "word_bits"),
-                       PyDict_GetItemString(held, "axis"), PyDict_GetItemString(held, "order"),
-                       status, e);
-  Py_DECREF(held);
-  return rc;
+  return set_packing(d, key, zero_points, item(p, "word_bits"), item(p, "axis"), item(p, "order"),
+                     status, e);
 }
 
 static int build_storage_axes(HurrayDescriptor *d, PyObject *q, HurrayStatus *status,

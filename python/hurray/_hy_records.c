@@ -209,6 +209,27 @@ static int record_of(PyObject *op, ModuleState **st_out) {
   return hy_record_kind(st, Py_TYPE(op));
 }
 
+/* A field value as the record keeps it: a list becomes a tuple, a bytearray
+ * bytes, and a dict given for a packing a Packing record. The caller's
+ * mutable object would otherwise stay inside an immutable record, and
+ * emptying it later would change what the record, and the descriptor that
+ * holds it, show. New reference. */
+static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
+  if (PyList_Check(v)) return PyList_AsTuple(v);
+  if (PyByteArray_Check(v) && f->def == BYTES) return PyBytes_FromObject(v);
+  size_t len = strlen(f->name);
+  if (PyDict_Check(v) && len > 8 && strcmp(f->name + len - 8, "_packing") == 0) {
+    PyObject *kwargs = PyDict_Copy(v), *args = PyTuple_New(0);
+    PyObject *out = kwargs != NULL && args != NULL
+                        ? PyObject_Call((PyObject *)st->records[HY_PACKING], args, kwargs)
+                        : NULL;
+    Py_XDECREF(kwargs);
+    Py_XDECREF(args);
+    return out;
+  }
+  return Py_NewRef(v);
+}
+
 static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   ModuleState *st = hy_state_of_type(type);
   if (st == NULL) return NULL;
@@ -246,6 +267,16 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
                           def->fields[i].name);
     }
   }
+  PyObject *given[HY_RECORD_MAX_FIELDS] = {0};
+  for (int i = 0; i < n; i++) {
+    if (values[i] == NULL) continue;
+    given[i] = settled(st, &def->fields[i], values[i]);
+    if (given[i] == NULL) {
+      for (int j = 0; j < i; j++) Py_XDECREF(given[j]);
+      return NULL;
+    }
+    values[i] = given[i];
+  }
   PyObject *filled = NULL;
   if (record == HY_BLOCK_CODED && (values[2] == NULL || values[2] == Py_None)) {
     /* The block size follows from the format: fill it in, as C would. */
@@ -256,13 +287,13 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     if (name != NULL &&
         hurray_block_format_info(hurray_block_format_from_name(name), &elements, NULL, NULL)) {
       filled = PyLong_FromUnsignedLong(elements);
-      if (filled == NULL) return NULL;
       values[2] = filled;
     }
-    PyErr_Clear();
+    if (filled != NULL || !PyErr_ExceptionMatches(PyExc_MemoryError)) PyErr_Clear();
   }
-  PyObject *out = hy_record_new(st, record, values);
+  PyObject *out = PyErr_Occurred() ? NULL : hy_record_new(st, record, values);
   Py_XDECREF(filled);
+  for (int i = 0; i < n; i++) Py_XDECREF(given[i]);
   return out;
 }
 

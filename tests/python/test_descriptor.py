@@ -1136,3 +1136,26 @@ def test_a_zero_dimension_anywhere_makes_zero_elements(shape):
     d = Descriptor("float32", shape, buffers=[Buffer("data", 0)])
     d.validate()
     assert d.numel == 0
+
+
+def test_a_record_keeps_no_mutable_object_of_the_caller():
+    """A record kept a list or a dict as given: emptying the caller's dict
+    later changed what the descriptor's quantization showed, though the C
+    descriptor was right, and the record could not be hashed. Lists become
+    tuples, a packing dict a Packing, a bytearray bytes."""
+    packing, axes = {"word_bits": 32, "axis": 1}, [0, 1]
+    q = hurray.BlockAffine(1, 128, 1, code_packing=packing, storage_axes=axes)
+    d = Descriptor(
+        "uint4", (4, 256), quantization=q, buffers=[Buffer("data", 512), Buffer("scales", 16)]
+    )
+    packing.clear()
+    axes.clear()
+    assert d.quantization.code_packing == hurray.Packing(32, 1)
+    assert d.quantization.storage_axes == (0, 1)
+    assert d.quantization == Descriptor.decode(d.encode()).quantization
+    hash(q)
+    shard = hurray.Shard(global_shape=[8], offsets=[0])
+    assert shard.global_shape == (8,) and hash(shard) == hash(hurray.Shard((8,), (0,)))
+    assert hurray.Extension("x", bytearray(b"ab")).metadata == b"ab"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lanes'"):
+        hurray.BlockAffine(1, 128, 1, code_packing={"word_bits": 32, "lanes": 8})
