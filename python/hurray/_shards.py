@@ -18,7 +18,18 @@ import math
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
@@ -169,6 +180,39 @@ def tiles_exactly(boxes: Sequence[Box], shape: Sequence[int]) -> Optional[bool]:
     return odd == set(itertools.product(*zip((0,) * rank, shape)))
 
 
+class Tiling(NamedTuple):
+    """What is wrong with boxes that should tile a shape: `overlap`, the
+    indices of two boxes that overlap; or `gap`, they are disjoint and leave
+    elements uncovered; or neither, the cuts are too irregular to say where
+    (`counted`: the corner count found a fault; False: above _CORNER_RANK,
+    nothing is known)."""
+
+    overlap: Optional[Tuple[int, int]] = None
+    gap: bool = False
+    counted: bool = True
+
+
+def tiling_fault(boxes: Sequence[Box], shape: Sequence[int]) -> Optional[Tiling]:
+    """None when the non-empty boxes, each inside `shape`, cover each of its
+    elements exactly once; otherwise what is wrong. The corner count decides
+    in linear time; the search for an overlap only says what is wrong (or,
+    past the corner count's rank, decides with a larger, finite budget), and
+    a sweep for it would give up on irregular cuts of a valid tiling."""
+    counted = tiles_exactly(boxes, shape)
+    if counted:
+        return None
+    try:
+        pair = overlapping_pair(boxes, budget=_SWEEP_PAIRS * (100 if counted is None else 1))
+    except _TooIrregular:
+        return Tiling(counted=counted is not None)
+    if pair is not None:
+        return Tiling(overlap=pair)
+    # Disjoint boxes inside the shape tile it iff their volumes add up to it.
+    if sum(_volume(b) for b in boxes) != math.prod(shape):
+        return Tiling(gap=True)
+    return None
+
+
 def overlapping_pair(
     boxes: Sequence[Box], budget: Optional[int] = _SWEEP_PAIRS
 ) -> Optional[Tuple[int, int]]:
@@ -296,58 +340,44 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
             )
 
     solid = [p for p in pieces if _volume(p.box) > 0]
-    tiling = tiles_exactly([p.box for p in solid], global_shape)
-    if tiling:
+    fault = tiling_fault([p.box for p in solid], global_shape)
+    if fault is None:
         return tuple(global_shape), dtype
-    # What is wrong, for the message; or, past the corner count's rank,
-    # whether anything is, with a larger (still finite) budget.
-    try:
-        pair = overlapping_pair(
-            [p.box for p in solid], budget=_SWEEP_PAIRS * (100 if tiling is None else 1)
-        )
-    except _TooIrregular:
-        if tiling is None:
-            raise _error(
-                "HURRAY_ERR_SHARD_BOUNDS",
-                f"tensor {name!r}: its {len(solid)} pieces are cut on more than "
-                f"{_CORNER_RANK} axes too irregularly to check that they tile the global "
-                f"shape {tuple(global_shape)}; pieces found: {_listing(pieces)}",
-            ) from None
-        raise _error(
-            "HURRAY_ERR_SHARD_BOUNDS",
-            f"tensor {name!r}: the {len(solid)} pieces do not cover the global shape "
-            f"{tuple(global_shape)} exactly once (they overlap or leave a gap, cut too "
-            f"irregularly to say where); pieces found: {_listing(pieces)}",
-        ) from None
-    if pair is not None:
-        a, b = solid[pair[0]], solid[pair[1]]
+    if fault.overlap is not None:
+        a, b = solid[fault.overlap[0]], solid[fault.overlap[1]]
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",
             f"tensor {name!r}: pieces {a.label()} and {b.label()} overlap in "
             f"{_fmt_box(_intersect(a.box, b.box))}",
         )
-    # Gap: disjoint pieces inside the global box tile it iff their volumes
-    # add up to it (validation already kept every piece inside).
-    covered = sum(_volume(p.box) for p in solid)
-    total = math.prod(global_shape)
-    if covered != total:
-        missing: List[Box] = [((0,) * len(global_shape), tuple(global_shape))]
-        for p in solid:
-            missing = [r for m in missing for r in _subtract(m, p.box)]
-            if len(missing) > _MAX_GAP_BOXES:
-                break
-        example = (
-            ", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
-            if len(missing) <= _MAX_GAP_BOXES
-            else ""
-        )
+    if not fault.gap:
         raise _error(
             "HURRAY_ERR_SHARD_BOUNDS",
-            f"tensor {name!r}: the pieces leave {total - covered} of the "
-            f"{total} elements of the global shape {tuple(global_shape)} uncovered"
-            f"{example}; pieces found: {_listing(pieces)}",
+            f"tensor {name!r}: the {len(solid)} pieces do not cover the global shape "
+            f"{tuple(global_shape)} exactly once (they overlap or leave a gap, cut too "
+            f"irregularly to say where); pieces found: {_listing(pieces)}"
+            if fault.counted
+            else f"tensor {name!r}: its {len(solid)} pieces are cut on more than "
+            f"{_CORNER_RANK} axes too irregularly to check that they tile the global "
+            f"shape {tuple(global_shape)}; pieces found: {_listing(pieces)}",
         )
-    return tuple(global_shape), dtype
+    covered, total = sum(_volume(p.box) for p in solid), math.prod(global_shape)
+    missing: List[Box] = [((0,) * len(global_shape), tuple(global_shape))]
+    for p in solid:
+        missing = [r for m in missing for r in _subtract(m, p.box)]
+        if len(missing) > _MAX_GAP_BOXES:
+            break
+    example = (
+        ", e.g. " + ", ".join(_fmt_box(m) for m in missing[:3])
+        if len(missing) <= _MAX_GAP_BOXES
+        else ""
+    )
+    raise _error(
+        "HURRAY_ERR_SHARD_BOUNDS",
+        f"tensor {name!r}: the pieces leave {total - covered} of the "
+        f"{total} elements of the global shape {tuple(global_shape)} uncovered"
+        f"{example}; pieces found: {_listing(pieces)}",
+    )
 
 
 # ----------------------------------------------------------------- load_sharded

@@ -85,7 +85,7 @@ from .. import _hurray, _shards
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
-from .._shards import _volume, overlapping_pair, shard
+from .._shards import _volume, shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
 
@@ -402,26 +402,19 @@ def _check_tiling(fqn: str, shape, chunks) -> None:
                 f"{fqn!r}: a chunk at {list(lo)} of {list(n)} is not inside the shape {list(shape)}"
             )
         boxes.append((lo, tuple(o + k for o, k in zip(lo, n))))
-    # The corner count first, as load_sharded checks pieces: linear in the
-    # chunks however they are cut (a sweep for the overlap gives up on
-    # irregular cuts of a valid tiling); the search only says what is wrong.
     solid = [b for b in boxes if _volume(b) > 0]
-    tiling = _shards.tiles_exactly(solid, shape)
-    if tiling:
+    fault = _shards.tiling_fault(solid, shape)
+    if fault is None:
         return
-    try:
-        pair = overlapping_pair(solid, budget=_shards._SWEEP_PAIRS * (100 if tiling is None else 1))
-    except _shards._TooIrregular:
-        raise CheckpointError(
-            f"{fqn!r}: its {len(solid)} chunks are cut too irregularly to check that they tile "
-            f"the shape {list(shape)}"
-            + ("" if tiling is None else " (they overlap or leave a gap)")
-        ) from None
-    if pair is not None:
-        a, b = solid[pair[0]][0], solid[pair[1]][0]
+    if fault.overlap is not None:
+        a, b = solid[fault.overlap[0]][0], solid[fault.overlap[1]][0]
         raise CheckpointError(f"{fqn!r}: the chunks at {list(a)} and {list(b)} overlap")
-    if sum(_volume(b) for b in boxes) != math.prod(shape):
+    if fault.gap:
         raise CheckpointError(f"{fqn!r}: the chunks do not cover the shape {list(shape)}")
+    raise CheckpointError(
+        f"{fqn!r}: its {len(solid)} chunks are cut too irregularly to check that they tile "
+        f"the shape {list(shape)}" + (" (they overlap or leave a gap)" if fault.counted else "")
+    )
 
 
 def _location(file: Any, name: Any, kind: str = "tensor") -> "_Location":
