@@ -597,6 +597,33 @@ def test_a_torch_checkpoint_with_a_short_record_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize("values", ["random bits", "arange"])
+def test_a_torch_checkpoint_with_compressed_records_converts_exactly(tmp_path, values):
+    """torch.load(mmap=True) maps a record's bytes as they lie in the zip:
+    a compressed record converted to its compressed bytes, exit 0 and an
+    "exact" report (or, where it compressed well, was refused with torch's
+    "storage that is not resizable"). torch.load without mmap inflates it."""
+    t = (
+        torch.from_numpy(
+            np.random.default_rng(0).integers(0, 2**32, (64, 64), np.uint32).view(np.float32)
+        )
+        if values == "random bits"
+        else torch.arange(4096, dtype=torch.float32)
+    )
+    src, deflated = tmp_path / "plain.pt", tmp_path / "deflated.pt"
+    torch.save({"w": t}, src)
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(deflated, "w") as zout:
+        for info in zin.infolist():
+            record = zipfile.ZipInfo(info.filename, info.date_time)
+            if "/data/" in info.filename:
+                record.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(record, zin.read(info.filename))
+    r = run_cli(deflated, tmp_path / "out.safetensors")
+    assert r.returncode == 0, r.stderr
+    got = st.load_file(tmp_path / "out.safetensors")["w"]
+    assert torch.equal(got.view(torch.int32), t.view(torch.int32))
+
+
 def test_sigterm_also_removes_the_temporary_file(tmp_path, hurray_source):
     _interrupt(tmp_path, hurray_source[0], "npz", "loop", sig=signal.SIGTERM)
 

@@ -74,27 +74,27 @@ class _Global(_Inert):
         self.module, self.name = module, name
 
 
-def _check_record_sizes(torch, path: str) -> None:
-    """ConversionError if a storage's record in the zip holds fewer bytes
-    than the storage. torch.load(mmap=True) checks no record's size: the
-    storage then ran on into the records after it, and a checkpoint with a
-    short record converted to other bytes, exit 0 (torch.load without mmap
-    refuses it). A file this cannot scan is left to torch.load."""
+def _check_records(torch, path: str) -> bool:
+    """Whether the zip's storage records can be mapped: False when one is
+    compressed. torch.load(mmap=True) maps a record's bytes as they lie in
+    the zip, so a compressed one converted to its compressed bytes, exit 0
+    (torch.load without mmap inflates it). ConversionError if a storage's
+    record holds fewer bytes than the storage: the mapped load checks no
+    record's size, and such a storage ran on into the records after it
+    (torch.load without mmap refuses it). A file this cannot scan is left to
+    torch.load, mapped."""
     try:
         with zipfile.ZipFile(path) as z:
             pickles = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
             if len(pickles) != 1:
-                return
+                return True
             prefix = pickles[0][: -len("data.pkl")] + "data/"
-            sizes = {
-                i.filename[len(prefix) :]: i.file_size
-                for i in z.infolist()
-                if i.filename.startswith(prefix)
-            }
+            records = [i for i in z.infolist() if i.filename.startswith(prefix)]
             scan = _StorageScan(z.read(pickles[0]))
         scan.load()
     except Exception:  # noqa: BLE001 - not a zip, or a pickle torch.load will judge
-        return
+        return True
+    sizes = {i.filename[len(prefix) :]: i.file_size for i in records}
     for key, kind, numel in scan.storages:
         if not isinstance(kind, _Global) or kind.module != "torch":
             continue
@@ -112,6 +112,7 @@ def _check_record_sizes(torch, path: str) -> None:
                 f"{path}: record data/{key} {held}, and its storage needs {need} "
                 "(a damaged checkpoint)"
             )
+    return all(i.compress_type == zipfile.ZIP_STORED for i in records)
 
 
 def _load(torch, path: str):
@@ -127,7 +128,8 @@ def _load(torch, path: str):
             # UnicodeEncodeError for any other; a file object it reads.
             with open(path, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
-        _check_record_sizes(torch, path)
+        if not _check_records(torch, path):
+            return torch.load(path, map_location="cpu", weights_only=True)
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as exc:
