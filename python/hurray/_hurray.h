@@ -98,6 +98,7 @@ typedef struct HyDescriptorObject {
   PyObject_HEAD PyObject *f[HY_D_COUNT];
   PyObject *encoded;   /* bytes: the canonical encoding; NULL until initialised */
   HurrayDescriptor *c; /* the C descriptor, owned; made from `encoded` when first needed */
+  bool initialising;   /* in __init__, which runs Python code (__index__, __iter__) */
 } HyDescriptorObject;
 
 typedef struct ModuleState {

@@ -287,6 +287,13 @@ static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layou
         PyErr_SetString(PyExc_ValueError, "a member needs a name and a descriptor");
       return -1;
     }
+    /* One whose __init__ failed holds parts that a later __init__, run by
+     * Python code while they are read, would free. */
+    if (is_descriptor(sub) && ((HyDescriptorObject *)sub)->encoded == NULL) {
+      Py_DECREF(seq);
+      PyErr_SetString(PyExc_RuntimeError, "a member's Descriptor is not initialised");
+      return -1;
+    }
     HurrayDescriptor *member = hy_build_descriptor(st, sub, false);
     if (member == NULL) {
       Py_DECREF(seq);

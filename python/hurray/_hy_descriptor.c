@@ -115,6 +115,8 @@ static HurrayDescriptor *descriptor_c(ModuleState *st, HyDescriptorObject *self)
   return self->c;
 }
 
+static int descriptor_init_once(HyDescriptorObject *self, PyObject **in);
+
 static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"dtype",      "shape",        "strides",   "byte_offset",
                            "layout",     "quantization", "buffers",   "device",
@@ -126,10 +128,23 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
                                    &in[9], &in[10])) {
     return -1;
   }
-  if (self->encoded != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "Descriptor is already initialised; use replace()");
+  if (self->encoded != NULL || self->initialising) {
+    PyErr_SetString(PyExc_RuntimeError, self->initialising
+                                            ? "Descriptor is being initialised"
+                                            : "Descriptor is already initialised; use replace()");
     return -1;
   }
+  /* The builder reads the parts from self->f as borrowed references while
+   * it runs Python code (a field's __index__): a nested __init__ would
+   * replace, and free, what it is reading. */
+  self->initialising = true;
+  int rc = descriptor_init_once(self, in);
+  self->initialising = false;
+  return rc;
+}
+
+static int descriptor_init_once(HyDescriptorObject *self, PyObject **in) {
+  PyObject *op = (PyObject *)self;
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (st == NULL) return -1;
   PyObject *f[HY_D_COUNT] = {0};
@@ -151,14 +166,6 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   }
   bool ok = true;
   for (int i = 0; i < HY_D_COUNT; i++) ok = ok && f[i] != NULL;
-  /* Converting the fields ran Python code (__index__, __str__, a
-   * sequence's __iter__), which may have initialised this descriptor
-   * meanwhile: the first call to finish keeps it, its fields and encoding
-   * together. */
-  if (ok && self->encoded != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "Descriptor is already initialised; use replace()");
-    ok = false;
-  }
   if (!ok) {
     for (int i = 0; i < HY_D_COUNT; i++) Py_XDECREF(f[i]);
     return -1;
@@ -167,10 +174,6 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayDescriptor *d = hy_build_descriptor(st, op, true);
   if (d == NULL) return -1;
   PyObject *encoded = hy_encode_descriptor(st, d);
-  if (encoded != NULL && self->encoded != NULL) { /* and so may building it */
-    PyErr_SetString(PyExc_RuntimeError, "Descriptor is already initialised; use replace()");
-    Py_CLEAR(encoded);
-  }
   if (encoded == NULL) {
     hurray_descriptor_destroy(d);
     return -1;

@@ -1030,30 +1030,47 @@ def test_a_block_format_that_is_not_a_str_is_a_type_error(fmt):
 
 
 @pytest.mark.parametrize("where", ["shape", "byte_size"])
-def test_a_descriptor_initialised_again_from_inside_its_init_keeps_one_state(where):
+def test_a_descriptor_is_not_initialised_again_from_inside_its_init(where):
     """An __index__ that ran __init__ on the same descriptor left it with
-    the inner call's fields and the outer call's encoding (which save and
-    Tensor use): float32 (16,) bytes under an int8 (2,) face. The first call
-    to finish keeps it; the other raises."""
+    the inner call's fields and the outer call's encoding; and, since the
+    builder reads the parts it was given as borrowed references, a nested
+    __init__ that replaced them freed the record being read (a segfault). A
+    nested __init__ is now refused; the descriptor stays uninitialised, and
+    a later __init__ succeeds."""
     target = Descriptor.__new__(Descriptor)
-    inner = Descriptor("int8", (2,), buffers=[Buffer("data", 2, 1)])
+    refused = []
 
     class Reenter:
-        fired = False
-
         def __index__(self):
-            if not Reenter.fired:
-                Reenter.fired = True
-                Descriptor.__init__(target, "int8", (2,), buffers=[Buffer("data", 2, 1)])
+            if not refused:
+                with pytest.raises(RuntimeError, match="being initialised") as info:
+                    Descriptor.__init__(target, "int8", (2,), buffers=[Buffer("data", 2, 1)])
+                refused.append(info.value)
             return 16 if where == "shape" else 64
 
     shape = (Reenter(),) if where == "shape" else (16,)
     size = Reenter() if where == "byte_size" else 64
+    Descriptor.__init__(target, "float32", shape, buffers=[Buffer("data", size, 4)])
+    assert len(refused) == 1
+    assert target == Descriptor("float32", (16,), buffers=[Buffer("data", 64, 4)])
     with pytest.raises(RuntimeError, match="already initialised"):
-        Descriptor.__init__(target, "float32", shape, buffers=[Buffer("data", size, 4)])
-    assert target == inner
-    assert Descriptor.decode(target.encode()) == inner
-    assert (target.dtype, target.shape) == ("int8", (2,))
+        Descriptor.__init__(target, "int8", (2,), buffers=[Buffer("data", 2, 1)])
+
+
+def test_a_member_whose_descriptor_failed_to_initialise_is_refused():
+    """A Descriptor whose __init__ failed keeps the parts it was given; used
+    as a composite member, it was built from them while Python code could
+    initialise it and free them."""
+    failed = Descriptor.__new__(Descriptor)
+    with pytest.raises(TypeError):
+        Descriptor.__init__(failed, "float32", (4,), layout=hurray.Paged("x", 1, 1, "int32", 0, 1))
+    with pytest.raises(RuntimeError, match="member's Descriptor is not initialised"):
+        Descriptor(
+            "float32",
+            (4,),
+            layout=hurray.Composite((hurray.Member("m", failed),)),
+            buffers=[Buffer("data", 16)],
+        )
 
 
 _GOOD = {"dtype": "float32", "shape": [2], "layout": {"kind": "dense", "data_buffer": 0}}

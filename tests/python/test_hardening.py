@@ -2110,3 +2110,46 @@ def test_a_name_the_folder_cannot_hold_is_refused_before_writing(tmp_path):
     assert len(target) > 4096
     hurray.save(target, {"w": np.ones(4, np.float32)})
     assert sorted(os.listdir(deep)) == ["t" * 150 + ".hurray"]
+
+
+def test_the_nested_init_that_freed_a_record_being_read_is_refused():
+    """A record held only by a failed __init__'s fields, read by the outer
+    __init__, was freed by a third __init__ run from its __index__:
+    SIGSEGV. In a subprocess."""
+    result = run_python(
+        """
+        import hurray
+        d = hurray.Descriptor.__new__(hurray.Descriptor)
+
+        class Third:
+            def __index__(self):
+                try:
+                    d.__init__("float32", (4,), buffers=[hurray.Buffer("data", 16)])
+                except RuntimeError as e:
+                    print("third:", e)
+                global junk
+                junk = [bytes([65]) * n for n in range(1, 1024) for _ in range(4)]
+                return 0
+
+        class Second:
+            def __index__(self):
+                try:
+                    d.__init__("float32", (4,),
+                               layout=hurray.Paged("x", 1, 1, "int32", 0, 1),
+                               quantization=hurray.PerChannelAffine(Third(), 1, "float32"))
+                except RuntimeError as e:
+                    print("second:", e)
+                return 0
+
+        try:
+            d.__init__("float32", (4, 4), layout=hurray.Paged(Second(), 2, 2, "int32", 0, 1),
+                       buffers=[hurray.Buffer("data", 64), hurray.Buffer("page_table", 8)])
+        except Exception as e:
+            print("outer:", type(e).__name__, e)
+        print("survived")
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "second: Descriptor is being initialised" in result.stdout
+    assert "survived" in result.stdout
