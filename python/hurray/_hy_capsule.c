@@ -25,6 +25,7 @@ PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayStatus s = HURRAY_OK;
   CapsuleContext *ctx = hy_capsule_context(self->descriptor, &s, &e);
   if (ctx == NULL) return hy_raise_status(st, s, &e);
+  if (self->protected_memory) ctx->flags |= HY_CAPSULE_READ_ONLY;
 
   HurrayBufferList *list = NULL;
   s = hurray_buffer_list_create(&list, &e);
@@ -114,6 +115,7 @@ static PyObject *hy_consume_capsule(ModuleState *st, PyTypeObject *type, PyObjec
     Py_DECREF(self);
     return NULL;
   }
+  self->protected_memory = (ctx->flags & HY_CAPSULE_READ_ONLY) != 0;
   return (PyObject *)self;
 }
 

@@ -35,7 +35,7 @@ HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, HurrayStatus *st
     return NULL;
   }
   ctx->abi_version = HURRAY_C_ABI_VERSION;
-  ctx->reserved = 0;
+  ctx->flags = 0;
   ctx->descriptor_len = len;
   memcpy(ctx->descriptor, bytes, len);
   hurray_free(bytes);

@@ -17,11 +17,16 @@
 #define HY_CAPSULE_NAME "hurray_buffer"
 #define HY_USED_CAPSULE_NAME "used_hurray_buffer"
 
+/* The buffers' memory must not be written through the consumer's tensor (a
+ * read-only mapping, a bytes object): what the producer's tensor knew, and
+ * the handles cannot say. */
+#define HY_CAPSULE_READ_ONLY 1u
+
 /* The capsule context: the producer's ABI version first, so a consumer of
- * any version can read it, then the encoded descriptor. */
+ * any version can read it, then flags, then the encoded descriptor. */
 typedef struct HyCapsuleContext {
   uint32_t abi_version;
-  uint32_t reserved;
+  uint32_t flags; /* HY_CAPSULE_READ_ONLY or 0; a consumer ignores bits it does not know */
   uint64_t descriptor_len;
   uint8_t descriptor[];
 } HyCapsuleContext;

@@ -812,3 +812,35 @@ def test_tensors_without_memory_of_their_own_are_refused(tmp_path):
         with pytest.raises(hurray.UnsupportedError, match="memory of their own"):
             save_file({"t": t}, tmp_path / "t.hurray")
     assert not (tmp_path / "t.hurray").exists()
+
+
+@pytest.mark.parametrize("through", ["from_hurray", "from_dlpack"])
+@pytest.mark.parametrize("memory", ["readonly mapping", "bytes"])
+def test_read_only_memory_stays_protected_through_a_capsule(tmp_path, through, memory):
+    """A tensor taken from hurray's own capsule lost its producer's
+    protection: to_torch gave a view of a PROT_READ mapping (a write was
+    SIGSEGV) or of a bytes object (a write changed immutable bytes). The
+    capsule's context now says read-only, and to_torch copies."""
+    if memory == "bytes":
+        data = bytes(4096)
+        t = hurray.Tensor(
+            hurray.Descriptor("float32", (1024,), buffers=[hurray.Buffer("data", 4096, 4)]),
+            [data],
+        )
+    else:
+        hurray.save(tmp_path / "ro.hurray", {"w": np.ones(1024, np.float32)})
+        f = hurray.open(tmp_path / "ro.hurray", readonly=True)
+        t = f["w"]
+    taken = getattr(hurray, through)(t)
+    assert taken._protected
+    y = to_torch(taken)
+    assert y.data_ptr() != t._buffer_address(0)
+    y[0] = 5.0
+    assert t.numpy()[0] != 5.0
+    mutable = hurray.Tensor(
+        hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 4)]),
+        [np.zeros(4, np.float32)],
+    )
+    shared = hurray.from_hurray(mutable)
+    assert not shared._protected  # writable memory stays a view
+    assert to_torch(shared).data_ptr() == mutable._buffer_address(0)
