@@ -86,6 +86,19 @@ def _outside_setup(tmp_path, shard_value):
     return ckpt
 
 
+def test_a_missing_shard_is_a_file_not_found_error(tmp_path):
+    """A shard the index names that does not exist was a plain
+    ConversionError (errno None), where a folder as shard was already
+    ConversionIsADirectoryError: `except FileNotFoundError` missed it."""
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {"w": "gone.safetensors"}}')
+    with pytest.raises(FileNotFoundError) as info:
+        convert(index, tmp_path / "out.hurray", quiet=True)
+    assert isinstance(info.value, ConversionError)
+    assert info.value.filename == str(tmp_path / "gone.safetensors")
+    assert "names shard gone.safetensors, which does not exist" in str(info.value)
+
+
 @pytest.mark.parametrize("shard", ["../secret.safetensors", "ABS", "sub/../../secret.safetensors"])
 def test_index_cannot_name_a_shard_outside_its_folder(tmp_path, shard):
     ckpt = _outside_setup(tmp_path, shard)
@@ -1195,6 +1208,8 @@ _DEEP = "[" * 100_000 + "]" * 100_000
         ("zoo.tensors", _DEEP, "x.safetensors", "'zoo.tensors' is not valid JSON"),
         ("zoo.tensors", '{"w": []}', "x.safetensors", "tensor 'w': not an object with a list"),
         ("zoo.tensors", '{"w": {"members": [5]}}', "x.npz", "tensor 'w': member 5 is not"),
+        # restoring no member dropped the tensor, exit 0
+        ("zoo.tensors", '{"w": {"family": "gptq", "members": []}}', "x.npz", "lists no members"),
         ("zoo.tensors", _DEEP, "x.hurray", None),  # kept as it is: the record is not read
         ("zoo.weight_map", _DEEP, "outdir/", "'zoo.weight_map' is not valid JSON"),
         ("zoo.weight_map", '{"w": 5}', "outdir/", "gives tensor 'w' the file 5"),

@@ -308,10 +308,12 @@ def _open_index(path: str) -> _Source:
     for shard_path in files:
         try:
             os.stat(shard_path)
-        except FileNotFoundError:
-            raise ConversionError(
+        except FileNotFoundError as exc:  # a ConversionFileNotFoundError, as a missing source is
+            raise os_failure(
+                exc,
                 f"{path} names shard {os.path.relpath(shard_path, folder or '.')}"
-                ", which does not exist"
+                ", which does not exist",
+                shard_path,
             ) from None
         except OSError as exc:  # a symbolic link loop (ELOOP), a denied folder
             raise os_failure(

@@ -572,6 +572,9 @@ def _records(meta: Dict[str, Any], src: str) -> Dict[str, Dict[str, Any]]:
         try:
             if not isinstance(rec, dict) or not isinstance(rec.get("members"), list):
                 raise TypeError("not an object with a list of members")
+            if not rec["members"]:
+                # Restoring it would give nothing back for the tensor: dropped, exit 0.
+                raise ValueError("it lists no members")
             for m in rec["members"]:
                 if not isinstance(m, dict):
                     raise TypeError(f"member {m!r} is not an object")
