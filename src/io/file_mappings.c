@@ -23,6 +23,20 @@ void hurray__drop_mapped_pages(const void *p, uint64_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+#ifndef MADV_POPULATE_READ
+#  define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+void hurray__map_file_pages(const void *p, uint64_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || len == 0) return;
+  uintptr_t a = (uintptr_t)p / (uintptr_t)page * (uintptr_t)page;
+  uintptr_t b = (uintptr_t)p + (uintptr_t)len;
+  /* Read faults only: a write fault would copy every page of a private
+   * mapping. */
+  (void)madvise((void *)a, b - a, MADV_POPULATE_READ);
+}
+
 /* The file a descriptor names, for comparing with the paths the maps
  * list: its /proc/self/fd link, or "" when that cannot be read. */
 static void fd_path(int fd, char *out, size_t size) {

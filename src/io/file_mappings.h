@@ -20,6 +20,13 @@
  * is ignored, since nothing read depends on it. */
 void hurray__drop_mapped_pages(const void *p, uint64_t len);
 
+/* Maps the pages of [p, p + len) of a file mapping into this process with
+ * one MADV_POPULATE_READ (Linux 5.14), as read faults would, one fault per
+ * folio, when they are read. Pages not in the page cache are read in.
+ * Advice only: where the kernel lacks it, or refuses, the reads fault as
+ * before. */
+void hurray__map_file_pages(const void *p, uint64_t len);
+
 /* The address ranges at which this process maps one file. A writer keeps
  * those of the file it writes into, so that it can refuse a buffer that
  * lies in one: writing would change the very bytes it reads (a private

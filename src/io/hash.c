@@ -119,18 +119,6 @@ typedef struct Pool {
   unsigned threads;
 } Pool;
 
-/* A thread claims neighbouring small buffers together, up to this many
- * bytes: one claim per buffer made the threads fight over `next` on files
- * of many small tensors (an 8 KiB buffer hashes in a few hundred
- * nanoseconds, not much more than a contended atomic moves between cores),
- * and verify reached a quarter of the memory-read rate there. Each claim
- * also starts the hardware prefetcher afresh: two threads hashing 64 KiB
- * buffers of the page cache read 19.4 GB/s a buffer a claim, 22.0 four at
- * a time (256 KiB, the first size here) and 23.2 sixteen (1 MiB); larger
- * claims gained nothing more. A buffer this large or larger goes into a
- * claim of large buffers only. */
-#define HURRAY_HASH_CLAIM_BYTES (1024u << 10)
-
 /* Large buffers are claimed several at a time: half an even share of the
  * jobs left (1 / (2 x threads) of them, so that claims shrink as the work
  * runs out and the threads end together; all of them on one thread), and at
@@ -192,6 +180,7 @@ static void *pool_worker(void *arg) {
     size_t end = claim_end(p, i);
     /* On failure i is reloaded with the claim another thread made. */
     if (!atomic_compare_exchange_weak(&p->next, &i, end)) continue;
+    if (p->hooks->before != NULL) p->hooks->before(p->hooks->ctx, p->jobs + i, end - i);
     hash_claim(p->jobs + i, end - i);
     if (p->hooks->done != NULL) p->hooks->done(p->hooks->ctx, p->jobs + i, end - i);
     i = atomic_load_explicit(&p->next, memory_order_relaxed);
@@ -203,7 +192,7 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
 }
 
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
-  static const HurrayHashHooks none = {NULL, NULL, NULL};
+  static const HurrayHashHooks none = {NULL, NULL, NULL, NULL};
   hurray__hash_many_with(jobs, n, threads, &none);
 }
 
