@@ -209,14 +209,15 @@ static int record_of(PyObject *op, ModuleState **st_out) {
   return hy_record_kind(st, Py_TYPE(op));
 }
 
-/* A field value as the record keeps it: a list becomes a tuple, a bytearray
- * bytes, and a dict given for a packing a Packing record. The caller's
+/* A field value as the record keeps it: a list becomes a tuple, bytes-like
+ * metadata bytes, and a dict given for a packing a Packing record. The caller's
  * mutable object would otherwise stay inside an immutable record, and
  * emptying it later would change what the record, and the descriptor that
  * holds it, show. New reference. */
 static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
   if (PyList_Check(v)) return PyList_AsTuple(v);
-  if (PyByteArray_Check(v) && f->def == BYTES) return PyBytes_FromObject(v);
+  if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v))
+    return PyBytes_FromObject(v);
   size_t len = strlen(f->name);
   if (PyDict_Check(v) && len > 8 && strcmp(f->name + len - 8, "_packing") == 0) {
     PyObject *kwargs = PyDict_Copy(v), *args = PyTuple_New(0);

@@ -1174,5 +1174,6 @@ def test_a_record_keeps_no_mutable_object_of_the_caller():
     shard = hurray.Shard(global_shape=[8], offsets=[0])
     assert shard.global_shape == (8,) and hash(shard) == hash(hurray.Shard((8,), (0,)))
     assert hurray.Extension("x", bytearray(b"ab")).metadata == b"ab"
+    assert hurray.Extension("x", memoryview(b"ab")).metadata == b"ab"
     with pytest.raises(TypeError, match="unexpected keyword argument 'lanes'"):
         hurray.BlockAffine(1, 128, 1, code_packing={"word_bits": 32, "lanes": 8})
