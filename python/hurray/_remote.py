@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import http.client
+import os
 import random
 import re
 import socket
 import threading
 import time
+import weakref
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from . import _hurray
@@ -401,8 +403,9 @@ class HttpBackend:
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._rate_window = float(read) if read is not None else None
-        self._pool = urllib3.PoolManager(maxsize=max(threads, 2), retries=False)
-        self._pool.pool_classes_by_scheme = _bounded_pools(urllib3, read)
+        self._threads, self._read_timeout = threads, read
+        self._pool = self._new_pool()
+        _AFTER_FORK.add(self)
         self._no_retries = urllib3.Retry(
             total=None,
             connect=0,
@@ -739,6 +742,18 @@ class HttpBackend:
 
         self.request(f"bytes={start}-{end - 1}", (start, end), sink)
 
+    def _new_pool(self):
+        pool = self._urllib3.PoolManager(maxsize=max(self._threads, 2), retries=False)
+        pool.pool_classes_by_scheme = _bounded_pools(self._urllib3, self._read_timeout)
+        return pool
+
+    def _after_fork(self) -> None:
+        # The parent's connections are its sockets: a child that took one
+        # from the pool would read the parent's answers, or interleave its
+        # requests with them; and a lock a thread of the parent held is
+        # held for ever here.
+        self._pool = self._new_pool()
+
     def close(self) -> None:
         """Closes the pool's connections (a later request opens new ones)."""
         self._pool.clear()
@@ -850,6 +865,19 @@ def _pieces(runs, piece: int) -> List[List[Tuple[int, memoryview]]]:
     return out
 
 
+#: Remote objects whose threads, locks and connections a forked child
+#: must not take over from its parent (os.register_at_fork below).
+_AFTER_FORK: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for obj in list(_AFTER_FORK):
+        obj._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class RangeSource:
     """The object the C reader reads through (_source.h): `size`,
     `readinto(offset, view)` and `read_batch([(offset, view), ...])`.
@@ -868,7 +896,17 @@ class RangeSource:
         self._blocks: List[Tuple[int, bytes]] = []
         self._blocks_lock = threading.Lock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        _AFTER_FORK.add(self)
         self._open(max(128, int(suffix_bytes)))
+
+    def _after_fork(self) -> None:
+        # The executor's threads are the parent's: it believes it has idle
+        # workers, starts none, and every fetch waited for ever (python-
+        # bindings.md: a child can use the File). A lock held by a thread
+        # of the parent at the fork stays held here.
+        self._pool = None
+        self._blocks_lock = threading.Lock()
+        self._local = threading.local()
 
     # The first request learns the size; the header request needs no size,
     # so both go out at once.

@@ -419,6 +419,40 @@ def test_in_a_subprocess(files, server):
     assert p.stdout.split() == ["closed", "ok", str(len(files["tensors"]))]
 
 
+def test_a_forked_child_reads_through_its_own_threads_and_connections(tmp_path):
+    """After the parent had fetched on the pool's threads (tensors of more
+    than 16 MiB), a forked child's fetches waited for ever: its executor
+    believed it had the parent's idle workers and started none. The child
+    now makes its own threads and connections (python-bindings.md: a child
+    can use the File)."""
+    path = tmp_path / "large.hurray"
+    hurray.save(path, {f"t{i}": np.full(5 << 20, i, np.float32) for i in range(2)})
+    with RangeServer({"/large.hurray": path.read_bytes()}) as large:
+        url = large.url("/large.hurray")
+        p = _fork_and_read(url)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["child", "0", "parent", "True"], p.stdout
+
+
+def _fork_and_read(url):
+    code = textwrap.dedent(f"""
+        import os, signal, hurray
+        f = hurray.open({url!r}, threads=4)
+        names = list(f.keys())
+        f.get_tensors(names)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            got = f.get_tensors(names)
+            f.verify()
+            os._exit(0 if len(got) == len(names) else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        print("parent", len(f.get_tensors(names)) == len(names))
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
 # --------------------------------------------------------------------- CLI
 
 
