@@ -34,6 +34,7 @@ from typing import (
 import numpy as np
 
 from . import _dtypes, _hurray
+from ._deferred import signals_deferred
 from ._descriptor import Dense, Descriptor, Shard
 from ._files import File, _tensor_name, as_tensor, fsync_dir, save
 from ._tensor import Tensor, _numpy_shaped, specialise
@@ -795,10 +796,13 @@ def _write_parts(
     try:
         for k in range(parts):
             save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
-        for k in range(parts):
-            os.replace(staged[k], paths[k])
-            renamed += 1
-        fsync_dir(directory)
+        # Ctrl-C between two renames left new parts beside old ones, and
+        # neither save loadable: it now waits for the new one to be whole.
+        with signals_deferred():
+            for k in range(parts):
+                os.replace(staged[k], paths[k])
+                renamed += 1
+            fsync_dir(directory)
     except BaseException:
         for path in staged[renamed:]:  # those not written yet are not there
             try:

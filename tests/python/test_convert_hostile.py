@@ -556,7 +556,7 @@ def test_signals_deferred_holds_handlers_until_the_block_ends():
     handler runs) the block changes nothing."""
     import threading
 
-    from hurray.convert._deferred import signals_deferred
+    from hurray._deferred import signals_deferred
 
     seen = []
 

@@ -879,3 +879,32 @@ def test_a_save_that_fails_part_way_leaves_the_folder_as_it_was(tmp_path, monkey
     paths = hurray.save_sharded(folder, {"a": np.ones(600, np.float32)}, parts=2)
     assert sorted(p.name for p in folder.iterdir()) == [os.path.basename(p) for p in paths]
     assert np.array_equal(hurray.load_sharded(folder, "a"), np.ones(600, np.float32))
+
+
+def test_ctrl_c_while_the_parts_are_renamed_leaves_one_whole_save(tmp_path, monkeypatch):
+    """A SIGINT between two renames into place raised at once and left the
+    new parts beside the old ones: neither save loaded ("come from
+    different saves"). The renames and the folder's fsync now finish first;
+    the KeyboardInterrupt comes after, over the new save, whole."""
+    import signal
+
+    folder = tmp_path / "ckpt"
+    old = np.arange(40, dtype=np.float32).reshape(10, 4)
+    hurray.save_sharded(folder, {"w": old}, parts=4)
+    real_replace, renames = os.replace, []
+
+    def replace(src, dst):
+        renames.append(dst)
+        if len(renames) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        hurray.save_sharded(folder, {"w": old + 100}, parts=4)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert len(renames) == 4
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"part-{k:05d}-of-00004.hurray" for k in range(4)
+    ]
+    assert np.array_equal(hurray.load_sharded(folder, "w"), old + 100)

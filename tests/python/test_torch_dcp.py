@@ -422,6 +422,31 @@ def test_killed_while_publishing_is_refused(tmp_path):
         _load_w(path)
 
 
+def test_ctrl_c_while_finish_publishes_leaves_the_new_save_whole(tmp_path, monkeypatch):
+    """A SIGINT while finish() renamed this save's files into place (the
+    earlier metadata already removed) raised at once, and the except path
+    removed this save's staged metadata: neither save loaded. Publishing
+    now finishes first; the interrupt comes after, over the new save."""
+    import signal
+
+    path = str(tmp_path / "ckpt")
+    _save_local(path, {"w": torch.full((4, 4), 1.0)})
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if dst.endswith("rank-00000.hurray"):
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(BaseException) as info:
+        _save_local(path, {"w": torch.full((4, 4), 2.0)})
+    assert "KeyboardInterrupt" in repr(info.value)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert sorted(os.listdir(path)) == [".metadata.hurray", "rank-00000.hurray"]
+    assert torch.equal(_load_w(path), torch.full((4, 4), 2.0))
+
+
 def test_a_metadata_write_that_fails_keeps_the_earlier_checkpoint(tmp_path, monkeypatch):
     """finish() removed the earlier metadata and renamed this save's files
     into place before it wrote the new metadata: a write that failed there

@@ -24,7 +24,7 @@ from ._common import (
     os_failure,
     write_failure,
 )
-from ._deferred import signals_deferred
+from .._deferred import signals_deferred
 from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 

@@ -82,6 +82,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from .. import _hurray, _shards
+from .._deferred import signals_deferred
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
@@ -712,7 +713,13 @@ class HurrayStorageWriter(StorageWriter):
         files take their names, its metadata last, and whatever else an
         earlier or failed save left (rank files this save does not have,
         hidden files of other saves) is removed. Only renames and removals
-        from here: nothing that a full disk refuses."""
+        from here: nothing that a full disk refuses. Ctrl-C waits for the
+        end: between the removal and the last rename it left neither the
+        earlier save nor this one loadable."""
+        with signals_deferred():
+            self._publish_now(files)
+
+    def _publish_now(self, files: List[str]) -> None:
         try:
             os.unlink(os.path.join(self.path, METADATA_FILE))
             _fsync_dir(self.path)

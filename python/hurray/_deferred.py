@@ -1,4 +1,4 @@
-"""Signals held back while torch runs.
+"""Signals held back while torch runs, or while a save publishes its files.
 
 A Python signal handler that raises (Ctrl-C's KeyboardInterrupt, or the
 CLI's SIGTERM handler) does so wherever the interpreter next checks for
@@ -10,7 +10,12 @@ raised inside `torch.save`, torch's writer failed on its way out with
 interrupt. While torch runs, the signals are only noted; the handler they
 would have reached runs when torch returns. An interrupt therefore waits
 for a `torch.save` in progress to end, and the temporary file is then
-removed as for any interrupt."""
+removed as for any interrupt.
+
+A save that renames several staged files into place (save_sharded's parts,
+a DCP checkpoint's rank files and metadata) holds them back too: an
+interrupt between two renames left the new files beside the old ones, and
+neither save loadable."""
 
 from __future__ import annotations
 
