@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from .. import _dtypes
+from .._deferred import signals_deferred
 from .._descriptor import Dense
 from .._hurray import HurrayError
 from .._tensor import from_numpy
@@ -24,7 +25,6 @@ from ._common import (
     os_failure,
     write_failure,
 )
-from .._deferred import signals_deferred
 from ._source import _Source
 from ._target import WriteErrors, _DenseTarget, _note_dropped, _Out
 
