@@ -273,22 +273,32 @@ def _bounded_pools(urllib3, read_timeout) -> dict:
                         state["fired"] = True
                     _shut_down(sock)
 
+                def late():
+                    text = f"no status line and headers within {deadline:g} s"
+                    error = urllib3.exceptions.ReadTimeoutError(None, None, text)
+                    error.args = (text,)  # its own str() starts with the pool: "None: "
+                    return error
+
                 timer = threading.Timer(deadline, fire)
                 timer.daemon = True
                 timer.start()
                 try:
-                    return super().getresponse(*args, **kwargs)
+                    response = super().getresponse(*args, **kwargs)
                 except Exception:
                     if state["fired"]:
-                        text = f"no status line and headers within {deadline:g} s"
-                        late = urllib3.exceptions.ReadTimeoutError(None, None, text)
-                        late.args = (text,)  # its own str() starts with the pool: "None: "
-                        raise late from None
+                        raise late() from None
                     raise
                 finally:
                     with lock:
                         state["done"] = True
                     timer.cancel()
+                if state["fired"]:
+                    # Shut down inside the headers: http.client took the end
+                    # of the stream for their end, and answered with those
+                    # it had (a 206 without its Content-Range).
+                    response.close()
+                    raise late()
+                return response
 
         # messages name the connection class ("HTTPConnection(host=...)")
         Bounded.__name__, Bounded.__qualname__ = base.__name__, base.__qualname__
@@ -589,6 +599,10 @@ class HttpBackend:
                 raise _Transient(
                     RemoteTimeoutError(f"{self.shown}: {scrubbed(str(e), self.url)}")
                 ) from None
+            except urllib3.exceptions.InvalidHeader as e:
+                # Content-Length given twice with two values: the answer is
+                # malformed, which asking again does not mend.
+                raise RemoteProtocolError(f"{self.shown}: {scrubbed(str(e), self.url)}") from None
             except urllib3.exceptions.HTTPError as e:
                 cls = RemoteProtocolError if _broken_answer(e) else RemoteError
                 raise _Transient(cls(f"{self.shown}: {scrubbed(str(e), self.url)}")) from None

@@ -1176,6 +1176,53 @@ def test_answers_that_never_finish_their_headers_are_cut(files):
         raw.close()
 
 
+def test_headers_cut_by_their_deadline_are_a_timeout_and_retried(files):
+    """A status line at once, then the headers a byte at a time: the
+    deadline shut the socket down, http.client took that end of the stream
+    for the end of the headers and answered with those it had, and open()
+    failed at once with a RemoteProtocolError ("bad Content-Range None"),
+    not retried. It is the RemoteTimeoutError of the deadline, retried."""
+    answers = []
+
+    def answer(conn):
+        answers.append(1)
+        conn.sendall(b"HTTP/1.1 206 Partial Content\r\n")
+        for byte in b"Content-Range: bytes 0-63/525280\r\nContent-Length: 64\r\n\r\n":
+            conn.sendall(bytes([byte]))
+            time.sleep(0.5)
+
+    raw = _RawServer(answer)
+    try:
+        with pytest.raises(hurray.RemoteTimeoutError, match="status line and headers"):
+            hurray.open(raw.url, timeout=(1, 1), retries=1)
+        assert len(answers) >= 2  # retried
+    finally:
+        raw.close()
+
+
+def test_two_content_lengths_are_a_protocol_error_not_retried(files):
+    """Content-Length twice with two values: urllib3's InvalidHeader came
+    out as a RemoteError and was retried like a broken connection. A
+    malformed answer is a RemoteProtocolError, which asking again does not
+    mend."""
+    answers = []
+
+    def answer(conn):
+        answers.append(1)
+        conn.sendall(
+            b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-63/100000\r\n"
+            b"Content-Length: 64\r\nContent-Length: 69\r\n\r\n" + bytes(64)
+        )
+
+    raw = _RawServer(answer)
+    try:
+        with pytest.raises(hurray.RemoteProtocolError, match="Content-Length"):
+            hurray.open(raw.url, timeout=(5, 5), retries=3)
+        assert len(answers) <= 2  # the suffix and the header, each once
+    finally:
+        raw.close()
+
+
 def test_a_flood_of_interim_answers_is_refused(files):
     """100 Continue as fast as the socket takes it: a RemoteTimeoutError at
     the deadline where http.client skips them without end, a
