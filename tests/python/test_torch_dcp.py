@@ -711,6 +711,15 @@ def test_metadata_without_a_save_id_or_with_names_of_the_wrong_type_is_refused(t
         assert hdcp.METADATA_FILE in str(info.value), case
 
 
+def test_metadata_naming_a_tensor_the_file_lacks_is_a_checkpoint_error(tmp_path):
+    """A chunk whose name the rank file does not hold failed in read_data
+    with hurray's NotFoundError (a KeyError), not a CheckpointError."""
+    _save_local(tmp_path, {"w": torch.arange(12.0).reshape(3, 4)})
+    _edit_chunks(tmp_path, "w", lambda c: c[0].__setitem__("name", "zz"))
+    with pytest.raises(BaseException, match="names the tensor 'zz', which this file does not"):
+        _load_local(tmp_path, {"w": torch.zeros(3, 4)})
+
+
 def test_malformed_json_items_are_checkpoint_errors(tmp_path):
     _save_local(tmp_path, {"w": torch.arange(8.0), "step": 3})
     rank = os.path.join(tmp_path, "rank-00000.hurray")

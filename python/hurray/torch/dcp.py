@@ -1053,6 +1053,11 @@ class HurrayStorageReader(StorageReader):
             try:
                 verified = set()
                 for req, loc in per_file[name]:
+                    if loc.name not in f:  # the metadata edited, or of another save
+                        raise CheckpointError(
+                            f"{os.path.join(self.path, name)}: the checkpoint metadata names "
+                            f"the tensor {loc.name!r}, which this file does not hold"
+                        )
                     if self.verify and loc.name not in verified:
                         f.verify(loc.name)
                         verified.add(loc.name)
