@@ -149,7 +149,8 @@ HURRAY_API HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w,
 /* When on, write_tensor computes min, max, NaN count and zero count of
  * each tensor it can (hurray_compute_statistics) in one pass over the data
  * and stores them in the written descriptor; tensors it cannot keep the
- * statistics they came with. Off by default. */
+ * statistics they came with. Off by default. After a failed write this and
+ * the metadata setters below refuse with HURRAY_ERR_STATE. */
 HURRAY_API HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled,
                                                      HurrayError *error);
 

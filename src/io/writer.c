@@ -1065,6 +1065,16 @@ static HurrayStatus statistics_kept(HurrayStatus computed, HurrayError *error) {
   return hurray__fail(error, computed, "out of memory for statistics");
 }
 
+/* After a failed write only finish (which refuses) and abort remain
+ * (io.h): a setter that answered OK there said the file would get what it
+ * never will. */
+static HurrayStatus check_not_failed(const HurrayWriter *w, HurrayError *error) {
+  if (w->failed) {
+    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
+  }
+  return HURRAY_OK;
+}
+
 HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
                                         const HurrayDescriptor *d, const HurrayBufferList *buffers,
                                         HurrayError *error) {
@@ -1072,9 +1082,7 @@ HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "writer, descriptor and buffers are required");
   }
-  if (w->failed) {
-    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
-  }
+  HURRAY_RETURN_NOT_OK(check_not_failed(w, error));
   HURRAY_RETURN_NOT_OK(check_name(name, "tensor name", HURRAY_MAX_TENSOR_NAME_BYTES, error));
   size_t name_len = strlen(name);
   HURRAY_RETURN_NOT_OK(check_tensor(w, name, name_len, d, buffers, error));
@@ -1199,9 +1207,7 @@ HurrayStatus hurray_writer_write_dense_batch(HurrayWriter *w, const HurrayDenseT
   if (w == NULL || (tensors == NULL && count > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and tensors are required");
   }
-  if (w->failed) {
-    return hurray__fail(error, HURRAY_ERR_STATE, "an earlier write failed; abort the writer");
-  }
+  HURRAY_RETURN_NOT_OK(check_not_failed(w, error));
   if (count == 0) return HURRAY_OK;
   HurrayDescriptor *d = NULL;
   HurrayStatus status = hurray_descriptor_create(HURRAY_DTYPE_UINT8, 0, NULL, &d, error);
@@ -1232,6 +1238,7 @@ HurrayStatus hurray_writer_set_cancel(HurrayWriter *w, HurrayCancelFn fn, void *
 
 HurrayStatus hurray_writer_set_statistics(HurrayWriter *w, bool enabled, HurrayError *error) {
   if (w == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer is required");
+  HURRAY_RETURN_NOT_OK(check_not_failed(w, error));
   w->statistics = enabled;
   return HURRAY_OK;
 }
@@ -1243,6 +1250,7 @@ static HurrayStatus set_metadata(HurrayWriter *w, const char *key, HurrayMetadat
   if (w == NULL || (value == NULL && len > 0)) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "writer and value are required");
   }
+  HURRAY_RETURN_NOT_OK(check_not_failed(w, error));
   HURRAY_RETURN_NOT_OK(check_name(key, "metadata key", HURRAY_MAX_METADATA_KEY_BYTES, error));
   if (strcmp(key, HURRAY_CHUNK_CHECKSUMS_KEY) == 0) {
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,

@@ -231,6 +231,9 @@ static void test_batch_write_failure(void **state) {
   assert_status(HURRAY_ERR_IO, hurray_writer_write_dense_batch(w, t, 3, &written, error));
   assert_int_equal(written, 1);
   assert_status(HURRAY_ERR_STATE, hurray_writer_write_dense_batch(w, t + 2, 1, &written, error));
+  /* the setters too: they answered OK, for a file that will never be */
+  assert_status(HURRAY_ERR_STATE, hurray_writer_set_metadata_int(w, "k", 1, error));
+  assert_status(HURRAY_ERR_STATE, hurray_writer_set_statistics(w, true, error));
   assert_status(HURRAY_ERR_STATE, hurray_writer_finish(w, error));
 }
 
