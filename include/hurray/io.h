@@ -338,9 +338,11 @@ HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name
  * mode it only asks the kernel to read ahead (as hurray_reader_read_ahead,
  * without its cap or its check of the cache).
  * HURRAY_ERR_IO if the kernel refuses, e.g. when the file was truncated
- * after open (the pages past the new end would raise SIGBUS if touched);
- * kernels before 5.14 have no MADV_POPULATE_READ and get the advice only.
- * See docs/adr/ADR-0021-torch-loading.md. */
+ * after open (the pages past the new end would raise SIGBUS if touched).
+ * Kernels before 6.9 get the read-ahead of PREAD mode only: before 5.14
+ * they have no MADV_POPULATE_READ, and until 6.8 it could retry a page
+ * whose read failed (a bad sector) for ever. See
+ * docs/adr/ADR-0021-torch-loading.md. */
 HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads,
                                                HurrayError *error);
 

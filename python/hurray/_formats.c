@@ -69,6 +69,9 @@ static PyObject *make_capsule(HurrayDescriptor *d, HurrayBufferList *list) {
     hurray_buffer_list_destroy(list);
     return raise_status(s, &e);
   }
+  /* A source's tensors are views of its read-only mapping of the file (or
+   * of memory it keeps): nothing may write through them (ADR-0029). */
+  ctx->flags |= HY_CAPSULE_READ_ONLY;
   return hy_capsule_wrap(list, ctx);
 }
 

@@ -106,8 +106,8 @@ static int get_c_contiguous(PyObject *obj, Py_ssize_t index, Py_buffer *view) {
 /* Whether a write through buffer `obj` must be refused: its exporter says
  * read-only (a read-only np.memmap, bytes: a PROT_READ mapping, or memory
  * that must not change), except for a view of another hurray tensor's
- * buffer, which is as protected as that tensor (a capsule's buffers read
- * as read-only only because the capsule cannot say). */
+ * buffer, which is as protected as that tensor (a tensor taken from a
+ * capsule exports read-only views whatever the capsule's flags say). */
 static bool protects(ModuleState *st, PyObject *obj, const Py_buffer *view) {
   PyObject *base = PyMemoryView_Check(obj) ? PyMemoryView_GET_BASE(obj) : obj;
   if (base != NULL && Py_TYPE(base) == st->view_type) {

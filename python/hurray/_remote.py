@@ -767,6 +767,8 @@ class HttpBackend:
         # requests with them; and a lock a thread of the parent held is
         # held for ever here.
         self._pool = self._new_pool()
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
 
     def close(self) -> None:
         """Closes the pool's connections (a later request opens new ones)."""
@@ -807,6 +809,10 @@ class FsspecBackend:
         self.size: Optional[int] = None
         self.requests = 0
         self._lock = threading.Lock()
+        _AFTER_FORK.add(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a parent's thread may have held it
 
     def _cat(self, start: int, end: int) -> bytes:
         try:

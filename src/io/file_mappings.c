@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "../core/error.h"
@@ -27,9 +29,27 @@ void hurray__drop_mapped_pages(const void *p, uint64_t len) {
 #  define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
+bool hurray__populate_read_usable_on(const char *release) {
+  unsigned major = 0, minor = 0;
+  if (release == NULL || sscanf(release, "%u.%u", &major, &minor) != 2) return false;
+  return major > 6 || (major == 6 && minor >= 9);
+}
+
+bool hurray__populate_read_usable(void) {
+  /* 0: not asked yet, 1: no, 2: yes. Every thread computes the same. */
+  static atomic_int usable;
+  int known = atomic_load_explicit(&usable, memory_order_relaxed);
+  if (known == 0) {
+    struct utsname u;
+    known = uname(&u) == 0 && hurray__populate_read_usable_on(u.release) ? 2 : 1;
+    atomic_store_explicit(&usable, known, memory_order_relaxed);
+  }
+  return known == 2;
+}
+
 void hurray__map_file_pages(const void *p, uint64_t len) {
   long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0 || len == 0) return;
+  if (page <= 0 || len == 0 || !hurray__populate_read_usable()) return;
   uintptr_t a = (uintptr_t)p / (uintptr_t)page * (uintptr_t)page;
   uintptr_t b = (uintptr_t)p + (uintptr_t)len;
   /* Read faults only: a write fault would copy every page of a private

@@ -20,11 +20,24 @@
  * is ignored, since nothing read depends on it. */
 void hurray__drop_mapped_pages(const void *p, uint64_t len);
 
+/* Whether MADV_POPULATE_READ may be used on a file mapping: the running
+ * kernel is 6.9 or later. From 5.14, where it came, to 6.8 a page whose
+ * read failed (a bad sector: pread gets EIO, a read fault SIGBUS) made it
+ * retry for ever (fixed by "mm/madvise: make MADV_POPULATE_(READ|WRITE)
+ * handle VM_FAULT_RETRY properly", 6.9), so a verify meant to find such a
+ * file would hang in the kernel instead. Decided once per process from
+ * uname(2); a release this cannot read counts as too old. */
+bool hurray__populate_read_usable(void);
+
+/* The same decision for a kernel release string such as "6.8.0-45-generic"
+ * (what uname reports), for tests. */
+bool hurray__populate_read_usable_on(const char *release);
+
 /* Maps the pages of [p, p + len) of a file mapping into this process with
- * one MADV_POPULATE_READ (Linux 5.14), as read faults would, one fault per
- * folio, when they are read. Pages not in the page cache are read in.
- * Advice only: where the kernel lacks it, or refuses, the reads fault as
- * before. */
+ * one MADV_POPULATE_READ, as read faults would, one fault per folio, when
+ * they are read. Pages not in the page cache are read in. Advice only:
+ * where the kernel lacks it, is older than hurray__populate_read_usable
+ * allows, or refuses, the reads fault as before. */
 void hurray__map_file_pages(const void *p, uint64_t len);
 
 /* The address ranges at which this process maps one file. A writer keeps

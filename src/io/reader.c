@@ -647,7 +647,9 @@ static void prefault_index(const HurrayReader *r) {
   uintptr_t b = (uintptr_t)r->index + (uintptr_t)r->index_length;
   (void)madvise((void *)a, b - a, MADV_WILLNEED);
 #ifdef MADV_POPULATE_READ
-  (void)madvise((void *)a, b - a, MADV_POPULATE_READ); /* read faults: no copy-on-write */
+  if (hurray__populate_read_usable()) {
+    (void)madvise((void *)a, b - a, MADV_POPULATE_READ); /* read faults: no copy-on-write */
+  }
 #endif
 }
 
@@ -1500,7 +1502,9 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
     return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT,
                         "populate needs a reader and 1 to 64 threads");
   }
-  if (!is_mapped(r)) {
+  if (!is_mapped(r) || !hurray__populate_read_usable()) {
+    /* A kernel before 6.9 could retry a failed page read for ever
+     * (file_mappings.h): its read-ahead only, and the reads fault. */
     if (r->fd >= 0) read_ahead_range(r->fd, r->index_offset);
     return HURRAY_OK;
   }
@@ -1910,13 +1914,17 @@ static void view_drops_run(void *ctx) {
  * 0.96x, and of a file read back (2 MiB folios) from 1.18x to 1.36x; cold,
  * at the disk's 2 GB/s, nothing changed. Smaller pieces are claimed up to
  * 1 MiB together, and a call per such claim cost more than it saved
- * (16,384 buffers of 64 KiB: 0.77x against 0.86x). */
+ * (16,384 buffers of 64 KiB: 0.77x against 0.86x). A piece over
+ * VERIFY_MAP_MAX_BYTES (a large buffer of a file without chunk checksums)
+ * is left to its faults: mapped whole before its first byte is hashed, a
+ * piece larger than memory would be read from the disk twice. */
 #define VERIFY_MAP_BYTES HURRAY_HASH_CLAIM_BYTES
+#define VERIFY_MAP_MAX_BYTES ((size_t)64 << 20)
 
 static void map_large_pieces(void *ctx, const HurrayHashJob *jobs, size_t count) {
   (void)ctx;
   for (size_t k = 0; k < count; k++) {
-    if (job_in(&jobs[k], VERIFY_MAP_BYTES, SIZE_MAX)) {
+    if (job_in(&jobs[k], VERIFY_MAP_BYTES, VERIFY_MAP_MAX_BYTES + 1)) {
       hurray__map_file_pages(jobs[k].data, jobs[k].len);
     }
   }

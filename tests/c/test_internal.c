@@ -16,8 +16,23 @@
 #include "../../src/core/member.h"
 #include "../../src/core/name_set.h"
 #include "../../src/core/packing.h"
+#include "../../src/io/file_mappings.h"
 #include "../../src/io/write_pieces.h"
 #include "../../src/quant/fresh_pages.h"
+
+/* MADV_POPULATE_READ retried a failed page read for ever before 6.9. */
+static void test_populate_read_needs_linux_6_9(void **state) {
+  (void)state;
+  assert_false(hurray__populate_read_usable_on("5.14.0"));
+  assert_false(hurray__populate_read_usable_on("6.8.12-300.fc40.x86_64"));
+  assert_true(hurray__populate_read_usable_on("6.9"));
+  assert_true(hurray__populate_read_usable_on("6.18.0-rc1"));
+  assert_true(hurray__populate_read_usable_on("7.0.0"));
+  assert_false(hurray__populate_read_usable_on("6"));
+  assert_false(hurray__populate_read_usable_on("linux"));
+  assert_false(hurray__populate_read_usable_on(""));
+  assert_false(hurray__populate_read_usable_on(NULL));
+}
 
 static void test_pack_unpack_round_trip(void **state) {
   (void)state;
@@ -463,6 +478,7 @@ int main(void) {
       cmocka_unit_test(test_write_pieces_gathered_regions),
       cmocka_unit_test(test_write_pieces_untimed_probe_starts_again),
       cmocka_unit_test(test_write_folios_choice_from_environment),
+      cmocka_unit_test(test_populate_read_needs_linux_6_9),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -435,11 +435,22 @@ def test_a_forked_child_reads_through_its_own_threads_and_connections(tmp_path):
 
 
 def _fork_and_read(url):
+    # A thread of the parent holds the backend's lock at the fork, as one
+    # counting its request does: it stays held in the child.
     code = textwrap.dedent(f"""
-        import os, signal, hurray
+        import os, signal, threading, time, hurray
+        from hurray import _remote
         f = hurray.open({url!r}, threads=4)
         names = list(f.keys())
         f.get_tensors(names)
+        backend = next(o for o in list(_remote._AFTER_FORK) if isinstance(o, _remote.HttpBackend))
+        held = threading.Event()
+        def hold():
+            with backend._lock:
+                held.set()
+                time.sleep(3)
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
         pid = os.fork()
         if pid == 0:
             signal.alarm(20)

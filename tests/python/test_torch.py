@@ -844,3 +844,23 @@ def test_read_only_memory_stays_protected_through_a_capsule(tmp_path, through, m
     shared = hurray.from_hurray(mutable)
     assert not shared._protected  # writable memory stays a view
     assert to_torch(shared).data_ptr() == mutable._buffer_address(0)
+
+
+def test_a_converter_source_tensor_is_protected(tmp_path):
+    """The converter's sources (hurray._formats) hand out views of a
+    read-only mapping through the same capsule: to_torch gave a view whose
+    first write was SIGSEGV. Their capsules say read-only too."""
+    from hurray import _formats
+
+    hurray.save(tmp_path / "a.hurray", {"w": np.ones(1024, np.float32)})
+    src = _formats.Source(str(tmp_path / "a.hurray"))
+    try:
+        t = hurray.from_hurray(src.get(0))
+        assert t._protected
+        y = to_torch(t)
+        assert y.data_ptr() != t._buffer_address(0)
+        y[0] = 5.0
+        assert t.numpy()[0] == 1.0
+    finally:
+        src.close()
+

@@ -82,18 +82,21 @@ def _check_records(torch, path: str) -> bool:
     record holds fewer bytes than the storage: the mapped load checks no
     record's size, and such a storage ran on into the records after it
     (torch.load without mmap refuses it). A file this cannot scan is left to
-    torch.load, mapped."""
+    torch.load, mapped, unless a member is compressed (torch.save compresses
+    none): whether the scan can read it or not."""
+    mappable = True
     try:
         with zipfile.ZipFile(path) as z:
+            mappable = all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
             pickles = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
             if len(pickles) != 1:
-                return True
+                return mappable
             prefix = pickles[0][: -len("data.pkl")] + "data/"
             records = [i for i in z.infolist() if i.filename.startswith(prefix)]
             scan = _StorageScan(z.read(pickles[0]))
         scan.load()
     except Exception:  # noqa: BLE001 - not a zip, or a pickle torch.load will judge
-        return True
+        return mappable
     sizes = {i.filename[len(prefix) :]: i.file_size for i in records}
     for key, kind, numel in scan.storages:
         if not isinstance(kind, _Global) or kind.module != "torch":
@@ -112,7 +115,7 @@ def _check_records(torch, path: str) -> bool:
                 f"{path}: record data/{key} {held}, and its storage needs {need} "
                 "(a damaged checkpoint)"
             )
-    return all(i.compress_type == zipfile.ZIP_STORED for i in records)
+    return mappable
 
 
 def _load(torch, path: str):
@@ -285,7 +288,7 @@ class _TorchishTarget(_DenseTarget):
         return dtype
 
     def add(self, name, t, source_dtype):
-        from ..torch import to_torch
+        from ..torch import _torch_of
 
         array, changed, note = self.dense_array(name, t, source_dtype)
         if (
@@ -294,7 +297,9 @@ class _TorchishTarget(_DenseTarget):
             and t.descriptor.quantization is None
             and isinstance(t.descriptor.layout, Dense)
         ):
-            tensor = to_torch(t)  # shares the source's memory
+            # Shares the source's memory, read-only where it is mapped so:
+            # torch.save only reads it (to_torch would copy it).
+            tensor, _ = _torch_of(t)
         else:
             tensor = _to_torch_array(array)
         dtype = _dtypes.from_numpy(array.dtype)

@@ -561,16 +561,22 @@ def to_torch(t: Tensor) -> "torch.Tensor":
             t = from_hurray(t)
         else:
             raise TypeError(f"to_torch takes a hurray.Tensor, not {type(t).__name__}")
+    out, view = _torch_of(t)
+    # torch has no read-only tensors: a view of read-only memory would crash
+    # (or change a bytes object) on the first write, so it is copied.
+    return out.clone() if view and t._protected else out
+
+
+def _torch_of(t: Tensor) -> Tuple["torch.Tensor", bool]:
+    """to_torch's tensor, and whether it is a view of t's memory, which is
+    read-only where t._protected: only for callers that never write to it
+    (the converter hands it to torch.save)."""
     d = t.descriptor
     if d.device.type != 1:
         raise UnsupportedError(f"to_torch reads CPU tensors; this one is on {d.device}")
     layout = d.layout
-    # torch has no read-only tensors: a view of read-only memory would crash
-    # (or change a bytes object) on the first write, so it is copied.
-    read_only = t._protected
     if isinstance(layout, Sparse):
-        out = _to_sparse(t, d)
-        return out.clone() if read_only else out
+        return _to_sparse(t, d), True
     if isinstance(layout, Paged):
         raise UnsupportedError(
             "torch has no paged tensors; torch.from_numpy(t.to_dense()) gathers the pages "
@@ -588,7 +594,7 @@ def to_torch(t: Tensor) -> "torch.Tensor":
                 "real values, or load_file(..., dequantize=torch.bfloat16) (or float16, "
                 "float32) to dequantize on load"
             )
-        return _to_quantized(t, d)
+        return _to_quantized(t, d), False
     _torch_dtype(d.dtype)
     if any(n >= 2**63 for n in d.shape):  # no elements, but past torch's int64 sizes
         raise UnsupportedError(f"torch cannot hold a tensor of shape {tuple(d.shape)}")
@@ -596,7 +602,7 @@ def to_torch(t: Tensor) -> "torch.Tensor":
         out = _from_dlpack(t, d.dtype)
     else:
         out = _array_to_torch(t.numpy(), d.dtype)
-    return out.clone() if read_only else out
+    return out, True
 
 
 def _from_dlpack(t: Tensor, name: str) -> "torch.Tensor":
