@@ -863,4 +863,3 @@ def test_a_converter_source_tensor_is_protected(tmp_path):
         assert t.numpy()[0] == 1.0
     finally:
         src.close()
-
