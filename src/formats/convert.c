@@ -712,10 +712,14 @@ typedef struct Entry {
   int src_fd; /* >= 0: the data buffer is these bytes of a file */
   uint64_t src_off;
   /* The data buffer is checked against its stored checksum as it is
-   * copied (a hurray source, verified): check_len bytes from its start. */
+   * copied (a hurray source, verified): check_len bytes from its start,
+   * against check_sum, or against its chunk checksums where it has them
+   * (check_chunks: one for each check_chunk_size bytes, the last one
+   * shorter, in the source's index), as the reader checks it. */
   bool check;
   uint32_t check_buffer;
-  uint64_t check_len, check_sum;
+  uint64_t check_len, check_sum, check_chunk_size;
+  const uint8_t *check_chunks;
 } Entry;
 
 struct HurrayTarget {
@@ -1159,15 +1163,70 @@ static const uint8_t *entry_data(const Entry *e, uint32_t index) {
   return hurray_buffer_data(hurray_buffer_list_get(e->buffers, index));
 }
 
-/* The checked data buffer's digest against its stored checksum, with the
- * reader's message (hurray_reader_verify's). */
-static HurrayStatus check_digest(const Entry *e, uint64_t sum, HurrayError *error) {
-  if (sum == e->check_sum) return HURRAY_OK;
+/* The checked data buffer's bytes as they pass, hashed whole against its
+ * stored checksum, or chunk by chunk against its chunk checksums where it
+ * has them: one verdict for a file, whichever reads it (spec 7.1). */
+typedef struct Checker {
+  const Entry *e;
+  HurrayHashStream hs;
+  uint64_t at; /* bytes hashed so far */
+} Checker;
+
+static void checker_start(Checker *c, const Entry *e) {
+  c->e = e;
+  c->at = 0;
+  hurray__hash_stream_reset(&c->hs);
+}
+
+/* A digest of bytes [start, end) against what the index stores for them,
+ * with the reader's message (hurray_reader_verify's). */
+static HurrayStatus check_digest(const Entry *e, uint64_t stored, uint64_t sum, uint64_t start,
+                                 uint64_t end, HurrayError *error) {
+  if (sum == stored) return HURRAY_OK;
+  if (e->check_chunks == NULL) {
+    return hurray__fail(error, HURRAY_ERR_CHECKSUM,
+                        "tensor \"%.200s\" buffer %u: checksum mismatch (stored %016llx, data "
+                        "%016llx)",
+                        e->name, e->check_buffer, (unsigned long long)stored,
+                        (unsigned long long)sum);
+  }
   return hurray__fail(error, HURRAY_ERR_CHECKSUM,
-                      "tensor \"%.200s\" buffer %u: checksum mismatch (stored %016llx, data "
-                      "%016llx)",
-                      e->name, e->check_buffer, (unsigned long long)e->check_sum,
-                      (unsigned long long)sum);
+                      "tensor \"%.200s\" buffer %u: checksum mismatch in bytes [%llu, %llu) "
+                      "(stored %016llx, data %016llx)",
+                      e->name, e->check_buffer, (unsigned long long)start, (unsigned long long)end,
+                      (unsigned long long)stored, (unsigned long long)sum);
+}
+
+static HurrayStatus checker_feed(Checker *c, const uint8_t *p, uint64_t n, HurrayError *error) {
+  const Entry *e = c->e;
+  if (e->check_chunks == NULL) {
+    hurray__hash_stream_update(&c->hs, p, (size_t)n);
+    c->at += n;
+    return HURRAY_OK;
+  }
+  while (n > 0) {
+    uint64_t size = e->check_chunk_size, start = c->at / size * size;
+    uint64_t end = e->check_len - start < size ? e->check_len : start + size;
+    uint64_t take = end - c->at < n ? end - c->at : n;
+    hurray__hash_stream_update(&c->hs, p, (size_t)take);
+    c->at += take;
+    p += take;
+    n -= take;
+    if (c->at == end) {
+      uint64_t stored = hurray__get_le(e->check_chunks + 8 * (start / size), 8);
+      HURRAY_RETURN_NOT_OK(
+          check_digest(e, stored, hurray__hash_stream_digest(&c->hs), start, end, error));
+      hurray__hash_stream_reset(&c->hs);
+    }
+  }
+  return HURRAY_OK;
+}
+
+/* After all check_len bytes were fed: the whole buffer's digest (each chunk
+ * was checked as it ended). */
+static HurrayStatus checker_end(Checker *c, HurrayError *error) {
+  if (c->e->check_chunks != NULL) return HURRAY_OK;
+  return check_digest(c->e, c->e->check_sum, hurray__hash_stream_digest(&c->hs), 0, c->at, error);
 }
 
 /* An entry's data bytes. File to file in the kernel (copy_file_range) when
@@ -1189,22 +1248,23 @@ static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, Hurra
   const uint8_t *p = entry_data(e, hurray_descriptor_data_buffer(e->d));
   uint64_t pos = hurray__raw_writer_position(w);
   long page = sysconf(_SC_PAGESIZE);
-  HurrayHashStream hs;
+  Checker check;
+  if (e->check) checker_start(&check, e);
   if (e->src_fd >= 0 && (p == NULL || (page > 0 && (pos - e->src_off) % (uint64_t)page == 0))) {
     if (e->check) {
       /* The kernel's copy never passes through this process: hash first. */
-      HURRAY_RETURN_NOT_OK(check_digest(e, hurray__checksum(p, (size_t)e->check_len), error));
+      HURRAY_RETURN_NOT_OK(checker_feed(&check, p, e->check_len, error));
+      HURRAY_RETURN_NOT_OK(checker_end(&check, error));
       if (drop) hurray__drop_mapped_pages(p, e->check_len);
     }
     return hurray__raw_writer_copy(w, e->src_fd, e->src_off, e->nbytes, error);
   }
-  if (e->check) hurray__hash_stream_reset(&hs);
   uint64_t left = e->nbytes, kept = 0;
   HurrayStatus s = HURRAY_OK;
   while (s == HURRAY_OK && left > 0) {
     uint64_t n = hurray__raw_writer_piece(w, left);
-    if (e->check) hurray__hash_stream_update(&hs, p, (size_t)n);
-    s = hurray__raw_writer_write(w, p, (size_t)n, error);
+    if (e->check) s = checker_feed(&check, p, n, error);
+    if (s == HURRAY_OK) s = hurray__raw_writer_write(w, p, (size_t)n, error);
     p += n;
     pos += n;
     left -= n;
@@ -1216,8 +1276,8 @@ static HurrayStatus write_data(HurrayWriter *w, const Entry *e, bool drop, Hurra
   }
   if (s == HURRAY_OK && e->check) {
     /* A stored buffer may be longer than the bytes the target holds. */
-    hurray__hash_stream_update(&hs, p, (size_t)(e->check_len - e->nbytes));
-    s = check_digest(e, hurray__hash_stream_digest(&hs), error);
+    s = checker_feed(&check, p, e->check_len - e->nbytes, error);
+    if (s == HURRAY_OK) s = checker_end(&check, error);
   }
   return s;
 }
@@ -1478,17 +1538,19 @@ static void source_origin(const HurraySource *s, const HurrayDescriptor *d,
  * is checked now, whole, before anything of it is written. */
 static HurrayStatus check_source_tensor(const HurraySource *s, size_t i, Entry *e,
                                         HurrayError *error) {
-  const uint8_t *data = NULL;
-  uint64_t len = 0, sum = 0;
+  const uint8_t *data = NULL, *chunks = NULL;
+  uint64_t len = 0, sum = 0, chunk_size = 0;
   uint32_t b = hurray_descriptor_data_buffer(e->d);
   if (hurray_descriptor_buffer_count(e->d) == 1 && e->gtype != HURRAY_GGUF_TYPE_Q8_0 &&
       e->gtype != HURRAY_GGUF_TYPE_Q4_0 &&
-      hurray__reader_buffer_record(s->reader, i, b, &data, &len, &sum) && data != NULL &&
-      data == entry_data(e, b) && len >= e->nbytes) {
+      hurray__reader_buffer_record(s->reader, i, b, &data, &len, &sum, &chunks, &chunk_size) &&
+      data != NULL && data == entry_data(e, b) && len >= e->nbytes) {
     e->check = true;
     e->check_buffer = b;
     e->check_len = len;
     e->check_sum = sum;
+    e->check_chunks = chunks;
+    e->check_chunk_size = chunk_size;
     return HURRAY_OK;
   }
   return hurray_reader_verify(s->reader, hurray_reader_tensor_name(s->reader, i), error);

@@ -2472,13 +2472,23 @@ bool hurray__reader_offset_of(const HurrayReader *r, const void *p, uint64_t len
 }
 
 bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
-                                  const uint8_t **data, uint64_t *length, uint64_t *checksum) {
+                                  const uint8_t **data, uint64_t *length, uint64_t *checksum,
+                                  const uint8_t **chunk_sums, uint64_t *chunk_size) {
   if (r == NULL || index >= r->tensor_count) return false;
   const TensorEntry entry = entry_at(r, index), *t = &entry;
   if (buffer >= t->buffer_count) return false;
   uint64_t offset = buffer_field(t, buffer, 0);
   *length = buffer_field(t, buffer, 1);
   *checksum = buffer_field(t, buffer, 2);
+  *chunk_sums = NULL;
+  *chunk_size = r->chunk_size;
+  if (r->chunk_sums != NULL && hurray__chunks_of(*length, r->chunk_size) > 0) {
+    uint64_t before = chunks_before(r, index);
+    for (uint32_t b = 0; b < buffer; b++) {
+      before += hurray__chunks_of(buffer_field(t, b, 1), r->chunk_size);
+    }
+    *chunk_sums = r->chunk_sums + 8 * before;
+  }
   /* The index was checked against the file when the reader opened it. */
   *data = r->mapping != NULL && offset <= r->mapping->len && *length <= r->mapping->len - offset
               ? r->mapping->base + offset

@@ -27,10 +27,15 @@ HurrayStatus hurray__reader_verify_flat(HurrayReader *r, HurrayCancelFn cancel, 
                                         HurrayError *error);
 /* The index record of buffer `buffer` of tensor `index`: its length and
  * stored checksum, and where its bytes lie in the reader's mapping (NULL
- * when the reader does not map its file). False when either index is out
- * of range. For the converter, which checks a buffer while it copies it. */
+ * when the reader does not map its file). When the buffer has chunk
+ * checksums (file format 1.1), which decide its verdict instead of the
+ * stored checksum (spec 7.1), *chunk_sums points at the first of its
+ * hurray__chunks_of(length, *chunk_size) little-endian sums in the index;
+ * else it is NULL. False when either index is out of range. For the
+ * converter, which checks a buffer while it copies it. */
 bool hurray__reader_buffer_record(const HurrayReader *r, size_t index, uint32_t buffer,
-                                  const uint8_t **data, uint64_t *length, uint64_t *checksum);
+                                  const uint8_t **data, uint64_t *length, uint64_t *checksum,
+                                  const uint8_t **chunk_sums, uint64_t *chunk_size);
 /* hurray_reader_get_tensor of tensor `index` (index order): for a loader
  * that takes every tensor in turn, with no name search and no
  * NUL-terminated copy of the names (hurray_reader_tensor_name). */

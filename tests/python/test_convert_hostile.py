@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -1732,17 +1733,58 @@ def test_messages_say_what_is_wrong(tmp_path):
         hurray.Descriptor("float32", (4,), buffers=[hurray.Buffer("data", 16, 1 << 40)])
 
 
-def _installed_convert(*args):
+def _installed_command(*args):
     """The pip-installed command's convert (the C converter); skips where it
-    has no C program (the ASan run), and asserts it succeeded."""
+    has no C program (the ASan run)."""
     command = os.path.join(os.path.dirname(sys.executable), "hurray")
     r = subprocess.run(
         [command, "convert", *map(str, args)], capture_output=True, text=True, timeout=60
     )
     if r.returncode == 127 or "has no hurray package" in r.stderr:
         pytest.skip("the pip-installed command has no C program here (the ASan run)")
+    return r
+
+
+def _installed_convert(*args):
+    """_installed_command, asserted to succeed."""
+    r = _installed_command(*args)
     assert r.returncode == 0, r.stderr
     return r
+
+
+def test_the_native_converter_checks_chunk_checksums_as_verify_does(tmp_path):
+    """A buffer with chunk checksums (format 1.1) is judged by them (spec
+    7.1), but the C converter to safetensors and GGUF checked its whole-
+    buffer checksum: a damaged chunk under a right record converted, exit
+    0, and a wrong record over right chunks was refused, the opposite of
+    `hurray verify` and of the Python converter."""
+    from _file_edits import buffer_records_at, reseal, rewrite_buffer
+
+    chunk = 4 << 20
+    big = np.random.default_rng(3).integers(-128, 128, 2 * chunk + 77, dtype=np.int8)
+    src = tmp_path / "chunks.hurray"
+    hurray.save(src, {"big": big})
+    whole = src.read_bytes()
+    damaged = big.copy()
+    damaged[chunk + 100] ^= 1
+    blob = bytearray(whole)
+    rewrite_buffer(blob, "big", 0, damaged.tobytes())  # the record agrees, chunk 1 does not
+    src.write_bytes(bytes(blob))
+    with pytest.raises(hurray.ChecksumError):
+        hurray.open(src).verify()
+    for target in ("x.safetensors", "x.gguf"):
+        r = _installed_command(src, tmp_path / target)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"in bytes [{chunk}, {2 * chunk})" in r.stderr
+        assert not (tmp_path / target).exists()
+    blob = bytearray(whole)
+    struct.pack_into("<Q", blob, buffer_records_at(blob, "big") + 16, 12345)  # the record only
+    reseal(blob)
+    src.write_bytes(bytes(blob))
+    hurray.open(src).verify()
+    for target in ("y.safetensors", "y.gguf"):
+        r = _installed_convert(src, tmp_path / target)
+        assert "(native)" in r.stdout
 
 
 def _converted_by_python_and_c(src, folder):

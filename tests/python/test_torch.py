@@ -863,3 +863,27 @@ def test_a_converter_source_tensor_is_protected(tmp_path):
         assert t.numpy()[0] == 1.0
     finally:
         src.close()
+
+
+def test_int32_codes_whose_difference_wraps_in_torch_are_refused(tmp_path):
+    """torch's per-tensor qint32 dequantize subtracts the zero point in
+    int32: codes [2**30, 3] with zero point -2**30 came out as
+    [-2147483648, 1073741824] through to_torch and load_file, silently. Such
+    a tensor is refused; one whose differences fit is converted as before."""
+    d = hurray.Descriptor(
+        "int32",
+        (2,),
+        quantization=hurray.PerTensorAffine(1.0, -(2**30)),
+        buffers=[hurray.Buffer("data", 8, 4)],
+    )
+    wraps = hurray.Tensor(d, [np.array([2**30, 3], np.int32)])
+    assert wraps.dequantize().tolist() == [2.0**31, 2.0**30]  # float32
+    with pytest.raises(hurray.UnsupportedError, match="past int32"):
+        to_torch(wraps)
+    hurray.save(tmp_path / "q.hurray", {"q": wraps})
+    with pytest.raises(hurray.UnsupportedError, match="past int32"):
+        load_file(tmp_path / "q.hurray")
+    got = load_file(tmp_path / "q.hurray", dequantize=torch.float32)["q"]
+    assert got.tolist() == [2.0**31, 2.0**30]
+    fits = hurray.Tensor(d, [np.array([5, -3], np.int32)])
+    assert to_torch(fits).dequantize().tolist() == fits.dequantize().tolist()

@@ -441,6 +441,7 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
         zero_points = zero_points.astype(np.int64)
     _check_torch_zero_points(zero_points, d.dtype)
     if isinstance(q, PerTensorAffine):
+        _check_torch_int32_differences(codes, int(q.zero_point), d.dtype)
         return torch._make_per_tensor_quantized_tensor(codes, float(q.scale), int(q.zero_point))
     count = d.shape[q.axis]
     scales = torch.from_numpy(_param(t, q.scale_buffer, q.scale_dtype, count).astype(np.float64))
@@ -460,6 +461,23 @@ def _check_torch_zero_points(zero_points: np.ndarray, code_dtype: str) -> None:
             f"zero point {int(zero_points[bad[0]])} lies outside the {code_dtype} codes' range "
             f"[{info.min}, {info.max}], which torch's quantized tensors require; use "
             "t.dequantize(), or load_file(..., dequantize=torch.float32)"
+        )
+
+
+def _check_torch_int32_differences(codes: "torch.Tensor", zero_point: int, code_dtype: str) -> None:
+    """torch's per-tensor qint32 dequantize subtracts the zero point in
+    int32, which wraps: codes [2**30] with zero point -2**30 read as
+    -2147483648.0. hurray's c - z is exact (quantization.md 5.1), so such a
+    tensor has no torch form that keeps its values. (Per-channel tensors
+    subtract in float and are exact.)"""
+    if code_dtype != "int32" or codes.numel() == 0:
+        return
+    low, high = int(codes.min()) - zero_point, int(codes.max()) - zero_point
+    if low < -(2**31) or high > 2**31 - 1:
+        raise UnsupportedError(
+            f"codes minus the zero point {zero_point} reach {low if low < -(2**31) else high}, "
+            "past int32, where torch's per-tensor qint32 tensors compute them (they would "
+            "wrap); use t.dequantize(), or load_file(..., dequantize=torch.float32)"
         )
 
 
