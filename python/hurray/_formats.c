@@ -63,15 +63,14 @@ static HurrayFormat format_arg(const char *name) {
 static PyObject *make_capsule(HurrayDescriptor *d, HurrayBufferList *list) {
   HurrayError e = {0};
   HurrayStatus s;
-  HyCapsuleContext *ctx = hy_capsule_context(d, &s, &e);
+  /* A source's tensors are views of its read-only mapping of the file (or
+   * of memory it keeps): nothing may write through them (ADR-0029). */
+  HyCapsuleContext *ctx = hy_capsule_context(d, HY_CAPSULE_READ_ONLY, &s, &e);
   hurray_descriptor_destroy(d);
   if (ctx == NULL) {
     hurray_buffer_list_destroy(list);
     return raise_status(s, &e);
   }
-  /* A source's tensors are views of its read-only mapping of the file (or
-   * of memory it keeps): nothing may write through them (ADR-0029). */
-  ctx->flags |= HY_CAPSULE_READ_ONLY;
   return hy_capsule_wrap(list, ctx);
 }
 

@@ -23,9 +23,9 @@ PyObject *tensor_dunder_hurray(PyObject *op, PyObject *args, PyObject *kwargs) {
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
   HurrayError e = {0};
   HurrayStatus s = HURRAY_OK;
-  CapsuleContext *ctx = hy_capsule_context(self->descriptor, &s, &e);
+  CapsuleContext *ctx = hy_capsule_context(
+      self->descriptor, self->protected_memory ? HY_CAPSULE_READ_ONLY : 0, &s, &e);
   if (ctx == NULL) return hy_raise_status(st, s, &e);
-  if (self->protected_memory) ctx->flags |= HY_CAPSULE_READ_ONLY;
 
   HurrayBufferList *list = NULL;
   s = hurray_buffer_list_create(&list, &e);

@@ -21,8 +21,8 @@ void hy_capsule_destructor(PyObject *capsule) {
   PyErr_Restore(type, value, traceback);
 }
 
-HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, HurrayStatus *status,
-                                     HurrayError *error) {
+HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, uint32_t flags,
+                                     HurrayStatus *status, HurrayError *error) {
   uint8_t *bytes = NULL;
   size_t len = 0;
   *status = hurray_descriptor_encode(d, &bytes, &len, error);
@@ -35,7 +35,7 @@ HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, HurrayStatus *st
     return NULL;
   }
   ctx->abi_version = HURRAY_C_ABI_VERSION;
-  ctx->flags = 0;
+  ctx->flags = flags;
   ctx->descriptor_len = len;
   memcpy(ctx->descriptor, bytes, len);
   hurray_free(bytes);

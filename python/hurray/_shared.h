@@ -35,10 +35,11 @@ typedef struct HyCapsuleContext {
  * consumed the capsule. Keeps a propagating exception intact. */
 void hy_capsule_destructor(PyObject *capsule);
 
-/* A fresh context (PyMem_RawMalloc) holding `d` encoded; NULL with *status
- * and *error set when encoding fails, or with *status HURRAY_ERR_NO_MEMORY. */
-HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, HurrayStatus *status,
-                                     HurrayError *error);
+/* A fresh context (PyMem_RawMalloc) holding `d` encoded and `flags`
+ * (HY_CAPSULE_READ_ONLY or 0); NULL with *status and *error set when
+ * encoding fails, or with *status HURRAY_ERR_NO_MEMORY. */
+HyCapsuleContext *hy_capsule_context(const HurrayDescriptor *d, uint32_t flags,
+                                     HurrayStatus *status, HurrayError *error);
 
 /* A "hurray_buffer" capsule owning `list` and `ctx`; takes both in every
  * case. NULL with a Python exception set. */

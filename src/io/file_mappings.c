@@ -25,10 +25,6 @@ void hurray__drop_mapped_pages(const void *p, uint64_t len) {
   if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-#ifndef MADV_POPULATE_READ
-#  define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
 bool hurray__populate_read_usable_on(const char *release) {
   unsigned major = 0, minor = 0;
   if (release == NULL || sscanf(release, "%u.%u", &major, &minor) != 2) return false;

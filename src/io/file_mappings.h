@@ -8,8 +8,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 #include "hurray/common.h"
+
+#ifndef MADV_POPULATE_READ
+#  define MADV_POPULATE_READ 22 /* Linux 5.14; older C libraries do not name it */
+#endif
 
 /* Drops the whole pages inside [p, p + len) from this process with
  * MADV_DONTNEED; a partial page at either end is kept. The pages stay in

@@ -646,11 +646,7 @@ static void prefault_index(const HurrayReader *r) {
   uintptr_t a = (uintptr_t)r->index & ~mask;
   uintptr_t b = (uintptr_t)r->index + (uintptr_t)r->index_length;
   (void)madvise((void *)a, b - a, MADV_WILLNEED);
-#ifdef MADV_POPULATE_READ
-  if (hurray__populate_read_usable()) {
-    (void)madvise((void *)a, b - a, MADV_POPULATE_READ); /* read faults: no copy-on-write */
-  }
-#endif
+  hurray__map_file_pages(r->index, r->index_length);
 }
 
 /* Maps the whole file (MMAP modes; the index is then read in place) or
@@ -1476,10 +1472,6 @@ static void read_ahead_range(int fd, uint64_t len) {
     (void)posix_fadvise(fd, (off_t)at, (off_t)n, POSIX_FADV_WILLNEED);
   }
 }
-
-#ifndef MADV_POPULATE_READ
-#  define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
 
 typedef struct PopulateJob {
   uint8_t *start;
