@@ -481,13 +481,20 @@ static uint64_t chunks_before(const HurrayReader *r, size_t count) {
  * chunk of each buffer longer than a chunk. */
 static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
   static const char key[] = HURRAY_CHUNK_CHECKSUMS_KEY;
-  for (size_t i = 0; i < r->metadata_count; i++) {
-    const MetadataEntry *m = &r->metadata[i];
+  /* Every entry is looked at: a type-6 entry under another key is refused
+   * wherever it sorts, after the table too. */
+  size_t i = r->metadata_count;
+  for (size_t k = 0; k < r->metadata_count; k++) {
+    const MetadataEntry *m = &r->metadata[k];
     if ((int)m->type != HURRAY_METADATA_CHUNK_CHECKSUMS) continue;
     if (m->key_len != sizeof key - 1 || memcmp(m->key, key, sizeof key - 1) != 0) {
       return CORRUPT(HURRAY_ERR_MALFORMED,
                      "index: metadata \"%s\" has type 6, which only \"%s\" may have", m->key, key);
     }
+    i = k;
+  }
+  if (i < r->metadata_count) {
+    const MetadataEntry *m = &r->metadata[i];
     uint64_t size = m->value_len >= 8 ? hurray__get_le(m->value, 8) : 0;
     bool power = size != 0 && (size & (size - 1)) == 0;
     if (!power || size < ((uint64_t)1 << HURRAY_CHUNK_LOG2_MIN) ||
@@ -521,7 +528,6 @@ static HurrayStatus take_chunk_table(HurrayReader *r, HurrayError *error) {
     memmove(&r->metadata[i], &r->metadata[i + 1],
             (r->metadata_count - i - 1) * sizeof *r->metadata);
     r->metadata_count--;
-    return HURRAY_OK;
   }
   return HURRAY_OK;
 }
@@ -635,30 +641,31 @@ static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor
   return HURRAY_OK;
 }
 
-/* The index is read whole right after mapping (checksum, then parse): one
- * readahead of exactly its pages, and one call that maps them, cost less
- * than a fault per page (and, cold, than fault-time read-around that
- * reads far beyond it). Advice only: failure changes nothing. */
-static void prefault_index(const HurrayReader *r) {
-  if (r->index_length == 0) return;
-  long page = sysconf(_SC_PAGESIZE);
-  uintptr_t mask = (uintptr_t)(page > 0 ? page : 4096) - 1;
-  uintptr_t a = (uintptr_t)r->index & ~mask;
-  uintptr_t b = (uintptr_t)r->index + (uintptr_t)r->index_length;
-  (void)madvise((void *)a, b - a, MADV_WILLNEED);
-  hurray__map_file_pages(r->index, r->index_length);
-}
+/* A file's index is read in pieces of this size and each is hashed while
+ * it is still in the CPU's cache, instead of hashing the whole copy once
+ * more from memory. A byte source reads it in one request. */
+#define INDEX_READ_PIECE ((uint64_t)256 << 10)
 
-/* Maps the whole file (MMAP modes; the index is then read in place) or
- * reads the index alone (PREAD mode). */
-static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
-  if (!is_mapped(r)) {
-    r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
-    if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
-    HURRAY_RETURN_NOT_OK(read_at(r, r->index_copy, r->index_length, r->index_offset, error));
-    r->index = r->index_copy;
-    return HURRAY_OK;
+/* Reads the index into memory of the reader's own, in every mode, and its
+ * checksum into `*sum`; maps the whole file in the MMAP modes. The index is
+ * never read in place from the mapping: its offsets and lengths are checked
+ * once, at open, and a file rewritten in place under a shared mapping would
+ * change them after that check (a length of 2^62 handed to the hash, a
+ * name running off the index). ADR-0030 measures the copy. */
+static HurrayStatus load_index(HurrayReader *r, uint64_t *sum, HurrayError *error) {
+  r->index_copy = malloc(r->index_length ? (size_t)r->index_length : 1);
+  if (r->index_copy == NULL) return CORRUPT(HURRAY_ERR_NO_MEMORY, "out of memory");
+  r->index = r->index_copy;
+  uint64_t piece = r->has_source ? r->index_length : INDEX_READ_PIECE;
+  HurrayHashStream stream;
+  hurray__hash_stream_reset(&stream);
+  for (uint64_t at = 0; at < r->index_length; at += piece) {
+    uint64_t n = r->index_length - at < piece ? r->index_length - at : piece;
+    HURRAY_RETURN_NOT_OK(read_at(r, r->index_copy + at, n, r->index_offset + at, error));
+    hurray__hash_stream_update(&stream, r->index_copy + at, (size_t)n);
   }
+  *sum = hurray__hash_stream_digest(&stream);
+  if (!is_mapped(r)) return HURRAY_OK;
   if (!hurray__fits_object(r->file_size)) {
     return hurray__fail(error, HURRAY_ERR_LIMIT,
                         "file of %llu bytes does not fit this process's address space; "
@@ -681,14 +688,14 @@ static HurrayStatus load_index(HurrayReader *r, HurrayError *error) {
   r->mapping->base = base;
   r->mapping->len = (size_t)r->file_size;
   atomic_init(&r->mapping->refs, 1);
-  r->index = (const uint8_t *)base + r->index_offset;
-  prefault_index(r);
   return HURRAY_OK;
 }
 
-/* Checks and parses the index into the tensor and metadata tables. */
-static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, HurrayError *error) {
-  if (hurray__checksum(r->index, (size_t)r->index_length) != stored_checksum) {
+/* Checks the index's checksum (`sum`, of the bytes read) and parses it
+ * into the tensor and metadata tables. */
+static HurrayStatus parse_index(HurrayReader *r, uint64_t stored_checksum, uint64_t sum,
+                                HurrayError *error) {
+  if (sum != stored_checksum) {
     return CORRUPT(HURRAY_ERR_CHECKSUM, "index checksum mismatch");
   }
   r->entries = malloc((r->tensor_count ? r->tensor_count : 1) * sizeof *r->entries);
@@ -730,8 +737,9 @@ static HurrayStatus read_structure(HurrayReader *r, HurrayError *error) {
   uint8_t trailer[HURRAY_FILE_TRAILER_BYTES];
   HURRAY_RETURN_NOT_OK(read_header(r, &major, &minor, error));
   HURRAY_RETURN_NOT_OK(read_trailer(r, major, minor, trailer, error));
-  HURRAY_RETURN_NOT_OK(load_index(r, error));
-  return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), error);
+  uint64_t sum = 0;
+  HURRAY_RETURN_NOT_OK(load_index(r, &sum, error));
+  return parse_index(r, hurray__get_le(trailer + TRAILER_INDEX_CHECKSUM, 8), sum, error);
 }
 
 /* Versions 1 (without the cancel fields) and 2. */

@@ -1734,6 +1734,15 @@ static void test_chunk_table_checked_at_open(void **state) {
   store(bad, f.data, f.len);
   assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
   k[sizeof key - 2] = 's';
+  /* Type 6 under a key that sorts after the table's: the first type-6
+   * entry was taken as the table and the others never looked at. */
+  uint8_t *zz = memmem(f.data, f.len, "zz\x01", 3);
+  assert_non_null(zz);
+  zz[2] = 6;
+  reseal(&f);
+  store(bad, f.data, f.len);
+  assert_status(HURRAY_ERR_MALFORMED, hurray_reader_open(bad, NULL, &r, error));
+  zz[2] = HURRAY_METADATA_STRING;
   /* The reserved key with type 5 is ordinary user metadata (a 1.0 file may
    * hold it): listed, and verify checks the whole checksums. */
   table[-5] = HURRAY_METADATA_BYTES;
