@@ -1190,10 +1190,10 @@ static HurrayStatus decode_node(Reader *r, HurrayDescriptor *d, bool root, uint3
 
 HurrayStatus hurray_descriptor_decode(const uint8_t *bytes, size_t len, HurrayDescriptor **out,
                                       HurrayError *error) {
+  if (out != NULL) *out = NULL;
   if (out == NULL || (bytes == NULL && len > 0)) {
     return FAIL(HURRAY_ERR_INVALID_ARGUMENT, "bytes and out must not be NULL");
   }
-  *out = NULL;
   if (len > HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES) {
     return FAIL(HURRAY_ERR_LIMIT, "encoded descriptor of %zu bytes exceeds the limit of %u", len,
                 HURRAY_MAX_ENCODED_DESCRIPTOR_BYTES);

@@ -275,7 +275,11 @@ static void test_decode_limits(void **state) {
   assert_status(HURRAY_ERR_TRUNCATED, hurray_descriptor_decode(head, 5, &decoded, error));
   /* Header only: no dtype. */
   assert_status(HURRAY_ERR_MALFORMED, hurray_descriptor_decode(head, 6, &decoded, error));
+  /* *out is NULL on every failure, an argument check's included (it was
+   * left as the caller had it). */
+  decoded = (HurrayDescriptor *)&decoded;
   assert_status(HURRAY_ERR_INVALID_ARGUMENT, hurray_descriptor_decode(NULL, 6, &decoded, error));
+  assert_null(decoded);
 }
 
 /* ------------------------------------------------ hand-built encodings */
