@@ -66,12 +66,15 @@ int hy_conv_u64(PyObject *obj, void *out) {
   return 1;
 }
 
+int hy_refuse_bool(PyObject *obj, const char *what) {
+  if (!PyBool_Check(obj)) return 0;
+  PyErr_Format(PyExc_TypeError, "%s must be an integer, not bool", what);
+  return -1;
+}
+
 int hy_conv_threads(PyObject *obj, void *out) {
   uint64_t v;
-  if (PyBool_Check(obj)) { /* threads=True is a slip, not a count of one */
-    PyErr_SetString(PyExc_TypeError, "threads must be an integer, not bool");
-    return 0;
-  }
+  if (hy_refuse_bool(obj, "threads")) return 0;
   if (!conv_max(obj, 65535, "threads", &v)) return 0;
   *(unsigned int *)out = (unsigned int)v;
   return 1;

@@ -20,6 +20,9 @@
 int hy_conv_u32(PyObject *obj, void *out);     /* uint32_t */
 int hy_conv_u64(PyObject *obj, void *out);     /* uint64_t */
 int hy_conv_threads(PyObject *obj, void *out); /* unsigned int, 0..65535 */
+/* -1 with TypeError when obj is a bool: a count, size or axis of True is a
+ * slip, not 1. */
+int hy_refuse_bool(PyObject *obj, const char *what);
 
 /* The same check for a named field (a descriptor field, "shape[1]"): 0, or
  * -1 with OverflowError or TypeError naming `what`. */

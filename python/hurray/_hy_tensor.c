@@ -567,6 +567,7 @@ static int quantize_options(ModuleState *st, PyObject *args, HurrayQuantizeOptio
     hy_raise_status(st, s, &e);
     return -1;
   }
+  if (hy_refuse_bool(axis_obj, "axis") || hy_refuse_bool(block_obj, "block_size")) return -1;
   if (axis_obj != Py_None) {
     PyObject *index = PyNumber_Index(axis_obj);
     if (index == NULL) return -1;

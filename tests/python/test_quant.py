@@ -1399,6 +1399,14 @@ def test_quantize_integer_options_are_range_checked():
             hurray.quantize(x, "q8_0", threads=threads)
     with pytest.raises(TypeError, match="symmetric must be"):
         hurray.quantize(x, "per_tensor", symmetric="no")
+    # True was taken as 1 for these two (threads=True was already refused).
+    for option, scheme in (
+        ("axis", "per_channel"),
+        ("block_size", "block_affine"),
+        ("threads", "q8_0"),
+    ):
+        with pytest.raises(TypeError, match=f"{option} must be an integer, not bool"):
+            hurray.quantize(x, scheme, **{option: True})
 
 
 def test_dequantize_out_messages_say_what_is_wrong():
