@@ -47,13 +47,18 @@ static PyObject *mod_os_error_class(PyObject *module, PyObject *arg) {
   return cls;
 }
 
-/* _error(status, message) -> the exception C would raise for `status` (its
- * code or its name), for the few errors Python code detects itself. */
+/* _error(status, message[, errno, filename]) -> the exception C would
+ * raise for `status` (its code or its name), for the few errors Python code
+ * detects itself; with an errno (a system call Python made failed), the
+ * HurrayIOError subclass of that errno, carrying it and `filename`. */
 static PyObject *mod_error(PyObject *module, PyObject *args) {
   ModuleState *st = PyModule_GetState(module);
-  PyObject *status;
+  PyObject *status, *filename = Py_None;
   const char *message;
-  if (!PyArg_ParseTuple(args, "Os:_error", &status, &message)) return NULL;
+  int os_errno = 0;
+  if (!PyArg_ParseTuple(args, "Os|iO:_error", &status, &message, &os_errno, &filename)) {
+    return NULL;
+  }
   long code = -1;
   if (PyUnicode_Check(status)) {
     const char *name = PyUnicode_AsUTF8(status);
@@ -68,7 +73,18 @@ static PyObject *mod_error(PyObject *module, PyObject *args) {
   if (code <= 0 || code >= STATUS_SLOTS || st->errors[code] == NULL) {
     return PyErr_Format(PyExc_ValueError, "unknown status %R", status);
   }
-  return hy_status_exception(status_class(st, (HurrayStatus)code), (HurrayStatus)code, message);
+  if (os_errno <= 0) {
+    return hy_status_exception(status_class(st, (HurrayStatus)code), (HurrayStatus)code, message);
+  }
+  HurrayError e = {.code = (HurrayStatus)code, .os_errno = os_errno};
+  snprintf(e.message, sizeof e.message, "%s", message);
+  hy_raise_status_file(st, (HurrayStatus)code, &e, filename == Py_None ? NULL : filename);
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  return value;
 }
 
 PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {
@@ -159,7 +175,8 @@ static PyMethodDef module_methods[] = {
     {"_check_not_mapped_from", mod_check_not_mapped_from, METH_VARARGS,
      "_check_not_mapped_from(fd, spans): InvalidArgumentError for a span of spans() "
      "[(name, address, length)] in a mapping of fd's file"},
-    {"_error", mod_error, METH_VARARGS, "_error(status, message): the exception C raises"},
+    {"_error", mod_error, METH_VARARGS,
+     "_error(status, message[, errno, filename]): the exception C raises"},
     {"_os_error_class", mod_os_error_class, METH_O,
      "_os_error_class(errno): the HurrayIOError subclass raised for it"},
     {"_set_descriptor_class", mod_set_descriptor_class, METH_O, "the Python Descriptor class"},

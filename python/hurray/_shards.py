@@ -11,12 +11,14 @@ it, fetching only the pieces that region touches.
 
 from __future__ import annotations
 
+import errno
 import glob
 import itertools
 import json
 import math
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -47,9 +49,18 @@ _LISTED = 8
 _MAX_GAP_BOXES = 4096
 
 
-def _error(status_name: str, message: str):
-    """The exception C raises for that status (the class and code from C)."""
-    return _hurray._error(status_name, message)
+def _error(status_name: str, message: str, errno_: int = 0, filename: Optional[str] = None):
+    """The exception C raises for that status (the class and code from C);
+    with an errno, the HurrayIOError subclass C raises for it."""
+    return _hurray._error(status_name, message, errno_, filename)
+
+
+def _io_error(exc: OSError, what: str) -> BaseException:
+    """A system call's OSError as the HurrayIOError C would raise for it."""
+    if not exc.errno:
+        return exc
+    name = exc.filename if exc.filename is not None else None
+    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, name)
 
 
 # --------------------------------------------------------------------- shard
@@ -396,12 +407,14 @@ def _paths(paths_or_dir) -> List[str]:
                     # Never opened (a FIFO would block the open), and never
                     # passed over: the part it should be would only show as
                     # a region no piece covers.
-                    what = (
-                        "a broken symbolic link"
-                        if os.path.islink(p) and not os.path.exists(p)
-                        else "not a regular file"
+                    broken = os.path.islink(p) and not os.path.exists(p)
+                    what = "a broken symbolic link" if broken else "not a regular file"
+                    raise _error(
+                        "HURRAY_ERR_IO",
+                        f"{p} is {what}; a part cannot be read from it",
+                        errno.ENOENT if broken else errno.ENXIO,  # ENXIO: as opening it says
+                        p,
                     )
-                    raise _error("HURRAY_ERR_IO", f"{p!r} is {what}; a part cannot be read from it")
             if not found:
                 raise _error("HURRAY_ERR_NOT_FOUND", f"no *.hurray files in {path!r}")
             return found
@@ -774,6 +787,67 @@ def save_sharded(
     return _write_parts(directory, split, parts, metadata)
 
 
+def _set_aside(path: str, save_id: str) -> Optional[str]:
+    """A second name for the earlier save's file at `path`, to put back if a
+    later part cannot be renamed into place: a hard link, or where the file
+    system has none the file itself moved aside. None when there is none."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):  # never moved aside, and never replaced
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    except FileNotFoundError:
+        return None
+    aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{save_id}.old")
+    try:
+        os.link(path, aside, follow_symlinks=False)
+    except OSError:
+        os.rename(path, aside)
+    return aside
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _publish(staged: List[str], paths: List[str], save_id: str, directory: str) -> None:
+    """Renames every staged part into place, or none: a rename that fails
+    part way (a part another user owns in a sticky folder, a folder in a
+    part's place) puts the earlier save's parts back, so that the folder
+    holds that save as it was. The caller defers signals around it."""
+    aside: List[Optional[str]] = []
+    done = 0  # parts renamed into place
+    try:
+        for k, path in enumerate(paths):
+            aside.append(_set_aside(path, save_id))
+            os.replace(staged[k], path)
+            done += 1
+    except OSError as exc:
+        for k, old in enumerate(aside):
+            try:
+                if k < done:
+                    # Back under its hidden name, removed by the caller with
+                    # the parts never renamed.
+                    os.replace(paths[k], staged[k])
+                if old is None:
+                    continue
+                if os.path.lexists(paths[k]):
+                    # The part that failed, still in place: `old` is a second
+                    # link to it (a rename onto it would do nothing).
+                    os.unlink(old)
+                else:
+                    os.replace(old, paths[k])
+            except OSError:
+                pass  # the error that stopped the save is the one to report
+        fsync_dir(directory)
+        raise _io_error(exc, f"cannot put part {done} in place as {paths[done]}") from None
+    for old in aside:
+        if old is not None:
+            _unlink_quietly(old)
+    fsync_dir(directory)
+
+
 def _write_parts(
     directory: str, split: Dict[str, List[Tensor]], parts: int, metadata: Optional[Mapping]
 ) -> List[str]:
@@ -784,7 +858,10 @@ def _write_parts(
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
         made.append(folder)
         folder = os.path.dirname(folder)
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise _io_error(exc, f"cannot make the folder {directory}") from None
     save_id = secrets.token_hex(8)
     metadata = {**(metadata or {}), SAVE_KEY: save_id}
     paths = [os.path.join(directory, f"part-{k:05d}-of-{parts:05d}.hurray") for k in range(parts)]
@@ -792,23 +869,19 @@ def _write_parts(
     # once all are: a save that fails part way (a full disk, Ctrl-C) leaves
     # the parts of an earlier save with the same names as they were.
     staged = [os.path.join(directory, f".{os.path.basename(p)}.{save_id}") for p in paths]
-    renamed = 0
+    published = False
     try:
         for k in range(parts):
             save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
         # Ctrl-C between two renames left new parts beside old ones, and
         # neither save loadable: it now waits for the new one to be whole.
         with signals_deferred():
-            for k in range(parts):
-                os.replace(staged[k], paths[k])
-                renamed += 1
-            fsync_dir(directory)
+            _publish(staged, paths, save_id, directory)
+            published = True
     except BaseException:
-        for path in staged[renamed:]:  # those not written yet are not there
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if not published:
+            for path in staged:  # those not written yet are not there
+                _unlink_quietly(path)
         for folder in made:
             try:
                 os.rmdir(folder)  # only while it is still empty

@@ -908,3 +908,79 @@ def test_ctrl_c_while_the_parts_are_renamed_leaves_one_whole_save(tmp_path, monk
         f"part-{k:05d}-of-00004.hurray" for k in range(4)
     ]
     assert np.array_equal(hurray.load_sharded(folder, "w"), old + 100)
+
+
+@pytest.mark.parametrize("how", ["rename refused", "a folder in its place", "no hard links"])
+def test_a_rename_that_fails_part_way_puts_the_earlier_parts_back(tmp_path, monkeypatch, how):
+    """A part that could not be renamed into place (another user's part in a
+    sticky folder, a folder where a part goes) left the parts before it
+    replaced and the earlier save unloadable, and raised a bare OSError.
+    The earlier parts are now put back and the error is a HurrayIOError
+    naming the part."""
+    import errno
+
+    folder = tmp_path / "ckpt"
+    old = np.arange(60, dtype=np.float32).reshape(6, 10)
+    hurray.save_sharded(folder, {"w": old}, parts=3)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    last = folder / "part-00002-of-00003.hurray"
+    real_replace, real_link = os.replace, os.link
+    if how == "a folder in its place":
+        last.unlink()
+        last.mkdir()
+        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    elif how == "rename refused":
+
+        def replace(src, dst):
+            if os.fspath(dst) == str(last) and ".old" not in os.fspath(src):
+                raise PermissionError(errno.EPERM, "Operation not permitted", os.fspath(dst))
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", replace)
+    else:
+
+        def link(*args, **kwargs):  # a file system without hard links
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+
+        def replace(src, dst):
+            if os.fspath(dst) == str(last) and ".old" not in os.fspath(src):
+                raise OSError(errno.EIO, "Input/output error", os.fspath(dst))
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(os, "link", link)
+        monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(hurray.HurrayIOError, match="cannot put part 2 in place") as info:
+        hurray.save_sharded(folder, {"w": old + 100}, parts=3)
+    monkeypatch.setattr(os, "replace", real_replace)
+    monkeypatch.setattr(os, "link", real_link)
+    assert isinstance(info.value, OSError) and info.value.errno is not None
+    assert info.value.filename == str(last)
+    after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert after == before  # no new part, and no hidden file left
+    if how != "a folder in its place":
+        assert np.array_equal(hurray.load_sharded(folder, "w"), old)
+
+
+def test_sharded_file_system_errors_are_hurray_io_errors(tmp_path):
+    """save_sharded onto or under a regular file raised the builtin
+    FileExistsError / NotADirectoryError, and load_sharded of a folder with a
+    broken link or a FIFO named *.hurray a HurrayIOError without errno or
+    filename."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    for target, builtin in ((plain, FileExistsError), (plain / "sub", NotADirectoryError)):
+        with pytest.raises(hurray.HurrayIOError) as info:
+            hurray.save_sharded(target, {"w": np.ones(4, np.float32)}, parts=2)
+        assert isinstance(info.value, builtin), type(info.value)
+        assert info.value.status_name == "HURRAY_ERR_IO"
+    folder = tmp_path / "ckpt"
+    hurray.save_sharded(folder, {"w": np.ones(4, np.float32)}, parts=2)
+    (folder / "extra.hurray").symlink_to(tmp_path / "missing")
+    with pytest.raises(hurray.HurrayFileNotFoundError) as info:
+        hurray.load_sharded(folder)
+    assert (info.value.errno, info.value.filename) == (2, str(folder / "extra.hurray"))
+    (folder / "extra.hurray").unlink()
+    os.mkfifo(folder / "extra.hurray")
+    with pytest.raises(hurray.HurrayIOError, match="not a regular file") as info:
+        hurray.load_sharded(folder)
+    assert info.value.filename == str(folder / "extra.hurray") and info.value.errno
