@@ -611,6 +611,77 @@ def test_a_torch_checkpoint_with_a_short_record_is_refused(tmp_path):
     )
 
 
+def _storage_claiming_more(src, bad, pickle_edit=None, extra=None):
+    """A copy of the zip checkpoint `src` whose storage of 4 elements claims
+    64 (the record still holds 16 bytes)."""
+    import pickletools
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as zout:
+        pk = next(n for n in zin.namelist() if n.endswith("data.pkl"))
+        data = zin.read(pk)
+        if pickle_edit is not None:
+            data = pickle_edit(data)
+        out, last = bytearray(), 0
+        for op, arg, pos in pickletools.genops(data):
+            if op.name == "BININT1" and arg == 4:
+                out += data[last:pos] + b"J" + (64).to_bytes(4, "little")
+                last = pos + 2
+        out += data[last:]
+        for info in zin.infolist():
+            zout.writestr(info, bytes(out) if info.filename == pk else zin.read(info.filename))
+        if extra is not None:
+            zout.writestr(pk.split("/")[0] + "/" + extra, b"")
+
+
+@pytest.mark.parametrize("how", ["torch.cuda storage class", "a second data.pkl", "NEWOBJ"])
+def test_a_short_record_the_scan_cannot_vouch_for_is_refused(tmp_path, how, monkeypatch):
+    """The record check skipped a storage class spelled torch.cuda.FloatStorage,
+    a zip with a second (empty) data.pkl, and a pickle its scan could not
+    follow (a Parameter made by NEWOBJ); each went to the mapped load, which
+    read the zip's headers and the next tensor as the storage's bytes, exit
+    0. What the scan cannot vouch for now loads without mmap, and torch
+    checks the record."""
+    import copyreg
+
+    src, bad = tmp_path / "ok.pt", tmp_path / "bad.pt"
+    w = torch.arange(4, dtype=torch.float32)
+    if how == "NEWOBJ":
+        param = torch.nn.Parameter
+        monkeypatch.setattr(
+            param, "__reduce_ex__", lambda self, proto: (copyreg.__newobj__, (param, self.data))
+        )
+        w = param(w, requires_grad=False)
+    torch.save({"w": w, "z": torch.full((256,), 7.0)}, src)
+    monkeypatch.undo()
+    edit = (
+        (lambda d: d.replace(b"ctorch\nFloatStorage\n", b"ctorch.cuda\nFloatStorage\n", 1))
+        if how == "torch.cuda storage class"
+        else None
+    )
+    _storage_claiming_more(src, bad, edit, "junk/data.pkl" if how == "a second data.pkl" else None)
+    r = run_cli(bad, tmp_path / "out.safetensors")
+    assert_one_line_failure(r, contains="16 bytes")
+    assert not (tmp_path / "out.safetensors").exists()
+    r = run_cli(src, tmp_path / "out.safetensors")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_nested_tensor_is_refused_by_name(tmp_path):
+    """A nested tensor reached .shape in the converter: RuntimeError, and the
+    CLI's "internal error ... (please report it)"."""
+    src = tmp_path / "nested.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "prototype stage"
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    torch.save({"n": nested, "w": torch.ones(3)}, src)
+    r = run_cli(src, tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="'n' is a nested tensor")
+    with pytest.raises(hurray.ConversionError, match="nested tensor"):
+        hurray.convert(src, tmp_path / "out.hurray", quiet=True)
+    hurray.convert(src, tmp_path / "out.hurray", quiet=True, exclude=["n"])
+    assert hurray.load(tmp_path / "out.hurray")["w"].numpy().tolist() == [1.0, 1.0, 1.0]
+
+
 @pytest.mark.parametrize(
     "values, scanned", [("random bits", True), ("arange", True), ("random bits", False)]
 )

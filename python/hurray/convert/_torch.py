@@ -74,39 +74,55 @@ class _Global(_Inert):
         self.module, self.name = module, name
 
 
+def _storage_dtype(torch, kind):
+    """The dtype of a storage class the pickle names (torch.FloatStorage,
+    torch.cuda.HalfStorage, torch.storage.UntypedStorage, ...), or None."""
+    if not isinstance(kind, _Global) or not kind.name.endswith("Storage"):
+        return None
+    if kind.module != "torch" and not kind.module.startswith("torch."):
+        return None
+    if kind.name == "UntypedStorage":
+        return torch.uint8
+    # torch's own classes only, by name: the module could be one of torch's
+    # lazily imported submodules, never imported here.
+    dtype = getattr(getattr(torch, kind.name, None), "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
 def _check_records(torch, path: str) -> bool:
-    """Whether the zip's storage records can be mapped: False when one is
-    compressed. torch.load(mmap=True) maps a record's bytes as they lie in
-    the zip, so a compressed one converted to its compressed bytes, exit 0
-    (torch.load without mmap inflates it). ConversionError if a storage's
-    record holds fewer bytes than the storage: the mapped load checks no
-    record's size, and such a storage ran on into the records after it
-    (torch.load without mmap refuses it). A file this cannot scan is left to
-    torch.load, mapped, unless a member is compressed (torch.save compresses
-    none): whether the scan can read it or not."""
-    mappable = True
+    """Whether the zip's storage records can be mapped. torch.load(mmap=True)
+    maps a record's bytes as they lie in the zip and checks no record's
+    size: a compressed record converted to its compressed bytes, and a
+    storage whose record holds fewer bytes than it ran on into the records
+    after it, exit 0 both. So the mapped load is taken only when this scan
+    vouches for every storage (ConversionError for one whose record is too
+    short); anything it cannot read (an odd pickle, two data.pkl, a storage
+    class it does not know) goes to torch.load without mmap, which inflates
+    and checks every record itself. A file that is not a zip is left to
+    torch.load (the legacy format)."""
     try:
         with zipfile.ZipFile(path) as z:
-            mappable = all(i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
+            if any(i.compress_type != zipfile.ZIP_STORED for i in z.infolist()):
+                return False
             pickles = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == "data.pkl"]
             if len(pickles) != 1:
-                return mappable
+                return False
             prefix = pickles[0][: -len("data.pkl")] + "data/"
             records = [i for i in z.infolist() if i.filename.startswith(prefix)]
             scan = _StorageScan(z.read(pickles[0]))
+    except zipfile.BadZipFile:
+        return True
+    except Exception:  # noqa: BLE001 - a zip this cannot read: torch.load will judge
+        return False
+    try:
         scan.load()
-    except Exception:  # noqa: BLE001 - not a zip, or a pickle torch.load will judge
-        return mappable
+    except Exception:  # noqa: BLE001 - a pickle the scan does not follow
+        return False
     sizes = {i.filename[len(prefix) :]: i.file_size for i in records}
     for key, kind, numel in scan.storages:
-        if not isinstance(kind, _Global) or kind.module != "torch":
-            continue
-        # Storage classes only: another name could be one of torch's lazily
-        # imported submodules.
-        cls = getattr(torch, kind.name, None) if kind.name.endswith("Storage") else None
-        dtype = torch.uint8 if cls is torch.UntypedStorage else getattr(cls, "dtype", None)
-        if not isinstance(dtype, torch.dtype) or not isinstance(numel, int) or numel < 0:
-            continue
+        dtype = _storage_dtype(torch, kind)
+        if dtype is None or not isinstance(numel, int) or numel < 0:
+            return False
         need = numel * dtype.itemsize
         have = sizes.get(key)
         if have is None or have < need:
@@ -115,7 +131,7 @@ def _check_records(torch, path: str) -> bool:
                 f"{path}: record data/{key} {held}, and its storage needs {need} "
                 "(a damaged checkpoint)"
             )
-    return mappable
+    return True
 
 
 def _load(torch, path: str):
@@ -168,9 +184,13 @@ class _TorchSource(_Source):
                 ),
                 _first_line(exc),
             )
+            why = (
+                "; hurray loads state dicts of tensors only, never arbitrary pickled objects"
+                if "Unsupported" in detail
+                else ""
+            )
             raise ConversionError(
-                f"{path}: torch.load(weights_only=True) refused it: {detail}; hurray loads "
-                "state dicts of tensors only, never arbitrary pickled objects"
+                f"{path}: torch.load(weights_only=True) refused it: {detail}{why}"
             ) from None
         self._tensors: Dict[str, Any] = {}
         self._refused: Dict[str, str] = {}
@@ -201,7 +221,13 @@ class _TorchSource(_Source):
                     f"{name!r}; one would be lost"
                 )
             spelled[name] = where
-            if is_tensor:
+            if is_tensor and obj.is_nested:
+                # Its shape cannot even be asked (torch raises RuntimeError).
+                self._refused[name] = (
+                    f"torch checkpoint entry {name!r} is a nested tensor (rows of different "
+                    "lengths), which hurray does not store (leave it out with --exclude)"
+                )
+            elif is_tensor:
                 self._tensors[name] = obj
             else:
                 self._refused[name] = (
