@@ -137,7 +137,10 @@ def _info(f, url, out, only=None, json=False) -> None:
 
 
 def _one_line(exc: BaseException, url: str) -> str:
-    text = " ".join((str(exc).strip() or type(exc).__name__).split())
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None and isinstance(exc.strerror, str):
+        text = exc.strerror  # without OSError's "[Errno N]" and quoted file name
+    text = " ".join((text.strip() or type(exc).__name__).split())
     # The remote errors name the URL already, and C's exceptions start with
     # their status name, which the C command leaves out: the line reads as
     # the C command's would, "hurray: WHERE: what went wrong".

@@ -876,6 +876,21 @@ def test_cli_url_errors_are_one_clear_line(files, server):
         assert p.stderr.strip() == f"hurray {command[0]}: URLs are read by ls, info and verify only"
 
 
+def test_python_cli_on_a_local_folder_prints_the_c_commands_line(tmp_path):
+    """`python -m hurray ls DIR` printed OSError's text, "[Errno 21]
+    HURRAY_ERR_IO: DIR is not a regular file (a directory): 'DIR'", where
+    the C command prints "hurray: DIR: DIR is not a regular file (a
+    directory)"."""
+    p = subprocess.run(
+        [sys.executable, "-m", "hurray", "ls", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 1
+    assert p.stderr.strip() == f"hurray: {tmp_path}: {tmp_path} is not a regular file (a directory)"
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 def test_a_file_url_of_a_fifo_or_a_folder_is_refused_at_once(tmp_path):
     """fsspec opened a FIFO named by a file:// URL, which blocks until a

@@ -316,10 +316,10 @@ def _as_conversion_error(exc: BaseException) -> Optional[ConversionError]:
 def _print_report(report: ConversionReport, output: str) -> None:
     """After the target was published: a failure to print says so."""
     if sys.stdout is None:  # started with stdout closed (>&-): print would drop it
-        raise OSError(
-            errno.EBADF,
+        raise io_error(
             f"{report.target} was written, but printing its report failed: standard output "
             "is closed",
+            errno.EBADF,
         )
     text = report.to_json() if output == "json" else report.format()
     # Tensor names may hold what the stream cannot encode (an ASCII locale,
@@ -333,8 +333,8 @@ def _print_report(report: ConversionReport, output: str) -> None:
     except BrokenPipeError:
         raise  # the reader went away (| head): the CLI ends quietly
     except OSError as e:
-        raise OSError(
-            e.errno, f"{report.target} was written, but printing its report failed: {e.strerror}"
+        raise io_error(
+            f"{report.target} was written, but printing its report failed: {e.strerror}", e.errno
         ) from None
 
 
@@ -355,6 +355,8 @@ def _check_options(opts: _Options, output: str) -> None:
         raise UsageError(f"output must be 'table' or 'json', not {output!r}")
     if opts.dequantize and opts.scheme is not None:
         raise UsageError("--dequantize and --quantize do not go together")
+    if opts.dequantize and opts.keep_scales:
+        raise UsageError("--dequantize and --keep-scales do not go together")
     if opts.scheme is None:
         if opts.block_size is not None or opts.quantize_include or opts.quantize_exclude:
             raise UsageError(

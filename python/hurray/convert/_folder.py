@@ -216,6 +216,34 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
             path = os.path.join(self.path, name)
             if self._new_dir is None and os.path.isdir(path) and not os.path.islink(path):
                 raise ConversionError(f"{path} is a folder; refusing to replace it")
+        if self._new_dir is None:
+            self._check_no_other_checkpoint(files)
+
+    def _check_no_other_checkpoint(self, files) -> None:
+        """Refuses an existing folder that holds another checkpoint's index
+        or shards, which this conversion would not replace: the folder
+        would then be read as that checkpoint, or as both (an old index
+        beside a new model.safetensors read back as the old weights)."""
+        try:
+            entries = os.listdir(self.path)
+        except OSError:
+            return  # the writes that follow say what is wrong
+        others = sorted(
+            n
+            for n in entries
+            if n.endswith((".safetensors", ".safetensors.index.json"))
+            and n not in files
+            and os.path.isfile(os.path.join(self.path, n))
+        )
+        if others:
+            listed = ", ".join(others[:3]) + (
+                f" and {len(others) - 3} more" if len(others) > 3 else ""
+            )
+            raise ConversionError(
+                f"{self.path} holds another checkpoint's files ({listed}), which this "
+                "conversion would not replace, and which would be read with or instead of it; "
+                "remove them, or convert into an empty or new folder"
+            )
 
     def finish(self, metadata, report):
         meta = self.header_metadata(metadata, report)
