@@ -328,12 +328,13 @@ class File:
     ):
         # A FIFO, socket or device is refused by the C reader, which opens
         # without blocking, with its errno (ENXIO) and the path.
-        self._file = _hurray._File(os.fspath(path), mmap, verify, readonly)
+        path = os.fspath(path)  # once: a PathLike may answer differently each time
+        self._file = _hurray._File(path, mmap, verify, readonly)
         # Per-tensor lookups go straight to C: the Python frame of the
         # methods below cost as much as the lookup itself (issue 19).
         self.shape = self._file.shape
         self.dtype = self._file.dtype
-        self.path = os.fspath(path)
+        self.path = path
         self.readonly = bool(readonly)
 
     def keys(self) -> list:

@@ -119,3 +119,20 @@ def test_a_file_rewritten_in_place_at_its_size_is_no_crash(tmp_path, mode, how):
         assert lines[2:] == [f"sum {expected}", "verify passed"], r.stdout
     else:
         assert lines[3] == "verify HURRAY_ERR_CHECKSUM", r.stdout
+
+
+def test_file_path_is_the_path_opened(tmp_path):
+    """File() asked a PathLike for its path twice (to open, then for
+    File.path): one that answers differently each time left f.path naming
+    another file than the one opened."""
+    for name in ("a", "b"):
+        hurray.save(tmp_path / f"{name}.hurray", {name: np.ones(2, np.float32)})
+
+    class Shifting:
+        answers = iter(["a", "b"])
+
+        def __fspath__(self):
+            return str(tmp_path / f"{next(self.answers)}.hurray")
+
+    f = hurray.open(Shifting())
+    assert f.keys() == ["a"] and f.path == str(tmp_path / "a.hurray")
