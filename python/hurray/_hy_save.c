@@ -33,6 +33,9 @@ static HurrayStatus set_metadata_value(HurrayWriter *w, PyObject *key_object, co
       PyBuffer_Release(&view);
       return s;
     }
+    /* Only a refused layout is reworded: another failure (a released
+     * memoryview's ValueError) says what it is itself. */
+    if (!PyErr_ExceptionMatches(PyExc_BufferError)) return HURRAY_ERR_INVALID_ARGUMENT;
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError,
                  "metadata %R: a bytes-like value must be C-contiguous (this %.100s is not); "

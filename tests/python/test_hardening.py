@@ -1860,6 +1860,11 @@ def test_metadata_errors_name_the_key_and_repeated_keys_are_refused(tmp_path):
         with pytest.raises(TypeError, match=match):
             hurray.save(path, tensors, {"lr": value})
     assert not path.exists()
+    released = memoryview(b"abcd")
+    released.release()  # was "must be C-contiguous (this memoryview is not)"
+    with pytest.raises(ValueError, match="released memoryview"):
+        hurray.save(path, tensors, {"lr": released})
+    assert not path.exists()
 
     class Twice:
         def items(self):
