@@ -8,7 +8,6 @@ import numbers
 import operator
 import os
 import stat
-import sys
 from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
@@ -66,10 +65,9 @@ def as_tensor(value: Any) -> Tensor:
         return specialise(value)  # a plain Tensor of a sparse layout: a SparseTensor
     if hasattr(value, "__hurray__"):
         return from_hurray(value)
-    module = type(value).__module__
-    if module.startswith("torch"):
+    if _hooks.is_torch_tensor(value):
         return _hooks.torch("from_torch")(value)
-    if module.startswith("scipy.sparse"):
+    if type(value).__module__.startswith("scipy.sparse"):
         return SparseTensor.from_scipy(value)
     return from_numpy(np.asarray(value))
 
@@ -265,13 +263,6 @@ def _array_span(a: np.ndarray) -> Tuple[int, int]:
     return low, high + a.itemsize - low
 
 
-def _is_torch_tensor(value, module: str) -> bool:
-    if module.startswith("torch"):
-        return True
-    torch = sys.modules.get("torch")  # a subclass defined elsewhere; never imported here
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
 def _copied_spans(pairs):
     """(name, address, length) of the memory of each value that is read in
     Python before the writer sees it, so the writer cannot check it first:
@@ -291,7 +282,7 @@ def _copied_spans(pairs):
                 a = getattr(value, part, None)
                 if isinstance(a, np.ndarray) and a.size:
                     yield (name, *_array_span(a))
-        elif _is_torch_tensor(value, module) and getattr(value, "is_cpu", False):
+        elif _hooks.is_torch_tensor(value) and getattr(value, "is_cpu", False):
             for span in _hooks.torch("storage_spans")(value):
                 yield (name, *span)
 

@@ -6,6 +6,7 @@ above it. This module imports nothing of hurray."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Dict
 
 # Python class for tensors of a layout kind (the C HurrayLayoutKind value).
@@ -26,3 +27,12 @@ def get(name: str) -> Any:
 def torch(attr: str) -> Any:
     """hurray.torch.<attr>: the torch adapters, imported on first use."""
     return get("torch")(attr)
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether `value` is a torch.Tensor, a subclass defined outside torch
+    (a Parameter subclass of the user's) included. torch is never imported
+    here: a torch tensor exists only once torch is."""
+    module = sys.modules.get("torch")
+    tensor = getattr(module, "Tensor", None)
+    return isinstance(tensor, type) and isinstance(value, tensor)

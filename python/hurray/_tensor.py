@@ -552,6 +552,6 @@ def from_dlpack(obj: Any) -> Tensor:
         if isinstance(d.layout, Dense) and d.quantization is None:
             return from_hurray(obj)
         # DLPack carries values: __dlpack__ says what to use instead.
-    if type(obj).__module__.split(".")[0] == "torch":
+    if _hooks.is_torch_tensor(obj):
         return _hooks.torch("from_torch")(obj)
     return from_numpy(np.from_dlpack(obj))

@@ -887,3 +887,66 @@ def test_int32_codes_whose_difference_wraps_in_torch_are_refused(tmp_path):
     assert got.tolist() == [2.0**31, 2.0**30]
     fits = hurray.Tensor(d, [np.array([5, -3], np.int32)])
     assert to_torch(fits).dequantize().tolist() == fits.dequantize().tolist()
+
+
+def test_torch_copies_are_held_to_the_output_limit(tmp_path):
+    """to_dense() and dequantize() refuse to expand a few stored bytes past
+    max(64 MiB, 64x the stored bytes); the torch paths that copy did not: a
+    287-byte file loaded as a 512 MiB tensor (negative strides, which torch
+    lacks), a 1-byte int8 tensor broadcast to 2**29 codes became a 512 Mi
+    qint8 tensor, and load_file(dequantize=) allocated the whole output
+    (or raised torch's RuntimeError past memory)."""
+    from hurray import Buffer, Descriptor, PerTensorAffine, Tensor
+
+    rows = 2**25
+    d = Descriptor(
+        "float32", (rows, 4), strides=(0, -1), byte_offset=12, buffers=[Buffer("data", 16)]
+    )
+    neg = Tensor(d, [np.arange(4, dtype=np.float32)])
+    with pytest.raises(hurray.LimitError):
+        neg.to_dense()
+    with pytest.raises(hurray.LimitError):
+        to_torch(neg)
+    q = Descriptor(
+        "int8",
+        (2**29,),
+        strides=(0,),
+        quantization=PerTensorAffine(scale=0.5, zero_point=0),
+        buffers=[Buffer("data", 1)],
+    )
+    codes = Tensor(q, [np.ones(1, np.int8)])
+    with pytest.raises(hurray.LimitError):
+        codes.dequantize()
+    with pytest.raises(hurray.LimitError):
+        to_torch(codes)
+    path = tmp_path / "b.hurray"
+    hurray.save(path, {"neg": neg, "q": codes})
+    assert os.path.getsize(path) < 4096
+    with pytest.raises(hurray.LimitError):
+        load_file(path)
+    with pytest.raises(hurray.LimitError):
+        load_file(path, dequantize=torch.float32)
+    # Within the limit they still copy: 64 elements from 16 bytes.
+    small = Tensor(
+        Descriptor(
+            "float32", (16, 4), strides=(0, -1), byte_offset=12, buffers=[Buffer("data", 16)]
+        ),
+        [np.arange(4, dtype=np.float32)],
+    )
+    assert to_torch(small).tolist() == [[3.0, 2.0, 1.0, 0.0]] * 16
+
+
+def test_a_tensor_subclass_defined_elsewhere_goes_through_from_torch():
+    """hurray.from_dlpack and as_tensor picked torch's route by the class's
+    module name: a Parameter subclass of the user's went to numpy's DLPack
+    import (BufferError for requires_grad, RuntimeError for bfloat16)."""
+
+    class MyParam(torch.nn.Parameter):
+        pass
+
+    for dtype in (torch.float32, torch.bfloat16):
+        p = MyParam(torch.arange(4, dtype=torch.float32).to(dtype))  # requires_grad=True
+        for make in (hurray.from_dlpack, hurray.as_tensor):
+            t = make(p)
+            assert t.dtype == str(dtype).replace("torch.", "")
+            assert to_torch(t).float().tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -743,6 +743,37 @@ def test_malformed_json_items_are_checkpoint_errors(tmp_path):
             _load_local(tmp_path, {"w": torch.zeros(8), "step": 0})
 
 
+@pytest.mark.parametrize("dtype", ["qint8", "complex32"])
+def test_a_metadata_dtype_no_hurray_file_holds_is_a_checkpoint_error(tmp_path, dtype):
+    """A torch dtype in the metadata that no hurray file holds raised
+    UnsupportedError, not the CheckpointError torch-dcp.md gives bad
+    metadata."""
+    _save_local(tmp_path, {"w": torch.arange(6.0)})
+    _edit_doc(tmp_path, lambda doc, md: doc["state_dict"]["w"].update(torch_dtype=dtype))
+    with pytest.raises(BaseException, match="none a hurray checkpoint holds"):
+        _load_local(tmp_path, {"w": torch.zeros(6)})
+
+
+def test_a_strided_json_item_is_refused_before_it_is_read(tmp_path):
+    """A JSON item of one stored byte repeated (stride 0) over 2**29
+    elements was materialised (512 MiB) before the JSON parse refused it."""
+    _save_local(tmp_path, {"w": torch.arange(8.0), "step": 3})
+    rank = os.path.join(tmp_path, "rank-00000.hurray")
+    with hurray.open(rank) as f:
+        md = dict(f.metadata)
+        w = np.array(f["w"].numpy())
+    d = hurray.Descriptor(
+        "uint8",
+        (2**29,),
+        strides=(0,),
+        extension=hurray.Extension(hdcp.JSON_EXTENSION),
+        buffers=[hurray.Buffer("data", 1)],
+    )
+    hurray.save(rank, {"w": w, "step": hurray.Tensor(d, [np.frombuffer(b"7", np.uint8)])}, md)
+    with pytest.raises(BaseException, match="is not a plain 1-D uint8 torch.dcp.json item"):
+        _load_local(tmp_path, {"w": torch.zeros(8), "step": 0})
+
+
 class _TwoChunkPlanner(DefaultSavePlanner):
     """Saves tensor "w" as two chunks of one rank (rows 0:2 and 2:5)."""
 

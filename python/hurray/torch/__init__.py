@@ -25,8 +25,13 @@ to_torch(t)
     with a read-only buffer (such a load, a tensor made from a read-only
     numpy array, np.memmap or bytes), dense or sparse, instead of a view that
     would crash on a write or change immutable memory. A tensor taken from a
-    ``__hurray__`` capsule stays a view: the capsule cannot say whether its
-    memory is writable, and a handoff is meant not to copy.
+    ``__hurray__`` capsule is copied when the capsule's context flags its
+    memory read-only (ADR-0029), and stays a view otherwise.
+
+    A copy (negative strides, which torch lacks; the codes of a quantized
+    tensor that are not contiguous; dequantize= on load) is held to the
+    limit of to_dense() and dequantize(): LimitError beyond
+    max(64 MiB, 64x the stored bytes).
 
 save_file(tensors, filename, metadata=None) / load_file(filename, device="cpu", *,
 mmap=True, dequantize=None)
@@ -41,6 +46,7 @@ hurray.torch.dcp (a submodule, imported on demand)
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -387,6 +393,15 @@ def _array_to_torch(array: np.ndarray, name: str) -> "torch.Tensor":
     return out if out.dtype == dtype else out.view(dtype)
 
 
+def _check_copy(t: Tensor, itemsize: int) -> None:
+    """LimitError before a copy of t's elements, `itemsize` bytes each: the
+    limit to_dense() and dequantize() keep (max(64 MiB, 64x the stored
+    bytes)), for a tensor whose strides repeat a few stored bytes (0) or
+    that torch cannot view (negative): a file of a few hundred bytes could
+    otherwise ask for any amount of memory."""
+    t._check_output_size(math.prod(t.descriptor.shape) * itemsize)
+
+
 def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.ndarray:
     """`count` elements from byte `offset` of buffer `index`: zero-copy for
     byte-sized dtypes, unpacked (a copy) for sub-byte ones."""
@@ -431,7 +446,10 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
                 f"torch's per-channel quantized tensors have no {', '.join(extra)}; use "
                 "t.dequantize(), or load_file(..., dequantize=torch.float32)"
             )
-    codes = _array_to_torch(t.codes(), d.dtype).contiguous()
+    codes = _array_to_torch(t.codes(), d.dtype)
+    if not codes.is_contiguous():  # torch's quantized tensors take contiguous codes: a copy
+        _check_copy(t, codes.element_size())
+        codes = codes.contiguous()
     if isinstance(q, PerTensorAffine):
         zero_points = np.array([q.zero_point], np.int64)
     elif q.zero_point_buffer is None:
@@ -619,6 +637,7 @@ def _torch_of(t: Tensor) -> Tuple["torch.Tensor", bool]:
     if d.strides is None or all(s >= 0 for s in d.strides):
         out = _from_dlpack(t, d.dtype)
     else:
+        _check_copy(t, _torch_dtype(d.dtype).itemsize)  # torch has no negative strides
         out = _array_to_torch(t.numpy(), d.dtype)
     return out, True
 
@@ -761,6 +780,8 @@ def _dequantize_dense_all(
     kernel's own threads."""
     jobs = []
     for name, t in pending:
+        _check_copy(t, dtype.itemsize)
+    for name, t in pending:
         o = torch.empty(tuple(t.descriptor.shape), dtype=dtype)
         out[name] = o
         if o.numel():
@@ -787,6 +808,7 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
         # Sparse and paged: the numpy path (C kernels for paged).
         array = t.dequantize(np.float32)
         return torch.from_numpy(array).to(dtype)
+    _check_copy(t, dtype.itemsize)
     out = torch.empty(tuple(d.shape), dtype=dtype)
     if out.numel():
         raw = out.view(-1).view(torch.uint8).numpy()

@@ -86,6 +86,7 @@ from .._deferred import signals_deferred
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
+from .._hurray import UnsupportedError
 from .._shards import _volume, shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
@@ -933,11 +934,17 @@ class HurrayStorageReader(StorageReader):
         self.storage_data = metadata.storage_data
         if metadata.storage_meta is not None and metadata.storage_meta.save_id:
             self._save_id = metadata.storage_meta.save_id
-        self._dtypes = {
-            fqn: _hurray_dtype(md.properties.dtype)
-            for fqn, md in metadata.state_dict_metadata.items()
-            if isinstance(md, TensorStorageMetadata)
-        }
+        self._dtypes = {}
+        for fqn, md in metadata.state_dict_metadata.items():
+            if not isinstance(md, TensorStorageMetadata):
+                continue
+            try:
+                self._dtypes[fqn] = _hurray_dtype(md.properties.dtype)
+            except UnsupportedError:  # a torch dtype, but none a hurray file holds
+                raise CheckpointError(
+                    f"{fqn!r}: the checkpoint metadata's dtype {md.properties.dtype} is "
+                    "none a hurray checkpoint holds"
+                ) from None
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -1018,8 +1025,19 @@ class HurrayStorageReader(StorageReader):
         t = f[loc.name]
         ext = t.descriptor.extension
         expected = JSON_EXTENSION if loc.kind == "json" else BYTES_EXTENSION
-        if ext is None or ext.name != expected or t.dtype != "uint8" or len(t.shape) != 1:
-            raise CheckpointError(f"{f.path}[{loc.name!r}] is not a 1-D uint8 {expected} item")
+        strides = t.descriptor.strides
+        if (
+            ext is None
+            or ext.name != expected
+            or t.dtype != "uint8"
+            or len(t.shape) != 1
+            or (strides is not None and tuple(strides) != (1,))
+        ):
+            # Strides too: a byte repeated (stride 0) over 2**40 elements
+            # was materialised before the JSON parse could refuse it.
+            raise CheckpointError(
+                f"{f.path}[{loc.name!r}] is not a plain 1-D uint8 {expected} item"
+            )
         payload = t.numpy().tobytes()
         if loc.kind == "bytes":
             if not self.allow_opaque_bytes:
