@@ -316,7 +316,10 @@ static int build_layout(ModuleState *st, HurrayDescriptor *d, PyObject *layout, 
   if (strcmp(k, "dense") == 0) {
     uint32_t data;
     rc = get_index(layout, "data_buffer", &data);
-    if (rc == 0) s = hurray_descriptor_set_layout_dense(d, data == HURRAY_NO_BUFFER ? 0 : data, e);
+    /* NO_BUFFER (None, or 2**32 - 1 as C decoded it) stays what it is, a
+     * dense layout without data, which validation refuses: it was taken as
+     * buffer 0, and an invalid descriptor came back valid from replace(). */
+    if (rc == 0) s = hurray_descriptor_set_layout_dense(d, data, e);
   } else if (strcmp(k, "sparse") == 0) {
     rc = build_sparse(d, layout, &s, e);
   } else if (strcmp(k, "paged") == 0) {
@@ -665,8 +668,30 @@ static int build_buffers(HurrayDescriptor *d, PyObject *spec, HurrayStatus *stat
   return 0;
 }
 
+/* 0 when `part` (not NULL) is a record of kind `kind`, else -1 with a
+ * TypeError naming `what`: a part of another type was read field by field
+ * as far as its names matched (statistics={"min": 1.0} dropped, a Member
+ * taken as an extension) while the descriptor still showed it. */
+static int check_part(ModuleState *st, PyObject *part, int kind, const char *what) {
+  if (is_record(part) && hy_record_kind(st, Py_TYPE(part)) == kind) return 0;
+  PyErr_Format(PyExc_TypeError, "%s must be a hurray.%s, not %.100s", what,
+               hy_record_defs[kind].name, Py_TYPE(part)->tp_name);
+  return -1;
+}
+
 static int build_root_parts(ModuleState *st, HurrayDescriptor *d, PyObject *spec, HurrayError *e) {
   HurrayStatus s = HURRAY_OK;
+  static const struct {
+    const char *name;
+    int kind;
+  } parts[] = {{"device", HY_DEVICE},
+               {"statistics", HY_STATISTICS},
+               {"shard", HY_SHARD},
+               {"extension", HY_EXTENSION}};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    PyObject *part = item(spec, parts[i].name);
+    if (part != NULL && check_part(st, part, parts[i].kind, parts[i].name) < 0) return -1;
+  }
   if (build_buffers(d, spec, &s, e) < 0) return -1;
   PyObject *device = item(spec, "device");
   if (s == HURRAY_OK && device != NULL) {

@@ -220,7 +220,6 @@ static PyObject *descriptor_decode(PyObject *cls, PyObject *data) {
     Py_DECREF(bytes);
     return NULL;
   }
-  Py_DECREF(bytes);
   /* Encoded again rather than kept: the decoder takes non-canonical forms
    * (unknown even records, records holding defaults), and ==, hash and
    * encode() compare and give the canonical bytes, as C does. */
@@ -228,9 +227,12 @@ static PyObject *descriptor_decode(PyObject *cls, PyObject *data) {
   if (out == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
     PyErr_Clear();
     HurrayError e = {0};
-    HurrayDescriptor *again = hy_decode_descriptor(st, data);
+    /* `bytes`, not `data`: a list or an iterator of ints was used up, or is
+     * not bytes-like (TypeError in place of this ValidationError). */
+    HurrayDescriptor *again = hy_decode_descriptor(st, bytes);
     HurrayStatus s = again != NULL ? hurray_descriptor_validate(again, &e) : HURRAY_OK;
     hurray_descriptor_destroy(again);
+    Py_DECREF(bytes);
     if (PyErr_Occurred()) return NULL;
     if (s == HURRAY_OK) {
       s = HURRAY_ERR_MALFORMED;
@@ -238,6 +240,7 @@ static PyObject *descriptor_decode(PyObject *cls, PyObject *data) {
     }
     return hy_raise_status(st, s, &e);
   }
+  Py_DECREF(bytes);
   return out;
 }
 

@@ -216,6 +216,14 @@ static int record_of(PyObject *op, ModuleState **st_out) {
  * holds it, show. New reference. */
 static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
   if (PyList_Check(v)) return PyList_AsTuple(v);
+  /* A generator or map object, read once here: every build of a descriptor
+   * read it again, and the second found it used up (a composite encoded
+   * with 2 members listed none, and replace() dropped them). */
+  if (PyIter_Check(v)) return PySequence_Tuple(v);
+  /* An integer given through __index__ (numpy's, or any object's) is read
+   * once, not at every build, where a stateful one could differ from what
+   * the record shows. */
+  if (!PyLong_Check(v) && PyIndex_Check(v)) return PyNumber_Index(v);
   if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v))
     return PyBytes_FromObject(v);
   size_t len = strlen(f->name);

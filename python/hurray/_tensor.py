@@ -230,7 +230,8 @@ class Tensor(_hurray._Tensor):
             elements, size = BLOCK_FORMATS[self.descriptor.quantization.format]
             row = shape[-1] // elements * size
             count = math.prod(shape[:-1]) * row
-            return raw[byte_offset : byte_offset + count].reshape(tuple(shape[:-1]) + (row,))
+            rows = tuple(shape[:-1]) + (row,)
+            return _numpy_shaped(lambda: raw[byte_offset : byte_offset + count].reshape(rows), rows)
         numel = math.prod(shape)
         if numel == 0:  # refuses what numpy cannot index; the view below is kept
             packed = _dtypes.is_packed(dtype_name)

@@ -1029,7 +1029,10 @@ def test_a_block_format_that_is_not_a_str_is_a_type_error(fmt):
         Descriptor.from_dict(spec)
 
 
-@pytest.mark.parametrize("where", ["shape", "byte_size"])
+# A record's integers are read once, when the record is made, so only the
+# descriptor's own arguments (shape, strides, byte_offset) run Python code
+# while it is built.
+@pytest.mark.parametrize("where", ["shape", "byte_offset"])
 def test_a_descriptor_is_not_initialised_again_from_inside_its_init(where):
     """An __index__ that ran __init__ on the same descriptor left it with
     the inner call's fields and the outer call's encoding; and, since the
@@ -1046,11 +1049,13 @@ def test_a_descriptor_is_not_initialised_again_from_inside_its_init(where):
                 with pytest.raises(RuntimeError, match="being initialised") as info:
                     Descriptor.__init__(target, "int8", (2,), buffers=[Buffer("data", 2, 1)])
                 refused.append(info.value)
-            return 16 if where == "shape" else 64
+            return 16 if where == "shape" else 0
 
     shape = (Reenter(),) if where == "shape" else (16,)
-    size = Reenter() if where == "byte_size" else 64
-    Descriptor.__init__(target, "float32", shape, buffers=[Buffer("data", size, 4)])
+    offset = Reenter() if where == "byte_offset" else 0
+    Descriptor.__init__(
+        target, "float32", shape, byte_offset=offset, buffers=[Buffer("data", 64, 4)]
+    )
     assert len(refused) == 1
     assert target == Descriptor("float32", (16,), buffers=[Buffer("data", 64, 4)])
     with pytest.raises(RuntimeError, match="already initialised"):
@@ -1177,3 +1182,105 @@ def test_a_record_keeps_no_mutable_object_of_the_caller():
     assert hurray.Extension("x", memoryview(b"ab")).metadata == b"ab"
     with pytest.raises(TypeError, match="unexpected keyword argument 'lanes'"):
         hurray.BlockAffine(1, 128, 1, code_packing={"word_bits": 32, "lanes": 8})
+
+
+def test_record_fields_are_read_once_when_the_record_is_made():
+    """A generator or map object given to a record was kept as given and
+    used up by the first build: a composite encoded with 2 members listed
+    none, and replace() dropped the members and a shard's lists. A
+    stateful __index__ was read again at every build, so a composite
+    encoded a member differently from the member it showed."""
+    from hurray import Composite, Dense, Member, Shard
+
+    m = Descriptor("float32", (3,))
+    d = Descriptor(
+        "float32",
+        (3,),
+        layout=Composite(Member(n, m) for n in ["a", "b"]),
+        buffers=[Buffer("data", 12)],
+    )
+    assert [x.name for x in d.layout.members] == ["a", "b"]
+    assert d.replace(byte_offset=0) == d
+    s = Descriptor(
+        "float32", (3,), buffers=[Buffer("data", 12)], shard=Shard(map(int, "6"), map(int, "3"))
+    )
+    assert s.shard == Shard((6,), (3,)) and s.replace(byte_offset=0) == s
+
+    class Flip:
+        calls = 0
+
+        def __index__(self):
+            Flip.calls += 1
+            return 0 if Flip.calls == 1 else 7
+
+    member = Descriptor("float32", (3,), layout=Dense(Flip()))
+    assert member.layout.data_buffer == 0
+    outer = Descriptor(
+        "float32", (3,), layout=Composite((Member("a", member),)), buffers=[Buffer("data", 12)]
+    )
+    assert outer.layout.members[0].descriptor == member
+    assert outer.to_dict()["layout"]["members"][0]["descriptor"]["layout"]["data_buffer"] == 0
+
+
+def test_root_parts_of_the_wrong_type_are_a_type_error():
+    """statistics={"min": 1.0} (or a Dense record), device=Statistics() and
+    extension=Member(...) were read field by field where names matched, and
+    dropped or misread, while the descriptor still showed them."""
+    from hurray import Dense, Member, Statistics
+
+    b = [Buffer("data", 12)]
+    for kwargs, message in (
+        ({"statistics": {"min": 1.0}}, "statistics must be a hurray.Statistics, not dict"),
+        ({"statistics": Dense(3)}, "statistics must be a hurray.Statistics, not hurray.Dense"),
+        ({"device": Statistics()}, "device must be a hurray.Device, not hurray.Statistics"),
+        (
+            {"extension": Member("x", None)},
+            "extension must be a hurray.Extension, not hurray.Member",
+        ),
+    ):
+        with pytest.raises(TypeError, match=message):
+            Descriptor("float32", (3,), buffers=b, **kwargs)
+
+
+def test_a_dense_layout_without_a_data_buffer_is_not_buffer_0():
+    """Dense(None) and Dense(2**32 - 1), C's NO_BUFFER, were built as data
+    buffer 0: the descriptor validated and a tensor read buffer 0, and an
+    invalid descriptor C decoded came back valid from replace()."""
+    from hurray import Dense
+
+    for data_buffer in (None, 2**32 - 1):
+        d = Descriptor("float32", (3,), layout=Dense(data_buffer), buffers=[Buffer("data", 12)])
+        with pytest.raises(hurray.ValidationError, match="data_buffer"):
+            d.validate()
+
+
+def test_decode_of_a_list_with_a_bad_name_is_a_validation_error():
+    """decode() takes any iterable of ints, but on a member name that is not
+    UTF-8 it decoded the caller's object again: TypeError for a list,
+    nothing left of an iterator."""
+    from hurray import Composite, Dense, Member
+
+    m = Descriptor("float32", (2,), layout=Dense(0))
+    good = Descriptor(
+        "float32", (2,), layout=Composite((Member("q", m),)), buffers=[Buffer("data", 8)]
+    ).encode()
+    bad = good.replace(b"q", b"\xff")
+    for arg in (bad, list(bad), iter(bad)):
+        with pytest.raises(hurray.ValidationError, match="not valid UTF-8"):
+            Descriptor.decode(arg)
+
+
+def test_codes_of_an_empty_block_coded_tensor_numpy_cannot_shape():
+    """codes() of a valid block-coded tensor with no elements but a
+    dimension past numpy's index type raised numpy's ValueError, where
+    numpy() and to_dense() say UnsupportedError."""
+    from hurray import BlockCoded, Tensor
+
+    d = Descriptor(
+        "uint8",
+        (2**63 + 2, 0),
+        quantization=BlockCoded("ggml_q4_1", 1),
+        buffers=[Buffer("data", 0)],
+    )
+    with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
+        Tensor(d, [b""]).codes()
