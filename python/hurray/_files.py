@@ -58,6 +58,14 @@ def _plain_or_tensor(value: Any):
     return as_tensor(value)
 
 
+def tensor_names(names) -> list:
+    """get_tensors' names as a list: one str (or bytes) is a TypeError, not
+    its characters."""
+    if isinstance(names, (str, bytes)):
+        raise TypeError(f"get_tensors takes an iterable of names, not one {type(names).__name__}")
+    return list(names)
+
+
 def as_tensor(value: Any) -> Tensor:
     """Tensor, anything with __hurray__, numpy arrays, scipy.sparse
     matrices and torch tensors."""
@@ -419,11 +427,7 @@ class File:
     def get_tensors(self, names) -> dict:
         """{name: tensor} for every name; a remote file fetches them in
         parallel (hurray.open of a URL)."""
-        if isinstance(names, (str, bytes)):
-            raise TypeError(
-                f"get_tensors takes an iterable of names, not one {type(names).__name__}"
-            )
-        return {name: self[name] for name in names}
+        return {name: self[name] for name in tensor_names(names)}
 
     def close(self) -> None:
         self._file.close()

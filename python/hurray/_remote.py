@@ -377,6 +377,44 @@ def _header(response, name: str) -> str:
     return _clipped(response.headers.get(name))
 
 
+# The abort event of a read that belongs to no batch: never set.
+_NEVER = threading.Event()
+
+
+class _ReadingFor:
+    """HttpBackend.reading_for's context: sets, then restores, the thread's
+    batch event."""
+
+    def __init__(self, batch: threading.local, abort: threading.Event):
+        self._batch, self._abort = batch, abort
+
+    def __enter__(self) -> None:
+        self._before = getattr(self._batch, "abort", None)
+        self._batch.abort = self._abort
+
+    def __exit__(self, *exc) -> None:
+        self._batch.abort = self._before
+
+
+def _first_failure(futures) -> Optional[BaseException]:
+    """The first exception among `futures` as soon as one fails, not once
+    every earlier one is done (a 403 on the second piece waited hours for
+    the first at the rate floor), or None when all succeed. Ctrl-C during
+    the wait is returned as the failure."""
+    pending = set(futures)
+    try:
+        while pending:
+            done, pending = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_EXCEPTION
+            )
+            for future in futures:  # in submission order among those done
+                if future in done and not future.cancelled() and future.exception() is not None:
+                    return future.exception()
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: raised after the wait
+        return exc
+    return None
+
+
 class HttpBackend:
     """Range requests over one urllib3 pool. Every request after the first
     carries If-Match with the file's strong ETag (or If-Unmodified-Since
@@ -411,6 +449,13 @@ class HttpBackend:
         if self.retries < 0:
             raise ValueError(f"retries must be 0 or more, not {retries!r}")
         connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        for value in (connect, read):
+            # inf passed urllib3's check and failed at the first request, in
+            # socket.settimeout (OverflowError).
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1e9):
+                raise ValueError(
+                    f"timeout must be None, or seconds above 0 and below 1e9, not {value!r}"
+                )
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._rate_window = float(read) if read is not None else None
         self._threads, self._read_timeout = threads, read
@@ -446,20 +491,19 @@ class HttpBackend:
         self._etag: Optional[str] = None
         self._last_modified: Optional[str] = None
         self._lock = threading.Lock()
-        self._abort = threading.Event()
+        self._batch = threading.local()  # .abort: the Event of the batch this thread reads for
         self.requests = 0  # answered requests, for tests and benchmarks
 
     def _metered(self, response) -> _Metered:
-        return _Metered(response, self._rate_window, self.shown, self._abort)
+        abort = getattr(self._batch, "abort", None)
+        return _Metered(response, self._rate_window, self.shown, abort or _NEVER)
 
-    def abandon_reads(self, abandon: bool) -> None:
-        """Makes every body read of this backend fail at its next read
-        (True) until called with False: an interrupted batch ends its other
-        runs within a read timeout instead of waiting them out."""
-        if abandon:
-            self._abort.set()
-        else:
-            self._abort.clear()
+    def reading_for(self, abort: threading.Event) -> "_ReadingFor":
+        """A context in which this thread's body reads fail at their next
+        read once `abort` is set: a batch whose run failed ends its other
+        runs within a read timeout instead of waiting them out, and only
+        its own (another thread's batch on the same file reads on)."""
+        return _ReadingFor(self._batch, abort)
 
     def _follow(self, headers: dict):
         """The GET's answer, redirects followed here rather than by urllib3,
@@ -638,9 +682,12 @@ class HttpBackend:
                     ) from None
                 done = True
             finally:
-                if not done:
-                    # An unread or half-read body must not reach the next
-                    # request on this connection.
+                # An unread or half-read body must not reach the next request
+                # on this connection, nor the end of one read whole: a chunked
+                # body's last, empty chunk may come after its bytes (http.client
+                # ends the answer only once it has read that chunk), and the
+                # next request read "0" as its status line.
+                if not done or not response.closed:
                     response.close()
                 response.release_conn()
 
@@ -651,6 +698,15 @@ class HttpBackend:
         the 416 a suffix of an empty file gets; the error each other answer
         stands for (_Transient where a retry may help)."""
         status = response.status
+        if 100 <= status < 200:
+            # http.client skips only 100 Continue (CPython 3.11): any other
+            # interim answer (103 Early Hints) comes back as the final one.
+            # The 206 after it is left unread, and its connection is dropped
+            # (done stays False in request's attempt).
+            raise RemoteProtocolError(
+                f"{self.shown}: an interim answer (HTTP {status}) came where the final one "
+                "belongs, and this Python's http.client does not read past it"
+            )
         if status == 412:
             raise RemoteChangedError(
                 f"{self.shown} changed while it was read (412 Precondition Failed)"
@@ -768,7 +824,7 @@ class HttpBackend:
         # held for ever here.
         self._pool = self._new_pool()
         self._lock = threading.Lock()
-        self._abort = threading.Event()
+        self._batch = threading.local()
 
     def close(self) -> None:
         """Closes the pool's connections (a later request opens new ones)."""
@@ -1025,8 +1081,15 @@ class RangeSource:
             raise
 
     def _fetch_runs(self, runs) -> None:
+        abort = threading.Event()  # this batch's: set when one of its runs fails
+        reading_for = getattr(self.backend, "reading_for", None)
+
         def one(run):
-            self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
+            if reading_for is None:
+                self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
+                return
+            with reading_for(abort):
+                self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
 
         runs = _pieces(runs, PREFETCH_PIECE)
         if len(runs) <= 1:
@@ -1061,25 +1124,16 @@ class RangeSource:
             for i in guard.not_done():
                 one(runs[i])
             return
-        for future in futures:
-            if failure is not None:
-                break
-            try:
-                future.result()
-            except BaseException as exc:  # noqa: BLE001 - raised below, after the wait
-                failure = exc
+        if failure is None:
+            failure = _first_failure(futures)
         if failure is None:
             return
         for future in futures:
             future.cancel()
         # The runs still going end at their next read, not after the rest
         # of their bytes (Ctrl-C used to wait out a slow server).
-        abandon = getattr(self.backend, "abandon_reads", lambda on: None)
-        abandon(True)
-        try:
-            raise guard.stop_and_wait(failure)
-        finally:
-            abandon(False)
+        abort.set()
+        raise guard.stop_and_wait(failure)
 
     def plan(self, read: Callable[[], object]) -> List[Tuple[int, int]]:
         """The (offset, length) ranges `read()` (one tensor read) would
@@ -1102,20 +1156,36 @@ class RangeSource:
             for at in range(start, end, PREFETCH_PIECE):
                 pieces.append((at, min(end, at + PREFETCH_PIECE)))
 
+        abort = threading.Event()  # set when a piece fails: the others stop
+        reading_for = getattr(self.backend, "reading_for", None)
+
         def one(piece):
             buf = bytearray(piece[1] - piece[0])
-            self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
+            if reading_for is None:
+                self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
+            else:
+                with reading_for(abort):
+                    self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
             return piece[0], buf
 
-        if len(pieces) == 1:
-            blocks = [one(pieces[0])]
-        else:
+        futures = None
+        if len(pieces) > 1:
             try:
-                blocks = list(self.pool().map(one, pieces))
+                futures = [self.pool().submit(one, piece) for piece in pieces]
             except RuntimeError:  # a refused thread: here instead (each
                 # piece fills a block of its own, so one still queued or
                 # running elsewhere writes nothing this call hands out)
-                blocks = [one(piece) for piece in pieces]
+                futures = None
+        if futures is None:
+            blocks = [one(piece) for piece in pieces]
+        else:
+            failure = _first_failure(futures)
+            if failure is not None:
+                for future in futures:
+                    future.cancel()
+                abort.set()
+                raise failure
+            blocks = [future.result() for future in futures]
         self._keep(blocks)
         return blocks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._files import File
+from ._files import File, tensor_names
 from ._remote import (
     DEFAULT_RETRIES,
     DEFAULT_THREADS,
@@ -65,7 +65,7 @@ class RemoteFile(File):
         `threads` threads (_remote.prefetched_get)."""
         if self._file.closed:
             raise ValueError("I/O operation on a closed hurray file")
-        raw = prefetched_get(self._file, self._source, list(names))
+        raw = prefetched_get(self._file, self._source, tensor_names(names))
         return {name: specialise(t) for name, t in raw.items()}
 
     def close(self) -> None:

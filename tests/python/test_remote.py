@@ -1627,3 +1627,112 @@ def test_a_refused_thread_fetches_the_runs_on_fewer_threads(
                 for name, value in small.items():
                     np.testing.assert_array_equal(np.asarray(got[name]), value)
             f.verify()
+
+
+def test_a_failed_run_ends_its_own_batch_at_once_and_no_other(tmp_path):
+    """The first failure of a batch was raised only once every run before
+    it had finished (a 403 on the second 16 MiB piece waited for the first
+    at the server's pace), and it abandoned the body reads of every thread
+    on the same file: another thread's healthy read of "b" failed with "the
+    read was abandoned"."""
+    import threading
+
+    p = tmp_path / "ab.hurray"
+    hurray.save(
+        p, {"a": np.full(10_000_000, 2.0, np.float32), "b": np.full(1 << 20, 5.0, np.float32)}
+    )
+    data = p.read_bytes()
+    a_at = data.find(np.full(16, 2.0, np.float32).tobytes())
+    with RangeServer({"/ab.hurray": data}) as s:
+        f = hurray.open(s.url("/ab.hurray"))
+        s.fault, s.drip_bytes, s.drip_seconds = "drip", 1 << 20, 0.25
+        # a's second piece is refused at once; every other answer drips
+        # 1 MiB each 0.25 s (a's first piece: 4 s, b: 1 s).
+        s.on_range = lambda start, end: (
+            403 if a_at + (1 << 20) < start < a_at + (32 << 20) else None
+        )
+        got = {}
+
+        def read_b():
+            try:
+                got["b"] = f.get_tensors(["b"])["b"].numpy()
+            except Exception as exc:  # noqa: BLE001 - reported below
+                got["b"] = exc
+
+        thread = threading.Thread(target=read_b)
+        thread.start()
+        time.sleep(0.3)  # b's body is dripping
+        began = time.monotonic()
+        with pytest.raises(hurray.RemoteError, match="HTTP 403"):
+            f["a"]
+        took = time.monotonic() - began
+        thread.join(60)
+        f.close()
+    assert isinstance(got["b"], np.ndarray), got["b"]
+    assert np.all(got["b"] == 5.0)
+    assert took < 3.0, took  # not the 4 s of the first piece's body
+
+
+def test_get_tensors_of_one_str_is_a_type_error(server):
+    """RemoteFile.get_tensors("ab") read tensors "a" and "b", where a local
+    File says TypeError."""
+    with hurray.open(server.url("/small.hurray")) as f:
+        with pytest.raises(TypeError, match="not one str"):
+            f.get_tensors("ab")
+
+
+def test_a_timeout_that_sockets_cannot_take_is_refused_at_open(server):
+    """timeout=inf passed urllib3's check and raised OverflowError from
+    socket.settimeout at the first request."""
+    for timeout in (float("inf"), 1e10, 0, -1, (5, float("nan"))):
+        with pytest.raises(ValueError, match="timeout must be"):
+            hurray.open(server.url("/small.hurray"), timeout=timeout)
+
+
+def test_a_chunked_answer_leaves_its_connection_clean(tmp_path):
+    """A 206 in chunked transfer coding whose last, empty chunk comes after
+    the bytes: the connection went back to the pool with "0\\r\\n\\r\\n"
+    unread, and the next request on it read "0" as its status line
+    (RemoteProtocolError with retries=0)."""
+    import http.server
+    import re
+    import socketserver
+    import threading
+
+    p = tmp_path / "ck.hurray"
+    hurray.save(p, {f"w{i}": np.full((64, 64), i, np.float32) for i in range(4)})
+    data = p.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            a, b = re.match(r"bytes=(\d*)-(\d*)$", self.headers["Range"]).groups()
+            if a == "":
+                s, e = len(data) - min(int(b), len(data)), len(data)
+            else:
+                s, e = int(a), min(int(b) + 1, len(data))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {s}-{e - 1}/{len(data)}")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n" % (e - s) + data[s:e] + b"\r\n")
+            self.wfile.flush()
+            time.sleep(0.1)
+            self.wfile.write(b"0\r\n\r\n")
+
+    class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+        daemon_threads = True
+
+    httpd = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/ck.hurray"
+        for _ in range(3):
+            with hurray.open(url, retries=0, threads=1) as f:
+                assert [float(f[f"w{i}"].numpy()[0, 0]) for i in range(4)] == [0, 1, 2, 3]
+    finally:
+        httpd.shutdown()
