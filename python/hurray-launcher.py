@@ -39,7 +39,8 @@ def main() -> None:
     else:
         sys.exit(
             f"hurray: {sys.executable} has no hurray package with its hurray program; "
-            "reinstall it (pip install --force-reinstall hurray)"
+            # Not "pip install hurray": that name on PyPI is another project.
+            "reinstall it (pip install --force-reinstall . in the hurray source tree)"
         )
     if not os.environ.get("HURRAY_PYTHON"):
         os.environ["HURRAY_PYTHON"] = sys.executable

@@ -21,6 +21,7 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray
 from ._descriptor import Dense
 from ._files import File
+from ._hurray import UnsupportedError
 from ._tensor import specialise
 
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
@@ -168,8 +169,13 @@ class SafeOpen:
             raise ValueError("framework='np' reads to the CPU only")
         self._device = device
         if self._framework == "pt":
-            import torch  # noqa: F401  (the torch interop needs it)
-
+            try:
+                import torch  # noqa: F401  (the torch interop needs it)
+            except ImportError:
+                raise UnsupportedError(
+                    "safe_open(framework='pt'), the default, needs the 'torch' package; "
+                    "pass framework='np' for numpy arrays"
+                ) from None
             self._torch_device = _hooks.torch("_available_device")(device, "safe_open")
         self._file = File(filename)
 

@@ -2161,3 +2161,29 @@ def test_the_nested_init_that_freed_a_record_being_read_is_refused():
     assert result.returncode == 0, result.stderr[-2000:]
     assert "second: Descriptor is being initialised" in result.stdout
     assert "survived" in result.stdout
+
+
+def test_safe_open_without_torch_says_what_it_needs(tmp_path):
+    """safe_open's default framework ("pt") without torch installed raised a
+    bare ModuleNotFoundError; framework="np" needs no torch. In a
+    subprocess where importing torch fails."""
+    hurray.save(tmp_path / "m.hurray", {"w": np.arange(3, dtype=np.float32)})
+    result = run_python(
+        f"""
+        import sys
+        sys.modules["torch"] = None  # import torch raises ImportError
+        import hurray
+        try:
+            hurray.safe_open({str(tmp_path / "m.hurray")!r})
+        except hurray.UnsupportedError as exc:
+            print("refused:", exc)
+        with hurray.safe_open({str(tmp_path / "m.hurray")!r}, framework="np") as f:
+            print(f.get_tensor("w").tolist())
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused: safe_open(framework='pt'), the default, needs the 'torch' package" in (
+        result.stdout
+    )
+    assert "[0.0, 1.0, 2.0]" in result.stdout

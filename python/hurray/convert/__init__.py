@@ -42,6 +42,7 @@ __all__ = [
     "convert",
     "ConversionError",
     "ConversionIOError",
+    "UsageError",
     "ConversionReport",
     "TensorReport",
     "ReportTotals",
