@@ -247,9 +247,11 @@ HURRAY_API HurrayStatus hurray_reader_open(const char *path, const HurrayReaderO
 /* Closes the reader. Buffers obtained from it stay valid. NULL is a no-op. */
 HURRAY_API void hurray_reader_close(HurrayReader *r);
 
-/* Tensors, in the index's order (bytewise ascending names). Open keeps
- * the index where it is (the mapping, or one copy in PREAD mode) and 4
- * bytes a tensor of its own; entries are decoded from it when asked for.
+/* Tensors, in the index's order (bytewise ascending names). Open reads
+ * the index into one copy of its own in every mode (never read in place
+ * from a mapping, so a file rewritten in place cannot change what open
+ * checked: ADR-0030) and keeps 4 bytes a tensor besides; entries are
+ * decoded from it when asked for.
  * tensor_name makes NUL-terminated copies of every name on its first call
  * (thread-safe; NULL past the count or when memory runs out); tensor_name_view
  * gives the name in place, *len bytes of UTF-8 without a NUL, and copies
@@ -360,8 +362,9 @@ HURRAY_API HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads
 HURRAY_API HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error);
 
 /* The fraction (0 to 1) of the file's tensor data now in the page cache,
- * from mincore over up to 1024 pages spread evenly (exact for smaller
- * files; no page is touched or read). Loaders use it to
+ * from cachestat(2) where the kernel has it (Linux 6.5; HURRAY_CACHESTAT=0
+ * turns it off), else from mincore over up to 1024 pages spread evenly
+ * (exact for smaller files); no page is touched or read. Loaders use it to
  * choose between mapping (warm) and parallel reads (cold): see
  * docs/adr/ADR-0021-torch-loading.md. */
 HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out,
@@ -376,7 +379,8 @@ HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *o
  * tensors has those checks spread over the hashing threads too. A buffer longer
  * than a chunk is checked against its chunk checksums in every mode (a
  * mapping hashes them on every thread), others against their own.
- * With HURRAY_READ_MMAP_PRIVATE it reads the file (pread), not the mapping,
+ * With HURRAY_READ_MMAP_PRIVATE it reads the file, not the private
+ * mapping (a temporary shared read-only mapping, or pread below 256 KiB),
  * so pages written by the caller do not count: it checks the file. */
 HURRAY_API HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name,
                                              HurrayError *error);
