@@ -643,6 +643,10 @@ def test_a_short_record_the_scan_cannot_vouch_for_is_refused(tmp_path, how, monk
     checks the record."""
     import copyreg
 
+    if how != "torch.cuda storage class" and "asan" in os.environ.get("LD_PRELOAD", ""):
+        # torch refuses these itself, with a C++ exception, and ASan preloaded
+        # before libstdc++ cannot intercept __cxa_throw (make test-python-asan).
+        pytest.skip("torch's C++ exceptions abort under a preloaded ASan runtime")
     src, bad = tmp_path / "ok.pt", tmp_path / "bad.pt"
     w = torch.arange(4, dtype=torch.float32)
     if how == "NEWOBJ":
