@@ -22,6 +22,7 @@ checksums; docs/security.md what a hostile server can and cannot do.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import http.client
 import os
 import random
@@ -1080,16 +1081,18 @@ class RangeSource:
             self._local.error = e
             raise
 
+    def _fetch_for(self, abort: threading.Event, start: int, end: int, views) -> None:
+        """backend.fetch as one read of a batch whose `abort` ends it: only
+        an HttpBackend's body reads can be cut short (reading_for)."""
+        reading_for = getattr(self.backend, "reading_for", None)
+        with reading_for(abort) if reading_for is not None else contextlib.nullcontext():
+            self.backend.fetch(start, end, views)
+
     def _fetch_runs(self, runs) -> None:
         abort = threading.Event()  # this batch's: set when one of its runs fails
-        reading_for = getattr(self.backend, "reading_for", None)
 
         def one(run):
-            if reading_for is None:
-                self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
-                return
-            with reading_for(abort):
-                self.backend.fetch(run[0][0], run[-1][0] + len(run[-1][1]), run)
+            self._fetch_for(abort, run[0][0], run[-1][0] + len(run[-1][1]), run)
 
         runs = _pieces(runs, PREFETCH_PIECE)
         if len(runs) <= 1:
@@ -1157,15 +1160,10 @@ class RangeSource:
                 pieces.append((at, min(end, at + PREFETCH_PIECE)))
 
         abort = threading.Event()  # set when a piece fails: the others stop
-        reading_for = getattr(self.backend, "reading_for", None)
 
         def one(piece):
             buf = bytearray(piece[1] - piece[0])
-            if reading_for is None:
-                self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
-            else:
-                with reading_for(abort):
-                    self.backend.fetch(piece[0], piece[1], [(piece[0], memoryview(buf))])
+            self._fetch_for(abort, piece[0], piece[1], [(piece[0], memoryview(buf))])
             return piece[0], buf
 
         futures = None

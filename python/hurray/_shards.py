@@ -59,8 +59,7 @@ def _io_error(exc: OSError, what: str) -> BaseException:
     """A system call's OSError as the HurrayIOError C would raise for it."""
     if not exc.errno:
         return exc
-    name = exc.filename if exc.filename is not None else None
-    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, name)
+    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, exc.filename)
 
 
 # --------------------------------------------------------------------- shard
