@@ -45,12 +45,14 @@ def signals_deferred() -> Iterator[None]:
     def note(signum, frame):
         pending.append(signum)
 
-    for s in postponed:
-        signal.signal(s, note)
-    try:
+    swapped = {}
+    try:  # the swaps too: a signal between two of them still restores both
+        for s, handler in postponed.items():
+            swapped[s] = handler  # first: restoring one never swapped is harmless
+            signal.signal(s, note)
         yield
     finally:
-        for s, handler in postponed.items():
+        for s, handler in swapped.items():
             signal.signal(s, handler)
         if pending:
             postponed[pending[0]](pending[0], None)

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -39,6 +38,7 @@ from . import _dtypes, _hurray
 from ._deferred import signals_deferred
 from ._descriptor import Dense, Descriptor, Shard
 from ._files import File, _tensor_name, as_tensor, fsync_dir, save
+from ._publish import ReplaceError, remove_quietly, replace_all
 from ._tensor import Tensor, _numpy_shaped, specialise
 
 Box = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (lo, hi), hi exclusive
@@ -786,65 +786,20 @@ def save_sharded(
     return _write_parts(directory, split, parts, metadata)
 
 
-def _set_aside(path: str, save_id: str) -> Optional[str]:
-    """A second name for the earlier save's file at `path`, to put back if a
-    later part cannot be renamed into place: a hard link, or where the file
-    system has none the file itself moved aside. None when there is none."""
+def _publish(staged: List[str], paths: List[str], directory: str) -> None:
+    """Renames every staged part into place, or none (replace_all): a
+    rename that fails part way puts the earlier save's parts back, so that
+    the folder holds that save as it was. The caller defers signals around
+    it and removes the parts never renamed."""
     try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):  # never moved aside, and never replaced
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    except FileNotFoundError:
-        return None
-    aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{save_id}.old")
-    try:
-        os.link(path, aside, follow_symlinks=False)
-    except OSError:
-        os.rename(path, aside)
-    return aside
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _publish(staged: List[str], paths: List[str], save_id: str, directory: str) -> None:
-    """Renames every staged part into place, or none: a rename that fails
-    part way (a part another user owns in a sticky folder, a folder in a
-    part's place) puts the earlier save's parts back, so that the folder
-    holds that save as it was. The caller defers signals around it."""
-    aside: List[Optional[str]] = []
-    done = 0  # parts renamed into place
-    try:
-        for k, path in enumerate(paths):
-            aside.append(_set_aside(path, save_id))
-            os.replace(staged[k], path)
-            done += 1
-    except OSError as exc:
-        for k, old in enumerate(aside):
-            try:
-                if k < done:
-                    # Back under its hidden name, removed by the caller with
-                    # the parts never renamed.
-                    os.replace(paths[k], staged[k])
-                if old is None:
-                    continue
-                if os.path.lexists(paths[k]):
-                    # The part that failed, still in place: `old` is a second
-                    # link to it (a rename onto it would do nothing).
-                    os.unlink(old)
-                else:
-                    os.replace(old, paths[k])
-            except OSError:
-                pass  # the error that stopped the save is the one to report
+        kept = replace_all(list(zip(staged, paths)))
+    except ReplaceError as exc:
         fsync_dir(directory)
-        raise _io_error(exc, f"cannot put part {done} in place as {paths[done]}") from None
-    for old in aside:
-        if old is not None:
-            _unlink_quietly(old)
+        raise _io_error(
+            exc.cause, f"cannot put part {exc.index} in place as {paths[exc.index]}"
+        ) from None
     fsync_dir(directory)
+    remove_quietly(kept)
 
 
 def _write_parts(
@@ -875,12 +830,11 @@ def _write_parts(
         # Ctrl-C between two renames left new parts beside old ones, and
         # neither save loadable: it now waits for the new one to be whole.
         with signals_deferred():
-            _publish(staged, paths, save_id, directory)
+            _publish(staged, paths, directory)
             published = True
     except BaseException:
         if not published:
-            for path in staged:  # those not written yet are not there
-                _unlink_quietly(path)
+            remove_quietly(staged)  # those not written yet are not there
         for folder in made:
             try:
                 os.rmdir(folder)  # only while it is still empty

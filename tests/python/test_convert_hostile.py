@@ -2879,7 +2879,7 @@ def test_a_folder_target_is_all_old_or_all_new_whenever_ctrl_c_comes(tmp_path, m
 
         def tracer(frame, event, arg):
             back = frame.f_back
-            if event == "call" and back is not None and back.f_code.co_name == "_replace_all":
+            if event == "call" and back is not None and back.f_code.co_name == "replace_all":
                 if frame.f_code.co_name == "<listcomp>":
                     sys.settrace(None)
                     signal.raise_signal(signal.SIGINT)
@@ -3011,8 +3011,9 @@ def test_a_signal_before_python_has_loaded_is_reported_as_an_interruption(tmp_pa
 def test_holding_signals_restores_every_handler_when_interrupted_while_swapping(monkeypatch):
     """The folder target swapped SIGINT's handler, then SIGTERM's, outside
     its try: a signal between the two left SIGINT recording forever, so a
-    library caller's later Ctrl-Cs were swallowed."""
-    from hurray.convert import _folder
+    library caller's later Ctrl-Cs were swallowed. save_sharded's and DCP's
+    copy of the helper still did so; there is one now."""
+    from hurray import _deferred
 
     real = signal.signal
     previous_term = real(signal.SIGTERM, lambda n, f: None)
@@ -3028,7 +3029,7 @@ def test_holding_signals_restores_every_handler_when_interrupted_while_swapping(
 
         monkeypatch.setattr(signal, "signal", signal_between_swaps)
         with pytest.raises(KeyboardInterrupt):
-            with _folder._signals_held():
+            with _deferred.signals_deferred():
                 pass
         monkeypatch.undo()
         assert signal.getsignal(signal.SIGINT) is before

@@ -4,24 +4,23 @@ beside them when the source had one, and config.json.
 
 Every file is written under a temporary name first; publish() renames them
 into place only after all of them were written, and puts the old ones back
-when a rename fails or is interrupted (_replace_all), so a failure leaves
+when a rename fails or is interrupted (replace_all), so a failure leaves
 the folder as it was. A folder that does not exist yet is made under a
 temporary name and renamed as a whole."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import json
 import os
 import secrets
 import shutil
-import signal
-import threading
 from typing import Dict, List, Optional, Tuple
 
+from .._deferred import signals_deferred
 from .._files import fsync_dir as _fsync_dir
+from .._publish import ReplaceError, remove_quietly, replace_all
 from ._common import ConversionError, _first_line, io_error, os_failure, owned_json
 from ._safetensors import _SafetensorsTarget
 from ._target import keep_mode, short_name
@@ -57,34 +56,6 @@ def _rename_noreplace(src: str, dst: str) -> None:
 DEFAULT_FILE = "model.safetensors"
 MAX_SUBFOLDERS = 8  # below the target: the deepest layout seen is one or two
 MAX_NAME_BYTES = 1024
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Ctrl-C (and SIGTERM/SIGHUP with a Python handler, as the CLI sets)
-    is recorded while the block runs and raised when it ends: the renames
-    of an existing folder, their undo and the removal of the kept old
-    files are one step that a signal must not cut in two (a second Ctrl-C
-    stopped the undo half way; one as the renames ended left every kept
-    file behind). Python runs handlers on the main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: List[int] = []
-    saved = {}
-    try:  # the swaps too: a signal between two of them still restores both
-        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-            signum = getattr(signal, name, None)
-            handler = signal.getsignal(signum) if signum is not None else None
-            if callable(handler):
-                saved[signum] = handler
-                signal.signal(signum, lambda n, _f: got.append(n))
-        yield
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
-        if got:
-            signal.raise_signal(got[0])
 
 
 def _plain_name(name: str, suffix: str, key: str, subfolders: bool = False) -> str:
@@ -301,7 +272,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        with _signals_held():  # one step: see _signals_held
+        with signals_deferred():  # the renames and their undo are one step
             backups: List[str] = []
             if self._new_dir is not None:
                 try:
@@ -337,54 +308,21 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
                 _fsync_dir(self.path)
                 _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
             finally:  # an interrupt here still leaves no old files behind
-                for backup in backups:
-                    try:
-                        os.unlink(backup)
-                    except OSError:
-                        pass
+                remove_quietly(backups)
 
     def _replace_all(self) -> List[str]:
-        """Puts every written file in place in an existing folder, as one
-        step: each file it replaces is kept (a hard link) until all are in,
-        and a failure or an interrupt on the way puts the old ones back and
-        removes the new ones, so the folder is never a mix of old and new
-        shards. Returns the kept files, for the caller to remove once the
-        renames are durable; a SIGKILL leaves them, hidden, as it leaves
-        temporary files."""
-        done: List[Tuple[str, Optional[str]]] = []  # (target, its backup or None)
+        """Puts every written file in place in an existing folder as one
+        step (replace_all): the folder is never a mix of old and new
+        shards. Returns the kept old files, for the caller to remove once
+        the renames are durable; a SIGKILL leaves them, hidden, as it
+        leaves temporary files."""
+        moves = [(tmp, os.path.join(self.path, name)) for tmp, name in self._written]
+        for tmp, target in moves:
+            keep_mode(tmp, target)
         try:
-            for tmp, name in self._written:
-                target = os.path.join(self.path, name)
-                keep_mode(tmp, target)
-                backup = tmp + ".old" if os.path.lexists(target) else None
-                # Recorded before the call: a signal raised as it returns
-                # must still find what it made.
-                done.append((target, backup))
-                if backup is not None:
-                    try:
-                        os.link(target, backup, follow_symlinks=False)
-                    except OSError:
-                        # No hard link here (a file system without them, a
-                        # file protected_hardlinks keeps from this user):
-                        # moved aside instead, absent until the next rename.
-                        os.rename(target, backup)
-                os.replace(tmp, target)
-        except BaseException:
-            for target, backup in reversed(done):
-                try:
-                    if backup is not None and os.path.lexists(backup):
-                        # A no-op while both still name the old file (rename
-                        # of two links to one file does nothing): then the
-                        # link is dropped below.
-                        os.replace(backup, target)
-                        if os.path.lexists(backup):
-                            os.unlink(backup)
-                    elif backup is None and os.path.lexists(target):
-                        os.unlink(target)  # new here: the folder did not have it
-                except OSError:
-                    pass
-            raise
-        return [backup for _, backup in done if backup is not None]
+            return replace_all(moves)
+        except ReplaceError as exc:
+            raise exc.cause from None
 
     def abort(self) -> None:
         if self.published:
