@@ -105,7 +105,9 @@ HURRAY_API HurrayStatus hurray_writer_open_callback(HurrayWriteFn write_fn, void
  * and records its checksum. Buffers must be host-addressable and READY. The
  * stored descriptor is `d` moved to CPU:0 host memory with READY buffers.
  * Neither `d` nor `buffers` is taken; both may be freed on return. Memory
- * use does not grow with the data: only the index entry is kept.
+ * use does not grow with the data: only the index entry is kept. The
+ * bytes are read twice (hashed, then written), so they must not change
+ * during the call: a change gives a file whose checksums fail to verify.
  * HURRAY_ERR_DUPLICATE_NAME if `name` was already written. */
 HURRAY_API HurrayStatus hurray_writer_write_tensor(HurrayWriter *w, const char *name,
                                                    const HurrayDescriptor *d,
