@@ -82,12 +82,36 @@ HurrayStatus hy_buffer_share(TensorObject *owner, size_t i, HurrayBuffer **out, 
   return HURRAY_OK;
 }
 
+/* Whether a buffer's struct format says its elements are in the other
+ * byte order than this machine's, which is the files' and the kernels'
+ * (little-endian): numpy's '>f4' exports ">f". */
+static bool foreign_byte_order(const char *format) {
+  if (format == NULL) return false;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return format[0] == '<';
+#else
+  return format[0] == '>' || format[0] == '!';
+#endif
+}
+
 /* A buffer's bytes are its exporter's elements in C (row-major) order, the
  * order memoryview.tobytes() gives. A Fortran-ordered or strided array is
  * refused rather than taken in its memory order, which would store its
- * values transposed; the caller decides whether a copy is wanted. */
-static int get_c_contiguous(PyObject *obj, Py_ssize_t index, Py_buffer *view) {
-  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) == 0) return 0;
+ * values transposed; the caller decides whether a copy is wanted. So is a
+ * big-endian array, whose values every reader would take byte-swapped, as
+ * from_numpy and save refuse one. */
+static int get_c_contiguous(ModuleState *st, PyObject *obj, Py_ssize_t index, Py_buffer *view) {
+  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+    if (!foreign_byte_order(view->format)) return 0;
+    HurrayError e = {0};
+    snprintf(e.message, sizeof e.message,
+             "buffer %zd is big-endian (format '%.16s'): a buffer's bytes are taken as they "
+             "are, and hurray's are little-endian; pass x.astype(x.dtype.newbyteorder('<'))",
+             index, view->format);
+    PyBuffer_Release(view);
+    hy_raise_status(st, HURRAY_ERR_INVALID_ARGUMENT, &e);
+    return -1;
+  }
   if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError)) {
     return -1;
   }
@@ -151,7 +175,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
       PyErr_NoMemory();
       break;
     }
-    if (get_c_contiguous(PySequence_Fast_GET_ITEM(seq, i), i, view) < 0) {
+    if (get_c_contiguous(st, PySequence_Fast_GET_ITEM(seq, i), i, view) < 0) {
       PyMem_RawFree(view);
       break;
     }

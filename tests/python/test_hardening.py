@@ -1354,6 +1354,22 @@ def test_tensor_buffers_are_taken_only_in_row_major_order():
     assert np.array_equal(t.numpy(), a)
 
 
+def test_a_big_endian_buffer_is_refused_not_read_byte_swapped():
+    """A '>f4' scale buffer was taken as its bytes, so dequantize gave
+    8.8e-44 for 0.5, where from_numpy and save refuse such an array."""
+    d = hurray.Descriptor("float32", (2,), buffers=[hurray.Buffer("data", 8, 4)])
+    big = np.array([0.5, 0.25], ">f4")
+    with pytest.raises(hurray.InvalidArgumentError, match="big-endian"):
+        hurray.Tensor(d, [big])
+    with pytest.raises(hurray.InvalidArgumentError, match="big-endian"):
+        hurray.Tensor(d, [memoryview(big)])
+    little = big.astype("<f4")
+    assert hurray.Tensor(d, [little]).numpy().tolist() == [0.5, 0.25]
+    # Raw bytes and byte-order-free formats are taken as they are.
+    assert hurray.Tensor(d, [little.tobytes()]).numpy().tolist() == [0.5, 0.25]
+    assert hurray.Tensor(d, [little.view(np.uint8)]).numpy().tolist() == [0.5, 0.25]
+
+
 def test_arguments_that_use_the_file_while_converted_do_not_hang(tmp_path):
     """A span's __index__ ran while the File's lock was held: using the
     File from there waited for itself forever. Arguments are now converted
