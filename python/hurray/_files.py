@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import numbers
 import operator
 import os
 import stat
+import threading
 from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
@@ -39,6 +41,32 @@ def _plain_dtype(dtype) -> Optional[str]:
             name = None
     _PLAIN_DTYPES[dtype] = name
     return name
+
+
+# The collector is paused while save builds its items, and given back as
+# the first of the overlapping saves found it: each save switching it off
+# and back on by itself turned it on under another thread's save, or
+# left it off for good.
+_PAUSE_LOCK = threading.Lock()
+_pauses = 0
+_resume = False
+
+
+@contextlib.contextmanager
+def _collections_paused() -> Iterator[None]:
+    global _pauses, _resume
+    with _PAUSE_LOCK:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _PAUSE_LOCK:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
 
 
 def _plain_or_tensor(value: Any):
@@ -182,13 +210,8 @@ def save(
             target.flush()  # Python's buffer first, then ours, in order
             target = fd
     refuse_mapped_sources(target, pairs)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with _collections_paused():
         items = [(_tensor_name(name), _plain_or_tensor(value)) for name, value in pairs]
-    finally:
-        if collecting:
-            gc.enable()
     if metadata is not None:
         if not callable(getattr(metadata, "items", None)):
             raise TypeError(f"metadata must be a mapping, not {type(metadata).__name__}")
@@ -496,16 +519,9 @@ def load(
     writes with ValueError. docs/impl/python-bindings.md ("Memory")."""
     with open(path, mmap=mmap, verify=verify, readonly=readonly, **remote) as f:
         if type(f) is File:  # every tensor in one C call; a RemoteFile fetches in parallel
-            # Tensors make no reference cycles, and a million of them would
-            # otherwise set off collections that scan them all again and
-            # again (a third of a million-tensor load).
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                tensors, special = f._file._get_all()
-            finally:
-                if collecting:
-                    gc.enable()
+            # The collector is left alone: the tensors are not tracked by it
+            # (hy_tensor_alloc), so it has nothing of theirs to scan.
+            tensors, special = f._file._get_all()
             for name in special:
                 tensors[name] = specialise(tensors[name])
             return tensors

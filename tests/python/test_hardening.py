@@ -2203,3 +2203,63 @@ def test_safe_open_without_torch_says_what_it_needs(tmp_path):
         result.stdout
     )
     assert "[0.0, 1.0, 2.0]" in result.stdout
+
+
+def test_load_leaves_the_collector_to_the_application(tmp_path, monkeypatch):
+    """load switched the collector off and back on around building its
+    tensors: run in a worker thread, it turned the collector back on after
+    the main thread had switched it off. The tensors are not tracked by the
+    collector, so load no longer touches it."""
+    import gc
+
+    path = tmp_path / "many.hurray"
+    hurray.save(path, {f"t{i}": np.full(2, i, np.float32) for i in range(100)})
+
+    def refuse():
+        raise AssertionError("load switched the collector off")
+
+    monkeypatch.setattr(gc, "disable", refuse)
+    assert len(hurray.load(path)) == 100
+    tensors = hurray.load(path)
+    assert not any(gc.is_tracked(t) for t in tensors.values())
+
+
+def test_overlapping_saves_give_the_collector_back_once_the_last_ends():
+    """Each save paused the collector by itself: the first to end turned it
+    back on while another thread's save still built its items."""
+    import gc
+    import threading
+
+    from hurray import _files
+
+    assert gc.isenabled()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def save_a():
+        with _files._collections_paused():
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def save_b():
+        a_in.wait(10)
+        with _files._collections_paused():
+            b_in.set()
+            a_out.wait(10)
+            seen["during b, after a"] = gc.isenabled()
+
+    threads = [threading.Thread(target=save_a), threading.Thread(target=save_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"during b, after a": False}
+    assert gc.isenabled()
+    gc.disable()  # an application's choice stays its own
+    try:
+        with _files._collections_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
