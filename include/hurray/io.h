@@ -327,7 +327,9 @@ HURRAY_API HurrayStatus hurray_reader_read_spans(HurrayReader *r, const HurrayRe
 /* Rows [row_start, row_start + row_count) along dimension 0 of a dense,
  * row-major tensor (unquantized or per-tensor affine), touching only those
  * bytes. The returned descriptor has shape[0] = row_count, no statistics,
- * and its shard offset moved by row_start. */
+ * and its shard offset moved by row_start. Of a packed sub-byte dtype,
+ * row_start must begin on a byte (HURRAY_ERR_UNSUPPORTED otherwise); the
+ * slice's last byte may hold bits of the next row, which readers ignore. */
 HURRAY_API HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name,
                                                uint64_t row_start, uint64_t row_count,
                                                HurrayDescriptor **descriptor_out,

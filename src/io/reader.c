@@ -1415,7 +1415,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   HurrayDescriptor *d = NULL;
   HURRAY_RETURN_NOT_OK(begin_read(r, name, descriptor_out, buffers_out, t, &d, error));
   HurrayStatus status = HURRAY_OK;
-  uint64_t numel = 0, row_bits = 0, end = 0;
+  uint64_t numel = 0, row_bits = 0, end = 0, end_bits = 0;
   if (d->layout.kind != HURRAY_LAYOUT_DENSE || d->strides != NULL || d->rank == 0 ||
       (d->quant.kind != HURRAY_QUANT_NONE && d->quant.kind != HURRAY_QUANT_PER_TENSOR_AFFINE)) {
     status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
@@ -1429,11 +1429,19 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   } else {
     numel = 1;
     for (uint32_t i = 1; i < d->rank; i++) numel *= d->shape[i]; /* validated: no overflow */
-    row_bits = numel * hurray_dtype_bits(d->dtype);
-    if (row_bits % 8 != 0) {
+    /* Packed rows that end inside a byte are read from the byte their
+     * first row starts at; the bits of the slice's last byte past its end
+     * are the unused bits readers ignore (layouts.md). Bit counts of a
+     * file's tensor fit 64 bits: its bytes lie in the file. */
+    if (!hurray__mul_u64(numel, hurray_dtype_bits(d->dtype), &row_bits) ||
+        !hurray__mul_u64(row_bits, end, &end_bits)) {
+      status = hurray__fail(error, HURRAY_ERR_LIMIT, "tensor \"%s\": over 2^64 bits", name);
+    } else if ((row_start * row_bits) % 8 != 0) {
       status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
-                            "tensor \"%s\": rows of packed %s do not start on byte boundaries",
-                            name, hurray_dtype_name(d->dtype));
+                            "tensor \"%s\": row %llu of packed %s does not start on a byte "
+                            "boundary (%llu bits a row)",
+                            name, (unsigned long long)row_start, hurray_dtype_name(d->dtype),
+                            (unsigned long long)row_bits);
     }
   }
   if (status != HURRAY_OK) {
@@ -1441,8 +1449,8 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
     return status;
   }
   uint32_t data = d->layout.data_buffer;
-  uint64_t offset = buffer_field(t, data, 0) + d->byte_offset + row_start * (row_bits / 8);
-  uint64_t length = row_count * (row_bits / 8);
+  uint64_t offset = buffer_field(t, data, 0) + d->byte_offset + row_start * row_bits / 8;
+  uint64_t length = (end_bits + 7) / 8 - row_start * row_bits / 8;
   /* The slice keeps the largest alignment its start still honours. */
   uint32_t alignment = d->buffers[data].alignment;
   while (alignment > 1 && offset % alignment != 0) alignment /= 2;

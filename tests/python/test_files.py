@@ -365,6 +365,35 @@ def test_get_slice_reads_rows(fast_dir, mmap):
             f.get_slice("zz", 0, 1)
 
 
+@pytest.mark.parametrize("mmap", MODES)
+def test_get_slice_reads_packed_rows_that_start_on_a_byte(fast_dir, mmap):
+    """Every row read of a 1-D int4 tensor (or one with 3 int4 a row) was
+    refused, the whole tensor too, because a row is not a whole number of
+    bytes; only a first row that starts inside a byte needs refusing."""
+    one = hurray.Tensor(
+        hurray.Descriptor("int4", (5,), buffers=[hurray.Buffer("data", 3)]),
+        [np.array([0x21, 0x43, 0x05], np.uint8)],
+    )
+    rows = hurray.Tensor(
+        hurray.Descriptor("int4", (3, 3), buffers=[hurray.Buffer("data", 5)]),
+        [np.array([0x21, 0x43, 0x65, 0x07, 0x01], np.uint8)],
+    )
+    path = fast_dir / "packed.hurray"
+    hurray.save(path, {"one": one, "rows": rows})
+    with hurray.open(path, mmap=mmap) as f:
+        for start, stop in [(0, 5), (0, 1), (2, 4), (4, 5), (2, 2)]:
+            part = f.get_slice("one", start, stop)
+            np.testing.assert_array_equal(part.numpy(), one.numpy()[start:stop])
+        for start, stop in [(0, 3), (0, 1), (2, 3)]:
+            np.testing.assert_array_equal(
+                f.get_slice("rows", start, stop).numpy(), rows.numpy()[start:stop]
+            )
+        with pytest.raises(hurray.UnsupportedError, match="row 1 of packed int4"):
+            f.get_slice("one", 1, 3)
+        with pytest.raises(hurray.UnsupportedError, match="row 1 of packed int4"):
+            f.get_slice("rows", 1, 2)
+
+
 @pytest.mark.parametrize(
     "name", ["sparse_csr", "quant_per_channel_affine", "paged_kv_cache", "dense_strided"]
 )
