@@ -107,8 +107,10 @@ class Descriptor(_hurray._Descriptor):
     # --- dict form: exactly the JSON rendering (docs/spec/descriptor-json.md) ---
     def to_dict(self) -> dict:
         """json.loads(self.to_json()): C renders it, so the two always agree;
-        from_dict inverts it. A float field of -0.0 is written "-0", which
-        json reads as the int 0: it stays -0.0 (no integer field is "-0")."""
+        from_dict inverts it, except for a NaN's sign and payload: every NaN
+        is written "nan" and read back as the default quiet NaN. A float
+        field of -0.0 is written "-0", which json reads as the int 0: it
+        stays -0.0 (no integer field is "-0")."""
         return json.loads(self.to_json(), parse_int=_int_keeping_negative_zero)
 
     @classmethod

@@ -241,9 +241,19 @@ class SparseTensor(Tensor):
                         f"this scipy ({_scipy_version()}) holds 2-D COO only; scipy 1.13 and "
                         f"later hold rank {len(p['coords'])}"
                     ) from None
-            return sp.coo_matrix((p["values"], tuple(p["coords"])), shape=p["shape"])
-        ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
-        return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])
+            args, ctor = (p["values"], tuple(p["coords"])), sp.coo_matrix
+        else:
+            ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
+            args = (p["values"], p["indices"], p["indptr"])
+        try:
+            return ctor(args, shape=p["shape"])
+        except ValueError as exc:
+            # The indices are checked above: what scipy refuses is the
+            # values' dtype (bsr_matrix has no float16, csr_matrix has).
+            raise unsupported(
+                f"scipy.sparse's {ctor.__name__} cannot hold this tensor ({exc}); "
+                "to_dense() gives its values"
+            ) from None
 
     def _checked_indices(self) -> dict:
         """parts()'s index arrays as private copies, checked by placement

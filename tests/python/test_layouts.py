@@ -192,6 +192,26 @@ def test_scipy_bsr_round_trip(workdir, block, brows, bcols, density, seed, index
     check_sparse_trips(t, dense, index_dtype, "bsr", workdir)
 
 
+def test_to_scipy_of_values_scipy_cannot_hold_is_unsupported():
+    """scipy's bsr_matrix has no float16: to_scipy raised scipy's own
+    ValueError instead of a HurrayError."""
+    t = hurray.SparseTensor.from_arrays(
+        "bsr",
+        (2, 4),
+        np.ones((1, 2, 2), np.float16),
+        indices=np.array([1], np.int32),
+        indptr=np.array([0, 1], np.int32),
+        block_shape=(2, 2),
+    )
+    try:
+        sp.bsr_matrix((np.ones((1, 2, 2), np.float16), [1], [0, 1]), shape=(2, 4))
+    except ValueError:
+        with pytest.raises(hurray.UnsupportedError, match="bsr_matrix cannot hold"):
+            t.to_scipy()
+    else:
+        np.testing.assert_array_equal(t.to_scipy().toarray(), np.asarray(t.to_dense()))
+
+
 @pytest.mark.parametrize("fmt", ["coo", "csr", "csc", "bsr"])
 def test_scipy_all_empty_matrix(workdir, fmt):
     dense = np.zeros((4, 6), np.float32)
