@@ -537,6 +537,37 @@ def test_out_of_range_sparse_indices_never_reach_torch():
     assert info.value.status_name == "HURRAY_ERR_SPARSE_INDEX_BOUNDS"
 
 
+@pytest.mark.parametrize(
+    "bad", ["falling indptr", "huge indptr", "coordinate out of range", "canonical duplicate"]
+)
+def test_sparse_indices_changed_after_the_tensor_was_made_are_checked_by_to_torch(bad):
+    """from_arrays keeps int64 index arrays zero-copy; changed afterwards,
+    to_dense and to_scipy refused them (PlacementError) while to_torch gave
+    numpy's ValueError, a 1.46 TiB MemoryError or torch's RuntimeError."""
+    values = np.array([1.0, 2.0], np.float32)
+    if bad in ("falling indptr", "huge indptr"):
+        indptr, indices = np.array([0, 1, 2], np.int64), np.array([0, 1], np.int64)
+        t = hurray.SparseTensor.from_arrays("csr", (2, 2), values, indptr=indptr, indices=indices)
+        indptr[1:] = [2, 1] if bad == "falling indptr" else [10**11, 2 * 10**11]
+        expected = hurray.PlacementError
+    else:
+        rows, cols = np.array([0, 1], np.int64), np.array([1, 0], np.int64)
+        t = hurray.SparseTensor.from_arrays(
+            "coo", (2, 2), values, coords=[rows, cols], canonical=True
+        )
+        if bad == "coordinate out of range":
+            rows[1] = 99
+            expected = hurray.PlacementError
+        else:
+            rows[1], cols[1] = 0, 1  # (0, 1) twice, still flagged canonical
+            expected = hurray.HurrayError
+    with pytest.raises(expected):
+        to_torch(t)
+    if expected is hurray.PlacementError:
+        with pytest.raises(expected):
+            t.to_dense()
+
+
 # -------------------------------------------------------------- unsupported
 
 

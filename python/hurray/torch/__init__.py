@@ -551,27 +551,28 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     raw = _param(t, s.values_buffer, d.dtype, s.nnz * block, d.byte_offset)
     values = raw.reshape((s.nnz,) + tuple(s.block_shape)) if s.format == "bsr" else raw
     size = tuple(d.shape)
-    if s.format == "coo":
-        values = _array_to_torch(values, d.dtype)
-        coords = [_param(t, i, s.index_dtype, s.nnz) for i in s.index_buffers]
-        indices = torch.from_numpy(np.stack(coords).astype(np.int64, copy=False))
-        return torch.sparse_coo_tensor(
-            indices, values, size, is_coalesced=bool(s.canonical), check_invariants=True
-        )
-    major = d.shape[1] if s.format == "csc" else d.shape[0]
-    if s.format == "bsr":
-        major //= s.block_shape[0]
-    indptr = _param(t, s.indptr_buffer, s.index_dtype, major + 1)
-    indices = _param(t, s.indices_buffer, s.index_dtype, s.nnz)
-    ctor = {
-        "csr": torch.sparse_csr_tensor,
-        "csc": torch.sparse_csc_tensor,
-        "bsr": torch.sparse_bsr_tensor,
-    }[s.format]
-
-    if not _rows_sorted(indptr, indices):
-        indptr, indices, values = _sorted_rows(indptr, indices, values, d.dtype)
+    # Private copies of the index arrays, checked as to_dense and to_scipy
+    # check them: a zero-copy index array its maker still holds may have
+    # changed since (a falling indptr asked numpy for 1.46 TiB here).
+    checked = specialise(t)._checked_indices()
     try:
+        if s.format == "coo":
+            indices = torch.from_numpy(np.stack(checked["coords"]).astype(np.int64, copy=False))
+            return torch.sparse_coo_tensor(
+                indices,
+                _array_to_torch(values, d.dtype),
+                size,
+                is_coalesced=bool(s.canonical),
+                check_invariants=True,
+            )
+        ctor = {
+            "csr": torch.sparse_csr_tensor,
+            "csc": torch.sparse_csc_tensor,
+            "bsr": torch.sparse_bsr_tensor,
+        }[s.format]
+        indptr, indices = checked["indptr"], checked["indices"]
+        if not _rows_sorted(indptr, indices):
+            indptr, indices, values = _sorted_rows(indptr, indices, values, d.dtype)
         return ctor(
             _array_to_torch(indptr, s.index_dtype),
             _array_to_torch(indices, s.index_dtype),
