@@ -192,24 +192,26 @@ def test_scipy_bsr_round_trip(workdir, block, brows, bcols, density, seed, index
     check_sparse_trips(t, dense, index_dtype, "bsr", workdir)
 
 
-def test_to_scipy_of_values_scipy_cannot_hold_is_unsupported():
-    """scipy's bsr_matrix has no float16: to_scipy raised scipy's own
-    ValueError instead of a HurrayError."""
-    t = hurray.SparseTensor.from_arrays(
-        "bsr",
-        (2, 4),
-        np.ones((1, 2, 2), np.float16),
-        indices=np.array([1], np.int32),
-        indptr=np.array([0, 1], np.int32),
-        block_shape=(2, 2),
-    )
-    try:
-        sp.bsr_matrix((np.ones((1, 2, 2), np.float16), [1], [0, 1]), shape=(2, 4))
-    except ValueError:
-        with pytest.raises(hurray.UnsupportedError, match="bsr_matrix cannot hold"):
-            t.to_scipy()
-    else:
-        np.testing.assert_array_equal(t.to_scipy().toarray(), np.asarray(t.to_dense()))
+@pytest.mark.parametrize("fmt", ["coo", "csr", "bsr"])
+def test_to_scipy_of_values_scipy_cannot_hold_is_unsupported(fmt):
+    """scipy.sparse has no float16: to_scipy raised scipy's ValueError
+    (COO, BSR), or gave a csr_matrix whose first toarray() failed."""
+    values = np.ones((1, 2, 2) if fmt == "bsr" else 2, np.float16)
+    index = dict(indices=np.array([1], np.int32), indptr=np.array([0, 1], np.int32))
+    t = {
+        "coo": lambda: hurray.SparseTensor.from_arrays(
+            "coo", (2, 2), values, coords=[np.array([0, 1]), np.array([1, 0])]
+        ),
+        "csr": lambda: hurray.SparseTensor.from_arrays(
+            "csr", (2, 2), values, indptr=np.array([0, 1, 2]), indices=np.array([1, 0])
+        ),
+        "bsr": lambda: hurray.SparseTensor.from_arrays(
+            "bsr", (2, 4), values, block_shape=(2, 2), **index
+        ),
+    }[fmt]()
+    with pytest.raises(hurray.UnsupportedError, match="scipy.sparse holds no float16"):
+        t.to_scipy()
+    assert np.asarray(t.to_dense()).dtype == np.float16
 
 
 @pytest.mark.parametrize("fmt", ["coo", "csr", "csc", "bsr"])
