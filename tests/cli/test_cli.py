@@ -190,6 +190,28 @@ class CliTest(unittest.TestCase):
         out = run("cat", bad, "layers.0.proj.weight", "--buffer", "1")
         self.assertEqual(out.returncode, 0, out.stderr)
 
+    def test_cat_no_verify_writes_the_buffers_of_a_sparse_tensor_with_damaged_indices(self):
+        """A column index past the matrix failed the tensor's placement
+        check, and --no-verify then wrote none of its buffers, the intact
+        values included."""
+        name = "graph.adjacency"  # CSR: values, indptr, indices (int32)
+        stored = [run("cat", self.path, name, "--buffer", str(k)).stdout for k in range(3)]
+        data = bytearray(open(self.path, "rb").read())
+        at = data.find(stored[2])
+        self.assertGreater(at, 0)
+        data[at : at + 4] = struct.pack("<i", 99)  # the first column index, of 5 columns
+        bad = os.path.join(self.tmp.name, "cat-bad-index.hurray")
+        open(bad, "wb").write(data)
+        self.assertEqual(run("cat", bad, name, "--buffer", "0").returncode, 1)
+        stored[2] = struct.pack("<i", 99) + stored[2][4:]  # as it is now stored
+        for k in range(3):
+            out = run("cat", "--no-verify", bad, name, "--buffer", str(k))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout, stored[k])
+        out = run("cat", "--no-verify", bad, name, "--buffer", "3")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(b"--buffer 3 is out of range", out.stderr)
+
     def test_cat_refuses_a_terminal_unless_forced(self):
         import pty
 
