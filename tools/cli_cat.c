@@ -30,15 +30,15 @@ static const char *npy_descr(HurrayDType t) {
   }
 }
 
-/* The piece of a buffer raw_bytes reads at a time. */
+/* The piece of a buffer raw_buffer reads at a time. */
 #define RAW_PIECE ((uint64_t)1 << 20)
 
 /* --no-verify without --npy: buffer `buffer_index` as it is stored, read
  * in pieces, whatever its bytes say. A damaged index buffer of a sparse
  * tensor fails the tensor's placement check, which refused every one of
  * its buffers, the intact values too; only the descriptor is checked. */
-static int raw_bytes(FILE *out, FILE *err, HurrayReader *r, const char *path, const char *name,
-                     long buffer_index) {
+static int raw_buffer(FILE *out, FILE *err, HurrayReader *r, const char *path, const char *name,
+                      long buffer_index) {
   HurrayError error = {0};
   HurrayDescriptor *d = NULL;
   size_t tensor = 0;
@@ -81,16 +81,20 @@ static int raw_bytes(FILE *out, FILE *err, HurrayReader *r, const char *path, co
   return status;
 }
 
+/* raw_buffer, then closes `r`. */
+static int raw_bytes(FILE *out, FILE *err, HurrayReader *r, const char *path, const char *name,
+                     long buffer_index) {
+  int status = raw_buffer(out, err, r, path, name, buffer_index);
+  hurray_reader_close(r);
+  return status;
+}
+
 int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, long buffer_index,
                    bool npy, bool verify) {
   HurrayError error = {0};
   HurrayReader *r = hurray_cli_open(err, path, &error);
   if (r == NULL) return EXIT_FAILURE;
-  if (!verify && !npy) {
-    int status = raw_bytes(out, err, r, path, name, buffer_index);
-    hurray_reader_close(r);
-    return status;
-  }
+  if (!verify && !npy) return raw_bytes(out, err, r, path, name, buffer_index); /* closes r */
   HurrayDescriptor *d = NULL;
   HurrayBufferList *list = NULL;
   int status = EXIT_SUCCESS;

@@ -233,9 +233,7 @@ class SparseTensor(Tensor):
         if kind.kind not in "biufc" or kind.itemsize < 4 and kind.kind == "f":
             # scipy.sparse has no float16, bfloat16, float8 or packed dtypes:
             # csr_matrix took them and failed at its first toarray().
-            raise unsupported(
-                f"scipy.sparse holds no {self.dtype} values; to_dense() gives them"
-            )
+            raise unsupported(f"scipy.sparse holds no {self.dtype} values; to_dense() gives them")
         p.update(self._checked_indices())
         if p["format"] == "coo":
             if len(p["coords"]) != 2:
