@@ -44,6 +44,10 @@ static int conv_max(PyObject *obj, uint64_t max, const char *what, uint64_t *out
 }
 
 int hy_field_u64(PyObject *obj, uint64_t max, const char *what, uint64_t *out) {
+  /* A bool is an int to Python, but True as a dimension, an offset or a
+   * count is a mistake the caller should hear of, as save_sharded's
+   * parts and axis refuse it. */
+  if (hy_refuse_bool(obj, what) < 0) return -1;
   if (!PyLong_Check(obj) && !PyIndex_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "%s must be an integer, not %.100s", what,
                  Py_TYPE(obj)->tp_name);

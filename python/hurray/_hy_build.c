@@ -97,6 +97,7 @@ static int get_u64(PyObject *dict, const char *key, uint64_t fallback, uint64_t 
 
 /* A signed field value: 0, or -1 with OverflowError naming `what`. */
 static int field_i64(PyObject *v, const char *what, int64_t *out) {
+  if (hy_refuse_bool(v, what) < 0) return -1;
   *out = PyLong_AsLongLong(v);
   if (*out == -1 && PyErr_ExceptionMatches(PyExc_OverflowError)) {
     PyErr_Format(PyExc_OverflowError, "%s %R is out of range (%lld..%lld)", what, v,

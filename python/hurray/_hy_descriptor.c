@@ -86,7 +86,10 @@ PyObject *hy_int_tuple(PyObject *seq) {
   Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
   PyObject *t = PyTuple_New(n);
   for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
-    PyObject *x = PyNumber_Index(PySequence_Fast_GET_ITEM(fast, i));
+    PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+    /* As hy_field_u64: True as a dimension is a mistake, not a 1. */
+    PyObject *x = hy_refuse_bool(item, "a shape or stride entry") < 0 ? NULL
+                                                                      : PyNumber_Index(item);
     if (x == NULL) Py_CLEAR(t);
     else PyTuple_SET_ITEM(t, i, x);
   }

@@ -220,12 +220,15 @@ static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
    * read it again, and the second found it used up (a composite encoded
    * with 2 members listed none, and replace() dropped them). */
   if (PyIter_Check(v)) return PySequence_Tuple(v);
+  /* Bytes before integers: a numpy array has __index__ too. None is no
+   * bytes, as a file gives the field back (b""). */
+  if (f->def == BYTES && v == Py_None) return PyBytes_FromStringAndSize(NULL, 0);
+  if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v))
+    return PyBytes_FromObject(v);
   /* An integer given through __index__ (numpy's, or any object's) is read
    * once, not at every build, where a stateful one could differ from what
    * the record shows. */
   if (!PyLong_Check(v) && PyIndex_Check(v)) return PyNumber_Index(v);
-  if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v))
-    return PyBytes_FromObject(v);
   size_t len = strlen(f->name);
   if (PyDict_Check(v) && len > 8 && strcmp(f->name + len - 8, "_packing") == 0) {
     PyObject *kwargs = PyDict_Copy(v), *args = PyTuple_New(0);

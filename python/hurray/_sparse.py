@@ -62,6 +62,23 @@ def _stored_count(values: np.ndarray, block: tuple, indices: list, what: str) ->
     return nnz
 
 
+def _check_indptr(indptr: np.ndarray, format: str, shape: tuple, block: tuple) -> None:
+    """One pointer per row (column for CSC, block row for BSR) plus one, as
+    scipy insists: a 2-D indptr, or 5 pointers for 2 rows, was stored as it
+    came, the extra ones never read."""
+    if len(shape) != 2:
+        return  # the descriptor refuses it, with its own message
+    major = shape[1] if format == "csc" else shape[0]
+    if block and block[0] > 0:
+        major //= block[0]
+    if indptr.ndim != 1 or indptr.size != major + 1:
+        raise ValueError(
+            f"sparse {format} indptr must be a 1-D array of {major + 1} pointers "
+            f"({major} {'columns' if format == 'csc' else 'rows'} plus one), not shape "
+            f"{tuple(indptr.shape)}"
+        )
+
+
 def _buffer(role: str, array: np.ndarray) -> tuple:
     name = _dtypes.from_numpy(array.dtype)
     if _dtypes.is_packed(name):  # sub-byte values are stored packed, as the descriptor says
@@ -145,6 +162,7 @@ class SparseTensor(Tensor):
             if block and values.ndim == 1 and values.size == indices.size * math.prod(block):
                 values = values.reshape((indices.size,) + block)  # blocks given flat
             nnz = _stored_count(values, block, [indices], "indices")
+            _check_indptr(indptr, format, tuple(shape), block)
             parts = [
                 _buffer("values", values),
                 _buffer("indptr", indptr),

@@ -2263,3 +2263,47 @@ def test_overlapping_saves_give_the_collector_back_once_the_last_ends():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_bools_are_refused_where_descriptor_fields_take_integers():
+    """True was taken as 1 in a shape, a shard and a statistics count,
+    where save_sharded's parts and axis already refused bools."""
+    from hurray import Statistics
+
+    for make in (
+        lambda: hurray.shard(np.ones(1), (True,), (False,)),
+        lambda: hurray.Descriptor("float32", (True,)),
+        lambda: hurray.from_numpy(np.ones(2)).descriptor.replace(
+            statistics=Statistics(zero_count=True)
+        ),
+    ):
+        with pytest.raises(TypeError, match="not bool"):
+            make()
+    assert hurray.Descriptor("float32", (np.int64(2),)).shape == (2,)
+
+
+def test_extension_metadata_is_bytes_as_a_file_gives_it_back(tmp_path):
+    """Extension(name, None) kept None where the file gives b"", and a
+    numpy byte array failed with numpy's 'only integer scalar arrays'."""
+    from hurray import Extension
+
+    assert Extension("e", None).metadata == b"" == Extension("e").metadata
+    assert Extension("e", np.arange(3, dtype=np.uint8)).metadata == b"\x00\x01\x02"
+    d = hurray.from_numpy(np.ones(2)).descriptor.replace(extension=Extension("e", None))
+    hurray.save(tmp_path / "e.hurray", {"w": hurray.Tensor(d, [np.ones(2)])})
+    with hurray.open(tmp_path / "e.hurray") as f:
+        assert f.descriptor("w").extension == d.extension
+
+
+def test_from_arrays_takes_one_indptr_entry_per_row_plus_one():
+    """A 2-D indptr, or 5 pointers for 2 rows, was stored as it came."""
+    S = hurray.SparseTensor
+    for indptr in ([[0, 1, 1]], [0, 1, 1, 1, 1], [0, 1]):
+        with pytest.raises(ValueError, match="3 pointers"):
+            S.from_arrays("csr", (2, 2), np.ones(1), indptr=indptr, indices=[0])
+    with pytest.raises(ValueError, match="4 pointers"):
+        S.from_arrays("csc", (2, 3), np.ones(1), indptr=[0, 1, 1], indices=[0])
+    ok = S.from_arrays(
+        "bsr", (4, 2), np.ones((1, 2, 2)), indptr=[0, 1, 1], indices=[0], block_shape=(2, 2)
+    )
+    assert ok.to_dense().shape == (4, 2)
