@@ -97,5 +97,17 @@ pc_relative() {
 }
 check pc-relative "hurray.pc's libraries must be named, not given by absolute path" pc_relative
 
+# In a static-only build hurray.pc's Cflags carried -DXXH_INLINE_ALL, a
+# compile argument of a dependency compiled in, and a program that defines
+# it itself failed with -Werror ("XXH_INLINE_ALL" redefined).
+pc_static_cflags() {
+  setup static -Ddefault_library=static -Dpython=disabled >/dev/null 2>&1 || return 1
+  "$ninja" -C "$out/static" build.ninja >/dev/null || return 1 # meson.build changed since: again
+  local pc=$out/static/meson-private/hurray.pc
+  grep '^Cflags:' "$pc"
+  ! grep '^Cflags:' "$pc" | grep -q -- ' -D'
+}
+check pc-static-cflags "a static build's hurray.pc must give no macros of its own" pc_static_cflags
+
 echo "test-configs: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
