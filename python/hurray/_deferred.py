@@ -52,7 +52,21 @@ def signals_deferred() -> Iterator[None]:
             signal.signal(s, note)
         yield
     finally:
-        for s, handler in swapped.items():
-            signal.signal(s, handler)
+        # Every handler goes back even when a signal's handler raises as the
+        # first is restored: the others stayed on `note` for good.
+        # Python raises a handler's exception after a call returns or at a
+        # loop's jump, never between taking the next pair and calling, so
+        # counting it taken first restores each one once.
+        raised, restore, done = None, list(swapped.items()), 0
+        while done < len(restore):
+            try:
+                while done < len(restore):
+                    s, handler = restore[done]
+                    done += 1
+                    signal.signal(s, handler)
+            except BaseException as exc:  # noqa: BLE001 - raised once all are back
+                raised = raised or exc
+        if raised is not None:
+            raise raised
         if pending:
             postponed[pending[0]](pending[0], None)

@@ -47,7 +47,9 @@ def _plain_dtype(dtype) -> Optional[str]:
 # the first of the overlapping saves found it: each save switching it off
 # and back on by itself turned it on under another thread's save, or
 # left it off for good.
-_PAUSE_LOCK = threading.Lock()
+# Reentrant: a signal handler that saves (a checkpoint on SIGTERM) may run
+# on the main thread while a save there holds it.
+_PAUSE_LOCK = threading.RLock()
 _pauses = 0
 _resume = False
 

@@ -223,8 +223,19 @@ static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
   /* Bytes before integers: a numpy array has __index__ too. None is no
    * bytes, as a file gives the field back (b""). */
   if (f->def == BYTES && v == Py_None) return PyBytes_FromStringAndSize(NULL, 0);
-  if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v))
+  if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v)) {
+    /* A numpy scalar exports a buffer too, of no dimensions: 5 as
+     * np.int64 is no more bytes than 5 is. */
+    Py_buffer view;
+    if (PyObject_GetBuffer(v, &view, PyBUF_FULL_RO) < 0) return NULL;
+    int ndim = view.ndim;
+    PyBuffer_Release(&view);
+    if (ndim == 0) {
+      return PyErr_Format(PyExc_TypeError, "%s must be bytes-like, not %.100s", f->name,
+                          Py_TYPE(v)->tp_name);
+    }
     return PyBytes_FromObject(v);
+  }
   /* An integer given through __index__ (numpy's, or any object's) is read
    * once, not at every build, where a stateful one could differ from what
    * the record shows. */

@@ -82,16 +82,22 @@ HurrayStatus hy_buffer_share(TensorObject *owner, size_t i, HurrayBuffer **out, 
   return HURRAY_OK;
 }
 
-/* Whether a buffer's struct format says its elements are in the other
- * byte order than this machine's, which is the files' and the kernels'
- * (little-endian): numpy's '>f4' exports ">f". */
+/* Whether a buffer's struct format puts any element in the other byte
+ * order than this machine's, which is the files' and the kernels'
+ * (little-endian): numpy's '>f4' exports ">f", a record of them
+ * "T{>f:a:f:b:}". Field names (between colons) are skipped. */
 static bool foreign_byte_order(const char *format) {
-  if (format == NULL) return false;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  return format[0] == '<';
+  const char *foreign = "<";
 #else
-  return format[0] == '>' || format[0] == '!';
+  const char *foreign = ">!";
 #endif
+  bool in_name = false;
+  for (const char *c = format; c != NULL && *c != '\0'; c++) {
+    if (*c == ':') in_name = !in_name;
+    else if (!in_name && strchr(foreign, *c) != NULL) return true;
+  }
+  return false;
 }
 
 /* A buffer's bytes are its exporter's elements in C (row-major) order, the
@@ -101,11 +107,18 @@ static bool foreign_byte_order(const char *format) {
  * big-endian array, whose values every reader would take byte-swapped, as
  * from_numpy and save refuse one. */
 static int get_c_contiguous(ModuleState *st, PyObject *obj, Py_ssize_t index, Py_buffer *view) {
-  if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+  int got = PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+  if (got < 0 && PyErr_ExceptionMatches(PyExc_ValueError)) {
+    /* numpy cannot spell ml_dtypes' bfloat16, float8 or int4 as a format:
+     * those are asked again without one (they have no byte order). */
+    PyErr_Clear();
+    got = PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS);
+  }
+  if (got == 0) {
     if (!foreign_byte_order(view->format)) return 0;
     HurrayError e = {0};
     snprintf(e.message, sizeof e.message,
-             "buffer %zd is big-endian (format '%.16s'): a buffer's bytes are taken as they "
+             "buffer %zd is big-endian (format '%.32s'): a buffer's bytes are taken as they "
              "are, and hurray's are little-endian; pass x.astype(x.dtype.newbyteorder('<'))",
              index, view->format);
     PyBuffer_Release(view);
@@ -117,7 +130,7 @@ static int get_c_contiguous(ModuleState *st, PyObject *obj, Py_ssize_t index, Py
   }
   PyErr_Clear();
   Py_buffer probe;
-  if (PyObject_GetBuffer(obj, &probe, PyBUF_FULL_RO) < 0) return -1;
+  if (PyObject_GetBuffer(obj, &probe, PyBUF_STRIDED_RO) < 0) return -1;
   PyBuffer_Release(&probe);
   PyErr_Format(PyExc_ValueError,
                "buffer %zd is not C-contiguous (a Fortran-ordered or strided array?): a "

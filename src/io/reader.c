@@ -1436,7 +1436,7 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
     if (!hurray__mul_u64(numel, hurray_dtype_bits(d->dtype), &row_bits) ||
         !hurray__mul_u64(row_bits, end, &end_bits)) {
       status = hurray__fail(error, HURRAY_ERR_LIMIT, "tensor \"%s\": over 2^64 bits", name);
-    } else if ((row_start * row_bits) % 8 != 0) {
+    } else if (row_count > 0 && (row_start * row_bits) % 8 != 0) {
       status = hurray__fail(error, HURRAY_ERR_UNSUPPORTED,
                             "tensor \"%s\": row %llu of packed %s does not start on a byte "
                             "boundary (%llu bits a row)",
@@ -1450,7 +1450,8 @@ HurrayStatus hurray_reader_get_rows(HurrayReader *r, const char *name, uint64_t 
   }
   uint32_t data = d->layout.data_buffer;
   uint64_t offset = buffer_field(t, data, 0) + d->byte_offset + row_start * row_bits / 8;
-  uint64_t length = (end_bits + 7) / 8 - row_start * row_bits / 8;
+  /* No rows: none of the bytes, wherever row_start falls (a[5:5]). */
+  uint64_t length = row_count == 0 ? 0 : (end_bits + 7) / 8 - row_start * row_bits / 8;
   /* The slice keeps the largest alignment its start still honours. */
   uint32_t alignment = d->buffers[data].alignment;
   while (alignment > 1 && offset % alignment != 0) alignment /= 2;

@@ -2875,20 +2875,22 @@ def test_a_folder_target_is_all_old_or_all_new_whenever_ctrl_c_comes(tmp_path, m
     }
     for name, data in old.items():
         (out / name).write_bytes(data)
+    from hurray.convert import _folder
+
+    real_replace, calls = os.replace, {"forward": 0, "back": 0, "synced": 0}
     if when == "as the renames end":
+        # Once every file is in place, before the kept old ones are removed.
+        real_sync = _folder._fsync_dir
 
-        def tracer(frame, event, arg):
-            back = frame.f_back
-            if event == "call" and back is not None and back.f_code.co_name == "replace_all":
-                if frame.f_code.co_name == "<listcomp>":
-                    sys.settrace(None)
-                    signal.raise_signal(signal.SIGINT)
-            return None
+        def sync(path):
+            calls["synced"] += 1
+            if calls["synced"] == 1:
+                signal.raise_signal(signal.SIGINT)
+            real_sync(path)
 
-        sys.settrace(tracer)
+        monkeypatch.setattr(_folder, "_fsync_dir", sync)
     else:
-        real_replace, calls = os.replace, {"forward": 0, "back": 0}
-
+        # After the second rename, and again as the undo puts back the first.
         def replace(a, b, **kw):
             real_replace(a, b, **kw)
             if str(a).endswith(".tmp.old"):
@@ -2905,8 +2907,8 @@ def test_a_folder_target_is_all_old_or_all_new_whenever_ctrl_c_comes(tmp_path, m
         with pytest.raises(KeyboardInterrupt):
             convert(src, f"{out}/", quiet=True)
     finally:
-        sys.settrace(None)
         monkeypatch.undo()
+    assert calls["synced"] or calls["forward"] >= 2  # the interrupts were sent
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(after) == sorted(old), after  # no hidden .tmp.old left
     states = {after[n] == old[n] for n in old}
@@ -3033,6 +3035,34 @@ def test_holding_signals_restores_every_handler_when_interrupted_while_swapping(
                 pass
         monkeypatch.undo()
         assert signal.getsignal(signal.SIGINT) is before
+    finally:
+        real(signal.SIGTERM, previous_term)
+
+
+def test_holding_signals_restores_every_handler_when_interrupted_while_restoring(monkeypatch):
+    """A Ctrl-C raised as SIGINT's handler came back left SIGTERM's (and
+    SIGHUP's) on the recording function for good: later SIGTERMs did
+    nothing."""
+    from hurray import _deferred
+
+    real = signal.signal
+    term = lambda n, f: None  # noqa: E731
+    previous_term = real(signal.SIGTERM, term)
+    try:
+        before = signal.getsignal(signal.SIGINT)
+
+        def interrupted_as_sigint_returns(signum, handler):
+            out = real(signum, handler)
+            if signum == signal.SIGINT and handler is before:
+                raise KeyboardInterrupt
+            return out
+
+        with pytest.raises(KeyboardInterrupt):
+            with _deferred.signals_deferred():
+                monkeypatch.setattr(signal, "signal", interrupted_as_sigint_returns)
+        monkeypatch.undo()
+        assert signal.getsignal(signal.SIGINT) is before
+        assert signal.getsignal(signal.SIGTERM) is term
     finally:
         real(signal.SIGTERM, previous_term)
 

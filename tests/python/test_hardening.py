@@ -1368,6 +1368,22 @@ def test_a_big_endian_buffer_is_refused_not_read_byte_swapped():
     # Raw bytes and byte-order-free formats are taken as they are.
     assert hurray.Tensor(d, [little.tobytes()]).numpy().tolist() == [0.5, 0.25]
     assert hurray.Tensor(d, [little.view(np.uint8)]).numpy().tolist() == [0.5, 0.25]
+    # A record of big-endian fields ("T{>f:a:f:b:}") too.
+    pair = np.zeros(1, [("a", ">f4"), ("b", ">f4")])
+    with pytest.raises(hurray.InvalidArgumentError, match="big-endian"):
+        hurray.Tensor(d, [pair])
+
+
+def test_buffers_numpy_cannot_describe_are_taken_as_before():
+    """Asking for the format made numpy refuse ml_dtypes arrays ("cannot
+    include dtype 'E' in a buffer"): bfloat16 scales beside int8 codes."""
+    import ml_dtypes
+
+    for name in ("bfloat16", "float8_e4m3fn"):
+        a = np.array([1.0, -2.0], dtype=getattr(ml_dtypes, name))
+        d = hurray.Descriptor(name, (2,), buffers=[hurray.Buffer("data", a.nbytes, a.itemsize)])
+        t = hurray.Tensor(d, [a])
+        assert t.numpy().astype(np.float32).tolist() == [1.0, -2.0]
 
 
 def test_arguments_that_use_the_file_while_converted_do_not_hang(tmp_path):
@@ -2263,6 +2279,24 @@ def test_overlapping_saves_give_the_collector_back_once_the_last_ends():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_save_inside_a_save_on_one_thread_does_not_hang():
+    """A signal handler that saves a checkpoint ran while a save on the same
+    thread held the pause's lock, which was not reentrant: a hang."""
+    import threading
+
+    from hurray import _files
+
+    def nested():
+        with _files._collections_paused():
+            with _files._collections_paused():
+                pass
+
+    t = threading.Thread(target=nested, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
 
 
 def test_bools_are_refused_where_descriptor_fields_take_integers():
