@@ -29,6 +29,36 @@ class ReplaceError(OSError):
         self.cause = cause
 
 
+_CAP_FOWNER = 3  # linux/capability.h
+
+
+def _overrides_sticky() -> bool:
+    """Whether this process holds CAP_FOWNER (Linux: /proc/self/status);
+    elsewhere, whether it is root."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_FOWNER & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return (os.geteuid() if hasattr(os, "geteuid") else 0) == 0
+
+
+def _refuse_sticky(target: str, st: os.stat_result) -> None:
+    """PermissionError where the kernel would refuse to replace `target`
+    (owned by someone else, in a sticky folder that is not ours: /tmp, a
+    shared drop folder), before the hard link that keeps it is made: that
+    link would be someone else's file in such a folder too, which no undo
+    could remove. CAP_FOWNER (root's, normally) overrides the rule."""
+    euid = os.geteuid() if hasattr(os, "geteuid") else 0
+    if st.st_uid == euid or _overrides_sticky():
+        return
+    folder = os.stat(os.path.dirname(os.path.abspath(target)))
+    if folder.st_mode & stat.S_ISVTX and folder.st_uid != euid:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), target)
+
+
 def _keep(target: str, backup: str) -> None:
     """A second name for `target`: a hard link, or where there is none (a
     file system without them, a file protected_hardlinks keeps from this
@@ -52,11 +82,14 @@ def replace_all(moves: Sequence[Tuple[str, str]]) -> List[str]:
     try:
         for k, (staged, target) in enumerate(moves):
             try:
-                mode = os.lstat(target).st_mode
+                st = os.lstat(target)
             except FileNotFoundError:
-                mode = None
+                st = None
+            mode = None if st is None else st.st_mode
             if mode is not None and stat.S_ISDIR(mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+            if st is not None:
+                _refuse_sticky(target, st)
             backup = None if mode is None else staged + ".old"
             # Recorded before the calls: an exception raised as one returns
             # must still find what it made.

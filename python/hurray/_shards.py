@@ -55,11 +55,13 @@ def _error(status_name: str, message: str, errno_: int = 0, filename: Optional[s
     return _hurray._error(status_name, message, errno_, filename)
 
 
-def _io_error(exc: OSError, what: str) -> BaseException:
-    """A system call's OSError as the HurrayIOError C would raise for it."""
+def _io_error(exc: OSError, what: str, filename: Optional[str] = None) -> BaseException:
+    """A system call's OSError as the HurrayIOError C would raise for it,
+    naming `filename` (a target, where the call named a hidden staged
+    file that is gone by the time anyone reads the error) or the call's."""
     if not exc.errno:
         return exc
-    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, exc.filename)
+    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, filename or exc.filename)
 
 
 # --------------------------------------------------------------------- shard
@@ -796,7 +798,9 @@ def _publish(staged: List[str], paths: List[str], directory: str) -> None:
     except ReplaceError as exc:
         fsync_dir(directory)
         raise _io_error(
-            exc.cause, f"cannot put part {exc.index} in place as {paths[exc.index]}"
+            exc.cause,
+            f"cannot put part {exc.index} in place as {paths[exc.index]}",
+            paths[exc.index],
         ) from None
     fsync_dir(directory)
     remove_quietly(kept)

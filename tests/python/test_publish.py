@@ -113,3 +113,27 @@ def test_an_interrupt_is_undone_and_goes_on_as_itself(tmp_path, monkeypatch):
         replace_all(moves)
     monkeypatch.undo()
     assert _contents(tmp_path) == {"part-0": b"old 0", "part-1": b"old 1"}
+
+
+def test_a_file_of_someone_else_in_a_sticky_folder_is_refused_before_it_is_linked(
+    tmp_path, monkeypatch
+):
+    """The kept hard link of another user's file in a sticky folder could
+    not be removed either: a failed save left it behind, hidden."""
+    from hurray import _publish
+
+    sticky = tmp_path / "shared"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    moves = _folder(sticky, [b"theirs", None], [b"ours", b"ours too"])
+    owner = os.stat(moves[0][1]).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # someone else
+    monkeypatch.setattr(_publish, "_overrides_sticky", lambda: False)
+    with pytest.raises(ReplaceError) as info:
+        replace_all(moves)
+    assert isinstance(info.value.cause, PermissionError) and info.value.index == 0
+    assert _contents(sticky) == {
+        ".part-0.staged": b"ours",
+        ".part-1.staged": b"ours too",
+        "part-0": b"theirs",
+    }

@@ -877,6 +877,31 @@ def test_a_failed_rename_leaves_no_staged_file(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".rank-")]
 
 
+def test_a_rename_that_fails_while_publishing_keeps_the_earlier_checkpoint(tmp_path, monkeypatch):
+    """finish() removed the earlier metadata before renaming this save's
+    files into place: a rename refused there (a rank file another user owns
+    in a sticky folder) left the old rank files without metadata, and the
+    earlier checkpoint no longer loaded."""
+    path = str(tmp_path / "ckpt")
+    _save_local(path, {"w": torch.full((4, 4), 1.0)})
+    before = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    real_replace = os.replace
+
+    def refuse_rank_files(src, dst, **kw):
+        if os.path.basename(str(dst)) == "rank-00000.hurray" and not str(src).endswith(".old"):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(src))
+        return real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(hdcp.os, "replace", refuse_rank_files)
+    with pytest.raises(BaseException) as info:
+        _save_local(path, {"w": torch.full((4, 4), 2.0)})
+    monkeypatch.undo()
+    assert "rank-00000.hurray in place" in str(info.value)
+    after = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)}
+    assert after == before  # the earlier save, byte for byte, and nothing else
+    assert torch.equal(_load_w(path), torch.full((4, 4), 1.0))
+
+
 def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):
     hurray.save(os.path.join(tmp_path, "rank-00000-1.hurray"), {"w": np.zeros(2)})
     hurray.save(os.path.join(tmp_path, "rank-00004.hurray"), {"w": np.zeros(2)})

@@ -322,7 +322,11 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         try:
             return replace_all(moves)
         except ReplaceError as exc:
-            raise exc.cause from None
+            target = moves[exc.index][1]
+            why = exc.cause.strerror or _first_line(exc.cause)
+            raise os_failure(
+                exc.cause, f"cannot put {target} in place: {why}; nothing was changed", target
+            ) from None
 
     def abort(self) -> None:
         if self.published:

@@ -86,6 +86,7 @@ from .._deferred import signals_deferred
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
+from .._publish import ReplaceError, remove_quietly, replace_all
 from .._hurray import UnsupportedError
 from .._shards import _volume, shard
 from .._tensor import Tensor, from_numpy
@@ -595,7 +596,10 @@ class HurrayStorageWriter(StorageWriter):
         for item in plan.items:
             if item.type != WriteItemType.BYTE_IO and item.tensor_data is not None:
                 _check_storable(item.index.fqn, item.tensor_data.properties)
-        os.makedirs(self.path, exist_ok=True)
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as exc:
+            raise _shards._io_error(exc, f"cannot make the folder {self.path}") from None
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
@@ -721,25 +725,40 @@ class HurrayStorageWriter(StorageWriter):
             self._publish_now(files)
 
     def _publish_now(self, files: List[str]) -> None:
-        try:
-            os.unlink(os.path.join(self.path, METADATA_FILE))
-            _fsync_dir(self.path)
-        except FileNotFoundError:
-            pass
+        meta = os.path.join(self.path, METADATA_FILE)
         names = list(files) + [METADATA_FILE]
-        staged = [_staged_name(name, self.save_id) for name in names]
-        renamed = 0
+        staged = [os.path.join(self.path, _staged_name(name, self.save_id)) for name in names]
+        targets = [os.path.join(self.path, name) for name in names]
+        # The earlier metadata is moved aside, not removed: if a rename
+        # below fails (a rank file another user owns in a sticky folder),
+        # the earlier save is put back whole; removed, it was lost. Its
+        # hidden name is a staged one, which a later save clears away.
+        aside = None
         try:
-            for hidden, name in zip(staged, names):
-                os.replace(os.path.join(self.path, hidden), os.path.join(self.path, name))
-                renamed += 1
-        except BaseException:
-            for hidden in staged[renamed:]:  # the directory is incomplete now: no litter besides
+            candidate = os.path.join(self.path, _staged_name(METADATA_FILE, uuid.uuid4().hex))
+            try:
+                os.replace(meta, candidate)
+                aside = candidate
+                _fsync_dir(self.path)
+            except FileNotFoundError:
+                pass
+            kept = replace_all(list(zip(staged, targets)))
+        except BaseException as exc:
+            remove_quietly(staged)  # those moved into place are gone already
+            if aside is not None:
                 try:
-                    os.unlink(os.path.join(self.path, hidden))
+                    os.replace(aside, meta)
                 except OSError:
                     pass
+            _fsync_dir(self.path)
+            if isinstance(exc, ReplaceError):
+                raise _shards._io_error(
+                    exc.cause, f"cannot put {targets[exc.index]} in place", targets[exc.index]
+                ) from None
+            if isinstance(exc, OSError):
+                raise _shards._io_error(exc, f"cannot publish the save in {self.path}") from None
             raise
+        remove_quietly(kept + ([aside] if aside is not None else []))
         keep = set(files)
         for n in os.listdir(self.path):
             if (
