@@ -86,8 +86,8 @@ from .._deferred import signals_deferred
 from .._descriptor import Extension
 from .._files import File, save
 from .._files import fsync_dir as _fsync_dir
-from .._publish import ReplaceError, remove_quietly, replace_all
 from .._hurray import UnsupportedError
+from .._publish import ReplaceError, remove_quietly, replace_all
 from .._shards import _volume, shard
 from .._tensor import Tensor, from_numpy
 from . import _array_to_torch, _hurray_dtype, from_torch
