@@ -269,3 +269,21 @@ def test_an_urllib3_without_read1_is_named(monkeypatch):
         hurray.open("http://127.0.0.1:9/a.hurray")
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert extras["optional-dependencies"]["remote"] == ["urllib3>=2.2"]
+
+
+def test_every_module_of_the_package_is_installed():
+    """hurray/_publish.py was added beside the others but not to
+    python/meson.build's install list: the tree's tests passed, and every
+    `pip install .` failed at `import hurray`."""
+    build = (REPO / "python" / "meson.build").read_text()
+    listed = set(re.findall(r"'(hurray/[^']+\.pyi?|hurray/py\.typed)'", build))
+    folders = re.findall(r"install_subdir\('(hurray/[^']+)'", build)  # installed whole
+    package = REPO / "python" / "hurray"
+    present = {
+        p.relative_to(REPO / "python").as_posix()
+        for p in package.rglob("*")
+        if p.suffix in (".py", ".pyi") or p.name == "py.typed"
+    }
+    missing = {p for p in present - listed if not any(p.startswith(f + "/") for f in folders)}
+    assert missing == set(), "not installed by python/meson.build"
+    assert listed - present == set(), "listed in python/meson.build but absent"
