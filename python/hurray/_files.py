@@ -57,18 +57,22 @@ _resume = False
 @contextlib.contextmanager
 def _collections_paused() -> Iterator[None]:
     global _pauses, _resume
+    # Counted before acting, on the way in and out: a save in a signal
+    # handler that runs between the two steps (same thread, so the lock
+    # lets it in) then nests inside this one instead of taking the paused
+    # collector for the application's choice.
     with _PAUSE_LOCK:
-        if _pauses == 0:
+        _pauses += 1
+        if _pauses == 1:
             _resume = gc.isenabled()
             gc.disable()
-        _pauses += 1
     try:
         yield
     finally:
         with _PAUSE_LOCK:
-            _pauses -= 1
-            if _pauses == 0 and _resume:
+            if _pauses == 1 and _resume:
                 gc.enable()
+            _pauses -= 1
 
 
 def _plain_or_tensor(value: Any):

@@ -224,13 +224,16 @@ static PyObject *settled(ModuleState *st, const HyField *f, PyObject *v) {
    * bytes, as a file gives the field back (b""). */
   if (f->def == BYTES && v == Py_None) return PyBytes_FromStringAndSize(NULL, 0);
   if (f->def == BYTES && !PyBytes_Check(v) && PyObject_CheckBuffer(v)) {
-    /* A numpy scalar exports a buffer too, of no dimensions: 5 as
-     * np.int64 is no more bytes than 5 is. */
+    /* A numpy number exports a buffer too, of no dimensions: 5 as
+     * np.int64 is no more bytes than 5 is. A 0-d array of bytes
+     * (np.array(b"abc"), np.void) is bytes. */
     Py_buffer view;
     if (PyObject_GetBuffer(v, &view, PyBUF_FULL_RO) < 0) return NULL;
-    int ndim = view.ndim;
+    const char *format = view.format != NULL ? view.format : "B";
+    format += strspn(format, "@=<>!");
+    bool number = view.ndim == 0 && *format != '\0' && strchr("?bBhHiIlLqQnNefdgZ", *format);
     PyBuffer_Release(&view);
-    if (ndim == 0) {
+    if (number) {
       return PyErr_Format(PyExc_TypeError, "%s must be bytes-like, not %.100s", f->name,
                           Py_TYPE(v)->tp_name);
     }

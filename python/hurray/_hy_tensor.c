@@ -100,6 +100,24 @@ static bool foreign_byte_order(const char *format) {
   return false;
 }
 
+/* 0 when `obj` (or a memoryview's base) is a numpy array whose dtype is
+ * not in this machine's byte order, 1 otherwise, -1 with an exception. */
+static int numpy_native(PyObject *obj) {
+  PyObject *base = PyMemoryView_Check(obj) ? PyMemoryView_GET_BASE(obj) : obj;
+  if (base == NULL) return 1;
+  PyObject *dtype = PyObject_GetAttrString(base, "dtype");
+  PyObject *native = dtype != NULL ? PyObject_GetAttrString(dtype, "isnative") : NULL;
+  Py_XDECREF(dtype);
+  if (native == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    return 1; /* not numpy's: nothing says otherwise */
+  }
+  int truth = PyObject_IsTrue(native);
+  Py_DECREF(native);
+  return truth;
+}
+
 /* A buffer's bytes are its exporter's elements in C (row-major) order, the
  * order memoryview.tobytes() gives. A Fortran-ordered or strided array is
  * refused rather than taken in its memory order, which would store its
@@ -108,19 +126,32 @@ static bool foreign_byte_order(const char *format) {
  * from_numpy and save refuse one. */
 static int get_c_contiguous(ModuleState *st, PyObject *obj, Py_ssize_t index, Py_buffer *view) {
   int got = PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
-  if (got < 0 && PyErr_ExceptionMatches(PyExc_ValueError)) {
-    /* numpy cannot spell ml_dtypes' bfloat16, float8 or int4 as a format:
-     * those are asked again without one (they have no byte order). */
+  bool foreign = false;
+  if (got == 0) {
+    foreign = foreign_byte_order(view->format);
+  } else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+    /* numpy cannot spell ml_dtypes' bfloat16, float8 or int4 (or a
+     * datetime, or a record holding one) as a format: those are asked
+     * again without one, and their byte order is numpy's dtype's. */
     PyErr_Clear();
     got = PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS);
+    if (got == 0) {
+      int native = numpy_native(obj);
+      if (native < 0) {
+        PyBuffer_Release(view);
+        return -1;
+      }
+      foreign = native == 0;
+    }
   }
   if (got == 0) {
-    if (!foreign_byte_order(view->format)) return 0;
+    if (!foreign) return 0;
     HurrayError e = {0};
     snprintf(e.message, sizeof e.message,
-             "buffer %zd is big-endian (format '%.32s'): a buffer's bytes are taken as they "
-             "are, and hurray's are little-endian; pass x.astype(x.dtype.newbyteorder('<'))",
-             index, view->format);
+             "buffer %zd is big-endian (%s%.32s%s): a buffer's bytes are taken as they are, "
+             "and hurray's are little-endian; pass x.astype(x.dtype.newbyteorder('<'))",
+             index, view->format != NULL ? "format '" : "a numpy dtype not in native order",
+             view->format != NULL ? view->format : "", view->format != NULL ? "'" : "");
     PyBuffer_Release(view);
     hy_raise_status(st, HURRAY_ERR_INVALID_ARGUMENT, &e);
     return -1;

@@ -1368,10 +1368,14 @@ def test_a_big_endian_buffer_is_refused_not_read_byte_swapped():
     # Raw bytes and byte-order-free formats are taken as they are.
     assert hurray.Tensor(d, [little.tobytes()]).numpy().tolist() == [0.5, 0.25]
     assert hurray.Tensor(d, [little.view(np.uint8)]).numpy().tolist() == [0.5, 0.25]
-    # A record of big-endian fields ("T{>f:a:f:b:}") too.
+    # A record of big-endian fields ("T{>f:a:f:b:}") too, and a dtype numpy
+    # cannot spell as a format (no format to read the order from).
     pair = np.zeros(1, [("a", ">f4"), ("b", ">f4")])
     with pytest.raises(hurray.InvalidArgumentError, match="big-endian"):
         hurray.Tensor(d, [pair])
+    with pytest.raises(hurray.InvalidArgumentError, match="big-endian"):
+        hurray.Tensor(d, [np.zeros(1, ">M8[ns]")])
+    assert hurray.Tensor(d, [np.zeros(1, "<M8[ns]")]).numpy().tolist() == [0.0, 0.0]
 
 
 def test_buffers_numpy_cannot_describe_are_taken_as_before():
@@ -2323,6 +2327,9 @@ def test_extension_metadata_is_bytes_as_a_file_gives_it_back(tmp_path):
 
     assert Extension("e", None).metadata == b"" == Extension("e").metadata
     assert Extension("e", np.arange(3, dtype=np.uint8)).metadata == b"\x00\x01\x02"
+    assert Extension("e", np.array(b"abc")).metadata == b"abc"  # 0-d, of bytes
+    with pytest.raises(TypeError, match="bytes-like"):
+        Extension("e", np.int64(5))  # a number, not its 8 bytes
     d = hurray.from_numpy(np.ones(2)).descriptor.replace(extension=Extension("e", None))
     hurray.save(tmp_path / "e.hurray", {"w": hurray.Tensor(d, [np.ones(2)])})
     with hurray.open(tmp_path / "e.hurray") as f:

@@ -902,6 +902,30 @@ def test_a_rename_that_fails_while_publishing_keeps_the_earlier_checkpoint(tmp_p
     assert torch.equal(_load_w(path), torch.full((4, 4), 1.0))
 
 
+def test_a_later_save_removes_the_kept_files_a_dead_coordinator_left(tmp_path):
+    """A coordinator that died while publishing left the earlier rank file
+    kept beside the new one ('.rank-00000.hurray.<id>.old'), a whole rank
+    file that no later save removed."""
+    path = tmp_path / "ckpt"
+    _save_local(str(path), {"w": torch.full((4, 4), 1.0)})
+    left = path / f".rank-00000.hurray.{'ab' * 16}.old"
+    left.write_bytes(b"an earlier rank file")
+    _save_local(str(path), {"w": torch.full((4, 4), 2.0)})
+    assert sorted(os.listdir(path)) == [".metadata.hurray", "rank-00000.hurray"]
+
+
+def test_a_folder_in_the_metadatas_place_is_refused_before_anything_moves(tmp_path):
+    """It was moved aside like the metadata it was taken for, the save
+    published, and every later save failed on removing it."""
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    (path / hdcp.METADATA_FILE).mkdir()
+    with pytest.raises(BaseException, match="Is a directory"):
+        _save_local(str(path), {"w": torch.full((4, 4), 1.0)})
+    assert (path / hdcp.METADATA_FILE).is_dir()
+    assert not [n for n in os.listdir(path) if not n.startswith(".")]
+
+
 def test_a_smaller_save_removes_the_earlier_rank_files(tmp_path):
     hurray.save(os.path.join(tmp_path, "rank-00000-1.hurray"), {"w": np.zeros(2)})
     hurray.save(os.path.join(tmp_path, "rank-00004.hurray"), {"w": np.zeros(2)})

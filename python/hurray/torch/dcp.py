@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import errno
 import io
 import json
 import math
@@ -120,7 +121,9 @@ _K_WORLD = "hurray.dcp.world_size"
 _K_METADATA = "hurray.dcp.metadata"
 
 _RANK_FILE = re.compile(r"rank-\d{5,}(-\d+)?\.hurray")
-_STAGED_FILE = re.compile(r"\.(rank-\d{5,}(?:-\d+)?\.hurray)\.([0-9a-f]{32})")
+# A staged rank file, or the earlier one replace_all keeps beside it until
+# the save is published (".old": left by a coordinator that died then).
+_STAGED_FILE = re.compile(r"\.(rank-\d{5,}(?:-\d+)?\.hurray)\.([0-9a-f]{32})(?:\.old)?")
 _STAGED_METADATA = re.compile(re.escape("." + METADATA_FILE) + r"\.[0-9a-f]{32}")
 
 try:  # the version string DCP's own FileSystemWriter stamps on its metadata
@@ -735,6 +738,8 @@ class HurrayStorageWriter(StorageWriter):
         # hidden name is a staged one, which a later save clears away.
         aside = None
         try:
+            if os.path.isdir(meta) and not os.path.islink(meta):  # never moved aside
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), meta)
             candidate = os.path.join(self.path, _staged_name(METADATA_FILE, uuid.uuid4().hex))
             try:
                 os.replace(meta, candidate)
@@ -745,19 +750,25 @@ class HurrayStorageWriter(StorageWriter):
             kept = replace_all(list(zip(staged, targets)))
         except BaseException as exc:
             remove_quietly(staged)  # those moved into place are gone already
+            where = ""
             if aside is not None:
                 try:
                     os.replace(aside, meta)
                 except OSError:
-                    pass
-            _fsync_dir(self.path)
+                    where = f"; the earlier metadata is at {aside}"
+            try:
+                _fsync_dir(self.path)
+            except OSError:
+                pass  # the error that stopped the save is the one to report
             if isinstance(exc, ReplaceError):
+                target = targets[exc.index]
                 raise _shards._io_error(
-                    exc.cause, f"cannot put {targets[exc.index]} in place", targets[exc.index]
+                    exc.cause, f"cannot put {target} in place{where}", target
                 ) from None
             if isinstance(exc, OSError):
                 raise _shards._io_error(exc, f"cannot publish the save in {self.path}") from None
             raise
+        _fsync_dir(self.path)  # the renames durable before the kept files go
         remove_quietly(kept + ([aside] if aside is not None else []))
         keep = set(files)
         for n in os.listdir(self.path):
@@ -768,8 +779,8 @@ class HurrayStorageWriter(StorageWriter):
             ):
                 try:
                     os.unlink(os.path.join(self.path, n))
-                except FileNotFoundError:
-                    pass
+                except (FileNotFoundError, IsADirectoryError, PermissionError):
+                    pass  # gone, or a folder by that name: not ours to remove
         _fsync_dir(self.path)
 
     def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
