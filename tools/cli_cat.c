@@ -30,6 +30,13 @@ static const char *npy_descr(HurrayDType t) {
   }
 }
 
+static int buffer_out_of_range(FILE *err, const char *name, size_t count, long buffer_index) {
+  fputs("hurray: ", err);
+  hurray_cli_puts_escaped(err, name);
+  fprintf(err, " has %zu buffers; --buffer %ld is out of range\n", count, buffer_index);
+  return EXIT_FAILURE;
+}
+
 /* The piece of a buffer raw_buffer reads at a time. */
 #define RAW_PIECE ((uint64_t)1 << 20)
 
@@ -49,11 +56,8 @@ static int raw_buffer(FILE *out, FILE *err, HurrayReader *r, const char *path, c
   }
   uint32_t count = hurray_descriptor_buffer_count(d);
   if (buffer_index < 0 || (uint64_t)buffer_index >= count) {
-    fputs("hurray: ", err);
-    hurray_cli_puts_escaped(err, name);
-    fprintf(err, " has %u buffers; --buffer %ld is out of range\n", count, buffer_index);
     hurray_descriptor_destroy(d);
-    return EXIT_FAILURE;
+    return buffer_out_of_range(err, name, count, buffer_index);
   }
   uint64_t size = hurray_descriptor_buffer_size(d, (uint32_t)buffer_index);
   hurray_descriptor_destroy(d);
@@ -112,11 +116,7 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
              hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
     status = hurray_cli_fail_at(err, path, error.message);
   } else if (buffer_index < 0 || (size_t)buffer_index >= hurray_buffer_list_len(list)) {
-    fputs("hurray: ", err);
-    hurray_cli_puts_escaped(err, name);
-    fprintf(err, " has %zu buffers; --buffer %ld is out of range\n", hurray_buffer_list_len(list),
-            buffer_index);
-    status = EXIT_FAILURE;
+    status = buffer_out_of_range(err, name, hurray_buffer_list_len(list), buffer_index);
   } else {
     const HurrayBuffer *b = hurray_buffer_list_get(list, (size_t)buffer_index);
     const char *descr = npy_descr(hurray_descriptor_dtype(d));

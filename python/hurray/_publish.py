@@ -85,12 +85,11 @@ def replace_all(moves: Sequence[Tuple[str, str]]) -> List[str]:
                 st = os.lstat(target)
             except FileNotFoundError:
                 st = None
-            mode = None if st is None else st.st_mode
-            if mode is not None and stat.S_ISDIR(mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
             if st is not None:
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
                 _refuse_sticky(target, st)
-            backup = None if mode is None else staged + ".old"
+            backup = None if st is None else staged + ".old"
             # Recorded before the calls: an exception raised as one returns
             # must still find what it made.
             done.append((staged, target, backup))

@@ -62,15 +62,20 @@ def _stored_count(values: np.ndarray, block: tuple, indices: list, what: str) ->
     return nnz
 
 
+def _major_count(format: str, shape: tuple, block: tuple) -> int:
+    """The rows a CSR or BSR indptr points into (columns for CSC; block
+    rows for BSR): it holds one more pointer than that."""
+    major = shape[1] if format == "csc" else shape[0]
+    return major // block[0] if block and block[0] > 0 else major
+
+
 def _check_indptr(indptr: np.ndarray, format: str, shape: tuple, block: tuple) -> None:
     """One pointer per row (column for CSC, block row for BSR) plus one, as
     scipy insists: a 2-D indptr, or 5 pointers for 2 rows, was stored as it
     came, the extra ones never read."""
     if len(shape) != 2:
         return  # the descriptor refuses it, with its own message
-    major = shape[1] if format == "csc" else shape[0]
-    if block and block[0] > 0:
-        major //= block[0]
+    major = _major_count(format, shape, block)
     if indptr.ndim != 1 or indptr.size != major + 1:
         raise ValueError(
             f"sparse {format} indptr must be a 1-D array of {major + 1} pointers "
@@ -206,9 +211,7 @@ class SparseTensor(Tensor):
         if s.format == "coo":
             out["coords"] = [self._array(i, s.index_dtype, s.nnz) for i in s.index_buffers]
         else:
-            major = d.shape[1] if s.format == "csc" else d.shape[0]
-            if s.format == "bsr":
-                major //= s.block_shape[0]
+            major = _major_count(s.format, d.shape, s.block_shape if s.format == "bsr" else ())
             out["indptr"] = self._array(s.indptr_buffer, s.index_dtype, major + 1)
             out["indices"] = self._array(s.indices_buffer, s.index_dtype, s.nnz)
         return out
@@ -264,19 +267,9 @@ class SparseTensor(Tensor):
                         f"this scipy ({_scipy_version()}) holds 2-D COO only; scipy 1.13 and "
                         f"later hold rank {len(p['coords'])}"
                     ) from None
-            args, ctor = (p["values"], tuple(p["coords"])), sp.coo_matrix
-        else:
-            ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
-            args = (p["values"], p["indices"], p["indptr"])
-        try:
-            return ctor(args, shape=p["shape"])
-        except ValueError as exc:
-            # The indices are checked above: what scipy refuses is the
-            # values' dtype (bsr_matrix has no float16, csr_matrix has).
-            raise unsupported(
-                f"scipy.sparse's {ctor.__name__} cannot hold this tensor ({exc}); "
-                "to_dense() gives its values"
-            ) from None
+            return sp.coo_matrix((p["values"], tuple(p["coords"])), shape=p["shape"])
+        ctor = {"csr": sp.csr_matrix, "csc": sp.csc_matrix, "bsr": sp.bsr_matrix}[p["format"]]
+        return ctor((p["values"], p["indices"], p["indptr"]), shape=p["shape"])
 
     def _checked_indices(self) -> dict:
         """parts()'s index arrays as private copies, checked by placement

@@ -334,11 +334,7 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
         if self._new_dir is not None:
             shutil.rmtree(self._new_dir, ignore_errors=True)
             return
-        for tmp, _ in self._written:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        remove_quietly([tmp for tmp, _ in self._written])
         for folder in reversed(self._made):
             try:
                 os.rmdir(folder)
