@@ -55,6 +55,8 @@ QCONTENDERS = ["hurray nf4", "hurray q4_0", "gguf q4_0"]
 QEXT = {"hurray nf4": ".nf4.hurray", "hurray q4_0": ".q4_0.hurray", "gguf q4_0": ".gguf"}
 QSCHEME = {"hurray nf4": "nf4", "hurray q4_0": "q4_0"}
 QTHREADS = 2
+# Repetitions of workload (b), at least (BENCH_REPS when that is more).
+MANY_REPS = 5
 
 
 # ----------------------------------------------------------------- workloads
@@ -839,7 +841,15 @@ def summarize(runs, key):
     vals = [r[key] for r in runs if r.get(key) is not None]
     if not vals:
         return None
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+        # In run order: with the contenders taking turns, value i of two
+        # contenders came from the same repetition (paired ratios).
+        "values": vals,
+    }
 
 
 def run_quant(tmp, scale, reps, log):
@@ -874,14 +884,17 @@ def run_quant(tmp, scale, reps, log):
     )
     rng = np.random.default_rng(99)
     picks = [spec[int(rng.integers(len(spec)))][0] for _ in range(reps)]
+    paths = {c: os.path.join(tmp, "quant" + QEXT[c]) for c in QCONTENDERS}
+    qruns = {c: ([], [], []) for c in QCONTENDERS}
+    for r in range(reps):  # taking turns, as in (a) and (b)
+        for c in QCONTENDERS:
+            saves, loads, rands = qruns[c]
+            saves.append(run_worker("qsave", c, paths[c], scale))
+            loads.append(run_worker("qload", c, paths[c], scale))
+            rands.append(run_worker("qrandom", c, paths[c], picks[r]))
     for c in QCONTENDERS:
-        path = os.path.join(tmp, "quant" + QEXT[c])
-        saves, loads, rands = [], [], []
-        for r in range(reps):
-            saves.append(run_worker("qsave", c, path, scale))
-            loads.append(run_worker("qload", c, path, scale))
-            rands.append(run_worker("qrandom", c, path, picks[r]))
-        os.unlink(path)
+        os.unlink(paths[c])
+        saves, loads, rands = qruns[c]
         cres = {}
         for runs in (saves, loads, rands):
             for k in runs[0]:
@@ -987,43 +1000,48 @@ def main():
             "limits": {},
             "contenders": {},
         }
+        # (b)'s processes take a second or less each, and its ratios are the
+        # noisiest (per-tensor work against a disk that varies): more runs.
+        wreps = max(reps, MANY_REPS) if wl == "many" else reps
         raw = os.path.join(tmp, f"{wl}.raw")
-        mt, mf = [], []
-        run_worker("plain_write", raw, wl, wres["scale"])  # the file the touches map
-        for _ in range(reps):
-            mt.append(run_worker("mmap_touch", raw, "page"))
+        pw, mt, mf = [], [], []
+        rng = np.random.default_rng(99)
+        picks = [spec[int(rng.integers(len(spec)))][0] for _ in range(wreps)]
+        paths = {c: os.path.join(tmp, wl + EXT[c]) for c in contenders}
+        runs = {c: ([], [], []) for c in contenders}
+        # The contenders take turns within each repetition, so that every
+        # contender's runs meet the disk in the same states: run in blocks,
+        # one contender after the other, the ratios between them moved with
+        # the virtual disk's slow and fast periods (load-all of (b) by
+        # safetensors 0.20-0.46 s within ten minutes, hurray 0.09-0.12 s).
+        for r in range(wreps):
+            # The plain-write limit runs right before each of hurray's saves,
+            # so that both meet the disk in the same state: measured in a
+            # phase of its own, the limit and the save differed by the
+            # writeback left over from whatever ran before each phase.
+            pw.append(run_worker("plain_write", raw, wl, wres["scale"]))
+            for c in contenders:
+                saves, loads, rands = runs[c]
+                saves.append(run_worker("save", c, paths[c], wl, wres["scale"]))
+                loads.append(run_worker("load", c, paths[c], wl, wres["scale"]))
+                rands.append(run_worker("random", c, paths[c], picks[r]))
+            mt.append(run_worker("mmap_touch", raw, "page"))  # the plain write's file
             mf.append(run_worker("mmap_touch", raw, "full"))
+        os.unlink(raw)
         wres["limits"] = {
+            "plain_write_s": summarize(pw, "write_s"),
             "mmap_page_touch_s": summarize(mt, "s"),
             "mmap_full_touch_s": summarize(mf, "s"),
         }
-        rng = np.random.default_rng(99)
-        picks = [spec[int(rng.integers(len(spec)))][0] for _ in range(reps)]
-        pw = []
+        log(wl, "limits", {k: round(v["median"], 4) for k, v in wres["limits"].items()})
         for c in contenders:
-            path = os.path.join(tmp, wl + EXT[c])
-            saves, loads, rands = [], [], []
-            for r in range(reps):
-                if c == contenders[0]:
-                    # The plain-write limit runs right before each of the first
-                    # contender's saves (hurray's), so that both meet the disk
-                    # in the same state: measured in a phase of its own, the
-                    # limit and the save differed by the writeback left over
-                    # from whatever ran before each phase.
-                    pw.append(run_worker("plain_write", raw, wl, wres["scale"]))
-                saves.append(run_worker("save", c, path, wl, wres["scale"]))
-                loads.append(run_worker("load", c, path, wl, wres["scale"]))
-                rands.append(run_worker("random", c, path, picks[r]))
-            os.unlink(path)
-            if c == contenders[0]:
-                os.unlink(raw)
-                wres["limits"]["plain_write_s"] = summarize(pw, "write_s")
-                log(wl, "limits", {k: round(v["median"], 4) for k, v in wres["limits"].items()})
+            os.unlink(paths[c])
+            saves, loads, rands = runs[c]
             cres = {}
-            for runs in (saves, loads, rands):
-                for k in runs[0]:
+            for one in (saves, loads, rands):
+                for k in one[0]:
                     if k != "checksum":
-                        cres[k] = summarize(runs, k)
+                        cres[k] = summarize(one, k)
             sums = {l["checksum"] for l in loads}
             cres["checksum_agree"] = len(sums) == 1
             wres["contenders"][c] = cres
@@ -1279,7 +1297,9 @@ def render_md(res):
     L.append(
         f"Generated by `make bench` (`bench/bench.py`). Scale of workloads (a) and (c): "
         f"**{cfg['scale']}** (BENCH_SCALE; 1.0 = 1 GiB). Repetitions: **{cfg['reps']}** fresh "
-        f"processes per figure; cells show median (min–max). Machine: {cfg['cpus']} CPUs, "
+        f"processes per figure (workload (b): {max(cfg['reps'], MANY_REPS)}), the contenders "
+        f"taking turns within each repetition; cells show median (min–max). Machine: "
+        f"{cfg['cpus']} CPUs, "
         f"{cfg['machine']}, Python {cfg['python']}; versions {cfg.get('versions')}. "
         f"Total runtime of bench.py: {cfg['runtime_s']:.0f} s.\n"
     )

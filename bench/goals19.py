@@ -42,6 +42,22 @@ def _spread(s, scale=1.0, fmt="{:.2f}"):
     )
 
 
+def _paired(slow, fast):
+    """Each repetition's ratio slow / fast, as " (paired: median, min-max)", where
+    both summaries hold their runs in order (bench.py's contenders take turns,
+    so run i of each came from the same minutes); "" for older results."""
+    a, b = (slow or {}).get("values"), (fast or {}).get("values")
+    if not a or not b or len(a) != len(b):
+        return ""
+    r = [x / y for x, y in zip(a, b)]
+    return f" (per repetition: {statistics.median(r):.2f}x, {min(r):.2f}–{max(r):.2f})"
+
+
+def _faster(c, key):
+    """The summary of the faster safetensors front end by median."""
+    return min((c[k][key] for k in ("safetensors.numpy", "safetensors.torch") if k in c), key=_med)
+
+
 def _la(cfg, key="loadavg_start"):
     v = (cfg or {}).get(key)
     return "n/a" if not v else "/".join(f"{x:.1f}" for x in v[:3])
@@ -139,14 +155,14 @@ def rows_bench(d):
         w = latest["workloads"]["many"]
         c = w["contenders"]
         h = c["hurray"]
-        st = min(_med(c[k]["save_s"]) for k in ("safetensors.numpy", "safetensors.torch") if k in c)
-        hs = _med(h["save_s"])
+        sts = _faster(c, "save_s")
+        st, hs = _med(sts), _med(h["save_s"])
         lim = _med(w["limits"]["plain_write_s"])
         out.append(
             (
                 "save 20k small >= 1.2x safetensors and >= 0.9x the plain-write limit",
-                f"hurray {_spread(h['save_s'])} s: {st / hs:.2f}x the faster safetensors, "
-                f"{lim / hs:.2f}x the limit",
+                f"hurray {_spread(h['save_s'])} s: {st / hs:.2f}x the faster safetensors"
+                f"{_paired(sts, h['save_s'])}, {lim / hs:.2f}x the limit",
                 src,
                 _mark(st / hs >= 1.2 and lim / hs >= 0.9),
             )
@@ -161,12 +177,13 @@ def rows_bench(d):
                 _mark(so / ho >= 3),
             )
         )
-        sl = min(_med(c[k]["load_s"]) for k in ("safetensors.numpy", "safetensors.torch") if k in c)
-        hl = _med(h["load_s"])
+        sls = _faster(c, "load_s")
+        sl, hl = _med(sls), _med(h["load_s"])
         out.append(
             (
                 "load-all 20k >= 2x safetensors",
-                f"hurray {_spread(h['load_s'])} s vs the faster safetensors {sl:.3f} s = {sl / hl:.2f}x",
+                f"hurray {_spread(h['load_s'])} s vs the faster safetensors {_spread(sls)} s = "
+                f"{sl / hl:.2f}x{_paired(sls, h['load_s'])}",
                 src,
                 _mark(sl / hl >= 2),
             )
