@@ -967,6 +967,51 @@ def test_torch_copies_are_held_to_the_output_limit(tmp_path):
     assert to_torch(small).tolist() == [[3.0, 2.0, 1.0, 0.0]] * 16
 
 
+def test_to_torch_copy_of_read_only_memory_is_held_to_the_output_limit(tmp_path):
+    """to_torch copies a tensor over read-only memory (torch has no
+    read-only tensors), and that copy had no limit: a 265-byte file with
+    strides (0, 0) gave a 256 MiB tensor where to_dense() raises."""
+    from hurray import Buffer, Descriptor, Tensor
+
+    n = 8192
+    d = Descriptor("float32", (n, n), strides=(0, 0), buffers=[Buffer("data", 4, 4)])
+    hurray.save(tmp_path / "b.hurray", {"x": Tensor(d, [np.ones(1, np.float32)])})
+    with hurray.open(tmp_path / "b.hurray", readonly=True) as f:
+        with pytest.raises(hurray.LimitError):
+            f["x"].to_dense()
+        with pytest.raises(hurray.LimitError):
+            to_torch(f["x"])
+    over_bytes = Tensor(d, [np.frombuffer(b"\0\0\x80\x3f", np.uint8)])
+    with pytest.raises(hurray.LimitError):
+        to_torch(over_bytes)
+    small = Tensor(
+        Descriptor("float32", (16, 4), strides=(0, 0), buffers=[Buffer("data", 4, 4)]),
+        [np.frombuffer(b"\0\0\x80\x3f", np.uint8)],
+    )
+    out = to_torch(small)  # within the limit: a writable copy
+    out += 1
+    assert out.tolist() == [[2.0] * 4] * 16
+
+
+def test_from_torch_sorts_an_uncoalesced_float8_coo_tensor(tmp_path):
+    """torch cannot coalesce float8 (it would sum duplicates): its
+    NotImplementedError escaped save_file and from_torch. The coordinates
+    are sorted here instead, and a repeated one is UnsupportedError."""
+    f8 = torch.float8_e4m3fn
+    values = torch.tensor([1.0, 2.0, 3.0]).to(f8)
+    s = torch.sparse_coo_tensor(torch.tensor([[3, 0, 2], [1, 0, 4]]), values, (4, 5))
+    assert not s.is_coalesced()
+    save_file({"s": s}, tmp_path / "s.hurray")
+    got = load_file(tmp_path / "s.hurray")["s"]
+    assert got.is_coalesced()
+    assert got.dtype == f8  # torch cannot densify float8 sparse tensors
+    assert got._indices().tolist() == [[0, 2, 3], [0, 4, 1]]
+    assert got._values().float().tolist() == [2.0, 3.0, 1.0]
+    dup = torch.sparse_coo_tensor(torch.tensor([[1, 1]]), values[:2], (4,))
+    with pytest.raises(hurray.UnsupportedError, match="repeats a coordinate"):
+        from_torch(dup)
+
+
 def test_a_tensor_subclass_defined_elsewhere_goes_through_from_torch():
     """hurray.from_dlpack and as_tensor picked torch's route by the class's
     module name: a Parameter subclass of the user's went to numpy's DLPack

@@ -404,6 +404,27 @@ def test_save_file_refuses_shared_tensors(tmp_path):
     assert not (tmp_path / "tied.hurray").exists()
 
 
+def test_save_file_refuses_memory_shared_across_storages(tmp_path):
+    """The check grouped tensors by storage: two torch.from_numpy views of
+    one array are two storages over the same memory, and a sparse tensor's
+    values() a tensor of its own; both were saved, and the tie was lost."""
+    a = np.arange(10.0)
+    with pytest.raises(ValueError, match="share memory"):
+        save_file({"a": torch.from_numpy(a), "b": torch.from_numpy(a[2:])}, tmp_path / "n.hurray")
+    csr = torch.randn(3, 3).to_sparse_csr()
+    with pytest.raises(ValueError, match="share memory"):
+        save_file({"s": csr, "v": csr.values()}, tmp_path / "s.hurray")
+    coo = torch.randn(3, 3).to_sparse()
+    with pytest.raises(ValueError, match="share memory"):
+        save_file({"i": coo._indices(), "s": coo}, tmp_path / "c.hurray")
+    # A span that reaches past its neighbours: c lies inside a, after b.
+    w = torch.arange(12.0)
+    with pytest.raises(ValueError, match="'a' and 'c'"):
+        save_file({"a": w, "b": torch.arange(3.0), "c": w[8:]}, tmp_path / "w.hurray")
+    save_file({"s": csr, "v": csr.values().clone()}, tmp_path / "ok.hurray")
+    assert not any((tmp_path / n).exists() for n in ("n.hurray", "s.hurray", "c.hurray"))
+
+
 # -------------------------------------------------------------- safe_open
 
 

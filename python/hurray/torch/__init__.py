@@ -100,6 +100,8 @@ _CODES_TO_QUANT = {code: q for q, (code, _) in _QUANT_CODES.items()}
 _NUMPY_NATIVE = frozenset(_dtypes.NUMPY_NATIVE)
 
 _NOT_WRITABLE = "The given NumPy array is not writable"
+# An integer dtype of each element size, to move elements as raw bytes.
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 # ---------------------------------------------------------------- torch -> hurray
@@ -267,13 +269,44 @@ def _index_dtype(*tensors: "torch.Tensor") -> str:
     )
 
 
+def _coalesced(t: "torch.Tensor") -> "torch.Tensor":
+    """t.coalesce(); where torch cannot sum t's dtype (float8), the
+    coordinates are sorted here instead, and duplicates are refused."""
+    if t.is_coalesced():
+        return t
+    try:
+        return t.coalesce()
+    except (NotImplementedError, RuntimeError) as e:
+        cause = e
+    indices = t._indices()
+    linear = torch.zeros(indices.shape[1], dtype=torch.int64)
+    for dim, n in enumerate(t.shape[: t.sparse_dim()]):
+        linear = linear * n + indices[dim]
+    order = torch.argsort(linear, stable=True)
+    ordered = linear[order]
+    if ordered.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+        raise UnsupportedError(
+            f"this sparse COO tensor repeats a coordinate, and torch cannot sum {t.dtype} "
+            f"values to coalesce it ({cause}); coalesce it in a wider dtype first"
+        )
+    values = t._values()
+    same_size = _SAME_SIZE_INT.get(values.element_size())
+    if same_size is None or values.dim() != 1:
+        raise UnsupportedError(f"cannot coalesce this sparse COO tensor: {cause}")
+    # Reordered as raw bytes: torch may not index the dtype either.
+    raw = values.view(same_size)[order].view(values.dtype)
+    return torch.sparse_coo_tensor(
+        indices[:, order], raw, t.shape, dtype=t.dtype, is_coalesced=True
+    )
+
+
 def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
     layout = tensor.layout
     t = tensor.detach()
     shape = tuple(t.shape)
     name = _hurray_dtype(t.dtype)
     if layout == torch.sparse_coo:
-        t = t.coalesce()
+        t = _coalesced(t)
         if t.dense_dim() != 0:
             raise UnsupportedError(
                 f"hybrid sparse COO tensors ({t.dense_dim()} dense dimensions) are not "
@@ -599,9 +632,15 @@ def to_torch(t: Tensor) -> "torch.Tensor":
         else:
             raise TypeError(f"to_torch takes a hurray.Tensor, not {type(t).__name__}")
     out, view = _torch_of(t)
+    if not (view and t._protected):
+        return out
     # torch has no read-only tensors: a view of read-only memory would crash
-    # (or change a bytes object) on the first write, so it is copied.
-    return out.clone() if view and t._protected else out
+    # (or change a bytes object) on the first write, so it is copied. The
+    # copy of a dense view holds every element, however few bytes a stride
+    # of 0 repeats; a sparse one copies what is stored.
+    if out.layout == torch.strided:
+        _check_copy(t, out.element_size())
+    return out.clone()
 
 
 def _torch_of(t: Tensor) -> Tuple["torch.Tensor", bool]:
@@ -667,33 +706,58 @@ def _check_not_nested(tensor: "torch.Tensor") -> None:
         )
 
 
+def _memory_parts(t: "torch.Tensor") -> list:
+    """The strided tensors whose memory a file would store for t: t itself,
+    or a sparse tensor's indices and values; none for a meta tensor."""
+    if t.device.type == "meta":
+        return []
+    layout = t.layout
+    if layout == torch.strided:
+        return [t]
+    if layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return []
+
+
 def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
     """safetensors' rule: tensors that share memory (tied weights, views of
     one another) are refused, since a file stores each tensor apart and
     loading would silently untie them."""
-    spans: Dict[tuple, list] = {}
-    for name, t in tensors.items():
-        if t.layout != torch.strided or t.numel() == 0 or t.device.type == "meta":
-            continue
-        _check_has_memory(t)
-        storage = t.untyped_storage()
-        start = t.data_ptr()
-        last = (
-            start
-            + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
-            + t.element_size()
-        )
-        spans.setdefault((t.device, storage.data_ptr()), []).append((start, last, name))
+    # By device, not by storage: two storages can hold the same memory
+    # (torch.from_numpy of two views of one array).
+    spans: Dict["torch.device", list] = {}
+    for name, tensor in tensors.items():
+        for t in _memory_parts(tensor):
+            if t.numel() == 0:
+                continue
+            _check_has_memory(t)
+            start = t.data_ptr()
+            last = (
+                start
+                + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
+                + t.element_size()
+            )
+            spans.setdefault(t.device, []).append((start, last, name))
     for group in spans.values():
         group.sort()
-        for (s0, e0, n0), (s1, e1, n1) in zip(group, group[1:]):
-            if s1 < e0:
+        # A sweep with the furthest end so far: a span that starts before it
+        # overlaps the span that reached it (the parts of one sparse tensor
+        # may overlap each other; they are stored apart, and nothing unties).
+        end, owner = 0, None
+        for start, last, name in group:
+            if start < end and name != owner:
                 raise ValueError(
-                    f"tensors {n0!r} and {n1!r} share memory (tied weights or views of one "
+                    f"tensors {owner!r} and {name!r} share memory (tied weights or views of one "
                     "tensor); a file stores every tensor apart, so loading would untie them. "
                     "Save one of them (and re-tie after loading), or pass a .clone() of the "
                     "other (this is safetensors' rule too)"
                 )
+            if last > end:
+                end, owner = last, name
 
 
 def save_file(
