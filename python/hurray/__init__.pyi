@@ -89,6 +89,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 _StrPath: TypeAlias = str | os.PathLike[str]
+# What open/load/File/safe_open take: a bytes path too (File.path keeps it).
+_AnyPath: TypeAlias = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 # Anything Tensor() can take as a buffer without copying: the buffer protocol.
 # numpy declares __buffer__ in its stubs only from Python 3.12, hence ndarray.
 _BufferLike: TypeAlias = _BufferProtocol | np.ndarray[Any, Any]
@@ -466,7 +468,7 @@ class Descriptor:
     def encode(self) -> bytes:
         """The canonical binary encoding (docs/spec/descriptor-encoding.md)."""
     @classmethod
-    def decode(cls, data: _BufferProtocol) -> Self:
+    def decode(cls, data: _BufferProtocol, /) -> Self:
         """Decodes whatever the C decoder accepts (validate() reports the
         rest); raises what the C decoder or validator would."""
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
@@ -624,10 +626,10 @@ class File:
     """A lazy reader: only the index is read until a tensor is asked for.
     Tensors taken from it stay valid after close()."""
 
-    path: str
+    path: str | bytes
     readonly: bool
     def __init__(
-        self, path: _StrPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
+        self, path: _AnyPath, *, mmap: bool = True, verify: bool = False, readonly: bool = False
     ) -> None: ...
     def keys(self) -> list[str]: ...
     def __iter__(self) -> Iterator[str]: ...
@@ -693,7 +695,7 @@ class RemoteFile(File):
     def requests(self) -> int: ...
 
 def open(
-    path: _StrPath,
+    path: _AnyPath,
     *,
     mmap: bool = True,
     verify: bool = False,
@@ -711,7 +713,7 @@ def open(
     files")."""
 
 def load(
-    path: _StrPath,
+    path: _AnyPath,
     *,
     mmap: bool = True,
     verify: bool = False,
@@ -753,7 +755,7 @@ class SafeOpen:
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def safe_open(filename: _StrPath, framework: str = "pt", device: object = "cpu") -> SafeOpen:
+def safe_open(filename: _AnyPath, framework: str = "pt", device: object = "cpu") -> SafeOpen:
     """safetensors.safe_open over a hurray file."""
 
 def save(

@@ -47,18 +47,9 @@ static PyObject *mod_os_error_class(PyObject *module, PyObject *arg) {
   return cls;
 }
 
-/* _error(status, message[, errno, filename]) -> the exception C would
- * raise for `status` (its code or its name), for the few errors Python code
- * detects itself; with an errno (a system call Python made failed), the
- * HurrayIOError subclass of that errno, carrying it and `filename`. */
-static PyObject *mod_error(PyObject *module, PyObject *args) {
-  ModuleState *st = PyModule_GetState(module);
-  PyObject *status, *filename = Py_None;
-  const char *message;
-  int os_errno = 0;
-  if (!PyArg_ParseTuple(args, "Os|iO:_error", &status, &message, &os_errno, &filename)) {
-    return NULL;
-  }
+/* mod_error's exception, from a message in UTF-8. */
+static PyObject *error_of(ModuleState *st, PyObject *status, const char *message, int os_errno,
+                          PyObject *filename) {
   long code = -1;
   if (PyUnicode_Check(status)) {
     const char *name = PyUnicode_AsUTF8(status);
@@ -85,6 +76,27 @@ static PyObject *mod_error(PyObject *module, PyObject *args) {
   Py_XDECREF(type);
   Py_XDECREF(traceback);
   return value;
+}
+
+/* _error(status, message[, errno, filename]) -> the exception C would
+ * raise for `status` (its code or its name), for the few errors Python code
+ * detects itself; with an errno (a system call Python made failed), the
+ * HurrayIOError subclass of that errno, carrying it and `filename`. */
+static PyObject *mod_error(PyObject *module, PyObject *args) {
+  ModuleState *st = PyModule_GetState(module);
+  PyObject *status, *text, *filename = Py_None;
+  int os_errno = 0;
+  if (!PyArg_ParseTuple(args, "OU|iO:_error", &status, &text, &os_errno, &filename)) {
+    return NULL;
+  }
+  /* A message may name a path that is not UTF-8 (a surrogate escape, as
+   * os.listdir gives it): strict UTF-8 would raise UnicodeEncodeError in
+   * place of the error being reported. */
+  PyObject *encoded = PyUnicode_AsEncodedString(text, "utf-8", "backslashreplace");
+  if (encoded == NULL) return NULL;
+  PyObject *exc = error_of(st, status, PyBytes_AS_STRING(encoded), os_errno, filename);
+  Py_DECREF(encoded);
+  return exc;
 }
 
 PyObject *hy_raise_status(ModuleState *st, HurrayStatus status, const HurrayError *error) {

@@ -1220,6 +1220,9 @@ def make_source(
     headers: Optional[dict] = None,
     storage_options: Optional[dict] = None,
 ) -> RangeSource:
+    # The local API's check (an int, not a bool, up to 65535): unchecked, a
+    # huge count sized a connection pool slot by slot and never returned.
+    threads = max(1, _hurray._threads(threads))
     scheme = url.split("://", 1)[0].lower()
     if scheme in ("http", "https"):
         backend = HttpBackend(

@@ -38,6 +38,8 @@ class RemoteFile(File):
         headers: Optional[dict] = None,
         storage_options: Optional[dict] = None,
     ):
+        if not isinstance(url, str):
+            raise TypeError(f"RemoteFile takes a URL (str), not {type(url).__name__}")
         self.path = url
         self.readonly = False
         self._source = make_source(

@@ -12,7 +12,6 @@ it, fetching only the pieces that region touches.
 from __future__ import annotations
 
 import errno
-import glob
 import itertools
 import json
 import math
@@ -401,7 +400,17 @@ def _paths(paths_or_dir) -> List[str]:
         path = os.fsdecode(paths_or_dir)
         if os.path.isdir(path):
             found = []
-            for p in sorted(glob.glob(os.path.join(glob.escape(path), "*.hurray"))):
+            try:  # not glob, which reads a folder it may not list as an empty one
+                names = os.listdir(path)
+            except OSError as e:
+                raise _error(
+                    "HURRAY_ERR_IO", f"cannot list the folder {path!r}: {e.strerror}", e.errno, path
+                ) from None
+            for name in sorted(names):
+                # As glob's "*.hurray": hidden names (the staged parts) are not parts.
+                if name.startswith(".") or not name.endswith(".hurray"):
+                    continue
+                p = os.path.join(path, name)
                 if os.path.isfile(p):
                     found.append(p)
                 elif not os.path.isdir(p):
@@ -830,7 +839,17 @@ def _write_parts(
     published = False
     try:
         for k in range(parts):
-            save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
+            try:
+                save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
+            except OSError as exc:  # it names the staged file, which is gone by now
+                if not exc.errno:
+                    raise
+                raise _error(
+                    "HURRAY_ERR_IO",
+                    f"cannot write {paths[k]}: {os.strerror(exc.errno)}",
+                    exc.errno,
+                    paths[k],
+                ) from None
         # Ctrl-C between two renames left new parts beside old ones, and
         # neither save loadable: it now waits for the new one to be whole.
         with signals_deferred():

@@ -555,4 +555,6 @@ def from_dlpack(obj: Any) -> Tensor:
         # DLPack carries values: __dlpack__ says what to use instead.
     if _hooks.is_torch_tensor(obj):
         return _hooks.torch("from_torch")(obj)
+    if not hasattr(obj, "__dlpack__"):  # numpy's AttributeError otherwise
+        raise TypeError(f"from_dlpack takes a DLPack producer, not {type(obj).__name__}")
     return from_numpy(np.from_dlpack(obj))

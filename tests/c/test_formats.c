@@ -612,7 +612,11 @@ static void test_gguf_lies_are_refused(void **state) {
   write_named("wide.gguf", &f);
   assert_refused("wide.gguf", "target.hurray", HURRAY_ERR_OVERFLOW);
   free(f.p);
-  GTensor q5 = {"blk.0.ffn_up.weight", 9, 1, {32}, data, 40}; /* Q8_1: not importable */
+  /* Q8_1: not importable. Eight blocks of ggml's 36 bytes end the file (288
+   * bytes, a multiple of the alignment): with gguf-py's 40 bytes a block,
+   * the refusal blamed the layout ("reaches past the end") instead. */
+  static const uint8_t q8_1[288] = {0};
+  GTensor q5 = {"blk.0.ffn_up.weight", 9, 1, {256}, q8_1, 288};
   f = make_gguf(&none, 0, &q5, 1, 32);
   write_named("q5.gguf", &f);
   assert_refused("q5.gguf", "target.hurray", HURRAY_ERR_UNSUPPORTED);

@@ -1110,3 +1110,65 @@ def test_nothing_quantized_with_an_include_pattern_says_so(tmp_path):
     (note,) = [n for n in report.notes if "picked no tensor" in n]
     assert "nor the --quantize-include patterns" in note
     assert "adds tensors by name" not in note
+
+
+def _raw_safetensors(path, header, data=b""):
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+def test_a_sharded_index_naming_a_gguf_shard_is_refused_in_one_line(out):
+    """The shard's format was read after the shard was closed: "internal
+    error: ValueError: the source is closed" from the CLI, a bare ValueError
+    from convert()."""
+    ck = out / "ck"
+    ck.mkdir()
+    st.save_file({"x": torch.arange(3.0)}, ck / "a.safetensors")
+    w = gguf.GGUFWriter(ck / "g.gguf", "llama")
+    w.add_tensor("y", np.ones(2, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    index = {"weight_map": {"x": "a.safetensors", "y": "g.gguf"}}
+    (ck / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConversionError, match="g.gguf: it is a gguf file"):
+        convert(ck, out / "o.hurray", quiet=True)
+    r = run_cli(ck, out / "o.hurray")
+    assert r.returncode == 1 and "internal error" not in r.stderr
+    assert "it is a gguf file" in r.stderr
+    assert not (out / "o.hurray").exists()
+
+
+def test_kept_scales_metadata_with_an_integer_past_its_c_type_is_refused(out):
+    """OverflowError (a field past uint64) escaped the converter's check of a
+    --keep-scales descriptor, which caught ValueError and TypeError only."""
+    desc = {
+        "dtype": "int8",
+        "shape": [2, 2**64],
+        "layout": {"kind": "dense", "data_buffer": 0},
+        "buffers": [{"role": "data", "byte_size": 64, "alignment": 64, "sync_mode": "ready"}],
+    }
+    src = out / "ks.safetensors"
+    header = {
+        "__metadata__": {"hurray.w.quantization": json.dumps(desc)},
+        "w": {"dtype": "I8", "shape": [2, 32], "data_offsets": [0, 64]},
+    }
+    _raw_safetensors(src, header, bytes(64))
+    with pytest.raises(ConversionError, match="not a valid hurray descriptor"):
+        convert(src, out / "o.npz", quiet=True)
+    assert not (out / "o.npz").exists()
+
+
+@pytest.mark.parametrize("target", ["o.npz", "o.npy", "o.pt"])
+def test_bools_stored_as_neither_0_nor_1_are_refused_by_every_target(out, target):
+    """The .hurray and .safetensors targets refused a bool stored as 2; the
+    targets numpy and torch write copied it through."""
+    src = out / "b.safetensors"
+    _raw_safetensors(src, {"a": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\1\2")
+    with pytest.raises(ConversionError, match="bool element 1 is 2"):
+        convert(src, out / target, quiet=True)
+    assert not (out / target).exists()
+    ok = out / "ok.safetensors"
+    _raw_safetensors(ok, {"a": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\1\0")
+    convert(ok, out / target, quiet=True)

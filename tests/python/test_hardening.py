@@ -1810,6 +1810,17 @@ def test_from_dlpack_refuses_a_quantized_hurray_tensor():
         hurray.from_dlpack(q)
 
 
+def test_from_dlpack_and_remote_file_refuse_wrong_kinds_with_type_error():
+    """from_dlpack(5) raised numpy's AttributeError (no __dlpack__), and
+    RemoteFile(None) an AttributeError from splitting the URL."""
+    for bad in (5, "x", None):
+        with pytest.raises(TypeError, match="DLPack producer"):
+            hurray.from_dlpack(bad)
+        if bad != "x":
+            with pytest.raises(TypeError, match="URL"):
+                hurray.RemoteFile(bad)
+
+
 def test_arguments_of_the_wrong_kind_get_a_clear_type_error(tmp_path):
     """Each of these used to pass through something that parsed, truncated
     or misnamed them: File.populate took int(x) ("4" and 2.9 worked), a

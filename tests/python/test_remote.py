@@ -1736,3 +1736,16 @@ def test_a_chunked_answer_leaves_its_connection_clean(tmp_path):
                 assert [float(f[f"w{i}"].numpy()[0, 0]) for i in range(4)] == [0, 1, 2, 3]
     finally:
         httpd.shutdown()
+
+
+def test_threads_are_checked_as_the_local_api_checks_them():
+    """threads was taken as max(1, int(threads)): 2**62 sized urllib3's
+    connection pool slot by slot and never returned, -1 and 1.5 passed, and
+    None gave an internal TypeError. Nothing is fetched before the check."""
+    url = "http://127.0.0.1:9/never.hurray"  # the discard port: no request is made
+    for bad in (2**62, -1, 65536):
+        with pytest.raises(OverflowError, match="threads"):
+            hurray.open(url, threads=bad)
+    for bad in (None, "4", 1.5, True):
+        with pytest.raises(TypeError):
+            hurray.open(url, threads=bad)

@@ -984,3 +984,56 @@ def test_sharded_file_system_errors_are_hurray_io_errors(tmp_path):
     with pytest.raises(hurray.HurrayIOError, match="not a regular file") as info:
         hurray.load_sharded(folder)
     assert info.value.filename == str(folder / "extra.hurray") and info.value.errno
+
+
+def test_an_error_naming_a_path_that_is_not_utf8_keeps_its_class(tmp_path):
+    """_hurray._error parsed its message as strict UTF-8: a folder name from
+    os.listdir that is not UTF-8 (a surrogate escape) turned the
+    HurrayFileExistsError into a UnicodeEncodeError."""
+    name = os.fsdecode(b"\xff.hurray")
+    target = os.path.join(os.fsdecode(bytes(tmp_path)), name)
+    with open(target, "wb") as f:
+        f.write(b"not a folder")
+    with pytest.raises(hurray.HurrayFileExistsError) as info:
+        hurray.save_sharded(target, {"x": np.arange(8, dtype=np.float32)}, 2)
+    assert info.value.errno == 17 and info.value.filename == target
+    assert "\\udcff" in str(info.value)  # shown escaped
+    exc = hurray._hurray._error("HURRAY_ERR_IO", "x \udcff", 2, "p")
+    assert isinstance(exc, hurray.HurrayFileNotFoundError)
+
+
+def test_load_sharded_of_a_folder_it_cannot_list_is_an_os_error(tmp_path, monkeypatch):
+    """glob read a folder the caller may not list as an empty one:
+    NotFoundError "no *.hurray files" (a KeyError), not PermissionError."""
+    hurray.save_sharded(tmp_path / "parts", {"x": np.arange(8, dtype=np.float32)}, 2)
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "listdir", refused)
+    with pytest.raises(hurray.HurrayPermissionError) as info:
+        hurray.load_sharded(tmp_path / "parts", "x")
+    assert info.value.errno == 13 and info.value.filename == str(tmp_path / "parts")
+    monkeypatch.undo()
+    # Hidden names (an interrupted save's staged parts) are still no parts.
+    (tmp_path / "parts" / ".part-00000-of-00002.hurray.0123").write_bytes(b"x")
+    assert hurray.load_sharded(tmp_path / "parts", "x").tolist() == list(range(8))
+
+
+def test_save_sharded_errors_name_the_part_not_its_staged_file(tmp_path, monkeypatch):
+    """The error of a part that could not be written named the hidden staged
+    file (".part-00000-of-00002.hurray.<id>"), which is gone by then."""
+    import errno
+
+    from hurray import _shards
+
+    def full(path, *args, **kwargs):
+        raise hurray._hurray._error("HURRAY_ERR_IO", "no space", errno.ENOSPC, os.fspath(path))
+
+    monkeypatch.setattr(_shards, "save", full)
+    with pytest.raises(hurray.HurrayIOError) as info:
+        hurray.save_sharded(tmp_path, {"x": np.arange(8, dtype=np.float32)}, 2)
+    want = os.path.join(str(tmp_path), "part-00000-of-00002.hurray")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == want
+    assert want in str(info.value)
+    assert os.listdir(tmp_path) == []

@@ -62,7 +62,14 @@ class _SafetensorsSource(_Source):
                     self._quant[name] = Descriptor.from_dict(owned_json(v, what, dict))
                 except ConversionError:
                     raise
-                except (ValueError, KeyError, TypeError, HurrayError, RecursionError) as exc:
+                except (
+                    ValueError,
+                    KeyError,
+                    TypeError,
+                    OverflowError,  # a field past its C type (shape[1] 2**64)
+                    HurrayError,
+                    RecursionError,
+                ) as exc:
                     raise ConversionError(
                         f"{what} is not a valid hurray descriptor: {_first_line(exc)}"
                     ) from None
@@ -118,10 +125,9 @@ class _SafetensorsSource(_Source):
                     f"cannot read safetensors file {path}: {_first_line(exc)}"
                 ) from None
             if h.format != "safetensors":
+                found = h.format  # before close(), after which the source answers nothing
                 h.close()
-                raise ConversionError(
-                    f"cannot read safetensors file {path}: it is a {h.format} file"
-                )
+                raise ConversionError(f"cannot read safetensors file {path}: it is a {found} file")
             self._sources.append(h)
             for k, v in h.metadata().items():
                 if k.startswith("safetensors."):

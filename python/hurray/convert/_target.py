@@ -373,6 +373,8 @@ class _DenseTarget(_FileTarget):
         else:
             _check_dense_written_size(t)
             array = t.codes()
+        if d.dtype == "bool":
+            _check_bools(name, array)
         wide = _widen(d.dtype, self.native)
         if wide is None:
             raise ConversionError(
@@ -385,6 +387,20 @@ class _DenseTarget(_FileTarget):
                 note + "; " if note else ""
             ) + f"{self.format} has no {d.dtype}: written as {wide} (exact)"
         return array, False, note
+
+
+def _check_bools(name: str, array: np.ndarray) -> None:
+    """The .hurray and safetensors writers' refusal (hurray__check_bool_bytes)
+    for the targets numpy and torch write: a bool stored as 2 went through
+    to .npz, .npy and .pt, and a conversion back refused it."""
+    raw = array.reshape(-1).view(np.uint8)
+    bad = np.flatnonzero(raw > 1)
+    if bad.size:
+        at = int(bad[0])
+        raise ConversionError(
+            f"tensor {name!r}: bool element {at} is {int(raw[at])}; bool elements are "
+            "stored as 0 or 1"
+        )
 
 
 def dropped_note(keys: Sequence[str], why: str) -> str:
