@@ -65,6 +65,9 @@ void hurray_cli_json_string(FILE *out, const char *s, size_t len);
 HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error);
 /* Prints "hurray: WHAT: MESSAGE" (both escaped) and returns EXIT_FAILURE. */
 int hurray_cli_fail_at(FILE *err, const char *what, const char *message);
+/* The same for tensor `name` of the file at `path`: "hurray: PATH: tensor
+ * "NAME": MESSAGE", so that a listing of several files names the damaged one. */
+int hurray_cli_fail_tensor(FILE *err, const char *path, const char *name, const char *message);
 
 void hurray_cli_print_shape(FILE *out, const HurrayDescriptor *d);
 /* The shape as "[a, b, ...]" in a malloc'd string (NULL when out of memory). */

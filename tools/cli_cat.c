@@ -141,10 +141,12 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
       } else if (hurray_descriptor_numel(d, &numel, &error) != HURRAY_OK ||
                  hurray_dtype_storage_bytes(hurray_descriptor_dtype(d), numel, &bytes) !=
                      HURRAY_OK) {
-        status = hurray_cli_fail_at(err, name, "the tensor's byte size does not fit in 64 bits");
+        status = hurray_cli_fail_tensor(err, path, name,
+                                        "the tensor's byte size does not fit in 64 bits");
       } else if (bytes > size) {
         /* Validation guarantees the buffer holds the tensor; belt and braces. */
-        status = hurray_cli_fail_at(err, name, "the data buffer is smaller than the tensor");
+        status = hurray_cli_fail_tensor(err, path, name,
+                                        "the data buffer is smaller than the tensor");
       } else {
         /* The buffer may hold padding past the tensor: a .npy holds exactly
          * the tensor's bytes. */

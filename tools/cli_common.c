@@ -87,6 +87,24 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   return EXIT_FAILURE;
 }
 
+int hurray_cli_fail_tensor(FILE *err, const char *path, const char *name, const char *message) {
+  /* The library names the tensor itself in some messages. */
+  if (strncmp(message, "tensor \"", 8) == 0) return hurray_cli_fail_at(err, path, message);
+  fputs("hurray: ", err);
+  hurray_cli_puts_escaped(err, path);
+  fputs(": tensor \"", err);
+  /* Escaped as the library quotes names: a quote in one becomes \". */
+  for (const char *quote; (quote = strchr(name, '"')) != NULL; name = quote + 1) {
+    hurray_cli_put_escaped(err, name, (size_t)(quote - name));
+    fputs("\\\"", err);
+  }
+  hurray_cli_puts_escaped(err, name);
+  fputs("\": ", err);
+  hurray_cli_puts_message(err, message);
+  fputc('\n', err);
+  return EXIT_FAILURE;
+}
+
 HurrayReader *hurray_cli_open(FILE *err, const char *path, HurrayError *error) {
   HurrayReader *r = NULL;
   if (hurray_reader_open(path, NULL, &r, error) != HURRAY_OK) {

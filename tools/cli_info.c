@@ -95,7 +95,7 @@ int hurray_cli_info(FILE *out, FILE *err, const char *path, const char *only, bo
     char *text = NULL;
     if (hurray_reader_get_descriptor(r, name, &d, &error) != HURRAY_OK ||
         hurray_descriptor_to_json(d, &text, &error) != HURRAY_OK) {
-      hurray_cli_fail_at(err, name, error.message);
+      hurray_cli_fail_tensor(err, path, name, error.message);
       status = EXIT_FAILURE;
       hurray_descriptor_destroy(d);
       continue;

@@ -63,7 +63,7 @@ static int ls_rows(FILE *out, FILE *err, const char *path, const char *file, int
     const char *name = hurray_reader_tensor_name(r, i);
     HurrayDescriptor *d = NULL;
     if (hurray_reader_get_descriptor(r, name, &d, &error) != HURRAY_OK) {
-      hurray_cli_fail_at(err, name, error.message);
+      hurray_cli_fail_tensor(err, path, name, error.message);
       status = EXIT_FAILURE;
       continue;
     }

@@ -9,6 +9,7 @@ error."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -101,9 +102,10 @@ class _Parser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         if message:
-            stream = file if file is not None else sys.stderr
-            stream.write(message)
-            stream.flush()
+            if file is None:  # the stream argparse chose is closed (sys.stdout is None)
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+            file.write(message)
+            file.flush()
 
 
 # long: the CLI's argument table, one subcommand after another, kept in one place.

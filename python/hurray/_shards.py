@@ -395,6 +395,12 @@ def _check_pieces(name: str, pieces: List[_Piece]) -> Tuple[Tuple[int, ...], str
 # ----------------------------------------------------------------- load_sharded
 
 
+def is_part_name(name: str) -> bool:
+    """Whether a file of this name in a folder is one of its parts: glob's
+    "*.hurray", so hidden names (the staged parts of a save) are not."""
+    return not name.startswith(".") and name.endswith(".hurray")
+
+
 def _paths(paths_or_dir) -> List[str]:
     if isinstance(paths_or_dir, (str, bytes, os.PathLike)):
         path = os.fsdecode(paths_or_dir)
@@ -407,8 +413,7 @@ def _paths(paths_or_dir) -> List[str]:
                     "HURRAY_ERR_IO", f"cannot list the folder {path!r}: {e.strerror}", e.errno, path
                 ) from None
             for name in sorted(names):
-                # As glob's "*.hurray": hidden names (the staged parts) are not parts.
-                if name.startswith(".") or not name.endswith(".hurray"):
+                if not is_part_name(name):
                     continue
                 p = os.path.join(path, name)
                 if os.path.isfile(p):

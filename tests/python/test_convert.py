@@ -1172,3 +1172,57 @@ def test_bools_stored_as_neither_0_nor_1_are_refused_by_every_target(out, target
     ok = out / "ok.safetensors"
     _raw_safetensors(ok, {"a": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}, b"\1\0")
     convert(ok, out / target, quiet=True)
+
+
+def test_a_target_that_would_join_its_sharded_source_folder_is_refused(out):
+    """`convert ckpt/ ckpt/merged.hurray` wrote a whole tensor beside the
+    parts, exit 0: every *.hurray in the folder is a part, so the
+    checkpoint it read no longer loaded."""
+    ckpt = out / "ckpt"
+    hurray.save_sharded(ckpt, {"w": np.arange(64, dtype=np.float32).reshape(16, 4)}, 4)
+    before = sorted(os.listdir(ckpt))
+    for target in (ckpt / "merged.hurray", f"{ckpt}/./x.hurray"):
+        with pytest.raises(UsageError, match="one more part of the sharded checkpoint"):
+            convert(ckpt, target, quiet=True)
+    r = run_cli(f"{ckpt}/", ckpt / "merged.hurray")
+    assert r.returncode == 2 and "one more part" in r.stderr
+    assert sorted(os.listdir(ckpt)) == before
+    convert(ckpt, ckpt / ".hidden.hurray", quiet=True)  # hidden names are not parts
+    assert hurray.load_sharded(ckpt, "w").shape == (16, 4)
+
+
+def test_a_damaged_descriptor_is_named_by_file_and_tensor(out):
+    """The converter reported "HURRAY_ERR_UNSUPPORTED: buffers[0].sync_mode:
+    unknown mode 8" without the file or the tensor."""
+    from _file_edits import descriptor_at, reseal
+
+    src = out / "d.hurray"
+    hurray.save(src, {"w": np.arange(2, dtype=np.float32)})
+    blob = bytearray(src.read_bytes())
+    start, length = descriptor_at(blob, "w")
+    encoded = bytes(blob[start : start + length])
+    d = hurray.Descriptor.decode(encoded)
+    b = d.buffers[0]
+    stream = d.replace(buffers=[hurray.Buffer(b.role, b.byte_size, b.alignment, "stream")])
+    (at,) = [i for i, (x, y) in enumerate(zip(encoded, stream.encode())) if x != y]
+    blob[start + at] = 8  # no such sync mode
+    reseal(blob)
+    src.write_bytes(bytes(blob))
+    with pytest.raises(ConversionError, match=r"d\.hurray: tensor 'w': .*unknown mode 8"):
+        convert(src, out / "o.npz", quiet=True)
+
+
+def test_help_with_stdout_closed_is_a_failure():
+    """With stdout closed, `convert --help` wrote its text to stderr and
+    exited 0 (sys.stdout is None; argparse passed file=None)."""
+    for args in (["convert", "--help"], ["--help"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "hurray", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: os.close(1),
+            timeout=60,
+        )
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.strip() == "hurray: writing to stdout failed: Bad file descriptor"

@@ -287,3 +287,50 @@ def test_every_module_of_the_package_is_installed():
     missing = {p for p in present - listed if not any(p.startswith(f + "/") for f in folders)}
     assert missing == set(), "not installed by python/meson.build"
     assert listed - present == set(), "listed in python/meson.build but absent"
+
+
+@needs_cli
+def test_ls_and_info_name_the_file_of_a_damaged_tensor(tmp_path):
+    """`hurray ls DIR` and `info` printed a tensor's error as "hurray: NAME:
+    MESSAGE": with two files holding the same names, nothing said which
+    one was damaged. The quote in the name is escaped as the library
+    quotes names."""
+    from _file_edits import descriptor_at, reseal
+
+    name = 'w"1'
+    values = {name: np.arange(2, dtype=np.float32)}
+    hurray.save(tmp_path / "a.hurray", values)
+    hurray.save(tmp_path / "b.hurray", values)
+    blob = bytearray((tmp_path / "b.hurray").read_bytes())
+    encoded = hurray.open(tmp_path / "a.hurray")[name].descriptor.encode()
+    ready = hurray.Descriptor.decode(encoded)
+    b = ready.buffers[0]
+    moved = hurray.Buffer(b.role, b.byte_size, b.alignment, sync_mode="stream")
+    stream = ready.replace(buffers=[moved]).encode()
+    (at,) = [i for i in range(len(encoded)) if encoded[i] != stream[i]]  # the sync mode's byte
+    start, _ = descriptor_at(blob, name)
+    blob[start + at] = 8  # no such mode
+    reseal(blob)
+    (tmp_path / "b.hurray").write_bytes(bytes(blob))
+    bad = str(tmp_path / "b.hurray")
+    for args in (["ls", str(tmp_path)], ["info", bad]):
+        r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, args
+        assert f'hurray: {bad}: tensor "w\\"1": ' in r.stderr, r.stderr
+        assert "unknown mode 8" in r.stderr
+
+
+@needs_cli
+def test_the_native_converter_names_the_source_it_cannot_read(tmp_path):
+    """ "hurray convert: file of 5 bytes is shorter than header and trailer"
+    said nothing of which file; the Python converter says "cannot read X"."""
+    junk = tmp_path / "junk.hurray"
+    junk.write_bytes(b"junk\n")
+    r = subprocess.run(
+        [CLI, "convert", junk, tmp_path / "o.safetensors"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"hurray convert: cannot read {junk}: "), r.stderr

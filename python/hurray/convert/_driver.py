@@ -388,11 +388,17 @@ def _check_not_a_source_file(src: str, source: _Source, dst: str, dst_kind: str)
     as the source's index names them, sub/a.safetensors too) there. A
     folder further up overwrites nothing."""
     files = source.files()
+    if files and os.path.exists(dst):
+        for path in [src, *files]:
+            if os.path.exists(path) and os.path.samefile(path, dst):
+                raise UsageError(f"{dst} is one of the source's files; write to another file")
+    if source.would_read(dst):
+        raise UsageError(
+            f"{dst} would become one more part of the sharded checkpoint it is converted "
+            "from; write it outside that folder"
+        )
     if not files or not os.path.exists(dst):
         return
-    for path in [src, *files]:
-        if os.path.exists(path) and os.path.samefile(path, dst):
-            raise UsageError(f"{dst} is one of the source's files; write to another file")
     if dst_kind != "safetensors-dir":
         return
     real_dst = os.path.realpath(dst)

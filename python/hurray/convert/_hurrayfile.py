@@ -36,7 +36,12 @@ class _HurraySource(_Source):
         return self._file.keys()
 
     def info(self, name):
-        d = self._file.descriptor(name)
+        try:
+            d = self._file.descriptor(name)
+        except OSError as exc:
+            raise os_failure(exc, f"cannot read {self.path}: {_first_line(exc)}") from None
+        except HurrayError as exc:  # named: the message says what, not where
+            raise ConversionError(f"{self.path}: tensor {name!r}: {_first_line(exc)}") from None
         return describe(d), d.shape, _stored_bytes(d)
 
     def get(self, name):

@@ -188,6 +188,13 @@ class _ShardedSource(_Source):
     def files(self):
         return list(self._paths)
 
+    def would_read(self, path):
+        name = os.path.basename(path)
+        inside = os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(
+            self.path
+        )
+        return inside and _shards.is_part_name(name)
+
     def close(self):
         while self._open_files:
             self._open_files.popitem()[1].close()

@@ -44,6 +44,12 @@ class _Source:
         checkpoint's shards): a target must not replace one."""
         return []
 
+    def would_read(self, path: str) -> bool:
+        """Whether a new file at `path` would become part of this source
+        when it is read again (a sharded folder takes every *.hurray in
+        it): a target must not be written there."""
+        return False
+
     def refused(self) -> Dict[str, str]:
         """Entries that are not tensors: name -> why they cannot be converted."""
         return {}
