@@ -52,7 +52,7 @@ static int raw_buffer(FILE *out, FILE *err, HurrayReader *r, const char *path, c
   if (hurray_reader_get_descriptor(r, name, &d, &error) != HURRAY_OK ||
       hurray_reader_find(r, name, &tensor, &error) != HURRAY_OK) {
     hurray_descriptor_destroy(d);
-    return hurray_cli_fail_at(err, path, error.message);
+    return hurray_cli_fail_tensor(err, path, name, error.message);
   }
   uint32_t count = hurray_descriptor_buffer_count(d);
   if (buffer_index < 0 || (uint64_t)buffer_index >= count) {
@@ -114,7 +114,7 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
     status = EXIT_FAILURE;
   } else if (checked != HURRAY_OK ||
              hurray_reader_get_tensor(r, name, &d, &list, &error) != HURRAY_OK) {
-    status = hurray_cli_fail_at(err, path, error.message);
+    status = hurray_cli_fail_tensor(err, path, name, error.message);
   } else if (buffer_index < 0 || (size_t)buffer_index >= hurray_buffer_list_len(list)) {
     status = buffer_out_of_range(err, name, hurray_buffer_list_len(list), buffer_index);
   } else {

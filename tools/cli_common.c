@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cli.h"
@@ -87,17 +88,21 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   return EXIT_FAILURE;
 }
 
+/* Whether `message` holds `name` in double quotes, as the library names a
+ * tensor ("tensor \"w\" buffer 0: ...", "no tensor \"w\" in the file"). */
+static bool quotes_name(const char *message, const char *name) {
+  size_t n = strlen(name);
+  for (const char *at = message; (at = strchr(at, '"')) != NULL; at++) {
+    if (strncmp(at + 1, name, n) == 0 && at[1 + n] == '"') return true;
+  }
+  return false;
+}
+
 int hurray_cli_fail_tensor(FILE *err, const char *path, const char *name, const char *message) {
-  /* The library names the tensor itself in some messages. */
-  if (strncmp(message, "tensor \"", 8) == 0) return hurray_cli_fail_at(err, path, message);
+  if (quotes_name(message, name)) return hurray_cli_fail_at(err, path, message);
   fputs("hurray: ", err);
   hurray_cli_puts_escaped(err, path);
-  fputs(": tensor \"", err);
-  /* Escaped as the library quotes names: a quote in one becomes \". */
-  for (const char *quote; (quote = strchr(name, '"')) != NULL; name = quote + 1) {
-    hurray_cli_put_escaped(err, name, (size_t)(quote - name));
-    fputs("\\\"", err);
-  }
+  fputs(": tensor \"", err); /* quoted as the library quotes names, as they are */
   hurray_cli_puts_escaped(err, name);
   fputs("\": ", err);
   hurray_cli_puts_message(err, message);

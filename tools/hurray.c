@@ -197,14 +197,6 @@ static bool stdout_failure_said = false;
  * format, an option only the Python converter has, or a tensor that needs
  * a change of form, e.g. dequantizing into safetensors): the caller then
  * hands over to Python. Nothing is written in that case. */
-/* Whether `message` names `path`, whole or by its last component (the
- * writer names a target's folder and its file apart). */
-static bool names_a_path(const char *message, const char *path) {
-  const char *slash = strrchr(path, '/');
-  const char *base = slash != NULL ? slash + 1 : path;
-  return strstr(message, path) != NULL || (*base != '\0' && strstr(message, base) != NULL);
-}
-
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   bool quiet = false, stats = false, verify = true;
@@ -244,11 +236,13 @@ static int try_native_convert(int argc, char **argv) {
     char *nl = strchr(error.message, '\n');
     if (nl != NULL) *nl = '\0';
     fputs("hurray convert: ", stderr);
-    if (!names_a_path(error.message, src) && !names_a_path(error.message, dst)) {
-      /* What the source's reader says ("not a hurray file"), without
-       * saying which file: the Python converter's "cannot read SRC". */
-      fputs("cannot read ", stderr);
+    if (strstr(error.message, src) == NULL && strstr(error.message, dst) == NULL) {
+      /* A message that names neither file ("not a hurray file", "a tensor
+       * name GGUF readers refuse") is the source's or the target's: both
+       * are named, since which one is not known here. */
       hurray_cli_puts_escaped(stderr, src);
+      fputs(" -> ", stderr);
+      hurray_cli_puts_escaped(stderr, dst);
       fputs(": ", stderr);
     }
     hurray_cli_puts_message(stderr, error.message); /* names from the file */

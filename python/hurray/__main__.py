@@ -102,8 +102,12 @@ class _Parser(argparse.ArgumentParser):
 
     def _print_message(self, message, file=None):
         if message:
-            if file is None:  # the stream argparse chose is closed (sys.stdout is None)
-                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+            if file is None:
+                # The stream argparse chose is closed (None): help goes to
+                # stdout, a usage error to stderr, which cannot be told.
+                if sys.stdout is None:
+                    raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+                return  # stderr, closed: the exit status still says it
             file.write(message)
             file.flush()
 

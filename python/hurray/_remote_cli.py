@@ -5,6 +5,7 @@ the C command's layout. Exit status: 0 success, 1 failure, 2 usage."""
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -165,8 +166,12 @@ def _help() -> int:
     """The C program's own help, where the package has it (one text)."""
     program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "hurray")
     if os.access(program, os.X_OK):
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
         os.execv(program, ["hurray", "--help"])
+    if sys.stdout is None:  # closed: print() would drop the text and say nothing
+        print(f"hurray: writing to stdout failed: {os.strerror(errno.EBADF)}", file=sys.stderr)
+        return 1
     print(_USAGE)
     return 0
 

@@ -18,6 +18,7 @@ import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -181,7 +182,7 @@ def files(tmp_path_factory):
     for kind in ("Q8_1", "Q1_0"):
         w = gguf.GGUFWriter(d / f"{kind}.gguf", "llama")
         w.add_tensor("output_norm.weight", rnd((64,), 6))
-        if kind == "Q8_1":  # 32 elements per 40-byte block; the bytes do not matter
+        if kind == "Q8_1":  # gguf-py's 40-byte block (ggml's is 36); the bytes do not matter
             w.add_tensor("blk.0.ffn_up.weight", np.zeros((2, 40), np.uint8), raw_dtype=GQ.Q8_1)
         else:  # 128 elements per 18-byte block
             w.add_tensor("blk.0.ffn_up.weight", np.zeros((2, 18), np.uint8), raw_dtype=GQ.Q1_0)
@@ -1174,48 +1175,70 @@ def test_bools_stored_as_neither_0_nor_1_are_refused_by_every_target(out, target
     convert(ok, out / target, quiet=True)
 
 
-def test_a_target_that_would_join_its_sharded_source_folder_is_refused(out):
+def test_a_target_that_would_change_its_source_folder_is_refused(out):
     """`convert ckpt/ ckpt/merged.hurray` wrote a whole tensor beside the
     parts, exit 0: every *.hurray in the folder is a part, so the
     checkpoint it read no longer loaded."""
     ckpt = out / "ckpt"
     hurray.save_sharded(ckpt, {"w": np.arange(64, dtype=np.float32).reshape(16, 4)}, 4)
     before = sorted(os.listdir(ckpt))
-    for target in (ckpt / "merged.hurray", f"{ckpt}/./x.hurray"):
-        with pytest.raises(UsageError, match="one more part of the sharded checkpoint"):
+    for target in (ckpt / "merged.hurray", f"{ckpt}/./x.hurray", ckpt / "m.safetensors"):
+        with pytest.raises(UsageError, match="would change what the folder"):
             convert(ckpt, target, quiet=True)
     r = run_cli(f"{ckpt}/", ckpt / "merged.hurray")
-    assert r.returncode == 2 and "one more part" in r.stderr
+    assert r.returncode == 2 and "would change what the folder" in r.stderr
     assert sorted(os.listdir(ckpt)) == before
     convert(ckpt, ckpt / ".hidden.hurray", quiet=True)  # hidden names are not parts
+    convert(ckpt, ckpt / "w.npz", quiet=True)  # not a model file of a folder
     assert hurray.load_sharded(ckpt, "w").shape == (16, 4)
+    # A folder of one .safetensors file: a second model file makes it two.
+    one = out / "one"
+    one.mkdir()
+    st.save_file({"x": torch.arange(3.0)}, one / "model.safetensors")
+    for name in ("merged.hurray", "other.safetensors"):
+        with pytest.raises(UsageError, match="would change what the folder"):
+            convert(one, one / name, quiet=True)
+    convert(one / "model.safetensors", one / "merged.hurray", quiet=True)  # a file, named
 
 
-def test_a_damaged_descriptor_is_named_by_file_and_tensor(out):
-    """The converter reported "HURRAY_ERR_UNSUPPORTED: buffers[0].sync_mode:
-    unknown mode 8" without the file or the tensor."""
+def _unknown_sync_mode(path, name):
+    """Sets the first buffer's sync mode of tensor `name` in the file at
+    `path` to 8, which no reader knows, and reseals the index."""
     from _file_edits import descriptor_at, reseal
 
-    src = out / "d.hurray"
-    hurray.save(src, {"w": np.arange(2, dtype=np.float32)})
-    blob = bytearray(src.read_bytes())
-    start, length = descriptor_at(blob, "w")
+    blob = bytearray(path.read_bytes())
+    start, length = descriptor_at(blob, name)
     encoded = bytes(blob[start : start + length])
     d = hurray.Descriptor.decode(encoded)
     b = d.buffers[0]
     stream = d.replace(buffers=[hurray.Buffer(b.role, b.byte_size, b.alignment, "stream")])
     (at,) = [i for i, (x, y) in enumerate(zip(encoded, stream.encode())) if x != y]
-    blob[start + at] = 8  # no such sync mode
+    blob[start + at] = 8
     reseal(blob)
-    src.write_bytes(bytes(blob))
+    path.write_bytes(bytes(blob))
+
+
+def test_a_damaged_descriptor_is_named_by_file_and_tensor(out):
+    """The converter reported "HURRAY_ERR_UNSUPPORTED: buffers[0].sync_mode:
+    unknown mode 8" without the file or the tensor; from a sharded folder,
+    as "internal error: UnsupportedError"."""
+    src = out / "d.hurray"
+    hurray.save(src, {"w": np.arange(2, dtype=np.float32)})
+    _unknown_sync_mode(src, "w")
     with pytest.raises(ConversionError, match=r"d\.hurray: tensor 'w': .*unknown mode 8"):
         convert(src, out / "o.npz", quiet=True)
+    parts = hurray.save_sharded(out / "sh", {"w": np.arange(8, dtype=np.float32)}, 2)
+    _unknown_sync_mode(Path(parts[1]), "w")
+    with pytest.raises(ConversionError, match=r"part-00001-of-00002\.hurray: tensor 'w': "):
+        convert(out / "sh", out / "o.npz", quiet=True)
+    r = run_cli(out / "sh", out / "o.npz")
+    assert r.returncode == 1 and "internal error" not in r.stderr
 
 
 def test_help_with_stdout_closed_is_a_failure():
     """With stdout closed, `convert --help` wrote its text to stderr and
     exited 0 (sys.stdout is None; argparse passed file=None)."""
-    for args in (["convert", "--help"], ["--help"]):
+    for args in (["convert", "--help"], ["--help"], ["ls", "--help"]):
         r = subprocess.run(
             [sys.executable, "-m", "hurray", *args],
             stdout=subprocess.PIPE,
@@ -1226,3 +1249,12 @@ def test_help_with_stdout_closed_is_a_failure():
         )
         assert r.returncode == 1, (args, r.stderr)
         assert r.stderr.strip() == "hurray: writing to stdout failed: Bad file descriptor"
+    # With stderr closed, a usage error is still one (exit 2), not a failure
+    # to write stdout (exit 1).
+    r = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert"],
+        capture_output=True,
+        preexec_fn=lambda: os.close(2),
+        timeout=60,
+    )
+    assert r.returncode == 2 and b"writing to stdout failed" not in r.stdout

@@ -293,8 +293,8 @@ def test_every_module_of_the_package_is_installed():
 def test_ls_and_info_name_the_file_of_a_damaged_tensor(tmp_path):
     """`hurray ls DIR` and `info` printed a tensor's error as "hurray: NAME:
     MESSAGE": with two files holding the same names, nothing said which
-    one was damaged. The quote in the name is escaped as the library
-    quotes names."""
+    one was damaged. Names are quoted as the library quotes them, as they
+    are."""
     from _file_edits import descriptor_at, reseal
 
     name = 'w"1'
@@ -313,10 +313,15 @@ def test_ls_and_info_name_the_file_of_a_damaged_tensor(tmp_path):
     reseal(blob)
     (tmp_path / "b.hurray").write_bytes(bytes(blob))
     bad = str(tmp_path / "b.hurray")
-    for args in (["ls", str(tmp_path)], ["info", bad]):
+    for args in (
+        ["ls", str(tmp_path)],
+        ["info", bad],
+        ["cat", bad, name],
+        ["cat", "--no-verify", bad, name],
+    ):
         r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1, args
-        assert f'hurray: {bad}: tensor "w\\"1": ' in r.stderr, r.stderr
+        assert f'hurray: {bad}: tensor "w"1": ' in r.stderr, r.stderr
         assert "unknown mode 8" in r.stderr
 
 
@@ -333,4 +338,15 @@ def test_the_native_converter_names_the_source_it_cannot_read(tmp_path):
         timeout=60,
     )
     assert r.returncode == 1
-    assert r.stderr.startswith(f"hurray convert: cannot read {junk}: "), r.stderr
+    assert r.stderr.startswith(f"hurray convert: {junk} -> {tmp_path / 'o.safetensors'}: ")
+    # A refusal of the target's: both files named, the source not blamed.
+    src = tmp_path / "m.hurray"
+    hurray.save(src, {"__metadata__": np.zeros(1, np.float32)})
+    r = subprocess.run(
+        [CLI, "convert", src, tmp_path / "m.safetensors"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1 and "cannot read" not in r.stderr, r.stderr
+    assert str(src) in r.stderr and "__metadata__" in r.stderr

@@ -1010,6 +1010,9 @@ def test_from_torch_sorts_an_uncoalesced_float8_coo_tensor(tmp_path):
     dup = torch.sparse_coo_tensor(torch.tensor([[1, 1]]), values[:2], (4,))
     with pytest.raises(hurray.UnsupportedError, match="repeats a coordinate"):
         from_torch(dup)
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[1, 0]]), torch.ones(2, 3).to(f8), (4, 3))
+    with pytest.raises(hurray.UnsupportedError, match="hybrid sparse COO"):
+        from_torch(hybrid)
 
 
 def test_a_tensor_subclass_defined_elsewhere_goes_through_from_torch():

@@ -150,6 +150,18 @@ def os_failure(exc: OSError, message: str, filename: Optional[str] = None) -> OS
     return io_error(message, exc.errno, filename or exc.filename)
 
 
+def read_descriptor(f, path: str, name: str) -> Descriptor:
+    """Tensor `name`'s descriptor from the hurray file `f` at `path`; a
+    damaged one is a ConversionError naming the file and the tensor (the
+    reader's message says what, not where)."""
+    try:
+        return f.descriptor(name)
+    except OSError as exc:
+        raise os_failure(exc, f"cannot read {path}: {_first_line(exc)}") from None
+    except _hurray.HurrayError as exc:
+        raise ConversionError(f"{path}: tensor {name!r}: {_first_line(exc)}") from None
+
+
 def write_failure(exc: OSError, path) -> OSError:
     """os_failure for a failed write of the target `path`, with the system's
     reason alone: the writer's own message names the temporary file it was

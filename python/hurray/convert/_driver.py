@@ -46,7 +46,7 @@ from ._report import ConversionReport, TensorReport, _measure
 from ._rules import _patterns, _selected, _wants_quantization
 from ._safetensors import _open_index, _SafetensorsSource, _SafetensorsTarget
 from ._sharded import _ShardedSource
-from ._source import _Source
+from ._source import _Source, counts_in_folder
 from ._torch import _TorchSource, _TorchTarget
 from .layouts import describe
 from .zoo import drop_changed_records as _zoo_drop_changed
@@ -117,10 +117,12 @@ def _open_source(path: str, verify: bool = True) -> _Source:
                 "name the one to convert"
             )
         files = [n for n in entries if n.endswith(".safetensors")]
-        parts = [n for n in entries if n.endswith(".hurray") and not n.startswith(".")]
+        parts = [n for n in entries if counts_in_folder(n) and n not in files]
         if len(files) == 1 and not parts:
             _regular_file(os.path.join(path, files[0]))
-            return _SafetensorsSource([os.path.join(path, files[0])])
+            source = _SafetensorsSource([os.path.join(path, files[0])])
+            source.folder = path
+            return source
         if parts and not files:
             return _ShardedSource(path, verify)  # save_sharded's parts, a DCP folder
         raise ConversionError(
@@ -394,8 +396,8 @@ def _check_not_a_source_file(src: str, source: _Source, dst: str, dst_kind: str)
                 raise UsageError(f"{dst} is one of the source's files; write to another file")
     if source.would_read(dst):
         raise UsageError(
-            f"{dst} would become one more part of the sharded checkpoint it is converted "
-            "from; write it outside that folder"
+            f"{dst} would change what the folder {source.folder} holds (its model is read "
+            "from the .safetensors or .hurray files in it); write it outside that folder"
         )
     if not files or not os.path.exists(dst):
         return

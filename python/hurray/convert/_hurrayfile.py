@@ -7,7 +7,14 @@ from typing import Dict
 from .. import _files, _hurray
 from .._hurray import HurrayError
 from .._tensor import Tensor
-from ._common import ConversionError, _first_line, _stored_bytes, os_failure, write_failure
+from ._common import (
+    ConversionError,
+    _first_line,
+    _stored_bytes,
+    os_failure,
+    read_descriptor,
+    write_failure,
+)
 from ._source import _Source
 from ._target import _FileTarget, _Out, dropped_note
 from .layouts import describe
@@ -36,12 +43,7 @@ class _HurraySource(_Source):
         return self._file.keys()
 
     def info(self, name):
-        try:
-            d = self._file.descriptor(name)
-        except OSError as exc:
-            raise os_failure(exc, f"cannot read {self.path}: {_first_line(exc)}") from None
-        except HurrayError as exc:  # named: the message says what, not where
-            raise ConversionError(f"{self.path}: tensor {name!r}: {_first_line(exc)}") from None
+        d = read_descriptor(self._file, self.path, name)
         return describe(d), d.shape, _stored_bytes(d)
 
     def get(self, name):

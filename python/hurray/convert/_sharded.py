@@ -15,7 +15,7 @@ from .. import _dtypes, _files, _hurray, _shards
 from .._descriptor import Descriptor
 from .._hurray import HurrayError
 from .._tensor import Tensor, from_numpy
-from ._common import ConversionError, _first_line, _stored_bytes, os_failure
+from ._common import ConversionError, _first_line, _stored_bytes, os_failure, read_descriptor
 from ._source import _Source
 from .layouts import describe
 
@@ -42,7 +42,7 @@ class _ShardedSource(_Source):
     format = "hurray (sharded folder)"
 
     def __init__(self, folder: str, verify: bool = True):
-        self.path = folder
+        self.path = self.folder = folder
         self._verify = verify
         self._open_files: "collections.OrderedDict[str, _files.File]" = collections.OrderedDict()
         try:
@@ -101,7 +101,7 @@ class _ShardedSource(_Source):
         dcp[0] = dcp[0] or meta.get(_shards.DCP_FORMAT_KEY) == _shards.DCP_FORMAT
         self._merge_metadata(path, meta)
         for name in f.keys():
-            d = f.descriptor(name)
+            d = read_descriptor(f, path, name)
             if d.shard is None:
                 if name in self._whole:
                     raise ConversionError(
@@ -187,13 +187,6 @@ class _ShardedSource(_Source):
 
     def files(self):
         return list(self._paths)
-
-    def would_read(self, path):
-        name = os.path.basename(path)
-        inside = os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(
-            self.path
-        )
-        return inside and _shards.is_part_name(name)
 
     def close(self):
         while self._open_files:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from .. import _shards
 from .._tensor import Tensor
+
+
+def counts_in_folder(name: str) -> bool:
+    """Whether a file of this name is one of the model files a folder source
+    is told by (_driver._open_source): *.safetensors, or a *.hurray part."""
+    return name.endswith(".safetensors") or _shards.is_part_name(name)
 
 
 class _Source:
@@ -44,11 +52,19 @@ class _Source:
         checkpoint's shards): a target must not replace one."""
         return []
 
+    #: The folder this source was found in by what it holds (a folder of one
+    #: .safetensors file, or of .hurray parts), else None.
+    folder: Optional[str] = None
+
     def would_read(self, path: str) -> bool:
-        """Whether a new file at `path` would become part of this source
-        when it is read again (a sharded folder takes every *.hurray in
-        it): a target must not be written there."""
-        return False
+        """Whether a new file at `path` would change what this source is when
+        it is read again (one more part of a sharded folder, or a second
+        model file beside the one a folder holds): a target must not be
+        written there."""
+        if self.folder is None:
+            return False
+        here = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        return here == os.path.realpath(self.folder) and counts_in_folder(os.path.basename(path))
 
     def refused(self) -> Dict[str, str]:
         """Entries that are not tensors: name -> why they cannot be converted."""

@@ -306,12 +306,12 @@ def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
     shape = tuple(t.shape)
     name = _hurray_dtype(t.dtype)
     if layout == torch.sparse_coo:
-        t = _coalesced(t)
         if t.dense_dim() != 0:
             raise UnsupportedError(
                 f"hybrid sparse COO tensors ({t.dense_dim()} dense dimensions) are not "
                 "supported; hurray COO stores one value per coordinate"
             )
+        t = _coalesced(t)
         indices = t.indices()
         parts = [_part("values", _plain(t.values()))] + [
             _part("indices", _plain(indices[i])) for i in range(indices.shape[0])
@@ -706,58 +706,61 @@ def _check_not_nested(tensor: "torch.Tensor") -> None:
         )
 
 
-def _memory_parts(t: "torch.Tensor") -> list:
-    """The strided tensors whose memory a file would store for t: t itself,
-    or a sparse tensor's indices and values; none for a meta tensor."""
+def _values_of(t: "torch.Tensor") -> Optional["torch.Tensor"]:
+    """The strided tensor of t's values, whose memory tying is about: t
+    itself, or a sparse tensor's values (index arrays shared between
+    sparse tensors are structure, and nothing unties when they are stored
+    twice); None for a meta tensor."""
     if t.device.type == "meta":
-        return []
-    layout = t.layout
-    if layout == torch.strided:
-        return [t]
-    if layout == torch.sparse_coo:
-        return [t._indices(), t._values()]
-    if layout in (torch.sparse_csr, torch.sparse_bsr):
-        return [t.crow_indices(), t.col_indices(), t.values()]
-    if layout in (torch.sparse_csc, torch.sparse_bsc):
-        return [t.ccol_indices(), t.row_indices(), t.values()]
-    return []
+        return None
+    if t.layout == torch.strided:
+        return t
+    if t.layout == torch.sparse_coo:
+        return t._values()
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr, torch.sparse_csc, torch.sparse_bsc):
+        return t.values()
+    return None
 
 
 def _check_shared(tensors: Mapping[str, "torch.Tensor"]) -> None:
     """safetensors' rule: tensors that share memory (tied weights, views of
     one another) are refused, since a file stores each tensor apart and
-    loading would silently untie them."""
-    # By device, not by storage: two storages can hold the same memory
-    # (torch.from_numpy of two views of one array).
+    loading would silently untie them.
+
+    Within one storage, as safetensors judges it, two tensors whose spans
+    (first to last byte) overlap share memory, interleaved views too. Two
+    storages can hold the same memory as well (torch.from_numpy of two
+    views of one array); across storages only tensors that cover every byte
+    of their spans are compared, where overlapping spans are shared bytes:
+    the real and imaginary parts of one complex array interleave, and share
+    none."""
     spans: Dict["torch.device", list] = {}
     for name, tensor in tensors.items():
-        for t in _memory_parts(tensor):
-            if t.numel() == 0:
-                continue
-            _check_has_memory(t)
-            start = t.data_ptr()
-            last = (
-                start
-                + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
-                + t.element_size()
-            )
-            spans.setdefault(t.device, []).append((start, last, name))
+        t = _values_of(tensor)
+        if t is None or t.numel() == 0:
+            continue
+        _check_has_memory(t)
+        start = t.data_ptr()
+        size = t.element_size()
+        last = start + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * size + size
+        whole = last - start == t.numel() * size
+        storage = t.untyped_storage().data_ptr()
+        spans.setdefault(t.device, []).append((start, last, name, storage, whole))
     for group in spans.values():
         group.sort()
-        # A sweep with the furthest end so far: a span that starts before it
-        # overlaps the span that reached it (the parts of one sparse tensor
-        # may overlap each other; they are stored apart, and nothing unties).
-        end, owner = 0, None
-        for start, last, name in group:
-            if start < end and name != owner:
-                raise ValueError(
-                    f"tensors {owner!r} and {name!r} share memory (tied weights or views of one "
-                    "tensor); a file stores every tensor apart, so loading would untie them. "
-                    "Save one of them (and re-tie after loading), or pass a .clone() of the "
-                    "other (this is safetensors' rule too)"
-                )
-            if last > end:
-                end, owner = last, name
+        active: list = []  # the spans reaching past the current start
+        for span in group:
+            start, _, name, storage, whole = span
+            active = [a for a in active if a[1] > start]
+            for _, _, other, other_storage, other_whole in active:
+                if storage == other_storage or (whole and other_whole):
+                    raise ValueError(
+                        f"tensors {other!r} and {name!r} share memory (tied weights or views of "
+                        "one tensor); a file stores every tensor apart, so loading would untie "
+                        "them. Save one of them (and re-tie after loading), or pass a .clone() "
+                        "of the other (this is safetensors' rule too)"
+                    )
+            active.append(span)
 
 
 def save_file(
