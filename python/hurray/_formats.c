@@ -406,6 +406,13 @@ static PyObject *mod_write(PyObject *module, PyObject *args) {
     PyObject *capsule;
     HurrayDescriptor *d = NULL;
     HurrayBufferList *list = NULL;
+    if (!PyTuple_Check(item)) { /* PyArg_ParseTuple's SystemError otherwise */
+      PyErr_Format(PyExc_TypeError, "a tensor is a (name, capsule) tuple, not %.100s",
+                   Py_TYPE(item)->tp_name);
+      python_error = true;
+      s = HURRAY_ERR_INVALID_ARGUMENT;
+      break;
+    }
     if (!PyArg_ParseTuple(item, "sO", &name, &capsule) || take_capsule(capsule, &d, &list) < 0) {
       python_error = true;
       s = HURRAY_ERR_INVALID_ARGUMENT;

@@ -182,6 +182,11 @@ typedef struct TensorObject {
   bool protected_memory;
   PyObject *weakreflist;
   PyObject *descriptor_cache; /* the Python Descriptor, built once on demand */
+  /* Tensor(d, buffers)'s Py_buffer per buffer (owned by the buffers, freed
+   * with them), so that tp_traverse sees the exporters they hold: a cycle
+   * through one (an array whose attribute is the tensor) is collected.
+   * NULL for tensors made any other way. */
+  Py_buffer **views;
 } TensorObject;
 /* A zero-copy view of buffer i that keeps the tensor alive. */
 typedef struct ViewObject {

@@ -141,7 +141,11 @@ static int descriptor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
    * it runs Python code (a field's __index__): a nested __init__ would
    * replace, and free, what it is reading. */
   self->initialising = true;
+  /* Strong references: PyArg_ParseTupleAndKeywords lends them from the
+   * keyword dict, which the Python code the builder runs may empty. */
+  for (int i = 0; i < HY_D_COUNT; i++) Py_XINCREF(in[i]);
   int rc = descriptor_init_once(self, in);
+  for (int i = 0; i < HY_D_COUNT; i++) Py_XDECREF(in[i]);
   self->initialising = false;
   return rc;
 }

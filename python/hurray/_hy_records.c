@@ -181,11 +181,15 @@ PyObject *hy_record_new(ModuleState *st, int record, PyObject *const *values) {
  * tracked, they make the collector's passes over 20,000 descriptors most of
  * the cost of reading them. */
 void hy_maybe_untrack(ModuleState *st, PyObject *op, PyObject *const *values, int n) {
-  /* An instance of a user's subclass may hold more than its values: a
-   * __dict__ or __slots__ that can point back at it. */
+  /* An instance of a user's subclass may hold more than its values (a
+   * __dict__ or __slots__ that can point back at it), and it refers to
+   * its class, which a class made at run time may close into a cycle (a
+   * class attribute holding an instance): only the package's own
+   * descriptor classes qualify, as for tensors (_hy_tensor.c). */
   PyTypeObject *type = Py_TYPE(op);
-  if (type->tp_dictoffset != 0 || (PyObject_TypeCheck(op, st->descriptor_type) &&
-                                   type->tp_basicsize != st->descriptor_type->tp_basicsize)) {
+  if (type->tp_dictoffset != 0 ||
+      (PyObject_TypeCheck(op, st->descriptor_type) && type != st->descriptor_type &&
+       (PyObject *)type != st->descriptor_class)) {
     return;
   }
   for (int i = 0; i < n; i++) {
@@ -293,12 +297,19 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
                           def->fields[i].name);
     }
   }
+  /* Strong references: settled() runs Python code (__index__, __iter__),
+   * which may empty the keyword dict that holds the later values. */
+  PyObject *held[HY_RECORD_MAX_FIELDS] = {0};
+  for (int i = 0; i < n; i++) held[i] = Py_XNewRef(values[i]);
   PyObject *given[HY_RECORD_MAX_FIELDS] = {0};
   for (int i = 0; i < n; i++) {
-    if (values[i] == NULL) continue;
-    given[i] = settled(st, &def->fields[i], values[i]);
+    if (held[i] == NULL) continue;
+    given[i] = settled(st, &def->fields[i], held[i]);
     if (given[i] == NULL) {
-      for (int j = 0; j < i; j++) Py_XDECREF(given[j]);
+      for (int j = 0; j < n; j++) {
+        Py_XDECREF(given[j]);
+        Py_XDECREF(held[j]);
+      }
       return NULL;
     }
     values[i] = given[i];
@@ -319,7 +330,10 @@ static PyObject *record_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
   }
   PyObject *out = PyErr_Occurred() ? NULL : hy_record_new(st, record, values);
   Py_XDECREF(filled);
-  for (int i = 0; i < n; i++) Py_XDECREF(given[i]);
+  for (int i = 0; i < n; i++) {
+    Py_XDECREF(given[i]);
+    Py_XDECREF(held[i]);
+  }
   return out;
 }
 

@@ -310,10 +310,14 @@ PyObject *mod_check_not_mapped_from(PyObject *module, PyObject *args) {
     return NULL;
   }
   for (Py_ssize_t i = 0; s == HURRAY_OK && i < PySequence_Fast_GET_SIZE(seq); i++) {
-    PyObject *name;
+    PyObject *name, *item = PySequence_Fast_GET_ITEM(seq, i);
     uint64_t address, length;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO&O&:span", &name, hy_conv_u64,
-                          &address, hy_conv_u64, &length)) {
+    if (!PyTuple_Check(item)) { /* PyArg_ParseTuple's SystemError otherwise */
+      PyErr_Format(PyExc_TypeError, "a span is a tuple, not %.100s", Py_TYPE(item)->tp_name);
+      break;
+    }
+    if (!PyArg_ParseTuple(item, "UO&O&:span", &name, hy_conv_u64, &address, hy_conv_u64,
+                          &length)) {
       break;
     }
     const char *n = hy_utf8(name, "tensor name");

@@ -212,6 +212,8 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   HurrayStatus s = hurray_buffer_list_create(&list, &e);
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   bool *writable = PyMem_Calloc(n ? (size_t)n : 1, sizeof(bool));
+  Py_buffer **views = PyMem_Calloc(n ? (size_t)n : 1, sizeof *views);
+  if (views == NULL) PyMem_Free(writable), writable = NULL;
   bool protected_memory = false;
   for (Py_ssize_t i = 0; s == HURRAY_OK && writable != NULL && i < n; i++) {
     Py_buffer *view = PyMem_RawMalloc(sizeof *view);
@@ -228,6 +230,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     HurrayBuffer *b = NULL;
     s = hurray_buffer_create(view->buf, (uint64_t)view->len, hy_release_pybuffer, view, &b, &e);
     if (s == HURRAY_OK) s = hurray_buffer_list_push(list, b, &e);
+    if (s == HURRAY_OK) views[i] = view;
   }
   Py_DECREF(seq);
   if (writable == NULL && !PyErr_Occurred()) PyErr_NoMemory();
@@ -244,13 +247,20 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
     hurray_buffer_list_destroy(list);
     hurray_descriptor_destroy(d);
     PyMem_Free(writable);
+    PyMem_Free(views);
     return -1;
   }
   self->descriptor = d;
   self->buffers = list;
   self->writable = writable;
+  self->views = views;
   self->protected_memory = protected_memory;
-  tensor_untrack_if_plain(st, self);
+  bool tracked_exporter = false;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *exporter = views[i]->obj;
+    if (exporter != NULL && PyObject_GC_IsTracked(exporter)) tracked_exporter = true;
+  }
+  if (!tracked_exporter) tensor_untrack_if_plain(st, self);
   return 0;
 }
 
@@ -263,13 +273,20 @@ static void tensor_dealloc(PyObject *op) {
   hurray_buffer_list_destroy(self->buffers); /* each release runs once */
   hurray_descriptor_destroy(self->descriptor);
   PyMem_Free(self->writable);
+  PyMem_Free(self->views);
   tp->tp_free(op);
   Py_DECREF(tp);
 }
 
 static int tensor_traverse(PyObject *op, visitproc visit, void *arg) {
+  TensorObject *self = (TensorObject *)op;
   Py_VISIT(Py_TYPE(op));
-  Py_VISIT(((TensorObject *)op)->descriptor_cache);
+  Py_VISIT(self->descriptor_cache);
+  if (self->views != NULL) {
+    for (size_t i = 0; i < hurray_buffer_list_len(self->buffers); i++) {
+      Py_VISIT(self->views[i]->obj);
+    }
+  }
   return 0;
 }
 
