@@ -185,6 +185,15 @@ static bool protects(ModuleState *st, PyObject *obj, const Py_buffer *view) {
   return view->readonly;
 }
 
+/* Whether the collector may be shown an exporter this tensor holds a
+ * Py_buffer of. Not a memoryview: its tp_clear drops its own buffer while
+ * exports are outstanding, and the release of ours would then crash
+ * (memory_dealloc reads the cleared buffer); a cycle through one is left
+ * to leak, as before. */
+static bool collectable_exporter(PyObject *exporter) {
+  return exporter != NULL && !PyMemoryView_Check(exporter) && PyObject_GC_IsTracked(exporter);
+}
+
 /* Tensor(descriptor_bytes, buffers): each buffer-protocol object becomes one
  * HurrayBuffer that holds its own Py_buffer, released on its own. */
 static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
@@ -256,10 +265,7 @@ static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
   self->views = views;
   self->protected_memory = protected_memory;
   bool tracked_exporter = false;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *exporter = views[i]->obj;
-    if (exporter != NULL && PyObject_GC_IsTracked(exporter)) tracked_exporter = true;
-  }
+  for (Py_ssize_t i = 0; i < n; i++) tracked_exporter |= collectable_exporter(views[i]->obj);
   if (!tracked_exporter) tensor_untrack_if_plain(st, self);
   return 0;
 }
@@ -284,7 +290,8 @@ static int tensor_traverse(PyObject *op, visitproc visit, void *arg) {
   Py_VISIT(self->descriptor_cache);
   if (self->views != NULL) {
     for (size_t i = 0; i < hurray_buffer_list_len(self->buffers); i++) {
-      Py_VISIT(self->views[i]->obj);
+      PyObject *exporter = self->views[i]->obj;
+      if (collectable_exporter(exporter)) Py_VISIT(exporter);
     }
   }
   return 0;

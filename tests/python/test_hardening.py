@@ -2426,6 +2426,21 @@ def test_a_cycle_through_a_buffers_exporter_is_collected():
     assert sum(r() is not None for r in refs) == 0
     plain = hurray.Tensor(d, [np.zeros(256, np.float32)])
     assert not gc.is_tracked(plain)  # no exporter that can join a cycle: left untracked
+    # A memoryview is never shown to the collector: its tp_clear drops its
+    # buffer while the tensor's export is outstanding, and releasing that
+    # export then crashed (memory_dealloc).
+    script = (
+        "import gc, hurray, numpy as np\n"
+        "d = hurray.Descriptor('float32', [4], buffers=[hurray.Buffer('data', 16)])\n"
+        "for _ in range(200):\n"
+        "    m = memoryview(np.zeros(4, np.float32))\n"
+        "    box = [m, hurray.Tensor(d, [m])]\n"
+        "    box.append(box)\n"
+        "    del m, box\n"
+        "gc.collect()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
 def test_a_descriptor_subclass_holding_an_instance_is_collected():
