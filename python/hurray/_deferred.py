@@ -15,14 +15,16 @@ removed as for any interrupt.
 A save that renames several staged files into place (save_sharded's parts,
 a DCP checkpoint's rank files and metadata) holds them back too: an
 interrupt between two renames left the new files beside the old ones, and
-neither save loadable."""
+neither save loadable. So does `opened`, for the moment between os.open
+returning a descriptor and the code that will close it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 _HELD = tuple(
     s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None
@@ -70,3 +72,19 @@ def signals_deferred() -> Iterator[None]:
             raise raised
         if pending:
             postponed[pending[0]](pending[0], None)
+
+
+@contextlib.contextmanager
+def opened(path, flags: int, mode: int = 0o777, *, dir_fd: Optional[int] = None) -> Iterator[int]:
+    """os.open(path, flags, mode, dir_fd=dir_fd), closed when the block ends.
+    The signals are held from the call until the descriptor is stored: an
+    interrupt raised as os.open returned lost it (a converter's temporary
+    file stayed open, its disk space held, until the process ended)."""
+    fd = -1
+    try:
+        with signals_deferred():
+            fd = os.open(path, flags, mode, dir_fd=dir_fd)
+        yield fd
+    finally:
+        if fd >= 0:
+            os.close(fd)

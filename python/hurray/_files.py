@@ -15,6 +15,7 @@ from typing import Any, Iterator, Mapping, Optional, Tuple
 import numpy as np
 
 from . import _dtypes, _hooks, _hurray, _remote
+from ._deferred import opened
 from ._descriptor import Descriptor
 from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, specialise
@@ -327,19 +328,11 @@ def _copied_spans(pairs):
 def fsync_dir(folder: str) -> None:
     """Makes a rename in `folder` durable, best effort: the renamed file is
     complete either way (the converter and the DCP writer share it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+    try:  # a failed fsync or close is past the rename: nothing to report
+        with opened(folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)) as fd:
+            os.fsync(fd)
     except OSError:
         pass
-    finally:
-        try:
-            os.close(fd)  # a failure here is past the rename: nothing to report
-        except OSError:
-            pass
 
 
 class File:

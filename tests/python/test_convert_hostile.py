@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 import zipfile
 
@@ -3238,3 +3239,76 @@ def test_keep_scales_with_dequantize_is_a_usage_error(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "--dequantize and --keep-scales do not go together" in r.stderr
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def _open_fds_to(folder) -> list:
+    """This process's descriptors whose target lies in `folder`."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            out.append(target)
+    return out
+
+
+def test_an_interrupt_as_a_descriptor_opens_does_not_leak_it(tmp_path, monkeypatch):
+    """A Ctrl-C raised as os.open returned, before the descriptor was
+    stored, lost it: publish()'s held the finished temporary file open (and
+    its disk space) until the process ended. Here SIGINT arrives inside
+    every os.open the conversion makes, one conversion at a time."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    src = tmp_path / "s.hurray"
+    hurray.save(src, {"w": np.arange(64, dtype=np.float32)})
+    real_open = os.open
+    calls = []
+
+    def interrupted_open(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        calls.append(args[0])
+        if len(calls) == target_call:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs as this returns
+        return fd
+
+    monkeypatch.setattr(os, "open", interrupted_open)
+    out = tmp_path / "out"
+    out.mkdir()
+    for target_call in range(1, 8):
+        calls.clear()
+        try:
+            convert(src, out / "o.safetensors", quiet=True)
+        except KeyboardInterrupt:
+            pass
+        assert _open_fds_to(tmp_path) == [], (target_call, calls)
+    monkeypatch.undo()
+    assert [p.name for p in out.iterdir() if p.name != "o.safetensors"] == []
+
+
+def test_a_failed_conversion_to_pt_frees_what_it_read(tmp_path):
+    """The OSError of a failed write was kept with its traceback, whose
+    frames hold torch's writer, which holds the sink that kept it: a cycle
+    the collector cannot see, and every failed conversion kept the source
+    mapped and its tensors in memory."""
+    src = tmp_path / "s.hurray"
+    hurray.save(src, {"w": np.arange(1 << 18, dtype=np.float32)})
+    script = textwrap.dedent(
+        f"""
+        import gc, resource, signal, hurray
+        from hurray.convert import ConversionError, convert
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        for _ in range(5):
+            try:
+                convert({str(src)!r}, {str(tmp_path / "o.pt")!r}, quiet=True)
+            except ConversionError:
+                pass
+        gc.collect()
+        print(sum({str(src)!r} in line for line in open("/proc/self/maps")))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _dtypes
+from .._deferred import opened
 from .._descriptor import BlockAffine, Composite, Dense, Mxfp, Nf4
 from .._hurray import HurrayError
 from .._quant import QUANT_SCHEMES
@@ -96,7 +97,8 @@ def _check_readable(path: str, kind: str) -> List[str]:
         if kind == "dir":
             return sorted(os.listdir(path))
         _regular_file(path)  # before the open: a FIFO would block it
-        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+        with opened(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)):
+            pass
     except OSError as exc:
         if isinstance(exc, ConversionError):
             raise

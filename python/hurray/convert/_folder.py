@@ -18,7 +18,7 @@ import secrets
 import shutil
 from typing import Dict, List, Optional, Tuple
 
-from .._deferred import signals_deferred
+from .._deferred import opened, signals_deferred
 from .._files import fsync_dir as _fsync_dir
 from .._publish import ReplaceError, remove_quietly, replace_all
 from ._common import ConversionError, _first_line, io_error, os_failure, owned_json
@@ -267,11 +267,8 @@ class _SafetensorsFolderTarget(_SafetensorsTarget):
 
     def publish(self) -> None:
         for tmp, _ in self._written:
-            fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
+            with opened(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)) as fd:
                 os.fsync(fd)
-            finally:
-                os.close(fd)
         with signals_deferred():  # the renames and their undo are one step
             backups: List[str] = []
             if self._new_dir is not None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optio
 import numpy as np
 
 from .. import _dtypes
+from .._deferred import opened, signals_deferred
 from .._descriptor import Composite, Dense
 from .._tensor import Tensor
 from ._common import (
@@ -114,13 +115,10 @@ def _private_until_published(fd: int, path: str) -> None:
 def keep_mode(tmp: str, path: str) -> None:
     """_keep_mode for a file known by name."""
     try:
-        fd = os.open(tmp, os.O_RDONLY | _O_CLOEXEC)
+        with opened(tmp, os.O_RDONLY | _O_CLOEXEC) as fd:
+            _keep_mode(fd, path)
     except OSError:
         return
-    try:
-        _keep_mode(fd, path)
-    finally:
-        os.close(fd)
 
 
 class WriteErrors:
@@ -136,7 +134,10 @@ class WriteErrors:
         try:
             return self.file.write(data)
         except OSError as exc:
-            self.error = exc
+            # A copy: the exception's traceback holds the writer's frames,
+            # and torch's writer (which the collector cannot see into) holds
+            # this sink, a cycle that kept a failed conversion's tensors.
+            self.error = OSError(exc.errno, exc.strerror, exc.filename)
             raise
 
     def flush(self) -> None:
@@ -189,18 +190,13 @@ def _make_tmp(name: str, folder_fd: int, folder: str, path: str) -> bool:
     name, which a read-only mode would refuse); until then, no wider one."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
     try:
-        fd = os.open(name, flags, 0o666, dir_fd=folder_fd)
+        # A failed close releases the descriptor all the same (Linux).
+        with opened(name, flags, 0o666, dir_fd=folder_fd) as fd:
+            _private_until_published(fd, path)
     except FileExistsError:
         return False
     except OSError as exc:
         raise _folder_failure(exc, folder) from None
-    try:
-        _private_until_published(fd, path)
-    finally:
-        try:
-            os.close(fd)  # Linux releases the descriptor even when close fails
-        except OSError as exc:
-            raise _folder_failure(exc, folder) from None
     return True
 
 
@@ -273,7 +269,8 @@ class _FileTarget(_Target):
         # working directory is deep, and the descriptor pins the folder.
         folder, base = os.path.split(os.fspath(self.path))
         folder = folder or os.curdir
-        self._folder_fd = _open_folder(folder)
+        with signals_deferred():  # no interrupt between the open and the store
+            self._folder_fd = _open_folder(folder)
         # The name is recorded before the file exists: a Ctrl-C between
         # making it and recording it would leave it behind (abort() removes
         # what it names, quietly when nothing is there).
@@ -287,8 +284,7 @@ class _FileTarget(_Target):
         assert self._tmp_name is not None and self._folder_fd is not None
         folder_fd = self._folder_fd
         try:
-            fd = os.open(self._tmp_name, os.O_RDONLY | _O_CLOEXEC, dir_fd=folder_fd)
-            try:
+            with opened(self._tmp_name, os.O_RDONLY | _O_CLOEXEC, dir_fd=folder_fd) as fd:
                 if not os.path.samestat(os.stat(self.tmp), os.fstat(fd)):
                     # Without /proc the writers took a path, and the folder
                     # or the working directory changed under it: what they
@@ -299,8 +295,6 @@ class _FileTarget(_Target):
                     )
                 _keep_mode(fd, self.path)
                 os.fsync(fd)
-            finally:
-                os.close(fd)
             base = os.path.basename(os.fspath(self.path))
             os.replace(self._tmp_name, base, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         except OSError as exc:
