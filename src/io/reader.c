@@ -974,6 +974,19 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
                           "tensor \"%.*s\": index lists %u buffers, its descriptor %u",
                           (int)t->name_len, t->name, t->buffer_count, d->buffer_count);
   }
+  /* Every length (file-format.md 10.3, step 3), then every alignment (step
+   * 4): a buffer wrong both ways is MALFORMED, as a reader following the
+   * spec's order reports it. */
+  for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
+    if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
+      status = hurray__fail(error, HURRAY_ERR_MALFORMED,
+                            "tensor \"%.*s\" buffer %u: %llu bytes stored, descriptor declares "
+                            "%llu",
+                            (int)t->name_len, t->name, i,
+                            (unsigned long long)buffer_field(t, i, 1),
+                            (unsigned long long)d->buffers[i].byte_size);
+    }
+  }
   for (uint32_t i = 0; status == HURRAY_OK && i < t->buffer_count; i++) {
     uint32_t alignment = d->buffers[i].alignment;
     if (buffer_field(t, i, 0) % (alignment > HURRAY_FILE_ALIGNMENT ? alignment : 1) != 0) {
@@ -982,13 +995,6 @@ static HurrayStatus entry_descriptor(const TensorEntry *t, HurrayDescriptor **ou
                             "alignment %u",
                             (int)t->name_len, t->name, i,
                             (unsigned long long)buffer_field(t, i, 0), alignment);
-    } else if (buffer_field(t, i, 1) != d->buffers[i].byte_size) {
-      status = hurray__fail(error, HURRAY_ERR_MALFORMED,
-                            "tensor \"%.*s\" buffer %u: %llu bytes stored, descriptor declares "
-                            "%llu",
-                            (int)t->name_len, t->name, i,
-                            (unsigned long long)buffer_field(t, i, 1),
-                            (unsigned long long)d->buffers[i].byte_size);
     }
   }
   if (status != HURRAY_OK) {

@@ -2483,3 +2483,28 @@ def test_private_calls_refuse_lists_where_they_take_tuples(tmp_path):
                 hurray._hurray._check_not_mapped_from(fd, lambda: [["a", 1, 2]])
     finally:
         os.close(fd)
+
+
+def test_a_buffer_wrong_in_length_and_alignment_is_malformed_as_the_spec_orders(tmp_path):
+    """file-format.md 10.3 checks every buffer's length (step 3, MALFORMED)
+    before its alignment (step 4, BUFFER_ALIGNMENT); the reader checked
+    alignment first, buffer by buffer, and a reader written from the spec
+    (tests/spec_reader) reported the other code for the same file."""
+    from _file_edits import buffer_records_at, reseal
+
+    path = tmp_path / "a.hurray"
+    d = hurray.Descriptor("float32", (64,), buffers=[hurray.Buffer("data", 256, 128)])
+    room = np.empty(64 + 32, np.float32)
+    values = room[(-room.ctypes.data % 128) // 4 :][:64]  # 128-byte aligned, as declared
+    values[:] = np.arange(64)
+    hurray.save(path, {"a": hurray.Tensor(d, [values])})
+    blob = bytearray(path.read_bytes())
+    at = buffer_records_at(blob, "a")
+    offset = int.from_bytes(blob[at : at + 8], "little")
+    assert offset % 128 == 0
+    blob[at : at + 16] = (offset + 64).to_bytes(8, "little") + (128).to_bytes(8, "little")
+    reseal(blob)
+    path.write_bytes(bytes(blob))
+    with hurray.open(path) as f:
+        with pytest.raises(hurray.FormatError, match="MALFORMED.*128 bytes stored"):
+            f.descriptor("a")
