@@ -846,7 +846,7 @@ class _NotJSON:
         ({"q": torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.qint8)}, "quantized"),
         ({"s": torch.eye(3).to_sparse()}, "sparse_coo"),
         ({"f": torch.zeros(2, dtype=torch.float8_e4m3fnuz)}, "no hurray equivalent"),
-        ({"": torch.ones(2)}, "tensor name"),
+        ({"": torch.ones(2)}, "cannot name a hurray tensor"),
     ],
 )
 def test_a_refused_save_leaves_the_earlier_checkpoint(tmp_path, bad, words):
@@ -958,3 +958,59 @@ def test_a_tensor_one_rank_cannot_store_fails_every_rank_while_planning(tmp_path
     out = {"w": torch.zeros(4)}
     _load_local(path, out)
     assert torch.equal(out["w"], torch.full((4,), 7.0))
+
+
+def _load_like(path, like):
+    state = {"w": torch.zeros_like(like)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, storage_reader=HurrayStorageReader(path), no_dist=True)
+    return state["w"]
+
+
+def _save_quietly(state, path, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dcp.save(state, storage_writer=HurrayStorageWriter(path), no_dist=True, **kw)
+
+
+def test_a_planner_that_resolves_another_dtype_fails_before_publishing(tmp_path):
+    """A planner whose transform_object cast to bfloat16 saved, replaced the
+    earlier checkpoint, and every load then refused the new one (the
+    metadata said float32, the file bfloat16)."""
+
+    class ToBf16(DefaultSavePlanner):
+        def transform_object(self, write_item, object):
+            if isinstance(object, torch.Tensor) and object.dtype == torch.float32:
+                return object.to(torch.bfloat16)
+            return super().transform_object(write_item, object)
+
+    path = str(tmp_path / "ckpt")
+    _save_quietly({"w": torch.tensor([1.0, 2.5, 3.0])}, path)
+    with pytest.raises(CheckpointException, match="resolved a torch.bfloat16 tensor"):
+        _save_quietly({"w": torch.tensor([4.0, 5.0, 6.0])}, path, planner=ToBf16())
+    earlier = torch.tensor([1.0, 2.5, 3.0])
+    assert torch.equal(_load_like(path, earlier), earlier)  # the earlier one stays
+
+
+def test_plan_caching_is_refused_before_anything_is_written(tmp_path):
+    """With DefaultSavePlanner(enable_plan_caching=True) every save after the
+    first wrote its files under the first save's id and failed, leaving
+    hidden files no later save removed."""
+    path = str(tmp_path / "ckpt")
+    _save_quietly({"w": torch.ones(2)}, path)
+    for _ in range(2):
+        with pytest.raises(CheckpointException, match="plan caching"):
+            _save_quietly(
+                {"w": torch.zeros(2)}, path, planner=DefaultSavePlanner(enable_plan_caching=True)
+            )
+    assert sorted(os.listdir(path)) == [".metadata.hurray", "rank-00000.hurray"]
+    assert torch.equal(_load_like(path, torch.ones(2)), torch.ones(2))
+
+
+@pytest.mark.parametrize("key", ["a\x00b", ""])
+def test_keys_hurray_cannot_name_are_checkpoint_errors(tmp_path, key):
+    """A NUL in a key gave a bare ValueError, and an empty key an
+    InvalidArgumentError, where the docs promise a CheckpointError naming it."""
+    with pytest.raises(CheckpointException, match="cannot name a hurray tensor"):
+        _save_quietly({key: torch.ones(1)}, str(tmp_path / "ckpt"))

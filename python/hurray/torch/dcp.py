@@ -534,6 +534,39 @@ def _check_storable(fqn: str, t) -> None:
     _hurray_dtype(t.dtype)
 
 
+def _check_key(fqn: str) -> None:
+    """CheckpointError naming a state dict key hurray cannot name a tensor
+    by (torch's own writer takes any str): a lone surrogate, a NUL, none."""
+    try:
+        fqn.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CheckpointError(
+            f"state dict key {fqn!r} is not valid UTF-8 text (a lone surrogate); "
+            "hurray names tensors in UTF-8"
+        ) from None
+    if not fqn or "\0" in fqn:
+        raise CheckpointError(
+            f"state dict key {fqn!r} cannot name a hurray tensor (names are non-empty "
+            "and hold no NUL character)"
+        )
+
+
+def _check_as_planned(fqn: str, tensor: "torch.Tensor", td) -> None:
+    """CheckpointError where the planner resolved a tensor other than the one
+    it planned (a transform_object that casts to bfloat16): the metadata
+    says what the plan says, and the reader refuses what disagrees with it,
+    so the save would replace an earlier one with one no load can read."""
+    planned = td.properties.dtype
+    sizes = tuple(td.chunk.sizes)
+    if tensor.dtype != planned or tuple(tensor.shape) != sizes:
+        raise CheckpointError(
+            f"state dict item {fqn!r}: the planner resolved a {tensor.dtype} tensor of shape "
+            f"{tuple(tensor.shape)} where its plan says {planned} of shape {sizes}; DCP's "
+            "metadata would not describe what is stored (change the plan too, in "
+            "create_local_plan)"
+        )
+
+
 class HurrayStorageWriter(StorageWriter):
     """Writes a DCP checkpoint as hurray files into the directory `path`.
 
@@ -626,17 +659,20 @@ class HurrayStorageWriter(StorageWriter):
             raise CheckpointError(
                 "write_data got a plan that HurrayStorageWriter.prepare_global_plan did not make"
             )
+        if getattr(planner, "_enable_plan_caching", False):
+            # A cached plan is the first save's, assignment and save id
+            # included: every later save wrote its files under the old id,
+            # and finish() found none of this save's.
+            raise CheckpointError(
+                "HurrayStorageWriter cannot use DCP's plan caching "
+                "(DefaultSavePlanner(enable_plan_caching=True)): a cached plan carries an "
+                "earlier save's assignment; save without it"
+            )
         files: List[Dict[str, Tensor]] = [{}]
         results = []
         for item in plan.items:
             fqn = item.index.fqn
-            try:
-                fqn.encode("utf-8")
-            except UnicodeEncodeError:
-                raise CheckpointError(
-                    f"state dict key {fqn!r} is not valid UTF-8 text (a lone surrogate); "
-                    "hurray names tensors in UTF-8"
-                ) from None
+            _check_key(fqn)
             k = 0
             while fqn in files[k]:  # several chunks of one tensor: one file each
                 k += 1
@@ -671,9 +707,10 @@ class HurrayStorageWriter(StorageWriter):
                 data = planner.resolve_data(item)
                 tensor = data.detach()
                 _check_storable(fqn, tensor)  # a planner may resolve what it did not plan
+                td = item.tensor_data
+                _check_as_planned(fqn, tensor, td)
                 if tensor.device.type != "cpu":
                     tensor = tensor.cpu()
-                td = item.tensor_data
                 t = shard(from_torch(tensor), td.size, td.chunk.offsets)
                 size = tensor.numel() * tensor.element_size()
             files[k][fqn] = t
