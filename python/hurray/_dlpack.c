@@ -401,6 +401,10 @@ static bool fill_steps(const int64_t *dims, uint32_t rank, const int64_t *stride
   return true;
 }
 
+static PyObject *dlpack_with(PyObject *owner, const HurrayDescriptor *d,
+                             const HurrayBufferList *buffers, bool writable, PyObject *stream,
+                             PyObject *max_version, PyObject *dl_device, PyObject *copy);
+
 PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                            const HurrayBufferList *buffers, bool writable, PyObject *args,
                            PyObject *kwargs) {
@@ -410,6 +414,19 @@ PyObject *hurray_py_dlpack(PyObject *owner, const HurrayDescriptor *d,
                                    &max_version, &dl_device, &copy)) {
     return NULL;
   }
+  /* Strong references: parse_version runs __index__, which may empty the
+   * keyword dict that lends the others (and the version tuple itself). */
+  PyObject *held[] = {Py_NewRef(stream), Py_NewRef(max_version), Py_NewRef(dl_device),
+                      Py_NewRef(copy)};
+  PyObject *out = dlpack_with(owner, d, buffers, writable, stream, max_version, dl_device, copy);
+  for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) Py_DECREF(held[i]);
+  return out;
+}
+
+/* hurray_py_dlpack with its arguments parsed and held. */
+static PyObject *dlpack_with(PyObject *owner, const HurrayDescriptor *d,
+                             const HurrayBufferList *buffers, bool writable, PyObject *stream,
+                             PyObject *max_version, PyObject *dl_device, PyObject *copy) {
   long major = 0;
   if (!parse_version(max_version, &major)) return NULL;
   int want_copy = copy_wanted(copy);

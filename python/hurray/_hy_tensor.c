@@ -196,13 +196,26 @@ static bool collectable_exporter(PyObject *exporter) {
 
 /* Tensor(descriptor_bytes, buffers): each buffer-protocol object becomes one
  * HurrayBuffer that holds its own Py_buffer, released on its own. */
+static int tensor_init_with(TensorObject *self, PyObject *encoded, PyObject *objects);
+
 static int tensor_init(PyObject *op, PyObject *args, PyObject *kwargs) {
-  TensorObject *self = (TensorObject *)op;
   static char *kwlist[] = {"descriptor", "buffers", NULL};
   PyObject *encoded, *objects;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:Tensor", kwlist, &encoded, &objects)) {
     return -1;
   }
+  /* Held: an exporter's __buffer__ (Python 3.12) may empty the keyword
+   * dict that lends them. */
+  Py_INCREF(encoded);
+  Py_INCREF(objects);
+  int rc = tensor_init_with((TensorObject *)op, encoded, objects);
+  Py_DECREF(encoded);
+  Py_DECREF(objects);
+  return rc;
+}
+
+static int tensor_init_with(TensorObject *self, PyObject *encoded, PyObject *objects) {
+  PyObject *op = (PyObject *)self;
   if (self->descriptor != NULL) {
     PyErr_SetString(PyExc_RuntimeError, "Tensor is already initialised");
     return -1;

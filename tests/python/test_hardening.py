@@ -2394,6 +2394,14 @@ class Later:
         "kw = {'byte_offset': Later(), 'buffers': [hurray.Buffer('data', 16)]}\n"
         "d = hurray.Descriptor('float32', Shape(), **kw)\n"
         "assert d.byte_offset == 0 and d.shape == (4,), d",
+        # Tensor.__dlpack__: max_version[0].__index__ runs before copy is read
+        "import numpy as np\n"
+        "class Major:\n    def __index__(self):\n        empty_kwargs('max_version', 'copy')\n"
+        "        return 1\n"
+        "class No(Later):\n    def __bool__(self): return False\n"
+        "kw = {'max_version': (Major(), Later()), 'copy': No()}\n"
+        "cap = hurray.from_numpy(np.zeros(4, np.float32)).__dlpack__(**kw)\n"
+        "assert 'dltensor' in repr(cap), cap",
     ],
 )
 def test_keyword_values_emptied_by_an_earlier_argument_do_not_crash(call):
