@@ -3292,6 +3292,10 @@ def test_a_failed_conversion_to_pt_frees_what_it_read(tmp_path):
     frames hold torch's writer, which holds the sink that kept it: a cycle
     the collector cannot see, and every failed conversion kept the source
     mapped and its tensors in memory."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        # torch's writer reports the failed write with a C++ exception, whose
+        # throw a preloaded ASan runtime cannot intercept (test-python-asan).
+        pytest.skip("torch's C++ exceptions abort under a preloaded ASan runtime")
     src = tmp_path / "s.hurray"
     hurray.save(src, {"w": np.arange(1 << 18, dtype=np.float32)})
     script = textwrap.dedent(
