@@ -69,6 +69,10 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message);
  * "NAME": MESSAGE", so that a listing of several files names the damaged one. */
 int hurray_cli_fail_tensor(FILE *err, const char *path, const char *name, const char *message);
 
+/* Prints "hurray: writing to stdout failed: REASON" (errno's text, or
+ * "write error" when the stream set no errno) and returns EXIT_FAILURE. */
+int hurray_cli_fail_stdout(FILE *err);
+
 void hurray_cli_print_shape(FILE *out, const HurrayDescriptor *d);
 /* The shape as "[a, b, ...]" in a malloc'd string (NULL when out of memory). */
 char *hurray_cli_shape_string(const HurrayDescriptor *d);

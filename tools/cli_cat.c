@@ -73,14 +73,10 @@ static int raw_buffer(FILE *out, FILE *err, HurrayReader *r, const char *path, c
     if (hurray_reader_read_spans(r, &span, 1, 1, &error) != HURRAY_OK) {
       status = hurray_cli_fail_at(err, path, error.message);
     } else if (fwrite(piece, 1, (size_t)span.length, out) != span.length) {
-      fprintf(err, "hurray: writing to stdout failed: %s\n", strerror(errno));
-      status = EXIT_FAILURE;
+      status = hurray_cli_fail_stdout(err);
     }
   }
-  if (status == EXIT_SUCCESS && fflush(out) != 0) {
-    fprintf(err, "hurray: writing to stdout failed: %s\n", strerror(errno));
-    status = EXIT_FAILURE;
-  }
+  if (status == EXIT_SUCCESS && fflush(out) != 0) status = hurray_cli_fail_stdout(err);
   free(piece);
   return status;
 }
@@ -157,8 +153,7 @@ int hurray_cli_cat(FILE *out, FILE *err, const char *path, const char *name, lon
       if ((header_len > 0 && fwrite(header, 1, header_len, out) != header_len) ||
           (size > 0 && fwrite(hurray_buffer_data(b), 1, (size_t)size, out) != size) ||
           fflush(out) != 0) {
-        fprintf(err, "hurray: writing to stdout failed: %s\n", strerror(errno));
-        status = EXIT_FAILURE;
+        status = hurray_cli_fail_stdout(err);
       }
     }
     free(header);

@@ -2,6 +2,7 @@
  * Formatting shared by the hurray commands (tools/cli.h).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -85,6 +86,12 @@ int hurray_cli_fail_at(FILE *err, const char *what, const char *message) {
   fputs(": ", err);
   hurray_cli_puts_message(err, message);
   fputc('\n', err);
+  return EXIT_FAILURE;
+}
+
+int hurray_cli_fail_stdout(FILE *err) {
+  fprintf(err, "hurray: writing to stdout failed: %s\n",
+          errno != 0 ? strerror(errno) : "write error");
   return EXIT_FAILURE;
 }
 

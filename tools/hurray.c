@@ -350,10 +350,7 @@ static int run_convert(int argc, char **argv) {
 static int stdout_checked(int code) {
   errno = 0;
   if (fflush(stdout) != 0 || ferror(stdout)) {
-    if (!stdout_failure_said) {
-      fprintf(stderr, "hurray: writing to stdout failed: %s\n",
-              errno != 0 ? strerror(errno) : "write error");
-    }
+    if (!stdout_failure_said) hurray_cli_fail_stdout(stderr);
     return code == EXIT_SUCCESS ? EXIT_FAILURE : code;
   }
   return code;

@@ -459,6 +459,24 @@ static PyObject *mod_target_form(PyObject *module, PyObject *args) {
   return Py_BuildValue("(sK)", type_name, (unsigned long long)nbytes);
 }
 
+/* check_bools(name, data) -> None: the writers' refusal of a bool element
+ * stored as neither 0 nor 1 (hurray__check_bool_run), over the bytes of a
+ * contiguous bool array, for the converter's targets that numpy and torch
+ * write. */
+static PyObject *mod_check_bools(PyObject *module, PyObject *args) {
+  (void)module;
+  const char *name;
+  Py_buffer data;
+  if (!PyArg_ParseTuple(args, "sy*:check_bools", &name, &data)) return NULL;
+  HurrayError e = {0};
+  HurrayStatus s;
+  Py_BEGIN_ALLOW_THREADS s = hurray__check_bool_run(name, data.buf, (uint64_t)data.len, &e);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&data);
+  if (s != HURRAY_OK) return raise_status(s, &e);
+  Py_RETURN_NONE;
+}
+
 /* is_bookkeeping(key) -> bool: whether key is one of the converters' own
  * metadata keys (hurray_metadata_is_bookkeeping), never reported dropped. */
 static PyObject *mod_is_bookkeeping(PyObject *module, PyObject *arg) {
@@ -474,6 +492,8 @@ static PyObject *mod_is_bookkeeping(PyObject *module, PyObject *arg) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"check_bools", mod_check_bools, METH_VARARGS,
+     "check_bools(name, data) -> None; InvalidArgumentError for a bool byte other than 0 or 1"},
     {"is_bookkeeping", mod_is_bookkeeping, METH_O,
      "is_bookkeeping(key) -> whether key is one of the converters' own metadata keys"},
     {"target_form", mod_target_form, METH_VARARGS,

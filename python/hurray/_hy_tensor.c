@@ -235,7 +235,10 @@ static int tensor_init_with(TensorObject *self, PyObject *encoded, PyObject *obj
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   bool *writable = PyMem_Calloc(n ? (size_t)n : 1, sizeof(bool));
   Py_buffer **views = PyMem_Calloc(n ? (size_t)n : 1, sizeof *views);
-  if (views == NULL) PyMem_Free(writable), writable = NULL;
+  if (views == NULL) { /* the loop and the error path below test writable only */
+    PyMem_Free(writable);
+    writable = NULL;
+  }
   bool protected_memory = false;
   for (Py_ssize_t i = 0; s == HURRAY_OK && writable != NULL && i < n; i++) {
     Py_buffer *view = PyMem_RawMalloc(sizeof *view);

@@ -57,10 +57,13 @@ def _error(status_name: str, message: str, errno_: int = 0, filename: Optional[s
 def _io_error(exc: OSError, what: str, filename: Optional[str] = None) -> BaseException:
     """A system call's OSError as the HurrayIOError C would raise for it,
     naming `filename` (a target, where the call named a hidden staged
-    file that is gone by the time anyone reads the error) or the call's."""
+    file that is gone by the time anyone reads the error) or the call's.
+    A HurrayIOError's strerror is its whole message, which names that
+    file: its errno's own text stands in."""
     if not exc.errno:
         return exc
-    return _error("HURRAY_ERR_IO", f"{what}: {exc.strerror}", exc.errno, filename or exc.filename)
+    reason = os.strerror(exc.errno) if isinstance(exc, _hurray.HurrayError) else exc.strerror
+    return _error("HURRAY_ERR_IO", f"{what}: {reason}", exc.errno, filename or exc.filename)
 
 
 # --------------------------------------------------------------------- shard
@@ -847,14 +850,7 @@ def _write_parts(
             try:
                 save(staged[k], {name: pieces[k] for name, pieces in split.items()}, metadata)
             except OSError as exc:  # it names the staged file, which is gone by now
-                if not exc.errno:
-                    raise
-                raise _error(
-                    "HURRAY_ERR_IO",
-                    f"cannot write {paths[k]}: {os.strerror(exc.errno)}",
-                    exc.errno,
-                    paths[k],
-                ) from None
+                raise _io_error(exc, f"cannot write {paths[k]}", paths[k]) from None
         # Ctrl-C between two renames left new parts beside old ones, and
         # neither save loadable: it now waits for the new one to be whole.
         with signals_deferred():

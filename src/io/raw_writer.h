@@ -49,4 +49,9 @@ HurrayStatus hurray__raw_writer_finish(HurrayWriter *w, HurrayError *error);
 HurrayStatus hurray__check_bool_bytes(const char *name, const HurrayDescriptor *d,
                                       const HurrayBufferList *buffers, HurrayError *error);
 
+/* The same check over `n` bool elements stored one byte each from `p`
+ * (the Python converter's targets that numpy and torch write). */
+HurrayStatus hurray__check_bool_run(const char *name, const uint8_t *p, uint64_t n,
+                                    HurrayError *error);
+
 #endif

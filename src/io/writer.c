@@ -926,6 +926,11 @@ static HurrayStatus check_bool_bytes(const char *name, const HurrayDescriptor *r
   const uint8_t *p = buffers != NULL ? hurray_buffer_data(hurray_buffer_list_get(buffers, b))
                                      : data;
   p += node->byte_offset; /* validation: offset + elements lie in the buffer */
+  return hurray__check_bool_run(name, p, n, error);
+}
+
+HurrayStatus hurray__check_bool_run(const char *name, const uint8_t *p, uint64_t n,
+                                    HurrayError *error) {
   uint8_t any = 0;
   for (uint64_t k = 0; k < n; k++) any |= p[k];
   if ((any & 0xFE) == 0) return HURRAY_OK;

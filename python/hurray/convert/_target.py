@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optio
 
 import numpy as np
 
-from .. import _dtypes
+from .. import _dtypes, _formats
+from .._hurray import HurrayError
 from .._deferred import opened, signals_deferred
 from .._descriptor import Composite, Dense
 from .._tensor import Tensor
@@ -384,17 +385,13 @@ class _DenseTarget(_FileTarget):
 
 
 def _check_bools(name: str, array: np.ndarray) -> None:
-    """The .hurray and safetensors writers' refusal (hurray__check_bool_bytes)
-    for the targets numpy and torch write: a bool stored as 2 went through
-    to .npz, .npy and .pt, and a conversion back refused it."""
-    raw = array.reshape(-1).view(np.uint8)
-    bad = np.flatnonzero(raw > 1)
-    if bad.size:
-        at = int(bad[0])
-        raise ConversionError(
-            f"tensor {name!r}: bool element {at} is {int(raw[at])}; bool elements are "
-            "stored as 0 or 1"
-        )
+    """The .hurray and safetensors writers' refusal, from C, for the targets
+    numpy and torch write: a bool stored as 2 went through to .npz, .npy and
+    .pt, and a conversion back refused it."""
+    try:
+        _formats.check_bools(name, np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    except HurrayError as exc:
+        raise ConversionError(str(exc)) from None
 
 
 def dropped_note(keys: Sequence[str], why: str) -> str:
