@@ -471,8 +471,7 @@ static PyObject *mod_check_bools(PyObject *module, PyObject *args) {
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray__check_bool_run(name, data.buf, (uint64_t)data.len, &e);
-  Py_END_ALLOW_THREADS
-  PyBuffer_Release(&data);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&data);
   if (s != HURRAY_OK) return raise_status(s, &e);
   Py_RETURN_NONE;
 }

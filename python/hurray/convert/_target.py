@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, Optio
 import numpy as np
 
 from .. import _dtypes, _formats
-from .._hurray import HurrayError
 from .._deferred import opened, signals_deferred
 from .._descriptor import Composite, Dense
+from .._hurray import HurrayError
 from .._tensor import Tensor
 from ._common import (
     _ANY_FLOAT,
