@@ -229,6 +229,19 @@ static float round_scale(HurrayDType dtype, float s) {
   }
 }
 
+/* A symmetric group's stored scale, stepped down where P · s would be
+ * infinite in binary32 (§6.2 step 2): a group holding ±FLT_MAX has
+ * s0 = FLT_MAX / P, which can round up, and then its extreme codes decoded
+ * to ±Inf. A float16 scale never needs it (127 · 65504 is finite). */
+static float symmetric_scale(HurrayDType dtype, int32_t levels, float s) {
+  while (is_nonfinite((float)levels * s)) {
+    s = dtype == HURRAY_DTYPE_BFLOAT16
+            ? hurray__bf16_to_f32((uint16_t)(hurray__f32_to_bf16(s) - 1u))
+            : nextafterf(s, 0.0f);
+  }
+  return s;
+}
+
 static void store_scale(HurrayDType dtype, void *scales, uint64_t g, float s) {
   switch (dtype) {
     case HURRAY_DTYPE_FLOAT16: ((uint16_t *)scales)[g] = hurray__f32_to_f16(s); break;
@@ -296,7 +309,8 @@ static bool group_params(Job *j, uint64_t g, Range r, float *mul, int32_t *zp, u
       float scale;
       int32_t z;
       if (s->symmetric) {
-        scale = round_scale(s->scale_dtype, amax / (float)s->levels);
+        scale = symmetric_scale(s->scale_dtype, s->levels,
+                                round_scale(s->scale_dtype, amax / (float)s->levels));
         z = s->zp_symmetric;
       } else {
         float lo = r.lo < 0.0f ? r.lo : 0.0f, hi = r.hi > 0.0f ? r.hi : 0.0f;

@@ -121,6 +121,16 @@ def _round_scale(scale_f32: np.ndarray, scale_dtype: str) -> np.ndarray:
     return s.astype(SCALE_DTYPE[scale_dtype])
 
 
+def _symmetric_fit(scales: np.ndarray, p: int) -> np.ndarray:
+    """§6.2 step 2's last rule: each scale whose P multiple is infinite in
+    binary32 becomes the next smaller value of its type."""
+    out = np.array(scales, copy=True)
+    with np.errstate(over="ignore"):
+        while (bad := np.isinf(F32(p) * out.astype(np.float32))).any():
+            out[bad] = np.nextafter(out[bad], out.dtype.type(0))
+    return out
+
+
 def affine_params(groups: np.ndarray, dtype: str, symmetric: bool, scale_dtype: str):
     """groups: float32 (G, n) -> (scales in scale dtype (G,), zero points int64 (G,))."""
     qmin, qmax = CODE_RANGE[dtype]
@@ -129,7 +139,7 @@ def affine_params(groups: np.ndarray, dtype: str, symmetric: bool, scale_dtype: 
         if symmetric:
             amax = np.max(np.abs(g), axis=-1, initial=F32(0))
             scale = (amax / F32(SYM_P[dtype])).astype(np.float32)
-            scales = _round_scale(scale, scale_dtype)
+            scales = _symmetric_fit(_round_scale(scale, scale_dtype), SYM_P[dtype])
             zps = np.full(scales.shape, SYM_ZP[dtype], np.int64)
         else:
             lo = np.min(g, axis=-1, initial=F32(0)).astype(np.float32)

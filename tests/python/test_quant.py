@@ -922,6 +922,57 @@ def test_float32_denormals(scheme):
                 check(t, x, scheme, scale_dtype=sd, symmetric=symmetric)
 
 
+@pytest.mark.parametrize("scheme", ["affine", "per_channel", "block_affine"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int4", "uint4"])
+def test_symmetric_groups_at_float32_max_decode_finite(scheme, dtype):
+    """127 x f32(FLT_MAX / 127) rounds above FLT_MAX: the extreme codes of a
+    group holding +-FLT_MAX decoded to +-Inf. The scale steps down one
+    value of its type instead (quantization.md 6.2 step 2)."""
+    x = np.array([[FLT_MAX, -FLT_MAX, 1.0, -(2.0**127)]], np.float32)
+    x = x[0] if scheme == "affine" else x
+    scale_dtypes = ["float32"] if scheme == "affine" else ["float32", "float16", "bfloat16"]
+    for scale_dtype in scale_dtypes:
+        kw = {} if scheme == "affine" else {"scale_dtype": scale_dtype}
+        t = hurray.quantize(x, scheme, dtype=dtype, symmetric=True, **kw)
+        with np.errstate(over="raise"):
+            values = t.dequantize().ravel()
+        assert np.isfinite(values).all(), (scale_dtype, values)
+        if scale_dtype != "float16":  # 65504 x 127 is far below FLT_MAX
+            assert values[0] == -values[1] > np.float32(FLT_MAX) * np.float32(0.99)
+
+
+@needs_torch
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_codes_differ_from_torch_only_as_the_spec_says():
+    """quantization.md 7.4: with a zero point of 0 hurray's codes are
+    torch's, ties included; with another zero point torch adds it in
+    binary32 before rounding, and the spec's two examples differ by one."""
+    ties = np.arange(-64, 64, dtype=np.float32) / np.float32(2)  # every .5 tie
+    x = np.concatenate([ties, [np.float32(63.5)]])  # scale 0.5 exactly
+    t = hurray.quantize(x, "affine", dtype="int8", symmetric=True)
+    q = t.descriptor.quantization
+    tq = torch.quantize_per_tensor(torch.from_numpy(x), q.scale, 0, torch.qint8)
+    np.testing.assert_array_equal(t.codes().astype(np.int64), tq.int_repr().numpy())
+    # x . inv = 2.5 with z = 63: hurray 63 + 2, torch rne(65.5)
+    x = np.array([[-0.984375, 3.0, 0.0390625]], np.float32)
+    t = hurray.quantize(x, "per_channel", dtype="uint8")
+    assert (t.scales()[0], t.zero_points()[0]) == (0.015625, 63)
+    tq = torch.quantize_per_channel(
+        torch.from_numpy(x),
+        torch.tensor([0.015625], dtype=torch.float64),
+        torch.tensor([63]),
+        0,
+        torch.quint8,
+    )
+    assert t.codes()[0, 2] == 65 and int(tq.int_repr()[0, 2]) == 66
+    # x . inv = -63.499996 with z = 128: f32(128 - 63.499996) is 64.5
+    x = np.array([-158.21630859375, -79.108154296875], np.float32)
+    t = hurray.quantize(x, "affine", dtype="uint8", symmetric=True)
+    q = t.descriptor.quantization
+    tq = torch.quantize_per_tensor(torch.from_numpy(x), q.scale, 128, torch.quint8)
+    assert t.codes()[1] == 65 and int(tq.int_repr()[1]) == 64
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_float32_max_magnitude(scheme):
     x = varied((4, 64), seed=17)
