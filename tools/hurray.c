@@ -199,12 +199,15 @@ static bool stdout_failure_said = false;
  * hands over to Python. Nothing is written in that case. */
 static int try_native_convert(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
-  bool quiet = false, stats = false, verify = true;
+  bool quiet = false, stats = false, verify = true, operands_only = false;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0) quiet = true;
-    else if (strcmp(argv[i], "--stats") == 0) stats = true;
-    else if (strcmp(argv[i], "--no-verify") == 0) verify = false;
-    else if (argv[i][0] == '-' && argv[i][1] != '\0') return -1; /* Python's options */
+    bool option = !operands_only && argv[i][0] == '-' && argv[i][1] != '\0';
+    if (option && strcmp(argv[i], "--") == 0) operands_only = true; /* as argparse does */
+    else if (option && (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0))
+      quiet = true;
+    else if (option && strcmp(argv[i], "--stats") == 0) stats = true;
+    else if (option && strcmp(argv[i], "--no-verify") == 0) verify = false;
+    else if (option) return -1; /* Python's options */
     else if (src == NULL) src = argv[i];
     else if (dst == NULL) dst = argv[i];
     else return -1;

@@ -564,9 +564,14 @@ static PyObject *file_dtype_only(PyObject *op, PyObject *name) {
 static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name;
-  uint32_t index;
+  PyObject *index_obj;
+  uint64_t index;
   Py_buffer out;
-  if (!PyArg_ParseTuple(args, "sO&w*:read_buffer", &name, hy_conv_u32, &index, &out)) return NULL;
+  if (!PyArg_ParseTuple(args, "sOw*:read_buffer", &name, &index_obj, &out)) return NULL;
+  if (hy_field_u64(index_obj, UINT32_MAX, "buffer index", &index) < 0) {
+    PyBuffer_Release(&out);
+    return NULL;
+  }
   ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) {
     PyBuffer_Release(&out);
@@ -574,8 +579,8 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
   }
   HurrayError e = {0};
   HurrayStatus s;
-  Py_BEGIN_ALLOW_THREADS s = hurray_reader_read_buffer(self->reader, name, index, out.buf,
-                                                       (uint64_t)out.len, &e);
+  Py_BEGIN_ALLOW_THREADS s = hurray_reader_read_buffer(self->reader, name, (uint32_t)index,
+                                                       out.buf, (uint64_t)out.len, &e);
   Py_END_ALLOW_THREADS file_release(self);
   PyBuffer_Release(&out);
   if (s != HURRAY_OK) return hy_raise_status(st, s, &e);

@@ -85,8 +85,7 @@ def _check_torch_sliceable(t: Any, name: str) -> None:
         return
     raise _hurray._error(
         "HURRAY_ERR_UNSUPPORTED",
-        f"get_slice({name!r}): torch cannot slice {kind}; read it whole with "
-        "get_tensor, or with framework='np'",
+        f"get_slice({name!r}): torch cannot slice {kind}; read it whole with get_tensor",
     )
 
 

@@ -547,6 +547,10 @@ class NativeConvertTest(unittest.TestCase):
             self.assertEqual((out.returncode, out.stdout), (0, b""), out.stderr)
             ls = run("ls", os.path.join(d, "h.hurray"))
             self.assertEqual(ls.returncode, 0, ls.stderr)
+            # "--" ends the options, as the help says; it handed every
+            # conversion to Python.
+            out = self.convert("-q", "--", st, os.path.join(d, "i.hurray"))
+            self.assertEqual((out.returncode, out.stdout), (0, b""), out.stderr)
             # What only Python does (.npz) does try it, and says so.
             out = self.convert(st, os.path.join(d, "x.npz"))
             self.assertEqual(out.returncode, 1)

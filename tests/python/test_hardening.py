@@ -412,10 +412,13 @@ def test_integer_arguments_never_wrap(tmp_path):
         },
     )
     with hurray.open(path) as f:
-        with pytest.raises(OverflowError):
+        # The message names the field, as python-bindings.md says ("value").
+        with pytest.raises(OverflowError, match=r"^buffer index 4294967297 is out of range"):
             f.read_buffer("q", 2**32 + 1, bytearray(64))
-        with pytest.raises(OverflowError):
+        with pytest.raises(OverflowError, match="^buffer index -1"):
             f.read_buffer("q", -1, bytearray(64))
+        with pytest.raises(TypeError, match="buffer index must be an integer, not bool"):
+            f.read_buffer("q", True, bytearray(64))
         # Without `out`, buffers[5] said "tuple index out of range" and
         # buffers[-1] sized the new bytearray by the last buffer.
         for index in (5, -1):
