@@ -197,21 +197,42 @@ static bool stdout_failure_said = false;
  * format, an option only the Python converter has, or a tensor that needs
  * a change of form, e.g. dequantizing into safetensors): the caller then
  * hands over to Python. Nothing is written in that case. */
-static int try_native_convert(int argc, char **argv) {
-  const char *src = NULL, *dst = NULL;
-  bool quiet = false, stats = false, verify = true, operands_only = false;
+typedef struct NativeConvertArgs {
+  const char *src, *dst;
+  bool quiet, stats, verify;
+} NativeConvertArgs;
+
+/* convert's arguments, when they are only those the native path takes:
+ * two operands and -q, --stats, --no-verify, "--". */
+static bool native_convert_args(int argc, char **argv, NativeConvertArgs *a) {
+  *a = (NativeConvertArgs){.verify = true};
+  bool operands_only = false;
   for (int i = 2; i < argc; i++) {
-    bool option = !operands_only && argv[i][0] == '-' && argv[i][1] != '\0';
-    if (option && strcmp(argv[i], "--") == 0) operands_only = true; /* as argparse does */
-    else if (option && (strcmp(argv[i], "-q") == 0 || strcmp(argv[i], "--quiet") == 0))
-      quiet = true;
-    else if (option && strcmp(argv[i], "--stats") == 0) stats = true;
-    else if (option && strcmp(argv[i], "--no-verify") == 0) verify = false;
-    else if (option) return -1; /* Python's options */
-    else if (src == NULL) src = argv[i];
-    else if (dst == NULL) dst = argv[i];
-    else return -1;
+    const char *arg = argv[i];
+    bool option = !operands_only && arg[0] == '-' && arg[1] != '\0';
+    if (!option) {
+      if (a->dst != NULL) return false;
+      *(a->src == NULL ? &a->src : &a->dst) = arg;
+    } else if (strcmp(arg, "--") == 0) {
+      operands_only = true; /* as argparse does */
+    } else if (strcmp(arg, "-q") == 0 || strcmp(arg, "--quiet") == 0) {
+      a->quiet = true;
+    } else if (strcmp(arg, "--stats") == 0) {
+      a->stats = true;
+    } else if (strcmp(arg, "--no-verify") == 0) {
+      a->verify = false;
+    } else {
+      return false; /* Python's options */
+    }
   }
+  return true;
+}
+
+static int try_native_convert(int argc, char **argv) {
+  NativeConvertArgs a;
+  if (!native_convert_args(argc, argv, &a)) return -1;
+  const char *src = a.src, *dst = a.dst;
+  bool quiet = a.quiet, stats = a.stats, verify = a.verify;
   /* A target that is the source is a usage error, which Python reports
    * (exit status 2) as it does every other. */
   if (src == NULL || dst == NULL || is_folder(src) || is_folder(dst) || same_file(src, dst)) {
