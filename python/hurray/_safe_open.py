@@ -96,7 +96,16 @@ class SafeSlice:
     def __init__(self, owner: "SafeOpen", name: str):
         self._owner = owner
         self._name = name
-        self._shape = tuple(owner._file.shape(name))
+        # Its own hold on the file, as safetensors' slices keep its storage:
+        # slices taken inside a `with` are read after it ends.
+        self._file = owner._file
+        self._shape = tuple(self._file.shape(name))
+        owner._slices += 1
+        self._counted = True
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_counted"):
+            self._owner._slice_gone()
 
     def get_shape(self) -> list:
         return list(self._shape)
@@ -112,7 +121,7 @@ class SafeSlice:
         quantized or non-dense one, or a dtype safetensors lacks)."""
         from . import _formats
 
-        descriptor = self._owner._file.descriptor(self._name)
+        descriptor = self._file.descriptor(self._name)
         try:
             return _formats.target_form("safetensors", "", descriptor.encode())[0]
         except _hurray.HurrayError:
@@ -126,7 +135,7 @@ class SafeSlice:
     def __getitem__(self, key: Any):
         owner = self._owner
         parts, flips = _normalise(key, self._shape)
-        d = owner._file.descriptor(self._name)
+        d = self._file.descriptor(self._name)
         rows_ok = (
             isinstance(d.layout, Dense)
             and d.quantization is None
@@ -142,13 +151,19 @@ class SafeSlice:
                 start, stop = first.start, max(first.stop, first.start)
                 parts[0] = slice(0, stop - start, first.step)
             # Only these rows' bytes are touched (a view of the mapping).
-            t = owner._file.get_slice(self._name, start, stop)
+            t = self._file.get_slice(self._name, start, stop)
         else:
-            t = owner._file[self._name]
+            t = self._file[self._name]
         base = owner._convert(t)
         if owner._framework == "pt":
             _check_torch_sliceable(base, self._name)
-        out = base[tuple(parts)]
+        # numpy gives a 0-d array, not a scalar, for a key that holds "...".
+        keep = (
+            (Ellipsis,)
+            if any(k is Ellipsis for k in (key if isinstance(key, tuple) else (key,)))
+            else ()
+        )
+        out = base[tuple(parts) + keep]
         if flips:
             out = owner._flip(out, flips)
         return owner._finish(out)
@@ -177,33 +192,52 @@ class SafeOpen:
                 ) from None
             self._torch_device = _hooks.torch("_available_device")(device, "safe_open")
         self._file = File(filename)
+        self._closed = False
+        self._slices = 0  # those alive
 
     # --- safetensors' methods ---
     def keys(self) -> list:
-        return self._file.keys()
+        return self._open_file().keys()
 
     def metadata(self) -> Optional[dict]:
         """File metadata, or None if there is none (safetensors' convention).
         Values keep their stored type (str, int, float, bool, bytes)."""
-        meta = self._file.metadata
+        meta = self._open_file().metadata
         return meta or None
 
     def get_tensor(self, name: str):
-        return self._finish(self._convert(self._file[name]))
+        return self._finish(self._convert(self._open_file()[name]))
 
     def get_slice(self, name: str) -> SafeSlice:
-        return SafeSlice(self, name)
+        return SafeSlice(self._open_file_owner(), name)
 
     def __enter__(self) -> "SafeOpen":
-        if self._file.closed:
-            raise ValueError("I/O operation on a closed hurray file")
+        self._open_file()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._file.close()
+        self.close()
 
     def close(self) -> None:
-        self._file.close()
+        """Closes the file, unless slices taken from it are still alive:
+        then the last of them closes it when it is collected."""
+        self._closed = True
+        if not self._slices:
+            self._file.close()
+
+    def _slice_gone(self) -> None:
+        self._slices -= 1
+        if self._closed and not self._slices:
+            self._file.close()
+
+    def _open_file(self) -> File:
+        if self._closed or self._file.closed:
+            raise ValueError("I/O operation on a closed hurray file")
+        return self._file
+
+    def _open_file_owner(self) -> "SafeOpen":
+        self._open_file()
+        return self
 
     # --- framework plumbing ---
     def _convert(self, t):

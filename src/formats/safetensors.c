@@ -197,8 +197,8 @@ static int on_string(void *ctx, const unsigned char *s, size_t len) {
     char name[48];
     snprintf(name, sizeof name, "%.*s", (int)(len > 40 ? 40 : len), (const char *)s);
     p->status = hurray__fail(p->error, HURRAY_ERR_UNSUPPORTED,
-                             "safetensors header: tensor %.200s has dtype %s, which is not a "
-                             "safetensors dtype",
+                             "safetensors header: tensor %.200s has dtype %s, which no hurray "
+                             "dtype holds",
                              p->t->name, name);
     return 0;
   }

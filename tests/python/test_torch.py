@@ -813,8 +813,13 @@ def test_load_file_device_and_save_file_metadata_arguments():
         # torch.device raises a C++ exception, which does not unwind when
         # libstdc++ cannot intercept __cxa_throw (make test-python-asan).
         pytest.skip("torch's C++ exceptions abort under the preloaded ASan runtime")
+    # None is the CPU, as in safetensors.torch.load_file and safe_open; it
+    # was a TypeError from load_file alone.
+    assert hurray.torch._device(None) == torch.device("cpu")
     with pytest.raises(TypeError, match="device must be"):
-        hurray.torch._device(None)
+        hurray.torch._device(True)
+    with pytest.raises(TypeError, match="device must be"):
+        hurray.torch._device(1.0)
     with pytest.raises(ValueError, match="device 'gpu'"):
         hurray.torch._device("gpu")
     with pytest.raises(ValueError, match="device -1"):

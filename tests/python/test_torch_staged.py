@@ -148,3 +148,23 @@ def test_a_tensor_that_starts_inside_its_buffer(tmp_path):
     for chunk in (1 << 20, 12):
         got = _load(path, torch.device("cpu"), True, None, _staged.CpuSink(), chunk=chunk)
         assert_same(got, want)
+
+
+def test_one_element_tensors_with_any_stride_are_staged(tmp_path):
+    """torch calls a one-element tensor contiguous whatever its strides, so
+    it was staged, and view(uint8) of its reshape refused the stride of 2
+    (a RuntimeError from load_file(device="cuda") of a valid file)."""
+    path = tmp_path / "s.hurray"
+    tensors = {}
+    for name, shape, strides in (("a", (1,), (2,)), ("b", (1, 1), (5, 3)), ("c", (2, 1), (1, 9))):
+        d = hurray.Descriptor(
+            "float32", shape, strides=strides, buffers=[hurray.Buffer("data", 64)]
+        )
+        values = np.arange(16, dtype=np.float32) + 1
+        tensors[name] = hurray.Tensor(d, [values.tobytes()])
+    hurray.save(path, tensors)
+    got, want = _load(path, torch.device("cpu"), True, None, _staged.CpuSink()), load_file(path)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].shape == want[name].shape and torch.equal(got[name], want[name]), name
+    assert float(got["a"][0]) == 1.0 and got["c"].tolist() == [[1.0], [2.0]]

@@ -791,7 +791,9 @@ def save_file(
     _save(filename, converted, metadata)
 
 
-def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
+def _device(device: Union[str, int, "torch.device", None]) -> "torch.device":
+    if device is None:  # the CPU, as in safetensors and safe_open
+        return torch.device("cpu")
     if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
         raise TypeError(f"device must be a str, an int or a torch.device, not {device!r}")
     try:
@@ -802,7 +804,7 @@ def _device(device: Union[str, int, "torch.device"]) -> "torch.device":
         raise ValueError(f"device {device!r}: {e}") from None
 
 
-def _available_device(device: Union[str, int, "torch.device"], what: str) -> "torch.device":
+def _available_device(device: Union[str, int, "torch.device", None], what: str) -> "torch.device":
     """_device, refused up front (UnsupportedError) where torch has no CUDA:
     torch's own .to() raises AssertionError ("not compiled with CUDA")."""
     target = _device(device)
@@ -892,7 +894,7 @@ def _dequantized(t: Tensor, dtype: "torch.dtype", threads: int) -> "torch.Tensor
 
 def load_file(
     filename: Union[str, os.PathLike],
-    device: Union[str, int, "torch.device"] = "cpu",
+    device: Union[str, int, "torch.device", None] = "cpu",
     *,
     mmap: bool = True,
     dequantize: Optional["torch.dtype"] = None,

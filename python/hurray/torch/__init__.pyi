@@ -46,7 +46,7 @@ def save_file(
 
 def load_file(
     filename: _StrPath,
-    device: str | int | torch.device = "cpu",
+    device: str | int | torch.device | None = "cpu",
     *,
     mmap: bool = True,
     dequantize: torch.dtype | None = None,

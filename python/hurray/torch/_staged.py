@@ -97,7 +97,12 @@ class CpuSink(CudaSink):
 
 
 def _bytes_of(t: "torch.Tensor") -> "torch.Tensor":
-    return t.reshape(-1).view(torch.uint8)
+    flat = t.reshape(-1)
+    if flat.numel() <= 1 and flat.stride(0) != 1:
+        # A stored one-element tensor may have any stride ((1,) with
+        # strides (2,)), which reshape keeps and view(uint8) refuses.
+        flat = flat.as_strided((flat.numel(),), (1,))
+    return flat.view(torch.uint8)
 
 
 def _stageable(t: "torch.Tensor") -> bool:
