@@ -68,10 +68,21 @@ def signals_deferred() -> Iterator[None]:
                     signal.signal(s, handler)
             except BaseException as exc:  # noqa: BLE001 - raised once all are back
                 raised = raised or exc
-        if raised is not None:
-            raise raised
-        if pending:
-            postponed[pending[0]](pending[0], None)
+        # Each signal noted runs its handler once, in the order they came,
+        # as the kernel would have delivered them: only the first ran, and a
+        # Ctrl-C after a SIGHUP whose handler returned was lost.
+        todo = list(dict.fromkeys(pending))
+        try:
+            if raised is not None:
+                raise raised
+            while todo:
+                s = todo.pop(0)
+                postponed[s](s, None)
+        finally:
+            # One raised: the rest are sent again, and run where Python
+            # next checks for signals, as they would have without the hold.
+            for s in todo:
+                os.kill(os.getpid(), s)
 
 
 @contextlib.contextmanager

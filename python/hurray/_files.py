@@ -10,7 +10,7 @@ import operator
 import os
 import stat
 import threading
-from typing import Any, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -53,6 +53,7 @@ def _plain_dtype(dtype) -> Optional[str]:
 _PAUSE_LOCK = threading.RLock()
 _pauses = 0
 _resume = False
+_pauses_by_thread: Dict[int, int] = {}  # for a forked child, which keeps one thread
 
 
 @contextlib.contextmanager
@@ -62,8 +63,10 @@ def _collections_paused() -> Iterator[None]:
     # handler that runs between the two steps (same thread, so the lock
     # lets it in) then nests inside this one instead of taking the paused
     # collector for the application's choice.
+    me = threading.get_ident()
     with _PAUSE_LOCK:
         _pauses += 1
+        _pauses_by_thread[me] = _pauses_by_thread.get(me, 0) + 1
         if _pauses == 1:
             _resume = gc.isenabled()
             gc.disable()
@@ -74,6 +77,30 @@ def _collections_paused() -> Iterator[None]:
             if _pauses == 1 and _resume:
                 gc.enable()
             _pauses -= 1
+            _pauses_by_thread[me] -= 1
+            if not _pauses_by_thread[me]:
+                del _pauses_by_thread[me]
+
+
+def _collections_after_fork() -> None:
+    """A child forked while another thread's save paused the collector kept
+    it off for good: that thread, which would give it back, is not in the
+    child. Only the forking thread's own pauses are kept, and the lock,
+    which a vanished thread may hold, is made anew."""
+    global _PAUSE_LOCK, _pauses
+    _PAUSE_LOCK = threading.RLock()
+    me = threading.get_ident()
+    mine = _pauses_by_thread.get(me, 0)
+    _pauses_by_thread.clear()
+    if mine:
+        _pauses_by_thread[me] = mine
+    elif _pauses and _resume:
+        gc.enable()
+    _pauses = mine
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_collections_after_fork)
 
 
 def _plain_or_tensor(value: Any):

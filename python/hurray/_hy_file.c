@@ -201,8 +201,15 @@ static int file_lock(FileObject *self) {
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
     return 0;
   }
-  Py_BEGIN_ALLOW_THREADS PyThread_acquire_lock(self->lock, WAIT_LOCK);
-  Py_END_ALLOW_THREADS return 0;
+  /* Interruptible, as threading.Lock is: another thread's call on the
+   * file (a slow URL) could hold the lock for minutes, and Ctrl-C on the
+   * one waiting here did nothing until it ended. */
+  for (;;) {
+    PyLockStatus got;
+    Py_BEGIN_ALLOW_THREADS got = PyThread_acquire_lock_timed(self->lock, -1, 1);
+    Py_END_ALLOW_THREADS if (got == PY_LOCK_ACQUIRED) return 0;
+    if (PyErr_CheckSignals() < 0) return -1; /* a handler raised */
+  }
 }
 
 /* Takes the lock; fails if the file is closed. */

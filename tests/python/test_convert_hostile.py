@@ -589,6 +589,54 @@ def test_signals_deferred_holds_handlers_until_the_block_ends():
         signal.signal(signal.SIGTERM, before)
 
 
+def test_signals_deferred_runs_every_signal_that_came():
+    """Only the first signal noted ran its handler: a Ctrl-C after a SIGHUP
+    whose handler returned was lost, and so was a SIGTERM after it. Each
+    runs once, in the order they came; when one raises, the others still
+    run at the interpreter's next check."""
+    from hurray._deferred import signals_deferred
+
+    seen = []
+
+    def note(signum, frame):
+        seen.append(signum)
+
+    def interrupt(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt(signum)
+
+    held = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in held}
+    try:
+        signal.signal(signal.SIGHUP, note)
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, note)
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                for s in (signal.SIGHUP, signal.SIGINT, signal.SIGHUP):
+                    os.kill(os.getpid(), s)
+                for _ in range(1000):
+                    pass
+                assert seen == []
+        assert seen == [signal.SIGHUP, signal.SIGINT]
+        seen.clear()
+        # The first raises; the SIGTERM after it is not lost.
+        try:
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+        except KeyboardInterrupt:
+            pass
+        for _ in range(1000):  # where the SIGTERM sent again runs
+            pass
+        assert seen == [signal.SIGINT, signal.SIGTERM]
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
 def test_a_torch_checkpoint_with_a_short_record_is_refused(tmp_path):
     """torch.load(mmap=True) checks no record's size: a storage whose
     record was cut short ran on into the next records, and the conversion

@@ -2259,6 +2259,45 @@ def test_load_leaves_the_collector_to_the_application(tmp_path, monkeypatch):
     assert not any(gc.is_tracked(t) for t in tensors.values())
 
 
+_FORK_DURING_SAVE = textwrap.dedent(
+    """
+    import gc, os, threading, numpy as np
+    from hurray import _files
+    inside, leave = threading.Event(), threading.Event()
+    def other_thread_saving():
+        with _files._collections_paused():
+            inside.set()
+            leave.wait(20)
+    t = threading.Thread(target=other_thread_saving)
+    t.start()
+    inside.wait(20)
+    pid = os.fork()
+    if pid == 0:
+        at_fork = gc.isenabled()
+        with _files._collections_paused():  # the child's own save, lock and all
+            during = gc.isenabled()
+        print(at_fork, during, gc.isenabled(), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    leave.set()
+    t.join()
+    print(gc.isenabled())
+    """
+)
+
+
+def test_a_child_forked_during_another_threads_save_collects_again():
+    """The child of a fork made while another thread's save paused the
+    collector kept it off for good: the thread that would give it back is
+    not in the child, and the child's own saves counted themselves nested
+    in that one. The parent is unchanged."""
+    r = subprocess.run(
+        [sys.executable, "-c", _FORK_DURING_SAVE], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False", "True", "True"], r.stdout
+
+
 def test_overlapping_saves_give_the_collector_back_once_the_last_ends():
     """Each save paused the collector by itself: the first to end turned it
     back on while another thread's save still built its items."""

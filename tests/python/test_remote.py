@@ -419,6 +419,30 @@ def test_in_a_subprocess(files, server):
     assert p.stdout.split() == ["closed", "ok", str(len(files["tensors"]))]
 
 
+def test_ctrl_c_reaches_a_thread_waiting_for_the_files_lock(files, server):
+    """While another thread's verify waited on a slow server, holding the
+    File's lock, the main thread's keys() waited for that lock with no way
+    to interrupt it: Ctrl-C came out only when the server answered."""
+    code = textwrap.dedent(f"""
+        import os, signal, threading, time, hurray
+        f = hurray.open({server.url("/big.hurray")!r}, retries=1, timeout=30)
+        threading.Thread(target=f.verify, daemon=True).start()
+        time.sleep(0.5)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        try:
+            f.keys()
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - started < 4)
+        os._exit(0)
+    """)
+    size = len(files["big_bytes"])  # what open reads ends the file; verify's do not
+    server.on_range = lambda start, end: time.sleep(6) if end < size - 1 else None
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stdout.split() == ["interrupted", "True"], (p.stdout, p.stderr)
+
+
 def test_a_forked_child_reads_through_its_own_threads_and_connections(tmp_path):
     """After the parent had fetched on the pool's threads (tensors of more
     than 16 MiB), a forked child's fetches waited for ever: its executor
