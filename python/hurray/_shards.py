@@ -11,6 +11,7 @@ it, fetching only the pieces that region touches.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -22,6 +23,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Iterator,
     List,
     Mapping,
     NamedTuple,
@@ -643,6 +645,21 @@ def load_sharded(
 
 
 # long: pass 1 (descriptors, checks) and pass 2 (fetches) of load_sharded, in order.
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """A part's failure (a damaged index, a checksum) as the same error
+    naming the part: the reader's message says what, not which of a
+    hundred parts. File-system errors name their file already."""
+    try:
+        yield
+    except _hurray.HurrayError as exc:
+        text = str(exc)
+        if isinstance(exc, OSError) or path in text or not getattr(exc, "status_name", None):
+            raise
+        text = text[len(exc.status_name) + 2 :] if text.startswith(exc.status_name + ": ") else text
+        raise _error(exc.status_name, f"{path}: {text}") from None
+
+
 def _load(
     paths: List[str],
     name: Optional[str],
@@ -663,7 +680,7 @@ def _load(
     # Pass 1: descriptors only, one file open at a time (parts may outnumber fds).
     for path in paths:
         identity = _identity(path)
-        with open_file(path) as f:
+        with _naming(path), open_file(path) as f:
             # save_sharded's id, or a DCP rank file's: pieces of two saves never mix
             save_id = f.metadata.get(SAVE_KEY, f.metadata.get(DCP_SAVE_ID_KEY))
             ids[path] = None if save_id is None else str(save_id)
@@ -681,7 +698,7 @@ def _load(
     if folder is not None:
 
         def read_metadata(path: str):
-            with open_file(path) as f:
+            with _naming(path), open_file(path) as f:
                 return f.metadata
 
         why = check_one_finished_save(folder, ids, dcp, read_metadata, one_save=False)
@@ -718,7 +735,7 @@ def _load(
     for path in paths:
         if path not in wanted:
             continue
-        with open_file(path) as f:
+        with _naming(path), open_file(path) as f:
             checked = set()
             for p, cut, dst in wanted.pop(path):
                 _check_unchanged(f, p)

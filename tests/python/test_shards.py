@@ -741,11 +741,17 @@ def test_verify_checks_the_pieces_fetched(tmp_path):
     open(paths[1], "wb").write(bytes(raw))
     assert not np.array_equal(hurray.load_sharded(tmp_path, "w"), w)  # unchecked, as load()
     for kw in ({}, {"index": (slice(9, 10),)}, {"mmap": False}):
-        with pytest.raises(hurray.ChecksumError):
+        # Naming the part: "tensor "w" buffer 0: checksum mismatch" said
+        # which tensor, not which of the parts.
+        with pytest.raises(hurray.ChecksumError, match=f"^HURRAY_ERR_CHECKSUM: {paths[1]}: tensor"):
             hurray.load_sharded(tmp_path, "w", verify=True, **kw)
     np.testing.assert_array_equal(  # the sound part alone
         hurray.load_sharded(tmp_path, "w", index=(slice(0, 8),), verify=True), w[:8]
     )
+    raw[-10] ^= 0x01  # the trailer: found as the part is opened
+    open(paths[1], "wb").write(bytes(raw))
+    with pytest.raises(hurray.ChecksumError, match=f"{paths[1]}: trailer checksum mismatch"):
+        hurray.load_sharded(tmp_path, "w")
 
 
 def test_a_dcp_folder_must_hold_its_finished_save(tmp_path):
