@@ -644,7 +644,6 @@ def load_sharded(
     )
 
 
-# long: pass 1 (descriptors, checks) and pass 2 (fetches) of load_sharded, in order.
 @contextlib.contextmanager
 def _naming(path: str) -> Iterator[None]:
     """A part's failure (a damaged index, a checksum) as the same error
@@ -660,6 +659,7 @@ def _naming(path: str) -> Iterator[None]:
         raise _error(exc.status_name, f"{path}: {text}") from None
 
 
+# long: pass 1 (descriptors, checks) and pass 2 (fetches) of load_sharded, in order.
 def _load(
     paths: List[str],
     name: Optional[str],
