@@ -637,6 +637,48 @@ def test_signals_deferred_runs_every_signal_that_came():
             signal.signal(s, h)
 
 
+def _shared_pickle_checkpoint(path, data_pkl: bytes):
+    """A torch zip checkpoint whose data.pkl is `data_pkl`, no storages."""
+    buf = io.BytesIO()
+    torch.save({"a": torch.zeros(1)}, buf)
+    with (
+        zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src,
+        zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as out,
+    ):
+        for info in src.infolist():
+            if "/data/" not in info.filename:
+                body = data_pkl if info.filename.endswith("data.pkl") else src.read(info)
+                out.writestr(info.filename, body)
+
+
+def test_torch_checkpoints_that_share_what_they_hold_stay_small(tmp_path):
+    """A pickle refers to one object from many places for free: a state
+    dict whose key was a tuple holding one tuple ten times, eight levels
+    deep (972 bytes), was spelled out by str() (3.4 GB, a 522 MB traceback);
+    ten levels of a dict holding one dict ten times stood for 10^10 names.
+    Both are one line now, at once."""
+    levels = 8
+    tup = b"\x80\x02}" + b"(" * levels + b"X\x01\x00\x00\x00aq\x00" + b"h\x00" * 9 + b"t"
+    for level in range(1, levels):
+        tup += b"q" + bytes([level]) + (b"h" + bytes([level])) * 9 + b"t"
+    _shared_pickle_checkpoint(tmp_path / "key.pt", tup + b"K\x00s.")
+    r = run_cli(tmp_path / "key.pt", tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="has a key of type tuple")
+    nested = {"w": torch.ones(2)}
+    for _ in range(10):
+        nested = {str(k): nested for k in range(10)}
+    torch.save(nested, tmp_path / "dicts.pt")
+    assert (tmp_path / "dicts.pt").stat().st_size < 10_000
+    r = run_cli(tmp_path / "dicts.pt", tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="['0']['1'] are one dict")
+    assert not (tmp_path / "out.hurray").exists()
+    tied = torch.ones(3)  # one tensor under two names (tied weights) converts
+    torch.save({"embed": tied, "head": tied}, tmp_path / "tied.pt")
+    r = run_cli(tmp_path / "tied.pt", tmp_path / "out.hurray")
+    assert r.returncode == 0, r.stderr
+    assert sorted(hurray.load(tmp_path / "out.hurray")) == ["embed", "head"]
+
+
 def test_a_torch_checkpoint_with_a_short_record_is_refused(tmp_path):
     """torch.load(mmap=True) checks no record's size: a storage whose
     record was cut short ran on into the next records, and the conversion

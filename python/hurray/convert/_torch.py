@@ -65,7 +65,10 @@ class _StorageScan(pickle.Unpickler):
 
     def persistent_load(self, pid):
         if isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage":
-            self.storages.append((str(pid[2]), pid[1], pid[4]))
+            # Not str() of whatever the file put there: a tuple nested in
+            # itself through the memo stood for 10^8 strings in 1 KB.
+            key = pid[2] if isinstance(pid[2], str) else None
+            self.storages.append((key, pid[1], pid[4]))
         return _Inert()
 
 
@@ -121,7 +124,7 @@ def _check_records(torch, path: str) -> bool:
     sizes = {i.filename[len(prefix) :]: i.file_size for i in records}
     for key, kind, numel in scan.storages:
         dtype = _storage_dtype(torch, kind)
-        if dtype is None or not isinstance(numel, int) or numel < 0:
+        if key is None or dtype is None or not isinstance(numel, int) or numel < 0:
             return False
         need = numel * dtype.itemsize
         have = sizes.get(key)
@@ -205,11 +208,28 @@ class _TorchSource(_Source):
         and "1") are refused, naming both."""
         torch = self._torch
         spelled: Dict[str, str] = {}  # name -> the entry's keys, as the checkpoint has them
+        seen: Dict[int, str] = {}  # id of each mapping -> where it was met
         stack: List[Tuple[str, Tuple[Any, ...], Any]] = [("", (), root)]
         while stack:
             prefix, keys, obj = stack.pop()
             if isinstance(obj, Mapping) and not isinstance(obj, torch.Tensor):
+                where = "".join(f"[{k!r}]" for k in keys) or "the root object"
+                # A dict met twice is refused, not walked again: ten levels
+                # of a dict holding one shared dict ten times stood for 10^10
+                # names in a file of a kilobyte. (A tensor may be met twice:
+                # tied weights.)
+                if id(obj) in seen:
+                    raise ConversionError(
+                        f"torch checkpoint entries {seen[id(obj)]} and {where} are one dict; "
+                        "hurray converts state dicts whose dicts each appear once"
+                    )
+                seen[id(obj)] = where
                 for k, v in reversed(list(obj.items())):
+                    if not isinstance(k, (str, int)):  # str() of a key could be any size
+                        raise ConversionError(
+                            f"torch checkpoint entry {where} has a key of type "
+                            f"{type(k).__name__}; hurray names tensors by str or int keys"
+                        )
                     stack.append((f"{prefix}.{k}" if prefix else str(k), keys + (k,), v))
                 continue
             is_tensor = isinstance(obj, torch.Tensor)
