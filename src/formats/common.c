@@ -328,7 +328,7 @@ static HurrayJ *jslot(JB *b) {
   size_t *cap = &b->cap[b->depth - 1];
   if (c->kind == HJ_OBJ && !b->have_key) return NULL; /* yajl sends keys first */
   if (c->len == *cap) {
-    size_t ncap = *cap ? *cap * 2 : 8;
+    size_t ncap = *cap ? *cap * 2 : 1; /* from 1: an 8-item table per "[[]]" cost 250x its text */
     HurrayJ *items = realloc(c->items, ncap * sizeof *items);
     if (items == NULL) return NULL;
     c->items = items;

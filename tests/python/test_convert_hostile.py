@@ -302,6 +302,45 @@ def test_npz_members_read_as_one_name_are_refused(tmp_path):
         convert(src, tmp_path / "out.hurray", quiet=True)
 
 
+def _npz_with_members_sharing_bytes(path, copies: int) -> None:
+    """An .npz of one deflated member and `copies` more central directory
+    entries that point at its bytes (the simplest overlap: each inflates
+    the same stream)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("m0.npy", _npy_bytes(np.zeros(1 << 16)))
+    raw = buf.getvalue()
+    eocd = raw.rindex(b"PK\x05\x06")
+    cd_size, cd_offset = struct.unpack("<II", raw[eocd + 12 : eocd + 20])
+    entry = raw[cd_offset : cd_offset + cd_size]
+    entries = [entry] + [
+        entry.replace(b"m0.npy", f"m{k}.npy".encode()) for k in range(1, copies + 1)
+    ]
+    cd = b"".join(entries)
+    tail = raw[eocd : eocd + 22]
+    tail = (
+        tail[:8] + struct.pack("<HHII", len(entries), len(entries), len(cd), cd_offset) + tail[20:]
+    )
+    path.write_bytes(raw[:cd_offset] + cd + tail)
+
+
+def test_npz_members_that_share_stored_bytes_are_refused(tmp_path):
+    """Members whose stored bytes overlap each inflate the same data again:
+    a 260 KB archive asked for 2 GB per 8 members, past the ~1,000x of
+    deflate that security.md allows for. Python 3.11's zipfile reads them."""
+    src = tmp_path / "shared.npz"
+    _npz_with_members_sharing_bytes(src, copies=3)
+    with zipfile.ZipFile(src) as z:
+        assert len(z.namelist()) == 4  # zipfile itself takes it, on Python < 3.13
+    r = run_cli(src, tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="members 'm0.npy' and 'm1.npy' share stored bytes")
+    assert not (tmp_path / "out.hurray").exists()
+    ok = tmp_path / "ok.npz"
+    np.savez_compressed(ok, a=np.arange(5), b=np.ones((2, 3)))
+    convert(ok, tmp_path / "out.hurray", quiet=True)
+    assert sorted(hurray.load(tmp_path / "out.hurray")) == ["a", "b"]
+
+
 @pytest.mark.parametrize("order", ["codes first", "scales first"])
 @pytest.mark.parametrize("part,scheme", [("scales", "q4_0"), ("zero_points", "block_affine")])
 def test_keep_scales_part_named_like_a_tensor_is_refused(tmp_path, order, part, scheme):
