@@ -337,3 +337,27 @@ def test_bool_bytes_other_than_0_and_1_are_refused_by_every_target(tmp_path):
         with pytest.raises(hurray.ConversionError, match="bool element 1 is 66"):
             hurray.convert(src, tmp_path / target, quiet=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.safetensors"]
+
+
+@pytest.mark.skipif(_cli() is None, reason="the hurray CLI is not built")
+def test_json_metadata_costs_a_small_multiple_of_its_text(tmp_path):
+    """The C JSON reader gave every array an 8-item table: 2.25 MB of
+    "[[[[]]]]," in gguf.__tensors__ took 403 MB before the convert refused
+    it. Tables now start at one item (83 MB, most of it the file)."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("peak memory is the plain build's")
+    src = tmp_path / "nested.hurray"
+    text = "[" + ",".join(["[[[[]]]]"] * 250_000) + "]"
+    hurray.save(src, {"w": np.zeros(8, np.float32)}, {"gguf.__tensors__": text})
+    probe = textwrap.dedent("""
+        import os, resource, subprocess, sys
+        env = dict(os.environ, HURRAY_PYTHON="/nonexistent/python")
+        r = subprocess.run(sys.argv[1:], capture_output=True, text=True, env=env)
+        print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+    """)
+    r = subprocess.run(
+        [sys.executable, "-c", probe, _cli(), "convert", str(src), str(tmp_path / "o.safetensors")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    status, peak_mib = map(int, r.stdout.split())
+    assert status == 1 and peak_mib < 200, (r.stdout, r.stderr)
