@@ -393,6 +393,32 @@ def test_targets_not_a_list_of_names(tmp_path, targets):
     assert_one_line_failure(_bad(tmp_path, mutate), ["config.json", "target"])
 
 
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|ab)*c", r"(\w+\.)*x", "(?:a*)*b"])
+def test_targets_that_backtrack_exponentially_are_refused(tmp_path, pattern):
+    """ "re:(a+)+$" took 25 s to match one layer name of 30 characters, and
+    twice as long with each more; such targets are refused up front."""
+
+    def mutate(t, qc):
+        qc["config_groups"]["group_0"]["targets"] = ["Linear", "re:" + pattern]
+
+    assert_one_line_failure(
+        _bad(tmp_path, mutate), ["config.json", "can take exponential time to match"]
+    )
+
+
+def test_targets_people_write_are_taken():
+    from hurray.convert.zoo.compressed_tensors import _check_target_regex
+
+    for target in (
+        r"re:.*self_attn.(k|q|o|v)_proj$",
+        r"re:.*mlp.(down|gate|up)_proj$",
+        r"re:model\.layers\.\d+\.mlp\..*",
+        "re:.*lm_head",
+        "re:(?=model).*",
+    ):
+        _check_target_regex("group_0", target)
+
+
 @pytest.mark.parametrize("targets", [[], None, "missing"])
 def test_a_group_without_targets_is_the_only_group(tmp_path, targets):
     bits, strategy, symmetric, group_size, extra = CASES["int4-group-asym"]

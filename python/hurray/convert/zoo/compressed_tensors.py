@@ -30,6 +30,8 @@ axis 1, packed zero points along axis 0.
 from __future__ import annotations
 
 import re
+import re._constants as _re_ops  # the parsed form of a pattern (Python 3.11+)
+from re._parser import parse as _sre_parse
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..._descriptor import BlockAffine, PerChannelAffine
@@ -103,6 +105,65 @@ def _check_config(qc) -> None:
                 )
 
 
+def _repeats_inside(items) -> bool:
+    """Whether a parsed pattern (re._parser) repeats something in a way
+    that can backtrack exponentially: a repetition of more than one,
+    greedy or lazy, whose body holds another such repetition or an
+    alternation ("(a+)+$", "(a|ab)*c")."""
+    for op, arg in items:
+        if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT):
+            _, hi, body = arg
+            if hi > 1 and _can_repeat_or_branch(body):
+                return True
+            if _repeats_inside(body):
+                return True
+        elif op is _re_ops.SUBPATTERN:
+            if _repeats_inside(arg[-1]):
+                return True
+        elif op is _re_ops.BRANCH:
+            if any(_repeats_inside(alt) for alt in arg[1]):
+                return True
+        elif op in (_re_ops.ASSERT, _re_ops.ASSERT_NOT):
+            if _repeats_inside(arg[1]):
+                return True
+    return False
+
+
+def _can_repeat_or_branch(items) -> bool:
+    for op, arg in items:
+        if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT) and arg[1] > 1:
+            return True
+        if op is _re_ops.BRANCH:
+            return True
+        nested = (
+            arg[-1] if op is _re_ops.SUBPATTERN
+            else arg[2] if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT)
+            else arg[1] if op in (_re_ops.ASSERT, _re_ops.ASSERT_NOT)
+            else None
+        )  # fmt: skip
+        if nested is not None and _can_repeat_or_branch(nested):
+            return True
+    return False
+
+
+def _check_target_regex(group: str, target: str) -> None:
+    """A regex target that could take exponential time on a layer's name is
+    refused before any name is matched: "re:(a+)+$" took 25 s on one name
+    of 30 characters, and doubled with each more."""
+    try:
+        tree = _sre_parse(target[3:])
+    except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
+        raise ZooError(
+            f"config.json: config_groups[{group!r}] target {target!r} is not a regex"
+        ) from None
+    if _repeats_inside(list(tree)):
+        raise ZooError(
+            f"config.json: config_groups[{group!r}] target {target!r} repeats a repetition "
+            "or an alternation, which can take exponential time to match; hurray refuses "
+            "such patterns"
+        )
+
+
 class _Targets:
     """config_groups' targets, read once per config: plain names in a dict
     (name -> first group), so that matching a layer costs its name's
@@ -130,6 +191,7 @@ class _Targets:
             self.names.append(name)
             for t in targets:
                 if t.startswith("re:"):
+                    _check_target_regex(name, t)
                     self.regexes.append((k, t, t[3:]))
                 else:
                     self.plain.setdefault(t, k)
