@@ -5,6 +5,7 @@
  * docs/impl/python-bindings.md ("DLPack").
  */
 #include "_dlpack.h"
+#include "_hurray.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -88,12 +89,10 @@ typedef struct Holder {
 
 static void holder_free(Holder *h) {
   if (h == NULL) return;
-  if (h->owner != NULL) {
-    /* Consumers may run the deleter on any thread, without the GIL. */
-    PyGILState_STATE g = PyGILState_Ensure();
-    Py_DECREF(h->owner);
-    PyGILState_Release(g);
-  }
+  /* Consumers may run the deleter on any thread, without the GIL, and
+   * after the interpreter has ended (a C++ static destroyed at exit): the
+   * owner is then left, as every release callback of the package leaves it. */
+  if (h->owner != NULL) hy_release_pyobject(NULL, h->owner);
   free(h->copy);
   free(h);
 }

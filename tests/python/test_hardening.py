@@ -1976,6 +1976,59 @@ def test_safe_open_refuses_none_and_masks_before_counting_axes(tmp_path):
         assert f.get_slice("b")[1:3].tolist() == [1.0, 2.0]
 
 
+_DLPACK_KEEPER = r"""
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+/* A C consumer that, like a C++ static holding a tensor, runs the deleter
+ * of what it consumed when the process exits, after Python has ended. */
+typedef struct Versioned {
+  uint32_t major, minor;
+  void *manager_ctx;
+  void (*deleter)(struct Versioned *self);
+} Versioned;
+static Versioned *kept;
+static void release(void) { kept->deleter(kept); }
+static PyObject *keep(PyObject *self, PyObject *capsule) {
+  (void)self;
+  kept = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+  if (kept == NULL || PyCapsule_SetName(capsule, "used_dltensor_versioned") < 0) return NULL;
+  atexit(release);
+  Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"keep", keep, METH_O, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "dlpack_keeper", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_dlpack_keeper(void) { return PyModule_Create(&module); }
+"""
+
+
+def test_a_dlpack_deleter_run_after_python_ended_does_nothing(tmp_path):
+    """A consumer may run the deleter after the interpreter has finalized
+    (a C++ static destroyed at exit), as numpy's deleter allows for: ours
+    took the GIL of an interpreter that was gone (SIGSEGV)."""
+    import sysconfig
+
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "keeper.c").write_text(_DLPACK_KEEPER)
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = subprocess.run(
+        [cc, "-shared", "-fPIC", "-I" + sysconfig.get_paths()["include"], str(tmp_path / "keeper.c"),
+         "-o", str(tmp_path / ("dlpack_keeper" + suffix))],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip("cannot build a C extension here: " + built.stderr[-300:])
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import numpy as np, hurray, dlpack_keeper\n"
+        "dlpack_keeper.keep(hurray.from_numpy(np.arange(4.0)).__dlpack__(max_version=(1, 0)))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+
+
 def test_dlpack_max_version_and_sparse_arguments_are_checked():
     """max_version=(2**70, 0) raised OverflowError naming nothing, and
     (-1, -1) was taken; from_arrays("bsr") without block_shape raised
