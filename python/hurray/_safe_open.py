@@ -14,6 +14,7 @@ copy-on-write mapping: they may be written, and the file never changes.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -100,7 +101,7 @@ class SafeSlice:
         # slices taken inside a `with` are read after it ends.
         self._file = owner._file
         self._shape = tuple(self._file.shape(name))
-        owner._slices += 1
+        owner._slice_made()
         self._counted = True
 
     def __del__(self) -> None:
@@ -194,6 +195,7 @@ class SafeOpen:
         self._file = File(filename)
         self._closed = False
         self._slices = 0  # those alive
+        self._slices_lock = threading.Lock()  # slices come and go on any thread
 
     # --- safetensors' methods ---
     def keys(self) -> list:
@@ -221,13 +223,21 @@ class SafeOpen:
     def close(self) -> None:
         """Closes the file, unless slices taken from it are still alive:
         then the last of them closes it when it is collected."""
-        self._closed = True
-        if not self._slices:
+        with self._slices_lock:
+            self._closed = True
+            last = not self._slices
+        if last:
             self._file.close()
 
+    def _slice_made(self) -> None:
+        with self._slices_lock:
+            self._slices += 1
+
     def _slice_gone(self) -> None:
-        self._slices -= 1
-        if self._closed and not self._slices:
+        with self._slices_lock:
+            self._slices -= 1
+            last = self._closed and not self._slices
+        if last:
             self._file.close()
 
     def _open_file(self) -> File:

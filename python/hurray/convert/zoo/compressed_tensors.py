@@ -151,12 +151,12 @@ def _check_target_regex(group: str, target: str) -> None:
     refused before any name is matched: "re:(a+)+$" took 25 s on one name
     of 30 characters, and doubled with each more."""
     try:
-        tree = _sre_parse(target[3:])
+        nested = _repeats_inside(list(_sre_parse(target[3:])))
     except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
         raise ZooError(
             f"config.json: config_groups[{group!r}] target {target!r} is not a regex"
         ) from None
-    if _repeats_inside(list(tree)):
+    if nested:
         raise ZooError(
             f"config.json: config_groups[{group!r}] target {target!r} repeats a repetition "
             "or an alternation, which can take exponential time to match; hurray refuses "
