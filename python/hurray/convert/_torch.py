@@ -160,6 +160,17 @@ def _load(torch, path: str):
             return torch.load(path, map_location="cpu", weights_only=True)  # legacy format
 
 
+def _names_budget(path: str) -> int:
+    """Characters of flattened names a checkpoint may give: nested keys
+    repeat their prefixes (a few times the pickle's bytes), so 64 times
+    the file and a mebibyte leaves every real state dict room."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    return 64 * size + (1 << 20)
+
+
 class _TorchSource(_Source):
     format = "torch"
 
@@ -197,40 +208,41 @@ class _TorchSource(_Source):
             ) from None
         self._tensors: Dict[str, Any] = {}
         self._refused: Dict[str, str] = {}
-        self._flatten(obj)
+        self._flatten(obj, _names_budget(path))
         if not self._tensors and not self._refused:
             raise ConversionError(f"{path} holds a {type(obj).__name__}, not a state dict")
 
-    def _flatten(self, root) -> None:
+    def _flatten(self, root, budget: int) -> None:
         """Nested dicts joined with "." (keys as str()), depth first in key
         order; with an explicit stack, since the nesting depth is the file's.
         Two entries that get one name ({"a": {"b": x}, "a.b": y}, or keys 1
         and "1") are refused, naming both."""
         torch = self._torch
         spelled: Dict[str, str] = {}  # name -> the entry's keys, as the checkpoint has them
-        seen: Dict[int, str] = {}  # id of each mapping -> where it was met
         stack: List[Tuple[str, Tuple[Any, ...], Any]] = [("", (), root)]
         while stack:
             prefix, keys, obj = stack.pop()
             if isinstance(obj, Mapping) and not isinstance(obj, torch.Tensor):
-                where = "".join(f"[{k!r}]" for k in keys) or "the root object"
-                # A dict met twice is refused, not walked again: ten levels
-                # of a dict holding one shared dict ten times stood for 10^10
-                # names in a file of a kilobyte. (A tensor may be met twice:
-                # tied weights.)
-                if id(obj) in seen:
-                    raise ConversionError(
-                        f"torch checkpoint entries {seen[id(obj)]} and {where} are one dict; "
-                        "hurray converts state dicts whose dicts each appear once"
-                    )
-                seen[id(obj)] = where
                 for k, v in reversed(list(obj.items())):
                     if not isinstance(k, (str, int)):  # str() of a key could be any size
+                        where = "".join(f"[{k!r}]" for k in keys) or "the root object"
                         raise ConversionError(
                             f"torch checkpoint entry {where} has a key of type "
                             f"{type(k).__name__}; hurray names tensors by str or int keys"
                         )
-                    stack.append((f"{prefix}.{k}" if prefix else str(k), keys + (k,), v))
+                    name = f"{prefix}.{k}" if prefix else str(k)
+                    # A pickle refers to one dict from many places for free:
+                    # ten levels of a dict holding one dict ten times stood
+                    # for 10^10 names in a kilobyte. The names built are held
+                    # to a multiple of the file (a dict met twice still
+                    # converts, as tied weights do).
+                    budget -= len(name) + 1
+                    if budget < 0:
+                        raise ConversionError(
+                            "torch checkpoint names far more entries than its size allows: "
+                            "its pickle refers to the same dicts from many places"
+                        )
+                    stack.append((name, keys + (k,), v))
                 continue
             is_tensor = isinstance(obj, torch.Tensor)
             name = prefix or ("tensor" if is_tensor else "<root>")
