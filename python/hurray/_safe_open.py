@@ -195,7 +195,9 @@ class SafeOpen:
         self._file = File(filename)
         self._closed = False
         self._slices = 0  # those alive
-        self._slices_lock = threading.Lock()  # slices come and go on any thread
+        # Slices come and go on any thread, and the collector may drop one
+        # (its __del__) while this thread holds the lock: reentrant.
+        self._slices_lock = threading.RLock()
 
     # --- safetensors' methods ---
     def keys(self) -> list:

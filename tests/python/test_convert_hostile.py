@@ -335,6 +335,15 @@ def test_npz_members_that_share_stored_bytes_are_refused(tmp_path):
     r = run_cli(src, tmp_path / "out.hurray")
     assert_one_line_failure(r, contains="members 'm0.npy' and 'm1.npy' share stored bytes")
     assert not (tmp_path / "out.hurray").exists()
+    # A central directory placed past where it says: zipfile takes every
+    # member's offset as negative, and the check's seek gave a bare OSError.
+    np.savez(tmp_path / "src.npz", a=np.arange(4.0))
+    data = bytearray((tmp_path / "src.npz").read_bytes())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<I", data, end + 16, struct.unpack_from("<I", data, end + 16)[0] + 1000)
+    (tmp_path / "moved.npz").write_bytes(bytes(data))
+    r = run_cli(tmp_path / "moved.npz", tmp_path / "out.hurray")
+    assert_one_line_failure(r, contains="moved.npz: array 'a'")
     ok = tmp_path / "ok.npz"
     np.savez_compressed(ok, a=np.arange(5), b=np.ones((2, 3)))
     convert(ok, tmp_path / "out.hurray", quiet=True)

@@ -393,7 +393,21 @@ def test_targets_not_a_list_of_names(tmp_path, targets):
     assert_one_line_failure(_bad(tmp_path, mutate), ["config.json", "target"])
 
 
-@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|ab)*c", r"(\w+\.)*x", "(?:a*)*b"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(a+)+$",
+        "(a|ab)*c",
+        r"(\w+\.)*x",
+        "(?:a*)*b",
+        # past a first check that did not look inside these, or counted
+        # only repetitions of more than one
+        "(?>(a+)+$)",
+        "(x)?(?(1)x|(a+)+$)",
+        "(?:a?){24}a{24}",
+        "a?" * 24 + "a" * 24,
+    ],
+)
 def test_targets_that_backtrack_exponentially_are_refused(tmp_path, pattern):
     """ "re:(a+)+$" took 25 s to match one layer name of 30 characters, and
     twice as long with each more; such targets are refused up front."""
@@ -413,8 +427,11 @@ def test_targets_people_write_are_taken():
         r"re:.*self_attn.(k|q|o|v)_proj$",
         r"re:.*mlp.(down|gate|up)_proj$",
         r"re:model\.layers\.\d+\.mlp\..*",
+        r"re:model.layers.\d+.(self_attn|mlp).*",
+        r"re:(?:.*\.)?(q|k|v)_proj",
         "re:.*lm_head",
         "re:(?=model).*",
+        "re:(ab){1,5}",
     ):
         _check_target_regex("group_0", target)
 

@@ -35,10 +35,12 @@ def _shared_members(path: str, zf: zipfile.ZipFile) -> Optional[Tuple[str, str]]
     spans = []
     with open(path, "rb") as f:
         for info in zf.infolist():
+            if info.header_offset < 0:  # a central directory that lies about its place
+                return None  # zipfile says what is wrong when the member is read
             f.seek(info.header_offset + 26)  # the local header's name and extra lengths
             lengths = f.read(4)
             if len(lengths) < 4:
-                return None  # zipfile says what is wrong when the member is read
+                return None
             name_len, extra_len = struct.unpack("<HH", lengths)
             start = info.header_offset
             spans.append(

@@ -105,45 +105,47 @@ def _check_config(qc) -> None:
                 )
 
 
-def _repeats_inside(items) -> bool:
-    """Whether a parsed pattern (re._parser) repeats something in a way
-    that can backtrack exponentially: a repetition of more than one,
-    greedy or lazy, whose body holds another such repetition or an
-    alternation ("(a+)+$", "(a|ab)*c")."""
-    for op, arg in items:
-        if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT):
-            _, hi, body = arg
-            if hi > 1 and _can_repeat_or_branch(body):
-                return True
-            if _repeats_inside(body):
-                return True
-        elif op is _re_ops.SUBPATTERN:
-            if _repeats_inside(arg[-1]):
-                return True
-        elif op is _re_ops.BRANCH:
-            if any(_repeats_inside(alt) for alt in arg[1]):
-                return True
-        elif op in (_re_ops.ASSERT, _re_ops.ASSERT_NOT):
-            if _repeats_inside(arg[1]):
-                return True
-    return False
+_REPEATS = (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT, _re_ops.POSSESSIVE_REPEAT)
+_CHOICES_AT_MOST = 16
 
 
-def _can_repeat_or_branch(items) -> bool:
+def _parts(op, arg) -> list:
+    """The sub-patterns of one parsed item (re._parser's form)."""
+    if op in _REPEATS:
+        return [arg[2]]
+    if op is _re_ops.SUBPATTERN:
+        return [arg[-1]]
+    if op is _re_ops.BRANCH:
+        return list(arg[1])
+    if op is _re_ops.ATOMIC_GROUP:
+        return [arg]
+    if op is _re_ops.GROUPREF_EXISTS:
+        return [p for p in arg[1:] if p is not None]
+    if op in (_re_ops.ASSERT, _re_ops.ASSERT_NOT):
+        return [arg[1]]
+    return []
+
+
+def _choices(items) -> Tuple[int, bool]:
+    """(choice points, nested): how many places the matcher may try more
+    than one way (a repetition of variable count, an alternation, a
+    conditional), and whether a repetition of more than one holds such a
+    place, which backtracks exponentially ("(a+)+$", "(?:a?){24}")."""
+    count, nested = 0, False
     for op, arg in items:
-        if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT) and arg[1] > 1:
-            return True
-        if op is _re_ops.BRANCH:
-            return True
-        nested = (
-            arg[-1] if op is _re_ops.SUBPATTERN
-            else arg[2] if op in (_re_ops.MAX_REPEAT, _re_ops.MIN_REPEAT)
-            else arg[1] if op in (_re_ops.ASSERT, _re_ops.ASSERT_NOT)
-            else None
-        )  # fmt: skip
-        if nested is not None and _can_repeat_or_branch(nested):
-            return True
-    return False
+        inner = 0
+        for part in _parts(op, arg):
+            c, n = _choices(part)
+            inner += c
+            nested = nested or n
+        if op in _REPEATS and arg[1] > 1 and inner:
+            nested = True
+        here = (op in _REPEATS and arg[0] < arg[1]) or op in (
+            _re_ops.BRANCH,
+            _re_ops.GROUPREF_EXISTS,
+        )
+        count += inner + here
+    return count, nested
 
 
 def _check_target_regex(group: str, target: str) -> None:
@@ -151,16 +153,20 @@ def _check_target_regex(group: str, target: str) -> None:
     refused before any name is matched: "re:(a+)+$" took 25 s on one name
     of 30 characters, and doubled with each more."""
     try:
-        nested = _repeats_inside(list(_sre_parse(target[3:])))
+        count, nested = _choices(list(_sre_parse(target[3:])))
     except (re.error, OverflowError, RecursionError):  # a{2**32}, deep nesting
         raise ZooError(
             f"config.json: config_groups[{group!r}] target {target!r} is not a regex"
         ) from None
-    if nested:
+    if nested or count > _CHOICES_AT_MOST:
+        what = (
+            "repeats a repetition or an alternation"
+            if nested
+            else f"holds more than {_CHOICES_AT_MOST} repetitions and alternations"
+        )
         raise ZooError(
-            f"config.json: config_groups[{group!r}] target {target!r} repeats a repetition "
-            "or an alternation, which can take exponential time to match; hurray refuses "
-            "such patterns"
+            f"config.json: config_groups[{group!r}] target {target!r} {what}, which can take "
+            "exponential time to match; hurray refuses such patterns"
         )
 
 
