@@ -432,10 +432,10 @@ def test_ctrl_c_reaches_a_thread_waiting_for_the_files_lock(files, server):
         started = time.monotonic()
         try:
             f.keys()
-            print("no interrupt")
+            print("no interrupt", flush=True)
         except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - started < 4)
-        os._exit(0)
+            print("interrupted", time.monotonic() - started < 4, flush=True)
+        os._exit(0)  # not waiting for the verify thread: flushed above
     """)
     size = len(files["big_bytes"])  # what open reads ends the file; verify's do not
     server.on_range = lambda start, end: time.sleep(6) if end < size - 1 else None
