@@ -450,8 +450,8 @@ static PyObject *file_get_all(PyObject *op, PyObject *unused) {
       }
     }
   }
-  Py_BEGIN_ALLOW_THREADS hurray__reader_read_ahead_join(ahead);
-  Py_END_ALLOW_THREADS file_release(self);
+  hurray__reader_read_ahead_detach(ahead);
+  file_release(self);
   if (rc != 0 || s != HURRAY_OK) {
     Py_DECREF(out);
     Py_DECREF(special);

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -1674,46 +1675,79 @@ static bool worth_reading_ahead(HurrayReader *r) {
          cached < READ_AHEAD_CACHED_ENOUGH;
 }
 
-static void read_ahead_region(const HurrayReader *r) {
-  /* At most an eighth of the memory this process may fill (its cgroup's
-   * limit, if lower than the machine's): on a larger file, pages read this
-   * early would be evicted before the loader reaches them. */
+/* How much of the data region to read ahead: at most an eighth of the
+ * memory this process may fill (its cgroup's limit, if lower than the
+ * machine's). On a larger file, pages read this early would be evicted
+ * before the loader reaches them. */
+static uint64_t read_ahead_length(const HurrayReader *r) {
   uint64_t memory = hurray__memory_limit();
   uint64_t cap = memory != UINT64_MAX ? memory / 8 : (uint64_t)1 << 30;
-  read_ahead_range(r->fd, r->index_offset < cap ? r->index_offset : cap);
+  return r->index_offset < cap ? r->index_offset : cap;
 }
 
 HurrayStatus hurray_reader_read_ahead(HurrayReader *r, HurrayError *error) {
   if (r == NULL) return hurray__fail(error, HURRAY_ERR_INVALID_ARGUMENT, "reader is required");
-  if (worth_reading_ahead(r)) read_ahead_region(r);
+  if (worth_reading_ahead(r)) read_ahead_range(r->fd, read_ahead_length(r));
   return HURRAY_OK;
 }
 
+/* What the read-ahead thread owns: a descriptor of its own, so that it may
+ * outlive the reader, and the length to ask for. */
+typedef struct ReadAheadJob {
+  int fd;
+  uint64_t len;
+} ReadAheadJob;
+
 struct HurrayReadAhead {
   pthread_t thread;
-  const HurrayReader *reader;
 };
 
 static void *read_ahead_thread(void *arg) {
-  read_ahead_region(((HurrayReadAhead *)arg)->reader);
+  ReadAheadJob *job = arg;
+  read_ahead_range(job->fd, job->len);
+  close(job->fd);
+  free(job);
   return NULL;
+}
+
+/* Starts the thread with every signal blocked: a detached thread lives on
+ * after the call, and a signal the kernel gave it would not interrupt the
+ * main thread's wait, where Python runs its handlers. */
+static bool start_read_ahead_thread(pthread_t *thread, ReadAheadJob *job) {
+  sigset_t all, old;
+  sigfillset(&all);
+  if (pthread_sigmask(SIG_BLOCK, &all, &old) != 0) return false;
+  bool started = pthread_create(thread, NULL, read_ahead_thread, job) == 0;
+  (void)pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return started;
 }
 
 HurrayReadAhead *hurray__reader_read_ahead_start(HurrayReader *r) {
   if (!worth_reading_ahead(r)) return NULL; /* no thread for a cached file */
+  uint64_t len = read_ahead_length(r);
   HurrayReadAhead *ahead = malloc(sizeof *ahead);
-  if (ahead != NULL) {
-    ahead->reader = r;
-    if (pthread_create(&ahead->thread, NULL, read_ahead_thread, ahead) == 0) return ahead;
-    free(ahead);
+  ReadAheadJob *job = malloc(sizeof *job);
+  int fd = ahead != NULL && job != NULL ? fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (fd >= 0) {
+    *job = (ReadAheadJob){.fd = fd, .len = len};
+    if (start_read_ahead_thread(&ahead->thread, job)) return ahead;
+    close(fd);
   }
-  read_ahead_region(r);
+  free(job);
+  free(ahead);
+  read_ahead_range(r->fd, len);
   return NULL;
 }
 
 void hurray__reader_read_ahead_join(HurrayReadAhead *ahead) {
   if (ahead == NULL) return;
   (void)pthread_join(ahead->thread, NULL);
+  free(ahead);
+}
+
+void hurray__reader_read_ahead_detach(HurrayReadAhead *ahead) {
+  if (ahead == NULL) return;
+  (void)pthread_detach(ahead->thread);
   free(ahead);
 }
 

@@ -52,5 +52,6 @@ HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
 typedef struct HurrayReadAhead HurrayReadAhead;
 HurrayReadAhead *hurray__reader_read_ahead_start(HurrayReader *r);
 void hurray__reader_read_ahead_join(HurrayReadAhead *ahead);
+void hurray__reader_read_ahead_detach(HurrayReadAhead *ahead);
 
 #endif

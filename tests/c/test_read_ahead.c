@@ -115,6 +115,74 @@ static void test_read_ahead_thread_fills_the_cache(void **state) {
   close(fd);
 }
 
+/* The thread owns a descriptor of its own: load() lets it go on after the
+ * reader is closed (hurray__reader_read_ahead_detach), and it still fills
+ * the cache. Before, it read the closed reader's fields (a use after free
+ * under ASan). */
+static void test_read_ahead_outlives_the_reader(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "outlives.hurray");
+  write_bytes_tensor(path, 16u << 20, true);
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(fdatasync(fd), 0);
+  bool dropped = false, filled = false;
+  for (int attempt = 0; attempt < 5 && !filled; attempt++) {
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, NULL, &r, error));
+    double cached = -1;
+    assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+    if (cached > 0.01) { /* tmpfs, or pages valgrind keeps mapped */
+      hurray_reader_close(r);
+      continue;
+    }
+    dropped = true;
+    HurrayReadAhead *ahead = hurray__reader_read_ahead_start(r);
+    hurray_reader_close(r);
+    hurray__reader_read_ahead_join(ahead);
+    assert_ok(hurray_reader_open(path, NULL, &r, error));
+    for (int wait = 0; wait < 200 && cached < 0.99; wait++) { /* up to 2 s */
+      assert_ok(hurray_reader_cached_fraction(r, &cached, error));
+      if (cached < 0.99) usleep(10000);
+    }
+    hurray_reader_close(r);
+    filled = cached > 0.99;
+  }
+  if (dropped) assert_true(filled);
+  close(fd);
+}
+
+/* Detached, the thread closes its descriptor when it is done: the process
+ * holds no more descriptors than before within a few seconds. */
+static void test_detached_read_ahead_closes_its_descriptor(void **state) {
+  (void)state;
+  char path[300];
+  in_dir(path, sizeof path, "detached.hurray");
+  write_bytes_tensor(path, 4u << 20, true);
+  int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(fdatasync(fd), 0);
+  int probe = dup(fd); /* the lowest free descriptor number */
+  close(probe);
+  for (int round = 0; round < 8; round++) {
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    HurrayReader *r = NULL;
+    assert_ok(hurray_reader_open(path, NULL, &r, error));
+    hurray__reader_read_ahead_detach(hurray__reader_read_ahead_start(r));
+    hurray_reader_close(r);
+  }
+  int lowest = -1;
+  for (int wait = 0; wait < 500 && lowest != probe; wait++) { /* up to 5 s */
+    lowest = dup(fd);
+    close(lowest);
+    if (lowest != probe) usleep(10000);
+  }
+  assert_int_equal(lowest, probe);
+  close(fd);
+}
+
 static int setup(void **state) {
   (void)state;
   if (scratch_dir_create("read-ahead") != 0) return -1;
@@ -128,6 +196,8 @@ int main(void) {
       cmocka_unit_test(test_v1_reads_the_memory_hierarchy_only),
       cmocka_unit_test(test_unreadable_lists_mean_no_limit),
       cmocka_unit_test(test_read_ahead_thread_fills_the_cache),
+      cmocka_unit_test(test_read_ahead_outlives_the_reader),
+      cmocka_unit_test(test_detached_read_ahead_closes_its_descriptor),
   };
   return cmocka_run_group_tests(tests, setup, scratch_dir_remove);
 }
