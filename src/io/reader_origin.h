@@ -44,11 +44,16 @@ HurrayStatus hurray__reader_get_tensor_at(HurrayReader *r, size_t index,
                                           HurrayBufferList **buffers_out, HurrayError *error);
 
 /* hurray_reader_read_ahead on a thread of its own, so that a loader builds
- * its tensors while the requests are made (a cold file of 20,000 tensors:
- * about 12 ms of requests, per page of the file). The returned handle goes
- * to hurray__reader_read_ahead_join, before `r` is closed. NULL when the
- * file is cached already, or after a read-ahead on the caller's thread
- * where no thread could start; joining NULL does nothing. */
+ * and touches its tensors while the requests are made (a cold file of
+ * 20,000 tensors: about 12 ms of requests, per page of the file). The
+ * thread reads through a duplicate of the reader's descriptor, which it
+ * closes when done, so `r` may be closed at any time after the call. The
+ * caller owns the returned handle and passes it to exactly one of
+ * hurray__reader_read_ahead_join (wait for the requests to be made) or
+ * hurray__reader_read_ahead_detach (let them go on: load() returns while
+ * the disk still streams). NULL when the file is cached already, or after
+ * a read-ahead on the caller's thread where no thread could start; both
+ * take NULL and do nothing. The thread starts with every signal blocked. */
 typedef struct HurrayReadAhead HurrayReadAhead;
 HurrayReadAhead *hurray__reader_read_ahead_start(HurrayReader *r);
 void hurray__reader_read_ahead_join(HurrayReadAhead *ahead);
