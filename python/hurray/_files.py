@@ -51,32 +51,34 @@ def _plain_dtype(dtype) -> Optional[str]:
 # Reentrant: a signal handler that saves (a checkpoint on SIGTERM) may run
 # on the main thread while a save there holds it.
 _PAUSE_LOCK = threading.RLock()
-_pauses = 0
 _resume = False
-_pauses_by_thread: Dict[int, int] = {}  # for a forked child, which keeps one thread
+# The saves in progress, per thread: a forked child keeps one thread's.
+_pauses_by_thread: Dict[int, int] = {}
+
+
+def _pauses() -> int:
+    return sum(_pauses_by_thread.values())
 
 
 @contextlib.contextmanager
 def _collections_paused() -> Iterator[None]:
-    global _pauses, _resume
-    # Counted before acting, on the way in and out: a save in a signal
-    # handler that runs between the two steps (same thread, so the lock
-    # lets it in) then nests inside this one instead of taking the paused
-    # collector for the application's choice.
+    global _resume
+    # Counted before acting on the way in, and after on the way out: a save
+    # in a signal handler that runs between the two steps (same thread, so
+    # the lock lets it in) then nests inside this one instead of taking the
+    # paused collector for the application's choice.
     me = threading.get_ident()
     with _PAUSE_LOCK:
-        _pauses += 1
         _pauses_by_thread[me] = _pauses_by_thread.get(me, 0) + 1
-        if _pauses == 1:
+        if _pauses() == 1:
             _resume = gc.isenabled()
             gc.disable()
     try:
         yield
     finally:
         with _PAUSE_LOCK:
-            if _pauses == 1 and _resume:
+            if _pauses() == 1 and _resume:
                 gc.enable()
-            _pauses -= 1
             _pauses_by_thread[me] -= 1
             if not _pauses_by_thread[me]:
                 del _pauses_by_thread[me]
@@ -87,16 +89,15 @@ def _collections_after_fork() -> None:
     it off for good: that thread, which would give it back, is not in the
     child. Only the forking thread's own pauses are kept, and the lock,
     which a vanished thread may hold, is made anew."""
-    global _PAUSE_LOCK, _pauses
+    global _PAUSE_LOCK
     _PAUSE_LOCK = threading.RLock()
     me = threading.get_ident()
     mine = _pauses_by_thread.get(me, 0)
+    if not mine and _pauses() and _resume:
+        gc.enable()
     _pauses_by_thread.clear()
     if mine:
         _pauses_by_thread[me] = mine
-    elif _pauses and _resume:
-        gc.enable()
-    _pauses = mine
 
 
 if hasattr(os, "register_at_fork"):
