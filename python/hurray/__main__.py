@@ -235,6 +235,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ._remote_cli import main as remote_main
 
         return remote_main(argv)
+    if "--" in argv:
+        # Python before 3.13 drops a "--" that is itself an operand (the file
+        # named "--" after the separator) and hands convert an empty list:
+        # "./--" names the same file.
+        at = argv.index("--") + 1
+        argv = argv[:at] + ["./--" if arg == "--" else arg for arg in argv[at:]]
     parser = _parser()
     # exits 2 on a usage error, 0 for --help; an unknown option is reported
     # by convert's own parser ("usage: hurray convert ..."), not the top one

@@ -2938,6 +2938,34 @@ def test_a_source_path_with_a_nul_byte_is_a_usage_error(tmp_path):
         convert(f"{tmp_path}/a\0b.npz", tmp_path / "o.hurray", quiet=True)
 
 
+def test_a_file_named_double_dash_after_the_separator_is_an_operand(tmp_path):
+    """`hurray convert -- SRC --` names a target file "--". Python before
+    3.13 dropped that operand too, and convert got an empty list: an
+    internal error. Now the target is the file "--", whose name has no
+    format."""
+    src = tmp_path / "a.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"x": np.arange(4, dtype=np.float32)}, str(src))
+    r = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", "--", src.name, "--"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert_one_line_failure(r, status=2, contains="cannot tell the format to write from './--'")
+    os.symlink(src.name, tmp_path / "--")  # and as the source
+    r = subprocess.run(
+        [sys.executable, "-m", "hurray", "convert", "-q", "--", "--", "o.hurray"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert_one_line_failure(r, status=2, contains="cannot tell the format of './--'")
+
+
 def _dropping_privileges() -> list:
     """A command prefix under which a folder's permission bits apply: none
     for a user, setpriv without the capabilities that bypass them for
