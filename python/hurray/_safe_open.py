@@ -29,10 +29,10 @@ _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": 
 
 
 def _normalise(key: Any, shape: Tuple[int, ...]):
-    """The key as one (start, stop, step) range or int per axis, the axes
-    whose step was negative (read with a positive step, then flipped), and
-    whether the key held an Ellipsis. Basic indexing only: ints, slices
-    (any step), one Ellipsis."""
+    """The key as one (start, stop, step) range or int per axis, with the
+    axes whose step was negative (read with a positive step, then flipped)
+    and the axes an int removes. Basic indexing only: ints, slices (any
+    step), one Ellipsis."""
     if not isinstance(key, tuple):
         key = (key,)
     for k in key:  # before counting them, which a None or a mask would throw off
@@ -71,7 +71,7 @@ def _normalise(key: Any, shape: Tuple[int, ...]):
             parts.append(slice(r[-1], r[0] + 1, -r.step))
             flips.append(kept)
         kept += 1
-    return parts, flips, at is not None
+    return parts, flips
 
 
 def _check_torch_sliceable(t: Any, name: str) -> None:
@@ -135,7 +135,7 @@ class SafeSlice:
 
     def __getitem__(self, key: Any):
         owner = self._owner
-        parts, flips, ellipsis = _normalise(key, self._shape)
+        parts, flips = _normalise(key, self._shape)
         d = self._file.descriptor(self._name)
         rows_ok = (
             isinstance(d.layout, Dense)
@@ -158,8 +158,9 @@ class SafeSlice:
         base = owner._convert(t)
         if owner._framework == "pt":
             _check_torch_sliceable(base, self._name)
-        # numpy gives a 0-d array, not a scalar, for a key that holds "...".
-        out = base[tuple(parts) + ((Ellipsis,) if ellipsis else ())]
+        # An array, never a scalar, as safetensors gives: numpy makes a 0-d
+        # view, not a scalar, of a key that ends in "...".
+        out = base[tuple(parts) + (Ellipsis,)]
         if flips:
             out = owner._flip(out, flips)
         return owner._finish(out)
