@@ -70,6 +70,25 @@ def test_dequantize_bit_exact(tmp_path):
         assert R.bits_equal(t.dequantize(threads=4), refs[name]), name
 
 
+def test_scale_byte_ff_is_a_nan_block_where_transformers_gives_2_to_128(tmp_path):
+    """The one documented difference (convert.md, quantization.md §7.5):
+    E8M0 0xFF is NaN for the whole block in OCP MX, which hurray follows;
+    transformers' ldexp makes it 2^128. gpt-oss never writes it."""
+    blocks = np.full((1, 1, 2, 16), 0x21, np.uint8)  # codes 0.5 and 1.0 in turn
+    scales = np.array([[[255, 128]]], np.uint8)
+    p = "model.layers.0.mlp.experts.down_proj"
+    tensors = {
+        p + "_blocks": R.torch_tensor(blocks, "U8"),
+        p + "_scales": R.torch_tensor(scales, "U8"),
+    }
+    R.write_folder(tmp_path / "m", tensors, CONFIG)
+    got = R.build_all(tmp_path / "m", mxfp4)[p].dequantize().reshape(-1)
+    ref = R.ref_mxfp4(blocks, scales).reshape(-1)
+    assert np.isnan(got[:32]).all()
+    assert not np.isnan(ref[:32]).any() and np.isinf(ref[1])
+    assert R.bits_equal(got[32:], ref[32:])
+
+
 @pytest.mark.parametrize("shards", [1, 2])
 def test_convert_round_trip(tmp_path, shards):
     refs = _checkpoint(tmp_path / "m", np.random.default_rng(2), shards=shards)

@@ -197,6 +197,7 @@ def round_trip(src_folder, work, expect_weights: dict, equal=None):
                 assert f1.read() == f2.read(), fname
     deq = os.path.join(work, "deq.safetensors")
     run_convert(out, deq, "--dequantize")
+    import ml_dtypes  # noqa: F401  (safetensors.numpy finds "bfloat16" only once it is imported)
     from safetensors.numpy import load_file
 
     values = load_file(deq)
