@@ -254,7 +254,7 @@ def save(
         for k, v in metadata.items():  # a mapping's items() may repeat a key
             value = _metadata_value(k, v)
             if k in checked:  # as a repeated tensor name is
-                raise _hurray.DuplicateNameError(f"metadata key {k!r} given twice")
+                raise _hurray._error("HURRAY_ERR_DUPLICATE_NAME", f"metadata key {k!r} given twice")
             checked[k] = value
         metadata = checked
     if not isinstance(target, (str, int)):

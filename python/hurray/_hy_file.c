@@ -239,6 +239,19 @@ static void file_release(FileObject *self) {
   PyThread_release_lock(self->lock);
 }
 
+/* hy_raise_status for a failure of this file's reader: an operating
+ * system's refusal (a truncated file's EFAULT, a pread's EIO) names the
+ * file, as the failure to open it does. */
+static PyObject *file_raise(PyObject *op, ModuleState *st, HurrayStatus s, const HurrayError *e) {
+  PyObject *path = ((FileObject *)op)->path;
+  if (e->os_errno == 0 || path == NULL || !PyBytes_Check(path)) return hy_raise_status(st, s, e);
+  PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
+  if (name == NULL) return NULL;
+  hy_raise_status_file(st, s, e, name);
+  Py_DECREF(name);
+  return NULL;
+}
+
 static PyObject *file_close(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = (FileObject *)op;
@@ -360,7 +373,7 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
                                                            &list, &e)
                                   : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   TensorObject *t = hy_tensor_alloc(st, NULL);
   if (t == NULL) {
     hurray_buffer_list_destroy(list);
@@ -459,7 +472,7 @@ static PyObject *file_get_all(PyObject *op, PyObject *unused) {
     Py_DECREF(special);
     if (rc != 0) return NULL;
     if (s == HURRAY_ERR_NO_MEMORY && e.message[0] == '\0') return PyErr_NoMemory();
-    return hy_raise_status(st, s, &e);
+    return file_raise(op, st, s, &e);
   }
   return Py_BuildValue("(NN)", out, special);
 }
@@ -479,7 +492,7 @@ static HurrayDescriptor *file_lookup(PyObject *op, PyObject *args, const char *f
   HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
   file_release(self);
   if (s != HURRAY_OK) {
-    hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+    file_raise(op, hy_state_of_type(Py_TYPE(op)), s, &e);
     return NULL;
   }
   return d;
@@ -517,7 +530,7 @@ static int file_peek_shape(PyObject *op, PyObject *name_obj, HurrayDType *dtype,
   HurrayStatus s = file_find(self, name, &index, &e);
   if (s == HURRAY_OK) s = hurray_reader_tensor_shape(self->reader, index, dtype, rank, shape, &e);
   if (s != HURRAY_OK) {
-    hy_raise_status(hy_state_of_type(Py_TYPE(op)), s, &e);
+    file_raise(op, hy_state_of_type(Py_TYPE(op)), s, &e);
     return -1;
   }
   return 0;
@@ -592,7 +605,7 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
                                                        out.buf, (uint64_t)out.len, &e);
   Py_END_ALLOW_THREADS file_release(self);
   PyBuffer_Release(&out);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -667,7 +680,7 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
     HurrayError e = {0};
     HurrayStatus s = hurray_reader_find(self->reader, names[k], &spans[k].tensor, &e);
     if (s != HURRAY_OK) {
-      hy_raise_status(st, s, &e);
+      file_raise(op, st, s, &e);
       goto fail_locked;
     }
   }
@@ -683,7 +696,7 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
   PyMem_Free(names);
   Py_DECREF(seq);
   PyBuffer_Release(&out);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   Py_RETURN_NONE;
 fail_locked:
   file_release(self);
@@ -705,7 +718,7 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_verify(self->reader, name, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -720,7 +733,7 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader, threads, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -735,7 +748,7 @@ static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return hy_raise_status(st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
   return PyFloat_FromDouble(fraction);
 }
 static PyGetSetDef file_getset[] = {

@@ -22,8 +22,7 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray
 from ._descriptor import Dense
 from ._files import File
-from ._hurray import UnsupportedError
-from ._tensor import specialise
+from ._tensor import specialise, unsupported
 
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 
@@ -183,7 +182,7 @@ class SafeOpen:
             try:
                 import torch  # noqa: F401  (the torch interop needs it)
             except ImportError:
-                raise UnsupportedError(
+                raise unsupported(
                     "safe_open(framework='pt'), the default, needs the 'torch' package; "
                     "pass framework='np' for numpy arrays"
                 ) from None

@@ -369,9 +369,10 @@ HurrayStatus hurray_source_open(const char *path, HurrayFormat format,
       void *base = sb.st_size > 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
                                   : NULL;
       if (m == NULL || base == MAP_FAILED) {
-        st = m == NULL
-                 ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
-                 : hurray__fail(error, HURRAY_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+        int saved = errno;
+        st = m == NULL ? hurray__fail(error, HURRAY_ERR_NO_MEMORY, "out of memory")
+                       : hurray__fail_os(error, HURRAY_ERR_IO, saved, "cannot map %s: %s", path,
+                                         strerror(saved));
         if (base != MAP_FAILED && base != NULL) munmap(base, (size_t)sb.st_size);
         free(m);
         close(fd);

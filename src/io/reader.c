@@ -1555,9 +1555,9 @@ HurrayStatus hurray_reader_populate(HurrayReader *r, unsigned threads, HurrayErr
   for (unsigned i = 0; i < threads; i++) {
     if (jobs[i].err == EINVAL || jobs[i].err == ENOSYS) return HURRAY_OK; /* old kernel */
     if (jobs[i].err != 0) {
-      return hurray__fail(error, HURRAY_ERR_IO,
-                          "populating the mapping failed: %s (was the file truncated?)",
-                          strerror(jobs[i].err));
+      return hurray__fail_os(error, HURRAY_ERR_IO, jobs[i].err,
+                             "populating the mapping failed: %s (was the file truncated?)",
+                             strerror(jobs[i].err));
     }
   }
   return HURRAY_OK;
@@ -1638,7 +1638,8 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
   /* A PREAD reader has no mapping: a temporary one, never touched. */
   void *base = is_mapped(r) ? r->mapping->base : mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, 0);
   if (base == MAP_FAILED) {
-    return hurray__fail(error, HURRAY_ERR_IO, "mmap failed: %s", strerror(errno));
+    int saved = errno;
+    return hurray__fail_os(error, HURRAY_ERR_IO, saved, "mmap failed: %s", strerror(saved));
   }
   /* A sample of at most 1024 pages spread evenly: mincore costs about as
    * much per page as a page fault, which would make the check as slow as
@@ -1650,7 +1651,8 @@ HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *out, HurrayE
     size_t at = (size_t)((unsigned long long)i * pages / samples);
     unsigned char v = 0;
     if (mincore((uint8_t *)base + at * page, 1, &v) != 0) {
-      status = hurray__fail(error, HURRAY_ERR_IO, "mincore failed: %s", strerror(errno));
+      int saved = errno;
+      status = hurray__fail_os(error, HURRAY_ERR_IO, saved, "mincore failed: %s", strerror(saved));
       break;
     }
     resident += v & 1;

@@ -181,8 +181,17 @@ static uint64_t clock_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Writes all `len` bytes: a short write is continued, EINTR retried; a
- * write that makes no progress is an error rather than an endless loop. */
+static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
+  if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
+  w->failed = true;
+  return hurray__fail(error, HURRAY_ERR_CANCELLED,
+                      "the write was cancelled; nothing was published");
+}
+
+/* Writes all `len` bytes: a short write is continued, EINTR retried once
+ * the cancel hook has said to go on (a write to a pipe nobody reads blocks
+ * until a signal, and the hook is how the caller stops it); a write that
+ * makes no progress is an error rather than an endless loop. */
 static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
                                  HurrayError *error) {
   const uint8_t *p = data;
@@ -192,7 +201,10 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
     ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
     w->write_ns += clock_ns() - t0;
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        HURRAY_RETURN_NOT_OK(check_cancel(w, error));
+        continue;
+      }
       int saved = errno;
       return write_failed(w, saved, strerror(saved), error);
     }
@@ -216,13 +228,6 @@ static int fsync_retry(const HurraySys *sys, int fd) {
     rc = sys->fsync(sys->ctx, fd);
   } while (rc != 0 && errno == EINTR);
   return rc;
-}
-
-static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
-  if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
-  w->failed = true;
-  return hurray__fail(error, HURRAY_ERR_CANCELLED,
-                      "the write was cancelled; nothing was published");
 }
 
 /* A file that is fsynced before it is published gets its writeback
@@ -1740,9 +1745,9 @@ HurrayStatus hurray__raw_writer_copy(HurrayWriter *w, int src_fd, uint64_t offse
         int saved = errno;
         free(buf);
         w->failed = true;
-        return hurray__fail(error, n == 0 ? HURRAY_ERR_TRUNCATED : HURRAY_ERR_IO,
-                            "reading the source for %s: %s", w->target,
-                            n == 0 ? "it ends early" : strerror(saved));
+        return hurray__fail_os(error, n == 0 ? HURRAY_ERR_TRUNCATED : HURRAY_ERR_IO,
+                               n == 0 ? 0 : saved, "reading the source for %s: %s", w->target,
+                               n == 0 ? "it ends early" : strerror(saved));
       }
       HurrayStatus s = emit(w, buf, (size_t)n, error);
       if (s != HURRAY_OK) {

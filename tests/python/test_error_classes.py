@@ -116,3 +116,56 @@ def test_file_system_errors_survive_pickling_into_a_fresh_process(tmp_path):
     assert issubclass(hurray.ConversionIsADirectoryError, hurray.ConversionIOError)
     with pytest.raises(AttributeError):
         hurray.HurrayNotAnError
+
+
+def test_errors_raised_in_python_carry_their_status(tmp_path):
+    """python-bindings.md: Python raises a C class through _hurray._error,
+    with `status` and `status_name` as the stub declares. These were built
+    directly (UnsupportedError("...")) and had neither: an
+    `except hurray.HurrayError as e: log(e.status_name)` raised
+    AttributeError."""
+    torch = pytest.importorskip("torch")
+    import hurray.torch as ht
+
+    path = tmp_path / "q.hurray"
+    hurray.save(path, {"q": hurray.quantize(np.ones((4, 64), np.float32), "nf4")})
+
+    class Repeats:
+        def items(self):
+            return [("k", 1), ("k", 2)]
+
+    cases = [
+        ("HURRAY_ERR_DUPLICATE_NAME", lambda: hurray.save(tmp_path / "m.hurray", {}, Repeats())),
+        ("HURRAY_ERR_UNSUPPORTED", lambda: ht.to_torch(hurray.load(path)["q"])),
+        ("HURRAY_ERR_UNSUPPORTED", lambda: ht.from_torch(torch.empty(2, device="meta"))),
+        ("HURRAY_ERR_UNSUPPORTED", lambda: ht.load_file(path)),
+    ]
+    for status_name, call in cases:
+        with pytest.raises(hurray.HurrayError) as info:
+            call()
+        assert info.value.status_name == status_name
+        assert info.value.status == hurray._hurray.STATUS[status_name]
+
+
+def test_python_code_builds_no_c_error_class_directly():
+    """Every hurray error raised from Python goes through _hurray._error (or
+    a helper over it), which sets the status: a class called directly has
+    none. Classes defined in Python (ConversionError, RemoteError,
+    CheckpointError) set their own."""
+    import pathlib
+    import re
+
+    names = "|".join(
+        name
+        for name, value in vars(hurray._hurray).items()
+        if isinstance(value, type) and issubclass(value, hurray.HurrayError)
+    )
+    built = re.compile(rf"(?<![\w.])(?:_hurray\.)?(?:{names})\(")
+    package = pathlib.Path(hurray.__file__).parent
+    found = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if built.search(line) and not line.lstrip().startswith(("#", "class "))
+    ]
+    assert not found, "\n".join(found)

@@ -83,3 +83,24 @@ def test_convert_refuses_targets_it_cannot_replace_with_an_oserror(tmp_path):
         assert str(target).rstrip("/") in str(info.value)
     assert plain.read_bytes() == b"keep"
     assert folder.is_dir() and not list(folder.iterdir())
+
+
+def test_convert_refuses_sources_that_are_not_files_with_an_oserror(tmp_path):
+    """A FIFO or a device as convert()'s source was a plain ConversionError,
+    no OSError, no errno: hurray.open of the same path, and convert() with
+    it as the target, raise ENXIO with the path."""
+    import errno
+
+    import hurray
+
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    device = tmp_path / "zero.hurray"
+    os.symlink("/dev/zero", device)
+    for source in (fifo, device):
+        with pytest.raises(hurray.ConversionIOError) as info:
+            hurray.convert(source, tmp_path / "out.npz", quiet=True)
+        assert isinstance(info.value, OSError) and info.value.errno == errno.ENXIO, info.value
+        assert info.value.filename == str(source)
+        assert "is not a regular file" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.safetensors", "zero.hurray"]

@@ -294,8 +294,8 @@ def _regular_file(path: str, what: str = "") -> None:
         raise os_failure(exc, f"{what}{path}: {exc.strerror or _first_line(exc)}", path) from None
     if stat.S_ISDIR(mode):
         raise io_error(f"{what}{path} is not a regular file", errno.EISDIR, path)
-    if not stat.S_ISREG(mode):
-        raise ConversionError(f"{what}{path} is not a regular file")
+    if not stat.S_ISREG(mode):  # ENXIO, as hurray.open and a special-file target say
+        raise io_error(f"{what}{path} is not a regular file", errno.ENXIO, path)
 
 
 _NUMPY_NATIVE = _dtypes.NUMPY_NATIVE

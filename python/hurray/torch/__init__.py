@@ -69,7 +69,7 @@ from .._files import refuse_mapped_sources as _refuse_mapped_sources
 from .._files import save as _save
 from .._hurray import UnsupportedError
 from .._sparse import SparseTensor
-from .._tensor import Tensor, from_hurray, specialise, stored_buffer
+from .._tensor import Tensor, from_hurray, specialise, stored_buffer, unsupported
 from .._threads import map_on_threads
 from . import _staged
 
@@ -111,7 +111,7 @@ def _hurray_dtype(dtype: "torch.dtype") -> str:
     try:
         return _FROM_TORCH[dtype]
     except KeyError:
-        raise UnsupportedError(
+        raise unsupported(
             f"torch dtype {dtype} has no hurray equivalent (hurray holds "
             f"{', '.join(sorted(_TO_TORCH))}); convert it with .to(...) first"
         ) from None
@@ -171,7 +171,7 @@ def _part(role: str, t: "torch.Tensor") -> tuple:
 
 def _check_cpu(tensor: "torch.Tensor") -> None:
     if tensor.device.type != "cpu":
-        raise UnsupportedError(
+        raise unsupported(
             f"from_torch takes CPU tensors; this one is on {tensor.device} "
             "(move it with .cpu() first)"
         )
@@ -192,7 +192,7 @@ def _check_has_memory(tensor: "torch.Tensor") -> None:
 def _no_memory(tensor: "torch.Tensor", exc: BaseException) -> UnsupportedError:
     """What from_torch says of a tensor torch gives no plain memory for."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return UnsupportedError(
+    return unsupported(
         f"from_torch takes tensors with memory of their own; this "
         f"{type(tensor).__name__} has none to read ({first})"
     )
@@ -222,7 +222,7 @@ def _codes_of(q: "torch.Tensor", code_dtype: "torch.dtype") -> "torch.Tensor":
 
 def _from_quantized(tensor: "torch.Tensor") -> Tensor:
     if tensor.dtype not in _QUANT_CODES:
-        raise UnsupportedError(
+        raise unsupported(
             f"quantized torch dtype {tensor.dtype} is not supported (qint8, quint8 and qint32 "
             "are); use tensor.dequantize()"
         )
@@ -251,7 +251,7 @@ def _from_quantized(tensor: "torch.Tensor") -> Tensor:
             name, shape, quantization=quant, buffers=[data, scale_buffer, zp_buffer]
         )
         return Tensor(descriptor, [raw, scale_raw, zp_raw])
-    raise UnsupportedError(
+    raise unsupported(
         f"quantization scheme {scheme} is not supported (per_tensor_affine and "
         "per_channel_affine are); use tensor.dequantize()"
     )
@@ -263,7 +263,7 @@ def _index_dtype(*tensors: "torch.Tensor") -> str:
         return "int64"
     if dtypes == {torch.int32}:
         return "int32"
-    raise UnsupportedError(
+    raise unsupported(
         f"sparse indices of dtypes {sorted(map(str, dtypes))}: hurray takes "
         "int32 or int64, one dtype for all"
     )
@@ -286,14 +286,14 @@ def _coalesced(t: "torch.Tensor") -> "torch.Tensor":
     order = torch.argsort(linear, stable=True)
     ordered = linear[order]
     if ordered.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
-        raise UnsupportedError(
+        raise unsupported(
             f"this sparse COO tensor repeats a coordinate, and torch cannot sum {t.dtype} "
             "values to coalesce it; coalesce it in a wider dtype first"
         )
     values = t._values()
     same_size = _SAME_SIZE_INT.get(values.element_size())
     if same_size is None or values.dim() != 1:
-        raise UnsupportedError(f"cannot coalesce this sparse COO tensor: {cause}")
+        raise unsupported(f"cannot coalesce this sparse COO tensor: {cause}")
     # Reordered as raw bytes: torch may not index the dtype either.
     raw = values.view(same_size)[order].view(values.dtype)
     return torch.sparse_coo_tensor(
@@ -308,7 +308,7 @@ def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
     name = _hurray_dtype(t.dtype)
     if layout == torch.sparse_coo:
         if t.dense_dim() != 0:
-            raise UnsupportedError(
+            raise unsupported(
                 f"hybrid sparse COO tensors ({t.dense_dim()} dense dimensions) are not "
                 "supported; hurray COO stores one value per coordinate"
             )
@@ -327,7 +327,7 @@ def _from_sparse(tensor: "torch.Tensor") -> SparseTensor:
         )
     else:
         if len(shape) != 2 or t.dense_dim() != 0:
-            raise UnsupportedError(
+            raise unsupported(
                 f"hurray {layout} tensors are 2-D without dense dimensions; this one has "
                 f"shape {list(shape)} with {t.dense_dim()} dense dimensions"
             )
@@ -372,14 +372,14 @@ def from_torch(tensor: "torch.Tensor") -> Tensor:
         _check_has_memory(tensor)
     if tensor.is_quantized:
         if layout != torch.strided:
-            raise UnsupportedError(f"quantized tensors of layout {layout} are not supported")
+            raise unsupported(f"quantized tensors of layout {layout} are not supported")
         return _from_quantized(tensor)
     if layout == torch.strided:
         return _from_dense(tensor)
     if layout in (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr):
         return _from_sparse(tensor)
     hint = "; convert it with .to_sparse_bsr(blocksize)" if layout == torch.sparse_bsc else ""
-    raise UnsupportedError(
+    raise unsupported(
         f"torch layout {layout} is not supported (strided, sparse_coo, sparse_csr, sparse_csc "
         f"and sparse_bsr are){hint}"
     )
@@ -395,13 +395,11 @@ def _torch_dtype(name: str, what: str = "tensor") -> "torch.dtype":
             if what == "sparse tensor"
             else "t.dequantize() (real values) or t.codes() (one element per byte)"
         )
-        raise UnsupportedError(f"torch has no {name} dtype; read this {what} with {read} instead")
+        raise unsupported(f"torch has no {name} dtype; read this {what} with {read} instead")
     try:
         return _TO_TORCH[name]
     except KeyError:
-        raise UnsupportedError(
-            f"this torch build has no {name} dtype; use t.numpy() instead"
-        ) from None
+        raise unsupported(f"this torch build has no {name} dtype; use t.numpy() instead") from None
 
 
 def _array_to_torch(array: np.ndarray, name: str) -> "torch.Tensor":
@@ -442,7 +440,7 @@ def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.
     if _dtypes.is_packed(name):
         raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset:]
         if raw.size < _dtypes.storage_bytes(name, count):
-            raise UnsupportedError(
+            raise unsupported(
                 f"buffer {index} holds fewer than the {count} {name} values "
                 "the descriptor places there"
             )
@@ -450,7 +448,7 @@ def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.
     dtype = _dtypes.to_numpy(name)
     raw = np.frombuffer(t._buffer(index), dtype=np.uint8)[offset : offset + count * dtype.itemsize]
     if raw.size != count * dtype.itemsize:
-        raise UnsupportedError(
+        raise unsupported(
             f"buffer {index} holds fewer than the {count} {name} values the descriptor places there"
         )
     return raw.view(dtype)
@@ -459,7 +457,7 @@ def _param(t: Tensor, index: int, name: str, count: int, offset: int = 0) -> np.
 def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
     q = d.quantization
     if d.dtype not in _CODES_TO_QUANT:
-        raise UnsupportedError(
+        raise unsupported(
             f"torch quantizes to int8, uint8 and int32 codes, not {d.dtype}; use t.dequantize()"
         )
     if isinstance(q, PerChannelAffine):
@@ -476,7 +474,7 @@ def _to_quantized(t: Tensor, d: Descriptor) -> "torch.Tensor":
         )
         if q != plain:
             extra = sorted(k for k in q._field_defaults if getattr(q, k) != getattr(plain, k))
-            raise UnsupportedError(
+            raise unsupported(
                 f"torch's per-channel quantized tensors have no {', '.join(extra)}; use "
                 "t.dequantize(), or load_file(..., dequantize=torch.float32)"
             )
@@ -509,7 +507,7 @@ def _check_torch_zero_points(zero_points: np.ndarray, code_dtype: str) -> None:
     info = np.iinfo(_dtypes.to_numpy(code_dtype))
     bad = np.flatnonzero((zero_points < info.min) | (zero_points > info.max))
     if bad.size:
-        raise UnsupportedError(
+        raise unsupported(
             f"zero point {int(zero_points[bad[0]])} lies outside the {code_dtype} codes' range "
             f"[{info.min}, {info.max}], which torch's quantized tensors require; use "
             "t.dequantize(), or load_file(..., dequantize=torch.float32)"
@@ -526,7 +524,7 @@ def _check_torch_int32_differences(codes: "torch.Tensor", zero_point: int, code_
         return
     low, high = int(codes.min()) - zero_point, int(codes.max()) - zero_point
     if low < -(2**31) or high > 2**31 - 1:
-        raise UnsupportedError(
+        raise unsupported(
             f"codes minus the zero point {zero_point} reach {low if low < -(2**31) else high}, "
             "past int32, where torch's per-tensor qint32 tensors compute them (they would "
             "wrap); use t.dequantize(), or load_file(..., dequantize=torch.float32)"
@@ -563,7 +561,7 @@ def _sorted_rows(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, dt
     first[1:] = (rows[1:] != rows[:-1]) | (indices[1:] != indices[:-1])
     if not first.all():
         if values.dtype.kind not in "iufc" or values.dtype == np.float16:
-            raise UnsupportedError(
+            raise unsupported(
                 f"a position is stored twice and {dtype} values have no sum here; "
                 "coalesce duplicates first"
             )
@@ -578,7 +576,7 @@ def _sorted_rows(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, dt
 def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
     s = d.layout
     if d.quantization is not None:
-        raise UnsupportedError("torch has no quantized sparse tensors; use t.dequantize()")
+        raise unsupported("torch has no quantized sparse tensors; use t.dequantize()")
     _torch_dtype(d.dtype, "sparse tensor")
     block = (s.block_shape[0] * s.block_shape[1]) if s.format == "bsr" else 1
     # Values start at the descriptor's byte_offset; index buffers at byte 0.
@@ -615,7 +613,7 @@ def _to_sparse(t: Tensor, d: Descriptor) -> "torch.Tensor":
             check_invariants=True,
         )
     except RuntimeError as e:
-        raise UnsupportedError(f"torch refuses this {s.format} tensor: {e}") from None
+        raise unsupported(f"torch refuses this {s.format} tensor: {e}") from None
 
 
 def to_torch(t: Tensor) -> "torch.Tensor":
@@ -650,23 +648,23 @@ def _torch_of(t: Tensor) -> Tuple["torch.Tensor", bool]:
     (the converter hands it to torch.save)."""
     d = t.descriptor
     if d.device.type != 1:
-        raise UnsupportedError(f"to_torch reads CPU tensors; this one is on {d.device}")
+        raise unsupported(f"to_torch reads CPU tensors; this one is on {d.device}")
     layout = d.layout
     if isinstance(layout, Sparse):
         return _to_sparse(t, d), True
     if isinstance(layout, Paged):
-        raise UnsupportedError(
+        raise unsupported(
             "torch has no paged tensors; torch.from_numpy(t.to_dense()) gathers the pages "
             "into a dense copy"
         )
     if isinstance(layout, Composite):
-        raise UnsupportedError(
+        raise unsupported(
             "a composite tensor has no single torch form; convert its members one by one"
         )
     q = d.quantization
     if q is not None:
         if not isinstance(q, (PerTensorAffine, PerChannelAffine)):
-            raise UnsupportedError(
+            raise unsupported(
                 f"torch has no {type(q).__name__} quantization; use t.dequantize() for the "
                 "real values, or load_file(..., dequantize=torch.bfloat16) (or float16, "
                 "float32) to dequantize on load"
@@ -674,7 +672,7 @@ def _torch_of(t: Tensor) -> Tuple["torch.Tensor", bool]:
         return _to_quantized(t, d), False
     _torch_dtype(d.dtype)
     if any(n >= 2**63 for n in d.shape):  # no elements, but past torch's int64 sizes
-        raise UnsupportedError(f"torch cannot hold a tensor of shape {tuple(d.shape)}")
+        raise unsupported(f"torch cannot hold a tensor of shape {tuple(d.shape)}")
     if d.strides is None or all(s >= 0 for s in d.strides):
         out = _from_dlpack(t, d.dtype)
     else:
@@ -702,7 +700,7 @@ def _from_dlpack(t: Tensor, name: str) -> "torch.Tensor":
 def _check_not_nested(tensor: "torch.Tensor") -> None:
     # A nested tensor reports the strided layout but has no sizes to read.
     if tensor.is_nested:
-        raise UnsupportedError(
+        raise unsupported(
             "nested tensors are not supported; save their components (t.unbind()) instead"
         )
 
@@ -809,7 +807,7 @@ def _available_device(device: Union[str, int, "torch.device", None], what: str) 
     torch's own .to() raises AssertionError ("not compiled with CUDA")."""
     target = _device(device)
     if target.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError(
+        raise unsupported(
             f"{what}(device={device!r}): torch sees no CUDA device here "
             f"(torch {torch.__version__}, torch.cuda.is_available() is False)"
         )
