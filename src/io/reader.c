@@ -617,8 +617,12 @@ static HurrayStatus read_trailer(HurrayReader *r, uint64_t major, uint64_t minor
                    (unsigned long long)r->index_length, HURRAY_MAX_INDEX_BYTES);
   }
   uint64_t index_end;
-  if (r->index_offset < HURRAY_FILE_HEADER_BYTES || r->index_offset % 8 != 0 ||
-      !hurray__add_u64(r->index_offset, r->index_length, &index_end) ||
+  if (r->index_offset < HURRAY_FILE_HEADER_BYTES || r->index_offset % 8 != 0) {
+    return CORRUPT(
+        HURRAY_ERR_RANGE, "index offset %llu is %s", (unsigned long long)r->index_offset,
+        r->index_offset < HURRAY_FILE_HEADER_BYTES ? "inside the header" : "not a multiple of 8");
+  }
+  if (!hurray__add_u64(r->index_offset, r->index_length, &index_end) ||
       index_end != r->file_size - HURRAY_FILE_TRAILER_BYTES) {
     return CORRUPT(HURRAY_ERR_RANGE,
                    "index [%llu, +%llu) does not end where the trailer starts (%llu)",

@@ -12,6 +12,7 @@ import os
 import pickle
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -2668,3 +2669,24 @@ def test_a_buffer_wrong_in_length_and_alignment_is_malformed_as_the_spec_orders(
     with hurray.open(path) as f:
         with pytest.raises(hurray.FormatError, match="MALFORMED.*128 bytes stored"):
             f.descriptor("a")
+
+
+def test_an_index_off_its_alignment_is_named_as_such(tmp_path):
+    """file-format §10.1 check 9: an index_offset that is not a multiple of
+    8 is RANGE. The message said the index "does not end where the trailer
+    starts", which it did."""
+    from _file_edits import index_range, reseal
+
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"w": np.arange(4, dtype=np.float32)})
+    blob = bytearray(path.read_bytes())
+    offset, _ = index_range(blob)
+    blob[offset:offset] = bytes(4)  # the index moves 4 bytes on, still just before the trailer
+    struct.pack_into("<Q", blob, len(blob) - 64, offset + 4)
+    reseal(blob)
+    path.write_bytes(bytes(blob))
+    with pytest.raises(
+        hurray.FormatError, match="index offset [0-9]+ is not a multiple of 8"
+    ) as info:
+        hurray.open(path)
+    assert info.value.status_name == "HURRAY_ERR_RANGE"
