@@ -1204,7 +1204,14 @@ static HurrayStatus dense_statistics(HurrayDescriptor *d, const HurrayDenseTenso
   if (status == HURRAY_OK) status = hurray_buffer_list_push(list, b, NULL);
   if (status == HURRAY_OK) {
     b = NULL;
+    /* The data may sit at any address (io.h): placement checks the file's
+     * alignment against it, and refused an unaligned tensor's statistics,
+     * which were then dropped without a word. The statistics read each
+     * element through memcpy, so the address asks for no alignment here. */
+    uint32_t alignment = d->buffers[0].alignment;
+    d->buffers[0].alignment = 1;
     status = hurray_compute_statistics(d, list, NULL);
+    d->buffers[0].alignment = alignment;
   }
   hurray_buffer_destroy(b);
   hurray_buffer_list_destroy(list);
