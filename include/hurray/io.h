@@ -178,9 +178,10 @@ HURRAY_API HurrayStatus hurray_writer_set_metadata_bytes(HurrayWriter *w, const 
  * buffer, padding, index and trailer write, and every
  * HURRAY_WRITER_CANCEL_INTERVAL bytes inside a large buffer) and, for a
  * path, once more after the fsync and before the file is renamed into
- * place; and whenever a signal interrupts a write to the file descriptor
- * (EINTR), before it is tried again, since a write to a pipe nobody reads
- * blocks until then. Language bindings use it to honour Ctrl-C. NULL `fn`
+ * place; and whenever a write to the file descriptor is cut short (EINTR,
+ * or fewer bytes than asked, which a signal gives once a pipe or socket
+ * took some), before it goes on: a write to a pipe nobody reads blocks
+ * until a signal comes. Language bindings use it to honour Ctrl-C. NULL `fn`
  * removes the hook; `ctx` is borrowed and must outlive the writer. */
 typedef bool (*HurrayCancelFn)(void *ctx);
 #define HURRAY_WRITER_CANCEL_INTERVAL ((size_t)16 << 20)

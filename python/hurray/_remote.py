@@ -189,12 +189,15 @@ def scrubbed(text: str, url: str) -> str:
     return text
 
 
-def _retrying(fn: Callable, retries: int):
+def _retrying(fn: Callable, retries: int, given_up: Callable[[], bool] = lambda: False):
+    """fn(), tried again after a transient failure up to `retries` times,
+    unless `given_up()` says its batch has ended (Ctrl-C, or another run's
+    failure): each retry may wait a whole read timeout."""
     for attempt in range(retries + 1):
         try:
             return fn()
         except _Transient as t:
-            if attempt == retries:
+            if attempt == retries or given_up():
                 raise t.error from None
             time.sleep(BACKOFF_SECONDS * (2**attempt) * (1 + random.random() / 2))
 
@@ -692,7 +695,7 @@ class HttpBackend:
                     response.close()
                 response.release_conn()
 
-        _retrying(attempt, self.retries)
+        _retrying(attempt, self.retries, lambda: getattr(self._batch, "abort", _NEVER).is_set())
 
     def _answered_range(self, response, range_header: str, want) -> Optional[Tuple[int, int, int]]:
         """(start, end, total) of a 206 answer to `range_header`, None for
@@ -989,11 +992,12 @@ class RangeSource:
     # so both go out at once.
     def _open(self, n: int) -> None:
         header: dict = {}
+        abort = threading.Event()
 
         def get_header():
             try:
                 view = memoryview(bytearray(64))
-                self.backend.fetch(0, 64, [(0, view)])
+                self._fetch_for(abort, 0, 64, [(0, view)])
                 header["data"] = bytes(view)
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 header["error"] = e
@@ -1004,9 +1008,14 @@ class RangeSource:
             thread.start()
         try:
             start, data = self.backend.fetch_suffix(n)
-        finally:
             if thread is not None:
                 thread.join()
+        except BaseException:
+            # The header read fills a buffer of its own: it is told to stop
+            # and left to end by itself. Waiting for it, Ctrl-C on a server
+            # that never answered took its every retry (4 minutes).
+            abort.set()
+            raise
         self.size = self.backend.size
         self._keep([(start, data)])
         if start > 0:

@@ -188,10 +188,10 @@ static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
                       "the write was cancelled; nothing was published");
 }
 
-/* Writes all `len` bytes: a short write is continued, EINTR retried once
- * the cancel hook has said to go on (a write to a pipe nobody reads blocks
- * until a signal, and the hook is how the caller stops it); a write that
- * makes no progress is an error rather than an endless loop. */
+/* Writes all `len` bytes: a short write is continued and EINTR retried,
+ * each once the cancel hook has said to go on (a write to a pipe nobody
+ * reads blocks until a signal, and the hook is how the caller stops it); a
+ * write that makes no progress is an error rather than an endless loop. */
 static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
                                  HurrayError *error) {
   const uint8_t *p = data;
@@ -214,6 +214,10 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
     }
     p += n;
     len -= (size_t)n;
+    /* A signal that comes once a pipe or socket took some of the bytes
+     * ends the write with a short count, not EINTR: without asking here,
+     * the next write blocked with the signal already spent. */
+    if (len > 0) HURRAY_RETURN_NOT_OK(check_cancel(w, error));
   }
   return HURRAY_OK;
 }

@@ -921,17 +921,23 @@ def test_ctrl_c_during_save_keeps_the_old_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.hurray"]
 
 
+@pytest.mark.parametrize("taken", [0, 4096])
 @pytest.mark.parametrize("sink", ["fd", "file object"])
-def test_ctrl_c_stops_a_save_into_a_pipe_nobody_reads(sink):
+def test_ctrl_c_stops_a_save_into_a_pipe_nobody_reads(sink, taken):
     """A write into a full pipe blocks until a signal; the writer retried
     the interrupted write without asking its cancel hook, so Ctrl-C never
-    surfaced and the save hung for good (os.write raises at once)."""
+    surfaced and the save hung for good (os.write raises at once). When
+    the reader took some bytes first, the signal ends the write with a
+    short count instead of EINTR, and the writer carried on: the next
+    write blocked with the signal spent."""
     result = run_python(
         textwrap.dedent(f"""
         import os, signal, threading, time
         import numpy as np
         import hurray
-        r, w = os.pipe()  # never read: full after 64 KiB
+        r, w = os.pipe()  # full after 64 KiB, then never read
+        if {taken}:
+            threading.Thread(target=os.read, args=(r, {taken}), daemon=True).start()
         main = threading.main_thread().ident
         def interrupt():
             time.sleep(0.5)

@@ -856,6 +856,48 @@ def test_ctrl_c_ends_runs_that_are_slow_but_not_stalled(tmp_path):
     assert words[:2] == ["interrupted", "after"] and int(words[2]) < 10, done.stdout
 
 
+@pytest.mark.parametrize("when", ["open", "big read", "verify"])
+def test_ctrl_c_stops_retrying_a_server_that_does_not_answer(tmp_path, when):
+    """docs/security.md: after Ctrl-C the wait is one read timeout at most.
+    The requests in flight were tried again up to `retries` times each, a
+    read timeout every time (4 minutes with the defaults): at open, the
+    header request the interrupted open waited for, and in a read fetched
+    in several runs, every run. Now a batch that is over is not retried."""
+    code = textwrap.dedent(
+        f"""
+        import os, signal, sys, threading, time, numpy as np, hurray
+        sys.path.insert(0, {HERE!r})
+        from range_server import RangeServer
+        p = {str(tmp_path / "big.hurray")!r}
+        hurray.save(p, {{"big": np.ones(48 << 20, np.uint8)}})
+        with RangeServer({{"/big.hurray": open(p, "rb").read()}}) as s:
+            s.slow_seconds = 60
+            if {when!r} == "open":
+                s.fault = "slow"
+            else:
+                f = hurray.open(s.url("/big.hurray"), timeout=(2, 3))
+                s.fault = "slow"
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            started = time.monotonic()
+            try:
+                if {when!r} == "open":
+                    hurray.open(s.url("/big.hurray"), timeout=(2, 3))
+                elif {when!r} == "big read":
+                    f["big"]
+                else:
+                    f.verify()
+            except KeyboardInterrupt:
+                print("interrupted after %.1f s" % (time.monotonic() - started), flush=True)
+            os._exit(0)  # the server's handlers still sleep
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert words[:2] == ["interrupted", "after"], done.stdout
+    assert float(words[2]) < 6, done.stdout  # one read timeout (3 s); with retries 12 s and more
+
+
 def test_a_refused_connection_is_not_a_timeout():
     # urllib3 makes a refused connection a kind of ConnectTimeoutError, and
     # it was reported (and retried) as RemoteTimeoutError.
