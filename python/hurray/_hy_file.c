@@ -242,7 +242,8 @@ static void file_release(FileObject *self) {
 /* hy_raise_status for a failure of this file's reader: an operating
  * system's refusal (a truncated file's EFAULT, a pread's EIO) names the
  * file, as the failure to open it does. */
-static PyObject *file_raise(PyObject *op, ModuleState *st, HurrayStatus s, const HurrayError *e) {
+static PyObject *file_raise(PyObject *op, HurrayStatus s, const HurrayError *e) {
+  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   PyObject *path = ((FileObject *)op)->path;
   if (e->os_errno == 0 || path == NULL || !PyBytes_Check(path)) return hy_raise_status(st, s, e);
   PyObject *name = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(path));
@@ -373,7 +374,7 @@ static PyObject *file_read(PyObject *op, PyObject *args, bool rows) {
                                                            &list, &e)
                                   : hurray_reader_get_tensor(self->reader, name, &d, &list, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   TensorObject *t = hy_tensor_alloc(st, NULL);
   if (t == NULL) {
     hurray_buffer_list_destroy(list);
@@ -472,7 +473,7 @@ static PyObject *file_get_all(PyObject *op, PyObject *unused) {
     Py_DECREF(special);
     if (rc != 0) return NULL;
     if (s == HURRAY_ERR_NO_MEMORY && e.message[0] == '\0') return PyErr_NoMemory();
-    return file_raise(op, st, s, &e);
+    return file_raise(op, s, &e);
   }
   return Py_BuildValue("(NN)", out, special);
 }
@@ -492,7 +493,7 @@ static HurrayDescriptor *file_lookup(PyObject *op, PyObject *args, const char *f
   HurrayStatus s = hurray_reader_get_descriptor(self->reader, name, &d, &e);
   file_release(self);
   if (s != HURRAY_OK) {
-    file_raise(op, hy_state_of_type(Py_TYPE(op)), s, &e);
+    file_raise(op, s, &e);
     return NULL;
   }
   return d;
@@ -530,7 +531,7 @@ static int file_peek_shape(PyObject *op, PyObject *name_obj, HurrayDType *dtype,
   HurrayStatus s = file_find(self, name, &index, &e);
   if (s == HURRAY_OK) s = hurray_reader_tensor_shape(self->reader, index, dtype, rank, shape, &e);
   if (s != HURRAY_OK) {
-    file_raise(op, hy_state_of_type(Py_TYPE(op)), s, &e);
+    file_raise(op, s, &e);
     return -1;
   }
   return 0;
@@ -594,7 +595,6 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
     PyBuffer_Release(&out);
     return NULL;
   }
-  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) {
     PyBuffer_Release(&out);
     return NULL;
@@ -605,7 +605,7 @@ static PyObject *file_read_buffer(PyObject *op, PyObject *args) {
                                                        out.buf, (uint64_t)out.len, &e);
   Py_END_ALLOW_THREADS file_release(self);
   PyBuffer_Release(&out);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -654,7 +654,6 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
   if (!PyArg_ParseTuple(args, "w*OO&:_read_spans", &out, &list, hy_conv_threads, &threads)) {
     return NULL;
   }
-  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   /* A tuple of its own, so that Python code run by the conversions below
    * (an item's __index__) cannot shrink it under the loop; every span is
    * parsed before the lock is taken, so none runs while it is held. */
@@ -680,7 +679,7 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
     HurrayError e = {0};
     HurrayStatus s = hurray_reader_find(self->reader, names[k], &spans[k].tensor, &e);
     if (s != HURRAY_OK) {
-      file_raise(op, st, s, &e);
+      file_raise(op, s, &e);
       goto fail_locked;
     }
   }
@@ -696,7 +695,7 @@ static PyObject *file_read_spans(PyObject *op, PyObject *args) {
   PyMem_Free(names);
   Py_DECREF(seq);
   PyBuffer_Release(&out);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   Py_RETURN_NONE;
 fail_locked:
   file_release(self);
@@ -712,13 +711,12 @@ static PyObject *file_verify(PyObject *op, PyObject *args) {
   FileObject *self = (FileObject *)op;
   const char *name = NULL;
   if (!PyArg_ParseTuple(args, "|z:verify", &name)) return NULL;
-  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_verify(self->reader, name, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -727,13 +725,12 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
   FileObject *self = (FileObject *)op;
   unsigned threads = 0; /* an int (operator.index), never a float or str */
   if (!hy_conv_threads(arg, &threads)) return NULL;
-  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_populate(self->reader, threads, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   Py_RETURN_NONE;
 }
 
@@ -741,14 +738,13 @@ static PyObject *file_populate(PyObject *op, PyObject *arg) {
 static PyObject *file_cached_fraction(PyObject *op, PyObject *unused) {
   (void)unused;
   FileObject *self = (FileObject *)op;
-  ModuleState *st = hy_state_of_type(Py_TYPE(op));
   if (file_acquire(self) < 0) return NULL;
   HurrayError e = {0};
   double fraction = 0;
   HurrayStatus s;
   Py_BEGIN_ALLOW_THREADS s = hurray_reader_cached_fraction(self->reader, &fraction, &e);
   Py_END_ALLOW_THREADS file_release(self);
-  if (s != HURRAY_OK) return file_raise(op, st, s, &e);
+  if (s != HURRAY_OK) return file_raise(op, s, &e);
   return PyFloat_FromDouble(fraction);
 }
 static PyGetSetDef file_getset[] = {

@@ -498,9 +498,13 @@ class HttpBackend:
         self._batch = threading.local()  # .abort: the Event of the batch this thread reads for
         self.requests = 0  # answered requests, for tests and benchmarks
 
+    def _batch_abort(self) -> threading.Event:
+        """The abort event of the batch this thread reads for (_NEVER
+        outside reading_for)."""
+        return getattr(self._batch, "abort", None) or _NEVER
+
     def _metered(self, response) -> _Metered:
-        abort = getattr(self._batch, "abort", None)
-        return _Metered(response, self._rate_window, self.shown, abort or _NEVER)
+        return _Metered(response, self._rate_window, self.shown, self._batch_abort())
 
     def reading_for(self, abort: threading.Event) -> "_ReadingFor":
         """A context in which this thread's body reads fail at their next
@@ -695,7 +699,7 @@ class HttpBackend:
                     response.close()
                 response.release_conn()
 
-        _retrying(attempt, self.retries, lambda: getattr(self._batch, "abort", _NEVER).is_set())
+        _retrying(attempt, self.retries, lambda: self._batch_abort().is_set())
 
     def _answered_range(self, response, range_header: str, want) -> Optional[Tuple[int, int, int]]:
         """(start, end, total) of a 206 answer to `range_header`, None for
