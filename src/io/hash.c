@@ -117,6 +117,8 @@ typedef struct Pool {
   atomic_size_t next;
   const HurrayHashHooks *hooks;
   unsigned threads;
+  uint8_t *scratch;   /* threads x hooks->scratch_bytes, or NULL */
+  atomic_uint joined; /* hands each thread its share of scratch */
 } Pool;
 
 /* Large buffers are claimed several at a time: half an even share of the
@@ -162,7 +164,7 @@ static size_t claim_end(const Pool *p, size_t i) {
  * counters in the VM the cause was not pinned down further. */
 #define HASH_CLAIM_COPY 64
 
-static void hash_claim(HurrayHashJob *jobs, size_t n) {
+void hurray__hash_claim(HurrayHashJob *jobs, size_t n) {
   HurrayHashJob copy[HASH_CLAIM_COPY];
   for (size_t at = 0; at < n; at += HASH_CLAIM_COPY) {
     size_t m = n - at < HASH_CLAIM_COPY ? n - at : HASH_CLAIM_COPY;
@@ -174,6 +176,9 @@ static void hash_claim(HurrayHashJob *jobs, size_t n) {
 
 static void *pool_worker(void *arg) {
   Pool *p = arg;
+  unsigned me = atomic_fetch_add_explicit(&p->joined, 1, memory_order_relaxed);
+  size_t scratch_bytes = p->scratch != NULL ? p->hooks->scratch_bytes : 0;
+  void *scratch = p->scratch != NULL ? p->scratch + (size_t)me * scratch_bytes : NULL;
   size_t i = atomic_load_explicit(&p->next, memory_order_relaxed);
   for (;;) {
     if (i >= p->n) return NULL;
@@ -181,7 +186,11 @@ static void *pool_worker(void *arg) {
     /* On failure i is reloaded with the claim another thread made. */
     if (!atomic_compare_exchange_weak(&p->next, &i, end)) continue;
     if (p->hooks->before != NULL) p->hooks->before(p->hooks->ctx, p->jobs + i, end - i);
-    hash_claim(p->jobs + i, end - i);
+    if (p->hooks->hash != NULL) {
+      p->hooks->hash(p->hooks->ctx, p->jobs + i, end - i, scratch, scratch_bytes);
+    } else {
+      hurray__hash_claim(p->jobs + i, end - i);
+    }
     if (p->hooks->done != NULL) p->hooks->done(p->hooks->ctx, p->jobs + i, end - i);
     i = atomic_load_explicit(&p->next, memory_order_relaxed);
   }
@@ -192,7 +201,7 @@ void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
 }
 
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
-  static const HurrayHashHooks none = {NULL, NULL, NULL, NULL};
+  static const HurrayHashHooks none = {NULL, NULL, NULL, NULL, NULL, 0};
   hurray__hash_many_with(jobs, n, threads, &none);
 }
 
@@ -204,7 +213,15 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
   if (threads > 64) threads = 64;
   if (threads > n) threads = (unsigned)(n > 0 ? n : 1);
   if (total < HURRAY_HASH_THREAD_MIN_BYTES) threads = 1;
-  Pool pool = {jobs, n, 0, hooks, threads};
+  /* One allocation for every thread's scratch, made here: from the
+   * calling thread's heap, which keeps and reuses it from call to call,
+   * where a thread's own would be a fresh arena's pages each time. */
+  uint8_t *scratch = NULL;
+  if (hooks->hash != NULL && hooks->scratch_bytes > 0 &&
+      hooks->scratch_bytes <= SIZE_MAX / threads) {
+    scratch = malloc(hooks->scratch_bytes * threads);
+  }
+  Pool pool = {jobs, n, 0, hooks, threads, scratch, 0};
   pthread_t ids[64];
   bool started[64] = {false};
   for (unsigned t = 1; t < threads; t++) {
@@ -215,4 +232,5 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);
   }
+  free(scratch);
 }

@@ -22,11 +22,14 @@
 #include <stdint.h>
 #include <xxhash.h>
 
-/* One buffer to hash; `sum` is written by hurray__hash_many. */
+/* One buffer to hash; `sum` is written by hurray__hash_many. `data` is
+ * where the bytes are in memory, or NULL for a job whose bytes a `hash`
+ * hook reads itself, from wherever `at` says (a file offset, for verify). */
 typedef struct HurrayHashJob {
   const void *data;
   size_t len;
   uint64_t sum;
+  uint64_t at;
 } HurrayHashJob;
 
 /* A thread claims neighbouring small buffers together, up to this many
@@ -75,18 +78,30 @@ void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
  * threads.
  *   before     each claim, right before it is hashed, on the thread that
  *              hashes it: jobs[0..count) are consecutive jobs.
+ *   hash       hashes each claim instead of the pool, on the thread that
+ *              claimed it: sets the sums of jobs[0..count) (consecutive
+ *              jobs), with `scratch` (scratch_bytes, the thread's own for
+ *              the whole call; NULL if it could not be allocated).
  *   done       each claim, right after it is hashed, on the thread that
  *              hashed it: jobs[0..count) are consecutive jobs, their sums
  *              set. Work that follows each buffer runs in parallel too.
  *   meanwhile  once, on the calling thread, after the other threads have
  *              started and before this one joins the hashing. */
 typedef void (*HurrayHashDone)(void *ctx, const HurrayHashJob *jobs, size_t count);
+typedef void (*HurrayHashClaim)(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
+                                size_t scratch_bytes);
 typedef struct HurrayHashHooks {
   HurrayHashDone done;
   void (*meanwhile)(void *ctx);
   void *ctx;
   HurrayHashDone before;
+  HurrayHashClaim hash;
+  size_t scratch_bytes;
 } HurrayHashHooks;
+/* Sets the sums of jobs[0..n) on this thread, as the pool hashes a claim
+ * (for a `hash` hook that finds a claim's bytes in memory after all). */
+void hurray__hash_claim(HurrayHashJob *jobs, size_t n);
+
 /* hurray__hash_many_on with `hooks` (required; borrowed for the call). */
 void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
                             const HurrayHashHooks *hooks);

@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -116,6 +117,11 @@ struct HurrayReader {
   HurrayCancelFn cancel; /* HurrayReaderOptions.cancel; NULL: never cancelled */
   void *cancel_ctx;
   _Atomic uint64_t unasked_bytes; /* read since `cancel` was last asked */
+  /* How verify reads the file, learnt by its claims and kept from call to
+   * call (claim_by_pread): verifying tensor by tensor would otherwise
+   * time a mapping in every call. */
+  atomic_bool verify_by_pread;
+  _Atomic uint64_t verify_pread_bytes; /* read by pread since the first verify */
 };
 
 static TensorEntry entry_at(const HurrayReader *r, size_t i) {
@@ -731,6 +737,8 @@ static HurrayReader *reader_new(void) {
   if (r != NULL) {
     atomic_init(&r->names, NULL);
     atomic_init(&r->unasked_bytes, 0);
+    atomic_init(&r->verify_by_pread, false);
+    atomic_init(&r->verify_pread_bytes, 0);
     r->online_cpus = sysconf(_SC_NPROCESSORS_ONLN);
   }
   return r;
@@ -1772,8 +1780,8 @@ void hurray__reader_read_ahead_detach(HurrayReadAhead *ahead) {
 #define PREAD_VERIFY_CHUNK ((uint64_t)1 << 20)
 #define PREAD_VERIFY_SMALL_CHUNK ((uint64_t)64 << 10)
 
-/* The pread path, for a file that is not mapped, or a verify too small to
- * be worth mapping. */
+/* One buffer through a source without read_batch, or through pread where
+ * its length does not fit a size_t (verify_round). */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
   XXH3_state_t *state = XXH3_createState();
@@ -1996,16 +2004,19 @@ static bool small_pieces_together(const HurrayHashJob *jobs, size_t count, uintp
   return *hi - *lo >= VERIFY_MAP_BYTES / 2 && *hi - *lo <= VERIFY_MAP_MAX_BYTES;
 }
 
-static void map_pieces(void *ctx, const HurrayHashJob *jobs, size_t count) {
-  (void)ctx;
+/* Maps the pieces of a claim that are to be mapped before they are hashed,
+ * but for the first `probed` bytes of the first stretch (first_stretch),
+ * which claim_by_pread mapped already. */
+static void map_claim(const HurrayHashJob *jobs, size_t count, size_t probed) {
   uintptr_t lo, hi;
   if (small_pieces_together(jobs, count, &lo, &hi)) {
-    hurray__map_file_pages((const void *)lo, hi - lo);
+    if (hi - lo > probed) hurray__map_file_pages((const void *)(lo + probed), hi - lo - probed);
     return;
   }
   for (size_t k = 0; k < count; k++) {
     if (job_in(&jobs[k], VERIFY_MAP_BYTES, VERIFY_MAP_MAX_BYTES + 1)) {
-      hurray__map_file_pages(jobs[k].data, jobs[k].len);
+      hurray__map_file_pages((const uint8_t *)jobs[k].data + probed, jobs[k].len - probed);
+      probed = 0;
     }
   }
 }
@@ -2023,6 +2034,230 @@ static void drop_large_pieces(void *ctx, const HurrayHashJob *jobs, size_t count
     spans[n++] = job_span(&jobs[k]);
   }
   drop_spans(spans, n);
+}
+
+/* A file is read for hashing claim by claim (hash.c), through its mapping
+ * or with pread, whichever the folios the page cache holds it in make
+ * cheaper. Through a mapping, every folio costs page-table entries to map
+ * and to let go of: on the 2-CPU VM (AMD EPYC, 45.7 GB/s 2-thread memory
+ * read) 1 GiB was read in place at 42.8 GB/s in 2 MiB folios (a file read
+ * back with read()), 21.5 in 64 KiB ones (a file just written, ADR-0026)
+ * and 9.7 in 4 KiB ones (read ahead by a cold load). pread copies every
+ * byte once more, into a scratch that stays in the core's cache, at a cost
+ * that hardly depends on the folios: xxh3 over 512 KiB pieces reached
+ * 43.5, 35.1 and 18.3 GB/s on 2 threads. 256 KiB gave 40.9 and 34.5 for
+ * the first two, 1 MiB 31.0 for the second. A reader without a mapping
+ * (HURRAY_READ_PREAD, or a verify too small to map a view for) reads every
+ * claim with pread. */
+#define VERIFY_READ_BYTES ((size_t)512 << 10)
+
+/* Neighbouring buffers of a claim closer than this are read with one
+ * pread, the bytes between them (padding) with them. */
+#define VERIFY_READ_GAP ((uint64_t)64 << 10)
+
+/* The state that the hashing threads of one round share: the first
+ * failure in file order is the one reported, whatever thread met it. */
+typedef struct FileHash {
+  HurrayReader *r;
+  const uint8_t *view; /* the data region mapped (verify_entries), or NULL */
+  int read;            /* a VerifyRead: how claims of `view` are read */
+  ViewDrops *drops;    /* pages of `view` to let go of, or NULL */
+  pthread_t caller;    /* the only thread that asks the reader's cancel hook */
+  bool cancelled;      /* written by `caller` only */
+  atomic_bool stop;
+  pthread_mutex_t lock;
+  bool failed;
+  uint64_t failed_at;
+  HurrayStatus status;
+  HurrayError error;
+} FileHash;
+
+static void file_hash_fail(FileHash *h, uint64_t at, HurrayStatus status,
+                           const HurrayError *error) {
+  pthread_mutex_lock(&h->lock);
+  if (!h->failed || at < h->failed_at) {
+    h->failed = true;
+    h->failed_at = at;
+    h->status = status;
+    h->error = *error;
+  }
+  pthread_mutex_unlock(&h->lock);
+  atomic_store_explicit(&h->stop, true, memory_order_relaxed);
+}
+
+/* Whether to stop before reading `n` more bytes: another thread failed,
+ * or the reader's cancel hook says so. The bytes every hashing thread reads
+ * count toward HURRAY_READER_CANCEL_INTERVAL, but only the calling thread
+ * asks the hook (io.h: never a hashing thread of the pool), before its own
+ * next read once they reach it. */
+static bool file_hash_stop_before(FileHash *h, uint64_t n) {
+  if (atomic_load_explicit(&h->stop, memory_order_relaxed)) return true;
+  HurrayReader *r = h->r;
+  if (r->cancel == NULL) return false;
+  uint64_t unasked = atomic_fetch_add_explicit(&r->unasked_bytes, n, memory_order_relaxed) + n;
+  if (unasked < HURRAY_READER_CANCEL_INTERVAL || !pthread_equal(pthread_self(), h->caller)) {
+    return false;
+  }
+  atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
+  if (!r->cancel(r->cancel_ctx)) return false;
+  h->cancelled = true;
+  atomic_store_explicit(&h->stop, true, memory_order_relaxed);
+  return true;
+}
+
+/* A job longer than the scratch, read and hashed a scratch at a time;
+ * sets *stopped instead if it stopped first (file_hash_stop_before). */
+static HurrayStatus hash_long_job(FileHash *h, HurrayHashJob *job, uint8_t *scratch, size_t cap,
+                                  bool *stopped, HurrayError *error) {
+  HurrayHashStream stream;
+  hurray__hash_stream_reset(&stream);
+  for (uint64_t done = 0; done < job->len;) {
+    size_t n = job->len - done < cap ? (size_t)(job->len - done) : cap;
+    if (file_hash_stop_before(h, n)) {
+      *stopped = true;
+      return HURRAY_OK;
+    }
+    HURRAY_RETURN_NOT_OK(pread_all(h->r->fd, scratch, n, job->at + done, error));
+    hurray__hash_stream_update(&stream, scratch, n);
+    done += n;
+  }
+  job->sum = hurray__hash_stream_digest(&stream);
+  return HURRAY_OK;
+}
+
+/* Hashes jobs[0..count), whose bytes lie at `at` in the file, with pread.
+ * Neighbours that fit in the scratch together are read with one pread;
+ * jobs come in file order (hash_in_file_order), but any order is hashed
+ * correctly, at a pread each. */
+static void hash_from_file(FileHash *h, HurrayHashJob *jobs, size_t count, void *scratch,
+                           size_t cap) {
+  uint8_t fallback[16 << 10];
+  if (scratch == NULL || cap == 0) {
+    scratch = fallback;
+    cap = sizeof fallback;
+  }
+  uint8_t *buf = scratch;
+  for (size_t k = 0; k < count;) {
+    HurrayError error = {0};
+    HurrayStatus status;
+    bool stopped = false;
+    uint64_t at = jobs[k].at;
+    if (jobs[k].len > cap) {
+      status = hash_long_job(h, &jobs[k], buf, cap, &stopped, &error);
+      k++;
+    } else {
+      uint64_t hi = at + jobs[k].len;
+      size_t end = k + 1;
+      while (end < count && jobs[end].len <= cap && jobs[end].at >= hi &&
+             jobs[end].at - hi <= VERIFY_READ_GAP && jobs[end].at + jobs[end].len - at <= cap) {
+        hi = jobs[end].at + jobs[end].len;
+        end++;
+      }
+      if (file_hash_stop_before(h, hi - at)) return;
+      status = pread_all(h->r->fd, buf, hi - at, at, &error);
+      for (; status == HURRAY_OK && k < end; k++) {
+        jobs[k].sum = hurray__checksum(buf + (jobs[k].at - at), jobs[k].len);
+      }
+    }
+    if (stopped) return;
+    if (status != HURRAY_OK) {
+      file_hash_fail(h, at, status, &error);
+      return;
+    }
+  }
+}
+
+/* A claim read through the mapping first maps its first VERIFY_PROBE_BYTES
+ * with one MADV_POPULATE_READ, timed. Over VERIFY_PROBE_NS (in proportion,
+ * for a shorter stretch) the folios are small: that claim and the ones
+ * after it read by pread, and once every VERIFY_PROBE_SPACING bytes read so
+ * a claim looks again, since a file may sit in large folios in part (a
+ * writer whose cheap 2 MiB folios ran out partway, ADR-0026) and a cold
+ * file's pages arrive as it is read. Mapping 4 MiB took 3-14 us in 2 MiB
+ * folios, 290 us in 64 KiB ones and 361 in 4 KiB ones (means over 1 GiB,
+ * 2-CPU VM): 30 us for 2 MiB leaves a factor of four either side. A look
+ * every 8 claims instead cost a file of 64 KiB buffers just written a
+ * tenth of its rate: each mapped a whole 1 MiB claim for nothing. */
+#define VERIFY_PROBE_BYTES ((size_t)2 << 20)
+#define VERIFY_PROBE_NS 30000.0
+#define VERIFY_PROBE_SPACING ((uint64_t)64 << 20)
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The first stretch of a claim that map_claim maps with one call. */
+static bool first_stretch(const HurrayHashJob *jobs, size_t count, uintptr_t *lo, uintptr_t *hi) {
+  if (small_pieces_together(jobs, count, lo, hi)) return true;
+  for (size_t k = 0; k < count; k++) {
+    if (job_in(&jobs[k], VERIFY_MAP_BYTES, VERIFY_MAP_MAX_BYTES + 1)) {
+      *lo = (uintptr_t)jobs[k].data;
+      *hi = *lo + jobs[k].len;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Whether the claim jobs[0..count) reads by pread: the choice so far, or
+ * what a timed mapping of its first stretch says (a claim with none to map
+ * keeps the choice). Sets *probed to the bytes of that stretch it mapped. */
+static bool claim_by_pread(FileHash *h, const HurrayHashJob *jobs, size_t count, size_t *probed) {
+  HurrayReader *r = h->r;
+  *probed = 0;
+  bool by_pread = atomic_load_explicit(&r->verify_by_pread, memory_order_relaxed);
+  if (by_pread) {
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < count; k++) bytes += jobs[k].len;
+    uint64_t before = atomic_fetch_add_explicit(&r->verify_pread_bytes, bytes,
+                                                memory_order_relaxed);
+    if (before / VERIFY_PROBE_SPACING == (before + bytes) / VERIFY_PROBE_SPACING) return true;
+  }
+  uintptr_t lo, hi;
+  if (!first_stretch(jobs, count, &lo, &hi)) return by_pread;
+  size_t n = hi - lo < VERIFY_PROBE_BYTES ? (size_t)(hi - lo) : VERIFY_PROBE_BYTES;
+  int64_t start = monotonic_ns();
+  hurray__map_file_pages((const void *)lo, n);
+  double took = (double)(monotonic_ns() - start);
+  *probed = n;
+  by_pread = took * (double)VERIFY_PROBE_BYTES > VERIFY_PROBE_NS * (double)n;
+  atomic_store_explicit(&r->verify_by_pread, by_pread, memory_order_relaxed);
+  return by_pread;
+}
+
+/* HURRAY_VERIFY_READ=map or =pread makes every claim of a mapped file read
+ * that way (tests and benchmarks; read at each round); unset or anything
+ * else, each claim chooses. */
+typedef enum VerifyRead { VERIFY_READ_EITHER, VERIFY_READ_MAP, VERIFY_READ_PREAD } VerifyRead;
+
+static VerifyRead verify_read_knob(void) {
+  const char *knob = getenv("HURRAY_VERIFY_READ");
+  if (knob == NULL) return VERIFY_READ_EITHER;
+  if (strcmp(knob, "map") == 0) return VERIFY_READ_MAP;
+  if (strcmp(knob, "pread") == 0) return VERIFY_READ_PREAD;
+  return VERIFY_READ_EITHER;
+}
+
+/* The pool's `hash` hook for a file (ctx: its FileHash). */
+static void hash_claim_of_file(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
+                               size_t cap) {
+  FileHash *h = ctx;
+  size_t probed = 0;
+  bool by_pread = h->view == NULL || h->read == VERIFY_READ_PREAD ||
+                  (h->read == VERIFY_READ_EITHER && claim_by_pread(h, jobs, count, &probed));
+  if (by_pread) {
+    hash_from_file(h, jobs, count, scratch, cap);
+    return;
+  }
+  map_claim(jobs, count, probed);
+  hurray__hash_claim(jobs, count);
+}
+
+static void drop_pending_pages(void *ctx) {
+  FileHash *h = ctx;
+  view_drops_run(h->drops);
 }
 
 /* Through a source with read_batch: the buffers of up to 64 MiB at a time
@@ -2102,7 +2337,7 @@ static HurrayStatus verify_round_source(HurrayReader *r, HurrayHashJob *jobs,
 
 /* A job's place in the file, for hashing a round in file order. */
 typedef struct JobPlace {
-  uintptr_t at;
+  uint64_t at;
   size_t job;
 } JobPlace;
 
@@ -2117,61 +2352,102 @@ static int compare_job_places(const void *pa, const void *pb) {
   return (a->at > b->at) - (a->at < b->at);
 }
 
-/* Hashes jobs[0..n) of a view in the order their bytes lie in the file,
- * with `order`'s scratch. The index lists tensors
- * by name, and a writer lays them out in the order it was given them
- * ("layers.10" sorts between "layers.1" and "layers.2"), so a round in
- * index order jumps about the file: every jump starts the hardware
- * prefetcher afresh, and xxh3's own prefetch past a buffer's end fetches
- * bytes hashed much later (File.verify() of 16,384 such buffers of 64 KiB:
- * 19.6-19.9 GB/s, against 19.1-19.4 in index order, 5 of 5 pairs). The
- * sums land in jobs[] as if hashed there. */
+/* Hashes jobs[0..n) in the order their bytes lie in the file, with
+ * `order`'s scratch. The index lists tensors by name, and a writer lays
+ * them out in the order it was given them ("layers.10" sorts between
+ * "layers.1" and "layers.2"), so a round in index order jumps about the
+ * file: neighbours could not be mapped or read together, every jump starts
+ * the hardware prefetcher afresh, and xxh3's own prefetch past a buffer's
+ * end fetches bytes hashed much later (File.verify() of 16,384 such
+ * buffers of 64 KiB through the mapping: 19.6-19.9 GB/s, against 19.1-19.4
+ * in index order, 5 of 5 pairs). The sums land in jobs[] as if hashed
+ * there. */
 static void hash_in_file_order(HurrayHashJob *jobs, size_t n, unsigned threads,
                                const HurrayHashHooks *hooks, const FileOrder *order) {
   bool in_order = true;
-  for (size_t k = 1; k < n && in_order; k++) {
-    in_order = (uintptr_t)jobs[k].data >= (uintptr_t)jobs[k - 1].data;
-  }
+  for (size_t k = 1; k < n && in_order; k++) in_order = jobs[k].at >= jobs[k - 1].at;
   if (in_order) {
     hurray__hash_many_with(jobs, n, threads, hooks);
     return;
   }
   JobPlace *places = order->places;
   HurrayHashJob *sorted = order->sorted;
-  for (size_t k = 0; k < n; k++) places[k] = (JobPlace){(uintptr_t)jobs[k].data, k};
+  for (size_t k = 0; k < n; k++) places[k] = (JobPlace){jobs[k].at, k};
   qsort(places, n, sizeof *places, compare_job_places);
   for (size_t k = 0; k < n; k++) sorted[k] = jobs[places[k].job];
   hurray__hash_many_with(sorted, n, threads, hooks);
   for (size_t k = 0; k < n; k++) jobs[places[k].job].sum = sorted[k].sum;
 }
 
-/* Hashes one round of buffers on the thread pool (or by pread) and
- * reports the first mismatch in index order, so that the error is the same
- * whatever thread found it. `cancel` is asked first (and through pread,
- * the reader's own hook every HURRAY_READER_CANCEL_INTERVAL bytes). */
+/* Hashes refs[0..n) of a file on `threads` threads, each claim through
+ * `view` (the data region mapped, or NULL) or by pread. */
+static HurrayStatus hash_round_of_file(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
+                                       unsigned threads, HurrayHashJob *jobs,
+                                       const FileOrder *order, const VerifyRef *refs, size_t n,
+                                       HurrayError *error) {
+  uint64_t total = 0;
+  for (size_t k = 0; k < n; k++) {
+    jobs[k].at = buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
+    jobs[k].data = view != NULL ? view + jobs[k].at : NULL;
+    jobs[k].len = (size_t)refs[k].length;
+    total += refs[k].length;
+  }
+  FileHash h = {.r = r,
+                .view = view,
+                .drops = drops,
+                .read = verify_read_knob(),
+                .caller = pthread_self(),
+                .lock = PTHREAD_MUTEX_INITIALIZER};
+  atomic_init(&h.stop, false);
+  /* No more scratch than the round reads: a verify of one small tensor
+   * (tensor by tensor from Python) then takes a few kilobytes of heap. */
+  HurrayHashHooks hooks = {
+      .ctx = &h,
+      .hash = hash_claim_of_file,
+      .scratch_bytes = total < VERIFY_READ_BYTES ? (size_t)(total > 0 ? total : 1)
+                                                 : VERIFY_READ_BYTES,
+  };
+  /* The pages stay in the page cache; the process lets go of them, so
+   * that verifying a file larger than memory keeps the resident set to two
+   * rounds plus one claim per thread. A hashing thread lets go of the
+   * pieces of 4 MiB and more of each claim it just hashed; the smaller
+   * ones of a round are let go of together while the next round hashes (or
+   * by the caller, after the last). */
+  if (drops != NULL) {
+    hooks.done = drop_large_pieces;
+    hooks.meanwhile = drop_pending_pages;
+  }
+  hash_in_file_order(jobs, n, threads, &hooks, order);
+  if (drops != NULL) view_drops_add(drops, jobs, n);
+  pthread_mutex_destroy(&h.lock);
+  if (h.cancelled) return cancelled(error);
+  if (!h.failed) return HURRAY_OK;
+  if (error != NULL) *error = h.error;
+  return h.status;
+}
+
+/* Whether every ref's length fits a HurrayHashJob (a size_t): on a 32-bit
+ * build a buffer of 4 GiB or more without chunk checksums does not, and is
+ * hashed through checksum_range. */
+static bool refs_fit_jobs(const VerifyRef *refs, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    if (refs[k].length > SIZE_MAX) return false;
+  }
+  return true;
+}
+
+/* Hashes one round of buffers on the thread pool (or through a source)
+ * and reports the first mismatch in index order, so that the error is the
+ * same whatever thread found it. `cancel` is asked first (and by pread or
+ * through a source without read_batch, the reader's own hook every
+ * HURRAY_READER_CANCEL_INTERVAL bytes). */
 static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
                                  unsigned threads, HurrayCancelFn cancel, void *ctx,
                                  HurrayHashJob *jobs, const FileOrder *order,
                                  const VerifyRef *refs, size_t n, HurrayError *error) {
   if (cancel != NULL && cancel(ctx)) return cancelled(error);
-  if (view != NULL) {
-    for (size_t k = 0; k < n; k++) {
-      jobs[k].data = view + buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
-      jobs[k].len = (size_t)refs[k].length;
-    }
-    /* The pages stay in the page cache; the process lets go of them, so
-     * that verifying a file larger than memory keeps the resident set to
-     * two rounds plus one claim per thread. A hashing thread lets go of the
-     * pieces of 4 MiB and more of each claim it just hashed; the smaller
-     * ones of a round are let go of together while the next round hashes
-     * (or by the caller, after the last). */
-    HurrayHashHooks hooks = {NULL, NULL, drops, map_pieces};
-    if (drops != NULL) {
-      hooks.done = drop_large_pieces;
-      hooks.meanwhile = view_drops_run;
-    }
-    hash_in_file_order(jobs, n, threads, &hooks, order);
-    if (drops != NULL) view_drops_add(drops, jobs, n);
+  if (!r->has_source && refs_fit_jobs(refs, n)) {
+    HURRAY_RETURN_NOT_OK(hash_round_of_file(r, view, drops, threads, jobs, order, refs, n, error));
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));

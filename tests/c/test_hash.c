@@ -465,6 +465,10 @@ static void verify_fails(const char *path, HurrayReadMode mode, unsigned threads
   unsetenv("HURRAY_HASH_THREADS");
 }
 
+/* HURRAY_VERIFY_READ's values: every claim through the mapping, every
+ * claim by pread, and each claim choosing (reader.c). */
+static const char *const verify_reads[] = {"map", "pread", "either"};
+
 static void test_damage_found_by_any_thread(void **state) {
   (void)state;
   char clean[300], bad[300];
@@ -486,17 +490,21 @@ static void test_damage_found_by_any_thread(void **state) {
     char want[128];
     snprintf(want, sizeof want, "tensor \"%s\" buffer 0: checksum mismatch", name);
     char first[HURRAY_ERROR_MESSAGE_BYTES] = "";
-    for (size_t m = 0; m < 3; m++) {
-      for (size_t c = 0; c < 3; c++) {
-        char got[HURRAY_ERROR_MESSAGE_BYTES];
-        verify_fails(bad, modes[m], counts[c], NULL, got, sizeof got);
-        assert_non_null(strstr(got, want));
-        if (first[0] == '\0') snprintf(first, sizeof first, "%s", got);
-        assert_string_equal(got, first);
-        verify_fails(bad, modes[m], counts[c], name, got, sizeof got);
-        assert_string_equal(got, first);
+    for (size_t w = 0; w < sizeof verify_reads / sizeof *verify_reads; w++) {
+      assert_int_equal(setenv("HURRAY_VERIFY_READ", verify_reads[w], 1), 0);
+      for (size_t m = 0; m < 3; m++) {
+        for (size_t c = 0; c < 3; c++) {
+          char got[HURRAY_ERROR_MESSAGE_BYTES];
+          verify_fails(bad, modes[m], counts[c], NULL, got, sizeof got);
+          assert_non_null(strstr(got, want));
+          if (first[0] == '\0') snprintf(first, sizeof first, "%s", got);
+          assert_string_equal(got, first);
+          verify_fails(bad, modes[m], counts[c], name, got, sizeof got);
+          assert_string_equal(got, first);
+        }
       }
     }
+    assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
   }
   /* Two damaged buffers: the first in index order is named, on any thread. */
   flip_byte(bad, data_offset(bad, "t03") + 1);
@@ -561,6 +569,143 @@ static void write_u8_tensor(HurrayWriter *w, const char *name, uint8_t *data, ui
   assert_ok(hurray_writer_write_tensor(w, name, d, list, error));
   hurray_buffer_list_destroy(list);
   hurray_descriptor_destroy(d);
+}
+
+/* A file of every shape of claim verify reads by pread and through the
+ * mapping (reader.c): small buffers out of file order and of odd lengths
+ * (neighbours read with one pread), an empty one, one longer than a
+ * pread's scratch (512 KiB) but without chunk sums (read and hashed a
+ * scratch at a time), and one with 4 MiB chunk sums and a short last
+ * chunk. Every way of reading, in every mode, on 1 to 3 threads, passes it
+ * whole and names the same damage the same way. */
+static void test_every_way_of_reading_agrees(void **state) {
+  (void)state;
+  char path[300], bad[300];
+  file_path(path, sizeof path, "ways.hurray");
+  file_path(bad, sizeof bad, "ways-bad.hurray");
+  HurrayWriter *w = NULL;
+  assert_ok(hurray_writer_open(path, &w, error));
+  static const struct {
+    const char *name;
+    uint64_t bytes;
+  } tensors[] = {
+      {"n1", 100},  {"n10", 70 << 10},           {"n2", 1},         {"n3", 0}, {"long", 3u << 20},
+      {"n4", 4099}, {"chunked", (9u << 20) + 5}, {"n5", 512u << 10}};
+  enum { N = sizeof tensors / sizeof *tensors };
+  for (size_t t = 0; t < N; t++) {
+    uint8_t *data = random_bytes(tensors[t].bytes + 1, 700 + t);
+    write_u8_tensor(w, tensors[t].name, data, tensors[t].bytes);
+    free(data);
+  }
+  assert_ok(hurray_writer_finish(w, error));
+  static const HurrayReadMode modes[] = {HURRAY_READ_MMAP, HURRAY_READ_MMAP_PRIVATE,
+                                         HURRAY_READ_PREAD};
+  /* Damage near a piece's start, in the middle of the long buffer, and in
+   * the chunked buffer's short last chunk. */
+  static const struct {
+    const char *name;
+    uint64_t at;
+    const char *want;
+  } damage[] = {{"n10", 1, "tensor \"n10\" buffer 0: checksum mismatch"},
+                {"long", (3u << 20) / 2 + 7, "tensor \"long\" buffer 0: checksum mismatch"},
+                {"chunked", (9u << 20) + 2, "mismatch in bytes [8388608, 9437189)"}};
+  for (size_t k = 0; k <= sizeof damage / sizeof *damage; k++) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, bad);
+    assert_int_equal(system(cmd), 0);
+    if (k > 0) flip_byte(bad, data_offset(bad, damage[k - 1].name) + damage[k - 1].at);
+    char first[HURRAY_ERROR_MESSAGE_BYTES] = "";
+    for (size_t v = 0; v < sizeof verify_reads / sizeof *verify_reads; v++) {
+      assert_int_equal(setenv("HURRAY_VERIFY_READ", verify_reads[v], 1), 0);
+      for (size_t m = 0; m < 3; m++) {
+        for (unsigned threads = 1; threads <= 3; threads++) {
+          if (k == 0) {
+            set_threads(threads);
+            HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+            options.mode = modes[m];
+            HurrayReader *r = NULL;
+            assert_ok(hurray_reader_open(bad, &options, &r, error));
+            assert_ok(hurray_reader_verify(r, NULL, error));
+            for (size_t t = 0; t < N; t++)
+              assert_ok(hurray_reader_verify(r, tensors[t].name, error));
+            hurray_reader_close(r);
+            continue;
+          }
+          char got[HURRAY_ERROR_MESSAGE_BYTES];
+          verify_fails(bad, modes[m], threads, NULL, got, sizeof got);
+          assert_non_null(strstr(got, damage[k - 1].want));
+          if (first[0] == '\0') snprintf(first, sizeof first, "%s", got);
+          assert_string_equal(got, first);
+        }
+      }
+    }
+  }
+  assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
+  unsetenv("HURRAY_HASH_THREADS");
+}
+
+/* --wrap=pread64 (tests/c/meson.build; the library's pread, built with
+ * 64-bit file offsets, is glibc's pread64): a read of the file with inode
+ * eio_inode that covers byte eio_at fails with EIO, as a bad sector does. */
+ssize_t __real_pread64(int fd, void *buf, size_t n, off_t at);
+ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at);
+static _Atomic long long eio_at = -1;
+static ino_t eio_inode;
+
+static bool read_meets_bad_sector(int fd, size_t n, off_t at) {
+  long long bad = atomic_load(&eio_at);
+  struct stat st;
+  return bad >= 0 && (long long)at <= bad && bad < (long long)at + (long long)n &&
+         fstat(fd, &st) == 0 && st.st_ino == eio_inode;
+}
+
+ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at) {
+  if (read_meets_bad_sector(fd, n, at)) {
+    errno = EIO;
+    return -1;
+  }
+  return __real_pread64(fd, buf, n, at);
+}
+
+/* A read error met by any hashing thread of a verify by pread is the
+ * verify's error, an I/O error with its errno, not a checksum verdict and
+ * not a signal: through a mapping the same bad sector is a SIGBUS. */
+static void test_read_error_fails_verify(void **state) {
+  (void)state;
+  char path[300];
+  file_path(path, sizeof path, "eio.hurray");
+  write_sample_file(path, 2);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  eio_inode = st.st_ino;
+  static const HurrayReadMode modes[] = {HURRAY_READ_MMAP, HURRAY_READ_MMAP_PRIVATE,
+                                         HURRAY_READ_PREAD};
+  static const char *const bad_ones[] = {"t00", "t07", "t11"};
+  assert_int_equal(setenv("HURRAY_VERIFY_READ", "pread", 1), 0);
+  for (size_t b = 0; b < sizeof bad_ones / sizeof *bad_ones; b++) {
+    long long at = (long long)data_offset(path, bad_ones[b]) + TENSOR_BYTES / 2;
+    for (size_t m = 0; m < 3; m++) {
+      for (unsigned threads = 1; threads <= 4; threads++) {
+        set_threads(threads);
+        HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+        options.mode = modes[m];
+        HurrayReader *r = NULL;
+        assert_ok(hurray_reader_open(path, &options, &r, error));
+        atomic_store(&eio_at, at);
+        HurrayError e = {0};
+        assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_IO);
+        assert_int_equal(e.os_errno, EIO);
+        memset(&e, 0, sizeof e);
+        assert_int_equal(hurray_reader_verify(r, bad_ones[b], &e), HURRAY_ERR_IO);
+        assert_ok(hurray_reader_verify(r, b == 0 ? "t01" : "t00", error));
+        atomic_store(&eio_at, -1);
+        assert_ok(hurray_reader_verify(r, NULL, error));
+        hurray_reader_close(r);
+      }
+    }
+  }
+  assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
+  unsetenv("HURRAY_HASH_THREADS");
 }
 
 /* Verify lets go of the pages it mapped in few calls when the index (sorted
@@ -1196,6 +1341,8 @@ int main(void) {
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
       cmocka_unit_test(test_verify_lets_go_of_pages_in_few_calls),
+      cmocka_unit_test(test_every_way_of_reading_agrees),
+      cmocka_unit_test(test_read_error_fails_verify),
       cmocka_unit_test(test_convert_checks_source_up_front),
       cmocka_unit_test(test_stream_matches_checksum),
       cmocka_unit_test(test_writeback_started_and_only_advice),

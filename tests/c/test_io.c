@@ -346,6 +346,17 @@ static void test_read_spans(void **state) {
   hurray_descriptor_destroy(db);
 }
 
+/* Brings the whole file into the page cache without mapping any of it:
+ * a verify may map some claims and read others (reader.c), and pages this
+ * process maps stay cached when the rest is dropped. */
+static void read_into_cache(int fd) {
+  static uint8_t chunk[1 << 16];
+  off_t at = 0;
+  ssize_t n;
+  while ((n = pread(fd, chunk, sizeof chunk, at)) > 0) at += n;
+  assert_int_equal(n, 0);
+}
+
 /* cached_fraction the cachestat way and the mincore way (the fallback,
  * forced by HURRAY_CACHESTAT=0). */
 static void both_fractions(HurrayReader *r, double *syscall_way, double *mincore_way) {
@@ -383,7 +394,7 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
        * two calls saw the same state. */
       bool whole = false, half = false;
       for (int attempt = 0; attempt < 5 && !whole; attempt++) {
-        assert_ok(hurray_reader_verify(r, NULL, error)); /* reads every page */
+        read_into_cache(fd);
         both_fractions(r, &syscall_way, &mincore_way);
         whole = syscall_way > 0.99 && mincore_way > 0.99;
       }
@@ -391,7 +402,7 @@ static void test_cached_fraction_cachestat_and_mincore(void **state) {
       /* The data region's second half dropped (pages a reader keeps mapped,
        * and every page on a file system such as tmpfs, stay). */
       for (int attempt = 0; attempt < 5 && !half; attempt++) {
-        assert_ok(hurray_reader_verify(r, NULL, error));
+        read_into_cache(fd);
         assert_int_equal(fdatasync(fd), 0);
         assert_int_equal(posix_fadvise(fd, (off_t)sizes[s] / 2, 0, POSIX_FADV_DONTNEED), 0);
         both_fractions(r, &syscall_way, &mincore_way);
