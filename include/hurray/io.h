@@ -231,8 +231,12 @@ typedef struct HurrayReaderOptions {
    * mapped read copies nothing and is not interrupted, nor is a byte
    * source's `read_batch` (its transport answers for itself). The hook runs
    * on the thread that reads: the caller's, or one of the worker threads of
-   * hurray_reader_read_spans; never on a hashing thread. NULL: never
-   * cancelled. `cancel_ctx` is borrowed and must outlive the reader. */
+   * hurray_reader_read_spans; never on one of verify's hashing threads. A
+   * verify reads by pread on all of them (wherever mapping the file would
+   * cost more, and always for HURRAY_READ_PREAD): their bytes count, and
+   * the caller's thread, which hashes too, asks before its next read once
+   * they reach the interval. NULL: never cancelled. `cancel_ctx` is
+   * borrowed and must outlive the reader. */
   HurrayCancelFn cancel;
   void *cancel_ctx;
 } HurrayReaderOptions;
