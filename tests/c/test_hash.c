@@ -404,6 +404,76 @@ static uint8_t *slurp(const char *path, size_t *len) {
   return p;
 }
 
+/* What a `hash` hook saw: each thread's scratch, and its bytes written
+ * over whole in every claim, so that two threads given the same scratch
+ * would overwrite each other's marks (and the check below would see it). */
+typedef struct ScratchLog {
+  pthread_mutex_t lock;
+  size_t threads;
+  pthread_t thread[64];
+  void *scratch[64];
+  atomic_size_t claims;
+  bool shared;
+} ScratchLog;
+
+static void hash_with_scratch(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
+                              size_t bytes) {
+  ScratchLog *log = ctx;
+  assert_non_null(scratch);
+  assert_int_equal(bytes, 4096);
+  uint8_t mark = (uint8_t)(uintptr_t)pthread_self();
+  memset(scratch, mark, bytes);
+  pthread_mutex_lock(&log->lock);
+  size_t k = 0;
+  while (k < log->threads && !pthread_equal(log->thread[k], pthread_self())) k++;
+  if (k == log->threads && k < 64) {
+    log->thread[k] = pthread_self();
+    log->scratch[k] = scratch;
+    log->threads++;
+  }
+  for (size_t j = 0; j < log->threads; j++) {
+    if (j != k && log->scratch[j] == scratch) log->shared = true;
+  }
+  if (k < 64 && log->scratch[k] != scratch) log->shared = true;
+  pthread_mutex_unlock(&log->lock);
+  for (size_t i = 0; i < count; i++) jobs[i].sum = XXH3_64bits(jobs[i].data, jobs[i].len) ^ 1;
+  for (size_t i = 0; i < bytes; i++) {
+    if (((uint8_t *)scratch)[i] != mark) log->shared = true;
+  }
+  atomic_fetch_add(&log->claims, 1);
+}
+
+/* A `hash` hook hashes every claim instead of the pool (its sums are the
+ * ones kept), each thread with a scratch of its own for the whole call,
+ * on any thread count. */
+static void test_hash_hook_replaces_the_pool(void **state) {
+  (void)state;
+  enum { JOBS = 300 };
+  uint8_t *data = random_bytes(8u << 20, 11);
+  HurrayHashJob jobs[JOBS];
+  for (size_t i = 0; i < JOBS; i++) {
+    jobs[i].data = data + (i * 8192) % (6u << 20);
+    jobs[i].len = i % 2 ? 20000 : (1u << 20) + i;
+    jobs[i].at = i;
+  }
+  static const unsigned counts[] = {1, 2, 3, 8};
+  for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+    ScratchLog log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    atomic_init(&log.claims, 0);
+    HurrayHashHooks hooks = {.ctx = &log, .hash = hash_with_scratch, .scratch_bytes = 4096};
+    for (size_t i = 0; i < JOBS; i++) jobs[i].sum = 0;
+    hurray__hash_many_with(jobs, JOBS, counts[c], &hooks);
+    for (size_t i = 0; i < JOBS; i++) {
+      assert_true(jobs[i].sum == (XXH3_64bits(jobs[i].data, jobs[i].len) ^ 1));
+    }
+    assert_false(log.shared);
+    assert_true(log.threads >= 1 && log.threads <= counts[c]);
+    assert_true(atomic_load(&log.claims) >= log.threads);
+    pthread_mutex_destroy(&log.lock);
+  }
+  free(data);
+}
+
 static void test_written_checksums_same_with_any_thread_count(void **state) {
   (void)state;
   char one[300], four[300];
@@ -1338,6 +1408,7 @@ int main(void) {
       cmocka_unit_test(test_hash_many_same_with_any_thread_count),
       cmocka_unit_test(test_hash_many_small_jobs_claimed_in_runs),
       cmocka_unit_test(test_hash_many_large_jobs_claimed_in_shares),
+      cmocka_unit_test(test_hash_hook_replaces_the_pool),
       cmocka_unit_test(test_written_checksums_same_with_any_thread_count),
       cmocka_unit_test(test_damage_found_by_any_thread),
       cmocka_unit_test(test_verify_lets_go_of_pages_in_few_calls),
