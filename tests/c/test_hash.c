@@ -714,11 +714,15 @@ static void test_every_way_of_reading_agrees(void **state) {
   unsetenv("HURRAY_HASH_THREADS");
 }
 
-/* --wrap=pread64 (tests/c/meson.build; the library's pread, built with
- * 64-bit file offsets, is glibc's pread64): a read of the file with inode
- * eio_inode that covers byte eio_at fails with EIO, as a bad sector does. */
+/* --wrap=pread64 and --wrap=pread (tests/c/meson.build; built with 64-bit
+ * file offsets, the library's pread is glibc's pread64, and plain pread,
+ * whose offset is a long, is wrapped for a C library that keeps the name):
+ * a read of the file with inode eio_inode that covers byte eio_at fails
+ * with EIO, as a bad sector does. */
 ssize_t __real_pread64(int fd, void *buf, size_t n, off_t at);
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at);
+ssize_t __real_pread(int fd, void *buf, size_t n, long at);
+ssize_t __wrap_pread(int fd, void *buf, size_t n, long at);
 static _Atomic long long eio_at = -1;
 static ino_t eio_inode;
 
@@ -735,6 +739,14 @@ ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at) {
     return -1;
   }
   return __real_pread64(fd, buf, n, at);
+}
+
+ssize_t __wrap_pread(int fd, void *buf, size_t n, long at) {
+  if (read_meets_bad_sector(fd, n, (off_t)at)) {
+    errno = EIO;
+    return -1;
+  }
+  return __real_pread(fd, buf, n, at);
 }
 
 /* A read error met by any hashing thread of a verify by pread is the
