@@ -235,7 +235,8 @@ typedef struct HurrayReaderOptions {
    * verify reads by pread on all of them (wherever mapping the file would
    * cost more, and always for HURRAY_READ_PREAD): their bytes count, and
    * the caller's thread, which hashes too, asks before its next read once
-   * they reach the interval. NULL: never cancelled. `cancel_ctx` is
+   * they reach the interval, and about every millisecond once it has no
+   * part left and waits for the others. NULL: never cancelled. `cancel_ctx` is
    * borrowed and must outlive the reader. */
   HurrayCancelFn cancel;
   void *cancel_ctx;

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -117,8 +118,11 @@ typedef struct Pool {
   atomic_size_t next;
   const HurrayHashHooks *hooks;
   unsigned threads;
-  uint8_t *scratch;   /* threads x hooks->scratch_bytes, or NULL */
-  atomic_uint joined; /* hands each thread its share of scratch */
+  uint8_t *scratch;     /* threads x hooks->scratch_bytes, or NULL */
+  atomic_uint joined;   /* hands each thread its share of scratch */
+  pthread_mutex_t lock; /* with `ended`: the calling thread waits (idle) */
+  pthread_cond_t ended;
+  unsigned running; /* started threads still hashing, under lock */
 } Pool;
 
 /* Large buffers are claimed several at a time: half an even share of the
@@ -196,12 +200,45 @@ static void *pool_worker(void *arg) {
   }
 }
 
+/* A started thread: the pool's work, then word to a calling thread that
+ * waits in wait_idle. */
+static void *pool_thread(void *arg) {
+  Pool *p = arg;
+  pool_worker(p);
+  pthread_mutex_lock(&p->lock);
+  p->running--;
+  pthread_cond_signal(&p->ended);
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+
+/* The calling thread, out of claims: runs hooks->idle now and about every
+ * millisecond while another thread still hashes. */
+static void wait_idle(Pool *p) {
+  pthread_mutex_lock(&p->lock);
+  while (p->running > 0) {
+    pthread_mutex_unlock(&p->lock);
+    p->hooks->idle(p->hooks->ctx);
+    pthread_mutex_lock(&p->lock);
+    if (p->running == 0) break;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 1000000;
+    if (until.tv_nsec >= 1000000000) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000;
+    }
+    (void)pthread_cond_timedwait(&p->ended, &p->lock, &until);
+  }
+  pthread_mutex_unlock(&p->lock);
+}
+
 void hurray__hash_many(HurrayHashJob *jobs, size_t n) {
   hurray__hash_many_on(jobs, n, hurray__hash_threads());
 }
 
 void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads) {
-  static const HurrayHashHooks none = {NULL, NULL, NULL, NULL, NULL, 0};
+  static const HurrayHashHooks none = {NULL, NULL, NULL, NULL, NULL, 0, NULL};
   hurray__hash_many_with(jobs, n, threads, &none);
 }
 
@@ -221,16 +258,36 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
       hooks->scratch_bytes <= SIZE_MAX / threads) {
     scratch = malloc(hooks->scratch_bytes * threads);
   }
-  Pool pool = {jobs, n, 0, hooks, threads, scratch, 0};
+  Pool pool = {.jobs = jobs,
+               .n = n,
+               .hooks = hooks,
+               .threads = threads,
+               .scratch = scratch,
+               .lock = PTHREAD_MUTEX_INITIALIZER,
+               .ended = PTHREAD_COND_INITIALIZER};
+  atomic_init(&pool.next, 0);
+  atomic_init(&pool.joined, 0);
   pthread_t ids[64];
   bool started[64] = {false};
   for (unsigned t = 1; t < threads; t++) {
-    started[t] = pthread_create(&ids[t], NULL, pool_worker, &pool) == 0;
+    /* Counted before it starts, since it may be done before this goes on. */
+    pthread_mutex_lock(&pool.lock);
+    pool.running++;
+    pthread_mutex_unlock(&pool.lock);
+    started[t] = pthread_create(&ids[t], NULL, pool_thread, &pool) == 0;
+    if (!started[t]) {
+      pthread_mutex_lock(&pool.lock);
+      pool.running--;
+      pthread_mutex_unlock(&pool.lock);
+    }
   }
   if (hooks->meanwhile != NULL) hooks->meanwhile(hooks->ctx);
   pool_worker(&pool);
+  if (hooks->idle != NULL) wait_idle(&pool);
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);
   }
+  pthread_cond_destroy(&pool.ended);
+  pthread_mutex_destroy(&pool.lock);
   free(scratch);
 }

@@ -86,7 +86,11 @@ void hurray__hash_many_on(HurrayHashJob *jobs, size_t n, unsigned threads);
  *              hashed it: jobs[0..count) are consecutive jobs, their sums
  *              set. Work that follows each buffer runs in parallel too.
  *   meanwhile  once, on the calling thread, after the other threads have
- *              started and before this one joins the hashing. */
+ *              started and before this one joins the hashing.
+ *   idle       on the calling thread once it finds no claim left, then
+ *              about every millisecond until the other threads are done
+ *              (only while any is hashing): what only the calling thread
+ *              may do, such as asking a cancel hook, goes on meanwhile. */
 typedef void (*HurrayHashDone)(void *ctx, const HurrayHashJob *jobs, size_t count);
 typedef void (*HurrayHashClaim)(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
                                 size_t scratch_bytes);
@@ -97,6 +101,7 @@ typedef struct HurrayHashHooks {
   HurrayHashDone before;
   HurrayHashClaim hash;
   size_t scratch_bytes;
+  void (*idle)(void *ctx);
 } HurrayHashHooks;
 /* Sets the sums of jobs[0..n) on this thread, as the pool hashes a claim
  * (for a `hash` hook that finds a claim's bytes in memory after all). */

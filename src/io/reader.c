@@ -2064,38 +2064,16 @@ typedef struct FileHash {
   ViewDrops *drops;    /* pages of `view` to let go of, or NULL */
   pthread_t caller;    /* the only thread that asks the reader's cancel hook */
   bool cancelled;      /* written by `caller` only */
-  atomic_bool stop;
-  pthread_mutex_t lock;
-  bool failed;
-  uint64_t failed_at;
-  HurrayStatus status;
-  HurrayError error;
+  atomic_bool failed;  /* a read failed (hash_round_of_file reads again) */
+  atomic_bool stop;    /* failed or cancelled: no more reads or hashing */
 } FileHash;
 
-static void file_hash_fail(FileHash *h, uint64_t at, HurrayStatus status,
-                           const HurrayError *error) {
-  pthread_mutex_lock(&h->lock);
-  if (!h->failed || at < h->failed_at) {
-    h->failed = true;
-    h->failed_at = at;
-    h->status = status;
-    h->error = *error;
-  }
-  pthread_mutex_unlock(&h->lock);
-  atomic_store_explicit(&h->stop, true, memory_order_relaxed);
-}
-
-/* Whether to stop before reading `n` more bytes: another thread failed,
- * or the reader's cancel hook says so. The bytes every hashing thread reads
- * count toward HURRAY_READER_CANCEL_INTERVAL, but only the calling thread
- * asks the hook (io.h: never a hashing thread of the pool), before its own
- * next read once they reach it. */
-static bool file_hash_stop_before(FileHash *h, uint64_t n) {
-  if (atomic_load_explicit(&h->stop, memory_order_relaxed)) return true;
+/* Asks the reader's cancel hook, on the calling thread, once the bytes
+ * read by pread since it was last asked reach the interval. */
+static bool file_hash_ask_cancel(FileHash *h) {
   HurrayReader *r = h->r;
-  if (r->cancel == NULL) return false;
-  uint64_t unasked = atomic_fetch_add_explicit(&r->unasked_bytes, n, memory_order_relaxed) + n;
-  if (unasked < HURRAY_READER_CANCEL_INTERVAL || !pthread_equal(pthread_self(), h->caller)) {
+  if (atomic_load_explicit(&r->unasked_bytes, memory_order_relaxed) <
+      HURRAY_READER_CANCEL_INTERVAL) {
     return false;
   }
   atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
@@ -2103,6 +2081,26 @@ static bool file_hash_stop_before(FileHash *h, uint64_t n) {
   h->cancelled = true;
   atomic_store_explicit(&h->stop, true, memory_order_relaxed);
   return true;
+}
+
+/* The pool's `idle` hook: the calling thread, out of claims, still asks
+ * for the bytes the other threads read (a last claim can be 64 MiB, and a
+ * buffer without chunk sums any length). */
+static void file_hash_idle(void *ctx) {
+  FileHash *h = ctx;
+  if (!atomic_load_explicit(&h->stop, memory_order_relaxed)) (void)file_hash_ask_cancel(h);
+}
+
+/* Whether to stop before reading `n` more bytes: a read failed, or the
+ * reader's cancel hook says so. The bytes every hashing thread reads count
+ * toward HURRAY_READER_CANCEL_INTERVAL, but only the calling thread asks
+ * the hook (io.h: never a hashing thread of the pool), before its own next
+ * read once they reach it, or while it waits (file_hash_idle). */
+static bool file_hash_stop_before(FileHash *h, uint64_t n) {
+  if (atomic_load_explicit(&h->stop, memory_order_relaxed)) return true;
+  if (h->r->cancel == NULL) return false;
+  atomic_fetch_add_explicit(&h->r->unasked_bytes, n, memory_order_relaxed);
+  return pthread_equal(pthread_self(), h->caller) && file_hash_ask_cancel(h);
 }
 
 /* A job longer than the scratch, read and hashed a scratch at a time;
@@ -2161,7 +2159,8 @@ static void hash_from_file(FileHash *h, HurrayHashJob *jobs, size_t count, void 
     }
     if (stopped) return;
     if (status != HURRAY_OK) {
-      file_hash_fail(h, at, status, &error);
+      atomic_store_explicit(&h->failed, true, memory_order_relaxed);
+      atomic_store_explicit(&h->stop, true, memory_order_relaxed);
       return;
     }
   }
@@ -2244,6 +2243,7 @@ static VerifyRead verify_read_knob(void) {
 static void hash_claim_of_file(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
                                size_t cap) {
   FileHash *h = ctx;
+  if (atomic_load_explicit(&h->stop, memory_order_relaxed)) return;
   size_t probed = 0;
   bool by_pread = h->view == NULL || h->read == VERIFY_READ_PREAD ||
                   (h->read == VERIFY_READ_EITHER && claim_by_pread(h, jobs, count, &probed));
@@ -2380,11 +2380,12 @@ static void hash_in_file_order(HurrayHashJob *jobs, size_t n, unsigned threads,
 }
 
 /* Hashes refs[0..n) of a file on `threads` threads, each claim through
- * `view` (the data region mapped, or NULL) or by pread. */
+ * `view` (the data region mapped, or NULL) or by pread. Sets *read_failed
+ * when a read by pread failed: the sums are then incomplete. */
 static HurrayStatus hash_round_of_file(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
                                        unsigned threads, HurrayHashJob *jobs,
                                        const FileOrder *order, const VerifyRef *refs, size_t n,
-                                       HurrayError *error) {
+                                       bool *read_failed, HurrayError *error) {
   uint64_t total = 0;
   for (size_t k = 0; k < n; k++) {
     jobs[k].at = buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start;
@@ -2392,12 +2393,9 @@ static HurrayStatus hash_round_of_file(HurrayReader *r, const uint8_t *view, Vie
     jobs[k].len = (size_t)refs[k].length;
     total += refs[k].length;
   }
-  FileHash h = {.r = r,
-                .view = view,
-                .drops = drops,
-                .read = verify_read_knob(),
-                .caller = pthread_self(),
-                .lock = PTHREAD_MUTEX_INITIALIZER};
+  FileHash h = {
+      .r = r, .view = view, .drops = drops, .read = verify_read_knob(), .caller = pthread_self()};
+  atomic_init(&h.failed, false);
   atomic_init(&h.stop, false);
   /* No more scratch than the round reads: a verify of one small tensor
    * (tensor by tensor from Python) then takes a few kilobytes of heap. */
@@ -2406,6 +2404,7 @@ static HurrayStatus hash_round_of_file(HurrayReader *r, const uint8_t *view, Vie
       .hash = hash_claim_of_file,
       .scratch_bytes = total < VERIFY_READ_BYTES ? (size_t)(total > 0 ? total : 1)
                                                  : VERIFY_READ_BYTES,
+      .idle = r->cancel != NULL ? file_hash_idle : NULL,
   };
   /* The pages stay in the page cache; the process lets go of them, so
    * that verifying a file larger than memory keeps the resident set to two
@@ -2419,11 +2418,9 @@ static HurrayStatus hash_round_of_file(HurrayReader *r, const uint8_t *view, Vie
   }
   hash_in_file_order(jobs, n, threads, &hooks, order);
   if (drops != NULL) view_drops_add(drops, jobs, n);
-  pthread_mutex_destroy(&h.lock);
   if (h.cancelled) return cancelled(error);
-  if (!h.failed) return HURRAY_OK;
-  if (error != NULL) *error = h.error;
-  return h.status;
+  *read_failed = atomic_load(&h.failed);
+  return HURRAY_OK;
 }
 
 /* Whether every ref's length fits a HurrayHashJob (a size_t): on a 32-bit
@@ -2440,18 +2437,26 @@ static bool refs_fit_jobs(const VerifyRef *refs, size_t n) {
  * and reports the first mismatch in index order, so that the error is the
  * same whatever thread found it. `cancel` is asked first (and by pread or
  * through a source without read_batch, the reader's own hook every
- * HURRAY_READER_CANCEL_INTERVAL bytes). */
+ * HURRAY_READER_CANCEL_INTERVAL bytes). A read that failed on a hashing
+ * thread stops the others; the round is then read again here, buffer by
+ * buffer in index order, so that the failure reported (or the sums, if it
+ * does not happen again) does not depend on the threads or their timing. */
 static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops *drops,
                                  unsigned threads, HurrayCancelFn cancel, void *ctx,
                                  HurrayHashJob *jobs, const FileOrder *order,
                                  const VerifyRef *refs, size_t n, HurrayError *error) {
   if (cancel != NULL && cancel(ctx)) return cancelled(error);
+  bool one_by_one = false;
   if (!r->has_source && refs_fit_jobs(refs, n)) {
-    HURRAY_RETURN_NOT_OK(hash_round_of_file(r, view, drops, threads, jobs, order, refs, n, error));
+    HURRAY_RETURN_NOT_OK(
+        hash_round_of_file(r, view, drops, threads, jobs, order, refs, n, &one_by_one, error));
   } else if (r->has_source && r->source.read_batch != NULL) {
     HurrayError local = {0};
     HURRAY_RETURN_NOT_OK(verify_round_source(r, jobs, refs, n, error != NULL ? error : &local));
   } else {
+    one_by_one = true;
+  }
+  if (one_by_one) {
     for (size_t k = 0; k < n; k++) {
       HURRAY_RETURN_NOT_OK(
           checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start,

@@ -724,28 +724,48 @@ ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at);
 ssize_t __real_pread(int fd, void *buf, size_t n, long at);
 ssize_t __wrap_pread(int fd, void *buf, size_t n, long at);
 static _Atomic long long eio_at = -1;
+/* Reads at or past eio_at end there instead, as if the file had been cut
+ * short (pread returns a short count, then 0). */
+static atomic_bool eio_cuts;
 static ino_t eio_inode;
 
-static bool read_meets_bad_sector(int fd, size_t n, off_t at) {
+/* -1: the read goes through; else what the wrapped pread returns. */
+static ssize_t bad_sector_read(int fd, size_t n, off_t at) {
   long long bad = atomic_load(&eio_at);
   struct stat st;
-  return bad >= 0 && (long long)at <= bad && bad < (long long)at + (long long)n &&
-         fstat(fd, &st) == 0 && st.st_ino == eio_inode;
+  if (bad < 0 || bad >= (long long)at + (long long)n || fstat(fd, &st) != 0 ||
+      st.st_ino != eio_inode) {
+    return -1;
+  }
+  if (atomic_load(&eio_cuts)) {
+    if (bad <= (long long)at) return 0;
+    /* Reads before the cut are slow, so that a thread reading past it
+     * fails before the others are done. */
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+    return -1;
+  }
+  if ((long long)at > bad) return -1;
+  errno = EIO;
+  return -2;
 }
 
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t at) {
-  if (read_meets_bad_sector(fd, n, at)) {
-    errno = EIO;
-    return -1;
+  ssize_t got = bad_sector_read(fd, n, at);
+  if (got == -2) return -1;
+  if (got == 0) return 0;
+  long long bad = atomic_load(&eio_at);
+  /* A read across the cut returns the bytes before it. */
+  if (atomic_load(&eio_cuts) && bad >= 0 && (long long)at < bad &&
+      bad < (long long)at + (long long)n) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_ino == eio_inode) n = (size_t)(bad - (long long)at);
   }
   return __real_pread64(fd, buf, n, at);
 }
 
 ssize_t __wrap_pread(int fd, void *buf, size_t n, long at) {
-  if (read_meets_bad_sector(fd, n, (off_t)at)) {
-    errno = EIO;
-    return -1;
-  }
+  if (bad_sector_read(fd, n, (off_t)at) == -2) return -1;
   return __real_pread(fd, buf, n, at);
 }
 
@@ -788,6 +808,99 @@ static void test_read_error_fails_verify(void **state) {
   }
   assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
   unsetenv("HURRAY_HASH_THREADS");
+}
+
+/* A file cut short under a verify by pread, at the start of a tensor in
+ * the middle: whatever thread meets the end first, and however many there
+ * are, the error is the one that reading the round again in index order
+ * meets, the same every time (a thread that stopped at the first failure
+ * anywhere gave the offset of whichever read failed first). */
+static void test_read_error_same_on_any_thread(void **state) {
+  (void)state;
+  char path[300];
+  file_path(path, sizeof path, "cut.hurray");
+  write_sample_file(path, 2);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  eio_inode = st.st_ino;
+  atomic_store(&eio_cuts, true);
+  assert_int_equal(setenv("HURRAY_VERIFY_READ", "pread", 1), 0);
+  char first[HURRAY_ERROR_MESSAGE_BYTES] = "";
+  long long cut = (long long)data_offset(path, "t05");
+  for (int rep = 0; rep < 5; rep++) {
+    for (unsigned threads = 1; threads <= 4; threads++) {
+      set_threads(threads);
+      HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+      options.mode = HURRAY_READ_PREAD;
+      HurrayReader *r = NULL;
+      assert_ok(hurray_reader_open(path, &options, &r, error));
+      atomic_store(&eio_at, cut);
+      HurrayError e = {0};
+      assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_TRUNCATED);
+      atomic_store(&eio_at, -1);
+      if (first[0] == '\0') snprintf(first, sizeof first, "%s", e.message);
+      assert_string_equal(e.message, first);
+      hurray_reader_close(r);
+    }
+  }
+  char want[64];
+  snprintf(want, sizeof want, "at %lld", cut);
+  assert_non_null(strstr(first, want));
+  atomic_store(&eio_cuts, false);
+  assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
+  unsetenv("HURRAY_HASH_THREADS");
+}
+
+/* The pool's `idle` hook runs on the calling thread while another thread
+ * still hashes: the calling thread's claim ends at once, the other
+ * thread's waits until idle has run three times (or two seconds, which
+ * only a pool without the hook lets pass). */
+typedef struct IdleLog {
+  pthread_t caller;
+  atomic_uint idle_calls;
+  atomic_bool other_claimed;
+  atomic_bool other_waited_out;
+} IdleLog;
+
+static void idle_count(void *ctx) {
+  IdleLog *log = ctx;
+  assert_true(pthread_equal(pthread_self(), log->caller));
+  atomic_fetch_add(&log->idle_calls, 1);
+}
+
+static void hash_slowly_elsewhere(void *ctx, HurrayHashJob *jobs, size_t count, void *scratch,
+                                  size_t bytes) {
+  (void)scratch;
+  (void)bytes;
+  IdleLog *log = ctx;
+  struct timespec pause = {0, 1000000};
+  if (pthread_equal(pthread_self(), log->caller)) {
+    /* Leave the other job to the other thread. */
+    for (int i = 0; i < 2000 && !atomic_load(&log->other_claimed); i++) nanosleep(&pause, NULL);
+  } else {
+    atomic_store(&log->other_claimed, true);
+    int i = 0;
+    while (atomic_load(&log->idle_calls) < 3 && i++ < 2000) nanosleep(&pause, NULL);
+    if (i > 2000) atomic_store(&log->other_waited_out, true);
+  }
+  for (size_t k = 0; k < count; k++) jobs[k].sum = k;
+}
+
+static void test_idle_runs_while_others_hash(void **state) {
+  (void)state;
+  static uint8_t data[2u << 20];
+  HurrayHashJob jobs[2] = {{data, 1u << 20, 0, 0}, {data + (1u << 20), 1u << 20, 0, 1u << 20}};
+  IdleLog log = {.caller = pthread_self()};
+  atomic_init(&log.idle_calls, 0);
+  atomic_init(&log.other_claimed, false);
+  atomic_init(&log.other_waited_out, false);
+  HurrayHashHooks hooks = {.ctx = &log, .hash = hash_slowly_elsewhere, .idle = idle_count};
+  hurray__hash_many_with(jobs, 2, 2, &hooks);
+  if (!atomic_load(&log.other_claimed)) {
+    skip(); /* the second thread could not be started, or started late */
+  }
+  assert_false(atomic_load(&log.other_waited_out));
+  assert_true(atomic_load(&log.idle_calls) >= 3);
 }
 
 /* Verify lets go of the pages it mapped in few calls when the index (sorted
@@ -1426,6 +1539,8 @@ int main(void) {
       cmocka_unit_test(test_verify_lets_go_of_pages_in_few_calls),
       cmocka_unit_test(test_every_way_of_reading_agrees),
       cmocka_unit_test(test_read_error_fails_verify),
+      cmocka_unit_test(test_read_error_same_on_any_thread),
+      cmocka_unit_test(test_idle_runs_while_others_hash),
       cmocka_unit_test(test_convert_checks_source_up_front),
       cmocka_unit_test(test_stream_matches_checksum),
       cmocka_unit_test(test_writeback_started_and_only_advice),
