@@ -122,6 +122,8 @@ typedef struct Pool {
   atomic_uint joined;   /* hands each thread its share of scratch */
   pthread_mutex_t lock; /* with `ended`: the calling thread waits (idle) */
   pthread_cond_t ended;
+  clockid_t clock;  /* the clock `ended` is waited on with */
+  bool has_cond;    /* `ended` was made */
   unsigned running; /* started threads still hashing, under lock */
 } Pool;
 
@@ -207,7 +209,7 @@ static void *pool_thread(void *arg) {
   pool_worker(p);
   pthread_mutex_lock(&p->lock);
   p->running--;
-  pthread_cond_signal(&p->ended);
+  if (p->has_cond) pthread_cond_signal(&p->ended);
   pthread_mutex_unlock(&p->lock);
   return NULL;
 }
@@ -222,7 +224,7 @@ static void wait_idle(Pool *p) {
     pthread_mutex_lock(&p->lock);
     if (p->running == 0) break;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(p->clock, &until);
     until.tv_nsec += 1000000;
     if (until.tv_nsec >= 1000000000) {
       until.tv_sec++;
@@ -263,8 +265,15 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
                .hooks = hooks,
                .threads = threads,
                .scratch = scratch,
-               .lock = PTHREAD_MUTEX_INITIALIZER,
-               .ended = PTHREAD_COND_INITIALIZER};
+               .lock = PTHREAD_MUTEX_INITIALIZER};
+  /* Waited on with a deadline of the monotonic clock: one of the wall
+   * clock, stepped back meanwhile, would stop the idle calls for as long. */
+  pthread_condattr_t attr;
+  bool has_attr = pthread_condattr_init(&attr) == 0;
+  pool.clock = has_attr && pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 ? CLOCK_MONOTONIC
+                                                                                  : CLOCK_REALTIME;
+  pool.has_cond = pthread_cond_init(&pool.ended, has_attr ? &attr : NULL) == 0;
+  if (has_attr) pthread_condattr_destroy(&attr);
   atomic_init(&pool.next, 0);
   atomic_init(&pool.joined, 0);
   pthread_t ids[64];
@@ -283,11 +292,11 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
   }
   if (hooks->meanwhile != NULL) hooks->meanwhile(hooks->ctx);
   pool_worker(&pool);
-  if (hooks->idle != NULL) wait_idle(&pool);
+  if (hooks->idle != NULL && pool.has_cond) wait_idle(&pool);
   for (unsigned t = 1; t < threads; t++) {
     if (started[t]) pthread_join(ids[t], NULL);
   }
-  pthread_cond_destroy(&pool.ended);
+  if (pool.has_cond) pthread_cond_destroy(&pool.ended);
   pthread_mutex_destroy(&pool.lock);
   free(scratch);
 }

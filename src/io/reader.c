@@ -2456,12 +2456,15 @@ static HurrayStatus verify_round(HurrayReader *r, const uint8_t *view, ViewDrops
   } else {
     one_by_one = true;
   }
-  if (one_by_one) {
-    for (size_t k = 0; k < n; k++) {
-      HURRAY_RETURN_NOT_OK(
-          checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start,
-                         refs[k].length, &jobs[k].sum, error));
-    }
+  /* One by one, each sum is compared as soon as it is known: a damaged
+   * buffer before an unreadable one in index order is the one named, as
+   * it is when the two fall in different rounds (rounds are cut by the
+   * thread count). */
+  for (size_t k = 0; one_by_one && k < n; k++) {
+    HURRAY_RETURN_NOT_OK(
+        checksum_range(r, buffer_field(&refs[k].t, refs[k].buffer, 0) + refs[k].start,
+                       refs[k].length, &jobs[k].sum, error));
+    if (jobs[k].sum != ref_expected(&refs[k])) return mismatch(&refs[k], jobs[k].sum, error);
   }
   for (size_t k = 0; k < n; k++) {
     if (jobs[k].sum != ref_expected(&refs[k])) return mismatch(&refs[k], jobs[k].sum, error);

@@ -851,6 +851,45 @@ static void test_read_error_same_on_any_thread(void **state) {
   unsetenv("HURRAY_HASH_THREADS");
 }
 
+/* A damaged buffer and, later in index order, an unreadable one: the
+ * damaged one is named, on any thread count and either way of reading.
+ * Read again one by one after the failed read, the whole round was read
+ * before any sum was compared, and the read error hid the damage wherever
+ * both fell in one round, which the thread count decides. */
+static void test_damage_before_a_read_error_is_named(void **state) {
+  (void)state;
+  char path[300];
+  file_path(path, sizeof path, "damage-then-eio.hurray");
+  write_sample_file(path, 2);
+  flip_byte(path, data_offset(path, "t01") + 9);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  eio_inode = st.st_ino;
+  long long bad = (long long)data_offset(path, "t08") + 100;
+  static const HurrayReadMode modes[] = {HURRAY_READ_MMAP, HURRAY_READ_MMAP_PRIVATE,
+                                         HURRAY_READ_PREAD};
+  for (size_t v = 0; v < sizeof verify_reads / sizeof *verify_reads; v++) {
+    assert_int_equal(setenv("HURRAY_VERIFY_READ", verify_reads[v], 1), 0);
+    for (size_t m = 0; m < 3; m++) {
+      for (unsigned threads = 1; threads <= 4; threads++) {
+        set_threads(threads);
+        HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+        options.mode = modes[m];
+        HurrayReader *r = NULL;
+        assert_ok(hurray_reader_open(path, &options, &r, error));
+        atomic_store(&eio_at, bad);
+        HurrayError e = {0};
+        assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_CHECKSUM);
+        assert_non_null(strstr(e.message, "tensor \"t01\""));
+        atomic_store(&eio_at, -1);
+        hurray_reader_close(r);
+      }
+    }
+  }
+  assert_int_equal(unsetenv("HURRAY_VERIFY_READ"), 0);
+  unsetenv("HURRAY_HASH_THREADS");
+}
+
 /* The pool's `idle` hook runs on the calling thread while another thread
  * still hashes: the calling thread's claim ends at once, the other
  * thread's waits until idle has run three times (or two seconds, which
@@ -1540,6 +1579,7 @@ int main(void) {
       cmocka_unit_test(test_every_way_of_reading_agrees),
       cmocka_unit_test(test_read_error_fails_verify),
       cmocka_unit_test(test_read_error_same_on_any_thread),
+      cmocka_unit_test(test_damage_before_a_read_error_is_named),
       cmocka_unit_test(test_idle_runs_while_others_hash),
       cmocka_unit_test(test_convert_checks_source_up_front),
       cmocka_unit_test(test_stream_matches_checksum),
