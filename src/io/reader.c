@@ -1781,7 +1781,8 @@ void hurray__reader_read_ahead_detach(HurrayReadAhead *ahead) {
 #define PREAD_VERIFY_SMALL_CHUNK ((uint64_t)64 << 10)
 
 /* One buffer through a source without read_batch, or through pread where
- * its length does not fit a size_t (verify_round). */
+ * its length does not fit a size_t, or in a round read again one buffer at
+ * a time after a read failed on a hashing thread (verify_round). */
 static HurrayStatus checksum_range(HurrayReader *r, uint64_t offset, uint64_t length,
                                    uint64_t *out, HurrayError *error) {
   XXH3_state_t *state = XXH3_createState();
@@ -2055,8 +2056,7 @@ static void drop_large_pieces(void *ctx, const HurrayHashJob *jobs, size_t count
  * pread, the bytes between them (padding) with them. */
 #define VERIFY_READ_GAP ((uint64_t)64 << 10)
 
-/* The state that the hashing threads of one round share: the first
- * failure in file order is the one reported, whatever thread met it. */
+/* What the hashing threads of one round of a file share. */
 typedef struct FileHash {
   HurrayReader *r;
   const uint8_t *view; /* the data region mapped (verify_entries), or NULL */
