@@ -769,17 +769,32 @@ ssize_t __wrap_pread(int fd, void *buf, size_t n, long at) {
   return __real_pread(fd, buf, n, at);
 }
 
+/* The sample file at `name`, its inode given to the pread wrapper. */
+static void write_sample_for_bad_sectors(char *path, size_t size, const char *name) {
+  file_path(path, size, name);
+  write_sample_file(path, 2);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  eio_inode = st.st_ino;
+}
+
+/* A reader of `path` in `mode` whose verify hashes on `threads` threads. */
+static HurrayReader *open_for_verify(const char *path, HurrayReadMode mode, unsigned threads) {
+  set_threads(threads);
+  HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
+  options.mode = mode;
+  HurrayReader *r = NULL;
+  assert_ok(hurray_reader_open(path, &options, &r, error));
+  return r;
+}
+
 /* A read error met by any hashing thread of a verify by pread is the
  * verify's error, an I/O error with its errno, not a checksum verdict and
  * not a signal: through a mapping the same bad sector is a SIGBUS. */
 static void test_read_error_fails_verify(void **state) {
   (void)state;
   char path[300];
-  file_path(path, sizeof path, "eio.hurray");
-  write_sample_file(path, 2);
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  eio_inode = st.st_ino;
+  write_sample_for_bad_sectors(path, sizeof path, "eio.hurray");
   static const HurrayReadMode modes[] = {HURRAY_READ_MMAP, HURRAY_READ_MMAP_PRIVATE,
                                          HURRAY_READ_PREAD};
   static const char *const bad_ones[] = {"t00", "t07", "t11"};
@@ -788,11 +803,7 @@ static void test_read_error_fails_verify(void **state) {
     long long at = (long long)data_offset(path, bad_ones[b]) + TENSOR_BYTES / 2;
     for (size_t m = 0; m < 3; m++) {
       for (unsigned threads = 1; threads <= 4; threads++) {
-        set_threads(threads);
-        HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-        options.mode = modes[m];
-        HurrayReader *r = NULL;
-        assert_ok(hurray_reader_open(path, &options, &r, error));
+        HurrayReader *r = open_for_verify(path, modes[m], threads);
         atomic_store(&eio_at, at);
         HurrayError e = {0};
         assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_IO);
@@ -818,22 +829,14 @@ static void test_read_error_fails_verify(void **state) {
 static void test_read_error_same_on_any_thread(void **state) {
   (void)state;
   char path[300];
-  file_path(path, sizeof path, "cut.hurray");
-  write_sample_file(path, 2);
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  eio_inode = st.st_ino;
+  write_sample_for_bad_sectors(path, sizeof path, "cut.hurray");
   atomic_store(&eio_cuts, true);
   assert_int_equal(setenv("HURRAY_VERIFY_READ", "pread", 1), 0);
   char first[HURRAY_ERROR_MESSAGE_BYTES] = "";
   long long cut = (long long)data_offset(path, "t05");
   for (int rep = 0; rep < 5; rep++) {
     for (unsigned threads = 1; threads <= 4; threads++) {
-      set_threads(threads);
-      HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-      options.mode = HURRAY_READ_PREAD;
-      HurrayReader *r = NULL;
-      assert_ok(hurray_reader_open(path, &options, &r, error));
+      HurrayReader *r = open_for_verify(path, HURRAY_READ_PREAD, threads);
       atomic_store(&eio_at, cut);
       HurrayError e = {0};
       assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_TRUNCATED);
@@ -859,12 +862,8 @@ static void test_read_error_same_on_any_thread(void **state) {
 static void test_damage_before_a_read_error_is_named(void **state) {
   (void)state;
   char path[300];
-  file_path(path, sizeof path, "damage-then-eio.hurray");
-  write_sample_file(path, 2);
+  write_sample_for_bad_sectors(path, sizeof path, "damage-then-eio.hurray");
   flip_byte(path, data_offset(path, "t01") + 9);
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  eio_inode = st.st_ino;
   long long bad = (long long)data_offset(path, "t08") + 100;
   static const HurrayReadMode modes[] = {HURRAY_READ_MMAP, HURRAY_READ_MMAP_PRIVATE,
                                          HURRAY_READ_PREAD};
@@ -872,11 +871,7 @@ static void test_damage_before_a_read_error_is_named(void **state) {
     assert_int_equal(setenv("HURRAY_VERIFY_READ", verify_reads[v], 1), 0);
     for (size_t m = 0; m < 3; m++) {
       for (unsigned threads = 1; threads <= 4; threads++) {
-        set_threads(threads);
-        HurrayReaderOptions options = HURRAY_READER_OPTIONS_INIT;
-        options.mode = modes[m];
-        HurrayReader *r = NULL;
-        assert_ok(hurray_reader_open(path, &options, &r, error));
+        HurrayReader *r = open_for_verify(path, modes[m], threads);
         atomic_store(&eio_at, bad);
         HurrayError e = {0};
         assert_int_equal(hurray_reader_verify(r, NULL, &e), HURRAY_ERR_CHECKSUM);
