@@ -389,11 +389,16 @@ HURRAY_API HurrayStatus hurray_reader_cached_fraction(HurrayReader *r, double *o
  * the tensor, the first failing one in index order). So a file that
  * verifies can be read whole. Through a mapping, a file of thousands of
  * tensors has those checks spread over the hashing threads too. A buffer longer
- * than a chunk is checked against its chunk checksums in every mode (a
- * mapping hashes them on every thread), others against their own.
+ * than a chunk is checked against its chunk checksums in every mode (on
+ * every hashing thread), others against their own. Each part is read
+ * through the mapping or with pread, whichever the page cache makes
+ * cheaper (docs/adr/ADR-0031-verify-maps-or-copies.md); read with pread, a
+ * bad sector is HURRAY_ERR_IO and a file cut short HURRAY_ERR_TRUNCATED,
+ * where a mapping's read fault is a SIGBUS, and the first buffer in index
+ * order that fails to read or to match is the one reported.
  * With HURRAY_READ_MMAP_PRIVATE it reads the file, not the private
- * mapping (a temporary shared read-only mapping, or pread below 256 KiB),
- * so pages written by the caller do not count: it checks the file. */
+ * mapping (a temporary shared read-only mapping, or pread), so pages
+ * written by the caller do not count: it checks the file. */
 HURRAY_API HurrayStatus hurray_reader_verify(HurrayReader *r, const char *name,
                                              HurrayError *error);
 
