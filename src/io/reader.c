@@ -16,7 +16,6 @@
 #include <sys/syscall.h>
 #include <pthread.h>
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -211,16 +210,21 @@ static HurrayStatus cancelled(HurrayError *error) {
   return hurray__fail(error, HURRAY_ERR_CANCELLED, "cancelled by the caller's hook");
 }
 
+/* Counts `n` more bytes read, and asks the caller's hook (which must be
+ * set) once the bytes since it was last asked reach the interval. */
+static bool cancel_due(HurrayReader *r, uint64_t n) {
+  uint64_t unasked = atomic_fetch_add_explicit(&r->unasked_bytes, n, memory_order_relaxed) + n;
+  if (unasked < HURRAY_READER_CANCEL_INTERVAL) return false;
+  atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
+  return r->cancel(r->cancel_ctx);
+}
+
 /* Whether the caller's hook asks to stop before `n` more bytes are read:
  * asked once the bytes read through pread or a source since it was last
  * asked (in any call, on any thread) reach HURRAY_READER_CANCEL_INTERVAL,
  * so that loading thousands of tensors stops as soon as one large read. */
 static bool stop_before_reading(HurrayReader *r, uint64_t n) {
-  if (r->cancel == NULL) return false;
-  uint64_t unasked = atomic_fetch_add_explicit(&r->unasked_bytes, n, memory_order_relaxed) + n;
-  if (unasked < HURRAY_READER_CANCEL_INTERVAL) return false;
-  atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
-  return r->cancel(r->cancel_ctx);
+  return r->cancel != NULL && cancel_due(r, n);
 }
 
 /* read_once in pieces of at most HURRAY_READER_CANCEL_INTERVAL, each
@@ -2071,13 +2075,7 @@ typedef struct FileHash {
 /* Asks the reader's cancel hook, on the calling thread, once the bytes
  * read by pread since it was last asked reach the interval. */
 static bool file_hash_ask_cancel(FileHash *h) {
-  HurrayReader *r = h->r;
-  if (atomic_load_explicit(&r->unasked_bytes, memory_order_relaxed) <
-      HURRAY_READER_CANCEL_INTERVAL) {
-    return false;
-  }
-  atomic_store_explicit(&r->unasked_bytes, 0, memory_order_relaxed);
-  if (!r->cancel(r->cancel_ctx)) return false;
+  if (!cancel_due(h->r, 0)) return false;
   h->cancelled = true;
   atomic_store_explicit(&h->stop, true, memory_order_relaxed);
   return true;
@@ -2181,12 +2179,6 @@ static void hash_from_file(FileHash *h, HurrayHashJob *jobs, size_t count, void 
 #define VERIFY_PROBE_NS 30000.0
 #define VERIFY_PROBE_SPACING ((uint64_t)64 << 20)
 
-static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The first stretch of a claim that map_claim maps with one call. */
 static bool first_stretch(const HurrayHashJob *jobs, size_t count, uintptr_t *lo, uintptr_t *hi) {
   if (small_pieces_together(jobs, count, lo, hi)) return true;
@@ -2217,9 +2209,9 @@ static bool claim_by_pread(FileHash *h, const HurrayHashJob *jobs, size_t count,
   uintptr_t lo, hi;
   if (!first_stretch(jobs, count, &lo, &hi)) return by_pread;
   size_t n = hi - lo < VERIFY_PROBE_BYTES ? (size_t)(hi - lo) : VERIFY_PROBE_BYTES;
-  int64_t start = monotonic_ns();
+  uint64_t start = hurray__clock_ns();
   hurray__map_file_pages((const void *)lo, n);
-  double took = (double)(monotonic_ns() - start);
+  double took = (double)(hurray__clock_ns() - start);
   *probed = n;
   by_pread = took * (double)VERIFY_PROBE_BYTES > VERIFY_PROBE_NS * (double)n;
   atomic_store_explicit(&r->verify_by_pread, by_pread, memory_order_relaxed);

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "hurray/io.h"
 
@@ -75,6 +76,14 @@ static inline const char *hurray__file_kind(mode_t mode) {
          : S_ISBLK(mode)  ? "a block device"
          : S_ISLNK(mode)  ? "a symbolic link"
                           : "not a file";
+}
+
+/* The monotonic clock in nanoseconds (0 if it cannot be read), for the
+ * timings the writer and reader make to choose their way of doing I/O. */
+static inline uint64_t hurray__clock_ns(void) {
+  struct timespec t;
+  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* The real system calls. */

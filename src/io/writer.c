@@ -175,12 +175,6 @@ static HurrayStatus write_failed(const HurrayWriter *w, int os_errno, const char
   return hurray__fail_os(error, HURRAY_ERR_IO, os_errno, "write to fd %d failed: %s", w->fd, why);
 }
 
-static uint64_t clock_ns(void) {
-  struct timespec t;
-  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 static HurrayStatus check_cancel(HurrayWriter *w, HurrayError *error) {
   if (w->cancel_fn == NULL || !w->cancel_fn(w->cancel_ctx)) return HURRAY_OK;
   w->failed = true;
@@ -197,9 +191,9 @@ static HurrayStatus fd_write_all(HurrayWriter *w, const void *data, size_t len,
   const uint8_t *p = data;
   while (len > 0) {
     size_t chunk = len > (1u << 30) ? (1u << 30) : len;
-    uint64_t t0 = clock_ns();
+    uint64_t t0 = hurray__clock_ns();
     ssize_t n = w->sys->write(w->sys->ctx, w->fd, p, chunk);
-    w->write_ns += clock_ns() - t0;
+    w->write_ns += hurray__clock_ns() - t0;
     if (n < 0) {
       if (errno == EINTR) {
         HURRAY_RETURN_NOT_OK(check_cancel(w, error));
