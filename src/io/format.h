@@ -64,5 +64,10 @@ static inline uint64_t hurray__get_le(const uint8_t *p, size_t n) {
 
 /* xxh3-64 with seed 0 over `len` bytes. */
 uint64_t hurray__checksum(const void *data, size_t len);
+/* The same sum, on the code path for bytes the caller has just brought
+ * into the CPU's cache (a scratch it filled with pread): AVX-512 where the
+ * CPU has it, which is slower than AVX2 on bytes that come from memory
+ * (hash_avx512.c). */
+uint64_t hurray__checksum_cached(const void *data, size_t len);
 
 #endif

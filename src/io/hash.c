@@ -1,5 +1,5 @@
 /*
- * Checksums at memory speed (hash.h): xxh3 dispatched to AVX2 at run time,
+ * Checksums at memory speed (hash.h): xxh3 dispatched to AVX2 or AVX-512 at run time,
  * and a pool of threads over many buffers. One xxh3 pass on one core reads
  * 12-15 GB/s with SSE2 and 25-30 with AVX2; the page cache of this
  * project's machines is read at 20-30 GB/s with two threads, so both the
@@ -20,69 +20,112 @@
 #include "format.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#  define HURRAY_HAVE_AVX2_PATH 1
-uint64_t hurray__xxh3_avx2(const void *data, size_t len);
+#  define HURRAY_HAVE_VECTOR_UNITS 1
+uint64_t hurray__xxh3_avx2_one(const void *data, size_t len);
 void hurray__xxh3_avx2_update(XXH3_state_t *state, const void *data, size_t len);
 uint64_t hurray__xxh3_avx2_digest(const XXH3_state_t *state);
+uint64_t hurray__xxh3_avx512_one(const void *data, size_t len);
+void hurray__xxh3_avx512_update(XXH3_state_t *state, const void *data, size_t len);
+uint64_t hurray__xxh3_avx512_digest(const XXH3_state_t *state);
 #endif
 
 /* Below this many bytes a thread costs more than it saves (starting one is
  * 20-50 us; 1 MiB hashes in 40-80 us). */
 #define HURRAY_HASH_THREAD_MIN_BYTES (1u << 20)
 
-/* 0: not chosen yet, 1: SSE2/portable, 2: AVX2. Chosen once: a getenv per
- * checksum would cost more than hashing a small buffer (20,000-tensor
- * files). Any thread may choose; they all choose the same. */
+/* The code paths, widest last. Bytes from memory never take the AVX-512
+ * unit (hash_avx512.c): PATH_AVX512 means AVX-512 for bytes in the cache
+ * and AVX2 for the rest. */
+enum { PATH_UNCHOSEN, PATH_SSE2, PATH_AVX2, PATH_AVX512 };
+
+/* Chosen once: a getenv per checksum would cost more than hashing a small
+ * buffer (20,000-tensor files). Any thread may choose; they all choose the
+ * same. */
 static atomic_int dispatch;
 
 static int choose_path(void) {
-#ifdef HURRAY_HAVE_AVX2_PATH
-  const char *forced = getenv("HURRAY_HASH_SIMD");
-  if (forced != NULL && strcmp(forced, "sse2") == 0) return 1;
+#ifdef HURRAY_HAVE_VECTOR_UNITS
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? 2 : 1;
+  int widest = PATH_SSE2;
+  if (__builtin_cpu_supports("avx2")) {
+    widest = __builtin_cpu_supports("avx512f") ? PATH_AVX512 : PATH_AVX2;
+  }
+  const char *forced = getenv("HURRAY_HASH_SIMD");
+  if (forced != NULL && strcmp(forced, "sse2") == 0) return PATH_SSE2;
+  if (forced != NULL && strcmp(forced, "avx2") == 0 && widest > PATH_AVX2) return PATH_AVX2;
+  return widest;
 #else
-  return 1;
+  return PATH_SSE2;
 #endif
 }
 
-static bool use_avx2(void) {
-  int path = atomic_load_explicit(&dispatch, memory_order_relaxed);
-  if (path == 0) {
-    path = choose_path();
-    atomic_store_explicit(&dispatch, path, memory_order_relaxed);
+static int path(void) {
+  int chosen = atomic_load_explicit(&dispatch, memory_order_relaxed);
+  if (chosen == PATH_UNCHOSEN) {
+    chosen = choose_path();
+    atomic_store_explicit(&dispatch, chosen, memory_order_relaxed);
   }
-  return path == 2;
+  return chosen;
 }
 
-void hurray__hash_reset_dispatch(void) { atomic_store(&dispatch, 0); }
+void hurray__hash_reset_dispatch(void) { atomic_store(&dispatch, PATH_UNCHOSEN); }
 
-const char *hurray__hash_path(void) { return use_avx2() ? "avx2" : "sse2"; }
+const char *hurray__hash_path(void) {
+  static const char *const names[] = {"sse2", "sse2", "avx2", "avx512"};
+  return names[path()];
+}
+
+#ifdef HURRAY_HAVE_VECTOR_UNITS
+/* Up to XXH3_MIDSIZE_MAX bytes xxh3 runs no vector code, so every path is
+ * the same code. Above it the AVX2 path is faster from the first stripe
+ * on: 512 B to 2 KiB hash at 18-39 GB/s against 12-19 with SSE2 (this
+ * library's build, one core), and for files of many small tensors (a
+ * quarter of them under 4 KiB) that took verify from 10.2 to 11.1 GB/s. */
+static uint64_t checksum_on(int unit, const void *data, size_t len) {
+  if (len > XXH3_MIDSIZE_MAX) {
+    if (unit == PATH_AVX512) return hurray__xxh3_avx512_one(data, len);
+    if (unit == PATH_AVX2) return hurray__xxh3_avx2_one(data, len);
+  }
+  return XXH3_64bits(data, len);
+}
+#endif
 
 uint64_t hurray__checksum(const void *data, size_t len) {
-#ifdef HURRAY_HAVE_AVX2_PATH
-  /* Up to XXH3_MIDSIZE_MAX bytes xxh3 runs no vector code, so both paths
-   * are the same code. Above it the AVX2 path is faster from the first
-   * stripe on: 512 B to 2 KiB hash at 18-39 GB/s against 12-19 with SSE2
-   * (this library's build, one core), and for files of many small tensors
-   * (a quarter of them under 4 KiB) that took verify from 10.2 to 11.1 GB/s. */
-  if (len > XXH3_MIDSIZE_MAX && use_avx2()) return hurray__xxh3_avx2(data, len);
-#endif
+#ifdef HURRAY_HAVE_VECTOR_UNITS
+  int unit = path();
+  return checksum_on(unit == PATH_AVX512 ? PATH_AVX2 : unit, data, len);
+#else
   return XXH3_64bits(data, len);
+#endif
+}
+
+uint64_t hurray__checksum_cached(const void *data, size_t len) {
+#ifdef HURRAY_HAVE_VECTOR_UNITS
+  return checksum_on(path(), data, len);
+#else
+  return XXH3_64bits(data, len);
+#endif
+}
+
+static void stream_reset_on(HurrayHashStream *s, int unit) {
+  (void)XXH3_64bits_reset(&s->state); /* fails only for a NULL state */
+  s->unit = (uint8_t)unit;
 }
 
 void hurray__hash_stream_reset(HurrayHashStream *s) {
-  (void)XXH3_64bits_reset(&s->state); /* fails only for a NULL state */
-#ifdef HURRAY_HAVE_AVX2_PATH
-  s->avx2 = use_avx2();
-#else
-  s->avx2 = false;
-#endif
+  int unit = path();
+  stream_reset_on(s, unit == PATH_AVX512 ? PATH_AVX2 : unit);
 }
 
+void hurray__hash_stream_reset_cached(HurrayHashStream *s) { stream_reset_on(s, path()); }
+
 void hurray__hash_stream_update(HurrayHashStream *s, const void *data, size_t len) {
-#ifdef HURRAY_HAVE_AVX2_PATH
-  if (s->avx2) {
+#ifdef HURRAY_HAVE_VECTOR_UNITS
+  if (s->unit == PATH_AVX512) {
+    hurray__xxh3_avx512_update(&s->state, data, len);
+    return;
+  }
+  if (s->unit == PATH_AVX2) {
     hurray__xxh3_avx2_update(&s->state, data, len);
     return;
   }
@@ -91,8 +134,9 @@ void hurray__hash_stream_update(HurrayHashStream *s, const void *data, size_t le
 }
 
 uint64_t hurray__hash_stream_digest(const HurrayHashStream *s) {
-#ifdef HURRAY_HAVE_AVX2_PATH
-  if (s->avx2) return hurray__xxh3_avx2_digest(&s->state);
+#ifdef HURRAY_HAVE_VECTOR_UNITS
+  if (s->unit == PATH_AVX512) return hurray__xxh3_avx512_digest(&s->state);
+  if (s->unit == PATH_AVX2) return hurray__xxh3_avx2_digest(&s->state);
 #endif
   return XXH3_64bits_digest(&s->state);
 }

@@ -11,8 +11,9 @@
  *                          (default: online CPUs, at most 8; 1 = no thread);
  *                          read at each call
  *   HURRAY_HASH_SIMD=sse2  force the SSE2/scalar xxh3 even where AVX2 is
- *                          there (default: AVX2 when the CPU has it); read
- *                          at the first checksum of the process
+ *                          there; =avx2: no AVX-512 (default: the widest
+ *                          the CPU has); read at the first checksum of the
+ *                          process
  */
 #ifndef HURRAY_SRC_IO_HASH_H
 #define HURRAY_SRC_IO_HASH_H
@@ -44,8 +45,9 @@ typedef struct HurrayHashJob {
  * claim of large buffers only. */
 #define HURRAY_HASH_CLAIM_BYTES (1024u << 10)
 
-/* The name of the xxh3 code path in use: "avx2" or "sse2" (the portable
- * path on other CPUs). */
+/* The name of the xxh3 code path in use: "avx512" (AVX-512 for bytes in
+ * the cache, AVX2 for the rest), "avx2" or "sse2" (the portable path on
+ * other CPUs). */
 const char *hurray__hash_path(void);
 
 /* Forgets the chosen path, so the next checksum reads HURRAY_HASH_SIMD
@@ -118,10 +120,13 @@ void hurray__hash_many_with(HurrayHashJob *jobs, size_t n, unsigned threads,
  * same vector path as hurray__checksum. */
 typedef struct HurrayHashStream {
   XXH3_state_t state;
-  bool avx2;
+  uint8_t unit; /* the vector unit chosen at reset (hash.c) */
 } HurrayHashStream;
 
 void hurray__hash_stream_reset(HurrayHashStream *s);
+/* The same for pieces that are in the CPU's cache when fed: a scratch the
+ * caller has just filled (hurray__checksum_cached). */
+void hurray__hash_stream_reset_cached(HurrayHashStream *s);
 void hurray__hash_stream_update(HurrayHashStream *s, const void *data, size_t len);
 uint64_t hurray__hash_stream_digest(const HurrayHashStream *s);
 

@@ -34,30 +34,13 @@
 #    pragma clang attribute pop
 #  endif
 
-#  include <stdint.h>
-
-uint64_t hurray__xxh3_avx2(const void *data, size_t len);
-void hurray__xxh3_avx2_update(XXH3_state_t *state, const void *data, size_t len);
-uint64_t hurray__xxh3_avx2_digest(const XXH3_state_t *state);
 #  if defined(__clang__)
-#    define HURRAY_AVX2_FN __attribute__((target("avx2")))
+#    define HURRAY_HASH_UNIT_FN __attribute__((target("avx2")))
 #  else
-#    define HURRAY_AVX2_FN
+#    define HURRAY_HASH_UNIT_FN
 #  endif
-
-HURRAY_AVX2_FN uint64_t hurray__xxh3_avx2(const void *data, size_t len) {
-  return XXH3_64bits(data, len);
-}
-
-/* The streaming form (hash.h, HurrayHashStream): the state's layout does
- * not depend on the vector path, only the code that folds stripes does. */
-HURRAY_AVX2_FN void hurray__xxh3_avx2_update(XXH3_state_t *state, const void *data, size_t len) {
-  (void)XXH3_64bits_update(state, data, len);
-}
-
-HURRAY_AVX2_FN uint64_t hurray__xxh3_avx2_digest(const XXH3_state_t *state) {
-  return XXH3_64bits_digest(state);
-}
+#  define HURRAY_HASH_UNIT avx2
+#  include "hash_vector.h"
 #else
 typedef int hurray_hash_avx2_unused; /* ISO C: no empty translation unit */
 #endif

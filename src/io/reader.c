@@ -2106,7 +2106,7 @@ static bool file_hash_stop_before(FileHash *h, uint64_t n) {
 static HurrayStatus hash_long_job(FileHash *h, HurrayHashJob *job, uint8_t *scratch, size_t cap,
                                   bool *stopped, HurrayError *error) {
   HurrayHashStream stream;
-  hurray__hash_stream_reset(&stream);
+  hurray__hash_stream_reset_cached(&stream);
   for (uint64_t done = 0; done < job->len;) {
     size_t n = job->len - done < cap ? (size_t)(job->len - done) : cap;
     if (file_hash_stop_before(h, n)) {
@@ -2152,7 +2152,7 @@ static void hash_from_file(FileHash *h, HurrayHashJob *jobs, size_t count, void 
       if (file_hash_stop_before(h, hi - at)) return;
       status = pread_all(h->r->fd, buf, hi - at, at, &error);
       for (; status == HURRAY_OK && k < end; k++) {
-        jobs[k].sum = hurray__checksum(buf + (jobs[k].at - at), jobs[k].len);
+        jobs[k].sum = hurray__checksum_cached(buf + (jobs[k].at - at), jobs[k].len);
       }
     }
     if (stopped) return;

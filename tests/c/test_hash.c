@@ -69,6 +69,27 @@ static uint8_t *random_bytes(size_t n, uint64_t seed) {
   return p;
 }
 
+/* HURRAY_HASH_SIMD as each test that compares the paths sets it, and the
+ * path each must choose: the widest this CPU has, capped by the knob. */
+#define FORCED_PATHS 3
+static void force_path(size_t which) {
+  static const char *const knobs[FORCED_PATHS] = {"sse2", "avx2", NULL};
+  if (knobs[which] != NULL) setenv("HURRAY_HASH_SIMD", knobs[which], 1);
+  else unsetenv("HURRAY_HASH_SIMD");
+  hurray__hash_reset_dispatch();
+  const char *widest = "sse2";
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) {
+    widest = __builtin_cpu_supports("avx512f") ? "avx512" : "avx2";
+  }
+#endif
+  const char *want = widest;
+  if (which == 0) want = "sse2";
+  if (which == 1 && strcmp(widest, "avx512") == 0) want = "avx2";
+  assert_string_equal(hurray__hash_path(), want);
+}
+
 static void test_paths_agree_with_reference(void **state) {
   (void)state;
   static const size_t lengths[] = {0,
@@ -93,28 +114,18 @@ static void test_paths_agree_with_reference(void **state) {
                                    (1u << 20) + 13,
                                    (5u << 20) + 1};
   uint8_t *data = random_bytes((5u << 20) + 64, 1);
-  const char *paths[] = {"sse2", NULL};
-  for (size_t p = 0; p < 2; p++) {
-    if (paths[p] != NULL) {
-      setenv("HURRAY_HASH_SIMD", paths[p], 1);
-      hurray__hash_reset_dispatch();
-      assert_string_equal(hurray__hash_path(), "sse2");
-    } else {
-      unsetenv("HURRAY_HASH_SIMD");
-      hurray__hash_reset_dispatch();
-#if defined(__x86_64__)
-      __builtin_cpu_init();
-      assert_string_equal(hurray__hash_path(), __builtin_cpu_supports("avx2") ? "avx2" : "sse2");
-#endif
-    }
+  for (size_t p = 0; p < FORCED_PATHS; p++) {
+    force_path(p);
     for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
       for (size_t start = 0; start < 8; start++) {
-        assert_true(hurray__checksum(data + start, lengths[i]) ==
-                    XXH3_64bits(data + start, lengths[i]));
+        uint64_t want = XXH3_64bits(data + start, lengths[i]);
+        assert_true(hurray__checksum(data + start, lengths[i]) == want);
+        assert_true(hurray__checksum_cached(data + start, lengths[i]) == want);
       }
     }
   }
   unsetenv("HURRAY_HASH_SIMD");
+  hurray__hash_reset_dispatch();
   free(data);
 }
 
@@ -126,25 +137,25 @@ static void test_stream_matches_checksum(void **state) {
   uint8_t *data = random_bytes(total + 8, 3);
   static const size_t pieces[] = {1, 7, 64, 239, 4096, 65536, 65537, (1u << 20) + 3};
   static const size_t lengths[] = {0, 1, 240, 4097, 65536, (1u << 20) + 1, (3u << 20) + 77};
-  const char *paths[] = {"sse2", NULL};
-  for (size_t p = 0; p < 2; p++) {
-    if (paths[p] != NULL) setenv("HURRAY_HASH_SIMD", paths[p], 1);
-    else unsetenv("HURRAY_HASH_SIMD");
-    hurray__hash_reset_dispatch();
+  for (size_t p = 0; p < FORCED_PATHS; p++) {
+    force_path(p);
     for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
       for (size_t k = 0; k < sizeof pieces / sizeof *pieces; k++) {
         if (pieces[k] < 64 && lengths[l] > (1u << 20)) continue; /* slow, adds nothing */
         const uint8_t *at = data + k % 5;
-        HurrayHashStream hs;
+        HurrayHashStream hs, cached;
         hurray__hash_stream_reset(&hs);
+        hurray__hash_stream_reset_cached(&cached);
         for (size_t done = 0; done < lengths[l];) {
           /* Uneven pieces: every third one is one byte shorter. */
           size_t n = pieces[k] - (pieces[k] > 1 && done % 3 == 1 ? 1 : 0);
           if (n > lengths[l] - done) n = lengths[l] - done;
           hurray__hash_stream_update(&hs, at + done, n);
+          hurray__hash_stream_update(&cached, at + done, n);
           done += n;
         }
         assert_true(hurray__hash_stream_digest(&hs) == XXH3_64bits(at, lengths[l]));
+        assert_true(hurray__hash_stream_digest(&cached) == XXH3_64bits(at, lengths[l]));
       }
     }
   }
