@@ -91,6 +91,40 @@ int hy_check_max(uint64_t value, uint64_t max, const char *what) {
   return -1;
 }
 
+/* Replaces the pending UnicodeEncodeError of a str that holds a lone
+ * surrogate (from os.fsdecode, or "\udc80" typed in) with a ValueError that
+ * names the argument, as a NUL gets: the codec's message says neither what
+ * was refused nor why hurray cannot keep it. The codec's error stays
+ * attached as the cause. */
+static void refuse_surrogate(PyObject *obj, const char *what) {
+  PyObject *type, *cause, *tb;
+  PyErr_Fetch(&type, &cause, &tb);
+  PyErr_NormalizeException(&type, &cause, &tb);
+  Py_ssize_t at = -1;
+  if (cause == NULL || PyUnicodeEncodeError_GetStart(cause, &at) != 0) {
+    PyErr_Clear();
+    at = -1;
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  PyErr_Format(PyExc_ValueError,
+               "%s %R holds a lone surrogate (at index %zd), which UTF-8 cannot encode: "
+               "hurray names and strings are UTF-8",
+               what, obj, at);
+  if (cause == NULL) return;
+  PyObject *etype, *error, *etb;
+  PyErr_Fetch(&etype, &error, &etb);
+  PyErr_NormalizeException(&etype, &error, &etb);
+  if (error != NULL) {
+    Py_INCREF(cause);
+    PyException_SetContext(error, cause); /* steals a reference */
+    PyException_SetCause(error, cause);   /* steals the other */
+  } else {
+    Py_DECREF(cause);
+  }
+  PyErr_Restore(etype, error, etb);
+}
+
 const char *hy_utf8(PyObject *obj, const char *what) {
   if (!PyUnicode_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(obj)->tp_name);
@@ -98,7 +132,10 @@ const char *hy_utf8(PyObject *obj, const char *what) {
   }
   Py_ssize_t len = 0;
   const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
-  if (s == NULL) return NULL;
+  if (s == NULL) {
+    if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) refuse_surrogate(obj, what);
+    return NULL;
+  }
   if ((size_t)len != strlen(s)) {
     PyErr_Format(PyExc_ValueError,
                  "%s %R contains a NUL character, which hurray names and strings cannot hold",

@@ -326,6 +326,25 @@ def test_nul_in_names_keys_and_strings_is_refused(tensors, metadata):
         saved_bytes(tensors, metadata)
 
 
+@pytest.mark.parametrize(
+    "tensors, metadata, what",
+    [
+        ({"a\udc80": np.zeros(2)}, None, "tensor name 'a\\\\udc80'"),
+        ({"a": np.zeros(2)}, {"k\ud800": 1}, "metadata key 'k\\\\ud800'"),
+        ({"a": np.zeros(2)}, {"k": "v\udfff"}, "metadata value 'v\\\\udfff'"),
+    ],
+)
+def test_lone_surrogate_is_refused_by_name(tensors, metadata, what):
+    """A str that os.fsdecode made from bytes that are not UTF-8 holds lone
+    surrogates: refused as a ValueError naming the argument and the index,
+    with the codec's UnicodeEncodeError as its cause (it was that error
+    alone, which names neither)."""
+    with pytest.raises(ValueError, match=what + r" holds a lone surrogate \(at index \d\)") as info:
+        saved_bytes(tensors, metadata)
+    assert not isinstance(info.value, UnicodeError)
+    assert isinstance(info.value.__cause__, UnicodeEncodeError)
+
+
 def test_nul_in_descriptor_strings_is_refused():
     with pytest.raises(ValueError, match="NUL"):
         hurray.Descriptor("float32\0junk", (2,))
