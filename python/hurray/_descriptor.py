@@ -129,7 +129,10 @@ class Descriptor(_hurray._Descriptor):
         return hash(self._encoded)
 
     def __repr__(self):
-        parts = [f"dtype={self.dtype!r}", f"shape={self.shape}"]
+        try:
+            parts = [f"dtype={self.dtype!r}", f"shape={self.shape}"]
+        except ValueError:  # its __init__ never ran: a subclass that skips it, or __new__
+            return f"<{type(self).__name__}, not initialised>"
         for name in ("strides", "layout", "quantization", "statistics", "shard", "extension"):
             value = getattr(self, name)
             if value is not None and not (name == "layout" and value == Dense()):

@@ -292,7 +292,7 @@ static int build_composite(ModuleState *st, HurrayDescriptor *d, PyObject *layou
      * Python code while they are read, would free. */
     if (is_descriptor(sub) && ((HyDescriptorObject *)sub)->encoded == NULL) {
       Py_DECREF(seq);
-      PyErr_SetString(PyExc_RuntimeError, "a member's Descriptor is not initialised");
+      PyErr_SetString(PyExc_ValueError, "a member's Descriptor is not initialised");
       return -1;
     }
     HurrayDescriptor *member = hy_build_descriptor(st, sub, false);

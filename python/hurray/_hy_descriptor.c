@@ -111,7 +111,7 @@ PyObject *mod_set_descriptor_class(PyObject *module, PyObject *cls) {
 
 static HurrayDescriptor *descriptor_c(ModuleState *st, HyDescriptorObject *self) {
   if (self->encoded == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "Descriptor is not initialised");
+    PyErr_SetString(PyExc_ValueError, "Descriptor is not initialised");
     return NULL;
   }
   if (self->c == NULL) self->c = hy_decode_descriptor(st, self->encoded);
@@ -263,7 +263,7 @@ static PyObject *descriptor_encode(PyObject *op, PyObject *unused) {
   (void)unused;
   HyDescriptorObject *self = (HyDescriptorObject *)op;
   if (self->encoded == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "Descriptor is not initialised");
+    PyErr_SetString(PyExc_ValueError, "Descriptor is not initialised");
     return NULL;
   }
   return Py_NewRef(self->encoded);
@@ -294,23 +294,38 @@ static PyObject *descriptor_required_bytes(PyObject *op, PyObject *unused) {
   return d != NULL ? required_bytes(st, d) : NULL;
 }
 
-static PyMemberDef descriptor_members[] = {
-    {"dtype", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_DTYPE]), READONLY, NULL},
-    {"shape", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_SHAPE]), READONLY, NULL},
-    {"strides", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_STRIDES]), READONLY, NULL},
-    {"byte_offset", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_BYTE_OFFSET]), READONLY,
-     NULL},
-    {"layout", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_LAYOUT]), READONLY, NULL},
-    {"quantization", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_QUANTIZATION]), READONLY,
-     NULL},
-    {"buffers", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_BUFFERS]), READONLY, NULL},
-    {"device", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_DEVICE]), READONLY, NULL},
-    {"statistics", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_STATISTICS]), READONLY, NULL},
-    {"shard", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_SHARD]), READONLY, NULL},
-    {"extension", T_OBJECT_EX, offsetof(HyDescriptorObject, f[HY_D_EXTENSION]), READONLY, NULL},
-    {"_encoded", T_OBJECT_EX, offsetof(HyDescriptorObject, encoded), READONLY, NULL},
+/* A field, or the encoding for closure -1. A Descriptor whose __init__
+ * never ran (a subclass that skips it, or __new__ alone) has none: a
+ * ValueError, as for a Tensor, where a member lookup said AttributeError
+ * and the C methods RuntimeError. */
+static PyObject *descriptor_field(PyObject *op, void *closure) {
+  HyDescriptorObject *self = (HyDescriptorObject *)op;
+  intptr_t which = (intptr_t)closure;
+  PyObject *value = which < 0 ? self->encoded : self->f[which];
+  if (value == NULL) {
+    PyErr_SetString(PyExc_ValueError, "Descriptor is not initialised");
+    return NULL;
+  }
+  return Py_NewRef(value);
+}
+
+#define HY_FIELD(name, index) {name, descriptor_field, NULL, NULL, (void *)(intptr_t)(index)}
+static PyGetSetDef descriptor_fields[] = {
+    HY_FIELD("dtype", HY_D_DTYPE),
+    HY_FIELD("shape", HY_D_SHAPE),
+    HY_FIELD("strides", HY_D_STRIDES),
+    HY_FIELD("byte_offset", HY_D_BYTE_OFFSET),
+    HY_FIELD("layout", HY_D_LAYOUT),
+    HY_FIELD("quantization", HY_D_QUANTIZATION),
+    HY_FIELD("buffers", HY_D_BUFFERS),
+    HY_FIELD("device", HY_D_DEVICE),
+    HY_FIELD("statistics", HY_D_STATISTICS),
+    HY_FIELD("shard", HY_D_SHARD),
+    HY_FIELD("extension", HY_D_EXTENSION),
+    HY_FIELD("_encoded", -1),
     {NULL},
 };
+#undef HY_FIELD
 
 static PyMethodDef descriptor_methods[] = {
     {"decode", descriptor_decode, METH_O | METH_CLASS,
@@ -333,7 +348,7 @@ static PyType_Slot descriptor_slots[] = {
     {Py_tp_dealloc, descriptor_dealloc},
     {Py_tp_traverse, descriptor_traverse},
     {Py_tp_clear, descriptor_clear},
-    {Py_tp_members, descriptor_members},
+    {Py_tp_getset, descriptor_fields},
     {Py_tp_methods, descriptor_methods},
     {Py_tp_doc, "The C side of hurray.Descriptor: fields read from the C descriptor."},
     {0, NULL},

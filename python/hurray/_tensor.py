@@ -193,7 +193,11 @@ class Tensor(_hurray._Tensor):
         return self.descriptor.shape
 
     def __repr__(self):
-        return f"<hurray.Tensor {self.descriptor!r}>"
+        try:
+            descriptor = self.descriptor
+        except ValueError:  # its __init__ never ran: a subclass that skips it, or __new__
+            return f"<{type(self).__name__}, not initialised>"
+        return f"<hurray.Tensor {descriptor!r}>"
 
     # --- numpy ---
     def numpy(self) -> np.ndarray:

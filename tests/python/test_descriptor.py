@@ -3,9 +3,11 @@ part survives encode -> decode with identical bytes; the golden vectors of
 tests/vectors decode to their JSON and are rebuilt byte for byte from
 Python; validate() names the broken rule with the C status name."""
 
+import copy
 import json
 import math
 import pathlib
+import pickle
 import struct
 
 import numpy as np
@@ -1069,7 +1071,7 @@ def test_a_member_whose_descriptor_failed_to_initialise_is_refused():
     failed = Descriptor.__new__(Descriptor)
     with pytest.raises(TypeError):
         Descriptor.__init__(failed, "float32", (4,), layout=hurray.Paged("x", 1, 1, "int32", 0, 1))
-    with pytest.raises(RuntimeError, match="member's Descriptor is not initialised"):
+    with pytest.raises(ValueError, match="member's Descriptor is not initialised"):
         Descriptor(
             "float32",
             (4,),
@@ -1284,3 +1286,53 @@ def test_codes_of_an_empty_block_coded_tensor_numpy_cannot_shape():
     )
     with pytest.raises(hurray.UnsupportedError, match="numpy cannot hold"):
         Tensor(d, [b""]).codes()
+
+
+class _SkipsInit(Descriptor):
+    def __init__(self, *args, **kwargs):
+        pass  # never calls Descriptor.__init__
+
+
+@pytest.mark.parametrize("make", [_SkipsInit, lambda: Descriptor.__new__(Descriptor)])
+def test_a_descriptor_never_initialised_is_a_value_error_everywhere(make):
+    """A subclass that skips Descriptor.__init__ (or __new__ alone) raised a
+    bare RuntimeError from the C methods and AttributeError ('_encoded',
+    'dtype') from the fields and the Python methods; a Tensor in that state
+    gave ValueError. Now every use is that ValueError, and repr says so."""
+    d = make()
+    assert repr(d) == f"<{type(d).__name__}, not initialised>"
+    uses = {
+        "encode": d.encode,
+        "validate": d.validate,
+        "to_json": d.to_json,
+        "to_dict": d.to_dict,
+        "required_bytes": d.required_bytes,
+        "replace": d.replace,
+        "numel": lambda: d.numel,
+        "==": lambda: d == d,
+        "hash": lambda: hash(d),
+        "pickle": lambda: pickle.dumps(d),
+        "copy": lambda: copy.copy(d),
+        "Tensor": lambda: hurray.Tensor(d, []),
+    }
+    for field in (
+        "dtype",
+        "shape",
+        "strides",
+        "byte_offset",
+        "layout",
+        "quantization",
+        "buffers",
+        "device",
+        "statistics",
+        "shard",
+        "extension",
+    ):
+        uses[field] = lambda f=field: getattr(d, f)
+    for use in uses.values():
+        with pytest.raises(ValueError, match="Descriptor is not initialised"):
+            use()
+
+
+def test_a_tensor_never_initialised_has_a_repr():
+    assert repr(hurray.Tensor.__new__(hurray.Tensor)) == "<Tensor, not initialised>"

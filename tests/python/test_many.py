@@ -132,7 +132,7 @@ def test_batches_interleave_with_tensors_in_order(tmp_path):
     [
         ({"": np.zeros(2)}, hurray.InvalidArgumentError),
         ({"a\0b": np.zeros(2)}, ValueError),
-        ({"\udc80": np.zeros(2)}, UnicodeEncodeError),
+        ({"\udc80": np.zeros(2)}, ValueError),
         ({3: np.zeros(2)}, TypeError),
         ({"x" * 5000: np.zeros(2)}, hurray.LimitError),
         pytest.param(
