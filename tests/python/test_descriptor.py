@@ -37,6 +37,7 @@ from hurray import (
     Statistics,
     _dtypes,
 )
+from hurray._descriptor import _FIELDS
 
 VECTORS = pathlib.Path(__file__).resolve().parents[1] / "vectors"
 
@@ -1315,19 +1316,7 @@ def test_a_descriptor_never_initialised_is_a_value_error_everywhere(make):
         "copy": lambda: copy.copy(d),
         "Tensor": lambda: hurray.Tensor(d, []),
     }
-    for field in (
-        "dtype",
-        "shape",
-        "strides",
-        "byte_offset",
-        "layout",
-        "quantization",
-        "buffers",
-        "device",
-        "statistics",
-        "shard",
-        "extension",
-    ):
+    for field in _FIELDS:  # every field Descriptor() takes
         uses[field] = lambda f=field: getattr(d, f)
     for use in uses.values():
         with pytest.raises(ValueError, match="Descriptor is not initialised"):
