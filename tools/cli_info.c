@@ -160,8 +160,9 @@ int hurray_cli_verify(FILE *out, FILE *err, const char *path) {
   }
   if (status == EXIT_SUCCESS) {
     hurray_cli_puts_escaped(out, path);
-    fprintf(out, ": OK, %zu tensors, %zu buffers verified\n", hurray_reader_tensor_count(r),
-            buffers);
+    size_t tensors = hurray_reader_tensor_count(r);
+    fprintf(out, ": OK, %zu tensor%s, %zu buffer%s verified\n", tensors, tensors == 1 ? "" : "s",
+            buffers, buffers == 1 ? "" : "s");
   }
   hurray_reader_close(r);
   return status;

@@ -18,6 +18,11 @@ COMMANDS = ("ls", "info", "verify")
 _USAGE = "usage: hurray ls URL | info [--json] URL [NAME] | verify URL"
 
 
+def _count(n: int, what: str) -> str:
+    """'1 tensor', '2 tensors': the words of the C command's verify line."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _quant_name(d) -> str:
     """The C command's names (tools/cli_common.c)."""
     q = d.to_dict().get("quantization")
@@ -236,7 +241,9 @@ def main(argv: List[str]) -> int:
             else:
                 f.verify()
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
-                print(f"{_escaped(shown)}: OK, {len(f)} tensors, {buffers} buffers verified")
+                print(
+                    f"{_escaped(shown)}: OK, {_count(len(f), 'tensor')}, {_count(buffers, 'buffer')} verified"
+                )
             sys.stdout.flush()  # a closed pipe shows here, inside the try
     except BrokenPipeError:
         # The reader went away (| head): quietly, as SIGPIPE ends the C

@@ -105,6 +105,19 @@ class CliTest(unittest.TestCase):
             missing.stderr, b"hurray: " + self.path.encode() + b': no tensor "nope" in the file\n'
         )
 
+    def test_verify_counts_agree_with_their_nouns(self):
+        # One tensor of one buffer was "OK, 1 tensors, 1 buffers verified".
+        header = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+        src = os.path.join(self.tmp.name, "one.safetensors")
+        with open(src, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + bytes(8))
+        one = os.path.join(self.tmp.name, "one.hurray")
+        converted = run("convert", src, one)
+        self.assertEqual(converted.returncode, 0, converted.stderr)
+        out = run("verify", one)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.endswith(b": OK, 1 tensor, 1 buffer verified\n"), out.stdout)
+
     def test_verify_detects_corruption(self):
         out = run("verify", self.path)
         self.assertEqual(out.returncode, 0, out.stderr)

@@ -835,7 +835,7 @@ def test_report_numbers(files, out):
     d = report.to_dict()
     assert d["tensors"][0]["name"] == "x" and d["totals"]["quantized"] == 1
     text = report.format()
-    assert "x" in text and "nf4" in text and "total: 1 tensors, 1 quantized" in text
+    assert "x" in text and "nf4" in text and "total: 1 tensor, 1 quantized" in text
 
 
 def test_a_nan_error_stays_nan_in_the_row_and_the_total(out):

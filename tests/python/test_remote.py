@@ -523,6 +523,20 @@ def test_cli_on_a_url(files, server, command):
     assert bad.returncode == 1 and "404" in bad.stderr
 
 
+def test_cli_verify_counts_agree_with_their_nouns(files, server):
+    """verify of a file of one tensor said "OK, 1 tensors, 1 buffers
+    verified", from a URL as from a path."""
+    launcher = _launcher()
+    env = dict(os.environ)
+    env.pop("HURRAY_PYTHON", None)
+    for where in (server.url("/small.hurray"), str(files["small"])):
+        p = subprocess.run(
+            [launcher, "verify", where], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.endswith(": OK, 1 tensor, 1 buffer verified\n"), p.stdout
+
+
 def _launcher():
     launcher = os.path.join(SCRIPTS, "hurray")
     if not os.path.exists(launcher):

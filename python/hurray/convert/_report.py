@@ -172,7 +172,7 @@ class ConversionReport:
         t = self.totals
         lines.append(
             (
-                f"total: {t.tensors} tensors, {t.quantized} quantized",
+                f"total: {t.tensors} tensor{'' if t.tensors == 1 else 's'}, {t.quantized} quantized",
                 "",
                 "",
                 "",
