@@ -17,6 +17,7 @@ import numpy as np
 from . import _dtypes, _hooks, _hurray, _remote
 from ._deferred import opened
 from ._descriptor import Descriptor
+from ._shown import counted
 from ._sparse import SparseTensor
 from ._tensor import Tensor, from_hurray, from_numpy, specialise
 
@@ -498,7 +499,7 @@ class File:
         self.close()
 
     def __repr__(self):
-        state = "closed" if self.closed else f"{len(self)} tensors"
+        state = "closed" if self.closed else counted(len(self), "tensor")
         return f"<hurray.File {self.path!r} ({state})>"
 
 

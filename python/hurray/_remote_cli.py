@@ -11,16 +11,11 @@ import os
 import sys
 from typing import List
 
-from ._shown import ESCAPE_BACKSLASH, ESCAPE_JSON
+from ._shown import ESCAPE_BACKSLASH, ESCAPE_JSON, counted
 from ._shown import shown as _escaped
 
 COMMANDS = ("ls", "info", "verify")
 _USAGE = "usage: hurray ls URL | info [--json] URL [NAME] | verify URL"
-
-
-def _count(n: int, what: str) -> str:
-    """'1 tensor', '2 tensors': the words of the C command's verify line."""
-    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _quant_name(d) -> str:
@@ -242,7 +237,7 @@ def main(argv: List[str]) -> int:
                 f.verify()
                 buffers = sum(len(f.descriptor(n).buffers) for n in f.keys())
                 print(
-                    f"{_escaped(shown)}: OK, {_count(len(f), 'tensor')}, {_count(buffers, 'buffer')} verified"
+                    f"{_escaped(shown)}: OK, {counted(len(f), 'tensor')}, {counted(buffers, 'buffer')} verified"
                 )
             sys.stdout.flush()  # a closed pipe shows here, inside the try
     except BrokenPipeError:

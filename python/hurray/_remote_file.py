@@ -15,6 +15,7 @@ from ._remote import (
     prefetched_get,
     shown_url,
 )
+from ._shown import counted
 from ._tensor import specialise
 
 
@@ -75,5 +76,5 @@ class RemoteFile(File):
         self._source.close()
 
     def __repr__(self):
-        state = "closed" if self.closed else f"{len(self)} tensors"
+        state = "closed" if self.closed else counted(len(self), "tensor")
         return f"<hurray.RemoteFile {shown_url(self.path)!r} ({state})>"

@@ -18,3 +18,8 @@ def shown(text: str, flags: int = ESCAPE_BACKSLASH) -> str:
     except UnicodeEncodeError:  # any other lone surrogate (a torch key may hold one)
         raw = text.encode("utf-8", "surrogatepass")
     return _escape_text(raw, flags)
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 tensor', '2 tensors': a count and its noun, as the C command words it."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -927,3 +927,16 @@ def test_save_to_a_bool_is_a_type_error_not_a_file_descriptor(target):
         [sys.executable, "-c", code], capture_output=True, timeout=120, stdin=subprocess.DEVNULL
     )
     assert r.stdout == b"TypeError save() needs a path, a file descriptor or a writable stream\n"
+
+
+def test_repr_counts_tensors_in_words(tmp_path):
+    """A file of one tensor was shown as "(1 tensors)"."""
+    path = tmp_path / "a.hurray"
+    hurray.save(path, {"a": np.zeros(2)})
+    f = hurray.open(path)
+    assert repr(f).endswith("(1 tensor)>")
+    f.close()
+    assert repr(f).endswith("(closed)>")
+    hurray.save(path, {"a": np.zeros(2), "b": np.zeros(2)})
+    with hurray.open(path) as f:
+        assert repr(f).endswith("(2 tensors)>")

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .._shown import shown
+from .._shown import counted, shown
 from .._threads import map_on_threads
 from ._common import ConversionError, _shape_str
 
@@ -172,7 +172,7 @@ class ConversionReport:
         t = self.totals
         lines.append(
             (
-                f"total: {t.tensors} tensor{'' if t.tensors == 1 else 's'}, {t.quantized} quantized",
+                f"total: {counted(t.tensors, 'tensor')}, {t.quantized} quantized",
                 "",
                 "",
                 "",
@@ -201,7 +201,7 @@ class ConversionReport:
         out.append(render(lines[-1]))
         out.append(
             f"{self.source_format} -> {self.target_format}: {shown(self.target, 0)}"
-            f" ({self.metadata_keys} metadata key{'' if self.metadata_keys == 1 else 's'})"
+            f" ({counted(self.metadata_keys, 'metadata key')})"
         )
         out += [f"note: {shown(n, 0)}" for n in self.notes]
         return "\n".join(out)

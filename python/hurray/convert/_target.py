@@ -17,6 +17,7 @@ from .. import _dtypes, _formats
 from .._deferred import opened, signals_deferred
 from .._descriptor import Composite, Dense
 from .._hurray import HurrayError
+from .._shown import counted
 from .._tensor import Tensor
 from ._common import (
     _ANY_FLOAT,
@@ -398,8 +399,7 @@ def dropped_note(keys: Sequence[str], why: str) -> str:
     """The report's line for metadata keys a conversion leaves behind (the
     C command prints the same)."""
     shown = ", ".join(sorted(keys)[:3]) + (f" (+{len(keys) - 3} more)" if len(keys) > 3 else "")
-    plural = "s" if len(keys) != 1 else ""
-    return f"{len(keys)} metadata key{plural} not carried ({why}): {shown}"
+    return f"{counted(len(keys), 'metadata key')} not carried ({why}): {shown}"
 
 
 def _note_dropped(report: ConversionReport, keys: Sequence[str], why: str) -> None:
