@@ -75,36 +75,35 @@ const char *hurray__hash_path(void) {
   return names[path()];
 }
 
-#ifdef HURRAY_HAVE_VECTOR_UNITS
+/* The unit for bytes that come from memory: never AVX-512 (hash_avx512.c). */
+static int memory_unit(void) {
+  int unit = path();
+  return unit == PATH_AVX512 ? PATH_AVX2 : unit;
+}
+
 /* Up to XXH3_MIDSIZE_MAX bytes xxh3 runs no vector code, so every path is
  * the same code. Above it the AVX2 path is faster from the first stripe
  * on: 512 B to 2 KiB hash at 18-39 GB/s against 12-19 with SSE2 (this
  * library's build, one core), and for files of many small tensors (a
  * quarter of them under 4 KiB) that took verify from 10.2 to 11.1 GB/s. */
 static uint64_t checksum_on(int unit, const void *data, size_t len) {
+#ifdef HURRAY_HAVE_VECTOR_UNITS
   if (len > XXH3_MIDSIZE_MAX) {
     if (unit == PATH_AVX512) return hurray__xxh3_avx512_one(data, len);
     if (unit == PATH_AVX2) return hurray__xxh3_avx2_one(data, len);
   }
+#else
+  (void)unit;
+#endif
   return XXH3_64bits(data, len);
 }
-#endif
 
 uint64_t hurray__checksum(const void *data, size_t len) {
-#ifdef HURRAY_HAVE_VECTOR_UNITS
-  int unit = path();
-  return checksum_on(unit == PATH_AVX512 ? PATH_AVX2 : unit, data, len);
-#else
-  return XXH3_64bits(data, len);
-#endif
+  return checksum_on(memory_unit(), data, len);
 }
 
 uint64_t hurray__checksum_cached(const void *data, size_t len) {
-#ifdef HURRAY_HAVE_VECTOR_UNITS
   return checksum_on(path(), data, len);
-#else
-  return XXH3_64bits(data, len);
-#endif
 }
 
 static void stream_reset_on(HurrayHashStream *s, int unit) {
@@ -112,10 +111,7 @@ static void stream_reset_on(HurrayHashStream *s, int unit) {
   s->unit = (uint8_t)unit;
 }
 
-void hurray__hash_stream_reset(HurrayHashStream *s) {
-  int unit = path();
-  stream_reset_on(s, unit == PATH_AVX512 ? PATH_AVX2 : unit);
-}
+void hurray__hash_stream_reset(HurrayHashStream *s) { stream_reset_on(s, memory_unit()); }
 
 void hurray__hash_stream_reset_cached(HurrayHashStream *s) { stream_reset_on(s, path()); }
 

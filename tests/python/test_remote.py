@@ -529,16 +529,16 @@ def test_cli_verify_counts_agree_with_their_nouns(files, server):
     launcher = _launcher()
     env = dict(os.environ)
     env.pop("HURRAY_PYTHON", None)
-    said = {}
-    for where in (server.url("/small.hurray"), str(files["small"])):
-        p = subprocess.run(
+
+    def verify(where):
+        return subprocess.run(
             [launcher, "verify", where], capture_output=True, text=True, timeout=120, env=env
         )
-        said[where] = p
-    url = said[server.url("/small.hurray")]
+
+    url = verify(server.url("/small.hurray"))
     assert url.returncode == 0, url.stderr
     assert url.stdout.endswith(": OK, 1 tensor, 1 buffer verified\n"), url.stdout
-    local = said[str(files["small"])]
+    local = verify(str(files["small"]))
     if local.returncode == 0:  # the C program (absent in the ASan tree)
         assert local.stdout.endswith(": OK, 1 tensor, 1 buffer verified\n"), local.stdout
 
